@@ -1,0 +1,97 @@
+/**
+ * buildApp(deps): the HTTP application with its plugins, routes and the one error handler. It never
+ * listens; main.ts does, and tests use inject() or listen on port 0.
+ */
+import { randomUUID } from 'node:crypto';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { Config } from './config.ts';
+import type { SecretBox } from './crypto/secret-box.ts';
+import { registerAuthentication } from './http/authenticate.ts';
+import { registerErrorHandler } from './http/error-handler.ts';
+import { ErrorBody, ValidationErrorBody } from './http/schema-helpers.ts';
+import { createValidatorCompiler } from './http/validation.ts';
+import { adminRoutes } from './routes/admin.ts';
+import { deploymentRoutes } from './routes/deployments.ts';
+import { healthRoutes } from './routes/health.ts';
+import { listenerRoutes } from './routes/listeners.ts';
+import { tagRoutes } from './routes/tags.ts';
+import { tracingProjectRoutes } from './routes/tracing-projects.ts';
+import { uploadRoutes } from './routes/uploads.ts';
+import { createDeploymentService } from './service/deployments.ts';
+import type { Database } from './store/schema.ts';
+
+export interface AppDeps {
+  config: Config;
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+  logger: Logger;
+}
+
+const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
+
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const { config, db, secretBox, logger } = deps;
+  const app = Fastify({
+    loggerInstance: logger as FastifyBaseLogger,
+    bodyLimit: config.bodyLimitBytes,
+    // Echo the caller's request id when it sent a sane one, else make one (contract.md, "Conventions").
+    requestIdHeader: false,
+    genReqId: (request) => {
+      const given = request.headers['x-request-id'];
+      return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+    },
+    ajv: { customOptions: { allErrors: true } },
+    return503OnClosing: true,
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  app.setValidatorCompiler(createValidatorCompiler());
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  registerErrorHandler(app);
+  app.addSchema(ErrorBody);
+  app.addSchema(ValidationErrorBody);
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Slipway',
+        version: '0.1.0',
+        description: 'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key (or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
+      },
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'apiKey', in: 'header', name: 'X-Api-Key' },
+          bearer: { type: 'http', scheme: 'bearer' },
+        },
+      },
+      security: [{ apiKey: [] }, { bearer: [] }],
+    },
+    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
+  });
+  app.addHook('onRoute', (route) => {
+    // The API page and its assets are public, like /openapi.json.
+    if (route.url.startsWith('/docs')) route.config = { ...(route.config ?? {}), auth: 'none' };
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
+
+  registerAuthentication(app, db);
+  const deployments = createDeploymentService({ db, secretBox });
+
+  await app.register(healthRoutes, { db });
+  await app.register(adminRoutes, { db });
+  await app.register(deploymentRoutes, { db, deployments });
+  await app.register(listenerRoutes, { db });
+  await app.register(tagRoutes, { db, deployments });
+  await app.register(tracingProjectRoutes, { db });
+  await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
+
+  app.get('/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
+  return app;
+}

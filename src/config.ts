@@ -1,0 +1,143 @@
+/**
+ * The only reader of the environment (style.md, practice 3). Every setting and its default lives here;
+ * `loadConfig` validates once at start and fails fast with an error that names the variable.
+ */
+import path from 'node:path';
+
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+export interface Config {
+  /** TCP port the HTTP API listens on. */
+  readonly port: number;
+  /** Interface the HTTP API binds to. */
+  readonly host: string;
+  /** External PostgreSQL; null means the embedded server under `dataDir`. */
+  readonly databaseUrl: string | null;
+  /** Where the embedded database, the key file and uploaded sources live. */
+  readonly dataDir: string;
+  /** When set, an admin key with exactly this value exists for the default workspace. */
+  readonly bootstrapApiKey: string | null;
+  /** 32-byte key for secrets at rest; null means a key file generated in `dataDir`. */
+  readonly encryptionKey: Buffer | null;
+  readonly logLevel: LogLevel;
+  /** Largest JSON request body accepted, in bytes. */
+  readonly bodyLimitBytes: number;
+  /** Largest source tarball accepted by the upload endpoint, in bytes. */
+  readonly uploadLimitBytes: number;
+  /** Plain-http OAuth endpoints, for development and tests only. */
+  readonly allowInsecureOAuth: boolean;
+  /** Plain-http code-host API URLs, for development and tests only. */
+  readonly allowInsecureCodehost: boolean;
+  /** Address under which users and browsers reach this service (OAuth redirects, webhooks). */
+  readonly publicUrl: string;
+}
+
+export class ConfigError extends Error {
+  constructor(
+    readonly variable: string,
+    message: string,
+  ) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+function text(env: Env, name: string): string | null {
+  const value = env[name];
+  return value === undefined || value.trim() === '' ? null : value.trim();
+}
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = text(env, name);
+  if (raw === null) return fallback;
+  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be an integer, got '${raw}'`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function flag(env: Env, name: string): boolean {
+  const raw = text(env, name);
+  if (raw === null) return false;
+  if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
+  if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
+  throw new ConfigError(name, `must be 1 or 0 (true or false), got '${raw}'`);
+}
+
+function databaseUrl(env: Env): string | null {
+  const raw = text(env, 'DATABASE_URL');
+  if (raw === null) return null;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError('DATABASE_URL', 'is not a valid URL');
+  }
+  if (url.protocol !== 'postgres:' && url.protocol !== 'postgresql:') {
+    throw new ConfigError('DATABASE_URL', `must start with postgres:// or postgresql://, got ${url.protocol}//`);
+  }
+  return raw;
+}
+
+function encryptionKey(env: Env): Buffer | null {
+  const raw = text(env, 'SLIPWAY_ENCRYPTION_KEY');
+  if (raw === null) return null;
+  const key = /^[0-9a-fA-F]{64}$/.test(raw) ? Buffer.from(raw, 'hex') : Buffer.from(raw, 'base64');
+  if (key.length !== 32) {
+    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', 'must be 32 bytes, as 64 hex digits or base64');
+  }
+  return key;
+}
+
+function bootstrapApiKey(env: Env): string | null {
+  const raw = text(env, 'SLIPWAY_BOOTSTRAP_API_KEY');
+  if (raw === null) return null;
+  if (raw.length < 16 || raw.length > 256 || !/^[\x21-\x7e]+$/.test(raw)) {
+    throw new ConfigError('SLIPWAY_BOOTSTRAP_API_KEY', 'must be 16 to 256 printable characters without spaces');
+  }
+  return raw;
+}
+
+function logLevel(env: Env): LogLevel {
+  const raw = text(env, 'LOG_LEVEL');
+  if (raw === null) return 'info';
+  const level = raw.toLowerCase() as LogLevel;
+  if (!LOG_LEVELS.includes(level)) throw new ConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}`);
+  return level;
+}
+
+function publicUrl(env: Env, host: string, port: number): string {
+  const raw = text(env, 'SLIPWAY_PUBLIC_URL');
+  if (raw === null) return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  try {
+    const url = new URL(raw);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('protocol');
+  } catch {
+    throw new ConfigError('SLIPWAY_PUBLIC_URL', 'must be an http(s) URL');
+  }
+  return raw.replace(/\/+$/, '');
+}
+
+/** Reads and validates the configuration; `env` defaults to the process environment. */
+export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Config {
+  const port = integer(env, 'PORT', 8124, 0, 65535);
+  const host = text(env, 'HOST') ?? '127.0.0.1';
+  return Object.freeze({
+    port,
+    host,
+    databaseUrl: databaseUrl(env),
+    dataDir: path.resolve(cwd, text(env, 'SLIPWAY_DATA_DIR') ?? '.slipway'),
+    bootstrapApiKey: bootstrapApiKey(env),
+    encryptionKey: encryptionKey(env),
+    logLevel: logLevel(env),
+    bodyLimitBytes: integer(env, 'SLIPWAY_BODY_LIMIT_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
+    allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
+    allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
+    publicUrl: publicUrl(env, host, port),
+  });
+}

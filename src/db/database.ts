@@ -1,0 +1,75 @@
+/**
+ * Opens the database the service runs on: the server named by DATABASE_URL, or the embedded one
+ * started under the data directory. Either way the migrations are applied before anything else runs.
+ */
+import path from 'node:path';
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { Config } from '../config.ts';
+import type { Database as Schema } from '../store/schema.ts';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded-postgres.ts';
+import { migrate } from './migrate.ts';
+
+export interface OpenDatabase {
+  db: Kysely<Schema>;
+  pool: pg.Pool;
+  /** Closes the pool, then stops the embedded server if one was started. */
+  close(): Promise<void>;
+}
+
+/** A pool plus its Kysely handle on one connection string. */
+export function connect(connectionString: string, max = 20): { db: Kysely<Schema>; pool: pg.Pool } {
+  const pool = new pg.Pool({ connectionString, max });
+  // An idle client losing its server connection must not crash the process; the pool replaces it.
+  pool.on('error', () => undefined);
+  const db = new Kysely<Schema>({ dialect: new PostgresDialect({ pool }) });
+  return { db, pool };
+}
+
+const EMBEDDED_DATABASE = 'slipway';
+
+async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    const found = await client.query('select 1 from pg_database where datname = $1', [name]);
+    if (found.rowCount === 0) await client.query(`create database ${client.escapeIdentifier(name)}`);
+  } finally {
+    await client.end();
+  }
+}
+
+export async function openDatabase(config: Config, logger: Logger): Promise<OpenDatabase> {
+  let embedded: EmbeddedPostgres | null = null;
+  let url = config.databaseUrl;
+  if (url === null) {
+    embedded = await startEmbeddedPostgres({ clusterDir: path.join(config.dataDir, 'postgres'), logger });
+    try {
+      await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
+    } catch (error) {
+      await embedded.stop();
+      throw error;
+    }
+    const target = new URL(embedded.url);
+    target.pathname = `/${EMBEDDED_DATABASE}`;
+    url = target.toString();
+  }
+  const { db, pool } = connect(url);
+  try {
+    const applied = await migrate(pool);
+    if (applied.length > 0) logger.info({ applied }, 'database migrations applied');
+  } catch (error) {
+    await pool.end();
+    await embedded?.stop();
+    throw error;
+  }
+  return {
+    db,
+    pool,
+    async close() {
+      await db.destroy();
+      await embedded?.stop();
+    },
+  };
+}

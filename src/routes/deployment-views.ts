@@ -1,0 +1,60 @@
+/** Turns stored deployments and revisions into the interface's response shapes. */
+import { MASKED_SECRET } from '../domain/deployment-plan.ts';
+import { REVISION_FIELDS, SOURCE_CONFIG_FIELDS, type SourceConfig, type SourceRevisionConfig } from '../domain/sources.ts';
+import type { Static } from 'typebox';
+import type { SecretReference } from '../domain/deployment-plan.ts';
+import type { Source } from '../domain/sources.ts';
+import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
+import type { DeploymentView } from '../store/deployments.ts';
+import type { Deployment, Revision, SourceConfig as SourceConfigSchema, SourceRevisionConfig as RevisionConfigSchema } from './deployment-schemas.ts';
+import type { RevisionView } from '../store/revisions.ts';
+
+function fullSourceConfig(config: SourceConfig): Static<typeof SourceConfigSchema> {
+  const out: Record<string, unknown> = {};
+  for (const field of SOURCE_CONFIG_FIELDS) out[field] = config[field] ?? null;
+  return out as Static<typeof SourceConfigSchema>;
+}
+
+function fullRevisionConfig(config: SourceRevisionConfig | null): Static<typeof RevisionConfigSchema> {
+  const out: Record<string, unknown> = {};
+  for (const field of REVISION_FIELDS) out[field] = config?.[field] ?? null;
+  out.repo_commit_sha = config?.repo_commit_sha ?? null;
+  return out as Static<typeof RevisionConfigSchema>;
+}
+
+export function deploymentResponse(d: DeploymentView): Static<typeof Deployment> {
+  return {
+    name: d.name,
+    source: d.source as Source,
+    source_config: fullSourceConfig(d.source_config as SourceConfig),
+    source_revision_config: fullRevisionConfig(d.latest_revision_config),
+    // Secret values are write-only (contract.md, "Revisions").
+    secrets: d.secrets.map((s) => ({ name: s.name, value: MASKED_SECRET })),
+    id: d.id,
+    tenant_id: d.workspace_id,
+    created_at: d.created_at.toISOString(),
+    updated_at: d.updated_at.toISOString(),
+    status: d.status as DeploymentStatus,
+    latest_revision_id: d.latest_revision_id,
+    active_revision_id: d.active_revision_id,
+    secret_references: d.secret_references as SecretReference[] | null,
+    image_version: d.image_version,
+    tracing_project_id: d.tracing_project_id,
+    remote_reconciled: d.remote_reconciled,
+  };
+}
+
+export function revisionResponse(r: RevisionView): Static<typeof Revision> {
+  return {
+    id: r.id,
+    created_at: r.created_at.toISOString(),
+    updated_at: r.updated_at.toISOString(),
+    status: r.status as RevisionStatus,
+    source: r.source as Source,
+    source_revision_config: fullRevisionConfig(r.source_revision_config as SourceRevisionConfig),
+    deployment_id: r.deployment_id,
+    failure_reason: r.failure_reason,
+    failure_message: r.failure_message,
+    remote_reconciled: r.remote_reconciled,
+  };
+}

@@ -1,0 +1,219 @@
+/** Deployments and their revisions (interface.md, "Endpoints"). */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
+import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
+import { DEPLOYMENT_STATUSES, REVISION_STATUSES, type DeploymentStatus, type RevisionStatus } from '../domain/states.ts';
+import { notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import type { DeploymentService } from '../service/deployments.ts';
+import { listDeployments } from '../store/deployments.ts';
+import { getRevision, listRevisions } from '../store/revisions.ts';
+import type { Database } from '../store/schema.ts';
+import type { Kysely } from 'kysely';
+import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
+import { deploymentResponse, revisionResponse } from './deployment-views.ts';
+
+const UUID_PATTERN = '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}';
+const UuidList = (description: string) => Type.String({ pattern: `^${UUID_PATTERN}(,${UUID_PATTERN})*$`, maxLength: 100 * 37, description });
+const splitList = (value: string | undefined): string[] | undefined => (value === undefined ? undefined : [...new Set(value.split(',').map((v) => v.toLowerCase()))]);
+
+const DeploymentParams = Type.Object({ deployment_id: Uuid() });
+const RevisionParams = Type.Object({ deployment_id: Uuid(), revision_id: Uuid() });
+
+const example = {
+  name: 'support-agent',
+  source: 'internal_container',
+  source_config: { deployment_type: 'dev' },
+  source_revision_config: { image_uri: 'registry.example.com/support-agent:1.4.2' },
+  secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-...' }],
+};
+
+export interface DeploymentRouteDeps {
+  db: Kysely<Database>;
+  deployments: DeploymentService;
+}
+
+export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = async (app, { db, deployments }) => {
+  app.post(
+    '/v2/deployments',
+    {
+      schema: {
+        tags: ['deployments'],
+        summary: 'Create a deployment',
+        description: 'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.',
+        body: { ...DeploymentCreateBody, examples: [example] },
+        response: { 201: Deployment, ...errorResponses(400, 401, 403, 409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const view = await deployments.create(workspaceOf(request), request.body);
+      return reply.status(201).send(deploymentResponse(view));
+    },
+  );
+
+  app.get(
+    '/v2/deployments',
+    {
+      schema: {
+        tags: ['deployments'],
+        summary: 'List deployments',
+        description: 'Newest first. Filters combine with AND; tag_value_ids matches deployments carrying every listed value.',
+        querystring: Type.Object({
+          ...PageQuery,
+          name: Type.Optional(Type.String({ maxLength: 63, description: 'Exact name.' })),
+          name_contains: Type.Optional(Type.String({ minLength: 1, maxLength: 63, description: 'Case-insensitive substring of the name.' })),
+          status: Type.Optional(StringEnum(DEPLOYMENT_STATUSES)),
+          remote_reconciled: Type.Optional(Type.Boolean({ description: 'Only deployments reconciled by a listener (true) or by the service (false).' })),
+          tag_value_ids: Type.Optional(UuidList('Comma-separated tag value ids.')),
+          image_version: Type.Optional(Type.String({ maxLength: 255 })),
+          deployment_type: Type.Optional(StringEnum(DEPLOYMENT_TYPES)),
+          deployment_ids: Type.Optional(UuidList('Comma-separated deployment ids.')),
+        }),
+        response: { 200: ListEnvelope(Deployment, 'A page of deployments.'), ...errorResponses(401, 403, 422) },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      const limit = q.limit ?? 20;
+      const offset = q.offset ?? 0;
+      const rows = await listDeployments(
+        db,
+        workspaceOf(request),
+        {
+          name: q.name,
+          nameContains: q.name_contains,
+          status: q.status as DeploymentStatus | undefined,
+          remoteReconciled: q.remote_reconciled,
+          tagValueIds: splitList(q.tag_value_ids),
+          imageVersion: q.image_version,
+          deploymentType: q.deployment_type,
+          deploymentIds: splitList(q.deployment_ids),
+        },
+        limit,
+        offset,
+      );
+      return { resources: rows.map(deploymentResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.get(
+    '/v2/deployments/:deployment_id',
+    { schema: { tags: ['deployments'], summary: 'Get a deployment', params: DeploymentParams, response: { 200: Deployment, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => deploymentResponse(await deployments.get(workspaceOf(request), request.params.deployment_id)),
+  );
+
+  app.patch(
+    '/v2/deployments/:deployment_id',
+    {
+      schema: {
+        tags: ['deployments'],
+        summary: 'Patch a deployment',
+        description: 'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.',
+        params: DeploymentParams,
+        body: { ...DeploymentPatchBody, examples: [{ source_revision_config: { image_uri: 'registry.example.com/support-agent:1.5.0' } }] },
+        response: { 200: Deployment, ...errorResponses(400, 401, 403, 404, 422) },
+      },
+    },
+    async (request) => deploymentResponse(await deployments.patch(workspaceOf(request), request.params.deployment_id, request.body)),
+  );
+
+  app.delete(
+    '/v2/deployments/:deployment_id',
+    {
+      schema: {
+        tags: ['deployments'],
+        summary: 'Delete a deployment',
+        description: 'Interrupts unfinished revisions and tears the deployment down. Its tracing project stays unless delete_tracing_project=true.',
+        params: DeploymentParams,
+        querystring: Type.Object({ delete_tracing_project: Type.Optional(Type.Boolean({ default: false })) }),
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      await deployments.remove(workspaceOf(request), request.params.deployment_id, { deleteTracingProject: request.query.delete_tracing_project ?? false });
+      return reply.status(204).send(null);
+    },
+  );
+
+  const statusList = `^(${REVISION_STATUSES.join('|')})(,(${REVISION_STATUSES.join('|')}))*$`;
+  app.get(
+    '/v2/deployments/:deployment_id/revisions',
+    {
+      schema: {
+        tags: ['revisions'],
+        summary: 'List revisions of a deployment',
+        params: DeploymentParams,
+        querystring: Type.Object({
+          ...PageQuery,
+          status: Type.Optional(Type.String({ pattern: statusList, maxLength: 400, description: `Comma-separated revision statuses: ${REVISION_STATUSES.join(', ')}.` })),
+          remote_reconciled: Type.Optional(Type.Boolean()),
+        }),
+        response: { 200: ListEnvelope(Revision, 'A page of revisions, newest first.'), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      const { deployment_id: deploymentId } = request.params;
+      await deployments.get(workspaceId, deploymentId);
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
+      const rows = await listRevisions(db, workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, limit, offset);
+      return { resources: rows.map(revisionResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.get(
+    '/v2/deployments/:deployment_id/revisions/:revision_id',
+    { schema: { tags: ['revisions'], summary: 'Get a revision', params: RevisionParams, response: { 200: Revision, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      const { deployment_id: deploymentId, revision_id: revisionId } = request.params;
+      const revision = await getRevision(db, workspaceId, deploymentId, revisionId);
+      if (!revision) {
+        await deployments.get(workspaceId, deploymentId);
+        throw notFound('Revision', revisionId);
+      }
+      return revisionResponse(revision);
+    },
+  );
+
+  app.post(
+    '/v2/deployments/:deployment_id/revisions/:revision_id/redeploy',
+    {
+      schema: {
+        tags: ['revisions'],
+        summary: 'Redeploy a revision',
+        description: 'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.',
+        params: RevisionParams,
+        response: { 201: Deployment, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      const view = await deployments.redeploy(workspaceOf(request), request.params.deployment_id, request.params.revision_id);
+      return reply.status(201).send(deploymentResponse(view));
+    },
+  );
+
+  app.post(
+    '/v2/deployments/:deployment_id/revisions/:revision_id/interrupt',
+    {
+      schema: {
+        tags: ['revisions'],
+        summary: 'Interrupt a revision',
+        description: 'Cancels a revision that has not reached a final state; it ends INTERRUPTED.',
+        params: RevisionParams,
+        response: { 200: Revision, ...errorResponses(401, 403, 404, 409, 422) },
+      },
+    },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      const { deployment_id: deploymentId, revision_id: revisionId } = request.params;
+      await deployments.interrupt(workspaceId, deploymentId, revisionId);
+      const revision = await getRevision(db, workspaceId, deploymentId, revisionId);
+      if (!revision) throw notFound('Revision', revisionId);
+      return revisionResponse(revision);
+    },
+  );
+};

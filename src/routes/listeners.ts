@@ -1,0 +1,163 @@
+/** Listeners: clusters registered to run external_container deployments. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Kysely } from 'kysely';
+import { Type, type Static } from 'typebox';
+import { AppError, notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { recordEvents } from '../store/events.ts';
+import { deleteListener, deploymentsUsingListener, getListener, insertListener, listListeners, lockListener, updateListener } from '../store/listeners.ts';
+import type { Database, ListenerRow } from '../store/schema.ts';
+
+const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
+const ComputeConfig = Type.Object({
+  k8s_namespaces: Type.Optional(Nullable(Type.Array(NAMESPACE, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'Namespaces the listener serves; default ["default"].' }))),
+});
+
+const Listener = Type.Object(
+  {
+    compute_type: Type.String({ enum: ['k8s'] }),
+    compute_id: Type.String(),
+    compute_config: Type.Object({ k8s_namespaces: Type.Array(Type.String()) }),
+    id: Uuid(),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+    version: Nullable(Type.String()),
+  },
+  { description: 'A listener.' },
+);
+
+const CreateBody = Type.Object({
+  compute_type: Type.String({ enum: ['k8s'], description: 'Only k8s.' }),
+  compute_id: Type.String({ minLength: 1, maxLength: 253, pattern: '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$', description: 'Assigned by the user, for example the cluster name; unique in the workspace.' }),
+  compute_config: Type.Optional(Nullable(ComputeConfig)),
+  version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
+});
+
+const PatchBody = Type.Object({
+  version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
+  compute_config: Type.Optional(Nullable(ComputeConfig)),
+  compute_type: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+  compute_id: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+});
+
+const Params = Type.Object({ listener_id: Uuid() });
+
+function listenerResponse(row: ListenerRow): Static<typeof Listener> {
+  return {
+    compute_type: row.compute_type,
+    compute_id: row.compute_id,
+    compute_config: { k8s_namespaces: row.compute_config.k8s_namespaces },
+    id: row.id,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
+    version: row.version,
+  };
+}
+
+export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
+  app.post(
+    '/v2/listeners',
+    {
+      schema: {
+        tags: ['listeners'],
+        summary: 'Create a listener',
+        body: { ...CreateBody, examples: [{ compute_type: 'k8s', compute_id: 'prod-eu-1', compute_config: { k8s_namespaces: ['agents'] }, version: '0.1.0' }] },
+        response: { 201: Listener, ...errorResponses(400, 401, 403, 409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const body = request.body;
+      const row = await db.transaction().execute(async (tx) => {
+        const created = await insertListener(tx, {
+          workspaceId,
+          computeType: body.compute_type,
+          computeId: body.compute_id,
+          namespaces: body.compute_config?.k8s_namespaces ?? ['default'],
+          version: body.version ?? null,
+        });
+        if (!created) throw new AppError('conflict', `A listener with compute_id '${body.compute_id}' already exists in this workspace.`);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: created.id, type: 'listener.created', data: { compute_id: created.compute_id } }]);
+        return created;
+      });
+      return reply.status(201).send(listenerResponse(row));
+    },
+  );
+
+  app.get(
+    '/v2/listeners',
+    { schema: { tags: ['listeners'], summary: 'List listeners', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Listener, 'A page of listeners, newest first.'), ...errorResponses(401, 403, 422) } } },
+    async (request) => {
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const rows = await listListeners(db, workspaceOf(request), limit, offset);
+      return { resources: rows.map(listenerResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.get(
+    '/v2/listeners/:listener_id',
+    { schema: { tags: ['listeners'], summary: 'Get a listener', params: Params, response: { 200: Listener, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      const row = await getListener(db, workspaceOf(request), request.params.listener_id);
+      if (!row) throw notFound('Listener', request.params.listener_id);
+      return listenerResponse(row);
+    },
+  );
+
+  app.patch(
+    '/v2/listeners/:listener_id',
+    {
+      schema: {
+        tags: ['listeners'],
+        summary: 'Patch a listener',
+        description: 'Changes version and namespaces; compute_type and compute_id cannot change. A namespace still used by a deployment cannot be removed.',
+        params: Params,
+        body: PatchBody,
+        response: { 200: Listener, ...errorResponses(400, 401, 403, 404, 409, 422) },
+      },
+    },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      const { listener_id: id } = request.params;
+      const body = request.body;
+      const row = await db.transaction().execute(async (tx) => {
+        const current = await lockListener(tx, workspaceId, id);
+        if (!current) throw notFound('Listener', id);
+        if (body.compute_type !== undefined && body.compute_type !== current.compute_type) throw new AppError('field_immutable', 'compute_type cannot be changed after creation');
+        if (body.compute_id !== undefined && body.compute_id !== current.compute_id) throw new AppError('field_immutable', 'compute_id cannot be changed after creation');
+        const namespaces = body.compute_config?.k8s_namespaces ?? undefined;
+        if (namespaces) {
+          const stranded = (await deploymentsUsingListener(tx, id)).filter((d) => d.k8s_namespace !== null && !namespaces.includes(d.k8s_namespace));
+          if (stranded.length > 0) {
+            throw new AppError('conflict', `Namespace '${stranded[0]!.k8s_namespace}' is used by deployment '${stranded[0]!.name}' and cannot be removed from the listener.`);
+          }
+        }
+        const version = body.version === undefined ? undefined : body.version;
+        const updated = await updateListener(tx, id, { namespaces, version });
+        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.updated', data: { fields: Object.keys(body).filter((k) => k === 'version' || k === 'compute_config') } }]);
+        return updated;
+      });
+      return listenerResponse(row);
+    },
+  );
+
+  app.delete(
+    '/v2/listeners/:listener_id',
+    { schema: { tags: ['listeners'], summary: 'Delete a listener', description: '409 while deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { listener_id: id } = request.params;
+      await db.transaction().execute(async (tx) => {
+        const current = await lockListener(tx, workspaceId, id);
+        if (!current) throw notFound('Listener', id);
+        const users = await deploymentsUsingListener(tx, id);
+        if (users.length > 0) throw new AppError('conflict', `Listener ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`);
+        await deleteListener(tx, id);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.deleted', data: { compute_id: current.compute_id } }]);
+      });
+      return reply.status(204).send(null);
+    },
+  );
+};

@@ -1,0 +1,124 @@
+/** The small tag model behind the tag_value_ids filter: keys, values, and the values a deployment carries. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Kysely } from 'kysely';
+import { Type } from 'typebox';
+import { AppError, notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import type { DeploymentService } from '../service/deployments.ts';
+import type { Database } from '../store/schema.ts';
+import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getTagKey, insertTagKey, insertTagValue, listTagKeys, listTagValues, replaceDeploymentTags } from '../store/tags.ts';
+import { recordEvents } from '../store/events.ts';
+
+const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() });
+const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() });
+const DeploymentTag = Type.Object({ tag_key_id: Uuid(), key: Type.String(), tag_value_id: Uuid(), value: Type.String() });
+const KeyParams = Type.Object({ tag_key_id: Uuid() });
+const TAG_TEXT = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
+
+const keyResponse = (k: { id: string; key: string; description: string | null; created_at: Date }) => ({ ...k, created_at: k.created_at.toISOString() });
+const valueResponse = (v: { id: string; tag_key_id: string; value: string; created_at: Date }) => ({ ...v, created_at: v.created_at.toISOString() });
+
+export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deployments: DeploymentService }> = async (app, { db, deployments }) => {
+  app.post(
+    '/v2/tags/keys',
+    { schema: { tags: ['tags'], summary: 'Create a tag key', body: Type.Object({ key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) }), response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) } } },
+    async (request, reply) => {
+      const row = await insertTagKey(db, workspaceOf(request), request.body.key, request.body.description ?? null);
+      if (!row) throw new AppError('conflict', `A tag key '${request.body.key}' already exists.`);
+      return reply.status(201).send(keyResponse(row));
+    },
+  );
+
+  app.get(
+    '/v2/tags/keys',
+    { schema: { tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
+    async (request) => {
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const rows = await listTagKeys(db, workspaceOf(request), limit, offset);
+      return { resources: rows.map(keyResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.delete(
+    '/v2/tags/keys/:tag_key_id',
+    { schema: { tags: ['tags'], summary: 'Delete a tag key and its values', params: KeyParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    async (request, reply) => {
+      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
+      if (!key) throw notFound('Tag key', request.params.tag_key_id);
+      await deleteTagKey(db, key.id);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v2/tags/keys/:tag_key_id/values',
+    { schema: { tags: ['tags'], summary: 'Add a value to a tag key', params: KeyParams, body: Type.Object({ value: Type.String(TAG_TEXT) }), response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) } } },
+    async (request, reply) => {
+      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
+      if (!key) throw notFound('Tag key', request.params.tag_key_id);
+      const row = await insertTagValue(db, key.id, request.body.value);
+      if (!row) throw new AppError('conflict', `Tag key '${key.key}' already has the value '${request.body.value}'.`);
+      return reply.status(201).send(valueResponse(row));
+    },
+  );
+
+  app.get(
+    '/v2/tags/keys/:tag_key_id/values',
+    { schema: { tags: ['tags'], summary: 'List the values of a tag key', params: KeyParams, response: { 200: Type.Array(TagValue), ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
+      if (!key) throw notFound('Tag key', request.params.tag_key_id);
+      return (await listTagValues(db, key.id)).map(valueResponse);
+    },
+  );
+
+  app.delete(
+    '/v2/tags/keys/:tag_key_id/values/:tag_value_id',
+    { schema: { tags: ['tags'], summary: 'Delete a tag value', params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    async (request, reply) => {
+      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
+      if (!key || !(await deleteTagValue(db, key.id, request.params.tag_value_id))) throw notFound('Tag value', request.params.tag_value_id);
+      return reply.status(204).send(null);
+    },
+  );
+
+  const DeploymentParams = Type.Object({ deployment_id: Uuid() });
+  app.put(
+    '/v2/deployments/:deployment_id/tags',
+    {
+      schema: {
+        tags: ['tags'],
+        summary: 'Set the tag values of a deployment',
+        description: 'Replaces the whole set.',
+        params: DeploymentParams,
+        body: Type.Object({ tag_value_ids: Type.Array(Uuid(), { maxItems: 100, uniqueItems: true }) }),
+        response: { 200: Type.Array(DeploymentTag), ...errorResponses(400, 401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      const { deployment_id: id } = request.params;
+      const ids = request.body.tag_value_ids.map((v) => v.toLowerCase());
+      return db.transaction().execute(async (tx) => {
+        await deployments.get(workspaceId, id);
+        const known = new Set(await existingTagValueIds(tx, workspaceId, ids));
+        const unknown = ids.find((v) => !known.has(v));
+        if (unknown) throw new AppError('invalid_reference', `tag_value_ids: Tag value ID ${unknown} not found.`);
+        await replaceDeploymentTags(tx, id, ids);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.tags_set', data: { tag_value_ids: ids } }]);
+        return deploymentTags(tx, id);
+      });
+    },
+  );
+
+  app.get(
+    '/v2/deployments/:deployment_id/tags',
+    { schema: { tags: ['tags'], summary: 'List the tag values of a deployment', params: DeploymentParams, response: { 200: Type.Array(DeploymentTag), ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      await deployments.get(workspaceOf(request), request.params.deployment_id);
+      return deploymentTags(db, request.params.deployment_id);
+    },
+  );
+};

@@ -1,0 +1,237 @@
+/**
+ * Deployment operations: each checks its input with the domain rules, then writes everything it
+ * changes (deployment, revision, tracing project, events) in one transaction.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput, type PlannedRevision, type Secret, type SecretReference } from '../domain/deployment-plan.ts';
+import { imageVersionOf, type Source, type SourceConfig, type SourceRevisionConfig, type DeploymentType } from '../domain/sources.ts';
+import { SUPERSEDABLE_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import { AppError, notFound } from '../errors.ts';
+import { transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
+import { getIntegration } from '../store/codehost-integrations.ts';
+import { deleteDeploymentRow, getDeployment, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
+import { recordEvents } from '../store/events.ts';
+import { getListener } from '../store/listeners.ts';
+import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
+import type { Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
+import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
+import { findUploadByPath } from '../store/uploads.ts';
+
+export interface DeploymentServiceDeps {
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+}
+
+export interface CreateDeploymentInput extends CreateInput {
+  name: string;
+  secrets?: Secret[] | null;
+}
+
+export interface PatchDeploymentInput extends PatchInput {
+  secrets?: Secret[] | null;
+}
+
+export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps) {
+  const seal = (secrets: Secret[]): StoredSecret[] => secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
+  const open = (secrets: StoredSecret[]): Secret[] => secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
+
+  /** Listener of the workspace and the namespace the deployment runs in (default: the listener's first). */
+  async function checkListener(tx: Db, workspaceId: string, config: SourceConfig): Promise<SourceConfig> {
+    if (!config.listener_id) return config;
+    const listener = await getListener(tx, workspaceId, config.listener_id);
+    if (!listener) throw new AppError('invalid_reference', `source_config.listener_id: Listener ID ${config.listener_id} not found.`);
+    const namespaces = listener.compute_config.k8s_namespaces;
+    const asked = config.listener_config?.k8s_namespace;
+    if (asked && !namespaces.includes(asked)) {
+      throw new AppError('invalid_request', `source_config.listener_config.k8s_namespace '${asked}' is not one of the listener's namespaces (${namespaces.join(', ')})`);
+    }
+    const namespace = asked ?? namespaces[0];
+    return namespace ? { ...config, listener_config: { k8s_namespace: namespace } } : config;
+  }
+
+  async function checkIntegration(tx: Db, workspaceId: string, config: SourceConfig): Promise<void> {
+    if (!config.integration_id) return;
+    if (!(await getIntegration(tx, workspaceId, config.integration_id))) {
+      throw new AppError('invalid_reference', `source_config.integration_id: Integration ID ${config.integration_id} not found.`);
+    }
+  }
+
+  async function checkRevisionReferences(tx: Db, workspaceId: string, revision: PlannedRevision): Promise<void> {
+    const path = revision.config.source_tarball_path;
+    if (path && !(await findUploadByPath(tx, workspaceId, path))) {
+      throw new AppError('invalid_reference', `source_revision_config.source_tarball_path '${path}' is not an upload of this workspace: upload the tarball with POST /v2/uploads and use the path it returns.`);
+    }
+  }
+
+  /** Stores a revision: CREATING, then QUEUED, superseding older queued revisions (SKIPPED). */
+  async function addRevision(
+    tx: Db,
+    deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
+    revision: PlannedRevision,
+    secrets: StoredSecret[],
+    snapshot: Record<string, unknown>,
+    cause: Record<string, unknown>,
+  ): Promise<string> {
+    const id = randomUUID();
+    await insertRevision(tx, { id, deploymentId: deployment.id, workspaceId: deployment.workspace_id, status: 'CREATING', source: revision.source, config: revision.config, snapshot, secrets });
+    await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'revision', subjectId: id, deploymentId: deployment.id, type: 'revision.created', toStatus: 'CREATING', data: cause }]);
+    const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES, id);
+    for (const older of superseded) {
+      await transitionRevision(tx, older, 'SKIPPED', { reason: 'superseded', message: `Superseded by revision ${id} before it started.` });
+    }
+    await transitionRevision(tx, { id, workspace_id: deployment.workspace_id, deployment_id: deployment.id, status: 'CREATING' }, 'QUEUED');
+    await updateDeployment(tx, deployment.id, { latestRevisionId: id, imageVersion: imageVersionOf(revision.config) });
+    return id;
+  }
+
+  function snapshotOf(config: SourceConfig, secretReferences: SecretReference[] | null): Record<string, unknown> {
+    return {
+      resource_spec: config.resource_spec ?? null,
+      install_command: config.install_command ?? null,
+      build_command: config.build_command ?? null,
+      listener_config: config.listener_config ?? null,
+      secret_references: secretReferences,
+    };
+  }
+
+  async function read(workspaceId: string, id: string): Promise<DeploymentView> {
+    const view = await getDeployment(db, workspaceId, id);
+    if (!view) throw notFound('Deployment', id);
+    return view;
+  }
+
+  return {
+    get: read,
+
+    async create(workspaceId: string, input: CreateDeploymentInput): Promise<DeploymentView> {
+      const plan = planCreate(input);
+      const secrets = mergeSecrets([], input.secrets ?? []).secrets;
+      const secretReferences = input.secret_references ?? null;
+      const id = randomUUID();
+      await db.transaction().execute(async (tx) => {
+        const sourceConfig = await checkListener(tx, workspaceId, plan.sourceConfig);
+        await checkIntegration(tx, workspaceId, sourceConfig);
+        if (plan.revision) await checkRevisionReferences(tx, workspaceId, plan.revision);
+        const tracingProjectId = await ensureTracingProject(tx, workspaceId, input.name);
+        const sealed = seal(secrets);
+        const inserted = await insertDeployment(tx, {
+          id,
+          workspaceId,
+          name: input.name,
+          source: input.source,
+          sourceConfig,
+          deploymentType: sourceConfig.deployment_type as DeploymentType,
+          listenerId: sourceConfig.listener_id ?? null,
+          status: 'AWAITING_DATABASE',
+          secrets: sealed,
+          secretReferences,
+          tracingProjectId,
+        });
+        if (!inserted) throw new AppError('conflict', `A deployment named '${input.name}' already exists.`);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.created', toStatus: 'AWAITING_DATABASE', data: { source: input.source, tracing_project_id: tracingProjectId } }]);
+        if (plan.revision) {
+          await addRevision(tx, { id, workspace_id: workspaceId }, plan.revision, sealed, snapshotOf(sourceConfig, secretReferences), { cause: 'create' });
+        }
+      });
+      return read(workspaceId, id);
+    },
+
+    async patch(workspaceId: string, id: string, input: PatchDeploymentInput): Promise<DeploymentView> {
+      await db.transaction().execute(async (tx) => {
+        const row = await lockDeployment(tx, workspaceId, id);
+        if (!row) throw notFound('Deployment', id);
+        const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
+        const latestRevision = latest ? { source: latest.source as Source, config: latest.source_revision_config as SourceRevisionConfig } : null;
+        const plan = planPatch({ name: row.name, source: row.source as Source, sourceConfig: row.source_config as SourceConfig, latestRevision }, input);
+
+        let secrets = row.secrets;
+        let secretsChanged = false;
+        if (input.secrets !== undefined && input.secrets !== null) {
+          const merged = mergeSecrets(open(row.secrets), input.secrets);
+          secretsChanged = merged.changed;
+          if (merged.changed) secrets = seal(merged.secrets);
+        }
+        const secretReferences = input.secret_references !== undefined && input.secret_references !== null ? input.secret_references : (row.secret_references as SecretReference[] | null);
+
+        let revision = plan.revision;
+        if (!revision && secretsChanged && latestRevision) {
+          // New secrets need a new revision to take effect: the latest one again, with them.
+          const { repo_commit_sha: _sha, ...config } = latestRevision.config;
+          revision = { source: latestRevision.source, config };
+        }
+        if (revision) await checkRevisionReferences(tx, workspaceId, revision);
+
+        const changedFields = [
+          ...(plan.sourceConfigChanged ? ['source_config'] : []),
+          ...(secretsChanged ? ['secrets'] : []),
+          ...(input.secret_references ? ['secret_references'] : []),
+        ];
+        if (changedFields.length > 0) {
+          await updateDeployment(tx, id, {
+            sourceConfig: plan.sourceConfig,
+            secrets,
+            secretReferences,
+          });
+          await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: changedFields } }]);
+        }
+        if (revision) {
+          await addRevision(tx, row, revision, secrets, snapshotOf(plan.sourceConfig, secretReferences), { cause: input.source_revision_config ? 'patch' : 'secrets_changed' });
+        }
+      });
+      return read(workspaceId, id);
+    },
+
+    /**
+     * Soft delete: AWAITING_DELETE while the data plane tears the deployment down. No data plane
+     * runs deployments yet, so teardown completes in the same transaction and the row goes.
+     */
+    async remove(workspaceId: string, id: string, options: { deleteTracingProject: boolean }): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const row = await lockDeployment(tx, workspaceId, id);
+        if (!row) throw notFound('Deployment', id);
+        const unfinished = await lockRevisionsInStatus(tx, id, ['CREATING', 'QUEUED', 'AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'], '00000000-0000-0000-0000-000000000000');
+        for (const revision of unfinished) {
+          await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'deployment_deleted', message: 'The deployment was deleted.' });
+        }
+        await transitionDeployment(tx, row, 'AWAITING_DELETE');
+        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.deleted', fromStatus: 'AWAITING_DELETE', data: { name: row.name, tracing_project_deleted: options.deleteTracingProject } }]);
+        await deleteDeploymentRow(tx, id);
+        if (options.deleteTracingProject) await deleteTracingProject(tx, row.tracing_project_id);
+      });
+    },
+
+    /** A new revision that runs exactly what an earlier one ran: its config, secrets and resource spec. */
+    async redeploy(workspaceId: string, id: string, revisionId: string): Promise<DeploymentView> {
+      await db.transaction().execute(async (tx) => {
+        const row = await lockDeployment(tx, workspaceId, id);
+        if (!row) throw notFound('Deployment', id);
+        const old = await lockRevision(tx, revisionId);
+        if (!old || old.deployment_id !== id) throw notFound('Revision', revisionId);
+        const snapshot = old.snapshot;
+        const sourceConfig = { ...(row.source_config as SourceConfig), resource_spec: (snapshot.resource_spec as Record<string, unknown> | null) ?? null };
+        await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: (snapshot.secret_references as SecretReference[] | null) ?? null });
+        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'source_config.resource_spec'], restored_from_revision: revisionId } }]);
+        await addRevision(tx, row, { source: old.source as Source, config: old.source_revision_config as SourceRevisionConfig }, old.secrets, snapshot, { cause: 'redeploy', revision_id: revisionId });
+      });
+      return read(workspaceId, id);
+    },
+
+    /** A user cancels a revision that has not reached a final state. */
+    async interrupt(workspaceId: string, id: string, revisionId: string): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const row = await lockDeployment(tx, workspaceId, id);
+        if (!row) throw notFound('Deployment', id);
+        const revision = await lockRevision(tx, revisionId);
+        if (!revision || revision.deployment_id !== id) throw notFound('Revision', revisionId);
+        if (isFinalRevisionStatus(revision.status as RevisionStatus)) {
+          throw new AppError('conflict', `Revision ${revisionId} is already ${revision.status}.`);
+        }
+        await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'interrupted_by_user', message: 'Interrupted by a user.' });
+      });
+    },
+  };
+}
+
+export type DeploymentService = ReturnType<typeof createDeploymentService>;

@@ -1,0 +1,44 @@
+/** The event log: one row per state transition or other audited change. */
+import { json, type Db } from './schema.ts';
+
+export interface EventInput {
+  workspaceId: string;
+  subjectType: 'deployment' | 'revision' | 'listener' | 'api_key' | 'workspace';
+  subjectId: string;
+  deploymentId?: string | null;
+  type: string;
+  fromStatus?: string | null;
+  toStatus?: string | null;
+  data?: Record<string, unknown>;
+}
+
+export async function recordEvents(db: Db, events: EventInput[]): Promise<void> {
+  if (events.length === 0) return;
+  await db
+    .insertInto('events')
+    .values(
+      events.map((e) => ({
+        workspace_id: e.workspaceId,
+        subject_type: e.subjectType,
+        subject_id: e.subjectId,
+        deployment_id: e.deploymentId ?? null,
+        type: e.type,
+        from_status: e.fromStatus ?? null,
+        to_status: e.toStatus ?? null,
+        data: json(e.data ?? {}),
+      })),
+    )
+    .execute();
+}
+
+export async function listEvents(db: Db, workspaceId: string, subjectId: string, limit: number, offset: number) {
+  return db
+    .selectFrom('events')
+    .select(['id', 'subject_type', 'subject_id', 'deployment_id', 'type', 'from_status', 'to_status', 'data', 'created_at'])
+    .where('workspace_id', '=', workspaceId)
+    .where((eb) => eb.or([eb('subject_id', '=', subjectId), eb('deployment_id', '=', subjectId)]))
+    .orderBy('id')
+    .limit(limit)
+    .offset(offset)
+    .execute();
+}

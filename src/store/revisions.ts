@@ -1,0 +1,94 @@
+/** Revisions of deployments. */
+import { sql } from 'kysely';
+import type { RevisionStatus } from '../domain/states.ts';
+import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
+import { json, type Db, type RevisionRow, type StoredSecret } from './schema.ts';
+
+export interface RevisionView extends RevisionRow {
+  remote_reconciled: boolean;
+}
+
+function viewQuery(db: Db) {
+  return db
+    .selectFrom('revisions as r')
+    .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
+    .selectAll('r')
+    .select('d.remote_reconciled');
+}
+
+export async function getRevision(db: Db, workspaceId: string, deploymentId: string, id: string): Promise<RevisionView | undefined> {
+  return viewQuery(db).where('r.workspace_id', '=', workspaceId).where('r.deployment_id', '=', deploymentId).where('r.id', '=', id).executeTakeFirst();
+}
+
+export async function listRevisions(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  filter: { statuses?: RevisionStatus[]; remoteReconciled?: boolean },
+  limit: number,
+  offset: number,
+): Promise<RevisionView[]> {
+  let query = viewQuery(db).where('r.workspace_id', '=', workspaceId).where('r.deployment_id', '=', deploymentId);
+  if (filter.statuses !== undefined) query = query.where('r.status', 'in', filter.statuses);
+  if (filter.remoteReconciled !== undefined) query = query.where('d.remote_reconciled', '=', filter.remoteReconciled);
+  return query.orderBy('r.created_at', 'desc').orderBy('r.id', 'desc').limit(limit).offset(offset).execute();
+}
+
+export interface NewRevision {
+  id: string;
+  deploymentId: string;
+  workspaceId: string;
+  status: RevisionStatus;
+  source: Source;
+  config: SourceRevisionConfig;
+  snapshot: Record<string, unknown>;
+  secrets: StoredSecret[];
+}
+
+export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
+  await db
+    .insertInto('revisions')
+    .values({
+      id: r.id,
+      deployment_id: r.deploymentId,
+      workspace_id: r.workspaceId,
+      // The deployment row is locked by the caller, so max+1 cannot race.
+      number: sql<number>`(select coalesce(max(number), 0) + 1 from revisions where deployment_id = ${r.deploymentId})`,
+      status: r.status,
+      source: r.source,
+      source_revision_config: json(r.config),
+      snapshot: json(r.snapshot),
+      secrets: json(r.secrets),
+    })
+    .execute();
+}
+
+/** Revisions of a deployment in the given statuses, locked for a transition. */
+export async function lockRevisionsInStatus(db: Db, deploymentId: string, statuses: readonly RevisionStatus[], exceptId: string) {
+  return db
+    .selectFrom('revisions')
+    .select(['id', 'status', 'workspace_id', 'deployment_id'])
+    .where('deployment_id', '=', deploymentId)
+    .where('status', 'in', statuses)
+    .where('id', '!=', exceptId)
+    .forUpdate()
+    .execute();
+}
+
+export async function lockRevision(db: Db, id: string) {
+  return db.selectFrom('revisions').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();
+}
+
+export async function setRevisionStatus(db: Db, id: string, status: RevisionStatus, failure: { reason: string; message: string } | null): Promise<void> {
+  await db
+    .updateTable('revisions')
+    .set({
+      status,
+      failure_reason: failure?.reason ?? null,
+      failure_message: failure?.message ?? null,
+      status_changed_at: sql<Date>`now()`,
+      updated_at: sql<Date>`now()`,
+    })
+    .where('id', '=', id)
+    .execute();
+}

@@ -1,0 +1,175 @@
+/**
+ * Table types for the typed query layer (Kysely). jsonb columns are written as JSON text (`json()`
+ * below) because node-postgres would turn a JS array into a PostgreSQL array, not JSON.
+ */
+import type { ColumnType, Generated, Insertable, Kysely, Selectable, Transaction } from 'kysely';
+
+/** A jsonb column: read as T, written as JSON text. */
+export type Json<T> = ColumnType<T, string, string>;
+type CreatedAt = ColumnType<Date, Date | undefined, never>;
+type UpdatedAt = ColumnType<Date, Date | undefined, Date>;
+
+export const json = (value: unknown): string => JSON.stringify(value);
+
+export interface OrganizationTable {
+  id: string;
+  name: string;
+  created_at: CreatedAt;
+}
+
+export interface WorkspaceTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  created_at: CreatedAt;
+}
+
+export interface ApiKeyTable {
+  id: string;
+  organization_id: string;
+  workspace_id: string | null;
+  name: string;
+  role: 'admin' | 'member';
+  key_hash: Buffer;
+  key_prefix: string;
+  created_at: CreatedAt;
+  revoked_at: Date | null;
+}
+
+export interface TracingProjectTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  created_at: CreatedAt;
+}
+
+export interface ListenerTable {
+  id: string;
+  workspace_id: string;
+  compute_type: string;
+  compute_id: string;
+  compute_config: Json<{ k8s_namespaces: string[] }>;
+  version: string | null;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+export interface CodehostIntegrationTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  api_url: string;
+  credentials_encrypted: string;
+  webhook_secret_encrypted: string;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+export interface SourceUploadTable {
+  id: string;
+  workspace_id: string;
+  path: string;
+  size_bytes: ColumnType<string, number, never>;
+  sha256: string;
+  created_at: CreatedAt;
+}
+
+/** A secret as stored: the value encrypted (see src/crypto/secret-box.ts). */
+export interface StoredSecret {
+  name: string;
+  value: string;
+}
+
+export interface DeploymentTable {
+  id: string;
+  workspace_id: string;
+  name: string;
+  source: string;
+  source_config: Json<Record<string, unknown>>;
+  deployment_type: string;
+  listener_id: string | null;
+  remote_reconciled: ColumnType<boolean, never, never>;
+  status: string;
+  secrets: Json<StoredSecret[]>;
+  secret_references: Json<Record<string, unknown>[] | null>;
+  image_version: string | null;
+  tracing_project_id: string;
+  latest_revision_id: string | null;
+  active_revision_id: string | null;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+export interface RevisionTable {
+  id: string;
+  deployment_id: string;
+  workspace_id: string;
+  number: number;
+  status: string;
+  source: string;
+  source_revision_config: Json<Record<string, unknown>>;
+  snapshot: Json<Record<string, unknown>>;
+  secrets: Json<StoredSecret[]>;
+  failure_reason: string | null;
+  failure_message: string | null;
+  status_changed_at: UpdatedAt;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+export interface EventTable {
+  id: Generated<string>;
+  workspace_id: string;
+  subject_type: string;
+  subject_id: string;
+  deployment_id: string | null;
+  type: string;
+  from_status: string | null;
+  to_status: string | null;
+  data: Json<Record<string, unknown>>;
+  created_at: CreatedAt;
+}
+
+export interface TagKeyTable {
+  id: string;
+  workspace_id: string;
+  key: string;
+  description: string | null;
+  created_at: CreatedAt;
+}
+
+export interface TagValueTable {
+  id: string;
+  tag_key_id: string;
+  value: string;
+  created_at: CreatedAt;
+}
+
+export interface DeploymentTagTable {
+  deployment_id: string;
+  tag_value_id: string;
+}
+
+export interface Database {
+  organizations: OrganizationTable;
+  workspaces: WorkspaceTable;
+  api_keys: ApiKeyTable;
+  tracing_projects: TracingProjectTable;
+  listeners: ListenerTable;
+  codehost_integrations: CodehostIntegrationTable;
+  source_uploads: SourceUploadTable;
+  deployments: DeploymentTable;
+  revisions: RevisionTable;
+  events: EventTable;
+  tag_keys: TagKeyTable;
+  tag_values: TagValueTable;
+  deployment_tags: DeploymentTagTable;
+}
+
+/** What every store function runs in: the pool-backed handle or an open transaction. */
+export type Db = Kysely<Database> | Transaction<Database>;
+
+export type DeploymentRow = Selectable<DeploymentTable>;
+export type RevisionRow = Selectable<RevisionTable>;
+export type ListenerRow = Selectable<ListenerTable>;
+export type NewEvent = Insertable<EventTable>;
