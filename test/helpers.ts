@@ -1,0 +1,134 @@
+/**
+ * Test helpers: a database cloned from the migrated template per test file, and the app built on it
+ * with a known admin key. See scripts/run-tests.ts for where the template comes from.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance, InjectOptions } from 'fastify';
+import type { Kysely } from 'kysely';
+import pg from 'pg';
+import pino from 'pino';
+import { buildApp } from '../src/app.ts';
+import { bootstrap } from '../src/bootstrap.ts';
+import { loadConfig, type Config } from '../src/config.ts';
+import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
+import { connect } from '../src/db/database.ts';
+import type { Database } from '../src/store/schema.ts';
+
+function testEnvironment(): { adminUrl: string; template: string } {
+  const adminUrl = process.env.SLIPWAY_TEST_ADMIN_URL;
+  const template = process.env.SLIPWAY_TEST_TEMPLATE;
+  if (!adminUrl || !template) throw new Error('Run tests with `npm test` (it prepares the test database).');
+  return { adminUrl, template };
+}
+
+export interface TestDatabase {
+  url: string;
+  db: Kysely<Database>;
+  pool: pg.Pool;
+  drop(): Promise<void>;
+}
+
+async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: testEnvironment().adminUrl });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** A fresh database with every migration applied, cloned from the template. */
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const { adminUrl, template } = testEnvironment();
+  const name = `${template}_${randomBytes(4).toString('hex')}`;
+  await admin((c) => c.query(`create database ${name} template ${template}`));
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  const { db, pool } = connect(url.toString(), 10);
+  return {
+    url: url.toString(),
+    db,
+    pool,
+    async drop() {
+      await db.destroy();
+      await admin((c) => c.query(`drop database if exists ${name} with (force)`));
+    },
+  };
+}
+
+export const ADMIN_KEY = 'slw_test_admin_key_0123456789abcdef';
+
+export interface TestApp {
+  app: FastifyInstance;
+  database: TestDatabase;
+  config: Config;
+  secretBox: SecretBox;
+  workspaceId: string;
+  organizationId: string;
+  /** The first-start organization admin key. */
+  orgKey: string;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+export async function createTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+  const database = await createTestDatabase();
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-data-'));
+  const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, LOG_LEVEL: 'silent', ...env });
+  const secretBox = createSecretBox(randomBytes(32));
+  const first = await bootstrap(database.db, config.bootstrapApiKey);
+  const app = await buildApp({ config, db: database.db, secretBox, logger: pino({ level: config.logLevel }) });
+  await app.ready();
+  return {
+    app,
+    database,
+    config,
+    secretBox,
+    workspaceId: first.workspaceId,
+    organizationId: first.organizationId,
+    orgKey: first.generatedKey!,
+    dataDir,
+    async close() {
+      await app.close();
+      await database.drop();
+      await fs.rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface Response<T = any> {
+  status: number;
+  body: T;
+  headers: Record<string, string | string[] | number | undefined>;
+}
+
+/** A small client over inject(): JSON in, parsed JSON out, with an API key and optional tenant. */
+export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, tenant?: string) {
+  const call = async <T = any>(method: InjectOptions['method'], url: string, body?: unknown, headers: Record<string, string> = {}): Promise<Response<T>> => {
+    const response = await app.inject({
+      method,
+      url,
+      headers: {
+        ...(key ? { 'x-api-key': key } : {}),
+        ...(tenant ? { 'x-tenant-id': tenant } : {}),
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...headers,
+      },
+      ...(body !== undefined ? { payload: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
+    });
+    const text = response.body;
+    return { status: response.statusCode, body: text === '' ? undefined : (JSON.parse(text) as T), headers: response.headers };
+  };
+  return {
+    get: <T = any>(url: string, headers?: Record<string, string>) => call<T>('GET', url, undefined, headers),
+    post: <T = any>(url: string, body?: unknown, headers?: Record<string, string>) => call<T>('POST', url, body ?? {}, headers),
+    patch: <T = any>(url: string, body: unknown, headers?: Record<string, string>) => call<T>('PATCH', url, body, headers),
+    put: <T = any>(url: string, body: unknown, headers?: Record<string, string>) => call<T>('PUT', url, body, headers),
+    delete: <T = any>(url: string, headers?: Record<string, string>) => call<T>('DELETE', url, undefined, headers),
+    call,
+  };
+}
