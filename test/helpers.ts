@@ -121,7 +121,7 @@ export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, ten
       ...(body !== undefined ? { payload: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
     });
     const text = response.body;
-    return { status: response.statusCode, body: text === '' ? undefined : (JSON.parse(text) as T), headers: response.headers };
+    return { status: response.statusCode, body: (text === "" ? undefined : JSON.parse(text)) as T, headers: response.headers };
   };
   return {
     get: <T = any>(url: string, headers?: Record<string, string>) => call<T>('GET', url, undefined, headers),

@@ -4,7 +4,7 @@
  * credentials: when the credentials change, the fingerprint changes and the old client (with a token
  * minted from the old credentials) is dropped, without the caller having to remember to evict.
  */
-import { createHash } from 'node:crypto';
+import { credentialsFingerprint } from './credentials-fingerprint.ts';
 import { GitHubClient, GITHUB_API_URL, type CodeHostCredentials, type GitHubClientOptions } from './github-client.ts';
 
 export interface CodeHostIntegrationAccess {
@@ -17,15 +17,6 @@ export interface CodeHostIntegrationAccess {
 /** Bounds memory; each client holds at most one token, so this is generous. */
 const DEFAULT_MAX_CLIENTS = 1000;
 
-function fingerprint(apiUrl: string, credentials: CodeHostCredentials): string {
-  // A hash, so the map key never holds a secret in a readable form.
-  const material =
-    'app_id' in credentials
-      ? ['app', apiUrl, String(credentials.app_id), String(credentials.installation_id), credentials.private_key]
-      : ['token', apiUrl, credentials.token];
-  return createHash('sha256').update(JSON.stringify(material)).digest('hex');
-}
-
 export class GitHubClientCache {
   readonly #clients = new Map<string, { fingerprint: string; client: GitHubClient }>();
 
@@ -37,7 +28,7 @@ export class GitHubClientCache {
 
   forIntegration(integration: CodeHostIntegrationAccess): GitHubClient {
     const apiUrl = integration.apiUrl ?? GITHUB_API_URL;
-    const key = fingerprint(apiUrl, integration.credentials);
+    const key = credentialsFingerprint(apiUrl, integration.credentials);
     const cached = this.#clients.get(integration.id);
     // Re-inserting keeps the Map's order least-recently-used first.
     this.#clients.delete(integration.id);

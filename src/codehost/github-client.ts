@@ -12,6 +12,8 @@ import { retry } from '@octokit/plugin-retry';
 import { createAppAuth } from '@octokit/auth-app';
 import { CodeHostError, classifyHostFailure, isTokenExchangeFailure } from './codehost-error.ts';
 import { InstallationTokenCache } from './installation-token-cache.ts';
+import { credentialsFingerprint } from './credentials-fingerprint.ts';
+import { withInstallationGate } from './installation-gate.ts';
 import { parseRepositoryUrl, webOriginOfApiUrl } from './repository-url.ts';
 
 export const GITHUB_API_URL = 'https://api.github.com';
@@ -114,6 +116,7 @@ export class GitHubClient {
   readonly #host: string;
   readonly #secrets: string[];
   readonly #now: () => number;
+  readonly #fingerprint: string;
   /** Set when the credentials cannot work at all; every call rejects with it. */
   readonly #configurationError: CodeHostError | undefined;
 
@@ -122,6 +125,7 @@ export class GitHubClient {
     this.#credentials = credentials;
     this.#host = new URL(this.apiUrl).host;
     this.#now = options.now ?? Date.now;
+    this.#fingerprint = credentialsFingerprint(this.apiUrl, credentials);
     const timeoutMs = options.timeoutMs ?? 15_000;
     const common = {
       baseUrl: this.apiUrl,
@@ -221,8 +225,11 @@ export class GitHubClient {
 
   async #call<T>(action: string, run: () => Promise<T>): Promise<T> {
     if (this.#configurationError !== undefined) throw this.#configurationError;
+    const credentials = this.#credentials;
     try {
-      return await run();
+      return isAppCredentials(credentials)
+        ? await withInstallationGate(String(credentials.installation_id), this.#fingerprint, run)
+        : await run();
     } catch (error) {
       throw classifyHostFailure(error, { host: this.#host, action, secrets: this.#secrets, nowMs: this.#now() });
     }

@@ -24,36 +24,14 @@
 
 import * as oauth from 'oauth4webapi';
 import { OAuthFlowError, toOAuthFlowError, unreachableError, type SecretValues } from './oauth-flow-error.ts';
+import {
+  isCodeChallengeMethod,
+  type CodeChallengeMethod,
+  type DiscoveredProviderMetadata,
+  type OAuthProviderConfig,
+} from './oauth-provider-config.ts';
 
-export const TOKEN_ENDPOINT_AUTH_METHODS = ['none', 'client_secret_basic', 'client_secret_post'] as const;
-export type TokenEndpointAuthMethod = (typeof TOKEN_ENDPOINT_AUTH_METHODS)[number];
-
-export const CODE_CHALLENGE_METHODS = ['S256', 'plain'] as const;
-export type CodeChallengeMethod = (typeof CODE_CHALLENGE_METHODS)[number];
-
-export const isTokenEndpointAuthMethod = (value: string): value is TokenEndpointAuthMethod =>
-  (TOKEN_ENDPOINT_AUTH_METHODS as readonly string[]).includes(value);
-export const isCodeChallengeMethod = (value: string): value is CodeChallengeMethod =>
-  (CODE_CHALLENGE_METHODS as readonly string[]).includes(value);
-
-/** A provider as the service stores it, with `client_secret` decrypted by the caller. */
-export interface OAuthProviderConfig {
-  auth_url: string;
-  token_url: string;
-  client_id: string;
-  client_secret?: string | null;
-  token_endpoint_auth_method: TokenEndpointAuthMethod;
-  uses_pkce: boolean;
-  code_challenge_method: CodeChallengeMethod;
-  /** Scopes requested when the caller names none. */
-  scopes?: readonly string[];
-  revocation_url?: string | null;
-  /**
-   * The provider's issuer identifier, when known (from discovery or configuration). It is checked
-   * against the `iss` of the callback and of ID tokens.
-   */
-  issuer?: string | null;
-}
+export * from './oauth-provider-config.ts';
 
 export interface PendingAuthorization {
   /** Where to send the person's browser. */
@@ -81,17 +59,6 @@ export interface OAuthTokenSet {
   idTokenClaims: Readonly<Record<string, unknown>> | null;
   /** The issuer the responses were checked against; keep it to pass to `refresh`. */
   issuer: string;
-}
-
-export interface DiscoveredProviderMetadata {
-  issuer: string;
-  auth_url: string;
-  token_url: string;
-  revocation_url: string | null;
-  userinfo_url: string | null;
-  code_challenge_methods_supported: string[];
-  token_endpoint_auth_methods_supported: string[];
-  scopes_supported: string[];
 }
 
 export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
@@ -179,7 +146,7 @@ export class OAuthClient {
       throw new OAuthFlowError('state_mismatch', 'The authorization response does not belong to this flow (state mismatch)');
     }
     // Without a configured issuer, the `iss` the provider reports is taken as is: each provider has its
-    // own callback URL, which is the mix-up defence RFC 9207 §2.4 accepts in place of an issuer check.
+    // own callback URL, the mix-up defence by distinct redirect URIs (OAuth security BCP, RFC 9700 §4.4.2).
     const issuer = provider.issuer ?? params.get('iss') ?? this.#fallbackIssuer(provider);
     const as = this.#authorizationServer(provider, issuer);
     const client: oauth.Client = { client_id: provider.client_id };

@@ -52,6 +52,18 @@ export class OAuthFlowError extends Error {
     this.status = details.status;
     this.libraryCode = details.libraryCode;
   }
+
+  /**
+   * Whether trying again later may succeed: the provider was unreachable or failed on its side (5xx,
+   * `temporarily_unavailable`). A refresh that fails this way keeps the token; any other failure means
+   * the token or the configuration is no good until someone acts.
+   */
+  get retryable(): boolean {
+    return (
+      this.reason === 'unreachable' ||
+      (this.reason === 'provider_error' && ((this.status ?? 0) >= 500 || this.oauthError === 'temporarily_unavailable'))
+    );
+  }
 }
 
 /** Values that must never be echoed, even if a provider copies them into an error description. */

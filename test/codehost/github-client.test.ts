@@ -301,3 +301,33 @@ test('a repository check against a host that is down is an error, not a "not rea
     assert.equal(error.kind, 'unavailable');
   });
 });
+
+test('two Apps on two hosts with the same installation id each use their own installation token', async () => {
+  const alpha = createTestApp(1);
+  const beta = createTestApp(2);
+  const hostA = await startFakeGitHub({ repositories: makeRepositories(3, 'alpha'), apps: [{ id: 1, publicKey: alpha.publicKey, installations: { 7: 'all' } }] });
+  const hostB = await startFakeGitHub({ repositories: makeRepositories(3, 'beta'), apps: [{ id: 2, publicKey: beta.publicKey, installations: { 7: 'all' } }] });
+  try {
+    const a = new GitHubClient({ app_id: 1, private_key: alpha.privateKey, installation_id: 7 }, { ...fast, apiUrl: hostA.url });
+    const b = new GitHubClient({ app_id: 2, private_key: beta.privateKey, installation_id: 7 }, { ...fast, apiUrl: hostB.url });
+    const [reposA, reposB] = await Promise.all([a.listRepositories(), b.listRepositories()]);
+    assert.deepEqual([...new Set(reposA.map((r) => r.owner))], ['alpha']);
+    assert.deepEqual([...new Set(reposB.map((r) => r.owner))], ['beta']);
+    // Host B never saw host A's token.
+    const tokenA = hostA.issuedTokens[0]?.token ?? 'none';
+    assert.ok(hostB.requests.every((r) => !(r.authorization ?? '').includes(tokenA)));
+    assert.equal(hostB.issuedTokens.length, 1);
+  } finally {
+    await hostA.close();
+    await hostB.close();
+  }
+});
+
+test('concurrent listings of one App integration share one token exchange', async () => {
+  await withGitHub({}, async (github) => {
+    const client = new GitHubClient(appCredentials(), { ...fast, apiUrl: github.url });
+    const results = await Promise.all([client.listRepositories(), client.listRepositories(), client.listRepositories()]);
+    assert.deepEqual(results.map((r) => r.length), [250, 250, 250]);
+    assert.equal(github.requestsTo('POST', /\/access_tokens$/).length, 1);
+  });
+});

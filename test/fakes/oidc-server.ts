@@ -37,7 +37,7 @@ export type TokenEndpointFailure =
   | 'connection_reset'
   /** HTTP 500 with an HTML page, as from a broken proxy in front of the provider. */
   | 'http_500'
-  /** HTTP 503 with an OAuth error body (`temporarily_unavailable`). */
+  /** HTTP 400 with an OAuth error body (`invalid_request`), as from a provider that rejects the client's request. */
   | 'oauth_error'
   /** HTTP 200 whose body is not JSON. */
   | 'malformed_json';
@@ -180,6 +180,9 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
     issueRefreshToken: async (_ctx: unknown, client: { grantTypeAllowed(type: string): boolean }) =>
       client.grantTypeAllowed('refresh_token'),
     pkce: { required: () => false },
+    // The provider and the service share one clock here; the default 15 s tolerance would keep an
+    // expired access token working at userinfo and make expiry slow to observe.
+    clockTolerance: 0,
     features: {
       devInteractions: { enabled: true },
       revocation: { enabled: true, allowedPolicy: async () => true },
@@ -271,8 +274,8 @@ function failTokenRequest(failure: TokenEndpointFailure, req: http.IncomingMessa
       return;
     case 'oauth_error':
       res
-        .writeHead(503, { 'content-type': 'application/json' })
-        .end(JSON.stringify({ error: 'temporarily_unavailable', error_description: 'the token service is down for a test' }));
+        .writeHead(400, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: 'invalid_request', error_description: 'the token endpoint refuses every request in this test' }));
       return;
     case 'malformed_json':
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"access_token": ');

@@ -98,7 +98,7 @@ test('a person authorizes a public client with PKCE and the tokens work at the p
   assert.equal(tokens.tokenType, 'bearer');
   assert.ok(tokens.refreshToken, 'a refresh token is issued');
   assert.ok(tokens.expiresAt instanceof Date && tokens.expiresAt.getTime() > Date.now());
-  assert.deepEqual([...tokens.scopes].sort(), ['email', 'offline_access', 'openid', 'profile']);
+  for (const scope of ['openid', 'email', 'profile']) assert.ok(tokens.scopes.includes(scope), scope);
   assert.equal(tokens.idTokenClaims?.sub, 'alice');
   assert.equal(tokens.idTokenClaims?.email, 'alice@example.test');
   assert.equal(tokens.issuer, idp.issuer);
@@ -108,17 +108,15 @@ test('a person authorizes a public client with PKCE and the tokens work at the p
   assert.equal(me.body?.sub, 'alice');
 });
 
+const AUTH_METHOD_OF = { confidential: 'client_secret_post', confidentialBasic: 'client_secret_basic' } as const;
+
 for (const kind of ['confidential', 'confidentialBasic'] as const) {
-  test(`a confidential client authenticating with ${idp_method(kind)} exchanges the code`, async () => {
+  test(`a confidential client authenticating with ${AUTH_METHOD_OF[kind]} exchanges the code`, async () => {
     const provider = providerFor(kind);
     const tokens = await signIn(provider);
     assert.equal((await idp.userinfo(tokens.accessToken)).status, 200);
     assert.equal((await idp.introspect(tokens.accessToken)).active, true);
   });
-}
-
-function idp_method(kind: 'confidential' | 'confidentialBasic'): string {
-  return kind === 'confidential' ? 'client_secret_post' : 'client_secret_basic';
 }
 
 test('a confidential client with the wrong secret is refused by the provider, and the secret is not echoed', async () => {
@@ -148,7 +146,6 @@ test('the access token is refreshed after it expired, and the new one works', as
     assert.notEqual(refreshed.accessToken, tokens.accessToken);
     assert.ok(refreshed.refreshToken, 'a refresh token is still held (rotated or the same)');
     assert.equal((await idp.userinfo(refreshed.accessToken)).status, 200);
-    assert.equal(refreshed.idTokenClaims?.sub ?? 'alice', 'alice');
   } finally {
     idp.setAccessTokenTtl(3600);
   }
@@ -158,6 +155,8 @@ test('a revoked refresh token neither refreshes nor introspects, and its access 
   const provider = providerFor('confidential');
   const tokens = await signIn(provider);
   assert.ok(tokens.refreshToken);
+  assert.equal((await idp.introspect(tokens.refreshToken)).active, true);
+  assert.equal((await idp.introspect(tokens.accessToken)).active, true);
 
   assert.equal(await client.revoke(provider, tokens.refreshToken, { tokenTypeHint: 'refresh_token' }), true);
 
@@ -169,6 +168,7 @@ test('a revoked refresh token neither refreshes nor introspects, and its access 
 test('revoking an access token ends it at the provider; without a revocation endpoint nothing is sent', async () => {
   const provider = providerFor('public');
   const tokens = await signIn(provider);
+  assert.equal((await idp.introspect(tokens.accessToken)).active, true);
 
   assert.equal(await client.revoke(provider, tokens.accessToken, { tokenTypeHint: 'access_token' }), true);
   assert.equal((await idp.introspect(tokens.accessToken)).active, false);
@@ -178,6 +178,7 @@ test('revoking an access token ends it at the provider; without a revocation end
   assert.equal(await client.revoke(noRevocation, 'some-token'), false);
   // Passing the endpoint explicitly works for a provider whose record lacks it.
   const other = await signIn(provider);
+  assert.equal((await idp.introspect(other.accessToken)).active, true);
   assert.equal(await client.revoke(noRevocation, other.accessToken, { revocationUrl: idp.endpoints.revocation }), true);
   assert.equal((await idp.introspect(other.accessToken)).active, false);
 });
@@ -254,7 +255,7 @@ test('a token endpoint that fails is reported by kind, and the flow recovers onc
   const cases = [
     { failure: 'connection_reset', reason: 'unreachable', status: undefined },
     { failure: 'http_500', reason: 'provider_error', status: 500 },
-    { failure: 'oauth_error', reason: 'provider_error', status: 503 },
+    { failure: 'oauth_error', reason: 'provider_error', status: 400 },
     { failure: 'malformed_json', reason: 'invalid_response', status: undefined },
   ] as const;
   for (const { failure, reason, status } of cases) {
@@ -266,7 +267,8 @@ test('a token endpoint that fails is reported by kind, and the flow recovers onc
         callbackUrl.searchParams.get('code'),
       ]);
       assert.equal(err.status, status, failure);
-      if (failure === 'oauth_error') assert.equal(err.oauthError, 'temporarily_unavailable');
+      if (failure === 'oauth_error') assert.equal(err.oauthError, 'invalid_request');
+      assert.equal(err.retryable, failure === 'connection_reset' || failure === 'http_500', failure);
     } finally {
       idp.failTokenEndpoint(null);
     }
