@@ -12,11 +12,12 @@ import type { Logger } from 'pino';
 import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
-import { registerErrorHandler } from './http/error-handler.ts';
+import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { ErrorBody, ValidationErrorBody } from './http/schema-helpers.ts';
 import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
+import { eventRoutes } from './routes/events.ts';
 import { healthRoutes } from './routes/health.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { tagRoutes } from './routes/tags.ts';
@@ -47,8 +48,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     ajv: { customOptions: { allErrors: true } },
     return503OnClosing: true,
+    frameworkErrors: frameworkErrorHandler,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
+  app.removeContentTypeParser('text/plain');
   app.setValidatorCompiler(createValidatorCompiler());
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -87,6 +91,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(healthRoutes, { db });
   await app.register(adminRoutes, { db });
   await app.register(deploymentRoutes, { db, deployments });
+  await app.register(eventRoutes, { db, deployments });
   await app.register(listenerRoutes, { db });
   await app.register(tagRoutes, { db, deployments });
   await app.register(tracingProjectRoutes, { db });

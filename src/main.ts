@@ -9,6 +9,7 @@ import { bootstrap } from './bootstrap.ts';
 import { ConfigError, loadConfig } from './config.ts';
 import { createSecretBox, loadEncryptionKey } from './crypto/secret-box.ts';
 import { openDatabase } from './db/database.ts';
+import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 
 async function main(): Promise<void> {
   let config;
@@ -35,12 +36,14 @@ async function main(): Promise<void> {
     );
   }
   const app = await buildApp({ config, db: database.db, secretBox, logger });
+  const sweeper = startDeadlineSweeper({ db: database.db, logger, intervalMs: 30_000 });
 
   let closing: Promise<void> | null = null;
   const shutdown = (signal: string) => {
     closing ??= (async () => {
       logger.info({ signal }, 'shutting down');
       try {
+        await sweeper.stop();
         await app.close();
       } finally {
         await database.close();

@@ -127,8 +127,15 @@ describe('revision history', () => {
     assert.equal((await api.post(url)).status, 409);
   });
 
-  test('every transition is an event', async () => {
+  test('every transition is an event, listed oldest first', async () => {
     const d = await create('audited');
+    const listed = await api.get(`/v2/deployments/${d.id}/events`);
+    assert.equal(listed.status, 200);
+    assert.deepEqual(listed.body.resources.map((e: { type: string; to_status: string | null }) => `${e.type}:${e.to_status}`), [
+      'deployment.created:AWAITING_DATABASE',
+      'revision.created:CREATING',
+      'revision.status_changed:QUEUED',
+    ]);
     const events = await t.database.db.selectFrom('events').select(['type', 'from_status', 'to_status']).where('deployment_id', '=', d.id).orderBy('id').execute();
     assert.deepEqual(events.map((e) => `${e.type}:${e.from_status ?? ''}->${e.to_status ?? ''}`), [
       'deployment.created:->AWAITING_DATABASE',
@@ -161,5 +168,23 @@ describe('delete', () => {
     assert.equal((await api.delete(`/v2/deployments/${again.id}?delete_tracing_project=true`)).status, 204);
     const projects = (await api.get('/v2/tracing-projects?limit=100')).body.resources;
     assert.ok(!projects.some((p: { name: string }) => p.name === 'short-lived'));
+  });
+});
+
+describe('deadlines', () => {
+  test('a revision past its state deadline moves to that state failure, once', async () => {
+    const { expireOverdueRevisions } = await import('../src/pipeline/deadlines.ts');
+    const d = await create('overdue');
+    // Nothing is overdue now.
+    assert.equal(await expireOverdueRevisions(t.database.db, new Date()), 0);
+    const revision = (await api.get(`/v2/deployments/${d.id}/revisions/${d.latest_revision_id}`)).body;
+    assert.equal(revision.status, 'QUEUED');
+    // A day and an hour later, the queued revision has been waiting too long.
+    const later = new Date(Date.now() + 25 * 3600 * 1000);
+    assert.ok((await expireOverdueRevisions(t.database.db, later)) >= 1);
+    const after = (await api.get(`/v2/deployments/${d.id}/revisions/${d.latest_revision_id}`)).body;
+    assert.equal(after.status, 'UNKNOWN');
+    assert.equal(after.failure_reason, 'deadline_exceeded');
+    assert.equal(await expireOverdueRevisions(t.database.db, later), 0);
   });
 });

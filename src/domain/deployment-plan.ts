@@ -99,14 +99,14 @@ function patchSourceConfig(current: CurrentDeployment, patch: SourceConfig): Sou
       if (!sameJson(value, before)) throw new AppError('field_not_allowed', 'source_config.custom_url is set by the service and cannot be given.');
       continue;
     }
+    if (!rule.configRequired.includes(field) && !rule.configOptional.includes(field)) {
+      throw new AppError('field_not_allowed', `source_config.${field} is not allowed for source ${current.source}`);
+    }
     if (IMMUTABLE_CONFIG_FIELDS.includes(field)) {
       if (!sameJson(normalized(value), normalized(before))) {
         throw new AppError('field_immutable', `source_config.${field} cannot be changed after creation`);
       }
       continue;
-    }
-    if (!rule.configRequired.includes(field) && !rule.configOptional.includes(field)) {
-      throw new AppError('field_not_allowed', `source_config.${field} is not allowed for source ${current.source}`);
     }
     (merged as Record<string, unknown>)[field] = value;
   }

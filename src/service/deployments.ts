@@ -13,7 +13,7 @@ import { transitionDeployment, transitionRevision } from '../pipeline/transition
 import { getIntegration } from '../store/codehost-integrations.ts';
 import { deleteDeploymentRow, getDeployment, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
-import { getListener } from '../store/listeners.ts';
+import { shareLockListener } from '../store/listeners.ts';
 import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
@@ -40,7 +40,8 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
   /** Listener of the workspace and the namespace the deployment runs in (default: the listener's first). */
   async function checkListener(tx: Db, workspaceId: string, config: SourceConfig): Promise<SourceConfig> {
     if (!config.listener_id) return config;
-    const listener = await getListener(tx, workspaceId, config.listener_id);
+    // A share lock: the listener cannot be deleted before this deployment is stored.
+    const listener = await shareLockListener(tx, workspaceId, config.listener_id);
     if (!listener) throw new AppError('invalid_reference', `source_config.listener_id: Listener ID ${config.listener_id} not found.`);
     const namespaces = listener.compute_config.k8s_namespaces;
     const asked = config.listener_config?.k8s_namespace;

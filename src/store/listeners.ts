@@ -32,6 +32,10 @@ export async function lockListener(db: Db, workspaceId: string, id: string): Pro
   return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
 }
 
+export async function shareLockListener(db: Db, workspaceId: string, id: string): Promise<ListenerRow | undefined> {
+  return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forShare().executeTakeFirst();
+}
+
 export async function listListeners(db: Db, workspaceId: string, limit: number, offset: number): Promise<ListenerRow[]> {
   return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
 }

@@ -1,0 +1,75 @@
+/**
+ * Deadlines: no revision stays in a non-final state forever (contract.md, "Revisions"). Overdue
+ * revisions are claimed with FOR UPDATE SKIP LOCKED, so several replicas sweeping at once never move
+ * the same revision twice, and moved to their state's failure with reason `deadline_exceeded`.
+ */
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import { REVISION_STATES, type RevisionStatus } from '../domain/states.ts';
+import type { Database } from '../store/schema.ts';
+import { transitionRevision } from './transitions.ts';
+
+const WITH_DEADLINE = (Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]).filter(
+  ([, state]) => state.deadline !== null && state.onDeadline !== null,
+);
+
+/** Moves up to `batch` overdue revisions to their failure state; returns how many moved. */
+export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, batch = 100): Promise<number> {
+  return db.transaction().execute(async (tx) => {
+    const overdue = await tx
+      .selectFrom('revisions')
+      .select(['id', 'workspace_id', 'deployment_id', 'status'])
+      .where((eb) =>
+        eb.or(
+          WITH_DEADLINE.map(([status, state]) =>
+            eb.and([eb('status', '=', status), eb('status_changed_at', '<', new Date(now.getTime() - state.deadline! * 1000))]),
+          ),
+        ),
+      )
+      .orderBy('status_changed_at')
+      .limit(batch)
+      .forUpdate()
+      .skipLocked()
+      .execute();
+    for (const revision of overdue) {
+      const state = REVISION_STATES[revision.status as RevisionStatus];
+      await transitionRevision(tx, revision, state.onDeadline!, {
+        reason: 'deadline_exceeded',
+        message: `The revision stayed in ${revision.status} longer than ${state.deadline! / 60} minutes.`,
+      });
+    }
+    return overdue.length;
+  });
+}
+
+export interface DeadlineSweeper {
+  stop(): Promise<void>;
+}
+
+/** Sweeps every `intervalMs`; `now` is injectable so tests control the clock. */
+export function startDeadlineSweeper(options: { db: Kysely<Database>; logger: Logger; intervalMs: number; now?: () => Date }): DeadlineSweeper {
+  const { db, logger, intervalMs, now = () => new Date() } = options;
+  let running: Promise<void> = Promise.resolve();
+  const sweep = async () => {
+    try {
+      let moved: number;
+      do {
+        moved = await expireOverdueRevisions(db, now());
+        if (moved > 0) logger.info({ moved }, 'revisions past their deadline moved to failure');
+      } while (moved > 0);
+    } catch (error) {
+      // The next tick retries; a failed sweep changes nothing (its transaction rolled back).
+      logger.error({ err: error }, 'deadline sweep failed');
+    }
+  };
+  const timer = setInterval(() => {
+    running = running.then(sweep);
+  }, intervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/** The audit trail of a deployment: every transition and change of it and of its revisions. */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Kysely } from 'kysely';
+import { Type } from 'typebox';
+import { workspaceOf } from '../http/authenticate.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import type { DeploymentService } from '../service/deployments.ts';
+import { listEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
+
+const Event = Type.Object({
+  id: Type.String({ description: 'Increasing; events of one deployment come in this order.' }),
+  subject_type: Type.String(),
+  subject_id: Uuid(),
+  type: Type.String({ description: 'e.g. deployment.created, revision.status_changed' }),
+  from_status: Nullable(Type.String()),
+  to_status: Nullable(Type.String()),
+  data: Type.Object({}, { additionalProperties: true }),
+  created_at: DateTime(),
+});
+
+export const eventRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deployments: DeploymentService }> = async (app, { db, deployments }) => {
+  app.get(
+    '/v2/deployments/:deployment_id/events',
+    {
+      schema: {
+        tags: ['deployments'],
+        summary: 'List the events of a deployment',
+        description: 'Oldest first: creation, every revision and deployment status transition, updates.',
+        params: Type.Object({ deployment_id: Uuid() }),
+        querystring: Type.Object({ ...PageQuery, limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 100 })) }),
+        response: { 200: ListEnvelope(Event, 'A page of events, oldest first.'), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      await deployments.get(workspaceId, request.params.deployment_id);
+      const limit = request.query.limit ?? 100;
+      const offset = request.query.offset ?? 0;
+      const rows = await listEvents(db, workspaceId, request.params.deployment_id, limit, offset);
+      return {
+        resources: rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })),
+        offset: offset + rows.length,
+      };
+    },
+  );
+};
