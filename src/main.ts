@@ -3,12 +3,12 @@
  * start defaults, serve HTTP, and shut down gracefully on SIGTERM/SIGINT: stop accepting, finish
  * in-flight requests, close the pool, stop the embedded server.
  */
-import pino from 'pino';
 import { buildApp } from './app.ts';
 import { bootstrap } from './bootstrap.ts';
 import { ConfigError, loadConfig } from './config.ts';
 import { createSecretBox, loadEncryptionKey } from './crypto/secret-box.ts';
 import { openDatabase } from './db/database.ts';
+import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 
 async function main(): Promise<void> {
@@ -22,10 +22,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const logger = pino({
-    level: config.logLevel,
-    redact: { paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
-  });
+  const logger = createLogger(config.logLevel);
   const database = await openDatabase(config, logger);
   const secretBox = createSecretBox(await loadEncryptionKey(config.encryptionKey, config.dataDir));
   const first = await bootstrap(database.db, config.bootstrapApiKey);

@@ -9,12 +9,12 @@ import path from 'node:path';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
-import pino from 'pino';
 import { buildApp } from '../src/app.ts';
 import { bootstrap } from '../src/bootstrap.ts';
 import { loadConfig, type Config } from '../src/config.ts';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { connect } from '../src/db/database.ts';
+import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 
 function testEnvironment(): { adminUrl: string; template: string } {
@@ -81,7 +81,7 @@ export async function createTestApp(env: Record<string, string> = {}): Promise<T
   const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, LOG_LEVEL: 'silent', ...env });
   const secretBox = createSecretBox(randomBytes(32));
   const first = await bootstrap(database.db, config.bootstrapApiKey);
-  const app = await buildApp({ config, db: database.db, secretBox, logger: pino({ level: config.logLevel }) });
+  const app = await buildApp({ config, db: database.db, secretBox, logger: createLogger(config.logLevel) });
   await app.ready();
   return {
     app,
