@@ -20,10 +20,14 @@ import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
 import { healthRoutes } from './routes/health.ts';
 import { listenerRoutes } from './routes/listeners.ts';
+import { oauthRoutes } from './routes/oauth.ts';
 import { tagRoutes } from './routes/tags.ts';
 import { tracingProjectRoutes } from './routes/tracing-projects.ts';
 import { uploadRoutes } from './routes/uploads.ts';
 import { createDeploymentService } from './service/deployments.ts';
+import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
+import { codehostRoutes } from './routes/codehost.ts';
+import type { GitHubClientOptions } from './codehost/github-client.ts';
 import type { Database } from './store/schema.ts';
 
 export interface AppDeps {
@@ -31,6 +35,8 @@ export interface AppDeps {
   db: Kysely<Database>;
   secretBox: SecretBox;
   logger: Logger;
+  /** Options of every code-host client (timeouts, retries, clock); tests turn retries down. */
+  codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -86,16 +92,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
 
   registerAuthentication(app, db);
-  const deployments = createDeploymentService({ db, secretBox });
+  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, logger, clientOptions: deps.codehostClient });
+  const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
 
   await app.register(healthRoutes, { db });
   await app.register(adminRoutes, { db });
   await app.register(deploymentRoutes, { db, deployments });
   await app.register(eventRoutes, { db, deployments });
   await app.register(listenerRoutes, { db });
+  await app.register(oauthRoutes, { db, secretBox, config });
   await app.register(tagRoutes, { db, deployments });
   await app.register(tracingProjectRoutes, { db });
   await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
+  await app.register(codehostRoutes, { db, config, integrations, deployments });
 
   app.get('/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
   return app;

@@ -12,8 +12,10 @@ export const ERROR_CODES = {
   field_immutable: { status: 400, summary: 'A field that cannot change after creation was given another value.' },
   invalid_reference: { status: 400, summary: 'The request refers to something that does not exist in the workspace (a listener, an integration, an upload).' },
   malformed_json: { status: 400, summary: 'The body is not valid JSON.' },
+  codehost_rejected: { status: 400, summary: 'The code host rejected the integration\'s credentials (a revoked token, an uninstalled GitHub App); fix the integration.' },
   // 401 / 403
   unauthenticated: { status: 401, summary: 'No API key was sent, or the key is unknown or revoked.' },
+  webhook_signature_invalid: { status: 401, summary: 'A code-host webhook delivery without a valid X-Hub-Signature-256 for the integration\'s webhook secret.' },
   forbidden: { status: 403, summary: 'The key may not act on the workspace it asks for, or lacks the admin role.' },
   workspace_required: { status: 403, summary: 'An organization key with several workspaces must name one in X-Tenant-Id.' },
   // 404

@@ -9,7 +9,7 @@ import path from 'node:path';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
-import { buildApp } from '../src/app.ts';
+import { buildApp, type AppDeps } from '../src/app.ts';
 import { bootstrap } from '../src/bootstrap.ts';
 import { loadConfig, type Config } from '../src/config.ts';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
@@ -75,13 +75,18 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
-export async function createTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+export interface TestAppOptions {
+  /** Options of the code-host clients, e.g. `{ retries: 0 }` so a failing fake host answers at once. */
+  codehostClient?: AppDeps['codehostClient'];
+}
+
+export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-data-'));
   const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, LOG_LEVEL: 'silent', ...env });
   const secretBox = createSecretBox(randomBytes(32));
   const first = await bootstrap(database.db, config.bootstrapApiKey);
-  const app = await buildApp({ config, db: database.db, secretBox, logger: createLogger(config.logLevel) });
+  const app = await buildApp({ config, db: database.db, secretBox, logger: createLogger(config.logLevel), codehostClient: options.codehostClient });
   await app.ready();
   return {
     app,

@@ -178,6 +178,20 @@ export class GitHubClient {
   }
 
   /**
+   * One cheap authenticated request (the first page of the listing, one item) to learn whether the host
+   * accepts the credentials; for an App it also exchanges the installation token. Throws CodeHostError.
+   */
+  async verifyCredentials(): Promise<void> {
+    await this.#call('checking the credentials', async () => {
+      if (isAppCredentials(this.#credentials)) {
+        await this.#octokit.rest.apps.listReposAccessibleToInstallation({ per_page: 1 });
+      } else {
+        await this.#octokit.rest.repos.listForAuthenticatedUser({ per_page: 1 });
+      }
+    });
+  }
+
+  /**
    * The repository `owner/name` if the integration reaches it, else null. For a GitHub App the
    * installation must cover it: an installation token can read any public repository, but pushes of a
    * repository outside the installation never reach us, and the listing would not show it.

@@ -3,11 +3,11 @@
  * Routes declare `config.auth`: 'workspace' (default: the request acts in one workspace),
  * 'organization' (the key's organization is enough), or 'none'; `config.admin` asks for the admin role.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify';
 import { hashApiKey } from '../auth/api-keys.ts';
 import { AppError, ValidationError } from '../errors.ts';
 import type { Db } from '../store/schema.ts';
-import { findActiveKeyByHash, firstWorkspaceIds, workspaceInOrganization } from '../store/tenancy.ts';
+import { findActiveKeyByHash, firstWorkspaceIds, workspaceInOrganization, type KeyRecord } from '../store/tenancy.ts';
 
 export interface Caller {
   keyId: string;
@@ -50,10 +50,49 @@ function requestedWorkspace(request: FastifyRequest): string | null {
   return value.trim().toLowerCase();
 }
 
-async function resolveCaller(db: Db, request: FastifyRequest, mode: 'workspace' | 'organization'): Promise<Caller> {
+/**
+ * How long a key lookup is reused. This is the bound on revocation: a key revoked through another
+ * replica (or in the database directly) stops working here at most this long after the revocation
+ * commits; through this replica it stops at once (the cache is cleared by every admin write, below).
+ * Under load almost every request is then served without the lookup query (docs/performance.md).
+ */
+export const KEY_CACHE_TTL_MS = 1_000;
+const KEY_CACHE_MAX_ENTRIES = 10_000;
+
+/** Active keys by hash, each remembered for KEY_CACHE_TTL_MS; concurrent lookups of one key share a query. */
+function createKeyCache(db: Db) {
+  const entries = new Map<string, { until: number; record: Promise<KeyRecord | undefined> }>();
+  return {
+    lookup(key: string): Promise<KeyRecord | undefined> {
+      const hash = hashApiKey(key);
+      const id = hash.toString('base64');
+      const now = performance.now();
+      const hit = entries.get(id);
+      if (hit !== undefined && hit.until > now) return hit.record;
+      const entry = { until: now + KEY_CACHE_TTL_MS, record: findActiveKeyByHash(db, hash) };
+      entries.delete(id);
+      if (entries.size >= KEY_CACHE_MAX_ENTRIES) entries.delete(entries.keys().next().value!);
+      entries.set(id, entry);
+      // Only a key that exists is remembered: an unknown key, or a failed lookup, is asked again next
+      // time. The failure itself reaches the caller through `entry.record`; here it only evicts.
+      const forget = () => {
+        if (entries.get(id) === entry) entries.delete(id);
+      };
+      entry.record.then((record) => record === undefined && forget(), forget);
+      return entry.record;
+    },
+    clear(): void {
+      entries.clear();
+    },
+  };
+}
+
+type KeyCache = ReturnType<typeof createKeyCache>;
+
+async function resolveCaller(keys: KeyCache, db: Db, request: FastifyRequest, mode: 'workspace' | 'organization'): Promise<Caller> {
   const key = presentedKey(request);
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
-  const record = key.length <= 512 ? await findActiveKeyByHash(db, hashApiKey(key)) : undefined;
+  const record = key.length <= 512 ? await keys.lookup(key) : undefined;
   if (!record) throw new AppError('unauthenticated', 'Invalid API key.');
   const asked = requestedWorkspace(request);
   const caller: Caller = {
@@ -81,14 +120,27 @@ async function resolveCaller(db: Db, request: FastifyRequest, mode: 'workspace' 
 }
 
 export function registerAuthentication(app: FastifyInstance, db: Db): void {
+  const keys = createKeyCache(db);
   app.decorateRequest('caller', null as unknown as Caller);
   app.addHook('onRequest', async (request) => {
     const config = request.routeOptions.config;
     const mode = config?.auth ?? 'workspace';
     // Routes not found have no config; let the not-found handler answer them.
     if (mode === 'none' || request.is404) return;
-    request.caller = await resolveCaller(db, request, mode);
+    request.caller = await resolveCaller(keys, db, request, mode);
     if (config?.admin && request.caller.role !== 'admin') throw new AppError('forbidden', 'This operation needs an admin API key.');
+  });
+  // Keys are created and revoked only through admin routes: after any admin write, and before its
+  // response leaves, every cached lookup is forgotten, so this replica never accepts a key it revoked.
+  // Attached to those routes only, so that other requests pay nothing for it.
+  const forgetKeys: onSendHookHandler = (_request, _reply, payload, done) => {
+    keys.clear();
+    done(null, payload);
+  };
+  app.addHook('onRoute', (route) => {
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    if (!route.config?.admin || methods.every((m) => m === 'GET' || m === 'HEAD')) return;
+    route.onSend = [...(route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]), forgetKeys];
   });
 }
 

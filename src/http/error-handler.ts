@@ -21,6 +21,21 @@ function isJsonSyntaxError(error: FastifyError): boolean {
   return error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY';
 }
 
+/**
+ * Errors Fastify's router raises before any hook runs (a malformed percent-encoding in the path, a path
+ * parameter over maxParamLength): pass as Fastify's `frameworkErrors` option so they get our body shape
+ * and the request id header too.
+ */
+export function frameworkErrorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+  reply.header('x-request-id', request.id);
+  if (error.code === 'FST_ERR_BAD_URL') return send(reply, 400, 'invalid_request', 'The request path is not a valid URL (malformed percent-encoding).');
+  if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    return send(reply, 422, 'validation_failed', [{ type: 'string_too_long', loc: ['path'], msg: 'A path parameter is too long' }]);
+  }
+  request.log.error({ err: error }, 'request failed in the router');
+  return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
+}
+
 export function registerErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     if (error instanceof ValidationError) return send(reply, 422, 'validation_failed', error.issues);

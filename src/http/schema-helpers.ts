@@ -54,7 +54,8 @@ export function errorResponses(...statuses: number[]): Record<number, TSchema> {
 /** Query controls shared by every list. */
 export const PageQuery = {
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size, 1 to 100.' })),
-  offset: Type.Optional(Type.Integer({ minimum: 0, default: 0, description: 'Resources to skip; pass the previous response offset.' })),
+  // Bounded so that PostgreSQL's bigint OFFSET never sees a number it cannot parse (1e20 would be a 500).
+  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647, default: 0, description: 'Resources to skip; pass the previous response offset.' })),
 };
 
 export function ListEnvelope<T extends TSchema>(item: T, description: string) {

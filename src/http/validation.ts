@@ -1,7 +1,9 @@
 /**
  * Request validation: one Ajv for bodies (no type coercion: a JSON number is not a string) and one for
  * path, query and headers (strings coerced to the declared types), both with every error collected.
- * `toValidationIssues` turns Ajv's errors into FastAPI-style 422 items with `loc`.
+ * Bodies lose unknown fields before the handler sees them; no request value may hold a NUL character
+ * or nest deeper than MAX_JSON_DEPTH. `toValidationIssues` turns Ajv's errors into FastAPI-style 422
+ * items with `loc`.
  */
 import { Ajv, type ErrorObject, type Options } from 'ajv';
 import addFormatsModule from 'ajv-formats';
@@ -17,11 +19,82 @@ function makeAjv(options: Options): Ajv {
   return ajv;
 }
 
+/** Deeper JSON than this is refused: no resource nests so far, and deep values overflow the stack later. */
+export const MAX_JSON_DEPTH = 64;
+
+type ValidateFunction = ((data: unknown) => boolean) & { errors?: ErrorObject[] | null };
+
+/** A raw body (a Buffer for a webhook, the stream of an upload) rather than parsed JSON or a query. */
+function isRawBody(value: object): boolean {
+  return ArrayBuffer.isView(value) || typeof (value as { pipe?: unknown }).pipe === 'function';
+}
+
+/**
+ * What a schema cannot say about any request value: no NUL character in a string (PostgreSQL's text
+ * and jsonb refuse it, which would surface as a 500) and no nesting deeper than MAX_JSON_DEPTH.
+ * Iterative, so that a hostile depth cannot overflow the stack here.
+ */
+function unstorable(data: unknown): ErrorObject | null {
+  const stack: { value: unknown; path: string; depth: number }[] = [{ value: data, path: '', depth: 0 }];
+  while (stack.length > 0) {
+    const { value, path, depth } = stack.pop()!;
+    if (typeof value === 'string') {
+      if (value.includes('\u0000')) return { keyword: 'nul_character', instancePath: path, schemaPath: '', params: {}, message: 'must not contain NUL characters' };
+      continue;
+    }
+    if (value === null || typeof value !== 'object' || isRawBody(value)) continue;
+    if (depth >= MAX_JSON_DEPTH) return { keyword: 'too_deep', instancePath: '', schemaPath: '', params: {}, message: `must not nest deeper than ${MAX_JSON_DEPTH} levels` };
+    for (const [key, child] of Object.entries(value)) {
+      if (key.includes('\u0000')) return { keyword: 'nul_character', instancePath: path, schemaPath: '', params: {}, message: 'must not contain NUL characters in keys' };
+      stack.push({ value: child, path: `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, depth: depth + 1 });
+    }
+  }
+  return null;
+}
+
+/** Keywords whose value is a map of names to schemas, not a schema. */
+const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'definitions']);
+/** Keywords whose value is data (or a list of data), never a schema. */
+const DATA_KEYWORDS = new Set(['enum', 'const', 'default', 'examples', 'example', 'required']);
+
+/**
+ * Unknown request fields are ignored (contract.md, "Conventions"): a copy of a body schema in which every
+ * object that lists its properties and says nothing about others drops the others (with Ajv's
+ * `removeAdditional: true`), so that no handler sees, stores or refuses them. Free-form objects
+ * (`additionalProperties: true`) keep everything. Inside anyOf/oneOf/allOf nothing is changed: Ajv would
+ * strip fields while trying a branch that then fails.
+ */
+function ignoringUnknownFields(schema: unknown, inUnion = false): unknown {
+  if (Array.isArray(schema)) return schema.map((item) => ignoringUnknownFields(item, inUnion));
+  if (schema === null || typeof schema !== 'object') return schema;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(schema)) {
+    if (DATA_KEYWORDS.has(key)) out[key] = value;
+    else if (SCHEMA_MAPS.has(key) && value !== null && typeof value === 'object') {
+      out[key] = Object.fromEntries(Object.entries(value).map(([name, sub]) => [name, ignoringUnknownFields(sub, inUnion)]));
+    } else out[key] = ignoringUnknownFields(value, inUnion || key === 'anyOf' || key === 'oneOf' || key === 'allOf');
+  }
+  if (!inUnion && out.properties !== undefined && out.additionalProperties === undefined) out.additionalProperties = false;
+  return out;
+}
+
 export function createValidatorCompiler() {
-  const bodies = makeAjv({ coerceTypes: false });
+  const bodies = makeAjv({ coerceTypes: false, removeAdditional: true });
   const strings = makeAjv({ coerceTypes: 'array' });
-  return ({ schema, httpPart }: { schema: object; httpPart?: string }) =>
-    (httpPart === 'body' ? bodies : strings).compile(schema);
+  return ({ schema, httpPart }: { schema: object; httpPart?: string }) => {
+    const validate = httpPart === 'body' ? bodies.compile(ignoringUnknownFields(schema) as object) : strings.compile(schema);
+    const checked: ValidateFunction = (data) => {
+      const problem = unstorable(data);
+      if (problem) {
+        checked.errors = [problem];
+        return false;
+      }
+      const valid = validate(data);
+      checked.errors = validate.errors ?? null;
+      return valid;
+    };
+    return checked;
+  };
 }
 
 const LOCATION: Record<string, string> = { body: 'body', querystring: 'query', params: 'path', headers: 'header' };
@@ -52,6 +125,10 @@ function typeOf(error: ErrorObject | FastifySchemaValidationError): string {
       return 'too_long';
     case 'minItems':
       return 'too_short';
+    case 'nul_character':
+      return 'string_nul_character';
+    case 'too_deep':
+      return 'nesting_too_deep';
     default:
       return error.keyword;
   }
@@ -75,9 +152,16 @@ function valueAt(root: unknown, path: (string | number)[]): unknown {
 
 /** Echoed inputs are cut short: a 1 MB string must not come back in full. */
 function shortened(value: unknown): unknown {
-  if (typeof value === 'string' && value.length > 200) return `${value.slice(0, 200)}...`;
-  if (value !== null && typeof value === 'object' && JSON.stringify(value).length > 500) return '[too large to echo]';
-  return value;
+  if (typeof value === 'string') return value.length > 200 ? `${value.slice(0, 200)}...` : value;
+  if (value === null || typeof value !== 'object') return value;
+  let text: string;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    // Deep enough to overflow the stack: not worth echoing.
+    return '[too large to echo]';
+  }
+  return text.length > 500 ? '[too large to echo]' : value;
 }
 
 export function toValidationIssues(errors: (ErrorObject | FastifySchemaValidationError)[], context: string, data: unknown): ValidationIssue[] {

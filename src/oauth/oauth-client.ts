@@ -229,6 +229,27 @@ export class OAuthClient {
     }
   }
 
+  /**
+   * The claims the provider's userinfo endpoint returns for an access token (OpenID Connect), or null
+   * without a request when the provider has no userinfo endpoint.
+   */
+  async userinfo(provider: OAuthProviderConfig, accessToken: string, options: { issuer?: string } = {}): Promise<Record<string, unknown> | null> {
+    if (!provider.userinfo_url) return null;
+    this.#checkedUrl('userinfo_url', provider.userinfo_url);
+    const as: oauth.AuthorizationServer = {
+      ...this.#authorizationServer(provider, provider.issuer ?? options.issuer ?? this.#fallbackIssuer(provider)),
+      userinfo_endpoint: provider.userinfo_url,
+    };
+    const client: oauth.Client = { client_id: provider.client_id };
+    try {
+      const response = await oauth.userInfoRequest(as, client, accessToken, this.#requestOptions());
+      // Without an ID token there is no subject to compare with; the claims only label the account.
+      return { ...(await oauth.processUserInfoResponse(as, client, oauth.skipSubjectCheck, response)) };
+    } catch (err) {
+      throw toOAuthFlowError(err, 'userinfo request', [provider.client_secret, accessToken]);
+    }
+  }
+
   /** Reads the provider's metadata from `<issuer>/.well-known/openid-configuration` (or the OAuth 2.0 one). */
   async discover(issuer: string, options: { algorithm?: 'oidc' | 'oauth2' } = {}): Promise<DiscoveredProviderMetadata> {
     const issuerUrl = this.#checkedUrl('issuer', issuer);

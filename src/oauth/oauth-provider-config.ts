@@ -27,6 +27,8 @@ export interface OAuthProviderConfig {
   /** Scopes requested when the caller names none. */
   scopes?: readonly string[];
   revocation_url?: string | null;
+  /** OpenID Connect userinfo endpoint, asked for the account's label when no ID token names it. */
+  userinfo_url?: string | null;
   /**
    * The provider's issuer identifier, when known (from discovery or configuration). It is checked
    * against the `iss` of the callback and of ID tokens.

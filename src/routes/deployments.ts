@@ -155,11 +155,13 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     async (request) => {
       const workspaceId = workspaceOf(request);
       const { deployment_id: deploymentId } = request.params;
-      await deployments.get(workspaceId, deploymentId);
       const limit = request.query.limit ?? 20;
       const offset = request.query.offset ?? 0;
       const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
       const rows = await listRevisions(db, workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, limit, offset);
+      // Revisions found prove the deployment is the caller's (they are read joined to it, in the
+      // workspace); only an empty page needs the lookup that tells "none" from 404. One query, not two.
+      if (rows.length === 0) await deployments.get(workspaceId, deploymentId);
       return { resources: rows.map(revisionResponse), offset: offset + rows.length };
     },
   );

@@ -100,7 +100,8 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     async (request) => {
       const workspaceId = workspaceOf(request);
       const { deployment_id: id } = request.params;
-      const ids = request.body.tag_value_ids.map((v) => v.toLowerCase());
+      // uniqueItems compares the strings as sent; the same id in two letter cases is one value.
+      const ids = [...new Set(request.body.tag_value_ids.map((v) => v.toLowerCase()))];
       return db.transaction().execute(async (tx) => {
         await deployments.get(workspaceId, id);
         const known = new Set(await existingTagValueIds(tx, workspaceId, ids));

@@ -30,10 +30,20 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; dat
     '/v2/uploads',
     {
       bodyLimit: limitBytes,
+      // Other content types (JSON, text) would be parsed by their own parsers, with this route's large
+      // body limit, and reach the handler as something other than a stream: refuse them before that.
+      onRequest: async (request) => {
+        const contentType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+        if (!TARBALL_TYPES.includes(contentType)) {
+          throw new AppError('unsupported_media_type', `Send the tarball as ${TARBALL_TYPES[0]}, not ${contentType || 'without Content-Type'}.`);
+        }
+      },
       schema: {
         tags: ['deployments'],
         summary: 'Upload a source tarball',
         description: 'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.',
+        // Documents the body for OpenAPI; the schema has no type, so the stream passes validation as it is.
+        body: { content: { 'application/gzip': { schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' } } } },
         response: { 201: Upload, ...errorResponses(400, 401, 403, 413, 415) },
       },
     },

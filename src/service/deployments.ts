@@ -3,26 +3,44 @@
  * changes (deployment, revision, tracing project, events) in one transaction.
  */
 import { randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
+import type { RepositoryUrlCheck } from '../codehost/github-client.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput, type PlannedRevision, type Secret, type SecretReference } from '../domain/deployment-plan.ts';
 import { imageVersionOf, type Source, type SourceConfig, type SourceRevisionConfig, type DeploymentType } from '../domain/sources.ts';
 import { SUPERSEDABLE_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
-import { getIntegration } from '../store/codehost-integrations.ts';
+import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import { deleteDeploymentRow, getDeployment, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { shareLockListener } from '../store/listeners.ts';
 import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
-import type { Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
+import type { CodehostIntegrationRow, Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
 import { findUploadByPath } from '../store/uploads.ts';
+
+/**
+ * Asks a code host whether a repository URL names a repository the integration reaches
+ * (src/service/codehost-integrations.ts). Throws AppError when the host fails or rejects the credentials.
+ */
+export interface RepositoryChecker {
+  checkRepositoryUrl(integration: CodehostIntegrationRow, repoUrl: string): Promise<RepositoryUrlCheck>;
+}
 
 export interface DeploymentServiceDeps {
   db: Kysely<Database>;
   secretBox: SecretBox;
+  /** Required to create codehost deployments; tools that make other sources only may leave it out. */
+  repositories?: RepositoryChecker;
 }
+
+/** Without a checker a codehost create fails loudly rather than skipping the host check. */
+const noRepositoryChecker: RepositoryChecker = {
+  checkRepositoryUrl: async () => {
+    throw new Error('createDeploymentService was built without a RepositoryChecker, so it cannot check a codehost repo_url');
+  },
+};
 
 export interface CreateDeploymentInput extends CreateInput {
   name: string;
@@ -33,7 +51,14 @@ export interface PatchDeploymentInput extends PatchInput {
   secrets?: Secret[] | null;
 }
 
-export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps) {
+export interface PatchOptions {
+  /** What the revision.created event gives as its cause; default `{ cause: 'patch' }`. */
+  cause?: Record<string, unknown>;
+  /** Run inside this transaction (a webhook delivery recorded together with its revisions). */
+  tx?: Transaction<Database>;
+}
+
+export function createDeploymentService({ db, secretBox, repositories = noRepositoryChecker }: DeploymentServiceDeps) {
   const seal = (secrets: Secret[]): StoredSecret[] => secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
   const open = (secrets: StoredSecret[]): Secret[] => secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
 
@@ -52,9 +77,22 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
     return namespace ? { ...config, listener_config: { k8s_namespace: namespace } } : config;
   }
 
+  /**
+   * A codehost repo_url must name a repository the integration reaches on its host (issue 5). Asked
+   * before the transaction opens, so that no transaction waits on the code host.
+   */
+  async function checkRepository(workspaceId: string, config: SourceConfig): Promise<void> {
+    if (!config.integration_id || !config.repo_url) return;
+    const integration = await getIntegration(db, workspaceId, config.integration_id);
+    if (!integration) throw new AppError('invalid_reference', `source_config.integration_id: Integration ID ${config.integration_id} not found.`);
+    const check = await repositories.checkRepositoryUrl(integration, config.repo_url);
+    if (!check.ok) throw new AppError('invalid_reference', `source_config.repo_url '${config.repo_url}' ${check.message}.`);
+  }
+
   async function checkIntegration(tx: Db, workspaceId: string, config: SourceConfig): Promise<void> {
     if (!config.integration_id) return;
-    if (!(await getIntegration(tx, workspaceId, config.integration_id))) {
+    // A share lock: the integration cannot be deleted before this deployment is stored.
+    if (!(await shareLockIntegration(tx, workspaceId, config.integration_id))) {
       throw new AppError('invalid_reference', `source_config.integration_id: Integration ID ${config.integration_id} not found.`);
     }
   }
@@ -97,8 +135,8 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
     };
   }
 
-  async function read(workspaceId: string, id: string): Promise<DeploymentView> {
-    const view = await getDeployment(db, workspaceId, id);
+  async function read(workspaceId: string, id: string, from: Db = db): Promise<DeploymentView> {
+    const view = await getDeployment(from, workspaceId, id);
     if (!view) throw notFound('Deployment', id);
     return view;
   }
@@ -111,6 +149,7 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
       const secrets = mergeSecrets([], input.secrets ?? []).secrets;
       const secretReferences = input.secret_references ?? null;
       const id = randomUUID();
+      await checkRepository(workspaceId, plan.sourceConfig);
       await db.transaction().execute(async (tx) => {
         const sourceConfig = await checkListener(tx, workspaceId, plan.sourceConfig);
         await checkIntegration(tx, workspaceId, sourceConfig);
@@ -139,8 +178,8 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
       return read(workspaceId, id);
     },
 
-    async patch(workspaceId: string, id: string, input: PatchDeploymentInput): Promise<DeploymentView> {
-      await db.transaction().execute(async (tx) => {
+    async patch(workspaceId: string, id: string, input: PatchDeploymentInput, options: PatchOptions = {}): Promise<DeploymentView> {
+      const apply = async (tx: Db): Promise<void> => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
         const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
@@ -178,9 +217,14 @@ export function createDeploymentService({ db, secretBox }: DeploymentServiceDeps
           await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: changedFields } }]);
         }
         if (revision) {
-          await addRevision(tx, row, revision, secrets, snapshotOf(plan.sourceConfig, secretReferences), { cause: input.source_revision_config ? 'patch' : 'secrets_changed' });
+          await addRevision(tx, row, revision, secrets, snapshotOf(plan.sourceConfig, secretReferences), input.source_revision_config ? (options.cause ?? { cause: 'patch' }) : { cause: 'secrets_changed' });
         }
-      });
+      };
+      if (options.tx) {
+        await apply(options.tx);
+        return read(workspaceId, id, options.tx);
+      }
+      await db.transaction().execute(apply);
       return read(workspaceId, id);
     },
 

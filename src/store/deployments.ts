@@ -39,30 +39,44 @@ export async function lockDeployment(db: Db, workspaceId: string, id: string): P
 
 const likePattern = (text: string): string => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
+/**
+ * A page in two steps (a "deferred join"): the ids of the page first, from the index that serves the
+ * filter and the order (an index-only scan when the filter is in the index), then only those rows with
+ * their latest revision. Skipping `offset` rows then costs index entries, not heap rows and joins; a
+ * page never reads the workspace's whole table (docs/performance.md, migrations/004_list_indexes.sql).
+ */
 export async function listDeployments(db: Db, workspaceId: string, filter: DeploymentFilter, limit: number, offset: number): Promise<DeploymentView[]> {
-  let query = viewQuery(db).where('d.workspace_id', '=', workspaceId);
-  if (filter.name !== undefined) query = query.where('d.name', '=', filter.name);
-  if (filter.nameContains !== undefined) query = query.where('d.name', 'ilike', likePattern(filter.nameContains));
-  if (filter.status !== undefined) query = query.where('d.status', '=', filter.status);
-  if (filter.remoteReconciled !== undefined) query = query.where('d.remote_reconciled', '=', filter.remoteReconciled);
-  if (filter.imageVersion !== undefined) query = query.where('d.image_version', '=', filter.imageVersion);
-  if (filter.deploymentType !== undefined) query = query.where('d.deployment_type', '=', filter.deploymentType);
-  if (filter.deploymentIds !== undefined) query = query.where('d.id', 'in', filter.deploymentIds);
+  let page = db.selectFrom('deployments as d').select(['d.id', 'd.created_at']).where('d.workspace_id', '=', workspaceId);
+  if (filter.name !== undefined) page = page.where('d.name', '=', filter.name);
+  if (filter.nameContains !== undefined) page = page.where('d.name', 'ilike', likePattern(filter.nameContains));
+  if (filter.status !== undefined) page = page.where('d.status', '=', filter.status);
+  if (filter.remoteReconciled !== undefined) page = page.where('d.remote_reconciled', '=', filter.remoteReconciled);
+  if (filter.imageVersion !== undefined) page = page.where('d.image_version', '=', filter.imageVersion);
+  if (filter.deploymentType !== undefined) page = page.where('d.deployment_type', '=', filter.deploymentType);
+  if (filter.deploymentIds !== undefined) page = page.where('d.id', 'in', filter.deploymentIds);
   const tagValueIds = filter.tagValueIds;
   if (tagValueIds !== undefined) {
-    // A deployment matches when it carries every listed tag value.
-    query = query.where(
-      (eb) =>
-        eb
-          .selectFrom('deployment_tags as t')
-          .select(eb.fn.countAll<number>().as('n'))
-          .whereRef('t.deployment_id', '=', 'd.id')
-          .where('t.tag_value_id', 'in', tagValueIds),
-      '=',
-      tagValueIds.length,
+    // A deployment matches when it carries every listed tag value (the ids are distinct, and so are a
+    // deployment's tag rows). Found from the tag side (deployment_tags_value), not row by row.
+    page = page.where('d.id', 'in', (eb) =>
+      eb
+        .selectFrom('deployment_tags as t')
+        .select('t.deployment_id')
+        .where('t.tag_value_id', 'in', tagValueIds)
+        .groupBy('t.deployment_id')
+        .having(eb.fn.countAll(), '=', tagValueIds.length),
     );
   }
-  return query.orderBy('d.created_at', 'desc').orderBy('d.id', 'desc').limit(limit).offset(offset).execute();
+  const ids = page.orderBy('d.created_at', 'desc').orderBy('d.id', 'desc').limit(limit).offset(offset);
+  return db
+    .selectFrom(ids.as('p'))
+    .innerJoin('deployments as d', 'd.id', 'p.id')
+    .leftJoin('revisions as r', 'r.id', 'd.latest_revision_id')
+    .selectAll('d')
+    .select(sql<SourceRevisionConfig | null>`r.source_revision_config`.as('latest_revision_config'))
+    .orderBy('p.created_at', 'desc')
+    .orderBy('p.id', 'desc')
+    .execute();
 }
 
 export interface NewDeployment {

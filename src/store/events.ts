@@ -3,7 +3,7 @@ import { json, type Db } from './schema.ts';
 
 export interface EventInput {
   workspaceId: string;
-  subjectType: 'deployment' | 'revision' | 'listener' | 'api_key' | 'workspace';
+  subjectType: 'deployment' | 'revision' | 'listener' | 'api_key' | 'workspace' | 'oauth_provider' | 'oauth_token' | 'oauth_authorization' | 'agent_connection' | 'agent_credential' | 'codehost_integration';
   subjectId: string;
   deploymentId?: string | null;
   type: string;

@@ -61,8 +61,29 @@ export interface CodehostIntegrationTable {
   api_url: string;
   credentials_encrypted: string;
   webhook_secret_encrypted: string;
+  kind: 'token' | 'app';
+  app_id: string | null;
+  installation_id: string | null;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
+}
+
+export type WebhookDeliveryOutcome = 'revision_created' | 'ignored' | 'duplicate' | 'rejected';
+
+export interface CodehostWebhookDeliveryTable {
+  id: string;
+  integration_id: string;
+  workspace_id: string;
+  delivery_id: string | null;
+  event: string | null;
+  outcome: WebhookDeliveryOutcome;
+  reason: string;
+  message: string;
+  repository: string | null;
+  ref: string | null;
+  commit_sha: string | null;
+  revision_ids: Json<string[]>;
+  received_at: CreatedAt;
 }
 
 export interface SourceUploadTable {
@@ -150,6 +171,97 @@ export interface DeploymentTagTable {
   tag_value_id: string;
 }
 
+export interface OAuthProviderTable {
+  id: string;
+  organization_id: string;
+  provider_id: string;
+  name: string;
+  client_id: string;
+  client_secret_encrypted: string | null;
+  auth_url: string;
+  token_url: string;
+  revocation_url: string | null;
+  userinfo_url: string | null;
+  issuer: string | null;
+  uses_pkce: boolean;
+  code_challenge_method: 'S256' | 'plain';
+  token_endpoint_auth_method: 'none' | 'client_secret_basic' | 'client_secret_post';
+  provider_type: string | null;
+  mcp_server_url: string | null;
+  scopes: Json<string[]>;
+  is_dynamic_client: boolean;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+export type OAuthTokenStatus = 'active' | 'refresh_failed';
+
+export interface OAuthTokenTable {
+  id: string;
+  workspace_id: string;
+  provider_id: string;
+  access_token_encrypted: string;
+  refresh_token_encrypted: string | null;
+  token_type: string;
+  issuer: string;
+  expires_at: Date | null;
+  scopes: Json<string[]>;
+  status: OAuthTokenStatus;
+  status_message: string | null;
+  provider_account_label: string | null;
+  provider_subject: string | null;
+  created_by: string;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+  refreshed_at: Date | null;
+}
+
+export type OAuthAuthorizationStatus = 'pending' | 'exchanging' | 'completed' | 'failed';
+
+export interface OAuthAuthorizationTable {
+  id: string;
+  workspace_id: string;
+  provider_id: string;
+  agent_id: string | null;
+  state_hash: Buffer;
+  code_verifier_encrypted: string | null;
+  nonce: string | null;
+  redirect_uri: string;
+  scopes: Json<string[]>;
+  status: OAuthAuthorizationStatus;
+  failure_reason: string | null;
+  failure_message: string | null;
+  oauth_token_id: string | null;
+  agent_connection_id: string | null;
+  created_by: string;
+  expires_at: Date;
+  created_at: CreatedAt;
+  finished_at: Date | null;
+}
+
+export interface AgentConnectionTable {
+  id: string;
+  workspace_id: string;
+  agent_id: string;
+  oauth_token_id: string;
+  created_by: string;
+  created_at: CreatedAt;
+}
+
+export interface AgentCredentialTable {
+  id: string;
+  workspace_id: string;
+  deployment_id: string;
+  name: string;
+  agent_ids: Json<string[] | null>;
+  credential_hash: Buffer;
+  credential_prefix: string;
+  created_by: string;
+  created_at: CreatedAt;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+}
+
 export interface Database {
   organizations: OrganizationTable;
   workspaces: WorkspaceTable;
@@ -157,6 +269,7 @@ export interface Database {
   tracing_projects: TracingProjectTable;
   listeners: ListenerTable;
   codehost_integrations: CodehostIntegrationTable;
+  codehost_webhook_deliveries: CodehostWebhookDeliveryTable;
   source_uploads: SourceUploadTable;
   deployments: DeploymentTable;
   revisions: RevisionTable;
@@ -164,6 +277,11 @@ export interface Database {
   tag_keys: TagKeyTable;
   tag_values: TagValueTable;
   deployment_tags: DeploymentTagTable;
+  oauth_providers: OAuthProviderTable;
+  oauth_tokens: OAuthTokenTable;
+  oauth_authorizations: OAuthAuthorizationTable;
+  agent_connections: AgentConnectionTable;
+  agent_credentials: AgentCredentialTable;
 }
 
 /** What every store function runs in: the pool-backed handle or an open transaction. */
@@ -172,4 +290,11 @@ export type Db = Kysely<Database> | Transaction<Database>;
 export type DeploymentRow = Selectable<DeploymentTable>;
 export type RevisionRow = Selectable<RevisionTable>;
 export type ListenerRow = Selectable<ListenerTable>;
+export type CodehostIntegrationRow = Selectable<CodehostIntegrationTable>;
+export type WebhookDeliveryRow = Selectable<CodehostWebhookDeliveryTable>;
 export type NewEvent = Insertable<EventTable>;
+export type OAuthProviderRow = Selectable<OAuthProviderTable>;
+export type OAuthTokenRow = Selectable<OAuthTokenTable>;
+export type OAuthAuthorizationRow = Selectable<OAuthAuthorizationTable>;
+export type AgentConnectionRow = Selectable<AgentConnectionTable>;
+export type AgentCredentialRow = Selectable<AgentCredentialTable>;

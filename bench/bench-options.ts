@@ -1,0 +1,78 @@
+/** Command-line flags of `npm run bench -- [flags]`, with their defaults in one place. */
+import { parseArgs } from 'node:util';
+
+export interface BenchOptions {
+  /** Deployments in each measured workspace, ascending (the first is the "small" size). */
+  sizes: number[];
+  connections: number;
+  warmupSeconds: number;
+  durationSeconds: number;
+  /** Upper bound of requests per measured run, so that no run can go on unbounded. */
+  maxRequests: number;
+  /** Log level of the service under test; its log goes to /dev/null. */
+  logLevel: string;
+  /** Only the scenarios whose key contains one of these strings (all when empty). */
+  only: string[];
+  /** Rewrite the results section of docs/performance.md. */
+  writeDocs: boolean;
+}
+
+export const USAGE = `Usage: npm run bench -- [flags]
+
+  --quick              smoke run: sizes 1000,10000, 1 s per run, 0.5 s warm-up (about 2 minutes)
+  --sizes A,B          deployments in the two measured workspaces (default 1000,100000)
+  --duration S         seconds measured per run (default 4)
+  --warmup S           seconds of warm-up before each run (default 1)
+  --connections N      concurrent connections, HTTP and SQL alike (default 32)
+  --max-requests N     upper bound of requests per run (default 400000)
+  --log-level L        the service's log level, logged to /dev/null (default info, as in production)
+  --only a,b           only scenarios whose key contains one of these (e.g. list,create)
+  --write-docs         replace the results section of docs/performance.md with this run's
+  --help
+
+The database is an embedded PostgreSQL in a temporary directory, or a fresh database created on the
+server named by DATABASE_URL (dropped at the end).`;
+
+function positive(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value <= 0) throw new Error(`--${name} must be a positive number, got '${raw}'`);
+  return value;
+}
+
+export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      quick: { type: 'boolean', default: false },
+      sizes: { type: 'string' },
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      connections: { type: 'string' },
+      'max-requests': { type: 'string' },
+      'log-level': { type: 'string' },
+      only: { type: 'string' },
+      'write-docs': { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
+    },
+    strict: true,
+  });
+  if (values.help) return 'help';
+  const quick = values.quick ?? false;
+  const sizes = (values.sizes ?? (quick ? '1000,10000' : '1000,100000')).split(',').map((s) => positive('sizes', s.trim(), 0));
+  if (sizes.length !== 2 || sizes[0]! >= sizes[1]! || sizes.some((s) => !Number.isInteger(s) || s < 100)) {
+    throw new Error('--sizes takes two ascending integers of at least 100, e.g. 1000,100000');
+  }
+  const connections = positive('connections', values.connections, 32);
+  if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
+  return {
+    sizes,
+    connections,
+    durationSeconds: positive('duration', values.duration, quick ? 1 : 4),
+    warmupSeconds: values.warmup === '0' ? 0 : positive('warmup', values.warmup, quick ? 0.5 : 1),
+    maxRequests: positive('max-requests', values['max-requests'], 400_000),
+    logLevel: values['log-level'] ?? 'info',
+    only: values.only ? values.only.split(',').map((s) => s.trim()).filter(Boolean) : [],
+    writeDocs: values['write-docs'] ?? false,
+  };
+}

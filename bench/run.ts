@@ -1,0 +1,272 @@
+/**
+ * `npm run bench`: Slipway's API under load against its two ceilings (method: docs/performance.md).
+ *
+ * 1. A real PostgreSQL (embedded in a temporary directory, or a fresh database on DATABASE_URL),
+ *    migrated and seeded (bench/seed.ts) with a small and a large measured workspace and other tenants.
+ * 2. The service, built by `buildApp` as in production, and a bare Fastify app, both listening on
+ *    loopback in this process; the load comes from a child process (bench/load-worker.ts).
+ * 3. Per scenario and size: one request is sent and its SQL statements and response recorded; then
+ *    three measured runs with the same concurrency: the API, the recorded statements replayed straight
+ *    through `pg` (fresh ids for what the request created), and the bare app answering the recorded
+ *    response bytes.
+ * 4. The table is printed (and with --write-docs put into docs/performance.md).
+ *
+ * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import pino from 'pino';
+import { loadConfig } from '../src/config.ts';
+import { openBenchDatabase } from './bench-database.ts';
+import { otherLoad, sampleCpu } from './cpu-usage.ts';
+import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
+import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
+import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
+import { explainStatements } from './query-plans.ts';
+import { markdownReport, terminalReport, writeResultsSection, type ScenarioResult } from './report.ts';
+import { scenariosFor, type Scenario } from './scenarios.ts';
+import { seed, type MeasuredWorkspace } from './seed.ts';
+
+const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
+const DOCS_FILE = path.resolve(BENCH_DIR, '../docs/performance.md');
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+
+/** The child process that generates load, one job at a time. */
+class LoadGenerator {
+  private constructor(private readonly child: ChildProcess) {}
+
+  static start(): LoadGenerator {
+    const child = fork(path.join(BENCH_DIR, 'load-worker.ts'), [], {
+      execArgv: ['--import', 'tsx'],
+      serialization: 'advanced',
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    return new LoadGenerator(child);
+  }
+
+  run(job: LoadJob): Promise<LoadResult> {
+    const limitMs = (job.warmupSeconds + job.durationSeconds + 60) * 1000;
+    return new Promise((resolve, reject) => {
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.child.off('message', onMessage);
+        this.child.off('exit', onExit);
+      };
+      const onMessage = (reply: WorkerReply) => {
+        cleanup();
+        if (reply.ok) resolve(reply.result);
+        else reject(new Error(`load generator: ${reply.error}`));
+      };
+      const onExit = (code: number | null) => {
+        cleanup();
+        reject(new Error(`load generator exited (code ${code})`));
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`load generator did not answer within ${limitMs / 1000} s`));
+      }, limitMs);
+      this.child.on('message', onMessage);
+      this.child.once('exit', onExit);
+      this.child.send(job);
+    });
+  }
+
+  stop(): void {
+    if (this.child.exitCode === null) this.child.disconnect();
+  }
+}
+
+interface Context {
+  options: BenchOptions;
+  /** Largest share of the CPUs used by other processes during any run of the current scenario. */
+  disturbance: number | null;
+  service: ServiceUnderTest;
+  bare: BareServer;
+  load: LoadGenerator;
+  databaseUrl: string;
+}
+
+interface Answer {
+  status: number;
+  bytes: Buffer;
+  json: Record<string, unknown>;
+}
+
+async function call(ctx: Context, ws: MeasuredWorkspace, s: Scenario, slot: string | undefined, unique: string): Promise<Answer> {
+  const body = s.body?.replace('{unique}', unique);
+  const response = await fetch(`${ctx.service.origin}${s.path.replace('{slot}', slot ?? '')}`, {
+    method: s.method,
+    headers: { 'x-api-key': ws.apiKey, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    ...(body !== undefined ? { body } : {}),
+  });
+  const bytes = Buffer.from(await response.arrayBuffer());
+  if (response.status !== s.expectStatus) throw new Error(`${s.key}: ${s.method} ${s.path} answered ${response.status}: ${bytes.toString().slice(0, 500)}`);
+  return { status: response.status, bytes, json: JSON.parse(bytes.toString()) as Record<string, unknown> };
+}
+
+async function latestRevisions(pool: pg.Pool, deploymentIds: string[]): Promise<string[]> {
+  const rows = await pool.query<{ id: string; latest_revision_id: string }>('select id, latest_revision_id from deployments where id = any($1::uuid[])', [deploymentIds]);
+  const latest = new Map(rows.rows.map((r) => [r.id, r.latest_revision_id]));
+  return deploymentIds.map((id) => latest.get(id)!);
+}
+
+const hex = () => randomBytes(4).toString('hex');
+
+/** Runs a load job and notes how busy the rest of the machine was meanwhile. */
+async function timed(ctx: Context, job: LoadJob): Promise<LoadResult> {
+  const before = await sampleCpu();
+  const result = await ctx.load.run(job);
+  const share = otherLoad(before, await sampleCpu());
+  if (share !== null) ctx.disturbance = Math.max(ctx.disturbance ?? 0, share);
+  return result;
+}
+
+async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<ScenarioResult> {
+  const { options } = ctx;
+  const slot = s.slots[0];
+  // A first request warms the key cache and the plan; the second is the one recorded.
+  await call(ctx, ws, s, slot, `w${hex()}${hex()}`);
+  const carried = s.carriesLatestRevision ? (await latestRevisions(ctx.service.pool, [slot!]))[0]! : null;
+  const unique = `c${hex()}${hex()}`;
+  const stop = ctx.service.capture();
+  const answer = await call(ctx, ws, s, slot, unique);
+  const statements = stop();
+  const plan = s.kind === 'read' ? await explainStatements(ctx.service.pool, statements) : null;
+  const bareKey = `${s.key}-${ws.size}`;
+  ctx.bare.responses.set(bareKey, { status: answer.status, body: answer.bytes });
+
+  const common = { connections: options.connections, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds, maxRequests: options.maxRequests };
+  const http = (origin: string, pathTemplate: string, slots: string[]): HttpJob => ({
+    kind: 'http',
+    origin,
+    method: s.method,
+    path: pathTemplate,
+    slots,
+    body: s.body,
+    uniquePrefix: `a${hex()}-`,
+    headers: { 'x-api-key': ws.apiKey, ...(s.body !== null ? { 'content-type': 'application/json' } : {}) },
+    expectStatus: s.expectStatus,
+    ...common,
+  });
+  ctx.disturbance = null;
+  const api = await timed(ctx, http(ctx.service.origin, s.path, s.slots));
+
+  const createdIds = s.createdIds(answer.json);
+  const sqlJob: SqlJob = {
+    kind: 'sql',
+    databaseUrl: ctx.databaseUrl,
+    // The service's own pool size, and the same number of concurrent clients as HTTP connections.
+    poolSize: ctx.service.pool.options.max ?? 10,
+    concurrency: options.connections,
+    statements,
+    rotate: slot !== undefined ? [{ placeholder: slot, values: s.slots }] : [],
+    fresh: [...createdIds.map((id) => ({ placeholder: id, prefix: null })), ...(s.body?.includes('{unique}') ? [{ placeholder: unique, prefix: `s${hex()}-` }] : [])],
+    carry: carried !== null ? { placeholder: carried, values: await latestRevisions(ctx.service.pool, s.slots), becomes: createdIds[0]! } : null,
+    ...common,
+  };
+  const sql = await timed(ctx, sqlJob);
+  const bare = await timed(ctx, http(ctx.bare.origin, `/bare/${bareKey}`, []));
+  return { key: s.key, title: s.title, kind: s.kind, size: ws.size, statements: statements.length, api, sql, bare, plan, otherLoad: ctx.disturbance };
+}
+
+function progressLine(r: ScenarioResult): string {
+  const part = (name: string, x: LoadResult) => `${name} ${Math.round(x.rps)}/s p50 ${x.p50.toFixed(2)} p99 ${x.p99.toFixed(2)}${x.failures ? ` FAILED ${x.failures}: ${x.firstFailure}` : ''}`;
+  const others = r.otherLoad === null ? '' : `, other processes ${Math.round(r.otherLoad * 100)}% CPU`;
+  return `  ${r.key} @${r.size}: ${part('api', r.api)} | ${part('sql', r.sql)} | ${part('bare', r.bare)} | ${r.statements} statements${r.plan ? `, ${r.plan.pages} pages` : ''}${others}`;
+}
+
+async function main(): Promise<number> {
+  const parsed = parseBenchOptions(process.argv.slice(2));
+  if (parsed === 'help') {
+    say(USAGE);
+    return 0;
+  }
+  const options = parsed;
+  const started = Date.now();
+  const logger = pino({ level: 'warn' }, pino.destination(2));
+  const cleanups: (() => Promise<void> | void)[] = [];
+  let cleaning: Promise<void> | null = null;
+  const cleanup = () =>
+    (cleaning ??= (async () => {
+      for (const step of cleanups.reverse()) {
+        await Promise.resolve()
+          .then(step)
+          .catch((error: unknown) => logger.warn({ err: error }, 'cleanup step failed'));
+      }
+    })());
+  const onSignal = (signal: NodeJS.Signals) => {
+    process.stderr.write(`\n${signal}: stopping the bench\n`);
+    void cleanup().then(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+
+  try {
+    const database = await openBenchDatabase(loadConfig().databaseUrl ?? undefined, logger);
+    cleanups.push(() => database.close());
+    say(`database: ${database.description}`);
+    const service = await startService(database.url, options.logLevel);
+    cleanups.push(() => service.close());
+    const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) => say(`  ${line}`));
+    const seeded = `${fixture.totals.workspaces} workspaces holding ${fixture.totals.deployments.toLocaleString('en-US')} deployments, ${fixture.totals.revisions.toLocaleString('en-US')} revisions and ${fixture.totals.events.toLocaleString('en-US')} events`;
+    say(`seeded: ${seeded} (${((Date.now() - started) / 1000).toFixed(0)} s so far)`);
+    const bare = await startBareServer();
+    cleanups.push(() => bare.close());
+    const load = LoadGenerator.start();
+    cleanups.push(() => load.stop());
+    const ctx: Context = { options, disturbance: null, service, bare, load, databaseUrl: database.url };
+
+    const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key.includes(o));
+    const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));
+    const runs = plan.reduce((n, p) => n + p.scenarios.length * 3, 0);
+    say(`measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`);
+    const results: ScenarioResult[] = [];
+    for (const { ws, scenarios } of plan) {
+      for (const s of scenarios) {
+        const result = await measure(ctx, ws, s);
+        results.push(result);
+        say(progressLine(result));
+      }
+    }
+    // Rows grouped by scenario, small size first, for reading the growth with size.
+    const order = plan[0]?.scenarios.map((s) => s.key) ?? [];
+    results.sort((a, b) => order.indexOf(a.key) - order.indexOf(b.key) || a.size - b.size);
+    say('');
+    say(terminalReport(results));
+    if (options.writeDocs) {
+      const cpus = os.cpus();
+      const section = markdownReport(results, {
+        date: new Date().toISOString().slice(0, 16).replace('T', ' ') + ' UTC',
+        machine: `${cpus.length} x ${cpus[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM, ${os.type()} ${os.release()}`,
+        node: process.version,
+        database: database.description,
+        sizes: options.sizes,
+        connections: options.connections,
+        warmupSeconds: options.warmupSeconds,
+        durationSeconds: options.durationSeconds,
+        logLevel: options.logLevel,
+        seeded,
+        elapsedSeconds: (Date.now() - started) / 1000,
+      });
+      await writeResultsSection(DOCS_FILE, section);
+      say(`\nwrote the results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+    }
+    say(`\ndone in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+    return 0;
+  } finally {
+    await cleanup();
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  },
+);

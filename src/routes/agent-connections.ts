@@ -1,0 +1,248 @@
+/**
+ * Agent connections (interface.md, "Agent connection" and "List agent connections"), and how a
+ * deployed agent uses them: deployment-scoped agent credentials, and the token endpoint those
+ * credentials (not API keys) call to get a fresh access token. See docs/oauth.md.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
+import { Type, type Static } from 'typebox';
+import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
+import { AppError, notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import type { OAuthTokenService } from '../service/oauth-tokens.ts';
+import { deleteConnection, getConnection, insertConnection, listConnections, type ConnectionView } from '../store/agent-connections.ts';
+import { deploymentExists, insertCredential, listCredentials, revokeCredential, useCredential, type CredentialView } from '../store/agent-credentials.ts';
+import { recordEvents } from '../store/events.ts';
+import { getToken } from '../store/oauth-tokens.ts';
+import type { Database } from '../store/schema.ts';
+import type { Kysely } from 'kysely';
+import { AgentId } from './oauth-flow.ts';
+
+const AgentConnection = Type.Object(
+  {
+    id: Uuid(),
+    agent_id: Type.String(),
+    oauth_token_id: Uuid(),
+    provider_id: Type.String({ description: "The provider's provider_id (slug)." }),
+    provider_account_label: Nullable(Type.String()),
+    scopes: Type.Array(Type.String()),
+    expires_at: Nullable(DateTime({ description: 'When the token\'s current access token expires.' })),
+    created_by: Type.String({ description: 'The id of the API key that made the connection.' }),
+    created_at: DateTime(),
+  },
+  { description: 'An agent connected to an OAuth token.' },
+);
+
+const AgentCredential = Type.Object({
+  id: Uuid(),
+  deployment_id: Uuid(),
+  name: Type.String(),
+  agent_ids: Nullable(Type.Array(Type.String(), { description: 'The agents it may fetch tokens for; null: any agent of the workspace.' })),
+  credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
+  created_by: Type.String(),
+  created_at: DateTime(),
+  last_used_at: Nullable(DateTime()),
+  revoked_at: Nullable(DateTime()),
+});
+const CreatedAgentCredential = Type.Object({ ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) });
+
+const AgentToken = Type.Object(
+  {
+    access_token: Type.String(),
+    token_type: Type.String(),
+    expires_at: Nullable(DateTime()),
+    scopes: Type.Array(Type.String()),
+    oauth_token_id: Uuid(),
+    connection_id: Uuid(),
+    provider_id: Type.String(),
+    provider_account_label: Nullable(Type.String()),
+  },
+  { description: 'A usable access token; refreshed first when it was expired or about to expire.' },
+);
+
+const AgentParams = Type.Object({ agent_id: AgentId });
+const ConnectionParams = Type.Object({ agent_id: AgentId, connection_id: Uuid() });
+const DeploymentParams = Type.Object({ deployment_id: Uuid() });
+const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+
+function connectionResponse(row: ConnectionView): Static<typeof AgentConnection> {
+  return {
+    id: row.id,
+    agent_id: row.agent_id,
+    oauth_token_id: row.oauth_token_id,
+    provider_id: row.provider_id,
+    provider_account_label: row.provider_account_label,
+    scopes: row.scopes,
+    expires_at: iso(row.expires_at),
+    created_by: row.created_by,
+    created_at: row.created_at.toISOString(),
+  };
+}
+
+function credentialResponse(row: CredentialView): Static<typeof AgentCredential> {
+  return { ...row, created_at: row.created_at.toISOString(), last_used_at: iso(row.last_used_at), revoked_at: iso(row.revoked_at) };
+}
+
+function presentedCredential(request: FastifyRequest): string {
+  const match = /^Bearer\s+(\S{1,512})\s*$/i.exec(request.headers.authorization ?? '');
+  if (!match) throw new AppError('unauthenticated', 'Missing agent credential: send Authorization: Bearer <agent credential>.');
+  return match[1]!;
+}
+
+export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; tokens: OAuthTokenService }> = async (app, { db, tokens }) => {
+  const tags = ['oauth'];
+
+  app.post(
+    '/v2/auth/agents/:agent_id/connections',
+    {
+      schema: {
+        tags,
+        summary: 'Connect an agent to an OAuth token',
+        params: AgentParams,
+        body: Type.Object({ oauth_token_id: Uuid() }),
+        response: { 201: AgentConnection, ...errorResponses(400, 401, 403, 409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { agent_id: agentId } = request.params;
+      const tokenId = request.body.oauth_token_id;
+      const view = await db.transaction().execute(async (tx) => {
+        if (!(await getToken(tx, workspaceId, tokenId))) throw new AppError('invalid_reference', `oauth_token_id: OAuth token ID ${tokenId} not found.`);
+        const id = await insertConnection(tx, { workspaceId, agentId, tokenId, createdBy: request.caller.keyId });
+        if (id === null) throw new AppError('conflict', `Agent '${agentId}' is already connected to OAuth token ${tokenId}.`);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_connection', subjectId: id, type: 'agent_connection.created', data: { agent_id: agentId, oauth_token_id: tokenId, by_key: request.caller.keyId } }]);
+        return (await getConnection(tx, workspaceId, agentId, id))!;
+      });
+      return reply.status(201).send(connectionResponse(view));
+    },
+  );
+
+  app.get(
+    '/v2/auth/agents/:agent_id/connections',
+    {
+      schema: {
+        tags,
+        summary: "List an agent's connections",
+        description: 'An agent without connections has an empty list.',
+        params: AgentParams,
+        response: { 200: Type.Object({ data: Type.Array(AgentConnection) }), ...errorResponses(401, 403, 422) },
+      },
+    },
+    async (request) => ({ data: (await listConnections(db, workspaceOf(request), request.params.agent_id)).map(connectionResponse) }),
+  );
+
+  app.delete(
+    '/v2/auth/agents/:agent_id/connections/:connection_id',
+    { schema: { tags, summary: 'Delete an agent connection (the token stays)', params: ConnectionParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { agent_id: agentId, connection_id: id } = request.params;
+      await db.transaction().execute(async (tx) => {
+        if (!(await getConnection(tx, workspaceId, agentId, id))) throw notFound('Agent connection', id);
+        await deleteConnection(tx, id);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_connection', subjectId: id, type: 'agent_connection.deleted', data: { agent_id: agentId, by_key: request.caller.keyId } }]);
+      });
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v2/deployments/:deployment_id/agent-credentials',
+    {
+      schema: {
+        tags,
+        summary: 'Mint an agent credential for a deployment',
+        description: 'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for connections of this workspace; it dies with the deployment.',
+        params: DeploymentParams,
+        body: Type.Object({
+          name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+          agent_ids: Type.Optional(Nullable(Type.Array(AgentId, { minItems: 1, maxItems: 100, uniqueItems: true }))),
+        }),
+        response: { 201: CreatedAgentCredential, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const deploymentId = request.params.deployment_id;
+      const credential = generateAgentCredential();
+      const row = await db.transaction().execute(async (tx) => {
+        if (!(await deploymentExists(tx, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
+        const created = await insertCredential(tx, {
+          workspaceId,
+          deploymentId,
+          name: request.body.name ?? 'agent credential',
+          agentIds: request.body.agent_ids ?? null,
+          hash: hashAgentCredential(credential),
+          prefix: agentCredentialPrefix(credential),
+          createdBy: request.caller.keyId,
+        });
+        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: created.id, deploymentId, type: 'agent_credential.created', data: { by_key: request.caller.keyId } }]);
+        return created;
+      });
+      return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
+    },
+  );
+
+  app.get(
+    '/v2/deployments/:deployment_id/agent-credentials',
+    { schema: { tags, summary: "List a deployment's agent credentials (never the credentials)", params: DeploymentParams, response: { 200: Type.Object({ data: Type.Array(AgentCredential) }), ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      const workspaceId = workspaceOf(request);
+      if (!(await deploymentExists(db, workspaceId, request.params.deployment_id))) throw notFound('Deployment', request.params.deployment_id);
+      return { data: (await listCredentials(db, workspaceId, request.params.deployment_id)).map(credentialResponse) };
+    },
+  );
+
+  app.delete(
+    '/v2/deployments/:deployment_id/agent-credentials/:credential_id',
+    { schema: { tags, summary: 'Revoke an agent credential', params: Type.Object({ deployment_id: Uuid(), credential_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { deployment_id: deploymentId, credential_id: id } = request.params;
+      await db.transaction().execute(async (tx) => {
+        if (!(await revokeCredential(tx, workspaceId, deploymentId, id))) throw notFound('Agent credential', id);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: id, deploymentId, type: 'agent_credential.revoked', data: { by_key: request.caller.keyId } }]);
+      });
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v2/auth/agents/:agent_id/connections/:connection_id/token',
+    {
+      // Authenticated by an agent credential, checked here, never by an API key.
+      config: { auth: 'none' },
+      schema: {
+        tags,
+        summary: 'Get a fresh access token for a connection (deployed agents)',
+        description: 'Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.',
+        security: [{ bearer: [] }],
+        params: ConnectionParams,
+        response: { 200: AgentToken, ...errorResponses(401, 403, 404, 409, 422, 502, 503) },
+      },
+    },
+    async (request, reply) => {
+      const credential = await useCredential(db, hashAgentCredential(presentedCredential(request)));
+      if (!credential) throw new AppError('unauthenticated', 'Invalid agent credential.');
+      const { agent_id: agentId, connection_id: connectionId } = request.params;
+      if (credential.agent_ids !== null && !credential.agent_ids.includes(agentId)) {
+        throw new AppError('forbidden', `This agent credential is not valid for agent '${agentId}'.`);
+      }
+      const connection = await getConnection(db, credential.workspace_id, agentId, connectionId);
+      if (!connection) throw notFound('Agent connection', connectionId);
+      const token = await tokens.accessToken(credential.workspace_id, connection.oauth_token_id);
+      return reply.header('cache-control', 'no-store').send({
+        access_token: token.accessToken,
+        token_type: token.tokenType,
+        expires_at: iso(token.expiresAt),
+        scopes: token.scopes,
+        oauth_token_id: connection.oauth_token_id,
+        connection_id: connection.id,
+        provider_id: connection.provider_id,
+        provider_account_label: connection.provider_account_label,
+      });
+    },
+  );
+};

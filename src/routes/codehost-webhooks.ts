@@ -1,0 +1,56 @@
+/**
+ * `POST /v1/integrations/forge/codehost/{integration_id}/webhooks`: push webhooks from the code host.
+ * No API key: the signature is the authentication, and it is over the raw bytes of the body, so this
+ * route lives in its own plugin whose JSON parser keeps the body as a Buffer (a parsed and re-serialized
+ * body would not match the signature). The plugin is encapsulated: every other route keeps the JSON
+ * parser of the application.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { Kysely } from 'kysely';
+import { Type } from 'typebox';
+import { Uuid, errorResponses } from '../http/schema-helpers.ts';
+import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
+import { createWebhookService } from '../service/codehost-webhooks.ts';
+import type { DeploymentService } from '../service/deployments.ts';
+import type { Database } from '../store/schema.ts';
+import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
+
+export interface CodehostWebhookRouteDeps {
+  db: Kysely<Database>;
+  integrations: CodehostIntegrationService;
+  deployments: DeploymentService;
+}
+
+export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRouteDeps> = async (app, { db, integrations, deployments }) => {
+  const webhooks = createWebhookService({ db, integrations, deployments });
+
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
+
+  app.post(
+    '/v1/integrations/forge/codehost/:integration_id/webhooks',
+    {
+      config: { auth: 'none' },
+      schema: {
+        tags: ['codehost'],
+        summary: 'Receive a code-host webhook delivery',
+        description:
+          'Called by the code host, not by users: no API key; the body must be signed with the integration\'s webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the raw body). Content type application/json. A push to a branch tracked by a build_on_push codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) builds nothing new.',
+        security: [],
+        params: Type.Object({ integration_id: Uuid() }),
+        response: { 200: Delivery, ...errorResponses(400, 401, 404, 413, 415, 422) },
+      },
+    },
+    async (request) => {
+      const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      const row = await webhooks.receive({
+        integrationId: request.params.integration_id,
+        body,
+        signature: request.headers['x-hub-signature-256'],
+        event: request.headers['x-github-event'],
+        deliveryId: request.headers['x-github-delivery'],
+      });
+      return deliveryResponse(row);
+    },
+  );
+};

@@ -1,0 +1,185 @@
+/**
+ * The authorization flow and its tokens: POST /v2/auth/authenticate, the browser's callback (no API
+ * key), the long-poll GET /v2/auth/wait/{auth_id}, and the tokens it yields (never their values).
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type, type Static } from 'typebox';
+import { notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { MAX_WAIT_SECONDS, type AuthenticateResult, type OAuthFlowService, type WaitResult } from '../service/oauth-flow.ts';
+import type { OAuthTokenService } from '../service/oauth-tokens.ts';
+import { getToken, listTokens, type TokenView } from '../store/oauth-tokens.ts';
+import type { Db } from '../store/schema.ts';
+import { sendCallbackPage } from './oauth-callback-page.ts';
+
+const Scope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$' });
+export const AgentId = Type.String({ minLength: 1, maxLength: 256, description: 'Your own name for the agent.' });
+
+const AuthenticateBody = Type.Object({
+  provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }),
+  scopes: Type.Optional(Nullable(Type.Array(Scope, { maxItems: 100, description: "Default: the provider's scopes." }))),
+  agent_id: Type.Optional(Nullable(AgentId)),
+});
+
+const AuthenticateResponse = Type.Object(
+  {
+    status: StringEnum(['completed', 'pending'] as const),
+    auth_id: Nullable(Uuid({ description: 'pending: pass to GET /v2/auth/wait/{auth_id}.' })),
+    url: Nullable(Type.String({ description: 'pending: send the person here.' })),
+    expires_at: Nullable(DateTime({ description: 'pending: when the authorization stops being accepted.' })),
+    token_id: Nullable(Uuid({ description: 'completed: the usable token.' })),
+    connection_id: Nullable(Uuid({ description: 'completed with agent_id: the agent connection.' })),
+  },
+  { description: 'completed when a usable token of the caller exists, else pending with the authorization URL.' },
+);
+
+const WaitResponse = Type.Object({
+  auth_id: Uuid(),
+  status: StringEnum(['pending', 'completed', 'failed'] as const),
+  token_id: Nullable(Uuid()),
+  connection_id: Nullable(Uuid()),
+  error: Nullable(Type.Object({ reason: Type.String(), message: Type.String() })),
+});
+
+const OAuthToken = Type.Object(
+  {
+    id: Uuid(),
+    provider_id: Type.String({ description: "The provider's provider_id (slug)." }),
+    status: StringEnum(['active', 'refresh_failed'] as const),
+    status_message: Nullable(Type.String({ description: 'Why a refresh failed.' })),
+    provider_account_label: Nullable(Type.String()),
+    scopes: Type.Array(Type.String()),
+    expires_at: Nullable(DateTime({ description: 'When the current access token expires; it is refreshed automatically.' })),
+    has_refresh_token: Type.Boolean(),
+    created_by: Type.String({ description: 'The id of the API key that authorized it.' }),
+    created_at: DateTime(),
+    updated_at: DateTime(),
+    refreshed_at: Nullable(DateTime()),
+  },
+  { description: 'An OAuth token, without its values.' },
+);
+
+const TokenParams = Type.Object({ token_id: Uuid() });
+const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+
+function tokenResponse(row: TokenView): Static<typeof OAuthToken> {
+  return {
+    id: row.id,
+    provider_id: row.provider_slug,
+    status: row.status,
+    status_message: row.status_message,
+    provider_account_label: row.provider_account_label,
+    scopes: row.scopes,
+    expires_at: iso(row.expires_at),
+    has_refresh_token: row.refresh_token_encrypted !== null,
+    created_by: row.created_by,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
+    refreshed_at: iso(row.refreshed_at),
+  };
+}
+
+function authenticateResponse(result: AuthenticateResult): Static<typeof AuthenticateResponse> {
+  return result.status === 'completed'
+    ? { status: 'completed', auth_id: null, url: null, expires_at: null, token_id: result.token_id, connection_id: result.connection_id }
+    : { status: 'pending', auth_id: result.auth_id, url: result.url, expires_at: result.expires_at.toISOString(), token_id: null, connection_id: null };
+}
+
+export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlowService; tokens: OAuthTokenService }> = async (app, { db, flow, tokens }) => {
+  const tags = ['oauth'];
+  // Long polls end at once, with the status as it is, when the server starts closing.
+  const closing = new AbortController();
+  app.addHook('preClose', async () => closing.abort());
+
+  app.post(
+    '/v2/auth/authenticate',
+    {
+      schema: {
+        tags,
+        summary: 'Start (or reuse) an authorization',
+        description: 'Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.',
+        body: AuthenticateBody,
+        response: { 200: AuthenticateResponse, ...errorResponses(400, 401, 403, 404, 422, 502, 503) },
+      },
+    },
+    async (request) => {
+      const caller = { organizationId: request.caller.organizationId, workspaceId: workspaceOf(request), keyId: request.caller.keyId };
+      return authenticateResponse(await flow.authenticate(caller, request.body));
+    },
+  );
+
+  app.get(
+    '/v2/auth/callback/:provider_id',
+    {
+      config: { auth: 'none' },
+      // The query holds the authorization code: keep the request line out of the info-level access log.
+      logLevel: 'warn',
+      schema: {
+        tags,
+        summary: "The provider's redirect back (browser, no API key)",
+        description: 'Checks state (single use, unexpired), exchanges the code and shows a small HTML page saying whether it worked.',
+        // No querystring schema: whatever the provider sends (code, state, error, iss), the answer is the page.
+        params: Type.Object({ provider_id: Type.String({ maxLength: 256 }) }),
+      },
+    },
+    async (request, reply) => {
+      const query = request.raw.url?.split('?')[1] ?? '';
+      return sendCallbackPage(reply, await flow.callback(request.params.provider_id, new URLSearchParams(query)));
+    },
+  );
+
+  app.get(
+    '/v2/auth/wait/:auth_id',
+    {
+      schema: {
+        tags,
+        summary: 'Wait for an authorization to finish',
+        description: `Long-polls until the flow completes or fails, or timeout seconds (0 to ${MAX_WAIT_SECONDS}, default 30) pass; then status is still pending.`,
+        params: Type.Object({ auth_id: Uuid() }),
+        querystring: Type.Object({ timeout: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 30 })) }),
+        response: { 200: WaitResponse, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request): Promise<WaitResult> => flow.wait(workspaceOf(request), request.params.auth_id, request.query.timeout ?? 30, closing.signal),
+  );
+
+  app.get(
+    '/v2/auth/tokens',
+    { schema: { tags, summary: "List the workspace's OAuth tokens (never their values)", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'), ...errorResponses(401, 403, 422) } } },
+    async (request) => {
+      const limit = request.query.limit ?? 20;
+      const offset = request.query.offset ?? 0;
+      const rows = await listTokens(db, workspaceOf(request), limit, offset);
+      return { resources: rows.map(tokenResponse), offset: offset + rows.length };
+    },
+  );
+
+  app.get(
+    '/v2/auth/tokens/:token_id',
+    { schema: { tags, summary: 'Get an OAuth token (never its values)', params: TokenParams, response: { 200: OAuthToken, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => {
+      const row = await getToken(db, workspaceOf(request), request.params.token_id);
+      if (!row) throw notFound('OAuth token', request.params.token_id);
+      return tokenResponse(row);
+    },
+  );
+
+  app.delete(
+    '/v2/auth/tokens/:token_id',
+    {
+      schema: {
+        tags,
+        summary: 'Revoke and delete an OAuth token',
+        description: 'Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.',
+        params: TokenParams,
+        querystring: Type.Object({ force: Type.Optional(Type.Boolean({ default: false })) }),
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422, 502, 503) },
+      },
+    },
+    async (request, reply) => {
+      await tokens.revoke(workspaceOf(request), request.params.token_id, { force: request.query.force ?? false, byKey: request.caller.keyId });
+      return reply.status(204).send(null);
+    },
+  );
+};

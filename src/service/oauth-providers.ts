@@ -1,0 +1,188 @@
+/**
+ * OAuth providers of an organization: the rules of create and update (URLs must be https unless
+ * insecure development mode is on; a confidential client needs its secret; the slug never changes),
+ * the client secret sealed on write, and the provider as the OAuth client needs it, secret opened.
+ */
+import type { SecretBox } from '../crypto/secret-box.ts';
+import { AppError, notFound } from '../errors.ts';
+import type { OAuthProviderConfig } from '../oauth/oauth-provider-config.ts';
+import { recordEvents } from '../store/events.ts';
+import {
+  countProviderTokens,
+  deleteProvider,
+  findProvider,
+  insertProvider,
+  listProviders,
+  updateProvider,
+  type ProviderSettings,
+} from '../store/oauth-providers.ts';
+import type { Database, OAuthProviderRow } from '../store/schema.ts';
+import type { Kysely } from 'kysely';
+
+/** Who acts: the organization owning providers, and the workspace the audit events go to. */
+export interface ProviderActor {
+  organizationId: string;
+  workspaceId: string;
+  keyId: string;
+}
+
+/** The writable settings as the API names them; `client_secret` in clear (sealed here). */
+export interface ProviderInput {
+  provider_id?: string;
+  name?: string;
+  client_id?: string;
+  client_secret?: string | null;
+  auth_url?: string;
+  token_url?: string;
+  revocation_url?: string | null;
+  userinfo_url?: string | null;
+  issuer?: string | null;
+  uses_pkce?: boolean;
+  code_challenge_method?: ProviderSettings['code_challenge_method'];
+  token_endpoint_auth_method?: ProviderSettings['token_endpoint_auth_method'];
+  provider_type?: string | null;
+  mcp_server_url?: string | null;
+  scopes?: string[] | null;
+}
+
+const URL_FIELDS = ['auth_url', 'token_url', 'revocation_url', 'userinfo_url', 'issuer', 'mcp_server_url'] as const;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface OAuthProviderServiceDeps {
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+  /** SLIPWAY_ALLOW_INSECURE_OAUTH: plain http provider URLs, for development and tests only. */
+  allowInsecure: boolean;
+}
+
+export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAuthProviderServiceDeps) {
+  /** Issue 4: URLs must be https; plain http only in insecure development mode. */
+  function checkUrls(settings: Partial<ProviderSettings>): void {
+    for (const field of URL_FIELDS) {
+      const value = settings[field];
+      if (value === undefined || value === null) continue;
+      if (!URL.canParse(value)) throw new AppError('invalid_request', `${field} is not a valid URL`);
+      const { protocol } = new URL(value);
+      if (protocol === 'https:') continue;
+      if (protocol === 'http:' && allowInsecure) continue;
+      throw new AppError(
+        'invalid_request',
+        protocol === 'http:'
+          ? `${field} must use https (plain http is accepted only when the service runs with SLIPWAY_ALLOW_INSECURE_OAUTH=1)`
+          : `${field} must be an https URL`,
+      );
+    }
+  }
+
+  /** A confidential client cannot authenticate at the token endpoint without its secret. */
+  function checkClientAuthentication(method: ProviderSettings['token_endpoint_auth_method'], hasSecret: boolean): void {
+    if (method !== 'none' && !hasSecret) {
+      throw new AppError('invalid_request', `client_secret is required for token_endpoint_auth_method ${method} (use none for a public client)`);
+    }
+  }
+
+  /** The input as stored columns; only the fields present in `input`. */
+  function settingsOf(input: ProviderInput): Partial<ProviderSettings> {
+    const out: Partial<ProviderSettings> = {};
+    const copy = <K extends keyof ProviderSettings & keyof ProviderInput>(key: K) => {
+      if (input[key] !== undefined) (out as Record<string, unknown>)[key] = input[key];
+    };
+    for (const key of ['name', 'client_id', 'auth_url', 'token_url', 'revocation_url', 'userinfo_url', 'issuer', 'uses_pkce', 'code_challenge_method', 'token_endpoint_auth_method', 'provider_type', 'mcp_server_url'] as const) copy(key);
+    if (input.scopes !== undefined) out.scopes = [...new Set(input.scopes ?? [])];
+    if (input.client_secret !== undefined) out.client_secret_encrypted = input.client_secret === null ? null : secretBox.seal(input.client_secret);
+    return out;
+  }
+
+  async function mustFind(organizationId: string, ref: string, lock = false): Promise<OAuthProviderRow> {
+    const row = await findProvider(db, organizationId, ref, { lock });
+    if (!row) throw notFound('OAuth provider', ref);
+    return row;
+  }
+
+  return {
+    async create(actor: ProviderActor, input: ProviderInput & Required<Pick<ProviderInput, 'provider_id' | 'name' | 'client_id' | 'auth_url' | 'token_url'>>): Promise<OAuthProviderRow> {
+      if (UUID.test(input.provider_id)) throw new AppError('invalid_request', 'provider_id must be a slug, not a UUID (the path accepts both, so a UUID-shaped slug would be ambiguous)');
+      const settings: ProviderSettings = {
+        provider_id: input.provider_id,
+        name: input.name,
+        client_id: input.client_id,
+        client_secret_encrypted: null,
+        auth_url: input.auth_url,
+        token_url: input.token_url,
+        revocation_url: null,
+        userinfo_url: null,
+        issuer: null,
+        uses_pkce: false,
+        code_challenge_method: 'S256',
+        token_endpoint_auth_method: 'client_secret_post',
+        provider_type: null,
+        mcp_server_url: null,
+        scopes: [],
+        is_dynamic_client: false,
+        ...settingsOf(input),
+      };
+      checkUrls(settings);
+      checkClientAuthentication(settings.token_endpoint_auth_method, settings.client_secret_encrypted !== null);
+      return db.transaction().execute(async (tx) => {
+        const row = await insertProvider(tx, actor.organizationId, settings);
+        if (!row) throw new AppError('conflict', `An OAuth provider with provider_id '${input.provider_id}' already exists in this organization.`);
+        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: row.id, type: 'oauth_provider.created', data: { provider_id: row.provider_id, by_key: actor.keyId } }]);
+        return row;
+      });
+    },
+
+    async update(actor: ProviderActor, ref: string, input: ProviderInput): Promise<OAuthProviderRow> {
+      return db.transaction().execute(async (tx) => {
+        const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
+        if (!current) throw notFound('OAuth provider', ref);
+        if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
+          throw new AppError('field_immutable', 'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)');
+        }
+        const change = settingsOf(input);
+        checkUrls(change);
+        const secretAfter = change.client_secret_encrypted !== undefined ? change.client_secret_encrypted : current.client_secret_encrypted;
+        checkClientAuthentication(change.token_endpoint_auth_method ?? current.token_endpoint_auth_method, secretAfter !== null);
+        const row = await updateProvider(tx, current.id, change);
+        // The names of the changed fields only; values (the secret above all) stay out of the log.
+        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: row.id, type: 'oauth_provider.updated', data: { fields: Object.keys(input).sort(), by_key: actor.keyId } }]);
+        return row;
+      });
+    },
+
+    async remove(actor: ProviderActor, ref: string): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
+        if (!current) throw notFound('OAuth provider', ref);
+        const tokens = await countProviderTokens(tx, current.id);
+        if (tokens > 0) {
+          throw new AppError('conflict', `OAuth provider '${current.provider_id}' still has ${tokens} token(s) in this organization; delete them first (DELETE /v2/auth/tokens/{id} revokes each at the provider).`);
+        }
+        // Authorizations in progress go with it (on delete cascade): their callbacks then fail cleanly.
+        await deleteProvider(tx, current.id);
+        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: current.id, type: 'oauth_provider.deleted', data: { provider_id: current.provider_id, by_key: actor.keyId } }]);
+      });
+    },
+
+    get: (organizationId: string, ref: string) => mustFind(organizationId, ref),
+    list: (organizationId: string, limit: number, offset: number) => listProviders(db, organizationId, limit, offset),
+
+    /** The provider as the OAuth client needs it, with the client secret opened. */
+    config(row: OAuthProviderRow): OAuthProviderConfig {
+      return {
+        auth_url: row.auth_url,
+        token_url: row.token_url,
+        client_id: row.client_id,
+        client_secret: row.client_secret_encrypted === null ? null : secretBox.open(row.client_secret_encrypted),
+        token_endpoint_auth_method: row.token_endpoint_auth_method,
+        uses_pkce: row.uses_pkce,
+        code_challenge_method: row.code_challenge_method,
+        scopes: row.scopes,
+        revocation_url: row.revocation_url,
+        userinfo_url: row.userinfo_url,
+        issuer: row.issuer,
+      };
+    },
+  };
+}
+
+export type OAuthProviderService = ReturnType<typeof createOAuthProviderService>;

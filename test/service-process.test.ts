@@ -1,0 +1,238 @@
+/**
+ * The real service as a user runs it (`npm start`): its own embedded PostgreSQL under the data
+ * directory, the first-start key, graceful SIGTERM, data kept across restarts, recovery after a crash
+ * that left the database server running, and a clear refusal of bad configuration.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
+const START_DEADLINE_MS = 60_000;
+const STOP_DEADLINE_MS = 30_000;
+
+interface Service {
+  child: ChildProcess;
+  base: string;
+  stdout(): string;
+  stderr(): string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+const started: Service[] = [];
+let dataDir: string;
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** The environment of a user's shell, without what would point the service at the test database. */
+function serviceEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of Object.keys(env)) {
+    if (name === 'DATABASE_URL' || name.startsWith('SLIPWAY_') || name === 'NODE_TEST_CONTEXT' || name === 'PORT' || name === 'HOST') delete env[name];
+  }
+  return { ...env, ...extra };
+}
+
+function spawnService(extra: Record<string, string>, port: number): Service {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env: serviceEnv(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const service = { child, base: `http://127.0.0.1:${port}`, stdout: () => stdout, stderr: () => stderr, exited };
+  started.push(service);
+  return service;
+}
+
+async function withDeadline<T>(what: string, promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Starts the service on the shared data directory and waits until /readyz answers 200. */
+async function startService(): Promise<Service> {
+  const port = await freePort();
+  const service = spawnService({ PORT: String(port), SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: BOOTSTRAP_KEY, LOG_LEVEL: 'warn' }, port);
+  let gone: { code: number | null; signal: NodeJS.Signals | null } | null = null;
+  void service.exited.then((status) => (gone = status));
+  const deadline = Date.now() + START_DEADLINE_MS;
+  for (;;) {
+    if (gone) assert.fail(`the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`);
+    try {
+      const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) });
+      if (res.status === 200) return service;
+    } catch {
+      // Not listening yet: poll again until the deadline.
+    }
+    if (Date.now() > deadline) assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+async function stop(service: Service, signal: NodeJS.Signals) {
+  service.child.kill(signal);
+  return withDeadline(`exit after ${signal}`, service.exited, STOP_DEADLINE_MS);
+}
+
+async function call(service: Service, method: string, url: string, key: string, body?: unknown) {
+  const res = await fetch(`${service.base}${url}`, {
+    method,
+    headers: { 'x-api-key': key, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
+}
+
+const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function postgresPid(): Promise<number | null> {
+  const content = await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').catch(() => null);
+  const pid = content === null ? NaN : Number(content.split('\n')[0]);
+  return Number.isInteger(pid) && pid > 0 ? pid : null;
+}
+
+async function waitUntilGone(pid: number, ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  while (alive(pid) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+  return !alive(pid);
+}
+
+before(async () => {
+  dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-process-'));
+});
+
+after(async () => {
+  // Stragglers: every service this file started, then a database server one of them may have left.
+  for (const service of started) {
+    if (service.child.exitCode === null && service.child.signalCode === null) service.child.kill('SIGKILL');
+  }
+  const pid = await postgresPid();
+  if (pid !== null && alive(pid)) {
+    process.kill(pid, 'SIGQUIT');
+    if (!(await waitUntilGone(pid, 10_000))) process.kill(pid, 'SIGKILL');
+  }
+  await fs.rm(dataDir, { recursive: true, force: true });
+});
+
+describe('the service process', { timeout: 300_000 }, () => {
+  let adminKey: string;
+  let listenerId: string;
+  let deploymentId: string;
+
+  test('first start: ready, prints an admin key once, serves real HTTP, stops cleanly on SIGTERM', async () => {
+    const service = await startService();
+    const keys = [...service.stdout().matchAll(KEY_LINE)].map((m) => m[1]!);
+    assert.equal(keys.length, 1, `exactly one key printed, stdout was:\n${service.stdout()}`);
+    adminKey = keys[0]!;
+    assert.notEqual(adminKey, BOOTSTRAP_KEY);
+
+    assert.equal((await fetch(`${service.base}/healthz`)).status, 200);
+    assert.equal((await call(service, 'GET', '/v2/deployments', 'slw_wrong_key_000000000000000000')).status, 401);
+    assert.equal((await call(service, 'GET', '/v2/deployments', adminKey)).status, 200, 'the printed key works');
+    assert.equal((await call(service, 'GET', '/v2/deployments', BOOTSTRAP_KEY)).status, 200, 'the configured key works');
+
+    const listener = await call(service, 'POST', '/v2/listeners', adminKey, { compute_type: 'k8s', compute_id: 'prod-eu-1', compute_config: { k8s_namespaces: ['agents'] } });
+    assert.equal(listener.status, 201, JSON.stringify(listener.body));
+    listenerId = listener.body.id;
+    const deployment = await call(service, 'POST', '/v2/deployments', adminKey, {
+      name: 'survivor',
+      source: 'external_container',
+      source_config: { listener_id: listenerId },
+      source_revision_config: { image_uri: 'registry.example.com/survivor:1.0.0' },
+      secrets: [{ name: 'TOKEN', value: 'kept-across-restarts' }],
+    });
+    assert.equal(deployment.status, 201, JSON.stringify(deployment.body));
+    deploymentId = deployment.body.id;
+
+    const pgPid = await postgresPid();
+    assert.ok(pgPid !== null && alive(pgPid), 'the embedded PostgreSQL runs under the data directory');
+    const exit = await stop(service, 'SIGTERM');
+    assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
+    assert.ok(await waitUntilGone(pgPid, 10_000), 'SIGTERM stopped the embedded PostgreSQL too');
+  });
+
+  test('second start: the data is still there and no new key is printed', async () => {
+    assert.ok(adminKey && deploymentId, 'needs the first start');
+    const service = await startService();
+    assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], `no key printed, stdout was:\n${service.stdout()}`);
+    const deployment = await call(service, 'GET', `/v2/deployments/${deploymentId}`, adminKey);
+    assert.equal(deployment.status, 200);
+    assert.equal(deployment.body.name, 'survivor');
+    assert.deepEqual(deployment.body.secrets, [{ name: 'TOKEN', value: '********' }]);
+    assert.equal((await call(service, 'GET', `/v2/listeners/${listenerId}`, adminKey)).body.compute_id, 'prod-eu-1');
+    const revisions = await call(service, 'GET', `/v2/deployments/${deploymentId}/revisions`, BOOTSTRAP_KEY);
+    assert.equal(revisions.body.resources.length, 1);
+    // A write after the restart works too.
+    const patched = await call(service, 'PATCH', `/v2/deployments/${deploymentId}`, adminKey, { source_revision_config: { image_uri: 'registry.example.com/survivor:1.1.0' } });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    const exit = await stop(service, 'SIGTERM');
+    assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
+  });
+
+  test('after a SIGKILL that leaves PostgreSQL running, the next start stops it and keeps the data', async () => {
+    assert.ok(adminKey && deploymentId, 'needs the first start');
+    const crashed = await startService();
+    const leftover = await postgresPid();
+    assert.ok(leftover !== null);
+    const exit = await stop(crashed, 'SIGKILL');
+    assert.equal(exit.signal, 'SIGKILL');
+    assert.ok(alive(leftover), 'the crash left the database server running, holding the data directory');
+
+    const service = await startService();
+    assert.ok(await waitUntilGone(leftover, 10_000), 'the leftover server was stopped');
+    const now = await postgresPid();
+    assert.ok(now !== null && now !== leftover && alive(now), 'a new server holds the data directory');
+    assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], 'still no new key');
+    const deployment = await call(service, 'GET', `/v2/deployments/${deploymentId}`, adminKey);
+    assert.equal(deployment.status, 200);
+    assert.equal(deployment.body.source_revision_config.image_uri, 'registry.example.com/survivor:1.1.0', 'the write made before the crash is kept');
+    assert.equal((await call(service, 'GET', `/v2/deployments/${deploymentId}/revisions`, adminKey)).body.resources.length, 2);
+
+    const stopped = await stop(service, 'SIGTERM');
+    assert.deepEqual(stopped, { code: 0, signal: null }, service.stderr());
+    assert.ok(await waitUntilGone(now, 10_000));
+  });
+
+  test('an invalid configuration exits non-zero with a message naming the variable', async () => {
+    for (const [name, value] of [['PORT', 'abc'], ['LOG_LEVEL', 'loud'], ['DATABASE_URL', 'mysql://localhost/x']] as const) {
+      const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', [name]: value }, 0);
+      const exit = await withDeadline(`exit with ${name}=${value}`, service.exited, STOP_DEADLINE_MS);
+      assert.notEqual(exit.code, 0, `${name}=${value} must not start`);
+      assert.equal(exit.signal, null);
+      assert.match(service.stderr(), new RegExp(`\\b${name}\\b`), `${name}=${value}: stderr was ${service.stderr()}`);
+      assert.ok(!/\n\s+at /.test(service.stderr()), 'a message, not a stack trace');
+    }
+  });
+});
