@@ -137,7 +137,7 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
 }
 
 function spawnLogged(file: string, args: string[], user: { uid: number; gid: number } | null): ChildProcess {
-  return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } });
+  return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
 async function initialise(bin: Binaries, clusterDir: string, password: string, user: { uid: number; gid: number } | null): Promise<void> {
@@ -145,7 +145,7 @@ async function initialise(bin: Binaries, clusterDir: string, password: string, u
   await fs.writeFile(pwfile, `${password}\n`, { mode: 0o600 });
   if (user) await fs.chown(pwfile, user.uid, user.gid);
   try {
-    const child = spawnLogged(bin.initdb, [`--pgdata=${clusterDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--no-sync'], user);
+    const child = spawnLogged(bin.initdb, [`--pgdata=${clusterDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C', '--no-sync'], user);
     let output = '';
     child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
@@ -191,7 +191,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   if (password === '') throw new Error(`${passwordFile} is missing: the embedded cluster's password is lost`);
 
   const port = await freePort();
-  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user);
+  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'lc_messages=C', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user);
   let recent = '';
   let stopping = false;
   await new Promise<void>((resolve, reject) => {
