@@ -113,6 +113,15 @@ describe('workspace selection', () => {
     assert.equal(res.status, 200);
   });
 
+  test('a workspace admin key can neither make nor list workspaces', async () => {
+    const made = await api.post('/v2/workspaces', { name: 'from-workspace-key' });
+    assert.equal(made.status, 403);
+    assert.match(made.body.detail, /organization API key/);
+    assert.equal((await api.get('/v2/workspaces')).status, 403);
+    const names = (await client(t.app, t.orgKey).get('/v2/workspaces?limit=100')).body.resources.map((w: { name: string }) => w.name);
+    assert.ok(!names.includes('from-workspace-key'));
+  });
+
   test('a second workspace is made by an organization admin key', async () => {
     const created = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'team-b' });
     assert.equal(created.status, 201, JSON.stringify(created.body));

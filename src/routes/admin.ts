@@ -26,6 +26,11 @@ const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
 const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({ ...k, created_at: k.created_at.toISOString(), revoked_at: iso(k.revoked_at) });
 
+/** Workspaces span the organization: a key bound to one workspace may neither make nor see them. */
+function requireOrganizationKey(caller: { keyWorkspaceId: string | null }): void {
+  if (caller.keyWorkspaceId !== null) throw new AppError('forbidden', 'Workspaces are managed with an organization API key; this key belongs to one workspace.');
+}
+
 export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
   const admin = { auth: 'organization' as const, admin: true };
 
@@ -33,6 +38,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
     '/v2/workspaces',
     { config: admin, schema: { tags: ['admin'], summary: 'Create a workspace in the key\'s organization', body: Type.Object({ name: Type.String(NAME) }), response: { 201: Workspace, ...errorResponses(401, 403, 409, 422) } } },
     async (request, reply) => {
+      requireOrganizationKey(request.caller);
       const { organizationId } = request.caller;
       const row = await db.transaction().execute(async (tx) => {
         const created = await createWorkspace(tx, organizationId, request.body.name).catch((error: { code?: string }) => {
@@ -50,6 +56,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
     '/v2/workspaces',
     { config: admin, schema: { tags: ['admin'], summary: 'List the organization\'s workspaces', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Workspace, 'A page of workspaces.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
+      requireOrganizationKey(request.caller);
       const limit = request.query.limit ?? 20;
       const offset = request.query.offset ?? 0;
       const rows = await listWorkspaces(db, request.caller.organizationId, limit, offset);

@@ -214,32 +214,33 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
         ? secretString(input.webhook_secret, 'webhook_secret', WEBHOOK_SECRET_MIN, WEBHOOK_SECRET_MAX, false)
         : randomBytes(32).toString('hex');
       const id = randomUUID();
+      const kind = 'app_id' in credentials ? 'app' : 'token';
       // The checked client is cached under the new id, so its installation token serves the first listing.
       const client = clients.forIntegration({ id, apiUrl, credentials });
       try {
         await talkingToHost(() => client.verifyCredentials());
+        const row = await db.transaction().execute(async (tx) => {
+          const created = await insertIntegration(tx, {
+            id,
+            workspaceId,
+            name: input.name,
+            apiUrl,
+            kind,
+            appId: 'app_id' in credentials ? String(credentials.app_id) : null,
+            installationId: 'app_id' in credentials ? String(credentials.installation_id) : null,
+            credentialsSealed: secretBox.seal(JSON.stringify(credentials)),
+            webhookSecretSealed: secretBox.seal(webhookSecret),
+          });
+          if (!created) throw new AppError('conflict', `An integration named '${input.name}' already exists in this workspace.`);
+          await recordEvents(tx, [{ workspaceId, subjectType: 'codehost_integration', subjectId: id, type: 'codehost_integration.created', data: { name: input.name, api_url: apiUrl, kind } }]);
+          return created;
+        });
+        return { row, webhookSecret };
       } catch (error) {
+        // A client cached for an integration that was not stored would only take room.
         clients.evict(id);
         throw error;
       }
-      const kind = 'app_id' in credentials ? 'app' : 'token';
-      const row = await db.transaction().execute(async (tx) => {
-        const created = await insertIntegration(tx, {
-          id,
-          workspaceId,
-          name: input.name,
-          apiUrl,
-          kind,
-          appId: 'app_id' in credentials ? String(credentials.app_id) : null,
-          installationId: 'app_id' in credentials ? String(credentials.installation_id) : null,
-          credentialsSealed: secretBox.seal(JSON.stringify(credentials)),
-          webhookSecretSealed: secretBox.seal(webhookSecret),
-        });
-        if (!created) throw new AppError('conflict', `An integration named '${input.name}' already exists in this workspace.`);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'codehost_integration', subjectId: id, type: 'codehost_integration.created', data: { name: input.name, api_url: apiUrl, kind } }]);
-        return created;
-      });
-      return { row, webhookSecret };
     },
 
     /**
