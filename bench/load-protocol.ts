@@ -68,6 +68,8 @@ export interface LoadResult {
   /** Socket errors, timeouts, failed statements, or responses with another status. */
   failures: number;
   firstFailure: string | null;
+  /** Requests of the warm-up and the measured phase together (for CPU time per request). */
+  allRequests: number;
 }
 
 export type WorkerReply = { ok: true; result: LoadResult } | { ok: false; error: string };

@@ -21,8 +21,9 @@ function fail(phase: Phase, message: string): void {
   phase.firstFailure ??= message;
 }
 
-function summary(phase: Phase): LoadResult {
+function summary(phase: Phase, warmup: Phase | null): LoadResult {
   return {
+    allRequests: phase.recorder.size + phase.failures + (warmup ? warmup.recorder.size + warmup.failures : 0),
     requests: phase.recorder.size,
     seconds: phase.seconds,
     rps: phase.recorder.size / phase.seconds,
@@ -66,8 +67,8 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
     result.seconds = Number(process.hrtime.bigint() - started) / 1e9;
     return result;
   };
-  if (job.warmupSeconds > 0) await phase(job.warmupSeconds, job.maxRequests);
-  return summary(await phase(job.durationSeconds, job.maxRequests));
+  const warmup = job.warmupSeconds > 0 ? await phase(job.warmupSeconds, job.maxRequests) : null;
+  return summary(await phase(job.durationSeconds, job.maxRequests), warmup);
 }
 
 function substitute(value: unknown, replacements: [string, string][]): unknown {
@@ -134,8 +135,8 @@ async function runSql(job: SqlJob): Promise<LoadResult> {
   };
 
   try {
-    if (job.warmupSeconds > 0) await phase(job.warmupSeconds);
-    return summary(await phase(job.durationSeconds));
+    const warmup = job.warmupSeconds > 0 ? await phase(job.warmupSeconds) : null;
+    return summary(await phase(job.durationSeconds), warmup);
   } finally {
     await pool.end();
   }

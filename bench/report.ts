@@ -1,5 +1,6 @@
 /** The bench's table, for the terminal and for docs/performance.md, and the check of issue 6's targets. */
 import fs from 'node:fs/promises';
+import type { RunCpu } from './cpu-usage.ts';
 import type { LoadResult } from './load-protocol.ts';
 
 export interface PlanSummary {
@@ -22,8 +23,13 @@ export interface ScenarioResult {
   sql: LoadResult;
   bare: LoadResult;
   plan: PlanSummary | null;
-  /** Largest share of the CPUs that other processes used during any of the three runs (Linux). */
-  otherLoad: number | null;
+  /** Where the CPU time of each run went (Linux only). */
+  cpu: { api: RunCpu | null; sql: RunCpu | null; bare: RunCpu | null };
+}
+
+/** Largest share of the CPUs that other processes used during any of a scenario's three runs. */
+export function otherShare(r: ScenarioResult): number {
+  return Math.max(r.cpu.api?.otherShare ?? 0, r.cpu.sql?.otherShare ?? 0, r.cpu.bare?.otherShare ?? 0);
 }
 
 /** Runs disturbed by more than this share of other CPU use are marked in the table. */
@@ -74,11 +80,20 @@ function rowCells(results: ScenarioResult[], r: ScenarioResult): string[] {
   ];
 }
 
-const BASELINE_HEADER = ['scenario', 'deployments', 'bare req/s', 'bare p50', 'bare p99', 'raw SQL req/s', 'SQL p50', 'SQL p99', 'pages/req', 'other CPU use'];
+const BASELINE_HEADER = ['scenario', 'deployments', 'bare req/s', 'bare p50', 'bare p99', 'raw SQL req/s', 'SQL p50', 'SQL p99', 'pages/req'];
 
 function baselineCells(r: ScenarioResult): string[] {
-  const others = r.otherLoad === null ? '' : `${pct(r.otherLoad)}${r.otherLoad > DISTURBED ? ' *' : ''}`;
-  return [r.title, int(r.size), int(r.bare.rps) + flag(r.bare), ms(r.bare.p50), ms(r.bare.p99), int(r.sql.rps), ms(r.sql.p50), ms(r.sql.p99), r.plan ? String(r.plan.pages) : '', others];
+  return [r.title, int(r.size), int(r.bare.rps) + flag(r.bare), ms(r.bare.p50), ms(r.bare.p99), int(r.sql.rps), ms(r.sql.p50), ms(r.sql.p99), r.plan ? String(r.plan.pages) : ''];
+}
+
+const CPU_HEADER = ['scenario', 'deployments', 'API: service', 'API: PostgreSQL', 'API: load gen', 'bare: Fastify', 'bare: load gen', 'SQL: PostgreSQL', 'SQL: pg client', 'other CPU use'];
+
+const cpuMs = (n: number | null | undefined) => (n === null || n === undefined ? 'n/a' : n.toFixed(3));
+
+function cpuCells(r: ScenarioResult): string[] {
+  const { api, sql, bare } = r.cpu;
+  const others = api === null ? 'n/a' : `${pct(otherShare(r))}${otherShare(r) > DISTURBED ? ' *' : ''}`;
+  return [r.title, int(r.size), cpuMs(api?.nodeMs), cpuMs(api?.postgresMs), cpuMs(api?.loadgenMs), cpuMs(bare?.nodeMs), cpuMs(bare?.loadgenMs), cpuMs(sql?.postgresMs), cpuMs(sql?.loadgenMs), others];
 }
 
 function textTable(header: string[], rows: string[][]): string {
@@ -123,7 +138,7 @@ export function targetChecks(results: ScenarioResult[]): string[] {
   }
   const scans = results.filter((r) => (r.plan?.seqScans.length ?? 0) > 0);
   lines.push(scans.length === 0 ? 'met: no read scenario scans a whole table' : `NOT met: sequential scans in ${scans.map((r) => `${r.title} (${r.plan!.seqScans.join(', ')})`).join('; ')}`);
-  const disturbed = results.filter((r) => (r.otherLoad ?? 0) > DISTURBED);
+  const disturbed = results.filter((r) => otherShare(r) > DISTURBED);
   if (disturbed.length > 0) {
     lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.length} scenarios (marked *): their numbers are lower and noisier than this machine can do`);
   }
@@ -138,6 +153,9 @@ export function terminalReport(results: ScenarioResult[]): string {
     '',
     'Baselines, same run, same load generator and concurrency:',
     textTable(BASELINE_HEADER, results.map(baselineCells)),
+    '',
+    'CPU milliseconds per request (API run: service, PostgreSQL, load generator; bare run; raw SQL run):',
+    textTable(CPU_HEADER, results.map(cpuCells)),
     '',
     ...targetChecks(results).map((l) => `- ${l}`),
   ].join('\n');
@@ -156,6 +174,10 @@ export function markdownReport(results: ScenarioResult[], info: RunInfo): string
     'Baselines (same run, same load generator, same concurrency):',
     '',
     markdownTable(BASELINE_HEADER, results.map(baselineCells)),
+    '',
+    'CPU milliseconds per request, by process, in each run (from /proc; "other CPU use" is the share of the machine other processes took meanwhile, * above 10%):',
+    '',
+    markdownTable(CPU_HEADER, results.map(cpuCells)),
     '',
     'Targets of issue 6 in this run:',
     '',

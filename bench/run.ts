@@ -22,12 +22,12 @@ import type pg from 'pg';
 import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
 import { openBenchDatabase } from './bench-database.ts';
-import { otherLoad, sampleCpu } from './cpu-usage.ts';
+import { cpuBetween, sampleCpu, type RunCpu } from './cpu-usage.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
 import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
 import { explainStatements } from './query-plans.ts';
-import { markdownReport, terminalReport, writeResultsSection, type ScenarioResult } from './report.ts';
+import { markdownReport, otherShare, terminalReport, writeResultsSection, type ScenarioResult } from './report.ts';
 import { scenariosFor, type Scenario } from './scenarios.ts';
 import { seed, type MeasuredWorkspace } from './seed.ts';
 
@@ -76,6 +76,10 @@ class LoadGenerator {
     });
   }
 
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
   stop(): void {
     if (this.child.exitCode === null) this.child.disconnect();
   }
@@ -83,8 +87,6 @@ class LoadGenerator {
 
 interface Context {
   options: BenchOptions;
-  /** Largest share of the CPUs used by other processes during any run of the current scenario. */
-  disturbance: number | null;
   service: ServiceUnderTest;
   bare: BareServer;
   load: LoadGenerator;
@@ -117,13 +119,11 @@ async function latestRevisions(pool: pg.Pool, deploymentIds: string[]): Promise<
 
 const hex = () => randomBytes(4).toString('hex');
 
-/** Runs a load job and notes how busy the rest of the machine was meanwhile. */
-async function timed(ctx: Context, job: LoadJob): Promise<LoadResult> {
-  const before = await sampleCpu();
+/** Runs a load job and notes where the CPU time went meanwhile. */
+async function timed(ctx: Context, job: LoadJob): Promise<{ result: LoadResult; cpu: RunCpu | null }> {
+  const before = await sampleCpu(ctx.load.pid);
   const result = await ctx.load.run(job);
-  const share = otherLoad(before, await sampleCpu());
-  if (share !== null) ctx.disturbance = Math.max(ctx.disturbance ?? 0, share);
-  return result;
+  return { result, cpu: cpuBetween(before, await sampleCpu(ctx.load.pid), result.allRequests) };
 }
 
 async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<ScenarioResult> {
@@ -153,7 +153,6 @@ async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promis
     expectStatus: s.expectStatus,
     ...common,
   });
-  ctx.disturbance = null;
   const api = await timed(ctx, http(ctx.service.origin, s.path, s.slots));
 
   const createdIds = s.createdIds(answer.json);
@@ -171,12 +170,24 @@ async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promis
   };
   const sql = await timed(ctx, sqlJob);
   const bare = await timed(ctx, http(ctx.bare.origin, `/bare/${bareKey}`, []));
-  return { key: s.key, title: s.title, kind: s.kind, size: ws.size, statements: statements.length, api, sql, bare, plan, otherLoad: ctx.disturbance };
+  return {
+    key: s.key,
+    title: s.title,
+    kind: s.kind,
+    size: ws.size,
+    statements: statements.length,
+    api: api.result,
+    sql: sql.result,
+    bare: bare.result,
+    plan,
+    cpu: { api: api.cpu, sql: sql.cpu, bare: bare.cpu },
+  };
 }
 
 function progressLine(r: ScenarioResult): string {
   const part = (name: string, x: LoadResult) => `${name} ${Math.round(x.rps)}/s p50 ${x.p50.toFixed(2)} p99 ${x.p99.toFixed(2)}${x.failures ? ` FAILED ${x.failures}: ${x.firstFailure}` : ''}`;
-  const others = r.otherLoad === null ? '' : `, other processes ${Math.round(r.otherLoad * 100)}% CPU`;
+  const c = r.cpu.api;
+  const others = c === null ? '' : `, CPU ms/req node ${c.nodeMs.toFixed(3)} pg ${c.postgresMs?.toFixed(3) ?? '?'} loadgen ${c.loadgenMs?.toFixed(3) ?? '?'}, others ${Math.round(otherShare(r) * 100)}%`;
   return `  ${r.key} @${r.size}: ${part('api', r.api)} | ${part('sql', r.sql)} | ${part('bare', r.bare)} | ${r.statements} statements${r.plan ? `, ${r.plan.pages} pages` : ''}${others}`;
 }
 
@@ -219,7 +230,7 @@ async function main(): Promise<number> {
     cleanups.push(() => bare.close());
     const load = LoadGenerator.start();
     cleanups.push(() => load.stop());
-    const ctx: Context = { options, disturbance: null, service, bare, load, databaseUrl: database.url };
+    const ctx: Context = { options, service, bare, load, databaseUrl: database.url };
 
     const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key.includes(o));
     const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));

@@ -1,7 +1,7 @@
 /**
- * Code-host integrations (issue 5; docs/codehost.md): create, list, get and delete them, the interface's
- * repository listing (`GET /v1/integrations/forge/codehost/{integration_id}/repos`), and the deliveries
- * their push webhooks received. The webhook endpoint itself is in ./codehost-webhooks.ts.
+ * Code-host integrations (issue 5; docs/codehost.md): create, list, get, patch and delete them, the
+ * interface's repository listing (`GET /v1/integrations/forge/codehost/{integration_id}/repos`), and the
+ * deliveries their push webhooks received. The webhook endpoint itself is in ./codehost-webhooks.ts.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Kysely } from 'kysely';

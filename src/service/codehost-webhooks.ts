@@ -8,13 +8,15 @@
  * shows them): `revision_created`, `ignored` (understood, nothing to build), `duplicate` (a redelivery
  * of a delivery that already built) or `rejected` (refused with a 4xx; nothing else changes).
  * A delivery that built is recorded in the same transaction as its revisions, and its id can build only
- * once (the unique index of migrations/003_codehost.sql), even when GitHub redelivers it concurrently.
+ * once (the unique index of migrations/003_codehost.sql), even when GitHub redelivers it concurrently;
+ * and a commit builds once per deployment, whatever the delivery id (see decidePush).
  */
 import type { Kysely, Transaction } from 'kysely';
 import { parsePushEvent, pushIsForRepository, pushTarget, trackedBranch, type PushEvent } from '../codehost/push-event.ts';
 import { verifyWebhookSignature } from '../codehost/webhook-signature.ts';
 import { AppError, notFound } from '../errors.ts';
-import { codehostDeploymentsOfIntegration, getIntegrationById, type CodehostDeploymentOfIntegration } from '../store/codehost-integrations.ts';
+import { codehostDeploymentsOfIntegration, deploymentsWithCommit, getIntegrationById, type CodehostDeploymentOfIntegration } from '../store/codehost-integrations.ts';
+import { lockDeployment } from '../store/deployments.ts';
 import type { Database, WebhookDeliveryRow } from '../store/schema.ts';
 import { claimDelivery, findProcessedDelivery, recordDelivery, settleDelivery, type DeliveryFacts, type DeliveryResult } from '../store/webhook-deliveries.ts';
 import type { CodehostIntegrationService } from './codehost-integrations.ts';
@@ -77,8 +79,23 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
       const tracked = building.map((d) => `'${d.name}' tracks ${trackedBranch(refOf(d) ?? '') ?? 'no branch'}`).join(', ');
       return { outcome: 'ignored', reason: 'branch_not_tracked', message: `No build_on_push deployment of ${repository} tracks branch ${target.branch} (${tracked}).` };
     }
+    // A commit builds once per deployment. The signature covers the body but not the delivery id, so a
+    // captured push replayed under a new id must not build again (nor roll back to an old commit); and a
+    // push sent by two webhooks (a repository's and its organization's) is one push. Locked first, in id
+    // order, so that concurrent deliveries of one push serialise here.
+    for (const deployment of tracking) await lockDeployment(tx, workspaceId, deployment.id);
+    const built = await deploymentsWithCommit(tx, tracking.map((d) => d.id), target.commitSha);
+    const toBuild = tracking.filter((d) => !built.has(d.id));
+    if (toBuild.length === 0) {
+      const revisions = tracking.map((d) => `'${d.name}' revision ${built.get(d.id) ?? '?'}`).join(', ');
+      return {
+        outcome: 'ignored',
+        reason: 'commit_already_built',
+        message: `Commit ${shortSha(target.commitSha)} was already built (${revisions}); redeploy that revision to run it again.`,
+      };
+    }
     const revisionIds: string[] = [];
-    for (const deployment of tracking) {
+    for (const deployment of toBuild) {
       const view = await deployments.patch(
         workspaceId,
         deployment.id,
@@ -90,7 +107,7 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
     return {
       outcome: 'revision_created',
       reason: 'push',
-      message: `Commit ${shortSha(target.commitSha)} of branch ${target.branch} created a revision of ${names(tracking)}.`,
+      message: `Commit ${shortSha(target.commitSha)} of branch ${target.branch} created a revision of ${names(toBuild)}.`,
       revisionIds,
     };
   }

@@ -145,3 +145,21 @@ export async function codehostDeploymentsOfIntegration(db: Db, id: string): Prom
     .orderBy('d.id')
     .execute();
 }
+
+/**
+ * Which of the deployments already have a revision of the commit, by deployment id. The caller holds the
+ * deployments' row locks, so a concurrent delivery of the same push sees the revisions this one adds.
+ */
+export async function deploymentsWithCommit(db: Db, deploymentIds: string[], commitSha: string): Promise<Map<string, string>> {
+  if (deploymentIds.length === 0) return new Map();
+  const rows = await db
+    .selectFrom('revisions')
+    .select(['deployment_id', 'id'])
+    .where('deployment_id', 'in', deploymentIds)
+    .where(sql<string>`source_revision_config ->> 'repo_commit_sha'`, '=', commitSha)
+    .orderBy('created_at', 'desc')
+    .execute();
+  const out = new Map<string, string>();
+  for (const row of rows) if (!out.has(row.deployment_id)) out.set(row.deployment_id, row.id);
+  return out;
+}

@@ -109,6 +109,30 @@ describe('a signed push', () => {
     assert.equal((await revisionsOf(f, manual.id)).length, 1);
   });
 
+  test('a captured push replayed under another delivery id builds nothing, and cannot roll back', async () => {
+    const deployment = await createCodehostDeployment(f, integration.id, 'replayed', { repo: 'repo-015' });
+    const older = pushPayload(f, { repo: 'repo-015', after: sha('3') });
+    assert.equal((await deliver(f, integration.id, older, { secret })).body.outcome, 'revision_created');
+    assert.equal((await deliver(f, integration.id, pushPayload(f, { repo: 'repo-015', after: sha('4') }), { secret })).body.outcome, 'revision_created');
+
+    const replay = await deliver(f, integration.id, older, { secret, deliveryId: 'a-fresh-delivery-id' });
+    assert.equal(replay.status, 200);
+    assert.equal(replay.body.outcome, 'ignored');
+    assert.equal(replay.body.reason, 'commit_already_built');
+    assert.match(replay.body.message, /redeploy that revision/);
+    const revisions = await revisionsOf(f, deployment.id);
+    assert.equal(revisions.length, 3);
+    assert.equal(revisions[0]!.source_revision_config.repo_commit_sha, sha('4'));
+  });
+
+  test('one push sent by two webhooks at once (repository and organization) builds once', async () => {
+    const deployment = await createCodehostDeployment(f, integration.id, 'two-webhooks', { repo: 'repo-016' });
+    const payload = pushPayload(f, { repo: 'repo-016', after: sha('5') });
+    const [a, b] = await Promise.all([deliver(f, integration.id, payload, { secret }), deliver(f, integration.id, payload, { secret })]);
+    assert.deepEqual([a.body.outcome, b.body.outcome].sort(), ['ignored', 'revision_created']);
+    assert.equal((await revisionsOf(f, deployment.id)).length, 2);
+  });
+
   test('a forged delivery does not block the real delivery of the same id', async () => {
     const deployment = await createCodehostDeployment(f, integration.id, 'forged-first', { repo: 'repo-014' });
     const payload = pushPayload(f, { repo: 'repo-014', after: sha('7') });
