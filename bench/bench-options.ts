@@ -11,10 +11,12 @@ export interface BenchOptions {
   maxRequests: number;
   /** Log level of the service under test; its log goes to /dev/null. */
   logLevel: string;
-  /** Only the scenarios whose key contains one of these strings (all when empty). */
+  /** Only the scenarios named by these keys or key prefixes (all when empty). */
   only: string[];
   /** Rewrite the results section of docs/performance.md. */
   writeDocs: boolean;
+  /** Experiment: every statement as a named prepared statement (bench/prepared-statements.ts). */
+  preparedStatements: boolean;
 }
 
 export const USAGE = `Usage: npm run bench -- [flags]
@@ -26,8 +28,12 @@ export const USAGE = `Usage: npm run bench -- [flags]
   --connections N      concurrent connections, HTTP and SQL alike (default 32)
   --max-requests N     upper bound of requests per run (default 400000)
   --log-level L        the service's log level, logged to /dev/null (default info, as in production)
-  --only a,b           only scenarios whose key contains one of these (e.g. list,create)
+  --only a,b           only these scenarios, by key or key prefix: list (all four lists),
+                       list-first, list-late, list-name, list-status, get, revisions,
+                       create, patch, listener
   --write-docs         replace the results section of docs/performance.md with this run's
+  --prepared-statements  experiment: the service and the SQL baseline send named prepared
+                       statements (not what production does; see bench/prepared-statements.ts)
   --help
 
 The database is an embedded PostgreSQL in a temporary directory, or a fresh database created on the
@@ -53,6 +59,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
       'log-level': { type: 'string' },
       only: { type: 'string' },
       'write-docs': { type: 'boolean', default: false },
+      'prepared-statements': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -74,5 +81,6 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
     logLevel: values['log-level'] ?? 'info',
     only: values.only ? values.only.split(',').map((s) => s.trim()).filter(Boolean) : [],
     writeDocs: values['write-docs'] ?? false,
+    preparedStatements: values['prepared-statements'] ?? false,
   };
 }

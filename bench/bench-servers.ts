@@ -19,6 +19,7 @@ import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { connect } from '../src/db/database.ts';
 import type { Database } from '../src/store/schema.ts';
 import type { CapturedStatement } from './load-protocol.ts';
+import { preparingPool } from './prepared-statements.ts';
 
 export interface ServiceUnderTest {
   origin: string;
@@ -30,12 +31,13 @@ export interface ServiceUnderTest {
   close(): Promise<void>;
 }
 
-export async function startService(databaseUrl: string, logLevel: string): Promise<ServiceUnderTest> {
-  // The same pool as production (src/db/database.ts); only the Kysely on it differs, by its log hook.
+export async function startService(databaseUrl: string, logLevel: string, preparedStatements: boolean): Promise<ServiceUnderTest> {
+  // The same pool as production (src/db/database.ts); only the Kysely on it differs, by its log hook
+  // (and, in the --prepared-statements experiment, by naming every statement).
   const { pool } = connect(databaseUrl);
   let recording: CapturedStatement[] | null = null;
   const db = new Kysely<Database>({
-    dialect: new PostgresDialect({ pool }),
+    dialect: new PostgresDialect({ pool: preparedStatements ? preparingPool(pool) : pool }),
     log(event) {
       if (recording !== null && event.level === 'query') recording.push({ sql: event.query.sql, parameters: [...event.query.parameters] });
     },

@@ -46,6 +46,8 @@ export interface SqlJob {
   databaseUrl: string;
   poolSize: number;
   concurrency: number;
+  /** Send each statement as a named prepared statement (the --prepared-statements experiment). */
+  prepared: boolean;
   statements: CapturedStatement[];
   rotate: { placeholder: string; values: string[] }[];
   fresh: { placeholder: string; prefix: string | null }[];

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
 import pg from 'pg';
+import { statementName } from './prepared-statements.ts';
 import { LatencyRecorder, type HttpJob, type LoadJob, type LoadResult, type SqlJob, type WorkerReply } from './load-protocol.ts';
 
 interface Phase {
@@ -101,7 +102,9 @@ async function runSql(job: SqlJob): Promise<LoadResult> {
     const client = await pool.connect();
     try {
       for (const statement of job.statements) {
-        await client.query(statement.sql, statement.parameters.map((p) => substitute(p, replacements)));
+        const values = statement.parameters.map((p) => substitute(p, replacements));
+        if (job.prepared) await client.query({ name: statementName(statement.sql), text: statement.sql, values });
+        else await client.query(statement.sql, values);
       }
     } catch (error) {
       await client.query('rollback').catch(() => undefined); // harmless outside a transaction; the error is reported below

@@ -15,6 +15,7 @@ interface PlanNode {
   'Shared Hit Blocks': number;
   'Shared Read Blocks': number;
   'Rows Removed by Filter'?: number;
+  'Parent Relationship'?: string;
   Plans?: PlanNode[];
 }
 
@@ -25,7 +26,8 @@ function describe(node: PlanNode, depth: number, lines: string[], seqScans: stri
   const target = [node['Index Name'] ? `using ${node['Index Name']}` : '', node['Relation Name'] ? `on ${node['Relation Name']}` : ''].filter(Boolean).join(' ');
   const removed = node['Rows Removed by Filter'] ? `, ${node['Rows Removed by Filter']} removed by filter` : '';
   const loops = node['Actual Loops'] > 1 ? ` x${node['Actual Loops']} loops` : '';
-  lines.push(`${'  '.repeat(depth)}${node['Node Type']}${target ? ` ${target}` : ''} (rows ${node['Actual Rows']}${loops}${removed})`);
+  const subplan = node['Parent Relationship'] === 'SubPlan' ? 'subquery: ' : '';
+  lines.push(`${'  '.repeat(depth)}${subplan}${node['Node Type']}${target ? ` ${target}` : ''} (rows ${node['Actual Rows']}${loops}${removed})`);
   if (node['Node Type'] === 'Seq Scan' && node['Relation Name'] && BIG_TABLES.has(node['Relation Name'])) seqScans.push(node['Relation Name']);
   for (const child of node.Plans ?? []) describe(child, depth + 1, lines, seqScans);
 }

@@ -45,6 +45,7 @@ export interface RunInfo {
   warmupSeconds: number;
   durationSeconds: number;
   logLevel: string;
+  preparedStatements: boolean;
   seeded: string;
   elapsedSeconds: number;
 }
@@ -63,7 +64,7 @@ function slowdown(results: ScenarioResult[], row: ScenarioResult): number | null
   return small ? small.api.rps / row.api.rps : null;
 }
 
-const HEADER = ['scenario', 'deployments', 'req/s', 'p50 ms', 'p99 ms', 'SQL/req', 'of bare', 'of raw SQL', 'large vs small'];
+const HEADER = ['scenario', 'deployments', 'req/s', 'p50 ms', 'p99 ms', 'SQL/req', 'of bare', 'of raw SQL', 'small/large req/s'];
 
 function rowCells(results: ScenarioResult[], r: ScenarioResult): string[] {
   const s = slowdown(results, r);
@@ -76,7 +77,7 @@ function rowCells(results: ScenarioResult[], r: ScenarioResult): string[] {
     String(r.statements),
     pct(r.api.rps / r.bare.rps),
     pct(r.api.rps / r.sql.rps) + flag(r.sql),
-    s === null ? '' : `${times(s)} slower`,
+    s === null ? '' : times(s),
   ];
 }
 
@@ -167,7 +168,7 @@ export function markdownReport(results: ScenarioResult[], info: RunInfo): string
   return [
     `Run of ${info.date}: ${info.machine}; Node ${info.node}; ${info.database}.`,
     `Sizes ${info.sizes.map(int).join(' and ')} deployments in the measured workspace; ${info.seeded}.`,
-    `${info.connections} connections; ${info.warmupSeconds} s warm-up and ${info.durationSeconds} s measured per run; service log level \`${info.logLevel}\`. The whole run took ${Math.round(info.elapsedSeconds)} s.`,
+    `${info.connections} connections; ${info.warmupSeconds} s warm-up and ${info.durationSeconds} s measured per run; service log level \`${info.logLevel}\`${info.preparedStatements ? '; **experiment: named prepared statements**' : ''}. The whole run took ${Math.round(info.elapsedSeconds)} s.`,
     '',
     markdownTable(HEADER, results.map((r) => rowCells(results, r))),
     '',
@@ -190,14 +191,12 @@ export function markdownReport(results: ScenarioResult[], info: RunInfo): string
   ].join('\n');
 }
 
-export const DOCS_START = '<!-- bench-results:start -->';
-export const DOCS_END = '<!-- bench-results:end -->';
-
-/** Replaces the text between the markers of `file` with `section`. */
-export async function writeResultsSection(file: string, section: string): Promise<void> {
+/** Replaces the text between `<!-- NAME:start -->` and `<!-- NAME:end -->` in `file` with `section`. */
+export async function writeResultsSection(file: string, name: string, section: string): Promise<void> {
+  const [startMark, endMark] = [`<!-- ${name}:start -->`, `<!-- ${name}:end -->`];
   const text = await fs.readFile(file, 'utf8');
-  const start = text.indexOf(DOCS_START);
-  const end = text.indexOf(DOCS_END);
-  if (start < 0 || end < start) throw new Error(`${file} has no ${DOCS_START} ... ${DOCS_END} section to replace`);
-  await fs.writeFile(file, `${text.slice(0, start + DOCS_START.length)}\n${section}\n${text.slice(end)}`);
+  const start = text.indexOf(startMark);
+  const end = text.indexOf(endMark);
+  if (start < 0 || end < start) throw new Error(`${file} has no ${startMark} ... ${endMark} section to replace`);
+  await fs.writeFile(file, `${text.slice(0, start + startMark.length)}\n${section}\n${text.slice(end)}`);
 }

@@ -27,7 +27,7 @@ import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts'
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
 import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
 import { explainStatements } from './query-plans.ts';
-import { markdownReport, otherShare, terminalReport, writeResultsSection, type ScenarioResult } from './report.ts';
+import { markdownReport, otherShare, terminalReport, writeResultsSection, type PlanSummary, type ScenarioResult } from './report.ts';
 import { scenariosFor, type Scenario } from './scenarios.ts';
 import { seed, type MeasuredWorkspace } from './seed.ts';
 
@@ -126,7 +126,22 @@ async function timed(ctx: Context, job: LoadJob): Promise<{ result: LoadResult; 
   return { result, cpu: cpuBetween(before, await sampleCpu(ctx.load.pid), result.allRequests) };
 }
 
-async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<ScenarioResult> {
+interface Timing {
+  warmupSeconds: number;
+  durationSeconds: number;
+}
+
+/** A scenario ready to run: its recorded request, and the three load jobs built from it. */
+interface PreparedScenario {
+  statements: number;
+  plan: PlanSummary | null;
+  api: HttpJob;
+  bare: HttpJob;
+  /** Built after the API run: a patch's replay starts from the latest revisions the API run left. */
+  sql(): Promise<SqlJob>;
+}
+
+async function prepare(ctx: Context, ws: MeasuredWorkspace, s: Scenario, timing: Timing): Promise<PreparedScenario> {
   const { options } = ctx;
   const slot = s.slots[0];
   // A first request warms the key cache and the plan; the second is the one recorded.
@@ -136,11 +151,10 @@ async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promis
   const stop = ctx.service.capture();
   const answer = await call(ctx, ws, s, slot, unique);
   const statements = stop();
-  const plan = s.kind === 'read' ? await explainStatements(ctx.service.pool, statements) : null;
   const bareKey = `${s.key}-${ws.size}`;
   ctx.bare.responses.set(bareKey, { status: answer.status, body: answer.bytes });
 
-  const common = { connections: options.connections, warmupSeconds: options.warmupSeconds, durationSeconds: options.durationSeconds, maxRequests: options.maxRequests };
+  const common = { connections: options.connections, maxRequests: options.maxRequests, ...timing };
   const http = (origin: string, pathTemplate: string, slots: string[]): HttpJob => ({
     kind: 'http',
     origin,
@@ -153,35 +167,56 @@ async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promis
     expectStatus: s.expectStatus,
     ...common,
   });
-  const api = await timed(ctx, http(ctx.service.origin, s.path, s.slots));
-
   const createdIds = s.createdIds(answer.json);
-  const sqlJob: SqlJob = {
-    kind: 'sql',
-    databaseUrl: ctx.databaseUrl,
-    // The service's own pool size, and the same number of concurrent clients as HTTP connections.
-    poolSize: ctx.service.pool.options.max ?? 10,
-    concurrency: options.connections,
-    statements,
-    rotate: slot !== undefined ? [{ placeholder: slot, values: s.slots }] : [],
-    fresh: [...createdIds.map((id) => ({ placeholder: id, prefix: null })), ...(s.body?.includes('{unique}') ? [{ placeholder: unique, prefix: `s${hex()}-` }] : [])],
-    carry: carried !== null ? { placeholder: carried, values: await latestRevisions(ctx.service.pool, s.slots), becomes: createdIds[0]! } : null,
-    ...common,
+  return {
+    statements: statements.length,
+    plan: s.kind === 'read' ? await explainStatements(ctx.service.pool, statements) : null,
+    api: http(ctx.service.origin, s.path, s.slots),
+    bare: http(ctx.bare.origin, `/bare/${bareKey}`, []),
+    sql: async () => ({
+      kind: 'sql',
+      databaseUrl: ctx.databaseUrl,
+      // The service's own pool size, and the same number of concurrent clients as HTTP connections.
+      poolSize: ctx.service.pool.options.max ?? 10,
+      concurrency: options.connections,
+      prepared: options.preparedStatements,
+      statements,
+      rotate: slot !== undefined ? [{ placeholder: slot, values: s.slots }] : [],
+      fresh: [...createdIds.map((id) => ({ placeholder: id, prefix: null })), ...(s.body?.includes('{unique}') ? [{ placeholder: unique, prefix: `s${hex()}-` }] : [])],
+      carry: carried !== null ? { placeholder: carried, values: await latestRevisions(ctx.service.pool, s.slots), becomes: createdIds[0]! } : null,
+      ...common,
+    }),
   };
-  const sql = await timed(ctx, sqlJob);
-  const bare = await timed(ctx, http(ctx.bare.origin, `/bare/${bareKey}`, []));
+}
+
+async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<ScenarioResult> {
+  const prepared = await prepare(ctx, ws, s, ctx.options);
+  const api = await timed(ctx, prepared.api);
+  const sql = await timed(ctx, await prepared.sql());
+  const bare = await timed(ctx, prepared.bare);
   return {
     key: s.key,
     title: s.title,
     kind: s.kind,
     size: ws.size,
-    statements: statements.length,
+    statements: prepared.statements,
     api: api.result,
     sql: sql.result,
     bare: bare.result,
-    plan,
+    plan: prepared.plan,
     cpu: { api: api.cpu, sql: sql.cpu, bare: bare.cpu },
   };
+}
+
+/**
+ * Before the first measured run: a few seconds of the first read scenario through all three paths,
+ * so that no measured run pays for compiling code (the service's, autocannon's, pg's) or for cold caches.
+ */
+async function warmUp(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<void> {
+  const prepared = await prepare(ctx, ws, s, { warmupSeconds: 0, durationSeconds: Math.max(2, ctx.options.warmupSeconds * 3) });
+  await ctx.load.run(prepared.api);
+  await ctx.load.run(await prepared.sql());
+  await ctx.load.run(prepared.bare);
 }
 
 function progressLine(r: ScenarioResult): string {
@@ -221,7 +256,8 @@ async function main(): Promise<number> {
     const database = await openBenchDatabase(loadConfig().databaseUrl ?? undefined, logger);
     cleanups.push(() => database.close());
     say(`database: ${database.description}`);
-    const service = await startService(database.url, options.logLevel);
+    if (options.preparedStatements) say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
+    const service = await startService(database.url, options.logLevel, options.preparedStatements);
     cleanups.push(() => service.close());
     const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) => say(`  ${line}`));
     const seeded = `${fixture.totals.workspaces} workspaces holding ${fixture.totals.deployments.toLocaleString('en-US')} deployments, ${fixture.totals.revisions.toLocaleString('en-US')} revisions and ${fixture.totals.events.toLocaleString('en-US')} events`;
@@ -232,10 +268,12 @@ async function main(): Promise<number> {
     cleanups.push(() => load.stop());
     const ctx: Context = { options, service, bare, load, databaseUrl: database.url };
 
-    const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key.includes(o));
+    const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key === o || s.key.startsWith(`${o}-`));
     const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));
     const runs = plan.reduce((n, p) => n + p.scenarios.length * 3, 0);
     say(`measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`);
+    const first = plan[0];
+    if (first !== undefined && first.scenarios[0] !== undefined) await warmUp(ctx, first.ws, first.scenarios[0]);
     const results: ScenarioResult[] = [];
     for (const { ws, scenarios } of plan) {
       for (const s of scenarios) {
@@ -261,10 +299,11 @@ async function main(): Promise<number> {
         warmupSeconds: options.warmupSeconds,
         durationSeconds: options.durationSeconds,
         logLevel: options.logLevel,
+        preparedStatements: options.preparedStatements,
         seeded,
         elapsedSeconds: (Date.now() - started) / 1000,
       });
-      await writeResultsSection(DOCS_FILE, section);
+      await writeResultsSection(DOCS_FILE, options.preparedStatements ? 'bench-results-prepared' : 'bench-results', section);
       say(`\nwrote the results into ${path.relative(process.cwd(), DOCS_FILE)}`);
     }
     say(`\ndone in ${((Date.now() - started) / 1000).toFixed(0)} s`);

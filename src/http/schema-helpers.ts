@@ -67,3 +67,13 @@ export function ListEnvelope<T extends TSchema>(item: T, description: string) {
     { description },
   );
 }
+
+/** The page a list request asks for (schema defaults apply; these cover a schema without them). */
+export function pageOf(query: { limit?: number; offset?: number }, defaultLimit = 20): { limit: number; offset: number } {
+  return { limit: query.limit ?? defaultLimit, offset: query.offset ?? 0 };
+}
+
+/** The list envelope: `offset` is what to pass for the next page. */
+export function envelope<T>(resources: T[], offset: number): { resources: T[]; offset: number } {
+  return { resources, offset: offset + resources.length };
+}

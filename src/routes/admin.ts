@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { displayPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { AppError, notFound } from '../errors.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 import { createApiKey, createWorkspace, listApiKeys, listWorkspaces, revokeApiKey, workspaceInOrganization } from '../store/tenancy.ts';
@@ -57,10 +57,9 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
     { config: admin, schema: { tags: ['admin'], summary: 'List the organization\'s workspaces', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Workspace, 'A page of workspaces.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       requireOrganizationKey(request.caller);
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listWorkspaces(db, request.caller.organizationId, limit, offset);
-      return { resources: rows.map((w) => ({ ...w, created_at: w.created_at.toISOString() })), offset: offset + rows.length };
+      return envelope(rows.map((w) => ({ ...w, created_at: w.created_at.toISOString() })), offset);
     },
   );
 
@@ -95,10 +94,9 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
     '/v2/api-keys',
     { config: admin, schema: { tags: ['admin'], summary: 'List API keys', description: 'Never the keys themselves.', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(ApiKey, 'A page of API keys.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listApiKeys(db, { organizationId: request.caller.organizationId, workspaceId: request.caller.keyWorkspaceId }, limit, offset);
-      return { resources: rows.map(keyResponse), offset: offset + rows.length };
+      return envelope(rows.map(keyResponse), offset);
     },
   );
 

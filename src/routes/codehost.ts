@@ -8,7 +8,7 @@ import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
 import type { Config } from '../config.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import type { CodehostIntegrationRow, Database } from '../store/schema.ts';
@@ -125,10 +125,9 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     BASE,
     { schema: { tags: ['codehost'], summary: 'List code-host integrations', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Integration, 'A page of integrations, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await integrations.list(workspaceOf(request), limit, offset);
-      return { resources: rows.map(integrationResponse), offset: offset + rows.length };
+      return envelope(rows.map(integrationResponse), offset);
     },
   );
 
@@ -194,10 +193,9 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     },
     async (request) => {
       const integration = await integrations.get(workspaceOf(request), request.params.integration_id);
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listDeliveries(db, integration.id, limit, offset);
-      return { resources: rows.map(deliveryResponse), offset: offset + rows.length };
+      return envelope(rows.map(deliveryResponse), offset);
     },
   );
 

@@ -5,7 +5,7 @@ import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES, type DeploymentStatus, type RevisionStatus } from '../domain/states.ts';
 import { notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import { listDeployments } from '../store/deployments.ts';
 import { getRevision, listRevisions } from '../store/revisions.ts';
@@ -75,8 +75,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     },
     async (request) => {
       const q = request.query;
-      const limit = q.limit ?? 20;
-      const offset = q.offset ?? 0;
+      const { limit, offset } = pageOf(q);
       const rows = await listDeployments(
         db,
         workspaceOf(request),
@@ -93,7 +92,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         limit,
         offset,
       );
-      return { resources: rows.map(deploymentResponse), offset: offset + rows.length };
+      return envelope(rows.map(deploymentResponse), offset);
     },
   );
 
@@ -155,14 +154,13 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     async (request) => {
       const workspaceId = workspaceOf(request);
       const { deployment_id: deploymentId } = request.params;
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
       const rows = await listRevisions(db, workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, limit, offset);
       // Revisions found prove the deployment is the caller's (they are read joined to it, in the
       // workspace); only an empty page needs the lookup that tells "none" from 404. One query, not two.
       if (rows.length === 0) await deployments.get(workspaceId, deploymentId);
-      return { resources: rows.map(revisionResponse), offset: offset + rows.length };
+      return envelope(rows.map(revisionResponse), offset);
     },
   );
 

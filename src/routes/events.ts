@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import { listEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
@@ -35,13 +35,9 @@ export const eventRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; depl
     async (request) => {
       const workspaceId = workspaceOf(request);
       await deployments.get(workspaceId, request.params.deployment_id);
-      const limit = request.query.limit ?? 100;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query, 100);
       const rows = await listEvents(db, workspaceId, request.params.deployment_id, limit, offset);
-      return {
-        resources: rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })),
-        offset: offset + rows.length,
-      };
+      return envelope(rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })), offset);
     },
   );
 };

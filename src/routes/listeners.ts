@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { recordEvents } from '../store/events.ts';
 import { deleteListener, deploymentsUsingListener, getListener, insertListener, listListeners, lockListener, updateListener } from '../store/listeners.ts';
 import type { Database, ListenerRow } from '../store/schema.ts';
@@ -89,10 +89,9 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
     '/v2/listeners',
     { schema: { tags: ['listeners'], summary: 'List listeners', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Listener, 'A page of listeners, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listListeners(db, workspaceOf(request), limit, offset);
-      return { resources: rows.map(listenerResponse), offset: offset + rows.length };
+      return envelope(rows.map(listenerResponse), offset);
     },
   );
 

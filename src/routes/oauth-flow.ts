@@ -6,7 +6,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type, type Static } from 'typebox';
 import { notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { MAX_WAIT_SECONDS, type AuthenticateResult, type OAuthFlowService, type WaitResult } from '../service/oauth-flow.ts';
 import type { OAuthTokenService } from '../service/oauth-tokens.ts';
 import { getToken, listTokens, type TokenView } from '../store/oauth-tokens.ts';
@@ -148,10 +148,9 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlo
     '/v2/auth/tokens',
     { schema: { tags, summary: "List the workspace's OAuth tokens (never their values)", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listTokens(db, workspaceOf(request), limit, offset);
-      return { resources: rows.map(tokenResponse), offset: offset + rows.length };
+      return envelope(rows.map(tokenResponse), offset);
     },
   );
 

@@ -7,7 +7,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { CODE_CHALLENGE_METHODS, TOKEN_ENDPOINT_AUTH_METHODS } from '../oauth/oauth-provider-config.ts';
 import type { OAuthProviderService, ProviderActor } from '../service/oauth-providers.ts';
 import type { OAuthProviderRow } from '../store/schema.ts';
@@ -123,10 +123,9 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
     '/v2/auth/providers',
     { schema: { tags, summary: "List the organization's OAuth providers", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthProvider, 'A page of providers, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await providers.list(request.caller.organizationId, limit, offset);
-      return { resources: rows.map(providerResponse), offset: offset + rows.length };
+      return envelope(rows.map(providerResponse), offset);
     },
   );
 

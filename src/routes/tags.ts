@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import type { Database } from '../store/schema.ts';
 import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getTagKey, insertTagKey, insertTagValue, listTagKeys, listTagValues, replaceDeploymentTags } from '../store/tags.ts';
@@ -34,10 +34,9 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/tags/keys',
     { schema: { tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listTagKeys(db, workspaceOf(request), limit, offset);
-      return { resources: rows.map(keyResponse), offset: offset + rows.length };
+      return envelope(rows.map(keyResponse), offset);
     },
   );
 

@@ -3,7 +3,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, PageQuery, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { Database } from '../store/schema.ts';
 import { listTracingProjects } from '../store/tracing-projects.ts';
 
@@ -14,10 +14,9 @@ export const tracingProjectRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Databa
     '/v2/tracing-projects',
     { schema: { tags: ['tracing'], summary: 'List tracing projects', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TracingProject, 'A page of tracing projects.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
-      const limit = request.query.limit ?? 20;
-      const offset = request.query.offset ?? 0;
+      const { limit, offset } = pageOf(request.query);
       const rows = await listTracingProjects(db, workspaceOf(request), limit, offset);
-      return { resources: rows.map((p) => ({ id: p.id, name: p.name, tenant_id: p.workspace_id, created_at: p.created_at.toISOString() })), offset: offset + rows.length };
+      return envelope(rows.map((p) => ({ id: p.id, name: p.name, tenant_id: p.workspace_id, created_at: p.created_at.toISOString() })), offset);
     },
   );
 };
