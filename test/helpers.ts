@@ -14,6 +14,7 @@ import { bootstrap } from '../src/bootstrap.ts';
 import { loadConfig, type Config } from '../src/config.ts';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { connect } from '../src/db/database.ts';
+import { databaseUrl, withClient } from '../src/db/scratch-server.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 
@@ -31,14 +32,8 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: testEnvironment().adminUrl });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
+function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  return withClient(testEnvironment().adminUrl, fn);
 }
 
 /** A fresh database with every migration applied, cloned from the template. */
@@ -46,11 +41,10 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   const { adminUrl, template } = testEnvironment();
   const name = `${template}_${randomBytes(4).toString('hex')}`;
   await admin((c) => c.query(`create database ${name} template ${template}`));
-  const url = new URL(adminUrl);
-  url.pathname = `/${name}`;
-  const { db, pool } = connect(url.toString(), 10);
+  const url = databaseUrl(adminUrl, name);
+  const { db, pool } = connect(url, 10);
   return {
-    url: url.toString(),
+    url,
     db,
     pool,
     async drop() {

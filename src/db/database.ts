@@ -10,6 +10,7 @@ import type { Config } from '../config.ts';
 import type { Database as Schema } from '../store/schema.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded-postgres.ts';
 import { migrate } from './migrate.ts';
+import { databaseUrl, withClient } from './scratch-server.ts';
 
 export interface OpenDatabase {
   db: Kysely<Schema>;
@@ -30,14 +31,10 @@ export function connect(connectionString: string, max = 20): { db: Kysely<Schema
 const EMBEDDED_DATABASE = 'slipway';
 
 async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl });
-  await client.connect();
-  try {
+  await withClient(adminUrl, async (client) => {
     const found = await client.query('select 1 from pg_database where datname = $1', [name]);
     if (found.rowCount === 0) await client.query(`create database ${client.escapeIdentifier(name)}`);
-  } finally {
-    await client.end();
-  }
+  });
 }
 
 export async function openDatabase(config: Config, logger: Logger): Promise<OpenDatabase> {
@@ -51,9 +48,7 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Open
       await embedded.stop();
       throw error;
     }
-    const target = new URL(embedded.url);
-    target.pathname = `/${EMBEDDED_DATABASE}`;
-    url = target.toString();
+    url = databaseUrl(embedded.url, EMBEDDED_DATABASE);
   }
   const { db, pool } = connect(url);
   try {
