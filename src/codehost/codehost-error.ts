@@ -5,7 +5,7 @@
  *   unknown installation, an unusable private key). The user must fix the integration.
  * - `rate_limited`: the host asks us to slow down; `retryAfterSeconds` is set when the host said when.
  * - `unavailable`: the host is down, answered 5xx, or could not be reached at all. Retrying later may work.
- * - `unexpected`: any other answer we do not understand (a 422, a malformed body).
+ * - `unexpected`: every other answer we do not understand (a 422, a malformed body).
  *
  * Messages are written here, never copied whole from a thrown error, because the rule of issue 5 is that
  * tokens and private keys appear in no message; the host's own short message is kept (redacted) since it

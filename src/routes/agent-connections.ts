@@ -38,7 +38,7 @@ const AgentCredential = Type.Object({
   id: Uuid(),
   deployment_id: Uuid(),
   name: Type.String(),
-  agent_ids: Nullable(Type.Array(Type.String(), { description: 'The agents it may fetch tokens for; null: any agent of the workspace.' })),
+  agent_ids: Nullable(Type.Array(Type.String(), { description: 'The agents it may fetch tokens for; null means every agent of the workspace.' })),
   credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
   created_by: Type.String(),
   created_at: DateTime(),
