@@ -4,7 +4,7 @@
  */
 import { assertDeploymentTransition, assertRevisionTransition, type DeploymentStatus, type RevisionStatus } from '../domain/states.ts';
 import { updateDeployment } from '../store/deployments.ts';
-import { recordEvents } from '../store/events.ts';
+import { recordEvents, type EventInput } from '../store/events.ts';
 import { setRevisionStatus } from '../store/revisions.ts';
 import type { Db } from '../store/schema.ts';
 
@@ -46,4 +46,19 @@ export async function transitionDeployment(db: Db, deployment: { id: string; wor
   await recordEvents(db, [
     { workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.status_changed', fromStatus: from, toStatus: to, data },
   ]);
+}
+
+/**
+ * A new revision is stored as CREATING and queued in the same transaction, so it is inserted QUEUED
+ * with both steps as events (one statement for both, written by the caller with its other events).
+ */
+export const NEW_REVISION_STATUS: RevisionStatus = 'QUEUED';
+
+export function newRevisionEvents(revision: Omit<RevisionRef, 'status'>, cause: Record<string, unknown>): EventInput[] {
+  assertRevisionTransition('CREATING', NEW_REVISION_STATUS);
+  const subject = { workspaceId: revision.workspace_id, subjectType: 'revision' as const, subjectId: revision.id, deploymentId: revision.deployment_id };
+  return [
+    { ...subject, type: 'revision.created', toStatus: 'CREATING', data: cause },
+    { ...subject, type: 'revision.status_changed', fromStatus: 'CREATING', toStatus: NEW_REVISION_STATUS },
+  ];
 }

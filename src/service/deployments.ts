@@ -10,10 +10,10 @@ import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput,
 import { imageVersionOf, type Source, type SourceConfig, type SourceRevisionConfig, type DeploymentType } from '../domain/sources.ts';
 import { SUPERSEDABLE_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
+import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import { deleteDeploymentRow, getDeployment, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
-import { recordEvents } from '../store/events.ts';
+import { recordEvents, type EventInput } from '../store/events.ts';
 import { shareLockListener } from '../store/listeners.ts';
 import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { CodehostIntegrationRow, Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
@@ -104,7 +104,11 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     }
   }
 
-  /** Stores a revision: CREATING, then QUEUED, superseding older queued revisions (SKIPPED). */
+  /**
+   * Stores a revision: born CREATING and queued at once (newRevisionEvents), superseding older queued
+   * revisions (SKIPPED). The first revision of a new deployment has nothing to supersede, and its
+   * deployment row already names it, so `first` skips those two steps.
+   */
   async function addRevision(
     tx: Db,
     deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
@@ -112,16 +116,18 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     secrets: StoredSecret[],
     snapshot: Record<string, unknown>,
     cause: Record<string, unknown>,
+    first: { id: string; events: EventInput[] } | null = null,
   ): Promise<string> {
-    const id = randomUUID();
-    await insertRevision(tx, { id, deploymentId: deployment.id, workspaceId: deployment.workspace_id, status: 'CREATING', source: revision.source, config: revision.config, snapshot, secrets });
-    await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'revision', subjectId: id, deploymentId: deployment.id, type: 'revision.created', toStatus: 'CREATING', data: cause }]);
-    const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES, id);
-    for (const older of superseded) {
-      await transitionRevision(tx, older, 'SKIPPED', { reason: 'superseded', message: `Superseded by revision ${id} before it started.` });
+    const id = first?.id ?? randomUUID();
+    if (!first) {
+      const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES, id);
+      for (const older of superseded) {
+        await transitionRevision(tx, older, 'SKIPPED', { reason: 'superseded', message: `Superseded by revision ${id} before it started.` });
+      }
     }
-    await transitionRevision(tx, { id, workspace_id: deployment.workspace_id, deployment_id: deployment.id, status: 'CREATING' }, 'QUEUED');
-    await updateDeployment(tx, deployment.id, { latestRevisionId: id, imageVersion: imageVersionOf(revision.config) });
+    await insertRevision(tx, { id, deploymentId: deployment.id, workspaceId: deployment.workspace_id, status: NEW_REVISION_STATUS, source: revision.source, config: revision.config, snapshot, secrets });
+    await recordEvents(tx, [...(first?.events ?? []), ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause)]);
+    if (!first) await updateDeployment(tx, deployment.id, { latestRevisionId: id, imageVersion: imageVersionOf(revision.config) });
     return id;
   }
 
@@ -149,6 +155,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
       const secrets = mergeSecrets([], input.secrets ?? []).secrets;
       const secretReferences = input.secret_references ?? null;
       const id = randomUUID();
+      const revisionId = plan.revision ? randomUUID() : null;
       await checkRepository(workspaceId, plan.sourceConfig);
       await db.transaction().execute(async (tx) => {
         const sourceConfig = await checkListener(tx, workspaceId, plan.sourceConfig);
@@ -168,11 +175,16 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           secrets: sealed,
           secretReferences,
           tracingProjectId,
+          latestRevisionId: revisionId,
+          imageVersion: imageVersionOf(plan.revision?.config ?? null),
         });
         if (!inserted) throw new AppError('conflict', `A deployment named '${input.name}' already exists.`);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.created', toStatus: 'AWAITING_DATABASE', data: { source: input.source, tracing_project_id: tracingProjectId } }]);
-        if (plan.revision) {
-          await addRevision(tx, { id, workspace_id: workspaceId }, plan.revision, sealed, snapshotOf(sourceConfig, secretReferences), { cause: 'create' });
+        const created: EventInput = { workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.created', toStatus: 'AWAITING_DATABASE', data: { source: input.source, tracing_project_id: tracingProjectId } };
+        if (plan.revision && revisionId) {
+          // The row already names revision 1 (the foreign key is checked at commit).
+          await addRevision(tx, { id, workspace_id: workspaceId }, plan.revision, sealed, snapshotOf(sourceConfig, secretReferences), { cause: 'create' }, { id: revisionId, events: [created] });
+        } else {
+          await recordEvents(tx, [created]);
         }
       });
       return read(workspaceId, id);

@@ -111,6 +111,8 @@ export interface NewDeployment {
   secrets: StoredSecret[];
   secretReferences: SecretReference[] | null;
   tracingProjectId: string;
+  latestRevisionId: string | null;
+  imageVersion: string | null;
 }
 
 /** Inserts unless the name is taken in the workspace; null means taken (a unique constraint decides). */
@@ -129,6 +131,8 @@ export async function insertDeployment(db: Db, d: NewDeployment): Promise<boolea
       secrets: json(d.secrets),
       secret_references: json(d.secretReferences),
       tracing_project_id: d.tracingProjectId,
+      latest_revision_id: d.latestRevisionId,
+      image_version: d.imageVersion,
     })
     .onConflict((oc) => oc.columns(['workspace_id', 'name']).doNothing())
     .returning('id')
