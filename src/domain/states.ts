@@ -76,6 +76,9 @@ export const isFinalRevisionStatus = (status: RevisionStatus): boolean => REVISI
 export const isFailedRevisionStatus = (status: RevisionStatus): boolean =>
   status === 'CREATE_FAILED' || status === 'BUILD_FAILED' || status === 'DEPLOY_FAILED';
 
+/** Every non-final status: what a deleted deployment's revisions are interrupted from. */
+export const UNFINISHED_REVISION_STATUSES: readonly RevisionStatus[] = REVISION_STATUSES.filter((status) => !isFinalRevisionStatus(status));
+
 /** Statuses that a newer queued revision supersedes (it has not started yet). */
 export const SUPERSEDABLE_REVISION_STATUSES: readonly RevisionStatus[] = ['QUEUED'];
 

@@ -5,7 +5,7 @@ import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
-import { listEvents } from '../store/events.ts';
+import { listDeploymentEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 
 const Event = Type.Object({
@@ -36,7 +36,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; depl
       const workspaceId = workspaceOf(request);
       await deployments.get(workspaceId, request.params.deployment_id);
       const { limit, offset } = pageOf(request.query, 100);
-      const rows = await listEvents(db, workspaceId, request.params.deployment_id, limit, offset);
+      const rows = await listDeploymentEvents(db, workspaceId, request.params.deployment_id, limit, offset);
       return envelope(rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })), offset);
     },
   );

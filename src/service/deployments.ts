@@ -8,7 +8,7 @@ import type { RepositoryUrlCheck } from '../codehost/github-client.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput, type PlannedRevision, type Secret, type SecretReference } from '../domain/deployment-plan.ts';
 import { imageVersionOf, type Source, type SourceConfig, type SourceRevisionConfig, type DeploymentType } from '../domain/sources.ts';
-import { SUPERSEDABLE_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import { SUPERSEDABLE_REVISION_STATUSES, UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
@@ -120,7 +120,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
   ): Promise<string> {
     const id = first?.id ?? randomUUID();
     if (!first) {
-      const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES, id);
+      const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES);
       for (const older of superseded) {
         await transitionRevision(tx, older, 'SKIPPED', { reason: 'superseded', message: `Superseded by revision ${id} before it started.` });
       }
@@ -248,7 +248,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
       await db.transaction().execute(async (tx) => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
-        const unfinished = await lockRevisionsInStatus(tx, id, ['CREATING', 'QUEUED', 'AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'], '00000000-0000-0000-0000-000000000000');
+        const unfinished = await lockRevisionsInStatus(tx, id, UNFINISHED_REVISION_STATUSES);
         for (const revision of unfinished) {
           await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'deployment_deleted', message: 'The deployment was deleted.' });
         }

@@ -31,12 +31,13 @@ export async function recordEvents(db: Db, events: EventInput[]): Promise<void> 
     .execute();
 }
 
-export async function listEvents(db: Db, workspaceId: string, subjectId: string, limit: number, offset: number) {
+/** A deployment's events and its revisions' (each carries deployment_id), oldest first. */
+export async function listDeploymentEvents(db: Db, workspaceId: string, deploymentId: string, limit: number, offset: number) {
   return db
     .selectFrom('events')
     .select(['id', 'subject_type', 'subject_id', 'deployment_id', 'type', 'from_status', 'to_status', 'data', 'created_at'])
     .where('workspace_id', '=', workspaceId)
-    .where((eb) => eb.or([eb('subject_id', '=', subjectId), eb('deployment_id', '=', subjectId)]))
+    .where('deployment_id', '=', deploymentId)
     .orderBy('id')
     .limit(limit)
     .offset(offset)

@@ -64,13 +64,12 @@ export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
 }
 
 /** Revisions of a deployment in the given statuses, locked for a transition. */
-export async function lockRevisionsInStatus(db: Db, deploymentId: string, statuses: readonly RevisionStatus[], exceptId: string) {
+export async function lockRevisionsInStatus(db: Db, deploymentId: string, statuses: readonly RevisionStatus[]) {
   return db
     .selectFrom('revisions')
     .select(['id', 'status', 'workspace_id', 'deployment_id'])
     .where('deployment_id', '=', deploymentId)
     .where('status', 'in', statuses)
-    .where('id', '!=', exceptId)
     .forUpdate()
     .execute();
 }
