@@ -117,6 +117,9 @@ export interface DeploymentTable {
   tracing_project_id: string;
   latest_revision_id: string | null;
   active_revision_id: string | null;
+  /** The local data plane's runner serving the active revision, and until when its lease holds. */
+  runner_owner: ColumnType<string | null, string | null | undefined, string | null>;
+  runner_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }
@@ -134,8 +137,37 @@ export interface RevisionTable {
   failure_reason: string | null;
   failure_message: string | null;
   status_changed_at: UpdatedAt;
+  /** The worker holding the revision's current step, and until when (src/pipeline/revision-leases.ts). */
+  lease_owner: ColumnType<string | null, string | null | undefined, string | null>;
+  lease_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  attempts: ColumnType<number, number | undefined, number>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
+}
+
+/** What the local data plane made for a deployment: its database and role, and its agent credential. */
+export interface DeploymentRuntimeTable {
+  deployment_id: string;
+  workspace_id: string;
+  database_name: string | null;
+  role_name: string | null;
+  database_password_sealed: string | null;
+  agent_credential_id: string | null;
+  agent_credential_sealed: string | null;
+  created_at: CreatedAt;
+}
+
+export type RevisionLogType = 'build' | 'deploy';
+export type RevisionLogStream = 'stdout' | 'stderr' | 'system';
+
+/** One line of a revision's build output (`build`) or of its app's stdout/stderr (`deploy`). */
+export interface RevisionLogTable {
+  id: Generated<string>;
+  revision_id: string;
+  type: RevisionLogType;
+  stream: RevisionLogStream;
+  line: string;
+  logged_at: ColumnType<Date, Date | undefined, never>;
 }
 
 export interface EventTable {
@@ -273,6 +305,8 @@ export interface Database {
   source_uploads: SourceUploadTable;
   deployments: DeploymentTable;
   revisions: RevisionTable;
+  deployment_runtimes: DeploymentRuntimeTable;
+  revision_logs: RevisionLogTable;
   events: EventTable;
   tag_keys: TagKeyTable;
   tag_values: TagValueTable;
@@ -289,6 +323,8 @@ export type Db = Kysely<Database> | Transaction<Database>;
 
 export type DeploymentRow = Selectable<DeploymentTable>;
 export type RevisionRow = Selectable<RevisionTable>;
+export type DeploymentRuntimeRow = Selectable<DeploymentRuntimeTable>;
+export type RevisionLogRow = Selectable<RevisionLogTable>;
 export type ListenerRow = Selectable<ListenerTable>;
 export type CodehostIntegrationRow = Selectable<CodehostIntegrationTable>;
 export type WebhookDeliveryRow = Selectable<CodehostWebhookDeliveryTable>;
