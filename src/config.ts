@@ -30,7 +30,24 @@ export interface Config {
   readonly allowInsecureCodehost: boolean;
   /** Address under which users and browsers reach this service (OAuth redirects, webhooks). */
   readonly publicUrl: string;
+  /** What this process does: serve the API, run the worker (the local data plane), or both. */
+  readonly roles: readonly Role[];
+  /** Revisions the worker builds or starts at once. */
+  readonly workerConcurrency: number;
+  /** Apps are reached at `<slug>.<appsDomain>` on the service's port (and at `/apps/<slug>/`). */
+  readonly appsDomain: string;
+  /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
+  readonly sandbox: SandboxMode;
+  /** How long a new revision's health path has to answer 2xx before DEPLOY_FAILED. */
+  readonly healthTimeoutMs: number;
+  /** How long old instances get to finish their requests after a switch (and after SIGTERM). */
+  readonly drainTimeoutMs: number;
+  /** Lines of log kept per revision and type (build output stops there; app output keeps the newest). */
+  readonly logMaxLines: number;
 }
+
+export type Role = 'api' | 'worker';
+export type SandboxMode = 'auto' | 'bwrap' | 'none';
 
 export class ConfigError extends Error {
   constructor(
@@ -122,6 +139,37 @@ function publicUrl(env: Env, host: string, port: number): string {
   return raw.replace(/\/+$/, '');
 }
 
+const ROLES: readonly Role[] = ['api', 'worker'];
+
+function roles(env: Env): readonly Role[] {
+  const raw = text(env, 'SLIPWAY_ROLES');
+  if (raw === null) return ['api', 'worker'];
+  const asked = raw.split(',').map((r) => r.trim().toLowerCase()).filter((r) => r !== '');
+  for (const role of asked) {
+    if (!ROLES.includes(role as Role)) throw new ConfigError('SLIPWAY_ROLES', `unknown role '${role}'; use api, worker or both (api,worker)`);
+  }
+  if (asked.length === 0) throw new ConfigError('SLIPWAY_ROLES', 'names no role; use api, worker or both (api,worker)');
+  return [...new Set(asked as Role[])];
+}
+
+function appsDomain(env: Env): string {
+  const raw = text(env, 'SLIPWAY_APPS_DOMAIN');
+  if (raw === null) return 'localhost';
+  const domain = raw.toLowerCase().replace(/\.$/, '');
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(domain)) {
+    throw new ConfigError('SLIPWAY_APPS_DOMAIN', `must be a DNS domain such as apps.example.com, got '${raw}'`);
+  }
+  return domain;
+}
+
+function sandbox(env: Env): SandboxMode {
+  const raw = text(env, 'SLIPWAY_SANDBOX');
+  if (raw === null) return 'auto';
+  const mode = raw.toLowerCase();
+  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none') throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
+  return mode;
+}
+
 /** Reads and validates the configuration; `env` defaults to the process environment. */
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Config {
   const port = integer(env, 'PORT', 8124, 0, 65535);
@@ -139,5 +187,12 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
     publicUrl: publicUrl(env, host, port),
+    roles: roles(env),
+    workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),
+    appsDomain: appsDomain(env),
+    sandbox: sandbox(env),
+    healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
+    drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,
+    logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),
   });
 }
