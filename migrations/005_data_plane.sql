@@ -12,9 +12,11 @@ create index revisions_work on revisions (status, created_at)
   where status in ('QUEUED', 'AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING');
 
 -- The runner that serves a local deployment's active revision, and until when its lease holds.
+-- delete_tracing_project: what the user asked for at delete, carried out when teardown ends.
 alter table deployments
   add column runner_owner text,
-  add column runner_expires_at timestamptz;
+  add column runner_expires_at timestamptz,
+  add column delete_tracing_project boolean not null default false;
 create index deployments_runner on deployments (runner_expires_at) where listener_id is null and active_revision_id is not null;
 create index deployments_awaiting_delete on deployments (updated_at) where status = 'AWAITING_DELETE';
 

@@ -18,6 +18,9 @@ import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
+import { revisionLogRoutes } from './routes/revision-logs.ts';
+import type { ChangeFeed } from './db/change-feed.ts';
+import { appServerFactory, type AppRouter } from './dataplane/app-router.ts';
 import { healthRoutes } from './routes/health.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { oauthRoutes } from './routes/oauth.ts';
@@ -37,6 +40,10 @@ export interface AppDeps {
   logger: Logger;
   /** Options of every code-host client (timeouts, retries, clock); tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
+  /** Wakes log followers (follow=true); without it they poll the database every second. */
+  changes?: ChangeFeed;
+  /** The proxy to deployed apps: requests for an app's host name or `/apps/<slug>/` go there. */
+  router?: AppRouter;
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -54,6 +61,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     return503OnClosing: true,
     frameworkErrors: frameworkErrorHandler,
+    ...(deps.router ? { serverFactory: appServerFactory(deps.router) } : {}),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
@@ -95,15 +103,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
 
   await app.register(healthRoutes, { db });
-  await app.register(adminRoutes, { db });
-  await app.register(deploymentRoutes, { db, deployments });
-  await app.register(eventRoutes, { db, deployments });
-  await app.register(listenerRoutes, { db });
-  await app.register(oauthRoutes, { db, secretBox, config });
-  await app.register(tagRoutes, { db, deployments });
-  await app.register(tracingProjectRoutes, { db });
-  await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
-  await app.register(codehostRoutes, { db, config, integrations, deployments });
+  // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
+  if (config.roles.includes('api')) {
+    await app.register(adminRoutes, { db });
+    await app.register(deploymentRoutes, { db, deployments });
+    await app.register(eventRoutes, { db, deployments });
+    await app.register(revisionLogRoutes, { db, changes: deps.changes });
+    await app.register(listenerRoutes, { db });
+    await app.register(oauthRoutes, { db, secretBox, config });
+    await app.register(tagRoutes, { db, deployments });
+    await app.register(tracingProjectRoutes, { db });
+    await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
+    await app.register(codehostRoutes, { db, config, integrations, deployments });
+  }
 
   app.get('/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
   return app;

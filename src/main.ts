@@ -10,6 +10,10 @@ import { createSecretBox, loadEncryptionKey } from './crypto/secret-box.ts';
 import { openDatabase } from './db/database.ts';
 import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
+import { openChangeFeed } from './db/change-feed.ts';
+import { createAppRouter } from './dataplane/app-router.ts';
+import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
+import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 
 async function main(): Promise<void> {
   let config;
@@ -32,8 +36,23 @@ async function main(): Promise<void> {
       `\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${first.generatedKey}\n\nKeep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n`,
     );
   }
-  const app = await buildApp({ config, db: database.db, secretBox, logger });
+  const changes = await openChangeFeed(database.url, logger);
+  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs });
+  const app = await buildApp({ config, db: database.db, secretBox, logger, changes, router });
   const sweeper = startDeadlineSweeper({ db: database.db, logger, intervalMs: 30_000 });
+  const worker = config.roles.includes('worker')
+    ? await startLocalDataPlane({
+        config,
+        db: database.db,
+        pool: database.pool,
+        databaseUrl: database.url,
+        secretBox,
+        changes,
+        router,
+        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: config.allowInsecureCodehost, logger }).repositories,
+        logger,
+      })
+    : null;
 
   let closing: Promise<void> | null = null;
   const shutdown = (signal: string) => {
@@ -41,7 +60,11 @@ async function main(): Promise<void> {
       logger.info({ signal }, 'shutting down');
       try {
         await sweeper.stop();
+        // Requests first (apps keep serving them), then the apps and builds, then the feed.
         await app.close();
+        await worker?.stop();
+        await router.close();
+        await changes.close();
       } finally {
         await database.close();
       }

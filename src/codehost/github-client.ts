@@ -7,6 +7,9 @@
  * lives in the instance's auth state: a new instance per call would exchange a new token per call.
  */
 import { createPrivateKey } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import { Octokit } from '@octokit/rest';
 import { retry } from '@octokit/plugin-retry';
 import { createAppAuth } from '@octokit/auth-app';
@@ -54,11 +57,32 @@ export interface GitHubClientOptions {
   now?: () => number;
   log?: CodeHostLog;
   userAgent?: string;
+  /** Deadline of a whole tarball download, body included. Default 10 minutes. */
+  downloadTimeoutMs?: number;
+  /** Largest tarball accepted; a larger one is cut off and refused. Default 1 GiB. */
+  maxDownloadBytes?: number;
 }
 
 export type RepositoryUrlCheck =
   | { ok: true; repository: CodeHostRepository }
   | { ok: false; reason: 'malformed' | 'other_host' | 'not_reachable'; message: string };
+
+/**
+ * The host has no such thing: a ref that names no branch, tag or commit, a repository that is gone (or out
+ * of the integration's reach), an empty repository. It is the user's configuration that is wrong, so callers
+ * answer it as a bad reference; to the generic mapping it is an `unexpected` answer.
+ */
+export class CodeHostNotFoundError extends CodeHostError {
+  constructor(message: string, hostStatus: number) {
+    super('unexpected', message, hostStatus);
+    this.name = 'CodeHostNotFoundError';
+  }
+}
+
+// SHA-1 object names, or SHA-256 ones for repositories using the newer object format.
+const COMMIT_SHA = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+const DEFAULT_DOWNLOAD_TIMEOUT_MS = 10 * 60 * 1000;
+const DEFAULT_MAX_DOWNLOAD_BYTES = 1024 ** 3;
 
 const silentLog: CodeHostLog = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
@@ -98,15 +122,35 @@ function normalizePrivateKey(pem: string): string {
   return pem.replace(/\\n/g, '\n');
 }
 
-function isNotFound(error: unknown): boolean {
-  return (
+/** The status of an answer the host gave to the request itself (not to the token exchange), if any. */
+function answeredStatus(error: unknown): number | undefined {
+  if (
     error instanceof Error &&
     'status' in error &&
-    (error as { status: unknown }).status === 404 &&
+    typeof (error as { status: unknown }).status === 'number' &&
     'response' in error &&
     (error as { response: unknown }).response !== undefined &&
     !isTokenExchangeFailure(error)
-  );
+  ) {
+    return (error as { status: number }).status;
+  }
+  return undefined;
+}
+
+function isNotFound(error: unknown): boolean {
+  return answeredStatus(error) === 404;
+}
+
+/** The text of a body Octokit did not parse as JSON: a string, or bytes when the host sent no charset. */
+function bodyText(body: unknown): string | undefined {
+  if (typeof body === 'string') return body;
+  if (body instanceof ArrayBuffer) return Buffer.from(body).toString('utf8');
+  return undefined;
+}
+
+/** A deadline that ran out; left to classifyHostFailure, which reports it as the host not answering in time. */
+function isDeadline(error: unknown): boolean {
+  return error instanceof Error && (error.name === 'AbortError' || error.name === 'TimeoutError');
 }
 
 export class GitHubClient {
@@ -117,6 +161,8 @@ export class GitHubClient {
   readonly #secrets: string[];
   readonly #now: () => number;
   readonly #fingerprint: string;
+  readonly #downloadTimeoutMs: number;
+  readonly #maxDownloadBytes: number;
   /** Set when the credentials cannot work at all; every call rejects with it. */
   readonly #configurationError: CodeHostError | undefined;
 
@@ -126,6 +172,8 @@ export class GitHubClient {
     this.#host = new URL(this.apiUrl).host;
     this.#now = options.now ?? Date.now;
     this.#fingerprint = credentialsFingerprint(this.apiUrl, credentials);
+    this.#downloadTimeoutMs = options.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS;
+    this.#maxDownloadBytes = options.maxDownloadBytes ?? DEFAULT_MAX_DOWNLOAD_BYTES;
     const timeoutMs = options.timeoutMs ?? 15_000;
     const common = {
       baseUrl: this.apiUrl,
@@ -235,6 +283,94 @@ export class GitHubClient {
       };
     }
     return { ok: true, repository };
+  }
+
+  /**
+   * The full sha of the commit `ref` names in `owner/name`: a branch, a tag, `refs/heads/…`, `refs/tags/…`
+   * or a (possibly abbreviated) commit sha. Asks for the sha media type, so that the host answers with the
+   * sha alone rather than the commit with its diff. Throws CodeHostNotFoundError when the repository has no
+   * such ref, or is empty or out of reach; CodeHostError otherwise.
+   */
+  async resolveCommit(owner: string, name: string, ref: string): Promise<string> {
+    const repository = `${owner}/${name}`;
+    return this.#call(`resolving '${ref}' in ${repository}`, async () => {
+      let body: unknown;
+      try {
+        // GitHub documents `heads/…` and `tags/…` for this endpoint; `refs/heads/…` is what webhooks and git say.
+        const hostRef = ref.replace(/^refs\/(?=heads\/|tags\/)/, '');
+        ({ data: body } = await this.#octokit.rest.repos.getCommit({ owner, repo: name, ref: hostRef, mediaType: { format: 'sha' } }));
+      } catch (error) {
+        const status = answeredStatus(error);
+        // GitHub answers an unknown ref with 422 ("No commit found for SHA"), a missing repository with 404
+        // and an empty one with 409.
+        if (status === 422) throw new CodeHostNotFoundError(`The ref '${ref}' does not exist in ${repository}: it names no branch, tag or commit there.`, status);
+        if (status === 404) throw new CodeHostNotFoundError(`The repository ${repository} does not exist on ${this.#host}, or the integration cannot reach it (looking up '${ref}').`, status);
+        if (status === 409) throw new CodeHostNotFoundError(`The repository ${repository} is empty: '${ref}' names no commit.`, status);
+        throw error;
+      }
+      // A host that ignores the media type answers with the commit as JSON, which carries the sha too.
+      const text = bodyText(body) ?? (typeof body === 'object' && body !== null && 'sha' in body ? String(body.sha) : '');
+      const sha = text.trim().toLowerCase();
+      if (!COMMIT_SHA.test(sha)) {
+        throw new CodeHostError('unexpected', `The code host ${this.#host} answered the lookup of '${ref}' in ${repository} with something that is not a commit sha.`);
+      }
+      return sha;
+    });
+  }
+
+  /**
+   * Writes the gzipped tarball of `owner/name` at `ref` (give a resolved commit sha, so that the tarball is
+   * the commit reported) to `destFile`, and returns its size. GitHub answers with a redirect to a
+   * short-lived codeload URL, which fetch follows, dropping the Authorization header if it leaves the API's
+   * origin. The body streams to the file under its own deadline (a tarball may take longer than an API
+   * call); a failure removes the partial file.
+   */
+  async downloadTarball(owner: string, name: string, ref: string, destFile: string): Promise<{ bytes: number }> {
+    const repository = `${owner}/${name}`;
+    const host = this.#host;
+    const limit = this.#maxDownloadBytes;
+    return this.#call(`downloading ${repository} at ${ref}`, async () => {
+      let body: unknown;
+      try {
+        ({ data: body } = await this.#octokit.rest.repos.downloadTarballArchive({
+          owner,
+          repo: name,
+          ref,
+          request: { parseSuccessResponseBody: false, signal: AbortSignal.timeout(this.#downloadTimeoutMs) },
+        }));
+      } catch (error) {
+        const status = answeredStatus(error);
+        if (status === 404) throw new CodeHostNotFoundError(`The code host ${host} has no tarball of ${repository} at '${ref}'.`, status);
+        throw error;
+      }
+      if (!(body instanceof ReadableStream)) {
+        throw new CodeHostError('unexpected', `The code host ${host} answered the download of ${repository} at '${ref}' without a tarball.`);
+      }
+      let bytes = 0;
+      const meter = async function* (source: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+        for await (const chunk of source) {
+          bytes += chunk.length;
+          if (bytes > limit) throw new CodeHostError('unexpected', `The tarball of ${repository} at '${ref}' is larger than ${limit} bytes, the most a source may have.`);
+          yield chunk;
+        }
+      };
+      const file = createWriteStream(destFile, { mode: 0o600 });
+      let fileError: unknown;
+      file.on('error', (error) => {
+        fileError = error;
+      });
+      try {
+        await pipeline(body, meter, file);
+      } catch (error) {
+        await fs.rm(destFile, { force: true });
+        // Ours (a full disk, the size limit) or the deadline: as they are. Anything else broke the body off.
+        if (error === fileError || error instanceof CodeHostError || isDeadline(error)) throw error;
+        // The message never shows a URL: codeload's carries a token.
+        const reason = error instanceof Error ? error.message.replace(/\w+:\/\/\S+/g, '[url]') : String(error);
+        throw new CodeHostError('unavailable', `The code host ${host} broke off the download of ${repository} at '${ref}' (${reason}).`);
+      }
+      return { bytes };
+    });
   }
 
   async #call<T>(action: string, run: () => Promise<T>): Promise<T> {

@@ -15,6 +15,8 @@ import { databaseUrl, withClient } from './scratch-server.ts';
 export interface OpenDatabase {
   db: Kysely<Schema>;
   pool: pg.Pool;
+  /** The connection string the service uses. */
+  url: string;
   /** Closes the pool, then stops the embedded server if one was started. */
   close(): Promise<void>;
 }
@@ -34,6 +36,8 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
   await withClient(adminUrl, async (client) => {
     const found = await client.query('select 1 from pg_database where datname = $1', [name]);
     if (found.rowCount === 0) await client.query(`create database ${client.escapeIdentifier(name)}`);
+    // Apps get roles on this server (src/dataplane/app-database.ts): they must not connect to ours.
+    await client.query(`revoke connect, temporary on database ${client.escapeIdentifier(name)} from public`);
   });
 }
 
@@ -62,6 +66,7 @@ export async function openDatabase(config: Config, logger: Logger): Promise<Open
   return {
     db,
     pool,
+    url,
     async close() {
       await db.destroy();
       await embedded?.stop();

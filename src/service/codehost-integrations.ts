@@ -1,6 +1,6 @@
 /**
- * Code-host integrations (issue 5): create, read and delete them, list the repositories they reach, and
- * check a repository URL for a codehost deployment. Credentials and the webhook secret are sealed with
+ * Code-host integrations (issue 5): create, read and delete them, list the repositories they reach, check a
+ * repository URL for a codehost deployment, and download a repository at a ref for the data plane. Credentials and the webhook secret are sealed with
  * the SecretBox before they are stored and opened only to talk to the host or to check a signature;
  * they appear in no response, log line or error message.
  *
@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { CodeHostError } from '../codehost/codehost-error.ts';
 import { GitHubClientCache } from '../codehost/github-client-cache.ts';
 import {
+  CodeHostNotFoundError,
   GITHUB_API_URL,
   GitHubClient,
   type CodeHostCredentials,
@@ -20,6 +21,7 @@ import {
   type GitHubClientOptions,
   type RepositoryUrlCheck,
 } from '../codehost/github-client.ts';
+import { parseRepositoryUrl, webOriginOfApiUrl } from '../codehost/repository-url.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, ValidationError, notFound } from '../errors.ts';
 import {
@@ -65,6 +67,18 @@ export interface UpdateIntegrationInput {
   rotate_webhook_secret?: boolean | null;
 }
 
+/** What the data plane needs of an integration: a repository's source at a ref. */
+export interface RepositorySource {
+  /**
+   * Resolves `ref` (a branch, a tag, `refs/heads/…`, `refs/tags/…` or a commit sha) in the repository at
+   * `repoUrl` to a commit, and writes the gzipped tarball of exactly that commit to `destFile` (entries under
+   * one `owner-repo-shortsha/` directory, as GitHub makes them). Throws AppError: `invalid_reference` when
+   * the ref or the repository does not exist (or repoUrl is not on the integration's host), and the codes of
+   * codehostFailure when the host refuses or fails.
+   */
+  downloadSource(integration: CodehostIntegrationRow, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }>;
+}
+
 export interface CodehostIntegrationServiceDeps {
   db: Kysely<Database>;
   secretBox: SecretBox;
@@ -100,6 +114,8 @@ async function talkingToHost<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {
+    // Something the user named is not there: their configuration to fix, not the host's failure.
+    if (error instanceof CodeHostNotFoundError) throw new AppError('invalid_reference', error.message);
     if (error instanceof CodeHostError) throw codehostFailure(error);
     throw error;
   }
@@ -192,9 +208,24 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
     return row;
   }
 
-  const repositories: RepositoryChecker = {
+  const repositories: RepositoryChecker & RepositorySource = {
     async checkRepositoryUrl(integration: CodehostIntegrationRow, repoUrl: string): Promise<RepositoryUrlCheck> {
       return talkingToHost(() => clientOf(integration).checkRepositoryUrl(repoUrl));
+    },
+
+    async downloadSource(integration: CodehostIntegrationRow, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }> {
+      const client = clientOf(integration);
+      // Checked when the deployment was made; checked again since the tarball must come from this host.
+      const location = parseRepositoryUrl(repoUrl);
+      if (location === null || location.origin !== webOriginOfApiUrl(client.apiUrl)) {
+        throw new AppError('invalid_reference', `The repository URL ${repoUrl} is not a repository on the integration's host ${webOriginOfApiUrl(client.apiUrl)}.`);
+      }
+      return talkingToHost(async () => {
+        // The sha first, then the tarball of that sha: a push between the two cannot mix commits.
+        const commitSha = await client.resolveCommit(location.owner, location.name, ref);
+        await client.downloadTarball(location.owner, location.name, commitSha, destFile);
+        return { commitSha };
+      });
     },
   };
 

@@ -12,7 +12,7 @@ import { SUPERSEDABLE_REVISION_STATUSES, UNFINISHED_REVISION_STATUSES, isFinalRe
 import { AppError, notFound } from '../errors.ts';
 import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
-import { deleteDeploymentRow, getDeployment, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
+import { deleteDeploymentRow, getDeployment, hasLocalResources, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { shareLockListener } from '../store/listeners.ts';
 import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
@@ -241,18 +241,25 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     },
 
     /**
-     * Soft delete: AWAITING_DELETE while the data plane tears the deployment down. No data plane
-     * runs deployments yet, so teardown completes in the same transaction and the row goes.
+     * Delete. A deployment that the local data plane has worked on (it has a database or app files, or
+     * a revision was claimed) goes to AWAITING_DELETE and the worker tears it down (processes,
+     * database, files) and then removes the row; anything else is removed at once. Listener
+     * deployments are removed at once too: their listener drops what it no longer sees.
      */
     async remove(workspaceId: string, id: string, options: { deleteTracingProject: boolean }): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
+        if (row.status === 'AWAITING_DELETE') return;
         const unfinished = await lockRevisionsInStatus(tx, id, UNFINISHED_REVISION_STATUSES);
         for (const revision of unfinished) {
           await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'deployment_deleted', message: 'The deployment was deleted.' });
         }
         await transitionDeployment(tx, row, 'AWAITING_DELETE');
+        if (row.listener_id === null && (await hasLocalResources(tx, id))) {
+          await updateDeployment(tx, id, { deleteTracingProject: options.deleteTracingProject });
+          return;
+        }
         await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.deleted', fromStatus: 'AWAITING_DELETE', data: { name: row.name, tracing_project_deleted: options.deleteTracingProject } }]);
         await deleteDeploymentRow(tx, id);
         if (options.deleteTracingProject) await deleteTracingProject(tx, row.tracing_project_id);
@@ -270,7 +277,8 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         const sourceConfig = { ...(row.source_config as SourceConfig), resource_spec: (snapshot.resource_spec as Record<string, unknown> | null) ?? null };
         await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: (snapshot.secret_references as SecretReference[] | null) ?? null });
         await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'source_config.resource_spec'], restored_from_revision: revisionId } }]);
-        await addRevision(tx, row, { source: old.source as Source, config: old.source_revision_config as SourceRevisionConfig }, old.secrets, snapshot, { cause: 'redeploy', revision_id: revisionId });
+        // reuse_build_of: the data plane copies that revision's build output when it still has it.
+        await addRevision(tx, row, { source: old.source as Source, config: old.source_revision_config as SourceRevisionConfig }, old.secrets, { ...snapshot, reuse_build_of: revisionId }, { cause: 'redeploy', revision_id: revisionId });
       });
       return read(workspaceId, id);
     },

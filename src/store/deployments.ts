@@ -147,6 +147,7 @@ export interface DeploymentChange {
   latestRevisionId?: string;
   imageVersion?: string | null;
   status?: DeploymentStatus;
+  deleteTracingProject?: boolean;
 }
 
 export async function updateDeployment(db: Db, id: string, change: DeploymentChange): Promise<void> {
@@ -159,10 +160,24 @@ export async function updateDeployment(db: Db, id: string, change: DeploymentCha
       ...(change.latestRevisionId !== undefined ? { latest_revision_id: change.latestRevisionId } : {}),
       ...(change.imageVersion !== undefined ? { image_version: change.imageVersion } : {}),
       ...(change.status !== undefined ? { status: change.status } : {}),
+      ...(change.deleteTracingProject !== undefined ? { delete_tracing_project: change.deleteTracingProject } : {}),
       updated_at: sql<Date>`now()`,
     })
     .where('id', '=', id)
     .execute();
+}
+
+/** Whether the local data plane made anything for the deployment that a teardown must remove. */
+export async function hasLocalResources(db: Db, id: string): Promise<boolean> {
+  const found = await db
+    .selectNoFrom((eb) => [
+      eb.or([
+        eb.exists(eb.selectFrom('deployment_runtimes').select('deployment_id').where('deployment_id', '=', id)),
+        eb.exists(eb.selectFrom('revisions').select('id').where('deployment_id', '=', id).where('attempts', '>', 0)),
+      ]).as('found'),
+    ])
+    .executeTakeFirstOrThrow();
+  return Boolean(found.found);
 }
 
 export async function deleteDeploymentRow(db: Db, id: string): Promise<void> {

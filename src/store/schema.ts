@@ -120,6 +120,7 @@ export interface DeploymentTable {
   /** The local data plane's runner serving the active revision, and until when its lease holds. */
   runner_owner: ColumnType<string | null, string | null | undefined, string | null>;
   runner_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  delete_tracing_project: ColumnType<boolean, boolean | undefined, boolean>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }

@@ -8,10 +8,23 @@
  *     apps: [{ id: app.id, publicKey: app.publicKey, installations: { 7: 'all' } }] });
  *   ... new GitHubClient({ token: 'ghp_x' }, { apiUrl: github.url }) ...
  *   await github.close();
+ *
+ * Repository contents, for the commits and tarball endpoints:
+ *
+ *   const sha = github.setRepositoryFiles('octo-org', 'repo-001', { 'slipway.json': '{}' }, { branch: 'main', tags: ['v1'] });
+ *
+ * The tarball endpoint redirects (302) to a codeload-like path on the same server, which serves a real
+ * `.tar.gz` laid out like GitHub's: a pax global header carrying the sha, then every file under
+ * `{owner}-{repo}-{shortsha}/`.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { generateKeyPairSync, randomBytes, verify, type KeyObject } from 'node:crypto';
+import { createHash, generateKeyPairSync, randomBytes, verify, type KeyObject } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { gzipSync } from 'node:zlib';
+import * as tar from 'tar';
 
 export interface FakeRepository {
   id: number;
@@ -98,9 +111,28 @@ export function makeRepositories(count: number, owner = 'octo-org'): FakeReposit
   }));
 }
 
+/** Where `setRepositoryFiles` puts a commit. */
+export interface FakeCommitOptions {
+  /** Branch that points at the commit; default the repository's default branch. */
+  branch?: string;
+  /** Tags that point at it too. */
+  tags?: string[];
+  /** 40 hex digits; default a hash of the files. */
+  sha?: string;
+}
+
+interface FakeContents {
+  /** sha -> files (path -> content). */
+  commits: Map<string, Record<string, string>>;
+  /** `refs/heads/main` or `refs/tags/v1` -> sha. */
+  refs: Map<string, string>;
+}
+
 interface Answer {
   status: number;
   body?: unknown;
+  /** Sent as it is instead of `body` as JSON; set content-type in `headers`. */
+  raw?: string | Buffer;
   headers?: Record<string, string>;
 }
 
@@ -110,6 +142,11 @@ export class FakeGitHub {
   readonly requests: RecordedRequest[] = [];
   readonly issuedTokens: IssuedInstallationToken[] = [];
   #failures: FakeFailure[] = [];
+  /** By `owner/name` in lowercase, like GitHub's case-insensitive lookup. */
+  readonly #contents = new Map<string, FakeContents>();
+  readonly #tarballs = new Map<string, Buffer>();
+  /** Tokens of the codeload URLs handed out, like GitHub's short-lived signed URLs. */
+  readonly #downloadTokens = new Set<string>();
   readonly #server = createServer((req, res) => void this.#handle(req, res));
   #origin = '';
 
@@ -149,6 +186,31 @@ export class FakeGitHub {
     this.#failures = [];
   }
 
+  /**
+   * Gives `owner/name` a commit holding `files` and points a branch (and tags) at it; returns its sha. The
+   * repository is added (private, covered by 'all' visibilities) when the server does not have it. A later
+   * call moves the branch; the earlier commit stays reachable by its sha.
+   */
+  setRepositoryFiles(owner: string, name: string, files: Record<string, string>, options: FakeCommitOptions = {}): string {
+    for (const file of Object.keys(files)) {
+      if (file.startsWith('/') || file.split('/').includes('..')) throw new Error(`fake github: ${file} is not a relative path`);
+    }
+    let repo = this.#findRepository(owner, name);
+    if (repo === undefined) {
+      repo = { id: 1 + Math.max(1000, ...this.repositories.map((r) => r.id)), owner, name, default_branch: options.branch ?? 'main', private: true };
+      this.options.repositories = [...this.repositories, repo];
+    }
+    const sha = options.sha ?? createHash('sha1').update(JSON.stringify([owner, name, Object.entries(files).sort()])).digest('hex');
+    if (!/^[0-9a-f]{40}$/.test(sha)) throw new Error(`fake github: ${sha} is not a 40-hex sha`);
+    const key = `${repo.owner}/${repo.name}`.toLowerCase();
+    const contents = this.#contents.get(key) ?? { commits: new Map(), refs: new Map() };
+    this.#contents.set(key, contents);
+    contents.commits.set(sha, { ...files });
+    contents.refs.set(`refs/heads/${options.branch ?? repo.default_branch}`, sha);
+    for (const tag of options.tags ?? []) contents.refs.set(`refs/tags/${tag}`, sha);
+    return sha;
+  }
+
   /** Requests seen for `method path` (path without prefix). */
   requestsTo(method: string, pathPattern: RegExp | string): RecordedRequest[] {
     return this.requests.filter(
@@ -169,7 +231,7 @@ export class FakeGitHub {
     const method = req.method ?? 'GET';
     let answer: Answer;
     try {
-      answer = this.#injectedFailure(path) ?? this.#route(method, path, url, req.headers.authorization);
+      answer = this.#injectedFailure(path) ?? (await this.#route(method, path, url, req.headers.authorization, req.headers.accept));
     } catch (error) {
       answer = { status: 500, body: { message: `fake github: ${String(error)}` } };
     }
@@ -180,7 +242,7 @@ export class FakeGitHub {
       authorization: req.headers.authorization,
       status: answer.status,
     });
-    const body = answer.body === undefined ? '' : JSON.stringify(answer.body);
+    const body = answer.raw ?? (answer.body === undefined ? '' : JSON.stringify(answer.body));
     res.writeHead(answer.status, {
       'content-type': 'application/json; charset=utf-8',
       'x-github-request-id': randomBytes(4).toString('hex').toUpperCase(),
@@ -217,7 +279,7 @@ export class FakeGitHub {
     return { status: failure.status, headers, body: { message, documentation_url: DOCS } };
   }
 
-  #route(method: string, path: string, url: URL, authorization: string | undefined): Answer {
+  #route(method: string, path: string, url: URL, authorization: string | undefined, accept: string | undefined): Answer | Promise<Answer> {
     const accessTokens = /^\/app\/installations\/(\d+)\/access_tokens$/.exec(path);
     if (method === 'POST' && accessTokens) return this.#exchange(Number(accessTokens[1]), authorization);
     const repoInstallation = /^\/repos\/([^/]+)\/([^/]+)\/installation$/.exec(path);
@@ -238,6 +300,17 @@ export class FakeGitHub {
     }
     const repo = /^\/repos\/([^/]+)\/([^/]+)$/.exec(path);
     if (method === 'GET' && repo) return this.#getRepository(repo[1] ?? '', repo[2] ?? '', authorization);
+    // A ref with slashes comes URL-encoded (`refs%2Fheads%2Fmain`) from Octokit, or as it is from others.
+    const commit = /^\/repos\/([^/]+)\/([^/]+)\/commits\/(.+)$/.exec(path);
+    if (method === 'GET' && commit) {
+      return this.#getCommit(commit[1] ?? '', commit[2] ?? '', decodeURIComponent(commit[3] ?? ''), authorization, accept);
+    }
+    const tarball = /^\/repos\/([^/]+)\/([^/]+)\/tarball(?:\/(.+))?$/.exec(path);
+    if (method === 'GET' && tarball) {
+      return this.#redirectToTarball(tarball[1] ?? '', tarball[2] ?? '', decodeURIComponent(tarball[3] ?? ''), authorization);
+    }
+    const codeload = /^\/_codeload\/([^/]+)\/([^/]+)\/legacy\.tar\.gz\/([0-9a-f]{40})$/.exec(path);
+    if (method === 'GET' && codeload) return this.#codeload(codeload[1] ?? '', codeload[2] ?? '', codeload[3] ?? '', url);
     return { status: 404, body: { message: 'Not Found', documentation_url: DOCS } };
   }
 
@@ -401,6 +474,13 @@ export class FakeGitHub {
   }
 
   #getRepository(owner: string, name: string, authorization: string | undefined): Answer {
+    const repo = this.#visibleRepository(owner, name, authorization);
+    if ('status' in repo) return repo;
+    return { status: 200, body: this.#toJson(repo) };
+  }
+
+  /** The repository if the credentials (or none, for a public one) may read it; else GitHub's answer. */
+  #visibleRepository(owner: string, name: string, authorization: string | undefined): Answer | FakeRepository {
     const token = /^(?:token|bearer)\s+(\S+)$/i.exec(authorization ?? '')?.[1];
     let visibility: FakeVisibility | undefined;
     if (token !== undefined) {
@@ -413,7 +493,89 @@ export class FakeGitHub {
     if (repo === undefined || (repo.private && (visibility === undefined || !this.#covers(visibility, repo)))) {
       return { status: 404, body: { message: 'Not Found', documentation_url: DOCS } };
     }
-    return { status: 200, body: this.#toJson(repo) };
+    return repo;
+  }
+
+  /** GitHub's reading of a ref: a full ref, `heads/…` or `tags/…`, a branch, a tag, then a (short) sha. */
+  #resolveRef(contents: FakeContents, ref: string): string | undefined {
+    const candidates = ref.startsWith('refs/') ? [ref] : [`refs/${ref}`, `refs/heads/${ref}`, `refs/tags/${ref}`];
+    for (const candidate of candidates) {
+      const sha = contents.refs.get(candidate);
+      if (sha !== undefined) return sha;
+    }
+    if (!/^[0-9a-f]{7,40}$/i.test(ref)) return undefined;
+    const matches = [...contents.commits.keys()].filter((sha) => sha.startsWith(ref.toLowerCase()));
+    return matches.length === 1 ? matches[0] : undefined;
+  }
+
+  #getCommit(owner: string, name: string, ref: string, authorization: string | undefined, accept: string | undefined): Answer {
+    const repo = this.#visibleRepository(owner, name, authorization);
+    if ('status' in repo) return repo;
+    const contents = this.#contents.get(`${repo.owner}/${repo.name}`.toLowerCase());
+    if (contents === undefined) return { status: 409, body: { message: 'Git Repository is empty.', documentation_url: DOCS } };
+    const sha = this.#resolveRef(contents, ref);
+    if (sha === undefined) return { status: 422, body: { message: `No commit found for SHA: ${ref}`, documentation_url: DOCS } };
+    // `application/vnd.github.sha` (Octokit sends `vnd.github.v3.sha`): the sha alone, as text.
+    if (/application\/vnd\.github(?:\.v3)?\.sha/.test(accept ?? '')) {
+      return { status: 200, raw: sha, headers: { 'content-type': 'application/vnd.github.sha; charset=utf-8' } };
+    }
+    return {
+      status: 200,
+      body: {
+        sha,
+        node_id: `C_${sha.slice(0, 12)}`,
+        commit: { message: 'fake commit', tree: { sha: createHash('sha1').update(sha).digest('hex') } },
+        url: `${this.url}/repos/${repo.owner}/${repo.name}/commits/${sha}`,
+        html_url: `${this.#origin}/${repo.owner}/${repo.name}/commit/${sha}`,
+        files: [],
+      },
+    };
+  }
+
+  #redirectToTarball(owner: string, name: string, ref: string, authorization: string | undefined): Answer {
+    const repo = this.#visibleRepository(owner, name, authorization);
+    if ('status' in repo) return repo;
+    const contents = this.#contents.get(`${repo.owner}/${repo.name}`.toLowerCase());
+    const sha = contents === undefined ? undefined : this.#resolveRef(contents, ref === '' ? repo.default_branch : ref);
+    if (sha === undefined) return { status: 404, body: { message: 'Not Found', documentation_url: DOCS } };
+    const token = randomBytes(12).toString('hex');
+    this.#downloadTokens.add(token);
+    return { status: 302, headers: { location: `${this.#origin}/_codeload/${repo.owner}/${repo.name}/legacy.tar.gz/${sha}?token=${token}` } };
+  }
+
+  async #codeload(owner: string, name: string, sha: string, url: URL): Promise<Answer> {
+    const contents = this.#contents.get(`${owner}/${name}`.toLowerCase());
+    const files = contents?.commits.get(sha);
+    if (files === undefined || !this.#downloadTokens.has(url.searchParams.get('token') ?? '')) {
+      return { status: 404, raw: '404: Not Found', headers: { 'content-type': 'text/plain; charset=utf-8' } };
+    }
+    const top = `${owner}-${name}-${sha.slice(0, 7)}`;
+    const tarball = this.#tarballs.get(`${top}/${sha}`) ?? (await this.#buildTarball(top, sha, files));
+    this.#tarballs.set(`${top}/${sha}`, tarball);
+    return {
+      status: 200,
+      raw: tarball,
+      headers: { 'content-type': 'application/x-gzip', 'content-disposition': `attachment; filename=${top}.tar.gz` },
+    };
+  }
+
+  async #buildTarball(top: string, sha: string, files: Record<string, string>): Promise<Buffer> {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'fake-github-'));
+    try {
+      await fs.mkdir(path.join(dir, top));
+      for (const [file, content] of Object.entries(files)) {
+        const full = path.join(dir, top, file);
+        await fs.mkdir(path.dirname(full), { recursive: true });
+        await fs.writeFile(full, content);
+      }
+      const plain = path.join(dir, 'plain.tar');
+      await tar.create({ file: plain, cwd: dir, portable: true }, [top]);
+      // GitHub's tarballs open with a pax global header whose comment is the commit sha.
+      const globalHeader = new tar.Pax({ comment: sha }, true).encode();
+      return gzipSync(Buffer.concat([globalHeader, await fs.readFile(plain)]));
+    } finally {
+      await fs.rm(dir, { recursive: true, force: true });
+    }
   }
 }
 

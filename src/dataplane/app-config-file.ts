@@ -1,0 +1,96 @@
+/**
+ * Reads a revision's app config file (`framework_config_path`) and the few facts about its source that
+ * the defaults need, then hands both to the pure rules in src/domain/app-config.ts.
+ *
+ * The source is the user's: the path they name, and every link in it, must stay inside the source
+ * directory, or a revision could make the data plane read (and quote in an error) a host file.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../domain/app-config.ts';
+
+export { AppConfigError, type AppConfig } from '../domain/app-config.ts';
+
+// Config files and package.json are small; a bound keeps a hostile source from filling memory.
+const MAX_FILE_BYTES = 1024 * 1024;
+
+/** The named path, relative and without `..`, or an error naming it (the API checks the same at write time). */
+function relativePath(configPath: string): string {
+  if (configPath.trim() === '') throw new AppConfigError('framework_config_path is empty; name the app config file, e.g. slipway.json');
+  if (configPath.includes('\0')) throw new AppConfigError('framework_config_path must not contain a NUL character');
+  const segments = configPath.split(/[\\/]+/);
+  if (path.isAbsolute(configPath) || /^[\\/]/.test(configPath) || segments.includes('..')) {
+    throw new AppConfigError(`framework_config_path ${JSON.stringify(configPath)} must be a relative path inside the source (no leading '/', no '..')`);
+  }
+  return path.normalize(segments.filter((s) => s !== '' && s !== '.').join(path.sep) || '.');
+}
+
+function isInside(root: string, real: string): boolean {
+  const rel = path.relative(root, real);
+  return rel === '' || (!rel.startsWith(`..${path.sep}`) && rel !== '..' && !path.isAbsolute(rel));
+}
+
+const code = (error: unknown): string | undefined => (error as NodeJS.ErrnoException | null)?.code;
+
+/** The real path of `file` when it exists and stays inside `root`; null when it does not exist. */
+async function realPathInside(root: string, file: string, shownAs: string): Promise<string | null> {
+  let real: string;
+  try {
+    real = await fs.realpath(file);
+  } catch (error) {
+    if (code(error) === 'ENOENT' || code(error) === 'ENOTDIR') return null;
+    if (code(error) === 'ELOOP') throw new AppConfigError(`${shownAs} is a loop of links`);
+    throw error;
+  }
+  if (!isInside(root, real)) throw new AppConfigError(`${shownAs} is a link that leads outside the source directory`);
+  return real;
+}
+
+async function readSmallFile(real: string, shownAs: string): Promise<string> {
+  const stat = await fs.stat(real);
+  if (!stat.isFile()) throw new AppConfigError(`${shownAs} is not a file`);
+  if (stat.size > MAX_FILE_BYTES) throw new AppConfigError(`${shownAs} is larger than ${MAX_FILE_BYTES / 1024} KiB`);
+  return fs.readFile(real, 'utf8');
+}
+
+/**
+ * The root files the defaults look at. A link that leads outside the source counts as absent: its
+ * target is not part of the app.
+ */
+async function describeSource(root: string): Promise<SourceFiles> {
+  const rootFiles: string[] = [];
+  for (const entry of await fs.readdir(root, { withFileTypes: true })) {
+    if (entry.isFile()) rootFiles.push(entry.name);
+    else if (entry.isSymbolicLink()) {
+      const real = await fs.realpath(path.join(root, entry.name)).catch(() => null);
+      if (real && isInside(root, real) && (await fs.stat(real)).isFile()) rootFiles.push(entry.name);
+    }
+  }
+  const packageJson = rootFiles.includes('package.json') ? await readSmallFile(await fs.realpath(path.join(root, 'package.json')), 'package.json') : null;
+  return { rootFiles, packageJson };
+}
+
+/**
+ * Loads and resolves the app config of the source in `sourceDir`. Every problem of the user's making is
+ * an `AppConfigError` (reason `invalid_app_config`) naming the file and the field; a missing
+ * `sourceDir` is the data plane's own failure and surfaces as the file-system error.
+ */
+export async function loadAppConfig(
+  sourceDir: string,
+  configPath: string,
+  overrides: CommandOverrides,
+): Promise<AppConfig> {
+  const name = relativePath(configPath);
+  const root = await fs.realpath(sourceDir);
+  const real = await realPathInside(root, path.join(root, name), configPath);
+  if (real === null) throw new AppConfigError(`${configPath} was not found in the source; framework_config_path must name a file in it`);
+  const text = await readSmallFile(real, configPath);
+  let parsed: unknown;
+  try {
+    // Editors on Windows like to start files with a byte-order mark, which JSON.parse refuses.
+    parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
+  } catch (error) {
+    throw new AppConfigError(`${configPath} is not valid JSON (${(error as Error).message})`);
+  }
+  return resolveAppConfig(configPath, parsed, await describeSource(root), overrides);
+}

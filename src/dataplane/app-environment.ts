@@ -1,0 +1,52 @@
+/**
+ * The environment of what the local data plane runs. It is built from nothing: none of the service's
+ * own variables (DATABASE_URL, SLIPWAY_ENCRYPTION_KEY, API keys) ever reach a build or an app. Later
+ * layers win: base, then the app config's `env`, then the revision's secrets, then what the platform
+ * sets (so a secret cannot pose as PORT or SLIPWAY_REVISION_ID).
+ */
+import path from 'node:path';
+
+const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+export interface AppPaths {
+  src: string;
+  home: string;
+}
+
+/** PATH (with the app's virtualenv and the Node.js that runs the service), HOME, locale. */
+export function baseEnvironment(paths: AppPaths): Record<string, string> {
+  return {
+    PATH: [path.join(paths.src, '.venv', 'bin'), path.join(paths.src, 'node_modules', '.bin'), path.dirname(process.execPath), SYSTEM_PATH].join(':'),
+    HOME: paths.home,
+    LANG: 'C.UTF-8',
+    TMPDIR: '/tmp',
+  };
+}
+
+export function buildEnvironment(paths: AppPaths, appEnv: Record<string, string>, secrets: Record<string, string>): Record<string, string> {
+  return { ...baseEnvironment(paths), ...appEnv, ...secrets };
+}
+
+export interface PlatformVariables {
+  deploymentId: string;
+  revisionId: string;
+  tracingProjectId: string;
+  tracingProjectName: string;
+  apiUrl: string;
+  agentCredential: string | null;
+  databaseUrl: string | null;
+}
+
+export function runEnvironment(paths: AppPaths, appEnv: Record<string, string>, secrets: Record<string, string>, platform: PlatformVariables): Record<string, string> {
+  return {
+    ...buildEnvironment(paths, appEnv, secrets),
+    HOST: '127.0.0.1',
+    SLIPWAY_DEPLOYMENT_ID: platform.deploymentId,
+    SLIPWAY_REVISION_ID: platform.revisionId,
+    SLIPWAY_TRACING_PROJECT_ID: platform.tracingProjectId,
+    SLIPWAY_TRACING_PROJECT_NAME: platform.tracingProjectName,
+    SLIPWAY_API_URL: platform.apiUrl,
+    ...(platform.agentCredential ? { SLIPWAY_AGENT_CREDENTIAL: platform.agentCredential } : {}),
+    ...(platform.databaseUrl ? { DATABASE_URL: platform.databaseUrl } : {}),
+  };
+}

@@ -1,0 +1,57 @@
+/**
+ * Starts the worker role: the sandbox, the local runtime and the worker that drives it. main.ts calls
+ * this when SLIPWAY_ROLES includes `worker`; end-to-end tests call it the same way.
+ */
+import type { Kysely } from 'kysely';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import type { Config } from '../config.ts';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { ChangeFeed } from '../db/change-feed.ts';
+import { leaseOwnerFor, startWorker, type Worker } from '../pipeline/worker.ts';
+import { getIntegration } from '../store/codehost-integrations.ts';
+import type { Database } from '../store/schema.ts';
+import type { AppRouter } from './app-router.ts';
+import { createLocalRuntime } from './local-runtime.ts';
+import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
+import { createSandbox } from './sandbox.ts';
+
+/** Downloads a codehost revision's repository (src/service/codehost-integrations.ts does the talking). */
+export interface RepositoryDownloader {
+  downloadSource(integration: NonNullable<Awaited<ReturnType<typeof getIntegration>>>, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }>;
+}
+
+export interface LocalDataPlaneDeps {
+  config: Config;
+  db: Kysely<Database>;
+  pool: pg.Pool;
+  databaseUrl: string;
+  secretBox: SecretBox;
+  changes: ChangeFeed;
+  router: AppRouter;
+  repositories: RepositoryDownloader;
+  logger: Logger;
+  /** Tests shorten these. */
+  leaseSeconds?: number;
+  backoff?: { initialMs: number; maxMs: number };
+}
+
+export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Worker> {
+  const { config, db, logger } = deps;
+  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, logger });
+  logger.info({ isolation: sandbox.kind }, `local data plane: ${sandbox.description}`);
+  const fetcher: SourceFetcher = {
+    async downloadRepository(deployment, ref, destFile) {
+      const integrationId = deployment.source_config.integration_id;
+      const repoUrl = deployment.source_config.repo_url;
+      const integration = typeof integrationId === 'string' ? await getIntegration(db, deployment.workspace_id, integrationId) : undefined;
+      if (!integration || typeof repoUrl !== 'string') {
+        throw new RevisionFailure('BUILD_FAILED', 'integration_missing', `The deployment's code-host integration ${String(integrationId)} no longer exists; create the deployment again with an existing integration.`);
+      }
+      return deps.repositories.downloadSource(integration, repoUrl, ref, destFile);
+    },
+  };
+  const runtime = createLocalRuntime({ ...deps, sandbox, fetcher });
+  const owner = await leaseOwnerFor(config.dataDir);
+  return startWorker({ db, runtime, changes: deps.changes, logger, owner, concurrency: config.workerConcurrency, leaseSeconds: deps.leaseSeconds });
+}

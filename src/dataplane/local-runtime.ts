@@ -1,0 +1,306 @@
+/**
+ * The local data plane's runtime: builds revisions and runs them on this machine. It owns the app
+ * processes (one supervisor per deployment's serving revision) and the proxy routes to them, and
+ * makes each deployment's database and agent credential on first deploy.
+ *
+ * State transitions are not made here: the worker (src/pipeline/worker.ts) holds the revision's lease
+ * and writes them; this module calls back at the points where a transition belongs.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Kysely } from 'kysely';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
+import type { Config } from '../config.ts';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { AppConfig } from '../domain/app-config.ts';
+import type { DeploymentStatus } from '../domain/states.ts';
+import { transitionDeployment } from '../pipeline/transitions.ts';
+import { insertCredential } from '../store/agent-credentials.ts';
+import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database, StoredSecret } from '../store/schema.ts';
+import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
+import { runEnvironment } from './app-environment.ts';
+import type { AppRouter } from './app-router.ts';
+import { createAppSupervisor, type AppSupervisor, type InstanceExit } from './app-supervisor.ts';
+import { appUrls } from './app-urls.ts';
+import { createLogWriter, type LogWriter } from './log-writer.ts';
+import { buildRevision, readBuild, revisionDirs, RevisionFailure, type BuildHooks, type BuildInput, type BuildRecord, type SourceFetcher } from './revision-build.ts';
+import type { Sandbox } from './sandbox.ts';
+
+/** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
+const CRASH_LOOP_THRESHOLD = 5;
+
+export interface RevisionJob {
+  revisionId: string;
+  source: BuildInput['source'];
+  config: BuildInput['config'];
+  snapshot: Record<string, unknown>;
+  secrets: StoredSecret[];
+  deployment: { id: string; workspace_id: string; name: string; source_config: Record<string, unknown>; tracing_project_id: string };
+}
+
+export interface LocalRuntimeDeps {
+  config: Config;
+  db: Kysely<Database>;
+  /** The service's pool: makes and drops app databases. */
+  pool: pg.Pool;
+  /** The service's own connection string: apps get its host and port with their own role. */
+  databaseUrl: string;
+  secretBox: SecretBox;
+  sandbox: Sandbox;
+  router: AppRouter;
+  fetcher: SourceFetcher;
+  logger: Logger;
+  /** Supervisor back-off; tests shorten it. */
+  backoff?: { initialMs: number; maxMs: number };
+}
+
+interface RunningApp {
+  revisionId: string;
+  slug: string;
+  supervisor: AppSupervisor;
+  log: LogWriter;
+}
+
+export interface LocalRuntime {
+  readonly isolation: string;
+  build(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord>;
+  /**
+   * Starts the revision beside the one serving, waits for its health check, then calls `commit`
+   * (which records DEPLOYED) and only then switches the stable URL to it and drains the old one.
+   */
+  deploy(job: RevisionJob, signal: AbortSignal, commit: (customUrl: string) => Promise<void>): Promise<void>;
+  /** Starts a deployment's active revision again (after a service restart), from its build output. */
+  resume(job: RevisionJob): Promise<void>;
+  /** Deployments whose apps run here. */
+  running(): string[];
+  /** Re-checks running apps: a deployment reported UNKNOWN whose app is healthy again is READY. */
+  check(): Promise<void>;
+  /** Stops a deployment's processes and its route. */
+  stop(deploymentId: string): Promise<void>;
+  /** Everything a deleted deployment leaves here: processes, database, app directories. */
+  teardown(deployment: { id: string }, revisionIds: string[]): Promise<void>;
+  /** Removes app directories of revisions that are no longer needed. */
+  removeRevisionFiles(revisionId: string): Promise<void>;
+  /** Removes an uploaded source tarball (its row is already gone). */
+  removeUpload(relativePath: string): Promise<void>;
+  close(): Promise<void>;
+}
+
+export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
+  const { config, db, secretBox, sandbox, router, logger } = deps;
+  const apps = new Map<string, RunningApp>();
+
+  const openSecrets = (secrets: StoredSecret[]): Record<string, string> => Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
+  const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
+    createLogWriter({ db, revisionId, type, maxLines: config.logMaxLines, redact, logger });
+
+  /** The deployment's database (when the app wants one) and agent credential, made once. */
+  async function platformResources(job: RevisionJob, appConfig: AppConfig): Promise<{ databaseUrl: string | null; agentCredential: string }> {
+    const deploymentId = job.deployment.id;
+    let runtime = await getDeploymentRuntime(db, deploymentId);
+    if (appConfig.database && !runtime?.database_name) {
+      const made = await createAppDatabase(deps.pool, deploymentId);
+      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { databaseName: made.name, roleName: made.role, databasePasswordSealed: secretBox.seal(made.password) });
+      await recordEvents(db, [{ workspaceId: job.deployment.workspace_id, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.database_created', data: { database: made.name } }]);
+      runtime = await getDeploymentRuntime(db, deploymentId);
+    }
+    if (!runtime?.agent_credential_sealed) {
+      const credential = generateAgentCredential();
+      const row = await insertCredential(db, {
+        workspaceId: job.deployment.workspace_id,
+        deploymentId,
+        name: 'runtime',
+        agentIds: null,
+        hash: hashAgentCredential(credential),
+        prefix: agentCredentialPrefix(credential),
+        createdBy: 'data-plane',
+      });
+      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { agentCredentialId: row.id, agentCredentialSealed: secretBox.seal(credential) });
+      runtime = await getDeploymentRuntime(db, deploymentId);
+    }
+    const databaseUrl =
+      appConfig.database && runtime?.database_name && runtime.role_name && runtime.database_password_sealed
+        ? appDatabaseUrl(deps.databaseUrl, { name: runtime.database_name, role: runtime.role_name, password: secretBox.open(runtime.database_password_sealed) })
+        : null;
+    return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
+  }
+
+  async function setDeploymentStatus(deploymentId: string, to: DeploymentStatus, data: Record<string, unknown>): Promise<void> {
+    await db.transaction().execute(async (tx) => {
+      const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deploymentId).forUpdate().executeTakeFirst();
+      if (!row || row.status === to || row.status === 'AWAITING_DELETE') return;
+      await transitionDeployment(tx, row, to, data);
+    });
+  }
+
+  /** Every exit of a serving app is an event; a crash loop makes the deployment UNKNOWN. */
+  function onExit(job: RevisionJob, log: LogWriter, exit: InstanceExit): void {
+    const serving = apps.get(job.deployment.id)?.revisionId === job.revisionId;
+    const how = exit.exit.signal ? `was killed by ${exit.exit.signal}` : `exited with code ${exit.exit.code}`;
+    log.system(`Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`);
+    if (!serving) return;
+    const deploymentId = job.deployment.id;
+    const data = { revision_id: job.revisionId, instance: exit.instanceId, exit_code: exit.exit.code, signal: exit.exit.signal, crashes: exit.crashes, restart_in_ms: exit.restartInMs };
+    void (async () => {
+      await recordEvents(db, [{ workspaceId: job.deployment.workspace_id, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.app_exited', data }]);
+      if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
+        await setDeploymentStatus(deploymentId, 'UNKNOWN', { reason: 'crash_loop', message: `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} times in a row; it keeps being restarted. Read its deploy log.` });
+      }
+    })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));
+  }
+
+  /** Starts the revision's processes and waits for health; the caller decides what serves. */
+  async function startApp(job: RevisionJob, build: BuildRecord, signal: AbortSignal): Promise<RunningApp> {
+    const { appConfig } = build;
+    const dirs = revisionDirs(config.dataDir, job.revisionId);
+    const secrets = openSecrets(job.secrets);
+    const platform = await platformResources(job, appConfig);
+    const tracingProject = await db.selectFrom('tracing_projects').select('name').where('id', '=', job.deployment.tracing_project_id).executeTakeFirst();
+    const env = runEnvironment(sandbox.appPaths(dirs.app), appConfig.env, secrets, {
+      deploymentId: job.deployment.id,
+      revisionId: job.revisionId,
+      tracingProjectId: job.deployment.tracing_project_id,
+      tracingProjectName: tracingProject?.name ?? job.deployment.name,
+      apiUrl: config.publicUrl,
+      agentCredential: platform.agentCredential,
+      databaseUrl: platform.databaseUrl,
+    });
+    const redact = [...Object.values(secrets), platform.agentCredential, ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : [])].filter((v) => v.length >= 4);
+    const log = logWriter(job.revisionId, 'deploy', redact);
+    const spec = (job.snapshot.resource_spec ?? {}) as Record<string, unknown>;
+    const webCount = typeof spec.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
+    const workerCount = appConfig.worker ? (typeof spec.queue_min_scale === 'number' ? spec.queue_min_scale : 1) : 0;
+    const instances = [
+      ...Array.from({ length: webCount }, () => ({ kind: 'web' as const, command: appConfig.start })),
+      ...Array.from({ length: workerCount }, () => ({ kind: 'worker' as const, command: appConfig.worker! })),
+    ];
+    const supervisor = createAppSupervisor({
+      sandbox,
+      appDir: dirs.app,
+      env,
+      output: log,
+      instances,
+      healthCheckPath: appConfig.healthCheckPath,
+      backoff: deps.backoff,
+      onExit: (exit) => onExit(job, log, exit),
+    });
+    log.system(`Starting ${webCount} web instance(s)${workerCount ? ` and ${workerCount} worker instance(s)` : ''}: ${appConfig.start}`);
+    await supervisor.start();
+    try {
+      await supervisor.waitHealthy(config.healthTimeoutMs, signal);
+    } catch (error) {
+      await supervisor.stop(config.drainTimeoutMs);
+      const tail = log.tail(20).join('\n');
+      await log.close();
+      if (signal.aborted) throw signal.reason;
+      throw new RevisionFailure('DEPLOY_FAILED', 'health_check_failed', `${error instanceof Error ? error.message : String(error)} The previous revision keeps serving. Last lines of the app's output:\n${tail}`);
+    }
+    log.system(`Health check passed on ${appConfig.healthCheckPath}`);
+    return { revisionId: job.revisionId, slug: appUrls({ name: job.deployment.name, id: job.deployment.id }, config).slug, supervisor, log };
+  }
+
+  /** Routes the stable URL to `next`, then drains and stops what served before. */
+  async function serve(deploymentId: string, next: RunningApp): Promise<void> {
+    const previous = apps.get(deploymentId);
+    apps.set(deploymentId, next);
+    await router.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
+    if (previous && previous !== next) {
+      previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
+      await previous.supervisor.stop(config.drainTimeoutMs);
+      await previous.log.close();
+    }
+  }
+
+  async function stop(deploymentId: string): Promise<void> {
+    const app = apps.get(deploymentId);
+    if (!app) return;
+    apps.delete(deploymentId);
+    await router.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
+    await app.supervisor.stop(config.drainTimeoutMs);
+    await app.log.close();
+  }
+
+  async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
+    const build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
+    if (!build) throw new RevisionFailure('DEPLOY_FAILED', 'worker_lost', 'The build output of this revision is gone (the worker that built it stopped). Redeploy the revision to build it again.');
+    return build;
+  }
+
+  return {
+    isolation: sandbox.description,
+
+    async build(job, hooks, signal) {
+      const log = logWriter(job.revisionId, 'build', Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4));
+      try {
+        return await buildRevision({ dataDir: config.dataDir, sandbox, fetcher: deps.fetcher }, { ...job, secrets: openSecrets(job.secrets) }, hooks, log, signal);
+      } catch (error) {
+        if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message}`);
+        throw error;
+      } finally {
+        await log.close();
+      }
+    },
+
+    async deploy(job, signal, commit) {
+      const build = await requireBuild(job);
+      const next = await startApp(job, build, signal);
+      try {
+        await commit(appUrls({ name: job.deployment.name, id: job.deployment.id }, config).hostUrl);
+      } catch (error) {
+        await next.supervisor.stop(config.drainTimeoutMs);
+        await next.log.close();
+        throw error;
+      }
+      await serve(job.deployment.id, next);
+    },
+
+    async resume(job) {
+      let build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
+      if (!build) {
+        // Another machine built it, or its files were removed: build it again, quietly (it is DEPLOYED).
+        build = await this.build(job, { building: async () => undefined, commitResolved: async () => undefined }, new AbortController().signal);
+      }
+      const next = await startApp(job, build, new AbortController().signal);
+      await serve(job.deployment.id, next);
+    },
+
+    running: () => [...apps.keys()],
+
+    async check() {
+      for (const [deploymentId, app] of apps) {
+        const row = await db.selectFrom('deployments').select(['status', 'active_revision_id']).where('id', '=', deploymentId).executeTakeFirst();
+        if (!row || row.status === 'AWAITING_DELETE' || row.active_revision_id !== app.revisionId) continue;
+        if (row.status === 'UNKNOWN' && (await app.supervisor.healthy())) {
+          await setDeploymentStatus(deploymentId, 'READY', { reason: 'recovered', message: 'The app is healthy again.' });
+        }
+      }
+    },
+
+    stop,
+
+    async teardown(deployment, revisionIds) {
+      await stop(deployment.id);
+      const runtime = await getDeploymentRuntime(db, deployment.id);
+      if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
+      for (const revisionId of revisionIds) await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
+    },
+
+    async removeRevisionFiles(revisionId) {
+      await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
+    },
+
+    async removeUpload(relativePath) {
+      // Upload paths are made by the service (uploads/<uuid>.tar.gz); never follow anything else.
+      if (!/^uploads\/[0-9a-f-]{36}\.tar\.gz$/.test(relativePath)) return;
+      await fs.rm(path.join(config.dataDir, relativePath), { force: true });
+    },
+
+    async close() {
+      await Promise.all([...apps.keys()].map((id) => stop(id)));
+    },
+  };
+}

@@ -1,0 +1,338 @@
+/**
+ * The log writer: what the data plane writes a build's or an app's output through, and the platform's
+ * own lines ("Running: npm ci"). It turns raw chunks into stored revision log lines (docs/logs.md):
+ *
+ * - lines: chunks are split on newlines; a partial line waits for its newline or for `flush()`. After a
+ *   carriage return only the text that follows is kept (a progress bar keeps its last state).
+ * - clean: ANSI escape sequences (colours, cursor moves) and other control characters are removed; the
+ *   text stays.
+ * - redact: every occurrence of each secret value becomes `********`, so a secret the app prints never
+ *   reaches the log (nor `tail()`, which failure messages are made of).
+ * - cap: a line longer than MAX_LINE_CHARS is cut and marked; a `build` log stores its first `maxLines`
+ *   lines and then one system line saying it was cut; a `deploy` log keeps its newest `maxLines`,
+ *   trimmed now and then rather than on every batch.
+ * - batch: lines are inserted every `flushIntervalMs` or every BATCH_LINES lines, one insert at a time,
+ *   so `write()` never waits on the database and the process producing output is never slowed down.
+ *
+ * A failed insert is logged and its lines are lost: a log must never stop a build or an app.
+ *
+ * Callers should `close()` (or `flush()`) before moving the revision to its next status, so a follower
+ * that ends its stream at a final status has seen every line (src/routes/revision-logs.ts).
+ */
+import { StringDecoder } from 'node:string_decoder';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import { appendRevisionLogs, countRevisionLogs, trimRevisionLogs, type NewRevisionLogLine } from '../store/revision-logs.ts';
+import type { Database, RevisionLogType } from '../store/schema.ts';
+
+export interface LogWriter {
+  /** Raw output of a process (chunks may split lines; keep a partial line until its newline or flush). */
+  write(stream: 'stdout' | 'stderr', chunk: Buffer | string): void;
+  /** A line written by the platform itself (e.g. "Running: npm ci", "Health check passed"). */
+  system(line: string): void;
+  /** The last n lines (in memory), for failure messages. */
+  tail(n: number): string[];
+  flush(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export interface LogWriterOptions {
+  db: Kysely<Database>;
+  revisionId: string;
+  type: RevisionLogType;
+  /** Lines kept per revision and type (config `logMaxLines`). */
+  maxLines: number;
+  /** The revision's secret values; each non-empty one is masked wherever it appears. */
+  redact: string[];
+  logger: Logger;
+  flushIntervalMs?: number;
+}
+
+/** Longest stored line; longer ones are cut (a minified bundle printed whole is not worth keeping). */
+export const MAX_LINE_CHARS = 16 * 1024;
+export const REDACTED = '********';
+const CUT_MARK = ` [line cut: longer than ${MAX_LINE_CHARS} characters]`;
+/** A batch is written at once when this many lines wait, without waiting for the timer. */
+const BATCH_LINES = 500;
+/** Rows per insert statement (5 parameters a row stays far below PostgreSQL's 65535). */
+const INSERT_ROWS = 1000;
+/** Lines waiting while the database is slow; more are dropped (and counted) rather than filling memory. */
+const MAX_PENDING_LINES = 20_000;
+/** Lines remembered for `tail()`. */
+const TAIL_LINES = 200;
+/** Platform lines still stored after a build log was cut (e.g. "Build failed: exit code 1"). */
+const SYSTEM_LINES_PAST_CAP = 50;
+/** Lines of a multi-line secret (a PEM key) are masked one by one when at least this long. */
+const MIN_SECRET_LINE_CHARS = 8;
+
+// CSI (colours, cursor moves), OSC (titles, links; ended by BEL or ST), then any other escape pair.
+const ANSI = /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]/g;
+// Control characters other than tab; NUL in particular, which PostgreSQL text refuses.
+const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
+
+/** One line of output as the terminal would finally show it, without escape sequences. */
+export function cleanLine(raw: string): string {
+  let text = raw.replace(/\r+$/, '');
+  const cr = text.lastIndexOf('\r');
+  if (cr !== -1) text = text.slice(cr + 1);
+  return text.replace(ANSI, '').replace(CONTROL, '');
+}
+
+/** The values to mask, longest first so that a secret containing another is masked whole. */
+function secretValues(redact: readonly string[]): string[] {
+  const values = new Set<string>();
+  for (const value of redact) {
+    if (value.length === 0) continue;
+    values.add(value);
+    if (value.includes('\n')) {
+      // Output arrives line by line, so a multi-line secret is only ever seen one line at a time.
+      for (const part of value.split(/\r?\n/)) if (part.length >= MIN_SECRET_LINE_CHARS) values.add(part);
+    }
+  }
+  return [...values].sort((a, b) => b.length - a.length);
+}
+
+interface Redactor {
+  redact(text: string): string;
+  /**
+   * Where to cut `text` at or before `at` so that no secret is split by the cut (a split secret would
+   * leave its first part unmasked). With `truncated`, the text's end is not the line's end, so a secret
+   * that starts near the end and would continue past it counts as split too.
+   */
+  safeCut(text: string, at: number, truncated: boolean): number;
+  longest: number;
+}
+
+function createRedactor(redact: readonly string[]): Redactor {
+  const values = secretValues(redact);
+  return {
+    longest: values[0]?.length ?? 0,
+    redact(text) {
+      let out = text;
+      for (const value of values) if (out.includes(value)) out = out.replaceAll(value, REDACTED);
+      return out;
+    },
+    safeCut(text, at, truncated) {
+      let cut = at;
+      for (let moved = true; moved; ) {
+        moved = false;
+        for (const value of values) {
+          const from = Math.max(0, cut - value.length + 1);
+          const found = text.indexOf(value, from);
+          if (found !== -1 && found < cut) {
+            cut = found;
+            moved = true;
+            continue;
+          }
+          if (!truncated) continue;
+          for (let p = Math.max(from, text.length - value.length + 1); p < cut; p += 1) {
+            if (value.startsWith(text.slice(p))) {
+              cut = p;
+              moved = true;
+              break;
+            }
+          }
+        }
+      }
+      // Never split a surrogate pair: half a character is not valid UTF-8 for PostgreSQL.
+      const code = text.charCodeAt(cut - 1);
+      return cut > 0 && code >= 0xd800 && code <= 0xdbff ? cut - 1 : cut;
+    },
+  };
+}
+
+type OutputStream = 'stdout' | 'stderr';
+
+export function createLogWriter(options: LogWriterOptions): LogWriter {
+  const { db, revisionId, type, maxLines, logger } = options;
+  const flushIntervalMs = options.flushIntervalMs ?? 200;
+  const redactor = createRedactor(options.redact);
+  // A line without a newline is cut once this long: room for escape sequences that cleaning removes,
+  // and for a secret that straddles the cut to be seen whole.
+  const overflowAt = 2 * MAX_LINE_CHARS + redactor.longest;
+  // A deploy log may grow this far past maxLines before it is trimmed back (one delete per slack lines).
+  const trimSlack = Math.max(100, Math.ceil(maxLines / 10));
+
+  const decoders: Record<OutputStream, StringDecoder> = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const partial: Record<OutputStream, string> = { stdout: '', stderr: '' };
+  // After a cut, the rest of that line (up to its newline) is dropped.
+  const discarding: Record<OutputStream, boolean> = { stdout: false, stderr: false };
+  const recent: string[] = [];
+  let pending: NewRevisionLogLine[] = [];
+  let dropped = 0;
+  /** Lines the log holds: read once before the first insert (an earlier attempt may have written some). */
+  let stored: number | null = null;
+  let capped = false;
+  let systemPastCap = 0;
+  let timer: NodeJS.Timeout | null = null;
+  let running: Promise<void> | null = null;
+  let closed = false;
+  let closing: Promise<void> | null = null;
+
+  const finishLine = (raw: string, truncated: boolean): string => {
+    const text = cleanLine(raw);
+    if (!truncated && text.length <= MAX_LINE_CHARS) return redactor.redact(text);
+    const cut = redactor.safeCut(text, Math.min(text.length, MAX_LINE_CHARS), truncated);
+    return redactor.redact(text.slice(0, cut)) + CUT_MARK;
+  };
+
+  const accept = (stream: NewRevisionLogLine['stream'], line: string) => {
+    recent.push(line);
+    if (recent.length > TAIL_LINES) recent.shift();
+    // Past a build log's cap only platform lines are still stored; skip the rest before they queue.
+    if (capped && stream !== 'system') return;
+    if (pending.length >= MAX_PENDING_LINES) {
+      dropped += 1;
+      return;
+    }
+    pending.push({ stream, line, at: new Date() });
+    if (pending.length >= BATCH_LINES) void kick();
+    else if (timer === null) {
+      timer = setTimeout(() => {
+        timer = null;
+        void kick();
+      }, flushIntervalMs);
+      timer.unref();
+    }
+  };
+
+  const splitLines = (stream: OutputStream, text: string) => {
+    const buffer = partial[stream] + text;
+    let start = 0;
+    for (let newline = buffer.indexOf('\n'); newline !== -1; newline = buffer.indexOf('\n', start)) {
+      if (discarding[stream]) discarding[stream] = false;
+      else accept(stream, finishLine(buffer.slice(start, newline), false));
+      start = newline + 1;
+    }
+    let rest = buffer.slice(start);
+    if (discarding[stream]) rest = '';
+    else if (rest.length > overflowAt) {
+      accept(stream, finishLine(rest, true));
+      rest = '';
+      discarding[stream] = true;
+    }
+    partial[stream] = rest;
+  };
+
+  /** Ends unterminated lines (flush and close: the process has stopped or the caller wants them now). */
+  const endPartialLines = () => {
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const rest = partial[stream] + decoders[stream].end();
+      partial[stream] = '';
+      if (rest.length > 0 && !discarding[stream]) accept(stream, finishLine(rest, false));
+      discarding[stream] = false;
+    }
+  };
+
+  /** Applies the build log's cap to a batch about to be inserted. */
+  const applyBuildCap = (batch: NewRevisionLogLine[], already: number): NewRevisionLogLine[] => {
+    if (type !== 'build') return batch;
+    const out: NewRevisionLogLine[] = [];
+    for (const line of batch) {
+      if (!capped) {
+        if (already + out.length < maxLines) {
+          out.push(line);
+          continue;
+        }
+        capped = true;
+        out.push({ stream: 'system', line: `Log cut: only the first ${maxLines} lines of build output are kept.`, at: line.at });
+      }
+      if (line.stream === 'system' && systemPastCap < SYSTEM_LINES_PAST_CAP) {
+        systemPastCap += 1;
+        out.push(line);
+      }
+    }
+    return out;
+  };
+
+  const storedLines = async (): Promise<number> => {
+    if (stored !== null) return stored;
+    try {
+      stored = await countRevisionLogs(db, revisionId, type);
+    } catch (error) {
+      // Counting only refines the cap; without it the log starts counting from here.
+      logger.error({ err: error, revisionId, type }, 'could not count revision log lines');
+      stored = 0;
+    }
+    // A build log an earlier attempt filled to its cap stays cut (without a second notice).
+    if (type === 'build' && stored >= maxLines) capped = true;
+    return stored;
+  };
+
+  const trim = async () => {
+    try {
+      await trimRevisionLogs(db, revisionId, type, maxLines);
+      stored = Math.min(stored ?? 0, maxLines);
+    } catch (error) {
+      logger.error({ err: error, revisionId, type }, 'could not trim revision log');
+    }
+  };
+
+  const writeBatch = async () => {
+    const batch = pending.slice(0, INSERT_ROWS);
+    pending = pending.slice(batch.length);
+    if (dropped > 0 && pending.length === 0) {
+      batch.push({ stream: 'system', line: `${dropped} lines were not stored: output came faster than the log could be written.`, at: new Date() });
+      dropped = 0;
+    }
+    const already = await storedLines();
+    const rows = applyBuildCap(batch, already);
+    if (rows.length > 0) {
+      try {
+        await appendRevisionLogs(db, revisionId, type, rows);
+        stored = already + rows.length;
+      } catch (error) {
+        logger.error({ err: error, revisionId, type, lines: rows.length }, 'could not store revision log lines; they are lost');
+      }
+    }
+    if (type === 'deploy' && (stored ?? 0) > maxLines + trimSlack) await trim();
+  };
+
+  /** Writes everything pending, one batch at a time; concurrent calls share the one running loop. */
+  const kick = (): Promise<void> => {
+    if (timer !== null) {
+      clearTimeout(timer);
+      timer = null;
+    }
+    running ??= (async () => {
+      try {
+        while (pending.length > 0 || dropped > 0) await writeBatch();
+      } catch (error) {
+        // writeBatch handles the database's failures; this is a bug, and it must not reject a write().
+        logger.error({ err: error, revisionId, type }, 'revision log writer failed; pending lines are lost');
+        pending = [];
+        dropped = 0;
+      } finally {
+        running = null;
+      }
+    })();
+    return running;
+  };
+
+  return {
+    write(stream, chunk) {
+      if (closed) return;
+      splitLines(stream, typeof chunk === 'string' ? chunk : decoders[stream].write(chunk));
+    },
+    system(line) {
+      if (closed) return;
+      for (const part of line.split('\n')) accept('system', finishLine(part, false));
+    },
+    tail(n) {
+      return n <= 0 ? [] : recent.slice(-n);
+    },
+    async flush() {
+      endPartialLines();
+      await kick();
+    },
+    close() {
+      closing ??= (async () => {
+        endPartialLines();
+        closed = true;
+        await kick();
+        if (type === 'deploy' && (stored ?? 0) > maxLines) await trim();
+      })();
+      return closing;
+    },
+  };
+}

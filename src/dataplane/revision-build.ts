@@ -1,0 +1,180 @@
+/**
+ * Fetch and build: a revision's source goes into its own app directory under the data directory
+ * (`revisions/<id>/app/src`), its app config is read, and its install and build commands run there,
+ * sandboxed, with output in the revision's build log. A finished build leaves `revisions/<id>/build.json`
+ * (the resolved app config), which is what a start, a restart after a service restart, or a redeploy
+ * reuses without building again.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { AppConfig } from '../domain/app-config.ts';
+import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
+import { AppConfigError, loadAppConfig } from './app-config-file.ts';
+import { buildEnvironment } from './app-environment.ts';
+import { ArchiveError, extractTarball } from './archive.ts';
+import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
+import type { Sandbox } from './sandbox.ts';
+
+/** A revision that cannot go on: the failure status it moves to, a machine-readable reason, a message for the user. */
+export class RevisionFailure extends Error {
+  constructor(
+    readonly status: 'BUILD_FAILED' | 'DEPLOY_FAILED',
+    readonly reason: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'RevisionFailure';
+  }
+}
+
+export interface RevisionDirs {
+  root: string;
+  /** Bound into the sandbox; holds `src` and `home`. */
+  app: string;
+  src: string;
+  buildFile: string;
+}
+
+export function revisionDirs(dataDir: string, revisionId: string): RevisionDirs {
+  const root = path.join(dataDir, 'revisions', revisionId);
+  const app = path.join(root, 'app');
+  return { root, app, src: path.join(app, 'src'), buildFile: path.join(root, 'build.json') };
+}
+
+export interface BuildRecord {
+  appConfig: AppConfig;
+  builtAt: string;
+}
+
+export async function readBuild(dirs: RevisionDirs): Promise<BuildRecord | null> {
+  try {
+    return JSON.parse(await fs.readFile(dirs.buildFile, 'utf8')) as BuildRecord;
+  } catch {
+    return null;
+  }
+}
+
+/** Where the source comes from: the uploaded tarball, or the code host at the revision's ref. */
+export interface SourceFetcher {
+  /** Downloads the repository at `ref` to `destFile`; the resolved commit sha. */
+  downloadRepository(deployment: BuildInput['deployment'], ref: string, destFile: string): Promise<{ commitSha: string }>;
+}
+
+export interface BuildInput {
+  revisionId: string;
+  source: Source;
+  config: SourceRevisionConfig;
+  snapshot: Record<string, unknown>;
+  deployment: { id: string; workspace_id: string; source_config: Record<string, unknown> };
+  secrets: Record<string, string>;
+}
+
+export interface BuildHooks {
+  /** The source is there and its config valid: the revision moves to BUILDING. */
+  building(): Promise<void>;
+  /** A codehost ref resolved to this commit. */
+  commitResolved(sha: string): Promise<void>;
+}
+
+export interface BuildDeps {
+  dataDir: string;
+  sandbox: Sandbox;
+  fetcher: SourceFetcher;
+}
+
+const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
+
+async function fetchSource(deps: BuildDeps, input: BuildInput, dirs: RevisionDirs, hooks: BuildHooks, log: OutputSink): Promise<void> {
+  const archive = path.join(dirs.root, 'source.tar.gz');
+  try {
+    if (input.source === 'internal_source') {
+      const upload = input.config.source_tarball_path;
+      if (!upload) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no source_tarball_path: upload the source and patch the deployment with the path.');
+      log.system(`Extracting the uploaded source ${upload}`);
+      await extractTarball(path.join(deps.dataDir, upload), dirs.src, { stripSingleTopDirectory: true });
+    } else if (input.source === 'codehost') {
+      const ref = input.config.repo_ref;
+      if (!ref) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no repo_ref.');
+      log.system(`Fetching ${String(input.deployment.source_config.repo_url)} at ${ref}`);
+      const { commitSha } = await deps.fetcher.downloadRepository(input.deployment, ref, archive);
+      await hooks.commitResolved(commitSha);
+      log.system(`Resolved ${ref} to commit ${commitSha}`);
+      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true });
+    } else {
+      throw new RevisionFailure('BUILD_FAILED', 'source_not_buildable', `Source ${input.source} has nothing to build on this data plane.`);
+    }
+  } catch (error) {
+    if (error instanceof ArchiveError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
+    if (error instanceof RevisionFailure) throw error;
+    throw new RevisionFailure('BUILD_FAILED', 'source_fetch_failed', `Could not fetch the source: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    await fs.rm(archive, { force: true });
+  }
+}
+
+/** Copies an earlier revision's finished build (a redeploy); false when it is gone. */
+async function reuseBuild(deps: BuildDeps, fromRevisionId: string, dirs: RevisionDirs, log: OutputSink): Promise<BuildRecord | null> {
+  const from = revisionDirs(deps.dataDir, fromRevisionId);
+  const record = await readBuild(from);
+  if (!record) return null;
+  log.system(`Reusing the build output of revision ${fromRevisionId}`);
+  await fs.cp(from.app, dirs.app, { recursive: true, verbatimSymlinks: true });
+  return record;
+}
+
+/**
+ * Builds the revision into a fresh app directory and records the build. Throws RevisionFailure with
+ * the reason the user sees; an abort kills the running command and throws the signal's reason.
+ */
+export async function buildRevision(deps: BuildDeps, input: BuildInput, hooks: BuildHooks, log: OutputSink & { tail(n: number): string[] }, signal: AbortSignal): Promise<BuildRecord> {
+  const dirs = revisionDirs(deps.dataDir, input.revisionId);
+  await fs.rm(dirs.root, { recursive: true, force: true });
+  await fs.mkdir(path.join(dirs.app, 'home'), { recursive: true, mode: 0o755 });
+  await fs.mkdir(dirs.src, { recursive: true, mode: 0o755 });
+
+  // A redeploy reuses the earlier build when the sandbox makes its paths portable (see sandbox.ts).
+  const reuseFrom = stringOrNull(input.snapshot.reuse_build_of);
+  if (reuseFrom && deps.sandbox.kind === 'bwrap') {
+    const reused = await reuseBuild(deps, reuseFrom, dirs, log);
+    if (reused) {
+      await hooks.building();
+      await deps.sandbox.ownTree(dirs.app);
+      const record = { appConfig: reused.appConfig, builtAt: new Date().toISOString() };
+      await fs.writeFile(dirs.buildFile, JSON.stringify(record));
+      return record;
+    }
+    log.system(`The build output of revision ${reuseFrom} is gone; building again from its source`);
+  }
+
+  await fetchSource(deps, input, dirs, hooks, log);
+  signal.throwIfAborted();
+  let appConfig: AppConfig;
+  try {
+    const configPath = input.config.framework_config_path ?? 'slipway.json';
+    appConfig = await loadAppConfig(dirs.src, configPath, {
+      install_command: stringOrNull(input.snapshot.install_command),
+      build_command: stringOrNull(input.snapshot.build_command),
+    });
+  } catch (error) {
+    if (error instanceof AppConfigError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
+    throw error;
+  }
+  await hooks.building();
+  await deps.sandbox.ownTree(dirs.app);
+
+  const env = buildEnvironment(deps.sandbox.appPaths(dirs.app), appConfig.env, input.secrets);
+  for (const [step, command] of [['install', appConfig.install], ['build', appConfig.build]] as const) {
+    if (!command) continue;
+    log.system(`Running the ${step} command: ${command}`);
+    const exit = await runToEnd({ sandbox: deps.sandbox, command, appDir: dirs.app, env, output: log, signal });
+    signal.throwIfAborted();
+    if (exit.code !== 0) {
+      const tail = log.tail(20).join('\n');
+      throw new RevisionFailure('BUILD_FAILED', 'build_command_failed', `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again. Last lines of output:\n${tail}`);
+    }
+  }
+  const record = { appConfig, builtAt: new Date().toISOString() };
+  await fs.writeFile(dirs.buildFile, JSON.stringify(record));
+  log.system('Build finished');
+  return record;
+}

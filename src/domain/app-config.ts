@@ -1,0 +1,323 @@
+/**
+ * The app config file a revision names in `source_revision_config.framework_config_path`
+ * (docs/app-config.md): its fields, their checks, and the commands each runtime gets by default from
+ * the files of the source. Pure: src/dataplane/app-config-file.ts reads the files and passes in what
+ * it found, so every rule here is testable without a directory.
+ *
+ * Every problem is an `AppConfigError` whose message is for the user who wrote the file: it names the
+ * file and the field, because it ends up as the revision's failure message and nobody reads a log.
+ */
+
+export const RUNTIMES = ['node', 'python'] as const;
+export type Runtime = (typeof RUNTIMES)[number];
+
+export interface AppConfig {
+  runtime: Runtime;
+  /** Run as `sh -c` in the source directory; null skips the step. */
+  install: string | null;
+  build: string | null;
+  start: string;
+  /** A background command run alongside `start`; null when there is none. */
+  worker: string | null;
+  healthCheckPath: string;
+  /** Non-secret variables of the app; never a name the platform sets (`isPlatformEnvName`). */
+  env: Record<string, string>;
+  /** Whether the app gets its own PostgreSQL database (DATABASE_URL). */
+  database: boolean;
+}
+
+/** `reason` is the machine-readable failure reason a revision reports. */
+export class AppConfigError extends Error {
+  readonly reason = 'invalid_app_config';
+  constructor(message: string) {
+    super(message);
+    this.name = 'AppConfigError';
+  }
+}
+
+/** What the reader found in the source directory; the rules need nothing else. */
+export interface SourceFiles {
+  /** Names of the files at the root of the source (regular files, or links to files inside it). */
+  readonly rootFiles: readonly string[];
+  /** The text of the root package.json, or null when there is none. Parsed only when a default needs it. */
+  readonly packageJson: string | null;
+}
+
+/** `source_config.install_command` and `build_command`: set on the deployment, they win over the file. */
+export interface CommandOverrides {
+  install_command?: string | null;
+  build_command?: string | null;
+}
+
+/** Variables the platform gives every running app; the file may not set (and so hide) them. */
+export const PLATFORM_ENV_NAMES: readonly string[] = ['PORT', 'HOST', 'DATABASE_URL'];
+export const PLATFORM_ENV_PREFIX = 'SLIPWAY_';
+
+export function isPlatformEnvName(name: string): boolean {
+  return PLATFORM_ENV_NAMES.includes(name) || name.startsWith(PLATFORM_ENV_PREFIX);
+}
+
+const FIELDS = ['runtime', 'install', 'build', 'start', 'worker', 'health_check_path', 'env', 'database'] as const;
+type Field = (typeof FIELDS)[number];
+
+/** The file's fields after their checks. `null` for install, build and worker means "none, not even the default". */
+interface CheckedFile {
+  runtime?: Runtime;
+  install?: string | null;
+  build?: string | null;
+  start?: string;
+  worker?: string | null;
+  health_check_path?: string;
+  env?: Record<string, string>;
+  database?: boolean;
+}
+
+// Generous, but a bound: commands and paths end up in argv and in events.
+const MAX_COMMAND_LENGTH = 4096;
+const MAX_PATH_LENGTH = 2048;
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** A value as the user wrote it, short enough for a message. */
+function shown(value: unknown): string {
+  if (typeof value === 'string') {
+    const cut = value.length > 60 ? `${value.slice(0, 60)}…` : value;
+    return `'${JSON.stringify(cut).slice(1, -1)}'`;
+  }
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** Edit distance, to suggest the field a typo meant. */
+function distance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    previous = current;
+  }
+  return previous[b.length]!;
+}
+
+function suggestion(unknown: string): string {
+  const near = FIELDS.map((f) => ({ f, d: distance(unknown.toLowerCase(), f) })).sort((x, y) => x.d - y.d)[0];
+  // Close relative to the length: 'port' is not a typo of 'start', 'heath_check_path' is one of 'health_check_path'.
+  return near && near.d <= Math.max(1, Math.floor(near.f.length / 3)) ? ` (did you mean '${near.f}'?)` : '';
+}
+
+/** A problem with a command string, or null. */
+function commandProblem(value: string): string | null {
+  if (value.trim() === '') return 'must not be empty';
+  if (value.includes('\0')) return 'must not contain a NUL character';
+  if (value.length > MAX_COMMAND_LENGTH) return `must be at most ${MAX_COMMAND_LENGTH} characters`;
+  return null;
+}
+
+function healthPathProblem(value: string): string | null {
+  if (!value.startsWith('/')) return `must start with '/', got ${shown(value)}`;
+  // '//host/x' reads as another host to URL parsers: the check must stay on the app.
+  if (value.startsWith('//')) return `must be a path on the app, not start with '//', got ${shown(value)}`;
+  if (/[\s\x00-\x1f\x7f]/.test(value)) return `must not contain spaces or control characters, got ${shown(value)}`;
+  if (value.length > MAX_PATH_LENGTH) return `must be at most ${MAX_PATH_LENGTH} characters`;
+  return null;
+}
+
+function checkEnv(value: unknown, issues: string[]): Record<string, string> | undefined {
+  if (!isPlainObject(value)) {
+    issues.push(`env must be an object of string values, got ${shown(value)}`);
+    return undefined;
+  }
+  const env: Record<string, string> = {};
+  for (const [name, v] of Object.entries(value)) {
+    if (!ENV_NAME.test(name)) {
+      issues.push(`env: ${shown(name)} is not a valid variable name (letters, digits and '_', not starting with a digit)`);
+    } else if (isPlatformEnvName(name)) {
+      issues.push(`env.${name} is set by the platform and cannot be set in the file`);
+    } else if (typeof v !== 'string') {
+      issues.push(`env.${name} must be a string, got ${shown(v)}`);
+    } else if (v.includes('\0')) {
+      issues.push(`env.${name} must not contain a NUL character`);
+    } else {
+      env[name] = v;
+    }
+  }
+  return env;
+}
+
+/** Checks every field of the parsed file and collects every problem, so one fix round is enough. */
+function checkFile(file: string, raw: unknown): CheckedFile {
+  if (!isPlainObject(raw)) throw new AppConfigError(`${file} must hold a JSON object (e.g. {}), got ${shown(raw)}`);
+  const issues: string[] = [];
+  const out: CheckedFile = {};
+  for (const [key, value] of Object.entries(raw)) {
+    if (!(FIELDS as readonly string[]).includes(key)) {
+      issues.push(`unknown field ${shown(key)}${suggestion(key)}`);
+      continue;
+    }
+    const field = key as Field;
+    switch (field) {
+      case 'runtime':
+        if (typeof value === 'string' && (RUNTIMES as readonly string[]).includes(value)) out.runtime = value as Runtime;
+        else issues.push(`runtime must be ${RUNTIMES.map((r) => `'${r}'`).join(' or ')}, got ${shown(value)}`);
+        break;
+      case 'install':
+      case 'build':
+      case 'worker':
+      case 'start': {
+        const nullable = field !== 'start';
+        if (value === null && nullable) {
+          out[field] = null;
+        } else if (typeof value !== 'string') {
+          issues.push(`${field} must be a command string${nullable ? ' or null' : ''}, got ${shown(value)}`);
+        } else {
+          const problem = commandProblem(value);
+          if (problem) issues.push(`${field} ${problem}`);
+          else out[field] = value;
+        }
+        break;
+      }
+      case 'health_check_path': {
+        const problem = typeof value === 'string' ? healthPathProblem(value) : `must be a path string such as '/healthz', got ${shown(value)}`;
+        if (problem) issues.push(`health_check_path ${problem}`);
+        else out.health_check_path = value as string;
+        break;
+      }
+      case 'env': {
+        const env = checkEnv(value, issues);
+        if (env) out.env = env;
+        break;
+      }
+      case 'database':
+        if (typeof value === 'boolean') out.database = value;
+        else issues.push(`database must be true or false, got ${shown(value)}`);
+        break;
+    }
+  }
+  if (issues.length > 0) throw new AppConfigError(`${file}: ${issues.join('; ')}`);
+  return out;
+}
+
+function detectRuntime(source: SourceFiles): Runtime | null {
+  const files = source.rootFiles;
+  if (files.includes('package.json')) return 'node';
+  if (files.includes('requirements.txt') || files.includes('pyproject.toml') || files.some((f) => f.endsWith('.py'))) return 'python';
+  return null;
+}
+
+/** The parts of package.json the Node defaults look at. */
+interface PackageFacts {
+  scripts: Record<string, string>;
+  main: string | null;
+  hasDependencies: boolean;
+}
+
+function packageFacts(text: string | null, file: string, field: Field): PackageFacts | null {
+  if (text === null) return null;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
+  } catch (error) {
+    throw new AppConfigError(`${file}: ${field} is not set, and package.json, which its default comes from, is not valid JSON (${(error as Error).message})`);
+  }
+  if (!isPlainObject(parsed)) throw new AppConfigError(`${file}: ${field} is not set, and package.json, which its default comes from, is not a JSON object`);
+  const scripts: Record<string, string> = {};
+  if (isPlainObject(parsed.scripts)) {
+    for (const [name, script] of Object.entries(parsed.scripts)) if (typeof script === 'string' && script.trim() !== '') scripts[name] = script;
+  }
+  const nonEmpty = (v: unknown) => isPlainObject(v) && Object.keys(v).length > 0;
+  return {
+    scripts,
+    main: typeof parsed.main === 'string' && parsed.main.trim() !== '' ? parsed.main.trim() : null,
+    hasDependencies: nonEmpty(parsed.dependencies) || nonEmpty(parsed.devDependencies),
+  };
+}
+
+/** Quotes a word for `sh -c` unless it is plainly safe, so that an odd `main` cannot run anything. */
+function shellWord(word: string): string {
+  return /^[A-Za-z0-9_./@%+=:,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
+}
+
+const given = <T>(value: T | null | undefined): value is T => value !== undefined && value !== null;
+
+/** A runtime's default commands, each worked out only when asked: a set field never needs package.json. */
+interface Defaults {
+  install(): string | null;
+  build(): string | null;
+  start(): string;
+}
+
+function nodeDefaults(file: string, source: SourceFiles): Defaults {
+  const pkg = (field: Field) => packageFacts(source.packageJson, file, field);
+  return {
+    install() {
+      const locked = source.rootFiles.includes('package-lock.json') || source.rootFiles.includes('npm-shrinkwrap.json');
+      // Nothing to install is common for small agents, and `npm ci` would even fail without a lockfile.
+      if (!pkg('install')?.hasDependencies) return null;
+      return locked ? 'npm ci' : 'npm install';
+    },
+    build: () => (pkg('build')?.scripts.build !== undefined ? 'npm run build' : null),
+    start() {
+      const facts = pkg('start');
+      if (facts?.scripts.start !== undefined) return 'npm start';
+      if (facts?.main) return `node ${shellWord(facts.main)}`;
+      const why = facts ? 'package.json has neither a start script nor main' : 'there is no package.json';
+      throw new AppConfigError(`${file}: start is not set and ${why}; set start (e.g. "node server.js") or a start script`);
+    },
+  };
+}
+
+function pythonDefaults(file: string, source: SourceFiles): Defaults {
+  const has = (name: string) => source.rootFiles.includes(name);
+  return {
+    // A venv in the source keeps the app's packages away from the host's Python.
+    install: () => (has('requirements.txt') ? 'python3 -m venv .venv && .venv/bin/pip install -r requirements.txt' : 'python3 -m venv .venv'),
+    build: () => null,
+    start() {
+      const entry = ['main.py', 'app.py'].find(has);
+      if (!entry) throw new AppConfigError(`${file}: start is not set and the source has no main.py or app.py at its root; set start (e.g. ".venv/bin/python -m my_agent")`);
+      return `.venv/bin/python ${entry}`;
+    },
+  };
+}
+
+/**
+ * Checks the parsed file and resolves it against the source: file values over runtime defaults, and
+ * the deployment's `install_command` / `build_command` over both. `file` is the path the revision
+ * named, used in every message.
+ */
+export function resolveAppConfig(file: string, raw: unknown, source: SourceFiles, overrides: CommandOverrides = {}): AppConfig {
+  const checked = checkFile(file, raw);
+  const runtime = checked.runtime ?? detectRuntime(source);
+  if (runtime === null) {
+    throw new AppConfigError(
+      `${file}: runtime is not set and cannot be detected (no package.json, requirements.txt, pyproject.toml or .py file at the root of the source); set runtime to 'node' or 'python'`,
+    );
+  }
+  const defaults = (runtime === 'node' ? nodeDefaults : pythonDefaults)(file, source);
+  // The deployment's command, else the file's (null included: it switches the step off), else the default.
+  const pick = (field: 'install' | 'build', override: string | null | undefined): string | null => {
+    if (given(override)) return override;
+    const set = checked[field];
+    return set === undefined ? defaults[field]() : set;
+  };
+  const install = pick('install', overrides.install_command);
+  const build = pick('build', overrides.build_command);
+  const start = checked.start ?? defaults.start();
+  return {
+    runtime,
+    install,
+    build,
+    start,
+    worker: checked.worker ?? null,
+    healthCheckPath: checked.health_check_path ?? '/',
+    env: checked.env ?? {},
+    database: checked.database ?? true,
+  };
+}

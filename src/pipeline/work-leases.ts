@@ -1,0 +1,158 @@
+/**
+ * The revision table is the queue (graphile/worker's way): a worker claims a revision with
+ * `FOR UPDATE SKIP LOCKED` and holds a lease on it (owner, expiry) that it extends while it works.
+ * Another worker takes over work whose lease ran out: its worker died. The same goes for the apps the
+ * local data plane runs: the runner of a deployment's active revision holds a lease on the deployment.
+ *
+ * Owner ids are `<node id>/<process id>`: a node id names one data directory (one machine's data
+ * plane), so a restarted service recognises its dead predecessor's leases at once instead of waiting
+ * for them to expire.
+ *
+ * Glossary
+ * - working statuses: AWAITING_BUILD, BUILDING, AWAITING_DEPLOY, DEPLOYING (a worker holds a lease).
+ * - claim: QUEUED -> first working status, lease taken, `attempts` + 1, in one transaction.
+ * - takeover: claiming a revision in a working status whose lease expired or whose owner is dead.
+ */
+import { sql } from 'kysely';
+import type { RevisionStatus } from '../domain/states.ts';
+import type { Db, RevisionRow } from '../store/schema.ts';
+
+export const WORKING_STATUSES: readonly RevisionStatus[] = ['AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'];
+
+export interface LeaseOwner {
+  /** `<node id>/<process id>` of this worker. */
+  id: string;
+  /** `<node id>/`: leases with this prefix and another id belong to a dead predecessor. */
+  nodePrefix: string;
+}
+
+export interface ClaimedRevision extends RevisionRow {
+  deployment_name: string;
+  deployment_source_config: Record<string, unknown>;
+  tracing_project_id: string;
+}
+
+/** An owner whose lease may be taken over: expired, or a dead predecessor on this node. */
+function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn: string) {
+  return sql<boolean>`(${sql.ref(expiresColumn)} is null or ${sql.ref(expiresColumn)} < now() or (${sql.ref(ownerColumn)} like ${owner.nodePrefix + '%'} and ${sql.ref(ownerColumn)} <> ${owner.id}))`;
+}
+
+/**
+ * Claims one revision of a local deployment (no listener) that needs work: a QUEUED one (oldest
+ * first) of a deployment with no other revision in progress, or one in a working status to take over.
+ * Locks the revision (skipping those other workers hold) and shares the deployment row, so a delete
+ * waits for the claim and the claim skips a deployment being deleted. Runs in the caller's transaction.
+ */
+export async function claimRevision(tx: Db, owner: LeaseOwner, leaseSeconds: number): Promise<ClaimedRevision | undefined> {
+  const working = sql.join(WORKING_STATUSES.map((s) => sql.lit(s)));
+  const found = await sql<ClaimedRevision>`
+    select r.*, d.name as deployment_name, d.source_config as deployment_source_config, d.tracing_project_id
+    from revisions r
+    join deployments d on d.id = r.deployment_id
+    where d.listener_id is null
+      and d.status <> 'AWAITING_DELETE'
+      and (
+        (r.status = 'QUEUED' and not exists (
+          select 1 from revisions o where o.deployment_id = r.deployment_id and o.id <> r.id and o.status in (${working})))
+        or (r.status in (${working}) and ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')})
+      )
+    order by r.created_at, r.id
+    limit 1
+    for update of r skip locked
+    for share of d skip locked`.execute(tx);
+  const revision = found.rows[0];
+  if (!revision) return undefined;
+  await tx
+    .updateTable('revisions')
+    .set({ lease_owner: owner.id, lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`, attempts: sql<number>`attempts + 1` })
+    .where('id', '=', revision.id)
+    .execute();
+  return { ...revision, lease_owner: owner.id, attempts: revision.attempts + 1 };
+}
+
+/** Extends the lease; false when it is no longer ours (taken over, or the revision left the working statuses). */
+export async function extendRevisionLease(db: Db, owner: LeaseOwner, revisionId: string, leaseSeconds: number): Promise<boolean> {
+  const result = await db
+    .updateTable('revisions')
+    .set({ lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .where('id', '=', revisionId)
+    .where('lease_owner', '=', owner.id)
+    .where('status', 'in', [...WORKING_STATUSES])
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** Locks the revision for a transition when this worker still holds it; undefined otherwise. */
+export async function lockOwnedRevision(tx: Db, owner: LeaseOwner, revisionId: string): Promise<RevisionRow | undefined> {
+  return tx.selectFrom('revisions').selectAll().where('id', '=', revisionId).where('lease_owner', '=', owner.id).forUpdate().executeTakeFirst();
+}
+
+export async function releaseRevisionLease(db: Db, revisionId: string): Promise<void> {
+  await db.updateTable('revisions').set({ lease_owner: null, lease_expires_at: null }).where('id', '=', revisionId).execute();
+}
+
+export interface RunnableDeployment {
+  id: string;
+  workspace_id: string;
+  name: string;
+  status: string;
+  active_revision_id: string;
+  tracing_project_id: string;
+}
+
+/**
+ * Claims local deployments whose active revision nobody runs (no runner, an expired runner lease, or
+ * a dead predecessor's), for this worker to start. Each claimed row gets this worker as its runner.
+ */
+export async function claimRunnableDeployments(tx: Db, owner: LeaseOwner, leaseSeconds: number, limit: number): Promise<RunnableDeployment[]> {
+  const found = await sql<RunnableDeployment>`
+    select id, workspace_id, name, status, active_revision_id, tracing_project_id from deployments d
+    where listener_id is null and active_revision_id is not null and status <> 'AWAITING_DELETE'
+      and (runner_owner is null or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
+    limit ${limit}
+    for update skip locked`.execute(tx);
+  if (found.rows.length === 0) return [];
+  await tx
+    .updateTable('deployments')
+    .set({ runner_owner: owner.id, runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .where('id', 'in', found.rows.map((d) => d.id))
+    .execute();
+  return found.rows;
+}
+
+/** Extends this worker's runner leases; returns the ids it still holds. */
+export async function extendRunnerLeases(db: Db, owner: LeaseOwner, deploymentIds: string[], leaseSeconds: number): Promise<string[]> {
+  if (deploymentIds.length === 0) return [];
+  const rows = await db
+    .updateTable('deployments')
+    .set({ runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .where('id', 'in', deploymentIds)
+    .where('runner_owner', '=', owner.id)
+    .returning('id')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string, leaseSeconds: number): Promise<void> {
+  await db
+    .updateTable('deployments')
+    .set({ runner_owner: owner.id, runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .where('id', '=', deploymentId)
+    .execute();
+}
+
+/**
+ * Claims one deployment awaiting delete whose teardown this worker may do: nobody runs it, or this
+ * worker does, or its runner is dead. Runs in the caller's transaction, which holds the row.
+ */
+export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner) {
+  const found = await sql<{ id: string; workspace_id: string; name: string; tracing_project_id: string; delete_tracing_project: boolean; status: string; runner_owner: string | null }>`
+    select id, workspace_id, name, tracing_project_id, delete_tracing_project, status, runner_owner from deployments d
+    where status = 'AWAITING_DELETE'
+      and (runner_owner is null or runner_owner = ${owner.id} or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
+      and not exists (select 1 from revisions r where r.deployment_id = d.id and r.lease_owner is not null and r.lease_owner <> ${owner.id} and r.lease_expires_at > now())
+    order by updated_at
+    limit 1
+    for update skip locked`.execute(tx);
+  return found.rows[0];
+}

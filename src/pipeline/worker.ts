@@ -1,0 +1,336 @@
+/**
+ * The worker role: moves local revisions (deployments without a listener) through their states on
+ * this machine's data plane. Work is claimed from the revision table with a lease
+ * (src/pipeline/work-leases.ts); a change anywhere wakes the worker through the change feed, with a
+ * slow poll as the safety net. Every transition goes through src/pipeline/transitions.ts and only
+ * while this worker still holds the lease, so a revision interrupted by a user, or taken over after a
+ * lost lease, is never written over.
+ *
+ * Besides revisions, the worker starts the apps that should run here and nobody runs (adoption after a
+ * restart), keeps its runner leases, re-checks crash-looping apps, and tears deleted deployments down.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { sql, type Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { ChangeFeed } from '../db/change-feed.ts';
+import type { LocalRuntime, RevisionJob } from '../dataplane/local-runtime.ts';
+import { RevisionFailure } from '../dataplane/revision-build.ts';
+import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
+import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import { recordEvents } from '../store/events.ts';
+import { json, type Database, type Db, type RevisionRow } from '../store/schema.ts';
+import { deleteTracingProject } from '../store/tracing-projects.ts';
+import { transitionDeployment, transitionRevision, type Failure } from './transitions.ts';
+import {
+  claimDeploymentToDelete,
+  claimRevision,
+  claimRunnableDeployments,
+  extendRevisionLease,
+  extendRunnerLeases,
+  releaseRevisionLease,
+  setRunner,
+  type ClaimedRevision,
+  type LeaseOwner,
+} from './work-leases.ts';
+
+/** A revision whose work was started this many times (takeovers included) fails with `worker_lost`. */
+const MAX_ATTEMPTS = 3;
+/** Deployed revisions whose build output is kept besides the active one, for quick rollbacks. */
+const KEPT_BUILDS = 2;
+
+export interface WorkerDeps {
+  db: Kysely<Database>;
+  runtime: LocalRuntime;
+  changes: ChangeFeed;
+  logger: Logger;
+  owner: LeaseOwner;
+  concurrency: number;
+  leaseSeconds?: number;
+  /** Safety-net poll when no notification comes. */
+  pollMs?: number;
+}
+
+export interface Worker {
+  /** Stops claiming, interrupts running work (its leases are released for another worker) and stops the apps. */
+  stop(): Promise<void>;
+}
+
+/** The worker's identity: a node id kept in the data directory, plus this process. */
+export async function leaseOwnerFor(dataDir: string): Promise<LeaseOwner> {
+  const file = path.join(dataDir, 'node-id');
+  let nodeId = (await fs.readFile(file, 'utf8').catch(() => '')).trim();
+  if (!/^[0-9a-f]{16}$/.test(nodeId)) {
+    nodeId = randomBytes(8).toString('hex');
+    await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
+    await fs.writeFile(file, nodeId, { mode: 0o600 });
+  }
+  return { id: `${nodeId}/${process.pid}-${randomBytes(3).toString('hex')}`, nodePrefix: `${nodeId}/` };
+}
+
+/** Thrown inside a job when the revision is no longer this worker's to move. */
+class NotOurs extends Error {}
+
+const failureStatusOf = (status: RevisionStatus): 'BUILD_FAILED' | 'DEPLOY_FAILED' =>
+  status === 'AWAITING_BUILD' || status === 'BUILDING' ? 'BUILD_FAILED' : 'DEPLOY_FAILED';
+
+function jobOf(revision: RevisionRow, deployment: RevisionJob['deployment']): RevisionJob {
+  return {
+    revisionId: revision.id,
+    source: revision.source as Source,
+    config: revision.source_revision_config as SourceRevisionConfig,
+    snapshot: revision.snapshot,
+    secrets: revision.secrets,
+    deployment,
+  };
+}
+
+export function startWorker(deps: WorkerDeps): Worker {
+  const { db, runtime, changes, logger, owner } = deps;
+  const leaseSeconds = deps.leaseSeconds ?? 30;
+  const pollMs = deps.pollMs ?? 5_000;
+  const jobs = new Map<string, { deploymentId: string; controller: AbortController; done: Promise<void> }>();
+  let stopping = false;
+  let pumping: Promise<void> | null = null;
+  let again = false;
+
+  /** Locks deployment then revision (the order every writer uses), checks the lease, applies `to`. */
+  async function advance(revisionId: string, deploymentId: string, to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>): Promise<void> {
+    await db.transaction().execute(async (tx) => {
+      await tx.selectFrom('deployments').select('id').where('id', '=', deploymentId).forUpdate().executeTakeFirst();
+      const row = await tx.selectFrom('revisions').selectAll().where('id', '=', revisionId).where('lease_owner', '=', owner.id).forUpdate().executeTakeFirst();
+      if (!row || isFinalRevisionStatus(row.status as RevisionStatus)) throw new NotOurs();
+      if (row.status !== to) await transitionRevision(tx, row, to, failure);
+      await also?.(tx);
+    });
+  }
+
+  /** DEPLOYED, and the deployment now serves it: active revision, stable URL, READY. */
+  const activate = (job: RevisionJob, customUrl: string) => async (tx: Db) => {
+    const deployment = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status', 'active_revision_id']).where('id', '=', job.deployment.id).executeTakeFirstOrThrow();
+    await tx
+      .updateTable('deployments')
+      .set({
+        active_revision_id: job.revisionId,
+        source_config: sql`jsonb_set(source_config, '{custom_url}', to_jsonb(${customUrl}::text))`,
+        runner_owner: owner.id,
+        runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`,
+        updated_at: sql<Date>`now()`,
+      })
+      .where('id', '=', job.deployment.id)
+      .execute();
+    await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.active_revision_changed', data: { from: deployment.active_revision_id, to: job.revisionId, url: customUrl } }]);
+    if (deployment.status !== 'READY') await transitionDeployment(tx, deployment, 'READY', { revision_id: job.revisionId });
+  };
+
+  /** Removes app directories of this deployment's revisions that will not run again. */
+  async function pruneBuilds(deploymentId: string): Promise<void> {
+    const revisions = await db.selectFrom('revisions').select(['id', 'status']).where('deployment_id', '=', deploymentId).orderBy('number', 'desc').execute();
+    const active = (await db.selectFrom('deployments').select('active_revision_id').where('id', '=', deploymentId).executeTakeFirst())?.active_revision_id;
+    const kept = new Set([active, ...revisions.filter((r) => r.status === 'DEPLOYED' && r.id !== active).slice(0, KEPT_BUILDS).map((r) => r.id)]);
+    for (const revision of revisions) {
+      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status as RevisionStatus)) await runtime.removeRevisionFiles(revision.id);
+    }
+  }
+
+  async function run(claimed: ClaimedRevision, controller: AbortController): Promise<void> {
+    const deploymentId = claimed.deployment_id;
+    const job = jobOf(claimed, { id: deploymentId, workspace_id: claimed.workspace_id, name: claimed.deployment_name, source_config: claimed.deployment_source_config, tracing_project_id: claimed.tracing_project_id });
+    const signal = controller.signal;
+    let status = claimed.status as RevisionStatus;
+    const step = async (to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>) => {
+      signal.throwIfAborted();
+      await advance(job.revisionId, deploymentId, to, failure, also);
+      status = to;
+    };
+    const heartbeat = setInterval(() => {
+      extendRevisionLease(db, owner, job.revisionId, leaseSeconds).then(
+        (held) => {
+          if (!held) controller.abort(new NotOurs());
+        },
+        (error: unknown) => logger.warn({ err: error, revisionId: job.revisionId }, 'could not extend a revision lease'),
+      );
+    }, (leaseSeconds * 1000) / 3);
+    try {
+      if (claimed.attempts > MAX_ATTEMPTS) {
+        await step(failureStatusOf(status), { reason: 'worker_lost', message: `Work on this revision was started ${claimed.attempts - 1} times and each time the worker stopped before it finished. Redeploy it to try again.` });
+        return;
+      }
+      if (job.source === 'internal_container' || job.source === 'external_container') {
+        await step('DEPLOY_FAILED', { reason: 'container_runtime_unavailable', message: 'This machine has no container engine, so the service cannot run container images itself. Register a listener in your Kubernetes cluster and deploy the image there (source external_container with a listener_id).' });
+        return;
+      }
+      if (status === 'AWAITING_BUILD' || status === 'BUILDING') {
+        await runtime.build(
+          job,
+          {
+            building: () => step('BUILDING'),
+            commitResolved: async (sha) => {
+              await db.updateTable('revisions').set({ source_revision_config: sql`source_revision_config || ${json({ repo_commit_sha: sha })}::jsonb` }).where('id', '=', job.revisionId).execute();
+            },
+          },
+          signal,
+        );
+        await step('AWAITING_DEPLOY');
+      }
+      await step('DEPLOYING');
+      await runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, activate(job, customUrl)));
+      await pruneBuilds(deploymentId);
+    } catch (error) {
+      if (error instanceof RevisionFailure) {
+        await step(error.status, { reason: error.reason, message: error.message }).catch((e: unknown) => {
+          if (!(e instanceof NotOurs)) throw e;
+        });
+      } else if (error instanceof NotOurs || signal.aborted) {
+        logger.info({ revisionId: job.revisionId }, 'revision work stopped: interrupted, deleted or taken over');
+      } else {
+        logger.error({ err: error, revisionId: job.revisionId }, 'revision work failed unexpectedly');
+        await step(failureStatusOf(status), { reason: 'internal_error', message: `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). Redeploy to try again; the service log has details.` }).catch(() => undefined);
+      }
+      const current = await db.selectFrom('revisions').select('status').where('id', '=', job.revisionId).executeTakeFirst();
+      if (!stopping && (!current || isFinalRevisionStatus(current.status as RevisionStatus))) await runtime.removeRevisionFiles(job.revisionId);
+    } finally {
+      clearInterval(heartbeat);
+      // On stop, an unfinished revision's lease is let go so that the next worker takes it over at once.
+      await releaseRevisionLease(db, job.revisionId).catch((error: unknown) => logger.warn({ err: error }, 'could not release a revision lease'));
+    }
+  }
+
+  async function claimNext(): Promise<ClaimedRevision | undefined> {
+    return db.transaction().execute(async (tx) => {
+      const claimed = await claimRevision(tx, owner, leaseSeconds);
+      if (!claimed || claimed.status !== 'QUEUED') return claimed;
+      const to: RevisionStatus = claimed.source === 'internal_container' || claimed.source === 'external_container' ? 'AWAITING_DEPLOY' : 'AWAITING_BUILD';
+      await transitionRevision(tx, claimed, to);
+      return { ...claimed, status: to };
+    });
+  }
+
+  async function pumpRevisions(): Promise<void> {
+    while (!stopping && jobs.size < deps.concurrency) {
+      const claimed = await claimNext();
+      if (!claimed) return;
+      const controller = new AbortController();
+      const done = run(claimed, controller)
+        .catch((error: unknown) => logger.error({ err: error, revisionId: claimed.id }, 'revision job crashed'))
+        .finally(() => {
+          jobs.delete(claimed.id);
+          wake();
+        });
+      jobs.set(claimed.id, { deploymentId: claimed.deployment_id, controller, done });
+    }
+  }
+
+  async function adopt(): Promise<void> {
+    const claimed = await db.transaction().execute((tx) => claimRunnableDeployments(tx, owner, leaseSeconds, 10));
+    for (const deployment of claimed) {
+      if (runtime.running().includes(deployment.id)) continue;
+      const revision = await db.selectFrom('revisions').selectAll().where('id', '=', deployment.active_revision_id).executeTakeFirst();
+      if (!revision) continue;
+      const source_config = (await db.selectFrom('deployments').select('source_config').where('id', '=', deployment.id).executeTakeFirst())?.source_config ?? {};
+      logger.info({ deploymentId: deployment.id, revisionId: revision.id }, 'starting a deployment that should run here');
+      try {
+        await runtime.resume(jobOf(revision, { id: deployment.id, workspace_id: deployment.workspace_id, name: deployment.name, source_config, tracing_project_id: deployment.tracing_project_id }));
+      } catch (error) {
+        logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
+        await db.transaction().execute(async (tx) => {
+          const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deployment.id).forUpdate().executeTakeFirst();
+          if (row && row.status !== 'UNKNOWN' && row.status !== 'AWAITING_DELETE') {
+            await transitionDeployment(tx, row, 'UNKNOWN', { reason: 'restart_failed', message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}` });
+          }
+        });
+      }
+    }
+  }
+
+  async function deleteOne(): Promise<boolean> {
+    const target = await db.transaction().execute(async (tx) => {
+      const found = await claimDeploymentToDelete(tx, owner);
+      if (found) await setRunner(tx, owner, found.id, leaseSeconds);
+      return found;
+    });
+    if (!target) return false;
+    for (const [, job] of jobs) if (job.deploymentId === target.id) job.controller.abort(new NotOurs());
+    const revisions = await db.selectFrom('revisions').select(['id', 'source_revision_config']).where('deployment_id', '=', target.id).execute();
+    await runtime.teardown(target, revisions.map((r) => r.id));
+    const uploads = await db.transaction().execute(async (tx) => {
+      const row = await tx.selectFrom('deployments').select(['id', 'status']).where('id', '=', target.id).forUpdate().executeTakeFirst();
+      if (!row || row.status !== 'AWAITING_DELETE') return [];
+      // Uploads that only this deployment's revisions used go with it.
+      const orphaned = await sql<{ id: string; path: string }>`
+        delete from source_uploads u
+        where u.path in (select r.source_revision_config->>'source_tarball_path' from revisions r where r.deployment_id = ${target.id})
+          and not exists (select 1 from revisions o where o.deployment_id <> ${target.id} and o.source_revision_config->>'source_tarball_path' = u.path)
+        returning u.id, u.path`.execute(tx);
+      await recordEvents(tx, [{ workspaceId: target.workspace_id, subjectType: 'deployment', subjectId: target.id, deploymentId: target.id, type: 'deployment.deleted', fromStatus: 'AWAITING_DELETE', data: { name: target.name, tracing_project_deleted: target.delete_tracing_project } }]);
+      await tx.deleteFrom('deployments').where('id', '=', target.id).execute();
+      if (target.delete_tracing_project) await deleteTracingProject(tx, target.tracing_project_id);
+      return orphaned.rows;
+    });
+    for (const upload of uploads) await runtime.removeUpload(upload.path);
+    logger.info({ deploymentId: target.id }, 'deployment torn down and deleted');
+    return true;
+  }
+
+  async function pump(): Promise<void> {
+    await pumpRevisions();
+    while (!stopping && (await deleteOne()));
+    if (!stopping) await adopt();
+  }
+
+  function wake(): void {
+    if (stopping) return;
+    if (pumping) {
+      again = true;
+      return;
+    }
+    pumping = pump()
+      .catch((error: unknown) => logger.error({ err: error }, 'worker pass failed; the next wake-up retries'))
+      .finally(() => {
+        pumping = null;
+        if (again) {
+          again = false;
+          wake();
+        }
+      });
+  }
+
+  const unsubscribe = changes.subscribe((change) => {
+    if (change.kind === 'revision' && isFinalRevisionStatus(change.status as RevisionStatus)) {
+      // Interrupted (or moved on by someone else): stop working on it at once.
+      jobs.get(change.revision_id)?.controller.abort(new NotOurs());
+    }
+    if (change.kind === 'deployment' && change.status === 'AWAITING_DELETE') {
+      for (const [, job] of jobs) if (job.deploymentId === change.deployment_id) job.controller.abort(new NotOurs());
+    }
+    if (change.kind !== 'log') wake();
+  });
+
+  const poll = setInterval(wake, pollMs);
+  poll.unref();
+  const runnerBeat = setInterval(() => {
+    void (async () => {
+      const running = runtime.running();
+      const held = new Set(await extendRunnerLeases(db, owner, running, leaseSeconds));
+      // Another worker runs these now (it deployed a newer revision, or took ours over): stop ours.
+      for (const id of running) if (!held.has(id)) await runtime.stop(id);
+      await runtime.check();
+    })().catch((error: unknown) => logger.warn({ err: error }, 'runner heartbeat failed'));
+  }, (leaseSeconds * 1000) / 3);
+  runnerBeat.unref();
+  wake();
+
+  return {
+    async stop() {
+      stopping = true;
+      unsubscribe();
+      clearInterval(poll);
+      clearInterval(runnerBeat);
+      for (const [, job] of jobs) job.controller.abort(new NotOurs());
+      await Promise.all([...jobs.values()].map((job) => job.done));
+      await pumping;
+      await runtime.close();
+    },
+  };
+}

@@ -1,0 +1,103 @@
+/**
+ * Revision logs: one row per line of a revision's build output (`build`) or of its app's output
+ * (`deploy`), oldest first by id. Every append also notifies the change feed (`{"kind": "log"}`), so
+ * that a follower on any replica wakes without polling (src/db/change-feed.ts).
+ */
+import { sql } from 'kysely';
+import { CHANGES_CHANNEL, changePayload } from '../db/change-feed.ts';
+import type { RevisionStatus } from '../domain/states.ts';
+import type { Db, RevisionLogRow, RevisionLogStream, RevisionLogType } from './schema.ts';
+
+export interface NewRevisionLogLine {
+  stream: RevisionLogStream;
+  line: string;
+  at: Date;
+}
+
+/**
+ * Appends `lines` in one statement: the multi-row insert and its notification together, so a follower
+ * is never woken for lines that are not there, nor left asleep for lines that are (inside a transaction
+ * the notification is delivered at commit, with the rows). Resolves to the last id written, or null.
+ */
+export async function appendRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, lines: readonly NewRevisionLogLine[]): Promise<string | null> {
+  if (lines.length === 0) return null;
+  const payload = changePayload({ kind: 'log', revision_id: revisionId });
+  const result = await db
+    .with('inserted', (q) =>
+      q
+        .insertInto('revision_logs')
+        .values(lines.map((l) => ({ revision_id: revisionId, type, stream: l.stream, line: l.line, logged_at: l.at })))
+        .returning('id'),
+    )
+    .selectNoFrom([
+      sql<string | null>`(select max(id)::text from inserted)`.as('last_id'),
+      sql<unknown>`pg_notify(${CHANGES_CHANNEL}, ${payload})`.as('notified'),
+    ])
+    .executeTakeFirstOrThrow();
+  return result.last_id;
+}
+
+/** Lines after `afterId` (all when null), oldest first. */
+export async function listRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, afterId: string | null, limit: number): Promise<RevisionLogRow[]> {
+  let query = db.selectFrom('revision_logs').selectAll().where('revision_id', '=', revisionId).where('type', '=', type);
+  if (afterId !== null) query = query.where('id', '>', afterId);
+  return query.orderBy('id').limit(limit).execute();
+}
+
+/** How many lines a revision's log of `type` holds now. */
+export async function countRevisionLogs(db: Db, revisionId: string, type: RevisionLogType): Promise<number> {
+  const row = await db
+    .selectFrom('revision_logs')
+    .select((eb) => eb.fn.countAll<string>().as('count'))
+    .where('revision_id', '=', revisionId)
+    .where('type', '=', type)
+    .executeTakeFirstOrThrow();
+  return Number(row.count);
+}
+
+/**
+ * Deletes all but the newest `keep` lines of a revision's log of `type` (app output runs forever; the
+ * log keeps its end). Resolves to the number of lines deleted.
+ */
+export async function trimRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, keep: number): Promise<number> {
+  if (!Number.isInteger(keep) || keep < 1) throw new RangeError(`keep must be a positive integer, not ${keep}`);
+  // The keep-th newest id, read backwards on revision_logs_page; with fewer lines it is null and
+  // `id < null` deletes nothing.
+  const oldestKept = db
+    .selectFrom('revision_logs')
+    .select('id')
+    .where('revision_id', '=', revisionId)
+    .where('type', '=', type)
+    .orderBy('id', 'desc')
+    .offset(keep - 1)
+    .limit(1);
+  const result = await db
+    .deleteFrom('revision_logs')
+    .where('revision_id', '=', revisionId)
+    .where('type', '=', type)
+    .where('id', '<', oldestKept)
+    .executeTakeFirst();
+  return Number(result.numDeletedRows);
+}
+
+/** What a log follower needs to know about a revision: its status and whether it still serves. */
+export interface LogSubject {
+  status: RevisionStatus;
+  failure_reason: string | null;
+  failure_message: string | null;
+  /** The deployment's active revision (the one whose app output is live). */
+  active_revision_id: string | null;
+}
+
+/** The revision in the caller's workspace and deployment, or undefined (unknown, another's, or gone). */
+export async function getLogSubject(db: Db, workspaceId: string, deploymentId: string, revisionId: string): Promise<LogSubject | undefined> {
+  const row = await db
+    .selectFrom('revisions as r')
+    .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
+    .select(['r.status', 'r.failure_reason', 'r.failure_message', 'd.active_revision_id'])
+    .where('r.workspace_id', '=', workspaceId)
+    .where('r.deployment_id', '=', deploymentId)
+    .where('r.id', '=', revisionId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : { ...row, status: row.status as RevisionStatus };
+}

@@ -1,0 +1,209 @@
+/**
+ * A real service for data plane tests: the API and the app proxy listening on a real port, the change
+ * feed, and the worker with the local runtime (bubblewrap when installed), on a database cloned from
+ * the template. Plus helpers to pack an app folder, upload it, and wait for a revision to settle.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import * as tar from 'tar';
+import { buildApp } from '../../src/app.ts';
+import { bootstrap } from '../../src/bootstrap.ts';
+import { loadConfig, type Config } from '../../src/config.ts';
+import { createSecretBox } from '../../src/crypto/secret-box.ts';
+import { openChangeFeed, type ChangeFeed } from '../../src/db/change-feed.ts';
+import { freePort } from '../../src/db/embedded-postgres.ts';
+import { withClient } from '../../src/db/scratch-server.ts';
+import { createAppRouter, type AppRouter } from '../../src/dataplane/app-router.ts';
+import { startLocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
+import { createLogger } from '../../src/logger.ts';
+import type { Worker } from '../../src/pipeline/worker.ts';
+import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
+import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
+
+export const FINAL = ['CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED', 'DEPLOYED', 'SKIPPED', 'INTERRUPTED', 'UNKNOWN'];
+
+export interface TestService {
+  base: string;
+  port: number;
+  config: Config;
+  database: TestDatabase;
+  dataDir: string;
+  app: FastifyInstance;
+  router: AppRouter;
+  changes: ChangeFeed;
+  worker: Worker | null;
+  api<T = any>(method: string, url: string, body?: unknown): Promise<{ status: number; body: T }>;
+  /** Starts the worker (again, after stopWorker). */
+  startWorker(): Promise<void>;
+  stopWorker(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
+  const database = await createTestDatabase();
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-dp-'));
+  // The sandboxed app user must be able to pass through (never list) the data directory.
+  await fs.chmod(dataDir, 0o711);
+  const port = await freePort();
+  const config = loadConfig({
+    SLIPWAY_DATA_DIR: dataDir,
+    SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
+    LOG_LEVEL: 'silent',
+    PORT: String(port),
+    SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30',
+    SLIPWAY_DRAIN_SECONDS: '3',
+    ...env,
+  });
+  const logger = createLogger(config.logLevel);
+  const secretBox = createSecretBox(randomBytes(32));
+  await bootstrap(database.db, config.bootstrapApiKey);
+  const changes = await openChangeFeed(database.url, logger);
+  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs });
+  const app = await buildApp({ config, db: database.db, secretBox, logger, changes, router });
+  await app.listen({ port, host: '127.0.0.1' });
+  const base = `http://127.0.0.1:${port}`;
+
+  const service: TestService = {
+    base,
+    port,
+    config,
+    database,
+    dataDir,
+    app,
+    router,
+    changes,
+    worker: null,
+    async api(method, url, body) {
+      const response = await fetch(`${base}${url}`, {
+        method,
+        headers: { 'x-api-key': ADMIN_KEY, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await response.text();
+      return { status: response.status, body: text === '' ? undefined : JSON.parse(text) };
+    },
+    async startWorker() {
+      service.worker = await startLocalDataPlane({
+        config,
+        db: database.db,
+        pool: database.pool,
+        databaseUrl: database.url,
+        secretBox,
+        changes,
+        router,
+        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: true, logger }).repositories,
+        logger,
+        leaseSeconds: 6,
+        backoff: { initialMs: 100, maxMs: 500 },
+      });
+    },
+    async stopWorker() {
+      await service.worker?.stop();
+      service.worker = null;
+    },
+    async close() {
+      await service.stopWorker();
+      const left = await database.db.selectFrom('deployment_runtimes').select('database_name').execute().catch(() => []);
+      await app.close();
+      await router.close();
+      await changes.close();
+      // App databases live beside the test database on the same server: drop what the test left.
+      await withClient(database.url, async (client) => {
+        for (const { database_name } of left) {
+          if (!database_name) continue;
+          await client.query(`drop database if exists ${client.escapeIdentifier(database_name)} with (force)`);
+          await client.query(`drop role if exists ${client.escapeIdentifier(database_name)}`);
+        }
+      });
+      await database.drop();
+      await fs.rm(dataDir, { recursive: true, force: true });
+    },
+  };
+  await service.startWorker();
+  return service;
+}
+
+/** Packs a folder (or a map of files) into a .tar.gz and uploads it; the source_tarball_path. */
+export async function uploadApp(service: TestService, files: Record<string, string> | string): Promise<string> {
+  const dir = typeof files === 'string' ? files : await writeApp(files);
+  const archive = path.join(os.tmpdir(), `slipway-app-${randomBytes(4).toString('hex')}.tar.gz`);
+  await tar.c({ gzip: true, file: archive, cwd: dir, portable: true }, await fs.readdir(dir));
+  try {
+    const response = await fetch(`${service.base}/v2/uploads`, { method: 'POST', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, body: await fs.readFile(archive) });
+    const body = (await response.json()) as { source_tarball_path: string };
+    if (response.status !== 201) throw new Error(`upload failed: ${response.status} ${JSON.stringify(body)}`);
+    return body.source_tarball_path;
+  } finally {
+    await fs.rm(archive, { force: true });
+  }
+}
+
+export async function writeApp(files: Record<string, string>): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-src-'));
+  for (const [name, content] of Object.entries(files)) {
+    await fs.mkdir(path.dirname(path.join(dir, name)), { recursive: true });
+    await fs.writeFile(path.join(dir, name), content);
+  }
+  return dir;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls the revision until it reaches one of `statuses` (default: any final state); fails after `ms`. */
+export async function waitForRevision(service: TestService, deploymentId: string, revisionId: string, statuses: string[] = FINAL, ms = 120_000): Promise<any> {
+  const until = Date.now() + ms;
+  let last: any;
+  while (Date.now() < until) {
+    const response = await service.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
+    last = response.body;
+    if (response.status === 200 && statuses.includes(last.status)) return last;
+    await sleep(200);
+  }
+  throw new Error(`revision ${revisionId} did not reach ${statuses.join('|')}; last seen ${JSON.stringify(last)}`);
+}
+
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, ms = 60_000): Promise<T> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    const value = await check();
+    if (value) return value;
+    await sleep(200);
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** A request to an app through the service's proxy by host name (`<slug>.localhost`). */
+export function requestApp(service: TestService, hostUrl: string, pathname: string, options: { method?: string; body?: string } = {}): Promise<{ status: number; body: string }> {
+  const host = new URL(hostUrl).host;
+  return new Promise((resolve, reject) => {
+    const request = http.request({ host: '127.0.0.1', port: service.port, path: pathname, method: options.method ?? 'GET', headers: { host, ...(options.body ? { 'content-type': 'application/json' } : {}) } }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (body += chunk));
+      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+    if (options.body) request.write(options.body);
+    request.end();
+  });
+}
+
+/** The log lines of a revision, through the API. */
+export async function revisionLog(service: TestService, deploymentId: string, revisionId: string, type: 'build' | 'deploy'): Promise<string[]> {
+  const lines: string[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < 50; page++) {
+    const response = await service.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}/logs?type=${type}&limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    if (response.status !== 200) throw new Error(`logs: ${response.status} ${JSON.stringify(response.body)}`);
+    const got = response.body.lines as { message: string }[];
+    lines.push(...got.map((l) => l.message));
+    if (got.length === 0) break;
+    cursor = response.body.next_cursor;
+  }
+  return lines;
+}

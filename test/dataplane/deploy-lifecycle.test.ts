@@ -1,0 +1,118 @@
+/**
+ * The local data plane end to end, as a user sees it: upload the example agent app, create a
+ * deployment, follow it to DEPLOYED, call the app at its stable URL (its secret, its own database),
+ * change a secret under a steady stream of requests (no request fails during the switch), roll back,
+ * and delete (processes, database and files gone).
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { withClient } from '../../src/db/scratch-server.ts';
+import { requestApp, revisionLog, startTestService, uploadApp, waitFor, waitForRevision, type TestService } from './data-plane-harness.ts';
+
+const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
+
+let service: TestService;
+before(async () => {
+  service = await startTestService();
+});
+after(async () => {
+  await service.close();
+});
+
+test('the example app is built, deployed, served at its stable URL, updated without a failed request, rolled back and deleted', async () => {
+  const tarball = await uploadApp(service, EXAMPLE);
+  const created = await service.api('POST', '/v2/deployments', {
+    name: 'support-agent',
+    source: 'internal_source',
+    source_config: {},
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+    secrets: [{ name: 'GREETING', value: 'hello-from-secret' }],
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const deploymentId = created.body.id;
+  assert.equal(created.body.status, 'AWAITING_DATABASE');
+  const first = await waitForRevision(service, deploymentId, created.body.latest_revision_id);
+  assert.equal(first.status, 'DEPLOYED', JSON.stringify(first));
+
+  const deployment = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body;
+  assert.equal(deployment.status, 'READY');
+  assert.equal(deployment.active_revision_id, first.id);
+  const url: string = deployment.source_config.custom_url;
+  assert.match(url, /^http:\/\/support-agent-[0-9a-f]{8}\.localhost:\d+$/);
+
+  // The app reads its secret and the platform's variables.
+  const home = await requestApp(service, url, '/');
+  assert.equal(home.status, 200, home.body);
+  const info = JSON.parse(home.body);
+  assert.equal(info.greeting, 'hello-from-secret');
+  assert.equal(info.revision_id, first.id);
+
+  // It writes to and reads from its own database.
+  const note = await requestApp(service, url, '/notes', { method: 'POST', body: JSON.stringify({ text: 'remember the milk' }) });
+  assert.ok(note.status === 200 || note.status === 201, note.body);
+  const notes = await requestApp(service, url, '/notes');
+  assert.match(notes.body, /remember the milk/);
+
+  // The same app by path, for clients that cannot set a host name.
+  const slug = new URL(url).hostname.split('.')[0];
+  const byPath = await fetch(`${service.base}/apps/${slug}/`);
+  assert.equal(byPath.status, 200);
+  assert.equal(((await byPath.json()) as { greeting: string }).greeting, 'hello-from-secret');
+
+  // Build output and app output are kept as logs; the secret value never appears in them.
+  const buildLog = await revisionLog(service, deploymentId, first.id, 'build');
+  assert.ok(buildLog.some((line) => /Build finished/.test(line)), buildLog.join('\n'));
+  const deployLog = await waitFor('app output in the deploy log', async () => {
+    const lines = await revisionLog(service, deploymentId, first.id, 'deploy');
+    return lines.some((line) => /Health check passed/.test(line)) ? lines : null;
+  });
+  assert.ok(!buildLog.concat(deployLog).some((line) => line.includes('hello-from-secret')));
+
+  // A secrets change makes a new revision; a steady stream of requests sees no failure across the switch.
+  let failures = 0;
+  let served = 0;
+  let keepGoing = true;
+  const load = Array.from({ length: 4 }, async () => {
+    for (let i = 0; i < 5000 && keepGoing; i++) {
+      const answer = await requestApp(service, url, '/').catch(() => ({ status: 0, body: '' }));
+      if (answer.status === 200) served++;
+      else failures++;
+    }
+  });
+  const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, { secrets: [{ name: 'GREETING', value: 'bye-from-secret' }] });
+  assert.equal(patched.status, 200);
+  const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id);
+  assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  keepGoing = false;
+  await Promise.all(load);
+  assert.equal(failures, 0, `${failures} of ${served + failures} requests failed during the switch`);
+  assert.ok(served > 0);
+  assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'bye-from-secret');
+  // The old revision's processes were drained and stopped; its data stays in the database.
+  assert.match((await requestApp(service, url, '/notes')).body, /remember the milk/);
+
+  // Roll back: redeploy revision 1, which runs its own secrets again.
+  const rolled = await service.api('POST', `/v2/deployments/${deploymentId}/revisions/${first.id}/redeploy`);
+  assert.equal(rolled.status, 201, JSON.stringify(rolled.body));
+  const third = await waitForRevision(service, deploymentId, rolled.body.latest_revision_id);
+  assert.equal(third.status, 'DEPLOYED', JSON.stringify(third));
+  assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'hello-from-secret');
+
+  // Delete: AWAITING_DELETE, then gone, with its processes, database and files.
+  const runtime = await service.database.db.selectFrom('deployment_runtimes').selectAll().where('deployment_id', '=', deploymentId).executeTakeFirstOrThrow();
+  assert.ok(runtime.database_name);
+  const removed = await service.api('DELETE', `/v2/deployments/${deploymentId}`);
+  assert.equal(removed.status, 204);
+  await waitFor('the deployment to disappear', async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404);
+  assert.equal((await requestApp(service, url, '/')).status, 404);
+  const databases = await withClient(service.database.url, (c) => c.query('select 1 from pg_database where datname = $1', [runtime.database_name]));
+  assert.equal(databases.rowCount, 0, 'the app database is dropped');
+  const left = await fs.readdir(path.join(service.dataDir, 'revisions')).catch(() => []);
+  assert.deepEqual(left, [], 'no app directory is left');
+  const uploads = await fs.readdir(path.join(service.dataDir, 'uploads')).catch(() => []);
+  assert.deepEqual(uploads, [], 'the upload only this deployment used is removed');
+});

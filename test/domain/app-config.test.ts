@@ -1,0 +1,205 @@
+/**
+ * The app config file's rules (docs/app-config.md), without a directory: what a revision ends up
+ * running for a given file and source, and the message a user gets for a file that cannot work.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../../src/domain/app-config.ts';
+
+const FILE = 'slipway.json';
+
+function node(pkg: Record<string, unknown> | string | null, extraFiles: string[] = []): SourceFiles {
+  const text = pkg === null ? null : typeof pkg === 'string' ? pkg : JSON.stringify(pkg);
+  return { rootFiles: [...(text === null ? [] : ['package.json']), 'index.js', ...extraFiles], packageJson: text };
+}
+const python = (...rootFiles: string[]): SourceFiles => ({ rootFiles, packageJson: null });
+
+const resolve = (raw: unknown, source: SourceFiles, overrides?: CommandOverrides): AppConfig => resolveAppConfig(FILE, raw, source, overrides);
+
+/** Asserts the file is refused with invalid_app_config and returns the message. */
+function refused(raw: unknown, source: SourceFiles = node({ scripts: { start: 'node index.js' } }), overrides?: CommandOverrides): string {
+  try {
+    resolve(raw, source, overrides);
+  } catch (error) {
+    assert.ok(error instanceof AppConfigError, `expected an AppConfigError, got ${String(error)}`);
+    assert.equal(error.reason, 'invalid_app_config');
+    return error.message;
+  }
+  assert.fail(`expected ${JSON.stringify(raw)} to be refused`);
+}
+
+describe('zero configuration', () => {
+  test('{} runs a Node app through its start script, with every default', () => {
+    assert.deepEqual(resolve({}, node({ name: 'agent', scripts: { start: 'node index.js' } })), {
+      runtime: 'node',
+      install: null,
+      build: null,
+      start: 'npm start',
+      worker: null,
+      healthCheckPath: '/',
+      env: {},
+      database: true,
+    });
+  });
+
+  test('{} runs a Python app from main.py (or app.py) in its own venv', () => {
+    const config = resolve({}, python('requirements.txt', 'main.py'));
+    assert.equal(config.runtime, 'python');
+    assert.equal(config.install, 'python3 -m venv .venv && .venv/bin/pip install -r requirements.txt');
+    assert.equal(config.build, null);
+    assert.equal(config.start, '.venv/bin/python main.py');
+    assert.equal(resolve({}, python('app.py')).start, '.venv/bin/python app.py');
+    assert.equal(resolve({}, python('app.py', 'main.py')).start, '.venv/bin/python main.py');
+    assert.equal(resolve({}, python('app.py')).install, 'python3 -m venv .venv');
+  });
+});
+
+describe('runtime detection', () => {
+  test('package.json means node, even next to Python files', () => {
+    assert.equal(resolve({}, node({ scripts: { start: 'x' } }, ['requirements.txt', 'tool.py'])).runtime, 'node');
+  });
+
+  test('requirements.txt, pyproject.toml or any .py file at the root means python', () => {
+    assert.equal(resolve({ start: 'python3 -m agent' }, python('requirements.txt')).runtime, 'python');
+    assert.equal(resolve({ start: 'python3 -m agent' }, python('pyproject.toml')).runtime, 'python');
+    assert.equal(resolve({ start: 'python3 -m agent' }, python('agent.py')).runtime, 'python');
+  });
+
+  test('an explicit runtime wins over detection', () => {
+    const config = resolve({ runtime: 'python' }, { rootFiles: ['package.json', 'main.py'], packageJson: '{}' });
+    assert.equal(config.runtime, 'python');
+    assert.equal(config.start, '.venv/bin/python main.py');
+  });
+
+  test('a source with nothing to go by asks for runtime', () => {
+    const message = refused({}, { rootFiles: ['README.md'], packageJson: null });
+    assert.match(message, /^slipway\.json: runtime is not set and cannot be detected/);
+    assert.match(message, /set runtime to 'node' or 'python'/);
+  });
+});
+
+describe('Node defaults', () => {
+  test('install: npm ci with a lockfile, npm install without, nothing without dependencies', () => {
+    const deps = { dependencies: { express: '^4' }, scripts: { start: 'node index.js' } };
+    assert.equal(resolve({}, node(deps, ['package-lock.json'])).install, 'npm ci');
+    assert.equal(resolve({}, node(deps, ['npm-shrinkwrap.json'])).install, 'npm ci');
+    assert.equal(resolve({}, node(deps)).install, 'npm install');
+    assert.equal(resolve({}, node({ devDependencies: { typescript: '^5' }, scripts: { start: 'x' } })).install, 'npm install');
+    assert.equal(resolve({}, node({ dependencies: {}, scripts: { start: 'x' } }, ['package-lock.json'])).install, null);
+  });
+
+  test('build: npm run build only when there is a build script', () => {
+    assert.equal(resolve({}, node({ scripts: { start: 'node dist/index.js', build: 'tsc' } })).build, 'npm run build');
+    assert.equal(resolve({}, node({ scripts: { start: 'node index.js' } })).build, null);
+  });
+
+  test('start: the start script, else node <main>', () => {
+    assert.equal(resolve({}, node({ main: 'dist/server.js' })).start, 'node dist/server.js');
+    // An odd main is one word for sh -c, not a second command.
+    assert.equal(resolve({}, node({ main: 'my server.js; rm -rf /' })).start, "node 'my server.js; rm -rf /'");
+    assert.equal(resolve({}, node({ main: "it's.js" })).start, `node 'it'\\''s.js'`);
+  });
+
+  test('start without a start script, main or package.json is refused, naming start', () => {
+    assert.match(refused({}, node({ name: 'agent' })), /^slipway\.json: start is not set and package\.json has neither a start script nor main/);
+    assert.match(refused({ runtime: 'node' }, { rootFiles: ['index.js'], packageJson: null }), /^slipway\.json: start is not set and there is no package\.json/);
+  });
+
+  test('a broken package.json matters only when a default needs it', () => {
+    assert.match(refused({}, node('{ not json')), /^slipway\.json: .* package\.json, which its default comes from, is not valid JSON/);
+    const config = resolve({ install: null, build: null, start: 'node index.js' }, node('{ not json'));
+    assert.equal(config.start, 'node index.js');
+  });
+});
+
+describe('precedence', () => {
+  const source = node({ dependencies: { a: '1' }, scripts: { start: 'node index.js', build: 'tsc' } }, ['package-lock.json']);
+
+  test('the file wins over defaults, and null switches a step off', () => {
+    const config = resolve({ install: 'npm ci --omit=dev', build: null, start: 'node dist/main.js', worker: 'node worker.js' }, source);
+    assert.equal(config.install, 'npm ci --omit=dev');
+    assert.equal(config.build, null);
+    assert.equal(config.start, 'node dist/main.js');
+    assert.equal(config.worker, 'node worker.js');
+  });
+
+  test("the deployment's install_command and build_command win over the file", () => {
+    const config = resolve({ install: 'npm install', build: null }, source, { install_command: 'pnpm install', build_command: 'pnpm build' });
+    assert.equal(config.install, 'pnpm install');
+    assert.equal(config.build, 'pnpm build');
+  });
+
+  test('unset overrides leave the file and the defaults alone', () => {
+    const config = resolve({ build: 'make' }, source, { install_command: null, build_command: undefined });
+    assert.equal(config.install, 'npm ci');
+    assert.equal(config.build, 'make');
+  });
+});
+
+describe('the other fields', () => {
+  test('health_check_path, env, database and worker are taken as written', () => {
+    const config = resolve(
+      { health_check_path: '/healthz?deep=1', env: { LOG_FORMAT: 'json', _x1: '' }, database: false, worker: 'node worker.js' },
+      node({ scripts: { start: 'node index.js' } }),
+    );
+    assert.equal(config.healthCheckPath, '/healthz?deep=1');
+    assert.deepEqual(config.env, { LOG_FORMAT: 'json', _x1: '' });
+    assert.equal(config.database, false);
+    assert.equal(config.worker, 'node worker.js');
+  });
+});
+
+describe('files that cannot work are refused, naming the file and the field', () => {
+  test('a health path without a leading slash', () => {
+    assert.equal(refused({ health_check_path: 'healthz' }), "slipway.json: health_check_path must start with '/', got 'healthz'");
+    assert.match(refused({ health_check_path: '//evil.example/x' }), /health_check_path must be a path on the app/);
+    assert.match(refused({ health_check_path: '/a b' }), /health_check_path must not contain spaces/);
+    assert.match(refused({ health_check_path: 200 }), /health_check_path must be a path string such as '\/healthz', got 200/);
+  });
+
+  test('an unknown field, with the field it probably meant', () => {
+    assert.equal(refused({ heath_check_path: '/healthz' }), "slipway.json: unknown field 'heath_check_path' (did you mean 'health_check_path'?)");
+    assert.equal(refused({ dockerfile: 'Dockerfile' }), "slipway.json: unknown field 'dockerfile'");
+  });
+
+  test('fields of the wrong type', () => {
+    assert.equal(refused({ runtime: 'ruby' }), "slipway.json: runtime must be 'node' or 'python', got 'ruby'");
+    assert.equal(refused({ start: ['node', 'index.js'] }), 'slipway.json: start must be a command string, got an array');
+    assert.equal(refused({ start: null }), 'slipway.json: start must be a command string, got null');
+    assert.equal(refused({ install: 1 }), 'slipway.json: install must be a command string or null, got 1');
+    assert.equal(refused({ build: '  ' }), 'slipway.json: build must not be empty');
+    assert.equal(refused({ database: 'yes' }), "slipway.json: database must be true or false, got 'yes'");
+    assert.equal(refused({ env: ['A=1'] }), 'slipway.json: env must be an object of string values, got an array');
+    assert.equal(refused({ env: { RETRIES: 3 } }), 'slipway.json: env.RETRIES must be a string, got 3');
+  });
+
+  test('env names that are not names, or that the platform sets', () => {
+    assert.match(refused({ env: { 'MY-VAR': 'x' } }), /env: 'MY-VAR' is not a valid variable name/);
+    assert.match(refused({ env: { '1ST': 'x' } }), /env: '1ST' is not a valid variable name/);
+    for (const name of ['PORT', 'HOST', 'DATABASE_URL', 'SLIPWAY_AGENT_CREDENTIAL', 'SLIPWAY_ANYTHING']) {
+      assert.equal(refused({ env: { [name]: 'x' } }), `slipway.json: env.${name} is set by the platform and cannot be set in the file`);
+    }
+  });
+
+  test('every problem at once, so one round of fixes is enough', () => {
+    const message = refused({ runtime: 'go', health_check_path: 'x', colour: 'blue' });
+    assert.match(message, /^slipway\.json: /);
+    assert.match(message, /runtime must be/);
+    assert.match(message, /health_check_path must start with '\/'/);
+    assert.match(message, /unknown field 'colour'/);
+  });
+
+  test('a file that is not a JSON object', () => {
+    assert.equal(refused([]), 'slipway.json must hold a JSON object (e.g. {}), got an array');
+    assert.equal(refused(null), 'slipway.json must hold a JSON object (e.g. {}), got null');
+    assert.equal(refused('slipway'), "slipway.json must hold a JSON object (e.g. {}), got 'slipway'");
+  });
+
+  test('messages name the path the revision gave', () => {
+    assert.throws(() => resolveAppConfig('deploy/agent.json', { start: 3 }, node({})), { message: 'deploy/agent.json: start must be a command string, got 3' });
+  });
+
+  test('a Python app without main.py or app.py must say how to start', () => {
+    assert.match(refused({}, python('requirements.txt')), /^slipway\.json: start is not set and the source has no main\.py or app\.py/);
+  });
+});
