@@ -41,8 +41,6 @@ interface App {
   name: string;
   port: number;
   seen: Seen[];
-  /** Requests whose head has arrived (before the handler answers). */
-  arrived: number;
   close(): Promise<void>;
 }
 
@@ -60,9 +58,8 @@ function echo(name: string): Handler {
 
 async function startApp(name: string, handler: Handler = echo(name)): Promise<App> {
   const upgraded = new Set<Duplex>();
-  const app: App = { name, port: 0, seen: [], arrived: 0, close: async () => {} };
+  const app: App = { name, port: 0, seen: [], close: async () => {} };
   const server = http.createServer((req, res) => {
-    app.arrived++;
     let body = '';
     req.setEncoding('utf8');
     req.on('data', (chunk: string) => (body += chunk));
@@ -414,7 +411,6 @@ describe('app router', { timeout: 120_000 }, () => {
       if (req.url === '/fixed') res.writeHead(200, { 'content-length': '100' });
       else res.writeHead(200, { 'content-type': 'text/plain' });
       res.write('partial');
-      res.once('finish', () => {});
       setImmediate(() => req.socket.destroy());
     });
     await front.router.setTargets('dying-00000013', [{ instanceId: 'i-1', port: app.port }]);
@@ -450,8 +446,6 @@ describe('app router', { timeout: 120_000 }, () => {
           resolve();
         });
       });
-      req.on('error', () => {});
-      req.on('response', () => {});
       req.once('error', reject);
     });
     await appSawClose.promise;
@@ -574,9 +568,15 @@ describe('app router', { timeout: 120_000 }, () => {
 
   test('under a steady stream of requests, switching instances loses none', async () => {
     const front = await startFront();
-    const old = await startApp('old', (_req, res, seen) => {
-      // A little work per request, so some are always in flight when the switch comes.
-      setTimeout(() => echo('old')(_req, res, seen), 3);
+    // The old instance takes a little time per request, so some are in flight when the switch comes.
+    let oldActive = 0;
+    let oldArrival = deferred();
+    const old = await startApp('old', (req, res, seen) => {
+      oldActive++;
+      oldArrival.resolve();
+      oldArrival = deferred();
+      res.on('finish', () => oldActive--);
+      setTimeout(() => echo('old')(req, res, seen), 3);
     });
     const fresh = await startApp('new');
     const slug = 'steady-00000019';
@@ -589,7 +589,7 @@ describe('app router', { timeout: 120_000 }, () => {
     const failures: string[] = [];
     const servedBy: string[][] = Array.from({ length: CLIENTS }, () => []);
     let completed = 0;
-    let inFlightToOldAtSwitch = 0;
+    let oldActiveAtSwitch = 0;
     const trigger = deferred();
 
     const client = async (index: number) => {
@@ -605,7 +605,8 @@ describe('app router', { timeout: 120_000 }, () => {
       }
     };
     const switching = trigger.promise.then(async () => {
-      inFlightToOldAtSwitch = old.arrived - old.seen.filter(() => true).length + (old.seen.length - servedBy.flat().filter((n) => n === 'old').length);
+      while (oldActive === 0) await oldArrival.promise;
+      oldActiveAtSwitch = oldActive;
       await front.router.setTargets(slug, [{ instanceId: 'new', port: fresh.port }]);
       // Only now is the old instance stopped, as the data plane does.
       await old.close();
@@ -625,7 +626,7 @@ describe('app router', { timeout: 120_000 }, () => {
       const firstNew = names.indexOf('new');
       assert.ok(!names.slice(firstNew).includes('old'), `client ${index} never goes back to the old instance`);
     }
-    assert.ok(inFlightToOldAtSwitch >= 0);
+    assert.ok(oldActiveAtSwitch > 0, 'the switch came while the old instance had requests in flight');
   });
 
   test('the drain gives up after drainTimeoutMs: an open WebSocket does not hold a switch, and keeps working', async () => {
