@@ -17,6 +17,8 @@ export interface BenchOptions {
   writeDocs: boolean;
   /** Experiment: every statement as a named prepared statement (bench/prepared-statements.ts). */
   preparedStatements: boolean;
+  /** Measured deployments per app in the data plane group (bench/data-plane.ts). */
+  deployments: number;
 }
 
 export const USAGE = `Usage: npm run bench -- [flags]
@@ -30,7 +32,9 @@ export const USAGE = `Usage: npm run bench -- [flags]
   --log-level L        the service's log level, logged to /dev/null (default info, as in production)
   --only a,b           only these scenarios, by key or key prefix: list (all four lists),
                        list-first, list-late, list-name, list-status, get, revisions,
-                       create, patch, listener
+                       create, patch, listener; the data plane group: dataplane (both parts),
+                       dataplane-deploy (create to DEPLOYED), dataplane-proxy (proxy overhead)
+  --deployments N      measured deployments per app in the data plane group (default 5, quick 3)
   --write-docs         replace the results section of docs/performance.md with this run's
   --prepared-statements  experiment: the service and the SQL baseline send named prepared
                        statements (not what production does; see bench/prepared-statements.ts)
@@ -60,6 +64,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
       only: { type: 'string' },
       'write-docs': { type: 'boolean', default: false },
       'prepared-statements': { type: 'boolean', default: false },
+      deployments: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -72,6 +77,8 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
   }
   const connections = positive('connections', values.connections, 32);
   if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
+  const deployments = positive('deployments', values.deployments, quick ? 3 : 5);
+  if (!Number.isInteger(deployments) || deployments > 50) throw new Error('--deployments must be an integer from 1 to 50');
   return {
     sizes,
     connections,
@@ -82,5 +89,6 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
     only: values.only ? values.only.split(',').map((s) => s.trim()).filter(Boolean) : [],
     writeDocs: values['write-docs'] ?? false,
     preparedStatements: values['prepared-statements'] ?? false,
+    deployments,
   };
 }

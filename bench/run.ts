@@ -11,6 +11,10 @@
  *    response bytes.
  * 4. The table is printed (and with --write-docs put into docs/performance.md).
  *
+ * Before all that, the data plane group (bench/data-plane.ts; `--only dataplane` runs it alone): the
+ * service with its worker on a database of its own, create to DEPLOYED against the app started
+ * directly, and the app proxy against the same app instance called on its own port.
+ *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
 import { fork, type ChildProcess } from 'node:child_process';
@@ -23,6 +27,8 @@ import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
 import { openBenchDatabase } from './bench-database.ts';
 import { cpuBetween, sampleCpu, type RunCpu } from './cpu-usage.ts';
+import { dataPlaneParts, isDataPlaneKey, runDataPlaneBench } from './data-plane.ts';
+import { dataPlaneMarkdownReport, dataPlaneTerminalReport } from './data-plane-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
 import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
@@ -256,55 +262,77 @@ async function main(): Promise<number> {
     const database = await openBenchDatabase(loadConfig().databaseUrl ?? undefined, logger);
     cleanups.push(() => database.close());
     say(`database: ${database.description}`);
-    if (options.preparedStatements) say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
-    const service = await startService(database.url, options.logLevel, options.preparedStatements);
-    cleanups.push(() => service.close());
-    const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) => say(`  ${line}`));
-    const seeded = `${fixture.totals.workspaces} workspaces holding ${fixture.totals.deployments.toLocaleString('en-US')} deployments, ${fixture.totals.revisions.toLocaleString('en-US')} revisions and ${fixture.totals.events.toLocaleString('en-US')} events`;
-    say(`seeded: ${seeded} (${((Date.now() - started) / 1000).toFixed(0)} s so far)`);
-    const bare = await startBareServer();
-    cleanups.push(() => bare.close());
     const load = LoadGenerator.start();
     cleanups.push(() => load.stop());
-    const ctx: Context = { options, service, bare, load, databaseUrl: database.url };
+    const cpus = os.cpus();
+    const runInfo = {
+      date: new Date().toISOString().slice(0, 16).replace('T', ' ') + ' UTC',
+      machine: `${cpus.length} x ${cpus[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM, ${os.type()} ${os.release()}`,
+      node: process.version,
+      database: database.description,
+    };
 
-    const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key === o || s.key.startsWith(`${o}-`));
-    const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));
-    const runs = plan.reduce((n, p) => n + p.scenarios.length * 3, 0);
-    say(`measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`);
-    const first = plan[0];
-    if (first !== undefined && first.scenarios[0] !== undefined) await warmUp(ctx, first.ws, first.scenarios[0]);
-    const results: ScenarioResult[] = [];
-    for (const { ws, scenarios } of plan) {
-      for (const s of scenarios) {
-        const result = await measure(ctx, ws, s);
-        results.push(result);
-        say(progressLine(result));
+    // The data plane group (bench/data-plane.ts) first, on a database of its own: named in --only, or
+    // by default (not in the prepared statements experiment, which is about the API's SQL).
+    const parts = options.only.length === 0 && options.preparedStatements ? { deploy: false, proxy: false } : dataPlaneParts(options.only);
+    if (parts.deploy || parts.proxy) {
+      say(`data plane: ${[parts.deploy ? `${options.deployments} deployments of each of two apps` : '', parts.proxy ? `3 proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s for each app` : ''].filter(Boolean).join(', ')}`);
+      const dataPlane = await runDataPlaneBench({ options, parts, serverUrl: database.url, load, say, defer: (step) => void cleanups.push(step) });
+      say('');
+      say(dataPlaneTerminalReport(dataPlane));
+      if (options.writeDocs) {
+        await writeResultsSection(DOCS_FILE, 'bench-results-dataplane', dataPlaneMarkdownReport(dataPlane, runInfo));
+        say(`\nwrote the data plane results into ${path.relative(process.cwd(), DOCS_FILE)}`);
       }
+      say('');
     }
-    // Rows grouped by scenario, small size first, for reading the growth with size.
-    const order = plan[0]?.scenarios.map((s) => s.key) ?? [];
-    results.sort((a, b) => order.indexOf(a.key) - order.indexOf(b.key) || a.size - b.size);
-    say('');
-    say(terminalReport(results));
-    if (options.writeDocs) {
-      const cpus = os.cpus();
-      const section = markdownReport(results, {
-        date: new Date().toISOString().slice(0, 16).replace('T', ' ') + ' UTC',
-        machine: `${cpus.length} x ${cpus[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(os.totalmem() / 2 ** 30)} GiB RAM, ${os.type()} ${os.release()}`,
-        node: process.version,
-        database: database.description,
-        sizes: options.sizes,
-        connections: options.connections,
-        warmupSeconds: options.warmupSeconds,
-        durationSeconds: options.durationSeconds,
-        logLevel: options.logLevel,
-        preparedStatements: options.preparedStatements,
-        seeded,
-        elapsedSeconds: (Date.now() - started) / 1000,
-      });
-      await writeResultsSection(DOCS_FILE, options.preparedStatements ? 'bench-results-prepared' : 'bench-results', section);
-      say(`\nwrote the results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+
+    // The API scenarios: all of them by default, or those named in --only.
+    if (options.only.length === 0 || options.only.some((o) => !isDataPlaneKey(o))) {
+      if (options.preparedStatements) say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
+      const service = await startService(database.url, options.logLevel, options.preparedStatements);
+      cleanups.push(() => service.close());
+      const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) => say(`  ${line}`));
+      const seeded = `${fixture.totals.workspaces} workspaces holding ${fixture.totals.deployments.toLocaleString('en-US')} deployments, ${fixture.totals.revisions.toLocaleString('en-US')} revisions and ${fixture.totals.events.toLocaleString('en-US')} events`;
+      say(`seeded: ${seeded} (${((Date.now() - started) / 1000).toFixed(0)} s so far)`);
+      const bare = await startBareServer();
+      cleanups.push(() => bare.close());
+      const ctx: Context = { options, service, bare, load, databaseUrl: database.url };
+
+      const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key === o || s.key.startsWith(`${o}-`));
+      const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));
+      const runs = plan.reduce((n, p) => n + p.scenarios.length * 3, 0);
+      say(`measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`);
+      const first = plan[0];
+      if (first !== undefined && first.scenarios[0] !== undefined) await warmUp(ctx, first.ws, first.scenarios[0]);
+      const results: ScenarioResult[] = [];
+      for (const { ws, scenarios } of plan) {
+        for (const s of scenarios) {
+          const result = await measure(ctx, ws, s);
+          results.push(result);
+          say(progressLine(result));
+        }
+      }
+      // Rows grouped by scenario, small size first, for reading the growth with size.
+      const order = plan[0]?.scenarios.map((s) => s.key) ?? [];
+      results.sort((a, b) => order.indexOf(a.key) - order.indexOf(b.key) || a.size - b.size);
+      say('');
+      say(terminalReport(results));
+      if (options.writeDocs) {
+        const section = markdownReport(results, {
+          ...runInfo,
+          sizes: options.sizes,
+          connections: options.connections,
+          warmupSeconds: options.warmupSeconds,
+          durationSeconds: options.durationSeconds,
+          logLevel: options.logLevel,
+          preparedStatements: options.preparedStatements,
+          seeded,
+          elapsedSeconds: (Date.now() - started) / 1000,
+        });
+        await writeResultsSection(DOCS_FILE, options.preparedStatements ? 'bench-results-prepared' : 'bench-results', section);
+        say(`\nwrote the results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+      }
     }
     say(`\ndone in ${((Date.now() - started) / 1000).toFixed(0)} s`);
     return 0;

@@ -81,7 +81,11 @@ interface AppRequest {
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
-/** Methods a stale keep-alive connection may be retried for: the app never acted on them. */
+/**
+ * Methods sent again after a reset on a reused keep-alive socket. Such a reset mostly means the app closed
+ * the idle socket as the request went out, but the app may have seen it: so only methods without side
+ * effects (RFC 9110, 9.2.1).
+ */
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
 /** Response headers about the app's connection to us, not the client's to us (RFC 9110, 7.6.1). */
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection'];
@@ -214,7 +218,6 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   });
 
   function newBackend(target: AppTarget): Backend {
-    if (!Number.isInteger(target.port) || target.port < 1 || target.port > 65535) throw new Error(`app target ${target.instanceId} has no valid port (${target.port})`);
     const backend: Backend = { target: { ...target }, url: `http://127.0.0.1:${target.port}`, responses: new Set(), sockets: new Set(), idleWaiters: [] };
     backends.add(backend);
     return backend;
@@ -307,7 +310,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       release();
       const code = errorCode(error);
       const log = { slug, instanceId: backend.target.instanceId, port: backend.target.port, code, method: req.method, url: redactUrl(req.url ?? '') };
-      if (res.destroyed || req.destroyed) return logger.debug(log, 'app request ended by the client');
+      // (Not req.destroyed: a request whose body was read to the end is destroyed too.)
+      if (res.destroyed || req.socket.destroyed) return logger.debug(log, 'app request ended by the client');
       // Safe to send again only when the app cannot have seen it: a refused connection, or a kept-alive
       // socket the app had just closed (for methods without side effects).
       const refusedNow = code === 'ECONNREFUSED';
@@ -372,6 +376,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
 
   const router: AppRouter = {
     setTargets(slug, targets, opts) {
+      const invalid = targets.find((t) => !Number.isInteger(t.port) || t.port < 1 || t.port > 65535);
+      if (invalid !== undefined) return Promise.reject(new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`));
       const route = routes.get(slug) ?? { backends: [], next: 0 };
       const current = new Map(route.backends.map((b) => [targetKey(b.target), b]));
       const next = new Map<string, Backend>();

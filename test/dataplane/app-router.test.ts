@@ -350,6 +350,35 @@ describe('app router', { timeout: 120_000 }, () => {
     }
   });
 
+  test('an app that closes each connection does not close the client\'s connection to the service', async () => {
+    const front = await startFront();
+    const app = await startApp('closer', (_req, res) => {
+      res.writeHead(200, { connection: 'close', 'content-type': 'text/plain' });
+      res.end('bye');
+    });
+    await front.router.setTargets('closer-0000001d', [{ instanceId: 'i-1', port: app.port }]);
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const sockets = new Set<unknown>();
+      for (let i = 0; i < 3; i++) {
+        const reply = await new Promise<{ body: string; connection: string | undefined }>((resolve, reject) => {
+          const req = http.get({ hostname: '127.0.0.1', port: front.port, path: '/apps/closer-0000001d/', agent }, (res) => {
+            sockets.add(req.socket);
+            let body = '';
+            res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+            res.on('end', () => resolve({ body, connection: res.headers.connection }));
+          });
+          req.on('error', reject);
+        });
+        assert.equal(reply.body, 'bye');
+        assert.notEqual(reply.connection, 'close');
+      }
+      assert.equal(sockets.size, 1, 'all three requests went over one connection');
+    } finally {
+      agent.destroy();
+    }
+  });
+
   test('an unknown slug is 404 not_found in the API error shape, with a request id', async () => {
     const front = await startFront();
     for (const options of [{ host: appHost('nobody-0000000f', front.port), path: '/' }, { path: '/apps/nobody-0000000f/x' }]) {
@@ -595,7 +624,8 @@ describe('app router', { timeout: 120_000 }, () => {
     const client = async (index: number) => {
       for (let n = 0; n < PER_CLIENT; n++) {
         try {
-          const reply = await call(front.port, { path: `/apps/${slug}/work/${index}/${n}`, agent });
+          // POSTs with a body: the router never sends those twice, so only the drain can save them.
+          const reply = await call(front.port, { method: 'POST', path: `/apps/${slug}/work/${index}/${n}`, body: `job ${n}`, agent });
           if (reply.status === 200) servedBy[index]!.push(String(reply.json().name));
           else failures.push(`${reply.status} ${reply.body}`);
         } catch (error) {

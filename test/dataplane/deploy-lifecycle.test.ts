@@ -5,7 +5,9 @@
  * and delete (processes, database and files gone).
  */
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -56,6 +58,27 @@ test('the example app is built, deployed, served at its stable URL, updated with
   const notes = await requestApp(service, url, '/notes');
   assert.match(notes.body, /remember the milk/);
 
+  // Streaming passes through the proxy as it is produced: several token events, each its own chunk.
+  const chunks: { at: number; text: string }[] = [];
+  await new Promise<void>((resolve, reject) => {
+    const request = http.get({ host: '127.0.0.1', port: service.port, path: '/stream', headers: { host: new URL(url).host } }, (response) => {
+      response.setEncoding('utf8');
+      response.on('data', (text: string) => chunks.push({ at: Date.now(), text }));
+      response.on('end', resolve);
+      response.on('error', reject);
+    });
+    request.on('error', reject);
+  });
+  assert.match(chunks.map((c) => c.text).join(''), /event: done/);
+  assert.ok(chunks.filter((c) => c.text.includes('event: token')).length >= 3, `the stream came in ${chunks.length} chunk(s)`);
+  assert.ok(chunks.at(-1)!.at - chunks[0]!.at >= 100, 'events arrived spread over time, not buffered');
+
+  // Its agent credential and SLIPWAY_API_URL reach this service: the credential is accepted (the
+  // connection asked for does not exist: 404, not 401).
+  const token = JSON.parse((await requestApp(service, url, `/token?agent_id=support&connection_id=${randomUUID()}`)).body);
+  assert.equal(token.got_token, false);
+  assert.equal(token.slipway_status, 404, JSON.stringify(token));
+
   // The same app by path, for clients that cannot set a host name.
   const slug = new URL(url).hostname.split('.')[0];
   const byPath = await fetch(`${service.base}/apps/${slug}/`);
@@ -101,6 +124,8 @@ test('the example app is built, deployed, served at its stable URL, updated with
   const third = await waitForRevision(service, deploymentId, rolled.body.latest_revision_id);
   assert.equal(third.status, 'DEPLOYED', JSON.stringify(third));
   assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'hello-from-secret');
+  // Its build output was still there: copied, not built again.
+  assert.ok((await revisionLog(service, deploymentId, third.id, 'build')).some((line) => line.includes(`Reusing the build output of revision ${first.id}`)));
 
   // Delete: AWAITING_DELETE, then gone, with its processes, database and files.
   const runtime = await service.database.db.selectFrom('deployment_runtimes').selectAll().where('deployment_id', '=', deploymentId).executeTakeFirstOrThrow();

@@ -1,0 +1,629 @@
+/**
+ * The data plane part of `npm run bench` (method and results: docs/performance.md, "The local data
+ * plane"). Two measurements, each against a baseline taken in the same run:
+ *
+ * 1. Create to DEPLOYED. For each app (a tiny app with a stand-in install step and no database, and
+ *    examples/agent-app with its own database), one warm-up deployment and then N measured ones, one at
+ *    a time: `POST /v2/deployments` to the revision's DEPLOYED event, split into phases by the
+ *    revision's events (created_at of each status change) and the deploy log's system lines (their
+ *    time). Right after each deployment, the same app is installed and started directly (no sandbox,
+ *    no platform: `sh -c <command>` in a copy of its source, polled every 10 ms until its health path
+ *    answers 2xx), so platform overhead = POST to DEPLOYED - (direct install + direct start).
+ * 2. Proxy overhead. The last deployment of each app keeps running; the same instance is loaded by
+ *    autocannon (the bench's load generator child process) directly on its own port (found with the
+ *    router's targets(slug)), through a bare node:http proxy (the floor of any proxy in Node), and
+ *    through the stable URL by Host header (`<slug>.localhost:<port>`) and by path (`/apps/<slug>/`),
+ *    with the same connections and duration: req/s ratio and added p99.
+ *
+ * Everything is on loopback and bounded: deployments in count and time (health timeout 30 s, a wait of
+ * at most 60 s each), load runs in duration, requests and the load generator's timeout.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../src/db/embedded-postgres.ts';
+import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.ts';
+import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
+import { buildEnvironment } from '../src/dataplane/app-environment.ts';
+import { appSlug } from '../src/dataplane/app-urls.ts';
+import type { BenchOptions } from './bench-options.ts';
+import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
+import { requestByHost, startDataPlaneService, type DataPlaneService } from './data-plane-service.ts';
+import type { HttpJob, LoadJob, LoadResult } from './load-protocol.ts';
+
+const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
+const EXAMPLE_AGENT_APP = path.resolve(BENCH_DIR, '../examples/agent-app');
+const FINAL = ['CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED', 'DEPLOYED', 'SKIPPED', 'INTERRUPTED', 'UNKNOWN'];
+/** Longest wait for one deployment to serve (the service's health timeout is 30 s). */
+const DEPLOY_WAIT_MS = 60_000;
+/** Longest wait for a deleted deployment to be gone. */
+const DELETE_WAIT_MS = 30_000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What runs the load: bench/run.ts's load generator child process. */
+export interface LoadRunner {
+  run(job: LoadJob): Promise<LoadResult>;
+  readonly pid: number | undefined;
+}
+
+export interface DataPlaneParts {
+  deploy: boolean;
+  proxy: boolean;
+}
+
+/** `--only` keys of this group: `dataplane` (both parts), `dataplane-deploy`, `dataplane-proxy`. */
+export function dataPlaneParts(only: string[]): DataPlaneParts {
+  if (only.length === 0) return { deploy: true, proxy: true };
+  const all = only.includes('dataplane');
+  return { deploy: all || only.includes('dataplane-deploy'), proxy: all || only.includes('dataplane-proxy') };
+}
+
+export const isDataPlaneKey = (key: string) => key === 'dataplane' || key.startsWith('dataplane-');
+
+// ----- the apps ------------------------------------------------------------------------------------
+
+/**
+ * The tiny app: plain node:http, no database, and an install step that stands in for a dependency
+ * install (a real `npm ci` would need the registry; the bench stays on loopback): a Node process that
+ * writes a file. So its install measures what the platform adds around any install command.
+ */
+const TINY_APP: Record<string, string> = {
+  'package.json': `${JSON.stringify({ name: 'bench-tiny-app', version: '1.0.0', private: true, type: 'module' }, null, 2)}\n`,
+  'slipway.json': `${JSON.stringify({ install: 'node install.js', start: 'node server.js', health_check_path: '/healthz', database: false }, null, 2)}\n`,
+  'install.js': `import fs from 'node:fs';\nfs.writeFileSync('installed.json', JSON.stringify({ installed_at: new Date().toISOString() }));\n`,
+  'server.js': `import http from 'node:http';
+const body = JSON.stringify({ greeting: process.env.GREETING || 'hello', revision_id: process.env.SLIPWAY_REVISION_ID ?? null, deployment_id: process.env.SLIPWAY_DEPLOYMENT_ID ?? null });
+const server = http.createServer((req, res) => {
+  const url = req.url ?? '/';
+  if (url === '/healthz') {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': 15 });
+    return res.end('{"status":"ok"}');
+  }
+  if (url === '/' || url.startsWith('/?')) {
+    res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body) });
+    return res.end(body);
+  }
+  res.writeHead(404, { 'content-length': 0 });
+  res.end();
+});
+server.listen(Number(process.env.PORT ?? 3000), process.env.HOST ?? '127.0.0.1');
+process.on('SIGTERM', () => {
+  server.close(() => process.exit(0));
+  server.closeIdleConnections();
+});
+`,
+};
+
+interface BenchApp {
+  key: string;
+  title: string;
+  /** Folder with the source. */
+  dir: string;
+  secrets: { name: string; value: string }[];
+  /** Measured directly too when the app config's start command is something else (`npm start`). */
+  nodeCommand: string;
+  /** What the proxy runs request (a small JSON answer in both apps). */
+  proxyPath: string;
+}
+
+// ----- results -------------------------------------------------------------------------------------
+
+/** Phases of one deployment, in ms, in the order they happen. */
+export const PHASES = [
+  { key: 'accept', title: 'accept: POST to revision QUEUED', owner: 'platform' },
+  { key: 'pickup', title: 'queue pick-up: QUEUED to AWAITING_BUILD', owner: 'platform' },
+  { key: 'fetch', title: 'fetch and extract: AWAITING_BUILD to BUILDING', owner: 'platform' },
+  { key: 'install', title: 'install and build, sandboxed: BUILDING to AWAITING_DEPLOY', owner: 'app + sandbox' },
+  { key: 'handoff', title: 'hand-off: AWAITING_DEPLOY to DEPLOYING', owner: 'platform' },
+  { key: 'provision', title: 'database and credential: DEPLOYING to "Starting"', owner: 'platform' },
+  { key: 'start', title: 'start until healthy, sandboxed: "Starting" to "Health check passed"', owner: 'app + sandbox + poll' },
+  { key: 'switch', title: 'switch: "Health check passed" to DEPLOYED', owner: 'platform' },
+] as const;
+export type PhaseKey = (typeof PHASES)[number]['key'];
+
+export interface DeployRun {
+  phases: Record<PhaseKey, number>;
+  /** POST sent to the DEPLOYED event. */
+  total: number;
+  /** POST sent to the first 2xx on the health path through the stable URL (polled every 20 ms). */
+  firstServed: number;
+}
+
+export interface DirectRun {
+  /** The install and build commands, run to their end; null when the app has none. */
+  install: number | null;
+  /** The app's database made with the platform's own statements; null when it has none. */
+  database: number | null;
+  /** The app config's start command until the health path answers 2xx. */
+  start: number;
+  /** `node server.js` until 2xx, when the start command is something else; else null. */
+  node: number | null;
+}
+
+export interface AppDeployResult {
+  key: string;
+  title: string;
+  installCommand: string | null;
+  startCommand: string;
+  nodeCommand: string;
+  database: boolean;
+  runs: DeployRun[];
+  direct: DirectRun[];
+}
+
+export interface ProxyCpu {
+  /** Share of the machine other processes used meanwhile. */
+  otherShare: number;
+  /** CPU ms per request in the bench process (the service and its proxy, the apps' log writer). */
+  serviceMs: number;
+  /** In the app processes (everything below the bench that is not PostgreSQL or the load generator). */
+  appMs: number;
+  postgresMs: number | null;
+  loadgenMs: number | null;
+}
+
+export type ProxyForm = 'direct' | 'bare' | 'host' | 'path';
+
+export interface ProxyRun {
+  app: string;
+  appTitle: string;
+  form: ProxyForm;
+  result: LoadResult;
+  cpu: ProxyCpu | null;
+}
+
+export interface DataPlaneResults {
+  isolation: string;
+  deployments: number;
+  apps: AppDeployResult[];
+  proxy: ProxyRun[];
+  connections: number;
+  warmupSeconds: number;
+  durationSeconds: number;
+  elapsedSeconds: number;
+}
+
+// ----- helpers -------------------------------------------------------------------------------------
+
+/** Clock ticks per second of /proc's CPU times, as bench/cpu-usage.ts reads them. */
+const TICKS_PER_SECOND = (() => {
+  try {
+    const value = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+    return Number.isFinite(value) && value > 0 ? value : 100;
+  } catch {
+    return 100;
+  }
+})();
+
+function proxyCpu(before: CpuSample | null, after: CpuSample | null, requests: number): ProxyCpu | null {
+  const base = cpuBetween(before, after, requests);
+  if (base === null || before === null || after === null) return null;
+  const delta = (a: number | null, b: number | null) => (a === null || b === null ? 0 : b - a);
+  const appTicks = after.ours - before.ours - (after.self - before.self) - delta(before.postgres, after.postgres) - delta(before.loadgen, after.loadgen);
+  return {
+    otherShare: base.otherShare,
+    serviceMs: base.nodeMs,
+    appMs: Math.max(0, (appTicks * 1000) / TICKS_PER_SECOND / requests),
+    postgresMs: base.postgresMs,
+    loadgenMs: base.loadgenMs,
+  };
+}
+
+/** Whether GET http://127.0.0.1:port<path> answers 2xx (no keep-alive: each probe is a new connection, as the platform's). */
+function answers2xx(port: number, pathname: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const request = http.get({ host: '127.0.0.1', port, path: pathname, agent: false, timeout: 1_000 }, (response) => {
+      response.resume();
+      response.on('end', () => resolve((response.statusCode ?? 0) >= 200 && (response.statusCode ?? 0) < 300));
+      response.on('error', () => resolve(false));
+    });
+    request.on('timeout', () => request.destroy());
+    request.on('error', () => resolve(false));
+  });
+}
+
+interface Spawned {
+  exited: Promise<void>;
+  hasExited(): boolean;
+  output(): string;
+  stop(): Promise<void>;
+}
+
+/** `sh -c command` in its own process group, as the platform runs it, but without a sandbox. */
+function spawnCommand(command: string, cwd: string, env: Record<string, string>): Spawned {
+  const child = spawn('/bin/sh', ['-c', command], { cwd, env, detached: true, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+  let done = false;
+  const exited = new Promise<void>((resolve) => {
+    child.once('error', (error) => {
+      stderr += error.message;
+      done = true;
+      resolve();
+    });
+    child.once('close', () => {
+      done = true;
+      resolve();
+    });
+  });
+  const signal = (name: NodeJS.Signals) => {
+    if (done || child.pid === undefined) return;
+    try {
+      process.kill(-child.pid, name);
+    } catch {
+      // already gone
+    }
+  };
+  return {
+    exited,
+    hasExited: () => done,
+    output: () => stderr.trim(),
+    async stop() {
+      signal('SIGTERM');
+      const timer = setTimeout(() => signal('SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Milliseconds a command takes to run to its end (it must exit 0). */
+async function timeCommand(command: string, cwd: string, env: Record<string, string>): Promise<number> {
+  const started = performance.now();
+  const child = spawnCommand(command, cwd, env);
+  const timer = setTimeout(() => void child.stop(), 60_000);
+  await child.exited;
+  clearTimeout(timer);
+  return performance.now() - started;
+}
+
+/** Milliseconds from spawning `command` to the first 2xx on its health path (probed every 10 ms); then stops it. */
+async function timeToHealthy(command: string, cwd: string, env: Record<string, string>, port: number, healthPath: string): Promise<number> {
+  const started = performance.now();
+  const child = spawnCommand(command, cwd, env);
+  try {
+    for (;;) {
+      if (child.hasExited()) throw new Error(`\`${command}\` exited before its health path answered 2xx: ${child.output()}`);
+      if (await answers2xx(port, healthPath)) return performance.now() - started;
+      if (performance.now() - started > 30_000) throw new Error(`\`${command}\` did not answer 2xx on ${healthPath} within 30 s: ${child.output()}`);
+      await sleep(10);
+    }
+  } finally {
+    await child.stop();
+  }
+}
+
+// ----- create to DEPLOYED --------------------------------------------------------------------------
+
+interface Deployed {
+  id: string;
+  slug: string;
+  run: DeployRun;
+}
+
+interface EventRow {
+  subject_id: string;
+  type: string;
+  to_status: string | null;
+  created_at: string;
+}
+
+interface LogLine {
+  time: string;
+  stream: string;
+  message: string;
+}
+
+async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppConfig): Promise<Deployed> {
+  const name = `bench-${app.key}-${randomBytes(3).toString('hex')}`;
+  const tarball = await svc.upload(app.dir);
+  const t0 = Date.now();
+  const created = await svc.api('POST', '/v2/deployments', {
+    name,
+    source: 'internal_source',
+    source_config: {},
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+    secrets: app.secrets,
+  });
+  if (created.status !== 201) throw new Error(`create ${name}: ${created.status} ${JSON.stringify(created.body)}`);
+  const id: string = created.body.id;
+  const revisionId: string = created.body.latest_revision_id;
+  const slug = appSlug({ name, id });
+  const host = `${slug}.${svc.config.appsDomain}:${svc.port}`;
+
+  // The first 2xx through the stable URL; the revision's status now and then, to stop at a failure.
+  let firstServed: number | null = null;
+  for (let probe = 1; firstServed === null; probe++) {
+    const status = await requestByHost(svc.port, host, appConfig.healthCheckPath).catch(() => 0);
+    if (status >= 200 && status < 300) firstServed = Date.now() - t0;
+    else if (probe % 10 === 0) {
+      const revision = await svc.api('GET', `/v2/deployments/${id}/revisions/${revisionId}`);
+      if (FINAL.includes(revision.body?.status) && revision.body.status !== 'DEPLOYED') throw new Error(`${name} did not deploy: ${JSON.stringify(revision.body)}`);
+    }
+    if (firstServed === null) {
+      if (Date.now() - t0 > DEPLOY_WAIT_MS) throw new Error(`${name} was not served within ${DEPLOY_WAIT_MS / 1000} s`);
+      await sleep(20);
+    }
+  }
+
+  const events = ((await svc.api<{ resources: EventRow[] }>('GET', `/v2/deployments/${id}/events?limit=100`)).body.resources ?? []).filter(
+    (e) => e.subject_id === revisionId && e.type === 'revision.status_changed',
+  );
+  const reached = (status: string) => {
+    const event = events.find((e) => e.to_status === status);
+    if (!event) throw new Error(`${name}: no event of revision ${revisionId} reaching ${status} (${events.map((e) => e.to_status).join(', ')})`);
+    return Date.parse(event.created_at);
+  };
+  // The system lines are written before DEPLOYED, but stored in batches: wait for them a little.
+  let starting: number | undefined;
+  let healthy: number | undefined;
+  for (const until = Date.now() + 5_000; (starting === undefined || healthy === undefined) && Date.now() < until; ) {
+    const page = await svc.api<{ lines: LogLine[] }>('GET', `/v2/deployments/${id}/revisions/${revisionId}/logs?type=deploy&limit=1000`);
+    const system = (page.body.lines ?? []).filter((l) => l.stream === 'system');
+    const s = system.find((l) => l.message.startsWith('Starting '));
+    const h = system.find((l) => l.message.startsWith('Health check passed'));
+    starting = s ? Date.parse(s.time) : undefined;
+    healthy = h ? Date.parse(h.time) : undefined;
+    if (starting === undefined || healthy === undefined) await sleep(100);
+  }
+  if (starting === undefined || healthy === undefined) throw new Error(`${name}: the deploy log has no "Starting" or "Health check passed" line`);
+
+  const queued = reached('QUEUED');
+  const awaitingBuild = reached('AWAITING_BUILD');
+  const building = reached('BUILDING');
+  const awaitingDeploy = reached('AWAITING_DEPLOY');
+  const deploying = reached('DEPLOYING');
+  const deployed = reached('DEPLOYED');
+  return {
+    id,
+    slug,
+    run: {
+      phases: {
+        accept: queued - t0,
+        pickup: awaitingBuild - queued,
+        fetch: building - awaitingBuild,
+        install: awaitingDeploy - building,
+        handoff: deploying - awaitingDeploy,
+        provision: starting - deploying,
+        start: healthy - starting,
+        switch: deployed - healthy,
+      },
+      total: deployed - t0,
+      firstServed,
+    },
+  };
+}
+
+async function deleteDeployment(svc: DataPlaneService, id: string): Promise<void> {
+  const removed = await svc.api('DELETE', `/v2/deployments/${id}`);
+  if (removed.status !== 204 && removed.status !== 404) throw new Error(`delete ${id}: ${removed.status} ${JSON.stringify(removed.body)}`);
+  for (const until = Date.now() + DELETE_WAIT_MS; Date.now() < until; await sleep(100)) {
+    if ((await svc.api('GET', `/v2/deployments/${id}`)).status === 404) return;
+  }
+  throw new Error(`deployment ${id} was not deleted within ${DELETE_WAIT_MS / 1000} s`);
+}
+
+/** The same app installed and started by hand: a fresh copy of its source, no sandbox, no platform. */
+async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppConfig): Promise<DirectRun> {
+  const work = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-bench-direct-'));
+  const src = path.join(work, 'src');
+  const home = path.join(work, 'home');
+  await fs.cp(app.dir, src, { recursive: true });
+  await fs.mkdir(home);
+  const env = buildEnvironment({ src, home }, appConfig.env, Object.fromEntries(app.secrets.map((s) => [s.name, s.value])));
+  const databases: string[] = [];
+  /** A fresh database per start, as a first deploy has: made with the platform's statements, timed. */
+  const database = async (): Promise<{ ms: number; url: string } | null> => {
+    if (!appConfig.database) return null;
+    const started = performance.now();
+    const made = await createAppDatabase(svc.pool, randomUUID());
+    const ms = performance.now() - started;
+    databases.push(made.name);
+    return { ms, url: appDatabaseUrl(svc.databaseUrl, made) };
+  };
+  const start = async (command: string, db: { url: string } | null) => {
+    const port = await freePort();
+    return timeToHealthy(command, src, { ...env, HOST: '127.0.0.1', PORT: String(port), ...(db ? { DATABASE_URL: db.url } : {}) }, port, appConfig.healthCheckPath);
+  };
+  try {
+    let install: number | null = null;
+    for (const command of [appConfig.install, appConfig.build]) {
+      if (command) install = (install ?? 0) + (await timeCommand(command, src, env));
+    }
+    const db = await database();
+    const startMs = await start(appConfig.start, db);
+    const node = app.nodeCommand === appConfig.start ? null : await start(app.nodeCommand, await database());
+    return { install, database: db?.ms ?? null, start: startMs, node };
+  } finally {
+    for (const name of databases) await dropAppDatabase(svc.pool, name).catch(() => undefined);
+    await fs.rm(work, { recursive: true, force: true });
+  }
+}
+
+// ----- proxy overhead ------------------------------------------------------------------------------
+
+/**
+ * The floor of any reverse proxy written in Node: node:http in, node:http out through a keep-alive
+ * agent, the response piped back; no routing table, no forwarded headers, no drain accounting. It runs
+ * in the bench's process, as the service's proxy does.
+ */
+async function startBareProxy(targetPort: number): Promise<{ origin: string; close(): Promise<void> }> {
+  const agent = new http.Agent({ keepAlive: true, timeout: 4_000 });
+  const server = http.createServer((req, res) => {
+    const upstream = http.request({ host: '127.0.0.1', port: targetPort, method: req.method, path: req.url, headers: req.headers, agent }, (answer) => {
+      const headers = { ...answer.headers };
+      delete headers.connection;
+      delete headers['keep-alive'];
+      res.writeHead(answer.statusCode ?? 502, headers);
+      answer.pipe(res);
+    });
+    upstream.on('error', () => {
+      if (!res.headersSent) res.writeHead(502, { 'content-length': 0 });
+      res.end();
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : 0;
+  return {
+    origin: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+        agent.destroy();
+      }),
+  };
+}
+
+async function proxyRuns(svc: DataPlaneService, load: LoadRunner, options: BenchOptions, app: BenchApp, slug: string, say: (line: string) => void): Promise<ProxyRun[]> {
+  const target = svc.router.targets(slug)[0];
+  if (!target) throw new Error(`${slug} has no instance in the router`);
+  const host = `${slug}.${svc.config.appsDomain}:${svc.port}`;
+  const bare = await startBareProxy(target.port);
+  const forms: { form: ProxyForm; origin: string; path: string; headers: Record<string, string> }[] = [
+    { form: 'direct', origin: `http://127.0.0.1:${target.port}`, path: app.proxyPath, headers: {} },
+    { form: 'bare', origin: bare.origin, path: app.proxyPath, headers: {} },
+    { form: 'host', origin: svc.origin, path: app.proxyPath, headers: { host } },
+    { form: 'path', origin: svc.origin, path: `/apps/${slug}${app.proxyPath}`, headers: {} },
+  ];
+  const runs: ProxyRun[] = [];
+  try {
+    for (const f of forms) {
+      const job: HttpJob = {
+        kind: 'http',
+        origin: f.origin,
+        method: 'GET',
+        path: f.path,
+        slots: [],
+        body: null,
+        uniquePrefix: '',
+        headers: f.headers,
+        expectStatus: 200,
+        connections: options.connections,
+        warmupSeconds: options.warmupSeconds,
+        durationSeconds: options.durationSeconds,
+        maxRequests: options.maxRequests,
+      };
+      const before = await sampleCpu(load.pid);
+      const result = await load.run(job);
+      const cpu = proxyCpu(before, await sampleCpu(load.pid), result.allRequests);
+      runs.push({ app: app.key, appTitle: app.title, form: f.form, result, cpu });
+      say(
+        `  proxy ${app.key} ${f.form}: ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
+          (cpu ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}, others ${Math.round(cpu.otherShare * 100)}%` : '') +
+          (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
+      );
+    }
+  } finally {
+    await bare.close();
+  }
+  return runs;
+}
+
+// ----- the group -----------------------------------------------------------------------------------
+
+export interface DataPlaneBenchContext {
+  options: BenchOptions;
+  parts: DataPlaneParts;
+  /** Any database on the bench's server; the service's own database is made beside it. */
+  serverUrl: string;
+  load: LoadRunner;
+  say(line: string): void;
+  /** Registers a cleanup step for Ctrl-C (the group also cleans up itself when it ends). */
+  defer(step: () => Promise<void>): void;
+}
+
+const fmt = (ms: number) => `${Math.round(ms)} ms`;
+
+export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<DataPlaneResults> {
+  const { options, parts, say } = ctx;
+  const started = Date.now();
+  const tinyDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-bench-tiny-'));
+  ctx.defer(() => fs.rm(tinyDir, { recursive: true, force: true }));
+  for (const [file, content] of Object.entries(TINY_APP)) await fs.writeFile(path.join(tinyDir, file), content);
+  const apps: BenchApp[] = [
+    { key: 'tiny', title: 'tiny app', dir: tinyDir, secrets: [{ name: 'GREETING', value: 'hello-from-bench' }], nodeCommand: 'node server.js', proxyPath: '/' },
+    {
+      key: 'agent',
+      title: 'examples/agent-app',
+      dir: EXAMPLE_AGENT_APP,
+      // Its start command is `npm start`, and npm, in the fresh HOME every revision gets, first asks the
+      // registry whether a newer npm exists (about 0.5 s, and traffic off this machine). The bench stays
+      // on loopback: the check is switched off, for the deployed app and the direct start alike.
+      secrets: [
+        { name: 'GREETING', value: 'hello-from-bench' },
+        { name: 'npm_config_update_notifier', value: 'false' },
+      ],
+      nodeCommand: 'node server.js',
+      proxyPath: '/',
+    },
+  ];
+
+  const svc = await startDataPlaneService(ctx.serverUrl, options.logLevel);
+  ctx.defer(() => svc.close());
+  say(`data plane: ${svc.isolation}`);
+  const count = options.deployments;
+  const results: AppDeployResult[] = [];
+  const proxy: ProxyRun[] = [];
+  try {
+    for (const app of apps) {
+      const appConfig = await loadAppConfig(app.dir, 'slipway.json', {});
+      const result: AppDeployResult = {
+        key: app.key,
+        title: app.title,
+        installCommand: [appConfig.install, appConfig.build].filter(Boolean).join(' && ') || null,
+        startCommand: appConfig.start,
+        nodeCommand: app.nodeCommand,
+        database: appConfig.database,
+        runs: [],
+        direct: [],
+      };
+      let serving: Deployed | null = null;
+      if (parts.deploy) {
+        // One unmeasured round first: the service's code paths, the file cache, npm's own start.
+        const warm = await deployOnce(svc, app, appConfig);
+        await directOnce(svc, app, appConfig);
+        await deleteDeployment(svc, warm.id);
+        for (let i = 0; i < count; i++) {
+          // Nothing else runs meanwhile: the previous deployment is gone before the next starts.
+          if (serving) await deleteDeployment(svc, serving.id);
+          serving = await deployOnce(svc, app, appConfig);
+          const direct = await directOnce(svc, app, appConfig);
+          result.runs.push(serving.run);
+          result.direct.push(direct);
+          const p = serving.run.phases;
+          say(
+            `  deploy ${app.key} ${i + 1}/${count}: DEPLOYED after ${fmt(serving.run.total)} (served ${fmt(serving.run.firstServed)}): pick-up ${fmt(p.pickup)}, fetch ${fmt(p.fetch)}, install ${fmt(p.install)}, ` +
+              `database ${fmt(p.provision)}, start ${fmt(p.start)}, switch ${fmt(p.switch)} | direct: ${direct.install === null ? '' : `install ${fmt(direct.install)}, `}${direct.database === null ? '' : `database ${fmt(direct.database)}, `}start ${fmt(direct.start)}${direct.node === null ? '' : `, node ${fmt(direct.node)}`}`,
+          );
+        }
+        results.push(result);
+      }
+      if (parts.proxy) {
+        serving ??= await deployOnce(svc, app, appConfig);
+        proxy.push(...(await proxyRuns(svc, ctx.load, options, app, serving.slug, say)));
+      }
+      if (serving) await deleteDeployment(svc, serving.id);
+    }
+  } finally {
+    await svc.close();
+    await fs.rm(tinyDir, { recursive: true, force: true });
+  }
+  return {
+    isolation: svc.isolation,
+    deployments: count,
+    apps: results,
+    proxy,
+    connections: options.connections,
+    warmupSeconds: options.warmupSeconds,
+    durationSeconds: options.durationSeconds,
+    elapsedSeconds: (Date.now() - started) / 1000,
+  };
+}
