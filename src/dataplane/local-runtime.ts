@@ -103,7 +103,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const deploymentId = job.deployment.id;
     let runtime = await getDeploymentRuntime(db, deploymentId);
     if (appConfig.database && !runtime?.database_name) {
-      const made = await createAppDatabase(deps.pool, deploymentId);
+      const made = await createAppDatabase(deps.pool, deploymentId).catch((error: unknown) => {
+        throw new RevisionFailure('DEPLOY_FAILED', 'database_unavailable', `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": false in the app config.`);
+      });
       await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { databaseName: made.name, roleName: made.role, databasePasswordSealed: secretBox.seal(made.password) });
       await recordEvents(db, [{ workspaceId: job.deployment.workspace_id, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.database_created', data: { database: made.name } }]);
       runtime = await getDeploymentRuntime(db, deploymentId);
@@ -122,6 +124,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { agentCredentialId: row.id, agentCredentialSealed: secretBox.seal(credential) });
       runtime = await getDeploymentRuntime(db, deploymentId);
     }
+    // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
+    await setDeploymentStatus(deploymentId, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
     const databaseUrl =
       appConfig.database && runtime?.database_name && runtime.role_name && runtime.database_password_sealed
         ? appDatabaseUrl(deps.databaseUrl, { name: runtime.database_name, role: runtime.role_name, password: secretBox.open(runtime.database_password_sealed) })
@@ -129,10 +133,12 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
   }
 
-  async function setDeploymentStatus(deploymentId: string, to: DeploymentStatus, data: Record<string, unknown>): Promise<void> {
+  /** Moves the deployment to `to` unless it is there already, being deleted, or not in `from` (when given). */
+  async function setDeploymentStatus(deploymentId: string, to: DeploymentStatus, data: Record<string, unknown>, from?: DeploymentStatus[]): Promise<void> {
     await db.transaction().execute(async (tx) => {
       const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deploymentId).forUpdate().executeTakeFirst();
       if (!row || row.status === to || row.status === 'AWAITING_DELETE') return;
+      if (from && !from.includes(row.status as DeploymentStatus)) return;
       await transitionDeployment(tx, row, to, data);
     });
   }
