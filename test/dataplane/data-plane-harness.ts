@@ -62,7 +62,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
   const secretBox = createSecretBox(randomBytes(32));
   await bootstrap(database.db, config.bootstrapApiKey);
   const changes = await openChangeFeed(database.url, logger);
-  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs });
+  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
   const app = await buildApp({ config, db: database.db, secretBox, logger, changes, router });
   await app.listen({ port, host: '127.0.0.1' });
   const base = `http://127.0.0.1:${port}`;
