@@ -8,6 +8,7 @@ import {
   IMMUTABLE_CONFIG_FIELDS,
   SOURCE_RULES,
   checkBuildOnPush,
+  checkCustomUrl,
   checkRevisionConfig,
   checkSourceConfig,
   compact,
@@ -96,7 +97,10 @@ function patchSourceConfig(current: CurrentDeployment, patch: SourceConfig): Sou
   for (const [field, value] of Object.entries(compact(patch)) as [SourceConfigField, unknown][]) {
     const before = current.sourceConfig[field];
     if (field === 'custom_url') {
-      if (!sameJson(value, before)) throw new AppError('field_not_allowed', 'source_config.custom_url is set by the service and cannot be given.');
+      if (!sameJson(value, before)) {
+        checkCustomUrl(current.source, value);
+        merged.custom_url = value as string;
+      }
       continue;
     }
     if (!rule.configRequired.includes(field) && !rule.configOptional.includes(field)) {

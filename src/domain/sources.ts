@@ -108,7 +108,7 @@ export const SOURCE_RULES: Readonly<Record<Source, SourceRule>> = {
   external_container: {
     runsOn: 'listener',
     configRequired: ['listener_id'],
-    configOptional: ['deployment_type', 'listener_config', 'resource_spec'],
+    configOptional: ['deployment_type', 'listener_config', 'resource_spec', 'custom_url'],
     revisionFields: ['image_uri'],
     revisionAtCreate: 'required',
     builds: false,
@@ -129,15 +129,32 @@ export function compact<T extends object>(value: T | null | undefined): Partial<
 }
 
 /**
+ * `custom_url`: on the service's own data plane the service sets it (the stable URL); on a listener's
+ * cluster only the user knows where their ingress exposes the app, so they may set it, as an http(s) URL.
+ */
+export function checkCustomUrl(source: Source, value: unknown): void {
+  if (SOURCE_RULES[source].runsOn !== 'listener') {
+    throw new AppError('field_not_allowed', 'source_config.custom_url is set by the service and cannot be given.');
+  }
+  let url: URL | null = null;
+  try {
+    url = typeof value === 'string' && value.length <= 2048 ? new URL(value) : null;
+  } catch {
+    url = null;
+  }
+  if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.username || url.password) {
+    throw new AppError('invalid_request', 'source_config.custom_url must be an http(s) URL without credentials, at most 2048 characters');
+  }
+}
+
+/**
  * Checks the source_config of a create: no field of another source, every required one present.
  * Returns the compacted config with the default deployment type.
  */
 export function checkSourceConfig(source: Source, config: SourceConfig): SourceConfig {
   const rule = SOURCE_RULES[source];
   const set = compact(config);
-  if (given(set.custom_url)) {
-    throw new AppError('field_not_allowed', 'source_config.custom_url is set by the service and cannot be given.');
-  }
+  if (given(set.custom_url)) checkCustomUrl(source, set.custom_url);
   for (const field of Object.keys(set) as SourceConfigField[]) {
     if (!rule.configRequired.includes(field) && !rule.configOptional.includes(field)) {
       throw new AppError('field_not_allowed', `source_config.${field} is not allowed for source ${source}`);

@@ -9,6 +9,7 @@ import type { DeploymentService } from '../service/deployments.ts';
 import type { Database } from '../store/schema.ts';
 import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getTagKey, insertTagKey, insertTagValue, listTagKeys, listTagValues, replaceDeploymentTags } from '../store/tags.ts';
 import { recordEvents } from '../store/events.ts';
+import { lockDeployment } from '../store/deployments.ts';
 
 const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() });
 const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() });
@@ -102,7 +103,9 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
       // uniqueItems compares the strings as sent; the same id in two letter cases is one value.
       const ids = [...new Set(request.body.tag_value_ids.map((v) => v.toLowerCase()))];
       return db.transaction().execute(async (tx) => {
-        await deployments.get(workspaceId, id);
+        // Locked in this transaction: a delete running at the same time either waits for the tags or
+        // has removed the row, and then this is a 404 (never a foreign-key failure answered as 500).
+        if (!(await lockDeployment(tx, workspaceId, id))) throw notFound('Deployment', id);
         const known = new Set(await existingTagValueIds(tx, workspaceId, ids));
         const unknown = ids.find((v) => !known.has(v));
         if (unknown) throw new AppError('invalid_reference', `tag_value_ids: Tag value ID ${unknown} not found.`);

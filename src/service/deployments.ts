@@ -42,6 +42,26 @@ const noRepositoryChecker: RepositoryChecker = {
   },
 };
 
+/** Compares field by field (jsonb does not keep the order of an object's keys). */
+function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] | null): boolean {
+  const flat = (list: SecretReference[] | null) => JSON.stringify((list ?? []).map((r) => [r.name, r.secret_name, r.secret_key]));
+  return (a === null) === (b === null) && flat(a) === flat(b);
+}
+
+/** The source_config fields a revision snapshots, and a redeploy restores. */
+const SNAPSHOT_CONFIG_FIELDS = ['resource_spec', 'install_command', 'build_command', 'listener_config'] as const;
+
+/** The deployment's source config with the snapshot's fields put back (absent ones removed). */
+function restoreSnapshot(current: SourceConfig, snapshot: Record<string, unknown>): SourceConfig {
+  const restored: Record<string, unknown> = { ...current };
+  for (const field of SNAPSHOT_CONFIG_FIELDS) {
+    const value = snapshot[field];
+    if (value === null || value === undefined) delete restored[field];
+    else restored[field] = value;
+  }
+  return restored as SourceConfig;
+}
+
 export interface CreateDeploymentInput extends CreateInput {
   name: string;
   secrets?: Secret[] | null;
@@ -133,10 +153,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
 
   function snapshotOf(config: SourceConfig, secretReferences: SecretReference[] | null): Record<string, unknown> {
     return {
-      resource_spec: config.resource_spec ?? null,
-      install_command: config.install_command ?? null,
-      build_command: config.build_command ?? null,
-      listener_config: config.listener_config ?? null,
+      ...Object.fromEntries(SNAPSHOT_CONFIG_FIELDS.map((field) => [field, config[field] ?? null])),
       secret_references: secretReferences,
     };
   }
@@ -206,6 +223,8 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           if (merged.changed) secrets = seal(merged.secrets);
         }
         const secretReferences = input.secret_references !== undefined && input.secret_references !== null ? input.secret_references : (row.secret_references as SecretReference[] | null);
+        // Sent unchanged, secret_references change nothing: no update, no event.
+        const secretReferencesChanged = input.secret_references !== undefined && input.secret_references !== null && !sameSecretReferences(input.secret_references, row.secret_references as SecretReference[] | null);
 
         let revision = plan.revision;
         if (!revision && secretsChanged && latestRevision) {
@@ -218,7 +237,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         const changedFields = [
           ...(plan.sourceConfigChanged ? ['source_config'] : []),
           ...(secretsChanged ? ['secrets'] : []),
-          ...(input.secret_references ? ['secret_references'] : []),
+          ...(secretReferencesChanged ? ['secret_references'] : []),
         ];
         if (changedFields.length > 0) {
           await updateDeployment(tx, id, {
@@ -274,9 +293,12 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         const old = await lockRevision(tx, revisionId);
         if (!old || old.deployment_id !== id) throw notFound('Revision', revisionId);
         const snapshot = old.snapshot;
-        const sourceConfig = { ...(row.source_config as SourceConfig), resource_spec: (snapshot.resource_spec as Record<string, unknown> | null) ?? null };
+        // What a deployment shows is what its latest revision runs (docs/lifecycle.md): everything the
+        // snapshot holds goes back onto the deployment, so a later secrets-only patch (which snapshots
+        // the deployment) keeps the rollback instead of undoing it.
+        const sourceConfig = restoreSnapshot(row.source_config as SourceConfig, snapshot);
         await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: (snapshot.secret_references as SecretReference[] | null) ?? null });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'source_config.resource_spec'], restored_from_revision: revisionId } }]);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'secret_references', ...SNAPSHOT_CONFIG_FIELDS.map((f) => `source_config.${f}`)], restored_from_revision: revisionId } }]);
         // reuse_build_of: the data plane copies that revision's build output when it still has it.
         await addRevision(tx, row, { source: old.source as Source, config: old.source_revision_config as SourceRevisionConfig }, old.secrets, { ...snapshot, reuse_build_of: revisionId }, { cause: 'redeploy', revision_id: revisionId });
       });

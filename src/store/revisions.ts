@@ -54,6 +54,10 @@ export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
       workspace_id: r.workspaceId,
       // The deployment row is locked by the caller, so max+1 cannot race.
       number: sql<number>`(select coalesce(max(number), 0) + 1 from revisions where deployment_id = ${r.deploymentId})`,
+      // The time of the insert under that lock, never before the previous revision's: the list order
+      // (created_at) then always agrees with number and with latest_revision_id, however many patches
+      // run at once (now() would be each transaction's start, which is not lock order).
+      created_at: sql<Date>`greatest(clock_timestamp(), (select max(created_at) + interval '1 microsecond' from revisions where deployment_id = ${r.deploymentId}))`,
       status: r.status,
       source: r.source,
       source_revision_config: json(r.config),
