@@ -1,0 +1,138 @@
+/**
+ * `GET /metrics` in the Prometheus text format (prom-client), without an API key like the health
+ * endpoints: HTTP requests by route and status with latency histograms, deployments and revisions by
+ * state, the local data plane's work queue (depth and age of its oldest item), listeners by state, the
+ * database pool, and the process's own metrics. Each app has its own registry (no global state), so
+ * tests and several apps in one process never share counters.
+ *
+ * Gauges that come from the database are read when scraped, in one query, so they are always true and
+ * cost nothing between scrapes.
+ */
+import type { FastifyPluginAsync } from 'fastify';
+import fastifyPlugin from 'fastify-plugin';
+import { sql, type Kysely } from 'kysely';
+import type pg from 'pg';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Database } from '../store/schema.ts';
+
+export interface MetricsOptions {
+  db: Kysely<Database>;
+  /** The service's pool, for its connection counts; absent in tools that have none. */
+  pool?: pg.Pool;
+}
+
+interface DatabaseGauges {
+  deployments: { status: string; n: number }[];
+  revisions: { status: string; n: number }[];
+  queue: { depth: number; oldest_seconds: number | null };
+}
+
+async function readDatabaseGauges(db: Kysely<Database>): Promise<DatabaseGauges> {
+  const result = await sql<{ kind: string; status: string | null; n: number; oldest_seconds: number | null }>`
+    select 'deployment' as kind, status, count(*)::int as n, null::float8 as oldest_seconds from deployments group by status
+    union all
+    select 'revision', status, count(*)::int, null from revisions group by status
+    union all
+    select 'queue', null, count(*)::int, extract(epoch from now() - min(r.created_at))::float8
+      from revisions r join deployments d on d.id = r.deployment_id
+      where r.status = 'QUEUED' and d.listener_id is null`.execute(db);
+  const rows = result.rows;
+  const queue = rows.find((r) => r.kind === 'queue');
+  return {
+    deployments: rows.filter((r) => r.kind === 'deployment').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
+    revisions: rows.filter((r) => r.kind === 'revision').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
+    queue: { depth: queue?.n ?? 0, oldest_seconds: queue?.oldest_seconds ?? null },
+  };
+}
+
+const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) => {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'slipway_' });
+
+  const requests = new Counter({ name: 'slipway_http_requests_total', help: 'HTTP requests answered by the API, by method, route template and status.', labelNames: ['method', 'route', 'status'] as const, registers: [registry] });
+  const latency = new Histogram({
+    name: 'slipway_http_request_duration_seconds',
+    help: 'Time to answer API requests, by method, route template and status.',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+
+  // Filled at scrape time from one query (see readDatabaseGauges); a failed read leaves them unset.
+  let gauges: DatabaseGauges | null = null;
+  new Gauge({
+    name: 'slipway_deployments',
+    help: 'Deployments by status.',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const row of gauges?.deployments ?? []) this.set({ status: row.status }, row.n);
+    },
+  });
+  new Gauge({
+    name: 'slipway_revisions',
+    help: 'Revisions by status.',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const row of gauges?.revisions ?? []) this.set({ status: row.status }, row.n);
+    },
+  });
+  new Gauge({
+    name: 'slipway_work_queue_depth',
+    help: 'Revisions of the local data plane waiting in QUEUED.',
+    registers: [registry],
+    collect() {
+      if (gauges) this.set(gauges.queue.depth);
+    },
+  });
+  new Gauge({
+    name: 'slipway_work_queue_oldest_age_seconds',
+    help: 'Age of the oldest QUEUED revision of the local data plane (0 when none waits).',
+    registers: [registry],
+    collect() {
+      if (gauges) this.set(gauges.queue.oldest_seconds ?? 0);
+    },
+  });
+  if (pool) {
+    new Gauge({
+      name: 'slipway_db_pool_connections',
+      help: 'Connections of the service database pool, by state.',
+      labelNames: ['state'] as const,
+      registers: [registry],
+      collect() {
+        this.set({ state: 'total' }, pool.totalCount);
+        this.set({ state: 'idle' }, pool.idleCount);
+        this.set({ state: 'waiting' }, pool.waitingCount);
+      },
+    });
+  }
+
+  // Counted for every route registered after this plugin (fastify-plugin puts the hook on the root
+  // instance), by route template so that ids do not explode the label space.
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    if (route === '/metrics') return;
+    const labels = { method: request.method, route, status: String(reply.statusCode) };
+    requests.inc(labels);
+    latency.observe(labels, reply.elapsedTime / 1000);
+  });
+
+  const schema = { tags: ['operations'], summary: 'Metrics in the Prometheus text format', response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } } };
+  app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
+    try {
+      gauges = await readDatabaseGauges(db);
+    } catch (error) {
+      // The process metrics still help while the database is down; the database gauges are left out.
+      request.log.warn({ err: error }, 'metrics: could not read the database gauges');
+      gauges = null;
+    }
+    reply.header('content-type', registry.contentType);
+    return registry.metrics();
+  });
+};
+
+/** Register before the other routes: its hook counts the routes registered after it. */
+export const metricsRoutes = fastifyPlugin(metrics, { name: 'slipway-metrics' });

@@ -1,0 +1,45 @@
+/**
+ * /metrics: Prometheus text without an API key; the series move with what the service does.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { client, createTestApp, type TestApp } from './helpers.ts';
+
+let t: TestApp;
+before(async () => {
+  t = await createTestApp();
+});
+after(() => t.close());
+
+async function scrape(): Promise<string> {
+  const response = await t.app.inject({ method: 'GET', url: '/metrics' });
+  assert.equal(response.statusCode, 200);
+  assert.match(String(response.headers['content-type']), /^text\/plain/);
+  return response.body;
+}
+
+/** The value of one series (name with its labels as printed), or 0 when absent. */
+function value(text: string, series: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+test('request counters, latency histograms and revision and queue gauges move', async () => {
+  const api = client(t.app);
+  const before = await scrape();
+  const route = 'slipway_http_requests_total{method="GET",route="/v2/deployments",status="200"}';
+  for (let i = 0; i < 3; i++) assert.equal((await api.get('/v2/deployments')).status, 200);
+  assert.equal((await api.get('/v2/deployments/not-a-uuid')).status, 422);
+  const created = await api.post('/v2/deployments', { name: 'metered', source: 'internal_container', source_revision_config: { image_uri: 'a:1' } });
+  assert.equal(created.status, 201);
+
+  const after = await scrape();
+  assert.equal(value(after, route) - value(before, route), 3);
+  assert.equal(value(after, 'slipway_http_requests_total{method="GET",route="/v2/deployments/:deployment_id",status="422"}'), 1);
+  assert.ok(value(after, 'slipway_http_request_duration_seconds_count{method="GET",route="/v2/deployments",status="200"}') >= 3);
+  assert.equal(value(after, 'slipway_revisions{status="QUEUED"}') - value(before, 'slipway_revisions{status="QUEUED"}'), 1);
+  assert.equal(value(after, 'slipway_deployments{status="AWAITING_DATABASE"}') - value(before, 'slipway_deployments{status="AWAITING_DATABASE"}'), 1);
+  assert.equal(value(after, 'slipway_work_queue_depth') - value(before, 'slipway_work_queue_depth'), 1);
+  assert.ok(value(after, 'slipway_work_queue_oldest_age_seconds') >= 0);
+  assert.match(after, /slipway_process_resident_memory_bytes/);
+});
