@@ -8,6 +8,7 @@ import swaggerUi from '@fastify/swagger-ui';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
@@ -22,6 +23,7 @@ import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
 import { appServerFactory, type AppRouter } from './dataplane/app-router.ts';
 import { healthRoutes } from './routes/health.ts';
+import { metricsRoutes } from './routes/metrics.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { oauthRoutes } from './routes/oauth.ts';
 import { tagRoutes } from './routes/tags.ts';
@@ -44,6 +46,8 @@ export interface AppDeps {
   changes?: ChangeFeed;
   /** The proxy to deployed apps: requests for an app's host name or `/apps/<slug>/` go there. */
   router?: AppRouter;
+  /** The service's pool, for the connection gauges of /metrics. */
+  pool?: pg.Pool;
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -102,6 +106,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, logger, clientOptions: deps.codehostClient });
   const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
 
+  // First: its response hook counts every route registered after it.
+  await app.register(metricsRoutes, { db, pool: deps.pool });
   await app.register(healthRoutes, { db });
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
   if (config.roles.includes('api')) {

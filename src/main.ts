@@ -38,7 +38,7 @@ async function main(): Promise<void> {
   }
   const changes = await openChangeFeed(database.url, logger);
   const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
-  const app = await buildApp({ config, db: database.db, secretBox, logger, changes, router });
+  const app = await buildApp({ config, db: database.db, pool: database.pool, secretBox, logger, changes, router });
   const sweeper = startDeadlineSweeper({ db: database.db, logger, intervalMs: 30_000 });
   const worker = config.roles.includes('worker')
     ? await startLocalDataPlane({
