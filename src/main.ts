@@ -10,6 +10,7 @@ import { createSecretBox, loadEncryptionKey } from './crypto/secret-box.ts';
 import { openDatabase } from './db/database.ts';
 import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
+import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
 import { createAppRouter } from './dataplane/app-router.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
@@ -40,6 +41,7 @@ async function main(): Promise<void> {
   const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
   const app = await buildApp({ config, db: database.db, pool: database.pool, secretBox, logger, changes, router });
   const sweeper = startDeadlineSweeper({ db: database.db, logger, intervalMs: 30_000 });
+  const retention = startRetentionSweeper({ db: database.db, dataDir: config.dataDir, policy: config, logger, intervalMs: 60 * 60_000 });
   const worker = config.roles.includes('worker')
     ? await startLocalDataPlane({
         config,
@@ -60,6 +62,7 @@ async function main(): Promise<void> {
       logger.info({ signal }, 'shutting down');
       try {
         await sweeper.stop();
+        await retention.stop();
         // Requests first (apps keep serving them), then the apps and builds, then the feed.
         await app.close();
         await worker?.stop();

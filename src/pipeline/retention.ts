@@ -1,0 +1,78 @@
+/**
+ * Retention: what the service keeps does not grow without bound. In the background, in batches:
+ * - events older than `eventRetentionDays` are deleted (0 keeps them forever);
+ * - uploads that no revision uses are deleted (row and file) once older than `uploadRetentionHours`:
+ *   an upload nobody deployed, or whose last revision went with its deployment.
+ * Revision logs are capped per revision (src/dataplane/log-writer.ts) and go with their revision.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { sql, type Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { Database } from '../store/schema.ts';
+
+export interface RetentionPolicy {
+  eventRetentionDays: number;
+  uploadRetentionHours: number;
+}
+
+const BATCH = 1_000;
+
+/** Deletes up to one batch of events past retention; how many went. */
+export async function pruneEvents(db: Kysely<Database>, days: number): Promise<number> {
+  if (days <= 0) return 0;
+  const result = await sql`
+    delete from events where id in (
+      select id from events where created_at < now() - make_interval(days => ${days}) order by id limit ${BATCH})`.execute(db);
+  return Number(result.numAffectedRows ?? 0n);
+}
+
+/** Deletes up to one batch of unused uploads past retention, rows then files; how many went. */
+export async function pruneUploads(db: Kysely<Database>, dataDir: string, hours: number, logger: Pick<Logger, 'warn'>): Promise<number> {
+  const gone = await sql<{ path: string }>`
+    delete from source_uploads u where u.id in (
+      select id from source_uploads s
+      where s.created_at < now() - make_interval(hours => ${hours})
+        and not exists (select 1 from revisions r where r.source_revision_config->>'source_tarball_path' = s.path)
+      order by s.created_at limit ${BATCH}
+      for update skip locked)
+    returning u.path`.execute(db);
+  for (const upload of gone.rows) {
+    // Paths are made by the upload route (uploads/<uuid>.tar.gz); anything else is not ours to remove.
+    if (!/^uploads\/[0-9a-f-]{36}\.tar\.gz$/.test(upload.path)) continue;
+    await fs.rm(path.join(dataDir, upload.path), { force: true }).catch((error: unknown) => logger.warn({ err: error, path: upload.path }, 'could not remove an upload file'));
+  }
+  return gone.rows.length;
+}
+
+export interface RetentionSweeper {
+  stop(): Promise<void>;
+}
+
+export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: string; policy: RetentionPolicy; logger: Logger; intervalMs: number }): RetentionSweeper {
+  const { db, dataDir, policy, logger, intervalMs } = options;
+  let running: Promise<void> = Promise.resolve();
+  const sweep = async () => {
+    try {
+      let events = 0;
+      let uploads = 0;
+      for (let moved = -1; moved !== 0; ) events += moved = await pruneEvents(db, policy.eventRetentionDays);
+      for (let moved = -1; moved !== 0; ) uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
+      if (events > 0 || uploads > 0) logger.info({ events, uploads }, 'retention: pruned');
+    } catch (error) {
+      // The next sweep retries; each batch is its own statement, so nothing is half done.
+      logger.error({ err: error }, 'retention sweep failed');
+    }
+  };
+  running = sweep();
+  const timer = setInterval(() => {
+    running = running.then(sweep);
+  }, intervalMs);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}

@@ -1,0 +1,56 @@
+/**
+ * Retention: old events are pruned, and uploads that no revision uses are removed (row and file) once
+ * old enough, while an upload a revision uses stays.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { sql } from 'kysely';
+import { after, before, test } from 'node:test';
+import { pruneEvents, pruneUploads } from '../src/pipeline/retention.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+
+let t: TestApp;
+before(async () => {
+  t = await createTestApp();
+});
+after(() => t.close());
+
+const quiet = { warn: () => undefined };
+
+async function upload(): Promise<string> {
+  const response = await t.app.inject({ method: 'POST', url: '/v2/uploads', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, payload: gzipSync(Buffer.from('x')) });
+  return JSON.parse(response.body).source_tarball_path;
+}
+
+test('events older than the retention are pruned; newer ones stay', async () => {
+  const api = client(t.app);
+  const created = await api.post('/v2/deployments', { name: 'chatty', source: 'internal_container', source_revision_config: { image_uri: 'a:1' } });
+  const id = created.body.id;
+  const count = async () => (await api.get(`/v2/deployments/${id}/events?limit=100`)).body.resources.length as number;
+  const before = await count();
+  assert.ok(before >= 3);
+  await sql`update events set created_at = now() - interval '100 days' where deployment_id = ${id} and type = 'deployment.created'`.execute(t.database.db);
+  assert.equal(await pruneEvents(t.database.db, 0), 0, '0 keeps everything');
+  assert.ok((await pruneEvents(t.database.db, 90)) >= 1);
+  assert.equal(await count(), before - 1);
+});
+
+test('an unused upload goes after its retention, file included; one a revision uses stays', async () => {
+  const api = client(t.app);
+  const unused = await upload();
+  const used = await upload();
+  const created = await api.post('/v2/deployments', { name: 'uses-upload', source: 'internal_source', source_revision_config: { source_tarball_path: used, framework_config_path: 'slipway.json' } });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 0, 'young uploads stay');
+  await sql`update source_uploads set created_at = now() - interval '2 days'`.execute(t.database.db);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  await assert.rejects(fs.access(path.join(t.dataDir, unused)));
+  await fs.access(path.join(t.dataDir, used));
+
+  // Deleted with its deployment (nothing ran it), the upload is unused now and goes at the next sweep.
+  assert.equal((await api.delete(`/v2/deployments/${created.body.id}`)).status, 204);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  await assert.rejects(fs.access(path.join(t.dataDir, used)));
+});
