@@ -28,6 +28,11 @@ export interface Config {
   readonly allowInsecureOAuth: boolean;
   /** Plain-http code-host API URLs, for development and tests only. */
   readonly allowInsecureCodehost: boolean;
+  /**
+   * The code-host API URLs integrations may name, as normalized prefixes (origin plus path, no trailing
+   * slash): an integration makes the service connect to its api_url, so only hosts the operator lists.
+   */
+  readonly codehostAllowedUrls: readonly string[];
   /** Address under which users and browsers reach this service (OAuth redirects, webhooks). */
   readonly publicUrl: string;
   /** What this process does: serve the API, run the worker (the local data plane), or both. */
@@ -44,6 +49,10 @@ export interface Config {
   readonly drainTimeoutMs: number;
   /** Lines of log kept per revision and type (build output stops there; app output keeps the newest). */
   readonly logMaxLines: number;
+  /** Events older than this many days are pruned; 0 keeps them forever. */
+  readonly eventRetentionDays: number;
+  /** Uploads that no revision uses are removed once this many hours old. */
+  readonly uploadRetentionHours: number;
 }
 
 export type Role = 'api' | 'worker';
@@ -139,6 +148,34 @@ function publicUrl(env: Env, host: string, port: number): string {
   return raw.replace(/\/+$/, '');
 }
 
+/**
+ * SLIPWAY_CODEHOST_ALLOWED_URLS: comma-separated URL prefixes. Each is kept as origin plus path without
+ * a trailing slash, the form api_url is stored in, so that matching compares like with like.
+ */
+function codehostAllowedUrls(env: Env): readonly string[] {
+  const name = 'SLIPWAY_CODEHOST_ALLOWED_URLS';
+  const raw = text(env, name);
+  if (raw === null) return ['https://api.github.com'];
+  const entries = raw.split(',').map((entry) => entry.trim()).filter((entry) => entry !== '');
+  if (entries.length === 0) throw new ConfigError(name, 'names no URL; give comma-separated code-host API URLs such as https://api.github.com');
+  return [
+    ...new Set(
+      entries.map((entry) => {
+        let url: URL;
+        try {
+          url = new URL(entry);
+        } catch {
+          throw new ConfigError(name, `'${entry}' is not a URL`);
+        }
+        if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ConfigError(name, `'${entry}' must be an http(s) URL`);
+        if (url.username !== '' || url.password !== '') throw new ConfigError(name, `'${entry}' must not carry credentials`);
+        if (url.search !== '' || url.hash !== '') throw new ConfigError(name, `'${entry}' must not have a query or a fragment`);
+        return `${url.origin}${url.pathname}`.replace(/\/+$/, '');
+      }),
+    ),
+  ];
+}
+
 const ROLES: readonly Role[] = ['api', 'worker'];
 
 function roles(env: Env): readonly Role[] {
@@ -186,6 +223,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
+    codehostAllowedUrls: codehostAllowedUrls(env),
     publicUrl: publicUrl(env, host, port),
     roles: roles(env),
     workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),
@@ -194,5 +232,7 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),
+    eventRetentionDays: integer(env, 'SLIPWAY_EVENT_RETENTION_DAYS', 90, 0, 36_500),
+    uploadRetentionHours: integer(env, 'SLIPWAY_UPLOAD_RETENTION_HOURS', 24, 1, 87_600),
   });
 }
