@@ -14,7 +14,9 @@ import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
-import { ErrorBody, ValidationErrorBody } from './http/schema-helpers.ts';
+import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
+import { registerJsonBodyParser } from './http/json-body.ts';
+import { ErrorBody, ROUTER_MAX_PARAM_LENGTH, ValidationErrorBody } from './http/schema-helpers.ts';
 import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
@@ -25,6 +27,7 @@ import { appServerFactory, type AppRouter } from './dataplane/app-router.ts';
 import { healthRoutes } from './routes/health.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import { listenerRoutes } from './routes/listeners.ts';
+import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
 import { oauthRoutes } from './routes/oauth.ts';
 import { tagRoutes } from './routes/tags.ts';
 import { tracingProjectRoutes } from './routes/tracing-projects.ts';
@@ -65,15 +68,23 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     },
     return503OnClosing: true,
     frameworkErrors: frameworkErrorHandler,
+    // Requests Node's HTTP parser refuses get the error envelope and a request id too.
+    clientErrorHandler,
+    // No bare 400 from Node for a missing Host: registerFrameworkAnswers answers it in the envelope.
+    http: { requireHostHeader: false },
+    // Ids and names are documented up to 256 characters; Fastify's default stops at 100.
+    routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
     ...(deps.router ? { serverFactory: appServerFactory(deps.router) } : {}),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
   app.removeContentTypeParser('text/plain');
+  registerJsonBodyParser(app);
   app.setValidatorCompiler(createValidatorCompiler());
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
+  registerFrameworkAnswers(app);
   registerErrorHandler(app);
   app.addSchema(ErrorBody);
   app.addSchema(ValidationErrorBody);
@@ -116,6 +127,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(eventRoutes, { db, deployments });
     await app.register(revisionLogRoutes, { db, changes: deps.changes });
     await app.register(listenerRoutes, { db });
+    await app.register(listenerProtocolRoutes, { db, secretBox, changes: deps.changes });
     await app.register(oauthRoutes, { db, secretBox, config });
     await app.register(tagRoutes, { db, deployments });
     await app.register(tracingProjectRoutes, { db });

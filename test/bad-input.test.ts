@@ -125,6 +125,10 @@ function commonCases(label: string, method: Case['method'], url: () => string, a
     { label: `${label} xml`, method, url, body: '<name>x</name>', headers: { 'content-type': 'application/xml' }, status: 415, as },
     { label: `${label} deep nesting`, method, url, body: `{"name":${'['.repeat(5000)}${']'.repeat(5000)}}`, status: 422, loc: ['body'], as },
     { label: `${label} NUL in a string`, method, url, body: { name: 'a\u0000b', key: 'a\u0000b', value: 'a\u0000b', version: 'a\u0000b' }, status: 422, loc: ['body'], as },
+    // One body, one reading: a key given twice is refused rather than the last one winning.
+    { label: `${label} duplicate key`, method, url, body: '{"name":"a","key":"a","value":"a","name":"b"}', status: 422, loc: ['body', 'name'], as },
+    // PostgreSQL cannot store a lone UTF-16 surrogate: a 422 at the field, never a 500.
+    { label: `${label} lone surrogate`, method, url, body: '{"name":"a\\ud800","key":"\\udc00","value":"\\ud800","version":"\\ud800"}', status: 422, loc: ['body', 'name'], as },
   ];
 }
 

@@ -1,11 +1,14 @@
 /**
  * API-key authentication and workspace resolution (contract.md, "Authentication and tenancy").
  * Routes declare `config.auth`: 'workspace' (default: the request acts in one workspace),
- * 'organization' (the key's organization is enough), or 'none'; `config.admin` asks for the admin role.
+ * 'organization' (the key's organization is enough), 'listener' (the listener protocol: a listener
+ * credential, or a workspace API key), or 'none'; `config.admin` asks for the admin role.
  */
 import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify';
 import { hashApiKey } from '../auth/api-keys.ts';
+import { hashListenerCredential, isListenerCredential } from '../auth/listener-credentials.ts';
 import { AppError, ValidationError } from '../errors.ts';
+import { findActiveListenerCredential, type ListenerCredentialIdentity } from '../store/listener-credentials.ts';
 import type { Db } from '../store/schema.ts';
 import { findActiveKeyByHash, firstWorkspaceIds, workspaceInOrganization, type KeyRecord } from '../store/tenancy.ts';
 
@@ -22,11 +25,13 @@ export interface Caller {
 
 declare module 'fastify' {
   interface FastifyContextConfig {
-    auth?: 'workspace' | 'organization' | 'none';
+    auth?: 'workspace' | 'organization' | 'listener' | 'none';
     admin?: boolean;
   }
   interface FastifyRequest {
     caller: Caller;
+    /** Set instead of `caller` when a listener credential opened a 'listener' route. */
+    listenerCredential: ListenerCredentialIdentity | null;
   }
 }
 
@@ -122,12 +127,23 @@ async function resolveCaller(keys: KeyCache, db: Db, request: FastifyRequest, mo
 export function registerAuthentication(app: FastifyInstance, db: Db): void {
   const keys = createKeyCache(db);
   app.decorateRequest('caller', null as unknown as Caller);
+  app.decorateRequest('listenerCredential', null);
   app.addHook('onRequest', async (request) => {
     const config = request.routeOptions.config;
     const mode = config?.auth ?? 'workspace';
     // Routes not found have no config; let the not-found handler answer them.
     if (mode === 'none' || request.is404) return;
-    request.caller = await resolveCaller(keys, db, request, mode);
+    // A listener credential is not an API key: it opens the listener protocol and nothing else (the
+    // route checks it is for the listener in the path). Told apart by its prefix, so never cached here.
+    const presented = presentedKey(request);
+    if (presented !== null && isListenerCredential(presented)) {
+      if (mode !== 'listener') throw new AppError('unauthenticated', 'A listener credential opens only the listener protocol endpoints (docs/listener-protocol.md); use an API key here.');
+      const credential = presented.length <= 512 ? await findActiveListenerCredential(db, hashListenerCredential(presented)) : undefined;
+      if (!credential) throw new AppError('unauthenticated', 'Invalid listener credential.');
+      request.listenerCredential = credential;
+      return;
+    }
+    request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode);
     if (config?.admin && request.caller.role !== 'admin') throw new AppError('forbidden', 'This operation needs an admin API key.');
   });
   // Keys are created and revoked only through admin routes: after any admin write, and before its

@@ -3,19 +3,57 @@
  * `{"detail": "..."}`, or for 422 `{"detail": [{type, loc, msg, input}]}`, plus our stable `code`.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, ValidationError, type ErrorCode, type ValidationIssue } from '../errors.ts';
+import { AppError, ERROR_CODES, ValidationError, type CodeWithStatus, type ErrorCode, type ErrorStatus, type ValidationIssue } from '../errors.ts';
+import { redactSecrets, type PartSchemas } from './secret-fields.ts';
 import { toValidationIssues } from './validation.ts';
 
 function send(reply: FastifyReply, status: number, code: ErrorCode, detail: string | ValidationIssue[]) {
   return reply.status(status).type('application/json; charset=utf-8').send(JSON.stringify({ detail, code }));
 }
 
+/** The one way a 422 is answered: whatever raised it, no item echoes a secret of the route's schemas. */
+function validationFailed(reply: FastifyReply, request: FastifyRequest, issues: ValidationIssue[]) {
+  return send(reply, 422, 'validation_failed', redactSecrets(issues, request.routeOptions.schema as PartSchemas | undefined));
+}
+
 /** Errors raised by Fastify itself before a handler runs, by their Fastify code. */
 const FASTIFY_ERRORS: Record<string, { code: ErrorCode; detail?: string }> = {
   FST_ERR_CTP_BODY_TOO_LARGE: { code: 'payload_too_large', detail: 'Request body is too large.' },
   FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'unsupported_media_type', detail: 'Unsupported Content-Type: send application/json.' },
-  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'invalid_request', detail: 'Content-Length does not match the body.' },
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'malformed_request', detail: 'Content-Length does not match the body.' },
 };
+
+/**
+ * The code of a client error that comes with nothing but its HTTP status (from Fastify, a plugin, or
+ * Node). Typed so that each status can only name a code registered for it.
+ */
+const CLIENT_ERRORS: { [S in ErrorStatus]?: CodeWithStatus<S> } = {
+  400: 'invalid_request',
+  401: 'unauthenticated',
+  403: 'forbidden',
+  404: 'route_not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  408: 'request_timeout',
+  409: 'conflict',
+  412: 'precondition_failed',
+  413: 'payload_too_large',
+  414: 'uri_too_long',
+  415: 'unsupported_media_type',
+  416: 'range_not_satisfiable',
+  417: 'expectation_failed',
+  429: 'too_many_requests',
+  431: 'header_too_large',
+};
+
+/**
+ * A status with no code of its own (a 402 or a 418 from some plugin) is answered 400 invalid_request:
+ * a code is always sent with the status it is registered for.
+ */
+export function clientErrorCode(status: number): { status: number; code: ErrorCode } {
+  const code = (CLIENT_ERRORS as Partial<Record<number, ErrorCode>>)[status];
+  return code === undefined ? { status: 400, code: 'invalid_request' } : { status: ERROR_CODES[code].status, code };
+}
 
 function isJsonSyntaxError(error: FastifyError): boolean {
   return error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY';
@@ -30,6 +68,7 @@ export function frameworkErrorHandler(error: FastifyError, request: FastifyReque
   reply.header('x-request-id', request.id);
   if (error.code === 'FST_ERR_BAD_URL') return send(reply, 400, 'invalid_request', 'The request path is not a valid URL (malformed percent-encoding).');
   if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    // No input is echoed, so there is nothing to redact (and this request has no route options).
     return send(reply, 422, 'validation_failed', [{ type: 'string_too_long', loc: ['path'], msg: 'A path parameter is too long' }]);
   }
   request.log.error({ err: error }, 'request failed in the router');
@@ -38,7 +77,7 @@ export function frameworkErrorHandler(error: FastifyError, request: FastifyReque
 
 export function registerErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    if (error instanceof ValidationError) return send(reply, 422, 'validation_failed', error.issues);
+    if (error instanceof ValidationError) return validationFailed(reply, request, error.issues);
     if (error instanceof AppError) {
       for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
       return send(reply, error.status, error.code, error.detail);
@@ -46,16 +85,18 @@ export function registerErrorHandler(app: FastifyInstance): void {
     if (error.validation) {
       const context = error.validationContext ?? 'body';
       const data = context === 'body' ? request.body : context === 'querystring' ? request.query : context === 'params' ? request.params : request.headers;
-      return send(reply, 422, 'validation_failed', toValidationIssues(error.validation, context, data));
+      return validationFailed(reply, request, toValidationIssues(error.validation, context, data));
     }
     if (isJsonSyntaxError(error)) {
       const issue: ValidationIssue = { type: 'json_invalid', loc: ['body'], msg: error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'Body is empty but Content-Type is application/json' : `JSON decode error: ${error.message}` };
-      return send(reply, 422, 'validation_failed', [issue]);
+      return validationFailed(reply, request, [issue]);
     }
     const known = error.code ? FASTIFY_ERRORS[error.code] : undefined;
-    if (known) return send(reply, error.statusCode ?? 400, known.code, known.detail ?? error.message);
+    if (known) return send(reply, ERROR_CODES[known.code].status, known.code, known.detail ?? error.message);
     if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
-      return send(reply, error.statusCode, error.statusCode === 404 ? 'route_not_found' : 'invalid_request', error.message);
+      if (error.statusCode === 422) return validationFailed(reply, request, [{ type: 'value_error', loc: ['body'], msg: error.message }]);
+      const { status, code } = clientErrorCode(error.statusCode);
+      return send(reply, status, code, error.message);
     }
     request.log.error({ err: error }, 'request failed');
     return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));

@@ -23,6 +23,12 @@ export function StringEnum<const V extends readonly string[]>(values: V, options
 export const Uuid = (options: Record<string, unknown> = {}) => Type.String({ format: 'uuid', ...options });
 export const DateTime = (options: Record<string, unknown> = {}) => Type.String({ format: 'date-time', ...options });
 
+/**
+ * A secret: `writeOnly: true` marks it, and a 422 never echoes it nor anything holding it (secret-fields.ts).
+ * Every request field that holds a secret is one of these.
+ */
+export const SecretString = (options: Record<string, unknown> = {}) => Type.String({ ...options, writeOnly: true });
+
 /** FastAPI-compatible error body for 4xx and 5xx other than 422. */
 export const ErrorBody = Type.Object(
   { detail: Type.String(), code: Type.Optional(Type.String()), request_id: Type.Optional(Type.String()) },
@@ -77,3 +83,13 @@ export function pageOf(query: { limit?: number; offset?: number }, defaultLimit 
 export function envelope<T>(resources: T[], offset: number): { resources: T[]; offset: number } {
   return { resources, offset: offset + resources.length };
 }
+
+/** The longest path parameter a route documents: an agent id (routes/oauth-flow.ts), 256 characters. */
+export const MAX_PATH_PARAM_CHARS = 256;
+
+/**
+ * The router's limit on a path parameter (Fastify's maxParamLength, default 100). It applies to the raw
+ * path, before percent-decoding, where one character takes up to 12 (4 UTF-8 bytes as %XX); the schema's
+ * maxLength then bounds the decoded value.
+ */
+export const ROUTER_MAX_PARAM_LENGTH = MAX_PATH_PARAM_CHARS * 12;

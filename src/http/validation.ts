@@ -164,6 +164,7 @@ function shortened(value: unknown): unknown {
   return text.length > 500 ? '[too large to echo]' : value;
 }
 
+/** Items in FastAPI's shape. Inputs of secret fields are masked later, by the error handler's 422 (secret-fields.ts). */
 export function toValidationIssues(errors: (ErrorObject | FastifySchemaValidationError)[], context: string, data: unknown): ValidationIssue[] {
   const issues: ValidationIssue[] = [];
   const seen = new Set<string>();

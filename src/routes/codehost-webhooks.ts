@@ -31,6 +31,8 @@ export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRou
     '/v1/integrations/forge/codehost/:integration_id/webhooks',
     {
       config: { auth: 'none' },
+      // GitHub sends push payloads of up to 25 MB; the global JSON limit (1 MiB by default) would refuse them.
+      bodyLimit: 25 * 1024 * 1024,
       schema: {
         tags: ['codehost'],
         summary: 'Receive a code-host webhook delivery',

@@ -5,7 +5,7 @@
 import { Type, type Static, type TSchema } from 'typebox';
 import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
-import { DateTime, Nullable, StringEnum, Uuid } from '../http/schema-helpers.ts';
+import { DateTime, Nullable, SecretString, StringEnum, Uuid } from '../http/schema-helpers.ts';
 
 const FreeObject = (description?: string) => Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
 const ShortText = (max = 253) => Type.String({ maxLength: max });
@@ -122,14 +122,20 @@ const revisionFields = {
   source_tarball_path: opt(Type.String({ minLength: 1, maxLength: 1024 })),
 };
 
-/** Request form: repo_commit_sha is response-only. */
-export const SourceRevisionConfigInput = Type.Object(revisionFields);
+/**
+ * Request form: repo_commit_sha is response-only. langgraph_config_path (LangChain's CLI) is read as
+ * framework_config_path before validation (applyConfigPathAlias); listed here to be documented.
+ */
+export const SourceRevisionConfigInput = Type.Object({
+  ...revisionFields,
+  langgraph_config_path: opt(Type.String({ minLength: 1, maxLength: 1024, description: 'Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path.' })),
+});
 export const SourceRevisionConfig = Type.Object({ ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) });
 
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
 export const Secret = Type.Object({
   name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
-  value: Type.String({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
+  value: SecretString({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
 });
 export const SecretReference = Type.Object({
   name: Type.String({ pattern: SECRET_NAME_PATTERN }),

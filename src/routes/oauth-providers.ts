@@ -7,7 +7,7 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, SecretString, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { CODE_CHALLENGE_METHODS, TOKEN_ENDPOINT_AUTH_METHODS } from '../oauth/oauth-provider-config.ts';
 import type { OAuthProviderService, ProviderActor } from '../service/oauth-providers.ts';
 import type { OAuthProviderRow } from '../store/schema.ts';
@@ -53,10 +53,10 @@ const CreateBody = Type.Object({
   provider_id: Type.String(SLUG),
   name: Type.String({ minLength: 1, maxLength: 128 }),
   client_id: Type.String({ minLength: 1, maxLength: 512 }),
-  client_secret: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 4096, description: 'Write-only; encrypted at rest.' }))),
+  client_secret: Type.Optional(Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; encrypted at rest.' }))),
   auth_url: URL_FIELD('Authorization endpoint (https).'),
   token_url: URL_FIELD('Token endpoint (https).'),
-  uses_pkce: Type.Optional(Type.Boolean({ description: 'Default false.' })),
+  uses_pkce: Type.Optional(Type.Boolean({ description: 'Default true. A public client (token_endpoint_auth_method none) must use PKCE.' })),
   code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS, { description: 'Default S256.' })),
   ...ExtraSettings,
 });
@@ -64,10 +64,10 @@ const CreateBody = Type.Object({
 const UpdateBody = Type.Object({
   name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
   client_id: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
-  client_secret: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 4096, description: 'Write-only; null removes it.' }))),
+  client_secret: Type.Optional(Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; null removes it.' }))),
   auth_url: Type.Optional(URL_FIELD('Authorization endpoint (https).')),
   token_url: Type.Optional(URL_FIELD('Token endpoint (https).')),
-  uses_pkce: Type.Optional(Type.Boolean()),
+  uses_pkce: Type.Optional(Type.Boolean({ description: 'A public client (token_endpoint_auth_method none) must use PKCE.' })),
   code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS)),
   provider_id: Type.Optional(Type.String({ description: 'Cannot change; the current value is accepted.' })),
   ...ExtraSettings,
