@@ -2,6 +2,7 @@
  * The one place where errors become HTTP responses (style.md, practice 1). Bodies follow FastAPI:
  * `{"detail": "..."}`, or for 422 `{"detail": [{type, loc, msg, input}]}`, plus our stable `code`.
  */
+import { isDatabaseUnavailable } from '../db/connection-errors.ts';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, ERROR_CODES, ValidationError, type CodeWithStatus, type ErrorCode, type ErrorStatus, type ValidationIssue } from '../errors.ts';
 import { redactSecrets, type PartSchemas } from './secret-fields.ts';
@@ -75,6 +76,9 @@ export function frameworkErrorHandler(error: FastifyError, request: FastifyReque
   return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
 }
 
+/** What a client is told to wait when the database is down (it is usually back within seconds). */
+const DATABASE_RETRY_AFTER_SECONDS = '5';
+
 export function registerErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
     if (error instanceof ValidationError) return validationFailed(reply, request, error.issues);
@@ -97,6 +101,11 @@ export function registerErrorHandler(app: FastifyInstance): void {
       if (error.statusCode === 422) return validationFailed(reply, request, [{ type: 'value_error', loc: ['body'], msg: error.message }]);
       const { status, code } = clientErrorCode(error.statusCode);
       return send(reply, status, code, error.message);
+    }
+    if (isDatabaseUnavailable(error)) {
+      request.log.warn({ err: error }, 'database unavailable');
+      reply.header('retry-after', DATABASE_RETRY_AFTER_SECONDS);
+      return send(reply, 503, 'unavailable', 'The database is not reachable right now; retry shortly.');
     }
     request.log.error({ err: error }, 'request failed');
     return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
