@@ -15,6 +15,13 @@
 export type CodeHostFailure = 'rejected' | 'rate_limited' | 'unavailable' | 'unexpected';
 
 export class CodeHostError extends Error {
+  /**
+   * For the service log only, never for the caller: why a host could not be reached (refused, TLS, DNS,
+   * timeout). Told apart in an answer, these would map the network behind the service for whoever can
+   * point an integration somewhere.
+   */
+  logDetail: string | undefined;
+
   constructor(
     readonly kind: CodeHostFailure,
     message: string,
@@ -107,11 +114,34 @@ function shortHostMessage(error: HostResponseError, secrets: readonly string[]):
 export interface ClassifyContext {
   /** Host name shown in messages, e.g. `api.github.com`. */
   host: string;
+  /** The integration's API URL, named when the host could not be reached. */
+  apiUrl: string;
   /** What we were doing, e.g. `listing repositories`. */
   action: string;
   /** Credential strings that must not appear in the message. */
   secrets: readonly string[];
   nowMs: number;
+}
+
+/**
+ * No answer at all: refused, reset, TLS, DNS or a deadline. One message for all of them, whatever the
+ * cause; the cause goes to `logDetail`.
+ */
+function unreachable(context: ClassifyContext, cause: string): CodeHostError {
+  const error = new CodeHostError('unavailable', `The code host at ${context.apiUrl} could not be reached while ${context.action}.`);
+  // A URL's query can hold a token (codeload's signed download links do): origin and path only.
+  error.logDetail = redact(cause, context.secrets).replace(/(\w+:\/\/[^\s?#]*)[?#]\S*/g, '$1?[redacted]').replace(/\s+/g, ' ').trim().slice(0, 500);
+  return error;
+}
+
+/** The message of an error and of its causes, e.g. `fetch failed: connect ECONNREFUSED 127.0.0.1:9`. */
+function causeChain(error: unknown): string {
+  const parts: string[] = [];
+  for (let current: unknown = error, depth = 0; current instanceof Error && depth < 5; current = current.cause, depth += 1) {
+    const code = (current as { code?: unknown }).code;
+    parts.push(typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message);
+  }
+  return parts.join(': ');
 }
 
 /**
@@ -123,17 +153,14 @@ export function classifyHostFailure(error: unknown, context: ClassifyContext): E
   const { host, action } = context;
   if (!isHostResponseError(error)) {
     if (error instanceof Error && (error.name === 'AbortError' || error.name === 'TimeoutError')) {
-      return new CodeHostError('unavailable', `The code host ${host} did not answer in time while ${action}.`);
+      return unreachable(context, `no answer in time: ${causeChain(error)}`);
     }
     return error instanceof Error ? error : new Error(String(error));
   }
   if (error.response === undefined) {
     // @octokit/request reports a failed fetch (refused connection, DNS, TLS, timeout) as status 500
     // without a response.
-    return new CodeHostError(
-      'unavailable',
-      `The code host ${host} could not be reached while ${action}: ${shortHostMessage(error, context.secrets)}.`,
-    );
+    return unreachable(context, causeChain(error));
   }
   const status = error.status;
   const hostMessage = shortHostMessage(error, context.secrets);

@@ -163,6 +163,7 @@ export class GitHubClient {
   readonly #fingerprint: string;
   readonly #downloadTimeoutMs: number;
   readonly #maxDownloadBytes: number;
+  readonly #log: CodeHostLog;
   /** Set when the credentials cannot work at all; every call rejects with it. */
   readonly #configurationError: CodeHostError | undefined;
 
@@ -174,6 +175,7 @@ export class GitHubClient {
     this.#fingerprint = credentialsFingerprint(this.apiUrl, credentials);
     this.#downloadTimeoutMs = options.downloadTimeoutMs ?? DEFAULT_DOWNLOAD_TIMEOUT_MS;
     this.#maxDownloadBytes = options.maxDownloadBytes ?? DEFAULT_MAX_DOWNLOAD_BYTES;
+    this.#log = options.log ?? silentLog;
     const timeoutMs = options.timeoutMs ?? 15_000;
     const common = {
       baseUrl: this.apiUrl,
@@ -381,7 +383,10 @@ export class GitHubClient {
         ? await withInstallationGate(String(credentials.installation_id), this.#fingerprint, run)
         : await run();
     } catch (error) {
-      throw classifyHostFailure(error, { host: this.#host, action, secrets: this.#secrets, nowMs: this.#now() });
+      const failure = classifyHostFailure(error, { host: this.#host, apiUrl: this.apiUrl, action, secrets: this.#secrets, nowMs: this.#now() });
+      // The caller is told only that the host could not be reached; the operator needs the why.
+      if (failure instanceof CodeHostError && failure.logDetail !== undefined) this.#log.warn(`${failure.message} Cause: ${failure.logDetail}`);
+      throw failure;
     }
   }
 }

@@ -10,7 +10,7 @@
  * - token set: the result of a code exchange or a refresh.
  *
  * Secure by default, as oauth4webapi is: `state` is always sent and checked, PKCE S256 whenever the
- * provider uses PKCE, and only https unless the client is built with `allowInsecure` (development and
+ * provider uses PKCE (a public client must), and only https unless the client is built with `allowInsecure` (development and
  * tests; the service sets it from SLIPWAY_ALLOW_INSECURE_OAUTH).
  *
  * @example
@@ -99,6 +99,10 @@ export class OAuthClient {
   ): Promise<PendingAuthorization> {
     const url = this.#checkedUrl('auth_url', provider.auth_url);
     this.#checkedUrl('token_url', provider.token_url);
+    if (provider.token_endpoint_auth_method === 'none' && !provider.uses_pkce) {
+      // Nothing else binds the code to this client: a stolen code would be a token (RFC 9700 §2.1.1).
+      throw new OAuthFlowError('configuration', 'A public client (token_endpoint_auth_method none) must use PKCE; set uses_pkce on the provider');
+    }
     const scopes = uniqueScopes(request.scopes ?? provider.scopes ?? []);
     const state = oauth.generateRandomState();
     const nonce = scopes.includes('openid') ? oauth.generateRandomNonce() : null;

@@ -1,4 +1,4 @@
-/** Workspaces and API keys (admin keys only). */
+/** Workspaces and API keys (admin keys only). Every change is an audit event (subject workspace or api_key). */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
@@ -6,8 +6,8 @@ import { displayPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { AppError, notFound } from '../errors.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { recordEvents } from '../store/events.ts';
-import type { Database } from '../store/schema.ts';
-import { createApiKey, createWorkspace, listApiKeys, listWorkspaces, revokeApiKey, workspaceInOrganization } from '../store/tenancy.ts';
+import type { Database, Db } from '../store/schema.ts';
+import { createApiKey, createWorkspace, firstWorkspaceIds, listApiKeys, listWorkspaces, revokeApiKey, workspaceInOrganization } from '../store/tenancy.ts';
 
 const Workspace = Type.Object({ id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() });
 const ApiKey = Type.Object({
@@ -25,6 +25,25 @@ const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
 const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({ ...k, created_at: k.created_at.toISOString(), revoked_at: iso(k.revoked_at) });
+
+/**
+ * Where an API key's audit event goes (events belong to a workspace): the key's own workspace; for an
+ * organization-wide key, the workspace the request acts in (X-Tenant-Id), else the organization's first.
+ */
+async function auditWorkspace(db: Db, keyWorkspaceId: string | null, caller: { workspaceId: string | null; organizationId: string }): Promise<string> {
+  const id = keyWorkspaceId ?? caller.workspaceId ?? (await firstWorkspaceIds(db, caller.organizationId))[0];
+  // An organization always has a workspace (the first start makes one, and none is ever deleted).
+  if (id === undefined) throw new Error(`Organization ${caller.organizationId} has no workspace to record an event in`);
+  return id;
+}
+
+/** The fields of a key its audit event names (revokeApiKey, in src/store/tenancy.ts, returns none). */
+async function keyForAudit(db: Db, id: string): Promise<{ name: string; role: string; workspace_id: string | null }> {
+  return db.selectFrom('api_keys').select(['name', 'role', 'workspace_id']).where('id', '=', id).executeTakeFirstOrThrow();
+}
+
+/** What an API key event records: never the key, its hash or its prefix. */
+const keyEventData = (key: { name: string; role: string; workspace_id: string | null }, byKey: string) => ({ name: key.name, role: key.role, workspace_id: key.workspace_id, by_key: byKey });
 
 /** Workspaces span the organization: a key bound to one workspace may neither make nor see them. */
 function requireOrganizationKey(caller: { keyWorkspaceId: string | null }): void {
@@ -45,7 +64,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
           if (error.code === '23505') throw new AppError('conflict', `A workspace named '${request.body.name}' already exists.`);
           throw error;
         });
-        await recordEvents(tx, [{ workspaceId: created.id, subjectType: 'workspace', subjectId: created.id, type: 'workspace.created', data: { by_key: request.caller.keyId } }]);
+        await recordEvents(tx, [{ workspaceId: created.id, subjectType: 'workspace', subjectId: created.id, type: 'workspace.created', data: { name: created.name, by_key: request.caller.keyId } }]);
         return created;
       });
       return reply.status(201).send({ ...row, created_at: row.created_at.toISOString() });
@@ -85,7 +104,11 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
         throw new AppError('invalid_reference', `workspace_id: Workspace ID ${workspaceId} not found.`);
       }
       const key = generateApiKey();
-      const row = await createApiKey(db, { organizationId: caller.organizationId, workspaceId, name: request.body.name, role: request.body.role ?? 'member', hash: hashApiKey(key), prefix: displayPrefix(key) });
+      const row = await db.transaction().execute(async (tx) => {
+        const created = await createApiKey(tx, { organizationId: caller.organizationId, workspaceId, name: request.body.name, role: request.body.role ?? 'member', hash: hashApiKey(key), prefix: displayPrefix(key) });
+        await recordEvents(tx, [{ workspaceId: await auditWorkspace(tx, created.workspace_id, caller), subjectType: 'api_key', subjectId: created.id, type: 'api_key.created', data: keyEventData(created, caller.keyId) }]);
+        return created;
+      });
       return reply.status(201).send({ ...keyResponse(row), key });
     },
   );
@@ -104,8 +127,14 @@ export const adminRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = 
     '/v2/api-keys/:api_key_id',
     { config: admin, schema: { tags: ['admin'], summary: 'Revoke an API key', params: Type.Object({ api_key_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
-      const revoked = await revokeApiKey(db, { organizationId: request.caller.organizationId, workspaceId: request.caller.keyWorkspaceId }, request.params.api_key_id);
-      if (!revoked) throw notFound('API key', request.params.api_key_id);
+      const { caller } = request;
+      const id = request.params.api_key_id;
+      await db.transaction().execute(async (tx) => {
+        const scope = { organizationId: caller.organizationId, workspaceId: caller.keyWorkspaceId };
+        if (!(await revokeApiKey(tx, scope, id))) throw notFound('API key', id);
+        const key = await keyForAudit(tx, id);
+        await recordEvents(tx, [{ workspaceId: await auditWorkspace(tx, key.workspace_id, caller), subjectType: 'api_key', subjectId: id, type: 'api_key.revoked', data: keyEventData(key, caller.keyId) }]);
+      });
       return reply.status(204).send(null);
     },
   );

@@ -12,7 +12,7 @@ import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import type { OAuthTokenService } from '../service/oauth-tokens.ts';
 import { deleteConnection, getConnection, insertConnection, listConnections, type ConnectionView } from '../store/agent-connections.ts';
-import { deploymentExists, insertCredential, listCredentials, revokeCredential, useCredential, type CredentialView } from '../store/agent-credentials.ts';
+import { credentialReaches, deploymentExists, insertCredential, listCredentials, revokeCredential, useCredential, type CredentialView } from '../store/agent-credentials.ts';
 import { recordEvents } from '../store/events.ts';
 import { getToken } from '../store/oauth-tokens.ts';
 import type { Database } from '../store/schema.ts';
@@ -38,7 +38,11 @@ const AgentCredential = Type.Object({
   id: Uuid(),
   deployment_id: Uuid(),
   name: Type.String(),
-  agent_ids: Nullable(Type.Array(Type.String(), { description: 'The agents it may fetch tokens for; null means every agent of the workspace.' })),
+  agent_ids: Nullable(
+    Type.Array(Type.String(), {
+      description: "The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash.",
+    }),
+  ),
   credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
   created_by: Type.String(),
   created_at: DateTime(),
@@ -81,7 +85,17 @@ function connectionResponse(row: ConnectionView): Static<typeof AgentConnection>
 }
 
 function credentialResponse(row: CredentialView): Static<typeof AgentCredential> {
-  return { ...row, created_at: row.created_at.toISOString(), last_used_at: iso(row.last_used_at), revoked_at: iso(row.revoked_at) };
+  return {
+    id: row.id,
+    deployment_id: row.deployment_id,
+    name: row.name,
+    agent_ids: row.agent_ids,
+    credential_prefix: row.credential_prefix,
+    created_by: row.created_by,
+    created_at: row.created_at.toISOString(),
+    last_used_at: iso(row.last_used_at),
+    revoked_at: iso(row.revoked_at),
+  };
 }
 
 function presentedCredential(request: FastifyRequest): string {
@@ -154,11 +168,14 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       schema: {
         tags,
         summary: 'Mint an agent credential for a deployment',
-        description: 'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for connections of this workspace; it dies with the deployment.',
+        description:
+          'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for the connections of the agents in agent_ids, and no others; it dies with the deployment.',
         params: DeploymentParams,
         body: Type.Object({
           name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
-          agent_ids: Type.Optional(Nullable(Type.Array(AgentId, { minItems: 1, maxItems: 100, uniqueItems: true }))),
+          // Required: least privilege. A credential for "every agent of the workspace" would hand any
+          // deployment every token of the workspace.
+          agent_ids: Type.Array(AgentId, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'The agents whose connections it may fetch tokens for.' }),
         }),
         response: { 201: CreatedAgentCredential, ...errorResponses(401, 403, 404, 422) },
       },
@@ -173,12 +190,12 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
           workspaceId,
           deploymentId,
           name: request.body.name ?? 'agent credential',
-          agentIds: request.body.agent_ids ?? null,
+          agentIds: request.body.agent_ids,
           hash: hashAgentCredential(credential),
           prefix: agentCredentialPrefix(credential),
           createdBy: request.caller.keyId,
         });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: created.id, deploymentId, type: 'agent_credential.created', data: { by_key: request.caller.keyId } }]);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: created.id, deploymentId, type: 'agent_credential.created', data: { agent_ids: created.agent_ids, by_key: request.caller.keyId } }]);
         return created;
       });
       return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
@@ -227,7 +244,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       const credential = await useCredential(db, hashAgentCredential(presentedCredential(request)));
       if (!credential) throw new AppError('unauthenticated', 'Invalid agent credential.');
       const { agent_id: agentId, connection_id: connectionId } = request.params;
-      if (credential.agent_ids !== null && !credential.agent_ids.includes(agentId)) {
+      if (!credentialReaches(credential, agentId)) {
         throw new AppError('forbidden', `This agent credential is not valid for agent '${agentId}'.`);
       }
       const connection = await getConnection(db, credential.workspace_id, agentId, connectionId);

@@ -12,7 +12,7 @@ import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorRes
 import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import type { CodehostIntegrationRow, Database } from '../store/schema.ts';
-import { listDeliveries } from '../store/webhook-deliveries.ts';
+import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT, listDeliveries } from '../store/webhook-deliveries.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
 import { codehostWebhookRoutes } from './codehost-webhooks.ts';
 
@@ -90,6 +90,10 @@ export interface CodehostRouteDeps {
 const HOST_ERRORS = errorResponses(400, 401, 403, 404, 422, 502, 503);
 
 export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { db, config, integrations, deployments }) => {
+  // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
+  // writes), and only to the hosts the operator allows.
+  const writes = { admin: true };
+  const policy = { allowedApiUrls: config.codehostAllowedUrls };
   const webhookUrl = (id: string): string => `${config.publicUrl}${BASE}/${id}/webhooks`;
   const integrationResponse = (row: CodehostIntegrationRow): Static<typeof Integration> => ({
     id: row.id,
@@ -106,17 +110,18 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.post(
     BASE,
     {
+      config: writes,
       schema: {
         tags: ['codehost'],
         summary: 'Create a code-host integration',
         description:
-          'GitHub or GitHub Enterprise Server, with a token or a GitHub App installation. The credentials are checked against the host before they are stored (400 codehost_rejected when the host refuses them). The webhook secret is returned once.',
+          'Admin key. GitHub or GitHub Enterprise Server, with a token or a GitHub App installation; api_url must be under one of SLIPWAY_CODEHOST_ALLOWED_URLS (default https://api.github.com). The credentials are checked against the host before they are stored (400 codehost_rejected when the host refuses them). The webhook secret is returned once.',
         body: { ...CreateBody, examples: [{ name: 'github', token: 'github_pat_...' }] },
         response: { 201: CreatedIntegration, ...errorResponses(400, 401, 403, 409, 422, 502, 503) },
       },
     },
     async (request, reply) => {
-      const { row, webhookSecret } = await integrations.create(workspaceOf(request), request.body);
+      const { row, webhookSecret } = await integrations.create(workspaceOf(request), request.body, policy);
       return reply.status(201).send({ ...integrationResponse(row), webhook_secret: webhookSecret });
     },
   );
@@ -140,25 +145,26 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.patch(
     `${BASE}/:integration_id`,
     {
+      config: writes,
       schema: {
         tags: ['codehost'],
         summary: 'Patch a code-host integration',
         description:
-          'Rename it, replace its credentials (a complete set: token, or app_id, private_key and installation_id; checked against the host) or its webhook secret (webhook_secret, or rotate_webhook_secret: true to generate one, returned once). api_url cannot change.',
+          'Admin key. Rename it, replace its credentials (a complete set: token, or app_id, private_key and installation_id; checked against the host) or its webhook secret (webhook_secret, or rotate_webhook_secret: true to generate one, returned once). api_url cannot change.',
         params: Params,
         body: PatchBody,
         response: { 200: UpdatedIntegration, ...errorResponses(400, 401, 403, 404, 409, 422, 502, 503) },
       },
     },
     async (request) => {
-      const { row, webhookSecret } = await integrations.update(workspaceOf(request), request.params.integration_id, request.body);
+      const { row, webhookSecret } = await integrations.update(workspaceOf(request), request.params.integration_id, request.body, policy);
       return webhookSecret === null ? integrationResponse(row) : { ...integrationResponse(row), webhook_secret: webhookSecret };
     },
   );
 
   app.delete(
     `${BASE}/:integration_id`,
-    { schema: { tags: ['codehost'], summary: 'Delete a code-host integration', description: '409 while codehost deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    { config: writes, schema: { tags: ['codehost'], summary: 'Delete a code-host integration', description: 'Admin key. 409 while codehost deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
     async (request, reply) => {
       await integrations.remove(workspaceOf(request), request.params.integration_id);
       return reply.status(204).send(null);
@@ -185,7 +191,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
       schema: {
         tags: ['codehost'],
         summary: 'List webhook deliveries of an integration',
-        description: 'Newest first, with what came of each: revision_created, ignored, duplicate or rejected, with a reason. The latest 500 are kept.',
+        description: `Newest first, with what came of each: revision_created, ignored, duplicate or rejected, with a reason. The latest ${DELIVERIES_KEPT} deliveries and, apart from them, the latest ${REJECTED_DELIVERIES_KEPT} rejected ones are kept.`,
         params: Params,
         querystring: Type.Object(PageQuery),
         response: { 200: ListEnvelope(Delivery, 'A page of deliveries, newest first.'), ...errorResponses(401, 403, 404, 422) },

@@ -21,6 +21,7 @@ import {
   type GitHubClientOptions,
   type RepositoryUrlCheck,
 } from '../codehost/github-client.ts';
+import { isAllowedApiUrl, notAllowedMessage } from '../codehost/allowed-urls.ts';
 import { parseRepositoryUrl, webOriginOfApiUrl } from '../codehost/repository-url.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, ValidationError, notFound } from '../errors.ts';
@@ -84,6 +85,12 @@ export interface CodehostIntegrationServiceDeps {
   secretBox: SecretBox;
   /** Plain-http API URLs, for development and tests (SLIPWAY_ALLOW_INSECURE_CODEHOST). */
   allowInsecure: boolean;
+  /**
+   * The code hosts the service may connect to (SLIPWAY_CODEHOST_ALLOWED_URLS, see src/codehost/allowed-urls.ts).
+   * When given, every connection to an integration's host is checked against it, stored integrations
+   * included (an operator may shorten the list). Create and update also take it per call.
+   */
+  allowedApiUrls?: readonly string[];
   logger: Logger;
   /** Timeouts, retries and clock of every client; tests turn retries down. */
   clientOptions?: Omit<GitHubClientOptions, 'apiUrl'>;
@@ -179,7 +186,17 @@ export function checkCredentials(input: Pick<CreateIntegrationInput, 'token' | '
   };
 }
 
-export function createCodehostIntegrationService({ db, secretBox, allowInsecure, logger, clientOptions = {} }: CodehostIntegrationServiceDeps) {
+/** Which code hosts a write may make the service connect to: the operator's allow-list. */
+export interface HostPolicy {
+  allowedApiUrls?: readonly string[];
+}
+
+/** 400 naming the setting when `apiUrl` is off the list; no list, no limit. */
+export function checkAllowedApiUrl(apiUrl: string, allowed: readonly string[] | undefined): void {
+  if (allowed !== undefined && !isAllowedApiUrl(apiUrl, allowed)) throw new AppError('invalid_request', notAllowedMessage(apiUrl));
+}
+
+export function createCodehostIntegrationService({ db, secretBox, allowInsecure, allowedApiUrls, logger, clientOptions = {} }: CodehostIntegrationServiceDeps) {
   // Octokit's per-request lines are debug noise; only the message is passed on, never the request
   // options that come as a second argument (they hold the Authorization header).
   const log = logger.child({ component: 'codehost' });
@@ -199,8 +216,12 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
   }
 
   function clientOf(row: CodehostIntegrationRow): GitHubClient {
+    checkAllowedApiUrl(row.api_url, allowedApiUrls);
     return clients.forIntegration({ id: row.id, apiUrl: row.api_url, credentials: credentialsOf(row) });
   }
+
+  /** The list a write is held to: the one it brings (from the route's configuration), else the service's. */
+  const allowedFor = (policy: HostPolicy): readonly string[] | undefined => policy.allowedApiUrls ?? allowedApiUrls;
 
   async function read(workspaceId: string, id: string): Promise<CodehostIntegrationRow> {
     const row = await getIntegration(db, workspaceId, id);
@@ -238,8 +259,10 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
      * installation token exchange), so that a wrong token or an uninstalled App is reported now rather
      * than at the first listing. Returns the webhook secret in plaintext once, for the create response.
      */
-    async create(workspaceId: string, input: CreateIntegrationInput): Promise<{ row: CodehostIntegrationRow; webhookSecret: string }> {
+    async create(workspaceId: string, input: CreateIntegrationInput, policy: HostPolicy = {}): Promise<{ row: CodehostIntegrationRow; webhookSecret: string }> {
       const apiUrl = checkApiUrl(input.api_url ?? GITHUB_API_URL, allowInsecure);
+      // Before anything connects: the check of the credentials below is a request to apiUrl.
+      checkAllowedApiUrl(apiUrl, allowedFor(policy));
       const credentials = checkCredentials(input);
       const webhookSecret = given(input.webhook_secret)
         ? secretString(input.webhook_secret, 'webhook_secret', WEBHOOK_SECRET_MIN, WEBHOOK_SECRET_MAX, false)
@@ -278,7 +301,7 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
      * Renames, replaces the credentials (checked against the host like at create: a token expires, an
      * App key is rotated) or sets a new webhook secret, returned once. The host cannot change.
      */
-    async update(workspaceId: string, id: string, input: UpdateIntegrationInput): Promise<{ row: CodehostIntegrationRow; webhookSecret: string | null }> {
+    async update(workspaceId: string, id: string, input: UpdateIntegrationInput, policy: HostPolicy = {}): Promise<{ row: CodehostIntegrationRow; webhookSecret: string | null }> {
       const current = await read(workspaceId, id);
       if (given(input.api_url)) {
         const asked = typeof input.api_url === 'string' ? checkApiUrl(input.api_url, true) : null;
@@ -293,6 +316,7 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
       const replacesCredentials = (['token', 'app_id', 'private_key', 'installation_id'] as const).some((f) => given(input[f]));
       if (replacesCredentials) {
         const credentials = checkCredentials(input);
+        checkAllowedApiUrl(current.api_url, allowedFor(policy));
         // A client of its own: the cached one must keep serving the stored credentials until they change.
         await talkingToHost(() => new GitHubClient(credentials, { ...clientOptionsWithLog, apiUrl: current.api_url }).verifyCredentials());
         const app = 'app_id' in credentials;

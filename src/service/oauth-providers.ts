@@ -1,6 +1,7 @@
 /**
  * OAuth providers of an organization: the rules of create and update (URLs must be https unless
- * insecure development mode is on; a confidential client needs its secret; the slug never changes),
+ * insecure development mode is on; a confidential client needs its secret; a public client needs
+ * PKCE, which is on by default; the slug never changes),
  * the client secret sealed on write, and the provider as the OAuth client needs it, secret opened.
  */
 import type { SecretBox } from '../crypto/secret-box.ts';
@@ -81,6 +82,16 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
     }
   }
 
+  /**
+   * A public client (no secret) cannot prove at the token endpoint that the code is its own: without
+   * PKCE, whoever intercepts the code gets the token (RFC 9700 §2.1.1 requires PKCE for public clients).
+   */
+  function checkPublicClientPkce(method: ProviderSettings['token_endpoint_auth_method'], usesPkce: boolean): void {
+    if (method === 'none' && !usesPkce) {
+      throw new AppError('invalid_request', 'A public client (token_endpoint_auth_method none) must use PKCE (RFC 9700): set uses_pkce to true, or give the client a secret');
+    }
+  }
+
   /** The input as stored columns; only the fields present in `input`. */
   function settingsOf(input: ProviderInput): Partial<ProviderSettings> {
     const out: Partial<ProviderSettings> = {};
@@ -112,7 +123,8 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         revocation_url: null,
         userinfo_url: null,
         issuer: null,
-        uses_pkce: false,
+        // PKCE by default (RFC 9700 §2.1.1): it costs nothing, and providers that lack it ignore it.
+        uses_pkce: true,
         code_challenge_method: 'S256',
         token_endpoint_auth_method: 'client_secret_post',
         provider_type: null,
@@ -123,6 +135,7 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
       };
       checkUrls(settings);
       checkClientAuthentication(settings.token_endpoint_auth_method, settings.client_secret_encrypted !== null);
+      checkPublicClientPkce(settings.token_endpoint_auth_method, settings.uses_pkce);
       return db.transaction().execute(async (tx) => {
         const row = await insertProvider(tx, actor.organizationId, settings);
         if (!row) throw new AppError('conflict', `An OAuth provider with provider_id '${input.provider_id}' already exists in this organization.`);
@@ -141,7 +154,9 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         const change = settingsOf(input);
         checkUrls(change);
         const secretAfter = change.client_secret_encrypted !== undefined ? change.client_secret_encrypted : current.client_secret_encrypted;
-        checkClientAuthentication(change.token_endpoint_auth_method ?? current.token_endpoint_auth_method, secretAfter !== null);
+        const methodAfter = change.token_endpoint_auth_method ?? current.token_endpoint_auth_method;
+        checkClientAuthentication(methodAfter, secretAfter !== null);
+        checkPublicClientPkce(methodAfter, change.uses_pkce ?? current.uses_pkce);
         const row = await updateProvider(tx, current.id, change);
         // The names of the changed fields only; values (the secret above all) stay out of the log.
         await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: row.id, type: 'oauth_provider.updated', data: { fields: Object.keys(input).sort(), by_key: actor.keyId } }]);

@@ -8,6 +8,8 @@
  * (provider unreachable, 5xx) or a configuration problem leaves the token `active`, so fixing the
  * provider or retrying later works.
  */
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
@@ -15,8 +17,8 @@ import type { OAuthClient, OAuthTokenSet } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import { recordEvents } from '../store/events.ts';
 import { getProviderById } from '../store/oauth-providers.ts';
-import { deleteToken, lockToken, setTokenStatus, storeRefreshedToken } from '../store/oauth-tokens.ts';
-import type { Database, Db, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
+import { claimToken, deleteClaimedToken, markTokenRefreshFailed, readToken, releaseClaim, storeRefreshedToken } from '../store/oauth-tokens.ts';
+import type { Database, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
 
 /** An access token is refreshed when it has less than this left, so the agent never gets one about to die. */
@@ -85,51 +87,136 @@ export interface OAuthTokenServiceDeps {
   now?: () => number;
 }
 
-type RefreshOutcome = { kind: 'ok'; row: OAuthTokenRow } | { kind: 'unusable'; message: string };
+/** What a token is good for right now, from its row alone. */
+type TokenState =
+  | { kind: 'usable' }
+  | { kind: 'unusable'; message: string }
+  /** Expired, and no refresh token to get another: it becomes refresh_failed. */
+  | { kind: 'dead'; message: string }
+  | { kind: 'refresh'; refreshTokenSealed: string };
 
+type Outcome = { kind: 'ok'; row: OAuthTokenRow } | { kind: 'unusable'; message: string };
+
+/**
+ * How long a claim on a token (one call to its provider) holds before another may take over: well
+ * beyond the OAuth client's 10 s per request, so that it lapses only when its holder died.
+ */
+export const CLAIM_TTL_SECONDS = 30;
+/** How long a request waits for another's call to the provider about the same token, then 503. */
+const CLAIM_WAIT_MS = 15_000;
+const CLAIM_POLL_MS = 100;
+
+/**
+ * Refreshes and revocations never hold a transaction, a row lock or a pooled connection while the
+ * provider answers (up to 10 s): a slow provider would otherwise take the whole pool, and the API with
+ * it. Instead, one call to the provider per token runs at a time:
+ *
+ * - in this process, concurrent requests for one token share one refresh (`inFlight`);
+ * - across replicas, a claim on the token row (src/store/oauth-tokens.ts, `claimToken`), taken in one
+ *   conditional update, decides who calls the provider; the others wait, reading the row, until the
+ *   result is stored. A refresh token is thus never spent twice, which matters with rotating refresh
+ *   tokens (a provider that sees one reused revokes the grant);
+ * - the result is stored only if the claim is still the caller's (compare and set); if it lapsed and
+ *   another took over, the caller reads the row again.
+ */
 export function createOAuthTokenService({ db, secretBox, client, providers, logger, now = Date.now }: OAuthTokenServiceDeps) {
-  async function providerOf(tx: Db, token: OAuthTokenRow): Promise<OAuthProviderRow> {
-    const provider = await getProviderById(tx, token.provider_id);
+  const inFlight = new Map<string, Promise<Outcome>>();
+
+  function stateOf(token: OAuthTokenRow): TokenState {
+    if (token.status !== 'active') return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
+    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - now();
+    if (remaining > REFRESH_MARGIN_MS) return { kind: 'usable' };
+    if (token.refresh_token_encrypted === null) {
+      // Still valid for a moment: hand it out rather than fail early.
+      return remaining > 0 ? { kind: 'usable' } : { kind: 'dead', message: 'The access token expired and the provider issued no refresh token' };
+    }
+    return { kind: 'refresh', refreshTokenSealed: token.refresh_token_encrypted };
+  }
+
+  async function providerOf(token: OAuthTokenRow): Promise<OAuthProviderRow> {
+    const provider = await getProviderById(db, token.provider_id);
     // The foreign key keeps a provider while it has tokens.
     if (!provider) throw new Error(`The provider of OAuth token ${token.id} is missing`);
     return provider;
   }
 
-  async function markRefreshFailed(tx: Db, token: OAuthTokenRow, message: string): Promise<RefreshOutcome> {
-    await setTokenStatus(tx, token.id, 'refresh_failed', message);
-    await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refresh_failed', fromStatus: token.status, toStatus: 'refresh_failed', data: { message } }]);
-    logger.warn({ oauth_token_id: token.id, reason: message }, 'OAuth token refresh failed; the token needs a new authorization');
-    return { kind: 'unusable', message };
+  /** Records refresh_failed if the token is still as read (under `claimId` when one is held); false if not. */
+  async function markRefreshFailed(token: OAuthTokenRow, claimId: string | null, message: string): Promise<boolean> {
+    const marked = await db.transaction().execute(async (tx) => {
+      if (!(await markTokenRefreshFailed(tx, token, claimId, message))) return false;
+      await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refresh_failed', fromStatus: token.status, toStatus: 'refresh_failed', data: { message } }]);
+      return true;
+    });
+    if (marked) logger.warn({ oauth_token_id: token.id, reason: message }, 'OAuth token refresh failed; the token needs a new authorization');
+    return marked;
   }
 
-  /** Under the row lock, so that concurrent callers refresh once and all see the result. */
-  async function refreshIfNeeded(tx: Db, token: OAuthTokenRow): Promise<RefreshOutcome> {
-    if (token.status !== 'active') return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
-    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - now();
-    if (remaining > REFRESH_MARGIN_MS) return { kind: 'ok', row: token };
-    if (token.refresh_token_encrypted === null) {
-      // Still valid for a moment: hand it out rather than fail early.
-      if (remaining > 0) return { kind: 'ok', row: token };
-      return markRefreshFailed(tx, token, 'The access token expired and the provider issued no refresh token');
-    }
-    const provider = await providerOf(tx, token);
+  /**
+   * With the claim held: refreshes the token unless someone did meanwhile. Null when the claim lapsed
+   * before the result could be stored: the caller reads the row again.
+   */
+  async function refreshClaimed(token: OAuthTokenRow, claimId: string): Promise<Outcome | null> {
+    const state = stateOf(token);
+    if (state.kind === 'usable') return { kind: 'ok', row: token };
+    if (state.kind === 'unusable') return state;
+    if (state.kind === 'dead') return (await markRefreshFailed(token, claimId, state.message)) ? { kind: 'unusable', message: state.message } : null;
+    const provider = await providerOf(token);
     let refreshed: OAuthTokenSet;
     try {
-      refreshed = await client.refresh(providers.config(provider), secretBox.open(token.refresh_token_encrypted), { issuer: token.issuer, scopes: token.scopes });
+      refreshed = await client.refresh(providers.config(provider), secretBox.open(state.refreshTokenSealed), { issuer: token.issuer, scopes: token.scopes });
     } catch (err) {
-      if (err instanceof OAuthFlowError && err.reason === 'invalid_grant') return markRefreshFailed(tx, token, err.message);
+      if (err instanceof OAuthFlowError && err.reason === 'invalid_grant') {
+        return (await markRefreshFailed(token, claimId, err.message)) ? { kind: 'unusable', message: err.message } : null;
+      }
       if (err instanceof OAuthFlowError) throw flowErrorToAppError(err, 'Refreshing the OAuth token failed: ');
       throw err;
     }
-    const row = await storeRefreshedToken(tx, token.id, {
-      accessTokenSealed: secretBox.seal(refreshed.accessToken),
-      refreshTokenSealed: refreshed.refreshToken === null ? null : secretBox.seal(refreshed.refreshToken),
-      tokenType: refreshed.tokenType,
-      expiresAt: refreshed.expiresAt,
-      scopes: refreshed.scopes,
+    return db.transaction().execute(async (tx) => {
+      const row = await storeRefreshedToken(tx, token.id, claimId, {
+        accessTokenSealed: secretBox.seal(refreshed.accessToken),
+        refreshTokenSealed: refreshed.refreshToken === null ? null : secretBox.seal(refreshed.refreshToken),
+        tokenType: refreshed.tokenType,
+        expiresAt: refreshed.expiresAt,
+        scopes: refreshed.scopes,
+      });
+      if (!row) {
+        logger.warn({ oauth_token_id: token.id }, 'an OAuth token refresh outlived its claim; the result of the request that took over stands');
+        return null;
+      }
+      await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refreshed', data: { expires_at: refreshed.expiresAt?.toISOString() ?? null } }]);
+      return { kind: 'ok', row } satisfies Outcome;
     });
-    await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refreshed', data: { expires_at: refreshed.expiresAt?.toISOString() ?? null } }]);
-    return { kind: 'ok', row };
+  }
+
+  /** Brings the token to a usable or a final state: refreshes it, or waits for whoever is refreshing it. */
+  async function settle(workspaceId: string, tokenId: string): Promise<Outcome> {
+    const deadline = performance.now() + CLAIM_WAIT_MS;
+    for (;;) {
+      const token = await readToken(db, workspaceId, tokenId);
+      if (!token) throw notFound('OAuth token', tokenId);
+      const state = stateOf(token);
+      if (state.kind === 'usable') return { kind: 'ok', row: token };
+      if (state.kind === 'unusable') return state;
+      if (state.kind === 'dead') {
+        // No provider call: a compare-and-set on the row as read is enough.
+        if (await markRefreshFailed(token, null, state.message)) return { kind: 'unusable', message: state.message };
+        continue;
+      }
+      const claimId = randomUUID();
+      const claimed = await claimToken(db, workspaceId, tokenId, claimId, CLAIM_TTL_SECONDS);
+      if (claimed) {
+        try {
+          const outcome = await refreshClaimed(claimed, claimId);
+          if (outcome) return outcome;
+        } finally {
+          // A stored result gave the claim back already; after a failure this does.
+          await releaseClaim(db, tokenId, claimId);
+        }
+      }
+      if (performance.now() >= deadline) throw busy(tokenId);
+      if (claimed) continue;
+      await sleep(CLAIM_POLL_MS);
+    }
   }
 
   return {
@@ -138,11 +225,20 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
      * about to. 409 when the token needs a new authorization; 502/503 when the provider fails.
      */
     async accessToken(workspaceId: string, tokenId: string): Promise<AccessToken> {
-      const outcome = await db.transaction().execute(async (tx) => {
-        const token = await lockToken(tx, workspaceId, tokenId);
-        if (!token) throw notFound('OAuth token', tokenId);
-        return refreshIfNeeded(tx, token);
-      });
+      const token = await readToken(db, workspaceId, tokenId);
+      if (!token) throw notFound('OAuth token', tokenId);
+      let outcome: Outcome;
+      if (stateOf(token).kind === 'usable') {
+        outcome = { kind: 'ok', row: token };
+      } else {
+        const key = `${workspaceId}:${tokenId}`;
+        let shared = inFlight.get(key);
+        if (!shared) {
+          shared = settle(workspaceId, tokenId).finally(() => inFlight.delete(key));
+          inFlight.set(key, shared);
+        }
+        outcome = await shared;
+      }
       if (outcome.kind === 'unusable') {
         throw new AppError('conflict', `OAuth token ID ${tokenId} cannot be used (refresh_failed: ${outcome.message}); a person must authorize again with POST /v2/auth/authenticate.`);
       }
@@ -152,35 +248,63 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
 
     /**
      * Revokes the token at the provider (RFC 7009, when the provider has a revocation endpoint), then
-     * forgets it and its agent connections. A failed revocation keeps the token unless `force`.
+     * forgets it and its agent connections. A failed revocation keeps the token unless `force`. Holds
+     * the token's claim meanwhile, so that no refresh hands out new values that would escape revocation.
      */
     async revoke(workspaceId: string, tokenId: string, options: { force: boolean; byKey: string }): Promise<{ revokedAtProvider: boolean }> {
-      return db.transaction().execute(async (tx) => {
-        const token = await lockToken(tx, workspaceId, tokenId);
-        if (!token) throw notFound('OAuth token', tokenId);
-        const provider = await providerOf(tx, token);
-        let revokedAtProvider = false;
-        try {
-          const config = providers.config(provider);
-          // The refresh token first: revoking it ends the grant, and with it the access tokens, at most providers.
-          if (token.refresh_token_encrypted !== null) {
-            revokedAtProvider = await client.revoke(config, secretBox.open(token.refresh_token_encrypted), { tokenTypeHint: 'refresh_token' });
-          }
-          revokedAtProvider = (await client.revoke(config, secretBox.open(token.access_token_encrypted), { tokenTypeHint: 'access_token' })) || revokedAtProvider;
-        } catch (err) {
-          if (!(err instanceof OAuthFlowError)) throw err;
-          if (!options.force) {
-            throw flowErrorToAppError(err, 'Revoking the token at the provider failed, so it was kept (retry, or pass force=true to forget it without revoking): ');
-          }
-          // force: the user chose to forget the token anyway; the failure is recorded in the event below.
-          logger.warn({ oauth_token_id: token.id, reason: err.reason }, 'revocation at the provider failed; token forgotten (force)');
+      const deadline = performance.now() + CLAIM_WAIT_MS;
+      for (;;) {
+        const claimId = randomUUID();
+        const token = await claimToken(db, workspaceId, tokenId, claimId, CLAIM_TTL_SECONDS);
+        if (!token) {
+          if (!(await readToken(db, workspaceId, tokenId))) throw notFound('OAuth token', tokenId);
+          if (performance.now() >= deadline) throw busy(tokenId);
+          await sleep(CLAIM_POLL_MS);
+          continue;
         }
-        await deleteToken(tx, token.id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.deleted', fromStatus: token.status, data: { revoked_at_provider: revokedAtProvider, forced: options.force, by_key: options.byKey } }]);
-        return { revokedAtProvider };
-      });
+        try {
+          const revokedAtProvider = await revokeAtProvider(token, options.force);
+          const deleted = await db.transaction().execute(async (tx) => {
+            if (!(await deleteClaimedToken(tx, token.id, claimId))) return false;
+            await recordEvents(tx, [{ workspaceId, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.deleted', fromStatus: token.status, data: { revoked_at_provider: revokedAtProvider, forced: options.force, by_key: options.byKey } }]);
+            return true;
+          });
+          // Else the claim lapsed while the provider answered, and a refresh may have stored new
+          // values: those are revoked too, on the next round.
+          if (deleted) return { revokedAtProvider };
+        } finally {
+          await releaseClaim(db, tokenId, claimId);
+        }
+      }
     },
   };
+
+  /** RFC 7009 at the provider; true when it confirmed. A failure throws unless `force`. */
+  async function revokeAtProvider(token: OAuthTokenRow, force: boolean): Promise<boolean> {
+    const provider = await providerOf(token);
+    let revokedAtProvider = false;
+    try {
+      const config = providers.config(provider);
+      // The refresh token first: revoking it ends the grant, and with it the access tokens, at most providers.
+      if (token.refresh_token_encrypted !== null) {
+        revokedAtProvider = await client.revoke(config, secretBox.open(token.refresh_token_encrypted), { tokenTypeHint: 'refresh_token' });
+      }
+      revokedAtProvider = (await client.revoke(config, secretBox.open(token.access_token_encrypted), { tokenTypeHint: 'access_token' })) || revokedAtProvider;
+    } catch (err) {
+      if (!(err instanceof OAuthFlowError)) throw err;
+      if (!force) {
+        throw flowErrorToAppError(err, 'Revoking the token at the provider failed, so it was kept (retry, or pass force=true to forget it without revoking): ');
+      }
+      // force: the user chose to forget the token anyway; the failure is recorded in the event.
+      logger.warn({ oauth_token_id: token.id, reason: err.reason }, 'revocation at the provider failed; token forgotten (force)');
+    }
+    return revokedAtProvider;
+  }
+}
+
+/** Another request holds the token's claim for longer than a request should wait. */
+function busy(tokenId: string): AppError {
+  return new AppError('unavailable', `OAuth token ID ${tokenId} is being refreshed or revoked by another request; retry shortly.`, { 'retry-after': '1' });
 }
 
 export type OAuthTokenService = ReturnType<typeof createOAuthTokenService>;

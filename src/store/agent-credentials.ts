@@ -1,9 +1,29 @@
-/** Agent credentials: deployment-scoped secrets (stored hashed) that running agents present. */
+/**
+ * Agent credentials: deployment-scoped secrets (stored hashed) that running agents present.
+ *
+ * Least privilege: a credential reaches only the agents it names in `agent_ids`. Null names no list but
+ * the deployment's own agents: the agent whose id is the deployment's name, and those whose id starts
+ * with it and a slash (`support-agent`, `support-agent/triage`). That is what the local data plane mints
+ * for a running app (src/dataplane/local-runtime.ts), which knows its deployment but not its agents;
+ * deployment names are unique in a workspace, never change and hold no slash, so no other deployment
+ * can own those ids. Credentials made through the API must name their agents.
+ */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { json, type AgentCredentialRow, type Db } from './schema.ts';
 
 export type CredentialView = Omit<AgentCredentialRow, 'credential_hash'>;
+
+/** A credential presented by an agent, with the name of its deployment (what a null agent_ids means). */
+export interface PresentedCredential extends CredentialView {
+  deployment_name: string;
+}
+
+/** Whether the credential may fetch tokens of `agentId`'s connections (see the rule above). */
+export function credentialReaches(credential: Pick<PresentedCredential, 'agent_ids' | 'deployment_name'>, agentId: string): boolean {
+  if (credential.agent_ids !== null) return credential.agent_ids.includes(agentId);
+  return agentId === credential.deployment_name || agentId.startsWith(`${credential.deployment_name}/`);
+}
 
 const VISIBLE = ['id', 'workspace_id', 'deployment_id', 'name', 'agent_ids', 'credential_prefix', 'created_by', 'created_at', 'last_used_at', 'revoked_at'] as const;
 
@@ -15,6 +35,7 @@ export async function deploymentExists(db: Db, workspaceId: string, deploymentId
 
 export async function insertCredential(
   db: Db,
+  /** `agentIds` null: the deployment's own agents (see above). */
   credential: { workspaceId: string; deploymentId: string; name: string; agentIds: string[] | null; hash: Buffer; prefix: string; createdBy: string },
 ): Promise<CredentialView> {
   return db
@@ -57,12 +78,14 @@ export async function revokeCredential(db: Db, workspaceId: string, deploymentId
 }
 
 /** The unrevoked credential with this hash, marking it used. */
-export async function useCredential(db: Db, hash: Buffer): Promise<CredentialView | undefined> {
+export async function useCredential(db: Db, hash: Buffer): Promise<PresentedCredential | undefined> {
   return db
     .updateTable('agent_credentials')
+    .from('deployments')
     .set({ last_used_at: sql<Date>`now()` })
-    .where('credential_hash', '=', hash)
-    .where('revoked_at', 'is', null)
-    .returning(VISIBLE)
+    .whereRef('deployments.id', '=', 'agent_credentials.deployment_id')
+    .where('agent_credentials.credential_hash', '=', hash)
+    .where('agent_credentials.revoked_at', 'is', null)
+    .returning([...VISIBLE.map((column) => `agent_credentials.${column}` as const), 'deployments.name as deployment_name'])
     .executeTakeFirst();
 }

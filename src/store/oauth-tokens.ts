@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { json, type Db, type OAuthTokenRow, type OAuthTokenStatus } from './schema.ts';
+import { json, type Db, type OAuthTokenRow } from './schema.ts';
 
 export interface NewToken {
   workspaceId: string;
@@ -59,9 +59,31 @@ export async function getToken(db: Db, workspaceId: string, id: string): Promise
   return withSlug(db).where('oauth_tokens.workspace_id', '=', workspaceId).where('oauth_tokens.id', '=', id).executeTakeFirst();
 }
 
-/** Locks the row so that one refresh (or revocation) at a time runs per token. */
-export async function lockToken(db: Db, workspaceId: string, id: string): Promise<OAuthTokenRow | undefined> {
-  return db.selectFrom('oauth_tokens').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
+/** The token as stored (its sealed values included), for the token service. */
+export async function readToken(db: Db, workspaceId: string, id: string): Promise<OAuthTokenRow | undefined> {
+  return db.selectFrom('oauth_tokens').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+}
+
+/**
+ * Claims the token for one call to its provider (a refresh or a revocation), in one conditional update:
+ * of concurrent claimants, on any replica, one gets the row and the others undefined, until the holder
+ * stores its result or releases the claim, or `ttlSeconds` pass (a crashed holder). Nothing waits here:
+ * no transaction or row lock is held while the provider answers.
+ */
+export async function claimToken(db: Db, workspaceId: string, id: string, claimId: string, ttlSeconds: number): Promise<OAuthTokenRow | undefined> {
+  return db
+    .updateTable('oauth_tokens')
+    .set({ claim_id: claimId, claim_expires_at: sql<Date>`now() + make_interval(secs => ${ttlSeconds})` })
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb('claim_id', 'is', null), eb('claim_expires_at', '<=', sql<Date>`now()`)]))
+    .returningAll()
+    .executeTakeFirst();
+}
+
+/** Gives a claim back without a change (the provider failed, or there was nothing to do). */
+export async function releaseClaim(db: Db, id: string, claimId: string): Promise<void> {
+  await db.updateTable('oauth_tokens').set({ claim_id: null, claim_expires_at: null }).where('id', '=', id).where('claim_id', '=', claimId).execute();
 }
 
 /** Active tokens a caller obtained from a provider, newest first: candidates for reuse by a new authentication. */
@@ -78,11 +100,16 @@ export async function activeTokensOf(db: Db, workspaceId: string, providerId: st
     .execute();
 }
 
+/**
+ * Stores a refresh's result and gives the claim back, if the claim is still this one (compare and set):
+ * undefined when it lapsed and another took over, whose result then stands.
+ */
 export async function storeRefreshedToken(
   db: Db,
   id: string,
+  claimId: string,
   token: { accessTokenSealed: string; refreshTokenSealed: string | null; tokenType: string; expiresAt: Date | null; scopes: string[] },
-): Promise<OAuthTokenRow> {
+): Promise<OAuthTokenRow | undefined> {
   return db
     .updateTable('oauth_tokens')
     .set({
@@ -95,16 +122,34 @@ export async function storeRefreshedToken(
       status_message: null,
       refreshed_at: sql<Date>`now()`,
       updated_at: sql<Date>`now()`,
+      claim_id: null,
+      claim_expires_at: null,
     })
     .where('id', '=', id)
+    .where('claim_id', '=', claimId)
     .returningAll()
-    .executeTakeFirstOrThrow();
+    .executeTakeFirst();
 }
 
-export async function setTokenStatus(db: Db, id: string, status: OAuthTokenStatus, message: string | null): Promise<void> {
-  await db.updateTable('oauth_tokens').set({ status, status_message: message, updated_at: sql<Date>`now()` }).where('id', '=', id).execute();
+/**
+ * Marks an active token refresh_failed, if it still is the row that was read: under the caller's claim,
+ * or (`claimId` null, no provider call) while its access token and refresh token are still the ones
+ * read. False when something else changed it first.
+ */
+export async function markTokenRefreshFailed(db: Db, read: OAuthTokenRow, claimId: string | null, message: string): Promise<boolean> {
+  const failed = { status: 'refresh_failed' as const, status_message: message, updated_at: sql<Date>`now()` };
+  const query =
+    claimId !== null
+      ? // The claim is given back with the result.
+        db.updateTable('oauth_tokens').set({ ...failed, claim_id: null, claim_expires_at: null }).where('claim_id', '=', claimId)
+      : // Another's claim (a revocation under way) is left alone.
+        db.updateTable('oauth_tokens').set(failed).where('access_token_encrypted', '=', read.access_token_encrypted).where('refresh_token_encrypted', 'is not distinct from', read.refresh_token_encrypted);
+  const result = await query.where('id', '=', read.id).where('status', '=', 'active').executeTakeFirst();
+  return result.numUpdatedRows > 0n;
 }
 
-export async function deleteToken(db: Db, id: string): Promise<void> {
-  await db.deleteFrom('oauth_tokens').where('id', '=', id).execute();
+/** Deletes the token under the caller's claim; false when the claim lapsed (or the token is gone). */
+export async function deleteClaimedToken(db: Db, id: string, claimId: string): Promise<boolean> {
+  const result = await db.deleteFrom('oauth_tokens').where('id', '=', id).where('claim_id', '=', claimId).executeTakeFirst();
+  return result.numDeletedRows > 0n;
 }

@@ -1,6 +1,8 @@
 /**
- * Webhook deliveries received by code-host integrations, with their outcome. A delivery id builds once
- * per integration: the unique index `codehost_webhook_deliveries_once` (migrations/003_codehost.sql)
+ * Webhook deliveries received by code-host integrations, with their outcome. Rejected deliveries are
+ * kept apart from the others, each group under its own cap (see REJECTED_DELIVERIES_KEPT).
+ *
+ * A delivery id builds once per integration: the unique index `codehost_webhook_deliveries_once` (migrations/003_codehost.sql)
  * covers the outcome `revision_created`, so claiming a delivery is an insert that a redelivery, even a
  * concurrent one, cannot repeat. A claim that ends up building nothing is settled to another outcome and
  * leaves the index, so that delivery may be redelivered after the user fixed the deployment.
@@ -9,8 +11,13 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { json, type Db, type WebhookDeliveryOutcome, type WebhookDeliveryRow } from './schema.ts';
 
-/** Deliveries kept per integration; older ones are pruned as new ones arrive. */
+/** Deliveries kept per integration, rejected ones aside; older ones are pruned as new ones arrive. */
 export const DELIVERIES_KEPT = 500;
+/**
+ * Rejected deliveries kept per integration, under a cap of their own: anyone who knows a webhook URL
+ * can send unsigned deliveries, and counted with the others they would push the real ones out.
+ */
+export const REJECTED_DELIVERIES_KEPT = 100;
 
 export interface DeliveryFacts {
   integrationId: string;
@@ -46,18 +53,22 @@ function values(facts: DeliveryFacts, result: DeliveryResult) {
   };
 }
 
-async function prune(db: Db, integrationId: string): Promise<void> {
+/** Keeps the newest of one group, rejected deliveries or the others, within that group's cap. */
+async function prune(db: Db, integrationId: string, rejected: boolean): Promise<void> {
+  const group = rejected ? sql<boolean>`outcome = 'rejected'` : sql<boolean>`outcome <> 'rejected'`;
   await db
     .deleteFrom('codehost_webhook_deliveries')
     .where('integration_id', '=', integrationId)
+    .where(group)
     .where('id', 'not in', (eb) =>
       eb
         .selectFrom('codehost_webhook_deliveries')
         .select('id')
         .where('integration_id', '=', integrationId)
+        .where(group)
         .orderBy('received_at', 'desc')
         .orderBy('id', 'desc')
-        .limit(DELIVERIES_KEPT),
+        .limit(rejected ? REJECTED_DELIVERIES_KEPT : DELIVERIES_KEPT),
     )
     .execute();
 }
@@ -65,7 +76,7 @@ async function prune(db: Db, integrationId: string): Promise<void> {
 /** Records a delivery that was not processed (rejected, or a duplicate). */
 export async function recordDelivery(db: Db, facts: DeliveryFacts, result: DeliveryResult): Promise<WebhookDeliveryRow> {
   const row = await db.insertInto('codehost_webhook_deliveries').values(values(facts, result)).returningAll().executeTakeFirstOrThrow();
-  await prune(db, facts.integrationId);
+  await prune(db, facts.integrationId, result.outcome === 'rejected');
   return row;
 }
 
@@ -84,18 +95,20 @@ export async function claimDelivery(db: Db, facts: DeliveryFacts & { deliveryId:
     .returning('id')
     .executeTakeFirst();
   if (row === undefined) return null;
-  await prune(db, facts.integrationId);
+  await prune(db, facts.integrationId, false);
   return row.id;
 }
 
-/** Settles a claimed delivery with its final outcome. */
+/** Settles a claimed delivery with its final outcome (a claim settled as rejected joins that group). */
 export async function settleDelivery(db: Db, id: string, result: DeliveryResult): Promise<WebhookDeliveryRow> {
-  return db
+  const row = await db
     .updateTable('codehost_webhook_deliveries')
     .set({ outcome: result.outcome, reason: result.reason, message: result.message, revision_ids: json(result.revisionIds ?? []) })
     .where('id', '=', id)
     .returningAll()
     .executeTakeFirstOrThrow();
+  if (result.outcome === 'rejected') await prune(db, row.integration_id, true);
+  return row;
 }
 
 /** The delivery of that id that built, for the message of a duplicate. */

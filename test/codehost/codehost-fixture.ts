@@ -1,7 +1,7 @@
 /**
  * The service with a fake GitHub beside it, for the HTTP tests of code-host integrations: the service
- * runs with plain-http code hosts allowed (the fake listens on loopback) and with client retries off, so
- * a failing host answers at once.
+ * runs with plain-http code hosts allowed and the fake's URL on the allow-list (the fake listens on
+ * loopback), and with client retries off, so a failing host answers at once.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -20,17 +20,28 @@ export interface CodehostFixture {
   close(): Promise<void>;
 }
 
-/** `installation`: the repositories the App installation INSTALLATION_ID covers (default all). */
-export async function startCodehostFixture(options: FakeGitHubOptions & { installation?: FakeVisibility } = {}): Promise<CodehostFixture> {
+/**
+ * `installation`: the repositories the App installation INSTALLATION_ID covers (default all).
+ * `allowedUrls`: code-host API URLs the service may reach besides the fake's (SLIPWAY_CODEHOST_ALLOWED_URLS).
+ */
+export async function startCodehostFixture(options: FakeGitHubOptions & { installation?: FakeVisibility; allowedUrls?: string[] } = {}): Promise<CodehostFixture> {
   const githubApp = createGitHubApp(4242);
-  const { installation = 'all', ...fakeOptions } = options;
+  const { installation = 'all', allowedUrls = [], ...fakeOptions } = options;
   const github = await startFakeGitHub({
     repositories: makeRepositories(250),
     tokens: { [TOKEN]: 'all' },
     apps: [{ id: githubApp.id, publicKey: githubApp.publicKey, installations: { [INSTALLATION_ID]: installation } }],
     ...fakeOptions,
   });
-  const t = await createTestApp({ SLIPWAY_ALLOW_INSECURE_CODEHOST: '1', SLIPWAY_PUBLIC_URL: 'https://slipway.example.com' }, { codehostClient: { retries: 0 } });
+  const t = await createTestApp(
+    {
+      SLIPWAY_ALLOW_INSECURE_CODEHOST: '1',
+      // The fake listens on loopback, which the default list (https://api.github.com only) refuses.
+      SLIPWAY_CODEHOST_ALLOWED_URLS: [github.url, ...allowedUrls].join(','),
+      SLIPWAY_PUBLIC_URL: 'https://slipway.example.com',
+    },
+    { codehostClient: { retries: 0 } },
+  );
   return {
     t,
     api: client(t.app),

@@ -9,8 +9,11 @@ import { INSTALLATION_ID, TOKEN, createTokenIntegration, deliver, otherWorkspace
 
 let f: CodehostFixture;
 
+/** A port nothing listens on, allowed so that the service tries it (see "a host that cannot be reached"). */
+const CLOSED_PORT_URL = 'http://127.0.0.1:9';
+
 before(async () => {
-  f = await startCodehostFixture();
+  f = await startCodehostFixture({ allowedUrls: [CLOSED_PORT_URL] });
 });
 after(() => f.close());
 
@@ -284,10 +287,10 @@ describe('repository listing (the interface)', () => {
   test('a host that cannot be reached gives 502', async () => {
     const integration = await createTokenIntegration(f, 'unreachable');
     // Point the stored integration at a closed port, as if the host went away.
-    await f.t.database.db.updateTable('codehost_integrations').set({ api_url: 'http://127.0.0.1:9' }).where('id', '=', integration.id).execute();
+    await f.t.database.db.updateTable('codehost_integrations').set({ api_url: CLOSED_PORT_URL }).where('id', '=', integration.id).execute();
     const res = await f.api.get(`${BASE}/${integration.id}/repos`);
     assert.equal(res.status, 502);
-    assert.match(res.body.detail, /could not be reached while listing repositories/);
+    assert.equal(res.body.detail, `The code host at ${CLOSED_PORT_URL} could not be reached while listing repositories.`);
   });
 
   test('a rate limit gives 503 with the Retry-After the host sent', async () => {

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT } from '../../src/store/webhook-deliveries.ts';
 import { client } from '../helpers.ts';
 import {
   createCodehostDeployment,
@@ -321,5 +322,35 @@ describe('deliveries', () => {
     const other = await otherWorkspace(f, 'nosy');
     assert.equal((await other.api.get(`${BASE}/${own.id}/deliveries`)).status, 404);
     assert.equal((await client(f.t.app, null).get(`${BASE}/${own.id}/deliveries`)).status, 401);
+  });
+
+  test('a flood of forged deliveries cannot push real ones out of the history', async () => {
+    const own = await createTokenIntegration(f, 'flooded');
+    await createCodehostDeployment(f, own.id, 'flooded-app', { repo: 'repo-041' });
+    const real = await deliver(f, own.id, pushPayload(f, { repo: 'repo-041', after: sha('7') }), { secret: own.webhook_secret, deliveryId: 'd-real' });
+    assert.equal(real.body.outcome, 'revision_created');
+    const ping = await deliver(f, own.id, { zen: 'hi' }, { event: 'ping', secret: own.webhook_secret, deliveryId: 'd-ping' });
+    assert.equal(ping.body.outcome, 'ignored');
+
+    // Anyone who knows the webhook URL can send these: more of them than the whole history holds.
+    const forged = DELIVERIES_KEPT + 20;
+    for (let sent = 0; sent < forged; sent += 20) {
+      const batch = await Promise.all(
+        Array.from({ length: 20 }, (_, i) => deliver(f, own.id, pushPayload(f, { repo: 'repo-041', after: sha('8') }), { secret: null, deliveryId: `forged-${sent + i}` })),
+      );
+      for (const res of batch) assert.equal(res.status, 401);
+    }
+
+    const kept: { delivery_id: string; outcome: string }[] = [];
+    for (let offset = 0; ; offset += 100) {
+      const page = await f.api.get(`${BASE}/${own.id}/deliveries?limit=100&offset=${offset}`);
+      kept.push(...page.body.resources);
+      if (page.body.resources.length < 100) break;
+    }
+    const ids = kept.filter((d) => d.outcome !== 'rejected').map((d) => d.delivery_id);
+    assert.deepEqual(ids, ['d-ping', 'd-real'], 'the real deliveries are still listed');
+    const rejected = kept.filter((d) => d.outcome === 'rejected');
+    assert.equal(rejected.length, REJECTED_DELIVERIES_KEPT, 'rejected deliveries are kept under their own cap');
+    assert.ok(Number(rejected[0]!.delivery_id.replace('forged-', '')) >= forged - 20, 'the newest rejected ones are kept');
   });
 });

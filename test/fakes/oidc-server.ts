@@ -88,6 +88,12 @@ export interface OidcServer {
   failTokenEndpoint(failure: TokenEndpointFailure | null): void;
   /** Requests that reached the token endpoint so far (failed ones included). */
   tokenRequestCount(): number;
+  /** Makes the token endpoint answer only after `ms` (0: at once), like a provider under load. */
+  delayTokenEndpoint(ms: number): void;
+  /** Makes the revocation endpoint answer only after `ms` (0: at once). */
+  delayRevocationEndpoint(ms: number): void;
+  /** Requests that reached the revocation endpoint so far. */
+  revocationRequestCount(): number;
   /** Asks the introspection endpoint (as the confidential client) whether a token is still active. */
   introspect(token: string): Promise<{ active: boolean } & Record<string, unknown>>;
   /** Calls the userinfo endpoint with an access token: what a resource server would answer. */
@@ -101,20 +107,33 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
   let accessTokenTtl = options.accessTokenTtlSeconds ?? 3600;
   let failure: TokenEndpointFailure | null = null;
   let tokenRequests = 0;
+  let revocationRequests = 0;
+  let tokenDelayMs = 0;
+  let revocationDelayMs = 0;
   let handle: ((req: http.IncomingMessage, res: http.ServerResponse) => void) | null = null;
 
   // Listen first: the issuer must carry the port, and the provider is built with its issuer.
   const server = http.createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
+    const answer = () => {
+      if (path === '/token' && failure) return failTokenRequest(failure, req, res);
+      if (!handle) {
+        res.writeHead(503).end();
+        return;
+      }
+      handle(req, res);
+    };
+    let delayMs = 0;
     if (path === '/token') {
       tokenRequests += 1;
-      if (failure) return failTokenRequest(failure, req, res);
+      delayMs = tokenDelayMs;
+    } else if (path === '/token/revocation') {
+      revocationRequests += 1;
+      delayMs = revocationDelayMs;
     }
-    if (!handle) {
-      res.writeHead(503).end();
-      return;
-    }
-    handle(req, res);
+    // The request body is read by the provider after the delay; it waits in the socket meanwhile.
+    if (delayMs > 0) setTimeout(answer, delayMs);
+    else answer();
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -239,6 +258,13 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
       failure = next;
     },
     tokenRequestCount: () => tokenRequests,
+    delayTokenEndpoint(ms) {
+      tokenDelayMs = ms;
+    },
+    delayRevocationEndpoint(ms) {
+      revocationDelayMs = ms;
+    },
+    revocationRequestCount: () => revocationRequests,
     async introspect(token) {
       const client = clients.confidential;
       const response = await fetch(endpoints.introspection, {

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { OidcServer } from '../fakes/oidc-server.ts';
+import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../../src/auth/agent-credentials.ts';
+import { insertCredential } from '../../src/store/agent-credentials.ts';
 import { ADMIN_KEY, client } from '../helpers.ts';
 import {
   agentToken,
@@ -82,7 +84,7 @@ test("another workspace sees none of the workspace's tokens or connections and c
   assert.equal((await second.post('/v2/auth/agents/shared-name/connections', { oauth_token_id: tokenId })).status, 400);
 
   // Its deployment's credential cannot fetch the first workspace's token either.
-  const theirs = await mintCredential('second-agent', {}, second);
+  const theirs = await mintCredential('second-agent', { agent_ids: ['shared-name'] }, second);
   assert.equal((await agentToken(t.app, theirs.credential, 'shared-name', connection.id)).status, 404);
   const pending = await api.post('/v2/auth/authenticate', { provider_id: 'acme-idp', scopes: ['openid', 'repo:read'] });
   assert.equal(pending.body.status, 'pending');
@@ -91,7 +93,7 @@ test("another workspace sees none of the workspace's tokens or connections and c
 
 test('the agent token endpoint takes only a valid, unrevoked credential of the right deployment and agent', async () => {
   const connection = (await api.post('/v2/auth/agents/scoped-bot/connections', { oauth_token_id: tokenId })).body;
-  const unrestricted = await mintCredential('any-agent');
+  const unrestricted = await mintCredential('any-agent', { agent_ids: ['scoped-bot', 'other-bot'] });
   const narrow = await mintCredential('narrow-agent', { agent_ids: ['other-bot'] });
 
   const ok = await agentToken(t.app, unrestricted.credential, 'scoped-bot', connection.id);
@@ -113,12 +115,12 @@ test('the agent token endpoint takes only a valid, unrevoked credential of the r
   assert.equal((await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`)).status, 204);
   assert.equal((await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`)).status, 404);
   assert.equal((await agentToken(t.app, unrestricted.credential, 'scoped-bot', connection.id)).status, 401);
-  const doomed = await mintCredential('doomed-agent');
+  const doomed = await mintCredential('doomed-agent', { agent_ids: ['scoped-bot'] });
   assert.equal((await agentToken(t.app, doomed.credential, 'scoped-bot', connection.id)).status, 200);
   assert.equal((await api.delete(`/v2/deployments/${doomed.deploymentId}`)).status, 204);
   assert.equal((await agentToken(t.app, doomed.credential, 'scoped-bot', connection.id)).status, 401);
 
-  assert.equal((await api.post('/v2/deployments/6f1c2d3e-0000-4000-8000-000000000000/agent-credentials', {})).status, 404);
+  assert.equal((await api.post('/v2/deployments/6f1c2d3e-0000-4000-8000-000000000000/agent-credentials', { agent_ids: ['scoped-bot'] })).status, 404);
   assert.equal((await second.get(`/v2/deployments/${narrow.deploymentId}/agent-credentials`)).status, 404);
 });
 
@@ -130,7 +132,7 @@ test('a refresh the provider refuses leaves the token in refresh_failed, with a 
   } finally {
     idp.setAccessTokenTtl(3600);
   }
-  const { credential } = await mintCredential('stale-agent');
+  const { credential } = await mintCredential('stale-agent', { agent_ids: ['stale-bot'] });
   const values = await storedTokenValues(t, flow.tokenId);
   // Someone revokes the grant at the provider, outside Slipway.
   const revoked = await fetch(idp.endpoints.revocation, {
@@ -167,7 +169,7 @@ test('a refresh that fails for a passing reason keeps the token active and answe
   } finally {
     idp.setAccessTokenTtl(3600);
   }
-  const { credential } = await mintCredential('patient-agent');
+  const { credential } = await mintCredential('patient-agent', { agent_ids: ['patient-bot'] });
   await sleep(2100);
   idp.failTokenEndpoint('connection_reset');
   try {
@@ -181,4 +183,48 @@ test('a refresh that fails for a passing reason keeps the token active and answe
   const recovered = await agentToken(t.app, credential, 'patient-bot', flow.connectionId!);
   assert.equal(recovered.status, 200);
   assert.equal((await idp.userinfo(recovered.body.access_token!)).status, 200);
+});
+
+test('a credential reaches only the agents it names: one made through the API must name them', async () => {
+  const deploymentId = await createDeployment(api, 'least-privilege');
+  for (const body of [{}, { agent_ids: null }, { agent_ids: [] }, { name: 'everything' }]) {
+    const res = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, body);
+    assert.equal(res.status, 422, `${JSON.stringify(body)} -> ${JSON.stringify(res.body)}`);
+    assert.deepEqual(res.body.detail[0].loc, ['body', 'agent_ids']);
+  }
+  assert.deepEqual((await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body, { data: [] }, 'nothing was minted');
+
+  const connection = (await api.post('/v2/auth/agents/payroll-bot/connections', { oauth_token_id: tokenId })).body;
+  const named = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { agent_ids: ['support-bot'] });
+  assert.equal(named.status, 201);
+  assert.deepEqual(named.body.agent_ids, ['support-bot']);
+  const refused = await agentToken(t.app, named.body.credential, 'payroll-bot', connection.id);
+  assert.equal(refused.status, 403, 'a connection of an agent the credential does not name is out of reach');
+});
+
+test("the data plane's runtime credential reaches the deployment's own agents only: its name, and <name>/...", async () => {
+  const deploymentId = await createDeployment(api, 'runtime-app');
+  // As the local data plane mints it for a running app (src/dataplane/local-runtime.ts): no agent list.
+  const credential = generateAgentCredential();
+  await insertCredential(t.database.db, {
+    workspaceId: t.workspaceId,
+    deploymentId,
+    name: 'runtime',
+    agentIds: null,
+    hash: hashAgentCredential(credential),
+    prefix: agentCredentialPrefix(credential),
+    createdBy: 'data-plane',
+  });
+  const connect = async (agentId: string) => (await api.post(`/v2/auth/agents/${encodeURIComponent(agentId)}/connections`, { oauth_token_id: tokenId })).body.id as string;
+  for (const own of ['runtime-app', 'runtime-app/triage']) {
+    const res = await agentToken(t.app, credential, own, await connect(own));
+    assert.equal(res.status, 200, `${own}: ${JSON.stringify(res.body)}`);
+  }
+  for (const foreign of ['payroll-bot-2', 'runtime-app-2', 'runtime-apps/x', 'runtime']) {
+    const res = await agentToken(t.app, credential, foreign, await connect(foreign));
+    assert.equal(res.status, 403, `${foreign}: ${JSON.stringify(res.body)}`);
+    assert.equal(res.body.detail, `This agent credential is not valid for agent '${foreign}'.`);
+  }
+  const listed = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.data;
+  assert.deepEqual(listed.map((c: { agent_ids: unknown }) => c.agent_ids), [null]);
 });

@@ -89,6 +89,12 @@ test('the authorization URL carries state always and an S256 challenge of the ve
   assert.equal(withoutPkce.codeVerifier, null);
   assert.equal(new URL(withoutPkce.url).searchParams.get('code_challenge'), null);
   assert.ok(new URL(withoutPkce.url).searchParams.get('state'));
+
+  // A public client has no secret to bind the code to it: without PKCE a stolen code is a token (RFC 9700).
+  await assert.rejects(
+    client.createAuthorizationRequest(providerFor('public', { uses_pkce: false }), { redirectUri: REDIRECT_URI }),
+    (err: unknown) => err instanceof OAuthFlowError && err.reason === 'configuration' && /must use PKCE/.test(err.message),
+  );
 });
 
 test('a person authorizes a public client with PKCE and the tokens work at the provider', async () => {

@@ -147,7 +147,7 @@ test('a deployed agent gets a fresh access token with its deployment credential;
   const before = await storedTokenValues(t, flow.tokenId);
 
   const deploymentId = await createDeployment(api, 'refresh-agent');
-  const minted = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { name: 'runtime' });
+  const minted = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { name: 'runtime', agent_ids: ['refresh-bot'] });
   assert.equal(minted.status, 201, JSON.stringify(minted.body));
   const credential: string = minted.body.credential;
   assert.match(credential, /^slwa_/);

@@ -56,10 +56,10 @@ test('a provider is registered, read by slug or id, and answers with exactly the
 
 test('PATCH updates by slug or id, defaults apply, the secret can change, and provider_id cannot', async () => {
   const created = await registerProvider(api, idp, 'public', 'public-idp', { client_secret: undefined, token_endpoint_auth_method: 'none', uses_pkce: undefined, code_challenge_method: undefined });
-  assert.equal(created.uses_pkce, false, 'uses_pkce defaults to false');
+  assert.equal(created.uses_pkce, true, 'uses_pkce defaults to true');
   assert.equal(created.code_challenge_method, 'S256');
 
-  const byId = await api.patch(`/v2/auth/providers/${created.id}`, { name: 'Renamed', uses_pkce: true, code_challenge_method: 'plain' });
+  const byId = await api.patch(`/v2/auth/providers/${created.id}`, { name: 'Renamed', code_challenge_method: 'plain' });
   assert.equal(byId.status, 200, JSON.stringify(byId.body));
   assert.deepEqual(Object.keys(byId.body).sort(), PROVIDER_FIELDS);
   assert.equal(byId.body.name, 'Renamed');
@@ -84,6 +84,38 @@ test('PATCH updates by slug or id, defaults apply, the secret can change, and pr
   assert.equal(noSecret.status, 400);
   assert.match(noSecret.body.detail, /client_secret is required/);
   assert.equal((await api.patch('/v2/auth/providers/public-idp', { client_secret: null, token_endpoint_auth_method: 'none' })).status, 200);
+});
+
+test('PKCE is on by default, and a public client cannot go without it (RFC 9700)', async () => {
+  const base = { name: 'PKCE', client_id: 'c', auth_url: 'https://idp.example.com/a', token_url: 'https://idp.example.com/t' };
+  const confidential = await api.post('/v2/auth/providers', { ...base, provider_id: 'pkce-default', client_secret: 'a-secret-value' });
+  assert.equal(confidential.status, 201, JSON.stringify(confidential.body));
+  assert.equal(confidential.body.uses_pkce, true, 'uses_pkce defaults to true');
+  // A confidential client may still turn it off, for a provider that cannot do PKCE.
+  const optedOut = await api.post('/v2/auth/providers', { ...base, provider_id: 'pkce-off', client_secret: 'a-secret-value', uses_pkce: false });
+  assert.equal(optedOut.status, 201, JSON.stringify(optedOut.body));
+  assert.equal(optedOut.body.uses_pkce, false);
+
+  const publicWithout = await api.post('/v2/auth/providers', { ...base, provider_id: 'public-no-pkce', token_endpoint_auth_method: 'none', uses_pkce: false });
+  assert.equal(publicWithout.status, 400);
+  assert.equal(publicWithout.body.code, 'invalid_request');
+  assert.match(publicWithout.body.detail, /public client .*token_endpoint_auth_method none.* must use PKCE .*RFC 9700/);
+  assert.equal((await api.get('/v2/auth/providers/public-no-pkce')).status, 404, 'nothing was stored');
+
+  const publicDefault = await api.post('/v2/auth/providers', { ...base, provider_id: 'public-pkce', token_endpoint_auth_method: 'none' });
+  assert.equal(publicDefault.status, 201, JSON.stringify(publicDefault.body));
+  assert.equal(publicDefault.body.uses_pkce, true);
+
+  // On patch, both ways in: turning PKCE off for a public client, and making a client without PKCE public.
+  const offAgain = await api.patch('/v2/auth/providers/public-pkce', { uses_pkce: false });
+  assert.equal(offAgain.status, 400);
+  assert.match(offAgain.body.detail, /RFC 9700/);
+  const madePublic = await api.patch('/v2/auth/providers/pkce-off', { token_endpoint_auth_method: 'none', client_secret: null });
+  assert.equal(madePublic.status, 400);
+  assert.match(madePublic.body.detail, /RFC 9700/);
+  assert.equal((await api.get('/v2/auth/providers/pkce-off')).body.token_endpoint_auth_method, 'client_secret_post', 'the refused patch changed nothing');
+  const both = await api.patch('/v2/auth/providers/pkce-off', { token_endpoint_auth_method: 'none', client_secret: null, uses_pkce: true });
+  assert.equal(both.status, 200, JSON.stringify(both.body));
 });
 
 test('provider URLs must be https unless the service runs in insecure OAuth mode', async () => {

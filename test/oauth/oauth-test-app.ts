@@ -41,6 +41,8 @@ export interface OAuthTestApp {
   orgKey: string;
   /** Every log line the app wrote, at trace level. */
   logs: string[];
+  /** Another app on the same database and key: a second replica of the service. Closed with this one. */
+  replica(): Promise<FastifyInstance>;
   close(): Promise<void>;
 }
 
@@ -54,6 +56,7 @@ export async function startOAuthTestApp(env: Record<string, string> = { SLIPWAY_
   const logger = pino({ level: 'trace' }, { write: (line: string) => void logs.push(line) });
   const app = await buildApp({ config, db: database.db, secretBox, logger });
   await app.ready();
+  const replicas: FastifyInstance[] = [];
   return {
     app,
     database,
@@ -62,7 +65,14 @@ export async function startOAuthTestApp(env: Record<string, string> = { SLIPWAY_
     organizationId: first.organizationId,
     orgKey: first.generatedKey!,
     logs,
+    async replica() {
+      const other = await buildApp({ config, db: database.db, secretBox, logger });
+      await other.ready();
+      replicas.push(other);
+      return other;
+    },
     async close() {
+      for (const other of replicas) await other.close();
       await app.close();
       await database.drop();
       await fs.rm(dataDir, { recursive: true, force: true });
