@@ -25,6 +25,7 @@ import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
 import { appServerFactory, type AppRouter } from './dataplane/app-router.ts';
 import { healthRoutes } from './routes/health.ts';
+import { langGraphCompatRoutes, registerLangGraphRequestShapes } from './routes/langgraph-compat.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
@@ -32,6 +33,7 @@ import { oauthRoutes } from './routes/oauth.ts';
 import { tagRoutes } from './routes/tags.ts';
 import { tracingProjectRoutes } from './routes/tracing-projects.ts';
 import { uploadRoutes } from './routes/uploads.ts';
+import { uploadUrlRoutes } from './routes/upload-urls.ts';
 import { createDeploymentService } from './service/deployments.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 import { codehostRoutes } from './routes/codehost.ts';
@@ -114,7 +116,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
 
   registerAuthentication(app, db);
-  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, logger, clientOptions: deps.codehostClient });
+  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger, clientOptions: deps.codehostClient });
   const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
 
   // First: its response hook counts every route registered after it.
@@ -123,6 +125,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
   if (config.roles.includes('api')) {
     await app.register(adminRoutes, { db });
+    // Before the deployment routes: it adapts what LangChain's `langgraph deploy` sends to them.
+    registerLangGraphRequestShapes(app);
     await app.register(deploymentRoutes, { db, deployments });
     await app.register(eventRoutes, { db, deployments });
     await app.register(revisionLogRoutes, { db, changes: deps.changes });
@@ -132,6 +136,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(tagRoutes, { db, deployments });
     await app.register(tracingProjectRoutes, { db });
     await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
+    await app.register(uploadUrlRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes, publicUrl: config.publicUrl });
+    await app.register(langGraphCompatRoutes, { db });
     await app.register(codehostRoutes, { db, config, integrations, deployments });
   }
 

@@ -14,7 +14,7 @@ let service: TestService;
 
 before(async () => {
   github = await startFakeGitHub({ repositories: makeRepositories(3), tokens: { [TOKEN]: 'all' } });
-  service = await startTestService({ SLIPWAY_ALLOW_INSECURE_CODEHOST: '1' });
+  service = await startTestService({ SLIPWAY_ALLOW_INSECURE_CODEHOST: '1', SLIPWAY_CODEHOST_ALLOWED_URLS: github.url });
 });
 after(async () => {
   await service.close();

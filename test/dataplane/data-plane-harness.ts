@@ -95,7 +95,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
         secretBox,
         changes,
         router,
-        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: true, logger }).repositories,
+        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: true, allowedApiUrls: config.codehostAllowedUrls, logger }).repositories,
         logger,
         leaseSeconds: 6,
         backoff: { initialMs: 100, maxMs: 500 },

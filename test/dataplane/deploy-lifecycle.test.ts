@@ -75,7 +75,7 @@ test('the example app is built, deployed, served at its stable URL, updated with
 
   // Its agent credential and SLIPWAY_API_URL reach this service: the credential is accepted (the
   // connection asked for does not exist: 404, not 401).
-  const token = JSON.parse((await requestApp(service, url, `/token?agent_id=support&connection_id=${randomUUID()}`)).body);
+  const token = JSON.parse((await requestApp(service, url, `/token?agent_id=support-agent&connection_id=${randomUUID()}`)).body);
   assert.equal(token.got_token, false);
   assert.equal(token.slipway_status, 404, JSON.stringify(token));
 
