@@ -52,6 +52,24 @@ export interface ListenerTable {
   version: string | null;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
+  /** The listener protocol (docs/listener-protocol.md): when the agent was last seen, and what its last heartbeat said. */
+  last_seen_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  agent_version: ColumnType<string | null, string | null | undefined, string | null>;
+  watched_namespaces: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
+  agent_message: ColumnType<string | null, string | null | undefined, string | null>;
+}
+
+/** A credential of one listener agent (src/auth/listener-credentials.ts); the secret itself is never stored. */
+export interface ListenerCredentialTable {
+  id: string;
+  workspace_id: string;
+  listener_id: string;
+  credential_hash: Buffer;
+  credential_prefix: string;
+  created_by: string;
+  created_at: CreatedAt;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
 }
 
 export interface CodehostIntegrationTable {
@@ -92,6 +110,18 @@ export interface SourceUploadTable {
   path: string;
   size_bytes: ColumnType<string, number, never>;
   sha256: string;
+  created_at: CreatedAt;
+}
+
+/** A single-use upload URL's token (migrations/009_upload_tokens.sql); the token itself is never stored. */
+export interface UploadTokenTable {
+  id: string;
+  workspace_id: string;
+  deployment_id: string;
+  token_hash: Buffer;
+  object_path: string;
+  expires_at: Date;
+  used_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   created_at: CreatedAt;
 }
 
@@ -247,6 +277,9 @@ export interface OAuthTokenTable {
   created_at: CreatedAt;
   updated_at: UpdatedAt;
   refreshed_at: Date | null;
+  /** Who is calling the provider about this token (refresh, revocation), until claim_expires_at. */
+  claim_id: Generated<string | null>;
+  claim_expires_at: Generated<Date | null>;
 }
 
 export type OAuthAuthorizationStatus = 'pending' | 'exchanging' | 'completed' | 'failed';
@@ -286,6 +319,7 @@ export interface AgentCredentialTable {
   workspace_id: string;
   deployment_id: string;
   name: string;
+  /** The agents it reaches; null: the deployment's own agents (src/store/agent-credentials.ts). */
   agent_ids: Json<string[] | null>;
   credential_hash: Buffer;
   credential_prefix: string;
@@ -295,15 +329,26 @@ export interface AgentCredentialTable {
   revoked_at: Date | null;
 }
 
+/** The one row naming the encryption key of the sealed values (migrations/007_key_check.sql). */
+export interface KeyCheckTable {
+  singleton: ColumnType<boolean, true | undefined, never>;
+  key_id: string;
+  check_value: string;
+  rotating_to: string | null;
+  updated_at: UpdatedAt;
+}
+
 export interface Database {
   organizations: OrganizationTable;
   workspaces: WorkspaceTable;
   api_keys: ApiKeyTable;
   tracing_projects: TracingProjectTable;
   listeners: ListenerTable;
+  listener_credentials: ListenerCredentialTable;
   codehost_integrations: CodehostIntegrationTable;
   codehost_webhook_deliveries: CodehostWebhookDeliveryTable;
   source_uploads: SourceUploadTable;
+  upload_tokens: UploadTokenTable;
   deployments: DeploymentTable;
   revisions: RevisionTable;
   deployment_runtimes: DeploymentRuntimeTable;
@@ -317,6 +362,7 @@ export interface Database {
   oauth_authorizations: OAuthAuthorizationTable;
   agent_connections: AgentConnectionTable;
   agent_credentials: AgentCredentialTable;
+  key_check: KeyCheckTable;
 }
 
 /** What every store function runs in: the pool-backed handle or an open transaction. */
@@ -327,6 +373,7 @@ export type RevisionRow = Selectable<RevisionTable>;
 export type DeploymentRuntimeRow = Selectable<DeploymentRuntimeTable>;
 export type RevisionLogRow = Selectable<RevisionLogTable>;
 export type ListenerRow = Selectable<ListenerTable>;
+export type ListenerCredentialRow = Selectable<ListenerCredentialTable>;
 export type CodehostIntegrationRow = Selectable<CodehostIntegrationTable>;
 export type WebhookDeliveryRow = Selectable<CodehostWebhookDeliveryTable>;
 export type NewEvent = Insertable<EventTable>;
