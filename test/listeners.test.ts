@@ -42,6 +42,13 @@ describe('create and read', () => {
     assert.match(l.id, /^[0-9a-f-]{36}$/);
     assert.match(l.created_at, ISO);
     assert.match(l.updated_at, ISO);
+    // What its agent reported (docs/listener-protocol.md): nothing yet.
+    assert.equal(l.state, 'never_seen');
+    assert.equal(l.last_seen_at, null);
+    assert.equal(l.watched_namespaces, null);
+    assert.equal(l.namespaces_not_watched, null);
+    assert.equal(l.agent_version, null);
+    assert.equal(l.agent_message, null);
 
     const got = await api.get(`/v2/listeners/${l.id}`);
     assert.equal(got.status, 200);
@@ -231,5 +238,46 @@ describe('delete', () => {
 
     assert.equal((await api.delete(`/v2/deployments/${d.body.id}`)).status, 204);
     assert.equal((await api.delete(`/v2/listeners/${l.id}`)).status, 204);
+  });
+
+  test('a deployment deleted while its listener is connected holds the listener until the listener confirms', async () => {
+    const l = await createListener('confirming');
+    const d = await api.post('/v2/deployments', onListener('being-removed', l.id));
+    assert.equal(d.status, 201, JSON.stringify(d.body));
+    const credential = (await api.post(`/v2/listeners/${l.id}/credentials`, {})).body.credential;
+    const asListener = client(t.app, null);
+    const auth = { authorization: `Bearer ${credential}` };
+    assert.equal((await asListener.post(`/v2/listeners/${l.id}/heartbeat`, { version: '0.1.0', namespaces: ['default'] }, auth)).status, 200);
+
+    assert.equal((await api.delete(`/v2/deployments/${d.body.id}`)).status, 204);
+    assert.equal((await api.get(`/v2/deployments/${d.body.id}`)).body.status, 'AWAITING_DELETE');
+    const refused = await api.delete(`/v2/listeners/${l.id}`);
+    assert.equal(refused.status, 409);
+    assert.match(refused.body.detail, /being-removed/);
+
+    assert.equal((await asListener.post(`/v2/listeners/${l.id}/deletions`, { deployment_id: d.body.id }, auth)).status, 204);
+    assert.equal((await api.get(`/v2/deployments/${d.body.id}`)).status, 404);
+    assert.equal((await api.delete(`/v2/listeners/${l.id}`)).status, 204);
+  });
+});
+
+describe('state', () => {
+  test('list and get show the agent: connected after a heartbeat, stale after 90 s without one', async () => {
+    const l = await createListener('heartbeats', { compute_config: { k8s_namespaces: ['agents', 'batch'] } });
+    const credential = (await api.post(`/v2/listeners/${l.id}/credentials`, {})).body.credential;
+    const beat = await client(t.app, null).post(`/v2/listeners/${l.id}/heartbeat`, { version: '1.2.3', namespaces: ['agents', 'batch'] }, { authorization: `Bearer ${credential}` });
+    assert.equal(beat.status, 200, JSON.stringify(beat.body));
+    const listed = (await api.get('/v2/listeners?limit=100')).body.resources.find((x: { id: string }) => x.id === l.id);
+    assert.equal(listed.state, 'connected');
+    assert.match(listed.last_seen_at, ISO);
+    assert.deepEqual(listed.watched_namespaces, ['agents', 'batch']);
+    assert.deepEqual(listed.namespaces_not_watched, []);
+    assert.equal(listed.agent_version, '1.2.3');
+    assert.equal(listed.version, null, 'the registered version is the user\'s, apart from the agent\'s');
+
+    await t.database.pool.query("update listeners set last_seen_at = now() - interval '2 minutes' where id = $1", [l.id]);
+    assert.equal((await api.get(`/v2/listeners/${l.id}`)).body.state, 'stale');
+    const patched = await api.patch(`/v2/listeners/${l.id}`, { version: '2' });
+    assert.equal(patched.body.state, 'stale', 'the patch answer shows it too');
   });
 });

@@ -1,20 +1,37 @@
-/** Listeners: clusters registered to run external_container deployments. */
+/**
+ * Listeners: clusters registered to run external_container deployments, and the credentials their
+ * agents use for the listener protocol (the protocol itself: src/routes/listener-protocol.ts).
+ */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
+import { generateListenerCredential, hashListenerCredential, listenerCredentialPrefix } from '../auth/listener-credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { recordEvents } from '../store/events.ts';
-import { deleteListener, deploymentsUsingListener, getListener, insertListener, listListeners, lockListener, updateListener } from '../store/listeners.ts';
-import type { Database, ListenerRow } from '../store/schema.ts';
+import { insertListenerCredential, listListenerCredentials, revokeListenerCredential, type ListenerCredentialView } from '../store/listener-credentials.ts';
+import {
+  LISTENER_STALE_AFTER_SECONDS,
+  LISTENER_STATES,
+  deleteListener,
+  deploymentsUsingListener,
+  getListener,
+  insertListener,
+  listListeners,
+  lockListener,
+  shareLockListener,
+  updateListener,
+  type ListenerView,
+} from '../store/listeners.ts';
+import type { Database } from '../store/schema.ts';
 
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
 const ComputeConfig = Type.Object({
   k8s_namespaces: Type.Optional(Nullable(Type.Array(NAMESPACE, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'Namespaces the listener serves; default ["default"].' }))),
 });
 
-const Listener = Type.Object(
+export const Listener = Type.Object(
   {
     compute_type: Type.String({ enum: ['k8s'] }),
     compute_id: Type.String(),
@@ -23,6 +40,12 @@ const Listener = Type.Object(
     created_at: DateTime(),
     updated_at: DateTime(),
     version: Nullable(Type.String()),
+    last_seen_at: Nullable(DateTime({ description: 'The last heartbeat or desired-state request of its agent; null: never.' })),
+    state: StringEnum(LISTENER_STATES, { description: `never_seen: no agent has called yet; connected: seen in the last ${LISTENER_STALE_AFTER_SECONDS} s; stale: seen, but not since.` }),
+    watched_namespaces: Nullable(Type.Array(Type.String(), { description: 'The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat.' })),
+    namespaces_not_watched: Nullable(Type.Array(Type.String(), { description: 'Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat.' })),
+    agent_version: Nullable(Type.String({ description: 'The agent\'s version, from its last heartbeat.' })),
+    agent_message: Nullable(Type.String({ description: 'The message of the last heartbeat, if it had one.' })),
   },
   { description: 'A listener.' },
 );
@@ -43,7 +66,8 @@ const PatchBody = Type.Object({
 
 const Params = Type.Object({ listener_id: Uuid() });
 
-function listenerResponse(row: ListenerRow): Static<typeof Listener> {
+export function listenerResponse(row: ListenerView): Static<typeof Listener> {
+  const watched = row.watched_namespaces;
   return {
     compute_type: row.compute_type,
     compute_id: row.compute_id,
@@ -52,8 +76,35 @@ function listenerResponse(row: ListenerRow): Static<typeof Listener> {
     created_at: row.created_at.toISOString(),
     updated_at: row.updated_at.toISOString(),
     version: row.version,
+    last_seen_at: row.last_seen_at === null ? null : row.last_seen_at.toISOString(),
+    state: row.state,
+    watched_namespaces: watched,
+    namespaces_not_watched: watched === null ? null : row.compute_config.k8s_namespaces.filter((n) => !watched.includes(n)),
+    agent_version: row.agent_version,
+    agent_message: row.agent_message,
   };
 }
+
+const ListenerCredential = Type.Object(
+  {
+    id: Uuid(),
+    listener_id: Uuid(),
+    credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
+    created_by: Type.String({ description: 'The id of the API key that made it.' }),
+    created_at: DateTime(),
+    last_used_at: Nullable(DateTime({ description: 'When its agent last called with it (to the minute).' })),
+    revoked_at: Nullable(DateTime()),
+  },
+  { description: 'A listener credential, without the credential itself.' },
+);
+const CreatedListenerCredential = Type.Object(
+  { ...ListenerCredential.properties, credential: Type.String({ description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.' }) },
+  { description: 'A new listener credential, shown once.' },
+);
+const CredentialParams = Type.Object({ listener_id: Uuid(), credential_id: Uuid() });
+
+const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+const credentialResponse = (row: ListenerCredentialView): Static<typeof ListenerCredential> => ({ ...row, created_at: row.created_at.toISOString(), last_used_at: iso(row.last_used_at), revoked_at: iso(row.revoked_at) });
 
 export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
   app.post(
@@ -155,6 +206,80 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
         if (users.length > 0) throw new AppError('conflict', `Listener ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`);
         await deleteListener(tx, id);
         await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.deleted', data: { compute_id: current.compute_id } }]);
+      });
+      return reply.status(204).send(null);
+    },
+  );
+
+  // ----- credentials of the listener's agent (docs/listener-protocol.md, "Authentication") -----
+
+  app.post(
+    '/v2/listeners/:listener_id/credentials',
+    {
+      config: { admin: true },
+      schema: {
+        tags: ['listeners'],
+        summary: 'Create a listener credential',
+        description: 'The credential (slwl_...) is shown once. It opens the listener protocol endpoints of this listener and nothing else.',
+        params: Params,
+        response: { 201: CreatedListenerCredential, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { listener_id: id } = request.params;
+      const credential = generateListenerCredential();
+      const row = await db.transaction().execute(async (tx) => {
+        // A share lock: the listener cannot be deleted before its credential is stored.
+        if (!(await shareLockListener(tx, workspaceId, id))) throw notFound('Listener', id);
+        const created = await insertListenerCredential(tx, { workspaceId, listenerId: id, hash: hashListenerCredential(credential), prefix: listenerCredentialPrefix(credential), createdBy: request.caller.keyId });
+        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.credential_created', data: { credential_id: created.id, credential_prefix: created.credential_prefix, by_key: request.caller.keyId } }]);
+        return created;
+      });
+      return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
+    },
+  );
+
+  app.get(
+    '/v2/listeners/:listener_id/credentials',
+    {
+      schema: {
+        tags: ['listeners'],
+        summary: "List a listener's credentials",
+        description: 'Never the credentials themselves; revoked ones too, newest first.',
+        params: Params,
+        querystring: Type.Object(PageQuery),
+        response: { 200: ListEnvelope(ListenerCredential, 'A page of listener credentials, newest first.'), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const { listener_id: id } = request.params;
+      if (!(await getListener(db, workspaceOf(request), id))) throw notFound('Listener', id);
+      const { limit, offset } = pageOf(request.query);
+      return envelope((await listListenerCredentials(db, id, limit, offset)).map(credentialResponse), offset);
+    },
+  );
+
+  app.delete(
+    '/v2/listeners/:listener_id/credentials/:credential_id',
+    {
+      config: { admin: true },
+      schema: {
+        tags: ['listeners'],
+        summary: 'Revoke a listener credential',
+        description: 'It stops working at once (a desired-state long-poll it started ends at its timeout). 404 for an unknown or already revoked one.',
+        params: CredentialParams,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      const workspaceId = workspaceOf(request);
+      const { listener_id: id, credential_id: credentialId } = request.params;
+      await db.transaction().execute(async (tx) => {
+        if (!(await getListener(tx, workspaceId, id))) throw notFound('Listener', id);
+        const revoked = await revokeListenerCredential(tx, id, credentialId);
+        if (!revoked) throw notFound('Listener credential', credentialId);
+        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.credential_revoked', data: { credential_id: credentialId, credential_prefix: revoked.credential_prefix, by_key: request.caller.keyId } }]);
       });
       return reply.status(204).send(null);
     },

@@ -14,7 +14,7 @@ import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitio
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import { deleteDeploymentRow, getDeployment, hasLocalResources, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
-import { shareLockListener } from '../store/listeners.ts';
+import { listenerHasBeenSeen, shareLockListener } from '../store/listeners.ts';
 import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { CodehostIntegrationRow, Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
@@ -262,8 +262,9 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     /**
      * Delete. A deployment that the local data plane has worked on (it has a database or app files, or
      * a revision was claimed) goes to AWAITING_DELETE and the worker tears it down (processes,
-     * database, files) and then removes the row; anything else is removed at once. Listener
-     * deployments are removed at once too: their listener drops what it no longer sees.
+     * database, files) and then removes the row. A listener deployment whose listener has ever called
+     * stays AWAITING_DELETE (`delete: true` in the desired state) until the listener confirms it has
+     * removed everything (src/service/listener-protocol.ts). Anything else is removed at once.
      */
     async remove(workspaceId: string, id: string, options: { deleteTracingProject: boolean }): Promise<void> {
       await db.transaction().execute(async (tx) => {
@@ -275,7 +276,8 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'deployment_deleted', message: 'The deployment was deleted.' });
         }
         await transitionDeployment(tx, row, 'AWAITING_DELETE');
-        if (row.listener_id === null && (await hasLocalResources(tx, id))) {
+        const tornDownLater = row.listener_id === null ? await hasLocalResources(tx, id) : await listenerHasBeenSeen(tx, row.listener_id);
+        if (tornDownLater) {
           await updateDeployment(tx, id, { deleteTracingProject: options.deleteTracingProject });
           return;
         }

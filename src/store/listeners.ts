@@ -1,12 +1,28 @@
-/** Listeners: compute infrastructure registered by a workspace. */
+/** Listeners: compute infrastructure registered by a workspace, and what their agents report. */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { json, type Db, type ListenerRow } from './schema.ts';
+import { json, type Db, type ListenerRow, type StoredSecret } from './schema.ts';
+
+/** Seconds without a heartbeat or desired-state request after which a listener shows as stale. */
+export const LISTENER_STALE_AFTER_SECONDS = 90;
+
+export const LISTENER_STATES = ['never_seen', 'connected', 'stale'] as const;
+export type ListenerState = (typeof LISTENER_STATES)[number];
+
+/** A listener with its state, worked out by the database against the same clock that set last_seen_at. */
+export interface ListenerView extends ListenerRow {
+  state: ListenerState;
+}
+
+const stateColumn = sql<ListenerState>`case
+  when last_seen_at is null then 'never_seen'
+  when last_seen_at >= now() - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected'
+  else 'stale' end`.as('state');
 
 export async function insertListener(
   db: Db,
   listener: { workspaceId: string; computeType: string; computeId: string; namespaces: string[]; version: string | null },
-): Promise<ListenerRow | null> {
+): Promise<ListenerView | null> {
   const row = await db
     .insertInto('listeners')
     .values({
@@ -20,27 +36,28 @@ export async function insertListener(
     // (workspace_id, compute_id) is unique: a concurrent twin loses here, never by a read-then-write.
     .onConflict((oc) => oc.columns(['workspace_id', 'compute_id']).doNothing())
     .returningAll()
+    .returning(stateColumn)
     .executeTakeFirst();
   return row ?? null;
 }
 
-export async function getListener(db: Db, workspaceId: string, id: string): Promise<ListenerRow | undefined> {
-  return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+export async function getListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
 }
 
-export async function lockListener(db: Db, workspaceId: string, id: string): Promise<ListenerRow | undefined> {
-  return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
+export async function lockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
 }
 
-export async function shareLockListener(db: Db, workspaceId: string, id: string): Promise<ListenerRow | undefined> {
-  return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forShare().executeTakeFirst();
+export async function shareLockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).forShare().executeTakeFirst();
 }
 
-export async function listListeners(db: Db, workspaceId: string, limit: number, offset: number): Promise<ListenerRow[]> {
-  return db.selectFrom('listeners').selectAll().where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
+export async function listListeners(db: Db, workspaceId: string, limit: number, offset: number): Promise<ListenerView[]> {
+  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
 }
 
-export async function updateListener(db: Db, id: string, change: { namespaces?: string[]; version?: string | null }): Promise<ListenerRow> {
+export async function updateListener(db: Db, id: string, change: { namespaces?: string[]; version?: string | null }): Promise<ListenerView> {
   return db
     .updateTable('listeners')
     .set({
@@ -50,6 +67,7 @@ export async function updateListener(db: Db, id: string, change: { namespaces?: 
     })
     .where('id', '=', id)
     .returningAll()
+    .returning(stateColumn)
     .executeTakeFirstOrThrow();
 }
 
@@ -63,4 +81,101 @@ export async function deploymentsUsingListener(db: Db, id: string): Promise<{ na
 
 export async function deleteListener(db: Db, id: string): Promise<void> {
   await db.deleteFrom('listeners').where('id', '=', id).execute();
+}
+
+// ----- the listener protocol (docs/listener-protocol.md) ------------------------------------------
+
+/** How stale last_seen_at may be: refreshing it on every desired-state request would be a write per request. */
+const SEEN_RESOLUTION_SECONDS = 5;
+
+/** The agent was seen (a desired-state request): last_seen_at moves, at most every few seconds. */
+export async function markListenerSeen(db: Db, id: string): Promise<void> {
+  await db
+    .updateTable('listeners')
+    .set({ last_seen_at: sql<Date>`now()` })
+    .where('id', '=', id)
+    .where((eb) => eb.or([eb('last_seen_at', 'is', null), eb('last_seen_at', '<', sql<Date>`now() - make_interval(secs => ${SEEN_RESOLUTION_SECONDS})`)]))
+    .execute();
+}
+
+/** A heartbeat: seen now, with what the agent says about itself. updated_at stays (it dates user changes). */
+export async function recordListenerHeartbeat(db: Db, id: string, heartbeat: { agentVersion: string; namespaces: string[]; message: string | null }): Promise<ListenerView> {
+  return db
+    .updateTable('listeners')
+    .set({ last_seen_at: sql<Date>`now()`, agent_version: heartbeat.agentVersion, watched_namespaces: heartbeat.namespaces, agent_message: heartbeat.message })
+    .where('id', '=', id)
+    .returningAll()
+    .returning(stateColumn)
+    .executeTakeFirstOrThrow();
+}
+
+/**
+ * The listener has called at least once, so it may have made something in its cluster. A share lock:
+ * its first desired-state request (markListenerSeen, then the read) waits for the caller's commit.
+ */
+export async function listenerHasBeenSeen(db: Db, id: string): Promise<boolean> {
+  const row = await db.selectFrom('listeners').select('last_seen_at').where('id', '=', id).forShare().executeTakeFirst();
+  return row?.last_seen_at !== null && row?.last_seen_at !== undefined;
+}
+
+export interface ListenerDeploymentRow {
+  id: string;
+  workspace_id: string;
+  name: string;
+  status: string;
+  source_config: Record<string, unknown>;
+  latest_revision_id: string | null;
+  active_revision_id: string | null;
+}
+
+/** Every deployment of the listener, oldest first (a stable order keeps the desired state's ETag stable). */
+export async function listenerDeployments(db: Db, listenerId: string): Promise<ListenerDeploymentRow[]> {
+  return db
+    .selectFrom('deployments')
+    .select(['id', 'workspace_id', 'name', 'status', 'source_config', 'latest_revision_id', 'active_revision_id'])
+    .where('listener_id', '=', listenerId)
+    .orderBy('created_at')
+    .orderBy('id')
+    .execute();
+}
+
+export interface ListenerRevisionRow {
+  id: string;
+  deployment_id: string;
+  number: number;
+  status: string;
+  source_revision_config: Record<string, unknown>;
+  snapshot: Record<string, unknown>;
+  secrets: StoredSecret[];
+}
+
+export async function revisionsByIds(db: Db, ids: readonly string[]): Promise<ListenerRevisionRow[]> {
+  if (ids.length === 0) return [];
+  return db
+    .selectFrom('revisions')
+    .select(['id', 'deployment_id', 'number', 'status', 'source_revision_config', 'snapshot', 'secrets'])
+    .where('id', 'in', [...ids])
+    .execute();
+}
+
+/** The deployment a revision belongs to, when that deployment runs on this listener. */
+export async function findListenerRevision(db: Db, listenerId: string, revisionId: string): Promise<{ deployment_id: string; workspace_id: string } | undefined> {
+  return db
+    .selectFrom('revisions as r')
+    .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
+    .select(['r.deployment_id', 'd.workspace_id'])
+    .where('r.id', '=', revisionId)
+    .where('d.listener_id', '=', listenerId)
+    .executeTakeFirst();
+}
+
+/** The listener of a deployment (null for the local data plane); undefined when the deployment is gone. */
+export async function listenerOfDeployment(db: Db, deploymentId: string): Promise<string | null | undefined> {
+  const row = await db.selectFrom('deployments').select('listener_id').where('id', '=', deploymentId).executeTakeFirst();
+  return row === undefined ? undefined : row.listener_id;
+}
+
+/** A listener reported the revision DEPLOYED: it serves now. */
+export async function setActiveRevision(db: Db, deploymentId: string, revisionId: string): Promise<void> {
+  await db.updateTable('deployments').set({ active_revision_id: revisionId, updated_at: sql<Date>`now()` }).where('id', '=', deploymentId).execute();
 }

@@ -1,0 +1,264 @@
+/**
+ * The listener protocol, version 1 (docs/listener-protocol.md): the endpoints a listener agent calls,
+ * with its listener credential (or, for debugging, a workspace API key).
+ *
+ * The desired state is a long-poll: with If-None-Match equal to the current ETag the request sleeps
+ * until the change feed says something of this listener changed (a change on any replica wakes it)
+ * and answers the new state at once, or 304 when `wait` runs out. A slow safety re-read covers a
+ * notification lost with the feed's connection; without a feed it re-reads every second.
+ */
+import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
+import type { Kysely } from 'kysely';
+import { Type } from 'typebox';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { ChangeFeed } from '../db/change-feed.ts';
+import { REVISION_STATUSES } from '../domain/states.ts';
+import { notFound } from '../errors.ts';
+import { workspaceOf } from '../http/authenticate.ts';
+import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { PROTOCOL_VERSION, REPORTED_STATUSES, createDesiredStateWaits, createListenerProtocolService } from '../service/listener-protocol.ts';
+import { getListener } from '../store/listeners.ts';
+import type { Database } from '../store/schema.ts';
+import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
+import { Listener, listenerResponse } from './listeners.ts';
+
+export interface ListenerProtocolRouteDeps {
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+  /** Wakes long-polls when something of their listener changes; without it they re-read every second. */
+  changes?: ChangeFeed;
+  /** How often a waiting long-poll re-reads without a wake-up, in case a notification was lost (default 10 s). */
+  safetyPollMs?: number;
+}
+
+const MAX_WAIT_SECONDS = 60;
+const POLL_WITHOUT_FEED_MS = 1_000;
+const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
+
+// ----- schemas -----------------------------------------------------------------------------------
+
+const Params = Type.Object({ listener_id: Uuid() });
+
+const DesiredRevision = Type.Object({
+  id: Uuid(),
+  number: Type.Integer({ description: 'The revision\'s number in its deployment, 1 for the first.' }),
+  status: StringEnum(REVISION_STATUSES),
+  image_uri: Nullable(Type.String()),
+  secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), { description: 'Decrypted, for a Kubernetes Secret of the deployment.' }),
+  secret_references: Nullable(Type.Array(SecretReference, { description: 'Environment variables read from existing Kubernetes Secrets.' })),
+  resource_spec: Nullable(ResourceSpec),
+});
+
+const DesiredDeployment = Type.Object({
+  deployment_id: Uuid(),
+  name: Type.String(),
+  namespace: Nullable(Type.String({ description: 'source_config.listener_config.k8s_namespace.' })),
+  delete: Type.Boolean({ description: 'The deployment was deleted: remove everything of it, then POST .../deletions.' }),
+  custom_url: Nullable(Type.String()),
+  revision: Nullable(DesiredRevision),
+});
+
+const DesiredState = Type.Object(
+  {
+    protocol: Type.Literal(PROTOCOL_VERSION),
+    listener_id: Uuid(),
+    deployments: Type.Array(DesiredDeployment),
+  },
+  { description: 'Every deployment of the listener with the revision that should run (null: nothing should).' },
+);
+
+const DesiredStateQuery = Type.Object({
+  wait: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 0, description: 'With If-None-Match: seconds to wait for a change before answering 304.' })),
+});
+
+const DesiredStateHeaders = Type.Object({
+  'if-none-match': Type.Optional(Type.String({ maxLength: 1024, description: 'The ETag of the state the listener has.' })),
+});
+
+const ReportBody = Type.Object({
+  revision_id: Uuid(),
+  status: StringEnum(REPORTED_STATUSES),
+  failure_reason: Type.Optional(Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$', description: 'Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ...' })),
+  message: Type.Optional(Type.String({ maxLength: 4096, description: 'For people: what happened.' })),
+});
+
+const ReportResult = Type.Object(
+  {
+    applied: Type.Boolean({ description: 'false: the report changed nothing (a retry, a stale report, or a revision in a final state).' }),
+    status: StringEnum(REVISION_STATUSES, { description: 'The revision\'s status now.' }),
+    not_applied_reason: Nullable(StringEnum(['duplicate', 'behind', 'superseded', 'final'] as const, { description: 'Why not: already in that status; behind its status; not the deployment\'s latest revision; in a final state.' })),
+  },
+  { description: 'What the report did.' },
+);
+
+const DeletionBody = Type.Object({ deployment_id: Uuid() });
+
+const HeartbeatBody = Type.Object({
+  version: Type.String({ minLength: 1, maxLength: 128, description: 'The agent\'s version.' }),
+  namespaces: Type.Array(NAMESPACE, { maxItems: 1000, uniqueItems: true, description: 'The namespaces the agent watches.' }),
+  message: Type.Optional(Type.String({ maxLength: 4096 })),
+});
+
+/** The security a protocol endpoint documents: the listener credential is sent as a bearer token. */
+const security: Record<string, string[]>[] = [{ bearer: [] }, { apiKey: [] }];
+
+/** The entity tags of If-None-Match (weak ones compared by their opaque part, as RFC 9110 says for it). */
+function entityTags(header: string | undefined): string[] {
+  if (header === undefined) return [];
+  return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
+}
+
+// ----- routes ------------------------------------------------------------------------------------
+
+export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolRouteDeps> = async (app, deps) => {
+  const { db } = deps;
+  const protocol = createListenerProtocolService({ db, secretBox: deps.secretBox });
+  const waits = createDesiredStateWaits({ db, changes: deps.changes, logger: app.log });
+  const safetyPollMs = waits.hasFeed ? (deps.safetyPollMs ?? 10_000) : POLL_WITHOUT_FEED_MS;
+  let closing = false;
+
+  // app.close() waits for every open request: waiting long-polls answer at once instead.
+  app.addHook('preClose', async () => {
+    closing = true;
+    waits.wakeAll();
+  });
+  app.addHook('onClose', async () => waits.stop());
+
+  /**
+   * The listener in the path, when the caller may speak for it; 404 otherwise (never 403). Every
+   * protocol request counts as the listener being seen (its state, and whether a delete waits for it).
+   */
+  async function listenerOf(request: FastifyRequest, listenerId: string): Promise<{ listenerId: string; workspaceId: string }> {
+    const credential = request.listenerCredential;
+    let workspaceId: string;
+    if (credential) {
+      if (credential.listener_id !== listenerId) throw notFound('Listener', listenerId);
+      workspaceId = credential.workspace_id;
+    } else {
+      workspaceId = workspaceOf(request);
+      if (!(await getListener(db, workspaceId, listenerId))) throw notFound('Listener', listenerId);
+    }
+    await protocol.seen(listenerId);
+    return { listenerId, workspaceId };
+  }
+
+  const config = { auth: 'listener' as const };
+  const tags = ['listener protocol'];
+
+  app.get(
+    '/v2/listeners/:listener_id/desired-state',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Get (or wait for) the desired state of a listener',
+        description:
+          'Everything the listener must run, with an ETag header. With If-None-Match equal to the current ETag and wait > 0, waits up to wait seconds for a change: 200 with the new state at once on change, 304 at the timeout.',
+        security,
+        params: Params,
+        querystring: DesiredStateQuery,
+        headers: DesiredStateHeaders,
+        response: {
+          200: DesiredState,
+          304: { description: 'Not modified: the state is still the one of If-None-Match (no body).', content: { 'application/json': { schema: Type.Null() } } },
+          ...errorResponses(401, 403, 404, 422),
+        },
+      },
+    },
+    async (request, reply) => {
+      const { listenerId } = await listenerOf(request, request.params.listener_id);
+      const known = entityTags(request.headers['if-none-match']);
+      const waitMs = (request.query.wait ?? 0) * 1000;
+      reply.header('cache-control', 'no-store');
+
+      // Listening starts before the first read, so that a change between the two is not missed.
+      const wait = known.length > 0 && waitMs > 0 && !closing ? waits.watch(listenerId) : null;
+      const ended = new Promise<void>((resolve) => reply.raw.once('close', resolve));
+      let gone = false;
+      void ended.then(() => {
+        gone = true;
+        wait?.close();
+      });
+      try {
+        const deadline = Date.now() + waitMs;
+        let current = await protocol.desiredState(listenerId);
+        while (wait && known.includes(current.etag) && !gone && !closing) {
+          waits.remember(listenerId, current.state.deployments.map((d) => d.deployment_id));
+          const left = deadline - Date.now();
+          if (left <= 0) break;
+          await wait.next(Math.min(left, safetyPollMs));
+          if (gone || closing) break;
+          current = await protocol.desiredState(listenerId);
+        }
+        reply.header('etag', current.etag);
+        if (known.includes(current.etag)) return reply.status(304).send();
+        return reply.status(200).send(current.state);
+      } finally {
+        wait?.close();
+      }
+    },
+  );
+
+  app.post(
+    '/v2/listeners/:listener_id/reports',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Report the status of a revision',
+        description:
+          'Moves the revision through the state table to the reported status (steps in between included, each with its event); DEPLOYED makes it active and the deployment READY. Idempotent: a repeated or stale report answers applied: false and changes nothing.',
+        security,
+        params: Params,
+        body: { ...ReportBody, examples: [{ revision_id: '7a2c1e4b-0f3d-4c6a-9b8e-2d1f0a9c8b7e', status: 'DEPLOY_FAILED', failure_reason: 'image_pull_failed', message: 'Back-off pulling image "ghcr.io/acme/agent:1.5.0"' }] },
+        response: { 200: ReportResult, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const { listenerId } = await listenerOf(request, request.params.listener_id);
+      return protocol.report(listenerId, request.body);
+    },
+  );
+
+  app.post(
+    '/v2/listeners/:listener_id/deletions',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Confirm that a deleted deployment is gone from the cluster',
+        description: 'Removes the deployment (in AWAITING_DELETE) for good. 204 again when it is already gone; 409 when it is not being deleted.',
+        security,
+        params: Params,
+        body: DeletionBody,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) },
+      },
+    },
+    async (request, reply) => {
+      const { listenerId, workspaceId } = await listenerOf(request, request.params.listener_id);
+      await protocol.confirmDeletion(listenerId, workspaceId, request.body.deployment_id);
+      return reply.status(204).send(null);
+    },
+  );
+
+  app.post(
+    '/v2/listeners/:listener_id/heartbeat',
+    {
+      config,
+      schema: {
+        tags,
+        summary: 'Tell the service the listener agent is alive',
+        description: 'Sets last_seen_at, agent_version and watched_namespaces of the listener; answers the listener.',
+        security,
+        params: Params,
+        body: { ...HeartbeatBody, examples: [{ version: '0.1.0', namespaces: ['agents'] }] },
+        response: { 200: Listener, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const { listenerId, workspaceId } = await listenerOf(request, request.params.listener_id);
+      return listenerResponse(await protocol.heartbeat(workspaceId, listenerId, request.body));
+    },
+  );
+};

@@ -1,0 +1,419 @@
+/**
+ * The listener protocol, version 1 (docs/listener-protocol.md): what a listener agent in a user's
+ * cluster reads (its desired state) and writes (status reports, deletion confirmations, heartbeats).
+ * Every status change goes through src/pipeline/transitions.ts with its event, in one transaction per
+ * request, locking the deployment before its revisions (the order every writer uses).
+ *
+ * Also here: `createDesiredStateWaits`, which tells the desired-state long-polls of each listener when
+ * a change may concern them, from the process's one change feed.
+ */
+import { createHash } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { Change, ChangeFeed } from '../db/change-feed.ts';
+import type { SecretReference } from '../domain/deployment-plan.ts';
+import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import { AppError, notFound } from '../errors.ts';
+import { transitionDeployment, transitionRevision, type Failure } from '../pipeline/transitions.ts';
+import { deleteDeploymentRow, lockDeployment } from '../store/deployments.ts';
+import { recordEvents } from '../store/events.ts';
+import {
+  findListenerRevision,
+  listenerDeployments,
+  listenerOfDeployment,
+  lockListener,
+  markListenerSeen,
+  recordListenerHeartbeat,
+  revisionsByIds,
+  setActiveRevision,
+  type ListenerRevisionRow,
+  type ListenerView,
+} from '../store/listeners.ts';
+import { lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
+import type { Database } from '../store/schema.ts';
+import { deleteTracingProject } from '../store/tracing-projects.ts';
+
+export const PROTOCOL_VERSION = 1;
+
+// ----- desired state -----------------------------------------------------------------------------
+
+export interface DesiredRevision {
+  id: string;
+  number: number;
+  status: RevisionStatus;
+  image_uri: string | null;
+  /** Decrypted: the listener puts them into a Kubernetes Secret. */
+  secrets: { name: string; value: string }[];
+  secret_references: SecretReference[] | null;
+  resource_spec: Record<string, unknown> | null;
+}
+
+export interface DesiredDeployment {
+  deployment_id: string;
+  name: string;
+  namespace: string | null;
+  delete: boolean;
+  custom_url: string | null;
+  revision: DesiredRevision | null;
+}
+
+export interface DesiredState {
+  protocol: typeof PROTOCOL_VERSION;
+  listener_id: string;
+  deployments: DesiredDeployment[];
+}
+
+/**
+ * Final states in which a revision must not run: the listener keeps (or goes back to) the active
+ * revision instead. DEPLOYED is final too, but it is what runs.
+ */
+const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set((Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'));
+
+/** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
+export function targetRevisionId(deployment: { latest_revision_id: string | null; active_revision_id: string | null }, statusOf: (id: string) => RevisionStatus | undefined): string | null {
+  const latest = deployment.latest_revision_id;
+  const status = latest === null ? undefined : statusOf(latest);
+  if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
+  return deployment.active_revision_id;
+}
+
+/** An opaque validator of the whole body: any change of any field gives another one. */
+export function etagOf(state: DesiredState): string {
+  return `"${createHash('sha256').update(JSON.stringify(state)).digest('base64url').slice(0, 32)}"`;
+}
+
+const stringOrNull = (value: unknown): string | null => (typeof value === 'string' ? value : null);
+const objectOrNull = (value: unknown): Record<string, unknown> | null => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null);
+
+// ----- status reports ----------------------------------------------------------------------------
+
+export const REPORTED_STATUSES = ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED', 'DEPLOY_FAILED'] as const satisfies readonly RevisionStatus[];
+export type ReportedStatus = (typeof REPORTED_STATUSES)[number];
+
+/** The states a listener may walk a revision through on its way to the reported one. */
+const LISTENER_STEPS: ReadonlySet<RevisionStatus> = new Set(['AWAITING_DEPLOY', 'DEPLOYING']);
+
+/**
+ * The transitions from `from` to `to` through the state table, passing only through the listener's
+ * own steps: [] when already there, null when `to` is not ahead of `from` (a stale or repeated report).
+ */
+export function stepsTo(from: RevisionStatus, to: RevisionStatus): RevisionStatus[] | null {
+  if (from === to) return [];
+  const cameFrom = new Map<RevisionStatus, RevisionStatus>();
+  const queue: RevisionStatus[] = [from];
+  while (queue.length > 0) {
+    const at = queue.shift()!;
+    for (const next of REVISION_STATES[at].next) {
+      if (cameFrom.has(next) || next === from) continue;
+      cameFrom.set(next, at);
+      if (next === to) {
+        const path: RevisionStatus[] = [to];
+        for (let step = at; step !== from; step = cameFrom.get(step)!) path.unshift(step);
+        return path;
+      }
+      if (LISTENER_STEPS.has(next)) queue.push(next);
+    }
+  }
+  return null;
+}
+
+export interface ReportInput {
+  revision_id: string;
+  status: ReportedStatus;
+  failure_reason?: string;
+  message?: string;
+}
+
+/** Why a report changed nothing (reports are idempotent, and stale ones never overwrite newer state). */
+export type NotAppliedReason = 'duplicate' | 'behind' | 'superseded' | 'final';
+
+export interface ReportResult {
+  applied: boolean;
+  /** The revision's status after the report. */
+  status: RevisionStatus;
+  not_applied_reason: NotAppliedReason | null;
+}
+
+const DEFAULT_FAILURE_REASON = 'deploy_failed';
+
+// ----- the service -------------------------------------------------------------------------------
+
+export interface ListenerProtocolDeps {
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+}
+
+export function createListenerProtocolService({ db, secretBox }: ListenerProtocolDeps) {
+  function desiredRevision(row: ListenerRevisionRow): DesiredRevision {
+    const references = row.snapshot.secret_references;
+    return {
+      id: row.id,
+      number: row.number,
+      status: row.status as RevisionStatus,
+      image_uri: stringOrNull(row.source_revision_config.image_uri),
+      secrets: row.secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) })),
+      // Stored by the deployment service from validated input (its snapshot of secret_references).
+      secret_references: Array.isArray(references) ? (references as SecretReference[]) : null,
+      resource_spec: objectOrNull(row.snapshot.resource_spec),
+    };
+  }
+
+  return {
+    /** Everything the listener must run, with its ETag. */
+    async desiredState(listenerId: string): Promise<{ state: DesiredState; etag: string }> {
+      const deployments = await listenerDeployments(db, listenerId);
+      const wanted = new Set<string>();
+      for (const d of deployments) {
+        if (d.latest_revision_id) wanted.add(d.latest_revision_id);
+        if (d.active_revision_id) wanted.add(d.active_revision_id);
+      }
+      const revisions = new Map((await revisionsByIds(db, [...wanted])).map((r) => [r.id, r]));
+      const state: DesiredState = {
+        protocol: PROTOCOL_VERSION,
+        listener_id: listenerId,
+        deployments: deployments.map((d) => {
+          const target = targetRevisionId(d, (id) => revisions.get(id)?.status as RevisionStatus | undefined);
+          const revision = target === null ? undefined : revisions.get(target);
+          const listenerConfig = objectOrNull(d.source_config.listener_config);
+          return {
+            deployment_id: d.id,
+            name: d.name,
+            namespace: stringOrNull(listenerConfig?.k8s_namespace),
+            delete: d.status === 'AWAITING_DELETE',
+            custom_url: stringOrNull(d.source_config.custom_url),
+            revision: revision ? desiredRevision(revision) : null,
+          };
+        }),
+      };
+      return { state, etag: etagOf(state) };
+    },
+
+    /** A desired-state request: the agent is alive. */
+    async seen(listenerId: string): Promise<void> {
+      await markListenerSeen(db, listenerId);
+    },
+
+    /**
+     * Moves the revision to the reported status through every step in between, each with its event.
+     * DEPLOYED makes it the deployment's active revision and the deployment READY. The first report
+     * applied for a revision interrupts older revisions still on their way (the listener replaced them).
+     */
+    async report(listenerId: string, input: ReportInput): Promise<ReportResult> {
+      return db.transaction().execute(async (tx) => {
+        const found = await findListenerRevision(tx, listenerId, input.revision_id);
+        const deployment = found ? await lockDeployment(tx, found.workspace_id, found.deployment_id) : undefined;
+        const revision = deployment ? await lockRevision(tx, input.revision_id) : undefined;
+        if (!deployment || !revision) throw notFound('Revision', input.revision_id);
+        const current = revision.status as RevisionStatus;
+        const notApplied = (reason: NotAppliedReason): ReportResult => ({ applied: false, status: current, not_applied_reason: reason });
+        if (isFinalRevisionStatus(current)) return notApplied('final');
+        if (deployment.latest_revision_id !== revision.id) return notApplied('superseded');
+        const steps = stepsTo(current, input.status);
+        if (steps === null) return notApplied('behind');
+        if (steps.length === 0) return notApplied('duplicate');
+
+        const replaced = (await lockRevisionsInStatus(tx, deployment.id, [...LISTENER_STEPS])).filter((r) => r.id !== revision.id);
+        for (const older of replaced) {
+          await transitionRevision(tx, older, 'INTERRUPTED', { reason: 'superseded', message: `Revision ${revision.number} replaced it on the listener before it was deployed.` });
+        }
+        let from = current;
+        for (const to of steps) {
+          const failure: Failure | null =
+            to === 'DEPLOY_FAILED' ? { reason: input.failure_reason ?? DEFAULT_FAILURE_REASON, message: input.message ?? 'The listener reported that the deploy failed.' } : null;
+          await transitionRevision(tx, { ...revision, status: from }, to, failure);
+          from = to;
+        }
+        await recordEvents(tx, [
+          {
+            workspaceId: deployment.workspace_id,
+            subjectType: 'revision',
+            subjectId: revision.id,
+            deploymentId: deployment.id,
+            type: 'revision.reported',
+            toStatus: input.status,
+            data: { listener_id: listenerId, ...(input.failure_reason !== undefined ? { failure_reason: input.failure_reason } : {}), ...(input.message !== undefined ? { message: input.message } : {}) },
+          },
+        ]);
+        if (input.status === 'DEPLOYED') {
+          if (deployment.active_revision_id !== revision.id) {
+            await setActiveRevision(tx, deployment.id, revision.id);
+            const url = stringOrNull((deployment.source_config as Record<string, unknown>).custom_url);
+            await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.active_revision_changed', data: { from: deployment.active_revision_id, to: revision.id, url } }]);
+          }
+          if (deployment.status !== 'READY') await transitionDeployment(tx, deployment, 'READY', { revision_id: revision.id });
+        }
+        return { applied: true, status: input.status, not_applied_reason: null };
+      });
+    },
+
+    /**
+     * The listener removed everything of a deleted deployment: the row goes now (with its tracing
+     * project when the delete asked for it). A deployment already gone is fine: the listener may retry.
+     */
+    async confirmDeletion(listenerId: string, workspaceId: string, deploymentId: string): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const row = await lockDeployment(tx, workspaceId, deploymentId);
+        if (!row) return;
+        if (row.listener_id !== listenerId) throw notFound('Deployment', deploymentId);
+        if (row.status !== 'AWAITING_DELETE') {
+          throw new AppError('conflict', `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`);
+        }
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'deployment',
+            subjectId: deploymentId,
+            deploymentId,
+            type: 'deployment.deleted',
+            fromStatus: 'AWAITING_DELETE',
+            data: { name: row.name, tracing_project_deleted: row.delete_tracing_project, confirmed_by_listener: listenerId },
+          },
+        ]);
+        await deleteDeploymentRow(tx, deploymentId);
+        if (row.delete_tracing_project) await deleteTracingProject(tx, row.tracing_project_id);
+      });
+    },
+
+    /** Seen now, with the agent's version and the namespaces it watches; an event when those change. */
+    async heartbeat(workspaceId: string, listenerId: string, input: { version: string; namespaces: string[]; message?: string }): Promise<ListenerView> {
+      return db.transaction().execute(async (tx) => {
+        const current = await lockListener(tx, workspaceId, listenerId);
+        if (!current) throw notFound('Listener', listenerId);
+        const updated = await recordListenerHeartbeat(tx, listenerId, { agentVersion: input.version, namespaces: input.namespaces, message: input.message ?? null });
+        const sameNamespaces = JSON.stringify(current.watched_namespaces) === JSON.stringify(input.namespaces);
+        if (current.agent_version !== input.version || !sameNamespaces) {
+          await recordEvents(tx, [
+            {
+              workspaceId,
+              subjectType: 'listener',
+              subjectId: listenerId,
+              type: 'listener.agent_changed',
+              data: { agent_version: input.version, watched_namespaces: input.namespaces, previous_agent_version: current.agent_version, previous_watched_namespaces: current.watched_namespaces },
+            },
+          ]);
+        }
+        return updated;
+      });
+    },
+  };
+}
+
+export type ListenerProtocolService = ReturnType<typeof createListenerProtocolService>;
+
+// ----- waking long-polls -------------------------------------------------------------------------
+
+export interface DesiredStateWait {
+  /** Resolves true when a change may concern the listener (or one came since the last call), false after `ms`. */
+  next(ms: number): Promise<boolean>;
+  close(): void;
+}
+
+interface Waiter {
+  signalled: boolean;
+  resolve: (() => void) | null;
+}
+
+/** Deployments whose listener is remembered; a listener never changes, so entries never go stale. */
+const MAX_REMEMBERED_DEPLOYMENTS = 100_000;
+
+/**
+ * Routes the change feed's notifications to the long-polls of the listener they concern. A change
+ * names a deployment; its listener is remembered (from the states the long-polls read, or looked up
+ * once), so that a change of a local deployment or of another listener wakes nobody. A reconnected
+ * feed may have missed changes: it wakes everyone.
+ */
+export function createDesiredStateWaits(options: { db: Kysely<Database>; changes: ChangeFeed | undefined; logger: Pick<Logger, 'warn'> }) {
+  const { db, changes, logger } = options;
+  const waiters = new Map<string, Set<Waiter>>();
+  const listenerOf = new Map<string, string | null>();
+  const lookups = new Map<string, Promise<void>>();
+
+  const remember = (deploymentId: string, listenerId: string | null) => {
+    if (listenerOf.has(deploymentId)) return;
+    if (listenerOf.size >= MAX_REMEMBERED_DEPLOYMENTS) listenerOf.delete(listenerOf.keys().next().value!);
+    listenerOf.set(deploymentId, listenerId);
+  };
+
+  const wakeWaiter = (waiter: Waiter) => {
+    waiter.signalled = true;
+    waiter.resolve?.();
+  };
+  const wake = (listenerId: string) => waiters.get(listenerId)?.forEach(wakeWaiter);
+  const wakeAll = () => waiters.forEach((set) => set.forEach(wakeWaiter));
+
+  const route = (deploymentId: string) => {
+    const known = listenerOf.get(deploymentId);
+    if (known !== undefined) {
+      if (known !== null) wake(known);
+      return;
+    }
+    if (lookups.has(deploymentId)) return;
+    const lookup = listenerOfDeployment(db, deploymentId).then(
+      (listenerId) => {
+        // undefined: the deployment is gone and was never read by a long-poll here: nobody to wake.
+        if (listenerId === undefined) return;
+        remember(deploymentId, listenerId);
+        if (listenerId !== null) wake(listenerId);
+      },
+      (error: unknown) => {
+        logger.warn({ err: error }, 'could not tell which listener a change concerns; waking every long-poll');
+        wakeAll();
+      },
+    );
+    lookups.set(deploymentId, lookup.finally(() => lookups.delete(deploymentId)));
+  };
+
+  const onChange = (change: Change) => {
+    if (waiters.size === 0 || change.kind === 'log') return;
+    if (change.kind === 'reconnected') wakeAll();
+    else route(change.deployment_id);
+  };
+  const unsubscribe = changes?.subscribe(onChange);
+
+  return {
+    /** The feed is there: long-polls may sleep long between safety re-reads. */
+    hasFeed: changes !== undefined,
+
+    /** Deployments a long-poll read for the listener: their changes concern it. */
+    remember(listenerId: string, deploymentIds: readonly string[]): void {
+      for (const id of deploymentIds) remember(id, listenerId);
+    },
+
+    /** Starts listening for the listener's changes (before its state is read, so none is missed). */
+    watch(listenerId: string): DesiredStateWait {
+      const waiter: Waiter = { signalled: false, resolve: null };
+      let set = waiters.get(listenerId);
+      if (!set) waiters.set(listenerId, (set = new Set()));
+      set.add(waiter);
+      return {
+        next: (ms) =>
+          new Promise<boolean>((resolve) => {
+            const finish = (woken: boolean) => {
+              clearTimeout(timer);
+              waiter.resolve = null;
+              waiter.signalled = false;
+              resolve(woken);
+            };
+            const timer = setTimeout(() => finish(false), ms);
+            waiter.resolve = () => finish(true);
+            if (waiter.signalled) finish(true);
+          }),
+        close: () => {
+          set.delete(waiter);
+          if (set.size === 0 && waiters.get(listenerId) === set) waiters.delete(listenerId);
+          waiter.resolve?.();
+        },
+      };
+    },
+
+    /** Wakes every long-poll (the server is closing: they answer at once). */
+    wakeAll,
+
+    stop(): void {
+      unsubscribe?.();
+    },
+  };
+}
+
+export type DesiredStateWaits = ReturnType<typeof createDesiredStateWaits>;
