@@ -1,0 +1,211 @@
+/**
+ * The control loop: whenever the desired state or the cluster changes, take a snapshot of both, let
+ * `reconcile` decide, and carry the actions out. Passes never overlap; changes that come during a
+ * pass make one more pass after it. A pass whose actions failed is tried again after a back-off (and
+ * every so often regardless, in case a change was missed): being level-triggered, a retry simply
+ * recomputes what is still to do.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { ClusterCache } from './cluster-cache.ts';
+import type { DesiredState, ReportedStatus } from './desired-state.ts';
+import { ApplyRefusedError, type KubeClient } from './kube-client.ts';
+import { keyOf, refOf } from './kube-objects.ts';
+import type { BuildContext } from './manifest-builder.ts';
+import { ProtocolHttpError, type ProtocolClient } from './protocol-client.ts';
+import { reconcile, type Action, type Plan } from './reconcile.ts';
+import { readResourceSpec } from './resource-spec.ts';
+import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
+
+export interface ControllerOptions {
+  readonly protocol: ProtocolClient;
+  readonly kube: KubeClient;
+  readonly cache: () => ClusterCache | null;
+  readonly build: BuildContext;
+  readonly namespaces: readonly string[];
+  readonly logger: Logger;
+  readonly backoff: BackoffOptions;
+  /** A pass at least this often, even without a change. */
+  readonly resyncMs: number;
+}
+
+export interface Controller {
+  setDesired(state: DesiredState): void;
+  wake(): void;
+  /** Problems of the last pass, for the heartbeat: null when everything went through. */
+  problem(): string | null;
+  /** How many deployments are in the desired state, and how many still roll out, for the heartbeat. */
+  summary(): string;
+  stop(): Promise<void>;
+}
+
+const RANK: Readonly<Record<ReportedStatus, number>> = { AWAITING_DEPLOY: 1, DEPLOYING: 2, DEPLOYED: 3, DEPLOY_FAILED: 3 };
+
+export function startController(options: ControllerOptions): Controller {
+  const { protocol, kube, logger } = options;
+  const stop = new AbortController();
+  const reported = new Map<string, ReportedStatus>();
+  const refused = new Map<string, string>();
+  const confirmed = new Set<string>();
+  const lastSummary = new Map<string, string>();
+  const ignoredLogged = new Set<string>();
+  let desired: DesiredState | null = null;
+  let dirty = true;
+  let waiting: (() => void) | null = null;
+  let lastProblem: string | null = null;
+  let rollingOut = 0;
+
+  const wake = () => {
+    dirty = true;
+    waiting?.();
+  };
+
+  /** The reports, applies and deletes of one deployment, in order; stops at the first failure. */
+  async function execute(plan: Plan): Promise<string | null> {
+    for (const action of plan.actions) {
+      try {
+        await perform(plan.deploymentId, action);
+      } catch (error) {
+        if (error instanceof ApplyRefusedError && action.type === 'apply') {
+          // Nothing to retry: the next pass reports the revision failed with the API server's words.
+          refused.set(action.revisionId, error.message);
+          logger.warn({ deployment_id: plan.deploymentId, revision_id: action.revisionId, err: error.message }, 'the API server refused a manifest');
+          dirty = true;
+          return null;
+        }
+        if (error instanceof ProtocolHttpError && error.permanent && (action.type === 'report' || action.type === 'confirm-deletion')) {
+          // The service will say no again (an unknown revision, a deployment no longer being deleted):
+          // take it as done so that it is not asked again, and say so.
+          logger.error({ deployment_id: plan.deploymentId, action: action.type, err: error.message }, 'the service refused the request; not repeating it');
+          if (action.type === 'report') remember(action.revisionId, action.status);
+          else confirmed.add(plan.deploymentId);
+          continue;
+        }
+        return `${plan.deploymentId}: ${error instanceof Error ? error.message : String(error)}`;
+      }
+    }
+    return null;
+  }
+
+  function remember(revisionId: string, status: ReportedStatus) {
+    const before = reported.get(revisionId);
+    if (before === undefined || RANK[status] > RANK[before]) reported.set(revisionId, status);
+  }
+
+  async function perform(deploymentId: string, action: Action): Promise<void> {
+    switch (action.type) {
+      case 'report': {
+        const answer = await protocol.report(
+          { revision_id: action.revisionId, status: action.status, ...(action.failureReason ? { failure_reason: action.failureReason } : {}), ...(action.message ? { message: action.message.slice(0, 4000) } : {}) },
+          stop.signal,
+        );
+        remember(action.revisionId, action.status);
+        logger.info({ deployment_id: deploymentId, revision_id: action.revisionId, status: action.status, failure_reason: action.failureReason, applied: answer.applied, now: answer.status }, 'reported');
+        return;
+      }
+      case 'apply':
+        await kube.apply(action.manifest);
+        logger.debug({ deployment_id: deploymentId, object: keyOf(refOf(action.manifest)) }, 'applied');
+        return;
+      case 'delete':
+        await kube.remove(action.target);
+        logger.info({ deployment_id: deploymentId, object: keyOf(action.target) }, 'deleted');
+        return;
+      case 'confirm-deletion':
+        await protocol.confirmDeletion(deploymentId, stop.signal);
+        confirmed.add(deploymentId);
+        logger.info({ deployment_id: deploymentId }, 'deletion confirmed: nothing of the deployment is left in the cluster');
+        return;
+    }
+  }
+
+  function logIgnoredFields(state: DesiredState) {
+    for (const d of state.deployments) {
+      const revision = d.revision;
+      if (!revision || ignoredLogged.has(revision.id)) continue;
+      ignoredLogged.add(revision.id);
+      const { ignored } = readResourceSpec(revision.resource_spec);
+      if (ignored.length > 0) logger.warn({ deployment_id: d.deployment_id, revision_id: revision.id, fields: ignored }, 'resource_spec fields a container deployment has no use for are ignored (see docs/listener.md)');
+    }
+  }
+
+  async function pass(): Promise<boolean> {
+    const cache = options.cache();
+    if (desired === null || cache === null || !cache.synced()) return true;
+    const plans = reconcile(desired, { objects: cache.snapshot(), memory: { reported, refused, confirmed } }, { ...options.build, namespaces: options.namespaces, entropy: randomBytes(32).toString('hex') });
+    const problems: string[] = [];
+    let going = 0;
+    for (const plan of plans) {
+      if (lastSummary.get(plan.deploymentId) !== plan.summary) {
+        lastSummary.set(plan.deploymentId, plan.summary);
+        logger.info({ deployment_id: plan.deploymentId }, plan.summary);
+      }
+      if (plan.phase === 'rolling-out') going += 1;
+      const problem = await execute(plan);
+      if (problem !== null) problems.push(problem);
+      if (stop.signal.aborted) return true;
+    }
+    rollingOut = going;
+    for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
+    lastProblem = problems.length > 0 ? problems.join('; ').slice(0, 2000) : null;
+    if (lastProblem !== null) logger.warn({ problems }, 'some actions failed; trying again after a back-off');
+    return problems.length === 0;
+  }
+
+  const loop = (async () => {
+    const backoff = createBackoff(options.backoff);
+    while (!stop.signal.aborted) {
+      if (!dirty) {
+        await new Promise<void>((resolve) => {
+          const done = () => {
+            clearTimeout(timer);
+            stop.signal.removeEventListener('abort', done);
+            waiting = null;
+            resolve();
+          };
+          const timer = setTimeout(done, options.resyncMs);
+          waiting = done;
+          stop.signal.addEventListener('abort', done);
+        });
+        if (stop.signal.aborted) break;
+      }
+      dirty = false;
+      let ok: boolean;
+      try {
+        ok = await pass();
+      } catch (error) {
+        // A bug of the agent itself: log it and try again later rather than die with the pass.
+        logger.error({ err: error }, 'reconcile pass failed');
+        lastProblem = error instanceof Error ? error.message : String(error);
+        ok = false;
+      }
+      if (ok) backoff.reset();
+      else {
+        await sleep(backoff.next(), stop.signal);
+        dirty = true;
+      }
+    }
+  })();
+
+  return {
+    setDesired(state) {
+      desired = state;
+      logIgnoredFields(state);
+      // Forget what concerns revisions no longer in the desired state: the maps stay small.
+      const current = new Set(state.deployments.flatMap((d) => (d.revision ? [d.revision.id] : [])));
+      for (const id of reported.keys()) if (!current.has(id)) reported.delete(id);
+      for (const id of refused.keys()) if (!current.has(id)) refused.delete(id);
+      for (const id of ignoredLogged) if (!current.has(id)) ignoredLogged.delete(id);
+      const deleting = new Set(state.deployments.filter((d) => d.delete).map((d) => d.deployment_id));
+      for (const id of confirmed) if (!deleting.has(id)) confirmed.delete(id);
+      wake();
+    },
+    wake,
+    problem: () => lastProblem,
+    summary: () => (desired === null ? 'waiting for the desired state' : `${desired.deployments.length} deployment(s), ${rollingOut} rolling out`),
+    async stop() {
+      stop.abort();
+      await loop;
+    },
+  };
+}

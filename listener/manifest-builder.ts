@@ -1,0 +1,379 @@
+/**
+ * From a revision and its resource spec to Kubernetes manifests, with no I/O. docs/listener.md has
+ * the table of which resource spec field goes where; this module is that table in code.
+ *
+ * What a deployment becomes (names from `manifest-names.ts`):
+ * - `<name>-secrets` Secret: the revision's secrets, read by the containers as env (secretKeyRef);
+ * - `<name>` Deployment (the app) and `<name>` Service (port 80 to the app's port);
+ * - `<name>` HorizontalPodAutoscaler when `max_scale` > `min_scale`;
+ * - `<name>-queue` Deployment (and its autoscaler) when any `queue_*` field is set;
+ * - `<name>-db` StatefulSet, Service and Secret (PostgreSQL) when any `db_*` field is set;
+ * - `<name>-cache` Deployment and Service (Redis) when any `cache_*` field is set.
+ * Each manifest carries the hash of its own content, so that the agent applies only what changed.
+ */
+import { createHash } from 'node:crypto';
+import type {
+  V1Container,
+  V1EnvVar,
+  V1PodSpec,
+  V1PodTemplateSpec,
+  V1ResourceRequirements,
+  V1StatefulSetSpec,
+  V2HorizontalPodAutoscalerSpec,
+} from '@kubernetes/client-node';
+import type { DesiredDeployment, DesiredRevision } from './desired-state.ts';
+import type { Manifest } from './kube-objects.ts';
+import {
+  COMPONENT_LABEL,
+  CUSTOM_URL_ANNOTATION,
+  KEEP_UNTIL_DELETE_LABEL,
+  REVISION_ID_ANNOTATION,
+  REVISION_ID_LABEL,
+  SPEC_HASH_ANNOTATION,
+  objectName,
+  ownerLabels,
+  selectorLabels,
+  type Component,
+} from './manifest-names.ts';
+import { wants, type ResourceSpec } from './resource-spec.ts';
+
+export interface BuildContext {
+  readonly listenerId: string;
+  readonly appPort: number;
+  readonly progressDeadlineSeconds: number;
+  readonly postgresImage: string;
+  readonly redisImage: string;
+}
+
+export interface BuildInput {
+  readonly deployment: DesiredDeployment;
+  readonly revision: DesiredRevision & { readonly image_uri: string };
+  readonly namespace: string;
+  readonly spec: ResourceSpec;
+  /** The database's password: the one already in the cluster, or a new one. Used when `db_*` is set. */
+  readonly dbPassword: string;
+  /**
+   * The database volume's size as created: a StatefulSet's volume claim templates cannot change, so
+   * once it exists its size is kept (null: not created yet, `db_storage_gi` applies).
+   */
+  readonly existingDbStorage: string | null;
+}
+
+/** Service port of the app: the cluster-internal address is http://<name>.<namespace>/ */
+export const SERVICE_PORT = 80;
+export const POSTGRES_PORT = 5432;
+export const REDIS_PORT = 6379;
+/** What an autoscaler aims at: the pods' average CPU use as a share of their request. */
+export const TARGET_CPU_UTILIZATION = 80;
+/** CPU requested per pod when autoscaling and `cpu` is not set: utilization needs a request to measure against. */
+export const AUTOSCALE_DEFAULT_CPU = 0.25;
+/** Kinds in the order they are applied. */
+const APPLY_ORDER = ['Secret', 'Service', 'StatefulSet', 'Deployment', 'HorizontalPodAutoscaler'];
+const DB_USER = 'app';
+const DB_NAME = 'app';
+const DB_DATA = '/var/lib/postgresql/data';
+
+/** JSON with sorted keys: the same manifest always hashes the same. */
+function stableJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(stableJson).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+export function specHash(manifest: Manifest): string {
+  const annotations = { ...manifest.metadata.annotations };
+  delete annotations[SPEC_HASH_ANNOTATION];
+  const unhashed = { ...manifest, metadata: { ...manifest.metadata, annotations } };
+  return createHash('sha256').update(stableJson(unhashed)).digest('hex').slice(0, 20);
+}
+
+function withHash(manifest: Manifest): Manifest {
+  const hash = specHash(manifest);
+  return { ...manifest, metadata: { ...manifest.metadata, annotations: { ...manifest.metadata.annotations, [SPEC_HASH_ANNOTATION]: hash } } };
+}
+
+const cpuQuantity = (cores: number): string => `${Math.round(cores * 1000)}m`;
+const memoryQuantity = (mb: number): string => `${mb}Mi`;
+
+/** Requests and limits from cores and megabytes; fields left unset stay unset (the namespace's defaults apply). */
+export function resources(cpu: number | undefined, memoryMb: number | undefined, cpuLimit: number | undefined, memoryLimitMb: number | undefined): V1ResourceRequirements | undefined {
+  const requests: Record<string, string> = {};
+  const limits: Record<string, string> = {};
+  // 0 cores rounds to nothing requested: leave it out rather than ask for "0m".
+  if (cpu !== undefined && cpu > 0) requests.cpu = cpuQuantity(cpu);
+  if (memoryMb !== undefined) requests.memory = memoryQuantity(memoryMb);
+  if (cpuLimit !== undefined && cpuLimit > 0) limits.cpu = cpuQuantity(cpuLimit);
+  if (memoryLimitMb !== undefined) limits.memory = memoryQuantity(memoryLimitMb);
+  const out: V1ResourceRequirements = {};
+  if (Object.keys(requests).length > 0) out.requests = requests;
+  if (Object.keys(limits).length > 0) out.limits = limits;
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+/** Later entries win, as layers do on the service's own data plane (platform variables last). */
+function dedupeEnv(env: V1EnvVar[]): V1EnvVar[] {
+  const byName = new Map<string, V1EnvVar>();
+  for (const e of env) {
+    byName.delete(e.name);
+    byName.set(e.name, e);
+  }
+  return [...byName.values()];
+}
+
+/** A base64 Secret data map (server-side apply owns `data` cleanly; `stringData` is write-only). */
+const secretData = (entries: Record<string, string>): Record<string, string> => Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, Buffer.from(v, 'utf8').toString('base64')]));
+
+export function databaseUrl(host: string, password: string): string {
+  return `postgres://${DB_USER}:${encodeURIComponent(password)}@${host}:${POSTGRES_PORT}/${DB_NAME}`;
+}
+
+export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[] {
+  const { deployment, revision, namespace, spec } = input;
+  const id = deployment.deployment_id;
+  const name = (component: Component) => objectName(deployment.name, id, component);
+  const owner = ownerLabels(id, deployment.name, ctx.listenerId);
+  const userLabels = spec.labels ?? {};
+  const userAnnotations = spec.annotations ?? {};
+  // Ours come last: a user label can never take an object away from its deployment.
+  const labels = (component: Component, extra: Record<string, string> = {}) => ({ ...userLabels, ...owner, [COMPONENT_LABEL]: component, ...extra });
+  const metadata = (component: Component, extra: { labels?: Record<string, string>; annotations?: Record<string, string> } = {}) => ({
+    name: name(component),
+    namespace,
+    labels: labels(component, extra.labels),
+    annotations: { ...extra.annotations, [REVISION_ID_ANNOTATION]: revision.id },
+  });
+
+  const out: Manifest[] = [];
+  const withDb = wants(spec, 'db_');
+  const withCache = wants(spec, 'cache_');
+  const withQueue = wants(spec, 'queue_');
+
+  // ----- the revision's secrets -----
+  if (revision.secrets.length > 0) {
+    out.push({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: metadata('secrets'),
+      type: 'Opaque',
+      data: secretData(Object.fromEntries(revision.secrets.map((s) => [s.name, s.value]))),
+    });
+  }
+
+  const env = (processType: 'web' | 'queue'): V1EnvVar[] =>
+    dedupeEnv([
+      ...revision.secrets.map((s) => ({ name: s.name, valueFrom: { secretKeyRef: { name: name('secrets'), key: s.name } } })),
+      ...(revision.secret_references ?? []).map((r) => ({ name: r.name, valueFrom: { secretKeyRef: { name: r.secret_name, key: r.secret_key } } })),
+      ...(withDb ? [{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: name('db'), key: 'DATABASE_URL' } } }] : []),
+      ...(withCache ? [{ name: 'REDIS_URL', value: `redis://${name('cache')}:${REDIS_PORT}` }] : []),
+      { name: 'SLIPWAY_DEPLOYMENT_ID', value: id },
+      { name: 'SLIPWAY_REVISION_ID', value: revision.id },
+      { name: 'SLIPWAY_PROCESS_TYPE', value: processType },
+      ...(processType === 'web'
+        ? [
+            { name: 'PORT', value: String(ctx.appPort) },
+            // Reachable from the Service: the own data plane's 127.0.0.1 would not be.
+            { name: 'HOST', value: '0.0.0.0' },
+          ]
+        : []),
+    ]);
+
+  // Init containers first, in order; then the sidecars, as native sidecars (init containers that keep
+  // running: restartPolicy Always), so that they are up before the app starts and stop after it.
+  const initContainers: V1Container[] = [...(spec.init_containers ?? []), ...(spec.sidecars ?? []).map((c) => ({ ...c, restartPolicy: 'Always' }))];
+
+  const podSpec = (containers: V1Container[]): V1PodSpec => ({
+    ...(spec.service_account_name !== undefined ? { serviceAccountName: spec.service_account_name } : {}),
+    ...(spec.image_pull_secrets !== undefined && spec.image_pull_secrets.length > 0 ? { imagePullSecrets: spec.image_pull_secrets.map((s) => ({ name: s.name })) } : {}),
+    ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: [...spec.volumes] } : {}),
+    ...(initContainers.length > 0 ? { initContainers } : {}),
+    containers,
+    // Service links add a variable per Service in the namespace; an app should not depend on them.
+    enableServiceLinks: false,
+  });
+
+  const template = (component: 'web' | 'queue', containers: V1Container[]): V1PodTemplateSpec => ({
+    metadata: {
+      labels: labels(component, { [REVISION_ID_LABEL]: revision.id }),
+      // The revision id in the template: every revision rolls the pods, even one that changes only secrets.
+      annotations: { ...userAnnotations, [REVISION_ID_ANNOTATION]: revision.id },
+    },
+    spec: podSpec(containers),
+  });
+
+  const mounts = spec.volume_mounts !== undefined && spec.volume_mounts.length > 0 ? { volumeMounts: [...spec.volume_mounts] } : {};
+
+  // ----- the app -----
+  const autoscaled = spec.max_scale !== undefined && spec.max_scale > (spec.min_scale ?? 1);
+  const webCpu = spec.cpu ?? (autoscaled ? AUTOSCALE_DEFAULT_CPU : undefined);
+  const webResources = resources(webCpu, spec.memory_mb, spec.cpu_limit, spec.memory_limit_mb);
+  const app: V1Container = {
+    name: 'app',
+    image: revision.image_uri,
+    ports: [{ name: 'http', containerPort: ctx.appPort, protocol: 'TCP' }],
+    env: env('web'),
+    ...(webResources ? { resources: webResources } : {}),
+    ...mounts,
+    // The app's health path is not known for an image: a probe of its port tells that it listens.
+    readinessProbe: { tcpSocket: { port: 'http' }, periodSeconds: 5, failureThreshold: 3 },
+    livenessProbe: { tcpSocket: { port: 'http' }, initialDelaySeconds: 30, periodSeconds: 10, failureThreshold: 6 },
+  };
+  out.push({
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: metadata('web', { annotations: userAnnotations }),
+    spec: {
+      // Autoscaled: the autoscaler owns replicas; applying them too would undo its every decision.
+      ...(autoscaled ? {} : { replicas: spec.min_scale ?? 1 }),
+      selector: { matchLabels: selectorLabels(id, 'web') },
+      progressDeadlineSeconds: ctx.progressDeadlineSeconds,
+      revisionHistoryLimit: 3,
+      // No old pod goes before a new one is ready: a bad revision never takes the app down.
+      strategy: { type: 'RollingUpdate', rollingUpdate: { maxUnavailable: 0, maxSurge: '25%' } },
+      template: template('web', [app]),
+    },
+  });
+  out.push({
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: metadata('web', deployment.custom_url !== null ? { annotations: { [CUSTOM_URL_ANNOTATION]: deployment.custom_url } } : {}),
+    spec: {
+      type: 'ClusterIP',
+      selector: selectorLabels(id, 'web'),
+      ports: [{ name: 'http', port: SERVICE_PORT, targetPort: 'http', protocol: 'TCP' }],
+    },
+  });
+  if (autoscaled) out.push(autoscaler('web', name('web'), Math.max(1, spec.min_scale ?? 1), spec.max_scale ?? 1));
+
+  // ----- the queue worker -----
+  if (withQueue) {
+    const queueAutoscaled = spec.queue_max_scale !== undefined && spec.queue_max_scale > (spec.queue_min_scale ?? 1);
+    const queueResources = resources(spec.queue_cpu ?? (queueAutoscaled ? AUTOSCALE_DEFAULT_CPU : undefined), spec.queue_memory_mb, spec.queue_cpu_limit, spec.queue_memory_limit_mb);
+    const worker: V1Container = {
+      name: 'worker',
+      image: revision.image_uri,
+      // The same image as the app: SLIPWAY_PROCESS_TYPE=queue tells it to consume the queue instead of serving.
+      env: env('queue'),
+      ...(queueResources ? { resources: queueResources } : {}),
+      ...mounts,
+    };
+    out.push({
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: metadata('queue', { annotations: userAnnotations }),
+      spec: {
+        ...(queueAutoscaled ? {} : { replicas: spec.queue_min_scale ?? 1 }),
+        selector: { matchLabels: selectorLabels(id, 'queue') },
+        progressDeadlineSeconds: ctx.progressDeadlineSeconds,
+        revisionHistoryLimit: 3,
+        template: template('queue', [worker]),
+      },
+    });
+    if (queueAutoscaled) out.push(autoscaler('queue', name('queue'), Math.max(1, spec.queue_min_scale ?? 1), spec.queue_max_scale ?? 1));
+  }
+
+  function autoscaler(component: 'web' | 'queue', target: string, min: number, max: number): Manifest {
+    const hpaSpec: V2HorizontalPodAutoscalerSpec = {
+      scaleTargetRef: { apiVersion: 'apps/v1', kind: 'Deployment', name: target },
+      minReplicas: min,
+      maxReplicas: max,
+      metrics: [{ type: 'Resource', resource: { name: 'cpu', target: { type: 'Utilization', averageUtilization: TARGET_CPU_UTILIZATION } } }],
+    };
+    return { apiVersion: 'autoscaling/v2', kind: 'HorizontalPodAutoscaler', metadata: metadata(component), spec: hpaSpec };
+  }
+
+  // ----- the database -----
+  if (withDb) {
+    const dbName = name('db');
+    const keep = { [KEEP_UNTIL_DELETE_LABEL]: 'true' };
+    out.push({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: metadata('db', { labels: keep }),
+      type: 'Opaque',
+      data: secretData({ POSTGRES_USER: DB_USER, POSTGRES_DB: DB_NAME, POSTGRES_PASSWORD: input.dbPassword, DATABASE_URL: databaseUrl(dbName, input.dbPassword) }),
+    });
+    out.push({
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: metadata('db'),
+      spec: { type: 'ClusterIP', selector: selectorLabels(id, 'db'), ports: [{ name: 'postgres', port: POSTGRES_PORT, targetPort: 'postgres', protocol: 'TCP' }] },
+    });
+    const dbResources = resources(spec.db_cpu, spec.db_memory_mb, spec.db_cpu_limit, spec.db_memory_limit_mb);
+    const fromSecret = (key: string): V1EnvVar => ({ name: key, valueFrom: { secretKeyRef: { name: dbName, key } } });
+    const postgres: V1Container = {
+      name: 'postgres',
+      image: ctx.postgresImage,
+      ...(spec.db_max_connections !== undefined ? { args: ['-c', `max_connections=${spec.db_max_connections}`] } : {}),
+      // A subdirectory: a fresh volume's root holds lost+found, and initdb wants an empty directory.
+      env: [fromSecret('POSTGRES_USER'), fromSecret('POSTGRES_PASSWORD'), fromSecret('POSTGRES_DB'), { name: 'PGDATA', value: `${DB_DATA}/pgdata` }],
+      ports: [{ name: 'postgres', containerPort: POSTGRES_PORT, protocol: 'TCP' }],
+      ...(dbResources ? { resources: dbResources } : {}),
+      volumeMounts: [{ name: 'data', mountPath: DB_DATA }],
+      readinessProbe: { exec: { command: ['pg_isready', '-U', DB_USER, '-d', DB_NAME] }, periodSeconds: 5, failureThreshold: 6 },
+      livenessProbe: { tcpSocket: { port: 'postgres' }, initialDelaySeconds: 30, periodSeconds: 10, failureThreshold: 6 },
+    };
+    const statefulSpec: V1StatefulSetSpec = {
+      serviceName: dbName,
+      replicas: 1,
+      selector: { matchLabels: selectorLabels(id, 'db') },
+      template: { metadata: { labels: labels('db') }, spec: { containers: [postgres], enableServiceLinks: false } },
+      volumeClaimTemplates: [
+        {
+          metadata: { name: 'data', labels: labels('db', keep) },
+          spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: input.existingDbStorage ?? `${spec.db_storage_gi ?? 1}Gi` } } },
+        },
+      ],
+      persistentVolumeClaimRetentionPolicy: { whenDeleted: 'Delete', whenScaled: 'Retain' },
+    };
+    out.push({ apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: metadata('db'), spec: statefulSpec });
+  }
+
+  // ----- the cache -----
+  if (withCache) {
+    const cacheResources = resources(spec.cache_cpu, spec.cache_memory_mb, spec.cache_cpu_limit, spec.cache_memory_limit_mb);
+    // A cache, not a store: no persistence, and evict the least recently used keys before the memory limit kills it.
+    const maxMemory = spec.cache_memory_limit_mb ?? spec.cache_memory_mb;
+    const args = ['--save', '', '--appendonly', 'no', ...(maxMemory !== undefined ? ['--maxmemory', `${Math.max(1, Math.floor(maxMemory * 0.9))}mb`, '--maxmemory-policy', 'allkeys-lru'] : [])];
+    out.push({
+      apiVersion: 'apps/v1',
+      kind: 'Deployment',
+      metadata: metadata('cache'),
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: selectorLabels(id, 'cache') },
+        progressDeadlineSeconds: ctx.progressDeadlineSeconds,
+        revisionHistoryLimit: 3,
+        template: {
+          metadata: { labels: labels('cache') },
+          spec: {
+            enableServiceLinks: false,
+            containers: [
+              {
+                name: 'redis',
+                image: ctx.redisImage,
+                args,
+                ports: [{ name: 'redis', containerPort: REDIS_PORT, protocol: 'TCP' }],
+                ...(cacheResources ? { resources: cacheResources } : {}),
+                readinessProbe: { tcpSocket: { port: 'redis' }, periodSeconds: 5, failureThreshold: 3 },
+              },
+            ],
+          },
+        },
+      },
+    });
+    out.push({
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: metadata('cache'),
+      spec: { type: 'ClusterIP', selector: selectorLabels(id, 'cache'), ports: [{ name: 'redis', port: REDIS_PORT, targetPort: 'redis', protocol: 'TCP' }] },
+    });
+  }
+
+  // What is referred to before what refers to it: a pod must never start before the Secret it reads.
+  return out.sort((a, b) => APPLY_ORDER.indexOf(a.kind) - APPLY_ORDER.indexOf(b.kind)).map(withHash);
+}

@@ -1,0 +1,229 @@
+/**
+ * The listener's decision, as a pure function: from the desired state (what the service wants run)
+ * and what is observed (the agent's objects in the cluster, and what this process already reported)
+ * to the actions that bring the two together. `listener-controller.ts` runs it whenever either side
+ * changes and carries the actions out; everything here can be tested without a cluster.
+ *
+ * Reports follow the protocol's meaning: AWAITING_DEPLOY when the API server has accepted every
+ * manifest, DEPLOYING when the workload controllers have taken the new generation up, then DEPLOYED
+ * (every replica updated and available) or DEPLOY_FAILED with a reason. A revision whose manifests
+ * cannot be applied is reported DEPLOY_FAILED straight away (the service walks the steps in between).
+ *
+ * Everything is derived again on every pass: whether a manifest is applied (its hash annotation),
+ * where the rollout stands (the workloads' status and their pods), which status to report next (the
+ * revision's status in the desired state, and the reports this process made). That is why an agent
+ * restarted mid-rollout carries on where the previous one was: it reports only what is still missing.
+ */
+import { createHmac } from 'node:crypto';
+import type { V1StatefulSet } from '@kubernetes/client-node';
+import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from './desired-state.ts';
+import { MANAGED_KINDS, isDeployment, isPod, isStatefulSet, keyOf, refOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
+import { buildManifests, type BuildContext } from './manifest-builder.ts';
+import { COMPONENT_LABEL, DEPLOYMENT_ID_LABEL, KEEP_UNTIL_DELETE_LABEL, REVISION_ID_LABEL, SPEC_HASH_ANNOTATION, objectName } from './manifest-names.ts';
+import { readResourceSpec } from './resource-spec.ts';
+import { combine, deploymentRollout, podFailure, statefulSetRollout, waitingDetail, type FailureReason, type Rollout } from './rollout-status.ts';
+
+/** What this process has done that the cluster does not show. Lost on restart, on purpose: see above. */
+export interface Memory {
+  /** Revision id to the furthest status this process reported for it. */
+  readonly reported: ReadonlyMap<string, ReportedStatus>;
+  /** Revision id to the message of the apply the API server refused (422): applying again cannot help. */
+  readonly refused: ReadonlyMap<string, string>;
+  /** Deployments whose deletion this process confirmed. */
+  readonly confirmed: ReadonlySet<string>;
+}
+
+export interface Observed {
+  /** Every object labelled managed-by the listener in the watched namespaces, as last listed or watched. */
+  readonly objects: readonly ObservedObject[];
+  readonly memory: Memory;
+}
+
+export interface ReconcileContext extends BuildContext {
+  readonly namespaces: readonly string[];
+  /** Random bytes of this pass: the source of a new database password (one per deployment, derived). */
+  readonly entropy: string;
+}
+
+export type Action =
+  | { readonly type: 'report'; readonly revisionId: string; readonly status: ReportedStatus; readonly failureReason?: FailureReason; readonly message?: string }
+  | { readonly type: 'apply'; readonly revisionId: string; readonly manifest: Manifest }
+  | { readonly type: 'delete'; readonly target: ObjectRef }
+  | { readonly type: 'confirm-deletion' };
+
+/** One deployment's actions, in order: the runner stops at the first that fails and tries later. */
+export interface Plan {
+  readonly deploymentId: string;
+  readonly actions: readonly Action[];
+  readonly phase: Phase;
+  /** Where the deployment stands, for the log. */
+  readonly summary: string;
+}
+
+/** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
+export type Phase = 'idle' | 'waiting' | 'rolling-out' | 'deployed' | 'failed' | 'deleting' | 'deleted';
+
+const RANK: Readonly<Record<ReportedStatus, number>> = { AWAITING_DEPLOY: 1, DEPLOYING: 2, DEPLOYED: 3, DEPLOY_FAILED: 3 };
+
+/**
+ * How far the service has the revision: 0 before the listener's steps, null when the revision is in a
+ * final state (DEPLOYED, or failed, skipped, interrupted): nothing is reported for it any more.
+ */
+function serviceRank(status: string): number | null {
+  switch (status) {
+    case 'AWAITING_DEPLOY':
+      return 1;
+    case 'DEPLOYING':
+      return 2;
+    case 'CREATING':
+    case 'QUEUED':
+    case 'AWAITING_BUILD':
+    case 'BUILDING':
+      return 0;
+    default:
+      return null;
+  }
+}
+
+const label = (o: ObservedObject, key: string): string | undefined => o.metadata.labels?.[key];
+const terminating = (o: ObservedObject): boolean => o.metadata.deletionTimestamp !== undefined && o.metadata.deletionTimestamp !== null;
+const kindOrder = (kind: string): number => MANAGED_KINDS.findIndex((k) => k.kind === kind);
+
+function decodeSecretValue(secret: ObservedObject | undefined, key: string): string | null {
+  const data = secret?.data;
+  if (data === null || typeof data !== 'object') return null;
+  const value = (data as Record<string, unknown>)[key];
+  return typeof value === 'string' && value !== '' ? Buffer.from(value, 'base64').toString('utf8') : null;
+}
+
+function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject[], memory: Memory): Plan {
+  const id = deployment.deployment_id;
+  if (mine.length === 0) {
+    return { deploymentId: id, actions: memory.confirmed.has(id) ? [] : [{ type: 'confirm-deletion' }], phase: 'deleted', summary: 'deleted: nothing of it is left in the cluster' };
+  }
+  // Pods go with their Deployment or StatefulSet (deleted in the foreground); only strays are deleted directly.
+  const ownersLeft = mine.some((o) => o.kind === 'Deployment' || o.kind === 'StatefulSet');
+  const targets = mine
+    .filter((o) => !terminating(o) && (o.kind !== 'Pod' || !ownersLeft))
+    .sort((a, b) => kindOrder(a.kind) - kindOrder(b.kind))
+    .map((o): Action => ({ type: 'delete', target: refOf(o) }));
+  return { deploymentId: id, actions: targets, phase: 'deleting', summary: `deleting: ${mine.length} object(s) left (${mine.map((o) => keyOf(refOf(o))).join(', ')})` };
+}
+
+function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objects: readonly ObservedObject[], desired: DesiredState, memory: Memory, ctx: ReconcileContext): Plan {
+  const id = deployment.deployment_id;
+  const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id);
+  const done = (() => {
+    const service = serviceRank(revision.status);
+    if (service === null) return null;
+    const reported = memory.reported.get(revision.id);
+    return Math.max(service, reported === undefined ? 0 : RANK[reported]);
+  })();
+  /** The reports still missing on the way to the last status of `path`. */
+  const reports = (path: readonly ReportedStatus[], failure?: { reason: FailureReason; message: string }): Action[] =>
+    done === null
+      ? []
+      : path
+          .filter((status) => RANK[status] > done)
+          .map((status) => ({
+            type: 'report' as const,
+            revisionId: revision.id,
+            status,
+            ...(status === 'DEPLOY_FAILED' && failure ? { failureReason: failure.reason, message: failure.message } : {}),
+          }));
+  const plan = (actions: Action[], phase: Phase, summary: string): Plan => ({ deploymentId: id, actions, phase, summary });
+  // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
+  const refuse = (message: string): Plan => plan(reports(['DEPLOY_FAILED'], { reason: 'invalid_manifest', message }), 'failed', `revision ${revision.id} cannot be deployed: ${message}`);
+
+  const namespace = deployment.namespace ?? ctx.namespaces[0] ?? 'default';
+  if (!ctx.namespaces.includes(namespace)) {
+    return refuse(`namespace ${namespace} is not watched by this listener (it watches ${ctx.namespaces.join(', ')}); add it to SLIPWAY_LISTENER_NAMESPACES and give the listener a Role there`);
+  }
+  if (revision.image_uri === null || revision.image_uri === '') return refuse('the revision has no image_uri');
+  const read = readResourceSpec(revision.resource_spec);
+  if (read.problems.length > 0) return refuse(read.problems.join('; '));
+  const refused = memory.refused.get(revision.id);
+  if (refused !== undefined) return refuse(refused);
+
+  const dbName = objectName(deployment.name, id, 'db');
+  const dbSecret = mine.find((o) => o.kind === 'Secret' && o.metadata.name === dbName && o.metadata.namespace === namespace);
+  const dbSet = mine.find((o): o is ObservedObject & V1StatefulSet => isStatefulSet(o) && o.metadata.name === dbName && o.metadata.namespace === namespace);
+  const manifests = buildManifests(
+    {
+      deployment,
+      revision: { ...revision, image_uri: revision.image_uri },
+      namespace,
+      spec: read.spec,
+      // The password in the cluster stays: the database was initialised with it.
+      dbPassword: decodeSecretValue(dbSecret, 'POSTGRES_PASSWORD') ?? createHmac('sha256', ctx.entropy).update(id).digest('base64url').slice(0, 32),
+      existingDbStorage: dbSet?.spec?.volumeClaimTemplates?.[0]?.spec?.resources?.requests?.storage ?? null,
+    },
+    ctx,
+  );
+
+  const byKey = new Map(objects.map((o) => [keyOf(refOf(o)), o]));
+  for (const manifest of manifests) {
+    const other = byKey.get(keyOf(refOf(manifest)));
+    const owner = other === undefined ? undefined : label(other, DEPLOYMENT_ID_LABEL);
+    if (other === undefined || owner === id) continue;
+    const what = keyOf(refOf(manifest));
+    const leaving = desired.deployments.some((d) => d.deployment_id === owner && d.delete);
+    // A deployment of the same name being deleted: its objects go first, then this one takes the name.
+    if (leaving) return plan([], 'waiting', `waiting for ${what} of deleted deployment ${owner} to go`);
+    return refuse(`${what} already belongs to Slipway deployment ${owner ?? 'unknown'}; names derive from the deployment name, so rename one of them`);
+  }
+
+  const hashOf = (o: ObservedObject | undefined) => o?.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+  const pending = manifests.filter((m) => hashOf(byKey.get(keyOf(refOf(m)))) !== m.metadata.annotations?.[SPEC_HASH_ANNOTATION]);
+  const wanted = new Set(manifests.map((m) => keyOf(refOf(m))));
+  const prune = mine
+    .filter((o) => o.kind !== 'Pod' && o.kind !== 'PersistentVolumeClaim' && label(o, KEEP_UNTIL_DELETE_LABEL) !== 'true' && !terminating(o) && !wanted.has(keyOf(refOf(o))))
+    .map((o): Action => ({ type: 'delete', target: refOf(o) }));
+
+  if (pending.length > 0) {
+    return plan(
+      // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
+      [...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest })), ...reports(['AWAITING_DEPLOY']), ...prune],
+      'rolling-out',
+      `applying revision ${revision.id}: ${pending.map((m) => keyOf(refOf(m))).join(', ')}`,
+    );
+  }
+
+  const rollouts: Rollout[] = manifests.flatMap((manifest): Rollout[] => {
+    const observed = byKey.get(keyOf(refOf(manifest)));
+    if (observed === undefined || (!isDeployment(observed) && !isStatefulSet(observed))) return [];
+    const component = manifest.metadata.labels[COMPONENT_LABEL];
+    const pods = mine.filter(isPod).filter((p) => label(p, COMPONENT_LABEL) === component && p.metadata.namespace === namespace && (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === revision.id));
+    const own = isDeployment(observed) ? deploymentRollout(observed) : statefulSetRollout(observed);
+    if (own.state === 'complete') return [own];
+    const stuck = podFailure(pods);
+    if (stuck) return [stuck];
+    return [own.state === 'failed' ? { ...own, message: `${own.message}${waitingDetail(pods)}` } : own];
+  });
+  const rollout = combine(rollouts);
+  switch (rollout.state) {
+    case 'complete':
+      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']), ...prune], 'deployed', `revision ${revision.id} is deployed`);
+    case 'failed':
+      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED'], { reason: rollout.reason, message: rollout.message }), ...prune], 'failed', `revision ${revision.id} failed: ${rollout.reason}: ${rollout.message}`);
+    case 'pending':
+      return plan([...reports(['AWAITING_DEPLOY']), ...prune], 'rolling-out', `revision ${revision.id} is applied: ${rollout.detail}`);
+    case 'progressing':
+      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING']), ...prune], 'rolling-out', `revision ${revision.id} is rolling out: ${rollout.detail}`);
+  }
+}
+
+export function reconcile(desired: DesiredState, observed: Observed, ctx: ReconcileContext): Plan[] {
+  const plans: Plan[] = [];
+  for (const deployment of desired.deployments) {
+    if (deployment.delete) {
+      plans.push(deletePlan(deployment, observed.objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === deployment.deployment_id), observed.memory));
+    } else if (deployment.revision !== null) {
+      plans.push(runPlan(deployment, deployment.revision, observed.objects, desired, observed.memory, ctx));
+    } else {
+      // No revision to run yet (or none left to run): what is there stays as it is.
+      plans.push({ deploymentId: deployment.deployment_id, actions: [], phase: 'idle', summary: 'no revision to run' });
+    }
+  }
+  return plans;
+}

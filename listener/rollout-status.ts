@@ -1,0 +1,101 @@
+/**
+ * Where a rollout stands, from what the cluster shows: the workloads' generations and replica counts
+ * (the same rules as `kubectl rollout status`) and the waiting reasons of their pods. Pure.
+ */
+import type { V1ContainerStatus, V1Deployment, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
+
+export type FailureReason = 'image_pull_failed' | 'crash_loop' | 'progress_deadline_exceeded' | 'invalid_manifest';
+
+export type Rollout =
+  /** Applied, but the workload's controller has not seen this generation yet. */
+  | { readonly state: 'pending'; readonly detail: string }
+  | { readonly state: 'progressing'; readonly detail: string }
+  | { readonly state: 'complete' }
+  | { readonly state: 'failed'; readonly reason: FailureReason; readonly message: string };
+
+/**
+ * Waiting reasons that do not go away by waiting. `ErrImagePull` is the first failed pull and
+ * `ImagePullBackOff` the ones after; both mean the image cannot be had (wrong name, tag or
+ * credentials). Other waits (`CreateContainerConfigError` for a Secret that is not there yet,
+ * `ContainerCreating`) may resolve themselves, say when an operator syncs the Secret a moment later:
+ * they fail the rollout only at its progress deadline, and the failure message names them.
+ */
+const FAILING_WAIT: Readonly<Record<string, FailureReason>> = {
+  ErrImagePull: 'image_pull_failed',
+  ImagePullBackOff: 'image_pull_failed',
+  InvalidImageName: 'image_pull_failed',
+  ErrImageNeverPull: 'image_pull_failed',
+  CrashLoopBackOff: 'crash_loop',
+};
+
+interface Waiting {
+  readonly reason: string;
+  readonly text: string;
+}
+
+/** Every container of these pods that waits, with the kubelet's reason and message. */
+function waitingContainers(pods: readonly V1Pod[]): Waiting[] {
+  return pods.flatMap((pod) => {
+    if (pod.metadata?.deletionTimestamp) return [];
+    const statuses: V1ContainerStatus[] = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
+    return statuses.flatMap((status) => {
+      const waiting = status.state?.waiting;
+      if (!waiting?.reason) return [];
+      return [{ reason: waiting.reason, text: `container ${status.name} of pod ${pod.metadata?.name ?? '?'} is ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` }];
+    });
+  });
+}
+
+/** The first container of these pods stuck for good, as a failure. */
+export function podFailure(pods: readonly V1Pod[]): Rollout | null {
+  for (const w of waitingContainers(pods)) {
+    const reason = FAILING_WAIT[w.reason];
+    if (reason !== undefined) return { state: 'failed', reason, message: w.text };
+  }
+  return null;
+}
+
+/** What the pods wait for, to say why a rollout made no progress. */
+export function waitingDetail(pods: readonly V1Pod[]): string {
+  const texts = waitingContainers(pods).map((w) => w.text);
+  return texts.length === 0 ? '' : `; ${texts.slice(0, 3).join('; ')}`;
+}
+
+export function deploymentRollout(deployment: V1Deployment): Rollout {
+  const name = deployment.metadata?.name ?? '?';
+  const generation = deployment.metadata?.generation ?? 0;
+  const status = deployment.status ?? {};
+  if ((status.observedGeneration ?? 0) < generation) return { state: 'pending', detail: `Deployment ${name}: waiting for the controller to see generation ${generation}` };
+  const stalled = (status.conditions ?? []).find((c) => c.type === 'Progressing' && c.status === 'False' && c.reason === 'ProgressDeadlineExceeded');
+  if (stalled) {
+    return { state: 'failed', reason: 'progress_deadline_exceeded', message: `Deployment ${name} made no progress within its deadline${stalled.message ? `: ${stalled.message}` : ''}` };
+  }
+  const wanted = deployment.spec?.replicas ?? 1;
+  const updated = status.updatedReplicas ?? 0;
+  const total = status.replicas ?? 0;
+  const available = status.availableReplicas ?? 0;
+  if (updated < wanted) return { state: 'progressing', detail: `Deployment ${name}: ${updated} of ${wanted} new replicas updated` };
+  if (total > updated) return { state: 'progressing', detail: `Deployment ${name}: ${total - updated} old replicas pending termination` };
+  if (available < updated) return { state: 'progressing', detail: `Deployment ${name}: ${available} of ${updated} updated replicas available` };
+  return { state: 'complete' };
+}
+
+export function statefulSetRollout(set: V1StatefulSet): Rollout {
+  const name = set.metadata?.name ?? '?';
+  const generation = set.metadata?.generation ?? 0;
+  const status = set.status ?? { replicas: 0 };
+  if ((status.observedGeneration ?? 0) < generation) return { state: 'pending', detail: `StatefulSet ${name}: waiting for the controller to see generation ${generation}` };
+  const wanted = set.spec?.replicas ?? 1;
+  if ((status.updatedReplicas ?? 0) < wanted) return { state: 'progressing', detail: `StatefulSet ${name}: ${status.updatedReplicas ?? 0} of ${wanted} replicas updated` };
+  if ((status.readyReplicas ?? 0) < wanted) return { state: 'progressing', detail: `StatefulSet ${name}: ${status.readyReplicas ?? 0} of ${wanted} replicas ready` };
+  if (status.updateRevision !== undefined && status.currentRevision !== undefined && status.updateRevision !== status.currentRevision) {
+    return { state: 'progressing', detail: `StatefulSet ${name}: replicas still on the previous revision` };
+  }
+  return { state: 'complete' };
+}
+
+/** The first failure fails the whole; it has started when every part has; all complete is complete. */
+export function combine(rollouts: readonly Rollout[]): Rollout {
+  return rollouts.find((r) => r.state === 'failed') ?? rollouts.find((r) => r.state === 'pending') ?? rollouts.find((r) => r.state === 'progressing') ?? { state: 'complete' };
+}
+

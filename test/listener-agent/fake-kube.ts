@@ -1,0 +1,553 @@
+/**
+ * A fake Kubernetes API server (plain node:http) with what the listener agent uses: discovery,
+ * server-side apply with field managers (generation bumped on a spec change, immutable fields kept
+ * immutable, schema and a few API-server checks answered 422), get, list and watch by label selector,
+ * delete (workloads take their pods with them) and status. There are no controllers: a test drives
+ * rollouts itself (`markAvailable`, `failPods`, `exceedProgressDeadline`), or asks for `autoRollout`,
+ * which makes every applied workload available at once.
+ */
+import { EventEmitter } from 'node:events';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { isDeepStrictEqual } from 'node:util';
+import { KubeConfig } from '@kubernetes/client-node';
+import { labelProblems, schemaProblem } from './k8s-schemas.ts';
+
+type Json = Record<string, unknown>;
+
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: {
+    name: string;
+    namespace: string;
+    labels?: Record<string, string>;
+    annotations?: Record<string, string>;
+    generation?: number;
+    resourceVersion?: string;
+    uid?: string;
+    creationTimestamp?: string;
+    deletionTimestamp?: string;
+    managedFields?: { manager: string; operation: string }[];
+  };
+  spec?: Json;
+  status?: Json;
+  data?: Record<string, string>;
+  [field: string]: unknown;
+}
+
+interface Resource {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly plural: string;
+}
+
+const RESOURCES: readonly Resource[] = [
+  { apiVersion: 'v1', kind: 'Pod', plural: 'pods' },
+  { apiVersion: 'v1', kind: 'Service', plural: 'services' },
+  { apiVersion: 'v1', kind: 'Secret', plural: 'secrets' },
+  { apiVersion: 'v1', kind: 'PersistentVolumeClaim', plural: 'persistentvolumeclaims' },
+  { apiVersion: 'apps/v1', kind: 'Deployment', plural: 'deployments' },
+  { apiVersion: 'apps/v1', kind: 'StatefulSet', plural: 'statefulsets' },
+  { apiVersion: 'autoscaling/v2', kind: 'HorizontalPodAutoscaler', plural: 'horizontalpodautoscalers' },
+];
+
+export interface RecordedRequest {
+  readonly method: string;
+  readonly path: string;
+  readonly query: URLSearchParams;
+  readonly contentType: string | undefined;
+}
+
+interface Watcher {
+  readonly plural: string;
+  readonly namespace: string;
+  readonly selector: string | null;
+  readonly res: ServerResponse;
+}
+
+export interface FakeKubeOptions {
+  /** Namespaces that exist; applying elsewhere is 404, as on a real cluster. */
+  namespaces?: string[];
+  /** Every applied Deployment or StatefulSet becomes available at once. */
+  autoRollout?: boolean;
+}
+
+const clone = <T>(value: T): T => structuredClone(value);
+const keyOf = (plural: string, namespace: string, name: string) => `${plural}/${namespace}/${name}`;
+
+/** `a=b,c!=d,e`: the subset of label selectors the agent (and kubectl) commonly send. */
+export function matchesSelector(labels: Record<string, string> | undefined, selector: string | null): boolean {
+  if (selector === null || selector === '') return true;
+  return selector.split(',').every((term) => {
+    const t = term.trim();
+    const ne = t.indexOf('!=');
+    if (ne >= 0) return labels?.[t.slice(0, ne)] !== t.slice(ne + 2);
+    const eq = t.indexOf('=');
+    if (eq >= 0) return labels?.[t.slice(0, eq)] === t.slice(t[eq + 1] === '=' ? eq + 2 : eq + 1);
+    return labels?.[t] !== undefined;
+  });
+}
+
+function status(code: number, reason: string, message: string): Json {
+  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+}
+
+export class FakeKube {
+  readonly requests: RecordedRequest[] = [];
+  private readonly objects = new Map<string, KubeObject>();
+  private readonly log: { rv: number; plural: string; namespace: string; type: string; object: KubeObject }[] = [];
+  private readonly watchers = new Set<Watcher>();
+  private readonly refusals: { kind: string; name: string | null; message: string }[] = [];
+  private readonly changes = new EventEmitter();
+  private readonly namespaces: Set<string>;
+  private rv = 100;
+  private compactedAt = 0;
+  private uid = 0;
+  autoRollout: boolean;
+  /** The controllers do not see new generations until a test says (`startRollout`). */
+  holdGenerations = false;
+
+  private constructor(
+    private readonly server: http.Server,
+    options: FakeKubeOptions,
+  ) {
+    this.namespaces = new Set(options.namespaces ?? ['default']);
+    this.autoRollout = options.autoRollout ?? false;
+    this.changes.setMaxListeners(0);
+  }
+
+  static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
+    let fake: FakeKube | undefined;
+    const server = http.createServer((req, res) => {
+      fake!.handle(req, res).catch((error: unknown) => {
+        if (!res.headersSent) FakeKube.send(res, 500, status(500, 'InternalError', String(error)));
+        else res.end();
+      });
+    });
+    fake = new FakeKube(server, options);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return fake;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  /** A kubeconfig for this server, as a user's would be for a real cluster. */
+  kubeConfig(): KubeConfig {
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'fake', server: this.url, skipTLSVerify: true }],
+      users: [{ name: 'fake', token: 'fake-token' }],
+      contexts: [{ name: 'fake', cluster: 'fake', user: 'fake', namespace: 'default' }],
+      currentContext: 'fake',
+    });
+    return kc;
+  }
+
+  async close(): Promise<void> {
+    for (const w of this.watchers) w.res.end();
+    this.watchers.clear();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  // ----- what tests read -----------------------------------------------------------------------
+
+  get(kind: string, namespace: string, name: string): KubeObject | undefined {
+    const resource = RESOURCES.find((r) => r.kind === kind);
+    const found = resource ? this.objects.get(keyOf(resource.plural, namespace, name)) : undefined;
+    return found ? clone(found) : undefined;
+  }
+
+  list(filter: { kind?: string; namespace?: string; selector?: string } = {}): KubeObject[] {
+    return [...this.objects.values()]
+      .filter((o) => (filter.kind === undefined || o.kind === filter.kind) && (filter.namespace === undefined || o.metadata.namespace === filter.namespace) && matchesSelector(o.metadata.labels, filter.selector ?? null))
+      .map(clone);
+  }
+
+  /** Applies (PATCH with the apply content type) the agent made, in order. */
+  applies(): RecordedRequest[] {
+    return this.requests.filter((r) => r.method === 'PATCH');
+  }
+
+  /** Resolves with the first truthy value of `check`, evaluated now and after every change. */
+  waitFor<T>(check: () => T | undefined | null | false): Promise<T> {
+    return new Promise<T>((resolve) => {
+      const attempt = () => {
+        const value = check();
+        if (value) {
+          this.changes.off('change', attempt);
+          resolve(value);
+        }
+      };
+      this.changes.on('change', attempt);
+      attempt();
+    });
+  }
+
+  // ----- what tests drive ----------------------------------------------------------------------
+
+  addNamespace(namespace: string): void {
+    this.namespaces.add(namespace);
+  }
+
+  /** The next applies of this kind (and name) are refused with 422 and this message, like an invalid object. */
+  refuseApply(kind: string, name: string | null, message: string): void {
+    this.refusals.push({ kind, name, message });
+  }
+
+  /** Puts an object as another client would (kubectl, say), without our field manager. */
+  put(object: KubeObject): void {
+    this.store(clone(object));
+  }
+
+  /** The controller has seen the current generation and has replicas left to update: progressing. */
+  startRollout(namespace: string, name: string, kind = 'Deployment'): void {
+    this.setStatus(kind, namespace, name, (o) => ({ ...o.status, observedGeneration: o.metadata.generation, updatedReplicas: 0 }));
+  }
+
+  /** Every replica of the current template runs and is ready, and old ones are gone. */
+  markAvailable(namespace: string, name: string, kind = 'Deployment'): void {
+    const workload = this.mustGet(kind, namespace, name);
+    const replicas = typeof workload.spec?.replicas === 'number' ? workload.spec.replicas : 1;
+    this.replacePods(workload, replicas, () => ({ phase: 'Running', containerStatuses: this.containersOf(workload).map((c) => ({ name: c, ready: true, restartCount: 0, image: 'x', imageID: 'x', state: { running: { startedAt: new Date().toISOString() } } })) }));
+    const generation = workload.metadata.generation;
+    this.setStatus(kind, namespace, name, () =>
+      kind === 'StatefulSet'
+        ? { observedGeneration: generation, replicas, readyReplicas: replicas, updatedReplicas: replicas, currentReplicas: replicas, availableReplicas: replicas, currentRevision: `${name}-${generation}`, updateRevision: `${name}-${generation}` }
+        : {
+            observedGeneration: generation,
+            replicas,
+            updatedReplicas: replicas,
+            readyReplicas: replicas,
+            availableReplicas: replicas,
+            conditions: [
+              { type: 'Available', status: 'True', reason: 'MinimumReplicasAvailable' },
+              { type: 'Progressing', status: 'True', reason: 'NewReplicaSetAvailable' },
+            ],
+          },
+    );
+  }
+
+  /** One new pod of the current template, its first container waiting for this reason (ImagePullBackOff, CrashLoopBackOff...). */
+  failPods(namespace: string, name: string, reason: string, message: string, kind = 'Deployment'): void {
+    const workload = this.mustGet(kind, namespace, name);
+    const containers = this.containersOf(workload);
+    this.replacePods(workload, 1, () => ({
+      phase: 'Pending',
+      containerStatuses: containers.map((c, i) => ({ name: c, ready: false, restartCount: reason === 'CrashLoopBackOff' ? 3 : 0, image: 'x', imageID: '', state: i === 0 ? { waiting: { reason, message } } : { running: {} } })),
+    }));
+    this.setStatus(kind, namespace, name, (o) => ({ ...o.status, observedGeneration: o.metadata.generation, replicas: 1, updatedReplicas: 1, availableReplicas: 0, unavailableReplicas: 1 }));
+  }
+
+  /** The Deployment controller gave up waiting: Progressing=False, ProgressDeadlineExceeded. */
+  exceedProgressDeadline(namespace: string, name: string): void {
+    this.setStatus('Deployment', namespace, name, (o) => ({
+      ...o.status,
+      observedGeneration: o.metadata.generation,
+      replicas: 1,
+      updatedReplicas: 1,
+      availableReplicas: 0,
+      conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: `ReplicaSet "${name}-5d4f8" has timed out progressing.` }],
+    }));
+  }
+
+  /** Ends every open watch, as an API server does when a watch times out; clients resume. */
+  endWatches(): void {
+    for (const w of this.watchers) w.res.end();
+    this.watchers.clear();
+  }
+
+  /**
+   * Forgets the history (as etcd compaction does): open watches end with a 410 Gone event, and a watch
+   * from an older resource version gets one at once; clients must list again.
+   */
+  compact(): void {
+    this.compactedAt = this.rv;
+    for (const w of this.watchers) w.res.end(`${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', 'too old resource version') })}\n`);
+    this.watchers.clear();
+  }
+
+  // ----- the server ----------------------------------------------------------------------------
+
+  private static send(res: ServerResponse, code: number, body: unknown): void {
+    res.writeHead(code, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  }
+
+  private mustGet(kind: string, namespace: string, name: string): KubeObject {
+    const resource = RESOURCES.find((r) => r.kind === kind)!;
+    const found = this.objects.get(keyOf(resource.plural, namespace, name));
+    if (!found) throw new Error(`fake kube: no ${kind} ${namespace}/${name}`);
+    return found;
+  }
+
+  private containersOf(workload: KubeObject): string[] {
+    const template = (workload.spec?.template ?? {}) as { spec?: { containers?: { name: string }[] } };
+    return (template.spec?.containers ?? []).map((c) => c.name);
+  }
+
+  private podLabels(workload: KubeObject): Record<string, string> {
+    const template = (workload.spec?.template ?? {}) as { metadata?: { labels?: Record<string, string> } };
+    return template.metadata?.labels ?? {};
+  }
+
+  private selectorOf(workload: KubeObject): string {
+    const selector = (workload.spec?.selector ?? {}) as { matchLabels?: Record<string, string> };
+    return Object.entries(selector.matchLabels ?? {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+  }
+
+  private replacePods(workload: KubeObject, count: number, podStatus: () => Json): void {
+    const { namespace, name } = workload.metadata;
+    for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(workload) })) this.remove('pods', namespace, pod.metadata.name);
+    for (let i = 0; i < count; i += 1) {
+      const podName = workload.kind === 'StatefulSet' ? `${name}-${i}` : `${name}-g${workload.metadata.generation ?? 1}-${i}`;
+      const template = (workload.spec?.template ?? {}) as { spec?: Json };
+      this.store({ apiVersion: 'v1', kind: 'Pod', metadata: { name: podName, namespace, labels: this.podLabels(workload) }, spec: clone(template.spec ?? { containers: [] }), status: podStatus() });
+    }
+  }
+
+  private setStatus(kind: string, namespace: string, name: string, make: (o: KubeObject) => Json): void {
+    const object = this.mustGet(kind, namespace, name);
+    this.store({ ...clone(object), status: make(object) });
+  }
+
+  /** Stores (a copy of) the object with a new resource version and tells the watchers; no-ops change nothing. */
+  private store(object: KubeObject): KubeObject {
+    const resource = RESOURCES.find((r) => r.kind === object.kind)!;
+    const key = keyOf(resource.plural, object.metadata.namespace, object.metadata.name);
+    const before = this.objects.get(key);
+    const { resourceVersion: _rv, ...beforeMeta } = before?.metadata ?? {};
+    const { resourceVersion: _rv2, ...afterMeta } = object.metadata;
+    if (before && isDeepStrictEqual({ ...before, metadata: beforeMeta }, { ...object, metadata: afterMeta })) return before;
+    this.rv += 1;
+    const stored: KubeObject = { ...object, metadata: { ...object.metadata, uid: object.metadata.uid ?? `uid-${++this.uid}`, creationTimestamp: object.metadata.creationTimestamp ?? new Date().toISOString(), resourceVersion: String(this.rv) } };
+    this.objects.set(key, stored);
+    this.emit(before ? 'MODIFIED' : 'ADDED', resource.plural, stored);
+    return stored;
+  }
+
+  private remove(plural: string, namespace: string, name: string): boolean {
+    const key = keyOf(plural, namespace, name);
+    const object = this.objects.get(key);
+    if (!object) return false;
+    this.objects.delete(key);
+    this.rv += 1;
+    this.emit('DELETED', plural, { ...object, metadata: { ...object.metadata, resourceVersion: String(this.rv) } });
+    return true;
+  }
+
+  private emit(type: string, plural: string, object: KubeObject): void {
+    const entry = { rv: this.rv, plural, namespace: object.metadata.namespace, type, object: clone(object) };
+    this.log.push(entry);
+    for (const w of this.watchers) {
+      if (w.plural === plural && w.namespace === entry.namespace && matchesSelector(object.metadata.labels, w.selector)) w.res.write(`${JSON.stringify({ type, object: entry.object })}\n`);
+    }
+    this.changes.emit('change');
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://fake');
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const body = Buffer.concat(chunks).toString('utf8');
+    this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, contentType: req.headers['content-type'] });
+
+    const discovery = RESOURCES.filter((r) => (url.pathname === '/api/v1' && r.apiVersion === 'v1') || url.pathname === `/apis/${r.apiVersion}`);
+    if (req.method === 'GET' && discovery.length > 0) {
+      const groupVersion = discovery[0]!.apiVersion;
+      FakeKube.send(res, 200, {
+        kind: 'APIResourceList',
+        apiVersion: 'v1',
+        groupVersion,
+        resources: discovery.map((r) => ({ name: r.plural, singularName: r.kind.toLowerCase(), namespaced: true, kind: r.kind, verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] })),
+      });
+      return;
+    }
+
+    const match = /^\/(?:api\/v1|apis\/([^/]+\/[^/]+))\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(url.pathname);
+    const resource = match ? RESOURCES.find((r) => r.plural === match[3] && r.apiVersion === (match[1] ?? 'v1')) : undefined;
+    if (!match || !resource) {
+      FakeKube.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`));
+      return;
+    }
+    const namespace = decodeURIComponent(match[2]!);
+    const name = match[4] === undefined ? null : decodeURIComponent(match[4]);
+
+    if (req.method === 'GET' && name === null) {
+      const selector = url.searchParams.get('labelSelector');
+      if (url.searchParams.get('watch') === 'true') {
+        this.watch(res, resource, namespace, selector, Number(url.searchParams.get('resourceVersion') ?? '0'));
+        return;
+      }
+      const items = [...this.objects.values()].filter((o) => o.kind === resource.kind && o.metadata.namespace === namespace && matchesSelector(o.metadata.labels, selector));
+      FakeKube.send(res, 200, { kind: `${resource.kind}List`, apiVersion: resource.apiVersion, metadata: { resourceVersion: String(this.rv) }, items });
+      return;
+    }
+    if (name === null) {
+      FakeKube.send(res, 405, status(405, 'MethodNotAllowed', `${req.method} on a collection is not supported here`));
+      return;
+    }
+    const existing = this.objects.get(keyOf(resource.plural, namespace, name));
+    if (req.method === 'GET') {
+      if (existing) FakeKube.send(res, 200, existing);
+      else FakeKube.send(res, 404, status(404, 'NotFound', `${resource.plural} "${name}" not found`));
+      return;
+    }
+    if (req.method === 'DELETE') {
+      if (!existing) {
+        FakeKube.send(res, 404, status(404, 'NotFound', `${resource.plural} "${name}" not found`));
+        return;
+      }
+      // Foreground or background, the end is the same here: the workload's pods go with it.
+      if (resource.kind === 'Deployment' || resource.kind === 'StatefulSet') {
+        for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(existing) })) this.remove('pods', namespace, pod.metadata.name);
+      }
+      this.remove(resource.plural, namespace, name);
+      FakeKube.send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: resource.plural } });
+      return;
+    }
+    if (req.method === 'PATCH') {
+      this.apply(res, req, url, resource, namespace, name, body, existing);
+      return;
+    }
+    FakeKube.send(res, 405, status(405, 'MethodNotAllowed', `${req.method} is not supported here`));
+  }
+
+  private watch(res: ServerResponse, resource: Resource, namespace: string, selector: string | null, from: number): void {
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    // As an API server does: the client knows the watch is on before the first event.
+    res.flushHeaders();
+    if (from < this.compactedAt) {
+      res.end(`${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.compactedAt})`) })}\n`);
+      return;
+    }
+    const watcher: Watcher = { plural: resource.plural, namespace, selector, res };
+    for (const entry of this.log) {
+      if (entry.rv > from && entry.plural === resource.plural && entry.namespace === namespace && matchesSelector(entry.object.metadata.labels, selector)) {
+        res.write(`${JSON.stringify({ type: entry.type, object: entry.object })}\n`);
+      }
+    }
+    this.watchers.add(watcher);
+    res.on('close', () => this.watchers.delete(watcher));
+  }
+
+  private apply(res: ServerResponse, req: IncomingMessage, url: URL, resource: Resource, namespace: string, name: string, body: string, existing: KubeObject | undefined): void {
+    if (req.headers['content-type'] !== 'application/apply-patch+yaml') {
+      FakeKube.send(res, 415, status(415, 'UnsupportedMediaType', `this fake only takes server-side apply, got ${req.headers['content-type']}`));
+      return;
+    }
+    const manager = url.searchParams.get('fieldManager');
+    if (!manager) {
+      FakeKube.send(res, 400, status(400, 'BadRequest', 'PATCH, application/apply-patch+yaml: fieldManager is required'));
+      return;
+    }
+    let applied: KubeObject;
+    try {
+      applied = JSON.parse(body) as KubeObject;
+    } catch {
+      FakeKube.send(res, 400, status(400, 'BadRequest', 'this fake reads apply bodies written as JSON'));
+      return;
+    }
+    if (!this.namespaces.has(namespace)) {
+      FakeKube.send(res, 404, status(404, 'NotFound', `namespaces "${namespace}" not found`));
+      return;
+    }
+    const invalid = (causes: string[]) => FakeKube.send(res, 422, status(422, 'Invalid', `${resource.kind} "${name}" is invalid: ${causes.join(', ')}`));
+    if (applied.kind !== resource.kind || applied.apiVersion !== resource.apiVersion || applied.metadata?.name !== name || (applied.metadata.namespace ?? namespace) !== namespace) {
+      invalid(['kind, apiVersion, name and namespace must match the request path']);
+      return;
+    }
+    const refusal = this.refusals.find((r) => r.kind === resource.kind && (r.name === null || r.name === name));
+    if (refusal) {
+      invalid([refusal.message]);
+      return;
+    }
+    const problems = [...(schemaProblem(applied) === null ? [] : [schemaProblem(applied)!]), ...labelProblems(applied.metadata.labels, 'metadata.labels'), ...this.apiServerChecks(applied)];
+    if (existing) problems.push(...this.immutableChanges(existing, applied));
+    if (problems.length > 0) {
+      invalid(problems);
+      return;
+    }
+    const owner = existing?.metadata.managedFields?.[0]?.manager;
+    if (existing && owner !== undefined && owner !== manager && url.searchParams.get('force') !== 'true') {
+      FakeKube.send(res, 409, status(409, 'Conflict', `Apply failed with 1 conflict: conflict with "${owner}"`));
+      return;
+    }
+
+    const spec = applied.spec === undefined ? undefined : { ...applied.spec };
+    if (spec && (resource.kind === 'Deployment' || resource.kind === 'StatefulSet') && spec.replicas === undefined) {
+      // Nobody applies replicas (an autoscaler owns them): they stay as they are, or default to 1.
+      spec.replicas = typeof existing?.spec?.replicas === 'number' ? existing.spec.replicas : 1;
+    }
+    const specChanged = !isDeepStrictEqual(existing?.spec, spec);
+    const generation = existing ? (existing.metadata.generation ?? 1) + (specChanged ? 1 : 0) : 1;
+    const stored = this.store({
+      ...applied,
+      metadata: { ...applied.metadata, namespace, generation, uid: existing?.metadata.uid, creationTimestamp: existing?.metadata.creationTimestamp, managedFields: [{ manager, operation: 'Apply' }] },
+      ...(spec === undefined ? {} : { spec }),
+      ...(existing?.status === undefined ? {} : { status: existing.status }),
+    } as KubeObject);
+
+    if (resource.kind === 'StatefulSet' && !existing) this.claimVolumes(stored);
+    FakeKube.send(res, existing ? 200 : 201, stored);
+    if ((resource.kind === 'Deployment' || resource.kind === 'StatefulSet') && specChanged) {
+      if (this.autoRollout) this.markAvailable(namespace, name, resource.kind);
+      // As the workload controllers do within moments: they see the new generation, nothing is updated yet.
+      else if (!this.holdGenerations) this.startRollout(namespace, name, resource.kind);
+    }
+  }
+
+  /** What the StatefulSet controller does first: a claim per volume claim template, labelled as the template says. */
+  private claimVolumes(set: KubeObject): void {
+    const templates = (set.spec?.volumeClaimTemplates ?? []) as { metadata: { name: string; labels?: Record<string, string> }; spec: Json }[];
+    for (const t of templates) {
+      const name = `${t.metadata.name}-${set.metadata.name}-0`;
+      if (this.get('PersistentVolumeClaim', set.metadata.namespace, name)) continue;
+      this.store({ apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name, namespace: set.metadata.namespace, labels: t.metadata.labels ?? {} }, spec: clone(t.spec), status: { phase: 'Bound' } });
+    }
+  }
+
+  /** A few of the API server's own validations that no OpenAPI schema says. */
+  private apiServerChecks(object: KubeObject): string[] {
+    const problems: string[] = [];
+    const spec = object.spec as { selector?: { matchLabels?: Record<string, string> }; template?: { metadata?: { labels?: Record<string, string> }; spec?: Json }; volumeClaimTemplates?: { metadata: { name: string } }[] } | undefined;
+    if (object.kind === 'Deployment' || object.kind === 'StatefulSet') {
+      const templateLabels = spec?.template?.metadata?.labels ?? {};
+      problems.push(...labelProblems(templateLabels, 'spec.template.metadata.labels'));
+      for (const [k, v] of Object.entries(spec?.selector?.matchLabels ?? {})) {
+        if (templateLabels[k] !== v) problems.push(`spec.template.metadata.labels: Invalid value: selector does not match template labels`);
+      }
+      const pod = (spec?.template?.spec ?? {}) as { volumes?: { name: string }[]; containers?: { name: string; volumeMounts?: { name: string }[] }[]; initContainers?: { name: string; volumeMounts?: { name: string }[] }[] };
+      const volumes = new Set([...(pod.volumes ?? []).map((v) => v.name), ...(spec?.volumeClaimTemplates ?? []).map((t) => t.metadata.name)]);
+      const names = new Set<string>();
+      const all = [...(pod.initContainers ?? []).map((c) => ({ c, field: 'initContainers' })), ...(pod.containers ?? []).map((c) => ({ c, field: 'containers' }))];
+      all.forEach(({ c, field }, i) => {
+        if (names.has(c.name)) problems.push(`spec.template.spec.${field}[${i}].name: Duplicate value: "${c.name}"`);
+        names.add(c.name);
+        (c.volumeMounts ?? []).forEach((m, j) => {
+          if (!volumes.has(m.name)) problems.push(`spec.template.spec.${field}[${i}].volumeMounts[${j}].name: Not found: "${m.name}"`);
+        });
+      });
+    }
+    return problems;
+  }
+
+  private immutableChanges(before: KubeObject, after: KubeObject): string[] {
+    const a = (before.spec ?? {}) as Json;
+    const b = (after.spec ?? {}) as Json;
+    if ((before.kind === 'Deployment' || before.kind === 'StatefulSet') && !isDeepStrictEqual(a.selector, b.selector)) return ['spec.selector: Invalid value: field is immutable'];
+    if (before.kind === 'StatefulSet') {
+      for (const field of ['serviceName', 'volumeClaimTemplates', 'podManagementPolicy']) {
+        if (!isDeepStrictEqual(a[field], b[field])) {
+          return ["spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"];
+        }
+      }
+    }
+    return [];
+  }
+}
