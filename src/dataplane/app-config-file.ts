@@ -1,6 +1,8 @@
 /**
  * Reads a revision's app config file (`framework_config_path`) and the few facts about its source that
- * the defaults need, then hands both to the pure rules in src/domain/app-config.ts.
+ * the defaults need, then hands both to the pure rules in src/domain/app-config.ts, or, for a LangGraph
+ * project's langgraph.json, src/domain/langgraph-config.ts (which also gets the launcher of its server
+ * written into the source).
  *
  * The source is the user's: the path they name, and every link in it, must stay inside the source
  * directory, or a revision could make the data plane read (and quote in an error) a host file.
@@ -8,6 +10,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../domain/app-config.ts';
+import { LANGGRAPH_LAUNCHER_PATH, isLangGraphConfig, langGraphReferencedPaths, resolveLangGraphConfig, type LangGraphSourceFacts, type PathKind } from '../domain/langgraph-config.ts';
 
 export { AppConfigError, type AppConfig } from '../domain/app-config.ts';
 
@@ -92,5 +95,48 @@ export async function loadAppConfig(
   } catch (error) {
     throw new AppConfigError(`${configPath} is not valid JSON (${(error as Error).message})`);
   }
+  if (isLangGraphConfig(configPath, parsed)) {
+    const resolved = resolveLangGraphConfig(configPath, parsed, await describeLangGraphSource(root, configPath, parsed), overrides);
+    await writeLauncher(root);
+    return resolved;
+  }
   return resolveAppConfig(configPath, parsed, await describeSource(root), overrides);
+}
+
+/** What the LangGraph rules asked about: each path's kind, and the text of the files they read. */
+async function describeLangGraphSource(root: string, configPath: string, parsed: unknown): Promise<LangGraphSourceFacts> {
+  const { paths, read } = langGraphReferencedPaths(configPath, parsed);
+  const kinds: Record<string, PathKind> = {};
+  const texts: Record<string, string> = {};
+  for (const relative of paths) {
+    let real: string | null;
+    try {
+      real = await realPathInside(root, path.join(root, relative), relative);
+    } catch (error) {
+      if (!(error instanceof AppConfigError)) throw error;
+      kinds[relative] = 'outside';
+      continue;
+    }
+    const stat = real === null ? null : await fs.stat(real);
+    kinds[relative] = stat === null ? 'missing' : stat.isFile() ? 'file' : stat.isDirectory() ? 'dir' : 'missing';
+    if (real !== null && kinds[relative] === 'file' && read.includes(relative)) texts[relative] = await readSmallFile(real, relative);
+  }
+  return { kinds, texts };
+}
+
+// The launcher ships with the service; its copy in the source travels with the build output (a
+// redeploy, a restart after a service restart), so a revision keeps the launcher it was built with.
+const LAUNCHER_SOURCE = new URL('./langgraph-server.mjs', import.meta.url);
+
+async function writeLauncher(root: string): Promise<void> {
+  const target = path.join(root, LANGGRAPH_LAUNCHER_PATH);
+  try {
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    // The directory may come from the archive: it must not be a link that leads out of the source.
+    if (!isInside(root, await fs.realpath(path.dirname(target)))) throw new Error('it is a link that leads outside the source');
+    await fs.rm(target, { force: true });
+    await fs.writeFile(target, await fs.readFile(LAUNCHER_SOURCE), { mode: 0o644, flag: 'wx' });
+  } catch (error) {
+    throw new AppConfigError(`${LANGGRAPH_LAUNCHER_PATH} could not be written into the source (${error instanceof Error ? error.message : String(error)}); remove it from the archive`);
+  }
 }

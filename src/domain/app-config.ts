@@ -75,10 +75,10 @@ interface CheckedFile {
 // Generous, but a bound: commands and paths end up in argv and in events.
 const MAX_COMMAND_LENGTH = 4096;
 const MAX_PATH_LENGTH = 2048;
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /** A value as the user wrote it, short enough for a message. */
-function shown(value: unknown): string {
+export function shown(value: unknown): string {
   if (typeof value === 'string') {
     const cut = value.length > 60 ? `${value.slice(0, 60)}…` : value;
     return `'${JSON.stringify(cut).slice(1, -1)}'`;
@@ -89,7 +89,7 @@ function shown(value: unknown): string {
   return String(value);
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
+export function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
@@ -113,7 +113,7 @@ function suggestion(unknown: string): string {
 }
 
 /** A problem with a command string, or null. */
-function commandProblem(value: string): string | null {
+export function commandProblem(value: string): string | null {
   if (value.trim() === '') return 'must not be empty';
   if (value.includes('\0')) return 'must not contain a NUL character';
   if (value.length > MAX_COMMAND_LENGTH) return `must be at most ${MAX_COMMAND_LENGTH} characters`;
@@ -129,7 +129,8 @@ function healthPathProblem(value: string): string | null {
   return null;
 }
 
-function checkEnv(value: unknown, issues: string[]): Record<string, string> | undefined {
+/** The `env` object of a config file, checked; each problem goes to `issues`. */
+export function checkEnv(value: unknown, issues: string[]): Record<string, string> | undefined {
   if (!isPlainObject(value)) {
     issues.push(`env must be an object of string values, got ${shown(value)}`);
     return undefined;
@@ -240,7 +241,7 @@ function packageFacts(text: string | null, file: string, field: Field): PackageF
 }
 
 /** Quotes a word for `sh -c` unless it is plainly safe, so that an odd `main` cannot run anything. */
-function shellWord(word: string): string {
+export function shellWord(word: string): string {
   return /^[A-Za-z0-9_./@%+=:,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 

@@ -4,7 +4,7 @@
  * Pure: no I/O. Checks that need the database (a listener or an integration of the workspace) are done
  * by the caller with the names this module returns.
  */
-import { AppError } from '../errors.ts';
+import { AppError, ValidationError } from '../errors.ts';
 
 export const SOURCES = ['codehost', 'external_container', 'internal_container', 'internal_source'] as const;
 export type Source = (typeof SOURCES)[number];
@@ -208,4 +208,30 @@ export function imageVersionOf(revision: SourceRevisionConfig | null): string | 
   if (at >= 0) return uri.slice(at + 1);
   const colon = uri.lastIndexOf(':');
   return colon > uri.lastIndexOf('/') ? uri.slice(colon + 1) : 'latest';
+}
+
+/** LangChain's `langgraph deploy` names `framework_config_path` this way in the source_revision_config it sends. */
+export const FRAMEWORK_CONFIG_PATH_ALIAS = 'langgraph_config_path';
+
+/**
+ * A request's source_revision_config with `langgraph_config_path` read as framework_config_path (answers
+ * only ever show framework_config_path). Both given with different values is a 422: which one was meant
+ * cannot be guessed. Anything that is not an object is returned as it is, for the schema to judge.
+ */
+export function applyConfigPathAlias(config: unknown): unknown {
+  if (config === null || typeof config !== 'object' || Array.isArray(config) || !(FRAMEWORK_CONFIG_PATH_ALIAS in config)) return config;
+  const { [FRAMEWORK_CONFIG_PATH_ALIAS]: alias, ...rest } = config as Record<string, unknown>;
+  if (alias === null || alias === undefined) return rest;
+  const named = rest.framework_config_path;
+  if (named !== null && named !== undefined && named !== alias) {
+    throw new ValidationError([
+      {
+        type: 'value_error',
+        loc: ['body', 'source_revision_config', FRAMEWORK_CONFIG_PATH_ALIAS],
+        msg: `Value error, ${FRAMEWORK_CONFIG_PATH_ALIAS} is another name for framework_config_path; both were given, with different values: send one`,
+        input: alias,
+      },
+    ]);
+  }
+  return { ...rest, framework_config_path: alias };
 }

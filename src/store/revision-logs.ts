@@ -101,3 +101,63 @@ export async function getLogSubject(db: Db, workspaceId: string, deploymentId: s
     .executeTakeFirst();
   return row === undefined ? undefined : { ...row, status: row.status as RevisionStatus };
 }
+
+/** Levels LangChain's `langgraph deploy logs` shows and filters by. */
+export const LOG_LEVELS = ['DEBUG', 'INFO', 'WARNING', 'ERROR', 'CRITICAL'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/**
+ * A line's level, in SQL so a filter by level stays in the query: the level word a line starts with
+ * (`INFO:`, `error:`, `[WARN]`, as uvicorn, winston and most loggers print it), else ERROR for stderr
+ * and INFO for stdout and the platform's own lines.
+ */
+const levelOf = sql<LogLevel>`case
+  when line ~* '^[^a-z0-9]{0,3}(critical|fatal)\\M' then 'CRITICAL'
+  when line ~* '^[^a-z0-9]{0,3}err(or)?\\M' then 'ERROR'
+  when line ~* '^[^a-z0-9]{0,3}warn(ing)?\\M' then 'WARNING'
+  when line ~* '^[^a-z0-9]{0,3}info\\M' then 'INFO'
+  when line ~* '^[^a-z0-9]{0,3}(debug|trace)\\M' then 'DEBUG'
+  when stream = 'stderr' then 'ERROR'
+  else 'INFO'
+end`;
+
+export interface LogSearch {
+  order: 'asc' | 'desc';
+  /** The id of the last line of the previous page: the page goes on after it (asc) or before it (desc). */
+  fromId: string | null;
+  limit: number;
+  level?: LogLevel;
+  /** Lines containing this text, ignoring case. */
+  contains?: string;
+  /** Lines written at or after, and at or before, these times. */
+  since?: Date;
+  until?: Date;
+}
+
+/** A page of a revision's log of `type` with each line's level, oldest or newest first, filtered. */
+export async function searchRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, search: LogSearch): Promise<(RevisionLogRow & { level: LogLevel })[]> {
+  let query = db
+    .selectFrom('revision_logs')
+    .selectAll()
+    .select(levelOf.as('level'))
+    .where('revision_id', '=', revisionId)
+    .where('type', '=', type);
+  if (search.fromId !== null) query = query.where('id', search.order === 'asc' ? '>' : '<', search.fromId);
+  if (search.level) query = query.where(levelOf, '=', search.level);
+  // strpos rather than LIKE: the text is the user's, and % or _ in it mean themselves.
+  if (search.contains) query = query.where(sql<number>`strpos(lower(line), lower(${search.contains}))`, '>', 0);
+  if (search.since) query = query.where('logged_at', '>=', search.since);
+  if (search.until) query = query.where('logged_at', '<=', search.until);
+  return query.orderBy('id', search.order).limit(search.limit).execute();
+}
+
+/** The revision a deployment's logs are read from without a revision: its active one, else its latest. */
+export async function currentLogRevision(db: Db, workspaceId: string, deploymentId: string): Promise<{ revisionId: string | null } | undefined> {
+  const row = await db
+    .selectFrom('deployments')
+    .select(['active_revision_id', 'latest_revision_id'])
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
+  return row === undefined ? undefined : { revisionId: row.active_revision_id ?? row.latest_revision_id };
+}

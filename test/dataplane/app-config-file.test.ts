@@ -161,3 +161,47 @@ describe('the path must stay inside the source', () => {
     assert.match(await refusal(loadAppConfig(dir, 'slipway.json', {})), /^slipway\.json: start is not set and there is no package\.json/);
   });
 });
+
+describe('a LangGraph project (langgraph.json)', () => {
+  const PKG = JSON.stringify({ dependencies: { '@langchain/langgraph': '^1.7.3' } });
+  const CONFIG = JSON.stringify({ node_version: '20', graphs: { agent: './src/agent.ts:graph' }, env: '.env', dependencies: ['.', '../../libs/shared'] });
+
+  test('a monorepo config is resolved from the files around it, and the launcher of its server is written into the source', async () => {
+    const dir = await source({
+      'package.json': JSON.stringify({ private: true, workspaces: ['apps/*', 'libs/*'] }),
+      'package-lock.json': '{}',
+      'apps/agent/langgraph.json': CONFIG,
+      'apps/agent/package.json': PKG,
+      'apps/agent/src/agent.ts': 'export const graph = null;',
+      'apps/agent/.env': 'OPENAI_API_KEY="sk-from-dotenv"\nPORT=3000\n',
+      'libs/shared/index.ts': '',
+    });
+    const config = await loadAppConfig(dir, 'apps/agent/langgraph.json', {});
+    assert.equal(config.runtime, 'node');
+    assert.match(config.install!, /^npm ci --no-audit --no-fund && \(cd apps\/agent && npm install --no-save/);
+    assert.equal(config.start, 'exec node .slipway/langgraph-server.mjs js apps/agent/langgraph.json');
+    assert.deepEqual(config.env, { OPENAI_API_KEY: 'sk-from-dotenv' });
+    assert.equal(config.healthCheckPath, '/ok');
+    const launcher = await fs.readFile(path.join(dir, '.slipway', 'langgraph-server.mjs'), 'utf8');
+    assert.equal(launcher, await fs.readFile(fileURLToPath(new URL('../../src/dataplane/langgraph-server.mjs', import.meta.url)), 'utf8'));
+  });
+
+  test('a graph, a dependency or the env file that leads outside the source is refused', async () => {
+    const outside = await source({ 'agent.ts': '', '.env': 'SECRET=host' });
+    const dir = await source({ 'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './linked/agent.ts:graph' }, env: './linked/.env', dependencies: ['./linked'] }), 'package.json': PKG });
+    await fs.symlink(outside, path.join(dir, 'linked'));
+    const message = await refusal(loadAppConfig(dir, 'langgraph.json', {}));
+    assert.match(message, /graphs\.agent: '\.\/linked\/agent\.ts' is a link that leads outside the source/);
+    assert.match(message, /env: '\.\/linked\/\.env' is a link that leads outside the source/);
+    assert.match(message, /dependencies: '\.\/linked' is a link that leads outside the source/);
+    assert.equal(message.includes('SECRET=host'), false);
+  });
+
+  test('a .slipway link in the archive cannot make the launcher land outside the source', async () => {
+    const outside = await source({ 'keep.txt': 'x' });
+    const dir = await source({ 'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './agent.ts:graph' } }), 'package.json': PKG, 'agent.ts': '' });
+    await fs.symlink(outside, path.join(dir, '.slipway'));
+    assert.match(await refusal(loadAppConfig(dir, 'langgraph.json', {})), /\.slipway\/langgraph-server\.mjs could not be written into the source/);
+    assert.deepEqual(await fs.readdir(outside), ['keep.txt']);
+  });
+});

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../../src/domain/app-config.ts';
+import { LANGGRAPH_JS_SERVER_VERSION, isLangGraphConfig, resolveLangGraphConfig, type LangGraphSourceFacts } from '../../src/domain/langgraph-config.ts';
 
 const FILE = 'slipway.json';
 
@@ -201,5 +202,150 @@ describe('files that cannot work are refused, naming the file and the field', ()
 
   test('a Python app without main.py or app.py must say how to start', () => {
     assert.match(refused({}, python('requirements.txt')), /^slipway\.json: start is not set and the source has no main\.py or app\.py/);
+  });
+});
+
+describe('LangGraph projects (langgraph.json)', () => {
+  /** What the reader would report for a source holding `files` (path -> text; directories are implied). */
+  function tree(files: Record<string, string>): LangGraphSourceFacts {
+    const kinds: Record<string, 'file' | 'dir'> = { '.': 'dir' };
+    for (const name of Object.keys(files)) {
+      kinds[name] = 'file';
+      for (let dir = name.split('/').slice(0, -1); dir.length > 0; dir = dir.slice(0, -1)) kinds[dir.join('/')] = 'dir';
+    }
+    return { kinds, texts: files };
+  }
+  const PKG = JSON.stringify({ name: 'agent', dependencies: { '@langchain/langgraph': '^1.7.3', '@langchain/core': '^1.4.0' } });
+  const JS = { node_version: '20', graphs: { agent: './src/agent.ts:graph' } };
+  const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`;
+  const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) => resolveLangGraphConfig(file, raw, tree(files), overrides);
+  function refusedLg(file: string, raw: unknown, files: Record<string, string>): string {
+    try {
+      resolveLg(file, raw, files);
+    } catch (error) {
+      assert.ok(error instanceof AppConfigError, String(error));
+      assert.equal(error.reason, 'invalid_app_config');
+      return error.message;
+    }
+    assert.fail(`expected ${JSON.stringify(raw)} to be refused`);
+  }
+
+  test('a file named langgraph.json, or any config with graphs, is a LangGraph project; slipway.json is not', () => {
+    assert.equal(isLangGraphConfig('langgraph.json', {}), true);
+    assert.equal(isLangGraphConfig('apps/agent/langgraph.json', {}), true);
+    assert.equal(isLangGraphConfig('deploy/agent.json', { graphs: {} }), true);
+    assert.equal(isLangGraphConfig('slipway.json', { start: 'node index.js' }), false);
+    // The service's own format keeps its checks: a typo is still refused, not taken for something else.
+    assert.match(refused({ grpahs: {} }), /unknown field 'grpahs'/);
+  });
+
+  test('a JavaScript project: its lockfile installs, the pinned server is added, LangGraph.js serves it on /ok', () => {
+    const config = resolveLg('langgraph.json', { ...JS, env: { REPLY_PREFIX: 'Analysis' } }, { 'langgraph.json': '', 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' });
+    assert.deepEqual(config, {
+      runtime: 'node',
+      install: `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`,
+      build: null,
+      start: 'exec node .slipway/langgraph-server.mjs js langgraph.json',
+      worker: null,
+      healthCheckPath: '/ok',
+      env: { REPLY_PREFIX: 'Analysis' },
+      database: false,
+    });
+  });
+
+  test('a project that brings the server itself (langgraph-api or langgraph-cli) gets no pinned one', () => {
+    for (const name of ['@langchain/langgraph-api', '@langchain/langgraph-cli']) {
+      const pkg = JSON.stringify({ dependencies: { '@langchain/langgraph': '^1' }, devDependencies: { [name]: '^1.5.0' } });
+      assert.equal(resolveLg('langgraph.json', JS, { 'package.json': pkg, 'package-lock.json': '{}', 'src/agent.ts': '' }).install, 'npm ci --no-audit --no-fund');
+    }
+  });
+
+  test('the package manager follows the lockfile, else packageManager, else npm', () => {
+    const files = (lock: string | null, pkg = PKG) => ({ 'package.json': pkg, 'src/agent.ts': '', ...(lock ? { [lock]: '' } : {}) });
+    assert.equal(resolveLg('langgraph.json', JS, files('pnpm-lock.yaml')).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`);
+    assert.equal(resolveLg('langgraph.json', JS, files('yarn.lock')).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn add ${PIN}`);
+    assert.equal(resolveLg('langgraph.json', JS, files(null, JSON.stringify({ packageManager: 'pnpm@9.1.0' }))).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`);
+    assert.equal(resolveLg('langgraph.json', JS, files(null)).install, `npm install --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`);
+    assert.match(refusedLg('langgraph.json', JS, files('bun.lockb')), /bun is not available on this data plane/);
+  });
+
+  test('a monorepo: the workspace lockfile above installs, the server is added beside the config, local dependencies must be in the archive', () => {
+    const files = {
+      'package.json': JSON.stringify({ private: true, workspaces: ['apps/*', 'libs/*'] }),
+      'package-lock.json': '{}',
+      'apps/agent/package.json': PKG,
+      'apps/agent/src/agent.ts': '',
+      'libs/shared/package.json': '{}',
+    };
+    const raw = { ...JS, dependencies: ['.', '../../libs/shared'] };
+    const config = resolveLg('apps/agent/langgraph.json', raw, files);
+    assert.equal(config.install, `npm ci --no-audit --no-fund && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`);
+    assert.equal(config.start, 'exec node .slipway/langgraph-server.mjs js apps/agent/langgraph.json');
+    // Without a lockfile anywhere, the config's own directory installs.
+    const { 'package-lock.json': _lock, ...unlocked } = files;
+    assert.match(resolveLg('apps/agent/langgraph.json', raw, unlocked).install!, /^\(cd apps\/agent && npm install --no-audit --no-fund\)/);
+    assert.match(refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../../outside'] }, files), /dependencies: '\.\.\/\.\.\/\.\.\/outside' is outside the source; the archive must hold every local dependency/);
+    assert.match(refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../libs/missing'] }, files), /dependencies: '\.\.\/\.\.\/libs\/missing' is not a directory in the source \(looked for libs\/missing\)/);
+  });
+
+  test('graphs must name files in the source', () => {
+    const files = { 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' };
+    assert.match(refusedLg('langgraph.json', { node_version: '20' }, files), /^langgraph\.json: graphs must be an object/);
+    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: {} }, files), /graphs is empty/);
+    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: './src/missing.ts:graph' } }, files), /graphs\.agent: '\.\/src\/missing\.ts' is not a file in the source \(looked for src\/missing\.ts\)/);
+    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: '../elsewhere.ts:graph' } }, files), /graphs\.agent: '\.\.\/elsewhere\.ts' is outside the source/);
+    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: 42 } }, files), /graphs\.agent must be a "path:export" string/);
+    assert.equal(resolveLg('langgraph.json', { node_version: '20', graphs: { agent: { path: './src/agent.ts:graph', description: 'x' } } }, files).healthCheckPath, '/ok');
+  });
+
+  test('env: an object, or a .env file read as dotenv does; names the platform sets are refused in the object, skipped in the file', () => {
+    const files = { 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' };
+    const dotenv = [
+      '# a comment',
+      'export OPENAI_API_KEY=sk-123 # trailing comment',
+      "SINGLE='kept # as it is'",
+      'DOUBLE="two\\nlines"',
+      'HASH=a#b',
+      'EMPTY=',
+      'PORT=3000',
+      '',
+    ].join('\n');
+    assert.deepEqual(resolveLg('langgraph.json', { ...JS, env: '.env' }, { ...files, '.env': dotenv }).env, {
+      OPENAI_API_KEY: 'sk-123',
+      SINGLE: 'kept # as it is',
+      DOUBLE: 'two\nlines',
+      HASH: 'a#b',
+      EMPTY: '',
+    });
+    // The CLI leaves .env out of the archive (it is in .gitignore) and sends it as secrets instead.
+    assert.deepEqual(resolveLg('langgraph.json', { ...JS, env: '.env' }, files).env, {});
+    assert.match(refusedLg('langgraph.json', { ...JS, env: { PORT: '3000' } }, files), /env\.PORT is set by the platform/);
+    assert.match(refusedLg('langgraph.json', { ...JS, env: '../.env' }, files), /env: '\.\.\/\.env' is outside the source/);
+  });
+
+  test('a Python project: a venv with the in-memory server and its dependencies, started with langgraph dev', () => {
+    const files = { 'agent/graph.py': '', 'agent/pyproject.toml': '', 'tools/requirements.txt': '' };
+    const config = resolveLg('langgraph.json', { python_version: '3.11', graphs: { agent: './agent/graph.py:graph', other: 'agent.graph:other' }, dependencies: ['./agent', './tools', 'langchain-openai>=0.3'] }, files);
+    assert.equal(config.runtime, 'python');
+    assert.equal(config.install, `python3 -m venv .venv && .venv/bin/pip install 'langgraph-cli[inmem]>=0.4' -e agent -r tools/requirements.txt 'langchain-openai>=0.3'`);
+    assert.equal(config.start, 'exec node .slipway/langgraph-server.mjs python langgraph.json');
+    assert.equal(config.healthCheckPath, '/ok');
+    // No package.json beside it and no version named: Python, as LangChain's CLI assumes.
+    assert.equal(resolveLg('langgraph.json', { graphs: { agent: 'agent.graph:graph' } }, files).runtime, 'python');
+  });
+
+  test('the deployment\'s install and build commands run in the directory of langgraph.json', () => {
+    const files = { 'apps/agent/package.json': PKG, 'apps/agent/src/agent.ts': '' };
+    const config = resolveLg('apps/agent/langgraph.json', JS, files, { install_command: 'npm install --omit=dev', build_command: 'npm run build' });
+    assert.equal(config.install, `(cd apps/agent && npm install --omit=dev) && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`);
+    assert.equal(config.build, '(cd apps/agent && npm run build)');
+  });
+
+  test('every problem at once, naming the file', () => {
+    const message = refusedLg('agent/langgraph.json', { node_version: 20.5, graphs: { a: './x.ts:g' }, env: { 'BAD-NAME': 'x' }, dependencies: 'oops' }, { 'agent/package.json': PKG });
+    assert.match(message, /^agent\/langgraph\.json: /);
+    assert.match(message, /graphs\.a: '\.\/x\.ts' is not a file/);
+    assert.match(message, /env: 'BAD-NAME' is not a valid variable name/);
+    assert.match(message, /dependencies must be a list of strings/);
   });
 });
