@@ -7,6 +7,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import { REVISION_STATES, type RevisionStatus } from '../domain/states.ts';
 import type { Database } from '../store/schema.ts';
+import { startPeriodic, type Periodic } from './periodic.ts';
 import { transitionRevision } from './transitions.ts';
 
 const WITH_DEADLINE = (Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]).filter(
@@ -42,34 +43,20 @@ export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, ba
   });
 }
 
-export interface DeadlineSweeper {
-  stop(): Promise<void>;
-}
-
 /** Sweeps every `intervalMs`; `now` is injectable so tests control the clock. */
-export function startDeadlineSweeper(options: { db: Kysely<Database>; logger: Logger; intervalMs: number; now?: () => Date }): DeadlineSweeper {
+export function startDeadlineSweeper(options: { db: Kysely<Database>; logger: Logger; intervalMs: number; now?: () => Date }): Periodic {
   const { db, logger, intervalMs, now = () => new Date() } = options;
-  let running: Promise<void> = Promise.resolve();
-  const sweep = async () => {
-    try {
+  return startPeriodic({
+    name: 'deadline sweep',
+    intervalMs,
+    logger,
+    async run() {
       let moved: number;
       do {
+        // Each batch is one transaction: a failed one rolls back and the next run retries.
         moved = await expireOverdueRevisions(db, now());
         if (moved > 0) logger.info({ moved }, 'revisions past their deadline moved to failure');
       } while (moved > 0);
-    } catch (error) {
-      // The next tick retries; a failed sweep changes nothing (its transaction rolled back).
-      logger.error({ err: error }, 'deadline sweep failed');
-    }
-  };
-  const timer = setInterval(() => {
-    running = running.then(sweep);
-  }, intervalMs);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
     },
-  };
+  });
 }

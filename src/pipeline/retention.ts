@@ -10,6 +10,7 @@ import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { Database } from '../store/schema.ts';
+import { startPeriodic, type Periodic } from './periodic.ts';
 
 export interface RetentionPolicy {
   eventRetentionDays: number;
@@ -45,34 +46,20 @@ export async function pruneUploads(db: Kysely<Database>, dataDir: string, hours:
   return gone.rows.length;
 }
 
-export interface RetentionSweeper {
-  stop(): Promise<void>;
-}
-
-export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: string; policy: RetentionPolicy; logger: Logger; intervalMs: number }): RetentionSweeper {
+export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: string; policy: RetentionPolicy; logger: Logger; intervalMs: number }): Periodic {
   const { db, dataDir, policy, logger, intervalMs } = options;
-  let running: Promise<void> = Promise.resolve();
-  const sweep = async () => {
-    try {
+  return startPeriodic({
+    name: 'retention sweep',
+    intervalMs,
+    logger,
+    runAtStart: true,
+    async run() {
+      // Each batch is its own statement, so a failure leaves nothing half done.
       let events = 0;
       let uploads = 0;
       for (let moved = -1; moved !== 0; ) events += moved = await pruneEvents(db, policy.eventRetentionDays);
       for (let moved = -1; moved !== 0; ) uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
       if (events > 0 || uploads > 0) logger.info({ events, uploads }, 'retention: pruned');
-    } catch (error) {
-      // The next sweep retries; each batch is its own statement, so nothing is half done.
-      logger.error({ err: error }, 'retention sweep failed');
-    }
-  };
-  running = sweep();
-  const timer = setInterval(() => {
-    running = running.then(sweep);
-  }, intervalMs);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
     },
-  };
+  });
 }
