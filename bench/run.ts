@@ -24,7 +24,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import pino from 'pino';
-import { loadConfig } from '../src/config.ts';
+import { loadDatabaseUrl } from '../src/config.ts';
 import { openBenchDatabase } from './bench-database.ts';
 import { cpuBetween, sampleCpu, type RunCpu } from './cpu-usage.ts';
 import { dataPlaneParts, isDataPlaneKey, runDataPlaneBench } from './data-plane.ts';
@@ -259,7 +259,7 @@ async function main(): Promise<number> {
   process.once('SIGTERM', onSignal);
 
   try {
-    const database = await openBenchDatabase(loadConfig().databaseUrl ?? undefined, logger);
+    const database = await openBenchDatabase(loadDatabaseUrl() ?? undefined, logger);
     cleanups.push(() => database.close());
     say(`database: ${database.description}`);
     const load = LoadGenerator.start();

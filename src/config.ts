@@ -17,8 +17,10 @@ export interface Config {
   readonly dataDir: string;
   /** When set, an admin key with exactly this value exists for the default workspace. */
   readonly bootstrapApiKey: string | null;
-  /** 32-byte key for secrets at rest; null means a key file generated in `dataDir`. */
+  /** 32-byte key for secrets at rest; null means a key file generated in `dataDir` (embedded database only). */
   readonly encryptionKey: Buffer | null;
+  /** During a key rotation: the key being replaced, which still opens (never seals) values. */
+  readonly previousEncryptionKey: Buffer | null;
   readonly logLevel: LogLevel;
   /** Largest JSON request body accepted, in bytes. */
   readonly bodyLimitBytes: number;
@@ -109,14 +111,31 @@ function databaseUrl(env: Env): string | null {
   return raw;
 }
 
-function encryptionKey(env: Env): Buffer | null {
-  const raw = text(env, 'SLIPWAY_ENCRYPTION_KEY');
+function encryptionKey(env: Env, name: string): Buffer | null {
+  const raw = text(env, name);
   if (raw === null) return null;
   const key = /^[0-9a-fA-F]{64}$/.test(raw) ? Buffer.from(raw, 'hex') : Buffer.from(raw, 'base64');
   if (key.length !== 32) {
-    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', 'must be 32 bytes, as 64 hex digits or base64');
+    throw new ConfigError(name, 'must be 32 bytes, as 64 hex digits or base64');
   }
   return key;
+}
+
+/**
+ * With DATABASE_URL the key must be given: replicas that each generated a key file of their own would
+ * seal with different keys, and each could open only its own secrets.
+ */
+function requiredEncryptionKey(env: Env, databaseUrl: string | null): Buffer | null {
+  const key = encryptionKey(env, 'SLIPWAY_ENCRYPTION_KEY');
+  if (key === null && databaseUrl !== null) {
+    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', 'is required with DATABASE_URL (the same key on every replica): generate one with `openssl rand -hex 32` and keep it with your database backups');
+  }
+  return key;
+}
+
+/** Just DATABASE_URL, validated, for tools that need the database and nothing else (the bench). */
+export function loadDatabaseUrl(env: Env = process.env): string | null {
+  return databaseUrl(env);
 }
 
 function bootstrapApiKey(env: Env): string | null {
@@ -211,13 +230,15 @@ function sandbox(env: Env): SandboxMode {
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Config {
   const port = integer(env, 'PORT', 8124, 0, 65535);
   const host = text(env, 'HOST') ?? '127.0.0.1';
+  const database = databaseUrl(env);
   return Object.freeze({
     port,
     host,
-    databaseUrl: databaseUrl(env),
+    databaseUrl: database,
     dataDir: path.resolve(cwd, text(env, 'SLIPWAY_DATA_DIR') ?? '.slipway'),
     bootstrapApiKey: bootstrapApiKey(env),
-    encryptionKey: encryptionKey(env),
+    encryptionKey: requiredEncryptionKey(env, database),
+    previousEncryptionKey: encryptionKey(env, 'SLIPWAY_PREVIOUS_ENCRYPTION_KEY'),
     logLevel: logLevel(env),
     bodyLimitBytes: integer(env, 'SLIPWAY_BODY_LIMIT_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),

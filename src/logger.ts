@@ -20,9 +20,21 @@ interface RequestLike {
   id?: string;
 }
 
+/**
+ * Every line carries the process's own `pid` (pino's base). A `pid` in a call's object (another
+ * process's, say a database server's) would put a second `pid` key on the line, which JSON parsers
+ * resolve differently (most keep the last): it is renamed.
+ */
+function withoutPid(object: Record<string, unknown>): Record<string, unknown> {
+  if (!Object.hasOwn(object, 'pid')) return object;
+  const { pid, ...rest } = object;
+  return { ...rest, otherPid: pid };
+}
+
 export function createLogger(level: LogLevel, destination?: pino.DestinationStream): Logger {
   const options: pino.LoggerOptions = {
     level,
+    formatters: { log: withoutPid },
     redact: { paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
     serializers: {
       req: (request: RequestLike) => ({

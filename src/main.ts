@@ -1,13 +1,19 @@
 /**
- * Entry point: read the configuration, open the database (embedded or DATABASE_URL), make the first-
- * start defaults, serve HTTP, and shut down gracefully on SIGTERM/SIGINT: stop accepting, finish
- * in-flight requests, close the pool, stop the embedded server.
+ * Entry point: read the configuration, take the data directory, open the database (embedded or
+ * DATABASE_URL), check the encryption key against it, make the first-start defaults, serve HTTP, and
+ * shut down gracefully on SIGTERM/SIGINT: stop accepting, finish in-flight requests, close the pool,
+ * stop the embedded server. If the embedded server dies under it, the service exits non-zero so that a
+ * supervisor restarts it (a restart recovers the server) instead of answering 500s.
  */
+import os from 'node:os';
+import type { Logger } from 'pino';
 import { buildApp } from './app.ts';
-import { bootstrap } from './bootstrap.ts';
-import { ConfigError, loadConfig } from './config.ts';
-import { createSecretBox, loadEncryptionKey } from './crypto/secret-box.ts';
-import { openDatabase } from './db/database.ts';
+import { bootstrap, handOverFirstKey } from './bootstrap.ts';
+import { ConfigError, loadConfig, type Config } from './config.ts';
+import { databaseHoldsNoSealedValue, openSecretBox } from './crypto/key-check.ts';
+import { loadEncryptionKeys } from './crypto/secret-box.ts';
+import { lockDataDir } from './db/data-dir-lock.ts';
+import { openDatabase, type OpenDatabase } from './db/database.ts';
 import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 import { startRetentionSweeper } from './pipeline/retention.ts';
@@ -15,6 +21,26 @@ import { openChangeFeed } from './db/change-feed.ts';
 import { createAppRouter } from './dataplane/app-router.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
+
+/** Start-up notices about the configuration that are not errors but surprise people later. */
+function warnAboutSetup(config: Config, logger: Logger): void {
+  const publicHost = new URL(config.publicUrl).hostname;
+  if (publicHost === '0.0.0.0' || publicHost === '[::]') {
+    logger.warn({ publicUrl: config.publicUrl }, `HOST is ${config.host} and SLIPWAY_PUBLIC_URL is not set: OAuth redirect and webhook URLs would name ${config.publicUrl}, which no browser or code host can reach. Set SLIPWAY_PUBLIC_URL to the address users reach this service at.`);
+  }
+  if (process.getuid?.() === 0 && config.databaseUrl === null) {
+    logger.warn('running as root: the embedded PostgreSQL runs as the system user \'postgres\' (created if missing), which owns the cluster directory; see docs/operations.md');
+  }
+}
+
+/** A one-line reason for a failed listen, naming the setting to change; null for other errors. */
+function listenFailure(error: unknown, config: Config): string | null {
+  const code = (error as NodeJS.ErrnoException).code;
+  if (code === 'EADDRINUSE') return `PORT: ${config.port} is already in use on ${config.host} (another process listens there): stop it, or set PORT to a free port`;
+  if (code === 'EACCES') return `PORT: this user may not listen on port ${config.port}: set PORT to 1024 or above`;
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') return `HOST: ${config.host} is not an address of this machine: set HOST to one (127.0.0.1, or 0.0.0.0 for all)`;
+  return null;
+}
 
 async function main(): Promise<void> {
   let config;
@@ -28,38 +54,68 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger(config.logLevel);
-  const database = await openDatabase(config, logger);
-  const secretBox = createSecretBox(await loadEncryptionKey(config.encryptionKey, config.dataDir));
-  const first = await bootstrap(database.db, config.bootstrapApiKey);
-  if (first.generatedKey !== null) {
-    // Shown once, on the terminal only: the key is stored hashed and cannot be shown again.
-    process.stdout.write(
-      `\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${first.generatedKey}\n\nKeep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n`,
-    );
+  warnAboutSetup(config, logger);
+
+  // Signals during the start: stop what was started so far (the exit hooks of the embedded server and
+  // of the lock do the rest), then exit. Replaced by the graceful shutdown once serving.
+  let database: OpenDatabase | null = null;
+  let shutdown: ((reason: string, exitCode: number) => void) | null = null;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (shutdown) return shutdown(signal, 0);
+    void (database?.close() ?? Promise.resolve()).finally(() => process.exit(128 + (os.constants.signals[signal] ?? 15)));
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  // A closed terminal: Node would exit at once, leaving the embedded server (in its own session) behind.
+  process.on('SIGHUP', onSignal);
+
+  const lock = await lockDataDir(config.dataDir, { logger, command: 'service' });
+  let databaseLost: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void = () => process.exit(1);
+  database = await openDatabase(config, logger, { onServerExit: (exit) => databaseLost(exit) });
+  const db = database.db;
+  let secretBox;
+  let first;
+  try {
+    const keys = await loadEncryptionKeys({
+      configured: config.encryptionKey,
+      previous: config.previousEncryptionKey,
+      dataDir: config.dataDir,
+      mayCreate: await databaseHoldsNoSealedValue(db),
+    });
+    secretBox = await openSecretBox(db, keys);
+    first = await bootstrap(db, config.bootstrapApiKey);
+  } catch (error) {
+    await database.close();
+    throw error;
   }
+  if (first.revokedBootstrapKeys.length > 0) {
+    logger.warn({ revoked: first.revokedBootstrapKeys }, config.bootstrapApiKey === null ? 'SLIPWAY_BOOTSTRAP_API_KEY is no longer set: revoked the bootstrap key it made' : 'SLIPWAY_BOOTSTRAP_API_KEY changed: revoked the previous bootstrap key');
+  }
+  if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
   const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
-  const app = await buildApp({ config, db: database.db, pool: database.pool, secretBox, logger, changes, router });
-  const sweeper = startDeadlineSweeper({ db: database.db, logger, intervalMs: 30_000 });
-  const retention = startRetentionSweeper({ db: database.db, dataDir: config.dataDir, policy: config, logger, intervalMs: 60 * 60_000 });
+  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, router });
+  const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
+  const retention = startRetentionSweeper({ db, dataDir: config.dataDir, policy: config, logger, intervalMs: 60 * 60_000 });
   const worker = config.roles.includes('worker')
     ? await startLocalDataPlane({
         config,
-        db: database.db,
+        db,
         pool: database.pool,
         databaseUrl: database.url,
         secretBox,
         changes,
         router,
-        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: config.allowInsecureCodehost, logger }).repositories,
+        repositories: createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger }).repositories,
         logger,
       })
     : null;
 
+  const opened = database;
   let closing: Promise<void> | null = null;
-  const shutdown = (signal: string) => {
+  shutdown = (reason: string, exitCode: number) => {
     closing ??= (async () => {
-      logger.info({ signal }, 'shutting down');
+      logger.info({ reason }, 'shutting down');
       try {
         await sweeper.stop();
         await retention.stop();
@@ -69,30 +125,42 @@ async function main(): Promise<void> {
         await router.close();
         await changes.close();
       } finally {
-        await database.close();
+        // The embedded server last, once nothing uses it; the data directory once the server is down.
+        await opened.close();
+        await lock.release();
       }
       logger.info('stopped');
     })().then(
-      () => process.exit(0),
+      () => process.exit(exitCode),
       (error: unknown) => {
         logger.error({ err: error }, 'shutdown failed');
         process.exit(1);
       },
     );
   };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
+  const stop = shutdown;
+  databaseLost = ({ code, signal }) => {
+    logger.fatal({ code, signal }, 'the embedded PostgreSQL exited under the running service: stopping with exit code 1 (a restart recovers it)');
+    stop('embedded PostgreSQL exited', 1);
+    // Stopping talks to a database that is gone; do not let a step that waits on it keep the process up.
+    setTimeout(() => process.exit(1), config.drainTimeoutMs + 15_000).unref();
+  };
 
   try {
     await app.listen({ port: config.port, host: config.host });
   } catch (error) {
-    logger.error({ err: error }, 'could not listen');
-    await database.close();
-    process.exit(1);
+    const reason = listenFailure(error, config);
+    // What the operator must change, on one line where they started it; anything else to the log.
+    if (reason !== null) process.stderr.write(`slipway: cannot start: ${reason}\n`);
+    else logger.error({ err: error }, 'could not listen');
+    stop('could not listen', 1);
   }
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`slipway: failed to start: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`);
+  // Configuration that cannot work (the data directory in use, the wrong encryption key): one line
+  // naming the setting, no stack trace.
+  if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);
+  else process.stderr.write(`slipway: failed to start: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`);
   process.exit(1);
 });

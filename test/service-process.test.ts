@@ -1,7 +1,8 @@
 /**
  * The real service as a user runs it (`npm start`): its own embedded PostgreSQL under the data
- * directory, the first-start key, graceful SIGTERM, data kept across restarts, recovery after a crash
- * that left the database server running, and a clear refusal of bad configuration.
+ * directory, the first-start key (in a 0600 file, since stdout here is not a terminal but a log
+ * collector), graceful SIGTERM, data kept across restarts, recovery after a crash that left the
+ * database server running, and a clear refusal of bad configuration.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -140,11 +141,17 @@ describe('the service process', { timeout: 300_000 }, () => {
   let listenerId: string;
   let deploymentId: string;
 
-  test('first start: ready, prints an admin key once, serves real HTTP, stops cleanly on SIGTERM', async () => {
+  test('first start: ready, hands an admin key over in a 0600 file (not in the logs), serves real HTTP, stops cleanly on SIGTERM', async () => {
     const service = await startService();
-    const keys = [...service.stdout().matchAll(KEY_LINE)].map((m) => m[1]!);
-    assert.equal(keys.length, 1, `exactly one key printed, stdout was:\n${service.stdout()}`);
-    adminKey = keys[0]!;
+    assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], `stdout is not a terminal: no key among the logs, stdout was:\n${service.stdout()}`);
+    const keyFile = path.join(dataDir, 'first-admin-key');
+    assert.equal((await fs.stat(keyFile)).mode & 0o777, 0o600, 'only the service\'s user can read the key file');
+    adminKey = (await fs.readFile(keyFile, 'utf8')).trim();
+    assert.match(adminKey, /^slw_[A-Za-z0-9_-]{20,}$/);
+    assert.ok(!service.stdout().includes(adminKey), 'the key itself never reaches the log');
+    const told = service.stdout().split('\n').filter((line) => line.includes(keyFile));
+    assert.equal(told.length, 1, `one log line names the key file, stdout was:\n${service.stdout()}`);
+    assert.equal(JSON.parse(told[0]!).level, 40, 'at warn, so that LOG_LEVEL=warn still shows it');
     assert.notEqual(adminKey, BOOTSTRAP_KEY);
 
     assert.equal((await fetch(`${service.base}/healthz`)).status, 200);
@@ -174,8 +181,11 @@ describe('the service process', { timeout: 300_000 }, () => {
 
   test('second start: the data is still there and no new key is printed', async () => {
     assert.ok(adminKey && deploymentId, 'needs the first start');
+    const keyFile = path.join(dataDir, 'first-admin-key');
+    const before = (await fs.stat(keyFile)).mtimeMs;
     const service = await startService();
     assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], `no key printed, stdout was:\n${service.stdout()}`);
+    assert.equal((await fs.stat(keyFile)).mtimeMs, before, 'no new key was made');
     const deployment = await call(service, 'GET', `/v2/deployments/${deploymentId}`, adminKey);
     assert.equal(deployment.status, 200);
     assert.equal(deployment.body.name, 'survivor');
@@ -198,9 +208,15 @@ describe('the service process', { timeout: 300_000 }, () => {
     const exit = await stop(crashed, 'SIGKILL');
     assert.equal(exit.signal, 'SIGKILL');
     assert.ok(alive(leftover), 'the crash left the database server running, holding the data directory');
+    const lock = JSON.parse(await fs.readFile(path.join(dataDir, 'slipway.lock'), 'utf8'));
+    assert.equal(lock.pid, crashed.child.pid, 'and its data directory lock, naming a process that is gone');
 
     const service = await startService();
     assert.ok(await waitUntilGone(leftover, 10_000), 'the leftover server was stopped');
+    const warned = service.stdout().split('\n').filter((line) => line.includes('left running by an earlier crash'));
+    assert.equal(warned.length, 1, service.stdout());
+    assert.equal(warned[0]!.match(/"pid":/g)?.length, 1, `one pid key per line (the logger's own): ${warned[0]}`);
+    assert.equal(JSON.parse(warned[0]!).postgresPid, leftover);
     const now = await postgresPid();
     assert.ok(now !== null && now !== leftover && alive(now), 'a new server holds the data directory');
     assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], 'still no new key');
@@ -223,5 +239,10 @@ describe('the service process', { timeout: 300_000 }, () => {
       assert.match(service.stderr(), new RegExp(`\\b${name}\\b`), `${name}=${value}: stderr was ${service.stderr()}`);
       assert.ok(!/\n\s+at /.test(service.stderr()), 'a message, not a stack trace');
     }
+    // Replicas on one database must share the key: each generating its own would corrupt the others'.
+    const keyless = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', DATABASE_URL: 'postgres://slipway@127.0.0.1:1/slipway' }, 0);
+    const exit = await withDeadline('exit with DATABASE_URL and no key', keyless.exited, STOP_DEADLINE_MS);
+    assert.deepEqual(exit, { code: 2, signal: null });
+    assert.match(keyless.stderr(), /^slipway: invalid configuration: SLIPWAY_ENCRYPTION_KEY: is required with DATABASE_URL/);
   });
 });

