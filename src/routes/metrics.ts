@@ -13,6 +13,7 @@ import fastifyPlugin from 'fastify-plugin';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { LISTENER_STALE_AFTER_SECONDS } from '../store/listeners.ts';
 import type { Database } from '../store/schema.ts';
 
 export interface MetricsOptions {
@@ -22,6 +23,7 @@ export interface MetricsOptions {
 }
 
 interface DatabaseGauges {
+  listeners: { status: string; n: number }[];
   deployments: { status: string; n: number }[];
   revisions: { status: string; n: number }[];
   queue: { depth: number; oldest_seconds: number | null };
@@ -33,12 +35,16 @@ async function readDatabaseGauges(db: Kysely<Database>): Promise<DatabaseGauges>
     union all
     select 'revision', status, count(*)::int, null from revisions group by status
     union all
+    select 'listener', case when last_seen_at is null then 'never_seen' when last_seen_at > now() - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected' else 'stale' end, count(*)::int, null
+      from listeners group by 2
+    union all
     select 'queue', null, count(*)::int, extract(epoch from now() - min(r.created_at))::float8
       from revisions r join deployments d on d.id = r.deployment_id
       where r.status = 'QUEUED' and d.listener_id is null`.execute(db);
   const rows = result.rows;
   const queue = rows.find((r) => r.kind === 'queue');
   return {
+    listeners: rows.filter((r) => r.kind === 'listener').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
     deployments: rows.filter((r) => r.kind === 'deployment').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
     revisions: rows.filter((r) => r.kind === 'revision').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
     queue: { depth: queue?.n ?? 0, oldest_seconds: queue?.oldest_seconds ?? null },
@@ -68,6 +74,16 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
     collect() {
       this.reset();
       for (const row of gauges?.deployments ?? []) this.set({ status: row.status }, row.n);
+    },
+  });
+  new Gauge({
+    name: 'slipway_listeners',
+    help: 'Listeners by state: never_seen, connected (seen in the last 90 s), stale.',
+    labelNames: ['state'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const row of gauges?.listeners ?? []) this.set({ state: row.status }, row.n);
     },
   });
   new Gauge({
