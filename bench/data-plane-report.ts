@@ -20,7 +20,9 @@ function median(values: number[]): number {
 }
 
 const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
-const ms = (n: number) => (!Number.isFinite(n) ? 'n/a' : n < 10 ? n.toFixed(2) : n.toFixed(1));
+const ms = (n: number) => (!Number.isFinite(n) ? 'n/a' : Math.abs(n) < 10 ? n.toFixed(2) : n.toFixed(1));
+/** A difference with its sign: +3.20, -12.5. */
+const signedMs = (n: number) => (Number.isFinite(n) && n >= 0 ? `+${ms(n)}` : ms(n));
 const pct = (n: number) => (Number.isFinite(n) ? `${Math.round(n * 100)}%` : 'n/a');
 const cpuMs = (n: number | null | undefined) => (n === null || n === undefined ? 'n/a' : n.toFixed(3));
 
@@ -65,6 +67,11 @@ function deployRows(apps: AppDeployResult[], markdown: boolean): string[][] {
     return [direct === null ? 'none' : int(median(a.runs.map((r) => r.phases.install)) - median(direct)), ''];
   });
   row('sandboxed start until healthy - direct start', 'sandbox + 250 ms poll', (a) => [int(median(a.runs.map((r) => r.phases.start)) - median(a.direct.map((d) => d.start))), '']);
+  const others = (values: (number | null)[]): [string, string] => {
+    const known = values.filter((v): v is number => v !== null);
+    return known.length === 0 ? ['n/a', ''] : [pct(median(known)), `${pct(Math.min(...known))} to ${pct(Math.max(...known))}`];
+  };
+  row('other CPU use during the deployments', 'noise', (a) => others(a.runs.map((r) => r.otherShare)));
   return rows;
 }
 
@@ -94,7 +101,7 @@ function proxyRows(runs: ProxyRun[], markdown: boolean): string[][] {
       ms(r.result.p50),
       ms(r.result.p99),
       r.form === 'direct' || !direct ? '' : pct(r.result.rps / direct.result.rps),
-      r.form === 'direct' || !direct ? '' : ms(r.result.p99 - direct.result.p99),
+      r.form === 'direct' || !direct ? '' : signedMs(r.result.p99 - direct.result.p99),
       cpuMs(r.cpu?.serviceMs),
       cpuMs(r.cpu?.appMs),
       cpuMs(r.cpu?.loadgenMs),
@@ -124,11 +131,14 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
       if (!r) return [];
       const cpu = r.cpu && direct.cpu ? `, ${(r.cpu.serviceMs - direct.cpu.serviceMs).toFixed(3)} ms of service CPU per request` : '';
       const ofBare = bare ? ` (${pct(r.result.rps / bare.result.rps)} of the bare proxy's)` : '';
-      return [`${form === 'host' ? 'by Host' : 'by path'} ${pct(r.result.rps / direct.result.rps)} of direct req/s${ofBare}, p99 +${ms(r.result.p99 - direct.result.p99)} ms${cpu}`];
+      return [`${form === 'host' ? 'by Host' : 'by path'} ${pct(r.result.rps / direct.result.rps)} of direct req/s${ofBare}, p99 ${signedMs(r.result.p99 - direct.result.p99)} ms${cpu}`];
     });
-    const floor = bare ? `; a bare node:http proxy ${pct(bare.result.rps / direct.result.rps)}, p99 +${ms(bare.result.p99 - direct.result.p99)} ms` : '';
+    const floor = bare ? `; a bare node:http proxy ${pct(bare.result.rps / direct.result.rps)}, p99 ${signedMs(bare.result.p99 - direct.result.p99)} ms` : '';
     lines.push(`proxy, ${direct.appTitle}: ${parts.join('; ')}${floor}`);
   }
+  const timed = results.apps.flatMap((a) => a.runs.map((r) => r.otherShare));
+  const busyTimed = timed.filter((v) => (v ?? 0) > DISTURBED).length;
+  if (busyTimed > 0) lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${busyTimed} of ${timed.length} deployments: their times are longer and noisier than this machine can do`);
   const disturbed = results.proxy.filter((r) => (r.cpu?.otherShare ?? 0) > DISTURBED);
   if (disturbed.length > 0) lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.proxy.length} proxy runs (marked *)`);
   const failed = results.proxy.filter((r) => r.result.failures > 0);

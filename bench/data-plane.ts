@@ -132,6 +132,8 @@ export interface DeployRun {
   total: number;
   /** POST sent to the first 2xx on the health path through the stable URL (polled every 20 ms). */
   firstServed: number;
+  /** Share of the machine other processes used meanwhile (null without /proc). */
+  otherShare: number | null;
 }
 
 export interface DirectRun {
@@ -234,6 +236,9 @@ interface Spawned {
   stop(): Promise<void>;
 }
 
+/** Direct runs still going: their own process groups do not get a Ctrl-C, so the cleanup stops them. */
+const liveCommands = new Set<Spawned>();
+
 /** `sh -c command` in its own process group, as the platform runs it, but without a sandbox. */
 function spawnCommand(command: string, cwd: string, env: Record<string, string>): Spawned {
   const child = spawn('/bin/sh', ['-c', command], { cwd, env, detached: true, stdio: ['ignore', 'ignore', 'pipe'] });
@@ -259,7 +264,7 @@ function spawnCommand(command: string, cwd: string, env: Record<string, string>)
       // already gone
     }
   };
-  return {
+  const spawned: Spawned = {
     exited,
     hasExited: () => done,
     output: () => stderr.trim(),
@@ -270,6 +275,9 @@ function spawnCommand(command: string, cwd: string, env: Record<string, string>)
       clearTimeout(timer);
     },
   };
+  liveCommands.add(spawned);
+  void exited.then(() => liveCommands.delete(spawned));
+  return spawned;
 }
 
 /** Milliseconds a command takes to run to its end (it must exit 0). */
@@ -359,19 +367,20 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     if (!event) throw new Error(`${name}: no event of revision ${revisionId} reaching ${status} (${events.map((e) => e.to_status).join(', ')})`);
     return Date.parse(event.created_at);
   };
-  // The system lines are written before DEPLOYED, but stored in batches: wait for them a little.
+  // The system lines are written before DEPLOYED, but stored in batches (every 200 ms): wait for them.
   let starting: number | undefined;
   let healthy: number | undefined;
-  for (const until = Date.now() + 5_000; (starting === undefined || healthy === undefined) && Date.now() < until; ) {
+  let system: LogLine[] = [];
+  for (const until = Date.now() + 15_000; (starting === undefined || healthy === undefined) && Date.now() < until; ) {
     const page = await svc.api<{ lines: LogLine[] }>('GET', `/v2/deployments/${id}/revisions/${revisionId}/logs?type=deploy&limit=1000`);
-    const system = (page.body.lines ?? []).filter((l) => l.stream === 'system');
+    system = (page.body?.lines ?? []).filter((l) => l.stream === 'system');
     const s = system.find((l) => l.message.startsWith('Starting '));
     const h = system.find((l) => l.message.startsWith('Health check passed'));
     starting = s ? Date.parse(s.time) : undefined;
     healthy = h ? Date.parse(h.time) : undefined;
     if (starting === undefined || healthy === undefined) await sleep(100);
   }
-  if (starting === undefined || healthy === undefined) throw new Error(`${name}: the deploy log has no "Starting" or "Health check passed" line`);
+  if (starting === undefined || healthy === undefined) throw new Error(`${name}: the deploy log has no "Starting" or "Health check passed" line: ${JSON.stringify(system)}`);
 
   const queued = reached('QUEUED');
   const awaitingBuild = reached('AWAITING_BUILD');
@@ -395,6 +404,7 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
       },
       total: deployed - t0,
       firstServed,
+      otherShare: null,
     },
   };
 }
@@ -566,6 +576,9 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
     },
   ];
 
+  ctx.defer(async () => {
+    await Promise.all([...liveCommands].map((c) => c.stop()));
+  });
   const svc = await startDataPlaneService(ctx.serverUrl, options.logLevel);
   ctx.defer(() => svc.close());
   say(`data plane: ${svc.isolation}`);
@@ -594,14 +607,20 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
         for (let i = 0; i < count; i++) {
           // Nothing else runs meanwhile: the previous deployment is gone before the next starts.
           if (serving) await deleteDeployment(svc, serving.id);
+          // How busy the rest of the machine was during the deployment. Not measured for the direct
+          // runs: the SIGTERM to their process group orphans npm's and sh's children, which init then
+          // reaps, so their CPU time would count as other processes'.
+          const before = await sampleCpu(ctx.load.pid);
           serving = await deployOnce(svc, app, appConfig);
+          serving.run.otherShare = cpuBetween(before, await sampleCpu(ctx.load.pid), 1)?.otherShare ?? null;
           const direct = await directOnce(svc, app, appConfig);
           result.runs.push(serving.run);
           result.direct.push(direct);
           const p = serving.run.phases;
           say(
             `  deploy ${app.key} ${i + 1}/${count}: DEPLOYED after ${fmt(serving.run.total)} (served ${fmt(serving.run.firstServed)}): pick-up ${fmt(p.pickup)}, fetch ${fmt(p.fetch)}, install ${fmt(p.install)}, ` +
-              `database ${fmt(p.provision)}, start ${fmt(p.start)}, switch ${fmt(p.switch)} | direct: ${direct.install === null ? '' : `install ${fmt(direct.install)}, `}${direct.database === null ? '' : `database ${fmt(direct.database)}, `}start ${fmt(direct.start)}${direct.node === null ? '' : `, node ${fmt(direct.node)}`}`,
+              `database ${fmt(p.provision)}, start ${fmt(p.start)}, switch ${fmt(p.switch)} | direct: ${direct.install === null ? '' : `install ${fmt(direct.install)}, `}${direct.database === null ? '' : `database ${fmt(direct.database)}, `}start ${fmt(direct.start)}${direct.node === null ? '' : `, node ${fmt(direct.node)}`}` +
+              (serving.run.otherShare === null ? '' : ` | others ${Math.round(serving.run.otherShare * 100)}%`),
           );
         }
         results.push(result);

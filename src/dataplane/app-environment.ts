@@ -20,6 +20,9 @@ export function baseEnvironment(paths: AppPaths): Record<string, string> {
     HOME: paths.home,
     LANG: 'C.UTF-8',
     TMPDIR: '/tmp',
+    // Each revision has a fresh HOME, so npm would ask the registry for a newer npm at every start.
+    npm_config_update_notifier: 'false',
+    npm_config_fund: 'false',
   };
 }
 

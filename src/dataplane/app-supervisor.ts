@@ -130,7 +130,8 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     },
 
     async waitHealthy(timeoutMs, signal) {
-      const deadline = Date.now() + timeoutMs;
+      const started = Date.now();
+      const deadline = started + timeoutMs;
       const pending = new Set(instances.filter((i) => i.kind === 'web'));
       while (pending.size > 0) {
         if (signal.aborted) throw new HealthCheckError('The deploy was interrupted.');
@@ -144,7 +145,8 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
         if (Date.now() >= deadline) {
           throw new HealthCheckError(`The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s.`);
         }
-        await sleep(250);
+        // Quick probes at first (most apps are up within a second), then gentler ones.
+        await sleep(Date.now() - started < 2_000 ? 50 : 250);
       }
     },
 
