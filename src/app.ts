@@ -62,7 +62,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: logger as FastifyBaseLogger,
     bodyLimit: config.bodyLimitBytes,
-    // Echo the caller's request id when it sent a sane one, else make one (contract.md, "Conventions").
+    // Echo the caller's request id when it sent a sane one, else make one (docs/api.md, "Conventions").
     requestIdHeader: false,
     genReqId: (request) => {
       const given = request.headers['x-request-id'];

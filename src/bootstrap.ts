@@ -1,6 +1,6 @@
 /**
  * First start: a default organization, workspace and admin key, so a fresh installation is usable at
- * once (contract.md). The generated key is returned to the caller to hand over once; it is never stored.
+ * once (docs/api.md, "Authentication and tenancy"). The generated key is returned to the caller to hand over once; it is never stored.
  * A key supplied by configuration is made (or revived) as an admin key of the default workspace, and is
  * the only such key: changing or removing SLIPWAY_BOOTSTRAP_API_KEY revokes the one it replaced.
  */

@@ -1,5 +1,5 @@
 /**
- * The only reader of the environment (style.md, practice 3). Every setting and its default lives here;
+ * The only reader of the environment. Every setting and its default lives here;
  * `loadConfig` validates once at start and fails fast with an error that names the variable.
  */
 import path from 'node:path';

@@ -1,6 +1,6 @@
 /**
  * Bad input of any kind is answered with a 4xx in the contract's shape and changes nothing
- * (contract.md, "Errors"); no input gives a 5xx. Each case names the endpoint, what is wrong, the
+ * (docs/errors.md); no input gives a 5xx. Each case names the endpoint, what is wrong, the
  * expected status and, for 422, where `loc` must point.
  */
 import assert from 'node:assert/strict';

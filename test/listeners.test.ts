@@ -1,4 +1,4 @@
-/** Listeners (interface.md "Listener", contract.md "Listeners"): create, read, page, patch, delete. */
+/** Listeners: create, read, page, patch, delete; (workspace, compute_id) is unique; compute_type and compute_id never change. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { client, createTestApp, type TestApp } from './helpers.ts';

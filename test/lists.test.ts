@@ -1,5 +1,5 @@
 /**
- * Lists (contract.md, "Lists and pagination"): every filter of list deployments and list revisions,
+ * Lists (docs/api.md, "Lists and pagination"): every filter of list deployments and list revisions,
  * newest-first order, and paging that reaches every item exactly once.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * The tag model behind the `tag_value_ids` filter (contract.md, "Lists and pagination"): tag keys, their
+ * The tag model behind the `tag_value_ids` filter (docs/api.md, "Lists and pagination"): tag keys, their
  * values, the values a deployment carries, and the filter itself.
  */
 import assert from 'node:assert/strict';

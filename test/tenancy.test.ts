@@ -1,5 +1,5 @@
 /**
- * API keys and tenancy (contract.md, "Authentication and tenancy"): who may call, which workspace a
+ * API keys and tenancy (docs/api.md, "Authentication and tenancy"): who may call, which workspace a
  * request acts in, and that two workspaces never see each other's resources.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * Source uploads for internal_source deployments (contract.md, "Sources"): a gzipped tarball goes in,
+ * Source uploads for internal_source deployments (docs/api.md, "Sources"): a gzipped tarball goes in,
  * a source_tarball_path comes out, and only paths made this way, in the caller's workspace, are usable.
  */
 import assert from 'node:assert/strict';

@@ -1,6 +1,5 @@
 /**
- * What each deployment source needs and allows, as one table (contract.md, "Sources, and who runs a
- * deployment"), and the functions that check a source config or a source revision config against it.
+ * What each deployment source needs and allows, as one table (docs/api.md, "Sources"), and the functions that check a source config or a source revision config against it.
  * Pure: no I/O. Checks that need the database (a listener or an integration of the workspace) are done
  * by the caller with the names this module returns.
  */
@@ -59,7 +58,7 @@ export const SOURCE_CONFIG_FIELDS: readonly SourceConfigField[] = [
 ];
 export const REVISION_FIELDS: readonly RevisionField[] = ['repo_ref', 'framework_config_path', 'image_uri', 'source_tarball_path'];
 
-/** Fields of source_config fixed at creation (contract.md, "Revisions"). */
+/** Fields of source_config fixed at creation (docs/lifecycle.md). */
 export const IMMUTABLE_CONFIG_FIELDS: readonly SourceConfigField[] = ['integration_id', 'repo_url', 'deployment_type', 'listener_id', 'listener_config'];
 
 interface SourceRule {

@@ -1,5 +1,5 @@
 /**
- * API-key authentication and workspace resolution (contract.md, "Authentication and tenancy").
+ * API-key authentication and workspace resolution (docs/api.md, "Authentication and tenancy").
  * Routes declare `config.auth`: 'workspace' (default: the request acts in one workspace),
  * 'organization' (the key's organization is enough), 'listener' (the listener protocol: a listener
  * credential, or a workspace API key), or 'none'; `config.admin` asks for the admin role.

@@ -1,5 +1,5 @@
 /**
- * The one place where errors become HTTP responses (style.md, practice 1). Bodies follow FastAPI:
+ * The one place where errors become HTTP responses. Bodies follow FastAPI:
  * `{"detail": "..."}`, or for 422 `{"detail": [{type, loc, msg, input}]}`, plus our stable `code`.
  */
 import { isDatabaseUnavailable } from '../db/connection-errors.ts';

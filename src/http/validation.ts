@@ -58,7 +58,7 @@ const SCHEMA_MAPS = new Set(['properties', 'patternProperties', '$defs', 'defini
 const DATA_KEYWORDS = new Set(['enum', 'const', 'default', 'examples', 'example', 'required']);
 
 /**
- * Unknown request fields are ignored (contract.md, "Conventions"): a copy of a body schema in which every
+ * Unknown request fields are ignored (docs/api.md, "Conventions"): a copy of a body schema in which every
  * object that lists its properties and says nothing about others drops the others (with Ajv's
  * `removeAdditional: true`), so that no handler sees, stores or refuses them. Free-form objects
  * (`additionalProperties: true`) keep everything. Inside anyOf/oneOf/allOf nothing is changed: Ajv would

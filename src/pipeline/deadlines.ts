@@ -1,5 +1,5 @@
 /**
- * Deadlines: no revision stays in a non-final state forever (contract.md, "Revisions"). Overdue
+ * Deadlines: no revision stays in a non-final state forever (docs/lifecycle.md). Overdue
  * revisions are claimed with FOR UPDATE SKIP LOCKED, so several replicas sweeping at once never move
  * the same revision twice, and moved to their state's failure with reason `deadline_exceeded`.
  */

@@ -1,5 +1,5 @@
 /**
- * Agent connections (interface.md, "Agent connection" and "List agent connections"), and how a
+ * Agent connections, and how a
  * deployed agent uses them: deployment-scoped agent credentials, and the token endpoint those
  * credentials (not API keys) call to get a fresh access token. See docs/oauth.md.
  */

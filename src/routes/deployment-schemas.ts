@@ -1,5 +1,5 @@
 /**
- * Schemas of the deployment and revision resources (interface.md, "Resources and their fields").
+ * Schemas of the deployment and revision resources.
  * Request and response share them; fields are nullable in requests and validated per source.
  */
 import { Type, type Static, type TSchema } from 'typebox';

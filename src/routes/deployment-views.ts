@@ -28,7 +28,7 @@ export function deploymentResponse(d: DeploymentView): Static<typeof Deployment>
     source: d.source as Source,
     source_config: fullSourceConfig(d.source_config as SourceConfig),
     source_revision_config: fullRevisionConfig(d.latest_revision_config),
-    // Secret values are write-only (contract.md, "Revisions").
+    // Secret values are write-only (docs/lifecycle.md).
     secrets: d.secrets.map((s) => ({ name: s.name, value: MASKED_SECRET })),
     id: d.id,
     tenant_id: d.workspace_id,

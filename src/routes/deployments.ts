@@ -1,4 +1,4 @@
-/** Deployments and their revisions (interface.md, "Endpoints"). */
+/** Deployments and their revisions. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DEPLOYMENT_TYPES } from '../domain/sources.ts';

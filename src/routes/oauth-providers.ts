@@ -1,5 +1,5 @@
 /**
- * OAuth providers (interface.md, "OAuth provider" and "Update OAuth provider"): identity providers of
+ * OAuth providers: identity providers of
  * the caller's organization. `{provider_id}` in a path is the provider's slug or its id. The response
  * is exactly the interface's resource; `client_secret` is write-only.
  */
