@@ -4,7 +4,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
-import { createMigratedDatabase, startScratchServer, withClient } from '../src/db/scratch-server.ts';
+import { createMigratedDatabase, startScratchServer } from '../scripts/scratch-server.ts';
+import { withClient } from '../src/db/admin-client.ts';
 
 export interface BenchDatabase {
   /** Connection string of the bench's own database. */

@@ -19,6 +19,10 @@ export interface BenchOptions {
   preparedStatements: boolean;
   /** Measured deployments per app in the data plane group (bench/data-plane.ts). */
   deployments: number;
+  /** Simulated listeners long-polling at once in the listener group (bench/listener-polls.ts). */
+  listeners: number;
+  /** Measured patches per phase of the listener group. */
+  patches: number;
 }
 
 export const USAGE = `Usage: npm run bench -- [flags]
@@ -33,8 +37,12 @@ export const USAGE = `Usage: npm run bench -- [flags]
   --only a,b           only these scenarios, by key or key prefix: list (all four lists),
                        list-first, list-late, list-name, list-status, get, revisions,
                        create, patch, listener; the data plane group: dataplane (both parts),
-                       dataplane-deploy (create to DEPLOYED), dataplane-proxy (proxy overhead)
+                       dataplane-deploy (create to DEPLOYED), dataplane-proxy (proxy overhead);
+                       the listener group: listeners (long-polls: patch to answer, memory)
   --deployments N      measured deployments per app in the data plane group (default 5, quick 3)
+  --listeners N        listeners long-polling at once in the listener group (default 1000,
+                       quick 200); needs about N + 512 open files per process (ulimit -n)
+  --patches N          measured patches per phase of the listener group (default 200, quick 50)
   --write-docs         replace the results section of docs/performance.md with this run's
   --prepared-statements  experiment: the service and the SQL baseline send named prepared
                        statements (not what production does; see bench/prepared-statements.ts)
@@ -65,6 +73,8 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
       'write-docs': { type: 'boolean', default: false },
       'prepared-statements': { type: 'boolean', default: false },
       deployments: { type: 'string' },
+      listeners: { type: 'string' },
+      patches: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
     strict: true,
@@ -79,6 +89,10 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
   if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
   const deployments = positive('deployments', values.deployments, quick ? 3 : 5);
   if (!Number.isInteger(deployments) || deployments > 50) throw new Error('--deployments must be an integer from 1 to 50');
+  const listeners = positive('listeners', values.listeners, quick ? 200 : 1000);
+  if (!Number.isInteger(listeners) || listeners > 20_000) throw new Error('--listeners must be an integer from 1 to 20000');
+  const patches = positive('patches', values.patches, quick ? 50 : 200);
+  if (!Number.isInteger(patches)) throw new Error('--patches must be an integer');
   return {
     sizes,
     connections,
@@ -90,5 +104,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
     writeDocs: values['write-docs'] ?? false,
     preparedStatements: values['prepared-statements'] ?? false,
     deployments,
+    listeners,
+    patches,
   };
 }

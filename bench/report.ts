@@ -1,4 +1,4 @@
-/** The bench's table, for the terminal and for docs/performance.md, and the check of issue 6's targets. */
+/** The bench's table, for the terminal and for docs/performance.md, and the check of its targets. */
 import fs from 'node:fs/promises';
 import type { RunCpu } from './cpu-usage.ts';
 import type { LoadResult } from './load-protocol.ts';

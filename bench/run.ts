@@ -13,7 +13,9 @@
  *
  * Before all that, the data plane group (bench/data-plane.ts; `--only dataplane` runs it alone): the
  * service with its worker on a database of its own, create to DEPLOYED against the app started
- * directly, and the app proxy against the same app instance called on its own port.
+ * directly, and the app proxy against the same app instance called on its own port. Then the
+ * listener group (bench/listener-polls.ts; `--only listeners`): patch to a listener's long-poll answer
+ * with one and with 1,000 listeners polling, and the service's memory while it holds their polls.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -29,6 +31,8 @@ import { openBenchDatabase } from './bench-database.ts';
 import { cpuBetween, sampleCpu, type RunCpu } from './cpu-usage.ts';
 import { dataPlaneParts, isDataPlaneKey, runDataPlaneBench } from './data-plane.ts';
 import { dataPlaneMarkdownReport, dataPlaneTerminalReport } from './data-plane-report.ts';
+import { isListenersKey, runListenerPollBench } from './listener-polls.ts';
+import { listenerPollMarkdownReport, listenerPollTerminalReport } from './listener-polls-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
 import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
@@ -287,8 +291,21 @@ async function main(): Promise<number> {
       say('');
     }
 
+    // The listener group (bench/listener-polls.ts), on a database and in a service process of its own:
+    // named in --only, or by default (not in the prepared statements experiment).
+    if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isListenersKey)) {
+      const polls = await runListenerPollBench({ listeners: options.listeners, patches: options.patches, logLevel: options.logLevel, serverUrl: database.url, say, defer: (step) => void cleanups.push(step) });
+      say('');
+      say(listenerPollTerminalReport(polls));
+      if (options.writeDocs) {
+        await writeResultsSection(DOCS_FILE, 'bench-results-listeners', listenerPollMarkdownReport(polls, runInfo));
+        say(`\nwrote the listener results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+      }
+      say('');
+    }
+
     // The API scenarios: all of them by default, or those named in --only.
-    if (options.only.length === 0 || options.only.some((o) => !isDataPlaneKey(o))) {
+    if (options.only.length === 0 || options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o))) {
       if (options.preparedStatements) say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
       const service = await startService(database.url, options.logLevel, options.preparedStatements);
       cleanups.push(() => service.close());

@@ -1,5 +1,5 @@
 /**
- * The measured scenarios of issue 6, as data: what request to send (with `{slot}` and `{unique}`
+ * The measured scenarios (docs/performance.md, "Method"), as data: what request to send (with `{slot}` and `{unique}`
  * placeholders, see load-protocol.ts) and, for the SQL replay, which values one request created.
  */
 import type { MeasuredWorkspace } from './seed.ts';

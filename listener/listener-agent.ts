@@ -13,6 +13,14 @@ import { startController } from './listener-controller.ts';
 import { createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 
+/**
+ * The least time between the starts of two desired-state reads. A long-poll normally takes its whole
+ * `wait` (or ends with a change); an unchanged answer that comes sooner (SLIPWAY_LISTENER_POLL_SECONDS=0,
+ * a replica shutting down, a proxy that answers for the service) must not turn the loop into a flood of
+ * requests: with wait 0 the agent reads once a second, as the service re-reads without its change feed.
+ */
+const MIN_POLL_INTERVAL_MS = 1_000;
+
 export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
 
 export interface ListenerDeps {
@@ -74,6 +82,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     let etag: string | null = null;
     while (!stop.signal.aborted) {
       try {
+        const started = Date.now();
         const answer = await protocol.desiredState(etag, config.pollWaitSeconds, stop.signal);
         if (answer !== 'unchanged') {
           etag = answer.etag;
@@ -81,6 +90,9 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
         }
         pollProblem = null;
         backoff.reset();
+        // A change is read again at once (the state moves on); an early "unchanged" is not.
+        const early = MIN_POLL_INTERVAL_MS - (Date.now() - started);
+        if (answer === 'unchanged' && early > 0) await sleep(early, stop.signal);
       } catch (error) {
         if (stop.signal.aborted) break;
         pollProblem = error instanceof Error ? error.message : String(error);

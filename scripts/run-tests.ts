@@ -11,7 +11,8 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import pino from 'pino';
-import { createMigratedDatabase, startScratchServer, withClient } from '../src/db/scratch-server.ts';
+import { withClient } from '../src/db/admin-client.ts';
+import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
 
 async function testFiles(dir: string): Promise<string[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true, recursive: true });

@@ -13,9 +13,12 @@ import type { Logger } from 'pino';
 import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
+import { registerConditionalRequests } from './http/conditional-requests.ts';
+import { registerIdempotencyKeys } from './http/idempotency.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
+import { registerOpenApiConventions, shapeDocument } from './http/openapi.ts';
 import { ErrorBody, ROUTER_MAX_PARAM_LENGTH, ValidationErrorBody } from './http/schema-helpers.ts';
 import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
@@ -23,7 +26,8 @@ import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
-import { appServerFactory, type AppRouter } from './dataplane/app-router.ts';
+import type { AppRouter } from './dataplane/app-router.ts';
+import { appServerFactory } from './dataplane/app-server-factory.ts';
 import { healthRoutes } from './routes/health.ts';
 import { langGraphCompatRoutes, registerLangGraphRequestShapes } from './routes/langgraph-compat.ts';
 import { metricsRoutes } from './routes/metrics.ts';
@@ -34,9 +38,9 @@ import { tagRoutes } from './routes/tags.ts';
 import { tracingProjectRoutes } from './routes/tracing-projects.ts';
 import { uploadRoutes } from './routes/uploads.ts';
 import { uploadUrlRoutes } from './routes/upload-urls.ts';
-import { createDeploymentService } from './service/deployments.ts';
-import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
+import { createServices, type Services } from './services.ts';
 import { codehostRoutes } from './routes/codehost.ts';
+import { dashboardRoutes } from './routes/dashboard.ts';
 import type { GitHubClientOptions } from './codehost/github-client.ts';
 import type { Database } from './store/schema.ts';
 
@@ -45,7 +49,9 @@ export interface AppDeps {
   db: Kysely<Database>;
   secretBox: SecretBox;
   logger: Logger;
-  /** Options of every code-host client (timeouts, retries, clock); tests turn retries down. */
+  /** The domain services (src/services.ts); main.ts passes the ones its worker uses too. Built from the deps above when absent. */
+  services?: Services;
+  /** Options of every code-host client (timeouts, retries, clock) when buildApp builds the services; tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
   /** Wakes log followers (follow=true); without it they poll the database every second. */
   changes?: ChangeFeed;
@@ -108,7 +114,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       security: [{ apiKey: [] }, { bearer: [] }],
     },
     refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
+    // Named schemas and shared error responses (src/http/openapi.ts).
+    transformObject: (document) => ('openapiObject' in document ? shapeDocument(document.openapiObject) : document.swaggerObject),
   });
+  registerOpenApiConventions(app);
   app.addHook('onRoute', (route) => {
     // The API page and its assets are public, like /openapi.json.
     if (route.url.startsWith('/docs')) route.config = { ...(route.config ?? {}), auth: 'none' };
@@ -116,29 +125,34 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
 
   registerAuthentication(app, db);
-  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger, clientOptions: deps.codehostClient });
-  const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
+  // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
+  registerIdempotencyKeys(app, db);
+  registerConditionalRequests(app, db);
+  const services = deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
+  const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
   await app.register(metricsRoutes, { db, pool: deps.pool });
   await app.register(healthRoutes, { db });
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
   if (config.roles.includes('api')) {
-    await app.register(adminRoutes, { db });
+    await app.register(adminRoutes, { workspaces: services.workspaces, apiKeys: services.apiKeys });
     // Before the deployment routes: it adapts what LangChain's `langgraph deploy` sends to them.
     registerLangGraphRequestShapes(app);
-    await app.register(deploymentRoutes, { db, deployments });
-    await app.register(eventRoutes, { db, deployments });
+    await app.register(deploymentRoutes, { deployments });
+    await app.register(eventRoutes, { deployments });
     await app.register(revisionLogRoutes, { db, changes: deps.changes });
-    await app.register(listenerRoutes, { db });
-    await app.register(listenerProtocolRoutes, { db, secretBox, changes: deps.changes });
-    await app.register(oauthRoutes, { db, secretBox, config });
+    await app.register(listenerRoutes, { listeners: services.listeners });
+    await app.register(listenerProtocolRoutes, { db, protocol: services.listenerProtocol, listeners: services.listeners, changes: deps.changes });
+    await app.register(oauthRoutes, { providers: services.oauthProviders, flow: services.oauthFlow, tokens: services.oauthTokens, connections: services.agentConnections, credentials: services.agentCredentials });
     await app.register(tagRoutes, { db, deployments });
     await app.register(tracingProjectRoutes, { db });
     await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
     await app.register(uploadUrlRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes, publicUrl: config.publicUrl });
     await app.register(langGraphCompatRoutes, { db });
-    await app.register(codehostRoutes, { db, config, integrations, deployments });
+    await app.register(codehostRoutes, { config, integrations: services.integrations, webhooks: services.webhooks });
+    // Last: its catch-all for the pages' own paths yields to every API route (src/routes/dashboard.ts).
+    await app.register(dashboardRoutes);
   }
 
   app.get('/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());

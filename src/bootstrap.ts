@@ -15,10 +15,10 @@ import { createApiKey, createOrganization, createWorkspace, defaultWorkspace, en
 const BOOTSTRAP_LOCK_KEY = 7_342_002;
 
 /** How keys made from SLIPWAY_BOOTSTRAP_API_KEY are named, and found again when the value changes. */
-export const BOOTSTRAP_KEY_NAME = 'bootstrap (SLIPWAY_BOOTSTRAP_API_KEY)';
+const BOOTSTRAP_KEY_NAME = 'bootstrap (SLIPWAY_BOOTSTRAP_API_KEY)';
 
 /** Where the first admin key goes when there is no terminal to show it on. */
-export const FIRST_KEY_FILE = 'first-admin-key';
+const FIRST_KEY_FILE = 'first-admin-key';
 
 export interface BootstrapResult {
   /** Set only on the very first start: the admin key to show the user once. */

@@ -20,7 +20,7 @@ import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
 import { createAppRouter } from './dataplane/app-router.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
-import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
+import { createServices } from './services.ts';
 
 /** Start-up notices about the configuration that are not errors but surprise people later. */
 function warnAboutSetup(config: Config, logger: Logger): void {
@@ -94,7 +94,9 @@ async function main(): Promise<void> {
   if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
   const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
-  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, router });
+  // One set of services for the API and the worker (src/services.ts).
+  const services = createServices({ config, db, secretBox, logger });
+  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, router, services });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   const retention = startRetentionSweeper({ db, dataDir: config.dataDir, policy: config, logger, intervalMs: 60 * 60_000 });
   const worker = config.roles.includes('worker')
@@ -106,7 +108,7 @@ async function main(): Promise<void> {
         secretBox,
         changes,
         router,
-        repositories: createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger }).repositories,
+        repositories: services.integrations.repositories,
         logger,
       })
     : null;

@@ -1,6 +1,7 @@
 /**
- * Test helpers: a database cloned from the migrated template per test file, and the app built on it
- * with a known admin key. See scripts/run-tests.ts for where the template comes from.
+ * Test helpers: a database cloned from the migrated template per test file, the app built on it with
+ * a known admin key, and a second replica of it listening on a port. See scripts/run-tests.ts for
+ * where the template comes from.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -9,12 +10,15 @@ import path from 'node:path';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
+import type { Logger } from 'pino';
 import { buildApp, type AppDeps } from '../src/app.ts';
 import { bootstrap } from '../src/bootstrap.ts';
 import { loadConfig, type Config } from '../src/config.ts';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
+import { databaseUrl, withClient } from '../src/db/admin-client.ts';
+import { openChangeFeed, type ChangeFeed } from '../src/db/change-feed.ts';
 import { connect } from '../src/db/database.ts';
-import { databaseUrl, withClient } from '../src/db/scratch-server.ts';
+import { createAppRouter, type AppRouter } from '../src/dataplane/app-router.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 
@@ -66,21 +70,36 @@ export interface TestApp {
   /** The first-start organization admin key. */
   orgKey: string;
   dataDir: string;
+  logger: Logger;
+  /** The change feed, when asked for (TestAppOptions.changes). */
+  changes: ChangeFeed | null;
+  /** The proxy to deployed apps, when asked for (TestAppOptions.router). */
+  router: AppRouter | null;
+  /** Closes the app, its router and change feed, then drops the database and the data directory. */
   close(): Promise<void>;
 }
 
 export interface TestAppOptions {
   /** Options of the code-host clients, e.g. `{ retries: 0 }` so a failing fake host answers at once. */
   codehostClient?: AppDeps['codehostClient'];
+  /** Where the app logs (e.g. into an array, to assert on the lines); else at the config's LOG_LEVEL. */
+  logger?: Logger;
+  /** A change feed on the database for the app, so followers and long-polls wake at once. */
+  changes?: boolean;
+  /** The proxy to deployed apps (src/dataplane/app-router.ts), serving on the app's port once it listens. */
+  router?: boolean;
 }
 
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-data-'));
   const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, LOG_LEVEL: 'silent', ...env });
+  const logger = options.logger ?? createLogger(config.logLevel);
   const secretBox = createSecretBox(randomBytes(32));
   const first = await bootstrap(database.db, config.bootstrapApiKey);
-  const app = await buildApp({ config, db: database.db, secretBox, logger: createLogger(config.logLevel), codehostClient: options.codehostClient });
+  const changes = options.changes ? await openChangeFeed(database.url, logger) : null;
+  const router = options.router ? createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl }) : null;
+  const app = await buildApp({ config, db: database.db, secretBox, logger, codehostClient: options.codehostClient, ...(changes ? { changes } : {}), ...(router ? { router } : {}) });
   await app.ready();
   return {
     app,
@@ -91,12 +110,57 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     organizationId: first.organizationId,
     orgKey: first.generatedKey!,
     dataDir,
+    logger,
+    changes,
+    router,
     async close() {
       await app.close();
+      await router?.close();
+      await changes?.close();
       await database.drop();
       await fs.rm(dataDir, { recursive: true, force: true });
     },
   };
+}
+
+export interface Replica {
+  app: FastifyInstance;
+  /** Where it listens, e.g. `http://127.0.0.1:41234`. */
+  url: string;
+  /** Its own change feed: a change made through another replica reaches it through PostgreSQL. */
+  changes: ChangeFeed;
+  /** Closes the app, then its change feed. */
+  close(): Promise<void>;
+}
+
+/**
+ * Another replica of the test app: the same database, config and key, with a change feed of its own,
+ * listening on a port of 127.0.0.1 (for long-polls and followed streams over real HTTP).
+ */
+export async function startReplica(t: TestApp): Promise<Replica> {
+  const logger = createLogger('silent');
+  const changes = await openChangeFeed(t.database.url, logger);
+  try {
+    const app = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger, changes });
+    try {
+      const url = await app.listen({ port: 0, host: '127.0.0.1' });
+      return {
+        app,
+        url,
+        changes,
+        async close() {
+          await app.close();
+          await changes.close();
+        },
+      };
+    } catch (error) {
+      await app.close();
+      throw error;
+    }
+  } catch (error) {
+    await changes.close();
+    throw error;
+  }
 }
 
 export interface Response<T = any> {

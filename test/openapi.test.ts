@@ -8,7 +8,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
-import { ERROR_CODES } from '../src/errors.ts';
+import { ERROR_RESPONSES as ERROR_CODES } from '../src/http/error-statuses.ts';
 import { client, createTestApp, type TestApp } from './helpers.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -20,16 +20,27 @@ interface Schema {
   required?: string[];
   items?: Schema;
 }
+interface Response {
+  $ref?: string;
+  description?: string;
+  content?: Record<string, { schema?: Schema }>;
+}
 interface Operation {
+  operationId?: string;
+  security?: Record<string, string[]>[];
   parameters?: { in: string; name: string; required?: boolean; schema?: Schema }[];
   requestBody?: { content: Record<string, { schema?: Schema; examples?: unknown; example?: unknown }> };
-  responses: Record<string, { description?: string; content?: Record<string, { schema?: Schema }> }>;
+  responses: Record<string, Response>;
 }
 interface Document {
   openapi: string;
   info: { title: string; version: string };
   paths: Record<string, Record<string, Operation>>;
-  components: { schemas?: Record<string, Schema>; securitySchemes?: Record<string, { type: string; in?: string; name?: string; scheme?: string }> };
+  components: {
+    schemas?: Record<string, Schema>;
+    responses?: Record<string, Response>;
+    securitySchemes?: Record<string, { type: string; in?: string; name?: string; scheme?: string }>;
+  };
 }
 
 let t: TestApp;
@@ -48,7 +59,9 @@ const BROWSER_PAGES = new Set(['GET /v2/auth/callback/{provider_id}']);
 
 /**
  * Every method and path the app serves, read from Fastify's route tree (`printRoutes`), in OpenAPI
- * notation. HEAD routes (added by Fastify for every GET) and the documentation itself are left out.
+ * notation. HEAD routes (added by Fastify for every GET), the documentation itself and the web
+ * dashboard's pages and files (src/routes/dashboard.ts: hidden from the document, not API operations)
+ * are left out.
  */
 function servedRoutes(app: FastifyInstance): Set<string> {
   const tree = app.printRoutes({ commonPrefix: false });
@@ -62,6 +75,7 @@ function servedRoutes(app: FastifyInstance): Set<string> {
     const url = ancestors.join('').replace(/:(\w+)/g, '{$1}');
     for (const method of match[3]?.split(', ') ?? []) {
       if (method === 'HEAD' || url.startsWith('/docs') || url === '/openapi.json') continue;
+      if (url === '/' || url === '/*' || url.startsWith('/assets/')) continue;
       out.add(`${method} ${url}`);
     }
   }
@@ -93,7 +107,17 @@ function resolve(schema: Schema | undefined): Schema {
   return target;
 }
 
-const jsonSchemaOf = (route: string, status: string): Schema => resolve(operation(route).responses[status]?.content?.['application/json']?.schema);
+/** A response, or the shared one (`#/components/responses/...`) it refers to. */
+function responseOf(route: string, status: string): Response {
+  const response = operation(route).responses[status];
+  assert.ok(response, `${route} documents ${status}`);
+  if (!response.$ref) return response;
+  const target = doc.components.responses?.[response.$ref.replace('#/components/responses/', '')];
+  assert.ok(target, `${response.$ref} resolves`);
+  return target;
+}
+
+const jsonSchemaOf = (route: string, status: string): Schema => resolve(responseOf(route, status).content?.['application/json']?.schema);
 const requestSchemaOf = (route: string, type = 'application/json'): Schema => resolve(operation(route).requestBody?.content[type]?.schema);
 
 describe('/openapi.json', () => {
@@ -139,7 +163,9 @@ describe('/openapi.json', () => {
       const success = statuses.filter((s) => s.startsWith('2'));
       assert.ok(success.length > 0, `${route} documents a 2xx response`);
       for (const status of statuses) {
-        const response = op.responses[status]!;
+        const response = responseOf(route, status);
+        // 304 Not Modified never has a body, whatever its description says.
+        if (status === '304') continue;
         if (status === '204') {
           assert.equal(response.content, undefined, `${route} 204 has no body`);
           continue;
@@ -150,7 +176,13 @@ describe('/openapi.json', () => {
         for (const [type, media] of Object.entries(content)) assert.ok(media.schema, `${route} ${status} ${type} has a schema`);
       }
       for (const status of statuses.filter((s) => /^4|^5/.test(s))) {
-        const schema = resolve(op.responses[status]!.content?.['application/json']?.schema);
+        const content = responseOf(route, status).content ?? {};
+        // A browser page answers its failures as pages too; every other error is the JSON envelope.
+        if (BROWSER_PAGES.has(route) && !content['application/json']) {
+          assert.ok(content['text/html'], `${route} ${status} is a page`);
+          continue;
+        }
+        const schema = resolve(content['application/json']?.schema);
         assert.ok(schema.properties?.detail, `${route} ${status} is in the contract's error shape`);
       }
     }
@@ -223,6 +255,105 @@ describe('/openapi.json', () => {
       const media = operation(route).requestBody?.content['application/json'];
       assert.ok(media?.examples ?? media?.example, `${route} has an example`);
     }
+  });
+});
+
+describe('/openapi.json for client generators', () => {
+  const operations = (): [string, Operation][] => [...documentedRoutes()].map((route) => [route, operation(route)]);
+
+  test('every operation has its own camelCase operationId', () => {
+    const seen = new Map<string, string>();
+    for (const [route, op] of operations()) {
+      assert.match(op.operationId ?? '', /^[a-z][A-Za-z0-9]*$/, `${route} has a camelCase operationId`);
+      assert.equal(seen.get(op.operationId!), undefined, `${route} and ${seen.get(op.operationId!)} share ${op.operationId}`);
+      seen.set(op.operationId!, route);
+    }
+    // The names clients are generated with: renaming one breaks them.
+    assert.equal(operation('POST /v2/deployments').operationId, 'createDeployment');
+    assert.equal(operation('GET /v2/deployments').operationId, 'listDeployments');
+    assert.equal(operation('PATCH /v2/deployments/{deployment_id}').operationId, 'patchDeployment');
+    assert.equal(operation('GET /v2/deployments/{deployment_id}/revisions').operationId, 'listRevisions');
+    assert.equal(operation('POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy').operationId, 'redeployRevision');
+    assert.equal(operation('POST /v2/listeners').operationId, 'createListener');
+  });
+
+  test('resources and bodies are named schemas, referenced rather than copied', () => {
+    const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+    const schemas = doc.components.schemas ?? {};
+    for (const name of ['Deployment', 'DeploymentCreate', 'DeploymentPatch', 'Revision', 'SourceConfig', 'SourceRevisionConfig', 'ResourceSpec', 'Secret', 'Listener', 'ListenerCreate', 'ListenerPatch', 'OAuthProvider', 'AgentConnection', 'CodehostRepository', 'ErrorBody', 'ValidationErrorBody']) {
+      assert.ok(schemas[name], `components.schemas.${name}`);
+    }
+    assert.deepEqual(responseOf('GET /v2/deployments/{deployment_id}', '200').content?.['application/json']?.schema, ref('Deployment'));
+    assert.deepEqual(responseOf('POST /v2/deployments', '201').content?.['application/json']?.schema, ref('Deployment'));
+    assert.deepEqual(jsonSchemaOf('GET /v2/deployments', '200').properties?.resources?.items, ref('Deployment'));
+    assert.deepEqual(operation('POST /v2/deployments').requestBody?.content['application/json']?.schema, ref('DeploymentCreate'));
+    assert.deepEqual(jsonSchemaOf('GET /v2/deployments/{deployment_id}/revisions', '200').properties?.resources?.items, ref('Revision'));
+    assert.deepEqual(responseOf('GET /v2/listeners/{listener_id}', '200').content?.['application/json']?.schema, ref('Listener'));
+    assert.deepEqual(responseOf('POST /v2/listeners/{listener_id}/heartbeat', '200').content?.['application/json']?.schema, ref('Listener'));
+
+    // No operation carries a copy of a named schema, and every reference resolves.
+    const texts = new Map(Object.entries(schemas).map(([name, schema]) => [JSON.stringify(schema), name]));
+    const refs = new Set<string>();
+    const walk = (node: unknown, where: string): void => {
+      if (Array.isArray(node)) return node.forEach((item) => walk(item, where));
+      if (node === null || typeof node !== 'object') return;
+      const copy = texts.get(JSON.stringify(node));
+      assert.equal(copy, undefined, `${where} holds a copy of ${copy} instead of a $ref`);
+      for (const [key, value] of Object.entries(node)) {
+        if (key === '$ref' && typeof value === 'string') refs.add(value);
+        else if (key !== 'example' && key !== 'examples') walk(value, where);
+      }
+    };
+    for (const [route, op] of operations()) walk(op, route);
+    for (const [name, schema] of Object.entries(schemas)) walk(Object.values(schema.properties ?? {}), `components.schemas.${name}`);
+    for (const target of refs) {
+      const [, kind, name] = /^#\/components\/(schemas|responses)\/(.+)$/.exec(target) ?? [];
+      assert.ok(kind === 'schemas' ? schemas[name!] : doc.components.responses?.[name!], `${target} resolves`);
+    }
+  });
+
+  test('operations without an API key say security: [], and every other one answers 401 without a key', async () => {
+    const open = operations()
+      .filter(([, op]) => op.security !== undefined && op.security.length === 0)
+      .map(([route]) => route)
+      .sort();
+    assert.deepEqual(open, [
+      'GET /healthz',
+      'GET /metrics',
+      'GET /readyz',
+      'GET /v2/auth/callback/{provider_id}',
+      'POST /v1/integrations/forge/codehost/{integration_id}/webhooks',
+      'PUT /v2/uploads/{upload_id}',
+    ]);
+    for (const route of ['GET /healthz', 'GET /readyz', 'GET /metrics']) {
+      const [method, url] = route.split(' ') as [string, string];
+      assert.equal((await t.app.inject({ method: method as 'GET', url })).statusCode, 200, `${route} answers without a key`);
+    }
+    for (const [route, op] of operations()) {
+      if (op.security !== undefined && op.security.length === 0) continue;
+      const [method, template] = route.split(' ') as [string, string];
+      const url = template.replace(/\{[^}]+\}/g, '00000000-0000-4000-8000-000000000000');
+      const res = await t.app.inject({ method: method as 'GET', url, ...(method === 'GET' || method === 'DELETE' ? {} : { headers: { 'content-type': 'application/json' }, payload: '{}' }) });
+      assert.equal(res.statusCode, 401, `${route} needs a credential`);
+      assert.ok(op.responses['401'], `${route} documents its 401`);
+    }
+  });
+
+  test('500 is listed on every operation, 413 and 415 on every one that reads a body', () => {
+    for (const [route, op] of operations()) {
+      assert.ok(op.responses['500'], `${route} lists 500`);
+      assert.ok(jsonSchemaOf(route, '500').properties?.code, `${route} 500 is the error envelope`);
+      if (route.startsWith('GET ')) continue;
+      for (const status of ['413', '415']) assert.ok(jsonSchemaOf(route, status).properties?.detail, `${route} lists ${status}`);
+    }
+    for (const [route, op] of operations()) if (op.requestBody) assert.ok(op.responses['413'] && op.responses['415'], `${route} has a body: 413 and 415`);
+  });
+
+  test('the OAuth callback documents its query parameters and its HTML pages', () => {
+    const route = 'GET /v2/auth/callback/{provider_id}';
+    const query = (operation(route).parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name);
+    for (const name of ['code', 'state', 'error', 'error_description', 'iss']) assert.ok(query.includes(name), `query parameter ${name}`);
+    for (const status of ['200', '400', '502', '503']) assert.ok(responseOf(route, status).content?.['text/html'], `${status} is an HTML page`);
   });
 });
 

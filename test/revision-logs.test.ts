@@ -5,36 +5,34 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../src/app.ts';
 import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../src/dataplane/log-writer.ts';
-import { openChangeFeed, type Change, type ChangeFeed } from '../src/db/change-feed.ts';
+import type { Change, ChangeFeed } from '../src/db/change-feed.ts';
 import type { RevisionStatus } from '../src/domain/states.ts';
 import { createLogger } from '../src/logger.ts';
 import { transitionRevision, type Failure } from '../src/pipeline/transitions.ts';
 import { appendRevisionLogs } from '../src/store/revision-logs.ts';
 import { lockRevision } from '../src/store/revisions.ts';
 import type { RevisionLogType } from '../src/store/schema.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+import { ADMIN_KEY, client, createTestApp, startReplica, type Replica, type TestApp } from './helpers.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
 let feed: ChangeFeed;
-/** An app with the change feed, listening on a port, for following logs over real HTTP. */
-let live: FastifyInstance;
+/** A replica with the change feed, listening on a port, for following logs over real HTTP. */
+let live: Replica;
 let liveUrl: string;
 const silent = createLogger('silent');
 
 before(async () => {
   t = await createTestApp();
   api = client(t.app);
-  feed = await openChangeFeed(t.database.url, silent);
-  live = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger: silent, changes: feed });
-  liveUrl = await live.listen({ port: 0, host: '127.0.0.1' });
+  live = await startReplica(t);
+  feed = live.changes;
+  liveUrl = live.url;
 });
 after(async () => {
   await live.close();
-  await feed.close();
   await t.close();
 });
 

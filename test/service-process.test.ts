@@ -5,136 +5,29 @@
  * database server running, and a clear refusal of bad configuration.
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { freePort } from '../src/db/embedded-postgres.ts';
+import { STOP_DEADLINE_MS, alive, call, cleanUp, makeDataDir, postgresPid as postgresPidIn, spawnService, startService as startServiceOn, stop, waitUntilGone, withDeadline, type Service } from './support/service-harness.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
-const START_DEADLINE_MS = 60_000;
-const STOP_DEADLINE_MS = 30_000;
-
-interface Service {
-  child: ChildProcess;
-  base: string;
-  stdout(): string;
-  stderr(): string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
-
-const started: Service[] = [];
-let dataDir: string;
-
-/** The environment of a user's shell, without what would point the service at the test database. */
-function serviceEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env };
-  for (const name of Object.keys(env)) {
-    if (name === 'DATABASE_URL' || name.startsWith('SLIPWAY_') || name === 'NODE_TEST_CONTEXT' || name === 'PORT' || name === 'HOST') delete env[name];
-  }
-  return { ...env, ...extra };
-}
-
-function spawnService(extra: Record<string, string>, port: number): Service {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env: serviceEnv(extra), stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const service = { child, base: `http://127.0.0.1:${port}`, stdout: () => stdout, stderr: () => stderr, exited };
-  started.push(service);
-  return service;
-}
-
-async function withDeadline<T>(what: string, promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
-  try {
-    return await Promise.race([promise, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Starts the service on the shared data directory and waits until /readyz answers 200. */
-async function startService(): Promise<Service> {
-  const port = await freePort();
-  const service = spawnService({ PORT: String(port), SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: BOOTSTRAP_KEY, LOG_LEVEL: 'warn' }, port);
-  let gone: { code: number | null; signal: NodeJS.Signals | null } | null = null;
-  void service.exited.then((status) => (gone = status));
-  const deadline = Date.now() + START_DEADLINE_MS;
-  for (;;) {
-    if (gone) assert.fail(`the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`);
-    try {
-      const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) });
-      if (res.status === 200) return service;
-    } catch {
-      // Not listening yet: poll again until the deadline.
-    }
-    if (Date.now() > deadline) assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-}
-
-async function stop(service: Service, signal: NodeJS.Signals) {
-  service.child.kill(signal);
-  return withDeadline(`exit after ${signal}`, service.exited, STOP_DEADLINE_MS);
-}
-
-async function call(service: Service, method: string, url: string, key: string, body?: unknown) {
-  const res = await fetch(`${service.base}${url}`, {
-    method,
-    headers: { 'x-api-key': key, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    signal: AbortSignal.timeout(10_000),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
-}
-
 const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
+let dataDir: string;
+
+/** Starts the service on the shared data directory and waits until /readyz answers 200. */
+function startService(): Promise<Service> {
+  return startServiceOn(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: BOOTSTRAP_KEY });
 }
 
-async function postgresPid(): Promise<number | null> {
-  const content = await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').catch(() => null);
-  const pid = content === null ? NaN : Number(content.split('\n')[0]);
-  return Number.isInteger(pid) && pid > 0 ? pid : null;
-}
-
-async function waitUntilGone(pid: number, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (alive(pid) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-  return !alive(pid);
-}
+const postgresPid = () => postgresPidIn(dataDir);
 
 before(async () => {
-  dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-process-'));
+  dataDir = await makeDataDir();
 });
 
-after(async () => {
-  // Stragglers: every service this file started, then a database server one of them may have left.
-  for (const service of started) {
-    if (service.child.exitCode === null && service.child.signalCode === null) service.child.kill('SIGKILL');
-  }
-  const pid = await postgresPid();
-  if (pid !== null && alive(pid)) {
-    process.kill(pid, 'SIGQUIT');
-    if (!(await waitUntilGone(pid, 10_000))) process.kill(pid, 'SIGKILL');
-  }
-  await fs.rm(dataDir, { recursive: true, force: true });
-});
+// Stragglers: every service this file started, then a database server one of them may have left.
+after(cleanUp);
 
 describe('the service process', { timeout: 300_000 }, () => {
   let adminKey: string;
@@ -232,7 +125,7 @@ describe('the service process', { timeout: 300_000 }, () => {
 
   test('an invalid configuration exits non-zero with a message naming the variable', async () => {
     for (const [name, value] of [['PORT', 'abc'], ['LOG_LEVEL', 'loud'], ['DATABASE_URL', 'mysql://localhost/x']] as const) {
-      const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', [name]: value }, 0);
+      const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', [name]: value });
       const exit = await withDeadline(`exit with ${name}=${value}`, service.exited, STOP_DEADLINE_MS);
       assert.notEqual(exit.code, 0, `${name}=${value} must not start`);
       assert.equal(exit.signal, null);
@@ -240,7 +133,7 @@ describe('the service process', { timeout: 300_000 }, () => {
       assert.ok(!/\n\s+at /.test(service.stderr()), 'a message, not a stack trace');
     }
     // Replicas on one database must share the key: each generating its own would corrupt the others'.
-    const keyless = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', DATABASE_URL: 'postgres://slipway@127.0.0.1:1/slipway' }, 0);
+    const keyless = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', DATABASE_URL: 'postgres://slipway@127.0.0.1:1/slipway' });
     const exit = await withDeadline('exit with DATABASE_URL and no key', keyless.exited, STOP_DEADLINE_MS);
     assert.deepEqual(exit, { code: 2, signal: null });
     assert.match(keyless.stderr(), /^slipway: invalid configuration: SLIPWAY_ENCRYPTION_KEY: is required with DATABASE_URL/);

@@ -74,7 +74,38 @@ describe('tag keys and values', () => {
 
     const values = await api.get(`/v2/tags/keys/${env}/values`);
     assert.equal(values.status, 200);
-    assert.deepEqual(values.body.map((v: { value: string }) => v.value).sort(), ['dev', 'prod']);
+    assert.deepEqual(values.body.resources.map((v: { value: string }) => v.value).sort(), ['dev', 'prod']);
+  });
+
+  test('the values of a key and the tags of a deployment are pages: limit, offset, and the next offset', async () => {
+    const id = await deployment('paged-tags');
+    const size = await tagKey('size');
+    for (const value of ['s', 'm', 'l']) await tagValue(size, value);
+    const first = await api.get(`/v2/tags/keys/${size}/values?limit=2`);
+    assert.equal(first.status, 200);
+    assert.equal(first.body.resources.length, 2);
+    assert.equal(first.body.offset, 2);
+    const rest = await api.get(`/v2/tags/keys/${size}/values?limit=2&offset=${first.body.offset}`);
+    assert.deepEqual(
+      [...first.body.resources, ...rest.body.resources].map((v: { value: string }) => v.value),
+      ['l', 'm', 's'],
+      'newest first, each value once',
+    );
+    assert.equal(rest.body.offset, 3);
+    assert.equal((await api.get(`/v2/tags/keys/${size}/values?limit=101`)).status, 422);
+
+    const keys = [await tagKey('page-a'), await tagKey('page-b'), await tagKey('page-c')];
+    const values = await Promise.all(keys.map((k) => tagValue(k, 'on')));
+    assert.equal((await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: values })).status, 200);
+    const page = await api.get(`/v2/deployments/${id}/tags?limit=2&offset=1`);
+    assert.deepEqual(page.body, {
+      resources: [
+        { tag_key_id: keys[1], key: 'page-b', tag_value_id: values[1], value: 'on' },
+        { tag_key_id: keys[2], key: 'page-c', tag_value_id: values[2], value: 'on' },
+      ],
+      offset: 3,
+    });
+    assert.equal((await api.get(`/v2/deployments/${id}/tags?offset=-1`)).status, 422);
   });
 
   test('values of an unknown key are 404', async () => {
@@ -98,17 +129,17 @@ describe('tagging deployments', () => {
       { tag_key_id: lang, key: 'lang', tag_value_id: python, value: 'python' },
       { tag_key_id: tier, key: 'tier', tag_value_id: gold, value: 'gold' },
     ];
-    assert.deepEqual(set.body, expected);
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body, expected);
+    assert.deepEqual(set.body, { resources: expected, offset: 2 });
+    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body, { resources: expected, offset: 2 });
 
     const replaced = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [silver] });
     assert.equal(replaced.status, 200);
-    assert.deepEqual(replaced.body.map((x: { value: string }) => x.value), ['silver'], 'the set is replaced, not added to');
+    assert.deepEqual(replaced.body.resources.map((x: { value: string }) => x.value), ['silver'], 'the set is replaced, not added to');
 
     const cleared = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [] });
     assert.equal(cleared.status, 200);
-    assert.deepEqual(cleared.body, []);
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body, []);
+    assert.deepEqual(cleared.body, { resources: [], offset: 0 });
+    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body, { resources: [], offset: 0 });
   });
 
   test('an unknown tag value id is 400 naming it, and the deployment keeps its tags', async () => {
@@ -120,7 +151,7 @@ describe('tagging deployments', () => {
     const res = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [v, MISSING] });
     assert.equal(res.status, 400);
     assert.match(res.body.detail, new RegExp(MISSING));
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
+    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
   });
 
   test('the same id in two letter cases is one value', async () => {
@@ -129,7 +160,7 @@ describe('tagging deployments', () => {
     const v = await tagValue(k, 'both');
     const res = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [v, v.toUpperCase()] });
     assert.equal(res.status, 200, JSON.stringify(res.body));
-    assert.deepEqual(res.body.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
+    assert.deepEqual(res.body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
   });
 
   test('an unknown deployment is 404', async () => {
@@ -146,11 +177,11 @@ describe('tagging deployments', () => {
     assert.equal((await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [red, round] })).status, 200);
 
     assert.equal((await api.delete(`/v2/tags/keys/${color}/values/${red}`)).status, 204);
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.map((x: { value: string }) => x.value), ['round']);
+    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { value: string }) => x.value), ['round']);
     assert.equal((await api.delete(`/v2/tags/keys/${color}/values/${red}`)).status, 404);
 
     assert.equal((await api.delete(`/v2/tags/keys/${shape}`)).status, 204);
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body, []);
+    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.resources, []);
     assert.equal((await api.get(`/v2/tags/keys/${shape}/values`)).status, 404);
     assert.equal((await api.post(`/v2/tags/keys/${shape}/values`, { value: 'square' })).status, 404);
   });

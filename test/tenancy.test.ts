@@ -253,8 +253,8 @@ describe('two workspaces are isolated', () => {
     assert.equal(after.body.latest_revision_id, r);
     assert.equal(after.body.source_revision_config.image_uri, 'registry.example.com/a:1');
     assert.equal((await api.get(`/v2/listeners/${listenerId}`)).body.version, null);
-    assert.deepEqual((await api.get(`/v2/deployments/${d}/tags`)).body.map((x: { tag_value_id: string }) => x.tag_value_id), [tagValueId]);
-    assert.deepEqual((await api.get(`/v2/tags/keys/${tagKeyId}/values`)).body.map((v: { value: string }) => v.value), ['alpha']);
+    assert.deepEqual((await api.get(`/v2/deployments/${d}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [tagValueId]);
+    assert.deepEqual((await api.get(`/v2/tags/keys/${tagKeyId}/values`)).body.resources.map((v: { value: string }) => v.value), ['alpha']);
     assert.equal((await api.get(`/v2/deployments/${d}/revisions`)).body.resources.length, 1);
   });
 
@@ -311,7 +311,7 @@ describe('two workspaces are isolated', () => {
     const own = (await b.get('/v2/deployments?name=b-only')).body.resources[0];
     const res = await b.put(`/v2/deployments/${own.id}/tags`, { tag_value_ids: [tagValueId] });
     assert.equal(res.status, 400);
-    assert.deepEqual((await b.get(`/v2/deployments/${own.id}/tags`)).body, []);
+    assert.deepEqual((await b.get(`/v2/deployments/${own.id}/tags`)).body.resources, []);
   });
 });
 

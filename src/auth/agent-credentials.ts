@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 
-export const AGENT_CREDENTIAL_PREFIX = 'slwa_';
+const AGENT_CREDENTIAL_PREFIX = 'slwa_';
 
 export function generateAgentCredential(): string {
   return `${AGENT_CREDENTIAL_PREFIX}${randomBytes(32).toString('base64url')}`;

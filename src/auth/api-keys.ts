@@ -4,7 +4,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 
-export const KEY_PREFIX = 'slw_';
+const KEY_PREFIX = 'slw_';
 
 export function generateApiKey(): string {
   return `${KEY_PREFIX}${randomBytes(32).toString('base64url')}`;

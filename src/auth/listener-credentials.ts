@@ -6,7 +6,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 
-export const LISTENER_CREDENTIAL_PREFIX = 'slwl_';
+const LISTENER_CREDENTIAL_PREFIX = 'slwl_';
 
 export function generateListenerCredential(): string {
   return `${LISTENER_CREDENTIAL_PREFIX}${randomBytes(32).toString('base64url')}`;

@@ -12,26 +12,7 @@ export interface paths {
             cookie?: never;
         };
         /** Metrics in the Prometheus text format */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "text/plain": string;
-                    };
-                };
-            };
-        };
+        get: operations["getMetrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -48,29 +29,7 @@ export interface paths {
             cookie?: never;
         };
         /** The process is up */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status: "ok";
-                        };
-                    };
-                };
-            };
-        };
+        get: operations["checkHealth"];
         put?: never;
         post?: never;
         delete?: never;
@@ -87,38 +46,7 @@ export interface paths {
             cookie?: never;
         };
         /** The database answers */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status: "ready";
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["checkReadiness"];
         put?: never;
         post?: never;
         delete?: never;
@@ -135,142 +63,10 @@ export interface paths {
             cookie?: never;
         };
         /** List the organization's workspaces */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of workspaces. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                organization_id: string;
-                                name: string;
-                                /** Format: date-time */
-                                created_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listWorkspaces"];
         put?: never;
         /** Create a workspace in the key's organization */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            organization_id: string;
-                            name: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createWorkspace"];
         delete?: never;
         options?: never;
         head?: never;
@@ -288,173 +84,13 @@ export interface paths {
          * List API keys
          * @description Never the keys themselves.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of API keys. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                organization_id: string;
-                                /**
-                                 * Format: uuid
-                                 * @description null for an organization key.
-                                 */
-                                workspace_id: string | null;
-                                name: string;
-                                /** @enum {string} */
-                                role: "admin" | "member";
-                                /** @description The first characters of the key, to tell keys apart. */
-                                key_prefix: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                revoked_at: string | null;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listApiKeys"];
         put?: never;
         /**
          * Create an API key
          * @description workspace_id null makes an organization key (only an organization key may). The key is shown once.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name: string;
-                        /** @enum {string} */
-                        role?: "admin" | "member";
-                        /** Format: uuid */
-                        workspace_id?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            organization_id: string;
-                            /**
-                             * Format: uuid
-                             * @description null for an organization key.
-                             */
-                            workspace_id: string | null;
-                            name: string;
-                            /** @enum {string} */
-                            role: "admin" | "member";
-                            /** @description The first characters of the key, to tell keys apart. */
-                            key_prefix: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            revoked_at: string | null;
-                            /** @description The key itself, shown only in this response. */
-                            key: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createApiKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -472,62 +108,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Revoke an API key */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    api_key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["revokeApiKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -544,873 +125,13 @@ export interface paths {
          * List deployments
          * @description Newest first. Filters combine with AND; tag_value_ids matches deployments carrying every listed value.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                    /** @description Exact name. */
-                    name?: string;
-                    /** @description Case-insensitive substring of the name. */
-                    name_contains?: string;
-                    status?: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                    /** @description Only deployments reconciled by a listener (true) or by the service (false). */
-                    remote_reconciled?: boolean;
-                    /** @description Comma-separated tag value ids. */
-                    tag_value_ids?: string;
-                    image_version?: string;
-                    deployment_type?: "dev_free" | "dev" | "prod";
-                    /** @description Comma-separated deployment ids. */
-                    deployment_ids?: string;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of deployments. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                name: string;
-                                /** @enum {string} */
-                                source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                                source_config: {
-                                    /** Format: uuid */
-                                    integration_id?: string | null;
-                                    /** Format: uri */
-                                    repo_url?: string | null;
-                                    /** @enum {string|null} */
-                                    deployment_type?: "dev_free" | "dev" | "prod" | null;
-                                    build_on_push?: boolean | null;
-                                    custom_url?: string | null;
-                                    /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                    resource_spec?: {
-                                        min_scale?: number | null;
-                                        max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        memory_limit_mb?: number | null;
-                                        queue_min_scale?: number | null;
-                                        queue_max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        queue_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        queue_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        queue_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        queue_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        orchestrator_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        orchestrator_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        orchestrator_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        orchestrator_memory_limit_mb?: number | null;
-                                        orchestrator_min_scale?: number | null;
-                                        orchestrator_max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        executor_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        executor_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        executor_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        executor_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cache_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cache_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        cache_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        cache_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        db_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        db_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        db_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        db_memory_limit_mb?: number | null;
-                                        db_storage_gi?: number | null;
-                                        db_max_connections?: number | null;
-                                        labels?: {
-                                            [key: string]: string;
-                                        } | null;
-                                        annotations?: {
-                                            [key: string]: string;
-                                        } | null;
-                                        service_account_name?: string | null;
-                                        image_pull_secrets?: {
-                                            name: string;
-                                        }[] | null;
-                                        volumes?: {
-                                            name: string;
-                                            configMap?: {
-                                                [key: string]: unknown;
-                                            };
-                                            secret?: {
-                                                [key: string]: unknown;
-                                            };
-                                            emptyDir?: {
-                                                [key: string]: unknown;
-                                            };
-                                            persistentVolumeClaim?: {
-                                                [key: string]: unknown;
-                                            };
-                                            nfs?: {
-                                                [key: string]: unknown;
-                                            };
-                                            projected?: {
-                                                [key: string]: unknown;
-                                            };
-                                            downwardAPI?: {
-                                                [key: string]: unknown;
-                                            };
-                                            csi?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                        volume_mounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[] | null;
-                                        init_containers?: {
-                                            name: string;
-                                            image?: string;
-                                            imagePullPolicy?: string;
-                                            workingDir?: string;
-                                            restartPolicy?: string;
-                                            command?: string[];
-                                            args?: string[];
-                                            env?: {
-                                                name: string;
-                                                value?: string;
-                                                valueFrom?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            }[];
-                                            envFrom?: {
-                                                [key: string]: unknown;
-                                            }[];
-                                            resources?: {
-                                                limits?: {
-                                                    [key: string]: unknown;
-                                                };
-                                                requests?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            };
-                                            volumeMounts?: {
-                                                name: string;
-                                                mountPath: string;
-                                                subPath?: string;
-                                                mountPropagation?: string;
-                                                subPathExpr?: string;
-                                                readOnly?: boolean;
-                                            }[];
-                                            securityContext?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                        sidecars?: {
-                                            name: string;
-                                            image?: string;
-                                            imagePullPolicy?: string;
-                                            workingDir?: string;
-                                            restartPolicy?: string;
-                                            command?: string[];
-                                            args?: string[];
-                                            env?: {
-                                                name: string;
-                                                value?: string;
-                                                valueFrom?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            }[];
-                                            envFrom?: {
-                                                [key: string]: unknown;
-                                            }[];
-                                            resources?: {
-                                                limits?: {
-                                                    [key: string]: unknown;
-                                                };
-                                                requests?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            };
-                                            volumeMounts?: {
-                                                name: string;
-                                                mountPath: string;
-                                                subPath?: string;
-                                                mountPropagation?: string;
-                                                subPathExpr?: string;
-                                                readOnly?: boolean;
-                                            }[];
-                                            securityContext?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                    } | null;
-                                    /** Format: uuid */
-                                    listener_id?: string | null;
-                                    listener_config?: {
-                                        k8s_namespace?: string | null;
-                                    } | null;
-                                    install_command?: string | null;
-                                    build_command?: string | null;
-                                };
-                                source_revision_config: {
-                                    repo_ref?: string | null;
-                                    /** @description Relative path inside the source, no ".." segments. */
-                                    framework_config_path?: string | null;
-                                    image_uri?: string | null;
-                                    source_tarball_path?: string | null;
-                                    repo_commit_sha?: string | null;
-                                };
-                                secrets: {
-                                    /** @description Environment variable name. */
-                                    name: string;
-                                    /** @description Write-only: responses show ********. */
-                                    value: string;
-                                }[];
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                tenant_id: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                                /** @enum {string} */
-                                status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                                /** Format: uuid */
-                                latest_revision_id: string | null;
-                                /** Format: uuid */
-                                active_revision_id: string | null;
-                                secret_references?: {
-                                    name: string;
-                                    secret_name: string;
-                                    secret_key: string;
-                                }[] | null;
-                                image_version?: string | null;
-                                /**
-                                 * Format: uuid
-                                 * @description The tracing project created with the deployment.
-                                 */
-                                tracing_project_id: string;
-                                /** @description True when a listener reconciles this deployment. */
-                                remote_reconciled: boolean;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listDeployments"];
         put?: never;
         /**
          * Create a deployment
          * @description Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "name": "support-agent",
-                     *       "source": "internal_container",
-                     *       "source_config": {
-                     *         "deployment_type": "dev"
-                     *       },
-                     *       "source_revision_config": {
-                     *         "image_uri": "registry.example.com/support-agent:1.4.2"
-                     *       },
-                     *       "secrets": [
-                     *         {
-                     *           "name": "OPENAI_API_KEY",
-                     *           "value": "sk-..."
-                     *         }
-                     *       ]
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
-                        name: string;
-                        /** @enum {string} */
-                        source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                        source_config?: {
-                            /** Format: uuid */
-                            integration_id?: string | null;
-                            /** Format: uri */
-                            repo_url?: string | null;
-                            /** @enum {string|null} */
-                            deployment_type?: "dev_free" | "dev" | "prod" | null;
-                            build_on_push?: boolean | null;
-                            custom_url?: string | null;
-                            /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                            resource_spec?: {
-                                min_scale?: number | null;
-                                max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                memory_limit_mb?: number | null;
-                                queue_min_scale?: number | null;
-                                queue_max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                queue_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                queue_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                queue_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                queue_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                orchestrator_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                orchestrator_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                orchestrator_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                orchestrator_memory_limit_mb?: number | null;
-                                orchestrator_min_scale?: number | null;
-                                orchestrator_max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                executor_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                executor_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                executor_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                executor_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cache_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cache_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                cache_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                cache_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                db_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                db_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                db_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                db_memory_limit_mb?: number | null;
-                                db_storage_gi?: number | null;
-                                db_max_connections?: number | null;
-                                labels?: {
-                                    [key: string]: string;
-                                } | null;
-                                annotations?: {
-                                    [key: string]: string;
-                                } | null;
-                                service_account_name?: string | null;
-                                image_pull_secrets?: {
-                                    name: string;
-                                }[] | null;
-                                volumes?: {
-                                    name: string;
-                                    configMap?: {
-                                        [key: string]: unknown;
-                                    };
-                                    secret?: {
-                                        [key: string]: unknown;
-                                    };
-                                    emptyDir?: {
-                                        [key: string]: unknown;
-                                    };
-                                    persistentVolumeClaim?: {
-                                        [key: string]: unknown;
-                                    };
-                                    nfs?: {
-                                        [key: string]: unknown;
-                                    };
-                                    projected?: {
-                                        [key: string]: unknown;
-                                    };
-                                    downwardAPI?: {
-                                        [key: string]: unknown;
-                                    };
-                                    csi?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                                volume_mounts?: {
-                                    name: string;
-                                    mountPath: string;
-                                    subPath?: string;
-                                    mountPropagation?: string;
-                                    subPathExpr?: string;
-                                    readOnly?: boolean;
-                                }[] | null;
-                                init_containers?: {
-                                    name: string;
-                                    image?: string;
-                                    imagePullPolicy?: string;
-                                    workingDir?: string;
-                                    restartPolicy?: string;
-                                    command?: string[];
-                                    args?: string[];
-                                    env?: {
-                                        name: string;
-                                        value?: string;
-                                        valueFrom?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[];
-                                    envFrom?: {
-                                        [key: string]: unknown;
-                                    }[];
-                                    resources?: {
-                                        limits?: {
-                                            [key: string]: unknown;
-                                        };
-                                        requests?: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                    volumeMounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[];
-                                    securityContext?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                                sidecars?: {
-                                    name: string;
-                                    image?: string;
-                                    imagePullPolicy?: string;
-                                    workingDir?: string;
-                                    restartPolicy?: string;
-                                    command?: string[];
-                                    args?: string[];
-                                    env?: {
-                                        name: string;
-                                        value?: string;
-                                        valueFrom?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[];
-                                    envFrom?: {
-                                        [key: string]: unknown;
-                                    }[];
-                                    resources?: {
-                                        limits?: {
-                                            [key: string]: unknown;
-                                        };
-                                        requests?: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                    volumeMounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[];
-                                    securityContext?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                            } | null;
-                            /** Format: uuid */
-                            listener_id?: string | null;
-                            listener_config?: {
-                                k8s_namespace?: string | null;
-                            } | null;
-                            install_command?: string | null;
-                            build_command?: string | null;
-                        } | null;
-                        source_revision_config?: {
-                            repo_ref?: string | null;
-                            /** @description Relative path inside the source, no ".." segments. */
-                            framework_config_path?: string | null;
-                            image_uri?: string | null;
-                            source_tarball_path?: string | null;
-                            /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
-                            langgraph_config_path?: string | null;
-                        } | null;
-                        secrets?: {
-                            /** @description Environment variable name. */
-                            name: string;
-                            /** @description Write-only: responses show ********. */
-                            value: string;
-                        }[] | null;
-                        secret_references?: {
-                            name: string;
-                            secret_name: string;
-                            secret_key: string;
-                        }[] | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A deployment. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: string;
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_config: {
-                                /** Format: uuid */
-                                integration_id?: string | null;
-                                /** Format: uri */
-                                repo_url?: string | null;
-                                /** @enum {string|null} */
-                                deployment_type?: "dev_free" | "dev" | "prod" | null;
-                                build_on_push?: boolean | null;
-                                custom_url?: string | null;
-                                /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                resource_spec?: {
-                                    min_scale?: number | null;
-                                    max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_limit_mb?: number | null;
-                                    queue_min_scale?: number | null;
-                                    queue_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_limit_mb?: number | null;
-                                    orchestrator_min_scale?: number | null;
-                                    orchestrator_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_limit_mb?: number | null;
-                                    db_storage_gi?: number | null;
-                                    db_max_connections?: number | null;
-                                    labels?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    annotations?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    service_account_name?: string | null;
-                                    image_pull_secrets?: {
-                                        name: string;
-                                    }[] | null;
-                                    volumes?: {
-                                        name: string;
-                                        configMap?: {
-                                            [key: string]: unknown;
-                                        };
-                                        secret?: {
-                                            [key: string]: unknown;
-                                        };
-                                        emptyDir?: {
-                                            [key: string]: unknown;
-                                        };
-                                        persistentVolumeClaim?: {
-                                            [key: string]: unknown;
-                                        };
-                                        nfs?: {
-                                            [key: string]: unknown;
-                                        };
-                                        projected?: {
-                                            [key: string]: unknown;
-                                        };
-                                        downwardAPI?: {
-                                            [key: string]: unknown;
-                                        };
-                                        csi?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    volume_mounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[] | null;
-                                    init_containers?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    sidecars?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                } | null;
-                                /** Format: uuid */
-                                listener_id?: string | null;
-                                listener_config?: {
-                                    k8s_namespace?: string | null;
-                                } | null;
-                                install_command?: string | null;
-                                build_command?: string | null;
-                            };
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            secrets: {
-                                /** @description Environment variable name. */
-                                name: string;
-                                /** @description Write-only: responses show ********. */
-                                value: string;
-                            }[];
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tenant_id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                            /** Format: uuid */
-                            latest_revision_id: string | null;
-                            /** Format: uuid */
-                            active_revision_id: string | null;
-                            secret_references?: {
-                                name: string;
-                                secret_name: string;
-                                secret_key: string;
-                            }[] | null;
-                            image_version?: string | null;
-                            /**
-                             * Format: uuid
-                             * @description The tracing project created with the deployment.
-                             */
-                            tracing_project_id: string;
-                            /** @description True when a listener reconciles this deployment. */
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createDeployment"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1425,920 +146,21 @@ export interface paths {
             cookie?: never;
         };
         /** Get a deployment */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A deployment. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: string;
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_config: {
-                                /** Format: uuid */
-                                integration_id?: string | null;
-                                /** Format: uri */
-                                repo_url?: string | null;
-                                /** @enum {string|null} */
-                                deployment_type?: "dev_free" | "dev" | "prod" | null;
-                                build_on_push?: boolean | null;
-                                custom_url?: string | null;
-                                /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                resource_spec?: {
-                                    min_scale?: number | null;
-                                    max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_limit_mb?: number | null;
-                                    queue_min_scale?: number | null;
-                                    queue_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_limit_mb?: number | null;
-                                    orchestrator_min_scale?: number | null;
-                                    orchestrator_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_limit_mb?: number | null;
-                                    db_storage_gi?: number | null;
-                                    db_max_connections?: number | null;
-                                    labels?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    annotations?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    service_account_name?: string | null;
-                                    image_pull_secrets?: {
-                                        name: string;
-                                    }[] | null;
-                                    volumes?: {
-                                        name: string;
-                                        configMap?: {
-                                            [key: string]: unknown;
-                                        };
-                                        secret?: {
-                                            [key: string]: unknown;
-                                        };
-                                        emptyDir?: {
-                                            [key: string]: unknown;
-                                        };
-                                        persistentVolumeClaim?: {
-                                            [key: string]: unknown;
-                                        };
-                                        nfs?: {
-                                            [key: string]: unknown;
-                                        };
-                                        projected?: {
-                                            [key: string]: unknown;
-                                        };
-                                        downwardAPI?: {
-                                            [key: string]: unknown;
-                                        };
-                                        csi?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    volume_mounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[] | null;
-                                    init_containers?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    sidecars?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                } | null;
-                                /** Format: uuid */
-                                listener_id?: string | null;
-                                listener_config?: {
-                                    k8s_namespace?: string | null;
-                                } | null;
-                                install_command?: string | null;
-                                build_command?: string | null;
-                            };
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            secrets: {
-                                /** @description Environment variable name. */
-                                name: string;
-                                /** @description Write-only: responses show ********. */
-                                value: string;
-                            }[];
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tenant_id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                            /** Format: uuid */
-                            latest_revision_id: string | null;
-                            /** Format: uuid */
-                            active_revision_id: string | null;
-                            secret_references?: {
-                                name: string;
-                                secret_name: string;
-                                secret_key: string;
-                            }[] | null;
-                            image_version?: string | null;
-                            /**
-                             * Format: uuid
-                             * @description The tracing project created with the deployment.
-                             */
-                            tracing_project_id: string;
-                            /** @description True when a listener reconciles this deployment. */
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getDeployment"];
         put?: never;
         post?: never;
         /**
          * Delete a deployment
          * @description Interrupts unfinished revisions and tears the deployment down. Its tracing project stays unless delete_tracing_project=true.
          */
-        delete: {
-            parameters: {
-                query?: {
-                    delete_tracing_project?: boolean;
-                };
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteDeployment"];
         options?: never;
         head?: never;
         /**
          * Patch a deployment
          * @description A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "source_revision_config": {
-                     *         "image_uri": "registry.example.com/support-agent:1.5.0"
-                     *       }
-                     *     }
-                     */
-                    "application/json": {
-                        /** @enum {string|null} */
-                        revision_source?: "codehost" | "internal_container" | "internal_source" | null;
-                        source_config?: {
-                            /** Format: uuid */
-                            integration_id?: string | null;
-                            /** Format: uri */
-                            repo_url?: string | null;
-                            /** @enum {string|null} */
-                            deployment_type?: "dev_free" | "dev" | "prod" | null;
-                            build_on_push?: boolean | null;
-                            custom_url?: string | null;
-                            /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                            resource_spec?: {
-                                min_scale?: number | null;
-                                max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                memory_limit_mb?: number | null;
-                                queue_min_scale?: number | null;
-                                queue_max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                queue_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                queue_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                queue_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                queue_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                orchestrator_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                orchestrator_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                orchestrator_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                orchestrator_memory_limit_mb?: number | null;
-                                orchestrator_min_scale?: number | null;
-                                orchestrator_max_scale?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                executor_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                executor_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                executor_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                executor_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cache_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                cache_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                cache_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                cache_memory_limit_mb?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                db_cpu?: number | null;
-                                /** @description CPU cores; fractions allowed. */
-                                db_cpu_limit?: number | null;
-                                /** @description Megabytes. */
-                                db_memory_mb?: number | null;
-                                /** @description Megabytes. */
-                                db_memory_limit_mb?: number | null;
-                                db_storage_gi?: number | null;
-                                db_max_connections?: number | null;
-                                labels?: {
-                                    [key: string]: string;
-                                } | null;
-                                annotations?: {
-                                    [key: string]: string;
-                                } | null;
-                                service_account_name?: string | null;
-                                image_pull_secrets?: {
-                                    name: string;
-                                }[] | null;
-                                volumes?: {
-                                    name: string;
-                                    configMap?: {
-                                        [key: string]: unknown;
-                                    };
-                                    secret?: {
-                                        [key: string]: unknown;
-                                    };
-                                    emptyDir?: {
-                                        [key: string]: unknown;
-                                    };
-                                    persistentVolumeClaim?: {
-                                        [key: string]: unknown;
-                                    };
-                                    nfs?: {
-                                        [key: string]: unknown;
-                                    };
-                                    projected?: {
-                                        [key: string]: unknown;
-                                    };
-                                    downwardAPI?: {
-                                        [key: string]: unknown;
-                                    };
-                                    csi?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                                volume_mounts?: {
-                                    name: string;
-                                    mountPath: string;
-                                    subPath?: string;
-                                    mountPropagation?: string;
-                                    subPathExpr?: string;
-                                    readOnly?: boolean;
-                                }[] | null;
-                                init_containers?: {
-                                    name: string;
-                                    image?: string;
-                                    imagePullPolicy?: string;
-                                    workingDir?: string;
-                                    restartPolicy?: string;
-                                    command?: string[];
-                                    args?: string[];
-                                    env?: {
-                                        name: string;
-                                        value?: string;
-                                        valueFrom?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[];
-                                    envFrom?: {
-                                        [key: string]: unknown;
-                                    }[];
-                                    resources?: {
-                                        limits?: {
-                                            [key: string]: unknown;
-                                        };
-                                        requests?: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                    volumeMounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[];
-                                    securityContext?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                                sidecars?: {
-                                    name: string;
-                                    image?: string;
-                                    imagePullPolicy?: string;
-                                    workingDir?: string;
-                                    restartPolicy?: string;
-                                    command?: string[];
-                                    args?: string[];
-                                    env?: {
-                                        name: string;
-                                        value?: string;
-                                        valueFrom?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[];
-                                    envFrom?: {
-                                        [key: string]: unknown;
-                                    }[];
-                                    resources?: {
-                                        limits?: {
-                                            [key: string]: unknown;
-                                        };
-                                        requests?: {
-                                            [key: string]: unknown;
-                                        };
-                                    };
-                                    volumeMounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[];
-                                    securityContext?: {
-                                        [key: string]: unknown;
-                                    };
-                                }[] | null;
-                            } | null;
-                            /** Format: uuid */
-                            listener_id?: string | null;
-                            listener_config?: {
-                                k8s_namespace?: string | null;
-                            } | null;
-                            install_command?: string | null;
-                            build_command?: string | null;
-                        } | null;
-                        source_revision_config?: {
-                            repo_ref?: string | null;
-                            /** @description Relative path inside the source, no ".." segments. */
-                            framework_config_path?: string | null;
-                            image_uri?: string | null;
-                            source_tarball_path?: string | null;
-                            /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
-                            langgraph_config_path?: string | null;
-                        } | null;
-                        secrets?: {
-                            /** @description Environment variable name. */
-                            name: string;
-                            /** @description Write-only: responses show ********. */
-                            value: string;
-                        }[] | null;
-                        secret_references?: {
-                            name: string;
-                            secret_name: string;
-                            secret_key: string;
-                        }[] | null;
-                        /** @description Cannot change; the current value is accepted. */
-                        name?: unknown;
-                        /** @description Cannot change; the current value is accepted. */
-                        source?: unknown;
-                    };
-                };
-            };
-            responses: {
-                /** @description A deployment. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: string;
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_config: {
-                                /** Format: uuid */
-                                integration_id?: string | null;
-                                /** Format: uri */
-                                repo_url?: string | null;
-                                /** @enum {string|null} */
-                                deployment_type?: "dev_free" | "dev" | "prod" | null;
-                                build_on_push?: boolean | null;
-                                custom_url?: string | null;
-                                /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                resource_spec?: {
-                                    min_scale?: number | null;
-                                    max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_limit_mb?: number | null;
-                                    queue_min_scale?: number | null;
-                                    queue_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_limit_mb?: number | null;
-                                    orchestrator_min_scale?: number | null;
-                                    orchestrator_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_limit_mb?: number | null;
-                                    db_storage_gi?: number | null;
-                                    db_max_connections?: number | null;
-                                    labels?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    annotations?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    service_account_name?: string | null;
-                                    image_pull_secrets?: {
-                                        name: string;
-                                    }[] | null;
-                                    volumes?: {
-                                        name: string;
-                                        configMap?: {
-                                            [key: string]: unknown;
-                                        };
-                                        secret?: {
-                                            [key: string]: unknown;
-                                        };
-                                        emptyDir?: {
-                                            [key: string]: unknown;
-                                        };
-                                        persistentVolumeClaim?: {
-                                            [key: string]: unknown;
-                                        };
-                                        nfs?: {
-                                            [key: string]: unknown;
-                                        };
-                                        projected?: {
-                                            [key: string]: unknown;
-                                        };
-                                        downwardAPI?: {
-                                            [key: string]: unknown;
-                                        };
-                                        csi?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    volume_mounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[] | null;
-                                    init_containers?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    sidecars?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                } | null;
-                                /** Format: uuid */
-                                listener_id?: string | null;
-                                listener_config?: {
-                                    k8s_namespace?: string | null;
-                                } | null;
-                                install_command?: string | null;
-                                build_command?: string | null;
-                            };
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            secrets: {
-                                /** @description Environment variable name. */
-                                name: string;
-                                /** @description Write-only: responses show ********. */
-                                value: string;
-                            }[];
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tenant_id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                            /** Format: uuid */
-                            latest_revision_id: string | null;
-                            /** Format: uuid */
-                            active_revision_id: string | null;
-                            secret_references?: {
-                                name: string;
-                                secret_name: string;
-                                secret_key: string;
-                            }[] | null;
-                            image_version?: string | null;
-                            /**
-                             * Format: uuid
-                             * @description The tracing project created with the deployment.
-                             */
-                            tracing_project_id: string;
-                            /** @description True when a listener reconciles this deployment. */
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        patch: operations["patchDeployment"];
         trace?: never;
     };
     "/v2/deployments/{deployment_id}/revisions": {
@@ -2349,101 +171,7 @@ export interface paths {
             cookie?: never;
         };
         /** List revisions of a deployment */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                    /** @description Comma-separated revision statuses: CREATING, QUEUED, AWAITING_BUILD, BUILDING, AWAITING_DEPLOY, DEPLOYING, CREATE_FAILED, BUILD_FAILED, DEPLOY_FAILED, DEPLOYED, SKIPPED, INTERRUPTED, UNKNOWN. */
-                    status?: string;
-                    remote_reconciled?: boolean;
-                };
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of revisions, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                                /** @enum {string} */
-                                status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
-                                /** @enum {string} */
-                                source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                                source_revision_config: {
-                                    repo_ref?: string | null;
-                                    /** @description Relative path inside the source, no ".." segments. */
-                                    framework_config_path?: string | null;
-                                    image_uri?: string | null;
-                                    source_tarball_path?: string | null;
-                                    repo_commit_sha?: string | null;
-                                };
-                                /** Format: uuid */
-                                deployment_id: string;
-                                /** @description Machine-readable reason when the status is a failure. */
-                                failure_reason: string | null;
-                                failure_message: string | null;
-                                remote_reconciled: boolean;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listRevisions"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2460,90 +188,7 @@ export interface paths {
             cookie?: never;
         };
         /** Get a revision */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A revision of a deployment. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            /** Format: uuid */
-                            deployment_id: string;
-                            /** @description Machine-readable reason when the status is a failure. */
-                            failure_reason: string | null;
-                            failure_message: string | null;
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getRevision"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2565,307 +210,7 @@ export interface paths {
          * Redeploy a revision
          * @description Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A deployment. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            name: string;
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_config: {
-                                /** Format: uuid */
-                                integration_id?: string | null;
-                                /** Format: uri */
-                                repo_url?: string | null;
-                                /** @enum {string|null} */
-                                deployment_type?: "dev_free" | "dev" | "prod" | null;
-                                build_on_push?: boolean | null;
-                                custom_url?: string | null;
-                                /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                resource_spec?: {
-                                    min_scale?: number | null;
-                                    max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    memory_limit_mb?: number | null;
-                                    queue_min_scale?: number | null;
-                                    queue_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    queue_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    queue_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    orchestrator_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    orchestrator_memory_limit_mb?: number | null;
-                                    orchestrator_min_scale?: number | null;
-                                    orchestrator_max_scale?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    executor_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    executor_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    cache_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    cache_memory_limit_mb?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu?: number | null;
-                                    /** @description CPU cores; fractions allowed. */
-                                    db_cpu_limit?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_mb?: number | null;
-                                    /** @description Megabytes. */
-                                    db_memory_limit_mb?: number | null;
-                                    db_storage_gi?: number | null;
-                                    db_max_connections?: number | null;
-                                    labels?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    annotations?: {
-                                        [key: string]: string;
-                                    } | null;
-                                    service_account_name?: string | null;
-                                    image_pull_secrets?: {
-                                        name: string;
-                                    }[] | null;
-                                    volumes?: {
-                                        name: string;
-                                        configMap?: {
-                                            [key: string]: unknown;
-                                        };
-                                        secret?: {
-                                            [key: string]: unknown;
-                                        };
-                                        emptyDir?: {
-                                            [key: string]: unknown;
-                                        };
-                                        persistentVolumeClaim?: {
-                                            [key: string]: unknown;
-                                        };
-                                        nfs?: {
-                                            [key: string]: unknown;
-                                        };
-                                        projected?: {
-                                            [key: string]: unknown;
-                                        };
-                                        downwardAPI?: {
-                                            [key: string]: unknown;
-                                        };
-                                        csi?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    volume_mounts?: {
-                                        name: string;
-                                        mountPath: string;
-                                        subPath?: string;
-                                        mountPropagation?: string;
-                                        subPathExpr?: string;
-                                        readOnly?: boolean;
-                                    }[] | null;
-                                    init_containers?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                    sidecars?: {
-                                        name: string;
-                                        image?: string;
-                                        imagePullPolicy?: string;
-                                        workingDir?: string;
-                                        restartPolicy?: string;
-                                        command?: string[];
-                                        args?: string[];
-                                        env?: {
-                                            name: string;
-                                            value?: string;
-                                            valueFrom?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[];
-                                        envFrom?: {
-                                            [key: string]: unknown;
-                                        }[];
-                                        resources?: {
-                                            limits?: {
-                                                [key: string]: unknown;
-                                            };
-                                            requests?: {
-                                                [key: string]: unknown;
-                                            };
-                                        };
-                                        volumeMounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[];
-                                        securityContext?: {
-                                            [key: string]: unknown;
-                                        };
-                                    }[] | null;
-                                } | null;
-                                /** Format: uuid */
-                                listener_id?: string | null;
-                                listener_config?: {
-                                    k8s_namespace?: string | null;
-                                } | null;
-                                install_command?: string | null;
-                                build_command?: string | null;
-                            };
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            secrets: {
-                                /** @description Environment variable name. */
-                                name: string;
-                                /** @description Write-only: responses show ********. */
-                                value: string;
-                            }[];
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tenant_id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
-                            /** Format: uuid */
-                            latest_revision_id: string | null;
-                            /** Format: uuid */
-                            active_revision_id: string | null;
-                            secret_references?: {
-                                name: string;
-                                secret_name: string;
-                                secret_key: string;
-                            }[] | null;
-                            image_version?: string | null;
-                            /**
-                             * Format: uuid
-                             * @description The tracing project created with the deployment.
-                             */
-                            tracing_project_id: string;
-                            /** @description True when a listener reconciles this deployment. */
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["redeployRevision"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2885,99 +230,7 @@ export interface paths {
          * Interrupt a revision
          * @description Cancels a revision that has not reached a final state; it ends INTERRUPTED.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A revision of a deployment. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @enum {string} */
-                            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
-                            /** @enum {string} */
-                            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-                            source_revision_config: {
-                                repo_ref?: string | null;
-                                /** @description Relative path inside the source, no ".." segments. */
-                                framework_config_path?: string | null;
-                                image_uri?: string | null;
-                                source_tarball_path?: string | null;
-                                repo_commit_sha?: string | null;
-                            };
-                            /** Format: uuid */
-                            deployment_id: string;
-                            /** @description Machine-readable reason when the status is a failure. */
-                            failure_reason: string | null;
-                            failure_message: string | null;
-                            remote_reconciled: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["interruptRevision"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2995,87 +248,7 @@ export interface paths {
          * List the events of a deployment
          * @description Oldest first: creation, every revision and deployment status transition, updates.
          */
-        get: {
-            parameters: {
-                query?: {
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of events, oldest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** @description Increasing; events of one deployment come in this order. */
-                                id: string;
-                                subject_type: string;
-                                /** Format: uuid */
-                                subject_id: string;
-                                /** @description e.g. deployment.created, revision.status_changed */
-                                type: string;
-                                from_status: string | null;
-                                to_status: string | null;
-                                data: {
-                                    [key: string]: unknown;
-                                };
-                                /** Format: date-time */
-                                created_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listDeploymentEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3095,95 +268,7 @@ export interface paths {
          * Get or follow the logs of a revision
          * @description Build output or app output, oldest first. follow=true streams it as server-sent events (see the text/event-stream response).
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description build: the build output; deploy: the running app's stdout and stderr. */
-                    type?: "build" | "deploy";
-                    /** @description Lines per page, 1 to 1000 (ignored with follow). */
-                    limit?: number;
-                    /** @description next_cursor of a previous page (or an event id); absent: from the first line. */
-                    cursor?: string;
-                    /** @description Stream the lines as server-sent events (text/event-stream) until the log ends. */
-                    follow?: boolean;
-                };
-                header?: {
-                    /** @description With follow=true, resume after this event id (it wins over cursor). */
-                    "last-event-id"?: string;
-                };
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of lines (JSON), or with follow=true an event stream. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            lines: {
-                                /**
-                                 * Format: date-time
-                                 * @description When the line was written, ISO 8601 with milliseconds.
-                                 */
-                                time: string;
-                                /**
-                                 * @description stdout or stderr of the process, or system for lines the platform writes.
-                                 * @enum {string}
-                                 */
-                                stream: "stdout" | "stderr" | "system";
-                                /** @description The line without its newline, colours and control characters; secret values are ********. */
-                                message: string;
-                            }[];
-                            /** @description Pass as cursor to get the lines after this page; unchanged when the page is empty. */
-                            next_cursor: string;
-                        };
-                        "text/event-stream": string;
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getRevisionLogs"];
         put?: never;
         post?: never;
         delete?: never;
@@ -3200,222 +285,10 @@ export interface paths {
             cookie?: never;
         };
         /** List listeners */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of listeners, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** @enum {string} */
-                                compute_type: "k8s";
-                                compute_id: string;
-                                compute_config: {
-                                    k8s_namespaces: string[];
-                                };
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                                version: string | null;
-                                /**
-                                 * Format: date-time
-                                 * @description The last heartbeat or desired-state request of its agent; null: never.
-                                 */
-                                last_seen_at: string | null;
-                                /**
-                                 * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
-                                 * @enum {string}
-                                 */
-                                state: "never_seen" | "connected" | "stale";
-                                /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
-                                watched_namespaces: string[] | null;
-                                /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
-                                namespaces_not_watched: string[] | null;
-                                /** @description The agent's version, from its last heartbeat. */
-                                agent_version: string | null;
-                                /** @description The message of the last heartbeat, if it had one. */
-                                agent_message: string | null;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listListeners"];
         put?: never;
         /** Create a listener */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "compute_type": "k8s",
-                     *       "compute_id": "prod-eu-1",
-                     *       "compute_config": {
-                     *         "k8s_namespaces": [
-                     *           "agents"
-                     *         ]
-                     *       },
-                     *       "version": "0.1.0"
-                     *     }
-                     */
-                    "application/json": {
-                        /**
-                         * @description Only k8s.
-                         * @enum {string}
-                         */
-                        compute_type: "k8s";
-                        /** @description Assigned by the user, for example the cluster name; unique in the workspace. */
-                        compute_id: string;
-                        compute_config?: {
-                            /** @description Namespaces the listener serves; default ["default"]. */
-                            k8s_namespaces?: string[] | null;
-                        } | null;
-                        version?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A listener. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            compute_type: "k8s";
-                            compute_id: string;
-                            compute_config: {
-                                k8s_namespaces: string[];
-                            };
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            version: string | null;
-                            /**
-                             * Format: date-time
-                             * @description The last heartbeat or desired-state request of its agent; null: never.
-                             */
-                            last_seen_at: string | null;
-                            /**
-                             * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
-                             * @enum {string}
-                             */
-                            state: "never_seen" | "connected" | "stale";
-                            /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
-                            watched_namespaces: string[] | null;
-                            /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
-                            namespaces_not_watched: string[] | null;
-                            /** @description The agent's version, from its last heartbeat. */
-                            agent_version: string | null;
-                            /** @description The message of the last heartbeat, if it had one. */
-                            agent_message: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createListener"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3430,295 +303,21 @@ export interface paths {
             cookie?: never;
         };
         /** Get a listener */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A listener. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            compute_type: "k8s";
-                            compute_id: string;
-                            compute_config: {
-                                k8s_namespaces: string[];
-                            };
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            version: string | null;
-                            /**
-                             * Format: date-time
-                             * @description The last heartbeat or desired-state request of its agent; null: never.
-                             */
-                            last_seen_at: string | null;
-                            /**
-                             * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
-                             * @enum {string}
-                             */
-                            state: "never_seen" | "connected" | "stale";
-                            /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
-                            watched_namespaces: string[] | null;
-                            /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
-                            namespaces_not_watched: string[] | null;
-                            /** @description The agent's version, from its last heartbeat. */
-                            agent_version: string | null;
-                            /** @description The message of the last heartbeat, if it had one. */
-                            agent_message: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getListener"];
         put?: never;
         post?: never;
         /**
          * Delete a listener
          * @description 409 while deployments use it.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteListener"];
         options?: never;
         head?: never;
         /**
          * Patch a listener
          * @description Changes version and namespaces; compute_type and compute_id cannot change. A namespace still used by a deployment cannot be removed.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        version?: string | null;
-                        compute_config?: {
-                            /** @description Namespaces the listener serves; default ["default"]. */
-                            k8s_namespaces?: string[] | null;
-                        } | null;
-                        /** @description Cannot change; the current value is accepted. */
-                        compute_type?: unknown;
-                        /** @description Cannot change; the current value is accepted. */
-                        compute_id?: unknown;
-                    };
-                };
-            };
-            responses: {
-                /** @description A listener. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            compute_type: "k8s";
-                            compute_id: string;
-                            compute_config: {
-                                k8s_namespaces: string[];
-                            };
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            version: string | null;
-                            /**
-                             * Format: date-time
-                             * @description The last heartbeat or desired-state request of its agent; null: never.
-                             */
-                            last_seen_at: string | null;
-                            /**
-                             * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
-                             * @enum {string}
-                             */
-                            state: "never_seen" | "connected" | "stale";
-                            /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
-                            watched_namespaces: string[] | null;
-                            /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
-                            namespaces_not_watched: string[] | null;
-                            /** @description The agent's version, from its last heartbeat. */
-                            agent_version: string | null;
-                            /** @description The message of the last heartbeat, if it had one. */
-                            agent_message: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        patch: operations["patchListener"];
         trace?: never;
     };
     "/v2/listeners/{listener_id}/credentials": {
@@ -3732,174 +331,13 @@ export interface paths {
          * List a listener's credentials
          * @description Never the credentials themselves; revoked ones too, newest first.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of listener credentials, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                listener_id: string;
-                                /** @description The first characters of the credential, to tell them apart. */
-                                credential_prefix: string;
-                                /** @description The id of the API key that made it. */
-                                created_by: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /**
-                                 * Format: date-time
-                                 * @description When its agent last called with it (to the minute).
-                                 */
-                                last_used_at: string | null;
-                                /** Format: date-time */
-                                revoked_at: string | null;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listListenerCredentials"];
         put?: never;
         /**
          * Create a listener credential
          * @description The credential (slwl_...) is shown once. It opens the listener protocol endpoints of this listener and nothing else.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A new listener credential, shown once. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            listener_id: string;
-                            /** @description The first characters of the credential, to tell them apart. */
-                            credential_prefix: string;
-                            /** @description The id of the API key that made it. */
-                            created_by: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /**
-                             * Format: date-time
-                             * @description When its agent last called with it (to the minute).
-                             */
-                            last_used_at: string | null;
-                            /** Format: date-time */
-                            revoked_at: string | null;
-                            /** @description slwl_...: send as Authorization: Bearer. Shown only in this response. */
-                            credential: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createListenerCredential"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3920,63 +358,7 @@ export interface paths {
          * Revoke a listener credential
          * @description It stops working at once (a desired-state long-poll it started ends at its timeout). 404 for an unknown or already revoked one.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                    credential_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["revokeListenerCredential"];
         options?: never;
         head?: never;
         patch?: never;
@@ -3993,294 +375,7 @@ export interface paths {
          * Get (or wait for) the desired state of a listener
          * @description Everything the listener must run, with an ETag header. With If-None-Match equal to the current ETag and wait > 0, waits up to wait seconds for a change: 200 with the new state at once on change, 304 at the timeout.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description With If-None-Match: seconds to wait for a change before answering 304. */
-                    wait?: number;
-                };
-                header?: {
-                    /** @description The ETag of the state the listener has. */
-                    "if-none-match"?: string;
-                };
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Every deployment of the listener with the revision that should run (null: nothing should). */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {number} */
-                            protocol: 1;
-                            /** Format: uuid */
-                            listener_id: string;
-                            deployments: {
-                                /** Format: uuid */
-                                deployment_id: string;
-                                name: string;
-                                /** @description source_config.listener_config.k8s_namespace. */
-                                namespace: string | null;
-                                /** @description The deployment was deleted: remove everything of it, then POST .../deletions. */
-                                delete: boolean;
-                                custom_url: string | null;
-                                revision: {
-                                    /** Format: uuid */
-                                    id: string;
-                                    /** @description The revision's number in its deployment, 1 for the first. */
-                                    number: number;
-                                    /** @enum {string} */
-                                    status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
-                                    image_uri: string | null;
-                                    /** @description Decrypted, for a Kubernetes Secret of the deployment. */
-                                    secrets: {
-                                        name: string;
-                                        value: string;
-                                    }[];
-                                    /** @description Environment variables read from existing Kubernetes Secrets. */
-                                    secret_references: {
-                                        name: string;
-                                        secret_name: string;
-                                        secret_key: string;
-                                    }[] | null;
-                                    /** @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. */
-                                    resource_spec: {
-                                        min_scale?: number | null;
-                                        max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        memory_limit_mb?: number | null;
-                                        queue_min_scale?: number | null;
-                                        queue_max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        queue_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        queue_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        queue_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        queue_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        orchestrator_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        orchestrator_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        orchestrator_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        orchestrator_memory_limit_mb?: number | null;
-                                        orchestrator_min_scale?: number | null;
-                                        orchestrator_max_scale?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        executor_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        executor_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        executor_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        executor_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cache_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        cache_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        cache_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        cache_memory_limit_mb?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        db_cpu?: number | null;
-                                        /** @description CPU cores; fractions allowed. */
-                                        db_cpu_limit?: number | null;
-                                        /** @description Megabytes. */
-                                        db_memory_mb?: number | null;
-                                        /** @description Megabytes. */
-                                        db_memory_limit_mb?: number | null;
-                                        db_storage_gi?: number | null;
-                                        db_max_connections?: number | null;
-                                        labels?: {
-                                            [key: string]: string;
-                                        } | null;
-                                        annotations?: {
-                                            [key: string]: string;
-                                        } | null;
-                                        service_account_name?: string | null;
-                                        image_pull_secrets?: {
-                                            name: string;
-                                        }[] | null;
-                                        volumes?: {
-                                            name: string;
-                                            configMap?: {
-                                                [key: string]: unknown;
-                                            };
-                                            secret?: {
-                                                [key: string]: unknown;
-                                            };
-                                            emptyDir?: {
-                                                [key: string]: unknown;
-                                            };
-                                            persistentVolumeClaim?: {
-                                                [key: string]: unknown;
-                                            };
-                                            nfs?: {
-                                                [key: string]: unknown;
-                                            };
-                                            projected?: {
-                                                [key: string]: unknown;
-                                            };
-                                            downwardAPI?: {
-                                                [key: string]: unknown;
-                                            };
-                                            csi?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                        volume_mounts?: {
-                                            name: string;
-                                            mountPath: string;
-                                            subPath?: string;
-                                            mountPropagation?: string;
-                                            subPathExpr?: string;
-                                            readOnly?: boolean;
-                                        }[] | null;
-                                        init_containers?: {
-                                            name: string;
-                                            image?: string;
-                                            imagePullPolicy?: string;
-                                            workingDir?: string;
-                                            restartPolicy?: string;
-                                            command?: string[];
-                                            args?: string[];
-                                            env?: {
-                                                name: string;
-                                                value?: string;
-                                                valueFrom?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            }[];
-                                            envFrom?: {
-                                                [key: string]: unknown;
-                                            }[];
-                                            resources?: {
-                                                limits?: {
-                                                    [key: string]: unknown;
-                                                };
-                                                requests?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            };
-                                            volumeMounts?: {
-                                                name: string;
-                                                mountPath: string;
-                                                subPath?: string;
-                                                mountPropagation?: string;
-                                                subPathExpr?: string;
-                                                readOnly?: boolean;
-                                            }[];
-                                            securityContext?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                        sidecars?: {
-                                            name: string;
-                                            image?: string;
-                                            imagePullPolicy?: string;
-                                            workingDir?: string;
-                                            restartPolicy?: string;
-                                            command?: string[];
-                                            args?: string[];
-                                            env?: {
-                                                name: string;
-                                                value?: string;
-                                                valueFrom?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            }[];
-                                            envFrom?: {
-                                                [key: string]: unknown;
-                                            }[];
-                                            resources?: {
-                                                limits?: {
-                                                    [key: string]: unknown;
-                                                };
-                                                requests?: {
-                                                    [key: string]: unknown;
-                                                };
-                                            };
-                                            volumeMounts?: {
-                                                name: string;
-                                                mountPath: string;
-                                                subPath?: string;
-                                                mountPropagation?: string;
-                                                subPathExpr?: string;
-                                                readOnly?: boolean;
-                                            }[];
-                                            securityContext?: {
-                                                [key: string]: unknown;
-                                            };
-                                        }[] | null;
-                                    } | null;
-                                } | null;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Not modified: the state is still the one of If-None-Match (no body). */
-                304: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": null;
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getDesiredState"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4302,98 +397,7 @@ export interface paths {
          * Report the status of a revision
          * @description Moves the revision through the state table to the reported status (steps in between included, each with its event); DEPLOYED makes it active and the deployment READY. Idempotent: a repeated or stale report answers applied: false and changes nothing.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "revision_id": "7a2c1e4b-0f3d-4c6a-9b8e-2d1f0a9c8b7e",
-                     *       "status": "DEPLOY_FAILED",
-                     *       "failure_reason": "image_pull_failed",
-                     *       "message": "Back-off pulling image \"ghcr.io/acme/agent:1.5.0\""
-                     *     }
-                     */
-                    "application/json": {
-                        /** Format: uuid */
-                        revision_id: string;
-                        /** @enum {string} */
-                        status: "AWAITING_DEPLOY" | "DEPLOYING" | "DEPLOYED" | "DEPLOY_FAILED";
-                        /** @description Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ... */
-                        failure_reason?: string;
-                        /** @description For people: what happened. */
-                        message?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description What the report did. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description false: the report changed nothing (a retry, a stale report, or a revision in a final state). */
-                            applied: boolean;
-                            /**
-                             * @description The revision's status now.
-                             * @enum {string}
-                             */
-                            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
-                            /**
-                             * @description Why not: already in that status; behind its status; not the deployment's latest revision; in a final state.
-                             * @enum {string|null}
-                             */
-                            not_applied_reason: "duplicate" | "behind" | "superseded" | "final" | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["reportRevisionStatus"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4413,78 +417,7 @@ export interface paths {
          * Confirm that a deleted deployment is gone from the cluster
          * @description Removes the deployment (in AWAITING_DELETE) for good. 204 again when it is already gone; 409 when it is not being deleted.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** Format: uuid */
-                        deployment_id: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["confirmDeletion"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4504,114 +437,7 @@ export interface paths {
          * Tell the service the listener agent is alive
          * @description Sets last_seen_at, agent_version and watched_namespaces of the listener; answers the listener.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    listener_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "version": "0.1.0",
-                     *       "namespaces": [
-                     *         "agents"
-                     *       ]
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description The agent's version. */
-                        version: string;
-                        /** @description The namespaces the agent watches. */
-                        namespaces: string[];
-                        message?: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description A listener. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            compute_type: "k8s";
-                            compute_id: string;
-                            compute_config: {
-                                k8s_namespaces: string[];
-                            };
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            version: string | null;
-                            /**
-                             * Format: date-time
-                             * @description The last heartbeat or desired-state request of its agent; null: never.
-                             */
-                            last_seen_at: string | null;
-                            /**
-                             * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
-                             * @enum {string}
-                             */
-                            state: "never_seen" | "connected" | "stale";
-                            /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
-                            watched_namespaces: string[] | null;
-                            /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
-                            namespaces_not_watched: string[] | null;
-                            /** @description The agent's version, from its last heartbeat. */
-                            agent_version: string | null;
-                            /** @description The message of the last heartbeat, if it had one. */
-                            agent_message: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["sendListenerHeartbeat"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4626,210 +452,13 @@ export interface paths {
             cookie?: never;
         };
         /** List the organization's OAuth providers */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of providers, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                organization_id: string;
-                                provider_id: string;
-                                name: string;
-                                client_id: string;
-                                auth_url: string;
-                                token_url: string;
-                                uses_pkce: boolean;
-                                code_challenge_method: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                                provider_type: string | null;
-                                mcp_server_url: string | null;
-                                token_endpoint_auth_method: string;
-                                is_dynamic_client: boolean;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listOAuthProviders"];
         put?: never;
         /**
          * Register an OAuth provider
          * @description Register <SLIPWAY_PUBLIC_URL>/v2/auth/callback/<provider_id> as the redirect URI at the provider.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description Lowercase letters, digits, - and _; unique in the organization; part of the callback URL. */
-                        provider_id: string;
-                        name: string;
-                        client_id: string;
-                        /** @description Write-only; encrypted at rest. */
-                        client_secret?: string | null;
-                        /** @description Authorization endpoint (https). */
-                        auth_url: string;
-                        /** @description Token endpoint (https). */
-                        token_url: string;
-                        /** @description Default true. A public client (token_endpoint_auth_method none) must use PKCE. */
-                        uses_pkce?: boolean;
-                        /**
-                         * @description Default S256.
-                         * @enum {string}
-                         */
-                        code_challenge_method?: "S256" | "plain";
-                        /** @description RFC 7009 revocation endpoint; deleting a token revokes it there. */
-                        revocation_url?: string | null;
-                        /** @description OpenID Connect userinfo endpoint, asked for the account label when no ID token names it. */
-                        userinfo_url?: string | null;
-                        /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
-                        issuer?: string | null;
-                        provider_type?: string | null;
-                        /** @description The MCP server the tokens are for, if any. */
-                        mcp_server_url?: string | null;
-                        /**
-                         * @description Default client_secret_post.
-                         * @enum {string}
-                         */
-                        token_endpoint_auth_method?: "none" | "client_secret_basic" | "client_secret_post";
-                        /** @description Scopes requested when an authentication names none. */
-                        scopes?: string[] | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description An OAuth provider. client_secret is write-only and never returned. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            organization_id: string;
-                            provider_id: string;
-                            name: string;
-                            client_id: string;
-                            auth_url: string;
-                            token_url: string;
-                            uses_pkce: boolean;
-                            code_challenge_method: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            provider_type: string | null;
-                            mcp_server_url: string | null;
-                            token_endpoint_auth_method: string;
-                            is_dynamic_client: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createOAuthProvider"];
         delete?: never;
         options?: never;
         head?: never;
@@ -4844,283 +473,18 @@ export interface paths {
             cookie?: never;
         };
         /** Get an OAuth provider */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The provider's provider_id (slug) or id. */
-                    provider_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description An OAuth provider. client_secret is write-only and never returned. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            organization_id: string;
-                            provider_id: string;
-                            name: string;
-                            client_id: string;
-                            auth_url: string;
-                            token_url: string;
-                            uses_pkce: boolean;
-                            code_challenge_method: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            provider_type: string | null;
-                            mcp_server_url: string | null;
-                            token_endpoint_auth_method: string;
-                            is_dynamic_client: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getOAuthProvider"];
         put?: never;
         post?: never;
         /**
          * Delete an OAuth provider
          * @description 409 while tokens of the provider exist.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The provider's provider_id (slug) or id. */
-                    provider_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteOAuthProvider"];
         options?: never;
         head?: never;
         /** Update an OAuth provider */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description The provider's provider_id (slug) or id. */
-                    provider_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name?: string;
-                        client_id?: string;
-                        /** @description Write-only; null removes it. */
-                        client_secret?: string | null;
-                        /** @description Authorization endpoint (https). */
-                        auth_url?: string;
-                        /** @description Token endpoint (https). */
-                        token_url?: string;
-                        /** @description A public client (token_endpoint_auth_method none) must use PKCE. */
-                        uses_pkce?: boolean;
-                        /** @enum {string} */
-                        code_challenge_method?: "S256" | "plain";
-                        /** @description Cannot change; the current value is accepted. */
-                        provider_id?: string;
-                        /** @description RFC 7009 revocation endpoint; deleting a token revokes it there. */
-                        revocation_url?: string | null;
-                        /** @description OpenID Connect userinfo endpoint, asked for the account label when no ID token names it. */
-                        userinfo_url?: string | null;
-                        /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
-                        issuer?: string | null;
-                        provider_type?: string | null;
-                        /** @description The MCP server the tokens are for, if any. */
-                        mcp_server_url?: string | null;
-                        /**
-                         * @description Default client_secret_post.
-                         * @enum {string}
-                         */
-                        token_endpoint_auth_method?: "none" | "client_secret_basic" | "client_secret_post";
-                        /** @description Scopes requested when an authentication names none. */
-                        scopes?: string[] | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description An OAuth provider. client_secret is write-only and never returned. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            organization_id: string;
-                            provider_id: string;
-                            name: string;
-                            client_id: string;
-                            auth_url: string;
-                            token_url: string;
-                            uses_pkce: boolean;
-                            code_challenge_method: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            provider_type: string | null;
-                            mcp_server_url: string | null;
-                            token_endpoint_auth_method: string;
-                            is_dynamic_client: boolean;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        patch: operations["updateOAuthProvider"];
         trace?: never;
     };
     "/v2/auth/authenticate": {
@@ -5136,125 +500,7 @@ export interface paths {
          * Start (or reuse) an authorization
          * @description Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description The provider's provider_id (slug) or id. */
-                        provider_id: string;
-                        /** @description Default: the provider's scopes. */
-                        scopes?: string[] | null;
-                        /** @description Your own name for the agent. */
-                        agent_id?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description completed when a usable token of the caller exists, else pending with the authorization URL. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @enum {string} */
-                            status: "completed" | "pending";
-                            /**
-                             * Format: uuid
-                             * @description pending: pass to GET /v2/auth/wait/{auth_id}.
-                             */
-                            auth_id: string | null;
-                            /** @description pending: send the person here. */
-                            url: string | null;
-                            /**
-                             * Format: date-time
-                             * @description pending: when the authorization stops being accepted.
-                             */
-                            expires_at: string | null;
-                            /**
-                             * Format: uuid
-                             * @description completed: the usable token.
-                             */
-                            token_id: string | null;
-                            /**
-                             * Format: uuid
-                             * @description completed with agent_id: the agent connection.
-                             */
-                            connection_id: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["authenticate"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5272,26 +518,7 @@ export interface paths {
          * The provider's redirect back (browser, no API key)
          * @description Checks state (single use, unexpired), exchanges the code and shows a small HTML page saying whether it worked.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    provider_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-            };
-        };
+        get: operations["handleOAuthCallback"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5311,79 +538,7 @@ export interface paths {
          * Wait for an authorization to finish
          * @description Long-polls until the flow completes or fails, or timeout seconds (0 to 60, default 30) pass; then status is still pending.
          */
-        get: {
-            parameters: {
-                query?: {
-                    timeout?: number;
-                };
-                header?: never;
-                path: {
-                    auth_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            auth_id: string;
-                            /** @enum {string} */
-                            status: "pending" | "completed" | "failed";
-                            /** Format: uuid */
-                            token_id: string | null;
-                            /** Format: uuid */
-                            connection_id: string | null;
-                            error: {
-                                reason: string;
-                                message: string;
-                            } | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["waitForAuthorization"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5400,87 +555,7 @@ export interface paths {
             cookie?: never;
         };
         /** List the workspace's OAuth tokens (never their values) */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of tokens, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** @description The provider's provider_id (slug). */
-                                provider_id: string;
-                                /** @enum {string} */
-                                status: "active" | "refresh_failed";
-                                /** @description Why a refresh failed. */
-                                status_message: string | null;
-                                provider_account_label: string | null;
-                                scopes: string[];
-                                /**
-                                 * Format: date-time
-                                 * @description When the current access token expires; it is refreshed automatically.
-                                 */
-                                expires_at: string | null;
-                                has_refresh_token: boolean;
-                                /** @description The id of the API key that authorized it. */
-                                created_by: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                                /** Format: date-time */
-                                refreshed_at: string | null;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listOAuthTokens"];
         put?: never;
         post?: never;
         delete?: never;
@@ -5497,171 +572,14 @@ export interface paths {
             cookie?: never;
         };
         /** Get an OAuth token (never its values) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    token_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description An OAuth token, without its values. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description The provider's provider_id (slug). */
-                            provider_id: string;
-                            /** @enum {string} */
-                            status: "active" | "refresh_failed";
-                            /** @description Why a refresh failed. */
-                            status_message: string | null;
-                            provider_account_label: string | null;
-                            scopes: string[];
-                            /**
-                             * Format: date-time
-                             * @description When the current access token expires; it is refreshed automatically.
-                             */
-                            expires_at: string | null;
-                            has_refresh_token: boolean;
-                            /** @description The id of the API key that authorized it. */
-                            created_by: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** Format: date-time */
-                            refreshed_at: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getOAuthToken"];
         put?: never;
         post?: never;
         /**
          * Revoke and delete an OAuth token
          * @description Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.
          */
-        delete: {
-            parameters: {
-                query?: {
-                    force?: boolean;
-                };
-                header?: never;
-                path: {
-                    token_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteOAuthToken"];
         options?: never;
         head?: never;
         patch?: never;
@@ -5678,173 +596,10 @@ export interface paths {
          * List an agent's connections
          * @description An agent without connections has an empty list.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Your own name for the agent. */
-                    agent_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            data: {
-                                /** Format: uuid */
-                                id: string;
-                                agent_id: string;
-                                /** Format: uuid */
-                                oauth_token_id: string;
-                                /** @description The provider's provider_id (slug). */
-                                provider_id: string;
-                                provider_account_label: string | null;
-                                scopes: string[];
-                                /**
-                                 * Format: date-time
-                                 * @description When the token's current access token expires.
-                                 */
-                                expires_at: string | null;
-                                /** @description The id of the API key that made the connection. */
-                                created_by: string;
-                                /** Format: date-time */
-                                created_at: string;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listAgentConnections"];
         put?: never;
         /** Connect an agent to an OAuth token */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Your own name for the agent. */
-                    agent_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** Format: uuid */
-                        oauth_token_id: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description An agent connected to an OAuth token. */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            agent_id: string;
-                            /** Format: uuid */
-                            oauth_token_id: string;
-                            /** @description The provider's provider_id (slug). */
-                            provider_id: string;
-                            provider_account_label: string | null;
-                            scopes: string[];
-                            /**
-                             * Format: date-time
-                             * @description When the token's current access token expires.
-                             */
-                            expires_at: string | null;
-                            /** @description The id of the API key that made the connection. */
-                            created_by: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createAgentConnection"];
         delete?: never;
         options?: never;
         head?: never;
@@ -5862,64 +617,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Delete an agent connection (the token stays) */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Your own name for the agent. */
-                    agent_id: string;
-                    connection_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteAgentConnection"];
         options?: never;
         head?: never;
         patch?: never;
@@ -5933,173 +631,13 @@ export interface paths {
             cookie?: never;
         };
         /** List a deployment's agent credentials (never the credentials) */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            data: {
-                                /** Format: uuid */
-                                id: string;
-                                /** Format: uuid */
-                                deployment_id: string;
-                                name: string;
-                                /** @description The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash. */
-                                agent_ids: string[] | null;
-                                /** @description The first characters of the credential, to tell them apart. */
-                                credential_prefix: string;
-                                created_by: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                last_used_at: string | null;
-                                /** Format: date-time */
-                                revoked_at: string | null;
-                            }[];
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listAgentCredentials"];
         put?: never;
         /**
          * Mint an agent credential for a deployment
          * @description The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for the connections of the agents in agent_ids, and no others; it dies with the deployment.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        name?: string;
-                        /** @description The agents whose connections it may fetch tokens for. */
-                        agent_ids: string[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            deployment_id: string;
-                            name: string;
-                            /** @description The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash. */
-                            agent_ids: string[] | null;
-                            /** @description The first characters of the credential, to tell them apart. */
-                            credential_prefix: string;
-                            created_by: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            last_used_at: string | null;
-                            /** Format: date-time */
-                            revoked_at: string | null;
-                            /** @description Shown only in this response. */
-                            credential: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createAgentCredential"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6117,63 +655,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Revoke an agent credential */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    credential_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["revokeAgentCredential"];
         options?: never;
         head?: never;
         patch?: never;
@@ -6192,105 +674,7 @@ export interface paths {
          * Get a fresh access token for a connection (deployed agents)
          * @description Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    /** @description Your own name for the agent. */
-                    agent_id: string;
-                    connection_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A usable access token; refreshed first when it was expired or about to expire. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            access_token: string;
-                            token_type: string;
-                            /** Format: date-time */
-                            expires_at: string | null;
-                            scopes: string[];
-                            /** Format: uuid */
-                            oauth_token_id: string;
-                            /** Format: uuid */
-                            connection_id: string;
-                            provider_id: string;
-                            provider_account_label: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["getAgentAccessToken"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6305,141 +689,10 @@ export interface paths {
             cookie?: never;
         };
         /** List tag keys */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of tag keys. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                key: string;
-                                description: string | null;
-                                /** Format: date-time */
-                                created_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listTagKeys"];
         put?: never;
         /** Create a tag key */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        key: string;
-                        description?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            key: string;
-                            description: string | null;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createTagKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6457,62 +710,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Delete a tag key and its values */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    tag_key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteTagKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -6526,155 +724,10 @@ export interface paths {
             cookie?: never;
         };
         /** List the values of a tag key */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    tag_key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tag_key_id: string;
-                            value: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        }[];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listTagValues"];
         put?: never;
         /** Add a value to a tag key */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    tag_key_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        value: string;
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** Format: uuid */
-                            tag_key_id: string;
-                            value: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createTagValue"];
         delete?: never;
         options?: never;
         head?: never;
@@ -6692,63 +745,7 @@ export interface paths {
         put?: never;
         post?: never;
         /** Delete a tag value */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    tag_key_id: string;
-                    tag_value_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteTagValue"];
         options?: never;
         head?: never;
         patch?: never;
@@ -6762,155 +759,12 @@ export interface paths {
             cookie?: never;
         };
         /** List the tag values of a deployment */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            tag_key_id: string;
-                            key: string;
-                            /** Format: uuid */
-                            tag_value_id: string;
-                            value: string;
-                        }[];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listDeploymentTags"];
         /**
          * Set the tag values of a deployment
          * @description Replaces the whole set.
          */
-        put: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        tag_value_ids: string[];
-                    };
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            tag_key_id: string;
-                            key: string;
-                            /** Format: uuid */
-                            tag_value_id: string;
-                            value: string;
-                        }[];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["setDeploymentTags"];
         post?: never;
         delete?: never;
         options?: never;
@@ -6926,70 +780,7 @@ export interface paths {
             cookie?: never;
         };
         /** List tracing projects */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of tracing projects. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                name: string;
-                                /** Format: uuid */
-                                tenant_id: string;
-                                /** Format: date-time */
-                                created_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listTracingProjects"];
         put?: never;
         post?: never;
         delete?: never;
@@ -7011,83 +802,7 @@ export interface paths {
          * Upload a source tarball
          * @description Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/gzip": unknown;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            source_tarball_path: string;
-                            size_bytes: number;
-                            sha256: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["uploadSource"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7107,71 +822,7 @@ export interface paths {
          * Get a single-use URL to upload a source tarball
          * @description PUT the gzipped tarball to upload_url (Content-Type application/gzip, no API key) within 15 minutes, once; then patch the deployment with source_revision_config.source_tarball_path = object_path.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** @description Absolute URL that authenticates the one PUT it allows. */
-                            upload_url: string;
-                            /** @description The source_tarball_path of the upload once it is stored. */
-                            object_path: string;
-                            /** Format: date-time */
-                            expires_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createUploadUrl"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7190,88 +841,7 @@ export interface paths {
          * Upload a source tarball to an upload URL
          * @description The upload_url of POST /v2/deployments/{id}/upload-url. Body: a gzipped tarball (Content-Type application/gzip).
          */
-        put: {
-            parameters: {
-                query: {
-                    /** @description The token of the upload URL. */
-                    token: string;
-                };
-                header?: never;
-                path: {
-                    upload_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/gzip": unknown;
-                };
-            };
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            source_tarball_path: string;
-                            size_bytes: number;
-                            sha256: string;
-                            /** Format: date-time */
-                            created_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        put: operations["uploadSourceToUrl"];
         post?: never;
         delete?: never;
         options?: never;
@@ -7292,103 +862,7 @@ export interface paths {
          * Build logs of a revision, as langgraph deploy reads them
          * @description The revision's build log (the same lines as GET .../logs?type=build), paged with order, limit and offset, filtered by level, query and time.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description asc: oldest first; desc: newest first.
-                         * @default desc
-                         * @enum {string}
-                         */
-                        order?: "asc" | "desc";
-                        /** @default 100 */
-                        limit?: number;
-                        /** @description next_offset of the previous answer: the page goes on from there in the same order. */
-                        offset?: string | null;
-                        /** @description Only lines of this level: DEBUG, INFO, WARNING, ERROR, CRITICAL. */
-                        level?: string | null;
-                        /** @description Only lines containing this text (case-insensitive). */
-                        query?: string | null;
-                        /** @description Only lines written at or after this ISO 8601 time. */
-                        start_time?: string | null;
-                        /** @description Only lines written at or before this ISO 8601 time. */
-                        end_time?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A page of log entries in the order asked for. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            logs: {
-                                /** @description The line's id, unique within the deployment. */
-                                id: string;
-                                /** @description When the line was written, in milliseconds since the epoch. */
-                                timestamp: number;
-                                /**
-                                 * @description The level word the line starts with, else ERROR for stderr and INFO for stdout.
-                                 * @enum {string}
-                                 */
-                                level: "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
-                                message: string;
-                            }[];
-                            /** @description Pass as offset for the next page; the given offset (or null) when this page is empty. */
-                            next_offset: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["searchRevisionBuildLogs"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7408,103 +882,7 @@ export interface paths {
          * Deploy logs of a revision, as langgraph deploy reads them
          * @description The revision's deploy log (the same lines as GET .../logs?type=deploy), paged with order, limit and offset, filtered by level, query and time.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                    revision_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description asc: oldest first; desc: newest first.
-                         * @default desc
-                         * @enum {string}
-                         */
-                        order?: "asc" | "desc";
-                        /** @default 100 */
-                        limit?: number;
-                        /** @description next_offset of the previous answer: the page goes on from there in the same order. */
-                        offset?: string | null;
-                        /** @description Only lines of this level: DEBUG, INFO, WARNING, ERROR, CRITICAL. */
-                        level?: string | null;
-                        /** @description Only lines containing this text (case-insensitive). */
-                        query?: string | null;
-                        /** @description Only lines written at or after this ISO 8601 time. */
-                        start_time?: string | null;
-                        /** @description Only lines written at or before this ISO 8601 time. */
-                        end_time?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A page of log entries in the order asked for. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            logs: {
-                                /** @description The line's id, unique within the deployment. */
-                                id: string;
-                                /** @description When the line was written, in milliseconds since the epoch. */
-                                timestamp: number;
-                                /**
-                                 * @description The level word the line starts with, else ERROR for stderr and INFO for stdout.
-                                 * @enum {string}
-                                 */
-                                level: "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
-                                message: string;
-                            }[];
-                            /** @description Pass as offset for the next page; the given offset (or null) when this page is empty. */
-                            next_offset: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["searchRevisionDeployLogs"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7524,102 +902,7 @@ export interface paths {
          * Deploy logs of a deployment, as langgraph deploy logs reads them
          * @description The app output of the deployment's active revision (its latest one while none is active), in the shape of the revision deploy_logs.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /**
-                         * @description asc: oldest first; desc: newest first.
-                         * @default desc
-                         * @enum {string}
-                         */
-                        order?: "asc" | "desc";
-                        /** @default 100 */
-                        limit?: number;
-                        /** @description next_offset of the previous answer: the page goes on from there in the same order. */
-                        offset?: string | null;
-                        /** @description Only lines of this level: DEBUG, INFO, WARNING, ERROR, CRITICAL. */
-                        level?: string | null;
-                        /** @description Only lines containing this text (case-insensitive). */
-                        query?: string | null;
-                        /** @description Only lines written at or after this ISO 8601 time. */
-                        start_time?: string | null;
-                        /** @description Only lines written at or before this ISO 8601 time. */
-                        end_time?: string | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description A page of log entries in the order asked for. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            logs: {
-                                /** @description The line's id, unique within the deployment. */
-                                id: string;
-                                /** @description When the line was written, in milliseconds since the epoch. */
-                                timestamp: number;
-                                /**
-                                 * @description The level word the line starts with, else ERROR for stderr and INFO for stdout.
-                                 * @enum {string}
-                                 */
-                                level: "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
-                                message: string;
-                            }[];
-                            /** @description Pass as offset for the next page; the given offset (or null) when this page is empty. */
-                            next_offset: string | null;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["searchDeploymentLogs"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7639,76 +922,7 @@ export interface paths {
          * Image push token: not available, use langgraph deploy --remote
          * @description Always 400: This service builds deployments from source and runs no container registry, so an image cannot be pushed to it. Deploy with `langgraph deploy --remote`: the CLI uploads the project and the service builds and runs it.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    deployment_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description LangSmith's answer (a registry token), which this service never gives: it runs no registry. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            token: string;
-                            registry_url: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createPushToken"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7723,217 +937,13 @@ export interface paths {
             cookie?: never;
         };
         /** List code-host integrations */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of integrations, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                name: string;
-                                /**
-                                 * @description token: an access token; app: a GitHub App installation.
-                                 * @enum {string}
-                                 */
-                                kind: "token" | "app";
-                                /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
-                                api_url: string;
-                                /** @description GitHub App id, for kind app. */
-                                app_id: string | null;
-                                /** @description GitHub App installation id, for kind app. */
-                                installation_id: string | null;
-                                /** @description Payload URL to register as the push webhook on the code host. */
-                                webhook_url: string;
-                                /** Format: date-time */
-                                created_at: string;
-                                /** Format: date-time */
-                                updated_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listCodehostIntegrations"];
         put?: never;
         /**
          * Create a code-host integration
          * @description Admin key. GitHub or GitHub Enterprise Server, with a token or a GitHub App installation; api_url must be under one of SLIPWAY_CODEHOST_ALLOWED_URLS (default https://api.github.com). The credentials are checked against the host before they are stored (400 codehost_rejected when the host refuses them). The webhook secret is returned once.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path?: never;
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    /**
-                     * @example {
-                     *       "name": "github",
-                     *       "token": "github_pat_..."
-                     *     }
-                     */
-                    "application/json": {
-                        /** @description Unique in the workspace. */
-                        name: string;
-                        /** @description Default https://api.github.com. Must be https. */
-                        api_url?: string | null;
-                        /** @description string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id. */
-                        token?: unknown;
-                        app_id?: (number | string) | null;
-                        /** @description string, write-only: the GitHub App private key (PEM). */
-                        private_key?: unknown;
-                        installation_id?: (number | string) | null;
-                        /** @description string of 16 to 256 characters, write-only. Generated when absent and shown once in the response. */
-                        webhook_secret?: unknown;
-                    };
-                };
-            };
-            responses: {
-                /** @description The new integration, with its webhook secret (shown this once). */
-                201: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            name: string;
-                            /**
-                             * @description token: an access token; app: a GitHub App installation.
-                             * @enum {string}
-                             */
-                            kind: "token" | "app";
-                            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
-                            api_url: string;
-                            /** @description GitHub App id, for kind app. */
-                            app_id: string | null;
-                            /** @description GitHub App installation id, for kind app. */
-                            installation_id: string | null;
-                            /** @description Payload URL to register as the push webhook on the code host. */
-                            webhook_url: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description Shown once, in this response only: register it with the webhook on the code host. */
-                            webhook_secret: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["createCodehostIntegration"];
         delete?: never;
         options?: never;
         head?: never;
@@ -7948,298 +958,21 @@ export interface paths {
             cookie?: never;
         };
         /** Get a code-host integration */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A code-host integration. Credentials and the webhook secret are write-only. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            name: string;
-                            /**
-                             * @description token: an access token; app: a GitHub App installation.
-                             * @enum {string}
-                             */
-                            kind: "token" | "app";
-                            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
-                            api_url: string;
-                            /** @description GitHub App id, for kind app. */
-                            app_id: string | null;
-                            /** @description GitHub App installation id, for kind app. */
-                            installation_id: string | null;
-                            /** @description Payload URL to register as the push webhook on the code host. */
-                            webhook_url: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["getCodehostIntegration"];
         put?: never;
         post?: never;
         /**
          * Delete a code-host integration
          * @description Admin key. 409 while codehost deployments use it.
          */
-        delete: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                204: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content?: never;
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        delete: operations["deleteCodehostIntegration"];
         options?: never;
         head?: never;
         /**
          * Patch a code-host integration
          * @description Admin key. Rename it, replace its credentials (a complete set: token, or app_id, private_key and installation_id; checked against the host) or its webhook secret (webhook_secret, or rotate_webhook_secret: true to generate one, returned once). api_url cannot change.
          */
-        patch: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody: {
-                content: {
-                    "application/json": {
-                        /** @description Unique in the workspace. */
-                        name?: string | null;
-                        /** @description Cannot change; the current value is accepted. */
-                        api_url?: unknown;
-                        /** @description string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id. */
-                        token?: unknown;
-                        app_id?: (number | string) | null;
-                        /** @description string, write-only: the GitHub App private key (PEM). */
-                        private_key?: unknown;
-                        installation_id?: (number | string) | null;
-                        /** @description string of 16 to 256 characters, write-only. Generated when absent and shown once in the response. */
-                        webhook_secret?: unknown;
-                        /** @description Generate a new webhook secret, returned once in the response. */
-                        rotate_webhook_secret?: boolean | null;
-                    };
-                };
-            };
-            responses: {
-                /** @description The integration; with its new webhook secret when the patch changed it. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            name: string;
-                            /**
-                             * @description token: an access token; app: a GitHub App installation.
-                             * @enum {string}
-                             */
-                            kind: "token" | "app";
-                            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
-                            api_url: string;
-                            /** @description GitHub App id, for kind app. */
-                            app_id: string | null;
-                            /** @description GitHub App installation id, for kind app. */
-                            installation_id: string | null;
-                            /** @description Payload URL to register as the push webhook on the code host. */
-                            webhook_url: string;
-                            /** Format: date-time */
-                            created_at: string;
-                            /** Format: date-time */
-                            updated_at: string;
-                            /** @description Present, this once, when the patch set or rotated the webhook secret. */
-                            webhook_secret?: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                409: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        patch: operations["patchCodehostIntegration"];
         trace?: never;
     };
     "/v1/integrations/forge/codehost/{integration_id}/repos": {
@@ -8253,105 +986,7 @@ export interface paths {
          * List code-host repositories
          * @description Every repository the integration reaches, over all pages of the host's listing. host_integration_id, url and default_branch feed the deployment create request.
          */
-        get: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description Default Response */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /**
-                             * Format: uuid
-                             * @description Integration ID; use as source_config.integration_id.
-                             */
-                            host_integration_id: string;
-                            /** @description Repository ID on the code host. */
-                            id: number;
-                            name: string;
-                            owner: string;
-                            /** @description Use as source_config.repo_url. */
-                            url: string;
-                            /** @description Use as source_revision_config.repo_ref. */
-                            default_branch: string;
-                        }[];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                502: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                503: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listCodehostRepositories"];
         put?: never;
         post?: never;
         delete?: never;
@@ -8371,93 +1006,7 @@ export interface paths {
          * List webhook deliveries of an integration
          * @description Newest first, with what came of each: revision_created, ignored, duplicate or rejected, with a reason. The latest 500 deliveries and, apart from them, the latest 100 rejected ones are kept.
          */
-        get: {
-            parameters: {
-                query?: {
-                    /** @description Page size, 1 to 100. */
-                    limit?: number;
-                    /** @description Resources to skip; pass the previous response offset. */
-                    offset?: number;
-                };
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A page of deliveries, newest first. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            resources: {
-                                /** Format: uuid */
-                                id: string;
-                                /** @description X-GitHub-Delivery as sent. */
-                                delivery_id: string | null;
-                                /** @description X-GitHub-Event as sent. */
-                                event: string | null;
-                                /** @enum {string} */
-                                outcome: "revision_created" | "ignored" | "duplicate" | "rejected";
-                                /** @description Machine-readable: push, ping, tag, branch_deleted, branch_not_tracked, build_on_push_off, commit_already_built, redelivery, signature_mismatch, unknown_repository... */
-                                reason: string;
-                                message: string;
-                                /** @description owner/name of a push. */
-                                repository: string | null;
-                                ref: string | null;
-                                commit_sha: string | null;
-                                /** @description Revisions this delivery created. */
-                                revision_ids: string[];
-                                /** Format: date-time */
-                                received_at: string;
-                            }[];
-                            /** @description Pass as offset to get the next page. */
-                            offset: number;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                403: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        get: operations["listWebhookDeliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -8479,102 +1028,7 @@ export interface paths {
          * Receive a code-host webhook delivery
          * @description Called by the code host, not by users: no API key; the body must be signed with the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the raw body). Content type application/json. A push to a branch tracked by a build_on_push codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) builds nothing new.
          */
-        post: {
-            parameters: {
-                query?: never;
-                header?: never;
-                path: {
-                    integration_id: string;
-                };
-                cookie?: never;
-            };
-            requestBody?: never;
-            responses: {
-                /** @description A webhook delivery and what came of it. */
-                200: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": {
-                            /** Format: uuid */
-                            id: string;
-                            /** @description X-GitHub-Delivery as sent. */
-                            delivery_id: string | null;
-                            /** @description X-GitHub-Event as sent. */
-                            event: string | null;
-                            /** @enum {string} */
-                            outcome: "revision_created" | "ignored" | "duplicate" | "rejected";
-                            /** @description Machine-readable: push, ping, tag, branch_deleted, branch_not_tracked, build_on_push_off, commit_already_built, redelivery, signature_mismatch, unknown_repository... */
-                            reason: string;
-                            message: string;
-                            /** @description owner/name of a push. */
-                            repository: string | null;
-                            ref: string | null;
-                            commit_sha: string | null;
-                            /** @description Revisions this delivery created. */
-                            revision_ids: string[];
-                            /** Format: date-time */
-                            received_at: string;
-                        };
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                400: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                401: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                404: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                413: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description Error with a human message in detail and a stable code. */
-                415: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ErrorBody"];
-                    };
-                };
-                /** @description The request does not match the schema. */
-                422: {
-                    headers: {
-                        [name: string]: unknown;
-                    };
-                    content: {
-                        "application/json": components["schemas"]["ValidationErrorBody"];
-                    };
-                };
-            };
-        };
+        post: operations["receiveCodehostWebhook"];
         delete?: never;
         options?: never;
         head?: never;
@@ -8601,12 +1055,3954 @@ export interface components {
             }[];
             code?: string;
         };
+        /** WorkspaceCreate */
+        WorkspaceCreate: {
+            name: string;
+        };
+        /** Workspace */
+        Workspace: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            name: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * WorkspaceList
+         * @description A page of workspaces.
+         */
+        WorkspaceList: {
+            resources: components["schemas"]["Workspace"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** ApiKeyCreate */
+        ApiKeyCreate: {
+            name: string;
+            /** @enum {string} */
+            role?: "admin" | "member";
+            /** Format: uuid */
+            workspace_id?: string | null;
+        };
+        /** ApiKeyCreated */
+        ApiKeyCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /**
+             * Format: uuid
+             * @description null for an organization key.
+             */
+            workspace_id: string | null;
+            name: string;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** @description The first characters of the key, to tell keys apart. */
+            key_prefix: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description The key itself, shown only in this response. */
+            key: string;
+        };
+        /** ApiKey */
+        ApiKey: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /**
+             * Format: uuid
+             * @description null for an organization key.
+             */
+            workspace_id: string | null;
+            name: string;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** @description The first characters of the key, to tell keys apart. */
+            key_prefix: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            revoked_at: string | null;
+        };
+        /**
+         * ApiKeyList
+         * @description A page of API keys.
+         */
+        ApiKeyList: {
+            resources: components["schemas"]["ApiKey"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** Volume */
+        Volume: {
+            name: string;
+            configMap?: {
+                [key: string]: unknown;
+            };
+            secret?: {
+                [key: string]: unknown;
+            };
+            emptyDir?: {
+                [key: string]: unknown;
+            };
+            persistentVolumeClaim?: {
+                [key: string]: unknown;
+            };
+            nfs?: {
+                [key: string]: unknown;
+            };
+            projected?: {
+                [key: string]: unknown;
+            };
+            downwardAPI?: {
+                [key: string]: unknown;
+            };
+            csi?: {
+                [key: string]: unknown;
+            };
+        };
+        /** VolumeMount */
+        VolumeMount: {
+            name: string;
+            mountPath: string;
+            subPath?: string;
+            mountPropagation?: string;
+            subPathExpr?: string;
+            readOnly?: boolean;
+        };
+        /** Container */
+        Container: {
+            name: string;
+            image?: string;
+            imagePullPolicy?: string;
+            workingDir?: string;
+            restartPolicy?: string;
+            command?: string[];
+            args?: string[];
+            env?: {
+                name: string;
+                value?: string;
+                valueFrom?: {
+                    [key: string]: unknown;
+                };
+            }[];
+            envFrom?: {
+                [key: string]: unknown;
+            }[];
+            resources?: {
+                limits?: {
+                    [key: string]: unknown;
+                };
+                requests?: {
+                    [key: string]: unknown;
+                };
+            };
+            volumeMounts?: components["schemas"]["VolumeMount"][];
+            securityContext?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * ResourceSpec
+         * @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.
+         */
+        ResourceSpec: {
+            min_scale?: number | null;
+            max_scale?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            cpu_limit?: number | null;
+            /** @description Megabytes. */
+            memory_mb?: number | null;
+            /** @description Megabytes. */
+            memory_limit_mb?: number | null;
+            queue_min_scale?: number | null;
+            queue_max_scale?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            queue_cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            queue_cpu_limit?: number | null;
+            /** @description Megabytes. */
+            queue_memory_mb?: number | null;
+            /** @description Megabytes. */
+            queue_memory_limit_mb?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            orchestrator_cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            orchestrator_cpu_limit?: number | null;
+            /** @description Megabytes. */
+            orchestrator_memory_mb?: number | null;
+            /** @description Megabytes. */
+            orchestrator_memory_limit_mb?: number | null;
+            orchestrator_min_scale?: number | null;
+            orchestrator_max_scale?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            executor_cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            executor_cpu_limit?: number | null;
+            /** @description Megabytes. */
+            executor_memory_mb?: number | null;
+            /** @description Megabytes. */
+            executor_memory_limit_mb?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            cache_cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            cache_cpu_limit?: number | null;
+            /** @description Megabytes. */
+            cache_memory_mb?: number | null;
+            /** @description Megabytes. */
+            cache_memory_limit_mb?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            db_cpu?: number | null;
+            /** @description CPU cores; fractions allowed. */
+            db_cpu_limit?: number | null;
+            /** @description Megabytes. */
+            db_memory_mb?: number | null;
+            /** @description Megabytes. */
+            db_memory_limit_mb?: number | null;
+            db_storage_gi?: number | null;
+            db_max_connections?: number | null;
+            labels?: {
+                [key: string]: string;
+            } | null;
+            annotations?: {
+                [key: string]: string;
+            } | null;
+            service_account_name?: string | null;
+            image_pull_secrets?: {
+                name: string;
+            }[] | null;
+            volumes?: components["schemas"]["Volume"][] | null;
+            volume_mounts?: components["schemas"]["VolumeMount"][] | null;
+            init_containers?: components["schemas"]["Container"][] | null;
+            sidecars?: components["schemas"]["Container"][] | null;
+        };
+        /** SourceConfig */
+        SourceConfig: {
+            /** Format: uuid */
+            integration_id?: string | null;
+            /** Format: uri */
+            repo_url?: string | null;
+            /** @enum {string|null} */
+            deployment_type?: "dev_free" | "dev" | "prod" | null;
+            build_on_push?: boolean | null;
+            custom_url?: string | null;
+            resource_spec?: components["schemas"]["ResourceSpec"] | null;
+            /** Format: uuid */
+            listener_id?: string | null;
+            listener_config?: {
+                k8s_namespace?: string | null;
+            } | null;
+            install_command?: string | null;
+            build_command?: string | null;
+        };
+        /** SourceRevisionConfigInput */
+        SourceRevisionConfigInput: {
+            repo_ref?: string | null;
+            /** @description Relative path inside the source, no ".." segments. */
+            framework_config_path?: string | null;
+            image_uri?: string | null;
+            source_tarball_path?: string | null;
+            /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
+            langgraph_config_path?: string | null;
+        };
+        /** Secret */
+        Secret: {
+            /** @description Environment variable name. */
+            name: string;
+            /** @description Write-only: responses show ********. */
+            value: string;
+        };
+        /** SecretReference */
+        SecretReference: {
+            name: string;
+            secret_name: string;
+            secret_key: string;
+        };
+        /** DeploymentCreate */
+        DeploymentCreate: {
+            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
+            name: string;
+            /** @enum {string} */
+            source: "codehost" | "external_container" | "internal_container" | "internal_source";
+            source_config?: components["schemas"]["SourceConfig"] | null;
+            source_revision_config?: components["schemas"]["SourceRevisionConfigInput"] | null;
+            secrets?: components["schemas"]["Secret"][] | null;
+            secret_references?: components["schemas"]["SecretReference"][] | null;
+        };
+        /** SourceRevisionConfig */
+        SourceRevisionConfig: {
+            repo_ref?: string | null;
+            /** @description Relative path inside the source, no ".." segments. */
+            framework_config_path?: string | null;
+            image_uri?: string | null;
+            source_tarball_path?: string | null;
+            repo_commit_sha?: string | null;
+        };
+        /**
+         * Deployment
+         * @description A deployment.
+         */
+        Deployment: {
+            name: string;
+            /** @enum {string} */
+            source: "codehost" | "external_container" | "internal_container" | "internal_source";
+            source_config: components["schemas"]["SourceConfig"];
+            source_revision_config: components["schemas"]["SourceRevisionConfig"];
+            secrets: components["schemas"]["Secret"][];
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @enum {string} */
+            status: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
+            /** Format: uuid */
+            latest_revision_id: string | null;
+            /** Format: uuid */
+            active_revision_id: string | null;
+            secret_references?: components["schemas"]["SecretReference"][] | null;
+            image_version?: string | null;
+            /**
+             * Format: uuid
+             * @description The tracing project created with the deployment.
+             */
+            tracing_project_id: string;
+            /** @description True when a listener reconciles this deployment. */
+            remote_reconciled: boolean;
+        };
+        /**
+         * DeploymentList
+         * @description A page of deployments.
+         */
+        DeploymentList: {
+            resources: components["schemas"]["Deployment"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** DeploymentPatch */
+        DeploymentPatch: {
+            /** @enum {string|null} */
+            revision_source?: "codehost" | "internal_container" | "internal_source" | null;
+            source_config?: components["schemas"]["SourceConfig"] | null;
+            source_revision_config?: components["schemas"]["SourceRevisionConfigInput"] | null;
+            secrets?: components["schemas"]["Secret"][] | null;
+            secret_references?: components["schemas"]["SecretReference"][] | null;
+            /** @description Cannot change; the current value is accepted. */
+            name?: unknown;
+            /** @description Cannot change; the current value is accepted. */
+            source?: unknown;
+        };
+        /**
+         * Revision
+         * @description A revision of a deployment.
+         */
+        Revision: {
+            /** Format: uuid */
+            id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @enum {string} */
+            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
+            /** @enum {string} */
+            source: "codehost" | "external_container" | "internal_container" | "internal_source";
+            source_revision_config: components["schemas"]["SourceRevisionConfig"];
+            /** Format: uuid */
+            deployment_id: string;
+            /** @description Machine-readable reason when the status is a failure. */
+            failure_reason: string | null;
+            failure_message: string | null;
+            remote_reconciled: boolean;
+        };
+        /**
+         * RevisionList
+         * @description A page of revisions, newest first.
+         */
+        RevisionList: {
+            resources: components["schemas"]["Revision"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** DeploymentEvent */
+        DeploymentEvent: {
+            /** @description Increasing; events of one deployment come in this order. */
+            id: string;
+            subject_type: string;
+            /** Format: uuid */
+            subject_id: string;
+            /** @description e.g. deployment.created, revision.status_changed */
+            type: string;
+            from_status: string | null;
+            to_status: string | null;
+            data: {
+                [key: string]: unknown;
+            };
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * DeploymentEventList
+         * @description A page of events, oldest first.
+         */
+        DeploymentEventList: {
+            resources: components["schemas"]["DeploymentEvent"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** LogLine */
+        LogLine: {
+            /**
+             * Format: date-time
+             * @description When the line was written, ISO 8601 with milliseconds.
+             */
+            time: string;
+            /**
+             * @description stdout or stderr of the process, or system for lines the platform writes.
+             * @enum {string}
+             */
+            stream: "stdout" | "stderr" | "system";
+            /** @description The line without its newline, colours and control characters; secret values are ********. */
+            message: string;
+        };
+        /**
+         * LogPage
+         * @description A page of log lines, oldest first.
+         */
+        LogPage: {
+            lines: components["schemas"]["LogLine"][];
+            /** @description Pass as cursor to get the lines after this page; unchanged when the page is empty. */
+            next_cursor: string;
+        };
+        /** ComputeConfigInput */
+        ComputeConfigInput: {
+            /** @description Namespaces the listener serves; default ["default"]. */
+            k8s_namespaces?: string[] | null;
+        };
+        /** ListenerCreate */
+        ListenerCreate: {
+            /**
+             * @description Only k8s.
+             * @enum {string}
+             */
+            compute_type: "k8s";
+            /** @description Assigned by the user, for example the cluster name; unique in the workspace. */
+            compute_id: string;
+            compute_config?: components["schemas"]["ComputeConfigInput"] | null;
+            version?: string | null;
+        };
+        /**
+         * Listener
+         * @description A listener.
+         */
+        Listener: {
+            /** @enum {string} */
+            compute_type: "k8s";
+            compute_id: string;
+            compute_config: {
+                k8s_namespaces: string[];
+            };
+            /** Format: uuid */
+            id: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            version: string | null;
+            /**
+             * Format: date-time
+             * @description The last heartbeat or desired-state request of its agent; null: never.
+             */
+            last_seen_at: string | null;
+            /**
+             * @description never_seen: no agent has called yet; connected: seen in the last 90 s; stale: seen, but not since.
+             * @enum {string}
+             */
+            state: "never_seen" | "connected" | "stale";
+            /** @description The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat. */
+            watched_namespaces: string[] | null;
+            /** @description Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat. */
+            namespaces_not_watched: string[] | null;
+            /** @description The agent's version, from its last heartbeat. */
+            agent_version: string | null;
+            /** @description The message of the last heartbeat, if it had one. */
+            agent_message: string | null;
+        };
+        /**
+         * ListenerList
+         * @description A page of listeners, newest first.
+         */
+        ListenerList: {
+            resources: components["schemas"]["Listener"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** ListenerPatch */
+        ListenerPatch: {
+            version?: string | null;
+            compute_config?: components["schemas"]["ComputeConfigInput"] | null;
+            /** @description Cannot change; the current value is accepted. */
+            compute_type?: unknown;
+            /** @description Cannot change; the current value is accepted. */
+            compute_id?: unknown;
+        };
+        /**
+         * ListenerCredentialCreated
+         * @description A new listener credential, shown once.
+         */
+        ListenerCredentialCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            listener_id: string;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            /** @description The id of the API key that made it. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When its agent last called with it (to the minute).
+             */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description slwl_...: send as Authorization: Bearer. Shown only in this response. */
+            credential: string;
+        };
+        /**
+         * ListenerCredential
+         * @description A listener credential, without the credential itself.
+         */
+        ListenerCredential: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            listener_id: string;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            /** @description The id of the API key that made it. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When its agent last called with it (to the minute).
+             */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+        };
+        /**
+         * ListenerCredentialList
+         * @description A page of listener credentials, newest first.
+         */
+        ListenerCredentialList: {
+            resources: components["schemas"]["ListenerCredential"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** DesiredRevision */
+        DesiredRevision: {
+            /** Format: uuid */
+            id: string;
+            /** @description The revision's number in its deployment, 1 for the first. */
+            number: number;
+            /** @enum {string} */
+            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
+            image_uri: string | null;
+            /** @description Decrypted, for a Kubernetes Secret of the deployment. */
+            secrets: {
+                name: string;
+                value: string;
+            }[];
+            /** @description Environment variables read from existing Kubernetes Secrets. */
+            secret_references: components["schemas"]["SecretReference"][] | null;
+            resource_spec: components["schemas"]["ResourceSpec"] | null;
+        };
+        /** DesiredDeployment */
+        DesiredDeployment: {
+            /** Format: uuid */
+            deployment_id: string;
+            name: string;
+            /** @description source_config.listener_config.k8s_namespace. */
+            namespace: string | null;
+            /** @description The deployment was deleted: remove everything of it, then POST .../deletions. */
+            delete: boolean;
+            custom_url: string | null;
+            revision: components["schemas"]["DesiredRevision"] | null;
+        };
+        /**
+         * DesiredState
+         * @description Every deployment of the listener with the revision that should run (null: nothing should).
+         */
+        DesiredState: {
+            /** @enum {number} */
+            protocol: 1;
+            /** Format: uuid */
+            listener_id: string;
+            deployments: components["schemas"]["DesiredDeployment"][];
+        };
+        /** RevisionReport */
+        RevisionReport: {
+            /** Format: uuid */
+            revision_id: string;
+            /** @enum {string} */
+            status: "AWAITING_DEPLOY" | "DEPLOYING" | "DEPLOYED" | "DEPLOY_FAILED";
+            /** @description Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ... */
+            failure_reason?: string;
+            /** @description For people: what happened. */
+            message?: string;
+        };
+        /**
+         * RevisionReportResult
+         * @description What the report did.
+         */
+        RevisionReportResult: {
+            /** @description false: the report changed nothing (a retry, a stale report, or a revision in a final state). */
+            applied: boolean;
+            /**
+             * @description The revision's status now.
+             * @enum {string}
+             */
+            status: "CREATING" | "QUEUED" | "AWAITING_BUILD" | "BUILDING" | "AWAITING_DEPLOY" | "DEPLOYING" | "CREATE_FAILED" | "BUILD_FAILED" | "DEPLOY_FAILED" | "DEPLOYED" | "SKIPPED" | "INTERRUPTED" | "UNKNOWN";
+            /**
+             * @description Why not: already in that status; behind its status; not the deployment's latest revision; in a final state.
+             * @enum {string|null}
+             */
+            not_applied_reason: "duplicate" | "behind" | "superseded" | "final" | null;
+        };
+        /** DeletionConfirmation */
+        DeletionConfirmation: {
+            /** Format: uuid */
+            deployment_id: string;
+        };
+        /** Heartbeat */
+        Heartbeat: {
+            /** @description The agent's version. */
+            version: string;
+            /** @description The namespaces the agent watches. */
+            namespaces: string[];
+            message?: string;
+        };
+        /** OAuthProviderCreate */
+        OAuthProviderCreate: {
+            /** @description Lowercase letters, digits, - and _; unique in the organization; part of the callback URL. */
+            provider_id: string;
+            name: string;
+            client_id: string;
+            /** @description Write-only; encrypted at rest. */
+            client_secret?: string | null;
+            /** @description Authorization endpoint (https). */
+            auth_url: string;
+            /** @description Token endpoint (https). */
+            token_url: string;
+            /** @description Default true. A public client (token_endpoint_auth_method none) must use PKCE. */
+            uses_pkce?: boolean;
+            /**
+             * @description Default S256.
+             * @enum {string}
+             */
+            code_challenge_method?: "S256" | "plain";
+            /** @description RFC 7009 revocation endpoint; deleting a token revokes it there. */
+            revocation_url?: string | null;
+            /** @description OpenID Connect userinfo endpoint, asked for the account label when no ID token names it. */
+            userinfo_url?: string | null;
+            /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
+            issuer?: string | null;
+            provider_type?: string | null;
+            /** @description The MCP server the tokens are for, if any. */
+            mcp_server_url?: string | null;
+            /**
+             * @description Default client_secret_post.
+             * @enum {string}
+             */
+            token_endpoint_auth_method?: "none" | "client_secret_basic" | "client_secret_post";
+            /** @description Scopes requested when an authentication names none. */
+            scopes?: string[] | null;
+        };
+        /**
+         * OAuthProvider
+         * @description An OAuth provider. client_secret is write-only and never returned.
+         */
+        OAuthProvider: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            provider_id: string;
+            name: string;
+            client_id: string;
+            auth_url: string;
+            token_url: string;
+            uses_pkce: boolean;
+            code_challenge_method: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            provider_type: string | null;
+            mcp_server_url: string | null;
+            token_endpoint_auth_method: string;
+            is_dynamic_client: boolean;
+        };
+        /**
+         * OAuthProviderList
+         * @description A page of providers, newest first.
+         */
+        OAuthProviderList: {
+            resources: components["schemas"]["OAuthProvider"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** OAuthProviderUpdate */
+        OAuthProviderUpdate: {
+            name?: string;
+            client_id?: string;
+            /** @description Write-only; null removes it. */
+            client_secret?: string | null;
+            /** @description Authorization endpoint (https). */
+            auth_url?: string;
+            /** @description Token endpoint (https). */
+            token_url?: string;
+            /** @description A public client (token_endpoint_auth_method none) must use PKCE. */
+            uses_pkce?: boolean;
+            /** @enum {string} */
+            code_challenge_method?: "S256" | "plain";
+            /** @description Cannot change; the current value is accepted. */
+            provider_id?: string;
+            /** @description RFC 7009 revocation endpoint; deleting a token revokes it there. */
+            revocation_url?: string | null;
+            /** @description OpenID Connect userinfo endpoint, asked for the account label when no ID token names it. */
+            userinfo_url?: string | null;
+            /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
+            issuer?: string | null;
+            provider_type?: string | null;
+            /** @description The MCP server the tokens are for, if any. */
+            mcp_server_url?: string | null;
+            /**
+             * @description Default client_secret_post.
+             * @enum {string}
+             */
+            token_endpoint_auth_method?: "none" | "client_secret_basic" | "client_secret_post";
+            /** @description Scopes requested when an authentication names none. */
+            scopes?: string[] | null;
+        };
+        /** AuthenticateRequest */
+        AuthenticateRequest: {
+            /** @description The provider's provider_id (slug) or id. */
+            provider_id: string;
+            /** @description Default: the provider's scopes. */
+            scopes?: string[] | null;
+            /** @description Your own name for the agent. */
+            agent_id?: string | null;
+        };
+        /**
+         * AuthenticateResult
+         * @description completed when a usable token of the caller exists, else pending with the authorization URL.
+         */
+        AuthenticateResult: {
+            /** @enum {string} */
+            status: "completed" | "pending";
+            /**
+             * Format: uuid
+             * @description pending: pass to GET /v2/auth/wait/{auth_id}.
+             */
+            auth_id: string | null;
+            /** @description pending: send the person here. */
+            url: string | null;
+            /**
+             * Format: date-time
+             * @description pending: when the authorization stops being accepted.
+             */
+            expires_at: string | null;
+            /**
+             * Format: uuid
+             * @description completed: the usable token.
+             */
+            token_id: string | null;
+            /**
+             * Format: uuid
+             * @description completed with agent_id: the agent connection.
+             */
+            connection_id: string | null;
+        };
+        /** AuthorizationStatus */
+        AuthorizationStatus: {
+            /** Format: uuid */
+            auth_id: string;
+            /** @enum {string} */
+            status: "pending" | "completed" | "failed";
+            /** Format: uuid */
+            token_id: string | null;
+            /** Format: uuid */
+            connection_id: string | null;
+            error: {
+                reason: string;
+                message: string;
+            } | null;
+        };
+        /**
+         * OAuthToken
+         * @description An OAuth token, without its values.
+         */
+        OAuthToken: {
+            /** Format: uuid */
+            id: string;
+            /** @description The provider's provider_id (slug). */
+            provider_id: string;
+            /** @enum {string} */
+            status: "active" | "refresh_failed";
+            /** @description Why a refresh failed. */
+            status_message: string | null;
+            provider_account_label: string | null;
+            scopes: string[];
+            /**
+             * Format: date-time
+             * @description When the current access token expires; it is refreshed automatically.
+             */
+            expires_at: string | null;
+            has_refresh_token: boolean;
+            /** @description The id of the API key that authorized it. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** Format: date-time */
+            refreshed_at: string | null;
+        };
+        /**
+         * OAuthTokenList
+         * @description A page of tokens, newest first.
+         */
+        OAuthTokenList: {
+            resources: components["schemas"]["OAuthToken"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** AgentConnectionCreate */
+        AgentConnectionCreate: {
+            /** Format: uuid */
+            oauth_token_id: string;
+        };
+        /**
+         * AgentConnection
+         * @description An agent connected to an OAuth token.
+         */
+        AgentConnection: {
+            /** Format: uuid */
+            id: string;
+            agent_id: string;
+            /** Format: uuid */
+            oauth_token_id: string;
+            /** @description The provider's provider_id (slug). */
+            provider_id: string;
+            provider_account_label: string | null;
+            scopes: string[];
+            /**
+             * Format: date-time
+             * @description When the token's current access token expires.
+             */
+            expires_at: string | null;
+            /** @description The id of the API key that made the connection. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** AgentConnectionList */
+        AgentConnectionList: {
+            data: components["schemas"]["AgentConnection"][];
+        };
+        /** AgentCredentialCreate */
+        AgentCredentialCreate: {
+            name?: string;
+            /** @description The agents whose connections it may fetch tokens for. */
+            agent_ids: string[];
+        };
+        /** AgentCredentialCreated */
+        AgentCredentialCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            deployment_id: string;
+            name: string;
+            /** @description The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash. */
+            agent_ids: string[] | null;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description Shown only in this response. */
+            credential: string;
+        };
+        /** AgentCredential */
+        AgentCredential: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            deployment_id: string;
+            name: string;
+            /** @description The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash. */
+            agent_ids: string[] | null;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+        };
+        /** AgentCredentialList */
+        AgentCredentialList: {
+            data: components["schemas"]["AgentCredential"][];
+        };
+        /**
+         * AgentToken
+         * @description A usable access token; refreshed first when it was expired or about to expire.
+         */
+        AgentToken: {
+            access_token: string;
+            token_type: string;
+            /** Format: date-time */
+            expires_at: string | null;
+            scopes: string[];
+            /** Format: uuid */
+            oauth_token_id: string;
+            /** Format: uuid */
+            connection_id: string;
+            provider_id: string;
+            provider_account_label: string | null;
+        };
+        /** TagKeyCreate */
+        TagKeyCreate: {
+            key: string;
+            description?: string | null;
+        };
+        /** TagKey */
+        TagKey: {
+            /** Format: uuid */
+            id: string;
+            key: string;
+            description: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * TagKeyList
+         * @description A page of tag keys.
+         */
+        TagKeyList: {
+            resources: components["schemas"]["TagKey"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** TagValueCreate */
+        TagValueCreate: {
+            value: string;
+        };
+        /** TagValue */
+        TagValue: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            tag_key_id: string;
+            value: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * TagValueList
+         * @description A page of the values of a tag key.
+         */
+        TagValueList: {
+            resources: components["schemas"]["TagValue"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** DeploymentTagsSet */
+        DeploymentTagsSet: {
+            tag_value_ids: string[];
+        };
+        /** DeploymentTag */
+        DeploymentTag: {
+            /** Format: uuid */
+            tag_key_id: string;
+            key: string;
+            /** Format: uuid */
+            tag_value_id: string;
+            value: string;
+        };
+        /**
+         * DeploymentTagList
+         * @description A page of the tag values of a deployment.
+         */
+        DeploymentTagList: {
+            resources: components["schemas"]["DeploymentTag"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** TracingProject */
+        TracingProject: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /** Format: uuid */
+            tenant_id: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * TracingProjectList
+         * @description A page of tracing projects.
+         */
+        TracingProjectList: {
+            resources: components["schemas"]["TracingProject"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** Upload */
+        Upload: {
+            /** Format: uuid */
+            id: string;
+            source_tarball_path: string;
+            size_bytes: number;
+            sha256: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /** UploadUrl */
+        UploadUrl: {
+            /** @description Absolute URL that authenticates the one PUT it allows. */
+            upload_url: string;
+            /** @description The source_tarball_path of the upload once it is stored. */
+            object_path: string;
+            /** Format: date-time */
+            expires_at: string;
+        };
+        /** LogSearch */
+        LogSearch: {
+            /**
+             * @description asc: oldest first; desc: newest first.
+             * @default desc
+             * @enum {string}
+             */
+            order: "asc" | "desc";
+            /** @default 100 */
+            limit: number;
+            /** @description next_offset of the previous answer: the page goes on from there in the same order. */
+            offset?: string | null;
+            /** @description Only lines of this level: DEBUG, INFO, WARNING, ERROR, CRITICAL. */
+            level?: string | null;
+            /** @description Only lines containing this text (case-insensitive). */
+            query?: string | null;
+            /** @description Only lines written at or after this ISO 8601 time. */
+            start_time?: string | null;
+            /** @description Only lines written at or before this ISO 8601 time. */
+            end_time?: string | null;
+        };
+        /** LogEntry */
+        LogEntry: {
+            /** @description The line's id, unique within the deployment. */
+            id: string;
+            /** @description When the line was written, in milliseconds since the epoch. */
+            timestamp: number;
+            /**
+             * @description The level word the line starts with, else ERROR for stderr and INFO for stdout.
+             * @enum {string}
+             */
+            level: "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL";
+            message: string;
+        };
+        /**
+         * LogSearchResult
+         * @description A page of log entries in the order asked for.
+         */
+        LogSearchResult: {
+            logs: components["schemas"]["LogEntry"][];
+            /** @description Pass as offset for the next page; the given offset (or null) when this page is empty. */
+            next_offset: string | null;
+        };
+        /** CodehostIntegrationCreate */
+        CodehostIntegrationCreate: {
+            /** @description Unique in the workspace. */
+            name: string;
+            /** @description Default https://api.github.com. Must be https. */
+            api_url?: string | null;
+            /** @description string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id. */
+            token?: unknown;
+            app_id?: (number | string) | null;
+            /** @description string, write-only: the GitHub App private key (PEM). */
+            private_key?: unknown;
+            installation_id?: (number | string) | null;
+            /** @description string of 16 to 256 characters, write-only. Generated when absent and shown once in the response. */
+            webhook_secret?: unknown;
+        };
+        /**
+         * CodehostIntegrationCreated
+         * @description The new integration, with its webhook secret (shown this once).
+         */
+        CodehostIntegrationCreated: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /**
+             * @description token: an access token; app: a GitHub App installation.
+             * @enum {string}
+             */
+            kind: "token" | "app";
+            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
+            api_url: string;
+            /** @description GitHub App id, for kind app. */
+            app_id: string | null;
+            /** @description GitHub App installation id, for kind app. */
+            installation_id: string | null;
+            /** @description Payload URL to register as the push webhook on the code host. */
+            webhook_url: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description Shown once, in this response only: register it with the webhook on the code host. */
+            webhook_secret: string;
+        };
+        /**
+         * CodehostIntegration
+         * @description A code-host integration. Credentials and the webhook secret are write-only.
+         */
+        CodehostIntegration: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /**
+             * @description token: an access token; app: a GitHub App installation.
+             * @enum {string}
+             */
+            kind: "token" | "app";
+            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
+            api_url: string;
+            /** @description GitHub App id, for kind app. */
+            app_id: string | null;
+            /** @description GitHub App installation id, for kind app. */
+            installation_id: string | null;
+            /** @description Payload URL to register as the push webhook on the code host. */
+            webhook_url: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /**
+         * CodehostIntegrationList
+         * @description A page of integrations, newest first.
+         */
+        CodehostIntegrationList: {
+            resources: components["schemas"]["CodehostIntegration"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** CodehostIntegrationPatch */
+        CodehostIntegrationPatch: {
+            /** @description Unique in the workspace. */
+            name?: string | null;
+            /** @description Cannot change; the current value is accepted. */
+            api_url?: unknown;
+            /** @description string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id. */
+            token?: unknown;
+            app_id?: (number | string) | null;
+            /** @description string, write-only: the GitHub App private key (PEM). */
+            private_key?: unknown;
+            installation_id?: (number | string) | null;
+            /** @description string of 16 to 256 characters, write-only. Generated when absent and shown once in the response. */
+            webhook_secret?: unknown;
+            /** @description Generate a new webhook secret, returned once in the response. */
+            rotate_webhook_secret?: boolean | null;
+        };
+        /**
+         * CodehostIntegrationUpdated
+         * @description The integration; with its new webhook secret when the patch changed it.
+         */
+        CodehostIntegrationUpdated: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /**
+             * @description token: an access token; app: a GitHub App installation.
+             * @enum {string}
+             */
+            kind: "token" | "app";
+            /** @description The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server. */
+            api_url: string;
+            /** @description GitHub App id, for kind app. */
+            app_id: string | null;
+            /** @description GitHub App installation id, for kind app. */
+            installation_id: string | null;
+            /** @description Payload URL to register as the push webhook on the code host. */
+            webhook_url: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description Present, this once, when the patch set or rotated the webhook secret. */
+            webhook_secret?: string;
+        };
+        /**
+         * CodehostRepository
+         * @description A repository reachable through the integration.
+         */
+        CodehostRepository: {
+            /**
+             * Format: uuid
+             * @description Integration ID; use as source_config.integration_id.
+             */
+            host_integration_id: string;
+            /** @description Repository ID on the code host. */
+            id: number;
+            name: string;
+            owner: string;
+            /** @description Use as source_config.repo_url. */
+            url: string;
+            /** @description Use as source_revision_config.repo_ref. */
+            default_branch: string;
+        };
+        /**
+         * WebhookDelivery
+         * @description A webhook delivery and what came of it.
+         */
+        WebhookDelivery: {
+            /** Format: uuid */
+            id: string;
+            /** @description X-GitHub-Delivery as sent. */
+            delivery_id: string | null;
+            /** @description X-GitHub-Event as sent. */
+            event: string | null;
+            /** @enum {string} */
+            outcome: "revision_created" | "ignored" | "duplicate" | "rejected";
+            /** @description Machine-readable: push, ping, tag, branch_deleted, branch_not_tracked, build_on_push_off, commit_already_built, redelivery, signature_mismatch, unknown_repository... */
+            reason: string;
+            message: string;
+            /** @description owner/name of a push. */
+            repository: string | null;
+            ref: string | null;
+            commit_sha: string | null;
+            /** @description Revisions this delivery created. */
+            revision_ids: string[];
+            /** Format: date-time */
+            received_at: string;
+        };
+        /**
+         * WebhookDeliveryList
+         * @description A page of deliveries, newest first.
+         */
+        WebhookDeliveryList: {
+            resources: components["schemas"]["WebhookDelivery"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
     };
-    responses: never;
+    responses: {
+        /** @description An unexpected failure; the body carries the request id for the service log. */
+        InternalError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The database or an upstream is unreachable right now; retry shortly. */
+        ServiceUnavailable: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description No credential, or an unknown or revoked one. */
+        Unauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The credential may not do this, or X-Tenant-Id names a workspace it may not act in. */
+        Forbidden: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The request conflicts with the current state (a name taken, a resource in use). */
+        Conflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The body is larger than the service accepts. */
+        PayloadTooLarge: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The Content-Type is not one this operation reads. */
+        UnsupportedMediaType: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The request does not match the schema; each item's loc says where. */
+        ValidationFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ValidationErrorBody"];
+            };
+        };
+        /** @description The request breaks a rule; the detail names the field (docs/errors.md). */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description No such resource in the workspace (another workspace's resources do not exist for the caller). */
+        NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description Precondition Failed */
+        PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description An upstream (an identity provider, a code host) answered wrongly. */
+        BadGateway: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
     headers: never;
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    getMetrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            500: components["responses"]["InternalError"];
+        };
+    };
+    checkHealth: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "ok";
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+        };
+    };
+    checkReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        /** @enum {string} */
+                        status: "ready";
+                    };
+                };
+            };
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWorkspaces: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of workspaces. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createWorkspace: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkspaceCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Workspace"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listApiKeys: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of API keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKeyList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createApiKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApiKeyCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApiKeyCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    revokeApiKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                api_key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listDeployments: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+                /** @description Exact name. */
+                name?: string;
+                /** @description Case-insensitive substring of the name. */
+                name_contains?: string;
+                status?: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
+                /** @description Only deployments reconciled by a listener (true) or by the service (false). */
+                remote_reconciled?: boolean;
+                /** @description Comma-separated tag value ids. */
+                tag_value_ids?: string;
+                image_version?: string;
+                deployment_type?: "dev_free" | "dev" | "prod";
+                /** @description Comma-separated deployment ids. */
+                deployment_ids?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deployments. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createDeployment: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "support-agent",
+                 *       "source": "internal_container",
+                 *       "source_config": {
+                 *         "deployment_type": "dev"
+                 *       },
+                 *       "source_revision_config": {
+                 *         "image_uri": "registry.example.com/support-agent:1.4.2"
+                 *       },
+                 *       "secrets": [
+                 *         {
+                 *           "name": "OPENAI_API_KEY",
+                 *           "value": "sk-..."
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["DeploymentCreate"];
+            };
+        };
+        responses: {
+            /** @description A deployment. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getDeployment: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A deployment. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteDeployment: {
+        parameters: {
+            query?: {
+                delete_tracing_project?: boolean;
+            };
+            header?: {
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    patchDeployment: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "source_revision_config": {
+                 *         "image_uri": "registry.example.com/support-agent:1.5.0"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["DeploymentPatch"];
+            };
+        };
+        responses: {
+            /** @description A deployment. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listRevisions: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+                /** @description Comma-separated revision statuses: CREATING, QUEUED, AWAITING_BUILD, BUILDING, AWAITING_DEPLOY, DEPLOYING, CREATE_FAILED, BUILD_FAILED, DEPLOY_FAILED, DEPLOYED, SKIPPED, INTERRUPTED, UNKNOWN. */
+                status?: string;
+                remote_reconciled?: boolean;
+            };
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of revisions, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getRevision: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A revision of a deployment. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Revision"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    redeployRevision: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A deployment. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    interruptRevision: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A revision of a deployment. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Revision"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listDeploymentEvents: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEventList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getRevisionLogs: {
+        parameters: {
+            query?: {
+                /** @description build: the build output; deploy: the running app's stdout and stderr. */
+                type?: "build" | "deploy";
+                /** @description Lines per page, 1 to 1000 (ignored with follow). */
+                limit?: number;
+                /** @description next_cursor of a previous page (or an event id); absent: from the first line. */
+                cursor?: string;
+                /** @description Stream the lines as server-sent events (text/event-stream) until the log ends. */
+                follow?: boolean;
+            };
+            header?: {
+                /** @description With follow=true, resume after this event id (it wins over cursor). */
+                "last-event-id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of lines (JSON), or with follow=true an event stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogPage"];
+                    "text/event-stream": string;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listListeners: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of listeners, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListenerList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createListener: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "compute_type": "k8s",
+                 *       "compute_id": "prod-eu-1",
+                 *       "compute_config": {
+                 *         "k8s_namespaces": [
+                 *           "agents"
+                 *         ]
+                 *       },
+                 *       "version": "0.1.0"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ListenerCreate"];
+            };
+        };
+        responses: {
+            /** @description A listener. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Listener"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getListener: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A listener. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Listener"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteListener: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    patchListener: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ListenerPatch"];
+            };
+        };
+        responses: {
+            /** @description A listener. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Listener"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listListenerCredentials: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of listener credentials, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListenerCredentialList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createListenerCredential: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A new listener credential, shown once. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListenerCredentialCreated"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    revokeListenerCredential: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                listener_id: string;
+                credential_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getDesiredState: {
+        parameters: {
+            query?: {
+                /** @description With If-None-Match: seconds to wait for a change before answering 304. */
+                wait?: number;
+            };
+            header?: {
+                /** @description The ETag of the state the listener has. */
+                "if-none-match"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every deployment of the listener with the revision that should run (null: nothing should). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesiredState"];
+                };
+            };
+            /** @description Not modified: the state is still the one of If-None-Match (no body). */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": null;
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    reportRevisionStatus: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "revision_id": "7a2c1e4b-0f3d-4c6a-9b8e-2d1f0a9c8b7e",
+                 *       "status": "DEPLOY_FAILED",
+                 *       "failure_reason": "image_pull_failed",
+                 *       "message": "Back-off pulling image \"ghcr.io/acme/agent:1.5.0\""
+                 *     }
+                 */
+                "application/json": components["schemas"]["RevisionReport"];
+            };
+        };
+        responses: {
+            /** @description What the report did. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionReportResult"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    confirmDeletion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeletionConfirmation"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    sendListenerHeartbeat: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "version": "0.1.0",
+                 *       "namespaces": [
+                 *         "agents"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["Heartbeat"];
+            };
+        };
+        responses: {
+            /** @description A listener. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Listener"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listOAuthProviders: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of providers, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthProviderList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createOAuthProvider: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OAuthProviderCreate"];
+            };
+        };
+        responses: {
+            /** @description An OAuth provider. client_secret is write-only and never returned. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthProvider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getOAuthProvider: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                /** @description The provider's provider_id (slug) or id. */
+                provider_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An OAuth provider. client_secret is write-only and never returned. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthProvider"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteOAuthProvider: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                /** @description The provider's provider_id (slug) or id. */
+                provider_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    updateOAuthProvider: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                /** @description The provider's provider_id (slug) or id. */
+                provider_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OAuthProviderUpdate"];
+            };
+        };
+        responses: {
+            /** @description An OAuth provider. client_secret is write-only and never returned. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthProvider"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    authenticate: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AuthenticateRequest"];
+            };
+        };
+        responses: {
+            /** @description completed when a usable token of the caller exists, else pending with the authorization URL. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthenticateResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    handleOAuthCallback: {
+        parameters: {
+            query?: {
+                /** @description The authorization code, when the person agreed. */
+                code?: string;
+                /** @description The state of the authorization request, sent back unchanged; exactly one. */
+                state?: string;
+                /** @description An OAuth error code (access_denied, invalid_scope...) instead of a code. */
+                error?: string;
+                /** @description The provider's explanation of error. */
+                error_description?: string;
+                /** @description A page about error. */
+                error_uri?: string;
+                /** @description The issuer (RFC 9207); checked when the provider has one configured. */
+                iss?: string;
+            };
+            header?: never;
+            path: {
+                provider_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Authorization complete: the token is stored (and the agent connected, when one was named). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            /** @description Nothing was stored: the provider answered the code exchange wrongly. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Nothing was stored: the provider (the page) or the database (the error envelope) could not be reached. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    waitForAuthorization: {
+        parameters: {
+            query?: {
+                timeout?: number;
+            };
+            header?: never;
+            path: {
+                auth_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuthorizationStatus"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listOAuthTokens: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tokens, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthTokenList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getOAuthToken: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                token_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description An OAuth token, without its values. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OAuthToken"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteOAuthToken: {
+        parameters: {
+            query?: {
+                force?: boolean;
+            };
+            header?: {
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                token_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listAgentConnections: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Your own name for the agent. */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentConnectionList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createAgentConnection: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                /** @description Your own name for the agent. */
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentConnectionCreate"];
+            };
+        };
+        responses: {
+            /** @description An agent connected to an OAuth token. */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentConnection"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteAgentConnection: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Your own name for the agent. */
+                agent_id: string;
+                connection_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listAgentCredentials: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentCredentialList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createAgentCredential: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AgentCredentialCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentCredentialCreated"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    revokeAgentCredential: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deployment_id: string;
+                credential_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    getAgentAccessToken: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Your own name for the agent. */
+                agent_id: string;
+                connection_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A usable access token; refreshed first when it was expired or about to expire. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AgentToken"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listTagKeys: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tag keys. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TagKeyList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createTagKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TagKeyCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TagKey"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteTagKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tag_key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listTagValues: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                tag_key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the values of a tag key. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TagValueList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createTagValue: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                tag_key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TagValueCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TagValue"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteTagValue: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tag_key_id: string;
+                tag_value_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listDeploymentTags: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the tag values of a deployment. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentTagList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    setDeploymentTags: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeploymentTagsSet"];
+            };
+        };
+        responses: {
+            /** @description A page of the tag values of a deployment. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentTagList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listTracingProjects: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of tracing projects. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TracingProjectList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    uploadSource: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/gzip": unknown;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createUploadUrl: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadUrl"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    uploadSourceToUrl: {
+        parameters: {
+            query: {
+                /** @description The token of the upload URL. */
+                token: string;
+            };
+            header?: never;
+            path: {
+                upload_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/gzip": unknown;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Upload"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    searchRevisionBuildLogs: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LogSearch"];
+            };
+        };
+        responses: {
+            /** @description A page of log entries in the order asked for. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogSearchResult"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    searchRevisionDeployLogs: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+                revision_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LogSearch"];
+            };
+        };
+        responses: {
+            /** @description A page of log entries in the order asked for. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogSearchResult"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    searchDeploymentLogs: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LogSearch"];
+            };
+        };
+        responses: {
+            /** @description A page of log entries in the order asked for. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogSearchResult"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createPushToken: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description LangSmith's answer (a registry token), which this service never gives: it runs no registry. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        token: string;
+                        registry_url: string;
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    listCodehostIntegrations: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of integrations, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodehostIntegrationList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    createCodehostIntegration: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "github",
+                 *       "token": "github_pat_..."
+                 *     }
+                 */
+                "application/json": components["schemas"]["CodehostIntegrationCreate"];
+            };
+        };
+        responses: {
+            /** @description The new integration, with its webhook secret (shown this once). */
+            201: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodehostIntegrationCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getCodehostIntegration: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+            };
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A code-host integration. Credentials and the webhook secret are write-only. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodehostIntegration"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    deleteCodehostIntegration: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    patchCodehostIntegration: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
+                "if-match"?: string;
+            };
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CodehostIntegrationPatch"];
+            };
+        };
+        responses: {
+            /** @description The integration; with its new webhook secret when the patch changed it. */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodehostIntegrationUpdated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listCodehostRepositories: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CodehostRepository"][];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries, newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+    receiveCodehostWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                integration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A webhook delivery and what came of it. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+        };
+    };
+}

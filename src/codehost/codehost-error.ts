@@ -7,8 +7,8 @@
  * - `unavailable`: the host is down, answered 5xx, or could not be reached at all. Retrying later may work.
  * - `unexpected`: every other answer we do not understand (a 422, a malformed body).
  *
- * Messages are written here, never copied whole from a thrown error, because the rule of issue 5 is that
- * tokens and private keys appear in no message; the host's own short message is kept (redacted) since it
+ * Messages are written here, never copied whole from a thrown error, because tokens and private keys
+ * appear in no message (docs/codehost.md); the host's own short message is kept (redacted) since it
  * is what tells a user why ("Bad credentials", "API rate limit exceeded").
  */
 

@@ -1,6 +1,6 @@
 /**
  * One GitHubClient per integration, kept so an App installation token is exchanged once and reused until
- * it expires (issue 5). An entry is keyed by the integration id and a fingerprint of its API URL and
+ * it expires. An entry is keyed by the integration id and a fingerprint of its API URL and
  * credentials: when the credentials change, the fingerprint changes and the old client (with a token
  * minted from the old credentials) is dropped, without the caller having to remember to evict.
  */

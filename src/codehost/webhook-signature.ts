@@ -4,8 +4,6 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-export const SIGNATURE_HEADER = 'x-hub-signature-256';
-
 export type SignatureCheck =
   | { ok: true }
   | { ok: false; reason: 'missing' | 'malformed' | 'mismatch'; message: string };
@@ -18,7 +16,7 @@ export function signWebhookBody(secret: string, body: Uint8Array | string): stri
 }
 
 /**
- * Checks a delivery's signature. The comparison is over the 32 digest bytes in constant time (issue 5),
+ * Checks a delivery's signature. The comparison is over the 32 digest bytes in constant time (docs/codehost.md),
  * so the time taken does not tell an attacker how many leading bytes of a guess were right.
  */
 export function verifyWebhookSignature(

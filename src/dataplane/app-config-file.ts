@@ -126,7 +126,7 @@ async function describeLangGraphSource(root: string, configPath: string, parsed:
 
 // The launcher ships with the service; its copy in the source travels with the build output (a
 // redeploy, a restart after a service restart), so a revision keeps the launcher it was built with.
-const LAUNCHER_SOURCE = new URL('./langgraph-server.mjs', import.meta.url);
+const LAUNCHER_SOURCE = new URL('../../runtime/langgraph-server.mjs', import.meta.url);
 
 async function writeLauncher(root: string): Promise<void> {
   const target = path.join(root, LANGGRAPH_LAUNCHER_PATH);

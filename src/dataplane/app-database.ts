@@ -16,7 +16,7 @@ export interface AppDatabase {
   password: string;
 }
 
-export function appDatabaseName(deploymentId: string): string {
+function appDatabaseName(deploymentId: string): string {
   return `slw_app_${deploymentId.replace(/-/g, '')}`;
 }
 

@@ -14,7 +14,7 @@ export interface AppPaths {
 }
 
 /** PATH (with the app's virtualenv and the Node.js that runs the service), HOME, locale. */
-export function baseEnvironment(paths: AppPaths): Record<string, string> {
+function baseEnvironment(paths: AppPaths): Record<string, string> {
   return {
     PATH: [path.join(paths.src, '.venv', 'bin'), path.join(paths.src, 'node_modules', '.bin'), path.dirname(process.execPath), SYSTEM_PATH].join(':'),
     HOME: paths.home,

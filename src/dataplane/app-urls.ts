@@ -26,7 +26,7 @@ export interface AppUrls {
   pathUrl: string;
 }
 
-export function isAppSlug(value: string): boolean {
+function isAppSlug(value: string): boolean {
   return SLUG.test(value);
 }
 

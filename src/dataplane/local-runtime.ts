@@ -15,12 +15,13 @@ import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } f
 import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
+import type { SourceConfig } from '../domain/sources.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
 import { transitionDeployment } from '../pipeline/transitions.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
-import type { Database, StoredSecret } from '../store/schema.ts';
+import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import type { AppRouter } from './app-router.ts';
@@ -37,9 +38,9 @@ export interface RevisionJob {
   revisionId: string;
   source: BuildInput['source'];
   config: BuildInput['config'];
-  snapshot: Record<string, unknown>;
+  snapshot: RevisionSnapshot;
   secrets: StoredSecret[];
-  deployment: { id: string; workspace_id: string; name: string; source_config: Record<string, unknown>; tracing_project_id: string };
+  deployment: { id: string; workspace_id: string; name: string; source_config: SourceConfig; tracing_project_id: string };
 }
 
 export interface LocalRuntimeDeps {
@@ -138,7 +139,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await db.transaction().execute(async (tx) => {
       const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deploymentId).forUpdate().executeTakeFirst();
       if (!row || row.status === to || row.status === 'AWAITING_DELETE') return;
-      if (from && !from.includes(row.status as DeploymentStatus)) return;
+      if (from && !from.includes(row.status)) return;
       await transitionDeployment(tx, row, to, data);
     });
   }
@@ -177,7 +178,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     });
     const redact = [...Object.values(secrets), platform.agentCredential, ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : [])].filter((v) => v.length >= 4);
     const log = logWriter(job.revisionId, 'deploy', redact);
-    const spec = (job.snapshot.resource_spec ?? {}) as Record<string, unknown>;
+    const spec = job.snapshot.resource_spec ?? {};
     const webCount = typeof spec.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
     const workerCount = appConfig.worker ? (typeof spec.queue_min_scale === 'number' ? spec.queue_min_scale : 1) : 0;
     const instances = [

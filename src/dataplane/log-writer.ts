@@ -71,7 +71,7 @@ const ANSI = /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007
 const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
 
 /** One line of output as the terminal would finally show it, without escape sequences. */
-export function cleanLine(raw: string): string {
+function cleanLine(raw: string): string {
   let text = raw.replace(/\r+$/, '');
   const cr = text.lastIndexOf('\r');
   if (cr !== -1) text = text.slice(cr + 1);

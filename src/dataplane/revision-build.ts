@@ -8,10 +8,12 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { AppConfig } from '../domain/app-config.ts';
-import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
+import type { Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
+import type { RevisionSnapshot } from '../store/schema.ts';
 import { AppConfigError, loadAppConfig } from './app-config-file.ts';
 import { buildEnvironment } from './app-environment.ts';
-import { ArchiveError, extractTarball } from './archive.ts';
+import { ArchiveError } from './archive-error.ts';
+import { extractTarball } from './archive-extraction.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
 
@@ -64,8 +66,8 @@ export interface BuildInput {
   revisionId: string;
   source: Source;
   config: SourceRevisionConfig;
-  snapshot: Record<string, unknown>;
-  deployment: { id: string; workspace_id: string; source_config: Record<string, unknown> };
+  snapshot: RevisionSnapshot;
+  deployment: { id: string; workspace_id: string; source_config: SourceConfig };
   secrets: Record<string, string>;
 }
 

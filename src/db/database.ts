@@ -10,7 +10,7 @@ import type { Config } from '../config.ts';
 import type { Database as Schema } from '../store/schema.ts';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from './embedded-postgres.ts';
 import { migrate } from './migrate.ts';
-import { databaseUrl, withClient } from './scratch-server.ts';
+import { databaseUrl, withClient } from './admin-client.ts';
 
 export interface OpenDatabase {
   db: Kysely<Schema>;

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 
-export const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
+const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
 
 /** Arbitrary constant naming Slipway's migration lock among other advisory locks of the server. */
 const MIGRATION_LOCK_KEY = 7_342_001;
@@ -18,7 +18,7 @@ export interface Migration {
   sql: string;
 }
 
-export async function readMigrations(dir: string = MIGRATIONS_DIR): Promise<Migration[]> {
+async function readMigrations(dir: string = MIGRATIONS_DIR): Promise<Migration[]> {
   const files = (await fs.readdir(dir)).filter((f) => f.endsWith('.sql')).sort();
   const migrations: Migration[] = [];
   for (const file of files) {

@@ -8,7 +8,7 @@
  * file and the field, because it ends up as the revision's failure message and nobody reads a log.
  */
 
-export const RUNTIMES = ['node', 'python'] as const;
+const RUNTIMES = ['node', 'python'] as const;
 export type Runtime = (typeof RUNTIMES)[number];
 
 export interface AppConfig {
@@ -50,8 +50,8 @@ export interface CommandOverrides {
 }
 
 /** Variables the platform gives every running app; the file may not set (and so hide) them. */
-export const PLATFORM_ENV_NAMES: readonly string[] = ['PORT', 'HOST', 'DATABASE_URL'];
-export const PLATFORM_ENV_PREFIX = 'SLIPWAY_';
+const PLATFORM_ENV_NAMES: readonly string[] = ['PORT', 'HOST', 'DATABASE_URL'];
+const PLATFORM_ENV_PREFIX = 'SLIPWAY_';
 
 export function isPlatformEnvName(name: string): boolean {
   return PLATFORM_ENV_NAMES.includes(name) || name.startsWith(PLATFORM_ENV_PREFIX);

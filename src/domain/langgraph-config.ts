@@ -13,7 +13,7 @@ import path from 'node:path';
 import { AppConfigError, ENV_NAME, checkEnv, commandProblem, isPlainObject, isPlatformEnvName, shellWord, shown, type AppConfig, type CommandOverrides } from './app-config.ts';
 
 /** The LangGraph.js API server put beside a project that does not depend on it (`@langchain/langgraph-api`). */
-export const LANGGRAPH_JS_SERVER_PACKAGE = '@langchain/langgraph-api';
+const LANGGRAPH_JS_SERVER_PACKAGE = '@langchain/langgraph-api';
 /**
  * Pinned: the server is part of the app, so a revision must install the same one tomorrow. 1.5.1 is the
  * newest release whose peer range takes @langchain/langgraph 1.x with its checkpointer 1.2 (2.0.0 wants
@@ -23,10 +23,10 @@ export const LANGGRAPH_JS_SERVER_VERSION = '1.5.1';
 /** Packages whose presence in a project's package.json means it brings the JS server itself. */
 const JS_SERVER_PROVIDERS = [LANGGRAPH_JS_SERVER_PACKAGE, '@langchain/langgraph-cli'];
 /** The open-source in-memory Python server, as `langgraph dev` runs it. */
-export const LANGGRAPH_PYTHON_SERVER_REQUIREMENT = 'langgraph-cli[inmem]>=0.4';
-/** Where the data plane writes the launcher (src/dataplane/langgraph-server.mjs) in the source. */
+const LANGGRAPH_PYTHON_SERVER_REQUIREMENT = 'langgraph-cli[inmem]>=0.4';
+/** Where the data plane writes the launcher (runtime/langgraph-server.mjs) in the source. */
 export const LANGGRAPH_LAUNCHER_PATH = '.slipway/langgraph-server.mjs';
-export const LANGGRAPH_HEALTH_PATH = '/ok';
+const LANGGRAPH_HEALTH_PATH = '/ok';
 
 export type LangGraphLanguage = 'js' | 'python';
 export type PathKind = 'file' | 'dir' | 'missing' | 'outside';

@@ -210,7 +210,7 @@ export function imageVersionOf(revision: SourceRevisionConfig | null): string | 
 }
 
 /** LangChain's `langgraph deploy` names `framework_config_path` this way in the source_revision_config it sends. */
-export const FRAMEWORK_CONFIG_PATH_ALIAS = 'langgraph_config_path';
+const FRAMEWORK_CONFIG_PATH_ALIAS = 'langgraph_config_path';
 
 /**
  * A request's source_revision_config with `langgraph_config_path` read as framework_config_path (answers

@@ -8,7 +8,7 @@
  * - deadline: how long a revision may stay in a non-final state before the pipeline moves it to that
  *   state's failure (see `REVISION_STATES[...].deadline`).
  */
-import { AppError } from '../errors.ts';
+import { InvariantError } from '../errors.ts';
 
 export const REVISION_STATUSES = [
   'CREATING',
@@ -63,7 +63,7 @@ export const REVISION_STATES: Readonly<Record<RevisionStatus, RevisionState>> = 
 };
 
 /** Every allowed deployment transition. AWAITING_DELETE ends with the row's removal. */
-export const DEPLOYMENT_STATES: Readonly<Record<DeploymentStatus, readonly DeploymentStatus[]>> = {
+const DEPLOYMENT_STATES: Readonly<Record<DeploymentStatus, readonly DeploymentStatus[]>> = {
   AWAITING_DATABASE: ['READY', 'UNUSED', 'AWAITING_DELETE', 'UNKNOWN'],
   READY: ['UNUSED', 'AWAITING_DELETE', 'UNKNOWN'],
   UNUSED: ['READY', 'AWAITING_DELETE', 'UNKNOWN'],
@@ -73,24 +73,25 @@ export const DEPLOYMENT_STATES: Readonly<Record<DeploymentStatus, readonly Deplo
 
 export const isFinalRevisionStatus = (status: RevisionStatus): boolean => REVISION_STATES[status].next.length === 0;
 
-export const isFailedRevisionStatus = (status: RevisionStatus): boolean =>
-  status === 'CREATE_FAILED' || status === 'BUILD_FAILED' || status === 'DEPLOY_FAILED';
-
 /** Every non-final status: what a deleted deployment's revisions are interrupted from. */
 export const UNFINISHED_REVISION_STATUSES: readonly RevisionStatus[] = REVISION_STATUSES.filter((status) => !isFinalRevisionStatus(status));
 
 /** Statuses that a newer queued revision supersedes (it has not started yet). */
 export const SUPERSEDABLE_REVISION_STATUSES: readonly RevisionStatus[] = ['QUEUED'];
 
-/** The one function that checks a revision transition; the store writes it with its event. */
+/**
+ * The one function that checks a revision transition; the store writes it with its event. Callers
+ * check what a user may ask for first (src/service/deployments.ts refuses to interrupt a final
+ * revision with a conflict), so a forbidden transition here is a bug, answered 500.
+ */
 export function assertRevisionTransition(from: RevisionStatus, to: RevisionStatus): void {
   if (!REVISION_STATES[from].next.includes(to)) {
-    throw new AppError('conflict', `A revision in status ${from} cannot move to ${to}.`);
+    throw new InvariantError(`A revision in status ${from} cannot move to ${to}.`);
   }
 }
 
 export function assertDeploymentTransition(from: DeploymentStatus, to: DeploymentStatus): void {
   if (!DEPLOYMENT_STATES[from].includes(to)) {
-    throw new AppError('conflict', `A deployment in status ${from} cannot move to ${to}.`);
+    throw new InvariantError(`A deployment in status ${from} cannot move to ${to}.`);
   }
 }

@@ -4,7 +4,8 @@
  */
 import { isDatabaseUnavailable } from '../db/connection-errors.ts';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { AppError, ERROR_CODES, ValidationError, type CodeWithStatus, type ErrorCode, type ErrorStatus, type ValidationIssue } from '../errors.ts';
+import { AppError, ValidationError, type ErrorCode, type ValidationIssue } from '../errors.ts';
+import { statusOf, type CodeWithStatus, type ErrorStatus } from './error-statuses.ts';
 import { redactSecrets, type PartSchemas } from './secret-fields.ts';
 import { toValidationIssues } from './validation.ts';
 
@@ -13,8 +14,8 @@ function send(reply: FastifyReply, status: number, code: ErrorCode, detail: stri
 }
 
 /** The one way a 422 is answered: whatever raised it, no item echoes a secret of the route's schemas. */
-function validationFailed(reply: FastifyReply, request: FastifyRequest, issues: ValidationIssue[]) {
-  return send(reply, 422, 'validation_failed', redactSecrets(issues, request.routeOptions.schema as PartSchemas | undefined));
+function validationFailed(reply: FastifyReply, request: FastifyRequest, issues: ValidationIssue[], code: CodeWithStatus<422> = 'validation_failed') {
+  return send(reply, 422, code, redactSecrets(issues, request.routeOptions.schema as PartSchemas | undefined));
 }
 
 /** Errors raised by Fastify itself before a handler runs, by their Fastify code. */
@@ -53,7 +54,7 @@ const CLIENT_ERRORS: { [S in ErrorStatus]?: CodeWithStatus<S> } = {
  */
 export function clientErrorCode(status: number): { status: number; code: ErrorCode } {
   const code = (CLIENT_ERRORS as Partial<Record<number, ErrorCode>>)[status];
-  return code === undefined ? { status: 400, code: 'invalid_request' } : { status: ERROR_CODES[code].status, code };
+  return code === undefined ? { status: 400, code: 'invalid_request' } : { status: statusOf(code), code };
 }
 
 function isJsonSyntaxError(error: FastifyError): boolean {
@@ -81,10 +82,10 @@ const DATABASE_RETRY_AFTER_SECONDS = '5';
 
 export function registerErrorHandler(app: FastifyInstance): void {
   app.setErrorHandler((error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
-    if (error instanceof ValidationError) return validationFailed(reply, request, error.issues);
+    if (error instanceof ValidationError) return validationFailed(reply, request, error.issues, error.code);
     if (error instanceof AppError) {
-      for (const [name, value] of Object.entries(error.headers)) reply.header(name, value);
-      return send(reply, error.status, error.code, error.detail);
+      if (error.data.retryAfterSeconds !== undefined) reply.header('retry-after', String(error.data.retryAfterSeconds));
+      return send(reply, statusOf(error.code), error.code, error.detail);
     }
     if (error.validation) {
       const context = error.validationContext ?? 'body';
@@ -96,7 +97,7 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return validationFailed(reply, request, [issue]);
     }
     const known = error.code ? FASTIFY_ERRORS[error.code] : undefined;
-    if (known) return send(reply, ERROR_CODES[known.code].status, known.code, known.detail ?? error.message);
+    if (known) return send(reply, statusOf(known.code), known.code, known.detail ?? error.message);
     if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
       if (error.statusCode === 422) return validationFailed(reply, request, [{ type: 'value_error', loc: ['body'], msg: error.message }]);
       const { status, code } = clientErrorCode(error.statusCode);

@@ -15,7 +15,8 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify';
-import { AppError, ERROR_CODES, type ErrorCode } from '../errors.ts';
+import { AppError, type ErrorCode } from '../errors.ts';
+import { ERROR_STATUSES } from './error-statuses.ts';
 
 function envelope(code: ErrorCode, detail: string): string {
   return JSON.stringify({ detail, code });
@@ -44,7 +45,7 @@ export function clientErrorHandler(this: { log?: FastifyBaseLogger } | void, err
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const { code, detail } = answerFor(error);
   const requestId = randomUUID();
-  const status = ERROR_CODES[code].status;
+  const status = ERROR_STATUSES[code];
   if (this && this.log) this.log.debug({ code: typeof error.code === 'string' ? error.code : undefined, requestId, status }, 'refused a request the HTTP parser could not read');
   if (socket.writable && !responseStarted(socket)) {
     const body = envelope(code, detail);
@@ -63,7 +64,7 @@ export function clientErrorHandler(this: { log?: FastifyBaseLogger } | void, err
 /** Node's answer to an Expect it cannot meet, in the envelope. */
 function expectationFailed(_request: IncomingMessage, response: ServerResponse): void {
   const body = envelope('expectation_failed', 'Only Expect: 100-continue is supported.');
-  response.writeHead(ERROR_CODES.expectation_failed.status, {
+  response.writeHead(ERROR_STATUSES.expectation_failed, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),
     'x-request-id': randomUUID(),

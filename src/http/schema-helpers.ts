@@ -65,12 +65,14 @@ export const PageQuery = {
 };
 
 export function ListEnvelope<T extends TSchema>(item: T, description: string) {
+  // The list of a named schema is named too (DeploymentList for Deployment): see src/http/openapi.ts.
+  const name = (item as { title?: unknown }).title;
   return Type.Object(
     {
       resources: Type.Array(item),
       offset: Type.Integer({ description: 'Pass as offset to get the next page.' }),
     },
-    { description },
+    { description, ...(typeof name === 'string' ? { title: `${name}List` } : {}) },
   );
 }
 

@@ -1,6 +1,6 @@
 /**
  * The authorization-code flow against a configured OAuth provider, as a thin layer over oauth4webapi
- * (issue 4: "through a well-kept OAuth client library, never hand-written token requests").
+ * (docs/oauth.md): a well-kept OAuth client library, never hand-written token requests.
  *
  * Glossary:
  * - provider config: the service's stored OAuth provider with its client secret already decrypted.

@@ -2,7 +2,7 @@
  * The one error type the OAuth client throws. `reason` is a stable classification the service maps to
  * its own error codes and to the message on the callback page; `message` is written for a person.
  *
- * Rule (issue 4, "Bad input and security"): token values and client secrets never appear in error
+ * Rule (docs/oauth.md): token values and client secrets never appear in error
  * messages. The messages are built here from fixed text plus the provider's OAuth error code and
  * description; the library's own error (whose `cause` can hold a whole token response) is never
  * attached, only its code.
@@ -10,7 +10,7 @@
 
 import * as oauth from 'oauth4webapi';
 
-export const OAUTH_FLOW_ERROR_REASONS = [
+const OAUTH_FLOW_ERROR_REASONS = [
   /** The provider's URLs or the client settings cannot work (plain http not allowed, no secret...). */
   'configuration',
   /** The callback's `state` is missing or differs from the one this flow sent. */

@@ -10,8 +10,6 @@ export type TokenEndpointAuthMethod = (typeof TOKEN_ENDPOINT_AUTH_METHODS)[numbe
 export const CODE_CHALLENGE_METHODS = ['S256', 'plain'] as const;
 export type CodeChallengeMethod = (typeof CODE_CHALLENGE_METHODS)[number];
 
-export const isTokenEndpointAuthMethod = (value: string): value is TokenEndpointAuthMethod =>
-  (TOKEN_ENDPOINT_AUTH_METHODS as readonly string[]).includes(value);
 export const isCodeChallengeMethod = (value: string): value is CodeChallengeMethod =>
   (CODE_CHALLENGE_METHODS as readonly string[]).includes(value);
 

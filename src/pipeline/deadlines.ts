@@ -33,7 +33,7 @@ export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, ba
       .skipLocked()
       .execute();
     for (const revision of overdue) {
-      const state = REVISION_STATES[revision.status as RevisionStatus];
+      const state = REVISION_STATES[revision.status];
       await transitionRevision(tx, revision, state.onDeadline!, {
         reason: 'deadline_exceeded',
         message: `The revision stayed in ${revision.status} longer than ${state.deadline! / 60} minutes.`,

@@ -2,13 +2,16 @@
  * Retention: what the service keeps does not grow without bound. In the background, in batches:
  * - events older than `eventRetentionDays` are deleted (0 keeps them forever);
  * - uploads that no revision uses are deleted (row and file) once older than `uploadRetentionHours`:
- *   an upload nobody deployed, or whose last revision went with its deployment.
+ *   an upload nobody deployed, or whose last revision went with its deployment;
+ * - idempotency keys older than 24 hours (IDEMPOTENCY_KEY_TTL_HOURS) are deleted: they are ignored by
+ *   then anyway (src/store/idempotency-keys.ts), this only keeps the table small.
  * Revision logs are capped per revision (src/dataplane/log-writer.ts) and go with their revision.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import { pruneIdempotencyKeys } from '../store/idempotency-keys.ts';
 import type { Database } from '../store/schema.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
 
@@ -57,9 +60,11 @@ export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: 
       // Each batch is its own statement, so a failure leaves nothing half done.
       let events = 0;
       let uploads = 0;
+      let idempotencyKeys = 0;
       for (let moved = -1; moved !== 0; ) events += moved = await pruneEvents(db, policy.eventRetentionDays);
       for (let moved = -1; moved !== 0; ) uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
-      if (events > 0 || uploads > 0) logger.info({ events, uploads }, 'retention: pruned');
+      for (let moved = -1; moved !== 0; ) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH);
+      if (events > 0 || uploads > 0 || idempotencyKeys > 0) logger.info({ events, uploads, idempotency_keys: idempotencyKeys }, 'retention: pruned');
     },
   });
 }

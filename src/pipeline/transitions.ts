@@ -12,7 +12,7 @@ export interface RevisionRef {
   id: string;
   workspace_id: string;
   deployment_id: string;
-  status: string;
+  status: RevisionStatus;
 }
 
 export interface Failure {
@@ -22,7 +22,7 @@ export interface Failure {
 }
 
 export async function transitionRevision(db: Db, revision: RevisionRef, to: RevisionStatus, failure: Failure | null = null): Promise<void> {
-  const from = revision.status as RevisionStatus;
+  const from = revision.status;
   assertRevisionTransition(from, to);
   await setRevisionStatus(db, revision.id, to, failure);
   await recordEvents(db, [
@@ -39,8 +39,8 @@ export async function transitionRevision(db: Db, revision: RevisionRef, to: Revi
   ]);
 }
 
-export async function transitionDeployment(db: Db, deployment: { id: string; workspace_id: string; status: string }, to: DeploymentStatus, data: Record<string, unknown> = {}): Promise<void> {
-  const from = deployment.status as DeploymentStatus;
+export async function transitionDeployment(db: Db, deployment: { id: string; workspace_id: string; status: DeploymentStatus }, to: DeploymentStatus, data: Record<string, unknown> = {}): Promise<void> {
+  const from = deployment.status;
   assertDeploymentTransition(from, to);
   await updateDeployment(db, deployment.id, { status: to });
   await recordEvents(db, [

@@ -14,10 +14,11 @@
  * - takeover: claiming a revision in a working status whose lease expired or whose owner is dead.
  */
 import { sql } from 'kysely';
+import type { SourceConfig } from '../domain/sources.ts';
 import type { RevisionStatus } from '../domain/states.ts';
 import type { Db, RevisionRow } from '../store/schema.ts';
 
-export const WORKING_STATUSES: readonly RevisionStatus[] = ['AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'];
+const WORKING_STATUSES: readonly RevisionStatus[] = ['AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'];
 
 export interface LeaseOwner {
   /** `<node id>/<process id>` of this worker. */
@@ -28,7 +29,7 @@ export interface LeaseOwner {
 
 export interface ClaimedRevision extends RevisionRow {
   deployment_name: string;
-  deployment_source_config: Record<string, unknown>;
+  deployment_source_config: SourceConfig;
   tracing_project_id: string;
 }
 
@@ -80,11 +81,6 @@ export async function extendRevisionLease(db: Db, owner: LeaseOwner, revisionId:
     .where('status', 'in', [...WORKING_STATUSES])
     .executeTakeFirst();
   return result.numUpdatedRows > 0n;
-}
-
-/** Locks the revision for a transition when this worker still holds it; undefined otherwise. */
-export async function lockOwnedRevision(tx: Db, owner: LeaseOwner, revisionId: string): Promise<RevisionRow | undefined> {
-  return tx.selectFrom('revisions').selectAll().where('id', '=', revisionId).where('lease_owner', '=', owner.id).forUpdate().executeTakeFirst();
 }
 
 export async function releaseRevisionLease(db: Db, revisionId: string): Promise<void> {

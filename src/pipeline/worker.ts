@@ -17,7 +17,6 @@ import type { Logger } from 'pino';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import type { LocalRuntime, RevisionJob } from '../dataplane/local-runtime.ts';
 import { RevisionFailure } from '../dataplane/revision-build.ts';
-import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { recordEvents } from '../store/events.ts';
 import { json, type Database, type Db, type RevisionRow } from '../store/schema.ts';
@@ -48,9 +47,10 @@ export interface WorkerDeps {
   owner: LeaseOwner;
   concurrency: number;
   leaseSeconds?: number;
-  /** Safety-net poll when no notification comes. */
-  pollMs?: number;
 }
+
+/** Safety-net poll when no notification comes. */
+const POLL_MS = 5_000;
 
 export interface Worker {
   /** Stops claiming, interrupts running work (its leases are released for another worker) and stops the apps. */
@@ -78,8 +78,8 @@ const failureStatusOf = (status: RevisionStatus): 'BUILD_FAILED' | 'DEPLOY_FAILE
 function jobOf(revision: RevisionRow, deployment: RevisionJob['deployment']): RevisionJob {
   return {
     revisionId: revision.id,
-    source: revision.source as Source,
-    config: revision.source_revision_config as SourceRevisionConfig,
+    source: revision.source,
+    config: revision.source_revision_config,
     snapshot: revision.snapshot,
     secrets: revision.secrets,
     deployment,
@@ -89,7 +89,6 @@ function jobOf(revision: RevisionRow, deployment: RevisionJob['deployment']): Re
 export function startWorker(deps: WorkerDeps): Worker {
   const { db, runtime, changes, logger, owner } = deps;
   const leaseSeconds = deps.leaseSeconds ?? 30;
-  const pollMs = deps.pollMs ?? 5_000;
   const jobs = new Map<string, { deploymentId: string; controller: AbortController; done: Promise<void> }>();
   let stopping = false;
   let pumping: Promise<void> | null = null;
@@ -100,7 +99,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     await db.transaction().execute(async (tx) => {
       await tx.selectFrom('deployments').select('id').where('id', '=', deploymentId).forUpdate().executeTakeFirst();
       const row = await tx.selectFrom('revisions').selectAll().where('id', '=', revisionId).where('lease_owner', '=', owner.id).forUpdate().executeTakeFirst();
-      if (!row || isFinalRevisionStatus(row.status as RevisionStatus)) throw new NotOurs();
+      if (!row || isFinalRevisionStatus(row.status)) throw new NotOurs();
       if (row.status !== to) await transitionRevision(tx, row, to, failure);
       await also?.(tx);
     });
@@ -130,7 +129,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     const active = (await db.selectFrom('deployments').select('active_revision_id').where('id', '=', deploymentId).executeTakeFirst())?.active_revision_id;
     const kept = new Set([active, ...revisions.filter((r) => r.status === 'DEPLOYED' && r.id !== active).slice(0, KEPT_BUILDS).map((r) => r.id)]);
     for (const revision of revisions) {
-      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status as RevisionStatus)) await runtime.removeRevisionFiles(revision.id);
+      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status)) await runtime.removeRevisionFiles(revision.id);
     }
   }
 
@@ -138,7 +137,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     const deploymentId = claimed.deployment_id;
     const job = jobOf(claimed, { id: deploymentId, workspace_id: claimed.workspace_id, name: claimed.deployment_name, source_config: claimed.deployment_source_config, tracing_project_id: claimed.tracing_project_id });
     const signal = controller.signal;
-    let status = claimed.status as RevisionStatus;
+    let status = claimed.status;
     const step = async (to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>) => {
       signal.throwIfAborted();
       await advance(job.revisionId, deploymentId, to, failure, also);
@@ -189,7 +188,7 @@ export function startWorker(deps: WorkerDeps): Worker {
         await step(failureStatusOf(status), { reason: 'internal_error', message: `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). Redeploy to try again; the service log has details.` }).catch(() => undefined);
       }
       const current = await db.selectFrom('revisions').select('status').where('id', '=', job.revisionId).executeTakeFirst();
-      if (!stopping && (!current || isFinalRevisionStatus(current.status as RevisionStatus))) await runtime.removeRevisionFiles(job.revisionId);
+      if (!stopping && (!current || isFinalRevisionStatus(current.status))) await runtime.removeRevisionFiles(job.revisionId);
     } finally {
       clearInterval(heartbeat);
       // On stop, an unfinished revision's lease is let go so that the next worker takes it over at once.
@@ -224,11 +223,21 @@ export function startWorker(deps: WorkerDeps): Worker {
 
   async function adopt(): Promise<void> {
     const claimed = await db.transaction().execute((tx) => claimRunnableDeployments(tx, owner, leaseSeconds, 10));
-    for (const deployment of claimed) {
-      if (runtime.running().includes(deployment.id)) continue;
-      const revision = await db.selectFrom('revisions').selectAll().where('id', '=', deployment.active_revision_id).executeTakeFirst();
+    const toStart = claimed.filter((deployment) => !runtime.running().includes(deployment.id));
+    if (toStart.length === 0) return;
+    // Every active revision with its deployment's source config in one query, not two per deployment.
+    const revisions = await db
+      .selectFrom('deployments as d')
+      .innerJoin('revisions as r', 'r.id', 'd.active_revision_id')
+      .selectAll('r')
+      .select('d.source_config as deployment_source_config')
+      .where('d.id', 'in', toStart.map((deployment) => deployment.id))
+      .execute();
+    const activeRevisionOf = new Map(revisions.map((revision) => [revision.deployment_id, revision]));
+    for (const deployment of toStart) {
+      const revision = activeRevisionOf.get(deployment.id);
       if (!revision) continue;
-      const source_config = (await db.selectFrom('deployments').select('source_config').where('id', '=', deployment.id).executeTakeFirst())?.source_config ?? {};
+      const source_config = revision.deployment_source_config;
       logger.info({ deploymentId: deployment.id, revisionId: revision.id }, 'starting a deployment that should run here');
       try {
         await runtime.resume(jobOf(revision, { id: deployment.id, workspace_id: deployment.workspace_id, name: deployment.name, source_config, tracing_project_id: deployment.tracing_project_id }));
@@ -307,7 +316,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     if (change.kind !== 'log') wake();
   });
 
-  const poll = setInterval(wake, pollMs);
+  const poll = setInterval(wake, POLL_MS);
   poll.unref();
   const runnerBeat = setInterval(() => {
     void (async () => {

@@ -6,17 +6,13 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
-import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
-import { AppError, notFound } from '../errors.ts';
+import { AppError } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import type { OAuthTokenService } from '../service/oauth-tokens.ts';
-import { deleteConnection, getConnection, insertConnection, listConnections, type ConnectionView } from '../store/agent-connections.ts';
-import { credentialReaches, deploymentExists, insertCredential, listCredentials, revokeCredential, useCredential, type CredentialView } from '../store/agent-credentials.ts';
-import { recordEvents } from '../store/events.ts';
-import { getToken } from '../store/oauth-tokens.ts';
-import type { Database } from '../store/schema.ts';
-import type { Kysely } from 'kysely';
+import type { AgentConnectionService } from '../service/agent-connections.ts';
+import type { AgentCredentialService } from '../service/agent-credentials.ts';
+import type { ConnectionView } from '../store/agent-connections.ts';
+import type { CredentialView } from '../store/agent-credentials.ts';
 import { AgentId } from './oauth-flow.ts';
 
 const AgentConnection = Type.Object(
@@ -31,7 +27,7 @@ const AgentConnection = Type.Object(
     created_by: Type.String({ description: 'The id of the API key that made the connection.' }),
     created_at: DateTime(),
   },
-  { description: 'An agent connected to an OAuth token.' },
+  { title: 'AgentConnection', description: 'An agent connected to an OAuth token.' },
 );
 
 const AgentCredential = Type.Object({
@@ -48,8 +44,8 @@ const AgentCredential = Type.Object({
   created_at: DateTime(),
   last_used_at: Nullable(DateTime()),
   revoked_at: Nullable(DateTime()),
-});
-const CreatedAgentCredential = Type.Object({ ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) });
+}, { title: 'AgentCredential' });
+const CreatedAgentCredential = Type.Object({ ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) }, { title: 'AgentCredentialCreated' });
 
 const AgentToken = Type.Object(
   {
@@ -62,7 +58,7 @@ const AgentToken = Type.Object(
     provider_id: Type.String(),
     provider_account_label: Nullable(Type.String()),
   },
-  { description: 'A usable access token; refreshed first when it was expired or about to expire.' },
+  { title: 'AgentToken', description: 'A usable access token; refreshed first when it was expired or about to expire.' },
 );
 
 const AgentParams = Type.Object({ agent_id: AgentId });
@@ -104,31 +100,28 @@ function presentedCredential(request: FastifyRequest): string {
   return match[1]!;
 }
 
-export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; tokens: OAuthTokenService }> = async (app, { db, tokens }) => {
+export interface AgentConnectionRouteDeps {
+  connections: AgentConnectionService;
+  credentials: AgentCredentialService;
+}
+
+export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (app, { connections, credentials }) => {
   const tags = ['oauth'];
 
   app.post(
     '/v2/auth/agents/:agent_id/connections',
     {
       schema: {
+        operationId: 'createAgentConnection',
         tags,
         summary: 'Connect an agent to an OAuth token',
         params: AgentParams,
-        body: Type.Object({ oauth_token_id: Uuid() }),
+        body: Type.Object({ oauth_token_id: Uuid() }, { title: 'AgentConnectionCreate' }),
         response: { 201: AgentConnection, ...errorResponses(400, 401, 403, 409, 422) },
       },
     },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { agent_id: agentId } = request.params;
-      const tokenId = request.body.oauth_token_id;
-      const view = await db.transaction().execute(async (tx) => {
-        if (!(await getToken(tx, workspaceId, tokenId))) throw new AppError('invalid_reference', `oauth_token_id: OAuth token ID ${tokenId} not found.`);
-        const id = await insertConnection(tx, { workspaceId, agentId, tokenId, createdBy: request.caller.keyId });
-        if (id === null) throw new AppError('conflict', `Agent '${agentId}' is already connected to OAuth token ${tokenId}.`);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_connection', subjectId: id, type: 'agent_connection.created', data: { agent_id: agentId, oauth_token_id: tokenId, by_key: request.caller.keyId } }]);
-        return (await getConnection(tx, workspaceId, agentId, id))!;
-      });
+      const view = await connections.connect(workspaceOf(request), request.params.agent_id, request.body.oauth_token_id, request.caller.keyId);
       return reply.status(201).send(connectionResponse(view));
     },
   );
@@ -137,27 +130,22 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
     '/v2/auth/agents/:agent_id/connections',
     {
       schema: {
+        operationId: 'listAgentConnections',
         tags,
         summary: "List an agent's connections",
         description: 'An agent without connections has an empty list.',
         params: AgentParams,
-        response: { 200: Type.Object({ data: Type.Array(AgentConnection) }), ...errorResponses(401, 403, 422) },
+        response: { 200: Type.Object({ data: Type.Array(AgentConnection) }, { title: 'AgentConnectionList' }), ...errorResponses(401, 403, 422) },
       },
     },
-    async (request) => ({ data: (await listConnections(db, workspaceOf(request), request.params.agent_id)).map(connectionResponse) }),
+    async (request) => ({ data: (await connections.list(workspaceOf(request), request.params.agent_id)).map(connectionResponse) }),
   );
 
   app.delete(
     '/v2/auth/agents/:agent_id/connections/:connection_id',
-    { schema: { tags, summary: 'Delete an agent connection (the token stays)', params: ConnectionParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'deleteAgentConnection', tags, summary: 'Delete an agent connection (the token stays)', params: ConnectionParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { agent_id: agentId, connection_id: id } = request.params;
-      await db.transaction().execute(async (tx) => {
-        if (!(await getConnection(tx, workspaceId, agentId, id))) throw notFound('Agent connection', id);
-        await deleteConnection(tx, id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_connection', subjectId: id, type: 'agent_connection.deleted', data: { agent_id: agentId, by_key: request.caller.keyId } }]);
-      });
+      await connections.remove(workspaceOf(request), request.params.agent_id, request.params.connection_id, request.caller.keyId);
       return reply.status(204).send(null);
     },
   );
@@ -166,6 +154,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
     '/v2/deployments/:deployment_id/agent-credentials',
     {
       schema: {
+        operationId: 'createAgentCredential',
         tags,
         summary: 'Mint an agent credential for a deployment',
         description:
@@ -176,52 +165,27 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
           // Required: least privilege. A credential for "every agent of the workspace" would hand any
           // deployment every token of the workspace.
           agent_ids: Type.Array(AgentId, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'The agents whose connections it may fetch tokens for.' }),
-        }),
+        }, { title: 'AgentCredentialCreate' }),
         response: { 201: CreatedAgentCredential, ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const deploymentId = request.params.deployment_id;
-      const credential = generateAgentCredential();
-      const row = await db.transaction().execute(async (tx) => {
-        if (!(await deploymentExists(tx, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
-        const created = await insertCredential(tx, {
-          workspaceId,
-          deploymentId,
-          name: request.body.name ?? 'agent credential',
-          agentIds: request.body.agent_ids,
-          hash: hashAgentCredential(credential),
-          prefix: agentCredentialPrefix(credential),
-          createdBy: request.caller.keyId,
-        });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: created.id, deploymentId, type: 'agent_credential.created', data: { agent_ids: created.agent_ids, by_key: request.caller.keyId } }]);
-        return created;
-      });
+      const { row, credential } = await credentials.mint(workspaceOf(request), request.params.deployment_id, request.body, request.caller.keyId);
       return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/agent-credentials',
-    { schema: { tags, summary: "List a deployment's agent credentials (never the credentials)", params: DeploymentParams, response: { 200: Type.Object({ data: Type.Array(AgentCredential) }), ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => {
-      const workspaceId = workspaceOf(request);
-      if (!(await deploymentExists(db, workspaceId, request.params.deployment_id))) throw notFound('Deployment', request.params.deployment_id);
-      return { data: (await listCredentials(db, workspaceId, request.params.deployment_id)).map(credentialResponse) };
-    },
+    { schema: { operationId: 'listAgentCredentials', tags, summary: "List a deployment's agent credentials (never the credentials)", params: DeploymentParams, response: { 200: Type.Object({ data: Type.Array(AgentCredential) }, { title: 'AgentCredentialList' }), ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => ({ data: (await credentials.list(workspaceOf(request), request.params.deployment_id)).map(credentialResponse) }),
   );
 
   app.delete(
     '/v2/deployments/:deployment_id/agent-credentials/:credential_id',
-    { schema: { tags, summary: 'Revoke an agent credential', params: Type.Object({ deployment_id: Uuid(), credential_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'revokeAgentCredential', tags, summary: 'Revoke an agent credential', params: Type.Object({ deployment_id: Uuid(), credential_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { deployment_id: deploymentId, credential_id: id } = request.params;
-      await db.transaction().execute(async (tx) => {
-        if (!(await revokeCredential(tx, workspaceId, deploymentId, id))) throw notFound('Agent credential', id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: id, deploymentId, type: 'agent_credential.revoked', data: { by_key: request.caller.keyId } }]);
-      });
+      await credentials.revoke(workspaceOf(request), request.params.deployment_id, request.params.credential_id, request.caller.keyId);
       return reply.status(204).send(null);
     },
   );
@@ -232,6 +196,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       // Authenticated by an agent credential, checked here, never by an API key.
       config: { auth: 'none' },
       schema: {
+        operationId: 'getAgentAccessToken',
         tags,
         summary: 'Get a fresh access token for a connection (deployed agents)',
         description: 'Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.',
@@ -241,15 +206,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       },
     },
     async (request, reply) => {
-      const credential = await useCredential(db, hashAgentCredential(presentedCredential(request)));
-      if (!credential) throw new AppError('unauthenticated', 'Invalid agent credential.');
-      const { agent_id: agentId, connection_id: connectionId } = request.params;
-      if (!credentialReaches(credential, agentId)) {
-        throw new AppError('forbidden', `This agent credential is not valid for agent '${agentId}'.`);
-      }
-      const connection = await getConnection(db, credential.workspace_id, agentId, connectionId);
-      if (!connection) throw notFound('Agent connection', connectionId);
-      const token = await tokens.accessToken(credential.workspace_id, connection.oauth_token_id);
+      const { token, connection } = await connections.accessToken(presentedCredential(request), request.params.agent_id, request.params.connection_id);
       return reply.header('cache-control', 'no-store').send({
         access_token: token.accessToken,
         token_type: token.tokenType,

@@ -17,7 +17,7 @@ export const Delivery = Type.Object(
     revision_ids: Type.Array(Uuid(), { description: 'Revisions this delivery created.' }),
     received_at: DateTime(),
   },
-  { description: 'A webhook delivery and what came of it.' },
+  { title: 'WebhookDelivery', description: 'A webhook delivery and what came of it.' },
 );
 
 export function deliveryResponse(row: WebhookDeliveryRow): Static<typeof Delivery> {

@@ -6,23 +6,16 @@
  * parser of the application.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { Uuid, errorResponses } from '../http/schema-helpers.ts';
-import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
-import { createWebhookService } from '../service/codehost-webhooks.ts';
-import type { DeploymentService } from '../service/deployments.ts';
-import type { Database } from '../store/schema.ts';
+import type { WebhookService } from '../service/codehost-webhooks.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
 
 export interface CodehostWebhookRouteDeps {
-  db: Kysely<Database>;
-  integrations: CodehostIntegrationService;
-  deployments: DeploymentService;
+  webhooks: WebhookService;
 }
 
-export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRouteDeps> = async (app, { db, integrations, deployments }) => {
-  const webhooks = createWebhookService({ db, integrations, deployments });
+export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRouteDeps> = async (app, { webhooks }) => {
 
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => done(null, body));
@@ -34,6 +27,7 @@ export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRou
       // GitHub sends push payloads of up to 25 MB; the global JSON limit (1 MiB by default) would refuse them.
       bodyLimit: 25 * 1024 * 1024,
       schema: {
+        operationId: 'receiveCodehostWebhook',
         tags: ['codehost'],
         summary: 'Receive a code-host webhook delivery',
         description:

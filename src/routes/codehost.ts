@@ -1,18 +1,17 @@
 /**
- * Code-host integrations (issue 5; docs/codehost.md): create, list, get, patch and delete them, the
+ * Code-host integrations (docs/codehost.md): create, list, get, patch and delete them, the
  * interface's repository listing (`GET /v1/integrations/forge/codehost/{integration_id}/repos`), and the
  * deliveries their push webhooks received. The webhook endpoint itself is in ./codehost-webhooks.ts.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
 import type { Config } from '../config.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
-import type { DeploymentService } from '../service/deployments.ts';
-import type { CodehostIntegrationRow, Database } from '../store/schema.ts';
-import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT, listDeliveries } from '../store/webhook-deliveries.ts';
+import type { WebhookService } from '../service/codehost-webhooks.ts';
+import type { CodehostIntegrationRow } from '../store/schema.ts';
+import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT } from '../store/webhook-deliveries.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
 import { codehostWebhookRoutes } from './codehost-webhooks.ts';
 
@@ -29,10 +28,10 @@ const integrationFields = {
   created_at: DateTime(),
   updated_at: DateTime(),
 };
-const Integration = Type.Object(integrationFields, { description: 'A code-host integration. Credentials and the webhook secret are write-only.' });
+const Integration = Type.Object(integrationFields, { title: 'CodehostIntegration', description: 'A code-host integration. Credentials and the webhook secret are write-only.' });
 const CreatedIntegration = Type.Object(
   { ...integrationFields, webhook_secret: Type.String({ description: 'Shown once, in this response only: register it with the webhook on the code host.' }) },
-  { description: 'The new integration, with its webhook secret (shown this once).' },
+  { title: 'CodehostIntegrationCreated', description: 'The new integration, with its webhook secret (shown this once).' },
 );
 
 const NumericId = (description: string) =>
@@ -48,11 +47,11 @@ const CreateBody = Type.Object({
   private_key: Type.Optional(Type.Unknown({ description: 'string, write-only: the GitHub App private key (PEM).' })),
   installation_id: Type.Optional(NumericId('GitHub App installation id.')),
   webhook_secret: Type.Optional(Type.Unknown({ description: 'string of 16 to 256 characters, write-only. Generated when absent and shown once in the response.' })),
-});
+}, { title: 'CodehostIntegrationCreate' });
 
 const UpdatedIntegration = Type.Object(
   { ...integrationFields, webhook_secret: Type.Optional(Type.String({ description: 'Present, this once, when the patch set or rotated the webhook secret.' })) },
-  { description: 'The integration; with its new webhook secret when the patch changed it.' },
+  { title: 'CodehostIntegrationUpdated', description: 'The integration; with its new webhook secret when the patch changed it.' },
 );
 
 const PatchBody = Type.Object({
@@ -64,7 +63,7 @@ const PatchBody = Type.Object({
   installation_id: CreateBody.properties.installation_id,
   webhook_secret: CreateBody.properties.webhook_secret,
   rotate_webhook_secret: Type.Optional(Nullable(Type.Boolean({ description: 'Generate a new webhook secret, returned once in the response.' }))),
-});
+}, { title: 'CodehostIntegrationPatch' });
 
 const Repository = Type.Object(
   {
@@ -75,21 +74,20 @@ const Repository = Type.Object(
     url: Type.String({ description: 'Use as source_config.repo_url.' }),
     default_branch: Type.String({ description: 'Use as source_revision_config.repo_ref.' }),
   },
-  { additionalProperties: false, description: 'A repository reachable through the integration.' },
+  { title: 'CodehostRepository', additionalProperties: false, description: 'A repository reachable through the integration.' },
 );
 
 const Params = Type.Object({ integration_id: Uuid() });
 
 export interface CodehostRouteDeps {
-  db: Kysely<Database>;
   config: Config;
   integrations: CodehostIntegrationService;
-  deployments: DeploymentService;
+  webhooks: WebhookService;
 }
 
 const HOST_ERRORS = errorResponses(400, 401, 403, 404, 422, 502, 503);
 
-export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { db, config, integrations, deployments }) => {
+export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { config, integrations, webhooks }) => {
   // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
   // writes), and only to the hosts the operator allows.
   const writes = { admin: true };
@@ -112,6 +110,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     {
       config: writes,
       schema: {
+        operationId: 'createCodehostIntegration',
         tags: ['codehost'],
         summary: 'Create a code-host integration',
         description:
@@ -128,7 +127,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 
   app.get(
     BASE,
-    { schema: { tags: ['codehost'], summary: 'List code-host integrations', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Integration, 'A page of integrations, newest first.'), ...errorResponses(401, 403, 422) } } },
+    { schema: { operationId: 'listCodehostIntegrations', tags: ['codehost'], summary: 'List code-host integrations', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Integration, 'A page of integrations, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await integrations.list(workspaceOf(request), limit, offset);
@@ -138,7 +137,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 
   app.get(
     `${BASE}/:integration_id`,
-    { schema: { tags: ['codehost'], summary: 'Get a code-host integration', params: Params, response: { 200: Integration, ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'getCodehostIntegration', tags: ['codehost'], summary: 'Get a code-host integration', params: Params, response: { 200: Integration, ...errorResponses(401, 403, 404, 422) } } },
     async (request) => integrationResponse(await integrations.get(workspaceOf(request), request.params.integration_id)),
   );
 
@@ -147,6 +146,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     {
       config: writes,
       schema: {
+        operationId: 'patchCodehostIntegration',
         tags: ['codehost'],
         summary: 'Patch a code-host integration',
         description:
@@ -164,7 +164,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 
   app.delete(
     `${BASE}/:integration_id`,
-    { config: writes, schema: { tags: ['codehost'], summary: 'Delete a code-host integration', description: 'Admin key. 409 while codehost deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    { config: writes, schema: { operationId: 'deleteCodehostIntegration', tags: ['codehost'], summary: 'Delete a code-host integration', description: 'Admin key. 409 while codehost deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
     async (request, reply) => {
       await integrations.remove(workspaceOf(request), request.params.integration_id);
       return reply.status(204).send(null);
@@ -175,6 +175,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     `${BASE}/:integration_id/repos`,
     {
       schema: {
+        operationId: 'listCodehostRepositories',
         tags: ['codehost'],
         summary: 'List code-host repositories',
         description: 'Every repository the integration reaches, over all pages of the host\'s listing. host_integration_id, url and default_branch feed the deployment create request.',
@@ -189,6 +190,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
     `${BASE}/:integration_id/deliveries`,
     {
       schema: {
+        operationId: 'listWebhookDeliveries',
         tags: ['codehost'],
         summary: 'List webhook deliveries of an integration',
         description: `Newest first, with what came of each: revision_created, ignored, duplicate or rejected, with a reason. The latest ${DELIVERIES_KEPT} deliveries and, apart from them, the latest ${REJECTED_DELIVERIES_KEPT} rejected ones are kept.`,
@@ -198,12 +200,11 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
       },
     },
     async (request) => {
-      const integration = await integrations.get(workspaceOf(request), request.params.integration_id);
       const { limit, offset } = pageOf(request.query);
-      const rows = await listDeliveries(db, integration.id, limit, offset);
+      const rows = await webhooks.listDeliveries(workspaceOf(request), request.params.integration_id, { limit, offset });
       return envelope(rows.map(deliveryResponse), offset);
     },
   );
 
-  await app.register(codehostWebhookRoutes, { db, integrations, deployments });
+  await app.register(codehostWebhookRoutes, { webhooks });
 };

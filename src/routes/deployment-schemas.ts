@@ -18,14 +18,17 @@ const scale = () => opt(Type.Integer({ minimum: 0, maximum: 1000 }));
 const cpu = () => opt(Type.Number({ minimum: 0, maximum: 512, description: 'CPU cores; fractions allowed.' }));
 const memory = () => opt(Type.Integer({ minimum: 1, maximum: 4 * 1024 * 1024, description: 'Megabytes.' }));
 
-const VolumeMount = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 253 }),
-  mountPath: Type.String({ minLength: 1, maxLength: 1024 }),
-  subPath: Type.Optional(ShortText(1024)),
-  mountPropagation: Type.Optional(ShortText(64)),
-  subPathExpr: Type.Optional(ShortText(1024)),
-  readOnly: Type.Optional(Type.Boolean()),
-});
+const VolumeMount = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+    mountPath: Type.String({ minLength: 1, maxLength: 1024 }),
+    subPath: Type.Optional(ShortText(1024)),
+    mountPropagation: Type.Optional(ShortText(64)),
+    subPathExpr: Type.Optional(ShortText(1024)),
+    readOnly: Type.Optional(Type.Boolean()),
+  },
+  { title: 'VolumeMount' },
+);
 
 const Volume = Type.Object({
   name: Type.String({ minLength: 1, maxLength: 253 }),
@@ -37,7 +40,7 @@ const Volume = Type.Object({
   projected: Type.Optional(FreeObject()),
   downwardAPI: Type.Optional(FreeObject()),
   csi: Type.Optional(FreeObject()),
-});
+}, { title: 'Volume' });
 
 const Container = Type.Object({
   name: Type.String({ minLength: 1, maxLength: 253 }),
@@ -54,7 +57,7 @@ const Container = Type.Object({
   resources: Type.Optional(Type.Object({ limits: Type.Optional(FreeObject()), requests: Type.Optional(FreeObject()) })),
   volumeMounts: Type.Optional(Type.Array(VolumeMount, { maxItems: 64 })),
   securityContext: Type.Optional(FreeObject()),
-});
+}, { title: 'Container' });
 
 export const ResourceSpec = Type.Object(
   {
@@ -99,7 +102,7 @@ export const ResourceSpec = Type.Object(
     init_containers: opt(Type.Array(Container, { maxItems: 16 })),
     sidecars: opt(Type.Array(Container, { maxItems: 16 })),
   },
-  { description: 'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.' },
+  { title: 'ResourceSpec', description: 'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.' },
 );
 
 export const SourceConfig = Type.Object({
@@ -113,7 +116,7 @@ export const SourceConfig = Type.Object({
   listener_config: opt(Type.Object({ k8s_namespace: opt(Type.String({ pattern: K8S_NAME, maxLength: 63 })) })),
   install_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
   build_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
-});
+}, { title: 'SourceConfig' });
 
 const revisionFields = {
   repo_ref: opt(Type.String({ minLength: 1, maxLength: 255 })),
@@ -129,19 +132,19 @@ const revisionFields = {
 export const SourceRevisionConfigInput = Type.Object({
   ...revisionFields,
   langgraph_config_path: opt(Type.String({ minLength: 1, maxLength: 1024, description: 'Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path.' })),
-});
-export const SourceRevisionConfig = Type.Object({ ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) });
+}, { title: 'SourceRevisionConfigInput' });
+export const SourceRevisionConfig = Type.Object({ ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) }, { title: 'SourceRevisionConfig' });
 
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
 export const Secret = Type.Object({
   name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
   value: SecretString({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
-});
+}, { title: 'Secret' });
 export const SecretReference = Type.Object({
   name: Type.String({ pattern: SECRET_NAME_PATTERN }),
   secret_name: Type.String({ pattern: K8S_NAME, maxLength: 253 }),
   secret_key: Type.String({ minLength: 1, maxLength: 253, pattern: '^[-._a-zA-Z0-9]+$' }),
-});
+}, { title: 'SecretReference' });
 
 export const DeploymentCreateBody = Type.Object({
   name: Type.String({ pattern: DEPLOYMENT_NAME_PATTERN, maxLength: 63, description: 'Lowercase letters, digits and -, starting with a letter; becomes a host name.' }),
@@ -150,7 +153,7 @@ export const DeploymentCreateBody = Type.Object({
   source_revision_config: opt(SourceRevisionConfigInput),
   secrets: opt(Type.Array(Secret, { maxItems: 200 })),
   secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
-});
+}, { title: 'DeploymentCreate' });
 export type DeploymentCreateBody = Static<typeof DeploymentCreateBody>;
 
 export const DeploymentPatchBody = Type.Object({
@@ -161,7 +164,7 @@ export const DeploymentPatchBody = Type.Object({
   secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
   name: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
   source: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-});
+}, { title: 'DeploymentPatch' });
 export type DeploymentPatchBody = Static<typeof DeploymentPatchBody>;
 
 export const Deployment = Type.Object(
@@ -183,7 +186,7 @@ export const Deployment = Type.Object(
     tracing_project_id: Uuid({ description: 'The tracing project created with the deployment.' }),
     remote_reconciled: Type.Boolean({ description: 'True when a listener reconciles this deployment.' }),
   },
-  { description: 'A deployment.' },
+  { title: 'Deployment', description: 'A deployment.' },
 );
 
 export const Revision = Type.Object(
@@ -199,5 +202,5 @@ export const Revision = Type.Object(
     failure_message: Nullable(Type.String()),
     remote_reconciled: Type.Boolean(),
   },
-  { description: 'A revision of a deployment.' },
+  { title: 'Revision', description: 'A revision of a deployment.' },
 );

@@ -2,9 +2,6 @@
 import { MASKED_SECRET } from '../domain/deployment-plan.ts';
 import { REVISION_FIELDS, SOURCE_CONFIG_FIELDS, type SourceConfig, type SourceRevisionConfig } from '../domain/sources.ts';
 import type { Static } from 'typebox';
-import type { SecretReference } from '../domain/deployment-plan.ts';
-import type { Source } from '../domain/sources.ts';
-import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
 import type { DeploymentView } from '../store/deployments.ts';
 import type { Deployment, Revision, SourceConfig as SourceConfigSchema, SourceRevisionConfig as RevisionConfigSchema } from './deployment-schemas.ts';
 import type { RevisionView } from '../store/revisions.ts';
@@ -25,8 +22,8 @@ function fullRevisionConfig(config: SourceRevisionConfig | null): Static<typeof 
 export function deploymentResponse(d: DeploymentView): Static<typeof Deployment> {
   return {
     name: d.name,
-    source: d.source as Source,
-    source_config: fullSourceConfig(d.source_config as SourceConfig),
+    source: d.source,
+    source_config: fullSourceConfig(d.source_config),
     source_revision_config: fullRevisionConfig(d.latest_revision_config),
     // Secret values are write-only (docs/lifecycle.md).
     secrets: d.secrets.map((s) => ({ name: s.name, value: MASKED_SECRET })),
@@ -34,10 +31,10 @@ export function deploymentResponse(d: DeploymentView): Static<typeof Deployment>
     tenant_id: d.workspace_id,
     created_at: d.created_at.toISOString(),
     updated_at: d.updated_at.toISOString(),
-    status: d.status as DeploymentStatus,
+    status: d.status,
     latest_revision_id: d.latest_revision_id,
     active_revision_id: d.active_revision_id,
-    secret_references: d.secret_references as SecretReference[] | null,
+    secret_references: d.secret_references,
     image_version: d.image_version,
     tracing_project_id: d.tracing_project_id,
     remote_reconciled: d.remote_reconciled,
@@ -49,9 +46,9 @@ export function revisionResponse(r: RevisionView): Static<typeof Revision> {
     id: r.id,
     created_at: r.created_at.toISOString(),
     updated_at: r.updated_at.toISOString(),
-    status: r.status as RevisionStatus,
-    source: r.source as Source,
-    source_revision_config: fullRevisionConfig(r.source_revision_config as SourceRevisionConfig),
+    status: r.status,
+    source: r.source,
+    source_revision_config: fullRevisionConfig(r.source_revision_config),
     deployment_id: r.deployment_id,
     failure_reason: r.failure_reason,
     failure_message: r.failure_message,

@@ -2,15 +2,10 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
-import { DEPLOYMENT_STATUSES, REVISION_STATUSES, type DeploymentStatus, type RevisionStatus } from '../domain/states.ts';
-import { notFound } from '../errors.ts';
+import { DEPLOYMENT_STATUSES, REVISION_STATUSES, type RevisionStatus } from '../domain/states.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
-import { listDeployments } from '../store/deployments.ts';
-import { getRevision, listRevisions } from '../store/revisions.ts';
-import type { Database } from '../store/schema.ts';
-import type { Kysely } from 'kysely';
 import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
 
@@ -30,15 +25,15 @@ const example = {
 };
 
 export interface DeploymentRouteDeps {
-  db: Kysely<Database>;
   deployments: DeploymentService;
 }
 
-export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = async (app, { db, deployments }) => {
+export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = async (app, { deployments }) => {
   app.post(
     '/v2/deployments',
     {
       schema: {
+        operationId: 'createDeployment',
         tags: ['deployments'],
         summary: 'Create a deployment',
         description: 'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.',
@@ -56,6 +51,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     '/v2/deployments',
     {
       schema: {
+        operationId: 'listDeployments',
         tags: ['deployments'],
         summary: 'List deployments',
         description: 'Newest first. Filters combine with AND; tag_value_ids matches deployments carrying every listed value.',
@@ -76,21 +72,19 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     async (request) => {
       const q = request.query;
       const { limit, offset } = pageOf(q);
-      const rows = await listDeployments(
-        db,
+      const rows = await deployments.list(
         workspaceOf(request),
         {
           name: q.name,
           nameContains: q.name_contains,
-          status: q.status as DeploymentStatus | undefined,
+          status: q.status,
           remoteReconciled: q.remote_reconciled,
           tagValueIds: splitList(q.tag_value_ids),
           imageVersion: q.image_version,
           deploymentType: q.deployment_type,
           deploymentIds: splitList(q.deployment_ids),
         },
-        limit,
-        offset,
+        { limit, offset },
       );
       return envelope(rows.map(deploymentResponse), offset);
     },
@@ -98,7 +92,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
 
   app.get(
     '/v2/deployments/:deployment_id',
-    { schema: { tags: ['deployments'], summary: 'Get a deployment', params: DeploymentParams, response: { 200: Deployment, ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'getDeployment', tags: ['deployments'], summary: 'Get a deployment', params: DeploymentParams, response: { 200: Deployment, ...errorResponses(401, 403, 404, 422) } } },
     async (request) => deploymentResponse(await deployments.get(workspaceOf(request), request.params.deployment_id)),
   );
 
@@ -106,6 +100,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     '/v2/deployments/:deployment_id',
     {
       schema: {
+        operationId: 'patchDeployment',
         tags: ['deployments'],
         summary: 'Patch a deployment',
         description: 'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.',
@@ -121,6 +116,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     '/v2/deployments/:deployment_id',
     {
       schema: {
+        operationId: 'deleteDeployment',
         tags: ['deployments'],
         summary: 'Delete a deployment',
         description: 'Interrupts unfinished revisions and tears the deployment down. Its tracing project stays unless delete_tracing_project=true.',
@@ -140,6 +136,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     '/v2/deployments/:deployment_id/revisions',
     {
       schema: {
+        operationId: 'listRevisions',
         tags: ['revisions'],
         summary: 'List revisions of a deployment',
         params: DeploymentParams,
@@ -156,33 +153,22 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
       const { deployment_id: deploymentId } = request.params;
       const { limit, offset } = pageOf(request.query);
       const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
-      const rows = await listRevisions(db, workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, limit, offset);
-      // Revisions found prove the deployment is the caller's (they are read joined to it, in the
-      // workspace); only an empty page needs the lookup that tells "none" from 404. One query, not two.
-      if (rows.length === 0) await deployments.get(workspaceId, deploymentId);
+      const rows = await deployments.listRevisions(workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, { limit, offset });
       return envelope(rows.map(revisionResponse), offset);
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/revisions/:revision_id',
-    { schema: { tags: ['revisions'], summary: 'Get a revision', params: RevisionParams, response: { 200: Revision, ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => {
-      const workspaceId = workspaceOf(request);
-      const { deployment_id: deploymentId, revision_id: revisionId } = request.params;
-      const revision = await getRevision(db, workspaceId, deploymentId, revisionId);
-      if (!revision) {
-        await deployments.get(workspaceId, deploymentId);
-        throw notFound('Revision', revisionId);
-      }
-      return revisionResponse(revision);
-    },
+    { schema: { operationId: 'getRevision', tags: ['revisions'], summary: 'Get a revision', params: RevisionParams, response: { 200: Revision, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => revisionResponse(await deployments.getRevision(workspaceOf(request), request.params.deployment_id, request.params.revision_id)),
   );
 
   app.post(
     '/v2/deployments/:deployment_id/revisions/:revision_id/redeploy',
     {
       schema: {
+        operationId: 'redeployRevision',
         tags: ['revisions'],
         summary: 'Redeploy a revision',
         description: 'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.',
@@ -200,6 +186,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     '/v2/deployments/:deployment_id/revisions/:revision_id/interrupt',
     {
       schema: {
+        operationId: 'interruptRevision',
         tags: ['revisions'],
         summary: 'Interrupt a revision',
         description: 'Cancels a revision that has not reached a final state; it ends INTERRUPTED.',
@@ -207,13 +194,6 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         response: { 200: Revision, ...errorResponses(401, 403, 404, 409, 422) },
       },
     },
-    async (request) => {
-      const workspaceId = workspaceOf(request);
-      const { deployment_id: deploymentId, revision_id: revisionId } = request.params;
-      await deployments.interrupt(workspaceId, deploymentId, revisionId);
-      const revision = await getRevision(db, workspaceId, deploymentId, revisionId);
-      if (!revision) throw notFound('Revision', revisionId);
-      return revisionResponse(revision);
-    },
+    async (request) => revisionResponse(await deployments.interrupt(workspaceOf(request), request.params.deployment_id, request.params.revision_id)),
   );
 };

@@ -1,12 +1,9 @@
 /** The audit trail of a deployment: every transition and change of it and of its revisions. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
-import { listDeploymentEvents } from '../store/events.ts';
-import type { Database } from '../store/schema.ts';
 
 const Event = Type.Object({
   id: Type.String({ description: 'Increasing; events of one deployment come in this order.' }),
@@ -17,13 +14,14 @@ const Event = Type.Object({
   to_status: Nullable(Type.String()),
   data: Type.Object({}, { additionalProperties: true }),
   created_at: DateTime(),
-});
+}, { title: 'DeploymentEvent' });
 
-export const eventRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deployments: DeploymentService }> = async (app, { db, deployments }) => {
+export const eventRoutes: FastifyPluginAsyncTypebox<{ deployments: DeploymentService }> = async (app, { deployments }) => {
   app.get(
     '/v2/deployments/:deployment_id/events',
     {
       schema: {
+        operationId: 'listDeploymentEvents',
         tags: ['deployments'],
         summary: 'List the events of a deployment',
         description: 'Oldest first: creation, every revision and deployment status transition, updates.',
@@ -33,10 +31,8 @@ export const eventRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; depl
       },
     },
     async (request) => {
-      const workspaceId = workspaceOf(request);
-      await deployments.get(workspaceId, request.params.deployment_id);
       const { limit, offset } = pageOf(request.query, 100);
-      const rows = await listDeploymentEvents(db, workspaceId, request.params.deployment_id, limit, offset);
+      const rows = await deployments.listEvents(workspaceOf(request), request.params.deployment_id, { limit, offset });
       return envelope(rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })), offset);
     },
   );

@@ -89,7 +89,7 @@ const LogRequest = Type.Object({
   query: Type.Optional(Nullable(Type.String({ maxLength: 1000, description: 'Only lines containing this text (case-insensitive).' }))),
   start_time: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or after this ISO 8601 time.' }))),
   end_time: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or before this ISO 8601 time.' }))),
-});
+}, { title: 'LogSearch' });
 type LogRequest = Static<typeof LogRequest>;
 
 const LogEntry = Type.Object({
@@ -97,13 +97,13 @@ const LogEntry = Type.Object({
   timestamp: Type.Integer({ description: 'When the line was written, in milliseconds since the epoch.' }),
   level: StringEnum(LOG_LEVELS, { description: 'The level word the line starts with, else ERROR for stderr and INFO for stdout.' }),
   message: Type.String(),
-});
+}, { title: 'LogEntry' });
 const LogAnswer = Type.Object(
   {
     logs: Type.Array(LogEntry),
     next_offset: Nullable(Type.String({ description: 'Pass as offset for the next page; the given offset (or null) when this page is empty.' })),
   },
-  { description: 'A page of log entries in the order asked for.' },
+  { title: 'LogSearchResult', description: 'A page of log entries in the order asked for.' },
 );
 
 const RevisionParams = Type.Object({ deployment_id: Uuid(), revision_id: Uuid() });
@@ -148,6 +148,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       `/v1/projects/:deployment_id/revisions/:revision_id/${type}_logs`,
       {
         schema: {
+          operationId: type === 'build' ? 'searchRevisionBuildLogs' : 'searchRevisionDeployLogs',
           tags: ['langgraph'],
           summary: `${type === 'build' ? 'Build' : 'Deploy'} logs of a revision, as langgraph deploy reads them`,
           description: `The revision's ${type} log (the same lines as GET .../logs?type=${type}), paged with order, limit and offset, filtered by level, query and time.`,
@@ -167,6 +168,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
     '/v1/projects/:deployment_id/deploy_logs',
     {
       schema: {
+        operationId: 'searchDeploymentLogs',
         tags: ['langgraph'],
         summary: 'Deploy logs of a deployment, as langgraph deploy logs reads them',
         description: 'The app output of the deployment\'s active revision (its latest one while none is active), in the shape of the revision deploy_logs.',
@@ -187,6 +189,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
     '/v2/deployments/:deployment_id/push-token',
     {
       schema: {
+        operationId: 'createPushToken',
         tags: ['langgraph'],
         summary: 'Image push token: not available, use langgraph deploy --remote',
         description: `Always 400: ${USE_REMOTE_BUILD}`,

@@ -11,29 +11,30 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
-import type { SecretBox } from '../crypto/secret-box.ts';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import { REVISION_STATUSES } from '../domain/states.ts';
 import { notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { PROTOCOL_VERSION, REPORTED_STATUSES, createDesiredStateWaits, createListenerProtocolService } from '../service/listener-protocol.ts';
-import { getListener } from '../store/listeners.ts';
+import { PROTOCOL_VERSION, REPORTED_STATUSES, createDesiredStateWaits, type ListenerProtocolService } from '../service/listener-protocol.ts';
+import type { ListenerService } from '../service/listeners.ts';
 import type { Database } from '../store/schema.ts';
 import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
 
 export interface ListenerProtocolRouteDeps {
+  /** For the long-poll waits (src/service/listener-protocol.ts, createDesiredStateWaits), which live as long as the app. */
   db: Kysely<Database>;
-  secretBox: SecretBox;
+  protocol: ListenerProtocolService;
+  listeners: ListenerService;
   /** Wakes long-polls when something of their listener changes; without it they re-read every second. */
   changes?: ChangeFeed;
-  /** How often a waiting long-poll re-reads without a wake-up, in case a notification was lost (default 10 s). */
-  safetyPollMs?: number;
 }
 
 const MAX_WAIT_SECONDS = 60;
 const POLL_WITHOUT_FEED_MS = 1_000;
+/** How often a waiting long-poll re-reads without a wake-up, in case a notification was lost. */
+const SAFETY_POLL_MS = 10_000;
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
 
 // ----- schemas -----------------------------------------------------------------------------------
@@ -48,7 +49,7 @@ const DesiredRevision = Type.Object({
   secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), { description: 'Decrypted, for a Kubernetes Secret of the deployment.' }),
   secret_references: Nullable(Type.Array(SecretReference, { description: 'Environment variables read from existing Kubernetes Secrets.' })),
   resource_spec: Nullable(ResourceSpec),
-});
+}, { title: 'DesiredRevision' });
 
 const DesiredDeployment = Type.Object({
   deployment_id: Uuid(),
@@ -57,7 +58,7 @@ const DesiredDeployment = Type.Object({
   delete: Type.Boolean({ description: 'The deployment was deleted: remove everything of it, then POST .../deletions.' }),
   custom_url: Nullable(Type.String()),
   revision: Nullable(DesiredRevision),
-});
+}, { title: 'DesiredDeployment' });
 
 const DesiredState = Type.Object(
   {
@@ -65,7 +66,7 @@ const DesiredState = Type.Object(
     listener_id: Uuid(),
     deployments: Type.Array(DesiredDeployment),
   },
-  { description: 'Every deployment of the listener with the revision that should run (null: nothing should).' },
+  { title: 'DesiredState', description: 'Every deployment of the listener with the revision that should run (null: nothing should).' },
 );
 
 const DesiredStateQuery = Type.Object({
@@ -81,7 +82,7 @@ const ReportBody = Type.Object({
   status: StringEnum(REPORTED_STATUSES),
   failure_reason: Type.Optional(Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$', description: 'Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ...' })),
   message: Type.Optional(Type.String({ maxLength: 4096, description: 'For people: what happened.' })),
-});
+}, { title: 'RevisionReport' });
 
 const ReportResult = Type.Object(
   {
@@ -89,16 +90,16 @@ const ReportResult = Type.Object(
     status: StringEnum(REVISION_STATUSES, { description: 'The revision\'s status now.' }),
     not_applied_reason: Nullable(StringEnum(['duplicate', 'behind', 'superseded', 'final'] as const, { description: 'Why not: already in that status; behind its status; not the deployment\'s latest revision; in a final state.' })),
   },
-  { description: 'What the report did.' },
+  { title: 'RevisionReportResult', description: 'What the report did.' },
 );
 
-const DeletionBody = Type.Object({ deployment_id: Uuid() });
+const DeletionBody = Type.Object({ deployment_id: Uuid() }, { title: 'DeletionConfirmation' });
 
 const HeartbeatBody = Type.Object({
   version: Type.String({ minLength: 1, maxLength: 128, description: 'The agent\'s version.' }),
   namespaces: Type.Array(NAMESPACE, { maxItems: 1000, uniqueItems: true, description: 'The namespaces the agent watches.' }),
   message: Type.Optional(Type.String({ maxLength: 4096 })),
-});
+}, { title: 'Heartbeat' });
 
 /** The security a protocol endpoint documents: the listener credential is sent as a bearer token. */
 const security: Record<string, string[]>[] = [{ bearer: [] }, { apiKey: [] }];
@@ -112,10 +113,9 @@ function entityTags(header: string | undefined): string[] {
 // ----- routes ------------------------------------------------------------------------------------
 
 export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolRouteDeps> = async (app, deps) => {
-  const { db } = deps;
-  const protocol = createListenerProtocolService({ db, secretBox: deps.secretBox });
-  const waits = createDesiredStateWaits({ db, changes: deps.changes, logger: app.log });
-  const safetyPollMs = waits.hasFeed ? (deps.safetyPollMs ?? 10_000) : POLL_WITHOUT_FEED_MS;
+  const { protocol, listeners } = deps;
+  const waits = createDesiredStateWaits({ db: deps.db, changes: deps.changes, logger: app.log });
+  const safetyPollMs = waits.hasFeed ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS;
   let closing = false;
 
   // app.close() waits for every open request: waiting long-polls answer at once instead.
@@ -137,7 +137,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
       workspaceId = credential.workspace_id;
     } else {
       workspaceId = workspaceOf(request);
-      if (!(await getListener(db, workspaceId, listenerId))) throw notFound('Listener', listenerId);
+      await listeners.get(workspaceId, listenerId);
     }
     await protocol.seen(listenerId);
     return { listenerId, workspaceId };
@@ -151,6 +151,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     {
       config,
       schema: {
+        operationId: 'getDesiredState',
         tags,
         summary: 'Get (or wait for) the desired state of a listener',
         description:
@@ -187,7 +188,10 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
           waits.remember(listenerId, current.state.deployments.map((d) => d.deployment_id));
           const left = deadline - Date.now();
           if (left <= 0) break;
-          await wait.next(Math.min(left, safetyPollMs));
+          // Jittered, 75 to 125 % of the period (10 s on average): polls that started together, as every
+          // listener's do after a replica restart, would otherwise re-read together forever, in bursts
+          // that fill the pool and queue every other request (bench/listener-polls.ts measures it).
+          await wait.next(Math.min(left, safetyPollMs * (0.75 + Math.random() / 2)));
           if (gone || closing) break;
           current = await protocol.desiredState(listenerId);
         }
@@ -205,6 +209,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     {
       config,
       schema: {
+        operationId: 'reportRevisionStatus',
         tags,
         summary: 'Report the status of a revision',
         description:
@@ -226,6 +231,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     {
       config,
       schema: {
+        operationId: 'confirmDeletion',
         tags,
         summary: 'Confirm that a deleted deployment is gone from the cluster',
         description: 'Removes the deployment (in AWAITING_DELETE) for good. 204 again when it is already gone; 409 when it is not being deleted.',
@@ -247,6 +253,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     {
       config,
       schema: {
+        operationId: 'sendListenerHeartbeat',
         tags,
         summary: 'Tell the service the listener agent is alive',
         description: 'Sets last_seen_at, agent_version and watched_namespaces of the listener; answers the listener.',

@@ -3,33 +3,20 @@
  * agents use for the listener protocol (the protocol itself: src/routes/listener-protocol.ts).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
-import { generateListenerCredential, hashListenerCredential, listenerCredentialPrefix } from '../auth/listener-credentials.ts';
-import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
-import { recordEvents } from '../store/events.ts';
-import { insertListenerCredential, listListenerCredentials, revokeListenerCredential, type ListenerCredentialView } from '../store/listener-credentials.ts';
-import {
-  LISTENER_STALE_AFTER_SECONDS,
-  LISTENER_STATES,
-  deleteListener,
-  deploymentsUsingListener,
-  getListener,
-  insertListener,
-  listListeners,
-  lockListener,
-  shareLockListener,
-  updateListener,
-  type ListenerView,
-} from '../store/listeners.ts';
-import type { Database } from '../store/schema.ts';
+import type { ListenerService } from '../service/listeners.ts';
+import type { ListenerCredentialView } from '../store/listener-credentials.ts';
+import { LISTENER_STALE_AFTER_SECONDS, LISTENER_STATES, type ListenerView } from '../store/listeners.ts';
 
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
-const ComputeConfig = Type.Object({
-  k8s_namespaces: Type.Optional(Nullable(Type.Array(NAMESPACE, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'Namespaces the listener serves; default ["default"].' }))),
-});
+const ComputeConfig = Type.Object(
+  {
+    k8s_namespaces: Type.Optional(Nullable(Type.Array(NAMESPACE, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'Namespaces the listener serves; default ["default"].' }))),
+  },
+  { title: 'ComputeConfigInput' },
+);
 
 export const Listener = Type.Object(
   {
@@ -47,7 +34,7 @@ export const Listener = Type.Object(
     agent_version: Nullable(Type.String({ description: 'The agent\'s version, from its last heartbeat.' })),
     agent_message: Nullable(Type.String({ description: 'The message of the last heartbeat, if it had one.' })),
   },
-  { description: 'A listener.' },
+  { title: 'Listener', description: 'A listener.' },
 );
 
 const CreateBody = Type.Object({
@@ -55,14 +42,14 @@ const CreateBody = Type.Object({
   compute_id: Type.String({ minLength: 1, maxLength: 253, pattern: '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$', description: 'Assigned by the user, for example the cluster name; unique in the workspace.' }),
   compute_config: Type.Optional(Nullable(ComputeConfig)),
   version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
-});
+}, { title: 'ListenerCreate' });
 
 const PatchBody = Type.Object({
   version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
   compute_config: Type.Optional(Nullable(ComputeConfig)),
   compute_type: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
   compute_id: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-});
+}, { title: 'ListenerPatch' });
 
 const Params = Type.Object({ listener_id: Uuid() });
 
@@ -95,22 +82,23 @@ const ListenerCredential = Type.Object(
     last_used_at: Nullable(DateTime({ description: 'When its agent last called with it (to the minute).' })),
     revoked_at: Nullable(DateTime()),
   },
-  { description: 'A listener credential, without the credential itself.' },
+  { title: 'ListenerCredential', description: 'A listener credential, without the credential itself.' },
 );
 const CreatedListenerCredential = Type.Object(
   { ...ListenerCredential.properties, credential: Type.String({ description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.' }) },
-  { description: 'A new listener credential, shown once.' },
+  { title: 'ListenerCredentialCreated', description: 'A new listener credential, shown once.' },
 );
 const CredentialParams = Type.Object({ listener_id: Uuid(), credential_id: Uuid() });
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 const credentialResponse = (row: ListenerCredentialView): Static<typeof ListenerCredential> => ({ ...row, created_at: row.created_at.toISOString(), last_used_at: iso(row.last_used_at), revoked_at: iso(row.revoked_at) });
 
-export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
+export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerService }> = async (app, { listeners }) => {
   app.post(
     '/v2/listeners',
     {
       schema: {
+        operationId: 'createListener',
         tags: ['listeners'],
         summary: 'Create a listener',
         body: { ...CreateBody, examples: [{ compute_type: 'k8s', compute_id: 'prod-eu-1', compute_config: { k8s_namespaces: ['agents'] }, version: '0.1.0' }] },
@@ -118,48 +106,32 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
       },
     },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const body = request.body;
-      const row = await db.transaction().execute(async (tx) => {
-        const created = await insertListener(tx, {
-          workspaceId,
-          computeType: body.compute_type,
-          computeId: body.compute_id,
-          namespaces: body.compute_config?.k8s_namespaces ?? ['default'],
-          version: body.version ?? null,
-        });
-        if (!created) throw new AppError('conflict', `A listener with compute_id '${body.compute_id}' already exists in this workspace.`);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: created.id, type: 'listener.created', data: { compute_id: created.compute_id } }]);
-        return created;
-      });
+      const row = await listeners.create(workspaceOf(request), request.body);
       return reply.status(201).send(listenerResponse(row));
     },
   );
 
   app.get(
     '/v2/listeners',
-    { schema: { tags: ['listeners'], summary: 'List listeners', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Listener, 'A page of listeners, newest first.'), ...errorResponses(401, 403, 422) } } },
+    { schema: { operationId: 'listListeners', tags: ['listeners'], summary: 'List listeners', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Listener, 'A page of listeners, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      const rows = await listListeners(db, workspaceOf(request), limit, offset);
+      const rows = await listeners.list(workspaceOf(request), { limit, offset });
       return envelope(rows.map(listenerResponse), offset);
     },
   );
 
   app.get(
     '/v2/listeners/:listener_id',
-    { schema: { tags: ['listeners'], summary: 'Get a listener', params: Params, response: { 200: Listener, ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => {
-      const row = await getListener(db, workspaceOf(request), request.params.listener_id);
-      if (!row) throw notFound('Listener', request.params.listener_id);
-      return listenerResponse(row);
-    },
+    { schema: { operationId: 'getListener', tags: ['listeners'], summary: 'Get a listener', params: Params, response: { 200: Listener, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => listenerResponse(await listeners.get(workspaceOf(request), request.params.listener_id)),
   );
 
   app.patch(
     '/v2/listeners/:listener_id',
     {
       schema: {
+        operationId: 'patchListener',
         tags: ['listeners'],
         summary: 'Patch a listener',
         description: 'Changes version and namespaces; compute_type and compute_id cannot change. A namespace still used by a deployment cannot be removed.',
@@ -168,45 +140,14 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
         response: { 200: Listener, ...errorResponses(400, 401, 403, 404, 409, 422) },
       },
     },
-    async (request) => {
-      const workspaceId = workspaceOf(request);
-      const { listener_id: id } = request.params;
-      const body = request.body;
-      const row = await db.transaction().execute(async (tx) => {
-        const current = await lockListener(tx, workspaceId, id);
-        if (!current) throw notFound('Listener', id);
-        if (body.compute_type !== undefined && body.compute_type !== current.compute_type) throw new AppError('field_immutable', 'compute_type cannot be changed after creation');
-        if (body.compute_id !== undefined && body.compute_id !== current.compute_id) throw new AppError('field_immutable', 'compute_id cannot be changed after creation');
-        const namespaces = body.compute_config?.k8s_namespaces ?? undefined;
-        if (namespaces) {
-          const stranded = (await deploymentsUsingListener(tx, id)).filter((d) => d.k8s_namespace !== null && !namespaces.includes(d.k8s_namespace));
-          if (stranded.length > 0) {
-            throw new AppError('conflict', `Namespace '${stranded[0]!.k8s_namespace}' is used by deployment '${stranded[0]!.name}' and cannot be removed from the listener.`);
-          }
-        }
-        const version = body.version === undefined ? undefined : body.version;
-        const updated = await updateListener(tx, id, { namespaces, version });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.updated', data: { fields: Object.keys(body).filter((k) => k === 'version' || k === 'compute_config') } }]);
-        return updated;
-      });
-      return listenerResponse(row);
-    },
+    async (request) => listenerResponse(await listeners.patch(workspaceOf(request), request.params.listener_id, request.body)),
   );
 
   app.delete(
     '/v2/listeners/:listener_id',
-    { schema: { tags: ['listeners'], summary: 'Delete a listener', description: '409 while deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    { schema: { operationId: 'deleteListener', tags: ['listeners'], summary: 'Delete a listener', description: '409 while deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { listener_id: id } = request.params;
-      await db.transaction().execute(async (tx) => {
-        const current = await lockListener(tx, workspaceId, id);
-        if (!current) throw notFound('Listener', id);
-        const users = await deploymentsUsingListener(tx, id);
-        if (users.length > 0) throw new AppError('conflict', `Listener ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`);
-        await deleteListener(tx, id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.deleted', data: { compute_id: current.compute_id } }]);
-      });
+      await listeners.remove(workspaceOf(request), request.params.listener_id);
       return reply.status(204).send(null);
     },
   );
@@ -218,6 +159,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
     {
       config: { admin: true },
       schema: {
+        operationId: 'createListenerCredential',
         tags: ['listeners'],
         summary: 'Create a listener credential',
         description: 'The credential (slwl_...) is shown once. It opens the listener protocol endpoints of this listener and nothing else.',
@@ -226,16 +168,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
       },
     },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { listener_id: id } = request.params;
-      const credential = generateListenerCredential();
-      const row = await db.transaction().execute(async (tx) => {
-        // A share lock: the listener cannot be deleted before its credential is stored.
-        if (!(await shareLockListener(tx, workspaceId, id))) throw notFound('Listener', id);
-        const created = await insertListenerCredential(tx, { workspaceId, listenerId: id, hash: hashListenerCredential(credential), prefix: listenerCredentialPrefix(credential), createdBy: request.caller.keyId });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.credential_created', data: { credential_id: created.id, credential_prefix: created.credential_prefix, by_key: request.caller.keyId } }]);
-        return created;
-      });
+      const { row, credential } = await listeners.createCredential(workspaceOf(request), request.params.listener_id, request.caller.keyId);
       return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
     },
   );
@@ -244,6 +177,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
     '/v2/listeners/:listener_id/credentials',
     {
       schema: {
+        operationId: 'listListenerCredentials',
         tags: ['listeners'],
         summary: "List a listener's credentials",
         description: 'Never the credentials themselves; revoked ones too, newest first.',
@@ -253,10 +187,9 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
       },
     },
     async (request) => {
-      const { listener_id: id } = request.params;
-      if (!(await getListener(db, workspaceOf(request), id))) throw notFound('Listener', id);
       const { limit, offset } = pageOf(request.query);
-      return envelope((await listListenerCredentials(db, id, limit, offset)).map(credentialResponse), offset);
+      const rows = await listeners.listCredentials(workspaceOf(request), request.params.listener_id, { limit, offset });
+      return envelope(rows.map(credentialResponse), offset);
     },
   );
 
@@ -265,6 +198,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
     {
       config: { admin: true },
       schema: {
+        operationId: 'revokeListenerCredential',
         tags: ['listeners'],
         summary: 'Revoke a listener credential',
         description: 'It stops working at once (a desired-state long-poll it started ends at its timeout). 404 for an unknown or already revoked one.',
@@ -273,14 +207,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }>
       },
     },
     async (request, reply) => {
-      const workspaceId = workspaceOf(request);
-      const { listener_id: id, credential_id: credentialId } = request.params;
-      await db.transaction().execute(async (tx) => {
-        if (!(await getListener(tx, workspaceId, id))) throw notFound('Listener', id);
-        const revoked = await revokeListenerCredential(tx, id, credentialId);
-        if (!revoked) throw notFound('Listener credential', credentialId);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.credential_revoked', data: { credential_id: credentialId, credential_prefix: revoked.credential_prefix, by_key: request.caller.keyId } }]);
-      });
+      await listeners.revokeCredential(workspaceOf(request), request.params.listener_id, request.params.credential_id, request.caller.keyId);
       return reply.status(204).send(null);
     },
   );

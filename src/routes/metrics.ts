@@ -136,7 +136,7 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
     latency.observe(labels, reply.elapsedTime / 1000);
   });
 
-  const schema = { tags: ['operations'], summary: 'Metrics in the Prometheus text format', response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } } };
+  const schema = { operationId: 'getMetrics', tags: ['operations'], summary: 'Metrics in the Prometheus text format', response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } } };
   app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
     try {
       gauges = await readDatabaseGauges(db);

@@ -4,6 +4,7 @@
  * Every value is escaped; the page loads nothing and sends no referrer (its URL carries the code).
  */
 import type { FastifyReply } from 'fastify';
+import { statusOf } from '../http/error-statuses.ts';
 import type { CallbackOutcome } from '../service/oauth-flow.ts';
 
 const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
@@ -30,7 +31,7 @@ ${lines.map((line) => `<p>${escapeHtml(line)}</p>`).join('\n')}
 
 export function sendCallbackPage(reply: FastifyReply, outcome: CallbackOutcome): FastifyReply {
   return reply
-    .status(outcome.ok ? 200 : outcome.status)
+    .status(outcome.ok ? 200 : statusOf(outcome.code))
     .header('cache-control', 'no-store')
     .header('referrer-policy', 'no-referrer')
     .header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'")

@@ -4,13 +4,11 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type, type Static } from 'typebox';
-import { notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import { MAX_WAIT_SECONDS, type AuthenticateResult, type OAuthFlowService, type WaitResult } from '../service/oauth-flow.ts';
 import type { OAuthTokenService } from '../service/oauth-tokens.ts';
-import { getToken, listTokens, type TokenView } from '../store/oauth-tokens.ts';
-import type { Db } from '../store/schema.ts';
+import type { TokenView } from '../store/oauth-tokens.ts';
 import { sendCallbackPage } from './oauth-callback-page.ts';
 
 const Scope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$' });
@@ -20,7 +18,7 @@ const AuthenticateBody = Type.Object({
   provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }),
   scopes: Type.Optional(Nullable(Type.Array(Scope, { maxItems: 100, description: "Default: the provider's scopes." }))),
   agent_id: Type.Optional(Nullable(AgentId)),
-});
+}, { title: 'AuthenticateRequest' });
 
 const AuthenticateResponse = Type.Object(
   {
@@ -31,7 +29,7 @@ const AuthenticateResponse = Type.Object(
     token_id: Nullable(Uuid({ description: 'completed: the usable token.' })),
     connection_id: Nullable(Uuid({ description: 'completed with agent_id: the agent connection.' })),
   },
-  { description: 'completed when a usable token of the caller exists, else pending with the authorization URL.' },
+  { title: 'AuthenticateResult', description: 'completed when a usable token of the caller exists, else pending with the authorization URL.' },
 );
 
 const WaitResponse = Type.Object({
@@ -40,7 +38,7 @@ const WaitResponse = Type.Object({
   token_id: Nullable(Uuid()),
   connection_id: Nullable(Uuid()),
   error: Nullable(Type.Object({ reason: Type.String(), message: Type.String() })),
-});
+}, { title: 'AuthorizationStatus' });
 
 const OAuthToken = Type.Object(
   {
@@ -57,10 +55,26 @@ const OAuthToken = Type.Object(
     updated_at: DateTime(),
     refreshed_at: Nullable(DateTime()),
   },
-  { description: 'An OAuth token, without its values.' },
+  { title: 'OAuthToken', description: 'An OAuth token, without its values.' },
 );
 
 const TokenParams = Type.Object({ token_id: Uuid() });
+
+/**
+ * What a provider sends back to the callback (RFC 6749 §4.1.2 and §4.1.2.1, RFC 9207). Documented, not
+ * validated: whatever arrives (a repeated state, an unknown field), the person gets the page.
+ */
+const CallbackQuery = Type.Object({
+  code: Type.Optional(Type.String({ description: 'The authorization code, when the person agreed.' })),
+  state: Type.Optional(Type.String({ description: 'The state of the authorization request, sent back unchanged; exactly one.' })),
+  error: Type.Optional(Type.String({ description: 'An OAuth error code (access_denied, invalid_scope...) instead of a code.' })),
+  error_description: Type.Optional(Type.String({ description: "The provider's explanation of error." })),
+  error_uri: Type.Optional(Type.String({ description: 'A page about error.' })),
+  iss: Type.Optional(Type.String({ description: 'The issuer (RFC 9207); checked when the provider has one configured.' })),
+});
+
+const CallbackPage = (description: string) => ({ description, content: { 'text/html': { schema: Type.String({ description: 'A small page for the browser.' }) } } });
+
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 
 function tokenResponse(row: TokenView): Static<typeof OAuthToken> {
@@ -86,7 +100,7 @@ function authenticateResponse(result: AuthenticateResult): Static<typeof Authent
     : { status: 'pending', auth_id: result.auth_id, url: result.url, expires_at: result.expires_at.toISOString(), token_id: null, connection_id: null };
 }
 
-export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlowService; tokens: OAuthTokenService }> = async (app, { db, flow, tokens }) => {
+export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (app, { flow, tokens }) => {
   const tags = ['oauth'];
   // Long polls end at once, with the status as it is, when the server starts closing.
   const closing = new AbortController();
@@ -96,6 +110,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlo
     '/v2/auth/authenticate',
     {
       schema: {
+        operationId: 'authenticate',
         tags,
         summary: 'Start (or reuse) an authorization',
         description: 'Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.',
@@ -112,15 +127,30 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlo
   app.get(
     '/v2/auth/callback/:provider_id',
     {
-      config: { auth: 'none' },
+      config: {
+        auth: 'none',
+        // The query is documented, not validated (see CallbackQuery): it is added to the document only.
+        swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, querystring: CallbackQuery }, url }),
+      },
       // The query holds the authorization code: keep the request line out of the info-level access log.
       logLevel: 'warn',
       schema: {
+        operationId: 'handleOAuthCallback',
         tags,
         summary: "The provider's redirect back (browser, no API key)",
         description: 'Checks state (single use, unexpired), exchanges the code and shows a small HTML page saying whether it worked.',
         // No querystring schema: whatever the provider sends (code, state, error, iss), the answer is the page.
         params: Type.Object({ provider_id: Type.String({ maxLength: 256 }) }),
+        response: {
+          200: CallbackPage('Authorization complete: the token is stored (and the agent connected, when one was named).'),
+          400: CallbackPage('Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which).'),
+          502: CallbackPage('Nothing was stored: the provider answered the code exchange wrongly.'),
+          503: {
+            description: 'Nothing was stored: the provider (the page) or the database (the error envelope) could not be reached.',
+            content: { ...CallbackPage('').content, 'application/json': { schema: Type.Ref('ErrorBody') } },
+          },
+          ...errorResponses(422),
+        },
       },
     },
     async (request, reply) => {
@@ -133,6 +163,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlo
     '/v2/auth/wait/:auth_id',
     {
       schema: {
+        operationId: 'waitForAuthorization',
         tags,
         summary: 'Wait for an authorization to finish',
         description: `Long-polls until the flow completes or fails, or timeout seconds (0 to ${MAX_WAIT_SECONDS}, default 30) pass; then status is still pending.`,
@@ -146,28 +177,25 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ db: Db; flow: OAuthFlo
 
   app.get(
     '/v2/auth/tokens',
-    { schema: { tags, summary: "List the workspace's OAuth tokens (never their values)", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'), ...errorResponses(401, 403, 422) } } },
+    { schema: { operationId: 'listOAuthTokens', tags, summary: "List the workspace's OAuth tokens (never their values)", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      const rows = await listTokens(db, workspaceOf(request), limit, offset);
+      const rows = await tokens.list(workspaceOf(request), { limit, offset });
       return envelope(rows.map(tokenResponse), offset);
     },
   );
 
   app.get(
     '/v2/auth/tokens/:token_id',
-    { schema: { tags, summary: 'Get an OAuth token (never its values)', params: TokenParams, response: { 200: OAuthToken, ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => {
-      const row = await getToken(db, workspaceOf(request), request.params.token_id);
-      if (!row) throw notFound('OAuth token', request.params.token_id);
-      return tokenResponse(row);
-    },
+    { schema: { operationId: 'getOAuthToken', tags, summary: 'Get an OAuth token (never its values)', params: TokenParams, response: { 200: OAuthToken, ...errorResponses(401, 403, 404, 422) } } },
+    async (request) => tokenResponse(await tokens.get(workspaceOf(request), request.params.token_id)),
   );
 
   app.delete(
     '/v2/auth/tokens/:token_id',
     {
       schema: {
+        operationId: 'deleteOAuthToken',
         tags,
         summary: 'Revoke and delete an OAuth token',
         description: 'Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.',

@@ -35,7 +35,7 @@ export const OAuthProvider = Type.Object(
     token_endpoint_auth_method: Type.String(),
     is_dynamic_client: Type.Boolean(),
   },
-  { description: 'An OAuth provider. client_secret is write-only and never returned.' },
+  { title: 'OAuthProvider', description: 'An OAuth provider. client_secret is write-only and never returned.' },
 );
 
 /** Settings beyond the interface's update body, accepted by create and update alike. */
@@ -59,7 +59,7 @@ const CreateBody = Type.Object({
   uses_pkce: Type.Optional(Type.Boolean({ description: 'Default true. A public client (token_endpoint_auth_method none) must use PKCE.' })),
   code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS, { description: 'Default S256.' })),
   ...ExtraSettings,
-});
+}, { title: 'OAuthProviderCreate' });
 
 const UpdateBody = Type.Object({
   name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
@@ -71,7 +71,7 @@ const UpdateBody = Type.Object({
   code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS)),
   provider_id: Type.Optional(Type.String({ description: 'Cannot change; the current value is accepted.' })),
   ...ExtraSettings,
-});
+}, { title: 'OAuthProviderUpdate' });
 
 const Params = Type.Object({ provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }) });
 
@@ -109,6 +109,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
     {
       config: { admin: true },
       schema: {
+        operationId: 'createOAuthProvider',
         tags,
         summary: 'Register an OAuth provider',
         description: 'Register <SLIPWAY_PUBLIC_URL>/v2/auth/callback/<provider_id> as the redirect URI at the provider.',
@@ -121,7 +122,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
 
   app.get(
     '/v2/auth/providers',
-    { schema: { tags, summary: "List the organization's OAuth providers", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthProvider, 'A page of providers, newest first.'), ...errorResponses(401, 403, 422) } } },
+    { schema: { operationId: 'listOAuthProviders', tags, summary: "List the organization's OAuth providers", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthProvider, 'A page of providers, newest first.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await providers.list(request.caller.organizationId, limit, offset);
@@ -131,7 +132,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
 
   app.get(
     '/v2/auth/providers/:provider_id',
-    { schema: { tags, summary: 'Get an OAuth provider', params: Params, response: { 200: OAuthProvider, ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'getOAuthProvider', tags, summary: 'Get an OAuth provider', params: Params, response: { 200: OAuthProvider, ...errorResponses(401, 403, 404, 422) } } },
     async (request) => providerResponse(await providers.get(request.caller.organizationId, request.params.provider_id)),
   );
 
@@ -139,7 +140,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
     '/v2/auth/providers/:provider_id',
     {
       config: { admin: true },
-      schema: { tags, summary: 'Update an OAuth provider', params: Params, body: UpdateBody, response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 422) } },
+      schema: { operationId: 'updateOAuthProvider', tags, summary: 'Update an OAuth provider', params: Params, body: UpdateBody, response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 422) } },
     },
     async (request) => providerResponse(await providers.update(actor(request), request.params.provider_id, request.body)),
   );
@@ -148,7 +149,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
     '/v2/auth/providers/:provider_id',
     {
       config: { admin: true },
-      schema: { tags, summary: 'Delete an OAuth provider', description: '409 while tokens of the provider exist.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } },
+      schema: { operationId: 'deleteOAuthProvider', tags, summary: 'Delete an OAuth provider', description: '409 while tokens of the provider exist.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } },
     },
     async (request, reply) => {
       await providers.remove(actor(request), request.params.provider_id);

@@ -1,37 +1,28 @@
 /**
- * The auth service of issue 4 as one plugin: OAuth providers, the authorization flow and its tokens,
- * agent connections, and the agent credentials deployed agents fetch tokens with. The OAuth client
- * and the services are built here from the app's dependencies; docs/oauth.md describes the whole.
+ * The auth service as one plugin: OAuth providers, the authorization flow and its tokens,
+ * agent connections, and the agent credentials deployed agents fetch tokens with. The services come
+ * from the composition root (src/services.ts); docs/oauth.md describes the whole.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
-import type { Config } from '../config.ts';
-import type { SecretBox } from '../crypto/secret-box.ts';
-import { OAuthClient, type FetchLike } from '../oauth/oauth-client.ts';
-import { createOAuthFlowService } from '../service/oauth-flow.ts';
-import { createOAuthProviderService } from '../service/oauth-providers.ts';
-import { createOAuthTokenService } from '../service/oauth-tokens.ts';
-import type { Database } from '../store/schema.ts';
+import type { AgentConnectionService } from '../service/agent-connections.ts';
+import type { AgentCredentialService } from '../service/agent-credentials.ts';
+import type { OAuthFlowService } from '../service/oauth-flow.ts';
+import type { OAuthProviderService } from '../service/oauth-providers.ts';
+import type { OAuthTokenService } from '../service/oauth-tokens.ts';
 import { agentConnectionRoutes } from './agent-connections.ts';
 import { oauthFlowRoutes } from './oauth-flow.ts';
 import { oauthProviderRoutes } from './oauth-providers.ts';
 
 export interface OAuthRoutesOptions {
-  db: Kysely<Database>;
-  secretBox: SecretBox;
-  config: Pick<Config, 'allowInsecureOAuth' | 'publicUrl'>;
-  /** Replaces global fetch for requests to identity providers (proxies, tests). */
-  fetch?: FetchLike;
+  providers: OAuthProviderService;
+  flow: OAuthFlowService;
+  tokens: OAuthTokenService;
+  connections: AgentConnectionService;
+  credentials: AgentCredentialService;
 }
 
-export const oauthRoutes: FastifyPluginAsyncTypebox<OAuthRoutesOptions> = async (app, { db, secretBox, config, fetch }) => {
-  const client = new OAuthClient({ allowInsecure: config.allowInsecureOAuth, ...(fetch ? { fetch } : {}) });
-  const logger = app.log;
-  const providers = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
-  const tokens = createOAuthTokenService({ db, secretBox, client, providers, logger });
-  const flow = createOAuthFlowService({ db, secretBox, client, providers, logger, publicUrl: config.publicUrl });
-
+export const oauthRoutes: FastifyPluginAsyncTypebox<OAuthRoutesOptions> = async (app, { providers, flow, tokens, connections, credentials }) => {
   await app.register(oauthProviderRoutes, { providers });
-  await app.register(oauthFlowRoutes, { db, flow, tokens });
-  await app.register(agentConnectionRoutes, { db, tokens });
+  await app.register(oauthFlowRoutes, { flow, tokens });
+  await app.register(agentConnectionRoutes, { connections, credentials });
 };

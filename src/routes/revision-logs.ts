@@ -27,15 +27,15 @@ const LOG_STREAMS = ['stdout', 'stderr', 'system'] as const;
 /** Lines read per query while a follower catches up. */
 const FOLLOW_PAGE = 500;
 const POLL_WITHOUT_FEED_MS = 1_000;
+/** How often a follower re-reads without a wake-up, in case a notification was lost. */
+const SAFETY_POLL_MS = 5_000;
+/** Comment lines that keep proxies from closing a quiet stream. */
+const HEARTBEAT_MS = 15_000;
 
 export interface RevisionLogRouteDeps {
   db: Kysely<Database>;
   /** Wakes followers when lines or statuses change; without it followers poll every second. */
   changes?: ChangeFeed;
-  /** Comment lines that keep proxies from closing a quiet stream (default 15 s). */
-  heartbeatMs?: number;
-  /** How often a follower re-reads without a wake-up, in case a notification was lost (default 5 s). */
-  safetyPollMs?: number;
 }
 
 // ----- cursors -----------------------------------------------------------------------------------
@@ -68,14 +68,14 @@ const LogLine = Type.Object({
   time: DateTime({ description: 'When the line was written, ISO 8601 with milliseconds.' }),
   stream: StringEnum(LOG_STREAMS, { description: 'stdout or stderr of the process, or system for lines the platform writes.' }),
   message: Type.String({ description: 'The line without its newline, colours and control characters; secret values are ********.' }),
-});
+}, { title: 'LogLine' });
 
 const LogPage = Type.Object(
   {
     lines: Type.Array(LogLine),
     next_cursor: Type.String({ description: 'Pass as cursor to get the lines after this page; unchanged when the page is empty.' }),
   },
-  { description: 'A page of log lines, oldest first.' },
+  { title: 'LogPage', description: 'A page of log lines, oldest first.' },
 );
 
 const EVENT_STREAM_DESCRIPTION = [
@@ -119,6 +119,7 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
     '/v2/deployments/:deployment_id/revisions/:revision_id/logs',
     {
       schema: {
+        operationId: 'getRevisionLogs',
         tags: ['revisions'],
         summary: 'Get or follow the logs of a revision',
         description: 'Build output or app output, oldest first. follow=true streams it as server-sent events (see the text/event-stream response).',
@@ -179,8 +180,8 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
       const follower = startFollower({
         db,
         changes: deps.changes,
-        heartbeatMs: deps.heartbeatMs ?? 15_000,
-        pollMs: deps.changes ? (deps.safetyPollMs ?? 5_000) : POLL_WITHOUT_FEED_MS,
+        heartbeatMs: HEARTBEAT_MS,
+        pollMs: deps.changes ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS,
         workspaceId,
         deploymentId,
         revisionId,

@@ -11,10 +11,13 @@ import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getT
 import { recordEvents } from '../store/events.ts';
 import { lockDeployment } from '../store/deployments.ts';
 
-const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() });
-const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() });
-const DeploymentTag = Type.Object({ tag_key_id: Uuid(), key: Type.String(), tag_value_id: Uuid(), value: Type.String() });
+const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() }, { title: 'TagValue' });
+const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() }, { title: 'TagKey' });
+const DeploymentTag = Type.Object({ tag_key_id: Uuid(), key: Type.String(), tag_value_id: Uuid(), value: Type.String() }, { title: 'DeploymentTag' });
+const DeploymentTagList = ListEnvelope(DeploymentTag, 'A page of the tag values of a deployment.');
 const KeyParams = Type.Object({ tag_key_id: Uuid() });
+/** The most tag values a deployment carries: a PUT answers with the whole set in one page. */
+const MAX_DEPLOYMENT_TAGS = 100;
 const TAG_TEXT = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 
 const keyResponse = (k: { id: string; key: string; description: string | null; created_at: Date }) => ({ ...k, created_at: k.created_at.toISOString() });
@@ -23,7 +26,7 @@ const valueResponse = (v: { id: string; tag_key_id: string; value: string; creat
 export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deployments: DeploymentService }> = async (app, { db, deployments }) => {
   app.post(
     '/v2/tags/keys',
-    { schema: { tags: ['tags'], summary: 'Create a tag key', body: Type.Object({ key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) }), response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) } } },
+    { schema: { operationId: 'createTagKey', tags: ['tags'], summary: 'Create a tag key', body: Type.Object({ key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) }, { title: 'TagKeyCreate' }), response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) } } },
     async (request, reply) => {
       const row = await insertTagKey(db, workspaceOf(request), request.body.key, request.body.description ?? null);
       if (!row) throw new AppError('conflict', `A tag key '${request.body.key}' already exists.`);
@@ -33,7 +36,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
 
   app.get(
     '/v2/tags/keys',
-    { schema: { tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
+    { schema: { operationId: 'listTagKeys', tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await listTagKeys(db, workspaceOf(request), limit, offset);
@@ -43,7 +46,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
 
   app.delete(
     '/v2/tags/keys/:tag_key_id',
-    { schema: { tags: ['tags'], summary: 'Delete a tag key and its values', params: KeyParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'deleteTagKey', tags: ['tags'], summary: 'Delete a tag key and its values', params: KeyParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
       const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
       if (!key) throw notFound('Tag key', request.params.tag_key_id);
@@ -54,7 +57,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
 
   app.post(
     '/v2/tags/keys/:tag_key_id/values',
-    { schema: { tags: ['tags'], summary: 'Add a value to a tag key', params: KeyParams, body: Type.Object({ value: Type.String(TAG_TEXT) }), response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) } } },
+    { schema: { operationId: 'createTagValue', tags: ['tags'], summary: 'Add a value to a tag key', params: KeyParams, body: Type.Object({ value: Type.String(TAG_TEXT) }, { title: 'TagValueCreate' }), response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) } } },
     async (request, reply) => {
       const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
       if (!key) throw notFound('Tag key', request.params.tag_key_id);
@@ -66,17 +69,18 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
 
   app.get(
     '/v2/tags/keys/:tag_key_id/values',
-    { schema: { tags: ['tags'], summary: 'List the values of a tag key', params: KeyParams, response: { 200: Type.Array(TagValue), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'listTagValues', tags: ['tags'], summary: 'List the values of a tag key', params: KeyParams, querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagValue, 'A page of the values of a tag key.'), ...errorResponses(401, 403, 404, 422) } } },
     async (request) => {
       const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
       if (!key) throw notFound('Tag key', request.params.tag_key_id);
-      return (await listTagValues(db, key.id)).map(valueResponse);
+      const { limit, offset } = pageOf(request.query);
+      return envelope((await listTagValues(db, key.id, limit, offset)).map(valueResponse), offset);
     },
   );
 
   app.delete(
     '/v2/tags/keys/:tag_key_id/values/:tag_value_id',
-    { schema: { tags: ['tags'], summary: 'Delete a tag value', params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'deleteTagValue', tags: ['tags'], summary: 'Delete a tag value', params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
       const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
       if (!key || !(await deleteTagValue(db, key.id, request.params.tag_value_id))) throw notFound('Tag value', request.params.tag_value_id);
@@ -89,12 +93,13 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/deployments/:deployment_id/tags',
     {
       schema: {
+        operationId: 'setDeploymentTags',
         tags: ['tags'],
         summary: 'Set the tag values of a deployment',
         description: 'Replaces the whole set.',
         params: DeploymentParams,
-        body: Type.Object({ tag_value_ids: Type.Array(Uuid(), { maxItems: 100, uniqueItems: true }) }),
-        response: { 200: Type.Array(DeploymentTag), ...errorResponses(400, 401, 403, 404, 422) },
+        body: Type.Object({ tag_value_ids: Type.Array(Uuid(), { maxItems: MAX_DEPLOYMENT_TAGS, uniqueItems: true }) }, { title: 'DeploymentTagsSet' }),
+        response: { 200: DeploymentTagList, ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
     async (request) => {
@@ -111,17 +116,18 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
         if (unknown) throw new AppError('invalid_reference', `tag_value_ids: Tag value ID ${unknown} not found.`);
         await replaceDeploymentTags(tx, id, ids);
         await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.tags_set', data: { tag_value_ids: ids } }]);
-        return deploymentTags(tx, id);
+        return envelope(await deploymentTags(tx, id, MAX_DEPLOYMENT_TAGS, 0), 0);
       });
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/tags',
-    { schema: { tags: ['tags'], summary: 'List the tag values of a deployment', params: DeploymentParams, response: { 200: Type.Array(DeploymentTag), ...errorResponses(401, 403, 404, 422) } } },
+    { schema: { operationId: 'listDeploymentTags', tags: ['tags'], summary: 'List the tag values of a deployment', params: DeploymentParams, querystring: Type.Object(PageQuery), response: { 200: DeploymentTagList, ...errorResponses(401, 403, 404, 422) } } },
     async (request) => {
       await deployments.get(workspaceOf(request), request.params.deployment_id);
-      return deploymentTags(db, request.params.deployment_id);
+      const { limit, offset } = pageOf(request.query);
+      return envelope(await deploymentTags(db, request.params.deployment_id, limit, offset), offset);
     },
   );
 };

@@ -21,7 +21,7 @@ import { insertUpload } from '../store/uploads.ts';
 export const TARBALL_TYPES = ['application/gzip', 'application/x-gzip', 'application/octet-stream', 'application/x-tar+gzip'];
 const GZIP_MAGIC = Buffer.from([0x1f, 0x8b]);
 
-export const Upload = Type.Object({ id: Uuid(), source_tarball_path: Type.String(), size_bytes: Type.Integer(), sha256: Type.String(), created_at: DateTime() });
+export const Upload = Type.Object({ id: Uuid(), source_tarball_path: Type.String(), size_bytes: Type.Integer(), sha256: Type.String(), created_at: DateTime() }, { title: 'Upload' });
 
 /** Where upload `id` is kept, relative to the data directory: what source_tarball_path names. */
 export const uploadPath = (id: string): string => `uploads/${id}.tar.gz`;

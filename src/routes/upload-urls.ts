@@ -40,6 +40,7 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
     '/v2/deployments/:deployment_id/upload-url',
     {
       schema: {
+        operationId: 'createUploadUrl',
         tags: ['deployments'],
         summary: 'Get a single-use URL to upload a source tarball',
         description: `PUT the gzipped tarball to upload_url (Content-Type application/gzip, no API key) within ${UPLOAD_URL_TTL_MS / 60_000} minutes, once; then patch the deployment with source_revision_config.source_tarball_path = object_path.`,
@@ -49,7 +50,7 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
             upload_url: Type.String({ description: 'Absolute URL that authenticates the one PUT it allows.' }),
             object_path: Type.String({ description: 'The source_tarball_path of the upload once it is stored.' }),
             expires_at: DateTime(),
-          }),
+          }, { title: 'UploadUrl' }),
           ...errorResponses(401, 403, 404, 422),
         },
       },
@@ -76,6 +77,7 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
       config: { auth: 'none' },
       onRequest: requireTarballContentType,
       schema: {
+        operationId: 'uploadSourceToUrl',
         tags: ['deployments'],
         summary: 'Upload a source tarball to an upload URL',
         description: 'The upload_url of POST /v2/deployments/{id}/upload-url. Body: a gzipped tarball (Content-Type application/gzip).',

@@ -20,12 +20,13 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; dat
       bodyLimit: limitBytes,
       onRequest: requireTarballContentType,
       schema: {
+        operationId: 'uploadSource',
         tags: ['deployments'],
         summary: 'Upload a source tarball',
         description: 'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.',
         // Documents the body for OpenAPI; the schema has no type, so the stream passes validation as it is.
         body: { content: { 'application/gzip': { schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' } } } },
-        response: { 201: Upload, ...errorResponses(400, 401, 403, 413, 415) },
+        response: { 201: Upload, ...errorResponses(400, 401, 403, 413, 415, 422) },
       },
     },
     async (request, reply) => {

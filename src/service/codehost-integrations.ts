@@ -1,5 +1,5 @@
 /**
- * Code-host integrations (issue 5): create, read and delete them, list the repositories they reach, check a
+ * Code-host integrations (docs/codehost.md): create, read and delete them, list the repositories they reach, check a
  * repository URL for a codehost deployment, and download a repository at a ref for the data plane. Credentials and the webhook secret are sealed with
  * the SecretBox before they are stored and opened only to talk to the host or to check a signature;
  * they appear in no response, log line or error message.
@@ -102,8 +102,8 @@ const WEBHOOK_SECRET_MIN = 16;
 const WEBHOOK_SECRET_MAX = 256;
 
 /** The one mapping from a host failure to an answer (docs/codehost.md, "Errors"). */
-export function codehostFailure(error: CodeHostError): AppError {
-  const retryAfter: Record<string, string> = error.retryAfterSeconds === undefined ? {} : { 'retry-after': String(error.retryAfterSeconds) };
+function codehostFailure(error: CodeHostError): AppError {
+  const retryAfter = { retryAfterSeconds: error.retryAfterSeconds };
   switch (error.kind) {
     case 'rejected':
       return new AppError('codehost_rejected', error.message);
@@ -144,7 +144,7 @@ function secretString(value: unknown, field: string, min: number, max: number, n
 const given = (value: unknown): boolean => value !== undefined && value !== null;
 
 /** api_url: https (http only when allowed), no credentials, query or fragment; trailing slashes dropped. */
-export function checkApiUrl(raw: string, allowInsecure: boolean): string {
+function checkApiUrl(raw: string, allowInsecure: boolean): string {
   let url: URL;
   try {
     url = new URL(raw);
@@ -165,7 +165,7 @@ export function checkApiUrl(raw: string, allowInsecure: boolean): string {
 }
 
 /** Either a token, or the three fields of a GitHub App installation; never both. */
-export function checkCredentials(input: Pick<CreateIntegrationInput, 'token' | 'app_id' | 'private_key' | 'installation_id'>): CodeHostCredentials {
+function checkCredentials(input: Pick<CreateIntegrationInput, 'token' | 'app_id' | 'private_key' | 'installation_id'>): CodeHostCredentials {
   const appFields = (['app_id', 'private_key', 'installation_id'] as const).filter((f) => given(input[f]));
   if (given(input.token)) {
     if (appFields.length > 0) {
@@ -192,7 +192,7 @@ export interface HostPolicy {
 }
 
 /** 400 naming the setting when `apiUrl` is off the list; no list, no limit. */
-export function checkAllowedApiUrl(apiUrl: string, allowed: readonly string[] | undefined): void {
+function checkAllowedApiUrl(apiUrl: string, allowed: readonly string[] | undefined): void {
   if (allowed !== undefined && !isAllowedApiUrl(apiUrl, allowed)) throw new AppError('invalid_request', notAllowedMessage(apiUrl));
 }
 

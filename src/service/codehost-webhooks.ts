@@ -1,5 +1,5 @@
 /**
- * Push webhooks of code-host integrations (issue 5). A delivery is authenticated by its signature alone
+ * Push webhooks of code-host integrations (docs/codehost.md). A delivery is authenticated by its signature alone
  * (X-Hub-Signature-256, HMAC-SHA256 of the raw body with the integration's webhook secret); a push to
  * the branch that a build_on_push codehost deployment tracks creates one revision of it, recording the
  * pushed commit as repo_commit_sha.
@@ -18,9 +18,10 @@ import { AppError, notFound } from '../errors.ts';
 import { codehostDeploymentsOfIntegration, deploymentsWithCommit, getIntegrationById, type CodehostDeploymentOfIntegration } from '../store/codehost-integrations.ts';
 import { lockDeployment } from '../store/deployments.ts';
 import type { Database, WebhookDeliveryRow } from '../store/schema.ts';
-import { claimDelivery, findProcessedDelivery, recordDelivery, settleDelivery, type DeliveryFacts, type DeliveryResult } from '../store/webhook-deliveries.ts';
+import { claimDelivery, findProcessedDelivery, listDeliveries, recordDelivery, settleDelivery, type DeliveryFacts, type DeliveryResult } from '../store/webhook-deliveries.ts';
 import type { CodehostIntegrationService } from './codehost-integrations.ts';
 import type { DeploymentService } from './deployments.ts';
+import type { Page } from './page.ts';
 
 export interface IncomingDelivery {
   integrationId: string;
@@ -194,6 +195,12 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
       const { row, refusal } = await processOnce(pushFacts, (tx) => decidePush(tx, pushFacts, integration.workspace_id, push));
       if (refusal) throw refusal;
       return row;
+    },
+
+    /** The deliveries an integration of the workspace received, newest first. */
+    async listDeliveries(workspaceId: string, integrationId: string, page: Page): Promise<WebhookDeliveryRow[]> {
+      const integration = await integrations.get(workspaceId, integrationId);
+      return listDeliveries(db, integration.id, page.limit, page.offset);
     },
   };
 }

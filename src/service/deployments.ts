@@ -7,18 +7,19 @@ import type { Kysely, Transaction } from 'kysely';
 import type { RepositoryUrlCheck } from '../codehost/github-client.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput, type PlannedRevision, type Secret, type SecretReference } from '../domain/deployment-plan.ts';
-import { imageVersionOf, type Source, type SourceConfig, type SourceRevisionConfig, type DeploymentType } from '../domain/sources.ts';
+import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { SUPERSEDABLE_REVISION_STATUSES, UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
-import { deleteDeploymentRow, getDeployment, hasLocalResources, insertDeployment, lockDeployment, updateDeployment, type DeploymentView } from '../store/deployments.ts';
-import { recordEvents, type EventInput } from '../store/events.ts';
+import { deleteDeploymentRow, getDeployment, hasLocalResources, insertDeployment, listDeployments, lockDeployment, updateDeployment, type DeploymentFilter, type DeploymentView } from '../store/deployments.ts';
+import { listDeploymentEvents, recordEvents, type EventInput } from '../store/events.ts';
 import { listenerHasBeenSeen, shareLockListener } from '../store/listeners.ts';
-import { insertRevision, lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
-import type { CodehostIntegrationRow, Database, Db, DeploymentRow, StoredSecret } from '../store/schema.ts';
+import { getRevision, insertRevision, listRevisions, lockRevision, lockRevisionsInStatus, type RevisionView } from '../store/revisions.ts';
+import type { CodehostIntegrationRow, Database, Db, DeploymentRow, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
 import { findUploadByPath } from '../store/uploads.ts';
+import type { Page } from './page.ts';
 
 /**
  * Asks a code host whether a repository URL names a repository the integration reaches
@@ -52,14 +53,18 @@ function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] 
 const SNAPSHOT_CONFIG_FIELDS = ['resource_spec', 'install_command', 'build_command', 'listener_config'] as const;
 
 /** The deployment's source config with the snapshot's fields put back (absent ones removed). */
-function restoreSnapshot(current: SourceConfig, snapshot: Record<string, unknown>): SourceConfig {
-  const restored: Record<string, unknown> = { ...current };
+function restoreSnapshot(current: SourceConfig, snapshot: RevisionSnapshot): SourceConfig {
+  const restored: SourceConfig = {
+    ...current,
+    resource_spec: snapshot.resource_spec,
+    install_command: snapshot.install_command,
+    build_command: snapshot.build_command,
+    listener_config: snapshot.listener_config,
+  };
   for (const field of SNAPSHOT_CONFIG_FIELDS) {
-    const value = snapshot[field];
-    if (value === null || value === undefined) delete restored[field];
-    else restored[field] = value;
+    if (restored[field] === null || restored[field] === undefined) delete restored[field];
   }
-  return restored as SourceConfig;
+  return restored;
 }
 
 export interface CreateDeploymentInput extends CreateInput {
@@ -98,7 +103,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
   }
 
   /**
-   * A codehost repo_url must name a repository the integration reaches on its host (issue 5). Asked
+   * A codehost repo_url must name a repository the integration reaches on its host (docs/codehost.md). Asked
    * before the transaction opens, so that no transaction waits on the code host.
    */
   async function checkRepository(workspaceId: string, config: SourceConfig): Promise<void> {
@@ -134,7 +139,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
     revision: PlannedRevision,
     secrets: StoredSecret[],
-    snapshot: Record<string, unknown>,
+    snapshot: RevisionSnapshot,
     cause: Record<string, unknown>,
     first: { id: string; events: EventInput[] } | null = null,
   ): Promise<string> {
@@ -151,9 +156,13 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     return id;
   }
 
-  function snapshotOf(config: SourceConfig, secretReferences: SecretReference[] | null): Record<string, unknown> {
+  /** The SNAPSHOT_CONFIG_FIELDS of the config (null when absent) and the secret references. */
+  function snapshotOf(config: SourceConfig, secretReferences: SecretReference[] | null): RevisionSnapshot {
     return {
-      ...Object.fromEntries(SNAPSHOT_CONFIG_FIELDS.map((field) => [field, config[field] ?? null])),
+      resource_spec: config.resource_spec ?? null,
+      install_command: config.install_command ?? null,
+      build_command: config.build_command ?? null,
+      listener_config: config.listener_config ?? null,
       secret_references: secretReferences,
     };
   }
@@ -166,6 +175,32 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
 
   return {
     get: read,
+
+    /** Newest first; filters combine with AND (src/store/deployments.ts says which index serves each). */
+    list: (workspaceId: string, filter: DeploymentFilter, page: Page): Promise<DeploymentView[]> => listDeployments(db, workspaceId, filter, page.limit, page.offset),
+
+    /** Newest first; 404 when the deployment is not the workspace's. */
+    async listRevisions(workspaceId: string, deploymentId: string, filter: { statuses?: RevisionStatus[]; remoteReconciled?: boolean }, page: Page): Promise<RevisionView[]> {
+      const rows = await listRevisions(db, workspaceId, deploymentId, filter, page.limit, page.offset);
+      // Revisions found prove the deployment is the caller's (they are read joined to it, in the
+      // workspace); only an empty page needs the lookup that tells "none" from 404. One query, not two.
+      if (rows.length === 0) await read(workspaceId, deploymentId);
+      return rows;
+    },
+
+    /** 404 names the deployment when it is the one missing, else the revision. */
+    async getRevision(workspaceId: string, deploymentId: string, revisionId: string): Promise<RevisionView> {
+      const revision = await getRevision(db, workspaceId, deploymentId, revisionId);
+      if (revision) return revision;
+      await read(workspaceId, deploymentId);
+      throw notFound('Revision', revisionId);
+    },
+
+    /** The deployment's events and its revisions', oldest first. */
+    async listEvents(workspaceId: string, deploymentId: string, page: Page) {
+      await read(workspaceId, deploymentId);
+      return listDeploymentEvents(db, workspaceId, deploymentId, page.limit, page.offset);
+    },
 
     async create(workspaceId: string, input: CreateDeploymentInput): Promise<DeploymentView> {
       const plan = planCreate(input);
@@ -186,7 +221,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           name: input.name,
           source: input.source,
           sourceConfig,
-          deploymentType: sourceConfig.deployment_type as DeploymentType,
+          deploymentType: sourceConfig.deployment_type ?? DEFAULT_DEPLOYMENT_TYPE,
           listenerId: sourceConfig.listener_id ?? null,
           status: 'AWAITING_DATABASE',
           secrets: sealed,
@@ -212,8 +247,8 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
         const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
-        const latestRevision = latest ? { source: latest.source as Source, config: latest.source_revision_config as SourceRevisionConfig } : null;
-        const plan = planPatch({ name: row.name, source: row.source as Source, sourceConfig: row.source_config as SourceConfig, latestRevision }, input);
+        const latestRevision = latest ? { source: latest.source, config: latest.source_revision_config } : null;
+        const plan = planPatch({ name: row.name, source: row.source, sourceConfig: row.source_config, latestRevision }, input);
 
         let secrets = row.secrets;
         let secretsChanged = false;
@@ -222,9 +257,9 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           secretsChanged = merged.changed;
           if (merged.changed) secrets = seal(merged.secrets);
         }
-        const secretReferences = input.secret_references !== undefined && input.secret_references !== null ? input.secret_references : (row.secret_references as SecretReference[] | null);
+        const secretReferences = input.secret_references !== undefined && input.secret_references !== null ? input.secret_references : row.secret_references;
         // Sent unchanged, secret_references change nothing: no update, no event.
-        const secretReferencesChanged = input.secret_references !== undefined && input.secret_references !== null && !sameSecretReferences(input.secret_references, row.secret_references as SecretReference[] | null);
+        const secretReferencesChanged = input.secret_references !== undefined && input.secret_references !== null && !sameSecretReferences(input.secret_references, row.secret_references);
 
         let revision = plan.revision;
         if (!revision && secretsChanged && latestRevision) {
@@ -298,27 +333,30 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         // What a deployment shows is what its latest revision runs (docs/lifecycle.md): everything the
         // snapshot holds goes back onto the deployment, so a later secrets-only patch (which snapshots
         // the deployment) keeps the rollback instead of undoing it.
-        const sourceConfig = restoreSnapshot(row.source_config as SourceConfig, snapshot);
-        await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: (snapshot.secret_references as SecretReference[] | null) ?? null });
+        const sourceConfig = restoreSnapshot(row.source_config, snapshot);
+        await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: snapshot.secret_references ?? null });
         await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'secret_references', ...SNAPSHOT_CONFIG_FIELDS.map((f) => `source_config.${f}`)], restored_from_revision: revisionId } }]);
         // reuse_build_of: the data plane copies that revision's build output when it still has it.
-        await addRevision(tx, row, { source: old.source as Source, config: old.source_revision_config as SourceRevisionConfig }, old.secrets, { ...snapshot, reuse_build_of: revisionId }, { cause: 'redeploy', revision_id: revisionId });
+        await addRevision(tx, row, { source: old.source, config: old.source_revision_config }, old.secrets, { ...snapshot, reuse_build_of: revisionId }, { cause: 'redeploy', revision_id: revisionId });
       });
       return read(workspaceId, id);
     },
 
-    /** A user cancels a revision that has not reached a final state. */
-    async interrupt(workspaceId: string, id: string, revisionId: string): Promise<void> {
+    /** A user cancels a revision that has not reached a final state; returns it as it is then. */
+    async interrupt(workspaceId: string, id: string, revisionId: string): Promise<RevisionView> {
       await db.transaction().execute(async (tx) => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
         const revision = await lockRevision(tx, revisionId);
         if (!revision || revision.deployment_id !== id) throw notFound('Revision', revisionId);
-        if (isFinalRevisionStatus(revision.status as RevisionStatus)) {
+        if (isFinalRevisionStatus(revision.status)) {
           throw new AppError('conflict', `Revision ${revisionId} is already ${revision.status}.`);
         }
         await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'interrupted_by_user', message: 'Interrupted by a user.' });
       });
+      const revision = await getRevision(db, workspaceId, id, revisionId);
+      if (!revision) throw notFound('Revision', revisionId);
+      return revision;
     },
   };
 }

@@ -20,12 +20,11 @@ import { deleteDeploymentRow, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import {
   findListenerRevision,
-  listenerDeployments,
+  listenerDeploymentsWithRevisions,
   listenerOfDeployment,
   lockListener,
   markListenerSeen,
   recordListenerHeartbeat,
-  revisionsByIds,
   setActiveRevision,
   type ListenerRevisionRow,
   type ListenerView,
@@ -71,7 +70,7 @@ export interface DesiredState {
 const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set((Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'));
 
 /** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
-export function targetRevisionId(deployment: { latest_revision_id: string | null; active_revision_id: string | null }, statusOf: (id: string) => RevisionStatus | undefined): string | null {
+function targetRevisionId(deployment: { latest_revision_id: string | null; active_revision_id: string | null }, statusOf: (id: string) => RevisionStatus | undefined): string | null {
   const latest = deployment.latest_revision_id;
   const status = latest === null ? undefined : statusOf(latest);
   if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
@@ -79,7 +78,7 @@ export function targetRevisionId(deployment: { latest_revision_id: string | null
 }
 
 /** An opaque validator of the whole body: any change of any field gives another one. */
-export function etagOf(state: DesiredState): string {
+function etagOf(state: DesiredState): string {
   return `"${createHash('sha256').update(JSON.stringify(state)).digest('base64url').slice(0, 32)}"`;
 }
 
@@ -150,11 +149,11 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
     return {
       id: row.id,
       number: row.number,
-      status: row.status as RevisionStatus,
+      status: row.status,
       image_uri: stringOrNull(row.source_revision_config.image_uri),
       secrets: row.secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) })),
       // Stored by the deployment service from validated input (its snapshot of secret_references).
-      secret_references: Array.isArray(references) ? (references as SecretReference[]) : null,
+      secret_references: Array.isArray(references) ? references : null,
       resource_spec: objectOrNull(row.snapshot.resource_spec),
     };
   }
@@ -162,18 +161,16 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
   return {
     /** Everything the listener must run, with its ETag. */
     async desiredState(listenerId: string): Promise<{ state: DesiredState; etag: string }> {
-      const deployments = await listenerDeployments(db, listenerId);
-      const wanted = new Set<string>();
-      for (const d of deployments) {
-        if (d.latest_revision_id) wanted.add(d.latest_revision_id);
-        if (d.active_revision_id) wanted.add(d.active_revision_id);
-      }
-      const revisions = new Map((await revisionsByIds(db, [...wanted])).map((r) => [r.id, r]));
+      // One statement, one snapshot: a state mixed from before and after a patch could name no revision,
+      // or the active one, which an agent would roll back to.
+      const read = await listenerDeploymentsWithRevisions(db, listenerId);
+      const deployments = read.deployments;
+      const revisions = new Map(read.revisions.map((r) => [r.id, r]));
       const state: DesiredState = {
         protocol: PROTOCOL_VERSION,
         listener_id: listenerId,
         deployments: deployments.map((d) => {
-          const target = targetRevisionId(d, (id) => revisions.get(id)?.status as RevisionStatus | undefined);
+          const target = targetRevisionId(d, (id) => revisions.get(id)?.status);
           const revision = target === null ? undefined : revisions.get(target);
           const listenerConfig = objectOrNull(d.source_config.listener_config);
           return {
@@ -205,7 +202,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         const deployment = found ? await lockDeployment(tx, found.workspace_id, found.deployment_id) : undefined;
         const revision = deployment ? await lockRevision(tx, input.revision_id) : undefined;
         if (!deployment || !revision) throw notFound('Revision', input.revision_id);
-        const current = revision.status as RevisionStatus;
+        const current = revision.status;
         const notApplied = (reason: NotAppliedReason): ReportResult => ({ applied: false, status: current, not_applied_reason: reason });
         if (isFinalRevisionStatus(current)) return notApplied('final');
         if (deployment.latest_revision_id !== revision.id) return notApplied('superseded');
@@ -238,7 +235,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         if (input.status === 'DEPLOYED') {
           if (deployment.active_revision_id !== revision.id) {
             await setActiveRevision(tx, deployment.id, revision.id);
-            const url = stringOrNull((deployment.source_config as Record<string, unknown>).custom_url);
+            const url = stringOrNull(deployment.source_config.custom_url);
             await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.active_revision_changed', data: { from: deployment.active_revision_id, to: revision.id, url } }]);
           }
           if (deployment.status !== 'READY') await transitionDeployment(tx, deployment, 'READY', { revision_id: revision.id });
@@ -415,5 +412,3 @@ export function createDesiredStateWaits(options: { db: Kysely<Database>; changes
     },
   };
 }
-
-export type DesiredStateWaits = ReturnType<typeof createDesiredStateWaits>;

@@ -1,5 +1,5 @@
 /**
- * The authorization-code flow as the service runs it (issue 4):
+ * The authorization-code flow as the service runs it (docs/oauth.md, "The flow"):
  *
  *   authenticate ──> pending ──(callback, state claimed once)──> exchanging ──> completed (token stored)
  *        │                 └──(expired / provider error / bad code)───────────> failed (nothing stored)
@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { notFound } from '../errors.ts';
+import { notFound, type ErrorCode } from '../errors.ts';
 import type { OAuthClient, OAuthTokenSet } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import { findConnectionId, insertConnection } from '../store/agent-connections.ts';
@@ -32,10 +32,10 @@ import { findProvider, getProviderById } from '../store/oauth-providers.ts';
 import { activeTokensOf, insertToken } from '../store/oauth-tokens.ts';
 import type { Database, Db } from '../store/schema.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
-import { accountLabel, flowErrorStatus, flowErrorToAppError, isUsable, type WarnLogger } from './oauth-tokens.ts';
+import { accountLabel, flowErrorToAppError, isUsable, type WarnLogger } from './oauth-tokens.ts';
 
 /** How long a person has to finish signing in at the provider. */
-export const AUTHORIZATION_TTL_SECONDS = 10 * 60;
+const AUTHORIZATION_TTL_SECONDS = 10 * 60;
 /** Upper bound of one `wait` request; a client waits longer by asking again. */
 export const MAX_WAIT_SECONDS = 60;
 const WAIT_POLL_MS = 250;
@@ -58,10 +58,10 @@ export interface WaitResult {
   error: { reason: string; message: string } | null;
 }
 
-/** What the callback page shows. `status` is its HTTP status. */
+/** What the callback page shows; a failure's `code` gives the page its status, as it would an error answer. */
 export type CallbackOutcome =
   | { ok: true; providerName: string; accountLabel: string | null; agentId: string | null }
-  | { ok: false; status: number; message: string };
+  | { ok: false; code: ErrorCode; message: string };
 
 export interface OAuthFlowServiceDeps {
   db: Kysely<Database>;
@@ -71,7 +71,6 @@ export interface OAuthFlowServiceDeps {
   logger: WarnLogger;
   /** SLIPWAY_PUBLIC_URL: the callback URL registered at each provider is under it. */
   publicUrl: string;
-  now?: () => number;
 }
 
 const hashState = (state: string): Buffer => createHash('sha256').update(state, 'utf8').digest();
@@ -84,7 +83,7 @@ export function callbackUrl(publicUrl: string, providerSlug: string): string {
 }
 
 export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
-  const { db, secretBox, client, providers, logger, publicUrl, now = Date.now } = deps;
+  const { db, secretBox, client, providers, logger, publicUrl } = deps;
 
   /** The agent's connection to the token: made when missing (a connection is unique per agent and token). */
   async function connect(tx: Db, workspaceId: string, agentId: string | null, tokenId: string, createdBy: string): Promise<string | null> {
@@ -132,7 +131,7 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       }
       logger.warn({ auth_id: flow.id, reason: err.reason, oauth_error: err.oauthError, library_code: err.libraryCode }, 'OAuth authorization failed');
       await fail(flow, err.reason, err.message);
-      return { ok: false, status: flowErrorStatus(err), message: err.message };
+      return { ok: false, code: flowErrorToAppError(err).code, message: err.message };
     }
     let label: string | null;
     try {
@@ -187,7 +186,7 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       const scopes = [...new Set(request.scopes ?? provider.scopes)];
       const agentId = request.agent_id ?? null;
 
-      const reusable = (await activeTokensOf(db, caller.workspaceId, provider.id, caller.keyId)).find((token) => isUsable(token, scopes, now()));
+      const reusable = (await activeTokensOf(db, caller.workspaceId, provider.id, caller.keyId)).find((token) => isUsable(token, scopes, Date.now()));
       if (reusable) {
         const connectionId = await db.transaction().execute((tx) => connect(tx, caller.workspaceId, agentId, reusable.id, caller.keyId));
         return { status: 'completed', token_id: reusable.id, connection_id: connectionId };
@@ -225,23 +224,23 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       const states = params.getAll('state');
       const state = states.length === 1 ? states[0]! : null;
       if (state === null || state === '') {
-        return { ok: false, status: 400, message: 'The provider sent no single state parameter back, so this response cannot be tied to an authorization. Start again.' };
+        return { ok: false, code: 'invalid_request', message: 'The provider sent no single state parameter back, so this response cannot be tied to an authorization. Start again.' };
       }
       const flow = await findAuthorizationByState(db, hashState(state));
       if (!flow || flow.provider_slug !== providerSlug) {
         // A forged, mistyped or foreign state: refused without touching any flow (state mismatch).
-        return { ok: false, status: 400, message: 'This response does not belong to any authorization in progress (state mismatch). Start again.' };
+        return { ok: false, code: 'invalid_request', message: 'This response does not belong to any authorization in progress (state mismatch). Start again.' };
       }
       if (flow.status !== 'pending') {
-        return { ok: false, status: 400, message: 'This authorization response was already used; a sign-in link works once. Start again if you need a new token.' };
+        return { ok: false, code: 'invalid_request', message: 'This authorization response was already used; a sign-in link works once. Start again if you need a new token.' };
       }
       if (flow.expired || !(await claimAuthorization(db, flow.id))) {
         const current = await authorizationStatus(db, flow.id);
         if (current?.status === 'pending' && current.expired) {
           await fail(flow, 'expired', EXPIRED_MESSAGE);
-          return { ok: false, status: 400, message: EXPIRED_MESSAGE };
+          return { ok: false, code: 'invalid_request', message: EXPIRED_MESSAGE };
         }
-        return { ok: false, status: 400, message: 'This authorization response was already used; a sign-in link works once.' };
+        return { ok: false, code: 'invalid_request', message: 'This authorization response was already used; a sign-in link works once.' };
       }
       return exchange({ ...flow, status: 'exchanging' }, state, params);
     },
@@ -253,12 +252,12 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
     async wait(workspaceId: string, authId: string, timeoutSeconds: number, signal: AbortSignal): Promise<WaitResult> {
       const flow = await getAuthorization(db, workspaceId, authId);
       if (!flow) throw notFound('Authorization', authId);
-      const deadline = now() + Math.min(timeoutSeconds, MAX_WAIT_SECONDS) * 1000;
+      const deadline = Date.now() + Math.min(timeoutSeconds, MAX_WAIT_SECONDS) * 1000;
       for (;;) {
         const row = await authorizationStatus(db, authId);
         if (!row) throw notFound('Authorization', authId);
         const result = waitResult(authId, row);
-        const remaining = deadline - now();
+        const remaining = deadline - Date.now();
         if (result.status !== 'pending' || remaining <= 0 || signal.aborted) return result;
         try {
           await sleep(Math.min(WAIT_POLL_MS, remaining), undefined, { signal });

@@ -17,14 +17,15 @@ import type { OAuthClient, OAuthTokenSet } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import { recordEvents } from '../store/events.ts';
 import { getProviderById } from '../store/oauth-providers.ts';
-import { claimToken, deleteClaimedToken, markTokenRefreshFailed, readToken, releaseClaim, storeRefreshedToken } from '../store/oauth-tokens.ts';
+import { claimToken, deleteClaimedToken, getToken, listTokens, markTokenRefreshFailed, readToken, releaseClaim, storeRefreshedToken, type TokenView } from '../store/oauth-tokens.ts';
 import type { Database, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
+import type { Page } from './page.ts';
 
 /** An access token is refreshed when it has less than this left, so the agent never gets one about to die. */
 export const REFRESH_MARGIN_MS = 60_000;
 
-/** Suggested mapping (issue 4): the person's or the configuration's fault is 400; the provider's is 502/503. */
+/** The mapping (docs/errors.md): the person's or the configuration's fault is 400; the provider's is 502/503. */
 export function flowErrorToAppError(err: OAuthFlowError, prefix = ''): AppError {
   const detail = `${prefix}${err.message}`;
   switch (err.reason) {
@@ -41,11 +42,6 @@ export function flowErrorToAppError(err: OAuthFlowError, prefix = ''): AppError 
     case 'unreachable':
       return new AppError('unavailable', detail);
   }
-}
-
-/** The HTTP status the callback page answers a failed flow with, by the same mapping. */
-export function flowErrorStatus(err: OAuthFlowError): number {
-  return flowErrorToAppError(err).status;
 }
 
 /** A short name for the account the token acts as, from the ID token or userinfo claims. */
@@ -84,7 +80,6 @@ export interface OAuthTokenServiceDeps {
   client: OAuthClient;
   providers: OAuthProviderService;
   logger: WarnLogger;
-  now?: () => number;
 }
 
 /** What a token is good for right now, from its row alone. */
@@ -119,12 +114,12 @@ const CLAIM_POLL_MS = 100;
  * - the result is stored only if the claim is still the caller's (compare and set); if it lapsed and
  *   another took over, the caller reads the row again.
  */
-export function createOAuthTokenService({ db, secretBox, client, providers, logger, now = Date.now }: OAuthTokenServiceDeps) {
+export function createOAuthTokenService({ db, secretBox, client, providers, logger }: OAuthTokenServiceDeps) {
   const inFlight = new Map<string, Promise<Outcome>>();
 
   function stateOf(token: OAuthTokenRow): TokenState {
     if (token.status !== 'active') return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
-    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - now();
+    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - Date.now();
     if (remaining > REFRESH_MARGIN_MS) return { kind: 'usable' };
     if (token.refresh_token_encrypted === null) {
       // Still valid for a moment: hand it out rather than fail early.
@@ -220,6 +215,15 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
   }
 
   return {
+    /** The workspace's tokens, newest first, as the API shows them (never their values). */
+    list: (workspaceId: string, page: Page): Promise<TokenView[]> => listTokens(db, workspaceId, page.limit, page.offset),
+
+    async get(workspaceId: string, tokenId: string): Promise<TokenView> {
+      const row = await getToken(db, workspaceId, tokenId);
+      if (!row) throw notFound('OAuth token', tokenId);
+      return row;
+    },
+
     /**
      * A usable access token of the workspace's token `tokenId`, refreshed first when it is expired or
      * about to. 409 when the token needs a new authorization; 502/503 when the provider fails.
@@ -304,7 +308,7 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
 
 /** Another request holds the token's claim for longer than a request should wait. */
 function busy(tokenId: string): AppError {
-  return new AppError('unavailable', `OAuth token ID ${tokenId} is being refreshed or revoked by another request; retry shortly.`, { 'retry-after': '1' });
+  return new AppError('unavailable', `OAuth token ID ${tokenId} is being refreshed or revoked by another request; retry shortly.`, { retryAfterSeconds: 1 });
 }
 
 export type OAuthTokenService = ReturnType<typeof createOAuthTokenService>;

@@ -1,7 +1,8 @@
 /** Listeners: compute infrastructure registered by a workspace, and what their agents report. */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { json, type Db, type ListenerRow, type StoredSecret } from './schema.ts';
+import { jsonArrayFrom } from 'kysely/helpers/postgres';
+import { json, type Db, type DeploymentRow, type ListenerRow, type RevisionRow } from './schema.ts';
 
 /** Seconds without a heartbeat or desired-state request after which a listener shows as stale. */
 export const LISTENER_STALE_AFTER_SECONDS = 90;
@@ -118,44 +119,33 @@ export async function listenerHasBeenSeen(db: Db, id: string): Promise<boolean> 
   return row?.last_seen_at !== null && row?.last_seen_at !== undefined;
 }
 
-export interface ListenerDeploymentRow {
-  id: string;
-  workspace_id: string;
-  name: string;
-  status: string;
-  source_config: Record<string, unknown>;
-  latest_revision_id: string | null;
-  active_revision_id: string | null;
-}
+export type ListenerDeploymentRow = Pick<DeploymentRow, 'id' | 'workspace_id' | 'name' | 'status' | 'source_config' | 'latest_revision_id' | 'active_revision_id'>;
 
-/** Every deployment of the listener, oldest first (a stable order keeps the desired state's ETag stable). */
-export async function listenerDeployments(db: Db, listenerId: string): Promise<ListenerDeploymentRow[]> {
-  return db
-    .selectFrom('deployments')
-    .select(['id', 'workspace_id', 'name', 'status', 'source_config', 'latest_revision_id', 'active_revision_id'])
-    .where('listener_id', '=', listenerId)
-    .orderBy('created_at')
-    .orderBy('id')
+export type ListenerRevisionRow = Pick<RevisionRow, 'id' | 'deployment_id' | 'number' | 'status' | 'source_revision_config' | 'snapshot' | 'secrets'>;
+
+/**
+ * Every deployment of the listener, oldest first (a stable order keeps the desired state's ETag
+ * stable), and their latest and active revisions. One statement, so one snapshot: a patch that commits
+ * meanwhile shows wholly or not at all (two reads could pair the old deployment row with the revisions
+ * as the patch left them, its latest one SKIPPED).
+ */
+export async function listenerDeploymentsWithRevisions(db: Db, listenerId: string): Promise<{ deployments: ListenerDeploymentRow[]; revisions: ListenerRevisionRow[] }> {
+  const rows = await db
+    .selectFrom('deployments as d')
+    .select(['d.id', 'd.workspace_id', 'd.name', 'd.status', 'd.source_config', 'd.latest_revision_id', 'd.active_revision_id'])
+    .select((eb) =>
+      jsonArrayFrom(
+        eb
+          .selectFrom('revisions as r')
+          .select(['r.id', 'r.deployment_id', 'r.number', 'r.status', 'r.source_revision_config', 'r.snapshot', 'r.secrets'])
+          .where((w) => w.or([w('r.id', '=', w.ref('d.latest_revision_id')), w('r.id', '=', w.ref('d.active_revision_id'))])),
+      ).as('revisions'),
+    )
+    .where('d.listener_id', '=', listenerId)
+    .orderBy('d.created_at')
+    .orderBy('d.id')
     .execute();
-}
-
-export interface ListenerRevisionRow {
-  id: string;
-  deployment_id: string;
-  number: number;
-  status: string;
-  source_revision_config: Record<string, unknown>;
-  snapshot: Record<string, unknown>;
-  secrets: StoredSecret[];
-}
-
-export async function revisionsByIds(db: Db, ids: readonly string[]): Promise<ListenerRevisionRow[]> {
-  if (ids.length === 0) return [];
-  return db
-    .selectFrom('revisions')
-    .select(['id', 'deployment_id', 'number', 'status', 'source_revision_config', 'snapshot', 'secrets'])
-    .where('id', 'in', [...ids])
-    .execute();
+  return { deployments: rows, revisions: rows.flatMap((row) => row.revisions) };
 }
 
 /** The deployment a revision belongs to, when that deployment runs on this listener. */

@@ -99,7 +99,7 @@ export async function getLogSubject(db: Db, workspaceId: string, deploymentId: s
     .where('r.deployment_id', '=', deploymentId)
     .where('r.id', '=', revisionId)
     .executeTakeFirst();
-  return row === undefined ? undefined : { ...row, status: row.status as RevisionStatus };
+  return row;
 }
 
 /** Levels LangChain's `langgraph deploy logs` shows and filters by. */

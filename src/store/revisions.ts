@@ -2,7 +2,7 @@
 import { sql } from 'kysely';
 import type { RevisionStatus } from '../domain/states.ts';
 import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
-import { json, type Db, type RevisionRow, type StoredSecret } from './schema.ts';
+import { json, type Db, type RevisionRow, type RevisionSnapshot, type StoredSecret } from './schema.ts';
 
 export interface RevisionView extends RevisionRow {
   remote_reconciled: boolean;
@@ -41,7 +41,7 @@ export interface NewRevision {
   status: RevisionStatus;
   source: Source;
   config: SourceRevisionConfig;
-  snapshot: Record<string, unknown>;
+  snapshot: RevisionSnapshot;
   secrets: StoredSecret[];
 }
 

@@ -2,7 +2,10 @@
  * Table types for the typed query layer (Kysely). jsonb columns are written as JSON text (`json()`
  * below) because node-postgres would turn a JS array into a PostgreSQL array, not JSON.
  */
-import type { ColumnType, Generated, Insertable, Kysely, Selectable, Transaction } from 'kysely';
+import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kysely';
+import type { SecretReference } from '../domain/deployment-plan.ts';
+import type { DeploymentType, Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
+import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
 
 /** A jsonb column: read as T, written as JSON text. */
 export type Json<T> = ColumnType<T, string, string>;
@@ -125,24 +128,43 @@ export interface UploadTokenTable {
   created_at: CreatedAt;
 }
 
+/** migrations/010_idempotency_keys.sql; written and read by src/store/idempotency-keys.ts. */
+export interface IdempotencyKeyTable {
+  scope: string;
+  idempotency_key: string;
+  fingerprint: Buffer;
+  state: 'running' | 'done';
+  claim: string;
+  locked_until: Date;
+  response_status: number | null;
+  response_headers: ColumnType<Record<string, string> | null, string | null | undefined, string | null>;
+  response_body: string | null;
+  created_at: CreatedAt;
+}
+
 /** A secret as stored: the value encrypted (see src/crypto/secret-box.ts). */
 export interface StoredSecret {
   name: string;
   value: string;
 }
 
+/**
+ * The unions of status, source and deployment_type are also CHECK constraints
+ * (migrations/011_state_checks.sql); test/store/schema-drift.test.ts keeps these types and the
+ * migrated schema in step.
+ */
 export interface DeploymentTable {
   id: string;
   workspace_id: string;
   name: string;
-  source: string;
-  source_config: Json<Record<string, unknown>>;
-  deployment_type: string;
+  source: Source;
+  source_config: Json<SourceConfig>;
+  deployment_type: DeploymentType;
   listener_id: string | null;
   remote_reconciled: ColumnType<boolean, never, never>;
-  status: string;
+  status: DeploymentStatus;
   secrets: Json<StoredSecret[]>;
-  secret_references: Json<Record<string, unknown>[] | null>;
+  secret_references: Json<SecretReference[] | null>;
   image_version: string | null;
   tracing_project_id: string;
   latest_revision_id: string | null;
@@ -155,15 +177,25 @@ export interface DeploymentTable {
   updated_at: UpdatedAt;
 }
 
+/** The snapshot of what a revision runs with (src/service/deployments.ts, snapshotOf); redeploys add reuse_build_of. */
+export interface RevisionSnapshot {
+  resource_spec?: Record<string, unknown> | null;
+  install_command?: string | null;
+  build_command?: string | null;
+  listener_config?: SourceConfig['listener_config'];
+  secret_references?: SecretReference[] | null;
+  reuse_build_of?: string;
+}
+
 export interface RevisionTable {
   id: string;
   deployment_id: string;
   workspace_id: string;
   number: number;
-  status: string;
-  source: string;
-  source_revision_config: Json<Record<string, unknown>>;
-  snapshot: Json<Record<string, unknown>>;
+  status: RevisionStatus;
+  source: Source;
+  source_revision_config: Json<SourceRevisionConfig>;
+  snapshot: Json<RevisionSnapshot>;
   secrets: Json<StoredSecret[]>;
   failure_reason: string | null;
   failure_message: string | null;
@@ -349,6 +381,7 @@ export interface Database {
   codehost_webhook_deliveries: CodehostWebhookDeliveryTable;
   source_uploads: SourceUploadTable;
   upload_tokens: UploadTokenTable;
+  idempotency_keys: IdempotencyKeyTable;
   deployments: DeploymentTable;
   revisions: RevisionTable;
   deployment_runtimes: DeploymentRuntimeTable;
@@ -376,9 +409,7 @@ export type ListenerRow = Selectable<ListenerTable>;
 export type ListenerCredentialRow = Selectable<ListenerCredentialTable>;
 export type CodehostIntegrationRow = Selectable<CodehostIntegrationTable>;
 export type WebhookDeliveryRow = Selectable<CodehostWebhookDeliveryTable>;
-export type NewEvent = Insertable<EventTable>;
 export type OAuthProviderRow = Selectable<OAuthProviderTable>;
 export type OAuthTokenRow = Selectable<OAuthTokenTable>;
 export type OAuthAuthorizationRow = Selectable<OAuthAuthorizationTable>;
-export type AgentConnectionRow = Selectable<AgentConnectionTable>;
 export type AgentCredentialRow = Selectable<AgentCredentialTable>;

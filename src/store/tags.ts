@@ -32,8 +32,8 @@ export async function insertTagValue(db: Db, tagKeyId: string, value: string) {
     .executeTakeFirst();
 }
 
-export async function listTagValues(db: Db, tagKeyId: string) {
-  return db.selectFrom('tag_values').selectAll().where('tag_key_id', '=', tagKeyId).orderBy('created_at', 'desc').orderBy('id', 'desc').execute();
+export async function listTagValues(db: Db, tagKeyId: string, limit: number, offset: number) {
+  return db.selectFrom('tag_values').selectAll().where('tag_key_id', '=', tagKeyId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
 }
 
 export async function deleteTagValue(db: Db, tagKeyId: string, id: string): Promise<boolean> {
@@ -61,7 +61,8 @@ export async function replaceDeploymentTags(db: Db, deploymentId: string, tagVal
   }
 }
 
-export async function deploymentTags(db: Db, deploymentId: string) {
+/** A page of the deployment's tag values, by key then value (one value per key and value: a total order). */
+export async function deploymentTags(db: Db, deploymentId: string, limit: number, offset: number) {
   return db
     .selectFrom('deployment_tags as t')
     .innerJoin('tag_values as v', 'v.id', 't.tag_value_id')
@@ -70,5 +71,7 @@ export async function deploymentTags(db: Db, deploymentId: string) {
     .where('t.deployment_id', '=', deploymentId)
     .orderBy('k.key')
     .orderBy('v.value')
+    .limit(limit)
+    .offset(offset)
     .execute();
 }

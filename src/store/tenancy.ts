@@ -41,6 +41,18 @@ export async function createWorkspace(db: Db, organizationId: string, name: stri
   return db.insertInto('workspaces').values({ id: randomUUID(), organization_id: organizationId, name }).returningAll().executeTakeFirstOrThrow();
 }
 
+/** A workspace made through the API; null when the organization already has one of that name. */
+export async function insertWorkspace(db: Db, organizationId: string, name: string) {
+  const row = await db
+    .insertInto('workspaces')
+    .values({ id: randomUUID(), organization_id: organizationId, name })
+    // (organization_id, name) is unique: a concurrent twin loses here, and the transaction stays usable.
+    .onConflict((oc) => oc.columns(['organization_id', 'name']).doNothing())
+    .returningAll()
+    .executeTakeFirst();
+  return row ?? null;
+}
+
 export async function listWorkspaces(db: Db, organizationId: string, limit: number, offset: number) {
   return db.selectFrom('workspaces').selectAll().where('organization_id', '=', organizationId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
 }
@@ -71,6 +83,11 @@ export async function revokeApiKey(db: Db, scope: { organizationId: string; work
   if (scope.workspaceId !== null) query = query.where('workspace_id', '=', scope.workspaceId);
   const result = await query.executeTakeFirst();
   return result.numUpdatedRows > 0n;
+}
+
+/** The fields of a key its audit event names (revokeApiKey returns none). */
+export async function apiKeyAuditFields(db: Db, id: string): Promise<{ name: string; role: 'admin' | 'member'; workspace_id: string | null }> {
+  return db.selectFrom('api_keys').select(['name', 'role', 'workspace_id']).where('id', '=', id).executeTakeFirstOrThrow();
 }
 
 export async function defaultWorkspace(db: Db): Promise<{ id: string; organization_id: string } | undefined> {

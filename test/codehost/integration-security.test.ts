@@ -4,19 +4,12 @@
  * and a host that cannot be reached is reported without network details (no port scanner).
  */
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
 import net from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
-import { buildApp } from '../../src/app.ts';
-import { bootstrap } from '../../src/bootstrap.ts';
 import { isAllowedApiUrl } from '../../src/codehost/allowed-urls.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
-import { createSecretBox } from '../../src/crypto/secret-box.ts';
-import { ADMIN_KEY, client, createTestApp, createTestDatabase } from '../helpers.ts';
+import { client, createTestApp } from '../helpers.ts';
 import { TOKEN, createTokenIntegration, startCodehostFixture, type CodehostFixture } from './codehost-fixture.ts';
 
 const BASE = '/v1/integrations/forge/codehost';
@@ -169,23 +162,12 @@ describe('a host that cannot be reached', () => {
       timeout: silent.url,
     };
 
-    const database = await createTestDatabase();
-    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-codehost-'));
     const logs: string[] = [];
-    const config = loadConfig({
-      SLIPWAY_DATA_DIR: dataDir,
-      SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
-      SLIPWAY_ALLOW_INSECURE_CODEHOST: '1',
-      SLIPWAY_CODEHOST_ALLOWED_URLS: Object.values(cases).join(','),
-    });
-    await bootstrap(database.db, config.bootstrapApiKey);
-    const app = await buildApp({
-      config,
-      db: database.db,
-      secretBox: createSecretBox(randomBytes(32)),
-      logger: pino({ level: 'debug' }, { write: (line: string) => void logs.push(line) }),
-      codehostClient: { retries: 0, timeoutMs: 500 },
-    });
+    const t = await createTestApp(
+      { SLIPWAY_ALLOW_INSECURE_CODEHOST: '1', SLIPWAY_CODEHOST_ALLOWED_URLS: Object.values(cases).join(',') },
+      { logger: pino({ level: 'debug' }, { write: (line: string) => void logs.push(line) }), codehostClient: { retries: 0, timeoutMs: 500 } },
+    );
+    const app = t.app;
     try {
       const seen = new Map<string, string>();
       for (const [kind, apiUrl] of Object.entries(cases)) {
@@ -202,9 +184,7 @@ describe('a host that cannot be reached', () => {
       assert.match(log, /ECONNREFUSED/);
       assert.match(log, /codehost\.invalid/);
     } finally {
-      await app.close();
-      await database.drop();
-      await fs.rm(dataDir, { recursive: true, force: true });
+      await t.close();
       await silent.close();
     }
   });

@@ -8,7 +8,7 @@ import { CodeHostError } from '../../src/codehost/codehost-error.ts';
 import { CodeHostNotFoundError, GitHubClient, type GitHubClientOptions } from '../../src/codehost/github-client.ts';
 import { bootstrap } from '../../src/bootstrap.ts';
 import { createSecretBox } from '../../src/crypto/secret-box.ts';
-import { extractTarball } from '../../src/dataplane/archive.ts';
+import { extractTarball } from '../../src/dataplane/archive-extraction.ts';
 import { AppError } from '../../src/errors.ts';
 import { createLogger } from '../../src/logger.ts';
 import { createCodehostIntegrationService, type CodehostIntegrationService } from '../../src/service/codehost-integrations.ts';

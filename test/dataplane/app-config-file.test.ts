@@ -183,7 +183,7 @@ describe('a LangGraph project (langgraph.json)', () => {
     assert.deepEqual(config.env, { OPENAI_API_KEY: 'sk-from-dotenv' });
     assert.equal(config.healthCheckPath, '/ok');
     const launcher = await fs.readFile(path.join(dir, '.slipway', 'langgraph-server.mjs'), 'utf8');
-    assert.equal(launcher, await fs.readFile(fileURLToPath(new URL('../../src/dataplane/langgraph-server.mjs', import.meta.url)), 'utf8'));
+    assert.equal(launcher, await fs.readFile(fileURLToPath(new URL('../../runtime/langgraph-server.mjs', import.meta.url)), 'utf8'));
   });
 
   test('a graph, a dependency or the env file that leads outside the source is refused', async () => {

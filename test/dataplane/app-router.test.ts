@@ -10,7 +10,8 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { appServerFactory, createAppRouter, type AppRouter } from '../../src/dataplane/app-router.ts';
+import { createAppRouter, type AppRouter } from '../../src/dataplane/app-router.ts';
+import { appServerFactory } from '../../src/dataplane/app-server-factory.ts';
 import { registerErrorHandler } from '../../src/http/error-handler.ts';
 import { createLogger } from '../../src/logger.ts';
 

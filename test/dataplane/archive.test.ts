@@ -5,7 +5,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import * as tar from 'tar';
-import { ArchiveError, extractTarball } from '../../src/dataplane/archive.ts';
+import { ArchiveError } from '../../src/dataplane/archive-error.ts';
+import { extractTarball } from '../../src/dataplane/archive-extraction.ts';
 
 /**
  * Each test works in its own directory:

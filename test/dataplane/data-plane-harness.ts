@@ -10,19 +10,15 @@ import os from 'node:os';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import * as tar from 'tar';
-import { buildApp } from '../../src/app.ts';
-import { bootstrap } from '../../src/bootstrap.ts';
-import { loadConfig, type Config } from '../../src/config.ts';
-import { createSecretBox } from '../../src/crypto/secret-box.ts';
-import { openChangeFeed, type ChangeFeed } from '../../src/db/change-feed.ts';
+import type { Config } from '../../src/config.ts';
+import type { ChangeFeed } from '../../src/db/change-feed.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
-import { withClient } from '../../src/db/scratch-server.ts';
-import { createAppRouter, type AppRouter } from '../../src/dataplane/app-router.ts';
+import { withClient } from '../../src/db/admin-client.ts';
+import type { AppRouter } from '../../src/dataplane/app-router.ts';
 import { startLocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
-import { createLogger } from '../../src/logger.ts';
 import type { Worker } from '../../src/pipeline/worker.ts';
 import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
-import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, type TestDatabase } from '../helpers.ts';
 
 export const FINAL = ['CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED', 'DEPLOYED', 'SKIPPED', 'INTERRUPTED', 'UNKNOWN'];
 
@@ -44,26 +40,13 @@ export interface TestService {
 }
 
 export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
-  const database = await createTestDatabase();
-  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-dp-'));
+  const port = await freePort();
+  const t = await createTestApp({ PORT: String(port), SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30', SLIPWAY_DRAIN_SECONDS: '3', ...env }, { changes: true, router: true });
+  const { app, config, database, dataDir, logger, secretBox } = t;
+  const changes = t.changes!;
+  const router = t.router!;
   // The sandboxed app user must be able to pass through (never list) the data directory.
   await fs.chmod(dataDir, 0o711);
-  const port = await freePort();
-  const config = loadConfig({
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
-    LOG_LEVEL: 'silent',
-    PORT: String(port),
-    SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30',
-    SLIPWAY_DRAIN_SECONDS: '3',
-    ...env,
-  });
-  const logger = createLogger(config.logLevel);
-  const secretBox = createSecretBox(randomBytes(32));
-  await bootstrap(database.db, config.bootstrapApiKey);
-  const changes = await openChangeFeed(database.url, logger);
-  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
-  const app = await buildApp({ config, db: database.db, secretBox, logger, changes, router });
   await app.listen({ port, host: '127.0.0.1' });
   const base = `http://127.0.0.1:${port}`;
 
@@ -108,9 +91,6 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     async close() {
       await service.stopWorker();
       const left = await database.db.selectFrom('deployment_runtimes').select('database_name').execute().catch(() => []);
-      await app.close();
-      await router.close();
-      await changes.close();
       // App databases live beside the test database on the same server: drop what the test left.
       await withClient(database.url, async (client) => {
         for (const { database_name } of left) {
@@ -119,8 +99,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
           await client.query(`drop role if exists ${client.escapeIdentifier(database_name)}`);
         }
       });
-      await database.drop();
-      await fs.rm(dataDir, { recursive: true, force: true });
+      await t.close();
     },
   };
   await service.startWorker();

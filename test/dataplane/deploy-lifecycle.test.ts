@@ -11,7 +11,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { withClient } from '../../src/db/scratch-server.ts';
+import { withClient } from '../../src/db/admin-client.ts';
 import { requestApp, revisionLog, startTestService, uploadApp, waitFor, waitForRevision, type TestService } from './data-plane-harness.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');

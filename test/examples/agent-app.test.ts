@@ -11,7 +11,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { withClient } from '../../src/db/scratch-server.ts';
+import { withClient } from '../../src/db/admin-client.ts';
 
 const APP_DIR = fileURLToPath(new URL('../../examples/agent-app/', import.meta.url));
 

@@ -1,6 +1,6 @@
 /**
  * A real OAuth 2.0 / OpenID Connect provider (the `oidc-provider` package) on loopback, for tests that
- * drive the authorization-code flow over HTTP (issue 4, "Tests"). Fake only what is outside: this is
+ * drive the authorization-code flow over HTTP. Fake only what is outside: this is
  * the identity provider; the service talks to it exactly as it would to a real one.
  *
  * What it offers: three clients (client_secret_post, client_secret_basic, and a public client with

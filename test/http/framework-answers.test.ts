@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { Duplex } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { ERROR_CODES, type ErrorCode } from '../../src/errors.ts';
+import type { ErrorCode } from '../../src/errors.ts';
+import { ERROR_RESPONSES as ERROR_CODES } from '../../src/http/error-statuses.ts';
 import { clientErrorHandler } from '../../src/http/framework-answers.ts';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from '../helpers.ts';
 

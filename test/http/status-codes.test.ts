@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { ERROR_CODES, type ErrorCode } from '../../src/errors.ts';
+import type { ErrorCode } from '../../src/errors.ts';
+import { ERROR_RESPONSES as ERROR_CODES } from '../../src/http/error-statuses.ts';
 import { registerErrorHandler } from '../../src/http/error-handler.ts';
 
 let app: FastifyInstance;

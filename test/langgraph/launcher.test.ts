@@ -1,5 +1,5 @@
 /**
- * The launcher the data plane writes into a LangGraph revision (src/dataplane/langgraph-server.mjs),
+ * The launcher the data plane writes into a LangGraph revision (runtime/langgraph-server.mjs),
  * run as the data plane runs it, without the servers themselves: how it starts `langgraph dev` for a
  * Python project (a stand-in `langgraph` in the venv, since no Python package index is reachable
  * here), what it keeps of `.langgraph_api/`, and what it says when the JS server is not installed.
@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
-const LAUNCHER = fileURLToPath(new URL('../../src/dataplane/langgraph-server.mjs', import.meta.url));
+const LAUNCHER = fileURLToPath(new URL('../../runtime/langgraph-server.mjs', import.meta.url));
 
 let scratch: string;
 before(async () => {

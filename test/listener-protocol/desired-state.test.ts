@@ -5,9 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { buildApp } from '../../src/app.ts';
-import { openChangeFeed } from '../../src/db/change-feed.ts';
-import { createLogger } from '../../src/logger.ts';
+import { startReplica } from '../helpers.ts';
 import { agent, createProtocolFixture, fetchDesiredState, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
 
 let f: ProtocolFixture;
@@ -260,10 +258,7 @@ describe('long-poll over real HTTP', () => {
     await assert.rejects(abandoned);
 
     // A replica of its own, closed while a long-poll waits: the poll is answered, the close is quick.
-    const silent = createLogger('silent');
-    const feed = await openChangeFeed(f.t.database.url, silent);
-    const replica = await buildApp({ config: f.t.config, db: f.t.database.db, secretBox: f.t.secretBox, logger: silent, changes: feed });
-    const url = await replica.listen({ port: 0, host: '127.0.0.1' });
+    const { app: replica, url, changes: feed } = await startReplica(f.t);
     try {
       const waiting = fetchDesiredState(f, l, { wait: 30, etag: first.etag!, url });
       await sleep(300);

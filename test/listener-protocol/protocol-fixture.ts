@@ -6,10 +6,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/app.ts';
-import { openChangeFeed, type ChangeFeed } from '../../src/db/change-feed.ts';
-import { createLogger } from '../../src/logger.ts';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, startReplica, type TestApp } from '../helpers.ts';
 
 export interface ProtocolFixture {
   t: TestApp;
@@ -23,28 +20,19 @@ export interface ProtocolFixture {
 
 export async function createProtocolFixture(): Promise<ProtocolFixture> {
   const t = await createTestApp();
-  const silent = createLogger('silent');
-  let feed: ChangeFeed | undefined;
-  let live: FastifyInstance | undefined;
   try {
-    feed = await openChangeFeed(t.database.url, silent);
-    live = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger: silent, changes: feed });
-    const liveUrl = await live.listen({ port: 0, host: '127.0.0.1' });
-    const opened = { feed, live };
+    const replica = await startReplica(t);
     return {
       t,
       api: client(t.app),
-      live,
-      liveUrl,
+      live: replica.app,
+      liveUrl: replica.url,
       async close() {
-        await opened.live.close();
-        await opened.feed.close();
+        await replica.close();
         await t.close();
       },
     };
   } catch (error) {
-    await live?.close();
-    await feed?.close();
     await t.close();
     throw error;
   }

@@ -1,5 +1,5 @@
 // The OAuth client against a real provider on loopback (test/fakes/oidc-server.ts): the whole
-// authorization-code flow over HTTP, and each way it can fail (issue 4, "Bad input and security").
+// authorization-code flow over HTTP, and each way it can fail (docs/oauth.md).
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -5,19 +5,14 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
 import { buildApp } from '../../src/app.ts';
-import { bootstrap } from '../../src/bootstrap.ts';
-import { loadConfig } from '../../src/config.ts';
-import { createSecretBox, type SecretBox } from '../../src/crypto/secret-box.ts';
+import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
 import { authorizeInBrowser, startOidcServer, type OidcServer, type TestClientKind } from '../fakes/oidc-server.ts';
-import { ADMIN_KEY, client, createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { client, createTestApp, type TestDatabase } from '../helpers.ts';
 
 /** Where browsers reach the service. It is never requested: the fake browser hands the callback URL back. */
 export const PUBLIC_URL = 'http://slipway.test';
@@ -47,35 +42,27 @@ export interface OAuthTestApp {
 }
 
 export async function startOAuthTestApp(env: Record<string, string> = { SLIPWAY_ALLOW_INSECURE_OAUTH: '1' }): Promise<OAuthTestApp> {
-  const database = await createTestDatabase();
-  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-oauth-'));
-  const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, SLIPWAY_PUBLIC_URL: PUBLIC_URL, LOG_LEVEL: 'trace', ...env });
-  const secretBox = createSecretBox(randomBytes(32));
-  const first = await bootstrap(database.db, config.bootstrapApiKey);
   const logs: string[] = [];
   const logger = pino({ level: 'trace' }, { write: (line: string) => void logs.push(line) });
-  const app = await buildApp({ config, db: database.db, secretBox, logger });
-  await app.ready();
+  const t = await createTestApp({ SLIPWAY_PUBLIC_URL: PUBLIC_URL, LOG_LEVEL: 'trace', ...env }, { logger });
   const replicas: FastifyInstance[] = [];
   return {
-    app,
-    database,
-    secretBox,
-    workspaceId: first.workspaceId,
-    organizationId: first.organizationId,
-    orgKey: first.generatedKey!,
+    app: t.app,
+    database: t.database,
+    secretBox: t.secretBox,
+    workspaceId: t.workspaceId,
+    organizationId: t.organizationId,
+    orgKey: t.orgKey,
     logs,
     async replica() {
-      const other = await buildApp({ config, db: database.db, secretBox, logger });
+      const other = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger });
       await other.ready();
       replicas.push(other);
       return other;
     },
     async close() {
       for (const other of replicas) await other.close();
-      await app.close();
-      await database.drop();
-      await fs.rm(dataDir, { recursive: true, force: true });
+      await t.close();
     },
   };
 }

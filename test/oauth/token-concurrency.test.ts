@@ -1,6 +1,6 @@
 /**
- * Refreshing and revoking tokens against a slow identity provider (issue: the provider's latency must
- * not become the API's). A refresh or a revocation holds no database connection while it waits for the
+ * Refreshing and revoking tokens against a slow identity provider (the provider's latency must not
+ * become the API's). A refresh or a revocation holds no database connection while it waits for the
  * provider; concurrent requests for one token share one provider call, in one process and across
  * replicas on one database.
  */

@@ -1,6 +1,5 @@
 /**
- * One data directory, one process (issue 12, item 1), and what an operator sees at start (items 5 and
- * 9): a second `npm start` on a data directory in use refuses and names the first, which keeps serving;
+ * One data directory, one process (docs/operations.md), and what an operator sees at start: a second `npm start` on a data directory in use refuses and names the first, which keeps serving;
  * the embedded server dying under the service makes it exit non-zero; a port in use is one line naming
  * PORT; HOST=0.0.0.0 without SLIPWAY_PUBLIC_URL and running as root are said at start; a changed
  * SLIPWAY_BOOTSTRAP_API_KEY revokes the previous one.
@@ -14,7 +13,7 @@ import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { DataDirInUseError, LOCK_FILE, lockDataDir } from '../../src/db/data-dir-lock.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
-import { alive, call, cleanUp, logLines, makeDataDir, postgresPid, runToExit, startService, stop, waitUntilGone, withDeadline, type Service } from './service-harness.ts';
+import { alive, call, cleanUp, logLines, makeDataDir, postgresPid, runToExit, startService, stop, waitUntilGone, withDeadline, type Service } from '../support/service-harness.ts';
 
 const KEY_A = 'slw_ops_bootstrap_key_a_0123456789';
 const KEY_B = 'slw_ops_bootstrap_key_b_0123456789';

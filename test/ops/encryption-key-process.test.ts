@@ -1,5 +1,5 @@
 /**
- * The encryption key of the embedded setup as an operator meets it (issue 12, item 4): a changed or a
+ * The encryption key of the embedded setup as an operator meets it (docs/operations.md, "Encryption key"): a changed or a
  * lost `encryption.key` stops the start with a message saying so (no new key is made over a lost
  * one), and `npm run rotate-key` re-encrypts the stored secrets with a new key it makes itself, once
  * the service is stopped; the service then starts on the new key with its secrets intact.
@@ -10,8 +10,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import { createSecretBox, keyIdOf, sealedKeyId } from '../../src/crypto/secret-box.ts';
-import { withClient } from '../../src/db/scratch-server.ts';
-import { call, cleanUp, makeDataDir, runToExit, startService, stop, type Service } from './service-harness.ts';
+import { withClient } from '../../src/db/admin-client.ts';
+import { call, cleanUp, makeDataDir, runToExit, startService, stop, type Service } from '../support/service-harness.ts';
 
 const KEY = 'slw_ops_encryption_key_0123456789';
 

@@ -1,5 +1,5 @@
 /**
- * The encryption key (issue 12, item 4): sealed values name the key that sealed them; a start with a
+ * The encryption key (docs/operations.md, "Encryption key"): sealed values name the key that sealed them; a start with a
  * key that is not the database's, or without the key file, refuses with a clear message instead of
  * failing requests later; DATABASE_URL requires SLIPWAY_ENCRYPTION_KEY; and a key rotation re-encrypts
  * every sealed value in batches, can be interrupted and run again, and needs both keys while it runs.
@@ -20,7 +20,7 @@ import type { Database } from '../../src/store/schema.ts';
 import { readKeyCheck } from '../../src/store/key-check.ts';
 import { bootstrap } from '../../src/bootstrap.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
-import { runToExit } from './service-harness.ts';
+import { runToExit } from '../support/service-harness.ts';
 
 const keysOf = (current: Buffer, ...previous: Buffer[]): EncryptionKeys => ({ current, previous, source: 'SLIPWAY_ENCRYPTION_KEY', file: null });
 

@@ -1,5 +1,5 @@
 /**
- * The first start (issue 12, items 3 and 6): killed during initdb, it leaves a half-made cluster that
+ * The first start (docs/operations.md): killed during initdb, it leaves a half-made cluster that
  * the next start removes and makes again (initdb writes PG_VERSION first of all, so only a marker
  * written once initdb finished tells a complete cluster); and on a terminal the first admin key is
  * printed there, with no file written (elsewhere it goes to a 0600 file: test/service-process.test.ts).
@@ -10,7 +10,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import { CLUSTER_COMPLETE, freePort } from '../../src/db/embedded-postgres.ts';
-import { ROOT, cleanUp, logLines, makeDataDir, serviceEnv, spawnService, startService, stop, withDeadline } from './service-harness.ts';
+import { ROOT, cleanUp, logLines, makeDataDir, serviceEnv, spawnService, startService, stop, withDeadline } from '../support/service-harness.ts';
 
 after(cleanUp);
 

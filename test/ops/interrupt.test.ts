@@ -1,5 +1,5 @@
 /**
- * Ctrl-C drops no request in flight (issue 12, item 2): the terminal signals the whole foreground
+ * Ctrl-C drops no request in flight (docs/operations.md): the terminal signals the whole foreground
  * process group, but the embedded PostgreSQL is not in it, so it keeps running until the service has
  * finished its requests and stops it. And an upload that fails for any reason, a database failure after
  * the file was written included, leaves no file behind.
@@ -13,7 +13,7 @@ import { after, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { ADMIN_KEY, createTestApp } from '../helpers.ts';
-import { alive, cleanUp, makeDataDir, postgresPid, startService, waitUntilGone, withDeadline } from './service-harness.ts';
+import { alive, cleanUp, makeDataDir, postgresPid, startService, waitUntilGone, withDeadline } from '../support/service-harness.ts';
 
 const KEY = 'slw_ops_interrupt_key_0123456789';
 

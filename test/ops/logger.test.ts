@@ -1,5 +1,5 @@
 /**
- * One `pid` key per log line (issue 12, item 9): the logger's own is the process's; a pid logged as a
+ * One `pid` key per log line (docs/operations.md, "Logs"): the logger's own is the process's; a pid logged as a
  * field (another process's) must not make a second one, which JSON parsers resolve differently.
  */
 import assert from 'node:assert/strict';

@@ -1,32 +1,16 @@
 /**
- * A PostgreSQL server for a test or bench run: the one named by a connection string, or else an
- * embedded server started in a temporary directory (removed when stopped). Plus the two small admin
- * helpers both runs need: a one-off client, and a connection string naming another database.
+ * A PostgreSQL server for a test run (scripts/run-tests.ts) or a bench run (bench/): the one named by
+ * a connection string, or else an embedded server started in a temporary directory (removed when
+ * stopped), and migrated databases on it.
  */
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { startEmbeddedPostgres } from './embedded-postgres.ts';
-import { migrate } from './migrate.ts';
-
-export async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.end();
-  }
-}
-
-/** The same server and credentials, another database. */
-export function databaseUrl(url: string, database: string): string {
-  const out = new URL(url);
-  out.pathname = `/${database}`;
-  return out.toString();
-}
+import { databaseUrl, withClient } from '../src/db/admin-client.ts';
+import { startEmbeddedPostgres } from '../src/db/embedded-postgres.ts';
+import { migrate } from '../src/db/migrate.ts';
 
 export interface ScratchServer {
   /** Superuser (or given) connection string on the server's maintenance database. */

@@ -1,0 +1,232 @@
+/**
+ * `slipway deploy [dir]`: pack the folder, upload it through an upload URL (the flow LangChain's CLI
+ * uses too: POST .../upload-url, PUT the tarball there), create the deployment or patch it when one of
+ * that name exists, and follow the new revision to its end. With `--image` a container image is
+ * deployed instead: on the own data plane, or with `--listener` on a listener's cluster.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Command } from 'commander';
+import type { Deployment, DeploymentCreate, DeploymentPatch, DeploymentSource, Secret } from '../client/api-aliases.ts';
+import type { SlipwayClient } from '../client/slipway-client.ts';
+import type { CliContext } from './cli-context.ts';
+import { CliError, EXIT } from './cli-errors.ts';
+import { withExample, type ActionRunner } from './command-help.ts';
+import { resolveListener } from './resource-resolve.ts';
+import { followRevision, printDeployed } from './revision-progress.ts';
+import { readSecrets, type SecretInput } from './secrets-input.ts';
+import { packSource } from './source-pack.ts';
+
+/** App config files looked for when --config is not given, in this order (docs/app-config.md). */
+const APP_CONFIG_FILES = ['slipway.json', 'langgraph.json'];
+const DNS_LABEL = /^[a-z][a-z0-9-]{0,62}$/;
+/** Secret values are never shown; sending this keeps the stored value (docs/lifecycle.md). */
+const KEEP_SECRET = '********';
+
+interface DeployOptions {
+  name?: string;
+  config?: string;
+  secret: string[];
+  secretsFile?: string;
+  wait: boolean;
+  image?: string;
+  listener?: string;
+  namespace?: string;
+}
+
+export function deployCommand(run: ActionRunner): Command {
+  const command = new Command('deploy')
+    .description('Deploy a folder (or a container image) and follow it until it serves')
+    .argument('[dir]', 'the app folder; it needs an app config (slipway.json or langgraph.json)', '.')
+    .option(
+      '-n, --name <name>',
+      "deployment name (default: the folder's name); an existing deployment of this name gets a new revision",
+    )
+    .option('-c, --config <path>', 'app config file inside the folder (default: slipway.json, else langgraph.json)')
+    .option(
+      '-s, --secret <NAME=VALUE>',
+      'a secret for the app (repeatable); other secrets of an existing deployment are kept',
+      collect,
+      [],
+    )
+    .option('--secrets-file <file>', 'secrets from a dotenv file (NAME=VALUE lines); --secret wins for the same name')
+    .option('--no-wait', 'return once the revision is created, without following it')
+    .option('--image <uri>', 'deploy this container image instead of a folder')
+    .option('--listener <id|compute_id>', "run the image on this listener's cluster (source external_container)")
+    .option('--namespace <namespace>', "with --listener: the cluster namespace (one of the listener's)");
+  return withExample(command, [
+    'slipway deploy ./support-agent --name support-agent --secret OPENAI_API_KEY=sk-...',
+    'slipway deploy --image ghcr.io/acme/agent:1.4 --listener prod-eu-1 --name agent',
+  ]).action(
+    run(async (ctx, dir: string, options: DeployOptions) => {
+      if (options.listener !== undefined && options.image === undefined)
+        throw new CliError('--listener needs --image: a listener runs container images', EXIT.usage);
+      if (options.namespace !== undefined && options.listener === undefined)
+        throw new CliError('--namespace goes with --listener', EXIT.usage);
+      const secrets = await readSecrets(options.secret, options.secretsFile);
+      const client = await ctx.client();
+      const result =
+        options.image !== undefined
+          ? await deployImage(ctx, client, dir, options.image, options, secrets)
+          : await deployFolder(ctx, client, dir, options, secrets);
+      if (!options.wait) {
+        if (ctx.output.json) ctx.output.data({ deployment: result.deployment, revision_id: result.revisionId });
+        else ctx.output.result(result.revisionId);
+        ctx.output.note(
+          `Revision ${result.revisionId} of ${result.deployment.name} is queued. Follow it: slipway logs ${result.deployment.name} --build --follow`,
+        );
+        return;
+      }
+      printDeployed(ctx, await followRevision(ctx, client, result.deployment, result.revisionId));
+    }),
+  );
+}
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+interface Started {
+  deployment: Deployment;
+  revisionId: string;
+}
+
+async function deployFolder(
+  ctx: CliContext,
+  client: SlipwayClient,
+  dir: string,
+  options: DeployOptions,
+  secrets: SecretInput[],
+): Promise<Started> {
+  const folder = path.resolve(dir);
+  const stat = await fs.stat(folder).catch(() => null);
+  if (!stat?.isDirectory()) throw new CliError(`${dir} is not a folder`, EXIT.usage);
+  const configPath = await findAppConfig(folder, dir, options.config);
+  const name = deploymentName(options.name, folder);
+
+  const existing = await client.deployments.findByName(name);
+  if (existing && existing.source !== 'internal_source') {
+    throw new CliError(
+      `deployment '${name}' is a ${existing.source} deployment; a folder deploys as internal_source`,
+      EXIT.usage,
+      ['Pick another --name, or deploy it with --image.'],
+    );
+  }
+  ctx.output.note(`Packing ${dir} ...`);
+  const packed = await packSource(folder);
+  ctx.output.note(`Packed ${packed.files.length} files (${formatBytes(packed.tarball.length)}).`);
+
+  let deployment = existing;
+  if (!deployment) {
+    // Made without a source first (no revision yet): the upload URL belongs to a deployment.
+    deployment = await client.deployments.create({ name, source: 'internal_source', source_config: {}, secrets });
+    ctx.output.note(`Created deployment ${name} (${deployment.id}).`);
+  }
+  const target = await client.uploads.url(deployment.id);
+  await client.uploads.put(target.upload_url, packed.tarball);
+  const patch: DeploymentPatch = {
+    source_revision_config: { source_tarball_path: target.object_path, framework_config_path: configPath },
+  };
+  if (existing && secrets.length > 0) patch.secrets = mergeSecrets(existing, secrets);
+  const patched = await client.deployments.update(deployment.id, patch);
+  if (!patched.latest_revision_id) throw new CliError(`the service made no revision for ${name}`, EXIT.failed);
+  return { deployment: patched, revisionId: patched.latest_revision_id };
+}
+
+async function deployImage(
+  ctx: CliContext,
+  client: SlipwayClient,
+  dir: string,
+  image: string,
+  options: DeployOptions,
+  secrets: SecretInput[],
+): Promise<Started> {
+  if (dir !== '.') throw new CliError('give either a folder or --image, not both', EXIT.usage);
+  if (options.name === undefined)
+    throw new CliError('--image needs --name: there is no folder to name the deployment after', EXIT.usage);
+  const name = deploymentName(options.name, '');
+  const listener = options.listener !== undefined ? await resolveListener(client, options.listener) : null;
+  const source: DeploymentSource = listener ? 'external_container' : 'internal_container';
+  const existing = await client.deployments.findByName(name);
+  if (existing) {
+    if (existing.source !== source)
+      throw new CliError(
+        `deployment '${name}' is a ${existing.source} deployment, not ${source}`,
+        EXIT.usage,
+        [listener ? '' : 'Add --listener to deploy on a listener.'].filter(Boolean),
+      );
+    const patch: DeploymentPatch = { source_revision_config: { image_uri: image } };
+    if (secrets.length > 0) patch.secrets = mergeSecrets(existing, secrets);
+    const patched = await client.deployments.update(existing.id, patch);
+    return { deployment: patched, revisionId: patched.latest_revision_id! };
+  }
+  const body: DeploymentCreate = {
+    name,
+    source,
+    source_config: {},
+    source_revision_config: { image_uri: image },
+    secrets,
+  };
+  if (listener)
+    body.source_config = {
+      listener_id: listener.id,
+      ...(options.namespace ? { listener_config: { k8s_namespace: options.namespace } } : {}),
+    };
+  const created = await client.deployments.create(body);
+  ctx.output.note(`Created deployment ${name} (${created.id}).`);
+  if (!created.latest_revision_id) throw new CliError(`the service made no revision for ${name}`, EXIT.failed);
+  return { deployment: created, revisionId: created.latest_revision_id };
+}
+
+/** The config file to name in framework_config_path; a folder without one cannot be built. */
+async function findAppConfig(folder: string, shown: string, given: string | undefined): Promise<string> {
+  const candidates = given !== undefined ? [given] : APP_CONFIG_FILES;
+  for (const candidate of candidates) {
+    const relative = path.posix.normalize(candidate.split(path.sep).join('/'));
+    if (path.posix.isAbsolute(relative) || relative.startsWith('../'))
+      throw new CliError(`--config ${candidate}: give a path inside the folder`, EXIT.usage);
+    if ((await fs.stat(path.join(folder, relative)).catch(() => null))?.isFile()) return relative;
+  }
+  if (given !== undefined) throw new CliError(`${shown} has no app config ${given}`, EXIT.usage);
+  throw new CliError(
+    `${shown} has no app config: add a slipway.json (see docs/app-config.md; {} is enough for a Node app with a start script) or name one with --config`,
+    EXIT.usage,
+  );
+}
+
+/** --name, else the folder's name made into a DNS label ("My Agent" -> "my-agent"). */
+function deploymentName(given: string | undefined, folder: string): string {
+  if (given !== undefined) {
+    if (!DNS_LABEL.test(given))
+      throw new CliError(
+        `--name ${given}: a deployment name is lowercase letters, digits and -, starting with a letter, at most 63 characters`,
+        EXIT.usage,
+      );
+    return given;
+  }
+  const derived = path
+    .basename(folder)
+    .toLowerCase()
+    .replace(/[^a-z0-9-]+/g, '-')
+    .replace(/^[^a-z]+/, '')
+    .replace(/-+/g, '-')
+    .slice(0, 63)
+    .replace(/-+$/, '');
+  if (!DNS_LABEL.test(derived))
+    throw new CliError(
+      `cannot make a deployment name of the folder name '${path.basename(folder)}': pass --name`,
+      EXIT.usage,
+    );
+  return derived;
+}
+
+/** The deployment's secrets with the given ones set: a list replaces the whole set, so the others are sent as "keep". */
+function mergeSecrets(existing: Deployment, given: SecretInput[]): Secret[] {
+  const merged = new Map<string, string>(existing.secrets.map((secret) => [secret.name, KEEP_SECRET]));
+  for (const secret of given) merged.set(secret.name, secret.value);
+  return [...merged].map(([name, value]) => ({ name, value }));
+}
+
+function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+}

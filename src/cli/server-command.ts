@@ -1,0 +1,17 @@
+/** `slipway server`: the service itself, exactly what `npm start` runs (configured by environment variables, see README). */
+import { Command } from 'commander';
+import { withExample } from './command-help.ts';
+
+export function serverCommand(): Command {
+  return withExample(
+    new Command('server').description(
+      'Start the Slipway service (API, data plane and app proxy) in the foreground; configured by environment variables (README, "Configuration")',
+    ),
+    ['slipway server', 'PORT=9000 DATABASE_URL=postgres://... SLIPWAY_ENCRYPTION_KEY=... slipway server'],
+  ).action(async () => {
+    // The service's entry point starts on import and owns the process from then on (signals, exit).
+    await import('../main.ts');
+    // Never settles: the service keeps running until a signal stops it, and exits the process itself.
+    await new Promise<never>(() => undefined);
+  });
+}

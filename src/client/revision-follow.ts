@@ -1,0 +1,143 @@
+/**
+ * Following a revision: its log's lines and status changes from the service's event stream
+ * (`GET .../logs?follow=true`, docs/logs.md), reconnecting after a dropped stream where it stopped
+ * (Last-Event-ID), and waiting for a final state on top of it. The service pushes each change as it
+ * happens, so nothing here polls.
+ */
+import { isFinalRevisionStatus } from '../domain/states.ts';
+import type { LogLine, LogType, Revision, RevisionStatus } from './api-aliases.ts';
+import { readEventStream } from './event-stream.ts';
+import { sleep } from './retrying-fetch.ts';
+import type { SlipwayClient } from './slipway-client.ts';
+import { SlipwayError } from './slipway-error.ts';
+
+export interface FollowLogOptions {
+  /** `build` (default) or `deploy`. */
+  type?: LogType;
+  /** Start after this cursor (a page's next_cursor or a line's cursor); default the first line. */
+  cursor?: string;
+  signal?: AbortSignal;
+  /** Reconnections in a row without an event before giving up (default 5). */
+  maxReconnects?: number;
+}
+
+export type LogEvent =
+  | { kind: 'line'; line: LogLine; cursor: string | null }
+  | { kind: 'status'; status: RevisionStatus; failure_reason: string | null; failure_message: string | null }
+  /** The log is over: the revision's final status, or null when the revision is gone with its deployment. */
+  | { kind: 'end'; status: RevisionStatus | null };
+
+/** Lines and status changes of a revision's log until the service ends it. */
+export async function* followLog(
+  client: SlipwayClient,
+  deploymentId: string,
+  revisionId: string,
+  options: FollowLogOptions = {},
+): AsyncGenerator<LogEvent> {
+  const type = options.type ?? 'build';
+  const maxReconnects = options.maxReconnects ?? 5;
+  let cursor = options.cursor;
+  let failures = 0;
+  for (;;) {
+    let stream: ReadableStream<Uint8Array>;
+    try {
+      stream = await client.logs.openStream(
+        deploymentId,
+        revisionId,
+        { type, ...(cursor ? { cursor } : {}) },
+        options.signal,
+      );
+    } catch (error) {
+      // An answer (401, 404) is final; a lost connection is worth a few more tries.
+      if (!(error instanceof SlipwayError) || error.status !== null || ++failures > maxReconnects) throw error;
+      await pause(failures, options.signal);
+      continue;
+    }
+    try {
+      for await (const message of readEventStream(stream)) {
+        failures = 0;
+        const data: unknown = JSON.parse(message.data);
+        if (message.event === 'log') {
+          if (message.id) cursor = message.id;
+          yield { kind: 'line', line: data as LogLine, cursor: message.id };
+        } else if (message.event === 'status') {
+          yield {
+            kind: 'status',
+            ...(data as { status: RevisionStatus; failure_reason: string | null; failure_message: string | null }),
+          };
+        } else if (message.event === 'end') {
+          yield { kind: 'end', status: (data as { status: RevisionStatus | null }).status };
+          return;
+        }
+      }
+    } catch (error) {
+      if (options.signal?.aborted) throw error;
+      // The connection broke mid-stream: resume after the last line seen, as EventSource would.
+    }
+    // Closed without `end`: the service restarted or a proxy cut the stream.
+    if (options.signal?.aborted) return;
+    if (++failures > maxReconnects)
+      throw new SlipwayError({
+        status: null,
+        code: 'connection_failed',
+        detail: `the log stream of revision ${revisionId} kept closing before its end`,
+        url: client.baseUrl,
+      });
+    await pause(failures, options.signal);
+  }
+}
+
+export interface WaitOptions {
+  /** Called with the status now, then at each change the stream reports (steps quicker than the service's read of them may be skipped; the final one never is). */
+  onStatus?: (status: RevisionStatus, event: Extract<LogEvent, { kind: 'status' }>) => void;
+  /** Called with each line of the build log as it is written. */
+  onLine?: (line: LogLine) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Resolves with the revision once it is in a final state (DEPLOYED, a failure, SKIPPED,
+ * INTERRUPTED, UNKNOWN; docs/lifecycle.md), following its build log, which the service ends exactly
+ * then. Throws a SlipwayError `not_found` when the revision disappears with its deployment.
+ */
+export async function waitForRevision(
+  client: SlipwayClient,
+  deploymentId: string,
+  revisionId: string,
+  options: WaitOptions = {},
+): Promise<Revision> {
+  const current = await client.revisions.get(deploymentId, revisionId);
+  if (isFinalRevisionStatus(current.status)) {
+    options.onStatus?.(current.status, {
+      kind: 'status',
+      status: current.status,
+      failure_reason: current.failure_reason,
+      failure_message: current.failure_message,
+    });
+    return current;
+  }
+  for await (const event of followLog(client, deploymentId, revisionId, {
+    type: 'build',
+    ...(options.signal ? { signal: options.signal } : {}),
+  })) {
+    if (event.kind === 'line') options.onLine?.(event.line);
+    else if (event.kind === 'status') options.onStatus?.(event.status, event);
+    else if (event.status === null) {
+      throw new SlipwayError({
+        status: 404,
+        code: 'not_found',
+        detail: `Revision ID ${revisionId} is gone: its deployment was deleted.`,
+        url: client.baseUrl,
+      });
+    } else {
+      return client.revisions.get(deploymentId, revisionId);
+    }
+  }
+  // followLog returns only after `end` (or an abort, which throws); reaching here means the caller aborted.
+  throw options.signal?.reason ?? new Error('aborted');
+}
+
+/** Back-off between reconnections: 0.5 s, 1 s, 2 s ... up to 8 s. */
+function pause(failures: number, signal: AbortSignal | undefined): Promise<void> {
+  return sleep(Math.min(500 * 2 ** (failures - 1), 8_000), signal);
+}

@@ -1,0 +1,252 @@
+/**
+ * The Slipway API client: every operation of the service's OpenAPI document through `api`
+ * (openapi-fetch over the generated types), and named methods for what users do most, which throw
+ * `SlipwayError` instead of returning an error value.
+ *
+ * ```ts
+ * const slipway = new SlipwayClient({ baseUrl: 'http://127.0.0.1:8124', apiKey: process.env.SLIPWAY_API_KEY });
+ * const deployment = await slipway.deployments.get(id);
+ * const revision = await slipway.waitForRevision(deployment.id, deployment.latest_revision_id!);
+ * ```
+ */
+import createClient, { type Client } from 'openapi-fetch';
+import type { paths } from './api-types.ts';
+import type {
+  ApiKeyCreate,
+  DeploymentCreate,
+  DeploymentPatch,
+  DeploymentQuery,
+  ListenerCreate,
+  LogType,
+  Query,
+  Upload,
+} from './api-aliases.ts';
+import { collect, iterateItems, iteratePages, type PageFetcher } from './page-iterator.ts';
+import { followLog, waitForRevision, type FollowLogOptions, type WaitOptions } from './revision-follow.ts';
+import { createRetryingFetch, type RetryingFetch, type RetryOptions } from './retrying-fetch.ts';
+import { SlipwayError } from './slipway-error.ts';
+
+export interface SlipwayClientOptions extends RetryOptions {
+  /** The service's address, e.g. `http://127.0.0.1:8124`. */
+  baseUrl: string;
+  /** Sent as X-Api-Key. */
+  apiKey?: string | null;
+  /** Sent as X-Tenant-Id: the workspace an organization key acts on. */
+  tenantId?: string | null;
+  /** Sent as User-Agent. */
+  userAgent?: string;
+}
+
+/** What an openapi-fetch call resolves to: data on success, error otherwise. */
+type Answer = { data?: unknown; error?: unknown; response: Response };
+/** The data of a successful answer; void for answers without a body (204). */
+type DataOf<R extends Answer> = [Exclude<R['data'], undefined>] extends [never] ? void : Exclude<R['data'], undefined>;
+
+/** The data of a successful answer; any other answer is thrown as a SlipwayError. */
+export async function ok<R extends Answer>(call: Promise<R>): Promise<DataOf<R>> {
+  const result = await call;
+  if (result.error !== undefined || !result.response.ok) throw SlipwayError.fromAnswer(result.response, result.error);
+  // The failing branch of openapi-fetch's union was thrown above; TypeScript cannot narrow the generic.
+  return result.data as DataOf<R>;
+}
+
+const path = <T extends Record<string, string>>(params: T) => ({ params: { path: params } });
+
+export class SlipwayClient {
+  /** Every operation of the API, typed from its OpenAPI document: `await ok(client.api.GET('/v2/listeners'))`. */
+  readonly api: Client<paths, 'application/json'>;
+  readonly baseUrl: string;
+  /** The transport (timeout, retries), for requests outside `api` such as an upload URL. */
+  readonly fetch: RetryingFetch;
+
+  constructor(readonly options: SlipwayClientOptions) {
+    this.baseUrl = options.baseUrl.replace(/\/+$/, '');
+    this.fetch = createRetryingFetch(options);
+    const headers: Record<string, string> = {};
+    if (options.apiKey) headers['x-api-key'] = options.apiKey;
+    if (options.tenantId) headers['x-tenant-id'] = options.tenantId;
+    if (options.userAgent) headers['user-agent'] = options.userAgent;
+    this.api = createClient<paths, 'application/json'>({
+      baseUrl: this.baseUrl,
+      headers,
+      fetch: (request) => this.fetch(request),
+    });
+  }
+
+  /** Pages, items and the whole list of a paged operation, from one function that fetches a page. */
+  private lister<T>(fetchPage: PageFetcher<T>) {
+    return {
+      pages: (options?: { offset?: number; limit?: number }) => iteratePages(fetchPage, options),
+      all: () => iterateItems(iteratePages(fetchPage)),
+      list: (options?: { offset?: number; limit?: number }): Promise<T[]> =>
+        collect(iterateItems(iteratePages(fetchPage, options))),
+    };
+  }
+
+  readonly deployments = {
+    page: (query: DeploymentQuery = {}) => ok(this.api.GET('/v2/deployments', { params: { query } })),
+    /** Every deployment matching `query`, page by page. */
+    pages: (query: Omit<DeploymentQuery, 'offset' | 'limit'> = {}, options?: { offset?: number; limit?: number }) =>
+      this.lister((offset, limit) => this.deployments.page({ ...query, offset, limit })).pages(options),
+    all: (query: Omit<DeploymentQuery, 'offset' | 'limit'> = {}) =>
+      this.lister((offset, limit) => this.deployments.page({ ...query, offset, limit })).all(),
+    get: (deploymentId: string) =>
+      ok(this.api.GET('/v2/deployments/{deployment_id}', path({ deployment_id: deploymentId }))),
+    /** The deployment of this name in the workspace, or null. */
+    findByName: async (name: string) => (await this.deployments.page({ name, limit: 1 })).resources[0] ?? null,
+    create: (body: DeploymentCreate) => ok(this.api.POST('/v2/deployments', { body })),
+    update: (deploymentId: string, body: DeploymentPatch) =>
+      ok(this.api.PATCH('/v2/deployments/{deployment_id}', { ...path({ deployment_id: deploymentId }), body })),
+    delete: (deploymentId: string) =>
+      ok(this.api.DELETE('/v2/deployments/{deployment_id}', path({ deployment_id: deploymentId }))),
+    events: (deploymentId: string) =>
+      this.lister((offset, limit) =>
+        ok(
+          this.api.GET('/v2/deployments/{deployment_id}/events', {
+            params: { path: { deployment_id: deploymentId }, query: { offset, limit } },
+          }),
+        ),
+      ),
+  };
+
+  readonly revisions = {
+    page: (deploymentId: string, query: Query<'/v2/deployments/{deployment_id}/revisions', 'get'> = {}) =>
+      ok(
+        this.api.GET('/v2/deployments/{deployment_id}/revisions', {
+          params: { path: { deployment_id: deploymentId }, query },
+        }),
+      ),
+    pages: (deploymentId: string, options?: { offset?: number; limit?: number }) =>
+      this.lister((offset, limit) => this.revisions.page(deploymentId, { offset, limit })).pages(options),
+    all: (deploymentId: string) =>
+      this.lister((offset, limit) => this.revisions.page(deploymentId, { offset, limit })).all(),
+    get: (deploymentId: string, revisionId: string) =>
+      ok(
+        this.api.GET(
+          '/v2/deployments/{deployment_id}/revisions/{revision_id}',
+          path({ deployment_id: deploymentId, revision_id: revisionId }),
+        ),
+      ),
+    /** Makes a new revision from what `revisionId` ran (rollback); answers the deployment. */
+    redeploy: (deploymentId: string, revisionId: string) =>
+      ok(
+        this.api.POST(
+          '/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy',
+          path({ deployment_id: deploymentId, revision_id: revisionId }),
+        ),
+      ),
+    interrupt: (deploymentId: string, revisionId: string) =>
+      ok(
+        this.api.POST(
+          '/v2/deployments/{deployment_id}/revisions/{revision_id}/interrupt',
+          path({ deployment_id: deploymentId, revision_id: revisionId }),
+        ),
+      ),
+  };
+
+  readonly logs = {
+    /** One page of a revision's log, oldest first; pass `next_cursor` back as `cursor` for the lines after it. */
+    page: (deploymentId: string, revisionId: string, query: { type?: LogType; cursor?: string; limit?: number } = {}) =>
+      ok(
+        this.api.GET('/v2/deployments/{deployment_id}/revisions/{revision_id}/logs', {
+          params: { path: { deployment_id: deploymentId, revision_id: revisionId }, query },
+        }),
+      ),
+    /** The log's lines and the revision's status changes as they happen, until the log ends (docs/logs.md). */
+    follow: (deploymentId: string, revisionId: string, options: FollowLogOptions = {}) =>
+      followLog(this, deploymentId, revisionId, options),
+    /** The stream of a followed log (text/event-stream), for followLog. */
+    openStream: async (
+      deploymentId: string,
+      revisionId: string,
+      query: { type: LogType; cursor?: string },
+      signal?: AbortSignal,
+    ) => {
+      const stream = await ok(
+        this.api.GET('/v2/deployments/{deployment_id}/revisions/{revision_id}/logs', {
+          params: { path: { deployment_id: deploymentId, revision_id: revisionId }, query: { ...query, follow: true } },
+          headers: { accept: 'text/event-stream' },
+          parseAs: 'stream',
+          ...(signal ? { signal } : {}),
+        }),
+      );
+      if (!stream)
+        throw new SlipwayError({
+          status: null,
+          code: 'connection_failed',
+          detail: 'the log stream came without a body',
+          url: this.baseUrl,
+        });
+      return stream;
+    },
+  };
+
+  /** Waits for a revision to reach a final state by following its build log's event stream (no polling). */
+  waitForRevision(deploymentId: string, revisionId: string, options: WaitOptions = {}) {
+    return waitForRevision(this, deploymentId, revisionId, options);
+  }
+
+  readonly uploads = {
+    /** Uploads a gzipped tarball of a source; its source_tarball_path goes into source_revision_config. */
+    create: (tarball: Uint8Array<ArrayBuffer>) =>
+      ok(
+        this.api.POST('/v2/uploads', {
+          body: tarball,
+          bodySerializer: (body: unknown) => body,
+          headers: { 'content-type': 'application/gzip' },
+        }),
+      ),
+    /** A single-use URL for uploading the next source of a deployment (the flow of `slipway deploy`). */
+    url: (deploymentId: string) =>
+      ok(this.api.POST('/v2/deployments/{deployment_id}/upload-url', path({ deployment_id: deploymentId }))),
+    /** PUTs a tarball to an upload URL: the URL is the credential, so no API key goes with it; sent once (the URL is single-use). */
+    put: async (uploadUrl: string, tarball: Uint8Array<ArrayBuffer>) => {
+      const request = new Request(uploadUrl, {
+        method: 'PUT',
+        body: tarball,
+        headers: { 'content-type': 'application/gzip' },
+      });
+      const response = await this.fetch(request, { retry: false });
+      if (!response.ok) throw await SlipwayError.fromResponse(response);
+      // The document's type of this answer; the service's own JSON, so it is not checked again here.
+      return (await response.json()) as Upload;
+    },
+  };
+
+  readonly listeners = {
+    ...this.lister((offset, limit) => ok(this.api.GET('/v2/listeners', { params: { query: { offset, limit } } }))),
+    get: (listenerId: string) => ok(this.api.GET('/v2/listeners/{listener_id}', path({ listener_id: listenerId }))),
+    create: (body: ListenerCreate) => ok(this.api.POST('/v2/listeners', { body })),
+    delete: (listenerId: string) =>
+      ok(this.api.DELETE('/v2/listeners/{listener_id}', path({ listener_id: listenerId }))),
+  };
+
+  readonly apiKeys = {
+    ...this.lister((offset, limit) => ok(this.api.GET('/v2/api-keys', { params: { query: { offset, limit } } }))),
+    /** The answer holds the key itself, shown this once. */
+    create: (body: ApiKeyCreate) => ok(this.api.POST('/v2/api-keys', { body })),
+    revoke: (apiKeyId: string) => ok(this.api.DELETE('/v2/api-keys/{api_key_id}', path({ api_key_id: apiKeyId }))),
+  };
+
+  readonly integrations = {
+    ...this.lister((offset, limit) =>
+      ok(this.api.GET('/v1/integrations/forge/codehost', { params: { query: { offset, limit } } })),
+    ),
+    get: (integrationId: string) =>
+      ok(this.api.GET('/v1/integrations/forge/codehost/{integration_id}', path({ integration_id: integrationId }))),
+    delete: (integrationId: string) =>
+      ok(this.api.DELETE('/v1/integrations/forge/codehost/{integration_id}', path({ integration_id: integrationId }))),
+    repositories: (integrationId: string) =>
+      ok(
+        this.api.GET('/v1/integrations/forge/codehost/{integration_id}/repos', path({ integration_id: integrationId })),
+      ),
+    deliveries: (integrationId: string) =>
+      this.lister((offset, limit) =>
+        ok(
+          this.api.GET('/v1/integrations/forge/codehost/{integration_id}/deliveries', {
+            params: { path: { integration_id: integrationId }, query: { offset, limit } },
+          }),
+        ),
+      ),
+  };
+}

@@ -1,0 +1,91 @@
+/**
+ * The app router's table (src/dataplane/app-router.ts): the instances a slug is routed to, what is in
+ * flight to each of them, and the drain that waits for an instance taken out of the table to go idle
+ * before its caller stops it.
+ */
+import type { ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+
+/** An app process listening on 127.0.0.1:port. */
+export interface AppTarget {
+  instanceId: string;
+  port: number;
+}
+
+/** One target with what is in flight to it: the drain waits for both sets to empty. */
+export interface Backend {
+  readonly target: AppTarget;
+  readonly url: string;
+  readonly responses: Set<ServerResponse>;
+  /** Upgraded (WebSocket) connections; they can live for hours, so drains wait for them only up to the timeout. */
+  readonly sockets: Set<Duplex>;
+  readonly idleWaiters: (() => void)[];
+}
+
+export interface Route {
+  backends: Backend[];
+  next: number;
+}
+
+export function newBackend(target: AppTarget): Backend {
+  return { target: { ...target }, url: `http://127.0.0.1:${target.port}`, responses: new Set(), sockets: new Set(), idleWaiters: [] };
+}
+
+export function targetKey(target: AppTarget): string {
+  return `${target.instanceId}@${target.port}`;
+}
+
+/** Round-robin over the route, skipping targets that already refused this request. */
+export function pick(route: Route, refused: ReadonlySet<Backend>): Backend | null {
+  const count = route.backends.length;
+  for (let i = 0; i < count; i++) {
+    const index = (route.next + i) % count;
+    const backend = route.backends[index]!;
+    if (refused.has(backend)) continue;
+    route.next = (index + 1) % count;
+    return backend;
+  }
+  return null;
+}
+
+function isIdle(backend: Backend): boolean {
+  return backend.responses.size === 0 && backend.sockets.size === 0;
+}
+
+/** Wakes the drains waiting for the backend once nothing is in flight to it any more. */
+export function settle(backend: Backend): void {
+  if (isIdle(backend)) for (const wake of backend.idleWaiters.splice(0)) wake();
+}
+
+export function whenIdle(backend: Backend): Promise<void> {
+  return isIdle(backend) ? Promise.resolve() : new Promise((resolve) => backend.idleWaiters.push(resolve));
+}
+
+/**
+ * Resolves when the backends are idle or the time is up; a busy one at the end is logged, not failed.
+ * `live` is every backend routed to or still draining: each leaves it once idle.
+ */
+export async function drain(logger: Logger, live: Set<Backend>, slug: string, draining: Backend[], timeoutMs: number): Promise<void> {
+  const busy = draining.filter((b) => !isIdle(b));
+  const forget = () => {
+    for (const b of draining) if (isIdle(b)) live.delete(b);
+  };
+  if (busy.length === 0) return forget();
+  let timer: NodeJS.Timeout | undefined;
+  const expired = await Promise.race([
+    Promise.all(busy.map(whenIdle)).then(() => false),
+    new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), timeoutMs))),
+  ]);
+  clearTimeout(timer);
+  if (expired) {
+    const left = busy.filter((b) => !isIdle(b));
+    logger.warn(
+      { slug, instances: left.map((b) => ({ instanceId: b.target.instanceId, requests: b.responses.size, websockets: b.sockets.size })), drainTimeoutMs: timeoutMs },
+      'app instances still busy when the drain time ran out',
+    );
+    // Once their last connection ends nothing refers to them; until then close() may still cut them.
+    for (const b of left) void whenIdle(b).then(() => live.delete(b));
+  }
+  forget();
+}

@@ -1,0 +1,22 @@
+/**
+ * Administration on a PostgreSQL server: a one-off client for a few statements (creating or dropping
+ * a database, a role), and the connection string of another database on the same server.
+ */
+import pg from 'pg';
+
+export async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/** The same server and credentials, another database. */
+export function databaseUrl(url: string, database: string): string {
+  const out = new URL(url);
+  out.pathname = `/${database}`;
+  return out.toString();
+}

@@ -1,0 +1,193 @@
+/**
+ * What the OpenAPI document (/openapi.json) says beyond each route's own schema, so that no route has to
+ * repeat it (docs/api.md, "The OpenAPI document"):
+ *
+ * - `registerOpenApiConventions`, an onRoute hook: routes without an API key (`config.auth: 'none'`)
+ *   document `security: []` unless they name their own scheme; every operation lists 500, and every
+ *   operation whose method carries a body lists 413 and 415, with the error envelope. Those are
+ *   answers the error handler (src/http/error-handler.ts) can give on any route.
+ * - `shapeDocument`, the document's final transform: every schema with a `title` becomes the component
+ *   of that name and each use a `$ref` to it (a nullable use `anyOf: [$ref, null]`), and the plain
+ *   error answers become shared responses (`#/components/responses/NotFound`...).
+ *
+ * The schemas stay inline in the routes on purpose: request validation, the secret redaction of 422s
+ * (src/http/secret-fields.ts) and the nullable helper all work on inline schemas. Naming them is a
+ * matter of the document only, so it is done on the document.
+ */
+import { STATUS_CODES } from 'node:http';
+import type { FastifyInstance, RouteOptions } from 'fastify';
+import { ErrorBody, ValidationErrorBody, errorResponses } from './schema-helpers.ts';
+
+/** Methods whose requests Fastify reads a body of (DELETE too, when one is sent): 413 and 415 apply. */
+const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type JsonObject = { [key: string]: Json };
+
+const isObject = (value: unknown): value is JsonObject =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
+
+/** The error statuses every operation of `methods` can answer, on top of what its route lists. */
+function frameworkStatuses(methods: string[]): number[] {
+  return methods.some((m) => BODY_METHODS.has(m)) ? [413, 415, 500] : [500];
+}
+
+export function registerOpenApiConventions(app: FastifyInstance): void {
+  app.addHook('onRoute', (route: RouteOptions) => {
+    const schema = route.schema;
+    if (schema === undefined || schema.hide) return;
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    const publicRoute = route.config?.auth === 'none' && schema.security === undefined;
+    const response = { ...(schema.response as Record<string, unknown> | undefined) };
+    for (const [status, body] of Object.entries(errorResponses(...frameworkStatuses(methods)))) {
+      if (!(status in response)) response[status] = body;
+    }
+    // A new object: route schemas may be shared between routes (a plugin registered twice).
+    route.schema = { ...schema, response, ...(publicRoute ? { security: [] } : {}) };
+  });
+}
+
+// ----- named schemas -------------------------------------------------------------------------------
+
+/** Keywords whose value is data, not a schema: a `title` inside them names nothing. */
+const DATA_KEYWORDS = new Set(['example', 'examples', 'enum', 'const', 'default']);
+
+/** JSON with object keys sorted, so that two equal schemas give the same text whatever their key order. */
+function canonical(value: Json): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (!isObject(value)) return JSON.stringify(value);
+  return `{${Object.keys(value)
+    .sort()
+    .map((key) => `${JSON.stringify(key)}:${canonical(value[key]!)}`)
+    .join(',')}}`;
+}
+
+/**
+ * A schema made nullable by `Nullable` (schema-helpers.ts: `type: [t, 'null']`, `null` added to an
+ * enum): the schema it was made from. Null when the schema is not such a one.
+ */
+function nonNullable(schema: JsonObject): JsonObject | null {
+  const type = schema.type;
+  if (!Array.isArray(type) || type.length !== 2 || !type.includes('null')) return null;
+  const out: JsonObject = { ...schema, type: type.find((t) => t !== 'null')! };
+  if (Array.isArray(schema.enum)) out.enum = schema.enum.filter((v) => v !== null);
+  return out;
+}
+
+/**
+ * Moves every titled schema of the document into `components.schemas` under its title and refers to
+ * it there. Innermost first, so that a component refers to the components inside it. A titled schema
+ * that differs from the component of its title (other than by being nullable) stays inline: the test of
+ * the document (test/openapi.test.ts) finds those.
+ */
+export function nameSchemas<D extends object>(document: D): D {
+  const doc = document as unknown as { paths?: Json; components?: { schemas?: JsonObject } };
+  const components = (doc.components ??= {});
+  const schemas = (components.schemas ??= {});
+  const texts = new Map<string, string>();
+
+  const refer = (node: JsonObject): Json => {
+    const name = node.title;
+    if (typeof name !== 'string') return node;
+    const base = nonNullable(node);
+    const schema = base ?? node;
+    const text = canonical(schema);
+    const known = texts.get(name);
+    if (known === undefined) {
+      if (name in schemas) return node;
+      schemas[name] = schema;
+      texts.set(name, text);
+    } else if (known !== text) {
+      return node;
+    }
+    const ref = { $ref: `#/components/schemas/${encodeURIComponent(name)}` };
+    return base ? { anyOf: [ref, { type: 'null' }] } : ref;
+  };
+
+  const visit = (node: Json): Json => {
+    if (Array.isArray(node)) return node.map(visit);
+    if (!isObject(node)) return node;
+    const out: JsonObject = {};
+    for (const [key, value] of Object.entries(node)) out[key] = DATA_KEYWORDS.has(key) ? value : visit(value);
+    return refer(out);
+  };
+
+  if (doc.paths !== undefined) doc.paths = visit(doc.paths);
+  return document;
+}
+
+// ----- shared error responses ----------------------------------------------------------------------
+
+/** What each error status means on any operation; the detail of an answer says more. */
+const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
+  400: ['BadRequest', 'The request breaks a rule; the detail names the field (docs/errors.md).'],
+  401: ['Unauthorized', 'No credential, or an unknown or revoked one.'],
+  403: ['Forbidden', 'The credential may not do this, or X-Tenant-Id names a workspace it may not act in.'],
+  404: ['NotFound', "No such resource in the workspace (another workspace's resources do not exist for the caller)."],
+  409: ['Conflict', 'The request conflicts with the current state (a name taken, a resource in use).'],
+  413: ['PayloadTooLarge', 'The body is larger than the service accepts.'],
+  415: ['UnsupportedMediaType', 'The Content-Type is not one this operation reads.'],
+  422: ['ValidationFailed', "The request does not match the schema; each item's loc says where."],
+  500: ['InternalError', 'An unexpected failure; the body carries the request id for the service log.'],
+  502: ['BadGateway', 'An upstream (an identity provider, a code host) answered wrongly.'],
+  503: ['ServiceUnavailable', 'The database or an upstream is unreachable right now; retry shortly.'],
+};
+
+/** `Precondition Failed` -> `PreconditionFailed`, for a status without an entry above. */
+const pascalCase = (text: string): string =>
+  text
+    .replace(/[^A-Za-z0-9]+(.)?/g, (_, c: string | undefined) => (c ?? '').toUpperCase())
+    .replace(/^./, (c) => c.toUpperCase());
+
+const ENVELOPES: Record<string, string | undefined> = {
+  '#/components/schemas/ErrorBody': (ErrorBody as { description?: string }).description,
+  '#/components/schemas/ValidationErrorBody': (ValidationErrorBody as { description?: string }).description,
+};
+
+/**
+ * A response that is the error envelope and nothing else (no headers, no description of its own)
+ * becomes a reference to the shared response of its status: the document then says once what a 404
+ * is, rather than on every operation.
+ */
+function isPlainError(response: Json): boolean {
+  if (!isObject(response) || Object.keys(response).sort().join() !== 'content,description') return false;
+  const content = response.content;
+  if (!isObject(content) || Object.keys(content).join() !== 'application/json') return false;
+  const media = content['application/json'];
+  if (!isObject(media) || Object.keys(media).join() !== 'schema' || !isObject(media.schema)) return false;
+  const ref = media.schema.$ref;
+  return (
+    typeof ref === 'string' &&
+    Object.keys(media.schema).length === 1 &&
+    ENVELOPES[ref] !== undefined &&
+    ENVELOPES[ref] === response.description
+  );
+}
+
+function shareErrorResponses(doc: { paths?: Json; components?: { responses?: JsonObject } }): void {
+  const shared = ((doc.components ??= {}).responses ??= {});
+  if (!isObject(doc.paths)) return;
+  for (const item of Object.values(doc.paths)) {
+    if (!isObject(item)) continue;
+    for (const operation of Object.values(item)) {
+      if (!isObject(operation) || !isObject(operation.responses)) continue;
+      for (const [status, response] of Object.entries(operation.responses)) {
+        const code = Number(status);
+        if (!(code >= 400) || !isPlainError(response)) continue;
+        const [name, description] = ERROR_MEANINGS[code] ?? [
+          pascalCase(STATUS_CODES[code] ?? `Status ${status}`),
+          STATUS_CODES[code] ?? `Status ${status}`,
+        ];
+        shared[name] ??= { ...(response as JsonObject), description };
+        operation.responses[status] = { $ref: `#/components/responses/${name}` };
+      }
+    }
+  }
+}
+
+/** The swagger plugin's `transformObject`: named schemas, then shared error responses. */
+export function shapeDocument<D extends object>(document: D): D {
+  nameSchemas(document);
+  shareErrorResponses(document);
+  return document;
+}

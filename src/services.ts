@@ -1,0 +1,61 @@
+/**
+ * The composition root: every service of the domain, built once from the process's dependencies.
+ * buildApp (src/app.ts) hands them to the routes, and src/main.ts hands the same ones to the worker
+ * (src/dataplane/local-data-plane.ts), so both sides share one code-host client cache and one
+ * in-process refresh of each OAuth token. No service builds another.
+ */
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { GitHubClientOptions } from './codehost/github-client.ts';
+import type { Config } from './config.ts';
+import type { SecretBox } from './crypto/secret-box.ts';
+import { OAuthClient } from './oauth/oauth-client.ts';
+import { createAgentConnectionService } from './service/agent-connections.ts';
+import { createAgentCredentialService } from './service/agent-credentials.ts';
+import { createApiKeyService } from './service/api-keys.ts';
+import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
+import { createWebhookService } from './service/codehost-webhooks.ts';
+import { createDeploymentService } from './service/deployments.ts';
+import { createListenerProtocolService } from './service/listener-protocol.ts';
+import { createListenerService } from './service/listeners.ts';
+import { createOAuthFlowService } from './service/oauth-flow.ts';
+import { createOAuthProviderService } from './service/oauth-providers.ts';
+import { createOAuthTokenService } from './service/oauth-tokens.ts';
+import { createWorkspaceService } from './service/workspaces.ts';
+import type { Database } from './store/schema.ts';
+
+export interface ServiceDeps {
+  config: Pick<Config, 'allowInsecureCodehost' | 'codehostAllowedUrls' | 'allowInsecureOAuth' | 'publicUrl'>;
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+  logger: Logger;
+  /** Options of every code-host client (timeouts, retries, clock); tests turn retries down. */
+  codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
+}
+
+export function createServices({ config, db, secretBox, logger, codehostClient }: ServiceDeps) {
+  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger, clientOptions: codehostClient });
+  const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
+
+  const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth });
+  const oauthProviders = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
+  const oauthTokens = createOAuthTokenService({ db, secretBox, client: oauthClient, providers: oauthProviders, logger });
+  const agentCredentials = createAgentCredentialService({ db });
+
+  return {
+    deployments,
+    listeners: createListenerService({ db }),
+    listenerProtocol: createListenerProtocolService({ db, secretBox }),
+    workspaces: createWorkspaceService({ db }),
+    apiKeys: createApiKeyService({ db }),
+    integrations,
+    webhooks: createWebhookService({ db, integrations, deployments }),
+    oauthProviders,
+    oauthTokens,
+    oauthFlow: createOAuthFlowService({ db, secretBox, client: oauthClient, providers: oauthProviders, logger, publicUrl: config.publicUrl }),
+    agentCredentials,
+    agentConnections: createAgentConnectionService({ db, tokens: oauthTokens, credentials: agentCredentials }),
+  };
+}
+
+export type Services = ReturnType<typeof createServices>;

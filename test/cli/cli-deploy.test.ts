@@ -1,0 +1,152 @@
+/**
+ * `slipway deploy` and the commands around it, run as a child process against a real service (real
+ * HTTP, real PostgreSQL, the local data plane building and running the app).
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { ADMIN_KEY } from '../helpers.ts';
+import { requestApp, startTestService, writeApp, type TestService } from '../dataplane/data-plane-harness.ts';
+import { ROOT, cliUser, type CliUser } from './cli-runner.ts';
+
+let service: TestService;
+let user: CliUser;
+before(async () => {
+  service = await startTestService();
+  user = await cliUser({ SLIPWAY_URL: service.base, SLIPWAY_API_KEY: ADMIN_KEY });
+});
+after(async () => {
+  await user.remove();
+  await service.close();
+});
+
+const lastLine = (text: string) => text.trimEnd().split('\n').at(-1) ?? '';
+
+test('deploy examples/agent-app ends with the stable URL, and the app answers there', async () => {
+  const deployed = await user.run([
+    'deploy',
+    'examples/agent-app',
+    '--name',
+    'support-agent',
+    '--secret',
+    'GREETING=hello-from-cli',
+  ]);
+  assert.equal(deployed.code, 0, deployed.stderr);
+  const url = lastLine(deployed.stdout);
+  assert.match(url, /^http:\/\/support-agent-[0-9a-f]{8}\.localhost:\d+$/);
+  // The progress display showed the states and the build log on stderr.
+  assert.match(deployed.stderr, /BUILDING/);
+  assert.match(deployed.stderr, /DEPLOYED|Deployed support-agent/);
+  const home = await requestApp(service, url, '/');
+  assert.equal(home.status, 200, home.body);
+  assert.equal(JSON.parse(home.body).greeting, 'hello-from-cli');
+
+  // --json output parses, for scripts.
+  const listed = await user.run(['deployments', 'ls', '--json']);
+  assert.equal(listed.code, 0, listed.stderr);
+  const deployments = JSON.parse(listed.stdout) as { name: string; status: string; id: string }[];
+  assert.deepEqual(
+    deployments.map((d) => d.name),
+    ['support-agent'],
+  );
+  const shown = await user.run(['--json', 'deployments', 'get', 'support-agent']);
+  assert.equal(JSON.parse(shown.stdout).latest_revision.status, 'DEPLOYED');
+  const table = await user.run(['deployments', 'ls']);
+  assert.match(table.stdout, /^NAME\s+STATUS/);
+  assert.match(table.stdout, /support-agent\s+READY/);
+
+  // The build log, as the user reads it.
+  const buildLog = await user.run(['logs', 'support-agent', '--build']);
+  assert.equal(buildLog.code, 0, buildLog.stderr);
+  assert.match(buildLog.stdout, /Build finished/);
+
+  // A second deploy of the same name patches it: one more revision; a new secret keeps the others.
+  const again = await user.run([
+    'deploy',
+    'examples/agent-app',
+    '--name',
+    'support-agent',
+    '--secret',
+    'OTHER=1',
+    '--json',
+  ]);
+  assert.equal(again.code, 0, again.stderr);
+  const result = JSON.parse(again.stdout) as {
+    url: string;
+    revision: { id: string; status: string };
+    deployment: { secrets: { name: string }[] };
+  };
+  assert.equal(result.url, url);
+  assert.equal(result.revision.status, 'DEPLOYED');
+  assert.deepEqual(result.deployment.secrets.map((s) => s.name).sort(), ['GREETING', 'OTHER']);
+  assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'hello-from-cli');
+
+  const revisions = JSON.parse((await user.run(['revisions', 'ls', 'support-agent', '--json'])).stdout) as {
+    id: string;
+    status: string;
+  }[];
+  assert.equal(revisions.length, 2);
+  const first = revisions[1]!;
+
+  // Roll back to the first revision by the start of its id: a third revision, followed to DEPLOYED.
+  const rolled = await user.run(['rollback', first.id.slice(0, 8), '--deployment', 'support-agent']);
+  assert.equal(rolled.code, 0, rolled.stderr);
+  assert.equal(lastLine(rolled.stdout), url);
+  assert.equal(JSON.parse((await user.run(['revisions', 'ls', 'support-agent', '--json'])).stdout).length, 3);
+
+  const removed = await user.run(['deployments', 'rm', 'support-agent', '--yes']);
+  assert.equal(removed.code, 0, removed.stderr);
+  // Deleted: being torn down (AWAITING_DELETE) or already gone.
+  const gone = await user.run(['deployments', 'get', 'support-agent', '--json']);
+  if (gone.code === 0) assert.equal(JSON.parse(gone.stdout).status, 'AWAITING_DELETE');
+  else assert.equal(gone.code, 4, gone.stderr);
+});
+
+test('a failing build exits non-zero with the reason and the last log lines', async () => {
+  const dir = await writeApp({
+    'package.json': JSON.stringify({ name: 'broken', version: '1.0.0', scripts: { start: 'node server.js' } }),
+    'slipway.json': JSON.stringify({
+      build: 'echo compiling the agent && echo "error: missing module ./tools" >&2 && exit 3',
+    }),
+    'server.js': '',
+  });
+  try {
+    const failed = await user.run(['deploy', dir, '--name', 'broken-agent']);
+    assert.equal(failed.code, 1, failed.stderr);
+    assert.match(failed.stderr, /BUILD_FAILED \(build_command_failed\)/);
+    assert.match(failed.stderr, /error: missing module \.\/tools/);
+    assert.doesNotMatch(failed.stderr, /\n\s+at /, 'no stack trace');
+    assert.equal(failed.stdout, '');
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('bad input is named, with a non-zero exit and no stack trace', async () => {
+  const empty = await writeApp({ 'index.js': 'console.log(1)\n' });
+  try {
+    const noConfig = await user.run(['deploy', empty, '--name', 'no-config']);
+    assert.equal(noConfig.code, 2);
+    assert.match(noConfig.stderr, /has no app config/);
+  } finally {
+    await fs.rm(empty, { recursive: true, force: true });
+  }
+  const notFolder = await user.run(['deploy', path.join(ROOT, 'README.md')]);
+  assert.equal(notFolder.code, 2);
+  assert.match(notFolder.stderr, /is not a folder/);
+
+  const badSecret = await user.run(['deploy', 'examples/agent-app', '--secret', '1BAD=x']);
+  assert.equal(badSecret.code, 2);
+  assert.match(badSecret.stderr, /--secret 1BAD/);
+
+  const unknown = await user.run(['logs', 'no-such-agent']);
+  assert.equal(unknown.code, 4);
+  assert.match(unknown.stderr, /no deployment named 'no-such-agent'/);
+
+  const badOption = await user.run(['deployments', 'ls', '--frobnicate']);
+  assert.equal(badOption.code, 2);
+  assert.match(badOption.stderr, /unknown option '--frobnicate'/);
+
+  for (const result of [badSecret, unknown, badOption]) assert.doesNotMatch(result.stderr, /\n\s+at /);
+});

@@ -1,0 +1,602 @@
+/**
+ * The whole API fuzzed from its own OpenAPI document (docs/api.md, "The fuzz test"). The service runs
+ * on a real port; for every operation of /openapi.json, fast-check makes requests from the documented
+ * schemas: valid and invalid bodies, path and query parameters, headers and credentials, odd Unicode,
+ * wrong types, missing fields, overlong strings, wrong content types and bodies over the limit. Real
+ * resources (deployments, a listener and its credential, an upload URL, a code-host integration...) are
+ * made first, so that existing ids are exercised as well as unknown ones.
+ *
+ * Every answer must be what the document promises: no 5xx, a documented status, a body of a documented
+ * media type that validates against the documented schema, an X-Request-Id header, and a `code` in
+ * every JSON error. Any failure is listed with the request that caused it.
+ *
+ * A fixed seed by default. A longer or different run:
+ *   SLIPWAY_FUZZ_RUNS=300 SLIPWAY_FUZZ_SEED=$RANDOM npm test -- test/http/openapi-fuzz.test.ts
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { gzipSync } from 'node:zlib';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormatsModule from 'ajv-formats';
+import fc from 'fast-check';
+import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
+import { startFakeGitHub, makeRepositories, type FakeGitHub } from '../fakes/github-server.ts';
+import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { ODD_STRINGS, generators, oddString, type Generators, type Schema } from './openapi-arbitraries.ts';
+
+const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
+
+/** Requests per operation. */
+const RUNS = Number(process.env.SLIPWAY_FUZZ_RUNS ?? 6);
+const SEED = Number(process.env.SLIPWAY_FUZZ_SEED ?? 20261124);
+/** Small limits, so that a body over them costs little to send. */
+const BODY_LIMIT = 32 * 1024;
+const UPLOAD_LIMIT = 64 * 1024;
+const GITHUB_TOKEN = 'ghp_fuzztoken0123456789abcdefghijklmnop';
+
+interface Parameter {
+  in: 'path' | 'query' | 'header' | 'cookie';
+  name: string;
+  required?: boolean;
+  schema?: Schema;
+}
+interface Media {
+  schema?: Schema;
+}
+interface Response {
+  $ref?: string;
+  content?: Record<string, Media>;
+}
+interface Operation {
+  operationId?: string;
+  security?: Record<string, string[]>[];
+  parameters?: Parameter[];
+  requestBody?: { content: Record<string, Media> };
+  responses: Record<string, Response>;
+}
+interface Document {
+  paths: Record<string, Record<string, Operation>>;
+  components: { schemas?: Record<string, Schema>; responses?: Record<string, Response> };
+}
+
+interface FuzzRequest {
+  method: string;
+  /** Path and query, encoded. */
+  url: string;
+  headers: Record<string, string>;
+  body?: Buffer;
+  /** What the body is, for the report. */
+  about: string;
+}
+
+/** Existing things the requests use besides made-up ones. */
+interface Fixtures {
+  byParameter: Record<string, string[]>;
+  uuids: string[];
+  orgKey: string;
+  listenerCredential: string;
+  agentCredential: string;
+  webhookSecret: string;
+}
+
+let t: TestApp;
+let github: FakeGitHub;
+let base: string;
+let doc: Document;
+let fixtures: Fixtures;
+
+before(async () => {
+  github = await startFakeGitHub({ repositories: makeRepositories(3), tokens: { [GITHUB_TOKEN]: 'all' } });
+  t = await createTestApp(
+    {
+      SLIPWAY_BODY_LIMIT_BYTES: String(BODY_LIMIT),
+      SLIPWAY_UPLOAD_LIMIT_BYTES: String(UPLOAD_LIMIT),
+      // Code-host calls go to the fake on loopback, never to the internet.
+      SLIPWAY_ALLOW_INSECURE_CODEHOST: '1',
+      SLIPWAY_CODEHOST_ALLOWED_URLS: github.url,
+    },
+    { codehostClient: { retries: 0 } },
+  );
+  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  const address = t.app.server.address();
+  assert.ok(address !== null && typeof address === 'object');
+  base = `http://127.0.0.1:${address.port}`;
+  const res = await fetch(`${base}/openapi.json`);
+  assert.equal(res.status, 200);
+  doc = (await res.json()) as Document;
+  fixtures = await makeFixtures();
+});
+
+after(async () => {
+  await t.close();
+  await github.close();
+});
+
+// ----- fixtures ------------------------------------------------------------------------------------
+
+async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<any> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      'x-api-key': ADMIN_KEY,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+      ...headers,
+    },
+    ...(body === undefined ? {} : { body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  assert.ok(res.status < 300, `fixture ${method} ${path}: ${res.status} ${text}`);
+  return text === '' ? undefined : JSON.parse(text);
+}
+
+async function makeFixtures(): Promise<Fixtures> {
+  const listener = await call('POST', '/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: 'fuzz-cluster',
+    compute_config: { k8s_namespaces: ['agents'] },
+    version: '0.1.0',
+  });
+  const listenerCredential = await call('POST', `/v2/listeners/${listener.id}/credentials`);
+  const deployment = await call('POST', '/v2/deployments', {
+    name: 'fuzz-app',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'registry.example.com/fuzz:1' },
+    secrets: [{ name: 'TOKEN', value: 's3cret' }],
+  });
+  const external = await call('POST', '/v2/deployments', {
+    name: 'fuzz-external',
+    source: 'external_container',
+    source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'agents' } },
+    source_revision_config: { image_uri: 'registry.example.com/fuzz:2' },
+  });
+  const upload = await call('POST', '/v2/uploads', gzipSync(Buffer.from('fuzz')), {
+    'content-type': 'application/gzip',
+  });
+  const uploadUrl = await call('POST', `/v2/deployments/${deployment.id}/upload-url`);
+  const [, uploadId, token] = /\/v2\/uploads\/([^?]+)\?token=(.+)$/.exec(uploadUrl.upload_url) ?? [];
+  const tagKey = await call('POST', '/v2/tags/keys', { key: 'team' });
+  const tagValue = await call('POST', `/v2/tags/keys/${tagKey.id}/values`, { value: 'agents' });
+  await call('PUT', `/v2/deployments/${deployment.id}/tags`, { tag_value_ids: [tagValue.id] });
+  const provider = await call('POST', '/v2/auth/providers', {
+    provider_id: 'fuzz-idp',
+    name: 'Fuzz IdP',
+    client_id: 'client',
+    client_secret: 'secret',
+    auth_url: 'https://idp.example.com/authorize',
+    token_url: 'https://idp.example.com/token',
+  });
+  // A pending authorization (nothing is sent to the provider until its callback brings a code).
+  const authorization = await call('POST', '/v2/auth/authenticate', {
+    provider_id: 'fuzz-idp',
+    agent_id: 'fuzz-agent',
+  });
+  const agentCredential = await call('POST', `/v2/deployments/${deployment.id}/agent-credentials`, {
+    agent_ids: ['fuzz-agent'],
+  });
+  // Revoking this one (the fuzzer may) leaves the admin key working.
+  const spareKey = await call('POST', '/v2/api-keys', { name: 'fuzz-spare', role: 'member' });
+  const integration = await call('POST', '/v1/integrations/forge/codehost', {
+    name: 'fuzz-github',
+    api_url: github.url,
+    token: GITHUB_TOKEN,
+  });
+
+  const byParameter: Record<string, string[]> = {
+    deployment_id: [deployment.id, external.id],
+    revision_id: [deployment.latest_revision_id, external.latest_revision_id],
+    listener_id: [listener.id],
+    credential_id: [listenerCredential.id, agentCredential.id],
+    provider_id: ['fuzz-idp', provider.id],
+    agent_id: ['fuzz-agent', 'fuzz-app'],
+    integration_id: [integration.id],
+    tag_key_id: [tagKey.id],
+    tag_value_id: [tagValue.id],
+    api_key_id: [spareKey.id],
+    auth_id: [authorization.auth_id],
+    upload_id: [uploadId!],
+    token: [decodeURIComponent(token!)],
+  };
+  const uuids = [...new Set(Object.values(byParameter).flat())].filter((v) => /^[0-9a-f-]{36}$/.test(v));
+  uuids.push(t.workspaceId, upload.id);
+  return {
+    byParameter,
+    uuids,
+    orgKey: t.orgKey,
+    listenerCredential: listenerCredential.credential,
+    agentCredential: agentCredential.credential,
+    webhookSecret: integration.webhook_secret,
+  };
+}
+
+// ----- request generation --------------------------------------------------------------------------
+
+function resolveRef(ref: string): any {
+  const [, kind, name] = /^#\/components\/(schemas|responses)\/(.+)$/.exec(ref) ?? [];
+  const target = kind === 'schemas' ? doc.components.schemas?.[name!] : doc.components.responses?.[name!];
+  assert.ok(target, `${ref} resolves`);
+  return target;
+}
+
+/** Printable ASCII only: what a header value can carry through fetch. */
+const headerSafe = (value: unknown): string =>
+  (typeof value === 'string' ? value : (JSON.stringify(value) ?? '')).replace(/[^\x20-\x7e]/g, '?').trim();
+/** Lone surrogates replaced, as a URL can only carry well-formed text. */
+const wellFormed = (value: string): string =>
+  value.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+const text = (value: unknown): string => (typeof value === 'string' ? value : (JSON.stringify(value) ?? 'null'));
+
+/**
+ * Parameters that would make the service wait (long polls, the followed log stream): always sent, and
+ * only with values that answer at once (GET /v2/auth/wait waits 30 s when timeout is absent). The
+ * waiting itself has tests of its own (test/listener-protocol, test/oauth, test/revision-logs.test.ts);
+ * here it would only make the run slow.
+ */
+const noWait = (valid: string, invalid: string[]) =>
+  fc.oneof({ weight: 3, arbitrary: fc.constant(valid) }, { weight: 1, arbitrary: fc.constantFrom(...invalid) });
+const NO_WAIT: Record<string, fc.Arbitrary<string>> = {
+  wait: noWait('0', ['-1', '61', '1.5', 'abc', '', '1e3']),
+  timeout: noWait('0', ['-1', '61', '1.5', 'abc', '', '1e3']),
+  follow: noWait('false', ['no', 'FALSE', '', 'maybe', '2']),
+};
+
+function parameterValue(g: Generators, parameter: Parameter): fc.Arbitrary<unknown> {
+  const known = fixtures.byParameter[parameter.name] ?? [];
+  const options: fc.WeightedArbitrary<unknown>[] = [
+    { weight: 2, arbitrary: g.valid(parameter.schema) },
+    { weight: 1, arbitrary: g.invalid(parameter.schema) },
+  ];
+  if (known.length > 0) options.push({ weight: 4, arbitrary: fc.constantFrom(...known) });
+  return fc.oneof(...options);
+}
+
+/** An operation's path, every parameter filled and percent-encoded (never one that changes the route). */
+function pathArbitrary(g: Generators, template: string, parameters: Parameter[]): fc.Arbitrary<string> {
+  const names = [...template.matchAll(/\{([^}]+)\}/g)].map((m) => m[1]!);
+  const values = names.map((name) =>
+    parameterValue(g, parameters.find((p) => p.in === 'path' && p.name === name) ?? { in: 'path', name })
+      .map(text)
+      .filter((v) => v !== '' && v !== '.' && v !== '..'),
+  );
+  return fc.tuple(...values).map((filled) => {
+    let i = 0;
+    return template.replace(/\{[^}]+\}/g, () => encodeURIComponent(wellFormed(filled[i++]!)));
+  });
+}
+
+function queryArbitrary(g: Generators, parameters: Parameter[]): fc.Arbitrary<string> {
+  const query = parameters.filter((p) => p.in === 'query');
+  const pairs = query.map((p) => {
+    const value = NO_WAIT[p.name] ?? parameterValue(g, p);
+    // An array is sent as the parameter repeated.
+    const pairs = value.map((v) => (Array.isArray(v) ? v.map(text) : [text(v)]).map((each) => [p.name, each] as const));
+    return NO_WAIT[p.name] ? pairs : fc.option(pairs, { nil: undefined, freq: 2 });
+  });
+  const extra = fc.option(
+    fc.tuple(oddString(10), oddString(10)).map(([k, v]) => [[k, v] as const]),
+    { nil: undefined, freq: 5 },
+  );
+  return fc.tuple(fc.tuple(...pairs), extra).map(([chosen, more]) => {
+    const search = new URLSearchParams();
+    for (const list of [...chosen, more]) for (const [k, v] of list ?? []) search.append(wellFormed(k), wellFormed(v));
+    const encoded = search.toString();
+    return encoded === '' ? '' : `?${encoded}`;
+  });
+}
+
+function credentialArbitrary(op: Operation): fc.Arbitrary<Record<string, string>> {
+  const bearer = (value: string) => ({ authorization: `Bearer ${value}` });
+  const schemes = new Set((op.security ?? []).flatMap((s) => Object.keys(s)));
+  return fc.oneof(
+    { weight: 10, arbitrary: fc.constant({ 'x-api-key': ADMIN_KEY }) },
+    { weight: 1, arbitrary: fc.constant(bearer(ADMIN_KEY)) },
+    { weight: 1, arbitrary: fc.constant({}) },
+    { weight: 1, arbitrary: fc.constant({ 'x-api-key': fixtures.orgKey }) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .oneof(fc.constantFrom(...ODD_STRINGS), fc.string({ maxLength: 30 }), fc.constant('slw_'.padEnd(600, 'x')))
+        .map((v) => ({ 'x-api-key': headerSafe(v) })),
+    },
+    // The listener protocol and the agent token endpoint take their own credentials.
+    {
+      weight: schemes.has('bearer') ? 6 : 1,
+      arbitrary: fc.constantFrom(fixtures.listenerCredential, fixtures.agentCredential).map(bearer),
+    },
+  );
+}
+
+function headersArbitrary(g: Generators, op: Operation): fc.Arbitrary<Record<string, string>> {
+  const tenant = fc.oneof(
+    { weight: 10, arbitrary: fc.constant(undefined) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(t.workspaceId, t.workspaceId.toUpperCase(), '00000000-0000-4000-8000-000000000000'),
+    },
+    { weight: 1, arbitrary: oddString(40).map(headerSafe) },
+  );
+  const requestId = fc.oneof(
+    { weight: 6, arbitrary: fc.constant(undefined) },
+    { weight: 1, arbitrary: fc.oneof(fc.string({ maxLength: 300 }), fc.constant('x'.repeat(300))).map(headerSafe) },
+  );
+  const documented = (op.parameters ?? []).filter((p) => p.in === 'header');
+  const headerValues = documented.map((p) =>
+    fc.option(parameterValue(g, p).map(headerSafe), { nil: undefined, freq: 2 }),
+  );
+  return fc
+    .tuple(credentialArbitrary(op), tenant, requestId, fc.tuple(...headerValues))
+    .map(([credentials, tenantId, id, values]) => {
+      const headers: Record<string, string> = { ...credentials };
+      if (tenantId !== undefined) headers['x-tenant-id'] = tenantId;
+      if (id !== undefined) headers['x-request-id'] = id;
+      documented.forEach((p, i) => {
+        if (values[i] !== undefined) headers[p.name.toLowerCase()] = values[i];
+      });
+      return headers;
+    });
+}
+
+interface Body {
+  contentType?: string;
+  body?: Buffer;
+  about: string;
+}
+
+const WRONG_TYPES = [
+  'text/plain',
+  'application/xml',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/json; charset=utf-16',
+  'image/png',
+];
+const RAW_JSON = [
+  '',
+  '{',
+  '{"a":1,"a":2}',
+  'null',
+  '[]',
+  '"text"',
+  '1e999',
+  '\uFEFF{}',
+  '['.repeat(200) + ']'.repeat(200),
+  '{"a":"\\ud800"}',
+  '{"a":"\\u0000"}',
+];
+
+const overLimit = (limit: number): Body => ({
+  contentType: 'application/json',
+  body: Buffer.from(`{"x":"${'a'.repeat(limit)}"}`),
+  about: `a JSON body of ${limit} bytes and more`,
+});
+
+function bodyArbitrary(g: Generators, method: string, op: Operation): fc.Arbitrary<Body> {
+  const none: Body = { about: 'no body' };
+  const junk = fc
+    .oneof(
+      fc.tuple(fc.constantFrom(...RAW_JSON), fc.constant('application/json')),
+      fc.tuple(fc.string({ maxLength: 30 }), fc.constantFrom(...WRONG_TYPES)),
+      fc.tuple(fc.constant('{}'), fc.constantFrom(...WRONG_TYPES)),
+    )
+    .map(([raw, type]): Body => ({ contentType: type, body: Buffer.from(raw), about: `${type}: ${raw.slice(0, 60)}` }));
+  const invalidBytes: Body = {
+    contentType: 'application/json',
+    body: Buffer.from([0x7b, 0x22, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]),
+    about: 'JSON with invalid UTF-8',
+  };
+  const content = op.requestBody?.content ?? {};
+  const json = content['application/json'];
+  const gzip = Object.keys(content).find((type) => type.includes('gzip'));
+  if (json) {
+    const encode =
+      (about: string) =>
+      (value: unknown): Body => ({
+        contentType: 'application/json',
+        body: Buffer.from(JSON.stringify(value) ?? 'null'),
+        about,
+      });
+    return fc.oneof(
+      { weight: 6, arbitrary: g.valid(json.schema).map(encode('valid JSON')) },
+      { weight: 5, arbitrary: g.invalid(json.schema).map(encode('invalid JSON')) },
+      { weight: 2, arbitrary: junk },
+      { weight: 1, arbitrary: fc.constantFrom(none, invalidBytes, overLimit(BODY_LIMIT)) },
+    );
+  }
+  if (gzip) {
+    return fc.oneof(
+      {
+        weight: 3,
+        arbitrary: fc
+          .uint8Array({ maxLength: 200 })
+          .map((bytes): Body => ({ contentType: gzip, body: gzipSync(bytes), about: 'a gzip body' })),
+      },
+      {
+        weight: 2,
+        arbitrary: fc
+          .uint8Array({ maxLength: 200 })
+          .map((bytes): Body => ({ contentType: gzip, body: Buffer.from(bytes), about: 'random bytes as gzip' })),
+      },
+      {
+        weight: 1,
+        arbitrary: fc.constant<Body>({
+          contentType: gzip,
+          body: Buffer.alloc(UPLOAD_LIMIT + 1, 0x1f),
+          about: 'a body over the upload limit',
+        }),
+      },
+      { weight: 1, arbitrary: junk },
+      { weight: 1, arbitrary: fc.constant(none) },
+    );
+  }
+  // GET has no body (fetch cannot send one); other methods without a documented body may still get one.
+  if (method === 'GET') return fc.constant(none);
+  return fc.oneof(
+    { weight: 6, arbitrary: fc.constant(none) },
+    { weight: 2, arbitrary: junk },
+    { weight: 1, arbitrary: fc.constant(overLimit(BODY_LIMIT)) },
+  );
+}
+
+/** The webhook authenticates by a signature of its body: sign some bodies with the integration's secret. */
+function withWebhookHeaders(request: fc.Arbitrary<FuzzRequest>): fc.Arbitrary<FuzzRequest> {
+  const signature = fc.constantFrom('real', 'junk', 'none');
+  const event = fc.oneof(fc.constantFrom('push', 'ping', 'create'), oddString(10).map(headerSafe));
+  return fc.tuple(request, signature, event, fc.uuid()).map(([r, kind, name, delivery]) => {
+    const headers: Record<string, string> = { ...r.headers, 'x-github-event': name, 'x-github-delivery': delivery };
+    if (kind === 'real')
+      headers['x-hub-signature-256'] = signWebhookBody(fixtures.webhookSecret, r.body ?? Buffer.alloc(0));
+    if (kind === 'junk') headers['x-hub-signature-256'] = 'sha256=' + '0'.repeat(64);
+    return { ...r, headers };
+  });
+}
+
+function requestArbitrary(g: Generators, method: string, template: string, op: Operation): fc.Arbitrary<FuzzRequest> {
+  const parameters = op.parameters ?? [];
+  const request = fc
+    .tuple(
+      pathArbitrary(g, template, parameters),
+      queryArbitrary(g, parameters),
+      headersArbitrary(g, op),
+      bodyArbitrary(g, method, op),
+    )
+    .map(([path, query, headers, body]): FuzzRequest => ({
+      method,
+      url: `${path}${query}`,
+      headers: body.contentType === undefined ? headers : { ...headers, 'content-type': body.contentType },
+      ...(body.body === undefined ? {} : { body: body.body }),
+      about: body.about,
+    }));
+  // Node refuses a request line and headers over 16 KiB (431) before any route sees them: not an
+  // answer of the operation, so such requests are not made.
+  const sized = request.filter((r) => Buffer.byteLength(r.url) + Object.values(r.headers).join('').length < 12_000);
+  return template.endsWith('/webhooks') ? withWebhookHeaders(sized) : sized;
+}
+
+// ----- checking answers ----------------------------------------------------------------------------
+
+function makeAjv(): Ajv2020 {
+  const ajv = new Ajv2020({ strict: false, allErrors: false, validateSchema: false });
+  addFormats(ajv);
+  // The components under the document's own name: the `#/components/...` references inside resolve there.
+  ajv.addSchema({ components: doc.components }, 'openapi.json');
+  return ajv;
+}
+
+/** A schema of the document, with its references pointing into the schema added above. */
+const anchored = (schema: unknown): unknown =>
+  JSON.parse(JSON.stringify(schema).replaceAll('"#/components/', '"openapi.json#/components/'));
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: Buffer;
+}
+
+function check(
+  ajv: Ajv2020,
+  validators: Map<string, ReturnType<Ajv2020['compile']>>,
+  route: string,
+  op: Operation,
+  answer: Answer,
+): string[] {
+  const problems: string[] = [];
+  const status = String(answer.status);
+  if (answer.status >= 500) problems.push(`a ${status} answer`);
+  if (!answer.headers.get('x-request-id')) problems.push('no X-Request-Id header');
+  let response = op.responses[status];
+  if (response?.$ref) response = resolveRef(response.$ref) as Response;
+  if (!response) return [...problems, `status ${status} is not documented`];
+  const type = (answer.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (answer.body.length === 0) return problems;
+  const media = response.content?.[type];
+  if (!media)
+    return [
+      ...problems,
+      `a ${type || 'typeless'} body, documented: ${Object.keys(response.content ?? {}).join(', ') || 'none'}`,
+    ];
+  // Only JSON is checked further: the other bodies are pages (the OAuth callback, errors included, is
+  // a page for a browser), metrics text or tarballs, and their media type is what is documented.
+  if (type !== 'application/json') return problems;
+  let body: any;
+  try {
+    body = JSON.parse(answer.body.toString('utf8'));
+  } catch {
+    return [...problems, 'a JSON body that does not parse'];
+  }
+  if (answer.status >= 400 && (typeof body?.code !== 'string' || body.detail === undefined))
+    problems.push('an error without detail and code');
+  const key = `${route} ${status} ${type}`;
+  let validate = validators.get(key);
+  if (!validate) {
+    validate = ajv.compile(anchored(media.schema ?? {}) as object);
+    validators.set(key, validate);
+  }
+  if (!validate(body)) problems.push(`the body does not match the schema: ${ajv.errorsText(validate.errors)}`);
+  return problems;
+}
+
+async function send(request: FuzzRequest): Promise<Answer> {
+  const res = await fetch(`${base}${request.url}`, {
+    method: request.method,
+    headers: request.headers,
+    redirect: 'manual',
+    ...(request.body ? { body: new Uint8Array(request.body) } : {}),
+  });
+  return { status: res.status, headers: res.headers, body: Buffer.from(await res.arrayBuffer()) };
+}
+
+// ----- the run -------------------------------------------------------------------------------------
+
+test('every operation answers as its OpenAPI document says, whatever it is sent', async (context) => {
+  const g = generators(resolveRef, () => fixtures.uuids);
+  const ajv = makeAjv();
+  const validators = new Map<string, ReturnType<Ajv2020['compile']>>();
+  // Deletes last, so that the resources they remove serve every other operation first.
+  const operations = Object.entries(doc.paths)
+    .flatMap(([template, item]) =>
+      Object.entries(item).map(([method, op]) => ({ method: method.toUpperCase(), template, op })),
+    )
+    .sort(
+      (a, b) => Number(a.method === 'DELETE') - Number(b.method === 'DELETE') || a.template.localeCompare(b.template),
+    );
+  assert.ok(operations.length > 50, `${operations.length} operations`);
+
+  const findings: string[] = [];
+  const answered = new Map<string, Map<number, number>>();
+  for (const [index, { method, template, op }] of operations.entries()) {
+    const route = `${method} ${template}`;
+    const requests = fc.sample(requestArbitrary(g, method, template, op), { seed: SEED + index, numRuns: RUNS });
+    const statuses = new Map<number, number>();
+    answered.set(route, statuses);
+    for (const request of requests) {
+      let problems: string[];
+      let status = 0;
+      try {
+        const answer = await send(request);
+        status = answer.status;
+        problems = check(ajv, validators, route, op, answer);
+        if (problems.length > 0) problems.push(`answer: ${answer.body.toString('utf8').slice(0, 300)}`);
+      } catch (error) {
+        problems = [`no answer: ${String(error)}`];
+      }
+      statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      if (problems.length > 0) {
+        findings.push(
+          `${route} (${op.operationId}): ${request.method} ${request.url.slice(0, 300)} with ${request.about} -> ${status}: ${problems.join('; ')}`,
+        );
+      }
+    }
+  }
+
+  context.diagnostic(`seed ${SEED}, ${RUNS} requests per operation; answers by status:`);
+  for (const [route, statuses] of answered)
+    context.diagnostic(`${route}: ${[...statuses].map(([s, n]) => `${s}x${n}`).join(' ')}`);
+  assert.deepEqual(findings.slice(0, 30), [], `${findings.length} findings (seed ${SEED})`);
+  // The generated requests reach the handlers, not only the validation: most operations answered a 2xx.
+  const succeeded = [...answered.values()].filter((statuses) =>
+    [...statuses.keys()].some((s) => s >= 200 && s < 300),
+  ).length;
+  assert.ok(
+    succeeded >= operations.length / 2,
+    `${succeeded} of ${operations.length} operations answered a 2xx at least once`,
+  );
+});

@@ -1,0 +1,164 @@
+/**
+ * The world of an end-to-end listener test: the real service (the API with its change feed, on a real
+ * port, on a database cloned from the test template), the fake Kubernetes API server of
+ * test/listener-agent/fake-kube.ts on another real port (the only fake: it stands for the cluster), and
+ * listener agents as real child processes, started the way a user starts one outside a cluster:
+ * `node --import tsx listener/main.ts` with a kubeconfig file and the SLIPWAY_* variables.
+ *
+ * Waits poll the API (as a user would with curl) until a condition holds. Their deadline only exists
+ * so that a hung test fails with what it last saw instead of hanging: it is not a timing assertion.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FakeKube } from '../listener-agent/fake-kube.ts';
+import { ADMIN_KEY, createTestApp } from '../helpers.ts';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const NAMESPACE = 'agents';
+/** Only fails a hung test; every wait normally ends in well under a second or two. */
+const HUNG_AFTER_MS = 90_000;
+
+export interface ApiAnswer<T = any> {
+  status: number;
+  body: T;
+}
+
+/** A listener agent process. */
+export interface AgentProcess {
+  /** stdout and stderr so far (JSON log lines), for failure messages and log checks. */
+  output(): string;
+  /** SIGKILL: the process dies on the spot, mid-request if it is in one (a crash, an OOM kill, a node lost). */
+  kill(): Promise<void>;
+  /** SIGTERM, as Kubernetes stops a pod; resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+export interface E2eWorld {
+  /** http://127.0.0.1:<port> of the service. */
+  base: string;
+  kube: FakeKube;
+  /** The service's API with the admin key, over real HTTP. */
+  api<T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>>;
+  /** Registers a listener and makes its credential, as docs/listener.md's steps 1 and 2 do. */
+  registerListener(): Promise<{ id: string; credential: string }>;
+  /** Starts an agent process for the listener (the world stops it at the end if the test did not). */
+  startAgent(listener: { id: string; credential: string }): AgentProcess;
+  close(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` until it returns something truthy; after HUNG_AFTER_MS fails with `describe()`. */
+export async function eventually<T>(what: string, check: () => Promise<T | undefined | null | false>, describe: () => string = () => ''): Promise<T> {
+  const until = Date.now() + HUNG_AFTER_MS;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > until) throw new Error(`still waiting for ${what} after ${HUNG_AFTER_MS / 1000} s (the test is hung). ${describe()}`);
+    await sleep(100);
+  }
+}
+
+export async function startE2eWorld(): Promise<E2eWorld> {
+  // The change feed wakes the long-polls at once, as in production (without it they re-read every second).
+  const service = await createTestApp({}, { changes: true });
+  let base: string;
+  try {
+    base = await service.app.listen({ host: '127.0.0.1', port: 0 });
+  } catch (error) {
+    await service.close();
+    throw error;
+  }
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-listener-e2e-'));
+  const kube = await FakeKube.start({ namespaces: [NAMESPACE] });
+  // What a user has for a cluster they reach from outside: a kubeconfig file.
+  const kubeconfig = path.join(dir, 'kubeconfig');
+  await fs.writeFile(kubeconfig, kube.kubeConfig().exportConfig());
+  const agents = new Set<ChildProcess>();
+  let compute = 0;
+
+  const api = async <T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>> => {
+    const response = await fetch(`${base}${url}`, {
+      method,
+      headers: { 'x-api-key': ADMIN_KEY, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await response.text();
+    return { status: response.status, body: (text === '' ? undefined : JSON.parse(text)) as T };
+  };
+
+  return {
+    base,
+    kube,
+    api,
+
+    async registerListener() {
+      const listener = await api('POST', '/v2/listeners', { compute_type: 'k8s', compute_id: `e2e-${process.pid}-${++compute}`, compute_config: { k8s_namespaces: [NAMESPACE] } });
+      if (listener.status !== 201) throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
+      const credential = await api('POST', `/v2/listeners/${listener.body.id}/credentials`);
+      if (credential.status !== 201) throw new Error(`POST /v2/listeners/{id}/credentials: ${credential.status} ${JSON.stringify(credential.body)}`);
+      return { id: listener.body.id as string, credential: credential.body.credential as string };
+    },
+
+    startAgent(listener) {
+      const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
+        cwd: ROOT,
+        env: {
+          PATH: process.env.PATH,
+          SLIPWAY_URL: base,
+          SLIPWAY_LISTENER_ID: listener.id,
+          SLIPWAY_LISTENER_CREDENTIAL: listener.credential,
+          SLIPWAY_LISTENER_NAMESPACES: NAMESPACE,
+          KUBECONFIG: kubeconfig,
+          LOG_LEVEL: 'debug',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      agents.add(child);
+      let output = '';
+      const record = (chunk: Buffer) => {
+        output += chunk.toString();
+        // LISTENER_TEST_LOG=1 shows the agents' logs, as test/listener-agent's harness does for in-process agents.
+        if (process.env.LISTENER_TEST_LOG) process.stderr.write(chunk);
+      };
+      child.stdout.on('data', record);
+      child.stderr.on('data', record);
+      const exited = new Promise<number | null>((resolve) =>
+        child.once('exit', (code) => {
+          agents.delete(child);
+          resolve(code);
+        }),
+      );
+      return {
+        output: () => output,
+        async kill() {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+          await exited;
+        },
+        async stop() {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+          return exited;
+        },
+      };
+    },
+
+    async close() {
+      await Promise.all(
+        [...agents].map(
+          (child) =>
+            new Promise<void>((resolve) => {
+              if (child.exitCode !== null || child.signalCode !== null) return resolve();
+              child.once('exit', () => resolve());
+              child.kill('SIGKILL');
+            }),
+        ),
+      );
+      await service.close();
+      await kube.close();
+      await fs.rm(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,220 @@
+/**
+ * One deployment: its status, stable URL, revisions in use, source, secret names and tags, and its
+ * revisions as a timeline with redeploy and interrupt. While anything is in progress the page asks
+ * again every few seconds, so a new deployment can be watched until it serves (or fails).
+ */
+import { useState } from 'preact/hooks';
+import { data } from '../api/client.ts';
+import { isFinalRevision, type Deployment } from '../api/types.ts';
+import { ErrorNotice } from '../components/notice.tsx';
+import { PageTitle } from '../components/page-title.tsx';
+import { RevisionTimeline } from '../components/revision-timeline.tsx';
+import { StatusBadge } from '../components/status-badge.tsx';
+import { Time } from '../components/time.tsx';
+import { useApp, useInterval, useResource } from '../hooks.ts';
+import { navigate, withQuery } from '../router.ts';
+
+const REVISIONS_PER_PAGE = 10;
+const REFRESH_MS = 2_000;
+
+const shortId = (id: string | null) => (id === null ? null : id.slice(0, 8));
+
+function SourceDetails({ deployment }: { deployment: Deployment }) {
+  const c = deployment.source_config;
+  const r = deployment.source_revision_config;
+  const rows: [string, string | null | undefined][] = [
+    ['Kind', deployment.source.replace(/_/g, ' ')],
+    ['Image', r.image_uri],
+    ['Uploaded archive', r.source_tarball_path],
+    ['Repository', c.repo_url],
+    ['Ref', r.repo_ref],
+    ['Commit', r.repo_commit_sha],
+    ['App config', r.framework_config_path],
+    ['Listener', c.listener_id],
+    ['Install command', c.install_command],
+    ['Build command', c.build_command],
+    ['Type', c.deployment_type],
+  ];
+  return (
+    <dl class="facts">
+      {rows
+        .filter(([, value]) => value !== null && value !== undefined && value !== '')
+        .map(([label, value]) => (
+          <div key={label}>
+            <dt>{label}</dt>
+            <dd class="breakable">{value}</dd>
+          </div>
+        ))}
+    </dl>
+  );
+}
+
+export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
+  const { api } = useApp();
+  const [actionError, setActionError] = useState<unknown>(null);
+  const deployment = useResource(
+    () => data(api.GET('/v2/deployments/{deployment_id}', { params: { path: { deployment_id: id } } })),
+    [id],
+  );
+  const tags = useResource(
+    // A deployment carries at most 100 tag values: one page holds them all.
+    () =>
+      data(
+        api.GET('/v2/deployments/{deployment_id}/tags', {
+          params: { path: { deployment_id: id }, query: { limit: 100 } },
+        }),
+      ).then((page) => page.resources),
+    [id],
+  );
+  const revisions = useResource(
+    () =>
+      data(
+        api.GET('/v2/deployments/{deployment_id}/revisions', {
+          params: { path: { deployment_id: id }, query: { limit: REVISIONS_PER_PAGE, offset } },
+        }),
+      ),
+    [id, offset],
+  );
+
+  const d = deployment.value;
+  const inProgress =
+    (revisions.value?.resources ?? []).some((r) => !isFinalRevision(r.status)) ||
+    d?.status === 'AWAITING_DATABASE' ||
+    d?.status === 'AWAITING_DELETE';
+  useInterval(
+    () => {
+      deployment.reload();
+      revisions.reload();
+    },
+    REFRESH_MS,
+    inProgress && deployment.error === null,
+  );
+
+  const act = async (action: 'redeploy' | 'interrupt', revisionId: string) => {
+    setActionError(null);
+    const path = { deployment_id: id, revision_id: revisionId };
+    try {
+      if (action === 'redeploy')
+        await data(api.POST('/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy', { params: { path } }));
+      else
+        await data(api.POST('/v2/deployments/{deployment_id}/revisions/{revision_id}/interrupt', { params: { path } }));
+      // The new revision is the first of the list.
+      if (offset !== 0) navigate(`/deployments/${id}`);
+    } catch (error) {
+      setActionError(error);
+    }
+    deployment.reload();
+    revisions.reload();
+  };
+
+  if (!d) {
+    return (
+      <>
+        <PageTitle title={deployment.error ? 'Deployment not found' : 'Deployment'} />
+        <ErrorNotice error={deployment.error} />
+        {!deployment.error && <p class="muted">Loading…</p>}
+      </>
+    );
+  }
+
+  const url = d.source_config.custom_url;
+  return (
+    <>
+      <PageTitle title={d.name}>
+        <StatusBadge status={d.status} />
+      </PageTitle>
+      <ErrorNotice error={deployment.error} />
+      <section class="panel" aria-labelledby="overview">
+        <h2 id="overview">Overview</h2>
+        <dl class="facts">
+          <div>
+            <dt>Stable URL</dt>
+            <dd class="breakable">
+              {url ? (
+                <a href={url} data-external rel="noreferrer" target="_blank">
+                  {url}
+                </a>
+              ) : (
+                <span class="muted">none yet</span>
+              )}
+            </dd>
+          </div>
+          <div>
+            <dt>Active revision</dt>
+            <dd>
+              {d.active_revision_id ? (
+                <code>{shortId(d.active_revision_id)}</code>
+              ) : (
+                <span class="muted">none serving</span>
+              )}
+            </dd>
+          </div>
+          <div>
+            <dt>Latest revision</dt>
+            <dd>
+              {d.latest_revision_id ? <code>{shortId(d.latest_revision_id)}</code> : <span class="muted">none</span>}
+            </dd>
+          </div>
+          <div>
+            <dt>Created</dt>
+            <dd>
+              <Time iso={d.created_at} />
+            </dd>
+          </div>
+          <div>
+            <dt>Id</dt>
+            <dd>
+              <code class="breakable">{d.id}</code>
+            </dd>
+          </div>
+        </dl>
+      </section>
+      <div class="columns">
+        <section class="panel" aria-labelledby="source">
+          <h2 id="source">Source</h2>
+          <SourceDetails deployment={d} />
+        </section>
+        <section class="panel" aria-labelledby="secrets">
+          <h2 id="secrets">Secrets</h2>
+          {d.secrets.length === 0 ? (
+            <p class="muted">No secrets.</p>
+          ) : (
+            <ul class="chips" aria-label="Secret names (values are never shown)">
+              {d.secrets.map((s) => (
+                <li key={s.name}>
+                  <code>{s.name}</code>
+                </li>
+              ))}
+            </ul>
+          )}
+          <h2 id="tags">Tags</h2>
+          <ErrorNotice error={tags.error} />
+          {tags.value && tags.value.length === 0 && <p class="muted">No tags.</p>}
+          {tags.value && tags.value.length > 0 && (
+            <ul class="chips" aria-labelledby="tags">
+              {tags.value.map((t) => (
+                <li key={t.tag_value_id}>
+                  {t.key}: {t.value}
+                </li>
+              ))}
+            </ul>
+          )}
+        </section>
+      </div>
+      <section class="panel" aria-labelledby="revisions">
+        <h2 id="revisions">Revisions</h2>
+        <ErrorNotice error={actionError ?? revisions.error} />
+        <RevisionTimeline
+          deploymentId={d.id}
+          revisions={revisions.value?.resources}
+          activeRevisionId={d.active_revision_id}
+          latestRevisionId={d.latest_revision_id}
+          offset={offset}
+          limit={REVISIONS_PER_PAGE}
+          onOffset={(next) => navigate(withQuery(`/deployments/${d.id}`, { offset: next }))}
+          onAction={act}
+        />
+      </section>
+    </>
+  );
+}
