@@ -145,7 +145,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, { db, protocol: services.listenerProtocol, listeners: services.listeners, changes: deps.changes });
     await app.register(oauthRoutes, { providers: services.oauthProviders, flow: services.oauthFlow, tokens: services.oauthTokens, connections: services.agentConnections, credentials: services.agentCredentials });
-    await app.register(tagRoutes, { db, deployments });
+    await app.register(tagRoutes, { tags: services.tags });
     await app.register(tracingProjectRoutes, { db });
     await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
     await app.register(uploadUrlRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes, publicUrl: config.publicUrl });

@@ -21,6 +21,7 @@ import { createListenerService } from './service/listeners.ts';
 import { createOAuthFlowService } from './service/oauth-flow.ts';
 import { createOAuthProviderService } from './service/oauth-providers.ts';
 import { createOAuthTokenService } from './service/oauth-tokens.ts';
+import { createTagService } from './service/tags.ts';
 import { createWorkspaceService } from './service/workspaces.ts';
 import type { Database } from './store/schema.ts';
 
@@ -55,6 +56,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     oauthFlow: createOAuthFlowService({ db, secretBox, client: oauthClient, providers: oauthProviders, logger, publicUrl: config.publicUrl }),
     agentCredentials,
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens, credentials: agentCredentials }),
+    tags: createTagService({ db }),
   };
 }
 

@@ -4,11 +4,11 @@
  *
  * - a refused connection is retried for every method: the request never reached the service;
  * - a timeout, a broken connection, 408, 502, 504 and other 5xx are retried for idempotent methods
- *   only (GET, HEAD, PUT, DELETE, OPTIONS): the service may have acted on a POST before failing;
- * - 429 and 503 are retried for every method: the service refused the request without acting on it.
- *
- * POST and PATCH carry one `Idempotency-Key` for all their attempts, so a service that remembers keys
- * answers a repeated attempt with the first one's result instead of acting twice.
+ *   (GET, HEAD, PUT, DELETE, OPTIONS) and for POST and PATCH, which carry one `Idempotency-Key` for all
+ *   their attempts: the service answers a repeated attempt with the first one's result instead of
+ *   acting twice, and keeps no key of a failed answer (docs/api.md, "Idempotent retries");
+ * - 429 and 503 are retried for every method: the service refused the request without acting on it;
+ * - 409 with Retry-After on a keyed request is the first attempt still running: wait, then ask again.
  */
 import { randomUUID } from 'node:crypto';
 import { SlipwayError } from './slipway-error.ts';
@@ -46,10 +46,10 @@ export function createRetryingFetch(options: RetryOptions = {}): RetryingFetch {
 
   return async (request, attemptOptions = {}) => {
     const method = request.method.toUpperCase();
-    const idempotent = IDEMPOTENT.has(method);
+    const keyed = method === 'POST' || method === 'PATCH';
+    if (keyed && !request.headers.has('idempotency-key')) request.headers.set('Idempotency-Key', randomUUID());
+    const idempotent = IDEMPOTENT.has(method) || keyed;
     const mayRetry = attemptOptions.retry !== false;
-    if ((method === 'POST' || method === 'PATCH') && !request.headers.has('idempotency-key'))
-      request.headers.set('Idempotency-Key', randomUUID());
 
     for (let attempt = 0; ; attempt++) {
       const last = attempt >= maxRetries;
@@ -68,6 +68,7 @@ export function createRetryingFetch(options: RetryOptions = {}): RetryingFetch {
       const retriable =
         mayRetry &&
         (ALWAYS_RETRIED_STATUSES.has(response.status) ||
+          (keyed && response.status === 409 && response.headers.has('retry-after')) ||
           (idempotent && (response.status === 408 || (response.status >= 500 && response.status !== 501))));
       if (last || !retriable) return response;
       const wait = retryAfterMs(response.headers) ?? backoff(attempt, initialDelayMs, maxDelayMs);

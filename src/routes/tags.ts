@@ -1,15 +1,9 @@
 /** The small tag model behind the tag_value_ids filter: keys, values, and the values a deployment carries. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
-import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
-import type { DeploymentService } from '../service/deployments.ts';
-import type { Database } from '../store/schema.ts';
-import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getTagKey, insertTagKey, insertTagValue, listTagKeys, listTagValues, replaceDeploymentTags } from '../store/tags.ts';
-import { recordEvents } from '../store/events.ts';
-import { lockDeployment } from '../store/deployments.ts';
+import type { TagService } from '../service/tags.ts';
 
 const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() }, { title: 'TagValue' });
 const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() }, { title: 'TagKey' });
@@ -23,13 +17,12 @@ const TAG_TEXT = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 const keyResponse = (k: { id: string; key: string; description: string | null; created_at: Date }) => ({ ...k, created_at: k.created_at.toISOString() });
 const valueResponse = (v: { id: string; tag_key_id: string; value: string; created_at: Date }) => ({ ...v, created_at: v.created_at.toISOString() });
 
-export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deployments: DeploymentService }> = async (app, { db, deployments }) => {
+export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
   app.post(
     '/v2/tags/keys',
     { schema: { operationId: 'createTagKey', tags: ['tags'], summary: 'Create a tag key', body: Type.Object({ key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) }, { title: 'TagKeyCreate' }), response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) } } },
     async (request, reply) => {
-      const row = await insertTagKey(db, workspaceOf(request), request.body.key, request.body.description ?? null);
-      if (!row) throw new AppError('conflict', `A tag key '${request.body.key}' already exists.`);
+      const row = await tags.createKey(workspaceOf(request), request.body);
       return reply.status(201).send(keyResponse(row));
     },
   );
@@ -39,7 +32,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     { schema: { operationId: 'listTagKeys', tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      const rows = await listTagKeys(db, workspaceOf(request), limit, offset);
+      const rows = await tags.listKeys(workspaceOf(request), { limit, offset });
       return envelope(rows.map(keyResponse), offset);
     },
   );
@@ -48,9 +41,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/tags/keys/:tag_key_id',
     { schema: { operationId: 'deleteTagKey', tags: ['tags'], summary: 'Delete a tag key and its values', params: KeyParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
-      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
-      if (!key) throw notFound('Tag key', request.params.tag_key_id);
-      await deleteTagKey(db, key.id);
+      await tags.removeKey(workspaceOf(request), request.params.tag_key_id);
       return reply.status(204).send(null);
     },
   );
@@ -59,10 +50,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/tags/keys/:tag_key_id/values',
     { schema: { operationId: 'createTagValue', tags: ['tags'], summary: 'Add a value to a tag key', params: KeyParams, body: Type.Object({ value: Type.String(TAG_TEXT) }, { title: 'TagValueCreate' }), response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) } } },
     async (request, reply) => {
-      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
-      if (!key) throw notFound('Tag key', request.params.tag_key_id);
-      const row = await insertTagValue(db, key.id, request.body.value);
-      if (!row) throw new AppError('conflict', `Tag key '${key.key}' already has the value '${request.body.value}'.`);
+      const row = await tags.addValue(workspaceOf(request), request.params.tag_key_id, request.body.value);
       return reply.status(201).send(valueResponse(row));
     },
   );
@@ -71,10 +59,9 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/tags/keys/:tag_key_id/values',
     { schema: { operationId: 'listTagValues', tags: ['tags'], summary: 'List the values of a tag key', params: KeyParams, querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagValue, 'A page of the values of a tag key.'), ...errorResponses(401, 403, 404, 422) } } },
     async (request) => {
-      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
-      if (!key) throw notFound('Tag key', request.params.tag_key_id);
       const { limit, offset } = pageOf(request.query);
-      return envelope((await listTagValues(db, key.id, limit, offset)).map(valueResponse), offset);
+      const rows = await tags.listValues(workspaceOf(request), request.params.tag_key_id, { limit, offset });
+      return envelope(rows.map(valueResponse), offset);
     },
   );
 
@@ -82,8 +69,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/tags/keys/:tag_key_id/values/:tag_value_id',
     { schema: { operationId: 'deleteTagValue', tags: ['tags'], summary: 'Delete a tag value', params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
     async (request, reply) => {
-      const key = await getTagKey(db, workspaceOf(request), request.params.tag_key_id);
-      if (!key || !(await deleteTagValue(db, key.id, request.params.tag_value_id))) throw notFound('Tag value', request.params.tag_value_id);
+      await tags.removeValue(workspaceOf(request), request.params.tag_key_id, request.params.tag_value_id);
       return reply.status(204).send(null);
     },
   );
@@ -103,21 +89,9 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
       },
     },
     async (request) => {
-      const workspaceId = workspaceOf(request);
-      const { deployment_id: id } = request.params;
-      // uniqueItems compares the strings as sent; the same id in two letter cases is one value.
-      const ids = [...new Set(request.body.tag_value_ids.map((v) => v.toLowerCase()))];
-      return db.transaction().execute(async (tx) => {
-        // Locked in this transaction: a delete running at the same time either waits for the tags or
-        // has removed the row, and then this is a 404 (never a foreign-key failure answered as 500).
-        if (!(await lockDeployment(tx, workspaceId, id))) throw notFound('Deployment', id);
-        const known = new Set(await existingTagValueIds(tx, workspaceId, ids));
-        const unknown = ids.find((v) => !known.has(v));
-        if (unknown) throw new AppError('invalid_reference', `tag_value_ids: Tag value ID ${unknown} not found.`);
-        await replaceDeploymentTags(tx, id, ids);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.tags_set', data: { tag_value_ids: ids } }]);
-        return envelope(await deploymentTags(tx, id, MAX_DEPLOYMENT_TAGS, 0), 0);
-      });
+      // The whole new set in one page: the body holds at most MAX_DEPLOYMENT_TAGS ids.
+      const rows = await tags.setDeploymentTags(workspaceOf(request), request.params.deployment_id, request.body.tag_value_ids, { limit: MAX_DEPLOYMENT_TAGS, offset: 0 });
+      return envelope(rows, 0);
     },
   );
 
@@ -125,9 +99,8 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; deploy
     '/v2/deployments/:deployment_id/tags',
     { schema: { operationId: 'listDeploymentTags', tags: ['tags'], summary: 'List the tag values of a deployment', params: DeploymentParams, querystring: Type.Object(PageQuery), response: { 200: DeploymentTagList, ...errorResponses(401, 403, 404, 422) } } },
     async (request) => {
-      await deployments.get(workspaceOf(request), request.params.deployment_id);
       const { limit, offset } = pageOf(request.query);
-      return envelope(await deploymentTags(db, request.params.deployment_id, limit, offset), offset);
+      return envelope(await tags.listDeploymentTags(workspaceOf(request), request.params.deployment_id, { limit, offset }), offset);
     },
   );
 };

@@ -53,7 +53,7 @@ export function createTagService({ db }: TagServiceDeps) {
 
     /** Replaces the deployment's whole set of tag values; answers the first `page` of the new set. */
     async setDeploymentTags(workspaceId: string, deploymentId: string, tagValueIds: readonly string[], page: Page) {
-      // The same id in two letter cases is one value.
+      // The schema's uniqueItems compares the strings as sent; the same id in two letter cases is one value.
       const ids = [...new Set(tagValueIds.map((v) => v.toLowerCase()))];
       return db.transaction().execute(async (tx) => {
         // Locked in this transaction: a delete running at the same time either waits for the tags or
