@@ -93,7 +93,7 @@ async function seed(db: Kysely<Database>, box: SecretBox, legacyKey: Buffer, dep
       { name: 'B', value: sealed(`deployments/${deploymentId}/B`, `b-${i}`, i === 0) },
     ];
     await sql`insert into deployments (id, workspace_id, name, source, source_config, deployment_type, status, secrets, tracing_project_id)
-      values (${deploymentId}, ${workspaceId}, ${`d-${i}`}, 'external_container', '{}', 'dev', 'DEPLOYED', ${JSON.stringify(secrets)}::jsonb, ${projectId})`.execute(db);
+      values (${deploymentId}, ${workspaceId}, ${`d-${i}`}, 'external_container', '{}', 'dev', 'READY', ${JSON.stringify(secrets)}::jsonb, ${projectId})`.execute(db);
     await sql`insert into revisions (id, deployment_id, workspace_id, number, status, source, source_revision_config, snapshot, secrets)
       values (${revisionId}, ${deploymentId}, ${workspaceId}, 1, 'DEPLOYED', 'external_container', '{}', '{}',
         ${JSON.stringify([{ name: 'A', value: sealed(`revisions/${revisionId}/A`, `ra-${i}`) }])}::jsonb)`.execute(db);
