@@ -4,7 +4,17 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', 'web/dist/', 'test-results/', '.slipway/', 'examples/', 'src/client/api-types.ts'] },
+  {
+    ignores: [
+      'node_modules/',
+      'dist/',
+      'web/dist/',
+      'test-results/',
+      '.slipway/',
+      'examples/',
+      'src/client/api-types.ts',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {
@@ -34,7 +44,15 @@ export default tseslint.config(
     // The few plain scripts (bins, the app-side LangGraph server) run on Node.
     files: ['**/*.js', '**/*.mjs'],
     languageOptions: {
-      globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly', URL: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly', fetch: 'readonly' },
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        Buffer: 'readonly',
+        URL: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+        fetch: 'readonly',
+      },
     },
   },
 );

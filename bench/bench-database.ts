@@ -20,15 +20,20 @@ export async function openBenchDatabase(externalUrl: string | undefined, logger:
   const adminUrl = server.adminUrl;
   const name = `slipway_bench_${process.pid}_${randomBytes(3).toString('hex')}`;
   const cleanup = async () => {
-    await withClient(adminUrl, (c) => c.query(`drop database if exists ${c.escapeIdentifier(name)} with (force)`)).catch((error: unknown) =>
-      logger.warn({ err: error }, `could not drop the bench database ${name}`),
-    );
+    await withClient(adminUrl, (c) =>
+      c.query(`drop database if exists ${c.escapeIdentifier(name)} with (force)`),
+    ).catch((error: unknown) => logger.warn({ err: error }, `could not drop the bench database ${name}`));
     await server.stop();
   };
   try {
     const url = await createMigratedDatabase(adminUrl, name);
-    const version = await withClient(url, async (c) => (await c.query<{ server_version: string }>('show server_version')).rows[0]!.server_version);
-    const where = server.embedded ? `embedded PostgreSQL ${version} (temporary directory)` : `PostgreSQL ${version} at ${new URL(adminUrl).host} (DATABASE_URL, database ${name})`;
+    const version = await withClient(
+      url,
+      async (c) => (await c.query<{ server_version: string }>('show server_version')).rows[0]!.server_version,
+    );
+    const where = server.embedded
+      ? `embedded PostgreSQL ${version} (temporary directory)`
+      : `PostgreSQL ${version} at ${new URL(adminUrl).host} (DATABASE_URL, database ${name})`;
     return { url, description: where, close: cleanup };
   } catch (error) {
     await cleanup();

@@ -81,16 +81,20 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
   });
   if (values.help) return 'help';
   const quick = values.quick ?? false;
-  const sizes = (values.sizes ?? (quick ? '1000,10000' : '1000,100000')).split(',').map((s) => positive('sizes', s.trim(), 0));
+  const sizes = (values.sizes ?? (quick ? '1000,10000' : '1000,100000'))
+    .split(',')
+    .map((s) => positive('sizes', s.trim(), 0));
   if (sizes.length !== 2 || sizes[0]! >= sizes[1]! || sizes.some((s) => !Number.isInteger(s) || s < 100)) {
     throw new Error('--sizes takes two ascending integers of at least 100, e.g. 1000,100000');
   }
   const connections = positive('connections', values.connections, 32);
   if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
   const deployments = positive('deployments', values.deployments, quick ? 3 : 5);
-  if (!Number.isInteger(deployments) || deployments > 50) throw new Error('--deployments must be an integer from 1 to 50');
+  if (!Number.isInteger(deployments) || deployments > 50)
+    throw new Error('--deployments must be an integer from 1 to 50');
   const listeners = positive('listeners', values.listeners, quick ? 200 : 1000);
-  if (!Number.isInteger(listeners) || listeners > 20_000) throw new Error('--listeners must be an integer from 1 to 20000');
+  if (!Number.isInteger(listeners) || listeners > 20_000)
+    throw new Error('--listeners must be an integer from 1 to 20000');
   const patches = positive('patches', values.patches, quick ? 50 : 200);
   if (!Number.isInteger(patches)) throw new Error('--patches must be an integer');
   return {
@@ -100,7 +104,12 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
     warmupSeconds: values.warmup === '0' ? 0 : positive('warmup', values.warmup, quick ? 0.5 : 1),
     maxRequests: positive('max-requests', values['max-requests'], 400_000),
     logLevel: values['log-level'] ?? 'info',
-    only: values.only ? values.only.split(',').map((s) => s.trim()).filter(Boolean) : [],
+    only: values.only
+      ? values.only
+          .split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [],
     writeDocs: values['write-docs'] ?? false,
     preparedStatements: values['prepared-statements'] ?? false,
     deployments,

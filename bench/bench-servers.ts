@@ -31,7 +31,11 @@ export interface ServiceUnderTest {
   close(): Promise<void>;
 }
 
-export async function startService(databaseUrl: string, logLevel: string, preparedStatements: boolean): Promise<ServiceUnderTest> {
+export async function startService(
+  databaseUrl: string,
+  logLevel: string,
+  preparedStatements: boolean,
+): Promise<ServiceUnderTest> {
   // The same pool as production (src/db/database.ts); only the Kysely on it differs, by its log hook
   // (and, in the --prepared-statements experiment, by naming every statement).
   const { pool } = connect(databaseUrl);
@@ -39,14 +43,21 @@ export async function startService(databaseUrl: string, logLevel: string, prepar
   const db = new Kysely<Database>({
     dialect: new PostgresDialect({ pool: preparedStatements ? preparingPool(pool) : pool }),
     log(event) {
-      if (recording !== null && event.level === 'query') recording.push({ sql: event.query.sql, parameters: [...event.query.parameters] });
+      if (recording !== null && event.level === 'query')
+        recording.push({ sql: event.query.sql, parameters: [...event.query.parameters] });
     },
   });
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-bench-data-'));
   const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: logLevel, HOST: '127.0.0.1', PORT: '0' });
   // As main.ts configures it, written to /dev/null: the cost of logging is measured, not a terminal's.
   const logger = pino(
-    { level: config.logLevel, redact: { paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' } },
+    {
+      level: config.logLevel,
+      redact: {
+        paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'],
+        censor: '[redacted]',
+      },
+    },
     pino.destination({ dest: '/dev/null', sync: true }),
   );
   const secretBox = createSecretBox(randomBytes(32));

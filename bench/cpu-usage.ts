@@ -44,7 +44,11 @@ export interface CpuSample {
 
 async function machine(): Promise<{ busy: number; total: number }> {
   const line = (await fs.readFile('/proc/stat', 'utf8')).split('\n')[0]!;
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1, 9).map(Number) as number[];
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = line
+    .trim()
+    .split(/\s+/)
+    .slice(1, 9)
+    .map(Number) as number[];
   const busy = user! + nice! + system! + irq! + softirq! + steal!;
   return { busy, total: busy + idle! + iowait! };
 }
@@ -112,7 +116,8 @@ export interface RunCpu {
 
 export function cpuBetween(before: CpuSample | null, after: CpuSample | null, requests: number): RunCpu | null {
   if (before === null || after === null || after.total <= before.total || requests <= 0) return null;
-  const perRequest = (a: number | null, b: number | null) => (a === null || b === null ? null : ((b - a) * 1000) / TICKS_PER_SECOND / requests);
+  const perRequest = (a: number | null, b: number | null) =>
+    a === null || b === null ? null : ((b - a) * 1000) / TICKS_PER_SECOND / requests;
   const others = after.busy - before.busy - (after.ours - before.ours);
   return {
     otherShare: Math.max(0, others / (after.total - before.total)),

@@ -46,7 +46,8 @@ const code = (s: string, markdown: boolean) => (markdown ? `\`${s}\`` : s);
 
 function deployRows(apps: AppDeployResult[], markdown: boolean): string[][] {
   const rows: string[][] = [];
-  const row = (title: string, owner: string, cells: (app: AppDeployResult) => [string, string]) => rows.push([title, owner, ...apps.flatMap(cells)]);
+  const row = (title: string, owner: string, cells: (app: AppDeployResult) => [string, string]) =>
+    rows.push([title, owner, ...apps.flatMap(cells)]);
   for (const phase of PHASES) row(phase.title, phase.owner, (a) => spread(a.runs.map((r) => r.phases[phase.key])));
   const bold = (s: string) => (markdown ? `**${s}**` : s);
   row(bold('POST to DEPLOYED'), 'total', (a) => spread(a.runs.map((r) => r.total)));
@@ -57,19 +58,30 @@ function deployRows(apps: AppDeployResult[], markdown: boolean): string[][] {
       return values === null ? ['none', ''] : spread(values);
     });
   direct('direct: install and build command, run to its end', (d) => d.install);
-  direct('direct: create the app database (the platform\'s statements)', (d) => d.database);
+  direct("direct: create the app database (the platform's statements)", (d) => d.database);
   direct('direct: start command to first 2xx on the health path', (d) => d.start);
   direct(`direct: ${code('node server.js', markdown)} to first 2xx`, (d) => d.node);
-  row(bold('platform overhead: POST to DEPLOYED - (direct install + direct start)'), 'platform', (a) => [int(median(a.runs.map((r) => r.total)) - appOwnMedian(a)), '']);
-  row('platform overhead, share of POST to DEPLOYED', 'platform', (a) => [pct(1 - appOwnMedian(a) / median(a.runs.map((r) => r.total))), '']);
+  row(bold('platform overhead: POST to DEPLOYED - (direct install + direct start)'), 'platform', (a) => [
+    int(median(a.runs.map((r) => r.total)) - appOwnMedian(a)),
+    '',
+  ]);
+  row('platform overhead, share of POST to DEPLOYED', 'platform', (a) => [
+    pct(1 - appOwnMedian(a) / median(a.runs.map((r) => r.total))),
+    '',
+  ]);
   row('sandboxed install and build - direct install and build', 'sandbox', (a) => {
     const direct = directSeries(a, (d) => d.install);
     return [direct === null ? 'none' : int(median(a.runs.map((r) => r.phases.install)) - median(direct)), ''];
   });
-  row('sandboxed start until healthy - direct start', 'sandbox + 250 ms poll', (a) => [int(median(a.runs.map((r) => r.phases.start)) - median(a.direct.map((d) => d.start))), '']);
+  row('sandboxed start until healthy - direct start', 'sandbox + 250 ms poll', (a) => [
+    int(median(a.runs.map((r) => r.phases.start)) - median(a.direct.map((d) => d.start))),
+    '',
+  ]);
   const others = (values: (number | null)[]): [string, string] => {
     const known = values.filter((v): v is number => v !== null);
-    return known.length === 0 ? ['n/a', ''] : [pct(median(known)), `${pct(Math.min(...known))} to ${pct(Math.max(...known))}`];
+    return known.length === 0
+      ? ['n/a', '']
+      : [pct(median(known)), `${pct(Math.min(...known))} to ${pct(Math.max(...known))}`];
   };
   row('other CPU use during the deployments', 'noise', (a) => others(a.runs.map((r) => r.otherShare)));
   return rows;
@@ -86,7 +98,12 @@ function appLines(results: DataPlaneResults, markdown: boolean): string[] {
   );
 }
 
-const FORM_TITLES = { direct: 'direct, its own port', bare: 'bare node:http proxy', host: 'stable URL, Host header', path: 'stable URL, /apps/<slug>/' } as const;
+const FORM_TITLES = {
+  direct: 'direct, its own port',
+  bare: 'bare node:http proxy',
+  host: 'stable URL, Host header',
+  path: 'stable URL, /apps/<slug>/',
+} as const;
 
 function proxyRows(runs: ProxyRun[], markdown: boolean): string[][] {
   return runs.map((r) => {
@@ -110,7 +127,19 @@ function proxyRows(runs: ProxyRun[], markdown: boolean): string[][] {
   });
 }
 
-const PROXY_HEADER = ['app', 'addressed by', 'req/s', 'p50 ms', 'p99 ms', 'of direct req/s', 'added p99 ms', 'CPU ms/req: service', 'app', 'load gen', 'other CPU use'];
+const PROXY_HEADER = [
+  'app',
+  'addressed by',
+  'req/s',
+  'p50 ms',
+  'p99 ms',
+  'of direct req/s',
+  'added p99 ms',
+  'CPU ms/req: service',
+  'app',
+  'load gen',
+  'other CPU use',
+];
 
 /** One line per finding: the platform's share, the proxy's cost, and warnings. */
 export function dataPlaneSummary(results: DataPlaneResults): string[] {
@@ -118,7 +147,9 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
   for (const a of results.apps) {
     const total = median(a.runs.map((r) => r.total));
     const own = appOwnMedian(a);
-    lines.push(`${a.title}: POST to DEPLOYED ${int(total)} ms (median of ${a.runs.length}); the app's own install and start, run directly, ${int(own)} ms; platform overhead ${int(total - own)} ms (${pct(1 - own / total)})`);
+    lines.push(
+      `${a.title}: POST to DEPLOYED ${int(total)} ms (median of ${a.runs.length}); the app's own install and start, run directly, ${int(own)} ms; platform overhead ${int(total - own)} ms (${pct(1 - own / total)})`,
+    );
   }
   const apps = [...new Set(results.proxy.map((r) => r.app))];
   for (const app of apps) {
@@ -129,26 +160,43 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
     const parts = (['host', 'path'] as const).flatMap((form) => {
       const r = of(form);
       if (!r) return [];
-      const cpu = r.cpu && direct.cpu ? `, ${(r.cpu.serviceMs - direct.cpu.serviceMs).toFixed(3)} ms of service CPU per request` : '';
+      const cpu =
+        r.cpu && direct.cpu
+          ? `, ${(r.cpu.serviceMs - direct.cpu.serviceMs).toFixed(3)} ms of service CPU per request`
+          : '';
       const ofBare = bare ? ` (${pct(r.result.rps / bare.result.rps)} of the bare proxy's)` : '';
-      return [`${form === 'host' ? 'by Host' : 'by path'} ${pct(r.result.rps / direct.result.rps)} of direct req/s${ofBare}, p99 ${signedMs(r.result.p99 - direct.result.p99)} ms${cpu}`];
+      return [
+        `${form === 'host' ? 'by Host' : 'by path'} ${pct(r.result.rps / direct.result.rps)} of direct req/s${ofBare}, p99 ${signedMs(r.result.p99 - direct.result.p99)} ms${cpu}`,
+      ];
     });
-    const floor = bare ? `; a bare node:http proxy ${pct(bare.result.rps / direct.result.rps)}, p99 ${signedMs(bare.result.p99 - direct.result.p99)} ms` : '';
+    const floor = bare
+      ? `; a bare node:http proxy ${pct(bare.result.rps / direct.result.rps)}, p99 ${signedMs(bare.result.p99 - direct.result.p99)} ms`
+      : '';
     lines.push(`proxy, ${direct.appTitle}: ${parts.join('; ')}${floor}`);
   }
   const timed = results.apps.flatMap((a) => a.runs.map((r) => r.otherShare));
   const busyTimed = timed.filter((v) => (v ?? 0) > DISTURBED).length;
-  if (busyTimed > 0) lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${busyTimed} of ${timed.length} deployments: their times are longer and noisier than this machine can do`);
+  if (busyTimed > 0)
+    lines.push(
+      `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${busyTimed} of ${timed.length} deployments: their times are longer and noisier than this machine can do`,
+    );
   const disturbed = results.proxy.filter((r) => (r.cpu?.otherShare ?? 0) > DISTURBED);
-  if (disturbed.length > 0) lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.proxy.length} proxy runs (marked *)`);
+  if (disturbed.length > 0)
+    lines.push(
+      `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.proxy.length} proxy runs (marked *)`,
+    );
   const failed = results.proxy.filter((r) => r.result.failures > 0);
-  if (failed.length > 0) lines.push(`FAILED requests in: ${failed.map((r) => `${r.appTitle} ${r.form}: ${r.result.firstFailure}`).join('; ')}`);
+  if (failed.length > 0)
+    lines.push(
+      `FAILED requests in: ${failed.map((r) => `${r.appTitle} ${r.form}: ${r.result.firstFailure}`).join('; ')}`,
+    );
   return lines;
 }
 
 function textTable(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
@@ -165,7 +213,9 @@ export function dataPlaneTerminalReport(results: DataPlaneResults): string {
     out.push(textTable(deployHeader(results.apps), deployRows(results.apps, false)), '');
   }
   if (results.proxy.length > 0) {
-    out.push(`Proxy overhead: the same app instance directly and through the stable URL, ${results.connections} connections, ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run:`);
+    out.push(
+      `Proxy overhead: the same app instance directly and through the stable URL, ${results.connections} connections, ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run:`,
+    );
     out.push(textTable(PROXY_HEADER, proxyRows(results.proxy, false)), '');
   }
   out.push(...dataPlaneSummary(results).map((l) => `- ${l}`));
@@ -178,12 +228,18 @@ export function dataPlaneMarkdownReport(results: DataPlaneResults, info: DataPla
     '',
   ];
   if (results.apps.length > 0) {
-    out.push(`Create to DEPLOYED: ${results.deployments} deployments per app after one warm-up, one at a time; each followed by the same app installed and started directly.`, '');
+    out.push(
+      `Create to DEPLOYED: ${results.deployments} deployments per app after one warm-up, one at a time; each followed by the same app installed and started directly.`,
+      '',
+    );
     out.push(...appLines(results, true).map((l) => `- ${l}`), '');
     out.push(markdownTable(deployHeader(results.apps), deployRows(results.apps, true)), '');
   }
   if (results.proxy.length > 0) {
-    out.push(`Proxy overhead: \`GET /\` of the same app instance, ${results.connections} connections, ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run (CPU from /proc; * marks other CPU use above ${pct(DISTURBED)}):`, '');
+    out.push(
+      `Proxy overhead: \`GET /\` of the same app instance, ${results.connections} connections, ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run (CPU from /proc; * marks other CPU use above ${pct(DISTURBED)}):`,
+      '',
+    );
     out.push(markdownTable(PROXY_HEADER, proxyRows(results.proxy, true)), '');
   }
   out.push('In this run:', '', ...dataPlaneSummary(results).map((l) => `- ${l}`));

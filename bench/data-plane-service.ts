@@ -94,7 +94,11 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
       await router?.close();
       await changes?.close();
       // App databases and roles live on the same server: drop what is left of them.
-      const left = await db.selectFrom('deployment_runtimes').select('database_name').execute().catch(() => []);
+      const left = await db
+        .selectFrom('deployment_runtimes')
+        .select('database_name')
+        .execute()
+        .catch(() => []);
       await db.destroy();
       await withClient(serverUrl, async (client) => {
         for (const { database_name } of left) {
@@ -110,7 +114,12 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
   try {
     await bootstrap(db, config.bootstrapApiKey);
     changes = await openChangeFeed(databaseUrl, logger);
-    router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
+    router = createAppRouter({
+      appsDomain: config.appsDomain,
+      logger,
+      drainTimeoutMs: config.drainTimeoutMs,
+      publicUrl: config.publicUrl,
+    });
     app = await buildApp({ config, db, secretBox, logger, changes, router });
     await app.listen({ host: config.host, port: config.port });
     const isolation = (await createSandbox({ mode: config.sandbox, dataDir, logger })).description;
@@ -173,11 +182,14 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
 /** GET (by default) of `pathname` on the service's port with Host `host`; status only, body drained. */
 export function requestByHost(port: number, host: string, pathname: string, timeoutMs = 2_000): Promise<number> {
   return new Promise((resolve, reject) => {
-    const request = http.request({ host: '127.0.0.1', port, path: pathname, method: 'GET', headers: { host }, agent: false, timeout: timeoutMs }, (response) => {
-      response.resume();
-      response.on('end', () => resolve(response.statusCode ?? 0));
-      response.on('error', reject);
-    });
+    const request = http.request(
+      { host: '127.0.0.1', port, path: pathname, method: 'GET', headers: { host }, agent: false, timeout: timeoutMs },
+      (response) => {
+        response.resume();
+        response.on('end', () => resolve(response.statusCode ?? 0));
+        response.on('error', reject);
+      },
+    );
     request.on('timeout', () => request.destroy(new Error(`no answer from ${host}${pathname} within ${timeoutMs} ms`)));
     request.on('error', reject);
     request.end();

@@ -121,7 +121,11 @@ export const PHASES = [
   { key: 'install', title: 'install and build, sandboxed: BUILDING to AWAITING_DEPLOY', owner: 'app + sandbox' },
   { key: 'handoff', title: 'hand-off: AWAITING_DEPLOY to DEPLOYING', owner: 'platform' },
   { key: 'provision', title: 'database and credential: DEPLOYING to "Starting"', owner: 'platform' },
-  { key: 'start', title: 'start until healthy, sandboxed: "Starting" to "Health check passed"', owner: 'app + sandbox + poll' },
+  {
+    key: 'start',
+    title: 'start until healthy, sandboxed: "Starting" to "Health check passed"',
+    owner: 'app + sandbox + poll',
+  },
   { key: 'switch', title: 'switch: "Health check passed" to DEPLOYED', owner: 'platform' },
 ] as const;
 export type PhaseKey = (typeof PHASES)[number]['key'];
@@ -206,7 +210,12 @@ function proxyCpu(before: CpuSample | null, after: CpuSample | null, requests: n
   const base = cpuBetween(before, after, requests);
   if (base === null || before === null || after === null) return null;
   const delta = (a: number | null, b: number | null) => (a === null || b === null ? 0 : b - a);
-  const appTicks = after.ours - before.ours - (after.self - before.self) - delta(before.postgres, after.postgres) - delta(before.loadgen, after.loadgen);
+  const appTicks =
+    after.ours -
+    before.ours -
+    (after.self - before.self) -
+    delta(before.postgres, after.postgres) -
+    delta(before.loadgen, after.loadgen);
   return {
     otherShare: base.otherShare,
     serviceMs: base.nodeMs,
@@ -291,14 +300,22 @@ async function timeCommand(command: string, cwd: string, env: Record<string, str
 }
 
 /** Milliseconds from spawning `command` to the first 2xx on its health path (probed every 10 ms); then stops it. */
-async function timeToHealthy(command: string, cwd: string, env: Record<string, string>, port: number, healthPath: string): Promise<number> {
+async function timeToHealthy(
+  command: string,
+  cwd: string,
+  env: Record<string, string>,
+  port: number,
+  healthPath: string,
+): Promise<number> {
   const started = performance.now();
   const child = spawnCommand(command, cwd, env);
   try {
     for (;;) {
-      if (child.hasExited()) throw new Error(`\`${command}\` exited before its health path answered 2xx: ${child.output()}`);
+      if (child.hasExited())
+        throw new Error(`\`${command}\` exited before its health path answered 2xx: ${child.output()}`);
       if (await answers2xx(port, healthPath)) return performance.now() - started;
-      if (performance.now() - started > 30_000) throw new Error(`\`${command}\` did not answer 2xx on ${healthPath} within 30 s: ${child.output()}`);
+      if (performance.now() - started > 30_000)
+        throw new Error(`\`${command}\` did not answer 2xx on ${healthPath} within 30 s: ${child.output()}`);
       await sleep(10);
     }
   } finally {
@@ -351,7 +368,8 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     if (status >= 200 && status < 300) firstServed = Date.now() - t0;
     else if (probe % 10 === 0) {
       const revision = await svc.api('GET', `/v2/deployments/${id}/revisions/${revisionId}`);
-      if (FINAL.includes(revision.body?.status) && revision.body.status !== 'DEPLOYED') throw new Error(`${name} did not deploy: ${JSON.stringify(revision.body)}`);
+      if (FINAL.includes(revision.body?.status) && revision.body.status !== 'DEPLOYED')
+        throw new Error(`${name} did not deploy: ${JSON.stringify(revision.body)}`);
     }
     if (firstServed === null) {
       if (Date.now() - t0 > DEPLOY_WAIT_MS) throw new Error(`${name} was not served within ${DEPLOY_WAIT_MS / 1000} s`);
@@ -359,20 +377,26 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     }
   }
 
-  const events = ((await svc.api<{ resources: EventRow[] }>('GET', `/v2/deployments/${id}/events?limit=100`)).body.resources ?? []).filter(
-    (e) => e.subject_id === revisionId && e.type === 'revision.status_changed',
-  );
+  const events = (
+    (await svc.api<{ resources: EventRow[] }>('GET', `/v2/deployments/${id}/events?limit=100`)).body.resources ?? []
+  ).filter((e) => e.subject_id === revisionId && e.type === 'revision.status_changed');
   const reached = (status: string) => {
     const event = events.find((e) => e.to_status === status);
-    if (!event) throw new Error(`${name}: no event of revision ${revisionId} reaching ${status} (${events.map((e) => e.to_status).join(', ')})`);
+    if (!event)
+      throw new Error(
+        `${name}: no event of revision ${revisionId} reaching ${status} (${events.map((e) => e.to_status).join(', ')})`,
+      );
     return Date.parse(event.created_at);
   };
   // The system lines are written before DEPLOYED, but stored in batches (every 200 ms): wait for them.
   let starting: number | undefined;
   let healthy: number | undefined;
   let system: LogLine[] = [];
-  for (const until = Date.now() + 15_000; (starting === undefined || healthy === undefined) && Date.now() < until; ) {
-    const page = await svc.api<{ lines: LogLine[] }>('GET', `/v2/deployments/${id}/revisions/${revisionId}/logs?type=deploy&limit=1000`);
+  for (const until = Date.now() + 15_000; (starting === undefined || healthy === undefined) && Date.now() < until;) {
+    const page = await svc.api<{ lines: LogLine[] }>(
+      'GET',
+      `/v2/deployments/${id}/revisions/${revisionId}/logs?type=deploy&limit=1000`,
+    );
     system = (page.body?.lines ?? []).filter((l) => l.stream === 'system');
     const s = system.find((l) => l.message.startsWith('Starting '));
     const h = system.find((l) => l.message.startsWith('Health check passed'));
@@ -380,7 +404,10 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     healthy = h ? Date.parse(h.time) : undefined;
     if (starting === undefined || healthy === undefined) await sleep(100);
   }
-  if (starting === undefined || healthy === undefined) throw new Error(`${name}: the deploy log has no "Starting" or "Health check passed" line: ${JSON.stringify(system)}`);
+  if (starting === undefined || healthy === undefined)
+    throw new Error(
+      `${name}: the deploy log has no "Starting" or "Health check passed" line: ${JSON.stringify(system)}`,
+    );
 
   const queued = reached('QUEUED');
   const awaitingBuild = reached('AWAITING_BUILD');
@@ -411,7 +438,8 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
 
 async function deleteDeployment(svc: DataPlaneService, id: string): Promise<void> {
   const removed = await svc.api('DELETE', `/v2/deployments/${id}`);
-  if (removed.status !== 204 && removed.status !== 404) throw new Error(`delete ${id}: ${removed.status} ${JSON.stringify(removed.body)}`);
+  if (removed.status !== 204 && removed.status !== 404)
+    throw new Error(`delete ${id}: ${removed.status} ${JSON.stringify(removed.body)}`);
   for (const until = Date.now() + DELETE_WAIT_MS; Date.now() < until; await sleep(100)) {
     if ((await svc.api('GET', `/v2/deployments/${id}`)).status === 404) return;
   }
@@ -425,7 +453,11 @@ async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
   const home = path.join(work, 'home');
   await fs.cp(app.dir, src, { recursive: true });
   await fs.mkdir(home);
-  const env = buildEnvironment({ src, home }, appConfig.env, Object.fromEntries(app.secrets.map((s) => [s.name, s.value])));
+  const env = buildEnvironment(
+    { src, home },
+    appConfig.env,
+    Object.fromEntries(app.secrets.map((s) => [s.name, s.value])),
+  );
   const databases: string[] = [];
   /** A fresh database per start, as a first deploy has: made with the platform's statements, timed. */
   const database = async (): Promise<{ ms: number; url: string } | null> => {
@@ -438,7 +470,13 @@ async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
   };
   const start = async (command: string, db: { url: string } | null) => {
     const port = await freePort();
-    return timeToHealthy(command, src, { ...env, HOST: '127.0.0.1', PORT: String(port), ...(db ? { DATABASE_URL: db.url } : {}) }, port, appConfig.healthCheckPath);
+    return timeToHealthy(
+      command,
+      src,
+      { ...env, HOST: '127.0.0.1', PORT: String(port), ...(db ? { DATABASE_URL: db.url } : {}) },
+      port,
+      appConfig.healthCheckPath,
+    );
   };
   try {
     let install: number | null = null;
@@ -465,13 +503,16 @@ async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
 async function startBareProxy(targetPort: number): Promise<{ origin: string; close(): Promise<void> }> {
   const agent = new http.Agent({ keepAlive: true, timeout: 4_000 });
   const server = http.createServer((req, res) => {
-    const upstream = http.request({ host: '127.0.0.1', port: targetPort, method: req.method, path: req.url, headers: req.headers, agent }, (answer) => {
-      const headers = { ...answer.headers };
-      delete headers.connection;
-      delete headers['keep-alive'];
-      res.writeHead(answer.statusCode ?? 502, headers);
-      answer.pipe(res);
-    });
+    const upstream = http.request(
+      { host: '127.0.0.1', port: targetPort, method: req.method, path: req.url, headers: req.headers, agent },
+      (answer) => {
+        const headers = { ...answer.headers };
+        delete headers.connection;
+        delete headers['keep-alive'];
+        res.writeHead(answer.statusCode ?? 502, headers);
+        answer.pipe(res);
+      },
+    );
     upstream.on('error', () => {
       if (!res.headersSent) res.writeHead(502, { 'content-length': 0 });
       res.end();
@@ -492,7 +533,14 @@ async function startBareProxy(targetPort: number): Promise<{ origin: string; clo
   };
 }
 
-async function proxyRuns(svc: DataPlaneService, load: LoadRunner, options: BenchOptions, app: BenchApp, slug: string, say: (line: string) => void): Promise<ProxyRun[]> {
+async function proxyRuns(
+  svc: DataPlaneService,
+  load: LoadRunner,
+  options: BenchOptions,
+  app: BenchApp,
+  slug: string,
+  say: (line: string) => void,
+): Promise<ProxyRun[]> {
   const target = svc.router.targets(slug)[0];
   if (!target) throw new Error(`${slug} has no instance in the router`);
   const host = `${slug}.${svc.config.appsDomain}:${svc.port}`;
@@ -527,7 +575,9 @@ async function proxyRuns(svc: DataPlaneService, load: LoadRunner, options: Bench
       runs.push({ app: app.key, appTitle: app.title, form: f.form, result, cpu });
       say(
         `  proxy ${app.key} ${f.form}: ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
-          (cpu ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}, others ${Math.round(cpu.otherShare * 100)}%` : '') +
+          (cpu
+            ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}, others ${Math.round(cpu.otherShare * 100)}%`
+            : '') +
           (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
       );
     }
@@ -559,7 +609,14 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
   ctx.defer(() => fs.rm(tinyDir, { recursive: true, force: true }));
   for (const [file, content] of Object.entries(TINY_APP)) await fs.writeFile(path.join(tinyDir, file), content);
   const apps: BenchApp[] = [
-    { key: 'tiny', title: 'tiny app', dir: tinyDir, secrets: [{ name: 'GREETING', value: 'hello-from-bench' }], nodeCommand: 'node server.js', proxyPath: '/' },
+    {
+      key: 'tiny',
+      title: 'tiny app',
+      dir: tinyDir,
+      secrets: [{ name: 'GREETING', value: 'hello-from-bench' }],
+      nodeCommand: 'node server.js',
+      proxyPath: '/',
+    },
     {
       key: 'agent',
       title: 'examples/agent-app',

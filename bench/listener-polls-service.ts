@@ -48,7 +48,13 @@ function send(reply: ServiceReply): void {
 }
 
 async function start(options: ServiceStart): Promise<void> {
-  const config = loadConfig({ SLIPWAY_DATA_DIR: options.dataDir, SLIPWAY_BOOTSTRAP_API_KEY: options.apiKey, LOG_LEVEL: options.logLevel, HOST: '127.0.0.1', PORT: '0' });
+  const config = loadConfig({
+    SLIPWAY_DATA_DIR: options.dataDir,
+    SLIPWAY_BOOTSTRAP_API_KEY: options.apiKey,
+    LOG_LEVEL: options.logLevel,
+    HOST: '127.0.0.1',
+    PORT: '0',
+  });
   // Production's logger, written to /dev/null: the cost of logging is measured, not a terminal's.
   const logger = createLogger(config.logLevel, pino.destination({ dest: '/dev/null', sync: true }));
   const { db, pool } = connect(options.databaseUrl);

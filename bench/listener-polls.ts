@@ -112,7 +112,12 @@ interface Timing {
   afterPatch: number;
 }
 
-function phaseResult(polling: number, timings: Timing[], otherAnswers: number, otherCpuShare: number | null): PhaseResult {
+function phaseResult(
+  polling: number,
+  timings: Timing[],
+  otherAnswers: number,
+  otherCpuShare: number | null,
+): PhaseResult {
   return {
     polling,
     answer: summarize(timings.map((t) => t.answer)),
@@ -126,7 +131,8 @@ function phaseResult(polling: number, timings: Timing[], otherAnswers: number, o
 export function summarize(values: number[]): LatencySummary {
   const sorted = [...values].sort((a, b) => a - b);
   // Nearest rank: the value below which that share of the samples lies.
-  const rank = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] ?? Number.NaN;
+  const rank = (p: number) =>
+    sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] ?? Number.NaN;
   return { count: sorted.length, p50: rank(0.5), p99: rank(0.99), max: sorted.at(-1) ?? Number.NaN };
 }
 
@@ -148,7 +154,11 @@ async function cpuOver(service: ServiceProcess, seconds: number): Promise<HoldCp
   return { serviceMs, postgresMs: shares?.postgresMs ?? null, otherCpuShare: shares?.otherShare ?? null };
 }
 
-async function inBatches<T>(items: T[], concurrency: number, work: (item: T, index: number) => Promise<void>): Promise<void> {
+async function inBatches<T>(
+  items: T[],
+  concurrency: number,
+  work: (item: T, index: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(concurrency, items.length) }, async () => {
@@ -188,7 +198,10 @@ class ServiceProcess {
 
   private ask(request: ServiceRequest): Promise<ServiceReply> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the service process did not answer ${request.type} within 60 s`)), 60_000);
+      const timer = setTimeout(
+        () => reject(new Error(`the service process did not answer ${request.type} within 60 s`)),
+        60_000,
+      );
       const onExit = () => reject(new Error('the service process exited'));
       this.child.once('exit', onExit);
       this.child.once('message', (reply: ServiceReply) => {
@@ -224,7 +237,9 @@ class ServiceProcess {
       const now = await this.inFlight();
       if (atMost ? now <= count : now >= count) return;
     }
-    throw new Error(`the service did not reach ${atMost ? 'at most' : 'at least'} ${count} requests in flight within 120 s`);
+    throw new Error(
+      `the service did not reach ${atMost ? 'at most' : 'at least'} ${count} requests in flight within 120 s`,
+    );
   }
 
   /** Graceful: its waiting polls answer, the feed and pool close; killed if it does not end in 30 s. */
@@ -264,17 +279,28 @@ class SimulatedListener {
   poll(wait: number): Promise<Answer> {
     const url = new URL(`${this.origin}/v2/listeners/${this.id}/desired-state?wait=${this.etag === null ? 0 : wait}`);
     return new Promise<Answer>((resolve, reject) => {
-      const request = http.get(url, { agent: this.agent, headers: { authorization: `Bearer ${this.credential}`, ...(this.etag === null ? {} : { 'if-none-match': this.etag }) } }, (response) => {
-        response.resume();
-        response.on('end', () => {
-          this.open = null;
-          const etag = typeof response.headers.etag === 'string' ? response.headers.etag : null;
-          if (response.statusCode === 200) this.etag = etag;
-          if (response.statusCode !== 200 && response.statusCode !== 304) reject(new Error(`desired-state of listener ${this.id}: HTTP ${response.statusCode}`));
-          else resolve({ status: response.statusCode, etag, at: performance.now() });
-        });
-        response.on('error', reject);
-      });
+      const request = http.get(
+        url,
+        {
+          agent: this.agent,
+          headers: {
+            authorization: `Bearer ${this.credential}`,
+            ...(this.etag === null ? {} : { 'if-none-match': this.etag }),
+          },
+        },
+        (response) => {
+          response.resume();
+          response.on('end', () => {
+            this.open = null;
+            const etag = typeof response.headers.etag === 'string' ? response.headers.etag : null;
+            if (response.statusCode === 200) this.etag = etag;
+            if (response.statusCode !== 200 && response.statusCode !== 304)
+              reject(new Error(`desired-state of listener ${this.id}: HTTP ${response.statusCode}`));
+            else resolve({ status: response.statusCode, etag, at: performance.now() });
+          });
+          response.on('error', reject);
+        },
+      );
       request.on('error', (error) => {
         this.open = null;
         reject(error);
@@ -298,7 +324,10 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
   const n = ctx.listeners;
   const limit = await openFilesLimit();
   // Each open poll is a socket in this process and one in the service's; plus files, pipes, the pool.
-  if (limit !== null && limit < n + 512) throw new Error(`${n} listeners need ${n + 512} open files per process; the limit is ${limit} (raise it with \`ulimit -n ${n + 1024}\`, or pass --listeners ${Math.max(100, limit - 512)})`);
+  if (limit !== null && limit < n + 512)
+    throw new Error(
+      `${n} listeners need ${n + 512} open files per process; the limit is ${limit} (raise it with \`ulimit -n ${n + 1024}\`, or pass --listeners ${Math.max(100, limit - 512)})`,
+    );
 
   const name = `slipway_bench_lp_${process.pid}_${randomBytes(3).toString('hex')}`;
   const databaseUrl = await createMigratedDatabase(ctx.serverUrl, name);
@@ -316,7 +345,9 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
       for (const l of listeners) l.abort();
       agent.destroy();
       await service?.close();
-      await withClient(ctx.serverUrl, (c) => c.query(`drop database if exists ${c.escapeIdentifier(name)} with (force)`));
+      await withClient(ctx.serverUrl, (c) =>
+        c.query(`drop database if exists ${c.escapeIdentifier(name)} with (force)`),
+      );
       await fs.rm(dataDir, { recursive: true, force: true });
     })());
   ctx.defer(cleanup);
@@ -340,18 +371,26 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
     // 1. N listeners, each with a credential and a deployment, as users make them.
     say(`listeners: setting up ${n.toLocaleString('en-US')} listeners with a deployment each`);
     const made: SimulatedListener[] = new Array(n);
-    await inBatches(Array.from({ length: n }, (_, i) => i), SETUP_CONCURRENCY, async (i) => {
-      const listener = await api('POST', '/v2/listeners', { compute_type: 'k8s', compute_id: `bench-cluster-${i}`, compute_config: { k8s_namespaces: ['agents'] } });
-      const credential = await api('POST', `/v2/listeners/${listener.id}/credentials`);
-      const deployment = await api('POST', '/v2/deployments', {
-        name: `bench-listener-app-${i}`,
-        source: 'external_container',
-        source_config: { listener_id: listener.id, resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512 } },
-        source_revision_config: { image_uri: 'registry.example.com/agents/bench:1.0.0' },
-        secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-bench-not-a-real-key' }],
-      });
-      made[i] = new SimulatedListener(listener.id, deployment.id, credential.credential, svc.origin, agent);
-    });
+    await inBatches(
+      Array.from({ length: n }, (_, i) => i),
+      SETUP_CONCURRENCY,
+      async (i) => {
+        const listener = await api('POST', '/v2/listeners', {
+          compute_type: 'k8s',
+          compute_id: `bench-cluster-${i}`,
+          compute_config: { k8s_namespaces: ['agents'] },
+        });
+        const credential = await api('POST', `/v2/listeners/${listener.id}/credentials`);
+        const deployment = await api('POST', '/v2/deployments', {
+          name: `bench-listener-app-${i}`,
+          source: 'external_container',
+          source_config: { listener_id: listener.id, resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512 } },
+          source_revision_config: { image_uri: 'registry.example.com/agents/bench:1.0.0' },
+          secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-bench-not-a-real-key' }],
+        });
+        made[i] = new SimulatedListener(listener.id, deployment.id, credential.credential, svc.origin, agent);
+      },
+    );
     listeners.push(...made);
     // Each reads its state once, as an agent does first: the ETag its long-polls send back.
     await inBatches(listeners, SETUP_CONCURRENCY, async (l) => {
@@ -364,13 +403,20 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
     /** A new image for the listener's deployment while its poll waits: PATCH sent to the poll's answer. */
     const patchAndAnswer = async (target: SimulatedListener, waiting: Promise<Answer>): Promise<Timing> => {
       const t0 = performance.now();
-      await api('PATCH', `/v2/deployments/${target.deploymentId}`, { source_revision_config: { image_uri: `registry.example.com/agents/bench:2.0.${++tag}` } });
+      await api('PATCH', `/v2/deployments/${target.deploymentId}`, {
+        source_revision_config: { image_uri: `registry.example.com/agents/bench:2.0.${++tag}` },
+      });
       const patched = performance.now();
       let timer: NodeJS.Timeout | undefined;
-      const answer = await Promise.race([waiting, new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ANSWER_LIMIT_MS)))]);
+      const answer = await Promise.race([
+        waiting,
+        new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ANSWER_LIMIT_MS))),
+      ]);
       clearTimeout(timer);
-      if (answer === null) throw new Error(`listener ${target.id} got no answer within ${ANSWER_LIMIT_MS / 1000} s of a patch`);
-      if (answer.status !== 200) throw new Error(`listener ${target.id} got ${answer.status} after a patch, not the new state`);
+      if (answer === null)
+        throw new Error(`listener ${target.id} got no answer within ${ANSWER_LIMIT_MS / 1000} s of a patch`);
+      if (answer.status !== 200)
+        throw new Error(`listener ${target.id} got ${answer.status} after a patch, not the new state`);
       return { answer: answer.at - t0, patch: patched - t0, afterPatch: answer.at - patched };
     };
 
@@ -389,7 +435,9 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
     };
     await single(WARMUP_PATCHES);
     const singleResult = await single(ctx.patches);
-    say(`listeners: 1 polling: patch to answer p50 ${singleResult.answer.p50.toFixed(1)} ms p99 ${singleResult.answer.p99.toFixed(1)} ms (the PATCH itself p50 ${singleResult.patch.p50.toFixed(1)} ms)`);
+    say(
+      `listeners: 1 polling: patch to answer p50 ${singleResult.answer.p50.toFixed(1)} ms p99 ${singleResult.answer.p99.toFixed(1)} ms (the PATCH itself p50 ${singleResult.patch.p50.toFixed(1)} ms)`,
+    );
     await svc.untilInFlight(0, true);
     const idle = await svc.memory();
     // The same CPU window with no poll open: what the service spends anyway (timers, the feed, GC).
@@ -422,7 +470,9 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
     await sleep(1_000);
     const holding = await svc.memory();
     const holdCpu = await cpuOver(svc, HOLD_SECONDS);
-    say(`listeners: ${n} polling: service RSS ${mib(holding.rss)} MiB (idle ${mib(idle.rss)}), heap ${mib(holding.heapUsed)} MiB (idle ${mib(idle.heapUsed)}), CPU ${holdCpu.serviceMs.toFixed(1)} ms/s while nothing changes (idle ${idleCpu.serviceMs.toFixed(1)})`);
+    say(
+      `listeners: ${n} polling: service RSS ${mib(holding.rss)} MiB (idle ${mib(idle.rss)}), heap ${mib(holding.heapUsed)} MiB (idle ${mib(idle.heapUsed)}), CPU ${holdCpu.serviceMs.toFixed(1)} ms/s while nothing changes (idle ${idleCpu.serviceMs.toFixed(1)})`,
+    );
 
     const timings: Timing[] = [];
     const machine = await sampleCpu(svc.pid);
@@ -436,8 +486,15 @@ export async function runListenerPollBench(ctx: ListenerPollContext): Promise<Li
       reopen(target);
     }
     if (failed.error) throw failed.error;
-    const many = phaseResult(n, timings, otherAnswers, cpuBetween(machine, await sampleCpu(svc.pid), ctx.patches)?.otherShare ?? null);
-    say(`listeners: ${n} polling: patch to answer p50 ${many.answer.p50.toFixed(1)} ms p99 ${many.answer.p99.toFixed(1)} ms (the PATCH itself p50 ${many.patch.p50.toFixed(1)} ms); other listeners answered: ${otherAnswers}`);
+    const many = phaseResult(
+      n,
+      timings,
+      otherAnswers,
+      cpuBetween(machine, await sampleCpu(svc.pid), ctx.patches)?.otherShare ?? null,
+    );
+    say(
+      `listeners: ${n} polling: patch to answer p50 ${many.answer.p50.toFixed(1)} ms p99 ${many.answer.p99.toFixed(1)} ms (the PATCH itself p50 ${many.patch.p50.toFixed(1)} ms); other listeners answered: ${otherAnswers}`,
+    );
 
     // 4. Every poll ends (the agents go away): what the service keeps afterwards.
     stopping = true;

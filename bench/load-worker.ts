@@ -8,7 +8,14 @@ import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { statementName } from './prepared-statements.ts';
-import { LatencyRecorder, type HttpJob, type LoadJob, type LoadResult, type SqlJob, type WorkerReply } from './load-protocol.ts';
+import {
+  LatencyRecorder,
+  type HttpJob,
+  type LoadJob,
+  type LoadResult,
+  type SqlJob,
+  type WorkerReply,
+} from './load-protocol.ts';
 
 interface Phase {
   recorder: LatencyRecorder;
@@ -41,7 +48,8 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
   let unique = 0;
   const setupRequest = (request: autocannon.Request): autocannon.Request => {
     if (job.slots.length > 0) request.path = job.path.replace('{slot}', job.slots[next++ % job.slots.length]!);
-    if (job.body !== null && job.body.includes('{unique}')) request.body = job.body.replace('{unique}', `${job.uniquePrefix}${(unique++).toString(36)}`);
+    if (job.body !== null && job.body.includes('{unique}'))
+      request.body = job.body.replace('{unique}', `${job.uniquePrefix}${(unique++).toString(36)}`);
     return request;
   };
   const phase = async (seconds: number, maxRequests: number): Promise<Phase> => {
@@ -55,7 +63,15 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
           duration: seconds,
           maxOverallRequests: maxRequests,
           timeout: 30,
-          requests: [{ method: job.method, path: job.path, headers: job.headers, ...(job.body !== null ? { body: job.body } : {}), setupRequest }],
+          requests: [
+            {
+              method: job.method,
+              path: job.path,
+              headers: job.headers,
+              ...(job.body !== null ? { body: job.body } : {}),
+              setupRequest,
+            },
+          ],
         },
         (error: unknown) => (error ? reject(error instanceof Error ? error : new Error(String(error))) : resolve()),
       );
@@ -63,7 +79,9 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
         if (statusCode === job.expectStatus) result.recorder.record(responseTime);
         else fail(result, `HTTP ${statusCode} from ${job.method} ${job.path}`);
       });
-      instance.on('reqError', (error: unknown) => fail(result, `request error: ${error instanceof Error ? error.message : String(error)}`));
+      instance.on('reqError', (error: unknown) =>
+        fail(result, `request error: ${error instanceof Error ? error.message : String(error)}`),
+      );
     });
     result.seconds = Number(process.hrtime.bigint() - started) / 1e9;
     return result;
@@ -157,7 +175,8 @@ const reply = (message: WorkerReply) => process.send!(message);
 process.on('message', (job: LoadJob) => {
   run(job).then(
     (result) => reply({ ok: true, result }),
-    (error: unknown) => reply({ ok: false, error: error instanceof Error ? (error.stack ?? error.message) : String(error) }),
+    (error: unknown) =>
+      reply({ ok: false, error: error instanceof Error ? (error.stack ?? error.message) : String(error) }),
   );
 });
 process.on('disconnect', () => process.exit(0));

@@ -31,7 +31,8 @@ export function preparingPool(pool: pg.Pool): PostgresPool {
   return {
     async connect() {
       const client = await pool.connect();
-      const query = (sql: string, parameters: readonly unknown[]) => client.query({ name: statementName(sql), text: sql, values: [...parameters] });
+      const query = (sql: string, parameters: readonly unknown[]) =>
+        client.query({ name: statementName(sql), text: sql, values: [...parameters] });
       return { query, release: () => client.release() } as unknown as PostgresPoolClient;
     },
     end: () => pool.end(),

@@ -23,12 +23,20 @@ interface PlanNode {
 const BIG_TABLES = new Set(['deployments', 'revisions', 'events', 'tracing_projects', 'listeners', 'deployment_tags']);
 
 function describe(node: PlanNode, depth: number, lines: string[], seqScans: string[]): void {
-  const target = [node['Index Name'] ? `using ${node['Index Name']}` : '', node['Relation Name'] ? `on ${node['Relation Name']}` : ''].filter(Boolean).join(' ');
+  const target = [
+    node['Index Name'] ? `using ${node['Index Name']}` : '',
+    node['Relation Name'] ? `on ${node['Relation Name']}` : '',
+  ]
+    .filter(Boolean)
+    .join(' ');
   const removed = node['Rows Removed by Filter'] ? `, ${node['Rows Removed by Filter']} removed by filter` : '';
   const loops = node['Actual Loops'] > 1 ? ` x${node['Actual Loops']} loops` : '';
   const subplan = node['Parent Relationship'] === 'SubPlan' ? 'subquery: ' : '';
-  lines.push(`${'  '.repeat(depth)}${subplan}${node['Node Type']}${target ? ` ${target}` : ''} (rows ${node['Actual Rows']}${loops}${removed})`);
-  if (node['Node Type'] === 'Seq Scan' && node['Relation Name'] && BIG_TABLES.has(node['Relation Name'])) seqScans.push(node['Relation Name']);
+  lines.push(
+    `${'  '.repeat(depth)}${subplan}${node['Node Type']}${target ? ` ${target}` : ''} (rows ${node['Actual Rows']}${loops}${removed})`,
+  );
+  if (node['Node Type'] === 'Seq Scan' && node['Relation Name'] && BIG_TABLES.has(node['Relation Name']))
+    seqScans.push(node['Relation Name']);
   for (const child of node.Plans ?? []) describe(child, depth + 1, lines, seqScans);
 }
 
@@ -38,7 +46,10 @@ export async function explainStatements(pool: pg.Pool, statements: CapturedState
   let pages = 0;
   for (const statement of statements) {
     if (!/^\s*select\b/i.test(statement.sql)) continue;
-    const result = await pool.query<{ 'QUERY PLAN': { Plan: PlanNode; 'Execution Time': number }[] }>(`explain (analyze, buffers, format json) ${statement.sql}`, statement.parameters);
+    const result = await pool.query<{ 'QUERY PLAN': { Plan: PlanNode; 'Execution Time': number }[] }>(
+      `explain (analyze, buffers, format json) ${statement.sql}`,
+      statement.parameters,
+    );
     const root = result.rows[0]!['QUERY PLAN'][0]!;
     if (lines.length > 0) lines.push('');
     describe(root.Plan, 0, lines, seqScans);

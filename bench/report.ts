@@ -64,7 +64,17 @@ function slowdown(results: ScenarioResult[], row: ScenarioResult): number | null
   return small ? small.api.rps / row.api.rps : null;
 }
 
-const HEADER = ['scenario', 'deployments', 'req/s', 'p50 ms', 'p99 ms', 'SQL/req', 'of bare', 'of raw SQL', 'small/large req/s'];
+const HEADER = [
+  'scenario',
+  'deployments',
+  'req/s',
+  'p50 ms',
+  'p99 ms',
+  'SQL/req',
+  'of bare',
+  'of raw SQL',
+  'small/large req/s',
+];
 
 function rowCells(results: ScenarioResult[], r: ScenarioResult): string[] {
   const s = slowdown(results, r);
@@ -81,25 +91,68 @@ function rowCells(results: ScenarioResult[], r: ScenarioResult): string[] {
   ];
 }
 
-const BASELINE_HEADER = ['scenario', 'deployments', 'bare req/s', 'bare p50', 'bare p99', 'raw SQL req/s', 'SQL p50', 'SQL p99', 'pages/req'];
+const BASELINE_HEADER = [
+  'scenario',
+  'deployments',
+  'bare req/s',
+  'bare p50',
+  'bare p99',
+  'raw SQL req/s',
+  'SQL p50',
+  'SQL p99',
+  'pages/req',
+];
 
 function baselineCells(r: ScenarioResult): string[] {
-  return [r.title, int(r.size), int(r.bare.rps) + flag(r.bare), ms(r.bare.p50), ms(r.bare.p99), int(r.sql.rps), ms(r.sql.p50), ms(r.sql.p99), r.plan ? String(r.plan.pages) : ''];
+  return [
+    r.title,
+    int(r.size),
+    int(r.bare.rps) + flag(r.bare),
+    ms(r.bare.p50),
+    ms(r.bare.p99),
+    int(r.sql.rps),
+    ms(r.sql.p50),
+    ms(r.sql.p99),
+    r.plan ? String(r.plan.pages) : '',
+  ];
 }
 
-const CPU_HEADER = ['scenario', 'deployments', 'API: service', 'API: PostgreSQL', 'API: load gen', 'bare: Fastify', 'bare: load gen', 'SQL: PostgreSQL', 'SQL: pg client', 'other CPU use'];
+const CPU_HEADER = [
+  'scenario',
+  'deployments',
+  'API: service',
+  'API: PostgreSQL',
+  'API: load gen',
+  'bare: Fastify',
+  'bare: load gen',
+  'SQL: PostgreSQL',
+  'SQL: pg client',
+  'other CPU use',
+];
 
 const cpuMs = (n: number | null | undefined) => (n === null || n === undefined ? 'n/a' : n.toFixed(3));
 
 function cpuCells(r: ScenarioResult): string[] {
   const { api, sql, bare } = r.cpu;
   const others = api === null ? 'n/a' : `${pct(otherShare(r))}${otherShare(r) > DISTURBED ? ' *' : ''}`;
-  return [r.title, int(r.size), cpuMs(api?.nodeMs), cpuMs(api?.postgresMs), cpuMs(api?.loadgenMs), cpuMs(bare?.nodeMs), cpuMs(bare?.loadgenMs), cpuMs(sql?.postgresMs), cpuMs(sql?.loadgenMs), others];
+  return [
+    r.title,
+    int(r.size),
+    cpuMs(api?.nodeMs),
+    cpuMs(api?.postgresMs),
+    cpuMs(api?.loadgenMs),
+    cpuMs(bare?.nodeMs),
+    cpuMs(bare?.loadgenMs),
+    cpuMs(sql?.postgresMs),
+    cpuMs(sql?.loadgenMs),
+    others,
+  ];
 }
 
 function textTable(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
@@ -138,19 +191,31 @@ export function targetChecks(results: ScenarioResult[]): string[] {
     );
   }
   const scans = results.filter((r) => (r.plan?.seqScans.length ?? 0) > 0);
-  lines.push(scans.length === 0 ? 'met: no read scenario scans a whole table' : `NOT met: sequential scans in ${scans.map((r) => `${r.title} (${r.plan!.seqScans.join(', ')})`).join('; ')}`);
+  lines.push(
+    scans.length === 0
+      ? 'met: no read scenario scans a whole table'
+      : `NOT met: sequential scans in ${scans.map((r) => `${r.title} (${r.plan!.seqScans.join(', ')})`).join('; ')}`,
+  );
   const disturbed = results.filter((r) => otherShare(r) > DISTURBED);
   if (disturbed.length > 0) {
-    lines.push(`CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.length} scenarios (marked *): their numbers are lower and noisier than this machine can do`);
+    lines.push(
+      `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.length} scenarios (marked *): their numbers are lower and noisier than this machine can do`,
+    );
   }
   const failed = results.filter((r) => r.api.failures + r.sql.failures + r.bare.failures > 0);
-  if (failed.length > 0) lines.push(`FAILED requests in: ${failed.map((r) => `${r.title} at ${int(r.size)}: ${r.api.firstFailure ?? r.sql.firstFailure ?? r.bare.firstFailure}`).join('; ')}`);
+  if (failed.length > 0)
+    lines.push(
+      `FAILED requests in: ${failed.map((r) => `${r.title} at ${int(r.size)}: ${r.api.firstFailure ?? r.sql.firstFailure ?? r.bare.firstFailure}`).join('; ')}`,
+    );
   return lines;
 }
 
 export function terminalReport(results: ScenarioResult[]): string {
   return [
-    textTable(HEADER, results.map((r) => rowCells(results, r))),
+    textTable(
+      HEADER,
+      results.map((r) => rowCells(results, r)),
+    ),
     '',
     'Baselines, same run, same load generator and concurrency:',
     textTable(BASELINE_HEADER, results.map(baselineCells)),
@@ -170,7 +235,10 @@ export function markdownReport(results: ScenarioResult[], info: RunInfo): string
     `Sizes ${info.sizes.map(int).join(' and ')} deployments in the measured workspace; ${info.seeded}.`,
     `${info.connections} connections; ${info.warmupSeconds} s warm-up and ${info.durationSeconds} s measured per run; service log level \`${info.logLevel}\`${info.preparedStatements ? '; **experiment: named prepared statements**' : ''}. The whole run took ${Math.round(info.elapsedSeconds)} s.`,
     '',
-    markdownTable(HEADER, results.map((r) => rowCells(results, r))),
+    markdownTable(
+      HEADER,
+      results.map((r) => rowCells(results, r)),
+    ),
     '',
     'Baselines (same run, same load generator, same concurrency):',
     '',

@@ -37,7 +37,14 @@ import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts'
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
 import type { HttpJob, LoadJob, LoadResult, SqlJob, WorkerReply } from './load-protocol.ts';
 import { explainStatements } from './query-plans.ts';
-import { markdownReport, otherShare, terminalReport, writeResultsSection, type PlanSummary, type ScenarioResult } from './report.ts';
+import {
+  markdownReport,
+  otherShare,
+  terminalReport,
+  writeResultsSection,
+  type PlanSummary,
+  type ScenarioResult,
+} from './report.ts';
 import { scenariosFor, type Scenario } from './scenarios.ts';
 import { seed, type MeasuredWorkspace } from './seed.ts';
 
@@ -109,7 +116,13 @@ interface Answer {
   json: Record<string, unknown>;
 }
 
-async function call(ctx: Context, ws: MeasuredWorkspace, s: Scenario, slot: string | undefined, unique: string): Promise<Answer> {
+async function call(
+  ctx: Context,
+  ws: MeasuredWorkspace,
+  s: Scenario,
+  slot: string | undefined,
+  unique: string,
+): Promise<Answer> {
   const body = s.body?.replace('{unique}', unique);
   const response = await fetch(`${ctx.service.origin}${s.path.replace('{slot}', slot ?? '')}`, {
     method: s.method,
@@ -117,12 +130,16 @@ async function call(ctx: Context, ws: MeasuredWorkspace, s: Scenario, slot: stri
     ...(body !== undefined ? { body } : {}),
   });
   const bytes = Buffer.from(await response.arrayBuffer());
-  if (response.status !== s.expectStatus) throw new Error(`${s.key}: ${s.method} ${s.path} answered ${response.status}: ${bytes.toString().slice(0, 500)}`);
+  if (response.status !== s.expectStatus)
+    throw new Error(`${s.key}: ${s.method} ${s.path} answered ${response.status}: ${bytes.toString().slice(0, 500)}`);
   return { status: response.status, bytes, json: JSON.parse(bytes.toString()) as Record<string, unknown> };
 }
 
 async function latestRevisions(pool: pg.Pool, deploymentIds: string[]): Promise<string[]> {
-  const rows = await pool.query<{ id: string; latest_revision_id: string }>('select id, latest_revision_id from deployments where id = any($1::uuid[])', [deploymentIds]);
+  const rows = await pool.query<{ id: string; latest_revision_id: string }>(
+    'select id, latest_revision_id from deployments where id = any($1::uuid[])',
+    [deploymentIds],
+  );
   const latest = new Map(rows.rows.map((r) => [r.id, r.latest_revision_id]));
   return deploymentIds.map((id) => latest.get(id)!);
 }
@@ -192,8 +209,14 @@ async function prepare(ctx: Context, ws: MeasuredWorkspace, s: Scenario, timing:
       prepared: options.preparedStatements,
       statements,
       rotate: slot !== undefined ? [{ placeholder: slot, values: s.slots }] : [],
-      fresh: [...createdIds.map((id) => ({ placeholder: id, prefix: null })), ...(s.body?.includes('{unique}') ? [{ placeholder: unique, prefix: `s${hex()}-` }] : [])],
-      carry: carried !== null ? { placeholder: carried, values: await latestRevisions(ctx.service.pool, s.slots), becomes: createdIds[0]! } : null,
+      fresh: [
+        ...createdIds.map((id) => ({ placeholder: id, prefix: null })),
+        ...(s.body?.includes('{unique}') ? [{ placeholder: unique, prefix: `s${hex()}-` }] : []),
+      ],
+      carry:
+        carried !== null
+          ? { placeholder: carried, values: await latestRevisions(ctx.service.pool, s.slots), becomes: createdIds[0]! }
+          : null,
       ...common,
     }),
   };
@@ -223,16 +246,23 @@ async function measure(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promis
  * so that no measured run pays for compiling code (the service's, autocannon's, pg's) or for cold caches.
  */
 async function warmUp(ctx: Context, ws: MeasuredWorkspace, s: Scenario): Promise<void> {
-  const prepared = await prepare(ctx, ws, s, { warmupSeconds: 0, durationSeconds: Math.max(2, ctx.options.warmupSeconds * 3) });
+  const prepared = await prepare(ctx, ws, s, {
+    warmupSeconds: 0,
+    durationSeconds: Math.max(2, ctx.options.warmupSeconds * 3),
+  });
   await ctx.load.run(prepared.api);
   await ctx.load.run(await prepared.sql());
   await ctx.load.run(prepared.bare);
 }
 
 function progressLine(r: ScenarioResult): string {
-  const part = (name: string, x: LoadResult) => `${name} ${Math.round(x.rps)}/s p50 ${x.p50.toFixed(2)} p99 ${x.p99.toFixed(2)}${x.failures ? ` FAILED ${x.failures}: ${x.firstFailure}` : ''}`;
+  const part = (name: string, x: LoadResult) =>
+    `${name} ${Math.round(x.rps)}/s p50 ${x.p50.toFixed(2)} p99 ${x.p99.toFixed(2)}${x.failures ? ` FAILED ${x.failures}: ${x.firstFailure}` : ''}`;
   const c = r.cpu.api;
-  const others = c === null ? '' : `, CPU ms/req node ${c.nodeMs.toFixed(3)} pg ${c.postgresMs?.toFixed(3) ?? '?'} loadgen ${c.loadgenMs?.toFixed(3) ?? '?'}, others ${Math.round(otherShare(r) * 100)}%`;
+  const others =
+    c === null
+      ? ''
+      : `, CPU ms/req node ${c.nodeMs.toFixed(3)} pg ${c.postgresMs?.toFixed(3) ?? '?'} loadgen ${c.loadgenMs?.toFixed(3) ?? '?'}, others ${Math.round(otherShare(r) * 100)}%`;
   return `  ${r.key} @${r.size}: ${part('api', r.api)} | ${part('sql', r.sql)} | ${part('bare', r.bare)} | ${r.statements} statements${r.plan ? `, ${r.plan.pages} pages` : ''}${others}`;
 }
 
@@ -278,10 +308,22 @@ async function main(): Promise<number> {
 
     // The data plane group (bench/data-plane.ts) first, on a database of its own: named in --only, or
     // by default (not in the prepared statements experiment, which is about the API's SQL).
-    const parts = options.only.length === 0 && options.preparedStatements ? { deploy: false, proxy: false } : dataPlaneParts(options.only);
+    const parts =
+      options.only.length === 0 && options.preparedStatements
+        ? { deploy: false, proxy: false }
+        : dataPlaneParts(options.only);
     if (parts.deploy || parts.proxy) {
-      say(`data plane: ${[parts.deploy ? `${options.deployments} deployments of each of two apps` : '', parts.proxy ? `3 proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s for each app` : ''].filter(Boolean).join(', ')}`);
-      const dataPlane = await runDataPlaneBench({ options, parts, serverUrl: database.url, load, say, defer: (step) => void cleanups.push(step) });
+      say(
+        `data plane: ${[parts.deploy ? `${options.deployments} deployments of each of two apps` : '', parts.proxy ? `3 proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s for each app` : ''].filter(Boolean).join(', ')}`,
+      );
+      const dataPlane = await runDataPlaneBench({
+        options,
+        parts,
+        serverUrl: database.url,
+        load,
+        say,
+        defer: (step) => void cleanups.push(step),
+      });
       say('');
       say(dataPlaneTerminalReport(dataPlane));
       if (options.writeDocs) {
@@ -294,7 +336,14 @@ async function main(): Promise<number> {
     // The listener group (bench/listener-polls.ts), on a database and in a service process of its own:
     // named in --only, or by default (not in the prepared statements experiment).
     if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isListenersKey)) {
-      const polls = await runListenerPollBench({ listeners: options.listeners, patches: options.patches, logLevel: options.logLevel, serverUrl: database.url, say, defer: (step) => void cleanups.push(step) });
+      const polls = await runListenerPollBench({
+        listeners: options.listeners,
+        patches: options.patches,
+        logLevel: options.logLevel,
+        serverUrl: database.url,
+        say,
+        defer: (step) => void cleanups.push(step),
+      });
       say('');
       say(listenerPollTerminalReport(polls));
       if (options.writeDocs) {
@@ -306,20 +355,26 @@ async function main(): Promise<number> {
 
     // The API scenarios: all of them by default, or those named in --only.
     if (options.only.length === 0 || options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o))) {
-      if (options.preparedStatements) say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
+      if (options.preparedStatements)
+        say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
       const service = await startService(database.url, options.logLevel, options.preparedStatements);
       cleanups.push(() => service.close());
-      const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) => say(`  ${line}`));
+      const fixture = await seed(service.db, service.pool, service.secretBox, options.sizes, (line) =>
+        say(`  ${line}`),
+      );
       const seeded = `${fixture.totals.workspaces} workspaces holding ${fixture.totals.deployments.toLocaleString('en-US')} deployments, ${fixture.totals.revisions.toLocaleString('en-US')} revisions and ${fixture.totals.events.toLocaleString('en-US')} events`;
       say(`seeded: ${seeded} (${((Date.now() - started) / 1000).toFixed(0)} s so far)`);
       const bare = await startBareServer();
       cleanups.push(() => bare.close());
       const ctx: Context = { options, service, bare, load, databaseUrl: database.url };
 
-      const chosen = (s: Scenario) => options.only.length === 0 || options.only.some((o) => s.key === o || s.key.startsWith(`${o}-`));
+      const chosen = (s: Scenario) =>
+        options.only.length === 0 || options.only.some((o) => s.key === o || s.key.startsWith(`${o}-`));
       const plan = fixture.measured.map((ws) => ({ ws, scenarios: scenariosFor(ws).filter(chosen) }));
       const runs = plan.reduce((n, p) => n + p.scenarios.length * 3, 0);
-      say(`measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`);
+      say(
+        `measuring: ${runs} runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s, ${options.connections} connections (about ${Math.ceil((runs * (options.warmupSeconds + options.durationSeconds + 0.5)) / 60)} min)`,
+      );
       const first = plan[0];
       if (first !== undefined && first.scenarios[0] !== undefined) await warmUp(ctx, first.ws, first.scenarios[0]);
       const results: ScenarioResult[] = [];
@@ -347,7 +402,11 @@ async function main(): Promise<number> {
           seeded,
           elapsedSeconds: (Date.now() - started) / 1000,
         });
-        await writeResultsSection(DOCS_FILE, options.preparedStatements ? 'bench-results-prepared' : 'bench-results', section);
+        await writeResultsSection(
+          DOCS_FILE,
+          options.preparedStatements ? 'bench-results-prepared' : 'bench-results',
+          section,
+        );
         say(`\nwrote the results into ${path.relative(process.cwd(), DOCS_FILE)}`);
       }
     }

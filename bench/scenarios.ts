@@ -51,7 +51,11 @@ export function scenariosFor(ws: MeasuredWorkspace): Scenario[] {
     read('list-name', 'list deployments, name_contains', `/v2/deployments?limit=${PAGE}&name_contains=canary`),
     read('list-status', 'list deployments, status', `/v2/deployments?limit=${PAGE}&status=UNUSED`),
     read('get', 'get a deployment', '/v2/deployments/{slot}', ws.getIds),
-    read('revisions', `list revisions (${ws.size} revisions)`, `/v2/deployments/${ws.historyDeploymentId}/revisions?limit=${PAGE}`),
+    read(
+      'revisions',
+      `list revisions (${ws.size} revisions)`,
+      `/v2/deployments/${ws.historyDeploymentId}/revisions?limit=${PAGE}`,
+    ),
     {
       key: 'create',
       title: 'create a deployment',
@@ -62,7 +66,10 @@ export function scenariosFor(ws: MeasuredWorkspace): Scenario[] {
       body: JSON.stringify({
         name: '{unique}',
         source: 'internal_container',
-        source_config: { deployment_type: 'prod', resource_spec: { min_scale: 1, max_scale: 3, cpu: 0.5, memory_mb: 512 } },
+        source_config: {
+          deployment_type: 'prod',
+          resource_spec: { min_scale: 1, max_scale: 3, cpu: 0.5, memory_mb: 512 },
+        },
         source_revision_config: { image_uri: 'registry.example.com/agents/bench:2.0.0' },
         secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-bench-not-a-real-key' }],
       }),
@@ -90,7 +97,12 @@ export function scenariosFor(ws: MeasuredWorkspace): Scenario[] {
       method: 'POST',
       path: '/v2/listeners',
       slots: [],
-      body: JSON.stringify({ compute_type: 'k8s', compute_id: '{unique}', compute_config: { k8s_namespaces: ['agents'] }, version: '0.1.0' }),
+      body: JSON.stringify({
+        compute_type: 'k8s',
+        compute_id: '{unique}',
+        compute_config: { k8s_namespaces: ['agents'] },
+        version: '0.1.0',
+      }),
       expectStatus: 201,
       createdIds: (r) => [field(r, 'id')],
       carriesLatestRevision: false,

@@ -45,7 +45,12 @@ const GET_SAMPLE = 10_000;
 const PATCH_TARGETS = 1_000;
 
 /** N deployments shaped like `templateId`, each with its tracing project, revision 1 and events. */
-async function bulkDeployments(client: pg.PoolClient, workspaceId: string, templateId: string, count: number): Promise<void> {
+async function bulkDeployments(
+  client: pg.PoolClient,
+  workspaceId: string,
+  templateId: string,
+  count: number,
+): Promise<void> {
   const canaryEvery = Math.max(1, Math.floor(count / CANARIES_PER_WORKSPACE));
   await client.query('begin');
   try {
@@ -64,7 +69,10 @@ async function bulkDeployments(client: pg.PoolClient, workspaceId: string, templ
        from generate_series(1, $1::int) as n`,
       [count, canaryEvery, TEAMS],
     );
-    await client.query(`insert into tracing_projects (id, workspace_id, name, created_at) select tracing_project_id, $1, name, created_at from bench_seed`, [workspaceId]);
+    await client.query(
+      `insert into tracing_projects (id, workspace_id, name, created_at) select tracing_project_id, $1, name, created_at from bench_seed`,
+      [workspaceId],
+    );
     await client.query(
       `insert into deployments (id, workspace_id, name, source, source_config, deployment_type, listener_id, status, secrets,
                                 secret_references, image_version, tracing_project_id, latest_revision_id, created_at, updated_at)
@@ -137,7 +145,10 @@ async function bulkRevisions(client: pg.PoolClient, deploymentId: string, count:
 const templateInput = (name: string) => ({
   name,
   source: 'internal_container' as const,
-  source_config: { deployment_type: 'prod' as const, resource_spec: { min_scale: 1, max_scale: 3, cpu: 0.5, memory_mb: 512 } },
+  source_config: {
+    deployment_type: 'prod' as const,
+    resource_spec: { min_scale: 1, max_scale: 3, cpu: 0.5, memory_mb: 512 },
+  },
   source_revision_config: { image_uri: `registry.example.com/agents/${name}:1.0.0` },
   secrets: [
     { name: 'OPENAI_API_KEY', value: 'sk-bench-not-a-real-key' },
@@ -149,7 +160,13 @@ async function ids(pool: pg.Pool, sql: string, params: unknown[]): Promise<strin
   return (await pool.query<{ id: string }>(sql, params)).rows.map((r) => r.id);
 }
 
-export async function seed(db: Kysely<Database>, pool: pg.Pool, secretBox: SecretBox, sizes: number[], progress: (line: string) => void): Promise<BenchFixture> {
+export async function seed(
+  db: Kysely<Database>,
+  pool: pg.Pool,
+  secretBox: SecretBox,
+  sizes: number[],
+  progress: (line: string) => void,
+): Promise<BenchFixture> {
   const service = createDeploymentService({ db, secretBox });
   const organization = await createOrganization(db, `bench-${randomBytes(3).toString('hex')}`);
   const otherSize = Math.max(100, Math.floor(sizes[sizes.length - 1]! / 5));
@@ -168,20 +185,34 @@ export async function seed(db: Kysely<Database>, pool: pg.Pool, secretBox: Secre
       await bulkDeployments(client, workspace.id, template.id, plan.size);
       const history = await service.create(workspace.id, templateInput('history'));
       await bulkRevisions(client, history.id, plan.size);
-      progress(`seeded ${plan.name}: ${plan.size} deployments, one with ${plan.size} revisions (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      progress(
+        `seeded ${plan.name}: ${plan.size} deployments, one with ${plan.size} revisions (${((Date.now() - started) / 1000).toFixed(1)} s)`,
+      );
       if (!plan.measured) continue;
       const apiKey = generateApiKey();
-      await createApiKey(db, { organizationId: organization.id, workspaceId: workspace.id, name: 'bench', role: 'member', hash: hashApiKey(apiKey), prefix: displayPrefix(apiKey) });
+      await createApiKey(db, {
+        organizationId: organization.id,
+        workspaceId: workspace.id,
+        name: 'bench',
+        role: 'member',
+        hash: hashApiKey(apiKey),
+        prefix: displayPrefix(apiKey),
+      });
       measured.push({
         size: plan.size,
         workspaceId: workspace.id,
         apiKey,
         historyDeploymentId: history.id,
-        getIds: await ids(pool, `select id from deployments where workspace_id = $1 and name like '%-agent-%' order by random() limit $2`, [workspace.id, GET_SAMPLE]),
-        patchIds: await ids(pool, `select id from deployments where workspace_id = $1 and name like '%-agent-%' order by random() limit $2`, [
-          workspace.id,
-          Math.min(PATCH_TARGETS, Math.floor(plan.size / 2)),
-        ]),
+        getIds: await ids(
+          pool,
+          `select id from deployments where workspace_id = $1 and name like '%-agent-%' order by random() limit $2`,
+          [workspace.id, GET_SAMPLE],
+        ),
+        patchIds: await ids(
+          pool,
+          `select id from deployments where workspace_id = $1 and name like '%-agent-%' order by random() limit $2`,
+          [workspace.id, Math.min(PATCH_TARGETS, Math.floor(plan.size / 2))],
+        ),
       });
     }
   } finally {
@@ -189,9 +220,15 @@ export async function seed(db: Kysely<Database>, pool: pg.Pool, secretBox: Secre
   }
   // A settled database, as autovacuum leaves it: statistics for the planner, visibility map set.
   await pool.query('vacuum (analyze)');
-  const count = async (table: string) => Number((await pool.query<{ n: string }>(`select count(*) as n from ${table}`)).rows[0]!.n);
+  const count = async (table: string) =>
+    Number((await pool.query<{ n: string }>(`select count(*) as n from ${table}`)).rows[0]!.n);
   return {
     measured,
-    totals: { workspaces: plans.length, deployments: await count('deployments'), revisions: await count('revisions'), events: await count('events') },
+    totals: {
+      workspaces: plans.length,
+      deployments: await count('deployments'),
+      revisions: await count('revisions'),
+      events: await count('events'),
+    },
   };
 }

@@ -69,15 +69,12 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
         else if (error.status === 410) resolve('');
         else reject(error);
       };
-      client.watch(kind, namespace, MANAGED_SELECTOR, from, onEvent, done).then(
-        (abort) => {
-          if (finished) return;
-          abortThis = abort;
-          aborts.add(abort);
-          if (stop.signal.aborted) abort();
-        },
-        reject,
-      );
+      client.watch(kind, namespace, MANAGED_SELECTOR, from, onEvent, done).then((abort) => {
+        if (finished) return;
+        abortThis = abort;
+        aborts.add(abort);
+        if (stop.signal.aborted) abort();
+      }, reject);
     });
   }
 

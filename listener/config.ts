@@ -64,7 +64,8 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   if (raw === null) return fallback;
   if (!/^\d+$/.test(raw)) throw new ListenerConfigError(name, `must be an integer, got '${raw}'`);
   const value = Number(raw);
-  if (value < min || value > max) throw new ListenerConfigError(name, `must be between ${min} and ${max}, got ${value}`);
+  if (value < min || value > max)
+    throw new ListenerConfigError(name, `must be between ${min} and ${max}, got ${value}`);
   return value;
 }
 
@@ -76,15 +77,19 @@ function slipwayUrl(env: Env): string {
   } catch {
     throw new ListenerConfigError('SLIPWAY_URL', `is not a URL: '${raw}'`);
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ListenerConfigError('SLIPWAY_URL', `must be an http(s) URL, got ${url.protocol}//`);
-  if (url.username !== '' || url.password !== '') throw new ListenerConfigError('SLIPWAY_URL', 'must not carry credentials; set SLIPWAY_LISTENER_CREDENTIAL');
-  if (url.search !== '' || url.hash !== '') throw new ListenerConfigError('SLIPWAY_URL', 'must not have a query or a fragment');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new ListenerConfigError('SLIPWAY_URL', `must be an http(s) URL, got ${url.protocol}//`);
+  if (url.username !== '' || url.password !== '')
+    throw new ListenerConfigError('SLIPWAY_URL', 'must not carry credentials; set SLIPWAY_LISTENER_CREDENTIAL');
+  if (url.search !== '' || url.hash !== '')
+    throw new ListenerConfigError('SLIPWAY_URL', 'must not have a query or a fragment');
   return `${url.origin}${url.pathname}`.replace(/\/+$/, '');
 }
 
 function listenerId(env: Env): string {
   const raw = required(env, 'SLIPWAY_LISTENER_ID', 'the id returned by POST /v2/listeners');
-  if (!UUID.test(raw)) throw new ListenerConfigError('SLIPWAY_LISTENER_ID', `must be a listener id (a UUID), got '${raw}'`);
+  if (!UUID.test(raw))
+    throw new ListenerConfigError('SLIPWAY_LISTENER_ID', `must be a listener id (a UUID), got '${raw}'`);
   return raw.toLowerCase();
 }
 
@@ -92,7 +97,10 @@ function credential(env: Env): string {
   const raw = required(env, 'SLIPWAY_LISTENER_CREDENTIAL', 'made by POST /v2/listeners/{id}/credentials');
   if (!raw.startsWith('slwl_') || !/^[\x21-\x7e]+$/.test(raw)) {
     // Never echo the value: it may be a real secret pasted into the wrong variable.
-    throw new ListenerConfigError('SLIPWAY_LISTENER_CREDENTIAL', 'must be a listener credential (slwl_...), not an API key');
+    throw new ListenerConfigError(
+      'SLIPWAY_LISTENER_CREDENTIAL',
+      'must be a listener credential (slwl_...), not an API key',
+    );
   }
   return raw;
 }
@@ -100,10 +108,17 @@ function credential(env: Env): string {
 function namespaces(env: Env): readonly string[] {
   const name = 'SLIPWAY_LISTENER_NAMESPACES';
   const raw = required(env, name, 'comma-separated Kubernetes namespaces the listener deploys to, e.g. agents');
-  const list = raw.split(',').map((n) => n.trim()).filter((n) => n !== '');
+  const list = raw
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
   if (list.length === 0) throw new ListenerConfigError(name, 'names no namespace');
   for (const ns of list) {
-    if (!DNS_LABEL.test(ns)) throw new ListenerConfigError(name, `'${ns}' is not a Kubernetes namespace name (lowercase letters, digits and -)`);
+    if (!DNS_LABEL.test(ns))
+      throw new ListenerConfigError(
+        name,
+        `'${ns}' is not a Kubernetes namespace name (lowercase letters, digits and -)`,
+      );
   }
   return [...new Set(list)];
 }
@@ -112,7 +127,10 @@ function kubeconfigPath(env: Env): string | null {
   const path = text(env, 'KUBECONFIG');
   if (path !== null) return path;
   if (text(env, 'KUBERNETES_SERVICE_HOST') === null) {
-    throw new ListenerConfigError('KUBECONFIG', 'is not set and this is not a Kubernetes pod (no KUBERNETES_SERVICE_HOST); set it to a kubeconfig file to run outside a cluster');
+    throw new ListenerConfigError(
+      'KUBECONFIG',
+      'is not set and this is not a Kubernetes pod (no KUBERNETES_SERVICE_HOST); set it to a kubeconfig file to run outside a cluster',
+    );
   }
   return null;
 }
@@ -128,7 +146,8 @@ function logLevel(env: Env): LogLevel {
   const raw = text(env, 'LOG_LEVEL');
   if (raw === null) return 'info';
   const level = raw.toLowerCase() as LogLevel;
-  if (!LOG_LEVELS.includes(level)) throw new ListenerConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}`);
+  if (!LOG_LEVELS.includes(level))
+    throw new ListenerConfigError('LOG_LEVEL', `must be one of ${LOG_LEVELS.join(', ')}`);
   return level;
 }
 

@@ -53,7 +53,8 @@ export class ProtocolError extends Error {
 
 type Json = Record<string, unknown>;
 
-const isObject = (value: unknown): value is Json => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
 
 function field<T>(obj: Json, key: string, where: string, check: (v: unknown) => v is T, what: string): T {
   const value = obj[key];
@@ -66,16 +67,29 @@ const isBoolean = (v: unknown): v is boolean => typeof v === 'boolean';
 const isStringOrNull = (v: unknown): v is string | null => v === null || typeof v === 'string';
 const isArray = (v: unknown): v is unknown[] => Array.isArray(v);
 const isObjectOrNull = (v: unknown): v is Json | null => v === null || isObject(v);
-const optionalStringOrNull = (obj: Json, key: string, where: string): string | null => (obj[key] === undefined ? null : field(obj, key, where, isStringOrNull, 'a string or null'));
+const optionalStringOrNull = (obj: Json, key: string, where: string): string | null =>
+  obj[key] === undefined ? null : field(obj, key, where, isStringOrNull, 'a string or null');
 
 function parseRevision(raw: unknown, where: string): DesiredRevision | null {
   if (raw === null || raw === undefined) return null;
   if (!isObject(raw)) throw new ProtocolError(`desired state: ${where} must be an object or null`);
   const secrets = field(raw, 'secrets', where, isArray, 'an array').map((s, i) => {
     if (!isObject(s)) throw new ProtocolError(`desired state: ${where}.secrets[${i}] must be an object`);
-    return { name: field(s, 'name', `${where}.secrets[${i}]`, isString, 'a string'), value: field(s, 'value', `${where}.secrets[${i}]`, isString, 'a string') };
+    return {
+      name: field(s, 'name', `${where}.secrets[${i}]`, isString, 'a string'),
+      value: field(s, 'value', `${where}.secrets[${i}]`, isString, 'a string'),
+    };
   });
-  const references = raw.secret_references === undefined ? null : field(raw, 'secret_references', where, (v): v is unknown[] | null => v === null || Array.isArray(v), 'an array or null');
+  const references =
+    raw.secret_references === undefined
+      ? null
+      : field(
+          raw,
+          'secret_references',
+          where,
+          (v): v is unknown[] | null => v === null || Array.isArray(v),
+          'an array or null',
+        );
   return {
     id: field(raw, 'id', where, isString, 'a string'),
     status: field(raw, 'status', where, isString, 'a string'),
@@ -87,19 +101,27 @@ function parseRevision(raw: unknown, where: string): DesiredRevision | null {
         : references.map((r, i) => {
             const at = `${where}.secret_references[${i}]`;
             if (!isObject(r)) throw new ProtocolError(`desired state: ${at} must be an object`);
-            return { name: field(r, 'name', at, isString, 'a string'), secret_name: field(r, 'secret_name', at, isString, 'a string'), secret_key: field(r, 'secret_key', at, isString, 'a string') };
+            return {
+              name: field(r, 'name', at, isString, 'a string'),
+              secret_name: field(r, 'secret_name', at, isString, 'a string'),
+              secret_key: field(r, 'secret_key', at, isString, 'a string'),
+            };
           }),
-    resource_spec: raw.resource_spec === undefined ? null : field(raw, 'resource_spec', where, isObjectOrNull, 'an object or null'),
+    resource_spec:
+      raw.resource_spec === undefined ? null : field(raw, 'resource_spec', where, isObjectOrNull, 'an object or null'),
   };
 }
 
 export function parseDesiredState(body: unknown, listenerId: string): DesiredState {
   if (!isObject(body)) throw new ProtocolError('desired state: the body must be a JSON object');
   if (body.protocol !== PROTOCOL_VERSION) {
-    throw new ProtocolError(`desired state: protocol ${JSON.stringify(body.protocol)} is not supported; this agent speaks protocol ${PROTOCOL_VERSION} (upgrade the agent or the service)`);
+    throw new ProtocolError(
+      `desired state: protocol ${JSON.stringify(body.protocol)} is not supported; this agent speaks protocol ${PROTOCOL_VERSION} (upgrade the agent or the service)`,
+    );
   }
   const id = field(body, 'listener_id', 'body', isString, 'a string');
-  if (id.toLowerCase() !== listenerId.toLowerCase()) throw new ProtocolError(`desired state: it is for listener ${id}, not ${listenerId}`);
+  if (id.toLowerCase() !== listenerId.toLowerCase())
+    throw new ProtocolError(`desired state: it is for listener ${id}, not ${listenerId}`);
   const deployments = field(body, 'deployments', 'body', isArray, 'an array').map((raw, i): DesiredDeployment => {
     const where = `deployments[${i}]`;
     if (!isObject(raw)) throw new ProtocolError(`desired state: ${where} must be an object`);

@@ -4,7 +4,14 @@
  * server's status code and message, and a 422 on apply as `ApplyRefusedError`, which the controller
  * reports as `invalid_manifest` instead of retrying it.
  */
-import { ApiException, KubernetesObjectApi, PatchStrategy, Watch, type KubeConfig, type KubernetesObject } from '@kubernetes/client-node';
+import {
+  ApiException,
+  KubernetesObjectApi,
+  PatchStrategy,
+  Watch,
+  type KubeConfig,
+  type KubernetesObject,
+} from '@kubernetes/client-node';
 import { collectionPath, kindOf, keyOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
 import { FIELD_MANAGER } from './manifest-names.ts';
 
@@ -33,9 +40,20 @@ export interface KubeClient {
   apply(manifest: Manifest): Promise<void>;
   /** Deletes in the foreground: a workload goes only after its pods. A missing object is fine. */
   remove(target: ObjectRef): Promise<void>;
-  list(kind: string, namespace: string, labelSelector: string): Promise<{ items: ObservedObject[]; resourceVersion: string }>;
+  list(
+    kind: string,
+    namespace: string,
+    labelSelector: string,
+  ): Promise<{ items: ObservedObject[]; resourceVersion: string }>;
   /** Streams events until the server ends the watch (`done(null)`) or it fails (`done(error)`); returns its abort. */
-  watch(kind: string, namespace: string, labelSelector: string, resourceVersion: string, onEvent: (event: WatchEvent) => void, done: (error: KubeError | null) => void): Promise<() => void>;
+  watch(
+    kind: string,
+    namespace: string,
+    labelSelector: string,
+    resourceVersion: string,
+    onEvent: (event: WatchEvent) => void,
+    done: (error: KubeError | null) => void,
+  ): Promise<() => void>;
 }
 
 /** The API server's own words: its Status message when it sent one. */
@@ -44,7 +62,12 @@ function messageOf(error: ApiException<unknown>): string {
   if (typeof body === 'string') {
     try {
       const parsed: unknown = JSON.parse(body);
-      if (parsed !== null && typeof parsed === 'object' && typeof (parsed as { message?: unknown }).message === 'string') return (parsed as { message: string }).message;
+      if (
+        parsed !== null &&
+        typeof parsed === 'object' &&
+        typeof (parsed as { message?: unknown }).message === 'string'
+      )
+        return (parsed as { message: string }).message;
     } catch {
       // Not JSON: the text itself is the best there is.
     }
@@ -74,16 +97,35 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
       const what = `apply ${keyOf({ kind: manifest.kind, namespace: manifest.metadata.namespace, name: manifest.metadata.name })}`;
       try {
         // force: the listener owns these objects; a field another manager took over is taken back.
-        await api.patch(manifest as KubernetesObject, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+        await api.patch(
+          manifest as KubernetesObject,
+          undefined,
+          undefined,
+          FIELD_MANAGER,
+          true,
+          PatchStrategy.ServerSideApply,
+        );
       } catch (error) {
-        if (error instanceof ApiException && error.code === 422) throw new ApplyRefusedError(422, `${what}: ${messageOf(error)}`);
+        if (error instanceof ApiException && error.code === 422)
+          throw new ApplyRefusedError(422, `${what}: ${messageOf(error)}`);
         throw toKubeError(error, what);
       }
     },
 
     async remove(target) {
       try {
-        await api.delete({ apiVersion: target.apiVersion, kind: target.kind, metadata: { name: target.name, namespace: target.namespace } }, undefined, undefined, undefined, undefined, 'Foreground');
+        await api.delete(
+          {
+            apiVersion: target.apiVersion,
+            kind: target.kind,
+            metadata: { name: target.name, namespace: target.namespace },
+          },
+          undefined,
+          undefined,
+          undefined,
+          undefined,
+          'Foreground',
+        );
       } catch (error) {
         if (error instanceof ApiException && error.code === 404) return;
         throw toKubeError(error, `delete ${keyOf(target)}`);
@@ -93,9 +135,26 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
     async list(kindName, namespace, labelSelector) {
       const k = kind(kindName);
       try {
-        const list = await api.list(k.apiVersion, k.kind, namespace, undefined, undefined, undefined, undefined, labelSelector);
+        const list = await api.list(
+          k.apiVersion,
+          k.kind,
+          namespace,
+          undefined,
+          undefined,
+          undefined,
+          undefined,
+          labelSelector,
+        );
         // List items come without kind and apiVersion; the rest of the agent keys objects by kind.
-        return { items: list.items.map((item) => ({ ...item, apiVersion: k.apiVersion, kind: k.kind, metadata: item.metadata ?? {} })), resourceVersion: list.metadata?.resourceVersion ?? '' };
+        return {
+          items: list.items.map((item) => ({
+            ...item,
+            apiVersion: k.apiVersion,
+            kind: k.kind,
+            metadata: item.metadata ?? {},
+          })),
+          resourceVersion: list.metadata?.resourceVersion ?? '',
+        };
       } catch (error) {
         throw toKubeError(error, `list ${k.plural} in ${namespace}`);
       }
@@ -108,12 +167,23 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
         { labelSelector, resourceVersion, allowWatchBookmarks: true },
         (type: string, object: ObservedObject) =>
           // An ERROR event carries a Status, not an object of the kind.
-          onEvent({ type: type as WatchEvent['type'], object: type === 'ERROR' ? object : { ...object, apiVersion: k.apiVersion, kind: k.kind } }),
+          onEvent({
+            type: type as WatchEvent['type'],
+            object: type === 'ERROR' ? object : { ...object, apiVersion: k.apiVersion, kind: k.kind },
+          }),
         (error: unknown) => {
           if (error === null || error === undefined) done(null);
           else {
-            const status = typeof (error as { statusCode?: unknown }).statusCode === 'number' ? (error as { statusCode: number }).statusCode : 0;
-            done(new KubeError(status, `watch ${k.plural} in ${namespace}: ${error instanceof Error ? error.message : String(error)}`));
+            const status =
+              typeof (error as { statusCode?: unknown }).statusCode === 'number'
+                ? (error as { statusCode: number }).statusCode
+                : 0;
+            done(
+              new KubeError(
+                status,
+                `watch ${k.plural} in ${namespace}: ${error instanceof Error ? error.message : String(error)}`,
+              ),
+            );
           }
         },
       );

@@ -66,7 +66,12 @@ export function collectionPath(kind: ManagedKind, namespace: string): string {
 
 export function refOf(object: Manifest | ObservedObject): ObjectRef {
   const apiVersion = object.apiVersion ?? kindOf(object.kind)?.apiVersion ?? 'v1';
-  return { apiVersion, kind: object.kind, namespace: object.metadata.namespace ?? '', name: object.metadata.name ?? '' };
+  return {
+    apiVersion,
+    kind: object.kind,
+    namespace: object.metadata.namespace ?? '',
+    name: object.metadata.name ?? '',
+  };
 }
 
 /** `Deployment agents/support-agent`: a key for maps, and readable in logs and messages. */

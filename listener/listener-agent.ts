@@ -21,7 +21,8 @@ import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './re
  */
 const MIN_POLL_INTERVAL_MS = 1_000;
 
-export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string })
+  .version;
 
 export interface ListenerDeps {
   /** The HTTP client for the service (default: the global fetch). */
@@ -46,10 +47,17 @@ export function loadKubeConfig(config: ListenerConfig): KubeConfig {
 }
 
 export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): RunningListener {
-  const logger = deps.logger ?? pino({ level: config.logLevel, redact: { paths: ['credential', 'headers.authorization'], censor: '[redacted]' } });
+  const logger =
+    deps.logger ??
+    pino({ level: config.logLevel, redact: { paths: ['credential', 'headers.authorization'], censor: '[redacted]' } });
   const backoffOptions = deps.backoff ?? DEFAULT_BACKOFF;
   const stop = new AbortController();
-  const protocol = createProtocolClient({ baseUrl: config.slipwayUrl, listenerId: config.listenerId, credential: config.credential, fetch: deps.fetch ?? globalThis.fetch });
+  const protocol = createProtocolClient({
+    baseUrl: config.slipwayUrl,
+    listenerId: config.listenerId,
+    credential: config.credential,
+    fetch: deps.fetch ?? globalThis.fetch,
+  });
   const kube = createKubeClient(deps.kubeConfig ?? loadKubeConfig(config));
   let pollProblem: string | null = null;
   let clusterProblem: string | null = null;
@@ -59,7 +67,13 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     protocol,
     kube,
     cache: () => cache,
-    build: { listenerId: config.listenerId, appPort: config.appPort, progressDeadlineSeconds: config.progressDeadlineSeconds, postgresImage: config.postgresImage, redisImage: config.redisImage },
+    build: {
+      listenerId: config.listenerId,
+      appPort: config.appPort,
+      progressDeadlineSeconds: config.progressDeadlineSeconds,
+      postgresImage: config.postgresImage,
+      redisImage: config.redisImage,
+    },
     namespaces: config.namespaces,
     logger,
     backoff: backoffOptions,
@@ -109,7 +123,14 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     while (!stop.signal.aborted) {
       const problem = pollProblem ?? clusterProblem ?? controller.problem();
       try {
-        await protocol.heartbeat({ version: LISTENER_VERSION, namespaces: config.namespaces, message: (problem ?? controller.summary()).slice(0, 1000) }, stop.signal);
+        await protocol.heartbeat(
+          {
+            version: LISTENER_VERSION,
+            namespaces: config.namespaces,
+            message: (problem ?? controller.summary()).slice(0, 1000),
+          },
+          stop.signal,
+        );
       } catch (error) {
         if (stop.signal.aborted) break;
         logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'heartbeat failed');
@@ -118,7 +139,15 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     }
   })();
 
-  logger.info({ listener_id: config.listenerId, service: config.slipwayUrl, namespaces: config.namespaces, version: LISTENER_VERSION }, 'listener started');
+  logger.info(
+    {
+      listener_id: config.listenerId,
+      service: config.slipwayUrl,
+      namespaces: config.namespaces,
+      version: LISTENER_VERSION,
+    },
+    'listener started',
+  );
 
   return {
     async stop() {

@@ -39,7 +39,12 @@ export interface Controller {
   stop(): Promise<void>;
 }
 
-const RANK: Readonly<Record<ReportedStatus, number>> = { AWAITING_DEPLOY: 1, DEPLOYING: 2, DEPLOYED: 3, DEPLOY_FAILED: 3 };
+const RANK: Readonly<Record<ReportedStatus, number>> = {
+  AWAITING_DEPLOY: 1,
+  DEPLOYING: 2,
+  DEPLOYED: 3,
+  DEPLOY_FAILED: 3,
+};
 
 export function startController(options: ControllerOptions): Controller {
   const { protocol, kube, logger } = options;
@@ -69,14 +74,24 @@ export function startController(options: ControllerOptions): Controller {
         if (error instanceof ApplyRefusedError && action.type === 'apply') {
           // Nothing to retry: the next pass reports the revision failed with the API server's words.
           refused.set(action.revisionId, error.message);
-          logger.warn({ deployment_id: plan.deploymentId, revision_id: action.revisionId, err: error.message }, 'the API server refused a manifest');
+          logger.warn(
+            { deployment_id: plan.deploymentId, revision_id: action.revisionId, err: error.message },
+            'the API server refused a manifest',
+          );
           dirty = true;
           return null;
         }
-        if (error instanceof ProtocolHttpError && error.permanent && (action.type === 'report' || action.type === 'confirm-deletion')) {
+        if (
+          error instanceof ProtocolHttpError &&
+          error.permanent &&
+          (action.type === 'report' || action.type === 'confirm-deletion')
+        ) {
           // The service will say no again (an unknown revision, a deployment no longer being deleted):
           // take it as done so that it is not asked again, and say so.
-          logger.error({ deployment_id: plan.deploymentId, action: action.type, err: error.message }, 'the service refused the request; not repeating it');
+          logger.error(
+            { deployment_id: plan.deploymentId, action: action.type, err: error.message },
+            'the service refused the request; not repeating it',
+          );
           if (action.type === 'report') remember(action.revisionId, action.status);
           else confirmed.add(plan.deploymentId);
           continue;
@@ -96,11 +111,26 @@ export function startController(options: ControllerOptions): Controller {
     switch (action.type) {
       case 'report': {
         const answer = await protocol.report(
-          { revision_id: action.revisionId, status: action.status, ...(action.failureReason ? { failure_reason: action.failureReason } : {}), ...(action.message ? { message: action.message.slice(0, 4000) } : {}) },
+          {
+            revision_id: action.revisionId,
+            status: action.status,
+            ...(action.failureReason ? { failure_reason: action.failureReason } : {}),
+            ...(action.message ? { message: action.message.slice(0, 4000) } : {}),
+          },
           stop.signal,
         );
         remember(action.revisionId, action.status);
-        logger.info({ deployment_id: deploymentId, revision_id: action.revisionId, status: action.status, failure_reason: action.failureReason, applied: answer.applied, now: answer.status }, 'reported');
+        logger.info(
+          {
+            deployment_id: deploymentId,
+            revision_id: action.revisionId,
+            status: action.status,
+            failure_reason: action.failureReason,
+            applied: answer.applied,
+            now: answer.status,
+          },
+          'reported',
+        );
         return;
       }
       case 'apply':
@@ -114,7 +144,10 @@ export function startController(options: ControllerOptions): Controller {
       case 'confirm-deletion':
         await protocol.confirmDeletion(deploymentId, stop.signal);
         confirmed.add(deploymentId);
-        logger.info({ deployment_id: deploymentId }, 'deletion confirmed: nothing of the deployment is left in the cluster');
+        logger.info(
+          { deployment_id: deploymentId },
+          'deletion confirmed: nothing of the deployment is left in the cluster',
+        );
         return;
     }
   }
@@ -125,14 +158,22 @@ export function startController(options: ControllerOptions): Controller {
       if (!revision || ignoredLogged.has(revision.id)) continue;
       ignoredLogged.add(revision.id);
       const { ignored } = readResourceSpec(revision.resource_spec);
-      if (ignored.length > 0) logger.warn({ deployment_id: d.deployment_id, revision_id: revision.id, fields: ignored }, 'resource_spec fields a container deployment has no use for are ignored (see docs/listener.md)');
+      if (ignored.length > 0)
+        logger.warn(
+          { deployment_id: d.deployment_id, revision_id: revision.id, fields: ignored },
+          'resource_spec fields a container deployment has no use for are ignored (see docs/listener.md)',
+        );
     }
   }
 
   async function pass(): Promise<boolean> {
     const cache = options.cache();
     if (desired === null || cache === null || !cache.synced()) return true;
-    const plans = reconcile(desired, { objects: cache.snapshot(), memory: { reported, refused, confirmed } }, { ...options.build, namespaces: options.namespaces, entropy: randomBytes(32).toString('hex') });
+    const plans = reconcile(
+      desired,
+      { objects: cache.snapshot(), memory: { reported, refused, confirmed } },
+      { ...options.build, namespaces: options.namespaces, entropy: randomBytes(32).toString('hex') },
+    );
     const problems: string[] = [];
     let going = 0;
     for (const plan of plans) {
@@ -202,7 +243,10 @@ export function startController(options: ControllerOptions): Controller {
     },
     wake,
     problem: () => lastProblem,
-    summary: () => (desired === null ? 'waiting for the desired state' : `${desired.deployments.length} deployment(s), ${rollingOut} rolling out`),
+    summary: () =>
+      desired === null
+        ? 'waiting for the desired state'
+        : `${desired.deployments.length} deployment(s), ${rollingOut} rolling out`,
     async stop() {
       stop.abort();
       await loop;

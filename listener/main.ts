@@ -24,7 +24,9 @@ function main(): void {
     listener.stop().then(
       () => process.exit(0),
       (error: unknown) => {
-        process.stderr.write(`slipway-listener: stopping after ${signal} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+        process.stderr.write(
+          `slipway-listener: stopping after ${signal} failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+        );
         process.exit(1);
       },
     );

@@ -94,14 +94,22 @@ export function specHash(manifest: Manifest): string {
 
 function withHash(manifest: Manifest): Manifest {
   const hash = specHash(manifest);
-  return { ...manifest, metadata: { ...manifest.metadata, annotations: { ...manifest.metadata.annotations, [SPEC_HASH_ANNOTATION]: hash } } };
+  return {
+    ...manifest,
+    metadata: { ...manifest.metadata, annotations: { ...manifest.metadata.annotations, [SPEC_HASH_ANNOTATION]: hash } },
+  };
 }
 
 const cpuQuantity = (cores: number): string => `${Math.round(cores * 1000)}m`;
 const memoryQuantity = (mb: number): string => `${mb}Mi`;
 
 /** Requests and limits from cores and megabytes; fields left unset stay unset (the namespace's defaults apply). */
-export function resources(cpu: number | undefined, memoryMb: number | undefined, cpuLimit: number | undefined, memoryLimitMb: number | undefined): V1ResourceRequirements | undefined {
+export function resources(
+  cpu: number | undefined,
+  memoryMb: number | undefined,
+  cpuLimit: number | undefined,
+  memoryLimitMb: number | undefined,
+): V1ResourceRequirements | undefined {
   const requests: Record<string, string> = {};
   const limits: Record<string, string> = {};
   // 0 cores rounds to nothing requested: leave it out rather than ask for "0m".
@@ -126,7 +134,8 @@ function dedupeEnv(env: V1EnvVar[]): V1EnvVar[] {
 }
 
 /** A base64 Secret data map (server-side apply owns `data` cleanly; `stringData` is write-only). */
-const secretData = (entries: Record<string, string>): Record<string, string> => Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, Buffer.from(v, 'utf8').toString('base64')]));
+const secretData = (entries: Record<string, string>): Record<string, string> =>
+  Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, Buffer.from(v, 'utf8').toString('base64')]));
 
 export function databaseUrl(host: string, password: string): string {
   return `postgres://${DB_USER}:${encodeURIComponent(password)}@${host}:${POSTGRES_PORT}/${DB_NAME}`;
@@ -140,8 +149,16 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
   const userLabels = spec.labels ?? {};
   const userAnnotations = spec.annotations ?? {};
   // Ours come last: a user label can never take an object away from its deployment.
-  const labels = (component: Component, extra: Record<string, string> = {}) => ({ ...userLabels, ...owner, [COMPONENT_LABEL]: component, ...extra });
-  const metadata = (component: Component, extra: { labels?: Record<string, string>; annotations?: Record<string, string> } = {}) => ({
+  const labels = (component: Component, extra: Record<string, string> = {}) => ({
+    ...userLabels,
+    ...owner,
+    [COMPONENT_LABEL]: component,
+    ...extra,
+  });
+  const metadata = (
+    component: Component,
+    extra: { labels?: Record<string, string>; annotations?: Record<string, string> } = {},
+  ) => ({
     name: name(component),
     namespace,
     labels: labels(component, extra.labels),
@@ -166,9 +183,17 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
 
   const env = (processType: 'web' | 'queue'): V1EnvVar[] =>
     dedupeEnv([
-      ...revision.secrets.map((s) => ({ name: s.name, valueFrom: { secretKeyRef: { name: name('secrets'), key: s.name } } })),
-      ...(revision.secret_references ?? []).map((r) => ({ name: r.name, valueFrom: { secretKeyRef: { name: r.secret_name, key: r.secret_key } } })),
-      ...(withDb ? [{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: name('db'), key: 'DATABASE_URL' } } }] : []),
+      ...revision.secrets.map((s) => ({
+        name: s.name,
+        valueFrom: { secretKeyRef: { name: name('secrets'), key: s.name } },
+      })),
+      ...(revision.secret_references ?? []).map((r) => ({
+        name: r.name,
+        valueFrom: { secretKeyRef: { name: r.secret_name, key: r.secret_key } },
+      })),
+      ...(withDb
+        ? [{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: name('db'), key: 'DATABASE_URL' } } }]
+        : []),
       ...(withCache ? [{ name: 'REDIS_URL', value: `redis://${name('cache')}:${REDIS_PORT}` }] : []),
       { name: 'SLIPWAY_DEPLOYMENT_ID', value: id },
       { name: 'SLIPWAY_REVISION_ID', value: revision.id },
@@ -184,11 +209,16 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
 
   // Init containers first, in order; then the sidecars, as native sidecars (init containers that keep
   // running: restartPolicy Always), so that they are up before the app starts and stop after it.
-  const initContainers: V1Container[] = [...(spec.init_containers ?? []), ...(spec.sidecars ?? []).map((c) => ({ ...c, restartPolicy: 'Always' }))];
+  const initContainers: V1Container[] = [
+    ...(spec.init_containers ?? []),
+    ...(spec.sidecars ?? []).map((c) => ({ ...c, restartPolicy: 'Always' })),
+  ];
 
   const podSpec = (containers: V1Container[]): V1PodSpec => ({
     ...(spec.service_account_name !== undefined ? { serviceAccountName: spec.service_account_name } : {}),
-    ...(spec.image_pull_secrets !== undefined && spec.image_pull_secrets.length > 0 ? { imagePullSecrets: spec.image_pull_secrets.map((s) => ({ name: s.name })) } : {}),
+    ...(spec.image_pull_secrets !== undefined && spec.image_pull_secrets.length > 0
+      ? { imagePullSecrets: spec.image_pull_secrets.map((s) => ({ name: s.name })) }
+      : {}),
     ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: [...spec.volumes] } : {}),
     ...(initContainers.length > 0 ? { initContainers } : {}),
     containers,
@@ -205,7 +235,8 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
     spec: podSpec(containers),
   });
 
-  const mounts = spec.volume_mounts !== undefined && spec.volume_mounts.length > 0 ? { volumeMounts: [...spec.volume_mounts] } : {};
+  const mounts =
+    spec.volume_mounts !== undefined && spec.volume_mounts.length > 0 ? { volumeMounts: [...spec.volume_mounts] } : {};
 
   // ----- the app -----
   const autoscaled = spec.max_scale !== undefined && spec.max_scale > (spec.min_scale ?? 1);
@@ -240,7 +271,10 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
   out.push({
     apiVersion: 'v1',
     kind: 'Service',
-    metadata: metadata('web', deployment.custom_url !== null ? { annotations: { [CUSTOM_URL_ANNOTATION]: deployment.custom_url } } : {}),
+    metadata: metadata(
+      'web',
+      deployment.custom_url !== null ? { annotations: { [CUSTOM_URL_ANNOTATION]: deployment.custom_url } } : {},
+    ),
     spec: {
       type: 'ClusterIP',
       selector: selectorLabels(id, 'web'),
@@ -252,7 +286,12 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
   // ----- the queue worker -----
   if (withQueue) {
     const queueAutoscaled = spec.queue_max_scale !== undefined && spec.queue_max_scale > (spec.queue_min_scale ?? 1);
-    const queueResources = resources(spec.queue_cpu ?? (queueAutoscaled ? AUTOSCALE_DEFAULT_CPU : undefined), spec.queue_memory_mb, spec.queue_cpu_limit, spec.queue_memory_limit_mb);
+    const queueResources = resources(
+      spec.queue_cpu ?? (queueAutoscaled ? AUTOSCALE_DEFAULT_CPU : undefined),
+      spec.queue_memory_mb,
+      spec.queue_cpu_limit,
+      spec.queue_memory_limit_mb,
+    );
     const worker: V1Container = {
       name: 'worker',
       image: revision.image_uri,
@@ -273,7 +312,8 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
         template: template('queue', [worker]),
       },
     });
-    if (queueAutoscaled) out.push(autoscaler('queue', name('queue'), Math.max(1, spec.queue_min_scale ?? 1), spec.queue_max_scale ?? 1));
+    if (queueAutoscaled)
+      out.push(autoscaler('queue', name('queue'), Math.max(1, spec.queue_min_scale ?? 1), spec.queue_max_scale ?? 1));
   }
 
   function autoscaler(component: 'web' | 'queue', target: string, min: number, max: number): Manifest {
@@ -281,9 +321,19 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
       scaleTargetRef: { apiVersion: 'apps/v1', kind: 'Deployment', name: target },
       minReplicas: min,
       maxReplicas: max,
-      metrics: [{ type: 'Resource', resource: { name: 'cpu', target: { type: 'Utilization', averageUtilization: TARGET_CPU_UTILIZATION } } }],
+      metrics: [
+        {
+          type: 'Resource',
+          resource: { name: 'cpu', target: { type: 'Utilization', averageUtilization: TARGET_CPU_UTILIZATION } },
+        },
+      ],
     };
-    return { apiVersion: 'autoscaling/v2', kind: 'HorizontalPodAutoscaler', metadata: metadata(component), spec: hpaSpec };
+    return {
+      apiVersion: 'autoscaling/v2',
+      kind: 'HorizontalPodAutoscaler',
+      metadata: metadata(component),
+      spec: hpaSpec,
+    };
   }
 
   // ----- the database -----
@@ -295,13 +345,22 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
       kind: 'Secret',
       metadata: metadata('db', { labels: keep }),
       type: 'Opaque',
-      data: secretData({ POSTGRES_USER: DB_USER, POSTGRES_DB: DB_NAME, POSTGRES_PASSWORD: input.dbPassword, DATABASE_URL: databaseUrl(dbName, input.dbPassword) }),
+      data: secretData({
+        POSTGRES_USER: DB_USER,
+        POSTGRES_DB: DB_NAME,
+        POSTGRES_PASSWORD: input.dbPassword,
+        DATABASE_URL: databaseUrl(dbName, input.dbPassword),
+      }),
     });
     out.push({
       apiVersion: 'v1',
       kind: 'Service',
       metadata: metadata('db'),
-      spec: { type: 'ClusterIP', selector: selectorLabels(id, 'db'), ports: [{ name: 'postgres', port: POSTGRES_PORT, targetPort: 'postgres', protocol: 'TCP' }] },
+      spec: {
+        type: 'ClusterIP',
+        selector: selectorLabels(id, 'db'),
+        ports: [{ name: 'postgres', port: POSTGRES_PORT, targetPort: 'postgres', protocol: 'TCP' }],
+      },
     });
     const dbResources = resources(spec.db_cpu, spec.db_memory_mb, spec.db_cpu_limit, spec.db_memory_limit_mb);
     const fromSecret = (key: string): V1EnvVar => ({ name: key, valueFrom: { secretKeyRef: { name: dbName, key } } });
@@ -310,12 +369,26 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
       image: ctx.postgresImage,
       ...(spec.db_max_connections !== undefined ? { args: ['-c', `max_connections=${spec.db_max_connections}`] } : {}),
       // A subdirectory: a fresh volume's root holds lost+found, and initdb wants an empty directory.
-      env: [fromSecret('POSTGRES_USER'), fromSecret('POSTGRES_PASSWORD'), fromSecret('POSTGRES_DB'), { name: 'PGDATA', value: `${DB_DATA}/pgdata` }],
+      env: [
+        fromSecret('POSTGRES_USER'),
+        fromSecret('POSTGRES_PASSWORD'),
+        fromSecret('POSTGRES_DB'),
+        { name: 'PGDATA', value: `${DB_DATA}/pgdata` },
+      ],
       ports: [{ name: 'postgres', containerPort: POSTGRES_PORT, protocol: 'TCP' }],
       ...(dbResources ? { resources: dbResources } : {}),
       volumeMounts: [{ name: 'data', mountPath: DB_DATA }],
-      readinessProbe: { exec: { command: ['pg_isready', '-U', DB_USER, '-d', DB_NAME] }, periodSeconds: 5, failureThreshold: 6 },
-      livenessProbe: { tcpSocket: { port: 'postgres' }, initialDelaySeconds: 30, periodSeconds: 10, failureThreshold: 6 },
+      readinessProbe: {
+        exec: { command: ['pg_isready', '-U', DB_USER, '-d', DB_NAME] },
+        periodSeconds: 5,
+        failureThreshold: 6,
+      },
+      livenessProbe: {
+        tcpSocket: { port: 'postgres' },
+        initialDelaySeconds: 30,
+        periodSeconds: 10,
+        failureThreshold: 6,
+      },
     };
     const statefulSpec: V1StatefulSetSpec = {
       serviceName: dbName,
@@ -325,7 +398,10 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
       volumeClaimTemplates: [
         {
           metadata: { name: 'data', labels: labels('db', keep) },
-          spec: { accessModes: ['ReadWriteOnce'], resources: { requests: { storage: input.existingDbStorage ?? `${spec.db_storage_gi ?? 1}Gi` } } },
+          spec: {
+            accessModes: ['ReadWriteOnce'],
+            resources: { requests: { storage: input.existingDbStorage ?? `${spec.db_storage_gi ?? 1}Gi` } },
+          },
         },
       ],
       persistentVolumeClaimRetentionPolicy: { whenDeleted: 'Delete', whenScaled: 'Retain' },
@@ -335,10 +411,23 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
 
   // ----- the cache -----
   if (withCache) {
-    const cacheResources = resources(spec.cache_cpu, spec.cache_memory_mb, spec.cache_cpu_limit, spec.cache_memory_limit_mb);
+    const cacheResources = resources(
+      spec.cache_cpu,
+      spec.cache_memory_mb,
+      spec.cache_cpu_limit,
+      spec.cache_memory_limit_mb,
+    );
     // A cache, not a store: no persistence, and evict the least recently used keys before the memory limit kills it.
     const maxMemory = spec.cache_memory_limit_mb ?? spec.cache_memory_mb;
-    const args = ['--save', '', '--appendonly', 'no', ...(maxMemory !== undefined ? ['--maxmemory', `${Math.max(1, Math.floor(maxMemory * 0.9))}mb`, '--maxmemory-policy', 'allkeys-lru'] : [])];
+    const args = [
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      ...(maxMemory !== undefined
+        ? ['--maxmemory', `${Math.max(1, Math.floor(maxMemory * 0.9))}mb`, '--maxmemory-policy', 'allkeys-lru']
+        : []),
+    ];
     out.push({
       apiVersion: 'apps/v1',
       kind: 'Deployment',
@@ -370,7 +459,11 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
       apiVersion: 'v1',
       kind: 'Service',
       metadata: metadata('cache'),
-      spec: { type: 'ClusterIP', selector: selectorLabels(id, 'cache'), ports: [{ name: 'redis', port: REDIS_PORT, targetPort: 'redis', protocol: 'TCP' }] },
+      spec: {
+        type: 'ClusterIP',
+        selector: selectorLabels(id, 'cache'),
+        ports: [{ name: 'redis', port: REDIS_PORT, targetPort: 'redis', protocol: 'TCP' }],
+      },
     });
   }
 

@@ -30,7 +30,13 @@ export const CUSTOM_URL_ANNOTATION = 'slipway.dev/custom-url';
 
 export type Component = 'web' | 'queue' | 'db' | 'cache' | 'secrets';
 
-const SUFFIX: Readonly<Record<Component, string>> = { web: '', queue: '-queue', db: '-db', cache: '-cache', secrets: '-secrets' };
+const SUFFIX: Readonly<Record<Component, string>> = {
+  web: '',
+  queue: '-queue',
+  db: '-db',
+  cache: '-cache',
+  secrets: '-secrets',
+};
 
 /**
  * `<deployment name><suffix>`, a DNS label of at most 63 characters (Service names must be). A name

@@ -24,7 +24,14 @@ export class ProtocolHttpError extends Error {
 
   /** The service refused the request itself: the same request will be refused again. */
   get permanent(): boolean {
-    return this.status >= 400 && this.status < 500 && this.status !== 408 && this.status !== 429 && this.status !== 401 && this.status !== 403;
+    return (
+      this.status >= 400 &&
+      this.status < 500 &&
+      this.status !== 408 &&
+      this.status !== 429 &&
+      this.status !== 401 &&
+      this.status !== 403
+    );
   }
 }
 
@@ -48,7 +55,11 @@ export interface Heartbeat {
 
 export interface ProtocolClient {
   /** The desired state once it differs from `etag` (or at once without one); 'unchanged' after `waitSeconds`. */
-  desiredState(etag: string | null, waitSeconds: number, signal: AbortSignal): Promise<{ state: DesiredState; etag: string | null } | 'unchanged'>;
+  desiredState(
+    etag: string | null,
+    waitSeconds: number,
+    signal: AbortSignal,
+  ): Promise<{ state: DesiredState; etag: string | null } | 'unchanged'>;
   report(report: Report, signal: AbortSignal): Promise<ReportAnswer>;
   confirmDeletion(deploymentId: string, signal: AbortSignal): Promise<void>;
   heartbeat(heartbeat: Heartbeat, signal: AbortSignal): Promise<void>;
@@ -83,7 +94,14 @@ export function createProtocolClient(options: ProtocolClientOptions): ProtocolCl
   const base = `${options.baseUrl}/v2/listeners/${encodeURIComponent(options.listenerId)}`;
   const headers = { authorization: `Bearer ${options.credential}`, accept: 'application/json' };
 
-  async function call(method: 'GET' | 'POST', path: string, body: unknown, extraHeaders: Record<string, string>, signal: AbortSignal, timeoutMs: number): Promise<Response> {
+  async function call(
+    method: 'GET' | 'POST',
+    path: string,
+    body: unknown,
+    extraHeaders: Record<string, string>,
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<Response> {
     const what = `${method} ${path.replace(/\?.*$/, '')}`;
     let response: Response;
     try {
@@ -98,7 +116,10 @@ export function createProtocolClient(options: ProtocolClientOptions): ProtocolCl
     }
     if (response.status >= 400) {
       const detail = await detailOf(response);
-      const hint = response.status === 401 || response.status === 403 ? ' (check SLIPWAY_LISTENER_ID and SLIPWAY_LISTENER_CREDENTIAL: the credential may be revoked or be another listener\'s)' : '';
+      const hint =
+        response.status === 401 || response.status === 403
+          ? " (check SLIPWAY_LISTENER_ID and SLIPWAY_LISTENER_CREDENTIAL: the credential may be revoked or be another listener's)"
+          : '';
       throw new ProtocolHttpError(response.status, `${what}: HTTP ${response.status}: ${detail}${hint}`);
     }
     return response;
@@ -107,7 +128,14 @@ export function createProtocolClient(options: ProtocolClientOptions): ProtocolCl
   return {
     async desiredState(etag, waitSeconds, signal) {
       const wait = etag === null ? 0 : waitSeconds;
-      const response = await call('GET', `/desired-state?wait=${wait}`, undefined, etag === null ? {} : { 'if-none-match': etag }, signal, (wait + 30) * 1000);
+      const response = await call(
+        'GET',
+        `/desired-state?wait=${wait}`,
+        undefined,
+        etag === null ? {} : { 'if-none-match': etag },
+        signal,
+        (wait + 30) * 1000,
+      );
       if (response.status === 304) {
         await response.body?.cancel();
         return 'unchanged';
@@ -123,7 +151,14 @@ export function createProtocolClient(options: ProtocolClientOptions): ProtocolCl
     },
 
     async confirmDeletion(deploymentId, signal) {
-      const response = await call('POST', '/deletions', { deployment_id: deploymentId }, {}, signal, REQUEST_TIMEOUT_MS);
+      const response = await call(
+        'POST',
+        '/deletions',
+        { deployment_id: deploymentId },
+        {},
+        signal,
+        REQUEST_TIMEOUT_MS,
+      );
       await response.body?.cancel();
     },
 

@@ -17,11 +17,36 @@
 import { createHmac } from 'node:crypto';
 import type { V1StatefulSet } from '@kubernetes/client-node';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from './desired-state.ts';
-import { MANAGED_KINDS, isDeployment, isPod, isStatefulSet, keyOf, refOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
+import {
+  MANAGED_KINDS,
+  isDeployment,
+  isPod,
+  isStatefulSet,
+  keyOf,
+  refOf,
+  type Manifest,
+  type ObjectRef,
+  type ObservedObject,
+} from './kube-objects.ts';
 import { buildManifests, type BuildContext } from './manifest-builder.ts';
-import { COMPONENT_LABEL, DEPLOYMENT_ID_LABEL, KEEP_UNTIL_DELETE_LABEL, REVISION_ID_LABEL, SPEC_HASH_ANNOTATION, objectName } from './manifest-names.ts';
+import {
+  COMPONENT_LABEL,
+  DEPLOYMENT_ID_LABEL,
+  KEEP_UNTIL_DELETE_LABEL,
+  REVISION_ID_LABEL,
+  SPEC_HASH_ANNOTATION,
+  objectName,
+} from './manifest-names.ts';
 import { readResourceSpec } from './resource-spec.ts';
-import { combine, deploymentRollout, podFailure, statefulSetRollout, waitingDetail, type FailureReason, type Rollout } from './rollout-status.ts';
+import {
+  combine,
+  deploymentRollout,
+  podFailure,
+  statefulSetRollout,
+  waitingDetail,
+  type FailureReason,
+  type Rollout,
+} from './rollout-status.ts';
 
 /** What this process has done that the cluster does not show. Lost on restart, on purpose: see above. */
 export interface Memory {
@@ -46,7 +71,13 @@ export interface ReconcileContext extends BuildContext {
 }
 
 export type Action =
-  | { readonly type: 'report'; readonly revisionId: string; readonly status: ReportedStatus; readonly failureReason?: FailureReason; readonly message?: string }
+  | {
+      readonly type: 'report';
+      readonly revisionId: string;
+      readonly status: ReportedStatus;
+      readonly failureReason?: FailureReason;
+      readonly message?: string;
+    }
   | { readonly type: 'apply'; readonly revisionId: string; readonly manifest: Manifest }
   | { readonly type: 'delete'; readonly target: ObjectRef }
   | { readonly type: 'confirm-deletion' };
@@ -63,7 +94,12 @@ export interface Plan {
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
 export type Phase = 'idle' | 'waiting' | 'rolling-out' | 'deployed' | 'failed' | 'deleting' | 'deleted';
 
-const RANK: Readonly<Record<ReportedStatus, number>> = { AWAITING_DEPLOY: 1, DEPLOYING: 2, DEPLOYED: 3, DEPLOY_FAILED: 3 };
+const RANK: Readonly<Record<ReportedStatus, number>> = {
+  AWAITING_DEPLOY: 1,
+  DEPLOYING: 2,
+  DEPLOYED: 3,
+  DEPLOY_FAILED: 3,
+};
 
 /**
  * How far the service has the revision: 0 before the listener's steps, null when the revision is in a
@@ -86,7 +122,8 @@ function serviceRank(status: string): number | null {
 }
 
 const label = (o: ObservedObject, key: string): string | undefined => o.metadata.labels?.[key];
-const terminating = (o: ObservedObject): boolean => o.metadata.deletionTimestamp !== undefined && o.metadata.deletionTimestamp !== null;
+const terminating = (o: ObservedObject): boolean =>
+  o.metadata.deletionTimestamp !== undefined && o.metadata.deletionTimestamp !== null;
 const kindOrder = (kind: string): number => MANAGED_KINDS.findIndex((k) => k.kind === kind);
 
 function decodeSecretValue(secret: ObservedObject | undefined, key: string): string | null {
@@ -99,7 +136,12 @@ function decodeSecretValue(secret: ObservedObject | undefined, key: string): str
 function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject[], memory: Memory): Plan {
   const id = deployment.deployment_id;
   if (mine.length === 0) {
-    return { deploymentId: id, actions: memory.confirmed.has(id) ? [] : [{ type: 'confirm-deletion' }], phase: 'deleted', summary: 'deleted: nothing of it is left in the cluster' };
+    return {
+      deploymentId: id,
+      actions: memory.confirmed.has(id) ? [] : [{ type: 'confirm-deletion' }],
+      phase: 'deleted',
+      summary: 'deleted: nothing of it is left in the cluster',
+    };
   }
   // Pods go with their Deployment or StatefulSet (deleted in the foreground); only strays are deleted directly.
   const ownersLeft = mine.some((o) => o.kind === 'Deployment' || o.kind === 'StatefulSet');
@@ -107,10 +149,22 @@ function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject
     .filter((o) => !terminating(o) && (o.kind !== 'Pod' || !ownersLeft))
     .sort((a, b) => kindOrder(a.kind) - kindOrder(b.kind))
     .map((o): Action => ({ type: 'delete', target: refOf(o) }));
-  return { deploymentId: id, actions: targets, phase: 'deleting', summary: `deleting: ${mine.length} object(s) left (${mine.map((o) => keyOf(refOf(o))).join(', ')})` };
+  return {
+    deploymentId: id,
+    actions: targets,
+    phase: 'deleting',
+    summary: `deleting: ${mine.length} object(s) left (${mine.map((o) => keyOf(refOf(o))).join(', ')})`,
+  };
 }
 
-function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objects: readonly ObservedObject[], desired: DesiredState, memory: Memory, ctx: ReconcileContext): Plan {
+function runPlan(
+  deployment: DesiredDeployment,
+  revision: DesiredRevision,
+  objects: readonly ObservedObject[],
+  desired: DesiredState,
+  memory: Memory,
+  ctx: ReconcileContext,
+): Plan {
   const id = deployment.deployment_id;
   const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id);
   const done = (() => {
@@ -129,15 +183,29 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
             type: 'report' as const,
             revisionId: revision.id,
             status,
-            ...(status === 'DEPLOY_FAILED' && failure ? { failureReason: failure.reason, message: failure.message } : {}),
+            ...(status === 'DEPLOY_FAILED' && failure
+              ? { failureReason: failure.reason, message: failure.message }
+              : {}),
           }));
-  const plan = (actions: Action[], phase: Phase, summary: string): Plan => ({ deploymentId: id, actions, phase, summary });
+  const plan = (actions: Action[], phase: Phase, summary: string): Plan => ({
+    deploymentId: id,
+    actions,
+    phase,
+    summary,
+  });
   // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
-  const refuse = (message: string): Plan => plan(reports(['DEPLOY_FAILED'], { reason: 'invalid_manifest', message }), 'failed', `revision ${revision.id} cannot be deployed: ${message}`);
+  const refuse = (message: string): Plan =>
+    plan(
+      reports(['DEPLOY_FAILED'], { reason: 'invalid_manifest', message }),
+      'failed',
+      `revision ${revision.id} cannot be deployed: ${message}`,
+    );
 
   const namespace = deployment.namespace ?? ctx.namespaces[0] ?? 'default';
   if (!ctx.namespaces.includes(namespace)) {
-    return refuse(`namespace ${namespace} is not watched by this listener (it watches ${ctx.namespaces.join(', ')}); add it to SLIPWAY_LISTENER_NAMESPACES and give the listener a Role there`);
+    return refuse(
+      `namespace ${namespace} is not watched by this listener (it watches ${ctx.namespaces.join(', ')}); add it to SLIPWAY_LISTENER_NAMESPACES and give the listener a Role there`,
+    );
   }
   if (revision.image_uri === null || revision.image_uri === '') return refuse('the revision has no image_uri');
   const read = readResourceSpec(revision.resource_spec);
@@ -146,8 +214,13 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
   if (refused !== undefined) return refuse(refused);
 
   const dbName = objectName(deployment.name, id, 'db');
-  const dbSecret = mine.find((o) => o.kind === 'Secret' && o.metadata.name === dbName && o.metadata.namespace === namespace);
-  const dbSet = mine.find((o): o is ObservedObject & V1StatefulSet => isStatefulSet(o) && o.metadata.name === dbName && o.metadata.namespace === namespace);
+  const dbSecret = mine.find(
+    (o) => o.kind === 'Secret' && o.metadata.name === dbName && o.metadata.namespace === namespace,
+  );
+  const dbSet = mine.find(
+    (o): o is ObservedObject & V1StatefulSet =>
+      isStatefulSet(o) && o.metadata.name === dbName && o.metadata.namespace === namespace,
+  );
   const manifests = buildManifests(
     {
       deployment,
@@ -155,7 +228,9 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
       namespace,
       spec: read.spec,
       // The password in the cluster stays: the database was initialised with it.
-      dbPassword: decodeSecretValue(dbSecret, 'POSTGRES_PASSWORD') ?? createHmac('sha256', ctx.entropy).update(id).digest('base64url').slice(0, 32),
+      dbPassword:
+        decodeSecretValue(dbSecret, 'POSTGRES_PASSWORD') ??
+        createHmac('sha256', ctx.entropy).update(id).digest('base64url').slice(0, 32),
       existingDbStorage: dbSet?.spec?.volumeClaimTemplates?.[0]?.spec?.resources?.requests?.storage ?? null,
     },
     ctx,
@@ -170,20 +245,35 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
     const leaving = desired.deployments.some((d) => d.deployment_id === owner && d.delete);
     // A deployment of the same name being deleted: its objects go first, then this one takes the name.
     if (leaving) return plan([], 'waiting', `waiting for ${what} of deleted deployment ${owner} to go`);
-    return refuse(`${what} already belongs to Slipway deployment ${owner ?? 'unknown'}; names derive from the deployment name, so rename one of them`);
+    return refuse(
+      `${what} already belongs to Slipway deployment ${owner ?? 'unknown'}; names derive from the deployment name, so rename one of them`,
+    );
   }
 
   const hashOf = (o: ObservedObject | undefined) => o?.metadata.annotations?.[SPEC_HASH_ANNOTATION];
-  const pending = manifests.filter((m) => hashOf(byKey.get(keyOf(refOf(m)))) !== m.metadata.annotations?.[SPEC_HASH_ANNOTATION]);
+  const pending = manifests.filter(
+    (m) => hashOf(byKey.get(keyOf(refOf(m)))) !== m.metadata.annotations?.[SPEC_HASH_ANNOTATION],
+  );
   const wanted = new Set(manifests.map((m) => keyOf(refOf(m))));
   const prune = mine
-    .filter((o) => o.kind !== 'Pod' && o.kind !== 'PersistentVolumeClaim' && label(o, KEEP_UNTIL_DELETE_LABEL) !== 'true' && !terminating(o) && !wanted.has(keyOf(refOf(o))))
+    .filter(
+      (o) =>
+        o.kind !== 'Pod' &&
+        o.kind !== 'PersistentVolumeClaim' &&
+        label(o, KEEP_UNTIL_DELETE_LABEL) !== 'true' &&
+        !terminating(o) &&
+        !wanted.has(keyOf(refOf(o))),
+    )
     .map((o): Action => ({ type: 'delete', target: refOf(o) }));
 
   if (pending.length > 0) {
     return plan(
       // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
-      [...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest })), ...reports(['AWAITING_DEPLOY']), ...prune],
+      [
+        ...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest })),
+        ...reports(['AWAITING_DEPLOY']),
+        ...prune,
+      ],
       'rolling-out',
       `applying revision ${revision.id}: ${pending.map((m) => keyOf(refOf(m))).join(', ')}`,
     );
@@ -193,7 +283,14 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
     const observed = byKey.get(keyOf(refOf(manifest)));
     if (observed === undefined || (!isDeployment(observed) && !isStatefulSet(observed))) return [];
     const component = manifest.metadata.labels[COMPONENT_LABEL];
-    const pods = mine.filter(isPod).filter((p) => label(p, COMPONENT_LABEL) === component && p.metadata.namespace === namespace && (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === revision.id));
+    const pods = mine
+      .filter(isPod)
+      .filter(
+        (p) =>
+          label(p, COMPONENT_LABEL) === component &&
+          p.metadata.namespace === namespace &&
+          (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === revision.id),
+      );
     const own = isDeployment(observed) ? deploymentRollout(observed) : statefulSetRollout(observed);
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);
@@ -203,13 +300,35 @@ function runPlan(deployment: DesiredDeployment, revision: DesiredRevision, objec
   const rollout = combine(rollouts);
   switch (rollout.state) {
     case 'complete':
-      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']), ...prune], 'deployed', `revision ${revision.id} is deployed`);
+      return plan(
+        [...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']), ...prune],
+        'deployed',
+        `revision ${revision.id} is deployed`,
+      );
     case 'failed':
-      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED'], { reason: rollout.reason, message: rollout.message }), ...prune], 'failed', `revision ${revision.id} failed: ${rollout.reason}: ${rollout.message}`);
+      return plan(
+        [
+          ...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED'], {
+            reason: rollout.reason,
+            message: rollout.message,
+          }),
+          ...prune,
+        ],
+        'failed',
+        `revision ${revision.id} failed: ${rollout.reason}: ${rollout.message}`,
+      );
     case 'pending':
-      return plan([...reports(['AWAITING_DEPLOY']), ...prune], 'rolling-out', `revision ${revision.id} is applied: ${rollout.detail}`);
+      return plan(
+        [...reports(['AWAITING_DEPLOY']), ...prune],
+        'rolling-out',
+        `revision ${revision.id} is applied: ${rollout.detail}`,
+      );
     case 'progressing':
-      return plan([...reports(['AWAITING_DEPLOY', 'DEPLOYING']), ...prune], 'rolling-out', `revision ${revision.id} is rolling out: ${rollout.detail}`);
+      return plan(
+        [...reports(['AWAITING_DEPLOY', 'DEPLOYING']), ...prune],
+        'rolling-out',
+        `revision ${revision.id} is rolling out: ${rollout.detail}`,
+      );
   }
 }
 
@@ -217,7 +336,13 @@ export function reconcile(desired: DesiredState, observed: Observed, ctx: Reconc
   const plans: Plan[] = [];
   for (const deployment of desired.deployments) {
     if (deployment.delete) {
-      plans.push(deletePlan(deployment, observed.objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === deployment.deployment_id), observed.memory));
+      plans.push(
+        deletePlan(
+          deployment,
+          observed.objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === deployment.deployment_id),
+          observed.memory,
+        ),
+      );
     } else if (deployment.revision !== null) {
       plans.push(runPlan(deployment, deployment.revision, observed.objects, desired, observed.memory, ctx));
     } else {

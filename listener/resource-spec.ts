@@ -79,10 +79,26 @@ const NUMBERS = [
   'db_storage_gi',
   'db_max_connections',
 ] as const;
-const INTEGERS: ReadonlySet<string> = new Set(['min_scale', 'max_scale', 'queue_min_scale', 'queue_max_scale', 'memory_mb', 'memory_limit_mb', 'queue_memory_mb', 'queue_memory_limit_mb', 'cache_memory_mb', 'cache_memory_limit_mb', 'db_memory_mb', 'db_memory_limit_mb', 'db_storage_gi', 'db_max_connections']);
+const INTEGERS: ReadonlySet<string> = new Set([
+  'min_scale',
+  'max_scale',
+  'queue_min_scale',
+  'queue_max_scale',
+  'memory_mb',
+  'memory_limit_mb',
+  'queue_memory_mb',
+  'queue_memory_limit_mb',
+  'cache_memory_mb',
+  'cache_memory_limit_mb',
+  'db_memory_mb',
+  'db_memory_limit_mb',
+  'db_storage_gi',
+  'db_max_connections',
+]);
 
 type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
 
 export interface ReadSpec {
   readonly spec: ResourceSpec;
@@ -113,7 +129,8 @@ function namedList<T>(value: unknown, key: string, problems: string[]): T[] | un
   }
   const out: T[] = [];
   value.forEach((item, i) => {
-    if (!isObject(item) || typeof item.name !== 'string' || item.name === '') problems.push(`resource_spec.${key}[${i}] must be an object with a name`);
+    if (!isObject(item) || typeof item.name !== 'string' || item.name === '')
+      problems.push(`resource_spec.${key}[${i}] must be an object with a name`);
     else out.push(item as T);
   });
   return out;
@@ -127,8 +144,15 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
   for (const key of NUMBERS) {
     const value = raw[key];
     if (value === undefined || value === null) continue;
-    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (INTEGERS.has(key) && !Number.isInteger(value))) {
-      problems.push(`resource_spec.${key} must be a ${INTEGERS.has(key) ? 'non-negative integer' : 'non-negative number'}, got ${JSON.stringify(value)}`);
+    if (
+      typeof value !== 'number' ||
+      !Number.isFinite(value) ||
+      value < 0 ||
+      (INTEGERS.has(key) && !Number.isInteger(value))
+    ) {
+      problems.push(
+        `resource_spec.${key} must be a ${INTEGERS.has(key) ? 'non-negative integer' : 'non-negative number'}, got ${JSON.stringify(value)}`,
+      );
     } else spec[key] = value;
   }
   for (const key of ['labels', 'annotations'] as const) {
@@ -147,7 +171,8 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
     if (!Array.isArray(mounts)) problems.push('resource_spec.volume_mounts must be an array');
     else {
       mounts.forEach((m, i) => {
-        if (!isObject(m) || typeof m.name !== 'string' || typeof m.mountPath !== 'string') problems.push(`resource_spec.volume_mounts[${i}] must be an object with a name and a mountPath`);
+        if (!isObject(m) || typeof m.name !== 'string' || typeof m.mountPath !== 'string')
+          problems.push(`resource_spec.volume_mounts[${i}] must be an object with a name and a mountPath`);
       });
       spec.volume_mounts = mounts;
     }
@@ -164,7 +189,8 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
   for (const [low, high] of pairs) {
     const a = spec[low];
     const b = spec[high];
-    if (typeof a === 'number' && typeof b === 'number' && a > b) problems.push(`resource_spec.${low} (${a}) must not exceed ${high} (${b})`);
+    if (typeof a === 'number' && typeof b === 'number' && a > b)
+      problems.push(`resource_spec.${low} (${a}) must not exceed ${high} (${b})`);
   }
   return { spec: spec as ResourceSpec, problems, ignored };
 }

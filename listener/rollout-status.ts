@@ -37,11 +37,19 @@ interface Waiting {
 function waitingContainers(pods: readonly V1Pod[]): Waiting[] {
   return pods.flatMap((pod) => {
     if (pod.metadata?.deletionTimestamp) return [];
-    const statuses: V1ContainerStatus[] = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])];
+    const statuses: V1ContainerStatus[] = [
+      ...(pod.status?.initContainerStatuses ?? []),
+      ...(pod.status?.containerStatuses ?? []),
+    ];
     return statuses.flatMap((status) => {
       const waiting = status.state?.waiting;
       if (!waiting?.reason) return [];
-      return [{ reason: waiting.reason, text: `container ${status.name} of pod ${pod.metadata?.name ?? '?'} is ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` }];
+      return [
+        {
+          reason: waiting.reason,
+          text: `container ${status.name} of pod ${pod.metadata?.name ?? '?'} is ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}`,
+        },
+      ];
     });
   });
 }
@@ -65,18 +73,34 @@ export function deploymentRollout(deployment: V1Deployment): Rollout {
   const name = deployment.metadata?.name ?? '?';
   const generation = deployment.metadata?.generation ?? 0;
   const status = deployment.status ?? {};
-  if ((status.observedGeneration ?? 0) < generation) return { state: 'pending', detail: `Deployment ${name}: waiting for the controller to see generation ${generation}` };
-  const stalled = (status.conditions ?? []).find((c) => c.type === 'Progressing' && c.status === 'False' && c.reason === 'ProgressDeadlineExceeded');
+  if ((status.observedGeneration ?? 0) < generation)
+    return {
+      state: 'pending',
+      detail: `Deployment ${name}: waiting for the controller to see generation ${generation}`,
+    };
+  const stalled = (status.conditions ?? []).find(
+    (c) => c.type === 'Progressing' && c.status === 'False' && c.reason === 'ProgressDeadlineExceeded',
+  );
   if (stalled) {
-    return { state: 'failed', reason: 'progress_deadline_exceeded', message: `Deployment ${name} made no progress within its deadline${stalled.message ? `: ${stalled.message}` : ''}` };
+    return {
+      state: 'failed',
+      reason: 'progress_deadline_exceeded',
+      message: `Deployment ${name} made no progress within its deadline${stalled.message ? `: ${stalled.message}` : ''}`,
+    };
   }
   const wanted = deployment.spec?.replicas ?? 1;
   const updated = status.updatedReplicas ?? 0;
   const total = status.replicas ?? 0;
   const available = status.availableReplicas ?? 0;
-  if (updated < wanted) return { state: 'progressing', detail: `Deployment ${name}: ${updated} of ${wanted} new replicas updated` };
-  if (total > updated) return { state: 'progressing', detail: `Deployment ${name}: ${total - updated} old replicas pending termination` };
-  if (available < updated) return { state: 'progressing', detail: `Deployment ${name}: ${available} of ${updated} updated replicas available` };
+  if (updated < wanted)
+    return { state: 'progressing', detail: `Deployment ${name}: ${updated} of ${wanted} new replicas updated` };
+  if (total > updated)
+    return { state: 'progressing', detail: `Deployment ${name}: ${total - updated} old replicas pending termination` };
+  if (available < updated)
+    return {
+      state: 'progressing',
+      detail: `Deployment ${name}: ${available} of ${updated} updated replicas available`,
+    };
   return { state: 'complete' };
 }
 
@@ -84,11 +108,27 @@ export function statefulSetRollout(set: V1StatefulSet): Rollout {
   const name = set.metadata?.name ?? '?';
   const generation = set.metadata?.generation ?? 0;
   const status = set.status ?? { replicas: 0 };
-  if ((status.observedGeneration ?? 0) < generation) return { state: 'pending', detail: `StatefulSet ${name}: waiting for the controller to see generation ${generation}` };
+  if ((status.observedGeneration ?? 0) < generation)
+    return {
+      state: 'pending',
+      detail: `StatefulSet ${name}: waiting for the controller to see generation ${generation}`,
+    };
   const wanted = set.spec?.replicas ?? 1;
-  if ((status.updatedReplicas ?? 0) < wanted) return { state: 'progressing', detail: `StatefulSet ${name}: ${status.updatedReplicas ?? 0} of ${wanted} replicas updated` };
-  if ((status.readyReplicas ?? 0) < wanted) return { state: 'progressing', detail: `StatefulSet ${name}: ${status.readyReplicas ?? 0} of ${wanted} replicas ready` };
-  if (status.updateRevision !== undefined && status.currentRevision !== undefined && status.updateRevision !== status.currentRevision) {
+  if ((status.updatedReplicas ?? 0) < wanted)
+    return {
+      state: 'progressing',
+      detail: `StatefulSet ${name}: ${status.updatedReplicas ?? 0} of ${wanted} replicas updated`,
+    };
+  if ((status.readyReplicas ?? 0) < wanted)
+    return {
+      state: 'progressing',
+      detail: `StatefulSet ${name}: ${status.readyReplicas ?? 0} of ${wanted} replicas ready`,
+    };
+  if (
+    status.updateRevision !== undefined &&
+    status.currentRevision !== undefined &&
+    status.updateRevision !== status.currentRevision
+  ) {
     return { state: 'progressing', detail: `StatefulSet ${name}: replicas still on the previous revision` };
   }
   return { state: 'complete' };
@@ -96,6 +136,9 @@ export function statefulSetRollout(set: V1StatefulSet): Rollout {
 
 /** The first failure fails the whole; it has started when every part has; all complete is complete. */
 export function combine(rollouts: readonly Rollout[]): Rollout {
-  return rollouts.find((r) => r.state === 'failed') ?? rollouts.find((r) => r.state === 'pending') ?? rollouts.find((r) => r.state === 'progressing') ?? { state: 'complete' };
+  return (
+    rollouts.find((r) => r.state === 'failed') ??
+    rollouts.find((r) => r.state === 'pending') ??
+    rollouts.find((r) => r.state === 'progressing') ?? { state: 'complete' }
+  );
 }
-

@@ -59,7 +59,9 @@ function jsServer() {
   try {
     apiPackageJson = fromProject.resolve('@langchain/langgraph-api/package.json');
   } catch {
-    console.error(`@langchain/langgraph-api is not installed for ${configArgument}: add it (or @langchain/langgraph-cli) to the project's dependencies, or let the default install command add it.`);
+    console.error(
+      `@langchain/langgraph-api is not installed for ${configArgument}: add it (or @langchain/langgraph-cli) to the project's dependencies, or let the default install command add it.`,
+    );
     process.exit(1);
   }
   const apiDir = path.dirname(apiPackageJson);
@@ -97,7 +99,11 @@ function jsServer() {
 function pythonServer() {
   const langgraph = path.join(sourceRoot, '.venv', 'bin', 'langgraph');
   const args = ['dev', '--config', configPath, '--host', host, '--port', port, '--no-reload', '--no-browser'];
-  return spawn(langgraph, args, { cwd: projectDir, stdio: 'inherit', env: { LANGGRAPH_CLI_NO_ANALYTICS: '1', ...process.env } });
+  return spawn(langgraph, args, {
+    cwd: projectDir,
+    stdio: 'inherit',
+    env: { LANGGRAPH_CLI_NO_ANALYTICS: '1', ...process.env },
+  });
 }
 
 keepStateOfThisRevisionOnly();

@@ -17,7 +17,14 @@ import pino from 'pino';
 import { ConfigError, loadConfig } from '../src/config.ts';
 import { openSecretBox } from '../src/crypto/key-check.ts';
 import { rotateKey } from '../src/crypto/key-rotation.ts';
-import { KEY_FILE, keyIdOf, loadEncryptionKeys, readKeyFile, writeKeyFile, type EncryptionKeys } from '../src/crypto/secret-box.ts';
+import {
+  KEY_FILE,
+  keyIdOf,
+  loadEncryptionKeys,
+  readKeyFile,
+  writeKeyFile,
+  type EncryptionKeys,
+} from '../src/crypto/secret-box.ts';
 import { lockDataDir } from '../src/db/data-dir-lock.ts';
 import { openDatabase } from '../src/db/database.ts';
 import { createLogger } from '../src/logger.ts';
@@ -37,10 +44,16 @@ function batchSizeOf(args: string[]): number {
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!;
     if (arg === '--help' || arg === '-h') throw new UsageError('');
-    const value = arg === '--batch-size' ? args[++i] : arg.startsWith('--batch-size=') ? arg.slice('--batch-size='.length) : undefined;
+    const value =
+      arg === '--batch-size'
+        ? args[++i]
+        : arg.startsWith('--batch-size=')
+          ? arg.slice('--batch-size='.length)
+          : undefined;
     if (value === undefined) throw new UsageError(`unknown argument '${arg}'`);
     size = Number(value);
-    if (!Number.isInteger(size) || size < 1 || size > 10_000) throw new UsageError('--batch-size must be an integer from 1 to 10000');
+    if (!Number.isInteger(size) || size < 1 || size > 10_000)
+      throw new UsageError('--batch-size must be an integer from 1 to 10000');
   }
   return size;
 }
@@ -54,8 +67,17 @@ async function main(): Promise<number> {
   // Logs (the embedded server starting and stopping) to stderr; stdout is for the progress lines.
   const logger = createLogger(config.logLevel, pino.destination(2));
   const embedded = config.databaseUrl === null;
-  if (embedded && !(await fs.stat(path.join(config.dataDir, 'postgres', 'PG_VERSION')).then(() => true, () => false))) {
-    throw new ConfigError('SLIPWAY_DATA_DIR', `${config.dataDir} holds no Slipway database: run this where the service runs, with its SLIPWAY_DATA_DIR`);
+  if (
+    embedded &&
+    !(await fs.stat(path.join(config.dataDir, 'postgres', 'PG_VERSION')).then(
+      () => true,
+      () => false,
+    ))
+  ) {
+    throw new ConfigError(
+      'SLIPWAY_DATA_DIR',
+      `${config.dataDir} holds no Slipway database: run this where the service runs, with its SLIPWAY_DATA_DIR`,
+    );
   }
   // The embedded database belongs to one process at a time: the service must be stopped.
   const lock = embedded ? await lockDataDir(config.dataDir, { logger, command: 'rotate-key' }) : null;
@@ -66,33 +88,49 @@ async function main(): Promise<number> {
     aborter.abort();
   });
   try {
-    let keys: EncryptionKeys = await loadEncryptionKeys({ configured: config.encryptionKey, previous: config.previousEncryptionKey, dataDir: config.dataDir, mayCreate: false });
+    let keys: EncryptionKeys = await loadEncryptionKeys({
+      configured: config.encryptionKey,
+      previous: config.previousEncryptionKey,
+      dataDir: config.dataDir,
+      mayCreate: false,
+    });
     if (keys.previous.length === 0) {
       if (keys.file === null) {
-        throw new ConfigError('SLIPWAY_PREVIOUS_ENCRYPTION_KEY', 'is not set: set it to the key in use now, and SLIPWAY_ENCRYPTION_KEY to the new key (openssl rand -hex 32)');
+        throw new ConfigError(
+          'SLIPWAY_PREVIOUS_ENCRYPTION_KEY',
+          'is not set: set it to the key in use now, and SLIPWAY_ENCRYPTION_KEY to the new key (openssl rand -hex 32)',
+        );
       }
       // The key in use must be the database's before the file is touched.
       await openSecretBox(database.db, keys);
       // The new key is on disk, beside the old one, before anything is sealed with it.
       const fresh = randomBytes(32);
       await writeKeyFile(keys.file, [fresh, keys.current]);
-      say(`made a new key (id ${keyIdOf(fresh)}); ${keys.file} holds it, then the previous key, until the rotation completes`);
+      say(
+        `made a new key (id ${keyIdOf(fresh)}); ${keys.file} holds it, then the previous key, until the rotation completes`,
+      );
       keys = { ...keys, current: fresh, previous: [keys.current] };
     }
     const box = await openSecretBox(database.db, keys);
-    say(`re-encrypting with the key with id ${box.keyId} (accepted: ${box.keyIds.join(', ')}), ${batchSize} rows per batch`);
+    say(
+      `re-encrypting with the key with id ${box.keyId} (accepted: ${box.keyIds.join(', ')}), ${batchSize} rows per batch`,
+    );
     const result = await rotateKey(database.db, box, {
       batchSize,
       signal: aborter.signal,
       onBatch: ({ columns, rows, total }) => say(`  ${columns}: ${rows} rows re-encrypted (${total} so far)`),
     });
     if (result.status === 'interrupted') {
-      say(`interrupted after ${result.resealed} rows: run the same command again to continue (both keys stay needed until it completes)`);
+      say(
+        `interrupted after ${result.resealed} rows: run the same command again to continue (both keys stay needed until it completes)`,
+      );
       return 130;
     }
     if (result.status === 'incomplete') {
       for (const { columns, rows } of result.remaining) say(`  ${columns}: ${rows} rows still sealed with another key`);
-      say('values sealed with the previous key keep appearing: a process still seals with it. Start every replica with SLIPWAY_ENCRYPTION_KEY set to the new key and SLIPWAY_PREVIOUS_ENCRYPTION_KEY to the previous one, then run this again.');
+      say(
+        'values sealed with the previous key keep appearing: a process still seals with it. Start every replica with SLIPWAY_ENCRYPTION_KEY set to the new key and SLIPWAY_PREVIOUS_ENCRYPTION_KEY to the previous one, then run this again.',
+      );
       return 1;
     }
     say(`done: ${result.resealed} rows re-encrypted; every sealed value is sealed with the key with id ${box.keyId}`);
@@ -100,12 +138,19 @@ async function main(): Promise<number> {
     // refuse: it gets the new key alone.
     const file = keys.file ?? path.join(config.dataDir, KEY_FILE);
     const onDisk = await readKeyFile(file).catch(() => null);
-    const outdated = onDisk !== null && (keys.file !== null ? onDisk.length > 1 || !onDisk[0]!.equals(keys.current) : keys.previous.some((k) => onDisk[0]!.equals(k)));
+    const outdated =
+      onDisk !== null &&
+      (keys.file !== null
+        ? onDisk.length > 1 || !onDisk[0]!.equals(keys.current)
+        : keys.previous.some((k) => onDisk[0]!.equals(k)));
     if (outdated) {
       await writeKeyFile(file, [keys.current]);
       say(`${file} now holds the new key alone: back it up with the database`);
     }
-    if (keys.file === null) say('next: remove SLIPWAY_PREVIOUS_ENCRYPTION_KEY from the configuration of every replica and restart them; keep SLIPWAY_ENCRYPTION_KEY (the new key) with your backups');
+    if (keys.file === null)
+      say(
+        'next: remove SLIPWAY_PREVIOUS_ENCRYPTION_KEY from the configuration of every replica and restart them; keep SLIPWAY_ENCRYPTION_KEY (the new key) with your backups',
+      );
     return 0;
   } finally {
     await database.close();
@@ -124,7 +169,7 @@ main().then(
       process.stderr.write(`rotate-key: ${error.message}\n`);
       process.exit(2);
     }
-    process.stderr.write(`rotate-key: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`);
+    process.stderr.write(`rotate-key: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
     process.exit(1);
   },
 );

@@ -25,13 +25,24 @@ async function testFiles(dir: string): Promise<string[]> {
 async function main(): Promise<number> {
   const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
   const adminUrl = server.adminUrl;
-  process.stdout.write(server.embedded ? 'test database: embedded PostgreSQL\n' : `test database: ${new URL(adminUrl).host} (DATABASE_URL)\n`);
+  process.stdout.write(
+    server.embedded
+      ? 'test database: embedded PostgreSQL\n'
+      : `test database: ${new URL(adminUrl).host} (DATABASE_URL)\n`,
+  );
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
     await createMigratedDatabase(adminUrl, template);
     // A directory argument means every test file under it (node --test alone finds none in one on Node 20).
     const asked = process.argv.slice(2);
-    const files = asked.length > 0 ? (await Promise.all(asked.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])))).flat() : await testFiles('test');
+    const files =
+      asked.length > 0
+        ? (
+            await Promise.all(
+              asked.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])),
+            )
+          ).flat()
+        : await testFiles('test');
     const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], {
       stdio: 'inherit',
       env: { ...process.env, SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template },
@@ -42,8 +53,11 @@ async function main(): Promise<number> {
     return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
   } finally {
     await withClient(adminUrl, async (c) => {
-      const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [`${template}%`]);
-      for (const { datname } of left.rows) await c.query(`drop database if exists ${c.escapeIdentifier(datname)} with (force)`);
+      const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [
+        `${template}%`,
+      ]);
+      for (const { datname } of left.rows)
+        await c.query(`drop database if exists ${c.escapeIdentifier(datname)} with (force)`);
     }).catch((error: unknown) => process.stderr.write(`could not drop test databases: ${String(error)}\n`));
     await server.stop();
   }

@@ -19,7 +19,11 @@ export interface ScratchServer {
   stop(): Promise<void>;
 }
 
-export async function startScratchServer(externalUrl: string | undefined, logger: Logger, prefix: string): Promise<ScratchServer> {
+export async function startScratchServer(
+  externalUrl: string | undefined,
+  logger: Logger,
+  prefix: string,
+): Promise<ScratchServer> {
   if (externalUrl) return { adminUrl: externalUrl, embedded: false, stop: async () => undefined };
   const tempDir = await fs.mkdtemp(path.join(os.tmpdir(), `${prefix}-`));
   // The embedded server runs as 'postgres' when we are root: it must be able to enter the directory.

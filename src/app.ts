@@ -103,7 +103,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       info: {
         title: 'Slipway',
         version: '0.1.0',
-        description: 'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key (or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
+        description:
+          'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key (or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
       },
       components: {
         securitySchemes: {
@@ -113,9 +114,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       },
       security: [{ apiKey: [] }, { bearer: [] }],
     },
-    refResolver: { buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`) },
+    refResolver: {
+      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
+    },
     // Named schemas and shared error responses (src/http/openapi.ts).
-    transformObject: (document) => ('openapiObject' in document ? shapeDocument(document.openapiObject) : document.swaggerObject),
+    transformObject: (document) =>
+      'openapiObject' in document ? shapeDocument(document.openapiObject) : document.swaggerObject,
   });
   registerOpenApiConventions(app);
   app.addHook('onRoute', (route) => {
@@ -128,7 +132,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
   registerIdempotencyKeys(app, db);
   registerConditionalRequests(app, db);
-  const services = deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
+  const services =
+    deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
   const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
@@ -143,12 +148,28 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(eventRoutes, { deployments });
     await app.register(revisionLogRoutes, { db, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
-    await app.register(listenerProtocolRoutes, { db, protocol: services.listenerProtocol, listeners: services.listeners, changes: deps.changes });
-    await app.register(oauthRoutes, { providers: services.oauthProviders, flow: services.oauthFlow, tokens: services.oauthTokens, connections: services.agentConnections, credentials: services.agentCredentials });
+    await app.register(listenerProtocolRoutes, {
+      db,
+      protocol: services.listenerProtocol,
+      listeners: services.listeners,
+      changes: deps.changes,
+    });
+    await app.register(oauthRoutes, {
+      providers: services.oauthProviders,
+      flow: services.oauthFlow,
+      tokens: services.oauthTokens,
+      connections: services.agentConnections,
+      credentials: services.agentCredentials,
+    });
     await app.register(tagRoutes, { tags: services.tags });
     await app.register(tracingProjectRoutes, { db });
     await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
-    await app.register(uploadUrlRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes, publicUrl: config.publicUrl });
+    await app.register(uploadUrlRoutes, {
+      db,
+      dataDir: config.dataDir,
+      limitBytes: config.uploadLimitBytes,
+      publicUrl: config.publicUrl,
+    });
     await app.register(langGraphCompatRoutes, { db });
     await app.register(codehostRoutes, { config, integrations: services.integrations, webhooks: services.webhooks });
     // Last: its catch-all for the pages' own paths yields to every API route (src/routes/dashboard.ts).

@@ -40,7 +40,14 @@ export async function bootstrap(db: Kysely<Database>, configuredKey: string | nu
       const created = await createWorkspace(tx, organization.id, 'default');
       workspace = { id: created.id, organization_id: organization.id };
       generatedKey = generateApiKey();
-      await createApiKey(tx, { organizationId: organization.id, workspaceId: null, name: 'admin (first start)', role: 'admin', hash: hashApiKey(generatedKey), prefix: displayPrefix(generatedKey) });
+      await createApiKey(tx, {
+        organizationId: organization.id,
+        workspaceId: null,
+        name: 'admin (first start)',
+        role: 'admin',
+        hash: hashApiKey(generatedKey),
+        prefix: displayPrefix(generatedKey),
+      });
     }
     const hash = configuredKey === null ? null : hashApiKey(configuredKey);
     // The configured value is the only bootstrap key: a rotated (or removed) one must stop working.
@@ -54,9 +61,20 @@ export async function bootstrap(db: Kysely<Database>, configuredKey: string | nu
       .returning('key_prefix')
       .execute();
     if (configuredKey !== null) {
-      await ensureKey(tx, { organizationId: workspace.organization_id, workspaceId: workspace.id, name: BOOTSTRAP_KEY_NAME, hash: hash!, prefix: displayPrefix(configuredKey) });
+      await ensureKey(tx, {
+        organizationId: workspace.organization_id,
+        workspaceId: workspace.id,
+        name: BOOTSTRAP_KEY_NAME,
+        hash: hash!,
+        prefix: displayPrefix(configuredKey),
+      });
     }
-    return { generatedKey, workspaceId: workspace.id, organizationId: workspace.organization_id, revokedBootstrapKeys: revoked.map((r) => r.key_prefix) };
+    return {
+      generatedKey,
+      workspaceId: workspace.id,
+      organizationId: workspace.organization_id,
+      revokedBootstrapKeys: revoked.map((r) => r.key_prefix),
+    };
   });
 }
 
@@ -65,10 +83,17 @@ export async function bootstrap(db: Kysely<Database>, configuredKey: string | nu
  * collector (systemd, a container), where a credential must not go: it is written to a file only the
  * service's user can read, and the log says where.
  */
-export async function handOverFirstKey(key: string, dataDir: string, logger: Pick<Logger, 'warn'>, terminal: boolean = process.stdout.isTTY === true): Promise<void> {
+export async function handOverFirstKey(
+  key: string,
+  dataDir: string,
+  logger: Pick<Logger, 'warn'>,
+  terminal: boolean = process.stdout.isTTY === true,
+): Promise<void> {
   if (terminal) {
     // What must reach the terminal, not the log: the one place stdout is written directly.
-    process.stdout.write(`\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${key}\n\nKeep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n`);
+    process.stdout.write(
+      `\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${key}\n\nKeep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n`,
+    );
     return;
   }
   const file = path.join(dataDir, FIRST_KEY_FILE);
@@ -76,5 +101,8 @@ export async function handOverFirstKey(key: string, dataDir: string, logger: Pic
   // Replace any older file (it names a key of a database that no longer exists) with a 0600 one.
   await fs.rm(file, { force: true });
   await fs.writeFile(file, `${key}\n`, { mode: 0o600, flag: 'wx' });
-  logger.warn({ file }, `the first start made an organization admin API key and wrote it to ${file} (readable by this user only): keep it somewhere safe, then delete the file`);
+  logger.warn(
+    { file },
+    `the first start made an organization admin API key and wrote it to ${file} (readable by this user only): keep it somewhere safe, then delete the file`,
+  );
 }

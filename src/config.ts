@@ -128,7 +128,10 @@ function encryptionKey(env: Env, name: string): Buffer | null {
 function requiredEncryptionKey(env: Env, databaseUrl: string | null): Buffer | null {
   const key = encryptionKey(env, 'SLIPWAY_ENCRYPTION_KEY');
   if (key === null && databaseUrl !== null) {
-    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', 'is required with DATABASE_URL (the same key on every replica): generate one with `openssl rand -hex 32` and keep it with your database backups');
+    throw new ConfigError(
+      'SLIPWAY_ENCRYPTION_KEY',
+      'is required with DATABASE_URL (the same key on every replica): generate one with `openssl rand -hex 32` and keep it with your database backups',
+    );
   }
   return key;
 }
@@ -175,8 +178,12 @@ function codehostAllowedUrls(env: Env): readonly string[] {
   const name = 'SLIPWAY_CODEHOST_ALLOWED_URLS';
   const raw = text(env, name);
   if (raw === null) return ['https://api.github.com'];
-  const entries = raw.split(',').map((entry) => entry.trim()).filter((entry) => entry !== '');
-  if (entries.length === 0) throw new ConfigError(name, 'names no URL; give comma-separated code-host API URLs such as https://api.github.com');
+  const entries = raw
+    .split(',')
+    .map((entry) => entry.trim())
+    .filter((entry) => entry !== '');
+  if (entries.length === 0)
+    throw new ConfigError(name, 'names no URL; give comma-separated code-host API URLs such as https://api.github.com');
   return [
     ...new Set(
       entries.map((entry) => {
@@ -186,9 +193,12 @@ function codehostAllowedUrls(env: Env): readonly string[] {
         } catch {
           throw new ConfigError(name, `'${entry}' is not a URL`);
         }
-        if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ConfigError(name, `'${entry}' must be an http(s) URL`);
-        if (url.username !== '' || url.password !== '') throw new ConfigError(name, `'${entry}' must not carry credentials`);
-        if (url.search !== '' || url.hash !== '') throw new ConfigError(name, `'${entry}' must not have a query or a fragment`);
+        if (url.protocol !== 'https:' && url.protocol !== 'http:')
+          throw new ConfigError(name, `'${entry}' must be an http(s) URL`);
+        if (url.username !== '' || url.password !== '')
+          throw new ConfigError(name, `'${entry}' must not carry credentials`);
+        if (url.search !== '' || url.hash !== '')
+          throw new ConfigError(name, `'${entry}' must not have a query or a fragment`);
         return `${url.origin}${url.pathname}`.replace(/\/+$/, '');
       }),
     ),
@@ -200,9 +210,13 @@ const ROLES: readonly Role[] = ['api', 'worker'];
 function roles(env: Env): readonly Role[] {
   const raw = text(env, 'SLIPWAY_ROLES');
   if (raw === null) return ['api', 'worker'];
-  const asked = raw.split(',').map((r) => r.trim().toLowerCase()).filter((r) => r !== '');
+  const asked = raw
+    .split(',')
+    .map((r) => r.trim().toLowerCase())
+    .filter((r) => r !== '');
   for (const role of asked) {
-    if (!ROLES.includes(role as Role)) throw new ConfigError('SLIPWAY_ROLES', `unknown role '${role}'; use api, worker or both (api,worker)`);
+    if (!ROLES.includes(role as Role))
+      throw new ConfigError('SLIPWAY_ROLES', `unknown role '${role}'; use api, worker or both (api,worker)`);
   }
   if (asked.length === 0) throw new ConfigError('SLIPWAY_ROLES', 'names no role; use api, worker or both (api,worker)');
   return [...new Set(asked as Role[])];
@@ -222,7 +236,8 @@ function sandbox(env: Env): SandboxMode {
   const raw = text(env, 'SLIPWAY_SANDBOX');
   if (raw === null) return 'auto';
   const mode = raw.toLowerCase();
-  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none') throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
+  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none')
+    throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
   return mode;
 }
 

@@ -12,36 +12,63 @@ export const ERROR_CODES = {
   field_required: { summary: 'A field that the source (or the operation) needs is missing.' },
   field_not_allowed: { summary: 'A field that does not belong to the source was given.' },
   field_immutable: { summary: 'A field that cannot change after creation was given another value.' },
-  invalid_reference: { summary: 'The request refers to something that does not exist in the workspace (a listener, an integration, an upload).' },
+  invalid_reference: {
+    summary:
+      'The request refers to something that does not exist in the workspace (a listener, an integration, an upload).',
+  },
   malformed_json: { summary: 'The body is not valid JSON.' },
-  malformed_request: { summary: 'The request is not valid HTTP (framing, Content-Length, Transfer-Encoding, a header, no Host); the connection is closed.' },
-  codehost_rejected: { summary: 'The code host rejected the integration\'s credentials (a revoked token, an uninstalled GitHub App); fix the integration.' },
+  malformed_request: {
+    summary:
+      'The request is not valid HTTP (framing, Content-Length, Transfer-Encoding, a header, no Host); the connection is closed.',
+  },
+  codehost_rejected: {
+    summary:
+      "The code host rejected the integration's credentials (a revoked token, an uninstalled GitHub App); fix the integration.",
+  },
   // 401 / 403
   unauthenticated: { summary: 'No API key was sent, or the key is unknown or revoked.' },
-  webhook_signature_invalid: { summary: 'A code-host webhook delivery without a valid X-Hub-Signature-256 for the integration\'s webhook secret.' },
+  webhook_signature_invalid: {
+    summary: "A code-host webhook delivery without a valid X-Hub-Signature-256 for the integration's webhook secret.",
+  },
   forbidden: { summary: 'The key may not act on the workspace it asks for, or lacks the admin role.' },
   workspace_required: { summary: 'An organization key with several workspaces must name one in X-Tenant-Id.' },
   // 404 / 405 / 406 / 408
-  not_found: { summary: 'The resource does not exist in the caller\'s workspace.' },
+  not_found: { summary: "The resource does not exist in the caller's workspace." },
   route_not_found: { summary: 'No such path.' },
   method_not_allowed: { summary: 'The path exists but not with this method.' },
   not_acceptable: { summary: 'No representation matches the Accept header; the API answers JSON.' },
   request_timeout: { summary: 'The request did not arrive in time; the connection is closed.' },
   // 409 / 412
-  conflict: { summary: 'The write collides with existing state (a name or compute_id taken, a resource still in use).' },
-  idempotency_key_in_progress: { summary: 'A request with this Idempotency-Key is still running; retry after Retry-After.' },
-  idempotency_response_not_kept: { summary: 'The request with this Idempotency-Key was done, but its answer held a credential shown once and was not kept.' },
-  precondition_failed: { summary: 'A conditional header (If-Match, If-Unmodified-Since) does not hold: the resource changed since its ETag was read.' },
+  conflict: {
+    summary: 'The write collides with existing state (a name or compute_id taken, a resource still in use).',
+  },
+  idempotency_key_in_progress: {
+    summary: 'A request with this Idempotency-Key is still running; retry after Retry-After.',
+  },
+  idempotency_response_not_kept: {
+    summary:
+      'The request with this Idempotency-Key was done, but its answer held a credential shown once and was not kept.',
+  },
+  precondition_failed: {
+    summary:
+      'A conditional header (If-Match, If-Unmodified-Since) does not hold: the resource changed since its ETag was read.',
+  },
   // 413 / 414 / 415 / 416 / 417 / 422 / 429 / 431
   payload_too_large: { summary: 'The body is larger than the configured limit.' },
   uri_too_long: { summary: 'The request URL is longer than the service reads.' },
   unsupported_media_type: { summary: 'The body is not sent as application/json (or as a tarball, for uploads).' },
   range_not_satisfiable: { summary: 'The Range header asks for bytes the resource does not have.' },
   expectation_failed: { summary: 'The Expect header asks for something other than 100-continue.' },
-  validation_failed: { summary: 'The request does not match the schema; detail is a list with loc, msg, type and input.' },
-  idempotency_key_mismatch: { summary: 'The Idempotency-Key was used for another request (method, path or body) in the last 24 hours.' },
+  validation_failed: {
+    summary: 'The request does not match the schema; detail is a list with loc, msg, type and input.',
+  },
+  idempotency_key_mismatch: {
+    summary: 'The Idempotency-Key was used for another request (method, path or body) in the last 24 hours.',
+  },
   too_many_requests: { summary: 'Too many requests; retry after the time in Retry-After.' },
-  header_too_large: { summary: 'The request line and headers are larger than the service reads; the connection is closed.' },
+  header_too_large: {
+    summary: 'The request line and headers are larger than the service reads; the connection is closed.',
+  },
   // 5xx
   internal: { summary: 'An unexpected failure; the response carries the request id to quote.' },
   bad_gateway: { summary: 'An outside service (a code host, an identity provider) failed.' },
@@ -102,4 +129,5 @@ export class ValidationError extends AppError {
 }
 
 /** Shorthands for the messages the contract fixes word for word. */
-export const notFound = (kind: string, id: string): AppError => new AppError('not_found', `${kind} ID ${id} not found.`);
+export const notFound = (kind: string, id: string): AppError =>
+  new AppError('not_found', `${kind} ID ${id} not found.`);

@@ -35,7 +35,10 @@ export function createLogger(level: LogLevel, destination?: pino.DestinationStre
   const options: pino.LoggerOptions = {
     level,
     formatters: { log: withoutPid },
-    redact: { paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'], censor: '[redacted]' },
+    redact: {
+      paths: ['req.headers["x-api-key"]', 'req.headers.authorization', 'req.headers.cookie'],
+      censor: '[redacted]',
+    },
     serializers: {
       req: (request: RequestLike) => ({
         method: request.method,

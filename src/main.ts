@@ -26,19 +26,26 @@ import { createServices } from './services.ts';
 function warnAboutSetup(config: Config, logger: Logger): void {
   const publicHost = new URL(config.publicUrl).hostname;
   if (publicHost === '0.0.0.0' || publicHost === '[::]') {
-    logger.warn({ publicUrl: config.publicUrl }, `HOST is ${config.host} and SLIPWAY_PUBLIC_URL is not set: OAuth redirect and webhook URLs would name ${config.publicUrl}, which no browser or code host can reach. Set SLIPWAY_PUBLIC_URL to the address users reach this service at.`);
+    logger.warn(
+      { publicUrl: config.publicUrl },
+      `HOST is ${config.host} and SLIPWAY_PUBLIC_URL is not set: OAuth redirect and webhook URLs would name ${config.publicUrl}, which no browser or code host can reach. Set SLIPWAY_PUBLIC_URL to the address users reach this service at.`,
+    );
   }
   if (process.getuid?.() === 0 && config.databaseUrl === null) {
-    logger.warn('running as root: the embedded PostgreSQL runs as the system user \'postgres\' (created if missing), which owns the cluster directory; see docs/operations.md');
+    logger.warn(
+      "running as root: the embedded PostgreSQL runs as the system user 'postgres' (created if missing), which owns the cluster directory; see docs/operations.md",
+    );
   }
 }
 
 /** A one-line reason for a failed listen, naming the setting to change; null for other errors. */
 function listenFailure(error: unknown, config: Config): string | null {
   const code = (error as NodeJS.ErrnoException).code;
-  if (code === 'EADDRINUSE') return `PORT: ${config.port} is already in use on ${config.host} (another process listens there): stop it, or set PORT to a free port`;
+  if (code === 'EADDRINUSE')
+    return `PORT: ${config.port} is already in use on ${config.host} (another process listens there): stop it, or set PORT to a free port`;
   if (code === 'EACCES') return `PORT: this user may not listen on port ${config.port}: set PORT to 1024 or above`;
-  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND') return `HOST: ${config.host} is not an address of this machine: set HOST to one (127.0.0.1, or 0.0.0.0 for all)`;
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND')
+    return `HOST: ${config.host} is not an address of this machine: set HOST to one (127.0.0.1, or 0.0.0.0 for all)`;
   return null;
 }
 
@@ -62,7 +69,9 @@ async function main(): Promise<void> {
   let shutdown: ((reason: string, exitCode: number) => void) | null = null;
   const onSignal = (signal: NodeJS.Signals) => {
     if (shutdown) return shutdown(signal, 0);
-    void (database?.close() ?? Promise.resolve()).finally(() => process.exit(128 + (os.constants.signals[signal] ?? 15)));
+    void (database?.close() ?? Promise.resolve()).finally(() =>
+      process.exit(128 + (os.constants.signals[signal] ?? 15)),
+    );
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
@@ -89,16 +98,32 @@ async function main(): Promise<void> {
     throw error;
   }
   if (first.revokedBootstrapKeys.length > 0) {
-    logger.warn({ revoked: first.revokedBootstrapKeys }, config.bootstrapApiKey === null ? 'SLIPWAY_BOOTSTRAP_API_KEY is no longer set: revoked the bootstrap key it made' : 'SLIPWAY_BOOTSTRAP_API_KEY changed: revoked the previous bootstrap key');
+    logger.warn(
+      { revoked: first.revokedBootstrapKeys },
+      config.bootstrapApiKey === null
+        ? 'SLIPWAY_BOOTSTRAP_API_KEY is no longer set: revoked the bootstrap key it made'
+        : 'SLIPWAY_BOOTSTRAP_API_KEY changed: revoked the previous bootstrap key',
+    );
   }
   if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
-  const router = createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl });
+  const router = createAppRouter({
+    appsDomain: config.appsDomain,
+    logger,
+    drainTimeoutMs: config.drainTimeoutMs,
+    publicUrl: config.publicUrl,
+  });
   // One set of services for the API and the worker (src/services.ts).
   const services = createServices({ config, db, secretBox, logger });
   const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, router, services });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
-  const retention = startRetentionSweeper({ db, dataDir: config.dataDir, policy: config, logger, intervalMs: 60 * 60_000 });
+  const retention = startRetentionSweeper({
+    db,
+    dataDir: config.dataDir,
+    policy: config,
+    logger,
+    intervalMs: 60 * 60_000,
+  });
   const worker = config.roles.includes('worker')
     ? await startLocalDataPlane({
         config,
@@ -142,7 +167,10 @@ async function main(): Promise<void> {
   };
   const stop = shutdown;
   databaseLost = ({ code, signal }) => {
-    logger.fatal({ code, signal }, 'the embedded PostgreSQL exited under the running service: stopping with exit code 1 (a restart recovers it)');
+    logger.fatal(
+      { code, signal },
+      'the embedded PostgreSQL exited under the running service: stopping with exit code 1 (a restart recovers it)',
+    );
     stop('embedded PostgreSQL exited', 1);
     // Stopping talks to a database that is gone; do not let a step that waits on it keep the process up.
     setTimeout(() => process.exit(1), config.drainTimeoutMs + 15_000).unref();
@@ -163,6 +191,9 @@ main().catch((error: unknown) => {
   // Configuration that cannot work (the data directory in use, the wrong encryption key): one line
   // naming the setting, no stack trace.
   if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);
-  else process.stderr.write(`slipway: failed to start: ${error instanceof Error ? error.stack ?? error.message : String(error)}\n`);
+  else
+    process.stderr.write(
+      `slipway: failed to start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
   process.exit(1);
 });

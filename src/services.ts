@@ -35,12 +35,25 @@ export interface ServiceDeps {
 }
 
 export function createServices({ config, db, secretBox, logger, codehostClient }: ServiceDeps) {
-  const integrations = createCodehostIntegrationService({ db, secretBox, allowInsecure: config.allowInsecureCodehost, allowedApiUrls: config.codehostAllowedUrls, logger, clientOptions: codehostClient });
+  const integrations = createCodehostIntegrationService({
+    db,
+    secretBox,
+    allowInsecure: config.allowInsecureCodehost,
+    allowedApiUrls: config.codehostAllowedUrls,
+    logger,
+    clientOptions: codehostClient,
+  });
   const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
 
   const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth });
   const oauthProviders = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
-  const oauthTokens = createOAuthTokenService({ db, secretBox, client: oauthClient, providers: oauthProviders, logger });
+  const oauthTokens = createOAuthTokenService({
+    db,
+    secretBox,
+    client: oauthClient,
+    providers: oauthProviders,
+    logger,
+  });
   const agentCredentials = createAgentCredentialService({ db });
 
   return {
@@ -53,7 +66,14 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     webhooks: createWebhookService({ db, integrations, deployments }),
     oauthProviders,
     oauthTokens,
-    oauthFlow: createOAuthFlowService({ db, secretBox, client: oauthClient, providers: oauthProviders, logger, publicUrl: config.publicUrl }),
+    oauthFlow: createOAuthFlowService({
+      db,
+      secretBox,
+      client: oauthClient,
+      providers: oauthProviders,
+      logger,
+      publicUrl: config.publicUrl,
+    }),
     agentCredentials,
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens, credentials: agentCredentials }),
     tags: createTagService({ db }),

@@ -14,7 +14,13 @@ let adminKeyId: string;
 before(async () => {
   t = await createTestApp();
   api = client(t.app);
-  adminKeyId = (await t.database.db.selectFrom('api_keys').select('id').where('name', 'like', 'bootstrap%').executeTakeFirstOrThrow()).id;
+  adminKeyId = (
+    await t.database.db
+      .selectFrom('api_keys')
+      .select('id')
+      .where('name', 'like', 'bootstrap%')
+      .executeTakeFirstOrThrow()
+  ).id;
 });
 after(() => t.close());
 
@@ -25,7 +31,13 @@ async function eventsOf(subjectId: string) {
 /** The key in every form it could leak in: as given, and its stored SHA-256 in hex and base64. */
 function assertNoKey(where: string, text: string, key: string): void {
   const hash = hashApiKey(key);
-  for (const form of [key, hash.toString('hex'), hash.toString('base64'), hash.toString('base64url'), `\\\\x${hash.toString('hex')}`]) {
+  for (const form of [
+    key,
+    hash.toString('hex'),
+    hash.toString('base64'),
+    hash.toString('base64url'),
+    `\\\\x${hash.toString('hex')}`,
+  ]) {
     assert.ok(!text.includes(form), `${where} holds the key or its hash`);
   }
   assert.ok(!/key_hash|"key"/.test(text), `${where} has a key field`);
@@ -50,14 +62,27 @@ test('revoking an API key records api_key.revoked; revoking it again records not
   assert.equal((await api.delete(`/v2/api-keys/${created.body.id}`)).status, 204);
   assert.equal((await api.delete(`/v2/api-keys/${created.body.id}`)).status, 404);
   const events = await eventsOf(created.body.id);
-  assert.deepEqual(events.map((e) => [e.type, e.subject_type]), [['api_key.created', 'api_key'], ['api_key.revoked', 'api_key']]);
-  assert.deepEqual(events[1]!.data, { name: 'short-lived', role: 'admin', workspace_id: t.workspaceId, by_key: adminKeyId });
+  assert.deepEqual(
+    events.map((e) => [e.type, e.subject_type]),
+    [
+      ['api_key.created', 'api_key'],
+      ['api_key.revoked', 'api_key'],
+    ],
+  );
+  assert.deepEqual(events[1]!.data, {
+    name: 'short-lived',
+    role: 'admin',
+    workspace_id: t.workspaceId,
+    by_key: adminKeyId,
+  });
   assertNoKey('the events', JSON.stringify(events), created.body.key);
 });
 
 test('an organization key, its workspace and a refused request: every change is audited, refusals leave nothing', async () => {
   const org = client(t.app, t.orgKey);
-  const orgKeyId = (await t.database.db.selectFrom('api_keys').select('id').where('workspace_id', 'is', null).executeTakeFirstOrThrow()).id;
+  const orgKeyId = (
+    await t.database.db.selectFrom('api_keys').select('id').where('workspace_id', 'is', null).executeTakeFirstOrThrow()
+  ).id;
 
   const workspace = await org.post('/v2/workspaces', { name: 'audited' });
   assert.equal(workspace.status, 201);
@@ -69,7 +94,11 @@ test('an organization key, its workspace and a refused request: every change is 
 
   // An organization-wide key belongs to no workspace: its events go to the workspace the request acts
   // in (X-Tenant-Id), or else the organization's first.
-  const orgWide = await client(t.app, t.orgKey, workspace.body.id).post('/v2/api-keys', { name: 'org robot', role: 'admin', workspace_id: null });
+  const orgWide = await client(t.app, t.orgKey, workspace.body.id).post('/v2/api-keys', {
+    name: 'org robot',
+    role: 'admin',
+    workspace_id: null,
+  });
   assert.equal(orgWide.status, 201, JSON.stringify(orgWide.body));
   const [orgWideEvent] = await eventsOf(orgWide.body.id);
   assert.equal(orgWideEvent!.workspace_id, workspace.body.id);
@@ -80,11 +109,22 @@ test('an organization key, its workspace and a refused request: every change is 
   assert.equal(revoked.workspace_id, t.workspaceId, 'without X-Tenant-Id, in the first workspace of the organization');
   assertNoKey('the events', JSON.stringify(await eventsOf(orgWide.body.id)), orgWide.body.key);
 
-  const before = await t.database.db.selectFrom('events').select((eb) => eb.fn.countAll<string>().as('n')).where('subject_type', 'in', ['api_key', 'workspace']).executeTakeFirstOrThrow();
+  const before = await t.database.db
+    .selectFrom('events')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('subject_type', 'in', ['api_key', 'workspace'])
+    .executeTakeFirstOrThrow();
   assert.equal((await api.post('/v2/api-keys', { name: 'elsewhere', workspace_id: workspace.body.id })).status, 403);
   assert.equal((await org.post('/v2/workspaces', { name: 'audited' })).status, 409);
   const member = await api.post('/v2/api-keys', { name: 'member', role: 'member' });
-  assert.equal((await client(t.app, member.body.key).post('/v2/api-keys', { name: 'escalation', role: 'admin' })).status, 403);
-  const afterCount = await t.database.db.selectFrom('events').select((eb) => eb.fn.countAll<string>().as('n')).where('subject_type', 'in', ['api_key', 'workspace']).executeTakeFirstOrThrow();
+  assert.equal(
+    (await client(t.app, member.body.key).post('/v2/api-keys', { name: 'escalation', role: 'admin' })).status,
+    403,
+  );
+  const afterCount = await t.database.db
+    .selectFrom('events')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('subject_type', 'in', ['api_key', 'workspace'])
+    .executeTakeFirstOrThrow();
   assert.equal(Number(afterCount.n), Number(before.n) + 1, 'only the member key made in between was recorded');
 });

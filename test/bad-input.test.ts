@@ -15,16 +15,37 @@ let listenerId: string;
 let tagKeyId: string;
 
 const MISSING = '00000000-0000-4000-8000-000000000000';
-const TABLES = ['organizations', 'workspaces', 'api_keys', 'tracing_projects', 'listeners', 'source_uploads', 'deployments', 'revisions', 'events', 'tag_keys', 'tag_values', 'deployment_tags'];
+const TABLES = [
+  'organizations',
+  'workspaces',
+  'api_keys',
+  'tracing_projects',
+  'listeners',
+  'source_uploads',
+  'deployments',
+  'revisions',
+  'events',
+  'tag_keys',
+  'tag_values',
+  'deployment_tags',
+];
 
 before(async () => {
   t = await createTestApp();
   api = client(t.app);
   org = client(t.app, t.orgKey);
-  const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'cluster-a', compute_config: { k8s_namespaces: ['agents'] } });
+  const listener = await api.post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: 'cluster-a',
+    compute_config: { k8s_namespaces: ['agents'] },
+  });
   assert.equal(listener.status, 201);
   listenerId = listener.body.id;
-  const deployment = await api.post('/v2/deployments', { name: 'target', source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/agent:1' } });
+  const deployment = await api.post('/v2/deployments', {
+    name: 'target',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'registry.example.com/agent:1' },
+  });
   assert.equal(deployment.status, 201);
   deploymentId = deployment.body.id;
   const tagKey = await api.post('/v2/tags/keys', { key: 'env' });
@@ -37,7 +58,9 @@ after(() => t.close());
 async function fingerprint(): Promise<Record<string, string>> {
   const out: Record<string, string> = {};
   for (const table of TABLES) {
-    const { rows } = await t.database.pool.query(`select count(*)::text || ':' || coalesce(md5(string_agg(x::text, '|' order by x::text)), '') as f from ${table} x`);
+    const { rows } = await t.database.pool.query(
+      `select count(*)::text || ':' || coalesce(md5(string_agg(x::text, '|' order by x::text)), '') as f from ${table} x`,
+    );
     out[table] = rows[0].f;
   }
   return out;
@@ -68,11 +91,17 @@ function assertProblem(res: Response, status: number, loc: (string | number)[] |
     for (const item of res.body.detail) {
       assert.equal(typeof item.type, 'string', label);
       assert.equal(typeof item.msg, 'string', label);
-      assert.ok(Array.isArray(item.loc) && LOCATIONS.includes(item.loc[0]), `${label}: loc ${JSON.stringify(item.loc)} starts with body, path, query or header`);
+      assert.ok(
+        Array.isArray(item.loc) && LOCATIONS.includes(item.loc[0]),
+        `${label}: loc ${JSON.stringify(item.loc)} starts with body, path, query or header`,
+      );
     }
     if (loc) {
       const found = res.body.detail.some((item: { loc: unknown[] }) => loc.every((part, i) => item.loc[i] === part));
-      assert.ok(found, `${label}: some loc starts with ${JSON.stringify(loc)}, got ${JSON.stringify(res.body.detail.map((i: { loc: unknown }) => i.loc))}`);
+      assert.ok(
+        found,
+        `${label}: some loc starts with ${JSON.stringify(loc)}, got ${JSON.stringify(res.body.detail.map((i: { loc: unknown }) => i.loc))}`,
+      );
     }
   } else {
     assert.equal(typeof res.body.detail, 'string', `${label}: detail is a message`);
@@ -105,7 +134,11 @@ async function run(cases: Case[]): Promise<void> {
   assert.deepEqual(await visibleState(), beforeView, 'no list changed');
 }
 
-const validDeployment = { name: 'never-made', source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/x:1' } };
+const validDeployment = {
+  name: 'never-made',
+  source: 'internal_container',
+  source_revision_config: { image_uri: 'registry.example.com/x:1' },
+};
 const huge = 'a'.repeat(200_000);
 const overLimit = JSON.stringify({ ...validDeployment, padding: 'x'.repeat(1_100_000) });
 
@@ -120,22 +153,85 @@ function commonCases(label: string, method: Case['method'], url: () => string, a
     { label: `${label} number body`, method, url, body: '42', status: 422, loc: ['body'], as },
     { label: `${label} null body`, method, url, body: 'null', status: 422, loc: ['body'], as },
     { label: `${label} body over the limit`, method, url, body: overLimit, status: 413, as },
-    { label: `${label} text/plain`, method, url, body: 'name=x', headers: { 'content-type': 'text/plain' }, status: 415, as },
-    { label: `${label} form`, method, url, body: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' }, status: 415, as },
-    { label: `${label} xml`, method, url, body: '<name>x</name>', headers: { 'content-type': 'application/xml' }, status: 415, as },
-    { label: `${label} deep nesting`, method, url, body: `{"name":${'['.repeat(5000)}${']'.repeat(5000)}}`, status: 422, loc: ['body'], as },
-    { label: `${label} NUL in a string`, method, url, body: { name: 'a\u0000b', key: 'a\u0000b', value: 'a\u0000b', version: 'a\u0000b' }, status: 422, loc: ['body'], as },
+    {
+      label: `${label} text/plain`,
+      method,
+      url,
+      body: 'name=x',
+      headers: { 'content-type': 'text/plain' },
+      status: 415,
+      as,
+    },
+    {
+      label: `${label} form`,
+      method,
+      url,
+      body: 'name=x',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      status: 415,
+      as,
+    },
+    {
+      label: `${label} xml`,
+      method,
+      url,
+      body: '<name>x</name>',
+      headers: { 'content-type': 'application/xml' },
+      status: 415,
+      as,
+    },
+    {
+      label: `${label} deep nesting`,
+      method,
+      url,
+      body: `{"name":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+      status: 422,
+      loc: ['body'],
+      as,
+    },
+    {
+      label: `${label} NUL in a string`,
+      method,
+      url,
+      body: { name: 'a\u0000b', key: 'a\u0000b', value: 'a\u0000b', version: 'a\u0000b' },
+      status: 422,
+      loc: ['body'],
+      as,
+    },
     // One body, one reading: a key given twice is refused rather than the last one winning.
-    { label: `${label} duplicate key`, method, url, body: '{"name":"a","key":"a","value":"a","name":"b"}', status: 422, loc: ['body', 'name'], as },
+    {
+      label: `${label} duplicate key`,
+      method,
+      url,
+      body: '{"name":"a","key":"a","value":"a","name":"b"}',
+      status: 422,
+      loc: ['body', 'name'],
+      as,
+    },
     // PostgreSQL cannot store a lone UTF-16 surrogate: a 422 at the field, never a 500.
-    { label: `${label} lone surrogate`, method, url, body: '{"name":"a\\ud800","key":"\\udc00","value":"\\ud800","version":"\\ud800"}', status: 422, loc: ['body', 'name'], as },
+    {
+      label: `${label} lone surrogate`,
+      method,
+      url,
+      body: '{"name":"a\\ud800","key":"\\udc00","value":"\\ud800","version":"\\ud800"}',
+      status: 422,
+      loc: ['body', 'name'],
+      as,
+    },
   ];
 }
 
 describe('POST /v2/deployments', () => {
   test('refuses every kind of bad body with a 4xx and changes nothing', async () => {
     const url = () => '/v2/deployments';
-    const post = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({ label: `deployments ${label}`, method: 'POST', url, body, status, loc });
+    const post = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({
+      label: `deployments ${label}`,
+      method: 'POST',
+      url,
+      body,
+      status,
+      loc,
+    });
     await run([
       ...commonCases('deployments', 'POST', url),
       post('missing name', { source: 'internal_container' }, 422, ['body', 'name']),
@@ -148,44 +244,172 @@ describe('POST /v2/deployments', () => {
       post('unknown source', { ...validDeployment, source: 'github' }, 422, ['body', 'source']),
       post('source of the wrong type', { ...validDeployment, source: ['internal_container'] }, 422, ['body', 'source']),
       post('source_config not an object', { ...validDeployment, source_config: 'dev' }, 422, ['body', 'source_config']),
-      post('unknown deployment_type', { ...validDeployment, source_config: { deployment_type: 'staging' } }, 422, ['body', 'source_config', 'deployment_type']),
-      post('build_on_push not a boolean', { ...validDeployment, source_config: { build_on_push: 'yes' } }, 422, ['body', 'source_config', 'build_on_push']),
-      post('malformed listener_id', { ...validDeployment, source: 'external_container', source_config: { listener_id: 'cluster-a' } }, 422, ['body', 'source_config', 'listener_id']),
-      post('malformed integration_id', { ...validDeployment, source: 'codehost', source_config: { integration_id: '1234' } }, 422, ['body', 'source_config', 'integration_id']),
-      post('repo_url not a URL', { ...validDeployment, source: 'codehost', source_config: { repo_url: 'not a url' } }, 422, ['body', 'source_config', 'repo_url']),
-      post('huge image_uri', { ...validDeployment, source_revision_config: { image_uri: huge } }, 422, ['body', 'source_revision_config', 'image_uri']),
-      post('image_uri of the wrong type', { ...validDeployment, source_revision_config: { image_uri: 7 } }, 422, ['body', 'source_revision_config', 'image_uri']),
-      post('framework_config_path escaping the source', { name: 'escape', source: 'internal_source', source_revision_config: { framework_config_path: '../../etc/passwd' } }, 422, ['body', 'source_revision_config', 'framework_config_path']),
-      post('negative min_scale', { ...validDeployment, source_config: { resource_spec: { min_scale: -1 } } }, 422, ['body', 'source_config', 'resource_spec', 'min_scale']),
-      post('huge max_scale', { ...validDeployment, source_config: { resource_spec: { max_scale: 1e9 } } }, 422, ['body', 'source_config', 'resource_spec', 'max_scale']),
-      post('fractional scale', { ...validDeployment, source_config: { resource_spec: { min_scale: 1.5 } } }, 422, ['body', 'source_config', 'resource_spec', 'min_scale']),
-      post('negative cpu', { ...validDeployment, source_config: { resource_spec: { cpu: -0.5 } } }, 422, ['body', 'source_config', 'resource_spec', 'cpu']),
-      post('zero memory', { ...validDeployment, source_config: { resource_spec: { memory_mb: 0 } } }, 422, ['body', 'source_config', 'resource_spec', 'memory_mb']),
-      post('memory as a string', { ...validDeployment, source_config: { resource_spec: { memory_mb: '512' } } }, 422, ['body', 'source_config', 'resource_spec', 'memory_mb']),
-      post('zero db storage', { ...validDeployment, source_config: { resource_spec: { db_storage_gi: 0 } } }, 422, ['body', 'source_config', 'resource_spec', 'db_storage_gi']),
-      post('huge cpu', { ...validDeployment, source_config: { resource_spec: { queue_cpu: 1e300 } } }, 422, ['body', 'source_config', 'resource_spec', 'queue_cpu']),
+      post('unknown deployment_type', { ...validDeployment, source_config: { deployment_type: 'staging' } }, 422, [
+        'body',
+        'source_config',
+        'deployment_type',
+      ]),
+      post('build_on_push not a boolean', { ...validDeployment, source_config: { build_on_push: 'yes' } }, 422, [
+        'body',
+        'source_config',
+        'build_on_push',
+      ]),
+      post(
+        'malformed listener_id',
+        { ...validDeployment, source: 'external_container', source_config: { listener_id: 'cluster-a' } },
+        422,
+        ['body', 'source_config', 'listener_id'],
+      ),
+      post(
+        'malformed integration_id',
+        { ...validDeployment, source: 'codehost', source_config: { integration_id: '1234' } },
+        422,
+        ['body', 'source_config', 'integration_id'],
+      ),
+      post(
+        'repo_url not a URL',
+        { ...validDeployment, source: 'codehost', source_config: { repo_url: 'not a url' } },
+        422,
+        ['body', 'source_config', 'repo_url'],
+      ),
+      post('huge image_uri', { ...validDeployment, source_revision_config: { image_uri: huge } }, 422, [
+        'body',
+        'source_revision_config',
+        'image_uri',
+      ]),
+      post('image_uri of the wrong type', { ...validDeployment, source_revision_config: { image_uri: 7 } }, 422, [
+        'body',
+        'source_revision_config',
+        'image_uri',
+      ]),
+      post(
+        'framework_config_path escaping the source',
+        {
+          name: 'escape',
+          source: 'internal_source',
+          source_revision_config: { framework_config_path: '../../etc/passwd' },
+        },
+        422,
+        ['body', 'source_revision_config', 'framework_config_path'],
+      ),
+      post('negative min_scale', { ...validDeployment, source_config: { resource_spec: { min_scale: -1 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'min_scale',
+      ]),
+      post('huge max_scale', { ...validDeployment, source_config: { resource_spec: { max_scale: 1e9 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'max_scale',
+      ]),
+      post('fractional scale', { ...validDeployment, source_config: { resource_spec: { min_scale: 1.5 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'min_scale',
+      ]),
+      post('negative cpu', { ...validDeployment, source_config: { resource_spec: { cpu: -0.5 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'cpu',
+      ]),
+      post('zero memory', { ...validDeployment, source_config: { resource_spec: { memory_mb: 0 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'memory_mb',
+      ]),
+      post('memory as a string', { ...validDeployment, source_config: { resource_spec: { memory_mb: '512' } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'memory_mb',
+      ]),
+      post('zero db storage', { ...validDeployment, source_config: { resource_spec: { db_storage_gi: 0 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'db_storage_gi',
+      ]),
+      post('huge cpu', { ...validDeployment, source_config: { resource_spec: { queue_cpu: 1e300 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'queue_cpu',
+      ]),
       post('secrets not a list', { ...validDeployment, secrets: { TOKEN: 'x' } }, 422, ['body', 'secrets']),
-      post('secret without value', { ...validDeployment, secrets: [{ name: 'TOKEN' }] }, 422, ['body', 'secrets', 0, 'value']),
-      post('secret name not an env name', { ...validDeployment, secrets: [{ name: '1-bad name', value: 'x' }] }, 422, ['body', 'secrets', 0, 'name']),
-      post('secret_references item of the wrong type', { ...validDeployment, secret_references: ['x'] }, 422, ['body', 'secret_references', 0]),
+      post('secret without value', { ...validDeployment, secrets: [{ name: 'TOKEN' }] }, 422, [
+        'body',
+        'secrets',
+        0,
+        'value',
+      ]),
+      post('secret name not an env name', { ...validDeployment, secrets: [{ name: '1-bad name', value: 'x' }] }, 422, [
+        'body',
+        'secrets',
+        0,
+        'name',
+      ]),
+      post('secret_references item of the wrong type', { ...validDeployment, secret_references: ['x'] }, 422, [
+        'body',
+        'secret_references',
+        0,
+      ]),
       // Well-formed but breaking a rule: 400.
-      post('a field of another source', { ...validDeployment, source_revision_config: { image_uri: 'x/y:1', repo_ref: 'main' } }, 400),
-      post('a listener that does not exist', { ...validDeployment, source: 'external_container', source_config: { listener_id: MISSING } }, 400),
-      post('min_scale above max_scale', { ...validDeployment, source_config: { resource_spec: { min_scale: 5, max_scale: 1 } } }, 400),
-      post('a duplicate secret name', { ...validDeployment, secrets: [{ name: 'A', value: '1' }, { name: 'A', value: '2' }] }, 400),
+      post(
+        'a field of another source',
+        { ...validDeployment, source_revision_config: { image_uri: 'x/y:1', repo_ref: 'main' } },
+        400,
+      ),
+      post(
+        'a listener that does not exist',
+        { ...validDeployment, source: 'external_container', source_config: { listener_id: MISSING } },
+        400,
+      ),
+      post(
+        'min_scale above max_scale',
+        { ...validDeployment, source_config: { resource_spec: { min_scale: 5, max_scale: 1 } } },
+        400,
+      ),
+      post(
+        'a duplicate secret name',
+        {
+          ...validDeployment,
+          secrets: [
+            { name: 'A', value: '1' },
+            { name: 'A', value: '2' },
+          ],
+        },
+        400,
+      ),
       post('the secret mask on create', { ...validDeployment, secrets: [{ name: 'A', value: '********' }] }, 400),
       post('a taken name', { ...validDeployment, name: 'target' }, 409),
     ]);
   });
 
   test('unknown fields are ignored', async () => {
-    const res = await api.post('/v2/deployments', { ...validDeployment, name: 'extra-fields', client_version: '9.9', source_config: { deployment_type: 'dev', future_field: true } });
+    const res = await api.post('/v2/deployments', {
+      ...validDeployment,
+      name: 'extra-fields',
+      client_version: '9.9',
+      source_config: { deployment_type: 'dev', future_field: true },
+    });
     assert.equal(res.status, 201, JSON.stringify(res.body));
     assert.equal(res.body.name, 'extra-fields');
     assert.ok(!('client_version' in res.body));
-    const stored = await t.database.pool.query('select source_config::text as c from deployments where id = $1', [res.body.id]);
+    const stored = await t.database.pool.query('select source_config::text as c from deployments where id = $1', [
+      res.body.id,
+    ]);
     assert.ok(!stored.rows[0].c.includes('future_field'), 'unknown fields are not stored either');
-    const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'extra-fields', compute_config: { k8s_namespaces: ['a'], zone: 'eu' }, labels: {} });
+    const listener = await api.post('/v2/listeners', {
+      compute_type: 'k8s',
+      compute_id: 'extra-fields',
+      compute_config: { k8s_namespaces: ['a'], zone: 'eu' },
+      labels: {},
+    });
     assert.equal(listener.status, 201, JSON.stringify(listener.body));
     assert.deepEqual(listener.body.compute_config, { k8s_namespaces: ['a'] });
     assert.equal((await api.delete(`/v2/listeners/${listener.body.id}`)).status, 204);
@@ -196,22 +420,72 @@ describe('POST /v2/deployments', () => {
 describe('PATCH /v2/deployments/{id}', () => {
   test('refuses bad bodies and malformed ids with a 4xx and changes nothing', async () => {
     const url = () => `/v2/deployments/${deploymentId}`;
-    const patch = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({ label: `patch deployment ${label}`, method: 'PATCH', url, body, status, loc });
+    const patch = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({
+      label: `patch deployment ${label}`,
+      method: 'PATCH',
+      url,
+      body,
+      status,
+      loc,
+    });
     await run([
       ...commonCases('patch deployment', 'PATCH', url),
-      patch('unknown revision_source', { revision_source: 'external_container', source_revision_config: { image_uri: 'x/y:2' } }, 422, ['body', 'revision_source']),
-      patch('source_revision_config not an object', { source_revision_config: 'x/y:2' }, 422, ['body', 'source_revision_config']),
-      patch('huge image_uri', { source_revision_config: { image_uri: huge } }, 422, ['body', 'source_revision_config', 'image_uri']),
-      patch('negative max_scale', { source_config: { resource_spec: { max_scale: -3 } } }, 422, ['body', 'source_config', 'resource_spec', 'max_scale']),
+      patch(
+        'unknown revision_source',
+        { revision_source: 'external_container', source_revision_config: { image_uri: 'x/y:2' } },
+        422,
+        ['body', 'revision_source'],
+      ),
+      patch('source_revision_config not an object', { source_revision_config: 'x/y:2' }, 422, [
+        'body',
+        'source_revision_config',
+      ]),
+      patch('huge image_uri', { source_revision_config: { image_uri: huge } }, 422, [
+        'body',
+        'source_revision_config',
+        'image_uri',
+      ]),
+      patch('negative max_scale', { source_config: { resource_spec: { max_scale: -3 } } }, 422, [
+        'body',
+        'source_config',
+        'resource_spec',
+        'max_scale',
+      ]),
       patch('secrets of the wrong type', { secrets: 'TOKEN=x' }, 422, ['body', 'secrets']),
       patch('another name', { name: 'renamed' }, 400),
       patch('another source', { source: 'internal_source' }, 400),
       patch('another deployment_type', { source_config: { deployment_type: 'prod' } }, 400),
       patch('a field of another source', { source_revision_config: { repo_ref: 'main' } }, 400),
-      { label: 'patch deployment malformed id', method: 'PATCH', url: () => '/v2/deployments/not-a-uuid', body: { source_revision_config: { image_uri: 'x/y:2' } }, status: 422, loc: ['path', 'deployment_id'] },
-      { label: 'patch deployment unknown id', method: 'PATCH', url: () => `/v2/deployments/${MISSING}`, body: { source_revision_config: { image_uri: 'x/y:2' } }, status: 404 },
-      { label: 'patch deployment over-long id', method: 'PATCH', url: () => `/v2/deployments/${'a'.repeat(500)}`, body: {}, status: 422, loc: ['path'] },
-      { label: 'patch deployment bad percent-encoding', method: 'PATCH', url: () => '/v2/deployments/%E0%A4%A', body: {}, status: 400 },
+      {
+        label: 'patch deployment malformed id',
+        method: 'PATCH',
+        url: () => '/v2/deployments/not-a-uuid',
+        body: { source_revision_config: { image_uri: 'x/y:2' } },
+        status: 422,
+        loc: ['path', 'deployment_id'],
+      },
+      {
+        label: 'patch deployment unknown id',
+        method: 'PATCH',
+        url: () => `/v2/deployments/${MISSING}`,
+        body: { source_revision_config: { image_uri: 'x/y:2' } },
+        status: 404,
+      },
+      {
+        label: 'patch deployment over-long id',
+        method: 'PATCH',
+        url: () => `/v2/deployments/${'a'.repeat(500)}`,
+        body: {},
+        status: 422,
+        loc: ['path'],
+      },
+      {
+        label: 'patch deployment bad percent-encoding',
+        method: 'PATCH',
+        url: () => '/v2/deployments/%E0%A4%A',
+        body: {},
+        status: 400,
+      },
     ]);
   });
 });
@@ -219,7 +493,14 @@ describe('PATCH /v2/deployments/{id}', () => {
 describe('listeners', () => {
   test('POST /v2/listeners refuses bad bodies and changes nothing', async () => {
     const url = () => '/v2/listeners';
-    const post = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({ label: `listeners ${label}`, method: 'POST', url, body, status, loc });
+    const post = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({
+      label: `listeners ${label}`,
+      method: 'POST',
+      url,
+      body,
+      status,
+      loc,
+    });
     await run([
       ...commonCases('listeners', 'POST', url),
       post('missing compute_type', { compute_id: 'x' }, 422, ['body', 'compute_type']),
@@ -228,26 +509,71 @@ describe('listeners', () => {
       post('compute_id of the wrong type', { compute_type: 'k8s', compute_id: 12 }, 422, ['body', 'compute_id']),
       post('huge compute_id', { compute_type: 'k8s', compute_id: huge }, 422, ['body', 'compute_id']),
       post('huge version', { compute_type: 'k8s', compute_id: 'x', version: huge }, 422, ['body', 'version']),
-      post('namespaces not a list', { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: 'agents' } }, 422, ['body', 'compute_config', 'k8s_namespaces']),
-      post('empty namespace list', { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: [] } }, 422, ['body', 'compute_config', 'k8s_namespaces']),
-      post('namespace not a Kubernetes name', { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: ['Bad_NS'] } }, 422, ['body', 'compute_config', 'k8s_namespaces', 0]),
-      post('duplicate namespaces', { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: ['a', 'a'] } }, 422, ['body', 'compute_config', 'k8s_namespaces']),
+      post(
+        'namespaces not a list',
+        { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: 'agents' } },
+        422,
+        ['body', 'compute_config', 'k8s_namespaces'],
+      ),
+      post(
+        'empty namespace list',
+        { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: [] } },
+        422,
+        ['body', 'compute_config', 'k8s_namespaces'],
+      ),
+      post(
+        'namespace not a Kubernetes name',
+        { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: ['Bad_NS'] } },
+        422,
+        ['body', 'compute_config', 'k8s_namespaces', 0],
+      ),
+      post(
+        'duplicate namespaces',
+        { compute_type: 'k8s', compute_id: 'x', compute_config: { k8s_namespaces: ['a', 'a'] } },
+        422,
+        ['body', 'compute_config', 'k8s_namespaces'],
+      ),
       post('a taken compute_id', { compute_type: 'k8s', compute_id: 'cluster-a' }, 409),
     ]);
   });
 
   test('PATCH /v2/listeners/{id} refuses bad bodies and ids and changes nothing', async () => {
     const url = () => `/v2/listeners/${listenerId}`;
-    const patch = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({ label: `patch listener ${label}`, method: 'PATCH', url, body, status, loc });
+    const patch = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({
+      label: `patch listener ${label}`,
+      method: 'PATCH',
+      url,
+      body,
+      status,
+      loc,
+    });
     await run([
       ...commonCases('patch listener', 'PATCH', url),
       patch('version of the wrong type', { version: 3 }, 422, ['body', 'version']),
       patch('huge version', { version: huge }, 422, ['body', 'version']),
-      patch('namespaces of the wrong type', { compute_config: { k8s_namespaces: [1, 2] } }, 422, ['body', 'compute_config', 'k8s_namespaces', 0]),
+      patch('namespaces of the wrong type', { compute_config: { k8s_namespaces: [1, 2] } }, 422, [
+        'body',
+        'compute_config',
+        'k8s_namespaces',
+        0,
+      ]),
       patch('another compute_type', { compute_type: 'ecs' }, 400),
       patch('another compute_id', { compute_id: 'cluster-b' }, 400),
-      { label: 'patch listener malformed id', method: 'PATCH', url: () => '/v2/listeners/123', body: { version: 'x' }, status: 422, loc: ['path', 'listener_id'] },
-      { label: 'patch listener unknown id', method: 'PATCH', url: () => `/v2/listeners/${MISSING}`, body: { version: 'x' }, status: 404 },
+      {
+        label: 'patch listener malformed id',
+        method: 'PATCH',
+        url: () => '/v2/listeners/123',
+        body: { version: 'x' },
+        status: 422,
+        loc: ['path', 'listener_id'],
+      },
+      {
+        label: 'patch listener unknown id',
+        method: 'PATCH',
+        url: () => `/v2/listeners/${MISSING}`,
+        body: { version: 'x' },
+        status: 404,
+      },
     ]);
   });
 });
@@ -259,32 +585,110 @@ describe('tags', () => {
     await run([
       ...commonCases('tag keys', 'POST', keys),
       ...commonCases('tag values', 'POST', values),
-      { label: 'tag key missing key', method: 'POST', url: keys, body: { description: 'x' }, status: 422, loc: ['body', 'key'] },
-      { label: 'tag key of the wrong type', method: 'POST', url: keys, body: { key: ['env'] }, status: 422, loc: ['body', 'key'] },
+      {
+        label: 'tag key missing key',
+        method: 'POST',
+        url: keys,
+        body: { description: 'x' },
+        status: 422,
+        loc: ['body', 'key'],
+      },
+      {
+        label: 'tag key of the wrong type',
+        method: 'POST',
+        url: keys,
+        body: { key: ['env'] },
+        status: 422,
+        loc: ['body', 'key'],
+      },
       { label: 'tag key huge', method: 'POST', url: keys, body: { key: huge }, status: 422, loc: ['body', 'key'] },
       { label: 'tag key empty', method: 'POST', url: keys, body: { key: '' }, status: 422, loc: ['body', 'key'] },
-      { label: 'tag key huge description', method: 'POST', url: keys, body: { key: 'ok', description: huge }, status: 422, loc: ['body', 'description'] },
+      {
+        label: 'tag key huge description',
+        method: 'POST',
+        url: keys,
+        body: { key: 'ok', description: huge },
+        status: 422,
+        loc: ['body', 'description'],
+      },
       { label: 'tag key taken', method: 'POST', url: keys, body: { key: 'env' }, status: 409 },
       { label: 'tag value missing value', method: 'POST', url: values, body: {}, status: 422, loc: ['body', 'value'] },
-      { label: 'tag value of the wrong type', method: 'POST', url: values, body: { value: true }, status: 422, loc: ['body', 'value'] },
-      { label: 'tag value huge', method: 'POST', url: values, body: { value: huge }, status: 422, loc: ['body', 'value'] },
-      { label: 'tag value malformed key id', method: 'POST', url: () => '/v2/tags/keys/env/values', body: { value: 'x' }, status: 422, loc: ['path', 'tag_key_id'] },
-      { label: 'tag value unknown key id', method: 'POST', url: () => `/v2/tags/keys/${MISSING}/values`, body: { value: 'x' }, status: 404 },
+      {
+        label: 'tag value of the wrong type',
+        method: 'POST',
+        url: values,
+        body: { value: true },
+        status: 422,
+        loc: ['body', 'value'],
+      },
+      {
+        label: 'tag value huge',
+        method: 'POST',
+        url: values,
+        body: { value: huge },
+        status: 422,
+        loc: ['body', 'value'],
+      },
+      {
+        label: 'tag value malformed key id',
+        method: 'POST',
+        url: () => '/v2/tags/keys/env/values',
+        body: { value: 'x' },
+        status: 422,
+        loc: ['path', 'tag_key_id'],
+      },
+      {
+        label: 'tag value unknown key id',
+        method: 'POST',
+        url: () => `/v2/tags/keys/${MISSING}/values`,
+        body: { value: 'x' },
+        status: 404,
+      },
     ]);
   });
 
   test('PUT /v2/deployments/{id}/tags refuses bad bodies and changes nothing', async () => {
     const url = () => `/v2/deployments/${deploymentId}/tags`;
-    const put = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({ label: `put tags ${label}`, method: 'PUT', url, body, status, loc });
+    const put = (label: string, body: unknown, status: number, loc?: (string | number)[]): Case => ({
+      label: `put tags ${label}`,
+      method: 'PUT',
+      url,
+      body,
+      status,
+      loc,
+    });
     await run([
       ...commonCases('put tags', 'PUT', url),
       put('missing tag_value_ids', {}, 422, ['body', 'tag_value_ids']),
       put('tag_value_ids not a list', { tag_value_ids: MISSING }, 422, ['body', 'tag_value_ids']),
       put('malformed tag value id', { tag_value_ids: ['prod'] }, 422, ['body', 'tag_value_ids', 0]),
-      put('too many ids', { tag_value_ids: Array.from({ length: 101 }, (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`) }, 422, ['body', 'tag_value_ids']),
+      put(
+        'too many ids',
+        {
+          tag_value_ids: Array.from(
+            { length: 101 },
+            (_, i) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+          ),
+        },
+        422,
+        ['body', 'tag_value_ids'],
+      ),
       put('unknown tag value id', { tag_value_ids: [MISSING] }, 400),
-      { label: 'put tags malformed deployment id', method: 'PUT', url: () => '/v2/deployments/target/tags', body: { tag_value_ids: [] }, status: 422, loc: ['path', 'deployment_id'] },
-      { label: 'put tags unknown deployment', method: 'PUT', url: () => `/v2/deployments/${MISSING}/tags`, body: { tag_value_ids: [] }, status: 404 },
+      {
+        label: 'put tags malformed deployment id',
+        method: 'PUT',
+        url: () => '/v2/deployments/target/tags',
+        body: { tag_value_ids: [] },
+        status: 422,
+        loc: ['path', 'deployment_id'],
+      },
+      {
+        label: 'put tags unknown deployment',
+        method: 'PUT',
+        url: () => `/v2/deployments/${MISSING}/tags`,
+        body: { tag_value_ids: [] },
+        status: 404,
+      },
     ]);
   });
 });
@@ -296,17 +700,102 @@ describe('workspaces and API keys', () => {
     await run([
       ...commonCases('workspaces', 'POST', workspaces, 'org'),
       ...commonCases('api-keys', 'POST', keys, 'org'),
-      { label: 'workspace missing name', method: 'POST', url: workspaces, body: {}, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'workspace name of the wrong type', method: 'POST', url: workspaces, body: { name: 5 }, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'workspace huge name', method: 'POST', url: workspaces, body: { name: huge }, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'workspace blank name', method: 'POST', url: workspaces, body: { name: '   ' }, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'workspace taken name', method: 'POST', url: workspaces, body: { name: 'default' }, status: 409, as: 'org' },
-      { label: 'api key missing name', method: 'POST', url: keys, body: { role: 'member' }, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'api key unknown role', method: 'POST', url: keys, body: { name: 'k', role: 'owner' }, status: 422, loc: ['body', 'role'], as: 'org' },
-      { label: 'api key malformed workspace_id', method: 'POST', url: keys, body: { name: 'k', workspace_id: 'default' }, status: 422, loc: ['body', 'workspace_id'], as: 'org' },
-      { label: 'api key unknown workspace_id', method: 'POST', url: keys, body: { name: 'k', workspace_id: MISSING }, status: 400, as: 'org' },
-      { label: 'api key huge name', method: 'POST', url: keys, body: { name: huge }, status: 422, loc: ['body', 'name'], as: 'org' },
-      { label: 'revoke malformed id', method: 'DELETE', url: () => '/v2/api-keys/abc', status: 422, loc: ['path', 'api_key_id'], as: 'org' },
+      {
+        label: 'workspace missing name',
+        method: 'POST',
+        url: workspaces,
+        body: {},
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'workspace name of the wrong type',
+        method: 'POST',
+        url: workspaces,
+        body: { name: 5 },
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'workspace huge name',
+        method: 'POST',
+        url: workspaces,
+        body: { name: huge },
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'workspace blank name',
+        method: 'POST',
+        url: workspaces,
+        body: { name: '   ' },
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'workspace taken name',
+        method: 'POST',
+        url: workspaces,
+        body: { name: 'default' },
+        status: 409,
+        as: 'org',
+      },
+      {
+        label: 'api key missing name',
+        method: 'POST',
+        url: keys,
+        body: { role: 'member' },
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'api key unknown role',
+        method: 'POST',
+        url: keys,
+        body: { name: 'k', role: 'owner' },
+        status: 422,
+        loc: ['body', 'role'],
+        as: 'org',
+      },
+      {
+        label: 'api key malformed workspace_id',
+        method: 'POST',
+        url: keys,
+        body: { name: 'k', workspace_id: 'default' },
+        status: 422,
+        loc: ['body', 'workspace_id'],
+        as: 'org',
+      },
+      {
+        label: 'api key unknown workspace_id',
+        method: 'POST',
+        url: keys,
+        body: { name: 'k', workspace_id: MISSING },
+        status: 400,
+        as: 'org',
+      },
+      {
+        label: 'api key huge name',
+        method: 'POST',
+        url: keys,
+        body: { name: huge },
+        status: 422,
+        loc: ['body', 'name'],
+        as: 'org',
+      },
+      {
+        label: 'revoke malformed id',
+        method: 'DELETE',
+        url: () => '/v2/api-keys/abc',
+        status: 422,
+        loc: ['path', 'api_key_id'],
+        as: 'org',
+      },
       { label: 'revoke unknown id', method: 'DELETE', url: () => `/v2/api-keys/${MISSING}`, status: 404, as: 'org' },
     ]);
   });
@@ -314,7 +803,13 @@ describe('workspaces and API keys', () => {
 
 describe('paths, queries and headers', () => {
   test('malformed ids in paths, bad query controls and filters are 422 pointing at them', async () => {
-    const get = (url: string, status: number, loc?: (string | number)[]): Case => ({ label: url.slice(0, 120), method: 'GET', url: () => url, status, loc });
+    const get = (url: string, status: number, loc?: (string | number)[]): Case => ({
+      label: url.slice(0, 120),
+      method: 'GET',
+      url: () => url,
+      status,
+      loc,
+    });
     await run([
       get('/v2/deployments/not-a-uuid', 422, ['path', 'deployment_id']),
       get(`/v2/deployments/${MISSING.slice(0, 35)}`, 422, ['path', 'deployment_id']),
@@ -352,13 +847,60 @@ describe('paths, queries and headers', () => {
       get('/v2/listeners?offset=-1', 422, ['query', 'offset']),
       get('/v2/tags/keys?limit=101', 422, ['query', 'limit']),
       get('/v2/tracing-projects?offset=-1', 422, ['query', 'offset']),
-      { label: 'workspaces limit=0', method: 'GET', url: () => '/v2/workspaces?limit=0', status: 422, loc: ['query', 'limit'], as: 'org' },
-      { label: 'api-keys offset=-1', method: 'GET', url: () => '/v2/api-keys?offset=-1', status: 422, loc: ['query', 'offset'], as: 'org' },
-      { label: 'delete deployment malformed id', method: 'DELETE', url: () => '/v2/deployments/target', status: 422, loc: ['path', 'deployment_id'] },
-      { label: 'delete deployment bad flag', method: 'DELETE', url: () => `/v2/deployments/${deploymentId}?delete_tracing_project=maybe`, status: 422, loc: ['query', 'delete_tracing_project'] },
-      { label: 'delete listener malformed id', method: 'DELETE', url: () => '/v2/listeners/cluster-a', status: 422, loc: ['path', 'listener_id'] },
-      { label: 'malformed X-Tenant-Id', method: 'GET', url: () => '/v2/deployments', headers: { 'x-tenant-id': 'default' }, status: 422, loc: ['header', 'x-tenant-id'] },
-      { label: 'malformed X-Tenant-Id on a write', method: 'POST', url: () => '/v2/deployments', body: validDeployment, headers: { 'x-tenant-id': 'default' }, status: 422, loc: ['header', 'x-tenant-id'] },
+      {
+        label: 'workspaces limit=0',
+        method: 'GET',
+        url: () => '/v2/workspaces?limit=0',
+        status: 422,
+        loc: ['query', 'limit'],
+        as: 'org',
+      },
+      {
+        label: 'api-keys offset=-1',
+        method: 'GET',
+        url: () => '/v2/api-keys?offset=-1',
+        status: 422,
+        loc: ['query', 'offset'],
+        as: 'org',
+      },
+      {
+        label: 'delete deployment malformed id',
+        method: 'DELETE',
+        url: () => '/v2/deployments/target',
+        status: 422,
+        loc: ['path', 'deployment_id'],
+      },
+      {
+        label: 'delete deployment bad flag',
+        method: 'DELETE',
+        url: () => `/v2/deployments/${deploymentId}?delete_tracing_project=maybe`,
+        status: 422,
+        loc: ['query', 'delete_tracing_project'],
+      },
+      {
+        label: 'delete listener malformed id',
+        method: 'DELETE',
+        url: () => '/v2/listeners/cluster-a',
+        status: 422,
+        loc: ['path', 'listener_id'],
+      },
+      {
+        label: 'malformed X-Tenant-Id',
+        method: 'GET',
+        url: () => '/v2/deployments',
+        headers: { 'x-tenant-id': 'default' },
+        status: 422,
+        loc: ['header', 'x-tenant-id'],
+      },
+      {
+        label: 'malformed X-Tenant-Id on a write',
+        method: 'POST',
+        url: () => '/v2/deployments',
+        body: validDeployment,
+        headers: { 'x-tenant-id': 'default' },
+        status: 422,
+        loc: ['header', 'x-tenant-id'],
+      },
       get('/v2/no-such-thing', 404),
     ]);
   });
@@ -377,23 +919,108 @@ function prng(seed: number): () => number {
 }
 
 const FIELDS = [
-  'name', 'source', 'source_config', 'source_revision_config', 'secrets', 'secret_references', 'revision_source',
-  'integration_id', 'repo_url', 'deployment_type', 'build_on_push', 'custom_url', 'resource_spec', 'listener_id', 'listener_config',
-  'k8s_namespace', 'install_command', 'build_command', 'repo_ref', 'framework_config_path', 'image_uri', 'source_tarball_path',
-  'repo_commit_sha', 'value', 'secret_name', 'secret_key', 'min_scale', 'max_scale', 'cpu', 'cpu_limit', 'memory_mb', 'db_storage_gi',
-  'labels', 'annotations', 'volumes', 'volume_mounts', 'init_containers', 'sidecars', 'image_pull_secrets', 'env', 'constructor', 'toString',
+  'name',
+  'source',
+  'source_config',
+  'source_revision_config',
+  'secrets',
+  'secret_references',
+  'revision_source',
+  'integration_id',
+  'repo_url',
+  'deployment_type',
+  'build_on_push',
+  'custom_url',
+  'resource_spec',
+  'listener_id',
+  'listener_config',
+  'k8s_namespace',
+  'install_command',
+  'build_command',
+  'repo_ref',
+  'framework_config_path',
+  'image_uri',
+  'source_tarball_path',
+  'repo_commit_sha',
+  'value',
+  'secret_name',
+  'secret_key',
+  'min_scale',
+  'max_scale',
+  'cpu',
+  'cpu_limit',
+  'memory_mb',
+  'db_storage_gi',
+  'labels',
+  'annotations',
+  'volumes',
+  'volume_mounts',
+  'init_containers',
+  'sidecars',
+  'image_pull_secrets',
+  'env',
+  'constructor',
+  'toString',
 ];
-const SOURCES = ['codehost', 'external_container', 'internal_container', 'internal_source', 'github', '', 'INTERNAL_CONTAINER'];
+const SOURCES = [
+  'codehost',
+  'external_container',
+  'internal_container',
+  'internal_source',
+  'github',
+  '',
+  'INTERNAL_CONTAINER',
+];
 
 function generator(random: () => number) {
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
   const strings = () => [
-    '', 'a', 'fuzz', 'Fuzz_Name', 'x'.repeat(300), 'ünïcødé 😀', '\u0000', 'a\u0000b', '\ud800', '../../etc/passwd', '/abs/path',
-    'refs/tags/v1', 'refs/heads/main', 'registry.example.com/x:1', 'https://code.example.com/acme/agent', '********', 'dev', 'prod',
-    'k8s', 'agents', MISSING, listenerId, deploymentId, '00000000-0000-0000-0000-00000000000g', '%00', '\\', "'; drop table deployments; --",
+    '',
+    'a',
+    'fuzz',
+    'Fuzz_Name',
+    'x'.repeat(300),
+    'ünïcødé 😀',
+    '\u0000',
+    'a\u0000b',
+    '\ud800',
+    '../../etc/passwd',
+    '/abs/path',
+    'refs/tags/v1',
+    'refs/heads/main',
+    'registry.example.com/x:1',
+    'https://code.example.com/acme/agent',
+    '********',
+    'dev',
+    'prod',
+    'k8s',
+    'agents',
+    MISSING,
+    listenerId,
+    deploymentId,
+    '00000000-0000-0000-0000-00000000000g',
+    '%00',
+    '\\',
+    "'; drop table deployments; --",
     `fuzz-${Math.floor(random() * 1e6)}`,
   ];
-  const numbers = () => [0, 1, -1, 0.5, -0.5, 1.5, 2 ** 31, 2 ** 53 + 1, -(2 ** 63), 1e308, -1e308, 5e-324, 63, 100, 101];
+  const numbers = () => [
+    0,
+    1,
+    -1,
+    0.5,
+    -0.5,
+    1.5,
+    2 ** 31,
+    2 ** 53 + 1,
+    -(2 ** 63),
+    1e308,
+    -1e308,
+    5e-324,
+    63,
+    100,
+    101,
+  ];
   function value(depth: number): unknown {
     const roll = random();
     if (depth > 4 || roll < 0.15) return pick([null, true, false]);
@@ -414,8 +1041,17 @@ function generator(random: () => number) {
     for (const field of ['source_config', 'source_revision_config', 'secrets', 'secret_references']) {
       if (random() < 0.5) out[field] = value(1);
     }
-    if (random() < 0.3) out.source_config = { listener_id: pick([listenerId, MISSING, 'x']), resource_spec: value(2), listener_config: value(2) };
-    if (random() < 0.3) out.source_revision_config = { image_uri: pick(strings()), repo_ref: random() < 0.5 ? pick(strings()) : undefined };
+    if (random() < 0.3)
+      out.source_config = {
+        listener_id: pick([listenerId, MISSING, 'x']),
+        resource_spec: value(2),
+        listener_config: value(2),
+      };
+    if (random() < 0.3)
+      out.source_revision_config = {
+        image_uri: pick(strings()),
+        repo_ref: random() < 0.5 ? pick(strings()) : undefined,
+      };
     if (random() < 0.2) out.secrets = [{ name: pick(['TOKEN', 'A', 'bad name', '']), value: pick(strings()) }];
     return out;
   }
@@ -437,7 +1073,10 @@ describe('fuzz', () => {
       else assert.equal(res.status, 201, label);
     }
     // The generator must reach past the schema, or it tests little.
-    assert.ok((seen.get(422) ?? 0) > 0 && (seen.get(400) ?? 0) + (seen.get(201) ?? 0) > 0, `statuses seen: ${JSON.stringify([...seen])}`);
+    assert.ok(
+      (seen.get(422) ?? 0) > 0 && (seen.get(400) ?? 0) + (seen.get(201) ?? 0) > 0,
+      `statuses seen: ${JSON.stringify([...seen])}`,
+    );
   });
 
   test('100 generated patch bodies never give a 5xx', async () => {

@@ -9,7 +9,11 @@ let listenerId: string;
 before(async () => {
   t = await createTestApp();
   api = client(t.app);
-  const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'cluster-a', compute_config: { k8s_namespaces: ['agents', 'batch'] } });
+  const listener = await api.post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: 'cluster-a',
+    compute_config: { k8s_namespaces: ['agents', 'batch'] },
+  });
   assert.equal(listener.status, 201);
   listenerId = listener.body.id;
 });
@@ -24,7 +28,10 @@ const container = (name: string, extra: Record<string, unknown> = {}) => ({
 
 describe('create', () => {
   test('an internal_container deployment gets revision 1, QUEUED, a tracing project, masked secrets', async () => {
-    const res = await api.post('/v2/deployments', container('alpha', { secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-secret-value' }] }));
+    const res = await api.post(
+      '/v2/deployments',
+      container('alpha', { secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-secret-value' }] }),
+    );
     assert.equal(res.status, 201);
     const d = res.body;
     assert.equal(d.name, 'alpha');
@@ -47,13 +54,22 @@ describe('create', () => {
     assert.equal(revisions.body.offset, 1);
 
     const projects = await api.get('/v2/tracing-projects');
-    assert.ok(projects.body.resources.some((p: { name: string; id: string }) => p.name === 'alpha' && p.id === d.tracing_project_id));
+    assert.ok(
+      projects.body.resources.some(
+        (p: { name: string; id: string }) => p.name === 'alpha' && p.id === d.tracing_project_id,
+      ),
+    );
   });
 
   test('secrets are encrypted at rest', async () => {
-    const res = await api.post('/v2/deployments', container('at-rest', { secrets: [{ name: 'TOKEN', value: 'plain-text-canary' }] }));
+    const res = await api.post(
+      '/v2/deployments',
+      container('at-rest', { secrets: [{ name: 'TOKEN', value: 'plain-text-canary' }] }),
+    );
     assert.equal(res.status, 201);
-    const rows = await t.database.pool.query("select d.secrets::text as d, r.secrets::text as r from deployments d join revisions r on r.deployment_id = d.id where d.name = 'at-rest'");
+    const rows = await t.database.pool.query(
+      "select d.secrets::text as d, r.secrets::text as r from deployments d join revisions r on r.deployment_id = d.id where d.name = 'at-rest'",
+    );
     assert.ok(!rows.rows[0].d.includes('plain-text-canary'));
     assert.ok(!rows.rows[0].r.includes('plain-text-canary'));
   });
@@ -75,17 +91,74 @@ describe('create', () => {
 
   test('per-source rules answer 400 naming the field', async () => {
     const cases: [Record<string, unknown>, string][] = [
-      [{ name: 'c1', source: 'external_container', source_revision_config: { image_uri: 'x/y:1' } }, 'source_config.listener_id is required for source external_container'],
-      [{ name: 'c2', source: 'external_container', source_config: { listener_id: listenerId } }, 'source_revision_config.image_uri is required for source external_container'],
-      [{ name: 'c3', source: 'internal_container', source_config: { listener_id: listenerId }, source_revision_config: { image_uri: 'x/y:1' } }, 'source_config.listener_id is not allowed for source internal_container'],
-      [{ name: 'c4', source: 'internal_container', source_revision_config: { image_uri: 'x/y:1', repo_ref: 'main' } }, 'source_revision_config.repo_ref is not allowed for source internal_container'],
-      [{ name: 'c5', source: 'internal_container', source_revision_config: { image_uri: 'x/y:1' }, secret_references: [{ name: 'A', secret_name: 'a', secret_key: 'k' }] }, 'secret_references is not allowed for source internal_container'],
-      [{ name: 'c6', source: 'codehost', source_config: { integration_id: '00000000-0000-4000-8000-000000000000' } }, 'source_config.repo_url is required for source codehost'],
-      [{ name: 'c7', source: 'internal_container', source_config: { custom_url: 'https://x.example' } }, 'source_config.custom_url is set by the service and cannot be given.'],
-      [{ name: 'c8', source: 'external_container', source_config: { listener_id: listenerId, listener_config: { k8s_namespace: 'other' } }, source_revision_config: { image_uri: 'x/y:1' } }, "source_config.listener_config.k8s_namespace 'other' is not one of the listener's namespaces (agents, batch)"],
-      [{ name: 'c9', source: 'external_container', source_config: { listener_id: '00000000-0000-4000-8000-000000000000' }, source_revision_config: { image_uri: 'x/y:1' } }, 'source_config.listener_id: Listener ID 00000000-0000-4000-8000-000000000000 not found.'],
-      [{ name: 'c10', source: 'internal_source', source_revision_config: { source_tarball_path: '/etc/passwd', framework_config_path: 'agent.json' } }, "source_revision_config.source_tarball_path '/etc/passwd' is not an upload of this workspace"],
-      [{ name: 'c11', source: 'internal_container', source_config: { resource_spec: { min_scale: 3, max_scale: 1 } } }, 'source_config.resource_spec.min_scale (3) must not exceed max_scale (1)'],
+      [
+        { name: 'c1', source: 'external_container', source_revision_config: { image_uri: 'x/y:1' } },
+        'source_config.listener_id is required for source external_container',
+      ],
+      [
+        { name: 'c2', source: 'external_container', source_config: { listener_id: listenerId } },
+        'source_revision_config.image_uri is required for source external_container',
+      ],
+      [
+        {
+          name: 'c3',
+          source: 'internal_container',
+          source_config: { listener_id: listenerId },
+          source_revision_config: { image_uri: 'x/y:1' },
+        },
+        'source_config.listener_id is not allowed for source internal_container',
+      ],
+      [
+        { name: 'c4', source: 'internal_container', source_revision_config: { image_uri: 'x/y:1', repo_ref: 'main' } },
+        'source_revision_config.repo_ref is not allowed for source internal_container',
+      ],
+      [
+        {
+          name: 'c5',
+          source: 'internal_container',
+          source_revision_config: { image_uri: 'x/y:1' },
+          secret_references: [{ name: 'A', secret_name: 'a', secret_key: 'k' }],
+        },
+        'secret_references is not allowed for source internal_container',
+      ],
+      [
+        { name: 'c6', source: 'codehost', source_config: { integration_id: '00000000-0000-4000-8000-000000000000' } },
+        'source_config.repo_url is required for source codehost',
+      ],
+      [
+        { name: 'c7', source: 'internal_container', source_config: { custom_url: 'https://x.example' } },
+        'source_config.custom_url is set by the service and cannot be given.',
+      ],
+      [
+        {
+          name: 'c8',
+          source: 'external_container',
+          source_config: { listener_id: listenerId, listener_config: { k8s_namespace: 'other' } },
+          source_revision_config: { image_uri: 'x/y:1' },
+        },
+        "source_config.listener_config.k8s_namespace 'other' is not one of the listener's namespaces (agents, batch)",
+      ],
+      [
+        {
+          name: 'c9',
+          source: 'external_container',
+          source_config: { listener_id: '00000000-0000-4000-8000-000000000000' },
+          source_revision_config: { image_uri: 'x/y:1' },
+        },
+        'source_config.listener_id: Listener ID 00000000-0000-4000-8000-000000000000 not found.',
+      ],
+      [
+        {
+          name: 'c10',
+          source: 'internal_source',
+          source_revision_config: { source_tarball_path: '/etc/passwd', framework_config_path: 'agent.json' },
+        },
+        "source_revision_config.source_tarball_path '/etc/passwd' is not an upload of this workspace",
+      ],
+      [
+        { name: 'c11', source: 'internal_container', source_config: { resource_spec: { min_scale: 3, max_scale: 1 } } },
+        'source_config.resource_spec.min_scale (3) must not exceed max_scale (1)',
+      ],
     ];
     for (const [body, message] of cases) {
       const res = await api.post('/v2/deployments', body);
@@ -98,7 +171,11 @@ describe('create', () => {
 
   test('internal_source and internal_container may be created without a revision', async () => {
     for (const source of ['internal_source', 'internal_container']) {
-      const res = await api.post('/v2/deployments', { name: `empty-${source.replace('_', '-')}`, source, source_config: { deployment_type: 'prod' } });
+      const res = await api.post('/v2/deployments', {
+        name: `empty-${source.replace('_', '-')}`,
+        source,
+        source_config: { deployment_type: 'prod' },
+      });
       assert.equal(res.status, 201, JSON.stringify(res.body));
       assert.equal(res.body.latest_revision_id, null);
       assert.equal(res.body.source_config.deployment_type, 'prod');
@@ -113,7 +190,9 @@ describe('create', () => {
     assert.equal(again.status, 409);
     assert.equal(again.body.detail, "A deployment named 'taken' already exists.");
 
-    const results = await Promise.all(Array.from({ length: 8 }, () => api.post('/v2/deployments', container('racing'))));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => api.post('/v2/deployments', container('racing'))),
+    );
     const statuses = results.map((r) => r.status).sort();
     assert.deepEqual(statuses, [201, 409, 409, 409, 409, 409, 409, 409]);
     const listed = await api.get('/v2/deployments?name=racing');

@@ -93,13 +93,33 @@ export interface TestAppOptions {
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-data-'));
-  const config = loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY, LOG_LEVEL: 'silent', ...env });
+  const config = loadConfig({
+    SLIPWAY_DATA_DIR: dataDir,
+    SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
+    LOG_LEVEL: 'silent',
+    ...env,
+  });
   const logger = options.logger ?? createLogger(config.logLevel);
   const secretBox = createSecretBox(randomBytes(32));
   const first = await bootstrap(database.db, config.bootstrapApiKey);
   const changes = options.changes ? await openChangeFeed(database.url, logger) : null;
-  const router = options.router ? createAppRouter({ appsDomain: config.appsDomain, logger, drainTimeoutMs: config.drainTimeoutMs, publicUrl: config.publicUrl }) : null;
-  const app = await buildApp({ config, db: database.db, secretBox, logger, codehostClient: options.codehostClient, ...(changes ? { changes } : {}), ...(router ? { router } : {}) });
+  const router = options.router
+    ? createAppRouter({
+        appsDomain: config.appsDomain,
+        logger,
+        drainTimeoutMs: config.drainTimeoutMs,
+        publicUrl: config.publicUrl,
+      })
+    : null;
+  const app = await buildApp({
+    config,
+    db: database.db,
+    secretBox,
+    logger,
+    codehostClient: options.codehostClient,
+    ...(changes ? { changes } : {}),
+    ...(router ? { router } : {}),
+  });
   await app.ready();
   return {
     app,
@@ -171,7 +191,12 @@ export interface Response<T = any> {
 
 /** A small client over inject(): JSON in, parsed JSON out, with an API key and optional tenant. */
 export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, tenant?: string) {
-  const call = async <T = any>(method: InjectOptions['method'], url: string, body?: unknown, headers: Record<string, string> = {}): Promise<Response<T>> => {
+  const call = async <T = any>(
+    method: InjectOptions['method'],
+    url: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<Response<T>> => {
     const response = await app.inject({
       method,
       url,
@@ -184,12 +209,18 @@ export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, ten
       ...(body !== undefined ? { payload: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
     });
     const text = response.body;
-    return { status: response.statusCode, body: (text === "" ? undefined : JSON.parse(text)) as T, headers: response.headers };
+    return {
+      status: response.statusCode,
+      body: (text === '' ? undefined : JSON.parse(text)) as T,
+      headers: response.headers,
+    };
   };
   return {
     get: <T = any>(url: string, headers?: Record<string, string>) => call<T>('GET', url, undefined, headers),
-    post: <T = any>(url: string, body?: unknown, headers?: Record<string, string>) => call<T>('POST', url, body ?? {}, headers),
-    patch: <T = any>(url: string, body: unknown, headers?: Record<string, string>) => call<T>('PATCH', url, body, headers),
+    post: <T = any>(url: string, body?: unknown, headers?: Record<string, string>) =>
+      call<T>('POST', url, body ?? {}, headers),
+    patch: <T = any>(url: string, body: unknown, headers?: Record<string, string>) =>
+      call<T>('PATCH', url, body, headers),
     put: <T = any>(url: string, body: unknown, headers?: Record<string, string>) => call<T>('PUT', url, body, headers),
     delete: <T = any>(url: string, headers?: Record<string, string>) => call<T>('DELETE', url, undefined, headers),
     call,

@@ -18,7 +18,14 @@ const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 async function createListener(computeId: string, extra: Record<string, unknown> = {}) {
   const res = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: computeId, ...extra });
   assert.equal(res.status, 201, JSON.stringify(res.body));
-  return res.body as { id: string; compute_id: string; compute_config: { k8s_namespaces: string[] }; version: string | null; created_at: string; updated_at: string };
+  return res.body as {
+    id: string;
+    compute_id: string;
+    compute_config: { k8s_namespaces: string[] };
+    version: string | null;
+    created_at: string;
+    updated_at: string;
+  };
 }
 
 function onListener(name: string, listenerId: string, namespace?: string) {
@@ -64,11 +71,16 @@ describe('create and read', () => {
 
   test('compute_type other than k8s is 422 and creates nothing', async () => {
     for (const computeType of ['ecs', 'K8S', '', 'nomad']) {
-      const res = await api.post('/v2/listeners', { compute_type: computeType, compute_id: `bad-type-${computeType || 'empty'}` });
+      const res = await api.post('/v2/listeners', {
+        compute_type: computeType,
+        compute_id: `bad-type-${computeType || 'empty'}`,
+      });
       assert.equal(res.status, 422, `${computeType} -> ${res.status}`);
       assert.deepEqual(res.body.detail[0].loc, ['body', 'compute_type']);
     }
-    const ids = (await api.get('/v2/listeners?limit=100')).body.resources.map((l: { compute_id: string }) => l.compute_id);
+    const ids = (await api.get('/v2/listeners?limit=100')).body.resources.map(
+      (l: { compute_id: string }) => l.compute_id,
+    );
     assert.ok(!ids.some((id: string) => id.startsWith('bad-type-')));
   });
 
@@ -86,17 +98,28 @@ describe('create and read', () => {
 
     const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'second' });
     assert.equal(ws.status, 201);
-    const other = await client(t.app, t.orgKey, ws.body.id).post('/v2/listeners', { compute_type: 'k8s', compute_id: 'shared-name' });
+    const other = await client(t.app, t.orgKey, ws.body.id).post('/v2/listeners', {
+      compute_type: 'k8s',
+      compute_id: 'shared-name',
+    });
     assert.equal(other.status, 201);
-    const mine = (await api.get('/v2/listeners?limit=100')).body.resources.filter((l: { compute_id: string }) => l.compute_id === 'shared-name');
+    const mine = (await api.get('/v2/listeners?limit=100')).body.resources.filter(
+      (l: { compute_id: string }) => l.compute_id === 'shared-name',
+    );
     assert.equal(mine.length, 1);
     assert.equal(mine[0].version, null, 'the refused duplicate changed nothing');
   });
 
   test('concurrent creates of one compute_id give exactly one 201', async () => {
-    const results = await Promise.all(Array.from({ length: 8 }, (_, i) => api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'racing-cluster', version: String(i) })));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) =>
+        api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'racing-cluster', version: String(i) }),
+      ),
+    );
     assert.deepEqual(results.map((r) => r.status).sort(), [201, 409, 409, 409, 409, 409, 409, 409]);
-    const listed = (await api.get('/v2/listeners?limit=100')).body.resources.filter((l: { compute_id: string }) => l.compute_id === 'racing-cluster');
+    const listed = (await api.get('/v2/listeners?limit=100')).body.resources.filter(
+      (l: { compute_id: string }) => l.compute_id === 'racing-cluster',
+    );
     assert.equal(listed.length, 1);
     const winner = results.find((r) => r.status === 201)!;
     assert.equal(listed[0].id, winner.body.id);
@@ -118,30 +141,47 @@ describe('list', () => {
     }
     const all = await p.get('/v2/listeners?limit=100');
     assert.equal(all.status, 200);
-    assert.deepEqual(all.body.resources.map((l: { id: string }) => l.id), [...made].reverse(), 'newest first');
+    assert.deepEqual(
+      all.body.resources.map((l: { id: string }) => l.id),
+      [...made].reverse(),
+      'newest first',
+    );
     assert.equal(all.body.offset, 7);
 
     const first = await p.get('/v2/listeners?limit=3');
-    assert.deepEqual(first.body.resources.map((l: { compute_id: string }) => l.compute_id), ['page-6', 'page-5', 'page-4']);
+    assert.deepEqual(
+      first.body.resources.map((l: { compute_id: string }) => l.compute_id),
+      ['page-6', 'page-5', 'page-4'],
+    );
     assert.equal(first.body.offset, 3);
     const second = await p.get(`/v2/listeners?limit=3&offset=${first.body.offset}`);
-    assert.deepEqual(second.body.resources.map((l: { compute_id: string }) => l.compute_id), ['page-3', 'page-2', 'page-1']);
+    assert.deepEqual(
+      second.body.resources.map((l: { compute_id: string }) => l.compute_id),
+      ['page-3', 'page-2', 'page-1'],
+    );
     assert.equal(second.body.offset, 6);
     const third = await p.get(`/v2/listeners?limit=3&offset=${second.body.offset}`);
-    assert.deepEqual(third.body.resources.map((l: { compute_id: string }) => l.compute_id), ['page-0']);
+    assert.deepEqual(
+      third.body.resources.map((l: { compute_id: string }) => l.compute_id),
+      ['page-0'],
+    );
     assert.equal(third.body.offset, 7);
     const past = await p.get('/v2/listeners?limit=3&offset=7');
     assert.deepEqual(past.body.resources, []);
     assert.equal(past.body.offset, 7);
     const fromTwo = await p.get('/v2/listeners?limit=2&offset=2');
-    assert.deepEqual(fromTwo.body.resources.map((l: { compute_id: string }) => l.compute_id), ['page-4', 'page-3']);
+    assert.deepEqual(
+      fromTwo.body.resources.map((l: { compute_id: string }) => l.compute_id),
+      ['page-4', 'page-3'],
+    );
     assert.equal(fromTwo.body.offset, 4);
   });
 
   test('the default page size is 20', async () => {
     const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'default-page' });
     const p = client(t.app, t.orgKey, ws.body.id);
-    for (let i = 0; i < 22; i++) assert.equal((await p.post('/v2/listeners', { compute_type: 'k8s', compute_id: `d-${i}` })).status, 201);
+    for (let i = 0; i < 22; i++)
+      assert.equal((await p.post('/v2/listeners', { compute_type: 'k8s', compute_id: `d-${i}` })).status, 201);
     const res = await p.get('/v2/listeners');
     assert.equal(res.body.resources.length, 20);
     assert.equal(res.body.offset, 20);
@@ -151,7 +191,10 @@ describe('list', () => {
 describe('patch', () => {
   test('version and namespaces change; updated_at moves, created_at does not', async () => {
     const l = await createListener('patchable', { version: '1.0.0' });
-    const res = await api.patch(`/v2/listeners/${l.id}`, { version: '1.1.0', compute_config: { k8s_namespaces: ['agents', 'default'] } });
+    const res = await api.patch(`/v2/listeners/${l.id}`, {
+      version: '1.1.0',
+      compute_config: { k8s_namespaces: ['agents', 'default'] },
+    });
     assert.equal(res.status, 200, JSON.stringify(res.body));
     assert.equal(res.body.version, '1.1.0');
     assert.deepEqual(res.body.compute_config.k8s_namespaces, ['agents', 'default']);
@@ -161,7 +204,11 @@ describe('patch', () => {
 
     const versionOnly = await api.patch(`/v2/listeners/${l.id}`, { version: '1.2.0' });
     assert.equal(versionOnly.status, 200);
-    assert.deepEqual(versionOnly.body.compute_config.k8s_namespaces, ['agents', 'default'], 'namespaces kept when not given');
+    assert.deepEqual(
+      versionOnly.body.compute_config.k8s_namespaces,
+      ['agents', 'default'],
+      'namespaces kept when not given',
+    );
     const got = await api.get(`/v2/listeners/${l.id}`);
     assert.equal(got.body.version, '1.2.0');
   });
@@ -178,7 +225,11 @@ describe('patch', () => {
     assert.equal(unchanged.body.compute_id, 'fixed-id');
     assert.equal(unchanged.body.version, 'v1', 'refused patches changed nothing');
 
-    const same = await api.patch(`/v2/listeners/${l.id}`, { compute_id: 'fixed-id', compute_type: 'k8s', version: 'v3' });
+    const same = await api.patch(`/v2/listeners/${l.id}`, {
+      compute_id: 'fixed-id',
+      compute_type: 'k8s',
+      version: 'v3',
+    });
     assert.equal(same.status, 200, JSON.stringify(same.body));
     assert.equal(same.body.version, 'v3');
   });
@@ -247,7 +298,11 @@ describe('delete', () => {
     const credential = (await api.post(`/v2/listeners/${l.id}/credentials`, {})).body.credential;
     const asListener = client(t.app, null);
     const auth = { authorization: `Bearer ${credential}` };
-    assert.equal((await asListener.post(`/v2/listeners/${l.id}/heartbeat`, { version: '0.1.0', namespaces: ['default'] }, auth)).status, 200);
+    assert.equal(
+      (await asListener.post(`/v2/listeners/${l.id}/heartbeat`, { version: '0.1.0', namespaces: ['default'] }, auth))
+        .status,
+      200,
+    );
 
     assert.equal((await api.delete(`/v2/deployments/${d.body.id}`)).status, 204);
     assert.equal((await api.get(`/v2/deployments/${d.body.id}`)).body.status, 'AWAITING_DELETE');
@@ -255,7 +310,10 @@ describe('delete', () => {
     assert.equal(refused.status, 409);
     assert.match(refused.body.detail, /being-removed/);
 
-    assert.equal((await asListener.post(`/v2/listeners/${l.id}/deletions`, { deployment_id: d.body.id }, auth)).status, 204);
+    assert.equal(
+      (await asListener.post(`/v2/listeners/${l.id}/deletions`, { deployment_id: d.body.id }, auth)).status,
+      204,
+    );
     assert.equal((await api.get(`/v2/deployments/${d.body.id}`)).status, 404);
     assert.equal((await api.delete(`/v2/listeners/${l.id}`)).status, 204);
   });
@@ -265,7 +323,11 @@ describe('state', () => {
   test('list and get show the agent: connected after a heartbeat, stale after 90 s without one', async () => {
     const l = await createListener('heartbeats', { compute_config: { k8s_namespaces: ['agents', 'batch'] } });
     const credential = (await api.post(`/v2/listeners/${l.id}/credentials`, {})).body.credential;
-    const beat = await client(t.app, null).post(`/v2/listeners/${l.id}/heartbeat`, { version: '1.2.3', namespaces: ['agents', 'batch'] }, { authorization: `Bearer ${credential}` });
+    const beat = await client(t.app, null).post(
+      `/v2/listeners/${l.id}/heartbeat`,
+      { version: '1.2.3', namespaces: ['agents', 'batch'] },
+      { authorization: `Bearer ${credential}` },
+    );
     assert.equal(beat.status, 200, JSON.stringify(beat.body));
     const listed = (await api.get('/v2/listeners?limit=100')).body.resources.find((x: { id: string }) => x.id === l.id);
     assert.equal(listed.state, 'connected');
@@ -273,9 +335,11 @@ describe('state', () => {
     assert.deepEqual(listed.watched_namespaces, ['agents', 'batch']);
     assert.deepEqual(listed.namespaces_not_watched, []);
     assert.equal(listed.agent_version, '1.2.3');
-    assert.equal(listed.version, null, 'the registered version is the user\'s, apart from the agent\'s');
+    assert.equal(listed.version, null, "the registered version is the user's, apart from the agent's");
 
-    await t.database.pool.query("update listeners set last_seen_at = now() - interval '2 minutes' where id = $1", [l.id]);
+    await t.database.pool.query("update listeners set last_seen_at = now() - interval '2 minutes' where id = $1", [
+      l.id,
+    ]);
     assert.equal((await api.get(`/v2/listeners/${l.id}`)).body.state, 'stale');
     const patched = await api.patch(`/v2/listeners/${l.id}`, { version: '2' });
     assert.equal(patched.body.state, 'stale', 'the patch answer shows it too');

@@ -22,8 +22,17 @@ before(async () => {
   assert.equal(listener.status, 201);
   listenerId = listener.body.id;
   const bodies: Record<string, unknown>[] = [
-    { name: 'alpha-one', source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/alpha:1.0.0' } },
-    { name: 'alpha-two', source: 'internal_container', source_config: { deployment_type: 'prod' }, source_revision_config: { image_uri: 'registry.example.com/alpha:2.0.0' } },
+    {
+      name: 'alpha-one',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'registry.example.com/alpha:1.0.0' },
+    },
+    {
+      name: 'alpha-two',
+      source: 'internal_container',
+      source_config: { deployment_type: 'prod' },
+      source_revision_config: { image_uri: 'registry.example.com/alpha:2.0.0' },
+    },
     {
       name: 'gamma',
       source: 'external_container',
@@ -31,7 +40,11 @@ before(async () => {
       source_revision_config: { image_uri: 'ghcr.io/acme/gamma@sha256:abc' },
     },
     { name: 'delta', source: 'internal_source', source_config: { deployment_type: 'dev_free' } },
-    { name: 'alp-ha', source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/alp:1.0.0' } },
+    {
+      name: 'alp-ha',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'registry.example.com/alp:1.0.0' },
+    },
   ];
   for (const body of bodies) {
     const res = await api.post('/v2/deployments', body);
@@ -74,7 +87,12 @@ describe('list deployments', () => {
 
   test('status', async () => {
     assert.deepEqual(names(await api.get('/v2/deployments?status=READY')), ['alpha-two']);
-    assert.deepEqual(sorted(await api.get('/v2/deployments?status=AWAITING_DATABASE')), ['alp-ha', 'alpha-one', 'delta', 'gamma']);
+    assert.deepEqual(sorted(await api.get('/v2/deployments?status=AWAITING_DATABASE')), [
+      'alp-ha',
+      'alpha-one',
+      'delta',
+      'gamma',
+    ]);
     assert.deepEqual(names(await api.get('/v2/deployments?status=UNUSED')), []);
   });
 
@@ -82,7 +100,12 @@ describe('list deployments', () => {
     const remote = await api.get('/v2/deployments?remote_reconciled=true');
     assert.deepEqual(names(remote), ['gamma']);
     assert.equal(remote.body.resources[0]?.remote_reconciled, true);
-    assert.deepEqual(sorted(await api.get('/v2/deployments?remote_reconciled=false')), ['alp-ha', 'alpha-one', 'alpha-two', 'delta']);
+    assert.deepEqual(sorted(await api.get('/v2/deployments?remote_reconciled=false')), [
+      'alp-ha',
+      'alpha-one',
+      'alpha-two',
+      'delta',
+    ]);
   });
 
   test('image_version', async () => {
@@ -99,17 +122,31 @@ describe('list deployments', () => {
   });
 
   test('deployment_ids, in any letter case, unknown ids matching nothing', async () => {
-    assert.deepEqual(sorted(await api.get(`/v2/deployments?deployment_ids=${ids['alpha-one']},${ids.gamma}`)), ['alpha-one', 'gamma']);
+    assert.deepEqual(sorted(await api.get(`/v2/deployments?deployment_ids=${ids['alpha-one']},${ids.gamma}`)), [
+      'alpha-one',
+      'gamma',
+    ]);
     assert.deepEqual(names(await api.get(`/v2/deployments?deployment_ids=${ids.delta!.toUpperCase()}`)), ['delta']);
-    assert.deepEqual(names(await api.get(`/v2/deployments?deployment_ids=${ids.delta},00000000-0000-4000-8000-000000000000`)), ['delta']);
+    assert.deepEqual(
+      names(await api.get(`/v2/deployments?deployment_ids=${ids.delta},00000000-0000-4000-8000-000000000000`)),
+      ['delta'],
+    );
     assert.deepEqual(names(await api.get(`/v2/deployments?deployment_ids=${ids.delta},${ids.delta}`)), ['delta']);
   });
 
   test('filters combine with AND', async () => {
-    assert.deepEqual(sorted(await api.get('/v2/deployments?deployment_type=dev&remote_reconciled=false')), ['alp-ha', 'alpha-one']);
+    assert.deepEqual(sorted(await api.get('/v2/deployments?deployment_type=dev&remote_reconciled=false')), [
+      'alp-ha',
+      'alpha-one',
+    ]);
     assert.deepEqual(names(await api.get('/v2/deployments?name_contains=alpha&status=READY')), ['alpha-two']);
     assert.deepEqual(names(await api.get('/v2/deployments?name_contains=alpha&deployment_type=dev_free')), []);
-    assert.deepEqual(names(await api.get(`/v2/deployments?deployment_ids=${ids['alpha-one']},${ids['alpha-two']}&image_version=2.0.0`)), ['alpha-two']);
+    assert.deepEqual(
+      names(
+        await api.get(`/v2/deployments?deployment_ids=${ids['alpha-one']},${ids['alpha-two']}&image_version=2.0.0`),
+      ),
+      ['alpha-two'],
+    );
   });
 
   test('a deleted deployment leaves every list', async () => {
@@ -129,7 +166,10 @@ describe('paging', () => {
     const p = client(t.app, t.orgKey, ws.body.id);
     const made: string[] = [];
     for (let i = 0; i < 23; i++) {
-      const res = await p.post('/v2/deployments', { name: `page-${String(i).padStart(2, '0')}`, source: 'internal_container' });
+      const res = await p.post('/v2/deployments', {
+        name: `page-${String(i).padStart(2, '0')}`,
+        source: 'internal_container',
+      });
       assert.equal(res.status, 201);
       made.push(res.body.id);
     }
@@ -166,19 +206,27 @@ describe('list revisions', () => {
   const rev: string[] = [];
 
   before(async () => {
-    const created = await api.post('/v2/deployments', { name: 'many-revisions', source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/r:1' } });
+    const created = await api.post('/v2/deployments', {
+      name: 'many-revisions',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'registry.example.com/r:1' },
+    });
     assert.equal(created.status, 201);
     deploymentId = created.body.id;
     rev.push(created.body.latest_revision_id);
     for (const tag of ['2', '3']) {
-      const patched = await api.patch(`/v2/deployments/${deploymentId}`, { source_revision_config: { image_uri: `registry.example.com/r:${tag}` } });
+      const patched = await api.patch(`/v2/deployments/${deploymentId}`, {
+        source_revision_config: { image_uri: `registry.example.com/r:${tag}` },
+      });
       assert.equal(patched.status, 200);
       rev.push(patched.body.latest_revision_id);
     }
     const interrupted = await api.post(`/v2/deployments/${deploymentId}/revisions/${rev[2]}/interrupt`);
     assert.equal(interrupted.status, 200);
     assert.equal(interrupted.body.status, 'INTERRUPTED');
-    const last = await api.patch(`/v2/deployments/${deploymentId}`, { source_revision_config: { image_uri: 'registry.example.com/r:4' } });
+    const last = await api.patch(`/v2/deployments/${deploymentId}`, {
+      source_revision_config: { image_uri: 'registry.example.com/r:4' },
+    });
     assert.equal(last.status, 200);
     rev.push(last.body.latest_revision_id);
   });
@@ -190,7 +238,10 @@ describe('list revisions', () => {
     const res = await api.get(url());
     assert.equal(res.status, 200);
     assert.deepEqual(revisionIds(res), [rev[3], rev[2], rev[1], rev[0]]);
-    assert.deepEqual(res.body.resources.map((r: { status: string }) => r.status), ['QUEUED', 'INTERRUPTED', 'SKIPPED', 'SKIPPED']);
+    assert.deepEqual(
+      res.body.resources.map((r: { status: string }) => r.status),
+      ['QUEUED', 'INTERRUPTED', 'SKIPPED', 'SKIPPED'],
+    );
     assert.equal(res.body.offset, 4);
   });
 

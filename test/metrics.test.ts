@@ -31,17 +31,36 @@ test('request counters, latency histograms and revision and queue gauges move', 
   for (let i = 0; i < 3; i++) assert.equal((await api.get('/v2/deployments')).status, 200);
   assert.equal((await api.get('/v2/deployments/not-a-uuid')).status, 422);
   assert.equal((await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'metered-cluster' })).status, 201);
-  const created = await api.post('/v2/deployments', { name: 'metered', source: 'internal_container', source_revision_config: { image_uri: 'a:1' } });
+  const created = await api.post('/v2/deployments', {
+    name: 'metered',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'a:1' },
+  });
   assert.equal(created.status, 201);
 
   const after = await scrape();
   assert.equal(value(after, route) - value(before, route), 3);
-  assert.equal(value(after, 'slipway_http_requests_total{method="GET",route="/v2/deployments/:deployment_id",status="422"}'), 1);
-  assert.ok(value(after, 'slipway_http_request_duration_seconds_count{method="GET",route="/v2/deployments",status="200"}') >= 3);
-  assert.equal(value(after, 'slipway_revisions{status="QUEUED"}') - value(before, 'slipway_revisions{status="QUEUED"}'), 1);
-  assert.equal(value(after, 'slipway_deployments{status="AWAITING_DATABASE"}') - value(before, 'slipway_deployments{status="AWAITING_DATABASE"}'), 1);
+  assert.equal(
+    value(after, 'slipway_http_requests_total{method="GET",route="/v2/deployments/:deployment_id",status="422"}'),
+    1,
+  );
+  assert.ok(
+    value(after, 'slipway_http_request_duration_seconds_count{method="GET",route="/v2/deployments",status="200"}') >= 3,
+  );
+  assert.equal(
+    value(after, 'slipway_revisions{status="QUEUED"}') - value(before, 'slipway_revisions{status="QUEUED"}'),
+    1,
+  );
+  assert.equal(
+    value(after, 'slipway_deployments{status="AWAITING_DATABASE"}') -
+      value(before, 'slipway_deployments{status="AWAITING_DATABASE"}'),
+    1,
+  );
   assert.equal(value(after, 'slipway_work_queue_depth') - value(before, 'slipway_work_queue_depth'), 1);
   assert.ok(value(after, 'slipway_work_queue_oldest_age_seconds') >= 0);
-  assert.equal(value(after, 'slipway_listeners{state="never_seen"}') - value(before, 'slipway_listeners{state="never_seen"}'), 1);
+  assert.equal(
+    value(after, 'slipway_listeners{state="never_seen"}') - value(before, 'slipway_listeners{state="never_seen"}'),
+    1,
+  );
   assert.match(after, /slipway_process_resident_memory_bytes/);
 });

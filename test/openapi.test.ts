@@ -117,8 +117,10 @@ function responseOf(route: string, status: string): Response {
   return target;
 }
 
-const jsonSchemaOf = (route: string, status: string): Schema => resolve(responseOf(route, status).content?.['application/json']?.schema);
-const requestSchemaOf = (route: string, type = 'application/json'): Schema => resolve(operation(route).requestBody?.content[type]?.schema);
+const jsonSchemaOf = (route: string, status: string): Schema =>
+  resolve(responseOf(route, status).content?.['application/json']?.schema);
+const requestSchemaOf = (route: string, type = 'application/json'): Schema =>
+  resolve(operation(route).requestBody?.content[type]?.schema);
 
 describe('/openapi.json', () => {
   test('is OpenAPI 3.1 with the API keys as security schemes', () => {
@@ -131,7 +133,10 @@ describe('/openapi.json', () => {
 
   test('lists every route the app serves, and nothing it does not', () => {
     const served = servedRoutes(t.app);
-    assert.ok(served.has('POST /v2/deployments') && served.has('PATCH /v2/listeners/{listener_id}'), `the route tree was read: ${[...served].join(', ')}`);
+    assert.ok(
+      served.has('POST /v2/deployments') && served.has('PATCH /v2/listeners/{listener_id}'),
+      `the route tree was read: ${[...served].join(', ')}`,
+    );
     assert.ok(served.size > 25, `found ${served.size} routes`);
     const documented = documentedRoutes();
     assert.deepEqual([...served].filter((r) => !documented.has(r)).sort(), [], 'served but not documented');
@@ -173,7 +178,8 @@ describe('/openapi.json', () => {
         if (status.startsWith('2') && BROWSER_PAGES.has(route)) continue;
         const content = response.content ?? {};
         assert.ok(Object.keys(content).length > 0, `${route} ${status} documents its body`);
-        for (const [type, media] of Object.entries(content)) assert.ok(media.schema, `${route} ${status} ${type} has a schema`);
+        for (const [type, media] of Object.entries(content))
+          assert.ok(media.schema, `${route} ${status} ${type} has a schema`);
       }
       for (const status of statuses.filter((s) => /^4|^5/.test(s))) {
         const content = responseOf(route, status).content ?? {};
@@ -216,38 +222,98 @@ describe('/openapi.json', () => {
       const schema = requestSchemaOf(route);
       assert.ok(schema.properties && Object.keys(schema.properties).length > 0, `${route} documents its JSON body`);
     }
-    assert.ok(operation('POST /v2/uploads').requestBody?.content['application/gzip'], 'the upload documents its tarball body');
-    for (const [route, media] of Object.entries(doc.paths).flatMap(([url, ops]) => Object.entries(ops).map(([m, op]) => [`${m.toUpperCase()} ${url}`, op.requestBody] as const))) {
-      for (const [type, content] of Object.entries(media?.content ?? {})) assert.ok(content.schema, `${route} ${type} request body has a schema`);
+    assert.ok(
+      operation('POST /v2/uploads').requestBody?.content['application/gzip'],
+      'the upload documents its tarball body',
+    );
+    for (const [route, media] of Object.entries(doc.paths).flatMap(([url, ops]) =>
+      Object.entries(ops).map(([m, op]) => [`${m.toUpperCase()} ${url}`, op.requestBody] as const),
+    )) {
+      for (const [type, content] of Object.entries(media?.content ?? {}))
+        assert.ok(content.schema, `${route} ${type} request body has a schema`);
     }
   });
 
   test('deployment, revision and listener schemas carry the interface fields', () => {
     const deployment = jsonSchemaOf('GET /v2/deployments/{deployment_id}', '200');
-    for (const field of ['name', 'source', 'source_config', 'source_revision_config', 'secrets', 'id', 'tenant_id', 'created_at', 'updated_at', 'status', 'latest_revision_id', 'active_revision_id', 'secret_references', 'image_version']) {
+    for (const field of [
+      'name',
+      'source',
+      'source_config',
+      'source_revision_config',
+      'secrets',
+      'id',
+      'tenant_id',
+      'created_at',
+      'updated_at',
+      'status',
+      'latest_revision_id',
+      'active_revision_id',
+      'secret_references',
+      'image_version',
+    ]) {
       assert.ok(deployment.properties?.[field], `Deployment.${field}`);
     }
-    for (const field of ['integration_id', 'repo_url', 'deployment_type', 'build_on_push', 'custom_url', 'resource_spec', 'listener_id', 'listener_config', 'install_command', 'build_command']) {
+    for (const field of [
+      'integration_id',
+      'repo_url',
+      'deployment_type',
+      'build_on_push',
+      'custom_url',
+      'resource_spec',
+      'listener_id',
+      'listener_config',
+      'install_command',
+      'build_command',
+    ]) {
       assert.ok(resolve(deployment.properties?.source_config).properties?.[field], `SourceConfig.${field}`);
     }
     for (const field of ['repo_ref', 'framework_config_path', 'image_uri', 'source_tarball_path', 'repo_commit_sha']) {
-      assert.ok(resolve(deployment.properties?.source_revision_config).properties?.[field], `SourceRevisionConfig.${field}`);
+      assert.ok(
+        resolve(deployment.properties?.source_revision_config).properties?.[field],
+        `SourceRevisionConfig.${field}`,
+      );
     }
     const create = requestSchemaOf('POST /v2/deployments');
     assert.deepEqual([...(create.required ?? [])].sort(), ['name', 'source']);
-    assert.equal(resolve(create.properties?.source_revision_config).properties?.repo_commit_sha, undefined, 'repo_commit_sha is response-only');
+    assert.equal(
+      resolve(create.properties?.source_revision_config).properties?.repo_commit_sha,
+      undefined,
+      'repo_commit_sha is response-only',
+    );
 
     const list = jsonSchemaOf('GET /v2/deployments', '200');
     assert.ok(list.properties?.resources && list.properties.offset, 'the list envelope');
-    const query = (operation('GET /v2/deployments').parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name).sort();
-    assert.deepEqual(query, ['deployment_ids', 'deployment_type', 'image_version', 'limit', 'name', 'name_contains', 'offset', 'remote_reconciled', 'status', 'tag_value_ids']);
-    const revisionQuery = (operation('GET /v2/deployments/{deployment_id}/revisions').parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name).sort();
+    const query = (operation('GET /v2/deployments').parameters ?? [])
+      .filter((p) => p.in === 'query')
+      .map((p) => p.name)
+      .sort();
+    assert.deepEqual(query, [
+      'deployment_ids',
+      'deployment_type',
+      'image_version',
+      'limit',
+      'name',
+      'name_contains',
+      'offset',
+      'remote_reconciled',
+      'status',
+      'tag_value_ids',
+    ]);
+    const revisionQuery = (operation('GET /v2/deployments/{deployment_id}/revisions').parameters ?? [])
+      .filter((p) => p.in === 'query')
+      .map((p) => p.name)
+      .sort();
     assert.deepEqual(revisionQuery, ['limit', 'offset', 'remote_reconciled', 'status']);
 
-    const revision = resolve(jsonSchemaOf('GET /v2/deployments/{deployment_id}/revisions', '200').properties?.resources?.items);
-    for (const field of ['id', 'created_at', 'updated_at', 'status', 'source', 'source_revision_config']) assert.ok(revision.properties?.[field], `Revision.${field}`);
+    const revision = resolve(
+      jsonSchemaOf('GET /v2/deployments/{deployment_id}/revisions', '200').properties?.resources?.items,
+    );
+    for (const field of ['id', 'created_at', 'updated_at', 'status', 'source', 'source_revision_config'])
+      assert.ok(revision.properties?.[field], `Revision.${field}`);
     const listener = jsonSchemaOf('GET /v2/listeners/{listener_id}', '200');
-    for (const field of ['compute_type', 'compute_id', 'compute_config', 'id', 'created_at', 'updated_at', 'version']) assert.ok(listener.properties?.[field], `Listener.${field}`);
+    for (const field of ['compute_type', 'compute_id', 'compute_config', 'id', 'created_at', 'updated_at', 'version'])
+      assert.ok(listener.properties?.[field], `Listener.${field}`);
   });
 
   test('the create operations carry examples', () => {
@@ -265,7 +331,11 @@ describe('/openapi.json for client generators', () => {
     const seen = new Map<string, string>();
     for (const [route, op] of operations()) {
       assert.match(op.operationId ?? '', /^[a-z][A-Za-z0-9]*$/, `${route} has a camelCase operationId`);
-      assert.equal(seen.get(op.operationId!), undefined, `${route} and ${seen.get(op.operationId!)} share ${op.operationId}`);
+      assert.equal(
+        seen.get(op.operationId!),
+        undefined,
+        `${route} and ${seen.get(op.operationId!)} share ${op.operationId}`,
+      );
       seen.set(op.operationId!, route);
     }
     // The names clients are generated with: renaming one breaks them.
@@ -273,23 +343,61 @@ describe('/openapi.json for client generators', () => {
     assert.equal(operation('GET /v2/deployments').operationId, 'listDeployments');
     assert.equal(operation('PATCH /v2/deployments/{deployment_id}').operationId, 'patchDeployment');
     assert.equal(operation('GET /v2/deployments/{deployment_id}/revisions').operationId, 'listRevisions');
-    assert.equal(operation('POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy').operationId, 'redeployRevision');
+    assert.equal(
+      operation('POST /v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy').operationId,
+      'redeployRevision',
+    );
     assert.equal(operation('POST /v2/listeners').operationId, 'createListener');
   });
 
   test('resources and bodies are named schemas, referenced rather than copied', () => {
     const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
     const schemas = doc.components.schemas ?? {};
-    for (const name of ['Deployment', 'DeploymentCreate', 'DeploymentPatch', 'Revision', 'SourceConfig', 'SourceRevisionConfig', 'ResourceSpec', 'Secret', 'Listener', 'ListenerCreate', 'ListenerPatch', 'OAuthProvider', 'AgentConnection', 'CodehostRepository', 'ErrorBody', 'ValidationErrorBody']) {
+    for (const name of [
+      'Deployment',
+      'DeploymentCreate',
+      'DeploymentPatch',
+      'Revision',
+      'SourceConfig',
+      'SourceRevisionConfig',
+      'ResourceSpec',
+      'Secret',
+      'Listener',
+      'ListenerCreate',
+      'ListenerPatch',
+      'OAuthProvider',
+      'AgentConnection',
+      'CodehostRepository',
+      'ErrorBody',
+      'ValidationErrorBody',
+    ]) {
       assert.ok(schemas[name], `components.schemas.${name}`);
     }
-    assert.deepEqual(responseOf('GET /v2/deployments/{deployment_id}', '200').content?.['application/json']?.schema, ref('Deployment'));
-    assert.deepEqual(responseOf('POST /v2/deployments', '201').content?.['application/json']?.schema, ref('Deployment'));
+    assert.deepEqual(
+      responseOf('GET /v2/deployments/{deployment_id}', '200').content?.['application/json']?.schema,
+      ref('Deployment'),
+    );
+    assert.deepEqual(
+      responseOf('POST /v2/deployments', '201').content?.['application/json']?.schema,
+      ref('Deployment'),
+    );
     assert.deepEqual(jsonSchemaOf('GET /v2/deployments', '200').properties?.resources?.items, ref('Deployment'));
-    assert.deepEqual(operation('POST /v2/deployments').requestBody?.content['application/json']?.schema, ref('DeploymentCreate'));
-    assert.deepEqual(jsonSchemaOf('GET /v2/deployments/{deployment_id}/revisions', '200').properties?.resources?.items, ref('Revision'));
-    assert.deepEqual(responseOf('GET /v2/listeners/{listener_id}', '200').content?.['application/json']?.schema, ref('Listener'));
-    assert.deepEqual(responseOf('POST /v2/listeners/{listener_id}/heartbeat', '200').content?.['application/json']?.schema, ref('Listener'));
+    assert.deepEqual(
+      operation('POST /v2/deployments').requestBody?.content['application/json']?.schema,
+      ref('DeploymentCreate'),
+    );
+    assert.deepEqual(
+      jsonSchemaOf('GET /v2/deployments/{deployment_id}/revisions', '200').properties?.resources?.items,
+      ref('Revision'),
+    );
+    assert.deepEqual(
+      responseOf('GET /v2/listeners/{listener_id}', '200').content?.['application/json']?.schema,
+      ref('Listener'),
+    );
+    assert.deepEqual(
+      responseOf('POST /v2/listeners/{listener_id}/heartbeat', '200').content?.['application/json']?.schema,
+      ref('Listener'),
+    );
 
     // No operation carries a copy of a named schema, and every reference resolves.
     const texts = new Map(Object.entries(schemas).map(([name, schema]) => [JSON.stringify(schema), name]));
@@ -305,7 +413,8 @@ describe('/openapi.json for client generators', () => {
       }
     };
     for (const [route, op] of operations()) walk(op, route);
-    for (const [name, schema] of Object.entries(schemas)) walk(Object.values(schema.properties ?? {}), `components.schemas.${name}`);
+    for (const [name, schema] of Object.entries(schemas))
+      walk(Object.values(schema.properties ?? {}), `components.schemas.${name}`);
     for (const target of refs) {
       const [, kind, name] = /^#\/components\/(schemas|responses)\/(.+)$/.exec(target) ?? [];
       assert.ok(kind === 'schemas' ? schemas[name!] : doc.components.responses?.[name!], `${target} resolves`);
@@ -327,13 +436,23 @@ describe('/openapi.json for client generators', () => {
     ]);
     for (const route of ['GET /healthz', 'GET /readyz', 'GET /metrics']) {
       const [method, url] = route.split(' ') as [string, string];
-      assert.equal((await t.app.inject({ method: method as 'GET', url })).statusCode, 200, `${route} answers without a key`);
+      assert.equal(
+        (await t.app.inject({ method: method as 'GET', url })).statusCode,
+        200,
+        `${route} answers without a key`,
+      );
     }
     for (const [route, op] of operations()) {
       if (op.security !== undefined && op.security.length === 0) continue;
       const [method, template] = route.split(' ') as [string, string];
       const url = template.replace(/\{[^}]+\}/g, '00000000-0000-4000-8000-000000000000');
-      const res = await t.app.inject({ method: method as 'GET', url, ...(method === 'GET' || method === 'DELETE' ? {} : { headers: { 'content-type': 'application/json' }, payload: '{}' }) });
+      const res = await t.app.inject({
+        method: method as 'GET',
+        url,
+        ...(method === 'GET' || method === 'DELETE'
+          ? {}
+          : { headers: { 'content-type': 'application/json' }, payload: '{}' }),
+      });
       assert.equal(res.statusCode, 401, `${route} needs a credential`);
       assert.ok(op.responses['401'], `${route} documents its 401`);
     }
@@ -344,16 +463,20 @@ describe('/openapi.json for client generators', () => {
       assert.ok(op.responses['500'], `${route} lists 500`);
       assert.ok(jsonSchemaOf(route, '500').properties?.code, `${route} 500 is the error envelope`);
       if (route.startsWith('GET ')) continue;
-      for (const status of ['413', '415']) assert.ok(jsonSchemaOf(route, status).properties?.detail, `${route} lists ${status}`);
+      for (const status of ['413', '415'])
+        assert.ok(jsonSchemaOf(route, status).properties?.detail, `${route} lists ${status}`);
     }
-    for (const [route, op] of operations()) if (op.requestBody) assert.ok(op.responses['413'] && op.responses['415'], `${route} has a body: 413 and 415`);
+    for (const [route, op] of operations())
+      if (op.requestBody) assert.ok(op.responses['413'] && op.responses['415'], `${route} has a body: 413 and 415`);
   });
 
   test('the OAuth callback documents its query parameters and its HTML pages', () => {
     const route = 'GET /v2/auth/callback/{provider_id}';
     const query = (operation(route).parameters ?? []).filter((p) => p.in === 'query').map((p) => p.name);
-    for (const name of ['code', 'state', 'error', 'error_description', 'iss']) assert.ok(query.includes(name), `query parameter ${name}`);
-    for (const status of ['200', '400', '502', '503']) assert.ok(responseOf(route, status).content?.['text/html'], `${status} is an HTML page`);
+    for (const name of ['code', 'state', 'error', 'error_description', 'iss'])
+      assert.ok(query.includes(name), `query parameter ${name}`);
+    for (const status of ['200', '400', '502', '503'])
+      assert.ok(responseOf(route, status).content?.['text/html'], `${status} is an HTML page`);
   });
 });
 
@@ -379,6 +502,10 @@ describe('docs/errors.md', () => {
       assert.ok(row[2]!.length > 20, `${code} has a meaning`);
     }
     const documented = [...text.matchAll(/^\|\s*`([a-z_]+)`\s*\|/gm)].map((m) => m[1]!);
-    assert.deepEqual(documented.filter((code) => !(code in ERROR_CODES)), [], 'no code is documented that does not exist');
+    assert.deepEqual(
+      documented.filter((code) => !(code in ERROR_CODES)),
+      [],
+      'no code is documented that does not exist',
+    );
   });
 });

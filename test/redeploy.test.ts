@@ -14,7 +14,12 @@ before(async () => {
 after(() => t.close());
 
 async function upload(): Promise<string> {
-  const response = await t.app.inject({ method: 'POST', url: '/v2/uploads', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, payload: gzipSync(Buffer.from('source')) });
+  const response = await t.app.inject({
+    method: 'POST',
+    url: '/v2/uploads',
+    headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+    payload: gzipSync(Buffer.from('source')),
+  });
   assert.equal(response.statusCode, 201, response.body);
   return JSON.parse(response.body).source_tarball_path;
 }
@@ -49,7 +54,13 @@ test('redeploying revision 1 restores its commands and resource spec; a secrets 
   const secrets = await api.patch(`/v2/deployments/${id}`, { secrets: [{ name: 'TOKEN', value: 'two' }] });
   assert.equal(secrets.status, 200);
   assert.notEqual(secrets.body.latest_revision_id, rolled.body.latest_revision_id);
-  const snapshot = (await t.database.db.selectFrom('revisions').select('snapshot').where('id', '=', secrets.body.latest_revision_id).executeTakeFirstOrThrow()).snapshot;
+  const snapshot = (
+    await t.database.db
+      .selectFrom('revisions')
+      .select('snapshot')
+      .where('id', '=', secrets.body.latest_revision_id)
+      .executeTakeFirstOrThrow()
+  ).snapshot;
   assert.equal(snapshot.install_command, 'npm ci');
   assert.deepEqual(snapshot.resource_spec, { min_scale: 1 });
   assert.equal(secrets.body.source_config.install_command, 'npm ci');

@@ -20,18 +20,29 @@ after(() => t.close());
 const quiet = { warn: () => undefined };
 
 async function upload(): Promise<string> {
-  const response = await t.app.inject({ method: 'POST', url: '/v2/uploads', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, payload: gzipSync(Buffer.from('x')) });
+  const response = await t.app.inject({
+    method: 'POST',
+    url: '/v2/uploads',
+    headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+    payload: gzipSync(Buffer.from('x')),
+  });
   return JSON.parse(response.body).source_tarball_path;
 }
 
 test('events older than the retention are pruned; newer ones stay', async () => {
   const api = client(t.app);
-  const created = await api.post('/v2/deployments', { name: 'chatty', source: 'internal_container', source_revision_config: { image_uri: 'a:1' } });
+  const created = await api.post('/v2/deployments', {
+    name: 'chatty',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'a:1' },
+  });
   const id = created.body.id;
   const count = async () => (await api.get(`/v2/deployments/${id}/events?limit=100`)).body.resources.length as number;
   const before = await count();
   assert.ok(before >= 3);
-  await sql`update events set created_at = now() - interval '100 days' where deployment_id = ${id} and type = 'deployment.created'`.execute(t.database.db);
+  await sql`update events set created_at = now() - interval '100 days' where deployment_id = ${id} and type = 'deployment.created'`.execute(
+    t.database.db,
+  );
   assert.equal(await pruneEvents(t.database.db, 0), 0, '0 keeps everything');
   assert.ok((await pruneEvents(t.database.db, 90)) >= 1);
   assert.equal(await count(), before - 1);
@@ -41,7 +52,11 @@ test('an unused upload goes after its retention, file included; one a revision u
   const api = client(t.app);
   const unused = await upload();
   const used = await upload();
-  const created = await api.post('/v2/deployments', { name: 'uses-upload', source: 'internal_source', source_revision_config: { source_tarball_path: used, framework_config_path: 'slipway.json' } });
+  const created = await api.post('/v2/deployments', {
+    name: 'uses-upload',
+    source: 'internal_source',
+    source_revision_config: { source_tarball_path: used, framework_config_path: 'slipway.json' },
+  });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 0, 'young uploads stay');
   await sql`update source_uploads set created_at = now() - interval '2 days'`.execute(t.database.db);

@@ -40,7 +40,11 @@ let names = 0;
 /** A new deployment; resolves to its id and its first revision's (QUEUED). */
 async function newRevision(): Promise<{ deploymentId: string; revisionId: string }> {
   names += 1;
-  const res = await api.post('/v2/deployments', { name: `logs-${names}`, source: 'internal_container', source_revision_config: { image_uri: 'reg.example.com/a:1' } });
+  const res = await api.post('/v2/deployments', {
+    name: `logs-${names}`,
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'reg.example.com/a:1' },
+  });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return { deploymentId: res.body.id, revisionId: res.body.latest_revision_id };
 }
@@ -57,7 +61,13 @@ async function move(revisionId: string, statuses: RevisionStatus[], failure: Fai
 }
 
 async function storedLines(revisionId: string, type: RevisionLogType = 'build') {
-  return t.database.db.selectFrom('revision_logs').select(['stream', 'line']).where('revision_id', '=', revisionId).where('type', '=', type).orderBy('id').execute();
+  return t.database.db
+    .selectFrom('revision_logs')
+    .select(['stream', 'line'])
+    .where('revision_id', '=', revisionId)
+    .where('type', '=', type)
+    .orderBy('id')
+    .execute();
 }
 
 async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 5_000): Promise<T> {
@@ -70,11 +80,23 @@ async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean
   }
 }
 
-function writer(revisionId: string, options: { type?: RevisionLogType; maxLines?: number; redact?: string[]; flushIntervalMs?: number } = {}): LogWriter {
-  return createLogWriter({ db: t.database.db, revisionId, type: options.type ?? 'build', maxLines: options.maxLines ?? 1000, redact: options.redact ?? [], logger: silent, flushIntervalMs: options.flushIntervalMs });
+function writer(
+  revisionId: string,
+  options: { type?: RevisionLogType; maxLines?: number; redact?: string[]; flushIntervalMs?: number } = {},
+): LogWriter {
+  return createLogWriter({
+    db: t.database.db,
+    revisionId,
+    type: options.type ?? 'build',
+    maxLines: options.maxLines ?? 1000,
+    redact: options.redact ?? [],
+    logger: silent,
+    flushIntervalMs: options.flushIntervalMs,
+  });
 }
 
-const logsUrl = (r: { deploymentId: string; revisionId: string }, query = '') => `/v2/deployments/${r.deploymentId}/revisions/${r.revisionId}/logs${query}`;
+const logsUrl = (r: { deploymentId: string; revisionId: string }, query = '') =>
+  `/v2/deployments/${r.deploymentId}/revisions/${r.revisionId}/logs${query}`;
 
 describe('the log writer', () => {
   test('batches lines: write() returns at once, and a batch lands as one insert with one notification', async () => {
@@ -86,9 +108,18 @@ describe('the log writer', () => {
     const log = writer(r.revisionId, { flushIntervalMs: 100 });
     for (let i = 0; i < 20; i += 1) log.write('stdout', `line ${i}\n`);
     assert.equal((await storedLines(r.revisionId)).length, 0, 'nothing is written while the process writes');
-    const rows = await eventually(() => storedLines(r.revisionId), (rows) => rows.length === 20);
-    assert.deepEqual(rows.map((row) => row.line), Array.from({ length: 20 }, (_, i) => `line ${i}`));
-    await eventually(async () => notified.length, (n) => n >= 1);
+    const rows = await eventually(
+      () => storedLines(r.revisionId),
+      (rows) => rows.length === 20,
+    );
+    assert.deepEqual(
+      rows.map((row) => row.line),
+      Array.from({ length: 20 }, (_, i) => `line ${i}`),
+    );
+    await eventually(
+      async () => notified.length,
+      (n) => n >= 1,
+    );
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.equal(notified.length, 1, 'one batch, one wake-up for followers');
     unsubscribe();
@@ -99,7 +130,10 @@ describe('the log writer', () => {
     const r = await newRevision();
     const log = writer(r.revisionId, { flushIntervalMs: 60_000 });
     log.write('stdout', Array.from({ length: 600 }, (_, i) => `n${i}\n`).join(''));
-    await eventually(() => storedLines(r.revisionId), (rows) => rows.length >= 500);
+    await eventually(
+      () => storedLines(r.revisionId),
+      (rows) => rows.length >= 500,
+    );
     await log.close();
     assert.equal((await storedLines(r.revisionId)).length, 600);
   });
@@ -133,7 +167,10 @@ describe('the log writer', () => {
     log.write('stdout', 'fetch 10%\rfetch 60%\rfetch done\n');
     log.write('stdout', '\u001b]0;window title\u0007\u001b[2Kdone\ttabs kept\n');
     await log.close();
-    assert.deepEqual((await storedLines(r.revisionId)).map((row) => row.line), ['ERROR build failed', 'fetch done', 'done\ttabs kept']);
+    assert.deepEqual(
+      (await storedLines(r.revisionId)).map((row) => row.line),
+      ['ERROR build failed', 'fetch done', 'done\ttabs kept'],
+    );
   });
 
   test('secret values never reach the log or tail(), even split across chunks or colours', async () => {
@@ -158,7 +195,8 @@ describe('the log writer', () => {
       'Running: deploy --token ********',
       'unterminated ********',
     ]);
-    for (const text of [...lines, ...tail, ...log.tail(100)]) assert.ok(!text.includes('4242') && !text.includes('MIIEvQ'), text);
+    for (const text of [...lines, ...tail, ...log.tail(100)])
+      assert.ok(!text.includes('4242') && !text.includes('MIIEvQ'), text);
     assert.deepEqual(log.tail(2), ['Running: deploy --token ********', 'unterminated ********']);
   });
 
@@ -190,7 +228,10 @@ describe('the log writer', () => {
     assert.equal(rows.length, 102);
     assert.deepEqual(rows[0], { stream: 'system', line: 'Running: npm run build' });
     assert.deepEqual(rows[99], { stream: 'stdout', line: 'out 99' });
-    assert.deepEqual(rows[100], { stream: 'system', line: 'Log cut: only the first 100 lines of build output are kept.' });
+    assert.deepEqual(rows[100], {
+      stream: 'system',
+      line: 'Log cut: only the first 100 lines of build output are kept.',
+    });
     assert.deepEqual(rows[101], { stream: 'system', line: 'Build failed: exit code 1' });
 
     // A later attempt at the same build (a worker took it over) does not grow the log past the cap.
@@ -226,7 +267,14 @@ describe('the log writer', () => {
         callback();
       },
     });
-    const log = createLogWriter({ db: t.database.db, revisionId: '00000000-0000-4000-8000-000000000000', type: 'build', maxLines: 100, redact: [], logger: createLogger('error', sink) });
+    const log = createLogWriter({
+      db: t.database.db,
+      revisionId: '00000000-0000-4000-8000-000000000000',
+      type: 'build',
+      maxLines: 100,
+      redact: [],
+      logger: createLogger('error', sink),
+    });
     log.write('stdout', 'nowhere to go\n');
     await log.flush();
     log.write('stdout', 'still nowhere\n');
@@ -247,8 +295,15 @@ describe('GET .../logs', () => {
   before(async () => {
     r = await newRevision();
     const at = new Date('2025-01-02T03:04:05.678Z');
-    await appendRevisionLogs(t.database.db, r.revisionId, 'build', Array.from({ length: 250 }, (_, i) => ({ stream: i % 10 === 0 ? 'stderr' : 'stdout', line: `build ${i}`, at })));
-    await appendRevisionLogs(t.database.db, r.revisionId, 'deploy', [{ stream: 'stdout', line: 'listening on :8080', at }]);
+    await appendRevisionLogs(
+      t.database.db,
+      r.revisionId,
+      'build',
+      Array.from({ length: 250 }, (_, i) => ({ stream: i % 10 === 0 ? 'stderr' : 'stdout', line: `build ${i}`, at })),
+    );
+    await appendRevisionLogs(t.database.db, r.revisionId, 'deploy', [
+      { stream: 'stdout', line: 'listening on :8080', at },
+    ]);
   });
 
   test('pages oldest first with an opaque cursor until no lines come, then the cursor stays', async () => {
@@ -268,19 +323,30 @@ describe('GET .../logs', () => {
       seen.push(...page.body.lines);
       cursor = page.body.next_cursor;
     }
-    assert.deepEqual(seen.map((l) => l.message), Array.from({ length: 250 }, (_, i) => `build ${i}`));
+    assert.deepEqual(
+      seen.map((l) => l.message),
+      Array.from({ length: 250 }, (_, i) => `build ${i}`),
+    );
 
     // Lines written later come after the cursor.
-    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [{ stream: 'system', line: 'Build finished', at: new Date() }]);
+    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [
+      { stream: 'system', line: 'Build finished', at: new Date() },
+    ]);
     const more = await api.get<LogPage>(logsUrl(r, `?cursor=${cursor}`));
-    assert.deepEqual(more.body.lines.map((l) => l.message), ['Build finished']);
+    assert.deepEqual(
+      more.body.lines.map((l) => l.message),
+      ['Build finished'],
+    );
     assert.notEqual(more.body.next_cursor, cursor);
     assert.match(more.body.lines[0]!.time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
 
   test('type=deploy reads the app output; an empty log has a cursor too', async () => {
     const deploy = await api.get<LogPage>(logsUrl(r, '?type=deploy'));
-    assert.deepEqual(deploy.body.lines.map((l) => l.message), ['listening on :8080']);
+    assert.deepEqual(
+      deploy.body.lines.map((l) => l.message),
+      ['listening on :8080'],
+    );
     const empty = await newRevision();
     const none = await api.get<LogPage>(logsUrl(empty));
     assert.equal(none.status, 200);
@@ -292,12 +358,19 @@ describe('GET .../logs', () => {
 
   test('a malformed cursor is 422 at query.cursor; limit and type are checked', async () => {
     const good = (await api.get<LogPage>(logsUrl(r, '?limit=1'))).body.next_cursor;
-    for (const cursor of ['garbage!', Buffer.from('log:abc').toString('base64url'), Buffer.from('page:5').toString('base64url'), `${good}==`, 'bG9nOjk5OTk5OTk5OTk5OTk5OTk5OTk5OTk']) {
+    for (const cursor of [
+      'garbage!',
+      Buffer.from('log:abc').toString('base64url'),
+      Buffer.from('page:5').toString('base64url'),
+      `${good}==`,
+      'bG9nOjk5OTk5OTk5OTk5OTk5OTk5OTk5OTk',
+    ]) {
       const res = await api.get(logsUrl(r, `?cursor=${encodeURIComponent(cursor)}`));
       assert.equal(res.status, 422, cursor);
       assert.deepEqual(res.body.detail[0].loc, ['query', 'cursor']);
     }
-    for (const query of ['?limit=0', '?limit=1001', '?type=runtime']) assert.equal((await api.get(logsUrl(r, query))).status, 422, query);
+    for (const query of ['?limit=0', '?limit=1001', '?type=runtime'])
+      assert.equal((await api.get(logsUrl(r, query))).status, 422, query);
     assert.equal((await api.get(logsUrl(r, '?limit=1000'))).status, 200);
   });
 
@@ -316,7 +389,11 @@ describe('GET .../logs', () => {
 
     const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'logs-b' });
     assert.equal(ws.status, 201);
-    const key = await client(t.app, t.orgKey).post('/v2/api-keys', { name: 'logs-b', role: 'admin', workspace_id: ws.body.id });
+    const key = await client(t.app, t.orgKey).post('/v2/api-keys', {
+      name: 'logs-b',
+      role: 'admin',
+      workspace_id: ws.body.id,
+    });
     assert.equal(key.status, 201);
     const b = client(t.app, key.body.key);
     for (const query of ['', '?follow=true']) {
@@ -344,7 +421,13 @@ async function openStream(base: string, path: string, headers: Record<string, st
   let closed = false;
   const read = async (timeoutMs: number): Promise<void> => {
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no event within ${timeoutMs} ms; have ${JSON.stringify(buffer)}`)), timeoutMs)));
+    const timeout = new Promise<never>(
+      (_, reject) =>
+        (timer = setTimeout(
+          () => reject(new Error(`no event within ${timeoutMs} ms; have ${JSON.stringify(buffer)}`)),
+          timeoutMs,
+        )),
+    );
     try {
       const chunk = await Promise.race([reader.read(), timeout]);
       if (chunk.done) closed = true;
@@ -368,7 +451,11 @@ async function openStream(base: string, path: string, headers: Record<string, st
             fields.set(line.slice(0, colon), line.slice(colon + 2));
           }
           if (!fields.has('event')) continue;
-          return { event: fields.get('event')!, id: fields.get('id'), data: JSON.parse(fields.get('data') ?? 'null') as Record<string, unknown> };
+          return {
+            event: fields.get('event')!,
+            id: fields.get('id'),
+            data: JSON.parse(fields.get('data') ?? 'null') as Record<string, unknown>,
+          };
         }
         if (closed) return null;
         await read(timeoutMs);
@@ -390,12 +477,18 @@ async function nextOf(stream: Stream, name: string): Promise<SseEvent> {
 describe('GET .../logs?follow=true', () => {
   test('sends the backlog, then lines as they are written, then ends when the build fails', async () => {
     const r = await newRevision();
-    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [{ stream: 'system', line: 'queued behind 0 builds', at: new Date() }]);
+    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [
+      { stream: 'system', line: 'queued behind 0 builds', at: new Date() },
+    ]);
     const stream = await openStream(liveUrl, logsUrl(r, '?follow=true'));
     const backlog = await nextOf(stream, 'log');
     assert.equal(backlog.data.message, 'queued behind 0 builds');
     assert.equal(typeof backlog.id, 'string');
-    assert.deepEqual((await nextOf(stream, 'status')).data, { status: 'QUEUED', failure_reason: null, failure_message: null });
+    assert.deepEqual((await nextOf(stream, 'status')).data, {
+      status: 'QUEUED',
+      failure_reason: null,
+      failure_message: null,
+    });
 
     await move(r.revisionId, ['AWAITING_BUILD', 'BUILDING']);
     assert.equal((await nextOf(stream, 'status')).data.status, 'BUILDING');
@@ -406,50 +499,88 @@ describe('GET .../logs?follow=true', () => {
     log.system('Running: npm run build');
     log.write('stderr', 'password is hunter2\n');
     const first = await nextOf(stream, 'log');
-    assert.deepEqual({ stream: first.data.stream, message: first.data.message }, { stream: 'system', message: 'Running: npm run build' });
+    assert.deepEqual(
+      { stream: first.data.stream, message: first.data.message },
+      { stream: 'system', message: 'Running: npm run build' },
+    );
     assert.match(String(first.data.time), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
     const second = await nextOf(stream, 'log');
-    assert.deepEqual({ stream: second.data.stream, message: second.data.message }, { stream: 'stderr', message: 'password is ********' });
+    assert.deepEqual(
+      { stream: second.data.stream, message: second.data.message },
+      { stream: 'stderr', message: 'password is ********' },
+    );
     assert.ok(Date.now() - started < 3_000, `woken in ${Date.now() - started} ms`);
 
     // The data plane closes its writer, then fails the revision: every line comes before the end.
     log.write('stdout', 'last words\n');
     await log.close();
-    await move(r.revisionId, ['BUILD_FAILED'], { reason: 'build_command_failed', message: 'npm run build exited with 1' });
+    await move(r.revisionId, ['BUILD_FAILED'], {
+      reason: 'build_command_failed',
+      message: 'npm run build exited with 1',
+    });
     assert.equal((await nextOf(stream, 'log')).data.message, 'last words');
-    assert.deepEqual((await nextOf(stream, 'status')).data, { status: 'BUILD_FAILED', failure_reason: 'build_command_failed', failure_message: 'npm run build exited with 1' });
+    assert.deepEqual((await nextOf(stream, 'status')).data, {
+      status: 'BUILD_FAILED',
+      failure_reason: 'build_command_failed',
+      failure_message: 'npm run build exited with 1',
+    });
     assert.deepEqual((await nextOf(stream, 'end')).data, { status: 'BUILD_FAILED' });
     assert.equal(await stream.next(), null, 'the server closed the stream');
 
     // An event id is a cursor: nothing comes after the last one.
     const page = await api.get<LogPage>(logsUrl(r, `?cursor=${second.id}`));
-    assert.deepEqual(page.body.lines.map((l) => l.message), ['last words']);
+    assert.deepEqual(
+      page.body.lines.map((l) => l.message),
+      ['last words'],
+    );
   });
 
   test('resumes after Last-Event-ID; a finished build log streams what is left and ends', async () => {
     const r = await newRevision();
-    await appendRevisionLogs(t.database.db, r.revisionId, 'build', ['one', 'two', 'three'].map((line) => ({ stream: 'stdout' as const, line, at: new Date() })));
-    await move(r.revisionId, ['AWAITING_BUILD', 'BUILDING', 'BUILD_FAILED'], { reason: 'build_command_failed', message: 'exit 2' });
+    await appendRevisionLogs(
+      t.database.db,
+      r.revisionId,
+      'build',
+      ['one', 'two', 'three'].map((line) => ({ stream: 'stdout' as const, line, at: new Date() })),
+    );
+    await move(r.revisionId, ['AWAITING_BUILD', 'BUILDING', 'BUILD_FAILED'], {
+      reason: 'build_command_failed',
+      message: 'exit 2',
+    });
     const all = await openStream(liveUrl, logsUrl(r, '?follow=true'));
     const one = await nextOf(all, 'log');
     assert.equal(one.data.message, 'one');
     await all.cancel();
 
-    const resumed = await openStream(liveUrl, logsUrl(r, '?follow=true&cursor=bm90LXRoaXM'), { 'Last-Event-ID': one.id! });
-    assert.deepEqual([(await nextOf(resumed, 'log')).data.message, (await nextOf(resumed, 'log')).data.message], ['two', 'three']);
+    const resumed = await openStream(liveUrl, logsUrl(r, '?follow=true&cursor=bm90LXRoaXM'), {
+      'Last-Event-ID': one.id!,
+    });
+    assert.deepEqual(
+      [(await nextOf(resumed, 'log')).data.message, (await nextOf(resumed, 'log')).data.message],
+      ['two', 'three'],
+    );
     assert.equal((await nextOf(resumed, 'status')).data.status, 'BUILD_FAILED');
     await nextOf(resumed, 'end');
     assert.equal(await resumed.next(), null);
 
-    const bad = await fetch(`${liveUrl}${logsUrl(r, '?follow=true')}`, { headers: { 'x-api-key': ADMIN_KEY, 'last-event-id': 'nope' } });
+    const bad = await fetch(`${liveUrl}${logsUrl(r, '?follow=true')}`, {
+      headers: { 'x-api-key': ADMIN_KEY, 'last-event-id': 'nope' },
+    });
     assert.equal(bad.status, 422);
-    assert.deepEqual(((await bad.json()) as { detail: { loc: string[] }[] }).detail[0]!.loc, ['header', 'last-event-id']);
+    assert.deepEqual(((await bad.json()) as { detail: { loc: string[] }[] }).detail[0]!.loc, [
+      'header',
+      'last-event-id',
+    ]);
   });
 
   test('a deploy log stays open while its revision serves, and ends when it no longer does', async () => {
     const r = await newRevision();
     await move(r.revisionId, ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']);
-    await t.database.db.updateTable('deployments').set({ active_revision_id: r.revisionId }).where('id', '=', r.deploymentId).execute();
+    await t.database.db
+      .updateTable('deployments')
+      .set({ active_revision_id: r.revisionId })
+      .where('id', '=', r.deploymentId)
+      .execute();
     const stream = await openStream(liveUrl, logsUrl(r, '?type=deploy&follow=true'));
     assert.equal((await nextOf(stream, 'status')).data.status, 'DEPLOYED');
     const log = writer(r.revisionId, { type: 'deploy', flushIntervalMs: 20 });
@@ -458,7 +589,11 @@ describe('GET .../logs?follow=true', () => {
     await log.close();
 
     // Another revision takes over: this one's app output is over.
-    await t.database.db.updateTable('deployments').set({ active_revision_id: null }).where('id', '=', r.deploymentId).execute();
+    await t.database.db
+      .updateTable('deployments')
+      .set({ active_revision_id: null })
+      .where('id', '=', r.deploymentId)
+      .execute();
     assert.deepEqual((await nextOf(stream, 'end')).data, { status: 'DEPLOYED' });
     assert.equal(await stream.next(), null);
   });
@@ -468,13 +603,21 @@ describe('GET .../logs?follow=true', () => {
     const r = await newRevision();
     const stream = await openStream(base, logsUrl(r, '?follow=true'));
     await nextOf(stream, 'status');
-    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [{ stream: 'stdout', line: 'polled', at: new Date() }]);
+    await appendRevisionLogs(t.database.db, r.revisionId, 'build', [
+      { stream: 'stdout', line: 'polled', at: new Date() },
+    ]);
     assert.equal((await nextOf(stream, 'log')).data.message, 'polled');
     await stream.cancel();
   });
 
   test('closing the server ends open streams instead of waiting for them', async () => {
-    const app = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger: silent, changes: feed });
+    const app = await buildApp({
+      config: t.config,
+      db: t.database.db,
+      secretBox: t.secretBox,
+      logger: silent,
+      changes: feed,
+    });
     const base = await app.listen({ port: 0, host: '127.0.0.1' });
     const r = await newRevision();
     const stream = await openStream(base, logsUrl(r, '?follow=true'));

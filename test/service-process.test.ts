@@ -8,7 +8,20 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { STOP_DEADLINE_MS, alive, call, cleanUp, makeDataDir, postgresPid as postgresPidIn, spawnService, startService as startServiceOn, stop, waitUntilGone, withDeadline, type Service } from './support/service-harness.ts';
+import {
+  STOP_DEADLINE_MS,
+  alive,
+  call,
+  cleanUp,
+  makeDataDir,
+  postgresPid as postgresPidIn,
+  spawnService,
+  startService as startServiceOn,
+  stop,
+  waitUntilGone,
+  withDeadline,
+  type Service,
+} from './support/service-harness.ts';
 
 const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
 const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;
@@ -36,13 +49,20 @@ describe('the service process', { timeout: 300_000 }, () => {
 
   test('first start: ready, hands an admin key over in a 0600 file (not in the logs), serves real HTTP, stops cleanly on SIGTERM', async () => {
     const service = await startService();
-    assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], `stdout is not a terminal: no key among the logs, stdout was:\n${service.stdout()}`);
+    assert.deepEqual(
+      [...service.stdout().matchAll(KEY_LINE)],
+      [],
+      `stdout is not a terminal: no key among the logs, stdout was:\n${service.stdout()}`,
+    );
     const keyFile = path.join(dataDir, 'first-admin-key');
-    assert.equal((await fs.stat(keyFile)).mode & 0o777, 0o600, 'only the service\'s user can read the key file');
+    assert.equal((await fs.stat(keyFile)).mode & 0o777, 0o600, "only the service's user can read the key file");
     adminKey = (await fs.readFile(keyFile, 'utf8')).trim();
     assert.match(adminKey, /^slw_[A-Za-z0-9_-]{20,}$/);
     assert.ok(!service.stdout().includes(adminKey), 'the key itself never reaches the log');
-    const told = service.stdout().split('\n').filter((line) => line.includes(keyFile));
+    const told = service
+      .stdout()
+      .split('\n')
+      .filter((line) => line.includes(keyFile));
     assert.equal(told.length, 1, `one log line names the key file, stdout was:\n${service.stdout()}`);
     assert.equal(JSON.parse(told[0]!).level, 40, 'at warn, so that LOG_LEVEL=warn still shows it');
     assert.notEqual(adminKey, BOOTSTRAP_KEY);
@@ -50,9 +70,17 @@ describe('the service process', { timeout: 300_000 }, () => {
     assert.equal((await fetch(`${service.base}/healthz`)).status, 200);
     assert.equal((await call(service, 'GET', '/v2/deployments', 'slw_wrong_key_000000000000000000')).status, 401);
     assert.equal((await call(service, 'GET', '/v2/deployments', adminKey)).status, 200, 'the printed key works');
-    assert.equal((await call(service, 'GET', '/v2/deployments', BOOTSTRAP_KEY)).status, 200, 'the configured key works');
+    assert.equal(
+      (await call(service, 'GET', '/v2/deployments', BOOTSTRAP_KEY)).status,
+      200,
+      'the configured key works',
+    );
 
-    const listener = await call(service, 'POST', '/v2/listeners', adminKey, { compute_type: 'k8s', compute_id: 'prod-eu-1', compute_config: { k8s_namespaces: ['agents'] } });
+    const listener = await call(service, 'POST', '/v2/listeners', adminKey, {
+      compute_type: 'k8s',
+      compute_id: 'prod-eu-1',
+      compute_config: { k8s_namespaces: ['agents'] },
+    });
     assert.equal(listener.status, 201, JSON.stringify(listener.body));
     listenerId = listener.body.id;
     const deployment = await call(service, 'POST', '/v2/deployments', adminKey, {
@@ -87,7 +115,9 @@ describe('the service process', { timeout: 300_000 }, () => {
     const revisions = await call(service, 'GET', `/v2/deployments/${deploymentId}/revisions`, BOOTSTRAP_KEY);
     assert.equal(revisions.body.resources.length, 1);
     // A write after the restart works too.
-    const patched = await call(service, 'PATCH', `/v2/deployments/${deploymentId}`, adminKey, { source_revision_config: { image_uri: 'registry.example.com/survivor:1.1.0' } });
+    const patched = await call(service, 'PATCH', `/v2/deployments/${deploymentId}`, adminKey, {
+      source_revision_config: { image_uri: 'registry.example.com/survivor:1.1.0' },
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const exit = await stop(service, 'SIGTERM');
     assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
@@ -106,7 +136,10 @@ describe('the service process', { timeout: 300_000 }, () => {
 
     const service = await startService();
     assert.ok(await waitUntilGone(leftover, 10_000), 'the leftover server was stopped');
-    const warned = service.stdout().split('\n').filter((line) => line.includes('left running by an earlier crash'));
+    const warned = service
+      .stdout()
+      .split('\n')
+      .filter((line) => line.includes('left running by an earlier crash'));
     assert.equal(warned.length, 1, service.stdout());
     assert.equal(warned[0]!.match(/"pid":/g)?.length, 1, `one pid key per line (the logger's own): ${warned[0]}`);
     assert.equal(JSON.parse(warned[0]!).postgresPid, leftover);
@@ -115,8 +148,15 @@ describe('the service process', { timeout: 300_000 }, () => {
     assert.deepEqual([...service.stdout().matchAll(KEY_LINE)], [], 'still no new key');
     const deployment = await call(service, 'GET', `/v2/deployments/${deploymentId}`, adminKey);
     assert.equal(deployment.status, 200);
-    assert.equal(deployment.body.source_revision_config.image_uri, 'registry.example.com/survivor:1.1.0', 'the write made before the crash is kept');
-    assert.equal((await call(service, 'GET', `/v2/deployments/${deploymentId}/revisions`, adminKey)).body.resources.length, 2);
+    assert.equal(
+      deployment.body.source_revision_config.image_uri,
+      'registry.example.com/survivor:1.1.0',
+      'the write made before the crash is kept',
+    );
+    assert.equal(
+      (await call(service, 'GET', `/v2/deployments/${deploymentId}/revisions`, adminKey)).body.resources.length,
+      2,
+    );
 
     const stopped = await stop(service, 'SIGTERM');
     assert.deepEqual(stopped, { code: 0, signal: null }, service.stderr());
@@ -124,7 +164,11 @@ describe('the service process', { timeout: 300_000 }, () => {
   });
 
   test('an invalid configuration exits non-zero with a message naming the variable', async () => {
-    for (const [name, value] of [['PORT', 'abc'], ['LOG_LEVEL', 'loud'], ['DATABASE_URL', 'mysql://localhost/x']] as const) {
+    for (const [name, value] of [
+      ['PORT', 'abc'],
+      ['LOG_LEVEL', 'loud'],
+      ['DATABASE_URL', 'mysql://localhost/x'],
+    ] as const) {
       const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', [name]: value });
       const exit = await withDeadline(`exit with ${name}=${value}`, service.exited, STOP_DEADLINE_MS);
       assert.notEqual(exit.code, 0, `${name}=${value} must not start`);
@@ -133,9 +177,16 @@ describe('the service process', { timeout: 300_000 }, () => {
       assert.ok(!/\n\s+at /.test(service.stderr()), 'a message, not a stack trace');
     }
     // Replicas on one database must share the key: each generating its own would corrupt the others'.
-    const keyless = spawnService({ SLIPWAY_DATA_DIR: dataDir, LOG_LEVEL: 'warn', DATABASE_URL: 'postgres://slipway@127.0.0.1:1/slipway' });
+    const keyless = spawnService({
+      SLIPWAY_DATA_DIR: dataDir,
+      LOG_LEVEL: 'warn',
+      DATABASE_URL: 'postgres://slipway@127.0.0.1:1/slipway',
+    });
     const exit = await withDeadline('exit with DATABASE_URL and no key', keyless.exited, STOP_DEADLINE_MS);
     assert.deepEqual(exit, { code: 2, signal: null });
-    assert.match(keyless.stderr(), /^slipway: invalid configuration: SLIPWAY_ENCRYPTION_KEY: is required with DATABASE_URL/);
+    assert.match(
+      keyless.stderr(),
+      /^slipway: invalid configuration: SLIPWAY_ENCRYPTION_KEY: is required with DATABASE_URL/,
+    );
   });
 });

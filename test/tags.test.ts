@@ -18,7 +18,11 @@ after(() => t.close());
 const MISSING = '00000000-0000-4000-8000-000000000000';
 
 async function deployment(name: string): Promise<string> {
-  const res = await api.post('/v2/deployments', { name, source: 'internal_container', source_revision_config: { image_uri: `registry.example.com/${name}:1` } });
+  const res = await api.post('/v2/deployments', {
+    name,
+    source: 'internal_container',
+    source_revision_config: { image_uri: `registry.example.com/${name}:1` },
+  });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body.id;
 }
@@ -48,12 +52,17 @@ describe('tag keys and values', () => {
 
     const listed = await api.get('/v2/tags/keys');
     assert.equal(listed.status, 200);
-    assert.deepEqual(listed.body.resources.find((k: { id: string }) => k.id === res.body.id), res.body);
+    assert.deepEqual(
+      listed.body.resources.find((k: { id: string }) => k.id === res.body.id),
+      res.body,
+    );
 
     const duplicate = await api.post('/v2/tags/keys', { key: 'owner', description: 'another' });
     assert.equal(duplicate.status, 409);
     assert.match(duplicate.body.detail, /owner/);
-    const after = (await api.get('/v2/tags/keys?limit=100')).body.resources.filter((k: { key: string }) => k.key === 'owner');
+    const after = (await api.get('/v2/tags/keys?limit=100')).body.resources.filter(
+      (k: { key: string }) => k.key === 'owner',
+    );
     assert.equal(after.length, 1);
     assert.equal(after[0].description, 'Team that owns the deployment', 'the refused duplicate changed nothing');
   });
@@ -70,7 +79,11 @@ describe('tag keys and values', () => {
     const duplicate = await api.post(`/v2/tags/keys/${env}/values`, { value: 'prod' });
     assert.equal(duplicate.status, 409);
     assert.match(duplicate.body.detail, /prod/);
-    assert.equal((await api.post(`/v2/tags/keys/${region}/values`, { value: 'prod' })).status, 201, 'the same value under another key is fine');
+    assert.equal(
+      (await api.post(`/v2/tags/keys/${region}/values`, { value: 'prod' })).status,
+      201,
+      'the same value under another key is fine',
+    );
 
     const values = await api.get(`/v2/tags/keys/${env}/values`);
     assert.equal(values.status, 200);
@@ -134,7 +147,11 @@ describe('tagging deployments', () => {
 
     const replaced = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [silver] });
     assert.equal(replaced.status, 200);
-    assert.deepEqual(replaced.body.resources.map((x: { value: string }) => x.value), ['silver'], 'the set is replaced, not added to');
+    assert.deepEqual(
+      replaced.body.resources.map((x: { value: string }) => x.value),
+      ['silver'],
+      'the set is replaced, not added to',
+    );
 
     const cleared = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [] });
     assert.equal(cleared.status, 200);
@@ -151,7 +168,10 @@ describe('tagging deployments', () => {
     const res = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [v, MISSING] });
     assert.equal(res.status, 400);
     assert.match(res.body.detail, new RegExp(MISSING));
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
+    assert.deepEqual(
+      (await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id),
+      [v],
+    );
   });
 
   test('the same id in two letter cases is one value', async () => {
@@ -160,7 +180,10 @@ describe('tagging deployments', () => {
     const v = await tagValue(k, 'both');
     const res = await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [v, v.toUpperCase()] });
     assert.equal(res.status, 200, JSON.stringify(res.body));
-    assert.deepEqual(res.body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [v]);
+    assert.deepEqual(
+      res.body.resources.map((x: { tag_value_id: string }) => x.tag_value_id),
+      [v],
+    );
   });
 
   test('an unknown deployment is 404', async () => {
@@ -177,7 +200,10 @@ describe('tagging deployments', () => {
     assert.equal((await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [red, round] })).status, 200);
 
     assert.equal((await api.delete(`/v2/tags/keys/${color}/values/${red}`)).status, 204);
-    assert.deepEqual((await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { value: string }) => x.value), ['round']);
+    assert.deepEqual(
+      (await api.get(`/v2/deployments/${id}/tags`)).body.resources.map((x: { value: string }) => x.value),
+      ['round'],
+    );
     assert.equal((await api.delete(`/v2/tags/keys/${color}/values/${red}`)).status, 404);
 
     assert.equal((await api.delete(`/v2/tags/keys/${shape}`)).status, 204);
@@ -222,11 +248,18 @@ describe('the tag_value_ids filter', () => {
     assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${teamA}`)), ['f-prod-a']);
     assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${teamB},${prod}`)), ['f-prod-b']);
     assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${dev}`)), []);
-    assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${prod}`)), ['f-prod', 'f-prod-a', 'f-prod-b'], 'a repeated id counts once');
+    assert.deepEqual(
+      names(await api.get(`/v2/deployments?tag_value_ids=${prod},${prod}`)),
+      ['f-prod', 'f-prod-a', 'f-prod-b'],
+      'a repeated id counts once',
+    );
   });
 
   test('ids in upper case match too; an unknown id matches nothing', async () => {
-    assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod.toUpperCase()},${teamA.toUpperCase()}`)), ['f-prod-a']);
+    assert.deepEqual(
+      names(await api.get(`/v2/deployments?tag_value_ids=${prod.toUpperCase()},${teamA.toUpperCase()}`)),
+      ['f-prod-a'],
+    );
     const unknown = await api.get(`/v2/deployments?tag_value_ids=${MISSING}`);
     assert.equal(unknown.status, 200);
     assert.deepEqual(unknown.body.resources, []);
@@ -248,7 +281,10 @@ describe('the tag_value_ids filter', () => {
   test('retagging a deployment moves it between filter results', async () => {
     const id = (await api.get('/v2/deployments?name=f-untagged')).body.resources[0].id;
     assert.equal((await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [prod, teamA] })).status, 200);
-    assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${teamA}`)), ['f-prod-a', 'f-untagged']);
+    assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${teamA}`)), [
+      'f-prod-a',
+      'f-untagged',
+    ]);
     assert.equal((await api.put(`/v2/deployments/${id}/tags`, { tag_value_ids: [] })).status, 200);
     assert.deepEqual(names(await api.get(`/v2/deployments?tag_value_ids=${prod},${teamA}`)), ['f-prod-a']);
   });

@@ -16,7 +16,11 @@ before(async () => {
 after(() => t.close());
 
 const MISSING = '00000000-0000-4000-8000-000000000000';
-const container = (name: string) => ({ name, source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' } });
+const container = (name: string) => ({
+  name,
+  source: 'internal_container',
+  source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' },
+});
 
 describe('API keys', () => {
   test('a request without a key is 401 in the contract shape', async () => {
@@ -27,7 +31,9 @@ describe('API keys', () => {
 
   test('an unknown key is 401, whichever header carries it', async () => {
     assert.equal((await client(t.app, 'slw_not_a_real_key_at_all_000000').get('/v2/deployments')).status, 401);
-    const bearer = await client(t.app, null).get('/v2/deployments', { authorization: 'Bearer slw_not_a_real_key_at_all_000000' });
+    const bearer = await client(t.app, null).get('/v2/deployments', {
+      authorization: 'Bearer slw_not_a_real_key_at_all_000000',
+    });
     assert.equal(bearer.status, 401);
   });
 
@@ -76,8 +82,15 @@ describe('API keys', () => {
     const bearer = await client(t.app, null).get('/v2/listeners', { authorization: `Bearer ${key}` });
     assert.equal(bearer.status, 401);
     const listed = await api.get('/v2/api-keys?limit=100');
-    assert.ok(listed.body.resources.find((k: { id: string; revoked_at: string | null }) => k.id === created.body.id)?.revoked_at);
-    assert.equal((await api.delete(`/v2/api-keys/${created.body.id}`)).status, 404, 'revoking twice finds nothing to revoke');
+    assert.ok(
+      listed.body.resources.find((k: { id: string; revoked_at: string | null }) => k.id === created.body.id)
+        ?.revoked_at,
+    );
+    assert.equal(
+      (await api.delete(`/v2/api-keys/${created.body.id}`)).status,
+      404,
+      'revoking twice finds nothing to revoke',
+    );
   });
 
   test('admin-only endpoints refuse a member key with 403 and change nothing', async () => {
@@ -99,7 +112,10 @@ describe('API keys', () => {
       assert.equal(typeof res.body.detail, 'string');
     }
     assert.equal((await api.get('/v2/api-keys?limit=100')).body.resources.length, keysBefore);
-    assert.equal((await client(t.app, t.orgKey).get('/v2/workspaces?limit=100')).body.resources.length, workspacesBefore);
+    assert.equal(
+      (await client(t.app, t.orgKey).get('/v2/workspaces?limit=100')).body.resources.length,
+      workspacesBefore,
+    );
     assert.equal((await m.get('/v2/deployments')).status, 200, 'the member key still works');
   });
 });
@@ -118,7 +134,9 @@ describe('workspace selection', () => {
     assert.equal(made.status, 403);
     assert.match(made.body.detail, /organization API key/);
     assert.equal((await api.get('/v2/workspaces')).status, 403);
-    const names = (await client(t.app, t.orgKey).get('/v2/workspaces?limit=100')).body.resources.map((w: { name: string }) => w.name);
+    const names = (await client(t.app, t.orgKey).get('/v2/workspaces?limit=100')).body.resources.map(
+      (w: { name: string }) => w.name,
+    );
     assert.ok(!names.includes('from-workspace-key'));
   });
 
@@ -129,7 +147,11 @@ describe('workspace selection', () => {
     second = created.body.id;
     const duplicate = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'team-b' });
     assert.equal(duplicate.status, 409);
-    const key = await client(t.app, t.orgKey).post('/v2/api-keys', { name: 'team-b admin', role: 'admin', workspace_id: second });
+    const key = await client(t.app, t.orgKey).post('/v2/api-keys', {
+      name: 'team-b admin',
+      role: 'admin',
+      workspace_id: second,
+    });
     assert.equal(key.status, 201, JSON.stringify(key.body));
     assert.equal(key.body.workspace_id, second);
     secondKey = key.body.key;
@@ -142,9 +164,14 @@ describe('workspace selection', () => {
   });
 
   test('an organization key with X-Tenant-Id acts in that workspace (header and value in any case)', async () => {
-    const inFirst = await client(t.app, t.orgKey, t.workspaceId).post('/v2/listeners', { compute_type: 'k8s', compute_id: 'org-made' });
+    const inFirst = await client(t.app, t.orgKey, t.workspaceId).post('/v2/listeners', {
+      compute_type: 'k8s',
+      compute_id: 'org-made',
+    });
     assert.equal(inFirst.status, 201);
-    const upper = await client(t.app, t.orgKey).get(`/v2/listeners/${inFirst.body.id}`, { 'X-TENANT-ID': t.workspaceId.toUpperCase() });
+    const upper = await client(t.app, t.orgKey).get(`/v2/listeners/${inFirst.body.id}`, {
+      'X-TENANT-ID': t.workspaceId.toUpperCase(),
+    });
     assert.equal(upper.status, 200);
     assert.equal(upper.body.compute_id, 'org-made');
     const fromSecond = await client(t.app, t.orgKey).get(`/v2/listeners/${inFirst.body.id}`, { 'x-tenant-id': second });
@@ -161,14 +188,23 @@ describe('workspace selection', () => {
 
   test('a workspace key with its own X-Tenant-Id works, with another one gets 403', async () => {
     assert.equal((await client(t.app, ADMIN_KEY, t.workspaceId).get('/v2/listeners')).status, 200);
-    assert.equal((await client(t.app, ADMIN_KEY).get('/v2/listeners', { 'X-Tenant-Id': t.workspaceId.toUpperCase() })).status, 200);
+    assert.equal(
+      (await client(t.app, ADMIN_KEY).get('/v2/listeners', { 'X-Tenant-Id': t.workspaceId.toUpperCase() })).status,
+      200,
+    );
     const other = await client(t.app, ADMIN_KEY, second).get('/v2/listeners');
     assert.equal(other.status, 403);
     assert.equal(typeof other.body.detail, 'string');
-    const write = await client(t.app, ADMIN_KEY, second).post('/v2/listeners', { compute_type: 'k8s', compute_id: 'sneaky' });
+    const write = await client(t.app, ADMIN_KEY, second).post('/v2/listeners', {
+      compute_type: 'k8s',
+      compute_id: 'sneaky',
+    });
     assert.equal(write.status, 403);
     const listed = await client(t.app, secondKey).get('/v2/listeners');
-    assert.ok(!listed.body.resources.some((l: { compute_id: string }) => l.compute_id === 'sneaky'), 'the refused write made nothing');
+    assert.ok(
+      !listed.body.resources.some((l: { compute_id: string }) => l.compute_id === 'sneaky'),
+      'the refused write made nothing',
+    );
   });
 
   test('a malformed X-Tenant-Id is 422 with loc header x-tenant-id', async () => {
@@ -192,11 +228,19 @@ describe('two workspaces are isolated', () => {
     const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'isolated-b' });
     assert.equal(ws.status, 201);
     bWorkspace = ws.body.id;
-    const key = await client(t.app, t.orgKey).post('/v2/api-keys', { name: 'isolated-b', role: 'admin', workspace_id: bWorkspace });
+    const key = await client(t.app, t.orgKey).post('/v2/api-keys', {
+      name: 'isolated-b',
+      role: 'admin',
+      workspace_id: bWorkspace,
+    });
     assert.equal(key.status, 201);
     b = client(t.app, key.body.key);
 
-    const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'a-cluster', compute_config: { k8s_namespaces: ['agents'] } });
+    const listener = await api.post('/v2/listeners', {
+      compute_type: 'k8s',
+      compute_id: 'a-cluster',
+      compute_config: { k8s_namespaces: ['agents'] },
+    });
     assert.equal(listener.status, 201);
     listenerId = listener.body.id;
     const created = await api.post('/v2/deployments', {
@@ -242,7 +286,10 @@ describe('two workspaces are isolated', () => {
       const res = await call;
       assert.equal(res.status, 404, `${label}: ${res.status} ${JSON.stringify(res.body)}`);
       const text = JSON.stringify(res.body);
-      assert.ok(!text.includes('a-private') && !text.includes('a-cluster') && !text.includes('alpha'), `${label} leaks nothing`);
+      assert.ok(
+        !text.includes('a-private') && !text.includes('a-cluster') && !text.includes('alpha'),
+        `${label} leaks nothing`,
+      );
     }
     assert.equal((await b.get(`/v2/deployments/${d}`)).body.detail, `Deployment ID ${d} not found.`);
     assert.equal((await b.get(`/v2/listeners/${listenerId}`)).body.detail, `Listener ID ${listenerId} not found.`);
@@ -253,8 +300,14 @@ describe('two workspaces are isolated', () => {
     assert.equal(after.body.latest_revision_id, r);
     assert.equal(after.body.source_revision_config.image_uri, 'registry.example.com/a:1');
     assert.equal((await api.get(`/v2/listeners/${listenerId}`)).body.version, null);
-    assert.deepEqual((await api.get(`/v2/deployments/${d}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id), [tagValueId]);
-    assert.deepEqual((await api.get(`/v2/tags/keys/${tagKeyId}/values`)).body.resources.map((v: { value: string }) => v.value), ['alpha']);
+    assert.deepEqual(
+      (await api.get(`/v2/deployments/${d}/tags`)).body.resources.map((x: { tag_value_id: string }) => x.tag_value_id),
+      [tagValueId],
+    );
+    assert.deepEqual(
+      (await api.get(`/v2/tags/keys/${tagKeyId}/values`)).body.resources.map((v: { value: string }) => v.value),
+      ['alpha'],
+    );
     assert.equal((await api.get(`/v2/deployments/${d}/revisions`)).body.resources.length, 1);
   });
 
@@ -271,22 +324,36 @@ describe('two workspaces are isolated', () => {
       tags: (await b.get('/v2/tags/keys?limit=100')).body.resources,
       projects: (await b.get('/v2/tracing-projects?limit=100')).body.resources,
     };
-    assert.deepEqual(bLists.deployments.map((d: { name: string }) => d.name), ['b-only']);
-    assert.deepEqual(bLists.listeners.map((l: { compute_id: string }) => l.compute_id), ['b-cluster']);
-    assert.deepEqual(bLists.tags.map((k: { key: string }) => k.key), ['b-key']);
-    assert.deepEqual(bLists.projects.map((p: { name: string }) => p.name), ['b-only']);
+    assert.deepEqual(
+      bLists.deployments.map((d: { name: string }) => d.name),
+      ['b-only'],
+    );
+    assert.deepEqual(
+      bLists.listeners.map((l: { compute_id: string }) => l.compute_id),
+      ['b-cluster'],
+    );
+    assert.deepEqual(
+      bLists.tags.map((k: { key: string }) => k.key),
+      ['b-key'],
+    );
+    assert.deepEqual(
+      bLists.projects.map((p: { name: string }) => p.name),
+      ['b-only'],
+    );
     const byIds = await b.get(`/v2/deployments?deployment_ids=${deployment.id}`);
-    assert.deepEqual(byIds.body.resources, [], 'filtering by A\'s id finds nothing in B');
+    assert.deepEqual(byIds.body.resources, [], "filtering by A's id finds nothing in B");
     const byName = await b.get('/v2/deployments?name=a-private');
     assert.deepEqual(byName.body.resources, []);
     const byTag = await b.get(`/v2/deployments?tag_value_ids=${tagValueId}`);
     assert.equal(byTag.status, 200);
-    assert.deepEqual(byTag.body.resources, [], 'A\'s tag value matches nothing in B');
+    assert.deepEqual(byTag.body.resources, [], "A's tag value matches nothing in B");
 
     const aNames = (await api.get('/v2/deployments?limit=100')).body.resources.map((d: { name: string }) => d.name);
     assert.ok(aNames.includes('a-private'));
     assert.ok(!aNames.includes('b-only'));
-    const aListeners = (await api.get('/v2/listeners?limit=100')).body.resources.map((l: { compute_id: string }) => l.compute_id);
+    const aListeners = (await api.get('/v2/listeners?limit=100')).body.resources.map(
+      (l: { compute_id: string }) => l.compute_id,
+    );
     assert.ok(!aListeners.includes('b-cluster'));
   });
 
@@ -332,7 +399,13 @@ describe('request ids', () => {
     for (const [i, id] of ids.entries()) assert.ok(typeof id === 'string' && id.length > 0, `response ${i} has an id`);
     assert.equal(new Set(ids).size, ids.length, 'each request gets its own id');
 
-    for (const path of ['/healthz', '/v2/deployments', `/v2/deployments/${MISSING}`, '/v2/deployments/not-a-uuid', '/v2/deployments/%ZZ']) {
+    for (const path of [
+      '/healthz',
+      '/v2/deployments',
+      `/v2/deployments/${MISSING}`,
+      '/v2/deployments/not-a-uuid',
+      '/v2/deployments/%ZZ',
+    ]) {
       const res = await api.get(path, { 'x-request-id': 'trace-abc-123' });
       assert.equal(res.headers['x-request-id'], 'trace-abc-123', path);
     }

@@ -30,7 +30,14 @@ function tar(files: Record<string, string>): Buffer {
     header.write('0000000\0', 108, 8, 'ascii');
     header.write('0000000\0', 116, 8, 'ascii');
     header.write(`${body.length.toString(8).padStart(11, '0')}\0`, 124, 12, 'ascii');
-    header.write(`${Math.floor(Date.now() / 1000).toString(8).padStart(11, '0')}\0`, 136, 12, 'ascii');
+    header.write(
+      `${Math.floor(Date.now() / 1000)
+        .toString(8)
+        .padStart(11, '0')}\0`,
+      136,
+      12,
+      'ascii',
+    );
     header.write('        ', 148, 8, 'ascii');
     header.write('0', 156, 1, 'ascii');
     header.write('ustar\0', 257, 6, 'ascii');
@@ -45,15 +52,28 @@ function tar(files: Record<string, string>): Buffer {
 }
 
 const sourceTarball = () =>
-  gzipSync(tar({ 'agent.json': JSON.stringify({ graphs: { agent: './agent.py:graph' } }), 'agent.py': 'graph = None\n', 'requirements.txt': 'langgraph\n' }));
+  gzipSync(
+    tar({
+      'agent.json': JSON.stringify({ graphs: { agent: './agent.py:graph' } }),
+      'agent.py': 'graph = None\n',
+      'requirements.txt': 'langgraph\n',
+    }),
+  );
 
-async function upload(body: Buffer, options: { key?: string | null; tenant?: string; contentType?: string | null } = {}) {
+async function upload(
+  body: Buffer,
+  options: { key?: string | null; tenant?: string; contentType?: string | null } = {},
+) {
   const key = options.key === undefined ? ADMIN_KEY : options.key;
   const contentType = options.contentType === undefined ? 'application/gzip' : options.contentType;
   const res = await t.app.inject({
     method: 'POST',
     url: '/v2/uploads',
-    headers: { ...(key ? { 'x-api-key': key } : {}), ...(options.tenant ? { 'x-tenant-id': options.tenant } : {}), ...(contentType ? { 'content-type': contentType } : {}) },
+    headers: {
+      ...(key ? { 'x-api-key': key } : {}),
+      ...(options.tenant ? { 'x-tenant-id': options.tenant } : {}),
+      ...(contentType ? { 'content-type': contentType } : {}),
+    },
     payload: body,
   });
   return { status: res.statusCode, body: res.body === '' ? undefined : JSON.parse(res.body), headers: res.headers };
@@ -107,7 +127,9 @@ describe('POST /v2/uploads', () => {
 
     // A new upload patched in makes revision 2; the framework_config_path carries over.
     const next = await upload(sourceTarball());
-    const patched = await api.patch(`/v2/deployments/${created.body.id}`, { source_revision_config: { source_tarball_path: next.body.source_tarball_path } });
+    const patched = await api.patch(`/v2/deployments/${created.body.id}`, {
+      source_revision_config: { source_tarball_path: next.body.source_tarball_path },
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     assert.notEqual(patched.body.latest_revision_id, created.body.latest_revision_id);
     assert.equal(patched.body.source_revision_config.source_tarball_path, next.body.source_tarball_path);
@@ -117,11 +139,24 @@ describe('POST /v2/uploads', () => {
 
   test('an internal_source revision needs an upload path and a framework_config_path', async () => {
     const uploaded = await upload(sourceTarball());
-    const noConfig = await api.post('/v2/deployments', { name: 'no-config-path', source: 'internal_source', source_revision_config: { source_tarball_path: uploaded.body.source_tarball_path } });
+    const noConfig = await api.post('/v2/deployments', {
+      name: 'no-config-path',
+      source: 'internal_source',
+      source_revision_config: { source_tarball_path: uploaded.body.source_tarball_path },
+    });
     assert.equal(noConfig.status, 400);
     assert.match(noConfig.body.detail, /framework_config_path/);
-    for (const made of ['/etc/passwd', 'uploads/../../etc/passwd', `${uploaded.body.source_tarball_path}x`, `/${uploaded.body.source_tarball_path}`]) {
-      const res = await api.post('/v2/deployments', { name: 'made-up-path', source: 'internal_source', source_revision_config: { source_tarball_path: made, framework_config_path: 'agent.json' } });
+    for (const made of [
+      '/etc/passwd',
+      'uploads/../../etc/passwd',
+      `${uploaded.body.source_tarball_path}x`,
+      `/${uploaded.body.source_tarball_path}`,
+    ]) {
+      const res = await api.post('/v2/deployments', {
+        name: 'made-up-path',
+        source: 'internal_source',
+        source_revision_config: { source_tarball_path: made, framework_config_path: 'agent.json' },
+      });
       assert.equal(res.status, 400, `${made} -> ${res.status}`);
       assert.match(res.body.detail, /source_tarball_path/);
     }
@@ -130,7 +165,12 @@ describe('POST /v2/uploads', () => {
 
   test('a body that is not gzip is 400 and nothing is stored', async () => {
     const before = await storedUploads();
-    for (const body of [Buffer.from('just some text, not a tarball'), tar({ 'a.txt': 'uncompressed tar' }), Buffer.from([0x1f]), Buffer.alloc(0)]) {
+    for (const body of [
+      Buffer.from('just some text, not a tarball'),
+      tar({ 'a.txt': 'uncompressed tar' }),
+      Buffer.from([0x1f]),
+      Buffer.alloc(0),
+    ]) {
       const res = await upload(body);
       assert.equal(res.status, 400, `${body.length} bytes -> ${res.status} ${JSON.stringify(res.body)}`);
       assert.equal(typeof res.body.detail, 'string');
@@ -154,7 +194,7 @@ describe('POST /v2/uploads', () => {
     assert.equal(res.status, 401);
   });
 
-  test("a path uploaded in another workspace is refused with 400", async () => {
+  test('a path uploaded in another workspace is refused with 400', async () => {
     const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'other' });
     assert.equal(ws.status, 201);
     const theirs = await upload(sourceTarball(), { key: t.orgKey, tenant: ws.body.id });
@@ -163,7 +203,10 @@ describe('POST /v2/uploads', () => {
     const res = await api.post('/v2/deployments', {
       name: 'borrowed-upload',
       source: 'internal_source',
-      source_revision_config: { source_tarball_path: theirs.body.source_tarball_path, framework_config_path: 'agent.json' },
+      source_revision_config: {
+        source_tarball_path: theirs.body.source_tarball_path,
+        framework_config_path: 'agent.json',
+      },
     });
     assert.equal(res.status, 400);
     assert.match(res.body.detail, /source_tarball_path/);
@@ -171,9 +214,18 @@ describe('POST /v2/uploads', () => {
 
     // Nor may a patch switch an existing deployment to it.
     const mine = await upload(sourceTarball());
-    const created = await api.post('/v2/deployments', { name: 'own-upload', source: 'internal_source', source_revision_config: { source_tarball_path: mine.body.source_tarball_path, framework_config_path: 'agent.json' } });
+    const created = await api.post('/v2/deployments', {
+      name: 'own-upload',
+      source: 'internal_source',
+      source_revision_config: {
+        source_tarball_path: mine.body.source_tarball_path,
+        framework_config_path: 'agent.json',
+      },
+    });
     assert.equal(created.status, 201);
-    const patched = await api.patch(`/v2/deployments/${created.body.id}`, { source_revision_config: { source_tarball_path: theirs.body.source_tarball_path } });
+    const patched = await api.patch(`/v2/deployments/${created.body.id}`, {
+      source_revision_config: { source_tarball_path: theirs.body.source_tarball_path },
+    });
     assert.equal(patched.status, 400);
     const after = await api.get(`/v2/deployments/${created.body.id}`);
     assert.equal(after.body.source_revision_config.source_tarball_path, mine.body.source_tarball_path);
@@ -183,7 +235,10 @@ describe('POST /v2/uploads', () => {
     const inTheirs = await client(t.app, t.orgKey, ws.body.id).post('/v2/deployments', {
       name: 'borrowed-upload',
       source: 'internal_source',
-      source_revision_config: { source_tarball_path: theirs.body.source_tarball_path, framework_config_path: 'agent.json' },
+      source_revision_config: {
+        source_tarball_path: theirs.body.source_tarball_path,
+        framework_config_path: 'agent.json',
+      },
     });
     assert.equal(inTheirs.status, 201, JSON.stringify(inTheirs.body));
   });
@@ -199,7 +254,12 @@ describe('upload size limit', () => {
   test('a tarball over the configured limit is 413 and nothing is stored', async () => {
     const big = gzipSync(tar({ 'noise.bin': randomBytes(16 * 1024).toString('base64') }));
     assert.ok(big.length > 4096);
-    const res = await small.app.inject({ method: 'POST', url: '/v2/uploads', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, payload: big });
+    const res = await small.app.inject({
+      method: 'POST',
+      url: '/v2/uploads',
+      headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+      payload: big,
+    });
     assert.equal(res.statusCode, 413, res.body);
     assert.equal(typeof JSON.parse(res.body).detail, 'string');
     const { rows } = await small.database.pool.query('select count(*)::int as n from source_uploads');
@@ -207,7 +267,12 @@ describe('upload size limit', () => {
     const files = await fs.readdir(path.join(small.dataDir, 'uploads')).catch(() => [] as string[]);
     assert.deepEqual(files, []);
 
-    const fits = await small.app.inject({ method: 'POST', url: '/v2/uploads', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, payload: sourceTarball() });
+    const fits = await small.app.inject({
+      method: 'POST',
+      url: '/v2/uploads',
+      headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+      payload: sourceTarball(),
+    });
     assert.equal(fits.statusCode, 201);
   });
 });

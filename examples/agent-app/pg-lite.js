@@ -156,8 +156,10 @@ export function scramSession(password, { user = '', nonce = randomBytes(18).toSt
 
     async clientFinal(serverFirst) {
       const { r: serverNonce, s: salt, i: iterations } = scramAttributes(serverFirst);
-      if (!serverNonce?.startsWith(nonce) || serverNonce.length === nonce.length) throw new PgError('SCRAM: the server nonce does not extend ours');
-      if (!salt || !/^\d+$/.test(iterations ?? '')) throw new PgError('SCRAM: the server sent no salt or iteration count');
+      if (!serverNonce?.startsWith(nonce) || serverNonce.length === nonce.length)
+        throw new PgError('SCRAM: the server nonce does not extend ours');
+      if (!salt || !/^\d+$/.test(iterations ?? ''))
+        throw new PgError('SCRAM: the server sent no salt or iteration count');
       const saltedPassword = await pbkdf2Async(secret, Buffer.from(salt, 'base64'), Number(iterations), 32, 'sha256');
       const clientKey = hmac(saltedPassword, 'Client Key');
       const storedKey = sha256(clientKey);
@@ -173,7 +175,11 @@ export function scramSession(password, { user = '', nonce = randomBytes(18).toSt
       const { v, e } = scramAttributes(serverFinal);
       if (e) throw new PgError(`SCRAM: the server refused: ${e}`);
       const signature = Buffer.from(v ?? '', 'base64');
-      if (!expectedServerSignature || signature.length !== expectedServerSignature.length || !timingSafeEqual(signature, expectedServerSignature)) {
+      if (
+        !expectedServerSignature ||
+        signature.length !== expectedServerSignature.length ||
+        !timingSafeEqual(signature, expectedServerSignature)
+      ) {
         throw new PgError('SCRAM: the server could not prove it knows the password');
       }
     },
@@ -186,9 +192,11 @@ export function scramSession(password, { user = '', nonce = randomBytes(18).toSt
 /** Host, port, user, password and database of a postgres:// URL. */
 function parseUrl(url) {
   const u = new URL(url);
-  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:') throw new PgError(`not a postgres:// URL: ${u.protocol}`);
+  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:')
+    throw new PgError(`not a postgres:// URL: ${u.protocol}`);
   const sslmode = u.searchParams.get('sslmode');
-  if (sslmode && !['disable', 'allow', 'prefer'].includes(sslmode)) throw new PgError(`pg-lite does not speak TLS (sslmode=${sslmode})`);
+  if (sslmode && !['disable', 'allow', 'prefer'].includes(sslmode))
+    throw new PgError(`pg-lite does not speak TLS (sslmode=${sslmode})`);
   const user = decodeURIComponent(u.username) || 'postgres';
   return {
     host: u.hostname.replace(/^\[(.*)\]$/, '$1') || '127.0.0.1',
@@ -271,10 +279,14 @@ export class Client extends EventEmitter {
   async startup({ user, password, database }) {
     const startup = new Writer()
       .int32(196608) // protocol 3.0
-      .cstring('user').cstring(user)
-      .cstring('database').cstring(database)
-      .cstring('client_encoding').cstring('UTF8')
-      .cstring('application_name').cstring('slipway-example-agent')
+      .cstring('user')
+      .cstring(user)
+      .cstring('database')
+      .cstring(database)
+      .cstring('client_encoding')
+      .cstring('UTF8')
+      .cstring('application_name')
+      .cstring('slipway-example-agent')
       .bytes(Buffer.alloc(1))
       .message(null);
     this.#send(startup);
@@ -301,8 +313,12 @@ export class Client extends EventEmitter {
           // AuthenticationMD5Password: 'md5' + md5(md5(password + user) + salt)
           this.authMethod = 'md5';
           const salt = reader.bytes(4);
-          const inner = createHash('md5').update(password + user).digest('hex');
-          const outer = createHash('md5').update(Buffer.concat([Buffer.from(inner), salt])).digest('hex');
+          const inner = createHash('md5')
+            .update(password + user)
+            .digest('hex');
+          const outer = createHash('md5')
+            .update(Buffer.concat([Buffer.from(inner), salt]))
+            .digest('hex');
           this.#send(new Writer().cstring(`md5${outer}`).message('p'));
           break;
         }
@@ -310,7 +326,8 @@ export class Client extends EventEmitter {
           // AuthenticationSASL: the mechanisms the server offers, NUL-terminated, ended by an empty one
           const mechanisms = [];
           for (let m = reader.cstring(); m !== ''; m = reader.cstring()) mechanisms.push(m);
-          if (!mechanisms.includes('SCRAM-SHA-256')) throw new PgError(`no supported SASL mechanism among ${mechanisms.join(', ')}`);
+          if (!mechanisms.includes('SCRAM-SHA-256'))
+            throw new PgError(`no supported SASL mechanism among ${mechanisms.join(', ')}`);
           this.authMethod = 'scram-sha-256';
           scram = scramSession(password);
           const first = Buffer.from(scram.clientFirst, 'utf8');
@@ -318,7 +335,11 @@ export class Client extends EventEmitter {
           break;
         }
         case 11: // AuthenticationSASLContinue: the server-first message
-          this.#send(new Writer().bytes(Buffer.from(await scram.clientFinal(reader.rest().toString('utf8')), 'utf8')).message('p'));
+          this.#send(
+            new Writer()
+              .bytes(Buffer.from(await scram.clientFinal(reader.rest().toString('utf8')), 'utf8'))
+              .message('p'),
+          );
           break;
         case 12: // AuthenticationSASLFinal: the server's proof
           scram.verifyServerFinal(reader.rest().toString('utf8'));
@@ -422,7 +443,10 @@ export async function connect(url, { timeoutMs = 10_000 } = {}) {
   const target = parseUrl(url);
   const socket = net.connect({ host: target.host, port: target.port });
   socket.setNoDelay(true);
-  const timer = setTimeout(() => socket.destroy(new Error(`no answer from ${target.host}:${target.port} in ${timeoutMs} ms`)), timeoutMs);
+  const timer = setTimeout(
+    () => socket.destroy(new Error(`no answer from ${target.host}:${target.port} in ${timeoutMs} ms`)),
+    timeoutMs,
+  );
   try {
     await new Promise((resolve, reject) => {
       socket.once('connect', resolve);
@@ -433,7 +457,9 @@ export async function connect(url, { timeoutMs = 10_000 } = {}) {
     return client;
   } catch (error) {
     socket.destroy();
-    throw error instanceof PgError ? error : new PgError(`cannot connect to ${target.host}:${target.port}: ${error.message}`);
+    throw error instanceof PgError
+      ? error
+      : new PgError(`cannot connect to ${target.host}:${target.port}: ${error.message}`);
   } finally {
     clearTimeout(timer);
   }

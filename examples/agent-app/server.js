@@ -76,7 +76,10 @@ async function openDatabase() {
 
 function sendJson(res, status, body) {
   const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+  });
   res.end(text);
 }
 
@@ -185,7 +188,11 @@ async function token(req, res, url) {
   const endpoint = `${api.replace(/\/+$/, '')}/v2/auth/agents/${encodeURIComponent(agentId)}/connections/${encodeURIComponent(connectionId)}/token`;
   let answer;
   try {
-    answer = await fetch(endpoint, { method: 'POST', headers: { authorization: `Bearer ${credential}` }, signal: AbortSignal.timeout(10_000) });
+    answer = await fetch(endpoint, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${credential}` },
+      signal: AbortSignal.timeout(10_000),
+    });
   } catch (error) {
     return sendJson(res, 502, { got_token: false, error: `Slipway could not be reached: ${error.message}` });
   }
@@ -230,7 +237,8 @@ const server = http.createServer(async (req, res) => {
   const handler = ROUTES[`${req.method} ${url.pathname}`];
   try {
     if (handler) await handler(req, res, url);
-    else if (Object.keys(ROUTES).some((route) => route.endsWith(` ${url.pathname}`))) throw new HttpError(405, `${req.method} is not allowed on ${url.pathname}`);
+    else if (Object.keys(ROUTES).some((route) => route.endsWith(` ${url.pathname}`)))
+      throw new HttpError(405, `${req.method} is not allowed on ${url.pathname}`);
     else throw new HttpError(404, `no route ${url.pathname}`);
   } catch (error) {
     if (res.headersSent) return res.destroy();
@@ -266,7 +274,9 @@ process.on('SIGTERM', () => shutdown('SIGTERM'));
 process.on('SIGINT', () => shutdown('SIGINT'));
 
 server.listen(PORT, HOST, () => {
-  log(`listening on http://${HOST.includes(':') ? `[${HOST}]` : HOST}:${PORT} (revision ${env.SLIPWAY_REVISION_ID ?? 'unknown'})`);
+  log(
+    `listening on http://${HOST.includes(':') ? `[${HOST}]` : HOST}:${PORT} (revision ${env.SLIPWAY_REVISION_ID ?? 'unknown'})`,
+  );
   if (DATABASE_URL) openDatabase();
   else log('no DATABASE_URL: running without a database');
 });

@@ -128,18 +128,31 @@ export interface ClassifyContext {
  * cause; the cause goes to `logDetail`.
  */
 function unreachable(context: ClassifyContext, cause: string): CodeHostError {
-  const error = new CodeHostError('unavailable', `The code host at ${context.apiUrl} could not be reached while ${context.action}.`);
+  const error = new CodeHostError(
+    'unavailable',
+    `The code host at ${context.apiUrl} could not be reached while ${context.action}.`,
+  );
   // A URL's query can hold a token (codeload's signed download links do): origin and path only.
-  error.logDetail = redact(cause, context.secrets).replace(/(\w+:\/\/[^\s?#]*)[?#]\S*/g, '$1?[redacted]').replace(/\s+/g, ' ').trim().slice(0, 500);
+  error.logDetail = redact(cause, context.secrets)
+    .replace(/(\w+:\/\/[^\s?#]*)[?#]\S*/g, '$1?[redacted]')
+    .replace(/\s+/g, ' ')
+    .trim()
+    .slice(0, 500);
   return error;
 }
 
 /** The message of an error and of its causes, e.g. `fetch failed: connect ECONNREFUSED 127.0.0.1:9`. */
 function causeChain(error: unknown): string {
   const parts: string[] = [];
-  for (let current: unknown = error, depth = 0; current instanceof Error && depth < 5; current = current.cause, depth += 1) {
+  for (
+    let current: unknown = error, depth = 0;
+    current instanceof Error && depth < 5;
+    current = current.cause, depth += 1
+  ) {
     const code = (current as { code?: unknown }).code;
-    parts.push(typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message);
+    parts.push(
+      typeof code === 'string' && !current.message.includes(code) ? `${current.message} (${code})` : current.message,
+    );
   }
   return parts.join(': ');
 }

@@ -23,8 +23,7 @@ export const GITHUB_API_URL = 'https://api.github.com';
 
 /** Either a token (personal access token, fine-grained token) or a GitHub App installation. */
 export type CodeHostCredentials =
-  | { token: string }
-  | { app_id: string | number; private_key: string; installation_id: string | number };
+  { token: string } | { app_id: string | number; private_key: string; installation_id: string | number };
 
 /** A repository as the interface lists it, without `host_integration_id` (the caller adds it). */
 export interface CodeHostRepository {
@@ -270,7 +269,11 @@ export class GitHubClient {
   async checkRepositoryUrl(url: string): Promise<RepositoryUrlCheck> {
     const location = parseRepositoryUrl(url);
     if (location === null) {
-      return { ok: false, reason: 'malformed', message: 'is not a repository URL of the form https://{host}/{owner}/{name}' };
+      return {
+        ok: false,
+        reason: 'malformed',
+        message: 'is not a repository URL of the form https://{host}/{owner}/{name}',
+      };
     }
     const origin = webOriginOfApiUrl(this.apiUrl);
     if (location.origin !== origin) {
@@ -300,21 +303,39 @@ export class GitHubClient {
       try {
         // GitHub documents `heads/…` and `tags/…` for this endpoint; `refs/heads/…` is what webhooks and git say.
         const hostRef = ref.replace(/^refs\/(?=heads\/|tags\/)/, '');
-        ({ data: body } = await this.#octokit.rest.repos.getCommit({ owner, repo: name, ref: hostRef, mediaType: { format: 'sha' } }));
+        ({ data: body } = await this.#octokit.rest.repos.getCommit({
+          owner,
+          repo: name,
+          ref: hostRef,
+          mediaType: { format: 'sha' },
+        }));
       } catch (error) {
         const status = answeredStatus(error);
         // GitHub answers an unknown ref with 422 ("No commit found for SHA"), a missing repository with 404
         // and an empty one with 409.
-        if (status === 422) throw new CodeHostNotFoundError(`The ref '${ref}' does not exist in ${repository}: it names no branch, tag or commit there.`, status);
-        if (status === 404) throw new CodeHostNotFoundError(`The repository ${repository} does not exist on ${this.#host}, or the integration cannot reach it (looking up '${ref}').`, status);
-        if (status === 409) throw new CodeHostNotFoundError(`The repository ${repository} is empty: '${ref}' names no commit.`, status);
+        if (status === 422)
+          throw new CodeHostNotFoundError(
+            `The ref '${ref}' does not exist in ${repository}: it names no branch, tag or commit there.`,
+            status,
+          );
+        if (status === 404)
+          throw new CodeHostNotFoundError(
+            `The repository ${repository} does not exist on ${this.#host}, or the integration cannot reach it (looking up '${ref}').`,
+            status,
+          );
+        if (status === 409)
+          throw new CodeHostNotFoundError(`The repository ${repository} is empty: '${ref}' names no commit.`, status);
         throw error;
       }
       // A host that ignores the media type answers with the commit as JSON, which carries the sha too.
-      const text = bodyText(body) ?? (typeof body === 'object' && body !== null && 'sha' in body ? String(body.sha) : '');
+      const text =
+        bodyText(body) ?? (typeof body === 'object' && body !== null && 'sha' in body ? String(body.sha) : '');
       const sha = text.trim().toLowerCase();
       if (!COMMIT_SHA.test(sha)) {
-        throw new CodeHostError('unexpected', `The code host ${this.#host} answered the lookup of '${ref}' in ${repository} with something that is not a commit sha.`);
+        throw new CodeHostError(
+          'unexpected',
+          `The code host ${this.#host} answered the lookup of '${ref}' in ${repository} with something that is not a commit sha.`,
+        );
       }
       return sha;
     });
@@ -342,17 +363,25 @@ export class GitHubClient {
         }));
       } catch (error) {
         const status = answeredStatus(error);
-        if (status === 404) throw new CodeHostNotFoundError(`The code host ${host} has no tarball of ${repository} at '${ref}'.`, status);
+        if (status === 404)
+          throw new CodeHostNotFoundError(`The code host ${host} has no tarball of ${repository} at '${ref}'.`, status);
         throw error;
       }
       if (!(body instanceof ReadableStream)) {
-        throw new CodeHostError('unexpected', `The code host ${host} answered the download of ${repository} at '${ref}' without a tarball.`);
+        throw new CodeHostError(
+          'unexpected',
+          `The code host ${host} answered the download of ${repository} at '${ref}' without a tarball.`,
+        );
       }
       let bytes = 0;
       const meter = async function* (source: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
         for await (const chunk of source) {
           bytes += chunk.length;
-          if (bytes > limit) throw new CodeHostError('unexpected', `The tarball of ${repository} at '${ref}' is larger than ${limit} bytes, the most a source may have.`);
+          if (bytes > limit)
+            throw new CodeHostError(
+              'unexpected',
+              `The tarball of ${repository} at '${ref}' is larger than ${limit} bytes, the most a source may have.`,
+            );
           yield chunk;
         }
       };
@@ -369,7 +398,10 @@ export class GitHubClient {
         if (error === fileError || error instanceof CodeHostError || isDeadline(error)) throw error;
         // The message never shows a URL: codeload's carries a token.
         const reason = error instanceof Error ? error.message.replace(/\w+:\/\/\S+/g, '[url]') : String(error);
-        throw new CodeHostError('unavailable', `The code host ${host} broke off the download of ${repository} at '${ref}' (${reason}).`);
+        throw new CodeHostError(
+          'unavailable',
+          `The code host ${host} broke off the download of ${repository} at '${ref}' (${reason}).`,
+        );
       }
       return { bytes };
     });
@@ -383,9 +415,16 @@ export class GitHubClient {
         ? await withInstallationGate(String(credentials.installation_id), this.#fingerprint, run)
         : await run();
     } catch (error) {
-      const failure = classifyHostFailure(error, { host: this.#host, apiUrl: this.apiUrl, action, secrets: this.#secrets, nowMs: this.#now() });
+      const failure = classifyHostFailure(error, {
+        host: this.#host,
+        apiUrl: this.apiUrl,
+        action,
+        secrets: this.#secrets,
+        nowMs: this.#now(),
+      });
       // The caller is told only that the host could not be reached; the operator needs the why.
-      if (failure instanceof CodeHostError && failure.logDetail !== undefined) this.#log.warn(`${failure.message} Cause: ${failure.logDetail}`);
+      if (failure instanceof CodeHostError && failure.logDetail !== undefined)
+        this.#log.warn(`${failure.message} Cause: ${failure.logDetail}`);
       throw failure;
     }
   }

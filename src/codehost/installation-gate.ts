@@ -60,7 +60,11 @@ function leave(installationId: string): void {
   }
 }
 
-export async function withInstallationGate<T>(installationId: string, group: string, run: () => Promise<T>): Promise<T> {
+export async function withInstallationGate<T>(
+  installationId: string,
+  group: string,
+  run: () => Promise<T>,
+): Promise<T> {
   await enter(installationId, group);
   try {
     return await run();

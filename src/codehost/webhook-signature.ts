@@ -5,8 +5,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
 export type SignatureCheck =
-  | { ok: true }
-  | { ok: false; reason: 'missing' | 'malformed' | 'mismatch'; message: string };
+  { ok: true } | { ok: false; reason: 'missing' | 'malformed' | 'mismatch'; message: string };
 
 const SIGNATURE_FORMAT = /^sha256=([0-9a-f]{64})$/i;
 
@@ -26,7 +25,11 @@ export function verifyWebhookSignature(
 ): SignatureCheck {
   // HMAC with an empty key is computable by anyone; an integration without a secret accepts nothing.
   if (secret === '') {
-    return { ok: false, reason: 'mismatch', message: 'The integration has no webhook secret, so no signature can match.' };
+    return {
+      ok: false,
+      reason: 'mismatch',
+      message: 'The integration has no webhook secret, so no signature can match.',
+    };
   }
   if (header === undefined || header === '' || (Array.isArray(header) && header.length === 0)) {
     return { ok: false, reason: 'missing', message: 'The X-Hub-Signature-256 header is missing.' };
@@ -37,7 +40,11 @@ export function verifyWebhookSignature(
   }
   const match = SIGNATURE_FORMAT.exec(header.trim());
   if (match === null || match[1] === undefined) {
-    return { ok: false, reason: 'malformed', message: 'The X-Hub-Signature-256 header is not of the form sha256=<64 hex digits>.' };
+    return {
+      ok: false,
+      reason: 'malformed',
+      message: 'The X-Hub-Signature-256 header is not of the form sha256=<64 hex digits>.',
+    };
   }
   const given = Buffer.from(match[1], 'hex');
   const expected = createHmac('sha256', secret).update(body).digest();

@@ -57,7 +57,10 @@ export async function openSecretBox(db: Kysely<Database>, keys: EncryptionKeys):
     const sample = await firstSealedValue(db);
     const key = sample === null ? keys.current : keyOpening(keys, sample.value);
     if (key === null) {
-      throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', `${describeKeys(keys)} does not open the secrets already stored (${sample!.where}): they were sealed with another key. Set SLIPWAY_ENCRYPTION_KEY to that key (or restore its encryption.key file).`);
+      throw new ConfigError(
+        'SLIPWAY_ENCRYPTION_KEY',
+        `${describeKeys(keys)} does not open the secrets already stored (${sample!.where}): they were sealed with another key. Set SLIPWAY_ENCRYPTION_KEY to that key (or restore its encryption.key file).`,
+      );
     }
     await recordKeyCheck(db, keyIdOf(key), createSecretBox(key).seal(KEY_CHECK_TEXT));
     stored = (await readKeyCheck(db))!;

@@ -25,13 +25,20 @@ export interface RotationOptions {
   maxPasses?: number;
 }
 
-export type RotationResult = { status: 'complete'; resealed: number } | { status: 'interrupted'; resealed: number } | { status: 'incomplete'; resealed: number; remaining: { columns: string; rows: number }[] };
+export type RotationResult =
+  | { status: 'complete'; resealed: number }
+  | { status: 'interrupted'; resealed: number }
+  | { status: 'incomplete'; resealed: number; remaining: { columns: string; rows: number }[] };
 
 /**
  * `box` must already have passed openSecretBox (src/crypto/key-check.ts): it seals with the new key
  * and opens with the new and the previous one.
  */
-export async function rotateKey(db: Kysely<Database>, box: SecretBox, options: RotationOptions): Promise<RotationResult> {
+export async function rotateKey(
+  db: Kysely<Database>,
+  box: SecretBox,
+  options: RotationOptions,
+): Promise<RotationResult> {
   const { batchSize, onBatch, signal, maxPasses = 3 } = options;
   await markRotation(db, box.keyId);
   const reseal = (sealed: string) => (sealedKeyId(sealed) === box.keyId ? sealed : box.seal(box.open(sealed)));

@@ -31,8 +31,18 @@ export const SEALED_COLUMNS: readonly SealedColumns[] = [
   { kind: 'text', table: 'oauth_providers', key: 'id', columns: ['client_secret_encrypted'] },
   { kind: 'text', table: 'oauth_tokens', key: 'id', columns: ['access_token_encrypted', 'refresh_token_encrypted'] },
   { kind: 'text', table: 'oauth_authorizations', key: 'id', columns: ['code_verifier_encrypted'] },
-  { kind: 'text', table: 'codehost_integrations', key: 'id', columns: ['credentials_encrypted', 'webhook_secret_encrypted'] },
-  { kind: 'text', table: 'deployment_runtimes', key: 'deployment_id', columns: ['database_password_sealed', 'agent_credential_sealed'] },
+  {
+    kind: 'text',
+    table: 'codehost_integrations',
+    key: 'id',
+    columns: ['credentials_encrypted', 'webhook_secret_encrypted'],
+  },
+  {
+    kind: 'text',
+    table: 'deployment_runtimes',
+    key: 'deployment_id',
+    columns: ['database_password_sealed', 'agent_credential_sealed'],
+  },
 ];
 
 export const describeColumns = (spec: SealedColumns): string =>
@@ -57,12 +67,20 @@ function needsResealing(spec: SealedColumns, keyId: string): RawBuilder<boolean>
 export async function firstSealedValue(db: Kysely<Database>): Promise<{ value: string; where: string } | null> {
   for (const spec of SEALED_COLUMNS) {
     if (spec.kind === 'secrets') {
-      const found = await sql<{ value: string }>`select s->>'value' as value from ${sql.table(spec.table)}, jsonb_array_elements(${sql.ref(spec.column)}) as s limit 1`.execute(db);
+      const found = await sql<{
+        value: string;
+      }>`select s->>'value' as value from ${sql.table(spec.table)}, jsonb_array_elements(${sql.ref(spec.column)}) as s limit 1`.execute(
+        db,
+      );
       if (found.rows[0]) return { value: found.rows[0].value, where: `${spec.table}.${spec.column}` };
       continue;
     }
     for (const column of spec.columns) {
-      const found = await sql<{ value: string }>`select ${sql.ref(column)} as value from ${sql.table(spec.table)} where ${sql.ref(column)} is not null limit 1`.execute(db);
+      const found = await sql<{
+        value: string;
+      }>`select ${sql.ref(column)} as value from ${sql.table(spec.table)} where ${sql.ref(column)} is not null limit 1`.execute(
+        db,
+      );
       if (found.rows[0]) return { value: found.rows[0].value, where: `${spec.table}.${column}` };
     }
   }
@@ -70,10 +88,15 @@ export async function firstSealedValue(db: Kysely<Database>): Promise<{ value: s
 }
 
 /** How many rows of each column group still hold a value not sealed with `keyId`. */
-export async function countNotSealedWith(db: Kysely<Database>, keyId: string): Promise<{ columns: string; rows: number }[]> {
+export async function countNotSealedWith(
+  db: Kysely<Database>,
+  keyId: string,
+): Promise<{ columns: string; rows: number }[]> {
   const counts = [];
   for (const spec of SEALED_COLUMNS) {
-    const result = await sql<{ n: string }>`select count(*) as n from ${sql.table(spec.table)} where ${needsResealing(spec, keyId)}`.execute(db);
+    const result = await sql<{
+      n: string;
+    }>`select count(*) as n from ${sql.table(spec.table)} where ${needsResealing(spec, keyId)}`.execute(db);
     counts.push({ columns: describeColumns(spec), rows: Number(result.rows[0]?.n ?? 0) });
   }
   return counts;
@@ -107,13 +130,17 @@ export async function resealBatch(
       if (spec.kind === 'secrets') {
         const secrets = row[spec.column] as { name: string; value: string }[];
         const fresh = secrets.map((s) => ({ ...s, value: reseal(s.value) }));
-        await sql`update ${sql.table(spec.table)} set ${sql.ref(spec.column)} = ${JSON.stringify(fresh)}::jsonb where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(tx);
+        await sql`update ${sql.table(spec.table)} set ${sql.ref(spec.column)} = ${JSON.stringify(fresh)}::jsonb where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(
+          tx,
+        );
       } else {
         const sets = spec.columns.map((c) => {
           const value = row[c] as string | null;
           return sql`${sql.ref(c)} = ${value === null ? null : reseal(value)}`;
         });
-        await sql`update ${sql.table(spec.table)} set ${sql.join(sets)} where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(tx);
+        await sql`update ${sql.table(spec.table)} set ${sql.join(sets)} where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(
+          tx,
+        );
       }
     }
     const last = selected.rows.at(-1)?.row_key as string | undefined;

@@ -52,14 +52,23 @@ export function createSecretBox(key: Buffer, previous: readonly Buffer[] = []): 
       const nonce = randomBytes(12);
       const cipher = createCipheriv('aes-256-gcm', key, nonce);
       const body = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
-      return ['v2', keyId, nonce.toString('base64url'), cipher.getAuthTag().toString('base64url'), body.toString('base64url')].join('.');
+      return [
+        'v2',
+        keyId,
+        nonce.toString('base64url'),
+        cipher.getAuthTag().toString('base64url'),
+        body.toString('base64url'),
+      ].join('.');
     },
     open(sealed) {
       const parts = sealed.split('.');
       if (parts[0] === 'v2' && parts.length === 5) {
         const [, id, nonce, tag, body] = parts as [string, string, string, string, string];
         const k = keys.get(id);
-        if (!k) throw new Error(`Sealed with key ${id}, which this process does not have (it has ${[...keys.keys()].join(', ')})`);
+        if (!k)
+          throw new Error(
+            `Sealed with key ${id}, which this process does not have (it has ${[...keys.keys()].join(', ')})`,
+          );
         return openWith(k, nonce, tag, body);
       }
       if (parts[0] === 'v1' && parts.length === 4) {
@@ -93,7 +102,8 @@ export const KEY_FILE = 'encryption.key';
 
 function parseKey(text: string, where: string): Buffer {
   const key = Buffer.from(text.trim(), 'hex');
-  if (key.length !== 32 || !/^[0-9a-fA-F]{64}$/.test(text.trim())) throw new Error(`${where} does not hold a 32-byte hex key`);
+  if (key.length !== 32 || !/^[0-9a-fA-F]{64}$/.test(text.trim()))
+    throw new Error(`${where} does not hold a 32-byte hex key`);
   return key;
 }
 
@@ -107,7 +117,10 @@ export async function readKeyFile(file: string): Promise<Buffer[] | null> {
     throw error;
   });
   if (text === null) return null;
-  const lines = text.split('\n').map((l) => l.trim()).filter((l) => l !== '');
+  const lines = text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '');
   if (lines.length === 0) throw new Error(`${file} is empty`);
   return lines.map((line, i) => parseKey(line, `${file} (line ${i + 1})`));
 }
@@ -160,7 +173,10 @@ export async function loadEncryptionKeys(options: LoadKeysOptions): Promise<Encr
     return { current, previous: [...older, ...extra], source: file, file };
   }
   if (!mayCreate) {
-    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', `is not set and ${file} is missing, but the database holds secrets sealed with a key: restore ${KEY_FILE} from your backup (or set SLIPWAY_ENCRYPTION_KEY to the key). No new key was made.`);
+    throw new ConfigError(
+      'SLIPWAY_ENCRYPTION_KEY',
+      `is not set and ${file} is missing, but the database holds secrets sealed with a key: restore ${KEY_FILE} from your backup (or set SLIPWAY_ENCRYPTION_KEY to the key). No new key was made.`,
+    );
   }
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
   const key = randomBytes(32);

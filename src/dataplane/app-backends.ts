@@ -29,7 +29,13 @@ export interface Route {
 }
 
 export function newBackend(target: AppTarget): Backend {
-  return { target: { ...target }, url: `http://127.0.0.1:${target.port}`, responses: new Set(), sockets: new Set(), idleWaiters: [] };
+  return {
+    target: { ...target },
+    url: `http://127.0.0.1:${target.port}`,
+    responses: new Set(),
+    sockets: new Set(),
+    idleWaiters: [],
+  };
 }
 
 export function targetKey(target: AppTarget): string {
@@ -66,7 +72,13 @@ export function whenIdle(backend: Backend): Promise<void> {
  * Resolves when the backends are idle or the time is up; a busy one at the end is logged, not failed.
  * `live` is every backend routed to or still draining: each leaves it once idle.
  */
-export async function drain(logger: Logger, live: Set<Backend>, slug: string, draining: Backend[], timeoutMs: number): Promise<void> {
+export async function drain(
+  logger: Logger,
+  live: Set<Backend>,
+  slug: string,
+  draining: Backend[],
+  timeoutMs: number,
+): Promise<void> {
   const busy = draining.filter((b) => !isIdle(b));
   const forget = () => {
     for (const b of draining) if (isIdle(b)) live.delete(b);
@@ -81,7 +93,15 @@ export async function drain(logger: Logger, live: Set<Backend>, slug: string, dr
   if (expired) {
     const left = busy.filter((b) => !isIdle(b));
     logger.warn(
-      { slug, instances: left.map((b) => ({ instanceId: b.target.instanceId, requests: b.responses.size, websockets: b.sockets.size })), drainTimeoutMs: timeoutMs },
+      {
+        slug,
+        instances: left.map((b) => ({
+          instanceId: b.target.instanceId,
+          requests: b.responses.size,
+          websockets: b.sockets.size,
+        })),
+        drainTimeoutMs: timeoutMs,
+      },
       'app instances still busy when the drain time ran out',
     );
     // Once their last connection ends nothing refers to them; until then close() may still cut them.

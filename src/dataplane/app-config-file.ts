@@ -9,8 +9,21 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../domain/app-config.ts';
-import { LANGGRAPH_LAUNCHER_PATH, isLangGraphConfig, langGraphReferencedPaths, resolveLangGraphConfig, type LangGraphSourceFacts, type PathKind } from '../domain/langgraph-config.ts';
+import {
+  AppConfigError,
+  resolveAppConfig,
+  type AppConfig,
+  type CommandOverrides,
+  type SourceFiles,
+} from '../domain/app-config.ts';
+import {
+  LANGGRAPH_LAUNCHER_PATH,
+  isLangGraphConfig,
+  langGraphReferencedPaths,
+  resolveLangGraphConfig,
+  type LangGraphSourceFacts,
+  type PathKind,
+} from '../domain/langgraph-config.ts';
 
 export { AppConfigError, type AppConfig } from '../domain/app-config.ts';
 
@@ -19,11 +32,14 @@ const MAX_FILE_BYTES = 1024 * 1024;
 
 /** The named path, relative and without `..`, or an error naming it (the API checks the same at write time). */
 function relativePath(configPath: string): string {
-  if (configPath.trim() === '') throw new AppConfigError('framework_config_path is empty; name the app config file, e.g. slipway.json');
+  if (configPath.trim() === '')
+    throw new AppConfigError('framework_config_path is empty; name the app config file, e.g. slipway.json');
   if (configPath.includes('\0')) throw new AppConfigError('framework_config_path must not contain a NUL character');
   const segments = configPath.split(/[\\/]+/);
   if (path.isAbsolute(configPath) || /^[\\/]/.test(configPath) || segments.includes('..')) {
-    throw new AppConfigError(`framework_config_path ${JSON.stringify(configPath)} must be a relative path inside the source (no leading '/', no '..')`);
+    throw new AppConfigError(
+      `framework_config_path ${JSON.stringify(configPath)} must be a relative path inside the source (no leading '/', no '..')`,
+    );
   }
   return path.normalize(segments.filter((s) => s !== '' && s !== '.').join(path.sep) || '.');
 }
@@ -69,7 +85,9 @@ async function describeSource(root: string): Promise<SourceFiles> {
       if (real && isInside(root, real) && (await fs.stat(real)).isFile()) rootFiles.push(entry.name);
     }
   }
-  const packageJson = rootFiles.includes('package.json') ? await readSmallFile(await fs.realpath(path.join(root, 'package.json')), 'package.json') : null;
+  const packageJson = rootFiles.includes('package.json')
+    ? await readSmallFile(await fs.realpath(path.join(root, 'package.json')), 'package.json')
+    : null;
   return { rootFiles, packageJson };
 }
 
@@ -86,7 +104,8 @@ export async function loadAppConfig(
   const name = relativePath(configPath);
   const root = await fs.realpath(sourceDir);
   const real = await realPathInside(root, path.join(root, name), configPath);
-  if (real === null) throw new AppConfigError(`${configPath} was not found in the source; framework_config_path must name a file in it`);
+  if (real === null)
+    throw new AppConfigError(`${configPath} was not found in the source; framework_config_path must name a file in it`);
   const text = await readSmallFile(real, configPath);
   let parsed: unknown;
   try {
@@ -96,7 +115,12 @@ export async function loadAppConfig(
     throw new AppConfigError(`${configPath} is not valid JSON (${(error as Error).message})`);
   }
   if (isLangGraphConfig(configPath, parsed)) {
-    const resolved = resolveLangGraphConfig(configPath, parsed, await describeLangGraphSource(root, configPath, parsed), overrides);
+    const resolved = resolveLangGraphConfig(
+      configPath,
+      parsed,
+      await describeLangGraphSource(root, configPath, parsed),
+      overrides,
+    );
     await writeLauncher(root);
     return resolved;
   }
@@ -104,7 +128,11 @@ export async function loadAppConfig(
 }
 
 /** What the LangGraph rules asked about: each path's kind, and the text of the files they read. */
-async function describeLangGraphSource(root: string, configPath: string, parsed: unknown): Promise<LangGraphSourceFacts> {
+async function describeLangGraphSource(
+  root: string,
+  configPath: string,
+  parsed: unknown,
+): Promise<LangGraphSourceFacts> {
   const { paths, read } = langGraphReferencedPaths(configPath, parsed);
   const kinds: Record<string, PathKind> = {};
   const texts: Record<string, string> = {};
@@ -119,7 +147,8 @@ async function describeLangGraphSource(root: string, configPath: string, parsed:
     }
     const stat = real === null ? null : await fs.stat(real);
     kinds[relative] = stat === null ? 'missing' : stat.isFile() ? 'file' : stat.isDirectory() ? 'dir' : 'missing';
-    if (real !== null && kinds[relative] === 'file' && read.includes(relative)) texts[relative] = await readSmallFile(real, relative);
+    if (real !== null && kinds[relative] === 'file' && read.includes(relative))
+      texts[relative] = await readSmallFile(real, relative);
   }
   return { kinds, texts };
 }
@@ -133,10 +162,13 @@ async function writeLauncher(root: string): Promise<void> {
   try {
     await fs.mkdir(path.dirname(target), { recursive: true });
     // The directory may come from the archive: it must not be a link that leads out of the source.
-    if (!isInside(root, await fs.realpath(path.dirname(target)))) throw new Error('it is a link that leads outside the source');
+    if (!isInside(root, await fs.realpath(path.dirname(target))))
+      throw new Error('it is a link that leads outside the source');
     await fs.rm(target, { force: true });
     await fs.writeFile(target, await fs.readFile(LAUNCHER_SOURCE), { mode: 0o644, flag: 'wx' });
   } catch (error) {
-    throw new AppConfigError(`${LANGGRAPH_LAUNCHER_PATH} could not be written into the source (${error instanceof Error ? error.message : String(error)}); remove it from the archive`);
+    throw new AppConfigError(
+      `${LANGGRAPH_LAUNCHER_PATH} could not be written into the source (${error instanceof Error ? error.message : String(error)}); remove it from the archive`,
+    );
   }
 }

@@ -21,14 +21,19 @@ function appDatabaseName(deploymentId: string): string {
 }
 
 /** Creates the role and database when missing (idempotent: a retried provision finds them). */
-export async function createAppDatabase(pool: pg.Pool, deploymentId: string, password = randomBytes(24).toString('hex')): Promise<AppDatabase> {
+export async function createAppDatabase(
+  pool: pg.Pool,
+  deploymentId: string,
+  password = randomBytes(24).toString('hex'),
+): Promise<AppDatabase> {
   const name = appDatabaseName(deploymentId);
   const client = await pool.connect();
   try {
     const role = client.escapeIdentifier(name);
     const roleExists = await client.query('select 1 from pg_roles where rolname = $1', [name]);
     // CREATE ROLE takes no parameters: the password is a literal, escaped by the driver.
-    if (roleExists.rowCount === 0) await client.query(`create role ${role} login password ${client.escapeLiteral(password)}`);
+    if (roleExists.rowCount === 0)
+      await client.query(`create role ${role} login password ${client.escapeLiteral(password)}`);
     else await client.query(`alter role ${role} login password ${client.escapeLiteral(password)}`);
     const dbExists = await client.query('select 1 from pg_database where datname = $1', [name]);
     if (dbExists.rowCount === 0) await client.query(`create database ${role} owner ${role}`);

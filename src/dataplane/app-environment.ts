@@ -16,7 +16,12 @@ export interface AppPaths {
 /** PATH (with the app's virtualenv and the Node.js that runs the service), HOME, locale. */
 function baseEnvironment(paths: AppPaths): Record<string, string> {
   return {
-    PATH: [path.join(paths.src, '.venv', 'bin'), path.join(paths.src, 'node_modules', '.bin'), path.dirname(process.execPath), SYSTEM_PATH].join(':'),
+    PATH: [
+      path.join(paths.src, '.venv', 'bin'),
+      path.join(paths.src, 'node_modules', '.bin'),
+      path.dirname(process.execPath),
+      SYSTEM_PATH,
+    ].join(':'),
     HOME: paths.home,
     LANG: 'C.UTF-8',
     TMPDIR: '/tmp',
@@ -26,7 +31,11 @@ function baseEnvironment(paths: AppPaths): Record<string, string> {
   };
 }
 
-export function buildEnvironment(paths: AppPaths, appEnv: Record<string, string>, secrets: Record<string, string>): Record<string, string> {
+export function buildEnvironment(
+  paths: AppPaths,
+  appEnv: Record<string, string>,
+  secrets: Record<string, string>,
+): Record<string, string> {
   return { ...baseEnvironment(paths), ...appEnv, ...secrets };
 }
 
@@ -40,7 +49,12 @@ export interface PlatformVariables {
   databaseUrl: string | null;
 }
 
-export function runEnvironment(paths: AppPaths, appEnv: Record<string, string>, secrets: Record<string, string>, platform: PlatformVariables): Record<string, string> {
+export function runEnvironment(
+  paths: AppPaths,
+  appEnv: Record<string, string>,
+  secrets: Record<string, string>,
+  platform: PlatformVariables,
+): Record<string, string> {
   return {
     ...buildEnvironment(paths, appEnv, secrets),
     HOST: '127.0.0.1',

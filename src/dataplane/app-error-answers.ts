@@ -18,7 +18,13 @@ function errorBody(detail: string, code: ErrorCode): string {
   return JSON.stringify({ detail, code });
 }
 
-export function sendError(req: IncomingMessage, res: ServerResponse, status: number, code: ErrorCode, detail: string): void {
+export function sendError(
+  req: IncomingMessage,
+  res: ServerResponse,
+  status: number,
+  code: ErrorCode,
+  detail: string,
+): void {
   if (res.headersSent) {
     // Part of the app's answer is out: cut it so the client sees a broken response, not a hang.
     res.destroy();
@@ -26,12 +32,22 @@ export function sendError(req: IncomingMessage, res: ServerResponse, status: num
   }
   if (res.destroyed || res.writableEnded) return;
   const body = errorBody(detail, code);
-  res.writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), 'x-request-id': requestId(req) });
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'x-request-id': requestId(req),
+  });
   res.end(body);
 }
 
 /** The same answer on a raw socket, for upgrades that cannot go through. */
-export function sendSocketError(req: IncomingMessage, socket: Duplex, status: number, code: ErrorCode, detail: string): void {
+export function sendSocketError(
+  req: IncomingMessage,
+  socket: Duplex,
+  status: number,
+  code: ErrorCode,
+  detail: string,
+): void {
   if (socket.destroyed || !socket.writable) return;
   const body = errorBody(detail, code);
   socket.once('finish', () => socket.destroy());

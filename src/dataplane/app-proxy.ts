@@ -35,9 +35,14 @@ const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection'];
 /** The app's response headers without the hop-by-hop ones (and the framing Node redoes for the client). */
 function responseHeaders(proxyRes: IncomingMessage): http.OutgoingHttpHeaders {
   const listed = proxyRes.headers.connection;
-  const skip = new Set([...HOP_BY_HOP, 'transfer-encoding', ...(listed ?? '').split(',').map((t) => t.trim().toLowerCase())]);
+  const skip = new Set([
+    ...HOP_BY_HOP,
+    'transfer-encoding',
+    ...(listed ?? '').split(',').map((t) => t.trim().toLowerCase()),
+  ]);
   const headers: http.OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(proxyRes.headers)) if (value !== undefined && !skip.has(name)) headers[name] = value;
+  for (const [name, value] of Object.entries(proxyRes.headers))
+    if (value !== undefined && !skip.has(name)) headers[name] = value;
   return headers;
 }
 
@@ -111,7 +116,8 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
   // Errors that reach no callback (a client socket failing during a WebSocket proxy): never crash.
   proxy.on('error', (error, req, resOrSocket) => {
     logger.debug({ err: error, url: redactUrl(req.url ?? '') }, 'app proxy error');
-    if (resOrSocket instanceof http.ServerResponse) sendError(req, resOrSocket, 502, 'bad_gateway', 'The deployment did not answer.');
+    if (resOrSocket instanceof http.ServerResponse)
+      sendError(req, resOrSocket, 502, 'bad_gateway', 'The deployment did not answer.');
     else resOrSocket.destroy();
   });
 
@@ -134,11 +140,23 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
     req.url = app.url;
   }
 
-  function forward(req: IncomingMessage, res: ServerResponse, slug: string, refused: Set<Backend>, attempt: number): void {
+  function forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    slug: string,
+    refused: Set<Backend>,
+    attempt: number,
+  ): void {
     const route = routes.get(slug);
     const backend = route === undefined ? null : pick(route, refused);
     if (backend === null) {
-      return sendError(req, res, 502, 'bad_gateway', `Deployment ${slug} did not answer: none of its instances accepted the connection.`);
+      return sendError(
+        req,
+        res,
+        502,
+        'bad_gateway',
+        `Deployment ${slug} did not answer: none of its instances accepted the connection.`,
+      );
     }
     backend.responses.add(res);
     let done = false;
@@ -155,20 +173,32 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
       if (done) return; // the client went away, or another error of this attempt was already handled
       release();
       const code = errorCode(error);
-      const log = { slug, instanceId: backend.target.instanceId, port: backend.target.port, code, method: req.method, url: redactUrl(req.url ?? '') };
+      const log = {
+        slug,
+        instanceId: backend.target.instanceId,
+        port: backend.target.port,
+        code,
+        method: req.method,
+        url: redactUrl(req.url ?? ''),
+      };
       // (Not req.destroyed: a request whose body was read to the end is destroyed too.)
       if (res.destroyed || req.socket.destroyed) return logger.debug(log, 'app request ended by the client');
       // Safe to send again only when the app cannot have seen it: a refused connection, or a kept-alive
       // socket the app had just closed (for methods without side effects).
       const refusedNow = code === 'ECONNREFUSED';
-      const stale = (code === 'ECONNRESET' || code === 'EPIPE') && upstreamOf.get(res)?.reusedSocket === true && IDEMPOTENT.has(req.method ?? '');
+      const stale =
+        (code === 'ECONNRESET' || code === 'EPIPE') &&
+        upstreamOf.get(res)?.reusedSocket === true &&
+        IDEMPOTENT.has(req.method ?? '');
       if (bodyless && !res.headersSent && (refusedNow || stale) && attempt <= (route?.backends.length ?? 0)) {
         if (refusedNow) refused.add(backend);
         logger.debug(log, 'app instance did not take the request; trying again');
         return forward(req, res, slug, refused, attempt + 1);
       }
       logger.warn(log, 'app request failed');
-      const reason = refusedNow ? 'its instance refused the connection' : `the connection to its instance failed (${code})`;
+      const reason = refusedNow
+        ? 'its instance refused the connection'
+        : `the connection to its instance failed (${code})`;
       sendError(req, res, 502, 'bad_gateway', `Deployment ${slug} did not answer: ${reason}.`);
     };
     try {
@@ -189,10 +219,16 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
     });
     const failed = (error: unknown) => {
       const code = errorCode(error);
-      logger.warn({ slug: app.slug, instanceId: backend.target.instanceId, port: backend.target.port, code }, 'app WebSocket failed');
+      logger.warn(
+        { slug: app.slug, instanceId: backend.target.instanceId, port: backend.target.port, code },
+        'app WebSocket failed',
+      );
       // Before the 101 the client still waits for an HTTP answer; after it, closing is all there is.
       if ((socket as Partial<Socket>).bytesWritten === 0) {
-        const reason = code === 'ECONNREFUSED' ? 'its instance refused the connection' : `the connection to its instance failed (${code})`;
+        const reason =
+          code === 'ECONNREFUSED'
+            ? 'its instance refused the connection'
+            : `the connection to its instance failed (${code})`;
         sendSocketError(req, socket, 502, 'bad_gateway', `Deployment ${app.slug} did not answer: ${reason}.`);
       } else {
         socket.destroy();

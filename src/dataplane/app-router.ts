@@ -12,7 +12,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import { drain, newBackend, pick, targetKey, whenIdle, type AppTarget, type Backend, type Route } from './app-backends.ts';
+import {
+  drain,
+  newBackend,
+  pick,
+  targetKey,
+  whenIdle,
+  type AppTarget,
+  type Backend,
+  type Route,
+} from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
 import { serverHooks } from './app-server-factory.ts';
@@ -77,7 +86,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   }
 
   function serve(req: IncomingMessage, res: ServerResponse, app: AppRequest): void {
-    if (closing !== null) return sendError(req, res, 503, 'unavailable', 'The service is shutting down; retry shortly.');
+    if (closing !== null)
+      return sendError(req, res, 503, 'unavailable', 'The service is shutting down; retry shortly.');
     const route = routes.get(app.slug);
     if (route === undefined) return sendError(req, res, 404, 'not_found', `No deployment is served at ${app.slug}.`);
     if (app.prefix !== null && !app.url.startsWith('/')) {
@@ -86,14 +96,24 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       res.end();
       return;
     }
-    if (route.backends.length === 0) return sendError(req, res, 503, 'unavailable', `Deployment ${app.slug} has no running instance yet; retry shortly.`);
+    if (route.backends.length === 0)
+      return sendError(
+        req,
+        res,
+        503,
+        'unavailable',
+        `Deployment ${app.slug} has no running instance yet; retry shortly.`,
+      );
     proxy.web(req, res, app);
   }
 
   const router: AppRouter = {
     setTargets(slug, targets, opts) {
       const invalid = targets.find((t) => !Number.isInteger(t.port) || t.port < 1 || t.port > 65535);
-      if (invalid !== undefined) return Promise.reject(new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`));
+      if (invalid !== undefined)
+        return Promise.reject(
+          new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`),
+        );
       const route = routes.get(slug) ?? { backends: [], next: 0 };
       const current = new Map(route.backends.map((b) => [targetKey(b.target), b]));
       const next = new Map<string, Backend>();
@@ -105,7 +125,10 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       route.backends = [...next.values()];
       route.next = route.backends.length === 0 ? 0 : route.next % route.backends.length;
       routes.set(slug, route);
-      logger.debug({ slug, targets: route.backends.map((b) => b.target), draining: removed.map((b) => b.target) }, 'app route set');
+      logger.debug(
+        { slug, targets: route.backends.map((b) => b.target), draining: removed.map((b) => b.target) },
+        'app route set',
+      );
       return drain(logger, backends, slug, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
     },
 
@@ -140,9 +163,18 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       socket.on('error', (error) => logger.debug({ err: error, slug: app.slug }, 'app WebSocket client error'));
       const route = closing === null ? routes.get(app.slug) : undefined;
       const backend = route === undefined ? null : pick(route, new Set());
-      if (closing !== null) sendSocketError(req, socket, 503, 'unavailable', 'The service is shutting down; retry shortly.');
-      else if (route === undefined) sendSocketError(req, socket, 404, 'not_found', `No deployment is served at ${app.slug}.`);
-      else if (backend === null) sendSocketError(req, socket, 503, 'unavailable', `Deployment ${app.slug} has no running instance yet; retry shortly.`);
+      if (closing !== null)
+        sendSocketError(req, socket, 503, 'unavailable', 'The service is shutting down; retry shortly.');
+      else if (route === undefined)
+        sendSocketError(req, socket, 404, 'not_found', `No deployment is served at ${app.slug}.`);
+      else if (backend === null)
+        sendSocketError(
+          req,
+          socket,
+          503,
+          'unavailable',
+          `Deployment ${app.slug} has no running instance yet; retry shortly.`,
+        );
       else proxy.ws(req, socket, head, app, backend);
       return true;
     },
@@ -152,7 +184,10 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
         for (const backend of backends) for (const socket of backend.sockets) socket.destroy();
         const busy = [...backends];
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([Promise.all(busy.map(whenIdle)), new Promise<void>((resolve) => (timer = setTimeout(resolve, options.drainTimeoutMs)))]);
+        await Promise.race([
+          Promise.all(busy.map(whenIdle)),
+          new Promise<void>((resolve) => (timer = setTimeout(resolve, options.drainTimeoutMs))),
+        ]);
         clearTimeout(timer);
         for (const backend of busy) for (const res of backend.responses) res.destroy();
         routes.clear();

@@ -26,7 +26,10 @@ function replayWithoutUpgrade(server: http.Server, req: IncomingMessage, socket:
     const lower = name.toLowerCase();
     if (dropped.has(lower)) continue;
     if (lower === 'connection') {
-      const kept = value.split(',').map((t) => t.trim()).filter((t) => t !== '' && !dropped.has(t.toLowerCase()));
+      const kept = value
+        .split(',')
+        .map((t) => t.trim())
+        .filter((t) => t !== '' && !dropped.has(t.toLowerCase()));
       if (kept.length > 0) lines.push(`${name}: ${kept.join(', ')}`);
       continue;
     }
@@ -49,7 +52,8 @@ function numberOption(opts: Record<string, unknown>, name: string): number | und
  */
 export function appServerFactory(router: AppRouter): FastifyServerFactory {
   return (handler, opts) => {
-    if (opts.https || opts.http2) throw new Error('appServerFactory serves plain HTTP/1.1; terminate TLS in front of Slipway');
+    if (opts.https || opts.http2)
+      throw new Error('appServerFactory serves plain HTTP/1.1; terminate TLS in front of Slipway');
     const httpOptions = (typeof opts.http === 'object' && opts.http !== null ? opts.http : {}) as http.ServerOptions;
     const server = http.createServer(httpOptions, (req, res) => {
       if (!router.handle(req, res)) handler(req, res);
@@ -62,7 +66,8 @@ export function appServerFactory(router: AppRouter): FastifyServerFactory {
     if (keepAliveTimeout !== undefined) server.keepAliveTimeout = keepAliveTimeout;
     if (requestTimeout !== undefined) server.requestTimeout = requestTimeout;
     if (connectionTimeout !== undefined) server.setTimeout(connectionTimeout);
-    if (maxRequestsPerSocket !== undefined && maxRequestsPerSocket > 0) server.maxRequestsPerSocket = maxRequestsPerSocket;
+    if (maxRequestsPerSocket !== undefined && maxRequestsPerSocket > 0)
+      server.maxRequestsPerSocket = maxRequestsPerSocket;
 
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       if (router.upgrade(req, socket, head)) return;

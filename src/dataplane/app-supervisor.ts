@@ -73,7 +73,10 @@ export class HealthCheckError extends Error {
 
 async function answers2xx(port: number, path: string): Promise<boolean> {
   try {
-    const response = await fetch(`http://127.0.0.1:${port}${path}`, { signal: AbortSignal.timeout(2_000), redirect: 'manual' });
+    const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+      signal: AbortSignal.timeout(2_000),
+      redirect: 'manual',
+    });
     await response.body?.cancel();
     return response.status >= 200 && response.status < 300;
   } catch {
@@ -101,7 +104,13 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const launch = (instance: Instance) => {
     const env = instance.port === null ? options.env : { ...options.env, PORT: String(instance.port) };
     instance.startedAt = Date.now();
-    const running = startProcess({ sandbox: options.sandbox, command: instance.command, appDir: options.appDir, env, output: options.output });
+    const running = startProcess({
+      sandbox: options.sandbox,
+      command: instance.command,
+      appDir: options.appDir,
+      env,
+      output: options.output,
+    });
     instance.process = running;
     void running.exited.then((exit) => {
       if (stopped || instance.process !== running) return;
@@ -119,7 +128,9 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
 
   return {
     get webTargets() {
-      return instances.filter((i) => i.kind === 'web' && i.port !== null).map((i) => ({ instanceId: i.id, port: i.port! }));
+      return instances
+        .filter((i) => i.kind === 'web' && i.port !== null)
+        .map((i) => ({ instanceId: i.id, port: i.port! }));
     },
 
     async start() {
@@ -143,7 +154,9 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
         }
         if (pending.size === 0) return;
         if (Date.now() >= deadline) {
-          throw new HealthCheckError(`The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s.`);
+          throw new HealthCheckError(
+            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s.`,
+          );
         }
         // Quick probes at first (most apps are up within a second), then gentler ones.
         await sleep(Date.now() - started < 2_000 ? 50 : 250);
@@ -152,7 +165,9 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
 
     async healthy() {
       const web = instances.filter((i) => i.kind === 'web');
-      const answers = await Promise.all(web.map((i) => i.process !== null && i.port !== null && answers2xx(i.port, options.healthCheckPath)));
+      const answers = await Promise.all(
+        web.map((i) => i.process !== null && i.port !== null && answers2xx(i.port, options.healthCheckPath)),
+      );
       return answers.every(Boolean) && instances.every((i) => i.process !== null);
     },
 

@@ -48,7 +48,10 @@ export function appSlug(deployment: { name: string; id: string }): string {
 }
 
 /** Both URLs of a deployment, built from the service's public URL (scheme and port) and the apps domain. */
-export function appUrls(deployment: { name: string; id: string }, options: { publicUrl: string; appsDomain: string }): AppUrls {
+export function appUrls(
+  deployment: { name: string; id: string },
+  options: { publicUrl: string; appsDomain: string },
+): AppUrls {
   const slug = appSlug(deployment);
   const base = new URL(options.publicUrl);
   // URL.port is '' for the scheme's default port, which is exactly when the URL should not name one.

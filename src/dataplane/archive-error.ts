@@ -28,7 +28,17 @@ export function shown(value: string): string {
 }
 
 // Failures of the machine rather than of the archive: reported as they are, not blamed on the user.
-const ENVIRONMENT_ERRORS = new Set(['ENOSPC', 'EDQUOT', 'EACCES', 'EPERM', 'EMFILE', 'ENFILE', 'EIO', 'EROFS', 'ENOMEM']);
+const ENVIRONMENT_ERRORS = new Set([
+  'ENOSPC',
+  'EDQUOT',
+  'EACCES',
+  'EPERM',
+  'EMFILE',
+  'ENFILE',
+  'EIO',
+  'EROFS',
+  'ENOMEM',
+]);
 
 interface TarFailure {
   code?: unknown;
@@ -46,12 +56,16 @@ export function classify(error: unknown): unknown {
   if (typeof tarCode !== 'string') return error;
   const entryPath = typeof entry?.path === 'string' ? shown(entry.path) : undefined;
   if (code === 'TAR_SYMLINK_ERROR') {
-    return unsafe(`The archive entry '${entryPath ?? '?'}' would be written through a symbolic link; archives may not write through their own links.`);
+    return unsafe(
+      `The archive entry '${entryPath ?? '?'}' would be written through a symbolic link; archives may not write through their own links.`,
+    );
   }
   if (typeof code === 'string' && ENVIRONMENT_ERRORS.has(code) && tarCode === 'TAR_ENTRY_ERROR') return error;
   const detail = error.message.replace(/^TAR_[A-Z_]+: /, '');
   if (tarCode === 'TAR_ENTRY_ERROR' && entryPath !== undefined) {
-    return invalid(`The archive entry '${entryPath}' could not be extracted (${typeof code === 'string' && code.startsWith('E') ? code : detail}).`);
+    return invalid(
+      `The archive entry '${entryPath}' could not be extracted (${typeof code === 'string' && code.startsWith('E') ? code : detail}).`,
+    );
   }
   return invalid(`The file is not a valid tar archive, or it is truncated or corrupt (${detail}).`);
 }

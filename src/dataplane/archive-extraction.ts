@@ -75,21 +75,32 @@ async function discard(dir: string): Promise<void> {
  * empty. Throws ArchiveError when the archive is refused; then destDir is left empty. Other errors (a full
  * disk, a missing archive file) are thrown as they are, with destDir left empty too.
  */
-export async function extractTarball(archiveFile: string, destDir: string, options: ExtractOptions = {}): Promise<ExtractResult> {
-  const limits: Limits = { maxFiles: options.maxFiles ?? DEFAULT_MAX_FILES, maxBytes: options.maxBytes ?? DEFAULT_MAX_BYTES };
+export async function extractTarball(
+  archiveFile: string,
+  destDir: string,
+  options: ExtractOptions = {},
+): Promise<ExtractResult> {
+  const limits: Limits = {
+    maxFiles: options.maxFiles ?? DEFAULT_MAX_FILES,
+    maxBytes: options.maxBytes ?? DEFAULT_MAX_BYTES,
+  };
   const maxTarBytes = limits.maxBytes + (limits.maxFiles + 1) * STREAM_OVERHEAD_PER_ENTRY + STREAM_OVERHEAD;
 
   await fs.mkdir(destDir, { recursive: true });
   const root = await fs.realpath(destDir);
   // Emptying destDir on failure is only safe when everything in it came from this archive.
-  if ((await fs.readdir(root)).length > 0) throw new Error(`extractTarball needs an empty destination directory, and ${destDir} is not empty.`);
+  if ((await fs.readdir(root)).length > 0)
+    throw new Error(`extractTarball needs an empty destination directory, and ${destDir} is not empty.`);
 
   if (!(await isGzipFile(archiveFile))) {
     throw invalid('The file is not a gzip-compressed tar archive (.tar.gz).');
   }
   let steps: Step[];
   try {
-    steps = planExtraction(await listArchive(archiveFile, limits, maxTarBytes), options.stripSingleTopDirectory === true);
+    steps = planExtraction(
+      await listArchive(archiveFile, limits, maxTarBytes),
+      options.stripSingleTopDirectory === true,
+    );
   } catch (error) {
     throw classify(error);
   }

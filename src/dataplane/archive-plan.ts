@@ -91,15 +91,21 @@ export function checkEntry(entry: ListedEntry): void {
     throw unsafe(`The archive entry '${name}' is an absolute path; archives must hold relative paths only.`);
   }
   if (hasParentComponent(entry.path)) {
-    throw unsafe(`The archive entry '${name}' points outside the source directory; archives must hold relative paths only.`);
+    throw unsafe(
+      `The archive entry '${name}' points outside the source directory; archives must hold relative paths only.`,
+    );
   }
   const kind = KIND_OF_TYPE[entry.type];
   const target = entry.linkpath ?? '';
   if (kind === 'symlink' && isAbsoluteEntryPath(target)) {
-    throw unsafe(`The archive entry '${name}' is a symbolic link to the absolute path '${shown(target)}'; links must be relative and stay inside the source directory.`);
+    throw unsafe(
+      `The archive entry '${name}' is a symbolic link to the absolute path '${shown(target)}'; links must be relative and stay inside the source directory.`,
+    );
   }
   if (kind === 'hardlink' && (isAbsoluteEntryPath(target) || hasParentComponent(target))) {
-    throw unsafe(`The archive entry '${name}' is a hard link to '${shown(target)}', outside the source directory; links must stay inside it.`);
+    throw unsafe(
+      `The archive entry '${name}' is a hard link to '${shown(target)}', outside the source directory; links must stay inside it.`,
+    );
   }
 }
 
@@ -108,7 +114,12 @@ export function checkEntry(entry: ListedEntry): void {
  * links on the way; null when it leaves the tree, or the chain of links is too long to judge. Components
  * that the archive does not make are plain names (the destination starts empty).
  */
-function resolveInTree(from: readonly string[], target: string, nodes: ReadonlyMap<string, PlannedNode>, hops: { left: number }): string[] | null {
+function resolveInTree(
+  from: readonly string[],
+  target: string,
+  nodes: ReadonlyMap<string, PlannedNode>,
+  hops: { left: number },
+): string[] | null {
   let at = [...from];
   for (const part of target.split('/')) {
     if (part === '' || part === '.') continue;
@@ -182,11 +193,20 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
       const key = keyOf(ancestor);
       const node = nodes.get(key);
       if (node === undefined) {
-        nodes.set(key, { kind: 'directory', path: ancestor.join('/'), implied: true, shown: shown(ancestor.join('/')) });
+        nodes.set(key, {
+          kind: 'directory',
+          path: ancestor.join('/'),
+          implied: true,
+          shown: shown(ancestor.join('/')),
+        });
       } else if (node.kind === 'symlink') {
-        throw unsafe(`The archive entry '${name}' would be written through the symbolic link '${node.shown}'; archives may not write through their own links.`);
+        throw unsafe(
+          `The archive entry '${name}' would be written through the symbolic link '${node.shown}'; archives may not write through their own links.`,
+        );
       } else if (node.kind !== 'directory') {
-        throw invalid(`The archive entry '${name}' sits under '${node.shown}', which the archive makes a ${KIND_NAMES[node.kind]}.`);
+        throw invalid(
+          `The archive entry '${name}' sits under '${node.shown}', which the archive makes a ${KIND_NAMES[node.kind]}.`,
+        );
       }
     }
 
@@ -210,7 +230,9 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
       const target = nodes.get(keyOf(targetParts));
       // Exact match: link(2) does not fold case, even where the file system does for lookups.
       if (target === undefined || target.path !== linkpath || (target.kind !== 'file' && target.kind !== 'hardlink')) {
-        throw unsafe(`The archive entry '${name}' is a hard link to '${shown(entry.linkpath ?? '')}', which is not a file earlier in the archive; hard links may only join files inside the source directory.`);
+        throw unsafe(
+          `The archive entry '${name}' is a hard link to '${shown(entry.linkpath ?? '')}', which is not a file earlier in the archive; hard links may only join files inside the source directory.`,
+        );
       }
     } else if (kind === 'symlink') {
       // The target stays as written: it is read relative to the link's own directory.
@@ -218,14 +240,22 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
       symlinks.push({ from: parts.slice(0, -1), target: entry.linkpath ?? '', shown: name });
     }
 
-    nodes.set(key, { kind, path: parts.join('/'), implied: false, shown: name, ...(kind === 'symlink' ? { target: entry.linkpath ?? '' } : {}) });
+    nodes.set(key, {
+      kind,
+      path: parts.join('/'),
+      implied: false,
+      shown: name,
+      ...(kind === 'symlink' ? { target: entry.linkpath ?? '' } : {}),
+    });
     steps.push({ listed: entry, action: 'extract', kind, path: parts.join('/'), linkpath });
   }
 
   // Judged on the finished tree: a link may run through links that come later in the archive.
   for (const link of symlinks) {
     if (!linkStaysInside(link.from, link.target, nodes)) {
-      throw unsafe(`The archive entry '${link.shown}' is a symbolic link to '${shown(link.target)}', which points outside the source directory; links must stay inside it.`);
+      throw unsafe(
+        `The archive entry '${link.shown}' is a symbolic link to '${shown(link.target)}', which points outside the source directory; links must stay inside it.`,
+      );
     }
   }
   return steps;

@@ -21,7 +21,12 @@ function modeFor(kind: Kind, archiveMode: number | undefined): number {
 }
 
 function sameEntry(listed: ListedEntry, entry: ReadEntry): boolean {
-  return listed.path === entry.path && listed.type === entry.type && listed.linkpath === entry.linkpath && listed.size === entry.size;
+  return (
+    listed.path === entry.path &&
+    listed.type === entry.type &&
+    listed.linkpath === entry.linkpath &&
+    listed.size === entry.size
+  );
 }
 
 export interface Limits {
@@ -107,7 +112,9 @@ export async function listArchive(archiveFile: string, limits: Limits, maxTarByt
         }
         bytes += seen.size;
         if (bytes > limits.maxBytes) {
-          throw unsafe(`The archive's files add up to more than ${limits.maxBytes} bytes (reached at '${shown(seen.path)}'), the most a source may have.`);
+          throw unsafe(
+            `The archive's files add up to more than ${limits.maxBytes} bytes (reached at '${shown(seen.path)}'), the most a source may have.`,
+          );
         }
         checkEntry(seen);
       } catch (error) {
@@ -131,7 +138,12 @@ export async function listArchive(archiveFile: string, limits: Limits, maxTarByt
 }
 
 /** The extraction pass, into `staging`, of exactly the planned entries. */
-export async function unpackPlanned(archiveFile: string, staging: string, steps: readonly Step[], maxTarBytes: number): Promise<void> {
+export async function unpackPlanned(
+  archiveFile: string,
+  staging: string,
+  steps: readonly Step[],
+  maxTarBytes: number,
+): Promise<void> {
   let index = 0;
   let refusal: ArchiveError | undefined;
   const unpack: Unpack = new Unpack({

@@ -18,7 +18,12 @@ import { createSandbox } from './sandbox.ts';
 
 /** Downloads a codehost revision's repository (src/service/codehost-integrations.ts does the talking). */
 export interface RepositoryDownloader {
-  downloadSource(integration: NonNullable<Awaited<ReturnType<typeof getIntegration>>>, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }>;
+  downloadSource(
+    integration: NonNullable<Awaited<ReturnType<typeof getIntegration>>>,
+    repoUrl: string,
+    ref: string,
+    destFile: string,
+  ): Promise<{ commitSha: string }>;
 }
 
 export interface LocalDataPlaneDeps {
@@ -44,14 +49,29 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Wor
     async downloadRepository(deployment, ref, destFile) {
       const integrationId = deployment.source_config.integration_id;
       const repoUrl = deployment.source_config.repo_url;
-      const integration = typeof integrationId === 'string' ? await getIntegration(db, deployment.workspace_id, integrationId) : undefined;
+      const integration =
+        typeof integrationId === 'string'
+          ? await getIntegration(db, deployment.workspace_id, integrationId)
+          : undefined;
       if (!integration || typeof repoUrl !== 'string') {
-        throw new RevisionFailure('BUILD_FAILED', 'integration_missing', `The deployment's code-host integration ${String(integrationId)} no longer exists; create the deployment again with an existing integration.`);
+        throw new RevisionFailure(
+          'BUILD_FAILED',
+          'integration_missing',
+          `The deployment's code-host integration ${String(integrationId)} no longer exists; create the deployment again with an existing integration.`,
+        );
       }
       return deps.repositories.downloadSource(integration, repoUrl, ref, destFile);
     },
   };
   const runtime = createLocalRuntime({ ...deps, sandbox, fetcher });
   const owner = await leaseOwnerFor(config.dataDir);
-  return startWorker({ db, runtime, changes: deps.changes, logger, owner, concurrency: config.workerConcurrency, leaseSeconds: deps.leaseSeconds });
+  return startWorker({
+    db,
+    runtime,
+    changes: deps.changes,
+    logger,
+    owner,
+    concurrency: config.workerConcurrency,
+    leaseSeconds: deps.leaseSeconds,
+  });
 }

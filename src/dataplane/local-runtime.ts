@@ -28,7 +28,16 @@ import type { AppRouter } from './app-router.ts';
 import { createAppSupervisor, type AppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrls } from './app-urls.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
-import { buildRevision, readBuild, revisionDirs, RevisionFailure, type BuildHooks, type BuildInput, type BuildRecord, type SourceFetcher } from './revision-build.ts';
+import {
+  buildRevision,
+  readBuild,
+  revisionDirs,
+  RevisionFailure,
+  type BuildHooks,
+  type BuildInput,
+  type BuildRecord,
+  type SourceFetcher,
+} from './revision-build.ts';
 import type { Sandbox } from './sandbox.ts';
 
 /** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
@@ -40,7 +49,13 @@ export interface RevisionJob {
   config: BuildInput['config'];
   snapshot: RevisionSnapshot;
   secrets: StoredSecret[];
-  deployment: { id: string; workspace_id: string; name: string; source_config: SourceConfig; tracing_project_id: string };
+  deployment: {
+    id: string;
+    workspace_id: string;
+    name: string;
+    source_config: SourceConfig;
+    tracing_project_id: string;
+  };
 }
 
 export interface LocalRuntimeDeps {
@@ -95,20 +110,41 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, router, logger } = deps;
   const apps = new Map<string, RunningApp>();
 
-  const openSecrets = (secrets: StoredSecret[]): Record<string, string> => Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
+  const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
+    Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
   const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
     createLogWriter({ db, revisionId, type, maxLines: config.logMaxLines, redact, logger });
 
   /** The deployment's database (when the app wants one) and agent credential, made once. */
-  async function platformResources(job: RevisionJob, appConfig: AppConfig): Promise<{ databaseUrl: string | null; agentCredential: string }> {
+  async function platformResources(
+    job: RevisionJob,
+    appConfig: AppConfig,
+  ): Promise<{ databaseUrl: string | null; agentCredential: string }> {
     const deploymentId = job.deployment.id;
     let runtime = await getDeploymentRuntime(db, deploymentId);
     if (appConfig.database && !runtime?.database_name) {
       const made = await createAppDatabase(deps.pool, deploymentId).catch((error: unknown) => {
-        throw new RevisionFailure('DEPLOY_FAILED', 'database_unavailable', `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": false in the app config.`);
+        throw new RevisionFailure(
+          'DEPLOY_FAILED',
+          'database_unavailable',
+          `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": false in the app config.`,
+        );
       });
-      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { databaseName: made.name, roleName: made.role, databasePasswordSealed: secretBox.seal(made.password) });
-      await recordEvents(db, [{ workspaceId: job.deployment.workspace_id, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.database_created', data: { database: made.name } }]);
+      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, {
+        databaseName: made.name,
+        roleName: made.role,
+        databasePasswordSealed: secretBox.seal(made.password),
+      });
+      await recordEvents(db, [
+        {
+          workspaceId: job.deployment.workspace_id,
+          subjectType: 'deployment',
+          subjectId: deploymentId,
+          deploymentId,
+          type: 'deployment.database_created',
+          data: { database: made.name },
+        },
+      ]);
       runtime = await getDeploymentRuntime(db, deploymentId);
     }
     if (!runtime?.agent_credential_sealed) {
@@ -122,22 +158,39 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         prefix: agentCredentialPrefix(credential),
         createdBy: 'data-plane',
       });
-      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, { agentCredentialId: row.id, agentCredentialSealed: secretBox.seal(credential) });
+      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, {
+        agentCredentialId: row.id,
+        agentCredentialSealed: secretBox.seal(credential),
+      });
       runtime = await getDeploymentRuntime(db, deploymentId);
     }
     // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
     await setDeploymentStatus(deploymentId, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
     const databaseUrl =
       appConfig.database && runtime?.database_name && runtime.role_name && runtime.database_password_sealed
-        ? appDatabaseUrl(deps.databaseUrl, { name: runtime.database_name, role: runtime.role_name, password: secretBox.open(runtime.database_password_sealed) })
+        ? appDatabaseUrl(deps.databaseUrl, {
+            name: runtime.database_name,
+            role: runtime.role_name,
+            password: secretBox.open(runtime.database_password_sealed),
+          })
         : null;
     return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
   }
 
   /** Moves the deployment to `to` unless it is there already, being deleted, or not in `from` (when given). */
-  async function setDeploymentStatus(deploymentId: string, to: DeploymentStatus, data: Record<string, unknown>, from?: DeploymentStatus[]): Promise<void> {
+  async function setDeploymentStatus(
+    deploymentId: string,
+    to: DeploymentStatus,
+    data: Record<string, unknown>,
+    from?: DeploymentStatus[],
+  ): Promise<void> {
     await db.transaction().execute(async (tx) => {
-      const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deploymentId).forUpdate().executeTakeFirst();
+      const row = await tx
+        .selectFrom('deployments')
+        .select(['id', 'workspace_id', 'status'])
+        .where('id', '=', deploymentId)
+        .forUpdate()
+        .executeTakeFirst();
       if (!row || row.status === to || row.status === 'AWAITING_DELETE') return;
       if (from && !from.includes(row.status)) return;
       await transitionDeployment(tx, row, to, data);
@@ -148,14 +201,35 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   function onExit(job: RevisionJob, log: LogWriter, exit: InstanceExit): void {
     const serving = apps.get(job.deployment.id)?.revisionId === job.revisionId;
     const how = exit.exit.signal ? `was killed by ${exit.exit.signal}` : `exited with code ${exit.exit.code}`;
-    log.system(`Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`);
+    log.system(
+      `Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`,
+    );
     if (!serving) return;
     const deploymentId = job.deployment.id;
-    const data = { revision_id: job.revisionId, instance: exit.instanceId, exit_code: exit.exit.code, signal: exit.exit.signal, crashes: exit.crashes, restart_in_ms: exit.restartInMs };
+    const data = {
+      revision_id: job.revisionId,
+      instance: exit.instanceId,
+      exit_code: exit.exit.code,
+      signal: exit.exit.signal,
+      crashes: exit.crashes,
+      restart_in_ms: exit.restartInMs,
+    };
     void (async () => {
-      await recordEvents(db, [{ workspaceId: job.deployment.workspace_id, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.app_exited', data }]);
+      await recordEvents(db, [
+        {
+          workspaceId: job.deployment.workspace_id,
+          subjectType: 'deployment',
+          subjectId: deploymentId,
+          deploymentId,
+          type: 'deployment.app_exited',
+          data,
+        },
+      ]);
       if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
-        await setDeploymentStatus(deploymentId, 'UNKNOWN', { reason: 'crash_loop', message: `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} times in a row; it keeps being restarted. Read its deploy log.` });
+        await setDeploymentStatus(deploymentId, 'UNKNOWN', {
+          reason: 'crash_loop',
+          message: `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} times in a row; it keeps being restarted. Read its deploy log.`,
+        });
       }
     })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));
   }
@@ -166,7 +240,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const dirs = revisionDirs(config.dataDir, job.revisionId);
     const secrets = openSecrets(job.secrets);
     const platform = await platformResources(job, appConfig);
-    const tracingProject = await db.selectFrom('tracing_projects').select('name').where('id', '=', job.deployment.tracing_project_id).executeTakeFirst();
+    const tracingProject = await db
+      .selectFrom('tracing_projects')
+      .select('name')
+      .where('id', '=', job.deployment.tracing_project_id)
+      .executeTakeFirst();
     const env = runEnvironment(sandbox.appPaths(dirs.app), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,
@@ -176,7 +254,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       agentCredential: platform.agentCredential,
       databaseUrl: platform.databaseUrl,
     });
-    const redact = [...Object.values(secrets), platform.agentCredential, ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : [])].filter((v) => v.length >= 4);
+    const redact = [
+      ...Object.values(secrets),
+      platform.agentCredential,
+      ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : []),
+    ].filter((v) => v.length >= 4);
     const log = logWriter(job.revisionId, 'deploy', redact);
     const spec = job.snapshot.resource_spec ?? {};
     const webCount = typeof spec.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
@@ -195,7 +277,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       backoff: deps.backoff,
       onExit: (exit) => onExit(job, log, exit),
     });
-    log.system(`Starting ${webCount} web instance(s)${workerCount ? ` and ${workerCount} worker instance(s)` : ''}: ${appConfig.start}`);
+    log.system(
+      `Starting ${webCount} web instance(s)${workerCount ? ` and ${workerCount} worker instance(s)` : ''}: ${appConfig.start}`,
+    );
     await supervisor.start();
     try {
       await supervisor.waitHealthy(config.healthTimeoutMs, signal);
@@ -204,10 +288,19 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       const tail = log.tail(20).join('\n');
       await log.close();
       if (signal.aborted) throw signal.reason;
-      throw new RevisionFailure('DEPLOY_FAILED', 'health_check_failed', `${error instanceof Error ? error.message : String(error)} The previous revision keeps serving. Last lines of the app's output:\n${tail}`);
+      throw new RevisionFailure(
+        'DEPLOY_FAILED',
+        'health_check_failed',
+        `${error instanceof Error ? error.message : String(error)} The previous revision keeps serving. Last lines of the app's output:\n${tail}`,
+      );
     }
     log.system(`Health check passed on ${appConfig.healthCheckPath}`);
-    return { revisionId: job.revisionId, slug: appUrls({ name: job.deployment.name, id: job.deployment.id }, config).slug, supervisor, log };
+    return {
+      revisionId: job.revisionId,
+      slug: appUrls({ name: job.deployment.name, id: job.deployment.id }, config).slug,
+      supervisor,
+      log,
+    };
   }
 
   /** Routes the stable URL to `next`, then drains and stops what served before. */
@@ -233,7 +326,12 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
     const build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
-    if (!build) throw new RevisionFailure('DEPLOY_FAILED', 'worker_lost', 'The build output of this revision is gone (the worker that built it stopped). Redeploy the revision to build it again.');
+    if (!build)
+      throw new RevisionFailure(
+        'DEPLOY_FAILED',
+        'worker_lost',
+        'The build output of this revision is gone (the worker that built it stopped). Redeploy the revision to build it again.',
+      );
     return build;
   }
 
@@ -241,9 +339,19 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     isolation: sandbox.description,
 
     async build(job, hooks, signal) {
-      const log = logWriter(job.revisionId, 'build', Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4));
+      const log = logWriter(
+        job.revisionId,
+        'build',
+        Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4),
+      );
       try {
-        return await buildRevision({ dataDir: config.dataDir, sandbox, fetcher: deps.fetcher }, { ...job, secrets: openSecrets(job.secrets) }, hooks, log, signal);
+        return await buildRevision(
+          { dataDir: config.dataDir, sandbox, fetcher: deps.fetcher },
+          { ...job, secrets: openSecrets(job.secrets) },
+          hooks,
+          log,
+          signal,
+        );
       } catch (error) {
         if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message}`);
         throw error;
@@ -269,7 +377,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       let build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
       if (!build) {
         // Another machine built it, or its files were removed: build it again, quietly (it is DEPLOYED).
-        build = await this.build(job, { building: async () => undefined, commitResolved: async () => undefined }, new AbortController().signal);
+        build = await this.build(
+          job,
+          { building: async () => undefined, commitResolved: async () => undefined },
+          new AbortController().signal,
+        );
       }
       const next = await startApp(job, build, new AbortController().signal);
       await serve(job.deployment.id, next);
@@ -279,10 +391,17 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     async check() {
       for (const [deploymentId, app] of apps) {
-        const row = await db.selectFrom('deployments').select(['status', 'active_revision_id']).where('id', '=', deploymentId).executeTakeFirst();
+        const row = await db
+          .selectFrom('deployments')
+          .select(['status', 'active_revision_id'])
+          .where('id', '=', deploymentId)
+          .executeTakeFirst();
         if (!row || row.status === 'AWAITING_DELETE' || row.active_revision_id !== app.revisionId) continue;
         if (row.status === 'UNKNOWN' && (await app.supervisor.healthy())) {
-          await setDeploymentStatus(deploymentId, 'READY', { reason: 'recovered', message: 'The app is healthy again.' });
+          await setDeploymentStatus(deploymentId, 'READY', {
+            reason: 'recovered',
+            message: 'The app is healthy again.',
+          });
         }
       }
     },
@@ -293,7 +412,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await stop(deployment.id);
       const runtime = await getDeploymentRuntime(db, deployment.id);
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
-      for (const revisionId of revisionIds) await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
+      for (const revisionId of revisionIds)
+        await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
     },
 
     async removeRevisionFiles(revisionId) {

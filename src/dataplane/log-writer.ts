@@ -22,7 +22,12 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import { appendRevisionLogs, countRevisionLogs, trimRevisionLogs, type NewRevisionLogLine } from '../store/revision-logs.ts';
+import {
+  appendRevisionLogs,
+  countRevisionLogs,
+  trimRevisionLogs,
+  type NewRevisionLogLine,
+} from '../store/revision-logs.ts';
 import type { Database, RevisionLogType } from '../store/schema.ts';
 
 export interface LogWriter {
@@ -66,7 +71,8 @@ const SYSTEM_LINES_PAST_CAP = 50;
 const MIN_SECRET_LINE_CHARS = 8;
 
 // CSI (colours, cursor moves), OSC (titles, links; ended by BEL or ST), then any other escape pair.
-const ANSI = /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]/g;
+const ANSI =
+  /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]/g;
 // Control characters other than tab; NUL in particular, which PostgreSQL text refuses.
 const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
 
@@ -114,7 +120,7 @@ function createRedactor(redact: readonly string[]): Redactor {
     },
     safeCut(text, at, truncated) {
       let cut = at;
-      for (let moved = true; moved; ) {
+      for (let moved = true; moved;) {
         moved = false;
         for (const value of values) {
           const from = Math.max(0, cut - value.length + 1);
@@ -153,7 +159,10 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
   // A deploy log may grow this far past maxLines before it is trimmed back (one delete per slack lines).
   const trimSlack = Math.max(100, Math.ceil(maxLines / 10));
 
-  const decoders: Record<OutputStream, StringDecoder> = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') };
+  const decoders: Record<OutputStream, StringDecoder> = {
+    stdout: new StringDecoder('utf8'),
+    stderr: new StringDecoder('utf8'),
+  };
   const partial: Record<OutputStream, string> = { stdout: '', stderr: '' };
   // After a cut, the rest of that line (up to its newline) is dropped.
   const discarding: Record<OutputStream, boolean> = { stdout: false, stderr: false };
@@ -235,7 +244,11 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
           continue;
         }
         capped = true;
-        out.push({ stream: 'system', line: `Log cut: only the first ${maxLines} lines of build output are kept.`, at: line.at });
+        out.push({
+          stream: 'system',
+          line: `Log cut: only the first ${maxLines} lines of build output are kept.`,
+          at: line.at,
+        });
       }
       if (line.stream === 'system' && systemPastCap < SYSTEM_LINES_PAST_CAP) {
         systemPastCap += 1;
@@ -272,7 +285,11 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
     const batch = pending.slice(0, INSERT_ROWS);
     pending = pending.slice(batch.length);
     if (dropped > 0 && pending.length === 0) {
-      batch.push({ stream: 'system', line: `${dropped} lines were not stored: output came faster than the log could be written.`, at: new Date() });
+      batch.push({
+        stream: 'system',
+        line: `${dropped} lines were not stored: output came faster than the log could be written.`,
+        at: new Date(),
+      });
       dropped = 0;
     }
     const already = await storedLines();
@@ -282,7 +299,10 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
         await appendRevisionLogs(db, revisionId, type, rows);
         stored = already + rows.length;
       } catch (error) {
-        logger.error({ err: error, revisionId, type, lines: rows.length }, 'could not store revision log lines; they are lost');
+        logger.error(
+          { err: error, revisionId, type, lines: rows.length },
+          'could not store revision log lines; they are lost',
+        );
       }
     }
     if (type === 'deploy' && (stored ?? 0) > maxLines + trimSlack) await trim();

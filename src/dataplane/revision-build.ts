@@ -59,7 +59,11 @@ export async function readBuild(dirs: RevisionDirs): Promise<BuildRecord | null>
 /** Where the source comes from: the uploaded tarball, or the code host at the revision's ref. */
 export interface SourceFetcher {
   /** Downloads the repository at `ref` to `destFile`; the resolved commit sha. */
-  downloadRepository(deployment: BuildInput['deployment'], ref: string, destFile: string): Promise<{ commitSha: string }>;
+  downloadRepository(
+    deployment: BuildInput['deployment'],
+    ref: string,
+    destFile: string,
+  ): Promise<{ commitSha: string }>;
 }
 
 export interface BuildInput {
@@ -86,12 +90,23 @@ export interface BuildDeps {
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
 
-async function fetchSource(deps: BuildDeps, input: BuildInput, dirs: RevisionDirs, hooks: BuildHooks, log: OutputSink): Promise<void> {
+async function fetchSource(
+  deps: BuildDeps,
+  input: BuildInput,
+  dirs: RevisionDirs,
+  hooks: BuildHooks,
+  log: OutputSink,
+): Promise<void> {
   const archive = path.join(dirs.root, 'source.tar.gz');
   try {
     if (input.source === 'internal_source') {
       const upload = input.config.source_tarball_path;
-      if (!upload) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no source_tarball_path: upload the source and patch the deployment with the path.');
+      if (!upload)
+        throw new RevisionFailure(
+          'BUILD_FAILED',
+          'source_missing',
+          'The revision names no source_tarball_path: upload the source and patch the deployment with the path.',
+        );
       log.system(`Extracting the uploaded source ${upload}`);
       await extractTarball(path.join(deps.dataDir, upload), dirs.src, { stripSingleTopDirectory: true });
     } else if (input.source === 'codehost') {
@@ -103,19 +118,32 @@ async function fetchSource(deps: BuildDeps, input: BuildInput, dirs: RevisionDir
       log.system(`Resolved ${ref} to commit ${commitSha}`);
       await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true });
     } else {
-      throw new RevisionFailure('BUILD_FAILED', 'source_not_buildable', `Source ${input.source} has nothing to build on this data plane.`);
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        'source_not_buildable',
+        `Source ${input.source} has nothing to build on this data plane.`,
+      );
     }
   } catch (error) {
     if (error instanceof ArchiveError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
     if (error instanceof RevisionFailure) throw error;
-    throw new RevisionFailure('BUILD_FAILED', 'source_fetch_failed', `Could not fetch the source: ${error instanceof Error ? error.message : String(error)}`);
+    throw new RevisionFailure(
+      'BUILD_FAILED',
+      'source_fetch_failed',
+      `Could not fetch the source: ${error instanceof Error ? error.message : String(error)}`,
+    );
   } finally {
     await fs.rm(archive, { force: true });
   }
 }
 
 /** Copies an earlier revision's finished build (a redeploy); false when it is gone. */
-async function reuseBuild(deps: BuildDeps, fromRevisionId: string, dirs: RevisionDirs, log: OutputSink): Promise<BuildRecord | null> {
+async function reuseBuild(
+  deps: BuildDeps,
+  fromRevisionId: string,
+  dirs: RevisionDirs,
+  log: OutputSink,
+): Promise<BuildRecord | null> {
   const from = revisionDirs(deps.dataDir, fromRevisionId);
   const record = await readBuild(from);
   if (!record) return null;
@@ -128,7 +156,13 @@ async function reuseBuild(deps: BuildDeps, fromRevisionId: string, dirs: Revisio
  * Builds the revision into a fresh app directory and records the build. Throws RevisionFailure with
  * the reason the user sees; an abort kills the running command and throws the signal's reason.
  */
-export async function buildRevision(deps: BuildDeps, input: BuildInput, hooks: BuildHooks, log: OutputSink & { tail(n: number): string[] }, signal: AbortSignal): Promise<BuildRecord> {
+export async function buildRevision(
+  deps: BuildDeps,
+  input: BuildInput,
+  hooks: BuildHooks,
+  log: OutputSink & { tail(n: number): string[] },
+  signal: AbortSignal,
+): Promise<BuildRecord> {
   const dirs = revisionDirs(deps.dataDir, input.revisionId);
   await fs.rm(dirs.root, { recursive: true, force: true });
   await fs.mkdir(path.join(dirs.app, 'home'), { recursive: true, mode: 0o755 });
@@ -165,14 +199,21 @@ export async function buildRevision(deps: BuildDeps, input: BuildInput, hooks: B
   await deps.sandbox.ownTree(dirs.app);
 
   const env = buildEnvironment(deps.sandbox.appPaths(dirs.app), appConfig.env, input.secrets);
-  for (const [step, command] of [['install', appConfig.install], ['build', appConfig.build]] as const) {
+  for (const [step, command] of [
+    ['install', appConfig.install],
+    ['build', appConfig.build],
+  ] as const) {
     if (!command) continue;
     log.system(`Running the ${step} command: ${command}`);
     const exit = await runToEnd({ sandbox: deps.sandbox, command, appDir: dirs.app, env, output: log, signal });
     signal.throwIfAborted();
     if (exit.code !== 0) {
       const tail = log.tail(20).join('\n');
-      throw new RevisionFailure('BUILD_FAILED', 'build_command_failed', `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again. Last lines of output:\n${tail}`);
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        'build_command_failed',
+        `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again. Last lines of output:\n${tail}`,
+      );
     }
   }
   const record = { appConfig, builtAt: new Date().toISOString() };

@@ -71,7 +71,11 @@ async function findBwrap(): Promise<string | null> {
 /** bubblewrap needs unprivileged user namespaces (or setuid); try it once rather than trusting it exists. */
 async function bwrapWorks(bwrap: string, user: { uid: number; gid: number } | null): Promise<boolean> {
   try {
-    await run(bwrap, ['--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', '--unshare-pid', '--die-with-parent', '/bin/true'], { ...(user ?? {}), timeout: 10_000 });
+    await run(
+      bwrap,
+      ['--ro-bind', '/', '/', '--dev', '/dev', '--proc', '/proc', '--unshare-pid', '--die-with-parent', '/bin/true'],
+      { ...(user ?? {}), timeout: 10_000 },
+    );
     return true;
   } catch {
     return false;
@@ -87,7 +91,11 @@ async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
   }
 }
 
-export async function createSandbox(options: { mode: SandboxMode; dataDir: string; logger: Pick<Logger, 'info' | 'warn'> }): Promise<Sandbox> {
+export async function createSandbox(options: {
+  mode: SandboxMode;
+  dataDir: string;
+  logger: Pick<Logger, 'info' | 'warn'>;
+}): Promise<Sandbox> {
   const { mode, dataDir } = options;
   const user = process.getuid?.() === 0 ? NOBODY : null;
   const ownTree = async (dir: string) => {
@@ -96,7 +104,9 @@ export async function createSandbox(options: { mode: SandboxMode; dataDir: strin
   const bwrap = mode === 'none' ? null : await findBwrap();
   const usable = bwrap !== null && (await bwrapWorks(bwrap, user));
   if (mode === 'bwrap' && !usable) {
-    throw new Error('SLIPWAY_SANDBOX=bwrap but bubblewrap is not installed or cannot create namespaces here (install the bubblewrap package, or set SLIPWAY_SANDBOX=auto)');
+    throw new Error(
+      'SLIPWAY_SANDBOX=bwrap but bubblewrap is not installed or cannot create namespaces here (install the bubblewrap package, or set SLIPWAY_SANDBOX=auto)',
+    );
   }
   const who = user ? 'as user nobody' : "as the service's own user";
   if (usable && bwrap) {
@@ -112,18 +122,30 @@ export async function createSandbox(options: { mode: SandboxMode; dataDir: strin
           '--unshare-pid',
           '--unshare-ipc',
           '--unshare-uts',
-          '--ro-bind', '/', '/',
-          '--dev', '/dev',
-          '--proc', '/proc',
-          '--tmpfs', '/tmp',
-          '--tmpfs', SANDBOX_HOME,
+          '--ro-bind',
+          '/',
+          '/',
+          '--dev',
+          '/dev',
+          '--proc',
+          '/proc',
+          '--tmpfs',
+          '/tmp',
+          '--tmpfs',
+          SANDBOX_HOME,
           // A Node.js installed under /home (nvm, for one) stays usable.
           ...(NODE_PREFIX.startsWith(`${SANDBOX_HOME}/`) ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
           // Hide the service's data directory; the command's own directory appears at /home/app.
-          '--tmpfs', dataDir,
-          '--bind', appDir, SANDBOX_APP_DIR,
-          '--chdir', `${SANDBOX_APP_DIR}/src`,
-          '/bin/sh', '-c', command,
+          '--tmpfs',
+          dataDir,
+          '--bind',
+          appDir,
+          SANDBOX_APP_DIR,
+          '--chdir',
+          `${SANDBOX_APP_DIR}/src`,
+          '/bin/sh',
+          '-c',
+          command,
         ];
         return { file: bwrap, args, cwd: path.join(appDir, 'src'), ...(user ?? {}) };
       },

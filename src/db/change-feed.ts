@@ -38,7 +38,10 @@ function parse(payload: string | undefined): Change | null {
 }
 
 /** Opens the feed on `connectionString`; resolves once the first LISTEN is in place. */
-export async function openChangeFeed(connectionString: string, logger: Pick<Logger, 'warn' | 'error'>): Promise<ChangeFeed> {
+export async function openChangeFeed(
+  connectionString: string,
+  logger: Pick<Logger, 'warn' | 'error'>,
+): Promise<ChangeFeed> {
   const listeners = new Set<ChangeListener>();
   let client: pg.Client | null = null;
   let closed = false;

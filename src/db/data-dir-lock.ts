@@ -81,7 +81,14 @@ function parse(text: string): Owner | null {
   try {
     const value = JSON.parse(text) as Partial<Owner>;
     if (typeof value.pid !== 'number' || typeof value.host !== 'string') return null;
-    return { pid: value.pid, started: value.started ?? null, boot: value.boot ?? null, host: value.host, command: value.command ?? 'slipway', since: value.since ?? '?' };
+    return {
+      pid: value.pid,
+      started: value.started ?? null,
+      boot: value.boot ?? null,
+      host: value.host,
+      command: value.command ?? 'slipway',
+      since: value.since ?? '?',
+    };
   } catch {
     return null;
   }
@@ -92,7 +99,10 @@ export class DataDirInUseError extends ConfigError {
     readonly dataDir: string,
     readonly owner: Owner,
   ) {
-    super('SLIPWAY_DATA_DIR', `${dataDir} is in use by another Slipway process (pid ${owner.pid}, ${owner.command}, running since ${owner.since}). Stop that process first, or give this one its own SLIPWAY_DATA_DIR: two processes on one data directory would stop each other's database.`);
+    super(
+      'SLIPWAY_DATA_DIR',
+      `${dataDir} is in use by another Slipway process (pid ${owner.pid}, ${owner.command}, running since ${owner.since}). Stop that process first, or give this one its own SLIPWAY_DATA_DIR: two processes on one data directory would stop each other's database.`,
+    );
     this.name = 'DataDirInUseError';
   }
 }
@@ -114,7 +124,14 @@ export interface LockOptions {
 export async function lockDataDir(dataDir: string, options: LockOptions): Promise<DataDirLock> {
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, LOCK_FILE);
-  const me: Owner = { pid: process.pid, started: startTicks(process.pid), boot: bootId(), host: os.hostname(), command: options.command, since: new Date().toISOString() };
+  const me: Owner = {
+    pid: process.pid,
+    started: startTicks(process.pid),
+    boot: bootId(),
+    host: os.hostname(),
+    command: options.command,
+    since: new Date().toISOString(),
+  };
   const mine = JSON.stringify(me);
   const temp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}`;
   await fs.writeFile(temp, mine, { mode: 0o600 });
@@ -133,9 +150,15 @@ export async function lockDataDir(dataDir: string, options: LockOptions): Promis
       const state = owner === null ? 'gone' : liveness(owner);
       if (state === 'alive') throw new DataDirInUseError(dataDir, owner!);
       if (owner && state === 'elsewhere') {
-        options.logger.warn({ ownerPid: owner.pid, ownerHost: owner.host }, `${file} names a process on another host, which cannot be checked from here; taking the data directory over. If that process still runs, stop one of them.`);
+        options.logger.warn(
+          { ownerPid: owner.pid, ownerHost: owner.host },
+          `${file} names a process on another host, which cannot be checked from here; taking the data directory over. If that process still runs, stop one of them.`,
+        );
       } else if (owner) {
-        options.logger.warn({ ownerPid: owner.pid }, 'the data directory lock was left by a process that is gone; taking it over');
+        options.logger.warn(
+          { ownerPid: owner.pid },
+          'the data directory lock was left by a process that is gone; taking it over',
+        );
       }
       await takeOver(file, text, temp);
     }

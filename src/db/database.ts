@@ -50,11 +50,19 @@ export interface OpenDatabaseOptions {
 }
 
 /** The caller must own the data directory (src/db/data-dir-lock.ts) when no DATABASE_URL is set. */
-export async function openDatabase(config: Config, logger: Logger, options: OpenDatabaseOptions = {}): Promise<OpenDatabase> {
+export async function openDatabase(
+  config: Config,
+  logger: Logger,
+  options: OpenDatabaseOptions = {},
+): Promise<OpenDatabase> {
   let embedded: EmbeddedPostgres | null = null;
   let url = config.databaseUrl;
   if (url === null) {
-    embedded = await startEmbeddedPostgres({ clusterDir: path.join(config.dataDir, 'postgres'), logger, onUnexpectedExit: options.onServerExit });
+    embedded = await startEmbeddedPostgres({
+      clusterDir: path.join(config.dataDir, 'postgres'),
+      logger,
+      onUnexpectedExit: options.onServerExit,
+    });
     try {
       await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
     } catch (error) {

@@ -57,7 +57,10 @@ async function binaries(): Promise<Binaries> {
   try {
     return (await import(name)) as Binaries;
   } catch (error) {
-    throw new Error(`No embedded PostgreSQL for ${process.platform}-${process.arch} (${name} is not installed); set DATABASE_URL to use another server`, { cause: error });
+    throw new Error(
+      `No embedded PostgreSQL for ${process.platform}-${process.arch} (${name} is not installed); set DATABASE_URL to use another server`,
+      { cause: error },
+    );
   }
 }
 
@@ -79,7 +82,9 @@ async function serverUser(logger: EmbeddedPostgresOptions['logger']): Promise<{ 
     return await lookup();
   } catch {
     // A change to the system beyond the data directory: say so where the operator looks.
-    logger.warn('running as root: creating the system user \'postgres\' (useradd --system) to run the embedded PostgreSQL as');
+    logger.warn(
+      "running as root: creating the system user 'postgres' (useradd --system) to run the embedded PostgreSQL as",
+    );
     await run('useradd', ['--system', '--user-group', '--no-create-home', 'postgres']);
     return lookup();
   }
@@ -90,7 +95,9 @@ async function checkTraversable(dir: string): Promise<void> {
   for (let current = path.dirname(dir); ; current = path.dirname(current)) {
     const stat = await fs.stat(current);
     if ((stat.mode & 0o001) === 0) {
-      throw new Error(`The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside it, or set DATABASE_URL.`);
+      throw new Error(
+        `The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside it, or set DATABASE_URL.`,
+      );
     }
     if (current === path.dirname(current)) return;
   }
@@ -111,7 +118,9 @@ export async function freePort(): Promise<number> {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -147,7 +156,11 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
   }
   // Not `pid`: that key is the logger's own (this process's pid) on every line.
   logger.warn({ postgresPid: pid }, 'stopping a PostgreSQL server left running by an earlier crash');
-  for (const [signal, waitMs] of [['SIGINT', 30_000], ['SIGQUIT', 10_000], ['SIGKILL', 5_000]] as const) {
+  for (const [signal, waitMs] of [
+    ['SIGINT', 30_000],
+    ['SIGQUIT', 10_000],
+    ['SIGKILL', 5_000],
+  ] as const) {
     process.kill(pid, signal);
     const until = Date.now() + waitMs;
     while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
@@ -156,7 +169,12 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
   throw new Error(`A leftover PostgreSQL server (pid ${pid}) holds ${clusterDir} and does not stop`);
 }
 
-function spawnLogged(file: string, args: string[], user: { uid: number; gid: number } | null, detached = false): ChildProcess {
+function spawnLogged(
+  file: string,
+  args: string[],
+  user: { uid: number; gid: number } | null,
+  detached = false,
+): ChildProcess {
   return spawn(file, args, { ...(user ?? {}), stdio: ['ignore', 'pipe', 'pipe'], detached });
 }
 
@@ -177,17 +195,36 @@ async function syncPath(file: string): Promise<void> {
 async function clusterComplete(clusterDir: string): Promise<boolean> {
   const marker = path.join(clusterDir, CLUSTER_COMPLETE);
   if (await exists(marker)) return true;
-  if (!(await exists(path.join(clusterDir, 'PG_VERSION'))) || !(await exists(path.join(clusterDir, 'postmaster.opts')))) return false;
+  if (!(await exists(path.join(clusterDir, 'PG_VERSION'))) || !(await exists(path.join(clusterDir, 'postmaster.opts'))))
+    return false;
   await fs.writeFile(marker, 'initdb finished\n', { mode: 0o600 });
   return true;
 }
 
-async function initialise(bin: Binaries, clusterDir: string, password: string, user: { uid: number; gid: number } | null): Promise<void> {
+async function initialise(
+  bin: Binaries,
+  clusterDir: string,
+  password: string,
+  user: { uid: number; gid: number } | null,
+): Promise<void> {
   const pwfile = path.join(os.tmpdir(), `slipway-pw-${randomBytes(8).toString('hex')}`);
   await fs.writeFile(pwfile, `${password}\n`, { mode: 0o600 });
   if (user) await fs.chown(pwfile, user.uid, user.gid);
   try {
-    const child = spawnLogged(bin.initdb, [`--pgdata=${clusterDir}`, '--auth=scram-sha-256', '--username=postgres', `--pwfile=${pwfile}`, '--encoding=UTF8', '--locale=C', '--lc-messages=C', '--no-sync'], user);
+    const child = spawnLogged(
+      bin.initdb,
+      [
+        `--pgdata=${clusterDir}`,
+        '--auth=scram-sha-256',
+        '--username=postgres',
+        `--pwfile=${pwfile}`,
+        '--encoding=UTF8',
+        '--locale=C',
+        '--lc-messages=C',
+        '--no-sync',
+      ],
+      user,
+    );
     let output = '';
     child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
@@ -224,7 +261,8 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   let password = (await fs.readFile(passwordFile, 'utf8').catch(() => '')).trim();
   if (!(await clusterComplete(clusterDir))) {
     // A half-made cluster from an interrupted first start holds no data (no server ever ran on it): start over.
-    if (await exists(clusterDir)) logger.warn({ clusterDir }, 'removing a cluster an interrupted first start left half-made');
+    if (await exists(clusterDir))
+      logger.warn({ clusterDir }, 'removing a cluster an interrupted first start left half-made');
     await fs.rm(clusterDir, { recursive: true, force: true });
     password = randomBytes(24).toString('hex');
     await fs.writeFile(passwordFile, password, { mode: 0o600 });
@@ -240,7 +278,25 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
 
   const port = await freePort();
   // Its own session (detached): terminal signals reach the service only, which stops the server last.
-  const child = spawnLogged(bin.postgres, ['-D', clusterDir, '-p', String(port), '-c', 'lc_messages=C', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'], user, true);
+  const child = spawnLogged(
+    bin.postgres,
+    [
+      '-D',
+      clusterDir,
+      '-p',
+      String(port),
+      '-c',
+      'lc_messages=C',
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'unix_socket_directories=',
+      '-c',
+      'max_connections=200',
+    ],
+    user,
+    true,
+  );
   // A service that exits without stopping it (a failed start, an uncaught error) still asks it to stop:
   // it is out of the process group, so nothing else would. After kill -9 of the service, the next start
   // stops it (stopLeftoverServer).
@@ -261,7 +317,9 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     child.stderr?.on('data', onData);
     child.stdout?.on('data', onData);
     child.once('error', reject);
-    child.once('exit', (code) => reject(new Error(`embedded PostgreSQL exited during start (code ${code}): ${recent.trim()}`)));
+    child.once('exit', (code) =>
+      reject(new Error(`embedded PostgreSQL exited during start (code ${code}): ${recent.trim()}`)),
+    );
   });
   child.on('exit', (code, signal) => {
     process.removeListener('exit', stopOnExit);

@@ -40,7 +40,9 @@ export async function migrate(pool: pg.Pool, dir: string = MIGRATIONS_DIR): Prom
     await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
     await client.query(`create table if not exists slipway_migrations (
       id integer primary key, name text not null, applied_at timestamptz not null default now())`);
-    const done = new Set((await client.query<{ id: number }>('select id from slipway_migrations')).rows.map((r) => r.id));
+    const done = new Set(
+      (await client.query<{ id: number }>('select id from slipway_migrations')).rows.map((r) => r.id),
+    );
     for (const migration of migrations) {
       if (done.has(migration.id)) continue;
       await client.query('begin');
@@ -50,7 +52,9 @@ export async function migrate(pool: pg.Pool, dir: string = MIGRATIONS_DIR): Prom
         await client.query('commit');
       } catch (error) {
         await client.query('rollback');
-        throw new Error(`Migration ${migration.id}_${migration.name} failed: ${(error as Error).message}`, { cause: error });
+        throw new Error(`Migration ${migration.id}_${migration.name} failed: ${(error as Error).message}`, {
+          cause: error,
+        });
       }
       applied.push(migration.id);
     }

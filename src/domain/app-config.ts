@@ -138,7 +138,9 @@ export function checkEnv(value: unknown, issues: string[]): Record<string, strin
   const env: Record<string, string> = {};
   for (const [name, v] of Object.entries(value)) {
     if (!ENV_NAME.test(name)) {
-      issues.push(`env: ${shown(name)} is not a valid variable name (letters, digits and '_', not starting with a digit)`);
+      issues.push(
+        `env: ${shown(name)} is not a valid variable name (letters, digits and '_', not starting with a digit)`,
+      );
     } else if (isPlatformEnvName(name)) {
       issues.push(`env.${name} is set by the platform and cannot be set in the file`);
     } else if (typeof v !== 'string') {
@@ -165,7 +167,8 @@ function checkFile(file: string, raw: unknown): CheckedFile {
     const field = key as Field;
     switch (field) {
       case 'runtime':
-        if (typeof value === 'string' && (RUNTIMES as readonly string[]).includes(value)) out.runtime = value as Runtime;
+        if (typeof value === 'string' && (RUNTIMES as readonly string[]).includes(value))
+          out.runtime = value as Runtime;
         else issues.push(`runtime must be ${RUNTIMES.map((r) => `'${r}'`).join(' or ')}, got ${shown(value)}`);
         break;
       case 'install':
@@ -185,7 +188,10 @@ function checkFile(file: string, raw: unknown): CheckedFile {
         break;
       }
       case 'health_check_path': {
-        const problem = typeof value === 'string' ? healthPathProblem(value) : `must be a path string such as '/healthz', got ${shown(value)}`;
+        const problem =
+          typeof value === 'string'
+            ? healthPathProblem(value)
+            : `must be a path string such as '/healthz', got ${shown(value)}`;
         if (problem) issues.push(`health_check_path ${problem}`);
         else out.health_check_path = value as string;
         break;
@@ -208,7 +214,8 @@ function checkFile(file: string, raw: unknown): CheckedFile {
 function detectRuntime(source: SourceFiles): Runtime | null {
   const files = source.rootFiles;
   if (files.includes('package.json')) return 'node';
-  if (files.includes('requirements.txt') || files.includes('pyproject.toml') || files.some((f) => f.endsWith('.py'))) return 'python';
+  if (files.includes('requirements.txt') || files.includes('pyproject.toml') || files.some((f) => f.endsWith('.py')))
+    return 'python';
   return null;
 }
 
@@ -225,12 +232,18 @@ function packageFacts(text: string | null, file: string, field: Field): PackageF
   try {
     parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
   } catch (error) {
-    throw new AppConfigError(`${file}: ${field} is not set, and package.json, which its default comes from, is not valid JSON (${(error as Error).message})`);
+    throw new AppConfigError(
+      `${file}: ${field} is not set, and package.json, which its default comes from, is not valid JSON (${(error as Error).message})`,
+    );
   }
-  if (!isPlainObject(parsed)) throw new AppConfigError(`${file}: ${field} is not set, and package.json, which its default comes from, is not a JSON object`);
+  if (!isPlainObject(parsed))
+    throw new AppConfigError(
+      `${file}: ${field} is not set, and package.json, which its default comes from, is not a JSON object`,
+    );
   const scripts: Record<string, string> = {};
   if (isPlainObject(parsed.scripts)) {
-    for (const [name, script] of Object.entries(parsed.scripts)) if (typeof script === 'string' && script.trim() !== '') scripts[name] = script;
+    for (const [name, script] of Object.entries(parsed.scripts))
+      if (typeof script === 'string' && script.trim() !== '') scripts[name] = script;
   }
   const nonEmpty = (v: unknown) => isPlainObject(v) && Object.keys(v).length > 0;
   return {
@@ -269,7 +282,9 @@ function nodeDefaults(file: string, source: SourceFiles): Defaults {
       if (facts?.scripts.start !== undefined) return 'npm start';
       if (facts?.main) return `node ${shellWord(facts.main)}`;
       const why = facts ? 'package.json has neither a start script nor main' : 'there is no package.json';
-      throw new AppConfigError(`${file}: start is not set and ${why}; set start (e.g. "node server.js") or a start script`);
+      throw new AppConfigError(
+        `${file}: start is not set and ${why}; set start (e.g. "node server.js") or a start script`,
+      );
     },
   };
 }
@@ -278,11 +293,17 @@ function pythonDefaults(file: string, source: SourceFiles): Defaults {
   const has = (name: string) => source.rootFiles.includes(name);
   return {
     // A venv in the source keeps the app's packages away from the host's Python.
-    install: () => (has('requirements.txt') ? 'python3 -m venv .venv && .venv/bin/pip install -r requirements.txt' : 'python3 -m venv .venv'),
+    install: () =>
+      has('requirements.txt')
+        ? 'python3 -m venv .venv && .venv/bin/pip install -r requirements.txt'
+        : 'python3 -m venv .venv',
     build: () => null,
     start() {
       const entry = ['main.py', 'app.py'].find(has);
-      if (!entry) throw new AppConfigError(`${file}: start is not set and the source has no main.py or app.py at its root; set start (e.g. ".venv/bin/python -m my_agent")`);
+      if (!entry)
+        throw new AppConfigError(
+          `${file}: start is not set and the source has no main.py or app.py at its root; set start (e.g. ".venv/bin/python -m my_agent")`,
+        );
       return `.venv/bin/python ${entry}`;
     },
   };
@@ -293,7 +314,12 @@ function pythonDefaults(file: string, source: SourceFiles): Defaults {
  * the deployment's `install_command` / `build_command` over both. `file` is the path the revision
  * named, used in every message.
  */
-export function resolveAppConfig(file: string, raw: unknown, source: SourceFiles, overrides: CommandOverrides = {}): AppConfig {
+export function resolveAppConfig(
+  file: string,
+  raw: unknown,
+  source: SourceFiles,
+  overrides: CommandOverrides = {},
+): AppConfig {
   const checked = checkFile(file, raw);
   const runtime = checked.runtime ?? detectRuntime(source);
   if (runtime === null) {

@@ -57,7 +57,9 @@ export function planCreate(input: CreateInput): CreatePlan {
     throw new AppError('field_not_allowed', `secret_references is not allowed for source ${input.source}`);
   }
   const wantsRevision = rule.revisionAtCreate === 'required' || hasRevisionFields(input.source_revision_config);
-  const revision = wantsRevision ? { source: input.source, config: checkRevisionConfig(input.source, compact(input.source_revision_config)) } : null;
+  const revision = wantsRevision
+    ? { source: input.source, config: checkRevisionConfig(input.source, compact(input.source_revision_config)) }
+    : null;
   checkBuildOnPush(sourceConfig, revision?.config ?? null);
   checkResourceSpec(sourceConfig.resource_spec);
   return { sourceConfig, revision };
@@ -130,10 +132,16 @@ export function planPatch(current: CurrentDeployment, input: PatchInput): PatchP
   const revisionSource: Source = input.revision_source ?? current.source;
   if (input.revision_source && input.revision_source !== current.source) {
     if (current.source === 'external_container') {
-      throw new AppError('invalid_request', 'revision_source cannot override the source of an external_container deployment');
+      throw new AppError(
+        'invalid_request',
+        'revision_source cannot override the source of an external_container deployment',
+      );
     }
     if (input.revision_source === 'codehost') {
-      throw new AppError('invalid_request', 'revision_source codehost needs a codehost deployment (its integration_id and repo_url)');
+      throw new AppError(
+        'invalid_request',
+        'revision_source codehost needs a codehost deployment (its integration_id and repo_url)',
+      );
     }
   }
 
@@ -146,7 +154,10 @@ export function planPatch(current: CurrentDeployment, input: PatchInput): PatchP
     const config = checkRevisionConfig(revisionSource, { ...inherited, ...compact(input.source_revision_config) });
     revision = { source: revisionSource, config };
   } else if (input.revision_source && input.revision_source !== current.latestRevision?.source) {
-    throw new AppError('field_required', `source_revision_config is required when revision_source is ${input.revision_source}`);
+    throw new AppError(
+      'field_required',
+      `source_revision_config is required when revision_source is ${input.revision_source}`,
+    );
   }
   checkBuildOnPush(sourceConfig, revision?.config ?? current.latestRevision?.config ?? null);
   checkResourceSpec(sourceConfig.resource_spec);
@@ -157,16 +168,23 @@ export function planPatch(current: CurrentDeployment, input: PatchInput): PatchP
  * Applies a given secrets list to the current (plaintext) secrets: the list replaces the whole set;
  * the masked value keeps an existing secret's value. `changed` tells whether anything differs.
  */
-export function mergeSecrets(current: readonly Secret[], given: readonly Secret[]): { secrets: Secret[]; changed: boolean } {
+export function mergeSecrets(
+  current: readonly Secret[],
+  given: readonly Secret[],
+): { secrets: Secret[]; changed: boolean } {
   const byName = new Map(current.map((s) => [s.name, s.value]));
   const seen = new Set<string>();
   const secrets = given.map((secret, index) => {
-    if (seen.has(secret.name)) throw new AppError('invalid_request', `secrets[${index}].name '${secret.name}' appears twice`);
+    if (seen.has(secret.name))
+      throw new AppError('invalid_request', `secrets[${index}].name '${secret.name}' appears twice`);
     seen.add(secret.name);
     if (secret.value !== MASKED_SECRET) return { name: secret.name, value: secret.value };
     const kept = byName.get(secret.name);
     if (kept === undefined) {
-      throw new AppError('invalid_request', `secrets[${index}].value is the mask '${MASKED_SECRET}' but no secret '${secret.name}' exists to keep`);
+      throw new AppError(
+        'invalid_request',
+        `secrets[${index}].value is the mask '${MASKED_SECRET}' but no secret '${secret.name}' exists to keep`,
+      );
     }
     return { name: secret.name, value: kept };
   });

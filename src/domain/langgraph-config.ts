@@ -10,7 +10,18 @@
  * Every path is relative to the root of the source, with `/` separators.
  */
 import path from 'node:path';
-import { AppConfigError, ENV_NAME, checkEnv, commandProblem, isPlainObject, isPlatformEnvName, shellWord, shown, type AppConfig, type CommandOverrides } from './app-config.ts';
+import {
+  AppConfigError,
+  ENV_NAME,
+  checkEnv,
+  commandProblem,
+  isPlainObject,
+  isPlatformEnvName,
+  shellWord,
+  shown,
+  type AppConfig,
+  type CommandOverrides,
+} from './app-config.ts';
 
 /** The LangGraph.js API server put beside a project that does not depend on it (`@langchain/langgraph-api`). */
 const LANGGRAPH_JS_SERVER_PACKAGE = '@langchain/langgraph-api';
@@ -41,7 +52,9 @@ export interface LangGraphSourceFacts {
 
 /** A config path that the LangGraph rules apply to. */
 export function isLangGraphConfig(file: string, raw: unknown): boolean {
-  return path.posix.basename(file.replaceAll('\\', '/')) === 'langgraph.json' || (isPlainObject(raw) && 'graphs' in raw);
+  return (
+    path.posix.basename(file.replaceAll('\\', '/')) === 'langgraph.json' || (isPlainObject(raw) && 'graphs' in raw)
+  );
 }
 
 /** Lockfiles in the order LangChain's CLI tries them (yarn, pnpm, npm, bun), with their package manager. */
@@ -90,7 +103,8 @@ function graphSpecs(raw: Record<string, unknown>): [string, unknown][] {
   return isPlainObject(raw.graphs) ? Object.entries(raw.graphs) : [];
 }
 
-const specPath = (spec: unknown): string | null => (typeof spec === 'string' ? spec : isPlainObject(spec) && typeof spec.path === 'string' ? spec.path : null);
+const specPath = (spec: unknown): string | null =>
+  typeof spec === 'string' ? spec : isPlainObject(spec) && typeof spec.path === 'string' ? spec.path : null;
 
 function languageOf(raw: Record<string, unknown>, hasPackageJson: boolean): LangGraphLanguage {
   // LangChain's rule: python_version wins (a Python server that also builds JS graphs); then node_version.
@@ -100,7 +114,9 @@ function languageOf(raw: Record<string, unknown>, hasPackageJson: boolean): Lang
 }
 
 const localDependencies = (raw: Record<string, unknown>): string[] =>
-  Array.isArray(raw.dependencies) ? raw.dependencies.filter((d): d is string => typeof d === 'string' && d.startsWith('.')) : [];
+  Array.isArray(raw.dependencies)
+    ? raw.dependencies.filter((d): d is string => typeof d === 'string' && d.startsWith('.'))
+    : [];
 
 /** The paths (from the source root) whose kind, and the files whose text, the rules need. */
 export function langGraphReferencedPaths(file: string, raw: unknown): { paths: string[]; read: string[] } {
@@ -145,17 +161,21 @@ export function langGraphReferencedPaths(file: string, raw: unknown): { paths: s
 export function parseDotenv(text: string, shownAs: string, issues: string[]): Record<string, string> {
   const env: Record<string, string> = {};
   // A comment starts at a '#' after a space (or after a closing quote): `a#b` is the value 'a#b'.
-  const line = /^[ \t]*(?:export[ \t]+)?([^\s=#]+)[ \t]*=[ \t]*(?:'([^']*)'|"((?:\\.|[^"\\])*)"|([^\r\n]*?))[ \t]*(?:(?<=[ \t"'])#[^\r\n]*)?$/gm;
+  const line =
+    /^[ \t]*(?:export[ \t]+)?([^\s=#]+)[ \t]*=[ \t]*(?:'([^']*)'|"((?:\\.|[^"\\])*)"|([^\r\n]*?))[ \t]*(?:(?<=[ \t"'])#[^\r\n]*)?$/gm;
   const body = text.replace(/^\uFEFF/, '').replace(/\r\n?/g, '\n');
   for (const match of body.matchAll(line)) {
     const [, name, single, double, bare] = match;
     if (!name) continue;
     if (!ENV_NAME.test(name)) {
-      issues.push(`${shownAs}: ${shown(name)} is not a valid variable name (letters, digits and '_', not starting with a digit)`);
+      issues.push(
+        `${shownAs}: ${shown(name)} is not a valid variable name (letters, digits and '_', not starting with a digit)`,
+      );
       continue;
     }
     if (isPlatformEnvName(name)) continue;
-    const value = single ?? (double !== undefined ? double.replace(/\\n/g, '\n').replace(/\\(["\\])/g, '$1') : (bare ?? ''));
+    const value =
+      single ?? (double !== undefined ? double.replace(/\\n/g, '\n').replace(/\\(["\\])/g, '$1') : (bare ?? ''));
     if (value.includes('\0')) issues.push(`${shownAs}: ${name} must not contain a NUL character`);
     else env[name] = value;
   }
@@ -182,14 +202,21 @@ function packageFacts(text: string | undefined, shownAs: string, issues: string[
   }
   const pkg = parsed;
   // `packageManager: "pnpm@9.1.0"`, or `devEngines.packageManager.name`, as package-manager-detector reads them.
-  const declared = typeof pkg.packageManager === 'string' ? pkg.packageManager.replace(/^\^/, '').split('@')[0] : isPlainObject(pkg.devEngines) && isPlainObject(pkg.devEngines.packageManager) ? pkg.devEngines.packageManager.name : null;
-  const packageManager = declared === 'npm' || declared === 'pnpm' || declared === 'yarn' || declared === 'bun' ? declared : null;
+  const declared =
+    typeof pkg.packageManager === 'string'
+      ? pkg.packageManager.replace(/^\^/, '').split('@')[0]
+      : isPlainObject(pkg.devEngines) && isPlainObject(pkg.devEngines.packageManager)
+        ? pkg.devEngines.packageManager.name
+        : null;
+  const packageManager =
+    declared === 'npm' || declared === 'pnpm' || declared === 'yarn' || declared === 'bun' ? declared : null;
   const sections = ['dependencies', 'devDependencies', 'optionalDependencies'].map((s) => pkg[s]).filter(isPlainObject);
   return { packageManager, dependsOn: (name) => sections.some((s) => name in s) };
 }
 
 /** `cd <dir> && <command>` in a subshell, so the next command starts from the source root again. */
-const inDir = (dir: string, command: string): string => (dir === '.' ? command : `(cd ${shellWord(dir)} && ${command})`);
+const inDir = (dir: string, command: string): string =>
+  dir === '.' ? command : `(cd ${shellWord(dir)} && ${command})`;
 
 const COREPACK = 'COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack';
 
@@ -218,8 +245,14 @@ function addServerCommand(manager: Exclude<PackageManager, 'bun'>): string {
  * revision named (every message names it); `overrides` are the deployment's install and build
  * commands, run in the config's directory as LangChain's CLI runs its `--install-command`.
  */
-export function resolveLangGraphConfig(file: string, raw: unknown, source: LangGraphSourceFacts, overrides: CommandOverrides = {}): AppConfig {
-  if (!isPlainObject(raw)) throw new AppConfigError(`${file} must hold a JSON object with a "graphs" object, got ${shown(raw)}`);
+export function resolveLangGraphConfig(
+  file: string,
+  raw: unknown,
+  source: LangGraphSourceFacts,
+  overrides: CommandOverrides = {},
+): AppConfig {
+  if (!isPlainObject(raw))
+    throw new AppConfigError(`${file} must hold a JSON object with a "graphs" object, got ${shown(raw)}`);
   const issues: string[] = [];
   const configDir = configDirOf(file);
   const kind = (where: string): PathKind => source.kinds[where] ?? 'missing';
@@ -228,15 +261,23 @@ export function resolveLangGraphConfig(file: string, raw: unknown, source: LangG
 
   for (const field of ['node_version', 'python_version'] as const) {
     const value = raw[field];
-    if (value !== undefined && !(typeof value === 'string' && /^[0-9][0-9.]*$/.test(value)) && typeof value !== 'number') {
-      issues.push(`${field} must be a version such as ${field === 'node_version' ? "'20'" : "'3.11'"}, got ${shown(value)}`);
+    if (
+      value !== undefined &&
+      !(typeof value === 'string' && /^[0-9][0-9.]*$/.test(value)) &&
+      typeof value !== 'number'
+    ) {
+      issues.push(
+        `${field} must be a version such as ${field === 'node_version' ? "'20'" : "'3.11'"}, got ${shown(value)}`,
+      );
     }
   }
 
   // graphs: what the server serves, by graph id (the id clients pass as assistant_id).
   const graphs = graphSpecs(raw);
-  if (!isPlainObject(raw.graphs)) issues.push(`graphs must be an object of graph id to "path:export", got ${shown(raw.graphs)}`);
-  else if (graphs.length === 0) issues.push('graphs is empty: name at least one graph, e.g. {"agent": "./src/agent.ts:graph"}');
+  if (!isPlainObject(raw.graphs))
+    issues.push(`graphs must be an object of graph id to "path:export", got ${shown(raw.graphs)}`);
+  else if (graphs.length === 0)
+    issues.push('graphs is empty: name at least one graph, e.g. {"agent": "./src/agent.ts:graph"}');
   for (const [id, spec] of graphs) {
     const specText = specPath(spec);
     if (specText === null || specText.trim() === '') {
@@ -246,29 +287,45 @@ export function resolveLangGraphConfig(file: string, raw: unknown, source: LangG
     const fileRef = graphFile(specText, language);
     if (fileRef === null) continue;
     const where = inSource(configDir, fileRef);
-    if (where === null) issues.push(`graphs.${id}: ${shown(fileRef)} is outside the source; paths are relative to the directory of ${file}`);
-    else if (kind(where) === 'outside') issues.push(`graphs.${id}: ${shown(fileRef)} is a link that leads outside the source`);
-    else if (kind(where) !== 'file') issues.push(`graphs.${id}: ${shown(fileRef)} is not a file in the source (looked for ${where})`);
+    if (where === null)
+      issues.push(
+        `graphs.${id}: ${shown(fileRef)} is outside the source; paths are relative to the directory of ${file}`,
+      );
+    else if (kind(where) === 'outside')
+      issues.push(`graphs.${id}: ${shown(fileRef)} is a link that leads outside the source`);
+    else if (kind(where) !== 'file')
+      issues.push(`graphs.${id}: ${shown(fileRef)} is not a file in the source (looked for ${where})`);
   }
 
   // dependencies: local ones must be in the archive; for Python the others are pip requirements.
   const pipArguments: string[] = [];
-  if (raw.dependencies !== undefined && !(Array.isArray(raw.dependencies) && raw.dependencies.every((d) => typeof d === 'string'))) {
+  if (
+    raw.dependencies !== undefined &&
+    !(Array.isArray(raw.dependencies) && raw.dependencies.every((d) => typeof d === 'string'))
+  ) {
     issues.push(`dependencies must be a list of strings, got ${shown(raw.dependencies)}`);
   }
   for (const dependency of Array.isArray(raw.dependencies) ? raw.dependencies : []) {
     if (typeof dependency !== 'string') continue;
     if (!dependency.startsWith('.')) {
-      if (/[\0\r\n]/.test(dependency) || dependency.trim() === '') issues.push(`dependencies: ${shown(dependency)} is not a requirement`);
+      if (/[\0\r\n]/.test(dependency) || dependency.trim() === '')
+        issues.push(`dependencies: ${shown(dependency)} is not a requirement`);
       else pipArguments.push(shellWord(dependency));
       continue;
     }
     const where = inSource(configDir, dependency);
-    if (where === null) issues.push(`dependencies: ${shown(dependency)} is outside the source; the archive must hold every local dependency`);
-    else if (kind(where) === 'outside') issues.push(`dependencies: ${shown(dependency)} is a link that leads outside the source`);
-    else if (kind(where) !== 'dir') issues.push(`dependencies: ${shown(dependency)} is not a directory in the source (looked for ${where})`);
-    else if (kind(at(where, 'pyproject.toml')) === 'file' || kind(at(where, 'setup.py')) === 'file') pipArguments.push('-e', shellWord(where));
-    else if (kind(at(where, 'requirements.txt')) === 'file') pipArguments.push('-r', shellWord(at(where, 'requirements.txt')));
+    if (where === null)
+      issues.push(
+        `dependencies: ${shown(dependency)} is outside the source; the archive must hold every local dependency`,
+      );
+    else if (kind(where) === 'outside')
+      issues.push(`dependencies: ${shown(dependency)} is a link that leads outside the source`);
+    else if (kind(where) !== 'dir')
+      issues.push(`dependencies: ${shown(dependency)} is not a directory in the source (looked for ${where})`);
+    else if (kind(at(where, 'pyproject.toml')) === 'file' || kind(at(where, 'setup.py')) === 'file')
+      pipArguments.push('-e', shellWord(where));
+    else if (kind(at(where, 'requirements.txt')) === 'file')
+      pipArguments.push('-r', shellWord(at(where, 'requirements.txt')));
     // Else a plain directory: `langgraph dev` puts it on the import path itself.
   }
 
@@ -286,24 +343,31 @@ export function resolveLangGraphConfig(file: string, raw: unknown, source: LangG
   let pipConfig: string | null = null;
   if (raw.pip_config_file !== undefined) {
     const where = typeof raw.pip_config_file === 'string' ? inSource(configDir, raw.pip_config_file) : null;
-    if (where === null || kind(where) !== 'file') issues.push(`pip_config_file must name a file in the source, got ${shown(raw.pip_config_file)}`);
+    if (where === null || kind(where) !== 'file')
+      issues.push(`pip_config_file must name a file in the source, got ${shown(raw.pip_config_file)}`);
     else pipConfig = where;
   }
 
-  for (const [field, value] of [['install_command', overrides.install_command], ['build_command', overrides.build_command]] as const) {
+  for (const [field, value] of [
+    ['install_command', overrides.install_command],
+    ['build_command', overrides.build_command],
+  ] as const) {
     const problem = typeof value === 'string' ? commandProblem(value) : null;
     if (problem) issues.push(`source_config.${field} ${problem}`);
   }
 
   const start = `exec node ${LANGGRAPH_LAUNCHER_PATH} ${language} ${shellWord(posix.normalize(file.replaceAll('\\', '/')))}`;
-  const override = (value: string | null | undefined): string | null => (typeof value === 'string' && value !== '' ? inDir(configDir, value) : null);
+  const override = (value: string | null | undefined): string | null =>
+    typeof value === 'string' && value !== '' ? inDir(configDir, value) : null;
   let install: string | null;
   if (language === 'js') {
     install = jsInstall(file, configDir, source, kind, override(overrides.install_command), issues);
   } else {
     const server = `.venv/bin/pip install ${shellWord(LANGGRAPH_PYTHON_SERVER_REQUIREMENT)}${pipArguments.length > 0 ? ` ${pipArguments.join(' ')}` : ''}`;
     // A venv at the source root keeps the app's packages away from the host's Python; its bin is on PATH.
-    install = override(overrides.install_command) ?? `python3 -m venv .venv && ${pipConfig ? `PIP_CONFIG_FILE=${shellWord(pipConfig)} ` : ''}${server}`;
+    install =
+      override(overrides.install_command) ??
+      `python3 -m venv .venv && ${pipConfig ? `PIP_CONFIG_FILE=${shellWord(pipConfig)} ` : ''}${server}`;
   }
 
   if (issues.length > 0) throw new AppConfigError(`${file}: ${issues.join('; ')}`);
@@ -321,14 +385,25 @@ export function resolveLangGraphConfig(file: string, raw: unknown, source: LangG
 }
 
 /** The JS project's install, from its lockfile (in its directory or the nearest above it), plus the pinned server. */
-function jsInstall(file: string, configDir: string, source: LangGraphSourceFacts, kind: (where: string) => PathKind, override: string | null, issues: string[]): string | null {
+function jsInstall(
+  file: string,
+  configDir: string,
+  source: LangGraphSourceFacts,
+  kind: (where: string) => PathKind,
+  override: string | null,
+  issues: string[],
+): string | null {
   const dirs = ancestors(configDir);
   const withPackage = dirs.find((dir) => kind(at(dir, 'package.json')) === 'file');
   if (!withPackage) {
-    issues.push(`a JavaScript LangGraph project needs a package.json beside ${file} (or above it, in a workspace) listing @langchain/langgraph`);
+    issues.push(
+      `a JavaScript LangGraph project needs a package.json beside ${file} (or above it, in a workspace) listing @langchain/langgraph`,
+    );
     return null;
   }
-  const packages = dirs.map((dir) => packageFacts(source.texts[at(dir, 'package.json')], at(dir, 'package.json'), issues));
+  const packages = dirs.map((dir) =>
+    packageFacts(source.texts[at(dir, 'package.json')], at(dir, 'package.json'), issues),
+  );
   let installDir = configDir;
   let manager: PackageManager = packages[0]?.packageManager ?? 'npm';
   let locked = false;
@@ -341,11 +416,15 @@ function jsInstall(file: string, configDir: string, source: LangGraphSourceFacts
   }
   if (!locked) installDir = withPackage;
   if (manager === 'bun' && override === null) {
-    issues.push('bun is not available on this data plane: commit a package-lock.json, pnpm-lock.yaml or yarn.lock, or set source_config.install_command');
+    issues.push(
+      'bun is not available on this data plane: commit a package-lock.json, pnpm-lock.yaml or yarn.lock, or set source_config.install_command',
+    );
     return null;
   }
   const steps = [override ?? inDir(installDir, installCommand(manager, locked))];
-  const bringsServer = packages.slice(0, dirs.indexOf(installDir) + 1).some((p) => p !== null && JS_SERVER_PROVIDERS.some((name) => p.dependsOn(name)));
+  const bringsServer = packages
+    .slice(0, dirs.indexOf(installDir) + 1)
+    .some((p) => p !== null && JS_SERVER_PROVIDERS.some((name) => p.dependsOn(name)));
   if (!bringsServer) steps.push(inDir(configDir, addServerCommand(manager === 'bun' ? 'npm' : manager)));
   return steps.join(' && ');
 }

@@ -56,10 +56,21 @@ export const SOURCE_CONFIG_FIELDS: readonly SourceConfigField[] = [
   'install_command',
   'build_command',
 ];
-export const REVISION_FIELDS: readonly RevisionField[] = ['repo_ref', 'framework_config_path', 'image_uri', 'source_tarball_path'];
+export const REVISION_FIELDS: readonly RevisionField[] = [
+  'repo_ref',
+  'framework_config_path',
+  'image_uri',
+  'source_tarball_path',
+];
 
 /** Fields of source_config fixed at creation (docs/lifecycle.md). */
-export const IMMUTABLE_CONFIG_FIELDS: readonly SourceConfigField[] = ['integration_id', 'repo_url', 'deployment_type', 'listener_id', 'listener_config'];
+export const IMMUTABLE_CONFIG_FIELDS: readonly SourceConfigField[] = [
+  'integration_id',
+  'repo_url',
+  'deployment_type',
+  'listener_id',
+  'listener_config',
+];
 
 interface SourceRule {
   /** `service`: the service's own data plane ("cloud-hosted"); `listener`: a registered cluster. */
@@ -142,7 +153,10 @@ export function checkCustomUrl(source: Source, value: unknown): void {
     url = null;
   }
   if (!url || (url.protocol !== 'http:' && url.protocol !== 'https:') || url.username || url.password) {
-    throw new AppError('invalid_request', 'source_config.custom_url must be an http(s) URL without credentials, at most 2048 characters');
+    throw new AppError(
+      'invalid_request',
+      'source_config.custom_url must be an http(s) URL without credentials, at most 2048 characters',
+    );
   }
 }
 
@@ -160,7 +174,8 @@ export function checkSourceConfig(source: Source, config: SourceConfig): SourceC
     }
   }
   for (const field of rule.configRequired) {
-    if (!given(set[field])) throw new AppError('field_required', `source_config.${field} is required for source ${source}`);
+    if (!given(set[field]))
+      throw new AppError('field_required', `source_config.${field} is required for source ${source}`);
   }
   return { ...set, deployment_type: set.deployment_type ?? DEFAULT_DEPLOYMENT_TYPE };
 }
@@ -183,7 +198,8 @@ export function checkRevisionConfig(source: Source, config: SourceRevisionConfig
     out[field] = value;
   }
   for (const field of rule.revisionFields) {
-    if (!given(out[field])) throw new AppError('field_required', `source_revision_config.${field} is required for source ${source}`);
+    if (!given(out[field]))
+      throw new AppError('field_required', `source_revision_config.${field} is required for source ${source}`);
   }
   if (given(config.repo_commit_sha) && source === 'codehost') out.repo_commit_sha = config.repo_commit_sha;
   return out;
@@ -192,7 +208,10 @@ export function checkRevisionConfig(source: Source, config: SourceRevisionConfig
 /** A push-tracking deployment must follow a branch: a tag never moves. */
 export function checkBuildOnPush(config: SourceConfig, revision: SourceRevisionConfig | null): void {
   if (config.build_on_push && revision?.repo_ref?.startsWith('refs/tags/')) {
-    throw new AppError('invalid_request', 'source_config.build_on_push cannot be used with a tag in source_revision_config.repo_ref');
+    throw new AppError(
+      'invalid_request',
+      'source_config.build_on_push cannot be used with a tag in source_revision_config.repo_ref',
+    );
   }
 }
 
@@ -218,7 +237,13 @@ const FRAMEWORK_CONFIG_PATH_ALIAS = 'langgraph_config_path';
  * cannot be guessed. Anything that is not an object is returned as it is, for the schema to judge.
  */
 export function applyConfigPathAlias(config: unknown): unknown {
-  if (config === null || typeof config !== 'object' || Array.isArray(config) || !(FRAMEWORK_CONFIG_PATH_ALIAS in config)) return config;
+  if (
+    config === null ||
+    typeof config !== 'object' ||
+    Array.isArray(config) ||
+    !(FRAMEWORK_CONFIG_PATH_ALIAS in config)
+  )
+    return config;
   const { [FRAMEWORK_CONFIG_PATH_ALIAS]: alias, ...rest } = config as Record<string, unknown>;
   if (alias === null || alias === undefined) return rest;
   const named = rest.framework_config_path;

@@ -49,10 +49,26 @@ export const REVISION_STATES: Readonly<Record<RevisionStatus, RevisionState>> = 
     deadline: 24 * 60 * MINUTE,
     onDeadline: 'UNKNOWN',
   },
-  AWAITING_BUILD: { next: ['BUILDING', 'BUILD_FAILED', 'INTERRUPTED', 'UNKNOWN'], deadline: 30 * MINUTE, onDeadline: 'BUILD_FAILED' },
-  BUILDING: { next: ['AWAITING_DEPLOY', 'BUILD_FAILED', 'INTERRUPTED', 'UNKNOWN'], deadline: 60 * MINUTE, onDeadline: 'BUILD_FAILED' },
-  AWAITING_DEPLOY: { next: ['DEPLOYING', 'DEPLOY_FAILED', 'INTERRUPTED', 'UNKNOWN'], deadline: 30 * MINUTE, onDeadline: 'DEPLOY_FAILED' },
-  DEPLOYING: { next: ['DEPLOYED', 'DEPLOY_FAILED', 'INTERRUPTED', 'UNKNOWN'], deadline: 30 * MINUTE, onDeadline: 'DEPLOY_FAILED' },
+  AWAITING_BUILD: {
+    next: ['BUILDING', 'BUILD_FAILED', 'INTERRUPTED', 'UNKNOWN'],
+    deadline: 30 * MINUTE,
+    onDeadline: 'BUILD_FAILED',
+  },
+  BUILDING: {
+    next: ['AWAITING_DEPLOY', 'BUILD_FAILED', 'INTERRUPTED', 'UNKNOWN'],
+    deadline: 60 * MINUTE,
+    onDeadline: 'BUILD_FAILED',
+  },
+  AWAITING_DEPLOY: {
+    next: ['DEPLOYING', 'DEPLOY_FAILED', 'INTERRUPTED', 'UNKNOWN'],
+    deadline: 30 * MINUTE,
+    onDeadline: 'DEPLOY_FAILED',
+  },
+  DEPLOYING: {
+    next: ['DEPLOYED', 'DEPLOY_FAILED', 'INTERRUPTED', 'UNKNOWN'],
+    deadline: 30 * MINUTE,
+    onDeadline: 'DEPLOY_FAILED',
+  },
   CREATE_FAILED: { next: [], deadline: null, onDeadline: null },
   BUILD_FAILED: { next: [], deadline: null, onDeadline: null },
   DEPLOY_FAILED: { next: [], deadline: null, onDeadline: null },
@@ -74,7 +90,9 @@ const DEPLOYMENT_STATES: Readonly<Record<DeploymentStatus, readonly DeploymentSt
 export const isFinalRevisionStatus = (status: RevisionStatus): boolean => REVISION_STATES[status].next.length === 0;
 
 /** Every non-final status: what a deleted deployment's revisions are interrupted from. */
-export const UNFINISHED_REVISION_STATUSES: readonly RevisionStatus[] = REVISION_STATUSES.filter((status) => !isFinalRevisionStatus(status));
+export const UNFINISHED_REVISION_STATUSES: readonly RevisionStatus[] = REVISION_STATUSES.filter(
+  (status) => !isFinalRevisionStatus(status),
+);
 
 /** Statuses that a newer queued revision supersedes (it has not started yet). */
 export const SUPERSEDABLE_REVISION_STATUSES: readonly RevisionStatus[] = ['QUEUED'];

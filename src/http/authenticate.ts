@@ -50,7 +50,9 @@ function requestedWorkspace(request: FastifyRequest): string | null {
   if (raw === undefined) return null;
   const value = Array.isArray(raw) ? raw[0] : raw;
   if (value === undefined || !UUID.test(value.trim())) {
-    throw new ValidationError([{ type: 'uuid_parsing', loc: ['header', 'x-tenant-id'], msg: 'Input should be a valid UUID', input: value }]);
+    throw new ValidationError([
+      { type: 'uuid_parsing', loc: ['header', 'x-tenant-id'], msg: 'Input should be a valid UUID', input: value },
+    ]);
   }
   return value.trim().toLowerCase();
 }
@@ -94,7 +96,12 @@ function createKeyCache(db: Db) {
 
 type KeyCache = ReturnType<typeof createKeyCache>;
 
-async function resolveCaller(keys: KeyCache, db: Db, request: FastifyRequest, mode: 'workspace' | 'organization'): Promise<Caller> {
+async function resolveCaller(
+  keys: KeyCache,
+  db: Db,
+  request: FastifyRequest,
+  mode: 'workspace' | 'organization',
+): Promise<Caller> {
   const key = presentedKey(request);
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
   const record = key.length <= 512 ? await keys.lookup(key) : undefined;
@@ -109,19 +116,23 @@ async function resolveCaller(keys: KeyCache, db: Db, request: FastifyRequest, mo
     workspaceId: record.workspace_id,
   };
   if (record.workspace_id !== null) {
-    if (asked !== null && asked !== record.workspace_id) throw new AppError('forbidden', 'This API key does not belong to the workspace in X-Tenant-Id.');
+    if (asked !== null && asked !== record.workspace_id)
+      throw new AppError('forbidden', 'This API key does not belong to the workspace in X-Tenant-Id.');
     return caller;
   }
   if (asked !== null) {
     if (!(await workspaceInOrganization(db, asked, record.organization_id))) {
-      throw new AppError('forbidden', 'The workspace in X-Tenant-Id is not part of this API key\'s organization.');
+      throw new AppError('forbidden', "The workspace in X-Tenant-Id is not part of this API key's organization.");
     }
     return { ...caller, workspaceId: asked };
   }
   const workspaces = await firstWorkspaceIds(db, record.organization_id);
   if (workspaces.length === 1) return { ...caller, workspaceId: workspaces[0]! };
   if (mode === 'organization') return caller;
-  throw new AppError('workspace_required', 'This organization API key requires workspace specification: send X-Tenant-Id.');
+  throw new AppError(
+    'workspace_required',
+    'This organization API key requires workspace specification: send X-Tenant-Id.',
+  );
 }
 
 export function registerAuthentication(app: FastifyInstance, db: Db): void {
@@ -137,14 +148,20 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
     // route checks it is for the listener in the path). Told apart by its prefix, so never cached here.
     const presented = presentedKey(request);
     if (presented !== null && isListenerCredential(presented)) {
-      if (mode !== 'listener') throw new AppError('unauthenticated', 'A listener credential opens only the listener protocol endpoints (docs/listener-protocol.md); use an API key here.');
-      const credential = presented.length <= 512 ? await findActiveListenerCredential(db, hashListenerCredential(presented)) : undefined;
+      if (mode !== 'listener')
+        throw new AppError(
+          'unauthenticated',
+          'A listener credential opens only the listener protocol endpoints (docs/listener-protocol.md); use an API key here.',
+        );
+      const credential =
+        presented.length <= 512 ? await findActiveListenerCredential(db, hashListenerCredential(presented)) : undefined;
       if (!credential) throw new AppError('unauthenticated', 'Invalid listener credential.');
       request.listenerCredential = credential;
       return;
     }
     request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode);
-    if (config?.admin && request.caller.role !== 'admin') throw new AppError('forbidden', 'This operation needs an admin API key.');
+    if (config?.admin && request.caller.role !== 'admin')
+      throw new AppError('forbidden', 'This operation needs an admin API key.');
   });
   // Keys are created and revoked only through admin routes: after any admin write, and before its
   // response leaves, every cached lookup is forgotten, so this replica never accepts a key it revoked.
@@ -156,13 +173,20 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     if (!route.config?.admin || methods.every((m) => m === 'GET' || m === 'HEAD')) return;
-    route.onSend = [...(route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]), forgetKeys];
+    route.onSend = [
+      ...(route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]),
+      forgetKeys,
+    ];
   });
 }
 
 /** The workspace of a 'workspace' route: always set there by the hook above. */
 export function workspaceOf(request: FastifyRequest): string {
   const id = request.caller.workspaceId;
-  if (id === null) throw new AppError('workspace_required', 'This organization API key requires workspace specification: send X-Tenant-Id.');
+  if (id === null)
+    throw new AppError(
+      'workspace_required',
+      'This organization API key requires workspace specification: send X-Tenant-Id.',
+    );
   return id;
 }

@@ -25,7 +25,14 @@
  *   compare: If-Match there is refused with 412 rather than ignored, except `*`.
  */
 import { createHash } from 'node:crypto';
-import type { FastifyInstance, FastifyRequest, RouteOptions, onSendAsyncHookHandler, preHandlerAsyncHookHandler, preHandlerHookHandler } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyRequest,
+  RouteOptions,
+  onSendAsyncHookHandler,
+  preHandlerAsyncHookHandler,
+  preHandlerHookHandler,
+} from 'fastify';
 import { sql, type Kysely } from 'kysely';
 import { AppError } from '../errors.ts';
 import type { Database } from '../store/schema.ts';
@@ -62,17 +69,22 @@ function noneMatchFails(header: string, current: string): boolean {
   return entityTags(header).some((tag) => tag === '*' || bare(tag) === bare(current));
 }
 
-const asArray = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);
+const asArray = <T>(hooks: T | T[] | undefined): T[] =>
+  hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
 
 type SchemaObject = { $ref?: string; properties?: Record<string, unknown> } & Record<string, unknown>;
 
 /** The 200 or 201 schema of a route when it is one resource (an object with an `id`), else null. */
-function resourceSchema(instance: FastifyInstance, route: RouteOptions): { status: string; schema: SchemaObject } | null {
+function resourceSchema(
+  instance: FastifyInstance,
+  route: RouteOptions,
+): { status: string; schema: SchemaObject } | null {
   const responses = (route.schema?.response ?? {}) as Record<string, SchemaObject | undefined>;
   for (const status of ['200', '201']) {
     let schema = responses[status];
     if (schema === undefined) continue;
-    if (typeof schema.$ref === 'string') schema = instance.getSchema(schema.$ref.replace(/#.*$/, '')) as SchemaObject | undefined;
+    if (typeof schema.$ref === 'string')
+      schema = instance.getSchema(schema.$ref.replace(/#.*$/, '')) as SchemaObject | undefined;
     return schema?.properties?.id !== undefined ? { status, schema: responses[status]! } : null;
   }
   return null;
@@ -128,10 +140,18 @@ const FORWARDED_HEADERS = ['x-api-key', 'authorization', 'x-tenant-id', 'x-reque
 
 const IfMatchHeader = {
   type: 'string',
-  description: 'ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist.',
+  description:
+    'ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist.',
 };
-const IfNoneMatchHeader = { type: 'string', description: 'The ETag of the copy the client has: 304 without a body when it is still current.' };
-const ETagHeader = { type: 'string', description: 'Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply.' };
+const IfNoneMatchHeader = {
+  type: 'string',
+  description: 'The ETag of the copy the client has: 304 without a body when it is still current.',
+};
+const ETagHeader = {
+  type: 'string',
+  description:
+    'Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply.',
+};
 
 export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Database>): void {
   const locks = createResourceLocks(db);
@@ -146,7 +166,11 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
     const etag = entityTag(payload);
     reply.header('etag', etag);
     const noneMatch = request.headers['if-none-match'];
-    if ((request.method === 'GET' || request.method === 'HEAD') && typeof noneMatch === 'string' && noneMatchFails(noneMatch, etag)) {
+    if (
+      (request.method === 'GET' || request.method === 'HEAD') &&
+      typeof noneMatch === 'string' &&
+      noneMatchFails(noneMatch, etag)
+    ) {
       reply.code(304);
       reply.removeHeader('content-type');
       reply.removeHeader('content-length');
@@ -177,7 +201,10 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
     }
     const etag = current.headers.etag;
     if (typeof etag !== 'string' || !ifMatchHolds(header, etag)) {
-      throw new AppError('precondition_failed', 'The resource changed since the ETag in If-Match was read; nothing was changed. GET it again (its ETag is in the answer) and re-apply the change.');
+      throw new AppError(
+        'precondition_failed',
+        'The resource changed since the ETag in If-Match was read; nothing was changed. GET it again (its ETag is in the answer) and re-apply the change.',
+      );
     }
   };
 
@@ -185,7 +212,12 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
   const refuseIfMatch: preHandlerHookHandler = (request, _reply, done) => {
     const header = request.headers['if-match'];
     if (header !== undefined && header.trim() !== '*') {
-      done(new AppError('precondition_failed', 'This resource has no ETag (it has no GET of its own), so If-Match cannot hold; send the request without it.'));
+      done(
+        new AppError(
+          'precondition_failed',
+          'This resource has no ETag (it has no GET of its own), so If-Match cannot hold; send the request without it.',
+        ),
+      );
       return;
     }
     done();
@@ -198,7 +230,9 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
       held.delete(request);
       // Ending the lock's transaction cannot undo the write, committed in its own; a failure here only
       // means the connection went, and the lock with it.
-      await release().catch((error: unknown) => request.log.warn({ err: error }, 'conditional request: the resource lock ended with an error'));
+      await release().catch((error: unknown) =>
+        request.log.warn({ err: error }, 'conditional request: the resource lock ended with an error'),
+      );
     }
     return payload;
   };
@@ -217,7 +251,10 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
     if (resource === null && method !== 'PATCH' && method !== 'DELETE') return;
     if (resource !== null) {
       // New objects: route schemas may be shared between routes.
-      response[resource.status] = { ...resource.schema, headers: { ...(resource.schema.headers as object | undefined), ETag: ETagHeader } };
+      response[resource.status] = {
+        ...resource.schema,
+        headers: { ...(resource.schema.headers as object | undefined), ETag: ETagHeader },
+      };
       // First on a HEAD route: Fastify's own onSend hook there drops the body this hashes.
       route.onSend = method === 'HEAD' ? [tag, ...asArray(route.onSend)] : [...asArray(route.onSend), tag];
       if (reads) {
@@ -240,7 +277,9 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
     route.schema = {
       ...schema,
       response,
-      ...(Object.keys(headerParams).length > 0 ? { headers: { ...headers, type: 'object', properties: { ...headers?.properties, ...headerParams } } } : {}),
+      ...(Object.keys(headerParams).length > 0
+        ? { headers: { ...headers, type: 'object', properties: { ...headers?.properties, ...headerParams } } }
+        : {}),
     };
   });
 }

@@ -14,14 +14,22 @@ function send(reply: FastifyReply, status: number, code: ErrorCode, detail: stri
 }
 
 /** The one way a 422 is answered: whatever raised it, no item echoes a secret of the route's schemas. */
-function validationFailed(reply: FastifyReply, request: FastifyRequest, issues: ValidationIssue[], code: CodeWithStatus<422> = 'validation_failed') {
+function validationFailed(
+  reply: FastifyReply,
+  request: FastifyRequest,
+  issues: ValidationIssue[],
+  code: CodeWithStatus<422> = 'validation_failed',
+) {
   return send(reply, 422, code, redactSecrets(issues, request.routeOptions.schema as PartSchemas | undefined));
 }
 
 /** Errors raised by Fastify itself before a handler runs, by their Fastify code. */
 const FASTIFY_ERRORS: Record<string, { code: ErrorCode; detail?: string }> = {
   FST_ERR_CTP_BODY_TOO_LARGE: { code: 'payload_too_large', detail: 'Request body is too large.' },
-  FST_ERR_CTP_INVALID_MEDIA_TYPE: { code: 'unsupported_media_type', detail: 'Unsupported Content-Type: send application/json.' },
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: {
+    code: 'unsupported_media_type',
+    detail: 'Unsupported Content-Type: send application/json.',
+  },
   FST_ERR_CTP_INVALID_CONTENT_LENGTH: { code: 'malformed_request', detail: 'Content-Length does not match the body.' },
 };
 
@@ -58,7 +66,11 @@ export function clientErrorCode(status: number): { status: number; code: ErrorCo
 }
 
 function isJsonSyntaxError(error: FastifyError): boolean {
-  return error instanceof SyntaxError || error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || error.code === 'FST_ERR_CTP_INVALID_JSON_BODY';
+  return (
+    error instanceof SyntaxError ||
+    error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ||
+    error.code === 'FST_ERR_CTP_INVALID_JSON_BODY'
+  );
 }
 
 /**
@@ -68,13 +80,19 @@ function isJsonSyntaxError(error: FastifyError): boolean {
  */
 export function frameworkErrorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
   reply.header('x-request-id', request.id);
-  if (error.code === 'FST_ERR_BAD_URL') return send(reply, 400, 'invalid_request', 'The request path is not a valid URL (malformed percent-encoding).');
+  if (error.code === 'FST_ERR_BAD_URL')
+    return send(reply, 400, 'invalid_request', 'The request path is not a valid URL (malformed percent-encoding).');
   if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
     // No input is echoed, so there is nothing to redact (and this request has no route options).
-    return send(reply, 422, 'validation_failed', [{ type: 'string_too_long', loc: ['path'], msg: 'A path parameter is too long' }]);
+    return send(reply, 422, 'validation_failed', [
+      { type: 'string_too_long', loc: ['path'], msg: 'A path parameter is too long' },
+    ]);
   }
   request.log.error({ err: error }, 'request failed in the router');
-  return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
+  return reply
+    .status(500)
+    .type('application/json; charset=utf-8')
+    .send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
 }
 
 /** What a client is told to wait when the database is down (it is usually back within seconds). */
@@ -89,17 +107,32 @@ export function registerErrorHandler(app: FastifyInstance): void {
     }
     if (error.validation) {
       const context = error.validationContext ?? 'body';
-      const data = context === 'body' ? request.body : context === 'querystring' ? request.query : context === 'params' ? request.params : request.headers;
+      const data =
+        context === 'body'
+          ? request.body
+          : context === 'querystring'
+            ? request.query
+            : context === 'params'
+              ? request.params
+              : request.headers;
       return validationFailed(reply, request, toValidationIssues(error.validation, context, data));
     }
     if (isJsonSyntaxError(error)) {
-      const issue: ValidationIssue = { type: 'json_invalid', loc: ['body'], msg: error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'Body is empty but Content-Type is application/json' : `JSON decode error: ${error.message}` };
+      const issue: ValidationIssue = {
+        type: 'json_invalid',
+        loc: ['body'],
+        msg:
+          error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY'
+            ? 'Body is empty but Content-Type is application/json'
+            : `JSON decode error: ${error.message}`,
+      };
       return validationFailed(reply, request, [issue]);
     }
     const known = error.code ? FASTIFY_ERRORS[error.code] : undefined;
     if (known) return send(reply, statusOf(known.code), known.code, known.detail ?? error.message);
     if (error.statusCode !== undefined && error.statusCode >= 400 && error.statusCode < 500) {
-      if (error.statusCode === 422) return validationFailed(reply, request, [{ type: 'value_error', loc: ['body'], msg: error.message }]);
+      if (error.statusCode === 422)
+        return validationFailed(reply, request, [{ type: 'value_error', loc: ['body'], msg: error.message }]);
       const { status, code } = clientErrorCode(error.statusCode);
       return send(reply, status, code, error.message);
     }
@@ -109,8 +142,13 @@ export function registerErrorHandler(app: FastifyInstance): void {
       return send(reply, 503, 'unavailable', 'The database is not reachable right now; retry shortly.');
     }
     request.log.error({ err: error }, 'request failed');
-    return reply.status(500).type('application/json; charset=utf-8').send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
+    return reply
+      .status(500)
+      .type('application/json; charset=utf-8')
+      .send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
   });
 
-  app.setNotFoundHandler((request, reply) => send(reply, 404, 'route_not_found', `No route ${request.method} ${request.url.split('?')[0]}.`));
+  app.setNotFoundHandler((request, reply) =>
+    send(reply, 404, 'route_not_found', `No route ${request.method} ${request.url.split('?')[0]}.`),
+  );
 }

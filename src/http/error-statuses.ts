@@ -51,11 +51,16 @@ export const ERROR_STATUSES = {
 export type ErrorStatus = (typeof ERROR_STATUSES)[ErrorCode];
 
 /** The codes registered for `S`: a table from statuses to codes typed with this cannot pair them wrongly. */
-export type CodeWithStatus<S extends ErrorStatus> = { [C in ErrorCode]: (typeof ERROR_STATUSES)[C] extends S ? C : never }[ErrorCode];
+export type CodeWithStatus<S extends ErrorStatus> = {
+  [C in ErrorCode]: (typeof ERROR_STATUSES)[C] extends S ? C : never;
+}[ErrorCode];
 
 export const statusOf = (code: ErrorCode): ErrorStatus => ERROR_STATUSES[code];
 
 /** Every code with its status and summary, as docs/errors.md lists them. */
 export const ERROR_RESPONSES = Object.fromEntries(
-  (Object.keys(ERROR_CODES) as ErrorCode[]).map((code) => [code, { status: ERROR_STATUSES[code], summary: ERROR_CODES[code].summary }]),
+  (Object.keys(ERROR_CODES) as ErrorCode[]).map((code) => [
+    code,
+    { status: ERROR_STATUSES[code], summary: ERROR_CODES[code].summary },
+  ]),
 ) as { readonly [C in ErrorCode]: { readonly status: (typeof ERROR_STATUSES)[C]; readonly summary: string } };

@@ -24,10 +24,13 @@ function envelope(code: ErrorCode, detail: string): string {
 
 /** What to answer to an error of Node's HTTP parser or server, by its error code. */
 function answerFor(error: Error & { code?: unknown; reason?: unknown }): { code: ErrorCode; detail: string } {
-  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return { code: 'request_timeout', detail: 'The request did not arrive in time.' };
-  if (error.code === 'HPE_HEADER_OVERFLOW') return { code: 'header_too_large', detail: 'The request line and headers are larger than the service reads.' };
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT')
+    return { code: 'request_timeout', detail: 'The request did not arrive in time.' };
+  if (error.code === 'HPE_HEADER_OVERFLOW')
+    return { code: 'header_too_large', detail: 'The request line and headers are larger than the service reads.' };
   // llhttp's reason is a fixed description ("Invalid character in Content-Length"), never request text.
-  const reason = typeof error.reason === 'string' && /^[\x20-\x7e]{1,200}$/.test(error.reason) ? `: ${error.reason}` : '';
+  const reason =
+    typeof error.reason === 'string' && /^[\x20-\x7e]{1,200}$/.test(error.reason) ? `: ${error.reason}` : '';
   return { code: 'malformed_request', detail: `The request is not valid HTTP${reason}.` };
 }
 
@@ -40,13 +43,21 @@ function responseStarted(socket: Duplex): boolean {
  * Fastify's `clientErrorHandler`. Neither the answer nor the log quotes the request: its raw bytes may
  * hold an API key or a secret.
  */
-export function clientErrorHandler(this: { log?: FastifyBaseLogger } | void, error: Error & { code?: unknown; reason?: unknown }, socket: Socket | Duplex): void {
+export function clientErrorHandler(
+  this: { log?: FastifyBaseLogger } | void,
+  error: Error & { code?: unknown; reason?: unknown },
+  socket: Socket | Duplex,
+): void {
   // A reset connection has nobody left to answer.
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const { code, detail } = answerFor(error);
   const requestId = randomUUID();
   const status = ERROR_STATUSES[code];
-  if (this && this.log) this.log.debug({ code: typeof error.code === 'string' ? error.code : undefined, requestId, status }, 'refused a request the HTTP parser could not read');
+  if (this && this.log)
+    this.log.debug(
+      { code: typeof error.code === 'string' ? error.code : undefined, requestId, status },
+      'refused a request the HTTP parser could not read',
+    );
   if (socket.writable && !responseStarted(socket)) {
     const body = envelope(code, detail);
     socket.write(
@@ -77,6 +88,7 @@ export function registerFrameworkAnswers(app: FastifyInstance): void {
   app.server.on('checkExpectation', expectationFailed);
   app.addHook('onRequest', async (request) => {
     // RFC 9112 §3.2: a server must answer 400 to an HTTP/1.1 request without Host.
-    if (request.raw.httpVersion === '1.1' && !request.headers.host) throw new AppError('malformed_request', 'An HTTP/1.1 request must have a Host header.');
+    if (request.raw.httpVersion === '1.1' && !request.headers.host)
+      throw new AppError('malformed_request', 'An HTTP/1.1 request must have a Host header.');
   });
 }

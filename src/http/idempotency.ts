@@ -26,9 +26,22 @@
  */
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { FastifyInstance, FastifyReply, FastifyRequest, RouteOptions, onSendAsyncHookHandler, preHandlerAsyncHookHandler } from 'fastify';
+import type {
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  RouteOptions,
+  onSendAsyncHookHandler,
+  preHandlerAsyncHookHandler,
+} from 'fastify';
 import { AppError, ValidationError } from '../errors.ts';
-import { claimIdempotencyKey, completeIdempotencyKey, releaseIdempotencyKey, type KeyRef, type StoredResponse } from '../store/idempotency-keys.ts';
+import {
+  claimIdempotencyKey,
+  completeIdempotencyKey,
+  releaseIdempotencyKey,
+  type KeyRef,
+  type StoredResponse,
+} from '../store/idempotency-keys.ts';
 import type { Db } from '../store/schema.ts';
 import { errorResponses } from './schema-helpers.ts';
 
@@ -44,7 +57,8 @@ export const IdempotencyKeySchema = {
   minLength: 1,
   maxLength: 255,
   pattern: '^[\\x20-\\x7e]+$',
-  description: 'Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries").',
+  description:
+    'Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries").',
 };
 
 /** Headers of a kept answer that a replay gives again (the ETag is computed again from the body). */
@@ -59,7 +73,8 @@ export function scopeOf(request: FastifyRequest): string {
 /** JSON with object keys sorted: two bodies that differ only in key order are one request. */
 function canonicalJson(value: unknown): string {
   if (value === undefined) return '';
-  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : canonicalJson(item))).join(',')}]`;
+  if (Array.isArray(value))
+    return `[${value.map((item) => (item === undefined ? 'null' : canonicalJson(item))).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const object = value as Record<string, unknown>;
     return `{${Object.keys(object)
@@ -79,7 +94,8 @@ function fingerprintOf(request: FastifyRequest): Buffer {
   return createHash('sha256').update(`${request.method} ${request.url}\n`).update(canonicalJson(request.body)).digest();
 }
 
-const asArray = <T>(hooks: T | T[] | undefined): T[] => (hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks]);
+const asArray = <T>(hooks: T | T[] | undefined): T[] =>
+  hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
 
 function idempotentRoute(route: RouteOptions): boolean {
   const methods = asArray(route.method);
@@ -123,13 +139,24 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
       }
       if (state.kind !== 'gone' && !state.fingerprint.equals(fingerprint)) {
         throw new ValidationError(
-          [{ type: 'idempotency_key_mismatch', loc: ['header', IDEMPOTENCY_KEY_HEADER], msg: 'This Idempotency-Key was used in the last 24 hours for another request (method, path or body); use a new key for a new request', input: key }],
+          [
+            {
+              type: 'idempotency_key_mismatch',
+              loc: ['header', IDEMPOTENCY_KEY_HEADER],
+              msg: 'This Idempotency-Key was used in the last 24 hours for another request (method, path or body); use a new key for a new request',
+              input: key,
+            },
+          ],
           'idempotency_key_mismatch',
         );
       }
       if (state.kind === 'done') return replay(reply, state.response);
       if (performance.now() >= deadline) {
-        throw new AppError('idempotency_key_in_progress', 'A request with this Idempotency-Key is still running; retry it after Retry-After to get its answer.', { retryAfterSeconds: 1 });
+        throw new AppError(
+          'idempotency_key_in_progress',
+          'A request with this Idempotency-Key is still running; retry it after Retry-After to get its answer.',
+          { retryAfterSeconds: 1 },
+        );
       }
       // 'gone': the first attempt failed and released the key just now; claim again at once.
       if (state.kind === 'running') await sleep(pause);
@@ -153,9 +180,20 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
       }
       const secret = /(^|,)\s*no-store\s*(,|$)/i.test(String(reply.getHeader('cache-control') ?? ''));
       // A stream cannot be kept either: like a secret, its retry is told the request was done.
-      const body = secret ? null : payload === null || payload === undefined ? '' : typeof payload === 'string' ? payload : Buffer.isBuffer(payload) ? payload.toString('utf8') : null;
+      const body = secret
+        ? null
+        : payload === null || payload === undefined
+          ? ''
+          : typeof payload === 'string'
+            ? payload
+            : Buffer.isBuffer(payload)
+              ? payload.toString('utf8')
+              : null;
       if (!(await completeIdempotencyKey(db, attempt.ref, attempt.claim, { status, headers, body }))) {
-        request.log.warn({ idempotency_key: attempt.ref.key }, 'idempotency: the key was taken over before this request finished (it ran longer than the lease)');
+        request.log.warn(
+          { idempotency_key: attempt.ref.key },
+          'idempotency: the key was taken over before this request finished (it ran longer than the lease)',
+        );
       }
     } catch (error) {
       // The work is done and its answer is on its way: failing the response now would invite a retry
@@ -171,7 +209,15 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
     const headers = (schema.headers ?? { type: 'object' }) as { properties?: Record<string, unknown> };
     const response = { ...errorResponses(409, 422), ...(schema.response as Record<string, unknown> | undefined) };
     // New objects: route schemas may be shared between routes.
-    route.schema = { ...schema, headers: { ...headers, type: 'object', properties: { ...headers.properties, [IDEMPOTENCY_KEY_HEADER]: IdempotencyKeySchema } }, response };
+    route.schema = {
+      ...schema,
+      headers: {
+        ...headers,
+        type: 'object',
+        properties: { ...headers.properties, [IDEMPOTENCY_KEY_HEADER]: IdempotencyKeySchema },
+      },
+      response,
+    };
     route.preHandler = [...asArray(route.preHandler), claimOrReplay];
     route.onSend = [...asArray(route.onSend), finish];
   });

@@ -50,7 +50,8 @@ export function firstInvalidUtf8(bytes: Uint8Array): number {
 }
 
 /** A key in a `loc` is cut short like an echoed input: a 1 MB key must not come back in full. */
-const shortKey = (segment: string | number): string | number => (typeof segment === 'string' && segment.length > 200 ? `${segment.slice(0, 200)}...` : segment);
+const shortKey = (segment: string | number): string | number =>
+  typeof segment === 'string' && segment.length > 200 ? `${segment.slice(0, 200)}...` : segment;
 
 /** A 422 for bytes that are not UTF-8, at the field they sit in when the text before them says so. */
 function notUtf8(body: Buffer): ValidationError {
@@ -64,7 +65,9 @@ function notUtf8(body: Buffer): ValidationError {
     }
   }
   const where = offset >= 0 ? ` (byte ${offset} of the body)` : '';
-  return new ValidationError([{ type: 'string_unicode', loc, msg: `Input should be valid UTF-8 text: an invalid byte sequence${where}` }]);
+  return new ValidationError([
+    { type: 'string_unicode', loc, msg: `Input should be valid UTF-8 text: an invalid byte sequence${where}` },
+  ]);
 }
 
 /** V8 quotes the text around a syntax error, which may hold a secret: only messages quoting nothing are kept. */
@@ -77,14 +80,20 @@ function syntaxMessage(error: unknown): string {
 
 const PROBLEMS: Record<JsonTextProblem['kind'], { type: string; msg: string }> = {
   duplicate_key: { type: 'json_duplicate_key', msg: 'Duplicate key: a key may appear only once in an object' },
-  lone_surrogate: { type: 'string_unicode', msg: 'Input should be valid Unicode text: a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair) is not' },
+  lone_surrogate: {
+    type: 'string_unicode',
+    msg: 'Input should be valid Unicode text: a lone UTF-16 surrogate (\\ud800 to \\udfff without its pair) is not',
+  },
   forbidden_key: { type: 'json_invalid', msg: 'Object contains forbidden prototype property' },
   too_deep: { type: 'nesting_too_deep', msg: `Input must not nest deeper than ${MAX_JSON_DEPTH} levels` },
 };
 
 /** Parses a JSON body or throws a ValidationError (422) saying what is wrong and where. */
 export function parseJsonBody(body: Buffer): unknown {
-  if (body.length === 0) throw new ValidationError([{ type: 'json_invalid', loc: ['body'], msg: 'Body is empty but Content-Type is application/json' }]);
+  if (body.length === 0)
+    throw new ValidationError([
+      { type: 'json_invalid', loc: ['body'], msg: 'Body is empty but Content-Type is application/json' },
+    ]);
   let text: string;
   try {
     text = utf8.decode(body);
@@ -98,7 +107,8 @@ export function parseJsonBody(body: Buffer): unknown {
     throw new ValidationError([{ type: 'json_invalid', loc: ['body'], msg: syntaxMessage(error) }]);
   }
   const { problems } = scanJsonText(text, MAX_JSON_DEPTH);
-  if (problems.length > 0) throw new ValidationError(problems.map((p) => ({ ...PROBLEMS[p.kind], loc: ['body', ...p.path.map(shortKey)] })));
+  if (problems.length > 0)
+    throw new ValidationError(problems.map((p) => ({ ...PROBLEMS[p.kind], loc: ['body', ...p.path.map(shortKey)] })));
   return value;
 }
 

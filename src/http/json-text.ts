@@ -109,9 +109,11 @@ export function scanJsonText(text: string, maxDepth: number, maxProblems = 20): 
           const path = [...pathOf(stack), value];
           if (top.keys.has(value)) problems.push({ kind: 'duplicate_key', path });
           top.keys.add(value);
-          if (token.includes('\\u') && LONE_SURROGATE.test(value)) problems.push({ kind: 'lone_surrogate', path: pathOf(stack) });
+          if (token.includes('\\u') && LONE_SURROGATE.test(value))
+            problems.push({ kind: 'lone_surrogate', path: pathOf(stack) });
           // The two shapes secure-json-parse (Fastify's default) refuses: they poison prototypes once merged.
-          if (value === '__proto__' || (value === 'prototype' && top.parentKey === 'constructor')) problems.push({ kind: 'forbidden_key', path });
+          if (value === '__proto__' || (value === 'prototype' && top.parentKey === 'constructor'))
+            problems.push({ kind: 'forbidden_key', path });
           top.at = value;
         }
       } else if (value !== undefined && token.includes('\\u') && LONE_SURROGATE.test(value)) {

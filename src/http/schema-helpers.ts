@@ -16,7 +16,10 @@ export function Nullable<T extends TSchema>(schema: T): TUnsafe<Static<T> | null
 }
 
 /** A string limited to `values`, as a plain `enum` (readable in OpenAPI and in 422 messages). */
-export function StringEnum<const V extends readonly string[]>(values: V, options: Record<string, unknown> = {}): TUnsafe<V[number]> {
+export function StringEnum<const V extends readonly string[]>(
+  values: V,
+  options: Record<string, unknown> = {},
+): TUnsafe<V[number]> {
   return Type.Unsafe<V[number]>({ type: 'string', enum: [...values], ...options });
 }
 
@@ -61,7 +64,14 @@ export function errorResponses(...statuses: number[]): Record<number, TSchema> {
 export const PageQuery = {
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size, 1 to 100.' })),
   // Bounded so that PostgreSQL's bigint OFFSET never sees a number it cannot parse (1e20 would be a 500).
-  offset: Type.Optional(Type.Integer({ minimum: 0, maximum: 2_147_483_647, default: 0, description: 'Resources to skip; pass the previous response offset.' })),
+  offset: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: 2_147_483_647,
+      default: 0,
+      description: 'Resources to skip; pass the previous response offset.',
+    }),
+  ),
 };
 
 export function ListEnvelope<T extends TSchema>(item: T, description: string) {
@@ -77,7 +87,10 @@ export function ListEnvelope<T extends TSchema>(item: T, description: string) {
 }
 
 /** The page a list request asks for (schema defaults apply; these cover a schema without them). */
-export function pageOf(query: { limit?: number; offset?: number }, defaultLimit = 20): { limit: number; offset: number } {
+export function pageOf(
+  query: { limit?: number; offset?: number },
+  defaultLimit = 20,
+): { limit: number; offset: number } {
   return { limit: query.limit ?? defaultLimit, offset: query.offset ?? 0 };
 }
 

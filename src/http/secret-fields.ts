@@ -19,11 +19,21 @@ type Segment = string | typeof ANY;
 /** Keywords whose value is a map of names to schemas. */
 const NAMED = ['properties'];
 /** Keywords whose value is a schema (or a list of them) for every member of an object or list. */
-const MEMBERS = ['items', 'prefixItems', 'additionalItems', 'additionalProperties', 'patternProperties', 'contains', 'unevaluatedProperties', 'unevaluatedItems'];
+const MEMBERS = [
+  'items',
+  'prefixItems',
+  'additionalItems',
+  'additionalProperties',
+  'patternProperties',
+  'contains',
+  'unevaluatedProperties',
+  'unevaluatedItems',
+];
 /** Keywords whose value is a schema (or a list of them) for the same value. */
 const SAME_VALUE = ['anyOf', 'oneOf', 'allOf', 'not', 'if', 'then', 'else'];
 
-const isObject = (value: unknown): value is Record<string, unknown> => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
 
 /** Schemas are trees of a few levels; this only stops a pathological (or cyclic) one. */
 const MAX_SCHEMA_DEPTH = 64;
@@ -40,7 +50,8 @@ function collect(schema: unknown, path: Segment[], out: Segment[][]): void {
   }
   for (const keyword of MEMBERS) {
     const sub = schema[keyword];
-    if (keyword === 'patternProperties' && isObject(sub)) for (const each of Object.values(sub)) collect(each, [...path, ANY], out);
+    if (keyword === 'patternProperties' && isObject(sub))
+      for (const each of Object.values(sub)) collect(each, [...path, ANY], out);
     else if (Array.isArray(sub)) for (const each of sub) collect(each, [...path, ANY], out);
     else collect(sub, [...path, ANY], out);
   }

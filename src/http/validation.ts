@@ -39,13 +39,34 @@ function unstorable(data: unknown): ErrorObject | null {
   while (stack.length > 0) {
     const { value, path, depth } = stack.pop()!;
     if (typeof value === 'string') {
-      if (value.includes('\u0000')) return { keyword: 'nul_character', instancePath: path, schemaPath: '', params: {}, message: 'must not contain NUL characters' };
+      if (value.includes('\u0000'))
+        return {
+          keyword: 'nul_character',
+          instancePath: path,
+          schemaPath: '',
+          params: {},
+          message: 'must not contain NUL characters',
+        };
       continue;
     }
     if (value === null || typeof value !== 'object' || isRawBody(value)) continue;
-    if (depth >= MAX_JSON_DEPTH) return { keyword: 'too_deep', instancePath: '', schemaPath: '', params: {}, message: `must not nest deeper than ${MAX_JSON_DEPTH} levels` };
+    if (depth >= MAX_JSON_DEPTH)
+      return {
+        keyword: 'too_deep',
+        instancePath: '',
+        schemaPath: '',
+        params: {},
+        message: `must not nest deeper than ${MAX_JSON_DEPTH} levels`,
+      };
     for (const [key, child] of Object.entries(value)) {
-      if (key.includes('\u0000')) return { keyword: 'nul_character', instancePath: path, schemaPath: '', params: {}, message: 'must not contain NUL characters in keys' };
+      if (key.includes('\u0000'))
+        return {
+          keyword: 'nul_character',
+          instancePath: path,
+          schemaPath: '',
+          params: {},
+          message: 'must not contain NUL characters in keys',
+        };
       stack.push({ value: child, path: `${path}/${key.replace(/~/g, '~0').replace(/\//g, '~1')}`, depth: depth + 1 });
     }
   }
@@ -71,10 +92,13 @@ function ignoringUnknownFields(schema: unknown, inUnion = false): unknown {
   for (const [key, value] of Object.entries(schema)) {
     if (DATA_KEYWORDS.has(key)) out[key] = value;
     else if (SCHEMA_MAPS.has(key) && value !== null && typeof value === 'object') {
-      out[key] = Object.fromEntries(Object.entries(value).map(([name, sub]) => [name, ignoringUnknownFields(sub, inUnion)]));
+      out[key] = Object.fromEntries(
+        Object.entries(value).map(([name, sub]) => [name, ignoringUnknownFields(sub, inUnion)]),
+      );
     } else out[key] = ignoringUnknownFields(value, inUnion || key === 'anyOf' || key === 'oneOf' || key === 'allOf');
   }
-  if (!inUnion && out.properties !== undefined && out.additionalProperties === undefined) out.additionalProperties = false;
+  if (!inUnion && out.properties !== undefined && out.additionalProperties === undefined)
+    out.additionalProperties = false;
   return out;
 }
 
@@ -82,7 +106,8 @@ export function createValidatorCompiler() {
   const bodies = makeAjv({ coerceTypes: false, removeAdditional: true });
   const strings = makeAjv({ coerceTypes: 'array' });
   return ({ schema, httpPart }: { schema: object; httpPart?: string }) => {
-    const validate = httpPart === 'body' ? bodies.compile(ignoringUnknownFields(schema) as object) : strings.compile(schema);
+    const validate =
+      httpPart === 'body' ? bodies.compile(ignoringUnknownFields(schema) as object) : strings.compile(schema);
     const checked: ValidateFunction = (data) => {
       const problem = unstorable(data);
       if (problem) {
@@ -137,7 +162,11 @@ function typeOf(error: ErrorObject | FastifySchemaValidationError): string {
 function message(error: ErrorObject | FastifySchemaValidationError): string {
   const params = error.params as Record<string, unknown>;
   if (error.keyword === 'required') return 'Field required';
-  if (error.keyword === 'enum') return `Input should be one of: ${(params.allowedValues as unknown[]).filter((v) => v !== null).map((v) => `'${String(v)}'`).join(', ')}`;
+  if (error.keyword === 'enum')
+    return `Input should be one of: ${(params.allowedValues as unknown[])
+      .filter((v) => v !== null)
+      .map((v) => `'${String(v)}'`)
+      .join(', ')}`;
   return error.message ? `Input ${error.message}` : 'Invalid input';
 }
 
@@ -165,7 +194,11 @@ function shortened(value: unknown): unknown {
 }
 
 /** Items in FastAPI's shape. Inputs of secret fields are masked later, by the error handler's 422 (secret-fields.ts). */
-export function toValidationIssues(errors: (ErrorObject | FastifySchemaValidationError)[], context: string, data: unknown): ValidationIssue[] {
+export function toValidationIssues(
+  errors: (ErrorObject | FastifySchemaValidationError)[],
+  context: string,
+  data: unknown,
+): ValidationIssue[] {
   const issues: ValidationIssue[] = [];
   const seen = new Set<string>();
   for (const error of errors) {
@@ -180,7 +213,11 @@ export function toValidationIssues(errors: (ErrorObject | FastifySchemaValidatio
     const key = path.join('\u0000');
     if (seen.has(key)) continue;
     seen.add(key);
-    const issue: ValidationIssue = { type: typeOf(error), loc: [LOCATION[context] ?? context, ...path], msg: message(error) };
+    const issue: ValidationIssue = {
+      type: typeOf(error),
+      loc: [LOCATION[context] ?? context, ...path],
+      msg: message(error),
+    };
     if (error.keyword !== 'required') issue.input = shortened(valueAt(data, path));
     issues.push(issue);
   }

@@ -76,7 +76,14 @@ export interface OAuthClientOptions {
 
 /** Parameters the flow sets itself; letting a caller override them would undo state or PKCE. */
 const RESERVED_AUTHORIZATION_PARAMS = new Set([
-  'response_type', 'client_id', 'redirect_uri', 'scope', 'state', 'code_challenge', 'code_challenge_method', 'nonce',
+  'response_type',
+  'client_id',
+  'redirect_uri',
+  'scope',
+  'state',
+  'code_challenge',
+  'code_challenge_method',
+  'nonce',
 ]);
 
 export class OAuthClient {
@@ -101,7 +108,10 @@ export class OAuthClient {
     this.#checkedUrl('token_url', provider.token_url);
     if (provider.token_endpoint_auth_method === 'none' && !provider.uses_pkce) {
       // Nothing else binds the code to this client: a stolen code would be a token (RFC 9700 §2.1.1).
-      throw new OAuthFlowError('configuration', 'A public client (token_endpoint_auth_method none) must use PKCE; set uses_pkce on the provider');
+      throw new OAuthFlowError(
+        'configuration',
+        'A public client (token_endpoint_auth_method none) must use PKCE; set uses_pkce on the provider',
+      );
     }
     const scopes = uniqueScopes(request.scopes ?? provider.scopes ?? []);
     const state = oauth.generateRandomState();
@@ -109,7 +119,10 @@ export class OAuthClient {
 
     for (const [name, value] of Object.entries(request.extraParams ?? {})) {
       if (RESERVED_AUTHORIZATION_PARAMS.has(name)) {
-        throw new OAuthFlowError('configuration', `The authorization parameter ${name} is set by the flow and cannot be overridden`);
+        throw new OAuthFlowError(
+          'configuration',
+          `The authorization parameter ${name} is set by the flow and cannot be overridden`,
+        );
       }
       url.searchParams.set(name, value);
     }
@@ -147,7 +160,10 @@ export class OAuthClient {
     const params = callback instanceof URL ? callback.searchParams : callback;
     // Checked before anything else in the callback is believed, including an `error` parameter.
     if (params.getAll('state').length !== 1 || params.get('state') !== pending.state) {
-      throw new OAuthFlowError('state_mismatch', 'The authorization response does not belong to this flow (state mismatch)');
+      throw new OAuthFlowError(
+        'state_mismatch',
+        'The authorization response does not belong to this flow (state mismatch)',
+      );
     }
     // Without a configured issuer, the `iss` the provider reports is taken as is: each provider has its
     // own callback URL, the mix-up defence by distinct redirect URIs (OAuth security BCP, RFC 9700 §4.4.2).
@@ -237,7 +253,11 @@ export class OAuthClient {
    * The claims the provider's userinfo endpoint returns for an access token (OpenID Connect), or null
    * without a request when the provider has no userinfo endpoint.
    */
-  async userinfo(provider: OAuthProviderConfig, accessToken: string, options: { issuer?: string } = {}): Promise<Record<string, unknown> | null> {
+  async userinfo(
+    provider: OAuthProviderConfig,
+    accessToken: string,
+    options: { issuer?: string } = {},
+  ): Promise<Record<string, unknown> | null> {
     if (!provider.userinfo_url) return null;
     this.#checkedUrl('userinfo_url', provider.userinfo_url);
     const as: oauth.AuthorizationServer = {

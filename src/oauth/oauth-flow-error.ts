@@ -140,9 +140,13 @@ export function toOAuthFlowError(err: unknown, step: string, secrets: SecretValu
   }
 
   if (err instanceof oauth.UnsupportedOperationError) {
-    return new OAuthFlowError('invalid_response', `The provider's answer to the ${step} is not supported: ${err.message}`, {
-      libraryCode: err.code,
-    });
+    return new OAuthFlowError(
+      'invalid_response',
+      `The provider's answer to the ${step} is not supported: ${err.message}`,
+      {
+        libraryCode: err.code,
+      },
+    );
   }
 
   // Anything else escaped from inside the library; its text may quote inputs, so it is not passed on.

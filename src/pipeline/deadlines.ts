@@ -10,9 +10,9 @@ import type { Database } from '../store/schema.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
 import { transitionRevision } from './transitions.ts';
 
-const WITH_DEADLINE = (Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]).filter(
-  ([, state]) => state.deadline !== null && state.onDeadline !== null,
-);
+const WITH_DEADLINE = (
+  Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]
+).filter(([, state]) => state.deadline !== null && state.onDeadline !== null);
 
 /** Moves up to `batch` overdue revisions to their failure state; returns how many moved. */
 export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, batch = 100): Promise<number> {
@@ -23,7 +23,10 @@ export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, ba
       .where((eb) =>
         eb.or(
           WITH_DEADLINE.map(([status, state]) =>
-            eb.and([eb('status', '=', status), eb('status_changed_at', '<', new Date(now.getTime() - state.deadline! * 1000))]),
+            eb.and([
+              eb('status', '=', status),
+              eb('status_changed_at', '<', new Date(now.getTime() - state.deadline! * 1000)),
+            ]),
           ),
         ),
       )
@@ -44,7 +47,12 @@ export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, ba
 }
 
 /** Sweeps every `intervalMs`; `now` is injectable so tests control the clock. */
-export function startDeadlineSweeper(options: { db: Kysely<Database>; logger: Logger; intervalMs: number; now?: () => Date }): Periodic {
+export function startDeadlineSweeper(options: {
+  db: Kysely<Database>;
+  logger: Logger;
+  intervalMs: number;
+  now?: () => Date;
+}): Periodic {
   const { db, logger, intervalMs, now = () => new Date() } = options;
   return startPeriodic({
     name: 'deadline sweep',

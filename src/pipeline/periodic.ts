@@ -9,7 +9,13 @@ export interface Periodic {
   stop(): Promise<void>;
 }
 
-export function startPeriodic(options: { name: string; intervalMs: number; logger: Pick<Logger, 'error'>; runAtStart?: boolean; run(): Promise<void> }): Periodic {
+export function startPeriodic(options: {
+  name: string;
+  intervalMs: number;
+  logger: Pick<Logger, 'error'>;
+  runAtStart?: boolean;
+  run(): Promise<void>;
+}): Periodic {
   const { name, intervalMs, logger, run } = options;
   const once = async () => {
     try {

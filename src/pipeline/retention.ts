@@ -27,12 +27,19 @@ export async function pruneEvents(db: Kysely<Database>, days: number): Promise<n
   if (days <= 0) return 0;
   const result = await sql`
     delete from events where id in (
-      select id from events where created_at < now() - make_interval(days => ${days}) order by id limit ${BATCH})`.execute(db);
+      select id from events where created_at < now() - make_interval(days => ${days}) order by id limit ${BATCH})`.execute(
+    db,
+  );
   return Number(result.numAffectedRows ?? 0n);
 }
 
 /** Deletes up to one batch of unused uploads past retention, rows then files; how many went. */
-export async function pruneUploads(db: Kysely<Database>, dataDir: string, hours: number, logger: Pick<Logger, 'warn'>): Promise<number> {
+export async function pruneUploads(
+  db: Kysely<Database>,
+  dataDir: string,
+  hours: number,
+  logger: Pick<Logger, 'warn'>,
+): Promise<number> {
   const gone = await sql<{ path: string }>`
     delete from source_uploads u where u.id in (
       select id from source_uploads s
@@ -44,12 +51,20 @@ export async function pruneUploads(db: Kysely<Database>, dataDir: string, hours:
   for (const upload of gone.rows) {
     // Paths are made by the upload route (uploads/<uuid>.tar.gz); anything else is not ours to remove.
     if (!/^uploads\/[0-9a-f-]{36}\.tar\.gz$/.test(upload.path)) continue;
-    await fs.rm(path.join(dataDir, upload.path), { force: true }).catch((error: unknown) => logger.warn({ err: error, path: upload.path }, 'could not remove an upload file'));
+    await fs
+      .rm(path.join(dataDir, upload.path), { force: true })
+      .catch((error: unknown) => logger.warn({ err: error, path: upload.path }, 'could not remove an upload file'));
   }
   return gone.rows.length;
 }
 
-export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: string; policy: RetentionPolicy; logger: Logger; intervalMs: number }): Periodic {
+export function startRetentionSweeper(options: {
+  db: Kysely<Database>;
+  dataDir: string;
+  policy: RetentionPolicy;
+  logger: Logger;
+  intervalMs: number;
+}): Periodic {
   const { db, dataDir, policy, logger, intervalMs } = options;
   return startPeriodic({
     name: 'retention sweep',
@@ -61,10 +76,12 @@ export function startRetentionSweeper(options: { db: Kysely<Database>; dataDir: 
       let events = 0;
       let uploads = 0;
       let idempotencyKeys = 0;
-      for (let moved = -1; moved !== 0; ) events += moved = await pruneEvents(db, policy.eventRetentionDays);
-      for (let moved = -1; moved !== 0; ) uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
-      for (let moved = -1; moved !== 0; ) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH);
-      if (events > 0 || uploads > 0 || idempotencyKeys > 0) logger.info({ events, uploads, idempotency_keys: idempotencyKeys }, 'retention: pruned');
+      for (let moved = -1; moved !== 0;) events += moved = await pruneEvents(db, policy.eventRetentionDays);
+      for (let moved = -1; moved !== 0;)
+        uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
+      for (let moved = -1; moved !== 0;) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH);
+      if (events > 0 || uploads > 0 || idempotencyKeys > 0)
+        logger.info({ events, uploads, idempotency_keys: idempotencyKeys }, 'retention: pruned');
     },
   });
 }

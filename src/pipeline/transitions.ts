@@ -2,7 +2,12 @@
  * The only way a revision or a deployment changes status: check the transition against the state
  * machine (src/domain/states.ts), write it, and write its event, in the caller's transaction.
  */
-import { assertDeploymentTransition, assertRevisionTransition, type DeploymentStatus, type RevisionStatus } from '../domain/states.ts';
+import {
+  assertDeploymentTransition,
+  assertRevisionTransition,
+  type DeploymentStatus,
+  type RevisionStatus,
+} from '../domain/states.ts';
 import { updateDeployment } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { setRevisionStatus } from '../store/revisions.ts';
@@ -21,7 +26,12 @@ export interface Failure {
   message: string;
 }
 
-export async function transitionRevision(db: Db, revision: RevisionRef, to: RevisionStatus, failure: Failure | null = null): Promise<void> {
+export async function transitionRevision(
+  db: Db,
+  revision: RevisionRef,
+  to: RevisionStatus,
+  failure: Failure | null = null,
+): Promise<void> {
   const from = revision.status;
   assertRevisionTransition(from, to);
   await setRevisionStatus(db, revision.id, to, failure);
@@ -39,12 +49,26 @@ export async function transitionRevision(db: Db, revision: RevisionRef, to: Revi
   ]);
 }
 
-export async function transitionDeployment(db: Db, deployment: { id: string; workspace_id: string; status: DeploymentStatus }, to: DeploymentStatus, data: Record<string, unknown> = {}): Promise<void> {
+export async function transitionDeployment(
+  db: Db,
+  deployment: { id: string; workspace_id: string; status: DeploymentStatus },
+  to: DeploymentStatus,
+  data: Record<string, unknown> = {},
+): Promise<void> {
   const from = deployment.status;
   assertDeploymentTransition(from, to);
   await updateDeployment(db, deployment.id, { status: to });
   await recordEvents(db, [
-    { workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.status_changed', fromStatus: from, toStatus: to, data },
+    {
+      workspaceId: deployment.workspace_id,
+      subjectType: 'deployment',
+      subjectId: deployment.id,
+      deploymentId: deployment.id,
+      type: 'deployment.status_changed',
+      fromStatus: from,
+      toStatus: to,
+      data,
+    },
   ]);
 }
 
@@ -56,7 +80,12 @@ export const NEW_REVISION_STATUS: RevisionStatus = 'QUEUED';
 
 export function newRevisionEvents(revision: Omit<RevisionRef, 'status'>, cause: Record<string, unknown>): EventInput[] {
   assertRevisionTransition('CREATING', NEW_REVISION_STATUS);
-  const subject = { workspaceId: revision.workspace_id, subjectType: 'revision' as const, subjectId: revision.id, deploymentId: revision.deployment_id };
+  const subject = {
+    workspaceId: revision.workspace_id,
+    subjectType: 'revision' as const,
+    subjectId: revision.id,
+    deploymentId: revision.deployment_id,
+  };
   return [
     { ...subject, type: 'revision.created', toStatus: 'CREATING', data: cause },
     { ...subject, type: 'revision.status_changed', fromStatus: 'CREATING', toStatus: NEW_REVISION_STATUS },

@@ -44,7 +44,11 @@ function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn
  * Locks the revision (skipping those other workers hold) and shares the deployment row, so a delete
  * waits for the claim and the claim skips a deployment being deleted. Runs in the caller's transaction.
  */
-export async function claimRevision(tx: Db, owner: LeaseOwner, leaseSeconds: number): Promise<ClaimedRevision | undefined> {
+export async function claimRevision(
+  tx: Db,
+  owner: LeaseOwner,
+  leaseSeconds: number,
+): Promise<ClaimedRevision | undefined> {
   const working = sql.join(WORKING_STATUSES.map((s) => sql.lit(s)));
   const found = await sql<ClaimedRevision>`
     select r.*, d.name as deployment_name, d.source_config as deployment_source_config, d.tracing_project_id
@@ -65,14 +69,23 @@ export async function claimRevision(tx: Db, owner: LeaseOwner, leaseSeconds: num
   if (!revision) return undefined;
   await tx
     .updateTable('revisions')
-    .set({ lease_owner: owner.id, lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`, attempts: sql<number>`attempts + 1` })
+    .set({
+      lease_owner: owner.id,
+      lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`,
+      attempts: sql<number>`attempts + 1`,
+    })
     .where('id', '=', revision.id)
     .execute();
   return { ...revision, lease_owner: owner.id, attempts: revision.attempts + 1 };
 }
 
 /** Extends the lease; false when it is no longer ours (taken over, or the revision left the working statuses). */
-export async function extendRevisionLease(db: Db, owner: LeaseOwner, revisionId: string, leaseSeconds: number): Promise<boolean> {
+export async function extendRevisionLease(
+  db: Db,
+  owner: LeaseOwner,
+  revisionId: string,
+  leaseSeconds: number,
+): Promise<boolean> {
   const result = await db
     .updateTable('revisions')
     .set({ lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
@@ -84,7 +97,11 @@ export async function extendRevisionLease(db: Db, owner: LeaseOwner, revisionId:
 }
 
 export async function releaseRevisionLease(db: Db, revisionId: string): Promise<void> {
-  await db.updateTable('revisions').set({ lease_owner: null, lease_expires_at: null }).where('id', '=', revisionId).execute();
+  await db
+    .updateTable('revisions')
+    .set({ lease_owner: null, lease_expires_at: null })
+    .where('id', '=', revisionId)
+    .execute();
 }
 
 export interface RunnableDeployment {
@@ -100,7 +117,12 @@ export interface RunnableDeployment {
  * Claims local deployments whose active revision nobody runs (no runner, an expired runner lease, or
  * a dead predecessor's), for this worker to start. Each claimed row gets this worker as its runner.
  */
-export async function claimRunnableDeployments(tx: Db, owner: LeaseOwner, leaseSeconds: number, limit: number): Promise<RunnableDeployment[]> {
+export async function claimRunnableDeployments(
+  tx: Db,
+  owner: LeaseOwner,
+  leaseSeconds: number,
+  limit: number,
+): Promise<RunnableDeployment[]> {
   const found = await sql<RunnableDeployment>`
     select id, workspace_id, name, status, active_revision_id, tracing_project_id from deployments d
     where listener_id is null and active_revision_id is not null and status <> 'AWAITING_DELETE'
@@ -111,13 +133,22 @@ export async function claimRunnableDeployments(tx: Db, owner: LeaseOwner, leaseS
   await tx
     .updateTable('deployments')
     .set({ runner_owner: owner.id, runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
-    .where('id', 'in', found.rows.map((d) => d.id))
+    .where(
+      'id',
+      'in',
+      found.rows.map((d) => d.id),
+    )
     .execute();
   return found.rows;
 }
 
 /** Extends this worker's runner leases; returns the ids it still holds. */
-export async function extendRunnerLeases(db: Db, owner: LeaseOwner, deploymentIds: string[], leaseSeconds: number): Promise<string[]> {
+export async function extendRunnerLeases(
+  db: Db,
+  owner: LeaseOwner,
+  deploymentIds: string[],
+  leaseSeconds: number,
+): Promise<string[]> {
   if (deploymentIds.length === 0) return [];
   const rows = await db
     .updateTable('deployments')
@@ -143,7 +174,15 @@ export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string,
  * worker does, or its runner is dead. Runs in the caller's transaction, which holds the row.
  */
 export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner) {
-  const found = await sql<{ id: string; workspace_id: string; name: string; tracing_project_id: string; delete_tracing_project: boolean; status: string; runner_owner: string | null }>`
+  const found = await sql<{
+    id: string;
+    workspace_id: string;
+    name: string;
+    tracing_project_id: string;
+    delete_tracing_project: boolean;
+    status: string;
+    runner_owner: string | null;
+  }>`
     select id, workspace_id, name, tracing_project_id, delete_tracing_project, status, runner_owner from deployments d
     where status = 'AWAITING_DELETE' and listener_id is null
       and (runner_owner is null or runner_owner = ${owner.id} or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})

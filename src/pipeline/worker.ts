@@ -95,10 +95,22 @@ export function startWorker(deps: WorkerDeps): Worker {
   let again = false;
 
   /** Locks deployment then revision (the order every writer uses), checks the lease, applies `to`. */
-  async function advance(revisionId: string, deploymentId: string, to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>): Promise<void> {
+  async function advance(
+    revisionId: string,
+    deploymentId: string,
+    to: RevisionStatus,
+    failure: Failure | null = null,
+    also?: (tx: Db) => Promise<void>,
+  ): Promise<void> {
     await db.transaction().execute(async (tx) => {
       await tx.selectFrom('deployments').select('id').where('id', '=', deploymentId).forUpdate().executeTakeFirst();
-      const row = await tx.selectFrom('revisions').selectAll().where('id', '=', revisionId).where('lease_owner', '=', owner.id).forUpdate().executeTakeFirst();
+      const row = await tx
+        .selectFrom('revisions')
+        .selectAll()
+        .where('id', '=', revisionId)
+        .where('lease_owner', '=', owner.id)
+        .forUpdate()
+        .executeTakeFirst();
       if (!row || isFinalRevisionStatus(row.status)) throw new NotOurs();
       if (row.status !== to) await transitionRevision(tx, row, to, failure);
       await also?.(tx);
@@ -107,7 +119,11 @@ export function startWorker(deps: WorkerDeps): Worker {
 
   /** DEPLOYED, and the deployment now serves it: active revision, stable URL, READY. */
   const activate = (job: RevisionJob, customUrl: string) => async (tx: Db) => {
-    const deployment = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status', 'active_revision_id']).where('id', '=', job.deployment.id).executeTakeFirstOrThrow();
+    const deployment = await tx
+      .selectFrom('deployments')
+      .select(['id', 'workspace_id', 'status', 'active_revision_id'])
+      .where('id', '=', job.deployment.id)
+      .executeTakeFirstOrThrow();
     await tx
       .updateTable('deployments')
       .set({
@@ -119,23 +135,53 @@ export function startWorker(deps: WorkerDeps): Worker {
       })
       .where('id', '=', job.deployment.id)
       .execute();
-    await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.active_revision_changed', data: { from: deployment.active_revision_id, to: job.revisionId, url: customUrl } }]);
-    if (deployment.status !== 'READY') await transitionDeployment(tx, deployment, 'READY', { revision_id: job.revisionId });
+    await recordEvents(tx, [
+      {
+        workspaceId: deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deployment.id,
+        deploymentId: deployment.id,
+        type: 'deployment.active_revision_changed',
+        data: { from: deployment.active_revision_id, to: job.revisionId, url: customUrl },
+      },
+    ]);
+    if (deployment.status !== 'READY')
+      await transitionDeployment(tx, deployment, 'READY', { revision_id: job.revisionId });
   };
 
   /** Removes app directories of this deployment's revisions that will not run again. */
   async function pruneBuilds(deploymentId: string): Promise<void> {
-    const revisions = await db.selectFrom('revisions').select(['id', 'status']).where('deployment_id', '=', deploymentId).orderBy('number', 'desc').execute();
-    const active = (await db.selectFrom('deployments').select('active_revision_id').where('id', '=', deploymentId).executeTakeFirst())?.active_revision_id;
-    const kept = new Set([active, ...revisions.filter((r) => r.status === 'DEPLOYED' && r.id !== active).slice(0, KEPT_BUILDS).map((r) => r.id)]);
+    const revisions = await db
+      .selectFrom('revisions')
+      .select(['id', 'status'])
+      .where('deployment_id', '=', deploymentId)
+      .orderBy('number', 'desc')
+      .execute();
+    const active = (
+      await db.selectFrom('deployments').select('active_revision_id').where('id', '=', deploymentId).executeTakeFirst()
+    )?.active_revision_id;
+    const kept = new Set([
+      active,
+      ...revisions
+        .filter((r) => r.status === 'DEPLOYED' && r.id !== active)
+        .slice(0, KEPT_BUILDS)
+        .map((r) => r.id),
+    ]);
     for (const revision of revisions) {
-      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status)) await runtime.removeRevisionFiles(revision.id);
+      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status))
+        await runtime.removeRevisionFiles(revision.id);
     }
   }
 
   async function run(claimed: ClaimedRevision, controller: AbortController): Promise<void> {
     const deploymentId = claimed.deployment_id;
-    const job = jobOf(claimed, { id: deploymentId, workspace_id: claimed.workspace_id, name: claimed.deployment_name, source_config: claimed.deployment_source_config, tracing_project_id: claimed.tracing_project_id });
+    const job = jobOf(claimed, {
+      id: deploymentId,
+      workspace_id: claimed.workspace_id,
+      name: claimed.deployment_name,
+      source_config: claimed.deployment_source_config,
+      tracing_project_id: claimed.tracing_project_id,
+    });
     const signal = controller.signal;
     let status = claimed.status;
     const step = async (to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>) => {
@@ -143,21 +189,32 @@ export function startWorker(deps: WorkerDeps): Worker {
       await advance(job.revisionId, deploymentId, to, failure, also);
       status = to;
     };
-    const heartbeat = setInterval(() => {
-      extendRevisionLease(db, owner, job.revisionId, leaseSeconds).then(
-        (held) => {
-          if (!held) controller.abort(new NotOurs());
-        },
-        (error: unknown) => logger.warn({ err: error, revisionId: job.revisionId }, 'could not extend a revision lease'),
-      );
-    }, (leaseSeconds * 1000) / 3);
+    const heartbeat = setInterval(
+      () => {
+        extendRevisionLease(db, owner, job.revisionId, leaseSeconds).then(
+          (held) => {
+            if (!held) controller.abort(new NotOurs());
+          },
+          (error: unknown) =>
+            logger.warn({ err: error, revisionId: job.revisionId }, 'could not extend a revision lease'),
+        );
+      },
+      (leaseSeconds * 1000) / 3,
+    );
     try {
       if (claimed.attempts > MAX_ATTEMPTS) {
-        await step(failureStatusOf(status), { reason: 'worker_lost', message: `Work on this revision was started ${claimed.attempts - 1} times and each time the worker stopped before it finished. Redeploy it to try again.` });
+        await step(failureStatusOf(status), {
+          reason: 'worker_lost',
+          message: `Work on this revision was started ${claimed.attempts - 1} times and each time the worker stopped before it finished. Redeploy it to try again.`,
+        });
         return;
       }
       if (job.source === 'internal_container' || job.source === 'external_container') {
-        await step('DEPLOY_FAILED', { reason: 'container_runtime_unavailable', message: 'This machine has no container engine, so the service cannot run container images itself. Register a listener in your Kubernetes cluster and deploy the image there (source external_container with a listener_id).' });
+        await step('DEPLOY_FAILED', {
+          reason: 'container_runtime_unavailable',
+          message:
+            'This machine has no container engine, so the service cannot run container images itself. Register a listener in your Kubernetes cluster and deploy the image there (source external_container with a listener_id).',
+        });
         return;
       }
       if (status === 'AWAITING_BUILD' || status === 'BUILDING') {
@@ -166,7 +223,13 @@ export function startWorker(deps: WorkerDeps): Worker {
           {
             building: () => step('BUILDING'),
             commitResolved: async (sha) => {
-              await db.updateTable('revisions').set({ source_revision_config: sql`source_revision_config || ${json({ repo_commit_sha: sha })}::jsonb` }).where('id', '=', job.revisionId).execute();
+              await db
+                .updateTable('revisions')
+                .set({
+                  source_revision_config: sql`source_revision_config || ${json({ repo_commit_sha: sha })}::jsonb`,
+                })
+                .where('id', '=', job.revisionId)
+                .execute();
             },
           },
           signal,
@@ -185,14 +248,24 @@ export function startWorker(deps: WorkerDeps): Worker {
         logger.info({ revisionId: job.revisionId }, 'revision work stopped: interrupted, deleted or taken over');
       } else {
         logger.error({ err: error, revisionId: job.revisionId }, 'revision work failed unexpectedly');
-        await step(failureStatusOf(status), { reason: 'internal_error', message: `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). Redeploy to try again; the service log has details.` }).catch(() => undefined);
+        await step(failureStatusOf(status), {
+          reason: 'internal_error',
+          message: `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). Redeploy to try again; the service log has details.`,
+        }).catch(() => undefined);
       }
-      const current = await db.selectFrom('revisions').select('status').where('id', '=', job.revisionId).executeTakeFirst();
-      if (!stopping && (!current || isFinalRevisionStatus(current.status))) await runtime.removeRevisionFiles(job.revisionId);
+      const current = await db
+        .selectFrom('revisions')
+        .select('status')
+        .where('id', '=', job.revisionId)
+        .executeTakeFirst();
+      if (!stopping && (!current || isFinalRevisionStatus(current.status)))
+        await runtime.removeRevisionFiles(job.revisionId);
     } finally {
       clearInterval(heartbeat);
       // On stop, an unfinished revision's lease is let go so that the next worker takes it over at once.
-      await releaseRevisionLease(db, job.revisionId).catch((error: unknown) => logger.warn({ err: error }, 'could not release a revision lease'));
+      await releaseRevisionLease(db, job.revisionId).catch((error: unknown) =>
+        logger.warn({ err: error }, 'could not release a revision lease'),
+      );
     }
   }
 
@@ -200,7 +273,10 @@ export function startWorker(deps: WorkerDeps): Worker {
     return db.transaction().execute(async (tx) => {
       const claimed = await claimRevision(tx, owner, leaseSeconds);
       if (!claimed || claimed.status !== 'QUEUED') return claimed;
-      const to: RevisionStatus = claimed.source === 'internal_container' || claimed.source === 'external_container' ? 'AWAITING_DEPLOY' : 'AWAITING_BUILD';
+      const to: RevisionStatus =
+        claimed.source === 'internal_container' || claimed.source === 'external_container'
+          ? 'AWAITING_DEPLOY'
+          : 'AWAITING_BUILD';
       await transitionRevision(tx, claimed, to);
       return { ...claimed, status: to };
     });
@@ -231,22 +307,45 @@ export function startWorker(deps: WorkerDeps): Worker {
       .innerJoin('revisions as r', 'r.id', 'd.active_revision_id')
       .selectAll('r')
       .select('d.source_config as deployment_source_config')
-      .where('d.id', 'in', toStart.map((deployment) => deployment.id))
+      .where(
+        'd.id',
+        'in',
+        toStart.map((deployment) => deployment.id),
+      )
       .execute();
     const activeRevisionOf = new Map(revisions.map((revision) => [revision.deployment_id, revision]));
     for (const deployment of toStart) {
       const revision = activeRevisionOf.get(deployment.id);
       if (!revision) continue;
       const source_config = revision.deployment_source_config;
-      logger.info({ deploymentId: deployment.id, revisionId: revision.id }, 'starting a deployment that should run here');
+      logger.info(
+        { deploymentId: deployment.id, revisionId: revision.id },
+        'starting a deployment that should run here',
+      );
       try {
-        await runtime.resume(jobOf(revision, { id: deployment.id, workspace_id: deployment.workspace_id, name: deployment.name, source_config, tracing_project_id: deployment.tracing_project_id }));
+        await runtime.resume(
+          jobOf(revision, {
+            id: deployment.id,
+            workspace_id: deployment.workspace_id,
+            name: deployment.name,
+            source_config,
+            tracing_project_id: deployment.tracing_project_id,
+          }),
+        );
       } catch (error) {
         logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
         await db.transaction().execute(async (tx) => {
-          const row = await tx.selectFrom('deployments').select(['id', 'workspace_id', 'status']).where('id', '=', deployment.id).forUpdate().executeTakeFirst();
+          const row = await tx
+            .selectFrom('deployments')
+            .select(['id', 'workspace_id', 'status'])
+            .where('id', '=', deployment.id)
+            .forUpdate()
+            .executeTakeFirst();
           if (row && row.status !== 'UNKNOWN' && row.status !== 'AWAITING_DELETE') {
-            await transitionDeployment(tx, row, 'UNKNOWN', { reason: 'restart_failed', message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}` });
+            await transitionDeployment(tx, row, 'UNKNOWN', {
+              reason: 'restart_failed',
+              message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}`,
+            });
           }
         });
       }
@@ -261,10 +360,22 @@ export function startWorker(deps: WorkerDeps): Worker {
     });
     if (!target) return false;
     for (const [, job] of jobs) if (job.deploymentId === target.id) job.controller.abort(new NotOurs());
-    const revisions = await db.selectFrom('revisions').select(['id', 'source_revision_config']).where('deployment_id', '=', target.id).execute();
-    await runtime.teardown(target, revisions.map((r) => r.id));
+    const revisions = await db
+      .selectFrom('revisions')
+      .select(['id', 'source_revision_config'])
+      .where('deployment_id', '=', target.id)
+      .execute();
+    await runtime.teardown(
+      target,
+      revisions.map((r) => r.id),
+    );
     const uploads = await db.transaction().execute(async (tx) => {
-      const row = await tx.selectFrom('deployments').select(['id', 'status']).where('id', '=', target.id).forUpdate().executeTakeFirst();
+      const row = await tx
+        .selectFrom('deployments')
+        .select(['id', 'status'])
+        .where('id', '=', target.id)
+        .forUpdate()
+        .executeTakeFirst();
       if (!row || row.status !== 'AWAITING_DELETE') return [];
       // Uploads that only this deployment's revisions used go with it.
       const orphaned = await sql<{ id: string; path: string }>`
@@ -272,7 +383,17 @@ export function startWorker(deps: WorkerDeps): Worker {
         where u.path in (select r.source_revision_config->>'source_tarball_path' from revisions r where r.deployment_id = ${target.id})
           and not exists (select 1 from revisions o where o.deployment_id <> ${target.id} and o.source_revision_config->>'source_tarball_path' = u.path)
         returning u.id, u.path`.execute(tx);
-      await recordEvents(tx, [{ workspaceId: target.workspace_id, subjectType: 'deployment', subjectId: target.id, deploymentId: target.id, type: 'deployment.deleted', fromStatus: 'AWAITING_DELETE', data: { name: target.name, tracing_project_deleted: target.delete_tracing_project } }]);
+      await recordEvents(tx, [
+        {
+          workspaceId: target.workspace_id,
+          subjectType: 'deployment',
+          subjectId: target.id,
+          deploymentId: target.id,
+          type: 'deployment.deleted',
+          fromStatus: 'AWAITING_DELETE',
+          data: { name: target.name, tracing_project_deleted: target.delete_tracing_project },
+        },
+      ]);
       await tx.deleteFrom('deployments').where('id', '=', target.id).execute();
       if (target.delete_tracing_project) await deleteTracingProject(tx, target.tracing_project_id);
       return orphaned.rows;
@@ -318,15 +439,18 @@ export function startWorker(deps: WorkerDeps): Worker {
 
   const poll = setInterval(wake, POLL_MS);
   poll.unref();
-  const runnerBeat = setInterval(() => {
-    void (async () => {
-      const running = runtime.running();
-      const held = new Set(await extendRunnerLeases(db, owner, running, leaseSeconds));
-      // Another worker runs these now (it deployed a newer revision, or took ours over): stop ours.
-      for (const id of running) if (!held.has(id)) await runtime.stop(id);
-      await runtime.check();
-    })().catch((error: unknown) => logger.warn({ err: error }, 'runner heartbeat failed'));
-  }, (leaseSeconds * 1000) / 3);
+  const runnerBeat = setInterval(
+    () => {
+      void (async () => {
+        const running = runtime.running();
+        const held = new Set(await extendRunnerLeases(db, owner, running, leaseSeconds));
+        // Another worker runs these now (it deployed a newer revision, or took ours over): stop ours.
+        for (const id of running) if (!held.has(id)) await runtime.stop(id);
+        await runtime.check();
+      })().catch((error: unknown) => logger.warn({ err: error }, 'runner heartbeat failed'));
+    },
+    (leaseSeconds * 1000) / 3,
+  );
   runnerBeat.unref();
   wake();
 

@@ -1,29 +1,49 @@
 /** Workspaces and API keys (admin keys only). Every change is an audit event (subject workspace or api_key). */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import type { ApiKeyService } from '../service/api-keys.ts';
 import type { WorkspaceService } from '../service/workspaces.ts';
 
-const Workspace = Type.Object({ id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() }, { title: 'Workspace' });
+const Workspace = Type.Object(
+  { id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() },
+  { title: 'Workspace' },
+);
 const ApiKey = Type.Object(
   {
-  id: Uuid(),
-  organization_id: Uuid(),
-  workspace_id: Nullable(Uuid({ description: 'null for an organization key.' })),
-  name: Type.String(),
-  role: StringEnum(['admin', 'member'] as const),
-  key_prefix: Type.String({ description: 'The first characters of the key, to tell keys apart.' }),
-  created_at: DateTime(),
-  revoked_at: Nullable(DateTime()),
+    id: Uuid(),
+    organization_id: Uuid(),
+    workspace_id: Nullable(Uuid({ description: 'null for an organization key.' })),
+    name: Type.String(),
+    role: StringEnum(['admin', 'member'] as const),
+    key_prefix: Type.String({ description: 'The first characters of the key, to tell keys apart.' }),
+    created_at: DateTime(),
+    revoked_at: Nullable(DateTime()),
   },
   { title: 'ApiKey' },
 );
-const CreatedApiKey = Type.Object({ ...ApiKey.properties, key: Type.String({ description: 'The key itself, shown only in this response.' }) }, { title: 'ApiKeyCreated' });
+const CreatedApiKey = Type.Object(
+  { ...ApiKey.properties, key: Type.String({ description: 'The key itself, shown only in this response.' }) },
+  { title: 'ApiKeyCreated' },
+);
 const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
-const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({ ...k, created_at: k.created_at.toISOString(), revoked_at: iso(k.revoked_at) });
+const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({
+  ...k,
+  created_at: k.created_at.toISOString(),
+  revoked_at: iso(k.revoked_at),
+});
 
 export interface AdminRouteDeps {
   workspaces: WorkspaceService;
@@ -35,7 +55,16 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
 
   app.post(
     '/v2/workspaces',
-    { config: admin, schema: { operationId: 'createWorkspace', tags: ['admin'], summary: 'Create a workspace in the key\'s organization', body: Type.Object({ name: Type.String(NAME) }, { title: 'WorkspaceCreate' }), response: { 201: Workspace, ...errorResponses(401, 403, 409, 422) } } },
+    {
+      config: admin,
+      schema: {
+        operationId: 'createWorkspace',
+        tags: ['admin'],
+        summary: "Create a workspace in the key's organization",
+        body: Type.Object({ name: Type.String(NAME) }, { title: 'WorkspaceCreate' }),
+        response: { 201: Workspace, ...errorResponses(401, 403, 409, 422) },
+      },
+    },
     async (request, reply) => {
       const row = await workspaces.create(request.caller, request.body.name);
       return reply.status(201).send({ ...row, created_at: row.created_at.toISOString() });
@@ -44,11 +73,23 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
 
   app.get(
     '/v2/workspaces',
-    { config: admin, schema: { operationId: 'listWorkspaces', tags: ['admin'], summary: 'List the organization\'s workspaces', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Workspace, 'A page of workspaces.'), ...errorResponses(401, 403, 422) } } },
+    {
+      config: admin,
+      schema: {
+        operationId: 'listWorkspaces',
+        tags: ['admin'],
+        summary: "List the organization's workspaces",
+        querystring: Type.Object(PageQuery),
+        response: { 200: ListEnvelope(Workspace, 'A page of workspaces.'), ...errorResponses(401, 403, 422) },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await workspaces.list(request.caller, { limit, offset });
-      return envelope(rows.map((w) => ({ ...w, created_at: w.created_at.toISOString() })), offset);
+      return envelope(
+        rows.map((w) => ({ ...w, created_at: w.created_at.toISOString() })),
+        offset,
+      );
     },
   );
 
@@ -60,21 +101,42 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
         operationId: 'createApiKey',
         tags: ['admin'],
         summary: 'Create an API key',
-        description: 'workspace_id null makes an organization key (only an organization key may). The key is shown once.',
-        body: Type.Object({ name: Type.String(NAME), role: Type.Optional(StringEnum(['admin', 'member'] as const)), workspace_id: Type.Optional(Nullable(Uuid())) }, { title: 'ApiKeyCreate' }),
+        description:
+          'workspace_id null makes an organization key (only an organization key may). The key is shown once.',
+        body: Type.Object(
+          {
+            name: Type.String(NAME),
+            role: Type.Optional(StringEnum(['admin', 'member'] as const)),
+            workspace_id: Type.Optional(Nullable(Uuid())),
+          },
+          { title: 'ApiKeyCreate' },
+        ),
         response: { 201: CreatedApiKey, ...errorResponses(400, 401, 403, 422) },
       },
     },
     async (request, reply) => {
       const { row, key } = await apiKeys.create(request.caller, request.body);
       // no-store: the key is shown once; nothing may keep this answer (an Idempotency-Key replay included).
-      return reply.status(201).header('cache-control', 'no-store').send({ ...keyResponse(row), key });
+      return reply
+        .status(201)
+        .header('cache-control', 'no-store')
+        .send({ ...keyResponse(row), key });
     },
   );
 
   app.get(
     '/v2/api-keys',
-    { config: admin, schema: { operationId: 'listApiKeys', tags: ['admin'], summary: 'List API keys', description: 'Never the keys themselves.', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(ApiKey, 'A page of API keys.'), ...errorResponses(401, 403, 422) } } },
+    {
+      config: admin,
+      schema: {
+        operationId: 'listApiKeys',
+        tags: ['admin'],
+        summary: 'List API keys',
+        description: 'Never the keys themselves.',
+        querystring: Type.Object(PageQuery),
+        response: { 200: ListEnvelope(ApiKey, 'A page of API keys.'), ...errorResponses(401, 403, 422) },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await apiKeys.list(request.caller, { limit, offset });
@@ -84,7 +146,16 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
 
   app.delete(
     '/v2/api-keys/:api_key_id',
-    { config: admin, schema: { operationId: 'revokeApiKey', tags: ['admin'], summary: 'Revoke an API key', params: Type.Object({ api_key_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      config: admin,
+      schema: {
+        operationId: 'revokeApiKey',
+        tags: ['admin'],
+        summary: 'Revoke an API key',
+        params: Type.Object({ api_key_id: Uuid() }),
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request, reply) => {
       await apiKeys.revoke(request.caller, request.params.api_key_id);
       return reply.status(204).send(null);

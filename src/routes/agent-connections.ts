@@ -23,29 +23,36 @@ const AgentConnection = Type.Object(
     provider_id: Type.String({ description: "The provider's provider_id (slug)." }),
     provider_account_label: Nullable(Type.String()),
     scopes: Type.Array(Type.String()),
-    expires_at: Nullable(DateTime({ description: 'When the token\'s current access token expires.' })),
+    expires_at: Nullable(DateTime({ description: "When the token's current access token expires." })),
     created_by: Type.String({ description: 'The id of the API key that made the connection.' }),
     created_at: DateTime(),
   },
   { title: 'AgentConnection', description: 'An agent connected to an OAuth token.' },
 );
 
-const AgentCredential = Type.Object({
-  id: Uuid(),
-  deployment_id: Uuid(),
-  name: Type.String(),
-  agent_ids: Nullable(
-    Type.Array(Type.String(), {
-      description: "The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash.",
-    }),
-  ),
-  credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
-  created_by: Type.String(),
-  created_at: DateTime(),
-  last_used_at: Nullable(DateTime()),
-  revoked_at: Nullable(DateTime()),
-}, { title: 'AgentCredential' });
-const CreatedAgentCredential = Type.Object({ ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) }, { title: 'AgentCredentialCreated' });
+const AgentCredential = Type.Object(
+  {
+    id: Uuid(),
+    deployment_id: Uuid(),
+    name: Type.String(),
+    agent_ids: Nullable(
+      Type.Array(Type.String(), {
+        description:
+          "The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash.",
+      }),
+    ),
+    credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
+    created_by: Type.String(),
+    created_at: DateTime(),
+    last_used_at: Nullable(DateTime()),
+    revoked_at: Nullable(DateTime()),
+  },
+  { title: 'AgentCredential' },
+);
+const CreatedAgentCredential = Type.Object(
+  { ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) },
+  { title: 'AgentCredentialCreated' },
+);
 
 const AgentToken = Type.Object(
   {
@@ -58,7 +65,10 @@ const AgentToken = Type.Object(
     provider_id: Type.String(),
     provider_account_label: Nullable(Type.String()),
   },
-  { title: 'AgentToken', description: 'A usable access token; refreshed first when it was expired or about to expire.' },
+  {
+    title: 'AgentToken',
+    description: 'A usable access token; refreshed first when it was expired or about to expire.',
+  },
 );
 
 const AgentParams = Type.Object({ agent_id: AgentId });
@@ -96,7 +106,8 @@ function credentialResponse(row: CredentialView): Static<typeof AgentCredential>
 
 function presentedCredential(request: FastifyRequest): string {
   const match = /^Bearer\s+(\S{1,512})\s*$/i.exec(request.headers.authorization ?? '');
-  if (!match) throw new AppError('unauthenticated', 'Missing agent credential: send Authorization: Bearer <agent credential>.');
+  if (!match)
+    throw new AppError('unauthenticated', 'Missing agent credential: send Authorization: Bearer <agent credential>.');
   return match[1]!;
 }
 
@@ -105,7 +116,10 @@ export interface AgentConnectionRouteDeps {
   credentials: AgentCredentialService;
 }
 
-export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (app, { connections, credentials }) => {
+export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (
+  app,
+  { connections, credentials },
+) => {
   const tags = ['oauth'];
 
   app.post(
@@ -121,7 +135,12 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
       },
     },
     async (request, reply) => {
-      const view = await connections.connect(workspaceOf(request), request.params.agent_id, request.body.oauth_token_id, request.caller.keyId);
+      const view = await connections.connect(
+        workspaceOf(request),
+        request.params.agent_id,
+        request.body.oauth_token_id,
+        request.caller.keyId,
+      );
       return reply.status(201).send(connectionResponse(view));
     },
   );
@@ -135,17 +154,35 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         summary: "List an agent's connections",
         description: 'An agent without connections has an empty list.',
         params: AgentParams,
-        response: { 200: Type.Object({ data: Type.Array(AgentConnection) }, { title: 'AgentConnectionList' }), ...errorResponses(401, 403, 422) },
+        response: {
+          200: Type.Object({ data: Type.Array(AgentConnection) }, { title: 'AgentConnectionList' }),
+          ...errorResponses(401, 403, 422),
+        },
       },
     },
-    async (request) => ({ data: (await connections.list(workspaceOf(request), request.params.agent_id)).map(connectionResponse) }),
+    async (request) => ({
+      data: (await connections.list(workspaceOf(request), request.params.agent_id)).map(connectionResponse),
+    }),
   );
 
   app.delete(
     '/v2/auth/agents/:agent_id/connections/:connection_id',
-    { schema: { operationId: 'deleteAgentConnection', tags, summary: 'Delete an agent connection (the token stays)', params: ConnectionParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'deleteAgentConnection',
+        tags,
+        summary: 'Delete an agent connection (the token stays)',
+        params: ConnectionParams,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request, reply) => {
-      await connections.remove(workspaceOf(request), request.params.agent_id, request.params.connection_id, request.caller.keyId);
+      await connections.remove(
+        workspaceOf(request),
+        request.params.agent_id,
+        request.params.connection_id,
+        request.caller.keyId,
+      );
       return reply.status(204).send(null);
     },
   );
@@ -160,32 +197,74 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         description:
           'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for the connections of the agents in agent_ids, and no others; it dies with the deployment.',
         params: DeploymentParams,
-        body: Type.Object({
-          name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
-          // Required: least privilege. A credential for "every agent of the workspace" would hand any
-          // deployment every token of the workspace.
-          agent_ids: Type.Array(AgentId, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'The agents whose connections it may fetch tokens for.' }),
-        }, { title: 'AgentCredentialCreate' }),
+        body: Type.Object(
+          {
+            name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+            // Required: least privilege. A credential for "every agent of the workspace" would hand any
+            // deployment every token of the workspace.
+            agent_ids: Type.Array(AgentId, {
+              minItems: 1,
+              maxItems: 100,
+              uniqueItems: true,
+              description: 'The agents whose connections it may fetch tokens for.',
+            }),
+          },
+          { title: 'AgentCredentialCreate' },
+        ),
         response: { 201: CreatedAgentCredential, ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      const { row, credential } = await credentials.mint(workspaceOf(request), request.params.deployment_id, request.body, request.caller.keyId);
-      return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
+      const { row, credential } = await credentials.mint(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.body,
+        request.caller.keyId,
+      );
+      return reply
+        .status(201)
+        .header('cache-control', 'no-store')
+        .send({ ...credentialResponse(row), credential });
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/agent-credentials',
-    { schema: { operationId: 'listAgentCredentials', tags, summary: "List a deployment's agent credentials (never the credentials)", params: DeploymentParams, response: { 200: Type.Object({ data: Type.Array(AgentCredential) }, { title: 'AgentCredentialList' }), ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => ({ data: (await credentials.list(workspaceOf(request), request.params.deployment_id)).map(credentialResponse) }),
+    {
+      schema: {
+        operationId: 'listAgentCredentials',
+        tags,
+        summary: "List a deployment's agent credentials (never the credentials)",
+        params: DeploymentParams,
+        response: {
+          200: Type.Object({ data: Type.Array(AgentCredential) }, { title: 'AgentCredentialList' }),
+          ...errorResponses(401, 403, 404, 422),
+        },
+      },
+    },
+    async (request) => ({
+      data: (await credentials.list(workspaceOf(request), request.params.deployment_id)).map(credentialResponse),
+    }),
   );
 
   app.delete(
     '/v2/deployments/:deployment_id/agent-credentials/:credential_id',
-    { schema: { operationId: 'revokeAgentCredential', tags, summary: 'Revoke an agent credential', params: Type.Object({ deployment_id: Uuid(), credential_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'revokeAgentCredential',
+        tags,
+        summary: 'Revoke an agent credential',
+        params: Type.Object({ deployment_id: Uuid(), credential_id: Uuid() }),
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request, reply) => {
-      await credentials.revoke(workspaceOf(request), request.params.deployment_id, request.params.credential_id, request.caller.keyId);
+      await credentials.revoke(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.params.credential_id,
+        request.caller.keyId,
+      );
       return reply.status(204).send(null);
     },
   );
@@ -199,14 +278,19 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         operationId: 'getAgentAccessToken',
         tags,
         summary: 'Get a fresh access token for a connection (deployed agents)',
-        description: 'Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.',
+        description:
+          'Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.',
         security: [{ bearer: [] }],
         params: ConnectionParams,
         response: { 200: AgentToken, ...errorResponses(401, 403, 404, 409, 422, 502, 503) },
       },
     },
     async (request, reply) => {
-      const { token, connection } = await connections.accessToken(presentedCredential(request), request.params.agent_id, request.params.connection_id);
+      const { token, connection } = await connections.accessToken(
+        presentedCredential(request),
+        request.params.agent_id,
+        request.params.connection_id,
+      );
       return reply.header('cache-control', 'no-store').send({
         access_token: token.accessToken,
         token_type: token.tokenType,

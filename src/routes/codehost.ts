@@ -7,7 +7,17 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type, type Static } from 'typebox';
 import type { Config } from '../config.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
 import type { WebhookService } from '../service/codehost-webhooks.ts';
 import type { CodehostIntegrationRow } from '../store/schema.ts';
@@ -20,18 +30,34 @@ const BASE = '/v1/integrations/forge/codehost';
 const integrationFields = {
   id: Uuid(),
   name: Type.String(),
-  kind: StringEnum(['token', 'app'] as const, { description: 'token: an access token; app: a GitHub App installation.' }),
-  api_url: Type.String({ description: 'The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server.' }),
+  kind: StringEnum(['token', 'app'] as const, {
+    description: 'token: an access token; app: a GitHub App installation.',
+  }),
+  api_url: Type.String({
+    description:
+      'The REST API of the host: https://api.github.com, or https://{host}/api/v3 for GitHub Enterprise Server.',
+  }),
   app_id: Nullable(Type.String({ description: 'GitHub App id, for kind app.' })),
   installation_id: Nullable(Type.String({ description: 'GitHub App installation id, for kind app.' })),
   webhook_url: Type.String({ description: 'Payload URL to register as the push webhook on the code host.' }),
   created_at: DateTime(),
   updated_at: DateTime(),
 };
-const Integration = Type.Object(integrationFields, { title: 'CodehostIntegration', description: 'A code-host integration. Credentials and the webhook secret are write-only.' });
+const Integration = Type.Object(integrationFields, {
+  title: 'CodehostIntegration',
+  description: 'A code-host integration. Credentials and the webhook secret are write-only.',
+});
 const CreatedIntegration = Type.Object(
-  { ...integrationFields, webhook_secret: Type.String({ description: 'Shown once, in this response only: register it with the webhook on the code host.' }) },
-  { title: 'CodehostIntegrationCreated', description: 'The new integration, with its webhook secret (shown this once).' },
+  {
+    ...integrationFields,
+    webhook_secret: Type.String({
+      description: 'Shown once, in this response only: register it with the webhook on the code host.',
+    }),
+  },
+  {
+    title: 'CodehostIntegrationCreated',
+    description: 'The new integration, with its webhook secret (shown this once).',
+  },
 );
 
 const NumericId = (description: string) =>
@@ -39,31 +65,72 @@ const NumericId = (description: string) =>
 
 // token, private_key and webhook_secret have no type in the schema on purpose: a schema error echoes
 // the value in its 422 item, and these are secrets. The service checks them and never echoes them.
-const CreateBody = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 100, pattern: '^[^\\x00-\\x1f\\x7f]+$', description: 'Unique in the workspace.' }),
-  api_url: Type.Optional(Nullable(Type.String({ minLength: 1, maxLength: 2048, description: 'Default https://api.github.com. Must be https.' }))),
-  token: Type.Optional(Type.Unknown({ description: 'string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id.' })),
-  app_id: Type.Optional(Nullable(Type.Union([Type.Integer({ minimum: 1 }), Type.String({ pattern: '^[A-Za-z0-9._-]{1,64}$' })], { description: 'GitHub App id (or client id).' }))),
-  private_key: Type.Optional(Type.Unknown({ description: 'string, write-only: the GitHub App private key (PEM).' })),
-  installation_id: Type.Optional(NumericId('GitHub App installation id.')),
-  webhook_secret: Type.Optional(Type.Unknown({ description: 'string of 16 to 256 characters, write-only. Generated when absent and shown once in the response.' })),
-}, { title: 'CodehostIntegrationCreate' });
-
-const UpdatedIntegration = Type.Object(
-  { ...integrationFields, webhook_secret: Type.Optional(Type.String({ description: 'Present, this once, when the patch set or rotated the webhook secret.' })) },
-  { title: 'CodehostIntegrationUpdated', description: 'The integration; with its new webhook secret when the patch changed it.' },
+const CreateBody = Type.Object(
+  {
+    name: Type.String({
+      minLength: 1,
+      maxLength: 100,
+      pattern: '^[^\\x00-\\x1f\\x7f]+$',
+      description: 'Unique in the workspace.',
+    }),
+    api_url: Type.Optional(
+      Nullable(
+        Type.String({ minLength: 1, maxLength: 2048, description: 'Default https://api.github.com. Must be https.' }),
+      ),
+    ),
+    token: Type.Optional(
+      Type.Unknown({
+        description:
+          'string, write-only: a personal access token or fine-grained token. Give either token, or app_id, private_key and installation_id.',
+      }),
+    ),
+    app_id: Type.Optional(
+      Nullable(
+        Type.Union([Type.Integer({ minimum: 1 }), Type.String({ pattern: '^[A-Za-z0-9._-]{1,64}$' })], {
+          description: 'GitHub App id (or client id).',
+        }),
+      ),
+    ),
+    private_key: Type.Optional(Type.Unknown({ description: 'string, write-only: the GitHub App private key (PEM).' })),
+    installation_id: Type.Optional(NumericId('GitHub App installation id.')),
+    webhook_secret: Type.Optional(
+      Type.Unknown({
+        description:
+          'string of 16 to 256 characters, write-only. Generated when absent and shown once in the response.',
+      }),
+    ),
+  },
+  { title: 'CodehostIntegrationCreate' },
 );
 
-const PatchBody = Type.Object({
-  name: Type.Optional(Nullable(CreateBody.properties.name)),
-  api_url: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-  token: CreateBody.properties.token,
-  app_id: CreateBody.properties.app_id,
-  private_key: CreateBody.properties.private_key,
-  installation_id: CreateBody.properties.installation_id,
-  webhook_secret: CreateBody.properties.webhook_secret,
-  rotate_webhook_secret: Type.Optional(Nullable(Type.Boolean({ description: 'Generate a new webhook secret, returned once in the response.' }))),
-}, { title: 'CodehostIntegrationPatch' });
+const UpdatedIntegration = Type.Object(
+  {
+    ...integrationFields,
+    webhook_secret: Type.Optional(
+      Type.String({ description: 'Present, this once, when the patch set or rotated the webhook secret.' }),
+    ),
+  },
+  {
+    title: 'CodehostIntegrationUpdated',
+    description: 'The integration; with its new webhook secret when the patch changed it.',
+  },
+);
+
+const PatchBody = Type.Object(
+  {
+    name: Type.Optional(Nullable(CreateBody.properties.name)),
+    api_url: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+    token: CreateBody.properties.token,
+    app_id: CreateBody.properties.app_id,
+    private_key: CreateBody.properties.private_key,
+    installation_id: CreateBody.properties.installation_id,
+    webhook_secret: CreateBody.properties.webhook_secret,
+    rotate_webhook_secret: Type.Optional(
+      Nullable(Type.Boolean({ description: 'Generate a new webhook secret, returned once in the response.' })),
+    ),
+  },
+  { title: 'CodehostIntegrationPatch' },
+);
 
 const Repository = Type.Object(
   {
@@ -74,7 +141,11 @@ const Repository = Type.Object(
     url: Type.String({ description: 'Use as source_config.repo_url.' }),
     default_branch: Type.String({ description: 'Use as source_revision_config.repo_ref.' }),
   },
-  { title: 'CodehostRepository', additionalProperties: false, description: 'A repository reachable through the integration.' },
+  {
+    title: 'CodehostRepository',
+    additionalProperties: false,
+    description: 'A repository reachable through the integration.',
+  },
 );
 
 const Params = Type.Object({ integration_id: Uuid() });
@@ -87,7 +158,10 @@ export interface CodehostRouteDeps {
 
 const HOST_ERRORS = errorResponses(400, 401, 403, 404, 422, 502, 503);
 
-export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { config, integrations, webhooks }) => {
+export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (
+  app,
+  { config, integrations, webhooks },
+) => {
   // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
   // writes), and only to the hosts the operator allows.
   const writes = { admin: true };
@@ -127,7 +201,18 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 
   app.get(
     BASE,
-    { schema: { operationId: 'listCodehostIntegrations', tags: ['codehost'], summary: 'List code-host integrations', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Integration, 'A page of integrations, newest first.'), ...errorResponses(401, 403, 422) } } },
+    {
+      schema: {
+        operationId: 'listCodehostIntegrations',
+        tags: ['codehost'],
+        summary: 'List code-host integrations',
+        querystring: Type.Object(PageQuery),
+        response: {
+          200: ListEnvelope(Integration, 'A page of integrations, newest first.'),
+          ...errorResponses(401, 403, 422),
+        },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await integrations.list(workspaceOf(request), limit, offset);
@@ -137,7 +222,15 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 
   app.get(
     `${BASE}/:integration_id`,
-    { schema: { operationId: 'getCodehostIntegration', tags: ['codehost'], summary: 'Get a code-host integration', params: Params, response: { 200: Integration, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'getCodehostIntegration',
+        tags: ['codehost'],
+        summary: 'Get a code-host integration',
+        params: Params,
+        response: { 200: Integration, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => integrationResponse(await integrations.get(workspaceOf(request), request.params.integration_id)),
   );
 
@@ -157,14 +250,31 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
       },
     },
     async (request) => {
-      const { row, webhookSecret } = await integrations.update(workspaceOf(request), request.params.integration_id, request.body, policy);
-      return webhookSecret === null ? integrationResponse(row) : { ...integrationResponse(row), webhook_secret: webhookSecret };
+      const { row, webhookSecret } = await integrations.update(
+        workspaceOf(request),
+        request.params.integration_id,
+        request.body,
+        policy,
+      );
+      return webhookSecret === null
+        ? integrationResponse(row)
+        : { ...integrationResponse(row), webhook_secret: webhookSecret };
     },
   );
 
   app.delete(
     `${BASE}/:integration_id`,
-    { config: writes, schema: { operationId: 'deleteCodehostIntegration', tags: ['codehost'], summary: 'Delete a code-host integration', description: 'Admin key. 409 while codehost deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    {
+      config: writes,
+      schema: {
+        operationId: 'deleteCodehostIntegration',
+        tags: ['codehost'],
+        summary: 'Delete a code-host integration',
+        description: 'Admin key. 409 while codehost deployments use it.',
+        params: Params,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) },
+      },
+    },
     async (request, reply) => {
       await integrations.remove(workspaceOf(request), request.params.integration_id);
       return reply.status(204).send(null);
@@ -178,7 +288,8 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
         operationId: 'listCodehostRepositories',
         tags: ['codehost'],
         summary: 'List code-host repositories',
-        description: 'Every repository the integration reaches, over all pages of the host\'s listing. host_integration_id, url and default_branch feed the deployment create request.',
+        description:
+          "Every repository the integration reaches, over all pages of the host's listing. host_integration_id, url and default_branch feed the deployment create request.",
         params: Params,
         response: { 200: Type.Array(Repository), ...HOST_ERRORS },
       },
@@ -196,12 +307,18 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
         description: `Newest first, with what came of each: revision_created, ignored, duplicate or rejected, with a reason. The latest ${DELIVERIES_KEPT} deliveries and, apart from them, the latest ${REJECTED_DELIVERIES_KEPT} rejected ones are kept.`,
         params: Params,
         querystring: Type.Object(PageQuery),
-        response: { 200: ListEnvelope(Delivery, 'A page of deliveries, newest first.'), ...errorResponses(401, 403, 404, 422) },
+        response: {
+          200: ListEnvelope(Delivery, 'A page of deliveries, newest first.'),
+          ...errorResponses(401, 403, 404, 422),
+        },
       },
     },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      const rows = await webhooks.listDeliveries(workspaceOf(request), request.params.integration_id, { limit, offset });
+      const rows = await webhooks.listDeliveries(workspaceOf(request), request.params.integration_id, {
+        limit,
+        offset,
+      });
       return envelope(rows.map(deliveryResponse), offset);
     },
   );

@@ -7,7 +7,8 @@ import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.t
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { DateTime, Nullable, SecretString, StringEnum, Uuid } from '../http/schema-helpers.ts';
 
-const FreeObject = (description?: string) => Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
+const FreeObject = (description?: string) =>
+  Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
 const ShortText = (max = 253) => Type.String({ maxLength: max });
 const opt = <T extends TSchema>(schema: T) => Type.Optional(Nullable(schema));
 
@@ -30,34 +31,49 @@ const VolumeMount = Type.Object(
   { title: 'VolumeMount' },
 );
 
-const Volume = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 253 }),
-  configMap: Type.Optional(FreeObject()),
-  secret: Type.Optional(FreeObject()),
-  emptyDir: Type.Optional(FreeObject()),
-  persistentVolumeClaim: Type.Optional(FreeObject()),
-  nfs: Type.Optional(FreeObject()),
-  projected: Type.Optional(FreeObject()),
-  downwardAPI: Type.Optional(FreeObject()),
-  csi: Type.Optional(FreeObject()),
-}, { title: 'Volume' });
+const Volume = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+    configMap: Type.Optional(FreeObject()),
+    secret: Type.Optional(FreeObject()),
+    emptyDir: Type.Optional(FreeObject()),
+    persistentVolumeClaim: Type.Optional(FreeObject()),
+    nfs: Type.Optional(FreeObject()),
+    projected: Type.Optional(FreeObject()),
+    downwardAPI: Type.Optional(FreeObject()),
+    csi: Type.Optional(FreeObject()),
+  },
+  { title: 'Volume' },
+);
 
-const Container = Type.Object({
-  name: Type.String({ minLength: 1, maxLength: 253 }),
-  image: Type.Optional(ShortText(1024)),
-  imagePullPolicy: Type.Optional(ShortText(32)),
-  workingDir: Type.Optional(ShortText(1024)),
-  restartPolicy: Type.Optional(ShortText(32)),
-  command: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
-  args: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
-  env: Type.Optional(
-    Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }), value: Type.Optional(Type.String({ maxLength: 65536 })), valueFrom: Type.Optional(FreeObject()) }), { maxItems: 256 }),
-  ),
-  envFrom: Type.Optional(Type.Array(FreeObject(), { maxItems: 64 })),
-  resources: Type.Optional(Type.Object({ limits: Type.Optional(FreeObject()), requests: Type.Optional(FreeObject()) })),
-  volumeMounts: Type.Optional(Type.Array(VolumeMount, { maxItems: 64 })),
-  securityContext: Type.Optional(FreeObject()),
-}, { title: 'Container' });
+const Container = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+    image: Type.Optional(ShortText(1024)),
+    imagePullPolicy: Type.Optional(ShortText(32)),
+    workingDir: Type.Optional(ShortText(1024)),
+    restartPolicy: Type.Optional(ShortText(32)),
+    command: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+    args: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
+    env: Type.Optional(
+      Type.Array(
+        Type.Object({
+          name: Type.String({ minLength: 1, maxLength: 253 }),
+          value: Type.Optional(Type.String({ maxLength: 65536 })),
+          valueFrom: Type.Optional(FreeObject()),
+        }),
+        { maxItems: 256 },
+      ),
+    ),
+    envFrom: Type.Optional(Type.Array(FreeObject(), { maxItems: 64 })),
+    resources: Type.Optional(
+      Type.Object({ limits: Type.Optional(FreeObject()), requests: Type.Optional(FreeObject()) }),
+    ),
+    volumeMounts: Type.Optional(Type.Array(VolumeMount, { maxItems: 64 })),
+    securityContext: Type.Optional(FreeObject()),
+  },
+  { title: 'Container' },
+);
 
 export const ResourceSpec = Type.Object(
   {
@@ -94,33 +110,51 @@ export const ResourceSpec = Type.Object(
     db_storage_gi: opt(Type.Integer({ minimum: 1, maximum: 65536 })),
     db_max_connections: opt(Type.Integer({ minimum: 1, maximum: 100000 })),
     labels: opt(Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 63 }), { maxProperties: 64 })),
-    annotations: opt(Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 65536 }), { maxProperties: 64 })),
+    annotations: opt(
+      Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 65536 }), { maxProperties: 64 }),
+    ),
     service_account_name: opt(Type.String({ pattern: K8S_NAME, maxLength: 253 })),
-    image_pull_secrets: opt(Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }) }), { maxItems: 32 })),
+    image_pull_secrets: opt(
+      Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }) }), { maxItems: 32 }),
+    ),
     volumes: opt(Type.Array(Volume, { maxItems: 64 })),
     volume_mounts: opt(Type.Array(VolumeMount, { maxItems: 64 })),
     init_containers: opt(Type.Array(Container, { maxItems: 16 })),
     sidecars: opt(Type.Array(Container, { maxItems: 16 })),
   },
-  { title: 'ResourceSpec', description: 'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.' },
+  {
+    title: 'ResourceSpec',
+    description:
+      'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.',
+  },
 );
 
-export const SourceConfig = Type.Object({
-  integration_id: opt(Uuid()),
-  repo_url: opt(Type.String({ minLength: 1, maxLength: 2048, format: 'uri' })),
-  deployment_type: opt(StringEnum(DEPLOYMENT_TYPES)),
-  build_on_push: opt(Type.Boolean()),
-  custom_url: opt(Type.String({ maxLength: 2048 })),
-  resource_spec: opt(ResourceSpec),
-  listener_id: opt(Uuid()),
-  listener_config: opt(Type.Object({ k8s_namespace: opt(Type.String({ pattern: K8S_NAME, maxLength: 63 })) })),
-  install_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
-  build_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
-}, { title: 'SourceConfig' });
+export const SourceConfig = Type.Object(
+  {
+    integration_id: opt(Uuid()),
+    repo_url: opt(Type.String({ minLength: 1, maxLength: 2048, format: 'uri' })),
+    deployment_type: opt(StringEnum(DEPLOYMENT_TYPES)),
+    build_on_push: opt(Type.Boolean()),
+    custom_url: opt(Type.String({ maxLength: 2048 })),
+    resource_spec: opt(ResourceSpec),
+    listener_id: opt(Uuid()),
+    listener_config: opt(Type.Object({ k8s_namespace: opt(Type.String({ pattern: K8S_NAME, maxLength: 63 })) })),
+    install_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
+    build_command: opt(Type.String({ minLength: 1, maxLength: 4096 })),
+  },
+  { title: 'SourceConfig' },
+);
 
 const revisionFields = {
   repo_ref: opt(Type.String({ minLength: 1, maxLength: 255 })),
-  framework_config_path: opt(Type.String({ minLength: 1, maxLength: 1024, pattern: '^(?!/)(?!.*(^|/)\\.\\.(/|$)).+$', description: 'Relative path inside the source, no ".." segments.' })),
+  framework_config_path: opt(
+    Type.String({
+      minLength: 1,
+      maxLength: 1024,
+      pattern: '^(?!/)(?!.*(^|/)\\.\\.(/|$)).+$',
+      description: 'Relative path inside the source, no ".." segments.',
+    }),
+  ),
   image_uri: opt(Type.String({ minLength: 1, maxLength: 1024, pattern: '^[^\\s]+$' })),
   source_tarball_path: opt(Type.String({ minLength: 1, maxLength: 1024 })),
 };
@@ -129,42 +163,71 @@ const revisionFields = {
  * Request form: repo_commit_sha is response-only. langgraph_config_path (LangChain's CLI) is read as
  * framework_config_path before validation (applyConfigPathAlias); listed here to be documented.
  */
-export const SourceRevisionConfigInput = Type.Object({
-  ...revisionFields,
-  langgraph_config_path: opt(Type.String({ minLength: 1, maxLength: 1024, description: 'Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path.' })),
-}, { title: 'SourceRevisionConfigInput' });
-export const SourceRevisionConfig = Type.Object({ ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) }, { title: 'SourceRevisionConfig' });
+export const SourceRevisionConfigInput = Type.Object(
+  {
+    ...revisionFields,
+    langgraph_config_path: opt(
+      Type.String({
+        minLength: 1,
+        maxLength: 1024,
+        description:
+          'Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path.',
+      }),
+    ),
+  },
+  { title: 'SourceRevisionConfigInput' },
+);
+export const SourceRevisionConfig = Type.Object(
+  { ...revisionFields, repo_commit_sha: opt(Type.String({ maxLength: 64 })) },
+  { title: 'SourceRevisionConfig' },
+);
 
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
-export const Secret = Type.Object({
-  name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
-  value: SecretString({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
-}, { title: 'Secret' });
-export const SecretReference = Type.Object({
-  name: Type.String({ pattern: SECRET_NAME_PATTERN }),
-  secret_name: Type.String({ pattern: K8S_NAME, maxLength: 253 }),
-  secret_key: Type.String({ minLength: 1, maxLength: 253, pattern: '^[-._a-zA-Z0-9]+$' }),
-}, { title: 'SecretReference' });
+export const Secret = Type.Object(
+  {
+    name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
+    value: SecretString({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
+  },
+  { title: 'Secret' },
+);
+export const SecretReference = Type.Object(
+  {
+    name: Type.String({ pattern: SECRET_NAME_PATTERN }),
+    secret_name: Type.String({ pattern: K8S_NAME, maxLength: 253 }),
+    secret_key: Type.String({ minLength: 1, maxLength: 253, pattern: '^[-._a-zA-Z0-9]+$' }),
+  },
+  { title: 'SecretReference' },
+);
 
-export const DeploymentCreateBody = Type.Object({
-  name: Type.String({ pattern: DEPLOYMENT_NAME_PATTERN, maxLength: 63, description: 'Lowercase letters, digits and -, starting with a letter; becomes a host name.' }),
-  source: StringEnum(SOURCES),
-  source_config: opt(SourceConfig),
-  source_revision_config: opt(SourceRevisionConfigInput),
-  secrets: opt(Type.Array(Secret, { maxItems: 200 })),
-  secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
-}, { title: 'DeploymentCreate' });
+export const DeploymentCreateBody = Type.Object(
+  {
+    name: Type.String({
+      pattern: DEPLOYMENT_NAME_PATTERN,
+      maxLength: 63,
+      description: 'Lowercase letters, digits and -, starting with a letter; becomes a host name.',
+    }),
+    source: StringEnum(SOURCES),
+    source_config: opt(SourceConfig),
+    source_revision_config: opt(SourceRevisionConfigInput),
+    secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+    secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
+  },
+  { title: 'DeploymentCreate' },
+);
 export type DeploymentCreateBody = Static<typeof DeploymentCreateBody>;
 
-export const DeploymentPatchBody = Type.Object({
-  revision_source: opt(StringEnum(REVISION_SOURCES)),
-  source_config: opt(SourceConfig),
-  source_revision_config: opt(SourceRevisionConfigInput),
-  secrets: opt(Type.Array(Secret, { maxItems: 200 })),
-  secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
-  name: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-  source: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-}, { title: 'DeploymentPatch' });
+export const DeploymentPatchBody = Type.Object(
+  {
+    revision_source: opt(StringEnum(REVISION_SOURCES)),
+    source_config: opt(SourceConfig),
+    source_revision_config: opt(SourceRevisionConfigInput),
+    secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+    secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
+    name: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+    source: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+  },
+  { title: 'DeploymentPatch' },
+);
 export type DeploymentPatchBody = Static<typeof DeploymentPatchBody>;
 
 export const Deployment = Type.Object(

@@ -1,9 +1,19 @@
 /** Turns stored deployments and revisions into the interface's response shapes. */
 import { MASKED_SECRET } from '../domain/deployment-plan.ts';
-import { REVISION_FIELDS, SOURCE_CONFIG_FIELDS, type SourceConfig, type SourceRevisionConfig } from '../domain/sources.ts';
+import {
+  REVISION_FIELDS,
+  SOURCE_CONFIG_FIELDS,
+  type SourceConfig,
+  type SourceRevisionConfig,
+} from '../domain/sources.ts';
 import type { Static } from 'typebox';
 import type { DeploymentView } from '../store/deployments.ts';
-import type { Deployment, Revision, SourceConfig as SourceConfigSchema, SourceRevisionConfig as RevisionConfigSchema } from './deployment-schemas.ts';
+import type {
+  Deployment,
+  Revision,
+  SourceConfig as SourceConfigSchema,
+  SourceRevisionConfig as RevisionConfigSchema,
+} from './deployment-schemas.ts';
 import type { RevisionView } from '../store/revisions.ts';
 
 function fullSourceConfig(config: SourceConfig): Static<typeof SourceConfigSchema> {

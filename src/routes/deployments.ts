@@ -10,8 +10,10 @@ import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from 
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
 
 const UUID_PATTERN = '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}';
-const UuidList = (description: string) => Type.String({ pattern: `^${UUID_PATTERN}(,${UUID_PATTERN})*$`, maxLength: 100 * 37, description });
-const splitList = (value: string | undefined): string[] | undefined => (value === undefined ? undefined : [...new Set(value.split(',').map((v) => v.toLowerCase()))]);
+const UuidList = (description: string) =>
+  Type.String({ pattern: `^${UUID_PATTERN}(,${UUID_PATTERN})*$`, maxLength: 100 * 37, description });
+const splitList = (value: string | undefined): string[] | undefined =>
+  value === undefined ? undefined : [...new Set(value.split(',').map((v) => v.toLowerCase()))];
 
 const DeploymentParams = Type.Object({ deployment_id: Uuid() });
 const RevisionParams = Type.Object({ deployment_id: Uuid(), revision_id: Uuid() });
@@ -36,7 +38,8 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         operationId: 'createDeployment',
         tags: ['deployments'],
         summary: 'Create a deployment',
-        description: 'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.',
+        description:
+          'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.',
         body: { ...DeploymentCreateBody, examples: [example] },
         response: { 201: Deployment, ...errorResponses(400, 401, 403, 409, 422) },
       },
@@ -54,13 +57,20 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         operationId: 'listDeployments',
         tags: ['deployments'],
         summary: 'List deployments',
-        description: 'Newest first. Filters combine with AND; tag_value_ids matches deployments carrying every listed value.',
+        description:
+          'Newest first. Filters combine with AND; tag_value_ids matches deployments carrying every listed value.',
         querystring: Type.Object({
           ...PageQuery,
           name: Type.Optional(Type.String({ maxLength: 63, description: 'Exact name.' })),
-          name_contains: Type.Optional(Type.String({ minLength: 1, maxLength: 63, description: 'Case-insensitive substring of the name.' })),
+          name_contains: Type.Optional(
+            Type.String({ minLength: 1, maxLength: 63, description: 'Case-insensitive substring of the name.' }),
+          ),
           status: Type.Optional(StringEnum(DEPLOYMENT_STATUSES)),
-          remote_reconciled: Type.Optional(Type.Boolean({ description: 'Only deployments reconciled by a listener (true) or by the service (false).' })),
+          remote_reconciled: Type.Optional(
+            Type.Boolean({
+              description: 'Only deployments reconciled by a listener (true) or by the service (false).',
+            }),
+          ),
           tag_value_ids: Type.Optional(UuidList('Comma-separated tag value ids.')),
           image_version: Type.Optional(Type.String({ maxLength: 255 })),
           deployment_type: Type.Optional(StringEnum(DEPLOYMENT_TYPES)),
@@ -92,7 +102,15 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
 
   app.get(
     '/v2/deployments/:deployment_id',
-    { schema: { operationId: 'getDeployment', tags: ['deployments'], summary: 'Get a deployment', params: DeploymentParams, response: { 200: Deployment, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'getDeployment',
+        tags: ['deployments'],
+        summary: 'Get a deployment',
+        params: DeploymentParams,
+        response: { 200: Deployment, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => deploymentResponse(await deployments.get(workspaceOf(request), request.params.deployment_id)),
   );
 
@@ -103,13 +121,18 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         operationId: 'patchDeployment',
         tags: ['deployments'],
         summary: 'Patch a deployment',
-        description: 'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.',
+        description:
+          'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.',
         params: DeploymentParams,
-        body: { ...DeploymentPatchBody, examples: [{ source_revision_config: { image_uri: 'registry.example.com/support-agent:1.5.0' } }] },
+        body: {
+          ...DeploymentPatchBody,
+          examples: [{ source_revision_config: { image_uri: 'registry.example.com/support-agent:1.5.0' } }],
+        },
         response: { 200: Deployment, ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
-    async (request) => deploymentResponse(await deployments.patch(workspaceOf(request), request.params.deployment_id, request.body)),
+    async (request) =>
+      deploymentResponse(await deployments.patch(workspaceOf(request), request.params.deployment_id, request.body)),
   );
 
   app.delete(
@@ -119,14 +142,17 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         operationId: 'deleteDeployment',
         tags: ['deployments'],
         summary: 'Delete a deployment',
-        description: 'Interrupts unfinished revisions and tears the deployment down. Its tracing project stays unless delete_tracing_project=true.',
+        description:
+          'Interrupts unfinished revisions and tears the deployment down. Its tracing project stays unless delete_tracing_project=true.',
         params: DeploymentParams,
         querystring: Type.Object({ delete_tracing_project: Type.Optional(Type.Boolean({ default: false })) }),
         response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      await deployments.remove(workspaceOf(request), request.params.deployment_id, { deleteTracingProject: request.query.delete_tracing_project ?? false });
+      await deployments.remove(workspaceOf(request), request.params.deployment_id, {
+        deleteTracingProject: request.query.delete_tracing_project ?? false,
+      });
       return reply.status(204).send(null);
     },
   );
@@ -142,10 +168,19 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         params: DeploymentParams,
         querystring: Type.Object({
           ...PageQuery,
-          status: Type.Optional(Type.String({ pattern: statusList, maxLength: 400, description: `Comma-separated revision statuses: ${REVISION_STATUSES.join(', ')}.` })),
+          status: Type.Optional(
+            Type.String({
+              pattern: statusList,
+              maxLength: 400,
+              description: `Comma-separated revision statuses: ${REVISION_STATUSES.join(', ')}.`,
+            }),
+          ),
           remote_reconciled: Type.Optional(Type.Boolean()),
         }),
-        response: { 200: ListEnvelope(Revision, 'A page of revisions, newest first.'), ...errorResponses(401, 403, 404, 422) },
+        response: {
+          200: ListEnvelope(Revision, 'A page of revisions, newest first.'),
+          ...errorResponses(401, 403, 404, 422),
+        },
       },
     },
     async (request) => {
@@ -153,15 +188,31 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
       const { deployment_id: deploymentId } = request.params;
       const { limit, offset } = pageOf(request.query);
       const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
-      const rows = await deployments.listRevisions(workspaceId, deploymentId, { statuses, remoteReconciled: request.query.remote_reconciled }, { limit, offset });
+      const rows = await deployments.listRevisions(
+        workspaceId,
+        deploymentId,
+        { statuses, remoteReconciled: request.query.remote_reconciled },
+        { limit, offset },
+      );
       return envelope(rows.map(revisionResponse), offset);
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/revisions/:revision_id',
-    { schema: { operationId: 'getRevision', tags: ['revisions'], summary: 'Get a revision', params: RevisionParams, response: { 200: Revision, ...errorResponses(401, 403, 404, 422) } } },
-    async (request) => revisionResponse(await deployments.getRevision(workspaceOf(request), request.params.deployment_id, request.params.revision_id)),
+    {
+      schema: {
+        operationId: 'getRevision',
+        tags: ['revisions'],
+        summary: 'Get a revision',
+        params: RevisionParams,
+        response: { 200: Revision, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) =>
+      revisionResponse(
+        await deployments.getRevision(workspaceOf(request), request.params.deployment_id, request.params.revision_id),
+      ),
   );
 
   app.post(
@@ -171,13 +222,18 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         operationId: 'redeployRevision',
         tags: ['revisions'],
         summary: 'Redeploy a revision',
-        description: 'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.',
+        description:
+          'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.',
         params: RevisionParams,
         response: { 201: Deployment, ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      const view = await deployments.redeploy(workspaceOf(request), request.params.deployment_id, request.params.revision_id);
+      const view = await deployments.redeploy(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.params.revision_id,
+      );
       return reply.status(201).send(deploymentResponse(view));
     },
   );
@@ -194,6 +250,9 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         response: { 200: Revision, ...errorResponses(401, 403, 404, 409, 422) },
       },
     },
-    async (request) => revisionResponse(await deployments.interrupt(workspaceOf(request), request.params.deployment_id, request.params.revision_id)),
+    async (request) =>
+      revisionResponse(
+        await deployments.interrupt(workspaceOf(request), request.params.deployment_id, request.params.revision_id),
+      ),
   );
 };

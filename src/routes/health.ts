@@ -8,10 +8,30 @@ import type { Database } from '../store/schema.ts';
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
   const open = { auth: 'none' as const };
-  app.get('/healthz', { config: open, schema: { operationId: 'checkHealth', tags: ['operations'], summary: 'The process is up', response: { 200: Type.Object({ status: Type.Literal('ok') }) } } }, async () => ({ status: 'ok' as const }));
+  app.get(
+    '/healthz',
+    {
+      config: open,
+      schema: {
+        operationId: 'checkHealth',
+        tags: ['operations'],
+        summary: 'The process is up',
+        response: { 200: Type.Object({ status: Type.Literal('ok') }) },
+      },
+    },
+    async () => ({ status: 'ok' as const }),
+  );
   app.get(
     '/readyz',
-    { config: open, schema: { operationId: 'checkReadiness', tags: ['operations'], summary: 'The database answers', response: { 200: Type.Object({ status: Type.Literal('ready') }), ...errorResponses(503) } } },
+    {
+      config: open,
+      schema: {
+        operationId: 'checkReadiness',
+        tags: ['operations'],
+        summary: 'The database answers',
+        response: { 200: Type.Object({ status: Type.Literal('ready') }), ...errorResponses(503) },
+      },
+    },
     async (request) => {
       try {
         await sql`select 1`.execute(db);

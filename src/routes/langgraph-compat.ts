@@ -17,7 +17,13 @@ import { AppError, ValidationError, notFound, type ValidationIssue } from '../er
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import { getDeployment } from '../store/deployments.ts';
-import { LOG_LEVELS, currentLogRevision, getLogSubject, searchRevisionLogs, type LogLevel } from '../store/revision-logs.ts';
+import {
+  LOG_LEVELS,
+  currentLogRevision,
+  getLogSubject,
+  searchRevisionLogs,
+  type LogLevel,
+} from '../store/revision-logs.ts';
 import type { Database, RevisionLogType } from '../store/schema.ts';
 
 /** The image sources of LangChain's CLI (`langgraph deploy` without `--remote`, or with `--push-to`). */
@@ -36,15 +42,22 @@ export function registerLangGraphRequestShapes(app: FastifyInstance): void {
     if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
     const fields = body as Record<string, unknown>;
     const source = request.method === 'POST' ? fields.source : fields.revision_source;
-    if (typeof source === 'string' && IMAGE_SOURCES.includes(source)) throw new AppError('invalid_request', USE_REMOTE_BUILD);
-    if ('source_revision_config' in fields) fields.source_revision_config = applyConfigPathAlias(fields.source_revision_config);
+    if (typeof source === 'string' && IMAGE_SOURCES.includes(source))
+      throw new AppError('invalid_request', USE_REMOTE_BUILD);
+    if ('source_revision_config' in fields)
+      fields.source_revision_config = applyConfigPathAlias(fields.source_revision_config);
   };
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     const create = route.url === '/v2/deployments' && methods.includes('POST');
     const patch = route.url === '/v2/deployments/:deployment_id' && methods.includes('PATCH');
     if (!create && !patch) return;
-    const existing = route.preValidation === undefined ? [] : Array.isArray(route.preValidation) ? route.preValidation : [route.preValidation];
+    const existing =
+      route.preValidation === undefined
+        ? []
+        : Array.isArray(route.preValidation)
+          ? route.preValidation
+          : [route.preValidation];
     route.preValidation = [adapt, ...existing];
   });
 }
@@ -64,7 +77,14 @@ function decodeOffset(offset: string): string {
     const id = text.startsWith(OFFSET_PREFIX) ? text.slice(OFFSET_PREFIX.length) : '';
     if (OFFSET_ID.test(id) && BigInt(id) <= MAX_ID && encodeOffset(id) === offset) return id;
   }
-  throw new ValidationError([{ type: 'value_error', loc: ['body', 'offset'], msg: 'Value error, not an offset returned by this endpoint: pass next_offset unchanged', input: offset }]);
+  throw new ValidationError([
+    {
+      type: 'value_error',
+      loc: ['body', 'offset'],
+      msg: 'Value error, not an offset returned by this endpoint: pass next_offset unchanged',
+      input: offset,
+    },
+  ]);
 }
 
 // ISO 8601 as the CLI's --start-time / --end-time take it; without a zone it is UTC.
@@ -74,34 +94,70 @@ function parseTime(value: string, field: string): Date {
   const match = ISO_TIME.exec(value.trim());
   const at = match ? Date.parse(match[1] || !value.includes(':') ? value.trim() : `${value.trim()}Z`) : Number.NaN;
   if (Number.isNaN(at)) {
-    throw new ValidationError([{ type: 'datetime_parsing', loc: ['body', field], msg: 'Input should be an ISO 8601 date-time, e.g. 2026-03-08T00:00:00Z', input: value }]);
+    throw new ValidationError([
+      {
+        type: 'datetime_parsing',
+        loc: ['body', field],
+        msg: 'Input should be an ISO 8601 date-time, e.g. 2026-03-08T00:00:00Z',
+        input: value,
+      },
+    ]);
   }
   return new Date(at);
 }
 
 // ----- schemas -----------------------------------------------------------------------------------
 
-const LogRequest = Type.Object({
-  order: Type.Optional(StringEnum(['asc', 'desc'] as const, { default: 'desc', description: 'asc: oldest first; desc: newest first.' })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
-  offset: Type.Optional(Nullable(Type.String({ maxLength: 200, description: 'next_offset of the previous answer: the page goes on from there in the same order.' }))),
-  level: Type.Optional(Nullable(Type.String({ maxLength: 16, description: `Only lines of this level: ${LOG_LEVELS.join(', ')}.` }))),
-  query: Type.Optional(Nullable(Type.String({ maxLength: 1000, description: 'Only lines containing this text (case-insensitive).' }))),
-  start_time: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or after this ISO 8601 time.' }))),
-  end_time: Type.Optional(Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or before this ISO 8601 time.' }))),
-}, { title: 'LogSearch' });
+const LogRequest = Type.Object(
+  {
+    order: Type.Optional(
+      StringEnum(['asc', 'desc'] as const, { default: 'desc', description: 'asc: oldest first; desc: newest first.' }),
+    ),
+    limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
+    offset: Type.Optional(
+      Nullable(
+        Type.String({
+          maxLength: 200,
+          description: 'next_offset of the previous answer: the page goes on from there in the same order.',
+        }),
+      ),
+    ),
+    level: Type.Optional(
+      Nullable(Type.String({ maxLength: 16, description: `Only lines of this level: ${LOG_LEVELS.join(', ')}.` })),
+    ),
+    query: Type.Optional(
+      Nullable(Type.String({ maxLength: 1000, description: 'Only lines containing this text (case-insensitive).' })),
+    ),
+    start_time: Type.Optional(
+      Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or after this ISO 8601 time.' })),
+    ),
+    end_time: Type.Optional(
+      Nullable(Type.String({ maxLength: 64, description: 'Only lines written at or before this ISO 8601 time.' })),
+    ),
+  },
+  { title: 'LogSearch' },
+);
 type LogRequest = Static<typeof LogRequest>;
 
-const LogEntry = Type.Object({
-  id: Type.String({ description: 'The line\'s id, unique within the deployment.' }),
-  timestamp: Type.Integer({ description: 'When the line was written, in milliseconds since the epoch.' }),
-  level: StringEnum(LOG_LEVELS, { description: 'The level word the line starts with, else ERROR for stderr and INFO for stdout.' }),
-  message: Type.String(),
-}, { title: 'LogEntry' });
+const LogEntry = Type.Object(
+  {
+    id: Type.String({ description: "The line's id, unique within the deployment." }),
+    timestamp: Type.Integer({ description: 'When the line was written, in milliseconds since the epoch.' }),
+    level: StringEnum(LOG_LEVELS, {
+      description: 'The level word the line starts with, else ERROR for stderr and INFO for stdout.',
+    }),
+    message: Type.String(),
+  },
+  { title: 'LogEntry' },
+);
 const LogAnswer = Type.Object(
   {
     logs: Type.Array(LogEntry),
-    next_offset: Nullable(Type.String({ description: 'Pass as offset for the next page; the given offset (or null) when this page is empty.' })),
+    next_offset: Nullable(
+      Type.String({
+        description: 'Pass as offset for the next page; the given offset (or null) when this page is empty.',
+      }),
+    ),
   },
   { title: 'LogSearchResult', description: 'A page of log entries in the order asked for.' },
 );
@@ -113,7 +169,12 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
   async function page(revisionId: string | null, type: RevisionLogType, body: LogRequest) {
     const level = body.level ? body.level.toUpperCase() : null;
     if (level !== null && !(LOG_LEVELS as readonly string[]).includes(level)) {
-      const issue: ValidationIssue = { type: 'enum', loc: ['body', 'level'], msg: `Input should be ${LOG_LEVELS.map((l) => `'${l}'`).join(', ')}`, input: body.level };
+      const issue: ValidationIssue = {
+        type: 'enum',
+        loc: ['body', 'level'],
+        msg: `Input should be ${LOG_LEVELS.map((l) => `'${l}'`).join(', ')}`,
+        input: body.level,
+      };
       throw new ValidationError([issue]);
     }
     const fromId = body.offset ? decodeOffset(body.offset) : null;
@@ -131,7 +192,12 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
     });
     const last = rows.at(-1);
     return {
-      logs: rows.map((row) => ({ id: row.id, timestamp: row.logged_at.getTime(), level: row.level, message: row.line })),
+      logs: rows.map((row) => ({
+        id: row.id,
+        timestamp: row.logged_at.getTime(),
+        level: row.level,
+        message: row.line,
+      })),
       next_offset: last ? encodeOffset(last.id) : (body.offset ?? null),
     };
   }
@@ -171,7 +237,8 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
         operationId: 'searchDeploymentLogs',
         tags: ['langgraph'],
         summary: 'Deploy logs of a deployment, as langgraph deploy logs reads them',
-        description: 'The app output of the deployment\'s active revision (its latest one while none is active), in the shape of the revision deploy_logs.',
+        description:
+          "The app output of the deployment's active revision (its latest one while none is active), in the shape of the revision deploy_logs.",
         params: DeploymentParams,
         body: LogRequest,
         response: { 200: LogAnswer, ...errorResponses(401, 403, 404, 422) },
@@ -198,7 +265,10 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
           // Documented because the route is served; never answered (see 400).
           200: Type.Object(
             { token: Type.String(), registry_url: Type.String() },
-            { description: "LangSmith's answer (a registry token), which this service never gives: it runs no registry." },
+            {
+              description:
+                "LangSmith's answer (a registry token), which this service never gives: it runs no registry.",
+            },
           ),
           ...errorResponses(400, 401, 403, 404, 422),
         },

@@ -16,7 +16,12 @@ import { REVISION_STATUSES } from '../domain/states.ts';
 import { notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { PROTOCOL_VERSION, REPORTED_STATUSES, createDesiredStateWaits, type ListenerProtocolService } from '../service/listener-protocol.ts';
+import {
+  PROTOCOL_VERSION,
+  REPORTED_STATUSES,
+  createDesiredStateWaits,
+  type ListenerProtocolService,
+} from '../service/listener-protocol.ts';
 import type { ListenerService } from '../service/listeners.ts';
 import type { Database } from '../store/schema.ts';
 import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
@@ -41,24 +46,36 @@ const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$',
 
 const Params = Type.Object({ listener_id: Uuid() });
 
-const DesiredRevision = Type.Object({
-  id: Uuid(),
-  number: Type.Integer({ description: 'The revision\'s number in its deployment, 1 for the first.' }),
-  status: StringEnum(REVISION_STATUSES),
-  image_uri: Nullable(Type.String()),
-  secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), { description: 'Decrypted, for a Kubernetes Secret of the deployment.' }),
-  secret_references: Nullable(Type.Array(SecretReference, { description: 'Environment variables read from existing Kubernetes Secrets.' })),
-  resource_spec: Nullable(ResourceSpec),
-}, { title: 'DesiredRevision' });
+const DesiredRevision = Type.Object(
+  {
+    id: Uuid(),
+    number: Type.Integer({ description: "The revision's number in its deployment, 1 for the first." }),
+    status: StringEnum(REVISION_STATUSES),
+    image_uri: Nullable(Type.String()),
+    secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), {
+      description: 'Decrypted, for a Kubernetes Secret of the deployment.',
+    }),
+    secret_references: Nullable(
+      Type.Array(SecretReference, { description: 'Environment variables read from existing Kubernetes Secrets.' }),
+    ),
+    resource_spec: Nullable(ResourceSpec),
+  },
+  { title: 'DesiredRevision' },
+);
 
-const DesiredDeployment = Type.Object({
-  deployment_id: Uuid(),
-  name: Type.String(),
-  namespace: Nullable(Type.String({ description: 'source_config.listener_config.k8s_namespace.' })),
-  delete: Type.Boolean({ description: 'The deployment was deleted: remove everything of it, then POST .../deletions.' }),
-  custom_url: Nullable(Type.String()),
-  revision: Nullable(DesiredRevision),
-}, { title: 'DesiredDeployment' });
+const DesiredDeployment = Type.Object(
+  {
+    deployment_id: Uuid(),
+    name: Type.String(),
+    namespace: Nullable(Type.String({ description: 'source_config.listener_config.k8s_namespace.' })),
+    delete: Type.Boolean({
+      description: 'The deployment was deleted: remove everything of it, then POST .../deletions.',
+    }),
+    custom_url: Nullable(Type.String()),
+    revision: Nullable(DesiredRevision),
+  },
+  { title: 'DesiredDeployment' },
+);
 
 const DesiredState = Type.Object(
   {
@@ -66,40 +83,75 @@ const DesiredState = Type.Object(
     listener_id: Uuid(),
     deployments: Type.Array(DesiredDeployment),
   },
-  { title: 'DesiredState', description: 'Every deployment of the listener with the revision that should run (null: nothing should).' },
+  {
+    title: 'DesiredState',
+    description: 'Every deployment of the listener with the revision that should run (null: nothing should).',
+  },
 );
 
 const DesiredStateQuery = Type.Object({
-  wait: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 0, description: 'With If-None-Match: seconds to wait for a change before answering 304.' })),
+  wait: Type.Optional(
+    Type.Integer({
+      minimum: 0,
+      maximum: MAX_WAIT_SECONDS,
+      default: 0,
+      description: 'With If-None-Match: seconds to wait for a change before answering 304.',
+    }),
+  ),
 });
 
 const DesiredStateHeaders = Type.Object({
-  'if-none-match': Type.Optional(Type.String({ maxLength: 1024, description: 'The ETag of the state the listener has.' })),
+  'if-none-match': Type.Optional(
+    Type.String({ maxLength: 1024, description: 'The ETag of the state the listener has.' }),
+  ),
 });
 
-const ReportBody = Type.Object({
-  revision_id: Uuid(),
-  status: StringEnum(REPORTED_STATUSES),
-  failure_reason: Type.Optional(Type.String({ pattern: '^[a-z][a-z0-9_]{0,63}$', description: 'Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ...' })),
-  message: Type.Optional(Type.String({ maxLength: 4096, description: 'For people: what happened.' })),
-}, { title: 'RevisionReport' });
+const ReportBody = Type.Object(
+  {
+    revision_id: Uuid(),
+    status: StringEnum(REPORTED_STATUSES),
+    failure_reason: Type.Optional(
+      Type.String({
+        pattern: '^[a-z][a-z0-9_]{0,63}$',
+        description:
+          'Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ...',
+      }),
+    ),
+    message: Type.Optional(Type.String({ maxLength: 4096, description: 'For people: what happened.' })),
+  },
+  { title: 'RevisionReport' },
+);
 
 const ReportResult = Type.Object(
   {
-    applied: Type.Boolean({ description: 'false: the report changed nothing (a retry, a stale report, or a revision in a final state).' }),
-    status: StringEnum(REVISION_STATUSES, { description: 'The revision\'s status now.' }),
-    not_applied_reason: Nullable(StringEnum(['duplicate', 'behind', 'superseded', 'final'] as const, { description: 'Why not: already in that status; behind its status; not the deployment\'s latest revision; in a final state.' })),
+    applied: Type.Boolean({
+      description: 'false: the report changed nothing (a retry, a stale report, or a revision in a final state).',
+    }),
+    status: StringEnum(REVISION_STATUSES, { description: "The revision's status now." }),
+    not_applied_reason: Nullable(
+      StringEnum(['duplicate', 'behind', 'superseded', 'final'] as const, {
+        description:
+          "Why not: already in that status; behind its status; not the deployment's latest revision; in a final state.",
+      }),
+    ),
   },
   { title: 'RevisionReportResult', description: 'What the report did.' },
 );
 
 const DeletionBody = Type.Object({ deployment_id: Uuid() }, { title: 'DeletionConfirmation' });
 
-const HeartbeatBody = Type.Object({
-  version: Type.String({ minLength: 1, maxLength: 128, description: 'The agent\'s version.' }),
-  namespaces: Type.Array(NAMESPACE, { maxItems: 1000, uniqueItems: true, description: 'The namespaces the agent watches.' }),
-  message: Type.Optional(Type.String({ maxLength: 4096 })),
-}, { title: 'Heartbeat' });
+const HeartbeatBody = Type.Object(
+  {
+    version: Type.String({ minLength: 1, maxLength: 128, description: "The agent's version." }),
+    namespaces: Type.Array(NAMESPACE, {
+      maxItems: 1000,
+      uniqueItems: true,
+      description: 'The namespaces the agent watches.',
+    }),
+    message: Type.Optional(Type.String({ maxLength: 4096 })),
+  },
+  { title: 'Heartbeat' },
+);
 
 /** The security a protocol endpoint documents: the listener credential is sent as a bearer token. */
 const security: Record<string, string[]>[] = [{ bearer: [] }, { apiKey: [] }];
@@ -129,7 +181,10 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
    * The listener in the path, when the caller may speak for it; 404 otherwise (never 403). Every
    * protocol request counts as the listener being seen (its state, and whether a delete waits for it).
    */
-  async function listenerOf(request: FastifyRequest, listenerId: string): Promise<{ listenerId: string; workspaceId: string }> {
+  async function listenerOf(
+    request: FastifyRequest,
+    listenerId: string,
+  ): Promise<{ listenerId: string; workspaceId: string }> {
     const credential = request.listenerCredential;
     let workspaceId: string;
     if (credential) {
@@ -162,7 +217,10 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
         headers: DesiredStateHeaders,
         response: {
           200: DesiredState,
-          304: { description: 'Not modified: the state is still the one of If-None-Match (no body).', content: { 'application/json': { schema: Type.Null() } } },
+          304: {
+            description: 'Not modified: the state is still the one of If-None-Match (no body).',
+            content: { 'application/json': { schema: Type.Null() } },
+          },
           ...errorResponses(401, 403, 404, 422),
         },
       },
@@ -185,7 +243,10 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
         const deadline = Date.now() + waitMs;
         let current = await protocol.desiredState(listenerId);
         while (wait && known.includes(current.etag) && !gone && !closing) {
-          waits.remember(listenerId, current.state.deployments.map((d) => d.deployment_id));
+          waits.remember(
+            listenerId,
+            current.state.deployments.map((d) => d.deployment_id),
+          );
           const left = deadline - Date.now();
           if (left <= 0) break;
           // Jittered, 75 to 125 % of the period (10 s on average): polls that started together, as every
@@ -216,7 +277,17 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
           'Moves the revision through the state table to the reported status (steps in between included, each with its event); DEPLOYED makes it active and the deployment READY. Idempotent: a repeated or stale report answers applied: false and changes nothing.',
         security,
         params: Params,
-        body: { ...ReportBody, examples: [{ revision_id: '7a2c1e4b-0f3d-4c6a-9b8e-2d1f0a9c8b7e', status: 'DEPLOY_FAILED', failure_reason: 'image_pull_failed', message: 'Back-off pulling image "ghcr.io/acme/agent:1.5.0"' }] },
+        body: {
+          ...ReportBody,
+          examples: [
+            {
+              revision_id: '7a2c1e4b-0f3d-4c6a-9b8e-2d1f0a9c8b7e',
+              status: 'DEPLOY_FAILED',
+              failure_reason: 'image_pull_failed',
+              message: 'Back-off pulling image "ghcr.io/acme/agent:1.5.0"',
+            },
+          ],
+        },
         response: { 200: ReportResult, ...errorResponses(401, 403, 404, 422) },
       },
     },
@@ -234,7 +305,8 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
         operationId: 'confirmDeletion',
         tags,
         summary: 'Confirm that a deleted deployment is gone from the cluster',
-        description: 'Removes the deployment (in AWAITING_DELETE) for good. 204 again when it is already gone; 409 when it is not being deleted.',
+        description:
+          'Removes the deployment (in AWAITING_DELETE) for good. 204 again when it is already gone; 409 when it is not being deleted.',
         security,
         params: Params,
         body: DeletionBody,

@@ -5,7 +5,17 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import type { ListenerService } from '../service/listeners.ts';
 import type { ListenerCredentialView } from '../store/listener-credentials.ts';
 import { LISTENER_STALE_AFTER_SECONDS, LISTENER_STATES, type ListenerView } from '../store/listeners.ts';
@@ -13,7 +23,16 @@ import { LISTENER_STALE_AFTER_SECONDS, LISTENER_STATES, type ListenerView } from
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
 const ComputeConfig = Type.Object(
   {
-    k8s_namespaces: Type.Optional(Nullable(Type.Array(NAMESPACE, { minItems: 1, maxItems: 100, uniqueItems: true, description: 'Namespaces the listener serves; default ["default"].' }))),
+    k8s_namespaces: Type.Optional(
+      Nullable(
+        Type.Array(NAMESPACE, {
+          minItems: 1,
+          maxItems: 100,
+          uniqueItems: true,
+          description: 'Namespaces the listener serves; default ["default"].',
+        }),
+      ),
+    ),
   },
   { title: 'ComputeConfigInput' },
 );
@@ -27,29 +46,54 @@ export const Listener = Type.Object(
     created_at: DateTime(),
     updated_at: DateTime(),
     version: Nullable(Type.String()),
-    last_seen_at: Nullable(DateTime({ description: 'The last heartbeat or desired-state request of its agent; null: never.' })),
-    state: StringEnum(LISTENER_STATES, { description: `never_seen: no agent has called yet; connected: seen in the last ${LISTENER_STALE_AFTER_SECONDS} s; stale: seen, but not since.` }),
-    watched_namespaces: Nullable(Type.Array(Type.String(), { description: 'The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat.' })),
-    namespaces_not_watched: Nullable(Type.Array(Type.String(), { description: 'Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat.' })),
-    agent_version: Nullable(Type.String({ description: 'The agent\'s version, from its last heartbeat.' })),
+    last_seen_at: Nullable(
+      DateTime({ description: 'The last heartbeat or desired-state request of its agent; null: never.' }),
+    ),
+    state: StringEnum(LISTENER_STATES, {
+      description: `never_seen: no agent has called yet; connected: seen in the last ${LISTENER_STALE_AFTER_SECONDS} s; stale: seen, but not since.`,
+    }),
+    watched_namespaces: Nullable(
+      Type.Array(Type.String(), {
+        description:
+          'The namespaces the agent said in its last heartbeat that it watches; null before the first heartbeat.',
+      }),
+    ),
+    namespaces_not_watched: Nullable(
+      Type.Array(Type.String(), {
+        description:
+          'Namespaces of compute_config that the agent does not watch (deployments there will not run); null before the first heartbeat.',
+      }),
+    ),
+    agent_version: Nullable(Type.String({ description: "The agent's version, from its last heartbeat." })),
     agent_message: Nullable(Type.String({ description: 'The message of the last heartbeat, if it had one.' })),
   },
   { title: 'Listener', description: 'A listener.' },
 );
 
-const CreateBody = Type.Object({
-  compute_type: Type.String({ enum: ['k8s'], description: 'Only k8s.' }),
-  compute_id: Type.String({ minLength: 1, maxLength: 253, pattern: '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$', description: 'Assigned by the user, for example the cluster name; unique in the workspace.' }),
-  compute_config: Type.Optional(Nullable(ComputeConfig)),
-  version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
-}, { title: 'ListenerCreate' });
+const CreateBody = Type.Object(
+  {
+    compute_type: Type.String({ enum: ['k8s'], description: 'Only k8s.' }),
+    compute_id: Type.String({
+      minLength: 1,
+      maxLength: 253,
+      pattern: '^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$',
+      description: 'Assigned by the user, for example the cluster name; unique in the workspace.',
+    }),
+    compute_config: Type.Optional(Nullable(ComputeConfig)),
+    version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
+  },
+  { title: 'ListenerCreate' },
+);
 
-const PatchBody = Type.Object({
-  version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
-  compute_config: Type.Optional(Nullable(ComputeConfig)),
-  compute_type: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-  compute_id: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
-}, { title: 'ListenerPatch' });
+const PatchBody = Type.Object(
+  {
+    version: Type.Optional(Nullable(Type.String({ maxLength: 128 }))),
+    compute_config: Type.Optional(Nullable(ComputeConfig)),
+    compute_type: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+    compute_id: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
+  },
+  { title: 'ListenerPatch' },
+);
 
 const Params = Type.Object({ listener_id: Uuid() });
 
@@ -66,7 +110,8 @@ export function listenerResponse(row: ListenerView): Static<typeof Listener> {
     last_seen_at: row.last_seen_at === null ? null : row.last_seen_at.toISOString(),
     state: row.state,
     watched_namespaces: watched,
-    namespaces_not_watched: watched === null ? null : row.compute_config.k8s_namespaces.filter((n) => !watched.includes(n)),
+    namespaces_not_watched:
+      watched === null ? null : row.compute_config.k8s_namespaces.filter((n) => !watched.includes(n)),
     agent_version: row.agent_version,
     agent_message: row.agent_message,
   };
@@ -85,13 +130,21 @@ const ListenerCredential = Type.Object(
   { title: 'ListenerCredential', description: 'A listener credential, without the credential itself.' },
 );
 const CreatedListenerCredential = Type.Object(
-  { ...ListenerCredential.properties, credential: Type.String({ description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.' }) },
+  {
+    ...ListenerCredential.properties,
+    credential: Type.String({ description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.' }),
+  },
   { title: 'ListenerCredentialCreated', description: 'A new listener credential, shown once.' },
 );
 const CredentialParams = Type.Object({ listener_id: Uuid(), credential_id: Uuid() });
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
-const credentialResponse = (row: ListenerCredentialView): Static<typeof ListenerCredential> => ({ ...row, created_at: row.created_at.toISOString(), last_used_at: iso(row.last_used_at), revoked_at: iso(row.revoked_at) });
+const credentialResponse = (row: ListenerCredentialView): Static<typeof ListenerCredential> => ({
+  ...row,
+  created_at: row.created_at.toISOString(),
+  last_used_at: iso(row.last_used_at),
+  revoked_at: iso(row.revoked_at),
+});
 
 export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerService }> = async (app, { listeners }) => {
   app.post(
@@ -101,7 +154,17 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
         operationId: 'createListener',
         tags: ['listeners'],
         summary: 'Create a listener',
-        body: { ...CreateBody, examples: [{ compute_type: 'k8s', compute_id: 'prod-eu-1', compute_config: { k8s_namespaces: ['agents'] }, version: '0.1.0' }] },
+        body: {
+          ...CreateBody,
+          examples: [
+            {
+              compute_type: 'k8s',
+              compute_id: 'prod-eu-1',
+              compute_config: { k8s_namespaces: ['agents'] },
+              version: '0.1.0',
+            },
+          ],
+        },
         response: { 201: Listener, ...errorResponses(400, 401, 403, 409, 422) },
       },
     },
@@ -113,7 +176,18 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
 
   app.get(
     '/v2/listeners',
-    { schema: { operationId: 'listListeners', tags: ['listeners'], summary: 'List listeners', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(Listener, 'A page of listeners, newest first.'), ...errorResponses(401, 403, 422) } } },
+    {
+      schema: {
+        operationId: 'listListeners',
+        tags: ['listeners'],
+        summary: 'List listeners',
+        querystring: Type.Object(PageQuery),
+        response: {
+          200: ListEnvelope(Listener, 'A page of listeners, newest first.'),
+          ...errorResponses(401, 403, 422),
+        },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await listeners.list(workspaceOf(request), { limit, offset });
@@ -123,7 +197,15 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
 
   app.get(
     '/v2/listeners/:listener_id',
-    { schema: { operationId: 'getListener', tags: ['listeners'], summary: 'Get a listener', params: Params, response: { 200: Listener, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'getListener',
+        tags: ['listeners'],
+        summary: 'Get a listener',
+        params: Params,
+        response: { 200: Listener, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => listenerResponse(await listeners.get(workspaceOf(request), request.params.listener_id)),
   );
 
@@ -134,18 +216,29 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
         operationId: 'patchListener',
         tags: ['listeners'],
         summary: 'Patch a listener',
-        description: 'Changes version and namespaces; compute_type and compute_id cannot change. A namespace still used by a deployment cannot be removed.',
+        description:
+          'Changes version and namespaces; compute_type and compute_id cannot change. A namespace still used by a deployment cannot be removed.',
         params: Params,
         body: PatchBody,
         response: { 200: Listener, ...errorResponses(400, 401, 403, 404, 409, 422) },
       },
     },
-    async (request) => listenerResponse(await listeners.patch(workspaceOf(request), request.params.listener_id, request.body)),
+    async (request) =>
+      listenerResponse(await listeners.patch(workspaceOf(request), request.params.listener_id, request.body)),
   );
 
   app.delete(
     '/v2/listeners/:listener_id',
-    { schema: { operationId: 'deleteListener', tags: ['listeners'], summary: 'Delete a listener', description: '409 while deployments use it.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } } },
+    {
+      schema: {
+        operationId: 'deleteListener',
+        tags: ['listeners'],
+        summary: 'Delete a listener',
+        description: '409 while deployments use it.',
+        params: Params,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) },
+      },
+    },
     async (request, reply) => {
       await listeners.remove(workspaceOf(request), request.params.listener_id);
       return reply.status(204).send(null);
@@ -162,14 +255,22 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
         operationId: 'createListenerCredential',
         tags: ['listeners'],
         summary: 'Create a listener credential',
-        description: 'The credential (slwl_...) is shown once. It opens the listener protocol endpoints of this listener and nothing else.',
+        description:
+          'The credential (slwl_...) is shown once. It opens the listener protocol endpoints of this listener and nothing else.',
         params: Params,
         response: { 201: CreatedListenerCredential, ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      const { row, credential } = await listeners.createCredential(workspaceOf(request), request.params.listener_id, request.caller.keyId);
-      return reply.status(201).header('cache-control', 'no-store').send({ ...credentialResponse(row), credential });
+      const { row, credential } = await listeners.createCredential(
+        workspaceOf(request),
+        request.params.listener_id,
+        request.caller.keyId,
+      );
+      return reply
+        .status(201)
+        .header('cache-control', 'no-store')
+        .send({ ...credentialResponse(row), credential });
     },
   );
 
@@ -183,7 +284,10 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
         description: 'Never the credentials themselves; revoked ones too, newest first.',
         params: Params,
         querystring: Type.Object(PageQuery),
-        response: { 200: ListEnvelope(ListenerCredential, 'A page of listener credentials, newest first.'), ...errorResponses(401, 403, 404, 422) },
+        response: {
+          200: ListEnvelope(ListenerCredential, 'A page of listener credentials, newest first.'),
+          ...errorResponses(401, 403, 404, 422),
+        },
       },
     },
     async (request) => {
@@ -201,13 +305,19 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
         operationId: 'revokeListenerCredential',
         tags: ['listeners'],
         summary: 'Revoke a listener credential',
-        description: 'It stops working at once (a desired-state long-poll it started ends at its timeout). 404 for an unknown or already revoked one.',
+        description:
+          'It stops working at once (a desired-state long-poll it started ends at its timeout). 404 for an unknown or already revoked one.',
         params: CredentialParams,
         response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
       },
     },
     async (request, reply) => {
-      await listeners.revokeCredential(workspaceOf(request), request.params.listener_id, request.params.credential_id, request.caller.keyId);
+      await listeners.revokeCredential(
+        workspaceOf(request),
+        request.params.listener_id,
+        request.params.credential_id,
+        request.caller.keyId,
+      );
       return reply.status(204).send(null);
     },
   );

@@ -55,7 +55,12 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'slipway_' });
 
-  const requests = new Counter({ name: 'slipway_http_requests_total', help: 'HTTP requests answered by the API, by method, route template and status.', labelNames: ['method', 'route', 'status'] as const, registers: [registry] });
+  const requests = new Counter({
+    name: 'slipway_http_requests_total',
+    help: 'HTTP requests answered by the API, by method, route template and status.',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers: [registry],
+  });
   const latency = new Histogram({
     name: 'slipway_http_request_duration_seconds',
     help: 'Time to answer API requests, by method, route template and status.',
@@ -136,7 +141,12 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
     latency.observe(labels, reply.elapsedTime / 1000);
   });
 
-  const schema = { operationId: 'getMetrics', tags: ['operations'], summary: 'Metrics in the Prometheus text format', response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } } };
+  const schema = {
+    operationId: 'getMetrics',
+    tags: ['operations'],
+    summary: 'Metrics in the Prometheus text format',
+    response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } },
+  };
   app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
     try {
       gauges = await readDatabaseGauges(db);

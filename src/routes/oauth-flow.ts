@@ -5,8 +5,23 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
-import { MAX_WAIT_SECONDS, type AuthenticateResult, type OAuthFlowService, type WaitResult } from '../service/oauth-flow.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
+import {
+  MAX_WAIT_SECONDS,
+  type AuthenticateResult,
+  type OAuthFlowService,
+  type WaitResult,
+} from '../service/oauth-flow.ts';
 import type { OAuthTokenService } from '../service/oauth-tokens.ts';
 import type { TokenView } from '../store/oauth-tokens.ts';
 import { sendCallbackPage } from './oauth-callback-page.ts';
@@ -14,11 +29,16 @@ import { sendCallbackPage } from './oauth-callback-page.ts';
 const Scope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$' });
 export const AgentId = Type.String({ minLength: 1, maxLength: 256, description: 'Your own name for the agent.' });
 
-const AuthenticateBody = Type.Object({
-  provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }),
-  scopes: Type.Optional(Nullable(Type.Array(Scope, { maxItems: 100, description: "Default: the provider's scopes." }))),
-  agent_id: Type.Optional(Nullable(AgentId)),
-}, { title: 'AuthenticateRequest' });
+const AuthenticateBody = Type.Object(
+  {
+    provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }),
+    scopes: Type.Optional(
+      Nullable(Type.Array(Scope, { maxItems: 100, description: "Default: the provider's scopes." })),
+    ),
+    agent_id: Type.Optional(Nullable(AgentId)),
+  },
+  { title: 'AuthenticateRequest' },
+);
 
 const AuthenticateResponse = Type.Object(
   {
@@ -29,16 +49,22 @@ const AuthenticateResponse = Type.Object(
     token_id: Nullable(Uuid({ description: 'completed: the usable token.' })),
     connection_id: Nullable(Uuid({ description: 'completed with agent_id: the agent connection.' })),
   },
-  { title: 'AuthenticateResult', description: 'completed when a usable token of the caller exists, else pending with the authorization URL.' },
+  {
+    title: 'AuthenticateResult',
+    description: 'completed when a usable token of the caller exists, else pending with the authorization URL.',
+  },
 );
 
-const WaitResponse = Type.Object({
-  auth_id: Uuid(),
-  status: StringEnum(['pending', 'completed', 'failed'] as const),
-  token_id: Nullable(Uuid()),
-  connection_id: Nullable(Uuid()),
-  error: Nullable(Type.Object({ reason: Type.String(), message: Type.String() })),
-}, { title: 'AuthorizationStatus' });
+const WaitResponse = Type.Object(
+  {
+    auth_id: Uuid(),
+    status: StringEnum(['pending', 'completed', 'failed'] as const),
+    token_id: Nullable(Uuid()),
+    connection_id: Nullable(Uuid()),
+    error: Nullable(Type.Object({ reason: Type.String(), message: Type.String() })),
+  },
+  { title: 'AuthorizationStatus' },
+);
 
 const OAuthToken = Type.Object(
   {
@@ -48,7 +74,9 @@ const OAuthToken = Type.Object(
     status_message: Nullable(Type.String({ description: 'Why a refresh failed.' })),
     provider_account_label: Nullable(Type.String()),
     scopes: Type.Array(Type.String()),
-    expires_at: Nullable(DateTime({ description: 'When the current access token expires; it is refreshed automatically.' })),
+    expires_at: Nullable(
+      DateTime({ description: 'When the current access token expires; it is refreshed automatically.' }),
+    ),
     has_refresh_token: Type.Boolean(),
     created_by: Type.String({ description: 'The id of the API key that authorized it.' }),
     created_at: DateTime(),
@@ -66,14 +94,23 @@ const TokenParams = Type.Object({ token_id: Uuid() });
  */
 const CallbackQuery = Type.Object({
   code: Type.Optional(Type.String({ description: 'The authorization code, when the person agreed.' })),
-  state: Type.Optional(Type.String({ description: 'The state of the authorization request, sent back unchanged; exactly one.' })),
-  error: Type.Optional(Type.String({ description: 'An OAuth error code (access_denied, invalid_scope...) instead of a code.' })),
+  state: Type.Optional(
+    Type.String({ description: 'The state of the authorization request, sent back unchanged; exactly one.' }),
+  ),
+  error: Type.Optional(
+    Type.String({ description: 'An OAuth error code (access_denied, invalid_scope...) instead of a code.' }),
+  ),
   error_description: Type.Optional(Type.String({ description: "The provider's explanation of error." })),
   error_uri: Type.Optional(Type.String({ description: 'A page about error.' })),
-  iss: Type.Optional(Type.String({ description: 'The issuer (RFC 9207); checked when the provider has one configured.' })),
+  iss: Type.Optional(
+    Type.String({ description: 'The issuer (RFC 9207); checked when the provider has one configured.' }),
+  ),
 });
 
-const CallbackPage = (description: string) => ({ description, content: { 'text/html': { schema: Type.String({ description: 'A small page for the browser.' }) } } });
+const CallbackPage = (description: string) => ({
+  description,
+  content: { 'text/html': { schema: Type.String({ description: 'A small page for the browser.' }) } },
+});
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 
@@ -96,11 +133,28 @@ function tokenResponse(row: TokenView): Static<typeof OAuthToken> {
 
 function authenticateResponse(result: AuthenticateResult): Static<typeof AuthenticateResponse> {
   return result.status === 'completed'
-    ? { status: 'completed', auth_id: null, url: null, expires_at: null, token_id: result.token_id, connection_id: result.connection_id }
-    : { status: 'pending', auth_id: result.auth_id, url: result.url, expires_at: result.expires_at.toISOString(), token_id: null, connection_id: null };
+    ? {
+        status: 'completed',
+        auth_id: null,
+        url: null,
+        expires_at: null,
+        token_id: result.token_id,
+        connection_id: result.connection_id,
+      }
+    : {
+        status: 'pending',
+        auth_id: result.auth_id,
+        url: result.url,
+        expires_at: result.expires_at.toISOString(),
+        token_id: null,
+        connection_id: null,
+      };
 }
 
-export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (app, { flow, tokens }) => {
+export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (
+  app,
+  { flow, tokens },
+) => {
   const tags = ['oauth'];
   // Long polls end at once, with the status as it is, when the server starts closing.
   const closing = new AbortController();
@@ -113,13 +167,18 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         operationId: 'authenticate',
         tags,
         summary: 'Start (or reuse) an authorization',
-        description: 'Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.',
+        description:
+          'Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.',
         body: AuthenticateBody,
         response: { 200: AuthenticateResponse, ...errorResponses(400, 401, 403, 404, 422, 502, 503) },
       },
     },
     async (request) => {
-      const caller = { organizationId: request.caller.organizationId, workspaceId: workspaceOf(request), keyId: request.caller.keyId };
+      const caller = {
+        organizationId: request.caller.organizationId,
+        workspaceId: workspaceOf(request),
+        keyId: request.caller.keyId,
+      };
       return authenticateResponse(await flow.authenticate(caller, request.body));
     },
   );
@@ -138,15 +197,21 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         operationId: 'handleOAuthCallback',
         tags,
         summary: "The provider's redirect back (browser, no API key)",
-        description: 'Checks state (single use, unexpired), exchanges the code and shows a small HTML page saying whether it worked.',
+        description:
+          'Checks state (single use, unexpired), exchanges the code and shows a small HTML page saying whether it worked.',
         // No querystring schema: whatever the provider sends (code, state, error, iss), the answer is the page.
         params: Type.Object({ provider_id: Type.String({ maxLength: 256 }) }),
         response: {
-          200: CallbackPage('Authorization complete: the token is stored (and the agent connected, when one was named).'),
-          400: CallbackPage('Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which).'),
+          200: CallbackPage(
+            'Authorization complete: the token is stored (and the agent connected, when one was named).',
+          ),
+          400: CallbackPage(
+            'Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which).',
+          ),
           502: CallbackPage('Nothing was stored: the provider answered the code exchange wrongly.'),
           503: {
-            description: 'Nothing was stored: the provider (the page) or the database (the error envelope) could not be reached.',
+            description:
+              'Nothing was stored: the provider (the page) or the database (the error envelope) could not be reached.',
             content: { ...CallbackPage('').content, 'application/json': { schema: Type.Ref('ErrorBody') } },
           },
           ...errorResponses(422),
@@ -168,16 +233,30 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         summary: 'Wait for an authorization to finish',
         description: `Long-polls until the flow completes or fails, or timeout seconds (0 to ${MAX_WAIT_SECONDS}, default 30) pass; then status is still pending.`,
         params: Type.Object({ auth_id: Uuid() }),
-        querystring: Type.Object({ timeout: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 30 })) }),
+        querystring: Type.Object({
+          timeout: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 30 })),
+        }),
         response: { 200: WaitResponse, ...errorResponses(401, 403, 404, 422) },
       },
     },
-    async (request): Promise<WaitResult> => flow.wait(workspaceOf(request), request.params.auth_id, request.query.timeout ?? 30, closing.signal),
+    async (request): Promise<WaitResult> =>
+      flow.wait(workspaceOf(request), request.params.auth_id, request.query.timeout ?? 30, closing.signal),
   );
 
   app.get(
     '/v2/auth/tokens',
-    { schema: { operationId: 'listOAuthTokens', tags, summary: "List the workspace's OAuth tokens (never their values)", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'), ...errorResponses(401, 403, 422) } } },
+    {
+      schema: {
+        operationId: 'listOAuthTokens',
+        tags,
+        summary: "List the workspace's OAuth tokens (never their values)",
+        querystring: Type.Object(PageQuery),
+        response: {
+          200: ListEnvelope(OAuthToken, 'A page of tokens, newest first.'),
+          ...errorResponses(401, 403, 422),
+        },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await tokens.list(workspaceOf(request), { limit, offset });
@@ -187,7 +266,15 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
 
   app.get(
     '/v2/auth/tokens/:token_id',
-    { schema: { operationId: 'getOAuthToken', tags, summary: 'Get an OAuth token (never its values)', params: TokenParams, response: { 200: OAuthToken, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'getOAuthToken',
+        tags,
+        summary: 'Get an OAuth token (never its values)',
+        params: TokenParams,
+        response: { 200: OAuthToken, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => tokenResponse(await tokens.get(workspaceOf(request), request.params.token_id)),
   );
 
@@ -198,14 +285,18 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         operationId: 'deleteOAuthToken',
         tags,
         summary: 'Revoke and delete an OAuth token',
-        description: 'Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.',
+        description:
+          'Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.',
         params: TokenParams,
         querystring: Type.Object({ force: Type.Optional(Type.Boolean({ default: false })) }),
         response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422, 502, 503) },
       },
     },
     async (request, reply) => {
-      await tokens.revoke(workspaceOf(request), request.params.token_id, { force: request.query.force ?? false, byKey: request.caller.keyId });
+      await tokens.revoke(workspaceOf(request), request.params.token_id, {
+        force: request.query.force ?? false,
+        byKey: request.caller.keyId,
+      });
       return reply.status(204).send(null);
     },
   );

@@ -7,12 +7,28 @@ import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, SecretString, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  SecretString,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import { CODE_CHALLENGE_METHODS, TOKEN_ENDPOINT_AUTH_METHODS } from '../oauth/oauth-provider-config.ts';
 import type { OAuthProviderService, ProviderActor } from '../service/oauth-providers.ts';
 import type { OAuthProviderRow } from '../store/schema.ts';
 
-const SLUG = { minLength: 1, maxLength: 64, pattern: '^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$', description: 'Lowercase letters, digits, - and _; unique in the organization; part of the callback URL.' };
+const SLUG = {
+  minLength: 1,
+  maxLength: 64,
+  pattern: '^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$',
+  description: 'Lowercase letters, digits, - and _; unique in the organization; part of the callback URL.',
+};
 const URL_FIELD = (description: string) => Type.String({ minLength: 1, maxLength: 2048, description });
 /** RFC 6749 §3.3 scope-token. */
 const Scope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$' });
@@ -40,40 +56,64 @@ export const OAuthProvider = Type.Object(
 
 /** Settings beyond the interface's update body, accepted by create and update alike. */
 const ExtraSettings = {
-  revocation_url: Type.Optional(Nullable(URL_FIELD('RFC 7009 revocation endpoint; deleting a token revokes it there.'))),
-  userinfo_url: Type.Optional(Nullable(URL_FIELD('OpenID Connect userinfo endpoint, asked for the account label when no ID token names it.'))),
+  revocation_url: Type.Optional(
+    Nullable(URL_FIELD('RFC 7009 revocation endpoint; deleting a token revokes it there.')),
+  ),
+  userinfo_url: Type.Optional(
+    Nullable(URL_FIELD('OpenID Connect userinfo endpoint, asked for the account label when no ID token names it.')),
+  ),
   issuer: Type.Optional(Nullable(URL_FIELD('Issuer identifier, checked against the iss of responses and ID tokens.'))),
   provider_type: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
   mcp_server_url: Type.Optional(Nullable(URL_FIELD('The MCP server the tokens are for, if any.'))),
-  token_endpoint_auth_method: Type.Optional(StringEnum(TOKEN_ENDPOINT_AUTH_METHODS, { description: 'Default client_secret_post.' })),
-  scopes: Type.Optional(Nullable(Type.Array(Scope, { maxItems: 100, description: 'Scopes requested when an authentication names none.' }))),
+  token_endpoint_auth_method: Type.Optional(
+    StringEnum(TOKEN_ENDPOINT_AUTH_METHODS, { description: 'Default client_secret_post.' }),
+  ),
+  scopes: Type.Optional(
+    Nullable(Type.Array(Scope, { maxItems: 100, description: 'Scopes requested when an authentication names none.' })),
+  ),
 };
 
-const CreateBody = Type.Object({
-  provider_id: Type.String(SLUG),
-  name: Type.String({ minLength: 1, maxLength: 128 }),
-  client_id: Type.String({ minLength: 1, maxLength: 512 }),
-  client_secret: Type.Optional(Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; encrypted at rest.' }))),
-  auth_url: URL_FIELD('Authorization endpoint (https).'),
-  token_url: URL_FIELD('Token endpoint (https).'),
-  uses_pkce: Type.Optional(Type.Boolean({ description: 'Default true. A public client (token_endpoint_auth_method none) must use PKCE.' })),
-  code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS, { description: 'Default S256.' })),
-  ...ExtraSettings,
-}, { title: 'OAuthProviderCreate' });
+const CreateBody = Type.Object(
+  {
+    provider_id: Type.String(SLUG),
+    name: Type.String({ minLength: 1, maxLength: 128 }),
+    client_id: Type.String({ minLength: 1, maxLength: 512 }),
+    client_secret: Type.Optional(
+      Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; encrypted at rest.' })),
+    ),
+    auth_url: URL_FIELD('Authorization endpoint (https).'),
+    token_url: URL_FIELD('Token endpoint (https).'),
+    uses_pkce: Type.Optional(
+      Type.Boolean({ description: 'Default true. A public client (token_endpoint_auth_method none) must use PKCE.' }),
+    ),
+    code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS, { description: 'Default S256.' })),
+    ...ExtraSettings,
+  },
+  { title: 'OAuthProviderCreate' },
+);
 
-const UpdateBody = Type.Object({
-  name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
-  client_id: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
-  client_secret: Type.Optional(Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; null removes it.' }))),
-  auth_url: Type.Optional(URL_FIELD('Authorization endpoint (https).')),
-  token_url: Type.Optional(URL_FIELD('Token endpoint (https).')),
-  uses_pkce: Type.Optional(Type.Boolean({ description: 'A public client (token_endpoint_auth_method none) must use PKCE.' })),
-  code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS)),
-  provider_id: Type.Optional(Type.String({ description: 'Cannot change; the current value is accepted.' })),
-  ...ExtraSettings,
-}, { title: 'OAuthProviderUpdate' });
+const UpdateBody = Type.Object(
+  {
+    name: Type.Optional(Type.String({ minLength: 1, maxLength: 128 })),
+    client_id: Type.Optional(Type.String({ minLength: 1, maxLength: 512 })),
+    client_secret: Type.Optional(
+      Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; null removes it.' })),
+    ),
+    auth_url: Type.Optional(URL_FIELD('Authorization endpoint (https).')),
+    token_url: Type.Optional(URL_FIELD('Token endpoint (https).')),
+    uses_pkce: Type.Optional(
+      Type.Boolean({ description: 'A public client (token_endpoint_auth_method none) must use PKCE.' }),
+    ),
+    code_challenge_method: Type.Optional(StringEnum(CODE_CHALLENGE_METHODS)),
+    provider_id: Type.Optional(Type.String({ description: 'Cannot change; the current value is accepted.' })),
+    ...ExtraSettings,
+  },
+  { title: 'OAuthProviderUpdate' },
+);
 
-const Params = Type.Object({ provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }) });
+const Params = Type.Object({
+  provider_id: Type.String({ minLength: 1, maxLength: 64, description: "The provider's provider_id (slug) or id." }),
+});
 
 export function providerResponse(row: OAuthProviderRow): Static<typeof OAuthProvider> {
   return {
@@ -95,7 +135,10 @@ export function providerResponse(row: OAuthProviderRow): Static<typeof OAuthProv
   };
 }
 
-export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthProviderService }> = async (app, { providers }) => {
+export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthProviderService }> = async (
+  app,
+  { providers },
+) => {
   const tags = ['oauth'];
   // Providers belong to the organization; writes are for admin keys (they change what every workspace trusts).
   const actor = (request: FastifyRequest): ProviderActor => ({
@@ -112,17 +155,30 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
         operationId: 'createOAuthProvider',
         tags,
         summary: 'Register an OAuth provider',
-        description: 'Register <SLIPWAY_PUBLIC_URL>/v2/auth/callback/<provider_id> as the redirect URI at the provider.',
+        description:
+          'Register <SLIPWAY_PUBLIC_URL>/v2/auth/callback/<provider_id> as the redirect URI at the provider.',
         body: CreateBody,
         response: { 201: OAuthProvider, ...errorResponses(400, 401, 403, 409, 422) },
       },
     },
-    async (request, reply) => reply.status(201).send(providerResponse(await providers.create(actor(request), request.body))),
+    async (request, reply) =>
+      reply.status(201).send(providerResponse(await providers.create(actor(request), request.body))),
   );
 
   app.get(
     '/v2/auth/providers',
-    { schema: { operationId: 'listOAuthProviders', tags, summary: "List the organization's OAuth providers", querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(OAuthProvider, 'A page of providers, newest first.'), ...errorResponses(401, 403, 422) } } },
+    {
+      schema: {
+        operationId: 'listOAuthProviders',
+        tags,
+        summary: "List the organization's OAuth providers",
+        querystring: Type.Object(PageQuery),
+        response: {
+          200: ListEnvelope(OAuthProvider, 'A page of providers, newest first.'),
+          ...errorResponses(401, 403, 422),
+        },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await providers.list(request.caller.organizationId, limit, offset);
@@ -132,7 +188,15 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
 
   app.get(
     '/v2/auth/providers/:provider_id',
-    { schema: { operationId: 'getOAuthProvider', tags, summary: 'Get an OAuth provider', params: Params, response: { 200: OAuthProvider, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'getOAuthProvider',
+        tags,
+        summary: 'Get an OAuth provider',
+        params: Params,
+        response: { 200: OAuthProvider, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => providerResponse(await providers.get(request.caller.organizationId, request.params.provider_id)),
   );
 
@@ -140,16 +204,31 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
     '/v2/auth/providers/:provider_id',
     {
       config: { admin: true },
-      schema: { operationId: 'updateOAuthProvider', tags, summary: 'Update an OAuth provider', params: Params, body: UpdateBody, response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 422) } },
+      schema: {
+        operationId: 'updateOAuthProvider',
+        tags,
+        summary: 'Update an OAuth provider',
+        params: Params,
+        body: UpdateBody,
+        response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 422) },
+      },
     },
-    async (request) => providerResponse(await providers.update(actor(request), request.params.provider_id, request.body)),
+    async (request) =>
+      providerResponse(await providers.update(actor(request), request.params.provider_id, request.body)),
   );
 
   app.delete(
     '/v2/auth/providers/:provider_id',
     {
       config: { admin: true },
-      schema: { operationId: 'deleteOAuthProvider', tags, summary: 'Delete an OAuth provider', description: '409 while tokens of the provider exist.', params: Params, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) } },
+      schema: {
+        operationId: 'deleteOAuthProvider',
+        tags,
+        summary: 'Delete an OAuth provider',
+        description: '409 while tokens of the provider exist.',
+        params: Params,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 409, 422) },
+      },
     },
     async (request, reply) => {
       await providers.remove(actor(request), request.params.provider_id);

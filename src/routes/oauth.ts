@@ -21,7 +21,10 @@ export interface OAuthRoutesOptions {
   credentials: AgentCredentialService;
 }
 
-export const oauthRoutes: FastifyPluginAsyncTypebox<OAuthRoutesOptions> = async (app, { providers, flow, tokens, connections, credentials }) => {
+export const oauthRoutes: FastifyPluginAsyncTypebox<OAuthRoutesOptions> = async (
+  app,
+  { providers, flow, tokens, connections, credentials },
+) => {
   await app.register(oauthProviderRoutes, { providers });
   await app.register(oauthFlowRoutes, { flow, tokens });
   await app.register(agentConnectionRoutes, { connections, credentials });

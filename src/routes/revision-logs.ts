@@ -59,21 +59,37 @@ function decodeLogCursor(cursor: string, loc: ValidationIssue['loc']): string {
     // The round trip refuses non-canonical spellings, so an unchanged cursor is the very same string.
     if (CURSOR_ID.test(id) && BigInt(id) <= MAX_ID && encodeLogCursor(id) === cursor) return id;
   }
-  throw new ValidationError([{ type: 'value_error', loc, msg: 'Value error, not a cursor returned by this endpoint: pass next_cursor (or an event id) unchanged', input: cursor }]);
+  throw new ValidationError([
+    {
+      type: 'value_error',
+      loc,
+      msg: 'Value error, not a cursor returned by this endpoint: pass next_cursor (or an event id) unchanged',
+      input: cursor,
+    },
+  ]);
 }
 
 // ----- schemas -----------------------------------------------------------------------------------
 
-const LogLine = Type.Object({
-  time: DateTime({ description: 'When the line was written, ISO 8601 with milliseconds.' }),
-  stream: StringEnum(LOG_STREAMS, { description: 'stdout or stderr of the process, or system for lines the platform writes.' }),
-  message: Type.String({ description: 'The line without its newline, colours and control characters; secret values are ********.' }),
-}, { title: 'LogLine' });
+const LogLine = Type.Object(
+  {
+    time: DateTime({ description: 'When the line was written, ISO 8601 with milliseconds.' }),
+    stream: StringEnum(LOG_STREAMS, {
+      description: 'stdout or stderr of the process, or system for lines the platform writes.',
+    }),
+    message: Type.String({
+      description: 'The line without its newline, colours and control characters; secret values are ********.',
+    }),
+  },
+  { title: 'LogLine' },
+);
 
 const LogPage = Type.Object(
   {
     lines: Type.Array(LogLine),
-    next_cursor: Type.String({ description: 'Pass as cursor to get the lines after this page; unchanged when the page is empty.' }),
+    next_cursor: Type.String({
+      description: 'Pass as cursor to get the lines after this page; unchanged when the page is empty.',
+    }),
   },
   { title: 'LogPage', description: 'A page of log lines, oldest first.' },
 );
@@ -90,17 +106,45 @@ const EVENT_STREAM_DESCRIPTION = [
 const LogParams = Type.Object({ deployment_id: Uuid(), revision_id: Uuid() });
 
 const LogQuery = Type.Object({
-  type: Type.Optional(StringEnum(LOG_TYPES, { default: 'build', description: 'build: the build output; deploy: the running app\'s stdout and stderr.' })),
-  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100, description: 'Lines per page, 1 to 1000 (ignored with follow).' })),
-  cursor: Type.Optional(Type.String({ maxLength: 200, description: 'next_cursor of a previous page (or an event id); absent: from the first line.' })),
-  follow: Type.Optional(Type.Boolean({ default: false, description: 'Stream the lines as server-sent events (text/event-stream) until the log ends.' })),
+  type: Type.Optional(
+    StringEnum(LOG_TYPES, {
+      default: 'build',
+      description: "build: the build output; deploy: the running app's stdout and stderr.",
+    }),
+  ),
+  limit: Type.Optional(
+    Type.Integer({
+      minimum: 1,
+      maximum: 1000,
+      default: 100,
+      description: 'Lines per page, 1 to 1000 (ignored with follow).',
+    }),
+  ),
+  cursor: Type.Optional(
+    Type.String({
+      maxLength: 200,
+      description: 'next_cursor of a previous page (or an event id); absent: from the first line.',
+    }),
+  ),
+  follow: Type.Optional(
+    Type.Boolean({
+      default: false,
+      description: 'Stream the lines as server-sent events (text/event-stream) until the log ends.',
+    }),
+  ),
 });
 
 const LogHeaders = Type.Object({
-  'last-event-id': Type.Optional(Type.String({ maxLength: 200, description: 'With follow=true, resume after this event id (it wins over cursor).' })),
+  'last-event-id': Type.Optional(
+    Type.String({ maxLength: 200, description: 'With follow=true, resume after this event id (it wins over cursor).' }),
+  ),
 });
 
-const lineView = (row: RevisionLogRow) => ({ time: row.logged_at.toISOString(), stream: row.stream, message: row.line });
+const lineView = (row: RevisionLogRow) => ({
+  time: row.logged_at.toISOString(),
+  stream: row.stream,
+  message: row.line,
+});
 
 // ----- routes ------------------------------------------------------------------------------------
 
@@ -122,7 +166,8 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
         operationId: 'getRevisionLogs',
         tags: ['revisions'],
         summary: 'Get or follow the logs of a revision',
-        description: 'Build output or app output, oldest first. follow=true streams it as server-sent events (see the text/event-stream response).',
+        description:
+          'Build output or app output, oldest first. follow=true streams it as server-sent events (see the text/event-stream response).',
         params: LogParams,
         querystring: LogQuery,
         headers: LogHeaders,
@@ -160,7 +205,9 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
 
       if (!follow) {
         const rows = await listRevisionLogs(db, revisionId, type, afterId, query.limit ?? 100);
-        return reply.type('application/json; charset=utf-8').send({ lines: rows.map(lineView), next_cursor: encodeLogCursor(rows.at(-1)?.id ?? afterId) });
+        return reply
+          .type('application/json; charset=utf-8')
+          .send({ lines: rows.map(lineView), next_cursor: encodeLogCursor(rows.at(-1)?.id ?? afterId) });
       }
 
       // From here on the response is ours to write: headers set by hooks (x-request-id) go along.
@@ -227,9 +274,14 @@ function logEnded(type: RevisionLogType, revisionId: string, subject: LogSubject
   return type === 'build' || subject.active_revision_id !== revisionId;
 }
 
-const event = (name: string, data: unknown, id?: string): string => `event: ${name}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`;
+const event = (name: string, data: unknown, id?: string): string =>
+  `event: ${name}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`;
 
-const statusData = (s: LogSubject) => ({ status: s.status, failure_reason: s.failure_reason, failure_message: s.failure_message });
+const statusData = (s: LogSubject) => ({
+  status: s.status,
+  failure_reason: s.failure_reason,
+  failure_message: s.failure_message,
+});
 
 function startFollower(o: FollowOptions): Follower {
   const { raw } = o;
@@ -274,7 +326,11 @@ function startFollower(o: FollowOptions): Follower {
   const unsubscribe = o.changes?.subscribe((change) => {
     if (change.kind === 'log') {
       if (change.revision_id === o.revisionId) wake();
-    } else if (change.kind === 'reconnected' || change.revision_id === o.revisionId || change.deployment_id === o.deploymentId) {
+    } else if (
+      change.kind === 'reconnected' ||
+      change.revision_id === o.revisionId ||
+      change.deployment_id === o.deploymentId
+    ) {
       stale = true;
       wake();
     }
@@ -341,4 +397,3 @@ function startFollower(o: FollowOptions): Follower {
     });
   return { stop, done };
 }
-

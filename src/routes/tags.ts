@@ -2,25 +2,60 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, ListEnvelope, Nullable, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import type { TagService } from '../service/tags.ts';
 
-const TagValue = Type.Object({ id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() }, { title: 'TagValue' });
-const TagKey = Type.Object({ id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() }, { title: 'TagKey' });
-const DeploymentTag = Type.Object({ tag_key_id: Uuid(), key: Type.String(), tag_value_id: Uuid(), value: Type.String() }, { title: 'DeploymentTag' });
+const TagValue = Type.Object(
+  { id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() },
+  { title: 'TagValue' },
+);
+const TagKey = Type.Object(
+  { id: Uuid(), key: Type.String(), description: Nullable(Type.String()), created_at: DateTime() },
+  { title: 'TagKey' },
+);
+const DeploymentTag = Type.Object(
+  { tag_key_id: Uuid(), key: Type.String(), tag_value_id: Uuid(), value: Type.String() },
+  { title: 'DeploymentTag' },
+);
 const DeploymentTagList = ListEnvelope(DeploymentTag, 'A page of the tag values of a deployment.');
 const KeyParams = Type.Object({ tag_key_id: Uuid() });
 /** The most tag values a deployment carries: a PUT answers with the whole set in one page. */
 const MAX_DEPLOYMENT_TAGS = 100;
 const TAG_TEXT = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 
-const keyResponse = (k: { id: string; key: string; description: string | null; created_at: Date }) => ({ ...k, created_at: k.created_at.toISOString() });
-const valueResponse = (v: { id: string; tag_key_id: string; value: string; created_at: Date }) => ({ ...v, created_at: v.created_at.toISOString() });
+const keyResponse = (k: { id: string; key: string; description: string | null; created_at: Date }) => ({
+  ...k,
+  created_at: k.created_at.toISOString(),
+});
+const valueResponse = (v: { id: string; tag_key_id: string; value: string; created_at: Date }) => ({
+  ...v,
+  created_at: v.created_at.toISOString(),
+});
 
 export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
   app.post(
     '/v2/tags/keys',
-    { schema: { operationId: 'createTagKey', tags: ['tags'], summary: 'Create a tag key', body: Type.Object({ key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) }, { title: 'TagKeyCreate' }), response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) } } },
+    {
+      schema: {
+        operationId: 'createTagKey',
+        tags: ['tags'],
+        summary: 'Create a tag key',
+        body: Type.Object(
+          { key: Type.String(TAG_TEXT), description: Type.Optional(Nullable(Type.String({ maxLength: 1024 }))) },
+          { title: 'TagKeyCreate' },
+        ),
+        response: { 201: TagKey, ...errorResponses(401, 403, 409, 422) },
+      },
+    },
     async (request, reply) => {
       const row = await tags.createKey(workspaceOf(request), request.body);
       return reply.status(201).send(keyResponse(row));
@@ -29,7 +64,15 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
 
   app.get(
     '/v2/tags/keys',
-    { schema: { operationId: 'listTagKeys', tags: ['tags'], summary: 'List tag keys', querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) } } },
+    {
+      schema: {
+        operationId: 'listTagKeys',
+        tags: ['tags'],
+        summary: 'List tag keys',
+        querystring: Type.Object(PageQuery),
+        response: { 200: ListEnvelope(TagKey, 'A page of tag keys.'), ...errorResponses(401, 403, 422) },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await tags.listKeys(workspaceOf(request), { limit, offset });
@@ -39,7 +82,15 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
 
   app.delete(
     '/v2/tags/keys/:tag_key_id',
-    { schema: { operationId: 'deleteTagKey', tags: ['tags'], summary: 'Delete a tag key and its values', params: KeyParams, response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'deleteTagKey',
+        tags: ['tags'],
+        summary: 'Delete a tag key and its values',
+        params: KeyParams,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request, reply) => {
       await tags.removeKey(workspaceOf(request), request.params.tag_key_id);
       return reply.status(204).send(null);
@@ -48,7 +99,16 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
 
   app.post(
     '/v2/tags/keys/:tag_key_id/values',
-    { schema: { operationId: 'createTagValue', tags: ['tags'], summary: 'Add a value to a tag key', params: KeyParams, body: Type.Object({ value: Type.String(TAG_TEXT) }, { title: 'TagValueCreate' }), response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) } } },
+    {
+      schema: {
+        operationId: 'createTagValue',
+        tags: ['tags'],
+        summary: 'Add a value to a tag key',
+        params: KeyParams,
+        body: Type.Object({ value: Type.String(TAG_TEXT) }, { title: 'TagValueCreate' }),
+        response: { 201: TagValue, ...errorResponses(401, 403, 404, 409, 422) },
+      },
+    },
     async (request, reply) => {
       const row = await tags.addValue(workspaceOf(request), request.params.tag_key_id, request.body.value);
       return reply.status(201).send(valueResponse(row));
@@ -57,7 +117,19 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
 
   app.get(
     '/v2/tags/keys/:tag_key_id/values',
-    { schema: { operationId: 'listTagValues', tags: ['tags'], summary: 'List the values of a tag key', params: KeyParams, querystring: Type.Object(PageQuery), response: { 200: ListEnvelope(TagValue, 'A page of the values of a tag key.'), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'listTagValues',
+        tags: ['tags'],
+        summary: 'List the values of a tag key',
+        params: KeyParams,
+        querystring: Type.Object(PageQuery),
+        response: {
+          200: ListEnvelope(TagValue, 'A page of the values of a tag key.'),
+          ...errorResponses(401, 403, 404, 422),
+        },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
       const rows = await tags.listValues(workspaceOf(request), request.params.tag_key_id, { limit, offset });
@@ -67,7 +139,15 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
 
   app.delete(
     '/v2/tags/keys/:tag_key_id/values/:tag_value_id',
-    { schema: { operationId: 'deleteTagValue', tags: ['tags'], summary: 'Delete a tag value', params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }), response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'deleteTagValue',
+        tags: ['tags'],
+        summary: 'Delete a tag value',
+        params: Type.Object({ tag_key_id: Uuid(), tag_value_id: Uuid() }),
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request, reply) => {
       await tags.removeValue(workspaceOf(request), request.params.tag_key_id, request.params.tag_value_id);
       return reply.status(204).send(null);
@@ -84,23 +164,43 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
         summary: 'Set the tag values of a deployment',
         description: 'Replaces the whole set.',
         params: DeploymentParams,
-        body: Type.Object({ tag_value_ids: Type.Array(Uuid(), { maxItems: MAX_DEPLOYMENT_TAGS, uniqueItems: true }) }, { title: 'DeploymentTagsSet' }),
+        body: Type.Object(
+          { tag_value_ids: Type.Array(Uuid(), { maxItems: MAX_DEPLOYMENT_TAGS, uniqueItems: true }) },
+          { title: 'DeploymentTagsSet' },
+        ),
         response: { 200: DeploymentTagList, ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
     async (request) => {
       // The whole new set in one page: the body holds at most MAX_DEPLOYMENT_TAGS ids.
-      const rows = await tags.setDeploymentTags(workspaceOf(request), request.params.deployment_id, request.body.tag_value_ids, { limit: MAX_DEPLOYMENT_TAGS, offset: 0 });
+      const rows = await tags.setDeploymentTags(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.body.tag_value_ids,
+        { limit: MAX_DEPLOYMENT_TAGS, offset: 0 },
+      );
       return envelope(rows, 0);
     },
   );
 
   app.get(
     '/v2/deployments/:deployment_id/tags',
-    { schema: { operationId: 'listDeploymentTags', tags: ['tags'], summary: 'List the tag values of a deployment', params: DeploymentParams, querystring: Type.Object(PageQuery), response: { 200: DeploymentTagList, ...errorResponses(401, 403, 404, 422) } } },
+    {
+      schema: {
+        operationId: 'listDeploymentTags',
+        tags: ['tags'],
+        summary: 'List the tag values of a deployment',
+        params: DeploymentParams,
+        querystring: Type.Object(PageQuery),
+        response: { 200: DeploymentTagList, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      return envelope(await tags.listDeploymentTags(workspaceOf(request), request.params.deployment_id, { limit, offset }), offset);
+      return envelope(
+        await tags.listDeploymentTags(workspaceOf(request), request.params.deployment_id, { limit, offset }),
+        offset,
+      );
     },
   );
 };

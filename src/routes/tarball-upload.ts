@@ -18,10 +18,24 @@ import { DateTime, Uuid } from '../http/schema-helpers.ts';
 import type { Database } from '../store/schema.ts';
 import { insertUpload } from '../store/uploads.ts';
 
-export const TARBALL_TYPES = ['application/gzip', 'application/x-gzip', 'application/octet-stream', 'application/x-tar+gzip'];
+export const TARBALL_TYPES = [
+  'application/gzip',
+  'application/x-gzip',
+  'application/octet-stream',
+  'application/x-tar+gzip',
+];
 const GZIP_MAGIC = Buffer.from([0x1f, 0x8b]);
 
-export const Upload = Type.Object({ id: Uuid(), source_tarball_path: Type.String(), size_bytes: Type.Integer(), sha256: Type.String(), created_at: DateTime() }, { title: 'Upload' });
+export const Upload = Type.Object(
+  {
+    id: Uuid(),
+    source_tarball_path: Type.String(),
+    size_bytes: Type.Integer(),
+    sha256: Type.String(),
+    created_at: DateTime(),
+  },
+  { title: 'Upload' },
+);
 
 /** Where upload `id` is kept, relative to the data directory: what source_tarball_path names. */
 export const uploadPath = (id: string): string => `uploads/${id}.tar.gz`;
@@ -39,7 +53,10 @@ export function acceptTarballBodies(app: FastifyInstance): void {
 export async function requireTarballContentType(request: FastifyRequest): Promise<void> {
   const contentType = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
   if (!TARBALL_TYPES.includes(contentType)) {
-    throw new AppError('unsupported_media_type', `Send the tarball as ${TARBALL_TYPES[0]}, not ${contentType || 'without Content-Type'}.`);
+    throw new AppError(
+      'unsupported_media_type',
+      `Send the tarball as ${TARBALL_TYPES[0]}, not ${contentType || 'without Content-Type'}.`,
+    );
   }
 }
 
@@ -61,7 +78,8 @@ export async function storeTarball(store: TarballStore, body: NodeJS.ReadableStr
   const meter = new Transform({
     transform(chunk: Buffer, _encoding, callback) {
       size += chunk.length;
-      if (size > limitBytes) return callback(new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`));
+      if (size > limitBytes)
+        return callback(new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`));
       if (head.length < 2) head = Buffer.concat([head, chunk.subarray(0, 2)]);
       hash.update(chunk);
       callback(null, chunk);
@@ -70,10 +88,23 @@ export async function storeTarball(store: TarballStore, body: NodeJS.ReadableStr
   try {
     // 'wx': an upload never overwrites another one's file.
     await pipeline(body, meter, createWriteStream(file, { mode: 0o600, flags: 'wx' }));
-    if (size === 0 || !head.subarray(0, 2).equals(GZIP_MAGIC)) throw new AppError('invalid_request', 'The body is not a gzipped tarball.');
+    if (size === 0 || !head.subarray(0, 2).equals(GZIP_MAGIC))
+      throw new AppError('invalid_request', 'The body is not a gzipped tarball.');
     // Inside the try: a file no row names would never be used or removed, so a failed insert removes it.
-    const row = await insertUpload(db, { id, workspaceId, path: relative, sizeBytes: size, sha256: hash.digest('hex') });
-    return { id, source_tarball_path: row.path, size_bytes: size, sha256: row.sha256, created_at: row.created_at.toISOString() };
+    const row = await insertUpload(db, {
+      id,
+      workspaceId,
+      path: relative,
+      sizeBytes: size,
+      sha256: hash.digest('hex'),
+    });
+    return {
+      id,
+      source_tarball_path: row.path,
+      size_bytes: size,
+      sha256: row.sha256,
+      created_at: row.created_at.toISOString(),
+    };
   } catch (error) {
     // EEXIST: the file is another upload's (ids are random, so this does not happen): leave it be.
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') await fs.rm(file, { force: true });

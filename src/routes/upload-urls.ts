@@ -23,7 +23,8 @@ export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
 
 const hashToken = (token: string): Buffer => createHash('sha256').update(token).digest();
 
-const INVALID_URL = 'This upload URL is not valid: it has expired, was used already, or was not issued by this service. Ask for a new one (run the deploy again).';
+const INVALID_URL =
+  'This upload URL is not valid: it has expired, was used already, or was not issued by this service. Ask for a new one (run the deploy again).';
 
 export interface UploadUrlDeps {
   db: Kysely<Database>;
@@ -33,7 +34,10 @@ export interface UploadUrlDeps {
   publicUrl: string;
 }
 
-export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (app, { db, dataDir, limitBytes, publicUrl }) => {
+export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
+  app,
+  { db, dataDir, limitBytes, publicUrl },
+) => {
   acceptTarballBodies(app);
 
   app.post(
@@ -46,11 +50,14 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
         description: `PUT the gzipped tarball to upload_url (Content-Type application/gzip, no API key) within ${UPLOAD_URL_TTL_MS / 60_000} minutes, once; then patch the deployment with source_revision_config.source_tarball_path = object_path.`,
         params: Type.Object({ deployment_id: Uuid() }),
         response: {
-          200: Type.Object({
-            upload_url: Type.String({ description: 'Absolute URL that authenticates the one PUT it allows.' }),
-            object_path: Type.String({ description: 'The source_tarball_path of the upload once it is stored.' }),
-            expires_at: DateTime(),
-          }, { title: 'UploadUrl' }),
+          200: Type.Object(
+            {
+              upload_url: Type.String({ description: 'Absolute URL that authenticates the one PUT it allows.' }),
+              object_path: Type.String({ description: 'The source_tarball_path of the upload once it is stored.' }),
+              expires_at: DateTime(),
+            },
+            { title: 'UploadUrl' },
+          ),
           ...errorResponses(401, 403, 404, 422),
         },
       },
@@ -62,7 +69,14 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
       const id = randomUUID();
       const token = randomBytes(32).toString('base64url');
       const expiresAt = new Date(Date.now() + UPLOAD_URL_TTL_MS);
-      await insertUploadToken(db, { id, workspaceId, deploymentId, tokenHash: hashToken(token), objectPath: uploadPath(id), expiresAt });
+      await insertUploadToken(db, {
+        id,
+        workspaceId,
+        deploymentId,
+        tokenHash: hashToken(token),
+        objectPath: uploadPath(id),
+        expiresAt,
+      });
       const url = new URL(`v2/uploads/${id}`, publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`);
       url.searchParams.set('token', token);
       return { upload_url: url.toString(), object_path: uploadPath(id), expires_at: expiresAt.toISOString() };
@@ -80,15 +94,28 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
         operationId: 'uploadSourceToUrl',
         tags: ['deployments'],
         summary: 'Upload a source tarball to an upload URL',
-        description: 'The upload_url of POST /v2/deployments/{id}/upload-url. Body: a gzipped tarball (Content-Type application/gzip).',
+        description:
+          'The upload_url of POST /v2/deployments/{id}/upload-url. Body: a gzipped tarball (Content-Type application/gzip).',
         params: Type.Object({ upload_id: Uuid() }),
-        querystring: Type.Object({ token: Type.String({ minLength: 1, maxLength: 200, description: 'The token of the upload URL.' }) }),
-        body: { content: { 'application/gzip': { schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' } } } },
+        querystring: Type.Object({
+          token: Type.String({ minLength: 1, maxLength: 200, description: 'The token of the upload URL.' }),
+        }),
+        body: {
+          content: {
+            'application/gzip': {
+              schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' },
+            },
+          },
+        },
         response: { 200: Upload, ...errorResponses(400, 403, 413, 415, 422) },
       },
     },
     async (request) => {
-      const granted = await consumeUploadToken(db, request.params.upload_id.toLowerCase(), hashToken(request.query.token));
+      const granted = await consumeUploadToken(
+        db,
+        request.params.upload_id.toLowerCase(),
+        hashToken(request.query.token),
+      );
       if (!granted) throw new AppError('forbidden', INVALID_URL);
       const id = request.params.upload_id.toLowerCase();
       return storeTarball({ db, dataDir, limitBytes }, request.body as NodeJS.ReadableStream, granted.workspace_id, id);

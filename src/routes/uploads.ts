@@ -11,7 +11,11 @@ import { errorResponses } from '../http/schema-helpers.ts';
 import type { Database } from '../store/schema.ts';
 import { Upload, acceptTarballBodies, requireTarballContentType, storeTarball } from './tarball-upload.ts';
 
-export const uploadRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; dataDir: string; limitBytes: number }> = async (app, { db, dataDir, limitBytes }) => {
+export const uploadRoutes: FastifyPluginAsyncTypebox<{
+  db: Kysely<Database>;
+  dataDir: string;
+  limitBytes: number;
+}> = async (app, { db, dataDir, limitBytes }) => {
   acceptTarballBodies(app);
 
   app.post(
@@ -23,14 +27,26 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database>; dat
         operationId: 'uploadSource',
         tags: ['deployments'],
         summary: 'Upload a source tarball',
-        description: 'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.',
+        description:
+          'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.',
         // Documents the body for OpenAPI; the schema has no type, so the stream passes validation as it is.
-        body: { content: { 'application/gzip': { schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' } } } },
+        body: {
+          content: {
+            'application/gzip': {
+              schema: { description: 'A gzipped tarball of the source.', contentMediaType: 'application/gzip' },
+            },
+          },
+        },
         response: { 201: Upload, ...errorResponses(400, 401, 403, 413, 415, 422) },
       },
     },
     async (request, reply) => {
-      const stored = await storeTarball({ db, dataDir, limitBytes }, request.body as NodeJS.ReadableStream, workspaceOf(request), randomUUID());
+      const stored = await storeTarball(
+        { db, dataDir, limitBytes },
+        request.body as NodeJS.ReadableStream,
+        workspaceOf(request),
+        randomUUID(),
+      );
       return reply.status(201).send(stored);
     },
   );

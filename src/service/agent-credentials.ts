@@ -6,7 +6,16 @@
 import type { Kysely } from 'kysely';
 import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
 import { AppError, notFound } from '../errors.ts';
-import { credentialReaches, deploymentExists, insertCredential, listCredentials, revokeCredential, useCredential, type CredentialView, type PresentedCredential } from '../store/agent-credentials.ts';
+import {
+  credentialReaches,
+  deploymentExists,
+  insertCredential,
+  listCredentials,
+  revokeCredential,
+  useCredential,
+  type CredentialView,
+  type PresentedCredential,
+} from '../store/agent-credentials.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 
@@ -23,7 +32,12 @@ export interface MintAgentCredentialInput {
 export function createAgentCredentialService({ db }: AgentCredentialServiceDeps) {
   return {
     /** A new credential for the deployment; `credential` is the only copy of the secret. */
-    async mint(workspaceId: string, deploymentId: string, input: MintAgentCredentialInput, byKey: string): Promise<{ row: CredentialView; credential: string }> {
+    async mint(
+      workspaceId: string,
+      deploymentId: string,
+      input: MintAgentCredentialInput,
+      byKey: string,
+    ): Promise<{ row: CredentialView; credential: string }> {
       const credential = generateAgentCredential();
       const row = await db.transaction().execute(async (tx) => {
         if (!(await deploymentExists(tx, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
@@ -36,7 +50,16 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
           prefix: agentCredentialPrefix(credential),
           createdBy: byKey,
         });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: created.id, deploymentId, type: 'agent_credential.created', data: { agent_ids: created.agent_ids, by_key: byKey } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'agent_credential',
+            subjectId: created.id,
+            deploymentId,
+            type: 'agent_credential.created',
+            data: { agent_ids: created.agent_ids, by_key: byKey },
+          },
+        ]);
         return created;
       });
       return { row, credential };
@@ -50,7 +73,16 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
     async revoke(workspaceId: string, deploymentId: string, id: string, byKey: string): Promise<void> {
       await db.transaction().execute(async (tx) => {
         if (!(await revokeCredential(tx, workspaceId, deploymentId, id))) throw notFound('Agent credential', id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'agent_credential', subjectId: id, deploymentId, type: 'agent_credential.revoked', data: { by_key: byKey } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'agent_credential',
+            subjectId: id,
+            deploymentId,
+            type: 'agent_credential.revoked',
+            data: { by_key: byKey },
+          },
+        ]);
       });
     },
 

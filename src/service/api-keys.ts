@@ -4,7 +4,14 @@ import { displayPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
 import { AppError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, Db } from '../store/schema.ts';
-import { apiKeyAuditFields, createApiKey, firstWorkspaceIds, listApiKeys, revokeApiKey, workspaceInOrganization } from '../store/tenancy.ts';
+import {
+  apiKeyAuditFields,
+  createApiKey,
+  firstWorkspaceIds,
+  listApiKeys,
+  revokeApiKey,
+  workspaceInOrganization,
+} from '../store/tenancy.ts';
 import type { KeyActor } from './key-actor.ts';
 import type { Page } from './page.ts';
 
@@ -31,7 +38,12 @@ async function auditWorkspace(db: Db, keyWorkspaceId: string | null, actor: KeyA
 }
 
 /** What an API key event records: never the key, its hash or its prefix. */
-const keyEventData = (key: { name: string; role: string; workspace_id: string | null }, byKey: string) => ({ name: key.name, role: key.role, workspace_id: key.workspace_id, by_key: byKey });
+const keyEventData = (key: { name: string; role: string; workspace_id: string | null }, byKey: string) => ({
+  name: key.name,
+  role: key.role,
+  workspace_id: key.workspace_id,
+  by_key: byKey,
+});
 
 export function createApiKeyService({ db }: ApiKeyServiceDeps) {
   return {
@@ -46,22 +58,51 @@ export function createApiKeyService({ db }: ApiKeyServiceDeps) {
       }
       const key = generateApiKey();
       const row = await db.transaction().execute(async (tx) => {
-        const created = await createApiKey(tx, { organizationId: actor.organizationId, workspaceId, name: input.name, role: input.role ?? 'member', hash: hashApiKey(key), prefix: displayPrefix(key) });
-        await recordEvents(tx, [{ workspaceId: await auditWorkspace(tx, created.workspace_id, actor), subjectType: 'api_key', subjectId: created.id, type: 'api_key.created', data: keyEventData(created, actor.keyId) }]);
+        const created = await createApiKey(tx, {
+          organizationId: actor.organizationId,
+          workspaceId,
+          name: input.name,
+          role: input.role ?? 'member',
+          hash: hashApiKey(key),
+          prefix: displayPrefix(key),
+        });
+        await recordEvents(tx, [
+          {
+            workspaceId: await auditWorkspace(tx, created.workspace_id, actor),
+            subjectType: 'api_key',
+            subjectId: created.id,
+            type: 'api_key.created',
+            data: keyEventData(created, actor.keyId),
+          },
+        ]);
         return created;
       });
       return { row, key };
     },
 
     /** The whole organization's keys for an organization key, else its workspace's. */
-    list: (actor: KeyActor, page: Page) => listApiKeys(db, { organizationId: actor.organizationId, workspaceId: actor.keyWorkspaceId }, page.limit, page.offset),
+    list: (actor: KeyActor, page: Page) =>
+      listApiKeys(
+        db,
+        { organizationId: actor.organizationId, workspaceId: actor.keyWorkspaceId },
+        page.limit,
+        page.offset,
+      ),
 
     async revoke(actor: KeyActor, id: string): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const scope = { organizationId: actor.organizationId, workspaceId: actor.keyWorkspaceId };
         if (!(await revokeApiKey(tx, scope, id))) throw notFound('API key', id);
         const key = await apiKeyAuditFields(tx, id);
-        await recordEvents(tx, [{ workspaceId: await auditWorkspace(tx, key.workspace_id, actor), subjectType: 'api_key', subjectId: id, type: 'api_key.revoked', data: keyEventData(key, actor.keyId) }]);
+        await recordEvents(tx, [
+          {
+            workspaceId: await auditWorkspace(tx, key.workspace_id, actor),
+            subjectType: 'api_key',
+            subjectId: id,
+            type: 'api_key.revoked',
+            data: keyEventData(key, actor.keyId),
+          },
+        ]);
       });
     },
   };

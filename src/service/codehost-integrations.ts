@@ -77,7 +77,12 @@ export interface RepositorySource {
    * the ref or the repository does not exist (or repoUrl is not on the integration's host), and the codes of
    * codehostFailure when the host refuses or fails.
    */
-  downloadSource(integration: CodehostIntegrationRow, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }>;
+  downloadSource(
+    integration: CodehostIntegrationRow,
+    repoUrl: string,
+    ref: string,
+    destFile: string,
+  ): Promise<{ commitSha: string }>;
 }
 
 export interface CodehostIntegrationServiceDeps {
@@ -111,7 +116,9 @@ function codehostFailure(error: CodeHostError): AppError {
       return new AppError('unavailable', error.message, retryAfter);
     case 'unavailable':
       // A host that said when to come back is answered as "retry later", one that did not as a bad gateway.
-      return error.retryAfterSeconds === undefined ? new AppError('bad_gateway', error.message) : new AppError('unavailable', error.message, retryAfter);
+      return error.retryAfterSeconds === undefined
+        ? new AppError('bad_gateway', error.message)
+        : new AppError('unavailable', error.message, retryAfter);
     case 'unexpected':
       return new AppError('bad_gateway', error.message);
   }
@@ -136,7 +143,10 @@ function secretFieldError(field: string, msg: string): ValidationError {
 function secretString(value: unknown, field: string, min: number, max: number, noSpaces: boolean): string {
   const ok = typeof value === 'string' && value.length >= min && value.length <= max && !(noSpaces && /\s/.test(value));
   if (!ok) {
-    throw secretFieldError(field, `Input should be a string of ${min} to ${max} characters${noSpaces ? ' without spaces' : ''} (the value is not shown: it is a secret)`);
+    throw secretFieldError(
+      field,
+      `Input should be a string of ${min} to ${max} characters${noSpaces ? ' without spaces' : ''} (the value is not shown: it is a secret)`,
+    );
   }
   return value as string;
 }
@@ -159,22 +169,35 @@ function checkApiUrl(raw: string, allowInsecure: boolean): string {
         : 'api_url must be an https URL (plain http is accepted only when the service runs with SLIPWAY_ALLOW_INSECURE_CODEHOST=1)',
     );
   }
-  if (url.username !== '' || url.password !== '') throw new AppError('invalid_request', 'api_url must not carry credentials; give them as token or app_id, private_key and installation_id');
-  if (url.search !== '' || url.hash !== '') throw new AppError('invalid_request', 'api_url must not have a query or a fragment');
+  if (url.username !== '' || url.password !== '')
+    throw new AppError(
+      'invalid_request',
+      'api_url must not carry credentials; give them as token or app_id, private_key and installation_id',
+    );
+  if (url.search !== '' || url.hash !== '')
+    throw new AppError('invalid_request', 'api_url must not have a query or a fragment');
   return `${url.origin}${url.pathname}`.replace(/\/+$/, '');
 }
 
 /** Either a token, or the three fields of a GitHub App installation; never both. */
-function checkCredentials(input: Pick<CreateIntegrationInput, 'token' | 'app_id' | 'private_key' | 'installation_id'>): CodeHostCredentials {
+function checkCredentials(
+  input: Pick<CreateIntegrationInput, 'token' | 'app_id' | 'private_key' | 'installation_id'>,
+): CodeHostCredentials {
   const appFields = (['app_id', 'private_key', 'installation_id'] as const).filter((f) => given(input[f]));
   if (given(input.token)) {
     if (appFields.length > 0) {
-      throw new AppError('invalid_request', `Give either token, or app_id, private_key and installation_id; not both (got token and ${appFields.join(', ')}).`);
+      throw new AppError(
+        'invalid_request',
+        `Give either token, or app_id, private_key and installation_id; not both (got token and ${appFields.join(', ')}).`,
+      );
     }
     return { token: secretString(input.token, 'token', 1, TOKEN_MAX, true) };
   }
   if (appFields.length === 0) {
-    throw new AppError('field_required', 'token is required (or, for a GitHub App, app_id, private_key and installation_id)');
+    throw new AppError(
+      'field_required',
+      'token is required (or, for a GitHub App, app_id, private_key and installation_id)',
+    );
   }
   for (const field of ['app_id', 'private_key', 'installation_id'] as const) {
     if (!given(input[field])) throw new AppError('field_required', `${field} is required for a GitHub App integration`);
@@ -193,10 +216,18 @@ export interface HostPolicy {
 
 /** 400 naming the setting when `apiUrl` is off the list; no list, no limit. */
 function checkAllowedApiUrl(apiUrl: string, allowed: readonly string[] | undefined): void {
-  if (allowed !== undefined && !isAllowedApiUrl(apiUrl, allowed)) throw new AppError('invalid_request', notAllowedMessage(apiUrl));
+  if (allowed !== undefined && !isAllowedApiUrl(apiUrl, allowed))
+    throw new AppError('invalid_request', notAllowedMessage(apiUrl));
 }
 
-export function createCodehostIntegrationService({ db, secretBox, allowInsecure, allowedApiUrls, logger, clientOptions = {} }: CodehostIntegrationServiceDeps) {
+export function createCodehostIntegrationService({
+  db,
+  secretBox,
+  allowInsecure,
+  allowedApiUrls,
+  logger,
+  clientOptions = {},
+}: CodehostIntegrationServiceDeps) {
   // Octokit's per-request lines are debug noise; only the message is passed on, never the request
   // options that come as a second argument (they hold the Authorization header).
   const log = logger.child({ component: 'codehost' });
@@ -234,12 +265,20 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
       return talkingToHost(() => clientOf(integration).checkRepositoryUrl(repoUrl));
     },
 
-    async downloadSource(integration: CodehostIntegrationRow, repoUrl: string, ref: string, destFile: string): Promise<{ commitSha: string }> {
+    async downloadSource(
+      integration: CodehostIntegrationRow,
+      repoUrl: string,
+      ref: string,
+      destFile: string,
+    ): Promise<{ commitSha: string }> {
       const client = clientOf(integration);
       // Checked when the deployment was made; checked again since the tarball must come from this host.
       const location = parseRepositoryUrl(repoUrl);
       if (location === null || location.origin !== webOriginOfApiUrl(client.apiUrl)) {
-        throw new AppError('invalid_reference', `The repository URL ${repoUrl} is not a repository on the integration's host ${webOriginOfApiUrl(client.apiUrl)}.`);
+        throw new AppError(
+          'invalid_reference',
+          `The repository URL ${repoUrl} is not a repository on the integration's host ${webOriginOfApiUrl(client.apiUrl)}.`,
+        );
       }
       return talkingToHost(async () => {
         // The sha first, then the tarball of that sha: a push between the two cannot mix commits.
@@ -259,7 +298,11 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
      * installation token exchange), so that a wrong token or an uninstalled App is reported now rather
      * than at the first listing. Returns the webhook secret in plaintext once, for the create response.
      */
-    async create(workspaceId: string, input: CreateIntegrationInput, policy: HostPolicy = {}): Promise<{ row: CodehostIntegrationRow; webhookSecret: string }> {
+    async create(
+      workspaceId: string,
+      input: CreateIntegrationInput,
+      policy: HostPolicy = {},
+    ): Promise<{ row: CodehostIntegrationRow; webhookSecret: string }> {
       const apiUrl = checkApiUrl(input.api_url ?? GITHUB_API_URL, allowInsecure);
       // Before anything connects: the check of the credentials below is a request to apiUrl.
       checkAllowedApiUrl(apiUrl, allowedFor(policy));
@@ -285,8 +328,17 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
             credentialsSealed: secretBox.seal(JSON.stringify(credentials)),
             webhookSecretSealed: secretBox.seal(webhookSecret),
           });
-          if (!created) throw new AppError('conflict', `An integration named '${input.name}' already exists in this workspace.`);
-          await recordEvents(tx, [{ workspaceId, subjectType: 'codehost_integration', subjectId: id, type: 'codehost_integration.created', data: { name: input.name, api_url: apiUrl, kind } }]);
+          if (!created)
+            throw new AppError('conflict', `An integration named '${input.name}' already exists in this workspace.`);
+          await recordEvents(tx, [
+            {
+              workspaceId,
+              subjectType: 'codehost_integration',
+              subjectId: id,
+              type: 'codehost_integration.created',
+              data: { name: input.name, api_url: apiUrl, kind },
+            },
+          ]);
           return created;
         });
         return { row, webhookSecret };
@@ -301,11 +353,20 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
      * Renames, replaces the credentials (checked against the host like at create: a token expires, an
      * App key is rotated) or sets a new webhook secret, returned once. The host cannot change.
      */
-    async update(workspaceId: string, id: string, input: UpdateIntegrationInput, policy: HostPolicy = {}): Promise<{ row: CodehostIntegrationRow; webhookSecret: string | null }> {
+    async update(
+      workspaceId: string,
+      id: string,
+      input: UpdateIntegrationInput,
+      policy: HostPolicy = {},
+    ): Promise<{ row: CodehostIntegrationRow; webhookSecret: string | null }> {
       const current = await read(workspaceId, id);
       if (given(input.api_url)) {
         const asked = typeof input.api_url === 'string' ? checkApiUrl(input.api_url, true) : null;
-        if (asked !== current.api_url) throw new AppError('field_immutable', 'api_url cannot be changed after creation; create another integration for another host');
+        if (asked !== current.api_url)
+          throw new AppError(
+            'field_immutable',
+            'api_url cannot be changed after creation; create another integration for another host',
+          );
       }
       const change: IntegrationChange = {};
       const fields: string[] = [];
@@ -313,12 +374,16 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
         change.name = input.name as string;
         fields.push('name');
       }
-      const replacesCredentials = (['token', 'app_id', 'private_key', 'installation_id'] as const).some((f) => given(input[f]));
+      const replacesCredentials = (['token', 'app_id', 'private_key', 'installation_id'] as const).some((f) =>
+        given(input[f]),
+      );
       if (replacesCredentials) {
         const credentials = checkCredentials(input);
         checkAllowedApiUrl(current.api_url, allowedFor(policy));
         // A client of its own: the cached one must keep serving the stored credentials until they change.
-        await talkingToHost(() => new GitHubClient(credentials, { ...clientOptionsWithLog, apiUrl: current.api_url }).verifyCredentials());
+        await talkingToHost(() =>
+          new GitHubClient(credentials, { ...clientOptionsWithLog, apiUrl: current.api_url }).verifyCredentials(),
+        );
         const app = 'app_id' in credentials;
         Object.assign(change, {
           kind: app ? 'app' : 'token',
@@ -332,7 +397,14 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
         throw new AppError('invalid_request', 'Give either webhook_secret or rotate_webhook_secret, not both.');
       }
       let webhookSecret: string | null = null;
-      if (given(input.webhook_secret)) webhookSecret = secretString(input.webhook_secret, 'webhook_secret', WEBHOOK_SECRET_MIN, WEBHOOK_SECRET_MAX, false);
+      if (given(input.webhook_secret))
+        webhookSecret = secretString(
+          input.webhook_secret,
+          'webhook_secret',
+          WEBHOOK_SECRET_MIN,
+          WEBHOOK_SECRET_MAX,
+          false,
+        );
       if (input.rotate_webhook_secret === true) webhookSecret = randomBytes(32).toString('hex');
       if (webhookSecret !== null) {
         change.webhookSecretSealed = secretBox.seal(webhookSecret);
@@ -342,9 +414,21 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
       const row = await db.transaction().execute(async (tx) => {
         if (!(await lockIntegration(tx, workspaceId, id))) throw notFound('Integration', id);
         const updated = await updateIntegration(tx, id, change);
-        if (!updated) throw new AppError('conflict', `An integration named '${String(change.name)}' already exists in this workspace.`);
+        if (!updated)
+          throw new AppError(
+            'conflict',
+            `An integration named '${String(change.name)}' already exists in this workspace.`,
+          );
         // The field names only, never their values.
-        await recordEvents(tx, [{ workspaceId, subjectType: 'codehost_integration', subjectId: id, type: 'codehost_integration.updated', data: { fields } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'codehost_integration',
+            subjectId: id,
+            type: 'codehost_integration.updated',
+            data: { fields },
+          },
+        ]);
         return updated;
       });
       return { row, webhookSecret };
@@ -361,10 +445,21 @@ export function createCodehostIntegrationService({ db, secretBox, allowInsecure,
         if (!row) throw notFound('Integration', id);
         const users = await deploymentsUsingIntegration(tx, id);
         if (users.length > 0) {
-          throw new AppError('conflict', `Integration ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`);
+          throw new AppError(
+            'conflict',
+            `Integration ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`,
+          );
         }
         await deleteIntegration(tx, id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'codehost_integration', subjectId: id, type: 'codehost_integration.deleted', data: { name: row.name } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'codehost_integration',
+            subjectId: id,
+            type: 'codehost_integration.deleted',
+            data: { name: row.name },
+          },
+        ]);
       });
       clients.evict(id);
     },

@@ -12,13 +12,32 @@
  * and a commit builds once per deployment, whatever the delivery id (see decidePush).
  */
 import type { Kysely, Transaction } from 'kysely';
-import { parsePushEvent, pushIsForRepository, pushTarget, trackedBranch, type PushEvent } from '../codehost/push-event.ts';
+import {
+  parsePushEvent,
+  pushIsForRepository,
+  pushTarget,
+  trackedBranch,
+  type PushEvent,
+} from '../codehost/push-event.ts';
 import { verifyWebhookSignature } from '../codehost/webhook-signature.ts';
 import { AppError, notFound } from '../errors.ts';
-import { codehostDeploymentsOfIntegration, deploymentsWithCommit, getIntegrationById, type CodehostDeploymentOfIntegration } from '../store/codehost-integrations.ts';
+import {
+  codehostDeploymentsOfIntegration,
+  deploymentsWithCommit,
+  getIntegrationById,
+  type CodehostDeploymentOfIntegration,
+} from '../store/codehost-integrations.ts';
 import { lockDeployment } from '../store/deployments.ts';
 import type { Database, WebhookDeliveryRow } from '../store/schema.ts';
-import { claimDelivery, findProcessedDelivery, listDeliveries, recordDelivery, settleDelivery, type DeliveryFacts, type DeliveryResult } from '../store/webhook-deliveries.ts';
+import {
+  claimDelivery,
+  findProcessedDelivery,
+  listDeliveries,
+  recordDelivery,
+  settleDelivery,
+  type DeliveryFacts,
+  type DeliveryResult,
+} from '../store/webhook-deliveries.ts';
 import type { CodehostIntegrationService } from './codehost-integrations.ts';
 import type { DeploymentService } from './deployments.ts';
 import type { Page } from './page.ts';
@@ -52,13 +71,25 @@ type PushDecision = DeliveryResult & { refusal?: AppError };
 
 export function createWebhookService({ db, integrations, deployments }: WebhookServiceDeps) {
   /** Builds every deployment that tracks the pushed branch, or says why none is built. */
-  async function decidePush(tx: Transaction<Database>, facts: DeliveryFacts & { deliveryId: string }, workspaceId: string, event: PushEvent): Promise<PushDecision> {
+  async function decidePush(
+    tx: Transaction<Database>,
+    facts: DeliveryFacts & { deliveryId: string },
+    workspaceId: string,
+    event: PushEvent,
+  ): Promise<PushDecision> {
     const repository = event.repository.full_name;
     const ofIntegration = await codehostDeploymentsOfIntegration(tx, facts.integrationId);
-    const forRepo = ofIntegration.filter((d) => d.workspace_id === workspaceId && d.repo_url !== null && pushIsForRepository(event, d.repo_url));
+    const forRepo = ofIntegration.filter(
+      (d) => d.workspace_id === workspaceId && d.repo_url !== null && pushIsForRepository(event, d.repo_url),
+    );
     if (forRepo.length === 0) {
       const message = `No codehost deployment of this integration uses the repository ${repository} (${event.repository.html_url}).`;
-      return { outcome: 'rejected', reason: 'unknown_repository', message, refusal: new AppError('not_found', message) };
+      return {
+        outcome: 'rejected',
+        reason: 'unknown_repository',
+        message,
+        refusal: new AppError('not_found', message),
+      };
     }
     const target = pushTarget(event);
     if (target.kind === 'ignored') return { outcome: 'ignored', reason: target.reason, message: target.message };
@@ -66,26 +97,42 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
     const names = (list: CodehostDeploymentOfIntegration[]): string => list.map((d) => `'${d.name}'`).join(', ');
     const building = forRepo.filter((d) => d.build_on_push);
     if (building.length === 0) {
-      return { outcome: 'ignored', reason: 'build_on_push_off', message: `No deployment of ${repository} has source_config.build_on_push set (deployments: ${names(forRepo)}).` };
+      return {
+        outcome: 'ignored',
+        reason: 'build_on_push_off',
+        message: `No deployment of ${repository} has source_config.build_on_push set (deployments: ${names(forRepo)}).`,
+      };
     }
     // The tracked branch is that of the latest revision; one made from another source (revision_source)
     // tracks nothing until a codehost revision comes again.
     const refOf = (d: CodehostDeploymentOfIntegration): string | null =>
-      d.latest_revision_source === 'codehost' && d.latest_revision_config?.repo_ref ? d.latest_revision_config.repo_ref : null;
+      d.latest_revision_source === 'codehost' && d.latest_revision_config?.repo_ref
+        ? d.latest_revision_config.repo_ref
+        : null;
     const tracking = building.filter((d) => {
       const ref = refOf(d);
       return ref !== null && trackedBranch(ref) === target.branch;
     });
     if (tracking.length === 0) {
-      const tracked = building.map((d) => `'${d.name}' tracks ${trackedBranch(refOf(d) ?? '') ?? 'no branch'}`).join(', ');
-      return { outcome: 'ignored', reason: 'branch_not_tracked', message: `No build_on_push deployment of ${repository} tracks branch ${target.branch} (${tracked}).` };
+      const tracked = building
+        .map((d) => `'${d.name}' tracks ${trackedBranch(refOf(d) ?? '') ?? 'no branch'}`)
+        .join(', ');
+      return {
+        outcome: 'ignored',
+        reason: 'branch_not_tracked',
+        message: `No build_on_push deployment of ${repository} tracks branch ${target.branch} (${tracked}).`,
+      };
     }
     // A commit builds once per deployment. The signature covers the body but not the delivery id, so a
     // captured push replayed under a new id must not build again (nor roll back to an old commit); and a
     // push sent by two webhooks (a repository's and its organization's) is one push. Locked first, in id
     // order, so that concurrent deliveries of one push serialise here.
     for (const deployment of tracking) await lockDeployment(tx, workspaceId, deployment.id);
-    const built = await deploymentsWithCommit(tx, tracking.map((d) => d.id), target.commitSha);
+    const built = await deploymentsWithCommit(
+      tx,
+      tracking.map((d) => d.id),
+      target.commitSha,
+    );
     const toBuild = tracking.filter((d) => !built.has(d.id));
     if (toBuild.length === 0) {
       const revisions = tracking.map((d) => `'${d.name}' revision ${built.get(d.id) ?? '?'}`).join(', ');
@@ -101,7 +148,16 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
         workspaceId,
         deployment.id,
         { source_revision_config: { repo_ref: refOf(deployment), repo_commit_sha: target.commitSha } },
-        { tx, cause: { cause: 'push', integration_id: facts.integrationId, delivery_id: facts.deliveryId, ref: event.ref, commit_sha: target.commitSha } },
+        {
+          tx,
+          cause: {
+            cause: 'push',
+            integration_id: facts.integrationId,
+            delivery_id: facts.deliveryId,
+            ref: event.ref,
+            commit_sha: target.commitSha,
+          },
+        },
       );
       if (view.latest_revision_id !== null) revisionIds.push(view.latest_revision_id);
     }
@@ -123,7 +179,11 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
   ): Promise<{ row: WebhookDeliveryRow; refusal?: AppError }> {
     return db.transaction().execute(async (tx) => {
       // Claimed as revision_created, the outcome the unique index covers, until the decision is known.
-      const claimed = await claimDelivery(tx, facts, { outcome: 'revision_created', reason: 'processing', message: 'Being processed.' });
+      const claimed = await claimDelivery(tx, facts, {
+        outcome: 'revision_created',
+        reason: 'processing',
+        message: 'Being processed.',
+      });
       if (claimed === null) {
         const first = await findProcessedDelivery(tx, facts.integrationId, facts.deliveryId);
         const when = first ? ` at ${first.received_at.toISOString()}` : '';
@@ -161,13 +221,31 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
         throw error;
       };
 
-      const signature = verifyWebhookSignature(integrations.webhookSecretOf(integration), delivery.body, delivery.signature);
+      const signature = verifyWebhookSignature(
+        integrations.webhookSecretOf(integration),
+        delivery.body,
+        delivery.signature,
+      );
       if (!signature.ok) {
-        return refuse(`signature_${signature.reason}`, new AppError('webhook_signature_invalid', `${signature.message} Check that the webhook's secret on the code host is the integration's webhook secret.`));
+        return refuse(
+          `signature_${signature.reason}`,
+          new AppError(
+            'webhook_signature_invalid',
+            `${signature.message} Check that the webhook's secret on the code host is the integration's webhook secret.`,
+          ),
+        );
       }
       const { event, deliveryId } = facts;
-      if (event === null) return refuse('missing_event', new AppError('invalid_request', 'The X-GitHub-Event header is missing or malformed.'));
-      if (deliveryId === null) return refuse('missing_delivery_id', new AppError('invalid_request', 'The X-GitHub-Delivery header is missing or malformed.'));
+      if (event === null)
+        return refuse(
+          'missing_event',
+          new AppError('invalid_request', 'The X-GitHub-Event header is missing or malformed.'),
+        );
+      if (deliveryId === null)
+        return refuse(
+          'missing_delivery_id',
+          new AppError('invalid_request', 'The X-GitHub-Delivery header is missing or malformed.'),
+        );
       const claimable = { ...facts, deliveryId };
 
       let payload: unknown;
@@ -179,20 +257,45 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
       }
 
       if (event === 'ping') {
-        return (await processOnce(claimable, async () => ({ outcome: 'ignored', reason: 'ping', message: 'Ping received: the webhook reaches Slipway and its signature is valid.' }))).row;
+        return (
+          await processOnce(claimable, async () => ({
+            outcome: 'ignored',
+            reason: 'ping',
+            message: 'Ping received: the webhook reaches Slipway and its signature is valid.',
+          }))
+        ).row;
       }
       if (event !== 'push') {
-        return (await processOnce(claimable, async () => ({ outcome: 'ignored', reason: 'event_not_handled', message: `Slipway builds on push events only; a ${event} event does nothing.` }))).row;
+        return (
+          await processOnce(claimable, async () => ({
+            outcome: 'ignored',
+            reason: 'event_not_handled',
+            message: `Slipway builds on push events only; a ${event} event does nothing.`,
+          }))
+        ).row;
       }
       const parsed = parsePushEvent(payload);
-      if (!parsed.ok) return refuse('malformed_payload', new AppError('invalid_request', `The push payload is malformed: ${parsed.message}`));
+      if (!parsed.ok)
+        return refuse(
+          'malformed_payload',
+          new AppError('invalid_request', `The push payload is malformed: ${parsed.message}`),
+        );
       const push = parsed.event;
       // PostgreSQL text cannot hold NUL; these strings are stored and quoted in messages.
-      if ([push.ref, push.repository.full_name, push.repository.html_url, push.repository.clone_url].some((v) => v.includes('\u0000'))) {
-        return refuse('malformed_payload', new AppError('invalid_request', 'The push payload is malformed: a string holds a NUL character.'));
+      if (
+        [push.ref, push.repository.full_name, push.repository.html_url, push.repository.clone_url].some((v) =>
+          v.includes('\u0000'),
+        )
+      ) {
+        return refuse(
+          'malformed_payload',
+          new AppError('invalid_request', 'The push payload is malformed: a string holds a NUL character.'),
+        );
       }
       const pushFacts = { ...claimable, repository: push.repository.full_name, ref: push.ref, commitSha: push.after };
-      const { row, refusal } = await processOnce(pushFacts, (tx) => decidePush(tx, pushFacts, integration.workspace_id, push));
+      const { row, refusal } = await processOnce(pushFacts, (tx) =>
+        decidePush(tx, pushFacts, integration.workspace_id, push),
+      );
       if (refusal) throw refusal;
       return row;
     },

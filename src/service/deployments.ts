@@ -6,17 +6,60 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import type { RepositoryUrlCheck } from '../codehost/github-client.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { mergeSecrets, planCreate, planPatch, type CreateInput, type PatchInput, type PlannedRevision, type Secret, type SecretReference } from '../domain/deployment-plan.ts';
+import {
+  mergeSecrets,
+  planCreate,
+  planPatch,
+  type CreateInput,
+  type PatchInput,
+  type PlannedRevision,
+  type Secret,
+  type SecretReference,
+} from '../domain/deployment-plan.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
-import { SUPERSEDABLE_REVISION_STATUSES, UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import {
+  SUPERSEDABLE_REVISION_STATUSES,
+  UNFINISHED_REVISION_STATUSES,
+  isFinalRevisionStatus,
+  type RevisionStatus,
+} from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { NEW_REVISION_STATUS, newRevisionEvents, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
+import {
+  NEW_REVISION_STATUS,
+  newRevisionEvents,
+  transitionDeployment,
+  transitionRevision,
+} from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
-import { deleteDeploymentRow, getDeployment, hasLocalResources, insertDeployment, listDeployments, lockDeployment, updateDeployment, type DeploymentFilter, type DeploymentView } from '../store/deployments.ts';
+import {
+  deleteDeploymentRow,
+  getDeployment,
+  hasLocalResources,
+  insertDeployment,
+  listDeployments,
+  lockDeployment,
+  updateDeployment,
+  type DeploymentFilter,
+  type DeploymentView,
+} from '../store/deployments.ts';
 import { listDeploymentEvents, recordEvents, type EventInput } from '../store/events.ts';
 import { listenerHasBeenSeen, shareLockListener } from '../store/listeners.ts';
-import { getRevision, insertRevision, listRevisions, lockRevision, lockRevisionsInStatus, type RevisionView } from '../store/revisions.ts';
-import type { CodehostIntegrationRow, Database, Db, DeploymentRow, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
+import {
+  getRevision,
+  insertRevision,
+  listRevisions,
+  lockRevision,
+  lockRevisionsInStatus,
+  type RevisionView,
+} from '../store/revisions.ts';
+import type {
+  CodehostIntegrationRow,
+  Database,
+  Db,
+  DeploymentRow,
+  RevisionSnapshot,
+  StoredSecret,
+} from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
 import { findUploadByPath } from '../store/uploads.ts';
 import type { Page } from './page.ts';
@@ -39,13 +82,16 @@ export interface DeploymentServiceDeps {
 /** Without a checker a codehost create fails loudly rather than skipping the host check. */
 const noRepositoryChecker: RepositoryChecker = {
   checkRepositoryUrl: async () => {
-    throw new Error('createDeploymentService was built without a RepositoryChecker, so it cannot check a codehost repo_url');
+    throw new Error(
+      'createDeploymentService was built without a RepositoryChecker, so it cannot check a codehost repo_url',
+    );
   },
 };
 
 /** Compares field by field (jsonb does not keep the order of an object's keys). */
 function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] | null): boolean {
-  const flat = (list: SecretReference[] | null) => JSON.stringify((list ?? []).map((r) => [r.name, r.secret_name, r.secret_key]));
+  const flat = (list: SecretReference[] | null) =>
+    JSON.stringify((list ?? []).map((r) => [r.name, r.secret_name, r.secret_key]));
   return (a === null) === (b === null) && flat(a) === flat(b);
 }
 
@@ -84,19 +130,28 @@ export interface PatchOptions {
 }
 
 export function createDeploymentService({ db, secretBox, repositories = noRepositoryChecker }: DeploymentServiceDeps) {
-  const seal = (secrets: Secret[]): StoredSecret[] => secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
-  const open = (secrets: StoredSecret[]): Secret[] => secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
+  const seal = (secrets: Secret[]): StoredSecret[] =>
+    secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
+  const open = (secrets: StoredSecret[]): Secret[] =>
+    secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
 
   /** Listener of the workspace and the namespace the deployment runs in (default: the listener's first). */
   async function checkListener(tx: Db, workspaceId: string, config: SourceConfig): Promise<SourceConfig> {
     if (!config.listener_id) return config;
     // A share lock: the listener cannot be deleted before this deployment is stored.
     const listener = await shareLockListener(tx, workspaceId, config.listener_id);
-    if (!listener) throw new AppError('invalid_reference', `source_config.listener_id: Listener ID ${config.listener_id} not found.`);
+    if (!listener)
+      throw new AppError(
+        'invalid_reference',
+        `source_config.listener_id: Listener ID ${config.listener_id} not found.`,
+      );
     const namespaces = listener.compute_config.k8s_namespaces;
     const asked = config.listener_config?.k8s_namespace;
     if (asked && !namespaces.includes(asked)) {
-      throw new AppError('invalid_request', `source_config.listener_config.k8s_namespace '${asked}' is not one of the listener's namespaces (${namespaces.join(', ')})`);
+      throw new AppError(
+        'invalid_request',
+        `source_config.listener_config.k8s_namespace '${asked}' is not one of the listener's namespaces (${namespaces.join(', ')})`,
+      );
     }
     const namespace = asked ?? namespaces[0];
     return namespace ? { ...config, listener_config: { k8s_namespace: namespace } } : config;
@@ -109,23 +164,34 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
   async function checkRepository(workspaceId: string, config: SourceConfig): Promise<void> {
     if (!config.integration_id || !config.repo_url) return;
     const integration = await getIntegration(db, workspaceId, config.integration_id);
-    if (!integration) throw new AppError('invalid_reference', `source_config.integration_id: Integration ID ${config.integration_id} not found.`);
+    if (!integration)
+      throw new AppError(
+        'invalid_reference',
+        `source_config.integration_id: Integration ID ${config.integration_id} not found.`,
+      );
     const check = await repositories.checkRepositoryUrl(integration, config.repo_url);
-    if (!check.ok) throw new AppError('invalid_reference', `source_config.repo_url '${config.repo_url}' ${check.message}.`);
+    if (!check.ok)
+      throw new AppError('invalid_reference', `source_config.repo_url '${config.repo_url}' ${check.message}.`);
   }
 
   async function checkIntegration(tx: Db, workspaceId: string, config: SourceConfig): Promise<void> {
     if (!config.integration_id) return;
     // A share lock: the integration cannot be deleted before this deployment is stored.
     if (!(await shareLockIntegration(tx, workspaceId, config.integration_id))) {
-      throw new AppError('invalid_reference', `source_config.integration_id: Integration ID ${config.integration_id} not found.`);
+      throw new AppError(
+        'invalid_reference',
+        `source_config.integration_id: Integration ID ${config.integration_id} not found.`,
+      );
     }
   }
 
   async function checkRevisionReferences(tx: Db, workspaceId: string, revision: PlannedRevision): Promise<void> {
     const path = revision.config.source_tarball_path;
     if (path && !(await findUploadByPath(tx, workspaceId, path))) {
-      throw new AppError('invalid_reference', `source_revision_config.source_tarball_path '${path}' is not an upload of this workspace: upload the tarball with POST /v2/uploads and use the path it returns.`);
+      throw new AppError(
+        'invalid_reference',
+        `source_revision_config.source_tarball_path '${path}' is not an upload of this workspace: upload the tarball with POST /v2/uploads and use the path it returns.`,
+      );
     }
   }
 
@@ -147,12 +213,31 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     if (!first) {
       const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES);
       for (const older of superseded) {
-        await transitionRevision(tx, older, 'SKIPPED', { reason: 'superseded', message: `Superseded by revision ${id} before it started.` });
+        await transitionRevision(tx, older, 'SKIPPED', {
+          reason: 'superseded',
+          message: `Superseded by revision ${id} before it started.`,
+        });
       }
     }
-    await insertRevision(tx, { id, deploymentId: deployment.id, workspaceId: deployment.workspace_id, status: NEW_REVISION_STATUS, source: revision.source, config: revision.config, snapshot, secrets });
-    await recordEvents(tx, [...(first?.events ?? []), ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause)]);
-    if (!first) await updateDeployment(tx, deployment.id, { latestRevisionId: id, imageVersion: imageVersionOf(revision.config) });
+    await insertRevision(tx, {
+      id,
+      deploymentId: deployment.id,
+      workspaceId: deployment.workspace_id,
+      status: NEW_REVISION_STATUS,
+      source: revision.source,
+      config: revision.config,
+      snapshot,
+      secrets,
+    });
+    await recordEvents(tx, [
+      ...(first?.events ?? []),
+      ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause),
+    ]);
+    if (!first)
+      await updateDeployment(tx, deployment.id, {
+        latestRevisionId: id,
+        imageVersion: imageVersionOf(revision.config),
+      });
     return id;
   }
 
@@ -177,10 +262,16 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     get: read,
 
     /** Newest first; filters combine with AND (src/store/deployments.ts says which index serves each). */
-    list: (workspaceId: string, filter: DeploymentFilter, page: Page): Promise<DeploymentView[]> => listDeployments(db, workspaceId, filter, page.limit, page.offset),
+    list: (workspaceId: string, filter: DeploymentFilter, page: Page): Promise<DeploymentView[]> =>
+      listDeployments(db, workspaceId, filter, page.limit, page.offset),
 
     /** Newest first; 404 when the deployment is not the workspace's. */
-    async listRevisions(workspaceId: string, deploymentId: string, filter: { statuses?: RevisionStatus[]; remoteReconciled?: boolean }, page: Page): Promise<RevisionView[]> {
+    async listRevisions(
+      workspaceId: string,
+      deploymentId: string,
+      filter: { statuses?: RevisionStatus[]; remoteReconciled?: boolean },
+      page: Page,
+    ): Promise<RevisionView[]> {
       const rows = await listRevisions(db, workspaceId, deploymentId, filter, page.limit, page.offset);
       // Revisions found prove the deployment is the caller's (they are read joined to it, in the
       // workspace); only an empty page needs the lookup that tells "none" from 404. One query, not two.
@@ -231,10 +322,26 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           imageVersion: imageVersionOf(plan.revision?.config ?? null),
         });
         if (!inserted) throw new AppError('conflict', `A deployment named '${input.name}' already exists.`);
-        const created: EventInput = { workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.created', toStatus: 'AWAITING_DATABASE', data: { source: input.source, tracing_project_id: tracingProjectId } };
+        const created: EventInput = {
+          workspaceId,
+          subjectType: 'deployment',
+          subjectId: id,
+          deploymentId: id,
+          type: 'deployment.created',
+          toStatus: 'AWAITING_DATABASE',
+          data: { source: input.source, tracing_project_id: tracingProjectId },
+        };
         if (plan.revision && revisionId) {
           // The row already names revision 1 (the foreign key is checked at commit).
-          await addRevision(tx, { id, workspace_id: workspaceId }, plan.revision, sealed, snapshotOf(sourceConfig, secretReferences), { cause: 'create' }, { id: revisionId, events: [created] });
+          await addRevision(
+            tx,
+            { id, workspace_id: workspaceId },
+            plan.revision,
+            sealed,
+            snapshotOf(sourceConfig, secretReferences),
+            { cause: 'create' },
+            { id: revisionId, events: [created] },
+          );
         } else {
           await recordEvents(tx, [created]);
         }
@@ -242,13 +349,21 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
       return read(workspaceId, id);
     },
 
-    async patch(workspaceId: string, id: string, input: PatchDeploymentInput, options: PatchOptions = {}): Promise<DeploymentView> {
+    async patch(
+      workspaceId: string,
+      id: string,
+      input: PatchDeploymentInput,
+      options: PatchOptions = {},
+    ): Promise<DeploymentView> {
       const apply = async (tx: Db): Promise<void> => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
         const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
         const latestRevision = latest ? { source: latest.source, config: latest.source_revision_config } : null;
-        const plan = planPatch({ name: row.name, source: row.source, sourceConfig: row.source_config, latestRevision }, input);
+        const plan = planPatch(
+          { name: row.name, source: row.source, sourceConfig: row.source_config, latestRevision },
+          input,
+        );
 
         let secrets = row.secrets;
         let secretsChanged = false;
@@ -257,9 +372,15 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           secretsChanged = merged.changed;
           if (merged.changed) secrets = seal(merged.secrets);
         }
-        const secretReferences = input.secret_references !== undefined && input.secret_references !== null ? input.secret_references : row.secret_references;
+        const secretReferences =
+          input.secret_references !== undefined && input.secret_references !== null
+            ? input.secret_references
+            : row.secret_references;
         // Sent unchanged, secret_references change nothing: no update, no event.
-        const secretReferencesChanged = input.secret_references !== undefined && input.secret_references !== null && !sameSecretReferences(input.secret_references, row.secret_references);
+        const secretReferencesChanged =
+          input.secret_references !== undefined &&
+          input.secret_references !== null &&
+          !sameSecretReferences(input.secret_references, row.secret_references);
 
         let revision = plan.revision;
         if (!revision && secretsChanged && latestRevision) {
@@ -280,10 +401,26 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
             secrets,
             secretReferences,
           });
-          await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: changedFields } }]);
+          await recordEvents(tx, [
+            {
+              workspaceId,
+              subjectType: 'deployment',
+              subjectId: id,
+              deploymentId: id,
+              type: 'deployment.updated',
+              data: { fields: changedFields },
+            },
+          ]);
         }
         if (revision) {
-          await addRevision(tx, row, revision, secrets, snapshotOf(plan.sourceConfig, secretReferences), input.source_revision_config ? (options.cause ?? { cause: 'patch' }) : { cause: 'secrets_changed' });
+          await addRevision(
+            tx,
+            row,
+            revision,
+            secrets,
+            snapshotOf(plan.sourceConfig, secretReferences),
+            input.source_revision_config ? (options.cause ?? { cause: 'patch' }) : { cause: 'secrets_changed' },
+          );
         }
       };
       if (options.tx) {
@@ -308,15 +445,29 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         if (row.status === 'AWAITING_DELETE') return;
         const unfinished = await lockRevisionsInStatus(tx, id, UNFINISHED_REVISION_STATUSES);
         for (const revision of unfinished) {
-          await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'deployment_deleted', message: 'The deployment was deleted.' });
+          await transitionRevision(tx, revision, 'INTERRUPTED', {
+            reason: 'deployment_deleted',
+            message: 'The deployment was deleted.',
+          });
         }
         await transitionDeployment(tx, row, 'AWAITING_DELETE');
-        const tornDownLater = row.listener_id === null ? await hasLocalResources(tx, id) : await listenerHasBeenSeen(tx, row.listener_id);
+        const tornDownLater =
+          row.listener_id === null ? await hasLocalResources(tx, id) : await listenerHasBeenSeen(tx, row.listener_id);
         if (tornDownLater) {
           await updateDeployment(tx, id, { deleteTracingProject: options.deleteTracingProject });
           return;
         }
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.deleted', fromStatus: 'AWAITING_DELETE', data: { name: row.name, tracing_project_deleted: options.deleteTracingProject } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'deployment',
+            subjectId: id,
+            deploymentId: id,
+            type: 'deployment.deleted',
+            fromStatus: 'AWAITING_DELETE',
+            data: { name: row.name, tracing_project_deleted: options.deleteTracingProject },
+          },
+        ]);
         await deleteDeploymentRow(tx, id);
         if (options.deleteTracingProject) await deleteTracingProject(tx, row.tracing_project_id);
       });
@@ -334,10 +485,33 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         // snapshot holds goes back onto the deployment, so a later secrets-only patch (which snapshots
         // the deployment) keeps the rollback instead of undoing it.
         const sourceConfig = restoreSnapshot(row.source_config, snapshot);
-        await updateDeployment(tx, id, { secrets: old.secrets, sourceConfig, secretReferences: snapshot.secret_references ?? null });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: id, deploymentId: id, type: 'deployment.updated', data: { fields: ['secrets', 'secret_references', ...SNAPSHOT_CONFIG_FIELDS.map((f) => `source_config.${f}`)], restored_from_revision: revisionId } }]);
+        await updateDeployment(tx, id, {
+          secrets: old.secrets,
+          sourceConfig,
+          secretReferences: snapshot.secret_references ?? null,
+        });
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'deployment',
+            subjectId: id,
+            deploymentId: id,
+            type: 'deployment.updated',
+            data: {
+              fields: ['secrets', 'secret_references', ...SNAPSHOT_CONFIG_FIELDS.map((f) => `source_config.${f}`)],
+              restored_from_revision: revisionId,
+            },
+          },
+        ]);
         // reuse_build_of: the data plane copies that revision's build output when it still has it.
-        await addRevision(tx, row, { source: old.source, config: old.source_revision_config }, old.secrets, { ...snapshot, reuse_build_of: revisionId }, { cause: 'redeploy', revision_id: revisionId });
+        await addRevision(
+          tx,
+          row,
+          { source: old.source, config: old.source_revision_config },
+          old.secrets,
+          { ...snapshot, reuse_build_of: revisionId },
+          { cause: 'redeploy', revision_id: revisionId },
+        );
       });
       return read(workspaceId, id);
     },
@@ -352,7 +526,10 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         if (isFinalRevisionStatus(revision.status)) {
           throw new AppError('conflict', `Revision ${revisionId} is already ${revision.status}.`);
         }
-        await transitionRevision(tx, revision, 'INTERRUPTED', { reason: 'interrupted_by_user', message: 'Interrupted by a user.' });
+        await transitionRevision(tx, revision, 'INTERRUPTED', {
+          reason: 'interrupted_by_user',
+          message: 'Interrupted by a user.',
+        });
       });
       const revision = await getRevision(db, workspaceId, id, revisionId);
       if (!revision) throw notFound('Revision', revisionId);

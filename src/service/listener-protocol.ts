@@ -67,10 +67,15 @@ export interface DesiredState {
  * Final states in which a revision must not run: the listener keeps (or goes back to) the active
  * revision instead. DEPLOYED is final too, but it is what runs.
  */
-const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set((Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'));
+const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set(
+  (Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'),
+);
 
 /** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
-function targetRevisionId(deployment: { latest_revision_id: string | null; active_revision_id: string | null }, statusOf: (id: string) => RevisionStatus | undefined): string | null {
+function targetRevisionId(
+  deployment: { latest_revision_id: string | null; active_revision_id: string | null },
+  statusOf: (id: string) => RevisionStatus | undefined,
+): string | null {
   const latest = deployment.latest_revision_id;
   const status = latest === null ? undefined : statusOf(latest);
   if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
@@ -83,11 +88,17 @@ function etagOf(state: DesiredState): string {
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' ? value : null);
-const objectOrNull = (value: unknown): Record<string, unknown> | null => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null);
+const objectOrNull = (value: unknown): Record<string, unknown> | null =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
 
 // ----- status reports ----------------------------------------------------------------------------
 
-export const REPORTED_STATUSES = ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED', 'DEPLOY_FAILED'] as const satisfies readonly RevisionStatus[];
+export const REPORTED_STATUSES = [
+  'AWAITING_DEPLOY',
+  'DEPLOYING',
+  'DEPLOYED',
+  'DEPLOY_FAILED',
+] as const satisfies readonly RevisionStatus[];
 export type ReportedStatus = (typeof REPORTED_STATUSES)[number];
 
 /** The states a listener may walk a revision through on its way to the reported one. */
@@ -203,21 +214,35 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         const revision = deployment ? await lockRevision(tx, input.revision_id) : undefined;
         if (!deployment || !revision) throw notFound('Revision', input.revision_id);
         const current = revision.status;
-        const notApplied = (reason: NotAppliedReason): ReportResult => ({ applied: false, status: current, not_applied_reason: reason });
+        const notApplied = (reason: NotAppliedReason): ReportResult => ({
+          applied: false,
+          status: current,
+          not_applied_reason: reason,
+        });
         if (isFinalRevisionStatus(current)) return notApplied('final');
         if (deployment.latest_revision_id !== revision.id) return notApplied('superseded');
         const steps = stepsTo(current, input.status);
         if (steps === null) return notApplied('behind');
         if (steps.length === 0) return notApplied('duplicate');
 
-        const replaced = (await lockRevisionsInStatus(tx, deployment.id, [...LISTENER_STEPS])).filter((r) => r.id !== revision.id);
+        const replaced = (await lockRevisionsInStatus(tx, deployment.id, [...LISTENER_STEPS])).filter(
+          (r) => r.id !== revision.id,
+        );
         for (const older of replaced) {
-          await transitionRevision(tx, older, 'INTERRUPTED', { reason: 'superseded', message: `Revision ${revision.number} replaced it on the listener before it was deployed.` });
+          await transitionRevision(tx, older, 'INTERRUPTED', {
+            reason: 'superseded',
+            message: `Revision ${revision.number} replaced it on the listener before it was deployed.`,
+          });
         }
         let from = current;
         for (const to of steps) {
           const failure: Failure | null =
-            to === 'DEPLOY_FAILED' ? { reason: input.failure_reason ?? DEFAULT_FAILURE_REASON, message: input.message ?? 'The listener reported that the deploy failed.' } : null;
+            to === 'DEPLOY_FAILED'
+              ? {
+                  reason: input.failure_reason ?? DEFAULT_FAILURE_REASON,
+                  message: input.message ?? 'The listener reported that the deploy failed.',
+                }
+              : null;
           await transitionRevision(tx, { ...revision, status: from }, to, failure);
           from = to;
         }
@@ -229,16 +254,30 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             deploymentId: deployment.id,
             type: 'revision.reported',
             toStatus: input.status,
-            data: { listener_id: listenerId, ...(input.failure_reason !== undefined ? { failure_reason: input.failure_reason } : {}), ...(input.message !== undefined ? { message: input.message } : {}) },
+            data: {
+              listener_id: listenerId,
+              ...(input.failure_reason !== undefined ? { failure_reason: input.failure_reason } : {}),
+              ...(input.message !== undefined ? { message: input.message } : {}),
+            },
           },
         ]);
         if (input.status === 'DEPLOYED') {
           if (deployment.active_revision_id !== revision.id) {
             await setActiveRevision(tx, deployment.id, revision.id);
             const url = stringOrNull(deployment.source_config.custom_url);
-            await recordEvents(tx, [{ workspaceId: deployment.workspace_id, subjectType: 'deployment', subjectId: deployment.id, deploymentId: deployment.id, type: 'deployment.active_revision_changed', data: { from: deployment.active_revision_id, to: revision.id, url } }]);
+            await recordEvents(tx, [
+              {
+                workspaceId: deployment.workspace_id,
+                subjectType: 'deployment',
+                subjectId: deployment.id,
+                deploymentId: deployment.id,
+                type: 'deployment.active_revision_changed',
+                data: { from: deployment.active_revision_id, to: revision.id, url },
+              },
+            ]);
           }
-          if (deployment.status !== 'READY') await transitionDeployment(tx, deployment, 'READY', { revision_id: revision.id });
+          if (deployment.status !== 'READY')
+            await transitionDeployment(tx, deployment, 'READY', { revision_id: revision.id });
         }
         return { applied: true, status: input.status, not_applied_reason: null };
       });
@@ -254,7 +293,10 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         if (!row) return;
         if (row.listener_id !== listenerId) throw notFound('Deployment', deploymentId);
         if (row.status !== 'AWAITING_DELETE') {
-          throw new AppError('conflict', `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`);
+          throw new AppError(
+            'conflict',
+            `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`,
+          );
         }
         await recordEvents(tx, [
           {
@@ -264,7 +306,11 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             deploymentId,
             type: 'deployment.deleted',
             fromStatus: 'AWAITING_DELETE',
-            data: { name: row.name, tracing_project_deleted: row.delete_tracing_project, confirmed_by_listener: listenerId },
+            data: {
+              name: row.name,
+              tracing_project_deleted: row.delete_tracing_project,
+              confirmed_by_listener: listenerId,
+            },
           },
         ]);
         await deleteDeploymentRow(tx, deploymentId);
@@ -273,11 +319,19 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
     },
 
     /** Seen now, with the agent's version and the namespaces it watches; an event when those change. */
-    async heartbeat(workspaceId: string, listenerId: string, input: { version: string; namespaces: string[]; message?: string }): Promise<ListenerView> {
+    async heartbeat(
+      workspaceId: string,
+      listenerId: string,
+      input: { version: string; namespaces: string[]; message?: string },
+    ): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
         const current = await lockListener(tx, workspaceId, listenerId);
         if (!current) throw notFound('Listener', listenerId);
-        const updated = await recordListenerHeartbeat(tx, listenerId, { agentVersion: input.version, namespaces: input.namespaces, message: input.message ?? null });
+        const updated = await recordListenerHeartbeat(tx, listenerId, {
+          agentVersion: input.version,
+          namespaces: input.namespaces,
+          message: input.message ?? null,
+        });
         const sameNamespaces = JSON.stringify(current.watched_namespaces) === JSON.stringify(input.namespaces);
         if (current.agent_version !== input.version || !sameNamespaces) {
           await recordEvents(tx, [
@@ -286,7 +340,12 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
               subjectType: 'listener',
               subjectId: listenerId,
               type: 'listener.agent_changed',
-              data: { agent_version: input.version, watched_namespaces: input.namespaces, previous_agent_version: current.agent_version, previous_watched_namespaces: current.watched_namespaces },
+              data: {
+                agent_version: input.version,
+                watched_namespaces: input.namespaces,
+                previous_agent_version: current.agent_version,
+                previous_watched_namespaces: current.watched_namespaces,
+              },
             },
           ]);
         }
@@ -320,7 +379,11 @@ const MAX_REMEMBERED_DEPLOYMENTS = 100_000;
  * once), so that a change of a local deployment or of another listener wakes nobody. A reconnected
  * feed may have missed changes: it wakes everyone.
  */
-export function createDesiredStateWaits(options: { db: Kysely<Database>; changes: ChangeFeed | undefined; logger: Pick<Logger, 'warn'> }) {
+export function createDesiredStateWaits(options: {
+  db: Kysely<Database>;
+  changes: ChangeFeed | undefined;
+  logger: Pick<Logger, 'warn'>;
+}) {
   const { db, changes, logger } = options;
   const waiters = new Map<string, Set<Waiter>>();
   const listenerOf = new Map<string, string | null>();
@@ -358,7 +421,10 @@ export function createDesiredStateWaits(options: { db: Kysely<Database>; changes
         wakeAll();
       },
     );
-    lookups.set(deploymentId, lookup.finally(() => lookups.delete(deploymentId)));
+    lookups.set(
+      deploymentId,
+      lookup.finally(() => lookups.delete(deploymentId)),
+    );
   };
 
   const onChange = (change: Change) => {

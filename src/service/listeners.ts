@@ -4,11 +4,30 @@
  * src/service/listener-protocol.ts; the HTTP side is src/routes/listeners.ts.
  */
 import type { Kysely } from 'kysely';
-import { generateListenerCredential, hashListenerCredential, listenerCredentialPrefix } from '../auth/listener-credentials.ts';
+import {
+  generateListenerCredential,
+  hashListenerCredential,
+  listenerCredentialPrefix,
+} from '../auth/listener-credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
-import { insertListenerCredential, listListenerCredentials, revokeListenerCredential, type ListenerCredentialView } from '../store/listener-credentials.ts';
-import { deleteListener, deploymentsUsingListener, getListener, insertListener, listListeners, lockListener, shareLockListener, updateListener, type ListenerView } from '../store/listeners.ts';
+import {
+  insertListenerCredential,
+  listListenerCredentials,
+  revokeListenerCredential,
+  type ListenerCredentialView,
+} from '../store/listener-credentials.ts';
+import {
+  deleteListener,
+  deploymentsUsingListener,
+  getListener,
+  insertListener,
+  listListeners,
+  lockListener,
+  shareLockListener,
+  updateListener,
+  type ListenerView,
+} from '../store/listeners.ts';
 import type { Database } from '../store/schema.ts';
 import type { Page } from './page.ts';
 
@@ -44,7 +63,8 @@ export function createListenerService({ db }: ListenerServiceDeps) {
   return {
     get,
 
-    list: (workspaceId: string, page: Page): Promise<ListenerView[]> => listListeners(db, workspaceId, page.limit, page.offset),
+    list: (workspaceId: string, page: Page): Promise<ListenerView[]> =>
+      listListeners(db, workspaceId, page.limit, page.offset),
 
     async create(workspaceId: string, input: CreateListenerInput): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
@@ -55,8 +75,20 @@ export function createListenerService({ db }: ListenerServiceDeps) {
           namespaces: input.compute_config?.k8s_namespaces ?? DEFAULT_NAMESPACES,
           version: input.version ?? null,
         });
-        if (!created) throw new AppError('conflict', `A listener with compute_id '${input.compute_id}' already exists in this workspace.`);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: created.id, type: 'listener.created', data: { compute_id: created.compute_id } }]);
+        if (!created)
+          throw new AppError(
+            'conflict',
+            `A listener with compute_id '${input.compute_id}' already exists in this workspace.`,
+          );
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'listener',
+            subjectId: created.id,
+            type: 'listener.created',
+            data: { compute_id: created.compute_id },
+          },
+        ]);
         return created;
       });
     },
@@ -66,17 +98,32 @@ export function createListenerService({ db }: ListenerServiceDeps) {
       return db.transaction().execute(async (tx) => {
         const current = await lockListener(tx, workspaceId, id);
         if (!current) throw notFound('Listener', id);
-        if (input.compute_type !== undefined && input.compute_type !== current.compute_type) throw new AppError('field_immutable', 'compute_type cannot be changed after creation');
-        if (input.compute_id !== undefined && input.compute_id !== current.compute_id) throw new AppError('field_immutable', 'compute_id cannot be changed after creation');
+        if (input.compute_type !== undefined && input.compute_type !== current.compute_type)
+          throw new AppError('field_immutable', 'compute_type cannot be changed after creation');
+        if (input.compute_id !== undefined && input.compute_id !== current.compute_id)
+          throw new AppError('field_immutable', 'compute_id cannot be changed after creation');
         const namespaces = input.compute_config?.k8s_namespaces ?? undefined;
         if (namespaces) {
-          const stranded = (await deploymentsUsingListener(tx, id)).filter((d) => d.k8s_namespace !== null && !namespaces.includes(d.k8s_namespace));
+          const stranded = (await deploymentsUsingListener(tx, id)).filter(
+            (d) => d.k8s_namespace !== null && !namespaces.includes(d.k8s_namespace),
+          );
           if (stranded.length > 0) {
-            throw new AppError('conflict', `Namespace '${stranded[0]!.k8s_namespace}' is used by deployment '${stranded[0]!.name}' and cannot be removed from the listener.`);
+            throw new AppError(
+              'conflict',
+              `Namespace '${stranded[0]!.k8s_namespace}' is used by deployment '${stranded[0]!.name}' and cannot be removed from the listener.`,
+            );
           }
         }
         const updated = await updateListener(tx, id, { namespaces, version: input.version });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.updated', data: { fields: Object.keys(input).filter((k) => k === 'version' || k === 'compute_config') } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'listener',
+            subjectId: id,
+            type: 'listener.updated',
+            data: { fields: Object.keys(input).filter((k) => k === 'version' || k === 'compute_config') },
+          },
+        ]);
         return updated;
       });
     },
@@ -87,22 +134,52 @@ export function createListenerService({ db }: ListenerServiceDeps) {
         const current = await lockListener(tx, workspaceId, id);
         if (!current) throw notFound('Listener', id);
         const users = await deploymentsUsingListener(tx, id);
-        if (users.length > 0) throw new AppError('conflict', `Listener ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`);
+        if (users.length > 0)
+          throw new AppError(
+            'conflict',
+            `Listener ID ${id} is used by ${users.length} deployment(s), e.g. '${users[0]!.name}'; delete them first.`,
+          );
         await deleteListener(tx, id);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: id, type: 'listener.deleted', data: { compute_id: current.compute_id } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'listener',
+            subjectId: id,
+            type: 'listener.deleted',
+            data: { compute_id: current.compute_id },
+          },
+        ]);
       });
     },
 
     // ----- credentials of the listener's agent (docs/listener-protocol.md, "Authentication") -----
 
     /** A new credential for the listener's agent; `credential` is the only copy of the secret. */
-    async createCredential(workspaceId: string, listenerId: string, byKey: string): Promise<{ row: ListenerCredentialView; credential: string }> {
+    async createCredential(
+      workspaceId: string,
+      listenerId: string,
+      byKey: string,
+    ): Promise<{ row: ListenerCredentialView; credential: string }> {
       const credential = generateListenerCredential();
       const row = await db.transaction().execute(async (tx) => {
         // A share lock: the listener cannot be deleted before its credential is stored.
         if (!(await shareLockListener(tx, workspaceId, listenerId))) throw notFound('Listener', listenerId);
-        const created = await insertListenerCredential(tx, { workspaceId, listenerId, hash: hashListenerCredential(credential), prefix: listenerCredentialPrefix(credential), createdBy: byKey });
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: listenerId, type: 'listener.credential_created', data: { credential_id: created.id, credential_prefix: created.credential_prefix, by_key: byKey } }]);
+        const created = await insertListenerCredential(tx, {
+          workspaceId,
+          listenerId,
+          hash: hashListenerCredential(credential),
+          prefix: listenerCredentialPrefix(credential),
+          createdBy: byKey,
+        });
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'listener',
+            subjectId: listenerId,
+            type: 'listener.credential_created',
+            data: { credential_id: created.id, credential_prefix: created.credential_prefix, by_key: byKey },
+          },
+        ]);
         return created;
       });
       return { row, credential };
@@ -113,12 +190,25 @@ export function createListenerService({ db }: ListenerServiceDeps) {
       return listListenerCredentials(db, listenerId, page.limit, page.offset);
     },
 
-    async revokeCredential(workspaceId: string, listenerId: string, credentialId: string, byKey: string): Promise<void> {
+    async revokeCredential(
+      workspaceId: string,
+      listenerId: string,
+      credentialId: string,
+      byKey: string,
+    ): Promise<void> {
       await db.transaction().execute(async (tx) => {
         if (!(await getListener(tx, workspaceId, listenerId))) throw notFound('Listener', listenerId);
         const revoked = await revokeListenerCredential(tx, listenerId, credentialId);
         if (!revoked) throw notFound('Listener credential', credentialId);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'listener', subjectId: listenerId, type: 'listener.credential_revoked', data: { credential_id: credentialId, credential_prefix: revoked.credential_prefix, by_key: byKey } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'listener',
+            subjectId: listenerId,
+            type: 'listener.credential_revoked',
+            data: { credential_id: credentialId, credential_prefix: revoked.credential_prefix, by_key: byKey },
+          },
+        ]);
       });
     },
   };

@@ -75,7 +75,8 @@ export interface OAuthFlowServiceDeps {
 
 const hashState = (state: string): Buffer => createHash('sha256').update(state, 'utf8').digest();
 
-const EXPIRED_MESSAGE = 'The authorization expired before it was completed; start again with POST /v2/auth/authenticate.';
+const EXPIRED_MESSAGE =
+  'The authorization expired before it was completed; start again with POST /v2/auth/authenticate.';
 
 /** The callback URL of a provider, as it must be registered at the provider. */
 export function callbackUrl(publicUrl: string, providerSlug: string): string {
@@ -86,23 +87,51 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
   const { db, secretBox, client, providers, logger, publicUrl } = deps;
 
   /** The agent's connection to the token: made when missing (a connection is unique per agent and token). */
-  async function connect(tx: Db, workspaceId: string, agentId: string | null, tokenId: string, createdBy: string): Promise<string | null> {
+  async function connect(
+    tx: Db,
+    workspaceId: string,
+    agentId: string | null,
+    tokenId: string,
+    createdBy: string,
+  ): Promise<string | null> {
     if (agentId === null) return null;
     const created = await insertConnection(tx, { workspaceId, agentId, tokenId, createdBy });
     if (created === null) return (await findConnectionId(tx, agentId, tokenId)) ?? null;
-    await recordEvents(tx, [{ workspaceId, subjectType: 'agent_connection', subjectId: created, type: 'agent_connection.created', data: { agent_id: agentId, oauth_token_id: tokenId, by_key: createdBy } }]);
+    await recordEvents(tx, [
+      {
+        workspaceId,
+        subjectType: 'agent_connection',
+        subjectId: created,
+        type: 'agent_connection.created',
+        data: { agent_id: agentId, oauth_token_id: tokenId, by_key: createdBy },
+      },
+    ]);
     return created;
   }
 
   async function fail(flow: AuthorizationView, reason: string, message: string): Promise<void> {
     await db.transaction().execute(async (tx) => {
       await finishAuthorization(tx, flow.id, { status: 'failed', reason, message });
-      await recordEvents(tx, [{ workspaceId: flow.workspace_id, subjectType: 'oauth_authorization', subjectId: flow.id, type: 'oauth_authorization.failed', fromStatus: flow.status, toStatus: 'failed', data: { reason, message } }]);
+      await recordEvents(tx, [
+        {
+          workspaceId: flow.workspace_id,
+          subjectType: 'oauth_authorization',
+          subjectId: flow.id,
+          type: 'oauth_authorization.failed',
+          fromStatus: flow.status,
+          toStatus: 'failed',
+          data: { reason, message },
+        },
+      ]);
     });
   }
 
   /** Best effort: a label makes the token recognizable, but a flow never fails for lack of one. */
-  async function labelOf(flow: AuthorizationView, config: ReturnType<OAuthProviderService['config']>, tokens: OAuthTokenSet): Promise<{ label: string | null; subject: string | null }> {
+  async function labelOf(
+    flow: AuthorizationView,
+    config: ReturnType<OAuthProviderService['config']>,
+    tokens: OAuthTokenSet,
+  ): Promise<{ label: string | null; subject: string | null }> {
     const fromIdToken = accountLabel(tokens.idTokenClaims);
     const subject = typeof tokens.idTokenClaims?.sub === 'string' ? tokens.idTokenClaims.sub : null;
     if (fromIdToken !== null) return { label: fromIdToken, subject };
@@ -111,7 +140,10 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       return { label: accountLabel(claims), subject: subject ?? (typeof claims?.sub === 'string' ? claims.sub : null) };
     } catch (err) {
       if (!(err instanceof OAuthFlowError)) throw err;
-      logger.warn({ auth_id: flow.id, reason: err.reason }, 'userinfo request failed; the token is stored without an account label');
+      logger.warn(
+        { auth_id: flow.id, reason: err.reason },
+        'userinfo request failed; the token is stored without an account label',
+      );
       return { label: null, subject };
     }
   }
@@ -123,13 +155,20 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
     let tokens: OAuthTokenSet;
     try {
       const codeVerifier = flow.code_verifier_encrypted === null ? null : secretBox.open(flow.code_verifier_encrypted);
-      tokens = await client.exchangeCode(config, { state, codeVerifier, nonce: flow.nonce, redirectUri: flow.redirect_uri, scopes: flow.scopes }, params);
+      tokens = await client.exchangeCode(
+        config,
+        { state, codeVerifier, nonce: flow.nonce, redirectUri: flow.redirect_uri, scopes: flow.scopes },
+        params,
+      );
     } catch (err) {
       if (!(err instanceof OAuthFlowError)) {
         await fail(flow, 'internal', 'The authorization failed unexpectedly; see the service log.');
         throw err;
       }
-      logger.warn({ auth_id: flow.id, reason: err.reason, oauth_error: err.oauthError, library_code: err.libraryCode }, 'OAuth authorization failed');
+      logger.warn(
+        { auth_id: flow.id, reason: err.reason, oauth_error: err.oauthError, library_code: err.libraryCode },
+        'OAuth authorization failed',
+      );
       await fail(flow, err.reason, err.message);
       return { ok: false, code: flowErrorToAppError(err).code, message: err.message };
     }
@@ -145,7 +184,11 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
   }
 
   /** Stores the token (and the agent's connection) and completes the flow, in one transaction. */
-  async function store(flow: AuthorizationView, config: ReturnType<OAuthProviderService['config']>, tokens: OAuthTokenSet): Promise<{ label: string | null }> {
+  async function store(
+    flow: AuthorizationView,
+    config: ReturnType<OAuthProviderService['config']>,
+    tokens: OAuthTokenSet,
+  ): Promise<{ label: string | null }> {
     const { label, subject } = await labelOf(flow, config, tokens);
     await db.transaction().execute(async (tx) => {
       const token = await insertToken(tx, {
@@ -164,8 +207,23 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       const connectionId = await connect(tx, flow.workspace_id, flow.agent_id, token.id, flow.created_by);
       await finishAuthorization(tx, flow.id, { status: 'completed', tokenId: token.id, connectionId });
       await recordEvents(tx, [
-        { workspaceId: flow.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.created', toStatus: 'active', data: { provider_id: flow.provider_slug, auth_id: flow.id, by_key: flow.created_by } },
-        { workspaceId: flow.workspace_id, subjectType: 'oauth_authorization', subjectId: flow.id, type: 'oauth_authorization.completed', fromStatus: 'exchanging', toStatus: 'completed', data: { oauth_token_id: token.id } },
+        {
+          workspaceId: flow.workspace_id,
+          subjectType: 'oauth_token',
+          subjectId: token.id,
+          type: 'oauth_token.created',
+          toStatus: 'active',
+          data: { provider_id: flow.provider_slug, auth_id: flow.id, by_key: flow.created_by },
+        },
+        {
+          workspaceId: flow.workspace_id,
+          subjectType: 'oauth_authorization',
+          subjectId: flow.id,
+          type: 'oauth_authorization.completed',
+          fromStatus: 'exchanging',
+          toStatus: 'completed',
+          data: { oauth_token_id: token.id },
+        },
       ]);
     });
     return { label };
@@ -174,27 +232,42 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
   function waitResult(id: string, row: NonNullable<Awaited<ReturnType<typeof authorizationStatus>>>): WaitResult {
     const base = { auth_id: id, token_id: row.oauth_token_id, connection_id: row.agent_connection_id };
     if (row.status === 'completed') return { ...base, status: 'completed', error: null };
-    if (row.status === 'failed') return { ...base, status: 'failed', error: { reason: row.failure_reason ?? 'failed', message: row.failure_message ?? 'The authorization failed.' } };
+    if (row.status === 'failed')
+      return {
+        ...base,
+        status: 'failed',
+        error: { reason: row.failure_reason ?? 'failed', message: row.failure_message ?? 'The authorization failed.' },
+      };
     if (row.expired) return { ...base, status: 'failed', error: { reason: 'expired', message: EXPIRED_MESSAGE } };
     return { ...base, status: 'pending', error: null };
   }
 
   return {
-    async authenticate(caller: FlowCaller, request: { provider_id: string; scopes?: string[] | null; agent_id?: string | null }): Promise<AuthenticateResult> {
+    async authenticate(
+      caller: FlowCaller,
+      request: { provider_id: string; scopes?: string[] | null; agent_id?: string | null },
+    ): Promise<AuthenticateResult> {
       const provider = await findProvider(db, caller.organizationId, request.provider_id);
       if (!provider) throw notFound('OAuth provider', request.provider_id);
       const scopes = [...new Set(request.scopes ?? provider.scopes)];
       const agentId = request.agent_id ?? null;
 
-      const reusable = (await activeTokensOf(db, caller.workspaceId, provider.id, caller.keyId)).find((token) => isUsable(token, scopes, Date.now()));
+      const reusable = (await activeTokensOf(db, caller.workspaceId, provider.id, caller.keyId)).find((token) =>
+        isUsable(token, scopes, Date.now()),
+      );
       if (reusable) {
-        const connectionId = await db.transaction().execute((tx) => connect(tx, caller.workspaceId, agentId, reusable.id, caller.keyId));
+        const connectionId = await db
+          .transaction()
+          .execute((tx) => connect(tx, caller.workspaceId, agentId, reusable.id, caller.keyId));
         return { status: 'completed', token_id: reusable.id, connection_id: connectionId };
       }
 
       let pending;
       try {
-        pending = await client.createAuthorizationRequest(providers.config(provider), { redirectUri: callbackUrl(publicUrl, provider.provider_id), scopes });
+        pending = await client.createAuthorizationRequest(providers.config(provider), {
+          redirectUri: callbackUrl(publicUrl, provider.provider_id),
+          scopes,
+        });
       } catch (err) {
         if (err instanceof OAuthFlowError) throw flowErrorToAppError(err);
         throw err;
@@ -213,7 +286,16 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
           createdBy: caller.keyId,
           ttlSeconds: AUTHORIZATION_TTL_SECONDS,
         });
-        await recordEvents(tx, [{ workspaceId: caller.workspaceId, subjectType: 'oauth_authorization', subjectId: row.id, type: 'oauth_authorization.started', toStatus: 'pending', data: { provider_id: provider.provider_id, agent_id: agentId, by_key: caller.keyId } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId: caller.workspaceId,
+            subjectType: 'oauth_authorization',
+            subjectId: row.id,
+            type: 'oauth_authorization.started',
+            toStatus: 'pending',
+            data: { provider_id: provider.provider_id, agent_id: agentId, by_key: caller.keyId },
+          },
+        ]);
         return row;
       });
       return { status: 'pending', auth_id: flow.id, url: pending.url, expires_at: flow.expires_at };
@@ -224,15 +306,29 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
       const states = params.getAll('state');
       const state = states.length === 1 ? states[0]! : null;
       if (state === null || state === '') {
-        return { ok: false, code: 'invalid_request', message: 'The provider sent no single state parameter back, so this response cannot be tied to an authorization. Start again.' };
+        return {
+          ok: false,
+          code: 'invalid_request',
+          message:
+            'The provider sent no single state parameter back, so this response cannot be tied to an authorization. Start again.',
+        };
       }
       const flow = await findAuthorizationByState(db, hashState(state));
       if (!flow || flow.provider_slug !== providerSlug) {
         // A forged, mistyped or foreign state: refused without touching any flow (state mismatch).
-        return { ok: false, code: 'invalid_request', message: 'This response does not belong to any authorization in progress (state mismatch). Start again.' };
+        return {
+          ok: false,
+          code: 'invalid_request',
+          message: 'This response does not belong to any authorization in progress (state mismatch). Start again.',
+        };
       }
       if (flow.status !== 'pending') {
-        return { ok: false, code: 'invalid_request', message: 'This authorization response was already used; a sign-in link works once. Start again if you need a new token.' };
+        return {
+          ok: false,
+          code: 'invalid_request',
+          message:
+            'This authorization response was already used; a sign-in link works once. Start again if you need a new token.',
+        };
       }
       if (flow.expired || !(await claimAuthorization(db, flow.id))) {
         const current = await authorizationStatus(db, flow.id);
@@ -240,7 +336,11 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
           await fail(flow, 'expired', EXPIRED_MESSAGE);
           return { ok: false, code: 'invalid_request', message: EXPIRED_MESSAGE };
         }
-        return { ok: false, code: 'invalid_request', message: 'This authorization response was already used; a sign-in link works once.' };
+        return {
+          ok: false,
+          code: 'invalid_request',
+          message: 'This authorization response was already used; a sign-in link works once.',
+        };
       }
       return exchange({ ...flow, status: 'exchanging' }, state, params);
     },

@@ -78,7 +78,10 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
   /** A confidential client cannot authenticate at the token endpoint without its secret. */
   function checkClientAuthentication(method: ProviderSettings['token_endpoint_auth_method'], hasSecret: boolean): void {
     if (method !== 'none' && !hasSecret) {
-      throw new AppError('invalid_request', `client_secret is required for token_endpoint_auth_method ${method} (use none for a public client)`);
+      throw new AppError(
+        'invalid_request',
+        `client_secret is required for token_endpoint_auth_method ${method} (use none for a public client)`,
+      );
     }
   }
 
@@ -88,7 +91,10 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
    */
   function checkPublicClientPkce(method: ProviderSettings['token_endpoint_auth_method'], usesPkce: boolean): void {
     if (method === 'none' && !usesPkce) {
-      throw new AppError('invalid_request', 'A public client (token_endpoint_auth_method none) must use PKCE (RFC 9700): set uses_pkce to true, or give the client a secret');
+      throw new AppError(
+        'invalid_request',
+        'A public client (token_endpoint_auth_method none) must use PKCE (RFC 9700): set uses_pkce to true, or give the client a secret',
+      );
     }
   }
 
@@ -98,9 +104,24 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
     const copy = <K extends keyof ProviderSettings & keyof ProviderInput>(key: K) => {
       if (input[key] !== undefined) (out as Record<string, unknown>)[key] = input[key];
     };
-    for (const key of ['name', 'client_id', 'auth_url', 'token_url', 'revocation_url', 'userinfo_url', 'issuer', 'uses_pkce', 'code_challenge_method', 'token_endpoint_auth_method', 'provider_type', 'mcp_server_url'] as const) copy(key);
+    for (const key of [
+      'name',
+      'client_id',
+      'auth_url',
+      'token_url',
+      'revocation_url',
+      'userinfo_url',
+      'issuer',
+      'uses_pkce',
+      'code_challenge_method',
+      'token_endpoint_auth_method',
+      'provider_type',
+      'mcp_server_url',
+    ] as const)
+      copy(key);
     if (input.scopes !== undefined) out.scopes = [...new Set(input.scopes ?? [])];
-    if (input.client_secret !== undefined) out.client_secret_encrypted = input.client_secret === null ? null : secretBox.seal(input.client_secret);
+    if (input.client_secret !== undefined)
+      out.client_secret_encrypted = input.client_secret === null ? null : secretBox.seal(input.client_secret);
     return out;
   }
 
@@ -111,8 +132,16 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
   }
 
   return {
-    async create(actor: ProviderActor, input: ProviderInput & Required<Pick<ProviderInput, 'provider_id' | 'name' | 'client_id' | 'auth_url' | 'token_url'>>): Promise<OAuthProviderRow> {
-      if (UUID.test(input.provider_id)) throw new AppError('invalid_request', 'provider_id must be a slug, not a UUID (the path accepts both, so a UUID-shaped slug would be ambiguous)');
+    async create(
+      actor: ProviderActor,
+      input: ProviderInput &
+        Required<Pick<ProviderInput, 'provider_id' | 'name' | 'client_id' | 'auth_url' | 'token_url'>>,
+    ): Promise<OAuthProviderRow> {
+      if (UUID.test(input.provider_id))
+        throw new AppError(
+          'invalid_request',
+          'provider_id must be a slug, not a UUID (the path accepts both, so a UUID-shaped slug would be ambiguous)',
+        );
       const settings: ProviderSettings = {
         provider_id: input.provider_id,
         name: input.name,
@@ -138,8 +167,20 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
       checkPublicClientPkce(settings.token_endpoint_auth_method, settings.uses_pkce);
       return db.transaction().execute(async (tx) => {
         const row = await insertProvider(tx, actor.organizationId, settings);
-        if (!row) throw new AppError('conflict', `An OAuth provider with provider_id '${input.provider_id}' already exists in this organization.`);
-        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: row.id, type: 'oauth_provider.created', data: { provider_id: row.provider_id, by_key: actor.keyId } }]);
+        if (!row)
+          throw new AppError(
+            'conflict',
+            `An OAuth provider with provider_id '${input.provider_id}' already exists in this organization.`,
+          );
+        await recordEvents(tx, [
+          {
+            workspaceId: actor.workspaceId,
+            subjectType: 'oauth_provider',
+            subjectId: row.id,
+            type: 'oauth_provider.created',
+            data: { provider_id: row.provider_id, by_key: actor.keyId },
+          },
+        ]);
         return row;
       });
     },
@@ -149,17 +190,31 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
         if (!current) throw notFound('OAuth provider', ref);
         if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
-          throw new AppError('field_immutable', 'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)');
+          throw new AppError(
+            'field_immutable',
+            'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)',
+          );
         }
         const change = settingsOf(input);
         checkUrls(change);
-        const secretAfter = change.client_secret_encrypted !== undefined ? change.client_secret_encrypted : current.client_secret_encrypted;
+        const secretAfter =
+          change.client_secret_encrypted !== undefined
+            ? change.client_secret_encrypted
+            : current.client_secret_encrypted;
         const methodAfter = change.token_endpoint_auth_method ?? current.token_endpoint_auth_method;
         checkClientAuthentication(methodAfter, secretAfter !== null);
         checkPublicClientPkce(methodAfter, change.uses_pkce ?? current.uses_pkce);
         const row = await updateProvider(tx, current.id, change);
         // The names of the changed fields only; values (the secret above all) stay out of the log.
-        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: row.id, type: 'oauth_provider.updated', data: { fields: Object.keys(input).sort(), by_key: actor.keyId } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId: actor.workspaceId,
+            subjectType: 'oauth_provider',
+            subjectId: row.id,
+            type: 'oauth_provider.updated',
+            data: { fields: Object.keys(input).sort(), by_key: actor.keyId },
+          },
+        ]);
         return row;
       });
     },
@@ -170,11 +225,22 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         if (!current) throw notFound('OAuth provider', ref);
         const tokens = await countProviderTokens(tx, current.id);
         if (tokens > 0) {
-          throw new AppError('conflict', `OAuth provider '${current.provider_id}' still has ${tokens} token(s) in this organization; delete them first (DELETE /v2/auth/tokens/{id} revokes each at the provider).`);
+          throw new AppError(
+            'conflict',
+            `OAuth provider '${current.provider_id}' still has ${tokens} token(s) in this organization; delete them first (DELETE /v2/auth/tokens/{id} revokes each at the provider).`,
+          );
         }
         // Authorizations in progress go with it (on delete cascade): their callbacks then fail cleanly.
         await deleteProvider(tx, current.id);
-        await recordEvents(tx, [{ workspaceId: actor.workspaceId, subjectType: 'oauth_provider', subjectId: current.id, type: 'oauth_provider.deleted', data: { provider_id: current.provider_id, by_key: actor.keyId } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId: actor.workspaceId,
+            subjectType: 'oauth_provider',
+            subjectId: current.id,
+            type: 'oauth_provider.deleted',
+            data: { provider_id: current.provider_id, by_key: actor.keyId },
+          },
+        ]);
       });
     },
 

@@ -17,7 +17,17 @@ import type { OAuthClient, OAuthTokenSet } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import { recordEvents } from '../store/events.ts';
 import { getProviderById } from '../store/oauth-providers.ts';
-import { claimToken, deleteClaimedToken, getToken, listTokens, markTokenRefreshFailed, readToken, releaseClaim, storeRefreshedToken, type TokenView } from '../store/oauth-tokens.ts';
+import {
+  claimToken,
+  deleteClaimedToken,
+  getToken,
+  listTokens,
+  markTokenRefreshFailed,
+  readToken,
+  releaseClaim,
+  storeRefreshedToken,
+  type TokenView,
+} from '../store/oauth-tokens.ts';
 import type { Database, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
 import type { Page } from './page.ts';
@@ -36,7 +46,10 @@ export function flowErrorToAppError(err: OAuthFlowError, prefix = ''): AppError 
     case 'provider_error':
       // An error in the authorization response itself (access_denied...) is the person's or the
       // request's answer, not a failing provider: no HTTP status, only the OAuth error code.
-      return new AppError(err.status === undefined && err.oauthError !== undefined ? 'invalid_request' : 'bad_gateway', detail);
+      return new AppError(
+        err.status === undefined && err.oauthError !== undefined ? 'invalid_request' : 'bad_gateway',
+        detail,
+      );
     case 'invalid_response':
       return new AppError('bad_gateway', detail);
     case 'unreachable':
@@ -118,12 +131,15 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
   const inFlight = new Map<string, Promise<Outcome>>();
 
   function stateOf(token: OAuthTokenRow): TokenState {
-    if (token.status !== 'active') return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
+    if (token.status !== 'active')
+      return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
     const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - Date.now();
     if (remaining > REFRESH_MARGIN_MS) return { kind: 'usable' };
     if (token.refresh_token_encrypted === null) {
       // Still valid for a moment: hand it out rather than fail early.
-      return remaining > 0 ? { kind: 'usable' } : { kind: 'dead', message: 'The access token expired and the provider issued no refresh token' };
+      return remaining > 0
+        ? { kind: 'usable' }
+        : { kind: 'dead', message: 'The access token expired and the provider issued no refresh token' };
     }
     return { kind: 'refresh', refreshTokenSealed: token.refresh_token_encrypted };
   }
@@ -139,10 +155,24 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
   async function markRefreshFailed(token: OAuthTokenRow, claimId: string | null, message: string): Promise<boolean> {
     const marked = await db.transaction().execute(async (tx) => {
       if (!(await markTokenRefreshFailed(tx, token, claimId, message))) return false;
-      await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refresh_failed', fromStatus: token.status, toStatus: 'refresh_failed', data: { message } }]);
+      await recordEvents(tx, [
+        {
+          workspaceId: token.workspace_id,
+          subjectType: 'oauth_token',
+          subjectId: token.id,
+          type: 'oauth_token.refresh_failed',
+          fromStatus: token.status,
+          toStatus: 'refresh_failed',
+          data: { message },
+        },
+      ]);
       return true;
     });
-    if (marked) logger.warn({ oauth_token_id: token.id, reason: message }, 'OAuth token refresh failed; the token needs a new authorization');
+    if (marked)
+      logger.warn(
+        { oauth_token_id: token.id, reason: message },
+        'OAuth token refresh failed; the token needs a new authorization',
+      );
     return marked;
   }
 
@@ -154,14 +184,22 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
     const state = stateOf(token);
     if (state.kind === 'usable') return { kind: 'ok', row: token };
     if (state.kind === 'unusable') return state;
-    if (state.kind === 'dead') return (await markRefreshFailed(token, claimId, state.message)) ? { kind: 'unusable', message: state.message } : null;
+    if (state.kind === 'dead')
+      return (await markRefreshFailed(token, claimId, state.message))
+        ? { kind: 'unusable', message: state.message }
+        : null;
     const provider = await providerOf(token);
     let refreshed: OAuthTokenSet;
     try {
-      refreshed = await client.refresh(providers.config(provider), secretBox.open(state.refreshTokenSealed), { issuer: token.issuer, scopes: token.scopes });
+      refreshed = await client.refresh(providers.config(provider), secretBox.open(state.refreshTokenSealed), {
+        issuer: token.issuer,
+        scopes: token.scopes,
+      });
     } catch (err) {
       if (err instanceof OAuthFlowError && err.reason === 'invalid_grant') {
-        return (await markRefreshFailed(token, claimId, err.message)) ? { kind: 'unusable', message: err.message } : null;
+        return (await markRefreshFailed(token, claimId, err.message))
+          ? { kind: 'unusable', message: err.message }
+          : null;
       }
       if (err instanceof OAuthFlowError) throw flowErrorToAppError(err, 'Refreshing the OAuth token failed: ');
       throw err;
@@ -175,10 +213,21 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
         scopes: refreshed.scopes,
       });
       if (!row) {
-        logger.warn({ oauth_token_id: token.id }, 'an OAuth token refresh outlived its claim; the result of the request that took over stands');
+        logger.warn(
+          { oauth_token_id: token.id },
+          'an OAuth token refresh outlived its claim; the result of the request that took over stands',
+        );
         return null;
       }
-      await recordEvents(tx, [{ workspaceId: token.workspace_id, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.refreshed', data: { expires_at: refreshed.expiresAt?.toISOString() ?? null } }]);
+      await recordEvents(tx, [
+        {
+          workspaceId: token.workspace_id,
+          subjectType: 'oauth_token',
+          subjectId: token.id,
+          type: 'oauth_token.refreshed',
+          data: { expires_at: refreshed.expiresAt?.toISOString() ?? null },
+        },
+      ]);
       return { kind: 'ok', row } satisfies Outcome;
     });
   }
@@ -216,7 +265,8 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
 
   return {
     /** The workspace's tokens, newest first, as the API shows them (never their values). */
-    list: (workspaceId: string, page: Page): Promise<TokenView[]> => listTokens(db, workspaceId, page.limit, page.offset),
+    list: (workspaceId: string, page: Page): Promise<TokenView[]> =>
+      listTokens(db, workspaceId, page.limit, page.offset),
 
     async get(workspaceId: string, tokenId: string): Promise<TokenView> {
       const row = await getToken(db, workspaceId, tokenId);
@@ -244,10 +294,18 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
         outcome = await shared;
       }
       if (outcome.kind === 'unusable') {
-        throw new AppError('conflict', `OAuth token ID ${tokenId} cannot be used (refresh_failed: ${outcome.message}); a person must authorize again with POST /v2/auth/authenticate.`);
+        throw new AppError(
+          'conflict',
+          `OAuth token ID ${tokenId} cannot be used (refresh_failed: ${outcome.message}); a person must authorize again with POST /v2/auth/authenticate.`,
+        );
       }
       const row = outcome.row;
-      return { accessToken: secretBox.open(row.access_token_encrypted), tokenType: row.token_type, expiresAt: row.expires_at, scopes: row.scopes };
+      return {
+        accessToken: secretBox.open(row.access_token_encrypted),
+        tokenType: row.token_type,
+        expiresAt: row.expires_at,
+        scopes: row.scopes,
+      };
     },
 
     /**
@@ -255,7 +313,11 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
      * forgets it and its agent connections. A failed revocation keeps the token unless `force`. Holds
      * the token's claim meanwhile, so that no refresh hands out new values that would escape revocation.
      */
-    async revoke(workspaceId: string, tokenId: string, options: { force: boolean; byKey: string }): Promise<{ revokedAtProvider: boolean }> {
+    async revoke(
+      workspaceId: string,
+      tokenId: string,
+      options: { force: boolean; byKey: string },
+    ): Promise<{ revokedAtProvider: boolean }> {
       const deadline = performance.now() + CLAIM_WAIT_MS;
       for (;;) {
         const claimId = randomUUID();
@@ -270,7 +332,16 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
           const revokedAtProvider = await revokeAtProvider(token, options.force);
           const deleted = await db.transaction().execute(async (tx) => {
             if (!(await deleteClaimedToken(tx, token.id, claimId))) return false;
-            await recordEvents(tx, [{ workspaceId, subjectType: 'oauth_token', subjectId: token.id, type: 'oauth_token.deleted', fromStatus: token.status, data: { revoked_at_provider: revokedAtProvider, forced: options.force, by_key: options.byKey } }]);
+            await recordEvents(tx, [
+              {
+                workspaceId,
+                subjectType: 'oauth_token',
+                subjectId: token.id,
+                type: 'oauth_token.deleted',
+                fromStatus: token.status,
+                data: { revoked_at_provider: revokedAtProvider, forced: options.force, by_key: options.byKey },
+              },
+            ]);
             return true;
           });
           // Else the claim lapsed while the provider answered, and a refresh may have stored new
@@ -291,16 +362,27 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
       const config = providers.config(provider);
       // The refresh token first: revoking it ends the grant, and with it the access tokens, at most providers.
       if (token.refresh_token_encrypted !== null) {
-        revokedAtProvider = await client.revoke(config, secretBox.open(token.refresh_token_encrypted), { tokenTypeHint: 'refresh_token' });
+        revokedAtProvider = await client.revoke(config, secretBox.open(token.refresh_token_encrypted), {
+          tokenTypeHint: 'refresh_token',
+        });
       }
-      revokedAtProvider = (await client.revoke(config, secretBox.open(token.access_token_encrypted), { tokenTypeHint: 'access_token' })) || revokedAtProvider;
+      revokedAtProvider =
+        (await client.revoke(config, secretBox.open(token.access_token_encrypted), {
+          tokenTypeHint: 'access_token',
+        })) || revokedAtProvider;
     } catch (err) {
       if (!(err instanceof OAuthFlowError)) throw err;
       if (!force) {
-        throw flowErrorToAppError(err, 'Revoking the token at the provider failed, so it was kept (retry, or pass force=true to forget it without revoking): ');
+        throw flowErrorToAppError(
+          err,
+          'Revoking the token at the provider failed, so it was kept (retry, or pass force=true to forget it without revoking): ',
+        );
       }
       // force: the user chose to forget the token anyway; the failure is recorded in the event.
-      logger.warn({ oauth_token_id: token.id, reason: err.reason }, 'revocation at the provider failed; token forgotten (force)');
+      logger.warn(
+        { oauth_token_id: token.id, reason: err.reason },
+        'revocation at the provider failed; token forgotten (force)',
+      );
     }
     return revokedAtProvider;
   }
@@ -308,7 +390,11 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
 
 /** Another request holds the token's claim for longer than a request should wait. */
 function busy(tokenId: string): AppError {
-  return new AppError('unavailable', `OAuth token ID ${tokenId} is being refreshed or revoked by another request; retry shortly.`, { retryAfterSeconds: 1 });
+  return new AppError(
+    'unavailable',
+    `OAuth token ID ${tokenId} is being refreshed or revoked by another request; retry shortly.`,
+    { retryAfterSeconds: 1 },
+  );
 }
 
 export type OAuthTokenService = ReturnType<typeof createOAuthTokenService>;

@@ -7,7 +7,18 @@ import { AppError, notFound } from '../errors.ts';
 import { getDeployment, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
-import { deleteTagKey, deleteTagValue, deploymentTags, existingTagValueIds, getTagKey, insertTagKey, insertTagValue, listTagKeys, listTagValues, replaceDeploymentTags } from '../store/tags.ts';
+import {
+  deleteTagKey,
+  deleteTagValue,
+  deploymentTags,
+  existingTagValueIds,
+  getTagKey,
+  insertTagKey,
+  insertTagValue,
+  listTagKeys,
+  listTagValues,
+  replaceDeploymentTags,
+} from '../store/tags.ts';
 import type { Page } from './page.ts';
 
 export interface TagServiceDeps {
@@ -63,7 +74,16 @@ export function createTagService({ db }: TagServiceDeps) {
         const unknown = ids.find((v) => !known.has(v));
         if (unknown) throw new AppError('invalid_reference', `tag_value_ids: Tag value ID ${unknown} not found.`);
         await replaceDeploymentTags(tx, deploymentId, ids);
-        await recordEvents(tx, [{ workspaceId, subjectType: 'deployment', subjectId: deploymentId, deploymentId, type: 'deployment.tags_set', data: { tag_value_ids: ids } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId,
+            subjectType: 'deployment',
+            subjectId: deploymentId,
+            deploymentId,
+            type: 'deployment.tags_set',
+            data: { tag_value_ids: ids },
+          },
+        ]);
         return deploymentTags(tx, deploymentId, page.limit, page.offset);
       });
     },

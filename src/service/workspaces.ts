@@ -13,7 +13,11 @@ export interface WorkspaceServiceDeps {
 
 /** Workspaces span the organization: a key bound to one workspace may neither make nor see them. */
 function requireOrganizationKey(actor: KeyActor): void {
-  if (actor.keyWorkspaceId !== null) throw new AppError('forbidden', 'Workspaces are managed with an organization API key; this key belongs to one workspace.');
+  if (actor.keyWorkspaceId !== null)
+    throw new AppError(
+      'forbidden',
+      'Workspaces are managed with an organization API key; this key belongs to one workspace.',
+    );
 }
 
 export function createWorkspaceService({ db }: WorkspaceServiceDeps) {
@@ -23,7 +27,15 @@ export function createWorkspaceService({ db }: WorkspaceServiceDeps) {
       return db.transaction().execute(async (tx) => {
         const created = await insertWorkspace(tx, actor.organizationId, name);
         if (!created) throw new AppError('conflict', `A workspace named '${name}' already exists.`);
-        await recordEvents(tx, [{ workspaceId: created.id, subjectType: 'workspace', subjectId: created.id, type: 'workspace.created', data: { name: created.name, by_key: actor.keyId } }]);
+        await recordEvents(tx, [
+          {
+            workspaceId: created.id,
+            subjectType: 'workspace',
+            subjectId: created.id,
+            type: 'workspace.created',
+            data: { name: created.name, by_key: actor.keyId },
+          },
+        ]);
         return created;
       });
     },

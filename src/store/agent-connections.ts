@@ -17,10 +17,19 @@ export interface ConnectionView {
 }
 
 /** Returns the new id, or null when the agent is already connected to that token. */
-export async function insertConnection(db: Db, connection: { workspaceId: string; agentId: string; tokenId: string; createdBy: string }): Promise<string | null> {
+export async function insertConnection(
+  db: Db,
+  connection: { workspaceId: string; agentId: string; tokenId: string; createdBy: string },
+): Promise<string | null> {
   const row = await db
     .insertInto('agent_connections')
-    .values({ id: randomUUID(), workspace_id: connection.workspaceId, agent_id: connection.agentId, oauth_token_id: connection.tokenId, created_by: connection.createdBy })
+    .values({
+      id: randomUUID(),
+      workspace_id: connection.workspaceId,
+      agent_id: connection.agentId,
+      oauth_token_id: connection.tokenId,
+      created_by: connection.createdBy,
+    })
     .onConflict((oc) => oc.columns(['agent_id', 'oauth_token_id']).doNothing())
     .returning('id')
     .executeTakeFirst();
@@ -28,7 +37,12 @@ export async function insertConnection(db: Db, connection: { workspaceId: string
 }
 
 export async function findConnectionId(db: Db, agentId: string, tokenId: string): Promise<string | undefined> {
-  const row = await db.selectFrom('agent_connections').select('id').where('agent_id', '=', agentId).where('oauth_token_id', '=', tokenId).executeTakeFirst();
+  const row = await db
+    .selectFrom('agent_connections')
+    .select('id')
+    .where('agent_id', '=', agentId)
+    .where('oauth_token_id', '=', tokenId)
+    .executeTakeFirst();
   return row?.id;
 }
 
@@ -52,11 +66,25 @@ function views(db: Db) {
 }
 
 export async function listConnections(db: Db, workspaceId: string, agentId: string): Promise<ConnectionView[]> {
-  return views(db).where('c.workspace_id', '=', workspaceId).where('c.agent_id', '=', agentId).orderBy('c.created_at', 'desc').orderBy('c.id', 'desc').execute();
+  return views(db)
+    .where('c.workspace_id', '=', workspaceId)
+    .where('c.agent_id', '=', agentId)
+    .orderBy('c.created_at', 'desc')
+    .orderBy('c.id', 'desc')
+    .execute();
 }
 
-export async function getConnection(db: Db, workspaceId: string, agentId: string, id: string): Promise<ConnectionView | undefined> {
-  return views(db).where('c.workspace_id', '=', workspaceId).where('c.agent_id', '=', agentId).where('c.id', '=', id).executeTakeFirst();
+export async function getConnection(
+  db: Db,
+  workspaceId: string,
+  agentId: string,
+  id: string,
+): Promise<ConnectionView | undefined> {
+  return views(db)
+    .where('c.workspace_id', '=', workspaceId)
+    .where('c.agent_id', '=', agentId)
+    .where('c.id', '=', id)
+    .executeTakeFirst();
 }
 
 export async function deleteConnection(db: Db, id: string): Promise<void> {

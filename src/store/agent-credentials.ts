@@ -20,23 +20,50 @@ export interface PresentedCredential extends CredentialView {
 }
 
 /** Whether the credential may fetch tokens of `agentId`'s connections (see the rule above). */
-export function credentialReaches(credential: Pick<PresentedCredential, 'agent_ids' | 'deployment_name'>, agentId: string): boolean {
+export function credentialReaches(
+  credential: Pick<PresentedCredential, 'agent_ids' | 'deployment_name'>,
+  agentId: string,
+): boolean {
   if (credential.agent_ids !== null) return credential.agent_ids.includes(agentId);
   return agentId === credential.deployment_name || agentId.startsWith(`${credential.deployment_name}/`);
 }
 
-const VISIBLE = ['id', 'workspace_id', 'deployment_id', 'name', 'agent_ids', 'credential_prefix', 'created_by', 'created_at', 'last_used_at', 'revoked_at'] as const;
+const VISIBLE = [
+  'id',
+  'workspace_id',
+  'deployment_id',
+  'name',
+  'agent_ids',
+  'credential_prefix',
+  'created_by',
+  'created_at',
+  'last_used_at',
+  'revoked_at',
+] as const;
 
 /** Whether the deployment exists in the workspace (credentials are minted only for those). */
 export async function deploymentExists(db: Db, workspaceId: string, deploymentId: string): Promise<boolean> {
-  const row = await db.selectFrom('deployments').select('id').where('workspace_id', '=', workspaceId).where('id', '=', deploymentId).executeTakeFirst();
+  const row = await db
+    .selectFrom('deployments')
+    .select('id')
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
   return row !== undefined;
 }
 
 export async function insertCredential(
   db: Db,
   /** `agentIds` null: the deployment's own agents (see above). */
-  credential: { workspaceId: string; deploymentId: string; name: string; agentIds: string[] | null; hash: Buffer; prefix: string; createdBy: string },
+  credential: {
+    workspaceId: string;
+    deploymentId: string;
+    name: string;
+    agentIds: string[] | null;
+    hash: Buffer;
+    prefix: string;
+    createdBy: string;
+  },
 ): Promise<CredentialView> {
   return db
     .insertInto('agent_credentials')
@@ -65,7 +92,12 @@ export async function listCredentials(db: Db, workspaceId: string, deploymentId:
     .execute();
 }
 
-export async function revokeCredential(db: Db, workspaceId: string, deploymentId: string, id: string): Promise<boolean> {
+export async function revokeCredential(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  id: string,
+): Promise<boolean> {
   const result = await db
     .updateTable('agent_credentials')
     .set({ revoked_at: sql<Date>`now()` })
@@ -86,6 +118,9 @@ export async function useCredential(db: Db, hash: Buffer): Promise<PresentedCred
     .whereRef('deployments.id', '=', 'agent_credentials.deployment_id')
     .where('agent_credentials.credential_hash', '=', hash)
     .where('agent_credentials.revoked_at', 'is', null)
-    .returning([...VISIBLE.map((column) => `agent_credentials.${column}` as const), 'deployments.name as deployment_name'])
+    .returning([
+      ...VISIBLE.map((column) => `agent_credentials.${column}` as const),
+      'deployments.name as deployment_name',
+    ])
     .executeTakeFirst();
 }

@@ -7,7 +7,12 @@ import type { SourceRevisionConfig } from '../domain/sources.ts';
 import type { CodehostIntegrationRow, Db } from './schema.ts';
 
 export async function getIntegration(db: Db, workspaceId: string, id: string) {
-  return db.selectFrom('codehost_integrations').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+  return db
+    .selectFrom('codehost_integrations')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .executeTakeFirst();
 }
 
 /**
@@ -19,13 +24,33 @@ export async function getIntegrationById(db: Db, id: string): Promise<CodehostIn
 }
 
 /** Locks the row for the rest of the transaction, against a concurrent delete. */
-export async function lockIntegration(db: Db, workspaceId: string, id: string): Promise<CodehostIntegrationRow | undefined> {
-  return db.selectFrom('codehost_integrations').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
+export async function lockIntegration(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<CodehostIntegrationRow | undefined> {
+  return db
+    .selectFrom('codehost_integrations')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .forUpdate()
+    .executeTakeFirst();
 }
 
 /** A share lock: the integration cannot be deleted before a deployment that names it is stored. */
-export async function shareLockIntegration(db: Db, workspaceId: string, id: string): Promise<CodehostIntegrationRow | undefined> {
-  return db.selectFrom('codehost_integrations').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forShare().executeTakeFirst();
+export async function shareLockIntegration(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<CodehostIntegrationRow | undefined> {
+  return db
+    .selectFrom('codehost_integrations')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .forShare()
+    .executeTakeFirst();
 }
 
 export interface NewIntegration {
@@ -62,7 +87,12 @@ export async function insertIntegration(db: Db, integration: NewIntegration): Pr
   return row ?? null;
 }
 
-export async function listIntegrations(db: Db, workspaceId: string, limit: number, offset: number): Promise<CodehostIntegrationRow[]> {
+export async function listIntegrations(
+  db: Db,
+  workspaceId: string,
+  limit: number,
+  offset: number,
+): Promise<CodehostIntegrationRow[]> {
   return db
     .selectFrom('codehost_integrations')
     .selectAll()
@@ -84,16 +114,27 @@ export interface IntegrationChange {
 }
 
 /** Null when the new name is taken in the workspace. */
-export async function updateIntegration(db: Db, id: string, change: IntegrationChange): Promise<CodehostIntegrationRow | null> {
+export async function updateIntegration(
+  db: Db,
+  id: string,
+  change: IntegrationChange,
+): Promise<CodehostIntegrationRow | null> {
   const set = {
     ...(change.name !== undefined ? { name: change.name } : {}),
-    ...(change.kind !== undefined ? { kind: change.kind, app_id: change.appId ?? null, installation_id: change.installationId ?? null } : {}),
+    ...(change.kind !== undefined
+      ? { kind: change.kind, app_id: change.appId ?? null, installation_id: change.installationId ?? null }
+      : {}),
     ...(change.credentialsSealed !== undefined ? { credentials_encrypted: change.credentialsSealed } : {}),
     ...(change.webhookSecretSealed !== undefined ? { webhook_secret_encrypted: change.webhookSecretSealed } : {}),
     updated_at: sql<Date>`now()`,
   };
   try {
-    return await db.updateTable('codehost_integrations').set(set).where('id', '=', id).returningAll().executeTakeFirstOrThrow();
+    return await db
+      .updateTable('codehost_integrations')
+      .set(set)
+      .where('id', '=', id)
+      .returningAll()
+      .executeTakeFirstOrThrow();
   } catch (error) {
     if ((error as { code?: string }).code === '23505') return null;
     throw error;
@@ -127,30 +168,36 @@ export interface CodehostDeploymentOfIntegration {
 
 /** The codehost deployments of an integration with their latest revision, for matching a push. */
 export async function codehostDeploymentsOfIntegration(db: Db, id: string): Promise<CodehostDeploymentOfIntegration[]> {
-  return db
-    .selectFrom('deployments as d')
-    .leftJoin('revisions as r', 'r.id', 'd.latest_revision_id')
-    .select([
-      'd.id',
-      'd.workspace_id',
-      'd.name',
-      sql<string | null>`d.source_config ->> 'repo_url'`.as('repo_url'),
-      sql<boolean>`coalesce((d.source_config ->> 'build_on_push')::boolean, false)`.as('build_on_push'),
-      'r.source as latest_revision_source',
-      sql<SourceRevisionConfig | null>`r.source_revision_config`.as('latest_revision_config'),
-    ])
-    .where('d.source', '=', 'codehost')
-    .where(sql<string>`d.source_config ->> 'integration_id'`, '=', id)
-    // A fixed order, so that two deliveries building the same deployments lock them in the same order.
-    .orderBy('d.id')
-    .execute();
+  return (
+    db
+      .selectFrom('deployments as d')
+      .leftJoin('revisions as r', 'r.id', 'd.latest_revision_id')
+      .select([
+        'd.id',
+        'd.workspace_id',
+        'd.name',
+        sql<string | null>`d.source_config ->> 'repo_url'`.as('repo_url'),
+        sql<boolean>`coalesce((d.source_config ->> 'build_on_push')::boolean, false)`.as('build_on_push'),
+        'r.source as latest_revision_source',
+        sql<SourceRevisionConfig | null>`r.source_revision_config`.as('latest_revision_config'),
+      ])
+      .where('d.source', '=', 'codehost')
+      .where(sql<string>`d.source_config ->> 'integration_id'`, '=', id)
+      // A fixed order, so that two deliveries building the same deployments lock them in the same order.
+      .orderBy('d.id')
+      .execute()
+  );
 }
 
 /**
  * Which of the deployments already have a revision of the commit, by deployment id. The caller holds the
  * deployments' row locks, so a concurrent delivery of the same push sees the revisions this one adds.
  */
-export async function deploymentsWithCommit(db: Db, deploymentIds: string[], commitSha: string): Promise<Map<string, string>> {
+export async function deploymentsWithCommit(
+  db: Db,
+  deploymentIds: string[],
+  commitSha: string,
+): Promise<Map<string, string>> {
   if (deploymentIds.length === 0) return new Map();
   const rows = await db
     .selectFrom('revisions')

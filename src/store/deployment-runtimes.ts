@@ -14,7 +14,12 @@ export interface DeploymentRuntimeChange {
 }
 
 /** Inserts or completes the row; fields not given keep their value. */
-export async function saveDeploymentRuntime(db: Db, deploymentId: string, workspaceId: string, change: DeploymentRuntimeChange): Promise<void> {
+export async function saveDeploymentRuntime(
+  db: Db,
+  deploymentId: string,
+  workspaceId: string,
+  change: DeploymentRuntimeChange,
+): Promise<void> {
   const values = {
     ...(change.databaseName !== undefined ? { database_name: change.databaseName } : {}),
     ...(change.roleName !== undefined ? { role_name: change.roleName } : {}),

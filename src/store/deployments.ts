@@ -25,9 +25,10 @@ export interface DeploymentFilter {
  * rows, planned in about half the time (planning is most of PostgreSQL's work for these small reads;
  * docs/performance.md).
  */
-const latestRevisionConfig = sql<SourceRevisionConfig | null>`(select r.source_revision_config from revisions as r where r.id = d.latest_revision_id)`.as(
-  'latest_revision_config',
-);
+const latestRevisionConfig =
+  sql<SourceRevisionConfig | null>`(select r.source_revision_config from revisions as r where r.id = d.latest_revision_id)`.as(
+    'latest_revision_config',
+  );
 
 function viewQuery(db: Db) {
   return db.selectFrom('deployments as d').selectAll('d').select(latestRevisionConfig);
@@ -39,7 +40,13 @@ export async function getDeployment(db: Db, workspaceId: string, id: string): Pr
 
 /** Locks the deployment row for the rest of the transaction (patches of one deployment serialise). */
 export async function lockDeployment(db: Db, workspaceId: string, id: string): Promise<DeploymentRow | undefined> {
-  return db.selectFrom('deployments').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
+  return db
+    .selectFrom('deployments')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .forUpdate()
+    .executeTakeFirst();
 }
 
 const likePattern = (text: string): string => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
@@ -80,9 +87,19 @@ function filtered<O>(query: DeploymentQuery<O>, workspaceId: string, filter: Dep
  * index), then only those rows. Skipping `offset` rows then costs index entries, not heap rows and
  * revision lookups: eight times cheaper at offset 9,000, and more so further on.
  */
-export async function listDeployments(db: Db, workspaceId: string, filter: DeploymentFilter, limit: number, offset: number): Promise<DeploymentView[]> {
+export async function listDeployments(
+  db: Db,
+  workspaceId: string,
+  filter: DeploymentFilter,
+  limit: number,
+  offset: number,
+): Promise<DeploymentView[]> {
   if (offset === 0) {
-    return filtered(viewQuery(db), workspaceId, filter).orderBy('d.created_at', 'desc').orderBy('d.id', 'desc').limit(limit).execute();
+    return filtered(viewQuery(db), workspaceId, filter)
+      .orderBy('d.created_at', 'desc')
+      .orderBy('d.id', 'desc')
+      .limit(limit)
+      .execute();
   }
   const ids = filtered(db.selectFrom('deployments as d').select(['d.id', 'd.created_at']), workspaceId, filter)
     .orderBy('d.created_at', 'desc')
@@ -171,10 +188,12 @@ export async function updateDeployment(db: Db, id: string, change: DeploymentCha
 export async function hasLocalResources(db: Db, id: string): Promise<boolean> {
   const found = await db
     .selectNoFrom((eb) => [
-      eb.or([
-        eb.exists(eb.selectFrom('deployment_runtimes').select('deployment_id').where('deployment_id', '=', id)),
-        eb.exists(eb.selectFrom('revisions').select('id').where('deployment_id', '=', id).where('attempts', '>', 0)),
-      ]).as('found'),
+      eb
+        .or([
+          eb.exists(eb.selectFrom('deployment_runtimes').select('deployment_id').where('deployment_id', '=', id)),
+          eb.exists(eb.selectFrom('revisions').select('id').where('deployment_id', '=', id).where('attempts', '>', 0)),
+        ])
+        .as('found'),
     ])
     .executeTakeFirstOrThrow();
   return Boolean(found.found);

@@ -3,7 +3,18 @@ import { json, type Db } from './schema.ts';
 
 export interface EventInput {
   workspaceId: string;
-  subjectType: 'deployment' | 'revision' | 'listener' | 'api_key' | 'workspace' | 'oauth_provider' | 'oauth_token' | 'oauth_authorization' | 'agent_connection' | 'agent_credential' | 'codehost_integration';
+  subjectType:
+    | 'deployment'
+    | 'revision'
+    | 'listener'
+    | 'api_key'
+    | 'workspace'
+    | 'oauth_provider'
+    | 'oauth_token'
+    | 'oauth_authorization'
+    | 'agent_connection'
+    | 'agent_credential'
+    | 'codehost_integration';
   subjectId: string;
   deploymentId?: string | null;
   type: string;
@@ -32,10 +43,26 @@ export async function recordEvents(db: Db, events: EventInput[]): Promise<void> 
 }
 
 /** A deployment's events and its revisions' (each carries deployment_id), oldest first. */
-export async function listDeploymentEvents(db: Db, workspaceId: string, deploymentId: string, limit: number, offset: number) {
+export async function listDeploymentEvents(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  limit: number,
+  offset: number,
+) {
   return db
     .selectFrom('events')
-    .select(['id', 'subject_type', 'subject_id', 'deployment_id', 'type', 'from_status', 'to_status', 'data', 'created_at'])
+    .select([
+      'id',
+      'subject_type',
+      'subject_id',
+      'deployment_id',
+      'type',
+      'from_status',
+      'to_status',
+      'data',
+      'created_at',
+    ])
     .where('workspace_id', '=', workspaceId)
     .where('deployment_id', '=', deploymentId)
     .orderBy('id')

@@ -69,14 +69,29 @@ export async function claimIdempotencyKey(db: Db, ref: KeyRef, fingerprint: Buff
     .executeTakeFirst();
   if (!row) return { kind: 'gone' };
   if (row.state === 'running') return { kind: 'running', fingerprint: row.fingerprint };
-  return { kind: 'done', fingerprint: row.fingerprint, response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body } };
+  return {
+    kind: 'done',
+    fingerprint: row.fingerprint,
+    response: { status: row.response_status!, headers: row.response_headers ?? {}, body: row.response_body },
+  };
 }
 
 /** Keeps the answer of the attempt that holds `claim`; false when it no longer holds the key. */
-export async function completeIdempotencyKey(db: Db, ref: KeyRef, claim: string, response: StoredResponse): Promise<boolean> {
+export async function completeIdempotencyKey(
+  db: Db,
+  ref: KeyRef,
+  claim: string,
+  response: StoredResponse,
+): Promise<boolean> {
   const result = await db
     .updateTable('idempotency_keys')
-    .set({ state: 'done', response_status: response.status, response_headers: JSON.stringify(response.headers), response_body: response.body, locked_until: sql<Date>`now()` })
+    .set({
+      state: 'done',
+      response_status: response.status,
+      response_headers: JSON.stringify(response.headers),
+      response_body: response.body,
+      locked_until: sql<Date>`now()`,
+    })
     .where('scope', '=', ref.scope)
     .where('idempotency_key', '=', ref.key)
     .where('claim', '=', claim)
@@ -87,7 +102,13 @@ export async function completeIdempotencyKey(db: Db, ref: KeyRef, claim: string,
 
 /** Frees the key of an attempt that did no work (an error answer), so that a retry runs afresh. */
 export async function releaseIdempotencyKey(db: Db, ref: KeyRef, claim: string): Promise<void> {
-  await db.deleteFrom('idempotency_keys').where('scope', '=', ref.scope).where('idempotency_key', '=', ref.key).where('claim', '=', claim).where('state', '=', 'running').execute();
+  await db
+    .deleteFrom('idempotency_keys')
+    .where('scope', '=', ref.scope)
+    .where('idempotency_key', '=', ref.key)
+    .where('claim', '=', claim)
+    .where('state', '=', 'running')
+    .execute();
 }
 
 /** Deletes up to `batch` keys past the TTL; how many went (src/pipeline/retention.ts). */

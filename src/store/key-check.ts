@@ -27,10 +27,16 @@ export async function recordKeyCheck(db: Db, keyId: string, checkValue: string):
 
 /** A rotation to `keyId` has begun: from now on both keys are needed. */
 export async function markRotation(db: Db, keyId: string): Promise<void> {
-  await db.updateTable('key_check').set({ rotating_to: keyId, updated_at: sql<Date>`now()` }).execute();
+  await db
+    .updateTable('key_check')
+    .set({ rotating_to: keyId, updated_at: sql<Date>`now()` })
+    .execute();
 }
 
 /** Every sealed value is sealed with `keyId` now: it alone is needed from here on. */
 export async function completeRotation(db: Db, keyId: string, checkValue: string): Promise<void> {
-  await db.updateTable('key_check').set({ key_id: keyId, check_value: checkValue, rotating_to: null, updated_at: sql<Date>`now()` }).execute();
+  await db
+    .updateTable('key_check')
+    .set({ key_id: keyId, check_value: checkValue, rotating_to: null, updated_at: sql<Date>`now()` })
+    .execute();
 }

@@ -5,7 +5,15 @@ import type { Db, ListenerCredentialRow } from './schema.ts';
 
 export type ListenerCredentialView = Omit<ListenerCredentialRow, 'credential_hash' | 'workspace_id'>;
 
-const VISIBLE = ['id', 'listener_id', 'credential_prefix', 'created_by', 'created_at', 'last_used_at', 'revoked_at'] as const;
+const VISIBLE = [
+  'id',
+  'listener_id',
+  'credential_prefix',
+  'created_by',
+  'created_at',
+  'last_used_at',
+  'revoked_at',
+] as const;
 
 /** How stale last_used_at may be: refreshing it on every long-poll would be a write per request. */
 const LAST_USED_RESOLUTION_SECONDS = 60;
@@ -28,7 +36,12 @@ export async function insertListenerCredential(
     .executeTakeFirstOrThrow();
 }
 
-export async function listListenerCredentials(db: Db, listenerId: string, limit: number, offset: number): Promise<ListenerCredentialView[]> {
+export async function listListenerCredentials(
+  db: Db,
+  listenerId: string,
+  limit: number,
+  offset: number,
+): Promise<ListenerCredentialView[]> {
   return db
     .selectFrom('listener_credentials')
     .select(VISIBLE)
@@ -41,7 +54,11 @@ export async function listListenerCredentials(db: Db, listenerId: string, limit:
 }
 
 /** Revokes an unrevoked credential of the listener; undefined when there is none by that id. */
-export async function revokeListenerCredential(db: Db, listenerId: string, id: string): Promise<ListenerCredentialView | undefined> {
+export async function revokeListenerCredential(
+  db: Db,
+  listenerId: string,
+  id: string,
+): Promise<ListenerCredentialView | undefined> {
   return db
     .updateTable('listener_credentials')
     .set({ revoked_at: sql<Date>`now()` })
@@ -62,7 +79,10 @@ export interface ListenerCredentialIdentity {
  * The unrevoked credential with this hash (whose listener exists, since credentials go with it), in
  * one statement that also refreshes last_used_at when it is older than LAST_USED_RESOLUTION_SECONDS.
  */
-export async function findActiveListenerCredential(db: Db, hash: Buffer): Promise<ListenerCredentialIdentity | undefined> {
+export async function findActiveListenerCredential(
+  db: Db,
+  hash: Buffer,
+): Promise<ListenerCredentialIdentity | undefined> {
   const result = await sql<ListenerCredentialIdentity>`
     with hit as (
       select id, listener_id, workspace_id from listener_credentials where credential_hash = ${hash} and revoked_at is null

@@ -22,7 +22,13 @@ const stateColumn = sql<ListenerState>`case
 
 export async function insertListener(
   db: Db,
-  listener: { workspaceId: string; computeType: string; computeId: string; namespaces: string[]; version: string | null },
+  listener: {
+    workspaceId: string;
+    computeType: string;
+    computeId: string;
+    namespaces: string[];
+    version: string | null;
+  },
 ): Promise<ListenerView | null> {
   const row = await db
     .insertInto('listeners')
@@ -43,22 +49,60 @@ export async function insertListener(
 }
 
 export async function getListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
-  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+  return db
+    .selectFrom('listeners')
+    .selectAll()
+    .select(stateColumn)
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .executeTakeFirst();
 }
 
 export async function lockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
-  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).forUpdate().executeTakeFirst();
+  return db
+    .selectFrom('listeners')
+    .selectAll()
+    .select(stateColumn)
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .forUpdate()
+    .executeTakeFirst();
 }
 
 export async function shareLockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
-  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).where('id', '=', id).forShare().executeTakeFirst();
+  return db
+    .selectFrom('listeners')
+    .selectAll()
+    .select(stateColumn)
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .forShare()
+    .executeTakeFirst();
 }
 
-export async function listListeners(db: Db, workspaceId: string, limit: number, offset: number): Promise<ListenerView[]> {
-  return db.selectFrom('listeners').selectAll().select(stateColumn).where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
+export async function listListeners(
+  db: Db,
+  workspaceId: string,
+  limit: number,
+  offset: number,
+): Promise<ListenerView[]> {
+  return db
+    .selectFrom('listeners')
+    .selectAll()
+    .select(stateColumn)
+    .where('workspace_id', '=', workspaceId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
 }
 
-export async function updateListener(db: Db, id: string, change: { namespaces?: string[]; version?: string | null }): Promise<ListenerView> {
+export async function updateListener(
+  db: Db,
+  id: string,
+  change: { namespaces?: string[]; version?: string | null },
+): Promise<ListenerView> {
   return db
     .updateTable('listeners')
     .set({
@@ -72,7 +116,10 @@ export async function updateListener(db: Db, id: string, change: { namespaces?: 
     .executeTakeFirstOrThrow();
 }
 
-export async function deploymentsUsingListener(db: Db, id: string): Promise<{ name: string; k8s_namespace: string | null }[]> {
+export async function deploymentsUsingListener(
+  db: Db,
+  id: string,
+): Promise<{ name: string; k8s_namespace: string | null }[]> {
   return db
     .selectFrom('deployments')
     .select(['name', sql<string | null>`source_config->'listener_config'->>'k8s_namespace'`.as('k8s_namespace')])
@@ -95,15 +142,29 @@ export async function markListenerSeen(db: Db, id: string): Promise<void> {
     .updateTable('listeners')
     .set({ last_seen_at: sql<Date>`now()` })
     .where('id', '=', id)
-    .where((eb) => eb.or([eb('last_seen_at', 'is', null), eb('last_seen_at', '<', sql<Date>`now() - make_interval(secs => ${SEEN_RESOLUTION_SECONDS})`)]))
+    .where((eb) =>
+      eb.or([
+        eb('last_seen_at', 'is', null),
+        eb('last_seen_at', '<', sql<Date>`now() - make_interval(secs => ${SEEN_RESOLUTION_SECONDS})`),
+      ]),
+    )
     .execute();
 }
 
 /** A heartbeat: seen now, with what the agent says about itself. updated_at stays (it dates user changes). */
-export async function recordListenerHeartbeat(db: Db, id: string, heartbeat: { agentVersion: string; namespaces: string[]; message: string | null }): Promise<ListenerView> {
+export async function recordListenerHeartbeat(
+  db: Db,
+  id: string,
+  heartbeat: { agentVersion: string; namespaces: string[]; message: string | null },
+): Promise<ListenerView> {
   return db
     .updateTable('listeners')
-    .set({ last_seen_at: sql<Date>`now()`, agent_version: heartbeat.agentVersion, watched_namespaces: heartbeat.namespaces, agent_message: heartbeat.message })
+    .set({
+      last_seen_at: sql<Date>`now()`,
+      agent_version: heartbeat.agentVersion,
+      watched_namespaces: heartbeat.namespaces,
+      agent_message: heartbeat.message,
+    })
     .where('id', '=', id)
     .returningAll()
     .returning(stateColumn)
@@ -115,13 +176,24 @@ export async function recordListenerHeartbeat(db: Db, id: string, heartbeat: { a
  * its first desired-state request (markListenerSeen, then the read) waits for the caller's commit.
  */
 export async function listenerHasBeenSeen(db: Db, id: string): Promise<boolean> {
-  const row = await db.selectFrom('listeners').select('last_seen_at').where('id', '=', id).forShare().executeTakeFirst();
+  const row = await db
+    .selectFrom('listeners')
+    .select('last_seen_at')
+    .where('id', '=', id)
+    .forShare()
+    .executeTakeFirst();
   return row?.last_seen_at !== null && row?.last_seen_at !== undefined;
 }
 
-export type ListenerDeploymentRow = Pick<DeploymentRow, 'id' | 'workspace_id' | 'name' | 'status' | 'source_config' | 'latest_revision_id' | 'active_revision_id'>;
+export type ListenerDeploymentRow = Pick<
+  DeploymentRow,
+  'id' | 'workspace_id' | 'name' | 'status' | 'source_config' | 'latest_revision_id' | 'active_revision_id'
+>;
 
-export type ListenerRevisionRow = Pick<RevisionRow, 'id' | 'deployment_id' | 'number' | 'status' | 'source_revision_config' | 'snapshot' | 'secrets'>;
+export type ListenerRevisionRow = Pick<
+  RevisionRow,
+  'id' | 'deployment_id' | 'number' | 'status' | 'source_revision_config' | 'snapshot' | 'secrets'
+>;
 
 /**
  * Every deployment of the listener, oldest first (a stable order keeps the desired state's ETag
@@ -129,16 +201,37 @@ export type ListenerRevisionRow = Pick<RevisionRow, 'id' | 'deployment_id' | 'nu
  * meanwhile shows wholly or not at all (two reads could pair the old deployment row with the revisions
  * as the patch left them, its latest one SKIPPED).
  */
-export async function listenerDeploymentsWithRevisions(db: Db, listenerId: string): Promise<{ deployments: ListenerDeploymentRow[]; revisions: ListenerRevisionRow[] }> {
+export async function listenerDeploymentsWithRevisions(
+  db: Db,
+  listenerId: string,
+): Promise<{ deployments: ListenerDeploymentRow[]; revisions: ListenerRevisionRow[] }> {
   const rows = await db
     .selectFrom('deployments as d')
-    .select(['d.id', 'd.workspace_id', 'd.name', 'd.status', 'd.source_config', 'd.latest_revision_id', 'd.active_revision_id'])
+    .select([
+      'd.id',
+      'd.workspace_id',
+      'd.name',
+      'd.status',
+      'd.source_config',
+      'd.latest_revision_id',
+      'd.active_revision_id',
+    ])
     .select((eb) =>
       jsonArrayFrom(
         eb
           .selectFrom('revisions as r')
-          .select(['r.id', 'r.deployment_id', 'r.number', 'r.status', 'r.source_revision_config', 'r.snapshot', 'r.secrets'])
-          .where((w) => w.or([w('r.id', '=', w.ref('d.latest_revision_id')), w('r.id', '=', w.ref('d.active_revision_id'))])),
+          .select([
+            'r.id',
+            'r.deployment_id',
+            'r.number',
+            'r.status',
+            'r.source_revision_config',
+            'r.snapshot',
+            'r.secrets',
+          ])
+          .where((w) =>
+            w.or([w('r.id', '=', w.ref('d.latest_revision_id')), w('r.id', '=', w.ref('d.active_revision_id'))]),
+          ),
       ).as('revisions'),
     )
     .where('d.listener_id', '=', listenerId)
@@ -149,7 +242,11 @@ export async function listenerDeploymentsWithRevisions(db: Db, listenerId: strin
 }
 
 /** The deployment a revision belongs to, when that deployment runs on this listener. */
-export async function findListenerRevision(db: Db, listenerId: string, revisionId: string): Promise<{ deployment_id: string; workspace_id: string } | undefined> {
+export async function findListenerRevision(
+  db: Db,
+  listenerId: string,
+  revisionId: string,
+): Promise<{ deployment_id: string; workspace_id: string } | undefined> {
   return db
     .selectFrom('revisions as r')
     .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
@@ -161,11 +258,19 @@ export async function findListenerRevision(db: Db, listenerId: string, revisionI
 
 /** The listener of a deployment (null for the local data plane); undefined when the deployment is gone. */
 export async function listenerOfDeployment(db: Db, deploymentId: string): Promise<string | null | undefined> {
-  const row = await db.selectFrom('deployments').select('listener_id').where('id', '=', deploymentId).executeTakeFirst();
+  const row = await db
+    .selectFrom('deployments')
+    .select('listener_id')
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
   return row === undefined ? undefined : row.listener_id;
 }
 
 /** A listener reported the revision DEPLOYED: it serves now. */
 export async function setActiveRevision(db: Db, deploymentId: string, revisionId: string): Promise<void> {
-  await db.updateTable('deployments').set({ active_revision_id: revisionId, updated_at: sql<Date>`now()` }).where('id', '=', deploymentId).execute();
+  await db
+    .updateTable('deployments')
+    .set({ active_revision_id: revisionId, updated_at: sql<Date>`now()` })
+    .where('id', '=', deploymentId)
+    .execute();
 }

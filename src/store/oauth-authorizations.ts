@@ -59,7 +59,11 @@ export async function findAuthorizationByState(db: Db, stateHash: Buffer): Promi
   return views(db).where('a.state_hash', '=', stateHash).executeTakeFirst();
 }
 
-export async function getAuthorization(db: Db, workspaceId: string, id: string): Promise<AuthorizationView | undefined> {
+export async function getAuthorization(
+  db: Db,
+  workspaceId: string,
+  id: string,
+): Promise<AuthorizationView | undefined> {
   return views(db).where('a.workspace_id', '=', workspaceId).where('a.id', '=', id).executeTakeFirst();
 }
 
@@ -79,7 +83,9 @@ export async function claimAuthorization(db: Db, id: string): Promise<boolean> {
 export async function finishAuthorization(
   db: Db,
   id: string,
-  outcome: { status: 'completed'; tokenId: string; connectionId: string | null } | { status: 'failed'; reason: string; message: string },
+  outcome:
+    | { status: 'completed'; tokenId: string; connectionId: string | null }
+    | { status: 'failed'; reason: string; message: string },
 ): Promise<void> {
   await db
     .updateTable('oauth_authorizations')
@@ -99,14 +105,29 @@ export async function finishAuthorization(
 export async function authorizationStatus(db: Db, id: string) {
   return db
     .selectFrom('oauth_authorizations')
-    .select(['status', 'failure_reason', 'failure_message', 'oauth_token_id', 'agent_connection_id', sql<boolean>`expires_at <= now()`.as('expired')])
+    .select([
+      'status',
+      'failure_reason',
+      'failure_message',
+      'oauth_token_id',
+      'agent_connection_id',
+      sql<boolean>`expires_at <= now()`.as('expired'),
+    ])
     .where('id', '=', id)
     .executeTakeFirst();
 }
 
 /** Housekeeping: finished or abandoned flows are kept a day for `wait` and for support, then dropped. */
 export async function deleteOldAuthorizations(db: Db): Promise<void> {
-  await db.deleteFrom('oauth_authorizations').where('created_at', '<', sql<Date>`now() - interval '1 day'`).execute();
+  await db
+    .deleteFrom('oauth_authorizations')
+    .where('created_at', '<', sql<Date>`now() - interval '1 day'`)
+    .execute();
   // An abandoned flow's verifier is useless once the flow expired; it is not kept for that day.
-  await db.updateTable('oauth_authorizations').set({ code_verifier_encrypted: null }).where('expires_at', '<', sql<Date>`now()`).where('code_verifier_encrypted', 'is not', null).execute();
+  await db
+    .updateTable('oauth_authorizations')
+    .set({ code_verifier_encrypted: null })
+    .where('expires_at', '<', sql<Date>`now()`)
+    .where('code_verifier_encrypted', 'is not', null)
+    .execute();
 }

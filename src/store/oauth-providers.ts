@@ -4,11 +4,18 @@ import { sql } from 'kysely';
 import { json, type Db, type OAuthProviderRow, type OAuthProviderTable } from './schema.ts';
 
 /** The settings a create or an update writes; the client secret already sealed. */
-export type ProviderSettings = Omit<OAuthProviderTable, 'id' | 'organization_id' | 'created_at' | 'updated_at' | 'scopes'> & { scopes: string[] };
+export type ProviderSettings = Omit<
+  OAuthProviderTable,
+  'id' | 'organization_id' | 'created_at' | 'updated_at' | 'scopes'
+> & { scopes: string[] };
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export async function insertProvider(db: Db, organizationId: string, settings: ProviderSettings): Promise<OAuthProviderRow | null> {
+export async function insertProvider(
+  db: Db,
+  organizationId: string,
+  settings: ProviderSettings,
+): Promise<OAuthProviderRow | null> {
   const row = await db
     .insertInto('oauth_providers')
     .values({ id: randomUUID(), organization_id: organizationId, ...settings, scopes: json(settings.scopes) })
@@ -20,7 +27,12 @@ export async function insertProvider(db: Db, organizationId: string, settings: P
 }
 
 /** By slug, or by id when `ref` is a UUID (slugs shaped like a UUID are refused at create). */
-export async function findProvider(db: Db, organizationId: string, ref: string, options: { lock?: boolean } = {}): Promise<OAuthProviderRow | undefined> {
+export async function findProvider(
+  db: Db,
+  organizationId: string,
+  ref: string,
+  options: { lock?: boolean } = {},
+): Promise<OAuthProviderRow | undefined> {
   let query = db
     .selectFrom('oauth_providers')
     .selectAll()
@@ -34,7 +46,12 @@ export async function getProviderById(db: Db, id: string): Promise<OAuthProvider
   return db.selectFrom('oauth_providers').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
-export async function listProviders(db: Db, organizationId: string, limit: number, offset: number): Promise<OAuthProviderRow[]> {
+export async function listProviders(
+  db: Db,
+  organizationId: string,
+  limit: number,
+  offset: number,
+): Promise<OAuthProviderRow[]> {
   return db
     .selectFrom('oauth_providers')
     .selectAll()
@@ -46,7 +63,11 @@ export async function listProviders(db: Db, organizationId: string, limit: numbe
     .execute();
 }
 
-export async function updateProvider(db: Db, id: string, settings: Partial<ProviderSettings>): Promise<OAuthProviderRow> {
+export async function updateProvider(
+  db: Db,
+  id: string,
+  settings: Partial<ProviderSettings>,
+): Promise<OAuthProviderRow> {
   const { scopes, ...rest } = settings;
   return db
     .updateTable('oauth_providers')
@@ -58,7 +79,11 @@ export async function updateProvider(db: Db, id: string, settings: Partial<Provi
 
 /** Tokens of the provider in every workspace: a provider with tokens is not deleted under them. */
 export async function countProviderTokens(db: Db, id: string): Promise<number> {
-  const row = await db.selectFrom('oauth_tokens').select((eb) => eb.fn.countAll<string>().as('n')).where('provider_id', '=', id).executeTakeFirstOrThrow();
+  const row = await db
+    .selectFrom('oauth_tokens')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('provider_id', '=', id)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 

@@ -48,20 +48,38 @@ export async function insertToken(db: Db, token: NewToken): Promise<OAuthTokenRo
 }
 
 function withSlug(db: Db) {
-  return db.selectFrom('oauth_tokens').innerJoin('oauth_providers', 'oauth_providers.id', 'oauth_tokens.provider_id').selectAll('oauth_tokens').select('oauth_providers.provider_id as provider_slug');
+  return db
+    .selectFrom('oauth_tokens')
+    .innerJoin('oauth_providers', 'oauth_providers.id', 'oauth_tokens.provider_id')
+    .selectAll('oauth_tokens')
+    .select('oauth_providers.provider_id as provider_slug');
 }
 
 export async function listTokens(db: Db, workspaceId: string, limit: number, offset: number): Promise<TokenView[]> {
-  return withSlug(db).where('oauth_tokens.workspace_id', '=', workspaceId).orderBy('oauth_tokens.created_at', 'desc').orderBy('oauth_tokens.id', 'desc').limit(limit).offset(offset).execute();
+  return withSlug(db)
+    .where('oauth_tokens.workspace_id', '=', workspaceId)
+    .orderBy('oauth_tokens.created_at', 'desc')
+    .orderBy('oauth_tokens.id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
 }
 
 export async function getToken(db: Db, workspaceId: string, id: string): Promise<TokenView | undefined> {
-  return withSlug(db).where('oauth_tokens.workspace_id', '=', workspaceId).where('oauth_tokens.id', '=', id).executeTakeFirst();
+  return withSlug(db)
+    .where('oauth_tokens.workspace_id', '=', workspaceId)
+    .where('oauth_tokens.id', '=', id)
+    .executeTakeFirst();
 }
 
 /** The token as stored (its sealed values included), for the token service. */
 export async function readToken(db: Db, workspaceId: string, id: string): Promise<OAuthTokenRow | undefined> {
-  return db.selectFrom('oauth_tokens').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+  return db
+    .selectFrom('oauth_tokens')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .executeTakeFirst();
 }
 
 /**
@@ -70,7 +88,13 @@ export async function readToken(db: Db, workspaceId: string, id: string): Promis
  * stores its result or releases the claim, or `ttlSeconds` pass (a crashed holder). Nothing waits here:
  * no transaction or row lock is held while the provider answers.
  */
-export async function claimToken(db: Db, workspaceId: string, id: string, claimId: string, ttlSeconds: number): Promise<OAuthTokenRow | undefined> {
+export async function claimToken(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  claimId: string,
+  ttlSeconds: number,
+): Promise<OAuthTokenRow | undefined> {
   return db
     .updateTable('oauth_tokens')
     .set({ claim_id: claimId, claim_expires_at: sql<Date>`now() + make_interval(secs => ${ttlSeconds})` })
@@ -83,11 +107,21 @@ export async function claimToken(db: Db, workspaceId: string, id: string, claimI
 
 /** Gives a claim back without a change (the provider failed, or there was nothing to do). */
 export async function releaseClaim(db: Db, id: string, claimId: string): Promise<void> {
-  await db.updateTable('oauth_tokens').set({ claim_id: null, claim_expires_at: null }).where('id', '=', id).where('claim_id', '=', claimId).execute();
+  await db
+    .updateTable('oauth_tokens')
+    .set({ claim_id: null, claim_expires_at: null })
+    .where('id', '=', id)
+    .where('claim_id', '=', claimId)
+    .execute();
 }
 
 /** Active tokens a caller obtained from a provider, newest first: candidates for reuse by a new authentication. */
-export async function activeTokensOf(db: Db, workspaceId: string, providerId: string, createdBy: string): Promise<OAuthTokenRow[]> {
+export async function activeTokensOf(
+  db: Db,
+  workspaceId: string,
+  providerId: string,
+  createdBy: string,
+): Promise<OAuthTokenRow[]> {
   return db
     .selectFrom('oauth_tokens')
     .selectAll()
@@ -108,7 +142,13 @@ export async function storeRefreshedToken(
   db: Db,
   id: string,
   claimId: string,
-  token: { accessTokenSealed: string; refreshTokenSealed: string | null; tokenType: string; expiresAt: Date | null; scopes: string[] },
+  token: {
+    accessTokenSealed: string;
+    refreshTokenSealed: string | null;
+    tokenType: string;
+    expiresAt: Date | null;
+    scopes: string[];
+  },
 ): Promise<OAuthTokenRow | undefined> {
   return db
     .updateTable('oauth_tokens')
@@ -136,20 +176,36 @@ export async function storeRefreshedToken(
  * or (`claimId` null, no provider call) while its access token and refresh token are still the ones
  * read. False when something else changed it first.
  */
-export async function markTokenRefreshFailed(db: Db, read: OAuthTokenRow, claimId: string | null, message: string): Promise<boolean> {
+export async function markTokenRefreshFailed(
+  db: Db,
+  read: OAuthTokenRow,
+  claimId: string | null,
+  message: string,
+): Promise<boolean> {
   const failed = { status: 'refresh_failed' as const, status_message: message, updated_at: sql<Date>`now()` };
   const query =
     claimId !== null
       ? // The claim is given back with the result.
-        db.updateTable('oauth_tokens').set({ ...failed, claim_id: null, claim_expires_at: null }).where('claim_id', '=', claimId)
+        db
+          .updateTable('oauth_tokens')
+          .set({ ...failed, claim_id: null, claim_expires_at: null })
+          .where('claim_id', '=', claimId)
       : // Another's claim (a revocation under way) is left alone.
-        db.updateTable('oauth_tokens').set(failed).where('access_token_encrypted', '=', read.access_token_encrypted).where('refresh_token_encrypted', 'is not distinct from', read.refresh_token_encrypted);
+        db
+          .updateTable('oauth_tokens')
+          .set(failed)
+          .where('access_token_encrypted', '=', read.access_token_encrypted)
+          .where('refresh_token_encrypted', 'is not distinct from', read.refresh_token_encrypted);
   const result = await query.where('id', '=', read.id).where('status', '=', 'active').executeTakeFirst();
   return result.numUpdatedRows > 0n;
 }
 
 /** Deletes the token under the caller's claim; false when the claim lapsed (or the token is gone). */
 export async function deleteClaimedToken(db: Db, id: string, claimId: string): Promise<boolean> {
-  const result = await db.deleteFrom('oauth_tokens').where('id', '=', id).where('claim_id', '=', claimId).executeTakeFirst();
+  const result = await db
+    .deleteFrom('oauth_tokens')
+    .where('id', '=', id)
+    .where('claim_id', '=', claimId)
+    .executeTakeFirst();
   return result.numDeletedRows > 0n;
 }

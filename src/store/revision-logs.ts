@@ -19,7 +19,12 @@ export interface NewRevisionLogLine {
  * is never woken for lines that are not there, nor left asleep for lines that are (inside a transaction
  * the notification is delivered at commit, with the rows). Resolves to the last id written, or null.
  */
-export async function appendRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, lines: readonly NewRevisionLogLine[]): Promise<string | null> {
+export async function appendRevisionLogs(
+  db: Db,
+  revisionId: string,
+  type: RevisionLogType,
+  lines: readonly NewRevisionLogLine[],
+): Promise<string | null> {
   if (lines.length === 0) return null;
   const payload = changePayload({ kind: 'log', revision_id: revisionId });
   const result = await db
@@ -38,7 +43,13 @@ export async function appendRevisionLogs(db: Db, revisionId: string, type: Revis
 }
 
 /** Lines after `afterId` (all when null), oldest first. */
-export async function listRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, afterId: string | null, limit: number): Promise<RevisionLogRow[]> {
+export async function listRevisionLogs(
+  db: Db,
+  revisionId: string,
+  type: RevisionLogType,
+  afterId: string | null,
+  limit: number,
+): Promise<RevisionLogRow[]> {
   let query = db.selectFrom('revision_logs').selectAll().where('revision_id', '=', revisionId).where('type', '=', type);
   if (afterId !== null) query = query.where('id', '>', afterId);
   return query.orderBy('id').limit(limit).execute();
@@ -59,7 +70,12 @@ export async function countRevisionLogs(db: Db, revisionId: string, type: Revisi
  * Deletes all but the newest `keep` lines of a revision's log of `type` (app output runs forever; the
  * log keeps its end). Resolves to the number of lines deleted.
  */
-export async function trimRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, keep: number): Promise<number> {
+export async function trimRevisionLogs(
+  db: Db,
+  revisionId: string,
+  type: RevisionLogType,
+  keep: number,
+): Promise<number> {
   if (!Number.isInteger(keep) || keep < 1) throw new RangeError(`keep must be a positive integer, not ${keep}`);
   // The keep-th newest id, read backwards on revision_logs_page; with fewer lines it is null and
   // `id < null` deletes nothing.
@@ -90,7 +106,12 @@ export interface LogSubject {
 }
 
 /** The revision in the caller's workspace and deployment, or undefined (unknown, another's, or gone). */
-export async function getLogSubject(db: Db, workspaceId: string, deploymentId: string, revisionId: string): Promise<LogSubject | undefined> {
+export async function getLogSubject(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  revisionId: string,
+): Promise<LogSubject | undefined> {
   const row = await db
     .selectFrom('revisions as r')
     .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
@@ -135,7 +156,12 @@ export interface LogSearch {
 }
 
 /** A page of a revision's log of `type` with each line's level, oldest or newest first, filtered. */
-export async function searchRevisionLogs(db: Db, revisionId: string, type: RevisionLogType, search: LogSearch): Promise<(RevisionLogRow & { level: LogLevel })[]> {
+export async function searchRevisionLogs(
+  db: Db,
+  revisionId: string,
+  type: RevisionLogType,
+  search: LogSearch,
+): Promise<(RevisionLogRow & { level: LogLevel })[]> {
   let query = db
     .selectFrom('revision_logs')
     .selectAll()
@@ -152,7 +178,11 @@ export async function searchRevisionLogs(db: Db, revisionId: string, type: Revis
 }
 
 /** The revision a deployment's logs are read from without a revision: its active one, else its latest. */
-export async function currentLogRevision(db: Db, workspaceId: string, deploymentId: string): Promise<{ revisionId: string | null } | undefined> {
+export async function currentLogRevision(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+): Promise<{ revisionId: string | null } | undefined> {
   const row = await db
     .selectFrom('deployments')
     .select(['active_revision_id', 'latest_revision_id'])

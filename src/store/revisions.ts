@@ -16,8 +16,17 @@ function viewQuery(db: Db) {
     .select('d.remote_reconciled');
 }
 
-export async function getRevision(db: Db, workspaceId: string, deploymentId: string, id: string): Promise<RevisionView | undefined> {
-  return viewQuery(db).where('r.workspace_id', '=', workspaceId).where('r.deployment_id', '=', deploymentId).where('r.id', '=', id).executeTakeFirst();
+export async function getRevision(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  id: string,
+): Promise<RevisionView | undefined> {
+  return viewQuery(db)
+    .where('r.workspace_id', '=', workspaceId)
+    .where('r.deployment_id', '=', deploymentId)
+    .where('r.id', '=', id)
+    .executeTakeFirst();
 }
 
 export async function listRevisions(
@@ -82,7 +91,12 @@ export async function lockRevision(db: Db, id: string) {
   return db.selectFrom('revisions').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();
 }
 
-export async function setRevisionStatus(db: Db, id: string, status: RevisionStatus, failure: { reason: string; message: string } | null): Promise<void> {
+export async function setRevisionStatus(
+  db: Db,
+  id: string,
+  status: RevisionStatus,
+  failure: { reason: string; message: string } | null,
+): Promise<void> {
   await db
     .updateTable('revisions')
     .set({

@@ -12,11 +12,24 @@ export async function insertTagKey(db: Db, workspaceId: string, key: string, des
 }
 
 export async function listTagKeys(db: Db, workspaceId: string, limit: number, offset: number) {
-  return db.selectFrom('tag_keys').selectAll().where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
+  return db
+    .selectFrom('tag_keys')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
 }
 
 export async function getTagKey(db: Db, workspaceId: string, id: string) {
-  return db.selectFrom('tag_keys').selectAll().where('workspace_id', '=', workspaceId).where('id', '=', id).executeTakeFirst();
+  return db
+    .selectFrom('tag_keys')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', id)
+    .executeTakeFirst();
 }
 
 export async function deleteTagKey(db: Db, id: string): Promise<void> {
@@ -33,11 +46,23 @@ export async function insertTagValue(db: Db, tagKeyId: string, value: string) {
 }
 
 export async function listTagValues(db: Db, tagKeyId: string, limit: number, offset: number) {
-  return db.selectFrom('tag_values').selectAll().where('tag_key_id', '=', tagKeyId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
+  return db
+    .selectFrom('tag_values')
+    .selectAll()
+    .where('tag_key_id', '=', tagKeyId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
 }
 
 export async function deleteTagValue(db: Db, tagKeyId: string, id: string): Promise<boolean> {
-  const result = await db.deleteFrom('tag_values').where('tag_key_id', '=', tagKeyId).where('id', '=', id).executeTakeFirst();
+  const result = await db
+    .deleteFrom('tag_values')
+    .where('tag_key_id', '=', tagKeyId)
+    .where('id', '=', id)
+    .executeTakeFirst();
   return result.numDeletedRows > 0n;
 }
 
@@ -57,7 +82,10 @@ export async function existingTagValueIds(db: Db, workspaceId: string, ids: stri
 export async function replaceDeploymentTags(db: Db, deploymentId: string, tagValueIds: string[]): Promise<void> {
   await db.deleteFrom('deployment_tags').where('deployment_id', '=', deploymentId).execute();
   if (tagValueIds.length > 0) {
-    await db.insertInto('deployment_tags').values(tagValueIds.map((id) => ({ deployment_id: deploymentId, tag_value_id: id }))).execute();
+    await db
+      .insertInto('deployment_tags')
+      .values(tagValueIds.map((id) => ({ deployment_id: deploymentId, tag_value_id: id })))
+      .execute();
   }
 }
 

@@ -15,7 +15,15 @@ export async function ensureTracingProject(db: Db, workspaceId: string, name: st
 }
 
 export async function listTracingProjects(db: Db, workspaceId: string, limit: number, offset: number) {
-  return db.selectFrom('tracing_projects').selectAll().where('workspace_id', '=', workspaceId).orderBy('created_at', 'desc').orderBy('id', 'desc').limit(limit).offset(offset).execute();
+  return db
+    .selectFrom('tracing_projects')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
 }
 
 export async function deleteTracingProject(db: Db, id: string): Promise<void> {

@@ -16,10 +16,20 @@ export interface NewUploadToken {
 
 /** Stores a token; tokens that expired a day ago or more go at the same time (nothing else prunes them). */
 export async function insertUploadToken(db: Db, token: NewUploadToken): Promise<void> {
-  await db.deleteFrom('upload_tokens').where('expires_at', '<', sql<Date>`now() - interval '1 day'`).execute();
+  await db
+    .deleteFrom('upload_tokens')
+    .where('expires_at', '<', sql<Date>`now() - interval '1 day'`)
+    .execute();
   await db
     .insertInto('upload_tokens')
-    .values({ id: token.id, workspace_id: token.workspaceId, deployment_id: token.deploymentId, token_hash: token.tokenHash, object_path: token.objectPath, expires_at: token.expiresAt })
+    .values({
+      id: token.id,
+      workspace_id: token.workspaceId,
+      deployment_id: token.deploymentId,
+      token_hash: token.tokenHash,
+      object_path: token.objectPath,
+      expires_at: token.expiresAt,
+    })
     .execute();
 }
 
@@ -27,7 +37,11 @@ export async function insertUploadToken(db: Db, token: NewUploadToken): Promise<
  * Marks the token of upload `id` used, when it is that upload's, unused and not expired: in one
  * statement, so two requests with the same token cannot both win. The upload it may write, or undefined.
  */
-export async function consumeUploadToken(db: Db, id: string, tokenHash: Buffer): Promise<{ workspace_id: string; deployment_id: string; object_path: string } | undefined> {
+export async function consumeUploadToken(
+  db: Db,
+  id: string,
+  tokenHash: Buffer,
+): Promise<{ workspace_id: string; deployment_id: string; object_path: string } | undefined> {
   return db
     .updateTable('upload_tokens')
     .set({ used_at: sql<Date>`now()` })

@@ -74,8 +74,16 @@ async function prune(db: Db, integrationId: string, rejected: boolean): Promise<
 }
 
 /** Records a delivery that was not processed (rejected, or a duplicate). */
-export async function recordDelivery(db: Db, facts: DeliveryFacts, result: DeliveryResult): Promise<WebhookDeliveryRow> {
-  const row = await db.insertInto('codehost_webhook_deliveries').values(values(facts, result)).returningAll().executeTakeFirstOrThrow();
+export async function recordDelivery(
+  db: Db,
+  facts: DeliveryFacts,
+  result: DeliveryResult,
+): Promise<WebhookDeliveryRow> {
+  const row = await db
+    .insertInto('codehost_webhook_deliveries')
+    .values(values(facts, result))
+    .returningAll()
+    .executeTakeFirstOrThrow();
   await prune(db, facts.integrationId, result.outcome === 'rejected');
   return row;
 }
@@ -86,12 +94,21 @@ export async function recordDelivery(db: Db, facts: DeliveryFacts, result: Deliv
  * claim of the same id waits here until the first one's transaction ends, and then gets null if that
  * one built.
  */
-export async function claimDelivery(db: Db, facts: DeliveryFacts & { deliveryId: string }, result: DeliveryResult): Promise<string | null> {
+export async function claimDelivery(
+  db: Db,
+  facts: DeliveryFacts & { deliveryId: string },
+  result: DeliveryResult,
+): Promise<string | null> {
   const row = await db
     .insertInto('codehost_webhook_deliveries')
     .values(values(facts, result))
     // The predicate repeats the index's, literally, so PostgreSQL can infer the partial index.
-    .onConflict((oc) => oc.columns(['integration_id', 'delivery_id']).where(sql<boolean>`outcome = 'revision_created'`).doNothing())
+    .onConflict((oc) =>
+      oc
+        .columns(['integration_id', 'delivery_id'])
+        .where(sql<boolean>`outcome = 'revision_created'`)
+        .doNothing(),
+    )
     .returning('id')
     .executeTakeFirst();
   if (row === undefined) return null;
@@ -103,7 +120,12 @@ export async function claimDelivery(db: Db, facts: DeliveryFacts & { deliveryId:
 export async function settleDelivery(db: Db, id: string, result: DeliveryResult): Promise<WebhookDeliveryRow> {
   const row = await db
     .updateTable('codehost_webhook_deliveries')
-    .set({ outcome: result.outcome, reason: result.reason, message: result.message, revision_ids: json(result.revisionIds ?? []) })
+    .set({
+      outcome: result.outcome,
+      reason: result.reason,
+      message: result.message,
+      revision_ids: json(result.revisionIds ?? []),
+    })
     .where('id', '=', id)
     .returningAll()
     .executeTakeFirstOrThrow();
@@ -112,7 +134,11 @@ export async function settleDelivery(db: Db, id: string, result: DeliveryResult)
 }
 
 /** The delivery of that id that built, for the message of a duplicate. */
-export async function findProcessedDelivery(db: Db, integrationId: string, deliveryId: string): Promise<WebhookDeliveryRow | undefined> {
+export async function findProcessedDelivery(
+  db: Db,
+  integrationId: string,
+  deliveryId: string,
+): Promise<WebhookDeliveryRow | undefined> {
   return db
     .selectFrom('codehost_webhook_deliveries')
     .selectAll()
@@ -122,7 +148,12 @@ export async function findProcessedDelivery(db: Db, integrationId: string, deliv
     .executeTakeFirst();
 }
 
-export async function listDeliveries(db: Db, integrationId: string, limit: number, offset: number): Promise<WebhookDeliveryRow[]> {
+export async function listDeliveries(
+  db: Db,
+  integrationId: string,
+  limit: number,
+  offset: number,
+): Promise<WebhookDeliveryRow[]> {
   return db
     .selectFrom('codehost_webhook_deliveries')
     .selectAll()

@@ -4,7 +4,16 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { createCodehostDeployment, createTokenIntegration, otherWorkspace, revisionsOf, startCodehostFixture, TOKEN, type CodehostFixture, type CreatedIntegration } from './codehost-fixture.ts';
+import {
+  createCodehostDeployment,
+  createTokenIntegration,
+  otherWorkspace,
+  revisionsOf,
+  startCodehostFixture,
+  TOKEN,
+  type CodehostFixture,
+  type CreatedIntegration,
+} from './codehost-fixture.ts';
 
 let f: CodehostFixture;
 let integration: CreatedIntegration;
@@ -49,19 +58,31 @@ test('a deployment created from a listed repository gets revision 1', async () =
 });
 
 test('a clone URL of a listed repository (.git, other letter case) is accepted', async () => {
-  const res = await f.api.post('/v2/deployments', createBody('clone-url', `${f.github.webOrigin}/Octo-Org/repo-003.git`));
+  const res = await f.api.post(
+    '/v2/deployments',
+    createBody('clone-url', `${f.github.webOrigin}/Octo-Org/repo-003.git`),
+  );
   assert.equal(res.status, 201, JSON.stringify(res.body));
 });
 
 test('a repo_url on another host is 400 and creates nothing', async () => {
-  const res = await f.api.post('/v2/deployments', createBody('other-host', 'https://gitlab.example.com/octo-org/repo-001'));
+  const res = await f.api.post(
+    '/v2/deployments',
+    createBody('other-host', 'https://gitlab.example.com/octo-org/repo-001'),
+  );
   assert.equal(res.status, 400);
-  assert.match(res.body.detail, /^source_config\.repo_url 'https:\/\/gitlab\.example\.com\/octo-org\/repo-001' is not on the integration's host/);
+  assert.match(
+    res.body.detail,
+    /^source_config\.repo_url 'https:\/\/gitlab\.example\.com\/octo-org\/repo-001' is not on the integration's host/,
+  );
   assert.equal((await f.api.get('/v2/deployments?name=other-host')).body.resources.length, 0);
 });
 
 test('a repository the host does not have is 400', async () => {
-  const res = await f.api.post('/v2/deployments', createBody('missing-repo', `${f.github.webOrigin}/octo-org/no-such-repo`));
+  const res = await f.api.post(
+    '/v2/deployments',
+    createBody('missing-repo', `${f.github.webOrigin}/octo-org/no-such-repo`),
+  );
   assert.equal(res.status, 400);
   assert.match(res.body.detail, /is not a repository the integration can reach \(octo-org\/no-such-repo\)/);
 });
@@ -77,7 +98,10 @@ test('an integration of another workspace is 400 and the host is not asked', asy
   const theirs = await other.api.post(BASE, { name: 'theirs', api_url: f.github.url, token: TOKEN });
   assert.equal(theirs.status, 201);
   const asked = f.github.requests.length;
-  const res = await f.api.post('/v2/deployments', createBody('foreign-integration', `${f.github.webOrigin}/octo-org/repo-001`, theirs.body.id));
+  const res = await f.api.post(
+    '/v2/deployments',
+    createBody('foreign-integration', `${f.github.webOrigin}/octo-org/repo-001`, theirs.body.id),
+  );
   assert.equal(res.status, 400);
   assert.equal(res.body.detail, `source_config.integration_id: Integration ID ${theirs.body.id} not found.`);
   assert.equal(f.github.requests.length, asked);
@@ -93,7 +117,10 @@ test('a host that is down when the deployment is created gives 502 and creates n
 
 test('a host that rejects the credentials when the deployment is created gives 400 codehost_rejected', async () => {
   f.github.failWith({ status: 401, path: '/repos/', times: 1 });
-  const res = await f.api.post('/v2/deployments', createBody('host-rejects', `${f.github.webOrigin}/octo-org/repo-004`));
+  const res = await f.api.post(
+    '/v2/deployments',
+    createBody('host-rejects', `${f.github.webOrigin}/octo-org/repo-004`),
+  );
   assert.equal(res.status, 400);
   assert.equal(res.body.code, 'codehost_rejected');
 });
@@ -113,7 +140,11 @@ test('an integration in use cannot be deleted (409); once its deployments are go
 test('build_on_push with a tag ref is refused', async () => {
   const res = await f.api.post('/v2/deployments', {
     ...createBody('tag-push', `${f.github.webOrigin}/octo-org/repo-005`),
-    source_config: { integration_id: integration.id, repo_url: `${f.github.webOrigin}/octo-org/repo-005`, build_on_push: true },
+    source_config: {
+      integration_id: integration.id,
+      repo_url: `${f.github.webOrigin}/octo-org/repo-005`,
+      build_on_push: true,
+    },
     source_revision_config: { repo_ref: 'refs/tags/v1', framework_config_path: 'agent.json' },
   });
   assert.equal(res.status, 400);

@@ -6,7 +6,15 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { client, createTestApp, type TestApp } from '../helpers.ts';
-import { createTestApp as createGitHubApp, makeRepositories, startFakeGitHub, type FakeGitHub, type FakeGitHubOptions, type FakeVisibility, type TestApp as GitHubApp } from '../fakes/github-server.ts';
+import {
+  createTestApp as createGitHubApp,
+  makeRepositories,
+  startFakeGitHub,
+  type FakeGitHub,
+  type FakeGitHubOptions,
+  type FakeVisibility,
+  type TestApp as GitHubApp,
+} from '../fakes/github-server.ts';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
 
 export const TOKEN = 'ghp_fixturetoken0123456789abcdefghijkl';
@@ -24,7 +32,9 @@ export interface CodehostFixture {
  * `installation`: the repositories the App installation INSTALLATION_ID covers (default all).
  * `allowedUrls`: code-host API URLs the service may reach besides the fake's (SLIPWAY_CODEHOST_ALLOWED_URLS).
  */
-export async function startCodehostFixture(options: FakeGitHubOptions & { installation?: FakeVisibility; allowedUrls?: string[] } = {}): Promise<CodehostFixture> {
+export async function startCodehostFixture(
+  options: FakeGitHubOptions & { installation?: FakeVisibility; allowedUrls?: string[] } = {},
+): Promise<CodehostFixture> {
   const githubApp = createGitHubApp(4242);
   const { installation = 'all', allowedUrls = [], ...fakeOptions } = options;
   const github = await startFakeGitHub({
@@ -60,8 +70,17 @@ export interface CreatedIntegration {
   [field: string]: unknown;
 }
 
-export async function createTokenIntegration(f: CodehostFixture, name: string, extra: Record<string, unknown> = {}): Promise<CreatedIntegration> {
-  const res = await f.api.post('/v1/integrations/forge/codehost', { name, api_url: f.github.url, token: TOKEN, ...extra });
+export async function createTokenIntegration(
+  f: CodehostFixture,
+  name: string,
+  extra: Record<string, unknown> = {},
+): Promise<CreatedIntegration> {
+  const res = await f.api.post('/v1/integrations/forge/codehost', {
+    name,
+    api_url: f.github.url,
+    token: TOKEN,
+    ...extra,
+  });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body as CreatedIntegration;
 }
@@ -76,14 +95,21 @@ export async function createCodehostDeployment(
   const res = await f.api.post('/v2/deployments', {
     name,
     source: 'codehost',
-    source_config: { integration_id: integrationId, repo_url: `${f.github.webOrigin}/octo-org/${options.repo ?? 'repo-001'}`, build_on_push: options.buildOnPush ?? true },
+    source_config: {
+      integration_id: integrationId,
+      repo_url: `${f.github.webOrigin}/octo-org/${options.repo ?? 'repo-001'}`,
+      build_on_push: options.buildOnPush ?? true,
+    },
     source_revision_config: { repo_ref: options.ref ?? 'main', framework_config_path: 'agent.json' },
   });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body;
 }
 
-export function pushPayload(f: CodehostFixture, options: { repo?: string; ref?: string; after?: string; deleted?: boolean } = {}): Record<string, unknown> {
+export function pushPayload(
+  f: CodehostFixture,
+  options: { repo?: string; ref?: string; after?: string; deleted?: boolean } = {},
+): Record<string, unknown> {
   const repo = options.repo ?? 'repo-001';
   const htmlUrl = `${f.github.webOrigin}/octo-org/${repo}`;
   return {
@@ -93,7 +119,14 @@ export function pushPayload(f: CodehostFixture, options: { repo?: string; ref?: 
     created: false,
     deleted: options.deleted ?? false,
     forced: false,
-    repository: { id: 1001, name: repo, full_name: `octo-org/${repo}`, html_url: htmlUrl, clone_url: `${htmlUrl}.git`, default_branch: 'main' },
+    repository: {
+      id: 1001,
+      name: repo,
+      full_name: `octo-org/${repo}`,
+      html_url: htmlUrl,
+      clone_url: `${htmlUrl}.git`,
+      default_branch: 'main',
+    },
     pusher: { name: 'octocat', email: 'octocat@example.com' },
     head_commit: { id: options.after ?? 'c0ffee'.padEnd(40, '1'), message: 'Ship it' },
   };
@@ -111,7 +144,12 @@ export interface DeliveryOptions {
 }
 
 /** Sends a delivery as GitHub does: raw JSON bytes, X-Hub-Signature-256, X-GitHub-Event, X-GitHub-Delivery. */
-export async function deliver(f: CodehostFixture, integrationId: string, body: string | Record<string, unknown>, options: DeliveryOptions = {}) {
+export async function deliver(
+  f: CodehostFixture,
+  integrationId: string,
+  body: string | Record<string, unknown>,
+  options: DeliveryOptions = {},
+) {
   const raw = typeof body === 'string' ? body : JSON.stringify(body);
   const headers: Record<string, string> = {
     'content-type': 'application/json',
@@ -120,20 +158,36 @@ export async function deliver(f: CodehostFixture, integrationId: string, body: s
     'user-agent': 'GitHub-Hookshot/abc123',
     ...options.headers,
   };
-  if (options.secret !== null && options.secret !== undefined) headers['x-hub-signature-256'] = signWebhookBody(options.secret, options.signedBody ?? raw);
-  const response = await f.t.app.inject({ method: 'POST', url: `/v1/integrations/forge/codehost/${integrationId}/webhooks`, headers, payload: raw });
-  return { status: response.statusCode, body: response.body === '' ? undefined : JSON.parse(response.body), headers: response.headers };
+  if (options.secret !== null && options.secret !== undefined)
+    headers['x-hub-signature-256'] = signWebhookBody(options.secret, options.signedBody ?? raw);
+  const response = await f.t.app.inject({
+    method: 'POST',
+    url: `/v1/integrations/forge/codehost/${integrationId}/webhooks`,
+    headers,
+    payload: raw,
+  });
+  return {
+    status: response.statusCode,
+    body: response.body === '' ? undefined : JSON.parse(response.body),
+    headers: response.headers,
+  };
 }
 
 /** Another workspace of the same organization, with a client acting in it. */
-export async function otherWorkspace(f: CodehostFixture, name: string): Promise<{ id: string; api: ReturnType<typeof client> }> {
+export async function otherWorkspace(
+  f: CodehostFixture,
+  name: string,
+): Promise<{ id: string; api: ReturnType<typeof client> }> {
   const org = client(f.t.app, f.t.orgKey, f.t.workspaceId);
   const res = await org.post('/v2/workspaces', { name });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return { id: res.body.id, api: client(f.t.app, f.t.orgKey, res.body.id) };
 }
 
-export async function revisionsOf(f: CodehostFixture, deploymentId: string): Promise<{ id: string; source_revision_config: Record<string, unknown>; status: string }[]> {
+export async function revisionsOf(
+  f: CodehostFixture,
+  deploymentId: string,
+): Promise<{ id: string; source_revision_config: Record<string, unknown>; status: string }[]> {
   const res = await f.api.get(`/v2/deployments/${deploymentId}/revisions?limit=100`);
   assert.equal(res.status, 200, JSON.stringify(res.body));
   return res.body.resources;

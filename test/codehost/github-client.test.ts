@@ -68,19 +68,35 @@ test('a token integration lists every repository over several pages', async () =
 });
 
 test('a GitHub App integration on an Enterprise Server path lists its installation repositories', async () => {
-  await withGitHub({ pathPrefix: '/api/v3', apps: [{ id: app.id, publicKey: app.publicKey, installations: { [INSTALLATION_ID]: makeRepositories(250).slice(0, 230).map((r) => r.id) } }] }, async (github) => {
-    assert.match(github.url, /\/api\/v3$/);
-    const client = new GitHubClient(appCredentials(), { ...fast, apiUrl: github.url });
-    const repos = await client.listRepositories();
+  await withGitHub(
+    {
+      pathPrefix: '/api/v3',
+      apps: [
+        {
+          id: app.id,
+          publicKey: app.publicKey,
+          installations: {
+            [INSTALLATION_ID]: makeRepositories(250)
+              .slice(0, 230)
+              .map((r) => r.id),
+          },
+        },
+      ],
+    },
+    async (github) => {
+      assert.match(github.url, /\/api\/v3$/);
+      const client = new GitHubClient(appCredentials(), { ...fast, apiUrl: github.url });
+      const repos = await client.listRepositories();
 
-    assert.equal(repos.length, 230);
-    assert.equal(repos[229]?.name, 'repo-230');
-    assert.equal(github.requestsTo('POST', `/app/installations/${INSTALLATION_ID}/access_tokens`).length, 1);
-    const listings = github.requestsTo('GET', '/installation/repositories');
-    assert.equal(listings.length, 3);
-    // The listing uses the installation token, not the app JWT.
-    assert.ok(listings.every((r) => r.authorization === `token ${github.issuedTokens[0]?.token}`));
-  });
+      assert.equal(repos.length, 230);
+      assert.equal(repos[229]?.name, 'repo-230');
+      assert.equal(github.requestsTo('POST', `/app/installations/${INSTALLATION_ID}/access_tokens`).length, 1);
+      const listings = github.requestsTo('GET', '/installation/repositories');
+      assert.equal(listings.length, 3);
+      // The listing uses the installation token, not the app JWT.
+      assert.ok(listings.every((r) => r.authorization === `token ${github.issuedTokens[0]?.token}`));
+    },
+  );
 });
 
 test('the installation token is exchanged once and reused by later calls of the same integration', async () => {
@@ -124,7 +140,10 @@ test('a JWT signed with the wrong key is refused and reported as rejected creden
 
     assert.equal(error.kind, 'rejected');
     assert.equal(error.hostStatus, 401);
-    assert.deepEqual(github.requestsTo('POST', /\/access_tokens$/).map((r) => r.status), [401]);
+    assert.deepEqual(
+      github.requestsTo('POST', /\/access_tokens$/).map((r) => r.status),
+      [401],
+    );
     assert.equal(github.requestsTo('GET', '/installation/repositories').length, 0);
     assert.ok(!error.message.includes('PRIVATE KEY'));
   });
@@ -258,7 +277,13 @@ test('a repository URL is accepted when it is on the host and the token reaches 
     const ok = await client.checkRepositoryUrl(`${github.webOrigin}/Octo-Org/repo-002.git`);
     assert.deepEqual(ok, {
       ok: true,
-      repository: { id: 1002, name: 'repo-002', owner: 'octo-org', url: `${github.webOrigin}/octo-org/repo-002`, default_branch: 'main' },
+      repository: {
+        id: 1002,
+        name: 'repo-002',
+        owner: 'octo-org',
+        url: `${github.webOrigin}/octo-org/repo-002`,
+        default_branch: 'main',
+      },
     });
 
     const hidden = await client.checkRepositoryUrl(`${github.webOrigin}/someone/hidden`);
@@ -282,7 +307,10 @@ test('for an App, a public repository outside the installation is not reachable'
     { id: 6000, owner: 'other-org', name: 'public-lib', default_branch: 'main', private: false },
   ];
   await withGitHub(
-    { repositories, apps: [{ id: app.id, publicKey: app.publicKey, installations: { [INSTALLATION_ID]: [1001, 1002] } }] },
+    {
+      repositories,
+      apps: [{ id: app.id, publicKey: app.publicKey, installations: { [INSTALLATION_ID]: [1001, 1002] } }],
+    },
     async (github) => {
       const client = new GitHubClient(appCredentials(), { ...fast, apiUrl: github.url });
       const inside = await client.checkRepositoryUrl(`${github.webOrigin}/octo-org/repo-001`);
@@ -305,11 +333,23 @@ test('a repository check against a host that is down is an error, not a "not rea
 test('two Apps on two hosts with the same installation id each use their own installation token', async () => {
   const alpha = createTestApp(1);
   const beta = createTestApp(2);
-  const hostA = await startFakeGitHub({ repositories: makeRepositories(3, 'alpha'), apps: [{ id: 1, publicKey: alpha.publicKey, installations: { 7: 'all' } }] });
-  const hostB = await startFakeGitHub({ repositories: makeRepositories(3, 'beta'), apps: [{ id: 2, publicKey: beta.publicKey, installations: { 7: 'all' } }] });
+  const hostA = await startFakeGitHub({
+    repositories: makeRepositories(3, 'alpha'),
+    apps: [{ id: 1, publicKey: alpha.publicKey, installations: { 7: 'all' } }],
+  });
+  const hostB = await startFakeGitHub({
+    repositories: makeRepositories(3, 'beta'),
+    apps: [{ id: 2, publicKey: beta.publicKey, installations: { 7: 'all' } }],
+  });
   try {
-    const a = new GitHubClient({ app_id: 1, private_key: alpha.privateKey, installation_id: 7 }, { ...fast, apiUrl: hostA.url });
-    const b = new GitHubClient({ app_id: 2, private_key: beta.privateKey, installation_id: 7 }, { ...fast, apiUrl: hostB.url });
+    const a = new GitHubClient(
+      { app_id: 1, private_key: alpha.privateKey, installation_id: 7 },
+      { ...fast, apiUrl: hostA.url },
+    );
+    const b = new GitHubClient(
+      { app_id: 2, private_key: beta.privateKey, installation_id: 7 },
+      { ...fast, apiUrl: hostB.url },
+    );
     const [reposA, reposB] = await Promise.all([a.listRepositories(), b.listRepositories()]);
     assert.deepEqual([...new Set(reposA.map((r) => r.owner))], ['alpha']);
     assert.deepEqual([...new Set(reposB.map((r) => r.owner))], ['beta']);
@@ -326,8 +366,15 @@ test('two Apps on two hosts with the same installation id each use their own ins
 test('concurrent listings of one App integration share one token exchange', async () => {
   await withGitHub({}, async (github) => {
     const client = new GitHubClient(appCredentials(), { ...fast, apiUrl: github.url });
-    const results = await Promise.all([client.listRepositories(), client.listRepositories(), client.listRepositories()]);
-    assert.deepEqual(results.map((r) => r.length), [250, 250, 250]);
+    const results = await Promise.all([
+      client.listRepositories(),
+      client.listRepositories(),
+      client.listRepositories(),
+    ]);
+    assert.deepEqual(
+      results.map((r) => r.length),
+      [250, 250, 250],
+    );
     assert.equal(github.requestsTo('POST', /\/access_tokens$/).length, 1);
   });
 });

@@ -61,18 +61,28 @@ describe('who may change integrations', () => {
     assert.equal((await member.get(BASE)).status, 200);
     assert.equal((await member.get(`${BASE}/${existing.id}/repos`)).status, 200);
     assert.equal((await f.api.get(`${BASE}/${existing.id}`)).status, 200, 'the integration is still there');
-    assert.equal((await f.api.get(`${BASE}?limit=100`)).body.resources.some((i: { name: string }) => i.name === 'member-made'), false);
+    assert.equal(
+      (await f.api.get(`${BASE}?limit=100`)).body.resources.some((i: { name: string }) => i.name === 'member-made'),
+      false,
+    );
   });
 });
 
 describe('SLIPWAY_CODEHOST_ALLOWED_URLS', () => {
   test('is read as comma-separated URL prefixes, defaults to https://api.github.com, and refuses what is not a URL', () => {
     assert.deepEqual(loadConfig({}).codehostAllowedUrls, ['https://api.github.com']);
-    assert.deepEqual(loadConfig({ SLIPWAY_CODEHOST_ALLOWED_URLS: ' https://GHE.example.com/api/v3/ ,, https://api.github.com' }).codehostAllowedUrls, [
-      'https://ghe.example.com/api/v3',
-      'https://api.github.com',
-    ]);
-    for (const bad of ['not a url', 'ftp://ghe.example.com', 'https://user:pw@ghe.example.com', 'https://ghe.example.com/?x=1', ',']) {
+    assert.deepEqual(
+      loadConfig({ SLIPWAY_CODEHOST_ALLOWED_URLS: ' https://GHE.example.com/api/v3/ ,, https://api.github.com' })
+        .codehostAllowedUrls,
+      ['https://ghe.example.com/api/v3', 'https://api.github.com'],
+    );
+    for (const bad of [
+      'not a url',
+      'ftp://ghe.example.com',
+      'https://user:pw@ghe.example.com',
+      'https://ghe.example.com/?x=1',
+      ',',
+    ]) {
       assert.throws(
         () => loadConfig({ SLIPWAY_CODEHOST_ALLOWED_URLS: bad }),
         (err: unknown) => err instanceof ConfigError && err.variable === 'SLIPWAY_CODEHOST_ALLOWED_URLS',
@@ -83,7 +93,8 @@ describe('SLIPWAY_CODEHOST_ALLOWED_URLS', () => {
 
   test('a prefix matches whole origins and whole path segments', () => {
     const allowed = ['https://api.github.com', 'https://ghe.example.com/api/v3'];
-    for (const ok of ['https://api.github.com', 'https://ghe.example.com/api/v3', 'https://ghe.example.com/api/v3/sub']) assert.ok(isAllowedApiUrl(ok, allowed), ok);
+    for (const ok of ['https://api.github.com', 'https://ghe.example.com/api/v3', 'https://ghe.example.com/api/v3/sub'])
+      assert.ok(isAllowedApiUrl(ok, allowed), ok);
     for (const no of [
       'https://api.github.com.evil.example',
       'https://api.github.com:8443',
@@ -107,7 +118,10 @@ describe('SLIPWAY_CODEHOST_ALLOWED_URLS', () => {
         const res = await f.api.post(BASE, { name: 'internal', api_url: apiUrl, token: TOKEN });
         assert.equal(res.status, 400, `${apiUrl}: ${JSON.stringify(res.body)}`);
         assert.equal(res.body.code, 'invalid_request');
-        assert.match(res.body.detail, /^api_url .* is not among the code hosts this service may reach \(SLIPWAY_CODEHOST_ALLOWED_URLS\)/);
+        assert.match(
+          res.body.detail,
+          /^api_url .* is not among the code hosts this service may reach \(SLIPWAY_CODEHOST_ALLOWED_URLS\)/,
+        );
       }
       assert.equal(listener.connections(), 0, 'the service never connected');
       assert.equal(f.github.requests.length, requestsBefore);
@@ -134,7 +148,11 @@ describe('SLIPWAY_CODEHOST_ALLOWED_URLS', () => {
     const listener = await silentListener();
     try {
       // As if the operator took the host off the list after the integration was made.
-      await f.t.database.db.updateTable('codehost_integrations').set({ api_url: listener.url }).where('id', '=', integration.id).execute();
+      await f.t.database.db
+        .updateTable('codehost_integrations')
+        .set({ api_url: listener.url })
+        .where('id', '=', integration.id)
+        .execute();
       const res = await f.api.patch(`${BASE}/${integration.id}`, { token: TOKEN });
       assert.equal(res.status, 400, JSON.stringify(res.body));
       assert.match(res.body.detail, /SLIPWAY_CODEHOST_ALLOWED_URLS/);
@@ -165,7 +183,10 @@ describe('a host that cannot be reached', () => {
     const logs: string[] = [];
     const t = await createTestApp(
       { SLIPWAY_ALLOW_INSECURE_CODEHOST: '1', SLIPWAY_CODEHOST_ALLOWED_URLS: Object.values(cases).join(',') },
-      { logger: pino({ level: 'debug' }, { write: (line: string) => void logs.push(line) }), codehostClient: { retries: 0, timeoutMs: 500 } },
+      {
+        logger: pino({ level: 'debug' }, { write: (line: string) => void logs.push(line) }),
+        codehostClient: { retries: 0, timeoutMs: 500 },
+      },
     );
     const app = t.app;
     try {
@@ -174,7 +195,11 @@ describe('a host that cannot be reached', () => {
         const res = await client(app).post(BASE, { name: kind, api_url: apiUrl, token: TOKEN });
         assert.equal(res.status, 502, `${kind}: ${JSON.stringify(res.body)}`);
         assert.equal(res.body.code, 'bad_gateway');
-        assert.equal(res.body.detail, `The code host at ${apiUrl} could not be reached while checking the credentials.`, kind);
+        assert.equal(
+          res.body.detail,
+          `The code host at ${apiUrl} could not be reached while checking the credentials.`,
+          kind,
+        );
         assert.equal(res.headers['retry-after'], undefined);
         seen.set(kind, JSON.stringify({ ...res.body, detail: res.body.detail.replace(apiUrl, '<api_url>') }));
       }

@@ -5,7 +5,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { client, createTestApp } from '../helpers.ts';
-import { INSTALLATION_ID, TOKEN, createTokenIntegration, deliver, otherWorkspace, startCodehostFixture, type CodehostFixture } from './codehost-fixture.ts';
+import {
+  INSTALLATION_ID,
+  TOKEN,
+  createTokenIntegration,
+  deliver,
+  otherWorkspace,
+  startCodehostFixture,
+  type CodehostFixture,
+} from './codehost-fixture.ts';
 
 let f: CodehostFixture;
 
@@ -43,7 +51,11 @@ describe('create', () => {
   test('credentials and the webhook secret are encrypted at rest', async () => {
     const created = await createTokenIntegration(f, 'at-rest', { webhook_secret: 'my-webhook-secret-1234' });
     assert.equal(created.webhook_secret, 'my-webhook-secret-1234');
-    const row = await f.t.database.db.selectFrom('codehost_integrations').selectAll().where('id', '=', created.id).executeTakeFirstOrThrow();
+    const row = await f.t.database.db
+      .selectFrom('codehost_integrations')
+      .selectAll()
+      .where('id', '=', created.id)
+      .executeTakeFirstOrThrow();
     assert.equal(row.credentials_encrypted.includes(TOKEN), false);
     assert.equal(row.webhook_secret_encrypted.includes('my-webhook-secret-1234'), false);
     assert.deepEqual(JSON.parse(f.t.secretBox.open(row.credentials_encrypted)), { token: TOKEN });
@@ -82,11 +94,20 @@ describe('create', () => {
     assert.match(res.body.detail, /Bad credentials/);
     assert.equal(JSON.stringify(res.body).includes(bad), false);
     const list = await f.api.get(`${BASE}?limit=100`);
-    assert.equal(list.body.resources.some((i: { name: string }) => i.name === 'rejected'), false);
+    assert.equal(
+      list.body.resources.some((i: { name: string }) => i.name === 'rejected'),
+      false,
+    );
   });
 
   test('an App whose key does not match is refused as rejected credentials', async () => {
-    const res = await f.api.post(BASE, { name: 'wrong-app', api_url: f.github.url, app_id: 999, private_key: f.githubApp.privateKey, installation_id: INSTALLATION_ID });
+    const res = await f.api.post(BASE, {
+      name: 'wrong-app',
+      api_url: f.github.url,
+      app_id: 999,
+      private_key: f.githubApp.privateKey,
+      installation_id: INSTALLATION_ID,
+    });
     assert.equal(res.status, 400);
     assert.equal(res.body.code, 'codehost_rejected');
     assert.equal(JSON.stringify(res.body).includes('PRIVATE KEY'), false);
@@ -141,7 +162,10 @@ describe('list, get, delete', () => {
     const b = await createTokenIntegration(f, 'list-b');
     const res = await f.api.get(`${BASE}?limit=2`);
     assert.equal(res.status, 200);
-    assert.deepEqual(res.body.resources.map((i: { id: string }) => i.id), [b.id, a.id]);
+    assert.deepEqual(
+      res.body.resources.map((i: { id: string }) => i.id),
+      [b.id, a.id],
+    );
     assert.equal(res.body.offset, 2);
     assert.equal(JSON.stringify(res.body).includes(TOKEN), false);
     assert.equal((await f.api.get(`${BASE}?limit=0`)).status, 422);
@@ -189,7 +213,11 @@ describe('patch', () => {
     const refused = await f.api.patch(`${BASE}/${integration.id}`, { token: 'ghp_still_not_a_valid_token_000000' });
     assert.equal(refused.status, 400);
     assert.equal(refused.body.code, 'codehost_rejected');
-    const stored = await f.t.database.db.selectFrom('codehost_integrations').select('credentials_encrypted').where('id', '=', integration.id).executeTakeFirstOrThrow();
+    const stored = await f.t.database.db
+      .selectFrom('codehost_integrations')
+      .select('credentials_encrypted')
+      .where('id', '=', integration.id)
+      .executeTakeFirstOrThrow();
     assert.deepEqual(JSON.parse(f.t.secretBox.open(stored.credentials_encrypted)), { token: TOKEN });
 
     const renewed = await f.api.patch(`${BASE}/${integration.id}`, { name: 'renewed', token: TOKEN });
@@ -201,13 +229,20 @@ describe('patch', () => {
 
   test('switches a token integration to a GitHub App installation', async () => {
     const integration = await createTokenIntegration(f, 'to-app');
-    const res = await f.api.patch(`${BASE}/${integration.id}`, { app_id: f.githubApp.id, private_key: f.githubApp.privateKey, installation_id: INSTALLATION_ID });
+    const res = await f.api.patch(`${BASE}/${integration.id}`, {
+      app_id: f.githubApp.id,
+      private_key: f.githubApp.privateKey,
+      installation_id: INSTALLATION_ID,
+    });
     assert.equal(res.status, 200, JSON.stringify(res.body));
     assert.equal(res.body.kind, 'app');
     assert.equal(res.body.installation_id, String(INSTALLATION_ID));
     const listed = f.github.requestsTo('GET', '/installation/repositories').length;
     assert.equal((await f.api.get(`${BASE}/${integration.id}/repos`)).body.length, 250);
-    assert.ok(f.github.requestsTo('GET', '/installation/repositories').length > listed, 'the listing now uses the installation');
+    assert.ok(
+      f.github.requestsTo('GET', '/installation/repositories').length > listed,
+      'the listing now uses the installation',
+    );
   });
 
   test('rotates the webhook secret, shown once; the host cannot change', async () => {
@@ -217,15 +252,32 @@ describe('patch', () => {
     assert.match(rotated.body.webhook_secret, /^[0-9a-f]{64}$/);
     assert.notEqual(rotated.body.webhook_secret, integration.webhook_secret);
     assert.equal((await f.api.get(`${BASE}/${integration.id}`)).body.webhook_secret, undefined);
-    assert.equal((await deliver(f, integration.id, { zen: 'hi' }, { event: 'ping', secret: integration.webhook_secret })).status, 401);
-    assert.equal((await deliver(f, integration.id, { zen: 'hi' }, { event: 'ping', secret: rotated.body.webhook_secret })).status, 200);
+    assert.equal(
+      (await deliver(f, integration.id, { zen: 'hi' }, { event: 'ping', secret: integration.webhook_secret })).status,
+      401,
+    );
+    assert.equal(
+      (await deliver(f, integration.id, { zen: 'hi' }, { event: 'ping', secret: rotated.body.webhook_secret })).status,
+      200,
+    );
 
     const same = await f.api.patch(`${BASE}/${integration.id}`, { api_url: `${f.github.url}/` });
     assert.equal(same.status, 200);
     const moved = await f.api.patch(`${BASE}/${integration.id}`, { api_url: 'https://api.github.com' });
     assert.equal(moved.status, 400);
-    assert.equal(moved.body.detail, 'api_url cannot be changed after creation; create another integration for another host');
-    assert.equal((await f.api.patch(`${BASE}/${integration.id}`, { webhook_secret: 'a-new-secret-of-16+', rotate_webhook_secret: true })).status, 400);
+    assert.equal(
+      moved.body.detail,
+      'api_url cannot be changed after creation; create another integration for another host',
+    );
+    assert.equal(
+      (
+        await f.api.patch(`${BASE}/${integration.id}`, {
+          webhook_secret: 'a-new-secret-of-16+',
+          rotate_webhook_secret: true,
+        })
+      ).status,
+      400,
+    );
     assert.equal((await f.api.patch(`${BASE}/${integration.id}`, { name: 'twin' })).status, 409);
   });
 });
@@ -239,7 +291,14 @@ describe('repository listing (the interface)', () => {
     assert.ok(Array.isArray(res.body));
     assert.equal(res.body.length, 250);
     for (const repo of res.body) {
-      assert.deepEqual(Object.keys(repo).sort(), ['default_branch', 'host_integration_id', 'id', 'name', 'owner', 'url']);
+      assert.deepEqual(Object.keys(repo).sort(), [
+        'default_branch',
+        'host_integration_id',
+        'id',
+        'name',
+        'owner',
+        'url',
+      ]);
       assert.equal(repo.host_integration_id, integration.id);
     }
     assert.deepEqual(res.body[0], {
@@ -253,7 +312,10 @@ describe('repository listing (the interface)', () => {
     assert.equal(res.body[1].default_branch, 'main');
     assert.equal(new Set(res.body.map((r: { id: number }) => r.id)).size, 250);
     const pages = f.github.requestsTo('GET', '/user/repos').slice(pagesBefore);
-    assert.deepEqual(pages.map((p) => p.query.page ?? '1'), ['1', '2', '3']);
+    assert.deepEqual(
+      pages.map((p) => p.query.page ?? '1'),
+      ['1', '2', '3'],
+    );
   });
 
   test('a host that rejects the credentials gives a 400 that says so', async () => {
@@ -262,7 +324,10 @@ describe('repository listing (the interface)', () => {
     const res = await f.api.get(`${BASE}/${integration.id}/repos`);
     assert.equal(res.status, 400);
     assert.equal(res.body.code, 'codehost_rejected');
-    assert.match(res.body.detail, /rejected the integration's credentials while listing repositories \(HTTP 401: Bad credentials/);
+    assert.match(
+      res.body.detail,
+      /rejected the integration's credentials while listing repositories \(HTTP 401: Bad credentials/,
+    );
     assert.equal(JSON.stringify(res.body).includes(TOKEN), false);
   });
 
@@ -287,10 +352,17 @@ describe('repository listing (the interface)', () => {
   test('a host that cannot be reached gives 502', async () => {
     const integration = await createTokenIntegration(f, 'unreachable');
     // Point the stored integration at a closed port, as if the host went away.
-    await f.t.database.db.updateTable('codehost_integrations').set({ api_url: CLOSED_PORT_URL }).where('id', '=', integration.id).execute();
+    await f.t.database.db
+      .updateTable('codehost_integrations')
+      .set({ api_url: CLOSED_PORT_URL })
+      .where('id', '=', integration.id)
+      .execute();
     const res = await f.api.get(`${BASE}/${integration.id}/repos`);
     assert.equal(res.status, 502);
-    assert.equal(res.body.detail, `The code host at ${CLOSED_PORT_URL} could not be reached while listing repositories.`);
+    assert.equal(
+      res.body.detail,
+      `The code host at ${CLOSED_PORT_URL} could not be reached while listing repositories.`,
+    );
   });
 
   test('a rate limit gives 503 with the Retry-After the host sent', async () => {
@@ -318,7 +390,10 @@ describe('repository listing (the interface)', () => {
       assert.match(res.body.api_url, /\/api\/v3$/);
       const repos = await partial.api.get(`${BASE}/${res.body.id}/repos`);
       assert.equal(repos.status, 200);
-      assert.deepEqual(repos.body.map((r: { id: number }) => r.id), covered);
+      assert.deepEqual(
+        repos.body.map((r: { id: number }) => r.id),
+        covered,
+      );
       assert.deepEqual(repos.body[0], {
         host_integration_id: res.body.id,
         id: 1101,
@@ -327,7 +402,10 @@ describe('repository listing (the interface)', () => {
         url: `${partial.github.webOrigin}/octo-org/repo-101`,
         default_branch: 'master',
       });
-      assert.equal(partial.github.requestsTo('GET', '/installation/repositories').filter((r) => r.query.per_page === '100').length, 2);
+      assert.equal(
+        partial.github.requestsTo('GET', '/installation/repositories').filter((r) => r.query.per_page === '100').length,
+        2,
+      );
     } finally {
       await partial.close();
     }

@@ -1,6 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { branchOfRef, parsePushEvent, pushIsForRepository, pushTarget, trackedBranch } from '../../src/codehost/push-event.ts';
+import {
+  branchOfRef,
+  parsePushEvent,
+  pushIsForRepository,
+  pushTarget,
+  trackedBranch,
+} from '../../src/codehost/push-event.ts';
 
 const SHA = '6dcb09b5b57875f334f61aebed695e2e4193db5e';
 
@@ -73,9 +79,26 @@ test('malformed payloads are refused with a message naming the field', () => {
     [payload({ after: SHA.toUpperCase() }), /^after/],
     [payload({ deleted: 'no' }), /^deleted/],
     [payload({ repository: undefined }), /^repository/],
-    [payload({ repository: { full_name: 'octo-org/agent', clone_url: 'https://github.com/octo-org/agent.git' } }), /^repository\.html_url/],
-    [payload({ repository: { full_name: 'agent', html_url: 'https://github.com/octo-org/agent', clone_url: 'https://github.com/octo-org/agent.git' } }), /^repository\.full_name/],
-    [payload({ repository: { full_name: 'octo-org/agent', html_url: 'https://github.com/octo-org/agent', clone_url: 42 } }), /^repository\.clone_url/],
+    [
+      payload({ repository: { full_name: 'octo-org/agent', clone_url: 'https://github.com/octo-org/agent.git' } }),
+      /^repository\.html_url/,
+    ],
+    [
+      payload({
+        repository: {
+          full_name: 'agent',
+          html_url: 'https://github.com/octo-org/agent',
+          clone_url: 'https://github.com/octo-org/agent.git',
+        },
+      }),
+      /^repository\.full_name/,
+    ],
+    [
+      payload({
+        repository: { full_name: 'octo-org/agent', html_url: 'https://github.com/octo-org/agent', clone_url: 42 },
+      }),
+      /^repository\.clone_url/,
+    ],
   ];
   for (const [input, message] of cases) {
     const parsed = parsePushEvent(input);

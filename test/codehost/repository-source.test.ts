@@ -11,8 +11,17 @@ import { createSecretBox } from '../../src/crypto/secret-box.ts';
 import { extractTarball } from '../../src/dataplane/archive-extraction.ts';
 import { AppError } from '../../src/errors.ts';
 import { createLogger } from '../../src/logger.ts';
-import { createCodehostIntegrationService, type CodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
-import { createTestApp, makeRepositories, startFakeGitHub, type FakeGitHub, type FakeGitHubOptions } from '../fakes/github-server.ts';
+import {
+  createCodehostIntegrationService,
+  type CodehostIntegrationService,
+} from '../../src/service/codehost-integrations.ts';
+import {
+  createTestApp,
+  makeRepositories,
+  startFakeGitHub,
+  type FakeGitHub,
+  type FakeGitHubOptions,
+} from '../fakes/github-server.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 
 const TOKEN = 'ghp_sourcetoken0123456789abcdefghijklmn';
@@ -84,7 +93,12 @@ test('a branch, a tag, a full ref or a sha resolve to the commit they name', asy
     }
 
     // A push moves the branch; the earlier commit stays reachable by its sha.
-    const next = github.setRepositoryFiles('octo-org', 'repo-001', { ...FILES, 'src/agent.ts': 'export const agent = 2;\n' }, { branch: 'main' });
+    const next = github.setRepositoryFiles(
+      'octo-org',
+      'repo-001',
+      { ...FILES, 'src/agent.ts': 'export const agent = 2;\n' },
+      { branch: 'main' },
+    );
     assert.notEqual(next, sha);
     assert.equal(await client.resolveCommit('octo-org', 'repo-001', 'main'), next);
     assert.equal(await client.resolveCommit('octo-org', 'repo-001', 'v1.4.2'), sha);
@@ -96,8 +110,14 @@ test('an unknown ref, a missing repository and an empty one are errors that say 
     github.setRepositoryFiles('octo-org', 'repo-001', FILES);
     const client = new GitHubClient({ token: TOKEN }, { ...fast, apiUrl: github.url });
 
-    const unknownRef = await rejection(client.resolveCommit('octo-org', 'repo-001', 'feature/nope'), CodeHostNotFoundError);
-    assert.equal(unknownRef.message, "The ref 'feature/nope' does not exist in octo-org/repo-001: it names no branch, tag or commit there.");
+    const unknownRef = await rejection(
+      client.resolveCommit('octo-org', 'repo-001', 'feature/nope'),
+      CodeHostNotFoundError,
+    );
+    assert.equal(
+      unknownRef.message,
+      "The ref 'feature/nope' does not exist in octo-org/repo-001: it names no branch, tag or commit there.",
+    );
     assert.equal(unknownRef.hostStatus, 422);
 
     const missing = await rejection(client.resolveCommit('octo-org', 'gone', 'main'), CodeHostNotFoundError);
@@ -128,7 +148,9 @@ test('the tarball of a commit downloads through the redirect and extracts to the
 
 test('a download larger than the limit is refused and leaves no file', async () => {
   await withGitHub({}, async (github) => {
-    const sha = github.setRepositoryFiles('octo-org', 'repo-001', { 'big.txt': randomBytes(64 * 1024).toString('hex') });
+    const sha = github.setRepositoryFiles('octo-org', 'repo-001', {
+      'big.txt': randomBytes(64 * 1024).toString('hex'),
+    });
     const client = new GitHubClient({ token: TOKEN }, { ...fast, apiUrl: github.url, maxDownloadBytes: 10_000 });
     const file = scratchPath('big.tar.gz');
     const error = await rejection(client.downloadTarball('octo-org', 'repo-001', sha, file), CodeHostError);
@@ -150,7 +172,10 @@ test('a host failing the tarball is reported as unavailable and leaves no file',
 });
 
 /** The service on a real database, with the fake host beside it. */
-async function withService(options: FakeGitHubOptions, run: (github: FakeGitHub, service: CodehostIntegrationService, workspaceId: string) => Promise<void>): Promise<void> {
+async function withService(
+  options: FakeGitHubOptions,
+  run: (github: FakeGitHub, service: CodehostIntegrationService, workspaceId: string) => Promise<void>,
+): Promise<void> {
   const database: TestDatabase = await createTestDatabase();
   try {
     const { workspaceId } = await bootstrap(database.db, null);
@@ -173,7 +198,12 @@ test('the service downloads a repository at a ref with a token integration, and 
     const { row } = await service.create(workspaceId, { name: 'github', api_url: github.url, token: TOKEN });
     const file = scratchPath('source.tar.gz');
 
-    const { commitSha } = await service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-001`, 'refs/heads/main', file);
+    const { commitSha } = await service.repositories.downloadSource(
+      row,
+      `${github.webOrigin}/octo-org/repo-001`,
+      'refs/heads/main',
+      file,
+    );
     assert.equal(commitSha, sha);
     const dest = scratchPath('src');
     await extractTarball(file, dest, { stripSingleTopDirectory: true });
@@ -184,10 +214,21 @@ test('the service downloads a repository at a ref with a token integration, and 
 test('the service downloads with a GitHub App integration on an Enterprise Server path', async () => {
   await withService({ pathPrefix: '/api/v3' }, async (github, service, workspaceId) => {
     const sha = github.setRepositoryFiles('octo-org', 'repo-003', FILES, { branch: 'release', tags: ['v2'] });
-    const { row } = await service.create(workspaceId, { name: 'ghes', api_url: github.url, app_id: githubApp.id, private_key: githubApp.privateKey, installation_id: INSTALLATION_ID });
+    const { row } = await service.create(workspaceId, {
+      name: 'ghes',
+      api_url: github.url,
+      app_id: githubApp.id,
+      private_key: githubApp.privateKey,
+      installation_id: INSTALLATION_ID,
+    });
     const file = scratchPath('source.tar.gz');
 
-    const { commitSha } = await service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-003.git`, 'v2', file);
+    const { commitSha } = await service.repositories.downloadSource(
+      row,
+      `${github.webOrigin}/octo-org/repo-003.git`,
+      'v2',
+      file,
+    );
     assert.equal(commitSha, sha);
     const installationToken = github.issuedTokens[0]?.token;
     assert.ok(installationToken !== undefined);
@@ -204,11 +245,17 @@ test('the service answers an unknown ref or a repository elsewhere as an invalid
     const { row } = await service.create(workspaceId, { name: 'github', api_url: github.url, token: TOKEN });
     const file = scratchPath('source.tar.gz');
 
-    const unknown = await rejection(service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-001`, 'release-9', file), AppError);
+    const unknown = await rejection(
+      service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-001`, 'release-9', file),
+      AppError,
+    );
     assert.equal(unknown.code, 'invalid_reference');
     assert.match(unknown.detail, /'release-9' does not exist in octo-org\/repo-001/);
 
-    const elsewhere = await rejection(service.repositories.downloadSource(row, 'https://github.com/octo-org/repo-001', 'main', file), AppError);
+    const elsewhere = await rejection(
+      service.repositories.downloadSource(row, 'https://github.com/octo-org/repo-001', 'main', file),
+      AppError,
+    );
     assert.equal(elsewhere.code, 'invalid_reference');
     assert.match(elsewhere.detail, /not a repository on the integration's host/);
 
@@ -224,7 +271,10 @@ test('the service reports a host that fails the download as a bad gateway', asyn
     github.failWith({ status: 500, path: '/repos/octo-org/repo-001/tarball/' });
     const file = scratchPath('source.tar.gz');
 
-    const error = await rejection(service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-001`, 'main', file), AppError);
+    const error = await rejection(
+      service.repositories.downloadSource(row, `${github.webOrigin}/octo-org/repo-001`, 'main', file),
+      AppError,
+    );
     assert.equal(error.code, 'bad_gateway');
     assert.ok(!error.detail.includes(TOKEN));
     await assert.rejects(fs.stat(file), { code: 'ENOENT' });

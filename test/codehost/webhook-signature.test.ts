@@ -5,7 +5,7 @@ import { signWebhookBody, verifyWebhookSignature } from '../../src/codehost/webh
 const SECRET = 'whsec-test-5f2c9a';
 const BODY = Buffer.from(JSON.stringify({ ref: 'refs/heads/main', after: 'a'.repeat(40) }));
 
-test('the signature matches GitHub\'s documented example', () => {
+test("the signature matches GitHub's documented example", () => {
   // From docs.github.com, "Validating webhook deliveries".
   assert.equal(
     signWebhookBody("It's a Secret to Everybody", 'Hello, World!'),
@@ -16,7 +16,10 @@ test('the signature matches GitHub\'s documented example', () => {
 test('a body signed with the secret is accepted', () => {
   assert.deepEqual(verifyWebhookSignature(SECRET, BODY, signWebhookBody(SECRET, BODY)), { ok: true });
   // Hex digits in either case, as some proxies rewrite them.
-  assert.deepEqual(verifyWebhookSignature(SECRET, BODY, signWebhookBody(SECRET, BODY).toUpperCase().replace('SHA256', 'sha256')), { ok: true });
+  assert.deepEqual(
+    verifyWebhookSignature(SECRET, BODY, signWebhookBody(SECRET, BODY).toUpperCase().replace('SHA256', 'sha256')),
+    { ok: true },
+  );
 });
 
 test('a tampered body is refused', () => {
@@ -40,7 +43,13 @@ test('a missing signature is refused', () => {
 
 test('a malformed signature header is refused', () => {
   const digest = signWebhookBody(SECRET, BODY).slice('sha256='.length);
-  for (const header of [digest, `sha1=${digest}`, `sha256=${digest.slice(2)}`, `sha256=${digest}00`, 'sha256=zz' + digest.slice(2)]) {
+  for (const header of [
+    digest,
+    `sha1=${digest}`,
+    `sha256=${digest.slice(2)}`,
+    `sha256=${digest}00`,
+    'sha256=zz' + digest.slice(2),
+  ]) {
     const check = verifyWebhookSignature(SECRET, BODY, header);
     assert.equal(!check.ok && check.reason, 'malformed', header);
   }

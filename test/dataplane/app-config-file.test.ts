@@ -59,7 +59,10 @@ describe('loading', () => {
   test('defaults come from the files at the root of the source', async () => {
     const dir = await source({
       'slipway.json': '{"worker": "node worker.js"}',
-      'package.json': JSON.stringify({ dependencies: { ws: '^8' }, scripts: { start: 'node dist/index.js', build: 'tsc' } }),
+      'package.json': JSON.stringify({
+        dependencies: { ws: '^8' },
+        scripts: { start: 'node dist/index.js', build: 'tsc' },
+      }),
       'package-lock.json': '{}',
     });
     const config = await loadAppConfig(dir, 'slipway.json', {});
@@ -69,7 +72,11 @@ describe('loading', () => {
   });
 
   test('a Python source is detected and started from main.py', async () => {
-    const dir = await source({ 'slipway.json': '{"health_check_path": "/ok"}', 'requirements.txt': 'fastapi\n', 'main.py': '' });
+    const dir = await source({
+      'slipway.json': '{"health_check_path": "/ok"}',
+      'requirements.txt': 'fastapi\n',
+      'main.py': '',
+    });
     const config = await loadAppConfig(dir, 'slipway.json', {});
     assert.equal(config.runtime, 'python');
     assert.equal(config.install, 'python3 -m venv .venv && .venv/bin/pip install -r requirements.txt');
@@ -85,8 +92,14 @@ describe('loading', () => {
   });
 
   test("the deployment's install_command and build_command win over the file", async () => {
-    const dir = await source({ 'slipway.json': '{"install": "npm install", "build": "npm run build"}', 'package.json': START });
-    const config = await loadAppConfig(dir, 'slipway.json', { install_command: 'pnpm install --frozen-lockfile', build_command: null });
+    const dir = await source({
+      'slipway.json': '{"install": "npm install", "build": "npm run build"}',
+      'package.json': START,
+    });
+    const config = await loadAppConfig(dir, 'slipway.json', {
+      install_command: 'pnpm install --frozen-lockfile',
+      build_command: null,
+    });
     assert.equal(config.install, 'pnpm install --frozen-lockfile');
     assert.equal(config.build, 'npm run build');
   });
@@ -111,7 +124,10 @@ describe('loading', () => {
 describe('refusals name the file', () => {
   test('a missing file', async () => {
     const dir = await source({ 'package.json': START });
-    assert.equal(await refusal(loadAppConfig(dir, 'slipway.json', {})), 'slipway.json was not found in the source; framework_config_path must name a file in it');
+    assert.equal(
+      await refusal(loadAppConfig(dir, 'slipway.json', {})),
+      'slipway.json was not found in the source; framework_config_path must name a file in it',
+    );
     assert.match(await refusal(loadAppConfig(dir, 'package.json/x.json', {})), /^package\.json\/x\.json was not found/);
   });
 
@@ -122,7 +138,10 @@ describe('refusals name the file', () => {
 
   test('a file that is JSON but not an object', async () => {
     const dir = await source({ 'slipway.json': '["node index.js"]', 'package.json': START });
-    assert.equal(await refusal(loadAppConfig(dir, 'slipway.json', {})), 'slipway.json must hold a JSON object (e.g. {}), got an array');
+    assert.equal(
+      await refusal(loadAppConfig(dir, 'slipway.json', {})),
+      'slipway.json must hold a JSON object (e.g. {}), got an array',
+    );
   });
 
   test('a field the file does not know', async () => {
@@ -139,8 +158,18 @@ describe('refusals name the file', () => {
 describe('the path must stay inside the source', () => {
   test('absolute paths and .. segments', async () => {
     const dir = await source({ 'slipway.json': '{}', 'package.json': START });
-    for (const bad of ['/etc/passwd', path.join(dir, 'slipway.json'), '../slipway.json', 'deploy/../../slipway.json', '..']) {
-      assert.match(await refusal(loadAppConfig(dir, bad, {})), /^framework_config_path ".*" must be a relative path inside the source/, bad);
+    for (const bad of [
+      '/etc/passwd',
+      path.join(dir, 'slipway.json'),
+      '../slipway.json',
+      'deploy/../../slipway.json',
+      '..',
+    ]) {
+      assert.match(
+        await refusal(loadAppConfig(dir, bad, {})),
+        /^framework_config_path ".*" must be a relative path inside the source/,
+        bad,
+      );
     }
     assert.match(await refusal(loadAppConfig(dir, '', {})), /^framework_config_path is empty/);
   });
@@ -150,21 +179,35 @@ describe('the path must stay inside the source', () => {
     const dir = await source({ 'package.json': START });
     await fs.symlink(path.join(outside, 'secret.json'), path.join(dir, 'slipway.json'));
     await fs.symlink(outside, path.join(dir, 'conf'));
-    assert.equal(await refusal(loadAppConfig(dir, 'slipway.json', {})), 'slipway.json is a link that leads outside the source directory');
-    assert.equal(await refusal(loadAppConfig(dir, 'conf/secret.json', {})), 'conf/secret.json is a link that leads outside the source directory');
+    assert.equal(
+      await refusal(loadAppConfig(dir, 'slipway.json', {})),
+      'slipway.json is a link that leads outside the source directory',
+    );
+    assert.equal(
+      await refusal(loadAppConfig(dir, 'conf/secret.json', {})),
+      'conf/secret.json is a link that leads outside the source directory',
+    );
   });
 
   test('a package.json that links outside the source is not read, so it is not there', async () => {
     const outside = await source({ 'package.json': START });
     const dir = await source({ 'slipway.json': '{"runtime": "node"}' });
     await fs.symlink(path.join(outside, 'package.json'), path.join(dir, 'package.json'));
-    assert.match(await refusal(loadAppConfig(dir, 'slipway.json', {})), /^slipway\.json: start is not set and there is no package\.json/);
+    assert.match(
+      await refusal(loadAppConfig(dir, 'slipway.json', {})),
+      /^slipway\.json: start is not set and there is no package\.json/,
+    );
   });
 });
 
 describe('a LangGraph project (langgraph.json)', () => {
   const PKG = JSON.stringify({ dependencies: { '@langchain/langgraph': '^1.7.3' } });
-  const CONFIG = JSON.stringify({ node_version: '20', graphs: { agent: './src/agent.ts:graph' }, env: '.env', dependencies: ['.', '../../libs/shared'] });
+  const CONFIG = JSON.stringify({
+    node_version: '20',
+    graphs: { agent: './src/agent.ts:graph' },
+    env: '.env',
+    dependencies: ['.', '../../libs/shared'],
+  });
 
   test('a monorepo config is resolved from the files around it, and the launcher of its server is written into the source', async () => {
     const dir = await source({
@@ -183,12 +226,23 @@ describe('a LangGraph project (langgraph.json)', () => {
     assert.deepEqual(config.env, { OPENAI_API_KEY: 'sk-from-dotenv' });
     assert.equal(config.healthCheckPath, '/ok');
     const launcher = await fs.readFile(path.join(dir, '.slipway', 'langgraph-server.mjs'), 'utf8');
-    assert.equal(launcher, await fs.readFile(fileURLToPath(new URL('../../runtime/langgraph-server.mjs', import.meta.url)), 'utf8'));
+    assert.equal(
+      launcher,
+      await fs.readFile(fileURLToPath(new URL('../../runtime/langgraph-server.mjs', import.meta.url)), 'utf8'),
+    );
   });
 
   test('a graph, a dependency or the env file that leads outside the source is refused', async () => {
     const outside = await source({ 'agent.ts': '', '.env': 'SECRET=host' });
-    const dir = await source({ 'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './linked/agent.ts:graph' }, env: './linked/.env', dependencies: ['./linked'] }), 'package.json': PKG });
+    const dir = await source({
+      'langgraph.json': JSON.stringify({
+        node_version: '20',
+        graphs: { agent: './linked/agent.ts:graph' },
+        env: './linked/.env',
+        dependencies: ['./linked'],
+      }),
+      'package.json': PKG,
+    });
     await fs.symlink(outside, path.join(dir, 'linked'));
     const message = await refusal(loadAppConfig(dir, 'langgraph.json', {}));
     assert.match(message, /graphs\.agent: '\.\/linked\/agent\.ts' is a link that leads outside the source/);
@@ -199,9 +253,16 @@ describe('a LangGraph project (langgraph.json)', () => {
 
   test('a .slipway link in the archive cannot make the launcher land outside the source', async () => {
     const outside = await source({ 'keep.txt': 'x' });
-    const dir = await source({ 'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './agent.ts:graph' } }), 'package.json': PKG, 'agent.ts': '' });
+    const dir = await source({
+      'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './agent.ts:graph' } }),
+      'package.json': PKG,
+      'agent.ts': '',
+    });
     await fs.symlink(outside, path.join(dir, '.slipway'));
-    assert.match(await refusal(loadAppConfig(dir, 'langgraph.json', {})), /\.slipway\/langgraph-server\.mjs could not be written into the source/);
+    assert.match(
+      await refusal(loadAppConfig(dir, 'langgraph.json', {})),
+      /\.slipway\/langgraph-server\.mjs could not be written into the source/,
+    );
     assert.deepEqual(await fs.readdir(outside), ['keep.txt']);
   });
 });

@@ -77,7 +77,9 @@ async function startApp(name: string, handler: Handler = echo(name)): Promise<Ap
     socket.on('close', () => upgraded.delete(socket));
     socket.on('error', () => {});
     const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}${WS_GUID}`).digest('base64');
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+    );
     if (head.length > 0) socket.write(head);
     socket.pipe(socket);
   });
@@ -171,7 +173,9 @@ function call(port: number, options: Call = {}): Promise<Reply> {
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (chunk: string) => (body += chunk));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body, json: <T>() => JSON.parse(body) as T }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode!, headers: res.headers, body, json: <T>() => JSON.parse(body) as T }),
+        );
         res.on('error', reject);
       },
     );
@@ -202,18 +206,32 @@ function openWebSocket(port: number, path: string, host = `127.0.0.1:${port}`): 
       port,
       path,
       agent: false,
-      headers: { host, connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-key': key, 'sec-websocket-version': '13' },
+      headers: {
+        host,
+        connection: 'Upgrade',
+        upgrade: 'websocket',
+        'sec-websocket-key': key,
+        'sec-websocket-version': '13',
+      },
     });
     req.on('upgrade', (res, socket, head) => {
       if (head.length > 0) socket.unshift(head);
       socket.on('error', () => {});
-      resolve({ status: res.statusCode!, headers: res.headers, socket, body: '', acceptOk: res.headers['sec-websocket-accept'] === expected });
+      resolve({
+        status: res.statusCode!,
+        headers: res.headers,
+        socket,
+        body: '',
+        acceptOk: res.headers['sec-websocket-accept'] === expected,
+      });
     });
     req.on('response', (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, socket: null, body, acceptOk: false }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, headers: res.headers, socket: null, body, acceptOk: false }),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -247,7 +265,12 @@ describe('app router', { timeout: 120_000 }, () => {
   test('host-based: the app gets the whole path, the query and X-Forwarded-*, and its answer comes back as sent', async () => {
     const front = await startFront();
     const app = await startApp('hosted', (_req, res) => {
-      res.writeHead(201, [['x-app', 'yes'], ['set-cookie', 'a=1'], ['set-cookie', 'b=2'], ['content-type', 'text/plain']]);
+      res.writeHead(201, [
+        ['x-app', 'yes'],
+        ['set-cookie', 'a=1'],
+        ['set-cookie', 'b=2'],
+        ['content-type', 'text/plain'],
+      ]);
       res.end('created');
     });
     await front.router.setTargets('hosted-0000000a', [{ instanceId: 'i-1', port: app.port }]);
@@ -255,7 +278,11 @@ describe('app router', { timeout: 120_000 }, () => {
     const reply = await call(front.port, {
       path: '/threads/1?x=2&y=%2F',
       host,
-      headers: { 'x-forwarded-for': '203.0.113.9', 'x-forwarded-prefix': '/spoofed', 'x-forwarded-host': 'evil.example' },
+      headers: {
+        'x-forwarded-for': '203.0.113.9',
+        'x-forwarded-prefix': '/spoofed',
+        'x-forwarded-host': 'evil.example',
+      },
     });
     assert.equal(reply.status, 201);
     assert.equal(reply.body, 'created');
@@ -277,7 +304,12 @@ describe('app router', { timeout: 120_000 }, () => {
     const front = await startFront();
     const app = await startApp('pathed');
     await front.router.setTargets('pathed-0000000b', [{ instanceId: 'i-1', port: app.port }]);
-    const posted = await call(front.port, { method: 'POST', path: '/apps/pathed-0000000b/items?q=1', headers: { 'content-type': 'application/json' }, body: '{"title":"hello"}' });
+    const posted = await call(front.port, {
+      method: 'POST',
+      path: '/apps/pathed-0000000b/items?q=1',
+      headers: { 'content-type': 'application/json' },
+      body: '{"title":"hello"}',
+    });
     assert.equal(posted.status, 200);
     const seen = posted.json<{ method: string; url: string; body: string; headers: IncomingHttpHeaders }>();
     assert.equal(seen.method, 'POST');
@@ -310,14 +342,27 @@ describe('app router', { timeout: 120_000 }, () => {
     const ping = await call(front.port, { path: '/v2/ping' });
     assert.equal(ping.status, 200);
     assert.deepEqual(ping.json(), { pong: true, upgrade: null });
-    assert.equal((await call(front.port, { path: '/v2/ping', host: `localhost:${front.port}` })).status, 200, 'the apps domain itself is the service');
-    assert.equal((await call(front.port, { path: '/v2/ping', host: 'bystander-0000000d.example.org' })).status, 200, 'another domain is the service');
+    assert.equal(
+      (await call(front.port, { path: '/v2/ping', host: `localhost:${front.port}` })).status,
+      200,
+      'the apps domain itself is the service',
+    );
+    assert.equal(
+      (await call(front.port, { path: '/v2/ping', host: 'bystander-0000000d.example.org' })).status,
+      200,
+      'another domain is the service',
+    );
     for (const path of ['/apps', '/apps/', '/apps/not-a-slug/', '/v2/nothing']) {
       const reply = await call(front.port, { path });
       assert.equal(reply.status, 404, path);
       assert.equal(reply.json().code, 'route_not_found', `${path} is answered by the API`);
     }
-    const echoed = await call(front.port, { method: 'POST', path: '/v2/echo', headers: { 'content-type': 'application/json' }, body: '{"a":1}' });
+    const echoed = await call(front.port, {
+      method: 'POST',
+      path: '/v2/echo',
+      headers: { 'content-type': 'application/json' },
+      body: '{"a":1}',
+    });
     assert.deepEqual(echoed.json(), { body: { a: 1 } });
     assert.equal(app.seen.length, 0);
   });
@@ -332,9 +377,21 @@ describe('app router', { timeout: 120_000 }, () => {
       const api = await call(front.port, { path: '/v2/ping', headers: h2c, agent });
       assert.equal(api.status, 200);
       assert.deepEqual(api.json(), { pong: true, upgrade: null });
-      const posted = await call(front.port, { method: 'POST', path: '/v2/echo', headers: { ...h2c, 'content-type': 'application/json' }, body: '{"b":2}', agent });
+      const posted = await call(front.port, {
+        method: 'POST',
+        path: '/v2/echo',
+        headers: { ...h2c, 'content-type': 'application/json' },
+        body: '{"b":2}',
+        agent,
+      });
       assert.deepEqual(posted.json(), { body: { b: 2 } }, 'the body survives');
-      const toApp = await call(front.port, { method: 'POST', path: '/apps/plain-0000000e/form', headers: h2c, body: 'x=1', agent });
+      const toApp = await call(front.port, {
+        method: 'POST',
+        path: '/apps/plain-0000000e/form',
+        headers: h2c,
+        body: 'x=1',
+        agent,
+      });
       assert.equal(toApp.status, 200);
       const seen = toApp.json<Seen>();
       assert.equal(seen.url, '/form');
@@ -351,7 +408,7 @@ describe('app router', { timeout: 120_000 }, () => {
     }
   });
 
-  test('an app that closes each connection does not close the client\'s connection to the service', async () => {
+  test("an app that closes each connection does not close the client's connection to the service", async () => {
     const front = await startFront();
     const app = await startApp('closer', (_req, res) => {
       res.writeHead(200, { connection: 'close', 'content-type': 'text/plain' });
@@ -363,12 +420,15 @@ describe('app router', { timeout: 120_000 }, () => {
       const sockets = new Set<unknown>();
       for (let i = 0; i < 3; i++) {
         const reply = await new Promise<{ body: string; connection: string | undefined }>((resolve, reject) => {
-          const req = http.get({ hostname: '127.0.0.1', port: front.port, path: '/apps/closer-0000001d/', agent }, (res) => {
-            sockets.add(req.socket);
-            let body = '';
-            res.on('data', (chunk: Buffer) => (body += chunk.toString()));
-            res.on('end', () => resolve({ body, connection: res.headers.connection }));
-          });
+          const req = http.get(
+            { hostname: '127.0.0.1', port: front.port, path: '/apps/closer-0000001d/', agent },
+            (res) => {
+              sockets.add(req.socket);
+              let body = '';
+              res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+              res.on('end', () => resolve({ body, connection: res.headers.connection }));
+            },
+          );
           req.on('error', reject);
         });
         assert.equal(reply.body, 'bye');
@@ -382,7 +442,10 @@ describe('app router', { timeout: 120_000 }, () => {
 
   test('an unknown slug is 404 not_found in the API error shape, with a request id', async () => {
     const front = await startFront();
-    for (const options of [{ host: appHost('nobody-0000000f', front.port), path: '/' }, { path: '/apps/nobody-0000000f/x' }]) {
+    for (const options of [
+      { host: appHost('nobody-0000000f', front.port), path: '/' },
+      { path: '/apps/nobody-0000000f/x' },
+    ]) {
       const reply = await call(front.port, { ...options, headers: { 'x-request-id': 'req-404' } });
       assert.equal(reply.status, 404);
       assert.match(String(reply.headers['content-type']), /^application\/json/);
@@ -407,14 +470,20 @@ describe('app router', { timeout: 120_000 }, () => {
     const front = await startFront();
     const dead = await deadPort();
     await front.router.setTargets('flaky-00000011', [{ instanceId: 'gone', port: dead }]);
-    for (const options of [{ path: '/apps/flaky-00000011/' }, { method: 'POST', path: '/apps/flaky-00000011/x', body: 'payload' }]) {
+    for (const options of [
+      { path: '/apps/flaky-00000011/' },
+      { method: 'POST', path: '/apps/flaky-00000011/x', body: 'payload' },
+    ]) {
       const reply = await call(front.port, options);
       assert.equal(reply.status, 502);
       assert.equal(reply.json().code, 'bad_gateway');
       assert.match(String(reply.json().detail), /flaky-00000011/);
     }
     const live = await startApp('live');
-    await front.router.setTargets('flaky-00000011', [{ instanceId: 'gone', port: dead }, { instanceId: 'live', port: live.port }]);
+    await front.router.setTargets('flaky-00000011', [
+      { instanceId: 'gone', port: dead },
+      { instanceId: 'live', port: live.port },
+    ]);
     for (let i = 0; i < 6; i++) {
       const reply = await call(front.port, { path: `/apps/flaky-00000011/${i}` });
       assert.equal(reply.status, 200, `request ${i}: ${reply.body}`);
@@ -427,12 +496,19 @@ describe('app router', { timeout: 120_000 }, () => {
     const front = await startFront();
     const one = await startApp('one');
     const two = await startApp('two');
-    await front.router.setTargets('spread-00000012', [{ instanceId: 'one', port: one.port }, { instanceId: 'two', port: two.port }]);
+    await front.router.setTargets('spread-00000012', [
+      { instanceId: 'one', port: one.port },
+      { instanceId: 'two', port: two.port },
+    ]);
     const names: string[] = [];
-    for (let i = 0; i < 6; i++) names.push(String((await call(front.port, { path: '/apps/spread-00000012/' })).json().name));
+    for (let i = 0; i < 6; i++)
+      names.push(String((await call(front.port, { path: '/apps/spread-00000012/' })).json().name));
     assert.equal(names.filter((n) => n === 'one').length, 3, names.join());
     assert.equal(names.filter((n) => n === 'two').length, 3, names.join());
-    assert.deepEqual(front.router.targets('spread-00000012'), [{ instanceId: 'one', port: one.port }, { instanceId: 'two', port: two.port }]);
+    assert.deepEqual(front.router.targets('spread-00000012'), [
+      { instanceId: 'one', port: one.port },
+      { instanceId: 'two', port: two.port },
+    ]);
   });
 
   test('an instance that dies mid-answer: the client sees a cut response, not a hang, and the service goes on', async () => {
@@ -470,12 +546,15 @@ describe('app router', { timeout: 120_000 }, () => {
     });
     await front.router.setTargets('stream-00000014', [{ instanceId: 'i-1', port: app.port }]);
     await new Promise<void>((resolve, reject) => {
-      const req = http.get({ hostname: '127.0.0.1', port: front.port, path: '/apps/stream-00000014/events', agent: false }, (res) => {
-        res.once('data', () => {
-          req.destroy();
-          resolve();
-        });
-      });
+      const req = http.get(
+        { hostname: '127.0.0.1', port: front.port, path: '/apps/stream-00000014/events', agent: false },
+        (res) => {
+          res.once('data', () => {
+            req.destroy();
+            resolve();
+          });
+        },
+      );
       req.once('error', reject);
     });
     await appSawClose.promise;
@@ -491,7 +570,10 @@ describe('app router', { timeout: 120_000 }, () => {
     const received = [deferred(), deferred()];
     const app = await startApp('sse', async (req, res) => {
       const sse = req.url === '/events';
-      res.writeHead(200, sse ? { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } : { 'content-type': 'text/plain' });
+      res.writeHead(
+        200,
+        sse ? { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' } : { 'content-type': 'text/plain' },
+      );
       res.write(sse ? 'data: one\n\n' : 'one;');
       await received[0]!.promise;
       res.write(sse ? 'data: two\n\n' : 'two;');
@@ -505,19 +587,32 @@ describe('app router', { timeout: 120_000 }, () => {
     ] as const) {
       received[0] = deferred();
       received[1] = deferred();
-      const result = await new Promise<{ text: string; type: string | undefined; encoding: string | undefined }>((resolve, reject) => {
-        const req = http.get({ hostname: '127.0.0.1', port: front.port, path: options.path, headers: { host: options.host }, agent: false }, (res) => {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => {
-            text += chunk;
-            if (text.includes(marks[0])) received[0]!.resolve();
-            if (text.includes(marks[1])) received[1]!.resolve();
-          });
-          res.on('end', () => resolve({ text, type: res.headers['content-type'], encoding: res.headers['transfer-encoding'] }));
-        });
-        req.on('error', reject);
-      });
+      const result = await new Promise<{ text: string; type: string | undefined; encoding: string | undefined }>(
+        (resolve, reject) => {
+          const req = http.get(
+            {
+              hostname: '127.0.0.1',
+              port: front.port,
+              path: options.path,
+              headers: { host: options.host },
+              agent: false,
+            },
+            (res) => {
+              let text = '';
+              res.setEncoding('utf8');
+              res.on('data', (chunk: string) => {
+                text += chunk;
+                if (text.includes(marks[0])) received[0]!.resolve();
+                if (text.includes(marks[1])) received[1]!.resolve();
+              });
+              res.on('end', () =>
+                resolve({ text, type: res.headers['content-type'], encoding: res.headers['transfer-encoding'] }),
+              );
+            },
+          );
+          req.on('error', reject);
+        },
+      );
       assert.equal(result.text, marks.map((m) => (m.startsWith('data') ? `${m}\n\n` : m)).join(''));
       assert.equal(result.encoding, 'chunked');
       if (options.path === '/events') assert.equal(result.type, 'text/event-stream');
@@ -531,7 +626,7 @@ describe('app router', { timeout: 120_000 }, () => {
 
     const hosted = await openWebSocket(front.port, '/socket?room=1', appHost('ws-00000016', front.port));
     assert.equal(hosted.status, 101);
-    assert.ok(hosted.acceptOk, 'the app\'s Sec-WebSocket-Accept comes through');
+    assert.ok(hosted.acceptOk, "the app's Sec-WebSocket-Accept comes through");
     assert.equal(await roundTrip(hosted.socket!, 'hello over host'), 'hello over host');
     assert.equal(app.seen.at(-1)!.url, '/socket?room=1');
     assert.equal(app.seen.at(-1)!.headers['x-forwarded-host'], appHost('ws-00000016', front.port));
@@ -582,8 +677,14 @@ describe('app router', { timeout: 120_000 }, () => {
     const slow = call(front.port, { path: '/apps/switch-00000018/slow' });
     await inside.promise;
     let drained = false;
-    const switching = front.router.setTargets('switch-00000018', [{ instanceId: 'new', port: fresh.port }]).then(() => (drained = true));
-    assert.deepEqual(front.router.targets('switch-00000018'), [{ instanceId: 'new', port: fresh.port }], 'the table changes at once');
+    const switching = front.router
+      .setTargets('switch-00000018', [{ instanceId: 'new', port: fresh.port }])
+      .then(() => (drained = true));
+    assert.deepEqual(
+      front.router.targets('switch-00000018'),
+      [{ instanceId: 'new', port: fresh.port }],
+      'the table changes at once',
+    );
     const quick = await call(front.port, { path: '/apps/switch-00000018/quick' });
     assert.equal(quick.json().name, 'new');
     assert.equal(drained, false, 'the old instance still has a request in flight');
@@ -626,7 +727,12 @@ describe('app router', { timeout: 120_000 }, () => {
       for (let n = 0; n < PER_CLIENT; n++) {
         try {
           // POSTs with a body: the router never sends those twice, so only the drain can save them.
-          const reply = await call(front.port, { method: 'POST', path: `/apps/${slug}/work/${index}/${n}`, body: `job ${n}`, agent });
+          const reply = await call(front.port, {
+            method: 'POST',
+            path: `/apps/${slug}/work/${index}/${n}`,
+            body: `job ${n}`,
+            agent,
+          });
           if (reply.status === 200) servedBy[index]!.push(String(reply.json().name));
           else failures.push(`${reply.status} ${reply.body}`);
         } catch (error) {
@@ -668,8 +774,14 @@ describe('app router', { timeout: 120_000 }, () => {
     const ws = await openWebSocket(front.port, '/apps/sockets-0000001a/live');
     assert.equal(ws.status, 101);
 
-    await front.router.setTargets('sockets-0000001a', [{ instanceId: 'new', port: fresh.port }], { drainTimeoutMs: 50 });
-    assert.equal(await roundTrip(ws.socket!, 'still here'), 'still here', 'the old connection is not cut by the switch');
+    await front.router.setTargets('sockets-0000001a', [{ instanceId: 'new', port: fresh.port }], {
+      drainTimeoutMs: 50,
+    });
+    assert.equal(
+      await roundTrip(ws.socket!, 'still here'),
+      'still here',
+      'the old connection is not cut by the switch',
+    );
     const next = await openWebSocket(front.port, '/apps/sockets-0000001a/live');
     assert.equal(next.status, 101);
     assert.equal(fresh.seen.at(-1)!.url, '/live', 'a new connection goes to the new instance');
@@ -706,7 +818,10 @@ describe('app router', { timeout: 120_000 }, () => {
     const ws = await openWebSocket(front.port, '/apps/endless-0000001c/');
     assert.equal(ws.status, 101);
     const stream = await new Promise<IncomingMessage>((resolve, reject) => {
-      const req = http.get({ hostname: '127.0.0.1', port: front.port, path: '/apps/endless-0000001c/events', agent: false }, (res) => res.once('data', () => resolve(res)));
+      const req = http.get(
+        { hostname: '127.0.0.1', port: front.port, path: '/apps/endless-0000001c/events', agent: false },
+        (res) => res.once('data', () => resolve(res)),
+      );
       req.on('error', reject);
     });
     const streamEnded = new Promise<boolean>((resolve) => {

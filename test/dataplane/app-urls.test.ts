@@ -10,7 +10,10 @@ const ID = '0B9E41C7-5d2a-4f1e-9c3b-7a8e6d5f4c21';
 test('the slug is the name plus the first 8 hex digits of the id', () => {
   assert.equal(appSlug({ name: 'support-agent', id: ID }), 'support-agent-0b9e41c7');
   // Same name in two workspaces: two slugs.
-  assert.notEqual(appSlug({ name: 'support-agent', id: ID }), appSlug({ name: 'support-agent', id: '1c2d3e4f-0000-4000-8000-000000000000' }));
+  assert.notEqual(
+    appSlug({ name: 'support-agent', id: ID }),
+    appSlug({ name: 'support-agent', id: '1c2d3e4f-0000-4000-8000-000000000000' }),
+  );
 });
 
 test('a long name is cut so the slug stays one DNS label (63 characters at most)', () => {
@@ -40,8 +43,14 @@ test('URLs take the scheme and port of the public URL and leave out default port
     hostUrl: 'https://support-agent-0b9e41c7.apps.example.com',
     pathUrl: 'https://slipway.example.com/apps/support-agent-0b9e41c7/',
   });
-  assert.equal(appUrls(deployment, { publicUrl: 'http://slipway.example.com:80', appsDomain: 'example.com' }).hostUrl, 'http://support-agent-0b9e41c7.example.com');
-  assert.equal(appUrls(deployment, { publicUrl: 'https://slipway.example.com:8443/', appsDomain: 'example.com' }).pathUrl, 'https://slipway.example.com:8443/apps/support-agent-0b9e41c7/');
+  assert.equal(
+    appUrls(deployment, { publicUrl: 'http://slipway.example.com:80', appsDomain: 'example.com' }).hostUrl,
+    'http://support-agent-0b9e41c7.example.com',
+  );
+  assert.equal(
+    appUrls(deployment, { publicUrl: 'https://slipway.example.com:8443/', appsDomain: 'example.com' }).pathUrl,
+    'https://slipway.example.com:8443/apps/support-agent-0b9e41c7/',
+  );
 });
 
 test('slugFromHost reads <slug>.<appsDomain>, with any port, letter case or trailing dot', () => {
@@ -68,10 +77,21 @@ test('slugFromHost declines every other host', () => {
 
 test('slugFromPath splits /apps/<slug> from what the app sees', () => {
   assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7/'), { slug: 'support-agent-0b9e41c7', rest: '/' });
-  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7/threads/1?x=1&y=/2'), { slug: 'support-agent-0b9e41c7', rest: '/threads/1?x=1&y=/2' });
+  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7/threads/1?x=1&y=/2'), {
+    slug: 'support-agent-0b9e41c7',
+    rest: '/threads/1?x=1&y=/2',
+  });
   assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7'), { slug: 'support-agent-0b9e41c7', rest: '' });
   assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7?x=1'), { slug: 'support-agent-0b9e41c7', rest: '?x=1' });
-  for (const url of [undefined, '/', '/apps', '/apps/', '/apps/support-agent/', '/v2/deployments', '/x/apps/support-agent-0b9e41c7/']) {
+  for (const url of [
+    undefined,
+    '/',
+    '/apps',
+    '/apps/',
+    '/apps/support-agent/',
+    '/v2/deployments',
+    '/x/apps/support-agent-0b9e41c7/',
+  ]) {
     assert.equal(slugFromPath(url), null, String(url));
   }
 });

@@ -26,7 +26,12 @@ interface Sandbox {
 
 async function withSandbox(run: (box: Sandbox) => Promise<void>): Promise<void> {
   const root = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-archive-')));
-  const box = { root, archive: path.join(root, 'archive.tar.gz'), outside: path.join(root, 'outside'), dest: path.join(root, 'work', 'dest') };
+  const box = {
+    root,
+    archive: path.join(root, 'archive.tar.gz'),
+    outside: path.join(root, 'outside'),
+    dest: path.join(root, 'work', 'dest'),
+  };
   await fs.mkdir(box.outside);
   await fs.mkdir(path.dirname(box.dest));
   await fs.writeFile(path.join(box.outside, 'sentinel.txt'), 'untouched');
@@ -45,7 +50,9 @@ async function outsideState(box: Sandbox): Promise<string[]> {
     const full = path.join(entry.parentPath, entry.name);
     if (full === box.dest || full.startsWith(box.dest + path.sep) || full === box.archive) continue;
     const stat = await fs.lstat(full);
-    found.push(`${path.relative(box.root, full)} ${stat.isSymbolicLink() ? 'link' : stat.isDirectory() ? 'dir' : `file ${stat.size}`}`);
+    found.push(
+      `${path.relative(box.root, full)} ${stat.isSymbolicLink() ? 'link' : stat.isDirectory() ? 'dir' : `file ${stat.size}`}`,
+    );
   }
   return found.sort();
 }
@@ -136,11 +143,19 @@ test('a project tarball is extracted with its files, modes and links inside, its
 
     assert.deepEqual((await fs.readdir(box.dest)).sort(), ['empty', 'lib', 'package.json', 'run.sh', 'src']);
     assert.equal(await fs.readFile(path.join(box.dest, 'package.json'), 'utf8'), '{"name":"agent"}');
-    assert.equal(await fs.readFile(path.join(box.dest, 'lib', 'util.js'), 'utf8'), 'export const x = 1;\n', 'the link inside the tree works');
+    assert.equal(
+      await fs.readFile(path.join(box.dest, 'lib', 'util.js'), 'utf8'),
+      'export const x = 1;\n',
+      'the link inside the tree works',
+    );
     assert.equal(await fs.readlink(path.join(box.dest, 'lib')), 'src/lib');
     assert.equal(await fs.readFile(path.join(box.dest, 'src', 'package.json'), 'utf8'), '{"name":"agent"}');
     assert.equal((await fs.stat(path.join(box.dest, 'run.sh'))).mode & 0o777, 0o755);
-    assert.equal((await fs.stat(path.join(box.dest, 'src', 'index.js'))).mode & 0o700, 0o600, 'readable and writable by the owner');
+    assert.equal(
+      (await fs.stat(path.join(box.dest, 'src', 'index.js'))).mode & 0o700,
+      0o600,
+      'readable and writable by the owner',
+    );
     const contents = ['{"name":"agent"}', 'console.log("hi")\n', 'export const x = 1;\n', '#!/bin/sh\necho run\n'];
     assert.deepEqual(result, { files: 4, bytes: contents.reduce((sum, text) => sum + Buffer.byteLength(text), 0) });
   });
@@ -157,7 +172,13 @@ test('without stripping, the top directory stays', async () => {
 
 test('stripping leaves an archive alone when its entries do not share one top directory', async () => {
   await withSandbox(async (box) => {
-    await fs.writeFile(box.archive, rawTarball([{ path: 'app/index.js', body: 'a' }, { path: 'README.md', body: 'b' }]));
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'app/index.js', body: 'a' },
+        { path: 'README.md', body: 'b' },
+      ]),
+    );
     await extractTarball(box.archive, box.dest, { stripSingleTopDirectory: true });
     assert.deepEqual((await fs.readdir(box.dest)).sort(), ['README.md', 'app']);
 
@@ -186,7 +207,7 @@ test('a GitHub tarball (a pax global header, entries under owner-repo-sha/) come
   });
 });
 
-test('extracted files keep neither setuid/setgid bits nor the archive\'s owner', async () => {
+test("extracted files keep neither setuid/setgid bits nor the archive's owner", async () => {
   await withSandbox(async (box) => {
     await fs.writeFile(
       box.archive,
@@ -209,8 +230,18 @@ test('extracted files keep neither setuid/setgid bits nor the archive\'s owner',
 
 test('an entry with .. is refused, naming it', async () => {
   await withSandbox(async (box) => {
-    const error = await unsafeArchive(box, [{ path: 'ok.txt', body: 'fine' }, { path: '../../outside/pwned', body: 'evil' }], '../../outside/pwned');
-    assert.equal(error.message, "The archive entry '../../outside/pwned' points outside the source directory; archives must hold relative paths only.");
+    const error = await unsafeArchive(
+      box,
+      [
+        { path: 'ok.txt', body: 'fine' },
+        { path: '../../outside/pwned', body: 'evil' },
+      ],
+      '../../outside/pwned',
+    );
+    assert.equal(
+      error.message,
+      "The archive entry '../../outside/pwned' points outside the source directory; archives must hold relative paths only.",
+    );
     await unsafeArchive(box, [{ path: 'a/../../../outside/pwned2', body: 'evil' }], 'a/../../../outside/pwned2');
   });
 });
@@ -226,7 +257,11 @@ test('an absolute entry path is refused', async () => {
 test('a symbolic link pointing outside is refused, relative or absolute', async () => {
   await withSandbox(async (box) => {
     await unsafeArchive(box, [{ path: 'escape', type: 'SymbolicLink', linkpath: '../../outside' }], 'escape');
-    await unsafeArchive(box, [{ path: 'sub/escape', type: 'SymbolicLink', linkpath: '../../../outside/sentinel.txt' }], 'sub/escape');
+    await unsafeArchive(
+      box,
+      [{ path: 'sub/escape', type: 'SymbolicLink', linkpath: '../../../outside/sentinel.txt' }],
+      'sub/escape',
+    );
     const absolute = await unsafeArchive(box, [{ path: 'etc', type: 'SymbolicLink', linkpath: box.outside }], 'etc');
     assert.match(absolute.message, /absolute path/);
   });
@@ -286,12 +321,26 @@ test('a link replacing an entry, or an entry replacing a link, is refused', asyn
 
 test('hard links must join files of the archive', async () => {
   await withSandbox(async (box) => {
-    const outside = await unsafeArchive(box, [{ path: 'passwd', type: 'Link', linkpath: '../../outside/sentinel.txt' }], 'passwd');
+    const outside = await unsafeArchive(
+      box,
+      [{ path: 'passwd', type: 'Link', linkpath: '../../outside/sentinel.txt' }],
+      'passwd',
+    );
     assert.match(outside.message, /hard link/);
-    await unsafeArchive(box, [{ path: 'passwd', type: 'Link', linkpath: path.join(box.outside, 'sentinel.txt') }], 'passwd');
+    await unsafeArchive(
+      box,
+      [{ path: 'passwd', type: 'Link', linkpath: path.join(box.outside, 'sentinel.txt') }],
+      'passwd',
+    );
     await unsafeArchive(box, [{ path: 'dangling', type: 'Link', linkpath: 'not-there' }], 'dangling');
 
-    await fs.writeFile(box.archive, rawTarball([{ path: 'a.txt', body: 'same' }, { path: 'b.txt', type: 'Link', linkpath: 'a.txt' }]));
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'a.txt', body: 'same' },
+        { path: 'b.txt', type: 'Link', linkpath: 'a.txt' },
+      ]),
+    );
     const result = await extractTarball(box.archive, box.dest);
     assert.equal(await fs.readFile(path.join(box.dest, 'b.txt'), 'utf8'), 'same');
     assert.equal(result.files, 2);
@@ -300,7 +349,13 @@ test('hard links must join files of the archive', async () => {
 
 test('hard links are rewritten along with the stripped top directory', async () => {
   await withSandbox(async (box) => {
-    await fs.writeFile(box.archive, rawTarball([{ path: 'repo-abc/a.txt', body: 'same' }, { path: 'repo-abc/docs/b.txt', type: 'Link', linkpath: 'repo-abc/a.txt' }]));
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'repo-abc/a.txt', body: 'same' },
+        { path: 'repo-abc/docs/b.txt', type: 'Link', linkpath: 'repo-abc/a.txt' },
+      ]),
+    );
     await extractTarball(box.archive, box.dest, { stripSingleTopDirectory: true });
     assert.equal(await fs.readFile(path.join(box.dest, 'docs', 'b.txt'), 'utf8'), 'same');
   });
@@ -313,7 +368,14 @@ for (const [type, described] of [
 ] as const) {
   test(`a ${described} entry is refused`, async () => {
     await withSandbox(async (box) => {
-      const error = await unsafeArchive(box, [{ path: 'ok.txt', body: 'fine' }, { path: 'dev/thing', type }], 'dev/thing');
+      const error = await unsafeArchive(
+        box,
+        [
+          { path: 'ok.txt', body: 'fine' },
+          { path: 'dev/thing', type },
+        ],
+        'dev/thing',
+      );
       assert.match(error.message, new RegExp(described));
     });
   });
@@ -334,7 +396,13 @@ test('more entries than allowed are refused', async () => {
 
 test('more bytes than allowed are refused, by the sizes the entries declare', async () => {
   await withSandbox(async (box) => {
-    await fs.writeFile(box.archive, rawTarball([{ path: 'a.bin', body: 'a'.repeat(600) }, { path: 'b.bin', body: 'b'.repeat(600) }]));
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'a.bin', body: 'a'.repeat(600) },
+        { path: 'b.bin', body: 'b'.repeat(600) },
+      ]),
+    );
     const error = await refusal(box, () => extractTarball(box.archive, box.dest, { maxBytes: 1000 }));
     assert.equal(error.reason, 'unsafe_archive');
     assert.match(error.message, /more than 1000 bytes/);
@@ -344,7 +412,10 @@ test('more bytes than allowed are refused, by the sizes the entries declare', as
 
 test('a file that is not a gzipped tar, or a damaged one, is an invalid archive', async () => {
   await withSandbox(async (box) => {
-    const good = rawTarball([{ path: 'a.txt', body: 'x'.repeat(5000) }, { path: 'b.txt', body: 'y'.repeat(5000) }]);
+    const good = rawTarball([
+      { path: 'a.txt', body: 'x'.repeat(5000) },
+      { path: 'b.txt', body: 'y'.repeat(5000) },
+    ]);
     const cases: [string, Buffer][] = [
       ['plain text', Buffer.from('this is not an archive')],
       ['an uncompressed tar', gunzipSync(good)],
@@ -375,7 +446,14 @@ test('a failure in the middle of extraction leaves the destination empty', async
   await withSandbox(async (box) => {
     // The package refuses paths deeper than 1024 directories while extracting, after the first file is written.
     const deep = `${Array.from({ length: 1100 }, () => 'd').join('/')}/file.txt`;
-    await fs.writeFile(box.archive, rawTarball([{ path: 'first.txt', body: 'written first' }, { path: 'second/x.txt', body: 'x' }, { path: deep, body: 'deep' }]));
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'first.txt', body: 'written first' },
+        { path: 'second/x.txt', body: 'x' },
+        { path: deep, body: 'deep' },
+      ]),
+    );
     const error = await refusal(box, () => extractTarball(box.archive, box.dest));
     assert.equal(error.reason, 'invalid_archive');
   });

@@ -27,12 +27,17 @@ test('a repository at a branch is fetched, built and served; the revision record
     'repo-001',
     {
       'package.json': JSON.stringify({ name: 'from-git', private: true, scripts: { start: 'node server.js' } }),
-      'server.js': "require('node:http').createServer((q, s) => s.end('built from git')).listen(Number(process.env.PORT), process.env.HOST);",
+      'server.js':
+        "require('node:http').createServer((q, s) => s.end('built from git')).listen(Number(process.env.PORT), process.env.HOST);",
       'slipway.json': JSON.stringify({ database: false }),
     },
     { branch: 'main' },
   );
-  const integration = await service.api('POST', '/v1/integrations/forge/codehost', { name: 'github', api_url: github.url, token: TOKEN });
+  const integration = await service.api('POST', '/v1/integrations/forge/codehost', {
+    name: 'github',
+    api_url: github.url,
+    token: TOKEN,
+  });
   assert.equal(integration.status, 201, JSON.stringify(integration.body));
   const created = await service.api('POST', '/v2/deployments', {
     name: 'git-agent',
@@ -50,7 +55,11 @@ test('a repository at a branch is fetched, built and served; the revision record
 });
 
 test('a ref the repository does not have fails the build with a message naming it', async () => {
-  const integration = await service.api('POST', '/v1/integrations/forge/codehost', { name: 'github-2', api_url: github.url, token: TOKEN });
+  const integration = await service.api('POST', '/v1/integrations/forge/codehost', {
+    name: 'github-2',
+    api_url: github.url,
+    token: TOKEN,
+  });
   const created = await service.api('POST', '/v2/deployments', {
     name: 'git-missing-ref',
     source: 'codehost',

@@ -20,7 +20,15 @@ import type { Worker } from '../../src/pipeline/worker.ts';
 import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
 import { ADMIN_KEY, createTestApp, type TestDatabase } from '../helpers.ts';
 
-export const FINAL = ['CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED', 'DEPLOYED', 'SKIPPED', 'INTERRUPTED', 'UNKNOWN'];
+export const FINAL = [
+  'CREATE_FAILED',
+  'BUILD_FAILED',
+  'DEPLOY_FAILED',
+  'DEPLOYED',
+  'SKIPPED',
+  'INTERRUPTED',
+  'UNKNOWN',
+];
 
 export interface TestService {
   base: string;
@@ -41,7 +49,10 @@ export interface TestService {
 
 export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
   const port = await freePort();
-  const t = await createTestApp({ PORT: String(port), SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30', SLIPWAY_DRAIN_SECONDS: '3', ...env }, { changes: true, router: true });
+  const t = await createTestApp(
+    { PORT: String(port), SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30', SLIPWAY_DRAIN_SECONDS: '3', ...env },
+    { changes: true, router: true },
+  );
   const { app, config, database, dataDir, logger, secretBox } = t;
   const changes = t.changes!;
   const router = t.router!;
@@ -78,7 +89,13 @@ export async function startTestService(env: Record<string, string> = {}): Promis
         secretBox,
         changes,
         router,
-        repositories: createCodehostIntegrationService({ db: database.db, secretBox, allowInsecure: true, allowedApiUrls: config.codehostAllowedUrls, logger }).repositories,
+        repositories: createCodehostIntegrationService({
+          db: database.db,
+          secretBox,
+          allowInsecure: true,
+          allowedApiUrls: config.codehostAllowedUrls,
+          logger,
+        }).repositories,
         logger,
         leaseSeconds: 6,
         backoff: { initialMs: 100, maxMs: 500 },
@@ -90,7 +107,11 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     },
     async close() {
       await service.stopWorker();
-      const left = await database.db.selectFrom('deployment_runtimes').select('database_name').execute().catch(() => []);
+      const left = await database.db
+        .selectFrom('deployment_runtimes')
+        .select('database_name')
+        .execute()
+        .catch(() => []);
       // App databases live beside the test database on the same server: drop what the test left.
       await withClient(database.url, async (client) => {
         for (const { database_name } of left) {
@@ -112,7 +133,11 @@ export async function uploadApp(service: TestService, files: Record<string, stri
   const archive = path.join(os.tmpdir(), `slipway-app-${randomBytes(4).toString('hex')}.tar.gz`);
   await tar.c({ gzip: true, file: archive, cwd: dir, portable: true }, await fs.readdir(dir));
   try {
-    const response = await fetch(`${service.base}/v2/uploads`, { method: 'POST', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' }, body: await fs.readFile(archive) });
+    const response = await fetch(`${service.base}/v2/uploads`, {
+      method: 'POST',
+      headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+      body: await fs.readFile(archive),
+    });
     const body = (await response.json()) as { source_tarball_path: string };
     if (response.status !== 201) throw new Error(`upload failed: ${response.status} ${JSON.stringify(body)}`);
     return body.source_tarball_path;
@@ -133,7 +158,13 @@ export async function writeApp(files: Record<string, string>): Promise<string> {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls the revision until it reaches one of `statuses` (default: any final state); fails after `ms`. */
-export async function waitForRevision(service: TestService, deploymentId: string, revisionId: string, statuses: string[] = FINAL, ms = 120_000): Promise<any> {
+export async function waitForRevision(
+  service: TestService,
+  deploymentId: string,
+  revisionId: string,
+  statuses: string[] = FINAL,
+  ms = 120_000,
+): Promise<any> {
   const until = Date.now() + ms;
   let last: any;
   while (Date.now() < until) {
@@ -145,7 +176,11 @@ export async function waitForRevision(service: TestService, deploymentId: string
   throw new Error(`revision ${revisionId} did not reach ${statuses.join('|')}; last seen ${JSON.stringify(last)}`);
 }
 
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, ms = 60_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined | null | false>,
+  ms = 60_000,
+): Promise<T> {
   const until = Date.now() + ms;
   while (Date.now() < until) {
     const value = await check();
@@ -156,16 +191,30 @@ export async function waitFor<T>(what: string, check: () => Promise<T | undefine
 }
 
 /** A request to an app through the service's proxy by host name (`<slug>.localhost`). */
-export function requestApp(service: TestService, hostUrl: string, pathname: string, options: { method?: string; body?: string } = {}): Promise<{ status: number; body: string }> {
+export function requestApp(
+  service: TestService,
+  hostUrl: string,
+  pathname: string,
+  options: { method?: string; body?: string } = {},
+): Promise<{ status: number; body: string }> {
   const host = new URL(hostUrl).host;
   return new Promise((resolve, reject) => {
-    const request = http.request({ host: '127.0.0.1', port: service.port, path: pathname, method: options.method ?? 'GET', headers: { host, ...(options.body ? { 'content-type': 'application/json' } : {}) } }, (response) => {
-      let body = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (body += chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
-      response.on('error', reject);
-    });
+    const request = http.request(
+      {
+        host: '127.0.0.1',
+        port: service.port,
+        path: pathname,
+        method: options.method ?? 'GET',
+        headers: { host, ...(options.body ? { 'content-type': 'application/json' } : {}) },
+      },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+        response.on('error', reject);
+      },
+    );
     request.on('error', reject);
     if (options.body) request.write(options.body);
     request.end();
@@ -173,11 +222,19 @@ export function requestApp(service: TestService, hostUrl: string, pathname: stri
 }
 
 /** The log lines of a revision, through the API. */
-export async function revisionLog(service: TestService, deploymentId: string, revisionId: string, type: 'build' | 'deploy'): Promise<string[]> {
+export async function revisionLog(
+  service: TestService,
+  deploymentId: string,
+  revisionId: string,
+  type: 'build' | 'deploy',
+): Promise<string[]> {
   const lines: string[] = [];
   let cursor: string | undefined;
   for (let page = 0; page < 50; page++) {
-    const response = await service.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}/logs?type=${type}&limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    const response = await service.api(
+      'GET',
+      `/v2/deployments/${deploymentId}/revisions/${revisionId}/logs?type=${type}&limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+    );
     if (response.status !== 200) throw new Error(`logs: ${response.status} ${JSON.stringify(response.body)}`);
     const got = response.body.lines as { message: string }[];
     lines.push(...got.map((l) => l.message));

@@ -7,7 +7,15 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { requestApp, startTestService, uploadApp, waitFor, waitForRevision, writeApp, type TestService } from './data-plane-harness.ts';
+import {
+  requestApp,
+  startTestService,
+  uploadApp,
+  waitFor,
+  waitForRevision,
+  writeApp,
+  type TestService,
+} from './data-plane-harness.ts';
 
 /** A tiny app without dependencies; `MODE` (from slipway.json's env) makes it misbehave. */
 const SERVER = `
@@ -23,7 +31,12 @@ if (mode === 'crash') setTimeout(() => process.exit(3), 500);
 
 function tinyApp(config: Record<string, unknown>, extra: Record<string, string> = {}): Record<string, string> {
   return {
-    'package.json': JSON.stringify({ name: 'tiny', private: true, type: 'module', scripts: { start: 'node server.js' } }),
+    'package.json': JSON.stringify({
+      name: 'tiny',
+      private: true,
+      type: 'module',
+      scripts: { start: 'node server.js' },
+    }),
     'server.js': SERVER,
     'slipway.json': JSON.stringify({ health_check_path: '/healthz', ...config }),
     ...extra,
@@ -39,7 +52,11 @@ after(async () => {
   await service.close();
 });
 
-async function deploy(files: Record<string, string> | string, name = `app-${++counter}`, extra: Record<string, unknown> = {}) {
+async function deploy(
+  files: Record<string, string> | string,
+  name = `app-${++counter}`,
+  extra: Record<string, unknown> = {},
+) {
   const tarball = await uploadApp(service, files);
   const created = await service.api('POST', '/v2/deployments', {
     name,
@@ -53,13 +70,17 @@ async function deploy(files: Record<string, string> | string, name = `app-${++co
 
 async function patchSource(deploymentId: string, files: Record<string, string>) {
   const tarball = await uploadApp(service, files);
-  const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, { source_revision_config: { source_tarball_path: tarball } });
+  const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, {
+    source_revision_config: { source_tarball_path: tarball },
+  });
   assert.equal(patched.status, 200, JSON.stringify(patched.body));
   return patched.body.latest_revision_id as string;
 }
 
 test('a failing install command: BUILD_FAILED build_command_failed with the exit code and the last output', async () => {
-  const { id, revisionId } = await deploy(tinyApp({ install: 'echo resolving packages; echo no such package >&2; exit 3' }));
+  const { id, revisionId } = await deploy(
+    tinyApp({ install: 'echo resolving packages; echo no such package >&2; exit 3' }),
+  );
   const revision = await waitForRevision(service, id, revisionId);
   assert.equal(revision.status, 'BUILD_FAILED');
   assert.equal(revision.failure_reason, 'build_command_failed');
@@ -105,10 +126,21 @@ test('a health check that never passes: DEPLOY_FAILED health_check_failed, and t
 test('an app that keeps crashing is restarted, each exit is an event, and the deployment turns UNKNOWN', async () => {
   const { id, revisionId } = await deploy(tinyApp({ env: { MODE: 'crash' } }));
   assert.equal((await waitForRevision(service, id, revisionId)).status, 'DEPLOYED');
-  await waitFor('the deployment to be UNKNOWN', async () => (await service.api('GET', `/v2/deployments/${id}`)).body.status === 'UNKNOWN', 60_000);
+  await waitFor(
+    'the deployment to be UNKNOWN',
+    async () => (await service.api('GET', `/v2/deployments/${id}`)).body.status === 'UNKNOWN',
+    60_000,
+  );
   const events = (await service.api('GET', `/v2/deployments/${id}/events?limit=100`)).body;
-  const list = (events.resources ?? events) as { type: string; data: Record<string, unknown>; to_status: string | null }[];
-  assert.ok(list.filter((e) => e.type === 'deployment.app_exited').length >= 5, JSON.stringify(list.map((e) => e.type)));
+  const list = (events.resources ?? events) as {
+    type: string;
+    data: Record<string, unknown>;
+    to_status: string | null;
+  }[];
+  assert.ok(
+    list.filter((e) => e.type === 'deployment.app_exited').length >= 5,
+    JSON.stringify(list.map((e) => e.type)),
+  );
   const unknown = list.find((e) => e.type === 'deployment.status_changed' && e.to_status === 'UNKNOWN');
   assert.equal(unknown?.data.reason, 'crash_loop');
 });
@@ -133,7 +165,11 @@ test('interrupting a running build stops it at once: INTERRUPTED, its processes 
 });
 
 test('a container image on the own data plane fails at once with container_runtime_unavailable', async () => {
-  const created = await service.api('POST', '/v2/deployments', { name: `image-${++counter}`, source: 'internal_container', source_revision_config: { image_uri: 'ghcr.io/acme/agent:1' } });
+  const created = await service.api('POST', '/v2/deployments', {
+    name: `image-${++counter}`,
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'ghcr.io/acme/agent:1' },
+  });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id, undefined, 30_000);
   assert.equal(revision.status, 'DEPLOY_FAILED');

@@ -12,7 +12,15 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { withClient } from '../../src/db/admin-client.ts';
-import { requestApp, revisionLog, startTestService, uploadApp, waitFor, waitForRevision, type TestService } from './data-plane-harness.ts';
+import {
+  requestApp,
+  revisionLog,
+  startTestService,
+  uploadApp,
+  waitFor,
+  waitForRevision,
+  type TestService,
+} from './data-plane-harness.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 
@@ -53,7 +61,10 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.equal(info.revision_id, first.id);
 
   // It writes to and reads from its own database.
-  const note = await requestApp(service, url, '/notes', { method: 'POST', body: JSON.stringify({ text: 'remember the milk' }) });
+  const note = await requestApp(service, url, '/notes', {
+    method: 'POST',
+    body: JSON.stringify({ text: 'remember the milk' }),
+  });
   assert.ok(note.status === 200 || note.status === 201, note.body);
   const notes = await requestApp(service, url, '/notes');
   assert.match(notes.body, /remember the milk/);
@@ -61,21 +72,29 @@ test('the example app is built, deployed, served at its stable URL, updated with
   // Streaming passes through the proxy as it is produced: several token events, each its own chunk.
   const chunks: { at: number; text: string }[] = [];
   await new Promise<void>((resolve, reject) => {
-    const request = http.get({ host: '127.0.0.1', port: service.port, path: '/stream', headers: { host: new URL(url).host } }, (response) => {
-      response.setEncoding('utf8');
-      response.on('data', (text: string) => chunks.push({ at: Date.now(), text }));
-      response.on('end', resolve);
-      response.on('error', reject);
-    });
+    const request = http.get(
+      { host: '127.0.0.1', port: service.port, path: '/stream', headers: { host: new URL(url).host } },
+      (response) => {
+        response.setEncoding('utf8');
+        response.on('data', (text: string) => chunks.push({ at: Date.now(), text }));
+        response.on('end', resolve);
+        response.on('error', reject);
+      },
+    );
     request.on('error', reject);
   });
   assert.match(chunks.map((c) => c.text).join(''), /event: done/);
-  assert.ok(chunks.filter((c) => c.text.includes('event: token')).length >= 3, `the stream came in ${chunks.length} chunk(s)`);
+  assert.ok(
+    chunks.filter((c) => c.text.includes('event: token')).length >= 3,
+    `the stream came in ${chunks.length} chunk(s)`,
+  );
   assert.ok(chunks.at(-1)!.at - chunks[0]!.at >= 100, 'events arrived spread over time, not buffered');
 
   // Its agent credential and SLIPWAY_API_URL reach this service: the credential is accepted (the
   // connection asked for does not exist: 404, not 401).
-  const token = JSON.parse((await requestApp(service, url, `/token?agent_id=support-agent&connection_id=${randomUUID()}`)).body);
+  const token = JSON.parse(
+    (await requestApp(service, url, `/token?agent_id=support-agent&connection_id=${randomUUID()}`)).body,
+  );
   assert.equal(token.got_token, false);
   assert.equal(token.slipway_status, 404, JSON.stringify(token));
 
@@ -87,7 +106,10 @@ test('the example app is built, deployed, served at its stable URL, updated with
 
   // Build output and app output are kept as logs; the secret value never appears in them.
   const buildLog = await revisionLog(service, deploymentId, first.id, 'build');
-  assert.ok(buildLog.some((line) => /Build finished/.test(line)), buildLog.join('\n'));
+  assert.ok(
+    buildLog.some((line) => /Build finished/.test(line)),
+    buildLog.join('\n'),
+  );
   const deployLog = await waitFor('app output in the deploy log', async () => {
     const lines = await revisionLog(service, deploymentId, first.id, 'deploy');
     return lines.some((line) => /Health check passed/.test(line)) ? lines : null;
@@ -105,7 +127,9 @@ test('the example app is built, deployed, served at its stable URL, updated with
       else failures++;
     }
   });
-  const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, { secrets: [{ name: 'GREETING', value: 'bye-from-secret' }] });
+  const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, {
+    secrets: [{ name: 'GREETING', value: 'bye-from-secret' }],
+  });
   assert.equal(patched.status, 200);
   const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id);
   assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
@@ -125,16 +149,29 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.equal(third.status, 'DEPLOYED', JSON.stringify(third));
   assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'hello-from-secret');
   // Its build output was still there: copied, not built again.
-  assert.ok((await revisionLog(service, deploymentId, third.id, 'build')).some((line) => line.includes(`Reusing the build output of revision ${first.id}`)));
+  assert.ok(
+    (await revisionLog(service, deploymentId, third.id, 'build')).some((line) =>
+      line.includes(`Reusing the build output of revision ${first.id}`),
+    ),
+  );
 
   // Delete: AWAITING_DELETE, then gone, with its processes, database and files.
-  const runtime = await service.database.db.selectFrom('deployment_runtimes').selectAll().where('deployment_id', '=', deploymentId).executeTakeFirstOrThrow();
+  const runtime = await service.database.db
+    .selectFrom('deployment_runtimes')
+    .selectAll()
+    .where('deployment_id', '=', deploymentId)
+    .executeTakeFirstOrThrow();
   assert.ok(runtime.database_name);
   const removed = await service.api('DELETE', `/v2/deployments/${deploymentId}`);
   assert.equal(removed.status, 204);
-  await waitFor('the deployment to disappear', async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404);
+  await waitFor(
+    'the deployment to disappear',
+    async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
+  );
   assert.equal((await requestApp(service, url, '/')).status, 404);
-  const databases = await withClient(service.database.url, (c) => c.query('select 1 from pg_database where datname = $1', [runtime.database_name]));
+  const databases = await withClient(service.database.url, (c) =>
+    c.query('select 1 from pg_database where datname = $1', [runtime.database_name]),
+  );
   assert.equal(databases.rowCount, 0, 'the app database is dropped');
   const left = await fs.readdir(path.join(service.dataDir, 'revisions')).catch(() => []);
   assert.deepEqual(left, [], 'no app directory is left');

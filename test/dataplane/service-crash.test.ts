@@ -32,13 +32,31 @@ let current: Service | null = null;
 function serviceEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of Object.keys(env)) {
-    if (name === 'DATABASE_URL' || name.startsWith('SLIPWAY_') || name === 'NODE_TEST_CONTEXT' || name === 'PORT' || name === 'HOST') delete env[name];
+    if (
+      name === 'DATABASE_URL' ||
+      name.startsWith('SLIPWAY_') ||
+      name === 'NODE_TEST_CONTEXT' ||
+      name === 'PORT' ||
+      name === 'HOST'
+    )
+      delete env[name];
   }
-  return { ...env, PORT: String(port), SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'warn', SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30' };
+  return {
+    ...env,
+    PORT: String(port),
+    SLIPWAY_DATA_DIR: dataDir,
+    SLIPWAY_BOOTSTRAP_API_KEY: KEY,
+    LOG_LEVEL: 'warn',
+    SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30',
+  };
 }
 
 async function start(): Promise<Service> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: ROOT, env: serviceEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    cwd: ROOT,
+    env: serviceEnv(),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -48,7 +66,10 @@ async function start(): Promise<Service> {
   const until = Date.now() + 90_000;
   while (Date.now() < until) {
     if (child.exitCode !== null) assert.fail(`the service exited during start: ${output}`);
-    const ready = await fetch(`${service.base}/readyz`).then((r) => r.status === 200, () => false);
+    const ready = await fetch(`${service.base}/readyz`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
     if (ready) return service;
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
@@ -75,12 +96,21 @@ async function upload(service: Service, files: Record<string, string>): Promise<
   const dir = await writeApp(files);
   const archive = path.join(os.tmpdir(), `crash-app-${process.pid}-${Date.now()}.tar.gz`);
   await tar.c({ gzip: true, file: archive, cwd: dir, portable: true }, await fs.readdir(dir));
-  const response = await fetch(`${service.base}/v2/uploads`, { method: 'POST', headers: { 'x-api-key': KEY, 'content-type': 'application/gzip' }, body: await fs.readFile(archive) });
+  const response = await fetch(`${service.base}/v2/uploads`, {
+    method: 'POST',
+    headers: { 'x-api-key': KEY, 'content-type': 'application/gzip' },
+    body: await fs.readFile(archive),
+  });
   await fs.rm(archive, { force: true });
   return ((await response.json()) as { source_tarball_path: string }).source_tarball_path;
 }
 
-async function waitStatus(service: Service, deploymentId: string, revisionId: string, statuses: string[]): Promise<any> {
+async function waitStatus(
+  service: Service,
+  deploymentId: string,
+  revisionId: string,
+  statuses: string[],
+): Promise<any> {
   const until = Date.now() + 120_000;
   let last;
   while (Date.now() < until) {
@@ -93,11 +123,14 @@ async function waitStatus(service: Service, deploymentId: string, revisionId: st
 
 function getByHost(url: string, pathname = '/'): Promise<{ status: number; body: string }> {
   return new Promise((resolve) => {
-    const request = http.get({ host: '127.0.0.1', port, path: pathname, headers: { host: new URL(url).host } }, (response) => {
-      let body = '';
-      response.on('data', (chunk: Buffer) => (body += chunk.toString()));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
-    });
+    const request = http.get(
+      { host: '127.0.0.1', port, path: pathname, headers: { host: new URL(url).host } },
+      (response) => {
+        let body = '';
+        response.on('data', (chunk: Buffer) => (body += chunk.toString()));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      },
+    );
     request.on('error', () => resolve({ status: 0, body: '' }));
   });
 }
@@ -105,7 +138,8 @@ function getByHost(url: string, pathname = '/'): Promise<{ status: number; body:
 const APP = (install: string | null) => ({
   'package.json': JSON.stringify({ name: 'crashy', private: true, scripts: { start: 'node server.js' } }),
   // A random id per process start (PIDs repeat: each sandbox has its own PID namespace).
-  'server.js': "const run = Math.random().toString(36).slice(2); require('node:http').createServer((q, s) => s.end('run ' + run)).listen(Number(process.env.PORT), process.env.HOST);",
+  'server.js':
+    "const run = Math.random().toString(36).slice(2); require('node:http').createServer((q, s) => s.end('run ' + run)).listen(Number(process.env.PORT), process.env.HOST);",
   'slipway.json': JSON.stringify({ database: false, ...(install ? { install } : {}) }),
 });
 
@@ -125,7 +159,14 @@ after(async () => {
 
 test('after kill -9 the serving app comes back without a rebuild, and a build in flight is taken over', async () => {
   let service = await start();
-  const serving = await api(service, 'POST', '/v2/deployments', { name: 'steady', source: 'internal_source', source_revision_config: { source_tarball_path: await upload(service, APP(null)), framework_config_path: 'slipway.json' } });
+  const serving = await api(service, 'POST', '/v2/deployments', {
+    name: 'steady',
+    source: 'internal_source',
+    source_revision_config: {
+      source_tarball_path: await upload(service, APP(null)),
+      framework_config_path: 'slipway.json',
+    },
+  });
   assert.equal(serving.status, 201, JSON.stringify(serving.body));
   assert.equal((await waitStatus(service, serving.body.id, serving.body.latest_revision_id, FINAL)).status, 'DEPLOYED');
   const url = (await api(service, 'GET', `/v2/deployments/${serving.body.id}`)).body.source_config.custom_url;
@@ -133,7 +174,14 @@ test('after kill -9 the serving app comes back without a rebuild, and a build in
   assert.equal(before.status, 200);
 
   // A second deployment whose install takes a while: kill the service while it builds.
-  const slow = await api(service, 'POST', '/v2/deployments', { name: 'slow', source: 'internal_source', source_revision_config: { source_tarball_path: await upload(service, APP('sleep 2')), framework_config_path: 'slipway.json' } });
+  const slow = await api(service, 'POST', '/v2/deployments', {
+    name: 'slow',
+    source: 'internal_source',
+    source_revision_config: {
+      source_tarball_path: await upload(service, APP('sleep 2')),
+      framework_config_path: 'slipway.json',
+    },
+  });
   await waitStatus(service, slow.body.id, slow.body.latest_revision_id, ['BUILDING']);
   await kill9(service);
   // The app died with the service (bubblewrap's die-with-parent, or the process group).
@@ -150,7 +198,13 @@ test('after kill -9 the serving app comes back without a rebuild, and a build in
     assert.fail(`the app was not started again: ${service.output()}`);
   })();
   assert.notEqual(after.body, before.body, 'a new process serves');
-  const builds = (await api(service, 'GET', `/v2/deployments/${serving.body.id}/revisions/${serving.body.latest_revision_id}/logs?type=build&limit=1000`)).body.lines as { message: string }[];
+  const builds = (
+    await api(
+      service,
+      'GET',
+      `/v2/deployments/${serving.body.id}/revisions/${serving.body.latest_revision_id}/logs?type=build&limit=1000`,
+    )
+  ).body.lines as { message: string }[];
   assert.equal(builds.filter((l) => /Build finished/.test(l.message)).length, 1, 'no rebuild');
 
   const taken = await waitStatus(service, slow.body.id, slow.body.latest_revision_id, FINAL);

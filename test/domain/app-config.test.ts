@@ -4,8 +4,19 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { AppConfigError, resolveAppConfig, type AppConfig, type CommandOverrides, type SourceFiles } from '../../src/domain/app-config.ts';
-import { LANGGRAPH_JS_SERVER_VERSION, isLangGraphConfig, resolveLangGraphConfig, type LangGraphSourceFacts } from '../../src/domain/langgraph-config.ts';
+import {
+  AppConfigError,
+  resolveAppConfig,
+  type AppConfig,
+  type CommandOverrides,
+  type SourceFiles,
+} from '../../src/domain/app-config.ts';
+import {
+  LANGGRAPH_JS_SERVER_VERSION,
+  isLangGraphConfig,
+  resolveLangGraphConfig,
+  type LangGraphSourceFacts,
+} from '../../src/domain/langgraph-config.ts';
 
 const FILE = 'slipway.json';
 
@@ -15,10 +26,15 @@ function node(pkg: Record<string, unknown> | string | null, extraFiles: string[]
 }
 const python = (...rootFiles: string[]): SourceFiles => ({ rootFiles, packageJson: null });
 
-const resolve = (raw: unknown, source: SourceFiles, overrides?: CommandOverrides): AppConfig => resolveAppConfig(FILE, raw, source, overrides);
+const resolve = (raw: unknown, source: SourceFiles, overrides?: CommandOverrides): AppConfig =>
+  resolveAppConfig(FILE, raw, source, overrides);
 
 /** Asserts the file is refused with invalid_app_config and returns the message. */
-function refused(raw: unknown, source: SourceFiles = node({ scripts: { start: 'node index.js' } }), overrides?: CommandOverrides): string {
+function refused(
+  raw: unknown,
+  source: SourceFiles = node({ scripts: { start: 'node index.js' } }),
+  overrides?: CommandOverrides,
+): string {
   try {
     resolve(raw, source, overrides);
   } catch (error) {
@@ -85,7 +101,10 @@ describe('Node defaults', () => {
     assert.equal(resolve({}, node(deps, ['package-lock.json'])).install, 'npm ci');
     assert.equal(resolve({}, node(deps, ['npm-shrinkwrap.json'])).install, 'npm ci');
     assert.equal(resolve({}, node(deps)).install, 'npm install');
-    assert.equal(resolve({}, node({ devDependencies: { typescript: '^5' }, scripts: { start: 'x' } })).install, 'npm install');
+    assert.equal(
+      resolve({}, node({ devDependencies: { typescript: '^5' }, scripts: { start: 'x' } })).install,
+      'npm install',
+    );
     assert.equal(resolve({}, node({ dependencies: {}, scripts: { start: 'x' } }, ['package-lock.json'])).install, null);
   });
 
@@ -102,22 +121,36 @@ describe('Node defaults', () => {
   });
 
   test('start without a start script, main or package.json is refused, naming start', () => {
-    assert.match(refused({}, node({ name: 'agent' })), /^slipway\.json: start is not set and package\.json has neither a start script nor main/);
-    assert.match(refused({ runtime: 'node' }, { rootFiles: ['index.js'], packageJson: null }), /^slipway\.json: start is not set and there is no package\.json/);
+    assert.match(
+      refused({}, node({ name: 'agent' })),
+      /^slipway\.json: start is not set and package\.json has neither a start script nor main/,
+    );
+    assert.match(
+      refused({ runtime: 'node' }, { rootFiles: ['index.js'], packageJson: null }),
+      /^slipway\.json: start is not set and there is no package\.json/,
+    );
   });
 
   test('a broken package.json matters only when a default needs it', () => {
-    assert.match(refused({}, node('{ not json')), /^slipway\.json: .* package\.json, which its default comes from, is not valid JSON/);
+    assert.match(
+      refused({}, node('{ not json')),
+      /^slipway\.json: .* package\.json, which its default comes from, is not valid JSON/,
+    );
     const config = resolve({ install: null, build: null, start: 'node index.js' }, node('{ not json'));
     assert.equal(config.start, 'node index.js');
   });
 });
 
 describe('precedence', () => {
-  const source = node({ dependencies: { a: '1' }, scripts: { start: 'node index.js', build: 'tsc' } }, ['package-lock.json']);
+  const source = node({ dependencies: { a: '1' }, scripts: { start: 'node index.js', build: 'tsc' } }, [
+    'package-lock.json',
+  ]);
 
   test('the file wins over defaults, and null switches a step off', () => {
-    const config = resolve({ install: 'npm ci --omit=dev', build: null, start: 'node dist/main.js', worker: 'node worker.js' }, source);
+    const config = resolve(
+      { install: 'npm ci --omit=dev', build: null, start: 'node dist/main.js', worker: 'node worker.js' },
+      source,
+    );
     assert.equal(config.install, 'npm ci --omit=dev');
     assert.equal(config.build, null);
     assert.equal(config.start, 'node dist/main.js');
@@ -125,7 +158,10 @@ describe('precedence', () => {
   });
 
   test("the deployment's install_command and build_command win over the file", () => {
-    const config = resolve({ install: 'npm install', build: null }, source, { install_command: 'pnpm install', build_command: 'pnpm build' });
+    const config = resolve({ install: 'npm install', build: null }, source, {
+      install_command: 'pnpm install',
+      build_command: 'pnpm build',
+    });
     assert.equal(config.install, 'pnpm install');
     assert.equal(config.build, 'pnpm build');
   });
@@ -140,7 +176,12 @@ describe('precedence', () => {
 describe('the other fields', () => {
   test('health_check_path, env, database and worker are taken as written', () => {
     const config = resolve(
-      { health_check_path: '/healthz?deep=1', env: { LOG_FORMAT: 'json', _x1: '' }, database: false, worker: 'node worker.js' },
+      {
+        health_check_path: '/healthz?deep=1',
+        env: { LOG_FORMAT: 'json', _x1: '' },
+        database: false,
+        worker: 'node worker.js',
+      },
       node({ scripts: { start: 'node index.js' } }),
     );
     assert.equal(config.healthCheckPath, '/healthz?deep=1');
@@ -152,20 +193,32 @@ describe('the other fields', () => {
 
 describe('files that cannot work are refused, naming the file and the field', () => {
   test('a health path without a leading slash', () => {
-    assert.equal(refused({ health_check_path: 'healthz' }), "slipway.json: health_check_path must start with '/', got 'healthz'");
+    assert.equal(
+      refused({ health_check_path: 'healthz' }),
+      "slipway.json: health_check_path must start with '/', got 'healthz'",
+    );
     assert.match(refused({ health_check_path: '//evil.example/x' }), /health_check_path must be a path on the app/);
     assert.match(refused({ health_check_path: '/a b' }), /health_check_path must not contain spaces/);
-    assert.match(refused({ health_check_path: 200 }), /health_check_path must be a path string such as '\/healthz', got 200/);
+    assert.match(
+      refused({ health_check_path: 200 }),
+      /health_check_path must be a path string such as '\/healthz', got 200/,
+    );
   });
 
   test('an unknown field, with the field it probably meant', () => {
-    assert.equal(refused({ heath_check_path: '/healthz' }), "slipway.json: unknown field 'heath_check_path' (did you mean 'health_check_path'?)");
+    assert.equal(
+      refused({ heath_check_path: '/healthz' }),
+      "slipway.json: unknown field 'heath_check_path' (did you mean 'health_check_path'?)",
+    );
     assert.equal(refused({ dockerfile: 'Dockerfile' }), "slipway.json: unknown field 'dockerfile'");
   });
 
   test('fields of the wrong type', () => {
     assert.equal(refused({ runtime: 'ruby' }), "slipway.json: runtime must be 'node' or 'python', got 'ruby'");
-    assert.equal(refused({ start: ['node', 'index.js'] }), 'slipway.json: start must be a command string, got an array');
+    assert.equal(
+      refused({ start: ['node', 'index.js'] }),
+      'slipway.json: start must be a command string, got an array',
+    );
     assert.equal(refused({ start: null }), 'slipway.json: start must be a command string, got null');
     assert.equal(refused({ install: 1 }), 'slipway.json: install must be a command string or null, got 1');
     assert.equal(refused({ build: '  ' }), 'slipway.json: build must not be empty');
@@ -178,7 +231,10 @@ describe('files that cannot work are refused, naming the file and the field', ()
     assert.match(refused({ env: { 'MY-VAR': 'x' } }), /env: 'MY-VAR' is not a valid variable name/);
     assert.match(refused({ env: { '1ST': 'x' } }), /env: '1ST' is not a valid variable name/);
     for (const name of ['PORT', 'HOST', 'DATABASE_URL', 'SLIPWAY_AGENT_CREDENTIAL', 'SLIPWAY_ANYTHING']) {
-      assert.equal(refused({ env: { [name]: 'x' } }), `slipway.json: env.${name} is set by the platform and cannot be set in the file`);
+      assert.equal(
+        refused({ env: { [name]: 'x' } }),
+        `slipway.json: env.${name} is set by the platform and cannot be set in the file`,
+      );
     }
   });
 
@@ -197,11 +253,16 @@ describe('files that cannot work are refused, naming the file and the field', ()
   });
 
   test('messages name the path the revision gave', () => {
-    assert.throws(() => resolveAppConfig('deploy/agent.json', { start: 3 }, node({})), { message: 'deploy/agent.json: start must be a command string, got 3' });
+    assert.throws(() => resolveAppConfig('deploy/agent.json', { start: 3 }, node({})), {
+      message: 'deploy/agent.json: start must be a command string, got 3',
+    });
   });
 
   test('a Python app without main.py or app.py must say how to start', () => {
-    assert.match(refused({}, python('requirements.txt')), /^slipway\.json: start is not set and the source has no main\.py or app\.py/);
+    assert.match(
+      refused({}, python('requirements.txt')),
+      /^slipway\.json: start is not set and the source has no main\.py or app\.py/,
+    );
   });
 });
 
@@ -215,10 +276,14 @@ describe('LangGraph projects (langgraph.json)', () => {
     }
     return { kinds, texts: files };
   }
-  const PKG = JSON.stringify({ name: 'agent', dependencies: { '@langchain/langgraph': '^1.7.3', '@langchain/core': '^1.4.0' } });
+  const PKG = JSON.stringify({
+    name: 'agent',
+    dependencies: { '@langchain/langgraph': '^1.7.3', '@langchain/core': '^1.4.0' },
+  });
   const JS = { node_version: '20', graphs: { agent: './src/agent.ts:graph' } };
   const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`;
-  const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) => resolveLangGraphConfig(file, raw, tree(files), overrides);
+  const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) =>
+    resolveLangGraphConfig(file, raw, tree(files), overrides);
   function refusedLg(file: string, raw: unknown, files: Record<string, string>): string {
     try {
       resolveLg(file, raw, files);
@@ -240,7 +305,11 @@ describe('LangGraph projects (langgraph.json)', () => {
   });
 
   test('a JavaScript project: its lockfile installs, the pinned server is added, LangGraph.js serves it on /ok', () => {
-    const config = resolveLg('langgraph.json', { ...JS, env: { REPLY_PREFIX: 'Analysis' } }, { 'langgraph.json': '', 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' });
+    const config = resolveLg(
+      'langgraph.json',
+      { ...JS, env: { REPLY_PREFIX: 'Analysis' } },
+      { 'langgraph.json': '', 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' },
+    );
     assert.deepEqual(config, {
       runtime: 'node',
       install: `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`,
@@ -255,17 +324,39 @@ describe('LangGraph projects (langgraph.json)', () => {
 
   test('a project that brings the server itself (langgraph-api or langgraph-cli) gets no pinned one', () => {
     for (const name of ['@langchain/langgraph-api', '@langchain/langgraph-cli']) {
-      const pkg = JSON.stringify({ dependencies: { '@langchain/langgraph': '^1' }, devDependencies: { [name]: '^1.5.0' } });
-      assert.equal(resolveLg('langgraph.json', JS, { 'package.json': pkg, 'package-lock.json': '{}', 'src/agent.ts': '' }).install, 'npm ci --no-audit --no-fund');
+      const pkg = JSON.stringify({
+        dependencies: { '@langchain/langgraph': '^1' },
+        devDependencies: { [name]: '^1.5.0' },
+      });
+      assert.equal(
+        resolveLg('langgraph.json', JS, { 'package.json': pkg, 'package-lock.json': '{}', 'src/agent.ts': '' }).install,
+        'npm ci --no-audit --no-fund',
+      );
     }
   });
 
   test('the package manager follows the lockfile, else packageManager, else npm', () => {
-    const files = (lock: string | null, pkg = PKG) => ({ 'package.json': pkg, 'src/agent.ts': '', ...(lock ? { [lock]: '' } : {}) });
-    assert.equal(resolveLg('langgraph.json', JS, files('pnpm-lock.yaml')).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`);
-    assert.equal(resolveLg('langgraph.json', JS, files('yarn.lock')).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn add ${PIN}`);
-    assert.equal(resolveLg('langgraph.json', JS, files(null, JSON.stringify({ packageManager: 'pnpm@9.1.0' }))).install, `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`);
-    assert.equal(resolveLg('langgraph.json', JS, files(null)).install, `npm install --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`);
+    const files = (lock: string | null, pkg = PKG) => ({
+      'package.json': pkg,
+      'src/agent.ts': '',
+      ...(lock ? { [lock]: '' } : {}),
+    });
+    assert.equal(
+      resolveLg('langgraph.json', JS, files('pnpm-lock.yaml')).install,
+      `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`,
+    );
+    assert.equal(
+      resolveLg('langgraph.json', JS, files('yarn.lock')).install,
+      `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn install --frozen-lockfile && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack yarn add ${PIN}`,
+    );
+    assert.equal(
+      resolveLg('langgraph.json', JS, files(null, JSON.stringify({ packageManager: 'pnpm@9.1.0' }))).install,
+      `COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm install && COREPACK_ENABLE_DOWNLOAD_PROMPT=0 corepack pnpm add ${PIN}`,
+    );
+    assert.equal(
+      resolveLg('langgraph.json', JS, files(null)).install,
+      `npm install --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`,
+    );
     assert.match(refusedLg('langgraph.json', JS, files('bun.lockb')), /bun is not available on this data plane/);
   });
 
@@ -279,23 +370,54 @@ describe('LangGraph projects (langgraph.json)', () => {
     };
     const raw = { ...JS, dependencies: ['.', '../../libs/shared'] };
     const config = resolveLg('apps/agent/langgraph.json', raw, files);
-    assert.equal(config.install, `npm ci --no-audit --no-fund && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`);
+    assert.equal(
+      config.install,
+      `npm ci --no-audit --no-fund && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`,
+    );
     assert.equal(config.start, 'exec node .slipway/langgraph-server.mjs js apps/agent/langgraph.json');
     // Without a lockfile anywhere, the config's own directory installs.
     const { 'package-lock.json': _lock, ...unlocked } = files;
-    assert.match(resolveLg('apps/agent/langgraph.json', raw, unlocked).install!, /^\(cd apps\/agent && npm install --no-audit --no-fund\)/);
-    assert.match(refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../../outside'] }, files), /dependencies: '\.\.\/\.\.\/\.\.\/outside' is outside the source; the archive must hold every local dependency/);
-    assert.match(refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../libs/missing'] }, files), /dependencies: '\.\.\/\.\.\/libs\/missing' is not a directory in the source \(looked for libs\/missing\)/);
+    assert.match(
+      resolveLg('apps/agent/langgraph.json', raw, unlocked).install!,
+      /^\(cd apps\/agent && npm install --no-audit --no-fund\)/,
+    );
+    assert.match(
+      refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../../outside'] }, files),
+      /dependencies: '\.\.\/\.\.\/\.\.\/outside' is outside the source; the archive must hold every local dependency/,
+    );
+    assert.match(
+      refusedLg('apps/agent/langgraph.json', { ...JS, dependencies: ['../../libs/missing'] }, files),
+      /dependencies: '\.\.\/\.\.\/libs\/missing' is not a directory in the source \(looked for libs\/missing\)/,
+    );
   });
 
   test('graphs must name files in the source', () => {
     const files = { 'package.json': PKG, 'package-lock.json': '{}', 'src/agent.ts': '' };
-    assert.match(refusedLg('langgraph.json', { node_version: '20' }, files), /^langgraph\.json: graphs must be an object/);
+    assert.match(
+      refusedLg('langgraph.json', { node_version: '20' }, files),
+      /^langgraph\.json: graphs must be an object/,
+    );
     assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: {} }, files), /graphs is empty/);
-    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: './src/missing.ts:graph' } }, files), /graphs\.agent: '\.\/src\/missing\.ts' is not a file in the source \(looked for src\/missing\.ts\)/);
-    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: '../elsewhere.ts:graph' } }, files), /graphs\.agent: '\.\.\/elsewhere\.ts' is outside the source/);
-    assert.match(refusedLg('langgraph.json', { node_version: '20', graphs: { agent: 42 } }, files), /graphs\.agent must be a "path:export" string/);
-    assert.equal(resolveLg('langgraph.json', { node_version: '20', graphs: { agent: { path: './src/agent.ts:graph', description: 'x' } } }, files).healthCheckPath, '/ok');
+    assert.match(
+      refusedLg('langgraph.json', { node_version: '20', graphs: { agent: './src/missing.ts:graph' } }, files),
+      /graphs\.agent: '\.\/src\/missing\.ts' is not a file in the source \(looked for src\/missing\.ts\)/,
+    );
+    assert.match(
+      refusedLg('langgraph.json', { node_version: '20', graphs: { agent: '../elsewhere.ts:graph' } }, files),
+      /graphs\.agent: '\.\.\/elsewhere\.ts' is outside the source/,
+    );
+    assert.match(
+      refusedLg('langgraph.json', { node_version: '20', graphs: { agent: 42 } }, files),
+      /graphs\.agent must be a "path:export" string/,
+    );
+    assert.equal(
+      resolveLg(
+        'langgraph.json',
+        { node_version: '20', graphs: { agent: { path: './src/agent.ts:graph', description: 'x' } } },
+        files,
+      ).healthCheckPath,
+      '/ok',
+    );
   });
 
   test('env: an object, or a .env file read as dotenv does; names the platform sets are refused in the object, skipped in the file', () => {
@@ -319,30 +441,57 @@ describe('LangGraph projects (langgraph.json)', () => {
     });
     // The CLI leaves .env out of the archive (it is in .gitignore) and sends it as secrets instead.
     assert.deepEqual(resolveLg('langgraph.json', { ...JS, env: '.env' }, files).env, {});
-    assert.match(refusedLg('langgraph.json', { ...JS, env: { PORT: '3000' } }, files), /env\.PORT is set by the platform/);
-    assert.match(refusedLg('langgraph.json', { ...JS, env: '../.env' }, files), /env: '\.\.\/\.env' is outside the source/);
+    assert.match(
+      refusedLg('langgraph.json', { ...JS, env: { PORT: '3000' } }, files),
+      /env\.PORT is set by the platform/,
+    );
+    assert.match(
+      refusedLg('langgraph.json', { ...JS, env: '../.env' }, files),
+      /env: '\.\.\/\.env' is outside the source/,
+    );
   });
 
   test('a Python project: a venv with the in-memory server and its dependencies, started with langgraph dev', () => {
     const files = { 'agent/graph.py': '', 'agent/pyproject.toml': '', 'tools/requirements.txt': '' };
-    const config = resolveLg('langgraph.json', { python_version: '3.11', graphs: { agent: './agent/graph.py:graph', other: 'agent.graph:other' }, dependencies: ['./agent', './tools', 'langchain-openai>=0.3'] }, files);
+    const config = resolveLg(
+      'langgraph.json',
+      {
+        python_version: '3.11',
+        graphs: { agent: './agent/graph.py:graph', other: 'agent.graph:other' },
+        dependencies: ['./agent', './tools', 'langchain-openai>=0.3'],
+      },
+      files,
+    );
     assert.equal(config.runtime, 'python');
-    assert.equal(config.install, `python3 -m venv .venv && .venv/bin/pip install 'langgraph-cli[inmem]>=0.4' -e agent -r tools/requirements.txt 'langchain-openai>=0.3'`);
+    assert.equal(
+      config.install,
+      `python3 -m venv .venv && .venv/bin/pip install 'langgraph-cli[inmem]>=0.4' -e agent -r tools/requirements.txt 'langchain-openai>=0.3'`,
+    );
     assert.equal(config.start, 'exec node .slipway/langgraph-server.mjs python langgraph.json');
     assert.equal(config.healthCheckPath, '/ok');
     // No package.json beside it and no version named: Python, as LangChain's CLI assumes.
     assert.equal(resolveLg('langgraph.json', { graphs: { agent: 'agent.graph:graph' } }, files).runtime, 'python');
   });
 
-  test('the deployment\'s install and build commands run in the directory of langgraph.json', () => {
+  test("the deployment's install and build commands run in the directory of langgraph.json", () => {
     const files = { 'apps/agent/package.json': PKG, 'apps/agent/src/agent.ts': '' };
-    const config = resolveLg('apps/agent/langgraph.json', JS, files, { install_command: 'npm install --omit=dev', build_command: 'npm run build' });
-    assert.equal(config.install, `(cd apps/agent && npm install --omit=dev) && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`);
+    const config = resolveLg('apps/agent/langgraph.json', JS, files, {
+      install_command: 'npm install --omit=dev',
+      build_command: 'npm run build',
+    });
+    assert.equal(
+      config.install,
+      `(cd apps/agent && npm install --omit=dev) && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`,
+    );
     assert.equal(config.build, '(cd apps/agent && npm run build)');
   });
 
   test('every problem at once, naming the file', () => {
-    const message = refusedLg('agent/langgraph.json', { node_version: 20.5, graphs: { a: './x.ts:g' }, env: { 'BAD-NAME': 'x' }, dependencies: 'oops' }, { 'agent/package.json': PKG });
+    const message = refusedLg(
+      'agent/langgraph.json',
+      { node_version: 20.5, graphs: { a: './x.ts:g' }, env: { 'BAD-NAME': 'x' }, dependencies: 'oops' },
+      { 'agent/package.json': PKG },
+    );
     assert.match(message, /^agent\/langgraph\.json: /);
     assert.match(message, /graphs\.a: '\.\/x\.ts' is not a file/);
     assert.match(message, /env: 'BAD-NAME' is not a valid variable name/);

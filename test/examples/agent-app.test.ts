@@ -85,7 +85,10 @@ interface SseEvent {
 }
 
 /** Reads /stream as it arrives; `onEvent` sees each event the moment it is complete. */
-function readStream(base: string, onEvent: (e: SseEvent) => void = () => undefined): Promise<{ contentType: string | undefined; events: SseEvent[]; endedAt: number }> {
+function readStream(
+  base: string,
+  onEvent: (e: SseEvent) => void = () => undefined,
+): Promise<{ contentType: string | undefined; events: SseEvent[]; endedAt: number }> {
   return new Promise((resolve, reject) => {
     const events: SseEvent[] = [];
     http
@@ -99,7 +102,11 @@ function readStream(base: string, onEvent: (e: SseEvent) => void = () => undefin
           while ((end = pending.indexOf('\n\n')) >= 0) {
             const block = pending.slice(0, end);
             pending = pending.slice(end + 2);
-            const field = (name: string) => block.split('\n').find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2) ?? '';
+            const field = (name: string) =>
+              block
+                .split('\n')
+                .find((l) => l.startsWith(`${name}: `))
+                ?.slice(name.length + 2) ?? '';
             const event = { event: field('event'), data: field('data'), at };
             events.push(event);
             onEvent(event);
@@ -117,15 +124,24 @@ const CREDENTIAL = `slwa_${randomBytes(16).toString('hex')}`;
 const ACCESS_TOKEN = `gho_${randomBytes(20).toString('hex')}`;
 const CONNECTION_ID = randomUUID();
 
-function fakeSlipway(): Promise<{ url: string; requests: { method: string; url: string; authorization: string | undefined }[]; close(): Promise<void> }> {
+function fakeSlipway(): Promise<{
+  url: string;
+  requests: { method: string; url: string; authorization: string | undefined }[];
+  close(): Promise<void>;
+}> {
   const requests: { method: string; url: string; authorization: string | undefined }[] = [];
   const server = http.createServer((req, res) => {
     requests.push({ method: req.method ?? '', url: req.url ?? '', authorization: req.headers.authorization });
     const match = /^\/v2\/auth\/agents\/([^/]+)\/connections\/([^/]+)\/token$/.exec(req.url ?? '');
-    const reply = (status: number, body: unknown) => res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(JSON.stringify(body));
+    const reply = (status: number, body: unknown) =>
+      res
+        .writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store' })
+        .end(JSON.stringify(body));
     if (req.method !== 'POST' || !match) return reply(404, { detail: 'Not Found', code: 'route_not_found' });
-    if (req.headers.authorization !== `Bearer ${CREDENTIAL}`) return reply(401, { detail: 'Invalid agent credential.', code: 'unauthenticated' });
-    if (match[2] !== CONNECTION_ID) return reply(404, { detail: `Agent connection ID ${match[2]} not found.`, code: 'not_found' });
+    if (req.headers.authorization !== `Bearer ${CREDENTIAL}`)
+      return reply(401, { detail: 'Invalid agent credential.', code: 'unauthenticated' });
+    if (match[2] !== CONNECTION_ID)
+      return reply(404, { detail: `Agent connection ID ${match[2]} not found.`, code: 'not_found' });
     reply(200, {
       access_token: ACCESS_TOKEN,
       token_type: 'bearer',
@@ -140,7 +156,11 @@ function fakeSlipway(): Promise<{ url: string; requests: { method: string; url: 
   return new Promise((resolve) =>
     server.listen(0, '127.0.0.1', () => {
       const { port } = server.address() as net.AddressInfo;
-      resolve({ url: `http://127.0.0.1:${port}`, requests, close: () => new Promise((done) => server.close(() => done())) });
+      resolve({
+        url: `http://127.0.0.1:${port}`,
+        requests,
+        close: () => new Promise((done) => server.close(() => done())),
+      });
     }),
   );
 }
@@ -177,7 +197,9 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
     databaseUrl.password = password;
     databaseUrl.pathname = `/${name}`;
     slipway = await fakeSlipway();
-    const appConfig = JSON.parse(await fs.readFile(new URL('slipway.json', `file://${APP_DIR}`), 'utf8')) as { env: Record<string, string> };
+    const appConfig = JSON.parse(await fs.readFile(new URL('slipway.json', `file://${APP_DIR}`), 'utf8')) as {
+      env: Record<string, string>;
+    };
     env = {
       ...appConfig.env,
       DATABASE_URL: databaseUrl.toString(),
@@ -221,7 +243,8 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
   });
 
   test('notes are stored in its database and listed newest first', async () => {
-    const post = (body: string) => fetch(`${app!.base}/notes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    const post = (body: string) =>
+      fetch(`${app!.base}/notes`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
     const first = await post(JSON.stringify({ text: 'remember the milk' }));
     assert.equal(first.status, 201);
     const created = await json<Note>(first);
@@ -235,8 +258,13 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
       list.notes.map((n) => n.text),
       ["it's'); drop table notes; --", 'remember the milk'],
     );
-    const rows = await withClient(env.DATABASE_URL!, (c) => c.query<{ text: string }>('select text from notes order by id'));
-    assert.deepEqual(rows.rows.map((r) => r.text), ['remember the milk', "it's'); drop table notes; --"]);
+    const rows = await withClient(env.DATABASE_URL!, (c) =>
+      c.query<{ text: string }>('select text from notes order by id'),
+    );
+    assert.deepEqual(
+      rows.rows.map((r) => r.text),
+      ['remember the milk', "it's'); drop table notes; --"],
+    );
 
     assert.equal((await post('{"text": ""}')).status, 400);
     assert.equal((await post('not json')).status, 400);
@@ -252,7 +280,10 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
     assert.deepEqual(JSON.parse(events[0]!.data), { index: 0, text: 'Agents' });
     // ~50 ms apart: the first token arrives well before the last one, not all at once when the stream ends.
     const tokens = events.filter((e) => e.event === 'token');
-    assert.ok(tokens[4]!.at - tokens[0]!.at >= 120, `tokens arrived ${tokens.map((t) => Math.round(t.at - tokens[0]!.at)).join(', ')} ms apart`);
+    assert.ok(
+      tokens[4]!.at - tokens[0]!.at >= 120,
+      `tokens arrived ${tokens.map((t) => Math.round(t.at - tokens[0]!.at)).join(', ')} ms apart`,
+    );
     assert.ok(endedAt - tokens[0]!.at >= 150);
   });
 
@@ -273,9 +304,16 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
     const other = randomUUID();
     const missing = await fetch(`${app!.base}/token?agent_id=support-bot&connection_id=${other}`);
     assert.equal(missing.status, 502);
-    assert.deepEqual(await json(missing), { got_token: false, slipway_status: 404, detail: `Agent connection ID ${other} not found.` });
+    assert.deepEqual(await json(missing), {
+      got_token: false,
+      slipway_status: 404,
+      detail: `Agent connection ID ${other} not found.`,
+    });
     assert.equal((await fetch(`${app!.base}/token?agent_id=support-bot`)).status, 400);
-    assert.ok(!app!.output().includes(ACCESS_TOKEN) && !app!.output().includes(CREDENTIAL), 'secrets must stay out of the log');
+    assert.ok(
+      !app!.output().includes(ACCESS_TOKEN) && !app!.output().includes(CREDENTIAL),
+      'secrets must stay out of the log',
+    );
   });
 
   test('SIGTERM: a stream in flight finishes, new connections are refused, and it exits 0', async () => {
@@ -287,7 +325,11 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
         running.child.kill('SIGTERM');
       }
     });
-    await until('the app to begin shutting down', async () => (running.output().includes('SIGTERM') ? true : null), 5_000);
+    await until(
+      'the app to begin shutting down',
+      async () => (running.output().includes('SIGTERM') ? true : null),
+      5_000,
+    );
     const refused = await new Promise<string>((resolve) => {
       http
         .get(`${running.base}/healthz`, { agent: false }, (res) => resolve(`answered ${res.statusCode}`))
@@ -335,11 +377,18 @@ test("pg-lite's SCRAM-SHA-256 matches the exchange in RFC 7677", async () => {
     clientFinal(serverFirst: string): Promise<string>;
     verifyServerFinal(serverFinal: string): void;
   }
-  const pgLite = (await import(new URL('pg-lite.js', `file://${APP_DIR}`).href)) as { scramSession(password: string, options: { user: string; nonce: string }): Scram };
+  const pgLite = (await import(new URL('pg-lite.js', `file://${APP_DIR}`).href)) as {
+    scramSession(password: string, options: { user: string; nonce: string }): Scram;
+  };
   const scram = pgLite.scramSession('pencil', { user: 'user', nonce: 'rOprNGfwEbeRWgbNEkqO' });
   assert.equal(scram.clientFirst, 'n,,n=user,r=rOprNGfwEbeRWgbNEkqO');
-  const final = await scram.clientFinal('r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096');
-  assert.equal(final, 'c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=');
+  const final = await scram.clientFinal(
+    'r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096',
+  );
+  assert.equal(
+    final,
+    'c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=',
+  );
   scram.verifyServerFinal('v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=');
   assert.throws(() => scram.verifyServerFinal('v=AAAArriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4='), /could not prove/);
 });

@@ -191,16 +191,32 @@ export class FakeGitHub {
    * repository is added (private, covered by 'all' visibilities) when the server does not have it. A later
    * call moves the branch; the earlier commit stays reachable by its sha.
    */
-  setRepositoryFiles(owner: string, name: string, files: Record<string, string>, options: FakeCommitOptions = {}): string {
+  setRepositoryFiles(
+    owner: string,
+    name: string,
+    files: Record<string, string>,
+    options: FakeCommitOptions = {},
+  ): string {
     for (const file of Object.keys(files)) {
-      if (file.startsWith('/') || file.split('/').includes('..')) throw new Error(`fake github: ${file} is not a relative path`);
+      if (file.startsWith('/') || file.split('/').includes('..'))
+        throw new Error(`fake github: ${file} is not a relative path`);
     }
     let repo = this.#findRepository(owner, name);
     if (repo === undefined) {
-      repo = { id: 1 + Math.max(1000, ...this.repositories.map((r) => r.id)), owner, name, default_branch: options.branch ?? 'main', private: true };
+      repo = {
+        id: 1 + Math.max(1000, ...this.repositories.map((r) => r.id)),
+        owner,
+        name,
+        default_branch: options.branch ?? 'main',
+        private: true,
+      };
       this.options.repositories = [...this.repositories, repo];
     }
-    const sha = options.sha ?? createHash('sha1').update(JSON.stringify([owner, name, Object.entries(files).sort()])).digest('hex');
+    const sha =
+      options.sha ??
+      createHash('sha1')
+        .update(JSON.stringify([owner, name, Object.entries(files).sort()]))
+        .digest('hex');
     if (!/^[0-9a-f]{40}$/.test(sha)) throw new Error(`fake github: ${sha} is not a 40-hex sha`);
     const key = `${repo.owner}/${repo.name}`.toLowerCase();
     const contents = this.#contents.get(key) ?? { commits: new Map(), refs: new Map() };
@@ -214,7 +230,8 @@ export class FakeGitHub {
   /** Requests seen for `method path` (path without prefix). */
   requestsTo(method: string, pathPattern: RegExp | string): RecordedRequest[] {
     return this.requests.filter(
-      (r) => r.method === method && (typeof pathPattern === 'string' ? r.path === pathPattern : pathPattern.test(r.path)),
+      (r) =>
+        r.method === method && (typeof pathPattern === 'string' ? r.path === pathPattern : pathPattern.test(r.path)),
     );
   }
 
@@ -231,7 +248,9 @@ export class FakeGitHub {
     const method = req.method ?? 'GET';
     let answer: Answer;
     try {
-      answer = this.#injectedFailure(path) ?? (await this.#route(method, path, url, req.headers.authorization, req.headers.accept));
+      answer =
+        this.#injectedFailure(path) ??
+        (await this.#route(method, path, url, req.headers.authorization, req.headers.accept));
     } catch (error) {
       answer = { status: 500, body: { message: `fake github: ${String(error)}` } };
     }
@@ -279,7 +298,13 @@ export class FakeGitHub {
     return { status: failure.status, headers, body: { message, documentation_url: DOCS } };
   }
 
-  #route(method: string, path: string, url: URL, authorization: string | undefined, accept: string | undefined): Answer | Promise<Answer> {
+  #route(
+    method: string,
+    path: string,
+    url: URL,
+    authorization: string | undefined,
+    accept: string | undefined,
+  ): Answer | Promise<Answer> {
     const accessTokens = /^\/app\/installations\/(\d+)\/access_tokens$/.exec(path);
     if (method === 'POST' && accessTokens) return this.#exchange(Number(accessTokens[1]), authorization);
     const repoInstallation = /^\/repos\/([^/]+)\/([^/]+)\/installation$/.exec(path);
@@ -303,14 +328,26 @@ export class FakeGitHub {
     // A ref with slashes comes URL-encoded (`refs%2Fheads%2Fmain`) from Octokit, or as it is from others.
     const commit = /^\/repos\/([^/]+)\/([^/]+)\/commits\/(.+)$/.exec(path);
     if (method === 'GET' && commit) {
-      return this.#getCommit(commit[1] ?? '', commit[2] ?? '', decodeURIComponent(commit[3] ?? ''), authorization, accept);
+      return this.#getCommit(
+        commit[1] ?? '',
+        commit[2] ?? '',
+        decodeURIComponent(commit[3] ?? ''),
+        authorization,
+        accept,
+      );
     }
     const tarball = /^\/repos\/([^/]+)\/([^/]+)\/tarball(?:\/(.+))?$/.exec(path);
     if (method === 'GET' && tarball) {
-      return this.#redirectToTarball(tarball[1] ?? '', tarball[2] ?? '', decodeURIComponent(tarball[3] ?? ''), authorization);
+      return this.#redirectToTarball(
+        tarball[1] ?? '',
+        tarball[2] ?? '',
+        decodeURIComponent(tarball[3] ?? ''),
+        authorization,
+      );
     }
     const codeload = /^\/_codeload\/([^/]+)\/([^/]+)\/legacy\.tar\.gz\/([0-9a-f]{40})$/.exec(path);
-    if (method === 'GET' && codeload) return this.#codeload(codeload[1] ?? '', codeload[2] ?? '', codeload[3] ?? '', url);
+    if (method === 'GET' && codeload)
+      return this.#codeload(codeload[1] ?? '', codeload[2] ?? '', codeload[3] ?? '', url);
     return { status: 404, body: { message: 'Not Found', documentation_url: DOCS } };
   }
 
@@ -356,7 +393,8 @@ export class FakeGitHub {
 
   #personalToken(authorization: string | undefined): Answer | { repositories: FakeVisibility } {
     const token = /^(?:token|bearer)\s+(\S+)$/i.exec(authorization ?? '')?.[1];
-    if (token === undefined) return { status: 401, body: { message: 'Requires authentication', documentation_url: DOCS } };
+    if (token === undefined)
+      return { status: 401, body: { message: 'Requires authentication', documentation_url: DOCS } };
     const visibility = this.options.tokens?.[token];
     if (visibility !== undefined) return { repositories: visibility };
     if (this.#liveInstallationToken(token) !== undefined) {
@@ -367,11 +405,19 @@ export class FakeGitHub {
 
   #installationToken(authorization: string | undefined): Answer | { repositories: FakeVisibility } {
     const token = /^(?:token|bearer)\s+(\S+)$/i.exec(authorization ?? '')?.[1];
-    if (token === undefined) return { status: 401, body: { message: 'Requires authentication', documentation_url: DOCS } };
+    if (token === undefined)
+      return { status: 401, body: { message: 'Requires authentication', documentation_url: DOCS } };
     const issued = this.#liveInstallationToken(token);
     if (issued === undefined) {
       if (this.options.tokens?.[token] !== undefined) {
-        return { status: 403, body: { message: 'You must authenticate with an installation access token in order to list repositories for an installation.', documentation_url: DOCS } };
+        return {
+          status: 403,
+          body: {
+            message:
+              'You must authenticate with an installation access token in order to list repositories for an installation.',
+            documentation_url: DOCS,
+          },
+        };
       }
       return { status: 401, body: { message: 'Bad credentials', documentation_url: DOCS } };
     }
@@ -469,7 +515,12 @@ export class FakeGitHub {
     }
     return {
       status: 200,
-      body: { id: Number(entry[0]), app_id: verified.app.id, account: { login: repo.owner }, repository_selection: entry[1] === 'all' ? 'all' : 'selected' },
+      body: {
+        id: Number(entry[0]),
+        app_id: verified.app.id,
+        account: { login: repo.owner },
+        repository_selection: entry[1] === 'all' ? 'all' : 'selected',
+      },
     };
   }
 
@@ -487,7 +538,8 @@ export class FakeGitHub {
       visibility = this.options.tokens?.[token];
       const issued = this.#liveInstallationToken(token);
       if (issued !== undefined) visibility = this.#findInstallation(issued.installationId)?.visibility;
-      if (visibility === undefined) return { status: 401, body: { message: 'Bad credentials', documentation_url: DOCS } };
+      if (visibility === undefined)
+        return { status: 401, body: { message: 'Bad credentials', documentation_url: DOCS } };
     }
     const repo = this.#findRepository(owner, name);
     if (repo === undefined || (repo.private && (visibility === undefined || !this.#covers(visibility, repo)))) {
@@ -508,13 +560,21 @@ export class FakeGitHub {
     return matches.length === 1 ? matches[0] : undefined;
   }
 
-  #getCommit(owner: string, name: string, ref: string, authorization: string | undefined, accept: string | undefined): Answer {
+  #getCommit(
+    owner: string,
+    name: string,
+    ref: string,
+    authorization: string | undefined,
+    accept: string | undefined,
+  ): Answer {
     const repo = this.#visibleRepository(owner, name, authorization);
     if ('status' in repo) return repo;
     const contents = this.#contents.get(`${repo.owner}/${repo.name}`.toLowerCase());
-    if (contents === undefined) return { status: 409, body: { message: 'Git Repository is empty.', documentation_url: DOCS } };
+    if (contents === undefined)
+      return { status: 409, body: { message: 'Git Repository is empty.', documentation_url: DOCS } };
     const sha = this.#resolveRef(contents, ref);
-    if (sha === undefined) return { status: 422, body: { message: `No commit found for SHA: ${ref}`, documentation_url: DOCS } };
+    if (sha === undefined)
+      return { status: 422, body: { message: `No commit found for SHA: ${ref}`, documentation_url: DOCS } };
     // `application/vnd.github.sha` (Octokit sends `vnd.github.v3.sha`): the sha alone, as text.
     if (/application\/vnd\.github(?:\.v3)?\.sha/.test(accept ?? '')) {
       return { status: 200, raw: sha, headers: { 'content-type': 'application/vnd.github.sha; charset=utf-8' } };
@@ -540,7 +600,10 @@ export class FakeGitHub {
     if (sha === undefined) return { status: 404, body: { message: 'Not Found', documentation_url: DOCS } };
     const token = randomBytes(12).toString('hex');
     this.#downloadTokens.add(token);
-    return { status: 302, headers: { location: `${this.#origin}/_codeload/${repo.owner}/${repo.name}/legacy.tar.gz/${sha}?token=${token}` } };
+    return {
+      status: 302,
+      headers: { location: `${this.#origin}/_codeload/${repo.owner}/${repo.name}/legacy.tar.gz/${sha}?token=${token}` },
+    };
   }
 
   async #codeload(owner: string, name: string, sha: string, url: URL): Promise<Answer> {

@@ -301,7 +301,12 @@ function failTokenRequest(failure: TokenEndpointFailure, req: http.IncomingMessa
     case 'oauth_error':
       res
         .writeHead(400, { 'content-type': 'application/json' })
-        .end(JSON.stringify({ error: 'invalid_request', error_description: 'the token endpoint refuses every request in this test' }));
+        .end(
+          JSON.stringify({
+            error: 'invalid_request',
+            error_description: 'the token endpoint refuses every request in this test',
+          }),
+        );
       return;
     case 'malformed_json':
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"access_token": ');
@@ -444,5 +449,9 @@ function decodeEntities(text: string): string {
 /** The visible text of an error page, shortened, for a failing test's message. */
 function pageText(html: string): string {
   const body = html.includes('<body') ? html.slice(html.indexOf('<body')) : html;
-  return body.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 300);
+  return body
+    .replace(/<[^>]*>/g, ' ')
+    .replace(/\s+/g, ' ')
+    .trim()
+    .slice(0, 300);
 }

@@ -24,17 +24,29 @@ interface Answer {
   body: any;
 }
 
-async function call(method: string, path: string, options: { body?: unknown; headers?: Record<string, string> } = {}): Promise<Answer> {
+async function call(
+  method: string,
+  path: string,
+  options: { body?: unknown; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { 'x-api-key': ADMIN_KEY, ...options.headers };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
-  const response = await fetch(`${base}${path}`, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) });
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, body: text === '' ? undefined : JSON.parse(text) };
 }
 
 /** A patch of source_config: changes the deployment in place, without a revision. */
 const tweak = (memoryMb: number) => ({ source_config: { resource_spec: { memory_mb: memoryMb } } });
-const container = (name: string) => ({ name, source: 'internal_container', source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' } });
+const container = (name: string) => ({
+  name,
+  source: 'internal_container',
+  source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' },
+});
 
 async function createDeployment(name: string): Promise<Answer> {
   const created = await call('POST', '/v2/deployments', { body: container(name) });
@@ -60,20 +72,42 @@ describe('ETags', () => {
     const patchedTag = patched.headers.get('etag');
     assert.ok(patchedTag);
     assert.notEqual(patchedTag, createdTag);
-    assert.equal((await call('GET', `/v2/deployments/${created.body.id}`)).headers.get('etag'), patchedTag, "the PATCH's ETag is the one a GET gives next");
+    assert.equal(
+      (await call('GET', `/v2/deployments/${created.body.id}`)).headers.get('etag'),
+      patchedTag,
+      "the PATCH's ETag is the one a GET gives next",
+    );
   });
 
   test('revisions, listeners and OAuth providers have ETags too; lists do not', async () => {
     const created = await createDeployment('tagged-revision');
-    const revision = await call('GET', `/v2/deployments/${created.body.id}/revisions/${created.body.latest_revision_id}`);
+    const revision = await call(
+      'GET',
+      `/v2/deployments/${created.body.id}/revisions/${created.body.latest_revision_id}`,
+    );
     assert.ok(revision.headers.get('etag'));
-    const listener = await call('POST', '/v2/listeners', { body: { compute_type: 'k8s', compute_id: 'tagged-cluster' } });
-    assert.equal(listener.headers.get('etag'), (await call('GET', `/v2/listeners/${listener.body.id}`)).headers.get('etag'));
+    const listener = await call('POST', '/v2/listeners', {
+      body: { compute_type: 'k8s', compute_id: 'tagged-cluster' },
+    });
+    assert.equal(
+      listener.headers.get('etag'),
+      (await call('GET', `/v2/listeners/${listener.body.id}`)).headers.get('etag'),
+    );
     const provider = await call('POST', '/v2/auth/providers', {
-      body: { provider_id: 'tagged-idp', name: 'IdP', client_id: 'c', client_secret: 's', auth_url: 'https://idp.example.com/auth', token_url: 'https://idp.example.com/token' },
+      body: {
+        provider_id: 'tagged-idp',
+        name: 'IdP',
+        client_id: 'c',
+        client_secret: 's',
+        auth_url: 'https://idp.example.com/auth',
+        token_url: 'https://idp.example.com/token',
+      },
     });
     assert.equal(provider.status, 201, provider.text);
-    assert.equal(provider.headers.get('etag'), (await call('GET', '/v2/auth/providers/tagged-idp')).headers.get('etag'));
+    assert.equal(
+      provider.headers.get('etag'),
+      (await call('GET', '/v2/auth/providers/tagged-idp')).headers.get('etag'),
+    );
     assert.equal((await call('GET', '/v2/deployments')).headers.get('etag'), null);
   });
 
@@ -85,7 +119,11 @@ describe('ETags', () => {
     assert.equal(notModified.status, 304);
     assert.equal(notModified.text, '');
     assert.equal(notModified.headers.get('etag'), etag);
-    assert.equal((await call('GET', url, { headers: { 'if-none-match': `W/${etag}` } })).status, 304, 'weak comparison');
+    assert.equal(
+      (await call('GET', url, { headers: { 'if-none-match': `W/${etag}` } })).status,
+      304,
+      'weak comparison',
+    );
     assert.equal((await call('GET', url, { headers: { 'if-none-match': '"something-else"' } })).status, 200);
     const head = await call('HEAD', url);
     assert.equal(head.headers.get('etag'), etag, 'HEAD tells the ETag too');
@@ -102,11 +140,17 @@ describe('If-Match', () => {
     const created = await createDeployment('guarded');
     const url = `/v2/deployments/${created.body.id}`;
     const etag = created.headers.get('etag')!;
-    const first = await call('PATCH', url, { headers: { 'if-match': etag }, body: { source_revision_config: { image_uri: 'registry.example.com/agent:2.0.0' } } });
+    const first = await call('PATCH', url, {
+      headers: { 'if-match': etag },
+      body: { source_revision_config: { image_uri: 'registry.example.com/agent:2.0.0' } },
+    });
     assert.equal(first.status, 200, first.text);
     const before = await call('GET', url);
 
-    const stale = await call('PATCH', url, { headers: { 'if-match': etag }, body: { source_revision_config: { image_uri: 'registry.example.com/agent:3.0.0' } } });
+    const stale = await call('PATCH', url, {
+      headers: { 'if-match': etag },
+      body: { source_revision_config: { image_uri: 'registry.example.com/agent:3.0.0' } },
+    });
     assert.equal(stale.status, 412);
     assert.equal(stale.body.code, 'precondition_failed');
     assert.equal(typeof stale.body.detail, 'string');
@@ -114,9 +158,23 @@ describe('If-Match', () => {
     assert.equal(after.text, before.text, 'nothing changed');
     assert.equal(await revisionCount(created.body.id), 2, 'no revision was made');
 
-    assert.equal((await call('PATCH', url, { headers: { 'if-match': `W/${first.headers.get('etag')}` }, body: tweak(512) })).status, 412, 'a weak ETag never matches');
-    assert.equal((await call('PATCH', url, { headers: { 'if-match': `"other", ${first.headers.get('etag')}` }, body: tweak(512) })).status, 200, 'any ETag of a list may match');
-    assert.equal((await call('PATCH', url, { headers: { 'if-match': '*' }, body: tweak(768) })).status, 200, '* matches an existing resource');
+    assert.equal(
+      (await call('PATCH', url, { headers: { 'if-match': `W/${first.headers.get('etag')}` }, body: tweak(512) }))
+        .status,
+      412,
+      'a weak ETag never matches',
+    );
+    assert.equal(
+      (await call('PATCH', url, { headers: { 'if-match': `"other", ${first.headers.get('etag')}` }, body: tweak(512) }))
+        .status,
+      200,
+      'any ETag of a list may match',
+    );
+    assert.equal(
+      (await call('PATCH', url, { headers: { 'if-match': '*' }, body: tweak(768) })).status,
+      200,
+      '* matches an existing resource',
+    );
   });
 
   test('two concurrent PATCHes with the same If-Match: exactly one is done, the other is 412', async () => {
@@ -125,20 +183,33 @@ describe('If-Match', () => {
     for (let round = 0; round < 3; round++) {
       const etag = (await call('GET', url)).headers.get('etag')!;
       const answers = await Promise.all(
-        ['a', 'b'].map((v) => call('PATCH', url, { headers: { 'if-match': etag }, body: { source_revision_config: { image_uri: `registry.example.com/agent:${round}-${v}` } } })),
+        ['a', 'b'].map((v) =>
+          call('PATCH', url, {
+            headers: { 'if-match': etag },
+            body: { source_revision_config: { image_uri: `registry.example.com/agent:${round}-${v}` } },
+          }),
+        ),
       );
       assert.deepEqual(answers.map((a) => a.status).sort(), [200, 412], answers.map((a) => a.text).join('\n'));
       const winner = answers.find((a) => a.status === 200)!;
-      assert.equal((await call('GET', url)).headers.get('etag'), winner.headers.get('etag'), "the winner's change is what is there");
+      assert.equal(
+        (await call('GET', url)).headers.get('etag'),
+        winner.headers.get('etag'),
+        "the winner's change is what is there",
+      );
     }
     assert.equal(await revisionCount(created.body.id), 4, 'one revision per round');
   });
 
   test('concurrent conditional PATCHes of a listener: one wins', async () => {
-    const listener = await call('POST', '/v2/listeners', { body: { compute_type: 'k8s', compute_id: 'raced-cluster' } });
+    const listener = await call('POST', '/v2/listeners', {
+      body: { compute_type: 'k8s', compute_id: 'raced-cluster' },
+    });
     const url = `/v2/listeners/${listener.body.id}`;
     const etag = listener.headers.get('etag')!;
-    const answers = await Promise.all(['1.0', '2.0', '3.0'].map((version) => call('PATCH', url, { headers: { 'if-match': etag }, body: { version } })));
+    const answers = await Promise.all(
+      ['1.0', '2.0', '3.0'].map((version) => call('PATCH', url, { headers: { 'if-match': etag }, body: { version } })),
+    );
     assert.deepEqual(answers.map((a) => a.status).sort(), [200, 412, 412]);
     const winner = answers.find((a) => a.status === 200)!;
     assert.equal((await call('GET', url)).body.version, winner.body.version);
@@ -166,7 +237,11 @@ describe('If-Match', () => {
     assert.equal((await call('PATCH', url, { body: tweak(1024) })).status, 200);
     assert.equal((await call('PATCH', url, { body: tweak(1280) })).status, 200);
     assert.equal((await call('DELETE', url)).status, 204);
-    assert.equal((await call('GET', `/v2/deployments/${randomUUID()}`, { headers: { 'if-match': '"x"' } })).status, 404, 'If-Match means nothing to a GET');
+    assert.equal(
+      (await call('GET', `/v2/deployments/${randomUUID()}`, { headers: { 'if-match': '"x"' } })).status,
+      404,
+      'If-Match means nothing to a GET',
+    );
   });
 
   test('If-Match where the resource has no ETag (no GET of its own) is refused rather than ignored', async () => {
@@ -196,7 +271,8 @@ describe('If-Match', () => {
 test('the OpenAPI document shows If-Match, If-None-Match, ETag and their answers', async () => {
   const doc = (await call('GET', '/openapi.json')).body;
   const item = doc.paths['/v2/deployments/{deployment_id}'];
-  const header = (op: { parameters?: { in: string; name: string }[] }, name: string) => (op.parameters ?? []).some((p) => p.in === 'header' && p.name === name);
+  const header = (op: { parameters?: { in: string; name: string }[] }, name: string) =>
+    (op.parameters ?? []).some((p) => p.in === 'header' && p.name === name);
   assert.ok(header(item.get, 'if-none-match'));
   assert.ok(item.get.responses['304']);
   assert.ok(item.get.responses['200'].headers.ETag);

@@ -42,7 +42,7 @@ function parse(raw: string): RawAnswer {
   let body = raw.slice(end + 4);
   if (headers['transfer-encoding'] === 'chunked') {
     let out = '';
-    for (let at = 0; ; ) {
+    for (let at = 0; ;) {
       const lineEnd = body.indexOf('\r\n', at);
       const size = parseInt(body.slice(at, lineEnd), 16);
       if (!size) break;
@@ -94,14 +94,52 @@ function assertEnvelope(answer: RawAnswer, status: number, code: ErrorCode, labe
 describe('requests the HTTP parser rejects', () => {
   test('get the error envelope and a request id', async () => {
     const cases: { label: string; request: string; status: number; code: ErrorCode }[] = [
-      { label: 'a Content-Length that is not a number', request: 'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}', status: 400, code: 'malformed_request' },
-      { label: 'Content-Length with Transfer-Encoding', request: 'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', status: 400, code: 'malformed_request' },
-      { label: 'two different Content-Lengths', request: 'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}', status: 400, code: 'malformed_request' },
-      { label: 'a malformed chunk', request: 'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n', status: 400, code: 'malformed_request' },
+      {
+        label: 'a Content-Length that is not a number',
+        request:
+          'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}',
+        status: 400,
+        code: 'malformed_request',
+      },
+      {
+        label: 'Content-Length with Transfer-Encoding',
+        request:
+          'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+        status: 400,
+        code: 'malformed_request',
+      },
+      {
+        label: 'two different Content-Lengths',
+        request: 'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}',
+        status: 400,
+        code: 'malformed_request',
+      },
+      {
+        label: 'a malformed chunk',
+        request:
+          'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n',
+        status: 400,
+        code: 'malformed_request',
+      },
       { label: 'not HTTP at all', request: 'HELLO\r\n\r\n', status: 400, code: 'malformed_request' },
-      { label: 'a header line without a colon', request: 'GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n', status: 400, code: 'malformed_request' },
-      { label: 'headers over the size limit', request: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, status: 431, code: 'header_too_large' },
-      { label: 'a request line over the size limit', request: `GET /healthz?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`, status: 431, code: 'header_too_large' },
+      {
+        label: 'a header line without a colon',
+        request: 'GET /healthz HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n',
+        status: 400,
+        code: 'malformed_request',
+      },
+      {
+        label: 'headers over the size limit',
+        request: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
+        status: 431,
+        code: 'header_too_large',
+      },
+      {
+        label: 'a request line over the size limit',
+        request: `GET /healthz?${'a'.repeat(20_000)} HTTP/1.1\r\nHost: x\r\n\r\n`,
+        status: 431,
+        code: 'header_too_large',
+      },
     ];
     for (const c of cases) {
       const answer = await raw(c.request);
@@ -111,15 +149,27 @@ describe('requests the HTTP parser rejects', () => {
   });
 
   test('an HTTP/1.1 request without Host is refused in the envelope', async () => {
-    assertEnvelope(await raw('GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n'), 400, 'malformed_request', 'no Host');
+    assertEnvelope(
+      await raw('GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n'),
+      400,
+      'malformed_request',
+      'no Host',
+    );
     // HTTP/1.0 has no Host requirement.
     assert.equal((await raw('GET /healthz HTTP/1.0\r\n\r\n')).status, 200);
   });
 
   test('an Expect the service cannot meet is a 417 in the envelope', async () => {
-    assertEnvelope(await raw('GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nConnection: close\r\n\r\n'), 417, 'expectation_failed', 'Expect');
+    assertEnvelope(
+      await raw('GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nConnection: close\r\n\r\n'),
+      417,
+      'expectation_failed',
+      'Expect',
+    );
     // 100-continue is met as before.
-    const continued = await raw('POST /v2/deployments HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}');
+    const continued = await raw(
+      'POST /v2/deployments HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}',
+    );
     assert.equal(continued.status, 100);
   });
 
@@ -132,13 +182,18 @@ describe('requests the HTTP parser rejects', () => {
         callback();
       },
     });
-    clientErrorHandler(Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), socket as net.Socket);
+    clientErrorHandler(
+      Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }),
+      socket as net.Socket,
+    );
     assertEnvelope(parse(written), 408, 'request_timeout', 'timeout');
     assert.ok(socket.destroyed, 'the connection is closed');
   });
 
   test('the answer to a rejected request does not quote it (headers may hold an API key)', async () => {
-    const answer = await raw(`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Api-Key: slw_secretkey_quoted\r\nContent-Length: abc\r\n\r\n`);
+    const answer = await raw(
+      `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Api-Key: slw_secretkey_quoted\r\nContent-Length: abc\r\n\r\n`,
+    );
     assert.equal(answer.status, 400);
     assert.ok(!answer.body.includes('slw_secretkey_quoted'));
   });
@@ -162,7 +217,10 @@ describe('long path parameters', () => {
 
   test('every path parameter of the documented maximum length reaches its route', async () => {
     const doc = (await api.get('/openapi.json')).body as {
-      paths: Record<string, Record<string, { parameters?: { in: string; name: string; schema?: { maxLength?: number } }[] }>>;
+      paths: Record<
+        string,
+        Record<string, { parameters?: { in: string; name: string; schema?: { maxLength?: number } }[] }>
+      >;
     };
     let checked = 0;
     for (const [template, operations] of Object.entries(doc.paths)) {
@@ -184,7 +242,9 @@ describe('long path parameters', () => {
         // Some routes answer HTML (the OAuth callback page); errors are JSON.
         const body = /^application\/json/.test(String(res.headers['content-type'])) ? JSON.parse(res.body) : undefined;
         assert.notEqual(body?.code, 'route_not_found', `${method.toUpperCase()} ${template}: routed`);
-        const tooLong = res.statusCode === 422 && body.detail.some((i: { loc: unknown[] }) => i.loc.length === 1 && i.loc[0] === 'path');
+        const tooLong =
+          res.statusCode === 422 &&
+          body.detail.some((i: { loc: unknown[] }) => i.loc.length === 1 && i.loc[0] === 'path');
         assert.ok(!tooLong, `${method.toUpperCase()} ${template}: not refused by the router as too long`);
         checked++;
       }

@@ -27,15 +27,27 @@ interface Answer {
 }
 
 /** One HTTP request with the admin key (or `key`), JSON in and out. */
-async function call(method: string, path: string, options: { body?: unknown; headers?: Record<string, string>; key?: string } = {}): Promise<Answer> {
+async function call(
+  method: string,
+  path: string,
+  options: { body?: unknown; headers?: Record<string, string>; key?: string } = {},
+): Promise<Answer> {
   const headers: Record<string, string> = { 'x-api-key': options.key ?? ADMIN_KEY, ...options.headers };
   if (options.body !== undefined) headers['content-type'] = 'application/json';
-  const response = await fetch(`${base}${path}`, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) });
+  const response = await fetch(`${base}${path}`, {
+    method,
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
   const text = await response.text();
   return { status: response.status, headers: response.headers, text, body: text === '' ? undefined : JSON.parse(text) };
 }
 
-const container = (name: string, image = 'registry.example.com/agent:1.0.0') => ({ name, source: 'internal_container', source_revision_config: { image_uri: image } });
+const container = (name: string, image = 'registry.example.com/agent:1.0.0') => ({
+  name,
+  source: 'internal_container',
+  source_revision_config: { image_uri: image },
+});
 const withKey = (key: string) => ({ 'idempotency-key': key });
 
 async function deploymentsNamed(name: string, key?: string): Promise<{ id: string }[]> {
@@ -53,16 +65,27 @@ async function revisionCount(deploymentId: string): Promise<number> {
 describe('a create with an Idempotency-Key', () => {
   test('parallel requests with one key make exactly one deployment, and every client gets its answer', async () => {
     const key = randomUUID();
-    const answers = await Promise.all(Array.from({ length: 8 }, () => call('POST', '/v2/deployments', { body: container('parallel-create'), headers: withKey(key) })));
+    const answers = await Promise.all(
+      Array.from({ length: 8 }, () =>
+        call('POST', '/v2/deployments', { body: container('parallel-create'), headers: withKey(key) }),
+      ),
+    );
     for (const answer of answers) assert.equal(answer.status, 201, answer.text);
     const first = answers[0]!;
     for (const answer of answers) {
       assert.equal(answer.text, first.text, 'every client gets the same body');
       assert.equal(answer.headers.get('etag'), first.headers.get('etag'));
     }
-    assert.equal(answers.filter((a) => a.headers.get('idempotent-replayed') === 'true').length, 7, 'all but the one that did the work are replays');
+    assert.equal(
+      answers.filter((a) => a.headers.get('idempotent-replayed') === 'true').length,
+      7,
+      'all but the one that did the work are replays',
+    );
     const made = await deploymentsNamed('parallel-create');
-    assert.deepEqual(made.map((d) => d.id), [first.body.id]);
+    assert.deepEqual(
+      made.map((d) => d.id),
+      [first.body.id],
+    );
     assert.equal(await revisionCount(first.body.id), 1);
   });
 
@@ -73,7 +96,10 @@ describe('a create with an Idempotency-Key', () => {
     assert.equal(first.headers.get('idempotent-replayed'), null);
     // Key order and whitespace do not make another request.
     const { source_revision_config, name, source } = container('retried-create');
-    const retry = await call('POST', '/v2/deployments', { body: { source_revision_config, source, name }, headers: withKey(key) });
+    const retry = await call('POST', '/v2/deployments', {
+      body: { source_revision_config, source, name },
+      headers: withKey(key),
+    });
     assert.equal(retry.status, 201);
     assert.equal(retry.text, first.text);
     assert.equal(retry.headers.get('idempotent-replayed'), 'true');
@@ -92,28 +118,47 @@ describe('a create with an Idempotency-Key', () => {
     assert.deepEqual(other.body.detail[0].loc, ['header', 'idempotency-key']);
     assert.equal((await deploymentsNamed('mismatch-b')).length, 0);
 
-    const patch = await call('PATCH', `/v2/deployments/${first.body.id}`, { body: { source_config: { build_command: 'make' } }, headers: withKey(key) });
+    const patch = await call('PATCH', `/v2/deployments/${first.body.id}`, {
+      body: { source_config: { build_command: 'make' } },
+      headers: withKey(key),
+    });
     assert.equal(patch.status, 422);
     assert.equal(patch.body.code, 'idempotency_key_mismatch');
-    assert.equal((await call('GET', `/v2/deployments/${first.body.id}`)).text, first.text, 'the deployment did not change');
+    assert.equal(
+      (await call('GET', `/v2/deployments/${first.body.id}`)).text,
+      first.text,
+      'the deployment did not change',
+    );
   });
 
   test("another workspace's request with the same key is its own request", async () => {
     const workspace = await call('POST', '/v2/workspaces', { key: t.orgKey, body: { name: 'second-workspace' } });
     assert.equal(workspace.status, 201, workspace.text);
-    const otherKey = await call('POST', '/v2/api-keys', { key: t.orgKey, headers: { 'x-tenant-id': workspace.body.id }, body: { name: 'second', role: 'admin', workspace_id: workspace.body.id } });
+    const otherKey = await call('POST', '/v2/api-keys', {
+      key: t.orgKey,
+      headers: { 'x-tenant-id': workspace.body.id },
+      body: { name: 'second', role: 'admin', workspace_id: workspace.body.id },
+    });
     assert.equal(otherKey.status, 201, otherKey.text);
 
     const key = randomUUID();
     const mine = await call('POST', '/v2/deployments', { body: container('shared-key'), headers: withKey(key) });
-    const theirs = await call('POST', '/v2/deployments', { key: otherKey.body.key, body: container('shared-key'), headers: withKey(key) });
+    const theirs = await call('POST', '/v2/deployments', {
+      key: otherKey.body.key,
+      body: container('shared-key'),
+      headers: withKey(key),
+    });
     assert.equal(mine.status, 201, mine.text);
     assert.equal(theirs.status, 201, theirs.text);
     assert.equal(theirs.headers.get('idempotent-replayed'), null);
     assert.notEqual(theirs.body.id, mine.body.id);
     assert.equal(theirs.body.tenant_id, workspace.body.id);
     // Even with another body: the key of one workspace says nothing about the other's.
-    const third = await call('POST', '/v2/listeners', { key: otherKey.body.key, body: { compute_type: 'k8s', compute_id: 'other-cluster' }, headers: withKey(randomUUID()) });
+    const third = await call('POST', '/v2/listeners', {
+      key: otherKey.body.key,
+      body: { compute_type: 'k8s', compute_id: 'other-cluster' },
+      headers: withKey(randomUUID()),
+    });
     assert.equal(third.status, 201, third.text);
   });
 });
@@ -121,10 +166,16 @@ describe('a create with an Idempotency-Key', () => {
 describe('answers that are not kept', () => {
   test('a refused request (422, 400) leaves the key free: the corrected request runs with it', async () => {
     const key = randomUUID();
-    const invalid = await call('POST', '/v2/deployments', { body: { name: 'Not A DNS Label', source: 'internal_container' }, headers: withKey(key) });
+    const invalid = await call('POST', '/v2/deployments', {
+      body: { name: 'Not A DNS Label', source: 'internal_container' },
+      headers: withKey(key),
+    });
     assert.equal(invalid.status, 422);
     assert.equal(invalid.body.code, 'validation_failed');
-    const ruleBroken = await call('POST', '/v2/deployments', { body: { name: 'corrected', source: 'external_container', source_revision_config: { image_uri: 'a:1' } }, headers: withKey(key) });
+    const ruleBroken = await call('POST', '/v2/deployments', {
+      body: { name: 'corrected', source: 'external_container', source_revision_config: { image_uri: 'a:1' } },
+      headers: withKey(key),
+    });
     assert.equal(ruleBroken.status, 400, ruleBroken.text);
     const corrected = await call('POST', '/v2/deployments', { body: container('corrected'), headers: withKey(key) });
     assert.equal(corrected.status, 201, corrected.text);
@@ -136,8 +187,12 @@ describe('answers that are not kept', () => {
 
   test('a failure of the service (500) does not poison the key: the retry does the work', async () => {
     const db = t.database.db;
-    await sql`create function refuse_deployments() returns trigger language plpgsql as $$ begin raise exception 'disk on fire'; end $$`.execute(db);
-    await sql`create trigger refuse_deployments before insert on deployments for each row execute function refuse_deployments()`.execute(db);
+    await sql`create function refuse_deployments() returns trigger language plpgsql as $$ begin raise exception 'disk on fire'; end $$`.execute(
+      db,
+    );
+    await sql`create trigger refuse_deployments before insert on deployments for each row execute function refuse_deployments()`.execute(
+      db,
+    );
     const key = randomUUID();
     try {
       const failed = await call('POST', '/v2/deployments', { body: container('after-outage'), headers: withKey(key) });
@@ -162,7 +217,11 @@ describe('answers that are not kept', () => {
     assert.ok(!retry.text.includes(first.body.key));
     const listed = await call('GET', '/v2/api-keys?limit=100');
     assert.equal(listed.body.resources.filter((k: { name: string }) => k.name === 'ci').length, 1);
-    const stored = await sql<{ n: number }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${first.body.key}%`}`.execute(t.database.db);
+    const stored = await sql<{
+      n: number;
+    }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${first.body.key}%`}`.execute(
+      t.database.db,
+    );
     assert.equal(stored.rows[0]!.n, 0, 'the key is stored nowhere in plaintext');
   });
 });
@@ -173,7 +232,9 @@ describe('patches and keys over time', () => {
     assert.equal(created.status, 201, created.text);
     const key = randomUUID();
     const patch = { source_revision_config: { image_uri: 'registry.example.com/agent:2.0.0' } };
-    const answers = await Promise.all([1, 2, 3].map(() => call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) })));
+    const answers = await Promise.all(
+      [1, 2, 3].map(() => call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) })),
+    );
     for (const answer of answers) assert.equal(answer.text, answers[0]!.text, answer.text);
     assert.equal(answers[0]!.status, 200);
     assert.equal(await revisionCount(created.body.id), 2, 'revision 1 and one more');
@@ -183,24 +244,43 @@ describe('patches and keys over time', () => {
     const created = await call('POST', '/v2/deployments', { body: container('expiring-key') });
     const key = randomUUID();
     const patch = { source_revision_config: { image_uri: 'registry.example.com/agent:3.0.0' } };
-    assert.equal((await call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) })).status, 200);
+    assert.equal(
+      (await call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) })).status,
+      200,
+    );
     assert.equal(await revisionCount(created.body.id), 2);
 
     // The clock: the stored key is made a day and an hour old.
-    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(t.database.db);
+    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(
+      t.database.db,
+    );
     const later = await call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) });
     assert.equal(later.status, 200);
     assert.equal(later.headers.get('idempotent-replayed'), null);
     assert.equal(await revisionCount(created.body.id), 3, 'the request ran again');
 
-    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(t.database.db);
+    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(
+      t.database.db,
+    );
     const young = randomUUID();
-    assert.equal((await call('POST', '/v2/deployments', { body: container('young-key'), headers: withKey(young) })).status, 201);
+    assert.equal(
+      (await call('POST', '/v2/deployments', { body: container('young-key'), headers: withKey(young) })).status,
+      201,
+    );
     // The retention sweep (its first run happens at start; stop() waits for it).
-    await startRetentionSweeper({ db: t.database.db, dataDir: t.dataDir, policy: { eventRetentionDays: 0, uploadRetentionHours: 24 }, logger: createLogger('silent'), intervalMs: 3_600_000 }).stop();
+    await startRetentionSweeper({
+      db: t.database.db,
+      dataDir: t.dataDir,
+      policy: { eventRetentionDays: 0, uploadRetentionHours: 24 },
+      logger: createLogger('silent'),
+      intervalMs: 3_600_000,
+    }).stop();
     const left = await sql<{ key: string }>`select idempotency_key as key from idempotency_keys`.execute(t.database.db);
     assert.ok(!left.rows.some((r) => r.key === key), 'the old key went');
-    assert.ok(left.rows.some((r) => r.key === young), 'a young key stays');
+    assert.ok(
+      left.rows.some((r) => r.key === young),
+      'a young key stays',
+    );
   });
 
   test('a key left running by a crashed replica answers 409 until its lease ends, then the retry runs', async () => {
@@ -210,13 +290,17 @@ describe('patches and keys over time', () => {
     assert.equal(first.status, 201);
     // What a replica that died mid-request leaves: the key running, its lease not over yet.
     await sql`delete from deployments where id = ${first.body.id}`.execute(t.database.db);
-    await sql`update idempotency_keys set state = 'running', response_status = null, response_body = null, locked_until = now() + interval '1 hour' where idempotency_key = ${key}`.execute(t.database.db);
+    await sql`update idempotency_keys set state = 'running', response_status = null, response_body = null, locked_until = now() + interval '1 hour' where idempotency_key = ${key}`.execute(
+      t.database.db,
+    );
     const waiting = await call('POST', '/v2/deployments', { body, headers: withKey(key) });
     assert.equal(waiting.status, 409, waiting.text);
     assert.equal(waiting.body.code, 'idempotency_key_in_progress');
     assert.ok(Number(waiting.headers.get('retry-after')) > 0);
 
-    await sql`update idempotency_keys set locked_until = now() - interval '1 second' where idempotency_key = ${key}`.execute(t.database.db);
+    await sql`update idempotency_keys set locked_until = now() - interval '1 second' where idempotency_key = ${key}`.execute(
+      t.database.db,
+    );
     const retry = await call('POST', '/v2/deployments', { body, headers: withKey(key) });
     assert.equal(retry.status, 201, retry.text);
     assert.equal(retry.headers.get('idempotent-replayed'), null);
@@ -226,7 +310,15 @@ describe('patches and keys over time', () => {
 describe('the key itself', () => {
   test('a malformed key is 422 at the header, and nothing is done', async () => {
     for (const bad of ['x'.repeat(256), 'caf\u00e9']) {
-      const answer = await fetch(`${base}/v2/deployments`, { method: 'POST', headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/json', 'idempotency-key': Buffer.from(bad, 'latin1').toString('latin1') }, body: JSON.stringify(container('bad-key')) });
+      const answer = await fetch(`${base}/v2/deployments`, {
+        method: 'POST',
+        headers: {
+          'x-api-key': ADMIN_KEY,
+          'content-type': 'application/json',
+          'idempotency-key': Buffer.from(bad, 'latin1').toString('latin1'),
+        },
+        body: JSON.stringify(container('bad-key')),
+      });
       const body = (await answer.json()) as { code: string; detail: { loc: string[] }[] };
       assert.equal(answer.status, 422);
       assert.equal(body.code, 'validation_failed');
@@ -245,13 +337,17 @@ describe('the key itself', () => {
   test('the OpenAPI document shows the header and the answers it brings', async () => {
     const doc = (await call('GET', '/openapi.json')).body;
     const create = doc.paths['/v2/deployments'].post;
-    const header = create.parameters.find((p: { in: string; name: string }) => p.in === 'header' && p.name === 'idempotency-key');
+    const header = create.parameters.find(
+      (p: { in: string; name: string }) => p.in === 'header' && p.name === 'idempotency-key',
+    );
     assert.ok(header, 'Idempotency-Key is a header parameter');
     assert.equal(header.required, false);
     assert.ok(create.responses['409']);
     assert.ok(create.responses['422']);
     const patch = doc.paths['/v2/deployments/{deployment_id}'].patch;
-    assert.ok(patch.parameters.some((p: { in: string; name: string }) => p.in === 'header' && p.name === 'idempotency-key'));
+    assert.ok(
+      patch.parameters.some((p: { in: string; name: string }) => p.in === 'header' && p.name === 'idempotency-key'),
+    );
     const get = doc.paths['/v2/deployments/{deployment_id}'].get;
     assert.ok(!(get.parameters ?? []).some((p: { name: string }) => p.name === 'idempotency-key'), 'not on reads');
   });

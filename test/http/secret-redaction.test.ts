@@ -34,27 +34,52 @@ function assertRefusedWithoutSecret(res: Response, loc: (string | number)[], lab
   assert.equal(res.status, 422, `${label}: ${text.slice(0, 300)}`);
   assert.equal(res.body.code, 'validation_failed', label);
   const found = res.body.detail.some((item: { loc: unknown[] }) => loc.every((part, i) => item.loc[i] === part));
-  assert.ok(found, `${label}: some loc starts with ${JSON.stringify(loc)}, got ${JSON.stringify(res.body.detail.map((i: { loc: unknown }) => i.loc))}`);
-  for (const secret of [SECRET, String(NUMERIC_SECRET)]) assert.ok(!text.includes(secret), `${label}: the answer echoes the secret: ${text.slice(0, 400)}`);
+  assert.ok(
+    found,
+    `${label}: some loc starts with ${JSON.stringify(loc)}, got ${JSON.stringify(res.body.detail.map((i: { loc: unknown }) => i.loc))}`,
+  );
+  for (const secret of [SECRET, String(NUMERIC_SECRET)])
+    assert.ok(!text.includes(secret), `${label}: the answer echoes the secret: ${text.slice(0, 400)}`);
 }
 
 function assertLogsClean(): void {
   const logs = t.logs.join('\n');
-  for (const secret of [SECRET, String(NUMERIC_SECRET)]) assert.ok(!logs.includes(secret), 'a log line carries the secret');
+  for (const secret of [SECRET, String(NUMERIC_SECRET)])
+    assert.ok(!logs.includes(secret), 'a log line carries the secret');
 }
 
-const deployment = { name: 'secretive', source: 'internal_container', source_revision_config: { image_uri: 'reg.example.com/agent:1' } };
+const deployment = {
+  name: 'secretive',
+  source: 'internal_container',
+  source_revision_config: { image_uri: 'reg.example.com/agent:1' },
+};
 
 /** Bodies whose secrets are wrong in every way a schema notices, with where the 422 must point. */
 function badSecrets(): { label: string; secrets: unknown; loc: (string | number)[] }[] {
   return [
-    { label: 'a value over the length limit', secrets: [{ name: 'TOKEN', value: SECRET + 'x'.repeat(70_000) }], loc: ['body', 'secrets', 0, 'value'] },
-    { label: 'a value holding NUL', secrets: [{ name: 'TOKEN', value: `${SECRET}\u0000` }], loc: ['body', 'secrets', 0, 'value'] },
-    { label: 'a value of the wrong type', secrets: [{ name: 'TOKEN', value: NUMERIC_SECRET }], loc: ['body', 'secrets', 0, 'value'] },
+    {
+      label: 'a value over the length limit',
+      secrets: [{ name: 'TOKEN', value: SECRET + 'x'.repeat(70_000) }],
+      loc: ['body', 'secrets', 0, 'value'],
+    },
+    {
+      label: 'a value holding NUL',
+      secrets: [{ name: 'TOKEN', value: `${SECRET}\u0000` }],
+      loc: ['body', 'secrets', 0, 'value'],
+    },
+    {
+      label: 'a value of the wrong type',
+      secrets: [{ name: 'TOKEN', value: NUMERIC_SECRET }],
+      loc: ['body', 'secrets', 0, 'value'],
+    },
     { label: 'a value in a list', secrets: [{ name: 'TOKEN', value: [SECRET] }], loc: ['body', 'secrets', 0, 'value'] },
     { label: 'secrets as an object', secrets: { TOKEN: SECRET }, loc: ['body', 'secrets'] },
     { label: 'a secret item that is a string', secrets: [SECRET], loc: ['body', 'secrets', 0] },
-    { label: 'a secret item without a name', secrets: [{ value: SECRET, extra: 1 }], loc: ['body', 'secrets', 0, 'name'] },
+    {
+      label: 'a secret item without a name',
+      secrets: [{ value: SECRET, extra: 1 }],
+      loc: ['body', 'secrets', 0, 'name'],
+    },
   ];
 }
 
@@ -64,9 +89,17 @@ describe('deployment secrets', () => {
       assertRefusedWithoutSecret(await api.post('/v2/deployments', { ...deployment, secrets }), loc, `POST ${label}`);
     }
     // A body that is not an object at all holds the secret too.
-    assertRefusedWithoutSecret(await api.post('/v2/deployments', [{ ...deployment, secrets: [{ name: 'TOKEN', value: SECRET }] }]), ['body'], 'POST a list body');
+    assertRefusedWithoutSecret(
+      await api.post('/v2/deployments', [{ ...deployment, secrets: [{ name: 'TOKEN', value: SECRET }] }]),
+      ['body'],
+      'POST a list body',
+    );
     // Errors elsewhere in a body that holds a secret leave the secret out as well.
-    assertRefusedWithoutSecret(await api.post('/v2/deployments', { ...deployment, name: 42, secrets: [{ name: 'TOKEN', value: SECRET }] }), ['body', 'name'], 'POST a bad name');
+    assertRefusedWithoutSecret(
+      await api.post('/v2/deployments', { ...deployment, name: 42, secrets: [{ name: 'TOKEN', value: SECRET }] }),
+      ['body', 'name'],
+      'POST a bad name',
+    );
     assertLogsClean();
   });
 
@@ -82,14 +115,23 @@ describe('deployment secrets', () => {
     assertRefusedWithoutSecret(res, ['body', 'secrets', 0, 'name'], 'a bad secret name');
     const item = res.body.detail.find((i: { loc: unknown[] }) => i.loc.join('.') === 'body.secrets.0.name');
     assert.equal(item.input, '1 bad name', 'the name of a secret is not secret');
-    const image = await api.post('/v2/deployments', { ...deployment, source_revision_config: { image_uri: 'has space' } });
+    const image = await api.post('/v2/deployments', {
+      ...deployment,
+      source_revision_config: { image_uri: 'has space' },
+    });
     assert.equal(image.status, 422);
     assert.equal(image.body.detail[0].input, 'has space');
   });
 });
 
 describe('OAuth provider client_secret', () => {
-  const provider = { provider_id: 'leaky-idp', name: 'Leaky', client_id: 'client', auth_url: 'https://idp.example.com/auth', token_url: 'https://idp.example.com/token' };
+  const provider = {
+    provider_id: 'leaky-idp',
+    name: 'Leaky',
+    client_id: 'client',
+    auth_url: 'https://idp.example.com/auth',
+    token_url: 'https://idp.example.com/token',
+  };
   const bad = [
     { label: 'too long', client_secret: SECRET + 'x'.repeat(5000) },
     { label: 'holding NUL', client_secret: `${SECRET}\u0000` },
@@ -99,15 +141,27 @@ describe('OAuth provider client_secret', () => {
 
   test('POST /v2/auth/providers never echoes client_secret in a 422', async () => {
     for (const { label, client_secret } of bad) {
-      assertRefusedWithoutSecret(await api.post('/v2/auth/providers', { ...provider, client_secret }), ['body', 'client_secret'], `POST ${label}`);
+      assertRefusedWithoutSecret(
+        await api.post('/v2/auth/providers', { ...provider, client_secret }),
+        ['body', 'client_secret'],
+        `POST ${label}`,
+      );
     }
-    assertRefusedWithoutSecret(await api.post('/v2/auth/providers', [{ ...provider, client_secret: SECRET }]), ['body'], 'POST a list body');
+    assertRefusedWithoutSecret(
+      await api.post('/v2/auth/providers', [{ ...provider, client_secret: SECRET }]),
+      ['body'],
+      'POST a list body',
+    );
     assertLogsClean();
   });
 
   test('PATCH /v2/auth/providers/{provider_id} never echoes client_secret in a 422', async () => {
     for (const { label, client_secret } of bad) {
-      assertRefusedWithoutSecret(await api.patch('/v2/auth/providers/leaky-idp', { client_secret }), ['body', 'client_secret'], `PATCH ${label}`);
+      assertRefusedWithoutSecret(
+        await api.patch('/v2/auth/providers/leaky-idp', { client_secret }),
+        ['body', 'client_secret'],
+        `PATCH ${label}`,
+      );
     }
     assertLogsClean();
   });
@@ -125,11 +179,20 @@ describe('a field marked writeOnly', () => {
       '/vault',
       {
         schema: {
-          querystring: { type: 'object', properties: { token: { type: 'string', maxLength: 4, writeOnly: true }, page: { type: 'integer' } } },
+          querystring: {
+            type: 'object',
+            properties: { token: { type: 'string', maxLength: 4, writeOnly: true }, page: { type: 'integer' } },
+          },
           body: {
             type: 'object',
             properties: {
-              keys: { type: ['array', 'null'], items: { type: 'object', properties: { id: { type: 'string' }, key: { type: 'string', maxLength: 4, writeOnly: true } } } },
+              keys: {
+                type: ['array', 'null'],
+                items: {
+                  type: 'object',
+                  properties: { id: { type: 'string' }, key: { type: 'string', maxLength: 4, writeOnly: true } },
+                },
+              },
               vault: { type: 'object', additionalProperties: { type: 'string', maxLength: 4, writeOnly: true } },
               nested: { anyOf: [{ type: 'object', properties: { pin } }, { type: 'null' }] },
               whole: { type: 'object', writeOnly: true, properties: { a: { type: 'integer' } } },
@@ -145,7 +208,12 @@ describe('a field marked writeOnly', () => {
   after(() => app.close());
 
   const call = async (body: unknown, query = '') => {
-    const res = await app.inject({ method: 'POST', url: `/vault${query}`, headers: { 'content-type': 'application/json' }, payload: JSON.stringify(body) });
+    const res = await app.inject({
+      method: 'POST',
+      url: `/vault${query}`,
+      headers: { 'content-type': 'application/json' },
+      payload: JSON.stringify(body),
+    });
     return { status: res.statusCode, body: JSON.parse(res.body), headers: res.headers } as Response;
   };
 
@@ -167,9 +235,14 @@ describe('a field marked writeOnly', () => {
     const inputs = async (body: unknown, query = '') => {
       const res = await call(body, query);
       assert.equal(res.status, 422);
-      return Object.fromEntries(res.body.detail.map((i: { loc: unknown[]; input: unknown }) => [i.loc.join('.'), i.input]));
+      return Object.fromEntries(
+        res.body.detail.map((i: { loc: unknown[]; input: unknown }) => [i.loc.join('.'), i.input]),
+      );
     };
-    assert.deepEqual(await inputs({ plain: 'too long', keys: [{ id: 7, key: '1234' }] }), { 'body.plain': 'too long', 'body.keys.0.id': 7 });
+    assert.deepEqual(await inputs({ plain: 'too long', keys: [{ id: 7, key: '1234' }] }), {
+      'body.plain': 'too long',
+      'body.keys.0.id': 7,
+    });
     assert.deepEqual(await inputs({}, '?page=x'), { 'query.page': 'x' });
   });
 });

@@ -16,20 +16,28 @@ before(async () => {
   app = Fastify();
   registerErrorHandler(app);
   app.get<{ Params: { status: string } }>('/fail/:status', async (request) => {
-    throw Object.assign(new Error(`failed with ${request.params.status}`), { statusCode: Number(request.params.status) });
+    throw Object.assign(new Error(`failed with ${request.params.status}`), {
+      statusCode: Number(request.params.status),
+    });
   });
   await app.ready();
 });
 after(() => app.close());
 
-const CLIENT_ERRORS = Object.keys(http.STATUS_CODES).map(Number).filter((s) => s >= 400 && s < 500);
+const CLIENT_ERRORS = Object.keys(http.STATUS_CODES)
+  .map(Number)
+  .filter((s) => s >= 400 && s < 500);
 
 test('every 4xx answer carries a code registered with the status it is sent with', async () => {
   for (const status of CLIENT_ERRORS) {
     const res = await app.inject({ method: 'GET', url: `/fail/${status}` });
     const body = JSON.parse(res.body) as { code: ErrorCode; detail: unknown };
     assert.ok(body.code in ERROR_CODES, `${status}: ${body.code} is a registered code`);
-    assert.equal(ERROR_CODES[body.code].status, res.statusCode, `${status}: answered ${res.statusCode} with ${body.code}, registered for ${ERROR_CODES[body.code].status}`);
+    assert.equal(
+      ERROR_CODES[body.code].status,
+      res.statusCode,
+      `${status}: answered ${res.statusCode} with ${body.code}, registered for ${ERROR_CODES[body.code].status}`,
+    );
     assert.match(String(res.headers['content-type']), /^application\/json/, `${status}: JSON`);
   }
 });

@@ -4,7 +4,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { createCodehostDeployment, createTokenIntegration, deliver, pushPayload, startCodehostFixture, type CodehostFixture, type CreatedIntegration } from '../codehost/codehost-fixture.ts';
+import {
+  createCodehostDeployment,
+  createTokenIntegration,
+  deliver,
+  pushPayload,
+  startCodehostFixture,
+  type CodehostFixture,
+  type CreatedIntegration,
+} from '../codehost/codehost-fixture.ts';
 
 let f: CodehostFixture;
 let integration: CreatedIntegration;
@@ -34,7 +42,9 @@ test('a signed push of several MiB creates its revision', async () => {
 });
 
 test('a delivery over 25 MiB is still refused with 413', async () => {
-  const res = await deliver(f, integration.id, bigPush(25 * 1024 * 1024 + 1024, 'c'.repeat(40)), { secret: integration.webhook_secret });
+  const res = await deliver(f, integration.id, bigPush(25 * 1024 * 1024 + 1024, 'c'.repeat(40)), {
+    secret: integration.webhook_secret,
+  });
   assert.equal(res.status, 413);
   assert.equal(res.body.code, 'payload_too_large');
 });

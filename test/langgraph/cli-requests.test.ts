@@ -33,7 +33,12 @@ function tarball(text = 'graph'): Buffer {
   header.write('0000000\0', 108);
   header.write('0000000\0', 116);
   header.write(`${body.length.toString(8).padStart(11, '0')}\0`, 124);
-  header.write(`${Math.floor(Date.now() / 1000).toString(8).padStart(11, '0')}\0`, 136);
+  header.write(
+    `${Math.floor(Date.now() / 1000)
+      .toString(8)
+      .padStart(11, '0')}\0`,
+    136,
+  );
   header.write('        ', 148);
   header.write('0', 156);
   header.write('ustar\0', 257);
@@ -47,7 +52,12 @@ function tarball(text = 'graph'): Buffer {
 /** The PUT of the CLI's `_upload_to_gcs`: no API key, gzip content type, the signed URL as it is. */
 async function put(uploadUrl: string, body: Buffer, contentType = 'application/gzip') {
   const url = new URL(uploadUrl);
-  const res = await t.app.inject({ method: 'PUT', url: `${url.pathname}${url.search}`, headers: { 'content-type': contentType, 'x-goog-content-length-range': '0,209715200' }, payload: body });
+  const res = await t.app.inject({
+    method: 'PUT',
+    url: `${url.pathname}${url.search}`,
+    headers: { 'content-type': contentType, 'x-goog-content-length-range': '0,209715200' },
+    payload: body,
+  });
   return { status: res.statusCode, body: res.body === '' ? undefined : JSON.parse(res.body) };
 }
 
@@ -64,7 +74,13 @@ async function createLikeTheCli(name: string): Promise<string> {
   assert.equal(found.body.resources.filter((d: { name: string }) => d.name === name).length, 0);
   const created = await api.post(
     '/v2/deployments',
-    { name, source: 'internal_source', source_config: { deployment_type: 'dev' }, source_revision_config: {}, secrets: [{ name: 'REPLY_PREFIX', value: 'From secret' }] },
+    {
+      name,
+      source: 'internal_source',
+      source_config: { deployment_type: 'dev' },
+      source_revision_config: {},
+      secrets: [{ name: 'REPLY_PREFIX', value: 'From secret' }],
+    },
     CLI,
   );
   assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -100,12 +116,21 @@ describe('the remote-build request sequence', () => {
 
     const patched = await api.patch(
       `/v2/deployments/${deploymentId}`,
-      { revision_source: 'internal_source', source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' }, secrets: [{ name: 'REPLY_PREFIX', value: 'From secret' }], tracked_packages: ['langgraph'] },
+      {
+        revision_source: 'internal_source',
+        source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' },
+        secrets: [{ name: 'REPLY_PREFIX', value: 'From secret' }],
+        tracked_packages: ['langgraph'],
+      },
       CLI,
     );
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     assert.equal(patched.body.source_revision_config.framework_config_path, 'langgraph.json');
-    assert.equal('langgraph_config_path' in patched.body.source_revision_config, false, 'answers show framework_config_path only');
+    assert.equal(
+      'langgraph_config_path' in patched.body.source_revision_config,
+      false,
+      'answers show framework_config_path only',
+    );
     assert.notEqual(patched.body.latest_revision_id, null);
 
     // Polling: the newest revision first, already the one the PATCH made; then that revision by id.
@@ -122,7 +147,14 @@ describe('the remote-build request sequence', () => {
     assert.equal(found.body.resources.find((d: { name: string }) => d.name === 'cli-sequence')?.id, deploymentId);
     const second = await uploadUrl(deploymentId);
     assert.equal((await put(second.upload_url, tarball('v2'))).status, 200);
-    const repatched = await api.patch(`/v2/deployments/${deploymentId}`, { revision_source: 'internal_source', source_revision_config: { source_tarball_path: second.object_path, langgraph_config_path: 'langgraph.json' } }, CLI);
+    const repatched = await api.patch(
+      `/v2/deployments/${deploymentId}`,
+      {
+        revision_source: 'internal_source',
+        source_revision_config: { source_tarball_path: second.object_path, langgraph_config_path: 'langgraph.json' },
+      },
+      CLI,
+    );
     assert.equal(repatched.status, 200, JSON.stringify(repatched.body));
     const newest = await api.get(`/v2/deployments/${deploymentId}/revisions?limit=1`, CLI);
     assert.equal(newest.body.resources[0].id, repatched.body.latest_revision_id);
@@ -134,7 +166,11 @@ describe('the remote-build request sequence', () => {
     assert.equal((await put(url, tarball())).status, 200);
     const conflict = await api.patch(`/v2/deployments/${deploymentId}`, {
       revision_source: 'internal_source',
-      source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json', framework_config_path: 'slipway.json' },
+      source_revision_config: {
+        source_tarball_path: objectPath,
+        langgraph_config_path: 'langgraph.json',
+        framework_config_path: 'slipway.json',
+      },
     });
     assert.equal(conflict.status, 422, JSON.stringify(conflict.body));
     assert.equal(conflict.body.code, 'validation_failed');
@@ -143,16 +179,26 @@ describe('the remote-build request sequence', () => {
     assert.equal((await api.get(`/v2/deployments/${deploymentId}`)).body.latest_revision_id, null, 'nothing was made');
 
     const same = await api.patch(`/v2/deployments/${deploymentId}`, {
-      source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'apps/agent/langgraph.json', framework_config_path: 'apps/agent/langgraph.json' },
+      source_revision_config: {
+        source_tarball_path: objectPath,
+        langgraph_config_path: 'apps/agent/langgraph.json',
+        framework_config_path: 'apps/agent/langgraph.json',
+      },
     });
     assert.equal(same.status, 200, JSON.stringify(same.body));
     assert.equal(same.body.source_revision_config.framework_config_path, 'apps/agent/langgraph.json');
 
     // On a create too, and with the same path rules as framework_config_path.
-    const created = await api.post('/v2/deployments', { name: 'alias-create', source: 'internal_source', source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' } });
+    const created = await api.post('/v2/deployments', {
+      name: 'alias-create',
+      source: 'internal_source',
+      source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' },
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     assert.equal(created.body.source_revision_config.framework_config_path, 'langgraph.json');
-    const escaping = await api.patch(`/v2/deployments/${deploymentId}`, { source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: '../langgraph.json' } });
+    const escaping = await api.patch(`/v2/deployments/${deploymentId}`, {
+      source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: '../langgraph.json' },
+    });
     assert.equal(escaping.status, 422);
   });
 });
@@ -211,12 +257,22 @@ describe('upload URLs', () => {
     const small = await createTestApp({ SLIPWAY_UPLOAD_LIMIT_BYTES: '4096' });
     try {
       const smallApi = client(small.app);
-      const created = await smallApi.post('/v2/deployments', { name: 'small-limit', source: 'internal_source', source_config: { deployment_type: 'dev' }, source_revision_config: {} });
+      const created = await smallApi.post('/v2/deployments', {
+        name: 'small-limit',
+        source: 'internal_source',
+        source_config: { deployment_type: 'dev' },
+        source_revision_config: {},
+      });
       const target = await smallApi.call('POST', `/v2/deployments/${created.body.id}/upload-url`);
       const url = new URL(target.body.upload_url);
       const big = gzipSync(Buffer.from(Array.from({ length: 4000 }, (_, i) => `${i}:${Math.random()}`).join('\n')));
       assert.ok(big.length > 4096);
-      const res = await small.app.inject({ method: 'PUT', url: `${url.pathname}${url.search}`, headers: { 'content-type': 'application/gzip' }, payload: big });
+      const res = await small.app.inject({
+        method: 'PUT',
+        url: `${url.pathname}${url.search}`,
+        headers: { 'content-type': 'application/gzip' },
+        payload: big,
+      });
       assert.equal(res.statusCode, 413, res.body);
       const { rows } = await small.database.pool.query('select count(*)::int as n from source_uploads');
       assert.equal(rows[0].n, 0);
@@ -230,7 +286,9 @@ describe('upload URLs', () => {
     const deploymentId = await createLikeTheCli('expired-token');
     const { upload_url: url } = await uploadUrl(deploymentId);
     const id = new URL(url).pathname.split('/').at(-1);
-    await t.database.pool.query(`update upload_tokens set expires_at = now() - interval '1 second' where id = $1`, [id]);
+    await t.database.pool.query(`update upload_tokens set expires_at = now() - interval '1 second' where id = $1`, [
+      id,
+    ]);
     const before = await stored();
     const res = await put(url, tarball());
     assert.equal(res.status, 403);
@@ -256,7 +314,17 @@ describe('upload URLs', () => {
 
 describe('the image path', () => {
   test('an internal_docker create, a push token and an image patch all say to use --remote', async () => {
-    const created = await api.post('/v2/deployments', { name: 'image-deploy', source: 'internal_docker', source_config: { deployment_type: 'dev' }, source_revision_config: {}, secrets: [] }, CLI);
+    const created = await api.post(
+      '/v2/deployments',
+      {
+        name: 'image-deploy',
+        source: 'internal_docker',
+        source_config: { deployment_type: 'dev' },
+        source_revision_config: {},
+        secrets: [],
+      },
+      CLI,
+    );
     assert.equal(created.status, 400, JSON.stringify(created.body));
     assert.match(created.body.detail, /langgraph deploy --remote/);
     assert.deepEqual((await api.get('/v2/deployments?name=image-deploy')).body.resources, []);
@@ -265,7 +333,14 @@ describe('the image path', () => {
     const token = await api.call('POST', `/v2/deployments/${deploymentId}/push-token`, undefined, CLI);
     assert.equal(token.status, 400);
     assert.match(token.body.detail, /langgraph deploy --remote/);
-    const patched = await api.patch(`/v2/deployments/${deploymentId}`, { revision_source: 'internal_docker', source_revision_config: { image_uri: 'registry.example/agent@sha256:abc' } }, CLI);
+    const patched = await api.patch(
+      `/v2/deployments/${deploymentId}`,
+      {
+        revision_source: 'internal_docker',
+        source_revision_config: { image_uri: 'registry.example/agent@sha256:abc' },
+      },
+      CLI,
+    );
     assert.equal(patched.status, 400);
     assert.match(patched.body.detail, /langgraph deploy --remote/);
     assert.equal((await api.call('POST', `/v2/deployments/${randomUUID()}/push-token`)).status, 404);
@@ -277,7 +352,10 @@ describe('logs in the shape of langgraph deploy', () => {
     const deploymentId = await createLikeTheCli('log-shapes');
     const { upload_url: url, object_path: objectPath } = await uploadUrl(deploymentId);
     await put(url, tarball());
-    const patched = await api.patch(`/v2/deployments/${deploymentId}`, { revision_source: 'internal_source', source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' } });
+    const patched = await api.patch(`/v2/deployments/${deploymentId}`, {
+      revision_source: 'internal_source',
+      source_revision_config: { source_tarball_path: objectPath, langgraph_config_path: 'langgraph.json' },
+    });
     const revisionId: string = patched.body.latest_revision_id;
     const early = new Date('2026-01-01T10:00:00.000Z');
     const late = new Date('2026-01-01T10:05:00.000Z');
@@ -298,33 +376,72 @@ describe('logs in the shape of langgraph deploy', () => {
     // What the CLI sends while it waits: asc, 50 at a time, then from next_offset.
     const first = await api.post(`${base}/build_logs`, { order: 'asc', limit: 3 }, CLI);
     assert.equal(first.status, 200, JSON.stringify(first.body));
-    assert.deepEqual(first.body.logs.map((l: { message: string }) => l.message), ['Running the install command: npm ci', 'added 22 packages in 2s', 'npm warn deprecated glob@7']);
+    assert.deepEqual(
+      first.body.logs.map((l: { message: string }) => l.message),
+      ['Running the install command: npm ci', 'added 22 packages in 2s', 'npm warn deprecated glob@7'],
+    );
     for (const entry of first.body.logs) {
       assert.equal(typeof entry.id, 'string');
       assert.equal(entry.timestamp, early.getTime());
     }
-    assert.deepEqual(first.body.logs.map((l: { level: string }) => l.level), ['INFO', 'INFO', 'ERROR']);
+    assert.deepEqual(
+      first.body.logs.map((l: { level: string }) => l.level),
+      ['INFO', 'INFO', 'ERROR'],
+    );
     const rest = await api.post(`${base}/build_logs`, { order: 'asc', limit: 3, offset: first.body.next_offset });
-    assert.deepEqual(rest.body.logs.map((l: { message: string }) => l.message), ['Build finished']);
+    assert.deepEqual(
+      rest.body.logs.map((l: { message: string }) => l.message),
+      ['Build finished'],
+    );
     const nothingNew = await api.post(`${base}/build_logs`, { order: 'asc', limit: 3, offset: rest.body.next_offset });
     assert.deepEqual(nothingNew.body, { logs: [], next_offset: rest.body.next_offset });
     // After a failure: the last lines, newest first.
     const tail = await api.post(`${base}/build_logs`, { order: 'desc', limit: 2 });
-    assert.deepEqual(tail.body.logs.map((l: { message: string }) => l.message), ['Build finished', 'npm warn deprecated glob@7']);
+    assert.deepEqual(
+      tail.body.logs.map((l: { message: string }) => l.message),
+      ['Build finished', 'npm warn deprecated glob@7'],
+    );
     const older = await api.post(`${base}/build_logs`, { order: 'desc', limit: 2, offset: tail.body.next_offset });
-    assert.deepEqual(older.body.logs.map((l: { message: string }) => l.message), ['added 22 packages in 2s', 'Running the install command: npm ci']);
+    assert.deepEqual(
+      older.body.logs.map((l: { message: string }) => l.message),
+      ['added 22 packages in 2s', 'Running the install command: npm ci'],
+    );
 
     // `langgraph deploy logs`: the revision's or the deployment's app output, filtered.
     const levels = await api.post(`${base}/deploy_logs`, { order: 'asc', limit: 100 });
-    assert.deepEqual(levels.body.logs.map((l: { level: string }) => l.level), ['INFO', 'ERROR', 'WARNING', 'ERROR']);
+    assert.deepEqual(
+      levels.body.logs.map((l: { level: string }) => l.level),
+      ['INFO', 'ERROR', 'WARNING', 'ERROR'],
+    );
     const errors = await api.post(`${base}/deploy_logs`, { limit: 100, order: 'desc', level: 'ERROR' });
-    assert.deepEqual(errors.body.logs.map((l: { message: string }) => l.message), ['Traceback (most recent call last):', 'error:   ▪ Error: Failed to load graph agent']);
-    const query = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, { limit: 100, order: 'desc', query: 'FAILED TO load' });
-    assert.deepEqual(query.body.logs.map((l: { message: string }) => l.message), ['error:   ▪ Error: Failed to load graph agent']);
-    const since = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, { limit: 100, order: 'asc', start_time: new Date(late.getTime()).toISOString().replace('Z', '000+00:00') });
+    assert.deepEqual(
+      errors.body.logs.map((l: { message: string }) => l.message),
+      ['Traceback (most recent call last):', 'error:   ▪ Error: Failed to load graph agent'],
+    );
+    const query = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, {
+      limit: 100,
+      order: 'desc',
+      query: 'FAILED TO load',
+    });
+    assert.deepEqual(
+      query.body.logs.map((l: { message: string }) => l.message),
+      ['error:   ▪ Error: Failed to load graph agent'],
+    );
+    const since = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, {
+      limit: 100,
+      order: 'asc',
+      start_time: new Date(late.getTime()).toISOString().replace('Z', '000+00:00'),
+    });
     assert.equal(since.body.logs.length, 3, 'start_time is inclusive, and takes what datetime.isoformat() prints');
-    const until = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, { limit: 100, order: 'asc', end_time: '2026-01-01T10:01:00Z' });
-    assert.deepEqual(until.body.logs.map((l: { message: string }) => l.message), ['info:    ▪ Starting server...']);
+    const until = await api.post(`/v1/projects/${deploymentId}/deploy_logs`, {
+      limit: 100,
+      order: 'asc',
+      end_time: '2026-01-01T10:01:00Z',
+    });
+    assert.deepEqual(
+      until.body.logs.map((l: { message: string }) => l.message),
+      ['info:    ▪ Starting server...'],
+    );
 
     // Mistakes read well.
     const badOffset = await api.post(`${base}/build_logs`, { order: 'asc', offset: 'not-an-offset' });
@@ -335,7 +452,9 @@ describe('logs in the shape of langgraph deploy', () => {
     assert.deepEqual(badTime.body.detail[0].loc, ['body', 'start_time']);
     const badLevel = await api.post(`${base}/deploy_logs`, { level: 'LOUD' });
     assert.equal(badLevel.status, 422);
-    const unknownRevision = await api.post(`/v1/projects/${deploymentId}/revisions/${randomUUID()}/build_logs`, { order: 'asc' });
+    const unknownRevision = await api.post(`/v1/projects/${deploymentId}/revisions/${randomUUID()}/build_logs`, {
+      order: 'asc',
+    });
     assert.equal(unknownRevision.status, 404);
     assert.match(unknownRevision.body.detail, /Revision ID .* not found/);
     const unknownDeployment = await api.post(`/v1/projects/${randomUUID()}/deploy_logs`, {});

@@ -41,7 +41,11 @@ after(async () => {
 async function cli(method: string, url: string, body?: unknown): Promise<{ status: number; body: any }> {
   const response = await fetch(`${service.base}${url}`, {
     method,
-    headers: { 'x-api-key': ADMIN_KEY, accept: 'application/json', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    headers: {
+      'x-api-key': ADMIN_KEY,
+      accept: 'application/json',
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+    },
     ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
   });
   const text = await response.text();
@@ -63,13 +67,24 @@ interface Deployed {
 }
 
 /** `langgraph deploy --remote --name <name>` for the project in `dir`, with the secrets it would send. */
-async function deployLikeTheCli(name: string, dir: string, secrets: { name: string; value: string }[], configPath = 'langgraph.json'): Promise<Deployed> {
+async function deployLikeTheCli(
+  name: string,
+  dir: string,
+  secrets: { name: string; value: string }[],
+  configPath = 'langgraph.json',
+): Promise<Deployed> {
   // 1. Look the deployment up by name; 2. create it with an empty source revision config.
   const listed = await cli('GET', `/v2/deployments?name_contains=${name}`);
   assert.equal(listed.status, 200);
   let deploymentId: string | undefined = listed.body.resources.find((d: { name: string }) => d.name === name)?.id;
   if (!deploymentId) {
-    const created = await cli('POST', '/v2/deployments', { name, source: 'internal_source', source_config: { deployment_type: 'dev' }, source_revision_config: {}, secrets });
+    const created = await cli('POST', '/v2/deployments', {
+      name,
+      source: 'internal_source',
+      source_config: { deployment_type: 'dev' },
+      source_revision_config: {},
+      secrets,
+    });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     deploymentId = created.body.id as string;
   }
@@ -77,7 +92,11 @@ async function deployLikeTheCli(name: string, dir: string, secrets: { name: stri
   const target = await cli('POST', `/v2/deployments/${deploymentId}/upload-url`);
   assert.equal(target.status, 200, JSON.stringify(target.body));
   const body = await archive(dir);
-  const put = await fetch(target.body.upload_url, { method: 'PUT', headers: { 'content-type': 'application/gzip', 'content-length': String(body.length) }, body: new Uint8Array(body) });
+  const put = await fetch(target.body.upload_url, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/gzip', 'content-length': String(body.length) },
+    body: new Uint8Array(body),
+  });
   assert.equal(put.status, 200, await put.text());
   // 5. The PATCH that makes the revision.
   const patched = await cli('PATCH', `/v2/deployments/${deploymentId}`, {
@@ -93,7 +112,11 @@ async function deployLikeTheCli(name: string, dir: string, secrets: { name: stri
   const buildLog: string[] = [];
   let offset: string | null = null;
   const readBuildLog = async () => {
-    const page = await cli('POST', `/v1/projects/${deploymentId}/revisions/${revisionId}/build_logs`, offset ? { order: 'asc', limit: 50, offset } : { order: 'asc', limit: 50 });
+    const page = await cli(
+      'POST',
+      `/v1/projects/${deploymentId}/revisions/${revisionId}/build_logs`,
+      offset ? { order: 'asc', limit: 50, offset } : { order: 'asc', limit: 50 },
+    );
     assert.equal(page.status, 200, JSON.stringify(page.body));
     for (const entry of page.body.logs) {
       assert.equal(typeof entry.timestamp, 'number');
@@ -115,11 +138,26 @@ async function deployLikeTheCli(name: string, dir: string, secrets: { name: stri
 }
 
 /** A request to the app through the service's proxy, by the app's host name. */
-function callApp(url: string, pathname: string, body: unknown, onChunk?: (text: string) => void): Promise<{ status: number; body: string }> {
+function callApp(
+  url: string,
+  pathname: string,
+  body: unknown,
+  onChunk?: (text: string) => void,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const payload = JSON.stringify(body);
     const request = http.request(
-      { host: '127.0.0.1', port: service.port, path: pathname, method: 'POST', headers: { host: new URL(url).host, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } },
+      {
+        host: '127.0.0.1',
+        port: service.port,
+        path: pathname,
+        method: 'POST',
+        headers: {
+          host: new URL(url).host,
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(payload),
+        },
+      },
       (response) => {
         let text = '';
         response.setEncoding('utf8');
@@ -137,10 +175,18 @@ function callApp(url: string, pathname: string, body: unknown, onChunk?: (text: 
 }
 
 test('langgraph deploy --remote deploys the example unmodified, and its graph answers at the stable URL', async () => {
-  const { deploymentId, revision, buildLog } = await deployLikeTheCli('langgraph-example', EXAMPLE, [{ name: 'REPLY_PREFIX', value: 'Checked' }]);
+  const { deploymentId, revision, buildLog } = await deployLikeTheCli('langgraph-example', EXAMPLE, [
+    { name: 'REPLY_PREFIX', value: 'Checked' },
+  ]);
   assert.equal(revision.status, 'DEPLOYED', `${JSON.stringify(revision)}\n${buildLog.join('\n')}`);
-  assert.ok(buildLog.some((line) => line.includes('npm ci')), buildLog.join('\n'));
-  assert.ok(buildLog.some((line) => line.includes('@langchain/langgraph-api@')), 'the pinned server is added');
+  assert.ok(
+    buildLog.some((line) => line.includes('npm ci')),
+    buildLog.join('\n'),
+  );
+  assert.ok(
+    buildLog.some((line) => line.includes('@langchain/langgraph-api@')),
+    'the pinned server is added',
+  );
   assert.ok(buildLog.some((line) => line === 'Build finished'));
 
   // What the CLI prints as the app's URL.
@@ -149,7 +195,10 @@ test('langgraph deploy --remote deploys the example unmodified, and its graph an
   assert.match(url, /^http:\/\/langgraph-example-[0-9a-f]{8}\.localhost:\d+$/);
 
   // A run, waited for: the graph's output. The deployment's secret wins over the config's env.
-  const waited = await callApp(url, '/runs/wait', { assistant_id: 'agent', input: { text: 'How many words are here? And the longest one?' } });
+  const waited = await callApp(url, '/runs/wait', {
+    assistant_id: 'agent',
+    input: { text: 'How many words are here? And the longest one?' },
+  });
   assert.equal(waited.status, 200, waited.body);
   const output = JSON.parse(waited.body);
   assert.deepEqual(output.findings, ['9 words', 'the longest word is "longest"']);
@@ -160,42 +209,86 @@ test('langgraph deploy --remote deploys the example unmodified, and its graph an
   const streamed = await callApp(
     url,
     '/runs/stream',
-    { assistant_id: 'agent', input: { text: 'words, sentences and shout' }, stream_mode: ['updates'], config: { configurable: { step_delay_ms: 300 } } },
+    {
+      assistant_id: 'agent',
+      input: { text: 'words, sentences and shout' },
+      stream_mode: ['updates'],
+      config: { configurable: { step_delay_ms: 300 } },
+    },
     (text) => arrivals.push({ at: Date.now(), text }),
   );
   assert.equal(streamed.status, 200, streamed.body);
   const updates = arrivals.filter((a) => a.text.includes('event: updates'));
-  assert.ok(updates.length >= 5, `planner, three analyses and the writer, in ${updates.length} chunk(s):\n${streamed.body}`);
+  assert.ok(
+    updates.length >= 5,
+    `planner, three analyses and the writer, in ${updates.length} chunk(s):\n${streamed.body}`,
+  );
   assert.ok(updates.at(-1)!.at - updates[0]!.at >= 900, 'the updates arrived spread over the run, not buffered');
   assert.match(streamed.body, /"answer":"Checked: 4 words; 1 sentence\(s\); shouted: WORDS, SENTENCES AND SHOUT\."/);
 
   // `langgraph deploy logs`: the running server's output, through the deployment.
-  const logs = await cli('POST', `/v1/projects/${deploymentId}/deploy_logs`, { limit: 100, order: 'desc', query: 'Health check passed' });
+  const logs = await cli('POST', `/v1/projects/${deploymentId}/deploy_logs`, {
+    limit: 100,
+    order: 'desc',
+    query: 'Health check passed',
+  });
   assert.equal(logs.status, 200);
   assert.equal(logs.body.logs.length, 1, JSON.stringify(logs.body));
 });
 
-test('a monorepo project whose graph fails to load ends DEPLOY_FAILED with the server\'s error in the deploy logs', async () => {
+test("a monorepo project whose graph fails to load ends DEPLOY_FAILED with the server's error in the deploy logs", async () => {
   // As the CLI packs a monorepo: the common root of the project and its local dependencies, with the
   // config at apps/agent/langgraph.json. The graph imports the shared library, which throws.
   const root = path.join(scratch, 'monorepo');
   const agent = path.join(root, 'apps', 'agent');
   await fs.mkdir(path.join(agent, 'src'), { recursive: true });
   await fs.mkdir(path.join(root, 'libs', 'shared'), { recursive: true });
-  for (const file of ['package.json', 'package-lock.json']) await fs.copyFile(path.join(EXAMPLE, file), path.join(agent, file));
-  await fs.writeFile(path.join(agent, 'langgraph.json'), JSON.stringify({ node_version: '20', graphs: { agent: './src/agent.ts:graph' }, dependencies: ['.', '../../libs/shared'] }));
-  await fs.writeFile(path.join(agent, 'src', 'agent.ts'), "import { knowledgeBase } from '../../../libs/shared/knowledge.ts';\nexport const graph = knowledgeBase();\n");
-  await fs.writeFile(path.join(root, 'libs', 'shared', 'knowledge.ts'), "export function knowledgeBase(): never {\n  throw new Error('the knowledge base is not configured');\n}\n");
+  for (const file of ['package.json', 'package-lock.json'])
+    await fs.copyFile(path.join(EXAMPLE, file), path.join(agent, file));
+  await fs.writeFile(
+    path.join(agent, 'langgraph.json'),
+    JSON.stringify({
+      node_version: '20',
+      graphs: { agent: './src/agent.ts:graph' },
+      dependencies: ['.', '../../libs/shared'],
+    }),
+  );
+  await fs.writeFile(
+    path.join(agent, 'src', 'agent.ts'),
+    "import { knowledgeBase } from '../../../libs/shared/knowledge.ts';\nexport const graph = knowledgeBase();\n",
+  );
+  await fs.writeFile(
+    path.join(root, 'libs', 'shared', 'knowledge.ts'),
+    "export function knowledgeBase(): never {\n  throw new Error('the knowledge base is not configured');\n}\n",
+  );
 
-  const { deploymentId, revision, buildLog } = await deployLikeTheCli('broken-agent', root, [], 'apps/agent/langgraph.json');
+  const { deploymentId, revision, buildLog } = await deployLikeTheCli(
+    'broken-agent',
+    root,
+    [],
+    'apps/agent/langgraph.json',
+  );
   assert.equal(revision.status, 'DEPLOY_FAILED', `${JSON.stringify(revision)}\n${buildLog.join('\n')}`);
   assert.equal(revision.failure_reason, 'health_check_failed');
-  assert.ok(buildLog.some((line) => line.includes('(cd apps/agent && npm ci')), buildLog.join('\n'));
+  assert.ok(
+    buildLog.some((line) => line.includes('(cd apps/agent && npm ci')),
+    buildLog.join('\n'),
+  );
   // The error comes from the shared library: it was in the archive, and the graph loaded it.
-  const errors = await cli('POST', `/v1/projects/${deploymentId}/revisions/${revision.id}/deploy_logs`, { limit: 100, order: 'desc', query: 'the knowledge base is not configured' });
+  const errors = await cli('POST', `/v1/projects/${deploymentId}/revisions/${revision.id}/deploy_logs`, {
+    limit: 100,
+    order: 'desc',
+    query: 'the knowledge base is not configured',
+  });
   assert.equal(errors.status, 200);
-  const everything = await cli('POST', `/v1/projects/${deploymentId}/revisions/${revision.id}/deploy_logs`, { limit: 200, order: 'asc' });
-  assert.ok(errors.body.logs.length > 0, `the server's error is in the deploy logs:\n${everything.body.logs.map((l: { message: string }) => l.message).join('\n')}`);
+  const everything = await cli('POST', `/v1/projects/${deploymentId}/revisions/${revision.id}/deploy_logs`, {
+    limit: 200,
+    order: 'asc',
+  });
+  assert.ok(
+    errors.body.logs.length > 0,
+    `the server's error is in the deploy logs:\n${everything.body.logs.map((l: { message: string }) => l.message).join('\n')}`,
+  );
   assert.match(revision.failure_message ?? '', /health/i);
   const deployment = await cli('GET', `/v2/deployments/${deploymentId}`);
   assert.equal(deployment.body.active_revision_id, null, 'nothing serves');

@@ -51,22 +51,32 @@ async function launch(dir: string, args: string[], env: Record<string, string> =
 }
 
 // Prints what it was started with, as `langgraph dev` would receive it, and exits with 3.
-const FAKE_LANGGRAPH = '#!/bin/sh\necho "args: $*"\necho "cwd: $(pwd)"\necho "analytics off: $LANGGRAPH_CLI_NO_ANALYTICS"\necho "port: $PORT"\nexit 3\n';
+const FAKE_LANGGRAPH =
+  '#!/bin/sh\necho "args: $*"\necho "cwd: $(pwd)"\necho "analytics off: $LANGGRAPH_CLI_NO_ANALYTICS"\necho "port: $PORT"\nexit 3\n';
 
-test('python: langgraph dev of the venv, in the config\'s directory, on PORT and HOST, without reload or browser', async () => {
-  const dir = await project({ 'apps/agent/langgraph.json': JSON.stringify({ python_version: '3.11', graphs: { agent: './graph.py:graph' } }), '.venv/bin/langgraph': FAKE_LANGGRAPH });
+test("python: langgraph dev of the venv, in the config's directory, on PORT and HOST, without reload or browser", async () => {
+  const dir = await project({
+    'apps/agent/langgraph.json': JSON.stringify({ python_version: '3.11', graphs: { agent: './graph.py:graph' } }),
+    '.venv/bin/langgraph': FAKE_LANGGRAPH,
+  });
   await fs.chmod(path.join(dir, '.venv/bin/langgraph'), 0o755);
   const result = await launch(dir, ['python', 'apps/agent/langgraph.json']);
-  assert.equal(result.code, 3, 'the server\'s exit code is the launcher\'s, so the supervisor sees the crash');
+  assert.equal(result.code, 3, "the server's exit code is the launcher's, so the supervisor sees the crash");
   const agentDir = await fs.realpath(path.join(dir, 'apps/agent'));
-  assert.match(result.stdout, new RegExp(`args: dev --config ${agentDir}/langgraph.json --host 127.0.0.1 --port 43111 --no-reload --no-browser`));
+  assert.match(
+    result.stdout,
+    new RegExp(`args: dev --config ${agentDir}/langgraph.json --host 127.0.0.1 --port 43111 --no-reload --no-browser`),
+  );
   assert.match(result.stdout, new RegExp(`cwd: ${agentDir}\\n`));
   assert.match(result.stdout, /analytics off: 1/);
   assert.match(result.stdout, /port: 43111/);
 });
 
 test('the server state of another revision (copied by a redeploy) is dropped; the same revision keeps its own', async () => {
-  const dir = await project({ 'langgraph.json': JSON.stringify({ python_version: '3.11', graphs: { agent: './graph.py:graph' } }), '.venv/bin/langgraph': FAKE_LANGGRAPH });
+  const dir = await project({
+    'langgraph.json': JSON.stringify({ python_version: '3.11', graphs: { agent: './graph.py:graph' } }),
+    '.venv/bin/langgraph': FAKE_LANGGRAPH,
+  });
   await fs.chmod(path.join(dir, '.venv/bin/langgraph'), 0o755);
   const state = path.join(dir, '.langgraph_api');
   await fs.mkdir(state);
@@ -78,11 +88,18 @@ test('the server state of another revision (copied by a redeploy) is dropped; th
 
   await fs.writeFile(path.join(state, 'threads.pckl'), 'threads of revision 2');
   await launch(dir, ['python', 'langgraph.json']);
-  assert.equal(await fs.readFile(path.join(state, 'threads.pckl'), 'utf8'), 'threads of revision 2', 'a restart of the same revision finds its state');
+  assert.equal(
+    await fs.readFile(path.join(state, 'threads.pckl'), 'utf8'),
+    'threads of revision 2',
+    'a restart of the same revision finds its state',
+  );
 });
 
 test('js: a project without the server installed fails with a message that says what to add', async () => {
-  const dir = await project({ 'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './agent.ts:graph' } }), 'package.json': '{}' });
+  const dir = await project({
+    'langgraph.json': JSON.stringify({ node_version: '20', graphs: { agent: './agent.ts:graph' } }),
+    'package.json': '{}',
+  });
   const result = await launch(dir, ['js', 'langgraph.json']);
   assert.equal(result.code, 1);
   assert.match(result.stderr, /@langchain\/langgraph-api is not installed for langgraph\.json/);

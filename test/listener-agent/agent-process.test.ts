@@ -47,9 +47,13 @@ describe('the slipway-listener command', { timeout: 120_000 }, () => {
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
 
-    await world.slipway.waitFor(() => world.slipway.reports.some((r) => r.revision_id === d.revision!.id && r.status === 'DEPLOYING'));
+    await world.slipway.waitFor(() =>
+      world.slipway.reports.some((r) => r.revision_id === d.revision!.id && r.status === 'DEPLOYING'),
+    );
     world.kube.markAvailable(NAMESPACE, 'from-the-command');
-    await world.slipway.waitFor(() => world.slipway.reports.some((r) => r.revision_id === d.revision!.id && r.status === 'DEPLOYED'));
+    await world.slipway.waitFor(() =>
+      world.slipway.reports.some((r) => r.revision_id === d.revision!.id && r.status === 'DEPLOYED'),
+    );
     assert.ok(world.slipway.heartbeats.length > 0);
 
     child.kill('SIGTERM');

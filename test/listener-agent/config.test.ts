@@ -12,7 +12,13 @@ import { ProtocolError, parseDesiredState } from '../../listener/desired-state.t
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const ID = '6f1c2d3e-0000-4000-8000-000000000001';
-const ENV = { SLIPWAY_URL: 'https://slipway.example.com/', SLIPWAY_LISTENER_ID: ID, SLIPWAY_LISTENER_CREDENTIAL: 'slwl_abc', SLIPWAY_LISTENER_NAMESPACES: 'agents, billing', KUBECONFIG: '/home/me/.kube/config' };
+const ENV = {
+  SLIPWAY_URL: 'https://slipway.example.com/',
+  SLIPWAY_LISTENER_ID: ID,
+  SLIPWAY_LISTENER_CREDENTIAL: 'slwl_abc',
+  SLIPWAY_LISTENER_NAMESPACES: 'agents, billing',
+  KUBECONFIG: '/home/me/.kube/config',
+};
 
 function failure(env: Record<string, string | undefined>): ListenerConfigError {
   try {
@@ -44,27 +50,52 @@ describe('listener configuration', () => {
     assert.equal(failure({ ...ENV, SLIPWAY_LISTENER_NAMESPACES: 'Agents' }).variable, 'SLIPWAY_LISTENER_NAMESPACES');
     assert.equal(failure({ ...ENV, SLIPWAY_LISTENER_POLL_SECONDS: '90' }).variable, 'SLIPWAY_LISTENER_POLL_SECONDS');
     assert.match(failure({ ...ENV, KUBECONFIG: undefined }).message, /^KUBECONFIG: .*not a Kubernetes pod/);
-    assert.equal(loadListenerConfig({ ...ENV, KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: '10.0.0.1' }).kubeconfigPath, null);
+    assert.equal(
+      loadListenerConfig({ ...ENV, KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: '10.0.0.1' }).kubeconfigPath,
+      null,
+    );
   });
 
   test('the command fails fast on a bad setting, naming it', () => {
-    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], { env: { PATH: process.env.PATH, ...ENV, SLIPWAY_LISTENER_NAMESPACES: '' }, encoding: 'utf8' });
+    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
+      env: { PATH: process.env.PATH, ...ENV, SLIPWAY_LISTENER_NAMESPACES: '' },
+      encoding: 'utf8',
+    });
     assert.equal(run.status, 2);
     assert.match(run.stderr, /SLIPWAY_LISTENER_NAMESPACES: is required/);
   });
 });
 
 describe('reading the desired state', () => {
-  const body = { protocol: 1, listener_id: ID, deployments: [{ deployment_id: 'd', name: 'app', namespace: null, delete: false, custom_url: null, revision: null }] };
+  const body = {
+    protocol: 1,
+    listener_id: ID,
+    deployments: [
+      { deployment_id: 'd', name: 'app', namespace: null, delete: false, custom_url: null, revision: null },
+    ],
+  };
 
   test('a protocol 1 body is read', () => {
     assert.equal(parseDesiredState(body, ID).deployments[0]!.name, 'app');
   });
 
   test('another protocol version, another listener or a wrong field is refused whole', () => {
-    assert.throws(() => parseDesiredState({ ...body, protocol: 2 }, ID), (e: unknown) => e instanceof ProtocolError && /protocol 2 is not supported/.test(e.message));
+    assert.throws(
+      () => parseDesiredState({ ...body, protocol: 2 }, ID),
+      (e: unknown) => e instanceof ProtocolError && /protocol 2 is not supported/.test(e.message),
+    );
     assert.throws(() => parseDesiredState(body, '00000000-0000-4000-8000-000000000000'), /not 00000000/);
-    assert.throws(() => parseDesiredState({ ...body, deployments: [{ ...body.deployments[0], delete: 'yes' }] }, ID), /deployments\[0\]\.delete must be a boolean/);
-    assert.throws(() => parseDesiredState({ ...body, deployments: [{ ...body.deployments[0], revision: { id: 'r', status: 'QUEUED', secrets: 'x' } }] }, ID), /revision\.secrets must be an array/);
+    assert.throws(
+      () => parseDesiredState({ ...body, deployments: [{ ...body.deployments[0], delete: 'yes' }] }, ID),
+      /deployments\[0\]\.delete must be a boolean/,
+    );
+    assert.throws(
+      () =>
+        parseDesiredState(
+          { ...body, deployments: [{ ...body.deployments[0], revision: { id: 'r', status: 'QUEUED', secrets: 'x' } }] },
+          ID,
+        ),
+      /revision\.secrets must be an array/,
+    );
   });
 });

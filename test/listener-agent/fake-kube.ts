@@ -163,7 +163,12 @@ export class FakeKube {
 
   list(filter: { kind?: string; namespace?: string; selector?: string } = {}): KubeObject[] {
     return [...this.objects.values()]
-      .filter((o) => (filter.kind === undefined || o.kind === filter.kind) && (filter.namespace === undefined || o.metadata.namespace === filter.namespace) && matchesSelector(o.metadata.labels, filter.selector ?? null))
+      .filter(
+        (o) =>
+          (filter.kind === undefined || o.kind === filter.kind) &&
+          (filter.namespace === undefined || o.metadata.namespace === filter.namespace) &&
+          matchesSelector(o.metadata.labels, filter.selector ?? null),
+      )
       .map(clone);
   }
 
@@ -205,18 +210,41 @@ export class FakeKube {
 
   /** The controller has seen the current generation and has replicas left to update: progressing. */
   startRollout(namespace: string, name: string, kind = 'Deployment'): void {
-    this.setStatus(kind, namespace, name, (o) => ({ ...o.status, observedGeneration: o.metadata.generation, updatedReplicas: 0 }));
+    this.setStatus(kind, namespace, name, (o) => ({
+      ...o.status,
+      observedGeneration: o.metadata.generation,
+      updatedReplicas: 0,
+    }));
   }
 
   /** Every replica of the current template runs and is ready, and old ones are gone. */
   markAvailable(namespace: string, name: string, kind = 'Deployment'): void {
     const workload = this.mustGet(kind, namespace, name);
     const replicas = typeof workload.spec?.replicas === 'number' ? workload.spec.replicas : 1;
-    this.replacePods(workload, replicas, () => ({ phase: 'Running', containerStatuses: this.containersOf(workload).map((c) => ({ name: c, ready: true, restartCount: 0, image: 'x', imageID: 'x', state: { running: { startedAt: new Date().toISOString() } } })) }));
+    this.replacePods(workload, replicas, () => ({
+      phase: 'Running',
+      containerStatuses: this.containersOf(workload).map((c) => ({
+        name: c,
+        ready: true,
+        restartCount: 0,
+        image: 'x',
+        imageID: 'x',
+        state: { running: { startedAt: new Date().toISOString() } },
+      })),
+    }));
     const generation = workload.metadata.generation;
     this.setStatus(kind, namespace, name, () =>
       kind === 'StatefulSet'
-        ? { observedGeneration: generation, replicas, readyReplicas: replicas, updatedReplicas: replicas, currentReplicas: replicas, availableReplicas: replicas, currentRevision: `${name}-${generation}`, updateRevision: `${name}-${generation}` }
+        ? {
+            observedGeneration: generation,
+            replicas,
+            readyReplicas: replicas,
+            updatedReplicas: replicas,
+            currentReplicas: replicas,
+            availableReplicas: replicas,
+            currentRevision: `${name}-${generation}`,
+            updateRevision: `${name}-${generation}`,
+          }
         : {
             observedGeneration: generation,
             replicas,
@@ -237,9 +265,23 @@ export class FakeKube {
     const containers = this.containersOf(workload);
     this.replacePods(workload, 1, () => ({
       phase: 'Pending',
-      containerStatuses: containers.map((c, i) => ({ name: c, ready: false, restartCount: reason === 'CrashLoopBackOff' ? 3 : 0, image: 'x', imageID: '', state: i === 0 ? { waiting: { reason, message } } : { running: {} } })),
+      containerStatuses: containers.map((c, i) => ({
+        name: c,
+        ready: false,
+        restartCount: reason === 'CrashLoopBackOff' ? 3 : 0,
+        image: 'x',
+        imageID: '',
+        state: i === 0 ? { waiting: { reason, message } } : { running: {} },
+      })),
     }));
-    this.setStatus(kind, namespace, name, (o) => ({ ...o.status, observedGeneration: o.metadata.generation, replicas: 1, updatedReplicas: 1, availableReplicas: 0, unavailableReplicas: 1 }));
+    this.setStatus(kind, namespace, name, (o) => ({
+      ...o.status,
+      observedGeneration: o.metadata.generation,
+      replicas: 1,
+      updatedReplicas: 1,
+      availableReplicas: 0,
+      unavailableReplicas: 1,
+    }));
   }
 
   /** The Deployment controller gave up waiting: Progressing=False, ProgressDeadlineExceeded. */
@@ -250,7 +292,14 @@ export class FakeKube {
       replicas: 1,
       updatedReplicas: 1,
       availableReplicas: 0,
-      conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: `ReplicaSet "${name}-5d4f8" has timed out progressing.` }],
+      conditions: [
+        {
+          type: 'Progressing',
+          status: 'False',
+          reason: 'ProgressDeadlineExceeded',
+          message: `ReplicaSet "${name}-5d4f8" has timed out progressing.`,
+        },
+      ],
     }));
   }
 
@@ -266,7 +315,8 @@ export class FakeKube {
    */
   compact(): void {
     this.compactedAt = this.rv;
-    for (const w of this.watchers) w.res.end(`${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', 'too old resource version') })}\n`);
+    for (const w of this.watchers)
+      w.res.end(`${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', 'too old resource version') })}\n`);
     this.watchers.clear();
   }
 
@@ -303,11 +353,19 @@ export class FakeKube {
 
   private replacePods(workload: KubeObject, count: number, podStatus: () => Json): void {
     const { namespace, name } = workload.metadata;
-    for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(workload) })) this.remove('pods', namespace, pod.metadata.name);
+    for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(workload) }))
+      this.remove('pods', namespace, pod.metadata.name);
     for (let i = 0; i < count; i += 1) {
-      const podName = workload.kind === 'StatefulSet' ? `${name}-${i}` : `${name}-g${workload.metadata.generation ?? 1}-${i}`;
+      const podName =
+        workload.kind === 'StatefulSet' ? `${name}-${i}` : `${name}-g${workload.metadata.generation ?? 1}-${i}`;
       const template = (workload.spec?.template ?? {}) as { spec?: Json };
-      this.store({ apiVersion: 'v1', kind: 'Pod', metadata: { name: podName, namespace, labels: this.podLabels(workload) }, spec: clone(template.spec ?? { containers: [] }), status: podStatus() });
+      this.store({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: podName, namespace, labels: this.podLabels(workload) },
+        spec: clone(template.spec ?? { containers: [] }),
+        status: podStatus(),
+      });
     }
   }
 
@@ -323,9 +381,18 @@ export class FakeKube {
     const before = this.objects.get(key);
     const { resourceVersion: _rv, ...beforeMeta } = before?.metadata ?? {};
     const { resourceVersion: _rv2, ...afterMeta } = object.metadata;
-    if (before && isDeepStrictEqual({ ...before, metadata: beforeMeta }, { ...object, metadata: afterMeta })) return before;
+    if (before && isDeepStrictEqual({ ...before, metadata: beforeMeta }, { ...object, metadata: afterMeta }))
+      return before;
     this.rv += 1;
-    const stored: KubeObject = { ...object, metadata: { ...object.metadata, uid: object.metadata.uid ?? `uid-${++this.uid}`, creationTimestamp: object.metadata.creationTimestamp ?? new Date().toISOString(), resourceVersion: String(this.rv) } };
+    const stored: KubeObject = {
+      ...object,
+      metadata: {
+        ...object.metadata,
+        uid: object.metadata.uid ?? `uid-${++this.uid}`,
+        creationTimestamp: object.metadata.creationTimestamp ?? new Date().toISOString(),
+        resourceVersion: String(this.rv),
+      },
+    };
     this.objects.set(key, stored);
     this.emit(before ? 'MODIFIED' : 'ADDED', resource.plural, stored);
     return stored;
@@ -345,7 +412,8 @@ export class FakeKube {
     const entry = { rv: this.rv, plural, namespace: object.metadata.namespace, type, object: clone(object) };
     this.log.push(entry);
     for (const w of this.watchers) {
-      if (w.plural === plural && w.namespace === entry.namespace && matchesSelector(object.metadata.labels, w.selector)) w.res.write(`${JSON.stringify({ type, object: entry.object })}\n`);
+      if (w.plural === plural && w.namespace === entry.namespace && matchesSelector(object.metadata.labels, w.selector))
+        w.res.write(`${JSON.stringify({ type, object: entry.object })}\n`);
     }
     this.changes.emit('change');
   }
@@ -355,24 +423,43 @@ export class FakeKube {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks).toString('utf8');
-    this.requests.push({ method: req.method ?? 'GET', path: url.pathname, query: url.searchParams, contentType: req.headers['content-type'] });
+    this.requests.push({
+      method: req.method ?? 'GET',
+      path: url.pathname,
+      query: url.searchParams,
+      contentType: req.headers['content-type'],
+    });
 
-    const discovery = RESOURCES.filter((r) => (url.pathname === '/api/v1' && r.apiVersion === 'v1') || url.pathname === `/apis/${r.apiVersion}`);
+    const discovery = RESOURCES.filter(
+      (r) => (url.pathname === '/api/v1' && r.apiVersion === 'v1') || url.pathname === `/apis/${r.apiVersion}`,
+    );
     if (req.method === 'GET' && discovery.length > 0) {
       const groupVersion = discovery[0]!.apiVersion;
       FakeKube.send(res, 200, {
         kind: 'APIResourceList',
         apiVersion: 'v1',
         groupVersion,
-        resources: discovery.map((r) => ({ name: r.plural, singularName: r.kind.toLowerCase(), namespaced: true, kind: r.kind, verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'] })),
+        resources: discovery.map((r) => ({
+          name: r.plural,
+          singularName: r.kind.toLowerCase(),
+          namespaced: true,
+          kind: r.kind,
+          verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
+        })),
       });
       return;
     }
 
     const match = /^\/(?:api\/v1|apis\/([^/]+\/[^/]+))\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(url.pathname);
-    const resource = match ? RESOURCES.find((r) => r.plural === match[3] && r.apiVersion === (match[1] ?? 'v1')) : undefined;
+    const resource = match
+      ? RESOURCES.find((r) => r.plural === match[3] && r.apiVersion === (match[1] ?? 'v1'))
+      : undefined;
     if (!match || !resource) {
-      FakeKube.send(res, 404, status(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`));
+      FakeKube.send(
+        res,
+        404,
+        status(404, 'NotFound', `the server could not find the requested resource (${req.method} ${url.pathname})`),
+      );
       return;
     }
     const namespace = decodeURIComponent(match[2]!);
@@ -384,8 +471,18 @@ export class FakeKube {
         this.watch(res, resource, namespace, selector, Number(url.searchParams.get('resourceVersion') ?? '0'));
         return;
       }
-      const items = [...this.objects.values()].filter((o) => o.kind === resource.kind && o.metadata.namespace === namespace && matchesSelector(o.metadata.labels, selector));
-      FakeKube.send(res, 200, { kind: `${resource.kind}List`, apiVersion: resource.apiVersion, metadata: { resourceVersion: String(this.rv) }, items });
+      const items = [...this.objects.values()].filter(
+        (o) =>
+          o.kind === resource.kind &&
+          o.metadata.namespace === namespace &&
+          matchesSelector(o.metadata.labels, selector),
+      );
+      FakeKube.send(res, 200, {
+        kind: `${resource.kind}List`,
+        apiVersion: resource.apiVersion,
+        metadata: { resourceVersion: String(this.rv) },
+        items,
+      });
       return;
     }
     if (name === null) {
@@ -405,10 +502,17 @@ export class FakeKube {
       }
       // Foreground or background, the end is the same here: the workload's pods go with it.
       if (resource.kind === 'Deployment' || resource.kind === 'StatefulSet') {
-        for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(existing) })) this.remove('pods', namespace, pod.metadata.name);
+        for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(existing) }))
+          this.remove('pods', namespace, pod.metadata.name);
       }
       this.remove(resource.plural, namespace, name);
-      FakeKube.send(res, 200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: resource.plural } });
+      FakeKube.send(res, 200, {
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Success',
+        details: { name, kind: resource.plural },
+      });
       return;
     }
     if (req.method === 'PATCH') {
@@ -418,17 +522,30 @@ export class FakeKube {
     FakeKube.send(res, 405, status(405, 'MethodNotAllowed', `${req.method} is not supported here`));
   }
 
-  private watch(res: ServerResponse, resource: Resource, namespace: string, selector: string | null, from: number): void {
+  private watch(
+    res: ServerResponse,
+    resource: Resource,
+    namespace: string,
+    selector: string | null,
+    from: number,
+  ): void {
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
     // As an API server does: the client knows the watch is on before the first event.
     res.flushHeaders();
     if (from < this.compactedAt) {
-      res.end(`${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.compactedAt})`) })}\n`);
+      res.end(
+        `${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from} (${this.compactedAt})`) })}\n`,
+      );
       return;
     }
     const watcher: Watcher = { plural: resource.plural, namespace, selector, res };
     for (const entry of this.log) {
-      if (entry.rv > from && entry.plural === resource.plural && entry.namespace === namespace && matchesSelector(entry.object.metadata.labels, selector)) {
+      if (
+        entry.rv > from &&
+        entry.plural === resource.plural &&
+        entry.namespace === namespace &&
+        matchesSelector(entry.object.metadata.labels, selector)
+      ) {
         res.write(`${JSON.stringify({ type: entry.type, object: entry.object })}\n`);
       }
     }
@@ -436,14 +553,35 @@ export class FakeKube {
     res.on('close', () => this.watchers.delete(watcher));
   }
 
-  private apply(res: ServerResponse, req: IncomingMessage, url: URL, resource: Resource, namespace: string, name: string, body: string, existing: KubeObject | undefined): void {
+  private apply(
+    res: ServerResponse,
+    req: IncomingMessage,
+    url: URL,
+    resource: Resource,
+    namespace: string,
+    name: string,
+    body: string,
+    existing: KubeObject | undefined,
+  ): void {
     if (req.headers['content-type'] !== 'application/apply-patch+yaml') {
-      FakeKube.send(res, 415, status(415, 'UnsupportedMediaType', `this fake only takes server-side apply, got ${req.headers['content-type']}`));
+      FakeKube.send(
+        res,
+        415,
+        status(
+          415,
+          'UnsupportedMediaType',
+          `this fake only takes server-side apply, got ${req.headers['content-type']}`,
+        ),
+      );
       return;
     }
     const manager = url.searchParams.get('fieldManager');
     if (!manager) {
-      FakeKube.send(res, 400, status(400, 'BadRequest', 'PATCH, application/apply-patch+yaml: fieldManager is required'));
+      FakeKube.send(
+        res,
+        400,
+        status(400, 'BadRequest', 'PATCH, application/apply-patch+yaml: fieldManager is required'),
+      );
       return;
     }
     let applied: KubeObject;
@@ -457,8 +595,14 @@ export class FakeKube {
       FakeKube.send(res, 404, status(404, 'NotFound', `namespaces "${namespace}" not found`));
       return;
     }
-    const invalid = (causes: string[]) => FakeKube.send(res, 422, status(422, 'Invalid', `${resource.kind} "${name}" is invalid: ${causes.join(', ')}`));
-    if (applied.kind !== resource.kind || applied.apiVersion !== resource.apiVersion || applied.metadata?.name !== name || (applied.metadata.namespace ?? namespace) !== namespace) {
+    const invalid = (causes: string[]) =>
+      FakeKube.send(res, 422, status(422, 'Invalid', `${resource.kind} "${name}" is invalid: ${causes.join(', ')}`));
+    if (
+      applied.kind !== resource.kind ||
+      applied.apiVersion !== resource.apiVersion ||
+      applied.metadata?.name !== name ||
+      (applied.metadata.namespace ?? namespace) !== namespace
+    ) {
       invalid(['kind, apiVersion, name and namespace must match the request path']);
       return;
     }
@@ -467,7 +611,11 @@ export class FakeKube {
       invalid([refusal.message]);
       return;
     }
-    const problems = [...(schemaProblem(applied) === null ? [] : [schemaProblem(applied)!]), ...labelProblems(applied.metadata.labels, 'metadata.labels'), ...this.apiServerChecks(applied)];
+    const problems = [
+      ...(schemaProblem(applied) === null ? [] : [schemaProblem(applied)!]),
+      ...labelProblems(applied.metadata.labels, 'metadata.labels'),
+      ...this.apiServerChecks(applied),
+    ];
     if (existing) problems.push(...this.immutableChanges(existing, applied));
     if (problems.length > 0) {
       invalid(problems);
@@ -488,7 +636,14 @@ export class FakeKube {
     const generation = existing ? (existing.metadata.generation ?? 1) + (specChanged ? 1 : 0) : 1;
     const stored = this.store({
       ...applied,
-      metadata: { ...applied.metadata, namespace, generation, uid: existing?.metadata.uid, creationTimestamp: existing?.metadata.creationTimestamp, managedFields: [{ manager, operation: 'Apply' }] },
+      metadata: {
+        ...applied.metadata,
+        namespace,
+        generation,
+        uid: existing?.metadata.uid,
+        creationTimestamp: existing?.metadata.creationTimestamp,
+        managedFields: [{ manager, operation: 'Apply' }],
+      },
       ...(spec === undefined ? {} : { spec }),
       ...(existing?.status === undefined ? {} : { status: existing.status }),
     } as KubeObject);
@@ -504,33 +659,60 @@ export class FakeKube {
 
   /** What the StatefulSet controller does first: a claim per volume claim template, labelled as the template says. */
   private claimVolumes(set: KubeObject): void {
-    const templates = (set.spec?.volumeClaimTemplates ?? []) as { metadata: { name: string; labels?: Record<string, string> }; spec: Json }[];
+    const templates = (set.spec?.volumeClaimTemplates ?? []) as {
+      metadata: { name: string; labels?: Record<string, string> };
+      spec: Json;
+    }[];
     for (const t of templates) {
       const name = `${t.metadata.name}-${set.metadata.name}-0`;
       if (this.get('PersistentVolumeClaim', set.metadata.namespace, name)) continue;
-      this.store({ apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name, namespace: set.metadata.namespace, labels: t.metadata.labels ?? {} }, spec: clone(t.spec), status: { phase: 'Bound' } });
+      this.store({
+        apiVersion: 'v1',
+        kind: 'PersistentVolumeClaim',
+        metadata: { name, namespace: set.metadata.namespace, labels: t.metadata.labels ?? {} },
+        spec: clone(t.spec),
+        status: { phase: 'Bound' },
+      });
     }
   }
 
   /** A few of the API server's own validations that no OpenAPI schema says. */
   private apiServerChecks(object: KubeObject): string[] {
     const problems: string[] = [];
-    const spec = object.spec as { selector?: { matchLabels?: Record<string, string> }; template?: { metadata?: { labels?: Record<string, string> }; spec?: Json }; volumeClaimTemplates?: { metadata: { name: string } }[] } | undefined;
+    const spec = object.spec as
+      | {
+          selector?: { matchLabels?: Record<string, string> };
+          template?: { metadata?: { labels?: Record<string, string> }; spec?: Json };
+          volumeClaimTemplates?: { metadata: { name: string } }[];
+        }
+      | undefined;
     if (object.kind === 'Deployment' || object.kind === 'StatefulSet') {
       const templateLabels = spec?.template?.metadata?.labels ?? {};
       problems.push(...labelProblems(templateLabels, 'spec.template.metadata.labels'));
       for (const [k, v] of Object.entries(spec?.selector?.matchLabels ?? {})) {
-        if (templateLabels[k] !== v) problems.push(`spec.template.metadata.labels: Invalid value: selector does not match template labels`);
+        if (templateLabels[k] !== v)
+          problems.push(`spec.template.metadata.labels: Invalid value: selector does not match template labels`);
       }
-      const pod = (spec?.template?.spec ?? {}) as { volumes?: { name: string }[]; containers?: { name: string; volumeMounts?: { name: string }[] }[]; initContainers?: { name: string; volumeMounts?: { name: string }[] }[] };
-      const volumes = new Set([...(pod.volumes ?? []).map((v) => v.name), ...(spec?.volumeClaimTemplates ?? []).map((t) => t.metadata.name)]);
+      const pod = (spec?.template?.spec ?? {}) as {
+        volumes?: { name: string }[];
+        containers?: { name: string; volumeMounts?: { name: string }[] }[];
+        initContainers?: { name: string; volumeMounts?: { name: string }[] }[];
+      };
+      const volumes = new Set([
+        ...(pod.volumes ?? []).map((v) => v.name),
+        ...(spec?.volumeClaimTemplates ?? []).map((t) => t.metadata.name),
+      ]);
       const names = new Set<string>();
-      const all = [...(pod.initContainers ?? []).map((c) => ({ c, field: 'initContainers' })), ...(pod.containers ?? []).map((c) => ({ c, field: 'containers' }))];
+      const all = [
+        ...(pod.initContainers ?? []).map((c) => ({ c, field: 'initContainers' })),
+        ...(pod.containers ?? []).map((c) => ({ c, field: 'containers' })),
+      ];
       all.forEach(({ c, field }, i) => {
         if (names.has(c.name)) problems.push(`spec.template.spec.${field}[${i}].name: Duplicate value: "${c.name}"`);
         names.add(c.name);
         (c.volumeMounts ?? []).forEach((m, j) => {
-          if (!volumes.has(m.name)) problems.push(`spec.template.spec.${field}[${i}].volumeMounts[${j}].name: Not found: "${m.name}"`);
+          if (!volumes.has(m.name))
+            problems.push(`spec.template.spec.${field}[${i}].volumeMounts[${j}].name: Not found: "${m.name}"`);
         });
       });
     }
@@ -540,11 +722,14 @@ export class FakeKube {
   private immutableChanges(before: KubeObject, after: KubeObject): string[] {
     const a = (before.spec ?? {}) as Json;
     const b = (after.spec ?? {}) as Json;
-    if ((before.kind === 'Deployment' || before.kind === 'StatefulSet') && !isDeepStrictEqual(a.selector, b.selector)) return ['spec.selector: Invalid value: field is immutable'];
+    if ((before.kind === 'Deployment' || before.kind === 'StatefulSet') && !isDeepStrictEqual(a.selector, b.selector))
+      return ['spec.selector: Invalid value: field is immutable'];
     if (before.kind === 'StatefulSet') {
       for (const field of ['serviceName', 'volumeClaimTemplates', 'podManagementPolicy']) {
         if (!isDeepStrictEqual(a[field], b[field])) {
-          return ["spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"];
+          return [
+            "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+          ];
         }
       }
     }

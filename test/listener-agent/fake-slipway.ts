@@ -35,8 +35,23 @@ export interface RecordedReport {
   applied: boolean;
 }
 
-const RANK: Readonly<Record<string, number>> = { CREATING: 0, QUEUED: 0, AWAITING_DEPLOY: 1, DEPLOYING: 2, DEPLOYED: 3, DEPLOY_FAILED: 3 };
-const FINAL = new Set(['DEPLOYED', 'DEPLOY_FAILED', 'INTERRUPTED', 'SKIPPED', 'UNKNOWN', 'CREATE_FAILED', 'BUILD_FAILED']);
+const RANK: Readonly<Record<string, number>> = {
+  CREATING: 0,
+  QUEUED: 0,
+  AWAITING_DEPLOY: 1,
+  DEPLOYING: 2,
+  DEPLOYED: 3,
+  DEPLOY_FAILED: 3,
+};
+const FINAL = new Set([
+  'DEPLOYED',
+  'DEPLOY_FAILED',
+  'INTERRUPTED',
+  'SKIPPED',
+  'UNKNOWN',
+  'CREATE_FAILED',
+  'BUILD_FAILED',
+]);
 
 export class FakeSlipway {
   readonly reports: RecordedReport[] = [];
@@ -81,7 +96,10 @@ export class FakeSlipway {
 
   /** Adds or replaces a deployment in the desired state (a new revision, a delete mark...). */
   upsert(deployment: FakeDeployment): void {
-    this.deployments = [...this.deployments.filter((d) => d.deployment_id !== deployment.deployment_id), structuredClone(deployment)];
+    this.deployments = [
+      ...this.deployments.filter((d) => d.deployment_id !== deployment.deployment_id),
+      structuredClone(deployment),
+    ];
     this.changed();
   }
 

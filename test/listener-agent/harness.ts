@@ -44,7 +44,11 @@ export async function startWorld(options: FakeKubeOptions = {}): Promise<World> 
     slipway,
     config,
     start() {
-      const agent = startListener(config, { kubeConfig: kube.kubeConfig(), logger: pino({ level: process.env.LISTENER_TEST_LOG ?? 'silent' }), backoff: { baseMs: 50, maxMs: 500 } });
+      const agent = startListener(config, {
+        kubeConfig: kube.kubeConfig(),
+        logger: pino({ level: process.env.LISTENER_TEST_LOG ?? 'silent' }),
+        backoff: { baseMs: 50, maxMs: 500 },
+      });
       const handle: RunningListener = {
         async stop() {
           running.delete(handle);
@@ -62,9 +66,25 @@ export async function startWorld(options: FakeKubeOptions = {}): Promise<World> 
 }
 
 export function revision(fields: Partial<FakeRevision> = {}): FakeRevision {
-  return { id: randomUUID(), status: 'QUEUED', image_uri: 'ghcr.io/acme/support-agent:1.4.2', secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-test' }], secret_references: null, resource_spec: null, ...fields };
+  return {
+    id: randomUUID(),
+    status: 'QUEUED',
+    image_uri: 'ghcr.io/acme/support-agent:1.4.2',
+    secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-test' }],
+    secret_references: null,
+    resource_spec: null,
+    ...fields,
+  };
 }
 
 export function deployment(fields: Partial<FakeDeployment> = {}): FakeDeployment {
-  return { deployment_id: randomUUID(), name: 'support-agent', namespace: NAMESPACE, delete: false, custom_url: null, revision: revision(), ...fields };
+  return {
+    deployment_id: randomUUID(),
+    name: 'support-agent',
+    namespace: NAMESPACE,
+    delete: false,
+    custom_url: null,
+    revision: revision(),
+    ...fields,
+  };
 }

@@ -59,8 +59,14 @@ export function labelProblems(labels: Readonly<Record<string, string>> | undefin
     const slash = key.lastIndexOf('/');
     const prefix = slash >= 0 ? key.slice(0, slash) : null;
     const name = slash >= 0 ? key.slice(slash + 1) : key;
-    if ((prefix !== null && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) || name.length > 63 || !LABEL_NAME.test(name)) problems.push(`${where}: Invalid value: "${key}": not a valid label key`);
-    if (value.length > 63 || !LABEL_VALUE.test(value)) problems.push(`${where}: Invalid value: "${value}": not a valid label value`);
+    if (
+      (prefix !== null && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) ||
+      name.length > 63 ||
+      !LABEL_NAME.test(name)
+    )
+      problems.push(`${where}: Invalid value: "${key}": not a valid label key`);
+    if (value.length > 63 || !LABEL_VALUE.test(value))
+      problems.push(`${where}: Invalid value: "${value}": not a valid label value`);
   }
   return problems;
 }

@@ -9,7 +9,10 @@ import { NAMESPACE, deployment, revision, startWorld, type World } from './harne
 import { schemaProblem } from './k8s-schemas.ts';
 import type { KubeObject } from './fake-kube.ts';
 
-type PodTemplate = { metadata: { labels: Record<string, string> }; spec: { containers: { name: string; image: string; env?: { name: string }[] }[] } };
+type PodTemplate = {
+  metadata: { labels: Record<string, string> };
+  spec: { containers: { name: string; image: string; env?: { name: string }[] }[] };
+};
 const templateOf = (o: KubeObject | undefined) => (o?.spec as { template: PodTemplate } | undefined)?.template;
 
 describe('listener agent: a deployment over its life', { timeout: 120_000 }, () => {
@@ -21,7 +24,8 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     await world.close();
   });
 
-  const reported = (revisionId: string, status: string) => world.slipway.waitFor(() => world.slipway.reports.find((r) => r.revision_id === revisionId && r.status === status));
+  const reported = (revisionId: string, status: string) =>
+    world.slipway.waitFor(() => world.slipway.reports.find((r) => r.revision_id === revisionId && r.status === status));
   const owned = (deploymentId: string) => world.kube.list({ selector: `slipway.dev/deployment-id=${deploymentId}` });
 
   test('a new revision (a new image) replaces the old one and is DEPLOYED in its turn', async () => {
@@ -33,21 +37,38 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     await reported(d.revision!.id, 'DEPLOYED');
     const first = world.kube.get('Deployment', NAMESPACE, 'support-agent')!;
 
-    const next = revision({ image_uri: 'ghcr.io/acme/support-agent:1.5.0', secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-rotated' }] });
+    const next = revision({
+      image_uri: 'ghcr.io/acme/support-agent:1.5.0',
+      secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-rotated' }],
+    });
     world.slipway.upsert({ ...world.slipway.deployment(d.deployment_id)!, revision: next });
     const updated = await world.kube.waitFor(() => {
       const app = world.kube.get('Deployment', NAMESPACE, 'support-agent');
       return templateOf(app)?.spec.containers[0]!.image === 'ghcr.io/acme/support-agent:1.5.0' && app;
     });
-    assert.equal(updated.metadata.generation, (first.metadata.generation ?? 1) + 1, 'the same Deployment, rolled to a new generation');
+    assert.equal(
+      updated.metadata.generation,
+      (first.metadata.generation ?? 1) + 1,
+      'the same Deployment, rolled to a new generation',
+    );
     assert.equal(templateOf(updated)!.metadata.labels['slipway.dev/revision-id'], next.id);
-    assert.equal(Buffer.from(world.kube.get('Secret', NAMESPACE, 'support-agent-secrets')!.data!.OPENAI_API_KEY!, 'base64').toString(), 'sk-rotated');
+    assert.equal(
+      Buffer.from(
+        world.kube.get('Secret', NAMESPACE, 'support-agent-secrets')!.data!.OPENAI_API_KEY!,
+        'base64',
+      ).toString(),
+      'sk-rotated',
+    );
 
     await reported(next.id, 'DEPLOYING');
     world.kube.markAvailable(NAMESPACE, 'support-agent');
     await reported(next.id, 'DEPLOYED');
     assert.deepEqual(world.slipway.statusesOf(next.id), ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']);
-    assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED'], 'nothing more said about the old one');
+    assert.deepEqual(
+      world.slipway.statusesOf(d.revision!.id),
+      ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED'],
+      'nothing more said about the old one',
+    );
     assert.equal(world.kube.list({ kind: 'Deployment' }).length, 1);
     await agent.stop();
   });
@@ -68,7 +89,10 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     assert.equal(failed.failure_reason, 'image_pull_failed');
 
     // The service goes back to the revision that works; the agent rolls it back and says nothing new about it.
-    world.slipway.upsert({ ...world.slipway.deployment(d.deployment_id)!, revision: { ...d.revision!, status: 'DEPLOYED' } });
+    world.slipway.upsert({
+      ...world.slipway.deployment(d.deployment_id)!,
+      revision: { ...d.revision!, status: 'DEPLOYED' },
+    });
     const back = await world.kube.waitFor(() => {
       const app = world.kube.get('Deployment', NAMESPACE, 'steady');
       return templateOf(app)?.spec.containers[0]!.image === d.revision!.image_uri && app;
@@ -80,14 +104,32 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
 
   test('delete removes every labelled object, then confirms the deletion', async () => {
     world.kube.autoRollout = true;
-    const d = deployment({ name: 'doomed', revision: revision({ resource_spec: { min_scale: 1, max_scale: 3, queue_min_scale: 1, db_storage_gi: 2, cache_memory_mb: 64 } }) });
+    const d = deployment({
+      name: 'doomed',
+      revision: revision({
+        resource_spec: { min_scale: 1, max_scale: 3, queue_min_scale: 1, db_storage_gi: 2, cache_memory_mb: 64 },
+      }),
+    });
     world.slipway.upsert(d);
     const agent = world.start();
     await reported(d.revision!.id, 'DEPLOYED');
     const kinds = new Set(owned(d.deployment_id).map((o) => o.kind));
-    assert.deepEqual([...kinds].sort(), ['Deployment', 'HorizontalPodAutoscaler', 'PersistentVolumeClaim', 'Pod', 'Secret', 'Service', 'StatefulSet']);
+    assert.deepEqual([...kinds].sort(), [
+      'Deployment',
+      'HorizontalPodAutoscaler',
+      'PersistentVolumeClaim',
+      'Pod',
+      'Secret',
+      'Service',
+      'StatefulSet',
+    ]);
     // Someone else's object in the same namespace must survive.
-    world.kube.put({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'not-ours', namespace: NAMESPACE, labels: { team: 'x' } }, data: {} });
+    world.kube.put({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: 'not-ours', namespace: NAMESPACE, labels: { team: 'x' } },
+      data: {},
+    });
 
     world.slipway.upsert({ ...world.slipway.deployment(d.deployment_id)!, delete: true });
     await world.slipway.waitFor(() => world.slipway.deletions.includes(d.deployment_id));
@@ -115,7 +157,11 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     await reported(d.revision!.id, 'DEPLOYED');
     await second.stop();
     assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']);
-    assert.equal(world.kube.applies().length, appliesBefore, 'the new agent found everything applied and applied nothing again');
+    assert.equal(
+      world.kube.applies().length,
+      appliesBefore,
+      'the new agent found everything applied and applied nothing again',
+    );
   });
 
   test('an agent restarted before the service saw its report reports the missing steps once', async () => {
@@ -129,7 +175,9 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     const second = world.start();
     await reported(d.revision!.id, 'DEPLOYED');
     await second.stop();
-    const applied = world.slipway.reports.filter((r) => r.revision_id === d.revision!.id && r.applied).map((r) => r.status);
+    const applied = world.slipway.reports
+      .filter((r) => r.revision_id === d.revision!.id && r.applied)
+      .map((r) => r.status);
     assert.deepEqual(applied, ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']);
   });
 
@@ -159,10 +207,19 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
       image_pull_secrets: [{ name: 'ghcr' }],
       volumes: [{ name: 'scratch', emptyDir: {} }],
       volume_mounts: [{ name: 'scratch', mountPath: '/scratch' }],
-      init_containers: [{ name: 'migrate', image: 'ghcr.io/acme/support-agent:1.4.2', command: ['npm', 'run', 'migrate'] }],
+      init_containers: [
+        { name: 'migrate', image: 'ghcr.io/acme/support-agent:1.4.2', command: ['npm', 'run', 'migrate'] },
+      ],
       sidecars: [{ name: 'proxy', image: 'ghcr.io/acme/proxy:2', args: ['--port', '9000'] }],
     };
-    const d = deployment({ name: 'full', custom_url: 'https://support.acme.example/', revision: revision({ resource_spec: spec, secret_references: [{ name: 'STRIPE_KEY', secret_name: 'stripe', secret_key: 'api-key' }] }) });
+    const d = deployment({
+      name: 'full',
+      custom_url: 'https://support.acme.example/',
+      revision: revision({
+        resource_spec: spec,
+        secret_references: [{ name: 'STRIPE_KEY', secret_name: 'stripe', secret_key: 'api-key' }],
+      }),
+    });
     world.slipway.upsert(d);
     const agent = world.start();
     await reported(d.revision!.id, 'DEPLOYED');
@@ -187,9 +244,13 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     ]);
     const app = world.kube.get('Deployment', NAMESPACE, 'full')!;
     const env = templateOf(app)!.spec.containers[0]!.env!.map((e) => e.name);
-    for (const name of ['OPENAI_API_KEY', 'STRIPE_KEY', 'DATABASE_URL', 'REDIS_URL', 'PORT']) assert.ok(env.includes(name), name);
+    for (const name of ['OPENAI_API_KEY', 'STRIPE_KEY', 'DATABASE_URL', 'REDIS_URL', 'PORT'])
+      assert.ok(env.includes(name), name);
     assert.equal(app.metadata.labels?.team, 'support');
-    assert.equal(world.kube.get('Service', NAMESPACE, 'full')!.metadata.annotations?.['slipway.dev/custom-url'], 'https://support.acme.example/');
+    assert.equal(
+      world.kube.get('Service', NAMESPACE, 'full')!.metadata.annotations?.['slipway.dev/custom-url'],
+      'https://support.acme.example/',
+    );
     const dbUrl = Buffer.from(world.kube.get('Secret', NAMESPACE, 'full-db')!.data!.DATABASE_URL!, 'base64').toString();
     assert.match(dbUrl, /^postgres:\/\/app:[^@]+@full-db:5432\/app$/);
   });
@@ -209,24 +270,38 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     await agent.stop();
     assert.equal(world.kube.get('Secret', NAMESPACE, 'keeper-db')!.data!.POSTGRES_PASSWORD, password);
     const set = world.kube.get('StatefulSet', NAMESPACE, 'keeper-db')!;
-    const claim = (set.spec as { volumeClaimTemplates: { spec: { resources: { requests: { storage: string } } } }[] }).volumeClaimTemplates[0]!;
+    const claim = (set.spec as { volumeClaimTemplates: { spec: { resources: { requests: { storage: string } } } }[] })
+      .volumeClaimTemplates[0]!;
     assert.equal(claim.spec.resources.requests.storage, '5Gi');
-    const postgres = (set.spec as { template: { spec: { containers: { resources?: { requests?: Record<string, string> } }[] } } }).template.spec.containers[0]!;
+    const postgres = (
+      set.spec as { template: { spec: { containers: { resources?: { requests?: Record<string, string> } }[] } } }
+    ).template.spec.containers[0]!;
     assert.equal(postgres.resources?.requests?.memory, '1024Mi');
   });
 
   test('a revision that drops the queue and the autoscaler has them removed, and keeps the database data', async () => {
     world.kube.autoRollout = true;
-    const d = deployment({ name: 'shrink', revision: revision({ resource_spec: { max_scale: 3, queue_min_scale: 1, db_storage_gi: 1 } }) });
+    const d = deployment({
+      name: 'shrink',
+      revision: revision({ resource_spec: { max_scale: 3, queue_min_scale: 1, db_storage_gi: 1 } }),
+    });
     world.slipway.upsert(d);
     const agent = world.start();
     await reported(d.revision!.id, 'DEPLOYED');
     const next = revision({ resource_spec: { min_scale: 1 } });
     world.slipway.upsert({ ...world.slipway.deployment(d.deployment_id)!, revision: next });
     await reported(next.id, 'DEPLOYED');
-    await world.kube.waitFor(() => !world.kube.get('Deployment', NAMESPACE, 'shrink-queue') && !world.kube.get('HorizontalPodAutoscaler', NAMESPACE, 'shrink') && !world.kube.get('StatefulSet', NAMESPACE, 'shrink-db'));
+    await world.kube.waitFor(
+      () =>
+        !world.kube.get('Deployment', NAMESPACE, 'shrink-queue') &&
+        !world.kube.get('HorizontalPodAutoscaler', NAMESPACE, 'shrink') &&
+        !world.kube.get('StatefulSet', NAMESPACE, 'shrink-db'),
+    );
     await agent.stop();
-    assert.ok(world.kube.get('PersistentVolumeClaim', NAMESPACE, 'data-shrink-db-0'), 'the data stays until the deployment is deleted');
+    assert.ok(
+      world.kube.get('PersistentVolumeClaim', NAMESPACE, 'data-shrink-db-0'),
+      'the data stays until the deployment is deleted',
+    );
     assert.ok(world.kube.get('Secret', NAMESPACE, 'shrink-db'), 'and so does the password it was made with');
   });
 
@@ -260,7 +335,10 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     world.slipway.upsert(d);
     const agent = world.start();
     await reported(d.revision!.id, 'DEPLOYING');
-    const lists = () => world.kube.requests.filter((r) => r.method === 'GET' && r.path.endsWith('/deployments') && r.query.get('watch') !== 'true').length;
+    const lists = () =>
+      world.kube.requests.filter(
+        (r) => r.method === 'GET' && r.path.endsWith('/deployments') && r.query.get('watch') !== 'true',
+      ).length;
     const before = lists();
     world.kube.compact();
     world.kube.markAvailable(NAMESPACE, 'compacted');

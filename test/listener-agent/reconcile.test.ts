@@ -9,16 +9,46 @@ import type { ObservedObject } from '../../listener/kube-objects.ts';
 import { reconcile, type Action, type Memory, type ReconcileContext } from '../../listener/reconcile.ts';
 
 const LISTENER = '6f1c0000-0000-4000-8000-000000000001';
-const ctx: ReconcileContext = { listenerId: LISTENER, appPort: 8080, progressDeadlineSeconds: 600, postgresImage: 'postgres:17-alpine', redisImage: 'redis:7-alpine', namespaces: ['agents'], entropy: 'e'.repeat(64) };
+const ctx: ReconcileContext = {
+  listenerId: LISTENER,
+  appPort: 8080,
+  progressDeadlineSeconds: 600,
+  postgresImage: 'postgres:17-alpine',
+  redisImage: 'redis:7-alpine',
+  namespaces: ['agents'],
+  entropy: 'e'.repeat(64),
+};
 
 function rev(fields: Partial<DesiredRevision> = {}): DesiredRevision {
-  return { id: 'rev-1', status: 'QUEUED', image_uri: 'ghcr.io/acme/app:1', secrets: [{ name: 'KEY', value: 'v' }], secret_references: null, resource_spec: null, ...fields };
+  return {
+    id: 'rev-1',
+    status: 'QUEUED',
+    image_uri: 'ghcr.io/acme/app:1',
+    secrets: [{ name: 'KEY', value: 'v' }],
+    secret_references: null,
+    resource_spec: null,
+    ...fields,
+  };
 }
 function dep(fields: Partial<DesiredDeployment> = {}): DesiredDeployment {
-  return { deployment_id: 'dep-1', name: 'app', namespace: 'agents', delete: false, custom_url: null, revision: rev(), ...fields };
+  return {
+    deployment_id: 'dep-1',
+    name: 'app',
+    namespace: 'agents',
+    delete: false,
+    custom_url: null,
+    revision: rev(),
+    ...fields,
+  };
 }
-const state = (...deployments: DesiredDeployment[]): DesiredState => ({ protocol: 1, listener_id: LISTENER, deployments });
-const memory = (fields: Partial<{ reported: [string, ReportedStatus][]; refused: [string, string][]; confirmed: string[] }> = {}): Memory => ({
+const state = (...deployments: DesiredDeployment[]): DesiredState => ({
+  protocol: 1,
+  listener_id: LISTENER,
+  deployments,
+});
+const memory = (
+  fields: Partial<{ reported: [string, ReportedStatus][]; refused: [string, string][]; confirmed: string[] }> = {},
+): Memory => ({
   reported: new Map(fields.reported ?? []),
   refused: new Map(fields.refused ?? []),
   confirmed: new Set(fields.confirmed ?? []),
@@ -33,25 +63,68 @@ function applied(desired: DesiredState, extra: (o: ObservedObject) => ObservedOb
     .map((o) => extra({ ...o, metadata: { ...o.metadata, generation: 1 } }));
 }
 const available = (o: ObservedObject): ObservedObject =>
-  o.kind === 'Deployment' ? { ...o, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 1, readyReplicas: 1 } } : o.kind === 'StatefulSet' ? { ...o, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1 } } : o;
-const observed = (o: ObservedObject): ObservedObject => (o.kind === 'Deployment' ? { ...o, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 0 } } : o);
+  o.kind === 'Deployment'
+    ? {
+        ...o,
+        status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 1, readyReplicas: 1 },
+      }
+    : o.kind === 'StatefulSet'
+      ? { ...o, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, readyReplicas: 1 } }
+      : o;
+const observed = (o: ObservedObject): ObservedObject =>
+  o.kind === 'Deployment'
+    ? { ...o, status: { observedGeneration: 1, replicas: 1, updatedReplicas: 1, availableReplicas: 0 } }
+    : o;
 
 const summary = (actions: readonly Action[]) =>
-  actions.map((a) => (a.type === 'report' ? `report ${a.status}${a.failureReason ? ` ${a.failureReason}` : ''}` : a.type === 'apply' ? `apply ${a.manifest.kind} ${a.manifest.metadata.name}` : a.type === 'delete' ? `delete ${a.target.kind} ${a.target.name}` : a.type));
+  actions.map((a) =>
+    a.type === 'report'
+      ? `report ${a.status}${a.failureReason ? ` ${a.failureReason}` : ''}`
+      : a.type === 'apply'
+        ? `apply ${a.manifest.kind} ${a.manifest.metadata.name}`
+        : a.type === 'delete'
+          ? `delete ${a.target.kind} ${a.target.name}`
+          : a.type,
+  );
 
 function pod(revisionId: string, reason: string): ObservedObject {
   return {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name: `app-${revisionId}`, namespace: 'agents', labels: { 'app.kubernetes.io/managed-by': 'slipway-listener', 'slipway.dev/deployment-id': 'dep-1', 'slipway.dev/component': 'web', 'slipway.dev/revision-id': revisionId } },
-    status: { containerStatuses: [{ name: 'app', ready: false, restartCount: 4, image: 'x', imageID: 'x', state: { waiting: { reason, message: 'it hurts' } } }] },
+    metadata: {
+      name: `app-${revisionId}`,
+      namespace: 'agents',
+      labels: {
+        'app.kubernetes.io/managed-by': 'slipway-listener',
+        'slipway.dev/deployment-id': 'dep-1',
+        'slipway.dev/component': 'web',
+        'slipway.dev/revision-id': revisionId,
+      },
+    },
+    status: {
+      containerStatuses: [
+        {
+          name: 'app',
+          ready: false,
+          restartCount: 4,
+          image: 'x',
+          imageID: 'x',
+          state: { waiting: { reason, message: 'it hurts' } },
+        },
+      ],
+    },
   };
 }
 
 describe('reconcile', () => {
   test('a new revision and an empty cluster: apply the Secret, Service and Deployment, then AWAITING_DEPLOY', () => {
     const [plan] = reconcile(state(dep()), { objects: [], memory: memory() }, ctx);
-    assert.deepEqual(summary(plan!.actions), ['apply Secret app-secrets', 'apply Service app', 'apply Deployment app', 'report AWAITING_DEPLOY']);
+    assert.deepEqual(summary(plan!.actions), [
+      'apply Secret app-secrets',
+      'apply Service app',
+      'apply Deployment app',
+      'report AWAITING_DEPLOY',
+    ]);
   });
 
   test('applied, but the controller has not seen the generation: nothing more than AWAITING_DEPLOY', () => {
@@ -62,7 +135,11 @@ describe('reconcile', () => {
 
   test('the controller took the generation up: DEPLOYING', () => {
     const desired = state(dep());
-    const [plan] = reconcile(desired, { objects: applied(desired, observed), memory: memory({ reported: [['rev-1', 'AWAITING_DEPLOY']] }) }, ctx);
+    const [plan] = reconcile(
+      desired,
+      { objects: applied(desired, observed), memory: memory({ reported: [['rev-1', 'AWAITING_DEPLOY']] }) },
+      ctx,
+    );
     assert.deepEqual(summary(plan!.actions), ['report DEPLOYING']);
   });
 
@@ -80,13 +157,20 @@ describe('reconcile', () => {
 
   test('what this process reported is not reported again, even before the service says so', () => {
     const desired = state(dep());
-    const [plan] = reconcile(desired, { objects: applied(desired, observed), memory: memory({ reported: [['rev-1', 'DEPLOYING']] }) }, ctx);
+    const [plan] = reconcile(
+      desired,
+      { objects: applied(desired, observed), memory: memory({ reported: [['rev-1', 'DEPLOYING']] }) },
+      ctx,
+    );
     assert.deepEqual(summary(plan!.actions), []);
   });
 
   test('a cache that has not caught up with an apply yet: apply again, report nothing twice', () => {
     const desired = state(dep());
-    const stale = applied(desired).map((o) => ({ ...o, metadata: { ...o.metadata, annotations: { ...o.metadata.annotations, 'slipway.dev/spec-hash': 'old' } } }));
+    const stale = applied(desired).map((o) => ({
+      ...o,
+      metadata: { ...o.metadata, annotations: { ...o.metadata.annotations, 'slipway.dev/spec-hash': 'old' } },
+    }));
     const [plan] = reconcile(desired, { objects: stale, memory: memory({ reported: [['rev-1', 'DEPLOYING']] }) }, ctx);
     assert.deepEqual(summary(plan!.actions), ['apply Secret app-secrets', 'apply Service app', 'apply Deployment app']);
   });
@@ -111,7 +195,11 @@ describe('reconcile', () => {
       ['ErrImagePull', 'image_pull_failed'],
       ['CrashLoopBackOff', 'crash_loop'],
     ] as const) {
-      const [plan] = reconcile(desired, { objects: [...applied(desired, observed), pod('rev-1', reason)], memory: memory() }, ctx);
+      const [plan] = reconcile(
+        desired,
+        { objects: [...applied(desired, observed), pod('rev-1', reason)], memory: memory() },
+        ctx,
+      );
       assert.deepEqual(summary(plan!.actions), [`report DEPLOY_FAILED ${failure}`], reason);
       const report = plan!.actions[0] as Extract<Action, { type: 'report' }>;
       assert.match(report.message ?? '', new RegExp(`container app of pod app-rev-1 is ${reason}: it hurts`));
@@ -121,45 +209,92 @@ describe('reconcile', () => {
   test('a pod waiting for a Secret that may yet come is not a failure, but the progress deadline says what it waited for', () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYING' }) }));
     const waiting = pod('rev-1', 'CreateContainerConfigError');
-    assert.deepEqual(summary(reconcile(desired, { objects: [...applied(desired, observed), waiting], memory: memory() }, ctx)[0]!.actions), []);
+    assert.deepEqual(
+      summary(
+        reconcile(desired, { objects: [...applied(desired, observed), waiting], memory: memory() }, ctx)[0]!.actions,
+      ),
+      [],
+    );
     const stalled = (o: ObservedObject): ObservedObject =>
-      o.kind === 'Deployment' ? { ...o, status: { observedGeneration: 1, updatedReplicas: 1, replicas: 1, conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: 'timed out' }] } } : o;
+      o.kind === 'Deployment'
+        ? {
+            ...o,
+            status: {
+              observedGeneration: 1,
+              updatedReplicas: 1,
+              replicas: 1,
+              conditions: [
+                { type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: 'timed out' },
+              ],
+            },
+          }
+        : o;
     const [plan] = reconcile(desired, { objects: [...applied(desired, stalled), waiting], memory: memory() }, ctx);
     const failed = plan!.actions[0] as Extract<Action, { type: 'report' }>;
     assert.equal(failed.failureReason, 'progress_deadline_exceeded');
-    assert.match(failed.message ?? '', /timed out; container app of pod app-rev-1 is CreateContainerConfigError: it hurts/);
+    assert.match(
+      failed.message ?? '',
+      /timed out; container app of pod app-rev-1 is CreateContainerConfigError: it hurts/,
+    );
   });
 
   test("an old revision's crashing pods do not fail the new one", () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYING' }) }));
-    const [plan] = reconcile(desired, { objects: [...applied(desired, observed), pod('rev-0', 'CrashLoopBackOff')], memory: memory() }, ctx);
+    const [plan] = reconcile(
+      desired,
+      { objects: [...applied(desired, observed), pod('rev-0', 'CrashLoopBackOff')], memory: memory() },
+      ctx,
+    );
     assert.deepEqual(summary(plan!.actions), []);
   });
 
   test('a progress deadline exceeded fails the revision', () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYING' }) }));
     const stalled = (o: ObservedObject): ObservedObject =>
-      o.kind === 'Deployment' ? { ...o, status: { observedGeneration: 1, updatedReplicas: 1, replicas: 1, conditions: [{ type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: 'timed out' }] } } : o;
+      o.kind === 'Deployment'
+        ? {
+            ...o,
+            status: {
+              observedGeneration: 1,
+              updatedReplicas: 1,
+              replicas: 1,
+              conditions: [
+                { type: 'Progressing', status: 'False', reason: 'ProgressDeadlineExceeded', message: 'timed out' },
+              ],
+            },
+          }
+        : o;
     const [plan] = reconcile(desired, { objects: applied(desired, stalled), memory: memory() }, ctx);
     assert.deepEqual(summary(plan!.actions), ['report DEPLOY_FAILED progress_deadline_exceeded']);
   });
 
   test('a status for an older generation is not taken for the new one', () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYING' }) }));
-    const behind = (o: ObservedObject): ObservedObject => (o.kind === 'Deployment' ? { ...available(o), metadata: { ...o.metadata, generation: 2 } } : o);
+    const behind = (o: ObservedObject): ObservedObject =>
+      o.kind === 'Deployment' ? { ...available(o), metadata: { ...o.metadata, generation: 2 } } : o;
     const [plan] = reconcile(desired, { objects: applied(desired, behind), memory: memory() }, ctx);
     assert.deepEqual(summary(plan!.actions), []);
     assert.match(plan!.summary, /generation 2/);
   });
 
   test('a manifest the API server refused: the revision fails as invalid_manifest and nothing is applied', () => {
-    const [plan] = reconcile(state(dep()), { objects: [], memory: memory({ refused: [['rev-1', 'Deployment "app" is invalid: bad']] }) }, ctx);
+    const [plan] = reconcile(
+      state(dep()),
+      { objects: [], memory: memory({ refused: [['rev-1', 'Deployment "app" is invalid: bad']] }) },
+      ctx,
+    );
     assert.deepEqual(summary(plan!.actions), ['report DEPLOY_FAILED invalid_manifest']);
   });
 
   test('a resource spec of the wrong shape fails the revision naming the fields', () => {
-    const [plan] = reconcile(state(dep({ revision: rev({ resource_spec: { min_scale: 'two', labels: { a: 1 } } }) })), { objects: [], memory: memory() }, ctx);
-    const failed = plan!.actions.find((a): a is Extract<Action, { type: 'report' }> => a.type === 'report' && a.status === 'DEPLOY_FAILED');
+    const [plan] = reconcile(
+      state(dep({ revision: rev({ resource_spec: { min_scale: 'two', labels: { a: 1 } } }) })),
+      { objects: [], memory: memory() },
+      ctx,
+    );
+    const failed = plan!.actions.find(
+      (a): a is Extract<Action, { type: 'report' }> => a.type === 'report' && a.status === 'DEPLOY_FAILED',
+    );
     assert.match(failed?.message ?? '', /resource_spec\.min_scale.*resource_spec\.labels\.a/);
   });
 
@@ -171,7 +306,15 @@ describe('reconcile', () => {
 
   test('delete: every object of the deployment goes (pods with their owners), then the deletion is confirmed once', () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYED', resource_spec: { db_storage_gi: 1 } }) }));
-    const objects = [...applied(desired, available), pod('rev-1', 'Running'), { apiVersion: 'v1', kind: 'PersistentVolumeClaim', metadata: { name: 'data-app-db-0', namespace: 'agents', labels: { 'slipway.dev/deployment-id': 'dep-1' } } }];
+    const objects = [
+      ...applied(desired, available),
+      pod('rev-1', 'Running'),
+      {
+        apiVersion: 'v1',
+        kind: 'PersistentVolumeClaim',
+        metadata: { name: 'data-app-db-0', namespace: 'agents', labels: { 'slipway.dev/deployment-id': 'dep-1' } },
+      },
+    ];
     const deleting = state(dep({ delete: true }));
     const [plan] = reconcile(deleting, { objects, memory: memory() }, ctx);
     assert.deepEqual(summary(plan!.actions), [
@@ -184,11 +327,22 @@ describe('reconcile', () => {
       'delete PersistentVolumeClaim data-app-db-0',
     ]);
     const going = objects.map((o) => ({ ...o, metadata: { ...o.metadata, deletionTimestamp: new Date() } }));
-    assert.deepEqual(reconcile(deleting, { objects: going, memory: memory() }, ctx)[0]!.actions, [], 'objects on their way out are waited for');
+    assert.deepEqual(
+      reconcile(deleting, { objects: going, memory: memory() }, ctx)[0]!.actions,
+      [],
+      'objects on their way out are waited for',
+    );
     const strayPod = [pod('rev-1', 'Running')];
-    assert.deepEqual(summary(reconcile(deleting, { objects: strayPod, memory: memory() }, ctx)[0]!.actions), ['delete Pod app-rev-1']);
-    assert.deepEqual(summary(reconcile(deleting, { objects: [], memory: memory() }, ctx)[0]!.actions), ['confirm-deletion']);
-    assert.deepEqual(reconcile(deleting, { objects: [], memory: memory({ confirmed: ['dep-1'] }) }, ctx)[0]!.actions, []);
+    assert.deepEqual(summary(reconcile(deleting, { objects: strayPod, memory: memory() }, ctx)[0]!.actions), [
+      'delete Pod app-rev-1',
+    ]);
+    assert.deepEqual(summary(reconcile(deleting, { objects: [], memory: memory() }, ctx)[0]!.actions), [
+      'confirm-deletion',
+    ]);
+    assert.deepEqual(
+      reconcile(deleting, { objects: [], memory: memory({ confirmed: ['dep-1'] }) }, ctx)[0]!.actions,
+      [],
+    );
   });
 
   test('objects of another deployment are never touched', () => {
@@ -199,29 +353,56 @@ describe('reconcile', () => {
 
   test('a name taken by a deployment being deleted waits; taken by a live one fails', () => {
     const old = applied(state(dep({ deployment_id: 'dep-old', name: 'app' })), available);
-    const waiting = reconcile(state(dep(), dep({ deployment_id: 'dep-old', delete: true })), { objects: old, memory: memory() }, ctx);
+    const waiting = reconcile(
+      state(dep(), dep({ deployment_id: 'dep-old', delete: true })),
+      { objects: old, memory: memory() },
+      ctx,
+    );
     assert.deepEqual(summary(waiting[0]!.actions), []);
     assert.equal(waiting[0]!.phase, 'waiting');
-    const clash = reconcile(state(dep(), dep({ deployment_id: 'dep-old', revision: rev({ id: 'rev-old', status: 'DEPLOYED' }) })), { objects: old, memory: memory() }, ctx);
+    const clash = reconcile(
+      state(dep(), dep({ deployment_id: 'dep-old', revision: rev({ id: 'rev-old', status: 'DEPLOYED' }) })),
+      { objects: old, memory: memory() },
+      ctx,
+    );
     const failed = clash[0]!.actions.at(-1) as Extract<Action, { type: 'report' }>;
     assert.equal(failed.status, 'DEPLOY_FAILED');
     assert.match(failed.message ?? '', /already belongs to Slipway deployment dep-old/);
   });
 
   test('what a new revision no longer has is deleted, but not the database data', () => {
-    const before = state(dep({ revision: rev({ status: 'DEPLOYED', resource_spec: { max_scale: 4, queue_min_scale: 1, db_storage_gi: 1 } }) }));
+    const before = state(
+      dep({
+        revision: rev({ status: 'DEPLOYED', resource_spec: { max_scale: 4, queue_min_scale: 1, db_storage_gi: 1 } }),
+      }),
+    );
     const objects = applied(before, available);
     const after = state(dep({ revision: rev({ id: 'rev-2', resource_spec: {} }) }));
     const [plan] = reconcile(after, { objects, memory: memory() }, ctx);
     const deletes = summary(plan!.actions).filter((a) => a.startsWith('delete'));
-    assert.deepEqual(deletes.sort(), ['delete Deployment app-queue', 'delete HorizontalPodAutoscaler app', 'delete Service app-db', 'delete StatefulSet app-db']);
+    assert.deepEqual(deletes.sort(), [
+      'delete Deployment app-queue',
+      'delete HorizontalPodAutoscaler app',
+      'delete Service app-db',
+      'delete StatefulSet app-db',
+    ]);
   });
 
   test('the database password in the cluster is kept; a new one is made only once', () => {
     const desired = state(dep({ revision: rev({ resource_spec: { db_storage_gi: 1 } }) }));
-    const objects = applied(desired).map((o) => (o.kind === 'Secret' && o.metadata.name === 'app-db' ? { ...o, data: { ...(o.data as object), POSTGRES_PASSWORD: Buffer.from('kept').toString('base64') } } : o));
+    const objects = applied(desired).map((o) =>
+      o.kind === 'Secret' && o.metadata.name === 'app-db'
+        ? { ...o, data: { ...(o.data as object), POSTGRES_PASSWORD: Buffer.from('kept').toString('base64') } }
+        : o,
+    );
     const [plan] = reconcile(desired, { objects, memory: memory() }, { ...ctx, entropy: 'another pass' });
-    const secret = plan!.actions.find((a) => a.type === 'apply' && a.manifest.metadata.name === 'app-db') as Extract<Action, { type: 'apply' }>;
-    assert.equal(Buffer.from((secret.manifest.data as Record<string, string>).POSTGRES_PASSWORD!, 'base64').toString(), 'kept');
+    const secret = plan!.actions.find((a) => a.type === 'apply' && a.manifest.metadata.name === 'app-db') as Extract<
+      Action,
+      { type: 'apply' }
+    >;
+    assert.equal(
+      Buffer.from((secret.manifest.data as Record<string, string>).POSTGRES_PASSWORD!, 'base64').toString(),
+      'kept',
+    );
   });
 });

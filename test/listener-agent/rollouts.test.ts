@@ -17,7 +17,10 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
   });
 
   const reportsOf = (revisionId: string) => world.slipway.reports.filter((r) => r.revision_id === revisionId);
-  const finalReport = (revisionId: string) => world.slipway.waitFor(() => reportsOf(revisionId).find((r) => r.status === 'DEPLOYED' || r.status === 'DEPLOY_FAILED'));
+  const finalReport = (revisionId: string) =>
+    world.slipway.waitFor(() =>
+      reportsOf(revisionId).find((r) => r.status === 'DEPLOYED' || r.status === 'DEPLOY_FAILED'),
+    );
 
   test('a revision that rolls out is reported AWAITING_DEPLOY, DEPLOYING, then DEPLOYED', async () => {
     const d = deployment({ name: 'happy' });
@@ -27,7 +30,8 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
     await world.slipway.waitFor(() => reportsOf(d.revision!.id).some((r) => r.status === 'DEPLOYING'));
     assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['AWAITING_DEPLOY', 'DEPLOYING']);
 
-    const container = (app.spec as { template: { spec: { containers: { image: string; env: { name: string }[] }[] } } }).template.spec.containers[0]!;
+    const container = (app.spec as { template: { spec: { containers: { image: string; env: { name: string }[] }[] } } })
+      .template.spec.containers[0]!;
     assert.equal(container.image, 'ghcr.io/acme/support-agent:1.4.2');
     assert.ok(container.env.some((e) => e.name === 'OPENAI_API_KEY'));
     assert.ok(container.env.some((e) => e.name === 'PORT'));
@@ -58,7 +62,12 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
     world.slipway.upsert(d);
     const agent = world.start();
     await world.slipway.waitFor(() => reportsOf(d.revision!.id).some((r) => r.status === 'DEPLOYING'));
-    world.kube.failPods(NAMESPACE, 'no-image', 'ImagePullBackOff', 'Back-off pulling image "ghcr.io/acme/missing:0.0.0"');
+    world.kube.failPods(
+      NAMESPACE,
+      'no-image',
+      'ImagePullBackOff',
+      'Back-off pulling image "ghcr.io/acme/missing:0.0.0"',
+    );
     const failed = await finalReport(d.revision!.id);
     assert.equal(failed.status, 'DEPLOY_FAILED');
     assert.equal(failed.failure_reason, 'image_pull_failed');
@@ -95,7 +104,10 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
 
   test('a manifest the API server refuses fails the revision with invalid_manifest and its message', async () => {
     // A mount of a volume the spec does not define: the API server's own check refuses the Deployment.
-    const d = deployment({ name: 'bad-mount', revision: revision({ resource_spec: { volume_mounts: [{ name: 'cache', mountPath: '/cache' }] } }) });
+    const d = deployment({
+      name: 'bad-mount',
+      revision: revision({ resource_spec: { volume_mounts: [{ name: 'cache', mountPath: '/cache' }] } }),
+    });
     world.slipway.upsert(d);
     const agent = world.start();
     const failed = await finalReport(d.revision!.id);
@@ -111,7 +123,11 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
   });
 
   test('a refusal of any object the API server answers 422 is invalid_manifest too', async () => {
-    world.kube.refuseApply('Service', 'refused', 'spec.ports[0].port: Invalid value: 80: provided port is already allocated');
+    world.kube.refuseApply(
+      'Service',
+      'refused',
+      'spec.ports[0].port: Invalid value: 80: provided port is already allocated',
+    );
     const d = deployment({ name: 'refused' });
     world.slipway.upsert(d);
     const agent = world.start();

@@ -16,10 +16,14 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
   let deploymentId: string;
 
   const untilRevision = (revisionId: string, status: string) =>
-    eventually(`revision ${revisionId} ${status}`, async () => {
-      const r = await world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
-      return r.body?.status === status && r.body;
-    }, () => `agent output:\n${agent.output()}`);
+    eventually(
+      `revision ${revisionId} ${status}`,
+      async () => {
+        const r = await world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
+        return r.body?.status === status && r.body;
+      },
+      () => `agent output:\n${agent.output()}`,
+    );
   const generation = () => world.kube.get('Deployment', NAMESPACE, NAME)!.metadata.generation;
 
   before(async () => {
@@ -47,7 +51,11 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
     await agent.kill();
     agent = world.startAgent(listener);
     // The new process has read the desired state and the cluster, and waits for the rollout.
-    await eventually('the restarted agent to pick the rollout up', () => Promise.resolve(/is rolling out/.test(agent.output())), () => agent.output());
+    await eventually(
+      'the restarted agent to pick the rollout up',
+      () => Promise.resolve(/is rolling out/.test(agent.output())),
+      () => agent.output(),
+    );
     world.kube.markAvailable(NAMESPACE, NAME);
 
     await untilRevision(revisionId, 'DEPLOYED');
@@ -58,7 +66,9 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
   });
 
   test('the rollout finished while no agent ran: the next agent reports it DEPLOYED', async () => {
-    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, { source_revision_config: { image_uri: 'ghcr.io/acme/restart-agent:1.1.0' } });
+    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/restart-agent:1.1.0' },
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const revisionId: string = patched.body.latest_revision_id;
     await untilRevision(revisionId, 'DEPLOYING');
@@ -67,13 +77,19 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
     await agent.kill();
     world.kube.markAvailable(NAMESPACE, NAME);
     // Nobody reports while the agent is down: the API still says DEPLOYING.
-    assert.equal((await world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body.status, 'DEPLOYING');
+    assert.equal(
+      (await world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body.status,
+      'DEPLOYING',
+    );
 
     agent = world.startAgent(listener);
     await untilRevision(revisionId, 'DEPLOYED');
     const deployment = await world.api('GET', `/v2/deployments/${deploymentId}`);
     assert.equal(deployment.body.active_revision_id, revisionId);
     assert.equal(generation(), rolledTo, 'the restarted agent applied nothing again');
-    assert.equal((world.kube.get('Deployment', NAMESPACE, NAME)!.spec as any).template.spec.containers[0].image, 'ghcr.io/acme/restart-agent:1.1.0');
+    assert.equal(
+      (world.kube.get('Deployment', NAMESPACE, NAME)!.spec as any).template.spec.containers[0].image,
+      'ghcr.io/acme/restart-agent:1.1.0',
+    );
   });
 });

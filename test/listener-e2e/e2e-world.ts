@@ -52,12 +52,17 @@ export interface E2eWorld {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` until it returns something truthy; after HUNG_AFTER_MS fails with `describe()`. */
-export async function eventually<T>(what: string, check: () => Promise<T | undefined | null | false>, describe: () => string = () => ''): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  check: () => Promise<T | undefined | null | false>,
+  describe: () => string = () => '',
+): Promise<T> {
   const until = Date.now() + HUNG_AFTER_MS;
   for (;;) {
     const value = await check();
     if (value) return value;
-    if (Date.now() > until) throw new Error(`still waiting for ${what} after ${HUNG_AFTER_MS / 1000} s (the test is hung). ${describe()}`);
+    if (Date.now() > until)
+      throw new Error(`still waiting for ${what} after ${HUNG_AFTER_MS / 1000} s (the test is hung). ${describe()}`);
     await sleep(100);
   }
 }
@@ -96,10 +101,16 @@ export async function startE2eWorld(): Promise<E2eWorld> {
     api,
 
     async registerListener() {
-      const listener = await api('POST', '/v2/listeners', { compute_type: 'k8s', compute_id: `e2e-${process.pid}-${++compute}`, compute_config: { k8s_namespaces: [NAMESPACE] } });
-      if (listener.status !== 201) throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
+      const listener = await api('POST', '/v2/listeners', {
+        compute_type: 'k8s',
+        compute_id: `e2e-${process.pid}-${++compute}`,
+        compute_config: { k8s_namespaces: [NAMESPACE] },
+      });
+      if (listener.status !== 201)
+        throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
       const credential = await api('POST', `/v2/listeners/${listener.body.id}/credentials`);
-      if (credential.status !== 201) throw new Error(`POST /v2/listeners/{id}/credentials: ${credential.status} ${JSON.stringify(credential.body)}`);
+      if (credential.status !== 201)
+        throw new Error(`POST /v2/listeners/{id}/credentials: ${credential.status} ${JSON.stringify(credential.body)}`);
       return { id: listener.body.id as string, credential: credential.body.credential as string };
     },
 

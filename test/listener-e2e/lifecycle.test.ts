@@ -19,11 +19,16 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
 
   const revision = (revisionId: string) => world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
   const untilRevision = (revisionId: string, status: string) =>
-    eventually(`revision ${revisionId} ${status}`, async () => {
-      const r = await revision(revisionId);
-      return r.body?.status === status && r.body;
-    }, () => `agent output:\n${agent.output()}`);
-  const ownedObjects = () => world.kube.list({ namespace: NAMESPACE, selector: `slipway.dev/deployment-id=${deploymentId}` });
+    eventually(
+      `revision ${revisionId} ${status}`,
+      async () => {
+        const r = await revision(revisionId);
+        return r.body?.status === status && r.body;
+      },
+      () => `agent output:\n${agent.output()}`,
+    );
+  const ownedObjects = () =>
+    world.kube.list({ namespace: NAMESPACE, selector: `slipway.dev/deployment-id=${deploymentId}` });
 
   before(async () => {
     world = await startE2eWorld();
@@ -35,10 +40,14 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
   });
 
   test('the agent connects: the listener is connected and watches its namespace', async () => {
-    const seen = await eventually('the first heartbeat', async () => {
-      const l = await world.api('GET', `/v2/listeners/${listener.id}`);
-      return l.body.agent_version !== null && l.body;
-    }, () => agent.output());
+    const seen = await eventually(
+      'the first heartbeat',
+      async () => {
+        const l = await world.api('GET', `/v2/listeners/${listener.id}`);
+        return l.body.agent_version !== null && l.body;
+      },
+      () => agent.output(),
+    );
     assert.equal(seen.state, 'connected');
     assert.deepEqual(seen.watched_namespaces, [NAMESPACE]);
     assert.deepEqual(seen.namespaces_not_watched, []);
@@ -48,7 +57,11 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     const created = await world.api('POST', '/v2/deployments', {
       name: NAME,
       source: 'external_container',
-      source_config: { listener_id: listener.id, listener_config: { k8s_namespace: NAMESPACE }, resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512 } },
+      source_config: {
+        listener_id: listener.id,
+        listener_config: { k8s_namespace: NAMESPACE },
+        resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512 },
+      },
       source_revision_config: { image_uri: 'ghcr.io/acme/support-agent:1.4.2' },
       secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-e2e-secret' }],
     });
@@ -68,10 +81,19 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     assert.ok(world.kube.get('Service', NAMESPACE, NAME), 'the Service is in the cluster');
     const secret = world.kube.get('Secret', NAMESPACE, `${NAME}-secrets`);
     assert.ok(secret, 'the Secret is in the cluster');
-    const secretValue = secret.data?.OPENAI_API_KEY ?? (secret as { stringData?: Record<string, string> }).stringData?.OPENAI_API_KEY;
-    assert.ok(secretValue === 'sk-e2e-secret' || (secretValue !== undefined && Buffer.from(secretValue, 'base64').toString() === 'sk-e2e-secret'), 'the secret value reached the cluster');
+    const secretValue =
+      secret.data?.OPENAI_API_KEY ?? (secret as { stringData?: Record<string, string> }).stringData?.OPENAI_API_KEY;
+    assert.ok(
+      secretValue === 'sk-e2e-secret' ||
+        (secretValue !== undefined && Buffer.from(secretValue, 'base64').toString() === 'sk-e2e-secret'),
+      'the secret value reached the cluster',
+    );
     for (const object of ownedObjects()) {
-      assert.equal(object.metadata.labels?.['slipway.dev/listener-id'], listener.id, `${object.kind} ${object.metadata.name} carries its listener`);
+      assert.equal(
+        object.metadata.labels?.['slipway.dev/listener-id'],
+        listener.id,
+        `${object.kind} ${object.metadata.name} carries its listener`,
+      );
     }
 
     // The rollout finishes (every replica updated and available): DEPLOYED, the revision active.
@@ -88,7 +110,9 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
 
   test('a new image is a new revision that replaces the first in the cluster', async () => {
     const generationBefore = world.kube.get('Deployment', NAMESPACE, NAME)!.metadata.generation!;
-    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, { source_revision_config: { image_uri: 'ghcr.io/acme/support-agent:1.5.0' } });
+    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/support-agent:1.5.0' },
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const secondRevisionId: string = patched.body.latest_revision_id;
     assert.notEqual(secondRevisionId, firstRevisionId);
@@ -105,10 +129,21 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     const deployment = await world.api('GET', `/v2/deployments/${deploymentId}`);
     assert.equal(deployment.body.active_revision_id, secondRevisionId);
     assert.equal(deployment.body.latest_revision_id, secondRevisionId);
-    assert.equal((await revision(firstRevisionId)).body.status, 'DEPLOYED', 'the revision that served before stays DEPLOYED');
-    const pods = world.kube.list({ kind: 'Pod', namespace: NAMESPACE, selector: `slipway.dev/deployment-id=${deploymentId}` });
+    assert.equal(
+      (await revision(firstRevisionId)).body.status,
+      'DEPLOYED',
+      'the revision that served before stays DEPLOYED',
+    );
+    const pods = world.kube.list({
+      kind: 'Pod',
+      namespace: NAMESPACE,
+      selector: `slipway.dev/deployment-id=${deploymentId}`,
+    });
     assert.equal(pods.length, 2);
-    assert.ok(pods.every((p) => p.metadata.labels?.['slipway.dev/revision-id'] === secondRevisionId), 'the pods run the new revision');
+    assert.ok(
+      pods.every((p) => p.metadata.labels?.['slipway.dev/revision-id'] === secondRevisionId),
+      'the pods run the new revision',
+    );
   });
 
   test('a deleted deployment leaves nothing in the cluster and is gone from the API', async () => {
@@ -116,8 +151,16 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     const removed = await world.api('DELETE', `/v2/deployments/${deploymentId}`);
     assert.equal(removed.status, 204, JSON.stringify(removed.body));
 
-    await eventually('the deployment to be gone', async () => (await world.api('GET', `/v2/deployments/${deploymentId}`)).status === 404, () => `agent output:\n${agent.output()}`);
-    assert.deepEqual(ownedObjects().map((o) => `${o.kind}/${o.metadata.name}`), [], 'every object of the deployment is gone from the cluster');
+    await eventually(
+      'the deployment to be gone',
+      async () => (await world.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
+      () => `agent output:\n${agent.output()}`,
+    );
+    assert.deepEqual(
+      ownedObjects().map((o) => `${o.kind}/${o.metadata.name}`),
+      [],
+      'every object of the deployment is gone from the cluster',
+    );
     const gone = await world.api('GET', `/v2/deployments/${deploymentId}`);
     assert.equal(gone.body.detail, `Deployment ID ${deploymentId} not found.`);
     const list = await world.api('GET', `/v2/deployments?name=${NAME}`);

@@ -33,20 +33,44 @@ describe('managing credentials', () => {
     assert.notEqual(second.credential, c.credential);
     const listed = await f.api.get(`/v2/listeners/${listener.id}/credentials`);
     assert.equal(listed.status, 200);
-    assert.deepEqual(listed.body.resources.map((r: { id: string }) => r.id), [second.id, c.id], 'newest first');
+    assert.deepEqual(
+      listed.body.resources.map((r: { id: string }) => r.id),
+      [second.id, c.id],
+      'newest first',
+    );
     assert.equal(listed.body.offset, 2);
     const text = JSON.stringify(listed.body);
     assert.ok(!text.includes(c.credential) && !text.includes(second.credential), 'no credential in the list');
-    assert.ok(!text.includes(hashListenerCredential(c.credential).toString('hex')) && !text.includes(hashListenerCredential(c.credential).toString('base64')), 'no hash either');
-    assert.deepEqual(Object.keys(listed.body.resources[0]).sort(), ['created_at', 'created_by', 'credential_prefix', 'id', 'last_used_at', 'listener_id', 'revoked_at']);
+    assert.ok(
+      !text.includes(hashListenerCredential(c.credential).toString('hex')) &&
+        !text.includes(hashListenerCredential(c.credential).toString('base64')),
+      'no hash either',
+    );
+    assert.deepEqual(Object.keys(listed.body.resources[0]).sort(), [
+      'created_at',
+      'created_by',
+      'credential_prefix',
+      'id',
+      'last_used_at',
+      'listener_id',
+      'revoked_at',
+    ]);
   });
 
   test('creating and revoking write events on the listener, without the credential', async () => {
     const listener = (await f.api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'cred-events' })).body;
     const c = (await f.api.post(`/v2/listeners/${listener.id}/credentials`, {})).body;
     assert.equal((await f.api.delete(`/v2/listeners/${listener.id}/credentials/${c.id}`)).status, 204);
-    const events = await f.t.database.db.selectFrom('events').selectAll().where('subject_id', '=', listener.id).orderBy('id').execute();
-    assert.deepEqual(events.map((e) => e.type), ['listener.created', 'listener.credential_created', 'listener.credential_revoked']);
+    const events = await f.t.database.db
+      .selectFrom('events')
+      .selectAll()
+      .where('subject_id', '=', listener.id)
+      .orderBy('id')
+      .execute();
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['listener.created', 'listener.credential_created', 'listener.credential_revoked'],
+    );
     assert.equal(events[1]!.data.credential_id, c.id);
     assert.equal(events[2]!.data.credential_id, c.id);
     assert.ok(!JSON.stringify(events).includes(c.credential));
@@ -82,7 +106,11 @@ describe('managing credentials', () => {
     const l = await newListener(f.api);
     assert.equal((await f.api.delete(`/v2/listeners/${l.id}`)).status, 204);
     assert.equal((await agent(f, l).desiredState()).status, 401);
-    const left = await f.t.database.db.selectFrom('listener_credentials').select('id').where('listener_id', '=', l.id).execute();
+    const left = await f.t.database.db
+      .selectFrom('listener_credentials')
+      .select('id')
+      .where('listener_id', '=', l.id)
+      .execute();
     assert.deepEqual(left, []);
   });
 });
@@ -106,7 +134,11 @@ describe('what a credential opens', () => {
     const auth = { authorization: `Bearer ${mine.credential}` };
     const attempts = [
       await as.get(`/v2/listeners/${theirs.id}/desired-state`, auth),
-      await as.post(`/v2/listeners/${theirs.id}/reports`, { revision_id: theirDeployment.revisionId, status: 'DEPLOYING' }, auth),
+      await as.post(
+        `/v2/listeners/${theirs.id}/reports`,
+        { revision_id: theirDeployment.revisionId, status: 'DEPLOYING' },
+        auth,
+      ),
       await as.post(`/v2/listeners/${theirs.id}/deletions`, { deployment_id: theirDeployment.id }, auth),
       await as.post(`/v2/listeners/${theirs.id}/heartbeat`, { version: 'evil', namespaces: [] }, auth),
     ];
@@ -126,7 +158,10 @@ describe('what a credential opens', () => {
   test('no other endpoint: 401, as X-Api-Key or as a bearer token', async () => {
     const l = await newListener(f.api);
     const d = await newDeployment(f.api, l.id);
-    const presentations: Record<string, string>[] = [{ authorization: `Bearer ${l.credential}` }, { 'x-api-key': l.credential }];
+    const presentations: Record<string, string>[] = [
+      { authorization: `Bearer ${l.credential}` },
+      { 'x-api-key': l.credential },
+    ];
     for (const headers of presentations) {
       const as = client(f.t.app, null);
       const attempts = [
@@ -144,7 +179,10 @@ describe('what a credential opens', () => {
         assert.match(res.body.detail, /listener credential/);
       }
     }
-    assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.source_revision_config.image_uri, 'ghcr.io/acme/agent:1.0.0');
+    assert.equal(
+      (await f.api.get(`/v2/deployments/${d.id}`)).body.source_revision_config.image_uri,
+      'ghcr.io/acme/agent:1.0.0',
+    );
   });
 
   test('an unknown or malformed listener credential is 401', async () => {

@@ -7,7 +7,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { claimDeploymentToDelete } from '../../src/pipeline/work-leases.ts';
-import { agent, createProtocolFixture, eventTrail, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
+import {
+  agent,
+  createProtocolFixture,
+  eventTrail,
+  newDeployment,
+  newListener,
+  type ProtocolFixture,
+} from './protocol-fixture.ts';
 
 let f: ProtocolFixture;
 before(async () => {
@@ -38,10 +45,15 @@ describe('deletion confirmed', () => {
     assert.equal(confirmed.body, undefined);
     assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).status, 404);
     assert.deepEqual((await a.desiredState()).body.deployments, []);
-    const projects = (await f.api.get('/v2/tracing-projects?limit=100')).body.resources.map((p: { name: string }) => p.name);
+    const projects = (await f.api.get('/v2/tracing-projects?limit=100')).body.resources.map(
+      (p: { name: string }) => p.name,
+    );
     assert.ok(!projects.includes(d.name), 'delete_tracing_project=true was carried out at confirmation');
     const trail = await eventTrail(f, d.id);
-    assert.deepEqual(trail.slice(-2), ['deployment.status_changed:READY->AWAITING_DELETE', 'deployment.deleted:AWAITING_DELETE->']);
+    assert.deepEqual(trail.slice(-2), [
+      'deployment.status_changed:READY->AWAITING_DELETE',
+      'deployment.deleted:AWAITING_DELETE->',
+    ]);
 
     assert.equal((await a.confirmDeletion(d.id)).status, 204, 'a second confirmation is 204 too');
     assert.equal((await f.api.delete(`/v2/listeners/${l.id}`)).status, 204, 'and the listener can go now');
@@ -55,11 +67,13 @@ describe('deletion confirmed', () => {
     await f.api.delete(`/v2/deployments/${d.id}`);
     assert.equal((await f.api.get(`/v2/deployments/${d.id}/revisions/${d.revisionId}`)).body.status, 'INTERRUPTED');
     assert.equal((await a.confirmDeletion(d.id)).status, 204);
-    const projects = (await f.api.get('/v2/tracing-projects?limit=100')).body.resources.map((p: { name: string }) => p.name);
+    const projects = (await f.api.get('/v2/tracing-projects?limit=100')).body.resources.map(
+      (p: { name: string }) => p.name,
+    );
     assert.ok(projects.includes(d.name));
   });
 
-  test('a deployment that is not being deleted cannot be confirmed deleted (409); another listener\'s is 404', async () => {
+  test("a deployment that is not being deleted cannot be confirmed deleted (409); another listener's is 404", async () => {
     const l = await newListener(f.api);
     const d = await newDeployment(f.api, l.id);
     const refused = await agent(f, l).confirmDeletion(d.id);
@@ -91,17 +105,16 @@ describe('deletion confirmed', () => {
     assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).status, 404);
   });
 
-  test(
-    "the local worker does not tear down a listener's deployment awaiting its confirmation",
-    async () => {
-      const l = await newListener(f.api);
-      const d = await newDeployment(f.api, l.id);
-      await agent(f, l).desiredState();
-      await f.api.delete(`/v2/deployments/${d.id}`);
-      const claimed = await f.t.database.db.transaction().execute((tx) => claimDeploymentToDelete(tx, { id: 'test-node/1', nodePrefix: 'test-node/' }));
-      assert.notEqual(claimed?.id, d.id);
-    },
-  );
+  test("the local worker does not tear down a listener's deployment awaiting its confirmation", async () => {
+    const l = await newListener(f.api);
+    const d = await newDeployment(f.api, l.id);
+    await agent(f, l).desiredState();
+    await f.api.delete(`/v2/deployments/${d.id}`);
+    const claimed = await f.t.database.db
+      .transaction()
+      .execute((tx) => claimDeploymentToDelete(tx, { id: 'test-node/1', nodePrefix: 'test-node/' }));
+    assert.notEqual(claimed?.id, d.id);
+  });
 });
 
 describe('heartbeat', () => {
@@ -113,7 +126,11 @@ describe('heartbeat', () => {
     assert.equal(fresh.watched_namespaces, null);
     assert.equal(fresh.agent_version, null);
 
-    const beat = await agent(f, l).heartbeat({ version: '0.2.1', namespaces: ['agents'], message: 'batch: forbidden (RBAC)' });
+    const beat = await agent(f, l).heartbeat({
+      version: '0.2.1',
+      namespaces: ['agents'],
+      message: 'batch: forbidden (RBAC)',
+    });
     assert.equal(beat.status, 200, JSON.stringify(beat.body));
     assert.equal(beat.body.id, l.id);
     assert.equal(beat.body.state, 'connected');
@@ -125,20 +142,38 @@ describe('heartbeat', () => {
 
     const got = (await f.api.get(`/v2/listeners/${l.id}`)).body;
     assert.deepEqual(got, beat.body, 'the listener shows what the heartbeat answered');
-    const listed = (await f.api.get('/v2/listeners?limit=100')).body.resources.find((x: { id: string }) => x.id === l.id);
+    const listed = (await f.api.get('/v2/listeners?limit=100')).body.resources.find(
+      (x: { id: string }) => x.id === l.id,
+    );
     assert.equal(listed.state, 'connected');
     assert.equal(listed.agent_version, '0.2.1');
 
-    await f.t.database.db.updateTable('listeners').set({ last_seen_at: sql<Date>`now() - interval '91 seconds'` }).where('id', '=', l.id).execute();
+    await f.t.database.db
+      .updateTable('listeners')
+      .set({ last_seen_at: sql<Date>`now() - interval '91 seconds'` })
+      .where('id', '=', l.id)
+      .execute();
     const stale = (await f.api.get(`/v2/listeners/${l.id}`)).body;
     assert.equal(stale.state, 'stale');
     assert.equal(stale.agent_version, '0.2.1', 'what it said last stays');
-    await f.t.database.db.updateTable('listeners').set({ last_seen_at: sql<Date>`now() - interval '89 seconds'` }).where('id', '=', l.id).execute();
+    await f.t.database.db
+      .updateTable('listeners')
+      .set({ last_seen_at: sql<Date>`now() - interval '89 seconds'` })
+      .where('id', '=', l.id)
+      .execute();
     assert.equal((await f.api.get(`/v2/listeners/${l.id}`)).body.state, 'connected', 'up to 90 s is still connected');
 
-    await f.t.database.db.updateTable('listeners').set({ last_seen_at: sql<Date>`now() - interval '10 minutes'` }).where('id', '=', l.id).execute();
+    await f.t.database.db
+      .updateTable('listeners')
+      .set({ last_seen_at: sql<Date>`now() - interval '10 minutes'` })
+      .where('id', '=', l.id)
+      .execute();
     await agent(f, l).desiredState();
-    assert.equal((await f.api.get(`/v2/listeners/${l.id}`)).body.state, 'connected', 'a desired-state request counts as seen');
+    assert.equal(
+      (await f.api.get(`/v2/listeners/${l.id}`)).body.state,
+      'connected',
+      'a desired-state request counts as seen',
+    );
   });
 
   test('a change of version or namespaces writes an event; the same heartbeat again does not; updated_at stays', async () => {
@@ -149,8 +184,20 @@ describe('heartbeat', () => {
     await a.heartbeat({ version: '0.1.0', namespaces: ['agents'] });
     const upgraded = await a.heartbeat({ version: '0.2.0', namespaces: ['agents'] });
     assert.equal(upgraded.body.updated_at, before.updated_at);
-    const events = await f.t.database.db.selectFrom('events').selectAll().where('subject_id', '=', l.id).where('type', '=', 'listener.agent_changed').orderBy('id').execute();
-    assert.deepEqual(events.map((e) => [e.data.previous_agent_version, e.data.agent_version]), [[null, '0.1.0'], ['0.1.0', '0.2.0']]);
+    const events = await f.t.database.db
+      .selectFrom('events')
+      .selectAll()
+      .where('subject_id', '=', l.id)
+      .where('type', '=', 'listener.agent_changed')
+      .orderBy('id')
+      .execute();
+    assert.deepEqual(
+      events.map((e) => [e.data.previous_agent_version, e.data.agent_version]),
+      [
+        [null, '0.1.0'],
+        ['0.1.0', '0.2.0'],
+      ],
+    );
   });
 
   test('bad heartbeats are 422 and change nothing', async () => {

@@ -22,9 +22,18 @@ after(() => t.close());
 
 test('a desired state read while a patch commits is the state before it or after it', async () => {
   const api = client(t.app);
-  const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'snapshot-cluster', compute_config: { k8s_namespaces: ['agents'] } });
+  const listener = await api.post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: 'snapshot-cluster',
+    compute_config: { k8s_namespaces: ['agents'] },
+  });
   assert.equal(listener.status, 201, JSON.stringify(listener.body));
-  const created = await api.post('/v2/deployments', { name: 'snapshot-agent', source: 'external_container', source_config: { listener_id: listener.body.id }, source_revision_config: { image_uri: 'ghcr.io/acme/agent:1.0.0' } });
+  const created = await api.post('/v2/deployments', {
+    name: 'snapshot-agent',
+    source: 'external_container',
+    source_config: { listener_id: listener.body.id },
+    source_revision_config: { image_uri: 'ghcr.io/acme/agent:1.0.0' },
+  });
   assert.equal(created.status, 201, JSON.stringify(created.body));
 
   // After the read's first statement, the patch commits (a new revision, the queued one superseded).
@@ -38,13 +47,18 @@ test('a desired state read while a patch commits is the state before it or after
       return args.result;
     },
   };
-  const protocol = createListenerProtocolService({ db: t.database.db.withPlugin(holdBetweenStatements), secretBox: t.secretBox });
+  const protocol = createListenerProtocolService({
+    db: t.database.db.withPlugin(holdBetweenStatements),
+    secretBox: t.secretBox,
+  });
 
   const beforePatch = await protocol.desiredState(listener.body.id);
   assert.equal(beforePatch.state.deployments[0]!.revision?.id, created.body.latest_revision_id);
   let patchedRevision = '';
   between = async () => {
-    const patched = await api.patch(`/v2/deployments/${created.body.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' } });
+    const patched = await api.patch(`/v2/deployments/${created.body.id}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' },
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     patchedRevision = patched.body.latest_revision_id;
   };

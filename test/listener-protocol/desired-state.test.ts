@@ -6,7 +6,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { startReplica } from '../helpers.ts';
-import { agent, createProtocolFixture, fetchDesiredState, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
+import {
+  agent,
+  createProtocolFixture,
+  fetchDesiredState,
+  newDeployment,
+  newListener,
+  type ProtocolFixture,
+} from './protocol-fixture.ts';
 
 let f: ProtocolFixture;
 before(async () => {
@@ -20,7 +27,12 @@ describe('the state', () => {
   test('every deployment of the listener with its revision: image, decrypted secrets, references, resource spec, namespace', async () => {
     const l = await newListener(f.api, ['agents', 'batch']);
     const first = await newDeployment(f.api, l.id, {
-      source_config: { listener_id: l.id, listener_config: { k8s_namespace: 'batch' }, custom_url: 'https://agent.example.com', resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512, labels: { team: 'support' } } },
+      source_config: {
+        listener_id: l.id,
+        listener_config: { k8s_namespace: 'batch' },
+        custom_url: 'https://agent.example.com',
+        resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512, labels: { team: 'support' } },
+      },
       secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-secret-1' }],
       secret_references: [{ name: 'DB_PASSWORD', secret_name: 'db', secret_key: 'password' }],
     });
@@ -57,7 +69,15 @@ describe('the state', () => {
           namespace: 'agents',
           delete: false,
           custom_url: null,
-          revision: { id: second.revisionId, number: 1, status: 'QUEUED', image_uri: 'ghcr.io/acme/agent:1.0.0', secrets: [], secret_references: null, resource_spec: null },
+          revision: {
+            id: second.revisionId,
+            number: 1,
+            status: 'QUEUED',
+            image_uri: 'ghcr.io/acme/agent:1.0.0',
+            secrets: [],
+            secret_references: null,
+            resource_spec: null,
+          },
         },
       ],
     });
@@ -73,27 +93,44 @@ describe('the state', () => {
     const l = await newListener(f.api);
     const a = agent(f, l);
     const d = await newDeployment(f.api, l.id);
-    const target = async () => (await a.desiredState()).body.deployments[0].revision as { id: string; status: string; image_uri: string } | null;
+    const target = async () =>
+      (await a.desiredState()).body.deployments[0].revision as { id: string; status: string; image_uri: string } | null;
 
     assert.equal((await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' })).body.applied, true);
-    assert.deepEqual({ id: (await target())!.id, status: (await target())!.status }, { id: d.revisionId, status: 'DEPLOYED' });
+    assert.deepEqual(
+      { id: (await target())!.id, status: (await target())!.status },
+      { id: d.revisionId, status: 'DEPLOYED' },
+    );
 
-    const patched = await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' } });
+    const patched = await f.api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' },
+    });
     const second = patched.body.latest_revision_id as string;
     assert.equal((await target())!.id, second, 'a new revision is the target at once');
     assert.equal((await target())!.image_uri, 'ghcr.io/acme/agent:2.0.0');
 
-    await a.report({ revision_id: second, status: 'DEPLOY_FAILED', failure_reason: 'image_pull_failed', message: 'not found' });
+    await a.report({
+      revision_id: second,
+      status: 'DEPLOY_FAILED',
+      failure_reason: 'image_pull_failed',
+      message: 'not found',
+    });
     assert.equal((await target())!.id, d.revisionId, 'a failed latest revision: back to the active one');
 
-    const third = (await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:3.0.0' } })).body.latest_revision_id as string;
+    const third = (
+      await f.api.patch(`/v2/deployments/${d.id}`, {
+        source_revision_config: { image_uri: 'ghcr.io/acme/agent:3.0.0' },
+      })
+    ).body.latest_revision_id as string;
     assert.equal((await target())!.id, third);
     assert.equal((await f.api.post(`/v2/deployments/${d.id}/revisions/${third}/interrupt`, {})).status, 200);
     assert.equal((await target())!.id, d.revisionId, 'an interrupted latest revision: the active one');
 
     const never = await newDeployment(f.api, l.id);
     await a.report({ revision_id: never.revisionId, status: 'DEPLOY_FAILED', failure_reason: 'invalid_manifest' });
-    const state = (await a.desiredState()).body.deployments.find((x: { deployment_id: string }) => x.deployment_id === never.id);
+    const state = (await a.desiredState()).body.deployments.find(
+      (x: { deployment_id: string }) => x.deployment_id === never.id,
+    );
     assert.equal(state.revision, null, 'nothing ever deployed and the only revision failed: nothing should run');
   });
 
@@ -172,11 +209,16 @@ describe('long-poll over real HTTP', () => {
     const waiting = fetchDesiredState(f, l, { wait: 30, etag: first.etag });
     await sleep(300);
     // Through the inject() app: another app instance, connected to PostgreSQL on its own.
-    const patched = await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:1.1.0' } });
+    const patched = await f.api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/agent:1.1.0' },
+    });
     assert.equal(patched.status, 200);
     const answered = await waiting;
     assert.equal(answered.status, 200);
-    assert.ok(answered.ms < 5_000, `answered after ${Math.round(answered.ms)} ms: woken by the change feed, not a re-read`);
+    assert.ok(
+      answered.ms < 5_000,
+      `answered after ${Math.round(answered.ms)} ms: woken by the change feed, not a re-read`,
+    );
     assert.notEqual(answered.etag, first.etag);
     assert.equal(answered.body.deployments[0].revision.id, patched.body.latest_revision_id);
     assert.equal(answered.body.deployments[0].revision.image_uri, 'ghcr.io/acme/agent:1.1.0');
@@ -188,7 +230,11 @@ describe('long-poll over real HTTP', () => {
     const first = await fetchDesiredState(f, l);
     const waiting = fetchDesiredState(f, l, { wait: 30, etag: first.etag! });
     await sleep(300);
-    assert.equal((await f.api.patch(`/v2/deployments/${d.id}`, { source_config: { custom_url: 'https://agent.example.com/' } })).status, 200);
+    assert.equal(
+      (await f.api.patch(`/v2/deployments/${d.id}`, { source_config: { custom_url: 'https://agent.example.com/' } }))
+        .status,
+      200,
+    );
     const answered = await waiting;
     assert.equal(answered.status, 200);
     assert.ok(answered.ms < 5_000, `answered after ${Math.round(answered.ms)} ms`);
@@ -205,7 +251,10 @@ describe('long-poll over real HTTP', () => {
     const answered = await waiting;
     assert.equal(answered.status, 200);
     assert.ok(answered.ms < 5_000, `answered after ${Math.round(answered.ms)} ms`);
-    assert.deepEqual(answered.body.deployments.map((x: { deployment_id: string }) => x.deployment_id), [d.id]);
+    assert.deepEqual(
+      answered.body.deployments.map((x: { deployment_id: string }) => x.deployment_id),
+      [d.id],
+    );
   });
 
   test('nothing changes: 304 with the same ETag when the wait runs out; changes of other listeners do not answer it', async () => {
@@ -216,7 +265,9 @@ describe('long-poll over real HTTP', () => {
     const first = await fetchDesiredState(f, l);
     const waiting = fetchDesiredState(f, l, { wait: 2, etag: first.etag! });
     await sleep(300);
-    await f.api.patch(`/v2/deployments/${theirs.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/other:2' } });
+    await f.api.patch(`/v2/deployments/${theirs.id}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/other:2' },
+    });
     const answered = await waiting;
     assert.equal(answered.status, 304);
     assert.equal(answered.etag, first.etag);
@@ -242,9 +293,14 @@ describe('long-poll over real HTTP', () => {
     const etags = await Promise.all(listeners.map(async (l) => (await fetchDesiredState(f, l)).etag!));
     const waiting = listeners.map((l, i) => fetchDesiredState(f, l, { wait: i === 2 ? 30 : 2, etag: etags[i]! }));
     await sleep(300);
-    await f.api.patch(`/v2/deployments/${deployments[2]![1]!.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2' } });
+    await f.api.patch(`/v2/deployments/${deployments[2]![1]!.id}`, {
+      source_revision_config: { image_uri: 'ghcr.io/acme/agent:2' },
+    });
     const answers = await Promise.all(waiting);
-    assert.deepEqual(answers.map((a) => a.status), [304, 304, 200, 304, 304]);
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      [304, 304, 200, 304, 304],
+    );
     assert.ok(answers[2]!.ms < 5_000);
   });
 

@@ -49,7 +49,11 @@ export interface Listener {
 
 /** A listener with one credential. */
 export async function newListener(api: ProtocolFixture['api'], namespaces: string[] = ['agents']): Promise<Listener> {
-  const listener = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: unique('cluster'), compute_config: { k8s_namespaces: namespaces } });
+  const listener = await api.post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: unique('cluster'),
+    compute_config: { k8s_namespaces: namespaces },
+  });
   assert.equal(listener.status, 201, JSON.stringify(listener.body));
   const credential = await api.post(`/v2/listeners/${listener.body.id}/credentials`, {});
   assert.equal(credential.status, 201, JSON.stringify(credential.body));
@@ -63,7 +67,11 @@ export interface Deployment {
 }
 
 /** An external_container deployment on the listener; its first revision is QUEUED. */
-export async function newDeployment(api: ProtocolFixture['api'], listenerId: string, extra: Record<string, unknown> = {}): Promise<Deployment> {
+export async function newDeployment(
+  api: ProtocolFixture['api'],
+  listenerId: string,
+  extra: Record<string, unknown> = {},
+): Promise<Deployment> {
   const name = unique('agent');
   const res = await api.post('/v2/deployments', {
     name,
@@ -81,9 +89,11 @@ export function agent(f: ProtocolFixture, listener: Listener) {
   const as = client(f.t.app, null);
   const auth = { authorization: `Bearer ${listener.credential}` };
   return {
-    desiredState: (query = '', headers: Record<string, string> = {}) => as.get(`/v2/listeners/${listener.id}/desired-state${query}`, { ...auth, ...headers }),
+    desiredState: (query = '', headers: Record<string, string> = {}) =>
+      as.get(`/v2/listeners/${listener.id}/desired-state${query}`, { ...auth, ...headers }),
     report: (body: Record<string, unknown>) => as.post(`/v2/listeners/${listener.id}/reports`, body, auth),
-    confirmDeletion: (deploymentId: string) => as.post(`/v2/listeners/${listener.id}/deletions`, { deployment_id: deploymentId }, auth),
+    confirmDeletion: (deploymentId: string) =>
+      as.post(`/v2/listeners/${listener.id}/deletions`, { deployment_id: deploymentId }, auth),
     heartbeat: (body: Record<string, unknown>) => as.post(`/v2/listeners/${listener.id}/heartbeat`, body, auth),
   };
 }
@@ -92,17 +102,38 @@ export function agent(f: ProtocolFixture, listener: Listener) {
  * A desired-state request over real HTTP to the live replica (or `url`), on a connection of its own
  * that closes with it: a pooled keep-alive connection would hold the server's close open.
  */
-export async function fetchDesiredState(f: ProtocolFixture, listener: Listener, options: { wait?: number; etag?: string; signal?: AbortSignal; url?: string } = {}) {
+export async function fetchDesiredState(
+  f: ProtocolFixture,
+  listener: Listener,
+  options: { wait?: number; etag?: string; signal?: AbortSignal; url?: string } = {},
+) {
   const started = performance.now();
-  const url = new URL(`${options.url ?? f.liveUrl}/v2/listeners/${listener.id}/desired-state?wait=${options.wait ?? 0}`);
-  const { status, headers, text } = await new Promise<{ status: number; headers: http.IncomingHttpHeaders; text: string }>((resolve, reject) => {
-    const request = http.get(url, { agent: false, signal: options.signal, headers: { authorization: `Bearer ${listener.credential}`, ...(options.etag ? { 'if-none-match': options.etag } : {}) } }, (response) => {
-      let body = '';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => (body += chunk));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, text: body }));
-      response.on('error', reject);
-    });
+  const url = new URL(
+    `${options.url ?? f.liveUrl}/v2/listeners/${listener.id}/desired-state?wait=${options.wait ?? 0}`,
+  );
+  const { status, headers, text } = await new Promise<{
+    status: number;
+    headers: http.IncomingHttpHeaders;
+    text: string;
+  }>((resolve, reject) => {
+    const request = http.get(
+      url,
+      {
+        agent: false,
+        signal: options.signal,
+        headers: {
+          authorization: `Bearer ${listener.credential}`,
+          ...(options.etag ? { 'if-none-match': options.etag } : {}),
+        },
+      },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (body += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, text: body }));
+        response.on('error', reject);
+      },
+    );
     request.on('error', reject);
   });
   const etag = headers.etag ?? null;
@@ -111,6 +142,11 @@ export async function fetchDesiredState(f: ProtocolFixture, listener: Listener, 
 
 /** The deployment's events, oldest first, as `type:from->to`. */
 export async function eventTrail(f: ProtocolFixture, deploymentId: string): Promise<string[]> {
-  const rows = await f.t.database.db.selectFrom('events').select(['type', 'from_status', 'to_status']).where('deployment_id', '=', deploymentId).orderBy('id').execute();
+  const rows = await f.t.database.db
+    .selectFrom('events')
+    .select(['type', 'from_status', 'to_status'])
+    .where('deployment_id', '=', deploymentId)
+    .orderBy('id')
+    .execute();
   return rows.map((e) => `${e.type}:${e.from_status ?? ''}->${e.to_status ?? ''}`);
 }

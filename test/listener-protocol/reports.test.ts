@@ -6,7 +6,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { stepsTo } from '../../src/service/listener-protocol.ts';
-import { agent, createProtocolFixture, eventTrail, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
+import {
+  agent,
+  createProtocolFixture,
+  eventTrail,
+  newDeployment,
+  newListener,
+  type ProtocolFixture,
+} from './protocol-fixture.ts';
 
 let f: ProtocolFixture;
 before(async () => {
@@ -14,7 +21,8 @@ before(async () => {
 });
 after(() => f.close());
 
-const revisionOf = async (deploymentId: string, revisionId: string) => (await f.api.get(`/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
+const revisionOf = async (deploymentId: string, revisionId: string) =>
+  (await f.api.get(`/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
 
 describe('to DEPLOYED', () => {
   test('a full sequence: each report moves the revision one step; DEPLOYED makes it active and the deployment READY', async () => {
@@ -29,7 +37,11 @@ describe('to DEPLOYED', () => {
       assert.deepEqual(res.body, { applied: true, status, not_applied_reason: null });
       assert.equal((await revisionOf(d.id, d.revisionId)).status, status);
     }
-    const deployed = await a.report({ revision_id: d.revisionId, status: 'DEPLOYED', message: 'all 2 replicas available' });
+    const deployed = await a.report({
+      revision_id: d.revisionId,
+      status: 'DEPLOYED',
+      message: 'all 2 replicas available',
+    });
     assert.deepEqual(deployed.body, { applied: true, status: 'DEPLOYED', not_applied_reason: null });
 
     const deployment = (await f.api.get(`/v2/deployments/${d.id}`)).body;
@@ -53,7 +65,13 @@ describe('to DEPLOYED', () => {
       'deployment.active_revision_changed:->',
       'deployment.status_changed:AWAITING_DATABASE->READY',
     ]);
-    const reported = await f.t.database.db.selectFrom('events').select('data').where('deployment_id', '=', d.id).where('type', '=', 'revision.reported').where('to_status', '=', 'DEPLOYED').executeTakeFirstOrThrow();
+    const reported = await f.t.database.db
+      .selectFrom('events')
+      .select('data')
+      .where('deployment_id', '=', d.id)
+      .where('type', '=', 'revision.reported')
+      .where('to_status', '=', 'DEPLOYED')
+      .executeTakeFirstOrThrow();
     assert.deepEqual(reported.data, { listener_id: l.id, message: 'all 2 replicas available' });
   });
 
@@ -77,9 +95,17 @@ describe('to DEPLOYED', () => {
     const d = await newDeployment(f.api, l.id);
     const a = agent(f, l);
     await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
-    const second = (await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' } })).body.latest_revision_id;
+    const second = (
+      await f.api.patch(`/v2/deployments/${d.id}`, {
+        source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' },
+      })
+    ).body.latest_revision_id;
     await a.report({ revision_id: second, status: 'DEPLOYING' });
-    assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.active_revision_id, d.revisionId, 'the old one serves until the new one is DEPLOYED');
+    assert.equal(
+      (await f.api.get(`/v2/deployments/${d.id}`)).body.active_revision_id,
+      d.revisionId,
+      'the old one serves until the new one is DEPLOYED',
+    );
     await a.report({ revision_id: second, status: 'DEPLOYED' });
     const deployment = (await f.api.get(`/v2/deployments/${d.id}`)).body;
     assert.equal(deployment.active_revision_id, second);
@@ -102,15 +128,24 @@ describe('idempotent and stale reports', () => {
     const retried = await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
     assert.deepEqual(retried.body, { applied: false, status: 'DEPLOYED', not_applied_reason: 'final' });
     assert.deepEqual(await eventTrail(f, d.id), deployedTrail, 'no second event');
-    assert.equal(deployedTrail.length, before.length + 4, 'DEPLOYED: its step, its report, the active revision and READY');
+    assert.equal(
+      deployedTrail.length,
+      before.length + 4,
+      'DEPLOYED: its step, its report, the active revision and READY',
+    );
   });
 
   test('concurrent identical reports: one applies, every step happens once', async () => {
     const l = await newListener(f.api);
     const d = await newDeployment(f.api, l.id);
     const a = agent(f, l);
-    const results = await Promise.all(Array.from({ length: 6 }, () => a.report({ revision_id: d.revisionId, status: 'DEPLOYED' })));
-    assert.deepEqual(results.map((r) => r.status), [200, 200, 200, 200, 200, 200]);
+    const results = await Promise.all(
+      Array.from({ length: 6 }, () => a.report({ revision_id: d.revisionId, status: 'DEPLOYED' })),
+    );
+    assert.deepEqual(
+      results.map((r) => r.status),
+      [200, 200, 200, 200, 200, 200],
+    );
     assert.equal(results.filter((r) => r.body.applied).length, 1);
     const trail = await eventTrail(f, d.id);
     assert.equal(trail.filter((e) => e === 'revision.status_changed:DEPLOYING->DEPLOYED').length, 1);
@@ -132,7 +167,11 @@ describe('idempotent and stale reports', () => {
     const d = await newDeployment(f.api, l.id);
     const a = agent(f, l);
     await a.report({ revision_id: d.revisionId, status: 'DEPLOYING' });
-    const second = (await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' } })).body.latest_revision_id;
+    const second = (
+      await f.api.patch(`/v2/deployments/${d.id}`, {
+        source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' },
+      })
+    ).body.latest_revision_id;
     await a.report({ revision_id: second, status: 'DEPLOYED' });
 
     const stale = await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
@@ -150,7 +189,11 @@ describe('idempotent and stale reports', () => {
     const d = await newDeployment(f.api, l.id);
     const a = agent(f, l);
     await a.report({ revision_id: d.revisionId, status: 'AWAITING_DEPLOY' });
-    const second = (await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' } })).body.latest_revision_id;
+    const second = (
+      await f.api.patch(`/v2/deployments/${d.id}`, {
+        source_revision_config: { image_uri: 'ghcr.io/acme/agent:2.0.0' },
+      })
+    ).body.latest_revision_id;
     const stale = await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
     assert.deepEqual(stale.body, { applied: false, status: 'AWAITING_DEPLOY', not_applied_reason: 'superseded' });
     assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.active_revision_id, null);
@@ -173,8 +216,15 @@ describe('failures and refusals', () => {
     const d = await newDeployment(f.api, l.id);
     const a = agent(f, l);
     await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
-    const second = (await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:typo' } })).body.latest_revision_id;
-    const res = await a.report({ revision_id: second, status: 'DEPLOY_FAILED', failure_reason: 'image_pull_failed', message: 'Back-off pulling image "ghcr.io/acme/agent:typo": not found' });
+    const second = (
+      await f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: 'ghcr.io/acme/agent:typo' } })
+    ).body.latest_revision_id;
+    const res = await a.report({
+      revision_id: second,
+      status: 'DEPLOY_FAILED',
+      failure_reason: 'image_pull_failed',
+      message: 'Back-off pulling image "ghcr.io/acme/agent:typo": not found',
+    });
     assert.deepEqual(res.body, { applied: true, status: 'DEPLOY_FAILED', not_applied_reason: null });
     const revision = await revisionOf(d.id, second);
     assert.equal(revision.status, 'DEPLOY_FAILED');
@@ -184,7 +234,10 @@ describe('failures and refusals', () => {
     assert.equal(deployment.status, 'READY');
     assert.equal(deployment.active_revision_id, d.revisionId);
     const trail = await eventTrail(f, d.id);
-    assert.ok(trail.includes('revision.status_changed:QUEUED->AWAITING_DEPLOY') && trail.includes('revision.status_changed:AWAITING_DEPLOY->DEPLOY_FAILED'));
+    assert.ok(
+      trail.includes('revision.status_changed:QUEUED->AWAITING_DEPLOY') &&
+        trail.includes('revision.status_changed:AWAITING_DEPLOY->DEPLOY_FAILED'),
+    );
   });
 
   test('DEPLOY_FAILED without a reason gets deploy_failed', async () => {
@@ -205,7 +258,10 @@ describe('failures and refusals', () => {
       [{ revision_id: d.revisionId, status: 'BUILDING' }, 'status'],
       [{ revision_id: d.revisionId, status: 'QUEUED' }, 'status'],
       [{ revision_id: 'not-a-uuid', status: 'DEPLOYED' }, 'revision_id'],
-      [{ revision_id: d.revisionId, status: 'DEPLOY_FAILED', failure_reason: 'Not Machine Readable' }, 'failure_reason'],
+      [
+        { revision_id: d.revisionId, status: 'DEPLOY_FAILED', failure_reason: 'Not Machine Readable' },
+        'failure_reason',
+      ],
       [{ status: 'DEPLOYED' }, 'revision_id'],
     ] as const) {
       const res = await a.report(body);

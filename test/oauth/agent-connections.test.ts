@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { OidcServer } from '../fakes/oidc-server.ts';
-import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../../src/auth/agent-credentials.ts';
+import {
+  agentCredentialPrefix,
+  generateAgentCredential,
+  hashAgentCredential,
+} from '../../src/auth/agent-credentials.ts';
 import { insertCredential } from '../../src/store/agent-credentials.ts';
 import { ADMIN_KEY, client } from '../helpers.ts';
 import {
@@ -61,9 +65,14 @@ test('connections: created with 201, listed per agent, duplicates refused, delet
   const twin = await api.post('/v2/auth/agents/agent%2Fone/connections', { oauth_token_id: tokenId });
   assert.equal(twin.status, 409);
 
-  const unknownToken = await api.post('/v2/auth/agents/agent%2Fone/connections', { oauth_token_id: '6f1c2d3e-0000-4000-8000-000000000000' });
+  const unknownToken = await api.post('/v2/auth/agents/agent%2Fone/connections', {
+    oauth_token_id: '6f1c2d3e-0000-4000-8000-000000000000',
+  });
   assert.equal(unknownToken.status, 400);
-  assert.equal(unknownToken.body.detail, 'oauth_token_id: OAuth token ID 6f1c2d3e-0000-4000-8000-000000000000 not found.');
+  assert.equal(
+    unknownToken.body.detail,
+    'oauth_token_id: OAuth token ID 6f1c2d3e-0000-4000-8000-000000000000 not found.',
+  );
   assert.equal((await api.post('/v2/auth/agents/agent%2Fone/connections', { oauth_token_id: 'nope' })).status, 422);
 
   const wrongAgent = await api.delete(`/v2/auth/agents/someone-else/connections/${created.body.id}`);
@@ -104,23 +113,49 @@ test('the agent token endpoint takes only a valid, unrevoked credential of the r
   assert.equal(missing.status, 401);
   assert.match(missing.body.detail!, /Missing agent credential/);
   assert.equal((await agentToken(t.app, 'slwa_not-a-real-one', 'scoped-bot', connection.id)).status, 401);
-  assert.equal((await agentToken(t.app, ADMIN_KEY, 'scoped-bot', connection.id)).status, 401, 'API keys are not agent credentials');
+  assert.equal(
+    (await agentToken(t.app, ADMIN_KEY, 'scoped-bot', connection.id)).status,
+    401,
+    'API keys are not agent credentials',
+  );
   const forbidden = await agentToken(t.app, narrow.credential, 'scoped-bot', connection.id);
   assert.equal(forbidden.status, 403);
   assert.equal(forbidden.body.detail, "This agent credential is not valid for agent 'scoped-bot'.");
-  assert.equal((await agentToken(t.app, unrestricted.credential, 'other-bot', connection.id)).status, 404, 'the connection belongs to another agent');
-  assert.equal((await agentToken(t.app, unrestricted.credential, 'scoped-bot', '6f1c2d3e-0000-4000-8000-000000000000')).status, 404);
+  assert.equal(
+    (await agentToken(t.app, unrestricted.credential, 'other-bot', connection.id)).status,
+    404,
+    'the connection belongs to another agent',
+  );
+  assert.equal(
+    (await agentToken(t.app, unrestricted.credential, 'scoped-bot', '6f1c2d3e-0000-4000-8000-000000000000')).status,
+    404,
+  );
 
   // Revoked: refused at once. Deleted deployment: its credentials die with it.
-  assert.equal((await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`)).status, 204);
-  assert.equal((await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`)).status, 404);
+  assert.equal(
+    (await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`))
+      .status,
+    204,
+  );
+  assert.equal(
+    (await api.delete(`/v2/deployments/${unrestricted.deploymentId}/agent-credentials/${unrestricted.credentialId}`))
+      .status,
+    404,
+  );
   assert.equal((await agentToken(t.app, unrestricted.credential, 'scoped-bot', connection.id)).status, 401);
   const doomed = await mintCredential('doomed-agent', { agent_ids: ['scoped-bot'] });
   assert.equal((await agentToken(t.app, doomed.credential, 'scoped-bot', connection.id)).status, 200);
   assert.equal((await api.delete(`/v2/deployments/${doomed.deploymentId}`)).status, 204);
   assert.equal((await agentToken(t.app, doomed.credential, 'scoped-bot', connection.id)).status, 401);
 
-  assert.equal((await api.post('/v2/deployments/6f1c2d3e-0000-4000-8000-000000000000/agent-credentials', { agent_ids: ['scoped-bot'] })).status, 404);
+  assert.equal(
+    (
+      await api.post('/v2/deployments/6f1c2d3e-0000-4000-8000-000000000000/agent-credentials', {
+        agent_ids: ['scoped-bot'],
+      })
+    ).status,
+    404,
+  );
   assert.equal((await second.get(`/v2/deployments/${narrow.deploymentId}/agent-credentials`)).status, 404);
 });
 
@@ -128,7 +163,12 @@ test('a refresh the provider refuses leaves the token in refresh_failed, with a 
   idp.setAccessTokenTtl(2);
   let flow;
   try {
-    flow = await authorize(t, api, { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'], agent_id: 'stale-bot' }, 'carol');
+    flow = await authorize(
+      t,
+      api,
+      { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'], agent_id: 'stale-bot' },
+      'carol',
+    );
   } finally {
     idp.setAccessTokenTtl(3600);
   }
@@ -138,7 +178,11 @@ test('a refresh the provider refuses leaves the token in refresh_failed, with a 
   const revoked = await fetch(idp.endpoints.revocation, {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ token: values.refresh!, client_id: idp.clients.confidential.client_id, client_secret: idp.clients.confidential.client_secret! }),
+    body: new URLSearchParams({
+      token: values.refresh!,
+      client_id: idp.clients.confidential.client_id,
+      client_secret: idp.clients.confidential.client_secret!,
+    }),
   });
   assert.equal(revoked.status, 200);
   await sleep(2100);
@@ -155,17 +199,33 @@ test('a refresh the provider refuses leaves the token in refresh_failed, with a 
   // The state sticks without asking the provider again, and a new authentication starts a new flow.
   assert.equal((await agentToken(t.app, credential, 'stale-bot', flow.connectionId!)).status, 409);
   assert.equal(idp.tokenRequestCount(), requests + 1);
-  const again = await api.post('/v2/auth/authenticate', { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'] });
+  const again = await api.post('/v2/auth/authenticate', {
+    provider_id: 'acme-idp',
+    scopes: ['openid', 'offline_access', 'profile'],
+  });
   assert.equal(again.body.status, 'pending');
-  const events = await t.database.db.selectFrom('events').select(['type', 'to_status']).where('subject_id', '=', flow.tokenId).orderBy('id').execute();
-  assert.deepEqual(events.map((e) => e.type), ['oauth_token.created', 'oauth_token.refresh_failed']);
+  const events = await t.database.db
+    .selectFrom('events')
+    .select(['type', 'to_status'])
+    .where('subject_id', '=', flow.tokenId)
+    .orderBy('id')
+    .execute();
+  assert.deepEqual(
+    events.map((e) => e.type),
+    ['oauth_token.created', 'oauth_token.refresh_failed'],
+  );
 });
 
 test('a refresh that fails for a passing reason keeps the token active and answers 503', async () => {
   idp.setAccessTokenTtl(2);
   let flow;
   try {
-    flow = await authorize(t, api, { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'email'], agent_id: 'patient-bot' }, 'dave');
+    flow = await authorize(
+      t,
+      api,
+      { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'email'], agent_id: 'patient-bot' },
+      'dave',
+    );
   } finally {
     idp.setAccessTokenTtl(3600);
   }
@@ -175,7 +235,10 @@ test('a refresh that fails for a passing reason keeps the token active and answe
   try {
     const res = await agentToken(t.app, credential, 'patient-bot', flow.connectionId!);
     assert.equal(res.status, 503, JSON.stringify(res.body));
-    assert.match(res.body.detail!, /Refreshing the OAuth token failed: The provider at http:\/\/127\.0\.0\.1:\d+ could not be reached/);
+    assert.match(
+      res.body.detail!,
+      /Refreshing the OAuth token failed: The provider at http:\/\/127\.0\.0\.1:\d+ could not be reached/,
+    );
   } finally {
     idp.failTokenEndpoint(null);
   }
@@ -192,7 +255,11 @@ test('a credential reaches only the agents it names: one made through the API mu
     assert.equal(res.status, 422, `${JSON.stringify(body)} -> ${JSON.stringify(res.body)}`);
     assert.deepEqual(res.body.detail[0].loc, ['body', 'agent_ids']);
   }
-  assert.deepEqual((await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body, { data: [] }, 'nothing was minted');
+  assert.deepEqual(
+    (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body,
+    { data: [] },
+    'nothing was minted',
+  );
 
   const connection = (await api.post('/v2/auth/agents/payroll-bot/connections', { oauth_token_id: tokenId })).body;
   const named = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { agent_ids: ['support-bot'] });
@@ -215,7 +282,9 @@ test("the data plane's runtime credential reaches the deployment's own agents on
     prefix: agentCredentialPrefix(credential),
     createdBy: 'data-plane',
   });
-  const connect = async (agentId: string) => (await api.post(`/v2/auth/agents/${encodeURIComponent(agentId)}/connections`, { oauth_token_id: tokenId })).body.id as string;
+  const connect = async (agentId: string) =>
+    (await api.post(`/v2/auth/agents/${encodeURIComponent(agentId)}/connections`, { oauth_token_id: tokenId })).body
+      .id as string;
   for (const own of ['runtime-app', 'runtime-app/triage']) {
     const res = await agentToken(t.app, credential, own, await connect(own));
     assert.equal(res.status, 200, `${own}: ${JSON.stringify(res.body)}`);
@@ -226,5 +295,8 @@ test("the data plane's runtime credential reaches the deployment's own agents on
     assert.equal(res.body.detail, `This agent credential is not valid for agent '${foreign}'.`);
   }
   const listed = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.data;
-  assert.deepEqual(listed.map((c: { agent_ids: unknown }) => c.agent_ids), [null]);
+  assert.deepEqual(
+    listed.map((c: { agent_ids: unknown }) => c.agent_ids),
+    [null],
+  );
 });

@@ -64,7 +64,10 @@ async function assertFlowError(
 
 test('the authorization URL carries state always and an S256 challenge of the verifier when PKCE is used', async () => {
   const provider = providerFor('public');
-  const pending = await client.createAuthorizationRequest(provider, { redirectUri: REDIRECT_URI, scopes: ['openid', 'repo:read'] });
+  const pending = await client.createAuthorizationRequest(provider, {
+    redirectUri: REDIRECT_URI,
+    scopes: ['openid', 'repo:read'],
+  });
   const url = new URL(pending.url);
 
   assert.equal(url.origin + url.pathname, idp.endpoints.authorization);
@@ -93,7 +96,8 @@ test('the authorization URL carries state always and an S256 challenge of the ve
   // A public client has no secret to bind the code to it: without PKCE a stolen code is a token (RFC 9700).
   await assert.rejects(
     client.createAuthorizationRequest(providerFor('public', { uses_pkce: false }), { redirectUri: REDIRECT_URI }),
-    (err: unknown) => err instanceof OAuthFlowError && err.reason === 'configuration' && /must use PKCE/.test(err.message),
+    (err: unknown) =>
+      err instanceof OAuthFlowError && err.reason === 'configuration' && /must use PKCE/.test(err.message),
   );
 });
 
@@ -148,7 +152,10 @@ test('the access token is refreshed after it expired, and the new one works', as
       await sleep(100);
     }
 
-    const refreshed = await client.refresh(provider, tokens.refreshToken, { issuer: tokens.issuer, scopes: tokens.scopes });
+    const refreshed = await client.refresh(provider, tokens.refreshToken, {
+      issuer: tokens.issuer,
+      scopes: tokens.scopes,
+    });
     assert.notEqual(refreshed.accessToken, tokens.accessToken);
     assert.ok(refreshed.refreshToken, 'a refresh token is still held (rotated or the same)');
     assert.equal((await idp.userinfo(refreshed.accessToken)).status, 200);

@@ -34,7 +34,15 @@ after(async () => {
   await idp.close();
 });
 
-const tokenCount = async () => Number((await t.database.db.selectFrom('oauth_tokens').select((eb) => eb.fn.countAll<string>().as('n')).executeTakeFirstOrThrow()).n);
+const tokenCount = async () =>
+  Number(
+    (
+      await t.database.db
+        .selectFrom('oauth_tokens')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .executeTakeFirstOrThrow()
+    ).n,
+  );
 
 /** Authenticate and go through the provider, without landing on the callback yet. */
 async function untilCallback(provider: string, consent: 'approve' | 'deny' = 'approve') {
@@ -90,7 +98,11 @@ test('a state that belongs to no flow is refused and consumes nothing; the genui
 
 test('an expired state is refused without a code exchange', async () => {
   const { authId, callbackUrl } = await untilCallback('acme-idp');
-  await t.database.db.updateTable('oauth_authorizations').set({ expires_at: new Date(Date.now() - 1000) }).where('id', '=', authId).execute();
+  await t.database.db
+    .updateTable('oauth_authorizations')
+    .set({ expires_at: new Date(Date.now() - 1000) })
+    .where('id', '=', authId)
+    .execute();
   const before = await tokenCount();
   const requests = idp.tokenRequestCount();
   const page = await openCallback(t.app, callbackUrl.href);
@@ -99,14 +111,22 @@ test('an expired state is refused without a code exchange', async () => {
   assert.equal(idp.tokenRequestCount(), requests);
   assert.equal(await tokenCount(), before);
   await assertFailedFlow(authId, 'expired', /expired/);
-  const flow = await t.database.db.selectFrom('oauth_authorizations').select(['status', 'code_verifier_encrypted']).where('id', '=', authId).executeTakeFirstOrThrow();
+  const flow = await t.database.db
+    .selectFrom('oauth_authorizations')
+    .select(['status', 'code_verifier_encrypted'])
+    .where('id', '=', authId)
+    .executeTakeFirstOrThrow();
   assert.deepEqual(flow, { status: 'failed', code_verifier_encrypted: null });
 });
 
 test('a wrong PKCE verifier is rejected by the provider and ends the flow', async () => {
   const { authId, callbackUrl } = await untilCallback('public-idp');
   const wrong = 'x'.repeat(43);
-  await t.database.db.updateTable('oauth_authorizations').set({ code_verifier_encrypted: t.secretBox.seal(wrong) }).where('id', '=', authId).execute();
+  await t.database.db
+    .updateTable('oauth_authorizations')
+    .set({ code_verifier_encrypted: t.secretBox.seal(wrong) })
+    .where('id', '=', authId)
+    .execute();
   const before = await tokenCount();
   const page = await openCallback(t.app, callbackUrl.href);
   assert.equal(page.status, 400);

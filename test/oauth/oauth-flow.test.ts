@@ -47,10 +47,24 @@ after(async () => {
   await idp.close();
 });
 
-const CONNECTION_FIELDS = ['agent_id', 'created_at', 'created_by', 'expires_at', 'id', 'oauth_token_id', 'provider_account_label', 'provider_id', 'scopes'];
+const CONNECTION_FIELDS = [
+  'agent_id',
+  'created_at',
+  'created_by',
+  'expires_at',
+  'id',
+  'oauth_token_id',
+  'provider_account_label',
+  'provider_id',
+  'scopes',
+];
 
 test('a person authorizes an agent; the token is listed without values and the connection with the interface fields', async () => {
-  const pending = await startAuthorization(api, { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'email', 'repo:read'], agent_id: 'support-bot' });
+  const pending = await startAuthorization(api, {
+    provider_id: 'acme-idp',
+    scopes: ['openid', 'offline_access', 'email', 'repo:read'],
+    agent_id: 'support-bot',
+  });
   const url = new URL(pending.url);
   assert.equal(url.origin + url.pathname, idp.endpoints.authorization);
   assert.equal(url.searchParams.get('redirect_uri'), 'http://slipway.test/v2/auth/callback/acme-idp');
@@ -87,7 +101,16 @@ test('a person authorizes an agent; the token is listed without values and the c
   assert.equal(token.has_refresh_token, true);
   assert.ok(token.scopes.includes('repo:read'));
   assert.ok(Date.parse(token.expires_at) > Date.now());
-  assert.equal(token.created_by, (await t.database.db.selectFrom('api_keys').select('id').where('name', 'like', 'bootstrap%').executeTakeFirstOrThrow()).id);
+  assert.equal(
+    token.created_by,
+    (
+      await t.database.db
+        .selectFrom('api_keys')
+        .select('id')
+        .where('name', 'like', 'bootstrap%')
+        .executeTakeFirstOrThrow()
+    ).id,
+  );
   assert.deepEqual((await api.get(`/v2/auth/tokens/${tokenId}`)).body, token);
 
   const connections = await api.get('/v2/auth/agents/support-bot/connections');
@@ -111,7 +134,11 @@ test('a person authorizes an agent; the token is listed without values and the c
   // The stored values are sealed, and the flow kept nothing it no longer needs.
   const values = await storedTokenValues(t, tokenId);
   assert.equal((await idp.userinfo(values.access)).status, 200);
-  const flow = await t.database.db.selectFrom('oauth_authorizations').selectAll().where('id', '=', pending.auth_id).executeTakeFirstOrThrow();
+  const flow = await t.database.db
+    .selectFrom('oauth_authorizations')
+    .selectAll()
+    .where('id', '=', pending.auth_id)
+    .executeTakeFirstOrThrow();
   assert.equal(flow.status, 'completed');
   assert.equal(flow.code_verifier_encrypted, null);
   assert.ok(!flow.state_hash.toString('utf8').includes(url.searchParams.get('state')!));
@@ -119,16 +146,26 @@ test('a person authorizes an agent; the token is listed without values and the c
 
 test('authenticate answers completed with the existing token, and connects another agent to it', async () => {
   const [token] = (await api.get('/v2/auth/tokens')).body.resources;
-  const again = await api.post('/v2/auth/authenticate', { provider_id: 'acme-idp', scopes: ['openid', 'repo:read'], agent_id: 'triage-bot' });
+  const again = await api.post('/v2/auth/authenticate', {
+    provider_id: 'acme-idp',
+    scopes: ['openid', 'repo:read'],
+    agent_id: 'triage-bot',
+  });
   assert.equal(again.status, 200);
   assert.equal(again.body.status, 'completed');
   assert.equal(again.body.token_id, token.id);
   assert.equal(again.body.url, null);
   const list = (await api.get('/v2/auth/agents/triage-bot/connections')).body.data;
-  assert.deepEqual(list.map((c: { id: string; oauth_token_id: string }) => [c.id, c.oauth_token_id]), [[again.body.connection_id, token.id]]);
+  assert.deepEqual(
+    list.map((c: { id: string; oauth_token_id: string }) => [c.id, c.oauth_token_id]),
+    [[again.body.connection_id, token.id]],
+  );
 
   // Scopes the token lacks need a new authorization.
-  const more = await api.post('/v2/auth/authenticate', { provider_id: 'acme-idp', scopes: ['openid', 'profile', 'repo:read'] });
+  const more = await api.post('/v2/auth/authenticate', {
+    provider_id: 'acme-idp',
+    scopes: ['openid', 'profile', 'repo:read'],
+  });
   assert.equal(more.body.status, 'pending');
   // Another provider too, named by id this time.
   const publicId = (await api.get('/v2/auth/providers/public-idp')).body.id;
@@ -147,7 +184,10 @@ test('a deployed agent gets a fresh access token with its deployment credential;
   const before = await storedTokenValues(t, flow.tokenId);
 
   const deploymentId = await createDeployment(api, 'refresh-agent');
-  const minted = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { name: 'runtime', agent_ids: ['refresh-bot'] });
+  const minted = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, {
+    name: 'runtime',
+    agent_ids: ['refresh-bot'],
+  });
   assert.equal(minted.status, 201, JSON.stringify(minted.body));
   const credential: string = minted.body.credential;
   assert.match(credential, /^slwa_/);
@@ -187,7 +227,11 @@ test('a deployed agent gets a fresh access token with its deployment credential;
 });
 
 test('deleting a token revokes it at the provider and removes its connections', async () => {
-  const flow = await authorize(t, api, { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'], agent_id: 'doomed-bot' });
+  const flow = await authorize(t, api, {
+    provider_id: 'acme-idp',
+    scopes: ['openid', 'offline_access', 'profile'],
+    agent_id: 'doomed-bot',
+  });
   const values = await storedTokenValues(t, flow.tokenId);
   assert.ok(values.refresh);
   assert.equal((await idp.introspect(values.access)).active, true);
@@ -207,7 +251,10 @@ test('deleting a token revokes it at the provider and removes its connections', 
 });
 
 test('a plain OAuth 2.0 flow (no openid, client_secret_basic) completes without an account label when userinfo cannot name it', async () => {
-  await registerProvider(api, idp, 'confidentialBasic', 'basic-idp', { scopes: ['repo:read'], userinfo_url: idp.endpoints.userinfo });
+  await registerProvider(api, idp, 'confidentialBasic', 'basic-idp', {
+    scopes: ['repo:read'],
+    userinfo_url: idp.endpoints.userinfo,
+  });
   const flow = await authorize(t, api, { provider_id: 'basic-idp', agent_id: 'plain-bot' });
   const token = (await api.get(`/v2/auth/tokens/${flow.tokenId}`)).body;
   assert.deepEqual(token.scopes, ['repo:read']);
@@ -215,7 +262,10 @@ test('a plain OAuth 2.0 flow (no openid, client_secret_basic) completes without 
   const [connection] = (await api.get('/v2/auth/agents/plain-bot/connections')).body.data;
   assert.equal(connection.provider_account_label, null);
   assert.equal(connection.provider_id, 'basic-idp');
-  assert.ok(t.logs.some((line) => line.includes('userinfo request failed')), 'the missing label is logged');
+  assert.ok(
+    t.logs.some((line) => line.includes('userinfo request failed')),
+    'the missing label is logged',
+  );
 });
 
 test('token values, codes and client secrets never appear in responses or logs', async () => {

@@ -41,7 +41,9 @@ export interface OAuthTestApp {
   close(): Promise<void>;
 }
 
-export async function startOAuthTestApp(env: Record<string, string> = { SLIPWAY_ALLOW_INSECURE_OAUTH: '1' }): Promise<OAuthTestApp> {
+export async function startOAuthTestApp(
+  env: Record<string, string> = { SLIPWAY_ALLOW_INSECURE_OAUTH: '1' },
+): Promise<OAuthTestApp> {
   const logs: string[] = [];
   const logger = pino({ level: 'trace' }, { write: (line: string) => void logs.push(line) });
   const t = await createTestApp({ SLIPWAY_PUBLIC_URL: PUBLIC_URL, LOG_LEVEL: 'trace', ...env }, { logger });
@@ -70,24 +72,47 @@ export async function startOAuthTestApp(env: Record<string, string> = { SLIPWAY_
 export type Api = ReturnType<typeof client>;
 
 /** A second organization with its own workspace and admin key: nothing of the first is visible to it. */
-export async function otherOrganization(t: OAuthTestApp): Promise<{ key: string; organizationId: string; workspaceId: string }> {
+export async function otherOrganization(
+  t: OAuthTestApp,
+): Promise<{ key: string; organizationId: string; workspaceId: string }> {
   const organization = await createOrganization(t.database.db, `other-${randomBytes(3).toString('hex')}`);
   const workspace = await createWorkspace(t.database.db, organization.id, 'main');
   const key = generateApiKey();
-  await createApiKey(t.database.db, { organizationId: organization.id, workspaceId: workspace.id, name: 'other admin', role: 'admin', hash: hashApiKey(key), prefix: displayPrefix(key) });
+  await createApiKey(t.database.db, {
+    organizationId: organization.id,
+    workspaceId: workspace.id,
+    name: 'other admin',
+    role: 'admin',
+    hash: hashApiKey(key),
+    prefix: displayPrefix(key),
+  });
   return { key, organizationId: organization.id, workspaceId: workspace.id };
 }
 
 /** Registers one of the fake provider's clients under `slug`; returns the created provider. */
-export async function registerProvider(api: Api, idp: OidcServer, kind: TestClientKind, slug: string, overrides: Record<string, unknown> = {}) {
+export async function registerProvider(
+  api: Api,
+  idp: OidcServer,
+  kind: TestClientKind,
+  slug: string,
+  overrides: Record<string, unknown> = {},
+) {
   const config = idp.providerConfig(kind);
-  const res = await api.post('/v2/auth/providers', { provider_id: slug, name: `Test IdP (${kind})`, ...config, ...overrides });
+  const res = await api.post('/v2/auth/providers', {
+    provider_id: slug,
+    name: `Test IdP (${kind})`,
+    ...config,
+    ...overrides,
+  });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body;
 }
 
 /** POST /v2/auth/authenticate expecting pending. */
-export async function startAuthorization(api: Api, body: Record<string, unknown>): Promise<{ auth_id: string; url: string }> {
+export async function startAuthorization(
+  api: Api,
+  body: Record<string, unknown>,
+): Promise<{ auth_id: string; url: string }> {
   const res = await api.post('/v2/auth/authenticate', body);
   assert.equal(res.status, 200, JSON.stringify(res.body));
   assert.equal(res.body.status, 'pending', JSON.stringify(res.body));
@@ -95,7 +120,10 @@ export async function startAuthorization(api: Api, body: Record<string, unknown>
 }
 
 /** Lands the browser on the service's callback (the provider's redirect), as inject. */
-export async function openCallback(app: FastifyInstance, callbackUrl: string): Promise<{ status: number; html: string; headers: Record<string, unknown> }> {
+export async function openCallback(
+  app: FastifyInstance,
+  callbackUrl: string,
+): Promise<{ status: number; html: string; headers: Record<string, unknown> }> {
   const url = new URL(callbackUrl);
   assert.equal(url.origin, PUBLIC_URL);
   const res = await app.inject({ method: 'GET', url: url.pathname + url.search });
@@ -111,13 +139,29 @@ export async function authorize(t: OAuthTestApp, api: Api, body: Record<string, 
   const waited = await api.get(`/v2/auth/wait/${pending.auth_id}?timeout=5`);
   assert.equal(waited.status, 200);
   assert.equal(waited.body.status, 'completed', JSON.stringify(waited.body));
-  return { authId: pending.auth_id, callbackUrl, page, tokenId: waited.body.token_id as string, connectionId: waited.body.connection_id as string | null };
+  return {
+    authId: pending.auth_id,
+    callbackUrl,
+    page,
+    tokenId: waited.body.token_id as string,
+    connectionId: waited.body.connection_id as string | null,
+  };
 }
 
 /** The stored token values, opened: what must never appear in a response or a log. */
-export async function storedTokenValues(t: OAuthTestApp, tokenId: string): Promise<{ access: string; refresh: string | null }> {
-  const row = await t.database.db.selectFrom('oauth_tokens').select(['access_token_encrypted', 'refresh_token_encrypted']).where('id', '=', tokenId).executeTakeFirstOrThrow();
-  return { access: t.secretBox.open(row.access_token_encrypted), refresh: row.refresh_token_encrypted === null ? null : t.secretBox.open(row.refresh_token_encrypted) };
+export async function storedTokenValues(
+  t: OAuthTestApp,
+  tokenId: string,
+): Promise<{ access: string; refresh: string | null }> {
+  const row = await t.database.db
+    .selectFrom('oauth_tokens')
+    .select(['access_token_encrypted', 'refresh_token_encrypted'])
+    .where('id', '=', tokenId)
+    .executeTakeFirstOrThrow();
+  return {
+    access: t.secretBox.open(row.access_token_encrypted),
+    refresh: row.refresh_token_encrypted === null ? null : t.secretBox.open(row.refresh_token_encrypted),
+  };
 }
 
 export function assertNoSecrets(where: string, text: string, secrets: ReadonlyArray<string | null | undefined>): void {
@@ -128,19 +172,32 @@ export function assertNoSecrets(where: string, text: string, secrets: ReadonlyAr
 
 /** A deployment to mint agent credentials for. */
 export async function createDeployment(api: Api, name: string): Promise<string> {
-  const res = await api.post('/v2/deployments', { name, source: 'internal_container', source_revision_config: { image_uri: 'reg.example.com/agent:1' } });
+  const res = await api.post('/v2/deployments', {
+    name,
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'reg.example.com/agent:1' },
+  });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body.id;
 }
 
 /** POST .../token as a deployed agent with its credential. */
-export async function agentToken(app: FastifyInstance, credential: string | null, agentId: string, connectionId: string) {
+export async function agentToken(
+  app: FastifyInstance,
+  credential: string | null,
+  agentId: string,
+  connectionId: string,
+) {
   const res = await app.inject({
     method: 'POST',
     url: `/v2/auth/agents/${encodeURIComponent(agentId)}/connections/${connectionId}/token`,
     headers: credential ? { authorization: `Bearer ${credential}` } : {},
   });
-  return { status: res.statusCode, body: JSON.parse(res.body) as Record<string, unknown> & { access_token?: string; detail?: string }, headers: res.headers };
+  return {
+    status: res.statusCode,
+    body: JSON.parse(res.body) as Record<string, unknown> & { access_token?: string; detail?: string },
+    headers: res.headers,
+  };
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -9,7 +9,18 @@ import { after, afterEach, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import type { OidcServer } from '../fakes/oidc-server.ts';
 import { client } from '../helpers.ts';
-import { agentToken, authorize, createDeployment, registerProvider, sleep, startIdp, startOAuthTestApp, storedTokenValues, type Api, type OAuthTestApp } from './oauth-test-app.ts';
+import {
+  agentToken,
+  authorize,
+  createDeployment,
+  registerProvider,
+  sleep,
+  startIdp,
+  startOAuthTestApp,
+  storedTokenValues,
+  type Api,
+  type OAuthTestApp,
+} from './oauth-test-app.ts';
 
 let t: OAuthTestApp;
 let idp: OidcServer;
@@ -40,7 +51,12 @@ after(async () => {
 /** A token whose access token expires within the refresh margin, connected to `agentId`, and a credential for it. */
 async function expiringToken(providerId: string, agentId: string, login: string) {
   idp.setAccessTokenTtl(30);
-  const flow = await authorize(t, api, { provider_id: providerId, scopes: ['openid', 'offline_access', 'email'], agent_id: agentId }, login);
+  const flow = await authorize(
+    t,
+    api,
+    { provider_id: providerId, scopes: ['openid', 'offline_access', 'email'], agent_id: agentId },
+    login,
+  );
   idp.setAccessTokenTtl(3600);
   const deploymentId = await createDeployment(api, `${agentId}-app`);
   const minted = await api.post(`/v2/deployments/${deploymentId}/agent-credentials`, { agent_ids: [agentId] });
@@ -51,7 +67,12 @@ async function expiringToken(providerId: string, agentId: string, login: string)
 /** Other API calls, timed: what every other user of the service sees meanwhile. */
 async function otherCallsTake(): Promise<number> {
   const started = Date.now();
-  const answers = await Promise.all([api.get('/v2/auth/tokens'), api.get('/v2/deployments'), api.get('/v2/auth/providers'), api.get('/v2/auth/agents/nobody/connections')]);
+  const answers = await Promise.all([
+    api.get('/v2/auth/tokens'),
+    api.get('/v2/deployments'),
+    api.get('/v2/auth/providers'),
+    api.get('/v2/auth/agents/nobody/connections'),
+  ]);
   for (const answer of answers) assert.equal(answer.status, 200, JSON.stringify(answer.body));
   return Date.now() - started;
 }
@@ -84,7 +105,11 @@ test('two replicas refresh one token at once: one refresh at the provider, and t
   idp.delayTokenEndpoint(1000);
   const refreshesBefore = idp.tokenRequestCount();
 
-  const answers = await Promise.all(Array.from({ length: CONCURRENT }, (_, i) => agentToken(i % 2 === 0 ? t.app : replica, credential, 'shared-bot', connectionId)));
+  const answers = await Promise.all(
+    Array.from({ length: CONCURRENT }, (_, i) =>
+      agentToken(i % 2 === 0 ? t.app : replica, credential, 'shared-bot', connectionId),
+    ),
+  );
   for (const answer of answers) assert.equal(answer.status, 200, JSON.stringify(answer.body));
   assert.equal(new Set(answers.map((a) => a.body.access_token)).size, 1);
   assert.equal(idp.tokenRequestCount() - refreshesBefore, 1, 'one refresh reached the provider');
@@ -97,7 +122,12 @@ test('two replicas refresh one token at once: one refresh at the provider, and t
 });
 
 test('a slow revocation holds no database connection; concurrent deletes of one token revoke it once', async () => {
-  const flow = await authorize(t, api, { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'], agent_id: 'leaving-bot' }, 'grace');
+  const flow = await authorize(
+    t,
+    api,
+    { provider_id: 'acme-idp', scopes: ['openid', 'offline_access', 'profile'], agent_id: 'leaving-bot' },
+    'grace',
+  );
   const values = await storedTokenValues(t, flow.tokenId);
   idp.delayRevocationEndpoint(1200);
   const revocationsBefore = idp.revocationRequestCount();
@@ -109,18 +139,32 @@ test('a slow revocation holds no database connection; concurrent deletes of one 
 
   const statuses = (await Promise.all(deletes)).map((d) => d.status).sort();
   assert.deepEqual(statuses, [204, ...Array<number>(11).fill(404)]);
-  assert.equal(idp.revocationRequestCount() - revocationsBefore, 2, 'the refresh token, then the access token, once each');
+  assert.equal(
+    idp.revocationRequestCount() - revocationsBefore,
+    2,
+    'the refresh token, then the access token, once each',
+  );
   assert.equal((await idp.introspect(values.refresh!)).active, false);
   assert.equal((await api.get(`/v2/auth/tokens/${flow.tokenId}`)).status, 404);
-  const events = await t.database.db.selectFrom('events').select('type').where('subject_id', '=', flow.tokenId).orderBy('id').execute();
-  assert.deepEqual(events.map((e) => e.type), ['oauth_token.created', 'oauth_token.deleted']);
+  const events = await t.database.db
+    .selectFrom('events')
+    .select('type')
+    .where('subject_id', '=', flow.tokenId)
+    .orderBy('id')
+    .execute();
+  assert.deepEqual(
+    events.map((e) => e.type),
+    ['oauth_token.created', 'oauth_token.deleted'],
+  );
 });
 
 test('a refresh that fails at the provider keeps the token usable for the next try', async () => {
   const { tokenId, connectionId, credential } = await expiringToken('acme-idp', 'retry-bot', 'heidi');
   idp.failTokenEndpoint('http_500');
   try {
-    const answers = await Promise.all(Array.from({ length: 5 }, () => agentToken(t.app, credential, 'retry-bot', connectionId)));
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => agentToken(t.app, credential, 'retry-bot', connectionId)),
+    );
     for (const answer of answers) assert.equal(answer.status, 502, JSON.stringify(answer.body));
   } finally {
     idp.failTokenEndpoint(null);

@@ -22,7 +22,9 @@ async function storedSecrets(dataDir: string): Promise<string[]> {
   const [pid, , , port] = (await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n');
   assert.ok(pid);
   const password = (await fs.readFile(path.join(dataDir, 'postgres-password'), 'utf8')).trim();
-  const rows = await withClient(`postgres://postgres:${password}@127.0.0.1:${port}/slipway`, (c) => c.query<{ value: string }>("select s->>'value' as value from deployments, jsonb_array_elements(secrets) s"));
+  const rows = await withClient(`postgres://postgres:${password}@127.0.0.1:${port}/slipway`, (c) =>
+    c.query<{ value: string }>("select s->>'value' as value from deployments, jsonb_array_elements(secrets) s"),
+  );
   return rows.rows.map((r) => r.value);
 }
 
@@ -36,7 +38,11 @@ describe('the key file of the embedded setup', { timeout: 300_000 }, () => {
     dataDir = await makeDataDir();
     keyFile = path.join(dataDir, 'encryption.key');
     const service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY });
-    const listener = await call(service, 'POST', '/v2/listeners', KEY, { compute_type: 'k8s', compute_id: 'eu', compute_config: { k8s_namespaces: ['agents'] } });
+    const listener = await call(service, 'POST', '/v2/listeners', KEY, {
+      compute_type: 'k8s',
+      compute_id: 'eu',
+      compute_config: { k8s_namespaces: ['agents'] },
+    });
     const deployment = await call(service, 'POST', '/v2/deployments', KEY, {
       name: 'sealed',
       source: 'external_container',
@@ -67,7 +73,12 @@ describe('the key file of the embedded setup', { timeout: 300_000 }, () => {
     await fs.rm(keyFile);
     const refused = await runToExit({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: KEY });
     assert.equal(refused.code, 1, refused.stderr);
-    assert.match(refused.stderr, new RegExp(`^slipway: cannot start: SLIPWAY_ENCRYPTION_KEY: is not set and ${keyFile} is missing, .*restore encryption.key from your backup`));
+    assert.match(
+      refused.stderr,
+      new RegExp(
+        `^slipway: cannot start: SLIPWAY_ENCRYPTION_KEY: is not set and ${keyFile} is missing, .*restore encryption.key from your backup`,
+      ),
+    );
     await assert.rejects(fs.access(keyFile), 'no key was made over the lost one');
   });
 
@@ -76,7 +87,12 @@ describe('the key file of the embedded setup', { timeout: 300_000 }, () => {
     const service: Service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY });
     const busy = await runToExit({ SLIPWAY_DATA_DIR: dataDir }, { script: 'scripts/rotate-key.ts' });
     assert.equal(busy.code, 2, busy.stderr);
-    assert.match(busy.stderr, new RegExp(`^rotate-key: SLIPWAY_DATA_DIR: .* is in use by another Slipway process \\(pid ${service.child.pid}, service,`));
+    assert.match(
+      busy.stderr,
+      new RegExp(
+        `^rotate-key: SLIPWAY_DATA_DIR: .* is in use by another Slipway process \\(pid ${service.child.pid}, service,`,
+      ),
+    );
     assert.deepEqual(await stop(service), { code: 0, signal: null });
 
     const rotated = await runToExit({ SLIPWAY_DATA_DIR: dataDir }, { script: 'scripts/rotate-key.ts' });
@@ -85,15 +101,30 @@ describe('the key file of the embedded setup', { timeout: 300_000 }, () => {
     assert.equal(lines.length, 1, 'the key file holds the new key alone once done');
     const fresh = Buffer.from(lines[0]!, 'hex');
     assert.notEqual(lines[0], original);
-    assert.match(rotated.stdout, new RegExp(`done: \\d+ rows re-encrypted; every sealed value is sealed with the key with id ${keyIdOf(fresh)}`));
+    assert.match(
+      rotated.stdout,
+      new RegExp(`done: \\d+ rows re-encrypted; every sealed value is sealed with the key with id ${keyIdOf(fresh)}`),
+    );
 
     const again = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY });
     const stored = await storedSecrets(dataDir);
-    assert.deepEqual(stored.map((v) => createSecretBox(fresh).open(v)), ['kept-through-rotation'], 'the secret is intact, under the new key');
+    assert.deepEqual(
+      stored.map((v) => createSecretBox(fresh).open(v)),
+      ['kept-through-rotation'],
+      'the secret is intact, under the new key',
+    );
     // The service opens it too: a patch that keeps it (the mask) merges it from the stored value.
-    const patched = await call(again, 'PATCH', `/v2/deployments/${deploymentId}`, KEY, { secrets: [{ name: 'TOKEN', value: '********' }, { name: 'OTHER', value: 'added' }] });
+    const patched = await call(again, 'PATCH', `/v2/deployments/${deploymentId}`, KEY, {
+      secrets: [
+        { name: 'TOKEN', value: '********' },
+        { name: 'OTHER', value: 'added' },
+      ],
+    });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
-    assert.deepEqual((await storedSecrets(dataDir)).map((v) => createSecretBox(fresh).open(v)).sort(), ['added', 'kept-through-rotation']);
+    assert.deepEqual((await storedSecrets(dataDir)).map((v) => createSecretBox(fresh).open(v)).sort(), [
+      'added',
+      'kept-through-rotation',
+    ]);
     assert.deepEqual(await stop(again), { code: 0, signal: null }, again.stderr());
   });
 });

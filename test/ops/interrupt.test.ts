@@ -13,7 +13,15 @@ import { after, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { ADMIN_KEY, createTestApp } from '../helpers.ts';
-import { alive, cleanUp, makeDataDir, postgresPid, startService, waitUntilGone, withDeadline } from '../support/service-harness.ts';
+import {
+  alive,
+  cleanUp,
+  makeDataDir,
+  postgresPid,
+  startService,
+  waitUntilGone,
+  withDeadline,
+} from '../support/service-harness.ts';
 
 const KEY = 'slw_ops_interrupt_key_0123456789';
 
@@ -21,47 +29,55 @@ after(cleanUp);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-test('Ctrl-C during a slow upload: the upload completes with 201, then the service and its database stop', { timeout: 120_000 }, async () => {
-  const dataDir = await makeDataDir();
-  // Its own process group, as a terminal's foreground job: Ctrl-C signals every process in it.
-  const service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY }, { group: true });
-  const server = (await postgresPid(dataDir))!;
-  const body = gzipSync(randomBytes(256 * 1024));
+test(
+  'Ctrl-C during a slow upload: the upload completes with 201, then the service and its database stop',
+  { timeout: 120_000 },
+  async () => {
+    const dataDir = await makeDataDir();
+    // Its own process group, as a terminal's foreground job: Ctrl-C signals every process in it.
+    const service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY }, { group: true });
+    const server = (await postgresPid(dataDir))!;
+    const body = gzipSync(randomBytes(256 * 1024));
 
-  const request = http.request({
-    host: '127.0.0.1',
-    port: service.port,
-    method: 'POST',
-    path: '/v2/uploads',
-    headers: { 'x-api-key': KEY, 'content-type': 'application/gzip', 'content-length': body.length },
-  });
-  const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
-    request.on('error', reject);
-    request.on('response', (res) => {
-      let text = '';
-      res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+    const request = http.request({
+      host: '127.0.0.1',
+      port: service.port,
+      method: 'POST',
+      path: '/v2/uploads',
+      headers: { 'x-api-key': KEY, 'content-type': 'application/gzip', 'content-length': body.length },
     });
-  });
-  request.write(body.subarray(0, 4096));
-  await sleep(500);
+    const response = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      request.on('error', reject);
+      request.on('response', (res) => {
+        let text = '';
+        res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+      });
+    });
+    request.write(body.subarray(0, 4096));
+    await sleep(500);
 
-  process.kill(-service.child.pid!, 'SIGINT');
-  await sleep(1_000);
-  assert.ok(alive(server), 'the database server did not take the Ctrl-C meant for the service');
-  assert.equal(service.child.exitCode, null, 'the service waits for the request in flight');
+    process.kill(-service.child.pid!, 'SIGINT');
+    await sleep(1_000);
+    assert.ok(alive(server), 'the database server did not take the Ctrl-C meant for the service');
+    assert.equal(service.child.exitCode, null, 'the service waits for the request in flight');
 
-  request.end(body.subarray(4096));
-  const answer = await withDeadline('the upload', response, 20_000);
-  assert.equal(answer.status, 201, answer.body);
-  const uploaded = JSON.parse(answer.body) as { source_tarball_path: string; size_bytes: number };
-  assert.equal(uploaded.size_bytes, body.length);
+    request.end(body.subarray(4096));
+    const answer = await withDeadline('the upload', response, 20_000);
+    assert.equal(answer.status, 201, answer.body);
+    const uploaded = JSON.parse(answer.body) as { source_tarball_path: string; size_bytes: number };
+    assert.equal(uploaded.size_bytes, body.length);
 
-  const exit = await withDeadline('exit after Ctrl-C', service.exited, 30_000);
-  assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
-  assert.ok(await waitUntilGone(server, 10_000), 'the service stopped its database server last');
-  assert.deepEqual(await fs.readdir(path.join(dataDir, 'uploads')), [path.basename(uploaded.source_tarball_path)], 'exactly the file the answer names');
-});
+    const exit = await withDeadline('exit after Ctrl-C', service.exited, 30_000);
+    assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
+    assert.ok(await waitUntilGone(server, 10_000), 'the service stopped its database server last');
+    assert.deepEqual(
+      await fs.readdir(path.join(dataDir, 'uploads')),
+      [path.basename(uploaded.source_tarball_path)],
+      'exactly the file the answer names',
+    );
+  },
+);
 
 test('an upload the database fails to record leaves no file behind', async () => {
   const t = await createTestApp();

@@ -34,7 +34,9 @@ function typedTables(): Map<string, Map<string, TypedColumn>> {
   const checker = program.getTypeChecker();
   const source = program.getSourceFile(file);
   assert.ok(source, 'src/store/schema.ts is part of the program');
-  const database = source.statements.find((s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === 'Database');
+  const database = source.statements.find(
+    (s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === 'Database',
+  );
   assert.ok(database, 'src/store/schema.ts declares interface Database');
 
   const tables = new Map<string, Map<string, TypedColumn>>();
@@ -82,7 +84,9 @@ async function migratedTables(t: TestDatabase): Promise<Map<string, Map<string, 
   for (const check of checks.rows) {
     // PostgreSQL prints `col in ('a', 'b')` as ((col = ANY (ARRAY['a'::text, 'b'::text]))).
     if (!check.definition.startsWith(`CHECK ((${check.column_name} = ANY (ARRAY[`)) continue;
-    const values = [...check.definition.matchAll(/'((?:[^']|'')*)'::text/g)].map((m) => m[1]!.replace(/''/g, "'")).sort();
+    const values = [...check.definition.matchAll(/'((?:[^']|'')*)'::text/g)]
+      .map((m) => m[1]!.replace(/''/g, "'"))
+      .sort();
     const column = tables.get(check.table_name)?.get(check.column_name);
     if (column) column.allowed = values;
   }
@@ -111,7 +115,11 @@ test('each table type has exactly the columns of its table, with the same nullab
     if (!actual) continue; // reported by the test above
     assert.deepEqual([...columns.keys()].sort(), [...actual.keys()].sort(), `columns of ${table}`);
     for (const [name, column] of columns) {
-      assert.equal(column.nullable, actual.get(name)?.nullable, `${table}.${name}: typed ${column.nullable ? 'nullable' : 'not null'}, migrated ${actual.get(name)?.nullable ? 'nullable' : 'not null'}`);
+      assert.equal(
+        column.nullable,
+        actual.get(name)?.nullable,
+        `${table}.${name}: typed ${column.nullable ? 'nullable' : 'not null'}, migrated ${actual.get(name)?.nullable ? 'nullable' : 'not null'}`,
+      );
     }
   }
 });
@@ -121,7 +129,11 @@ test('a column typed as a union of strings has a CHECK with the same values, and
     for (const [name, column] of columns) {
       const allowed = migrated.get(table)?.get(name)?.allowed ?? null;
       if (column.literals === null && allowed === null) continue;
-      assert.deepEqual(column.literals, allowed, `${table}.${name}: typed ${JSON.stringify(column.literals)}, CHECK allows ${JSON.stringify(allowed)}`);
+      assert.deepEqual(
+        column.literals,
+        allowed,
+        `${table}.${name}: typed ${JSON.stringify(column.literals)}, CHECK allows ${JSON.stringify(allowed)}`,
+      );
     }
   }
 });

@@ -36,7 +36,14 @@ const dataDirs: string[] = [];
 export function serviceEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = { ...process.env };
   for (const name of Object.keys(env)) {
-    if (name === 'DATABASE_URL' || name.startsWith('SLIPWAY_') || name === 'NODE_TEST_CONTEXT' || name === 'PORT' || name === 'HOST') delete env[name];
+    if (
+      name === 'DATABASE_URL' ||
+      name.startsWith('SLIPWAY_') ||
+      name === 'NODE_TEST_CONTEXT' ||
+      name === 'PORT' ||
+      name === 'HOST'
+    )
+      delete env[name];
   }
   return { ...env, ...extra };
 }
@@ -75,7 +82,9 @@ export function spawnService(env: Record<string, string>, options: SpawnOptions 
 
 export async function withDeadline<T>(what: string, promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)));
+  const timeout = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms)),
+  );
   try {
     return await Promise.race([promise, timeout]);
   } finally {
@@ -84,27 +93,38 @@ export async function withDeadline<T>(what: string, promise: Promise<T>, ms: num
 }
 
 /** Starts the service on `dataDir` and waits until /readyz answers 200. */
-export async function startService(dataDir: string, env: Record<string, string> = {}, options: SpawnOptions = {}): Promise<Service> {
+export async function startService(
+  dataDir: string,
+  env: Record<string, string> = {},
+  options: SpawnOptions = {},
+): Promise<Service> {
   const port = env.PORT ? Number(env.PORT) : await freePort();
   const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, ...env, PORT: String(port) }, options);
   let gone: Exit | null = null;
   void service.exited.then((status) => (gone = status));
   const deadline = Date.now() + START_DEADLINE_MS;
   for (;;) {
-    if (gone) assert.fail(`the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`);
+    if (gone)
+      assert.fail(
+        `the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`,
+      );
     try {
       const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) });
       if (res.status === 200) return service;
     } catch {
       // Not listening yet: poll again until the deadline.
     }
-    if (Date.now() > deadline) assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
+    if (Date.now() > deadline)
+      assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 
 /** Runs a process to its end (a start that must refuse, a script). */
-export async function runToExit(env: Record<string, string>, options: SpawnOptions = {}): Promise<Exit & { stdout: string; stderr: string }> {
+export async function runToExit(
+  env: Record<string, string>,
+  options: SpawnOptions = {},
+): Promise<Exit & { stdout: string; stderr: string }> {
   const service = spawnService(env, options);
   const exit = await withDeadline('exit', service.exited, START_DEADLINE_MS);
   return { ...exit, stdout: service.stdout(), stderr: service.stderr() };

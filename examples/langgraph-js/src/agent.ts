@@ -36,7 +36,8 @@ async function pace(config: LangGraphRunnableConfig): Promise<void> {
 /** Picks the analyses the text mentions; every one when it mentions none. */
 async function plan(state: State, config: LangGraphRunnableConfig): Promise<Partial<State>> {
   await pace(config);
-  if (typeof state.text !== 'string' || state.text.trim() === '') throw new Error('The input needs a "text" to analyse.');
+  if (typeof state.text !== 'string' || state.text.trim() === '')
+    throw new Error('The input needs a "text" to analyse.');
   const asked = Object.keys(ANALYSES).filter((name) => new RegExp(`\\b${name}`, 'i').test(state.text));
   return { plan: asked.length > 0 ? asked : Object.keys(ANALYSES) };
 }
@@ -61,7 +62,10 @@ export const graph = new StateGraph(AgentState)
   .addNode('writer', answer)
   .addEdge(START, 'planner')
   .addEdge('planner', 'analyst')
-  .addConditionalEdges('analyst', (state: State) => (state.plan.length > 0 ? 'analyst' : 'writer'), ['analyst', 'writer'])
+  .addConditionalEdges('analyst', (state: State) => (state.plan.length > 0 ? 'analyst' : 'writer'), [
+    'analyst',
+    'writer',
+  ])
   .addEdge('writer', END)
   .compile();
 graph.name = 'agent';
