@@ -44,11 +44,7 @@ export interface CpuSample {
 
 async function machine(): Promise<{ busy: number; total: number }> {
   const line = (await fs.readFile('/proc/stat', 'utf8')).split('\n')[0]!;
-  const [user, nice, system, idle, iowait, irq, softirq, steal] = line
-    .trim()
-    .split(/\s+/)
-    .slice(1, 9)
-    .map(Number) as number[];
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1, 9).map(Number);
   const busy = user! + nice! + system! + irq! + softirq! + steal!;
   return { busy, total: busy + idle! + iowait! };
 }

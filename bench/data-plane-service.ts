@@ -21,7 +21,7 @@ import * as tar from 'tar';
 import { createMigratedDatabase } from '../scripts/scratch-server.ts';
 import { buildApp } from '../src/app.ts';
 import { bootstrap } from '../src/bootstrap.ts';
-import { loadConfig, type Config, type LogLevel } from '../src/config.ts';
+import { loadConfig, type Config } from '../src/config.ts';
 import { createSecretBox } from '../src/crypto/secret-box.ts';
 import { openChangeFeed, type ChangeFeed } from '../src/db/change-feed.ts';
 import { connect } from '../src/db/database.ts';
@@ -77,7 +77,7 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
     SLIPWAY_DRAIN_SECONDS: '3',
   });
   // As bench-servers.ts does for the API service: production's logger, written to /dev/null.
-  const logger = createLogger(config.logLevel as LogLevel, pino.destination({ dest: '/dev/null', sync: true }));
+  const logger = createLogger(config.logLevel, pino.destination({ dest: '/dev/null', sync: true }));
   const { db, pool } = connect(databaseUrl);
   const secretBox = createSecretBox(randomBytes(32));
   let changes: ChangeFeed | null = null;

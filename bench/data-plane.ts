@@ -595,7 +595,7 @@ export interface DataPlaneBenchContext {
   /** Any database on the bench's server; the service's own database is made beside it. */
   serverUrl: string;
   load: LoadRunner;
-  say(line: string): void;
+  say: (line: string) => void;
   /** Registers a cleanup step for Ctrl-C (the group also cleans up itself when it ends). */
   defer(step: () => Promise<void>): void;
 }

@@ -73,7 +73,9 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
             },
           ],
         },
-        (error: unknown) => (error ? reject(error instanceof Error ? error : new Error(String(error))) : resolve()),
+        (error: unknown) =>
+          // eslint-disable-next-line @typescript-eslint/no-base-to-string -- `error` is unknown, only narrowed to {} by the truthiness test: String() is the fallback for a non-Error
+          error ? reject(error instanceof Error ? error : new Error(String(error))) : resolve(),
       );
       instance.on('response', (_client, statusCode, _bytes, responseTime) => {
         if (statusCode === job.expectStatus) result.recorder.record(responseTime);

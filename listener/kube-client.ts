@@ -4,14 +4,7 @@
  * server's status code and message, and a 422 on apply as `ApplyRefusedError`, which the controller
  * reports as `invalid_manifest` instead of retrying it.
  */
-import {
-  ApiException,
-  KubernetesObjectApi,
-  PatchStrategy,
-  Watch,
-  type KubeConfig,
-  type KubernetesObject,
-} from '@kubernetes/client-node';
+import { ApiException, KubernetesObjectApi, PatchStrategy, Watch, type KubeConfig } from '@kubernetes/client-node';
 import { collectionPath, kindOf, keyOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
 import { FIELD_MANAGER } from './manifest-names.ts';
 
@@ -97,14 +90,7 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
       const what = `apply ${keyOf({ kind: manifest.kind, namespace: manifest.metadata.namespace, name: manifest.metadata.name })}`;
       try {
         // force: the listener owns these objects; a field another manager took over is taken back.
-        await api.patch(
-          manifest as KubernetesObject,
-          undefined,
-          undefined,
-          FIELD_MANAGER,
-          true,
-          PatchStrategy.ServerSideApply,
-        );
+        await api.patch(manifest, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
       } catch (error) {
         if (error instanceof ApiException && error.code === 422)
           throw new ApplyRefusedError(422, `${what}: ${messageOf(error)}`);
@@ -181,6 +167,7 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
             done(
               new KubeError(
                 status,
+                // eslint-disable-next-line @typescript-eslint/no-base-to-string -- `error` is unknown, only narrowed to {} by the null test: String() is the fallback for a non-Error
                 `watch ${k.plural} in ${namespace}: ${error instanceof Error ? error.message : String(error)}`,
               ),
             );

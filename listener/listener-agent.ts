@@ -82,7 +82,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
   cache = startClusterCache({
     client: kube,
     namespaces: config.namespaces,
-    onChange: controller.wake,
+    onChange: () => controller.wake(),
     onProblem: (problem) => {
       clusterProblem = problem;
     },

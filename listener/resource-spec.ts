@@ -192,7 +192,7 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
     if (typeof a === 'number' && typeof b === 'number' && a > b)
       problems.push(`resource_spec.${low} (${a}) must not exceed ${high} (${b})`);
   }
-  return { spec: spec as ResourceSpec, problems, ignored };
+  return { spec, problems, ignored };
 }
 
 /** Whether any field with this prefix is set: `db_` asks for a database, `cache_` for a cache, `queue_` for a worker. */

@@ -40,7 +40,7 @@ function keepStateOfThisRevisionOnly() {
   const stateDir = path.join(projectDir, '.langgraph_api');
   const marker = path.join(stateDir, '.slipway-revision');
   const revision = process.env.SLIPWAY_REVISION_ID || '';
-  let owner = null;
+  let owner;
   try {
     owner = fs.readFileSync(marker, 'utf8');
   } catch {

@@ -65,8 +65,10 @@ const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, db, secretBox, logger } = deps;
+  // Typed as Fastify's logger, so that the app's type is FastifyInstance's default one.
+  const loggerInstance: FastifyBaseLogger = logger;
   const app = Fastify({
-    loggerInstance: logger as FastifyBaseLogger,
+    loggerInstance,
     bodyLimit: config.bodyLimitBytes,
     // Echo the caller's request id when it sent a sane one, else make one (docs/api.md, "Conventions").
     requestIdHeader: false,
@@ -75,7 +77,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     },
     return503OnClosing: true,
-    frameworkErrors: frameworkErrorHandler,
+    frameworkErrors: (error, request, reply) => {
+      frameworkErrorHandler(error, request, reply);
+    },
     // Requests Node's HTTP parser refuses get the error envelope and a request id too.
     clientErrorHandler,
     // No bare 400 from Node for a missing Host: registerFrameworkAnswers answers it in the envelope.

@@ -48,7 +48,7 @@ function isHostResponseError(error: unknown): error is HostResponseError {
     typeof error === 'object' &&
     error !== null &&
     'status' in error &&
-    typeof (error as { status: unknown }).status === 'number' &&
+    typeof error.status === 'number' &&
     error instanceof Error
   );
 }

@@ -130,7 +130,7 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
     const headers = req.headers;
     const client = req.socket.remoteAddress ?? '';
     const prior = headers['x-forwarded-for'];
-    headers['x-forwarded-for'] = prior ? `${prior}, ${client}` : client;
+    headers['x-forwarded-for'] = prior ? `${String(prior)}, ${client}` : client;
     headers['x-forwarded-proto'] = req.socket instanceof TLSSocket && req.socket.encrypted ? 'https' : publicProto;
     if (headers.host !== undefined) headers['x-forwarded-host'] = headers.host;
     else delete headers['x-forwarded-host'];

@@ -166,7 +166,9 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     async healthy() {
       const web = instances.filter((i) => i.kind === 'web');
       const answers = await Promise.all(
-        web.map((i) => i.process !== null && i.port !== null && answers2xx(i.port, options.healthCheckPath)),
+        web.map(
+          async (i) => i.process !== null && i.port !== null && (await answers2xx(i.port, options.healthCheckPath)),
+        ),
       );
       return answers.every(Boolean) && instances.every((i) => i.process !== null);
     },

@@ -23,6 +23,7 @@ export const invalid = (message: string): ArchiveError => new ArchiveError('inva
 
 /** A path for a message: control characters would garble it, and an entry name can be 100 KB long. */
 export function shown(value: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are exactly what this replaces
   const clean = value.replace(/[\u0000-\u001f\u007f]/g, '?');
   return clean.length > 200 ? `${clean.slice(0, 200)}…` : clean;
 }

@@ -39,7 +39,7 @@ async function feed(archiveFile: string, sink: Parser, maxTarBytes: number): Pro
   let failed = false;
   const settled = new Promise<void>((resolve, reject) => {
     sink.on('close', () => resolve());
-    sink.on('error', (error: unknown) => {
+    sink.on('error', (error: Error) => {
       // In strict mode a warning is an error, but the package goes on with the next entries unless aborted.
       if (!failed) {
         failed = true;

@@ -72,8 +72,10 @@ const MIN_SECRET_LINE_CHARS = 8;
 
 // CSI (colours, cursor moves), OSC (titles, links; ended by BEL or ST), then any other escape pair.
 const ANSI =
+  // eslint-disable-next-line no-control-regex -- escape sequences start with ESC (or CSI) and OSC ends with BEL: matching them is the point
   /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]/g;
 // Control characters other than tab; NUL in particular, which PostgreSQL text refuses.
+// eslint-disable-next-line no-control-regex -- control characters are exactly what this strips
 const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
 
 /** One line of output as the terminal would finally show it, without escape sequences. */

@@ -86,6 +86,7 @@ export function shown(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
   if (typeof value === 'object') return 'an object';
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- null, arrays and objects are answered above: what is left is a primitive
   return String(value);
 }
 
@@ -124,6 +125,7 @@ function healthPathProblem(value: string): string | null {
   if (!value.startsWith('/')) return `must start with '/', got ${shown(value)}`;
   // '//host/x' reads as another host to URL parsers: the check must stay on the app.
   if (value.startsWith('//')) return `must be a path on the app, not start with '//', got ${shown(value)}`;
+  // eslint-disable-next-line no-control-regex -- refusing control characters in the path is the point
   if (/[\s\x00-\x1f\x7f]/.test(value)) return `must not contain spaces or control characters, got ${shown(value)}`;
   if (value.length > MAX_PATH_LENGTH) return `must be at most ${MAX_PATH_LENGTH} characters`;
   return null;

@@ -146,7 +146,7 @@ export function checkCustomUrl(source: Source, value: unknown): void {
   if (SOURCE_RULES[source].runsOn !== 'listener') {
     throw new AppError('field_not_allowed', 'source_config.custom_url is set by the service and cannot be given.');
   }
-  let url: URL | null = null;
+  let url: URL | null;
   try {
     url = typeof value === 'string' && value.length <= 2048 ? new URL(value) : null;
   } catch {

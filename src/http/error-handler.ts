@@ -6,7 +6,7 @@ import { isDatabaseUnavailable } from '../db/connection-errors.ts';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError, ValidationError, type ErrorCode, type ValidationIssue } from '../errors.ts';
 import { statusOf, type CodeWithStatus, type ErrorStatus } from './error-statuses.ts';
-import { redactSecrets, type PartSchemas } from './secret-fields.ts';
+import { redactSecrets } from './secret-fields.ts';
 import { toValidationIssues } from './validation.ts';
 
 function send(reply: FastifyReply, status: number, code: ErrorCode, detail: string | ValidationIssue[]) {
@@ -20,7 +20,7 @@ function validationFailed(
   issues: ValidationIssue[],
   code: CodeWithStatus<422> = 'validation_failed',
 ) {
-  return send(reply, 422, code, redactSecrets(issues, request.routeOptions.schema as PartSchemas | undefined));
+  return send(reply, 422, code, redactSecrets(issues, request.routeOptions.schema));
 }
 
 /** Errors raised by Fastify itself before a handler runs, by their Fastify code. */

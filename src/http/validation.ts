@@ -89,7 +89,7 @@ function ignoringUnknownFields(schema: unknown, inUnion = false): unknown {
   if (Array.isArray(schema)) return schema.map((item) => ignoringUnknownFields(item, inUnion));
   if (schema === null || typeof schema !== 'object') return schema;
   const out: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(schema)) {
+  for (const [key, value] of Object.entries(schema as Record<string, unknown>)) {
     if (DATA_KEYWORDS.has(key)) out[key] = value;
     else if (SCHEMA_MAPS.has(key) && value !== null && typeof value === 'object') {
       out[key] = Object.fromEntries(
@@ -163,7 +163,7 @@ function message(error: ErrorObject | FastifySchemaValidationError): string {
   const params = error.params as Record<string, unknown>;
   if (error.keyword === 'required') return 'Field required';
   if (error.keyword === 'enum')
-    return `Input should be one of: ${(params.allowedValues as unknown[])
+    return `Input should be one of: ${(params.allowedValues as (string | number | boolean | null)[])
       .filter((v) => v !== null)
       .map((v) => `'${String(v)}'`)
       .join(', ')}`;

@@ -10,7 +10,7 @@
 
 import * as oauth from 'oauth4webapi';
 
-const OAUTH_FLOW_ERROR_REASONS = [
+export const OAUTH_FLOW_ERROR_REASONS = [
   /** The provider's URLs or the client settings cannot work (plain http not allowed, no secret...). */
   'configuration',
   /** The callback's `state` is missing or differs from the one this flow sent. */

@@ -14,7 +14,7 @@ export function startPeriodic(options: {
   intervalMs: number;
   logger: Pick<Logger, 'error'>;
   runAtStart?: boolean;
-  run(): Promise<void>;
+  run: () => Promise<void>;
 }): Periodic {
   const { name, intervalMs, logger, run } = options;
   const once = async () => {

@@ -19,14 +19,14 @@ import type { RevisionView } from '../store/revisions.ts';
 function fullSourceConfig(config: SourceConfig): Static<typeof SourceConfigSchema> {
   const out: Record<string, unknown> = {};
   for (const field of SOURCE_CONFIG_FIELDS) out[field] = config[field] ?? null;
-  return out as Static<typeof SourceConfigSchema>;
+  return out;
 }
 
 function fullRevisionConfig(config: SourceRevisionConfig | null): Static<typeof RevisionConfigSchema> {
   const out: Record<string, unknown> = {};
   for (const field of REVISION_FIELDS) out[field] = config?.[field] ?? null;
   out.repo_commit_sha = config?.repo_commit_sha ?? null;
-  return out as Static<typeof RevisionConfigSchema>;
+  return out;
 }
 
 export function deploymentResponse(d: DeploymentView): Static<typeof Deployment> {

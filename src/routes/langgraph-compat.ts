@@ -9,7 +9,7 @@
  * refused with a message that names `--remote`.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, preValidationHookHandler } from 'fastify';
+import type { FastifyInstance, preValidationAsyncHookHandler } from 'fastify';
 import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
 import { applyConfigPathAlias } from '../domain/sources.ts';
@@ -37,7 +37,7 @@ export const USE_REMOTE_BUILD =
  * Attached per route through onRoute, so no other route pays for them.
  */
 export function registerLangGraphRequestShapes(app: FastifyInstance): void {
-  const adapt: preValidationHookHandler = async (request) => {
+  const adapt: preValidationAsyncHookHandler = async (request) => {
     const body = request.body;
     if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
     const fields = body as Record<string, unknown>;

@@ -148,7 +148,7 @@ function secretString(value: unknown, field: string, min: number, max: number, n
       `Input should be a string of ${min} to ${max} characters${noSpaces ? ' without spaces' : ''} (the value is not shown: it is a secret)`,
     );
   }
-  return value as string;
+  return value;
 }
 
 const given = (value: unknown): boolean => value !== undefined && value !== null;

@@ -707,7 +707,7 @@ describe('app router', { timeout: 120_000 }, () => {
       oldArrival.resolve();
       oldArrival = deferred();
       res.on('finish', () => oldActive--);
-      setTimeout(() => echo('old')(req, res, seen), 3);
+      setTimeout(() => void echo('old')(req, res, seen), 3);
     });
     const fresh = await startApp('new');
     const slug = 'steady-00000019';

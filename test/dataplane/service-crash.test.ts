@@ -118,7 +118,7 @@ async function waitStatus(
     if (statuses.includes(last?.status)) return last;
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
-  assert.fail(`revision never reached ${statuses}: ${JSON.stringify(last)}`);
+  assert.fail(`revision never reached ${statuses.join(',')}: ${JSON.stringify(last)}`);
 }
 
 function getByHost(url: string, pathname = '/'): Promise<{ status: number; body: string }> {

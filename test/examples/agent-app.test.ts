@@ -57,15 +57,15 @@ async function startApp(env: Record<string, string>): Promise<RunningApp> {
   });
   let stdout = '';
   let stderr = '';
-  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const base = `http://127.0.0.1:${port}`;
   try {
     await until('the app to be healthy', async () => ((await fetch(`${base}/healthz`)).status === 200 ? true : null));
   } catch (error) {
     child.kill('SIGKILL');
-    throw new Error(`${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+    throw new Error(`${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`, { cause: error });
   }
   return { base, child, output: () => stdout, exited };
 }

@@ -299,14 +299,12 @@ function failTokenRequest(failure: TokenEndpointFailure, req: http.IncomingMessa
       res.writeHead(500, { 'content-type': 'text/html' }).end('<h1>Internal Server Error</h1>');
       return;
     case 'oauth_error':
-      res
-        .writeHead(400, { 'content-type': 'application/json' })
-        .end(
-          JSON.stringify({
-            error: 'invalid_request',
-            error_description: 'the token endpoint refuses every request in this test',
-          }),
-        );
+      res.writeHead(400, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          error: 'invalid_request',
+          error_description: 'the token endpoint refuses every request in this test',
+        }),
+      );
       return;
     case 'malformed_json':
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"access_token": ');

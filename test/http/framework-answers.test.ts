@@ -65,7 +65,7 @@ function raw(request: string): Promise<RawAnswer> {
       try {
         resolve(parse(data));
       } catch (error) {
-        reject(error);
+        reject(error instanceof Error ? error : new Error(String(error)));
       }
     };
     const timer = setTimeout(done, 5000);
@@ -182,10 +182,7 @@ describe('requests the HTTP parser rejects', () => {
         callback();
       },
     });
-    clientErrorHandler(
-      Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }),
-      socket as net.Socket,
-    );
+    clientErrorHandler(Object.assign(new Error('Request timeout'), { code: 'ERR_HTTP_REQUEST_TIMEOUT' }), socket);
     assertEnvelope(parse(written), 408, 'request_timeout', 'timeout');
     assert.ok(socket.destroyed, 'the connection is closed');
   });

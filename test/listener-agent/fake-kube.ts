@@ -118,14 +118,13 @@ export class FakeKube {
   }
 
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
-    let fake: FakeKube | undefined;
     const server = http.createServer((req, res) => {
-      fake!.handle(req, res).catch((error: unknown) => {
+      fake.handle(req, res).catch((error: unknown) => {
         if (!res.headersSent) FakeKube.send(res, 500, status(500, 'InternalError', String(error)));
         else res.end();
       });
     });
-    fake = new FakeKube(server, options);
+    const fake = new FakeKube(server, options);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return fake;
   }
@@ -379,6 +378,7 @@ export class FakeKube {
     const resource = RESOURCES.find((r) => r.kind === object.kind)!;
     const key = keyOf(resource.plural, object.metadata.namespace, object.metadata.name);
     const before = this.objects.get(key);
+    // Destructured only to compare the metadata without resourceVersion.
     const { resourceVersion: _rv, ...beforeMeta } = before?.metadata ?? {};
     const { resourceVersion: _rv2, ...afterMeta } = object.metadata;
     if (before && isDeepStrictEqual({ ...before, metadata: beforeMeta }, { ...object, metadata: afterMeta }))
@@ -646,7 +646,7 @@ export class FakeKube {
       },
       ...(spec === undefined ? {} : { spec }),
       ...(existing?.status === undefined ? {} : { status: existing.status }),
-    } as KubeObject);
+    });
 
     if (resource.kind === 'StatefulSet' && !existing) this.claimVolumes(stored);
     FakeKube.send(res, existing ? 200 : 201, stored);
@@ -720,8 +720,8 @@ export class FakeKube {
   }
 
   private immutableChanges(before: KubeObject, after: KubeObject): string[] {
-    const a = (before.spec ?? {}) as Json;
-    const b = (after.spec ?? {}) as Json;
+    const a = before.spec ?? {};
+    const b = after.spec ?? {};
     if ((before.kind === 'Deployment' || before.kind === 'StatefulSet') && !isDeepStrictEqual(a.selector, b.selector))
       return ['spec.selector: Invalid value: field is immutable'];
     if (before.kind === 'StatefulSet') {

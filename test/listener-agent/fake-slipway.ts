@@ -71,13 +71,12 @@ export class FakeSlipway {
   }
 
   static async start(listenerId: string, credential: string): Promise<FakeSlipway> {
-    let fake: FakeSlipway | undefined;
     const server = http.createServer((req, res) => {
-      fake!.handle(req, res).catch((error: unknown) => {
+      fake.handle(req, res).catch((error: unknown) => {
         if (!res.headersSent) FakeSlipway.send(res, 500, { detail: String(error) });
       });
     });
-    fake = new FakeSlipway(server, listenerId, credential);
+    const fake = new FakeSlipway(server, listenerId, credential);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     return fake;
   }
