@@ -29,7 +29,9 @@ const TERMINAL = ['DEPLOYED', 'CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED', 
 let service: TestService;
 let scratch: string;
 before(async () => {
-  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '45' });
+  // Generous: a broken graph ends the revision as soon as the server exits with its error, and on a
+  // loaded machine loading the graph alone can take most of a minute.
+  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '180' });
   scratch = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-langgraph-'));
 });
 after(async () => {
