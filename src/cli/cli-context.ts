@@ -32,6 +32,11 @@ export interface CliRuntime {
   version: string;
   /** The last connection a command resolved, so the error handler can name the service. */
   lastUrl: string | null;
+  /**
+   * Drops the CLI's own Ctrl-C handler (exit 130 at once), for `slipway server`: the service's
+   * graceful shutdown must be the only one to answer SIGINT there.
+   */
+  handOverSignals(): void;
 }
 
 export function createContext(runtime: CliRuntime, command: Command): CliContext {

@@ -66,7 +66,7 @@ export function buildProgram(runtime: CliRuntime): Command {
     integrationsCommand(run),
     loginCommand(run, runtime.version),
     logoutCommand(run),
-    serverCommand(),
+    serverCommand(runtime),
   ]) {
     program.addCommand(command);
   }

@@ -14,18 +14,25 @@ const packageJson = JSON.parse(fs.readFileSync(new URL('../../package.json', imp
   version: string;
 };
 
+const environment = readEnvironment();
+const output = new Output(
+  { stdout: process.stdout, stderr: process.stderr },
+  { json: false, noColor: environment.noColor },
+);
+
+const onInterrupt = () => {
+  output.note('\nInterrupted. What the service was already asked to do goes on there.');
+  process.exit(EXIT.interrupted);
+};
+process.on('SIGINT', onInterrupt);
+
 const runtime: CliRuntime = {
-  environment: readEnvironment(),
+  environment,
   streams: { stdout: process.stdout, stderr: process.stderr },
   version: packageJson.version,
   lastUrl: null,
+  handOverSignals: () => process.off('SIGINT', onInterrupt),
 };
-const output = new Output(runtime.streams, { json: false, noColor: runtime.environment.noColor });
-
-process.on('SIGINT', () => {
-  output.note('\nInterrupted. What the service was already asked to do goes on there.');
-  process.exit(EXIT.interrupted);
-});
 
 async function main(): Promise<number> {
   try {
