@@ -19,6 +19,7 @@ function program() {
     streams: { stdout: stream, stderr: stream },
     version: '0.0.0',
     lastUrl: null,
+    handOverSignals: () => undefined,
   });
   return { built, read: () => text };
 }
