@@ -161,7 +161,7 @@ function markdownTable(header: string[], rows: string[][]): string {
   return [header, align, ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
 }
 
-/** Issue 6's targets, each line saying whether this run met it. */
+/** The performance targets (docs/performance.md), each line saying whether this run met it. */
 export function targetChecks(results: ScenarioResult[]): string[] {
   const sizes = [...new Set(results.map((r) => r.size))].sort((a, b) => a - b);
   const small = sizes[0];
@@ -248,7 +248,7 @@ export function markdownReport(results: ScenarioResult[], info: RunInfo): string
     '',
     markdownTable(CPU_HEADER, results.map(cpuCells)),
     '',
-    'Targets of issue 6 in this run:',
+    'Performance targets in this run:',
     '',
     ...targetChecks(results).map((l) => `- ${l}`),
     '',

@@ -57,7 +57,10 @@ export interface OAuthProviderServiceDeps {
 }
 
 export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAuthProviderServiceDeps) {
-  /** Issue 4: URLs must be https; plain http only in insecure development mode. */
+  /**
+   * Provider URLs must be https: tokens and the client secret travel to them. Plain http only in
+   * insecure development mode.
+   */
   function checkUrls(settings: Partial<ProviderSettings>): void {
     for (const field of URL_FIELDS) {
       const value = settings[field];
