@@ -10,12 +10,14 @@
  */
 import pg from 'pg';
 import type { Logger } from 'pino';
+import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
 
 export const CHANGES_CHANNEL = 'slipway_changes';
 
+/** The statuses are the columns' own, which their CHECK constraints hold to the domain's unions. */
 export type Change =
-  | { kind: 'revision'; deployment_id: string; revision_id: string; status: string }
-  | { kind: 'deployment'; deployment_id: string; revision_id: string | null; status: string }
+  | { kind: 'revision'; deployment_id: string; revision_id: string; status: RevisionStatus }
+  | { kind: 'deployment'; deployment_id: string; revision_id: string | null; status: DeploymentStatus }
   | { kind: 'log'; revision_id: string }
   | { kind: 'reconnected' };
 

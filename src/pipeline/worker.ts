@@ -427,7 +427,7 @@ export function startWorker(deps: WorkerDeps): Worker {
   }
 
   const unsubscribe = changes.subscribe((change) => {
-    if (change.kind === 'revision' && isFinalRevisionStatus(change.status as RevisionStatus)) {
+    if (change.kind === 'revision' && isFinalRevisionStatus(change.status)) {
       // Interrupted (or moved on by someone else): stop working on it at once.
       jobs.get(change.revision_id)?.controller.abort(new NotOurs());
     }

@@ -2,7 +2,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
-import { DEPLOYMENT_STATUSES, REVISION_STATUSES, type RevisionStatus } from '../domain/states.ts';
+import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
@@ -187,7 +187,8 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
       const workspaceId = workspaceOf(request);
       const { deployment_id: deploymentId } = request.params;
       const { limit, offset } = pageOf(request.query);
-      const statuses = splitList(request.query.status)?.map((s) => s.toUpperCase() as RevisionStatus);
+      const asked = splitList(request.query.status)?.map((s) => s.toUpperCase());
+      const statuses = asked && REVISION_STATUSES.filter((s) => asked.includes(s));
       const rows = await deployments.listRevisions(
         workspaceId,
         deploymentId,
