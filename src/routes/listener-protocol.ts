@@ -13,7 +13,7 @@ import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import { REVISION_STATUSES } from '../domain/states.ts';
-import { notFound } from '../errors.ts';
+import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import {
@@ -198,6 +198,20 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     return { listenerId, workspaceId };
   }
 
+  /**
+   * Asks again what `listenerOf` established at the start of a long-poll: a credential revoked (or a
+   * listener deleted) while the poll waited gets 401 (404), never the state with its decrypted secrets.
+   */
+  async function stillAllowed(request: FastifyRequest, listenerId: string, workspaceId: string): Promise<void> {
+    const credential = request.listenerCredential;
+    if (credential) {
+      if (!(await protocol.credentialActive(credential.id)))
+        throw new AppError('unauthenticated', 'Invalid listener credential.');
+    } else {
+      await listeners.get(workspaceId, listenerId);
+    }
+  }
+
   const config = { auth: 'listener' as const };
   const tags = ['listener protocol'];
 
@@ -226,7 +240,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
       },
     },
     async (request, reply) => {
-      const { listenerId } = await listenerOf(request, request.params.listener_id);
+      const { listenerId, workspaceId } = await listenerOf(request, request.params.listener_id);
       const known = entityTags(request.headers['if-none-match']);
       const waitMs = (request.query.wait ?? 0) * 1000;
       reply.header('cache-control', 'no-store');
@@ -256,8 +270,11 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
           if (gone || closing) break;
           current = await protocol.desiredState(listenerId);
         }
+        const unchanged = known.includes(current.etag);
+        // A body (secrets) after any read, a 304 after a wait: the credential may have been revoked since.
+        if (!unchanged || wait) await stillAllowed(request, listenerId, workspaceId);
         reply.header('etag', current.etag);
-        if (known.includes(current.etag)) return reply.status(304).send();
+        if (unchanged) return reply.status(304).send();
         return reply.status(200).send(current.state);
       } finally {
         wait?.close();

@@ -18,6 +18,7 @@ import { AppError, notFound } from '../errors.ts';
 import { transitionDeployment, transitionRevision, type Failure } from '../pipeline/transitions.ts';
 import { deleteDeploymentRow, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
+import { isListenerCredentialActive } from '../store/listener-credentials.ts';
 import {
   findListenerRevision,
   listenerDeploymentsWithRevisions,
@@ -195,6 +196,11 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         }),
       };
       return { state, etag: etagOf(state) };
+    },
+
+    /** The credential is unrevoked and its listener still exists. */
+    async credentialActive(credentialId: string): Promise<boolean> {
+      return isListenerCredentialActive(db, credentialId);
     },
 
     /** A desired-state request: the agent is alive. */

@@ -94,3 +94,19 @@ export async function findActiveListenerCredential(
     select id, listener_id, workspace_id from hit`.execute(db);
   return result.rows[0];
 }
+
+/**
+ * Whether the credential is still unrevoked and its listener still there: a long-poll authenticated at
+ * its start asks again before it answers, so that a revoke made while it waited is not answered with
+ * the state (and its secrets).
+ */
+export async function isListenerCredentialActive(db: Db, id: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('listener_credentials')
+    .innerJoin('listeners', 'listeners.id', 'listener_credentials.listener_id')
+    .select('listener_credentials.id')
+    .where('listener_credentials.id', '=', id)
+    .where('listener_credentials.revoked_at', 'is', null)
+    .executeTakeFirst();
+  return row !== undefined;
+}

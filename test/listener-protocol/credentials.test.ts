@@ -7,7 +7,14 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { hashListenerCredential } from '../../src/auth/listener-credentials.ts';
 import { client } from '../helpers.ts';
-import { agent, createProtocolFixture, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
+import {
+  agent,
+  createProtocolFixture,
+  fetchDesiredState,
+  newDeployment,
+  newListener,
+  type ProtocolFixture,
+} from './protocol-fixture.ts';
 
 let f: ProtocolFixture;
 before(async () => {
@@ -87,6 +94,27 @@ describe('managing credentials', () => {
     assert.ok(listed[0].revoked_at !== null);
     assert.ok(listed[0].last_used_at !== null, 'it was used before');
     assert.equal((await f.api.delete(`/v2/listeners/${l.id}/credentials/${l.credentialId}`)).status, 404);
+  });
+
+  test('revoked while its long-poll waits: the poll answers 401, not the changed state with its secrets', async () => {
+    const l = await newListener(f.api);
+    const d = await newDeployment(f.api, l.id, { secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-before-revoke' }] });
+    // The ETag through the admin key, so that the credential's first use is the long-poll's.
+    const etag = (await f.api.get(`/v2/listeners/${l.id}/desired-state`)).headers.etag as string;
+    const waiting = fetchDesiredState(f, l, { wait: 60, etag });
+    // last_used_at is set when the credential authenticates: from then on the poll is past its check.
+    const used = async () =>
+      (await f.api.get(`/v2/listeners/${l.id}/credentials`)).body.resources[0].last_used_at as string | null;
+    while ((await used()) === null) await new Promise((resolve) => setTimeout(resolve, 20));
+    assert.equal((await f.api.delete(`/v2/listeners/${l.id}/credentials/${l.credentialId}`)).status, 204);
+    const patched = await f.api.patch(`/v2/deployments/${d.id}`, {
+      secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-after-revoke' }],
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    const answered = await waiting;
+    assert.equal(answered.status, 401);
+    assert.equal(answered.body.code, 'unauthenticated');
+    assert.ok(!JSON.stringify(answered.body).includes('sk-'), 'no secret in the answer');
   });
 
   test('only an admin key makes or revokes credentials; an unknown listener is 404', async () => {
