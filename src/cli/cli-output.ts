@@ -3,6 +3,7 @@
  * `--json`), messages and progress on stderr, so `slipway deploy --json | jq` sees JSON only. Colours
  * only when the stream is a terminal and NO_COLOR is not set; the spinner only on a terminal.
  */
+import { styleText } from 'node:util';
 import ora, { type Ora } from 'ora';
 
 type Style = (text: string) => string;
@@ -16,17 +17,19 @@ export interface Styles {
   cyan: Style;
 }
 
-const ansi =
-  (open: number, close: number): Style =>
+// The decision to colour is made here, per stream (isTTY, NO_COLOR, TERM=dumb from cli-config.ts), so
+// styleText must not check a stream of its own (by default process.stdout, on Node versions that check).
+const style =
+  (format: Parameters<typeof styleText>[0]): Style =>
   (text) =>
-    `\u001b[${open}m${text}\u001b[${close}m`;
+    styleText(format, text, { validateStream: false });
 const COLORS: Styles = {
-  bold: ansi(1, 22),
-  dim: ansi(2, 22),
-  red: ansi(31, 39),
-  green: ansi(32, 39),
-  yellow: ansi(33, 39),
-  cyan: ansi(36, 39),
+  bold: style('bold'),
+  dim: style('dim'),
+  red: style('red'),
+  green: style('green'),
+  yellow: style('yellow'),
+  cyan: style('cyan'),
 };
 const plain: Style = (text) => text;
 const PLAIN: Styles = { bold: plain, dim: plain, red: plain, green: plain, yellow: plain, cyan: plain };
