@@ -45,21 +45,24 @@ export function parseDotenv(text: string, file: string): SecretInput[] {
       );
     let value = match[2]!;
     if (value.startsWith('"')) {
+      const first = i;
       let raw = value.slice(1);
-      const start = i;
-      while (!/(^|[^\\])(\\\\)*"\s*(#.*)?$/.test(raw)) {
+      let close = closingQuote(raw);
+      while (close === -1) {
         if (++i >= lines.length)
-          throw new CliError(`${file}:${start + 1}: the quoted value of ${name} is never closed`, EXIT.usage);
+          throw new CliError(`${file}:${first + 1}: the quoted value of ${name} is never closed`, EXIT.usage);
+        // The next line as it is: indentation inside a multi-line value (a PEM key) is part of it.
         raw += `\n${lines[i]}`;
+        close = closingQuote(raw);
       }
-      raw = raw.replace(/"\s*(#.*)?$/, '');
-      value = raw.replace(
-        /\\(["\\nrt])/g,
-        (_all, c: string) => ({ n: '\n', r: '\r', t: '\t' })[c as 'n' | 'r' | 't'] ?? c,
-      );
+      afterQuote(raw.slice(close + 1), `${file}:${i + 1}`, name);
+      value = raw
+        .slice(0, close)
+        .replace(/\\(["\\nrt])/g, (_all, c: string) => ({ n: '\n', r: '\r', t: '\t' })[c as 'n' | 'r' | 't'] ?? c);
     } else if (value.startsWith("'")) {
       const end = value.indexOf("'", 1);
       if (end === -1) throw new CliError(`${file}:${i + 1}: the quoted value of ${name} is never closed`, EXIT.usage);
+      afterQuote(value.slice(end + 1), `${file}:${i + 1}`, name);
       value = value.slice(1, end);
     } else {
       value = value.replace(/\s+#.*$/, '').trim();
@@ -67,6 +70,21 @@ export function parseDotenv(text: string, file: string): SecretInput[] {
     secrets.push({ name, value });
   }
   return secrets;
+}
+
+/** Where the first double quote not escaped by a backslash is, or -1. */
+function closingQuote(text: string): number {
+  for (let k = 0; k < text.length; k++) {
+    if (text[k] === '\\') k++;
+    else if (text[k] === '"') return k;
+  }
+  return -1;
+}
+
+/** After a closing quote only a comment may follow: anything else is a quote closed too early. */
+function afterQuote(rest: string, where: string, name: string): void {
+  if (!/^\s*(#.*)?$/.test(rest))
+    throw new CliError(`${where}: unexpected text after the quoted value of ${name}: ${rest.trim()}`, EXIT.usage);
 }
 
 /** The secrets of the flags and the file; a flag wins over the file for the same name. */
