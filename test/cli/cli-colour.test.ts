@@ -49,7 +49,8 @@ test('colours at a terminal, none with NO_COLOR or TERM=dumb', async () => {
   assert.ok(coloured.includes(RED_ERROR), `a red "error:" at a terminal, got ${JSON.stringify(coloured)}`);
   assert.match(coloured, /not logged in/);
 
-  for (const env of [{ TERM: 'xterm-256color', NO_COLOR: '1' }, { TERM: 'dumb' }]) {
+  const plainEnvs: Record<string, string>[] = [{ TERM: 'xterm-256color', NO_COLOR: '1' }, { TERM: 'dumb' }];
+  for (const env of plainEnvs) {
     const plain = await atTerminal(['deployments', 'ls'], env);
     assert.match(plain, /error: not logged in/, JSON.stringify(plain));
     assert.ok(!plain.includes(ESCAPE), `no escape code with ${JSON.stringify(env)}, got ${JSON.stringify(plain)}`);
