@@ -5,18 +5,36 @@
  *
  * A watch the server ends is resumed from the last resource version; a watch that expired (410 Gone)
  * or failed starts over with a fresh list after a back-off, so a flapping API server is not hammered.
- * `synced()` is false until every first list is in: before that an empty cache means "not read yet",
- * not "nothing there", and the controller must not act on it (it would confirm deletions too early).
+ * Each namespace is watched on its own: `namespaces()` says, per namespace, whether every first list
+ * is in. Before that an empty cache means "not read yet", not "nothing there", and the controller must
+ * not act on the namespace's deployments (it would confirm deletions too early); deployments of the
+ * other namespaces go on. A namespace whose list the API server forbids (403: the agent has no Role
+ * there) is `refused`: waiting does not help until an operator grants it, so its deployments fail. The
+ * lists are still retried (with back-off), and the namespace is watched as soon as one succeeds.
  */
 import type { Logger } from 'pino';
-import type { KubeClient, KubeError, WatchEvent } from './kube-client.ts';
+import { KubeError, type KubeClient, type WatchEvent } from './kube-client.ts';
 import { MANAGED_KINDS, keyOf, refOf, type ObservedObject } from './kube-objects.ts';
 import { MANAGED_SELECTOR } from './manifest-names.ts';
 import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 
+/** Where the list-watch of one namespace stands. */
+export type NamespaceWatch =
+  /** Every managed kind is listed (a watch that failed since is being resumed: the cache holds what it had). */
+  | { readonly state: 'watched' }
+  /** Not every first list is in yet, and none has failed. */
+  | { readonly state: 'starting' }
+  /** A first list failed (the API server unreachable, 5xx, ...): tried again after a back-off. */
+  | { readonly state: 'failing'; readonly reason: string }
+  /** The API server forbids listing there (403): no Role for the agent in the namespace. */
+  | { readonly state: 'refused'; readonly reason: string };
+
 export interface ClusterCache {
-  synced(): boolean;
+  /** Every namespace of the options, in their order. */
+  namespaces(): ReadonlyMap<string, NamespaceWatch>;
   snapshot(): ObservedObject[];
+  /** Failures of the list-watch of watched namespaces (being retried), for the heartbeat; null when none. */
+  problem(): string | null;
   stop(): Promise<void>;
 }
 
@@ -24,8 +42,8 @@ export interface ClusterCacheOptions {
   readonly client: KubeClient;
   readonly namespaces: readonly string[];
   readonly onChange: () => void;
-  /** A failure of the list-watch, for the heartbeat's message; null once it works again. */
-  readonly onProblem: (problem: string | null) => void;
+  /** A namespace's `NamespaceWatch` changed (for the heartbeat, which says which namespaces are watched). */
+  readonly onNamespaces: () => void;
   readonly logger: Logger;
   readonly backoff: BackoffOptions;
 }
@@ -34,12 +52,41 @@ export interface ClusterCacheOptions {
 const SHORT_WATCH_MS = 1000;
 
 export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
-  const { client, namespaces, onChange, onProblem, logger } = options;
+  const { client, namespaces, onChange, onNamespaces, logger } = options;
   const objects = new Map<string, ObservedObject>();
   const stop = new AbortController();
   const aborts = new Set<() => void>();
-  let listed = 0;
-  const streams = MANAGED_KINDS.flatMap((kind) => namespaces.map((namespace) => ({ kind: kind.kind, namespace })));
+  const streams = MANAGED_KINDS.flatMap((kind) =>
+    namespaces.map((namespace) => ({
+      kind: kind.kind,
+      namespace,
+      listed: false,
+      /** The last failure of its list or watch, until a list succeeds again. */
+      failure: null as { status: number; message: string } | null,
+    })),
+  );
+  type Stream = (typeof streams)[number];
+
+  function watchOf(namespace: string): NamespaceWatch {
+    const mine = streams.filter((s) => s.namespace === namespace);
+    const forbidden = mine.find((s) => s.failure?.status === 403);
+    if (forbidden) return { state: 'refused', reason: forbidden.failure!.message };
+    if (mine.every((s) => s.listed)) return { state: 'watched' };
+    const failed = mine.find((s) => !s.listed && s.failure !== null);
+    return failed ? { state: 'failing', reason: failed.failure!.message } : { state: 'starting' };
+  }
+  const current = () => new Map(namespaces.map((ns) => [ns, watchOf(ns)]));
+  let last = JSON.stringify([...current()]);
+  /** Tells the agent when a namespace's state changed; a failure of a watched namespace does not. */
+  function settle(stream: Stream, failure: { status: number; message: string } | null, listed: boolean) {
+    stream.failure = failure;
+    if (listed) stream.listed = true;
+    const now = JSON.stringify([...current()]);
+    if (now !== last) {
+      last = now;
+      onNamespaces();
+    }
+  }
 
   const put = (object: ObservedObject) => objects.set(keyOf(refOf(object)), object);
   const drop = (object: ObservedObject) => objects.delete(keyOf(refOf(object)));
@@ -78,10 +125,10 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
     });
   }
 
-  async function run(kind: string, namespace: string): Promise<void> {
+  async function run(stream: Stream): Promise<void> {
+    const { kind, namespace } = stream;
     const backoff = createBackoff(options.backoff);
     let resourceVersion = '';
-    let first = true;
     while (!stop.signal.aborted) {
       try {
         if (resourceVersion === '') {
@@ -92,11 +139,7 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
           }
           list.items.forEach(put);
           resourceVersion = list.resourceVersion;
-          if (first) {
-            first = false;
-            listed += 1;
-          }
-          onProblem(null);
+          settle(stream, null, true);
           onChange();
         }
         const started = Date.now();
@@ -106,18 +149,23 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
       } catch (error) {
         if (stop.signal.aborted) return;
         const message = error instanceof Error ? error.message : String(error);
-        logger.warn({ kind, namespace, err: message }, 'list-watch failed; listing again after a back-off');
-        onProblem(message);
+        const status = error instanceof KubeError ? error.status : 0;
+        logger.warn({ kind, namespace, status, err: message }, 'list-watch failed; listing again after a back-off');
+        settle(stream, { status, message }, false);
         resourceVersion = '';
         await sleep(backoff.next(), stop.signal);
       }
     }
   }
 
-  const running = Promise.all(streams.map((s) => run(s.kind, s.namespace)));
+  const running = Promise.all(streams.map(run));
 
   return {
-    synced: () => listed === streams.length,
+    namespaces: current,
+    problem: () => {
+      const failures = streams.filter((s) => s.failure !== null && s.listed).map((s) => s.failure!.message);
+      return failures.length === 0 ? null : [...new Set(failures)].join('; ');
+    },
     snapshot: () => [...objects.values()],
     async stop() {
       stop.abort();

@@ -6,7 +6,7 @@
 import { createRequire } from 'node:module';
 import { KubeConfig } from '@kubernetes/client-node';
 import pino, { type Logger } from 'pino';
-import { startClusterCache, type ClusterCache } from './cluster-cache.ts';
+import { startClusterCache, type ClusterCache, type NamespaceWatch } from './cluster-cache.ts';
 import type { ListenerConfig } from './config.ts';
 import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
@@ -20,6 +20,9 @@ import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './re
  * requests: with wait 0 the agent reads once a second, as the service re-reads without its change feed.
  */
 const MIN_POLL_INTERVAL_MS = 1_000;
+
+/** The least time between two heartbeats, when a namespace's state changes sooner than the period. */
+const MIN_HEARTBEAT_GAP_MS = 1_000;
 
 export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string })
   .version;
@@ -46,6 +49,17 @@ export function loadKubeConfig(config: ListenerConfig): KubeConfig {
   return kubeConfig;
 }
 
+function describeWatch(watch: NamespaceWatch | undefined): string {
+  switch (watch?.state) {
+    case 'refused':
+      return `the Kubernetes API server forbids it, deployments there fail (${watch.reason})`;
+    case 'failing':
+      return `it cannot be listed yet, deployments there wait (${watch.reason})`;
+    default:
+      return 'not listed yet';
+  }
+}
+
 export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): RunningListener {
   const logger =
     deps.logger ??
@@ -60,8 +74,9 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
   });
   const kube = createKubeClient(deps.kubeConfig ?? loadKubeConfig(config));
   let pollProblem: string | null = null;
-  let clusterProblem: string | null = null;
   let cache: ClusterCache | null = null;
+  /** Ends the heartbeat's sleep: what it says changed (a namespace is watched now, or no longer). */
+  let beatNow: (() => void) | null = null;
 
   const controller = startController({
     protocol,
@@ -83,8 +98,9 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     client: kube,
     namespaces: config.namespaces,
     onChange: () => controller.wake(),
-    onProblem: (problem) => {
-      clusterProblem = problem;
+    onNamespaces: () => {
+      controller.wake();
+      beatNow?.();
     },
     logger,
     backoff: backoffOptions,
@@ -118,16 +134,52 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     }
   })();
 
-  /** Tells the service the agent is alive, which namespaces it watches, and what is wrong if anything. */
+  /**
+   * Tells the service the agent is alive, which namespaces it actually watches, and what is wrong if
+   * anything: first of all the namespaces it does not watch, and why. The first heartbeat waits for
+   * every namespace's first answer (or one heartbeat period), so that a namespace about to be listed
+   * is not reported missing; after that, a namespace that comes or goes is reported at once.
+   */
   const heartbeats = (async () => {
+    const settled = () =>
+      cache !== null && [...cache.namespaces().values()].every((watch) => watch.state !== 'starting');
+    const pause = (ms: number, until: () => boolean = () => false) =>
+      new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          stop.signal.removeEventListener('abort', done);
+          beatNow = null;
+          resolve();
+        };
+        const timer = setTimeout(done, ms);
+        beatNow = () => {
+          if (until()) done();
+        };
+        stop.signal.addEventListener('abort', done, { once: true });
+        if (stop.signal.aborted || until()) done();
+      });
+    await pause(config.heartbeatSeconds * 1000, settled);
+    let lastNotWatched = '';
     while (!stop.signal.aborted) {
-      const problem = pollProblem ?? clusterProblem ?? controller.problem();
+      const watches = cache?.namespaces() ?? new Map<string, NamespaceWatch>();
+      const watched = config.namespaces.filter((ns) => watches.get(ns)?.state === 'watched');
+      const notWatched = config.namespaces
+        .filter((ns) => !watched.includes(ns))
+        .map((ns) => `namespace ${ns} is not watched: ${describeWatch(watches.get(ns))}`);
+      if (notWatched.join() !== lastNotWatched) {
+        lastNotWatched = notWatched.join();
+        if (notWatched.length > 0)
+          logger.error({ namespaces_not_watched: notWatched }, 'some namespaces are not watched');
+      }
+      const problems = [...notWatched, pollProblem, cache?.problem() ?? null, controller.problem()].filter(
+        (p): p is string => p !== null,
+      );
       try {
         await protocol.heartbeat(
           {
             version: LISTENER_VERSION,
-            namespaces: config.namespaces,
-            message: (problem ?? controller.summary()).slice(0, 1000),
+            namespaces: watched,
+            message: (problems.length > 0 ? problems.join('; ') : controller.summary()).slice(0, 1000),
           },
           stop.signal,
         );
@@ -135,7 +187,11 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
         if (stop.signal.aborted) break;
         logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'heartbeat failed');
       }
-      await sleep(config.heartbeatSeconds * 1000, stop.signal);
+      const sent = Date.now();
+      await pause(config.heartbeatSeconds * 1000, () => true);
+      // A namespace that flaps between states must not turn the heartbeat into a flood.
+      const early = MIN_HEARTBEAT_GAP_MS - (Date.now() - sent);
+      if (early > 0) await sleep(early, stop.signal);
     }
   })();
 

@@ -168,10 +168,10 @@ export function startController(options: ControllerOptions): Controller {
 
   async function pass(): Promise<boolean> {
     const cache = options.cache();
-    if (desired === null || cache === null || !cache.synced()) return true;
+    if (desired === null || cache === null) return true;
     const plans = reconcile(
       desired,
-      { objects: cache.snapshot(), memory: { reported, refused, confirmed } },
+      { objects: cache.snapshot(), memory: { reported, refused, confirmed }, namespaces: cache.namespaces() },
       { ...options.build, namespaces: options.namespaces, entropy: randomBytes(32).toString('hex') },
     );
     const problems: string[] = [];

@@ -16,6 +16,7 @@
  */
 import { createHmac } from 'node:crypto';
 import type { V1StatefulSet } from '@kubernetes/client-node';
+import type { NamespaceWatch } from './cluster-cache.ts';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from './desired-state.ts';
 import {
   MANAGED_KINDS,
@@ -62,6 +63,12 @@ export interface Observed {
   /** Every object labelled managed-by the listener in the watched namespaces, as last listed or watched. */
   readonly objects: readonly ObservedObject[];
   readonly memory: Memory;
+  /**
+   * Where the list-watch of each namespace stands; a namespace missing here is taken as watched. The
+   * objects of a namespace that is not watched are unknown: its deployments wait, or fail when the
+   * API server forbids the agent the namespace.
+   */
+  readonly namespaces?: ReadonlyMap<string, NamespaceWatch>;
 }
 
 export interface ReconcileContext extends BuildContext {
@@ -157,14 +164,18 @@ function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject
   };
 }
 
+function namespaceOf(deployment: DesiredDeployment, ctx: ReconcileContext): string {
+  return deployment.namespace ?? ctx.namespaces[0] ?? 'default';
+}
+
 function runPlan(
   deployment: DesiredDeployment,
   revision: DesiredRevision,
-  objects: readonly ObservedObject[],
   desired: DesiredState,
-  memory: Memory,
+  observed: Observed,
   ctx: ReconcileContext,
 ): Plan {
+  const { objects, memory } = observed;
   const id = deployment.deployment_id;
   const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id);
   const done = (() => {
@@ -201,10 +212,29 @@ function runPlan(
       `revision ${revision.id} cannot be deployed: ${message}`,
     );
 
-  const namespace = deployment.namespace ?? ctx.namespaces[0] ?? 'default';
+  const namespace = namespaceOf(deployment, ctx);
+  const notWatched = (message: string): Plan =>
+    plan(
+      reports(['DEPLOY_FAILED'], { reason: 'namespace_not_watched', message }),
+      'failed',
+      `revision ${revision.id} cannot be deployed: ${message}`,
+    );
   if (!ctx.namespaces.includes(namespace)) {
-    return refuse(
+    return notWatched(
       `namespace ${namespace} is not watched by this listener (it watches ${ctx.namespaces.join(', ')}); add it to SLIPWAY_LISTENER_NAMESPACES and give the listener a Role there`,
+    );
+  }
+  const watch = observed.namespaces?.get(namespace);
+  if (watch?.state === 'refused') {
+    return notWatched(
+      `namespace ${namespace} is not watched by this listener: the Kubernetes API server forbids it (${watch.reason}); give the listener the Role of deploy/role.yaml there`,
+    );
+  }
+  if (watch !== undefined && watch.state !== 'watched') {
+    return plan(
+      [],
+      'waiting',
+      `waiting for namespace ${namespace} to be listed${watch.state === 'failing' ? `: ${watch.reason}` : ''}`,
     );
   }
   if (revision.image_uri === null || revision.image_uri === '') return refuse('the revision has no image_uri');
@@ -335,19 +365,31 @@ function runPlan(
 export function reconcile(desired: DesiredState, observed: Observed, ctx: ReconcileContext): Plan[] {
   const plans: Plan[] = [];
   for (const deployment of desired.deployments) {
+    const id = deployment.deployment_id;
     if (deployment.delete) {
-      plans.push(
-        deletePlan(
-          deployment,
-          observed.objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === deployment.deployment_id),
-          observed.memory,
-        ),
-      );
+      const watch = observed.namespaces?.get(namespaceOf(deployment, ctx));
+      // What is left there is unknown: confirming now could leave objects behind for good.
+      if (watch !== undefined && watch.state !== 'watched') {
+        plans.push({
+          deploymentId: id,
+          actions: [],
+          phase: 'waiting',
+          summary: `deleting: waiting for namespace ${namespaceOf(deployment, ctx)} to be watched`,
+        });
+      } else {
+        plans.push(
+          deletePlan(
+            deployment,
+            observed.objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id),
+            observed.memory,
+          ),
+        );
+      }
     } else if (deployment.revision !== null) {
-      plans.push(runPlan(deployment, deployment.revision, observed.objects, desired, observed.memory, ctx));
+      plans.push(runPlan(deployment, deployment.revision, desired, observed, ctx));
     } else {
       // No revision to run yet (or none left to run): what is there stays as it is.
-      plans.push({ deploymentId: deployment.deployment_id, actions: [], phase: 'idle', summary: 'no revision to run' });
+      plans.push({ deploymentId: id, actions: [], phase: 'idle', summary: 'no revision to run' });
     }
   }
   return plans;

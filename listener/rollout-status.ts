@@ -4,7 +4,8 @@
  */
 import type { V1ContainerStatus, V1Deployment, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
 
-export type FailureReason = 'image_pull_failed' | 'crash_loop' | 'progress_deadline_exceeded' | 'invalid_manifest';
+export type FailureReason =
+  'image_pull_failed' | 'crash_loop' | 'progress_deadline_exceeded' | 'invalid_manifest' | 'namespace_not_watched';
 
 export type Rollout =
   /** Applied, but the workload's controller has not seen this generation yet. */

@@ -4,40 +4,22 @@
  * `object_path` as source_tarball_path. The URL carries its own token: random, bound to that one
  * object of that deployment's workspace, good for one PUT within UPLOAD_URL_TTL_MS. An expired,
  * forged or reused token is 403 and nothing is stored; what is stored is stored exactly as
- * `POST /v2/uploads` stores it (src/routes/tarball-upload.ts).
+ * `POST /v2/uploads` stores it (src/service/uploads.ts).
  */
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
-import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { getDeployment } from '../store/deployments.ts';
-import type { Database } from '../store/schema.ts';
-import { consumeUploadToken, insertUploadToken } from '../store/upload-tokens.ts';
-import { Upload, acceptTarballBodies, requireTarballContentType, storeTarball, uploadPath } from './tarball-upload.ts';
-
-/** Long enough to pack and send 200 MiB on a slow line, short enough that a leaked URL soon means nothing. */
-export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
-
-const hashToken = (token: string): Buffer => createHash('sha256').update(token).digest();
-
-const INVALID_URL =
-  'This upload URL is not valid: it has expired, was used already, or was not issued by this service. Ask for a new one (run the deploy again).';
+import { UPLOAD_URL_TTL_MS, type UploadService } from '../service/uploads.ts';
+import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
 
 export interface UploadUrlDeps {
-  db: Kysely<Database>;
-  dataDir: string;
+  uploads: UploadService;
+  /** The PUT's body limit; the service counts the stream against the same limit. */
   limitBytes: number;
-  /** The service's public address: upload URLs are absolute, on it. */
-  publicUrl: string;
 }
 
-export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
-  app,
-  { db, dataDir, limitBytes, publicUrl },
-) => {
+export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (app, { uploads, limitBytes }) => {
   acceptTarballBodies(app);
 
   app.post(
@@ -63,23 +45,8 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
       },
     },
     async (request) => {
-      const workspaceId = workspaceOf(request);
-      const { deployment_id: deploymentId } = request.params;
-      if (!(await getDeployment(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
-      const id = randomUUID();
-      const token = randomBytes(32).toString('base64url');
-      const expiresAt = new Date(Date.now() + UPLOAD_URL_TTL_MS);
-      await insertUploadToken(db, {
-        id,
-        workspaceId,
-        deploymentId,
-        tokenHash: hashToken(token),
-        objectPath: uploadPath(id),
-        expiresAt,
-      });
-      const url = new URL(`v2/uploads/${id}`, publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`);
-      url.searchParams.set('token', token);
-      return { upload_url: url.toString(), object_path: uploadPath(id), expires_at: expiresAt.toISOString() };
+      const url = await uploads.issueUrl(workspaceOf(request), request.params.deployment_id);
+      return { ...url, expires_at: url.expires_at.toISOString() };
     },
   );
 
@@ -111,14 +78,12 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
       },
     },
     async (request) => {
-      const granted = await consumeUploadToken(
-        db,
-        request.params.upload_id.toLowerCase(),
-        hashToken(request.query.token),
+      const stored = await uploads.uploadToUrl(
+        request.params.upload_id,
+        request.query.token,
+        request.body as NodeJS.ReadableStream,
       );
-      if (!granted) throw new AppError('forbidden', INVALID_URL);
-      const id = request.params.upload_id.toLowerCase();
-      return storeTarball({ db, dataDir, limitBytes }, request.body as NodeJS.ReadableStream, granted.workspace_id, id);
+      return uploadResponse(stored);
     },
   );
 };

@@ -101,6 +101,7 @@ export class FakeKube {
   private readonly refusals: { kind: string; name: string | null; message: string }[] = [];
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
+  private readonly forbidden = new Set<string>();
   private rv = 100;
   private compactedAt = 0;
   private uid = 0;
@@ -195,6 +196,18 @@ export class FakeKube {
 
   addNamespace(namespace: string): void {
     this.namespaces.add(namespace);
+  }
+
+  /**
+   * Every request in the namespace answers 403 Forbidden, as for a service account without a Role
+   * there (until `allow`).
+   */
+  forbid(namespace: string): void {
+    this.forbidden.add(namespace);
+  }
+
+  allow(namespace: string): void {
+    this.forbidden.delete(namespace);
   }
 
   /** The next applies of this kind (and name) are refused with 422 and this message, like an invalid object. */
@@ -464,6 +477,20 @@ export class FakeKube {
     }
     const namespace = decodeURIComponent(match[2]!);
     const name = match[4] === undefined ? null : decodeURIComponent(match[4]);
+    if (this.forbidden.has(namespace)) {
+      const verb = req.method === 'GET' ? (url.searchParams.get('watch') === 'true' ? 'watch' : 'list') : 'patch';
+      const group = resource.apiVersion.includes('/') ? resource.apiVersion.split('/')[0] : '';
+      FakeKube.send(
+        res,
+        403,
+        status(
+          403,
+          'Forbidden',
+          `${resource.plural}${group ? `.${group}` : ''} is forbidden: User "system:serviceaccount:slipway-listener:slipway-listener" cannot ${verb} resource "${resource.plural}" in API group "${group}" in the namespace "${namespace}"`,
+        ),
+      );
+      return;
+    }
 
     if (req.method === 'GET' && name === null) {
       const selector = url.searchParams.get('labelSelector');

@@ -20,7 +20,10 @@ export interface World {
   close(): Promise<void>;
 }
 
-export async function startWorld(options: FakeKubeOptions = {}): Promise<World> {
+export async function startWorld(
+  options: FakeKubeOptions = {},
+  configured: Partial<ListenerConfig> = {},
+): Promise<World> {
   const listenerId = randomUUID();
   const kube = await FakeKube.start({ namespaces: [NAMESPACE, 'default'], ...options });
   const slipway = await FakeSlipway.start(listenerId, `slwl_${randomUUID().replaceAll('-', '')}`);
@@ -37,6 +40,7 @@ export async function startWorld(options: FakeKubeOptions = {}): Promise<World> 
     postgresImage: 'postgres:17-alpine',
     redisImage: 'redis:7-alpine',
     logLevel: 'silent',
+    ...configured,
   };
   const running = new Set<RunningListener>();
   return {

@@ -311,7 +311,7 @@ describe('listener agent: a deployment over its life', { timeout: 120_000 }, () 
     const agent = world.start();
     const failed = await reported(d.revision!.id, 'DEPLOY_FAILED');
     await agent.stop();
-    assert.equal(failed.failure_reason, 'invalid_manifest');
+    assert.equal(failed.failure_reason, 'namespace_not_watched');
     assert.match(failed.message ?? '', /namespace billing is not watched/);
     assert.equal(world.kube.applies().length, 0);
   });

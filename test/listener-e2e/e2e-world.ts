@@ -43,9 +43,9 @@ export interface E2eWorld {
   /** The service's API with the admin key, over real HTTP. */
   api<T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>>;
   /** Registers a listener and makes its credential, as docs/listener.md's steps 1 and 2 do. */
-  registerListener(): Promise<{ id: string; credential: string }>;
+  registerListener(namespaces?: string[]): Promise<{ id: string; credential: string }>;
   /** Starts an agent process for the listener (the world stops it at the end if the test did not). */
-  startAgent(listener: { id: string; credential: string }): AgentProcess;
+  startAgent(listener: { id: string; credential: string }, namespaces?: string[]): AgentProcess;
   close(): Promise<void>;
 }
 
@@ -100,11 +100,11 @@ export async function startE2eWorld(): Promise<E2eWorld> {
     kube,
     api,
 
-    async registerListener() {
+    async registerListener(namespaces = [NAMESPACE]) {
       const listener = await api('POST', '/v2/listeners', {
         compute_type: 'k8s',
         compute_id: `e2e-${process.pid}-${++compute}`,
-        compute_config: { k8s_namespaces: [NAMESPACE] },
+        compute_config: { k8s_namespaces: namespaces },
       });
       if (listener.status !== 201)
         throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
@@ -114,7 +114,7 @@ export async function startE2eWorld(): Promise<E2eWorld> {
       return { id: listener.body.id as string, credential: credential.body.credential as string };
     },
 
-    startAgent(listener) {
+    startAgent(listener, namespaces = [NAMESPACE]) {
       const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
         cwd: ROOT,
         env: {
@@ -122,7 +122,7 @@ export async function startE2eWorld(): Promise<E2eWorld> {
           SLIPWAY_URL: base,
           SLIPWAY_LISTENER_ID: listener.id,
           SLIPWAY_LISTENER_CREDENTIAL: listener.credential,
-          SLIPWAY_LISTENER_NAMESPACES: NAMESPACE,
+          SLIPWAY_LISTENER_NAMESPACES: namespaces.join(','),
           KUBECONFIG: kubeconfig,
           LOG_LEVEL: 'debug',
         },

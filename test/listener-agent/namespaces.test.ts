@@ -1,0 +1,67 @@
+/**
+ * A listener with a namespace it may not read (no Role there: the API server answers 403): the
+ * heartbeat says which namespaces are watched and why one is not, deployments of that namespace fail
+ * with a reason, and deployments of the other namespaces are not held up by it.
+ */
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, test } from 'node:test';
+import { NAMESPACE, deployment, startWorld, type World } from './harness.ts';
+
+const FORBIDDEN = 'billing';
+
+describe('listener agent: a namespace the API server forbids', { timeout: 120_000 }, () => {
+  let world: World;
+  beforeEach(async () => {
+    world = await startWorld({ namespaces: [NAMESPACE, FORBIDDEN] }, { namespaces: [NAMESPACE, FORBIDDEN] });
+    world.kube.forbid(FORBIDDEN);
+  });
+  afterEach(async () => {
+    await world.close();
+  });
+
+  const reported = (revisionId: string, status: string) =>
+    world.slipway.waitFor(() => world.slipway.reports.find((r) => r.revision_id === revisionId && r.status === status));
+
+  test('the other namespace deploys; the forbidden one fails its deployments and is reported not watched', async () => {
+    const healthy = deployment({ name: 'healthy' });
+    const blocked = deployment({ name: 'blocked', namespace: FORBIDDEN });
+    world.slipway.upsert(healthy);
+    world.slipway.upsert(blocked);
+    const agent = world.start();
+
+    await reported(healthy.revision!.id, 'DEPLOYING');
+    world.kube.markAvailable(NAMESPACE, 'healthy');
+    await reported(healthy.revision!.id, 'DEPLOYED');
+
+    const failed = await reported(blocked.revision!.id, 'DEPLOY_FAILED');
+    assert.equal(failed.failure_reason, 'namespace_not_watched');
+    assert.match(failed.message ?? '', /namespace billing is not watched.*forbid.*cannot list resource/);
+    assert.deepEqual(world.slipway.statusesOf(blocked.revision!.id), ['DEPLOY_FAILED']);
+    assert.equal(world.kube.list({ namespace: FORBIDDEN }).length, 0);
+
+    const beat = await world.slipway.waitFor(() => world.slipway.heartbeats.at(-1));
+    assert.deepEqual(beat.namespaces, [NAMESPACE]);
+    assert.match(beat.message ?? '', /namespace billing is not watched: the Kubernetes API server forbids it/);
+
+    // Granted later: the agent keeps trying, and the next heartbeat watches it.
+    world.kube.allow(FORBIDDEN);
+    const watched = await world.slipway.waitFor(() =>
+      world.slipway.heartbeats.find((h) => h.namespaces.includes(FORBIDDEN)),
+    );
+    assert.deepEqual(watched.namespaces, [NAMESPACE, FORBIDDEN]);
+    await agent.stop();
+  });
+
+  test('a deletion in the forbidden namespace is not confirmed: what is left there cannot be seen', async () => {
+    const gone = deployment({ name: 'gone', namespace: FORBIDDEN, delete: true });
+    const other = deployment({ name: 'other', delete: true, revision: null });
+    world.slipway.upsert(gone);
+    world.slipway.upsert(other);
+    const agent = world.start();
+    await world.slipway.waitFor(() => world.slipway.deletions.includes(other.deployment_id));
+    assert.ok(!world.slipway.deletions.includes(gone.deployment_id));
+    world.kube.allow(FORBIDDEN);
+    await world.slipway.waitFor(() => world.slipway.deletions.includes(gone.deployment_id));
+    await agent.stop();
+  });
+});
