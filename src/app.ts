@@ -141,7 +141,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
-  await app.register(metricsRoutes, { db, pool: deps.pool });
+  await app.register(metricsRoutes, { metrics: services.metrics, pool: deps.pool });
   await app.register(healthRoutes, { db });
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
   if (config.roles.includes('api')) {
@@ -150,7 +150,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     registerLangGraphRequestShapes(app);
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
-    await app.register(revisionLogRoutes, { db, changes: deps.changes });
+    await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {
       db,
@@ -166,15 +166,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       credentials: services.agentCredentials,
     });
     await app.register(tagRoutes, { tags: services.tags });
-    await app.register(tracingProjectRoutes, { db });
-    await app.register(uploadRoutes, { db, dataDir: config.dataDir, limitBytes: config.uploadLimitBytes });
-    await app.register(uploadUrlRoutes, {
-      db,
-      dataDir: config.dataDir,
-      limitBytes: config.uploadLimitBytes,
-      publicUrl: config.publicUrl,
-    });
-    await app.register(langGraphCompatRoutes, { db });
+    await app.register(tracingProjectRoutes, { tracingProjects: services.tracingProjects });
+    await app.register(uploadRoutes, { uploads: services.uploads, limitBytes: config.uploadLimitBytes });
+    await app.register(uploadUrlRoutes, { uploads: services.uploads, limitBytes: config.uploadLimitBytes });
+    await app.register(langGraphCompatRoutes, { logs: services.revisionLogs, deployments });
     await app.register(codehostRoutes, { config, integrations: services.integrations, webhooks: services.webhooks });
     // Last: its catch-all for the pages' own paths yields to every API route (src/routes/dashboard.ts).
     await app.register(dashboardRoutes);

@@ -18,15 +18,27 @@ import { createWebhookService } from './service/codehost-webhooks.ts';
 import { createDeploymentService } from './service/deployments.ts';
 import { createListenerProtocolService } from './service/listener-protocol.ts';
 import { createListenerService } from './service/listeners.ts';
+import { createMetricsService } from './service/metrics.ts';
 import { createOAuthFlowService } from './service/oauth-flow.ts';
 import { createOAuthProviderService } from './service/oauth-providers.ts';
 import { createOAuthTokenService } from './service/oauth-tokens.ts';
+import { createRevisionLogService } from './service/revision-logs.ts';
 import { createTagService } from './service/tags.ts';
+import { createTracingProjectService } from './service/tracing-projects.ts';
+import { createUploadService } from './service/uploads.ts';
 import { createWorkspaceService } from './service/workspaces.ts';
 import type { Database } from './store/schema.ts';
 
 export interface ServiceDeps {
-  config: Pick<Config, 'allowInsecureCodehost' | 'codehostAllowedUrls' | 'allowInsecureOAuth' | 'publicUrl'>;
+  config: Pick<
+    Config,
+    | 'allowInsecureCodehost'
+    | 'codehostAllowedUrls'
+    | 'allowInsecureOAuth'
+    | 'publicUrl'
+    | 'dataDir'
+    | 'uploadLimitBytes'
+  >;
   db: Kysely<Database>;
   secretBox: SecretBox;
   logger: Logger;
@@ -77,6 +89,15 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     agentCredentials,
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens, credentials: agentCredentials }),
     tags: createTagService({ db }),
+    revisionLogs: createRevisionLogService({ db }),
+    uploads: createUploadService({
+      db,
+      dataDir: config.dataDir,
+      limitBytes: config.uploadLimitBytes,
+      publicUrl: config.publicUrl,
+    }),
+    tracingProjects: createTracingProjectService({ db }),
+    metrics: createMetricsService({ db }),
   };
 }
 

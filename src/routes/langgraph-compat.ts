@@ -10,21 +10,14 @@
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyInstance, preValidationAsyncHookHandler } from 'fastify';
-import type { Kysely } from 'kysely';
-import { Type, type Static } from 'typebox';
+import { Type } from 'typebox';
 import { applyConfigPathAlias } from '../domain/sources.ts';
-import { AppError, ValidationError, notFound, type ValidationIssue } from '../errors.ts';
+import { AppError } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { getDeployment } from '../store/deployments.ts';
-import {
-  LOG_LEVELS,
-  currentLogRevision,
-  getLogSubject,
-  searchRevisionLogs,
-  type LogLevel,
-} from '../store/revision-logs.ts';
-import type { Database, RevisionLogType } from '../store/schema.ts';
+import type { DeploymentService } from '../service/deployments.ts';
+import { LOG_LEVELS } from '../service/log-search.ts';
+import type { LogSearchPage, RevisionLogService } from '../service/revision-logs.ts';
 
 /** The image sources of LangChain's CLI (`langgraph deploy` without `--remote`, or with `--push-to`). */
 const IMAGE_SOURCES = ['internal_docker', 'external_docker'];
@@ -62,50 +55,6 @@ export function registerLangGraphRequestShapes(app: FastifyInstance): void {
   });
 }
 
-// ----- offsets -----------------------------------------------------------------------------------
-
-// An offset is the id of the last line of the previous page, wrapped so that clients treat it as opaque.
-const OFFSET_PREFIX = 'lg:';
-const OFFSET_ID = /^(0|[1-9][0-9]{0,18})$/;
-const MAX_ID = 9223372036854775807n;
-
-const encodeOffset = (id: string): string => Buffer.from(`${OFFSET_PREFIX}${id}`).toString('base64url');
-
-function decodeOffset(offset: string): string {
-  if (/^[A-Za-z0-9_-]{1,200}$/.test(offset)) {
-    const text = Buffer.from(offset, 'base64url').toString('utf8');
-    const id = text.startsWith(OFFSET_PREFIX) ? text.slice(OFFSET_PREFIX.length) : '';
-    if (OFFSET_ID.test(id) && BigInt(id) <= MAX_ID && encodeOffset(id) === offset) return id;
-  }
-  throw new ValidationError([
-    {
-      type: 'value_error',
-      loc: ['body', 'offset'],
-      msg: 'Value error, not an offset returned by this endpoint: pass next_offset unchanged',
-      input: offset,
-    },
-  ]);
-}
-
-// ISO 8601 as the CLI's --start-time / --end-time take it; without a zone it is UTC.
-const ISO_TIME = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/i;
-
-function parseTime(value: string, field: string): Date {
-  const match = ISO_TIME.exec(value.trim());
-  const at = match ? Date.parse(match[1] || !value.includes(':') ? value.trim() : `${value.trim()}Z`) : Number.NaN;
-  if (Number.isNaN(at)) {
-    throw new ValidationError([
-      {
-        type: 'datetime_parsing',
-        loc: ['body', field],
-        msg: 'Input should be an ISO 8601 date-time, e.g. 2026-03-08T00:00:00Z',
-        input: value,
-      },
-    ]);
-  }
-  return new Date(at);
-}
-
 // ----- schemas -----------------------------------------------------------------------------------
 
 const LogRequest = Type.Object(
@@ -137,7 +86,6 @@ const LogRequest = Type.Object(
   },
   { title: 'LogSearch' },
 );
-type LogRequest = Static<typeof LogRequest>;
 
 const LogEntry = Type.Object(
   {
@@ -165,50 +113,25 @@ const LogAnswer = Type.Object(
 const RevisionParams = Type.Object({ deployment_id: Uuid(), revision_id: Uuid() });
 const DeploymentParams = Type.Object({ deployment_id: Uuid() });
 
-export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
-  async function page(revisionId: string | null, type: RevisionLogType, body: LogRequest) {
-    const level = body.level ? body.level.toUpperCase() : null;
-    if (level !== null && !(LOG_LEVELS as readonly string[]).includes(level)) {
-      const issue: ValidationIssue = {
-        type: 'enum',
-        loc: ['body', 'level'],
-        msg: `Input should be ${LOG_LEVELS.map((l) => `'${l}'`).join(', ')}`,
-        input: body.level,
-      };
-      throw new ValidationError([issue]);
-    }
-    const fromId = body.offset ? decodeOffset(body.offset) : null;
-    const since = body.start_time ? parseTime(body.start_time, 'start_time') : undefined;
-    const until = body.end_time ? parseTime(body.end_time, 'end_time') : undefined;
-    if (revisionId === null) return { logs: [], next_offset: body.offset ?? null };
-    const rows = await searchRevisionLogs(db, revisionId, type, {
-      order: body.order ?? 'desc',
-      fromId,
-      limit: body.limit ?? 100,
-      level: (level ?? undefined) as LogLevel | undefined,
-      contains: body.query || undefined,
-      since,
-      until,
-    });
-    const last = rows.at(-1);
-    return {
-      logs: rows.map((row) => ({
-        id: row.id,
-        timestamp: row.logged_at.getTime(),
-        level: row.level,
-        message: row.line,
-      })),
-      next_offset: last ? encodeOffset(last.id) : (body.offset ?? null),
-    };
-  }
+const logAnswer = (page: LogSearchPage) => ({
+  logs: page.lines.map((row) => ({
+    id: row.id,
+    timestamp: row.logged_at.getTime(),
+    level: row.level,
+    message: row.line,
+  })),
+  next_offset: page.next_offset,
+});
 
-  /** The revision, in the caller's workspace and the deployment; else the 404 a user can act on. */
-  async function revisionOf(workspaceId: string, deploymentId: string, revisionId: string): Promise<string> {
-    if (await getLogSubject(db, workspaceId, deploymentId, revisionId)) return revisionId;
-    if (!(await getDeployment(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
-    throw notFound('Revision', revisionId);
-  }
+export interface LangGraphCompatDeps {
+  logs: RevisionLogService;
+  deployments: DeploymentService;
+}
 
+export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<LangGraphCompatDeps> = async (
+  app,
+  { logs, deployments },
+) => {
   for (const type of ['build', 'deploy'] as const) {
     app.post(
       `/v1/projects/:deployment_id/revisions/:revision_id/${type}_logs`,
@@ -225,7 +148,14 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       },
       async (request) => {
         const { deployment_id: deploymentId, revision_id: revisionId } = request.params;
-        return page(await revisionOf(workspaceOf(request), deploymentId, revisionId), type, request.body ?? {});
+        const page = await logs.searchRevision(
+          workspaceOf(request),
+          deploymentId,
+          revisionId,
+          type,
+          request.body ?? {},
+        );
+        return logAnswer(page);
       },
     );
   }
@@ -245,10 +175,8 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       },
     },
     async (request) => {
-      const { deployment_id: deploymentId } = request.params;
-      const current = await currentLogRevision(db, workspaceOf(request), deploymentId);
-      if (!current) throw notFound('Deployment', deploymentId);
-      return page(current.revisionId, 'deploy', request.body ?? {});
+      const page = await logs.searchDeployment(workspaceOf(request), request.params.deployment_id, request.body ?? {});
+      return logAnswer(page);
     },
   );
 
@@ -275,8 +203,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Datab
       },
     },
     async (request) => {
-      const { deployment_id: deploymentId } = request.params;
-      if (!(await getDeployment(db, workspaceOf(request), deploymentId))) throw notFound('Deployment', deploymentId);
+      await deployments.get(workspaceOf(request), request.params.deployment_id);
       throw new AppError('invalid_request', USE_REMOTE_BUILD);
     },
   );

@@ -10,48 +10,17 @@
  */
 import type { FastifyPluginAsync } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
-import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { LISTENER_STALE_AFTER_SECONDS } from '../store/listeners.ts';
-import type { Database } from '../store/schema.ts';
+import type { DatabaseGauges, MetricsService } from '../service/metrics.ts';
 
 export interface MetricsOptions {
-  db: Kysely<Database>;
+  metrics: MetricsService;
   /** The service's pool, for its connection counts; absent in tools that have none. */
   pool?: pg.Pool;
 }
 
-interface DatabaseGauges {
-  listeners: { status: string; n: number }[];
-  deployments: { status: string; n: number }[];
-  revisions: { status: string; n: number }[];
-  queue: { depth: number; oldest_seconds: number | null };
-}
-
-async function readDatabaseGauges(db: Kysely<Database>): Promise<DatabaseGauges> {
-  const result = await sql<{ kind: string; status: string | null; n: number; oldest_seconds: number | null }>`
-    select 'deployment' as kind, status, count(*)::int as n, null::float8 as oldest_seconds from deployments group by status
-    union all
-    select 'revision', status, count(*)::int, null from revisions group by status
-    union all
-    select 'listener', case when last_seen_at is null then 'never_seen' when last_seen_at > now() - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected' else 'stale' end, count(*)::int, null
-      from listeners group by 2
-    union all
-    select 'queue', null, count(*)::int, extract(epoch from now() - min(r.created_at))::float8
-      from revisions r join deployments d on d.id = r.deployment_id
-      where r.status = 'QUEUED' and d.listener_id is null`.execute(db);
-  const rows = result.rows;
-  const queue = rows.find((r) => r.kind === 'queue');
-  return {
-    listeners: rows.filter((r) => r.kind === 'listener').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
-    deployments: rows.filter((r) => r.kind === 'deployment').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
-    revisions: rows.filter((r) => r.kind === 'revision').map((r) => ({ status: r.status ?? 'UNKNOWN', n: r.n })),
-    queue: { depth: queue?.n ?? 0, oldest_seconds: queue?.oldest_seconds ?? null },
-  };
-}
-
-const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) => {
+const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics, pool }) => {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'slipway_' });
 
@@ -69,7 +38,7 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
     registers: [registry],
   });
 
-  // Filled at scrape time from one query (see readDatabaseGauges); a failed read leaves them unset.
+  // Filled at scrape time from one query (src/store/metrics.ts); a failed read leaves them unset.
   let gauges: DatabaseGauges | null = null;
   new Gauge({
     name: 'slipway_deployments',
@@ -149,7 +118,7 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
   };
   app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
     try {
-      gauges = await readDatabaseGauges(db);
+      gauges = await metrics.databaseGauges();
     } catch (error) {
       // The process metrics still help while the database is down; the database gauges are left out.
       request.log.warn({ err: error }, 'metrics: could not read the database gauges');
@@ -161,4 +130,4 @@ const metrics: FastifyPluginAsync<MetricsOptions> = async (app, { db, pool }) =>
 };
 
 /** Register before the other routes: its hook counts the routes registered after it. */
-export const metricsRoutes = fastifyPlugin(metrics, { name: 'slipway-metrics' });
+export const metricsRoutes = fastifyPlugin(metricsPlugin, { name: 'slipway-metrics' });

@@ -10,16 +10,14 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyBaseLogger } from 'fastify';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import { isFinalRevisionStatus } from '../domain/states.ts';
-import { ValidationError, notFound, type ValidationIssue } from '../errors.ts';
+import { ValidationError, type ValidationIssue } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { getDeployment } from '../store/deployments.ts';
-import { getLogSubject, listRevisionLogs, type LogSubject } from '../store/revision-logs.ts';
-import type { Database, RevisionLogRow, RevisionLogType } from '../store/schema.ts';
+import type { LogSubject, RevisionLogService } from '../service/revision-logs.ts';
+import type { RevisionLogRow, RevisionLogType } from '../store/schema.ts';
 
 const LOG_TYPES = ['build', 'deploy'] as const;
 const LOG_STREAMS = ['stdout', 'stderr', 'system'] as const;
@@ -33,7 +31,7 @@ const SAFETY_POLL_MS = 5_000;
 const HEARTBEAT_MS = 15_000;
 
 export interface RevisionLogRouteDeps {
-  db: Kysely<Database>;
+  logs: RevisionLogService;
   /** Wakes followers when lines or statuses change; without it followers poll every second. */
   changes?: ChangeFeed;
 }
@@ -149,7 +147,7 @@ const lineView = (row: RevisionLogRow) => ({
 // ----- routes ------------------------------------------------------------------------------------
 
 export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> = async (app, deps) => {
-  const { db } = deps;
+  const { logs } = deps;
   const open = new Set<Follower>();
 
   // app.close() waits for every connection; an open stream would hold it forever, so end them first.
@@ -197,19 +195,14 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
             ? decodeLogCursor(query.cursor, ['query', 'cursor'])
             : '0';
 
-      const subject = await getLogSubject(db, workspaceId, deploymentId, revisionId);
-      if (!subject) {
-        if (!(await getDeployment(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
-        throw notFound('Revision', revisionId);
-      }
-
       if (!follow) {
-        const rows = await listRevisionLogs(db, revisionId, type, afterId, query.limit ?? 100);
+        const rows = await logs.page(workspaceId, deploymentId, revisionId, type, afterId, query.limit ?? 100);
         return reply
           .type('application/json; charset=utf-8')
           .send({ lines: rows.map(lineView), next_cursor: encodeLogCursor(rows.at(-1)?.id ?? afterId) });
       }
 
+      await logs.subject(workspaceId, deploymentId, revisionId);
       // From here on the response is ours to write: headers set by hooks (x-request-id) go along.
       reply.hijack();
       const headers: Record<string, string | number | string[]> = {};
@@ -225,7 +218,7 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
       });
       reply.raw.flushHeaders();
       const follower = startFollower({
-        db,
+        logs,
         changes: deps.changes,
         heartbeatMs: HEARTBEAT_MS,
         pollMs: deps.changes ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS,
@@ -248,7 +241,7 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
 // ----- following ---------------------------------------------------------------------------------
 
 interface FollowOptions {
-  db: Kysely<Database>;
+  logs: RevisionLogService;
   changes: ChangeFeed | undefined;
   heartbeatMs: number;
   pollMs: number;
@@ -342,7 +335,7 @@ function startFollower(o: FollowOptions): Follower {
   const sendLines = async (cursor: string): Promise<string> => {
     let after = cursor;
     while (open) {
-      const rows = await listRevisionLogs(o.db, o.revisionId, o.type, after, FOLLOW_PAGE);
+      const rows = await o.logs.lines(o.revisionId, o.type, after, FOLLOW_PAGE);
       if (rows.length === 0) break;
       let text = '';
       for (const row of rows) text += event('log', lineView(row), encodeLogCursor(row.id));
@@ -362,7 +355,7 @@ function startFollower(o: FollowOptions): Follower {
       // line of a revision read as final is already there for the read that follows.
       if (stale) {
         stale = false;
-        subject = await getLogSubject(o.db, o.workspaceId, o.deploymentId, o.revisionId);
+        subject = await o.logs.currentSubject(o.workspaceId, o.deploymentId, o.revisionId);
       }
       cursor = await sendLines(cursor);
       if (!open) return;

@@ -1,18 +1,19 @@
 /** Tracing projects, made with deployments of the same name. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
-import type { Database } from '../store/schema.ts';
-import { listTracingProjects } from '../store/tracing-projects.ts';
+import type { TracingProjectService } from '../service/tracing-projects.ts';
 
 const TracingProject = Type.Object(
   { id: Uuid(), name: Type.String(), tenant_id: Uuid(), created_at: DateTime() },
   { title: 'TracingProject' },
 );
 
-export const tracingProjectRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
+export const tracingProjectRoutes: FastifyPluginAsyncTypebox<{ tracingProjects: TracingProjectService }> = async (
+  app,
+  { tracingProjects },
+) => {
   app.get(
     '/v2/tracing-projects',
     {
@@ -29,7 +30,7 @@ export const tracingProjectRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Databa
     },
     async (request) => {
       const { limit, offset } = pageOf(request.query);
-      const rows = await listTracingProjects(db, workspaceOf(request), limit, offset);
+      const rows = await tracingProjects.list(workspaceOf(request), { limit, offset });
       return envelope(
         rows.map((p) => ({
           id: p.id,

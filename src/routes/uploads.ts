@@ -1,21 +1,20 @@
 /**
  * Source uploads for internal_source deployments: the client sends a gzipped tarball and gets back the
  * `source_tarball_path` to use in source_revision_config. Only paths made here are accepted there.
- * Receiving and storing the tarball is src/routes/tarball-upload.ts, shared with upload URLs.
+ * Storing the tarball is src/service/uploads.ts; receiving it is src/routes/tarball-upload.ts, shared
+ * with upload URLs.
  */
-import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { Kysely } from 'kysely';
 import { workspaceOf } from '../http/authenticate.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
-import type { Database } from '../store/schema.ts';
-import { Upload, acceptTarballBodies, requireTarballContentType, storeTarball } from './tarball-upload.ts';
+import type { UploadService } from '../service/uploads.ts';
+import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
 
 export const uploadRoutes: FastifyPluginAsyncTypebox<{
-  db: Kysely<Database>;
-  dataDir: string;
+  uploads: UploadService;
+  /** The route's body limit; the service counts the stream against the same limit. */
   limitBytes: number;
-}> = async (app, { db, dataDir, limitBytes }) => {
+}> = async (app, { uploads, limitBytes }) => {
   acceptTarballBodies(app);
 
   app.post(
@@ -41,13 +40,8 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{
       },
     },
     async (request, reply) => {
-      const stored = await storeTarball(
-        { db, dataDir, limitBytes },
-        request.body as NodeJS.ReadableStream,
-        workspaceOf(request),
-        randomUUID(),
-      );
-      return reply.status(201).send(stored);
+      const stored = await uploads.upload(workspaceOf(request), request.body as NodeJS.ReadableStream);
+      return reply.status(201).send(uploadResponse(stored));
     },
   );
 };

@@ -1,0 +1,138 @@
+/**
+ * Source uploads for internal_source deployments: a gzipped tarball stored under the data directory as
+ * `uploads/<id>.tar.gz` with its row, whose path a deployment's source_tarball_path then names. It
+ * arrives with an API key (`POST /v2/uploads`) or on a single-use upload URL (docs/langgraph.md), whose
+ * token is random, bound to that one object of that deployment's workspace, and good for one PUT within
+ * UPLOAD_URL_TTL_MS. The body stays a stream, counted against the upload limit; a failed upload leaves
+ * neither file nor row.
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { Kysely } from 'kysely';
+import { AppError, notFound } from '../errors.ts';
+import { getDeployment } from '../store/deployments.ts';
+import type { Database } from '../store/schema.ts';
+import { consumeUploadToken, insertUploadToken } from '../store/upload-tokens.ts';
+import { insertUpload } from '../store/uploads.ts';
+
+/** Long enough to pack and send 200 MiB on a slow line, short enough that a leaked URL soon means nothing. */
+export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
+
+const GZIP_MAGIC = Buffer.from([0x1f, 0x8b]);
+
+const INVALID_URL =
+  'This upload URL is not valid: it has expired, was used already, or was not issued by this service. ' +
+  'Ask for a new one (run the deploy again).';
+
+const hashToken = (token: string): Buffer => createHash('sha256').update(token).digest();
+
+/** Where upload `id` is kept, relative to the data directory: what source_tarball_path names. */
+export const uploadPath = (id: string): string => `uploads/${id}.tar.gz`;
+
+export interface UploadServiceDeps {
+  db: Kysely<Database>;
+  dataDir: string;
+  /** The largest tarball stored, in bytes. */
+  limitBytes: number;
+  /** The service's public address: upload URLs are absolute, on it. */
+  publicUrl: string;
+}
+
+/** A stored upload. */
+export interface UploadView {
+  id: string;
+  path: string;
+  size_bytes: number;
+  sha256: string;
+  created_at: Date;
+}
+
+/** A single-use upload URL and the path its upload will have. */
+export interface UploadUrl {
+  upload_url: string;
+  object_path: string;
+  expires_at: Date;
+}
+
+export function createUploadService({ db, dataDir, limitBytes, publicUrl }: UploadServiceDeps) {
+  /** Writes the stream as upload `id` of the workspace and records it; on any failure nothing is left. */
+  async function store(body: NodeJS.ReadableStream, workspaceId: string, id: string): Promise<UploadView> {
+    const relative = uploadPath(id);
+    const file = path.join(dataDir, relative);
+    await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+    const hash = createHash('sha256');
+    let size = 0;
+    let head = Buffer.alloc(0);
+    const meter = new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
+        size += chunk.length;
+        if (size > limitBytes)
+          return callback(new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`));
+        if (head.length < 2) head = Buffer.concat([head, chunk.subarray(0, 2)]);
+        hash.update(chunk);
+        callback(null, chunk);
+      },
+    });
+    try {
+      // 'wx': an upload never overwrites another one's file.
+      await pipeline(body, meter, createWriteStream(file, { mode: 0o600, flags: 'wx' }));
+      if (size === 0 || !head.subarray(0, 2).equals(GZIP_MAGIC))
+        throw new AppError('invalid_request', 'The body is not a gzipped tarball.');
+      // Inside the try: a file no row names would never be used or removed, so a failed insert removes it.
+      const row = await insertUpload(db, {
+        id,
+        workspaceId,
+        path: relative,
+        sizeBytes: size,
+        sha256: hash.digest('hex'),
+      });
+      return { id, path: row.path, size_bytes: size, sha256: row.sha256, created_at: row.created_at };
+    } catch (error) {
+      // EEXIST: the file is another upload's (ids are random, so this does not happen): leave it be.
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') await fs.rm(file, { force: true });
+      throw error;
+    }
+  }
+
+  return {
+    /** Stores a tarball sent with an API key of the workspace, as a new upload. */
+    upload: (workspaceId: string, body: NodeJS.ReadableStream): Promise<UploadView> =>
+      store(body, workspaceId, randomUUID()),
+
+    /** A single-use URL to PUT one tarball for the deployment, without an API key. */
+    async issueUrl(workspaceId: string, deploymentId: string): Promise<UploadUrl> {
+      if (!(await getDeployment(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
+      const id = randomUUID();
+      const token = randomBytes(32).toString('base64url');
+      const expiresAt = new Date(Date.now() + UPLOAD_URL_TTL_MS);
+      await insertUploadToken(db, {
+        id,
+        workspaceId,
+        deploymentId,
+        tokenHash: hashToken(token),
+        objectPath: uploadPath(id),
+        expiresAt,
+      });
+      const url = new URL(`v2/uploads/${id}`, publicUrl.endsWith('/') ? publicUrl : `${publicUrl}/`);
+      url.searchParams.set('token', token);
+      return { upload_url: url.toString(), object_path: uploadPath(id), expires_at: expiresAt };
+    },
+
+    /**
+     * Stores the tarball PUT to an upload URL: an expired, forged or reused token is 403 and nothing is
+     * stored; what is stored is stored exactly as `upload` stores it.
+     */
+    async uploadToUrl(uploadId: string, token: string, body: NodeJS.ReadableStream): Promise<UploadView> {
+      const id = uploadId.toLowerCase();
+      const granted = await consumeUploadToken(db, id, hashToken(token));
+      if (!granted) throw new AppError('forbidden', INVALID_URL);
+      return store(body, granted.workspace_id, id);
+    },
+  };
+}
+
+export type UploadService = ReturnType<typeof createUploadService>;
