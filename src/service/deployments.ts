@@ -1,6 +1,7 @@
 /**
  * Deployment operations: each checks its input with the domain rules, then writes everything it
- * changes (deployment, revision, tracing project, events) in one transaction.
+ * changes (deployment, revision, tracing project, events) in one transaction. How a revision is
+ * written is src/service/deployment-revisions.ts.
  */
 import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
@@ -12,24 +13,13 @@ import {
   planPatch,
   type CreateInput,
   type PatchInput,
-  type PlannedRevision,
   type Secret,
   type SecretReference,
 } from '../domain/deployment-plan.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
-import {
-  SUPERSEDABLE_REVISION_STATUSES,
-  UNFINISHED_REVISION_STATUSES,
-  isFinalRevisionStatus,
-  type RevisionStatus,
-} from '../domain/states.ts';
+import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import {
-  NEW_REVISION_STATUS,
-  newRevisionEvents,
-  transitionDeployment,
-  transitionRevision,
-} from '../pipeline/transitions.ts';
+import { transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import {
   deleteDeploymentRow,
@@ -46,22 +36,20 @@ import { listDeploymentEvents, recordEvents, type EventInput } from '../store/ev
 import { listenerHasBeenSeen, shareLockListener } from '../store/listeners.ts';
 import {
   getRevision,
-  insertRevision,
   listRevisions,
   lockRevision,
   lockRevisionsInStatus,
   type RevisionView,
 } from '../store/revisions.ts';
-import type {
-  CodehostIntegrationRow,
-  Database,
-  Db,
-  DeploymentRow,
-  RevisionSnapshot,
-  StoredSecret,
-} from '../store/schema.ts';
+import type { CodehostIntegrationRow, Database, Db, StoredSecret } from '../store/schema.ts';
 import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
-import { findUploadByPath } from '../store/uploads.ts';
+import {
+  SNAPSHOT_CONFIG_FIELDS,
+  addRevision,
+  checkRevisionReferences,
+  restoreSnapshot,
+  snapshotOf,
+} from './deployment-revisions.ts';
 import type { Page } from './page.ts';
 
 /**
@@ -93,24 +81,6 @@ function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] 
   const flat = (list: SecretReference[] | null) =>
     JSON.stringify((list ?? []).map((r) => [r.name, r.secret_name, r.secret_key]));
   return (a === null) === (b === null) && flat(a) === flat(b);
-}
-
-/** The source_config fields a revision snapshots, and a redeploy restores. */
-const SNAPSHOT_CONFIG_FIELDS = ['resource_spec', 'install_command', 'build_command', 'listener_config'] as const;
-
-/** The deployment's source config with the snapshot's fields put back (absent ones removed). */
-function restoreSnapshot(current: SourceConfig, snapshot: RevisionSnapshot): SourceConfig {
-  const restored: SourceConfig = {
-    ...current,
-    resource_spec: snapshot.resource_spec,
-    install_command: snapshot.install_command,
-    build_command: snapshot.build_command,
-    listener_config: snapshot.listener_config,
-  };
-  for (const field of SNAPSHOT_CONFIG_FIELDS) {
-    if (restored[field] === null || restored[field] === undefined) delete restored[field];
-  }
-  return restored;
 }
 
 export interface CreateDeploymentInput extends CreateInput {
@@ -183,73 +153,6 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         `source_config.integration_id: Integration ID ${config.integration_id} not found.`,
       );
     }
-  }
-
-  async function checkRevisionReferences(tx: Db, workspaceId: string, revision: PlannedRevision): Promise<void> {
-    const path = revision.config.source_tarball_path;
-    if (path && !(await findUploadByPath(tx, workspaceId, path))) {
-      throw new AppError(
-        'invalid_reference',
-        `source_revision_config.source_tarball_path '${path}' is not an upload of this workspace: upload the tarball with POST /v2/uploads and use the path it returns.`,
-      );
-    }
-  }
-
-  /**
-   * Stores a revision: born CREATING and queued at once (newRevisionEvents), superseding older queued
-   * revisions (SKIPPED). The first revision of a new deployment has nothing to supersede, and its
-   * deployment row already names it, so `first` skips those two steps.
-   */
-  async function addRevision(
-    tx: Db,
-    deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
-    revision: PlannedRevision,
-    secrets: StoredSecret[],
-    snapshot: RevisionSnapshot,
-    cause: Record<string, unknown>,
-    first: { id: string; events: EventInput[] } | null = null,
-  ): Promise<string> {
-    const id = first?.id ?? randomUUID();
-    if (!first) {
-      const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES);
-      for (const older of superseded) {
-        await transitionRevision(tx, older, 'SKIPPED', {
-          reason: 'superseded',
-          message: `Superseded by revision ${id} before it started.`,
-        });
-      }
-    }
-    await insertRevision(tx, {
-      id,
-      deploymentId: deployment.id,
-      workspaceId: deployment.workspace_id,
-      status: NEW_REVISION_STATUS,
-      source: revision.source,
-      config: revision.config,
-      snapshot,
-      secrets,
-    });
-    await recordEvents(tx, [
-      ...(first?.events ?? []),
-      ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause),
-    ]);
-    if (!first)
-      await updateDeployment(tx, deployment.id, {
-        latestRevisionId: id,
-        imageVersion: imageVersionOf(revision.config),
-      });
-    return id;
-  }
-
-  /** The SNAPSHOT_CONFIG_FIELDS of the config (null when absent) and the secret references. */
-  function snapshotOf(config: SourceConfig, secretReferences: SecretReference[] | null): RevisionSnapshot {
-    return {
-      resource_spec: config.resource_spec ?? null,
-      install_command: config.install_command ?? null,
-      build_command: config.build_command ?? null,
-      listener_config: config.listener_config ?? null,
-      secret_references: secretReferences,
-    };
   }
 
   async function read(workspaceId: string, id: string, from: Db = db): Promise<DeploymentView> {
