@@ -123,6 +123,25 @@ function namespaces(env: Env): readonly string[] {
   return [...new Set(list)];
 }
 
+/**
+ * The service fails a revision that stays AWAITING_DEPLOY or DEPLOYING for 30 minutes
+ * (`deadline_exceeded`, without a word on why). A rollout deadline of the agent's must end well before
+ * that, so that a stuck rollout fails with the agent's reason and message (the pods' waiting reasons):
+ * 25 minutes at most leaves time for the applies before it and the report after it.
+ */
+export const MAX_PROGRESS_DEADLINE_SECONDS = 1500;
+
+function progressDeadline(env: Env): number {
+  const name = 'SLIPWAY_LISTENER_PROGRESS_DEADLINE_SECONDS';
+  const raw = text(env, name);
+  if (raw !== null && /^\d+$/.test(raw) && Number(raw) > MAX_PROGRESS_DEADLINE_SECONDS)
+    throw new ListenerConfigError(
+      name,
+      `must be at most ${MAX_PROGRESS_DEADLINE_SECONDS} (25 minutes): the service fails a revision still rolling out after 30 minutes, got ${raw}`,
+    );
+  return integer(env, name, 600, 30, MAX_PROGRESS_DEADLINE_SECONDS);
+}
+
 function kubeconfigPath(env: Env): string | null {
   const path = text(env, 'KUBECONFIG');
   if (path !== null) return path;
@@ -161,7 +180,7 @@ export function loadListenerConfig(env: Env = process.env): ListenerConfig {
     pollWaitSeconds: integer(env, 'SLIPWAY_LISTENER_POLL_SECONDS', 30, 0, 60),
     heartbeatSeconds: integer(env, 'SLIPWAY_LISTENER_HEARTBEAT_SECONDS', 30, 5, 3600),
     appPort: integer(env, 'SLIPWAY_LISTENER_APP_PORT', 8080, 1, 65535),
-    progressDeadlineSeconds: integer(env, 'SLIPWAY_LISTENER_PROGRESS_DEADLINE_SECONDS', 600, 30, 3600),
+    progressDeadlineSeconds: progressDeadline(env),
     postgresImage: image(env, 'SLIPWAY_LISTENER_POSTGRES_IMAGE', 'postgres:17-alpine'),
     redisImage: image(env, 'SLIPWAY_LISTENER_REDIS_IMAGE', 'redis:7-alpine'),
     logLevel: logLevel(env),

@@ -172,7 +172,12 @@ export function startController(options: ControllerOptions): Controller {
     const plans = reconcile(
       desired,
       { objects: cache.snapshot(), memory: { reported, refused, confirmed }, namespaces: cache.namespaces() },
-      { ...options.build, namespaces: options.namespaces, entropy: randomBytes(32).toString('hex') },
+      {
+        ...options.build,
+        namespaces: options.namespaces,
+        entropy: randomBytes(32).toString('hex'),
+        now: Date.now(),
+      },
     );
     const problems: string[] = [];
     let going = 0;

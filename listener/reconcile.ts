@@ -44,6 +44,7 @@ import {
   deploymentRollout,
   podFailure,
   statefulSetRollout,
+  statefulSetStalled,
   waitingDetail,
   type FailureReason,
   type Rollout,
@@ -75,6 +76,8 @@ export interface ReconcileContext extends BuildContext {
   readonly namespaces: readonly string[];
   /** Random bytes of this pass: the source of a new database password (one per deployment, derived). */
   readonly entropy: string;
+  /** The time of this pass (ms since the epoch): how long a database pod has waited to be ready. */
+  readonly now: number;
 }
 
 export type Action =
@@ -325,6 +328,11 @@ function runPlan(
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);
     if (stuck) return [stuck];
+    const stalled =
+      isStatefulSet(observed) && own.state === 'progressing'
+        ? statefulSetStalled(observed, pods, ctx.now, ctx.progressDeadlineSeconds)
+        : null;
+    if (stalled) return [stalled];
     return [own.state === 'failed' ? { ...own, message: `${own.message}${waitingDetail(pods)}` } : own];
   });
   const rollout = combine(rollouts);

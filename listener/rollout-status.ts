@@ -135,6 +135,35 @@ export function statefulSetRollout(set: V1StatefulSet): Rollout {
   return { state: 'complete' };
 }
 
+/**
+ * A StatefulSet has no progress deadline of its own (the database would wait forever for a volume
+ * that never binds, or a node that never fits it): a pod of it that has not been ready for longer than
+ * the Deployments' `progressDeadlineSeconds` fails the rollout the same way. Null while within it.
+ */
+export function statefulSetStalled(
+  set: V1StatefulSet,
+  pods: readonly V1Pod[],
+  nowMs: number,
+  deadlineSeconds: number,
+): Rollout | null {
+  const notReady = pods.filter(
+    (pod) =>
+      !pod.metadata?.deletionTimestamp &&
+      !(pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True') &&
+      !(
+        (pod.status?.containerStatuses ?? []).length > 0 && (pod.status?.containerStatuses ?? []).every((c) => c.ready)
+      ),
+  );
+  const oldest = Math.min(...notReady.map((pod) => new Date(pod.metadata?.creationTimestamp ?? nowMs).getTime()));
+  if (!Number.isFinite(oldest) || nowMs - oldest <= deadlineSeconds * 1000) return null;
+  const waited = Math.round((nowMs - oldest) / 1000);
+  return {
+    state: 'failed',
+    reason: 'progress_deadline_exceeded',
+    message: `StatefulSet ${set.metadata?.name ?? '?'} made no progress within its deadline: a pod has not been ready for ${waited} s (the deadline is ${deadlineSeconds} s)${waitingDetail(pods)}`,
+  };
+}
+
 /** The first failure fails the whole; it has started when every part has; all complete is complete. */
 export function combine(rollouts: readonly Rollout[]): Rollout {
   return (

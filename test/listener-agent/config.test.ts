@@ -7,7 +7,8 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { ListenerConfigError, loadListenerConfig } from '../../listener/config.ts';
+import { ListenerConfigError, MAX_PROGRESS_DEADLINE_SECONDS, loadListenerConfig } from '../../listener/config.ts';
+import { REVISION_STATES } from '../../src/domain/states.ts';
 import { ProtocolError, parseDesiredState } from '../../listener/desired-state.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -50,10 +51,25 @@ describe('listener configuration', () => {
     assert.equal(failure({ ...ENV, SLIPWAY_LISTENER_NAMESPACES: 'Agents' }).variable, 'SLIPWAY_LISTENER_NAMESPACES');
     assert.equal(failure({ ...ENV, SLIPWAY_LISTENER_POLL_SECONDS: '90' }).variable, 'SLIPWAY_LISTENER_POLL_SECONDS');
     assert.match(failure({ ...ENV, KUBECONFIG: undefined }).message, /^KUBECONFIG: .*not a Kubernetes pod/);
+    const deadline = failure({ ...ENV, SLIPWAY_LISTENER_PROGRESS_DEADLINE_SECONDS: '1800' });
+    assert.equal(deadline.variable, 'SLIPWAY_LISTENER_PROGRESS_DEADLINE_SECONDS');
+    assert.match(deadline.message, /at most 1500 .*service fails a revision still rolling out after 30 minutes/);
+    assert.equal(
+      loadListenerConfig({ ...ENV, SLIPWAY_LISTENER_PROGRESS_DEADLINE_SECONDS: '1500' }).progressDeadlineSeconds,
+      1500,
+    );
     assert.equal(
       loadListenerConfig({ ...ENV, KUBECONFIG: undefined, KUBERNETES_SERVICE_HOST: '10.0.0.1' }).kubeconfigPath,
       null,
     );
+  });
+
+  test("the agent's longest rollout deadline ends before the service's deadlines of a rollout", () => {
+    // Else the service would fail a stuck rollout as deadline_exceeded before the agent could say why.
+    for (const status of ['AWAITING_DEPLOY', 'DEPLOYING'] as const) {
+      const deadline = REVISION_STATES[status].deadline;
+      assert.ok(deadline !== null && MAX_PROGRESS_DEADLINE_SECONDS < deadline - 60, status);
+    }
   });
 
   test('the command fails fast on a bad setting, naming it', () => {

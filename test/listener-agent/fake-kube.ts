@@ -296,6 +296,14 @@ export class FakeKube {
     }));
   }
 
+  /** The workload's pods were made this many seconds ago (their creationTimestamp), as if they had waited that long. */
+  agePods(namespace: string, name: string, seconds: number, kind = 'Deployment'): void {
+    const workload = this.mustGet(kind, namespace, name);
+    const created = new Date(Date.now() - seconds * 1000).toISOString();
+    for (const pod of this.list({ kind: 'Pod', namespace, selector: this.selectorOf(workload) }))
+      this.store({ ...clone(pod), metadata: { ...clone(pod.metadata), creationTimestamp: created } });
+  }
+
   /** The Deployment controller gave up waiting: Progressing=False, ProgressDeadlineExceeded. */
   exceedProgressDeadline(namespace: string, name: string): void {
     this.setStatus('Deployment', namespace, name, (o) => ({

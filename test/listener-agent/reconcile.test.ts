@@ -17,6 +17,7 @@ const ctx: ReconcileContext = {
   redisImage: 'redis:7-alpine',
   namespaces: ['agents'],
   entropy: 'e'.repeat(64),
+  now: Date.parse('2026-01-01T00:00:00Z'),
 };
 
 function rev(fields: Partial<DesiredRevision> = {}): DesiredRevision {

@@ -85,6 +85,12 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
     const failed = await finalReport(d.revision!.id);
     assert.equal(failed.status, 'DEPLOY_FAILED');
     assert.equal(failed.failure_reason, 'crash_loop');
+    // What the user reads as the revision's failure_message: which container of which pod, and the kubelet's words.
+    assert.match(
+      failed.message ?? '',
+      /^container app of pod crashy-g1-0 is CrashLoopBackOff: back-off 40s restarting/,
+    );
+    assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED']);
     await agent.stop();
   });
 
@@ -99,6 +105,29 @@ describe('listener agent rollouts', { timeout: 120_000 }, () => {
     assert.equal(failed.status, 'DEPLOY_FAILED');
     assert.equal(failed.failure_reason, 'progress_deadline_exceeded');
     assert.match(failed.message ?? '', /timed out progressing/);
+    await agent.stop();
+  });
+
+  test('a database that never becomes ready fails at the progress deadline, saying what its pod waits for', async () => {
+    const d = deployment({ name: 'slow-db', revision: revision({ resource_spec: { db_storage_gi: 1 } }) });
+    world.slipway.upsert(d);
+    const agent = world.start();
+    await world.slipway.waitFor(() => reportsOf(d.revision!.id).some((r) => r.status === 'AWAITING_DEPLOY'));
+    world.kube.markAvailable(NAMESPACE, 'slow-db');
+    // The database pod waits (a claim that does not bind, say): not a failure in itself.
+    world.kube.failPods(NAMESPACE, 'slow-db-db', 'ContainerCreating', 'waiting for volume', 'StatefulSet');
+    await world.slipway.waitFor(() => reportsOf(d.revision!.id).some((r) => r.status === 'DEPLOYING'));
+    assert.equal(reportsOf(d.revision!.id).length, 2, 'still rolling out while within its deadline');
+    // Older than the deadline (600 s here): the agent gives up on it, as the Deployment controller would.
+    world.kube.agePods(NAMESPACE, 'slow-db-db', 601, 'StatefulSet');
+    const failed = await finalReport(d.revision!.id);
+    assert.equal(failed.status, 'DEPLOY_FAILED');
+    assert.equal(failed.failure_reason, 'progress_deadline_exceeded');
+    assert.match(failed.message ?? '', /^StatefulSet slow-db-db made no progress within its deadline/);
+    assert.match(
+      failed.message ?? '',
+      /container postgres of pod slow-db-db-0 is ContainerCreating: waiting for volume/,
+    );
     await agent.stop();
   });
 
