@@ -61,6 +61,12 @@ function describeServiceError(error: SlipwayError, serviceUrl: string | null): C
       ...quote,
     ]);
   }
+  if (error.code === 'workspace_required') {
+    // Not a refusal of the key: the command line has to say which workspace it means.
+    return new CliError('this organization key has several workspaces: name one', EXIT.usage, [
+      'Add --tenant <workspace id>, set SLIPWAY_TENANT_ID, or save one with `slipway login --tenant`.',
+    ]);
+  }
   if (error.status === 403) return new CliError(`not allowed: ${error.detail}`, EXIT.auth, quote);
   if (error.status === 404) return new CliError(error.detail, EXIT.notFound, quote);
   if (error.status >= 500)

@@ -9,7 +9,7 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, ShownOnceString, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import { UPLOAD_URL_TTL_MS, type UploadService } from '../service/uploads.ts';
 import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
 
@@ -34,7 +34,9 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
         response: {
           200: Type.Object(
             {
-              upload_url: Type.String({ description: 'Absolute URL that authenticates the one PUT it allows.' }),
+              upload_url: ShownOnceString({
+                description: 'Absolute URL that authenticates the one PUT it allows (its token is shown only here).',
+              }),
               object_path: Type.String({ description: 'The source_tarball_path of the upload once it is stored.' }),
               expires_at: DateTime(),
             },
