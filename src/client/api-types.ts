@@ -2092,7 +2092,7 @@ export interface components {
         };
         /** UploadUrl */
         UploadUrl: {
-            /** @description Absolute URL that authenticates the one PUT it allows. */
+            /** @description Absolute URL that authenticates the one PUT it allows (its token is shown only here). */
             upload_url: string;
             /** @description The source_tarball_path of the upload once it is stored. */
             object_path: string;
@@ -2332,6 +2332,8 @@ export interface components {
         /** @description The database or an upstream is unreachable right now; retry shortly. */
         ServiceUnavailable: {
             headers: {
+                /** @description Seconds to wait before retrying, when the service knows (always when the database is unreachable). */
+                "Retry-After"?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -2357,8 +2359,10 @@ export interface components {
             };
         };
         /** @description The request conflicts with the current state (a name taken, a resource in use). */
-        Conflict: {
+        ConflictWithRetryAfter: {
             headers: {
+                /** @description With idempotency_key_in_progress: seconds to wait before retrying to get the first answer. */
+                "Retry-After"?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -2410,8 +2414,17 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description Precondition Failed */
+        /** @description If-Match does not hold: the resource changed since that ETag was read, or it has no ETag (only `*` holds then). Nothing was changed. */
         PreconditionFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
+        /** @description The request conflicts with the current state (a name taken, a resource in use). */
+        Conflict: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2455,6 +2468,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     checkHealth: {
@@ -2479,6 +2493,7 @@ export interface operations {
                 };
             };
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     checkReadiness: {
@@ -2533,6 +2548,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createWorkspace: {
@@ -2554,6 +2570,8 @@ export interface operations {
             /** @description Default Response */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -2564,11 +2582,12 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listApiKeys: {
@@ -2598,6 +2617,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createApiKey: {
@@ -2619,6 +2639,10 @@ export interface operations {
             /** @description Default Response */
             201: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -2630,17 +2654,21 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     revokeApiKey: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 api_key_id: string;
             };
@@ -2658,10 +2686,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listDeployments: {
@@ -2704,6 +2734,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createDeployment: {
@@ -2743,6 +2774,8 @@ export interface operations {
             /** @description A deployment. */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -2754,11 +2787,12 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getDeployment: {
@@ -2798,6 +2832,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteDeployment: {
@@ -2831,6 +2866,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     patchDeployment: {
@@ -2863,6 +2899,8 @@ export interface operations {
             /** @description A deployment. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -2875,12 +2913,13 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listRevisions: {
@@ -2916,6 +2955,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getRevision: {
@@ -2956,6 +2996,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     redeployRevision: {
@@ -2976,6 +3017,8 @@ export interface operations {
             /** @description A deployment. */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -2987,11 +3030,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     interruptRevision: {
@@ -3012,6 +3056,8 @@ export interface operations {
             /** @description A revision of a deployment. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3023,11 +3069,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listDeploymentEvents: {
@@ -3059,6 +3106,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getRevisionLogs: {
@@ -3100,6 +3148,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listListeners: {
@@ -3129,6 +3178,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createListener: {
@@ -3162,6 +3212,8 @@ export interface operations {
             /** @description A listener. */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3173,11 +3225,12 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getListener: {
@@ -3217,6 +3270,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteListener: {
@@ -3249,6 +3303,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     patchListener: {
@@ -3274,6 +3329,8 @@ export interface operations {
             /** @description A listener. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3286,12 +3343,13 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listListenerCredentials: {
@@ -3324,6 +3382,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createListenerCredential: {
@@ -3343,6 +3402,10 @@ export interface operations {
             /** @description A new listener credential, shown once. */
             201: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3354,17 +3417,21 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     revokeListenerCredential: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 listener_id: string;
                 credential_id: string;
@@ -3383,10 +3450,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getDesiredState: {
@@ -3429,6 +3498,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     reportRevisionStatus: {
@@ -3470,6 +3540,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     confirmDeletion: {
@@ -3502,6 +3573,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     sendListenerHeartbeat: {
@@ -3543,6 +3615,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listOAuthProviders: {
@@ -3572,6 +3645,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createOAuthProvider: {
@@ -3593,6 +3667,8 @@ export interface operations {
             /** @description An OAuth provider. client_secret is write-only and never returned. */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3604,11 +3680,12 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getOAuthProvider: {
@@ -3649,6 +3726,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteOAuthProvider: {
@@ -3682,6 +3760,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     updateOAuthProvider: {
@@ -3708,6 +3787,8 @@ export interface operations {
             /** @description An OAuth provider. client_secret is write-only and never returned. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -3720,12 +3801,13 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     authenticate: {
@@ -3747,6 +3829,8 @@ export interface operations {
             /** @description completed when a usable token of the caller exists, else pending with the authorization URL. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -3757,7 +3841,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -3822,6 +3906,8 @@ export interface operations {
             /** @description Nothing was stored: the provider (the page) or the database (the error envelope) could not be reached. */
             503: {
                 headers: {
+                    /** @description Seconds to wait before retrying, when the service knows (always when the database is unreachable). */
+                    "Retry-After"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3858,6 +3944,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listOAuthTokens: {
@@ -3887,6 +3974,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getOAuthToken: {
@@ -3926,6 +4014,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteOAuthToken: {
@@ -3988,6 +4077,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createAgentConnection: {
@@ -4012,6 +4102,8 @@ export interface operations {
             /** @description An agent connected to an OAuth token. */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4023,17 +4115,21 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteAgentConnection: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 /** @description Your own name for the agent. */
                 agent_id: string;
@@ -4053,10 +4149,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listAgentCredentials: {
@@ -4084,6 +4182,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createAgentCredential: {
@@ -4107,6 +4206,10 @@ export interface operations {
             /** @description Default Response */
             201: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4118,17 +4221,21 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     revokeAgentCredential: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 deployment_id: string;
                 credential_id: string;
@@ -4147,10 +4254,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getAgentAccessToken: {
@@ -4214,6 +4323,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createTagKey: {
@@ -4235,6 +4345,8 @@ export interface operations {
             /** @description Default Response */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4245,17 +4357,21 @@ export interface operations {
             };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteTagKey: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 tag_key_id: string;
             };
@@ -4273,10 +4389,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listTagValues: {
@@ -4309,6 +4427,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createTagValue: {
@@ -4332,6 +4451,8 @@ export interface operations {
             /** @description Default Response */
             201: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4343,17 +4464,21 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteTagValue: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
             path: {
                 tag_key_id: string;
                 tag_value_id: string;
@@ -4372,10 +4497,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listDeploymentTags: {
@@ -4408,6 +4535,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     setDeploymentTags: {
@@ -4442,6 +4570,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listTracingProjects: {
@@ -4471,6 +4600,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     uploadSource: {
@@ -4504,6 +4634,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createUploadUrl: {
@@ -4523,6 +4654,10 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4532,11 +4667,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     uploadSourceToUrl: {
@@ -4572,6 +4708,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     searchRevisionBuildLogs: {
@@ -4596,6 +4733,8 @@ export interface operations {
             /** @description A page of log entries in the order asked for. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4605,11 +4744,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     searchRevisionDeployLogs: {
@@ -4634,6 +4774,8 @@ export interface operations {
             /** @description A page of log entries in the order asked for. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4643,11 +4785,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     searchDeploymentLogs: {
@@ -4671,6 +4814,8 @@ export interface operations {
             /** @description A page of log entries in the order asked for. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4680,11 +4825,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createPushToken: {
@@ -4704,6 +4850,8 @@ export interface operations {
             /** @description LangSmith's answer (a registry token), which this service never gives: it runs no registry. */
             200: {
                 headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4717,11 +4865,12 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listCodehostIntegrations: {
@@ -4751,6 +4900,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     createCodehostIntegration: {
@@ -4778,6 +4928,10 @@ export interface operations {
             /** @description The new integration, with its webhook secret (shown this once). */
             201: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4789,7 +4943,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -4835,6 +4989,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     deleteCodehostIntegration: {
@@ -4867,6 +5022,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     patchCodehostIntegration: {
@@ -4892,6 +5048,10 @@ export interface operations {
             /** @description The integration; with its new webhook secret when the patch changed it. */
             200: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag?: string;
                     [name: string]: unknown;
@@ -4904,7 +5064,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            409: components["responses"]["ConflictWithRetryAfter"];
             412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4974,6 +5134,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     receiveCodehostWebhook: {
@@ -5003,6 +5164,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
 }

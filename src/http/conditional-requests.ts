@@ -147,6 +147,11 @@ const IfNoneMatchHeader = {
   type: 'string',
   description: 'The ETag of the copy the client has: 304 without a body when it is still current.',
 };
+const IfMatchStarHeader = {
+  type: 'string',
+  description:
+    'Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes.',
+};
 const ETagHeader = {
   type: 'string',
   description:
@@ -270,6 +275,8 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
         route.preHandler = [...asArray(route.preHandler), checkIfMatch];
         route.onSend = [...asArray(route.onSend), releaseLock];
       } else {
+        headerParams['if-match'] = IfMatchStarHeader;
+        Object.assign(response, { ...errorResponses(412), ...response });
         route.preHandler = [...asArray(route.preHandler), refuseIfMatch];
       }
     }

@@ -13,7 +13,9 @@
  * - Only 2xx answers are kept. An error answer changed nothing (every write is one transaction that an
  *   error rolls back), so the key is released and a retry runs afresh; a 5xx or a crash never poisons
  *   a key. A 2xx marked `Cache-Control: no-store` holds a credential shown once: it is not stored, and a
- *   retry gets 409 `idempotency_response_not_kept` instead of a second credential.
+ *   retry gets 409 `idempotency_response_not_kept` instead of a second credential. Routes declare such
+ *   answers in their response schema (src/http/shown-once.ts), which registerIdempotencyKeys wires in
+ *   first, so that a handler cannot forget the header.
  *
  * Claiming is one INSERT ... ON CONFLICT on the key's primary key (src/store/idempotency-keys.ts), so
  * of concurrent requests on any number of replicas exactly one runs. Waiting polls the row: retries are
@@ -44,6 +46,7 @@ import {
 } from '../store/idempotency-keys.ts';
 import type { Db } from '../store/schema.ts';
 import { errorResponses } from './schema-helpers.ts';
+import { registerShownOnce } from './shown-once.ts';
 
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'idempotent-replayed';
@@ -107,7 +110,38 @@ function idempotentRoute(route: RouteOptions): boolean {
   return content === undefined || 'application/json' in content;
 }
 
+const ReplayedHeader = {
+  type: 'string',
+  enum: ['true'],
+  description: 'Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work.',
+};
+const RetryAfterHeader = {
+  type: 'string',
+  description: 'With idempotency_key_in_progress: seconds to wait before retrying to get the first answer.',
+};
+
+type ResponseSchema = { headers?: Record<string, unknown> } & Record<string, unknown>;
+
+/** The documented answers of an idempotent route: its 2xx may be replays, its 409 may say when to retry. */
+function documentedResponses(declared: Record<string, unknown> | undefined): Record<string, unknown> {
+  const response: Record<string, unknown> = { ...errorResponses(409, 422), ...declared };
+  for (const [status, schema] of Object.entries(response)) {
+    if (schema === null || typeof schema !== 'object') continue;
+    const header = /^2\d\d$/.test(status)
+      ? { 'Idempotent-Replayed': ReplayedHeader }
+      : status === '409'
+        ? { 'Retry-After': RetryAfterHeader }
+        : null;
+    if (header === null) continue;
+    const current = schema as ResponseSchema;
+    response[status] = { ...current, headers: { ...current.headers, ...header } };
+  }
+  return response;
+}
+
 export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
+  // Before this layer's own hook: its answers marked no-store are the ones it must not keep.
+  registerShownOnce(app);
   /** The attempt each request runs, when it claimed a key. */
   const attempts = new WeakMap<FastifyRequest, { ref: KeyRef; claim: string }>();
 
@@ -207,7 +241,7 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
     if (!idempotentRoute(route)) return;
     const schema = route.schema ?? {};
     const headers = (schema.headers ?? { type: 'object' }) as { properties?: Record<string, unknown> };
-    const response = { ...errorResponses(409, 422), ...(schema.response as Record<string, unknown> | undefined) };
+    const response = documentedResponses(schema.response as Record<string, unknown> | undefined);
     // New objects: route schemas may be shared between routes.
     route.schema = {
       ...schema,

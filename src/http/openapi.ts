@@ -3,9 +3,10 @@
  * repeat it (docs/api.md, "The OpenAPI document"):
  *
  * - `registerOpenApiConventions`, an onRoute hook: routes without an API key (`config.auth: 'none'`)
- *   document `security: []` unless they name their own scheme; every operation lists 500, and every
- *   operation whose method carries a body lists 413 and 415, with the error envelope. Those are
- *   answers the error handler (src/http/error-handler.ts) can give on any route.
+ *   document `security: []` unless they name their own scheme; every operation lists 500 and 503 (the
+ *   database unreachable, or the server shutting down; with Retry-After), and every operation whose
+ *   method carries a body lists 413 and 415, with the error envelope. Those are answers the error
+ *   handler (src/http/error-handler.ts) can give on any route.
  * - `shapeDocument`, the document's final transform: every schema with a `title` becomes the component
  *   of that name and each use a `$ref` to it (a nullable use `anyOf: [$ref, null]`), and the plain
  *   error answers become shared responses (`#/components/responses/NotFound`...).
@@ -29,7 +30,21 @@ const isObject = (value: unknown): value is JsonObject =>
 
 /** The error statuses every operation of `methods` can answer, on top of what its route lists. */
 function frameworkStatuses(methods: string[]): number[] {
-  return methods.some((m) => BODY_METHODS.has(m)) ? [413, 415, 500] : [500];
+  return methods.some((m) => BODY_METHODS.has(m)) ? [413, 415, 500, 503] : [500, 503];
+}
+
+export const RetryAfterHeader = {
+  type: 'string',
+  description: 'Seconds to wait before retrying, when the service knows (always when the database is unreachable).',
+};
+
+/** A 503 in the error envelope, as a route lists it or as added above: it documents Retry-After. */
+function withRetryAfter(response: unknown): unknown {
+  if (response === null || typeof response !== 'object') return response;
+  const schema = response as { $ref?: unknown; content?: Record<string, unknown>; headers?: Record<string, unknown> };
+  // The envelope, or a response of several media types of which the envelope is one (the OAuth callback's).
+  if (schema.$ref !== 'ErrorBody' && schema.content?.['application/json'] === undefined) return response;
+  return { ...schema, headers: { ...schema.headers, 'Retry-After': RetryAfterHeader } };
 }
 
 export function registerOpenApiConventions(app: FastifyInstance): void {
@@ -42,6 +57,7 @@ export function registerOpenApiConventions(app: FastifyInstance): void {
     for (const [status, body] of Object.entries(errorResponses(...frameworkStatuses(methods)))) {
       if (!(status in response)) response[status] = body;
     }
+    response['503'] = withRetryAfter(response['503']);
     // A new object: route schemas may be shared between routes (a plugin registered twice).
     route.schema = { ...schema, response, ...(publicRoute ? { security: [] } : {}) };
   });
@@ -125,6 +141,10 @@ const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
   403: ['Forbidden', 'The credential may not do this, or X-Tenant-Id names a workspace it may not act in.'],
   404: ['NotFound', "No such resource in the workspace (another workspace's resources do not exist for the caller)."],
   409: ['Conflict', 'The request conflicts with the current state (a name taken, a resource in use).'],
+  412: [
+    'PreconditionFailed',
+    'If-Match does not hold: the resource changed since that ETag was read, or it has no ETag (only `*` holds then). Nothing was changed.',
+  ],
   413: ['PayloadTooLarge', 'The body is larger than the service accepts.'],
   415: ['UnsupportedMediaType', 'The Content-Type is not one this operation reads.'],
   422: ['ValidationFailed', "The request does not match the schema; each item's loc says where."],
@@ -132,6 +152,13 @@ const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
   502: ['BadGateway', 'An upstream (an identity provider, a code host) answered wrongly.'],
   503: ['ServiceUnavailable', 'The database or an upstream is unreachable right now; retry shortly.'],
 };
+
+/**
+ * Headers the shared response of a status always documents. A plain error of that status with other
+ * headers is shared under a name of its own (`ConflictWithRetryAfter`), so that the names never
+ * depend on the order of the routes.
+ */
+const USUAL_HEADERS: Record<number, string[]> = { 503: ['Retry-After'] };
 
 /** `Precondition Failed` -> `PreconditionFailed`, for a status without an entry above. */
 const pascalCase = (text: string): string =>
@@ -145,12 +172,17 @@ const ENVELOPES: Record<string, string | undefined> = {
 };
 
 /**
- * A response that is the error envelope and nothing else (no headers, no description of its own)
+ * A response that is the error envelope and nothing else (headers aside, no description of its own)
  * becomes a reference to the shared response of its status: the document then says once what a 404
  * is, rather than on every operation.
  */
-function isPlainError(response: Json): boolean {
-  if (!isObject(response) || Object.keys(response).sort().join() !== 'content,description') return false;
+function isPlainError(response: Json): response is JsonObject {
+  if (!isObject(response)) return false;
+  const keys = Object.keys(response)
+    .filter((key) => key !== 'headers' || isObject(response.headers))
+    .sort()
+    .join();
+  if (keys !== 'content,description' && keys !== 'content,description,headers') return false;
   const content = response.content;
   if (!isObject(content) || Object.keys(content).join() !== 'application/json') return false;
   const media = content['application/json'];
@@ -174,11 +206,17 @@ function shareErrorResponses(doc: { paths?: Json; components?: { responses?: Jso
       for (const [status, response] of Object.entries(operation.responses)) {
         const code = Number(status);
         if (!(code >= 400) || !isPlainError(response)) continue;
-        const [name, description] = ERROR_MEANINGS[code] ?? [
+        const [base, description] = ERROR_MEANINGS[code] ?? [
           pascalCase(STATUS_CODES[code] ?? `Status ${status}`),
           STATUS_CODES[code] ?? `Status ${status}`,
         ];
-        shared[name] ??= { ...(response as JsonObject), description };
+        const headers = Object.keys(isObject(response.headers) ? response.headers : {}).sort();
+        const usual = headers.join() === (USUAL_HEADERS[code] ?? []).join();
+        const name = usual ? base : `${base}With${headers.map(pascalCase).join('')}`;
+        const shape = { ...response, description };
+        // Two responses of one name must be the same (a header described otherwise stays inline).
+        if (shared[name] !== undefined && canonical(shared[name]) !== canonical(shape)) continue;
+        shared[name] ??= shape;
         operation.responses[status] = { $ref: `#/components/responses/${name}` };
       }
     }

@@ -3,6 +3,7 @@
  * `type: [t, 'null']` rather than `anyOf`, so that a wrong value gives one clear 422 item.
  */
 import { Type, type Static, type TSchema, type TUnsafe } from 'typebox';
+import { SHOWN_ONCE } from './shown-once.ts';
 
 type JsonType = 'string' | 'number' | 'integer' | 'boolean' | 'object' | 'array';
 
@@ -31,6 +32,13 @@ export const DateTime = (options: Record<string, unknown> = {}) => Type.String({
  * Every request field that holds a secret is one of these.
  */
 export const SecretString = (options: Record<string, unknown> = {}) => Type.String({ ...options, writeOnly: true });
+
+/**
+ * A field of an answer that holds a credential shown once, in this answer only: the answer is sent with
+ * `Cache-Control: no-store` and never kept for an Idempotency-Key replay (shown-once.ts).
+ */
+export const ShownOnceString = (options: Record<string, unknown> = {}) =>
+  Type.String({ ...options, [SHOWN_ONCE]: true });
 
 /** FastAPI-compatible error body for 4xx and 5xx other than 422. */
 export const ErrorBody = Type.Object(

@@ -6,6 +6,7 @@ import {
   ListEnvelope,
   Nullable,
   PageQuery,
+  ShownOnceString,
   StringEnum,
   Uuid,
   errorResponses,
@@ -33,7 +34,7 @@ const ApiKey = Type.Object(
   { title: 'ApiKey' },
 );
 const CreatedApiKey = Type.Object(
-  { ...ApiKey.properties, key: Type.String({ description: 'The key itself, shown only in this response.' }) },
+  { ...ApiKey.properties, key: ShownOnceString({ description: 'The key itself, shown only in this response.' }) },
   { title: 'ApiKeyCreated' },
 );
 const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };

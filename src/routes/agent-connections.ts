@@ -8,7 +8,7 @@ import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { AppError } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, Nullable, ShownOnceString, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import type { AgentConnectionService } from '../service/agent-connections.ts';
 import type { AgentCredentialService } from '../service/agent-credentials.ts';
 import type { ConnectionView } from '../store/agent-connections.ts';
@@ -38,7 +38,9 @@ const AgentCredential = Type.Object(
     agent_ids: Nullable(
       Type.Array(Type.String(), {
         description:
-          "The agents it may fetch tokens for. null (only the data plane's runtime credential): the deployment's own agents, whose agent_id is the deployment's name or starts with it and a slash.",
+          "The agents it may fetch tokens for. null (only the data plane's runtime credential): " +
+            "the deployment's own agents, whose agent_id is the deployment's name or starts with " +
+            "it and a slash.",
       }),
     ),
     credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
@@ -50,7 +52,7 @@ const AgentCredential = Type.Object(
   { title: 'AgentCredential' },
 );
 const CreatedAgentCredential = Type.Object(
-  { ...AgentCredential.properties, credential: Type.String({ description: 'Shown only in this response.' }) },
+  { ...AgentCredential.properties, credential: ShownOnceString({ description: 'Shown only in this response.' }) },
   { title: 'AgentCredentialCreated' },
 );
 
@@ -195,7 +197,9 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         tags,
         summary: 'Mint an agent credential for a deployment',
         description:
-          'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for the connections of the agents in agent_ids, and no others; it dies with the deployment.',
+          'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token ' +
+            'for the connections of the agents in agent_ids, and no others; it dies with the ' +
+            'deployment.',
         params: DeploymentParams,
         body: Type.Object(
           {
@@ -279,7 +283,8 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         tags,
         summary: 'Get a fresh access token for a connection (deployed agents)',
         description:
-          'Authorization: Bearer <agent credential>. Refreshes the token first when it expired or expires within a minute. 409 when the token needs a new authorization.',
+          'Authorization: Bearer <agent credential>. Refreshes the token first when it expired ' +
+            'or expires within a minute. 409 when the token needs a new authorization.',
         security: [{ bearer: [] }],
         params: ConnectionParams,
         response: { 200: AgentToken, ...errorResponses(401, 403, 404, 409, 422, 502, 503) },

@@ -12,6 +12,7 @@ import {
   ListEnvelope,
   Nullable,
   PageQuery,
+  ShownOnceString,
   StringEnum,
   Uuid,
   errorResponses,
@@ -50,7 +51,7 @@ const Integration = Type.Object(integrationFields, {
 const CreatedIntegration = Type.Object(
   {
     ...integrationFields,
-    webhook_secret: Type.String({
+    webhook_secret: ShownOnceString({
       description: 'Shown once, in this response only: register it with the webhook on the code host.',
     }),
   },
@@ -107,7 +108,7 @@ const UpdatedIntegration = Type.Object(
   {
     ...integrationFields,
     webhook_secret: Type.Optional(
-      Type.String({ description: 'Present, this once, when the patch set or rotated the webhook secret.' }),
+      ShownOnceString({ description: 'Present, this once, when the patch set or rotated the webhook secret.' }),
     ),
   },
   {

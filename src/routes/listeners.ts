@@ -10,6 +10,7 @@ import {
   ListEnvelope,
   Nullable,
   PageQuery,
+  ShownOnceString,
   StringEnum,
   Uuid,
   errorResponses,
@@ -132,7 +133,9 @@ const ListenerCredential = Type.Object(
 const CreatedListenerCredential = Type.Object(
   {
     ...ListenerCredential.properties,
-    credential: Type.String({ description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.' }),
+    credential: ShownOnceString({
+      description: 'slwl_...: send as Authorization: Bearer. Shown only in this response.',
+    }),
   },
   { title: 'ListenerCredentialCreated', description: 'A new listener credential, shown once.' },
 );

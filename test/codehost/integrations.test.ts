@@ -3,7 +3,9 @@
  * repository listing, against a fake GitHub on loopback.
  */
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import { sql } from 'kysely';
 import { client, createTestApp } from '../helpers.ts';
 import {
   INSTALLATION_ID,
@@ -279,6 +281,53 @@ describe('patch', () => {
       400,
     );
     assert.equal((await f.api.patch(`${BASE}/${integration.id}`, { name: 'twin' })).status, 409);
+  });
+});
+
+describe('answers holding the webhook secret are kept by nobody', () => {
+  /** Stored answers of the Idempotency-Key store that hold `text`. */
+  const storedWith = async (text: string): Promise<number> =>
+    (
+      await sql<{
+        n: number;
+      }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${text}%`}`.execute(
+        f.t.database.db,
+      )
+    ).rows[0]!.n;
+
+  test('a create retried with its Idempotency-Key is 409, not a second secret, and the secret is stored nowhere', async () => {
+    const key = { 'idempotency-key': randomUUID() };
+    const body = { name: 'retried-create', api_url: f.github.url, token: TOKEN };
+    const first = await f.api.post(BASE, body, key);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    assert.equal(first.headers['cache-control'], 'no-store');
+    const retry = await f.api.post(BASE, body, key);
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.code, 'idempotency_response_not_kept');
+    assert.equal(JSON.stringify(retry.body).includes(first.body.webhook_secret), false);
+    assert.equal(await storedWith(first.body.webhook_secret), 0);
+    const listed = await f.api.get(`${BASE}?limit=100`);
+    assert.equal(listed.body.resources.filter((i: { name: string }) => i.name === 'retried-create').length, 1);
+  });
+
+  test('a patch that rotates the secret is not kept; a rename stays replayable', async () => {
+    const integration = await createTokenIntegration(f, 'retried-patch');
+    const key = { 'idempotency-key': randomUUID() };
+    const rotated = await f.api.patch(`${BASE}/${integration.id}`, { rotate_webhook_secret: true }, key);
+    assert.equal(rotated.status, 200);
+    assert.equal(rotated.headers['cache-control'], 'no-store');
+    const retry = await f.api.patch(`${BASE}/${integration.id}`, { rotate_webhook_secret: true }, key);
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.code, 'idempotency_response_not_kept');
+    assert.equal(await storedWith(rotated.body.webhook_secret), 0);
+
+    const renameKey = { 'idempotency-key': randomUUID() };
+    const renamed = await f.api.patch(`${BASE}/${integration.id}`, { name: 'renamed-patch' }, renameKey);
+    assert.equal(renamed.status, 200);
+    assert.equal(renamed.headers['cache-control'], undefined);
+    const replayed = await f.api.patch(`${BASE}/${integration.id}`, { name: 'renamed-patch' }, renameKey);
+    assert.equal(replayed.status, 200);
+    assert.equal(replayed.headers['idempotent-replayed'], 'true');
   });
 });
 

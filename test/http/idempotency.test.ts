@@ -224,6 +224,25 @@ describe('answers that are not kept', () => {
     );
     assert.equal(stored.rows[0]!.n, 0, 'the key is stored nowhere in plaintext');
   });
+  test('an upload URL is not kept: its single-use token is stored only hashed, never in a kept answer', async () => {
+    const created = await call('POST', '/v2/deployments', { body: container('upload-url-retry') });
+    assert.equal(created.status, 201, created.text);
+    const key = randomUUID();
+    const path = `/v2/deployments/${created.body.id}/upload-url`;
+    const first = await call('POST', path, { headers: withKey(key) });
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.headers.get('cache-control'), 'no-store');
+    const token = new URL(first.body.upload_url).searchParams.get('token')!;
+    assert.ok(token.length > 20);
+    const retry = await call('POST', path, { headers: withKey(key) });
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.code, 'idempotency_response_not_kept');
+    assert.ok(!retry.text.includes(token));
+    const stored = await sql<{
+      n: number;
+    }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${token}%`}`.execute(t.database.db);
+    assert.equal(stored.rows[0]!.n, 0, 'the token is stored nowhere in plaintext');
+  });
 });
 
 describe('patches and keys over time', () => {
