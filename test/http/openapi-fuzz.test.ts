@@ -7,8 +7,8 @@
  * made first, so that existing ids are exercised as well as unknown ones.
  *
  * Every answer must be what the document promises: no 5xx, a documented status, a body of a documented
- * media type that validates against the documented schema, an X-Request-Id header, and a `code` in
- * every JSON error. Any failure is listed with the request that caused it.
+ * media type that validates against the documented schema, an X-Request-Id header, and a body with
+ * `detail` and `code` in every JSON error (an error with an empty body fails too). Any failure is listed with the request that caused it.
  *
  * A fixed seed by default. A longer or different run:
  *   SLIPWAY_FUZZ_RUNS=300 SLIPWAY_FUZZ_SEED=$RANDOM npm test -- test/http/openapi-fuzz.test.ts
@@ -506,7 +506,9 @@ function check(
   if (response?.$ref) response = resolveRef(response.$ref) as Response;
   if (!response) return [...problems, `status ${status} is not documented`];
   const type = (answer.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
-  if (answer.body.length === 0) return problems;
+  // An error says what went wrong whatever its status: an empty body has no code (no fuzzed request is a HEAD).
+  if (answer.body.length === 0)
+    return answer.status >= 400 ? [...problems, 'an error without a body (no detail and code)'] : problems;
   const media = response.content?.[type];
   if (!media)
     return [
