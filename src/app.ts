@@ -108,7 +108,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         title: 'Slipway',
         version: '0.1.0',
         description:
-          'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key (or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
+          'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key ' +
+          '(or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
       },
       components: {
         securitySchemes: {

@@ -92,7 +92,8 @@ export async function handOverFirstKey(
   if (terminal) {
     // What must reach the terminal, not the log: the one place stdout is written directly.
     process.stdout.write(
-      `\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${key}\n\nKeep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n`,
+      `\nSlipway's first start made an organization, a workspace and this admin API key:\n\n    ${key}\n\n` +
+        'Keep it now; it will not be shown again. Use it as the X-Api-Key header.\n\n',
     );
     return;
   }

@@ -28,12 +28,15 @@ function warnAboutSetup(config: Config, logger: Logger): void {
   if (publicHost === '0.0.0.0' || publicHost === '[::]') {
     logger.warn(
       { publicUrl: config.publicUrl },
-      `HOST is ${config.host} and SLIPWAY_PUBLIC_URL is not set: OAuth redirect and webhook URLs would name ${config.publicUrl}, which no browser or code host can reach. Set SLIPWAY_PUBLIC_URL to the address users reach this service at.`,
+      `HOST is ${config.host} and SLIPWAY_PUBLIC_URL is not set: OAuth redirect and webhook ` +
+        `URLs would name ${config.publicUrl}, which no browser or code host can reach. Set ` +
+        `SLIPWAY_PUBLIC_URL to the address users reach this service at.`,
     );
   }
   if (process.getuid?.() === 0 && config.databaseUrl === null) {
     logger.warn(
-      "running as root: the embedded PostgreSQL runs as the system user 'postgres' (created if missing), which owns the cluster directory; see docs/operations.md",
+      "running as root: the embedded PostgreSQL runs as the system user 'postgres' (created " +
+        'if missing), which owns the cluster directory; see docs/operations.md',
     );
   }
 }

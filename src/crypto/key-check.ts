@@ -59,7 +59,9 @@ export async function openSecretBox(db: Kysely<Database>, keys: EncryptionKeys):
     if (key === null) {
       throw new ConfigError(
         'SLIPWAY_ENCRYPTION_KEY',
-        `${describeKeys(keys)} does not open the secrets already stored (${sample!.where}): they were sealed with another key. Set SLIPWAY_ENCRYPTION_KEY to that key (or restore its encryption.key file).`,
+        `${describeKeys(keys)} does not open the secrets already stored (${sample!.where}): ` +
+          `they were sealed with another key. Set SLIPWAY_ENCRYPTION_KEY to that key (or restore ` +
+          `its encryption.key file).`,
       );
     }
     await recordKeyCheck(db, keyIdOf(key), createSecretBox(key).seal(KEY_CHECK_TEXT));
@@ -77,13 +79,17 @@ export async function openSecretBox(db: Kysely<Database>, keys: EncryptionKeys):
   if (!opens) {
     throw new ConfigError(
       'SLIPWAY_ENCRYPTION_KEY',
-      `${describeKeys(keys)} is not the key this database's secrets are sealed with (id ${stored.keyId}). Start with that key (SLIPWAY_ENCRYPTION_KEY, or the encryption.key file it came from); to change keys, ${ROTATION_DOC}.`,
+      `${describeKeys(keys)} is not the key this database's secrets are sealed with (id ` +
+        `${stored.keyId}). Start with that key (SLIPWAY_ENCRYPTION_KEY, or the encryption.key ` +
+        `file it came from); to change keys, ${ROTATION_DOC}.`,
     );
   }
   if (stored.rotatingTo !== null && stored.rotatingTo !== box.keyId) {
     throw new ConfigError(
       'SLIPWAY_ENCRYPTION_KEY',
-      `a key rotation to the key with id ${stored.rotatingTo} is in progress, and ${describeKeys(keys)} seals with another. Set SLIPWAY_ENCRYPTION_KEY to the new key and SLIPWAY_PREVIOUS_ENCRYPTION_KEY to the key with id ${stored.keyId} until the rotation completes; ${ROTATION_DOC}.`,
+      `a key rotation to the key with id ${stored.rotatingTo} is in progress, and ${describeKeys(keys)} ` +
+        `seals with another. Set SLIPWAY_ENCRYPTION_KEY to the new key and SLIPWAY_PREVIOUS_ENCRYPTION_KEY ` +
+        `to the key with id ${stored.keyId} until the rotation completes; ${ROTATION_DOC}.`,
     );
   }
   return box;

@@ -130,9 +130,8 @@ export async function resealBatch(
       if (spec.kind === 'secrets') {
         const secrets = row[spec.column] as { name: string; value: string }[];
         const fresh = secrets.map((s) => ({ ...s, value: reseal(s.value) }));
-        await sql`update ${sql.table(spec.table)} set ${sql.ref(spec.column)} = ${JSON.stringify(fresh)}::jsonb where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(
-          tx,
-        );
+        await sql`update ${sql.table(spec.table)} set ${sql.ref(spec.column)} = ${JSON.stringify(fresh)}::jsonb
+          where ${sql.ref(spec.key)} = ${rowKey}::uuid`.execute(tx);
       } else {
         const sets = spec.columns.map((c) => {
           const value = row[c] as string | null;

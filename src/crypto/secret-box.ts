@@ -175,7 +175,9 @@ export async function loadEncryptionKeys(options: LoadKeysOptions): Promise<Encr
   if (!mayCreate) {
     throw new ConfigError(
       'SLIPWAY_ENCRYPTION_KEY',
-      `is not set and ${file} is missing, but the database holds secrets sealed with a key: restore ${KEY_FILE} from your backup (or set SLIPWAY_ENCRYPTION_KEY to the key). No new key was made.`,
+      `is not set and ${file} is missing, but the database holds secrets sealed with a ` +
+        `key: restore ${KEY_FILE} from your backup (or set SLIPWAY_ENCRYPTION_KEY to the ` +
+        `key). No new key was made.`,
     );
   }
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });

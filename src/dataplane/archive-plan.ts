@@ -218,7 +218,8 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
         throw unsafe(
           existing.implied
             ? `The archive entry '${name}' is a ${KIND_NAMES[kind]}, but earlier entries use it as a directory.`
-            : `The archive entry '${name}' appears more than once, as a ${KIND_NAMES[existing.kind]} and as a ${KIND_NAMES[kind]}; an archive may not replace one kind of entry with another.`,
+            : `The archive entry '${name}' appears more than once, as a ${KIND_NAMES[existing.kind]} ` +
+                `and as a ${KIND_NAMES[kind]}; an archive may not replace one kind of entry with another.`,
         );
       }
     }
@@ -231,7 +232,9 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
       // Exact match: link(2) does not fold case, even where the file system does for lookups.
       if (target === undefined || target.path !== linkpath || (target.kind !== 'file' && target.kind !== 'hardlink')) {
         throw unsafe(
-          `The archive entry '${name}' is a hard link to '${shown(entry.linkpath ?? '')}', which is not a file earlier in the archive; hard links may only join files inside the source directory.`,
+          `The archive entry '${name}' is a hard link to '${shown(entry.linkpath ?? '')}', ` +
+            `which is not a file earlier in the archive; hard links may only join files inside ` +
+            `the source directory.`,
         );
       }
     } else if (kind === 'symlink') {
@@ -254,7 +257,8 @@ export function planExtraction(listed: readonly ListedEntry[], stripSingleTop: b
   for (const link of symlinks) {
     if (!linkStaysInside(link.from, link.target, nodes)) {
       throw unsafe(
-        `The archive entry '${link.shown}' is a symbolic link to '${shown(link.target)}', which points outside the source directory; links must stay inside it.`,
+        `The archive entry '${link.shown}' is a symbolic link to '${shown(link.target)}', ` +
+          `which points outside the source directory; links must stay inside it.`,
       );
     }
   }

@@ -127,7 +127,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         throw new RevisionFailure(
           'DEPLOY_FAILED',
           'database_unavailable',
-          `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": false in the app config.`,
+          `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). ` +
+            `With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": ` +
+            `false in the app config.`,
         );
       });
       await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, {
@@ -228,7 +230,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
         await setDeploymentStatus(deploymentId, 'UNKNOWN', {
           reason: 'crash_loop',
-          message: `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} times in a row; it keeps being restarted. Read its deploy log.`,
+          message:
+            `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} ` +
+            `times in a row; it keeps being restarted. Read its deploy log.`,
         });
       }
     })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));

@@ -154,7 +154,8 @@ export async function createSandbox(options: {
   const description =
     mode === 'none'
       ? `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}`
-      : `bubblewrap is not available, so apps run without a sandbox ${who}${user ? '' : ': they can read everything the service can, including its data directory; install bubblewrap'}`;
+      : `bubblewrap is not available, so apps run without a sandbox ${who}` +
+        (user ? '' : ': they can read everything the service can, including its data directory; install bubblewrap');
   return {
     kind: 'none',
     user,

@@ -101,7 +101,9 @@ export class DataDirInUseError extends ConfigError {
   ) {
     super(
       'SLIPWAY_DATA_DIR',
-      `${dataDir} is in use by another Slipway process (pid ${owner.pid}, ${owner.command}, running since ${owner.since}). Stop that process first, or give this one its own SLIPWAY_DATA_DIR: two processes on one data directory would stop each other's database.`,
+      `${dataDir} is in use by another Slipway process (pid ${owner.pid}, ${owner.command}, ` +
+        `running since ${owner.since}). Stop that process first, or give this one its own ` +
+        `SLIPWAY_DATA_DIR: two processes on one data directory would stop each other's database.`,
     );
     this.name = 'DataDirInUseError';
   }
@@ -152,7 +154,8 @@ export async function lockDataDir(dataDir: string, options: LockOptions): Promis
       if (owner && state === 'elsewhere') {
         options.logger.warn(
           { ownerPid: owner.pid, ownerHost: owner.host },
-          `${file} names a process on another host, which cannot be checked from here; taking the data directory over. If that process still runs, stop one of them.`,
+          `${file} names a process on another host, which cannot be checked from here; taking ` +
+            `the data directory over. If that process still runs, stop one of them.`,
         );
       } else if (owner) {
         options.logger.warn(

@@ -96,7 +96,9 @@ async function checkTraversable(dir: string): Promise<void> {
     const stat = await fs.stat(current);
     if ((stat.mode & 0o001) === 0) {
       throw new Error(
-        `The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside it, or set DATABASE_URL.`,
+        `The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ` +
+          `${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside ` +
+          `it, or set DATABASE_URL.`,
       );
     }
     if (current === path.dirname(current)) return;

@@ -326,7 +326,8 @@ export function resolveAppConfig(
   const runtime = checked.runtime ?? detectRuntime(source);
   if (runtime === null) {
     throw new AppConfigError(
-      `${file}: runtime is not set and cannot be detected (no package.json, requirements.txt, pyproject.toml or .py file at the root of the source); set runtime to 'node' or 'python'`,
+      `${file}: runtime is not set and cannot be detected (no package.json, requirements.txt, ` +
+        `pyproject.toml or .py file at the root of the source); set runtime to 'node' or 'python'`,
     );
   }
   const defaults = (runtime === 'node' ? nodeDefaults : pythonDefaults)(file, source);

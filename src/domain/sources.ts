@@ -1,5 +1,6 @@
 /**
- * What each deployment source needs and allows, as one table (docs/api.md, "Sources"), and the functions that check a source config or a source revision config against it.
+ * What each deployment source needs and allows, as one table (docs/api.md, "Sources"), and the
+ * functions that check a source config or a source revision config against it.
  * Pure: no I/O. Checks that need the database (a listener or an integration of the workspace) are done
  * by the caller with the names this module returns.
  */

@@ -35,7 +35,10 @@ export interface ClaimedRevision extends RevisionRow {
 
 /** An owner whose lease may be taken over: expired, or a dead predecessor on this node. */
 function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn: string) {
-  return sql<boolean>`(${sql.ref(expiresColumn)} is null or ${sql.ref(expiresColumn)} < now() or (${sql.ref(ownerColumn)} like ${owner.nodePrefix + '%'} and ${sql.ref(ownerColumn)} <> ${owner.id}))`;
+  const expires = sql.ref(expiresColumn);
+  const holder = sql.ref(ownerColumn);
+  return sql<boolean>`(${expires} is null or ${expires} < now()
+    or (${holder} like ${owner.nodePrefix + '%'} and ${holder} <> ${owner.id}))`;
 }
 
 /**
@@ -186,7 +189,8 @@ export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner) {
     select id, workspace_id, name, tracing_project_id, delete_tracing_project, status, runner_owner from deployments d
     where status = 'AWAITING_DELETE' and listener_id is null
       and (runner_owner is null or runner_owner = ${owner.id} or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
-      and not exists (select 1 from revisions r where r.deployment_id = d.id and r.lease_owner is not null and r.lease_owner <> ${owner.id} and r.lease_expires_at > now())
+      and not exists (select 1 from revisions r where r.deployment_id = d.id and r.lease_owner is not null
+                        and r.lease_owner <> ${owner.id} and r.lease_expires_at > now())
     order by updated_at
     limit 1
     for update skip locked`.execute(tx);

@@ -205,7 +205,9 @@ export function startWorker(deps: WorkerDeps): Worker {
       if (claimed.attempts > MAX_ATTEMPTS) {
         await step(failureStatusOf(status), {
           reason: 'worker_lost',
-          message: `Work on this revision was started ${claimed.attempts - 1} times and each time the worker stopped before it finished. Redeploy it to try again.`,
+          message:
+            `Work on this revision was started ${claimed.attempts - 1} times and each time the ` +
+            `worker stopped before it finished. Redeploy it to try again.`,
         });
         return;
       }
@@ -213,7 +215,9 @@ export function startWorker(deps: WorkerDeps): Worker {
         await step('DEPLOY_FAILED', {
           reason: 'container_runtime_unavailable',
           message:
-            'This machine has no container engine, so the service cannot run container images itself. Register a listener in your Kubernetes cluster and deploy the image there (source external_container with a listener_id).',
+            'This machine has no container engine, so the service cannot run container images ' +
+            'itself. Register a listener in your Kubernetes cluster and deploy the image there ' +
+            '(source external_container with a listener_id).',
         });
         return;
       }
@@ -250,7 +254,9 @@ export function startWorker(deps: WorkerDeps): Worker {
         logger.error({ err: error, revisionId: job.revisionId }, 'revision work failed unexpectedly');
         await step(failureStatusOf(status), {
           reason: 'internal_error',
-          message: `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). Redeploy to try again; the service log has details.`,
+          message:
+            `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). ` +
+            `Redeploy to try again; the service log has details.`,
         }).catch(() => undefined);
       }
       const current = await db

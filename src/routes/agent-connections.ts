@@ -39,8 +39,8 @@ const AgentCredential = Type.Object(
       Type.Array(Type.String(), {
         description:
           "The agents it may fetch tokens for. null (only the data plane's runtime credential): " +
-            "the deployment's own agents, whose agent_id is the deployment's name or starts with " +
-            "it and a slash.",
+          "the deployment's own agents, whose agent_id is the deployment's name or starts with " +
+          'it and a slash.',
       }),
     ),
     credential_prefix: Type.String({ description: 'The first characters of the credential, to tell them apart.' }),
@@ -197,9 +197,9 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         tags,
         summary: 'Mint an agent credential for a deployment',
         description:
-          'The credential (shown once) lets the deployed agent call POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token ' +
-            'for the connections of the agents in agent_ids, and no others; it dies with the ' +
-            'deployment.',
+          'The credential (shown once) lets the deployed agent call ' +
+          'POST /v2/auth/agents/{agent_id}/connections/{connection_id}/token for the connections of the agents ' +
+          'in agent_ids, and no others; it dies with the deployment.',
         params: DeploymentParams,
         body: Type.Object(
           {
@@ -284,7 +284,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         summary: 'Get a fresh access token for a connection (deployed agents)',
         description:
           'Authorization: Bearer <agent credential>. Refreshes the token first when it expired ' +
-            'or expires within a minute. 409 when the token needs a new authorization.',
+          'or expires within a minute. 409 when the token needs a new authorization.',
         security: [{ bearer: [] }],
         params: ConnectionParams,
         response: { 200: AgentToken, ...errorResponses(401, 403, 404, 409, 422, 502, 503) },

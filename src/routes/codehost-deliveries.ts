@@ -11,7 +11,8 @@ export const Delivery = Type.Object(
     outcome: StringEnum(['revision_created', 'ignored', 'duplicate', 'rejected'] as const),
     reason: Type.String({
       description:
-        'Machine-readable: push, ping, tag, branch_deleted, branch_not_tracked, build_on_push_off, commit_already_built, redelivery, signature_mismatch, unknown_repository...',
+        'Machine-readable: push, ping, tag, branch_deleted, branch_not_tracked, build_on_push_off, ' +
+        'commit_already_built, redelivery, signature_mismatch, unknown_repository...',
     }),
     message: Type.String(),
     repository: Nullable(Type.String({ description: 'owner/name of a push.' })),

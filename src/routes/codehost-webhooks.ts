@@ -30,7 +30,11 @@ export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRou
         tags: ['codehost'],
         summary: 'Receive a code-host webhook delivery',
         description:
-          "Called by the code host, not by users: no API key; the body must be signed with the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the raw body). Content type application/json. A push to a branch tracked by a build_on_push codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) builds nothing new.",
+          'Called by the code host, not by users: no API key; the body must be signed with ' +
+          "the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the " +
+          'raw body). Content type application/json. A push to a branch tracked by a build_on_push ' +
+          'codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) ' +
+          'builds nothing new.',
         security: [],
         params: Type.Object({ integration_id: Uuid() }),
         response: { 200: Delivery, ...errorResponses(400, 401, 404, 413, 415, 422) },

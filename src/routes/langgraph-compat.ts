@@ -140,7 +140,9 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<LangGraphCompatDep
           operationId: type === 'build' ? 'searchRevisionBuildLogs' : 'searchRevisionDeployLogs',
           tags: ['langgraph'],
           summary: `${type === 'build' ? 'Build' : 'Deploy'} logs of a revision, as langgraph deploy reads them`,
-          description: `The revision's ${type} log (the same lines as GET .../logs?type=${type}), paged with order, limit and offset, filtered by level, query and time.`,
+          description:
+            `The revision's ${type} log (the same lines as GET .../logs?type=${type}), paged ` +
+            `with order, limit and offset, filtered by level, query and time.`,
           params: RevisionParams,
           body: LogRequest,
           response: { 200: LogAnswer, ...errorResponses(401, 403, 404, 422) },

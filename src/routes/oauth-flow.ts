@@ -168,7 +168,9 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         tags,
         summary: 'Start (or reuse) an authorization',
         description:
-          'Answers completed with a usable token of the caller for the provider and scopes, or pending with the URL to send the person to. With agent_id, the agent is connected to the token on completion.',
+          'Answers completed with a usable token of the caller for the provider and scopes, ' +
+          'or pending with the URL to send the person to. With agent_id, the agent is connected ' +
+          'to the token on completion.',
         body: AuthenticateBody,
         response: { 200: AuthenticateResponse, ...errorResponses(400, 401, 403, 404, 422, 502, 503) },
       },
@@ -231,7 +233,9 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         operationId: 'waitForAuthorization',
         tags,
         summary: 'Wait for an authorization to finish',
-        description: `Long-polls until the flow completes or fails, or timeout seconds (0 to ${MAX_WAIT_SECONDS}, default 30) pass; then status is still pending.`,
+        description:
+          `Long-polls until the flow completes or fails, or timeout seconds (0 to ${MAX_WAIT_SECONDS}, ` +
+          `default 30) pass; then status is still pending.`,
         params: Type.Object({ auth_id: Uuid() }),
         querystring: Type.Object({
           timeout: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_WAIT_SECONDS, default: 30 })),
@@ -286,7 +290,9 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
         tags,
         summary: 'Revoke and delete an OAuth token',
         description:
-          'Revokes the token at the provider when it has a revocation endpoint, then deletes it and its agent connections. If revocation fails the token is kept (502/503) unless force=true.',
+          'Revokes the token at the provider when it has a revocation endpoint, then deletes ' +
+          'it and its agent connections. If revocation fails the token is kept (502/503) unless ' +
+          'force=true.',
         params: TokenParams,
         querystring: Type.Object({ force: Type.Optional(Type.Boolean({ default: false })) }),
         response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422, 502, 503) },

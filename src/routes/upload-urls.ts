@@ -29,7 +29,10 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
         operationId: 'createUploadUrl',
         tags: ['deployments'],
         summary: 'Get a single-use URL to upload a source tarball',
-        description: `PUT the gzipped tarball to upload_url (Content-Type application/gzip, no API key) within ${UPLOAD_URL_TTL_MS / 60_000} minutes, once; then patch the deployment with source_revision_config.source_tarball_path = object_path.`,
+        description:
+          `PUT the gzipped tarball to upload_url (Content-Type application/gzip, no API key) ` +
+          `within ${UPLOAD_URL_TTL_MS / 60_000} minutes, once; then patch the deployment with ` +
+          `source_revision_config.source_tarball_path = object_path.`,
         params: Type.Object({ deployment_id: Uuid() }),
         response: {
           200: Type.Object(

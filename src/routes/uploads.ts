@@ -27,7 +27,8 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{
         tags: ['deployments'],
         summary: 'Upload a source tarball',
         description:
-          'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path goes into source_revision_config of an internal_source deployment.',
+          'Body: a gzipped tarball (Content-Type application/gzip). The returned source_tarball_path ' +
+          'goes into source_revision_config of an internal_source deployment.',
         // Documents the body for OpenAPI; the schema has no type, so the stream passes validation as it is.
         body: {
           content: {

@@ -230,7 +230,8 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         if (tokens > 0) {
           throw new AppError(
             'conflict',
-            `OAuth provider '${current.provider_id}' still has ${tokens} token(s) in this organization; delete them first (DELETE /v2/auth/tokens/{id} revokes each at the provider).`,
+            `OAuth provider '${current.provider_id}' still has ${tokens} token(s) in this organization; ` +
+              `delete them first (DELETE /v2/auth/tokens/{id} revokes each at the provider).`,
           );
         }
         // Authorizations in progress go with it (on delete cascade): their callbacks then fail cleanly.

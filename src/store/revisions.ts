@@ -66,7 +66,8 @@ export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
       // The time of the insert under that lock, never before the previous revision's: the list order
       // (created_at) then always agrees with number and with latest_revision_id, however many patches
       // run at once (now() would be each transaction's start, which is not lock order).
-      created_at: sql<Date>`greatest(clock_timestamp(), (select max(created_at) + interval '1 microsecond' from revisions where deployment_id = ${r.deploymentId}))`,
+      created_at: sql<Date>`greatest(clock_timestamp(),
+        (select max(created_at) + interval '1 microsecond' from revisions where deployment_id = ${r.deploymentId}))`,
       status: r.status,
       source: r.source,
       source_revision_config: json(r.config),
