@@ -96,6 +96,19 @@ const INTEGERS: ReadonlySet<string> = new Set([
   'db_max_connections',
 ]);
 
+/** Every field of the service's resource spec that the listener maps to the manifests (docs/listener.md). */
+export const MAPPED_FIELDS: readonly string[] = [
+  ...NUMBERS,
+  'labels',
+  'annotations',
+  'service_account_name',
+  'image_pull_secrets',
+  'volumes',
+  'volume_mounts',
+  'init_containers',
+  'sidecars',
+];
+
 type Json = Record<string, unknown>;
 const isObject = (value: unknown): value is Json =>
   value !== null && typeof value === 'object' && !Array.isArray(value);
