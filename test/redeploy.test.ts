@@ -1,6 +1,8 @@
 /**
  * A redeploy shows what it runs: redeploying an old revision puts that revision's install and build
- * commands and resource spec back on the deployment, so a later secrets-only patch keeps the rollback.
+ * commands and resource spec back on the deployment (and removes those it was built without), so a later
+ * secrets-only patch keeps the rollback. Commands patched alone run only from the next revision on
+ * (docs/lifecycle.md, "Which patch makes a revision").
  */
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
@@ -64,4 +66,50 @@ test('redeploying revision 1 restores its commands and resource spec; a secrets 
   assert.equal(snapshot.install_command, 'npm ci');
   assert.deepEqual(snapshot.resource_spec, { min_scale: 1 });
   assert.equal(secrets.body.source_config.install_command, 'npm ci');
+});
+
+test('commands patched alone wait for the next revision; redeploying a revision built without them removes them', async () => {
+  const api = client(t.app);
+  const tarball = await upload();
+  const created = await api.post('/v2/deployments', {
+    name: 'commands-later',
+    source: 'internal_source',
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+    secrets: [{ name: 'TOKEN', value: 'one' }],
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id = created.body.id;
+  const first = created.body.latest_revision_id;
+  const snapshotOf = async (revisionId: string) =>
+    (
+      await t.database.db
+        .selectFrom('revisions')
+        .select('snapshot')
+        .where('id', '=', revisionId)
+        .executeTakeFirstOrThrow()
+    ).snapshot;
+
+  const patched = await api.patch(`/v2/deployments/${id}`, {
+    source_config: { install_command: 'make deps', build_command: 'make' },
+  });
+  assert.equal(patched.status, 200, JSON.stringify(patched.body));
+  assert.equal(patched.body.latest_revision_id, first, 'a source_config-only patch makes no revision');
+  assert.equal(patched.body.source_config.install_command, 'make deps');
+  assert.equal((await snapshotOf(first)).install_command, null, 'the latest revision keeps what it was built with');
+
+  const secrets = await api.patch(`/v2/deployments/${id}`, { secrets: [{ name: 'TOKEN', value: 'two' }] });
+  assert.equal(secrets.status, 200);
+  const second = secrets.body.latest_revision_id;
+  assert.notEqual(second, first);
+  const taken = await snapshotOf(second);
+  assert.equal(taken.install_command, 'make deps', 'the next revision builds with the patched commands');
+  assert.equal(taken.build_command, 'make');
+
+  const rolled = await api.post(`/v2/deployments/${id}/revisions/${first}/redeploy`);
+  assert.equal(rolled.status, 201, JSON.stringify(rolled.body));
+  assert.equal(rolled.body.source_config.install_command ?? null, null, 'revision 1 was built without commands');
+  assert.equal(rolled.body.source_config.build_command ?? null, null);
+  const restored = await snapshotOf(rolled.body.latest_revision_id);
+  assert.equal(restored.install_command, null);
+  assert.equal(restored.build_command, null);
 });
