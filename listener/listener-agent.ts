@@ -10,7 +10,7 @@ import { startClusterCache, type ClusterCache, type NamespaceWatch } from './clu
 import type { ListenerConfig } from './config.ts';
 import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
-import { createProtocolClient, type Fetch } from './protocol-client.ts';
+import { ProtocolHttpError, createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 
 /**
@@ -20,6 +20,8 @@ import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './re
  * requests: with wait 0 the agent reads once a second, as the service re-reads without its change feed.
  */
 const MIN_POLL_INTERVAL_MS = 1_000;
+
+const CREDENTIAL_REFUSED = 'the service refused the listener credential (401)';
 
 /** The least time between two heartbeats, when a namespace's state changes sooner than the period. */
 const MIN_HEARTBEAT_GAP_MS = 1_000;
@@ -125,11 +127,26 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
         if (answer === 'unchanged' && early > 0) await sleep(early, stop.signal);
       } catch (error) {
         if (stop.signal.aborted) break;
-        pollProblem = error instanceof Error ? error.message : String(error);
-        logger.warn({ err: pollProblem }, 'could not read the desired state; trying again after a back-off');
+        const refused = error instanceof ProtocolHttpError && error.status === 401;
+        if (refused && pollProblem?.startsWith(CREDENTIAL_REFUSED) !== true) {
+          // Loud, once per outage: nothing works until an operator gives the agent a new credential, and
+          // the heartbeat that would say so is refused too. The agent keeps trying (the service may be
+          // answering for another reason, behind a misconfigured proxy), at the back-off's slowest pace.
+          logger.error(
+            { listener_id: config.listenerId, err: error.message },
+            `${CREDENTIAL_REFUSED}: it was revoked, or is not this listener's. Make a new one (POST /v2/listeners/{id}/credentials), put it in the agent's Secret and restart the agent`,
+          );
+        }
+        pollProblem = refused
+          ? `${CREDENTIAL_REFUSED}: ${error.message}`
+          : error instanceof Error
+            ? error.message
+            : String(error);
+        if (!refused)
+          logger.warn({ err: pollProblem }, 'could not read the desired state; trying again after a back-off');
         // A fresh read after a failure: the answer that failed may have been half a body.
         etag = null;
-        await sleep(backoff.next(), stop.signal);
+        await sleep(refused ? backoffOptions.maxMs : backoff.next(), stop.signal);
       }
     }
   })();
