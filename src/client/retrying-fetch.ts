@@ -11,6 +11,7 @@
  * - 409 with Retry-After on a keyed request is the first attempt still running: wait, then ask again.
  */
 import { randomUUID } from 'node:crypto';
+import { sleep } from './sleep.ts';
 import { SlipwayError } from './slipway-error.ts';
 
 export interface RetryOptions {
@@ -168,21 +169,4 @@ export function retryAfterMs(headers: Headers, now = Date.now()): number | null 
 function backoff(attempt: number, initialMs: number, maxMs: number): number {
   const delay = Math.min(initialMs * 2 ** attempt, maxMs);
   return delay * (1 - Math.random() * 0.25);
-}
-
-/** Waits `ms`, or rejects with the abort reason as soon as `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const reason = () => (signal?.reason instanceof Error ? signal.reason : new Error('aborted'));
-    if (signal?.aborted) return reject(reason());
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(reason());
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
 }

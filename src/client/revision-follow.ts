@@ -7,9 +7,31 @@
 import { isFinalRevisionStatus } from '../domain/states.ts';
 import type { LogLine, LogType, Revision, RevisionStatus } from './api-aliases.ts';
 import { readEventStream } from './event-stream.ts';
-import { sleep } from './retrying-fetch.ts';
-import type { SlipwayClient } from './slipway-client.ts';
+import { sleep } from './sleep.ts';
 import { SlipwayError } from './slipway-error.ts';
+
+/**
+ * What following needs of a client: SlipwayClient has it, and so does the dashboard's adapter over its
+ * own fetch client. Narrow on purpose: this module is bundled into the dashboard, and naming
+ * SlipwayClient would pull in its Node-only transport.
+ */
+export interface LogStreamSource {
+  readonly baseUrl: string;
+  readonly logs: {
+    /** The answer's body of `GET .../logs?follow=true`; a refused request throws a SlipwayError. */
+    openStream(
+      deploymentId: string,
+      revisionId: string,
+      query: { type: LogType; cursor?: string },
+      signal?: AbortSignal,
+    ): Promise<ReadableStream<Uint8Array>>;
+  };
+}
+
+/** What waiting needs besides the stream: reading the revision. */
+export interface RevisionSource extends LogStreamSource {
+  readonly revisions: { get(deploymentId: string, revisionId: string): Promise<Revision> };
+}
 
 export interface FollowLogOptions {
   /** `build` (default) or `deploy`. */
@@ -17,8 +39,10 @@ export interface FollowLogOptions {
   /** Start after this cursor (a page's next_cursor or a line's cursor); default the first line. */
   cursor?: string;
   signal?: AbortSignal;
-  /** Reconnections in a row without an event before giving up (default 5). */
+  /** Reconnections in a row without an event before giving up (default 5; Infinity for a page left open). */
   maxReconnects?: number;
+  /** Told true when the stream is open, false when it was lost and is being opened again. */
+  onConnection?: (connected: boolean) => void;
 }
 
 export type LogEvent =
@@ -29,7 +53,7 @@ export type LogEvent =
 
 /** Lines and status changes of a revision's log until the service ends it. */
 export async function* followLog(
-  client: SlipwayClient,
+  client: LogStreamSource,
   deploymentId: string,
   revisionId: string,
   options: FollowLogOptions = {},
@@ -48,11 +72,14 @@ export async function* followLog(
         options.signal,
       );
     } catch (error) {
-      // An answer (401, 404) is final; a lost connection is worth a few more tries.
-      if (!(error instanceof SlipwayError) || error.status !== null || ++failures > maxReconnects) throw error;
+      // A refusal (401, 404) is final; a lost connection or a failing (restarting) service is worth more tries.
+      const retriable = error instanceof SlipwayError && (error.status === null || error.status >= 500);
+      if (!retriable || options.signal?.aborted || ++failures > maxReconnects) throw error;
+      options.onConnection?.(false);
       await pause(failures, options.signal);
       continue;
     }
+    options.onConnection?.(true);
     try {
       for await (const message of readEventStream(stream)) {
         failures = 0;
@@ -76,6 +103,7 @@ export async function* followLog(
     }
     // Closed without `end`: the service restarted or a proxy cut the stream.
     if (options.signal?.aborted) return;
+    options.onConnection?.(false);
     if (++failures > maxReconnects)
       throw new SlipwayError({
         status: null,
@@ -101,7 +129,7 @@ export interface WaitOptions {
  * then. Throws a SlipwayError `not_found` when the revision disappears with its deployment.
  */
 export async function waitForRevision(
-  client: SlipwayClient,
+  client: RevisionSource,
   deploymentId: string,
   revisionId: string,
   options: WaitOptions = {},

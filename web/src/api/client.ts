@@ -1,11 +1,11 @@
 /**
  * The typed API client: openapi-fetch over the paths generated from /openapi.json, with the signed-in
  * key (and workspace) on every request. `data()` turns its `{ data, error }` answers into a value or
- * an ApiError, so pages handle failure in one way.
+ * the client's SlipwayError (src/client, the same the SDK throws), so pages handle failure in one way.
  */
 import createClient, { type Client } from 'openapi-fetch';
 import type { paths } from '../../../src/client/api-types.ts';
-import { apiError } from './errors.ts';
+import { SlipwayError } from '../../../src/client/slipway-error.ts';
 
 export type Api = Client<paths>;
 
@@ -35,9 +35,24 @@ export function createApi(credentials: Credentials, options: { reportUnauthorize
   return api;
 }
 
-/** The body of a successful answer, or the ApiError of a failed one. */
+/** The body of a successful answer, or the SlipwayError of a failed one. */
 export async function data<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
   const { data: body, error, response } = await call;
-  if (!response.ok || error !== undefined) throw apiError(response, error);
+  if (!response.ok || error !== undefined) throw SlipwayError.fromAnswer(response, error);
   return body as T;
+}
+
+/** Any thrown value as one sentence for the page: the API's own message (docs/errors.md), or why there is none. */
+export function messageOf(error: unknown): string {
+  if (error instanceof SlipwayError) {
+    // A 422 names each field as the form shows it ("name: ..."), not where it sat in the request ("body.name").
+    const issues = error.issues.map((issue) => {
+      const field = issue.loc.filter((part) => part !== 'body' && part !== 'query' && part !== 'path').join('.');
+      return field ? `${field}: ${issue.msg}` : issue.msg;
+    });
+    return issues.length > 0 ? issues.join('; ') : error.detail;
+  }
+  // fetch rejects with a TypeError when the service cannot be reached at all.
+  if (error instanceof TypeError) return 'The service could not be reached. Check that it is running, then try again.';
+  return error instanceof Error ? error.message : String(error);
 }

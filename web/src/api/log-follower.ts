@@ -1,18 +1,16 @@
 /**
- * Follows a revision's log (docs/logs.md, "Following"): every line so far, then new lines and status
- * changes as they happen, until the server sends `end`. A dropped connection is opened again after the
- * last line received (its event id is the cursor), so nothing is shown twice or missed.
+ * Follows a revision's log (docs/logs.md, "Following") with the client's own follower
+ * (src/client/revision-follow.ts): every line so far, then new lines and status changes as they
+ * happen, until the server sends `end`; a dropped connection is opened again after the last line
+ * received. Here it reads through the dashboard's fetch client (the signed-in key, sign-out on 401).
  */
+import type { LogEvent, LogStreamSource } from '../../../src/client/revision-follow.ts';
+import { followLog as followRevisionLog } from '../../../src/client/revision-follow.ts';
+import { SlipwayError } from '../../../src/client/slipway-error.ts';
 import type { Api } from './client.ts';
-import { apiError } from './errors.ts';
-import { readServerEvents } from './event-stream.ts';
-import type { LogLine, LogType, Revision } from './types.ts';
+import type { LogLine, LogType } from './types.ts';
 
-export interface StatusEvent {
-  status: Revision['status'];
-  failure_reason: string | null;
-  failure_message: string | null;
-}
+export type StatusEvent = Extract<LogEvent, { kind: 'status' }>;
 
 export interface LogFollowHandlers {
   onLines(lines: LogLine[]): void;
@@ -25,78 +23,68 @@ export interface LogFollowHandlers {
   onError(error: Error): void;
 }
 
-/** Waits between reconnections grow to this, so a restarting service is not hammered. */
-const MAX_RETRY_MS = 10_000;
+/** The follower's view of the dashboard's API client. */
+export function logStreamSource(api: Api): LogStreamSource {
+  const baseUrl = window.location.origin;
+  return {
+    baseUrl,
+    logs: {
+      async openStream(deploymentId, revisionId, query, signal) {
+        let answer;
+        try {
+          answer = await api.GET('/v2/deployments/{deployment_id}/revisions/{revision_id}/logs', {
+            params: {
+              path: { deployment_id: deploymentId, revision_id: revisionId },
+              query: { ...query, follow: true },
+            },
+            headers: { accept: 'text/event-stream' },
+            parseAs: 'stream',
+            ...(signal ? { signal } : {}),
+          });
+        } catch (cause) {
+          if (signal?.aborted) throw cause;
+          // fetch rejects only when no answer came: the follower tries again.
+          throw new SlipwayError({
+            status: null,
+            code: 'connection_failed',
+            detail: 'The service could not be reached.',
+            url: baseUrl,
+            cause,
+          });
+        }
+        const { data: body, error, response } = answer;
+        if (!response.ok || !body) {
+          const parsed: unknown = error ?? (await response.json().catch(() => null));
+          throw SlipwayError.fromAnswer(response, parsed);
+        }
+        return body;
+      },
+    },
+  };
+}
 
+/** Follows until the log ends, a refusal, or the returned function is called (the page is left). */
 export function followLog(
   api: Api,
   target: { deploymentId: string; revisionId: string; type: LogType },
   handlers: LogFollowHandlers,
 ): () => void {
   const abort = new AbortController();
-  let cursor: string | undefined;
-  let retryMs = 500;
-
-  const once = async (): Promise<'ended' | 'dropped'> => {
-    const {
-      data: body,
-      error,
-      response,
-    } = await api.GET('/v2/deployments/{deployment_id}/revisions/{revision_id}/logs', {
-      params: {
-        path: { deployment_id: target.deploymentId, revision_id: target.revisionId },
-        query: { type: target.type, follow: true, ...(cursor ? { cursor } : {}) },
-      },
-      headers: { accept: 'text/event-stream' },
-      parseAs: 'stream',
-      signal: abort.signal,
-    });
-    if (!response.ok || !body) {
-      const parsed: unknown = error ?? (await response.json().catch(() => null));
-      throw Object.assign(apiError(response, parsed), { permanent: response.status < 500 });
-    }
-    handlers.onConnection(true);
-    retryMs = 500;
-    for await (const events of readServerEvents(body)) {
-      let lines: LogLine[] = [];
-      const flush = () => {
-        if (lines.length > 0) handlers.onLines(lines);
-        lines = [];
-      };
-      for (const event of events) {
-        if (event.event === 'log') {
-          lines.push(JSON.parse(event.data) as LogLine);
-          if (event.id) cursor = event.id;
-          continue;
-        }
-        flush();
-        if (event.event === 'status') handlers.onStatus(JSON.parse(event.data) as StatusEvent);
-        if (event.event === 'end') {
-          handlers.onEnd((JSON.parse(event.data) as { status: string | null }).status);
-          return 'ended';
-        }
-      }
-      flush();
-    }
-    return 'dropped';
-  };
-
   const run = async () => {
-    while (!abort.signal.aborted) {
-      try {
-        if ((await once()) === 'ended') return;
-      } catch (error) {
-        if (abort.signal.aborted) return;
-        if ((error as { permanent?: boolean }).permanent) {
-          handlers.onError(error as Error);
-          return;
-        }
-        // A network error or a 5xx: the service may be restarting; try again below.
+    try {
+      for await (const event of followRevisionLog(logStreamSource(api), target.deploymentId, target.revisionId, {
+        type: target.type,
+        signal: abort.signal,
+        // A page left open waits out a restart of the service, however long.
+        maxReconnects: Infinity,
+        onConnection: (connected) => handlers.onConnection(connected),
+      })) {
+        if (event.kind === 'line') handlers.onLines([event.line]);
+        else if (event.kind === 'status') handlers.onStatus(event);
+        else handlers.onEnd(event.status);
       }
-      if (abort.signal.aborted) return;
-      handlers.onConnection(false);
-      await new Promise((resolve) => setTimeout(resolve, retryMs));
-      retryMs = Math.min(retryMs * 2, MAX_RETRY_MS);
+    } catch (error) {
+      if (!abort.signal.aborted) handlers.onError(error instanceof Error ? error : new Error(String(error)));
     }
   };
   void run();

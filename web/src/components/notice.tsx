@@ -1,6 +1,6 @@
 /** Messages: an error is announced at once (role=alert); progress and results politely (role=status). */
 import type { ComponentChildren } from 'preact';
-import { messageOf } from '../api/errors.ts';
+import { messageOf } from '../api/client.ts';
 
 export function ErrorNotice({ error }: { error: unknown }) {
   if (error === null || error === undefined) return null;

@@ -1,10 +1,14 @@
 /**
  * One deployment: its status, stable URL, revisions in use, source, secret names and tags, and its
- * revisions as a timeline with redeploy and interrupt. While anything is in progress the page asks
- * again every few seconds, so a new deployment can be watched until it serves (or fails).
+ * revisions as a timeline with redeploy and interrupt. A revision in progress is followed on the
+ * service's event stream of its build log (what the SDK's wait uses), so each change shows as it
+ * happens; a slow poll stands in only while no stream is open (a deployment being set up or deleted,
+ * a dropped connection).
  */
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
+import { followLog } from '../../../src/client/revision-follow.ts';
 import { data } from '../api/client.ts';
+import { logStreamSource } from '../api/log-follower.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
 import { ErrorNotice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
@@ -15,7 +19,8 @@ import { useApp, useInterval, useResource } from '../hooks.ts';
 import { navigate, withQuery } from '../router.ts';
 
 const REVISIONS_PER_PAGE = 10;
-const REFRESH_MS = 2_000;
+/** The fallback poll, while nothing is streamed. */
+const FALLBACK_REFRESH_MS = 10_000;
 
 const shortId = (id: string | null) => (id === null ? null : id.slice(0, 8));
 
@@ -81,13 +86,42 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
     (revisions.value?.resources ?? []).some((r) => !isFinalRevision(r.status)) ||
     d?.status === 'AWAITING_DATABASE' ||
     d?.status === 'AWAITING_DELETE';
+  // The newest revision in progress (the list is newest first), on this page of the list.
+  const followedId = revisions.value?.resources.find((r) => !isFinalRevision(r.status))?.id ?? null;
+  const [streaming, setStreaming] = useState(false);
+  useEffect(() => {
+    setStreaming(false);
+    if (followedId === null) return;
+    const abort = new AbortController();
+    const refresh = () => {
+      deployment.reload();
+      revisions.reload();
+    };
+    void (async () => {
+      try {
+        for await (const event of followLog(logStreamSource(api), id, followedId, {
+          type: 'build',
+          signal: abort.signal,
+          maxReconnects: Infinity,
+          onConnection: setStreaming,
+        })) {
+          // Every status change, and the end of the build log (the revision's final state), reloads.
+          if (event.kind !== 'line') refresh();
+        }
+      } catch {
+        // A refusal (the revision is gone): the fallback poll and the reload show what happened.
+        if (!abort.signal.aborted) setStreaming(false);
+      }
+    })();
+    return () => abort.abort();
+  }, [api, id, followedId]);
   useInterval(
     () => {
       deployment.reload();
       revisions.reload();
     },
-    REFRESH_MS,
-    inProgress && deployment.error === null,
+    FALLBACK_REFRESH_MS,
+    inProgress && !streaming && deployment.error === null,
   );
 
   const act = async (action: 'redeploy' | 'interrupt', revisionId: string) => {

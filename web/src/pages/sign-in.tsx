@@ -5,7 +5,7 @@
  */
 import { useState } from 'preact/hooks';
 import { createApi, data } from '../api/client.ts';
-import { ApiError } from '../api/errors.ts';
+import { SlipwayError } from '../../../src/client/slipway-error.ts';
 import type { Workspace } from '../api/types.ts';
 import { ErrorNotice } from '../components/notice.tsx';
 import { field } from '../forms.ts';
@@ -26,13 +26,13 @@ async function resolveKey(apiKey: string): Promise<Session | Step> {
     return { kind: 'pick', apiKey, workspaces: resources };
   } catch (error) {
     // 403: a key of one workspace, or a member key of the organization: neither may list workspaces.
-    if (!(error instanceof ApiError) || error.status !== 403) throw error;
+    if (!(error instanceof SlipwayError) || error.status !== 403) throw error;
   }
   try {
     await data(api.GET('/v2/deployments', { params: { query: { limit: 1 } } }));
     return { apiKey, workspace: null, workspaces: [] };
   } catch (error) {
-    if (error instanceof ApiError && error.code === 'workspace_required') return { kind: 'enter', apiKey };
+    if (error instanceof SlipwayError && error.code === 'workspace_required') return { kind: 'enter', apiKey };
     throw error;
   }
 }
