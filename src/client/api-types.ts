@@ -1821,7 +1821,7 @@ export interface components {
              * @description pending: pass to GET /v2/auth/wait/{auth_id}.
              */
             auth_id: string | null;
-            /** @description pending: send the person here. */
+            /** @description pending: send the person here (shown only in this response). */
             url: string | null;
             /**
              * Format: date-time
@@ -3829,6 +3829,8 @@ export interface operations {
             /** @description completed when a usable token of the caller exists, else pending with the authorization URL. */
             200: {
                 headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     [name: string]: unknown;

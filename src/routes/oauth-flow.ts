@@ -10,6 +10,7 @@ import {
   ListEnvelope,
   Nullable,
   PageQuery,
+  ShownOnceString,
   StringEnum,
   Uuid,
   errorResponses,
@@ -44,7 +45,8 @@ const AuthenticateResponse = Type.Object(
   {
     status: StringEnum(['completed', 'pending'] as const),
     auth_id: Nullable(Uuid({ description: 'pending: pass to GET /v2/auth/wait/{auth_id}.' })),
-    url: Nullable(Type.String({ description: 'pending: send the person here.' })),
+    // Its state is stored only hashed: the answer holding it must be kept nowhere either.
+    url: Nullable(ShownOnceString({ description: 'pending: send the person here (shown only in this response).' })),
     expires_at: Nullable(DateTime({ description: 'pending: when the authorization stops being accepted.' })),
     token_id: Nullable(Uuid({ description: 'completed: the usable token.' })),
     connection_id: Nullable(Uuid({ description: 'completed with agent_id: the agent connection.' })),

@@ -243,6 +243,33 @@ describe('answers that are not kept', () => {
     }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${token}%`}`.execute(t.database.db);
     assert.equal(stored.rows[0]!.n, 0, 'the token is stored nowhere in plaintext');
   });
+  test('an authorization URL is not kept: its state is stored only hashed', async () => {
+    const provider = await call('POST', '/v2/auth/providers', {
+      body: {
+        provider_id: 'kept-nowhere',
+        name: 'IdP',
+        client_id: 'client',
+        client_secret: 'secret',
+        auth_url: 'https://idp.example.com/authorize',
+        token_url: 'https://idp.example.com/token',
+      },
+    });
+    assert.equal(provider.status, 201, provider.text);
+    const key = randomUUID();
+    const body = { provider_id: 'kept-nowhere', agent_id: 'agent' };
+    const first = await call('POST', '/v2/auth/authenticate', { body, headers: withKey(key) });
+    assert.equal(first.status, 200, first.text);
+    assert.equal(first.headers.get('cache-control'), 'no-store');
+    const state = new URL(first.body.url).searchParams.get('state')!;
+    assert.ok(state.length > 10);
+    const retry = await call('POST', '/v2/auth/authenticate', { body, headers: withKey(key) });
+    assert.equal(retry.status, 409);
+    assert.equal(retry.body.code, 'idempotency_response_not_kept');
+    const stored = await sql<{
+      n: number;
+    }>`select count(*)::int as n from idempotency_keys where response_body like ${`%${state}%`}`.execute(t.database.db);
+    assert.equal(stored.rows[0]!.n, 0);
+  });
 });
 
 describe('patches and keys over time', () => {

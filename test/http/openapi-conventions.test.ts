@@ -114,6 +114,7 @@ describe('credentials shown once', () => {
       'POST /v1/integrations/forge/codehost webhook_secret',
       'PATCH /v1/integrations/forge/codehost/{integration_id} webhook_secret',
       'POST /v2/deployments/{deployment_id}/upload-url upload_url',
+      'POST /v2/auth/authenticate url',
     ])
       assert.ok(declared.includes(route), `${route} is declared shown once`);
   });
