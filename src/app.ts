@@ -76,7 +76,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       const given = request.headers['x-request-id'];
       return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
     },
-    return503OnClosing: true,
+    // registerFrameworkAnswers answers requests that arrive while closing, in the error envelope.
+    return503OnClosing: false,
     frameworkErrors: (error, request, reply) => {
       frameworkErrorHandler(error, request, reply);
     },

@@ -6,9 +6,10 @@
  *   framing, an invalid Content-Length or Transfer-Encoding, headers over the size limit) and requests
  *   that time out. There is no request object then, only the socket: the answer is written raw and the
  *   connection closed, as Node does.
- * - `registerFrameworkAnswers`: an Expect other than 100-continue (Node answers a bare 417) and an
+ * - `registerFrameworkAnswers`: an Expect other than 100-continue (Node answers a bare 417), an
  *   HTTP/1.1 request without Host (Node answers a bare 400 unless `requireHostHeader: false`, which
- *   app.ts sets so that this hook answers instead).
+ *   app.ts sets so that this hook answers instead), and a request that arrives while the service shuts
+ *   down (Fastify's own `return503OnClosing` answer has no code and no request id; app.ts turns it off).
  */
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -86,7 +87,17 @@ function expectationFailed(_request: IncomingMessage, response: ServerResponse):
 /** Registers the answers above that need the app: call it after the hook that sets X-Request-Id. */
 export function registerFrameworkAnswers(app: FastifyInstance): void {
   app.server.on('checkExpectation', expectationFailed);
-  app.addHook('onRequest', async (request) => {
+  // Closing stops new connections and reaps idle ones; a request pipelined or sent on a busy keep-alive
+  // connection still arrives, and a load balancer should send it elsewhere.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onRequest', async (request, reply) => {
+    if (closing) {
+      reply.header('connection', 'close');
+      throw new AppError('unavailable', 'The service is shutting down; retry shortly.', { retryAfterSeconds: 1 });
+    }
     // RFC 9112 §3.2: a server must answer 400 to an HTTP/1.1 request without Host.
     if (request.raw.httpVersion === '1.1' && !request.headers.host)
       throw new AppError('malformed_request', 'An HTTP/1.1 request must have a Host header.');
