@@ -1628,7 +1628,7 @@ export interface components {
                 name: string;
                 value: string;
             }[];
-            /** @description Environment variables read from existing Kubernetes Secrets. */
+            /** @description The deployment's secret_references, as in the deployment's entry. */
             secret_references: components["schemas"]["SecretReference"][] | null;
             resource_spec: components["schemas"]["ResourceSpec"] | null;
         };
@@ -1642,6 +1642,9 @@ export interface components {
             /** @description The deployment was deleted: remove everything of it, then POST .../deletions. */
             delete: boolean;
             custom_url: string | null;
+            resource_spec: components["schemas"]["ResourceSpec"] | null;
+            /** @description The deployment's current secret_references (environment variables read from existing Kubernetes Secrets). */
+            secret_references: components["schemas"]["SecretReference"][] | null;
             revision: components["schemas"]["DesiredRevision"] | null;
         };
         /**
@@ -1972,9 +1975,14 @@ export interface components {
             /** Format: date-time */
             revoked_at: string | null;
         };
-        /** AgentCredentialList */
+        /**
+         * AgentCredentialList
+         * @description A page of the deployment's agent credentials, newest first.
+         */
         AgentCredentialList: {
-            data: components["schemas"]["AgentCredential"][];
+            resources: components["schemas"]["AgentCredential"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
         };
         /**
          * AgentToken
@@ -4161,7 +4169,12 @@ export interface operations {
     };
     listAgentCredentials: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
             header?: never;
             path: {
                 deployment_id: string;
@@ -4170,7 +4183,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Default Response */
+            /** @description A page of the deployment's agent credentials, newest first. */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -8,7 +8,17 @@ import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { AppError } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, Nullable, ShownOnceString, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import {
+  DateTime,
+  ListEnvelope,
+  Nullable,
+  PageQuery,
+  ShownOnceString,
+  Uuid,
+  envelope,
+  errorResponses,
+  pageOf,
+} from '../http/schema-helpers.ts';
 import type { AgentConnectionService } from '../service/agent-connections.ts';
 import type { AgentCredentialService } from '../service/agent-credentials.ts';
 import type { ConnectionView } from '../store/agent-connections.ts';
@@ -240,15 +250,18 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
         tags,
         summary: "List a deployment's agent credentials (never the credentials)",
         params: DeploymentParams,
+        querystring: Type.Object(PageQuery),
         response: {
-          200: Type.Object({ data: Type.Array(AgentCredential) }, { title: 'AgentCredentialList' }),
+          200: ListEnvelope(AgentCredential, "A page of the deployment's agent credentials, newest first."),
           ...errorResponses(401, 403, 404, 422),
         },
       },
     },
-    async (request) => ({
-      data: (await credentials.list(workspaceOf(request), request.params.deployment_id)).map(credentialResponse),
-    }),
+    async (request) => {
+      const page = pageOf(request.query);
+      const rows = await credentials.list(workspaceOf(request), request.params.deployment_id, page);
+      return envelope(rows.map(credentialResponse), page.offset);
+    },
   );
 
   app.delete(

@@ -65,9 +65,13 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
       return { row, credential };
     },
 
-    async list(workspaceId: string, deploymentId: string): Promise<CredentialView[]> {
+    async list(
+      workspaceId: string,
+      deploymentId: string,
+      page: { limit: number; offset: number },
+    ): Promise<CredentialView[]> {
       if (!(await deploymentExists(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
-      return listCredentials(db, workspaceId, deploymentId);
+      return listCredentials(db, workspaceId, deploymentId, page);
     },
 
     async revoke(workspaceId: string, deploymentId: string, id: string, byKey: string): Promise<void> {

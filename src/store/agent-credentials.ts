@@ -81,7 +81,12 @@ export async function insertCredential(
     .executeTakeFirstOrThrow();
 }
 
-export async function listCredentials(db: Db, workspaceId: string, deploymentId: string): Promise<CredentialView[]> {
+export async function listCredentials(
+  db: Db,
+  workspaceId: string,
+  deploymentId: string,
+  page: { limit: number; offset: number },
+): Promise<CredentialView[]> {
   return db
     .selectFrom('agent_credentials')
     .select(VISIBLE)
@@ -89,6 +94,8 @@ export async function listCredentials(db: Db, workspaceId: string, deploymentId:
     .where('deployment_id', '=', deploymentId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
+    .limit(page.limit)
+    .offset(page.offset)
     .execute();
 }
 

@@ -257,7 +257,7 @@ test('a credential reaches only the agents it names: one made through the API mu
   }
   assert.deepEqual(
     (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body,
-    { data: [] },
+    { resources: [], offset: 0 },
     'nothing was minted',
   );
 
@@ -294,7 +294,7 @@ test("the data plane's runtime credential reaches the deployment's own agents on
     assert.equal(res.status, 403, `${foreign}: ${JSON.stringify(res.body)}`);
     assert.equal(res.body.detail, `This agent credential is not valid for agent '${foreign}'.`);
   }
-  const listed = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.data;
+  const listed = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.resources;
   assert.deepEqual(
     listed.map((c: { agent_ids: unknown }) => c.agent_ids),
     [null],

@@ -193,9 +193,10 @@ test('a deployed agent gets a fresh access token with its deployment credential;
   assert.match(credential, /^slwa_/);
   assert.equal(minted.body.deployment_id, deploymentId);
   const listed = await api.get(`/v2/deployments/${deploymentId}/agent-credentials`);
-  assert.equal(listed.body.data.length, 1);
-  assert.equal(listed.body.data[0].credential, undefined);
-  assert.equal(listed.body.data[0].credential_prefix, credential.slice(0, 11));
+  assert.deepEqual(listed.body.offset, 1);
+  assert.equal(listed.body.resources.length, 1);
+  assert.equal(listed.body.resources[0].credential, undefined);
+  assert.equal(listed.body.resources[0].credential_prefix, credential.slice(0, 11));
 
   // Wait until the provider itself refuses the first access token.
   for (let i = 0; (await idp.userinfo(before.access)).status === 200; i += 1) {
@@ -222,7 +223,7 @@ test('a deployed agent gets a fresh access token with its deployment credential;
   const second = await agentToken(t.app, credential, 'refresh-bot', flow.connectionId);
   assert.equal(second.body.access_token, got.body.access_token);
   assert.equal((await api.get(`/v2/auth/tokens/${flow.tokenId}`)).body.refreshed_at, token.refreshed_at);
-  const used = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.data[0];
+  const used = (await api.get(`/v2/deployments/${deploymentId}/agent-credentials`)).body.resources[0];
   assert.ok(used.last_used_at);
 });
 
