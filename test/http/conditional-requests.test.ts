@@ -6,39 +6,17 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { createTestApp, type TestApp } from '../helpers.ts';
+import { httpCaller, type HttpAnswer, type HttpCall } from '../support/http-caller.ts';
 
 let t: TestApp;
-let base: string;
+let call: HttpCall;
 
 before(async () => {
   t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  call = httpCaller(await t.app.listen({ port: 0, host: '127.0.0.1' }));
 });
 after(() => t.close());
-
-interface Answer {
-  status: number;
-  headers: Headers;
-  text: string;
-  body: any;
-}
-
-async function call(
-  method: string,
-  path: string,
-  options: { body?: unknown; headers?: Record<string, string> } = {},
-): Promise<Answer> {
-  const headers: Record<string, string> = { 'x-api-key': ADMIN_KEY, ...options.headers };
-  if (options.body !== undefined) headers['content-type'] = 'application/json';
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-  });
-  const text = await response.text();
-  return { status: response.status, headers: response.headers, text, body: text === '' ? undefined : JSON.parse(text) };
-}
 
 /** A patch of source_config: changes the deployment in place, without a revision. */
 const tweak = (memoryMb: number) => ({ source_config: { resource_spec: { memory_mb: memoryMb } } });
@@ -48,7 +26,7 @@ const container = (name: string) => ({
   source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' },
 });
 
-async function createDeployment(name: string): Promise<Answer> {
+async function createDeployment(name: string): Promise<HttpAnswer> {
   const created = await call('POST', '/v2/deployments', { body: container(name) });
   assert.equal(created.status, 201, created.text);
   return created;

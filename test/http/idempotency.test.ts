@@ -9,39 +9,18 @@ import { after, before, describe, test } from 'node:test';
 import { createLogger } from '../../src/logger.ts';
 import { startRetentionSweeper } from '../../src/pipeline/retention.ts';
 import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { httpCaller, type HttpCall } from '../support/http-caller.ts';
 
 let t: TestApp;
 let base: string;
+let call: HttpCall;
 
 before(async () => {
   t = await createTestApp();
   base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  call = httpCaller(base);
 });
 after(() => t.close());
-
-interface Answer {
-  status: number;
-  headers: Headers;
-  text: string;
-  body: any;
-}
-
-/** One HTTP request with the admin key (or `key`), JSON in and out. */
-async function call(
-  method: string,
-  path: string,
-  options: { body?: unknown; headers?: Record<string, string>; key?: string } = {},
-): Promise<Answer> {
-  const headers: Record<string, string> = { 'x-api-key': options.key ?? ADMIN_KEY, ...options.headers };
-  if (options.body !== undefined) headers['content-type'] = 'application/json';
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-  });
-  const text = await response.text();
-  return { status: response.status, headers: response.headers, text, body: text === '' ? undefined : JSON.parse(text) };
-}
 
 const container = (name: string, image = 'registry.example.com/agent:1.0.0') => ({
   name,
