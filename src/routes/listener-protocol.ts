@@ -56,8 +56,9 @@ const DesiredRevision = Type.Object(
       description: 'Decrypted, for a Kubernetes Secret of the deployment.',
     }),
     secret_references: Nullable(
-      Type.Array(SecretReference, { description: 'Environment variables read from existing Kubernetes Secrets.' }),
+      Type.Array(SecretReference, { description: "The deployment's secret_references, as in the deployment's entry." }),
     ),
+    // The deployment's current resource_spec, as in the deployment's entry (kept for agents that read it here).
     resource_spec: Nullable(ResourceSpec),
   },
   { title: 'DesiredRevision' },
@@ -72,6 +73,14 @@ const DesiredDeployment = Type.Object(
       description: 'The deployment was deleted: remove everything of it, then POST .../deletions.',
     }),
     custom_url: Nullable(Type.String()),
+    // The deployment's current source_config.resource_spec: a patch of it applies in place, without a revision.
+    resource_spec: Nullable(ResourceSpec),
+    secret_references: Nullable(
+      Type.Array(SecretReference, {
+        description:
+          "The deployment's current secret_references (environment variables read from existing Kubernetes Secrets).",
+      }),
+    ),
     revision: Nullable(DesiredRevision),
   },
   { title: 'DesiredDeployment' },

@@ -45,7 +45,9 @@ export interface DesiredRevision {
   image_uri: string | null;
   /** Decrypted: the listener puts them into a Kubernetes Secret. */
   secrets: { name: string; value: string }[];
+  /** The deployment's current value, as on the deployment: kept here for agents that read it here. */
   secret_references: SecretReference[] | null;
+  /** The deployment's current value, as on the deployment: kept here for agents that read it here. */
   resource_spec: Record<string, unknown> | null;
 }
 
@@ -55,6 +57,12 @@ export interface DesiredDeployment {
   namespace: string | null;
   delete: boolean;
   custom_url: string | null;
+  /**
+   * The deployment's current values, not the target revision's snapshot: a `source_config` or
+   * `secret_references` patch makes no revision and applies to what runs in place.
+   */
+  resource_spec: Record<string, unknown> | null;
+  secret_references: SecretReference[] | null;
   revision: DesiredRevision | null;
 }
 
@@ -156,17 +164,23 @@ export interface ListenerProtocolDeps {
 }
 
 export function createListenerProtocolService({ db, secretBox }: ListenerProtocolDeps) {
-  function desiredRevision(row: ListenerRevisionRow): DesiredRevision {
-    const references = row.snapshot.secret_references;
+  /**
+   * The image and secrets are the revision's; the in-place fields are the deployment's (every new
+   * revision snapshots them from the deployment and a redeploy puts its snapshot back, so the two
+   * differ only after an in-place patch, which must reach the cluster without a revision).
+   */
+  function desiredRevision(
+    row: ListenerRevisionRow,
+    inPlace: Pick<DesiredDeployment, 'resource_spec' | 'secret_references'>,
+  ): DesiredRevision {
     return {
       id: row.id,
       number: row.number,
       status: row.status,
       image_uri: stringOrNull(row.source_revision_config.image_uri),
       secrets: row.secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) })),
-      // Stored by the deployment service from validated input (its snapshot of secret_references).
-      secret_references: Array.isArray(references) ? references : null,
-      resource_spec: objectOrNull(row.snapshot.resource_spec),
+      secret_references: inPlace.secret_references,
+      resource_spec: inPlace.resource_spec,
     };
   }
 
@@ -185,13 +199,19 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
           const target = targetRevisionId(d, (id) => revisions.get(id)?.status);
           const revision = target === null ? undefined : revisions.get(target);
           const listenerConfig = objectOrNull(d.source_config.listener_config);
+          const inPlace = {
+            resource_spec: objectOrNull(d.source_config.resource_spec),
+            // Stored by the deployment service from validated input.
+            secret_references: Array.isArray(d.secret_references) ? d.secret_references : null,
+          };
           return {
             deployment_id: d.id,
             name: d.name,
             namespace: stringOrNull(listenerConfig?.k8s_namespace),
             delete: d.status === 'AWAITING_DELETE',
             custom_url: stringOrNull(d.source_config.custom_url),
-            revision: revision ? desiredRevision(revision) : null,
+            ...inPlace,
+            revision: revision ? desiredRevision(revision, inPlace) : null,
           };
         }),
       };

@@ -187,7 +187,14 @@ export async function listenerHasBeenSeen(db: Db, id: string): Promise<boolean> 
 
 export type ListenerDeploymentRow = Pick<
   DeploymentRow,
-  'id' | 'workspace_id' | 'name' | 'status' | 'source_config' | 'latest_revision_id' | 'active_revision_id'
+  | 'id'
+  | 'workspace_id'
+  | 'name'
+  | 'status'
+  | 'source_config'
+  | 'secret_references'
+  | 'latest_revision_id'
+  | 'active_revision_id'
 >;
 
 export type ListenerRevisionRow = Pick<
@@ -213,6 +220,7 @@ export async function listenerDeploymentsWithRevisions(
       'd.name',
       'd.status',
       'd.source_config',
+      'd.secret_references',
       'd.latest_revision_id',
       'd.active_revision_id',
     ])

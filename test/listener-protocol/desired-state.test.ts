@@ -53,6 +53,8 @@ describe('the state', () => {
           namespace: 'batch',
           delete: false,
           custom_url: 'https://agent.example.com',
+          resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512, labels: { team: 'support' } },
+          secret_references: [{ name: 'DB_PASSWORD', secret_name: 'db', secret_key: 'password' }],
           revision: {
             id: first.revisionId,
             number: 1,
@@ -69,6 +71,8 @@ describe('the state', () => {
           namespace: 'agents',
           delete: false,
           custom_url: null,
+          resource_spec: null,
+          secret_references: null,
           revision: {
             id: second.revisionId,
             number: 1,
