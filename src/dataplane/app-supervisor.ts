@@ -2,7 +2,8 @@
  * Supervises the processes of one running revision: `web` instances (each on its own port, health-
  * checked, routed to by the proxy) and optional background `worker` instances. A process that exits
  * while it should run is restarted with exponential back-off; every exit is reported through
- * `onExit`, so the caller can record it as an event and recognise a crash loop.
+ * `onExit`, so the caller can record it as an event and recognise a crash loop. Instances can be
+ * added and removed while the revision runs (a changed resource spec is applied in place).
  */
 import { freePort } from '../db/embedded-postgres.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
@@ -40,6 +41,8 @@ export interface SupervisorOptions {
 
 interface Instance {
   id: string;
+  /** Not offered to the proxy until its health check has passed once. */
+  pending: boolean;
   kind: 'web' | 'worker';
   command: string;
   port: number | null;
@@ -50,14 +53,20 @@ interface Instance {
 }
 
 export interface AppSupervisor {
-  /** Web instances' ports, for the proxy. */
+  /** Ports of the web instances whose health check has passed, for the proxy. */
   readonly webTargets: { instanceId: string; port: number }[];
+  /** Ids of the instances of a kind that run or are being restarted, oldest first. */
+  instanceIds(kind: 'web' | 'worker'): string[];
   start(): Promise<void>;
   /**
-   * Resolves when every web instance answers 2xx on the health path; rejects with the reason when
-   * the time runs out, an instance exits first, or `signal` aborts.
+   * Resolves when every web instance (or those of `only`) answers 2xx on the health path; rejects
+   * with the reason when the time runs out, an instance exits first, or `signal` aborts.
    */
-  waitHealthy(timeoutMs: number, signal: AbortSignal): Promise<void>;
+  waitHealthy(timeoutMs: number, signal: AbortSignal, only?: readonly string[]): Promise<void>;
+  /** Starts `count` more instances of a kind; resolves to their ids (web ones wait for their health check). */
+  add(spec: InstanceSpec, count: number): Promise<string[]>;
+  /** Stops these instances for good (SIGTERM, SIGKILL after `graceMs`); the others keep running. */
+  remove(instanceIds: readonly string[], graceMs: number): Promise<void>;
   /** Whether every web instance is up and answers 2xx on the health path now. */
   healthy(): Promise<boolean>;
   /** SIGTERM to every instance, SIGKILL after `graceMs`; no restart after this. */
@@ -90,16 +99,24 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const backoff = options.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
   const stableAfterMs = options.stableAfterMs ?? 60_000;
   let stopped = false;
-  const instances: Instance[] = options.instances.map((spec, index) => ({
-    id: `${spec.kind}-${index}`,
-    kind: spec.kind,
-    command: spec.command,
-    port: null,
-    process: null,
-    crashes: 0,
-    startedAt: 0,
-    restartTimer: null,
-  }));
+  const instances: Instance[] = [];
+  /** Ids stay `<kind>-0` .. `<kind>-(n-1)`: instances are removed newest first. */
+  const append = (spec: InstanceSpec): Instance => {
+    const instance: Instance = {
+      id: `${spec.kind}-${instances.filter((i) => i.kind === spec.kind).length}`,
+      pending: spec.kind === 'web',
+      kind: spec.kind,
+      command: spec.command,
+      port: null,
+      process: null,
+      crashes: 0,
+      startedAt: 0,
+      restartTimer: null,
+    };
+    instances.push(instance);
+    return instance;
+  };
+  for (const spec of options.instances) append(spec);
 
   const launch = (instance: Instance) => {
     const env = instance.port === null ? options.env : { ...options.env, PORT: String(instance.port) };
@@ -113,7 +130,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     });
     instance.process = running;
     void running.exited.then((exit) => {
-      if (stopped || instance.process !== running) return;
+      if (stopped || instance.process !== running || !instances.includes(instance)) return;
       instance.process = null;
       if (Date.now() - instance.startedAt >= stableAfterMs) instance.crashes = 0;
       instance.crashes += 1;
@@ -121,7 +138,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       options.onExit({ instanceId: instance.id, kind: instance.kind, exit, crashes: instance.crashes, restartInMs });
       instance.restartTimer = setTimeout(() => {
         instance.restartTimer = null;
-        if (!stopped) launch(instance);
+        if (!stopped && instances.includes(instance)) launch(instance);
       }, restartInMs);
     });
   };
@@ -129,9 +146,11 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   return {
     get webTargets() {
       return instances
-        .filter((i) => i.kind === 'web' && i.port !== null)
+        .filter((i) => i.kind === 'web' && i.port !== null && !i.pending)
         .map((i) => ({ instanceId: i.id, port: i.port! }));
     },
+
+    instanceIds: (kind) => instances.filter((i) => i.kind === kind).map((i) => i.id),
 
     async start() {
       for (const instance of instances) {
@@ -140,17 +159,46 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       }
     },
 
-    async waitHealthy(timeoutMs, signal) {
+    async add(spec, count) {
+      if (stopped) throw new Error('the supervisor is stopped');
+      const added = Array.from({ length: count }, () => append(spec));
+      for (const instance of added) {
+        if (instance.kind === 'web') instance.port = await freePort();
+        // Stopped meanwhile (the revision was replaced or deleted): start nothing nobody would stop.
+        if (stopped) throw new Error('the supervisor was stopped while instances were added');
+        launch(instance);
+      }
+      return added.map((i) => i.id);
+    },
+
+    async remove(instanceIds, graceMs) {
+      const leaving = instances.filter((i) => instanceIds.includes(i.id));
+      for (const instance of leaving) instances.splice(instances.indexOf(instance), 1);
+      await Promise.all(
+        leaving.map(async (instance) => {
+          if (instance.restartTimer) clearTimeout(instance.restartTimer);
+          instance.restartTimer = null;
+          await instance.process?.stop(graceMs);
+          instance.process = null;
+        }),
+      );
+    },
+
+    async waitHealthy(timeoutMs, signal, only) {
       const started = Date.now();
       const deadline = started + timeoutMs;
-      const pending = new Set(instances.filter((i) => i.kind === 'web'));
+      const pending = new Set(instances.filter((i) => i.kind === 'web' && (!only || only.includes(i.id))));
       while (pending.size > 0) {
         if (signal.aborted) throw new HealthCheckError('The deploy was interrupted.');
+        if (stopped) throw new HealthCheckError('The app was stopped.');
         for (const instance of [...pending]) {
-          if (instance.crashes > 0) {
+          if (instance.crashes > 0 || !instances.includes(instance)) {
             throw new HealthCheckError(`The app exited before its health check passed (instance ${instance.id}).`);
           }
-          if (await answers2xx(instance.port!, options.healthCheckPath)) pending.delete(instance);
+          if (await answers2xx(instance.port!, options.healthCheckPath)) {
+            instance.pending = false;
+            pending.delete(instance);
+          }
         }
         if (pending.size === 0) return;
         if (Date.now() >= deadline) {

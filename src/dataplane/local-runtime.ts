@@ -25,6 +25,7 @@ import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.t
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import type { AppRouter } from './app-router.ts';
+import { applyScale, describeScale, runningScale, sameScale, scaleOf, ScaleError, type Scale } from './app-scaling.ts';
 import { createAppSupervisor, type AppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrls } from './app-urls.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
@@ -76,9 +77,13 @@ export interface LocalRuntimeDeps {
 
 interface RunningApp {
   revisionId: string;
+  workspaceId: string;
   slug: string;
   supervisor: AppSupervisor;
   log: LogWriter;
+  appConfig: AppConfig;
+  /** Counts whose web instances failed their health check: not tried again until the spec changes. */
+  failedScale: Scale | null;
 }
 
 export interface LocalRuntime {
@@ -93,6 +98,12 @@ export interface LocalRuntime {
   resume(job: RevisionJob): Promise<void>;
   /** Deployments whose apps run here. */
   running(): string[];
+  /**
+   * Brings the deployment's running app to the instance counts of its current resource spec, in place
+   * (no new revision), and records `deployment.scaled` (or `deployment.scale_failed`). Does nothing
+   * unless `revisionId` is what serves here, and while a change of the same app is under way.
+   */
+  rescale(deploymentId: string, revisionId: string, resourceSpec: Record<string, unknown> | null): Promise<void>;
   /** Re-checks running apps: a deployment reported UNKNOWN whose app is healthy again is READY. */
   check(): Promise<void>;
   /** Stops a deployment's processes and its route. */
@@ -109,6 +120,8 @@ export interface LocalRuntime {
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, router, logger } = deps;
   const apps = new Map<string, RunningApp>();
+  /** Scale changes under way, by deployment: one at a time per app. */
+  const scaling = new Map<string, Promise<void>>();
 
   const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
     Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
@@ -264,9 +277,17 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : []),
     ].filter((v) => v.length >= 4);
     const log = logWriter(job.revisionId, 'deploy', redact);
-    const spec = job.snapshot.resource_spec ?? {};
-    const webCount = typeof spec.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
-    const workerCount = appConfig.worker ? (typeof spec.queue_min_scale === 'number' ? spec.queue_min_scale : 1) : 0;
+    // The deployment's resource spec as it is now, not the snapshot's: a patch of it alone applies in
+    // place (rescale), so a start after a restart must not go back to the counts of the revision's time.
+    const current = await db
+      .selectFrom('deployments')
+      .select('source_config')
+      .where('id', '=', job.deployment.id)
+      .executeTakeFirst();
+    const { web: webCount, worker: workerCount } = scaleOf(
+      current ? current.source_config.resource_spec : job.snapshot.resource_spec,
+      appConfig,
+    );
     const instances = [
       ...Array.from({ length: webCount }, () => ({ kind: 'web' as const, command: appConfig.start })),
       ...Array.from({ length: workerCount }, () => ({ kind: 'worker' as const, command: appConfig.worker! })),
@@ -281,9 +302,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       backoff: deps.backoff,
       onExit: (exit) => onExit(job, log, exit),
     });
-    log.system(
-      `Starting ${webCount} web instance(s)${workerCount ? ` and ${workerCount} worker instance(s)` : ''}: ${appConfig.start}`,
-    );
+    log.system(`Starting ${describeScale({ web: webCount, worker: workerCount })}: ${appConfig.start}`);
     await supervisor.start();
     try {
       await supervisor.waitHealthy(config.healthTimeoutMs, signal);
@@ -301,9 +320,12 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     log.system(`Health check passed on ${appConfig.healthCheckPath}`);
     return {
       revisionId: job.revisionId,
+      workspaceId: job.deployment.workspace_id,
       slug: appUrls({ name: job.deployment.name, id: job.deployment.id }, config).slug,
       supervisor,
       log,
+      appConfig,
+      failedScale: null,
     };
   }
 
@@ -326,6 +348,39 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await router.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
     await app.supervisor.stop(config.drainTimeoutMs);
     await app.log.close();
+  }
+
+  async function rescale(app: RunningApp, deploymentId: string, to: Scale): Promise<void> {
+    const from = runningScale(app.supervisor);
+    const event = (type: string, data: Record<string, unknown>) =>
+      recordEvents(db, [
+        {
+          workspaceId: app.workspaceId,
+          subjectType: 'deployment',
+          subjectId: deploymentId,
+          deploymentId,
+          type,
+          data: { revision_id: app.revisionId, from, to, ...data },
+        },
+      ]);
+    try {
+      await applyScale(app, to, {
+        router,
+        healthTimeoutMs: config.healthTimeoutMs,
+        drainTimeoutMs: config.drainTimeoutMs,
+        serving: () => apps.get(deploymentId) === app,
+      });
+    } catch (error) {
+      if (apps.get(deploymentId) !== app) return;
+      if (!(error instanceof ScaleError)) throw error;
+      app.failedScale = to;
+      app.log.system(`Scaling failed: ${error.message}`);
+      await event('deployment.scale_failed', { message: error.message });
+      return;
+    }
+    if (apps.get(deploymentId) !== app) return;
+    logger.info({ deploymentId, from, to }, 'running app scaled in place');
+    await event('deployment.scaled', {});
   }
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
@@ -393,6 +448,20 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     running: () => [...apps.keys()],
 
+    async rescale(deploymentId, revisionId, resourceSpec) {
+      const app = apps.get(deploymentId);
+      if (!app || app.revisionId !== revisionId || scaling.has(deploymentId)) return;
+      const to = scaleOf(resourceSpec, app.appConfig);
+      if (sameScale(runningScale(app.supervisor), to)) {
+        app.failedScale = null;
+        return;
+      }
+      if (app.failedScale && sameScale(app.failedScale, to)) return;
+      const work = rescale(app, deploymentId, to).finally(() => scaling.delete(deploymentId));
+      scaling.set(deploymentId, work);
+      await work;
+    },
+
     async check() {
       for (const [deploymentId, app] of apps) {
         const row = await db
@@ -432,6 +501,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     async close() {
       await Promise.all([...apps.keys()].map((id) => stop(id)));
+      await Promise.allSettled(scaling.values());
     },
   };
 }

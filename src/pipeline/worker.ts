@@ -7,7 +7,8 @@
  * lost lease, is never written over.
  *
  * Besides revisions, the worker starts the apps that should run here and nobody runs (adoption after a
- * restart), keeps its runner leases, re-checks crash-looping apps, and tears deleted deployments down.
+ * restart), applies a changed resource spec to the apps it runs (in place, without a revision), keeps
+ * its runner leases, re-checks crash-looping apps, and tears deleted deployments down.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -358,6 +359,32 @@ export function startWorker(deps: WorkerDeps): Worker {
     }
   }
 
+  /**
+   * Starts or stops instances of the apps this worker runs where their deployment's resource spec
+   * asks for other counts. Only deployments whose runner lease this worker holds; not awaited, so a
+   * slow health check of new instances holds up no other work (the runtime does one change per app
+   * at a time, and the next pass retries what it skipped).
+   */
+  async function applyResourceSpecs(): Promise<void> {
+    const running = runtime.running();
+    if (running.length === 0) return;
+    const rows = await db
+      .selectFrom('deployments')
+      .select(['id', 'source_config', 'active_revision_id'])
+      .where('id', 'in', running)
+      .where('runner_owner', '=', owner.id)
+      .where('status', '<>', 'AWAITING_DELETE')
+      .execute();
+    for (const row of rows) {
+      if (!row.active_revision_id) continue;
+      void runtime
+        .rescale(row.id, row.active_revision_id, row.source_config.resource_spec ?? null)
+        .catch((error: unknown) =>
+          logger.error({ err: error, deploymentId: row.id }, 'could not apply a changed resource spec'),
+        );
+    }
+  }
+
   async function deleteOne(): Promise<boolean> {
     const target = await db.transaction().execute(async (tx) => {
       const found = await claimDeploymentToDelete(tx, owner);
@@ -413,6 +440,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     await pumpRevisions();
     while (!stopping && (await deleteOne()));
     if (!stopping) await adopt();
+    if (!stopping) await applyResourceSpecs();
   }
 
   function wake(): void {

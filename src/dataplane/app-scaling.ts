@@ -1,0 +1,99 @@
+/**
+ * Applies a deployment's resource spec to its running app in place. The local data plane honours
+ * `min_scale` (web instances, at least 1) and `queue_min_scale` (instances of the app config's `worker`
+ * command); a change of either starts or stops instances of the serving revision without a new
+ * revision. New web instances get requests only once their health check passes; web instances that
+ * go are taken out of the route first and stopped once their requests are finished.
+ */
+import type { AppConfig } from '../domain/app-config.ts';
+import type { AppRouter } from './app-router.ts';
+import type { AppSupervisor } from './app-supervisor.ts';
+import type { LogWriter } from './log-writer.ts';
+
+export interface Scale {
+  web: number;
+  worker: number;
+}
+
+/** The instance counts a resource spec asks of an app; fields the local data plane ignores are ignored. */
+export function scaleOf(spec: Record<string, unknown> | null | undefined, appConfig: AppConfig): Scale {
+  const web = typeof spec?.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
+  const worker = appConfig.worker ? (typeof spec?.queue_min_scale === 'number' ? spec.queue_min_scale : 1) : 0;
+  return { web, worker };
+}
+
+export const runningScale = (supervisor: AppSupervisor): Scale => ({
+  web: supervisor.instanceIds('web').length,
+  worker: supervisor.instanceIds('worker').length,
+});
+
+export const sameScale = (a: Scale, b: Scale): boolean => a.web === b.web && a.worker === b.worker;
+
+export const describeScale = (scale: Scale): string =>
+  `${scale.web} web instance(s)${scale.worker ? ` and ${scale.worker} worker instance(s)` : ''}`;
+
+/** Thrown when new web instances fail their health check; the app keeps its previous instances. */
+export class ScaleError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ScaleError';
+  }
+}
+
+export interface ScalingApp {
+  slug: string;
+  supervisor: AppSupervisor;
+  log: LogWriter;
+  appConfig: AppConfig;
+}
+
+export interface ScalingOptions {
+  router: AppRouter;
+  healthTimeoutMs: number;
+  drainTimeoutMs: number;
+  /** False once another revision serves the deployment or it was stopped: its route is not ours to set. */
+  serving(): boolean;
+}
+
+/** Brings the app from its running counts to `to`: web instances first, then workers. */
+export async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): Promise<void> {
+  const { supervisor, log } = app;
+  const from = runningScale(supervisor);
+  log.system(`Resource spec changed: scaling from ${describeScale(from)} to ${describeScale(to)}`);
+
+  if (to.web > from.web) {
+    const added = await supervisor.add({ kind: 'web', command: app.appConfig.start }, to.web - from.web);
+    try {
+      await supervisor.waitHealthy(options.healthTimeoutMs, new AbortController().signal, added);
+    } catch (error) {
+      await supervisor.remove(added, options.drainTimeoutMs);
+      throw new ScaleError(
+        `${error instanceof Error ? error.message : String(error)} The app keeps running ${describeScale(from)}.`,
+      );
+    }
+    if (!options.serving()) return;
+    await options.router.setTargets(app.slug, supervisor.webTargets, { drainTimeoutMs: options.drainTimeoutMs });
+    log.system(
+      `Web instance(s) ${added.join(', ')} passed the health check on ${app.appConfig.healthCheckPath} and get requests`,
+    );
+  } else if (to.web < from.web) {
+    const leaving = supervisor.instanceIds('web').slice(to.web);
+    if (options.serving()) {
+      const staying = supervisor.webTargets.filter((t) => !leaving.includes(t.instanceId));
+      // Resolves once the requests in flight to the leaving instances are finished (or the drain time is up).
+      await options.router.setTargets(app.slug, staying, { drainTimeoutMs: options.drainTimeoutMs });
+    }
+    await supervisor.remove(leaving, options.drainTimeoutMs);
+    log.system(`Web instance(s) ${leaving.join(', ')} drained and stopped`);
+  }
+
+  if (to.worker > from.worker && app.appConfig.worker) {
+    const added = await supervisor.add({ kind: 'worker', command: app.appConfig.worker }, to.worker - from.worker);
+    log.system(`Worker instance(s) ${added.join(', ')} started`);
+  } else if (to.worker < from.worker) {
+    const leaving = supervisor.instanceIds('worker').slice(to.worker);
+    await supervisor.remove(leaving, options.drainTimeoutMs);
+    log.system(`Worker instance(s) ${leaving.join(', ')} stopped`);
+  }
+  log.system(`Now running ${describeScale(runningScale(supervisor))}`);
+}
