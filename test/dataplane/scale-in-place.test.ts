@@ -2,18 +2,22 @@
  * A patch of `source_config.resource_spec` alone makes no revision and is applied to the running app
  * in place: the example app goes from one web instance to two and back under a steady stream of
  * requests (none fails), each change is a `deployment.scaled` event and lines in the revision's
- * deploy log, and a restarted service starts the app with the deployment's current counts.
+ * deploy log, and a restarted service starts the app with the deployment's current counts. Worker
+ * instances follow `queue_min_scale`; new web instances that fail their health check are stopped and
+ * the app keeps what it ran.
  */
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import {
+  FINAL,
   requestApp,
   revisionLog,
   startTestService,
   uploadApp,
   waitFor,
+  writeApp,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
@@ -163,4 +167,89 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   const deployment = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body;
   assert.equal(deployment.status, 'READY');
   assert.equal(deployment.active_revision_id, revision.id);
+});
+
+/**
+ * Only the first web instance ever started can run: any other exits at once (it finds the port of the
+ * first in a file of the app's HOME). Its worker prints a line and stays.
+ */
+const ONE_WEB_ONLY = {
+  'package.json': JSON.stringify({ name: 'one-web', private: true, type: 'module' }),
+  'server.js': `
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+const marker = path.join(process.env.HOME, 'first-port');
+if (fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') !== process.env.PORT) {
+  console.log('another web instance runs already; exiting');
+  process.exit(4);
+}
+fs.writeFileSync(marker, process.env.PORT);
+http.createServer((req, res) => res.end('ok')).listen(Number(process.env.PORT), process.env.HOST);
+`,
+  'worker.js': `console.log('queue worker ' + process.pid + ' ready'); setInterval(() => {}, 60_000);`,
+  'slipway.json': JSON.stringify({
+    start: 'node server.js',
+    worker: 'node worker.js',
+    health_check_path: '/',
+    database: false,
+  }),
+};
+
+test('queue_min_scale starts and stops worker instances; web instances that fail their health check are stopped and the app keeps serving', async () => {
+  const tarball = await uploadApp(service, await writeApp(ONE_WEB_ONLY));
+  const created = await service.api('POST', '/v2/deployments', {
+    name: 'queue-app',
+    source: 'internal_source',
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const deploymentId: string = created.body.id;
+  const revision = await waitForRevision(service, deploymentId, created.body.latest_revision_id, FINAL);
+  assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
+  const url: string = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body.source_config.custom_url;
+
+  const patch = async (resourceSpec: Record<string, number>) => {
+    const answer = await service.api('PATCH', `/v2/deployments/${deploymentId}`, {
+      source_config: { resource_spec: resourceSpec },
+    });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  };
+  const nthEvent = (n: number) =>
+    waitFor(`scale event ${n}`, async () => {
+      const events = await scaledEvents(deploymentId);
+      return events.length >= n ? events[n - 1] : null;
+    });
+
+  await patch({ queue_min_scale: 3 });
+  const workersUp = await nthEvent(1);
+  assert.equal(workersUp.type, 'deployment.scaled');
+  assert.deepEqual(workersUp.data.from, { web: 1, worker: 1 });
+  assert.deepEqual(workersUp.data.to, { web: 1, worker: 3 });
+  await waitFor('three workers saying they are ready', async () => {
+    const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
+    return lines.filter((line) => /queue worker \d+ ready/.test(line)).length === 3;
+  });
+
+  await patch({ queue_min_scale: 0 });
+  const workersDown = await nthEvent(2);
+  assert.deepEqual(workersDown.data.to, { web: 1, worker: 0 });
+  const log = await revisionLog(service, deploymentId, revision.id, 'deploy');
+  assert.ok(
+    log.some((line) => /Worker instance\(s\) worker-0, worker-1, worker-2 stopped/.test(line)),
+    log.join('\n'),
+  );
+
+  // A second web instance cannot start here: the change fails, and the first keeps serving alone.
+  await patch({ queue_min_scale: 0, min_scale: 2 });
+  const failed = await nthEvent(3);
+  assert.equal(failed.type, 'deployment.scale_failed', JSON.stringify(failed));
+  assert.deepEqual(failed.data.to, { web: 2, worker: 0 });
+  assert.match((failed.data as { message: string }).message, /keeps running 1 web instance/);
+  assert.equal((await requestApp(service, url, '/')).status, 200);
+  const slug = new URL(url).hostname.split('.')[0]!;
+  assert.equal(service.router.targets(slug).length, 1);
+  const deployment = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body;
+  assert.equal(deployment.status, 'READY');
+  assert.equal(deployment.latest_revision_id, revision.id);
 });
