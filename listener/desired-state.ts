@@ -3,6 +3,10 @@
  * checks the shape of every field the agent relies on, so that a service speaking another protocol
  * version (or a proxy answering in its place) is refused as a whole instead of half-applied.
  * The resource spec stays a plain object here: `readResourceSpec` reads it field by field.
+ *
+ * A deployment's `resource_spec` and `secret_references` are its current values, which apply in place
+ * to the revision that runs; a service of before sent them only in the revision (its snapshot). The
+ * agent reads them from the deployment when they are there, and keeps them on the revision it builds.
  */
 
 export const PROTOCOL_VERSION = 1;
@@ -27,6 +31,7 @@ export interface DesiredRevision {
   readonly status: string;
   readonly image_uri: string | null;
   readonly secrets: readonly DesiredSecret[];
+  /** The deployment's current values (see above), else the revision's own. */
   readonly secret_references: readonly DesiredSecretReference[] | null;
   readonly resource_spec: Readonly<Record<string, unknown>> | null;
 }
@@ -70,7 +75,49 @@ const isObjectOrNull = (v: unknown): v is Json | null => v === null || isObject(
 const optionalStringOrNull = (obj: Json, key: string, where: string): string | null =>
   obj[key] === undefined ? null : field(obj, key, where, isStringOrNull, 'a string or null');
 
-function parseRevision(raw: unknown, where: string): DesiredRevision | null {
+/** The in-place fields of `obj`; undefined for a field it does not carry. */
+function parseInPlace(
+  obj: Json,
+  where: string,
+): { secret_references?: DesiredSecretReference[] | null; resource_spec?: Json | null } {
+  const references =
+    obj.secret_references === undefined
+      ? undefined
+      : field(
+          obj,
+          'secret_references',
+          where,
+          (v): v is unknown[] | null => v === null || Array.isArray(v),
+          'an array or null',
+        );
+  return {
+    ...(references === undefined
+      ? {}
+      : {
+          secret_references:
+            references === null
+              ? null
+              : references.map((r, i) => {
+                  const at = `${where}.secret_references[${i}]`;
+                  if (!isObject(r)) throw new ProtocolError(`desired state: ${at} must be an object`);
+                  return {
+                    name: field(r, 'name', at, isString, 'a string'),
+                    secret_name: field(r, 'secret_name', at, isString, 'a string'),
+                    secret_key: field(r, 'secret_key', at, isString, 'a string'),
+                  };
+                }),
+        }),
+    ...(obj.resource_spec === undefined
+      ? {}
+      : { resource_spec: field(obj, 'resource_spec', where, isObjectOrNull, 'an object or null') }),
+  };
+}
+
+function parseRevision(
+  raw: unknown,
+  where: string,
+  deployment: ReturnType<typeof parseInPlace>,
+): DesiredRevision | null {
   if (raw === null || raw === undefined) return null;
   if (!isObject(raw)) throw new ProtocolError(`desired state: ${where} must be an object or null`);
   const secrets = field(raw, 'secrets', where, isArray, 'an array').map((s, i) => {
@@ -80,35 +127,15 @@ function parseRevision(raw: unknown, where: string): DesiredRevision | null {
       value: field(s, 'value', `${where}.secrets[${i}]`, isString, 'a string'),
     };
   });
-  const references =
-    raw.secret_references === undefined
-      ? null
-      : field(
-          raw,
-          'secret_references',
-          where,
-          (v): v is unknown[] | null => v === null || Array.isArray(v),
-          'an array or null',
-        );
+  const own = parseInPlace(raw, where);
   return {
     id: field(raw, 'id', where, isString, 'a string'),
     status: field(raw, 'status', where, isString, 'a string'),
     image_uri: optionalStringOrNull(raw, 'image_uri', where),
     secrets,
     secret_references:
-      references === null
-        ? null
-        : references.map((r, i) => {
-            const at = `${where}.secret_references[${i}]`;
-            if (!isObject(r)) throw new ProtocolError(`desired state: ${at} must be an object`);
-            return {
-              name: field(r, 'name', at, isString, 'a string'),
-              secret_name: field(r, 'secret_name', at, isString, 'a string'),
-              secret_key: field(r, 'secret_key', at, isString, 'a string'),
-            };
-          }),
-    resource_spec:
-      raw.resource_spec === undefined ? null : field(raw, 'resource_spec', where, isObjectOrNull, 'an object or null'),
+      deployment.secret_references !== undefined ? deployment.secret_references : (own.secret_references ?? null),
+    resource_spec: deployment.resource_spec !== undefined ? deployment.resource_spec : (own.resource_spec ?? null),
   };
 }
 
@@ -131,7 +158,7 @@ export function parseDesiredState(body: unknown, listenerId: string): DesiredSta
       namespace: optionalStringOrNull(raw, 'namespace', where),
       delete: field(raw, 'delete', where, isBoolean, 'a boolean'),
       custom_url: optionalStringOrNull(raw, 'custom_url', where),
-      revision: parseRevision(raw.revision, `${where}.revision`),
+      revision: parseRevision(raw.revision, `${where}.revision`, parseInPlace(raw, where)),
     };
   });
   return { protocol: PROTOCOL_VERSION, listener_id: id, deployments };

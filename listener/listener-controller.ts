@@ -13,7 +13,7 @@ import { ApplyRefusedError, type KubeClient } from './kube-client.ts';
 import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
 import { ProtocolHttpError, type ProtocolClient } from './protocol-client.ts';
-import { reconcile, type Action, type Plan } from './reconcile.ts';
+import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
 import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 
@@ -50,14 +50,17 @@ export function startController(options: ControllerOptions): Controller {
   const { protocol, kube, logger } = options;
   const stop = new AbortController();
   const reported = new Map<string, ReportedStatus>();
-  const refused = new Map<string, string>();
+  const refused = new Map<string, RefusedApply>();
   const confirmed = new Set<string>();
   const lastSummary = new Map<string, string>();
-  const ignoredLogged = new Set<string>();
+  /** Deployment id to the ignored resource_spec fields last logged (the spec may change in place). */
+  const ignoredLogged = new Map<string, string>();
   let desired: DesiredState | null = null;
   let dirty = true;
   let waiting: (() => void) | null = null;
   let lastProblem: string | null = null;
+  /** Deployments whose revision is DEPLOYED at the service but no longer rolls out, for the heartbeat. */
+  let notRollingOut: string[] = [];
   let rollingOut = 0;
 
   const wake = () => {
@@ -73,7 +76,7 @@ export function startController(options: ControllerOptions): Controller {
       } catch (error) {
         if (error instanceof ApplyRefusedError && action.type === 'apply') {
           // Nothing to retry: the next pass reports the revision failed with the API server's words.
-          refused.set(action.revisionId, error.message);
+          refused.set(action.revisionId, { message: error.message, inputs: action.inputs });
           logger.warn(
             { deployment_id: plan.deploymentId, revision_id: action.revisionId, err: error.message },
             'the API server refused a manifest',
@@ -155,9 +158,11 @@ export function startController(options: ControllerOptions): Controller {
   function logIgnoredFields(state: DesiredState) {
     for (const d of state.deployments) {
       const revision = d.revision;
-      if (!revision || ignoredLogged.has(revision.id)) continue;
-      ignoredLogged.add(revision.id);
+      if (!revision) continue;
       const { ignored } = readResourceSpec(revision.resource_spec);
+      const key = JSON.stringify(ignored);
+      if (ignoredLogged.get(d.deployment_id) === key) continue;
+      ignoredLogged.set(d.deployment_id, key);
       if (ignored.length > 0)
         logger.warn(
           { deployment_id: d.deployment_id, revision_id: revision.id, fields: ignored },
@@ -180,11 +185,23 @@ export function startController(options: ControllerOptions): Controller {
       },
     );
     const problems: string[] = [];
+    const stuck: string[] = [];
     let going = 0;
     for (const plan of plans) {
+      const entry = desired.deployments.find((d) => d.deployment_id === plan.deploymentId);
+      // Nothing is reported for a revision the service has as DEPLOYED (it would be ignored): an in-place
+      // change of it (resource_spec, secret_references, custom_url) that fails is told here and in the
+      // heartbeat, while the replicas of before keep serving.
+      const deployedButFailing = plan.phase === 'failed' && entry?.revision?.status === 'DEPLOYED';
+      if (deployedButFailing) stuck.push(`${entry.name}: ${plan.summary}`);
       if (lastSummary.get(plan.deploymentId) !== plan.summary) {
         lastSummary.set(plan.deploymentId, plan.summary);
-        logger.info({ deployment_id: plan.deploymentId }, plan.summary);
+        if (deployedButFailing)
+          logger.warn(
+            { deployment_id: plan.deploymentId, revision_id: entry.revision?.id },
+            `${plan.summary}; the revision stays DEPLOYED at the service and the replicas of before keep serving`,
+          );
+        else logger.info({ deployment_id: plan.deploymentId }, plan.summary);
       }
       if (plan.phase === 'rolling-out') going += 1;
       const problem = await execute(plan);
@@ -192,6 +209,7 @@ export function startController(options: ControllerOptions): Controller {
       if (stop.signal.aborted) return true;
     }
     rollingOut = going;
+    notRollingOut = stuck;
     for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
     lastProblem = problems.length > 0 ? problems.join('; ').slice(0, 2000) : null;
     if (lastProblem !== null) logger.warn({ problems }, 'some actions failed; trying again after a back-off');
@@ -241,13 +259,20 @@ export function startController(options: ControllerOptions): Controller {
       const current = new Set(state.deployments.flatMap((d) => (d.revision ? [d.revision.id] : [])));
       for (const id of reported.keys()) if (!current.has(id)) reported.delete(id);
       for (const id of refused.keys()) if (!current.has(id)) refused.delete(id);
-      for (const id of ignoredLogged) if (!current.has(id)) ignoredLogged.delete(id);
+      const present = new Set(state.deployments.map((d) => d.deployment_id));
+      for (const id of ignoredLogged.keys()) if (!present.has(id)) ignoredLogged.delete(id);
       const deleting = new Set(state.deployments.filter((d) => d.delete).map((d) => d.deployment_id));
       for (const id of confirmed) if (!deleting.has(id)) confirmed.delete(id);
       wake();
     },
     wake,
-    problem: () => lastProblem,
+    problem: () => {
+      const all = [
+        ...notRollingOut.map((s) => `deployed revision not rolling out: ${s}`),
+        ...(lastProblem === null ? [] : [lastProblem]),
+      ];
+      return all.length > 0 ? all.join('; ').slice(0, 2000) : null;
+    },
     summary: () =>
       desired === null
         ? 'waiting for the desired state'

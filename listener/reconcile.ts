@@ -54,10 +54,29 @@ import {
 export interface Memory {
   /** Revision id to the furthest status this process reported for it. */
   readonly reported: ReadonlyMap<string, ReportedStatus>;
-  /** Revision id to the message of the apply the API server refused (422): applying again cannot help. */
-  readonly refused: ReadonlyMap<string, string>;
+  /**
+   * Revision id to the apply the API server refused (422): applying the same again cannot help, but
+   * an in-place change of the deployment (other `inputs`) makes other manifests, worth a try.
+   */
+  readonly refused: ReadonlyMap<string, RefusedApply>;
   /** Deployments whose deletion this process confirmed. */
   readonly confirmed: ReadonlySet<string>;
+}
+
+export interface RefusedApply {
+  readonly message: string;
+  /** `inPlaceInputs` of the deployment when it was refused. */
+  readonly inputs: string;
+}
+
+/**
+ * What of a deployment may change in place, for the same revision (the service sends the
+ * deployment's current values): a refusal holds only as long as these stay the same.
+ */
+export function inPlaceInputs(deployment: DesiredDeployment): string {
+  const { custom_url } = deployment;
+  const revision = deployment.revision;
+  return JSON.stringify([custom_url, revision?.resource_spec ?? null, revision?.secret_references ?? null]);
 }
 
 export interface Observed {
@@ -88,7 +107,13 @@ export type Action =
       readonly failureReason?: FailureReason;
       readonly message?: string;
     }
-  | { readonly type: 'apply'; readonly revisionId: string; readonly manifest: Manifest }
+  | {
+      readonly type: 'apply';
+      readonly revisionId: string;
+      readonly manifest: Manifest;
+      /** `inPlaceInputs` of the deployment: what a refusal of this apply holds for. */
+      readonly inputs: string;
+    }
   | { readonly type: 'delete'; readonly target: ObjectRef }
   | { readonly type: 'confirm-deletion' };
 
@@ -243,8 +268,9 @@ function runPlan(
   if (revision.image_uri === null || revision.image_uri === '') return refuse('the revision has no image_uri');
   const read = readResourceSpec(revision.resource_spec);
   if (read.problems.length > 0) return refuse(read.problems.join('; '));
+  const inputs = inPlaceInputs(deployment);
   const refused = memory.refused.get(revision.id);
-  if (refused !== undefined) return refuse(refused);
+  if (refused !== undefined && refused.inputs === inputs) return refuse(refused.message);
 
   const dbName = objectName(deployment.name, id, 'db');
   const dbSecret = mine.find(
@@ -303,7 +329,7 @@ function runPlan(
     return plan(
       // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
       [
-        ...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest })),
+        ...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest, inputs })),
         ...reports(['AWAITING_DEPLOY']),
         ...prune,
       ],

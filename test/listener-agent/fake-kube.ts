@@ -215,6 +215,11 @@ export class FakeKube {
     this.refusals.push({ kind, name, message });
   }
 
+  /** Applies of this kind and name are accepted again (after `refuseApply`). */
+  acceptApply(kind: string, name: string | null): void {
+    this.refusals.splice(0, this.refusals.length, ...this.refusals.filter((r) => r.kind !== kind || r.name !== name));
+  }
+
   /** Puts an object as another client would (kubectl, say), without our field manager. */
   put(object: KubeObject): void {
     this.store(clone(object));

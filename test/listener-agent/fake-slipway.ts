@@ -24,6 +24,9 @@ export interface FakeDeployment {
   namespace: string | null;
   delete: boolean;
   custom_url: string | null;
+  /** The deployment's current values, which the service sends since in-place changes reach the cluster (absent: a service of before). */
+  resource_spec?: Record<string, unknown> | null;
+  secret_references?: { name: string; secret_name: string; secret_key: string }[] | null;
   revision: FakeRevision | null;
 }
 

@@ -6,7 +6,14 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from '../../listener/desired-state.ts';
 import type { ObservedObject } from '../../listener/kube-objects.ts';
-import { reconcile, type Action, type Memory, type ReconcileContext } from '../../listener/reconcile.ts';
+import {
+  inPlaceInputs,
+  reconcile,
+  type Action,
+  type Memory,
+  type ReconcileContext,
+  type RefusedApply,
+} from '../../listener/reconcile.ts';
 
 const LISTENER = '6f1c0000-0000-4000-8000-000000000001';
 const ctx: ReconcileContext = {
@@ -48,7 +55,11 @@ const state = (...deployments: DesiredDeployment[]): DesiredState => ({
   deployments,
 });
 const memory = (
-  fields: Partial<{ reported: [string, ReportedStatus][]; refused: [string, string][]; confirmed: string[] }> = {},
+  fields: Partial<{
+    reported: [string, ReportedStatus][];
+    refused: [string, RefusedApply][];
+    confirmed: string[];
+  }> = {},
 ): Memory => ({
   reported: new Map(fields.reported ?? []),
   refused: new Map(fields.refused ?? []),
@@ -279,12 +290,44 @@ describe('reconcile', () => {
   });
 
   test('a manifest the API server refused: the revision fails as invalid_manifest and nothing is applied', () => {
-    const [plan] = reconcile(
-      state(dep()),
-      { objects: [], memory: memory({ refused: [['rev-1', 'Deployment "app" is invalid: bad']] }) },
+    const refused: RefusedApply = { message: 'Deployment "app" is invalid: bad', inputs: inPlaceInputs(dep()) };
+    const [plan] = reconcile(state(dep()), { objects: [], memory: memory({ refused: [['rev-1', refused]] }) }, ctx);
+    assert.deepEqual(summary(plan!.actions), ['report DEPLOY_FAILED invalid_manifest']);
+  });
+
+  test('a refused in-place change of a DEPLOYED revision reports nothing; the next change is applied again', () => {
+    const deployed = (spec: Record<string, unknown>) =>
+      dep({ revision: rev({ status: 'DEPLOYED', resource_spec: spec }) });
+    const refused: RefusedApply = {
+      message: 'Deployment "app" is invalid: bad',
+      inputs: inPlaceInputs(deployed({ cpu: 64 })),
+    };
+    const running = applied(state(deployed({ min_scale: 1 })), available);
+
+    const [stuck] = reconcile(
+      state(deployed({ cpu: 64 })),
+      { objects: running, memory: memory({ refused: [['rev-1', refused]] }) },
       ctx,
     );
-    assert.deepEqual(summary(plan!.actions), ['report DEPLOY_FAILED invalid_manifest']);
+    assert.deepEqual(summary(stuck!.actions), [], 'no report for a revision the service has as DEPLOYED');
+    assert.equal(stuck!.phase, 'failed');
+    assert.match(stuck!.summary, /invalid: bad/);
+
+    const [fixed] = reconcile(
+      state(deployed({ min_scale: 2 })),
+      { objects: running, memory: memory({ refused: [['rev-1', refused]] }) },
+      ctx,
+    );
+    assert.deepEqual(summary(fixed!.actions), ['apply Deployment app']);
+  });
+
+  test('a DEPLOYED revision whose resource_spec changed in place: its manifests are applied again, without reports', () => {
+    const deployed = (minScale: number) =>
+      state(dep({ revision: rev({ status: 'DEPLOYED', resource_spec: { min_scale: minScale } }) }));
+    const [plan] = reconcile(deployed(3), { objects: applied(deployed(1), available), memory: memory() }, ctx);
+    const applies = plan!.actions.filter((a): a is Extract<Action, { type: 'apply' }> => a.type === 'apply');
+    assert.deepEqual(summary(plan!.actions), ['apply Deployment app']);
+    assert.equal((applies[0]!.manifest.spec as { replicas?: number }).replicas, 3);
   });
 
   test('a resource spec of the wrong shape fails the revision naming the fields', () => {
