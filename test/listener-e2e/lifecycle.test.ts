@@ -1,8 +1,9 @@
 /**
  * docs/listener.md's walk-through, end to end: a listener registered through the API with its
  * credential, the agent running as a process with a kubeconfig, an external_container deployment
- * applied to the (fake) cluster and DEPLOYED, a new image rolled out as a new revision, and a delete
- * that leaves nothing in the cluster and removes the deployment from the API.
+ * applied to the (fake) cluster and DEPLOYED, a new image rolled out as a new revision, a min_scale
+ * patched in place (no revision) scaling the cluster, a redeploy bringing the first revision's spec
+ * back, and a delete that leaves nothing in the cluster and removes the deployment from the API.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -144,6 +145,40 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
       pods.every((p) => p.metadata.labels?.['slipway.dev/revision-id'] === secondRevisionId),
       'the pods run the new revision',
     );
+  });
+
+  test('a min_scale patched in place scales the cluster, without a revision', async () => {
+    const before = (await world.api('GET', `/v2/deployments/${deploymentId}`)).body;
+    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, {
+      source_config: { resource_spec: { min_scale: 3, cpu: 0.5, memory_mb: 512 } },
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    assert.equal(patched.body.latest_revision_id, before.latest_revision_id, 'no new revision');
+
+    const app = await world.kube.waitFor(() => {
+      const found = world.kube.get('Deployment', NAMESPACE, NAME);
+      return (found?.spec as any)?.replicas === 3 && found;
+    });
+    assert.equal((app.spec as any).template.metadata.labels['slipway.dev/revision-id'], before.latest_revision_id);
+    world.kube.markAvailable(NAMESPACE, NAME);
+    const after = (await world.api('GET', `/v2/deployments/${deploymentId}`)).body;
+    assert.equal(after.status, 'READY');
+    assert.equal(after.active_revision_id, before.active_revision_id);
+    assert.equal((await revision(before.latest_revision_id)).body.status, 'DEPLOYED');
+  });
+
+  test('a redeploy of the first revision brings back its image and min_scale', async () => {
+    const redeployed = await world.api('POST', `/v2/deployments/${deploymentId}/revisions/${firstRevisionId}/redeploy`);
+    assert.equal(redeployed.status, 201, JSON.stringify(redeployed.body));
+    const revisionId: string = redeployed.body.latest_revision_id;
+    assert.equal(redeployed.body.source_config.resource_spec.min_scale, 2);
+
+    await untilRevision(revisionId, 'DEPLOYING');
+    const app = world.kube.get('Deployment', NAMESPACE, NAME)!;
+    assert.equal((app.spec as any).replicas, 2);
+    assert.equal((app.spec as any).template.spec.containers[0].image, 'ghcr.io/acme/support-agent:1.4.2');
+    world.kube.markAvailable(NAMESPACE, NAME);
+    await untilRevision(revisionId, 'DEPLOYED');
   });
 
   test('a deleted deployment leaves nothing in the cluster and is gone from the API', async () => {
