@@ -5,7 +5,11 @@
  * revision. New web instances get requests only once their health check passes; web instances that
  * go are taken out of the route first and stopped once their requests are finished.
  */
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
 import type { AppRouter } from './app-router.ts';
 import type { AppSupervisor } from './app-supervisor.ts';
 import type { LogWriter } from './log-writer.ts';
@@ -33,7 +37,7 @@ export const describeScale = (scale: Scale): string =>
   `${scale.web} web instance(s)${scale.worker ? ` and ${scale.worker} worker instance(s)` : ''}`;
 
 /** Thrown when new web instances fail their health check; the app keeps its previous instances. */
-export class ScaleError extends Error {
+class ScaleError extends Error {
   constructor(message: string) {
     super(message);
     this.name = 'ScaleError';
@@ -41,10 +45,14 @@ export class ScaleError extends Error {
 }
 
 export interface ScalingApp {
+  revisionId: string;
+  workspaceId: string;
   slug: string;
   supervisor: AppSupervisor;
   log: LogWriter;
   appConfig: AppConfig;
+  /** Counts whose web instances failed their health check: not tried again until the spec changes. */
+  failedScale: Scale | null;
 }
 
 export interface ScalingOptions {
@@ -55,8 +63,46 @@ export interface ScalingOptions {
   serving(): boolean;
 }
 
+/**
+ * Scales the app and records the outcome: a `deployment.scaled` event, or `deployment.scale_failed`
+ * (and `failedScale`) when new web instances failed. Nothing is recorded for an app that stopped
+ * serving meanwhile: its revision was replaced or the deployment stopped here.
+ */
+export async function scaleInPlace(
+  app: ScalingApp,
+  deploymentId: string,
+  to: Scale,
+  options: ScalingOptions & { db: Kysely<Database>; logger: Logger },
+): Promise<void> {
+  const from = runningScale(app.supervisor);
+  const event = (type: string, data: Record<string, unknown>) =>
+    recordEvents(options.db, [
+      {
+        workspaceId: app.workspaceId,
+        subjectType: 'deployment',
+        subjectId: deploymentId,
+        deploymentId,
+        type,
+        data: { revision_id: app.revisionId, from, to, ...data },
+      },
+    ]);
+  try {
+    await applyScale(app, to, options);
+  } catch (error) {
+    if (!options.serving()) return;
+    if (!(error instanceof ScaleError)) throw error;
+    app.failedScale = to;
+    app.log.system(`Scaling failed: ${error.message}`);
+    await event('deployment.scale_failed', { message: error.message });
+    return;
+  }
+  if (!options.serving()) return;
+  options.logger.info({ deploymentId, from, to }, 'running app scaled in place');
+  await event('deployment.scaled', {});
+}
+
 /** Brings the app from its running counts to `to`: web instances first, then workers. */
-export async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): Promise<void> {
+async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): Promise<void> {
   const { supervisor, log } = app;
   const from = runningScale(supervisor);
   log.system(`Resource spec changed: scaling from ${describeScale(from)} to ${describeScale(to)}`);

@@ -25,8 +25,8 @@ import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.t
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import type { AppRouter } from './app-router.ts';
-import { applyScale, describeScale, runningScale, sameScale, scaleOf, ScaleError, type Scale } from './app-scaling.ts';
-import { createAppSupervisor, type AppSupervisor, type InstanceExit } from './app-supervisor.ts';
+import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
+import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrls } from './app-urls.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
 import {
@@ -75,16 +75,8 @@ export interface LocalRuntimeDeps {
   backoff?: { initialMs: number; maxMs: number };
 }
 
-interface RunningApp {
-  revisionId: string;
-  workspaceId: string;
-  slug: string;
-  supervisor: AppSupervisor;
-  log: LogWriter;
-  appConfig: AppConfig;
-  /** Counts whose web instances failed their health check: not tried again until the spec changes. */
-  failedScale: Scale | null;
-}
+/** The processes serving a deployment's revision, and what scaling them in place needs. */
+type RunningApp = ScalingApp;
 
 export interface LocalRuntime {
   readonly isolation: string;
@@ -350,39 +342,6 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await app.log.close();
   }
 
-  async function rescale(app: RunningApp, deploymentId: string, to: Scale): Promise<void> {
-    const from = runningScale(app.supervisor);
-    const event = (type: string, data: Record<string, unknown>) =>
-      recordEvents(db, [
-        {
-          workspaceId: app.workspaceId,
-          subjectType: 'deployment',
-          subjectId: deploymentId,
-          deploymentId,
-          type,
-          data: { revision_id: app.revisionId, from, to, ...data },
-        },
-      ]);
-    try {
-      await applyScale(app, to, {
-        router,
-        healthTimeoutMs: config.healthTimeoutMs,
-        drainTimeoutMs: config.drainTimeoutMs,
-        serving: () => apps.get(deploymentId) === app,
-      });
-    } catch (error) {
-      if (apps.get(deploymentId) !== app) return;
-      if (!(error instanceof ScaleError)) throw error;
-      app.failedScale = to;
-      app.log.system(`Scaling failed: ${error.message}`);
-      await event('deployment.scale_failed', { message: error.message });
-      return;
-    }
-    if (apps.get(deploymentId) !== app) return;
-    logger.info({ deploymentId, from, to }, 'running app scaled in place');
-    await event('deployment.scaled', {});
-  }
-
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
     const build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
     if (!build)
@@ -457,7 +416,14 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         return;
       }
       if (app.failedScale && sameScale(app.failedScale, to)) return;
-      const work = rescale(app, deploymentId, to).finally(() => scaling.delete(deploymentId));
+      const work = scaleInPlace(app, deploymentId, to, {
+        db,
+        logger,
+        router,
+        healthTimeoutMs: config.healthTimeoutMs,
+        drainTimeoutMs: config.drainTimeoutMs,
+        serving: () => apps.get(deploymentId) === app,
+      }).finally(() => scaling.delete(deploymentId));
       scaling.set(deploymentId, work);
       await work;
     },

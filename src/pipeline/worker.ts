@@ -360,10 +360,8 @@ export function startWorker(deps: WorkerDeps): Worker {
   }
 
   /**
-   * Starts or stops instances of the apps this worker runs where their deployment's resource spec
-   * asks for other counts. Only deployments whose runner lease this worker holds; not awaited, so a
-   * slow health check of new instances holds up no other work (the runtime does one change per app
-   * at a time, and the next pass retries what it skipped).
+   * Scales the apps whose runner lease this worker holds to their deployment's resource spec. Not
+   * awaited: a slow health check holds up no other work (the next pass retries what was skipped).
    */
   async function applyResourceSpecs(): Promise<void> {
     const running = runtime.running();

@@ -134,7 +134,11 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   await service.stopWorker();
   await service.startWorker();
   await waitFor('the app to be started again', async () => (await requestApp(service, url, '/')).status === 200);
-  const restarted = await revisionLog(service, deploymentId, revision.id, 'deploy');
+  // The deploy log is written in batches: wait for the second start's line.
+  const restarted = await waitFor('the restart in the deploy log', async () => {
+    const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
+    return lines.filter((line) => /^Starting /.test(line)).length === 2 ? lines : null;
+  });
   assert.match(lastLine(restarted, /^Starting /), /^Starting 2 web instance\(s\)/);
   await waitFor('both instances routed', async () => service.router.targets(slug).length === 2);
 
@@ -154,12 +158,15 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   counts = await load.stop();
   assert.equal(counts.failures, 0, `${counts.failures} of ${counts.served + counts.failures} requests failed`);
   assert.equal(service.router.targets(slug).length, 1);
-  const log = await revisionLog(service, deploymentId, revision.id, 'deploy');
+  // Written in order: once the last line is there, so is the drained instance's.
+  const log = await waitFor('the new count in the deploy log', async () => {
+    const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
+    return /Now running 1 web instance\(s\)$/.test(lastLine(lines, /^Now running/)) ? lines : null;
+  });
   assert.ok(
     log.some((line) => /Web instance\(s\) web-1 drained and stopped/.test(line)),
     log.join('\n'),
   );
-  assert.match(lastLine(log, /^Now running/), /Now running 1 web instance\(s\)$/);
 
   // Still the one revision, serving.
   const revisions = await service.api('GET', `/v2/deployments/${deploymentId}/revisions`);
@@ -234,10 +241,10 @@ test('queue_min_scale starts and stops worker instances; web instances that fail
   await patch({ queue_min_scale: 0 });
   const workersDown = await nthEvent(2);
   assert.deepEqual(workersDown.data.to, { web: 1, worker: 0 });
-  const log = await revisionLog(service, deploymentId, revision.id, 'deploy');
-  assert.ok(
-    log.some((line) => /Worker instance\(s\) worker-0, worker-1, worker-2 stopped/.test(line)),
-    log.join('\n'),
+  await waitFor('the stopped workers in the deploy log', async () =>
+    (await revisionLog(service, deploymentId, revision.id, 'deploy')).some((line) =>
+      /Worker instance\(s\) worker-0, worker-1, worker-2 stopped/.test(line),
+    ),
   );
 
   // A second web instance cannot start here: the change fails, and the first keeps serving alone.
