@@ -384,9 +384,9 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         const old = await lockRevision(tx, revisionId);
         if (!old || old.deployment_id !== id) throw notFound('Revision', revisionId);
         const snapshot = old.snapshot;
-        // What a deployment shows is what its latest revision runs (docs/lifecycle.md): everything the
-        // snapshot holds goes back onto the deployment, so a later secrets-only patch (which snapshots
-        // the deployment) keeps the rollback instead of undoing it.
+        // A rollback is whole (docs/lifecycle.md, "Which patch makes a revision"): everything the snapshot
+        // holds goes back onto the deployment, whose in-place fields (resource_spec) the data planes run,
+        // and a later secrets-only patch (which snapshots the deployment) keeps the rollback.
         const sourceConfig = restoreSnapshot(row.source_config, snapshot);
         await updateDeployment(tx, id, {
           secrets: old.secrets,
