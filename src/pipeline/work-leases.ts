@@ -163,6 +163,23 @@ export async function extendRunnerLeases(
   return rows.map((r) => r.id);
 }
 
+/** The resource spec and serving revision of the deployments among `deploymentIds` that `owner` runs. */
+export async function runnerResourceSpecs(db: Db, owner: LeaseOwner, deploymentIds: string[]) {
+  if (deploymentIds.length === 0) return [];
+  const rows = await db
+    .selectFrom('deployments')
+    .select(['id', 'source_config', 'active_revision_id'])
+    .where('id', 'in', deploymentIds)
+    .where('runner_owner', '=', owner.id)
+    .where('status', '<>', 'AWAITING_DELETE')
+    .execute();
+  return rows.map((r) => ({
+    deploymentId: r.id,
+    activeRevisionId: r.active_revision_id,
+    resourceSpec: r.source_config.resource_spec ?? null,
+  }));
+}
+
 export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string, leaseSeconds: number): Promise<void> {
   await db
     .updateTable('deployments')

@@ -30,6 +30,7 @@ import {
   extendRevisionLease,
   extendRunnerLeases,
   releaseRevisionLease,
+  runnerResourceSpecs,
   setRunner,
   type ClaimedRevision,
   type LeaseOwner,
@@ -364,21 +365,16 @@ export function startWorker(deps: WorkerDeps): Worker {
    * awaited: a slow health check holds up no other work (the next pass retries what was skipped).
    */
   async function applyResourceSpecs(): Promise<void> {
-    const running = runtime.running();
-    if (running.length === 0) return;
-    const rows = await db
-      .selectFrom('deployments')
-      .select(['id', 'source_config', 'active_revision_id'])
-      .where('id', 'in', running)
-      .where('runner_owner', '=', owner.id)
-      .where('status', '<>', 'AWAITING_DELETE')
-      .execute();
-    for (const row of rows) {
-      if (!row.active_revision_id) continue;
+    for (const { deploymentId, activeRevisionId, resourceSpec } of await runnerResourceSpecs(
+      db,
+      owner,
+      runtime.running(),
+    )) {
+      if (!activeRevisionId) continue;
       void runtime
-        .rescale(row.id, row.active_revision_id, row.source_config.resource_spec ?? null)
+        .rescale(deploymentId, activeRevisionId, resourceSpec)
         .catch((error: unknown) =>
-          logger.error({ err: error, deploymentId: row.id }, 'could not apply a changed resource spec'),
+          logger.error({ err: error, deploymentId }, 'could not apply a changed resource spec'),
         );
     }
   }

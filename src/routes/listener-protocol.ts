@@ -16,19 +16,15 @@ import { REVISION_STATUSES } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import {
-  PROTOCOL_VERSION,
-  REPORTED_STATUSES,
-  createDesiredStateWaits,
-  type ListenerProtocolService,
-} from '../service/listener-protocol.ts';
+import { createDesiredStateWaits } from '../service/desired-state-waits.ts';
+import { PROTOCOL_VERSION, REPORTED_STATUSES, type ListenerProtocolService } from '../service/listener-protocol.ts';
 import type { ListenerService } from '../service/listeners.ts';
 import type { Database } from '../store/schema.ts';
 import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
 
 export interface ListenerProtocolRouteDeps {
-  /** For the long-poll waits (src/service/listener-protocol.ts, createDesiredStateWaits), which live as long as the app. */
+  /** For the long-poll waits (src/service/desired-state-waits.ts), which live as long as the app. */
   db: Kysely<Database>;
   protocol: ListenerProtocolService;
   listeners: ListenerService;
