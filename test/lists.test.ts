@@ -85,6 +85,11 @@ describe('list deployments', () => {
     assert.deepEqual(names(await api.get('/v2/deployments?name_contains=%5C')), [], 'a backslash is literal too');
   });
 
+  test('an empty name_contains (what `langgraph deploy list` sends without a filter) lists every deployment', async () => {
+    assert.deepEqual(sorted(await api.get('/v2/deployments?name_contains=')), sorted(await api.get('/v2/deployments')));
+    assert.ok(names(await api.get('/v2/deployments?name_contains=')).length >= 3);
+  });
+
   test('status', async () => {
     assert.deepEqual(names(await api.get('/v2/deployments?status=READY')), ['alpha-two']);
     assert.deepEqual(sorted(await api.get('/v2/deployments?status=AWAITING_DATABASE')), [

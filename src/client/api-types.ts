@@ -2711,7 +2711,7 @@ export interface operations {
                 offset?: number;
                 /** @description Exact name. */
                 name?: string;
-                /** @description Case-insensitive substring of the name. */
+                /** @description Case-insensitive substring of the name; empty matches every name. */
                 name_contains?: string;
                 status?: "AWAITING_DATABASE" | "READY" | "UNUSED" | "AWAITING_DELETE" | "UNKNOWN";
                 /** @description Only deployments reconciled by a listener (true) or by the service (false). */

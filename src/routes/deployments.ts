@@ -62,8 +62,12 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         querystring: Type.Object({
           ...PageQuery,
           name: Type.Optional(Type.String({ maxLength: 63, description: 'Exact name.' })),
+          // Empty is no filter: `langgraph deploy list` sends `name_contains=` when given no text.
           name_contains: Type.Optional(
-            Type.String({ minLength: 1, maxLength: 63, description: 'Case-insensitive substring of the name.' }),
+            Type.String({
+              maxLength: 63,
+              description: 'Case-insensitive substring of the name; empty matches every name.',
+            }),
           ),
           status: Type.Optional(StringEnum(DEPLOYMENT_STATUSES)),
           remote_reconciled: Type.Optional(
@@ -86,7 +90,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         workspaceOf(request),
         {
           name: q.name,
-          nameContains: q.name_contains,
+          nameContains: q.name_contains || undefined,
           status: q.status,
           remoteReconciled: q.remote_reconciled,
           tagValueIds: splitList(q.tag_value_ids),
