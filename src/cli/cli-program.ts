@@ -19,6 +19,7 @@ import { keysCommand } from './key-commands.ts';
 import { listenersCommand } from './listener-commands.ts';
 import { loginCommand, logoutCommand } from './login-command.ts';
 import { Output } from './cli-output.ts';
+import { scaleCommand } from './scale-command.ts';
 import { serverCommand } from './server-command.ts';
 
 export function buildProgram(runtime: CliRuntime): Command {
@@ -60,6 +61,7 @@ export function buildProgram(runtime: CliRuntime): Command {
     revisionsCommand(run),
     rollbackCommand(run),
     interruptCommand(run),
+    scaleCommand(run),
     logsCommand(run),
     listenersCommand(run),
     keysCommand(run),

@@ -62,6 +62,17 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   assert.equal(buildLog.code, 0, buildLog.stderr);
   assert.match(buildLog.stdout, /Build finished/);
 
+  // Scaling in place: no revision, the running app gets a second instance and keeps answering.
+  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 1 web instance(s)');
+  const scaled = await user.run(['scale', 'support-agent', '--web', '2']);
+  assert.equal(scaled.code, 0, scaled.stderr);
+  assert.equal(lastLine(scaled.stdout), 'support-agent runs 2 web instance(s).');
+  assert.equal((await requestApp(service, url, '/')).status, 200);
+  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 2 web instance(s)');
+  const refused = await user.run(['scale', 'support-agent', '--web', '0']);
+  assert.equal(refused.code, 2);
+  assert.match(refused.stderr, /expected a whole number from 1 to 1000/);
+
   // A second deploy of the same name patches it: one more revision; a new secret keeps the others.
   const again = await user.run([
     'deploy',
@@ -95,6 +106,8 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   assert.equal(rolled.code, 0, rolled.stderr);
   assert.equal(lastLine(rolled.stdout), url);
   assert.equal(JSON.parse((await user.run(['revisions', 'ls', 'support-agent', '--json'])).stdout).length, 3);
+  // The first revision ran one instance: the rollback brings that back too.
+  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 1 web instance(s)');
 
   const removed = await user.run(['deployments', 'rm', 'support-agent', '--yes']);
   assert.equal(removed.code, 0, removed.stderr);
