@@ -32,12 +32,7 @@ import type { Database } from './store/schema.ts';
 export interface ServiceDeps {
   config: Pick<
     Config,
-    | 'allowInsecureCodehost'
-    | 'codehostAllowedUrls'
-    | 'allowInsecureOAuth'
-    | 'publicUrl'
-    | 'dataDir'
-    | 'uploadLimitBytes'
+    'allowInsecureCodehost' | 'codehostAllowedUrls' | 'allowInsecureOAuth' | 'publicUrl' | 'uploadLimitBytes'
   >;
   db: Kysely<Database>;
   secretBox: SecretBox;
@@ -92,7 +87,6 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({
       db,
-      dataDir: config.dataDir,
       limitBytes: config.uploadLimitBytes,
       publicUrl: config.publicUrl,
     }),

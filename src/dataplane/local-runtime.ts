@@ -7,7 +7,6 @@
  * and writes them; this module calls back at the points where a transition belongs.
  */
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -40,6 +39,7 @@ import {
   type SourceFetcher,
 } from './revision-build.ts';
 import type { Sandbox } from './sandbox.ts';
+import { copyUpload, legacyUploadFile } from './upload-source.ts';
 
 /** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
 const CRASH_LOOP_THRESHOLD = 5;
@@ -104,7 +104,10 @@ export interface LocalRuntime {
   teardown(deployment: { id: string }, revisionIds: string[]): Promise<void>;
   /** Removes app directories of revisions that are no longer needed. */
   removeRevisionFiles(revisionId: string): Promise<void>;
-  /** Removes an uploaded source tarball (its row is already gone). */
+  /**
+   * Removes the file of an upload made before uploads were stored in the database, if this replica
+   * received it (its row, and so its chunks, are already gone).
+   */
   removeUpload(relativePath: string): Promise<void>;
   close(): Promise<void>;
 }
@@ -364,7 +367,13 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       );
       try {
         return await buildRevision(
-          { dataDir: config.dataDir, sandbox, fetcher: deps.fetcher },
+          {
+            dataDir: config.dataDir,
+            sandbox,
+            fetcher: deps.fetcher,
+            copyUpload: (workspaceId, uploadPath, destFile) =>
+              copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
+          },
           { ...job, secrets: openSecrets(job.secrets) },
           hooks,
           log,
@@ -460,9 +469,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     },
 
     async removeUpload(relativePath) {
-      // Upload paths are made by the service (uploads/<uuid>.tar.gz); never follow anything else.
-      if (!/^uploads\/[0-9a-f-]{36}\.tar\.gz$/.test(relativePath)) return;
-      await fs.rm(path.join(config.dataDir, relativePath), { force: true });
+      const legacy = legacyUploadFile(config.dataDir, relativePath);
+      if (legacy) await fs.rm(legacy, { force: true });
     },
 
     async close() {

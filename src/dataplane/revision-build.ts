@@ -86,6 +86,8 @@ export interface BuildDeps {
   dataDir: string;
   sandbox: Sandbox;
   fetcher: SourceFetcher;
+  /** Writes the workspace's upload `uploadPath` (a source_tarball_path) to `destFile`. */
+  copyUpload(workspaceId: string, uploadPath: string, destFile: string): Promise<void>;
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
@@ -108,7 +110,8 @@ async function fetchSource(
           'The revision names no source_tarball_path: upload the source and patch the deployment with the path.',
         );
       log.system(`Extracting the uploaded source ${upload}`);
-      await extractTarball(path.join(deps.dataDir, upload), dirs.src, { stripSingleTopDirectory: true });
+      await deps.copyUpload(input.deployment.workspace_id, upload, archive);
+      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true });
     } else if (input.source === 'codehost') {
       const ref = input.config.repo_ref;
       if (!ref) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no repo_ref.');

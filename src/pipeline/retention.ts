@@ -1,8 +1,10 @@
 /**
  * Retention: what the service keeps does not grow without bound. In the background, in batches:
  * - events older than `eventRetentionDays` are deleted (0 keeps them forever);
- * - uploads that no revision uses are deleted (row and file) once older than `uploadRetentionHours`:
- *   an upload nobody deployed, or whose last revision went with its deployment;
+ * - uploads that no revision uses are deleted once older than `uploadRetentionHours`: an upload nobody
+ *   deployed, or whose last revision went with its deployment. Its row goes, and its chunks with it (on
+ *   delete cascade); an upload made before uploads were stored in the database also has a file in the
+ *   data directory of the replica that received it, removed when that is this replica;
  * - idempotency keys older than 24 hours (IDEMPOTENCY_KEY_TTL_HOURS) are deleted: they are ignored by
  *   then anyway (src/store/idempotency-keys.ts), this only keeps the table small.
  * Revision logs are capped per revision (src/dataplane/log-writer.ts) and go with their revision.
@@ -33,7 +35,7 @@ export async function pruneEvents(db: Kysely<Database>, days: number): Promise<n
   return Number(result.numAffectedRows ?? 0n);
 }
 
-/** Deletes up to one batch of unused uploads past retention, rows then files; how many went. */
+/** Deletes up to one batch of unused uploads past retention (rows, chunks, then legacy files); how many went. */
 export async function pruneUploads(
   db: Kysely<Database>,
   dataDir: string,
@@ -49,7 +51,8 @@ export async function pruneUploads(
       for update skip locked)
     returning u.path`.execute(db);
   for (const upload of gone.rows) {
-    // Paths are made by the upload route (uploads/<uuid>.tar.gz); anything else is not ours to remove.
+    // Only uploads made before uploads were stored in the database have a file (none is found for the
+    // others). Paths are made by the upload route (uploads/<uuid>.tar.gz); anything else is not ours.
     if (!/^uploads\/[0-9a-f-]{36}\.tar\.gz$/.test(upload.path)) continue;
     await fs
       .rm(path.join(dataDir, upload.path), { force: true })

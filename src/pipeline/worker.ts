@@ -404,7 +404,7 @@ export function startWorker(deps: WorkerDeps): Worker {
         .forUpdate()
         .executeTakeFirst();
       if (!row || row.status !== 'AWAITING_DELETE') return [];
-      // Uploads that only this deployment's revisions used go with it.
+      // Uploads that only this deployment's revisions used go with it: rows and chunks (on delete cascade).
       const orphaned = await sql<{ id: string; path: string }>`
         delete from source_uploads u
         where u.path in (select r.source_revision_config->>'source_tarball_path' from revisions r where r.deployment_id = ${target.id})
@@ -425,6 +425,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       if (target.delete_tracing_project) await deleteTracingProject(tx, target.tracing_project_id);
       return orphaned.rows;
     });
+    // Uploads made before uploads were stored in the database also have a file here.
     for (const upload of uploads) await runtime.removeUpload(upload.path);
     logger.info({ deploymentId: target.id }, 'deployment torn down and deleted');
     return true;

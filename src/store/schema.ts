@@ -116,6 +116,13 @@ export interface SourceUploadTable {
   created_at: CreatedAt;
 }
 
+/** A piece of an upload's bytes (migrations/014_upload_chunks.sql): the upload is its chunks in `seq` order. */
+export interface UploadChunkTable {
+  upload_id: string;
+  seq: number;
+  data: Buffer;
+}
+
 /** A single-use upload URL's token (migrations/009_upload_tokens.sql); the token itself is never stored. */
 export interface UploadTokenTable {
   id: string;
@@ -380,6 +387,7 @@ export interface Database {
   codehost_integrations: CodehostIntegrationTable;
   codehost_webhook_deliveries: CodehostWebhookDeliveryTable;
   source_uploads: SourceUploadTable;
+  upload_chunks: UploadChunkTable;
   upload_tokens: UploadTokenTable;
   idempotency_keys: IdempotencyKeyTable;
   deployments: DeploymentTable;

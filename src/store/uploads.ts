@@ -1,5 +1,14 @@
-/** Uploaded source tarballs (the file itself lives under the data directory). */
-import type { Db } from './schema.ts';
+/**
+ * Uploaded source tarballs: a source_uploads row, and its bytes as upload_chunks rows in `seq` order
+ * (migrations/014_upload_chunks.sql). An upload made before chunks existed has none: its bytes are a
+ * file in the data directory of the replica that received it (src/dataplane/upload-source.ts).
+ */
+import { sql } from 'kysely';
+import type { Db, SourceUploadTable } from './schema.ts';
+import type { Selectable } from 'kysely';
+
+/** Chunks read per query when an upload is streamed back: a few MiB in memory at most. */
+const READ_BATCH = 4;
 
 export async function insertUpload(
   db: Db,
@@ -16,6 +25,35 @@ export async function insertUpload(
     })
     .returningAll()
     .executeTakeFirstOrThrow();
+}
+
+/** Records the size and digest of an upload whose chunks are all written (in the same transaction). */
+export async function completeUpload(db: Db, id: string, sizeBytes: number, sha256: string) {
+  const { rows } = await sql<Selectable<SourceUploadTable>>`
+    update source_uploads set size_bytes = ${sizeBytes}, sha256 = ${sha256} where id = ${id} returning *`.execute(db);
+  if (!rows[0]) throw new Error(`upload ${id} is gone`);
+  return rows[0];
+}
+
+export async function insertUploadChunk(db: Db, uploadId: string, seq: number, data: Buffer): Promise<void> {
+  await db.insertInto('upload_chunks').values({ upload_id: uploadId, seq, data }).execute();
+}
+
+/** The upload's bytes, chunk by chunk in order, a few chunks per query; nothing for an upload without chunks. */
+export async function* readUploadChunks(db: Db, uploadId: string): AsyncGenerator<Buffer> {
+  for (let next = 0; ;) {
+    const rows = await db
+      .selectFrom('upload_chunks')
+      .select(['seq', 'data'])
+      .where('upload_id', '=', uploadId)
+      .where('seq', '>=', next)
+      .orderBy('seq')
+      .limit(READ_BATCH)
+      .execute();
+    for (const row of rows) yield row.data;
+    if (rows.length < READ_BATCH) return;
+    next = rows[rows.length - 1]!.seq + 1;
+  }
 }
 
 export async function findUploadByPath(db: Db, workspaceId: string, path: string) {
