@@ -1,11 +1,13 @@
 /**
- * Retention: old events are pruned, and uploads that no revision uses are removed (row and file) once
- * old enough, while an upload a revision uses stays.
+ * Retention: old events are pruned, and uploads that no revision uses are removed (row and chunks, and
+ * the file of an upload made before uploads were stored in the database) once old enough, while an
+ * upload a revision uses stays.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { gzipSync } from 'node:zlib';
+import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { after, before, test } from 'node:test';
 import { pruneEvents, pruneUploads } from '../src/pipeline/retention.ts';
@@ -48,10 +50,21 @@ test('events older than the retention are pruned; newer ones stay', async () => 
   assert.equal(await count(), before - 1);
 });
 
-test('an unused upload goes after its retention, file included; one a revision uses stays', async () => {
+/** Whether the upload at `path` is still stored: its row, and how many chunks. */
+async function kept(path: string): Promise<{ row: boolean; chunks: number }> {
+  const { rows } = await t.database.pool.query(
+    `select (select count(*)::int from source_uploads where path = $1) as rows,
+            (select count(*)::int from upload_chunks c join source_uploads u on u.id = c.upload_id where u.path = $1) as chunks`,
+    [path],
+  );
+  return { row: rows[0].rows === 1, chunks: rows[0].chunks };
+}
+
+test('an unused upload goes after its retention, chunks included; one a revision uses stays', async () => {
   const api = client(t.app);
   const unused = await upload();
   const used = await upload();
+  assert.deepEqual(await kept(unused), { row: true, chunks: 1 });
   const created = await api.post('/v2/deployments', {
     name: 'uses-upload',
     source: 'internal_source',
@@ -61,11 +74,27 @@ test('an unused upload goes after its retention, file included; one a revision u
   assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 0, 'young uploads stay');
   await sql`update source_uploads set created_at = now() - interval '2 days'`.execute(t.database.db);
   assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
-  await assert.rejects(fs.access(path.join(t.dataDir, unused)));
-  await fs.access(path.join(t.dataDir, used));
+  assert.deepEqual(await kept(unused), { row: false, chunks: 0 });
+  assert.deepEqual(await kept(used), { row: true, chunks: 1 });
 
   // Deleted with its deployment (nothing ran it), the upload is unused now and goes at the next sweep.
   assert.equal((await api.delete(`/v2/deployments/${created.body.id}`)).status, 204);
   assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
-  await assert.rejects(fs.access(path.join(t.dataDir, used)));
+  assert.deepEqual(await kept(used), { row: false, chunks: 0 });
+});
+
+test('an old upload made before uploads were stored in the database goes with its file', async () => {
+  // What an earlier version left: a row without chunks, and the file in the data directory.
+  const id = randomUUID();
+  const legacy = `uploads/${id}.tar.gz`;
+  await fs.mkdir(path.join(t.dataDir, 'uploads'), { recursive: true });
+  await fs.writeFile(path.join(t.dataDir, legacy), gzipSync(Buffer.from('x')));
+  await t.database.db
+    .insertInto('source_uploads')
+    .values({ id, workspace_id: t.workspaceId, path: legacy, size_bytes: 21, sha256: 'x' })
+    .execute();
+  await sql`update source_uploads set created_at = now() - interval '2 days' where id = ${id}`.execute(t.database.db);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  assert.deepEqual(await kept(legacy), { row: false, chunks: 0 });
+  await assert.rejects(fs.access(path.join(t.dataDir, legacy)), { code: 'ENOENT' });
 });

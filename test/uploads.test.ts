@@ -1,6 +1,7 @@
 /**
  * Source uploads for internal_source deployments (docs/api.md, "Sources"): a gzipped tarball goes in,
  * a source_tarball_path comes out, and only paths made this way, in the caller's workspace, are usable.
+ * The tarball is kept in the database, whole or not at all, and nothing in the replica's data directory.
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
@@ -8,7 +9,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+import { Readable } from 'node:stream';
+import { createUploadService, UPLOAD_CHUNK_BYTES } from '../src/service/uploads.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, type TestDatabase } from './helpers.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -79,10 +82,20 @@ async function upload(
   return { status: res.statusCode, body: res.body === '' ? undefined : JSON.parse(res.body), headers: res.headers };
 }
 
-async function storedUploads(): Promise<{ rows: number; files: string[] }> {
-  const { rows } = await t.database.pool.query('select count(*)::int as n from source_uploads');
-  const files = await fs.readdir(path.join(t.dataDir, 'uploads')).catch(() => [] as string[]);
-  return { rows: rows[0].n, files: files.sort() };
+/** What the database holds of uploads: rows and chunks. */
+async function storedUploads(database: TestDatabase = t.database): Promise<{ rows: number; chunks: number }> {
+  const { rows } = await database.pool.query(
+    'select (select count(*)::int from source_uploads) as rows, (select count(*)::int from upload_chunks) as chunks',
+  );
+  return { rows: rows[0].rows, chunks: rows[0].chunks };
+}
+
+/** The bytes stored for an upload, its chunks joined in order. */
+async function storedBytes(id: string): Promise<Buffer> {
+  const { rows } = await t.database.pool.query('select data from upload_chunks where upload_id = $1 order by seq', [
+    id,
+  ]);
+  return Buffer.concat(rows.map((r: { data: Buffer }) => r.data));
 }
 
 describe('POST /v2/uploads', () => {
@@ -97,6 +110,9 @@ describe('POST /v2/uploads', () => {
     assert.equal(res.body.sha256, createHash('sha256').update(tarball).digest('hex'));
     assert.match(res.body.id, /^[0-9a-f-]{36}$/);
     assert.equal(typeof res.headers['x-request-id'], 'string');
+    assert.deepEqual(await storedBytes(res.body.id), tarball);
+    const files = await fs.readdir(path.join(t.dataDir, 'uploads')).catch(() => [] as string[]);
+    assert.deepEqual(files, [], 'nothing is kept in the data directory of the replica that received it');
 
     const again = await upload(tarball, { contentType: 'application/x-gzip' });
     assert.equal(again.status, 201);
@@ -262,10 +278,7 @@ describe('upload size limit', () => {
     });
     assert.equal(res.statusCode, 413, res.body);
     assert.equal(typeof JSON.parse(res.body).detail, 'string');
-    const { rows } = await small.database.pool.query('select count(*)::int as n from source_uploads');
-    assert.equal(rows[0].n, 0);
-    const files = await fs.readdir(path.join(small.dataDir, 'uploads')).catch(() => [] as string[]);
-    assert.deepEqual(files, []);
+    assert.deepEqual(await storedUploads(small.database), { rows: 0, chunks: 0 });
 
     const fits = await small.app.inject({
       method: 'POST',
@@ -274,5 +287,53 @@ describe('upload size limit', () => {
       payload: sourceTarball(),
     });
     assert.equal(fits.statusCode, 201);
+  });
+});
+
+describe('uploads larger than one chunk', () => {
+  /** Random bytes do not compress: the gzip is about as large as they are. */
+  const bigTarball = (bytes: number) => gzipSync(tar({ 'noise.bin': randomBytes(bytes).toString('base64') }));
+
+  test('a tarball of several chunks is stored whole, in order', async () => {
+    const tarball = bigTarball(2 * UPLOAD_CHUNK_BYTES);
+    assert.ok(tarball.length > 2 * UPLOAD_CHUNK_BYTES);
+    const res = await upload(tarball);
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    assert.equal(res.body.size_bytes, tarball.length);
+    assert.deepEqual(await storedBytes(res.body.id), tarball);
+    const { rows } = await t.database.pool.query('select count(*)::int as n from upload_chunks where upload_id = $1', [
+      res.body.id,
+    ]);
+    assert.equal(rows[0].n, Math.ceil(tarball.length / UPLOAD_CHUNK_BYTES));
+  });
+
+  test('a tarball that passes the limit after some chunks were written leaves no row and no chunk', async () => {
+    const limitBytes = 2 * UPLOAD_CHUNK_BYTES + 1000;
+    const uploads = createUploadService({ db: t.database.db, limitBytes, publicUrl: t.config.publicUrl });
+    const before = await storedUploads();
+    const tarball = bigTarball(3 * UPLOAD_CHUNK_BYTES);
+    // Sent in small pieces, as a request body arrives: the limit is only passed after two chunks.
+    const pieces = Array.from({ length: Math.ceil(tarball.length / 65536) }, (_, i) =>
+      tarball.subarray(i * 65536, (i + 1) * 65536),
+    );
+    await assert.rejects(uploads.upload(t.workspaceId, Readable.from(pieces)), { code: 'payload_too_large' });
+    assert.deepEqual(await storedUploads(), before);
+
+    // A body that breaks off after two chunks (the client went away): nothing left.
+    const broken = Readable.from(
+      (async function* () {
+        yield* pieces.slice(0, 32);
+        throw new Error('connection reset');
+      })(),
+    );
+    await assert.rejects(uploads.upload(t.workspaceId, broken), /connection reset/);
+    assert.deepEqual(await storedUploads(), before);
+
+    // Not gzip, over one chunk: 400, nothing left either.
+    await assert.rejects(
+      uploads.upload(t.workspaceId, Readable.from([randomBytes(UPLOAD_CHUNK_BYTES + 10).fill(0x20)])),
+      { code: 'invalid_request' },
+    );
+    assert.deepEqual(await storedUploads(), before);
   });
 });

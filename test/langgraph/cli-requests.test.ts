@@ -6,8 +6,6 @@
  */
 import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
-import fs from 'node:fs/promises';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { appendRevisionLogs } from '../../src/store/revision-logs.ts';
@@ -61,10 +59,12 @@ async function put(uploadUrl: string, body: Buffer, contentType = 'application/g
   return { status: res.statusCode, body: res.body === '' ? undefined : JSON.parse(res.body) };
 }
 
-async function stored(): Promise<{ rows: number; files: string[] }> {
-  const { rows } = await t.database.pool.query('select count(*)::int as n from source_uploads');
-  const files = await fs.readdir(path.join(t.dataDir, 'uploads')).catch(() => [] as string[]);
-  return { rows: rows[0].n, files: files.sort() };
+/** What the database holds of uploads: rows and chunks. */
+async function stored(database = t.database): Promise<{ rows: number; chunks: number }> {
+  const { rows } = await database.pool.query(
+    'select (select count(*)::int from source_uploads) as rows, (select count(*)::int from upload_chunks) as chunks',
+  );
+  return { rows: rows[0].rows, chunks: rows[0].chunks };
 }
 
 /** Steps 1 and 2 of the CLI: no deployment of that name, so an empty create. */
@@ -112,7 +112,11 @@ describe('the remote-build request sequence', () => {
     assert.equal(uploaded.body.sha256, createHash('sha256').update(body).digest('hex'));
     const after = await stored();
     assert.equal(after.rows, before.rows + 1);
-    assert.deepEqual(await fs.readFile(path.join(t.dataDir, objectPath)), body);
+    const { rows: bytes } = await t.database.pool.query(
+      'select c.data from upload_chunks c join source_uploads u on u.id = c.upload_id where u.path = $1 order by c.seq',
+      [objectPath],
+    );
+    assert.deepEqual(Buffer.concat(bytes.map((r: { data: Buffer }) => r.data)), body);
 
     const patched = await api.patch(
       `/v2/deployments/${deploymentId}`,
@@ -245,7 +249,7 @@ describe('upload URLs', () => {
     const failing = await uploadUrl(deploymentId);
     const notGzip = await put(failing.upload_url, Buffer.from('not a tarball'));
     assert.equal(notGzip.status, 400, JSON.stringify(notGzip.body));
-    assert.deepEqual(await stored(), before, 'a failed upload leaves no file and no row');
+    assert.deepEqual(await stored(), before, 'a failed upload leaves no row and no chunk');
     assert.equal((await put(failing.upload_url, tarball())).status, 403);
     // A wrong content type is refused before the token is looked at, so the URL stays usable.
     const typed = await uploadUrl(deploymentId);
@@ -274,9 +278,7 @@ describe('upload URLs', () => {
         payload: big,
       });
       assert.equal(res.statusCode, 413, res.body);
-      const { rows } = await small.database.pool.query('select count(*)::int as n from source_uploads');
-      assert.equal(rows[0].n, 0);
-      assert.deepEqual(await fs.readdir(path.join(small.dataDir, 'uploads')).catch(() => []), []);
+      assert.deepEqual(await stored(small.database), { rows: 0, chunks: 0 });
     } finally {
       await small.close();
     }
