@@ -175,6 +175,8 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.equal(databases.rowCount, 0, 'the app database is dropped');
   const left = await fs.readdir(path.join(service.dataDir, 'revisions')).catch(() => []);
   assert.deepEqual(left, [], 'no app directory is left');
-  const uploads = await fs.readdir(path.join(service.dataDir, 'uploads')).catch(() => []);
-  assert.deepEqual(uploads, [], 'the upload only this deployment used is removed');
+  const uploads = await service.database.pool.query(
+    'select (select count(*)::int from source_uploads) as rows, (select count(*)::int from upload_chunks) as chunks',
+  );
+  assert.deepEqual(uploads.rows[0], { rows: 0, chunks: 0 }, 'the upload only this deployment used is removed');
 });
