@@ -13,7 +13,7 @@ export interface Config {
   readonly host: string;
   /** External PostgreSQL; null means the embedded server under `dataDir`. */
   readonly databaseUrl: string | null;
-  /** Where the embedded database, the key file and uploaded sources live. */
+  /** Where the embedded database, the key file and app builds live (uploaded sources are in the database). */
   readonly dataDir: string;
   /** When set, an admin key with exactly this value exists for the default workspace. */
   readonly bootstrapApiKey: string | null;
