@@ -103,6 +103,11 @@ describe('dashboard', () => {
     assert.ok(stableUrl);
     const answer = await requestApp(service, stableUrl, '/');
     assert.equal(JSON.parse(answer.body).greeting, 'hello from the first revision');
+    // How many instances run, as resource_spec asks (one web instance by default).
+    assert.equal(
+      (await page.locator('dt', { hasText: 'Instances' }).locator('xpath=following-sibling::dd').textContent())?.trim(),
+      '1 web',
+    );
     // The app's path-based URL is the app's, even for a browser asking for HTML: never the dashboard.
     const slug = new URL(stableUrl).hostname.split('.')[0]!;
     const byPath = await fetch(`${service.base}/apps/${slug}/`, { headers: { accept: 'text/html' } });

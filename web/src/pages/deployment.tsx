@@ -24,6 +24,13 @@ const FALLBACK_REFRESH_MS = 10_000;
 
 const shortId = (id: string | null) => (id === null ? null : id.slice(0, 8));
 
+/** What resource_spec asks to run (min_scale web instances, queue_min_scale workers); changed in place. */
+function instancesOf(spec: Deployment['source_config']['resource_spec']): string {
+  const web = typeof spec?.min_scale === 'number' ? spec.min_scale : 1;
+  const workers = typeof spec?.queue_min_scale === 'number' ? `, ${spec.queue_min_scale} worker` : '';
+  return `${web} web${workers}`;
+}
+
 function SourceDetails({ deployment }: { deployment: Deployment }) {
   const c = deployment.source_config;
   const r = deployment.source_revision_config;
@@ -188,6 +195,10 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
             <dd>
               {d.latest_revision_id ? <code>{shortId(d.latest_revision_id)}</code> : <span class="muted">none</span>}
             </dd>
+          </div>
+          <div>
+            <dt>Instances</dt>
+            <dd>{instancesOf(d.source_config.resource_spec)}</dd>
           </div>
           <div>
             <dt>Created</dt>
