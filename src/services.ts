@@ -32,7 +32,12 @@ import type { Database } from './store/schema.ts';
 export interface ServiceDeps {
   config: Pick<
     Config,
-    'allowInsecureCodehost' | 'codehostAllowedUrls' | 'allowInsecureOAuth' | 'publicUrl' | 'uploadLimitBytes'
+    | 'allowInsecureCodehost'
+    | 'codehostAllowedUrls'
+    | 'allowInsecureOAuth'
+    | 'publicUrl'
+    | 'uploadLimitBytes'
+    | 'dataDir'
   >;
   db: Kysely<Database>;
   secretBox: SecretBox;
@@ -87,6 +92,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({
       db,
+      dataDir: config.dataDir,
       limitBytes: config.uploadLimitBytes,
       publicUrl: config.publicUrl,
     }),

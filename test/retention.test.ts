@@ -10,7 +10,7 @@ import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { after, before, test } from 'node:test';
-import { pruneEvents, pruneUploads } from '../src/pipeline/retention.ts';
+import { pruneEvents, pruneSpooledUploads, pruneUploads } from '../src/pipeline/retention.ts';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
 
 let t: TestApp;
@@ -97,4 +97,20 @@ test('an old upload made before uploads were stored in the database goes with it
   assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
   assert.deepEqual(await kept(legacy), { row: false, chunks: 0 });
   await assert.rejects(fs.access(path.join(t.dataDir, legacy)), { code: 'ENOENT' });
+});
+
+test('an upload body left spooled by a stopped replica goes once stale; one still arriving stays', async () => {
+  const dir = path.join(t.dataDir, 'tmp');
+  await fs.mkdir(dir, { recursive: true });
+  const stale = path.join(dir, `upload-${randomUUID()}`);
+  const arriving = path.join(dir, `upload-${randomUUID()}`);
+  const other = path.join(dir, 'not-an-upload');
+  for (const file of [stale, arriving, other]) await fs.writeFile(file, 'partial body');
+  const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000);
+  await fs.utimes(stale, twoHoursAgo, twoHoursAgo);
+  await fs.utimes(other, twoHoursAgo, twoHoursAgo);
+
+  assert.equal(await pruneSpooledUploads(t.dataDir), 1);
+  const left = (await fs.readdir(dir)).sort();
+  assert.deepEqual(left, [path.basename(arriving), 'not-an-upload'].sort());
 });

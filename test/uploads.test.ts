@@ -83,11 +83,16 @@ async function upload(
 }
 
 /** What the database holds of uploads: rows and chunks. */
-async function storedUploads(database: TestDatabase = t.database): Promise<{ rows: number; chunks: number }> {
+/** What uploads leave behind: rows, chunks, and bodies still spooled in the data directory. */
+async function storedUploads(
+  database: TestDatabase = t.database,
+  dataDir: string = t.dataDir,
+): Promise<{ rows: number; chunks: number; spooled: number }> {
   const { rows } = await database.pool.query(
     'select (select count(*)::int from source_uploads) as rows, (select count(*)::int from upload_chunks) as chunks',
   );
-  return { rows: rows[0].rows, chunks: rows[0].chunks };
+  const spooled = (await fs.readdir(path.join(dataDir, 'tmp')).catch(() => [])).length;
+  return { rows: rows[0].rows, chunks: rows[0].chunks, spooled };
 }
 
 /** The bytes stored for an upload, its chunks joined in order. */
@@ -278,7 +283,7 @@ describe('upload size limit', () => {
     });
     assert.equal(res.statusCode, 413, res.body);
     assert.equal(typeof JSON.parse(res.body).detail, 'string');
-    assert.deepEqual(await storedUploads(small.database), { rows: 0, chunks: 0 });
+    assert.deepEqual(await storedUploads(small.database, small.dataDir), { rows: 0, chunks: 0, spooled: 0 });
 
     const fits = await small.app.inject({
       method: 'POST',
@@ -309,7 +314,12 @@ describe('uploads larger than one chunk', () => {
 
   test('a tarball that passes the limit after some chunks were written leaves no row and no chunk', async () => {
     const limitBytes = 2 * UPLOAD_CHUNK_BYTES + 1000;
-    const uploads = createUploadService({ db: t.database.db, limitBytes, publicUrl: t.config.publicUrl });
+    const uploads = createUploadService({
+      db: t.database.db,
+      dataDir: t.dataDir,
+      limitBytes,
+      publicUrl: t.config.publicUrl,
+    });
     const before = await storedUploads();
     const tarball = bigTarball(3 * UPLOAD_CHUNK_BYTES);
     // Sent in small pieces, as a request body arrives: the limit is only passed after two chunks.

@@ -5,6 +5,8 @@
  *   deployed, or whose last revision went with its deployment. Its row goes, and its chunks with it (on
  *   delete cascade); an upload made before uploads were stored in the database also has a file in the
  *   data directory of the replica that received it, removed when that is this replica;
+ * - upload bodies spooled in the data directory (`tmp/upload-*`, src/service/uploads.ts) that have not
+ *   been written to for SPOOL_STALE_MS: left by a replica that stopped while one arrived;
  * - idempotency keys older than 24 hours (IDEMPOTENCY_KEY_TTL_HOURS) are deleted: they are ignored by
  *   then anyway (src/store/idempotency-keys.ts), this only keeps the table small.
  * Revision logs are capped per revision (src/dataplane/log-writer.ts) and go with their revision.
@@ -61,6 +63,24 @@ export async function pruneUploads(
   return gone.rows.length;
 }
 
+/** A spooled body untouched this long belongs to no upload in progress (a body arrives steadily or times out). */
+export const SPOOL_STALE_MS = 60 * 60 * 1000;
+
+/** Removes spooled upload bodies of this data directory that nobody writes any more; how many went. */
+export async function pruneSpooledUploads(dataDir: string, now = Date.now()): Promise<number> {
+  const dir = path.join(dataDir, 'tmp');
+  const names = await fs.readdir(dir).catch(() => [] as string[]);
+  let removed = 0;
+  for (const name of names.filter((n) => n.startsWith('upload-'))) {
+    const file = path.join(dir, name);
+    const stat = await fs.stat(file).catch(() => null);
+    if (stat === null || now - stat.mtimeMs < SPOOL_STALE_MS) continue;
+    await fs.rm(file, { force: true });
+    removed += 1;
+  }
+  return removed;
+}
+
 export function startRetentionSweeper(options: {
   db: Kysely<Database>;
   dataDir: string;
@@ -83,8 +103,9 @@ export function startRetentionSweeper(options: {
       for (let moved = -1; moved !== 0;)
         uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
       for (let moved = -1; moved !== 0;) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH);
-      if (events > 0 || uploads > 0 || idempotencyKeys > 0)
-        logger.info({ events, uploads, idempotency_keys: idempotencyKeys }, 'retention: pruned');
+      const spooled = await pruneSpooledUploads(dataDir);
+      if (events > 0 || uploads > 0 || idempotencyKeys > 0 || spooled > 0)
+        logger.info({ events, uploads, idempotency_keys: idempotencyKeys, spooled }, 'retention: pruned');
     },
   });
 }

@@ -2,19 +2,25 @@
  * Source uploads for internal_source deployments: a gzipped tarball stored in the database (its
  * source_uploads row and its bytes in upload_chunks), named `uploads/<id>.tar.gz`, which a deployment's
  * source_tarball_path then names. Nothing is kept on the receiving replica, so an upload received by
- * any api replica is there for the worker wherever it runs. It arrives with an API key
+ * any api replica is there for the worker wherever it runs (the body is only spooled to a private file
+ * while it arrives). It arrives with an API key
  * (`POST /v2/uploads`) or on a single-use upload URL (docs/langgraph.md), whose token is random, bound
  * to that one object of that deployment's workspace, and good for one PUT within UPLOAD_URL_TTL_MS. The
- * body stays a stream, counted against the upload limit and written a chunk at a time, all in one
- * transaction with its row: a failed upload leaves neither row nor chunk.
+ * body stays a stream, counted against the upload limit, then written a chunk at a time in one
+ * transaction with its row: a failed upload leaves neither row nor chunk nor file.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { Kysely } from 'kysely';
 import { AppError, notFound } from '../errors.ts';
 import { getDeployment } from '../store/deployments.ts';
 import type { Database } from '../store/schema.ts';
 import { consumeUploadToken, insertUploadToken } from '../store/upload-tokens.ts';
-import { completeUpload, insertUpload, insertUploadChunk } from '../store/uploads.ts';
+import { insertUpload, insertUploadChunk } from '../store/uploads.ts';
 
 /** Long enough to pack and send 200 MiB on a slow line, short enough that a leaked URL soon means nothing. */
 export const UPLOAD_URL_TTL_MS = 15 * 60 * 1000;
@@ -38,6 +44,8 @@ export const uploadPath = (id: string): string => `uploads/${id}.tar.gz`;
 
 export interface UploadServiceDeps {
   db: Kysely<Database>;
+  /** Where a body is spooled (`tmp/`) while it arrives; the upload itself is kept in the database. */
+  dataDir: string;
   /** The largest tarball stored, in bytes. */
   limitBytes: number;
   /** The service's public address: upload URLs are absolute, on it. */
@@ -60,62 +68,44 @@ export interface UploadUrl {
   expires_at: Date;
 }
 
-/** The stream in pieces of `size` bytes (the last one shorter), pulled only as they are consumed. */
-async function* rechunk(pieces: AsyncIterable<Buffer>, size: number): AsyncGenerator<Buffer> {
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  for await (const piece of pieces) {
-    pending.push(piece);
-    pendingBytes += piece.length;
-    while (pendingBytes >= size) {
-      const joined = Buffer.concat(pending, pendingBytes);
-      yield joined.subarray(0, size);
-      const rest = joined.subarray(size);
-      pending = rest.length > 0 ? [rest] : [];
-      pendingBytes = rest.length;
-    }
-  }
-  if (pendingBytes > 0) yield Buffer.concat(pending, pendingBytes);
-}
-
-export function createUploadService({ db, limitBytes, publicUrl }: UploadServiceDeps) {
-  /** Stores the stream as upload `id` of the workspace with its row; on any failure nothing is left. */
+export function createUploadService({ db, dataDir, limitBytes, publicUrl }: UploadServiceDeps) {
+  /**
+   * Stores the stream as upload `id` of the workspace with its row; on any failure nothing is left.
+   * The body is first spooled to a private file of this replica, metered and hashed, so that the one
+   * transaction that writes the row and its chunks holds a database connection for as long as a local
+   * copy takes, never for as long as a slow client takes to send 200 MiB.
+   */
   async function store(body: NodeJS.ReadableStream, workspaceId: string, id: string): Promise<UploadView> {
+    const spoolDir = path.join(dataDir, 'tmp');
+    await fs.mkdir(spoolDir, { recursive: true, mode: 0o700 });
+    const spool = path.join(spoolDir, `upload-${id}`);
     const hash = createHash('sha256');
     let size = 0;
-    async function* metered(): AsyncGenerator<Buffer> {
-      for await (const piece of body) {
-        const bytes = typeof piece === 'string' ? Buffer.from(piece) : piece;
-        size += bytes.length;
+    let head = Buffer.alloc(0);
+    const meter = new Transform({
+      transform(chunk: Buffer, _encoding, callback) {
+        size += chunk.length;
         if (size > limitBytes)
-          throw new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`);
-        hash.update(bytes);
-        yield bytes;
-      }
-    }
-    const chunks = rechunk(metered(), UPLOAD_CHUNK_BYTES);
+          return callback(new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`));
+        if (head.length < 2) head = Buffer.concat([head, chunk.subarray(0, 2)]);
+        hash.update(chunk);
+        callback(null, chunk);
+      },
+    });
     try {
-      // The first chunk (or the whole body, when smaller) is read before the transaction: a body that is
-      // not gzip never takes a database connection.
-      const first = await chunks.next();
-      if (first.done || !first.value.subarray(0, 2).equals(GZIP_MAGIC)) {
-        // Read to the end (counted, so a body over the limit is still 413) and answer on an intact
-        // connection: stopping half way would drop it.
-        for (let rest = await chunks.next(); !rest.done; rest = await chunks.next());
+      await pipeline(body, meter, createWriteStream(spool, { mode: 0o600, flags: 'wx' }));
+      if (size === 0 || !head.subarray(0, 2).equals(GZIP_MAGIC))
         throw new AppError('invalid_request', 'The body is not a gzipped tarball.');
-      }
+      const sha256 = hash.digest('hex');
       return await db.transaction().execute(async (tx) => {
-        // The row first (the chunks reference it); its size and digest are known at the end only.
-        await insertUpload(tx, { id, workspaceId, path: uploadPath(id), sizeBytes: 0, sha256: '' });
+        const row = await insertUpload(tx, { id, workspaceId, path: uploadPath(id), sizeBytes: size, sha256 });
         let seq = 0;
-        await insertUploadChunk(tx, id, seq++, first.value);
-        for await (const chunk of chunks) await insertUploadChunk(tx, id, seq++, chunk);
-        const row = await completeUpload(tx, id, size, hash.digest('hex'));
-        return { id, path: row.path, size_bytes: size, sha256: row.sha256, created_at: row.created_at };
+        for await (const chunk of createReadStream(spool, { highWaterMark: UPLOAD_CHUNK_BYTES }))
+          await insertUploadChunk(tx, id, seq++, chunk as Buffer);
+        return { id, path: row.path, size_bytes: size, sha256, created_at: row.created_at };
       });
     } finally {
-      // Stops reading the body when storing failed half way (as a failed pipeline would).
-      await chunks.return(undefined);
+      await fs.rm(spool, { force: true });
     }
   }
 

@@ -3,9 +3,7 @@
  * (migrations/014_upload_chunks.sql). An upload made before chunks existed has none: its bytes are a
  * file in the data directory of the replica that received it (src/dataplane/upload-source.ts).
  */
-import { sql } from 'kysely';
-import type { Db, SourceUploadTable } from './schema.ts';
-import type { Selectable } from 'kysely';
+import type { Db } from './schema.ts';
 
 /** Chunks read per query when an upload is streamed back: a few MiB in memory at most. */
 const READ_BATCH = 4;
@@ -25,14 +23,6 @@ export async function insertUpload(
     })
     .returningAll()
     .executeTakeFirstOrThrow();
-}
-
-/** Records the size and digest of an upload whose chunks are all written (in the same transaction). */
-export async function completeUpload(db: Db, id: string, sizeBytes: number, sha256: string) {
-  const { rows } = await sql<Selectable<SourceUploadTable>>`
-    update source_uploads set size_bytes = ${sizeBytes}, sha256 = ${sha256} where id = ${id} returning *`.execute(db);
-  if (!rows[0]) throw new Error(`upload ${id} is gone`);
-  return rows[0];
 }
 
 export async function insertUploadChunk(db: Db, uploadId: string, seq: number, data: Buffer): Promise<void> {
