@@ -435,7 +435,7 @@ export interface paths {
         put?: never;
         /**
          * Tell the service the listener agent is alive
-         * @description Sets last_seen_at, agent_version and watched_namespaces of the listener; answers the listener.
+         * @description Sets last_seen_at, agent_version and watched_namespaces of the listener, and with `deployments` the condition of each deployment it runs (events on a change); answers the listener.
          */
         post: operations["sendListenerHeartbeat"];
         delete?: never;
@@ -1692,6 +1692,24 @@ export interface components {
             /** Format: uuid */
             deployment_id: string;
         };
+        /** ListenerDeploymentCondition */
+        ListenerDeploymentCondition: {
+            /** Format: uuid */
+            deployment_id: string;
+            /**
+             * Format: uuid
+             * @description The revision the agent runs for it (its serving revision).
+             */
+            revision_id: string;
+            /**
+             * @description update_failed: an in-place change (resource_spec, secret_references, custom_url) was refused or does not roll out, and the pods of before keep serving; crash_loop: the pods of the serving revision keep crashing.
+             * @enum {string}
+             */
+            condition: "update_failed" | "crash_loop";
+            /** @description Machine-readable, like a DEPLOY_FAILED reason: invalid_manifest, crash_loop, image_pull_failed, ... */
+            reason: string;
+            message?: string;
+        };
         /** Heartbeat */
         Heartbeat: {
             /** @description The agent's version. */
@@ -1699,6 +1717,13 @@ export interface components {
             /** @description The namespaces the agent watches. */
             namespaces: string[];
             message?: string;
+            /** @description Every deployment whose serving revision is not healthy; a deployment left out is healthy. Without this field the conditions stay as they were (an agent that does not tell them). */
+            deployments?: components["schemas"]["ListenerDeploymentCondition"][];
+            /**
+             * Format: date-time
+             * @description The agent's clock when it saw the `deployments` conditions: a heartbeat observed no later than one already applied changes no condition.
+             */
+            observed_at?: string;
         };
         /** OAuthProviderCreate */
         OAuthProviderCreate: {

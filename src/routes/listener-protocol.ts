@@ -15,11 +15,11 @@ import type { ChangeFeed } from '../db/change-feed.ts';
 import { REVISION_STATUSES } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { DateTime, Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import { createDesiredStateWaits } from '../service/desired-state-waits.ts';
 import { PROTOCOL_VERSION, REPORTED_STATUSES, type ListenerProtocolService } from '../service/listener-protocol.ts';
 import type { ListenerService } from '../service/listeners.ts';
-import type { Database } from '../store/schema.ts';
+import { LISTENER_CONDITIONS, type Database } from '../store/schema.ts';
 import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
 
@@ -145,6 +145,24 @@ const ReportResult = Type.Object(
 
 const DeletionBody = Type.Object({ deployment_id: Uuid() }, { title: 'DeletionConfirmation' });
 
+const DeploymentCondition = Type.Object(
+  {
+    deployment_id: Uuid(),
+    revision_id: Uuid({ description: 'The revision the agent runs for it (its serving revision).' }),
+    condition: StringEnum(LISTENER_CONDITIONS, {
+      description:
+        'update_failed: an in-place change (resource_spec, secret_references, custom_url) was refused or does not roll out, and the pods of before keep serving; crash_loop: the pods of the serving revision keep crashing.',
+    }),
+    reason: Type.String({
+      pattern: '^[a-z][a-z0-9_]{0,63}$',
+      description:
+        'Machine-readable, like a DEPLOY_FAILED reason: invalid_manifest, crash_loop, image_pull_failed, ...',
+    }),
+    message: Type.Optional(Type.String({ maxLength: 4096 })),
+  },
+  { title: 'ListenerDeploymentCondition' },
+);
+
 const HeartbeatBody = Type.Object(
   {
     version: Type.String({ minLength: 1, maxLength: 128, description: "The agent's version." }),
@@ -154,6 +172,19 @@ const HeartbeatBody = Type.Object(
       description: 'The namespaces the agent watches.',
     }),
     message: Type.Optional(Type.String({ maxLength: 4096 })),
+    deployments: Type.Optional(
+      Type.Array(DeploymentCondition, {
+        maxItems: 10000,
+        description:
+          'Every deployment whose serving revision is not healthy; a deployment left out is healthy. Without this field the conditions stay as they were (an agent that does not tell them).',
+      }),
+    ),
+    observed_at: Type.Optional(
+      DateTime({
+        description:
+          "The agent's clock when it saw the `deployments` conditions: a heartbeat observed no later than one already applied changes no condition.",
+      }),
+    ),
   },
   { title: 'Heartbeat' },
 );
@@ -350,7 +381,8 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
         operationId: 'sendListenerHeartbeat',
         tags,
         summary: 'Tell the service the listener agent is alive',
-        description: 'Sets last_seen_at, agent_version and watched_namespaces of the listener; answers the listener.',
+        description:
+          'Sets last_seen_at, agent_version and watched_namespaces of the listener, and with `deployments` the condition of each deployment it runs (events on a change); answers the listener.',
         security,
         params: Params,
         body: { ...HeartbeatBody, examples: [{ version: '0.1.0', namespaces: ['agents'] }] },

@@ -11,6 +11,12 @@ import type { SecretReference } from '../domain/deployment-plan.ts';
 import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { transitionDeployment, transitionRevision, type Failure } from '../pipeline/transitions.ts';
+import {
+  applyConditions,
+  conditionChanges,
+  lockForConditions,
+  type DeploymentConditionInput,
+} from './listener-conditions.ts';
 import { deleteDeploymentRow, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { isListenerCredentialActive } from '../store/listener-credentials.ts';
@@ -338,19 +344,42 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
       });
     },
 
-    /** Seen now, with the agent's version and the namespaces it watches; an event when those change. */
+    /**
+     * Seen now, with the agent's version and the namespaces it watches; an event when those change. A
+     * heartbeat with `deployments` also says which serving revisions are not healthy
+     * (src/service/listener-conditions.ts), unless an agent's heartbeat observed later already has.
+     */
     async heartbeat(
       workspaceId: string,
       listenerId: string,
-      input: { version: string; namespaces: string[]; message?: string },
+      input: {
+        version: string;
+        namespaces: string[];
+        message?: string;
+        deployments?: DeploymentConditionInput[];
+        observed_at?: string;
+      },
     ): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
+        const entries = input.deployments;
+        // Deployments before their listener, as every writer locks them (see lockForConditions).
+        const locked =
+          entries === undefined
+            ? null
+            : await lockForConditions(tx, workspaceId, await conditionChanges(tx, listenerId, entries));
         const current = await lockListener(tx, workspaceId, listenerId);
         if (!current) throw notFound('Listener', listenerId);
+        const observedAt = input.observed_at === undefined ? undefined : new Date(input.observed_at);
+        const stale =
+          observedAt !== undefined &&
+          current.conditions_observed_at !== null &&
+          observedAt.getTime() <= current.conditions_observed_at.getTime();
+        if (entries !== undefined && locked !== null && !stale) await applyConditions(tx, listenerId, entries, locked);
         const updated = await recordListenerHeartbeat(tx, listenerId, {
           agentVersion: input.version,
           namespaces: input.namespaces,
           message: input.message ?? null,
+          ...(entries !== undefined && observedAt !== undefined && !stale ? { conditionsObservedAt: observedAt } : {}),
         });
         const sameNamespaces = JSON.stringify(current.watched_namespaces) === JSON.stringify(input.namespaces);
         if (current.agent_version !== input.version || !sameNamespaces) {

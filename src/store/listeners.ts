@@ -155,7 +155,7 @@ export async function markListenerSeen(db: Db, id: string): Promise<void> {
 export async function recordListenerHeartbeat(
   db: Db,
   id: string,
-  heartbeat: { agentVersion: string; namespaces: string[]; message: string | null },
+  heartbeat: { agentVersion: string; namespaces: string[]; message: string | null; conditionsObservedAt?: Date },
 ): Promise<ListenerView> {
   return db
     .updateTable('listeners')
@@ -164,6 +164,7 @@ export async function recordListenerHeartbeat(
       agent_version: heartbeat.agentVersion,
       watched_namespaces: heartbeat.namespaces,
       agent_message: heartbeat.message,
+      ...(heartbeat.conditionsObservedAt ? { conditions_observed_at: heartbeat.conditionsObservedAt } : {}),
     })
     .where('id', '=', id)
     .returningAll()

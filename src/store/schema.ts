@@ -60,6 +60,24 @@ export interface ListenerTable {
   agent_version: ColumnType<string | null, string | null | undefined, string | null>;
   watched_namespaces: ColumnType<string[] | null, string[] | null | undefined, string[] | null>;
   agent_message: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The agent's clock when it observed the deployment conditions of its last heartbeat that carried them. */
+  conditions_observed_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+}
+
+export const LISTENER_CONDITIONS = ['update_failed', 'crash_loop'] as const;
+export type ListenerCondition = (typeof LISTENER_CONDITIONS)[number];
+
+/** A listener deployment whose serving revision its agent says is not healthy (no row: healthy). */
+export interface ListenerDeploymentConditionTable {
+  deployment_id: string;
+  workspace_id: string;
+  listener_id: string;
+  revision_id: string;
+  condition: ListenerCondition;
+  reason: string;
+  message: string;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
 }
 
 /** A credential of one listener agent (src/auth/listener-credentials.ts); the secret itself is never stored. */
@@ -384,6 +402,7 @@ export interface Database {
   tracing_projects: TracingProjectTable;
   listeners: ListenerTable;
   listener_credentials: ListenerCredentialTable;
+  listener_deployment_conditions: ListenerDeploymentConditionTable;
   codehost_integrations: CodehostIntegrationTable;
   codehost_webhook_deliveries: CodehostWebhookDeliveryTable;
   source_uploads: SourceUploadTable;
@@ -415,6 +434,7 @@ export type DeploymentRuntimeRow = Selectable<DeploymentRuntimeTable>;
 export type RevisionLogRow = Selectable<RevisionLogTable>;
 export type ListenerRow = Selectable<ListenerTable>;
 export type ListenerCredentialRow = Selectable<ListenerCredentialTable>;
+export type ListenerDeploymentConditionRow = Selectable<ListenerDeploymentConditionTable>;
 export type CodehostIntegrationRow = Selectable<CodehostIntegrationTable>;
 export type WebhookDeliveryRow = Selectable<CodehostWebhookDeliveryTable>;
 export type OAuthProviderRow = Selectable<OAuthProviderTable>;

@@ -1,0 +1,171 @@
+/**
+ * The health of the revision serving each of a listener's deployments, as its agent's heartbeats say
+ * (docs/listener-protocol.md#heartbeat): the same things the own data plane shows on a deployment.
+ * Pods of the serving revision crash-looping make the deployment UNKNOWN (`crash_loop`) and READY again
+ * (`recovered`), exactly as a crash loop on the own data plane; an in-place change of the serving
+ * revision that the cluster refuses or that does not roll out (the old pods keep serving) is a
+ * `deployment.update_failed` event, and `deployment.update_rolled_out` once it does.
+ *
+ * Only a change writes anything: each heartbeat is compared with the stored conditions, so repeating
+ * one is free.
+ */
+import { transitionDeployment } from '../pipeline/transitions.ts';
+import { recordEvents } from '../store/events.ts';
+import {
+  deleteListenerCondition,
+  listenerConditionState,
+  lockDeploymentsWithConditions,
+  saveListenerCondition,
+  type ListenerDeploymentState,
+} from '../store/listener-conditions.ts';
+import type { Db, ListenerCondition, ListenerDeploymentConditionRow } from '../store/schema.ts';
+
+/** One entry of a heartbeat's `deployments`: the serving revision of that deployment is not healthy. */
+export interface DeploymentConditionInput {
+  deployment_id: string;
+  revision_id: string;
+  condition: ListenerCondition;
+  reason: string;
+  message?: string;
+}
+
+type Wanted = { revision_id: string; condition: ListenerCondition; reason: string; message: string };
+
+/**
+ * What the heartbeat means for each deployment of the listener: an entry counts only for the
+ * deployment's serving (active) revision; a deployment being deleted is left alone.
+ */
+function wantedOf(
+  entries: readonly DeploymentConditionInput[],
+  deployment: ListenerDeploymentState,
+  listenerId: string,
+): Wanted | null {
+  if (deployment.listener_id !== listenerId || deployment.status === 'AWAITING_DELETE') return null;
+  const entry = entries.find(
+    (e) => e.deployment_id === deployment.id && e.revision_id === deployment.active_revision_id,
+  );
+  return entry
+    ? { revision_id: entry.revision_id, condition: entry.condition, reason: entry.reason, message: entry.message ?? '' }
+    : null;
+}
+
+const sameCondition = (stored: ListenerDeploymentConditionRow | undefined, wanted: Wanted | null): boolean =>
+  stored === undefined
+    ? wanted === null
+    : wanted !== null &&
+      stored.revision_id === wanted.revision_id &&
+      stored.condition === wanted.condition &&
+      stored.reason === wanted.reason;
+
+const needsWrite = (stored: ListenerDeploymentConditionRow | undefined, wanted: Wanted | null): boolean =>
+  !sameCondition(stored, wanted) || (stored !== undefined && wanted !== null && stored.message !== wanted.message);
+
+/**
+ * The deployments whose stored condition differs from the heartbeat's, read without locks: usually
+ * none, and then the heartbeat locks no deployment at all.
+ */
+export async function conditionChanges(
+  db: Db,
+  listenerId: string,
+  entries: readonly DeploymentConditionInput[],
+): Promise<string[]> {
+  const { deployments, conditions } = await listenerConditionState(db, listenerId);
+  const stored = new Map(conditions.map((c) => [c.deployment_id, c]));
+  const ids = deployments
+    .filter((d) => needsWrite(stored.get(d.id), wantedOf(entries, d, listenerId)))
+    .map((d) => d.id);
+  // A condition whose deployment left the listener (or whose row is being deleted) goes too.
+  for (const c of conditions) if (!deployments.some((d) => d.id === c.deployment_id)) ids.push(c.deployment_id);
+  return ids;
+}
+
+/**
+ * Locks the deployments that `conditionChanges` found, in id order. Called before the listener's own
+ * lock: every writer locks a deployment before its listener (a delete reads whether the listener was
+ * ever seen under the deployment's lock), so a heartbeat must not hold the listener while it waits.
+ */
+export async function lockForConditions(db: Db, workspaceId: string, ids: readonly string[]) {
+  return lockDeploymentsWithConditions(db, workspaceId, ids);
+}
+
+/** Writes the conditions of the locked deployments, with their events and status changes. */
+export async function applyConditions(
+  db: Db,
+  listenerId: string,
+  entries: readonly DeploymentConditionInput[],
+  locked: Awaited<ReturnType<typeof lockForConditions>>,
+): Promise<void> {
+  const stored = new Map(locked.conditions.map((c) => [c.deployment_id, c]));
+  for (const deployment of locked.deployments) {
+    const before = stored.get(deployment.id);
+    const wanted = wantedOf(entries, deployment, listenerId);
+    if (!needsWrite(before, wanted)) continue;
+    if (wanted === null) await deleteListenerCondition(db, deployment.id);
+    else
+      await saveListenerCondition(db, {
+        deploymentId: deployment.id,
+        workspaceId: deployment.workspace_id,
+        listenerId,
+        revisionId: wanted.revision_id,
+        condition: wanted.condition,
+        reason: wanted.reason,
+        message: wanted.message,
+      });
+    if (sameCondition(before, wanted)) continue; // only the message changed: nothing to tell
+    await tellChange(db, listenerId, deployment, before, wanted);
+  }
+  // Conditions of deployments that are no longer the listener's.
+  for (const c of locked.conditions)
+    if (!locked.deployments.some((d) => d.id === c.deployment_id)) await deleteListenerCondition(db, c.deployment_id);
+}
+
+async function tellChange(
+  db: Db,
+  listenerId: string,
+  deployment: ListenerDeploymentState,
+  before: ListenerDeploymentConditionRow | undefined,
+  wanted: Wanted | null,
+): Promise<void> {
+  const event = (type: string, data: Record<string, unknown>) =>
+    recordEvents(db, [
+      {
+        workspaceId: deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deployment.id,
+        deploymentId: deployment.id,
+        type,
+        data: { ...data, listener_id: listenerId },
+      },
+    ]);
+  const serving = deployment.active_revision_id;
+  if (wanted?.condition === 'update_failed') {
+    await event('deployment.update_failed', {
+      revision_id: wanted.revision_id,
+      reason: wanted.reason,
+      message: wanted.message,
+    });
+  } else if (before?.condition === 'update_failed' && before.revision_id === serving) {
+    // The change the cluster refused (or that did not roll out) is in place now, or was replaced.
+    await event('deployment.update_rolled_out', { revision_id: before.revision_id });
+  }
+  if (wanted?.condition === 'crash_loop' && deployment.status === 'READY') {
+    await transitionDeployment(db, deployment, 'UNKNOWN', {
+      reason: 'crash_loop',
+      message: wanted.message,
+      failure_reason: wanted.reason,
+      revision_id: wanted.revision_id,
+      listener_id: listenerId,
+    });
+  } else if (
+    wanted?.condition !== 'crash_loop' &&
+    before?.condition === 'crash_loop' &&
+    deployment.status === 'UNKNOWN'
+  ) {
+    await transitionDeployment(db, deployment, 'READY', {
+      reason: 'recovered',
+      message: 'The listener reports the serving revision healthy again.',
+      revision_id: serving,
+      listener_id: listenerId,
+    });
+  }
+}
