@@ -191,12 +191,16 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
       const problems = [...notWatched, pollProblem, cache?.problem() ?? null, controller.problem()].filter(
         (p): p is string => p !== null,
       );
+      const conditions = controller.conditions();
       try {
         await protocol.heartbeat(
           {
             version: LISTENER_VERSION,
             namespaces: watched,
             message: (problems.length > 0 ? problems.join('; ') : controller.summary()).slice(0, 1000),
+            ...(conditions === null
+              ? {}
+              : { deployments: conditions.deployments, observed_at: conditions.observedAt.toISOString() }),
           },
           stop.signal,
         );

@@ -12,7 +12,7 @@ import type { DesiredState, ReportedStatus } from './desired-state.ts';
 import { ApplyRefusedError, type KubeClient } from './kube-client.ts';
 import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
-import { ProtocolHttpError, type ProtocolClient } from './protocol-client.ts';
+import { ProtocolHttpError, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
 import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
 import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
@@ -36,6 +36,11 @@ export interface Controller {
   problem(): string | null;
   /** How many deployments are in the desired state, and how many still roll out, for the heartbeat. */
   summary(): string;
+  /**
+   * The deployments whose DEPLOYED revision is not healthy, as of the last pass, and when that pass
+   * looked at the cluster; null before the first pass (nothing is known yet, so nothing is said).
+   */
+  conditions(): { readonly observedAt: Date; readonly deployments: readonly DeploymentCondition[] } | null;
   stop(): Promise<void>;
 }
 
@@ -62,6 +67,7 @@ export function startController(options: ControllerOptions): Controller {
   /** Deployments whose revision is DEPLOYED at the service but no longer rolls out, for the heartbeat. */
   let notRollingOut: string[] = [];
   let rollingOut = 0;
+  let lastConditions: ReturnType<Controller['conditions']> = null;
 
   const wake = () => {
     dirty = true;
@@ -184,8 +190,10 @@ export function startController(options: ControllerOptions): Controller {
         now: Date.now(),
       },
     );
+    const observedAt = new Date();
     const problems: string[] = [];
     const stuck: string[] = [];
+    const conditions: DeploymentCondition[] = [];
     let going = 0;
     for (const plan of plans) {
       const entry = desired.deployments.find((d) => d.deployment_id === plan.deploymentId);
@@ -194,6 +202,14 @@ export function startController(options: ControllerOptions): Controller {
       // heartbeat, while the replicas of before keep serving.
       const deployedButFailing = plan.phase === 'failed' && entry?.revision?.status === 'DEPLOYED';
       if (deployedButFailing) stuck.push(`${entry.name}: ${plan.summary}`);
+      if (plan.condition)
+        conditions.push({
+          deployment_id: plan.deploymentId,
+          revision_id: plan.condition.revisionId,
+          condition: plan.condition.condition,
+          reason: plan.condition.reason,
+          message: plan.condition.message.slice(0, 4000),
+        });
       if (lastSummary.get(plan.deploymentId) !== plan.summary) {
         lastSummary.set(plan.deploymentId, plan.summary);
         if (deployedButFailing)
@@ -210,6 +226,7 @@ export function startController(options: ControllerOptions): Controller {
     }
     rollingOut = going;
     notRollingOut = stuck;
+    lastConditions = { observedAt, deployments: conditions };
     for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
     lastProblem = problems.length > 0 ? problems.join('; ').slice(0, 2000) : null;
     if (lastProblem !== null) logger.warn({ problems }, 'some actions failed; trying again after a back-off');
@@ -273,6 +290,7 @@ export function startController(options: ControllerOptions): Controller {
       ];
       return all.length > 0 ? all.join('; ').slice(0, 2000) : null;
     },
+    conditions: () => lastConditions,
     summary: () =>
       desired === null
         ? 'waiting for the desired state'

@@ -47,10 +47,22 @@ export interface ReportAnswer {
   readonly status: string;
 }
 
+/** A deployment whose serving (DEPLOYED) revision is not healthy; the heartbeat leaves healthy ones out. */
+export interface DeploymentCondition {
+  readonly deployment_id: string;
+  readonly revision_id: string;
+  readonly condition: 'update_failed' | 'crash_loop';
+  readonly reason: FailureReason;
+  readonly message: string;
+}
+
 export interface Heartbeat {
   readonly version: string;
   readonly namespaces: readonly string[];
   readonly message?: string;
+  /** Every deployment not healthy, as seen at `observed_at` (ISO 8601); both left out before the first look. */
+  readonly deployments?: readonly DeploymentCondition[];
+  readonly observed_at?: string;
 }
 
 export interface ProtocolClient {

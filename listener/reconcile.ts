@@ -43,6 +43,8 @@ import {
   combine,
   deploymentRollout,
   podFailure,
+  restartingAfterCrash,
+  settledOnTemplate,
   statefulSetRollout,
   statefulSetStalled,
   waitingDetail,
@@ -117,6 +119,18 @@ export type Action =
   | { readonly type: 'delete'; readonly target: ObjectRef }
   | { readonly type: 'confirm-deletion' };
 
+/**
+ * What is wrong with a revision the service has as DEPLOYED (nothing can be reported for it any more),
+ * for the heartbeat: `update_failed` when an in-place change of it was refused or does not roll out
+ * while the pods of before keep serving, `crash_loop` when the pods that serve keep failing.
+ */
+export interface ServingCondition {
+  readonly revisionId: string;
+  readonly condition: 'update_failed' | 'crash_loop';
+  readonly reason: FailureReason;
+  readonly message: string;
+}
+
 /** One deployment's actions, in order: the runner stops at the first that fails and tries later. */
 export interface Plan {
   readonly deploymentId: string;
@@ -124,6 +138,8 @@ export interface Plan {
   readonly phase: Phase;
   /** Where the deployment stands, for the log. */
   readonly summary: string;
+  /** Only for a DEPLOYED revision that is not healthy. */
+  readonly condition?: ServingCondition;
 }
 
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
@@ -226,11 +242,18 @@ function runPlan(
               ? { failureReason: failure.reason, message: failure.message }
               : {}),
           }));
-  const plan = (actions: Action[], phase: Phase, summary: string): Plan => ({
+  const deployed = revision.status === 'DEPLOYED';
+  const plan = (
+    actions: Action[],
+    phase: Phase,
+    summary: string,
+    condition?: Omit<ServingCondition, 'revisionId'>,
+  ): Plan => ({
     deploymentId: id,
     actions,
     phase,
     summary,
+    ...(deployed && condition ? { condition: { revisionId: revision.id, ...condition } } : {}),
   });
   // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
   const refuse = (message: string): Plan =>
@@ -238,6 +261,7 @@ function runPlan(
       reports(['DEPLOY_FAILED'], { reason: 'invalid_manifest', message }),
       'failed',
       `revision ${revision.id} cannot be deployed: ${message}`,
+      { condition: 'update_failed', reason: 'invalid_manifest', message },
     );
 
   const namespace = namespaceOf(deployment, ctx);
@@ -338,6 +362,8 @@ function runPlan(
     );
   }
 
+  /** Pods of a workload settled on its current template that keep failing: what serves is failing. */
+  const failing: { reason: FailureReason; message: string }[] = [];
   const rollouts: Rollout[] = manifests.flatMap((manifest): Rollout[] => {
     const observed = byKey.get(keyOf(refOf(manifest)));
     if (observed === undefined || (!isDeployment(observed) && !isStatefulSet(observed))) return [];
@@ -353,6 +379,11 @@ function runPlan(
     const own = isDeployment(observed) ? deploymentRollout(observed) : statefulSetRollout(observed);
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);
+    if (deployed && settledOnTemplate(observed, isStatefulSet(observed))) {
+      const restarting = stuck?.state === 'failed' ? null : restartingAfterCrash(pods);
+      if (stuck?.state === 'failed') failing.push({ reason: stuck.reason, message: stuck.message });
+      else if (restarting !== null) failing.push({ reason: 'crash_loop', message: restarting });
+    }
     if (stuck) return [stuck];
     const stalled =
       isStatefulSet(observed) && own.state === 'progressing'
@@ -362,6 +393,12 @@ function runPlan(
     return [own.state === 'failed' ? { ...own, message: `${own.message}${waitingDetail(pods)}` } : own];
   });
   const rollout = combine(rollouts);
+  const condition: Omit<ServingCondition, 'revisionId'> | undefined =
+    failing[0] !== undefined
+      ? { condition: 'crash_loop', ...failing[0] }
+      : rollout.state === 'failed'
+        ? { condition: 'update_failed', reason: rollout.reason, message: rollout.message }
+        : undefined;
   switch (rollout.state) {
     case 'complete':
       return plan(
@@ -380,18 +417,21 @@ function runPlan(
         ],
         'failed',
         `revision ${revision.id} failed: ${rollout.reason}: ${rollout.message}`,
+        condition,
       );
     case 'pending':
       return plan(
         [...reports(['AWAITING_DEPLOY']), ...prune],
         'rolling-out',
         `revision ${revision.id} is applied: ${rollout.detail}`,
+        condition,
       );
     case 'progressing':
       return plan(
         [...reports(['AWAITING_DEPLOY', 'DEPLOYING']), ...prune],
         'rolling-out',
         `revision ${revision.id} is rolling out: ${rollout.detail}`,
+        condition,
       );
   }
 }

@@ -64,6 +64,39 @@ export function podFailure(pods: readonly V1Pod[]): Rollout | null {
   return null;
 }
 
+/**
+ * A container that is down after crashing (not ready, restarted, its last run terminated): between two
+ * CrashLoopBackOff waits the kubelet shows it starting again, which must not read as healthy.
+ */
+export function restartingAfterCrash(pods: readonly V1Pod[]): string | null {
+  for (const pod of pods) {
+    if (pod.metadata?.deletionTimestamp) continue;
+    for (const status of pod.status?.containerStatuses ?? []) {
+      const last = status.lastState?.terminated;
+      if (!status.ready && status.restartCount > 0 && last)
+        return `container ${status.name} of pod ${pod.metadata?.name ?? '?'} keeps restarting (${status.restartCount} restarts; last exit code ${last.exitCode}${last.reason ? `, ${last.reason}` : ''})`;
+    }
+  }
+  return null;
+}
+
+/**
+ * Every pod of the workload runs its current template (the controller has seen it, and no old pod is
+ * left): a failure of these pods is one of what serves, not of a change on its way in.
+ */
+export function settledOnTemplate(workload: V1Deployment | V1StatefulSet, isStatefulSet: boolean): boolean {
+  const generation = workload.metadata?.generation ?? 0;
+  const status = workload.status;
+  if ((status?.observedGeneration ?? 0) < generation) return false;
+  if (isStatefulSet) {
+    const set = status as V1StatefulSet['status'];
+    return set?.updateRevision === undefined || set.updateRevision === set.currentRevision;
+  }
+  const wanted = workload.spec?.replicas ?? 1;
+  const updated = status?.updatedReplicas ?? 0;
+  return updated >= wanted && (status?.replicas ?? 0) <= updated;
+}
+
 /** What the pods wait for, to say why a rollout made no progress. */
 export function waitingDetail(pods: readonly V1Pod[]): string {
   const texts = waitingContainers(pods).map((w) => w.text);

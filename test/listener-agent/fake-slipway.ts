@@ -59,7 +59,13 @@ const FINAL = new Set([
 export class FakeSlipway {
   readonly reports: RecordedReport[] = [];
   readonly deletions: string[] = [];
-  readonly heartbeats: { version: string; namespaces: string[]; message?: string }[] = [];
+  readonly heartbeats: {
+    version: string;
+    namespaces: string[];
+    message?: string;
+    deployments?: { deployment_id: string; revision_id: string; condition: string; reason: string; message: string }[];
+    observed_at?: string;
+  }[] = [];
   /** Every desired-state request: its If-None-Match and answer status. */
   readonly polls: { ifNoneMatch: string | null; status: number }[] = [];
   private deployments: FakeDeployment[] = [];
