@@ -42,6 +42,7 @@ import { readResourceSpec } from './resource-spec.ts';
 import {
   combine,
   deploymentRollout,
+  mostRestarts,
   podFailure,
   restartingAfterCrash,
   settledOnTemplate,
@@ -144,6 +145,9 @@ export interface Plan {
 
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
 export type Phase = 'idle' | 'waiting' | 'rolling-out' | 'deployed' | 'failed' | 'deleting' | 'deleted';
+
+/** Restarts of a serving pod's container from which its crashes are a crash loop (about a minute of kubelet back-off). */
+const SERVING_CRASH_LOOP_RESTARTS = 3;
 
 const RANK: Readonly<Record<ReportedStatus, number>> = {
   AWAITING_DEPLOY: 1,
@@ -364,6 +368,8 @@ function runPlan(
 
   /** Pods of a workload settled on its current template that keep failing: what serves is failing. */
   const failing: { reason: FailureReason; message: string }[] = [];
+  /** Failures of those pods: not of an in-place change (nothing is on its way in). */
+  const ofServing = new Set<Rollout>();
   const rollouts: Rollout[] = manifests.flatMap((manifest): Rollout[] => {
     const observed = byKey.get(keyOf(refOf(manifest)));
     if (observed === undefined || (!isDeployment(observed) && !isStatefulSet(observed))) return [];
@@ -380,9 +386,16 @@ function runPlan(
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);
     if (deployed && settledOnTemplate(observed, isStatefulSet(observed))) {
-      const restarting = stuck?.state === 'failed' ? null : restartingAfterCrash(pods);
-      if (stuck?.state === 'failed') failing.push({ reason: stuck.reason, message: stuck.message });
-      else if (restarting !== null) failing.push({ reason: 'crash_loop', message: restarting });
+      // A crash or two (one OOM kill, say) is not a crash loop yet: the serving pods would flip the
+      // deployment to UNKNOWN and back for nothing. An image that cannot be pulled is failing at once.
+      const looping = mostRestarts(pods) >= SERVING_CRASH_LOOP_RESTARTS;
+      if (stuck) ofServing.add(stuck);
+      if (stuck?.state === 'failed' && (stuck.reason !== 'crash_loop' || looping))
+        failing.push({ reason: stuck.reason, message: stuck.message });
+      else if (stuck === null && looping) {
+        const restarting = restartingAfterCrash(pods);
+        if (restarting !== null) failing.push({ reason: 'crash_loop', message: restarting });
+      }
     }
     if (stuck) return [stuck];
     const stalled =
@@ -393,11 +406,14 @@ function runPlan(
     return [own.state === 'failed' ? { ...own, message: `${own.message}${waitingDetail(pods)}` } : own];
   });
   const rollout = combine(rollouts);
+  const updateFailure = rollouts.find(
+    (r): r is Extract<Rollout, { state: 'failed' }> => r.state === 'failed' && !ofServing.has(r),
+  );
   const condition: Omit<ServingCondition, 'revisionId'> | undefined =
     failing[0] !== undefined
       ? { condition: 'crash_loop', ...failing[0] }
-      : rollout.state === 'failed'
-        ? { condition: 'update_failed', reason: rollout.reason, message: rollout.message }
+      : updateFailure !== undefined
+        ? { condition: 'update_failed', reason: updateFailure.reason, message: updateFailure.message }
         : undefined;
   switch (rollout.state) {
     case 'complete':

@@ -64,6 +64,20 @@ export function podFailure(pods: readonly V1Pod[]): Rollout | null {
   return null;
 }
 
+/** The most restarts of a container of these pods (the kubelet counts them over the pod's life). */
+export function mostRestarts(pods: readonly V1Pod[]): number {
+  return Math.max(
+    0,
+    ...pods.flatMap((pod) =>
+      pod.metadata?.deletionTimestamp
+        ? []
+        : [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].map(
+            (c) => c.restartCount,
+          ),
+    ),
+  );
+}
+
 /**
  * A container that is down after crashing (not ready, restarted, its last run terminated): between two
  * CrashLoopBackOff waits the kubelet shows it starting again, which must not read as healthy.

@@ -84,7 +84,13 @@ describe('listener agent: the condition of a serving revision in the heartbeat',
     const d = await deployedOn(world, 'crashing');
     const start = world.slipway.heartbeats.length;
 
-    world.kube.failPods(NAMESPACE, 'crashing', 'CrashLoopBackOff', 'back-off 10s restarting failed container');
+    // One crash (an OOM kill, say) is not a crash loop yet: the heartbeat after it says nothing.
+    world.kube.failPods(NAMESPACE, 'crashing', 'CrashLoopBackOff', 'back-off 10s', 'Deployment', 1);
+    const once = world.slipway.heartbeats.length;
+    const quiet = await heartbeatWhere(once + 1, () => true);
+    assert.deepEqual(quiet.deployments, []);
+
+    world.kube.failPods(NAMESPACE, 'crashing', 'CrashLoopBackOff', 'back-off 40s restarting failed container');
     const told = await heartbeatWhere(start, (c) => c.length > 0);
     assert.deepEqual(
       told.deployments!.map((c) => [c.deployment_id, c.revision_id, c.condition, c.reason]),

@@ -277,7 +277,14 @@ export class FakeKube {
   }
 
   /** One new pod of the current template, its first container waiting for this reason (ImagePullBackOff, CrashLoopBackOff...). */
-  failPods(namespace: string, name: string, reason: string, message: string, kind = 'Deployment'): void {
+  failPods(
+    namespace: string,
+    name: string,
+    reason: string,
+    message: string,
+    kind = 'Deployment',
+    restarts = reason === 'CrashLoopBackOff' ? 3 : 0,
+  ): void {
     const workload = this.mustGet(kind, namespace, name);
     const containers = this.containersOf(workload);
     this.replacePods(workload, 1, () => ({
@@ -285,7 +292,7 @@ export class FakeKube {
       containerStatuses: containers.map((c, i) => ({
         name: c,
         ready: false,
-        restartCount: reason === 'CrashLoopBackOff' ? 3 : 0,
+        restartCount: restarts,
         image: 'x',
         imageID: '',
         state: i === 0 ? { waiting: { reason, message } } : { running: {} },
