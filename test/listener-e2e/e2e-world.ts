@@ -45,7 +45,12 @@ export interface E2eWorld {
   /** Registers a listener and makes its credential, as docs/listener.md's steps 1 and 2 do. */
   registerListener(namespaces?: string[]): Promise<{ id: string; credential: string }>;
   /** Starts an agent process for the listener (the world stops it at the end if the test did not). */
-  startAgent(listener: { id: string; credential: string }, namespaces?: string[]): AgentProcess;
+  startAgent(
+    listener: { id: string; credential: string },
+    namespaces?: string[],
+    /** More of the agent's environment (SLIPWAY_LISTENER_HEARTBEAT_SECONDS, ...). */
+    env?: Record<string, string>,
+  ): AgentProcess;
   close(): Promise<void>;
 }
 
@@ -114,7 +119,7 @@ export async function startE2eWorld(): Promise<E2eWorld> {
       return { id: listener.body.id as string, credential: credential.body.credential as string };
     },
 
-    startAgent(listener, namespaces = [NAMESPACE]) {
+    startAgent(listener, namespaces = [NAMESPACE], env = {}) {
       const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
         cwd: ROOT,
         env: {
@@ -125,6 +130,7 @@ export async function startE2eWorld(): Promise<E2eWorld> {
           SLIPWAY_LISTENER_NAMESPACES: namespaces.join(','),
           KUBECONFIG: kubeconfig,
           LOG_LEVEL: 'debug',
+          ...env,
         },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
