@@ -233,6 +233,20 @@ describe('revision history', () => {
         'revision.status_changed:CREATING->QUEUED',
       ],
     );
+
+    // Newest first, paged: what happened lately, as the dashboard shows it.
+    const newest = await api.get(`/v2/deployments/${d.id}/events?order=desc&limit=2`);
+    assert.equal(newest.status, 200);
+    assert.deepEqual(
+      newest.body.resources.map((e: { type: string }) => e.type),
+      ['revision.status_changed', 'revision.created'],
+    );
+    const older = await api.get(`/v2/deployments/${d.id}/events?order=desc&limit=2&offset=${newest.body.offset}`);
+    assert.deepEqual(
+      older.body.resources.map((e: { type: string }) => e.type),
+      ['deployment.created'],
+    );
+    assert.equal((await api.get(`/v2/deployments/${d.id}/events?order=newest`)).status, 422);
   });
 
   test('get one revision; a revision of another deployment is 404', async () => {

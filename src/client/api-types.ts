@@ -246,7 +246,7 @@ export interface paths {
         };
         /**
          * List the events of a deployment
-         * @description Oldest first: creation, every revision and deployment status transition, updates.
+         * @description Oldest first (or newest first with order=desc): creation, every revision and deployment status transition, updates, scaling.
          */
         get: operations["listDeploymentEvents"];
         put?: never;
@@ -1454,7 +1454,7 @@ export interface components {
         };
         /**
          * DeploymentEventList
-         * @description A page of events, oldest first.
+         * @description A page of events, oldest first unless order=desc.
          */
         DeploymentEventList: {
             resources: components["schemas"]["DeploymentEvent"][];
@@ -3116,6 +3116,8 @@ export interface operations {
                 limit?: number;
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
+                /** @description asc: oldest first (to follow along); desc: newest first (what happened lately). */
+                order?: "asc" | "desc";
             };
             header?: never;
             path: {
@@ -3125,7 +3127,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A page of events, oldest first. */
+            /** @description A page of events, oldest first unless order=desc. */
             200: {
                 headers: {
                     [name: string]: unknown;

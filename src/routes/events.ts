@@ -7,6 +7,7 @@ import {
   ListEnvelope,
   Nullable,
   PageQuery,
+  StringEnum,
   Uuid,
   errorResponses,
   pageOf,
@@ -39,21 +40,34 @@ export const eventRoutes: FastifyPluginAsyncTypebox<{ deployments: DeploymentSer
         operationId: 'listDeploymentEvents',
         tags: ['deployments'],
         summary: 'List the events of a deployment',
-        description: 'Oldest first: creation, every revision and deployment status transition, updates.',
+        description:
+          'Oldest first (or newest first with order=desc): creation, every revision and deployment status ' +
+          'transition, updates, scaling.',
         params: Type.Object({ deployment_id: Uuid() }),
         querystring: Type.Object({
           ...PageQuery,
           limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 100, default: 100 })),
+          order: Type.Optional(
+            StringEnum(['asc', 'desc'], {
+              default: 'asc',
+              description: 'asc: oldest first (to follow along); desc: newest first (what happened lately).',
+            }),
+          ),
         }),
         response: {
-          200: ListEnvelope(Event, 'A page of events, oldest first.'),
+          200: ListEnvelope(Event, 'A page of events, oldest first unless order=desc.'),
           ...errorResponses(401, 403, 404, 422),
         },
       },
     },
     async (request) => {
       const { limit, offset } = pageOf(request.query, 100);
-      const rows = await deployments.listEvents(workspaceOf(request), request.params.deployment_id, { limit, offset });
+      const rows = await deployments.listEvents(
+        workspaceOf(request),
+        request.params.deployment_id,
+        { limit, offset },
+        request.query.order,
+      );
       return envelope(
         rows.map((e) => ({ ...e, id: String(e.id), created_at: e.created_at.toISOString() })),
         offset,

@@ -191,9 +191,9 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
     },
 
     /** The deployment's events and its revisions', oldest first. */
-    async listEvents(workspaceId: string, deploymentId: string, page: Page) {
+    async listEvents(workspaceId: string, deploymentId: string, page: Page, order: 'asc' | 'desc' = 'asc') {
       await read(workspaceId, deploymentId);
-      return listDeploymentEvents(db, workspaceId, deploymentId, page.limit, page.offset);
+      return listDeploymentEvents(db, workspaceId, deploymentId, page.limit, page.offset, order);
     },
 
     async create(workspaceId: string, input: CreateDeploymentInput): Promise<DeploymentView> {

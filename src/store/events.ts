@@ -49,6 +49,7 @@ export async function listDeploymentEvents(
   deploymentId: string,
   limit: number,
   offset: number,
+  order: 'asc' | 'desc' = 'asc',
 ) {
   return db
     .selectFrom('events')
@@ -65,7 +66,7 @@ export async function listDeploymentEvents(
     ])
     .where('workspace_id', '=', workspaceId)
     .where('deployment_id', '=', deploymentId)
-    .orderBy('id')
+    .orderBy('id', order)
     .limit(limit)
     .offset(offset)
     .execute();
