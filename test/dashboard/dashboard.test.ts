@@ -108,6 +108,14 @@ describe('dashboard', () => {
       (await page.locator('dt', { hasText: 'Instances' }).locator('xpath=following-sibling::dd').textContent())?.trim(),
       '1 web',
     );
+    // The activity panel tells what happened, newest first.
+    const activity = page.getByRole('list', { name: 'Latest events, newest first' });
+    await activity.getByText(`Revision ${String(firstRevisionId).slice(0, 8)}: DEPLOYED`).waitFor();
+    const items = await activity.locator('li').allTextContents();
+    assert.ok(items.length > 1 && items.length <= 10, items.join(' | '));
+    const deployedAt = items.findIndex((i) => i.includes(': DEPLOYED'));
+    const queuedAt = items.findIndex((i) => i.includes(': QUEUED'));
+    assert.ok(queuedAt === -1 || deployedAt < queuedAt, `newest first: ${items.join(' | ')}`);
     // The app's path-based URL is the app's, even for a browser asking for HTML: never the dashboard.
     const slug = new URL(stableUrl).hostname.split('.')[0]!;
     const byPath = await fetch(`${service.base}/apps/${slug}/`, { headers: { accept: 'text/html' } });

@@ -64,3 +64,6 @@ export const FINAL_REVISION_STATUSES: readonly RevisionStatus[] = [
 ];
 
 export const isFinalRevision = (status: RevisionStatus): boolean => FINAL_REVISION_STATUSES.includes(status);
+export type DeploymentEvent = Json<
+  paths['/v2/deployments/{deployment_id}/events']['get']['responses'][200]
+>['resources'][number];

@@ -10,6 +10,7 @@ import { followLog } from '../../../src/client/revision-follow.ts';
 import { data } from '../api/client.ts';
 import { logStreamSource } from '../api/log-follower.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
+import { DeploymentActivity } from '../components/deployment-activity.tsx';
 import { ErrorNotice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
 import { RevisionTimeline } from '../components/revision-timeline.tsx';
@@ -258,6 +259,13 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
           limit={REVISIONS_PER_PAGE}
           onOffset={(next) => navigate(withQuery(`/deployments/${d.id}`, { offset: next }))}
           onAction={act}
+        />
+      </section>
+      <section class="panel" aria-labelledby="activity">
+        <h2 id="activity">Activity</h2>
+        <DeploymentActivity
+          deploymentId={d.id}
+          changed={`${d.status}|${d.updated_at}|${revisions.value?.resources.map((r) => r.status).join(',') ?? ''}`}
         />
       </section>
     </>

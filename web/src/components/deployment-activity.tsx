@@ -1,0 +1,91 @@
+/**
+ * What happened to a deployment lately: its newest events (GET .../events?order=desc), in words. The
+ * page passes `changed` (the deployment's status and update time), so the list reloads when it moves.
+ */
+import { data } from '../api/client.ts';
+import type { DeploymentEvent } from '../api/types.ts';
+import { useApp, useResource } from '../hooks.ts';
+import { ErrorNotice } from './notice.tsx';
+import { Time } from './time.tsx';
+
+const SHOWN = 10;
+
+const short = (id: unknown) => (typeof id === 'string' ? id.slice(0, 8) : '');
+const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value : null);
+
+/** Web and worker counts of a `deployment.scaled` event's `to`. */
+function counts(value: unknown): string {
+  const c = (value ?? {}) as { web?: unknown; worker?: unknown };
+  const web = typeof c.web === 'number' ? c.web : '?';
+  return `${web} web${typeof c.worker === 'number' && c.worker > 0 ? `, ${c.worker} worker` : ''}`;
+}
+
+/** One line a person reads, and the reason or message behind it when there is one. */
+export function describeEvent(e: DeploymentEvent): { what: string; why: string | null } {
+  const why = text(e.data.message) ?? text(e.data.failure_message) ?? text(e.data.reason);
+  switch (e.type) {
+    case 'deployment.created':
+      return { what: 'Deployment created', why: null };
+    case 'revision.created':
+      return { what: `Revision ${short(e.subject_id)} created`, why: null };
+    case 'revision.status_changed':
+      return { what: `Revision ${short(e.subject_id)}: ${e.to_status ?? ''}`, why };
+    case 'deployment.status_changed':
+      return { what: `Deployment ${e.to_status ?? ''}`, why };
+    case 'deployment.active_revision_changed':
+      return { what: `Now serving revision ${short(e.data.to)}`, why: text(e.data.url) };
+    case 'deployment.database_created':
+      return { what: 'Database created', why: null };
+    case 'deployment.updated':
+      return {
+        what: `Updated: ${Array.isArray(e.data.fields) ? e.data.fields.join(', ') : 'settings'}`,
+        why: null,
+      };
+    case 'deployment.app_exited':
+      return { what: 'An app instance exited', why };
+    case 'deployment.scaled':
+      return { what: `Scaled to ${counts(e.data.to)}`, why: null };
+    case 'deployment.scale_failed':
+      return { what: `Scaling to ${counts(e.data.to)} failed`, why };
+    case 'deployment.update_failed':
+      return { what: 'In-place update failed on the listener', why };
+    case 'deployment.update_rolled_out':
+      return { what: 'In-place update rolled out', why: null };
+    default:
+      return { what: e.type, why };
+  }
+}
+
+export function DeploymentActivity({ deploymentId, changed }: { deploymentId: string; changed: string }) {
+  const { api } = useApp();
+  const events = useResource(
+    () =>
+      data(
+        api.GET('/v2/deployments/{deployment_id}/events', {
+          params: { path: { deployment_id: deploymentId }, query: { order: 'desc', limit: SHOWN } },
+        }),
+      ),
+    [deploymentId, changed],
+  );
+  const list = events.value?.resources ?? [];
+  return (
+    <>
+      <ErrorNotice error={events.error} />
+      {list.length === 0 ? (
+        <p class="muted">{events.loading ? 'Loading…' : 'Nothing yet.'}</p>
+      ) : (
+        <ol class="activity" aria-label="Latest events, newest first">
+          {list.map((e) => {
+            const { what, why } = describeEvent(e);
+            return (
+              <li key={e.id}>
+                <Time iso={e.created_at} /> <span>{what}</span>
+                {why && <div class="muted small breakable">{why}</div>}
+              </li>
+            );
+          })}
+        </ol>
+      )}
+    </>
+  );
+}
