@@ -72,6 +72,18 @@ export async function eventually<T>(
   }
 }
 
+/** The listener resource once its agent's first heartbeat arrived. */
+export function firstHeartbeat(world: E2eWorld, listenerId: string, agent: AgentProcess) {
+  return eventually(
+    'the first heartbeat',
+    async () => {
+      const l = await world.api('GET', `/v2/listeners/${listenerId}`);
+      return l.body.agent_version !== null && l.body;
+    },
+    () => agent.output(),
+  );
+}
+
 export async function startE2eWorld(): Promise<E2eWorld> {
   // The change feed wakes the long-polls at once, as in production (without it they re-read every second).
   const service = await createTestApp({}, { changes: true });

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, eventually, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 
 const FORBIDDEN = 'billing';
 
@@ -46,14 +46,7 @@ describe('a listener with a namespace it may not read', { timeout: 300_000 }, ()
     );
 
   test('the listener resource shows the forbidden namespace as not watched, with the reason', async () => {
-    const seen = await eventually(
-      'the first heartbeat',
-      async () => {
-        const l = await world.api('GET', `/v2/listeners/${listener.id}`);
-        return l.body.agent_version !== null && l.body;
-      },
-      () => agent.output(),
-    );
+    const seen = await firstHeartbeat(world, listener.id, agent);
     assert.equal(seen.state, 'connected');
     assert.deepEqual(seen.watched_namespaces, [NAMESPACE]);
     assert.deepEqual(seen.namespaces_not_watched, [FORBIDDEN]);
