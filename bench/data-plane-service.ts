@@ -29,7 +29,6 @@ import { freePort } from '../src/db/embedded-postgres.ts';
 import { withClient } from '../src/db/admin-client.ts';
 import { createAppRouter, type AppRouter } from '../src/dataplane/app-router.ts';
 import { startLocalDataPlane } from '../src/dataplane/local-data-plane.ts';
-import { createSandbox } from '../src/dataplane/sandbox.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Worker } from '../src/pipeline/worker.ts';
 import { createCodehostIntegrationService } from '../src/service/codehost-integrations.ts';
@@ -122,8 +121,7 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
     });
     app = await buildApp({ config, db, secretBox, logger, changes, router });
     await app.listen({ host: config.host, port: config.port });
-    const isolation = (await createSandbox({ mode: config.sandbox, dataDir, logger })).description;
-    worker = await startLocalDataPlane({
+    const dataPlane = (worker = await startLocalDataPlane({
       config,
       db,
       pool,
@@ -133,7 +131,7 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
       router,
       repositories: createCodehostIntegrationService({ db, secretBox, allowInsecure: false, logger }).repositories,
       logger,
-    });
+    }));
     const origin = `http://127.0.0.1:${port}`;
     return {
       origin,
@@ -143,7 +141,7 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
       db,
       pool,
       router,
-      isolation,
+      isolation: dataPlane.isolation,
       async api(method, url, body) {
         const response = await fetch(`${origin}${url}`, {
           method,

@@ -37,7 +37,11 @@ const host = process.env.HOST || '127.0.0.1';
 const port = process.env.PORT || '2024';
 
 function keepStateOfThisRevisionOnly() {
-  const stateDir = path.join(projectDir, '.langgraph_api');
+  // On Slipway `.langgraph_api` is a link to the deployment's own writable directory (the source is
+  // read-only): its contents are cleared, never the link.
+  const stateDir = process.env.SLIPWAY_DATA_DIR
+    ? path.join(process.env.SLIPWAY_DATA_DIR, 'langgraph_api')
+    : path.join(projectDir, '.langgraph_api');
   const marker = path.join(stateDir, '.slipway-revision');
   const revision = process.env.SLIPWAY_REVISION_ID || '';
   let owner;
@@ -47,8 +51,8 @@ function keepStateOfThisRevisionOnly() {
     owner = null;
   }
   if (owner === revision) return;
-  fs.rmSync(stateDir, { recursive: true, force: true });
   fs.mkdirSync(stateDir, { recursive: true });
+  for (const name of fs.readdirSync(stateDir)) fs.rmSync(path.join(stateDir, name), { recursive: true, force: true });
   fs.writeFileSync(marker, revision);
 }
 

@@ -45,6 +45,11 @@ export interface Config {
   readonly appsDomain: string;
   /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
   readonly sandbox: SandboxMode;
+  /**
+   * Limits of an app instance whose resource_spec is silent (and the least a build gets): memory in
+   * bytes, CPU in cores, processes.
+   */
+  readonly defaultLimits: { readonly memoryBytes: number; readonly cpu: number; readonly pids: number };
   /** How long a new revision's health path has to answer 2xx before DEPLOY_FAILED. */
   readonly healthTimeoutMs: number;
   /** How long old instances get to finish their requests after a switch (and after SIGTERM). */
@@ -83,6 +88,15 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
   const raw = text(env, name);
   if (raw === null) return fallback;
   if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be an integer, got '${raw}'`);
+  const value = Number(raw);
+  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
+  return value;
+}
+
+function decimal(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = text(env, name);
+  if (raw === null) return fallback;
+  if (!/^\d+(\.\d+)?$/.test(raw)) throw new ConfigError(name, `must be a number such as 0.5 or 2, got '${raw}'`);
   const value = Number(raw);
   if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
   return value;
@@ -265,6 +279,13 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),
     appsDomain: appsDomain(env),
     sandbox: sandbox(env),
+    // 1 GiB, one core and 512 processes: enough for a Node.js or Python agent server and its build, small
+    // enough that one app cannot take a machine from the others.
+    defaultLimits: {
+      memoryBytes: integer(env, 'SLIPWAY_APP_MEMORY_MB', 1024, 16, 1024 * 1024) * 1024 * 1024,
+      cpu: decimal(env, 'SLIPWAY_APP_CPU', 1, 0.01, 1024),
+      pids: integer(env, 'SLIPWAY_APP_PIDS', 512, 16, 1_000_000),
+    },
     healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),

@@ -100,6 +100,8 @@ export async function loadAppConfig(
   sourceDir: string,
   configPath: string,
   overrides: CommandOverrides,
+  /** Where a LangGraph server keeps its state at run time (the source is read-only then). */
+  langGraphStateDir: string | null = null,
 ): Promise<AppConfig> {
   const name = relativePath(configPath);
   const root = await fs.realpath(sourceDir);
@@ -122,6 +124,7 @@ export async function loadAppConfig(
       overrides,
     );
     await writeLauncher(root);
+    if (langGraphStateDir !== null) await linkLangGraphState(root, name, langGraphStateDir);
     return resolved;
   }
   return resolveAppConfig(configPath, parsed, await describeSource(root), overrides);
@@ -156,6 +159,19 @@ async function describeLangGraphSource(
 // The launcher ships with the service; its copy in the source travels with the build output (a
 // redeploy, a restart after a service restart), so a revision keeps the launcher it was built with.
 const LAUNCHER_SOURCE = new URL('../../runtime/langgraph-server.mjs', import.meta.url);
+
+/**
+ * The LangGraph server keeps its state in `.langgraph_api` beside the config; the sealed source is
+ * read-only when it runs, so that name becomes a link to the deployment's own writable directory.
+ */
+async function linkLangGraphState(root: string, configName: string, stateDir: string): Promise<void> {
+  const projectDir = await realPathInside(root, path.join(root, path.dirname(configName)), path.dirname(configName));
+  if (projectDir === null) return;
+  const link = path.join(projectDir, '.langgraph_api');
+  // What the archive had there is state of someone's laptop, not of this deployment.
+  await fs.rm(link, { recursive: true, force: true });
+  await fs.symlink(stateDir, link);
+}
 
 async function writeLauncher(root: string): Promise<void> {
   const target = path.join(root, LANGGRAPH_LAUNCHER_PATH);

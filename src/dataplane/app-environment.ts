@@ -11,6 +11,8 @@ const SYSTEM_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 export interface AppPaths {
   src: string;
   home: string;
+  /** The deployment's own writable directory (apps only). */
+  data?: string;
 }
 
 /** PATH (with the app's virtualenv and the Node.js that runs the service), HOME, locale. */
@@ -47,6 +49,8 @@ export interface PlatformVariables {
   apiUrl: string;
   agentCredential: string | null;
   databaseUrl: string | null;
+  /** Where the app must listen: its own network namespace's every address, or the host's loopback. */
+  listenHost: string;
 }
 
 export function runEnvironment(
@@ -57,7 +61,8 @@ export function runEnvironment(
 ): Record<string, string> {
   return {
     ...buildEnvironment(paths, appEnv, secrets),
-    HOST: '127.0.0.1',
+    HOST: platform.listenHost,
+    ...(paths.data ? { SLIPWAY_DATA_DIR: paths.data } : {}),
     SLIPWAY_DEPLOYMENT_ID: platform.deploymentId,
     SLIPWAY_REVISION_ID: platform.revisionId,
     SLIPWAY_TRACING_PROJECT_ID: platform.tracingProjectId,

@@ -7,7 +7,7 @@
  */
 import { freePort } from '../db/embedded-postgres.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
-import type { Sandbox } from './sandbox.ts';
+import type { Sandbox, SandboxRun } from './sandbox.ts';
 
 export interface InstanceSpec {
   kind: 'web' | 'worker';
@@ -26,7 +26,10 @@ export interface InstanceExit {
 
 export interface SupervisorOptions {
   sandbox: Sandbox;
-  appDir: string;
+  /** What every instance runs with: the sealed app directory, the deployment's data directory, forwards, limits. */
+  run: Pick<SandboxRun, 'appDir' | 'dataDir' | 'forwards' | 'limits'>;
+  /** Prefix of the instances' cgroup names (unique per running revision). */
+  name: string;
   /** Environment of every instance; PORT is added per web instance. */
   env: Record<string, string>;
   output: OutputSink;
@@ -99,6 +102,8 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const backoff = options.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
   const stableAfterMs = options.stableAfterMs ?? 60_000;
   let stopped = false;
+  /** Starts so far, so that each process gets a cgroup name of its own. */
+  let launches = 0;
   const instances: Instance[] = [];
   /** Ids stay `<kind>-0` .. `<kind>-(n-1)`: instances are removed newest first. */
   const append = (spec: InstanceSpec): Instance => {
@@ -123,8 +128,13 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     instance.startedAt = Date.now();
     const running = startProcess({
       sandbox: options.sandbox,
-      command: instance.command,
-      appDir: options.appDir,
+      run: {
+        ...options.run,
+        purpose: 'app',
+        command: instance.command,
+        publishPort: instance.port,
+        name: `${options.name}-${instance.id}-${(launches += 1)}`,
+      },
       env,
       output: options.output,
     });

@@ -14,6 +14,8 @@ import type { Database } from '../store/schema.ts';
 import type { AppRouter } from './app-router.ts';
 import { createLocalRuntime } from './local-runtime.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
+import { protectServiceDatabases } from './app-database.ts';
+import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
 
 /** Downloads a codehost revision's repository (src/service/codehost-integrations.ts does the talking). */
@@ -41,10 +43,22 @@ export interface LocalDataPlaneDeps {
   backoff?: { initialMs: number; maxMs: number };
 }
 
-export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Worker> {
+/** The worker of the local data plane, and what isolation its sandbox gives (as the start log says). */
+export interface LocalDataPlane extends Worker {
+  readonly isolation: string;
+}
+
+export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
   const { config, db, logger } = deps;
-  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, logger });
-  logger.info({ isolation: sandbox.kind }, `local data plane: ${sandbox.description}`);
+  const limits = await createResourceControl({ logger });
+  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger });
+  const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
+  // Said loudly when anything is missing: an operator must know that apps are not contained.
+  (contained ? logger.info.bind(logger) : logger.warn.bind(logger))(
+    { isolation: sandbox.kind, network: sandbox.networkIsolated ? 'own' : 'host', limits: limits.kind },
+    `local data plane: ${sandbox.description}${contained ? '' : ' — APPS ARE NOT FULLY CONTAINED (see docs/data-plane.md, "What an app can reach")'}`,
+  );
+  for (const warning of await protectServiceDatabases(deps.pool)) logger.warn(warning);
   const fetcher: SourceFetcher = {
     async downloadRepository(deployment, ref, destFile) {
       const integrationId = deployment.source_config.integration_id;
@@ -65,7 +79,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Wor
   };
   const runtime = createLocalRuntime({ ...deps, sandbox, fetcher });
   const owner = await leaseOwnerFor(config.dataDir);
-  return startWorker({
+  const worker = await startWorker({
     db,
     runtime,
     changes: deps.changes,
@@ -74,4 +88,12 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Wor
     concurrency: config.workerConcurrency,
     leaseSeconds: deps.leaseSeconds,
   });
+  return {
+    isolation: sandbox.description,
+    async stop() {
+      await worker.stop();
+      await sandbox.dispose();
+      await limits.dispose();
+    },
+  };
 }

@@ -6,12 +6,15 @@
  * State transitions are not made here: the worker (src/pipeline/worker.ts) holds the revision's lease
  * and writes them; this module calls back at the points where a transition belongs.
  */
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
 import type { Config } from '../config.ts';
+import { MAX_CONNECTIONS, SERVICE_RESERVED_CONNECTIONS } from '../db/embedded-postgres.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { SourceConfig } from '../domain/sources.ts';
@@ -21,12 +24,16 @@ import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
-import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
+import { APP_ROLE_CONNECTION_LIMIT, appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import type { AppRouter } from './app-router.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrls } from './app-urls.ts';
+import { removeTree } from './build-snapshot.ts';
+import { openHostForward, type ConnectionBudget, type HostForward } from './host-forwards.ts';
+import { describeExit } from './process-runner.ts';
+import { limitsFromResourceSpec } from './resource-limits.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
 import {
   buildRevision,
@@ -75,8 +82,20 @@ export interface LocalRuntimeDeps {
   backoff?: { initialMs: number; maxMs: number };
 }
 
-/** The processes serving a deployment's revision, and what scaling them in place needs. */
-type RunningApp = ScalingApp;
+/** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
+type RunningApp = ScalingApp & { forwards: HostForward[] };
+
+/** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
+const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
+/**
+ * Connections all apps together may hold to the service's PostgreSQL server: what the embedded server
+ * has beyond the slots kept for the service, less a margin for connections on their way in and out.
+ */
+const DATABASE_FORWARD_BUDGET = MAX_CONNECTIONS - SERVICE_RESERVED_CONNECTIONS - 20;
+/** Connections an app may hold to the service's API at once. */
+const API_FORWARD_CONNECTIONS = 64;
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
 
 export interface LocalRuntime {
   readonly isolation: string;
@@ -115,6 +134,7 @@ export interface LocalRuntime {
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, router, logger } = deps;
   const apps = new Map<string, RunningApp>();
+  const databaseBudget: ConnectionBudget = { max: DATABASE_FORWARD_BUDGET, open: 0 };
   /** Scale changes under way, by deployment: one at a time per app. */
   const scaling = new Map<string, Promise<void>>();
 
@@ -210,7 +230,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   /** Every exit of a serving app is an event; a crash loop makes the deployment UNKNOWN. */
   function onExit(job: RevisionJob, log: LogWriter, exit: InstanceExit): void {
     const serving = apps.get(job.deployment.id)?.revisionId === job.revisionId;
-    const how = exit.exit.signal ? `was killed by ${exit.exit.signal}` : `exited with code ${exit.exit.code}`;
+    const how = describeExit(exit.exit);
     log.system(
       `Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`,
     );
@@ -221,6 +241,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       instance: exit.instanceId,
       exit_code: exit.exit.code,
       signal: exit.exit.signal,
+      ...(exit.exit.outOfMemory ? { reason: 'out_of_memory', memory_limit_bytes: exit.exit.memoryLimitBytes } : {}),
       crashes: exit.crashes,
       restart_in_ms: exit.restartInMs,
     };
@@ -246,6 +267,88 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));
   }
 
+  /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
+  const dataDirOf = (deploymentId: string) => path.join(config.dataDir, 'deployments', deploymentId, 'data');
+  async function deploymentDataDir(deploymentId: string): Promise<string> {
+    const data = dataDirOf(deploymentId);
+    const root = path.dirname(data);
+    // Passable, never listable, by the app's user: it finds its own directory only.
+    await fs.mkdir(path.dirname(root), { recursive: true, mode: 0o711 });
+    await fs.mkdir(path.join(root, 'home'), { recursive: true, mode: 0o700 });
+    await fs.mkdir(data, { recursive: true, mode: 0o700 });
+    // Only its app writes there; the service never reads it (it only removes it with the deployment).
+    await sandbox.ownTree(root);
+    return data;
+  }
+
+  /**
+   * An app's ways to the host when it has a network of its own: its database and the service's API, each
+   * through a Unix socket that leads only there, in a directory of this running revision.
+   */
+  async function openForwards(
+    databaseUrl: string | null,
+  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }> {
+    if (!sandbox.slirp) return { forwards: [], databaseUrl, apiUrl: config.publicUrl };
+    const dir = path.join(sandbox.slirp.socketDir, randomBytes(12).toString('hex'));
+    await fs.mkdir(dir, { mode: 0o711 });
+    const forwards: HostForward[] = [];
+    try {
+      let insideDatabaseUrl = databaseUrl;
+      if (databaseUrl) {
+        const url = new URL(databaseUrl);
+        const port = Number(url.port || 5432);
+        forwards.push(
+          await openHostForward(
+            dir,
+            {
+              name: 'database',
+              host: url.hostname,
+              port,
+              insidePort: port,
+              maxConnections: DATABASE_FORWARD_CONNECTIONS,
+              budget: databaseBudget,
+            },
+            logger,
+          ),
+        );
+        url.hostname = '127.0.0.1';
+        url.port = String(port);
+        insideDatabaseUrl = url.toString();
+      }
+      const api = new URL(config.publicUrl);
+      if (LOOPBACK_HOSTS.has(api.hostname)) {
+        // The public URL names this machine's loopback: inside, the same address leads to the API.
+        const port = Number(api.port || (api.protocol === 'https:' ? 443 : 80));
+        const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+        forwards.push(
+          await openHostForward(
+            dir,
+            { name: 'api', host, port: config.port, insidePort: port, maxConnections: API_FORWARD_CONNECTIONS },
+            logger,
+          ),
+        );
+        api.hostname = '127.0.0.1';
+      }
+      return { forwards, databaseUrl: insideDatabaseUrl, apiUrl: api.toString().replace(/\/$/, '') };
+    } catch (error) {
+      await closeForwards(forwards);
+      throw error;
+    }
+  }
+
+  async function closeForwards(forwards: readonly HostForward[]): Promise<void> {
+    await Promise.all(forwards.map((f) => f.close()));
+    const dirs = new Set(forwards.map((f) => path.dirname(f.socketPath)));
+    for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true });
+  }
+
+  /** Stops a running revision's processes and releases what it held. */
+  async function release(app: RunningApp): Promise<void> {
+    await app.supervisor.stop(config.drainTimeoutMs);
+    await closeForwards(app.forwards);
+    await app.log.close();
+  }
+
   /** Starts the revision's processes and waits for health; the caller decides what serves. */
   async function startApp(job: RevisionJob, build: BuildRecord, signal: AbortSignal): Promise<RunningApp> {
     const { appConfig } = build;
@@ -257,14 +360,17 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       .select('name')
       .where('id', '=', job.deployment.tracing_project_id)
       .executeTakeFirst();
-    const env = runEnvironment(sandbox.appPaths(dirs.app), appConfig.env, secrets, {
+    const dataDir = await deploymentDataDir(job.deployment.id);
+    const reach = await openForwards(platform.databaseUrl);
+    const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,
       tracingProjectId: job.deployment.tracing_project_id,
       tracingProjectName: tracingProject?.name ?? job.deployment.name,
-      apiUrl: config.publicUrl,
+      apiUrl: reach.apiUrl,
       agentCredential: platform.agentCredential,
-      databaseUrl: platform.databaseUrl,
+      databaseUrl: reach.databaseUrl,
+      listenHost: sandbox.listenHost,
     });
     const redact = [
       ...Object.values(secrets),
@@ -279,23 +385,27 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       .select('source_config')
       .where('id', '=', job.deployment.id)
       .executeTakeFirst();
-    const { web: webCount, worker: workerCount } = scaleOf(
-      current ? current.source_config.resource_spec : job.snapshot.resource_spec,
-      appConfig,
-    );
+    const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
+    const { web: webCount, worker: workerCount } = scaleOf(resourceSpec, appConfig);
+    const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
     const instances = [
       ...Array.from({ length: webCount }, () => ({ kind: 'web' as const, command: appConfig.start })),
       ...Array.from({ length: workerCount }, () => ({ kind: 'worker' as const, command: appConfig.worker! })),
     ];
+    let outOfMemory = false;
     const supervisor = createAppSupervisor({
       sandbox,
-      appDir: dirs.app,
+      run: { appDir: dirs.app, dataDir, forwards: reach.forwards, limits },
+      name: `app-${job.revisionId}`,
       env,
       output: log,
       instances,
       healthCheckPath: appConfig.healthCheckPath,
       backoff: deps.backoff,
-      onExit: (exit) => onExit(job, log, exit),
+      onExit: (exit) => {
+        if (exit.exit.outOfMemory) outOfMemory = true;
+        onExit(job, log, exit);
+      },
     });
     log.system(`Starting ${describeScale({ web: webCount, worker: workerCount })}: ${appConfig.start}`);
     await supervisor.start();
@@ -303,9 +413,19 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await supervisor.waitHealthy(config.healthTimeoutMs, signal);
     } catch (error) {
       await supervisor.stop(config.drainTimeoutMs);
+      await closeForwards(reach.forwards);
       const tail = log.tail(20).join('\n');
       await log.close();
       if (signal.aborted) throw signal.reason;
+      if (outOfMemory) {
+        throw new RevisionFailure(
+          'DEPLOY_FAILED',
+          'out_of_memory',
+          `The app was killed for going over its memory limit of ${Math.round(limits.memoryBytes / 1024 ** 2)} MiB ` +
+            `before its health check passed; raise resource_spec.memory_limit_mb (or memory_mb). The previous revision ` +
+            `keeps serving. Last lines of the app's output:\n${tail}`,
+        );
+      }
       throw new RevisionFailure(
         'DEPLOY_FAILED',
         'health_check_failed',
@@ -321,6 +441,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       log,
       appConfig,
       failedScale: null,
+      forwards: reach.forwards,
     };
   }
 
@@ -331,8 +452,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await router.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
     if (previous && previous !== next) {
       previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
-      await previous.supervisor.stop(config.drainTimeoutMs);
-      await previous.log.close();
+      await release(previous);
     }
   }
 
@@ -341,8 +461,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     if (!app) return;
     apps.delete(deploymentId);
     await router.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
-    await app.supervisor.stop(config.drainTimeoutMs);
-    await app.log.close();
+    await release(app);
   }
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
@@ -373,6 +492,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
             fetcher: deps.fetcher,
             copyUpload: (workspaceId, uploadPath, destFile) =>
               copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
+            defaultLimits: config.defaultLimits,
+            deploymentDataDir: dataDirOf,
           },
           { ...job, secrets: openSecrets(job.secrets) },
           hooks,
@@ -393,8 +514,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       try {
         await commit(appUrls({ name: job.deployment.name, id: job.deployment.id }, config).hostUrl);
       } catch (error) {
-        await next.supervisor.stop(config.drainTimeoutMs);
-        await next.log.close();
+        await release(next);
         throw error;
       }
       await serve(job.deployment.id, next);
@@ -460,12 +580,13 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await stop(deployment.id);
       const runtime = await getDeploymentRuntime(db, deployment.id);
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
-      for (const revisionId of revisionIds)
-        await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
+      for (const revisionId of revisionIds) await removeTree(revisionDirs(config.dataDir, revisionId).root);
+      // Its own directory: every process that could write it is stopped above.
+      await removeTree(path.join(config.dataDir, 'deployments', deployment.id));
     },
 
     async removeRevisionFiles(revisionId) {
-      await fs.rm(revisionDirs(config.dataDir, revisionId).root, { recursive: true, force: true });
+      await removeTree(revisionDirs(config.dataDir, revisionId).root);
     },
 
     async removeUpload(relativePath) {

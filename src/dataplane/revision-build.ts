@@ -1,9 +1,11 @@
 /**
  * Fetch and build: a revision's source goes into its own app directory under the data directory
  * (`revisions/<id>/app/src`), its app config is read, and its install and build commands run there,
- * sandboxed, with output in the revision's build log. A finished build leaves `revisions/<id>/build.json`
- * (the resolved app config), which is what a start, a restart after a service restart, or a redeploy
- * reuses without building again.
+ * sandboxed, with output in the revision's build log. A finished build is sealed (src/dataplane/
+ * build-snapshot.ts: owned by the service, read-only) and leaves `revisions/<id>/build.json` (the resolved
+ * app config), which is what a start, a restart after a service restart, or a redeploy reuses without
+ * building again. Nothing here reads a tree that a running app can write: a redeploy copies a sealed
+ * snapshot, never an app's directory.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -14,6 +16,8 @@ import { AppConfigError, loadAppConfig } from './app-config-file.ts';
 import { buildEnvironment } from './app-environment.ts';
 import { ArchiveError } from './archive-error.ts';
 import { extractTarball } from './archive-extraction.ts';
+import { copySnapshot, removeTree, sealSnapshot } from './build-snapshot.ts';
+import { limitsFromResourceSpec, type Limits } from './resource-limits.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
 
@@ -46,6 +50,8 @@ export function revisionDirs(dataDir: string, revisionId: string): RevisionDirs 
 export interface BuildRecord {
   appConfig: AppConfig;
   builtAt: string;
+  /** The app directory was sealed when the build ended; only a sealed build is ever reused. */
+  sealed?: boolean;
 }
 
 export async function readBuild(dirs: RevisionDirs): Promise<BuildRecord | null> {
@@ -88,6 +94,10 @@ export interface BuildDeps {
   fetcher: SourceFetcher;
   /** Writes the workspace's upload `uploadPath` (a source_tarball_path) to `destFile`. */
   copyUpload(workspaceId: string, uploadPath: string, destFile: string): Promise<void>;
+  /** The deployment's own writable directory on the host (what an app sees at SLIPWAY_DATA_DIR). */
+  deploymentDataDir(deploymentId: string): string;
+  /** Limits of an app instance when its resource spec is silent; a build gets at least these too. */
+  defaultLimits: Limits;
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
@@ -98,6 +108,7 @@ async function fetchSource(
   dirs: RevisionDirs,
   hooks: BuildHooks,
   log: OutputSink,
+  signal: AbortSignal,
 ): Promise<void> {
   const archive = path.join(dirs.root, 'source.tar.gz');
   try {
@@ -111,7 +122,7 @@ async function fetchSource(
         );
       log.system(`Extracting the uploaded source ${upload}`);
       await deps.copyUpload(input.deployment.workspace_id, upload, archive);
-      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true });
+      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal });
     } else if (input.source === 'codehost') {
       const ref = input.config.repo_ref;
       if (!ref) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no repo_ref.');
@@ -119,7 +130,7 @@ async function fetchSource(
       const { commitSha } = await deps.fetcher.downloadRepository(input.deployment, ref, archive);
       await hooks.commitResolved(commitSha);
       log.system(`Resolved ${ref} to commit ${commitSha}`);
-      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true });
+      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal });
     } else {
       throw new RevisionFailure(
         'BUILD_FAILED',
@@ -128,6 +139,7 @@ async function fetchSource(
       );
     }
   } catch (error) {
+    if (signal.aborted) throw signal.reason;
     if (error instanceof ArchiveError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
     if (error instanceof RevisionFailure) throw error;
     throw new RevisionFailure(
@@ -140,7 +152,10 @@ async function fetchSource(
   }
 }
 
-/** Copies an earlier revision's finished build (a redeploy); false when it is gone. */
+/**
+ * Copies an earlier revision's sealed build (a redeploy); null when it is gone, or was never sealed (built
+ * by an older version, whose app could write it: it is built again from its source instead).
+ */
 async function reuseBuild(
   deps: BuildDeps,
   fromRevisionId: string,
@@ -149,10 +164,20 @@ async function reuseBuild(
 ): Promise<BuildRecord | null> {
   const from = revisionDirs(deps.dataDir, fromRevisionId);
   const record = await readBuild(from);
-  if (!record) return null;
+  if (!record?.sealed) return null;
   log.system(`Reusing the build output of revision ${fromRevisionId}`);
-  await fs.cp(from.app, dirs.app, { recursive: true, verbatimSymlinks: true });
+  await copySnapshot(from.app, dirs.app);
   return record;
+}
+
+/** What a build may use: the revision's resource spec, but never less than an instance's defaults. */
+function buildLimits(deps: BuildDeps, input: BuildInput): Limits {
+  const spec = limitsFromResourceSpec(input.snapshot.resource_spec, deps.defaultLimits);
+  return {
+    memoryBytes: Math.max(spec.memoryBytes, deps.defaultLimits.memoryBytes),
+    cpu: Math.max(spec.cpu, deps.defaultLimits.cpu),
+    pids: Math.max(spec.pids, deps.defaultLimits.pids),
+  };
 }
 
 /**
@@ -167,7 +192,7 @@ export async function buildRevision(
   signal: AbortSignal,
 ): Promise<BuildRecord> {
   const dirs = revisionDirs(deps.dataDir, input.revisionId);
-  await fs.rm(dirs.root, { recursive: true, force: true });
+  await removeTree(dirs.root);
   await fs.mkdir(path.join(dirs.app, 'home'), { recursive: true, mode: 0o755 });
   await fs.mkdir(dirs.src, { recursive: true, mode: 0o755 });
 
@@ -177,23 +202,27 @@ export async function buildRevision(
     const reused = await reuseBuild(deps, reuseFrom, dirs, log);
     if (reused) {
       await hooks.building();
-      await deps.sandbox.ownTree(dirs.app);
-      const record = { appConfig: reused.appConfig, builtAt: new Date().toISOString() };
+      const record = { appConfig: reused.appConfig, builtAt: new Date().toISOString(), sealed: true };
       await fs.writeFile(dirs.buildFile, JSON.stringify(record));
       return record;
     }
     log.system(`The build output of revision ${reuseFrom} is gone; building again from its source`);
   }
 
-  await fetchSource(deps, input, dirs, hooks, log);
+  await fetchSource(deps, input, dirs, hooks, log, signal);
   signal.throwIfAborted();
   let appConfig: AppConfig;
   try {
     const configPath = input.config.framework_config_path ?? 'slipway.json';
-    appConfig = await loadAppConfig(dirs.src, configPath, {
-      install_command: stringOrNull(input.snapshot.install_command),
-      build_command: stringOrNull(input.snapshot.build_command),
-    });
+    appConfig = await loadAppConfig(
+      dirs.src,
+      configPath,
+      {
+        install_command: stringOrNull(input.snapshot.install_command),
+        build_command: stringOrNull(input.snapshot.build_command),
+      },
+      `${deps.sandbox.appPaths(dirs.app, deps.deploymentDataDir(input.deployment.id)).data}/langgraph_api`,
+    );
   } catch (error) {
     if (error instanceof AppConfigError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
     throw error;
@@ -202,24 +231,33 @@ export async function buildRevision(
   await deps.sandbox.ownTree(dirs.app);
 
   const env = buildEnvironment(deps.sandbox.appPaths(dirs.app), appConfig.env, input.secrets);
+  const limits = buildLimits(deps, input);
   for (const [step, command] of [
     ['install', appConfig.install],
     ['build', appConfig.build],
   ] as const) {
     if (!command) continue;
     log.system(`Running the ${step} command: ${command}`);
-    const exit = await runToEnd({ sandbox: deps.sandbox, command, appDir: dirs.app, env, output: log, signal });
+    const exit = await runToEnd({
+      sandbox: deps.sandbox,
+      run: { purpose: 'build', command, appDir: dirs.app, limits, name: `build-${input.revisionId}-${step}` },
+      env,
+      output: log,
+      signal,
+    });
     signal.throwIfAborted();
     if (exit.code !== 0) {
       const tail = log.tail(20).join('\n');
       throw new RevisionFailure(
         'BUILD_FAILED',
-        'build_command_failed',
+        exit.outOfMemory ? 'out_of_memory' : 'build_command_failed',
         `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again. Last lines of output:\n${tail}`,
       );
     }
   }
-  const record = { appConfig, builtAt: new Date().toISOString() };
+  // The build's processes are gone (its PID namespace ended with its command): nothing writes it now.
+  await sealSnapshot(dirs.app);
+  const record = { appConfig, builtAt: new Date().toISOString(), sealed: true };
   await fs.writeFile(dirs.buildFile, JSON.stringify(record));
   log.system('Build finished');
   return record;

@@ -46,6 +46,18 @@ export interface EmbeddedPostgresOptions {
   onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void;
 }
 
+/** Connection slots of the embedded server, shared by the service and the apps' roles. */
+export const MAX_CONNECTIONS = 200;
+
+/**
+ * Slots only superusers may take (superuser_reserved_connections): the service connects as the
+ * cluster's superuser `postgres`, apps as roles of their own (src/dataplane/app-database.ts), so apps
+ * that take every other slot still leave the service these. They cover its pool (20,
+ * src/db/database.ts), the change feed's connection, the one-off connections it opens to make an app's
+ * database, and an operator's psql session.
+ */
+export const SERVICE_RESERVED_CONNECTIONS = 30;
+
 /**
  * Written into the cluster once initdb has finished and everything is on disk. initdb writes
  * PG_VERSION first of all, so a cluster without this marker is one an interrupted first start left.
@@ -294,7 +306,9 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
       '-c',
       'unix_socket_directories=',
       '-c',
-      'max_connections=200',
+      `max_connections=${MAX_CONNECTIONS}`,
+      '-c',
+      `superuser_reserved_connections=${SERVICE_RESERVED_CONNECTIONS}`,
     ],
     user,
     true,

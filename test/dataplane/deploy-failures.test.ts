@@ -180,10 +180,12 @@ test('a container image on the own data plane fails at once with container_runti
 test("an app cannot read the service's data directory (its encryption key)", async () => {
   const keyFile = path.join(service.dataDir, 'encryption.key');
   await fs.writeFile(keyFile, 'top-secret-key-material', { mode: 0o600 });
-  const probe = `cat ${keyFile} > probe.txt 2>&1; ls ${service.dataDir} >> probe.txt 2>&1; node server.js`;
+  const out = '"$SLIPWAY_DATA_DIR/probe.txt"';
+  const probe = `cat ${keyFile} > ${out} 2>&1; ls ${service.dataDir} >> ${out} 2>&1; node server.js`;
   const { id, revisionId } = await deploy(tinyApp({ start: probe }));
   assert.equal((await waitForRevision(service, id, revisionId)).status, 'DEPLOYED');
-  const probeFile = path.join(service.dataDir, 'revisions', revisionId, 'app', 'src', 'probe.txt');
+  // The deployment's own writable directory, as the host sees it.
+  const probeFile = path.join(service.dataDir, 'deployments', id, 'data', 'probe.txt');
   const seen = await waitFor('the probe to run', () => fs.readFile(probeFile, 'utf8').catch(() => null));
   assert.doesNotMatch(seen, /top-secret-key-material/);
   assert.doesNotMatch(seen, /uploads|postgres|node-id/);

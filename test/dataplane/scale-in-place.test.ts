@@ -178,7 +178,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
 
 /**
  * Only the first web instance ever started can run: any other exits at once (it finds the port of the
- * first in a file of the app's HOME). Its worker prints a line and stays.
+ * first in a file of the deployment's own directory, SLIPWAY_DATA_DIR). Its worker prints a line and stays.
  */
 const ONE_WEB_ONLY = {
   'package.json': JSON.stringify({ name: 'one-web', private: true, type: 'module' }),
@@ -186,7 +186,7 @@ const ONE_WEB_ONLY = {
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
-const marker = path.join(process.env.HOME, 'first-port');
+const marker = path.join(process.env.SLIPWAY_DATA_DIR, 'first-port');
 if (fs.existsSync(marker) && fs.readFileSync(marker, 'utf8') !== process.env.PORT) {
   console.log('another web instance runs already; exiting');
   process.exit(4);

@@ -1,0 +1,521 @@
+/**
+ * Resource limits through cgroups (src/dataplane/resource-limits.ts).
+ *
+ * The kernel's behaviour (an OOM kill at the memory limit, fork failing at the task limit, children
+ * inheriting the group) is tested for real only on cgroup v1, the hierarchy of the machine these tests
+ * were written on, and only as root: elsewhere those tests are skipped and say why. The cgroup v2 logic
+ * (where the groups go, which controllers are enabled on which group, which file gets which value) is
+ * tested against a fake hierarchy in a temporary directory (test/fakes/cgroup-v2.ts) that follows the
+ * kernel's rules for the files the module uses, but enforces nothing.
+ *
+ * Every group made here is removed, also when a test fails: each test removes its own, and the suite's
+ * `after` sweeps whatever is left under its parent groups and removes those too.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Writable } from 'node:stream';
+import { after, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  DEFAULT_LIMITS,
+  createResourceControl,
+  limitsFromResourceSpec,
+  type ResourceGroup,
+} from '../../src/dataplane/resource-limits.ts';
+import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
+
+const MIB = 1024 * 1024;
+/** A pid no process can have (above Linux's largest pid_max, 2^22): the fake's "service". */
+const SERVICE_PID = 99_999_999;
+
+interface Exited {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+interface Started {
+  child: ChildProcess;
+  pid: number;
+  exit: Promise<Exited>;
+  stdout(): string;
+  stderr(): string;
+}
+
+function start(file: string, args: string[], hold: boolean): Started & { release(): void } {
+  // Held: a shell that waits for a line on fd 3 before it becomes the command (as the service holds
+  // what it starts until the process is in its group, so that nothing it forks is left outside).
+  const child = hold
+    ? spawn('/bin/sh', ['-c', 'read -r _ <&3; exec 3<&-; exec "$@"', 'held', file, ...args], {
+        stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+      })
+    : spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout?.on('data', (chunk: Buffer) => (out += String(chunk)));
+  child.stderr?.on('data', (chunk: Buffer) => (err += String(chunk)));
+  const exit = new Promise<Exited>((resolve) => child.once('close', (code, signal) => resolve({ code, signal })));
+  assert.ok(child.pid !== undefined, `could not start ${file}`);
+  return {
+    child,
+    pid: child.pid,
+    exit,
+    stdout: () => out,
+    stderr: () => err,
+    release: () => (child.stdio[3] as Writable).end('go\n'),
+  };
+}
+
+async function waitFor(condition: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+async function exists(file: string): Promise<boolean> {
+  return fs.access(file).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Gone, or a zombie (an orphan waits for its new parent to reap it): either way it runs no more. */
+async function isDead(pid: number): Promise<boolean> {
+  try {
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return state === 'Z' || state === 'X';
+  } catch {
+    return true;
+  }
+}
+
+async function procs(dir: string): Promise<number[]> {
+  return (await fs.readFile(path.join(dir, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number);
+}
+
+async function readValue(dir: string, file: string): Promise<string> {
+  return (await fs.readFile(path.join(dir, file), 'utf8')).trim();
+}
+
+function dirOf(group: ResourceGroup, controller: string): string {
+  const dir = group.paths.find((p) => p.split(path.sep).includes(controller));
+  assert.ok(dir, `no ${controller} group in ${group.paths.join(', ')}`);
+  return dir;
+}
+
+describe('limitsFromResourceSpec', () => {
+  test('the defaults: 1 GiB, one core, 512 tasks', () => {
+    assert.deepEqual({ ...DEFAULT_LIMITS }, { memoryBytes: 1024 * MIB, cpu: 1, pids: 512 });
+    assert.ok(Object.isFrozen(DEFAULT_LIMITS));
+  });
+
+  test('a missing or empty spec gives the defaults', () => {
+    for (const spec of [null, undefined, {}])
+      assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), DEFAULT_LIMITS);
+  });
+
+  test('the limit fields win over the request fields; memory is MiB', () => {
+    const spec = { memory_mb: 256, memory_limit_mb: 512, cpu: 0.25, cpu_limit: 1.5 };
+    assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), { memoryBytes: 512 * MIB, cpu: 1.5, pids: 512 });
+  });
+
+  test('a request field alone is the limit', () => {
+    assert.deepEqual(limitsFromResourceSpec({ memory_mb: 300, cpu: 0.5 }, DEFAULT_LIMITS), {
+      memoryBytes: 300 * MIB,
+      cpu: 0.5,
+      pids: 512,
+    });
+  });
+
+  test('zero, negative, non-finite and string values (the schema takes numbers only) say nothing', () => {
+    const defaults = { memoryBytes: 64 * MIB, cpu: 2, pids: 30 };
+    for (const value of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '500m', '1', null, true]) {
+      assert.deepEqual(
+        limitsFromResourceSpec({ memory_limit_mb: value, memory_mb: value, cpu_limit: value, cpu: value }, defaults),
+        defaults,
+        `value ${String(value)}`,
+      );
+    }
+    // A zero limit falls back to the request, not to the default.
+    assert.equal(limitsFromResourceSpec({ cpu_limit: 0, cpu: 0.75 }, defaults).cpu, 0.75);
+  });
+
+  test('the task limit is always the default (the spec has no such field)', () => {
+    assert.equal(limitsFromResourceSpec({ pids: 5, max_pids: 5 }, { ...DEFAULT_LIMITS, pids: 77 }).pids, 77);
+  });
+});
+
+// --- The real kernel: cgroup v1 -------------------------------------------------------------------------
+
+const parent = `slipway-test-${process.pid}-${randomBytes(3).toString('hex')}`;
+const isRoot = process.getuid?.() === 0;
+const real = isRoot ? await createResourceControl({ parent }) : null;
+const realSkip =
+  real?.kind === 'cgroup-v1'
+    ? false
+    : isRoot
+      ? `the kernel's behaviour is tested on cgroup v1 only; here: ${real?.description}`
+      : 'needs root to make cgroups';
+// The suite below will not run: leave nothing behind (on a v2 machine its parent group was made).
+if (realSkip) await real?.dispose();
+
+/** Last resort after a failed test: kills what is in the groups under the parents and removes them all. */
+async function sweep(parents: readonly string[]): Promise<void> {
+  for (const dir of parents) {
+    if (!(await exists(dir))) continue;
+    for (const entry of await fs.readdir(dir, { withFileTypes: true })) {
+      if (!entry.isDirectory()) continue;
+      const group = path.join(dir, entry.name);
+      for (let round = 0; round < 50; round += 1) {
+        const left = await procs(group).catch(() => []);
+        if (left.length === 0) break;
+        for (const pid of left) {
+          try {
+            process.kill(pid, 'SIGKILL');
+          } catch {
+            // Gone already.
+          }
+        }
+        await sleep(20);
+      }
+      await fs.rmdir(group).catch(() => undefined);
+    }
+    await fs.rmdir(dir).catch(() => undefined);
+  }
+}
+
+describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () => {
+  const control = real!;
+  const made: ResourceGroup[] = [];
+  const create = async (suffix: string, limits: { memoryBytes: number; cpu: number; pids: number }) => {
+    const group = await control.create(`dep-${suffix}-${randomBytes(3).toString('hex')}`, limits);
+    made.push(group);
+    return group;
+  };
+
+  after(async () => {
+    for (const group of made) await group.remove().catch(() => undefined);
+    const parents = control.paths;
+    await control.dispose();
+    await sweep(parents);
+  });
+
+  test("the parent groups are under the service's own group of each hierarchy", async () => {
+    const self = await fs.readFile('/proc/self/cgroup', 'utf8');
+    for (const controller of ['memory', 'cpu', 'pids']) {
+      const line = self.split('\n').find((l) => (l.split(':')[1] ?? '').split(',').includes(controller));
+      const own = line ? line.slice(line.indexOf(':', line.indexOf(':') + 1) + 1) : '/';
+      const expected = path.join('/sys/fs/cgroup', controller, own, parent);
+      assert.ok(control.paths.includes(expected), `${expected} in ${control.paths.join(', ')}`);
+      assert.ok(await exists(path.join(expected, 'cgroup.procs')));
+    }
+    assert.match(control.description, /^cgroup v1: .*memory limit .*CPU quota .*task limit/);
+  });
+
+  test('the limits are written: memory (swap included), CPU quota per 100 ms, tasks', async () => {
+    const group = await create('quota', { memoryBytes: 128 * MIB, cpu: 0.5, pids: 64 });
+    const memory = dirOf(group, 'memory');
+    assert.equal(await readValue(memory, 'memory.limit_in_bytes'), String(128 * MIB));
+    if (await exists(path.join(memory, 'memory.memsw.limit_in_bytes'))) {
+      assert.equal(await readValue(memory, 'memory.memsw.limit_in_bytes'), String(128 * MIB));
+    }
+    const cpu = dirOf(group, 'cpu');
+    assert.equal(await readValue(cpu, 'cpu.cfs_period_us'), '100000');
+    assert.equal(await readValue(cpu, 'cpu.cfs_quota_us'), '50000');
+    assert.equal(await readValue(dirOf(group, 'pids'), 'pids.max'), '64');
+
+    const more = await create('cores', { memoryBytes: 128 * MIB, cpu: 2.5, pids: 64 });
+    assert.equal(await readValue(dirOf(more, 'cpu'), 'cpu.cfs_quota_us'), '250000');
+    // The kernel's floor is 1 ms per period.
+    const tiny = await create('tiny', { memoryBytes: 128 * MIB, cpu: 0.001, pids: 64 });
+    assert.equal(await readValue(dirOf(tiny, 'cpu'), 'cpu.cfs_quota_us'), '1000');
+
+    for (const g of [group, more, tiny]) {
+      await g.remove();
+      for (const dir of g.paths) assert.equal(await exists(dir), false, `${dir} removed`);
+    }
+  });
+
+  test('a process over the memory limit is killed by the OOM killer, and counted; the service lives on', async () => {
+    const group = await create('oom', { memoryBytes: 64 * MIB, cpu: 1, pids: 64 });
+    const fill =
+      'const kept = []; for (let i = 0; i < 200; i++) kept.push(Buffer.alloc(1024 * 1024, 1));' +
+      "process.stdout.write('survived ' + kept.length + '\\n');";
+    const run = start(process.execPath, ['-e', fill], true);
+    try {
+      await group.add(run.pid);
+      run.release();
+      const exit = await run.exit;
+      assert.deepEqual(exit, { code: null, signal: 'SIGKILL' }, `stdout: ${run.stdout()} stderr: ${run.stderr()}`);
+      assert.doesNotMatch(run.stdout(), /survived/);
+      assert.ok((await group.oomKills()) >= 1, 'oom_kill counted');
+      const peak = Number(await readValue(dirOf(group, 'memory'), 'memory.max_usage_in_bytes'));
+      assert.ok(peak <= 64 * MIB, `peak ${peak} within the limit`);
+    } finally {
+      run.child.kill('SIGKILL');
+      await group.remove();
+    }
+    assert.equal(await group.oomKills().catch(() => 'gone'), 'gone');
+  });
+
+  test('the task limit stops a fork loop; remove() kills all of it and removes the groups', async () => {
+    const group = await create('pids', { memoryBytes: 256 * MIB, cpu: 1, pids: 20 });
+    const loop = 'i=0; while [ $i -lt 100 ]; do sleep 30 & i=$((i+1)); done; wait';
+    const run = start('/bin/sh', ['-c', loop], true);
+    const inside: number[] = [];
+    try {
+      await group.add(run.pid);
+      run.release();
+      await waitFor(() => /fork/i.test(run.stderr()), 10_000, 'the shell failing to fork');
+      const pidsDir = dirOf(group, 'pids');
+      inside.push(...(await procs(pidsDir)));
+      assert.ok(inside.length > 1 && inside.length <= 20, `${inside.length} processes started, at most 20`);
+      assert.ok(Number(await readValue(pidsDir, 'pids.current')) <= 20);
+      assert.ok(Number(/max (\d+)/.exec(await readValue(pidsDir, 'pids.events'))?.[1] ?? 1) >= 1);
+    } finally {
+      await group.remove();
+    }
+    for (const pid of inside) await waitFor(() => isDead(pid), 2_000, `process ${pid} to die`);
+    for (const dir of group.paths) assert.equal(await exists(dir), false, `${dir} removed`);
+    // Again: nothing to do.
+    await group.remove();
+  });
+
+  test('a process added before it forks takes its children into the group', async () => {
+    const group = await create('inherit', { memoryBytes: 128 * MIB, cpu: 1, pids: 64 });
+    const run = start('/bin/sh', ['-c', 'sleep 30 & echo $!; wait'], true);
+    let childPid = 0;
+    try {
+      await group.add(run.pid);
+      run.release();
+      await waitFor(() => run.stdout().includes('\n'), 5_000, 'the child pid');
+      childPid = Number(run.stdout().trim());
+      for (const dir of group.paths) {
+        const held = await procs(dir);
+        assert.ok(held.includes(run.pid) && held.includes(childPid), `${dir}: ${held.join(' ')}`);
+      }
+    } finally {
+      await group.remove();
+    }
+    assert.equal((await run.exit).signal, 'SIGKILL');
+    await waitFor(() => isDead(childPid), 2_000, 'the child to die');
+  });
+
+  test('a process added after it forked leaves its earlier children outside (why callers hold it)', async () => {
+    const group = await create('late', { memoryBytes: 128 * MIB, cpu: 1, pids: 64 });
+    const run = start('/bin/sh', ['-c', 'sleep 30 & echo $!; wait'], false);
+    let childPid = 0;
+    try {
+      await waitFor(() => run.stdout().includes('\n'), 5_000, 'the child pid');
+      childPid = Number(run.stdout().trim());
+      await group.add(run.pid);
+      for (const dir of group.paths) {
+        const held = await procs(dir);
+        assert.ok(held.includes(run.pid) && !held.includes(childPid), `${dir}: ${held.join(' ')}`);
+      }
+    } finally {
+      if (childPid > 0) process.kill(childPid, 'SIGKILL');
+      await group.remove();
+    }
+  });
+
+  test('names: only safe ones; an empty leftover is replaced, a group in use is not', async () => {
+    const limits = { memoryBytes: 64 * MIB, cpu: 1, pids: 16 };
+    for (const name of ['', '.', '..', '../escape', 'a/b', '.hidden', 'x'.repeat(200)]) {
+      await assert.rejects(control.create(name, limits), /not a safe cgroup name/, JSON.stringify(name));
+    }
+    await assert.rejects(control.create('ok', { ...limits, memoryBytes: 0 }), RangeError);
+    await assert.rejects(control.create('ok', { ...limits, cpu: 0 }), RangeError);
+    await assert.rejects(control.create('ok', { ...limits, pids: 1.5 }), RangeError);
+
+    const name = `dep-again-${randomBytes(3).toString('hex')}`;
+    // Left over from a crash, empty: replaced (the first object is not used again).
+    await control.create(name, limits);
+    const group = await control.create(name, { ...limits, pids: 17 });
+    made.push(group);
+    assert.equal(await readValue(dirOf(group, 'pids'), 'pids.max'), '17');
+    const run = start('sleep', ['30'], false);
+    try {
+      await group.add(run.pid);
+      await assert.rejects(control.create(name, limits), /already exists and is in use/);
+      assert.ok((await procs(dirOf(group, 'memory'))).includes(run.pid), 'the group in use is intact');
+    } finally {
+      await group.remove();
+    }
+    assert.equal((await run.exit).signal, 'SIGKILL');
+  });
+
+  test('dispose() removes the parent groups once they are empty', async () => {
+    for (const group of made) await group.remove();
+    const parents = control.paths;
+    await control.dispose();
+    for (const dir of parents) assert.equal(await exists(dir), false, `${dir} removed`);
+  });
+});
+
+// --- cgroup v2: the logic, against a fake hierarchy ----------------------------------------------------
+
+describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
+  const limits = { memoryBytes: 64 * MIB, cpu: 0.5, pids: 20 };
+
+  test('as root: `slipway` under the root group, controllers enabled along the path, limits in the leaf', async (t) => {
+    const fake = await createFakeCgroupV2();
+    t.after(() => fake.cleanup());
+    // As systemd leaves it: memory and pids passed on, cpu not (yet); the service in its unit's group.
+    await fake.group('', { subtreeControl: ['memory', 'pids'] });
+    await fake.group('system.slice', { subtreeControl: ['memory', 'pids'] });
+    await fake.group('system.slice/slipway.service', { procs: [SERVICE_PID] });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 0,
+      selfCgroup: '0::/system.slice/slipway.service\n',
+    });
+    assert.equal(control.kind, 'cgroup-v2');
+    assert.deepEqual(control.paths, [path.join(fake.root, 'slipway')]);
+    assert.match(control.description, /^cgroup v2: .*memory limit \(no swap\).*CPU quota.*task limit/);
+    assert.equal(await fake.read('', 'cgroup.subtree_control'), 'cpu memory pids\n');
+    assert.equal(await fake.read('slipway', 'cgroup.subtree_control'), 'cpu memory pids\n');
+
+    const group = await control.create('dep-web-0-1', limits);
+    const leaf = 'slipway/dep-web-0-1';
+    assert.deepEqual(group.paths, [path.join(fake.root, leaf)]);
+    assert.equal(await fake.read(leaf, 'memory.max'), `${64 * MIB}\n`);
+    assert.equal(await fake.read(leaf, 'memory.swap.max'), '0\n');
+    assert.equal(await fake.read(leaf, 'cpu.max'), '50000 100000\n');
+    assert.equal(await fake.read(leaf, 'pids.max'), '20\n');
+
+    const sleeper = start('sleep', ['30'], false);
+    await group.add(sleeper.pid);
+    assert.equal(await fake.read(leaf, 'cgroup.procs'), `${sleeper.pid}\n`);
+    assert.equal(await group.oomKills(), 0);
+    await fake.set(leaf, 'memory.events', 'low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\noom_group_kill 0\n');
+    assert.equal(await group.oomKills(), 2);
+
+    await group.remove();
+    // cgroup.kill did it.
+    assert.equal((await sleeper.exit).signal, 'SIGKILL');
+    assert.equal(await exists(path.join(fake.root, leaf)), false);
+    await control.dispose();
+    assert.equal(await exists(path.join(fake.root, 'slipway')), false);
+    // The service's own group is left as it was.
+    assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.procs'), `${SERVICE_PID}\n`);
+    assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.subtree_control'), '\n');
+  });
+
+  test('not root, systemd Delegate=yes with DelegateSubgroup=supervisor: next to its own group', async (t) => {
+    const fake = await createFakeCgroupV2({ writable: ['system.slice/slipway.service'] });
+    t.after(() => fake.cleanup());
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice/slipway.service/supervisor', { procs: [SERVICE_PID] });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 990,
+      selfCgroup: '0::/system.slice/slipway.service/supervisor\n',
+    });
+    assert.equal(control.kind, 'cgroup-v2');
+    const unit = 'system.slice/slipway.service';
+    assert.deepEqual(control.paths, [path.join(fake.root, unit, 'slipway')]);
+    assert.equal(await fake.read(unit, 'cgroup.subtree_control'), 'cpu memory pids\n');
+    assert.equal(await fake.read(`${unit}/slipway`, 'cgroup.subtree_control'), 'cpu memory pids\n');
+
+    const group = await control.create('build-1-install', { memoryBytes: 2048 * MIB, cpu: 2, pids: 512 });
+    const leaf = `${unit}/slipway/build-1-install`;
+    assert.equal(await fake.read(leaf, 'memory.max'), `${2048 * MIB}\n`);
+    assert.equal(await fake.read(leaf, 'cpu.max'), '200000 100000\n');
+    assert.equal(await fake.read(leaf, 'pids.max'), '512\n');
+    await group.remove();
+    await control.dispose();
+    assert.equal(await exists(path.join(fake.root, unit, 'slipway')), false);
+    assert.equal(await fake.read(`${unit}/supervisor`, 'cgroup.procs'), `${SERVICE_PID}\n`);
+  });
+
+  test("not root, in a user's systemd: in the user's app.slice, enabling what it lacks", async (t) => {
+    const user = 'user.slice/user-1000.slice/user@1000.service';
+    const fake = await createFakeCgroupV2({ writable: [user] });
+    t.after(() => fake.cleanup());
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('user.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('user.slice/user-1000.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(user, { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(`${user}/app.slice`, { subtreeControl: ['memory', 'pids'] });
+    await fake.group(`${user}/app.slice/slipway.service`, { procs: [SERVICE_PID] });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 1000,
+      selfCgroup: `0::/${user}/app.slice/slipway.service\n`,
+    });
+    assert.equal(control.kind, 'cgroup-v2');
+    assert.deepEqual(control.paths, [path.join(fake.root, user, 'app.slice', 'slipway')]);
+    assert.equal(await fake.read(`${user}/app.slice`, 'cgroup.subtree_control'), 'cpu memory pids\n');
+    const group = await control.create('x', limits);
+    assert.equal(await fake.read(`${user}/app.slice/slipway/x`, 'cpu.max'), '50000 100000\n');
+    await group.remove();
+    await control.dispose();
+  });
+
+  test('not root and nothing delegated: none, the reason in the description, every operation a no-op', async (t) => {
+    const fake = await createFakeCgroupV2({ writable: [] });
+    t.after(() => fake.cleanup());
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice/slipway.service', { procs: [SERVICE_PID] });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 990,
+      selfCgroup: '0::/system.slice/slipway.service\n',
+    });
+    assert.equal(control.kind, 'none');
+    assert.match(control.description, /^no resource limits: .*system\.slice\/slipway is not writable.*delegated/);
+    assert.deepEqual(control.paths, []);
+    const group = await control.create('dep-web-0-1', limits);
+    assert.deepEqual(group.paths, []);
+    await group.add(SERVICE_PID);
+    assert.equal(await group.oomKills(), 0);
+    await group.remove();
+    await control.dispose();
+    assert.equal(await exists(path.join(fake.root, 'system.slice', 'slipway')), false);
+    // Bad input fails the same way as with cgroups.
+    await assert.rejects(control.create('../x', limits), /not a safe cgroup name/);
+    await assert.rejects(control.create('x', { ...limits, cpu: -1 }), RangeError);
+  });
+
+  test("root of a container's cgroup namespace, holding processes: none, and why", async (t) => {
+    const fake = await createFakeCgroupV2({ rootExempt: false });
+    t.after(() => fake.cleanup());
+    const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
+    assert.equal(control.kind, 'none');
+    assert.match(control.description, /holds processes/);
+    assert.equal(await exists(path.join(fake.root, 'slipway')), false);
+  });
+
+  test('cgroup v2 without the cpu controller, and no v1 hierarchies: none, naming what is missing', async (t) => {
+    const fake = await createFakeCgroupV2({ controllers: ['io', 'memory', 'pids'] });
+    t.after(() => fake.cleanup());
+    const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
+    assert.equal(control.kind, 'none');
+    assert.match(control.description, /offers no cpu controller/);
+    assert.match(control.description, /no cgroup v1 memory hierarchy/);
+  });
+
+  test('without swap accounting memory.swap.max is absent and left alone', async (t) => {
+    const fake = await createFakeCgroupV2({ swap: false });
+    t.after(() => fake.cleanup());
+    const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
+    assert.equal(control.kind, 'cgroup-v2');
+    const group = await control.create('g', limits);
+    assert.equal(await fake.read('slipway/g', 'memory.max'), `${64 * MIB}\n`);
+    assert.equal(await exists(path.join(fake.root, 'slipway/g/memory.swap.max')), false);
+    await group.remove();
+    await control.dispose();
+  });
+});
