@@ -26,8 +26,10 @@ export interface InstanceExit {
 
 export interface SupervisorOptions {
   sandbox: Sandbox;
-  /** What every instance runs with: the sealed app directory, the deployment's data directory, forwards, limits. */
-  run: Pick<SandboxRun, 'appDir' | 'dataDir' | 'forwards' | 'limits'>;
+  /** What every instance runs with: the sealed app directory, the deployment's data directory, forwards. */
+  run: Pick<SandboxRun, 'appDir' | 'dataDir' | 'forwards'>;
+  /** Resource limits of each instance, by kind. */
+  limits: Record<'web' | 'worker', SandboxRun['limits']>;
   /** Prefix of the instances' cgroup names (unique per running revision). */
   name: string;
   /** Environment of every instance; PORT is added per web instance. */
@@ -130,6 +132,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       sandbox: options.sandbox,
       run: {
         ...options.run,
+        limits: options.limits[instance.kind],
         purpose: 'app',
         command: instance.command,
         publishPort: instance.port,

@@ -2,11 +2,13 @@
  * Why an archive was refused (src/dataplane/archive-extraction.ts), in messages written for the user;
  * and which failures of the gzip stream or of the `tar` package are the archive's fault.
  */
-export type ArchiveFailure = 'unsafe_archive' | 'invalid_archive';
+export type ArchiveFailure = 'unsafe_archive' | 'invalid_archive' | 'archive_too_slow';
 
 /**
  * The archive was refused: `unsafe_archive` when it tries to reach outside the source directory or breaks a
- * limit, `invalid_archive` when it is not a gzipped tar or is damaged. The message is written for the user.
+ * limit, `invalid_archive` when it is not a gzipped tar, is damaged, or carries more than a little data
+ * after its end, `archive_too_slow` when extracting it took longer than allowed. The message is written for
+ * the user.
  */
 export class ArchiveError extends Error {
   constructor(
@@ -20,6 +22,11 @@ export class ArchiveError extends Error {
 
 export const unsafe = (message: string): ArchiveError => new ArchiveError('unsafe_archive', message);
 export const invalid = (message: string): ArchiveError => new ArchiveError('invalid_archive', message);
+export const tooSlow = (timeoutMs: number): ArchiveError =>
+  new ArchiveError(
+    'archive_too_slow',
+    `Extracting the archive took more than ${timeoutMs / 1000} s, the most a source may take; make it smaller or with fewer files.`,
+  );
 
 /** A path for a message: control characters would garble it, and an entry name can be 100 KB long. */
 export function shown(value: string): string {

@@ -79,7 +79,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   };
   const runtime = createLocalRuntime({ ...deps, sandbox, fetcher });
   const owner = await leaseOwnerFor(config.dataDir);
-  const worker = await startWorker({
+  const worker = startWorker({
     db,
     runtime,
     changes: deps.changes,

@@ -6,7 +6,6 @@
  * State transitions are not made here: the worker (src/pipeline/worker.ts) holds the revision's lease
  * and writes them; this module calls back at the points where a transition belongs.
  */
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Kysely } from 'kysely';
@@ -14,7 +13,6 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
 import type { Config } from '../config.ts';
-import { MAX_CONNECTIONS, SERVICE_RESERVED_CONNECTIONS } from '../db/embedded-postgres.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { SourceConfig } from '../domain/sources.ts';
@@ -24,14 +22,15 @@ import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
-import { APP_ROLE_CONNECTION_LIMIT, appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
+import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import type { AppRouter } from './app-router.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrls } from './app-urls.ts';
 import { removeTree } from './build-snapshot.ts';
-import { openHostForward, type ConnectionBudget, type HostForward } from './host-forwards.ts';
+import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
+import type { HostForward } from './host-forwards.ts';
 import { describeExit } from './process-runner.ts';
 import { limitsFromResourceSpec } from './resource-limits.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
@@ -85,18 +84,6 @@ export interface LocalRuntimeDeps {
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
 type RunningApp = ScalingApp & { forwards: HostForward[] };
 
-/** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
-const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
-/**
- * Connections all apps together may hold to the service's PostgreSQL server: what the embedded server
- * has beyond the slots kept for the service, less a margin for connections on their way in and out.
- */
-const DATABASE_FORWARD_BUDGET = MAX_CONNECTIONS - SERVICE_RESERVED_CONNECTIONS - 20;
-/** Connections an app may hold to the service's API at once. */
-const API_FORWARD_CONNECTIONS = 64;
-
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
-
 export interface LocalRuntime {
   readonly isolation: string;
   build(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord>;
@@ -134,7 +121,7 @@ export interface LocalRuntime {
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, router, logger } = deps;
   const apps = new Map<string, RunningApp>();
-  const databaseBudget: ConnectionBudget = { max: DATABASE_FORWARD_BUDGET, open: 0 };
+  const access = createAppHostAccess({ config, sandbox, logger });
   /** Scale changes under way, by deployment: one at a time per app. */
   const scaling = new Map<string, Promise<void>>();
 
@@ -267,85 +254,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));
   }
 
-  /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
-  const dataDirOf = (deploymentId: string) => path.join(config.dataDir, 'deployments', deploymentId, 'data');
-  async function deploymentDataDir(deploymentId: string): Promise<string> {
-    const data = dataDirOf(deploymentId);
-    const root = path.dirname(data);
-    // Passable, never listable, by the app's user: it finds its own directory only.
-    await fs.mkdir(path.dirname(root), { recursive: true, mode: 0o711 });
-    await fs.mkdir(path.join(root, 'home'), { recursive: true, mode: 0o700 });
-    await fs.mkdir(data, { recursive: true, mode: 0o700 });
-    // Only its app writes there; the service never reads it (it only removes it with the deployment).
-    await sandbox.ownTree(root);
-    return data;
-  }
-
-  /**
-   * An app's ways to the host when it has a network of its own: its database and the service's API, each
-   * through a Unix socket that leads only there, in a directory of this running revision.
-   */
-  async function openForwards(
-    databaseUrl: string | null,
-  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }> {
-    if (!sandbox.slirp) return { forwards: [], databaseUrl, apiUrl: config.publicUrl };
-    const dir = path.join(sandbox.slirp.socketDir, randomBytes(12).toString('hex'));
-    await fs.mkdir(dir, { mode: 0o711 });
-    const forwards: HostForward[] = [];
-    try {
-      let insideDatabaseUrl = databaseUrl;
-      if (databaseUrl) {
-        const url = new URL(databaseUrl);
-        const port = Number(url.port || 5432);
-        forwards.push(
-          await openHostForward(
-            dir,
-            {
-              name: 'database',
-              host: url.hostname,
-              port,
-              insidePort: port,
-              maxConnections: DATABASE_FORWARD_CONNECTIONS,
-              budget: databaseBudget,
-            },
-            logger,
-          ),
-        );
-        url.hostname = '127.0.0.1';
-        url.port = String(port);
-        insideDatabaseUrl = url.toString();
-      }
-      const api = new URL(config.publicUrl);
-      if (LOOPBACK_HOSTS.has(api.hostname)) {
-        // The public URL names this machine's loopback: inside, the same address leads to the API.
-        const port = Number(api.port || (api.protocol === 'https:' ? 443 : 80));
-        const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-        forwards.push(
-          await openHostForward(
-            dir,
-            { name: 'api', host, port: config.port, insidePort: port, maxConnections: API_FORWARD_CONNECTIONS },
-            logger,
-          ),
-        );
-        api.hostname = '127.0.0.1';
-      }
-      return { forwards, databaseUrl: insideDatabaseUrl, apiUrl: api.toString().replace(/\/$/, '') };
-    } catch (error) {
-      await closeForwards(forwards);
-      throw error;
-    }
-  }
-
-  async function closeForwards(forwards: readonly HostForward[]): Promise<void> {
-    await Promise.all(forwards.map((f) => f.close()));
-    const dirs = new Set(forwards.map((f) => path.dirname(f.socketPath)));
-    for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true });
-  }
-
   /** Stops a running revision's processes and releases what it held. */
   async function release(app: RunningApp): Promise<void> {
     await app.supervisor.stop(config.drainTimeoutMs);
-    await closeForwards(app.forwards);
+    await access.closeForwards(app.forwards);
     await app.log.close();
   }
 
@@ -360,8 +272,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       .select('name')
       .where('id', '=', job.deployment.tracing_project_id)
       .executeTakeFirst();
-    const dataDir = await deploymentDataDir(job.deployment.id);
-    const reach = await openForwards(platform.databaseUrl);
+    const dataDir = await access.prepareDataDir(job.deployment.id);
+    const reach = await access.openForwards(platform.databaseUrl);
     const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,
@@ -388,6 +300,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
     const { web: webCount, worker: workerCount } = scaleOf(resourceSpec, appConfig);
     const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
+    const workerLimits = limitsFromResourceSpec(queueResourceSpec(resourceSpec), config.defaultLimits);
     const instances = [
       ...Array.from({ length: webCount }, () => ({ kind: 'web' as const, command: appConfig.start })),
       ...Array.from({ length: workerCount }, () => ({ kind: 'worker' as const, command: appConfig.worker! })),
@@ -395,7 +308,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     let outOfMemory = false;
     const supervisor = createAppSupervisor({
       sandbox,
-      run: { appDir: dirs.app, dataDir, forwards: reach.forwards, limits },
+      run: { appDir: dirs.app, dataDir, forwards: reach.forwards },
+      limits: { web: limits, worker: workerLimits },
       name: `app-${job.revisionId}`,
       env,
       output: log,
@@ -413,7 +327,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await supervisor.waitHealthy(config.healthTimeoutMs, signal);
     } catch (error) {
       await supervisor.stop(config.drainTimeoutMs);
-      await closeForwards(reach.forwards);
+      await access.closeForwards(reach.forwards);
       const tail = log.tail(20).join('\n');
       await log.close();
       if (signal.aborted) throw signal.reason;
@@ -493,7 +407,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
             copyUpload: (workspaceId, uploadPath, destFile) =>
               copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
             defaultLimits: config.defaultLimits,
-            deploymentDataDir: dataDirOf,
+            deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
           },
           { ...job, secrets: openSecrets(job.secrets) },
           hooks,
@@ -582,7 +496,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
       for (const revisionId of revisionIds) await removeTree(revisionDirs(config.dataDir, revisionId).root);
       // Its own directory: every process that could write it is stopped above.
-      await removeTree(path.join(config.dataDir, 'deployments', deployment.id));
+      await removeTree(path.dirname(access.dataDirOf(deployment.id)));
     },
 
     async removeRevisionFiles(revisionId) {

@@ -116,9 +116,7 @@ export function startProcess(options: RunOptions): RunningProcess {
     hold?.end('go\n');
     info?.destroy();
   })().catch((error: unknown) => {
-    options.output.system(
-      `Could not set up the sandbox: ${error instanceof Error ? error.message : String(error)}`,
-    );
+    options.output.system(`Could not set up the sandbox: ${error instanceof Error ? error.message : String(error)}`);
     signalGroup(child, 'SIGKILL');
     return 'failed' as const;
   });

@@ -52,7 +52,10 @@ async function apiRequest(socketPath: string, request: unknown): Promise<unknown
 async function waitReady(child: ChildProcess, stderr: () => string, timeoutMs: number): Promise<void> {
   const ready = child.stdio[3] as NodeJS.ReadableStream;
   await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => done(new NetworkSetupError(`slirp4netns was not ready within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(
+      () => done(new NetworkSetupError(`slirp4netns was not ready within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     const done = (error?: Error) => {
       clearTimeout(timer);
       ready.removeAllListeners('data');

@@ -184,7 +184,7 @@ const FORWARDING_SHELL = [
   'cmd=$1; shift',
   'while [ $# -ge 2 ]; do',
   '  socat -lf /dev/null TCP-LISTEN:$1,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:$2 </dev/null &',
-  "  hex=$(printf '%04X' \"$1\"); n=0",
+  '  hex=$(printf \'%04X\' "$1"); n=0',
   '  until grep -q ":$hex 00000000:0000 0A" /proc/net/tcp; do',
   '    n=$((n+1)); [ $n -gt 1000 ] && break; sleep 0.01',
   '  done',

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import * as tar from 'tar';
 import { ArchiveError } from '../../src/dataplane/archive-error.ts';
@@ -83,10 +84,14 @@ function rawTarball(entries: RawEntry[]): Buffer {
       ...(entry.linkpath === undefined ? {} : { linkpath: entry.linkpath }),
     };
     let pax: Buffer | undefined;
-    if (entry.path.length > 99) {
+    if (entry.path.length > 99 || (entry.linkpath?.length ?? 0) > 99) {
       // Long paths go in a pax extended header, like GNU tar and GitHub write them.
-      pax = new tar.Pax({ path: entry.path }).encode();
+      pax = new tar.Pax({
+        path: entry.path,
+        ...(entry.linkpath === undefined ? {} : { linkpath: entry.linkpath }),
+      }).encode();
       data.path = entry.path.slice(0, 99);
+      if (entry.linkpath !== undefined) data.linkpath = entry.linkpath.slice(0, 99);
     }
     const header = Buffer.alloc(512);
     new tar.Header(data).encode(header, 0);
@@ -119,6 +124,59 @@ async function unsafeArchive(box: Sandbox, entries: RawEntry[], offending: strin
   assert.equal(error.reason, 'unsafe_archive');
   assert.ok(error.message.includes(`'${offending}'`), `the message names '${offending}': ${error.message}`);
   return error;
+}
+
+const MiB = 1024 * 1024;
+// One gzip member of 1 MiB of zeros (about 1 KB): concatenated members make one gzip stream, so a stream of
+// hundreds of MiB costs a few hundred KB on disk and nothing to compress.
+const ZERO_MIB_MEMBER = gzipSync(Buffer.alloc(MiB));
+
+/** A gzipped stream: `parts` in order, each compressed on its own, then `zeroMiB` MiB of zeros. */
+function gzipStream(parts: Buffer[], zeroMiB = 0): Buffer {
+  return Buffer.concat([...parts.map((part) => gzipSync(part)), ...Array<Buffer>(zeroMiB).fill(ZERO_MIB_MEMBER)]);
+}
+
+/** The tar header of a regular file of `size` bytes. */
+function fileHeader(name: string, size: number): Buffer {
+  const header = Buffer.alloc(512);
+  new tar.Header({ path: name, type: 'File', size, mode: 0o644, mtime: new Date('2026-01-01T00:00:00Z') }).encode(
+    header,
+    0,
+  );
+  return header;
+}
+
+/**
+ * An archive of `first.txt` then `big.bin`, `bigMiB` MiB of zeros: its listing and its extraction each take
+ * a while (hundreds of MiB to decompress, or to write), which is when the tests below interrupt them.
+ */
+function bigTarball(bigMiB: number): Buffer {
+  const first = Buffer.from('first');
+  return Buffer.concat([
+    gzipStream(
+      [
+        fileHeader('first.txt', first.length),
+        first,
+        Buffer.alloc(512 - first.length),
+        fileHeader('big.bin', bigMiB * MiB),
+      ],
+      bigMiB,
+    ),
+    gzipSync(Buffer.alloc(1024)),
+  ]);
+}
+
+/** Whether the extraction's staging directory has appeared in the destination (the listing is over). */
+async function stagingIn(dest: string): Promise<string | undefined> {
+  const names = await fs.readdir(dest).catch(() => []);
+  const staging = names.find((name) => name.startsWith('.slipway-extract-'));
+  return staging === undefined ? undefined : path.join(dest, staging);
+}
+
+/** The refusal of an archive of `entries`, whatever its reason. */
+async function refusedArchive(box: Sandbox, entries: RawEntry[]): Promise<ArchiveError> {
+  await fs.writeFile(box.archive, rawTarball(entries));
+  return refusal(box, () => extractTarball(box.archive, box.dest));
 }
 
 /** A small project `app/` on disk, archived with the `tar` package as `tar czf app.tgz app/` would. */
@@ -465,5 +523,211 @@ test('the destination must be empty, and is created when missing', async () => {
     await extractTarball(box.archive, box.dest);
     await assert.rejects(extractTarball(box.archive, box.dest), /not empty/);
     assert.deepEqual(await fs.readdir(box.dest), ['a.txt']);
+  });
+});
+
+test('after the end of the archive, its record padding and a little more are ignored, whatever they hold', async () => {
+  await withSandbox(async (box) => {
+    const entries = [
+      { path: 'a.txt', body: 'a' },
+      { path: 'dir/b.txt', body: 'b'.repeat(700) },
+    ];
+    const plain = gunzipSync(rawTarball(entries));
+    const hidden = gunzipSync(rawTarball([{ path: 'hidden.txt', body: 'after the end' }]));
+    const cases: [string, Buffer][] = [
+      ['padding to a 10240-byte record', Buffer.alloc(10240 - (plain.length % 10240))],
+      ['64 KiB of zeros', Buffer.alloc(64 * 1024)],
+      ['some text', Buffer.from('trailing garbage '.repeat(100))],
+      ['an entry after the end', hidden],
+    ];
+    for (const [what, trailing] of cases) {
+      await fs.rm(box.dest, { recursive: true, force: true });
+      await fs.writeFile(box.archive, gzipSync(Buffer.concat([plain, trailing])));
+      const result = await extractTarball(box.archive, box.dest);
+      assert.deepEqual(result, { files: 2, bytes: 701 }, what);
+      assert.deepEqual((await fs.readdir(box.dest, { recursive: true })).sort(), ['a.txt', 'dir', 'dir/b.txt'], what);
+      assert.equal(await fs.readFile(path.join(box.dest, 'dir', 'b.txt'), 'utf8'), 'b'.repeat(700), what);
+    }
+  });
+});
+
+// Before the end of the archive was noticed, the parser kept every byte after it and copied all of them
+// again at each chunk: 200 MiB of zeros (200 KB gzipped) kept a CPU busy for many minutes. The generous
+// timeout only turns such a hang into a failure; nothing here measures time.
+test(
+  'more data after the end of the archive than the allowance is refused, the same for 2 MiB as for 200 MiB',
+  { timeout: 120_000 },
+  async () => {
+    await withSandbox(async (box) => {
+      const plain = gunzipSync(rawTarball([{ path: 'a.txt', body: 'a' }]));
+      const outcomes: string[] = [];
+      const cases: [string, Buffer][] = [
+        ['2 MiB of zeros', gzipStream([plain], 2)],
+        ['200 MiB of zeros', gzipStream([plain], 200)],
+        ['2 MiB of text', gzipStream([plain, Buffer.alloc(2 * MiB, 'garbage ')])],
+      ];
+      for (const [what, bytes] of cases) {
+        await fs.writeFile(box.archive, bytes);
+        const error = await refusal(box, () => extractTarball(box.archive, box.dest));
+        assert.equal(error.reason, 'invalid_archive', `${what}: ${error.message}`);
+        assert.match(error.message, /after its end/, what);
+        outcomes.push(`${error.reason}: ${error.message}`);
+      }
+      assert.equal(new Set(outcomes).size, 1, 'one answer, however much follows the end');
+    });
+  },
+);
+
+test('an already aborted signal does nothing at all', async () => {
+  await withSandbox(async (box) => {
+    const reason = new Error('the revision was interrupted');
+    const controller = new AbortController();
+    controller.abort(reason);
+    // Not even the missing archive is noticed: nothing is looked at.
+    await assert.rejects(
+      extractTarball(path.join(box.root, 'missing.tar.gz'), box.dest, { signal: controller.signal }),
+      (error) => error === reason,
+    );
+    await assert.rejects(fs.stat(box.dest), { code: 'ENOENT' }, 'the destination was not even created');
+  });
+});
+
+test('an abort while the archive is listed stops the listing: the destination stays empty, the reason is thrown', async () => {
+  await withSandbox(async (box) => {
+    // 512 MiB to decompress before anything is written.
+    await fs.writeFile(box.archive, bigTarball(512));
+    const reason = new Error('the service is shutting down');
+    const controller = new AbortController();
+    const extraction = extractTarball(box.archive, box.dest, { signal: controller.signal });
+    let settled = false;
+    let sawStaging = false;
+    const watching = (async () => {
+      while (!settled) {
+        if ((await stagingIn(box.dest)) !== undefined) sawStaging = true;
+        await sleep(1);
+      }
+    })();
+    setTimeout(() => controller.abort(reason), 20);
+    const outcome = await extraction.then(
+      () => 'extracted',
+      (error: unknown) => error,
+    );
+    settled = true;
+    await watching;
+    assert.equal(outcome, reason, 'rejected with the reason');
+    assert.equal(sawStaging, false, 'stopped while listing: extraction never began');
+    assert.deepEqual(await fs.readdir(box.dest), [], 'the destination is left empty');
+  });
+});
+
+test('an abort while the archive is extracted stops the extraction: the destination is left empty, the reason is thrown', async () => {
+  await withSandbox(async (box) => {
+    await fs.writeFile(box.archive, bigTarball(256));
+    const reason = { why: 'interrupted' };
+    const controller = new AbortController();
+    const extraction = extractTarball(box.archive, box.dest, { signal: controller.signal });
+    let settled = false;
+    const outcome = extraction.then(
+      () => 'extracted',
+      (error: unknown) => error,
+    );
+    void outcome.finally(() => (settled = true));
+    // The first file written in the staging directory: the extraction pass is under way.
+    while (!settled) {
+      const staging = await stagingIn(box.dest);
+      if (staging !== undefined && (await fs.readdir(staging).catch((): string[] => [])).includes('first.txt')) break;
+      await sleep(1);
+    }
+    controller.abort(reason);
+    assert.equal(await outcome, reason, 'rejected with the reason');
+    assert.deepEqual(await fs.readdir(box.dest), [], 'the destination is left empty');
+    assert.deepEqual(await outsideState(box), ['outside dir', 'outside/sentinel.txt file 9', 'work dir']);
+  });
+});
+
+test('an extraction that takes longer than its time bound is refused', async () => {
+  await withSandbox(async (box) => {
+    await fs.writeFile(box.archive, bigTarball(512));
+    const error = await refusal(box, () => extractTarball(box.archive, box.dest, { timeoutMs: 5 }));
+    assert.equal(error.reason, 'archive_too_slow');
+    assert.match(error.message, /took more than 0\.005 s/);
+  });
+});
+
+// Each path or link target was once walked prefix by prefix, building a string for each: quadratic in its
+// depth, and synchronous, so that one entry with a 64 KiB path held the whole process for about a minute
+// (a 1 MiB path, for hours). The timeouts only turn such a hang into a failure.
+test(
+  'paths and link targets too long for a file system are refused before they are judged',
+  { timeout: 120_000 },
+  async () => {
+    await withSandbox(async (box) => {
+      const deep = 'a/'.repeat(32 * 1024);
+      const longPath = await refusedArchive(box, [{ path: `${deep}x.txt`, body: 'x' }]);
+      assert.equal(longPath.reason, 'invalid_archive');
+      assert.match(longPath.message, /more than 4095 bytes/);
+      const longLink = await refusedArchive(box, [{ path: 'link', type: 'SymbolicLink', linkpath: deep }]);
+      assert.equal(longLink.reason, 'invalid_archive');
+      assert.match(longLink.message, /'link'.*more than 4095 bytes/);
+    });
+  },
+);
+
+test('many deep paths, or many deep link targets, are refused as they are listed', { timeout: 120_000 }, async () => {
+  await withSandbox(async (box) => {
+    // 2,000 components each (as deep as 4095 bytes allow), 2,000 times: over 32 per entry on average.
+    const deep = 'a/'.repeat(2000);
+    const paths = await refusedArchive(box, [
+      { path: 'first.txt', body: 'first' },
+      ...Array.from({ length: 2000 }, (_, i) => ({ path: `${deep}${i}`, body: 'x' })),
+    ]);
+    assert.equal(paths.reason, 'unsafe_archive');
+    assert.match(paths.message, /more than 640000 components/);
+    const links = await refusedArchive(
+      box,
+      Array.from({ length: 2000 }, (_, i) => ({
+        path: `m${i}`,
+        type: 'SymbolicLink',
+        linkpath: 'c/'.repeat(2040) + String(i),
+      })),
+    );
+    assert.equal(links.reason, 'unsafe_archive');
+    assert.match(links.message, /more than 640000 components .* \(reached at 'm313'\)/);
+  });
+});
+
+test('deep paths and chains of links within the limits are judged as Linux would resolve them', async () => {
+  await withSandbox(async (box) => {
+    // As deep as 4095 bytes allow, and as many as the limit on components lets through: the planning
+    // takes them; the package then refuses to write deeper than 1024 directories.
+    const deep = 'a/'.repeat(2000);
+    await fs.writeFile(
+      box.archive,
+      rawTarball([
+        { path: 'first.txt', body: 'first' },
+        ...Array.from({ length: 300 }, (_, i) => ({ path: `${deep}${i}`, body: 'x' })),
+      ]),
+    );
+    const error = await refusal(box, () => extractTarball(box.archive, box.dest));
+    assert.equal(error.reason, 'invalid_archive');
+    assert.match(error.message, /excessively deep/);
+
+    // Links whose targets run through a chain of other links: fine up to 40 links followed, as on Linux.
+    // Listed outermost first, since the package will not write a link through a link already written.
+    await fs.rm(box.dest, { recursive: true, force: true });
+    const chain = Array.from({ length: 42 }, (_, i) => ({
+      path: `l${i}`,
+      type: 'SymbolicLink' as const,
+      linkpath: `${i === 0 ? 'real' : `l${i - 1}`}/${'sub/../'.repeat(500)}`,
+    }));
+    const real = [
+      { path: 'real/sub', type: 'Directory' as const },
+      { path: 'real/x.txt', body: 'x' },
+    ];
+    await fs.writeFile(box.archive, rawTarball([...real, ...chain.slice(0, 40).reverse()]));
+    assert.equal((await extractTarball(box.archive, box.dest)).files, 1);
+    assert.equal(await fs.readFile(path.join(box.dest, 'l39', 'x.txt'), 'utf8'), 'x', 'a chain of 40 links');
+    await fs.rm(box.dest, { recursive: true, force: true });
+    await unsafeArchive(box, [...real, ...chain.reverse()], 'l41');
   });
 });

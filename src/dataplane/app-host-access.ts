@@ -1,0 +1,142 @@
+/**
+ * What a running app has of the host besides its sandbox: its deployment's own writable directory
+ * (`SLIPWAY_DATA_DIR`), and, when it has a network of its own, its ways to its database and to the
+ * service's API (src/dataplane/host-forwards.ts), with the caps that keep apps from taking the
+ * database server's connection slots.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import type { Config } from '../config.ts';
+import { MAX_CONNECTIONS, SERVICE_RESERVED_CONNECTIONS } from '../db/embedded-postgres.ts';
+import { APP_ROLE_CONNECTION_LIMIT } from './app-database.ts';
+import { openHostForward, type ConnectionBudget, type HostForward } from './host-forwards.ts';
+import type { Sandbox } from './sandbox.ts';
+
+/** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
+const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
+/**
+ * Connections all apps together may hold to the service's PostgreSQL server: what the embedded server
+ * has beyond the slots kept for the service, less a margin for connections on their way in and out.
+ */
+const DATABASE_FORWARD_BUDGET = MAX_CONNECTIONS - SERVICE_RESERVED_CONNECTIONS - 20;
+/** Connections an app may hold to the service's API at once. */
+const API_FORWARD_CONNECTIONS = 64;
+
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
+
+/** What a worker instance may use: the `queue_` fields of the spec when any is set, else those of web instances. */
+export function queueResourceSpec(spec: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
+  if (!spec) return null;
+  const fields = ['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'];
+  if (!fields.some((f) => spec[`queue_${f}`] !== undefined && spec[`queue_${f}`] !== null)) return spec;
+  return Object.fromEntries(fields.map((f) => [f, spec[`queue_${f}`]]));
+}
+
+export interface AppHostAccess {
+  /** The host path of a deployment's own writable directory. */
+  dataDirOf(deploymentId: string): string;
+  /** Makes the deployment's directories (once) and gives them to the app's user; the data directory's path. */
+  prepareDataDir(deploymentId: string): Promise<string>;
+  /** Opens a running revision's forwards; the database URL and API URL the app is given. */
+  openForwards(
+    databaseUrl: string | null,
+  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }>;
+  closeForwards(forwards: readonly HostForward[]): Promise<void>;
+}
+
+export function createAppHostAccess(deps: {
+  config: Config;
+  sandbox: Sandbox;
+  logger: Pick<Logger, 'warn'>;
+}): AppHostAccess {
+  const { config, sandbox, logger } = deps;
+  const databaseBudget: ConnectionBudget = { max: DATABASE_FORWARD_BUDGET, open: 0 };
+
+  /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
+  const dataDirOf = (deploymentId: string): string => path.join(config.dataDir, 'deployments', deploymentId, 'data');
+  async function prepareDataDir(deploymentId: string): Promise<string> {
+    const data = dataDirOf(deploymentId);
+    const root = path.dirname(data);
+    // Passable, never listable, by the app's user: it finds its own directory only. The deployment's
+    // directory stays the service's, so that only the two directories in it are the app's to write.
+    await fs.mkdir(path.dirname(root), { recursive: true, mode: 0o711 });
+    await fs.mkdir(root, { recursive: true, mode: 0o711 });
+    for (const dir of [data, path.join(root, 'home')]) {
+      // Made once and given to the app's user; never walked, since the app writes what is inside.
+      const made = await fs
+        .mkdir(dir, { mode: 0o700 })
+        .then(() => true)
+        .catch((error: NodeJS.ErrnoException) => {
+          if (error.code === 'EEXIST') return false;
+          throw error;
+        });
+      if (made && sandbox.user) await fs.lchown(dir, sandbox.user.uid, sandbox.user.gid);
+    }
+    return data;
+  }
+
+  /**
+   * An app's ways to the host when it has a network of its own: its database and the service's API, each
+   * through a Unix socket that leads only there, in a directory of this running revision.
+   */
+  async function openForwards(
+    databaseUrl: string | null,
+  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }> {
+    if (!sandbox.slirp) return { forwards: [], databaseUrl, apiUrl: config.publicUrl };
+    const dir = path.join(sandbox.slirp.socketDir, randomBytes(12).toString('hex'));
+    await fs.mkdir(dir, { mode: 0o711 });
+    const forwards: HostForward[] = [];
+    try {
+      let insideDatabaseUrl = databaseUrl;
+      if (databaseUrl) {
+        const url = new URL(databaseUrl);
+        const port = Number(url.port || 5432);
+        forwards.push(
+          await openHostForward(
+            dir,
+            {
+              name: 'database',
+              host: url.hostname,
+              port,
+              insidePort: port,
+              maxConnections: DATABASE_FORWARD_CONNECTIONS,
+              budget: databaseBudget,
+            },
+            logger,
+          ),
+        );
+        url.hostname = '127.0.0.1';
+        url.port = String(port);
+        insideDatabaseUrl = url.toString();
+      }
+      const api = new URL(config.publicUrl);
+      if (LOOPBACK_HOSTS.has(api.hostname)) {
+        // The public URL names this machine's loopback: inside, the same address leads to the API.
+        const port = Number(api.port || (api.protocol === 'https:' ? 443 : 80));
+        const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
+        forwards.push(
+          await openHostForward(
+            dir,
+            { name: 'api', host, port: config.port, insidePort: port, maxConnections: API_FORWARD_CONNECTIONS },
+            logger,
+          ),
+        );
+        api.hostname = '127.0.0.1';
+      }
+      return { forwards, databaseUrl: insideDatabaseUrl, apiUrl: api.toString().replace(/\/$/, '') };
+    } catch (error) {
+      await closeForwards(forwards);
+      throw error;
+    }
+  }
+
+  async function closeForwards(forwards: readonly HostForward[]): Promise<void> {
+    await Promise.all(forwards.map((f) => f.close()));
+    const dirs = new Set(forwards.map((f) => path.dirname(f.socketPath)));
+    for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true });
+  }
+
+  return { dataDirOf, prepareDataDir, openForwards, closeForwards };
+}
