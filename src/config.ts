@@ -3,6 +3,7 @@
  * `loadConfig` validates once at start and fails fast with an error that names the variable.
  */
 import path from 'node:path';
+import { DEFAULT_LIMITS } from './dataplane/resource-limits.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -279,12 +280,12 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),
     appsDomain: appsDomain(env),
     sandbox: sandbox(env),
-    // 1 GiB, one core and 512 processes: enough for a Node.js or Python agent server and its build, small
-    // enough that one app cannot take a machine from the others.
+    // Why these defaults: src/dataplane/resource-limits.ts.
     defaultLimits: {
-      memoryBytes: integer(env, 'SLIPWAY_APP_MEMORY_MB', 1024, 16, 1024 * 1024) * 1024 * 1024,
-      cpu: decimal(env, 'SLIPWAY_APP_CPU', 1, 0.01, 1024),
-      pids: integer(env, 'SLIPWAY_APP_PIDS', 512, 16, 1_000_000),
+      memoryBytes:
+        integer(env, 'SLIPWAY_APP_MEMORY_MB', DEFAULT_LIMITS.memoryBytes / 1024 ** 2, 16, 1024 * 1024) * 1024 ** 2,
+      cpu: decimal(env, 'SLIPWAY_APP_CPU', DEFAULT_LIMITS.cpu, 0.01, 1024),
+      pids: integer(env, 'SLIPWAY_APP_PIDS', DEFAULT_LIMITS.pids, 16, 1_000_000),
     },
     healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,

@@ -380,7 +380,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
     const build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
-    if (!build)
+    // Only a sealed build is started: an unsealed one (made before builds were sealed) may have been changed.
+    if (!build?.sealed)
       throw new RevisionFailure(
         'DEPLOY_FAILED',
         'worker_lost',
@@ -436,8 +437,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     async resume(job) {
       let build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
-      if (!build) {
-        // Another machine built it, or its files were removed: build it again, quietly (it is DEPLOYED).
+      if (!build?.sealed) {
+        // Another machine built it, its files were removed, or a version that did not seal builds made it
+        // (its app could change it, even replace its src with a link): build it again, quietly (it is DEPLOYED).
         build = await this.build(
           job,
           { building: async () => undefined, commitResolved: async () => undefined },

@@ -255,6 +255,17 @@ export async function buildRevision(
       );
     }
   }
+  // The build could write /home/app: its src and home must still be directories, not links that would
+  // lead an instance's read-only mount of them elsewhere on the host.
+  for (const part of ['src', 'home']) {
+    const stat = await fs.lstat(path.join(dirs.app, part)).catch(() => null);
+    if (!stat?.isDirectory())
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        'build_command_failed',
+        `The build replaced /home/app/${part}, which must stay a directory: build into it, not over it.`,
+      );
+  }
   // The build's processes are gone (its PID namespace ended with its command): nothing writes it now.
   await sealSnapshot(dirs.app);
   const record = { appConfig, builtAt: new Date().toISOString(), sealed: true };

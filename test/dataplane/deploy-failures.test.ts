@@ -190,3 +190,14 @@ test("an app cannot read the service's data directory (its encryption key)", asy
   assert.doesNotMatch(seen, /top-secret-key-material/);
   assert.doesNotMatch(seen, /uploads|postgres|node-id/);
 });
+
+test('a build that replaces its source directory with a link to the data directory fails, and no instance starts from it', async () => {
+  // The build may write /home/app; an instance mounts <app>/src read-only from the host, where a link
+  // would be followed to wherever it points.
+  const swap = `cd /home/app && mv src src.old && ln -s ${service.dataDir} src`;
+  const { id, revisionId } = await deploy(tinyApp({ build: swap }));
+  const revision = await waitForRevision(service, id, revisionId);
+  assert.equal(revision.status, 'BUILD_FAILED', JSON.stringify(revision));
+  assert.equal(revision.failure_reason, 'build_command_failed');
+  assert.match(revision.failure_message, /replaced \/home\/app\/src/);
+});
