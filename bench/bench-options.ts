@@ -17,8 +17,10 @@ export interface BenchOptions {
   writeDocs: boolean;
   /** Experiment: every statement as a named prepared statement (bench/prepared-statements.ts). */
   preparedStatements: boolean;
-  /** Measured deployments per app in the data plane group (bench/data-plane.ts). */
+  /** Measured deployments per app and sandbox mode in the data plane group (bench/data-plane.ts). */
   deployments: number;
+  /** Rounds of the data plane group's proxy runs; each run measures durationSeconds / proxyRounds. */
+  proxyRounds: number;
   /** Simulated listeners long-polling at once in the listener group (bench/listener-polls.ts). */
   listeners: number;
   /** Measured patches per phase of the listener group. */
@@ -37,9 +39,14 @@ export const USAGE = `Usage: npm run bench -- [flags]
   --only a,b           only these scenarios, by key or key prefix: list (all four lists),
                        list-first, list-late, list-name, list-status, get, revisions,
                        create, patch, listener; the data plane group: dataplane (both parts),
-                       dataplane-deploy (create to DEPLOYED), dataplane-proxy (proxy overhead);
+                       dataplane-deploy (create to DEPLOYED, and the commands under each
+                       sandbox), dataplane-proxy (proxy overhead); each with SLIPWAY_SANDBOX=none
+                       and the default full isolation side by side;
                        the listener group: listeners (long-polls: patch to answer, memory)
-  --deployments N      measured deployments per app in the data plane group (default 5, quick 3)
+  --deployments N      measured deployments per app and sandbox mode in the data plane group
+                       (default 5, quick 3)
+  --rounds N           rounds of the data plane group's proxy runs, the two sandbox modes back
+                       to back in each; --duration is split among them (default 2)
   --listeners N        listeners long-polling at once in the listener group (default 1000,
                        quick 200); needs about N + 512 open files per process (ulimit -n)
   --patches N          measured patches per phase of the listener group (default 200, quick 50)
@@ -73,6 +80,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
       'write-docs': { type: 'boolean', default: false },
       'prepared-statements': { type: 'boolean', default: false },
       deployments: { type: 'string' },
+      rounds: { type: 'string' },
       listeners: { type: 'string' },
       patches: { type: 'string' },
       help: { type: 'boolean', default: false },
@@ -92,6 +100,8 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
   const deployments = positive('deployments', values.deployments, quick ? 3 : 5);
   if (!Number.isInteger(deployments) || deployments > 50)
     throw new Error('--deployments must be an integer from 1 to 50');
+  const proxyRounds = positive('rounds', values.rounds, 2);
+  if (!Number.isInteger(proxyRounds) || proxyRounds > 10) throw new Error('--rounds must be an integer from 1 to 10');
   const listeners = positive('listeners', values.listeners, quick ? 200 : 1000);
   if (!Number.isInteger(listeners) || listeners > 20_000)
     throw new Error('--listeners must be an integer from 1 to 20000');
@@ -113,6 +123,7 @@ export function parseBenchOptions(argv: string[]): BenchOptions | 'help' {
     writeDocs: values['write-docs'] ?? false,
     preparedStatements: values['prepared-statements'] ?? false,
     deployments,
+    proxyRounds,
     listeners,
     patches,
   };

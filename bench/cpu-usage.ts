@@ -40,6 +40,8 @@ export interface CpuSample {
   self: number;
   postgres: number | null;
   loadgen: number | null;
+  /** Ticks of the slirp4netns processes below us (the data plane's user-mode networking; 0 when none). */
+  slirp: number;
 }
 
 async function machine(): Promise<{ busy: number; total: number }> {
@@ -82,6 +84,12 @@ function subtree(all: Map<number, ProcessEntry>, root: number): number {
   return total;
 }
 
+/** Whether `pid` is `root` or below it. */
+function below(all: Map<number, ProcessEntry>, pid: number, root: number): boolean {
+  for (let p: number | undefined = pid; p !== undefined && p > 0; p = all.get(p)?.ppid) if (p === root) return true;
+  return false;
+}
+
 export async function sampleCpu(loadgenPid: number | undefined): Promise<CpuSample | null> {
   try {
     const [m, all] = await Promise.all([machine(), processes()]);
@@ -95,6 +103,9 @@ export async function sampleCpu(loadgenPid: number | undefined): Promise<CpuSamp
       self: me.own,
       postgres: postmaster === undefined ? null : subtree(all, postmaster),
       loadgen: loadgenPid === undefined ? null : subtree(all, loadgenPid),
+      slirp: [...all]
+        .filter(([pid, e]) => e.name === 'slirp4netns' && below(all, pid, process.pid))
+        .reduce((sum, [pid]) => sum + subtree(all, pid), 0),
     };
   } catch {
     return null; // no /proc here

@@ -1,9 +1,11 @@
 /**
  * The service with its local data plane, in the bench's process, as src/main.ts starts it: the API
- * and the app proxy on one loopback port, the change feed, and the worker with the local runtime
- * (bubblewrap when it works here; apps run as `nobody` when the bench runs as root). It runs on a
- * database of its own, made on the bench's PostgreSQL server and dropped on close: the seeded bench
- * database holds thousands of QUEUED revisions that a worker would start claiming.
+ * and the app proxy on one loopback port, the change feed, and the worker with the local runtime, in
+ * the sandbox mode asked for (`SLIPWAY_SANDBOX`: `auto`, the default, isolates fully when bubblewrap,
+ * slirp4netns and socat are installed; `none` runs apps bare; apps run as `nobody` when the bench runs
+ * as root). It runs on a database and a data directory of its own, made on the bench's PostgreSQL
+ * server and dropped on close: the seeded bench database holds thousands of QUEUED revisions that a
+ * worker would start claiming, and two services (one per sandbox mode) run side by side.
  *
  * Plus the few client helpers the data plane bench needs: the API with the bootstrap key, uploading a
  * folder, and a request to an app by its Host header (fetch cannot set Host).
@@ -57,7 +59,11 @@ export interface DataPlaneService {
  * `serverUrl` is any database on the server to use (the bench's own): the service's database is
  * created next to it, with the same credentials, which must be allowed to create databases and roles.
  */
-export async function startDataPlaneService(serverUrl: string, logLevel: string): Promise<DataPlaneService> {
+export async function startDataPlaneService(
+  serverUrl: string,
+  logLevel: string,
+  sandbox: 'auto' | 'none' = 'auto',
+): Promise<DataPlaneService> {
   const name = `slipway_bench_dp_${process.pid}_${randomBytes(3).toString('hex')}`;
   const databaseUrl = await createMigratedDatabase(serverUrl, name);
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-bench-dp-'));
@@ -69,6 +75,7 @@ export async function startDataPlaneService(serverUrl: string, logLevel: string)
     SLIPWAY_DATA_DIR: dataDir,
     SLIPWAY_BOOTSTRAP_API_KEY: apiKey,
     LOG_LEVEL: logLevel,
+    SLIPWAY_SANDBOX: sandbox,
     HOST: '127.0.0.1',
     PORT: String(port),
     // Bounds for the bench: a broken app fails in 30 s, a deleted one is stopped within 3 s.

@@ -1,19 +1,32 @@
 /**
  * The data plane part of `npm run bench` (method and results: docs/performance.md, "The local data
- * plane"). Two measurements, each against a baseline taken in the same run:
+ * plane"): what the platform and its isolation cost. Two services run side by side in the bench's
+ * process, each with its own database and data directory, alike but for `SLIPWAY_SANDBOX`: `none` (apps
+ * run bare: no namespaces, no forwards; cgroup limits still apply as root) and `auto`, the default (full
+ * isolation when bubblewrap, slirp4netns and socat are installed: each process tree in its own
+ * namespaces, network through slirp4netns, a cgroup). Every measurement takes both modes in turn,
+ * interleaved, so that the ratio isolated / bare holds on a noisy machine where absolute times do not.
  *
  * 1. Create to DEPLOYED. For each app (a tiny app with a stand-in install step and no database, and
- *    examples/agent-app with its own database), one warm-up deployment and then N measured ones, one at
- *    a time: `POST /v2/deployments` to the revision's DEPLOYED event, split into phases by the
+ *    examples/agent-app with its own database), one warm-up deployment per mode and then N measured
+ *    ones per mode, one at a time, the modes alternating (bare first in even rounds, isolated first in
+ *    odd ones): `POST /v2/deployments` to the revision's DEPLOYED event, split into phases by the
  *    revision's events (created_at of each status change) and the deploy log's system lines (their
- *    time). Right after each deployment, the same app is installed and started directly (no sandbox,
- *    no platform: `sh -c <command>` in a copy of its source, polled every 10 ms until its health path
- *    answers 2xx), so platform overhead = POST to DEPLOYED - (direct install + direct start).
- * 2. Proxy overhead. The last deployment of each app keeps running; the same instance is loaded by
- *    autocannon (the bench's load generator child process) directly on its own port (found with the
- *    router's targets(slug)), through a bare node:http proxy (the floor of any proxy in Node), and
- *    through the stable URL by Host header (`<slug>.localhost:<port>`) and by path (`/apps/<slug>/`),
- *    with the same connections and duration: req/s ratio and added p99.
+ *    time). After each round, the same app is installed and started directly (no sandbox, no platform:
+ *    `sh -c <command>` in a copy of its source, polled every 10 ms until its health path answers 2xx),
+ *    so platform overhead = POST to DEPLOYED - (direct install + direct start), per mode.
+ * 2. The tiny app's install and start commands under each mode's sandbox without the platform
+ *    (bench/data-plane-sandbox.ts: src/dataplane's sandbox and process runner, probed every 10 ms), and
+ *    directly, in rotating order: the per-start cost of namespaces, slirp4netns and cgroups, which the
+ *    deploy's start phase only shows rounded up to its health probe (every 50 ms in the first 2 s).
+ * 3. Proxy overhead. The last deployment of each app in each mode keeps running; each instance is loaded
+ *    by autocannon (the bench's load generator child process) directly on the port the router sends to
+ *    (found with the router's targets(slug): the app's own socket when bare; when isolated the app's
+ *    socket is in its namespace, and this port is slirp4netns's forward on the host's 127.0.0.1), through
+ *    a bare node:http proxy (the floor of any proxy in Node), and through the stable URL by Host header
+ *    (`<slug>.localhost:<port>`) and by path (`/apps/<slug>/`), with the same connections; in R rounds
+ *    (each --duration / R seconds), the two modes back to back for each form: req/s and p99 per mode,
+ *    of direct, and isolated / bare.
  *
  * Everything is on loopback and bounded: deployments in count and time (health timeout 30 s, a wait of
  * at most 60 s each), load runs in duration, requests and the load generator's timeout.
@@ -32,6 +45,13 @@ import { buildEnvironment } from '../src/dataplane/app-environment.ts';
 import { appSlug } from '../src/dataplane/app-urls.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
+import {
+  answers2xx,
+  openBenchSandbox,
+  SandboxedCommandError,
+  type BenchSandbox,
+  type SandboxMode,
+} from './data-plane-sandbox.ts';
 import { requestByHost, startDataPlaneService, type DataPlaneService } from './data-plane-service.ts';
 import type { HttpJob, LoadJob, LoadResult } from './load-protocol.ts';
 
@@ -151,6 +171,21 @@ export interface DirectRun {
   node: number | null;
 }
 
+/** The two sandbox modes measured side by side: the baseline first. */
+export const MODE_KEYS = ['bare', 'isolated'] as const;
+export type ModeKey = (typeof MODE_KEYS)[number];
+const MODE_SANDBOX: Record<ModeKey, SandboxMode> = { bare: 'none', isolated: 'auto' };
+
+export interface ModeInfo {
+  key: ModeKey;
+  /** `SLIPWAY_SANDBOX` of its service. */
+  sandbox: SandboxMode;
+  /** What its service's start log says of its isolation. */
+  isolation: string;
+  /** bubblewrap, a network namespace of its own and cgroup limits, all in force. */
+  contained: boolean;
+}
+
 export interface AppDeployResult {
   key: string;
   title: string;
@@ -158,8 +193,22 @@ export interface AppDeployResult {
   startCommand: string;
   nodeCommand: string;
   database: boolean;
-  runs: DeployRun[];
+  runs: Record<ModeKey, DeployRun[]>;
+  /** One per round of deployments (one of each mode): the baseline both modes share. */
   direct: DirectRun[];
+}
+
+/** How a command was run in the sandbox comparison: by hand (`sh -c`, no cgroup), or under a mode's sandbox. */
+export type CommandWay = 'direct' | ModeKey;
+
+/** The tiny app's commands, each way, without the platform (ms). */
+export interface SandboxStartResult {
+  installCommand: string;
+  startCommand: string;
+  /** The install command to its end. */
+  install: Record<CommandWay, number[]>;
+  /** The start command to the first 2xx on its health path, probed every 10 ms. */
+  start: Record<CommandWay, number[]>;
 }
 
 export interface ProxyCpu {
@@ -167,29 +216,43 @@ export interface ProxyCpu {
   otherShare: number;
   /** CPU ms per request in the bench process (the service and its proxy, the apps' log writer). */
   serviceMs: number;
-  /** In the app processes (everything below the bench that is not PostgreSQL or the load generator). */
+  /**
+   * In the app processes (everything below the bench that is not PostgreSQL, the load generator or
+   * slirp4netns: bubblewrap, sh, npm, node).
+   */
   appMs: number;
+  /** In slirp4netns, the isolated apps' user-mode network (0 when bare). */
+  slirpMs: number;
   postgresMs: number | null;
   loadgenMs: number | null;
 }
 
 export type ProxyForm = 'direct' | 'bare' | 'host' | 'path';
+export const PROXY_FORMS: readonly ProxyForm[] = ['direct', 'bare', 'host', 'path'];
 
 export interface ProxyRun {
   app: string;
   appTitle: string;
+  mode: ModeKey;
   form: ProxyForm;
+  /** 0-based round. */
+  round: number;
   result: LoadResult;
   cpu: ProxyCpu | null;
 }
 
 export interface DataPlaneResults {
-  isolation: string;
+  modes: ModeInfo[];
+  /** Deployments and commands that failed and were tried again. */
+  failures: FailedAttempt[];
   deployments: number;
   apps: AppDeployResult[];
+  sandboxStarts: SandboxStartResult | null;
   proxy: ProxyRun[];
+  rounds: number;
   connections: number;
   warmupSeconds: number;
+  /** Measured seconds of each proxy run (--duration / rounds). */
   durationSeconds: number;
   elapsedSeconds: number;
 }
@@ -210,32 +273,23 @@ function proxyCpu(before: CpuSample | null, after: CpuSample | null, requests: n
   const base = cpuBetween(before, after, requests);
   if (base === null || before === null || after === null) return null;
   const delta = (a: number | null, b: number | null) => (a === null || b === null ? 0 : b - a);
+  const slirpTicks = after.slirp - before.slirp;
   const appTicks =
     after.ours -
     before.ours -
     (after.self - before.self) -
     delta(before.postgres, after.postgres) -
-    delta(before.loadgen, after.loadgen);
+    delta(before.loadgen, after.loadgen) -
+    slirpTicks;
+  const perRequest = (ticks: number) => Math.max(0, (ticks * 1000) / TICKS_PER_SECOND / requests);
   return {
     otherShare: base.otherShare,
     serviceMs: base.nodeMs,
-    appMs: Math.max(0, (appTicks * 1000) / TICKS_PER_SECOND / requests),
+    appMs: perRequest(appTicks),
+    slirpMs: perRequest(slirpTicks),
     postgresMs: base.postgresMs,
     loadgenMs: base.loadgenMs,
   };
-}
-
-/** Whether GET http://127.0.0.1:port<path> answers 2xx (no keep-alive: each probe is a new connection, as the platform's). */
-function answers2xx(port: number, pathname: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const request = http.get({ host: '127.0.0.1', port, path: pathname, agent: false, timeout: 1_000 }, (response) => {
-      response.resume();
-      response.on('end', () => resolve((response.statusCode ?? 0) >= 200 && (response.statusCode ?? 0) < 300));
-      response.on('error', () => resolve(false));
-    });
-    request.on('timeout', () => request.destroy());
-    request.on('error', () => resolve(false));
-  });
 }
 
 interface Spawned {
@@ -344,6 +398,18 @@ interface LogLine {
   message: string;
 }
 
+/** A deployment that ended in a failed status: the platform's failure, which the bench reports. */
+class DeployFailure extends Error {
+  constructor(
+    readonly deploymentId: string,
+    readonly status: string,
+    readonly reason: string,
+  ) {
+    super(reason);
+    this.name = 'DeployFailure';
+  }
+}
+
 async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppConfig): Promise<Deployed> {
   const name = `bench-${app.key}-${randomBytes(3).toString('hex')}`;
   const tarball = await svc.upload(app.dir);
@@ -369,7 +435,11 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     else if (probe % 10 === 0) {
       const revision = await svc.api('GET', `/v2/deployments/${id}/revisions/${revisionId}`);
       if (FINAL.includes(revision.body?.status) && revision.body.status !== 'DEPLOYED')
-        throw new Error(`${name} did not deploy: ${JSON.stringify(revision.body)}`);
+        throw new DeployFailure(
+          id,
+          String(revision.body.status),
+          `${name} did not deploy: ${revision.body.status} ${revision.body.failure_reason ?? ''}: ${revision.body.failure_message ?? JSON.stringify(revision.body)}`,
+        );
     }
     if (firstServed === null) {
       if (Date.now() - t0 > DEPLOY_WAIT_MS) throw new Error(`${name} was not served within ${DEPLOY_WAIT_MS / 1000} s`);
@@ -434,6 +504,60 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
       otherShare: null,
     },
   };
+}
+
+/** A deployment (or a sandboxed command) that failed and was tried again. */
+export interface FailedAttempt {
+  app: string;
+  mode: ModeKey;
+  what: 'deployment' | 'command';
+  message: string;
+}
+
+/** Tries again at most this many times after a failure of the platform (it is reported, not hidden). */
+const RETRIES = 2;
+
+/**
+ * deployOnce, and when the deployment fails (a failed status, not a bench error): the failure noted,
+ * the deployment deleted, and another one made, at most RETRIES times.
+ */
+async function deployNoting(
+  svc: DataPlaneService,
+  mode: ModeKey,
+  app: BenchApp,
+  appConfig: AppConfig,
+  failures: FailedAttempt[],
+  say: (line: string) => void,
+): Promise<Deployed> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await deployOnce(svc, app, appConfig);
+    } catch (error) {
+      if (!(error instanceof DeployFailure) || attempt >= RETRIES) throw error;
+      failures.push({ app: app.key, mode, what: 'deployment', message: error.message });
+      say(`  FAILED, trying again: ${error.message}`);
+      await deleteDeployment(svc, error.deploymentId);
+    }
+  }
+}
+
+/** A sandboxed command's measurement, tried again (and the failure noted) when the command failed. */
+async function measureNoting(
+  mode: ModeKey,
+  app: BenchApp,
+  failures: FailedAttempt[],
+  say: (line: string) => void,
+  measure: () => Promise<number>,
+): Promise<number> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await measure();
+    } catch (error) {
+      if (!(error instanceof SandboxedCommandError) || attempt >= RETRIES) throw error;
+      failures.push({ app: app.key, mode, what: 'command', message: error.message });
+      say(`  FAILED, trying again: ${error.message}`);
+    }
+  }
 }
 
 async function deleteDeployment(svc: DataPlaneService, id: string): Promise<void> {
@@ -533,56 +657,84 @@ async function startBareProxy(targetPort: number): Promise<{ origin: string; clo
   };
 }
 
+/** One instance of an app to load: the service it runs in, and its slug. */
+interface ProxyTarget {
+  mode: ModeKey;
+  svc: DataPlaneService;
+  slug: string;
+}
+
+/**
+ * The app's instances (one per mode) loaded four ways each, in `rounds` rounds; within a round, for
+ * each form the two modes back to back, the first of them alternating.
+ */
 async function proxyRuns(
-  svc: DataPlaneService,
   load: LoadRunner,
   options: BenchOptions,
+  rounds: number,
   app: BenchApp,
-  slug: string,
+  targets: ProxyTarget[],
   say: (line: string) => void,
 ): Promise<ProxyRun[]> {
-  const target = svc.router.targets(slug)[0];
-  if (!target) throw new Error(`${slug} has no instance in the router`);
-  const host = `${slug}.${svc.config.appsDomain}:${svc.port}`;
-  const bare = await startBareProxy(target.port);
-  const forms: { form: ProxyForm; origin: string; path: string; headers: Record<string, string> }[] = [
-    { form: 'direct', origin: `http://127.0.0.1:${target.port}`, path: app.proxyPath, headers: {} },
-    { form: 'bare', origin: bare.origin, path: app.proxyPath, headers: {} },
-    { form: 'host', origin: svc.origin, path: app.proxyPath, headers: { host } },
-    { form: 'path', origin: svc.origin, path: `/apps/${slug}${app.proxyPath}`, headers: {} },
-  ];
+  interface Form {
+    form: ProxyForm;
+    origin: string;
+    path: string;
+    headers: Record<string, string>;
+  }
+  const closers: (() => Promise<void>)[] = [];
   const runs: ProxyRun[] = [];
   try {
-    for (const f of forms) {
-      const job: HttpJob = {
-        kind: 'http',
-        origin: f.origin,
-        method: 'GET',
-        path: f.path,
-        slots: [],
-        body: null,
-        uniquePrefix: '',
-        headers: f.headers,
-        expectStatus: 200,
-        connections: options.connections,
-        warmupSeconds: options.warmupSeconds,
-        durationSeconds: options.durationSeconds,
-        maxRequests: options.maxRequests,
-      };
-      const before = await sampleCpu(load.pid);
-      const result = await load.run(job);
-      const cpu = proxyCpu(before, await sampleCpu(load.pid), result.allRequests);
-      runs.push({ app: app.key, appTitle: app.title, form: f.form, result, cpu });
-      say(
-        `  proxy ${app.key} ${f.form}: ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
-          (cpu
-            ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}, others ${Math.round(cpu.otherShare * 100)}%`
-            : '') +
-          (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
-      );
+    const forms = new Map<ModeKey, Form[]>();
+    for (const t of targets) {
+      const target = t.svc.router.targets(t.slug)[0];
+      if (!target) throw new Error(`${t.slug} has no instance in the router`);
+      const host = `${t.slug}.${t.svc.config.appsDomain}:${t.svc.port}`;
+      const bare = await startBareProxy(target.port);
+      closers.push(() => bare.close());
+      forms.set(t.mode, [
+        { form: 'direct', origin: `http://127.0.0.1:${target.port}`, path: app.proxyPath, headers: {} },
+        { form: 'bare', origin: bare.origin, path: app.proxyPath, headers: {} },
+        { form: 'host', origin: t.svc.origin, path: app.proxyPath, headers: { host } },
+        { form: 'path', origin: t.svc.origin, path: `/apps/${t.slug}${app.proxyPath}`, headers: {} },
+      ]);
+    }
+    for (let round = 0; round < rounds; round++) {
+      for (const [index, form] of PROXY_FORMS.entries()) {
+        const order = (round + index) % 2 === 0 ? targets : [...targets].reverse();
+        for (const { mode } of order) {
+          const f = forms.get(mode)!.find((x) => x.form === form)!;
+          const job: HttpJob = {
+            kind: 'http',
+            origin: f.origin,
+            method: 'GET',
+            path: f.path,
+            slots: [],
+            body: null,
+            uniquePrefix: '',
+            headers: f.headers,
+            expectStatus: 200,
+            connections: options.connections,
+            warmupSeconds: options.warmupSeconds,
+            durationSeconds: options.durationSeconds / rounds,
+            maxRequests: options.maxRequests,
+          };
+          const before = await sampleCpu(load.pid);
+          const result = await load.run(job);
+          const cpu = proxyCpu(before, await sampleCpu(load.pid), result.allRequests);
+          runs.push({ app: app.key, appTitle: app.title, mode, form, round, result, cpu });
+          say(
+            `  proxy ${app.key} ${form} ${mode} (round ${round + 1}/${rounds}): ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
+              (cpu
+                ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}${mode === 'isolated' ? ` slirp4netns ${cpu.slirpMs.toFixed(3)}` : ''}, others ${Math.round(cpu.otherShare * 100)}%`
+                : '') +
+              (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
+          );
+        }
+      }
     }
   } finally {
-    await bare.close();
+    for (const close of closers) await close();
   }
   return runs;
 }
@@ -592,7 +744,7 @@ async function proxyRuns(
 export interface DataPlaneBenchContext {
   options: BenchOptions;
   parts: DataPlaneParts;
-  /** Any database on the bench's server; the service's own database is made beside it. */
+  /** Any database on the bench's server; the services' own databases are made beside it. */
   serverUrl: string;
   load: LoadRunner;
   say: (line: string) => void;
@@ -602,28 +754,47 @@ export interface DataPlaneBenchContext {
 
 const fmt = (ms: number) => `${Math.round(ms)} ms`;
 
+/** Both modes, the first of them alternating with `round`. */
+const modesInTurn = (round: number): ModeKey[] => (round % 2 === 0 ? [...MODE_KEYS] : [...MODE_KEYS].reverse());
+
+function deployLine(mode: ModeKey, run: DeployRun): string {
+  const p = run.phases;
+  return (
+    `${mode}: DEPLOYED after ${fmt(run.total)} (served ${fmt(run.firstServed)}): pick-up ${fmt(p.pickup)}, fetch ${fmt(p.fetch)}, install ${fmt(p.install)}, ` +
+    `database ${fmt(p.provision)}, start ${fmt(p.start)}, switch ${fmt(p.switch)}` +
+    (run.otherShare === null ? '' : `, others ${Math.round(run.otherShare * 100)}%`)
+  );
+}
+
+function directLine(direct: DirectRun): string {
+  return `direct: ${direct.install === null ? '' : `install ${fmt(direct.install)}, `}${direct.database === null ? '' : `database ${fmt(direct.database)}, `}start ${fmt(direct.start)}${direct.node === null ? '' : `, node ${fmt(direct.node)}`}`;
+}
+
 export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<DataPlaneResults> {
   const { options, parts, say } = ctx;
+  const rounds = options.proxyRounds;
   const started = Date.now();
   const tinyDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-bench-tiny-'));
   ctx.defer(() => fs.rm(tinyDir, { recursive: true, force: true }));
   for (const [file, content] of Object.entries(TINY_APP)) await fs.writeFile(path.join(tinyDir, file), content);
+  const tiny: BenchApp = {
+    key: 'tiny',
+    title: 'tiny app',
+    dir: tinyDir,
+    secrets: [{ name: 'GREETING', value: 'hello-from-bench' }],
+    nodeCommand: 'node server.js',
+    proxyPath: '/',
+  };
   const apps: BenchApp[] = [
-    {
-      key: 'tiny',
-      title: 'tiny app',
-      dir: tinyDir,
-      secrets: [{ name: 'GREETING', value: 'hello-from-bench' }],
-      nodeCommand: 'node server.js',
-      proxyPath: '/',
-    },
+    tiny,
     {
       key: 'agent',
       title: 'examples/agent-app',
       dir: EXAMPLE_AGENT_APP,
       // Its start command is `npm start`, and npm, in the fresh HOME every revision gets, first asks the
       // registry whether a newer npm exists (about 0.5 s, and traffic off this machine). The bench stays
-      // on loopback: the check is switched off, for the deployed app and the direct start alike.
+      // on loopback: the check is switched off, for the deployed app and the direct start alike (the
+      // platform's base environment now switches it off too).
       secrets: [
         { name: 'GREETING', value: 'hello-from-bench' },
         { name: 'npm_config_update_notifier', value: 'false' },
@@ -636,13 +807,35 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
   ctx.defer(async () => {
     await Promise.all([...liveCommands].map((c) => c.stop()));
   });
-  const svc = await startDataPlaneService(ctx.serverUrl, options.logLevel);
-  ctx.defer(() => svc.close());
-  say(`data plane: ${svc.isolation}`);
+  const services = {} as Record<ModeKey, DataPlaneService>;
+  const sandboxes = {} as Record<ModeKey, BenchSandbox>;
+  const closing: (() => Promise<void>)[] = [];
   const count = options.deployments;
   const results: AppDeployResult[] = [];
   const proxy: ProxyRun[] = [];
+  let sandboxStarts: SandboxStartResult | null = null;
+  const failures: FailedAttempt[] = [];
   try {
+    for (const mode of MODE_KEYS) {
+      const svc = await startDataPlaneService(ctx.serverUrl, options.logLevel, MODE_SANDBOX[mode]);
+      ctx.defer(() => svc.close());
+      closing.push(() => svc.close());
+      services[mode] = svc;
+      const sandbox = await openBenchSandbox(MODE_SANDBOX[mode]);
+      ctx.defer(() => sandbox.close());
+      closing.push(() => sandbox.close());
+      sandboxes[mode] = sandbox;
+      say(`data plane, ${mode} (SLIPWAY_SANDBOX=${MODE_SANDBOX[mode]}): ${svc.isolation}`);
+    }
+    const modes: ModeInfo[] = MODE_KEYS.map((key) => ({
+      key,
+      sandbox: MODE_SANDBOX[key],
+      isolation: services[key].isolation,
+      contained: sandboxes[key].contained,
+    }));
+    if (!sandboxes.isolated.contained)
+      say('  CAUTION: the default mode does not contain apps fully here; isolated / bare understates the cost');
+
     for (const app of apps) {
       const appConfig = await loadAppConfig(app.dir, 'slipway.json', {});
       const result: AppDeployResult = {
@@ -652,54 +845,108 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
         startCommand: appConfig.start,
         nodeCommand: app.nodeCommand,
         database: appConfig.database,
-        runs: [],
+        runs: { bare: [], isolated: [] },
         direct: [],
       };
-      let serving: Deployed | null = null;
+      const serving: Partial<Record<ModeKey, Deployed>> = {};
       if (parts.deploy) {
-        // One unmeasured round first: the service's code paths, the file cache, npm's own start.
-        const warm = await deployOnce(svc, app, appConfig);
-        await directOnce(svc, app, appConfig);
-        await deleteDeployment(svc, warm.id);
+        // One unmeasured round first: the services' code paths, the file cache, npm's own start.
+        for (const mode of MODE_KEYS) {
+          const warm = await deployNoting(services[mode], mode, app, appConfig, failures, say);
+          await deleteDeployment(services[mode], warm.id);
+        }
+        await directOnce(services.bare, app, appConfig);
         for (let i = 0; i < count; i++) {
-          // Nothing else runs meanwhile: the previous deployment is gone before the next starts.
-          if (serving) await deleteDeployment(svc, serving.id);
-          // How busy the rest of the machine was during the deployment. Not measured for the direct
-          // runs: the SIGTERM to their process group orphans npm's and sh's children, which init then
-          // reaps, so their CPU time would count as other processes'.
-          const before = await sampleCpu(ctx.load.pid);
-          serving = await deployOnce(svc, app, appConfig);
-          serving.run.otherShare = cpuBetween(before, await sampleCpu(ctx.load.pid), 1)?.otherShare ?? null;
-          const direct = await directOnce(svc, app, appConfig);
-          result.runs.push(serving.run);
+          const lines: string[] = [];
+          for (const mode of modesInTurn(i)) {
+            const svc = services[mode];
+            // The mode's previous deployment is gone before the next starts; the other mode's last one
+            // stays up, idle, for the proxy runs.
+            const previous = serving[mode];
+            if (previous) await deleteDeployment(svc, previous.id);
+            // How busy the rest of the machine was during the deployment. Not measured for the direct
+            // runs: the SIGTERM to their process group orphans npm's and sh's children, which init then
+            // reaps, so their CPU time would count as other processes'.
+            const before = await sampleCpu(ctx.load.pid);
+            const deployed = await deployNoting(svc, mode, app, appConfig, failures, say);
+            deployed.run.otherShare = cpuBetween(before, await sampleCpu(ctx.load.pid), 1)?.otherShare ?? null;
+            serving[mode] = deployed;
+            result.runs[mode].push(deployed.run);
+            lines.push(deployLine(mode, deployed.run));
+          }
+          const direct = await directOnce(services.bare, app, appConfig);
           result.direct.push(direct);
-          const p = serving.run.phases;
-          say(
-            `  deploy ${app.key} ${i + 1}/${count}: DEPLOYED after ${fmt(serving.run.total)} (served ${fmt(serving.run.firstServed)}): pick-up ${fmt(p.pickup)}, fetch ${fmt(p.fetch)}, install ${fmt(p.install)}, ` +
-              `database ${fmt(p.provision)}, start ${fmt(p.start)}, switch ${fmt(p.switch)} | direct: ${direct.install === null ? '' : `install ${fmt(direct.install)}, `}${direct.database === null ? '' : `database ${fmt(direct.database)}, `}start ${fmt(direct.start)}${direct.node === null ? '' : `, node ${fmt(direct.node)}`}` +
-              (serving.run.otherShare === null ? '' : ` | others ${Math.round(serving.run.otherShare * 100)}%`),
-          );
+          say(`  deploy ${app.key} ${i + 1}/${count}: ${[...lines, directLine(direct)].join(' | ')}`);
         }
         results.push(result);
+
+        if (app === tiny && appConfig.install) {
+          // The tiny app's own commands each way, no platform: a warm-up round, then one per deployment.
+          const ways: CommandWay[] = ['direct', ...MODE_KEYS];
+          const starts: SandboxStartResult = {
+            installCommand: appConfig.install,
+            startCommand: appConfig.start,
+            install: { direct: [], bare: [], isolated: [] },
+            start: { direct: [], bare: [], isolated: [] },
+          };
+          for (let i = -1; i < count; i++) {
+            const order = ways.map((_, k) => ways[(k + Math.max(0, i)) % ways.length]!);
+            const line: string[] = [];
+            for (const way of order) {
+              let install: number;
+              let start: number;
+              if (way === 'direct') {
+                const direct = await directOnce(services.bare, app, appConfig);
+                install = direct.install ?? 0;
+                start = direct.start;
+              } else {
+                const sandbox = sandboxes[way];
+                const command = appConfig.install;
+                install = await measureNoting(way, app, failures, say, () => sandbox.timeCommand(app.dir, command));
+                start = await measureNoting(way, app, failures, say, () =>
+                  sandbox.timeStart(app.dir, appConfig.start, appConfig.healthCheckPath, services[way].port),
+                );
+              }
+              if (i >= 0) {
+                starts.install[way].push(install);
+                starts.start[way].push(start);
+              }
+              line.push(`${way} install ${fmt(install)}, start ${fmt(start)}`);
+            }
+            say(`  commands ${app.key} ${i < 0 ? 'warm-up' : `${i + 1}/${count}`}: ${line.join(' | ')}`);
+          }
+          sandboxStarts = starts;
+        }
       }
       if (parts.proxy) {
-        serving ??= await deployOnce(svc, app, appConfig);
-        proxy.push(...(await proxyRuns(svc, ctx.load, options, app, serving.slug, say)));
+        const targets: ProxyTarget[] = [];
+        for (const mode of MODE_KEYS) {
+          const svc = services[mode];
+          const deployed = (serving[mode] ??= await deployNoting(svc, mode, app, appConfig, failures, say));
+          targets.push({ mode, svc, slug: deployed.slug });
+        }
+        proxy.push(...(await proxyRuns(ctx.load, options, rounds, app, targets, say)));
       }
-      if (serving) await deleteDeployment(svc, serving.id);
+      for (const mode of MODE_KEYS) {
+        const deployed = serving[mode];
+        if (deployed) await deleteDeployment(services[mode], deployed.id);
+      }
     }
+    return {
+      modes,
+      failures,
+      deployments: count,
+      apps: results,
+      sandboxStarts,
+      proxy,
+      rounds,
+      connections: options.connections,
+      warmupSeconds: options.warmupSeconds,
+      durationSeconds: options.durationSeconds / rounds,
+      elapsedSeconds: (Date.now() - started) / 1000,
+    };
   } finally {
-    await svc.close();
+    for (const close of closing.reverse()) await close();
     await fs.rm(tinyDir, { recursive: true, force: true });
   }
-  return {
-    isolation: svc.isolation,
-    deployments: count,
-    apps: results,
-    proxy,
-    connections: options.connections,
-    warmupSeconds: options.warmupSeconds,
-    durationSeconds: options.durationSeconds,
-    elapsedSeconds: (Date.now() - started) / 1000,
-  };
 }

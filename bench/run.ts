@@ -11,9 +11,11 @@
  *    response bytes.
  * 4. The table is printed (and with --write-docs put into docs/performance.md).
  *
- * Before all that, the data plane group (bench/data-plane.ts; `--only dataplane` runs it alone): the
- * service with its worker on a database of its own, create to DEPLOYED against the app started
- * directly, and the app proxy against the same app instance called on its own port. Then the
+ * Before all that, the data plane group (bench/data-plane.ts; `--only dataplane` runs it alone): two
+ * services with their workers, each on a database of its own, one with SLIPWAY_SANDBOX=none (apps run
+ * bare) and one with the default full isolation, measured interleaved: create to DEPLOYED against the
+ * app started directly, the app's commands under each sandbox, and the app proxy against the same app
+ * instance called on the port the router sends to; each figure per mode and isolated / bare. Then the
  * listener group (bench/listener-polls.ts; `--only listeners`): patch to a listener's long-poll answer
  * with one and with 1,000 listeners polling, and the service's memory while it holds their polls.
  *
@@ -313,8 +315,9 @@ async function main(): Promise<number> {
         ? { deploy: false, proxy: false }
         : dataPlaneParts(options.only);
     if (parts.deploy || parts.proxy) {
+      const proxyRuns = 2 * 4 * 2 * options.proxyRounds;
       say(
-        `data plane: ${[parts.deploy ? `${options.deployments} deployments of each of two apps` : '', parts.proxy ? `3 proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds} s for each app` : ''].filter(Boolean).join(', ')}`,
+        `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)` : ''].filter(Boolean).join('; ')}`,
       );
       const dataPlane = await runDataPlaneBench({
         options,

@@ -12,6 +12,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 
@@ -71,6 +72,22 @@ async function waitReady(child: ChildProcess, stderr: () => string, timeoutMs: n
 }
 
 /**
+ * bubblewrap sets up the namespace's loopback after it reports the sandbox's pid and before it blocks;
+ * slirp4netns configuring the namespace at the same time makes either fail now and then
+ * (`loopback: Failed RTM_NEWADDR`). The loopback address in the namespace's routing table says it is done.
+ */
+async function waitForLoopback(pid: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const table = await fs.readFile(`/proc/${pid}/net/fib_trie`, 'utf8').catch(() => null);
+    if (table === null) throw new NetworkSetupError('the sandbox exited before its network was set up');
+    if (table.includes('127.0.0.1')) return;
+    if (Date.now() > deadline) throw new NetworkSetupError(`the sandbox's loopback was not up within ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 2));
+  }
+}
+
+/**
  * Gives the network namespace of `pid` a way out through slirp4netns, and publishes `publishPort` (the
  * same port on the host's 127.0.0.1 and in the namespace) when given.
  */
@@ -79,6 +96,7 @@ export async function attachNetwork(
   pid: number,
   publishPort: number | null,
 ): Promise<NetworkAttachment> {
+  await waitForLoopback(pid, 10_000);
   counter += 1;
   const apiSocket = path.join(options.socketDir, `s${process.pid}-${counter}.sock`);
   const child = spawn(
