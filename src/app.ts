@@ -110,7 +110,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         version: '0.1.0',
         description:
           'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key ' +
-          '(or Authorization: Bearer); pick a workspace with X-Tenant-Id.',
+          '(or Authorization: Bearer); pick a workspace with X-Tenant-Id. Body fields and query parameters ' +
+          'an operation does not list are ignored, so clients may send extra ones; those it lists are ' +
+          'validated (422). Secret values are write-only: answers show each secret with the value "********".',
       },
       components: {
         securitySchemes: {

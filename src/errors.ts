@@ -35,7 +35,9 @@ export const ERROR_CODES = {
   // 404 / 405 / 406 / 408
   not_found: { summary: "The resource does not exist in the caller's workspace." },
   route_not_found: { summary: 'No such path.' },
-  method_not_allowed: { summary: 'The path exists but not with this method.' },
+  method_not_allowed: {
+    summary: 'The path exists but not with this method; the Allow header lists the methods it takes.',
+  },
   not_acceptable: { summary: 'No representation matches the Accept header; the API answers JSON.' },
   request_timeout: { summary: 'The request did not arrive in time; the connection is closed.' },
   // 409 / 412

@@ -904,6 +904,25 @@ describe('paths, queries and headers', () => {
       get('/v2/no-such-thing', 404),
     ]);
   });
+
+  test('unknown query parameters are ignored, as unknown body fields are (docs/api.md, "Conventions")', async () => {
+    const plain = await api.get('/v2/api-keys');
+    assert.equal(plain.status, 200);
+    const extra = await api.get('/v2/api-keys?x-unknown=42');
+    assert.equal(extra.status, 200, JSON.stringify(extra.body));
+    assert.deepEqual(extra.body, plain.body);
+    const deployments = await api.get(`/v2/deployments?name=target&x-unknown=42&future_filter=1`);
+    assert.equal(deployments.status, 200);
+    assert.deepEqual(
+      deployments.body.resources.map((d: { id: string }) => d.id),
+      [deploymentId],
+      'the known filter applies, the unknown one is ignored',
+    );
+    // A parameter the operation lists is still validated.
+    const bad = await api.get('/v2/api-keys?x-unknown=42&limit=0');
+    assert.equal(bad.status, 422);
+    assert.deepEqual(bad.body.detail[0].loc, ['query', 'limit']);
+  });
 });
 
 /** mulberry32: a small seeded PRNG, so a failure can be replayed from its seed. */

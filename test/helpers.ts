@@ -21,6 +21,7 @@ import { connect } from '../src/db/database.ts';
 import { createAppRouter, type AppRouter } from '../src/dataplane/app-router.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
+import { assertAnswerDocumented } from './support/openapi-conformance.ts';
 
 function testEnvironment(): { adminUrl: string; template: string } {
   const adminUrl = process.env.SLIPWAY_TEST_ADMIN_URL;
@@ -189,7 +190,11 @@ export interface Response<T = any> {
   headers: Record<string, string | string[] | number | undefined>;
 }
 
-/** A small client over inject(): JSON in, parsed JSON out, with an API key and optional tenant. */
+/**
+ * A small client over inject(): JSON in, parsed JSON out, with an API key and optional tenant. Every
+ * answer is checked against the app's OpenAPI document (test/support/openapi-conformance.ts): an
+ * answer the document does not describe fails the test that asked for it.
+ */
 export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, tenant?: string) {
   const call = async <T = any>(
     method: InjectOptions['method'],
@@ -197,18 +202,34 @@ export function client(app: FastifyInstance, key: string | null = ADMIN_KEY, ten
     body?: unknown,
     headers: Record<string, string> = {},
   ): Promise<Response<T>> => {
+    const sent: Record<string, string> = {
+      ...(key ? { 'x-api-key': key } : {}),
+      ...(tenant ? { 'x-tenant-id': tenant } : {}),
+      ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      ...headers,
+    };
     const response = await app.inject({
       method,
       url,
-      headers: {
-        ...(key ? { 'x-api-key': key } : {}),
-        ...(tenant ? { 'x-tenant-id': tenant } : {}),
-        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
-        ...headers,
-      },
+      headers: sent,
       ...(body !== undefined ? { payload: typeof body === 'string' ? body : JSON.stringify(body) } : {}),
     });
     const text = response.body;
+    const host = Object.entries(sent).find(([name]) => name.toLowerCase() === 'host')?.[1];
+    await assertAnswerDocumented(
+      { app },
+      {
+        method: String(method),
+        url,
+        ...(host !== undefined ? { host } : {}),
+        status: response.statusCode,
+        header: (name) => {
+          const value = response.headers[name];
+          return value === undefined ? undefined : String(value);
+        },
+        body: text,
+      },
+    );
     return {
       status: response.statusCode,
       body: (text === '' ? undefined : JSON.parse(text)) as T,

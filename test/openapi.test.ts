@@ -362,6 +362,7 @@ describe('/openapi.json for client generators', () => {
       'SourceRevisionConfig',
       'ResourceSpec',
       'Secret',
+      'SecretInput',
       'Listener',
       'ListenerCreate',
       'ListenerPatch',
@@ -468,6 +469,28 @@ describe('/openapi.json for client generators', () => {
     }
     for (const [route, op] of operations())
       if (op.requestBody) assert.ok(op.responses['413'] && op.responses['415'], `${route} has a body: 413 and 415`);
+  });
+
+  test("a secret's value is write-only in requests, and the constant mask in answers", () => {
+    const schemas = doc.components.schemas ?? {};
+    const answered = resolve({ $ref: '#/components/schemas/Secret' }).properties?.value as Schema & {
+      enum?: unknown[];
+      const?: unknown;
+    };
+    assert.deepEqual(answered.enum ?? [answered.const], ['********'], 'Secret.value is always ********');
+    assert.equal((answered as { writeOnly?: boolean }).writeOnly, undefined, 'answers carry it');
+    const sent = schemas.SecretInput?.properties?.value as { writeOnly?: boolean } | undefined;
+    assert.equal(sent?.writeOnly, true, 'SecretInput.value is write-only');
+    const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+    assert.deepEqual(
+      jsonSchemaOf('GET /v2/deployments/{deployment_id}', '200').properties?.secrets?.items,
+      ref('Secret'),
+    );
+    assert.deepEqual(requestSchemaOf('POST /v2/deployments').properties?.secrets?.items, ref('SecretInput'));
+    assert.deepEqual(
+      requestSchemaOf('PATCH /v2/deployments/{deployment_id}').properties?.secrets?.items,
+      ref('SecretInput'),
+    );
   });
 
   test('the OAuth callback documents its query parameters and its HTML pages', () => {

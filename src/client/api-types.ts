@@ -129,7 +129,7 @@ export interface paths {
         put?: never;
         /**
          * Create a deployment
-         * @description Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.
+         * @description Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1. A codehost deployment asks the code host for its repository first: 502 when the host fails (docs/codehost.md).
          */
         post: operations["createDeployment"];
         delete?: never;
@@ -1210,7 +1210,7 @@ export interface components {
         };
         /**
          * ResourceSpec
-         * @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes.
+         * @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. On the service's own data plane each web instance is limited to `memory_limit_mb` (else `memory_mb`) of memory and `cpu_limit` (else `cpu`) cores, each worker instance to the `queue_` fields (else the same), with the service's defaults when silent, through cgroups; an instance over its memory is killed (`out_of_memory`) and restarted. Where the service may not set cgroups, the limits are stored but not enforced, and the service's start log says so. On a listener they become the Kubernetes requests and limits.
          */
         ResourceSpec: {
             min_scale?: number | null;
@@ -1313,11 +1313,11 @@ export interface components {
             /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
             langgraph_config_path?: string | null;
         };
-        /** Secret */
-        Secret: {
+        /** SecretInput */
+        SecretInput: {
             /** @description Environment variable name. */
             name: string;
-            /** @description Write-only: responses show ********. */
+            /** @description Write-only: answers show ********. In a patch, ******** for an existing name keeps its value. */
             value: string;
         };
         /** SecretReference */
@@ -1334,7 +1334,7 @@ export interface components {
             source: "codehost" | "external_container" | "internal_container" | "internal_source";
             source_config?: components["schemas"]["SourceConfig"] | null;
             source_revision_config?: components["schemas"]["SourceRevisionConfigInput"] | null;
-            secrets?: components["schemas"]["Secret"][] | null;
+            secrets?: components["schemas"]["SecretInput"][] | null;
             secret_references?: components["schemas"]["SecretReference"][] | null;
         };
         /** SourceRevisionConfig */
@@ -1345,6 +1345,16 @@ export interface components {
             image_uri?: string | null;
             source_tarball_path?: string | null;
             repo_commit_sha?: string | null;
+        };
+        /** Secret */
+        Secret: {
+            /** @description Environment variable name. */
+            name: string;
+            /**
+             * @description Always the mask: a secret value is never shown.
+             * @enum {string}
+             */
+            value: "********";
         };
         /**
          * Deployment
@@ -1396,7 +1406,7 @@ export interface components {
             revision_source?: "codehost" | "internal_container" | "internal_source" | null;
             source_config?: components["schemas"]["SourceConfig"] | null;
             source_revision_config?: components["schemas"]["SourceRevisionConfigInput"] | null;
-            secrets?: components["schemas"]["Secret"][] | null;
+            secrets?: components["schemas"]["SecretInput"][] | null;
             secret_references?: components["schemas"]["SecretReference"][] | null;
             /** @description Cannot change; the current value is accepted. */
             name?: unknown;
@@ -2353,6 +2363,15 @@ export interface components {
         };
     };
     responses: {
+        /** @description The request breaks a rule (the detail names the field), or is not valid HTTP (`malformed_request`: a malformed header, framing or Content-Length; the connection is closed). Codes: docs/errors.md. */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description An unexpected failure; the body carries the request id for the service log. */
         InternalError: {
             headers: {
@@ -2429,15 +2448,6 @@ export interface components {
                 "application/json": components["schemas"]["ValidationErrorBody"];
             };
         };
-        /** @description The request breaks a rule; the detail names the field (docs/errors.md). */
-        BadRequest: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ErrorBody"];
-            };
-        };
         /** @description No such resource in the workspace (another workspace's resources do not exist for the caller). */
         NotFound: {
             headers: {
@@ -2456,8 +2466,8 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description The request conflicts with the current state (a name taken, a resource in use). */
-        Conflict: {
+        /** @description An upstream (an identity provider, a code host) answered wrongly. */
+        BadGateway: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2465,8 +2475,8 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description An upstream (an identity provider, a code host) answered wrongly. */
-        BadGateway: {
+        /** @description The request conflicts with the current state (a name taken, a resource in use). */
+        Conflict: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2500,6 +2510,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2525,6 +2536,7 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2550,6 +2562,7 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["BadRequest"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2577,6 +2590,7 @@ export interface operations {
                     "application/json": components["schemas"]["WorkspaceList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -2606,13 +2620,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Workspace"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["ConflictWithRetryAfter"];
@@ -2646,6 +2661,7 @@ export interface operations {
                     "application/json": components["schemas"]["ApiKeyList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -2677,7 +2693,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2716,6 +2732,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2763,6 +2780,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeploymentList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -2810,7 +2828,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2825,6 +2843,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -2846,7 +2865,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2860,6 +2879,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2891,6 +2911,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2935,7 +2956,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2983,6 +3004,7 @@ export interface operations {
                     "application/json": components["schemas"]["RevisionList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3010,7 +3032,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3024,6 +3046,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3053,13 +3076,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Deployment"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3092,13 +3116,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Revision"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3136,6 +3161,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeploymentEventList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3178,6 +3204,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3209,6 +3236,7 @@ export interface operations {
                     "application/json": components["schemas"]["ListenerList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -3250,7 +3278,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3286,7 +3314,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3300,6 +3328,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3329,6 +3358,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3367,7 +3397,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3412,6 +3442,7 @@ export interface operations {
                     "application/json": components["schemas"]["ListenerCredentialList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3442,13 +3473,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ListenerCredentialCreated"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3482,6 +3514,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3528,6 +3561,7 @@ export interface operations {
                     "application/json": null;
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3568,6 +3602,7 @@ export interface operations {
                     "application/json": components["schemas"]["RevisionReportResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3600,6 +3635,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3643,6 +3679,7 @@ export interface operations {
                     "application/json": components["schemas"]["Listener"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3676,6 +3713,7 @@ export interface operations {
                     "application/json": components["schemas"]["OAuthProviderList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -3705,7 +3743,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3742,7 +3780,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3756,6 +3794,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3786,6 +3825,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3825,7 +3865,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3920,13 +3960,14 @@ export interface operations {
                     "text/html": string;
                 };
             };
-            /** @description Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which). */
+            /** @description Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which); or the request is not valid HTTP (the error envelope, malformed_request). */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "text/html": string;
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
             422: components["responses"]["ValidationFailed"];
@@ -3976,6 +4017,7 @@ export interface operations {
                     "application/json": components["schemas"]["AuthorizationStatus"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4007,6 +4049,7 @@ export interface operations {
                     "application/json": components["schemas"]["OAuthTokenList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -4032,7 +4075,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4046,6 +4089,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4077,6 +4121,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4110,6 +4155,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentConnectionList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -4142,7 +4188,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4183,6 +4229,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4219,6 +4266,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentCredentialList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4253,13 +4301,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["AgentCredentialCreated"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4293,6 +4342,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4326,6 +4376,7 @@ export interface operations {
                     "application/json": components["schemas"]["AgentToken"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4361,6 +4412,7 @@ export interface operations {
                     "application/json": components["schemas"]["TagKeyList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -4390,13 +4442,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TagKey"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["ConflictWithRetryAfter"];
@@ -4428,6 +4481,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4464,6 +4518,7 @@ export interface operations {
                     "application/json": components["schemas"]["TagValueList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4496,13 +4551,14 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["TagValue"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4536,6 +4592,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4572,6 +4629,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeploymentTagList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4638,6 +4696,7 @@ export interface operations {
                     "application/json": components["schemas"]["TracingProjectList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -4662,7 +4721,7 @@ export interface operations {
             201: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4706,6 +4765,7 @@ export interface operations {
                     "application/json": components["schemas"]["UploadUrl"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4783,6 +4843,7 @@ export interface operations {
                     "application/json": components["schemas"]["LogSearchResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4824,6 +4885,7 @@ export interface operations {
                     "application/json": components["schemas"]["LogSearchResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4864,6 +4926,7 @@ export interface operations {
                     "application/json": components["schemas"]["LogSearchResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4938,6 +5001,7 @@ export interface operations {
                     "application/json": components["schemas"]["CodehostIntegrationList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
@@ -4975,7 +5039,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5012,7 +5076,7 @@ export interface operations {
             200: {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5026,6 +5090,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -5055,6 +5120,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -5095,7 +5161,7 @@ export interface operations {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
-                    ETag?: string;
+                    ETag: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5171,6 +5237,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookDeliveryList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];

@@ -154,6 +154,9 @@ const IfMatchStarHeader = {
 };
 const ETagHeader = {
   type: 'string',
+  // Always sent: `tag` below sets it on every 200 and 201 of a resource (src/http/openapi.ts moves this
+  // onto the header itself, where OpenAPI reads it).
+  required: true,
   description:
     'Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply.',
 };

@@ -3,7 +3,7 @@
  * `{"detail": "..."}`, or for 422 `{"detail": [{type, loc, msg, input}]}`, plus our stable `code`.
  */
 import { isDatabaseUnavailable } from '../db/connection-errors.ts';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, HTTPMethods } from 'fastify';
 import { AppError, ValidationError, type ErrorCode, type ValidationIssue } from '../errors.ts';
 import { statusOf, type CodeWithStatus, type ErrorStatus } from './error-statuses.ts';
 import { redactSecrets } from './secret-fields.ts';
@@ -148,7 +148,53 @@ export function registerErrorHandler(app: FastifyInstance): void {
       .send(JSON.stringify({ detail: 'Internal server error', code: 'internal', request_id: request.id }));
   });
 
-  app.setNotFoundHandler((request, reply) =>
-    send(reply, 404, 'route_not_found', `No route ${request.method} ${request.url.split('?')[0]}.`),
-  );
+  const allowedMethods = registerMethodIndex(app);
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = allowedMethods(path);
+    // The method's own route declined (a file of /docs that does not exist): that is a 404 as well.
+    if (allowed.length === 0 || allowed.includes(request.method))
+      return send(reply, 404, 'route_not_found', `No route ${request.method} ${path}.`);
+    reply.header('allow', allowed.join(', '));
+    return send(
+      reply,
+      405,
+      'method_not_allowed',
+      `${path} does not take ${request.method}; it takes ${allowed.join(', ')}.`,
+    );
+  });
+}
+
+/**
+ * The methods the routes of a path take, for the Allow header of a 405 (RFC 9110 §15.5.6): every method
+ * some route uses, asked of Fastify's own router, so that path parameters, wildcards and percent-encoding
+ * match exactly as they do for a request. The dashboard's catch-all (`/*`, GET) matches every path and
+ * yields to the API (src/routes/dashboard.ts): a match of a wildcard that spans the whole path says
+ * nothing about the path, so it does not count.
+ */
+function registerMethodIndex(app: FastifyInstance): (path: string) => string[] {
+  const methods = new Set<HTTPMethods>();
+  app.addHook('onRoute', (route) => {
+    for (const method of Array.isArray(route.method) ? route.method : [route.method]) methods.add(method);
+  });
+  return (path) => {
+    const whole = decodedPath(path);
+    return [...methods]
+      .filter((method) => {
+        const found = app.findRoute({ method, url: path });
+        if (found === null) return false;
+        const params = found.params as Record<string, string | undefined>;
+        return !(Object.keys(params).length === 1 && params['*'] !== undefined && `/${params['*']}` === whole);
+      })
+      .sort();
+  };
+}
+
+/** The path as the router's parameters hold it: percent-decoded (the path as sent when it does not decode). */
+function decodedPath(path: string): string {
+  try {
+    return decodeURIComponent(path);
+  } catch {
+    return path;
+  }
 }

@@ -3,11 +3,13 @@
  * repeat it (docs/api.md, "The OpenAPI document"):
  *
  * - `registerOpenApiConventions`, an onRoute hook: routes without an API key (`config.auth: 'none'`)
- *   document `security: []` unless they name their own scheme; every operation lists 500 and 503 (the
- *   database unreachable, or the server shutting down; with Retry-After), and every operation whose
- *   method carries a body lists 413 and 415, with the error envelope. Those are answers the error
- *   handler (src/http/error-handler.ts) can give on any route.
- * - `shapeDocument`, the document's final transform: every schema with a `title` becomes the component
+ *   document `security: []` unless they name their own scheme; every operation lists 400 (a request
+ *   the HTTP parser or the router refuses, `malformed_request`, before any route runs), 500 and 503
+ *   (the database unreachable, or the server shutting down; with Retry-After), and every operation
+ *   whose method carries a body lists 413 and 415, with the error envelope. Those are answers the
+ *   service (src/http/error-handler.ts, src/http/framework-answers.ts) can give on any route.
+ * - `shapeDocument`, the document's final transform: a response header declared `required: true` is
+ *   required on the header object, every schema with a `title` becomes the component
  *   of that name and each use a `$ref` to it (a nullable use `anyOf: [$ref, null]`), and the plain
  *   error answers become shared responses (`#/components/responses/NotFound`...).
  *
@@ -28,9 +30,13 @@ type JsonObject = { [key: string]: Json };
 const isObject = (value: unknown): value is JsonObject =>
   value !== null && typeof value === 'object' && !Array.isArray(value);
 
-/** The error statuses every operation of `methods` can answer, on top of what its route lists. */
+/**
+ * The error statuses every operation of `methods` can answer, on top of what its route lists. 400: a
+ * request the HTTP parser refuses (an invalid character in a header value, broken framing) or the
+ * router cannot read (a malformed percent-encoding) never reaches a route, so any operation answers it.
+ */
 function frameworkStatuses(methods: string[]): number[] {
-  return methods.some((m) => BODY_METHODS.has(m)) ? [413, 415, 500, 503] : [500, 503];
+  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 500, 503] : [400, 500, 503];
 }
 
 export const RetryAfterHeader = {
@@ -136,7 +142,10 @@ export function nameSchemas<D extends object>(document: D): D {
 
 /** What each error status means on any operation; the detail of an answer says more. */
 const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
-  400: ['BadRequest', 'The request breaks a rule; the detail names the field (docs/errors.md).'],
+  400: [
+    'BadRequest',
+    'The request breaks a rule (the detail names the field), or is not valid HTTP (`malformed_request`: a malformed header, framing or Content-Length; the connection is closed). Codes: docs/errors.md.',
+  ],
   401: ['Unauthorized', 'No credential, or an unknown or revoked one.'],
   403: ['Forbidden', 'The credential may not do this, or X-Tenant-Id names a workspace it may not act in.'],
   404: ['NotFound', "No such resource in the workspace (another workspace's resources do not exist for the caller)."],
@@ -223,8 +232,34 @@ function shareErrorResponses(doc: { paths?: Json; components?: { responses?: Jso
   }
 }
 
-/** The swagger plugin's `transformObject`: named schemas, then shared error responses. */
+// ----- required response headers -------------------------------------------------------------------
+
+/**
+ * A response header a route declares with `required: true` (a header always sent, such as ETag) gets
+ * it on the header object, where OpenAPI reads it: the swagger plugin copies a declared header whole
+ * into its `schema`, where a boolean `required` means nothing to JSON Schema.
+ */
+function hoistRequiredHeaders(doc: { paths?: Json }): void {
+  if (!isObject(doc.paths)) return;
+  for (const item of Object.values(doc.paths)) {
+    if (!isObject(item)) continue;
+    for (const operation of Object.values(item)) {
+      if (!isObject(operation) || !isObject(operation.responses)) continue;
+      for (const response of Object.values(operation.responses)) {
+        if (!isObject(response) || !isObject(response.headers)) continue;
+        for (const [name, header] of Object.entries(response.headers)) {
+          if (!isObject(header) || !isObject(header.schema) || header.schema.required !== true) continue;
+          const { required, ...schema } = header.schema;
+          response.headers[name] = { ...header, required, schema };
+        }
+      }
+    }
+  }
+}
+
+/** The swagger plugin's `transformObject`: required headers, named schemas, then shared error responses. */
 export function shapeDocument<D extends object>(document: D): D {
+  hoistRequiredHeaders(document);
   nameSchemas(document);
   shareErrorResponses(document);
   return document;

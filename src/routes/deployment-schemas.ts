@@ -4,6 +4,7 @@
  */
 import { Type, type Static, type TSchema } from 'typebox';
 import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.ts';
+import { MASKED_SECRET } from '../domain/deployment-plan.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { DateTime, Nullable, SecretString, StringEnum, Uuid } from '../http/schema-helpers.ts';
 
@@ -188,10 +189,27 @@ export const SourceRevisionConfig = Type.Object(
 );
 
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
+const SecretName = Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' });
+/** A secret as a request sends it: the value is write-only, or the mask to keep the stored one. */
+export const SecretInput = Type.Object(
+  {
+    name: SecretName,
+    value: SecretString({
+      maxLength: 65536,
+      description: `Write-only: answers show ${MASKED_SECRET}. In a patch, ${MASKED_SECRET} for an existing name keeps its value.`,
+    }),
+  },
+  { title: 'SecretInput' },
+);
+/**
+ * A secret as an answer shows it. Its own schema rather than SecretInput's: a `writeOnly` value in an
+ * answer tells client generators and fuzzers that answers never carry `value`, yet every answer carries
+ * the mask (docs/api.md, "Conventions").
+ */
 export const Secret = Type.Object(
   {
-    name: Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' }),
-    value: SecretString({ maxLength: 65536, description: 'Write-only: responses show ********.' }),
+    name: SecretName,
+    value: Type.Literal(MASKED_SECRET, { description: 'Always the mask: a secret value is never shown.' }),
   },
   { title: 'Secret' },
 );
@@ -214,7 +232,7 @@ export const DeploymentCreateBody = Type.Object(
     source: StringEnum(SOURCES),
     source_config: opt(SourceConfig),
     source_revision_config: opt(SourceRevisionConfigInput),
-    secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+    secrets: opt(Type.Array(SecretInput, { maxItems: 200 })),
     secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
   },
   { title: 'DeploymentCreate' },
@@ -226,7 +244,7 @@ export const DeploymentPatchBody = Type.Object(
     revision_source: opt(StringEnum(REVISION_SOURCES)),
     source_config: opt(SourceConfig),
     source_revision_config: opt(SourceRevisionConfigInput),
-    secrets: opt(Type.Array(Secret, { maxItems: 200 })),
+    secrets: opt(Type.Array(SecretInput, { maxItems: 200 })),
     secret_references: opt(Type.Array(SecretReference, { maxItems: 200 })),
     name: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),
     source: Type.Optional(Type.Unknown({ description: 'Cannot change; the current value is accepted.' })),

@@ -39,9 +39,10 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         tags: ['deployments'],
         summary: 'Create a deployment',
         description:
-          'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1.',
+          'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1. ' +
+          'A codehost deployment asks the code host for its repository first: 502 when the host fails (docs/codehost.md).',
         body: { ...DeploymentCreateBody, examples: [example] },
-        response: { 201: Deployment, ...errorResponses(400, 401, 403, 409, 422) },
+        response: { 201: Deployment, ...errorResponses(400, 401, 403, 409, 422, 502) },
       },
     },
     async (request, reply) => {

@@ -209,9 +209,12 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
           200: CallbackPage(
             'Authorization complete: the token is stored (and the agent connected, when one was named).',
           ),
-          400: CallbackPage(
-            'Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which).',
-          ),
+          // The envelope too: a request the HTTP parser refuses is answered before this route runs.
+          400: {
+            description:
+              'Nothing was stored: no single or no known state, a response used already or expired, or the person or the provider refused (the page says which); or the request is not valid HTTP (the error envelope, malformed_request).',
+            content: { ...CallbackPage('').content, 'application/json': { schema: Type.Ref('ErrorBody') } },
+          },
           502: CallbackPage('Nothing was stored: the provider answered the code exchange wrongly.'),
           503: {
             description:

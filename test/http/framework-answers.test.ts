@@ -129,6 +129,12 @@ describe('requests the HTTP parser rejects', () => {
         code: 'malformed_request',
       },
       {
+        label: 'an invalid character in a header value',
+        request: 'GET /v2/deployments HTTP/1.1\r\nHost: x\r\nX-Api-Key: a\x01b\r\n\r\n',
+        status: 400,
+        code: 'malformed_request',
+      },
+      {
         label: 'headers over the size limit',
         request: `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`,
         status: 431,
@@ -193,6 +199,42 @@ describe('requests the HTTP parser rejects', () => {
     );
     assert.equal(answer.status, 400);
     assert.ok(!answer.body.includes('slw_secretkey_quoted'));
+  });
+});
+
+describe('methods a path does not take', () => {
+  test('are 405 method_not_allowed with an Allow header naming the methods the path takes', async () => {
+    const cases: [method: 'TRACE' | 'OPTIONS' | 'DELETE' | 'GET' | 'PUT', url: string, allow: string][] = [
+      ['TRACE', '/metrics', 'GET, HEAD'],
+      ['TRACE', '/healthz', 'GET, HEAD'],
+      ['OPTIONS', '/readyz', 'GET, HEAD'],
+      ['DELETE', '/healthz', 'GET, HEAD'],
+      // A GET reaches the dashboard's catch-all first, which yields to the API.
+      ['GET', '/v2/auth/authenticate', 'POST'],
+      ['PUT', '/v2/deployments', 'GET, HEAD, POST'],
+      ['TRACE', '/v2/deployments/00000000-0000-4000-8000-000000000000', 'DELETE, GET, HEAD, PATCH'],
+    ];
+    for (const [method, url, allow] of cases) {
+      const res = await api.call(method, url);
+      assert.equal(res.status, 405, `${method} ${url}: ${JSON.stringify(res.body)}`);
+      assert.equal(res.body.code, 'method_not_allowed', `${method} ${url}`);
+      assert.equal(typeof res.body.detail, 'string');
+      assert.equal(res.headers.allow, allow, `${method} ${url}`);
+      assert.ok(res.headers['x-request-id'], `${method} ${url}: has X-Request-Id`);
+    }
+  });
+
+  test('a path that does not exist is still 404 route_not_found, whatever the method', async () => {
+    for (const method of ['GET', 'TRACE', 'POST', 'DELETE'] as const) {
+      const res = await api.call(method, '/v2/no-such-thing');
+      assert.equal(res.status, 404, method);
+      assert.equal(res.body.code, 'route_not_found', method);
+      assert.equal(res.headers.allow, undefined, method);
+    }
+    // The dashboard's catch-all takes GET on every path: that says nothing about a path it declines.
+    const res = await api.call('DELETE', '/no-such-page');
+    assert.equal(res.status, 404);
+    assert.equal(res.body.code, 'route_not_found');
   });
 });
 

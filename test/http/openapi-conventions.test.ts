@@ -1,6 +1,6 @@
 /**
  * What the OpenAPI document promises about answers every route shares (docs/api.md): 412 wherever
- * If-Match can fail, 503 with Retry-After everywhere, the headers of idempotent and conditional
+ * If-Match can fail, 400 and 503 with Retry-After everywhere, the headers of idempotent and conditional
  * answers, and `Cache-Control: no-store` on every answer that holds a credential shown once.
  */
 import assert from 'node:assert/strict';
@@ -22,7 +22,7 @@ interface Schema {
 }
 interface Response {
   $ref?: string;
-  headers?: Record<string, { schema?: Schema; description?: string }>;
+  headers?: Record<string, { schema?: Schema; description?: string; required?: boolean }>;
   content?: Record<string, { schema?: Schema }>;
 }
 interface Operation {
@@ -179,6 +179,20 @@ describe('conditional and idempotent answers', () => {
       assert.ok(refused.includes(id), `${id} answered 412: ${refused.join(', ')}`);
   });
 
+  test('every operation lists 400 in the error envelope: the HTTP parser refuses requests before any route', () => {
+    for (const { route, op } of operations()) {
+      const refused = response(op, '400');
+      assert.ok(refused, `${route} lists 400`);
+      const schema = refused.content?.['application/json']?.schema;
+      assert.equal(schema?.$ref, '#/components/schemas/ErrorBody', `${route} 400 documents the error envelope`);
+    }
+    assert.match(
+      String(doc.components.responses.BadRequest?.content?.['application/json']?.schema?.$ref),
+      /ErrorBody$/,
+      'one shared response',
+    );
+  });
+
   test('every operation lists 503 with Retry-After', () => {
     for (const { route, op } of operations()) {
       const unavailable = response(op, '503');
@@ -204,6 +218,9 @@ describe('conditional and idempotent answers', () => {
       const [method, url] = route.split(' ') as [string, string];
       const op = doc.paths[url]![method.toLowerCase()]!;
       assert.ok(response(op, '200')!.headers?.ETag, `${route} 200 documents ETag`);
+      // Always sent, so generated clients may rely on it (the test callers check that it is there).
+      assert.equal(response(op, '200')!.headers?.ETag?.required, true, `${route} 200: ETag is required`);
+      assert.equal(response(op, '200')!.headers?.ETag?.schema?.type, 'string', `${route} 200: ETag is a string`);
     }
   });
 });

@@ -7,8 +7,10 @@
  * made first, so that existing ids are exercised as well as unknown ones.
  *
  * Every answer must be what the document promises: no 5xx, a documented status, a body of a documented
- * media type that validates against the documented schema, an X-Request-Id header, and a body with
- * `detail` and `code` in every JSON error (an error with an empty body fails too). Any failure is listed with the request that caused it.
+ * media type that validates against the documented schema, the headers it declares required (the check
+ * every test caller makes too: test/support/openapi-conformance.ts), an X-Request-Id header, and a body
+ * with `detail` and `code` in every JSON error (an error with an empty body fails too). Any failure is
+ * listed with the request that caused it.
  *
  * A fixed seed by default. A longer or different run:
  *   SLIPWAY_FUZZ_RUNS=300 SLIPWAY_FUZZ_SEED=$RANDOM npm test -- test/http/openapi-fuzz.test.ts
@@ -16,15 +18,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import addFormatsModule from 'ajv-formats';
 import fc from 'fast-check';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
 import { startFakeGitHub, makeRepositories, type FakeGitHub } from '../fakes/github-server.ts';
 import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { OpenApiConformance } from '../support/openapi-conformance.ts';
 import { ODD_STRINGS, generators, oddString, type Generators, type Schema } from './openapi-arbitraries.ts';
-
-const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
 
 /** Requests per operation. */
 const RUNS = Number(process.env.SLIPWAY_FUZZ_RUNS ?? 6);
@@ -473,66 +472,49 @@ function requestArbitrary(g: Generators, method: string, template: string, op: O
 
 // ----- checking answers ----------------------------------------------------------------------------
 
-function makeAjv(): Ajv2020 {
-  const ajv = new Ajv2020({ strict: false, allErrors: false, validateSchema: false });
-  addFormats(ajv);
-  // The components under the document's own name: the `#/components/...` references inside resolve there.
-  ajv.addSchema({ components: doc.components }, 'openapi.json');
-  return ajv;
-}
-
-/** A schema of the document, with its references pointing into the schema added above. */
-const anchored = (schema: unknown): unknown =>
-  JSON.parse(JSON.stringify(schema).replaceAll('"#/components/', '"openapi.json#/components/'));
-
 interface Answer {
   status: number;
   headers: Headers;
   body: Buffer;
 }
 
+/**
+ * What is wrong with an answer: what the document says of it (the same check as every test caller's,
+ * test/support/openapi-conformance.ts), and what every answer must be besides: no 5xx, an X-Request-Id,
+ * and an error that says what went wrong.
+ */
 function check(
-  ajv: Ajv2020,
-  validators: Map<string, ReturnType<Ajv2020['compile']>>,
+  conformance: OpenApiConformance,
+  request: FuzzRequest,
   route: string,
   op: Operation,
   answer: Answer,
 ): string[] {
   const problems: string[] = [];
-  const status = String(answer.status);
-  if (answer.status >= 500) problems.push(`a ${status} answer`);
+  if (answer.status >= 500) problems.push(`a ${answer.status} answer`);
   if (!answer.headers.get('x-request-id')) problems.push('no X-Request-Id header');
-  let response = op.responses[status];
-  if (response?.$ref) response = resolveRef(response.$ref) as Response;
-  if (!response) return [...problems, `status ${status} is not documented`];
+  const text = answer.body.toString('utf8');
   const type = (answer.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
   // An error says what went wrong whatever its status: an empty body has no code (no fuzzed request is a HEAD).
-  if (answer.body.length === 0)
-    return answer.status >= 400 ? [...problems, 'an error without a body (no detail and code)'] : problems;
-  const media = response.content?.[type];
-  if (!media)
-    return [
-      ...problems,
-      `a ${type || 'typeless'} body, documented: ${Object.keys(response.content ?? {}).join(', ') || 'none'}`,
-    ];
-  // Only JSON is checked further: the other bodies are pages (the OAuth callback, errors included, is
-  // a page for a browser), metrics text or tarballs, and their media type is what is documented.
-  if (type !== 'application/json') return problems;
-  let body: any;
-  try {
-    body = JSON.parse(answer.body.toString('utf8'));
-  } catch {
-    return [...problems, 'a JSON body that does not parse'];
+  if (answer.status >= 400 && text === '') problems.push('an error without a body (no detail and code)');
+  if (answer.status >= 400 && type === 'application/json') {
+    let body: any;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      // The document check reports it.
+    }
+    if (typeof body?.code !== 'string' || body.detail === undefined) problems.push('an error without detail and code');
   }
-  if (answer.status >= 400 && (typeof body?.code !== 'string' || body.detail === undefined))
-    problems.push('an error without detail and code');
-  const key = `${route} ${status} ${type}`;
-  let validate = validators.get(key);
-  if (!validate) {
-    validate = ajv.compile(anchored(media.schema ?? {}) as object);
-    validators.set(key, validate);
-  }
-  if (!validate(body)) problems.push(`the body does not match the schema: ${ajv.errorsText(validate.errors)}`);
+  problems.push(
+    ...conformance.operationProblems(route, op, {
+      method: request.method,
+      url: request.url,
+      status: answer.status,
+      header: (name) => answer.headers.get(name) ?? undefined,
+      body: text,
+    }),
+  );
   return problems;
 }
 
@@ -550,8 +532,7 @@ async function send(request: FuzzRequest): Promise<Answer> {
 
 test('every operation answers as its OpenAPI document says, whatever it is sent', async (context) => {
   const g = generators(resolveRef, () => fixtures.uuids);
-  const ajv = makeAjv();
-  const validators = new Map<string, ReturnType<Ajv2020['compile']>>();
+  const conformance = new OpenApiConformance(doc);
   // Deletes last, so that the resources they remove serve every other operation first.
   const operations = Object.entries(doc.paths)
     .flatMap(([template, item]) =>
@@ -575,7 +556,7 @@ test('every operation answers as its OpenAPI document says, whatever it is sent'
       try {
         const answer = await send(request);
         status = answer.status;
-        problems = check(ajv, validators, route, op, answer);
+        problems = check(conformance, request, route, op, answer);
         if (problems.length > 0) problems.push(`answer: ${answer.body.toString('utf8').slice(0, 300)}`);
       } catch (error) {
         problems = [`no answer: ${String(error)}`];

@@ -1,5 +1,9 @@
-/** JSON requests over real HTTP (fetch) to a listening test app, with an API key by default. */
+/**
+ * JSON requests over real HTTP (fetch) to a listening test app, with an API key by default. Every answer
+ * is checked against the document the app serves (openapi-conformance.ts), as `client` does.
+ */
 import { ADMIN_KEY } from '../helpers.ts';
+import { assertAnswerDocumented } from './openapi-conformance.ts';
 
 export interface HttpAnswer {
   status: number;
@@ -28,6 +32,16 @@ export function httpCaller(base: string): HttpCall {
       body: options.body === undefined ? undefined : JSON.stringify(options.body),
     });
     const text = await response.text();
+    await assertAnswerDocumented(
+      { base },
+      {
+        method,
+        url: path,
+        status: response.status,
+        header: (name) => response.headers.get(name) ?? undefined,
+        body: text,
+      },
+    );
     return {
       status: response.status,
       headers: response.headers,
