@@ -60,6 +60,9 @@ const DEV_ARGS = [
   '/dev/shm',
 ];
 
+/** slirp4netns's DNS forwarder, in the network it gives a namespace (10.0.2.0/24). */
+const SLIRP_DNS = '10.0.2.3';
+
 /** The unprivileged user apps run as when the service is root. */
 const NOBODY = { uid: 65534, gid: 65534 };
 
@@ -228,6 +231,11 @@ export async function createSandbox(options: {
     // The app's user must pass through it (never list it) to the sockets of its own forwards.
     if (socketDir) await fs.chmod(socketDir, 0o711);
     const slirp = netUsable && slirpBinary && socketDir ? { binary: slirpBinary, socketDir } : null;
+    // In its own network an app resolves names through slirp4netns's DNS forwarder (the host's resolver
+    // may listen on the host's loopback, out of reach): a resolv.conf of ours, where the host's is read.
+    const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;
+    if (resolvConf) await fs.writeFile(resolvConf, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+    const resolvTarget = await fs.realpath('/etc/resolv.conf').catch(() => '/etc/resolv.conf');
     const network = slirp
       ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
       : "the host's network (slirp4netns or socat is missing: apps reach every loopback service of the machine, the service's database port and other apps' ports; install them)";
@@ -300,6 +308,11 @@ export async function createSandbox(options: {
           '--tmpfs',
           dataDir,
           ...(socketDir ? ['--tmpfs', socketDir] : []),
+          // The machine's Unix sockets (PostgreSQL, MariaDB, Redis, D-Bus, a container engine) live
+          // under /run: a read-only mount does not keep a process from connecting to them.
+          '--tmpfs',
+          '/run',
+          ...(resolvConf ? ['--ro-bind', resolvConf, resolvTarget] : []),
           ...files,
           '--chdir',
           `${SANDBOX_APP_DIR}/src`,
