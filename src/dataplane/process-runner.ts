@@ -44,13 +44,20 @@ export interface RunOptions {
 /** Exit code of a command whose sandbox could not be set up. */
 const SETUP_FAILED = 125;
 
-function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
-  if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  try {
-    // Negative pid: the whole process group (the child was started detached, as its group leader).
-    process.kill(-child.pid, signal);
-  } catch {
-    // The group is already gone.
+/**
+ * Signals the command's process group and, when known, the sandbox's own init: that one outlives the
+ * outer bubblewrap when it is killed, ignores SIGTERM from outside its namespace, and holds the output
+ * pipes open, so it is signalled even after the outer process has exited.
+ */
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandboxPid: number | null = null): void {
+  for (const pid of [child.pid === undefined ? null : -child.pid, sandboxPid]) {
+    if (pid === null) continue;
+    try {
+      // Negative pid: the whole process group (the child was started detached, as its group leader).
+      process.kill(pid, signal);
+    } catch {
+      // Already gone.
+    }
   }
 }
 
@@ -94,18 +101,30 @@ export function startProcess(options: RunOptions): RunningProcess {
 
   let group: ResourceGroup | null = null;
   let network: NetworkAttachment | null = null;
+  let sandboxPid: number | null = null;
   const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('error', (error) => {
       options.output.system(`Could not start the command: ${error.message}`);
       resolve({ code: 127, signal: null });
     });
     child.once('close', (code, signal) => resolve({ code, signal }));
+    // A process left in the sandbox keeps the output pipes open: once the command has exited, its
+    // leftovers are killed and the exit counts after a short wait for the last output.
+    child.once('exit', (code, signal) => {
+      setTimeout(() => {
+        signalGroup(child, 'SIGKILL', sandboxPid);
+        resolve({ code, signal });
+      }, 2_000).unref();
+    });
   });
 
   const setUp = (async () => {
     if (child.pid === undefined) return;
     const pids = [child.pid];
-    if (info) pids.push(await readSandboxPid(info));
+    if (info) {
+      sandboxPid = await readSandboxPid(info);
+      pids.push(sandboxPid);
+    }
     if (run.limits) {
       group = await sandbox.limits.create(run.name, run.limits);
       for (const pid of pids) await group.add(pid);
@@ -117,7 +136,7 @@ export function startProcess(options: RunOptions): RunningProcess {
     info?.destroy();
   })().catch((error: unknown) => {
     options.output.system(`Could not set up the sandbox: ${error instanceof Error ? error.message : String(error)}`);
-    signalGroup(child, 'SIGKILL');
+    signalGroup(child, 'SIGKILL', sandboxPid);
     return 'failed' as const;
   });
 
@@ -143,8 +162,8 @@ export function startProcess(options: RunOptions): RunningProcess {
     pid: child.pid,
     exited,
     async stop(graceMs) {
-      signalGroup(child, 'SIGTERM');
-      const timer = setTimeout(() => signalGroup(child, 'SIGKILL'), graceMs);
+      signalGroup(child, 'SIGTERM', sandboxPid);
+      const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxPid), graceMs);
       try {
         return await exited;
       } finally {
