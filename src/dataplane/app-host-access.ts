@@ -103,6 +103,10 @@ export function createAppHostAccess(deps: {
               insidePort: port,
               maxConnections: DATABASE_FORWARD_CONNECTIONS,
               budget: databaseBudget,
+              postgresLogin: {
+                user: decodeURIComponent(url.username),
+                database: decodeURIComponent(url.pathname.slice(1)),
+              },
             },
             logger,
           ),

@@ -12,6 +12,10 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
+import { decideStartup, type AllowedLogin } from './postgres-startup-gate.ts';
+
+/** How long a connection through a PostgreSQL forward may take to say who it logs in as. */
+const STARTUP_TIMEOUT_MS = 15_000;
 
 /** Connections open through every forward that shares it, at most `max`. */
 export interface ConnectionBudget {
@@ -30,6 +34,11 @@ export interface ForwardTarget {
   maxConnections: number;
   /** Shared with the forwards of other apps to the same server. */
   budget?: ConnectionBudget;
+  /**
+   * For a PostgreSQL server: the only role and database a connection may ask for
+   * (src/dataplane/postgres-startup-gate.ts); any other start-up is refused before the server sees it.
+   */
+  postgresLogin?: AllowedLogin;
 }
 
 export interface HostForward {
@@ -65,19 +74,58 @@ export async function openHostForward(
       return;
     }
     refusedLogged = false;
-    const upstream = net.createConnection({ host: target.host, port: target.port });
     sockets.add(client);
     budget.open += 1;
+    let upstream: net.Socket | null = null;
     const end = () => {
       if (!sockets.delete(client)) return;
       budget.open -= 1;
       client.destroy();
-      upstream.destroy();
+      upstream?.destroy();
     };
     client.on('error', end).on('close', end);
-    upstream.on('error', end).on('close', end);
-    client.pipe(upstream);
-    upstream.pipe(client);
+    const connect = (first: Buffer) => {
+      const socket = net.createConnection({ host: target.host, port: target.port });
+      upstream = socket;
+      socket.on('error', end).on('close', end);
+      if (first.length > 0) socket.write(first);
+      client.pipe(socket);
+      socket.pipe(client);
+    };
+    const login = target.postgresLogin;
+    if (!login) {
+      connect(Buffer.alloc(0));
+      return;
+    }
+    // Nothing reaches the server until the client has said who it logs in as, and that is the app's own.
+    let pending = Buffer.alloc(0);
+    const timer = setTimeout(end, STARTUP_TIMEOUT_MS);
+    const onData = (chunk: Buffer) => {
+      pending = Buffer.concat([pending, chunk]);
+      for (;;) {
+        const decision = decideStartup(pending, login);
+        if (decision.kind === 'incomplete') return;
+        if (decision.kind === 'answer') {
+          client.write(decision.reply);
+          pending = pending.subarray(decision.consumed);
+          continue;
+        }
+        clearTimeout(timer);
+        client.off('data', onData);
+        if (decision.kind === 'refuse') {
+          logger.warn(
+            { target: target.name, socket: socketPath, reason: decision.reason },
+            'an app asked its database forward for another login; refused',
+          );
+          client.end(decision.reply);
+          return;
+        }
+        client.pause();
+        connect(pending);
+        return;
+      }
+    };
+    client.on('data', onData).on('close', () => clearTimeout(timer));
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
