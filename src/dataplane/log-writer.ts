@@ -316,18 +316,26 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
       clearTimeout(timer);
       timer = null;
     }
-    running ??= (async () => {
-      try {
-        while (pending.length > 0 || dropped > 0) await writeBatch();
-      } catch (error) {
-        // writeBatch handles the database's failures; this is a bug, and it must not reject a write().
-        logger.error({ err: error, revisionId, type }, 'revision log writer failed; pending lines are lost');
-        pending = [];
-        dropped = 0;
-      } finally {
-        running = null;
-      }
-    })();
+    // `running` must be assigned before the loop can clear it. Without the first await, a kick with
+    // nothing pending (a timer that fires after the loop wrote its line, a flush of an idle log) ran the
+    // loop and its `finally` synchronously, before the assignment, and left `running` a settled promise
+    // for good: every later kick returned it and wrote nothing (issue 23, defect 8). With it, the last
+    // check for pending lines and `running = null` happen in one synchronous step, so a line accepted
+    // before a kick returned the running loop is always seen by that loop.
+    if (running === null)
+      running = (async () => {
+        await Promise.resolve();
+        try {
+          while (pending.length > 0 || dropped > 0) await writeBatch();
+        } catch (error) {
+          // writeBatch handles the database's failures; this is a bug, and it must not reject a write().
+          logger.error({ err: error, revisionId, type }, 'revision log writer failed; pending lines are lost');
+          pending = [];
+          dropped = 0;
+        } finally {
+          running = null;
+        }
+      })();
     return running;
   };
 
