@@ -2,7 +2,10 @@
  * API-key authentication and workspace resolution (docs/api.md, "Authentication and tenancy").
  * Routes declare `config.auth`: 'workspace' (default: the request acts in one workspace),
  * 'organization' (the key's organization is enough), 'listener' (the listener protocol: a listener
- * credential, or a workspace API key), or 'none'; `config.admin` asks for the admin role.
+ * credential, or a workspace API key), or 'none'; `config.admin` asks for the admin role: `true` an
+ * admin key (of the workspace or of the organization), `'organization'` an organization admin key (one
+ * bound to no workspace). On 'listener' routes it applies to API keys only (a listener credential is
+ * checked by the route). docs/api.md, "Who may do what", is the table of every route.
  */
 import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify';
 import { hashApiKey } from '../auth/api-keys.ts';
@@ -26,7 +29,7 @@ export interface Caller {
 declare module 'fastify' {
   interface FastifyContextConfig {
     auth?: 'workspace' | 'organization' | 'listener' | 'none';
-    admin?: boolean;
+    admin?: boolean | 'organization';
   }
   interface FastifyRequest {
     caller: Caller;
@@ -160,7 +163,13 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
       return;
     }
     request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode);
-    if (config?.admin && request.caller.role !== 'admin')
+    const admin = config?.admin ?? false;
+    if (admin === 'organization' && (request.caller.role !== 'admin' || request.caller.keyWorkspaceId !== null))
+      throw new AppError(
+        'forbidden',
+        'This operation needs an organization admin API key (an admin key not bound to a workspace).',
+      );
+    if (admin === true && request.caller.role !== 'admin')
       throw new AppError('forbidden', 'This operation needs an admin API key.');
   });
   // Keys are created and revoked only through admin routes: after any admin write, and before its
@@ -172,7 +181,9 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
   };
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
-    if (!route.config?.admin || methods.every((m) => m === 'GET' || m === 'HEAD')) return;
+    // The listener protocol changes no key; its agents' heartbeats must not empty the cache.
+    if (!route.config?.admin || route.config.auth === 'listener' || methods.every((m) => m === 'GET' || m === 'HEAD'))
+      return;
     route.onSend = [
       ...(route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]),
       forgetKeys,

@@ -248,7 +248,10 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     }
   }
 
-  const config = { auth: 'listener' as const };
+  // An API key speaks the protocol only if it is an admin key: the desired state holds the secrets in
+  // clear, and reports and deletions move revisions and deployments (issue 23, item 2). A listener
+  // credential is the listener's own and is checked by listenerOf.
+  const config = { auth: 'listener' as const, admin: true };
   const tags = ['listener protocol'];
 
   app.get(
@@ -311,6 +314,8 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
         if (!unchanged || wait) await stillAllowed(request, listenerId, workspaceId);
         reply.header('etag', current.etag);
         if (unchanged) return reply.status(304).send();
+        if (!request.listenerCredential)
+          await listeners.recordDesiredStateRead(workspaceId, listenerId, request.caller.keyId);
         return reply.status(200).send(current.state);
       } finally {
         wait?.close();

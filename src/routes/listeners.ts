@@ -150,9 +150,15 @@ const credentialResponse = (row: ListenerCredentialView): Static<typeof Listener
 });
 
 export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerService }> = async (app, { listeners }) => {
+  // A listener decides where a workspace's deployments run and with which secrets, and its credentials
+  // read those secrets in clear: creating, changing and deleting listeners and managing their
+  // credentials need an admin key, like code hosts. Members read them (issue 23, item 3).
+  const admins = { admin: true };
+
   app.post(
     '/v2/listeners',
     {
+      config: admins,
       schema: {
         operationId: 'createListener',
         tags: ['listeners'],
@@ -215,6 +221,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.patch(
     '/v2/listeners/:listener_id',
     {
+      config: admins,
       schema: {
         operationId: 'patchListener',
         tags: ['listeners'],
@@ -233,6 +240,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.delete(
     '/v2/listeners/:listener_id',
     {
+      config: admins,
       schema: {
         operationId: 'deleteListener',
         tags: ['listeners'],
@@ -253,7 +261,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.post(
     '/v2/listeners/:listener_id/credentials',
     {
-      config: { admin: true },
+      config: admins,
       schema: {
         operationId: 'createListenerCredential',
         tags: ['listeners'],
@@ -303,7 +311,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.delete(
     '/v2/listeners/:listener_id/credentials/:credential_id',
     {
-      config: { admin: true },
+      config: admins,
       schema: {
         operationId: 'revokeListenerCredential',
         tags: ['listeners'],

@@ -6,7 +6,6 @@
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
 import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
-import { workspaceOf } from '../http/authenticate.ts';
 import {
   DateTime,
   ListEnvelope,
@@ -140,17 +139,20 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   { providers },
 ) => {
   const tags = ['oauth'];
-  // Providers belong to the organization; writes are for admin keys (they change what every workspace trusts).
+  // Providers belong to the organization: any key of it reads them, with or without X-Tenant-Id. A change
+  // redirects what every workspace trusts (its client secret, codes and refresh tokens go to token_url),
+  // so only an organization admin key makes one: a workspace's admin must not rewrite another's provider.
+  const reads = { auth: 'organization' as const };
+  const writes = { auth: 'organization' as const, admin: 'organization' as const };
   const actor = (request: FastifyRequest): ProviderActor => ({
     organizationId: request.caller.organizationId,
-    workspaceId: workspaceOf(request),
     keyId: request.caller.keyId,
   });
 
   app.post(
     '/v2/auth/providers',
     {
-      config: { admin: true },
+      config: writes,
       schema: {
         operationId: 'createOAuthProvider',
         tags,
@@ -168,6 +170,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.get(
     '/v2/auth/providers',
     {
+      config: reads,
       schema: {
         operationId: 'listOAuthProviders',
         tags,
@@ -189,6 +192,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.get(
     '/v2/auth/providers/:provider_id',
     {
+      config: reads,
       schema: {
         operationId: 'getOAuthProvider',
         tags,
@@ -203,7 +207,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.patch(
     '/v2/auth/providers/:provider_id',
     {
-      config: { admin: true },
+      config: writes,
       schema: {
         operationId: 'updateOAuthProvider',
         tags,
@@ -220,7 +224,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.delete(
     '/v2/auth/providers/:provider_id',
     {
-      config: { admin: true },
+      config: writes,
       schema: {
         operationId: 'deleteOAuthProvider',
         tags,

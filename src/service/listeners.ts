@@ -185,6 +185,23 @@ export function createListenerService({ db }: ListenerServiceDeps) {
       return { row, credential };
     },
 
+    /**
+     * An API key read the desired state, its secrets in clear (docs/listener-protocol.md): an audit
+     * event on the listener. The listener's own agent reads it all the time, with its credential; that
+     * is not recorded.
+     */
+    async recordDesiredStateRead(workspaceId: string, listenerId: string, byKey: string): Promise<void> {
+      await recordEvents(db, [
+        {
+          workspaceId,
+          subjectType: 'listener',
+          subjectId: listenerId,
+          type: 'listener.desired_state_read',
+          data: { by_key: byKey },
+        },
+      ]);
+    },
+
     async listCredentials(workspaceId: string, listenerId: string, page: Page): Promise<ListenerCredentialView[]> {
       await get(workspaceId, listenerId);
       return listListenerCredentials(db, listenerId, page.limit, page.offset);

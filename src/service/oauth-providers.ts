@@ -7,7 +7,7 @@
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
 import type { OAuthProviderConfig } from '../oauth/oauth-provider-config.ts';
-import { recordEvents } from '../store/events.ts';
+import { recordEvents, type EventInput } from '../store/events.ts';
 import {
   countProviderTokens,
   deleteProvider,
@@ -17,13 +17,17 @@ import {
   updateProvider,
   type ProviderSettings,
 } from '../store/oauth-providers.ts';
-import type { Database, OAuthProviderRow } from '../store/schema.ts';
+import type { Database, Db, OAuthProviderRow } from '../store/schema.ts';
+import { workspaceIdsOf } from '../store/tenancy.ts';
 import type { Kysely } from 'kysely';
 
-/** Who acts: the organization owning providers, and the workspace the audit events go to. */
+/**
+ * Who acts: an organization admin key (routes declare it: src/routes/oauth-providers.ts). Providers
+ * belong to the organization, and every workspace of it trusts them, so the audit event of a change
+ * is written to every workspace of the organization.
+ */
 export interface ProviderActor {
   organizationId: string;
-  workspaceId: string;
   keyId: string;
 }
 
@@ -54,6 +58,19 @@ export interface OAuthProviderServiceDeps {
   secretBox: SecretBox;
   /** SLIPWAY_ALLOW_INSECURE_OAUTH: plain http provider URLs, for development and tests only. */
   allowInsecure: boolean;
+}
+
+/** One event of a provider change in each workspace of its organization: each of them uses the provider. */
+async function recordProviderEvent(
+  tx: Db,
+  actor: ProviderActor,
+  event: Pick<EventInput, 'subjectId' | 'type' | 'data'>,
+): Promise<void> {
+  const workspaces = await workspaceIdsOf(tx, actor.organizationId);
+  await recordEvents(
+    tx,
+    workspaces.map((workspaceId) => ({ ...event, workspaceId, subjectType: 'oauth_provider' as const })),
+  );
 }
 
 export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAuthProviderServiceDeps) {
@@ -175,15 +192,11 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
             'conflict',
             `An OAuth provider with provider_id '${input.provider_id}' already exists in this organization.`,
           );
-        await recordEvents(tx, [
-          {
-            workspaceId: actor.workspaceId,
-            subjectType: 'oauth_provider',
-            subjectId: row.id,
-            type: 'oauth_provider.created',
-            data: { provider_id: row.provider_id, by_key: actor.keyId },
-          },
-        ]);
+        await recordProviderEvent(tx, actor, {
+          subjectId: row.id,
+          type: 'oauth_provider.created',
+          data: { provider_id: row.provider_id, by_key: actor.keyId },
+        });
         return row;
       });
     },
@@ -209,15 +222,11 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         checkPublicClientPkce(methodAfter, change.uses_pkce ?? current.uses_pkce);
         const row = await updateProvider(tx, current.id, change);
         // The names of the changed fields only; values (the secret above all) stay out of the log.
-        await recordEvents(tx, [
-          {
-            workspaceId: actor.workspaceId,
-            subjectType: 'oauth_provider',
-            subjectId: row.id,
-            type: 'oauth_provider.updated',
-            data: { fields: Object.keys(input).sort(), by_key: actor.keyId },
-          },
-        ]);
+        await recordProviderEvent(tx, actor, {
+          subjectId: row.id,
+          type: 'oauth_provider.updated',
+          data: { fields: Object.keys(input).sort(), by_key: actor.keyId },
+        });
         return row;
       });
     },
@@ -236,15 +245,11 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         }
         // Authorizations in progress go with it (on delete cascade): their callbacks then fail cleanly.
         await deleteProvider(tx, current.id);
-        await recordEvents(tx, [
-          {
-            workspaceId: actor.workspaceId,
-            subjectType: 'oauth_provider',
-            subjectId: current.id,
-            type: 'oauth_provider.deleted',
-            data: { provider_id: current.provider_id, by_key: actor.keyId },
-          },
-        ]);
+        await recordProviderEvent(tx, actor, {
+          subjectId: current.id,
+          type: 'oauth_provider.deleted',
+          data: { provider_id: current.provider_id, by_key: actor.keyId },
+        });
       });
     },
 

@@ -32,6 +32,17 @@ export async function firstWorkspaceIds(db: Db, organizationId: string): Promise
   return rows.map((r) => r.id);
 }
 
+/** Every workspace id of an organization (the audience of an organization-wide event). */
+export async function workspaceIdsOf(db: Db, organizationId: string): Promise<string[]> {
+  const rows = await db
+    .selectFrom('workspaces')
+    .select('id')
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at')
+    .execute();
+  return rows.map((r) => r.id);
+}
+
 export async function workspaceInOrganization(db: Db, workspaceId: string, organizationId: string): Promise<boolean> {
   const row = await db
     .selectFrom('workspaces')

@@ -72,6 +72,7 @@ describe('ETags', () => {
       (await call('GET', `/v2/listeners/${listener.body.id}`)).headers.get('etag'),
     );
     const provider = await call('POST', '/v2/auth/providers', {
+      key: t.orgKey,
       body: {
         provider_id: 'tagged-idp',
         name: 'IdP',

@@ -224,6 +224,7 @@ describe('answers that are not kept', () => {
   });
   test('an authorization URL is not kept: its state is stored only hashed', async () => {
     const provider = await call('POST', '/v2/auth/providers', {
+      key: t.orgKey,
       body: {
         provider_id: 'kept-nowhere',
         name: 'IdP',

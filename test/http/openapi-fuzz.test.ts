@@ -156,14 +156,19 @@ async function makeFixtures(): Promise<Fixtures> {
   const tagKey = await call('POST', '/v2/tags/keys', { key: 'team' });
   const tagValue = await call('POST', `/v2/tags/keys/${tagKey.id}/values`, { value: 'agents' });
   await call('PUT', `/v2/deployments/${deployment.id}/tags`, { tag_value_ids: [tagValue.id] });
-  const provider = await call('POST', '/v2/auth/providers', {
-    provider_id: 'fuzz-idp',
-    name: 'Fuzz IdP',
-    client_id: 'client',
-    client_secret: 'secret',
-    auth_url: 'https://idp.example.com/authorize',
-    token_url: 'https://idp.example.com/token',
-  });
+  const provider = await call(
+    'POST',
+    '/v2/auth/providers',
+    {
+      provider_id: 'fuzz-idp',
+      name: 'Fuzz IdP',
+      client_id: 'client',
+      client_secret: 'secret',
+      auth_url: 'https://idp.example.com/authorize',
+      token_url: 'https://idp.example.com/token',
+    },
+    { 'x-api-key': t.orgKey },
+  );
   // A pending authorization (nothing is sent to the provider until its callback brings a code).
   const authorization = await call('POST', '/v2/auth/authenticate', {
     provider_id: 'fuzz-idp',

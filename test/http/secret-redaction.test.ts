@@ -125,6 +125,8 @@ describe('deployment secrets', () => {
 });
 
 describe('OAuth provider client_secret', () => {
+  // Providers are changed with an organization admin key only (docs/oauth.md).
+  const orgAdmin = () => client(t.app, t.orgKey);
   const provider = {
     provider_id: 'leaky-idp',
     name: 'Leaky',
@@ -142,13 +144,13 @@ describe('OAuth provider client_secret', () => {
   test('POST /v2/auth/providers never echoes client_secret in a 422', async () => {
     for (const { label, client_secret } of bad) {
       assertRefusedWithoutSecret(
-        await api.post('/v2/auth/providers', { ...provider, client_secret }),
+        await orgAdmin().post('/v2/auth/providers', { ...provider, client_secret }),
         ['body', 'client_secret'],
         `POST ${label}`,
       );
     }
     assertRefusedWithoutSecret(
-      await api.post('/v2/auth/providers', [{ ...provider, client_secret: SECRET }]),
+      await orgAdmin().post('/v2/auth/providers', [{ ...provider, client_secret: SECRET }]),
       ['body'],
       'POST a list body',
     );
@@ -158,7 +160,7 @@ describe('OAuth provider client_secret', () => {
   test('PATCH /v2/auth/providers/{provider_id} never echoes client_secret in a 422', async () => {
     for (const { label, client_secret } of bad) {
       assertRefusedWithoutSecret(
-        await api.patch('/v2/auth/providers/leaky-idp', { client_secret }),
+        await orgAdmin().patch('/v2/auth/providers/leaky-idp', { client_secret }),
         ['body', 'client_secret'],
         `PATCH ${label}`,
       );

@@ -31,7 +31,7 @@ let tokenId: string;
 before(async () => {
   [t, idp] = await Promise.all([startOAuthTestApp(), startIdp()]);
   api = client(t.app);
-  await registerProvider(api, idp, 'confidential', 'acme-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'confidential', 'acme-idp');
   tokenId = (await authorize(t, api, { provider_id: 'acme-idp' })).tokenId;
   const workspace = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'second' });
   assert.equal(workspace.status, 201);

@@ -25,9 +25,9 @@ const codes: string[] = [];
 before(async () => {
   [t, idp] = await Promise.all([startOAuthTestApp(), startIdp()]);
   api = client(t.app);
-  await registerProvider(api, idp, 'confidential', 'acme-idp');
-  await registerProvider(api, idp, 'public', 'public-idp');
-  await registerProvider(api, idp, 'public', 'down-idp', { token_url: await unreachableUrl() });
+  await registerProvider(client(t.app, t.orgKey), idp, 'confidential', 'acme-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'public', 'public-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'public', 'down-idp', { token_url: await unreachableUrl() });
 });
 after(async () => {
   await t.close();
@@ -195,7 +195,7 @@ test('a long poll ends promptly when the server closes', async () => {
   const ownApi = client(own.app);
   let closed = false;
   try {
-    await registerProvider(ownApi, idp, 'public', 'public-idp');
+    await registerProvider(client(own.app, own.orgKey), idp, 'public', 'public-idp');
     const pending = await startAuthorization(ownApi, { provider_id: 'public-idp' });
     const waiting = ownApi.get(`/v2/auth/wait/${pending.auth_id}?timeout=60`);
     await sleep(300);

@@ -39,8 +39,8 @@ before(async () => {
     patch: (url, body) => recorded(raw.patch(url, body)),
     delete: (url, headers) => recorded(raw.delete(url, headers)),
   };
-  await registerProvider(api, idp, 'confidential', 'acme-idp');
-  await registerProvider(api, idp, 'public', 'public-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'confidential', 'acme-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'public', 'public-idp');
 });
 after(async () => {
   await t.close();
@@ -246,13 +246,13 @@ test('deleting a token revokes it at the provider and removes its connections', 
   assert.equal((await api.delete(`/v2/auth/tokens/${flow.tokenId}`)).status, 404);
 
   // A provider with tokens cannot be deleted from under them.
-  const busy = await api.delete('/v2/auth/providers/acme-idp');
+  const busy = await client(t.app, t.orgKey).delete('/v2/auth/providers/acme-idp');
   assert.equal(busy.status, 409);
   assert.match(busy.body.detail, /still has 1 token/);
 });
 
 test('a plain OAuth 2.0 flow (no openid, client_secret_basic) completes without an account label when userinfo cannot name it', async () => {
-  await registerProvider(api, idp, 'confidentialBasic', 'basic-idp', {
+  await registerProvider(client(t.app, t.orgKey), idp, 'confidentialBasic', 'basic-idp', {
     scopes: ['repo:read'],
     userinfo_url: idp.endpoints.userinfo,
   });

@@ -18,7 +18,8 @@ let api: Api;
 
 before(async () => {
   [t, idp] = await Promise.all([startOAuthTestApp(), startIdp()]);
-  api = client(t.app);
+  // Providers are the organization's: only an organization admin key changes them (docs/oauth.md).
+  api = client(t.app, t.orgKey);
 });
 after(async () => {
   await t.close();
@@ -204,7 +205,7 @@ test('PKCE is on by default, and a public client cannot go without it (RFC 9700)
 test('provider URLs must be https unless the service runs in insecure OAuth mode', async () => {
   const strict = await startOAuthTestApp({});
   try {
-    const strictApi = client(strict.app);
+    const strictApi = client(strict.app, strict.orgKey);
     const res = await strictApi.post('/v2/auth/providers', {
       provider_id: 'plain-idp',
       name: 'Plain',
@@ -311,13 +312,16 @@ test('providers belong to the organization: another one sees none of them and ma
   assert.equal(fromSecond.body.id, mine.id);
 });
 
-test('only admin keys change providers; any key reads them', async () => {
-  const created = await api.post('/v2/api-keys', { name: 'member', role: 'member' });
+test('only organization admin keys change providers; any key reads them', async () => {
+  const workspaceAdmin = client(t.app);
+  const created = await workspaceAdmin.post('/v2/api-keys', { name: 'member', role: 'member' });
   assert.equal(created.status, 201);
   const member = client(t.app, created.body.key);
-  assert.equal((await member.get('/v2/auth/providers/acme-idp')).status, 200);
-  assert.equal((await member.patch('/v2/auth/providers/acme-idp', { name: 'x' })).status, 403);
-  assert.equal((await member.delete('/v2/auth/providers/acme-idp')).status, 403);
+  for (const someone of [member, workspaceAdmin]) {
+    assert.equal((await someone.get('/v2/auth/providers/acme-idp')).status, 200);
+    assert.equal((await someone.patch('/v2/auth/providers/acme-idp', { name: 'x' })).status, 403);
+    assert.equal((await someone.delete('/v2/auth/providers/acme-idp')).status, 403);
+  }
   assert.equal((await client(t.app, null).get('/v2/auth/providers')).status, 401);
 });
 

@@ -80,7 +80,8 @@ export async function otherOrganization(
   const key = generateApiKey();
   await createApiKey(t.database.db, {
     organizationId: organization.id,
-    workspaceId: workspace.id,
+    // An organization admin key: it may register the other organization's providers too.
+    workspaceId: null,
     name: 'other admin',
     role: 'admin',
     hash: hashApiKey(key),

@@ -33,10 +33,10 @@ const SLOW_MS = 2500;
 before(async () => {
   [t, idp] = await Promise.all([startOAuthTestApp(), startIdp()]);
   api = client(t.app);
-  await registerProvider(api, idp, 'confidential', 'acme-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'confidential', 'acme-idp');
   // Rotates its refresh tokens (oidc-provider does for public clients): a refresh token spent twice
   // is refused, and the whole grant with it.
-  await registerProvider(api, idp, 'public', 'public-idp');
+  await registerProvider(client(t.app, t.orgKey), idp, 'public', 'public-idp');
 });
 afterEach(() => {
   idp.delayTokenEndpoint(0);
