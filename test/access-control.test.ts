@@ -226,3 +226,41 @@ describe('listeners: members read, admins manage', () => {
     assert.equal((await reads()).length, 2, "the listener's own agent reading its state is not an event");
   });
 });
+
+describe("agent connections and credentials: a member cannot reach another person's OAuth token", () => {
+  test('a member key can neither connect an agent to a token nor mint or revoke an agent credential', async () => {
+    const deployment = await adminA.post('/v2/deployments', {
+      name: 'token-reader',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'reg.example.com/agent:1' },
+    });
+    assert.equal(deployment.status, 201, JSON.stringify(deployment.body));
+    const minted = await adminA.post(`/v2/deployments/${deployment.body.id}/agent-credentials`, {
+      agent_ids: ['helper'],
+    });
+    assert.equal(minted.status, 201, 'an admin mints one');
+
+    // The path to someone else's token: connect an agent to it, then fetch it with a credential.
+    const someonesToken = '6f1c0000-0000-4000-8000-000000000001';
+    const connected = await memberA.post('/v2/auth/agents/helper/connections', { oauth_token_id: someonesToken });
+    assert.equal(connected.status, 403, JSON.stringify(connected.body));
+    assert.equal(connected.body.code, 'forbidden');
+    const mint = await memberA.post(`/v2/deployments/${deployment.body.id}/agent-credentials`, {
+      agent_ids: ['helper'],
+    });
+    assert.equal(mint.status, 403, JSON.stringify(mint.body));
+    assert.ok(!('credential' in mint.body));
+    assert.equal(
+      (await memberA.delete(`/v2/deployments/${deployment.body.id}/agent-credentials/${minted.body.id}`)).status,
+      403,
+    );
+    const listed = await memberA.get(`/v2/deployments/${deployment.body.id}/agent-credentials`);
+    assert.equal(listed.status, 200, 'members read them');
+    assert.deepEqual(
+      listed.body.resources.map((c: { id: string; revoked_at: string | null }) => [c.id, c.revoked_at]),
+      [[minted.body.id, null]],
+      'one credential, still valid',
+    );
+    assert.deepEqual((await memberA.get('/v2/auth/agents/helper/connections')).body, { data: [] });
+  });
+});

@@ -167,7 +167,7 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
     if (admin === 'organization' && (request.caller.role !== 'admin' || request.caller.keyWorkspaceId !== null))
       throw new AppError(
         'forbidden',
-        'This operation needs an organization admin API key (an admin key not bound to a workspace).',
+        'This operation needs an organization admin key: an organization API key (not bound to a workspace) with the admin role.',
       );
     if (admin === true && request.caller.role !== 'admin')
       throw new AppError('forbidden', 'This operation needs an admin API key.');

@@ -53,11 +53,13 @@ export interface AdminRouteDeps {
 
 export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app, { workspaces, apiKeys }) => {
   const admin = { auth: 'organization' as const, admin: true };
+  // Workspaces span the organization: a key bound to one workspace may neither make nor list them.
+  const organizationAdmin = { auth: 'organization' as const, admin: 'organization' as const };
 
   app.post(
     '/v2/workspaces',
     {
-      config: admin,
+      config: organizationAdmin,
       schema: {
         operationId: 'createWorkspace',
         tags: ['admin'],
@@ -75,7 +77,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
   app.get(
     '/v2/workspaces',
     {
-      config: admin,
+      config: organizationAdmin,
       schema: {
         operationId: 'listWorkspaces',
         tags: ['admin'],

@@ -133,10 +133,17 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   { connections, credentials },
 ) => {
   const tags = ['oauth'];
+  // An agent credential fetches the access tokens of its agents' connections in clear, and a connection
+  // decides which token of the workspace an agent reaches (any person's): both are managed with admin
+  // keys, like listener credentials, so that a member key cannot read another person's token through a
+  // deployment. Members read them, and connect an agent to their own token through
+  // POST /v2/auth/authenticate with agent_id (issue 23, item 4; docs/api.md, "Who may do what").
+  const admins = { admin: true };
 
   app.post(
     '/v2/auth/agents/:agent_id/connections',
     {
+      config: admins,
       schema: {
         operationId: 'createAgentConnection',
         tags,
@@ -180,6 +187,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.delete(
     '/v2/auth/agents/:agent_id/connections/:connection_id',
     {
+      config: admins,
       schema: {
         operationId: 'deleteAgentConnection',
         tags,
@@ -202,6 +210,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.post(
     '/v2/deployments/:deployment_id/agent-credentials',
     {
+      config: admins,
       schema: {
         operationId: 'createAgentCredential',
         tags,
@@ -267,6 +276,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.delete(
     '/v2/deployments/:deployment_id/agent-credentials/:credential_id',
     {
+      config: admins,
       schema: {
         operationId: 'revokeAgentCredential',
         tags,
