@@ -1,0 +1,99 @@
+/**
+ * `kill <pid of npm start>` stops the whole service (issue 23, defect 9): npm forwards the SIGTERM to
+ * its script, and the script is the server itself (exec), not a shell that dies and leaves the server,
+ * its PostgreSQL and its apps re-parented and running, holding the data directory.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import { after, test } from 'node:test';
+import { freePort } from '../../src/db/embedded-postgres.ts';
+import {
+  ROOT,
+  START_DEADLINE_MS,
+  STOP_DEADLINE_MS,
+  alive,
+  cleanUp,
+  makeDataDir,
+  postgresPid,
+  serviceEnv,
+  withDeadline,
+} from '../support/service-harness.ts';
+
+/** The processes of a process group, from /proc (Linux). */
+async function processGroup(pgid: number): Promise<number[]> {
+  const pids: number[] = [];
+  for (const entry of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = await fs.readFile(`/proc/${entry}/stat`, 'utf8').catch(() => null);
+    if (stat === null) continue;
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after its last ')'.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(fields[2]) === pgid) pids.push(Number(entry));
+  }
+  return pids;
+}
+
+let group: number | undefined;
+after(async () => {
+  if (group !== undefined) {
+    try {
+      process.kill(-group, 'SIGKILL');
+    } catch {
+      // Already gone, as it should be.
+    }
+  }
+  await cleanUp();
+});
+
+test(
+  'SIGTERM to the npm start process stops the server and its PostgreSQL; nothing is left',
+  { timeout: 180_000 },
+  async () => {
+    const dataDir = await makeDataDir();
+    const port = await freePort();
+    // Its own process group, so that whatever it leaves behind can be found (and killed after the test).
+    const npm = spawn('npm', ['start'], {
+      cwd: ROOT,
+      env: serviceEnv({ SLIPWAY_DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn', SLIPWAY_ROLES: 'api' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    group = npm.pid!;
+    let output = '';
+    npm.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<void>((resolve) => npm.once('exit', () => resolve()));
+
+    const deadline = Date.now() + START_DEADLINE_MS;
+    for (;;) {
+      const ready = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
+        (res) => res.status === 200,
+        () => false,
+      );
+      if (ready) break;
+      if (Date.now() > deadline || npm.exitCode !== null) assert.fail(`npm start was not ready: ${output}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const postgres = await postgresPid(dataDir);
+    assert.ok(postgres !== null && alive(postgres), 'the embedded PostgreSQL runs');
+    const running = await processGroup(group);
+    assert.ok(running.length >= 2, `npm and the server run: ${running.join(' ')}`);
+
+    process.kill(npm.pid!, 'SIGTERM'); // the npm process only, as `kill <pid>` does
+    await withDeadline('npm exits after SIGTERM', exited, STOP_DEADLINE_MS);
+    const until = Date.now() + STOP_DEADLINE_MS;
+    let left = await processGroup(group);
+    while ((left.length > 0 || alive(postgres)) && Date.now() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      left = await processGroup(group);
+    }
+    assert.deepEqual(left, [], `processes of npm start left running:\n${output}`);
+    assert.ok(!alive(postgres), 'its PostgreSQL stopped');
+    const answered = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
+      () => true,
+      () => false,
+    );
+    assert.equal(answered, false, 'nothing answers on its port');
+  },
+);
