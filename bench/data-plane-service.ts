@@ -1,11 +1,12 @@
 /**
- * The service with its local data plane, in the bench's process, as src/main.ts starts it: the API
- * and the app proxy on one loopback port, the change feed, and the worker with the local runtime, in
- * the sandbox mode asked for (`SLIPWAY_SANDBOX`: `auto`, the default, isolates fully when bubblewrap,
- * slirp4netns and socat are installed; `none` runs apps bare; apps run as `nobody` when the bench runs
- * as root). It runs on a database and a data directory of its own, made on the bench's PostgreSQL
- * server and dropped on close: the seeded bench database holds thousands of QUEUED revisions that a
- * worker would start claiming, and two services (one per sandbox mode) run side by side.
+ * The service with its local data plane, in the bench's process, as src/main.ts starts it: the API on
+ * one loopback port, the app edge on another (nginx when it is installed, as `auto` chooses; else the
+ * built-in proxy), the change feed, and the worker with the local runtime, in the sandbox mode asked
+ * for (`SLIPWAY_SANDBOX`: `auto`, the default, isolates fully when bubblewrap, slirp4netns and socat
+ * are installed; `none` runs apps bare; apps run as `nobody` when the bench runs as root). It runs on a
+ * database and a data directory of its own, made on the bench's PostgreSQL server and dropped on
+ * close: the seeded bench database holds thousands of QUEUED revisions that a worker would start
+ * claiming, and two services (one per sandbox mode) run side by side.
  *
  * Plus the few client helpers the data plane bench needs: the API with the bootstrap key, uploading a
  * folder, and a request to an app by its Host header (fetch cannot set Host).
@@ -18,7 +19,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import * as tar from 'tar';
 import { createMigratedDatabase } from '../scripts/scratch-server.ts';
 import { buildApp } from '../src/app.ts';
@@ -29,7 +30,7 @@ import { openChangeFeed, type ChangeFeed } from '../src/db/change-feed.ts';
 import { connect } from '../src/db/database.ts';
 import { freePort } from '../src/db/embedded-postgres.ts';
 import { withClient } from '../src/db/admin-client.ts';
-import { createAppRouter, type AppRouter } from '../src/dataplane/app-router.ts';
+import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { startLocalDataPlane } from '../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Worker } from '../src/pipeline/worker.ts';
@@ -45,7 +46,12 @@ export interface DataPlaneService {
   databaseUrl: string;
   db: Kysely<Database>;
   pool: pg.Pool;
-  router: AppRouter;
+  /** Where apps are served: `edge.kind` says which proxy, `edge.port` where. */
+  edge: AppEdge;
+  /** The bootstrap API key (admin), for load on the API itself. */
+  apiKey: string;
+  /** The service's logger (to /dev/null), for other edges the bench starts beside it. */
+  logger: Logger;
   /** What isolation the worker's sandbox gives, as the start-up log says it. */
   isolation: string;
   api<T = any>(method: string, url: string, body?: unknown): Promise<{ status: number; body: T }>;
@@ -71,6 +77,8 @@ export async function startDataPlaneService(
   await fs.chmod(dataDir, 0o711);
   const apiKey = `slw_bench_${randomBytes(16).toString('hex')}`;
   const port = await freePort();
+  // A free port of its own for the edge (the default, PORT + 1, may be taken, by the other service too).
+  const appsPort = await freePort();
   const config = loadConfig({
     SLIPWAY_DATA_DIR: dataDir,
     SLIPWAY_BOOTSTRAP_API_KEY: apiKey,
@@ -78,6 +86,7 @@ export async function startDataPlaneService(
     SLIPWAY_SANDBOX: sandbox,
     HOST: '127.0.0.1',
     PORT: String(port),
+    SLIPWAY_APPS_PORT: String(appsPort),
     // Bounds for the bench: a broken app fails in 30 s, a deleted one is stopped within 3 s.
     SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30',
     SLIPWAY_DRAIN_SECONDS: '3',
@@ -87,7 +96,7 @@ export async function startDataPlaneService(
   const { db, pool } = connect(databaseUrl);
   const secretBox = createSecretBox(randomBytes(32));
   let changes: ChangeFeed | null = null;
-  let router: AppRouter | null = null;
+  let edge: AppEdge | null = null;
   let app: FastifyInstance | null = null;
   let worker: Worker | null = null;
 
@@ -97,7 +106,7 @@ export async function startDataPlaneService(
       // As main.ts shuts down: requests first, then the apps and builds, then the proxy and the feed.
       await app?.close();
       await worker?.stop();
-      await router?.close();
+      await edge?.close();
       await changes?.close();
       // App databases and roles live on the same server: drop what is left of them.
       const left = await db
@@ -120,13 +129,8 @@ export async function startDataPlaneService(
   try {
     await bootstrap(db, config.bootstrapApiKey);
     changes = await openChangeFeed(databaseUrl, logger);
-    router = createAppRouter({
-      appsDomain: config.appsDomain,
-      logger,
-      drainTimeoutMs: config.drainTimeoutMs,
-      publicUrl: config.publicUrl,
-    });
-    app = await buildApp({ config, db, secretBox, logger, changes, router });
+    edge = await startAppEdge({ config, logger });
+    app = await buildApp({ config, db, secretBox, logger, changes });
     await app.listen({ host: config.host, port: config.port });
     const dataPlane = (worker = await startLocalDataPlane({
       config,
@@ -135,7 +139,7 @@ export async function startDataPlaneService(
       databaseUrl,
       secretBox,
       changes,
-      router,
+      edge,
       repositories: createCodehostIntegrationService({ db, secretBox, allowInsecure: false, logger }).repositories,
       logger,
     }));
@@ -147,7 +151,9 @@ export async function startDataPlaneService(
       databaseUrl,
       db,
       pool,
-      router,
+      edge,
+      apiKey,
+      logger,
       isolation: dataPlane.isolation,
       async api(method, url, body) {
         const response = await fetch(`${origin}${url}`, {
@@ -184,7 +190,7 @@ export async function startDataPlaneService(
   }
 }
 
-/** GET (by default) of `pathname` on the service's port with Host `host`; status only, body drained. */
+/** GET of `pathname` on `port` (the app edge's) with Host `host`; status only, body drained. */
 export function requestByHost(port: number, host: string, pathname: string, timeoutMs = 2_000): Promise<number> {
   return new Promise((resolve, reject) => {
     const request = http.request(

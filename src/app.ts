@@ -18,6 +18,7 @@ import { registerIdempotencyKeys } from './http/idempotency.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
+import { registerStreamLimits } from './http/stream-limits.ts';
 import { registerOpenApiConventions, shapeDocument } from './http/openapi.ts';
 import { ErrorBody, ROUTER_MAX_PARAM_LENGTH, ValidationErrorBody } from './http/schema-helpers.ts';
 import { createValidatorCompiler } from './http/validation.ts';
@@ -26,8 +27,6 @@ import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
-import type { AppRouter } from './dataplane/app-router.ts';
-import { appServerFactory } from './dataplane/app-server-factory.ts';
 import { healthRoutes } from './routes/health.ts';
 import { langGraphCompatRoutes, registerLangGraphRequestShapes } from './routes/langgraph-compat.ts';
 import { metricsRoutes } from './routes/metrics.ts';
@@ -55,8 +54,6 @@ export interface AppDeps {
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
   /** Wakes log followers (follow=true); without it they poll the database every second. */
   changes?: ChangeFeed;
-  /** The proxy to deployed apps: requests for an app's host name or `/apps/<slug>/` go there. */
-  router?: AppRouter;
   /** The service's pool, for the connection gauges of /metrics. */
   pool?: pg.Pool;
 }
@@ -87,7 +84,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     http: { requireHostHeader: false },
     // Ids and names are documented up to 256 characters; Fastify's default stops at 100.
     routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
-    ...(deps.router ? { serverFactory: appServerFactory(deps.router) } : {}),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
@@ -140,14 +136,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
   registerIdempotencyKeys(app, db);
   registerConditionalRequests(app, db);
+  registerStreamLimits(app, { perKey: config.streamsPerKey, perAddress: config.streamsPerAddress });
   const services =
     deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
   const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
-  await app.register(metricsRoutes, { metrics: services.metrics, pool: deps.pool });
+  await app.register(metricsRoutes, { metrics: services.metrics, pool: deps.pool, token: config.metricsToken });
   await app.register(healthRoutes, { db });
-  // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks and its apps, not the API.
+  // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks, not the API (its apps are on the edge).
   if (config.roles.includes('api')) {
     await app.register(adminRoutes, { workspaces: services.workspaces, apiKeys: services.apiKeys });
     // Before the deployment routes: it adapts what LangChain's `langgraph deploy` sends to them.

@@ -42,8 +42,20 @@ export interface Config {
   readonly roles: readonly Role[];
   /** Revisions the worker builds or starts at once. */
   readonly workerConcurrency: number;
-  /** Apps are reached at `<slug>.<appsDomain>` on the service's port (and at `/apps/<slug>/`). */
+  /** Apps are reached at `<slug>.<appsDomain>` on the apps port, never on the API's origin. */
   readonly appsDomain: string;
+  /** Interface and port the app edge listens on (0: a free port chosen at start). */
+  readonly appsHost: string;
+  readonly appsPort: number;
+  /**
+   * Scheme and port under which users reach apps when that differs from what the edge listens on (a
+   * load balancer in front of it): `https://<appsDomain>`; null derives it from the edge itself.
+   */
+  readonly appsPublicUrl: string | null;
+  /** Certificate and key (PEM files) for the apps domain: the edge then serves HTTPS. */
+  readonly appsTls: { readonly certFile: string; readonly keyFile: string } | null;
+  /** Which proxy serves app traffic: HAProxy when installed (`auto`), HAProxy or nothing, or the built-in one. */
+  readonly edgeProxy: EdgeProxyMode;
   /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
   readonly sandbox: SandboxMode;
   /**
@@ -61,10 +73,17 @@ export interface Config {
   readonly eventRetentionDays: number;
   /** Uploads that no revision uses are removed once this many hours old. */
   readonly uploadRetentionHours: number;
+  /** Streams (followed logs) and long-polls one API key or listener credential may hold open at once. */
+  readonly streamsPerKey: number;
+  /** Streams and long-polls one client address may hold open at once, whatever the keys. */
+  readonly streamsPerAddress: number;
+  /** When set, GET /metrics needs `Authorization: Bearer <this>`; null leaves it open. */
+  readonly metricsToken: string | null;
 }
 
 export type Role = 'api' | 'worker';
 export type SandboxMode = 'auto' | 'bwrap' | 'none';
+export type EdgeProxyMode = 'auto' | 'haproxy' | 'builtin';
 
 export class ConfigError extends Error {
   constructor(
@@ -247,6 +266,50 @@ function appsDomain(env: Env): string {
   return domain;
 }
 
+function appsPort(env: Env, port: number): number {
+  const chosen = integer(env, 'SLIPWAY_APPS_PORT', port === 0 ? 0 : port < 65535 ? port + 1 : port - 1, 0, 65535);
+  if (chosen !== 0 && chosen === port)
+    throw new ConfigError('SLIPWAY_APPS_PORT', `must differ from PORT (${port}): apps never share the API's origin`);
+  return chosen;
+}
+
+function appsPublicUrl(env: Env, domain: string): string | null {
+  const name = 'SLIPWAY_APPS_PUBLIC_URL';
+  const raw = text(env, name);
+  if (raw === null) return null;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(name, `must be an http(s) URL such as https://${domain}, got '${raw}'`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new ConfigError(name, `must be an http(s) URL such as https://${domain}, got '${raw}'`);
+  if (url.hostname !== domain)
+    throw new ConfigError(name, `its host must be the apps domain (SLIPWAY_APPS_DOMAIN=${domain}), got '${url.hostname}'`);
+  if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '' || url.username !== '')
+    throw new ConfigError(name, 'must be a scheme, host and optional port only (apps are at the root of their host)');
+  return url.origin;
+}
+
+function appsTls(env: Env, cwd: string): Config['appsTls'] {
+  const cert = text(env, 'SLIPWAY_APPS_TLS_CERT');
+  const key = text(env, 'SLIPWAY_APPS_TLS_KEY');
+  if (cert === null && key === null) return null;
+  if (cert === null) throw new ConfigError('SLIPWAY_APPS_TLS_CERT', 'is required with SLIPWAY_APPS_TLS_KEY');
+  if (key === null) throw new ConfigError('SLIPWAY_APPS_TLS_KEY', 'is required with SLIPWAY_APPS_TLS_CERT');
+  return { certFile: path.resolve(cwd, cert), keyFile: path.resolve(cwd, key) };
+}
+
+function edgeProxy(env: Env): EdgeProxyMode {
+  const raw = text(env, 'SLIPWAY_EDGE_PROXY');
+  if (raw === null) return 'auto';
+  const mode = raw.toLowerCase();
+  if (mode !== 'auto' && mode !== 'haproxy' && mode !== 'builtin')
+    throw new ConfigError('SLIPWAY_EDGE_PROXY', `must be auto, haproxy or builtin, got '${raw}'`);
+  return mode;
+}
+
 function sandbox(env: Env): SandboxMode {
   const raw = text(env, 'SLIPWAY_SANDBOX');
   if (raw === null) return 'auto';
@@ -256,11 +319,22 @@ function sandbox(env: Env): SandboxMode {
   return mode;
 }
 
+/** A bearer token for /metrics: printable, without spaces, long enough not to be guessed. */
+function metricsToken(env: Env): string | null {
+  const raw = text(env, 'SLIPWAY_METRICS_TOKEN');
+  if (raw === null) return null;
+  if (raw.length < 16 || raw.length > 256 || !/^[\x21-\x7e]+$/.test(raw)) {
+    throw new ConfigError('SLIPWAY_METRICS_TOKEN', 'must be 16 to 256 printable characters without spaces');
+  }
+  return raw;
+}
+
 /** Reads and validates the configuration; `env` defaults to the process environment. */
 export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Config {
   const port = integer(env, 'PORT', 8124, 0, 65535);
   const host = text(env, 'HOST') ?? '127.0.0.1';
   const database = databaseUrl(env);
+  const domain = appsDomain(env);
   return Object.freeze({
     port,
     host,
@@ -278,7 +352,12 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     publicUrl: publicUrl(env, host, port),
     roles: roles(env),
     workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),
-    appsDomain: appsDomain(env),
+    appsDomain: domain,
+    appsHost: text(env, 'SLIPWAY_APPS_HOST') ?? host,
+    appsPort: appsPort(env, port),
+    appsPublicUrl: appsPublicUrl(env, domain),
+    appsTls: appsTls(env, cwd),
+    edgeProxy: edgeProxy(env),
     sandbox: sandbox(env),
     // Why these defaults: src/dataplane/resource-limits.ts.
     defaultLimits: {
@@ -292,5 +371,8 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),
     eventRetentionDays: integer(env, 'SLIPWAY_EVENT_RETENTION_DAYS', 90, 0, 36_500),
     uploadRetentionHours: integer(env, 'SLIPWAY_UPLOAD_RETENTION_HOURS', 24, 1, 87_600),
+    streamsPerKey: integer(env, 'SLIPWAY_STREAMS_PER_KEY', 20, 1, 100_000),
+    streamsPerAddress: integer(env, 'SLIPWAY_STREAMS_PER_ADDRESS', 100, 1, 100_000),
+    metricsToken: metricsToken(env),
   });
 }

@@ -18,7 +18,7 @@ import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
-import { createAppRouter } from './dataplane/app-router.ts';
+import { startAppEdge, type AppEdge } from './dataplane/app-edge.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
 import { createServices } from './services.ts';
 
@@ -110,15 +110,9 @@ async function main(): Promise<void> {
   }
   if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
-  const router = createAppRouter({
-    appsDomain: config.appsDomain,
-    logger,
-    drainTimeoutMs: config.drainTimeoutMs,
-    publicUrl: config.publicUrl,
-  });
   // One set of services for the API and the worker (src/services.ts).
   const services = createServices({ config, db, secretBox, logger });
-  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, router, services });
+  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, services });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   const retention = startRetentionSweeper({
     db,
@@ -127,7 +121,9 @@ async function main(): Promise<void> {
     logger,
     intervalMs: 60 * 60_000,
   });
-  const worker = config.roles.includes('worker')
+  // The apps' edge lives with the worker that runs them (docs/app-urls.md).
+  const edge: AppEdge | null = config.roles.includes('worker') ? await startAppEdge({ config, logger }) : null;
+  const worker = edge
     ? await startLocalDataPlane({
         config,
         db,
@@ -135,7 +131,7 @@ async function main(): Promise<void> {
         databaseUrl: database.url,
         secretBox,
         changes,
-        router,
+        edge,
         repositories: services.integrations.repositories,
         logger,
       })
@@ -149,10 +145,10 @@ async function main(): Promise<void> {
       try {
         await sweeper.stop();
         await retention.stop();
-        // Requests first (apps keep serving them), then the apps and builds, then the feed.
+        // API requests first, then the apps and builds (the edge keeps serving them meanwhile), then the feed.
         await app.close();
         await worker?.stop();
-        await router.close();
+        await edge?.close();
         await changes.close();
       } finally {
         // The embedded server last, once nothing uses it; the data directory once the server is down.

@@ -18,7 +18,7 @@ import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { databaseUrl, withClient } from '../src/db/admin-client.ts';
 import { openChangeFeed, type ChangeFeed } from '../src/db/change-feed.ts';
 import { connect } from '../src/db/database.ts';
-import { createAppRouter, type AppRouter } from '../src/dataplane/app-router.ts';
+import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 import { assertAnswerDocumented } from './support/openapi-conformance.ts';
@@ -74,9 +74,9 @@ export interface TestApp {
   logger: Logger;
   /** The change feed, when asked for (TestAppOptions.changes). */
   changes: ChangeFeed | null;
-  /** The proxy to deployed apps, when asked for (TestAppOptions.router). */
-  router: AppRouter | null;
-  /** Closes the app, its router and change feed, then drops the database and the data directory. */
+  /** The edge that serves deployed apps, when asked for (TestAppOptions.edge). */
+  edge: AppEdge | null;
+  /** Closes the app, its edge and change feed, then drops the database and the data directory. */
   close(): Promise<void>;
 }
 
@@ -87,8 +87,8 @@ export interface TestAppOptions {
   logger?: Logger;
   /** A change feed on the database for the app, so followers and long-polls wake at once. */
   changes?: boolean;
-  /** The proxy to deployed apps (src/dataplane/app-router.ts), serving on the app's port once it listens. */
-  router?: boolean;
+  /** The edge that serves deployed apps (src/dataplane/app-edge.ts: nginx when installed), on a port of its own. */
+  edge?: boolean;
 }
 
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
@@ -98,20 +98,14 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     SLIPWAY_DATA_DIR: dataDir,
     SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
     LOG_LEVEL: 'silent',
+    SLIPWAY_APPS_PORT: '0',
     ...env,
   });
   const logger = options.logger ?? createLogger(config.logLevel);
   const secretBox = createSecretBox(randomBytes(32));
   const first = await bootstrap(database.db, config.bootstrapApiKey);
   const changes = options.changes ? await openChangeFeed(database.url, logger) : null;
-  const router = options.router
-    ? createAppRouter({
-        appsDomain: config.appsDomain,
-        logger,
-        drainTimeoutMs: config.drainTimeoutMs,
-        publicUrl: config.publicUrl,
-      })
-    : null;
+  const edge = options.edge ? await startAppEdge({ config, logger }) : null;
   const app = await buildApp({
     config,
     db: database.db,
@@ -119,7 +113,6 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     logger,
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
-    ...(router ? { router } : {}),
   });
   await app.ready();
   return {
@@ -133,10 +126,10 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     dataDir,
     logger,
     changes,
-    router,
+    edge,
     async close() {
       await app.close();
-      await router?.close();
+      await edge?.close();
       await changes?.close();
       await database.drop();
       await fs.rm(dataDir, { recursive: true, force: true });

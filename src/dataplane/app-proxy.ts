@@ -17,8 +17,6 @@ import { sendError, sendSocketError } from './app-error-answers.ts';
 /** A request for an app, as the router matched it. */
 export interface AppRequest {
   slug: string;
-  /** `/apps/<slug>` for path-based requests, null for host-based ones. */
-  prefix: string | null;
   /** The path and query the app sees. */
   url: string;
 }
@@ -31,12 +29,15 @@ export interface AppRequest {
 const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS']);
 /** Response headers about the app's connection to us, not the client's to us (RFC 9110, 7.6.1). */
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection'];
+/** Response headers an app may not send: they would widen what its pages may do (a service worker's scope). */
+const WIDENING = ['service-worker-allowed'];
 
 /** The app's response headers without the hop-by-hop ones (and the framing Node redoes for the client). */
 function responseHeaders(proxyRes: IncomingMessage): http.OutgoingHttpHeaders {
   const listed = proxyRes.headers.connection;
   const skip = new Set([
     ...HOP_BY_HOP,
+    ...WIDENING,
     'transfer-encoding',
     ...(listed ?? '').split(',').map((t) => t.trim().toLowerCase()),
   ]);
@@ -51,6 +52,16 @@ function errorCode(error: unknown): string {
   return typeof code === 'string' ? code : 'EPROXY';
 }
 
+/**
+ * A key, listener credential or agent credential of this service (`slw_`, `slwl_`, `slwa_`; the same rule
+ * as the nginx edge's, src/dataplane/edge-nginx-config.ts), bare or as a Bearer token.
+ */
+export const SERVICE_CREDENTIAL = /^\s*(bearer\s+)?slw[al]?_/i;
+
+function isServiceCredential(value: string | string[] | undefined): boolean {
+  return value !== undefined && [value].flat().some((v) => SERVICE_CREDENTIAL.test(v));
+}
+
 /** A request without Content-Length or Transfer-Encoding has no body (RFC 9112, 6.3), so it can be sent again. */
 function hasBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length'];
@@ -59,8 +70,8 @@ function hasBody(req: IncomingMessage): boolean {
 
 export interface AppProxyOptions {
   logger: Logger;
-  /** The service's public URL: its scheme is X-Forwarded-Proto on plain connections. */
-  publicUrl?: string;
+  /** X-Forwarded-Proto on plain connections. */
+  forwardedProto: 'http' | 'https';
   /** The router's table, read on every attempt: a retry goes to the instances routed at that moment. */
   routes: ReadonlyMap<string, Route>;
 }
@@ -76,7 +87,6 @@ export interface AppProxy {
 
 export function createAppProxy(options: AppProxyOptions): AppProxy {
   const { logger, routes } = options;
-  const publicProto = options.publicUrl === undefined ? 'http' : new URL(options.publicUrl).protocol.replace(/:$/, '');
   // Keep-alive to the apps saves a connection (and a TIME_WAIT socket) per request. The timeout frees
   // idle sockets before the usual 5 s server keep-alive ends them; Node also honours the app's
   // `Keep-Alive: timeout=` hint. It does not cut active requests: streams may idle for long.
@@ -123,20 +133,22 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
 
   /**
    * X-Forwarded-* as this service saw the request. For and the prior hops are kept (apps pick how many
-   * to trust); Proto, Host and Prefix are set here, so a client cannot make an app build links to a host
-   * or prefix of its choosing.
+   * to trust); Proto and Host are set here, so a client cannot make an app build links to a host of its
+   * choosing. The service's own credentials never reach an app.
    */
   function setForwardedHeaders(req: IncomingMessage, app: AppRequest): void {
     const headers = req.headers;
     const client = req.socket.remoteAddress ?? '';
     const prior = headers['x-forwarded-for'];
     headers['x-forwarded-for'] = prior ? `${String(prior)}, ${client}` : client;
-    headers['x-forwarded-proto'] = req.socket instanceof TLSSocket && req.socket.encrypted ? 'https' : publicProto;
+    headers['x-forwarded-proto'] =
+      req.socket instanceof TLSSocket && req.socket.encrypted ? 'https' : options.forwardedProto;
     if (headers.host !== undefined) headers['x-forwarded-host'] = headers.host;
     else delete headers['x-forwarded-host'];
     delete headers['x-forwarded-port'];
-    if (app.prefix !== null) headers['x-forwarded-prefix'] = app.prefix;
-    else delete headers['x-forwarded-prefix'];
+    delete headers['x-forwarded-prefix'];
+    if (isServiceCredential(headers['x-api-key'])) delete headers['x-api-key'];
+    if (isServiceCredential(headers.authorization)) delete headers.authorization;
     req.url = app.url;
   }
 

@@ -1,13 +1,13 @@
 /**
- * The reverse proxy in front of deployed apps. Each app process listens on its own 127.0.0.1 port; the
- * router gives it stable URLs on the service's own port (see app-urls.ts) and switches between
- * instances without losing requests: `setTargets` changes the table at once and then waits for the
- * requests already sent to the old instances, so the caller stops those only when they are idle.
+ * The built-in app edge's router (src/dataplane/app-edge.ts, used when nginx is not installed). Each app
+ * process listens on its own 127.0.0.1 port; the router serves it at its host name (see app-urls.ts) and
+ * switches between instances without losing requests: `setTargets` changes the table at once and then
+ * waits for the requests already sent to the old instances, so the caller stops those only when they
+ * are idle.
  *
  * This module matches requests to apps and keeps the routing table; the table's in-flight accounting
  * and drain are in app-backends.ts, the proxying (http-proxy-3, safe retries) in app-proxy.ts, the
- * error answers in the API's shape in app-error-answers.ts, and the HTTP server that offers requests
- * to the router before Fastify in app-server-factory.ts.
+ * error answers in the API's shape in app-error-answers.ts.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -24,8 +24,7 @@ import {
 } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
-import { serverHooks } from './app-server-factory.ts';
-import { slugFromHost, slugFromPath } from './app-urls.ts';
+import { slugFromHost } from './app-urls.ts';
 
 export interface AppRouter {
   /**
@@ -36,7 +35,7 @@ export interface AppRouter {
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];
-  /** Handles the request when it is for an app (Host `<slug>.<appsDomain>` or path `/apps/<slug>/...`); returns false otherwise so the API handles it. */
+  /** Handles the request when it is for an app (Host `<slug>.<appsDomain>`); returns false otherwise. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
   /** Same for WebSocket upgrades; other upgrades (h2c) return false and are served as plain requests. */
   upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): boolean;
@@ -52,11 +51,8 @@ export interface AppRouterOptions {
   logger: Logger;
   /** Default wait for in-flight requests in setTargets, remove and close. */
   drainTimeoutMs: number;
-  /**
-   * The service's public URL (SLIPWAY_PUBLIC_URL). Its scheme becomes X-Forwarded-Proto on plain
-   * connections, so apps behind a TLS-terminating proxy in front of Slipway see `https`.
-   */
-  publicUrl?: string;
+  /** X-Forwarded-Proto on plain connections: `https` when a proxy in front of the edge terminates TLS. */
+  forwardedProto?: 'http' | 'https';
 }
 
 function isWebSocket(req: IncomingMessage): boolean {
@@ -68,7 +64,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   const routes = new Map<string, Route>();
   /** Every backend that is routed to or still draining, for close(). */
   const backends = new Set<Backend>();
-  const proxy = createAppProxy({ logger, publicUrl: options.publicUrl, routes });
+  const proxy = createAppProxy({ logger, forwardedProto: options.forwardedProto ?? 'http', routes });
   let closing: Promise<void> | null = null;
 
   function addBackend(target: AppTarget): Backend {
@@ -78,11 +74,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   }
 
   function match(req: IncomingMessage): AppRequest | null {
-    const bySlug = slugFromHost(req.headers.host, appsDomain);
-    if (bySlug !== null) return { slug: bySlug, prefix: null, url: req.url ?? '/' };
-    const byPath = slugFromPath(req.url);
-    if (byPath !== null) return { slug: byPath.slug, prefix: `/apps/${byPath.slug}`, url: byPath.rest };
-    return null;
+    const slug = slugFromHost(req.headers.host, appsDomain);
+    return slug === null ? null : { slug, url: req.url ?? '/' };
   }
 
   function serve(req: IncomingMessage, res: ServerResponse, app: AppRequest): void {
@@ -90,12 +83,6 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       return sendError(req, res, 503, 'unavailable', 'The service is shutting down; retry shortly.');
     const route = routes.get(app.slug);
     if (route === undefined) return sendError(req, res, 404, 'not_found', `No deployment is served at ${app.slug}.`);
-    if (app.prefix !== null && !app.url.startsWith('/')) {
-      // The app's relative links only resolve under the prefix with its trailing slash.
-      res.writeHead(308, { location: `${app.prefix}/${app.url}`, 'content-length': 0 });
-      res.end();
-      return;
-    }
     if (route.backends.length === 0)
       return sendError(
         req,
@@ -197,6 +184,5 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       return closing;
     },
   };
-  serverHooks.set(router, { serverClosing: () => void router.close() });
   return router;
 }

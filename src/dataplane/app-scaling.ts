@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
-import type { AppRouter } from './app-router.ts';
+import type { AppRoutes } from './app-edge.ts';
 import type { AppSupervisor } from './app-supervisor.ts';
 import type { LogWriter } from './log-writer.ts';
 
@@ -56,7 +56,7 @@ export interface ScalingApp {
 }
 
 export interface ScalingOptions {
-  router: AppRouter;
+  edge: AppRoutes;
   healthTimeoutMs: number;
   drainTimeoutMs: number;
   /** False once another revision serves the deployment or it was stopped: its route is not ours to set. */
@@ -118,7 +118,7 @@ async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): 
       );
     }
     if (!options.serving()) return;
-    await options.router.setTargets(app.slug, supervisor.webTargets, { drainTimeoutMs: options.drainTimeoutMs });
+    await options.edge.setTargets(app.slug, supervisor.webTargets, { drainTimeoutMs: options.drainTimeoutMs });
     log.system(
       `Web instance(s) ${added.join(', ')} passed the health check on ${app.appConfig.healthCheckPath} and get requests`,
     );
@@ -127,7 +127,7 @@ async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): 
     if (options.serving()) {
       const staying = supervisor.webTargets.filter((t) => !leaving.includes(t.instanceId));
       // Resolves once the requests in flight to the leaving instances are finished (or the drain time is up).
-      await options.router.setTargets(app.slug, staying, { drainTimeoutMs: options.drainTimeoutMs });
+      await options.edge.setTargets(app.slug, staying, { drainTimeoutMs: options.drainTimeoutMs });
     }
     await supervisor.remove(leaving, options.drainTimeoutMs);
     log.system(`Web instance(s) ${leaving.join(', ')} drained and stopped`);

@@ -11,7 +11,7 @@ import type { ChangeFeed } from '../db/change-feed.ts';
 import { leaseOwnerFor, startWorker, type Worker } from '../pipeline/worker.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
-import type { AppRouter } from './app-router.ts';
+import type { AppEdge } from './app-edge.ts';
 import { createLocalRuntime } from './local-runtime.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
@@ -35,7 +35,7 @@ export interface LocalDataPlaneDeps {
   databaseUrl: string;
   secretBox: SecretBox;
   changes: ChangeFeed;
-  router: AppRouter;
+  edge: AppEdge;
   repositories: RepositoryDownloader;
   logger: Logger;
   /** Tests shorten these. */

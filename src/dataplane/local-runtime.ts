@@ -24,10 +24,10 @@ import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
-import type { AppRouter } from './app-router.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
-import { appUrls } from './app-urls.ts';
+import { appUrl, type AppEdge } from './app-edge.ts';
+import { appSlug } from './app-urls.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
 import type { HostForward } from './host-forwards.ts';
@@ -74,7 +74,7 @@ export interface LocalRuntimeDeps {
   databaseUrl: string;
   secretBox: SecretBox;
   sandbox: Sandbox;
-  router: AppRouter;
+  edge: AppEdge;
   fetcher: SourceFetcher;
   logger: Logger;
   /** Supervisor back-off; tests shorten it. */
@@ -119,7 +119,7 @@ export interface LocalRuntime {
 }
 
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
-  const { config, db, secretBox, sandbox, router, logger } = deps;
+  const { config, db, secretBox, sandbox, edge, logger } = deps;
   const apps = new Map<string, RunningApp>();
   const access = createAppHostAccess({ config, sandbox, logger });
   /** Scale changes under way, by deployment: one at a time per app. */
@@ -350,7 +350,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     return {
       revisionId: job.revisionId,
       workspaceId: job.deployment.workspace_id,
-      slug: appUrls({ name: job.deployment.name, id: job.deployment.id }, config).slug,
+      slug: appSlug({ name: job.deployment.name, id: job.deployment.id }),
       supervisor,
       log,
       appConfig,
@@ -363,7 +363,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   async function serve(deploymentId: string, next: RunningApp): Promise<void> {
     const previous = apps.get(deploymentId);
     apps.set(deploymentId, next);
-    await router.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
+    await edge.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
     if (previous && previous !== next) {
       previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
       await release(previous);
@@ -374,7 +374,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const app = apps.get(deploymentId);
     if (!app) return;
     apps.delete(deploymentId);
-    await router.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
+    await edge.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
     await release(app);
   }
 
@@ -426,9 +426,16 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     async deploy(job, signal, commit) {
       const build = await requireBuild(job);
       const next = await startApp(job, build, signal);
+      // DEPLOYED means served: the new instances join the route (beside the ones serving now, so
+      // nothing is drained yet) before the commit, and leave it again if the commit fails.
+      const serving = apps.get(job.deployment.id)?.supervisor.webTargets ?? [];
       try {
-        await commit(appUrls({ name: job.deployment.name, id: job.deployment.id }, config).hostUrl);
+        await edge.setTargets(next.slug, [...serving, ...next.supervisor.webTargets]);
+        await commit(appUrl(edge, next.slug));
       } catch (error) {
+        await (serving.length > 0 ? edge.setTargets(next.slug, serving) : edge.remove(next.slug)).catch(
+          (routeError: unknown) => logger.error({ err: routeError }, 'the app route could not be restored'),
+        );
         await release(next);
         throw error;
       }
@@ -464,7 +471,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       const work = scaleInPlace(app, deploymentId, to, {
         db,
         logger,
-        router,
+        edge,
         healthTimeoutMs: config.healthTimeoutMs,
         drainTimeoutMs: config.drainTimeoutMs,
         serving: () => apps.get(deploymentId) === app,

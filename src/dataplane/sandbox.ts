@@ -28,6 +28,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
 import type { SandboxMode } from '../config.ts';
+import { findExecutable } from './executables.ts';
 import type { Limits, ResourceControl } from './resource-limits.ts';
 
 const run = promisify(execFile);
@@ -135,19 +136,6 @@ export interface Sandbox {
   dispose(): Promise<void>;
 }
 
-async function findBinary(name: string): Promise<string | null> {
-  for (const dir of ['/usr/bin', '/usr/local/bin', '/bin']) {
-    const candidate = path.join(dir, name);
-    try {
-      await fs.access(candidate, fs.constants.X_OK);
-      return candidate;
-    } catch {
-      // Not here; try the next place.
-    }
-  }
-  return null;
-}
-
 /** bubblewrap needs unprivileged user namespaces (or setuid); try it once rather than trusting it exists. */
 async function bwrapWorks(bwrap: string, user: { uid: number; gid: number } | null, net: boolean): Promise<boolean> {
   try {
@@ -219,9 +207,9 @@ export async function createSandbox(options: {
   const ownTree = async (dir: string) => {
     if (user) await chownTree(dir, user.uid, user.gid);
   };
-  const bwrap = mode === 'none' ? null : await findBinary('bwrap');
-  const slirpBinary = mode === 'none' ? null : await findBinary('slirp4netns');
-  const socat = mode === 'none' ? null : await findBinary('socat');
+  const bwrap = mode === 'none' ? null : await findExecutable('bwrap');
+  const slirpBinary = mode === 'none' ? null : await findExecutable('slirp4netns');
+  const socat = mode === 'none' ? null : await findExecutable('socat');
   const usable = bwrap !== null && (await bwrapWorks(bwrap, user, false));
   const netUsable = usable && slirpBinary !== null && socat !== null && (await bwrapWorks(bwrap, user, true));
   if (mode === 'bwrap' && !netUsable) {

@@ -1,9 +1,12 @@
 /**
- * The URLs a user is given for a deployed app, and how the router reads a slug back from a request.
+ * The URLs a user is given for a deployed app, and how the built-in edge reads a slug back from a request;
+ * and the apps settings of the configuration (their own port and origin, TLS, the proxy in use).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { appSlug, appUrls, slugFromHost, slugFromPath } from '../../src/dataplane/app-urls.ts';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { appUrl } from '../../src/dataplane/app-edge.ts';
+import { appSlug, slugFromHost } from '../../src/dataplane/app-urls.ts';
 
 const ID = '0B9E41C7-5d2a-4f1e-9c3b-7a8e6d5f4c21';
 
@@ -31,26 +34,56 @@ test('a name that is not a DNS label is folded into one', () => {
   assert.equal(appSlug({ name: '--', id: ID }), 'app-0b9e41c7');
 });
 
-test('URLs take the scheme and port of the public URL and leave out default ports', () => {
-  const deployment = { name: 'support-agent', id: ID };
-  assert.deepEqual(appUrls(deployment, { publicUrl: 'http://127.0.0.1:8124', appsDomain: 'localhost' }), {
-    slug: 'support-agent-0b9e41c7',
-    hostUrl: 'http://support-agent-0b9e41c7.localhost:8124',
-    pathUrl: 'http://127.0.0.1:8124/apps/support-agent-0b9e41c7/',
-  });
-  assert.deepEqual(appUrls(deployment, { publicUrl: 'https://slipway.example.com', appsDomain: 'apps.example.com' }), {
-    slug: 'support-agent-0b9e41c7',
-    hostUrl: 'https://support-agent-0b9e41c7.apps.example.com',
-    pathUrl: 'https://slipway.example.com/apps/support-agent-0b9e41c7/',
-  });
+test("an app's URL is its slug on the edge's public URL: scheme and port kept, default ports left out", () => {
+  const slug = appSlug({ name: 'support-agent', id: ID });
+  assert.equal(appUrl({ publicUrl: 'http://localhost:8125' }, slug), 'http://support-agent-0b9e41c7.localhost:8125');
   assert.equal(
-    appUrls(deployment, { publicUrl: 'http://slipway.example.com:80', appsDomain: 'example.com' }).hostUrl,
-    'http://support-agent-0b9e41c7.example.com',
+    appUrl({ publicUrl: 'https://apps.example.com' }, slug),
+    'https://support-agent-0b9e41c7.apps.example.com',
   );
+});
+
+test('apps get a port of their own (PORT + 1 by default), never the API port', () => {
+  const base = { SLIPWAY_DATA_DIR: '/tmp/x' };
+  assert.equal(loadConfig({ ...base }).appsPort, 8125);
+  assert.equal(loadConfig({ ...base, PORT: '9000' }).appsPort, 9001);
+  assert.equal(loadConfig({ ...base, PORT: '0' }).appsPort, 0);
+  assert.equal(loadConfig({ ...base, SLIPWAY_APPS_PORT: '443' }).appsPort, 443);
+  assert.throws(
+    () => loadConfig({ ...base, PORT: '9000', SLIPWAY_APPS_PORT: '9000' }),
+    /SLIPWAY_APPS_PORT: must differ/,
+  );
+  assert.equal(loadConfig({ ...base, HOST: '0.0.0.0' }).appsHost, '0.0.0.0');
+  assert.equal(loadConfig({ ...base, SLIPWAY_APPS_HOST: '::' }).appsHost, '::');
+});
+
+test('the apps public URL must name the apps domain, and nothing but scheme, host and port', () => {
+  const base = { SLIPWAY_DATA_DIR: '/tmp/x', SLIPWAY_APPS_DOMAIN: 'apps.example.com' };
   assert.equal(
-    appUrls(deployment, { publicUrl: 'https://slipway.example.com:8443/', appsDomain: 'example.com' }).pathUrl,
-    'https://slipway.example.com:8443/apps/support-agent-0b9e41c7/',
+    loadConfig({ ...base, SLIPWAY_APPS_PUBLIC_URL: 'https://apps.example.com/' }).appsPublicUrl,
+    'https://apps.example.com',
   );
+  assert.equal(loadConfig(base).appsPublicUrl, null);
+  for (const bad of ['https://other.example.com', 'ftp://apps.example.com', 'https://apps.example.com/x', 'nonsense']) {
+    assert.throws(
+      () => loadConfig({ ...base, SLIPWAY_APPS_PUBLIC_URL: bad }),
+      (error: unknown) => error instanceof ConfigError && error.variable === 'SLIPWAY_APPS_PUBLIC_URL',
+      bad,
+    );
+  }
+});
+
+test('TLS for apps needs both the certificate and the key; the edge proxy is auto, haproxy or builtin', () => {
+  const base = { SLIPWAY_DATA_DIR: '/tmp/x' };
+  assert.deepEqual(loadConfig({ ...base, SLIPWAY_APPS_TLS_CERT: '/c.pem', SLIPWAY_APPS_TLS_KEY: '/k.pem' }).appsTls, {
+    certFile: '/c.pem',
+    keyFile: '/k.pem',
+  });
+  assert.throws(() => loadConfig({ ...base, SLIPWAY_APPS_TLS_CERT: '/c.pem' }), /SLIPWAY_APPS_TLS_KEY/);
+  assert.throws(() => loadConfig({ ...base, SLIPWAY_APPS_TLS_KEY: '/k.pem' }), /SLIPWAY_APPS_TLS_CERT/);
+  assert.equal(loadConfig(base).edgeProxy, 'auto');
+  assert.equal(loadConfig({ ...base, SLIPWAY_EDGE_PROXY: 'HAProxy' }).edgeProxy, 'haproxy');
+  assert.throws(() => loadConfig({ ...base, SLIPWAY_EDGE_PROXY: 'nginx' }), /SLIPWAY_EDGE_PROXY/);
 });
 
 test('slugFromHost reads <slug>.<appsDomain>, with any port, letter case or trailing dot', () => {
@@ -72,26 +105,5 @@ test('slugFromHost declines every other host', () => {
     'support-agent-0b9e41c7localhost',
   ]) {
     assert.equal(slugFromHost(host, host?.includes('example.com') ? 'example.com' : 'localhost'), null, String(host));
-  }
-});
-
-test('slugFromPath splits /apps/<slug> from what the app sees', () => {
-  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7/'), { slug: 'support-agent-0b9e41c7', rest: '/' });
-  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7/threads/1?x=1&y=/2'), {
-    slug: 'support-agent-0b9e41c7',
-    rest: '/threads/1?x=1&y=/2',
-  });
-  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7'), { slug: 'support-agent-0b9e41c7', rest: '' });
-  assert.deepEqual(slugFromPath('/apps/support-agent-0b9e41c7?x=1'), { slug: 'support-agent-0b9e41c7', rest: '?x=1' });
-  for (const url of [
-    undefined,
-    '/',
-    '/apps',
-    '/apps/',
-    '/apps/support-agent/',
-    '/v2/deployments',
-    '/x/apps/support-agent-0b9e41c7/',
-  ]) {
-    assert.equal(slugFromPath(url), null, String(url));
   }
 });

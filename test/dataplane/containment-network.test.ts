@@ -110,7 +110,7 @@ test(
   { timeout: 10 * 60_000 },
   async () => {
     const redisPort = (redis.address() as net.AddressInfo).port;
-    const [neighbourTarget] = service.router.targets(neighbour.slug);
+    const [neighbourTarget] = service.edge.targets(neighbour.slug);
     assert.ok(neighbourTarget, 'the neighbour is routed');
     const neighbourPort = Number(neighbourTarget.port);
     const databasePort = Number(new URL(service.database.url).port);
@@ -285,7 +285,7 @@ for (const target of targets) {
  */
 test("a build reaches nothing of the host's loopback either", { timeout: 5 * 60_000 }, async () => {
   const redisPort = (redis.address() as net.AddressInfo).port;
-  const [neighbourTarget] = service.router.targets(neighbour.slug);
+  const [neighbourTarget] = service.edge.targets(neighbour.slug);
   assert.ok(neighbourTarget);
   const targets = [
     `127.0.0.1:${redisPort}`,

@@ -14,7 +14,7 @@ import type { Config } from '../../src/config.ts';
 import type { ChangeFeed } from '../../src/db/change-feed.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { withClient } from '../../src/db/admin-client.ts';
-import type { AppRouter } from '../../src/dataplane/app-router.ts';
+import type { AppEdge } from '../../src/dataplane/app-edge.ts';
 import { startLocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import type { Worker } from '../../src/pipeline/worker.ts';
 import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
@@ -37,7 +37,8 @@ export interface TestService {
   database: TestDatabase;
   dataDir: string;
   app: FastifyInstance;
-  router: AppRouter;
+  /** The edge that serves the apps (nginx when installed); apps are at their custom_url on it. */
+  edge: AppEdge;
   changes: ChangeFeed;
   worker: Worker | null;
   api<T = any>(method: string, url: string, body?: unknown): Promise<{ status: number; body: T }>;
@@ -51,11 +52,11 @@ export async function startTestService(env: Record<string, string> = {}): Promis
   const port = await freePort();
   const t = await createTestApp(
     { PORT: String(port), SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30', SLIPWAY_DRAIN_SECONDS: '3', ...env },
-    { changes: true, router: true },
+    { changes: true, edge: true },
   );
   const { app, config, database, dataDir, logger, secretBox } = t;
   const changes = t.changes!;
-  const router = t.router!;
+  const edge = t.edge!;
   // The sandboxed app user must be able to pass through (never list) the data directory.
   await fs.chmod(dataDir, 0o711);
   await app.listen({ port, host: '127.0.0.1' });
@@ -68,7 +69,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     database,
     dataDir,
     app,
-    router,
+    edge,
     changes,
     worker: null,
     async api(method, url, body) {
@@ -88,7 +89,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
         databaseUrl: database.url,
         secretBox,
         changes,
-        router,
+        edge,
         repositories: createCodehostIntegrationService({
           db: database.db,
           secretBox,
@@ -197,12 +198,13 @@ export function requestApp(
   pathname: string,
   options: { method?: string; body?: string } = {},
 ): Promise<{ status: number; body: string }> {
-  const host = new URL(hostUrl).host;
+  // The app's host name, sent to the edge on this machine (*.localhost need not resolve here).
+  const { host, port } = new URL(hostUrl);
   return new Promise((resolve, reject) => {
     const request = http.request(
       {
         host: '127.0.0.1',
-        port: service.port,
+        port: Number(port) || service.edge.port,
         path: pathname,
         method: options.method ?? 'GET',
         headers: { host, ...(options.body ? { 'content-type': 'application/json' } : {}) },

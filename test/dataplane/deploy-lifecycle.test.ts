@@ -73,7 +73,7 @@ test('the example app is built, deployed, served at its stable URL, updated with
   const chunks: { at: number; text: string }[] = [];
   await new Promise<void>((resolve, reject) => {
     const request = http.get(
-      { host: '127.0.0.1', port: service.port, path: '/stream', headers: { host: new URL(url).host } },
+      { host: '127.0.0.1', port: service.edge.port, path: '/stream', headers: { host: new URL(url).host } },
       (response) => {
         response.setEncoding('utf8');
         response.on('data', (text: string) => chunks.push({ at: Date.now(), text }));
@@ -98,11 +98,14 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.equal(token.got_token, false);
   assert.equal(token.slipway_status, 404, JSON.stringify(token));
 
-  // The same app by path, for clients that cannot set a host name.
+  // The app has an origin of its own: the edge's port, never the API's (which knows no app, by host or path).
+  assert.equal(Number(new URL(url).port), service.edge.port);
+  assert.notEqual(service.edge.port, service.port);
   const slug = new URL(url).hostname.split('.')[0];
+  const onApiPort = await requestApp(service, `http://${new URL(url).hostname}:${service.port}`, '/');
+  assert.doesNotMatch(onApiPort.body, /hello-from-secret/, 'the API port answered as the app');
   const byPath = await fetch(`${service.base}/apps/${slug}/`);
-  assert.equal(byPath.status, 200);
-  assert.equal(((await byPath.json()) as { greeting: string }).greeting, 'hello-from-secret');
+  assert.doesNotMatch(await byPath.text(), /hello-from-secret/, 'the API port serves the app by path');
 
   // Build output and app output are kept as logs; the secret value never appears in them.
   const buildLog = await revisionLog(service, deploymentId, first.id, 'build');
@@ -118,13 +121,17 @@ test('the example app is built, deployed, served at its stable URL, updated with
 
   // A secrets change makes a new revision; a steady stream of requests sees no failure across the switch.
   let failures = 0;
+  const seenFailures: string[] = [];
   let served = 0;
   let keepGoing = true;
   const load = Array.from({ length: 4 }, async () => {
     for (let i = 0; i < 5000 && keepGoing; i++) {
-      const answer = await requestApp(service, url, '/').catch(() => ({ status: 0, body: '' }));
+      const answer = await requestApp(service, url, '/').catch((error: Error) => ({ status: 0, body: String(error) }));
       if (answer.status === 200) served++;
-      else failures++;
+      else {
+        failures++;
+        seenFailures.push(`${answer.status} ${answer.body}`);
+      }
     }
   });
   const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, {
@@ -136,7 +143,11 @@ test('the example app is built, deployed, served at its stable URL, updated with
   await new Promise((resolve) => setTimeout(resolve, 300));
   keepGoing = false;
   await Promise.all(load);
-  assert.equal(failures, 0, `${failures} of ${served + failures} requests failed during the switch`);
+  assert.equal(
+    failures,
+    0,
+    `${failures} of ${served + failures} requests failed during the switch: ${seenFailures.slice(0, 5).join('; ')}`,
+  );
   assert.ok(served > 0);
   assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'bye-from-secret');
   // The old revision's processes were drained and stopped; its data stays in the database.

@@ -95,7 +95,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
     'the app to say it listens',
     async () => (await listeningPorts(deploymentId, revision.id, /Starting/)).length === 1,
   );
-  assert.equal(service.router.targets(slug).length, 1);
+  assert.equal(service.edge.targets(slug).length, 1);
 
   // Up to two web instances while requests keep coming.
   let load = steadyLoad(url);
@@ -120,7 +120,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   });
   assert.notEqual(ports[0], ports[1]);
   assert.deepEqual(
-    service.router
+    service.edge
       .targets(slug)
       .map((t) => String(t.port))
       .sort(),
@@ -140,7 +140,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
     return lines.filter((line) => /^Starting /.test(line)).length === 2 ? lines : null;
   });
   assert.match(lastLine(restarted, /^Starting /), /^Starting 2 web instance\(s\)/);
-  await waitFor('both instances routed', async () => service.router.targets(slug).length === 2);
+  await waitFor('both instances routed', async () => service.edge.targets(slug).length === 2);
 
   // Back to one: the second instance is drained and stopped, and no request fails.
   load = steadyLoad(url);
@@ -157,7 +157,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   assert.deepEqual(scaledDown.data.to, { web: 1, worker: 0 });
   counts = await load.stop();
   assert.equal(counts.failures, 0, `${counts.failures} of ${counts.served + counts.failures} requests failed`);
-  assert.equal(service.router.targets(slug).length, 1);
+  assert.equal(service.edge.targets(slug).length, 1);
   // Written in order: once the last line is there, so is the drained instance's.
   const log = await waitFor('the new count in the deploy log', async () => {
     const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
@@ -255,7 +255,7 @@ test('queue_min_scale starts and stops worker instances; web instances that fail
   assert.match((failed.data as { message: string }).message, /keeps running 1 web instance/);
   assert.equal((await requestApp(service, url, '/')).status, 200);
   const slug = new URL(url).hostname.split('.')[0]!;
-  assert.equal(service.router.targets(slug).length, 1);
+  assert.equal(service.edge.targets(slug).length, 1);
   const deployment = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body;
   assert.equal(deployment.status, 'READY');
   assert.equal(deployment.latest_revision_id, revision.id);

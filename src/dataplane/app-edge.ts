@@ -1,0 +1,204 @@
+/**
+ * The app edge: where users reach deployed apps, on a port of its own (SLIPWAY_APPS_PORT), by host name
+ * only (`<slug>.<apps domain>`), never on the API's or the dashboard's origin. Two implementations behind
+ * one table interface, chosen at start (SLIPWAY_EDGE_PROXY):
+ *
+ * - `haproxy` (src/dataplane/edge-haproxy.ts): Debian's HAProxy, started and supervised by the service,
+ *   its routes changed through its runtime API without a reload. App traffic never touches the API's
+ *   process.
+ * - `builtin` (src/dataplane/app-router.ts): the service's own Node proxy on its own server, for machines
+ *   without HAProxy (the quick start). Same table, same answers, a fraction of HAProxy's throughput, and
+ *   app traffic shares the API's CPU.
+ *
+ * `auto` takes HAProxy when it is installed. The start log says which one serves.
+ */
+import fs from 'node:fs/promises';
+import http, { type IncomingMessage } from 'node:http';
+import https from 'node:https';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import type { Duplex } from 'node:stream';
+import type { Logger } from 'pino';
+import type { Config } from '../config.ts';
+import { freePort } from '../db/embedded-postgres.ts';
+import type { AppTarget } from './app-backends.ts';
+import { sendError, sendSocketError } from './app-error-answers.ts';
+import { createAppRouter } from './app-router.ts';
+import { startHaproxyEdge } from './edge-haproxy.ts';
+import { findExecutable } from './executables.ts';
+
+/** The route table of the edge: what the data plane changes when instances start, switch and stop. */
+export interface AppRoutes {
+  /**
+   * Routes the slug to these targets (round-robin). New requests go to them once the promise resolves;
+   * it resolves when every request that was in flight to targets no longer listed has finished, or after
+   * drainTimeoutMs, so the caller may stop those then.
+   */
+  setTargets(slug: string, targets: AppTarget[], options?: { drainTimeoutMs?: number }): Promise<void>;
+  /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
+  remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
+  targets(slug: string): AppTarget[];
+}
+
+export interface AppEdge extends AppRoutes {
+  readonly kind: 'haproxy' | 'builtin';
+  /** `http(s)://<apps domain>[:port]`: an app's URL is this with `<slug>.` before the host. */
+  readonly publicUrl: string;
+  /** The port the edge listens on. */
+  readonly port: number;
+  /** Stops serving apps: in-flight requests get the drain time, then are cut. Idempotent. */
+  close(): Promise<void>;
+}
+
+export interface AppEdgeDeps {
+  config: Pick<
+    Config,
+    'dataDir' | 'appsDomain' | 'appsHost' | 'appsPort' | 'appsPublicUrl' | 'appsTls' | 'edgeProxy' | 'drainTimeoutMs'
+  >;
+  logger: Logger;
+  /** Where HAProxy is; tests pass one that finds none. */
+  findHaproxy?: () => Promise<string | null>;
+}
+
+/** The URL of one app on this edge. */
+export function appUrl(edge: Pick<AppEdge, 'publicUrl'>, slug: string): string {
+  const base = new URL(edge.publicUrl);
+  return `${base.protocol}//${slug}.${base.host}`;
+}
+
+function publicUrlOf(config: AppEdgeDeps['config'], port: number): string {
+  if (config.appsPublicUrl !== null) return config.appsPublicUrl;
+  const scheme = config.appsTls ? 'https' : 'http';
+  const defaultPort = scheme === 'https' ? 443 : 80;
+  return `${scheme}://${config.appsDomain}${port === defaultPort ? '' : `:${port}`}`;
+}
+
+export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
+  const { config, logger } = deps;
+  const haproxy =
+    config.edgeProxy === 'builtin' ? null : await (deps.findHaproxy ?? (() => findExecutable('haproxy')))();
+  if (config.edgeProxy === 'haproxy' && haproxy === null)
+    throw new Error('SLIPWAY_EDGE_PROXY=haproxy but HAProxy is not installed (apt-get install haproxy)');
+  if (config.appsTls) {
+    // Said at start, naming the file, rather than by the proxy at its first reload.
+    for (const file of [config.appsTls.certFile, config.appsTls.keyFile])
+      await fs.access(file, fs.constants.R_OK).catch(() => {
+        throw new Error(`the apps TLS file ${file} cannot be read`);
+      });
+  }
+  const forwardedProto = config.appsTls || config.appsPublicUrl?.startsWith('https:') ? 'https' : 'http';
+  if (haproxy !== null) {
+    const port = config.appsPort === 0 ? await freePort() : config.appsPort;
+    const edge = await startHaproxyEdge({
+      dir: path.join(config.dataDir, 'edge'),
+      haproxyPath: haproxy,
+      listenHost: config.appsHost,
+      listenPort: port,
+      appsDomain: config.appsDomain,
+      forwardedProto,
+      tls: config.appsTls,
+      drainTimeoutMs: config.drainTimeoutMs,
+      logger,
+    });
+    const publicUrl = publicUrlOf(config, port);
+    logger.info({ edge: 'haproxy', haproxy, port, publicUrl }, `apps are served by HAProxy at ${publicUrl}`);
+    return {
+      kind: 'haproxy',
+      publicUrl,
+      port,
+      setTargets: edge.setTargets,
+      remove: edge.remove,
+      targets: edge.targets,
+      close: edge.close,
+    };
+  }
+  return startBuiltinEdge(deps, forwardedProto);
+}
+
+/**
+ * Serves an upgrade that is not a WebSocket (`Upgrade: h2c` from `curl --http2`) as the plain HTTP/1.1
+ * request it also is. Once a server has an 'upgrade' listener, Node hands it every request with an
+ * Upgrade header, detached from the HTTP parser; so the request head is written back without its
+ * upgrade headers and the socket is given to the server again, which parses it as if it had just arrived.
+ */
+function replayWithoutUpgrade(server: http.Server, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  const dropped = new Set(['upgrade', 'http2-settings']);
+  const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) {
+    const name = req.rawHeaders[i]!;
+    const value = req.rawHeaders[i + 1]!;
+    const lower = name.toLowerCase();
+    if (dropped.has(lower)) continue;
+    if (lower === 'connection') {
+      const kept = value
+        .split(',')
+        .map((t) => t.trim())
+        .filter((t) => t !== '' && !dropped.has(t.toLowerCase()));
+      if (kept.length > 0) lines.push(`${name}: ${kept.join(', ')}`);
+      continue;
+    }
+    lines.push(`${name}: ${value}`);
+  }
+  socket.unshift(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), head]));
+  server.emit('connection', socket);
+}
+
+async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'https'): Promise<AppEdge> {
+  const { config, logger } = deps;
+  const router = createAppRouter({
+    appsDomain: config.appsDomain,
+    logger,
+    drainTimeoutMs: config.drainTimeoutMs,
+    forwardedProto,
+  });
+  const notFound = 'No deployment is served at this host name.';
+  const onRequest = (req: IncomingMessage, res: http.ServerResponse) => {
+    if (!router.handle(req, res)) sendError(req, res, 404, 'not_found', notFound);
+  };
+  const server = config.appsTls
+    ? https.createServer(
+        {
+          cert: await fs.readFile(config.appsTls.certFile),
+          key: await fs.readFile(config.appsTls.keyFile),
+        },
+        onRequest,
+      )
+    : http.createServer(onRequest);
+  server.keepAliveTimeout = 75_000;
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    if (router.upgrade(req, socket, head)) return;
+    if (req.headers.upgrade?.toLowerCase() === 'websocket') sendSocketError(req, socket, 404, 'not_found', notFound);
+    else replayWithoutUpgrade(server, req, socket, head);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(config.appsPort, config.appsHost, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const publicUrl = publicUrlOf(config, port);
+  logger.warn(
+    { edge: 'builtin', port, publicUrl },
+    `apps are served by the built-in proxy at ${publicUrl} (install HAProxy for app traffic that stays off the API's CPU: docs/app-urls.md)`,
+  );
+  let closing: Promise<void> | null = null;
+  return {
+    kind: 'builtin',
+    publicUrl,
+    port,
+    setTargets: (slug, targets, options) => router.setTargets(slug, targets, options),
+    remove: (slug, options) => router.remove(slug, options),
+    targets: (slug) => router.targets(slug),
+    close() {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        await router.close();
+        server.closeAllConnections();
+        await closed;
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,151 @@
+/**
+ * The HAProxy configuration of the app edge (src/dataplane/edge-haproxy.ts). Pure: the same input gives
+ * the same text.
+ *
+ * Layout: one frontend on the apps port; a map file from host name to backend; a pool of backends that
+ * apps are given one each, holding the app's instances as servers. Route changes go through HAProxy's
+ * runtime API (servers added, drained, deleted; map entries set) without a reload, so no client
+ * connection is ever closed by a switch. The configuration is rendered with the whole current table
+ * (servers and map) whenever HAProxy is (re)started, so a restart comes back with every route.
+ *
+ * What every app request gets, whichever app (docs/app-urls.md, "What the app receives"):
+ * - streaming both ways (HAProxy forwards as it receives), WebSocket upgrades (tunnels), keep-alive
+ *   connections to the instances;
+ * - the X-Forwarded-* headers this service owns (Proto and Host set here; For appended), never a
+ *   client's X-Forwarded-Prefix or -Port;
+ * - none of the service's credentials: an `X-Api-Key` or `Authorization` holding a key, listener or agent
+ *   credential of this service (`slw_`, `slwl_`, `slwa_`) is removed before the request leaves;
+ * - responses cannot widen an app's reach: `Service-Worker-Allowed` is dropped;
+ * - the edge's own answers (no instance, unknown host, an instance that does not answer) are JSON in the
+ *   API's error shape with a request id (the client's own when it sent a sane one).
+ */
+import type { AppTarget } from './app-backends.ts';
+
+export interface EdgeRoute {
+  slug: string;
+  /** The pool backend the app has, `app_<n>`. */
+  backend: string;
+  targets: readonly AppTarget[];
+}
+
+export interface HaproxyConfigInput {
+  /** The edge's own directory: pid file, runtime socket, map file. */
+  dir: string;
+  listenHost: string;
+  listenPort: number;
+  /** X-Forwarded-Proto for apps: `https` when the edge or a proxy in front of it terminates TLS. */
+  forwardedProto: 'http' | 'https';
+  /** One PEM file with the certificate chain and the key, when the edge serves HTTPS. */
+  tlsPemFile: string | null;
+  /** Backends in the pool: apps beyond it make the edge restart with a bigger one. */
+  poolSize: number;
+  /** `user`/`group` for HAProxy once it has bound its sockets, when started as root; null otherwise. */
+  runAs: { user: string; group: string } | null;
+  routes: readonly EdgeRoute[];
+}
+
+/** The name of a server for an instance: one per port (instances never share a port). */
+export function serverName(target: AppTarget): string {
+  return `p${target.port}`;
+}
+
+export function poolBackend(index: number): string {
+  return `app_${index}`;
+}
+
+/** The map line of an app: its host name and its backend. */
+export function mapLine(slug: string, appsDomain: string, backend: string): string {
+  return `${slug}.${appsDomain} ${backend}`;
+}
+
+function bindAddress(host: string, port: number): string {
+  if (host === '0.0.0.0' || host === '*') return `:${port}`;
+  if (host === '::') return `:::${port} v4v6`;
+  if (host.includes(':')) return `${host.replace(/^\[|\]$/g, '')}:${port}`;
+  return `${host}:${port}`;
+}
+
+/** A JSON answer in the API's error shape; `%[var(txn.slug)]` names the app. */
+function answer(status: number, code: string, detail: string): string {
+  const body = JSON.stringify({ detail, code }).replace(/'/g, "\\'");
+  return `status ${status} content-type application/json lf-string '${body}' hdr x-request-id %[var(txn.rid)]`;
+}
+
+/** A slipway credential: a key (`slw_`), listener credential (`slwl_`) or agent credential (`slwa_`). */
+const CREDENTIAL = String.raw`^\s*(bearer\s+)?slw[al]?_`;
+
+export function renderHaproxyConfig(input: HaproxyConfigInput): string {
+  const byBackend = new Map(input.routes.map((r) => [r.backend, r]));
+  const lines = [
+    '# Written by Slipway when it (re)starts HAProxy; routes change through the runtime API. Edits are lost.',
+    'global',
+    `  pidfile ${input.dir}/haproxy.pid`,
+    `  stats socket ${input.dir}/admin.sock mode 600 level admin`,
+    '  stats timeout 10s',
+    // No maxconn: HAProxy derives it from the file descriptors it may open.
+    ...(input.runAs ? [`  user ${input.runAs.user}`, `  group ${input.runAs.group}`] : []),
+    '  log stderr format raw local0 warning',
+    '',
+    'defaults',
+    '  mode http',
+    '  log global',
+    '  option dontlognull',
+    '  timeout connect 5s',
+    // A request's head must arrive in time (slow clients hold no slot for long); bodies and answers may
+    // stream for long (SSE, long polls), WebSockets too.
+    '  timeout http-request 30s',
+    '  timeout http-keep-alive 75s',
+    '  timeout client 1h',
+    '  timeout server 1h',
+    '  timeout tunnel 1h',
+    '  timeout client-fin 5s',
+    '  timeout server-fin 5s',
+    // A refused connection goes to another instance at once; the app cannot have seen the request.
+    '  retries 3',
+    '  option redispatch 1',
+    '  option forwardfor',
+    '',
+    'frontend apps',
+    `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,
+    '  http-request set-var(txn.rid) uuid()',
+    String.raw`  http-request set-var(txn.rid) req.hdr(x-request-id) if { req.hdr(x-request-id) -m reg ^[\x21-\x7e]{1,200}$ }`,
+    '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower,regsub(\\.$,)',
+    '  http-request set-var(txn.slug) var(txn.host),field(1,.)',
+    `  http-request set-var(txn.backend) var(txn.host),map(${input.dir}/routes.map)`,
+    '  http-request del-header X-Forwarded-Prefix',
+    '  http-request del-header X-Forwarded-Port',
+    `  http-request set-header X-Forwarded-Proto ${input.forwardedProto}`,
+    '  http-request set-header X-Forwarded-Host %[req.hdr(host)] if { req.hdr(host) -m found }',
+    '  http-request del-header X-Forwarded-Host unless { req.hdr(host) -m found }',
+    `  http-request del-header X-Api-Key if { req.hdr(x-api-key) -m reg -i ${CREDENTIAL} }`,
+    `  http-request del-header Authorization if { req.hdr(authorization) -m reg -i ${CREDENTIAL} }`,
+    '  http-response del-header Service-Worker-Allowed',
+    '  use_backend %[var(txn.backend)] if { var(txn.backend) -m found }',
+    '  default_backend slipway_unknown',
+    '',
+    'backend slipway_unknown',
+    `  http-request return ${answer(404, 'not_found', 'No deployment is served at this host name.')}`,
+  ];
+  for (let i = 0; i < input.poolSize; i++) {
+    const name = poolBackend(i);
+    const route = byBackend.get(name);
+    lines.push(
+      '',
+      `backend ${name}`,
+      '  balance roundrobin',
+      // HAProxy answers 503 both when a backend has no server and when none accepted the connection: the
+      // second is the instances' failure (502, like the built-in edge), told apart by the servers it has.
+      `  http-request set-var(txn.code) str(bad_gateway) if { nbsrv gt 0 }`,
+      `  http-request set-var(txn.code) str(unavailable) if { nbsrv eq 0 }`,
+      `  http-request set-var(txn.why) "str(did not answer: none of its instances accepted the connection)" if { nbsrv gt 0 }`,
+      `  http-request set-var(txn.why) "str(has no running instance yet; retry shortly)" if { nbsrv eq 0 }`,
+      `  http-error ${answer(502, 'bad_gateway', 'Deployment %[var(txn.slug)] did not answer.')}`,
+      `  http-error status 503 content-type application/json lf-string '{"detail":"Deployment %[var(txn.slug)] %[var(txn.why)].","code":"%[var(txn.code)]"}' hdr x-request-id %[var(txn.rid)] hdr x-slipway-edge 1`,
+      `  http-error ${answer(504, 'bad_gateway', 'Deployment %[var(txn.slug)] did not answer in time.')}`,
+      '  http-after-response set-status 502 if { status 503 } { res.hdr(x-slipway-edge) -m found } { nbsrv gt 0 }',
+      '  http-after-response del-header x-slipway-edge',
+      ...(route?.targets ?? []).map((t) => `  server ${serverName(t)} 127.0.0.1:${t.port}`),
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}
