@@ -13,7 +13,9 @@ import { field } from '../forms.ts';
 import { useApp, useResource } from '../hooks.ts';
 import { navigate } from '../router.ts';
 
-const NAME_PATTERN = '^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$';
+// The server's rule (DEPLOYMENT_NAME_PATTERN). Browsers compile a pattern with the v flag, where a '-' in a
+// character class must be escaped: unescaped, the pattern is invalid and silently checks nothing.
+const NAME_PATTERN = '^[a-z]([a-z0-9\\-]{0,61}[a-z0-9])?$';
 const THIS_SERVICE = '';
 
 export function NewDeploymentPage() {
