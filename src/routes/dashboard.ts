@@ -6,8 +6,9 @@
  * Any other path a browser navigates to gets index.html too, so the dashboard's own paths
  * (/deployments/<id>, ...) can be reloaded and linked to; the router picks the page. Never for the
  * API's paths (RESERVED), nor for requests that do not ask for HTML (API clients keep the usual 404),
- * nor for file names (a missing asset is a 404, not a page). Deployed apps never get here: the app
- * router takes their host names and /apps/<slug>/ before Fastify (src/dataplane/app-router.ts).
+ * nor for file names (a missing asset is a 404, not a page). Deployed apps never get here: they are
+ * served by the app edge on a port of their own (src/dataplane/app-edge.ts); `/apps/` stays reserved, so
+ * a link of the old path form gets a 404 rather than the dashboard.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
