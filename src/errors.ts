@@ -68,6 +68,10 @@ export const ERROR_CODES = {
     summary: 'The Idempotency-Key was used for another request (method, path or body) in the last 24 hours.',
   },
   too_many_requests: { summary: 'Too many requests; retry after the time in Retry-After.' },
+  too_many_streams: {
+    summary:
+      'The API key (or listener credential) or the client address holds as many open streams and long-polls as allowed; close one, or retry after Retry-After.',
+  },
   header_too_large: {
     summary: 'The request line and headers are larger than the service reads; the connection is closed.',
   },

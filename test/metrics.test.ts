@@ -1,9 +1,11 @@
 /**
- * /metrics: Prometheus text without an API key; the series move with what the service does.
+ * /metrics: Prometheus text without an API key (or only with the operator's bearer token, when
+ * SLIPWAY_METRICS_TOKEN is set); the series move with what the service does.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { client, createTestApp, type TestApp } from './helpers.ts';
+import { loadConfig } from '../src/config.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
 
 let t: TestApp;
 before(async () => {
@@ -63,4 +65,42 @@ test('request counters, latency histograms and revision and queue gauges move', 
     1,
   );
   assert.match(after, /slipway_process_resident_memory_bytes/);
+});
+
+test('SLIPWAY_METRICS_TOKEN makes /metrics need that bearer token; nothing else opens it', async () => {
+  const token = 'scrape-token-0123456789abcdef';
+  const guarded = await createTestApp({ SLIPWAY_METRICS_TOKEN: token });
+  try {
+    const scrapeWith = (headers: Record<string, string>) =>
+      guarded.app.inject({ method: 'GET', url: '/metrics', headers });
+    const refusedHeaders: Record<string, string>[] = [
+      {},
+      { authorization: 'Bearer wrong-token-0123456789abcdef' },
+      { authorization: `Bearer ${token}x` },
+      { authorization: `Bearer ${token.slice(0, -1)}` },
+      { authorization: `Basic ${Buffer.from(`x:${token}`).toString('base64')}` },
+      { authorization: token },
+      // An API key, even an admin one, is not the metrics token.
+      { 'x-api-key': ADMIN_KEY },
+      { authorization: `Bearer ${ADMIN_KEY}` },
+    ];
+    for (const headers of refusedHeaders) {
+      const refused = await scrapeWith(headers);
+      assert.equal(refused.statusCode, 401, JSON.stringify(headers));
+      assert.equal(refused.json().code, 'unauthenticated');
+      assert.match(String(refused.headers['www-authenticate']), /^Bearer/);
+      assert.ok(!refused.body.includes('slipway_'), 'no metric in a refusal');
+    }
+    const allowed = await scrapeWith({ authorization: `Bearer ${token}` });
+    assert.equal(allowed.statusCode, 200);
+    assert.match(allowed.body, /slipway_http_requests_total/);
+    // The scheme's name is case-insensitive (RFC 9110).
+    assert.equal((await scrapeWith({ authorization: `bearer ${token}` })).statusCode, 200);
+  } finally {
+    await guarded.close();
+  }
+});
+
+test('a metrics token too short to be safe stops the start, naming the variable', () => {
+  assert.throws(() => loadConfig({ SLIPWAY_METRICS_TOKEN: 'short' }), /SLIPWAY_METRICS_TOKEN/);
 });

@@ -11,7 +11,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Metrics in the Prometheus text format */
+        /**
+         * Metrics in the Prometheus text format
+         * @description Open by default; when the operator sets SLIPWAY_METRICS_TOKEN it needs Authorization: Bearer <that token> (401 otherwise). API keys do not open it.
+         */
         get: operations["getMetrics"];
         put?: never;
         post?: never;
@@ -2372,6 +2375,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description No credential, or an unknown or revoked one. */
+        Unauthorized: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description An unexpected failure; the body carries the request id for the service log. */
         InternalError: {
             headers: {
@@ -2386,15 +2398,6 @@ export interface components {
             headers: {
                 /** @description Seconds to wait before retrying, when the service knows (always when the database is unreachable). */
                 "Retry-After"?: string;
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ErrorBody"];
-            };
-        };
-        /** @description No credential, or an unknown or revoked one. */
-        Unauthorized: {
-            headers: {
                 [name: string]: unknown;
             };
             content: {
@@ -2475,6 +2478,17 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description Too many at once: the credential or the client address holds as many open streams and long-polls as allowed (`too_many_streams`). Retry-After says when to try again. */
+        TooManyRequests: {
+            headers: {
+                /** @description Seconds to wait before opening another stream or long-poll (or close one first). */
+                "Retry-After"?: string;
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ErrorBody"];
+            };
+        };
         /** @description The request conflicts with the current state (a name taken, a resource in use). */
         Conflict: {
             headers: {
@@ -2511,6 +2525,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3209,6 +3224,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3566,6 +3582,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -4022,6 +4039,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -40,6 +40,7 @@ export const ERROR_STATUSES = {
   validation_failed: 422,
   idempotency_key_mismatch: 422,
   too_many_requests: 429,
+  too_many_streams: 429,
   header_too_large: 431,
   // 5xx
   internal: 500,

@@ -157,6 +157,10 @@ const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
   413: ['PayloadTooLarge', 'The body is larger than the service accepts.'],
   415: ['UnsupportedMediaType', 'The Content-Type is not one this operation reads.'],
   422: ['ValidationFailed', "The request does not match the schema; each item's loc says where."],
+  429: [
+    'TooManyRequests',
+    'Too many at once: the credential or the client address holds as many open streams and long-polls as allowed (`too_many_streams`). Retry-After says when to try again.',
+  ],
   500: ['InternalError', 'An unexpected failure; the body carries the request id for the service log.'],
   502: ['BadGateway', 'An upstream (an identity provider, a code host) answered wrongly.'],
   503: ['ServiceUnavailable', 'The database or an upstream is unreachable right now; retry shortly.'],
@@ -167,7 +171,7 @@ const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
  * headers is shared under a name of its own (`ConflictWithRetryAfter`), so that the names never
  * depend on the order of the routes.
  */
-const USUAL_HEADERS: Record<number, string[]> = { 503: ['Retry-After'] };
+const USUAL_HEADERS: Record<number, string[]> = { 429: ['Retry-After'], 503: ['Retry-After'] };
 
 /** `Precondition Failed` -> `PreconditionFailed`, for a status without an entry above. */
 const pascalCase = (text: string): string =>

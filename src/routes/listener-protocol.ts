@@ -257,7 +257,12 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
   app.get(
     '/v2/listeners/:listener_id/desired-state',
     {
-      config,
+      config: {
+        ...config,
+        // A poll that asks to wait is held open: it takes a stream slot (src/http/stream-limits.ts).
+        longLived: (request) =>
+          request.headers['if-none-match'] !== undefined && ((request.query as { wait?: number }).wait ?? 0) > 0,
+      },
       schema: {
         operationId: 'getDesiredState',
         tags,

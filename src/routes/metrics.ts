@@ -1,6 +1,7 @@
 /**
  * `GET /metrics` in the Prometheus text format (prom-client), without an API key like the health
- * endpoints: HTTP requests by route and status with latency histograms, deployments and revisions by
+ * endpoints, unless the operator set SLIPWAY_METRICS_TOKEN: then it needs `Authorization: Bearer
+ * <token>` (docs/metrics.md). HTTP requests by route and status with latency histograms, deployments and revisions by
  * state, the local data plane's work queue (depth and age of its oldest item), listeners by state, the
  * database pool, and the process's own metrics. Each app has its own registry (no global state), so
  * tests and several apps in one process never share counters.
@@ -8,19 +9,37 @@
  * Gauges that come from the database are read when scraped, in one query, so they are always true and
  * cost nothing between scrapes.
  */
-import type { FastifyPluginAsync } from 'fastify';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import fastifyPlugin from 'fastify-plugin';
 import type pg from 'pg';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { AppError } from '../errors.ts';
+import { errorResponses } from '../http/schema-helpers.ts';
 import type { DatabaseGauges, MetricsService } from '../service/metrics.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
   /** The service's pool, for its connection counts; absent in tools that have none. */
   pool?: pg.Pool;
+  /** SLIPWAY_METRICS_TOKEN: when set, a scrape must send it as a bearer token; null leaves /metrics open. */
+  token?: string | null;
 }
 
-const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics, pool }) => {
+const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
+
+/**
+ * Whether the request carries the metrics token. Both sides are hashed first, so the comparison is
+ * constant-time whatever the lengths: the time of a refusal tells nothing about the token.
+ */
+function carriesToken(request: FastifyRequest, token: Buffer): boolean {
+  const header = request.headers.authorization;
+  const match = typeof header === 'string' ? /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header) : null;
+  return timingSafeEqual(digest(match?.[1] ?? ''), token) && match !== null;
+}
+
+const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics, pool, token }) => {
+  const tokenDigest = token ? digest(token) : null;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'slipway_' });
 
@@ -114,9 +133,18 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
     operationId: 'getMetrics',
     tags: ['operations'],
     summary: 'Metrics in the Prometheus text format',
-    response: { 200: { content: { 'text/plain': { schema: { type: 'string' } } } } },
+    description:
+      'Open by default; when the operator sets SLIPWAY_METRICS_TOKEN it needs Authorization: Bearer <that token> (401 otherwise). API keys do not open it.',
+    response: {
+      200: { content: { 'text/plain': { schema: { type: 'string' } } } },
+      ...errorResponses(401),
+    },
   };
   app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
+    if (tokenDigest !== null && !carriesToken(request, tokenDigest)) {
+      reply.header('www-authenticate', 'Bearer realm="metrics"');
+      throw new AppError('unauthenticated', 'Metrics need Authorization: Bearer with the metrics token.');
+    }
     try {
       gauges = await metrics.databaseGauges();
     } catch (error) {

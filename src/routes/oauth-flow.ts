@@ -234,6 +234,8 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.get(
     '/v2/auth/wait/:auth_id',
     {
+      // A wait is held open until the flow ends or its timeout: it takes a stream slot (src/http/stream-limits.ts).
+      config: { longLived: (request) => ((request.query as { timeout?: number }).timeout ?? 30) > 0 },
       schema: {
         operationId: 'waitForAuthorization',
         tags,

@@ -6,6 +6,9 @@
  * A follower sleeps until the change feed says its revision has new lines or changed status (any
  * replica's writes wake it); a slow safety poll covers a notification lost with the feed's connection.
  * Without a change feed (an app built without one) followers poll every POLL_WITHOUT_FEED_MS instead.
+ * The followers of one revision are woken together and share their reads
+ * (src/service/revision-log-waits.ts): new lines cost one query per wake-up, however many follow.
+ * Each followed stream holds a slot of its key and address while open (src/http/stream-limits.ts).
  */
 import type { ServerResponse } from 'node:http';
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
@@ -16,6 +19,7 @@ import { isFinalRevisionStatus } from '../domain/states.ts';
 import { ValidationError, type ValidationIssue } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { createRevisionLogWaits, type RevisionLogWaits } from '../service/revision-log-waits.ts';
 import type { LogSubject, RevisionLogService } from '../service/revision-logs.ts';
 import type { RevisionLogRow, RevisionLogType } from '../store/schema.ts';
 
@@ -25,7 +29,7 @@ const LOG_STREAMS = ['stdout', 'stderr', 'system'] as const;
 /** Lines read per query while a follower catches up. */
 const FOLLOW_PAGE = 500;
 const POLL_WITHOUT_FEED_MS = 1_000;
-/** How often a follower re-reads without a wake-up, in case a notification was lost. */
+/** How often the followers of a revision re-read everything, in case a notification was lost. */
 const SAFETY_POLL_MS = 5_000;
 /** Comment lines that keep proxies from closing a quiet stream. */
 const HEARTBEAT_MS = 15_000;
@@ -149,6 +153,12 @@ const lineView = (row: RevisionLogRow) => ({
 export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> = async (app, deps) => {
   const { logs } = deps;
   const open = new Set<Follower>();
+  const waits = createRevisionLogWaits({
+    logs,
+    changes: deps.changes,
+    pollMs: deps.changes ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS,
+  });
+  app.addHook('onClose', async () => waits.close());
 
   // app.close() waits for every connection; an open stream would hold it forever, so end them first.
   app.addHook('preClose', async () => {
@@ -160,6 +170,10 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
   app.get(
     '/v2/deployments/:deployment_id/revisions/:revision_id/logs',
     {
+      // A followed log is held open: it takes a stream slot of its key and address (src/http/stream-limits.ts).
+      config: {
+        longLived: (request) => request.method === 'GET' && (request.query as { follow?: boolean }).follow === true,
+      },
       schema: {
         operationId: 'getRevisionLogs',
         tags: ['revisions'],
@@ -218,10 +232,8 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
       });
       reply.raw.flushHeaders();
       const follower = startFollower({
-        logs,
-        changes: deps.changes,
+        waits,
         heartbeatMs: HEARTBEAT_MS,
-        pollMs: deps.changes ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS,
         workspaceId,
         deploymentId,
         revisionId,
@@ -241,10 +253,8 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
 // ----- following ---------------------------------------------------------------------------------
 
 interface FollowOptions {
-  logs: RevisionLogService;
-  changes: ChangeFeed | undefined;
+  waits: RevisionLogWaits;
   heartbeatMs: number;
-  pollMs: number;
   workspaceId: string;
   deploymentId: string;
   revisionId: string;
@@ -295,18 +305,16 @@ function startFollower(o: FollowOptions): Follower {
     wake();
   };
 
-  /** Resolves true when woken (now or earlier, unheard), false when `ms` pass first. */
-  const waitForWake = (ms: number) =>
-    new Promise<boolean>((resolve) => {
-      const finish = (woken: boolean) => {
-        clearTimeout(timer);
+  /** Resolves when woken (now, or earlier and unheard); the revision's safety poll wakes it too. */
+  const waitForWake = () =>
+    new Promise<void>((resolve) => {
+      const finish = () => {
         resolveWait = null;
         signalled = false;
-        resolve(woken);
+        resolve();
       };
-      const timer = setTimeout(() => finish(false), ms);
-      resolveWait = () => finish(true);
-      if (signalled || !open) finish(true);
+      resolveWait = finish;
+      if (signalled || !open) finish();
     });
 
   /** Writes, and waits while a slow client's buffer is full (a fast log must not pile up in memory). */
@@ -316,17 +324,10 @@ function startFollower(o: FollowOptions): Follower {
     await Promise.race([new Promise<void>((resolve) => raw.once('drain', resolve)), stopSignal]);
   };
 
-  const unsubscribe = o.changes?.subscribe((change) => {
-    if (change.kind === 'log') {
-      if (change.revision_id === o.revisionId) wake();
-    } else if (
-      change.kind === 'reconnected' ||
-      change.revision_id === o.revisionId ||
-      change.deployment_id === o.deploymentId
-    ) {
-      stale = true;
-      wake();
-    }
+  // A wake-up for lines needs no status read; a status change, a reconnected feed or the poll do.
+  const unwatch = o.waits.watch(o.revisionId, o.deploymentId, (statusMayHaveChanged) => {
+    if (statusMayHaveChanged) stale = true;
+    wake();
   });
   raw.on('close', stop);
   const heartbeat = setInterval(() => void send(': heartbeat\n\n'), o.heartbeatMs);
@@ -335,7 +336,7 @@ function startFollower(o: FollowOptions): Follower {
   const sendLines = async (cursor: string): Promise<string> => {
     let after = cursor;
     while (open) {
-      const rows = await o.logs.lines(o.revisionId, o.type, after, FOLLOW_PAGE);
+      const rows = await o.waits.lines(o.revisionId, o.type, after, FOLLOW_PAGE);
       if (rows.length === 0) break;
       let text = '';
       for (const row of rows) text += event('log', lineView(row), encodeLogCursor(row.id));
@@ -355,7 +356,7 @@ function startFollower(o: FollowOptions): Follower {
       // line of a revision read as final is already there for the read that follows.
       if (stale) {
         stale = false;
-        subject = await o.logs.currentSubject(o.workspaceId, o.deploymentId, o.revisionId);
+        subject = await o.waits.subject(o.workspaceId, o.deploymentId, o.revisionId);
       }
       cursor = await sendLines(cursor);
       if (!open) return;
@@ -373,9 +374,7 @@ function startFollower(o: FollowOptions): Follower {
         await send(event('end', { status: subject.status }));
         return;
       }
-      const woken = await waitForWake(o.pollMs);
-      // A wake-up for lines needs no status read; a quiet interval re-reads everything, in case.
-      if (!woken || o.changes === undefined) stale = true;
+      await waitForWake();
     }
   };
 
@@ -384,7 +383,7 @@ function startFollower(o: FollowOptions): Follower {
     .finally(() => {
       open = false;
       clearInterval(heartbeat);
-      unsubscribe?.();
+      unwatch();
       raw.off('close', stop);
       if (!raw.writableEnded) raw.end();
     });
