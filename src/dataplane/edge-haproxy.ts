@@ -161,7 +161,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   }
 
   function spawnHaproxy(): ChildProcess {
-    const args = ['-db', '-f', configFile];
+    // Master-worker mode: the master keeps root and so its parent-death signal (a change of user clears
+    // it), the worker runs as nobody and exits with its master.
+    const args = ['-W', '-db', '-f', configFile];
     const proc = setpriv
       ? spawn(setpriv, ['--pdeathsig', 'SIGTERM', '--', options.haproxyPath, ...args], {
           stdio: ['ignore', 'ignore', 'pipe'],

@@ -27,6 +27,8 @@ interface Service {
 
 let dataDir: string;
 let port: number;
+/** The app edge's port: the same across restarts, as the apps' URLs name it. */
+let appsPort: number;
 let current: Service | null = null;
 
 function serviceEnv(): NodeJS.ProcessEnv {
@@ -44,6 +46,7 @@ function serviceEnv(): NodeJS.ProcessEnv {
   return {
     ...env,
     PORT: String(port),
+    SLIPWAY_APPS_PORT: String(appsPort),
     SLIPWAY_DATA_DIR: dataDir,
     SLIPWAY_BOOTSTRAP_API_KEY: KEY,
     LOG_LEVEL: 'warn',
@@ -124,7 +127,8 @@ async function waitStatus(
 function getByHost(url: string, pathname = '/'): Promise<{ status: number; body: string }> {
   return new Promise((resolve) => {
     const request = http.get(
-      { host: '127.0.0.1', port, path: pathname, headers: { host: new URL(url).host } },
+      // The app edge's port, which the URL names (and which stays the same across restarts).
+      { host: '127.0.0.1', port: Number(new URL(url).port), path: pathname, headers: { host: new URL(url).host } },
       (response) => {
         let body = '';
         response.on('data', (chunk: Buffer) => (body += chunk.toString()));
@@ -147,6 +151,7 @@ before(async () => {
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-crash-'));
   await fs.chmod(dataDir, 0o711);
   port = await freePort();
+  appsPort = await freePort();
 });
 
 after(async () => {
