@@ -6,8 +6,9 @@
  *   carriage return only the text that follows is kept (a progress bar keeps its last state).
  * - clean: ANSI escape sequences (colours, cursor moves) and other control characters are removed; the
  *   text stays.
- * - redact: every occurrence of each secret value becomes `********`, so a secret the app prints never
- *   reaches the log (nor `tail()`, which failure messages are made of).
+ * - redact: every occurrence of each secret value, and of its base64 and URL encodings, becomes
+ *   `********`, so a secret the app prints never reaches the log (nor `tail()`, which failure messages
+ *   are made of); src/dataplane/secret-masks.ts says what is looked for.
  * - cap: a line longer than MAX_LINE_CHARS is cut and marked; a `build` log stores its first `maxLines`
  *   lines and then one system line saying it was cut; a `deploy` log keeps its newest `maxLines`,
  *   trimmed now and then rather than on every batch.
@@ -29,6 +30,9 @@ import {
   type NewRevisionLogLine,
 } from '../store/revision-logs.ts';
 import type { Database, RevisionLogType } from '../store/schema.ts';
+import { createRedactor } from './secret-masks.ts';
+
+export { REDACTED } from './secret-masks.ts';
 
 export interface LogWriter {
   /** Raw output of a process (chunks may split lines; keep a partial line until its newline or flush). */
@@ -47,7 +51,7 @@ export interface LogWriterOptions {
   type: RevisionLogType;
   /** Lines kept per revision and type (config `logMaxLines`). */
   maxLines: number;
-  /** The revision's secret values; each non-empty one is masked wherever it appears. */
+  /** The revision's secret values; each non-empty one (and its encodings) is masked wherever it appears. */
   redact: string[];
   logger: Logger;
   flushIntervalMs?: number;
@@ -55,7 +59,6 @@ export interface LogWriterOptions {
 
 /** Longest stored line; longer ones are cut (a minified bundle printed whole is not worth keeping). */
 export const MAX_LINE_CHARS = 16 * 1024;
-export const REDACTED = '********';
 const CUT_MARK = ` [line cut: longer than ${MAX_LINE_CHARS} characters]`;
 /** A batch is written at once when this many lines wait, without waiting for the timer. */
 const BATCH_LINES = 500;
@@ -67,8 +70,6 @@ const MAX_PENDING_LINES = 20_000;
 const TAIL_LINES = 200;
 /** Platform lines still stored after a build log was cut (e.g. "Build failed: exit code 1"). */
 const SYSTEM_LINES_PAST_CAP = 50;
-/** Lines of a multi-line secret (a PEM key) are masked one by one when at least this long. */
-const MIN_SECRET_LINE_CHARS = 8;
 
 // CSI (colours, cursor moves), OSC (titles, links; ended by BEL or ST), then any other escape pair.
 const ANSI =
@@ -84,69 +85,6 @@ function cleanLine(raw: string): string {
   const cr = text.lastIndexOf('\r');
   if (cr !== -1) text = text.slice(cr + 1);
   return text.replace(ANSI, '').replace(CONTROL, '');
-}
-
-/** The values to mask, longest first so that a secret containing another is masked whole. */
-function secretValues(redact: readonly string[]): string[] {
-  const values = new Set<string>();
-  for (const value of redact) {
-    if (value.length === 0) continue;
-    values.add(value);
-    if (value.includes('\n')) {
-      // Output arrives line by line, so a multi-line secret is only ever seen one line at a time.
-      for (const part of value.split(/\r?\n/)) if (part.length >= MIN_SECRET_LINE_CHARS) values.add(part);
-    }
-  }
-  return [...values].sort((a, b) => b.length - a.length);
-}
-
-interface Redactor {
-  redact(text: string): string;
-  /**
-   * Where to cut `text` at or before `at` so that no secret is split by the cut (a split secret would
-   * leave its first part unmasked). With `truncated`, the text's end is not the line's end, so a secret
-   * that starts near the end and would continue past it counts as split too.
-   */
-  safeCut(text: string, at: number, truncated: boolean): number;
-  longest: number;
-}
-
-function createRedactor(redact: readonly string[]): Redactor {
-  const values = secretValues(redact);
-  return {
-    longest: values[0]?.length ?? 0,
-    redact(text) {
-      let out = text;
-      for (const value of values) if (out.includes(value)) out = out.replaceAll(value, REDACTED);
-      return out;
-    },
-    safeCut(text, at, truncated) {
-      let cut = at;
-      for (let moved = true; moved;) {
-        moved = false;
-        for (const value of values) {
-          const from = Math.max(0, cut - value.length + 1);
-          const found = text.indexOf(value, from);
-          if (found !== -1 && found < cut) {
-            cut = found;
-            moved = true;
-            continue;
-          }
-          if (!truncated) continue;
-          for (let p = Math.max(from, text.length - value.length + 1); p < cut; p += 1) {
-            if (value.startsWith(text.slice(p))) {
-              cut = p;
-              moved = true;
-              break;
-            }
-          }
-        }
-      }
-      // Never split a surrogate pair: half a character is not valid UTF-8 for PostgreSQL.
-      const code = text.charCodeAt(cut - 1);
-      return cut > 0 && code >= 0xd800 && code <= 0xdbff ? cut - 1 : cut;
-    },
-  };
 }
 
 type OutputStream = 'stdout' | 'stderr';
