@@ -1,8 +1,9 @@
 /**
  * A redeploy shows what it runs: redeploying an old revision puts that revision's install and build
  * commands and resource spec back on the deployment (and removes those it was built without), so a later
- * secrets-only patch keeps the rollback. Commands patched alone run only from the next revision on
- * (docs/lifecycle.md, "Which patch makes a revision").
+ * secrets-only patch keeps the rollback. The instance counts (the `*_scale` fields) are the deployment's,
+ * not the revision's: a rollback keeps how many instances run. Commands patched alone run only from the
+ * next revision on (docs/lifecycle.md, "Which patch makes a revision", "What a redeploy restores").
  */
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
@@ -26,13 +27,17 @@ async function upload(): Promise<string> {
   return JSON.parse(response.body).source_tarball_path;
 }
 
-test('redeploying revision 1 restores its commands and resource spec; a secrets patch afterwards keeps them', async () => {
+test('redeploying revision 1 restores its commands and resources but keeps the scale; a secrets patch afterwards keeps them', async () => {
   const api = client(t.app);
   const tarball = await upload();
   const created = await api.post('/v2/deployments', {
     name: 'rollback-me',
     source: 'internal_source',
-    source_config: { install_command: 'npm ci', build_command: 'npm run build', resource_spec: { min_scale: 1 } },
+    source_config: {
+      install_command: 'npm ci',
+      build_command: 'npm run build',
+      resource_spec: { min_scale: 1, memory_mb: 512 },
+    },
     source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
     secrets: [{ name: 'TOKEN', value: 'one' }],
   });
@@ -41,7 +46,7 @@ test('redeploying revision 1 restores its commands and resource spec; a secrets 
   const first = created.body.latest_revision_id;
 
   const changed = await api.patch(`/v2/deployments/${id}`, {
-    source_config: { install_command: 'make deps', resource_spec: { min_scale: 2 } },
+    source_config: { install_command: 'make deps', resource_spec: { min_scale: 2, memory_mb: 1024 } },
     source_revision_config: { source_tarball_path: tarball },
   });
   assert.equal(changed.status, 200);
@@ -51,7 +56,8 @@ test('redeploying revision 1 restores its commands and resource spec; a secrets 
   assert.equal(rolled.status, 201, JSON.stringify(rolled.body));
   assert.equal(rolled.body.source_config.install_command, 'npm ci');
   assert.equal(rolled.body.source_config.build_command, 'npm run build');
-  assert.deepEqual(rolled.body.source_config.resource_spec, { min_scale: 1 });
+  // The revision's memory comes back; the two web instances the deployment runs now stay.
+  assert.deepEqual(rolled.body.source_config.resource_spec, { min_scale: 2, memory_mb: 512 });
 
   const secrets = await api.patch(`/v2/deployments/${id}`, { secrets: [{ name: 'TOKEN', value: 'two' }] });
   assert.equal(secrets.status, 200);
@@ -64,8 +70,50 @@ test('redeploying revision 1 restores its commands and resource spec; a secrets 
       .executeTakeFirstOrThrow()
   ).snapshot;
   assert.equal(snapshot.install_command, 'npm ci');
-  assert.deepEqual(snapshot.resource_spec, { min_scale: 1 });
+  assert.deepEqual(snapshot.resource_spec, { min_scale: 2, memory_mb: 512 });
   assert.equal(secrets.body.source_config.install_command, 'npm ci');
+});
+
+test('after scaling in place, a rollback runs as many instances as before it, and says so in its event', async () => {
+  const api = client(t.app);
+  const tarball = await upload();
+  const created = await api.post('/v2/deployments', {
+    name: 'scaled-then-rolled',
+    source: 'internal_source',
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id = created.body.id;
+  const first = created.body.latest_revision_id;
+  const second = await api.patch(`/v2/deployments/${id}`, { source_revision_config: { source_tarball_path: tarball } });
+  assert.equal(second.status, 200);
+
+  // `slipway scale --web 2 --workers 3`: in place, no revision.
+  const scaled = await api.patch(`/v2/deployments/${id}`, {
+    source_config: { resource_spec: { min_scale: 2, max_scale: 4, queue_min_scale: 3 } },
+  });
+  assert.equal(scaled.body.latest_revision_id, second.body.latest_revision_id);
+
+  const rolled = await api.post(`/v2/deployments/${id}/revisions/${first}/redeploy`);
+  assert.equal(rolled.status, 201, JSON.stringify(rolled.body));
+  assert.deepEqual(rolled.body.source_config.resource_spec, { min_scale: 2, max_scale: 4, queue_min_scale: 3 });
+  const snapshot = (
+    await t.database.db
+      .selectFrom('revisions')
+      .select('snapshot')
+      .where('id', '=', rolled.body.latest_revision_id)
+      .executeTakeFirstOrThrow()
+  ).snapshot;
+  // The new revision records what it runs with: the kept counts.
+  assert.deepEqual(snapshot.resource_spec, { min_scale: 2, max_scale: 4, queue_min_scale: 3 });
+
+  const events = await api.get(`/v2/deployments/${id}/events?order=desc&limit=100`);
+  const updated = events.body.resources.find(
+    (e: { type: string; data: Record<string, unknown> }) =>
+      e.type === 'deployment.updated' && e.data.restored_from_revision === first,
+  );
+  assert.ok(updated, JSON.stringify(events.body.resources.map((e: { type: string }) => e.type)));
+  assert.deepEqual(updated.data.kept_scale, { min_scale: 2, max_scale: 4, queue_min_scale: 3 });
 });
 
 test('commands patched alone wait for the next revision; redeploying a revision built without them removes them', async () => {

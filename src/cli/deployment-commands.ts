@@ -11,6 +11,7 @@ import { ago, orDash, styleStatus } from './cli-format.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
 import { confirm } from './cli-prompt.ts';
 import { resolveDeployment, resolveRevision } from './resource-resolve.ts';
+import { describeInstances, specOf } from './scale-command.ts';
 import { followRevision, printDeployed } from './revision-progress.ts';
 
 export function deploymentsCommand(run: ActionRunner): Command {
@@ -170,7 +171,7 @@ export function rollbackCommand(run: ActionRunner): Command {
   return withExample(
     new Command('rollback')
       .description(
-        'Redeploy what an earlier revision ran (its source, secrets and resources) as a new revision, and follow it',
+        'Redeploy what an earlier revision ran (its source, secrets, build commands, cpu and memory) as a new revision, and follow it; the instance counts stay as they are',
       )
       .argument('<revision>', 'the revision id (or, with --deployment, the start of it)')
       .option(
@@ -186,6 +187,9 @@ export function rollbackCommand(run: ActionRunner): Command {
       const redeployed = await client.revisions.redeploy(deployment.id, revision.id);
       const newRevision = redeployed.latest_revision_id!;
       ctx.output.note(`Redeploying revision ${revision.id} of ${deployment.name} as revision ${newRevision}.`);
+      ctx.output.note(
+        `Restored from it: the source, secrets, install and build commands, cpu and memory. Kept: ${describeInstances(specOf(redeployed))} (change with: slipway scale ${deployment.name}).`,
+      );
       if (!options.wait) {
         if (ctx.output.json) ctx.output.data({ deployment: redeployed, revision_id: newRevision });
         else ctx.output.result(newRevision);

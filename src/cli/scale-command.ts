@@ -2,8 +2,9 @@
  * `slipway scale`: shows or changes how many instances of a deployment run. It patches
  * `source_config.resource_spec` (min_scale, queue_min_scale), which makes no revision: the service's
  * own data plane starts or stops instances of the running app, and a listener re-applies its manifests
- * (docs/lifecycle.md, "Which patch makes a revision"). On the own data plane it waits for the
- * deployment's `deployment.scaled` (or `deployment.scale_failed`) event.
+ * (docs/lifecycle.md, "Which patch makes a revision"). The counts are the deployment's: a rollback keeps
+ * them ("What a redeploy restores"). On the own data plane it waits for the deployment's
+ * `deployment.scaled` (or `deployment.scale_failed`) event.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import type { Deployment } from '../client/api-aliases.ts';
@@ -26,10 +27,11 @@ const count = (minimum: number) => (value: string) => {
 
 type ResourceSpec = Record<string, unknown>;
 
-const specOf = (deployment: Deployment): ResourceSpec =>
+export const specOf = (deployment: Deployment): ResourceSpec =>
   (deployment.source_config.resource_spec as ResourceSpec | null | undefined) ?? {};
 
-const describe = (spec: ResourceSpec) => {
+/** The instance counts a resource spec asks for, as the user reads them ("2 web instance(s), 1 worker(s)"). */
+export const describeInstances = (spec: ResourceSpec) => {
   const web = typeof spec.min_scale === 'number' ? spec.min_scale : 1;
   const workers = typeof spec.queue_min_scale === 'number' ? `, ${spec.queue_min_scale} worker(s)` : '';
   return `${web} web instance(s)${workers}`;
@@ -64,7 +66,9 @@ async function scaleOutcome(
 export function scaleCommand(run: ActionRunner): Command {
   return withExample(
     new Command('scale')
-      .description('Show or change how many instances of a deployment run (in place: no new revision, no rebuild)')
+      .description(
+        'Show or change how many instances of a deployment run (in place: no new revision, no rebuild; a rollback keeps the counts)',
+      )
       .argument('<deployment>', 'name or id')
       .option('-w, --web <count>', 'web instances (resource_spec.min_scale)', count(1))
       .option('-q, --workers <count>', 'queue worker instances (resource_spec.queue_min_scale)', count(0))
@@ -77,7 +81,7 @@ export function scaleCommand(run: ActionRunner): Command {
       const current = specOf(deployment);
       if (options.web === undefined && options.workers === undefined) {
         if (ctx.output.json) return ctx.output.data({ min_scale: current.min_scale ?? 1, ...current });
-        return ctx.output.result(`${deployment.name}: ${describe(current)}`);
+        return ctx.output.result(`${deployment.name}: ${describeInstances(current)}`);
       }
       const spec: ResourceSpec = {
         ...current,
@@ -91,11 +95,11 @@ export function scaleCommand(run: ActionRunner): Command {
       if (!waits) {
         if (ctx.output.json) return ctx.output.data(updated);
         return ctx.output.result(
-          `${updated.name} will run ${describe(specOf(updated))}` +
+          `${updated.name} will run ${describeInstances(specOf(updated))}` +
             (updated.source_config.listener_id ? ' (its listener applies the change).' : '.'),
         );
       }
-      const progress = ctx.output.progress(`Scaling ${updated.name} to ${describe(spec)}`);
+      const progress = ctx.output.progress(`Scaling ${updated.name} to ${describeInstances(spec)}`);
       const outcome = await scaleOutcome(client, deployment.id, from).finally(() => progress.stop());
       if (outcome === null)
         throw new CliError(
@@ -106,7 +110,7 @@ export function scaleCommand(run: ActionRunner): Command {
       if (outcome.type === 'deployment.scale_failed')
         throw new CliError(`${updated.name} could not be scaled: ${String(outcome.data.message)}`, EXIT.failed);
       if (ctx.output.json) return ctx.output.data(updated);
-      ctx.output.result(`${updated.name} runs ${describe(spec)}.`);
+      ctx.output.result(`${updated.name} runs ${describeInstances(spec)}.`);
     }),
   );
 }

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { PlannedRevision, SecretReference } from '../domain/deployment-plan.ts';
+import { restoredResourceSpec } from '../domain/resource-spec.ts';
 import { imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { SUPERSEDABLE_REVISION_STATUSES } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
@@ -16,14 +17,17 @@ import { insertRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { Db, DeploymentRow, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { findUploadByPath } from '../store/uploads.ts';
 
-/** The source_config fields a revision snapshots, and a redeploy restores. */
+/** The source_config fields a revision snapshots, and a redeploy restores (resource_spec but its scale). */
 export const SNAPSHOT_CONFIG_FIELDS = ['resource_spec', 'install_command', 'build_command', 'listener_config'] as const;
 
-/** The deployment's source config with the snapshot's fields put back (absent ones removed). */
+/**
+ * The deployment's source config with the snapshot's fields put back (absent ones removed), except the
+ * scale of its resource spec, which stays the deployment's (restoredResourceSpec).
+ */
 export function restoreSnapshot(current: SourceConfig, snapshot: RevisionSnapshot): SourceConfig {
   const restored: SourceConfig = {
     ...current,
-    resource_spec: snapshot.resource_spec,
+    resource_spec: restoredResourceSpec(snapshot.resource_spec, current.resource_spec),
     install_command: snapshot.install_command,
     build_command: snapshot.build_command,
     listener_config: snapshot.listener_config,

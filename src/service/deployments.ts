@@ -16,6 +16,7 @@ import {
   type Secret,
   type SecretReference,
 } from '../domain/deployment-plan.ts';
+import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
@@ -383,11 +384,12 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
         if (!row) throw notFound('Deployment', id);
         const old = await lockRevision(tx, revisionId);
         if (!old || old.deployment_id !== id) throw notFound('Revision', revisionId);
-        const snapshot = old.snapshot;
-        // A rollback is whole (docs/lifecycle.md, "Which patch makes a revision"): everything the snapshot
+        // A rollback is whole (docs/lifecycle.md, "What a redeploy restores"): everything the snapshot
         // holds goes back onto the deployment, whose in-place fields (resource_spec) the data planes run,
-        // and a later secrets-only patch (which snapshots the deployment) keeps the rollback.
-        const sourceConfig = restoreSnapshot(row.source_config, snapshot);
+        // and a later secrets-only patch (which snapshots the deployment) keeps the rollback. Only the
+        // scale stays the deployment's, and the new revision's snapshot says so.
+        const sourceConfig = restoreSnapshot(row.source_config, old.snapshot);
+        const snapshot = { ...old.snapshot, resource_spec: sourceConfig.resource_spec ?? null };
         await updateDeployment(tx, id, {
           secrets: old.secrets,
           sourceConfig,
@@ -403,6 +405,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
             data: {
               fields: ['secrets', 'secret_references', ...SNAPSHOT_CONFIG_FIELDS.map((f) => `source_config.${f}`)],
               restored_from_revision: revisionId,
+              kept_scale: scaleOfSpec(row.source_config.resource_spec),
             },
           },
         ]);

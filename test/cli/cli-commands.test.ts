@@ -163,6 +163,7 @@ test('an image on a listener: created queued on the right listener and namespace
     rolled.stderr,
     new RegExp(`Redeploying revision ${revisionId} of on-cluster as revision ${newRevision}`),
   );
+  assert.match(rolled.stderr, /Kept: 1 web instance\(s\) \(change with: slipway scale on-cluster\)/);
   const revisions = json<{ id: string; status: string; source_revision_config: { image_uri: string } }[]>(
     (await user.run(['revisions', 'ls', 'on-cluster', '--json'])).stdout,
   );

@@ -106,8 +106,11 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   assert.equal(rolled.code, 0, rolled.stderr);
   assert.equal(lastLine(rolled.stdout), url);
   assert.equal(JSON.parse((await user.run(['revisions', 'ls', 'support-agent', '--json'])).stdout).length, 3);
-  // The first revision ran one instance: the rollback brings that back too.
-  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 1 web instance(s)');
+  // The first revision ran before `scale --web 2`: the rollback says what it restores, and keeps the
+  // two instances (docs/lifecycle.md, "What a redeploy restores").
+  assert.match(rolled.stderr, /Restored from it: the source, secrets, install and build commands, cpu and memory/);
+  assert.match(rolled.stderr, /Kept: 2 web instance\(s\) \(change with: slipway scale support-agent\)/);
+  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 2 web instance(s)');
 
   const removed = await user.run(['deployments', 'rm', 'support-agent', '--yes']);
   assert.equal(removed.code, 0, removed.stderr);

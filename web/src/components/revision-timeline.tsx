@@ -13,7 +13,13 @@ interface TimelineProps {
   limit: number;
   onOffset: (offset: number) => void;
   onAction: (action: 'redeploy' | 'interrupt', revisionId: string) => Promise<void>;
+  /** The instances the deployment runs now ("2 web"): a redeploy keeps them (docs/lifecycle.md). */
+  instances: string;
 }
+
+/** What a redeploy of a revision brings back, and what it keeps (docs/lifecycle.md, "What a redeploy restores"). */
+export const redeployRestores = (instances: string) =>
+  `Restored from it: the source, secrets, install and build commands, cpu and memory. Kept: the instance count (${instances}).`;
 
 function whatRan(r: Revision): string | null {
   const c = r.source_revision_config;
@@ -32,6 +38,7 @@ export function RevisionTimeline({
   limit,
   onOffset,
   onAction,
+  instances,
 }: TimelineProps) {
   if (revisions === undefined) return <p class="muted">Loading…</p>;
   if (revisions.length === 0 && offset === 0)
@@ -75,7 +82,7 @@ export function RevisionTimeline({
                   aria-label={`Redeploy ${label}`}
                   onClick={() =>
                     window.confirm(
-                      `Redeploy ${label}? A new revision is made from exactly what it ran (source, secrets, resources).`,
+                      `Redeploy ${label}? A new revision is made from what it ran. ${redeployRestores(instances)}`,
                     ) && void onAction('redeploy', r.id)
                   }
                 >

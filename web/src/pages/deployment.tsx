@@ -11,9 +11,9 @@ import { data } from '../api/client.ts';
 import { logStreamSource } from '../api/log-follower.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
 import { DeploymentActivity } from '../components/deployment-activity.tsx';
-import { ErrorNotice } from '../components/notice.tsx';
+import { ErrorNotice, Notice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
-import { RevisionTimeline } from '../components/revision-timeline.tsx';
+import { RevisionTimeline, redeployRestores } from '../components/revision-timeline.tsx';
 import { StatusBadge } from '../components/status-badge.tsx';
 import { Time } from '../components/time.tsx';
 import { useApp, useInterval, useResource } from '../hooks.ts';
@@ -65,6 +65,7 @@ function SourceDetails({ deployment }: { deployment: Deployment }) {
 export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
   const { api } = useApp();
   const [actionError, setActionError] = useState<unknown>(null);
+  const [actionDone, setActionDone] = useState<string | null>(null);
   const deployment = useResource(
     () => data(api.GET('/v2/deployments/{deployment_id}', { params: { path: { deployment_id: id } } })),
     [id],
@@ -134,11 +135,18 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
 
   const act = async (action: 'redeploy' | 'interrupt', revisionId: string) => {
     setActionError(null);
+    setActionDone(null);
     const path = { deployment_id: id, revision_id: revisionId };
     try {
-      if (action === 'redeploy')
-        await data(api.POST('/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy', { params: { path } }));
-      else
+      if (action === 'redeploy') {
+        const redeployed = await data(
+          api.POST('/v2/deployments/{deployment_id}/revisions/{revision_id}/redeploy', { params: { path } }),
+        );
+        setActionDone(
+          `Redeploying revision ${shortId(revisionId)} as revision ${shortId(redeployed.latest_revision_id)}. ` +
+            redeployRestores(instancesOf(redeployed.source_config.resource_spec)),
+        );
+      } else
         await data(api.POST('/v2/deployments/{deployment_id}/revisions/{revision_id}/interrupt', { params: { path } }));
       // The new revision is the first of the list.
       if (offset !== 0) navigate(`/deployments/${id}`);
@@ -250,6 +258,7 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
       <section class="panel" aria-labelledby="revisions">
         <h2 id="revisions">Revisions</h2>
         <ErrorNotice error={actionError ?? revisions.error} />
+        {actionDone && <Notice>{actionDone}</Notice>}
         <RevisionTimeline
           deploymentId={d.id}
           revisions={revisions.value?.resources}
@@ -259,6 +268,7 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
           limit={REVISIONS_PER_PAGE}
           onOffset={(next) => navigate(withQuery(`/deployments/${d.id}`, { offset: next }))}
           onAction={act}
+          instances={instancesOf(d.source_config.resource_spec)}
         />
       </section>
       <section class="panel" aria-labelledby="activity">
