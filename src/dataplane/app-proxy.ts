@@ -13,6 +13,7 @@ import type { Logger } from 'pino';
 import { redactUrl } from '../logger.ts';
 import { pick, settle, type Backend, type Route } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
+import { SERVICE_CREDENTIAL_PATTERN } from './edge-haproxy-config.ts';
 
 /** A request for an app, as the router matched it. */
 export interface AppRequest {
@@ -52,11 +53,8 @@ function errorCode(error: unknown): string {
   return typeof code === 'string' ? code : 'EPROXY';
 }
 
-/**
- * A key, listener credential or agent credential of this service (`slw_`, `slwl_`, `slwa_`; the same rule
- * as the nginx edge's, src/dataplane/edge-nginx-config.ts), bare or as a Bearer token.
- */
-export const SERVICE_CREDENTIAL = /^\s*(bearer\s+)?slw[al]?_/i;
+/** A credential of this service in a header value: the same rule as the HAProxy edge's. */
+const SERVICE_CREDENTIAL = new RegExp(SERVICE_CREDENTIAL_PATTERN, 'i');
 
 function isServiceCredential(value: string | string[] | undefined): boolean {
   return value !== undefined && [value].flat().some((v) => SERVICE_CREDENTIAL.test(v));

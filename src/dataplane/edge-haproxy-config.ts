@@ -71,8 +71,13 @@ function answer(status: number, code: string, detail: string): string {
   return `status ${status} content-type application/json lf-string '${body}' hdr x-request-id %[var(txn.rid)]`;
 }
 
-/** A slipway credential: a key (`slw_`), listener credential (`slwl_`) or agent credential (`slwa_`). */
-const CREDENTIAL = String.raw`^\s*(bearer\s+)?slw[al]?_`;
+/**
+ * A header value that holds a credential of this service: a key (`slw_`), a listener credential (`slwl_`)
+ * or an agent credential (`slwa_`), bare or after an auth scheme (`Bearer slw_...`); matched without
+ * regard to case. Both edges remove such headers (the built-in one in src/dataplane/app-proxy.ts).
+ */
+export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?slw[al]?_`;
+const CREDENTIAL = SERVICE_CREDENTIAL_PATTERN;
 
 export function renderHaproxyConfig(input: HaproxyConfigInput): string {
   const byBackend = new Map(input.routes.map((r) => [r.backend, r]));
@@ -117,8 +122,8 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     `  http-request set-header X-Forwarded-Proto ${input.forwardedProto}`,
     '  http-request set-header X-Forwarded-Host %[req.hdr(host)] if { req.hdr(host) -m found }',
     '  http-request del-header X-Forwarded-Host unless { req.hdr(host) -m found }',
-    `  http-request del-header X-Api-Key if { req.hdr(x-api-key) -m reg -i ${CREDENTIAL} }`,
-    `  http-request del-header Authorization if { req.hdr(authorization) -m reg -i ${CREDENTIAL} }`,
+    `  http-request del-header X-Api-Key if { req.hdr(x-api-key) -m reg -i '${CREDENTIAL}' }`,
+    `  http-request del-header Authorization if { req.hdr(authorization) -m reg -i '${CREDENTIAL}' }`,
     '  http-response del-header Service-Worker-Allowed',
     '  use_backend %[var(txn.backend)] if { var(txn.backend) -m found }',
     '  default_backend slipway_unknown',
