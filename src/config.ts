@@ -286,7 +286,10 @@ function appsPublicUrl(env: Env, domain: string): string | null {
   if (url.protocol !== 'http:' && url.protocol !== 'https:')
     throw new ConfigError(name, `must be an http(s) URL such as https://${domain}, got '${raw}'`);
   if (url.hostname !== domain)
-    throw new ConfigError(name, `its host must be the apps domain (SLIPWAY_APPS_DOMAIN=${domain}), got '${url.hostname}'`);
+    throw new ConfigError(
+      name,
+      `its host must be the apps domain (SLIPWAY_APPS_DOMAIN=${domain}), got '${url.hostname}'`,
+    );
   if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '' || url.username !== '')
     throw new ConfigError(name, 'must be a scheme, host and optional port only (apps are at the root of their host)');
   return url.origin;

@@ -106,10 +106,10 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       kind: 'haproxy',
       publicUrl,
       port,
-      setTargets: edge.setTargets,
-      remove: edge.remove,
-      targets: edge.targets,
-      close: edge.close,
+      setTargets: (slug, targets, options) => edge.setTargets(slug, targets, options),
+      remove: (slug, options) => edge.remove(slug, options),
+      targets: (slug) => edge.targets(slug),
+      close: () => edge.close(),
     };
   }
   return startBuiltinEdge(deps, forwardedProto);

@@ -27,13 +27,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AppTarget } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
-import {
-  mapLine,
-  poolBackend,
-  renderHaproxyConfig,
-  serverName,
-  type EdgeRoute,
-} from './edge-haproxy-config.ts';
+import { mapLine, poolBackend, renderHaproxyConfig, serverName, type EdgeRoute } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 
 export interface HaproxyEdgeOptions {
@@ -169,8 +163,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
           stdio: ['ignore', 'ignore', 'pipe'],
         })
       : spawn(options.haproxyPath, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-    proc.stderr!.setEncoding('utf8');
-    proc.stderr!.on('data', (chunk: string) => {
+    proc.stderr.setEncoding('utf8');
+    proc.stderr.on('data', (chunk: string) => {
       for (const line of chunk.split('\n').filter((l) => l.trim() !== '')) {
         stderr.push(line);
         if (stderr.length > 50) stderr.shift();
@@ -247,7 +241,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   async function drainAndDelete(slug: string, backend: string, servers: string[], timeoutMs: number): Promise<void> {
     if (servers.length === 0) return;
     const deadline = Date.now() + timeoutMs;
-    let busy = servers;
+    let busy: string[];
     for (;;) {
       const counts = await sessions(backend).catch(() => new Map<string, number>());
       busy = servers.filter((s) => (counts.get(s) ?? 0) > 0);
