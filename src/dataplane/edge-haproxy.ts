@@ -91,6 +91,15 @@ async function stopLeftover(dir: string, configFile: string, logger: Logger): Pr
   if (alive(pid)) process.kill(pid, 'SIGKILL');
 }
 
+/** The `haproxy` system user and group when they exist, else nobody. */
+async function workerUser(): Promise<{ user: string; group: string }> {
+  const has = async (file: string, name: string) =>
+    (await fs.readFile(file, 'utf8').catch(() => '')).split('\n').some((line) => line.startsWith(`${name}:`));
+  return (await has('/etc/passwd', 'haproxy')) && (await has('/etc/group', 'haproxy'))
+    ? { user: 'haproxy', group: 'haproxy' }
+    : { user: 'nobody', group: 'nogroup' };
+}
+
 interface Route {
   backend: string;
   targets: AppTarget[];
@@ -112,7 +121,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     await fs.writeFile(tlsPemFile, pem.map((p) => p.trimEnd()).join('\n') + '\n', { mode: 0o600 });
   }
   const setpriv = await findExecutable('setpriv');
-  const asRoot = process.getuid?.() === 0;
+  // As root, HAProxy's worker drops to the `haproxy` user Debian's package makes: not `nobody`, which the
+  // apps' sandboxes run as.
+  const runAs = process.getuid?.() === 0 ? await workerUser() : null;
 
   const table = new Map<string, Route>();
   /** Backends of removed apps whose servers are still draining: not given to another app yet. */
@@ -136,7 +147,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       forwardedProto: options.forwardedProto,
       tlsPemFile,
       poolSize,
-      runAs: asRoot ? { user: 'nobody', group: 'nogroup' } : null,
+      runAs,
       routes: routes(),
     });
     await fs.writeFile(`${configFile}.next`, text, { mode: 0o600 });
