@@ -2,13 +2,15 @@
  * `slipway deploy [dir]`: pack the folder, upload it through an upload URL (the flow LangChain's CLI
  * uses too: POST .../upload-url, PUT the tarball there), create the deployment or patch it when one of
  * that name exists, and follow the new revision to its end. With `--image` a container image is
- * deployed instead: on the own data plane, or with `--listener` on a listener's cluster.
+ * deployed instead: on the own data plane, or with `--listener` on a listener's cluster. A folder's app
+ * config is checked first, with the service's own rules, so a mistake in it creates nothing.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Command } from 'commander';
 import type { Deployment, DeploymentCreate, DeploymentPatch, DeploymentSource, Secret } from '../client/api-aliases.ts';
 import type { SlipwayClient } from '../client/slipway-client.ts';
+import { AppConfigError, readAppConfig } from '../dataplane/app-config-file.ts';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
@@ -110,6 +112,7 @@ async function deployFolder(
       ['Pick another --name, or deploy it with --image.'],
     );
   }
+  await checkAppConfig(folder, configPath, existing);
   ctx.output.note(`Packing ${dir} ...`);
   const packed = await packSource(folder);
   ctx.output.note(`Packed ${packed.files.length} files (${formatBytes(packed.tarball.length)}).`);
@@ -174,6 +177,23 @@ async function deployImage(
   ctx.output.note(`Created deployment ${name} (${created.id}).`);
   if (!created.latest_revision_id) throw new CliError(`the service made no revision for ${name}`, EXIT.failed);
   return { deployment: created, revisionId: created.latest_revision_id };
+}
+
+/**
+ * Checks the app config as the service's data plane will (the same module, so the same rules and
+ * words), before anything is created or uploaded: a mistake would otherwise be found only after the
+ * deployment was made, as a failed build.
+ */
+async function checkAppConfig(folder: string, configPath: string, existing: Deployment | null): Promise<void> {
+  const { install_command, build_command } = existing?.source_config ?? {};
+  try {
+    await readAppConfig(folder, configPath, { install_command, build_command });
+  } catch (error) {
+    if (!(error instanceof AppConfigError)) throw error;
+    throw new CliError(error.message, EXIT.usage, [
+      'Nothing was created or uploaded. docs/app-config.md lists the fields of the file.',
+    ]);
+  }
 }
 
 /** The config file to name in framework_config_path; a folder without one cannot be built. */

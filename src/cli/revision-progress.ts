@@ -79,17 +79,18 @@ export async function followRevision(
 
   // The error printed by main says what failed; the spinner just goes away.
   progress.stop();
+  // Each thing is said once: the build log was printed as it came, so neither its last lines nor a
+  // failure message that is one of them is repeated. A failure while starting has its lines in the
+  // deploy log, which was not shown; the failure message usually quotes the last of them already,
+  // so they are printed only when it does not.
   const details: string[] = [];
-  if (revision.failure_message) details.push(...revision.failure_message.split('\n'));
-  // A failure while starting has its lines in the deploy log; the failure message usually quotes
-  // the last of them already, so they are printed only when it does not.
-  const lines = revision.status === 'DEPLOY_FAILED' ? await deployLogTail(client, deployment.id, revision.id) : tail;
+  const streamed = new Set(tail.map((line) => line.trim()));
+  const message = revision.failure_message?.trim() ?? '';
+  if (message !== '' && !streamed.has(message)) details.push(...message.split('\n'));
+  const lines = revision.status === 'DEPLOY_FAILED' ? await deployLogTail(client, deployment.id, revision.id) : [];
   const lastLine = lines.at(-1);
-  if (lines.length > 0 && (lastLine === undefined || !revision.failure_message?.includes(lastLine))) {
-    details.push(
-      `Last lines of the ${revision.status === 'DEPLOY_FAILED' ? 'deploy' : 'build'} log:`,
-      ...lines.map((line) => `  ${line}`),
-    );
+  if (lines.length > 0 && (lastLine === undefined || !message.includes(lastLine))) {
+    details.push('Last lines of the deploy log:', ...lines.map((line) => `  ${line}`));
   }
   details.push(
     `Logs: slipway logs ${deployment.name} --revision ${revision.id}${revision.status === 'DEPLOY_FAILED' ? '' : ' --build'}`,

@@ -4,6 +4,10 @@
  * project's langgraph.json, src/domain/langgraph-config.ts (which also gets the launcher of its server
  * written into the source).
  *
+ * One module for both sides: the data plane loads the config of an extracted source (`loadAppConfig`),
+ * and `slipway deploy` checks the user's folder with `readAppConfig` before it creates or uploads
+ * anything, so a mistake is named with the same rules and words, and nothing is written to the folder.
+ *
  * The source is the user's: the path they name, and every link in it, must stay inside the source
  * directory, or a revision could make the data plane read (and quote in an error) a host file.
  */
@@ -11,6 +15,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
   AppConfigError,
+  parseJsonFile,
   resolveAppConfig,
   type AppConfig,
   type CommandOverrides,
@@ -103,31 +108,47 @@ export async function loadAppConfig(
   /** Where a LangGraph server keeps its state at run time (the source is read-only then). */
   langGraphStateDir: string | null = null,
 ): Promise<AppConfig> {
+  const { config, langGraph, root, name } = await readConfig(sourceDir, configPath, overrides);
+  if (langGraph) {
+    await writeLauncher(root);
+    if (langGraphStateDir !== null) await linkLangGraphState(root, name, langGraphStateDir);
+  }
+  return config;
+}
+
+/**
+ * The app config of the source in `sourceDir` as `loadAppConfig` resolves it, without writing anything
+ * into the directory: what `slipway deploy` checks a folder with before it uploads it.
+ */
+export async function readAppConfig(
+  sourceDir: string,
+  configPath: string,
+  overrides: CommandOverrides = {},
+): Promise<AppConfig> {
+  return (await readConfig(sourceDir, configPath, overrides)).config;
+}
+
+async function readConfig(
+  sourceDir: string,
+  configPath: string,
+  overrides: CommandOverrides,
+): Promise<{ config: AppConfig; langGraph: boolean; root: string; name: string }> {
   const name = relativePath(configPath);
   const root = await fs.realpath(sourceDir);
   const real = await realPathInside(root, path.join(root, name), configPath);
   if (real === null)
     throw new AppConfigError(`${configPath} was not found in the source; framework_config_path must name a file in it`);
-  const text = await readSmallFile(real, configPath);
-  let parsed: unknown;
-  try {
-    // Editors on Windows like to start files with a byte-order mark, which JSON.parse refuses.
-    parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
-  } catch (error) {
-    throw new AppConfigError(`${configPath} is not valid JSON (${(error as Error).message})`);
-  }
+  const parsed = parseJsonFile(await readSmallFile(real, configPath), configPath);
   if (isLangGraphConfig(configPath, parsed)) {
-    const resolved = resolveLangGraphConfig(
-      configPath,
-      parsed,
-      await describeLangGraphSource(root, configPath, parsed),
-      overrides,
-    );
-    await writeLauncher(root);
-    if (langGraphStateDir !== null) await linkLangGraphState(root, name, langGraphStateDir);
-    return resolved;
+    const facts = await describeLangGraphSource(root, configPath, parsed);
+    return { config: resolveLangGraphConfig(configPath, parsed, facts, overrides), langGraph: true, root, name };
   }
-  return resolveAppConfig(configPath, parsed, await describeSource(root), overrides);
+  return {
+    config: resolveAppConfig(configPath, parsed, await describeSource(root), overrides),
+    langGraph: false,
+    root,
+    name,
+  };
 }
 
 /** What the LangGraph rules asked about: each path's kind, and the text of the files they read. */

@@ -7,6 +7,7 @@
  * Every problem is an `AppConfigError` whose message is for the user who wrote the file: it names the
  * file and the field, because it ends up as the revision's failure message and nobody reads a log.
  */
+import { jsonMistake, parseJsonText } from './json-text.ts';
 
 const RUNTIMES = ['node', 'python'] as const;
 export type Runtime = (typeof RUNTIMES)[number];
@@ -33,6 +34,13 @@ export class AppConfigError extends Error {
     super(message);
     this.name = 'AppConfigError';
   }
+}
+
+/** The parsed text of a JSON file of the source, or an error naming the file, the line and the column. */
+export function parseJsonFile(text: string, shownAs: string): unknown {
+  const parsed = parseJsonText(text);
+  if (!parsed.ok) throw new AppConfigError(`${shownAs} is not valid JSON: ${jsonMistake(parsed)}`);
+  return parsed.value;
 }
 
 /** What the reader found in the source directory; the rules need nothing else. */
@@ -230,14 +238,12 @@ interface PackageFacts {
 
 function packageFacts(text: string | null, file: string, field: Field): PackageFacts | null {
   if (text === null) return null;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
-  } catch (error) {
+  const result = parseJsonText(text);
+  if (!result.ok)
     throw new AppConfigError(
-      `${file}: ${field} is not set, and package.json, which its default comes from, is not valid JSON (${(error as Error).message})`,
+      `${file}: ${field} is not set, and package.json, which its default comes from, is not valid JSON: ${jsonMistake(result)}`,
     );
-  }
+  const parsed = result.value;
   if (!isPlainObject(parsed))
     throw new AppConfigError(
       `${file}: ${field} is not set, and package.json, which its default comes from, is not a JSON object`,

@@ -10,6 +10,7 @@
  * Every path is relative to the root of the source, with `/` separators.
  */
 import path from 'node:path';
+import { jsonMistake, parseJsonText } from './json-text.ts';
 import {
   AppConfigError,
   ENV_NAME,
@@ -189,13 +190,12 @@ interface PackageFacts {
 
 function packageFacts(text: string | undefined, shownAs: string, issues: string[]): PackageFacts | null {
   if (text === undefined) return null;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text.replace(/^\uFEFF/, ''));
-  } catch (error) {
-    issues.push(`${shownAs} is not valid JSON (${(error as Error).message})`);
+  const result = parseJsonText(text);
+  if (!result.ok) {
+    issues.push(`${shownAs} is not valid JSON: ${jsonMistake(result)}`);
     return null;
   }
+  const parsed = result.value;
   if (!isPlainObject(parsed)) {
     issues.push(`${shownAs} is not a JSON object`);
     return null;

@@ -133,7 +133,19 @@ describe('refusals name the file', () => {
 
   test('a file that is not JSON', async () => {
     const dir = await source({ 'slipway.json': '{"start": "node index.js",}', 'package.json': START });
-    assert.match(await refusal(loadAppConfig(dir, 'slipway.json', {})), /^slipway\.json is not valid JSON \(/);
+    assert.equal(
+      await refusal(loadAppConfig(dir, 'slipway.json', {})),
+      'slipway.json is not valid JSON: line 1, column 27: a comma before the closing } (JSON allows no trailing comma)',
+    );
+    // Where JSON.parse gives no position (an unexpected token), the line and column are still named.
+    const token = await source({
+      'slipway.json': '{\n  "start": "node index.js",\n  "database": yes\n}',
+      'package.json': START,
+    });
+    assert.equal(
+      await refusal(loadAppConfig(token, 'slipway.json', {})),
+      "slipway.json is not valid JSON: line 3, column 15: unexpected 'y' where a value is expected",
+    );
   });
 
   test('a file that is JSON but not an object', async () => {
