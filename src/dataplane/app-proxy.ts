@@ -57,7 +57,8 @@ function errorCode(error: unknown): string {
 const SERVICE_CREDENTIAL = new RegExp(SERVICE_CREDENTIAL_PATTERN, 'i');
 
 function isServiceCredential(value: string | string[] | undefined): boolean {
-  return value !== undefined && [value].flat().some((v) => SERVICE_CREDENTIAL.test(v));
+  // Node joins a repeated X-Api-Key with commas: a key in any of the parts counts.
+  return value !== undefined && [value].flat().some((v) => v.split(',').some((part) => SERVICE_CREDENTIAL.test(part)));
 }
 
 /** A request without Content-Length or Transfer-Encoding has no body (RFC 9112, 6.3), so it can be sent again. */

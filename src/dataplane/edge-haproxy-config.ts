@@ -117,6 +117,10 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower,regsub(\\.$,)',
     '  http-request set-var(txn.slug) var(txn.host),field(1,.)',
     `  http-request set-var(txn.backend) var(txn.host),map(${input.dir}/routes.map)`,
+    // Only WebSocket upgrades go through: an app asked to switch to h2c (`curl --http2`) may refuse the
+    // request (a WebSocket library answers 400), where the built-in edge serves it as a plain request.
+    '  http-request del-header Upgrade unless { req.hdr(upgrade) -m str -i websocket }',
+    '  http-request del-header HTTP2-Settings',
     '  http-request del-header X-Forwarded-Prefix',
     '  http-request del-header X-Forwarded-Port',
     `  http-request set-header X-Forwarded-Proto ${input.forwardedProto}`,
