@@ -40,13 +40,14 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        list-first, list-late, list-name, list-status, get, revisions,
                        create, patch, listener; the data plane group: dataplane (both parts),
                        dataplane-deploy (create to DEPLOYED, and the commands under each
-                       sandbox), dataplane-proxy (proxy overhead); each with SLIPWAY_SANDBOX=none
-                       and the default full isolation side by side;
+                       sandbox), dataplane-proxy (the app directly, through its edge, a plain
+                       nginx and the built-in edge; the API's p99 alone and under app load);
+                       each with SLIPWAY_SANDBOX=none and the default full isolation side by side;
                        the listener group: listeners (long-polls: patch to answer, memory)
   --deployments N      measured deployments per app and sandbox mode in the data plane group
                        (default 5, quick 3)
-  --rounds N           rounds of the data plane group's proxy runs, the two sandbox modes back
-                       to back in each; --duration is split among them (default 2)
+  --rounds N           rounds of the data plane group's proxy and API runs, the two sandbox
+                       modes in turn in each; --duration is split among them (default 2)
   --listeners N        listeners long-polling at once in the listener group (default 1000,
                        quick 200); needs about N + 512 open files per process (ulimit -n)
   --patches N          measured patches per phase of the listener group (default 200, quick 50)

@@ -42,6 +42,11 @@ export interface CpuSample {
   loadgen: number | null;
   /** Ticks of the slirp4netns processes below us (the data plane's user-mode networking; 0 when none). */
   slirp: number;
+  /**
+   * Ticks of the reverse proxies below us, nginx and HAProxy: the data plane's app edge, the bench's
+   * plain nginx (0 when none).
+   */
+  proxies: number;
 }
 
 async function machine(): Promise<{ busy: number; total: number }> {
@@ -90,6 +95,13 @@ function below(all: Map<number, ProcessEntry>, pid: number, root: number): boole
   return false;
 }
 
+/** Ticks of the processes of this name below us, each counted once with what is below it. */
+function named(all: Map<number, ProcessEntry>, name: string): number {
+  return [...all]
+    .filter(([pid, e]) => e.name === name && below(all, pid, process.pid) && all.get(e.ppid)?.name !== name)
+    .reduce((sum, [pid]) => sum + subtree(all, pid), 0);
+}
+
 export async function sampleCpu(loadgenPid: number | undefined): Promise<CpuSample | null> {
   try {
     const [m, all] = await Promise.all([machine(), processes()]);
@@ -103,9 +115,8 @@ export async function sampleCpu(loadgenPid: number | undefined): Promise<CpuSamp
       self: me.own,
       postgres: postmaster === undefined ? null : subtree(all, postmaster),
       loadgen: loadgenPid === undefined ? null : subtree(all, loadgenPid),
-      slirp: [...all]
-        .filter(([pid, e]) => e.name === 'slirp4netns' && below(all, pid, process.pid))
-        .reduce((sum, [pid]) => sum + subtree(all, pid), 0),
+      slirp: named(all, 'slirp4netns'),
+      proxies: named(all, 'nginx') + named(all, 'haproxy'),
     };
   } catch {
     return null; // no /proc here

@@ -7,6 +7,8 @@ import {
   MODE_KEYS,
   PHASES,
   PROXY_FORMS,
+  type ApiLoad,
+  type ApiRun,
   type AppDeployResult,
   type CommandWay,
   type DataPlaneResults,
@@ -17,6 +19,7 @@ import {
   type ProxyForm,
   type ProxyRun,
 } from './data-plane.ts';
+import type { LoadResult } from './load-protocol.ts';
 
 /** Runs disturbed by more than this share of other CPU use are marked (as in bench/report.ts). */
 const DISTURBED = 0.1;
@@ -260,6 +263,7 @@ function proxyCells(runs: ProxyRun[]): ProxyCell[] {
               ? {
                   otherShare: withCpu.reduce((n, r) => n + r.cpu!.otherShare, 0) / withCpu.length,
                   serviceMs: perRequest((c) => c.serviceMs)!,
+                  proxyMs: perRequest((c) => c.proxyMs)!,
                   appMs: perRequest((c) => c.appMs)!,
                   slirpMs: perRequest((c) => c.slirpMs)!,
                   postgresMs: perRequest((c) => c.postgresMs),
@@ -273,21 +277,25 @@ function proxyCells(runs: ProxyRun[]): ProxyCell[] {
   return cells;
 }
 
-function formTitle(form: ProxyForm, mode: ModeKey, markdown: boolean): string {
+function formTitle(form: ProxyForm, mode: ModeKey, edge: string): string {
   switch (form) {
     case 'direct':
       return mode === 'bare' ? "direct: the app's own port" : "direct: slirp4netns's forward";
-    case 'bare':
-      return 'bare node:http proxy';
-    case 'host':
-      return 'stable URL, Host header';
-    case 'path':
-      return `stable URL, ${code('/apps/<slug>/', markdown)}`;
+    case 'stable':
+      return `stable URL: the service's edge (${edge})`;
+    case 'nginx':
+      return 'plain nginx, keep-alive upstream';
+    case 'haproxy':
+      return 'plain HAProxy, instance in its configuration';
+    case 'builtin':
+      return 'built-in edge (Node)';
   }
 }
 
 const find = (cells: ProxyCell[], app: string, mode: ModeKey, form: ProxyForm) =>
   cells.find((c) => c.app === app && c.mode === mode && c.form === form);
+
+const edgeOf = (results: DataPlaneResults, mode: ModeKey) => results.modes.find((m) => m.key === mode)?.edge ?? '?';
 
 const PROXY_HEADER = [
   'app',
@@ -297,36 +305,108 @@ const PROXY_HEADER = [
   'p50 ms',
   'p99 ms',
   'of direct req/s',
-  'added p99 ms',
+  'of plain nginx req/s',
+  'p99 - plain nginx ms',
   'CPU ms/req: service',
+  'nginx, HAProxy',
   'app',
   'slirp4netns',
   'load gen',
   'other CPU use',
 ];
 
-function proxyRows(cells: ProxyCell[], markdown: boolean): string[][] {
+function proxyRows(results: DataPlaneResults, cells: ProxyCell[]): string[][] {
   return cells.map((c) => {
     const direct = find(cells, c.app, c.mode, 'direct');
+    const nginx = find(cells, c.app, c.mode, 'nginx');
     const failed = c.failures > 0 ? ` (${c.failures} failed!)` : '';
     const other = c.cpu === null ? 'n/a' : `${pct(c.cpu.otherShare)}${c.cpu.otherShare > DISTURBED ? ' *' : ''}`;
-    const relative = c.form !== 'direct' && direct !== undefined;
+    const ofNginx = nginx !== undefined && c.form !== 'nginx' && c.form !== 'direct';
     return [
       c.appTitle,
       MODE_TITLES[c.mode],
-      formTitle(c.form, c.mode, markdown),
+      formTitle(c.form, c.mode, edgeOf(results, c.mode)),
       int(c.rps) + failed,
       ms(c.p50),
       ms(c.p99),
-      relative ? pct(c.rps / direct.rps) : '',
-      relative ? signedMs(c.p99 - direct.p99) : '',
+      c.form !== 'direct' && direct !== undefined ? pct(c.rps / direct.rps) : '',
+      ofNginx ? times(c.rps / nginx.rps) : '',
+      ofNginx ? signedMs(c.p99 - nginx.p99) : '',
       cpuMs(c.cpu?.serviceMs),
+      cpuMs(c.cpu?.proxyMs),
       cpuMs(c.cpu?.appMs),
       c.mode === 'bare' ? '' : cpuMs(c.cpu?.slirpMs),
       cpuMs(c.cpu?.loadgenMs),
       other,
     ];
   });
+}
+
+/** The issue's goal for the stable URL against plain nginx in front of the same instance. */
+const GOAL_RPS_RATIO = 0.8;
+const GOAL_P99_MS = 2;
+/** The goal for the API's p99 under app load (through the stable URL) against alone. */
+const GOAL_API_P99_RATIO = 1.2;
+
+/** One edge against plain nginx on the same instance: over all rounds, and round by round. */
+interface EdgeComparison {
+  rpsRatio: number;
+  p99Added: number;
+  rpsByRound: number[];
+  p99ByRound: number[];
+  met: boolean;
+}
+
+function compareWithNginx(edge: ProxyCell | undefined, nginx: ProxyCell | undefined): EdgeComparison | null {
+  if (edge === undefined || nginx === undefined) return null;
+  const pairs = edge.rounds
+    .map((e) => [e, nginx.rounds.find((n) => n.round === e.round)] as const)
+    .filter((pair): pair is readonly [ProxyRun, ProxyRun] => pair[1] !== undefined);
+  const rpsRatio = edge.rps / nginx.rps;
+  const p99Added = edge.p99 - nginx.p99;
+  return {
+    rpsRatio,
+    p99Added,
+    rpsByRound: pairs.map(([e, n]) => e.result.rps / n.result.rps),
+    p99ByRound: pairs.map(([e, n]) => e.result.p99 - n.result.p99),
+    met: rpsRatio >= GOAL_RPS_RATIO && p99Added <= GOAL_P99_MS,
+  };
+}
+
+const EDGE_HEADER = [
+  'app',
+  'sandbox',
+  'addressed by',
+  'req/s / plain nginx',
+  'by round',
+  'p99 - plain nginx p99 ms',
+  'by round',
+  'goal met',
+];
+
+function edgeRows(results: DataPlaneResults, cells: ProxyCell[]): string[][] {
+  const rows: string[][] = [];
+  const list = (values: number[], format: (n: number) => string) => values.map(format).join(', ');
+  for (const app of [...new Set(cells.map((c) => c.app))]) {
+    for (const mode of MODE_KEYS) {
+      const nginx = find(cells, app, mode, 'nginx');
+      for (const form of ['stable', 'haproxy', 'builtin'] as const) {
+        const v = compareWithNginx(find(cells, app, mode, form), nginx);
+        if (v === null) continue;
+        rows.push([
+          nginx!.appTitle,
+          MODE_TITLES[mode],
+          formTitle(form, mode, edgeOf(results, mode)),
+          times(v.rpsRatio),
+          list(v.rpsByRound, (n) => n.toFixed(2)),
+          signedMs(v.p99Added),
+          list(v.p99ByRound, signedMs),
+          form === 'stable' ? (v.met ? 'yes' : 'NO') : '',
+        ]);
+      }
+    }
+  }
+  return rows;
 }
 
 const ISOLATION_HEADER = [
@@ -342,7 +422,7 @@ const ISOLATION_HEADER = [
   'of bare direct req/s, isolated',
 ];
 
-function isolationRows(cells: ProxyCell[], markdown: boolean): string[][] {
+function isolationRows(results: DataPlaneResults, cells: ProxyCell[]): string[][] {
   const rows: string[][] = [];
   for (const app of [...new Set(cells.map((c) => c.app))]) {
     const bareDirect = find(cells, app, 'bare', 'direct');
@@ -361,7 +441,7 @@ function isolationRows(cells: ProxyCell[], markdown: boolean): string[][] {
         bare.appTitle,
         form === 'direct'
           ? "direct (bare: the app's own port; isolated: slirp4netns's forward)"
-          : formTitle(form, 'bare', markdown),
+          : formTitle(form, 'bare', edgeOf(results, 'bare')),
         int(bare.rps),
         int(isolated.rps),
         times(isolated.rps / bare.rps),
@@ -374,6 +454,87 @@ function isolationRows(cells: ProxyCell[], markdown: boolean): string[][] {
     }
   }
   return rows;
+}
+
+// ----- the API under app load ----------------------------------------------------------------------
+
+const API_LOAD_TITLES: Record<ApiLoad, string> = {
+  none: 'no app load',
+  stable: "app loaded through the stable URL (the service's edge)",
+  builtin: 'app loaded through the built-in edge',
+};
+
+interface ApiCell {
+  load: ApiLoad;
+  runs: ApiRun[];
+  rps: number;
+  /** Medians over the rounds. */
+  p50: number;
+  p99: number;
+  appRps: number | null;
+  failures: number;
+  otherShare: number | null;
+}
+
+function apiCells(runs: ApiRun[]): ApiCell[] {
+  const cells: ApiCell[] = [];
+  for (const load of ['none', 'stable', 'builtin'] as const) {
+    const mine = runs.filter((r) => r.load === load);
+    if (mine.length === 0) continue;
+    const apps = mine.map((r) => r.app).filter((a): a is LoadResult => a !== null);
+    const shares = mine.map((r) => r.otherShare).filter((v): v is number => v !== null);
+    cells.push({
+      load,
+      runs: mine,
+      rps: mine.reduce((n, r) => n + r.result.requests, 0) / mine.reduce((n, r) => n + r.result.seconds, 0),
+      p50: median(mine.map((r) => r.result.p50)),
+      p99: median(mine.map((r) => r.result.p99)),
+      appRps:
+        apps.length === 0 ? null : apps.reduce((n, a) => n + a.requests, 0) / apps.reduce((n, a) => n + a.seconds, 0),
+      failures: mine.reduce((n, r) => n + r.result.failures + (r.app?.failures ?? 0), 0),
+      otherShare: shares.length === 0 ? null : shares.reduce((n, v) => n + v, 0) / shares.length,
+    });
+  }
+  return cells;
+}
+
+const API_HEADER = [
+  'while',
+  'API req/s',
+  'API p50 ms',
+  'API p99 ms',
+  'p99 / alone',
+  'by round',
+  'app req/s meanwhile',
+  'other CPU use',
+];
+
+function apiRows(results: DataPlaneResults, markdown: boolean): string[][] {
+  const cells = apiCells(results.api);
+  const alone = cells.find((c) => c.load === 'none');
+  return cells.map((c) => {
+    const byRound = c.runs
+      .map((r) => {
+        const a = alone?.runs.find((x) => x.round === r.round);
+        return a ? (r.result.p99 / a.result.p99).toFixed(2) : null;
+      })
+      .filter((x) => x !== null)
+      .join(', ');
+    const title =
+      c.load === 'stable'
+        ? `app loaded through the stable URL (${edgeOf(results, results.apiProbe?.mode ?? 'isolated')})`
+        : API_LOAD_TITLES[c.load];
+    return [
+      bold(title, markdown && c.load === 'stable'),
+      int(c.rps) + (c.failures > 0 ? ` (${c.failures} failed!)` : ''),
+      ms(c.p50),
+      ms(c.p99),
+      c.load === 'none' || alone === undefined ? '' : times(c.p99 / alone.p99),
+      c.load === 'none' ? '' : byRound,
+      c.appRps === null ? '' : int(c.appRps),
+      c.otherShare === null ? 'n/a' : `${pct(c.otherShare)}${c.otherShare > DISTURBED ? ' *' : ''}`,
+    ];
+  });
 }
 
 // ----- summary -------------------------------------------------------------------------------------
@@ -411,27 +572,68 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
   const cells = proxyCells(results.proxy);
   for (const app of [...new Set(cells.map((c) => c.app))]) {
     const of = (mode: ModeKey, form: ProxyForm) => find(cells, app, mode, form);
-    const bareDirect = of('bare', 'direct');
-    const isoDirect = of('isolated', 'direct');
+    const title = cells.find((c) => c.app === app)!.appTitle;
     const parts: string[] = [];
-    for (const form of ['host', 'path'] as const) {
-      const bare = of('bare', form);
-      const isolated = of('isolated', form);
-      if (!bare || !isolated) continue;
+    for (const mode of MODE_KEYS) {
+      const direct = of(mode, 'direct');
+      const stable = of(mode, 'stable');
+      const stableVsNginx = compareWithNginx(stable, of(mode, 'nginx'));
+      const builtinVsNginx = compareWithNginx(of(mode, 'builtin'), of(mode, 'nginx'));
+      const haproxyVsNginx = compareWithNginx(of(mode, 'haproxy'), of(mode, 'nginx'));
+      if (stable === undefined) continue;
+      const edge = edgeOf(results, mode);
       parts.push(
-        `stable URL ${form === 'host' ? 'by Host' : 'by path'} isolated / bare req/s ${times(isolated.rps / bare.rps)}, p99 ${signedMs(isolated.p99 - bare.p99)} ms` +
-          (bareDirect && isoDirect
-            ? ` (of direct req/s: bare ${pct(bare.rps / bareDirect.rps)}, isolated ${pct(isolated.rps / isoDirect.rps)} of slirp4netns's forward, ${pct(isolated.rps / bareDirect.rps)} of the app's own port)`
+        `${MODE_TITLES[mode]}: stable URL (${edge}) ${direct ? `${pct(stable.rps / direct.rps)} of direct req/s` : ''}` +
+          (stableVsNginx
+            ? `, ${times(stableVsNginx.rpsRatio)} plain nginx's req/s, p99 ${signedMs(stableVsNginx.p99Added)} ms: goal ${stableVsNginx.met ? 'met' : 'NOT met'}`
+            : '') +
+          (haproxyVsNginx
+            ? `; plain HAProxy ${times(haproxyVsNginx.rpsRatio)} plain nginx's req/s, p99 ${signedMs(haproxyVsNginx.p99Added)} ms`
+            : '') +
+          (builtinVsNginx
+            ? `; built-in edge ${times(builtinVsNginx.rpsRatio)} plain nginx's req/s, p99 ${signedMs(builtinVsNginx.p99Added)} ms`
             : ''),
       );
     }
+    const bareDirect = of('bare', 'direct');
+    const isoDirect = of('isolated', 'direct');
     if (bareDirect && isoDirect)
       parts.push(
         `direct, slirp4netns's forward against the app's own port: req/s ${times(isoDirect.rps / bareDirect.rps)}, p99 ${signedMs(isoDirect.p99 - bareDirect.p99)} ms` +
           (isoDirect.cpu ? `, slirp4netns ${isoDirect.cpu.slirpMs.toFixed(3)} ms of CPU per request` : ''),
       );
-    const title = cells.find((c) => c.app === app)!.appTitle;
     lines.push(`proxy, ${title}: ${parts.join('; ')}`);
+  }
+  const goals = cells
+    .filter((c) => c.form === 'stable')
+    .map((c) => ({ c, v: compareWithNginx(c, find(cells, c.app, c.mode, 'nginx')) }));
+  if (goals.length > 0 && goals.every((g) => g.v !== null)) {
+    const missed = goals.filter((g) => !g.v!.met);
+    lines.push(
+      `${missed.length === 0 ? 'met' : 'NOT met'}: the stable URL at least ${GOAL_RPS_RATIO} of plain nginx's req/s with a p99 within ${GOAL_P99_MS} ms of it` +
+        (missed.length === 0
+          ? ` (every app and mode)`
+          : `: ${missed.map((g) => `${g.c.appTitle} ${MODE_TITLES[g.c.mode]} (${times(g.v!.rpsRatio)}, ${signedMs(g.v!.p99Added)} ms)`).join(', ')}`),
+    );
+  } else if (results.proxy.length > 0 && results.plainProxies.nginx === null)
+    lines.push('not measured: the stable URL against plain nginx (nginx is not installed)');
+  const api = apiCells(results.api);
+  const alone = api.find((c) => c.load === 'none');
+  if (alone !== undefined && results.apiProbe !== null) {
+    const probe = results.apiProbe;
+    const under = (load: ApiLoad) => {
+      const c = api.find((x) => x.load === load);
+      return c === undefined ? null : { c, ratio: c.p99 / alone.p99 };
+    };
+    const stable = under('stable');
+    const builtin = under('builtin');
+    lines.push(
+      `API p99 (${probe.request} at ${probe.rate}/s, ${MODE_TITLES[probe.mode]} service): alone ${ms(alone.p99)} ms` +
+        (stable
+          ? `; with the ${probe.appTitle} loaded through the stable URL (${edgeOf(results, probe.mode)}) ${ms(stable.c.p99)} ms, ${times(stable.ratio)}: goal (within ${pct(GOAL_API_P99_RATIO - 1)}) ${stable.ratio <= GOAL_API_P99_RATIO ? 'met' : 'NOT met'}`
+          : '') +
+        (builtin ? `; through the built-in edge ${ms(builtin.c.p99)} ms, ${times(builtin.ratio)}` : ''),
+    );
   }
   for (const mode of results.modes)
     if (mode.key === 'isolated' && !mode.contained)
@@ -445,19 +647,25 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
       `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${busyTimed} of ${timed.length} deployments: their times are longer and noisier than this machine can do; compare the ratios, not the times`,
     );
   const disturbed = results.proxy.filter((r) => (r.cpu?.otherShare ?? 0) > DISTURBED);
-  if (disturbed.length > 0)
+  const disturbedApi = results.api.filter((r) => (r.otherShare ?? 0) > DISTURBED);
+  if (disturbed.length + disturbedApi.length > 0)
     lines.push(
-      `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.proxy.length} proxy runs (marked *)`,
+      `CAUTION: other processes used more than ${pct(DISTURBED)} of the CPUs during ${disturbed.length} of ${results.proxy.length} proxy runs and ${disturbedApi.length} of ${results.api.length} API runs (marked *)`,
     );
   if (results.failures.length > 0)
     lines.push(
       `FAILED and tried again: ${results.failures.map((f) => `${f.app} ${f.mode} ${f.what}: ${f.message.split('\n').slice(0, 4).join(' / ')}`).join('; ')}`,
     );
-  const failed = results.proxy.filter((r) => r.result.failures > 0);
-  if (failed.length > 0)
-    lines.push(
-      `FAILED requests in: ${failed.map((r) => `${r.appTitle} ${r.mode} ${r.form}: ${r.result.firstFailure}`).join('; ')}`,
-    );
+  const failed = [
+    ...results.proxy
+      .filter((r) => r.result.failures > 0)
+      .map((r) => `${r.appTitle} ${r.mode} ${r.form}: ${r.result.firstFailure}`),
+    ...results.api.flatMap((r) => [
+      ...(r.result.failures > 0 ? [`API probe (${r.load}): ${r.result.firstFailure}`] : []),
+      ...(r.app !== null && r.app.failures > 0 ? [`app load (${r.load}): ${r.app.firstFailure}`] : []),
+    ]),
+  ];
+  if (failed.length > 0) lines.push(`FAILED requests in: ${failed.join('; ')}`);
   return lines;
 }
 
@@ -512,14 +720,28 @@ function sections(results: DataPlaneResults, markdown: boolean): string[] {
   }
   if (results.proxy.length > 0) {
     const cells = proxyCells(results.proxy);
+    const edges = results.modes.map((m) => `${MODE_TITLES[m.key]} ${m.edge}`).join(', ');
     out.push(
-      `Proxy overhead: ${code('GET /', markdown)} of one instance per mode, ${results.connections} connections; ${results.rounds} rounds of ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run, in each round the two modes back to back for each form (req/s: all rounds' requests over their seconds; p50, p99: the median of the rounds'; CPU from /proc; * marks other CPU use above ${pct(DISTURBED)}). "Direct" is the port the router sends to: bare, the app's own socket; isolated, slirp4netns's forward on the host's 127.0.0.1 (the app's own socket is inside its network namespace, unreachable from the host):`,
+      `Proxy overhead: ${code('GET /', markdown)} of one instance per mode, ${results.connections} connections; ${results.rounds} rounds of ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured per run; in each round the two modes in turn, and for each the ways to its instance back to back, their order reversed every other round (req/s: all rounds' requests over their seconds; p50, p99: the median of the rounds'; CPU from /proc; * marks other CPU use above ${pct(DISTURBED)}). The services' edges: ${edges}. "Direct" is the port the edge sends to: bare, the app's own socket; isolated, slirp4netns's forward on the host's 127.0.0.1 (the app's own socket is inside its network namespace, unreachable from the host)${results.plainProxies.nginx === null ? '. nginx is not installed: no plain nginx runs' : ''}:`,
       '',
-      table(PROXY_HEADER, proxyRows(cells, markdown), 3),
+      table(PROXY_HEADER, proxyRows(results, cells), 3),
+      '',
+      `Each proxy against plain nginx in front of the same instance (the stable URL's goal: at least ${GOAL_RPS_RATIO} of its req/s, p99 within ${GOAL_P99_MS} ms; by round: each round's own ratio or difference):`,
+      '',
+      table(EDGE_HEADER, edgeRows(results, cells), 3),
       '',
       'The cost of isolation per request, the same runs side by side (by round: isolated / bare req/s of each round):',
       '',
-      table(ISOLATION_HEADER, isolationRows(cells, markdown), 2),
+      table(ISOLATION_HEADER, isolationRows(results, cells), 2),
+      '',
+    );
+  }
+  if (results.api.length > 0 && results.apiProbe !== null) {
+    const probe = results.apiProbe;
+    out.push(
+      `The API under app load: ${code(probe.request, markdown)} with the service's key at a fixed ${probe.rate} requests a second over ${probe.connections} connections (a second load generator) to the ${MODE_TITLES[probe.mode]} service, ${results.rounds} rounds of ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured, alone and while the ${probe.appTitle} is loaded at ${results.connections} connections through each edge (the app load starts ${probe.leadSeconds} s before the probe's warm-up and ends after its measurement), the three in turn (p50, p99: the median of the rounds'; by round: each round's p99 over the same round's alone; goal: p99 under load through the stable URL within ${pct(GOAL_API_P99_RATIO - 1)} of alone):`,
+      '',
+      table(API_HEADER, apiRows(results, markdown), 1),
       '',
     );
   }

@@ -34,13 +34,13 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../src/db/embedded-postgres.ts';
 import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.ts';
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
+import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
 import { appSlug } from '../src/dataplane/app-urls.ts';
 import type { BenchOptions } from './bench-options.ts';
@@ -53,6 +53,7 @@ import {
   type SandboxMode,
 } from './data-plane-sandbox.ts';
 import { requestByHost, startDataPlaneService, type DataPlaneService } from './data-plane-service.ts';
+import { findPlainProxy, startPlainProxy, type PlainProxyKind } from './plain-proxies.ts';
 import type { HttpJob, LoadJob, LoadResult } from './load-protocol.ts';
 
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -180,6 +181,8 @@ export interface ModeInfo {
   key: ModeKey;
   /** `SLIPWAY_SANDBOX` of its service. */
   sandbox: SandboxMode;
+  /** Which proxy serves its service's stable URLs (`SLIPWAY_EDGE_PROXY=auto`: nginx when installed). */
+  edge: AppEdge['kind'];
   /** What its service's start log says of its isolation. */
   isolation: string;
   /** bubblewrap, a network namespace of its own and cgroup limits, all in force. */
@@ -214,11 +217,19 @@ export interface SandboxStartResult {
 export interface ProxyCpu {
   /** Share of the machine other processes used meanwhile. */
   otherShare: number;
-  /** CPU ms per request in the bench process (the service and its proxy, the apps' log writer). */
+  /**
+   * CPU ms per request in the bench process: both services' APIs, the built-in edges, the host side of
+   * the apps' forwards, the apps' log writer.
+   */
   serviceMs: number;
   /**
-   * In the app processes (everything below the bench that is not PostgreSQL, the load generator or
-   * slirp4netns: bubblewrap, sh, npm, node).
+   * In the reverse proxy processes (nginx, HAProxy): the service's edge or the plain nginx, whichever
+   * the run went through (about 0 for the others).
+   */
+  proxyMs: number;
+  /**
+   * In the app processes (everything below the bench that is not PostgreSQL, a load generator, a
+   * reverse proxy or slirp4netns: bubblewrap, sh, npm, node).
    */
   appMs: number;
   /** In slirp4netns, the isolated apps' user-mode network (0 when bare). */
@@ -227,8 +238,16 @@ export interface ProxyCpu {
   loadgenMs: number | null;
 }
 
-export type ProxyForm = 'direct' | 'bare' | 'host' | 'path';
-export const PROXY_FORMS: readonly ProxyForm[] = ['direct', 'bare', 'host', 'path'];
+/**
+ * How a proxy run reaches the instance: `direct` on the port the edge sends to; `stable` the stable
+ * URL through the service's own edge (`SLIPWAY_EDGE_PROXY=auto`); `nginx` through a plain hand-written
+ * nginx (bench/plain-proxies.ts), the yardstick; `haproxy` through a plain HAProxy with the instance in
+ * its configuration file; `builtin` through a second edge of the service's code with the built-in Node
+ * proxy (the fallback when no proxy is installed), routed to the same instance.
+ */
+export type ProxyForm = 'direct' | 'stable' | PlainProxyKind | 'builtin';
+export const PROXY_FORMS: readonly ProxyForm[] = ['direct', 'stable', 'nginx', 'haproxy', 'builtin'];
+const PLAIN_PROXIES: readonly PlainProxyKind[] = ['nginx', 'haproxy'];
 
 export interface ProxyRun {
   app: string;
@@ -241,6 +260,35 @@ export interface ProxyRun {
   cpu: ProxyCpu | null;
 }
 
+/** What loads the app while the API's latency is measured: nothing, or the app through one edge. */
+export type ApiLoad = 'none' | 'stable' | 'builtin';
+
+/** One run of the API probe: a fixed rate of a cheap authenticated call, with or without app load. */
+export interface ApiRun {
+  load: ApiLoad;
+  /** 0-based round. */
+  round: number;
+  /** The API probe's result. */
+  result: LoadResult;
+  /** The app load that ran meanwhile (null when none). */
+  app: LoadResult | null;
+  /** Share of the machine other processes used meanwhile (null without /proc). */
+  otherShare: number | null;
+}
+
+export interface ApiProbeInfo {
+  /** The call, e.g. GET /v2/deployments?limit=1 with the service's key. */
+  request: string;
+  /** Requests per second, over `connections` connections. */
+  rate: number;
+  connections: number;
+  /** The app load starts this long before the probe's warm-up and ends this long after its measurement. */
+  leadSeconds: number;
+  /** The app loaded meanwhile, and the mode of its service (whose API is probed). */
+  appTitle: string;
+  mode: ModeKey;
+}
+
 export interface DataPlaneResults {
   modes: ModeInfo[];
   /** Deployments and commands that failed and were tried again. */
@@ -249,6 +297,11 @@ export interface DataPlaneResults {
   apps: AppDeployResult[];
   sandboxStarts: SandboxStartResult | null;
   proxy: ProxyRun[];
+  /** The plain nginx binary, or null when nginx is not installed (no `nginx` runs then). */
+  /** The plain proxies' binaries, null when not installed (no such runs then). */
+  plainProxies: Record<PlainProxyKind, string | null>;
+  api: ApiRun[];
+  apiProbe: ApiProbeInfo | null;
   rounds: number;
   connections: number;
   warmupSeconds: number;
@@ -274,17 +327,20 @@ function proxyCpu(before: CpuSample | null, after: CpuSample | null, requests: n
   if (base === null || before === null || after === null) return null;
   const delta = (a: number | null, b: number | null) => (a === null || b === null ? 0 : b - a);
   const slirpTicks = after.slirp - before.slirp;
+  const proxyTicks = after.proxies - before.proxies;
   const appTicks =
     after.ours -
     before.ours -
     (after.self - before.self) -
     delta(before.postgres, after.postgres) -
     delta(before.loadgen, after.loadgen) -
-    slirpTicks;
+    slirpTicks -
+    proxyTicks;
   const perRequest = (ticks: number) => Math.max(0, (ticks * 1000) / TICKS_PER_SECOND / requests);
   return {
     otherShare: base.otherShare,
     serviceMs: base.nodeMs,
+    proxyMs: perRequest(proxyTicks),
     appMs: perRequest(appTicks),
     slirpMs: perRequest(slirpTicks),
     postgresMs: base.postgresMs,
@@ -425,12 +481,12 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
   const id: string = created.body.id;
   const revisionId: string = created.body.latest_revision_id;
   const slug = appSlug({ name, id });
-  const host = `${slug}.${svc.config.appsDomain}:${svc.port}`;
+  const host = `${slug}.${svc.config.appsDomain}:${svc.edge.port}`;
 
   // The first 2xx through the stable URL; the revision's status now and then, to stop at a failure.
   let firstServed: number | null = null;
   for (let probe = 1; firstServed === null; probe++) {
-    const status = await requestByHost(svc.port, host, appConfig.healthCheckPath).catch(() => 0);
+    const status = await requestByHost(svc.edge.port, host, appConfig.healthCheckPath).catch(() => 0);
     if (status >= 200 && status < 300) firstServed = Date.now() - t0;
     else if (probe % 10 === 0) {
       const revision = await svc.api('GET', `/v2/deployments/${id}/revisions/${revisionId}`);
@@ -447,9 +503,14 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
     }
   }
 
-  const events = (
-    (await svc.api<{ resources: EventRow[] }>('GET', `/v2/deployments/${id}/events?limit=100`)).body.resources ?? []
-  ).filter((e) => e.subject_id === revisionId && e.type === 'revision.status_changed');
+  // The edge may serve the new instance a moment before the DEPLOYED event commits: wait for it.
+  let events: EventRow[] = [];
+  for (const until = Date.now() + 15_000; ; await sleep(50)) {
+    events = (
+      (await svc.api<{ resources: EventRow[] }>('GET', `/v2/deployments/${id}/events?limit=100`)).body.resources ?? []
+    ).filter((e) => e.subject_id === revisionId && e.type === 'revision.status_changed');
+    if (events.some((e) => e.to_status === 'DEPLOYED') || Date.now() > until) break;
+  }
   const reached = (status: string) => {
     const event = events.find((e) => e.to_status === status);
     if (!event)
@@ -619,43 +680,16 @@ async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
 
 // ----- proxy overhead ------------------------------------------------------------------------------
 
+/** The API probe: a cheap authenticated call at a fixed, modest rate (its latency is what is measured). */
+const API_PROBE_PATH = '/v2/deployments?limit=1';
+const API_PROBE_RATE = 200;
+const API_PROBE_CONNECTIONS = 4;
 /**
- * The floor of any reverse proxy written in Node: node:http in, node:http out through a keep-alive
- * agent, the response piped back; no routing table, no forwarded headers, no drain accounting. It runs
- * in the bench's process, as the service's proxy does.
+ * Seconds the app load runs before the probe starts measuring, and after it stops: both generators get
+ * their jobs at once, so the probe's warm-up is the app load's plus this, and its measured seconds lie
+ * inside the app load's.
  */
-async function startBareProxy(targetPort: number): Promise<{ origin: string; close(): Promise<void> }> {
-  const agent = new http.Agent({ keepAlive: true, timeout: 4_000 });
-  const server = http.createServer((req, res) => {
-    const upstream = http.request(
-      { host: '127.0.0.1', port: targetPort, method: req.method, path: req.url, headers: req.headers, agent },
-      (answer) => {
-        const headers = { ...answer.headers };
-        delete headers.connection;
-        delete headers['keep-alive'];
-        res.writeHead(answer.statusCode ?? 502, headers);
-        answer.pipe(res);
-      },
-    );
-    upstream.on('error', () => {
-      if (!res.headersSent) res.writeHead(502, { 'content-length': 0 });
-      res.end();
-    });
-    req.pipe(upstream);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  const port = typeof address === 'object' && address !== null ? address.port : 0;
-  return {
-    origin: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-        agent.destroy();
-      }),
-  };
-}
+const API_PROBE_LEAD = 0.5;
 
 /** One instance of an app to load: the service it runs in, and its slug. */
 interface ProxyTarget {
@@ -664,77 +698,164 @@ interface ProxyTarget {
   slug: string;
 }
 
+/** One way to reach the instance. */
+interface Form {
+  form: ProxyForm;
+  origin: string;
+  headers: Record<string, string>;
+}
+
 /**
- * The app's instances (one per mode) loaded four ways each, in `rounds` rounds; within a round, for
- * each form the two modes back to back, the first of them alternating.
+ * The ways to reach the instance the service's edge routes `target.slug` to. The plain nginx and the
+ * built-in edge are started here, pointed at the same instance; their closers are pushed to `closers`.
+ */
+async function formsOf(
+  target: ProxyTarget,
+  plainProxies: Record<PlainProxyKind, string | null>,
+  closers: (() => Promise<void>)[],
+): Promise<Form[]> {
+  const { svc, slug } = target;
+  const instances = svc.edge.targets(slug);
+  const instance = instances[0];
+  if (!instance) throw new Error(`${slug} has no instance in the edge's table`);
+  const hostOf = (port: number) => ({ host: `${slug}.${svc.config.appsDomain}:${port}` });
+  const forms: Form[] = [
+    { form: 'direct', origin: `http://127.0.0.1:${instance.port}`, headers: {} },
+    { form: 'stable', origin: `http://127.0.0.1:${svc.edge.port}`, headers: hostOf(svc.edge.port) },
+  ];
+  for (const kind of PLAIN_PROXIES) {
+    const binary = plainProxies[kind];
+    if (binary === null) continue;
+    const plain = await startPlainProxy(kind, binary, instance.port);
+    closers.push(() => plain.close());
+    forms.push({ form: kind, origin: plain.origin, headers: {} });
+  }
+  if (svc.edge.kind !== 'builtin') {
+    // The fallback edge, as the service starts it when nginx is missing (in the service's process), on a
+    // port of its own, with the same route.
+    const builtin = await startAppEdge({
+      config: { ...svc.config, edgeProxy: 'builtin', appsPort: 0, appsPublicUrl: null },
+      logger: svc.logger,
+    });
+    closers.push(() => builtin.close());
+    await builtin.setTargets(slug, instances);
+    forms.push({ form: 'builtin', origin: `http://127.0.0.1:${builtin.port}`, headers: hostOf(builtin.port) });
+  }
+  return forms;
+}
+
+function appJob(options: BenchOptions, f: Form, path: string, warmupSeconds: number, durationSeconds: number): HttpJob {
+  return {
+    kind: 'http',
+    origin: f.origin,
+    method: 'GET',
+    path,
+    slots: [],
+    body: null,
+    uniquePrefix: '',
+    headers: f.headers,
+    expectStatus: 200,
+    connections: options.connections,
+    warmupSeconds,
+    durationSeconds,
+    maxRequests: options.maxRequests,
+  };
+}
+
+/** The forms in round `round`: forward in even rounds, backward in odd ones, so no form always goes first. */
+function inTurn<T>(items: readonly T[], round: number): T[] {
+  return round % 2 === 0 ? [...items] : [...items].reverse();
+}
+
+/**
+ * The app's instances (one per mode) loaded each way, in `rounds` rounds; within a round the modes in
+ * turn, and for each mode its forms back to back (so the stable URL and plain nginx of one instance
+ * run next to each other), their order alternating from round to round.
  */
 async function proxyRuns(
   load: LoadRunner,
   options: BenchOptions,
   rounds: number,
   app: BenchApp,
-  targets: ProxyTarget[],
+  formsByMode: Map<ModeKey, Form[]>,
   say: (line: string) => void,
 ): Promise<ProxyRun[]> {
-  interface Form {
-    form: ProxyForm;
-    origin: string;
-    path: string;
-    headers: Record<string, string>;
-  }
-  const closers: (() => Promise<void>)[] = [];
   const runs: ProxyRun[] = [];
-  try {
-    const forms = new Map<ModeKey, Form[]>();
-    for (const t of targets) {
-      const target = t.svc.router.targets(t.slug)[0];
-      if (!target) throw new Error(`${t.slug} has no instance in the router`);
-      const host = `${t.slug}.${t.svc.config.appsDomain}:${t.svc.port}`;
-      const bare = await startBareProxy(target.port);
-      closers.push(() => bare.close());
-      forms.set(t.mode, [
-        { form: 'direct', origin: `http://127.0.0.1:${target.port}`, path: app.proxyPath, headers: {} },
-        { form: 'bare', origin: bare.origin, path: app.proxyPath, headers: {} },
-        { form: 'host', origin: t.svc.origin, path: app.proxyPath, headers: { host } },
-        { form: 'path', origin: t.svc.origin, path: `/apps/${t.slug}${app.proxyPath}`, headers: {} },
-      ]);
-    }
-    for (let round = 0; round < rounds; round++) {
-      for (const [index, form] of PROXY_FORMS.entries()) {
-        const order = (round + index) % 2 === 0 ? targets : [...targets].reverse();
-        for (const { mode } of order) {
-          const f = forms.get(mode)!.find((x) => x.form === form)!;
-          const job: HttpJob = {
-            kind: 'http',
-            origin: f.origin,
-            method: 'GET',
-            path: f.path,
-            slots: [],
-            body: null,
-            uniquePrefix: '',
-            headers: f.headers,
-            expectStatus: 200,
-            connections: options.connections,
-            warmupSeconds: options.warmupSeconds,
-            durationSeconds: options.durationSeconds / rounds,
-            maxRequests: options.maxRequests,
-          };
-          const before = await sampleCpu(load.pid);
-          const result = await load.run(job);
-          const cpu = proxyCpu(before, await sampleCpu(load.pid), result.allRequests);
-          runs.push({ app: app.key, appTitle: app.title, mode, form, round, result, cpu });
-          say(
-            `  proxy ${app.key} ${form} ${mode} (round ${round + 1}/${rounds}): ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
-              (cpu
-                ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}${mode === 'isolated' ? ` slirp4netns ${cpu.slirpMs.toFixed(3)}` : ''}, others ${Math.round(cpu.otherShare * 100)}%`
-                : '') +
-              (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
-          );
-        }
+  const durationSeconds = options.durationSeconds / rounds;
+  for (let round = 0; round < rounds; round++) {
+    for (const mode of modesInTurn(round)) {
+      for (const f of inTurn(formsByMode.get(mode) ?? [], round)) {
+        const before = await sampleCpu(load.pid);
+        const result = await load.run(appJob(options, f, app.proxyPath, options.warmupSeconds, durationSeconds));
+        const cpu = proxyCpu(before, await sampleCpu(load.pid), result.allRequests);
+        runs.push({ app: app.key, appTitle: app.title, mode, form: f.form, round, result, cpu });
+        say(
+          `  proxy ${app.key} ${mode} ${f.form} (round ${round + 1}/${rounds}): ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
+            (cpu
+              ? `, CPU ms/req service ${cpu.serviceMs.toFixed(3)} proxy ${cpu.proxyMs.toFixed(3)} app ${cpu.appMs.toFixed(3)}${mode === 'isolated' ? ` slirp4netns ${cpu.slirpMs.toFixed(3)}` : ''}, others ${Math.round(cpu.otherShare * 100)}%`
+              : '') +
+            (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : ''),
+        );
       }
     }
-  } finally {
-    for (const close of closers) await close();
+  }
+  return runs;
+}
+
+/**
+ * The API's latency alone and while the app is loaded through each edge: the probe (a second load
+ * generator, so that it never waits behind the app load's event loop) sends API_PROBE_RATE cheap
+ * authenticated calls a second to the app's service; in each round the three conditions in turn.
+ */
+async function apiRuns(
+  load: LoadRunner,
+  probe: LoadRunner,
+  options: BenchOptions,
+  rounds: number,
+  app: BenchApp,
+  target: ProxyTarget,
+  forms: Form[],
+  say: (line: string) => void,
+): Promise<ApiRun[]> {
+  const durationSeconds = options.durationSeconds / rounds;
+  const probeJob: HttpJob = {
+    kind: 'http',
+    origin: target.svc.origin,
+    method: 'GET',
+    path: API_PROBE_PATH,
+    slots: [],
+    body: null,
+    uniquePrefix: '',
+    headers: { 'x-api-key': target.svc.apiKey },
+    expectStatus: 200,
+    connections: API_PROBE_CONNECTIONS,
+    warmupSeconds: options.warmupSeconds + API_PROBE_LEAD,
+    durationSeconds,
+    maxRequests: options.maxRequests,
+    rate: API_PROBE_RATE,
+  };
+  const loads: ApiLoad[] = ['none', ...(['stable', 'builtin'] as const).filter((l) => forms.some((f) => f.form === l))];
+  const runs: ApiRun[] = [];
+  for (let round = 0; round < rounds; round++) {
+    for (const condition of inTurn(loads, round)) {
+      const f = forms.find((x) => x.form === condition);
+      const before = await sampleCpu(load.pid);
+      const [result, appResult] = await Promise.all([
+        probe.run(probeJob),
+        f === undefined
+          ? Promise.resolve(null)
+          : load.run(appJob(options, f, app.proxyPath, 0, probeJob.warmupSeconds + durationSeconds + API_PROBE_LEAD)),
+      ]);
+      const otherShare = cpuBetween(before, await sampleCpu(load.pid), 1)?.otherShare ?? null;
+      runs.push({ load: condition, round, result, app: appResult, otherShare });
+      say(
+        `  API under app load ${condition} (round ${round + 1}/${rounds}): ${Math.round(result.rps)}/s p50 ${result.p50.toFixed(2)} p99 ${result.p99.toFixed(2)}` +
+          (appResult ? `; app ${Math.round(appResult.rps)}/s p99 ${appResult.p99.toFixed(2)}` : '') +
+          (otherShare === null ? '' : `, others ${Math.round(otherShare * 100)}%`) +
+          (result.failures ? ` FAILED ${result.failures}: ${result.firstFailure}` : '') +
+          (appResult?.failures ? ` app FAILED ${appResult.failures}: ${appResult.firstFailure}` : ''),
+      );
+    }
   }
   return runs;
 }
@@ -747,6 +868,8 @@ export interface DataPlaneBenchContext {
   /** Any database on the bench's server; the services' own databases are made beside it. */
   serverUrl: string;
   load: LoadRunner;
+  /** A second load generator for the API probe that runs beside the app load (null: no API runs). */
+  probe: LoadRunner | null;
   say: (line: string) => void;
   /** Registers a cleanup step for Ctrl-C (the group also cleans up itself when it ends). */
   defer(step: () => Promise<void>): void;
@@ -813,6 +936,12 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
   const count = options.deployments;
   const results: AppDeployResult[] = [];
   const proxy: ProxyRun[] = [];
+  const api: ApiRun[] = [];
+  let apiProbe: ApiProbeInfo | null = null;
+  const plainProxies: Record<PlainProxyKind, string | null> = { nginx: null, haproxy: null };
+  if (parts.proxy) for (const kind of PLAIN_PROXIES) plainProxies[kind] = await findPlainProxy(kind);
+  if (parts.proxy && plainProxies.nginx === null)
+    say('  CAUTION: nginx is not installed: no plain nginx to compare the stable URL with (apt-get install nginx)');
   let sandboxStarts: SandboxStartResult | null = null;
   const failures: FailedAttempt[] = [];
   try {
@@ -825,11 +954,14 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
       ctx.defer(() => sandbox.close());
       closing.push(() => sandbox.close());
       sandboxes[mode] = sandbox;
-      say(`data plane, ${mode} (SLIPWAY_SANDBOX=${MODE_SANDBOX[mode]}): ${svc.isolation}`);
+      say(
+        `data plane, ${mode} (SLIPWAY_SANDBOX=${MODE_SANDBOX[mode]}): ${svc.isolation}; apps served by ${svc.edge.kind} on port ${svc.edge.port}`,
+      );
     }
     const modes: ModeInfo[] = MODE_KEYS.map((key) => ({
       key,
       sandbox: MODE_SANDBOX[key],
+      edge: services[key].edge.kind,
       isolation: services[key].isolation,
       contained: sandboxes[key].contained,
     }));
@@ -919,13 +1051,40 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
         }
       }
       if (parts.proxy) {
-        const targets: ProxyTarget[] = [];
-        for (const mode of MODE_KEYS) {
-          const svc = services[mode];
-          const deployed = (serving[mode] ??= await deployNoting(svc, mode, app, appConfig, failures, say));
-          targets.push({ mode, svc, slug: deployed.slug });
+        const closers: (() => Promise<void>)[] = [];
+        const closeAll = async () => {
+          for (const close of closers.splice(0).reverse()) await close();
+        };
+        ctx.defer(closeAll);
+        try {
+          const formsByMode = new Map<ModeKey, Form[]>();
+          const targets = new Map<ModeKey, ProxyTarget>();
+          for (const mode of MODE_KEYS) {
+            const svc = services[mode];
+            const deployed = (serving[mode] ??= await deployNoting(svc, mode, app, appConfig, failures, say));
+            const target = { mode, svc, slug: deployed.slug };
+            targets.set(mode, target);
+            formsByMode.set(mode, await formsOf(target, plainProxies, closers));
+          }
+          proxy.push(...(await proxyRuns(ctx.load, options, rounds, app, formsByMode, say)));
+          // The API's latency under app load: once, with the tiny app (the proxy's share of each request
+          // is largest), in the default mode.
+          if (app === tiny && ctx.probe !== null) {
+            const mode: ModeKey = 'isolated';
+            apiProbe = {
+              request: `GET ${API_PROBE_PATH}`,
+              rate: API_PROBE_RATE,
+              connections: API_PROBE_CONNECTIONS,
+              leadSeconds: API_PROBE_LEAD,
+              appTitle: app.title,
+              mode,
+            };
+            const forms = formsByMode.get(mode)!;
+            api.push(...(await apiRuns(ctx.load, ctx.probe, options, rounds, app, targets.get(mode)!, forms, say)));
+          }
+        } finally {
+          await closeAll();
         }
-        proxy.push(...(await proxyRuns(ctx.load, options, rounds, app, targets, say)));
       }
       for (const mode of MODE_KEYS) {
         const deployed = serving[mode];
@@ -939,6 +1098,9 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
       apps: results,
       sandboxStarts,
       proxy,
+      plainProxies,
+      api,
+      apiProbe,
       rounds,
       connections: options.connections,
       warmupSeconds: options.warmupSeconds,

@@ -27,6 +27,11 @@ export interface HttpJob {
   durationSeconds: number;
   /** Upper bound of requests in the measured phase (the duration usually ends it first). */
   maxRequests: number;
+  /**
+   * Requests per second over all connections (autocannon's overallRate), for a probe that measures
+   * latency at a fixed load; absent: as fast as the connections go.
+   */
+  rate?: number;
 }
 
 /** One statement as the service sent it to PostgreSQL (captured through Kysely's log hook). */

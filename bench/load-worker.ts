@@ -62,6 +62,7 @@ async function runHttp(job: HttpJob): Promise<LoadResult> {
           connections: job.connections,
           duration: seconds,
           maxOverallRequests: maxRequests,
+          ...(job.rate !== undefined ? { overallRate: job.rate } : {}),
           timeout: 30,
           requests: [
             {

@@ -15,9 +15,11 @@
  * services with their workers, each on a database of its own, one with SLIPWAY_SANDBOX=none (apps run
  * bare) and one with the default full isolation, measured interleaved: create to DEPLOYED against the
  * app started directly, the app's commands under each sandbox, and the app proxy against the same app
- * instance called on the port the router sends to; each figure per mode and isolated / bare. Then the
- * listener group (bench/listener-polls.ts; `--only listeners`): patch to a listener's long-poll answer
- * with one and with 1,000 listeners polling, and the service's memory while it holds their polls.
+ * instance called on the port the edge sends to, through the service's edge (nginx when installed), a
+ * plain nginx and the built-in edge, and the API's latency alone and under app load; each figure per
+ * mode and isolated / bare. Then the listener group (bench/listener-polls.ts; `--only listeners`):
+ * patch to a listener's long-poll answer with one and with 1,000 listeners polling, and the service's
+ * memory while it holds their polls.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -315,15 +317,20 @@ async function main(): Promise<number> {
         ? { deploy: false, proxy: false }
         : dataPlaneParts(options.only);
     if (parts.deploy || parts.proxy) {
-      const proxyRuns = 2 * 4 * 2 * options.proxyRounds;
+      const proxyRuns = 2 * 5 * 2 * options.proxyRounds;
+      const apiRuns = 3 * options.proxyRounds;
       say(
-        `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)` : ''].filter(Boolean).join('; ')}`,
+        `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs and ${apiRuns} runs of the API under app load, each of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)` : ''].filter(Boolean).join('; ')}`,
       );
+      // The API probe runs beside the app load, so it needs a load generator of its own.
+      const probe = parts.proxy ? LoadGenerator.start() : null;
+      if (probe !== null) cleanups.push(() => probe.stop());
       const dataPlane = await runDataPlaneBench({
         options,
         parts,
         serverUrl: database.url,
         load,
+        probe,
         say,
         defer: (step) => void cleanups.push(step),
       });
