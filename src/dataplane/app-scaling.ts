@@ -8,6 +8,7 @@
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
+import type { EventType } from '../domain/event-types.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 import type { AppRoutes } from './app-edge.ts';
@@ -75,7 +76,7 @@ export async function scaleInPlace(
   options: ScalingOptions & { db: Kysely<Database>; logger: Logger },
 ): Promise<void> {
   const from = runningScale(app.supervisor);
-  const event = (type: string, data: Record<string, unknown>) =>
+  const event = (type: EventType, data: Record<string, unknown>) =>
     recordEvents(options.db, [
       {
         workspaceId: app.workspaceId,

@@ -9,6 +9,7 @@
  * Only a change writes anything: each heartbeat is compared with the stored conditions, so repeating
  * one is free.
  */
+import type { EventType } from '../domain/event-types.ts';
 import { transitionDeployment } from '../pipeline/transitions.ts';
 import { recordEvents } from '../store/events.ts';
 import {
@@ -126,7 +127,7 @@ async function tellChange(
   before: ListenerDeploymentConditionRow | undefined,
   wanted: Wanted | null,
 ): Promise<void> {
-  const event = (type: string, data: Record<string, unknown>) =>
+  const event = (type: EventType, data: Record<string, unknown>) =>
     recordEvents(db, [
       {
         workspaceId: deployment.workspace_id,

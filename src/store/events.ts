@@ -1,4 +1,5 @@
 /** The event log: one row per state transition or other audited change. */
+import type { EventType } from '../domain/event-types.ts';
 import { json, type Db } from './schema.ts';
 
 export interface EventInput {
@@ -17,7 +18,8 @@ export interface EventInput {
     | 'codehost_integration';
   subjectId: string;
   deploymentId?: string | null;
-  type: string;
+  /** Registered in src/domain/event-types.ts. */
+  type: EventType;
   fromStatus?: string | null;
   toStatus?: string | null;
   data?: Record<string, unknown>;

@@ -20,7 +20,11 @@ function counts(value: unknown): string {
   return `${web} web${typeof c.worker === 'number' && c.worker > 0 ? `, ${c.worker} worker` : ''}`;
 }
 
-/** One line a person reads, and the reason or message behind it when there is one. */
+/**
+ * One line a person reads, and the reason or message behind it when there is one. A case for every
+ * `deployment.*` and `revision.*` type of the service's event registry (docs/events.md; a test checks
+ * it); the default shows a type this build does not know yet by its name.
+ */
 export function describeEvent(e: DeploymentEvent): { what: string; why: string | null } {
   const why = text(e.data.message) ?? text(e.data.failure_message) ?? text(e.data.reason);
   switch (e.type) {
@@ -51,6 +55,12 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
       return { what: 'In-place update failed on the listener', why };
     case 'deployment.update_rolled_out':
       return { what: 'In-place update rolled out', why: null };
+    case 'deployment.tags_set':
+      return { what: 'Tags set', why: null };
+    case 'deployment.deleted':
+      return { what: 'Deployment deleted', why: null };
+    case 'revision.reported':
+      return { what: `Listener reported revision ${short(e.subject_id)}: ${e.to_status ?? ''}`, why };
     default:
       return { what: e.type, why };
   }

@@ -1,0 +1,103 @@
+/**
+ * Every event type the service writes to the event log (src/store/events.ts) is registered here with
+ * its meaning, as error codes are in src/errors.ts: an event's `type` is an `EventType`, so a name
+ * that is not in this list does not compile. docs/events.md lists every type; test/domain/event-types
+ * keeps the three in step (registered, documented, emitted somewhere in src/) and checks that the
+ * dashboard's activity list (web/src/components/deployment-activity.tsx) has words for every type a
+ * deployment's event list can hold.
+ *
+ * A type is `<subject>.<what happened>`; the subject is the event's `subject_type`. Events of a
+ * deployment or of one of its revisions carry `deployment_id` and are what
+ * `GET /v2/deployments/{id}/events` answers.
+ */
+
+export const EVENT_TYPES = {
+  // Deployments (subject_type deployment, deployment_id set).
+  'deployment.created': { summary: 'A deployment was created, with its first revision.' },
+  'deployment.updated': {
+    summary:
+      'A patch or a redeploy changed the deployment in place; data.fields names what changed (a redeploy adds restored_from_revision and kept_scale).',
+  },
+  'deployment.status_changed': {
+    summary:
+      'The deployment moved from from_status to to_status (docs/lifecycle.md); data.reason says why when it is not the plain next step.',
+  },
+  'deployment.active_revision_changed': {
+    summary: 'A DEPLOYED revision became the one serving the deployment; data has from, to and the stable url.',
+  },
+  'deployment.deleted': {
+    summary:
+      "The deployment's row was removed: at once, after the own data plane tore it down, or when its listener confirmed the deletion.",
+  },
+  'deployment.tags_set': { summary: "The deployment's tags were replaced by data.tag_value_ids." },
+  'deployment.database_created': {
+    summary: "The own data plane made the deployment's PostgreSQL database (data.database).",
+  },
+  'deployment.app_exited': {
+    summary:
+      'An instance of the serving app on the own data plane exited; data has its exit code or signal and crashes.',
+  },
+  'deployment.scaled': {
+    summary: 'The own data plane started or stopped instances in place to match resource_spec (data.from, data.to).',
+  },
+  'deployment.scale_failed': {
+    summary: 'New instances for a changed resource_spec did not become healthy; the old ones keep serving.',
+  },
+  'deployment.update_failed': {
+    summary: 'The listener reported that an in-place change was refused by the cluster or did not roll out.',
+  },
+  'deployment.update_rolled_out': {
+    summary: 'An in-place change that had failed on the listener is in place now (or was replaced).',
+  },
+  // Revisions (subject_type revision, deployment_id set).
+  'revision.created': {
+    summary: 'A revision was made; data.cause says by what (create, patch, secrets_changed, redeploy, push).',
+  },
+  'revision.status_changed': {
+    summary:
+      'The revision moved from from_status to to_status (docs/lifecycle.md); a failure carries data.reason and data.message.',
+  },
+  'revision.reported': {
+    summary: "A listener's status report for the revision was applied; to_status is the reported status.",
+  },
+  // Listeners (subject_type listener).
+  'listener.created': { summary: 'A listener was registered.' },
+  'listener.updated': { summary: "A listener's settings were changed." },
+  'listener.deleted': { summary: 'A listener was deleted.' },
+  'listener.credential_created': { summary: 'A listener credential was made (its secret is shown once).' },
+  'listener.credential_revoked': { summary: 'A listener credential was revoked.' },
+  'listener.desired_state_read': {
+    summary: "An API key (data.by_key), not the listener's own credential, read the listener's desired state.",
+  },
+  'listener.agent_changed': {
+    summary: "A heartbeat brought another agent version or other watched namespaces than the listener's last one.",
+  },
+  // API keys and workspaces.
+  'api_key.created': { summary: 'An API key was made (its secret is shown once).' },
+  'api_key.revoked': { summary: 'An API key was revoked.' },
+  'workspace.created': { summary: 'A workspace was created.' },
+  // OAuth providers, authorizations and tokens.
+  'oauth_provider.created': { summary: 'An OAuth provider was configured.' },
+  'oauth_provider.updated': { summary: "An OAuth provider's settings were changed." },
+  'oauth_provider.deleted': { summary: 'An OAuth provider was deleted.' },
+  'oauth_authorization.started': { summary: 'An authorization-code flow against a provider was started.' },
+  'oauth_authorization.completed': { summary: 'An authorization-code flow ended with a token.' },
+  'oauth_authorization.failed': {
+    summary: 'An authorization-code flow ended without a token; data.reason and data.message say why.',
+  },
+  'oauth_token.created': { summary: "An OAuth token was stored (encrypted) from a provider's answer." },
+  'oauth_token.refreshed': { summary: 'An OAuth token was refreshed at its provider.' },
+  'oauth_token.refresh_failed': { summary: 'Refreshing an OAuth token at its provider failed.' },
+  'oauth_token.deleted': { summary: 'An OAuth token was deleted (and revoked at its provider when it could be).' },
+  // Agent connections and credentials.
+  'agent_connection.created': { summary: 'An agent connection over an OAuth token was made.' },
+  'agent_connection.deleted': { summary: 'An agent connection was deleted.' },
+  'agent_credential.created': { summary: 'An agent credential was made (its secret is shown once).' },
+  'agent_credential.revoked': { summary: 'An agent credential was revoked.' },
+  // Code-host integrations.
+  'codehost_integration.created': { summary: 'A code-host integration was created.' },
+  'codehost_integration.updated': { summary: "A code-host integration's settings or credentials were changed." },
+  'codehost_integration.deleted': { summary: 'A code-host integration was deleted.' },
+} as const satisfies Record<string, { summary: string }>;
+
+export type EventType = keyof typeof EVENT_TYPES;
