@@ -105,10 +105,14 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  timeout tunnel 1h',
     '  timeout client-fin 5s',
     '  timeout server-fin 5s',
-    // A refused connection goes to another instance at once; the app cannot have seen the request.
-    '  retries 3',
+    // A refused connection goes to another instance; the app cannot have seen the request. One retry:
+    // HAProxy waits up to a second before each, and a dead single instance should get its 502 soon.
+    '  retries 1',
     '  option redispatch 1',
     '  option forwardfor',
+    // A client that goes away ends the app's request at once, also on a quiet stream (SSE, long poll),
+    // as the built-in edge does.
+    '  option abortonclose',
     '',
     'frontend apps',
     `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,

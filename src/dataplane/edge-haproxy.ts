@@ -189,11 +189,21 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     proc.once('exit', (code, signal) => {
       if (child !== proc || closing) return;
       child = null;
-      // Supervised: started again with the whole table, so apps stay reachable.
-      logger.error({ code, signal }, 'app edge: HAProxy exited; starting it again');
+      // Supervised: started again with the whole table, so apps stay reachable; unless another HAProxy
+      // now holds this directory (another edge took it over), which must not be fought over.
       enqueue(async () => {
         await sleep(500);
-        if (!closing) await start();
+        if (closing) return;
+        const holder = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
+        if (Number.isInteger(holder) && holder > 1 && holder !== proc.pid && alive(holder)) {
+          logger.error(
+            { code, signal, holder },
+            'app edge: HAProxy exited and another one holds its directory; not restarting it',
+          );
+          return;
+        }
+        logger.error({ code, signal }, 'app edge: HAProxy exited; starting it again');
+        await start();
       }).catch((error: unknown) => logger.error({ err: error }, 'app edge: HAProxy could not be started again'));
     });
     return proc;
