@@ -10,9 +10,11 @@ import { deployCommand } from './deploy-command.ts';
 import {
   deploymentsCommand,
   interruptCommand,
+  listDeploymentsCommand,
   logsCommand,
   revisionsCommand,
   rollbackCommand,
+  showDeploymentCommand,
 } from './deployment-commands.ts';
 import { integrationsCommand } from './integration-commands.ts';
 import { keysCommand } from './key-commands.ts';
@@ -55,8 +57,15 @@ export function buildProgram(runtime: CliRuntime): Command {
     'slipway logs my-agent --follow',
   ]);
 
+  // Where users of other PaaS command lines look first: `slipway ls`, `slipway status <deployment>`.
+  const ls = listDeploymentsCommand(run, 'ls', 'ls', ['list']);
+  ls.description(`${ls.description()} (same as deployments ls)`);
+  const status = showDeploymentCommand(run, 'status', 'status', ['info']);
+  status.description(`${status.description()} (same as deployments get)`);
   for (const command of [
     deployCommand(run),
+    ls,
+    status,
     deploymentsCommand(run),
     revisionsCommand(run),
     rollbackCommand(run),

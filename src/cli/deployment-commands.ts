@@ -3,8 +3,10 @@
  * and `logs`.
  */
 import { Command } from 'commander';
-import type { Deployment, LogLine, LogType, Revision } from '../client/api-aliases.ts';
+import type { Deployment, Listener, LogLine, LogType, Revision } from '../client/api-aliases.ts';
+import { explainStatus, explanationNeeds } from '../client/deployment-status.ts';
 import { ok, type SlipwayClient } from '../client/slipway-client.ts';
+import { SlipwayError } from '../client/slipway-error.ts';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { ago, orDash, styleStatus } from './cli-format.ts';
@@ -16,87 +18,16 @@ import { followRevision, printDeployed } from './revision-progress.ts';
 
 export function deploymentsCommand(run: ActionRunner): Command {
   const deployments = withExample(
-    new Command('deployments').alias('deployment').description('List, show and delete deployments'),
+    new Command('deployments').aliases(['deployment', 'apps']).description('List, show and delete deployments'),
     ['slipway deployments ls', 'slipway deployments get support-agent'],
   );
 
-  deployments.addCommand(
-    withExample(
-      new Command('ls')
-        .alias('list')
-        .description('List the deployments of the workspace, newest first')
-        .option(
-          '--status <status>',
-          'only deployments in this status (READY, UNUSED, AWAITING_DATABASE, AWAITING_DELETE, UNKNOWN)',
-        )
-        .option('--name-contains <text>', 'only deployments whose name contains this (any case)'),
-      ['slipway deployments ls --status READY', 'slipway deployments ls --json | jq -r ".[].name"'],
-    ).action(
-      run(async (ctx, options: { status?: Deployment['status']; nameContains?: string }) => {
-        const client = await ctx.client();
-        const rows: Deployment[] = [];
-        for await (const page of client.deployments.pages({
-          ...(options.status ? { status: options.status } : {}),
-          ...(options.nameContains ? { name_contains: options.nameContains } : {}),
-        }))
-          rows.push(...page.resources);
-        if (ctx.output.json) return ctx.output.data(rows);
-        ctx.output.table(
-          rows,
-          [
-            { header: 'NAME', value: (d) => d.name },
-            { header: 'STATUS', value: (d) => d.status, style: (text) => styleStatus(ctx.output.out, text) },
-            { header: 'SOURCE', value: (d) => d.source },
-            { header: 'ID', value: (d) => d.id },
-            { header: 'UPDATED', value: (d) => ago(d.updated_at) },
-            { header: 'URL', value: (d) => orDash(d.source_config.custom_url) },
-          ],
-          'deployments',
-        );
-      }),
-    ),
-  );
-
-  deployments.addCommand(
-    withExample(
-      new Command('get')
-        .description('Show a deployment and its latest revision')
-        .argument('<deployment>', 'name or id'),
-      ['slipway deployments get support-agent'],
-    ).action(
-      run(async (ctx, ref: string) => {
-        const client = await ctx.client();
-        const deployment = await resolveDeployment(client, ref);
-        const latest = deployment.latest_revision_id
-          ? await client.revisions.get(deployment.id, deployment.latest_revision_id)
-          : null;
-        if (ctx.output.json) return ctx.output.data({ ...deployment, latest_revision: latest });
-        const out = ctx.output.out;
-        ctx.output.fields([
-          ['name', deployment.name],
-          ['id', deployment.id],
-          ['status', styleStatus(out, deployment.status)],
-          ['source', deployment.source],
-          ['url', orDash(deployment.source_config.custom_url)],
-          [
-            'latest revision',
-            latest
-              ? `${latest.id} ${styleStatus(out, latest.status)}${latest.failure_reason ? ` (${latest.failure_reason})` : ''}`
-              : '-',
-          ],
-          ['active revision', orDash(deployment.active_revision_id)],
-          ['secrets', deployment.secrets.map((s) => s.name).join(', ') || '-'],
-          ['created', `${deployment.created_at} (${ago(deployment.created_at)})`],
-          ['updated', `${deployment.updated_at} (${ago(deployment.updated_at)})`],
-        ]);
-      }),
-    ),
-  );
-
+  deployments.addCommand(listDeploymentsCommand(run, 'deployments ls', 'ls', ['list']));
+  deployments.addCommand(showDeploymentCommand(run, 'deployments get', 'get', ['show', 'info', 'status']));
   deployments.addCommand(
     withExample(
       new Command('rm')
-        .alias('delete')
+        .aliases(['delete', 'destroy'])
         .description('Delete a deployment: its app stops, its database and files are removed')
         .argument('<deployment>', 'name or id')
         .option('-y, --yes', 'do not ask for confirmation (needed when not on a terminal)')
@@ -131,9 +62,136 @@ export function deploymentsCommand(run: ActionRunner): Command {
   return deployments;
 }
 
+/**
+ * `deployments ls`, also `slipway ls` at the top, where users of other PaaS command lines look for it
+ * (docs/cli.md, "Aliases").
+ */
+export function listDeploymentsCommand(run: ActionRunner, path: string, name: string, aliases: string[]): Command {
+  return withExample(
+    new Command(name)
+      .aliases(aliases)
+      .description('List the deployments of the workspace, newest first')
+      .option(
+        '--status <status>',
+        'only deployments in this status (READY, UNUSED, AWAITING_DATABASE, AWAITING_DELETE, UNKNOWN)',
+      )
+      .option('--name-contains <text>', 'only deployments whose name contains this (any case)'),
+    [`slipway ${path} --status READY`, `slipway ${path} --json | jq -r ".[].name"`],
+  ).action(
+    run(async (ctx, options: { status?: Deployment['status']; nameContains?: string }) => {
+      const client = await ctx.client();
+      const rows: Deployment[] = [];
+      for await (const page of client.deployments.pages({
+        ...(options.status ? { status: options.status } : {}),
+        ...(options.nameContains ? { name_contains: options.nameContains } : {}),
+      }))
+        rows.push(...page.resources);
+      if (ctx.output.json) return ctx.output.data(rows);
+      const why = await statusExplanations(client, rows);
+      ctx.output.table(
+        rows,
+        [
+          { header: 'NAME', value: (d) => d.name },
+          { header: 'STATUS', value: (d) => d.status, style: (text) => styleStatus(ctx.output.out, text) },
+          { header: 'WHY', value: (d) => orDash(why.get(d.id)) },
+          { header: 'SOURCE', value: (d) => d.source },
+          { header: 'ID', value: (d) => d.id },
+          { header: 'UPDATED', value: (d) => ago(d.updated_at) },
+          { header: 'URL', value: (d) => orDash(d.source_config.custom_url) },
+        ],
+        'deployments',
+      );
+    }),
+  );
+}
+
+/** `deployments get`, also `slipway status` at the top (docs/cli.md, "Aliases"). */
+export function showDeploymentCommand(run: ActionRunner, path: string, name: string, aliases: string[]): Command {
+  return withExample(
+    new Command(name)
+      .aliases(aliases)
+      .description('Show a deployment, why it has its status, and its latest revision')
+      .argument('<deployment>', 'name or id'),
+    [`slipway ${path} support-agent`],
+  ).action(
+    run(async (ctx, ref: string) => {
+      const client = await ctx.client();
+      const deployment = await resolveDeployment(client, ref);
+      const latest = deployment.latest_revision_id
+        ? await client.revisions.get(deployment.id, deployment.latest_revision_id)
+        : null;
+      const listener = explanationNeeds(deployment).listener
+        ? await findListener(client, deployment.source_config.listener_id as string)
+        : null;
+      const why = explainStatus(deployment, latest, listener);
+      if (ctx.output.json) return ctx.output.data({ ...deployment, latest_revision: latest, status_detail: why });
+      const out = ctx.output.out;
+      ctx.output.fields([
+        ['name', deployment.name],
+        ['id', deployment.id],
+        ['status', styleStatus(out, deployment.status)],
+        ...(why ? [['why', why] as [string, string]] : []),
+        ['source', deployment.source],
+        ['url', orDash(deployment.source_config.custom_url)],
+        [
+          'latest revision',
+          latest
+            ? `${latest.id} ${styleStatus(out, latest.status)}${latest.failure_reason ? ` (${latest.failure_reason})` : ''}`
+            : '-',
+        ],
+        ['active revision', orDash(deployment.active_revision_id)],
+        ['secrets', deployment.secrets.map((s) => s.name).join(', ') || '-'],
+        ['created', `${deployment.created_at} (${ago(deployment.created_at)})`],
+        ['updated', `${deployment.updated_at} (${ago(deployment.updated_at)})`],
+      ]);
+    }),
+  );
+}
+
+/** A listener by id, or null when it is gone or not visible (the explanation then names its id). */
+async function findListener(client: SlipwayClient, listenerId: string): Promise<Listener | null> {
+  return client.listeners.get(listenerId).catch((error: unknown) => {
+    if (error instanceof SlipwayError && error.status === 404) return null;
+    throw error;
+  });
+}
+
+/**
+ * Why each deployment of a list has its status (src/client/deployment-status.ts), by id. Only what a
+ * row needs is fetched: the latest revision of those not serving it, the listeners once.
+ */
+async function statusExplanations(client: SlipwayClient, rows: Deployment[]): Promise<Map<string, string>> {
+  const needs = rows.map((d) => ({ deployment: d, ...explanationNeeds(d) }));
+  const listeners = new Map<string, Listener>();
+  if (needs.some((n) => n.listener)) for await (const l of client.listeners.all()) listeners.set(l.id, l);
+  const explained = new Map<string, string>();
+  // A few at a time: a long list should not open a connection per row at once.
+  for (let i = 0; i < needs.length; i += 8) {
+    await Promise.all(
+      needs.slice(i, i + 8).map(async ({ deployment: d, latestRevision, listener }) => {
+        const latest =
+          latestRevision && d.latest_revision_id
+            ? await client.revisions.get(d.id, d.latest_revision_id).catch((error: unknown) => {
+                // Deleted or superseded meanwhile: the row shows its status alone.
+                if (error instanceof SlipwayError && error.status === 404) return null;
+                throw error;
+              })
+            : null;
+        const why = explainStatus(
+          d,
+          latest,
+          listener ? (listeners.get(String(d.source_config.listener_id)) ?? null) : null,
+        );
+        if (why) explained.set(d.id, why);
+      }),
+    );
+  }
+  return explained;
+}
+
 export function revisionsCommand(run: ActionRunner): Command {
   const revisions = withExample(
-    new Command('revisions').alias('revision').description('List the revisions of a deployment'),
+    new Command('revisions').aliases(['revision', 'releases']).description('List the revisions of a deployment'),
     ['slipway revisions ls support-agent'],
   );
   revisions.addCommand(
@@ -170,6 +228,7 @@ export function revisionsCommand(run: ActionRunner): Command {
 export function rollbackCommand(run: ActionRunner): Command {
   return withExample(
     new Command('rollback')
+      .alias('redeploy')
       .description(
         'Redeploy what an earlier revision ran (its source, secrets, build commands, cpu and memory) as a new revision, and follow it; the instance counts stay as they are',
       )

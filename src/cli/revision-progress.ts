@@ -24,8 +24,10 @@ const STEP: Record<RevisionStatus, string> = {
   UNKNOWN: 'Lost track of by the data plane',
 };
 
-/** Lines of the log shown under a failure. */
+/** Lines of the deploy log shown under a failure. */
 const TAIL_LINES = 20;
+/** Lines of the followed log remembered, so that a failure message does not print them again. */
+const SHOWN_LINES_KEPT = 200;
 
 export interface FollowResult {
   deployment: Deployment;
@@ -57,7 +59,7 @@ export async function followRevision(
       },
       onLine: (line) => {
         tail.push(line.message);
-        if (tail.length > TAIL_LINES) tail.shift();
+        if (tail.length > SHOWN_LINES_KEPT) tail.shift();
         progress.line(line.stream === 'system' ? output.err.dim(line.message) : line.message);
       },
     });
@@ -84,9 +86,8 @@ export async function followRevision(
   // deploy log, which was not shown; the failure message usually quotes the last of them already,
   // so they are printed only when it does not.
   const details: string[] = [];
-  const streamed = new Set(tail.map((line) => line.trim()));
   const message = revision.failure_message?.trim() ?? '';
-  if (message !== '' && !streamed.has(message)) details.push(...message.split('\n'));
+  details.push(...unseenLines(message, tail));
   const lines = revision.status === 'DEPLOY_FAILED' ? await deployLogTail(client, deployment.id, revision.id) : [];
   const lastLine = lines.at(-1);
   if (lines.length > 0 && (lastLine === undefined || !message.includes(lastLine))) {
@@ -100,6 +101,21 @@ export async function followRevision(
     EXIT.failed,
     details,
   );
+}
+
+/**
+ * The lines of a failure message not shown yet: a line the followed log had (the data plane logs
+ * "Build failed: <first line>", and quotes the log's last lines in the message) is left out, and so is
+ * a heading ("Last lines of output:") whose lines were all left out.
+ */
+function unseenLines(message: string, shownLog: string[]): string[] {
+  if (message === '') return [];
+  const shown = shownLog.flatMap((line) => line.split('\n')).map((line) => line.trim());
+  const seen = (line: string) =>
+    line.trim() === '' || shown.some((s) => s === line.trim() || s.endsWith(`: ${line.trim()}`));
+  const kept = message.split('\n').filter((line) => !seen(line));
+  while (kept.length > 0 && kept.at(-1)!.trim().endsWith(':')) kept.pop();
+  return kept;
 }
 
 async function deployLogTail(client: SlipwayClient, deploymentId: string, revisionId: string): Promise<string[]> {

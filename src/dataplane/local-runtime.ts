@@ -416,7 +416,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
           signal,
         );
       } catch (error) {
-        if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message}`);
+        // The first line only: the rest of a failure message quotes the log's own last lines (for
+        // readers of the API), which the log has just above.
+        if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
         throw error;
       } finally {
         await log.close();

@@ -251,7 +251,7 @@ export async function buildRevision(
       throw new RevisionFailure(
         'BUILD_FAILED',
         exit.outOfMemory ? 'out_of_memory' : 'build_command_failed',
-        `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again. Last lines of output:\n${tail}`,
+        `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again.\nLast lines of output:\n${tail}`,
       );
     }
   }

@@ -48,3 +48,30 @@ test('--help of every command has a description and an example', async () => {
     /Exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 not logged in or key refused, 4 not found, 5 service unreachable/,
   );
 });
+
+test('the names users of other PaaS command lines try first lead to the same commands, and the help lists them', async () => {
+  const usage = async (path: string[]) => {
+    const { built, read } = program();
+    await assert.rejects(built.parseAsync(['node', 'slipway', ...path, '--help']), { code: 'commander.helpDisplayed' });
+    return read().split('\n')[0];
+  };
+  // `heroku apps`, `fly status`, `railway redeploy`, `heroku releases`, `fly apps destroy`, ...
+  for (const [alias, usageLine] of [
+    [['ls'], /^Usage: slipway ls\|list /],
+    [['list'], /^Usage: slipway ls\|list /],
+    [['status'], /^Usage: slipway status\|info .*<deployment>/],
+    [['info'], /^Usage: slipway status\|info /],
+    [['apps', 'ls'], /^Usage: slipway deployments ls\|list /],
+    [['apps', 'info'], /^Usage: slipway deployments get\|show /],
+    [['deployments', 'status'], /^Usage: slipway deployments get\|show /],
+    [['deployments', 'destroy'], /^Usage: slipway deployments rm\|delete /],
+    [['releases', 'ls'], /^Usage: slipway revisions ls\|list /],
+    [['redeploy'], /^Usage: slipway rollback\|redeploy /],
+  ] as const) {
+    assert.match(await usage([...alias]), usageLine, alias.join(' '));
+  }
+  const { built, read } = program();
+  await assert.rejects(built.parseAsync(['node', 'slipway', '--help']));
+  assert.match(read(), /\n {2}ls\|list .*same as deployments ls/);
+  assert.match(read(), /\n {2}status\|info .*same as deployments get/);
+});
