@@ -27,7 +27,15 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import type { AppTarget } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
-import { mapLine, poolBackend, renderHaproxyConfig, serverName, type EdgeRoute } from './edge-haproxy-config.ts';
+import {
+  extraServerName,
+  mapLine,
+  poolBackend,
+  renderHaproxyConfig,
+  slotName,
+  type EdgeRoute,
+  type EdgeServer,
+} from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 
 export interface HaproxyEdgeOptions {
@@ -50,7 +58,12 @@ export interface HaproxyEdge extends AppRoutes {
 }
 
 /** Backends declared at first; the pool doubles when apps outgrow it. */
-const INITIAL_POOL = 256;
+const INITIAL_POOL = 128;
+/**
+ * Server slots per backend: room for an app's instances and, during a switch, the ones replacing them.
+ * More instances than that still work, as servers added at run time (without connection reuse).
+ */
+const SLOTS = 16;
 /** How long HAProxy has to start and answer on its runtime socket. */
 const START_TIMEOUT_MS = 15_000;
 
@@ -103,6 +116,8 @@ async function workerUser(): Promise<{ user: string; group: string }> {
 interface Route {
   backend: string;
   targets: AppTarget[];
+  /** The server of each target, by port. */
+  servers: Map<number, EdgeServer>;
 }
 
 export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<HaproxyEdge> {
@@ -128,6 +143,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   const table = new Map<string, Route>();
   /** Backends of removed apps whose servers are still draining: not given to another app yet. */
   const draining = new Set<string>();
+  /** Slots of each backend that hold an instance, serving or draining. */
+  const slotsInUse = new Map<string, Set<string>>();
   let poolSize = INITIAL_POOL;
   let child: ChildProcess | null = null;
   let closing = false;
@@ -136,7 +153,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   const stderr: string[] = [];
 
   function routes(): EdgeRoute[] {
-    return [...table].map(([slug, r]) => ({ slug, backend: r.backend, targets: r.targets }));
+    return [...table].map(([slug, r]) => ({ slug, backend: r.backend, servers: [...r.servers.values()] }));
   }
 
   async function writeFiles(): Promise<void> {
@@ -147,6 +164,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       forwardedProto: options.forwardedProto,
       tlsPemFile,
       poolSize,
+      slots: SLOTS,
       runAs,
       routes: routes(),
     });
@@ -259,7 +277,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   }
 
   /** Waits until no session is on the servers (or the time is up), then takes them out for good. */
-  async function drainAndDelete(slug: string, backend: string, servers: string[], timeoutMs: number): Promise<void> {
+  async function drainAndFree(slug: string, backend: string, servers: string[], timeoutMs: number): Promise<void> {
     if (servers.length === 0) return;
     const deadline = Date.now() + timeoutMs;
     let busy: string[];
@@ -276,15 +294,17 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       );
     await enqueue(async () => {
       for (const server of servers) {
-        // Whatever is left (a WebSocket) ends with the instance, which the caller stops now; the server is
-        // deleted once it has no session.
+        // In maintenance HAProxy closes the slot's idle connections, so the next instance put in it gets
+        // none of the old one's. Whatever is left (a WebSocket) ends with the instance, which the caller
+        // stops now.
         await cli(`set server ${backend}/${server} state maint`).catch(() => undefined);
-        await deleteServer(backend, server);
+        if (server.startsWith('slot')) slotsInUse.get(backend)?.delete(server);
+        else await deleteServer(backend, server);
       }
     });
   }
 
-  /** Deletes a server; one that still has idle connections is deleted once HAProxy has purged them. */
+  /** Deletes a server added at run time; one that still has connections is deleted once they are gone. */
   async function deleteServer(backend: string, server: string, attempt = 0): Promise<void> {
     try {
       await cli(`del server ${backend}/${server}`);
@@ -306,6 +326,28 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     return null;
   }
 
+  /** Puts an instance into a free slot of the backend (or, with none left, a server added at run time). */
+  async function addServer(backend: string, target: AppTarget): Promise<EdgeServer> {
+    const used = slotsInUse.get(backend) ?? new Set<string>();
+    slotsInUse.set(backend, used);
+    const free = Array.from({ length: SLOTS }, (_, k) => slotName(k)).find((name) => !used.has(name));
+    if (free !== undefined) {
+      used.add(free);
+      try {
+        await cli(`set server ${backend}/${free} addr 127.0.0.1 port ${target.port}`);
+        await cli(`set server ${backend}/${free} state ready`);
+      } catch (error) {
+        used.delete(free);
+        throw error;
+      }
+      return { name: free, port: target.port };
+    }
+    const name = extraServerName(target);
+    await cli(`add server ${backend}/${name} 127.0.0.1:${target.port}`);
+    await cli(`enable server ${backend}/${name}`);
+    return { name, port: target.port };
+  }
+
   await start();
   logger.debug({ pid: (child as ChildProcess | null)?.pid }, 'app edge: HAProxy started');
 
@@ -325,33 +367,34 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         if (route === undefined) {
           let backend = freeBackend();
           if (backend === null) {
+            // Backends cannot be added at run time: a bigger pool needs a new HAProxy.
             poolSize *= 2;
             backend = freeBackend()!;
-            table.set(slug, { backend, targets: wanted });
-            await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, backend)}`).catch(() => undefined);
+            const servers = new Map(
+              wanted.slice(0, SLOTS).map((t, k) => [t.port, { name: slotName(k), port: t.port }]),
+            );
+            slotsInUse.set(backend, new Set([...servers.values()].map((server) => server.name)));
+            table.set(slug, { backend, targets: wanted.slice(0, SLOTS), servers });
             await restart(`more apps than the pool of ${poolSize / 2} backends`);
             return { backend, removed: [] as string[] };
           }
-          route = { backend, targets: [] };
+          route = { backend, targets: [], servers: new Map() };
         }
-        const before = new Set(route.targets.map(serverName));
-        const after = new Set(wanted.map(serverName));
-        for (const target of wanted) {
-          if (before.has(serverName(target))) continue;
-          await cli(`add server ${route.backend}/${serverName(target)} 127.0.0.1:${target.port}`);
-          await cli(`enable server ${route.backend}/${serverName(target)}`);
-        }
-        const gone = [...before].filter((s) => !after.has(s));
+        const keep = new Set(wanted.map((t) => t.port));
+        const servers = new Map([...route.servers].filter(([port]) => keep.has(port)));
+        for (const target of wanted)
+          if (!servers.has(target.port)) servers.set(target.port, await addServer(route.backend, target));
+        const gone = [...route.servers].filter(([port]) => !keep.has(port)).map(([, server]) => server.name);
         // Drained: no new request goes there, the ones in flight finish.
         for (const server of gone) await cli(`set server ${route.backend}/${server} state drain`);
         const isNew = !table.has(slug);
-        table.set(slug, { backend: route.backend, targets: wanted });
+        table.set(slug, { backend: route.backend, targets: wanted, servers });
         if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
         // Kept current for a restart of HAProxy, which reads them.
         await writeFiles();
         return { backend: route.backend, removed: gone };
       });
-      await drainAndDelete(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
+      await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
     },
 
     async remove(slug, opts) {
@@ -361,16 +404,17 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         table.delete(slug);
         draining.add(found.backend);
         await cli(`del map ${mapFile} ${slug}.${appsDomain}`);
-        for (const target of found.targets) await cli(`set server ${found.backend}/${serverName(target)} state drain`);
+        for (const server of found.servers.values())
+          await cli(`set server ${found.backend}/${server.name} state drain`);
         await writeFiles();
         return found;
       });
       if (route === null) return;
       try {
-        await drainAndDelete(
+        await drainAndFree(
           slug,
           route.backend,
-          route.targets.map(serverName),
+          [...route.servers.values()].map((server) => server.name),
           opts?.drainTimeoutMs ?? options.drainTimeoutMs,
         );
       } finally {

@@ -171,15 +171,17 @@ test('the HAProxy configuration with routes and TLS is one HAProxy accepts', { s
       forwardedProto: 'https',
       tlsPemFile: pem,
       poolSize: 4,
+      slots: 4,
       runAs: null,
       routes: [
-        { slug: 'one-0000000a', backend: 'app_0', targets: [{ instanceId: 'a', port: 40001 }] },
+        { slug: 'one-0000000a', backend: 'app_0', servers: [{ name: 'slot0', port: 40001 }] },
         {
           slug: 'two-0000000b',
           backend: 'app_2',
-          targets: [
-            { instanceId: 'b', port: 40002 },
-            { instanceId: 'c', port: 40003 },
+          servers: [
+            { name: 'slot0', port: 40002 },
+            { name: 'slot3', port: 40003 },
+            { name: 'p40004', port: 40004 },
           ],
         },
       ],
