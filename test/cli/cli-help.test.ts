@@ -53,7 +53,7 @@ test('the names users of other PaaS command lines try first lead to the same com
   const usage = async (path: string[]) => {
     const { built, read } = program();
     await assert.rejects(built.parseAsync(['node', 'slipway', ...path, '--help']), { code: 'commander.helpDisplayed' });
-    return read().split('\n')[0];
+    return read().split('\n')[0] ?? '';
   };
   // `heroku apps`, `fly status`, `railway redeploy`, `heroku releases`, `fly apps destroy`, ...
   for (const [alias, usageLine] of [
