@@ -2,9 +2,10 @@
  * The worker role: moves local revisions (deployments without a listener) through their states on
  * this machine's data plane. Work is claimed from the revision table with a lease
  * (src/pipeline/work-leases.ts); a change anywhere wakes the worker through the change feed, with a
- * slow poll as the safety net. Every transition goes through src/pipeline/transitions.ts and only
- * while this worker still holds the lease, so a revision interrupted by a user, or taken over after a
- * lost lease, is never written over.
+ * slow poll as the safety net. Every transition, activating a revision and the end of a deletion go
+ * through src/pipeline/transitions.ts, and only while this worker still holds the lease, so a
+ * revision interrupted by a user, or taken over after a lost lease, is never written over. Its queries
+ * are in src/store/ (the leases' in src/pipeline/work-leases.ts).
  *
  * Besides revisions, the worker starts the apps that should run here and nobody runs (adoption after a
  * restart), applies a changed resource spec to the apps it runs (in place, without a revision), keeps
@@ -13,16 +14,29 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { sql, type Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import type { LocalRuntime, RevisionJob } from '../dataplane/local-runtime.ts';
 import { RevisionFailure } from '../dataplane/revision-build.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
-import { recordEvents } from '../store/events.ts';
-import { json, type Database, type Db, type RevisionRow } from '../store/schema.ts';
-import { deleteTracingProject } from '../store/tracing-projects.ts';
-import { transitionDeployment, transitionRevision, type Failure } from './transitions.ts';
+import { activeRevisionId, lockDeploymentById } from '../store/deployments.ts';
+import {
+  activeRevisionsOf,
+  getRevisionStatus,
+  lockLeasedRevision,
+  revisionStatusesOf,
+  setRevisionCommitSha,
+} from '../store/revisions.ts';
+import type { Database, Db, DeploymentRow, RevisionRow } from '../store/schema.ts';
+import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
+import {
+  activateRevision,
+  finishDeletion,
+  transitionDeployment,
+  transitionRevision,
+  type Failure,
+} from './transitions.ts';
 import {
   claimDeploymentToDelete,
   claimRevision,
@@ -102,66 +116,27 @@ export function startWorker(deps: WorkerDeps): Worker {
     deploymentId: string,
     to: RevisionStatus,
     failure: Failure | null = null,
-    also?: (tx: Db) => Promise<void>,
+    also?: (tx: Db, deployment: DeploymentRow) => Promise<void>,
   ): Promise<void> {
     await db.transaction().execute(async (tx) => {
-      await tx.selectFrom('deployments').select('id').where('id', '=', deploymentId).forUpdate().executeTakeFirst();
-      const row = await tx
-        .selectFrom('revisions')
-        .selectAll()
-        .where('id', '=', revisionId)
-        .where('lease_owner', '=', owner.id)
-        .forUpdate()
-        .executeTakeFirst();
-      if (!row || isFinalRevisionStatus(row.status)) throw new NotOurs();
+      const deployment = await lockDeploymentById(tx, deploymentId);
+      const row = deployment ? await lockLeasedRevision(tx, revisionId, owner.id) : undefined;
+      if (!deployment || !row || isFinalRevisionStatus(row.status)) throw new NotOurs();
       if (row.status !== to) await transitionRevision(tx, row, to, failure);
-      await also?.(tx);
+      await also?.(tx, deployment);
     });
   }
 
-  /** DEPLOYED, and the deployment now serves it: active revision, stable URL, READY. */
-  const activate = (job: RevisionJob, customUrl: string) => async (tx: Db) => {
-    const deployment = await tx
-      .selectFrom('deployments')
-      .select(['id', 'workspace_id', 'status', 'active_revision_id'])
-      .where('id', '=', job.deployment.id)
-      .executeTakeFirstOrThrow();
-    await tx
-      .updateTable('deployments')
-      .set({
-        active_revision_id: job.revisionId,
-        source_config: sql`jsonb_set(source_config, '{custom_url}', to_jsonb(${customUrl}::text))`,
-        runner_owner: owner.id,
-        runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`,
-        updated_at: sql<Date>`now()`,
-      })
-      .where('id', '=', job.deployment.id)
-      .execute();
-    await recordEvents(tx, [
-      {
-        workspaceId: deployment.workspace_id,
-        subjectType: 'deployment',
-        subjectId: deployment.id,
-        deploymentId: deployment.id,
-        type: 'deployment.active_revision_changed',
-        data: { from: deployment.active_revision_id, to: job.revisionId, url: customUrl },
-      },
-    ]);
-    if (deployment.status !== 'READY')
-      await transitionDeployment(tx, deployment, 'READY', { revision_id: job.revisionId });
+  /** DEPLOYED, and the deployment now serves it from here: this worker runs it, at its stable URL. */
+  const activate = (job: RevisionJob, customUrl: string) => async (tx: Db, deployment: DeploymentRow) => {
+    await setRunner(tx, owner, deployment.id, leaseSeconds);
+    await activateRevision(tx, deployment, job.revisionId, customUrl);
   };
 
   /** Removes app directories of this deployment's revisions that will not run again. */
   async function pruneBuilds(deploymentId: string): Promise<void> {
-    const revisions = await db
-      .selectFrom('revisions')
-      .select(['id', 'status'])
-      .where('deployment_id', '=', deploymentId)
-      .orderBy('number', 'desc')
-      .execute();
-    const active = (
-      await db.selectFrom('deployments').select('active_revision_id').where('id', '=', deploymentId).executeTakeFirst()
-    )?.active_revision_id;
+    const revisions = await revisionStatusesOf(db, deploymentId);
+    const active = await activeRevisionId(db, deploymentId);
     const kept = new Set([
       active,
       ...revisions
@@ -186,7 +161,11 @@ export function startWorker(deps: WorkerDeps): Worker {
     });
     const signal = controller.signal;
     let status = claimed.status;
-    const step = async (to: RevisionStatus, failure: Failure | null = null, also?: (tx: Db) => Promise<void>) => {
+    const step = async (
+      to: RevisionStatus,
+      failure: Failure | null = null,
+      also?: (tx: Db, deployment: DeploymentRow) => Promise<void>,
+    ) => {
       signal.throwIfAborted();
       await advance(job.revisionId, deploymentId, to, failure, also);
       status = to;
@@ -228,15 +207,7 @@ export function startWorker(deps: WorkerDeps): Worker {
           job,
           {
             building: () => step('BUILDING'),
-            commitResolved: async (sha) => {
-              await db
-                .updateTable('revisions')
-                .set({
-                  source_revision_config: sql`source_revision_config || ${json({ repo_commit_sha: sha })}::jsonb`,
-                })
-                .where('id', '=', job.revisionId)
-                .execute();
-            },
+            commitResolved: (sha) => setRevisionCommitSha(db, job.revisionId, sha),
           },
           signal,
         );
@@ -261,12 +232,8 @@ export function startWorker(deps: WorkerDeps): Worker {
             `Redeploy to try again; the service log has details.`,
         }).catch(() => undefined);
       }
-      const current = await db
-        .selectFrom('revisions')
-        .select('status')
-        .where('id', '=', job.revisionId)
-        .executeTakeFirst();
-      if (!stopping && (!current || isFinalRevisionStatus(current.status)))
+      const current = await getRevisionStatus(db, job.revisionId);
+      if (!stopping && (current === undefined || isFinalRevisionStatus(current)))
         await runtime.removeRevisionFiles(job.revisionId);
     } finally {
       clearInterval(heartbeat);
@@ -310,17 +277,10 @@ export function startWorker(deps: WorkerDeps): Worker {
     const toStart = claimed.filter((deployment) => !runtime.running().includes(deployment.id));
     if (toStart.length === 0) return;
     // Every active revision with its deployment's source config in one query, not two per deployment.
-    const revisions = await db
-      .selectFrom('deployments as d')
-      .innerJoin('revisions as r', 'r.id', 'd.active_revision_id')
-      .selectAll('r')
-      .select('d.source_config as deployment_source_config')
-      .where(
-        'd.id',
-        'in',
-        toStart.map((deployment) => deployment.id),
-      )
-      .execute();
+    const revisions = await activeRevisionsOf(
+      db,
+      toStart.map((deployment) => deployment.id),
+    );
     const activeRevisionOf = new Map(revisions.map((revision) => [revision.deployment_id, revision]));
     for (const deployment of toStart) {
       const revision = activeRevisionOf.get(deployment.id);
@@ -343,12 +303,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       } catch (error) {
         logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
         await db.transaction().execute(async (tx) => {
-          const row = await tx
-            .selectFrom('deployments')
-            .select(['id', 'workspace_id', 'status'])
-            .where('id', '=', deployment.id)
-            .forUpdate()
-            .executeTakeFirst();
+          const row = await lockDeploymentById(tx, deployment.id);
           if (row && row.status !== 'UNKNOWN' && row.status !== 'AWAITING_DELETE') {
             await transitionDeployment(tx, row, 'UNKNOWN', {
               reason: 'restart_failed',
@@ -387,43 +342,18 @@ export function startWorker(deps: WorkerDeps): Worker {
     });
     if (!target) return false;
     for (const [, job] of jobs) if (job.deploymentId === target.id) job.controller.abort(new NotOurs());
-    const revisions = await db
-      .selectFrom('revisions')
-      .select(['id', 'source_revision_config'])
-      .where('deployment_id', '=', target.id)
-      .execute();
+    const revisions = await revisionStatusesOf(db, target.id);
     await runtime.teardown(
       target,
       revisions.map((r) => r.id),
     );
     const uploads = await db.transaction().execute(async (tx) => {
-      const row = await tx
-        .selectFrom('deployments')
-        .select(['id', 'status'])
-        .where('id', '=', target.id)
-        .forUpdate()
-        .executeTakeFirst();
+      const row = await lockDeploymentById(tx, target.id);
       if (!row || row.status !== 'AWAITING_DELETE') return [];
-      // Uploads that only this deployment's revisions used go with it: rows and chunks (on delete cascade).
-      const orphaned = await sql<{ id: string; path: string }>`
-        delete from source_uploads u
-        where u.path in (select r.source_revision_config->>'source_tarball_path' from revisions r where r.deployment_id = ${target.id})
-          and not exists (select 1 from revisions o where o.deployment_id <> ${target.id} and o.source_revision_config->>'source_tarball_path' = u.path)
-        returning u.id, u.path`.execute(tx);
-      await recordEvents(tx, [
-        {
-          workspaceId: target.workspace_id,
-          subjectType: 'deployment',
-          subjectId: target.id,
-          deploymentId: target.id,
-          type: 'deployment.deleted',
-          fromStatus: 'AWAITING_DELETE',
-          data: { name: target.name, tracing_project_deleted: target.delete_tracing_project },
-        },
-      ]);
-      await tx.deleteFrom('deployments').where('id', '=', target.id).execute();
-      if (target.delete_tracing_project) await deleteTracingProject(tx, target.tracing_project_id);
-      return orphaned.rows;
+      // Uploads that only this deployment's revisions used go with it.
+      const orphaned = await deleteUploadsOnlyUsedBy(tx, target.id);
+      await finishDeletion(tx, target, { deleteTracingProject: target.delete_tracing_project });
+      return orphaned;
     });
     // Uploads made before uploads were stored in the database also have a file here.
     for (const upload of uploads) await runtime.removeUpload(upload.path);

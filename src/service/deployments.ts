@@ -20,10 +20,9 @@ import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
+import { finishDeletion, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import {
-  deleteDeploymentRow,
   getDeployment,
   hasLocalResources,
   insertDeployment,
@@ -43,7 +42,7 @@ import {
   type RevisionView,
 } from '../store/revisions.ts';
 import type { CodehostIntegrationRow, Database, Db, StoredSecret } from '../store/schema.ts';
-import { deleteTracingProject, ensureTracingProject } from '../store/tracing-projects.ts';
+import { ensureTracingProject } from '../store/tracing-projects.ts';
 import {
   SNAPSHOT_CONFIG_FIELDS,
   addRevision,
@@ -361,19 +360,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           await updateDeployment(tx, id, { deleteTracingProject: options.deleteTracingProject });
           return;
         }
-        await recordEvents(tx, [
-          {
-            workspaceId,
-            subjectType: 'deployment',
-            subjectId: id,
-            deploymentId: id,
-            type: 'deployment.deleted',
-            fromStatus: 'AWAITING_DELETE',
-            data: { name: row.name, tracing_project_deleted: options.deleteTracingProject },
-          },
-        ]);
-        await deleteDeploymentRow(tx, id);
-        if (options.deleteTracingProject) await deleteTracingProject(tx, row.tracing_project_id);
+        await finishDeletion(tx, row, { deleteTracingProject: options.deleteTracingProject });
       });
     },
 

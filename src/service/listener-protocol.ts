@@ -1,8 +1,9 @@
 /**
  * The listener protocol, version 1 (docs/listener-protocol.md): what a listener agent in a user's
  * cluster reads (its desired state) and writes (status reports, deletion confirmations, heartbeats).
- * Every status change goes through src/pipeline/transitions.ts with its event, in one transaction per
- * request, locking the deployment before its revisions (the order every writer uses).
+ * Every status change, the active revision and the end of a deletion go through
+ * src/pipeline/transitions.ts with their events, in one transaction per request, locking the
+ * deployment before its revisions (the order every writer uses).
  */
 import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
@@ -10,14 +11,14 @@ import type { SecretBox } from '../crypto/secret-box.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
 import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { transitionDeployment, transitionRevision, type Failure } from '../pipeline/transitions.ts';
+import { activateRevision, finishDeletion, transitionRevision, type Failure } from '../pipeline/transitions.ts';
 import {
   applyConditions,
   conditionChanges,
   lockForConditions,
   type DeploymentConditionInput,
 } from './listener-conditions.ts';
-import { deleteDeploymentRow, lockDeployment } from '../store/deployments.ts';
+import { lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { isListenerCredentialActive } from '../store/listener-credentials.ts';
 import {
@@ -26,13 +27,11 @@ import {
   lockListener,
   markListenerSeen,
   recordListenerHeartbeat,
-  setActiveRevision,
   type ListenerRevisionRow,
   type ListenerView,
 } from '../store/listeners.ts';
 import { lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
-import { deleteTracingProject } from '../store/tracing-projects.ts';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -287,24 +286,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             },
           },
         ]);
-        if (input.status === 'DEPLOYED') {
-          if (deployment.active_revision_id !== revision.id) {
-            await setActiveRevision(tx, deployment.id, revision.id);
-            const url = stringOrNull(deployment.source_config.custom_url);
-            await recordEvents(tx, [
-              {
-                workspaceId: deployment.workspace_id,
-                subjectType: 'deployment',
-                subjectId: deployment.id,
-                deploymentId: deployment.id,
-                type: 'deployment.active_revision_changed',
-                data: { from: deployment.active_revision_id, to: revision.id, url },
-              },
-            ]);
-          }
-          if (deployment.status !== 'READY')
-            await transitionDeployment(tx, deployment, 'READY', { revision_id: revision.id });
-        }
+        if (input.status === 'DEPLOYED') await activateRevision(tx, deployment, revision.id);
         return { applied: true, status: input.status, not_applied_reason: null };
       });
     },
@@ -324,23 +306,10 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`,
           );
         }
-        await recordEvents(tx, [
-          {
-            workspaceId,
-            subjectType: 'deployment',
-            subjectId: deploymentId,
-            deploymentId,
-            type: 'deployment.deleted',
-            fromStatus: 'AWAITING_DELETE',
-            data: {
-              name: row.name,
-              tracing_project_deleted: row.delete_tracing_project,
-              confirmed_by_listener: listenerId,
-            },
-          },
-        ]);
-        await deleteDeploymentRow(tx, deploymentId);
-        if (row.delete_tracing_project) await deleteTracingProject(tx, row.tracing_project_id);
+        await finishDeletion(tx, row, {
+          deleteTracingProject: row.delete_tracing_project,
+          confirmedByListener: listenerId,
+        });
       });
     },
 

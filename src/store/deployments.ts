@@ -49,6 +49,11 @@ export async function lockDeployment(db: Db, workspaceId: string, id: string): P
     .executeTakeFirst();
 }
 
+/** Locks the deployment row by id alone, for the data planes (which know no workspace to ask for). */
+export async function lockDeploymentById(db: Db, id: string): Promise<DeploymentRow | undefined> {
+  return db.selectFrom('deployments').selectAll().where('id', '=', id).forUpdate().executeTakeFirst();
+}
+
 const likePattern = (text: string): string => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
 type DeploymentQuery<O> = SelectQueryBuilder<Database & { d: DeploymentTable }, 'd', O>;
@@ -201,4 +206,36 @@ export async function hasLocalResources(db: Db, id: string): Promise<boolean> {
 
 export async function deleteDeploymentRow(db: Db, id: string): Promise<void> {
   await db.deleteFrom('deployments').where('id', '=', id).execute();
+}
+
+/**
+ * The revision that serves the deployment; the own data plane also sets the stable URL it switched to.
+ * Written only by `activateRevision` (src/pipeline/transitions.ts).
+ */
+export async function setActiveRevision(
+  db: Db,
+  deploymentId: string,
+  revisionId: string,
+  customUrl?: string,
+): Promise<void> {
+  await db
+    .updateTable('deployments')
+    .set({
+      active_revision_id: revisionId,
+      ...(customUrl !== undefined
+        ? { source_config: sql`jsonb_set(source_config, '{custom_url}', to_jsonb(${customUrl}::text))` }
+        : {}),
+      updated_at: sql<Date>`now()`,
+    })
+    .where('id', '=', deploymentId)
+    .execute();
+}
+
+export async function activeRevisionId(db: Db, deploymentId: string): Promise<string | null | undefined> {
+  const row = await db
+    .selectFrom('deployments')
+    .select('active_revision_id')
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
+  return row?.active_revision_id;
 }

@@ -276,10 +276,3 @@ export async function listenerOfDeployment(db: Db, deploymentId: string): Promis
 }
 
 /** A listener reported the revision DEPLOYED: it serves now. */
-export async function setActiveRevision(db: Db, deploymentId: string, revisionId: string): Promise<void> {
-  await db
-    .updateTable('deployments')
-    .set({ active_revision_id: revisionId, updated_at: sql<Date>`now()` })
-    .where('id', '=', deploymentId)
-    .execute();
-}

@@ -1,7 +1,7 @@
 /** Revisions of deployments. */
 import { sql } from 'kysely';
 import type { RevisionStatus } from '../domain/states.ts';
-import type { Source, SourceRevisionConfig } from '../domain/sources.ts';
+import type { Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
 import { json, type Db, type RevisionRow, type RevisionSnapshot, type StoredSecret } from './schema.ts';
 
 export interface RevisionView extends RevisionRow {
@@ -108,5 +108,54 @@ export async function setRevisionStatus(
       updated_at: sql<Date>`now()`,
     })
     .where('id', '=', id)
+    .execute();
+}
+
+/** The revision, locked, if the worker `leaseOwner` still holds its lease. */
+export async function lockLeasedRevision(db: Db, id: string, leaseOwner: string): Promise<RevisionRow | undefined> {
+  return db
+    .selectFrom('revisions')
+    .selectAll()
+    .where('id', '=', id)
+    .where('lease_owner', '=', leaseOwner)
+    .forUpdate()
+    .executeTakeFirst();
+}
+
+export async function getRevisionStatus(db: Db, id: string): Promise<RevisionStatus | undefined> {
+  const row = await db.selectFrom('revisions').select('status').where('id', '=', id).executeTakeFirst();
+  return row?.status;
+}
+
+/** A deployment's revisions, newest (highest number) first. */
+export async function revisionStatusesOf(db: Db, deploymentId: string) {
+  return db
+    .selectFrom('revisions')
+    .select(['id', 'status'])
+    .where('deployment_id', '=', deploymentId)
+    .orderBy('number', 'desc')
+    .execute();
+}
+
+/** The commit a code-host revision's `repo_ref` resolved to when its source was fetched. */
+export async function setRevisionCommitSha(db: Db, id: string, sha: string): Promise<void> {
+  await db
+    .updateTable('revisions')
+    .set({ source_revision_config: sql`source_revision_config || ${json({ repo_commit_sha: sha })}::jsonb` })
+    .where('id', '=', id)
+    .execute();
+}
+
+/** The active revisions of these deployments, each with its deployment's source config, in one query. */
+export async function activeRevisionsOf(
+  db: Db,
+  deploymentIds: string[],
+): Promise<(RevisionRow & { deployment_source_config: SourceConfig })[]> {
+  return db
+    .selectFrom('deployments as d')
+    .innerJoin('revisions as r', 'r.id', 'd.active_revision_id')
+    .selectAll('r')
+    .select('d.source_config as deployment_source_config')
+    .where('d.id', 'in', deploymentIds)
     .execute();
 }

@@ -3,6 +3,7 @@
  * (migrations/014_upload_chunks.sql). An upload made before chunks existed has none: its bytes are a
  * file in the data directory of the replica that received it (src/dataplane/upload-source.ts).
  */
+import { sql } from 'kysely';
 import type { Db } from './schema.ts';
 
 /** Chunks read per query when an upload is streamed back: a few MiB in memory at most. */
@@ -53,4 +54,17 @@ export async function findUploadByPath(db: Db, workspaceId: string, path: string
     .where('workspace_id', '=', workspaceId)
     .where('path', '=', path)
     .executeTakeFirst();
+}
+
+/**
+ * Deletes the uploads that only this deployment's revisions used (rows and, on delete cascade, their
+ * chunks), as the deployment goes; returns them, for a file an upload made before chunks also has.
+ */
+export async function deleteUploadsOnlyUsedBy(db: Db, deploymentId: string): Promise<{ id: string; path: string }[]> {
+  const deleted = await sql<{ id: string; path: string }>`
+    delete from source_uploads u
+    where u.path in (select r.source_revision_config->>'source_tarball_path' from revisions r where r.deployment_id = ${deploymentId})
+      and not exists (select 1 from revisions o where o.deployment_id <> ${deploymentId} and o.source_revision_config->>'source_tarball_path' = u.path)
+    returning u.id, u.path`.execute(db);
+  return deleted.rows;
 }
