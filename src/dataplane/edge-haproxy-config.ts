@@ -130,6 +130,9 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     // A client that goes away ends the app's request at once, also on a quiet stream (SSE, long poll),
     // as the built-in edge does.
     '  option abortonclose',
+    // Each piece of a response goes out as the app writes it (SSE, streamed tokens), rather than merged
+    // with the next one while HAProxy expects more.
+    '  option http-no-delay',
     '',
     'frontend apps',
     `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,

@@ -116,10 +116,11 @@ describe('dashboard', () => {
     const deployedAt = items.findIndex((i) => i.includes(': DEPLOYED'));
     const queuedAt = items.findIndex((i) => i.includes(': QUEUED'));
     assert.ok(queuedAt === -1 || deployedAt < queuedAt, `newest first: ${items.join(' | ')}`);
-    // The app's path-based URL is the app's, even for a browser asking for HTML: never the dashboard.
+    // The app is never served on the dashboard's origin, by path either (its own origin is the edge's).
     const slug = new URL(stableUrl).hostname.split('.')[0]!;
     const byPath = await fetch(`${service.base}/apps/${slug}/`, { headers: { accept: 'text/html' } });
-    assert.equal(((await byPath.json()) as { greeting: string }).greeting, 'hello from the first revision');
+    assert.doesNotMatch(await byPath.text(), /hello from the first revision/);
+    assert.notEqual(new URL(stableUrl).port, new URL(service.base).port);
     await screenshots(page, 'deployment');
 
     await page.getByRole('link', { name: 'Deployments' }).click();

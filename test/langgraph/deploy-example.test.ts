@@ -139,7 +139,7 @@ async function deployLikeTheCli(
   return { deploymentId, revision, buildLog };
 }
 
-/** A request to the app through the service's proxy, by the app's host name. */
+/** A request to the app through the app edge (the port its URL names), by the app's host name. */
 function callApp(
   url: string,
   pathname: string,
@@ -151,7 +151,7 @@ function callApp(
     const request = http.request(
       {
         host: '127.0.0.1',
-        port: service.port,
+        port: Number(new URL(url).port),
         path: pathname,
         method: 'POST',
         headers: {
