@@ -160,15 +160,16 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     assert.equal((await revision(before.latest_revision_id)).body.status, 'DEPLOYED');
   });
 
-  test('a redeploy of the first revision brings back its image and min_scale', async () => {
+  test("a redeploy of the first revision brings back its image and keeps the deployment's scale", async () => {
     const redeployed = await world.api('POST', `/v2/deployments/${deploymentId}/revisions/${firstRevisionId}/redeploy`);
     assert.equal(redeployed.status, 201, JSON.stringify(redeployed.body));
     const revisionId: string = redeployed.body.latest_revision_id;
-    assert.equal(redeployed.body.source_config.resource_spec.min_scale, 2);
+    // Scale is the deployment's (docs/lifecycle.md, "What a redeploy restores"): the 3 set in place stays.
+    assert.equal(redeployed.body.source_config.resource_spec.min_scale, 3);
 
     await untilRevision(revisionId, 'DEPLOYING');
     const app = world.kube.get('Deployment', NAMESPACE, NAME)!;
-    assert.equal((app.spec as any).replicas, 2);
+    assert.equal((app.spec as any).replicas, 3);
     assert.equal((app.spec as any).template.spec.containers[0].image, 'ghcr.io/acme/support-agent:1.4.2');
     world.kube.markAvailable(NAMESPACE, NAME);
     await untilRevision(revisionId, 'DEPLOYED');

@@ -125,7 +125,7 @@ describe('in-place fields', () => {
     assert.equal(await revisionCount(d.id), 1);
   });
 
-  test('a redeploy of an older revision puts its resource_spec back in the desired state', async () => {
+  test("a redeploy of an older revision puts its image back in the desired state and keeps the deployment's scale", async () => {
     const { l, d } = await deployed({ min_scale: 2 });
     const a = agent(f, l);
     const second = await f.api.patch(`/v2/deployments/${d.id}`, {
@@ -141,8 +141,9 @@ describe('in-place fields', () => {
     const entry = (await a.desiredState()).body.deployments[0];
     assert.equal(entry.revision.id, rolled.body.latest_revision_id);
     assert.equal(entry.revision.image_uri, 'ghcr.io/acme/agent:1.0.0');
-    assert.deepEqual(entry.resource_spec, { min_scale: 2 });
-    assert.deepEqual(entry.revision.resource_spec, { min_scale: 2 });
+    // Scale is the deployment's (docs/lifecycle.md, "What a redeploy restores").
+    assert.deepEqual(entry.resource_spec, { min_scale: 5 });
+    assert.deepEqual(entry.revision.resource_spec, { min_scale: 5 });
   });
 
   test('when the latest revision failed, the active one runs with the deployment’s current spec', async () => {
