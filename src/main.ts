@@ -121,21 +121,10 @@ async function main(): Promise<void> {
     logger,
     intervalMs: 60 * 60_000,
   });
-  // The apps' edge lives with the worker that runs them (docs/app-urls.md).
-  const edge: AppEdge | null = config.roles.includes('worker') ? await startAppEdge({ config, logger }) : null;
-  const worker = edge
-    ? await startLocalDataPlane({
-        config,
-        db,
-        pool: database.pool,
-        databaseUrl: database.url,
-        secretBox,
-        changes,
-        edge,
-        repositories: services.integrations.repositories,
-        logger,
-      })
-    : null;
+  // Started once the API listens (so that a port in use is named first): the apps' edge, which lives with
+  // the worker that runs them (docs/app-urls.md), and the worker.
+  let edge: AppEdge | null = null;
+  let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
 
   const opened = database;
   let closing: Promise<void> | null = null;
@@ -183,6 +172,26 @@ async function main(): Promise<void> {
     if (reason !== null) process.stderr.write(`slipway: cannot start: ${reason}\n`);
     else logger.error({ err: error }, 'could not listen');
     stop('could not listen', 1);
+    return;
+  }
+  if (!config.roles.includes('worker')) return;
+  try {
+    edge = await startAppEdge({ config, logger });
+    worker = await startLocalDataPlane({
+      config,
+      db,
+      pool: database.pool,
+      databaseUrl: database.url,
+      secretBox,
+      changes,
+      edge,
+      repositories: services.integrations.repositories,
+      logger,
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);
+    else logger.error({ err: error }, 'the worker could not start');
+    stop('the worker could not start', 1);
   }
 }
 

@@ -15,11 +15,11 @@
 import fs from 'node:fs/promises';
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
-import type { Config } from '../config.ts';
+import { ConfigError, type Config } from '../config.ts';
 import { freePort } from '../db/embedded-postgres.ts';
 import type { AppTarget } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
@@ -87,6 +87,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       });
   }
   const forwardedProto = config.appsTls || config.appsPublicUrl?.startsWith('https:') ? 'https' : 'http';
+  if (config.appsPort !== 0) await requireFreePort(config.appsHost, config.appsPort);
   if (haproxy !== null) {
     const port = config.appsPort === 0 ? await freePort() : config.appsPort;
     const edge = await startHaproxyEdge({
@@ -113,6 +114,37 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
     };
   }
   return startBuiltinEdge(deps, forwardedProto);
+}
+
+/**
+ * Says which setting to change when the apps port cannot be had, before a proxy fails on it with words
+ * of its own.
+ */
+async function requireFreePort(host: string, port: number): Promise<void> {
+  const server = net.createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, () => resolve());
+    });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE')
+      throw new ConfigError(
+        'SLIPWAY_APPS_PORT',
+        `${port} is already in use on ${host} (another process listens there): stop it, or set SLIPWAY_APPS_PORT to a free port`,
+      );
+    if (code === 'EACCES')
+      throw new ConfigError(
+        'SLIPWAY_APPS_PORT',
+        `this user may not listen on port ${port}: set SLIPWAY_APPS_PORT to 1024 or above`,
+      );
+    if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND')
+      throw new ConfigError('SLIPWAY_APPS_HOST', `${host} is not an address of this machine`);
+    throw error;
+  } finally {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
 }
 
 /**

@@ -195,6 +195,29 @@ describe('the service on one data directory', { timeout: 240_000 }, () => {
     await assert.rejects(fs.access(path.join(dataDir, LOCK_FILE)), 'the refused start let the data directory go');
   });
 
+  test('an apps port in use: one line naming SLIPWAY_APPS_PORT, and nothing of the service is left', async () => {
+    const blocker = net.createServer();
+    const appsPort = await new Promise<number>((resolve) =>
+      blocker.listen(0, '127.0.0.1', () => resolve((blocker.address() as net.AddressInfo).port)),
+    );
+    try {
+      const refused = await runToExit({
+        SLIPWAY_DATA_DIR: dataDir,
+        PORT: String(await freePort()),
+        SLIPWAY_APPS_PORT: String(appsPort),
+        SLIPWAY_BOOTSTRAP_API_KEY: KEY_A,
+      });
+      assert.equal(refused.code, 1, refused.stderr);
+      assert.equal(
+        refused.stderr,
+        `slipway: cannot start: SLIPWAY_APPS_PORT: ${appsPort} is already in use on 127.0.0.1 (another process listens there): stop it, or set SLIPWAY_APPS_PORT to a free port\n`,
+      );
+    } finally {
+      blocker.close();
+    }
+    await assert.rejects(fs.access(path.join(dataDir, LOCK_FILE)), 'the refused start let the data directory go');
+  });
+
   test('a changed SLIPWAY_BOOTSTRAP_API_KEY revokes the previous one, and says so', async () => {
     const service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY_B, LOG_LEVEL: 'warn' });
     assert.equal((await call(service, 'GET', '/v2/deployments', KEY_B)).status, 200, 'the new key works');

@@ -84,7 +84,7 @@ test(
     const command = `exec ${JSON.stringify(process.execPath)} --import tsx src/main.ts`;
     const child = spawn('script', ['-qefc', command, '/dev/null'], {
       cwd: ROOT,
-      env: serviceEnv({ SLIPWAY_DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'warn' }),
+      env: serviceEnv({ SLIPWAY_DATA_DIR: dataDir, PORT: String(port), SLIPWAY_APPS_PORT: '0', LOG_LEVEL: 'warn' }),
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     let output = '';

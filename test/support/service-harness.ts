@@ -66,7 +66,8 @@ export function spawnService(env: Record<string, string>, options: SpawnOptions 
   const port = Number(env.PORT ?? 0);
   const child = spawn(process.execPath, ['--import', 'tsx', options.script ?? 'src/main.ts', ...(options.args ?? [])], {
     cwd: ROOT,
-    env: serviceEnv({ LOG_LEVEL: 'warn', ...env }),
+    // The app edge on a free port of its own unless the test names one (PORT + 1 may be taken here).
+    env: serviceEnv({ LOG_LEVEL: 'warn', SLIPWAY_APPS_PORT: '0', ...env }),
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: options.group === true,
   });
