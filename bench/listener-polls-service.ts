@@ -54,6 +54,10 @@ async function start(options: ServiceStart): Promise<void> {
     LOG_LEVEL: options.logLevel,
     HOST: '127.0.0.1',
     PORT: '0',
+    // Every simulated listener polls from 127.0.0.1, in one workspace: the caps on open streams per key
+    // and per client address (20 and 100 by default) would turn most of them away with 429.
+    SLIPWAY_STREAMS_PER_KEY: '100000',
+    SLIPWAY_STREAMS_PER_ADDRESS: '100000',
   });
   // Production's logger, written to /dev/null: the cost of logging is measured, not a terminal's.
   const logger = createLogger(config.logLevel, pino.destination({ dest: '/dev/null', sync: true }));
