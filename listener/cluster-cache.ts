@@ -11,6 +11,12 @@
  * other namespaces go on. A namespace whose list the API server forbids (403: the agent has no Role
  * there) is `refused`: waiting does not help until an operator grants it, so its deployments fail. The
  * lists are still retried (with back-off), and the namespace is watched as soon as one succeeds.
+ *
+ * A 403 is believed only once it is confirmed: an API server that has just started answers 403 to
+ * everything until its authorization cache has synced (seen in 2 of 4 restarts of a real 1.26 control
+ * plane, issue 25). So a stream's 403s make its namespace `refused` only after they have lasted
+ * `forbiddenConfirmMs` without a list going through; until then the namespace stays as it was
+ * (`watched` keeps what the cache holds, `starting` waits), and the list is retried within that time.
  */
 import type { Logger } from 'pino';
 import { KubeError, type KubeClient, type WatchEvent } from './kube-client.ts';
@@ -46,7 +52,12 @@ export interface ClusterCacheOptions {
   readonly onNamespaces: () => void;
   readonly logger: Logger;
   readonly backoff: BackoffOptions;
+  /** How long a namespace's lists must go on being answered 403 before it is taken as refused. */
+  readonly forbiddenConfirmMs: number;
 }
+
+/** Long enough for an API server's authorization cache to sync after a start; short beside a rollout. */
+export const DEFAULT_FORBIDDEN_CONFIRM_MS = 15_000;
 
 /** A watch ended sooner than this after it started is treated like a failure: waits before the next. */
 const SHORT_WATCH_MS = 1000;
@@ -63,16 +74,21 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
       listed: false,
       /** The last failure of its list or watch, until a list succeeds again. */
       failure: null as { status: number; message: string } | null,
+      /** When the 403s in a row began (ms since the epoch), until a list succeeds or another failure comes. */
+      forbiddenSince: null as number | null,
     })),
   );
   type Stream = (typeof streams)[number];
 
+  const confirmedForbidden = (since: number) => Date.now() - since >= options.forbiddenConfirmMs;
+
   function watchOf(namespace: string): NamespaceWatch {
     const mine = streams.filter((s) => s.namespace === namespace);
-    const forbidden = mine.find((s) => s.failure?.status === 403);
+    const forbidden = mine.find((s) => s.forbiddenSince !== null && confirmedForbidden(s.forbiddenSince));
     if (forbidden) return { state: 'refused', reason: forbidden.failure!.message };
     if (mine.every((s) => s.listed)) return { state: 'watched' };
-    const failed = mine.find((s) => !s.listed && s.failure !== null);
+    // A 403 not confirmed yet is no answer yet: the namespace is still starting.
+    const failed = mine.find((s) => !s.listed && s.failure !== null && s.forbiddenSince === null);
     return failed ? { state: 'failing', reason: failed.failure!.message } : { state: 'starting' };
   }
   const current = () => new Map(namespaces.map((ns) => [ns, watchOf(ns)]));
@@ -80,6 +96,8 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
   /** Tells the agent when a namespace's state changed; a failure of a watched namespace does not. */
   function settle(stream: Stream, failure: { status: number; message: string } | null, listed: boolean) {
     stream.failure = failure;
+    if (failure?.status !== 403) stream.forbiddenSince = null;
+    else stream.forbiddenSince ??= Date.now();
     if (listed) stream.listed = true;
     const now = JSON.stringify([...current()]);
     if (now !== last) {
@@ -153,7 +171,12 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
         logger.warn({ kind, namespace, status, err: message }, 'list-watch failed; listing again after a back-off');
         settle(stream, { status, message }, false);
         resourceVersion = '';
-        await sleep(backoff.next(), stop.signal);
+        // A 403 being confirmed is asked again before its window ends, so that it is confirmed (or
+        // cleared) on time rather than a long back-off later.
+        const confirming =
+          stream.forbiddenSince === null ? null : stream.forbiddenSince + options.forbiddenConfirmMs - Date.now();
+        const delay = backoff.next();
+        await sleep(confirming !== null && confirming > 0 ? Math.min(delay, confirming) : delay, stop.signal);
       }
     }
   }

@@ -6,7 +6,12 @@
 import { createRequire } from 'node:module';
 import { KubeConfig } from '@kubernetes/client-node';
 import pino, { type Logger } from 'pino';
-import { startClusterCache, type ClusterCache, type NamespaceWatch } from './cluster-cache.ts';
+import {
+  DEFAULT_FORBIDDEN_CONFIRM_MS,
+  startClusterCache,
+  type ClusterCache,
+  type NamespaceWatch,
+} from './cluster-cache.ts';
 import type { ListenerConfig } from './config.ts';
 import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
@@ -38,6 +43,8 @@ export interface ListenerDeps {
   readonly backoff?: BackoffOptions;
   /** A reconcile pass at least this often even without a change (default 60 s). */
   readonly resyncMs?: number;
+  /** How long a namespace's lists must keep being answered 403 before its deployments fail (default 15 s). */
+  readonly forbiddenConfirmMs?: number;
 }
 
 export interface RunningListener {
@@ -106,6 +113,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     },
     logger,
     backoff: backoffOptions,
+    forbiddenConfirmMs: deps.forbiddenConfirmMs ?? DEFAULT_FORBIDDEN_CONFIRM_MS,
   });
 
   /** Long-polls the desired state: each answer is handed to the controller, 304s loop at once. */

@@ -102,6 +102,10 @@ export class FakeKube {
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
   private readonly forbidden = new Set<string>();
+  /** Like a kube-apiserver just started: its authorization cache has not synced yet (`restart`). */
+  private authorizationSynced = true;
+  /** Requests answered 403, in order (namespace and verb). */
+  readonly forbiddenAnswers: { namespace: string; verb: string }[] = [];
   private rv = 100;
   private compactedAt = 0;
   private uid = 0;
@@ -208,6 +212,21 @@ export class FakeKube {
 
   allow(namespace: string): void {
     this.forbidden.delete(namespace);
+  }
+
+  /**
+   * The API server restarts: every watch ends (clients list again), and until `syncAuthorization` every
+   * request of the service account answers 403 Forbidden, the same Status as for a missing Role: a
+   * kube-apiserver serves before its RBAC authorizer's informers have synced, and denies until then.
+   */
+  restart(): void {
+    this.authorizationSynced = false;
+    this.endWatches();
+  }
+
+  /** The authorization cache has synced: the Roles count again. */
+  syncAuthorization(): void {
+    this.authorizationSynced = true;
   }
 
   /** The next applies of this kind (and name) are refused with 422 and this message, like an invalid object. */
@@ -497,18 +516,28 @@ export class FakeKube {
     }
     const namespace = decodeURIComponent(match[2]!);
     const name = match[4] === undefined ? null : decodeURIComponent(match[4]);
-    if (this.forbidden.has(namespace)) {
-      const verb = req.method === 'GET' ? (url.searchParams.get('watch') === 'true' ? 'watch' : 'list') : 'patch';
-      const group = resource.apiVersion.includes('/') ? resource.apiVersion.split('/')[0] : '';
-      FakeKube.send(
-        res,
-        403,
-        status(
+    if (this.forbidden.has(namespace) || !this.authorizationSynced) {
+      const verb =
+        req.method === 'GET'
+          ? url.searchParams.get('watch') === 'true'
+            ? 'watch'
+            : name === null
+              ? 'list'
+              : 'get'
+          : req.method === 'DELETE'
+            ? 'delete'
+            : 'patch';
+      const group = resource.apiVersion.includes('/') ? resource.apiVersion.split('/')[0]! : '';
+      this.forbiddenAnswers.push({ namespace, verb });
+      FakeKube.send(res, 403, {
+        ...status(
           403,
           'Forbidden',
           `${resource.plural}${group ? `.${group}` : ''} is forbidden: User "system:serviceaccount:slipway-listener:slipway-listener" cannot ${verb} resource "${resource.plural}" in API group "${group}" in the namespace "${namespace}"`,
         ),
-      );
+        details: { ...(group ? { group } : {}), kind: resource.plural },
+      });
+      this.changes.emit('change');
       return;
     }
 

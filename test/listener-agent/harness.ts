@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
 import type { ListenerConfig } from '../../listener/config.ts';
-import { startListener, type RunningListener } from '../../listener/listener-agent.ts';
+import { startListener, type ListenerDeps, type RunningListener } from '../../listener/listener-agent.ts';
 import { FakeKube, type FakeKubeOptions } from './fake-kube.ts';
 import { FakeSlipway, type FakeDeployment, type FakeRevision } from './fake-slipway.ts';
 
@@ -23,6 +23,8 @@ export interface World {
 export async function startWorld(
   options: FakeKubeOptions = {},
   configured: Partial<ListenerConfig> = {},
+  /** The agent's back-off and its wait before believing a 403 (the agent's own defaults otherwise). */
+  agentDeps: Pick<ListenerDeps, 'backoff' | 'forbiddenConfirmMs'> = {},
 ): Promise<World> {
   const listenerId = randomUUID();
   const kube = await FakeKube.start({ namespaces: [NAMESPACE, 'default'], ...options });
@@ -52,6 +54,7 @@ export async function startWorld(
         kubeConfig: kube.kubeConfig(),
         logger: pino({ level: process.env.LISTENER_TEST_LOG ?? 'silent' }),
         backoff: { baseMs: 50, maxMs: 500 },
+        ...agentDeps,
       });
       const handle: RunningListener = {
         async stop() {

@@ -12,7 +12,13 @@ const FORBIDDEN = 'billing';
 describe('listener agent: a namespace the API server forbids', { timeout: 120_000 }, () => {
   let world: World;
   beforeEach(async () => {
-    world = await startWorld({ namespaces: [NAMESPACE, FORBIDDEN] }, { namespaces: [NAMESPACE, FORBIDDEN] });
+    // The agent believes a 403 once it has lasted this long (an API server that just started denies
+    // everything for a moment: api-server-restart.test.ts).
+    world = await startWorld(
+      { namespaces: [NAMESPACE, FORBIDDEN] },
+      { namespaces: [NAMESPACE, FORBIDDEN] },
+      { forbiddenConfirmMs: 300 },
+    );
     world.kube.forbid(FORBIDDEN);
   });
   afterEach(async () => {
