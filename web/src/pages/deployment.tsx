@@ -9,12 +9,13 @@ import { useEffect, useState } from 'preact/hooks';
 import { followLog } from '../../../src/client/revision-follow.ts';
 import { data } from '../api/client.ts';
 import { logStreamSource } from '../api/log-follower.ts';
+import { explainDeployments } from '../api/status-explanations.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
 import { DeploymentActivity } from '../components/deployment-activity.tsx';
+import { DeploymentStatus } from '../components/deployment-status.tsx';
 import { ErrorNotice, Notice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
 import { RevisionTimeline, redeployRestores } from '../components/revision-timeline.tsx';
-import { StatusBadge } from '../components/status-badge.tsx';
 import { Time } from '../components/time.tsx';
 import { useApp, useInterval, useResource } from '../hooks.ts';
 import { navigate, withQuery } from '../router.ts';
@@ -91,6 +92,12 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
   );
 
   const d = deployment.value;
+  // Why it has its status, again whenever the deployment or its revisions are read again. When that
+  // cannot be read, the badge stands alone: the page's own reads report the service's trouble.
+  const explanation = useResource(
+    async () => (d ? explainDeployments(api, [d], revisions.value?.resources).then((why) => why.get(d.id)) : undefined),
+    [d, revisions.value],
+  );
   const inProgress =
     (revisions.value?.resources ?? []).some((r) => !isFinalRevision(r.status)) ||
     d?.status === 'AWAITING_DATABASE' ||
@@ -171,7 +178,7 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
   return (
     <>
       <PageTitle title={d.name}>
-        <StatusBadge status={d.status} />
+        <DeploymentStatus status={d.status} why={explanation.value} label="Status" />
       </PageTitle>
       <ErrorNotice error={deployment.error} />
       <section class="panel" aria-labelledby="overview">

@@ -4,11 +4,12 @@
  */
 import { useEffect, useState } from 'preact/hooks';
 import { data } from '../api/client.ts';
+import { explainDeployments } from '../api/status-explanations.ts';
 import { DEPLOYMENT_STATUSES, type DeploymentQuery, type TagKey, type TagValue } from '../api/types.ts';
 import { ErrorNotice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
 import { Pager } from '../components/pager.tsx';
-import { StatusBadge } from '../components/status-badge.tsx';
+import { DeploymentStatus } from '../components/deployment-status.tsx';
 import { Time } from '../components/time.tsx';
 import { useApp, useResource } from '../hooks.ts';
 import { navigate, withQuery } from '../router.ts';
@@ -74,6 +75,8 @@ export function DeploymentsPage({ query }: { query: URLSearchParams }) {
     [name, status, tag, offset],
   );
   const deployments = list.value?.resources ?? [];
+  // Why each one has its status (the CLI's words): a failed build or a listener awaited, not just "awaiting database".
+  const explanations = useResource(async () => explainDeployments(api, deployments), [list.value]);
   const filtered = name !== '' || status !== undefined || tag !== '';
 
   return (
@@ -148,7 +151,7 @@ export function DeploymentsPage({ query }: { query: URLSearchParams }) {
                   <a href={`/deployments/${d.id}`}>{d.name}</a>
                 </th>
                 <td>
-                  <StatusBadge status={d.status} />
+                  <DeploymentStatus status={d.status} why={explanations.value?.get(d.id)} />
                 </td>
                 <td class="wide-only">{d.source.replace(/_/g, ' ')}</td>
                 <td class="wide-only">
