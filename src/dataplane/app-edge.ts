@@ -87,7 +87,8 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       });
   }
   const forwardedProto = config.appsTls || config.appsPublicUrl?.startsWith('https:') ? 'https' : 'http';
-  if (config.appsPort !== 0) await requireFreePort(config.appsHost, config.appsPort);
+  const checkPort = () =>
+    config.appsPort === 0 ? Promise.resolve() : requireFreePort(config.appsHost, config.appsPort);
   if (haproxy !== null) {
     const port = config.appsPort === 0 ? await freePort() : config.appsPort;
     const edge = await startHaproxyEdge({
@@ -100,6 +101,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       tls: config.appsTls,
       drainTimeoutMs: config.drainTimeoutMs,
       logger,
+      checkPort,
     });
     const publicUrl = publicUrlOf(config, port);
     logger.info({ edge: 'haproxy', haproxy, port, publicUrl }, `apps are served by HAProxy at ${publicUrl}`);
@@ -113,6 +115,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       close: () => edge.close(),
     };
   }
+  await checkPort();
   return startBuiltinEdge(deps, forwardedProto);
 }
 

@@ -49,6 +49,8 @@ export interface HaproxyEdgeOptions {
   tls: { certFile: string; keyFile: string } | null;
   drainTimeoutMs: number;
   logger: Logger;
+  /** Throws, naming the setting, when the port cannot be had; run once a leftover HAProxy is stopped. */
+  checkPort?: () => Promise<void>;
 }
 
 export interface HaproxyEdge extends AppRoutes {
@@ -128,6 +130,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   await fs.mkdir(dir, { recursive: true, mode: 0o700 });
   await fs.chmod(dir, 0o700);
   await stopLeftover(dir, configFile, logger);
+  await options.checkPort?.();
   let tlsPemFile: string | null = null;
   if (options.tls) {
     // HAProxy reads the chain and the key from one file.
