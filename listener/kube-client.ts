@@ -1,8 +1,8 @@
 /**
  * The agent's few Kubernetes calls, on @kubernetes/client-node: server-side apply with the fixed
  * field manager, delete, list and watch by label. Errors come out as `KubeError` with the API
- * server's status code and message, and a 422 on apply as `ApplyRefusedError`, which the controller
- * reports as `invalid_manifest` instead of retrying it.
+ * server's status code and message, and an apply the API server refuses (`isRefusal`) as
+ * `ApplyRefusedError`, which the controller reports as `invalid_manifest` instead of retrying it.
  */
 import { ApiException, KubernetesObjectApi, PatchStrategy, Watch, type KubeConfig } from '@kubernetes/client-node';
 import { collectionPath, kindOf, keyOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
@@ -19,9 +19,47 @@ export class KubeError extends Error {
   }
 }
 
-/** The API server refused the manifest itself (422 Invalid): applying it again cannot succeed. */
+/** The API server refused the manifest itself (see `isRefusal`): applying it again cannot succeed. */
 export class ApplyRefusedError extends KubeError {
   override name = 'ApplyRefusedError';
+}
+
+/** The part of an API server's Status body the agent reads. */
+interface Status {
+  readonly message: string;
+  readonly reason?: string;
+  readonly details?: { readonly kind?: string; readonly retryAfterSeconds?: number };
+}
+
+/** Status reasons of an API server that is busy or in trouble, not of a request it refuses. */
+const TRANSIENT_REASONS = new Set([
+  'InternalError',
+  'ServerTimeout',
+  'Timeout',
+  'TooManyRequests',
+  'ServiceUnavailable',
+]);
+
+/**
+ * Whether an answer refuses the request itself, so that sending it again is bound to be refused again
+ * (issue 25: only 422 was, and a 1.26 server's 500 "field not declared in schema" for a field newer
+ * than it was retried forever). Every 4xx and 5xx with a Status body is a refusal, except what is worth
+ * another try:
+ * - no answer (0), 408, 429, 502, 503, 504: the server or the way to it is busy or down;
+ * - 409: a conflict of versions, which the next apply (with force) settles;
+ * - 401 and 403: the agent's access, which an API server that just started denies for a moment and
+ *   an operator can grant (the list-watch confirms a 403 before deployments fail, `cluster-cache.ts`);
+ * - 404 of a namespace: an operator may be creating it (any other 404 is a kind the server does not
+ *   serve, a refusal);
+ * - a 5xx without a Status body (a proxy's page) or whose Status says the server is in trouble (a
+ *   reason of `TRANSIENT_REASONS`, or `retryAfterSeconds`).
+ */
+export function isRefusal(code: number, status: Status | null): boolean {
+  if ([0, 401, 403, 408, 409, 429, 502, 503, 504].includes(code)) return false;
+  if (code === 404) return status?.details?.kind !== 'namespaces';
+  if (code >= 400 && code < 500) return true;
+  if (status === null) return false;
+  return !TRANSIENT_REASONS.has(status.reason ?? '') && status.details?.retryAfterSeconds === undefined;
 }
 
 export interface WatchEvent {
@@ -49,23 +87,30 @@ export interface KubeClient {
   ): Promise<() => void>;
 }
 
+/** The Status an API server answered with, or null when the body is not one. */
+function statusOf(error: ApiException<unknown>): Status | null {
+  if (typeof error.body !== 'string') return null;
+  try {
+    const parsed: unknown = JSON.parse(error.body);
+    if (
+      parsed !== null &&
+      typeof parsed === 'object' &&
+      (parsed as { kind?: unknown }).kind === 'Status' &&
+      typeof (parsed as { message?: unknown }).message === 'string'
+    )
+      return parsed as Status;
+  } catch {
+    // Not JSON: no Status.
+  }
+  return null;
+}
+
 /** The API server's own words: its Status message when it sent one. */
 function messageOf(error: ApiException<unknown>): string {
+  const status = statusOf(error);
+  if (status !== null) return status.message;
   const body = error.body;
-  if (typeof body === 'string') {
-    try {
-      const parsed: unknown = JSON.parse(body);
-      if (
-        parsed !== null &&
-        typeof parsed === 'object' &&
-        typeof (parsed as { message?: unknown }).message === 'string'
-      )
-        return (parsed as { message: string }).message;
-    } catch {
-      // Not JSON: the text itself is the best there is.
-    }
-    if (body.trim() !== '') return body.trim().slice(0, 2000);
-  }
+  if (typeof body === 'string' && body.trim() !== '') return `HTTP ${error.code}: ${body.trim().slice(0, 2000)}`;
   return `HTTP ${error.code}`;
 }
 
@@ -92,8 +137,11 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
         // force: the listener owns these objects; a field another manager took over is taken back.
         await api.patch(manifest, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
       } catch (error) {
-        if (error instanceof ApiException && error.code === 422)
-          throw new ApplyRefusedError(422, `${what}: ${messageOf(error)}`);
+        if (error instanceof ApiException && isRefusal(error.code, statusOf(error)))
+          throw new ApplyRefusedError(
+            error.code,
+            `${what}: ${messageOf(error)}${error.code === 422 ? '' : ` (HTTP ${error.code})`}`,
+          );
         throw toKubeError(error, what);
       }
     },

@@ -5,6 +5,12 @@
  * delete (workloads take their pods with them) and status. There are no controllers: a test drives
  * rollouts itself (`markAvailable`, `failPods`, `exceedProgressDeadline`), or asks for `autoRollout`,
  * which makes every applied workload available at once.
+ *
+ * It also behaves like a real API server where one surprised the agent (issue 25): after a `restart`
+ * it answers 403 until its authorization cache has synced; an older version (`minor`) answers a field
+ * it does not know with server-side apply's 500; and it can answer as a busy server does
+ * (`answerNextApplies` with `TRANSIENT_ANSWERS`). Every failure is a Status body as kube-apiserver
+ * writes it (kind Status, status Failure, message, reason unless unknown, code, details).
  */
 import { EventEmitter } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -71,7 +77,57 @@ export interface FakeKubeOptions {
   namespaces?: string[];
   /** Every applied Deployment or StatefulSet becomes available at once. */
   autoRollout?: boolean;
+  /**
+   * The Kubernetes minor version served (default the newest): a server before 1.28 does not know native
+   * sidecars (`restartPolicy` of an init container), and its server-side apply answers a field it does
+   * not know with a 500 Status, as 1.26 does.
+   */
+  minor?: number;
 }
+
+/** A Status the way an API server writes one for an answer it gives (any of these may come). */
+export interface FakeAnswer {
+  readonly code: number;
+  /** The body as sent: a Status, or text (say, a proxy's page in front of the API server). */
+  readonly body: Json | string;
+}
+
+/** Answers a busy API server gives, each of which a client should simply try again. */
+export const TRANSIENT_ANSWERS: Readonly<Record<string, FakeAnswer>> = {
+  /** API Priority and Fairness turns the request away for now. */
+  tooManyRequests: {
+    code: 429,
+    body: {
+      ...status(429, 'TooManyRequests', 'Too many requests, please try again later.'),
+      details: { retryAfterSeconds: 1 },
+    },
+  },
+  /** Two writers of the same object at once. */
+  conflict: {
+    code: 409,
+    body: status(
+      409,
+      'Conflict',
+      'Operation cannot be fulfilled on deployments.apps "x": the object has been modified; please apply your changes to the latest version and try again',
+    ),
+  },
+  /** etcd did not answer in time. */
+  timeout: {
+    code: 504,
+    body: {
+      ...status(
+        504,
+        'Timeout',
+        'Timeout: request did not complete within requested timeout - context deadline exceeded',
+      ),
+      details: {},
+    },
+  },
+  /** A load balancer in front of the API server, between two of its instances. */
+  unavailable: { code: 503, body: 'upstream connect error or disconnect/reset before headers. reset reason: overflow' },
+  /** A 500 that is no Status at all. */
+  internalText: { code: 500, body: 'Internal Server Error' },
+};
 
 const clone = <T>(value: T): T => structuredClone(value);
 const keyOf = (plural: string, namespace: string, name: string) => `${plural}/${namespace}/${name}`;
@@ -89,8 +145,17 @@ export function matchesSelector(labels: Record<string, string> | undefined, sele
   });
 }
 
+/** A failure Status; `reason` '' is StatusReasonUnknown, which an API server leaves out of the body. */
 function status(code: number, reason: string, message: string): Json {
-  return { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    ...(reason === '' ? {} : { reason }),
+    code,
+  };
 }
 
 export class FakeKube {
@@ -101,6 +166,9 @@ export class FakeKube {
   private readonly refusals: { kind: string; name: string | null; message: string }[] = [];
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
+  private readonly minor: number;
+  /** Answers the next applies get instead of being applied, in order (`answerNextApplies`). */
+  private readonly nextApplyAnswers: FakeAnswer[] = [];
   private readonly forbidden = new Set<string>();
   /** Like a kube-apiserver just started: its authorization cache has not synced yet (`restart`). */
   private authorizationSynced = true;
@@ -118,16 +186,21 @@ export class FakeKube {
     options: FakeKubeOptions,
   ) {
     this.namespaces = new Set(options.namespaces ?? ['default']);
+    this.minor = options.minor ?? 33;
     this.autoRollout = options.autoRollout ?? false;
     this.changes.setMaxListeners(0);
   }
 
   static async start(options: FakeKubeOptions = {}): Promise<FakeKube> {
     const server = http.createServer((req, res) => {
-      fake.handle(req, res).catch((error: unknown) => {
-        if (!res.headersSent) FakeKube.send(res, 500, status(500, 'InternalError', String(error)));
-        else res.end();
-      });
+      fake
+        .handle(req, res)
+        .catch((error: unknown) => {
+          if (!res.headersSent) FakeKube.send(res, 500, status(500, 'InternalError', String(error)));
+          else res.end();
+        })
+        // A request refused changes nothing, but waits on what the agent asked see it.
+        .finally(() => fake.changes.emit('change'));
     });
     const fake = new FakeKube(server, options);
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -181,7 +254,7 @@ export class FakeKube {
     return this.requests.filter((r) => r.method === 'PATCH');
   }
 
-  /** Resolves with the first truthy value of `check`, evaluated now and after every change. */
+  /** Resolves with the first truthy value of `check`, evaluated now and after every change and request. */
   waitFor<T>(check: () => T | undefined | null | false): Promise<T> {
     return new Promise<T>((resolve) => {
       const attempt = () => {
@@ -232,6 +305,11 @@ export class FakeKube {
   /** The next applies of this kind (and name) are refused with 422 and this message, like an invalid object. */
   refuseApply(kind: string, name: string | null, message: string): void {
     this.refusals.push({ kind, name, message });
+  }
+
+  /** The next applies (of any object) get these answers, one each, instead of being applied. */
+  answerNextApplies(...answers: FakeAnswer[]): void {
+    this.nextApplyAnswers.push(...answers);
   }
 
   /** Applies of this kind and name are accepted again (after `refuseApply`). */
@@ -374,6 +452,11 @@ export class FakeKube {
   // ----- the server ----------------------------------------------------------------------------
 
   private static send(res: ServerResponse, code: number, body: unknown): void {
+    if (typeof body === 'string') {
+      res.writeHead(code, { 'content-type': 'text/plain' });
+      res.end(body);
+      return;
+    }
     res.writeHead(code, { 'content-type': 'application/json' });
     res.end(JSON.stringify(body));
   }
@@ -482,6 +565,15 @@ export class FakeKube {
       contentType: req.headers['content-type'],
     });
 
+    if (req.method === 'GET' && url.pathname === '/version') {
+      FakeKube.send(res, 200, {
+        major: '1',
+        minor: String(this.minor),
+        gitVersion: `v1.${this.minor}.4`,
+        platform: 'linux/amd64',
+      });
+      return;
+    }
     const discovery = RESOURCES.filter(
       (r) => (url.pathname === '/api/v1' && r.apiVersion === 'v1') || url.pathname === `/apis/${r.apiVersion}`,
     );
@@ -537,7 +629,6 @@ export class FakeKube {
         ),
         details: { ...(group ? { group } : {}), kind: resource.plural },
       });
-      this.changes.emit('change');
       return;
     }
 
@@ -667,8 +758,32 @@ export class FakeKube {
       FakeKube.send(res, 400, status(400, 'BadRequest', 'this fake reads apply bodies written as JSON'));
       return;
     }
+    const answer = this.nextApplyAnswers.shift();
+    if (answer !== undefined) {
+      FakeKube.send(res, answer.code, answer.body);
+      return;
+    }
     if (!this.namespaces.has(namespace)) {
-      FakeKube.send(res, 404, status(404, 'NotFound', `namespaces "${namespace}" not found`));
+      FakeKube.send(res, 404, {
+        ...status(404, 'NotFound', `namespaces "${namespace}" not found`),
+        details: { name: namespace, kind: 'namespaces' },
+      });
+      return;
+    }
+    const undeclared = this.undeclaredField(applied);
+    if (undeclared !== null) {
+      // Server-side apply makes a typed object of the patch first; before 1.27 a field its schema does
+      // not declare fails that step with a plain error, which the API server answers as a 500 Status
+      // of unknown reason (kubernetes/kubernetes#122480).
+      FakeKube.send(
+        res,
+        500,
+        status(
+          500,
+          '',
+          `failed to create typed patch object (${namespace}/${name}; ${resource.apiVersion}, Kind=${resource.kind}): ${undeclared}: field not declared in schema`,
+        ),
+      );
       return;
     }
     const invalid = (causes: string[]) =>
@@ -750,6 +865,14 @@ export class FakeKube {
         status: { phase: 'Bound' },
       });
     }
+  }
+
+  /** The first field of `object` the served version does not know, as a path; null when none. */
+  private undeclaredField(object: KubeObject): string | null {
+    if (this.minor >= 28) return null;
+    const template = (object.spec?.template ?? {}) as { spec?: { initContainers?: Json[] } };
+    const index = (template.spec?.initContainers ?? []).findIndex((c) => c.restartPolicy !== undefined);
+    return index < 0 ? null : `.spec.template.spec.initContainers[${index}].restartPolicy`;
   }
 
   /** A few of the API server's own validations that no OpenAPI schema says. */
