@@ -60,6 +60,15 @@ export interface AppEdgeDeps {
   findHaproxy?: () => Promise<string | null>;
 }
 
+/** The table methods of an implementation, bound to it (the data plane passes them around apart from it). */
+function routesOf(routes: AppRoutes): AppRoutes {
+  return {
+    setTargets: (slug, targets, options) => routes.setTargets(slug, targets, options),
+    remove: (slug, options) => routes.remove(slug, options),
+    targets: (slug) => routes.targets(slug),
+  };
+}
+
 /** The URL of one app on this edge. */
 export function appUrl(edge: Pick<AppEdge, 'publicUrl'>, slug: string): string {
   const base = new URL(edge.publicUrl);
@@ -109,9 +118,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       kind: 'haproxy',
       publicUrl,
       port,
-      setTargets: (slug, targets, options) => edge.setTargets(slug, targets, options),
-      remove: (slug, options) => edge.remove(slug, options),
-      targets: (slug) => edge.targets(slug),
+      ...routesOf(edge),
       close: () => edge.close(),
     };
   }
@@ -223,9 +230,7 @@ async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'htt
     kind: 'builtin',
     publicUrl,
     port,
-    setTargets: (slug, targets, options) => router.setTargets(slug, targets, options),
-    remove: (slug, options) => router.remove(slug, options),
-    targets: (slug) => router.targets(slug),
+    ...routesOf(router),
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

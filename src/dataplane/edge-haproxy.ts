@@ -25,6 +25,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
 import type { Logger } from 'pino';
+import { processAlive } from '../db/embedded-postgres.ts';
 import type { AppTarget } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
 import {
@@ -71,15 +72,6 @@ const START_TIMEOUT_MS = 15_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** One runtime API command (or several, `;`-separated); HAProxy answers and closes. */
 function runtimeCommand(socketPath: string, command: string): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -97,13 +89,13 @@ function runtimeCommand(socketPath: string, command: string): Promise<string> {
 /** Stops a HAProxy left running by an earlier service on this directory (it holds the apps port). */
 async function stopLeftover(dir: string, configFile: string, logger: Logger): Promise<void> {
   const pid = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
-  if (!Number.isInteger(pid) || pid <= 1 || !alive(pid)) return;
+  if (!Number.isInteger(pid) || pid <= 1 || !processAlive(pid)) return;
   const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
   if (!cmdline.includes(configFile)) return;
   logger.warn({ pid }, 'app edge: stopping the HAProxy an earlier run of the service left behind');
   process.kill(pid, 'SIGTERM');
-  for (let i = 0; i < 100 && alive(pid); i++) await sleep(50);
-  if (alive(pid)) process.kill(pid, 'SIGKILL');
+  for (let i = 0; i < 100 && processAlive(pid); i++) await sleep(50);
+  if (processAlive(pid)) process.kill(pid, 'SIGKILL');
 }
 
 /** The `haproxy` system user and group when they exist, else nobody. */
@@ -216,7 +208,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         await sleep(500);
         if (closing) return;
         const holder = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
-        if (Number.isInteger(holder) && holder > 1 && holder !== proc.pid && alive(holder)) {
+        if (Number.isInteger(holder) && holder > 1 && holder !== proc.pid && processAlive(holder)) {
           logger.error(
             { code, signal, holder },
             'app edge: HAProxy exited and another one holds its directory; not restarting it',

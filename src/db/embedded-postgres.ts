@@ -139,7 +139,8 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function alive(pid: number): boolean {
+/** Whether a process of that id exists (signal 0 checks without sending anything). */
+export function processAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -160,7 +161,7 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
   if (content === null) return;
   const [pidLine, dirLine] = content.split('\n');
   const pid = Number(pidLine);
-  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return;
+  if (!Number.isInteger(pid) || pid <= 0 || !processAlive(pid)) return;
   // The second line names the cluster the server runs on: a server of another directory is not ours.
   if (dirLine !== undefined && dirLine !== '' && path.resolve(dirLine) !== path.resolve(clusterDir)) return;
   const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
@@ -177,8 +178,8 @@ async function stopLeftoverServer(clusterDir: string, logger: EmbeddedPostgresOp
   ] as const) {
     process.kill(pid, signal);
     const until = Date.now() + waitMs;
-    while (alive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
-    if (!alive(pid)) return;
+    while (processAlive(pid) && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+    if (!processAlive(pid)) return;
   }
   throw new Error(`A leftover PostgreSQL server (pid ${pid}) holds ${clusterDir} and does not stop`);
 }

@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
 import { after, describe, test } from 'node:test';
+import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 
@@ -49,15 +50,6 @@ async function waitFor<T>(what: string, check: () => Promise<T | null | undefine
     await sleep(100);
   }
   throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1025,7 +1017,7 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     process.kill(pid, 'SIGKILL');
     await waitFor('a new HAProxy master', async () => {
       const now = await masterPid(dataDir).catch(() => 0);
-      return now !== pid && now > 0 && alive(now);
+      return now !== pid && now > 0 && processAlive(now);
     });
     await waitFor('the route served again', () => served(edge, 'killed-00000040', 'first'));
 
@@ -1063,7 +1055,7 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     await edge.setTargets('left-00000042', [{ instanceId: 'fresh', port: fresh.port }]);
     for (let i = 0; i < 6; i++)
       assert.ok(await served(edge, 'left-00000042', 'fresh'), `request ${i} is served by the new edge`);
-    assert.equal(alive(leftover.pid!), false, 'the leftover HAProxy is gone');
+    assert.equal(processAlive(leftover.pid!), false, 'the leftover HAProxy is gone');
   });
 
   test('a second edge started on the data directory and port of one still running takes over and serves', async () => {
