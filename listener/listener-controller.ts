@@ -1,9 +1,13 @@
 /**
  * The control loop: whenever the desired state or the cluster changes, take a snapshot of both, let
  * `reconcile` decide, and carry the actions out. Passes never overlap; changes that come during a
- * pass make one more pass after it. A pass whose actions failed is tried again after a back-off (and
- * every so often regardless, in case a change was missed): being level-triggered, a retry simply
- * recomputes what is still to do.
+ * pass make one more pass after it, and a pass runs every so often regardless, in case a change was
+ * missed. Being level-triggered, a retry simply recomputes what is still to do.
+ *
+ * Back-off is per deployment (issue 25: a listener-wide one let one failing deployment hold up every
+ * other, a healthy new deployment for 29 s): a deployment whose actions failed is left out of the
+ * passes until its own back-off ends, while the others go on at once; a change of that deployment in
+ * the desired state (a new revision, a patch, a delete) ends its back-off.
  */
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -15,7 +19,7 @@ import type { BuildContext } from './manifest-builder.ts';
 import { ProtocolHttpError, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
 import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
-import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
+import { createBackoff, sleep, type Backoff, type BackoffOptions } from './retry-backoff.ts';
 
 export interface ControllerOptions {
   readonly protocol: ProtocolClient;
@@ -44,6 +48,15 @@ export interface Controller {
   stop(): Promise<void>;
 }
 
+/** A deployment whose actions failed, left out of the passes until `until`. */
+interface HeldBack {
+  readonly backoff: Backoff;
+  /** The deployment's entry in the desired state when it failed: another entry ends the back-off. */
+  readonly entry: string;
+  until: number;
+  problem: string;
+}
+
 const RANK: Readonly<Record<ReportedStatus, number>> = {
   AWAITING_DEPLOY: 1,
   DEPLOYING: 2,
@@ -58,6 +71,8 @@ export function startController(options: ControllerOptions): Controller {
   const refused = new Map<string, RefusedApply>();
   const confirmed = new Set<string>();
   const lastSummary = new Map<string, string>();
+  /** Deployment id to its back-off, while its last try failed. */
+  const held = new Map<string, HeldBack>();
   /** Deployment id to the ignored resource_spec fields last logged (the spec may change in place). */
   const ignoredLogged = new Map<string, string>();
   let desired: DesiredState | null = null;
@@ -177,9 +192,9 @@ export function startController(options: ControllerOptions): Controller {
     }
   }
 
-  async function pass(): Promise<boolean> {
+  async function pass(): Promise<void> {
     const cache = options.cache();
-    if (desired === null || cache === null) return true;
+    if (desired === null || cache === null) return;
     const plans = reconcile(
       desired,
       { objects: cache.snapshot(), memory: { reported, refused, confirmed }, namespaces: cache.namespaces() },
@@ -220,23 +235,43 @@ export function startController(options: ControllerOptions): Controller {
         else logger.info({ deployment_id: plan.deploymentId }, plan.summary);
       }
       if (plan.phase === 'rolling-out') going += 1;
+      const entryKey = JSON.stringify(entry ?? null);
+      const hold = held.get(plan.deploymentId);
+      if (hold !== undefined && hold.entry === entryKey && Date.now() < hold.until) {
+        problems.push(hold.problem);
+        continue;
+      }
       const problem = await execute(plan);
-      if (problem !== null) problems.push(problem);
-      if (stop.signal.aborted) return true;
+      if (stop.signal.aborted) return;
+      if (problem === null) {
+        held.delete(plan.deploymentId);
+        continue;
+      }
+      problems.push(problem);
+      // The same entry failing again waits longer; a changed one starts over from the first delay.
+      const backoff = hold?.entry === entryKey ? hold.backoff : createBackoff(options.backoff);
+      const delay = backoff.next();
+      held.set(plan.deploymentId, { backoff, entry: entryKey, until: Date.now() + delay, problem });
+      logger.warn(
+        { deployment_id: plan.deploymentId, err: problem, retry_in_ms: delay },
+        'an action failed; trying this deployment again after a back-off',
+      );
     }
     rollingOut = going;
     notRollingOut = stuck;
     lastConditions = { observedAt, deployments: conditions };
     for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
+    for (const id of held.keys()) if (!plans.some((p) => p.deploymentId === id)) held.delete(id);
     lastProblem = problems.length > 0 ? problems.join('; ').slice(0, 2000) : null;
-    if (lastProblem !== null) logger.warn({ problems }, 'some actions failed; trying again after a back-off');
-    return problems.length === 0;
   }
 
   const loop = (async () => {
+    /** Only for a pass that throws (a bug of the agent itself), which holds everything up. */
     const backoff = createBackoff(options.backoff);
     while (!stop.signal.aborted) {
       if (!dirty) {
+        // Until something changes, the next resync, or the end of the first back-off of a deployment.
+        const due = Math.min(...[...held.values()].map((h) => h.until)) - Date.now();
         await new Promise<void>((resolve) => {
           const done = () => {
             clearTimeout(timer);
@@ -244,24 +279,20 @@ export function startController(options: ControllerOptions): Controller {
             waiting = null;
             resolve();
           };
-          const timer = setTimeout(done, options.resyncMs);
+          const timer = setTimeout(done, Math.max(0, Math.min(options.resyncMs, due)));
           waiting = done;
           stop.signal.addEventListener('abort', done);
         });
         if (stop.signal.aborted) break;
       }
       dirty = false;
-      let ok: boolean;
       try {
-        ok = await pass();
+        await pass();
+        backoff.reset();
       } catch (error) {
         // A bug of the agent itself: log it and try again later rather than die with the pass.
         logger.error({ err: error }, 'reconcile pass failed');
         lastProblem = error instanceof Error ? error.message : String(error);
-        ok = false;
-      }
-      if (ok) backoff.reset();
-      else {
         await sleep(backoff.next(), stop.signal);
         dirty = true;
       }

@@ -169,6 +169,7 @@ export class FakeKube {
   private readonly minor: number;
   /** Answers the next applies get instead of being applied, in order (`answerNextApplies`). */
   private readonly nextApplyAnswers: FakeAnswer[] = [];
+  private readonly failures: { kind: string; name: string; answer: FakeAnswer }[] = [];
   private readonly forbidden = new Set<string>();
   /** Like a kube-apiserver just started: its authorization cache has not synced yet (`restart`). */
   private authorizationSynced = true;
@@ -307,14 +308,20 @@ export class FakeKube {
     this.refusals.push({ kind, name, message });
   }
 
+  /** Every apply of this kind and name gets this answer instead of being applied (until `acceptApply`). */
+  failApplies(kind: string, name: string, answer: FakeAnswer): void {
+    this.failures.push({ kind, name, answer });
+  }
+
   /** The next applies (of any object) get these answers, one each, instead of being applied. */
   answerNextApplies(...answers: FakeAnswer[]): void {
     this.nextApplyAnswers.push(...answers);
   }
 
-  /** Applies of this kind and name are accepted again (after `refuseApply`). */
+  /** Applies of this kind and name are accepted again (after `refuseApply` or `failApplies`). */
   acceptApply(kind: string, name: string | null): void {
     this.refusals.splice(0, this.refusals.length, ...this.refusals.filter((r) => r.kind !== kind || r.name !== name));
+    this.failures.splice(0, this.failures.length, ...this.failures.filter((r) => r.kind !== kind || r.name !== name));
   }
 
   /** Puts an object as another client would (kubectl, say), without our field manager. */
@@ -758,7 +765,8 @@ export class FakeKube {
       FakeKube.send(res, 400, status(400, 'BadRequest', 'this fake reads apply bodies written as JSON'));
       return;
     }
-    const answer = this.nextApplyAnswers.shift();
+    const answer =
+      this.nextApplyAnswers.shift() ?? this.failures.find((f) => f.kind === resource.kind && f.name === name)?.answer;
     if (answer !== undefined) {
       FakeKube.send(res, answer.code, answer.body);
       return;
