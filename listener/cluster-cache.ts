@@ -92,18 +92,46 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
     return failed ? { state: 'failing', reason: failed.failure!.message } : { state: 'starting' };
   }
   const current = () => new Map(namespaces.map((ns) => [ns, watchOf(ns)]));
-  let last = JSON.stringify([...current()]);
-  /** Tells the agent when a namespace's state changed; a failure of a watched namespace does not. */
+  /** Each namespace's state as last told (JSON), to tell and log only a change. */
+  const told = new Map(namespaces.map((ns) => [ns, JSON.stringify(watchOf(ns))]));
+  /**
+   * Records how a stream's list or watch went; tells the agent when a namespace's state changed (a
+   * failure of a watched namespace does not change it). Logs once per change, not once per try (issue
+   * 25: a namespace without a Role logged a warning per kind per back-off, 59 lines in 75 s): a failure
+   * is logged when it is new for its stream, and not when another kind of the namespace already failed
+   * with the same status; a namespace's new state is logged once.
+   */
   function settle(stream: Stream, failure: { status: number; message: string } | null, listed: boolean) {
+    const before = stream.failure;
+    if (
+      failure !== null &&
+      (before?.status !== failure.status || before.message !== failure.message) &&
+      !streams.some((s) => s !== stream && s.namespace === stream.namespace && s.failure?.status === failure.status)
+    )
+      logger.warn(
+        { kind: stream.kind, namespace: stream.namespace, status: failure.status, err: failure.message },
+        'list-watch failed; listing again after a back-off (logged once until it changes)',
+      );
     stream.failure = failure;
     if (failure?.status !== 403) stream.forbiddenSince = null;
     else stream.forbiddenSince ??= Date.now();
     if (listed) stream.listed = true;
-    const now = JSON.stringify([...current()]);
-    if (now !== last) {
-      last = now;
-      onNamespaces();
+    let changed = false;
+    for (const [namespace, watch] of current()) {
+      const now = JSON.stringify(watch);
+      if (told.get(namespace) === now) continue;
+      told.set(namespace, now);
+      changed = true;
+      if (watch.state === 'watched') logger.info({ namespace }, 'namespace watched');
+      else if (watch.state === 'refused')
+        logger.error(
+          { namespace, err: watch.reason },
+          'namespace refused: the Kubernetes API server forbids the listener to list there; its deployments fail until it is granted the Role of deploy/role.yaml',
+        );
+      else if (watch.state === 'failing')
+        logger.warn({ namespace, err: watch.reason }, 'namespace cannot be listed yet; its deployments wait');
     }
+    if (changed) onNamespaces();
   }
 
   const put = (object: ObservedObject) => objects.set(keyOf(refOf(object)), object);
@@ -168,7 +196,6 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
         if (stop.signal.aborted) return;
         const message = error instanceof Error ? error.message : String(error);
         const status = error instanceof KubeError ? error.status : 0;
-        logger.warn({ kind, namespace, status, err: message }, 'list-watch failed; listing again after a back-off');
         settle(stream, { status, message }, false);
         resourceVersion = '';
         // A 403 being confirmed is asked again before its window ends, so that it is confirmed (or

@@ -23,8 +23,8 @@ export interface World {
 export async function startWorld(
   options: FakeKubeOptions = {},
   configured: Partial<ListenerConfig> = {},
-  /** The agent's back-off and its wait before believing a 403 (the agent's own defaults otherwise). */
-  agentDeps: Pick<ListenerDeps, 'backoff' | 'forbiddenConfirmMs'> = {},
+  /** The agent's back-off, its wait before believing a 403 and its logger (the harness's otherwise). */
+  agentDeps: Pick<ListenerDeps, 'backoff' | 'forbiddenConfirmMs' | 'logger'> = {},
 ): Promise<World> {
   const listenerId = randomUUID();
   const kube = await FakeKube.start({ namespaces: [NAMESPACE, 'default'], ...options });

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
+import pino from 'pino';
 import { NAMESPACE, deployment, startWorld, type World } from './harness.ts';
 
 const FORBIDDEN = 'billing';
@@ -55,6 +56,41 @@ describe('listener agent: a namespace the API server forbids', { timeout: 120_00
       world.slipway.heartbeats.find((h) => h.namespaces.includes(FORBIDDEN)),
     );
     assert.deepEqual(watched.namespaces, [NAMESPACE, FORBIDDEN]);
+    await agent.stop();
+  });
+
+  test('the agent logs what it makes of the namespace once per change, not once per try', async () => {
+    await world.close();
+    const lines: { level: number; msg: string; namespace?: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line) as never) });
+    world = await startWorld(
+      { namespaces: [NAMESPACE, FORBIDDEN] },
+      { namespaces: [NAMESPACE, FORBIDDEN], heartbeatSeconds: 1 },
+      { forbiddenConfirmMs: 300, logger },
+    );
+    world.kube.forbid(FORBIDDEN);
+    const agent = world.start();
+    const aboutIt = () => lines.filter((l) => l.namespace === FORBIDDEN && l.level >= 40);
+    await world.slipway.waitFor(() =>
+      world.slipway.heartbeats.find((h) => h.message?.includes('namespace billing is not watched: the Kubernetes')),
+    );
+    const told = aboutIt().length;
+    // Many more refused lists of every kind: nothing more to say about it.
+    const refused = world.kube.forbiddenAnswers.length;
+    await world.kube.waitFor(() => world.kube.forbiddenAnswers.length >= refused + 40);
+    assert.equal(
+      aboutIt().length,
+      told,
+      aboutIt()
+        .map((l) => l.msg)
+        .join('\n'),
+    );
+    assert.ok(told <= 2, `one warning for the first refusal and one error once it is confirmed: ${told}`);
+    assert.ok(aboutIt().some((l) => l.level === 50 && /namespace refused/.test(l.msg)));
+
+    world.kube.allow(FORBIDDEN);
+    await world.slipway.waitFor(() => world.slipway.heartbeats.find((h) => h.namespaces.includes(FORBIDDEN)));
+    assert.ok(lines.some((l) => l.namespace === FORBIDDEN && l.msg === 'namespace watched'));
     await agent.stop();
   });
 
