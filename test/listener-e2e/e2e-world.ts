@@ -13,7 +13,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { FakeKube } from '../listener-agent/fake-kube.ts';
+import { FakeKube, type FakeKubeOptions } from '../listener-agent/fake-kube.ts';
 import { ADMIN_KEY, createTestApp } from '../helpers.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -84,7 +84,8 @@ export function firstHeartbeat(world: E2eWorld, listenerId: string, agent: Agent
   );
 }
 
-export async function startE2eWorld(): Promise<E2eWorld> {
+/** `cluster`: how the fake API server behaves (an older Kubernetes version, say). */
+export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eWorld> {
   // The change feed wakes the long-polls at once, as in production (without it they re-read every second).
   const service = await createTestApp({}, { changes: true });
   let base: string;
@@ -95,7 +96,7 @@ export async function startE2eWorld(): Promise<E2eWorld> {
     throw error;
   }
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-listener-e2e-'));
-  const kube = await FakeKube.start({ namespaces: [NAMESPACE] });
+  const kube = await FakeKube.start({ namespaces: [NAMESPACE], ...cluster });
   // What a user has for a cluster they reach from outside: a kubeconfig file.
   const kubeconfig = path.join(dir, 'kubeconfig');
   await fs.writeFile(kubeconfig, kube.kubeConfig().exportConfig());
