@@ -31,6 +31,9 @@ interface Status {
   readonly details?: { readonly kind?: string; readonly retryAfterSeconds?: number };
 }
 
+/** How the RBAC authorizer words a denial: `User "..." cannot patch resource "deployments" in ...`. */
+const RBAC_DENIAL = /\bcannot [a-z]+ resource\b/;
+
 /** Status reasons of an API server that is busy or in trouble, not of a request it refuses. */
 const TRANSIENT_REASONS = new Set([
   'InternalError',
@@ -47,15 +50,18 @@ const TRANSIENT_REASONS = new Set([
  * another try:
  * - no answer (0), 408, 429, 502, 503, 504: the server or the way to it is busy or down;
  * - 409: a conflict of versions, which the next apply (with force) settles;
- * - 401 and 403: the agent's access, which an API server that just started denies for a moment and
- *   an operator can grant (the list-watch confirms a 403 before deployments fail, `cluster-cache.ts`);
+ * - 401, and a 403 of RBAC (`... cannot patch resource ...`): the agent's access, which an API server
+ *   that just started denies for a moment and an operator can grant (the list-watch confirms a 403
+ *   before deployments fail, `cluster-cache.ts`). Any other 403 refuses the object itself: an
+ *   admission webhook or policy that denies it, a quota it would exceed;
  * - 404 of a namespace: an operator may be creating it (any other 404 is a kind the server does not
  *   serve, a refusal);
  * - a 5xx without a Status body (a proxy's page) or whose Status says the server is in trouble (a
  *   reason of `TRANSIENT_REASONS`, or `retryAfterSeconds`).
  */
 export function isRefusal(code: number, status: Status | null): boolean {
-  if ([0, 401, 403, 408, 409, 429, 502, 503, 504].includes(code)) return false;
+  if (code === 403) return status !== null && !RBAC_DENIAL.test(status.message);
+  if ([0, 401, 408, 409, 429, 502, 503, 504].includes(code)) return false;
   if (code === 404) return status?.details?.kind !== 'namespaces';
   if (code >= 400 && code < 500) return true;
   if (status === null) return false;

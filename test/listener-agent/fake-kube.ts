@@ -92,6 +92,11 @@ export interface FakeAnswer {
   readonly body: Json | string;
 }
 
+/** An answer with a failure Status body, as the API server (or an admission webhook through it) writes one. */
+export function statusAnswer(code: number, reason: string, message: string): FakeAnswer {
+  return { code, body: status(code, reason, message) };
+}
+
 /** Answers a busy API server gives, each of which a client should simply try again. */
 export const TRANSIENT_ANSWERS: Readonly<Record<string, FakeAnswer>> = {
   /** API Priority and Fairness turns the request away for now. */

@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
-import { TRANSIENT_ANSWERS } from './fake-kube.ts';
+import { TRANSIENT_ANSWERS, statusAnswer } from './fake-kube.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 
 const SIDECAR = { name: 'proxy', image: 'envoyproxy/envoy:v1.30' };
@@ -74,6 +74,30 @@ describe('listener agent: refusals and transient answers of the API server', () 
       };
       assert.equal(template.spec.initContainers, undefined, 'the pods of before keep serving');
       assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']);
+      await agent.stop();
+    },
+  );
+
+  test(
+    'an admission webhook that denies the Deployment fails the revision with its words',
+    { timeout: 60_000 },
+    async () => {
+      world = await startWorld();
+      world.kube.failApplies(
+        'Deployment',
+        'unsigned',
+        statusAnswer(
+          403,
+          'Forbidden',
+          'admission webhook "verify-images.kyverno.svc" denied the request: image ghcr.io/acme/support-agent:1.4.2 is not signed',
+        ),
+      );
+      const d = deployment({ name: 'unsigned' });
+      world.slipway.upsert(d);
+      const agent = world.start();
+      const failed = await firstOf(d.revision!.id, 'DEPLOY_FAILED');
+      assert.equal(failed.failure_reason, 'invalid_manifest');
+      assert.match(failed.message ?? '', /denied the request: image .* is not signed \(HTTP 403\)/);
       await agent.stop();
     },
   );
