@@ -121,8 +121,8 @@ async function main(): Promise<void> {
     logger,
     intervalMs: 60 * 60_000,
   });
-  // Started once the API listens (so that a port in use is named first): the apps' edge, which lives with
-  // the worker that runs them (docs/app-urls.md), and the worker.
+  // Started before the API listens, so that /readyz answers once everything runs: the apps' edge, which
+  // lives with the worker that runs them (docs/app-urls.md), and the worker.
   let edge: AppEdge | null = null;
   let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
 
@@ -164,6 +164,28 @@ async function main(): Promise<void> {
     setTimeout(() => process.exit(1), config.drainTimeoutMs + 15_000).unref();
   };
 
+  if (config.roles.includes('worker')) {
+    try {
+      edge = await startAppEdge({ config, logger });
+      worker = await startLocalDataPlane({
+        config,
+        db,
+        pool: database.pool,
+        databaseUrl: database.url,
+        secretBox,
+        changes,
+        edge,
+        repositories: services.integrations.repositories,
+        logger,
+      });
+    } catch (error) {
+      if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);
+      else logger.error({ err: error }, 'the worker could not start');
+      stop('the worker could not start', 1);
+      return;
+    }
+  }
+
   try {
     await app.listen({ port: config.port, host: config.host });
   } catch (error) {
@@ -172,26 +194,6 @@ async function main(): Promise<void> {
     if (reason !== null) process.stderr.write(`slipway: cannot start: ${reason}\n`);
     else logger.error({ err: error }, 'could not listen');
     stop('could not listen', 1);
-    return;
-  }
-  if (!config.roles.includes('worker')) return;
-  try {
-    edge = await startAppEdge({ config, logger });
-    worker = await startLocalDataPlane({
-      config,
-      db,
-      pool: database.pool,
-      databaseUrl: database.url,
-      secretBox,
-      changes,
-      edge,
-      repositories: services.integrations.repositories,
-      logger,
-    });
-  } catch (error) {
-    if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);
-    else logger.error({ err: error }, 'the worker could not start');
-    stop('the worker could not start', 1);
   }
 }
 

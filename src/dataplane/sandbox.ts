@@ -45,6 +45,36 @@ const SANDBOX_SOCKET_DIR = '/home/app/.slipway';
 const NODE_PREFIX = path.dirname(path.dirname(process.execPath));
 
 /**
+ * Directories of the machine an app has no business in, replaced by empty tmpfs mounts: daemons' state
+ * and sockets (MariaDB's socket is under /var/lib on Fedora-like systems; a container engine's state,
+ * spools, mail), the machine's logs and backups, root's home and an operator's own trees. /run is hidden
+ * the same way in every sandbox; /tmp and /var/tmp become the app's own. Only those present are hidden.
+ */
+const HIDDEN_DIRS = [
+  '/var/lib',
+  '/var/log',
+  '/var/spool',
+  '/var/mail',
+  '/var/backups',
+  '/var/cache',
+  '/var/tmp',
+  '/root',
+  '/srv',
+  '/mnt',
+  '/media',
+];
+
+/** The hidden directories present on this machine (a tmpfs needs an existing directory on a read-only root). */
+async function presentHiddenDirs(): Promise<string[]> {
+  const present: string[] = [];
+  for (const dir of HIDDEN_DIRS) {
+    const stat = await fs.lstat(dir).catch(() => null);
+    if (stat?.isDirectory()) present.push(dir);
+  }
+  return present;
+}
+
+/**
  * A minimal /dev, made by hand: bubblewrap's `--dev` also mounts a devpts, for which an unprivileged
  * bubblewrap maps the caller to root and later moves the sandbox into a nested user namespace, after
  * which slirp4netns can no longer join its network namespace. Apps need no terminal.
@@ -233,6 +263,9 @@ export async function createSandbox(options: {
     const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;
     if (resolvConf) await fs.writeFile(resolvConf, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
     const resolvTarget = await fs.realpath('/etc/resolv.conf').catch(() => '/etc/resolv.conf');
+    const hidden = await presentHiddenDirs();
+    // A Node.js installed under a hidden directory (nvm in /root, say) stays usable.
+    const nodeUnder = hidden.some((dir) => NODE_PREFIX.startsWith(`${dir}/`));
     const network = slirp
       ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
       : "the host's network (slirp4netns or socat is missing: apps reach every loopback service of the machine, the service's database port and other apps' ports; install them)";
@@ -309,6 +342,8 @@ export async function createSandbox(options: {
           // under /run: a read-only mount does not keep a process from connecting to them.
           '--tmpfs',
           '/run',
+          ...hidden.flatMap((dir) => ['--tmpfs', dir]),
+          ...(nodeUnder ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
           ...(resolvConf ? ['--ro-bind', resolvConf, resolvTarget] : []),
           ...files,
           '--chdir',

@@ -388,16 +388,23 @@ socket.on('error', () => process.exit(3));
 );
 
 test("an app cannot reach the machine's services through their Unix sockets", { timeout: 5 * 60_000 }, async () => {
-  const dir = path.join('/run', `slipway-containment-${randomBytes(4).toString('hex')}`);
+  // Where daemons put their sockets: /run, and their state directories (MariaDB's under /var/lib on
+  // Fedora-like systems, a container engine's, spool directories), and places an operator may use.
+  const parents = ['/run', '/var/lib', '/var/spool', '/var/tmp', '/srv'];
+  const dir = path.join(parents[0]!, `slipway-containment-${randomBytes(4).toString('hex')}`);
+  const others = parents.slice(1).map((p) => path.join(p, `slipway-containment-${randomBytes(4).toString('hex')}`));
   await fs.mkdir(dir, { mode: 0o755 });
+  for (const other of others) await fs.mkdir(other, { mode: 0o755, recursive: true });
   const file = path.join(dir, 'redis.sock');
   const abstract = `\0slipway-containment-${randomBytes(4).toString('hex')}`;
   const onFile = await unixServer(file);
   const onAbstract = await unixServer(abstract);
+  const onOthers = await Promise.all(others.map((other) => unixServer(path.join(other, 'daemon.sock'))));
+  const otherFiles = others.map((other) => path.join(other, 'daemon.sock'));
   try {
-    await fs.chmod(file, 0o777);
-    // The honest part: both answer on the host.
-    for (const where of [file, abstract]) {
+    for (const where of [file, ...otherFiles]) await fs.chmod(where, 0o777);
+    // The honest part: all answer on the host.
+    for (const where of [file, abstract, ...otherFiles]) {
       const answer = await new Promise<string>((resolve, reject) => {
         const socket = net.connect(where, () => socket.write('PING\r\n'));
         socket.on('data', (chunk) => {
@@ -408,8 +415,9 @@ test("an app cannot reach the machine's services through their Unix sockets", { 
       });
       assert.equal(answer, '+PONG\r\n');
     }
-    const before = onFile.connections() + onAbstract.connections();
-    for (const where of [file, abstract]) {
+    const seen = () => [onFile, onAbstract, ...onOthers].reduce((sum, s) => sum + s.connections(), 0);
+    const before = seen();
+    for (const where of [file, abstract, ...otherFiles]) {
       const result = await call(attacker, `/unix?path=${encodeURIComponent(where)}`);
       assert.equal(
         result.connected,
@@ -417,10 +425,9 @@ test("an app cannot reach the machine's services through their Unix sockets", { 
         `the app reached the host's socket ${JSON.stringify(where)}: ${JSON.stringify(result)}`,
       );
     }
-    assert.equal(onFile.connections() + onAbstract.connections(), before, 'a socket of the host saw the app');
+    assert.equal(seen(), before, 'a socket of the host saw the app');
   } finally {
-    await new Promise((resolve) => onFile.server.close(resolve));
-    await new Promise((resolve) => onAbstract.server.close(resolve));
-    await fs.rm(dir, { recursive: true, force: true });
+    for (const s of [onFile, onAbstract, ...onOthers]) await new Promise((resolve) => s.server.close(resolve));
+    for (const d of [dir, ...others]) await fs.rm(d, { recursive: true, force: true });
   }
 });
