@@ -27,7 +27,12 @@ before(async () => {
 beforeEach(async () => {
   live = await startReplica(t);
 });
-afterEach(() => live.close());
+// A stream a test left open must not hold the replica's close (Fastify waits for requests in flight).
+afterEach(async () => {
+  const closing = live.close();
+  live.app.server.closeAllConnections();
+  await closing;
+});
 after(() => t.close());
 
 let names = 0;
@@ -81,12 +86,13 @@ async function assertTooMany(response: Response): Promise<void> {
 
 /** Asks again until a slot is free: the server notices a closed stream when its connection closes. */
 async function followOnceFree(key: string, r: { deploymentId: string; revisionId: string }): Promise<Opened> {
-  for (;;) {
+  for (let attempt = 0; attempt < 1_500; attempt++) {
     const opened = await follow(key, r);
     if (opened.response.status !== 429) return opened;
     await opened.close();
     await sleep(20);
   }
+  assert.fail('no slot was given back after its stream closed');
 }
 
 describe('open streams are capped per key and per client address', () => {
