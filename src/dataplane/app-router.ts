@@ -1,5 +1,5 @@
 /**
- * The built-in app edge's router (src/dataplane/app-edge.ts, used when nginx is not installed). Each app
+ * The built-in app edge's router (src/dataplane/app-edge.ts, used when HAProxy is not installed). Each app
  * process listens on its own 127.0.0.1 port; the router serves it at its host name (see app-urls.ts) and
  * switches between instances without losing requests: `setTargets` changes the table at once and then
  * waits for the requests already sent to the old instances, so the caller stops those only when they

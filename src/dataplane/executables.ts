@@ -1,5 +1,5 @@
 /**
- * Finds the Debian tools the data plane runs (bubblewrap, slirp4netns, socat, nginx, setpriv) in the
+ * Finds the Debian tools the data plane runs (bubblewrap, slirp4netns, socat, HAProxy, setpriv) in the
  * system's own directories, never through the service's PATH: a PATH entry an operator's shell added
  * should not decide which binary contains apps or serves their traffic.
  */
