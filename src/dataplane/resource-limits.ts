@@ -118,6 +118,16 @@ export interface ResourceControlOptions {
 const CONTROLLERS = ['memory', 'cpu', 'pids'] as const;
 type Controller = (typeof CONTROLLERS)[number];
 
+/**
+ * The CPU weight of the parent group, all apps and builds together, against the processes next to it (the
+ * service's own threads on cgroup v1, the other top-level groups on v2): a quarter of the default (v1
+ * `cpu.shares` 1024, v2 `cpu.weight` 100). Weights only matter when the CPUs are all busy: an idle
+ * service leaves apps every cycle, a busy one (the API answering while an app is under load) is served
+ * first, so one tenant's traffic does not slow every tenant's API calls.
+ */
+const APPS_CPU_SHARES_V1 = 256;
+const APPS_CPU_WEIGHT_V2 = 25;
+
 /** The CFS period: quotas are per 100 ms, the kernel's default; the quota's floor is 1 ms. */
 const CPU_PERIOD_US = 100_000;
 const CPU_MIN_QUOTA_US = 1_000;
@@ -431,6 +441,7 @@ async function setUpV2(ctx: Context, ownPath: string): Promise<ResourceControl |
     at = parentDir;
     made = await makeDir(io, parentDir);
     await enableControllers(io, parentDir);
+    await writeSetting(io, path.join(parentDir, 'cpu.weight'), String(APPS_CPU_WEIGHT_V2));
   } catch (error) {
     if (made) await io.rmdir(parentDir).catch(() => undefined);
     return explainRefusal(error, at);
@@ -440,7 +451,7 @@ async function setUpV2(ctx: Context, ownPath: string): Promise<ResourceControl |
     kind: 'cgroup-v2',
     description:
       `cgroup v2: each app instance and build gets a memory limit (no swap), a CPU quota and a task limit, ` +
-      `in ${parentDir}`,
+      `in ${parentDir} (weighted to yield the CPU to the service when both are busy)`,
     paths: [parentDir],
     async create(name, limits) {
       checkName(name, 'group name');
@@ -494,6 +505,13 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
     if (!(await io.exists(path.join(dir, V1_LIMIT_FILE[controller])))) {
       return refuse(`cgroup v1 group ${dir} has no ${V1_LIMIT_FILE[controller]} (not supported by this kernel)`);
     }
+    if (controller === 'cpu') {
+      try {
+        await writeSetting(io, path.join(dir, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+      } catch (error) {
+        return refuse(explainRefusal(error, dir));
+      }
+    }
     parents.set(controller, dir);
   }
   const dirOf = (controller: Controller) => parents.get(controller)!;
@@ -504,7 +522,8 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
     description:
       `cgroup v1: each app instance and build gets a memory limit ` +
       (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
-      `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')}`,
+      `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
+      `(weighted to yield the CPU to the service when both are busy)`,
     paths: CONTROLLERS.map(dirOf),
     async create(name, limits) {
       checkName(name, 'group name');

@@ -15,6 +15,7 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
@@ -96,6 +97,13 @@ async function isDead(pid: number): Promise<boolean> {
 
 async function procs(dir: string): Promise<number[]> {
   return (await fs.readFile(path.join(dir, 'cgroup.procs'), 'utf8')).split('\n').filter(Boolean).map(Number);
+}
+
+/** User and system CPU time of a process so far, in clock ticks. */
+async function cpuTicks(pid: number): Promise<number> {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(fields[11]) + Number(fields[12]);
 }
 
 async function readValue(dir: string, file: string): Promise<string> {
@@ -241,6 +249,43 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     }
   });
 
+  test('busy apps yield the CPU to a busy service: the parent group weighs a quarter of a process', async () => {
+    assert.equal(
+      await readValue(
+        control.paths.find((p) => p.includes('/cpu/'))!,
+        'cpu.shares',
+      ),
+      '256',
+    );
+    // As many spinning processes in app groups (no quota in the way: 4 cores each) as in the service's own
+    // group, one per CPU each: the kernel gives the service's side most of the CPU time.
+    const cpus = os.availableParallelism();
+    const spin = ['-e', 'for(;;){}'];
+    const apps = await Promise.all(
+      Array.from({ length: cpus }, async (_, i) => {
+        const group = await create(`spin${i}`, { memoryBytes: 128 * MIB, cpu: 4, pids: 64 });
+        const child = start(process.execPath, spin, true);
+        await group.add(child.pid);
+        child.release();
+        return child;
+      }),
+    );
+    const service = Array.from({ length: cpus }, () => start(process.execPath, spin, false));
+    try {
+      await sleep(300);
+      const before = await Promise.all([...apps, ...service].map((c) => cpuTicks(c.pid)));
+      await sleep(1_500);
+      const after = await Promise.all([...apps, ...service].map((c) => cpuTicks(c.pid)));
+      const used = after.map((t, i) => t - before[i]!);
+      const appTicks = used.slice(0, cpus).reduce((a, b) => a + b, 0);
+      const serviceTicks = used.slice(cpus).reduce((a, b) => a + b, 0);
+      // Equal weights would give about 1:1; 256 against 1024 per process gives about 1:4 or less.
+      assert.ok(serviceTicks > 2 * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+    } finally {
+      for (const c of [...apps, ...service]) c.child.kill('SIGKILL');
+    }
+  });
+
   test('a process over the memory limit is killed by the OOM killer, and counted; the service lives on', async () => {
     const group = await create('oom', { memoryBytes: 64 * MIB, cpu: 1, pids: 64 });
     const fill =
@@ -381,6 +426,8 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.match(control.description, /^cgroup v2: .*memory limit \(no swap\).*CPU quota.*task limit/);
     assert.equal(await fake.read('', 'cgroup.subtree_control'), 'cpu memory pids\n');
     assert.equal(await fake.read('slipway', 'cgroup.subtree_control'), 'cpu memory pids\n');
+    // All apps together weigh a quarter of a default group: a busy service is served first.
+    assert.equal(await fake.read('slipway', 'cpu.weight'), '25\n');
 
     const group = await control.create('dep-web-0-1', limits);
     const leaf = 'slipway/dep-web-0-1';

@@ -49,6 +49,8 @@ const LIMIT_VALUE: Record<string, RegExp> = {
   'memory.swap.max': /^(max|\d+)\n?$/,
   'pids.max': /^(max|\d+)\n?$/,
   'cpu.max': /^(max|\d+)( \d+)?\n?$/,
+  // 1 to 10000, as the kernel takes it.
+  'cpu.weight': /^([1-9]\d{0,3}|10000)\n?$/,
 };
 
 function fail(code: string, syscall: string, file: string): Error {
