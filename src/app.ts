@@ -135,7 +135,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   registerAuthentication(app, db);
   // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
   registerIdempotencyKeys(app, db);
-  registerConditionalRequests(app, db);
+  registerConditionalRequests(app);
   registerStreamLimits(app, { perKey: config.streamsPerKey, perAddress: config.streamsPerAddress });
   const services =
     deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });

@@ -10,40 +10,45 @@
  *   column to keep in step in every table and store function; the price is that a change the service
  *   makes itself (a deployment's status, a listener's last_seen_at) changes the ETag too, which is
  *   true: the representation changed.
- * - If-Match is evaluated against the current representation, read through the resource's own GET
- *   route (an in-process request with the caller's credentials), so it can never disagree with what a
- *   GET shows. A resource that answers the GET with an error (404) answers the write with that error.
- * - Check and write are atomic against each other: a conditional write takes a PostgreSQL advisory lock
- *   named after the resource (transaction-level, in a transaction held open beside the request) before
- *   the check and keeps it until the write has committed and its answer is being sent. Two writes with
- *   the same If-Match, on any replicas, are serialized: the second sees the first one's ETag and gets
- *   412. A crashed replica's lock goes with its connection. Writes without If-Match take no lock and
- *   behave as before (the last one wins), as do the service's own status changes.
- * - Each held lock holds a pool connection, so at most LOCK_SLOTS are held per process: the rest of
- *   the pool stays free for the writes themselves, and conditional writes can never starve it.
+ * - If-Match is checked inside the write's own transaction, under the resource's row lock: a PATCH or
+ *   DELETE of a resource with a GET declares `config.current` (the representation its GET answers,
+ *   read through a given transaction); when the request carries If-Match, `request.precondition` reads
+ *   it, serializes it with the GET's own response schema, hashes it and compares. The route passes
+ *   `request.precondition` to its service, which runs it right after `select ... for update` of the row
+ *   and before changing anything (src/service/preconditions.ts). So check and write are atomic against
+ *   every other writer of the row, conditional or not, on any replica: a writer that locked the row
+ *   first has committed when the check reads it. A resource that is gone is 404 as without If-Match.
  * - A PATCH or DELETE of a resource without a GET (an API key, a credential, a tag key) has no ETag to
  *   compare: If-Match there is refused with 412 rather than ignored, except `*`.
  */
 import { createHash } from 'node:crypto';
 import type {
   FastifyInstance,
+  FastifyReply,
   FastifyRequest,
   RouteOptions,
   onSendAsyncHookHandler,
-  preHandlerAsyncHookHandler,
   preHandlerHookHandler,
 } from 'fastify';
-import { sql, type Kysely } from 'kysely';
 import { AppError } from '../errors.ts';
-import type { Database } from '../store/schema.ts';
-import { scopeOf } from './idempotency.ts';
+import type { Precondition } from '../service/preconditions.ts';
+import type { Db } from '../store/schema.ts';
 import { errorResponses } from './schema-helpers.ts';
 
-/** Names Slipway's resource locks among other two-key advisory locks of the server ('SLWP'). */
-const LOCK_CLASS = 0x534c5750;
-
-/** Conditional writes holding (or waiting for) a resource lock at once, per process. */
-export const LOCK_SLOTS = 4;
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    /**
+     * On a PATCH or DELETE of a resource with a GET of its own: the resource as that GET answers it,
+     * read through `tx` (the write's transaction, with the row locked). Required there: If-Match is
+     * checked against it.
+     */
+    current?: (request: FastifyRequest, tx: Db) => Promise<object>;
+  }
+  interface FastifyRequest {
+    /** Set when the request carries If-Match on a route with `config.current`: the route passes it to its write. */
+    precondition: Precondition | undefined;
+  }
+}
 
 /** The ETag of a JSON representation: a strong validator. */
 export function entityTag(representation: string | Buffer): string {
@@ -90,54 +95,6 @@ function resourceSchema(
   return null;
 }
 
-/** Process-wide slots, then a PostgreSQL advisory lock per resource, held until released. */
-function createResourceLocks(db: Kysely<Database>) {
-  let free = LOCK_SLOTS;
-  const queue: (() => void)[] = [];
-  const takeSlot = (): Promise<void> => {
-    if (free > 0) {
-      free -= 1;
-      return Promise.resolve();
-    }
-    return new Promise((resolve) => queue.push(resolve));
-  };
-  const giveSlot = () => {
-    const next = queue.shift();
-    if (next) next();
-    else free += 1;
-  };
-  return {
-    /** Resolves once the lock on `name` is held; the function it gives releases it. */
-    async acquire(name: string): Promise<() => Promise<void>> {
-      await takeSlot();
-      let unlock!: () => void;
-      const unlocked = new Promise<void>((resolve) => (unlock = resolve));
-      let locked!: () => void;
-      const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-      // A transaction-level lock: committing (or losing the connection) always releases it, so no
-      // pooled connection can ever go back to the pool still holding one.
-      const held = db
-        .transaction()
-        .execute(async (tx) => {
-          await sql`select pg_advisory_xact_lock(${LOCK_CLASS}, hashtext(${name}))`.execute(tx);
-          locked();
-          await unlocked;
-        })
-        .finally(giveSlot);
-      // Its failure after the lock was taken reaches the caller through the release below.
-      held.catch(() => undefined);
-      await Promise.race([lockTaken, held]);
-      return async () => {
-        unlock();
-        await held;
-      };
-    },
-  };
-}
-
-/** The caller's credentials, for the GET that reads the current representation. */
-const FORWARDED_HEADERS = ['x-api-key', 'authorization', 'x-tenant-id', 'x-request-id'];
-
 const IfMatchHeader = {
   type: 'string',
   description:
@@ -161,11 +118,34 @@ const ETagHeader = {
     'Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply.',
 };
 
-export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Database>): void {
-  const locks = createResourceLocks(db);
-  /** Routes (URL templates) whose GET answers one resource: the PATCH and DELETE there take If-Match. */
-  const readable = new Set<string>();
-  const held = new WeakMap<FastifyRequest, () => Promise<void>>();
+const PRECONDITION_FAILED =
+  'The resource changed since the ETag in If-Match was read; nothing was changed. GET it again (its ETag is in the answer) and re-apply the change.';
+
+/**
+ * The check of `header` (If-Match) against the resource as `current` reads it in the write's
+ * transaction, serialized exactly as its GET answers it (`schema`, the GET's 200 schema).
+ */
+function ifMatchPrecondition(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  header: string,
+  current: (request: FastifyRequest, tx: Db) => Promise<object>,
+  schema: object,
+): Precondition {
+  return async (tx) => {
+    const representation = reply.serializeInput(
+      (await current(request, tx)) as Record<string, unknown>,
+      schema as Record<string, unknown>,
+    );
+    if (!ifMatchHolds(header, entityTag(representation)))
+      throw new AppError('precondition_failed', PRECONDITION_FAILED);
+  };
+}
+
+export function registerConditionalRequests(app: FastifyInstance): void {
+  /** Routes (URL templates) whose GET answers one resource, with that GET's 200 schema. */
+  const readable = new Map<string, object>();
+  app.decorateRequest('precondition', undefined);
 
   /** Tags a single resource's answer; a GET whose If-None-Match is current becomes 304. */
   const tag: onSendAsyncHookHandler = async (request, reply, payload) => {
@@ -188,34 +168,6 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
     return payload;
   };
 
-  const checkIfMatch: preHandlerAsyncHookHandler = async (request, reply) => {
-    const header = request.headers['if-match'];
-    if (header === undefined) return;
-    const params = JSON.stringify(request.params ?? {}).toLowerCase();
-    held.set(request, await locks.acquire(`${scopeOf(request)} ${request.routeOptions.url} ${params}`));
-    const headers: Record<string, string> = {};
-    for (const name of FORWARDED_HEADERS) {
-      const value = request.headers[name];
-      if (typeof value === 'string') headers[name] = value;
-    }
-    const current = await app.inject({ method: 'GET', url: request.url.split('?')[0]!, headers });
-    if (current.statusCode !== 200) {
-      // The write would give the same answer (404 for a resource that is gone, 503 while the database is).
-      for (const name of ['content-type', 'retry-after']) {
-        const value = current.headers[name];
-        if (value !== undefined) reply.header(name, value);
-      }
-      return reply.code(current.statusCode).send(current.body);
-    }
-    const etag = current.headers.etag;
-    if (typeof etag !== 'string' || !ifMatchHolds(header, etag)) {
-      throw new AppError(
-        'precondition_failed',
-        'The resource changed since the ETag in If-Match was read; nothing was changed. GET it again (its ETag is in the answer) and re-apply the change.',
-      );
-    }
-  };
-
   /** Refuses If-Match where there is no ETag to compare: ignoring it would write unconditionally. */
   const refuseIfMatch: preHandlerHookHandler = (request, _reply, done) => {
     const header = request.headers['if-match'];
@@ -229,20 +181,6 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
       return;
     }
     done();
-  };
-
-  /** After the write committed (or failed), as its answer goes out: the next conditional write may check. */
-  const releaseLock: onSendAsyncHookHandler = async (request, _reply, payload) => {
-    const release = held.get(request);
-    if (release !== undefined) {
-      held.delete(request);
-      // Ending the lock's transaction cannot undo the write, committed in its own; a failure here only
-      // means the connection went, and the lock with it.
-      await release().catch((error: unknown) =>
-        request.log.warn({ err: error }, 'conditional request: the resource lock ended with an error'),
-      );
-    }
-    return payload;
   };
 
   app.addHook('onRoute', function (this: FastifyInstance, route) {
@@ -266,17 +204,27 @@ export function registerConditionalRequests(app: FastifyInstance, db: Kysely<Dat
       // First on a HEAD route: Fastify's own onSend hook there drops the body this hashes.
       route.onSend = method === 'HEAD' ? [tag, ...asArray(route.onSend)] : [...asArray(route.onSend), tag];
       if (reads) {
-        if (method === 'GET') readable.add(route.url);
+        if (method === 'GET') readable.set(route.url, resource.schema);
         headerParams['if-none-match'] = IfNoneMatchHeader;
         response['304'] ??= { type: 'null', description: 'Not modified: the ETag in If-None-Match is current.' };
       }
     }
     if (method === 'PATCH' || method === 'DELETE') {
-      if (readable.has(route.url)) {
+      const getSchema = readable.get(route.url);
+      if (getSchema !== undefined) {
+        const current = route.config?.current;
+        // A write that could not check If-Match would do it unconditionally: refuse to start instead.
+        if (current === undefined)
+          throw new Error(`${method} ${route.url}: its resource has a GET, so the route must declare config.current`);
         headerParams['if-match'] = IfMatchHeader;
         Object.assign(response, { ...errorResponses(412), ...response });
-        route.preHandler = [...asArray(route.preHandler), checkIfMatch];
-        route.onSend = [...asArray(route.onSend), releaseLock];
+        const prepare: preHandlerHookHandler = (request, reply, done) => {
+          const header = request.headers['if-match'];
+          if (header !== undefined)
+            request.precondition = ifMatchPrecondition(request, reply, header, current, getSchema);
+          done();
+        };
+        route.preHandler = [...asArray(route.preHandler), prepare];
       } else {
         headerParams['if-match'] = IfMatchStarHeader;
         Object.assign(response, { ...errorResponses(412), ...response });

@@ -4,6 +4,7 @@
  * deliveries their push webhooks received. The webhook endpoint itself is in ./codehost-webhooks.ts.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import type { Config } from '../config.ts';
 import { workspaceOf } from '../http/authenticate.ts';
@@ -21,7 +22,7 @@ import {
 } from '../http/schema-helpers.ts';
 import type { CodehostIntegrationService } from '../service/codehost-integrations.ts';
 import type { WebhookService } from '../service/codehost-webhooks.ts';
-import type { CodehostIntegrationRow } from '../store/schema.ts';
+import type { CodehostIntegrationRow, Db } from '../store/schema.ts';
 import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT } from '../store/webhook-deliveries.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
 import { codehostWebhookRoutes } from './codehost-webhooks.ts';
@@ -166,6 +167,11 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
   // writes), and only to the hosts the operator allows.
   const writes = { admin: true };
+  /** If-Match is checked against this: the integration as its GET shows it, read in the write's transaction. */
+  const current = async (request: FastifyRequest, tx: Db) =>
+    integrationResponse(
+      await integrations.get(workspaceOf(request), (request.params as { integration_id: string }).integration_id, tx),
+    );
   const policy = { allowedApiUrls: config.codehostAllowedUrls };
   const webhookUrl = (id: string): string => `${config.publicUrl}${BASE}/${id}/webhooks`;
   const integrationResponse = (row: CodehostIntegrationRow): Static<typeof Integration> => ({
@@ -238,7 +244,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.patch(
     `${BASE}/:integration_id`,
     {
-      config: writes,
+      config: { ...writes, current },
       schema: {
         operationId: 'patchCodehostIntegration',
         tags: ['codehost'],
@@ -256,6 +262,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
         request.params.integration_id,
         request.body,
         policy,
+        { precondition: request.precondition },
       );
       return webhookSecret === null
         ? integrationResponse(row)
@@ -266,7 +273,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.delete(
     `${BASE}/:integration_id`,
     {
-      config: writes,
+      config: { ...writes, current },
       schema: {
         operationId: 'deleteCodehostIntegration',
         tags: ['codehost'],
@@ -277,7 +284,9 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
       },
     },
     async (request, reply) => {
-      await integrations.remove(workspaceOf(request), request.params.integration_id);
+      await integrations.remove(workspaceOf(request), request.params.integration_id, {
+        precondition: request.precondition,
+      });
       return reply.status(204).send(null);
     },
   );

@@ -1,11 +1,13 @@
 /** Deployments and their revisions. */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
 import { Type } from 'typebox';
 import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
+import type { Db } from '../store/schema.ts';
 import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
 
@@ -31,6 +33,12 @@ export interface DeploymentRouteDeps {
 }
 
 export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = async (app, { deployments }) => {
+  /** If-Match is checked against this: the deployment as its GET shows it, read in the write's transaction. */
+  const current = async (request: FastifyRequest, tx: Db) =>
+    deploymentResponse(
+      await deployments.get(workspaceOf(request), (request.params as { deployment_id: string }).deployment_id, tx),
+    );
+
   app.post(
     '/v2/deployments',
     {
@@ -122,6 +130,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.patch(
     '/v2/deployments/:deployment_id',
     {
+      config: { current },
       schema: {
         operationId: 'patchDeployment',
         tags: ['deployments'],
@@ -137,12 +146,17 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
       },
     },
     async (request) =>
-      deploymentResponse(await deployments.patch(workspaceOf(request), request.params.deployment_id, request.body)),
+      deploymentResponse(
+        await deployments.patch(workspaceOf(request), request.params.deployment_id, request.body, {
+          precondition: request.precondition,
+        }),
+      ),
   );
 
   app.delete(
     '/v2/deployments/:deployment_id',
     {
+      config: { current },
       schema: {
         operationId: 'deleteDeployment',
         tags: ['deployments'],
@@ -157,6 +171,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     async (request, reply) => {
       await deployments.remove(workspaceOf(request), request.params.deployment_id, {
         deleteTracingProject: request.query.delete_tracing_project ?? false,
+        precondition: request.precondition,
       });
       return reply.status(204).send(null);
     },

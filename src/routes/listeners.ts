@@ -3,6 +3,7 @@
  * agents use for the listener protocol (the protocol itself: src/routes/listener-protocol.ts).
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import type { FastifyRequest } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import {
@@ -19,6 +20,7 @@ import {
 } from '../http/schema-helpers.ts';
 import type { ListenerService } from '../service/listeners.ts';
 import type { ListenerCredentialView } from '../store/listener-credentials.ts';
+import type { Db } from '../store/schema.ts';
 import { LISTENER_STALE_AFTER_SECONDS, LISTENER_STATES, type ListenerView } from '../store/listeners.ts';
 
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
@@ -154,6 +156,11 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   // read those secrets in clear: creating, changing and deleting listeners and managing their
   // credentials need an admin key, like code hosts. Members read them (issue 23, item 3).
   const admins = { admin: true };
+  /** If-Match is checked against this: the listener as its GET shows it, read in the write's transaction. */
+  const current = async (request: FastifyRequest, tx: Db) =>
+    listenerResponse(
+      await listeners.get(workspaceOf(request), (request.params as { listener_id: string }).listener_id, tx),
+    );
 
   app.post(
     '/v2/listeners',
@@ -221,7 +228,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.patch(
     '/v2/listeners/:listener_id',
     {
-      config: admins,
+      config: { ...admins, current },
       schema: {
         operationId: 'patchListener',
         tags: ['listeners'],
@@ -234,13 +241,17 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
       },
     },
     async (request) =>
-      listenerResponse(await listeners.patch(workspaceOf(request), request.params.listener_id, request.body)),
+      listenerResponse(
+        await listeners.patch(workspaceOf(request), request.params.listener_id, request.body, {
+          precondition: request.precondition,
+        }),
+      ),
   );
 
   app.delete(
     '/v2/listeners/:listener_id',
     {
-      config: admins,
+      config: { ...admins, current },
       schema: {
         operationId: 'deleteListener',
         tags: ['listeners'],
@@ -251,7 +262,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
       },
     },
     async (request, reply) => {
-      await listeners.remove(workspaceOf(request), request.params.listener_id);
+      await listeners.remove(workspaceOf(request), request.params.listener_id, { precondition: request.precondition });
       return reply.status(204).send(null);
     },
   );

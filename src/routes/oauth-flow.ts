@@ -292,6 +292,11 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.delete(
     '/v2/auth/tokens/:token_id',
     {
+      // If-Match is checked against the token as its GET shows it, under the token's claim.
+      config: {
+        current: async (request, tx) =>
+          tokenResponse(await tokens.get(workspaceOf(request), (request.params as { token_id: string }).token_id, tx)),
+      },
       schema: {
         operationId: 'deleteOAuthToken',
         tags,
@@ -309,6 +314,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
       await tokens.revoke(workspaceOf(request), request.params.token_id, {
         force: request.query.force ?? false,
         byKey: request.caller.keyId,
+        precondition: request.precondition,
       });
       return reply.status(204).send(null);
     },

@@ -20,7 +20,7 @@ import {
 } from '../http/schema-helpers.ts';
 import { CODE_CHALLENGE_METHODS, TOKEN_ENDPOINT_AUTH_METHODS } from '../oauth/oauth-provider-config.ts';
 import type { OAuthProviderService, ProviderActor } from '../service/oauth-providers.ts';
-import type { OAuthProviderRow } from '../store/schema.ts';
+import type { Db, OAuthProviderRow } from '../store/schema.ts';
 
 const SLUG = {
   minLength: 1,
@@ -144,6 +144,11 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   // so only an organization admin key makes one: a workspace's admin must not rewrite another's provider.
   const reads = { auth: 'organization' as const };
   const writes = { auth: 'organization' as const, admin: 'organization' as const };
+  /** If-Match is checked against this: the provider as its GET shows it, read in the write's transaction. */
+  const current = async (request: FastifyRequest, tx: Db) =>
+    providerResponse(
+      await providers.get(request.caller.organizationId, (request.params as { provider_id: string }).provider_id, tx),
+    );
   const actor = (request: FastifyRequest): ProviderActor => ({
     organizationId: request.caller.organizationId,
     keyId: request.caller.keyId,
@@ -207,7 +212,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.patch(
     '/v2/auth/providers/:provider_id',
     {
-      config: writes,
+      config: { ...writes, current },
       schema: {
         operationId: 'updateOAuthProvider',
         tags,
@@ -218,13 +223,17 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
       },
     },
     async (request) =>
-      providerResponse(await providers.update(actor(request), request.params.provider_id, request.body)),
+      providerResponse(
+        await providers.update(actor(request), request.params.provider_id, request.body, {
+          precondition: request.precondition,
+        }),
+      ),
   );
 
   app.delete(
     '/v2/auth/providers/:provider_id',
     {
-      config: writes,
+      config: { ...writes, current },
       schema: {
         operationId: 'deleteOAuthProvider',
         tags,
@@ -235,7 +244,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
       },
     },
     async (request, reply) => {
-      await providers.remove(actor(request), request.params.provider_id);
+      await providers.remove(actor(request), request.params.provider_id, { precondition: request.precondition });
       return reply.status(204).send(null);
     },
   );

@@ -36,8 +36,9 @@ import {
   type IntegrationChange,
 } from '../store/codehost-integrations.ts';
 import { recordEvents } from '../store/events.ts';
-import type { CodehostIntegrationRow, Database } from '../store/schema.ts';
+import type { CodehostIntegrationRow, Database, Db } from '../store/schema.ts';
 import type { RepositoryChecker } from './deployments.ts';
+import type { WriteConditions } from './preconditions.ts';
 
 /** A repository as the interface lists it: exactly these six fields. */
 export interface ListedRepository extends CodeHostRepository {
@@ -254,8 +255,8 @@ export function createCodehostIntegrationService({
   /** The list a write is held to: the one it brings (from the route's configuration), else the service's. */
   const allowedFor = (policy: HostPolicy): readonly string[] | undefined => policy.allowedApiUrls ?? allowedApiUrls;
 
-  async function read(workspaceId: string, id: string): Promise<CodehostIntegrationRow> {
-    const row = await getIntegration(db, workspaceId, id);
+  async function read(workspaceId: string, id: string, from: Db = db): Promise<CodehostIntegrationRow> {
+    const row = await getIntegration(from, workspaceId, id);
     if (!row) throw notFound('Integration', id);
     return row;
   }
@@ -358,6 +359,7 @@ export function createCodehostIntegrationService({
       id: string,
       input: UpdateIntegrationInput,
       policy: HostPolicy = {},
+      conditions: WriteConditions = {},
     ): Promise<{ row: CodehostIntegrationRow; webhookSecret: string | null }> {
       const current = await read(workspaceId, id);
       if (given(input.api_url)) {
@@ -410,9 +412,11 @@ export function createCodehostIntegrationService({
         change.webhookSecretSealed = secretBox.seal(webhookSecret);
         fields.push('webhook_secret');
       }
-      if (fields.length === 0) return { row: current, webhookSecret: null };
       const row = await db.transaction().execute(async (tx) => {
-        if (!(await lockIntegration(tx, workspaceId, id))) throw notFound('Integration', id);
+        const locked = await lockIntegration(tx, workspaceId, id);
+        if (!locked) throw notFound('Integration', id);
+        await conditions.precondition?.(tx);
+        if (fields.length === 0) return locked;
         const updated = await updateIntegration(tx, id, change);
         if (!updated)
           throw new AppError(
@@ -439,10 +443,11 @@ export function createCodehostIntegrationService({
     },
 
     /** 409 while a codehost deployment names the integration (it would lose its source). */
-    async remove(workspaceId: string, id: string): Promise<void> {
+    async remove(workspaceId: string, id: string, conditions: WriteConditions = {}): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const row = await lockIntegration(tx, workspaceId, id);
         if (!row) throw notFound('Integration', id);
+        await conditions.precondition?.(tx);
         const users = await deploymentsUsingIntegration(tx, id);
         if (users.length > 0) {
           throw new AppError(

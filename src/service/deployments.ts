@@ -51,6 +51,7 @@ import {
   snapshotOf,
 } from './deployment-revisions.ts';
 import type { Page } from './page.ts';
+import type { WriteConditions } from './preconditions.ts';
 
 /**
  * Asks a code host whether a repository URL names a repository the integration reaches
@@ -92,7 +93,7 @@ export interface PatchDeploymentInput extends PatchInput {
   secrets?: Secret[] | null;
 }
 
-export interface PatchOptions {
+export interface PatchOptions extends WriteConditions {
   /** What the revision.created event gives as its cause; default `{ cause: 'patch' }`. */
   cause?: Record<string, unknown>;
   /** Run inside this transaction (a webhook delivery recorded together with its revisions). */
@@ -261,6 +262,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
       const apply = async (tx: Db): Promise<void> => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
+        await options.precondition?.(tx);
         const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
         const latestRevision = latest ? { source: latest.source, config: latest.source_revision_config } : null;
         const plan = planPatch(
@@ -341,10 +343,15 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
      * stays AWAITING_DELETE (`delete: true` in the desired state) until the listener confirms it has
      * removed everything (src/service/listener-protocol.ts). Anything else is removed at once.
      */
-    async remove(workspaceId: string, id: string, options: { deleteTracingProject: boolean }): Promise<void> {
+    async remove(
+      workspaceId: string,
+      id: string,
+      options: { deleteTracingProject: boolean } & WriteConditions,
+    ): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
+        await options.precondition?.(tx);
         if (row.status === 'AWAITING_DELETE') return;
         const unfinished = await lockRevisionsInStatus(tx, id, UNFINISHED_REVISION_STATUSES);
         for (const revision of unfinished) {

@@ -28,8 +28,9 @@ import {
   updateListener,
   type ListenerView,
 } from '../store/listeners.ts';
-import type { Database } from '../store/schema.ts';
+import type { Database, Db } from '../store/schema.ts';
 import type { Page } from './page.ts';
+import type { WriteConditions } from './preconditions.ts';
 
 export interface ListenerServiceDeps {
   db: Kysely<Database>;
@@ -54,8 +55,8 @@ export interface PatchListenerInput {
 const DEFAULT_NAMESPACES = ['default'];
 
 export function createListenerService({ db }: ListenerServiceDeps) {
-  async function get(workspaceId: string, id: string): Promise<ListenerView> {
-    const row = await getListener(db, workspaceId, id);
+  async function get(workspaceId: string, id: string, from: Db = db): Promise<ListenerView> {
+    const row = await getListener(from, workspaceId, id);
     if (!row) throw notFound('Listener', id);
     return row;
   }
@@ -94,10 +95,16 @@ export function createListenerService({ db }: ListenerServiceDeps) {
     },
 
     /** Changes version and namespaces; a namespace still used by a deployment cannot be removed. */
-    async patch(workspaceId: string, id: string, input: PatchListenerInput): Promise<ListenerView> {
+    async patch(
+      workspaceId: string,
+      id: string,
+      input: PatchListenerInput,
+      conditions: WriteConditions = {},
+    ): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
         const current = await lockListener(tx, workspaceId, id);
         if (!current) throw notFound('Listener', id);
+        await conditions.precondition?.(tx);
         if (input.compute_type !== undefined && input.compute_type !== current.compute_type)
           throw new AppError('field_immutable', 'compute_type cannot be changed after creation');
         if (input.compute_id !== undefined && input.compute_id !== current.compute_id)
@@ -129,10 +136,11 @@ export function createListenerService({ db }: ListenerServiceDeps) {
     },
 
     /** Refused (conflict) while deployments use it. */
-    async remove(workspaceId: string, id: string): Promise<void> {
+    async remove(workspaceId: string, id: string, conditions: WriteConditions = {}): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const current = await lockListener(tx, workspaceId, id);
         if (!current) throw notFound('Listener', id);
+        await conditions.precondition?.(tx);
         const users = await deploymentsUsingListener(tx, id);
         if (users.length > 0)
           throw new AppError(

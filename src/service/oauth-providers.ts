@@ -20,6 +20,7 @@ import {
 import type { Database, Db, OAuthProviderRow } from '../store/schema.ts';
 import { workspaceIdsOf } from '../store/tenancy.ts';
 import type { Kysely } from 'kysely';
+import type { WriteConditions } from './preconditions.ts';
 
 /**
  * Who acts: an organization admin key (routes declare it: src/routes/oauth-providers.ts). Providers
@@ -145,8 +146,8 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
     return out;
   }
 
-  async function mustFind(organizationId: string, ref: string, lock = false): Promise<OAuthProviderRow> {
-    const row = await findProvider(db, organizationId, ref, { lock });
+  async function mustFind(organizationId: string, ref: string, from: Db = db): Promise<OAuthProviderRow> {
+    const row = await findProvider(from, organizationId, ref, { lock: false });
     if (!row) throw notFound('OAuth provider', ref);
     return row;
   }
@@ -201,10 +202,16 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
       });
     },
 
-    async update(actor: ProviderActor, ref: string, input: ProviderInput): Promise<OAuthProviderRow> {
+    async update(
+      actor: ProviderActor,
+      ref: string,
+      input: ProviderInput,
+      conditions: WriteConditions = {},
+    ): Promise<OAuthProviderRow> {
       return db.transaction().execute(async (tx) => {
         const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
         if (!current) throw notFound('OAuth provider', ref);
+        await conditions.precondition?.(tx);
         if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
           throw new AppError(
             'field_immutable',
@@ -231,10 +238,11 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
       });
     },
 
-    async remove(actor: ProviderActor, ref: string): Promise<void> {
+    async remove(actor: ProviderActor, ref: string, conditions: WriteConditions = {}): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
         if (!current) throw notFound('OAuth provider', ref);
+        await conditions.precondition?.(tx);
         const tokens = await countProviderTokens(tx, current.id);
         if (tokens > 0) {
           throw new AppError(
@@ -253,7 +261,7 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
       });
     },
 
-    get: (organizationId: string, ref: string) => mustFind(organizationId, ref),
+    get: (organizationId: string, ref: string, from: Db = db) => mustFind(organizationId, ref, from),
     list: (organizationId: string, limit: number, offset: number) => listProviders(db, organizationId, limit, offset),
 
     /** The provider as the OAuth client needs it, with the client secret opened. */

@@ -28,9 +28,10 @@ import {
   storeRefreshedToken,
   type TokenView,
 } from '../store/oauth-tokens.ts';
-import type { Database, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
+import type { Database, Db, OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
 import type { Page } from './page.ts';
+import type { WriteConditions } from './preconditions.ts';
 
 /** An access token is refreshed when it has less than this left, so the agent never gets one about to die. */
 export const REFRESH_MARGIN_MS = 60_000;
@@ -268,8 +269,8 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
     list: (workspaceId: string, page: Page): Promise<TokenView[]> =>
       listTokens(db, workspaceId, page.limit, page.offset),
 
-    async get(workspaceId: string, tokenId: string): Promise<TokenView> {
-      const row = await getToken(db, workspaceId, tokenId);
+    async get(workspaceId: string, tokenId: string, from: Db = db): Promise<TokenView> {
+      const row = await getToken(from, workspaceId, tokenId);
       if (!row) throw notFound('OAuth token', tokenId);
       return row;
     },
@@ -316,7 +317,7 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
     async revoke(
       workspaceId: string,
       tokenId: string,
-      options: { force: boolean; byKey: string },
+      options: { force: boolean; byKey: string } & WriteConditions,
     ): Promise<{ revokedAtProvider: boolean }> {
       const deadline = performance.now() + CLAIM_WAIT_MS;
       for (;;) {
@@ -329,6 +330,9 @@ export function createOAuthTokenService({ db, secretBox, client, providers, logg
           continue;
         }
         try {
+          // The claim is this token's lock (a refresh needs it too): checked under it, before the
+          // provider is asked to revoke anything.
+          await options.precondition?.(db);
           const revokedAtProvider = await revokeAtProvider(token, options.force);
           const deleted = await db.transaction().execute(async (tx) => {
             if (!(await deleteClaimedToken(tx, token.id, claimId))) return false;

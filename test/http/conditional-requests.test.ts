@@ -180,6 +180,55 @@ describe('If-Match', () => {
     assert.equal(await revisionCount(created.body.id), 4, 'one revision per round');
   });
 
+  /**
+   * Holds the deployment's row lock in a transaction of the test's own, as another writer would (a user's
+   * unconditional PATCH, the worker moving its status), until `change` has run in it and committed.
+   */
+  async function whileRowLocked(deploymentId: string, write: () => Promise<HttpAnswer>, change: string) {
+    const other = await t.database.pool.connect();
+    try {
+      await other.query('begin');
+      await other.query('select 1 from deployments where id = $1 for update', [deploymentId]);
+      const answer = write();
+      // The write waits for the lock (a condition, not a delay): some backend of this database waits on one.
+      for (;;) {
+        const waiting = await t.database.pool.query(
+          "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+        );
+        if (waiting.rows[0].n > 0) break;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await other.query(change, [deploymentId]);
+      await other.query('commit');
+      return await answer;
+    } finally {
+      other.release();
+    }
+  }
+
+  test('If-Match is checked under the row lock: a change committed while the write waits for it makes the write 412', async () => {
+    for (const method of ['PATCH', 'DELETE'] as const) {
+      const created = await createDeployment(`locked-${method.toLowerCase()}`);
+      const url = `/v2/deployments/${created.body.id}`;
+      const etag = created.headers.get('etag')!;
+      const answer = await whileRowLocked(
+        created.body.id,
+        () =>
+          call(method, url, {
+            headers: { 'if-match': etag },
+            ...(method === 'PATCH' ? { body: tweak(2048) } : {}),
+          }),
+        // Another writer's change, committed before the conditional write can take the lock.
+        "update deployments set status = 'UNKNOWN' where id = $1",
+      );
+      assert.equal(answer.status, 412, `${method}: ${answer.text}`);
+      const now = await call('GET', url);
+      assert.equal(now.status, 200, `${method}: the deployment stays`);
+      assert.equal(now.body.status, 'UNKNOWN', `${method}: the other change stays`);
+      assert.notEqual(now.body.source_config.resource_spec?.memory_mb, 2048, `${method}: nothing of the write`);
+    }
+  });
+
   test('concurrent conditional PATCHes of a listener: one wins', async () => {
     const listener = await call('POST', '/v2/listeners', {
       body: { compute_type: 'k8s', compute_id: 'raced-cluster' },
