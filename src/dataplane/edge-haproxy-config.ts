@@ -47,6 +47,8 @@ export interface HaproxyConfigInput {
   poolSize: number;
   /** Server slots declared in each backend (instances beyond them are added at run time). */
   slots: number;
+  /** HAProxy's threads (`nbthread`). */
+  threads: number;
   /** `user`/`group` for HAProxy once it has bound its sockets, when started as root; null otherwise. */
   runAs: { user: string; group: string } | null;
   routes: readonly EdgeRoute[];
@@ -104,6 +106,7 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     `  pidfile ${input.dir}/haproxy.pid`,
     `  stats socket ${input.dir}/admin.sock mode 600 level admin`,
     '  stats timeout 10s',
+    `  nbthread ${input.threads}`,
     // No maxconn: HAProxy derives it from the file descriptors it may open.
     ...(input.runAs ? [`  user ${input.runAs.user}`, `  group ${input.runAs.group}`] : []),
     '  log stderr format raw local0 warning',

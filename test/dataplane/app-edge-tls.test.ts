@@ -172,6 +172,7 @@ test('the HAProxy configuration with routes and TLS is one HAProxy accepts', { s
       tlsPemFile: pem,
       poolSize: 4,
       slots: 4,
+      threads: 2,
       runAs: null,
       routes: [
         { slug: 'one-0000000a', backend: 'app_0', servers: [{ name: 'slot0', port: 40001 }] },
