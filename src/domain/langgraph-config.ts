@@ -3,7 +3,7 @@
  * config with a `graphs` key, is a LangGraph project as LangChain's CLIs describe it, and resolves to
  * the same AppConfig as the service's own format (src/domain/app-config.ts): install commands with
  * the project's package manager, and a start command that serves its graphs with LangChain's
- * open-source API server, healthy on `/ok`.
+ * open-source API server, healthy on `/ok`; a JavaScript project's state in the deployment's database.
  *
  * Pure, like app-config.ts: `langGraphReferencedPaths` says which paths of the source the rules need
  * to know about, src/dataplane/app-config-file.ts looks them up, and `resolveLangGraphConfig` decides.
@@ -32,6 +32,13 @@ const LANGGRAPH_JS_SERVER_PACKAGE = '@langchain/langgraph-api';
  * the checkpointer ~1.0 and conflicts with a current project).
  */
 export const LANGGRAPH_JS_SERVER_VERSION = '1.5.1';
+/**
+ * LangChain's PostgreSQL checkpointer and store, which the launcher gives the JS server when the
+ * deployment has its database (runtime/langgraph-server.mjs). Pinned like the server; 1.0.5 takes
+ * @langchain/langgraph-checkpoint 1.x, and brings `pg`.
+ */
+const LANGGRAPH_POSTGRES_PACKAGE = '@langchain/langgraph-checkpoint-postgres';
+export const LANGGRAPH_POSTGRES_VERSION = '1.0.5';
 /** Packages whose presence in a project's package.json means it brings the JS server itself. */
 const JS_SERVER_PROVIDERS = [LANGGRAPH_JS_SERVER_PACKAGE, '@langchain/langgraph-cli'];
 /** The open-source in-memory Python server, as `langgraph dev` runs it. */
@@ -233,11 +240,10 @@ function installCommand(manager: PackageManager, locked: boolean): string {
   }
 }
 
-/** Adds the pinned server without touching the project's own manifest where the manager allows it. */
-function addServerCommand(manager: Exclude<PackageManager, 'bun'>): string {
-  const spec = `${LANGGRAPH_JS_SERVER_PACKAGE}@${LANGGRAPH_JS_SERVER_VERSION}`;
-  if (manager === 'npm') return `npm install --no-save --no-audit --no-fund ${spec}`;
-  return `${COREPACK} ${manager} add ${spec}`;
+/** Adds pinned packages without touching the project's own manifest where the manager allows it. */
+function addPackagesCommand(manager: Exclude<PackageManager, 'bun'>, specs: string[]): string {
+  if (manager === 'npm') return `npm install --no-save --no-audit --no-fund ${specs.join(' ')}`;
+  return `${COREPACK} ${manager} add ${specs.join(' ')}`;
 }
 
 /**
@@ -379,8 +385,9 @@ export function resolveLangGraphConfig(
     worker: null,
     healthCheckPath: LANGGRAPH_HEALTH_PATH,
     env,
-    // The open-source servers keep their state in memory and their own files: no database to make.
-    database: false,
+    // The JS server keeps assistants, threads, runs, checkpoints and the store in the deployment's
+    // database; the Python one keeps them in memory and its own files: no database to make.
+    database: language === 'js',
   };
 }
 
@@ -422,9 +429,12 @@ function jsInstall(
     return null;
   }
   const steps = [override ?? inDir(installDir, installCommand(manager, locked))];
-  const bringsServer = packages
-    .slice(0, dirs.indexOf(installDir) + 1)
-    .some((p) => p !== null && JS_SERVER_PROVIDERS.some((name) => p.dependsOn(name)));
-  if (!bringsServer) steps.push(inDir(configDir, addServerCommand(manager === 'bun' ? 'npm' : manager)));
+  const brings = (names: string[]) =>
+    packages.slice(0, dirs.indexOf(installDir) + 1).some((p) => p !== null && names.some((name) => p.dependsOn(name)));
+  const added = [
+    ...(brings(JS_SERVER_PROVIDERS) ? [] : [`${LANGGRAPH_JS_SERVER_PACKAGE}@${LANGGRAPH_JS_SERVER_VERSION}`]),
+    ...(brings([LANGGRAPH_POSTGRES_PACKAGE]) ? [] : [`${LANGGRAPH_POSTGRES_PACKAGE}@${LANGGRAPH_POSTGRES_VERSION}`]),
+  ];
+  if (added.length > 0) steps.push(inDir(configDir, addPackagesCommand(manager === 'bun' ? 'npm' : manager, added)));
   return steps.join(' && ');
 }

@@ -13,6 +13,7 @@ import {
 } from '../../src/domain/app-config.ts';
 import {
   LANGGRAPH_JS_SERVER_VERSION,
+  LANGGRAPH_POSTGRES_VERSION,
   isLangGraphConfig,
   resolveLangGraphConfig,
   type LangGraphSourceFacts,
@@ -281,7 +282,7 @@ describe('LangGraph projects (langgraph.json)', () => {
     dependencies: { '@langchain/langgraph': '^1.7.3', '@langchain/core': '^1.4.0' },
   });
   const JS = { node_version: '20', graphs: { agent: './src/agent.ts:graph' } };
-  const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`;
+  const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION} @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`;
   const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) =>
     resolveLangGraphConfig(file, raw, tree(files), overrides);
   function refusedLg(file: string, raw: unknown, files: Record<string, string>): string {
@@ -318,18 +319,25 @@ describe('LangGraph projects (langgraph.json)', () => {
       worker: null,
       healthCheckPath: '/ok',
       env: { REPLY_PREFIX: 'Analysis' },
-      database: false,
+      database: true,
     });
   });
 
   test('a project that brings the server itself (langgraph-api or langgraph-cli) gets no pinned one', () => {
     for (const name of ['@langchain/langgraph-api', '@langchain/langgraph-cli']) {
-      const pkg = JSON.stringify({
-        dependencies: { '@langchain/langgraph': '^1' },
-        devDependencies: { [name]: '^1.5.0' },
-      });
+      const pkg = (more = {}) =>
+        JSON.stringify({
+          dependencies: { '@langchain/langgraph': '^1', ...more },
+          devDependencies: { [name]: '^1.5.0' },
+        });
+      const files = (text: string) => ({ 'package.json': text, 'package-lock.json': '{}', 'src/agent.ts': '' });
+      // The PostgreSQL checkpointer is still added, unless the project has it too.
       assert.equal(
-        resolveLg('langgraph.json', JS, { 'package.json': pkg, 'package-lock.json': '{}', 'src/agent.ts': '' }).install,
+        resolveLg('langgraph.json', JS, files(pkg())).install,
+        `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
+      );
+      assert.equal(
+        resolveLg('langgraph.json', JS, files(pkg({ '@langchain/langgraph-checkpoint-postgres': '^1' }))).install,
         'npm ci --no-audit --no-fund',
       );
     }
