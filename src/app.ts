@@ -39,9 +39,14 @@ import { uploadRoutes } from './routes/uploads.ts';
 import { uploadUrlRoutes } from './routes/upload-urls.ts';
 import { createServices, type Services } from './services.ts';
 import { codehostRoutes } from './routes/codehost.ts';
+import { ssoRoutes } from './routes/sso.ts';
+import { registerSessionAudit } from './sso/session-audit.ts';
+import { createSessionCredentials } from './sso/session-credentials.ts';
+import { createSsoService } from './sso/sso-service.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
 import type { GitHubClientOptions } from './codehost/github-client.ts';
 import type { Database } from './store/schema.ts';
+import type { FetchLike } from './sso/oidc-client.ts';
 
 export interface AppDeps {
   config: Config;
@@ -56,6 +61,8 @@ export interface AppDeps {
   changes?: ChangeFeed;
   /** The service's pool, for the connection gauges of /metrics. */
   pool?: pg.Pool;
+  /** Replaces fetch towards the single sign-on provider (tests that play a provider gone wrong). */
+  ssoFetch?: FetchLike;
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -132,7 +139,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
   await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
 
-  registerAuthentication(app, db);
+  // The dashboard's single sign-on cookie is a credential too (src/sso/); every write it makes is audited.
+  const sessions = createSessionCredentials({ db, publicUrl: config.publicUrl });
+  registerAuthentication(app, db, sessions);
+  registerSessionAudit(app, db);
   // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
   registerIdempotencyKeys(app, db);
   registerConditionalRequests(app);
@@ -172,6 +182,15 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(uploadUrlRoutes, { uploads: services.uploads, limitBytes: config.uploadLimitBytes });
     await app.register(langGraphCompatRoutes, { logs: services.revisionLogs, deployments });
     await app.register(codehostRoutes, { config, integrations: services.integrations, webhooks: services.webhooks });
+    const sso = createSsoService({
+      db,
+      secretBox,
+      sso: config.sso,
+      publicUrl: config.publicUrl,
+      allowInsecure: config.allowInsecureOAuth,
+      fetch: deps.ssoFetch,
+    });
+    await app.register(ssoRoutes, { sso, sessions, publicUrl: config.publicUrl });
     // Last: its catch-all for the pages' own paths yields to every API route (src/routes/dashboard.ts).
     await app.register(dashboardRoutes);
   }

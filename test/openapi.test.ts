@@ -55,7 +55,7 @@ before(async () => {
 after(() => t.close());
 
 /** Pages a browser opens, answered with HTML rather than JSON. */
-const BROWSER_PAGES = new Set(['GET /v2/auth/callback/{provider_id}']);
+const BROWSER_PAGES = new Set(['GET /v2/auth/callback/{provider_id}', 'GET /v2/sso/callback']);
 
 /**
  * Every method and path the app serves, read from Fastify's route tree (`printRoutes`), in OpenAPI
@@ -432,7 +432,11 @@ describe('/openapi.json for client generators', () => {
       'GET /metrics',
       'GET /readyz',
       'GET /v2/auth/callback/{provider_id}',
+      'GET /v2/sso/callback',
+      'GET /v2/sso/session',
       'POST /v1/integrations/forge/codehost/{integration_id}/webhooks',
+      'POST /v2/sso/login',
+      'POST /v2/sso/logout',
       'PUT /v2/uploads/{upload_id}',
     ]);
     for (const route of ['GET /healthz', 'GET /readyz', 'GET /metrics']) {

@@ -98,6 +98,21 @@ export const EVENT_TYPES = {
   'codehost_integration.created': { summary: 'A code-host integration was created.' },
   'codehost_integration.updated': { summary: "A code-host integration's settings or credentials were changed." },
   'codehost_integration.deleted': { summary: 'A code-host integration was deleted.' },
+  // Single sign-on (subject_type sso_session or sso_mapping; docs/operations.md, "Single sign-on").
+  'sso_session.created': {
+    summary: 'A person signed in to the dashboard through the identity provider; data names them and their access.',
+  },
+  'sso_session.ended': {
+    summary: 'A sign-in session ended before its time: data.reason is logout or ended_by_admin (data.by_key).',
+  },
+  'sso_session.write': {
+    summary:
+      'A signed-in person made a change; data names the person, the operation, the path, the status and the request id.',
+  },
+  'sso_mapping.created': { summary: 'An organization admin mapped a group or e-mail domain to a workspace role.' },
+  'sso_mapping.deleted': {
+    summary: 'A single sign-on mapping was deleted; people it let in lose that access at once.',
+  },
 } as const satisfies Record<string, { summary: string }>;
 
 export type EventType = keyof typeof EVENT_TYPES;

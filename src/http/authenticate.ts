@@ -11,6 +11,7 @@ import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify
 import { hashApiKey } from '../auth/api-keys.ts';
 import { hashListenerCredential, isListenerCredential } from '../auth/listener-credentials.ts';
 import { AppError, ValidationError } from '../errors.ts';
+import type { SessionCredentials, SessionPerson } from '../sso/session-credentials.ts';
 import { findActiveListenerCredential, type ListenerCredentialIdentity } from '../store/listener-credentials.ts';
 import type { Db } from '../store/schema.ts';
 import { findActiveKeyByHash, firstWorkspaceIds, workspaceInOrganization, type KeyRecord } from '../store/tenancy.ts';
@@ -24,6 +25,8 @@ export interface Caller {
   role: 'admin' | 'member';
   /** The workspace this request acts in; null only on 'organization' routes without X-Tenant-Id. */
   workspaceId: string | null;
+  /** Set when a dashboard sign-in session (src/sso/) stands in for a key: keyId is then the session's id. */
+  person?: SessionPerson;
 }
 
 declare module 'fastify' {
@@ -104,8 +107,12 @@ async function resolveCaller(
   db: Db,
   request: FastifyRequest,
   mode: 'workspace' | 'organization',
+  sessions: SessionCredentials | null,
 ): Promise<Caller> {
   const key = presentedKey(request);
+  // Without a key, the dashboard's sign-in cookie may stand in for one (src/sso/session-credentials.ts).
+  const session = key === null && sessions ? await sessions.callerOf(request, mode, requestedWorkspace(request)) : null;
+  if (session) return session;
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
   const record = key.length <= 512 ? await keys.lookup(key) : undefined;
   if (!record) throw new AppError('unauthenticated', 'Invalid API key.');
@@ -138,7 +145,7 @@ async function resolveCaller(
   );
 }
 
-export function registerAuthentication(app: FastifyInstance, db: Db): void {
+export function registerAuthentication(app: FastifyInstance, db: Db, sessions: SessionCredentials | null = null): void {
   const keys = createKeyCache(db);
   app.decorateRequest('caller', null as unknown as Caller);
   app.decorateRequest('listenerCredential', null);
@@ -162,7 +169,7 @@ export function registerAuthentication(app: FastifyInstance, db: Db): void {
       request.listenerCredential = credential;
       return;
     }
-    request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode);
+    request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode, sessions);
     const admin = config?.admin ?? false;
     if (admin === 'organization' && (request.caller.role !== 'admin' || request.caller.keyWorkspaceId !== null))
       throw new AppError(

@@ -1,0 +1,42 @@
+/**
+ * Every write a signed-in person makes is audited under that person (docs/events.md,
+ * `sso_session.write`): one event per request with a method other than GET, HEAD and OPTIONS that a
+ * session opened and that succeeded, naming the person (issuer, subject, e-mail), the operation, the
+ * path, the status and the request id. Written before the answer leaves (onSend), so a person never
+ * sees a change done whose audit line is missing; the services' own events of the change name the
+ * session as `by_key` as well.
+ */
+import type { FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { Database } from '../store/schema.ts';
+import { firstWorkspaceOf, recordSsoEvent, ssoDb } from './sso-store.ts';
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export function registerSessionAudit(app: FastifyInstance, db: Kysely<Database>): void {
+  const sso = ssoDb(db);
+  app.addHook('onSend', async (request, reply, payload) => {
+    const person = request.caller?.person;
+    if (person === undefined || SAFE_METHODS.has(request.method) || reply.statusCode >= 400) return payload;
+    const workspaceId = request.caller.workspaceId ?? (await firstWorkspaceOf(sso, request.caller.organizationId));
+    await recordSsoEvent(sso, {
+      workspaceId,
+      subjectType: 'sso_session',
+      subjectId: person.sessionId,
+      type: 'sso_session.write',
+      data: {
+        issuer: person.issuer,
+        subject: person.subject,
+        email: person.email,
+        name: person.name,
+        method: request.method,
+        operation: `${request.method} ${request.routeOptions.url ?? ''}`,
+        path: request.url.split('?')[0]!.slice(0, 1024),
+        status: reply.statusCode,
+        request_id: request.id,
+        workspace_id: request.caller.workspaceId,
+      },
+    });
+    return payload;
+  });
+}

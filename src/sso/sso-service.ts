@@ -1,0 +1,347 @@
+/**
+ * Single sign-on for the dashboard (docs/operations.md, "Single sign-on"):
+ *
+ *   start ──(browser to the provider; state in a cookie, its hash and the sealed verifier in a row)──>
+ *   callback ──(state = cookie, row claimed once; code + PKCE verifier exchanged; ID token verified)──>
+ *   access from the mappings ──> session (random token in an HttpOnly cookie, its SHA-256 in a row)
+ *
+ * A person whose groups and verified e-mail domain match no mapping gets no session. A session's access
+ * is worked out again from the mappings on every request (src/sso/session-credentials.ts), so a deleted
+ * mapping takes effect at once; logout or an organization admin ends the session row.
+ *
+ * Glossary: a *mapping* gives a group of the provider's groups claim, or an e-mail domain, a role in one
+ * workspace or (workspace null) in the whole organization. A *person* is an (issuer, subject) pair.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { SsoConfig } from '../config.ts';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import { AppError, notFound } from '../errors.ts';
+import type { KeyActor } from '../service/key-actor.ts';
+import type { Page } from '../service/page.ts';
+import type { Database } from '../store/schema.ts';
+import { workspaceInOrganization } from '../store/tenancy.ts';
+import { createOidcClient, SignInError, type FetchLike, type IdTokenClaims } from './oidc-client.ts';
+import {
+  accessOf,
+  claimSignIn,
+  deleteMapping,
+  endSession,
+  findLiveSession,
+  firstWorkspaceOf,
+  insertMapping,
+  insertSession,
+  insertSignIn,
+  listLiveSessions,
+  listMappings,
+  recordSsoEvent,
+  ssoDb,
+  workspacesOf,
+  type Access,
+  type MappingKind,
+  type PersonIdentity,
+  type Role,
+  type SessionRow,
+  type SsoDb,
+} from './sso-store.ts';
+
+/** How long a person has to finish signing in at the provider. */
+const SIGN_IN_TTL_SECONDS = 10 * 60;
+const MAX_GROUPS = 1_000;
+
+export interface SsoServiceDeps {
+  db: Kysely<Database>;
+  secretBox: SecretBox;
+  sso: SsoConfig | null;
+  /** SLIPWAY_PUBLIC_URL: the redirect URI registered at the provider is under it. */
+  publicUrl: string;
+  allowInsecure: boolean;
+  /** Replaces fetch towards the provider (tests). */
+  fetch?: FetchLike;
+}
+
+/** A sign-in that ended without access: the page says who the provider said the person is. */
+export class NoAccessError extends Error {
+  constructor(
+    readonly email: string | null,
+    readonly groups: readonly string[],
+  ) {
+    super('No workspace is mapped to this account.');
+    this.name = 'NoAccessError';
+  }
+}
+
+export const hashToken = (token: string): Buffer => createHash('sha256').update(token, 'utf8').digest();
+
+/** The callback URL, as it must be registered at the provider. */
+export const redirectUriOf = (publicUrl: string): string => `${publicUrl}/v2/sso/callback`;
+
+/** A path of the dashboard to return to; anything else (another origin, `//host`) is the start page. */
+export function safeReturnTo(value: unknown): string {
+  if (typeof value !== 'string' || value.length > 512) return '/';
+  return /^\/(?![/\\])[\x21-\x7e]*$/.test(value) ? value : '/';
+}
+
+function identityOf(claims: IdTokenClaims, groupsClaim: string): PersonIdentity & { name: string | null } {
+  const text = (value: unknown, max: number) =>
+    typeof value === 'string' && value !== '' && value.length <= max ? value : null;
+  const raw = claims[groupsClaim];
+  const groups = (Array.isArray(raw) ? raw : typeof raw === 'string' ? [raw] : [])
+    .filter((g): g is string => typeof g === 'string' && g !== '' && g.length <= 256)
+    .slice(0, MAX_GROUPS);
+  return {
+    email: text(claims.email, 320)?.toLowerCase() ?? null,
+    // Some providers send the boolean as a string.
+    emailVerified: claims.email_verified === true || claims.email_verified === 'true',
+    name: text(claims.name, 256) ?? text(claims.preferred_username, 256),
+    groups: [...new Set(groups)],
+  };
+}
+
+/** Where an event about a person goes (events belong to a workspace): their first workspace. */
+async function auditWorkspace(db: SsoDb, access: Access): Promise<string> {
+  return access.workspaces.keys().next().value ?? (await firstWorkspaceOf(db, access.organizationId));
+}
+
+const strongest = (a: Role | null | undefined, b: Role | null | undefined): Role =>
+  a === 'admin' || b === 'admin' ? 'admin' : 'member';
+
+const personData = (session: Pick<SessionRow, 'issuer' | 'subject' | 'email' | 'name'>) => ({
+  issuer: session.issuer,
+  subject: session.subject,
+  email: session.email,
+  name: session.name,
+});
+
+export interface MappingInput {
+  kind: MappingKind;
+  value: string;
+  workspace_id: string | null;
+  role: Role;
+}
+
+export function createSsoService(deps: SsoServiceDeps) {
+  const db = ssoDb(deps.db);
+  const { secretBox, sso } = deps;
+  const redirectUri = redirectUriOf(deps.publicUrl);
+  const oidc =
+    sso === null
+      ? null
+      : createOidcClient({
+          issuer: sso.issuer,
+          clientId: sso.clientId,
+          clientSecret: sso.clientSecret,
+          scopes: sso.scopes,
+          allowInsecure: deps.allowInsecure,
+          fetch: deps.fetch,
+        });
+
+  function configured() {
+    if (oidc === null || sso === null)
+      throw new AppError('not_found', 'Single sign-on is not set up on this service (SLIPWAY_SSO_ISSUER).');
+    return { oidc, sso };
+  }
+
+  /** An organization admin's own organization: mappings and sessions are organization-wide. */
+  function requireOrganizationAdmin(actor: KeyActor): void {
+    if (actor.keyWorkspaceId !== null)
+      throw new AppError('forbidden', 'Single sign-on is managed by an organization admin (not bound to a workspace).');
+  }
+
+  return {
+    enabled: sso !== null,
+    providerName: sso?.providerName ?? null,
+    sessionTtlMs: sso?.sessionTtlMs ?? 0,
+
+    /** A new sign-in: where to send the browser, and the state to keep in its cookie. */
+    async start(returnTo: unknown): Promise<{ url: string; state: string; ttlSeconds: number }> {
+      const { oidc } = configured();
+      const started = await oidc.authorizationRequest(redirectUri);
+      await insertSignIn(db, {
+        stateHash: hashToken(started.state),
+        codeVerifierSealed: secretBox.seal(started.codeVerifier),
+        nonce: started.nonce,
+        returnTo: safeReturnTo(returnTo),
+        ttlSeconds: SIGN_IN_TTL_SECONDS,
+      });
+      return { url: started.url, state: started.state, ttlSeconds: SIGN_IN_TTL_SECONDS };
+    },
+
+    /**
+     * The provider's redirect back: `browserState` is the state from this browser's cookie. Throws
+     * SignInError (the sign-in is no good) or NoAccessError (it is, but no mapping lets the person in).
+     */
+    async finish(callback: URL, browserState: string | null) {
+      const { oidc, sso } = configured();
+      const states = callback.searchParams.getAll('state');
+      // The state must come back to the browser that started the sign-in: a link with someone else's
+      // code and state (login CSRF) finds no matching cookie here.
+      if (browserState === null || states.length !== 1 || states[0] !== browserState)
+        throw new SignInError(
+          'state_mismatch',
+          'This sign-in was not started in this browser, or it took too long. Start again from the sign-in page.',
+        );
+      const pending = await claimSignIn(db, hashToken(browserState));
+      if (pending === undefined)
+        throw new SignInError(
+          'state_mismatch',
+          'This sign-in was finished already or has expired. Start again from the sign-in page.',
+        );
+      const claims = await oidc.finish(
+        callback,
+        { state: browserState, codeVerifier: secretBox.open(pending.code_verifier_sealed), nonce: pending.nonce },
+        redirectUri,
+      );
+      const identity = identityOf(claims, sso.groupsClaim);
+      const access = await accessOf(db, identity, null);
+      if (access === null) throw new NoAccessError(identity.email, identity.groups);
+      const token = randomBytes(32).toString('base64url');
+      const session = await db.transaction().execute(async (tx) => {
+        const row = await insertSession(tx, {
+          tokenHash: hashToken(token),
+          organizationId: access.organizationId,
+          issuer: claims.iss,
+          subject: claims.sub,
+          email: identity.email,
+          emailVerified: identity.emailVerified,
+          name: identity.name,
+          groups: identity.groups,
+          ttlMs: sso.sessionTtlMs,
+        });
+        await recordSsoEvent(tx, {
+          workspaceId: await auditWorkspace(tx, access),
+          subjectType: 'sso_session',
+          subjectId: row.id,
+          type: 'sso_session.created',
+          data: {
+            ...personData({ issuer: claims.iss, subject: claims.sub, email: identity.email, name: identity.name }),
+            organization_role: access.organizationRole,
+            workspaces: Object.fromEntries(access.workspaces),
+          },
+        });
+        return row;
+      });
+      return { token, session, who: identity.email ?? identity.name ?? claims.sub, returnTo: pending.return_to };
+    },
+
+    /** Ends the session of a cookie's token; nothing when it is unknown or over already. */
+    async logout(token: string): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const ended = await endSession(tx, { tokenHash: hashToken(token) });
+        if (ended === undefined) return;
+        await recordEnded(tx, ended, { reason: 'logout' });
+      });
+    },
+
+    mappings: {
+      async create(actor: KeyActor, input: MappingInput) {
+        requireOrganizationAdmin(actor);
+        const value = input.kind === 'email_domain' ? input.value.toLowerCase().replace(/^@/, '') : input.value;
+        if (
+          input.workspace_id !== null &&
+          !(await workspaceInOrganization(deps.db, input.workspace_id, actor.organizationId))
+        )
+          throw new AppError('invalid_reference', `workspace_id: Workspace ID ${input.workspace_id} not found.`);
+        return db.transaction().execute(async (tx) => {
+          const row = await insertMapping(tx, {
+            organizationId: actor.organizationId,
+            kind: input.kind,
+            value,
+            workspaceId: input.workspace_id,
+            role: input.role,
+          });
+          if (row === null)
+            throw new AppError(
+              'conflict',
+              `A mapping of ${input.kind} '${value}' to this workspace already exists; delete it to change its role.`,
+            );
+          await recordSsoEvent(tx, {
+            workspaceId: input.workspace_id ?? (await firstWorkspaceOf(tx, actor.organizationId)),
+            subjectType: 'sso_mapping',
+            subjectId: row.id,
+            type: 'sso_mapping.created',
+            data: {
+              kind: row.kind,
+              value: row.value,
+              workspace_id: row.workspace_id,
+              role: row.role,
+              by_key: actor.keyId,
+            },
+          });
+          return row;
+        });
+      },
+
+      list(actor: KeyActor, page: Page) {
+        requireOrganizationAdmin(actor);
+        return listMappings(db, actor.organizationId, page.limit, page.offset);
+      },
+
+      async remove(actor: KeyActor, id: string): Promise<void> {
+        requireOrganizationAdmin(actor);
+        await db.transaction().execute(async (tx) => {
+          const row = await deleteMapping(tx, actor.organizationId, id);
+          if (row === undefined) throw notFound('Mapping', id);
+          await recordSsoEvent(tx, {
+            workspaceId: row.workspace_id ?? (await firstWorkspaceOf(tx, actor.organizationId)),
+            subjectType: 'sso_mapping',
+            subjectId: row.id,
+            type: 'sso_mapping.deleted',
+            data: {
+              kind: row.kind,
+              value: row.value,
+              workspace_id: row.workspace_id,
+              role: row.role,
+              by_key: actor.keyId,
+            },
+          });
+        });
+      },
+    },
+
+    sessions: {
+      list(actor: KeyActor, page: Page) {
+        requireOrganizationAdmin(actor);
+        return listLiveSessions(db, actor.organizationId, page.limit, page.offset);
+      },
+
+      async end(actor: KeyActor, id: string): Promise<void> {
+        requireOrganizationAdmin(actor);
+        await db.transaction().execute(async (tx) => {
+          const ended = await endSession(tx, { id, organizationId: actor.organizationId });
+          if (ended === undefined) throw notFound('Session', id);
+          await recordEnded(tx, ended, { reason: 'ended_by_admin', by_key: actor.keyId });
+        });
+      },
+    },
+
+    /** The live session of a cookie's token with the workspaces it opens now; null when there is none. */
+    async describe(token: string | null) {
+      if (token === null) return null;
+      const session = await findLiveSession(db, hashToken(token));
+      if (session === undefined) return null;
+      const access = await accessOf(
+        db,
+        { email: session.email, emailVerified: session.email_verified, groups: session.groups },
+        session.organization_id,
+      );
+      if (access === null) return null;
+      const workspaces = (await workspacesOf(db, session.organization_id))
+        .filter((w) => access.organizationRole !== null || access.workspaces.has(w.id))
+        .map((w) => ({ ...w, role: strongest(access.organizationRole, access.workspaces.get(w.id)) }));
+      return { session, organizationRole: access.organizationRole, workspaces };
+    },
+  };
+
+  async function recordEnded(tx: SsoDb, session: SessionRow, data: Record<string, unknown>): Promise<void> {
+    await recordSsoEvent(tx, {
+      workspaceId: await firstWorkspaceOf(tx, session.organization_id),
+      subjectType: 'sso_session',
+      subjectId: session.id,
+      type: 'sso_session.ended',
+      data: { ...personData(session), ...data },
+    });
+  }
+}
+
+export type SsoService = ReturnType<typeof createSsoService>;

@@ -1,0 +1,323 @@
+/**
+ * The tables of single sign-on (migrations/016_sso.sql): mappings from a provider's groups and e-mail
+ * domains to workspace roles, sign-ins under way, and sessions. Their row types live here rather than
+ * in src/store/schema.ts: `ssoDb` widens the service's Kysely instance with them.
+ */
+import { randomUUID } from 'node:crypto';
+import { sql, type ColumnType, type Kysely, type Transaction } from 'kysely';
+import type { EventType } from '../domain/event-types.ts';
+import { json, type Database, type Json } from '../store/schema.ts';
+
+type CreatedAt = ColumnType<Date, Date | undefined, never>;
+export type Role = 'admin' | 'member';
+export type MappingKind = 'group' | 'email_domain';
+
+// A type, not an interface: Kysely's withTables wants an index signature.
+export type SsoTables = {
+  sso_mappings: {
+    id: string;
+    organization_id: string;
+    kind: MappingKind;
+    value: string;
+    workspace_id: string | null;
+    role: Role;
+    created_at: CreatedAt;
+  };
+  sso_sign_ins: {
+    state_hash: Buffer;
+    code_verifier_sealed: string;
+    nonce: string;
+    return_to: string;
+    created_at: CreatedAt;
+    expires_at: Date;
+  };
+  sso_sessions: {
+    id: string;
+    token_hash: Buffer;
+    organization_id: string;
+    issuer: string;
+    subject: string;
+    email: string | null;
+    email_verified: boolean;
+    name: string | null;
+    groups: Json<string[]>;
+    created_at: CreatedAt;
+    expires_at: Date;
+    ended_at: Date | null;
+  };
+};
+
+export type SsoDatabase = Database & SsoTables;
+export type SsoDb = Kysely<SsoDatabase> | Transaction<SsoDatabase>;
+
+export const ssoDb = (db: Kysely<Database>): Kysely<SsoDatabase> => db.withTables<SsoTables>();
+
+export interface PersonIdentity {
+  email: string | null;
+  emailVerified: boolean;
+  groups: readonly string[];
+}
+
+/** What a person may do: a role per workspace, and the organization-wide role (null: none). */
+export interface Access {
+  organizationId: string;
+  organizationRole: Role | null;
+  workspaces: Map<string, Role>;
+}
+
+const stronger = (a: Role | null | undefined, b: Role): Role => (a === 'admin' || b === 'admin' ? 'admin' : 'member');
+
+/** The e-mail domain a mapping can match: only of a verified address (else anyone could claim one). */
+export function verifiedDomain(identity: PersonIdentity): string | null {
+  if (!identity.emailVerified || identity.email === null) return null;
+  const at = identity.email.lastIndexOf('@');
+  return at > 0 ? identity.email.slice(at + 1).toLowerCase() : null;
+}
+
+/**
+ * The mappings a person matches, in one organization or (organizationId null) in any; ordered by the
+ * organization's age, then the mapping's, so that a person mapped in two organizations lands in the
+ * older one every time.
+ */
+export async function matchingMappings(db: SsoDb, identity: PersonIdentity, organizationId: string | null) {
+  const domain = verifiedDomain(identity);
+  const groups = [...identity.groups];
+  let query = db
+    .selectFrom('sso_mappings as m')
+    .innerJoin('organizations as o', 'o.id', 'm.organization_id')
+    .select(['m.id', 'm.organization_id', 'm.kind', 'm.value', 'm.workspace_id', 'm.role'])
+    .where((eb) =>
+      eb.or([
+        ...(groups.length > 0 ? [eb.and([eb('m.kind', '=', 'group'), eb('m.value', 'in', groups)])] : []),
+        ...(domain !== null ? [eb.and([eb('m.kind', '=', 'email_domain'), eb('m.value', '=', domain)])] : []),
+        eb.val(false),
+      ]),
+    );
+  if (organizationId !== null) query = query.where('m.organization_id', '=', organizationId);
+  return query.orderBy('o.created_at').orderBy('o.id').orderBy('m.created_at').execute();
+}
+
+/** A person's access in an organization, from the mappings they match now; null when none. */
+export async function accessOf(
+  db: SsoDb,
+  identity: PersonIdentity,
+  organizationId: string | null,
+): Promise<Access | null> {
+  const rows = await matchingMappings(db, identity, organizationId);
+  const first = rows[0];
+  if (first === undefined) return null;
+  const access: Access = { organizationId: first.organization_id, organizationRole: null, workspaces: new Map() };
+  for (const row of rows) {
+    if (row.organization_id !== access.organizationId) continue;
+    if (row.workspace_id === null) access.organizationRole = stronger(access.organizationRole, row.role);
+    else access.workspaces.set(row.workspace_id, stronger(access.workspaces.get(row.workspace_id), row.role));
+  }
+  return access;
+}
+
+export async function insertMapping(
+  db: SsoDb,
+  mapping: { organizationId: string; kind: MappingKind; value: string; workspaceId: string | null; role: Role },
+) {
+  const row = await db
+    .insertInto('sso_mappings')
+    .values({
+      id: randomUUID(),
+      organization_id: mapping.organizationId,
+      kind: mapping.kind,
+      value: mapping.value,
+      workspace_id: mapping.workspaceId,
+      role: mapping.role,
+    })
+    // The unique index makes a concurrent twin lose here; the transaction stays usable.
+    .onConflict((oc) => oc.doNothing())
+    .returningAll()
+    .executeTakeFirst();
+  return row ?? null;
+}
+
+export function listMappings(db: SsoDb, organizationId: string, limit: number, offset: number) {
+  return db
+    .selectFrom('sso_mappings')
+    .selectAll()
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
+}
+
+export async function deleteMapping(db: SsoDb, organizationId: string, id: string) {
+  return db
+    .deleteFrom('sso_mappings')
+    .where('id', '=', id)
+    .where('organization_id', '=', organizationId)
+    .returningAll()
+    .executeTakeFirst();
+}
+
+export async function insertSignIn(
+  db: SsoDb,
+  signIn: { stateHash: Buffer; codeVerifierSealed: string; nonce: string; returnTo: string; ttlSeconds: number },
+) {
+  await db
+    .insertInto('sso_sign_ins')
+    .values({
+      state_hash: signIn.stateHash,
+      code_verifier_sealed: signIn.codeVerifierSealed,
+      nonce: signIn.nonce,
+      return_to: signIn.returnTo,
+      expires_at: sql<Date>`now() + make_interval(secs => ${signIn.ttlSeconds})`,
+    })
+    .execute();
+  // Sign-ins nobody finished: dropped as new ones start, so the table stays small without a job.
+  await db
+    .deleteFrom('sso_sign_ins')
+    .where('expires_at', '<', sql<Date>`now()`)
+    .execute();
+}
+
+/** Takes the sign-in of this state, once: a second callback with the same state finds nothing. */
+export async function claimSignIn(db: SsoDb, stateHash: Buffer) {
+  return db
+    .deleteFrom('sso_sign_ins')
+    .where('state_hash', '=', stateHash)
+    .where('expires_at', '>', sql<Date>`now()`)
+    .returning(['code_verifier_sealed', 'nonce', 'return_to'])
+    .executeTakeFirst();
+}
+
+export async function insertSession(
+  db: SsoDb,
+  session: {
+    tokenHash: Buffer;
+    organizationId: string;
+    issuer: string;
+    subject: string;
+    email: string | null;
+    emailVerified: boolean;
+    name: string | null;
+    groups: readonly string[];
+    ttlMs: number;
+  },
+) {
+  return db
+    .insertInto('sso_sessions')
+    .values({
+      id: randomUUID(),
+      token_hash: session.tokenHash,
+      organization_id: session.organizationId,
+      issuer: session.issuer,
+      subject: session.subject,
+      email: session.email,
+      email_verified: session.emailVerified,
+      name: session.name,
+      groups: json(session.groups),
+      expires_at: sql<Date>`now() + make_interval(secs => ${session.ttlMs / 1000})`,
+    })
+    .returning(['id', 'expires_at'])
+    .executeTakeFirstOrThrow();
+}
+
+const SESSION_COLUMNS = [
+  'id',
+  'organization_id',
+  'issuer',
+  'subject',
+  'email',
+  'email_verified',
+  'name',
+  'groups',
+  'created_at',
+  'expires_at',
+] as const;
+
+/** The session of a token, while it lasts and has not been ended. */
+export function findLiveSession(db: SsoDb, tokenHash: Buffer) {
+  return db
+    .selectFrom('sso_sessions')
+    .select(SESSION_COLUMNS)
+    .where('token_hash', '=', tokenHash)
+    .where('ended_at', 'is', null)
+    .where('expires_at', '>', sql<Date>`now()`)
+    .executeTakeFirst();
+}
+
+export type SessionRow = NonNullable<Awaited<ReturnType<typeof findLiveSession>>>;
+
+/** Ends a live session (by its token, or by id within an organization); the ended row, or undefined. */
+export function endSession(db: SsoDb, by: { tokenHash: Buffer } | { id: string; organizationId: string }) {
+  let query = db
+    .updateTable('sso_sessions')
+    .set({ ended_at: sql<Date>`now()` })
+    .where('ended_at', 'is', null)
+    .where('expires_at', '>', sql<Date>`now()`);
+  query =
+    'tokenHash' in by
+      ? query.where('token_hash', '=', by.tokenHash)
+      : query.where('id', '=', by.id).where('organization_id', '=', by.organizationId);
+  return query.returning(SESSION_COLUMNS).executeTakeFirst();
+}
+
+export function listLiveSessions(db: SsoDb, organizationId: string, limit: number, offset: number) {
+  return db
+    .selectFrom('sso_sessions')
+    .select(SESSION_COLUMNS)
+    .where('organization_id', '=', organizationId)
+    .where('ended_at', 'is', null)
+    .where('expires_at', '>', sql<Date>`now()`)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .limit(limit)
+    .offset(offset)
+    .execute();
+}
+
+/** The organization's first workspace: where its organization-wide audit lines go. */
+export async function firstWorkspaceOf(db: SsoDb, organizationId: string): Promise<string> {
+  const row = await db
+    .selectFrom('workspaces')
+    .select('id')
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at')
+    .orderBy('id')
+    .executeTakeFirst();
+  // An organization always has a workspace (the first start makes one, and none is ever deleted).
+  if (row === undefined) throw new Error(`Organization ${organizationId} has no workspace to record an event in`);
+  return row.id;
+}
+
+/** The organization's workspaces by id and name (a person's access names them). */
+export function workspacesOf(db: SsoDb, organizationId: string) {
+  return db
+    .selectFrom('workspaces')
+    .select(['id', 'name'])
+    .where('organization_id', '=', organizationId)
+    .orderBy('created_at')
+    .orderBy('id')
+    .execute();
+}
+
+/** An audit line of single sign-on (subject sso_session or sso_mapping), in the events table. */
+export async function recordSsoEvent(
+  db: SsoDb,
+  event: {
+    workspaceId: string;
+    subjectType: 'sso_session' | 'sso_mapping';
+    subjectId: string;
+    type: EventType;
+    data: Record<string, unknown>;
+  },
+): Promise<void> {
+  await db
+    .insertInto('events')
+    .values({
+      workspace_id: event.workspaceId,
+      subject_type: event.subjectType,
+      subject_id: event.subjectId,
+      type: event.type,
+      data: json(event.data),
+    })
+    .execute();
+}

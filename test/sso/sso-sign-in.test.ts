@@ -1,0 +1,295 @@
+/**
+ * Signing in through the identity provider, and every way an attacker could try to sign in as someone
+ * else: an ID token the provider never signed (forged key, alg none, claims edited under the real
+ * signature), a wrong nonce, a state that is not this browser's (login CSRF), a replayed callback, a
+ * code moved to another sign-in. Each refusal leaves no session and no session cookie.
+ */
+import assert from 'node:assert/strict';
+import { createSign, generateKeyPairSync } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { hashToken } from '../../src/sso/sso-service.ts';
+import { client } from '../helpers.ts';
+import {
+  asPerson,
+  cookieFrom,
+  createSsoTestApp,
+  finishSignIn,
+  signIn,
+  startSignIn,
+  type SsoTestApp,
+} from './sso-harness.ts';
+
+/** What a man in the middle of the token endpoint does to the ID token, while it is set. */
+let tamper: ((idToken: string) => string) | null = null;
+
+let t: SsoTestApp;
+
+const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
+const partsOf = (jwt: string) => {
+  const [header, payload] = jwt.split('.');
+  return {
+    header: JSON.parse(Buffer.from(header!, 'base64url').toString()) as Record<string, unknown>,
+    payload: JSON.parse(Buffer.from(payload!, 'base64url').toString()) as Record<string, unknown>,
+  };
+};
+
+before(async () => {
+  t = await createSsoTestApp({
+    // The token endpoint's answer passes through here; with `tamper` set, its ID token is replaced.
+    ssoFetch: async (url, init) => {
+      const response = await fetch(url, init);
+      if (tamper === null || url !== t.provider.tokenEndpoint || !response.ok) return response;
+      const body = (await response.json()) as Record<string, unknown>;
+      body.id_token = tamper(String(body.id_token));
+      return new Response(JSON.stringify(body), { status: response.status, headers: response.headers });
+    },
+  });
+  const admin = client(t.app, t.orgKey);
+  const mapped = await admin.post('/v2/sso/mappings', {
+    kind: 'group',
+    value: 'platform',
+    workspace_id: t.workspaceId,
+    role: 'member',
+  });
+  assert.equal(mapped.status, 201, JSON.stringify(mapped.body));
+  t.provider.accounts.set('alice', { groups: ['platform'] });
+  t.provider.accounts.set('mallory', { groups: ['platform'] });
+  t.provider.accounts.set('outsider', { groups: ['marketing'] });
+});
+after(() => t?.close());
+
+async function sessionCount(): Promise<number> {
+  const row = await t.database.db
+    .withTables<{ sso_sessions: { id: string } }>()
+    .selectFrom('sso_sessions')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+describe('an honest sign-in', () => {
+  test('opens a session: an HttpOnly, SameSite=Lax, host-only cookie, stored only as its hash', async () => {
+    const done = await signIn(t, 'alice');
+    assert.equal(done.status, 200, done.page);
+    assert.match(done.page, /Signed in as alice@example\.test/);
+    assert.ok(done.session, 'a session cookie');
+    assert.match(done.sessionLine!, /HttpOnly/);
+    assert.match(done.sessionLine!, /SameSite=Lax/);
+    assert.match(done.sessionLine!, /Path=\//);
+    assert.match(done.sessionLine!, /Max-Age=43200/, 'the default lifetime, 12 hours');
+    assert.doesNotMatch(done.sessionLine!, /Domain=/i, 'host-only: never sent to the apps host names');
+    assert.doesNotMatch(done.sessionLine!, /Secure/, 'plain http here; https makes it Secure (below)');
+    assert.equal(cookieFrom(done.setCookie, 'slipway_sso_state')?.value, '', 'the state cookie is removed');
+
+    const rows = await t.database.db
+      .withTables<{ sso_sessions: { id: string; token_hash: Buffer; email: string | null } }>()
+      .selectFrom('sso_sessions')
+      .selectAll()
+      .execute();
+    const mine = rows.find((r) => r.token_hash.equals(hashToken(done.session!)));
+    assert.ok(mine, 'the row holds the SHA-256 of the token');
+    assert.equal(mine.email, 'alice@example.test');
+    assert.ok(!JSON.stringify(rows).includes(done.session), 'the token itself is stored nowhere');
+
+    const status = await asPerson(t, done.session, 'GET', '/v2/sso/session');
+    assert.equal(status.status, 200);
+    assert.equal(status.body.session.email, 'alice@example.test');
+    assert.deepEqual(
+      status.body.session.workspaces.map((w: { id: string; role: string }) => [w.id, w.role]),
+      [[t.workspaceId, 'member']],
+    );
+    const listed = await asPerson(t, done.session, 'GET', '/v2/deployments');
+    assert.equal(listed.status, 200, 'the cookie opens the API like a key of the workspace');
+  });
+
+  test('with an https public URL the cookie is Secure and __Host- prefixed', async () => {
+    const https = await createSsoTestApp({ env: { SLIPWAY_PUBLIC_URL: 'https://slipway.example.test' } });
+    try {
+      const start = await https.app.inject({
+        method: 'POST',
+        url: '/v2/sso/login',
+        headers: { 'content-type': 'application/json' },
+        payload: '{}',
+      });
+      assert.equal(start.statusCode, 200, start.body);
+      const state = cookieFrom(start.headers['set-cookie'], '__Host-slipway_sso_state');
+      assert.ok(state, 'the state cookie has the __Host- prefix');
+      assert.match(state.line, /; Secure/);
+      assert.match(state.line, /HttpOnly/);
+      const url = new URL(start.json<{ url: string }>().url);
+      assert.equal(url.searchParams.get('redirect_uri'), 'https://slipway.example.test/v2/sso/callback');
+      assert.equal(url.searchParams.get('code_challenge_method'), 'S256');
+      assert.ok(url.searchParams.get('nonce'), 'a nonce');
+      assert.equal(url.searchParams.get('state'), state.value);
+    } finally {
+      await https.close();
+    }
+  });
+
+  test('a person no mapping lets in gets a clear page, and no session', async () => {
+    const before = await sessionCount();
+    const done = await signIn(t, 'outsider');
+    assert.equal(done.status, 403);
+    assert.match(done.page, /No access to Slipway/);
+    assert.match(done.page, /outsider@example\.test/);
+    assert.match(done.page, /marketing/, 'the page says which groups the provider named');
+    assert.match(done.page, /Ask an organization admin/);
+    assert.equal(done.session, null);
+    assert.equal(await sessionCount(), before);
+  });
+
+  test('an e-mail domain mapping lets in verified addresses of the domain only', async () => {
+    const admin = client(t.app, t.orgKey);
+    const mapped = await admin.post('/v2/sso/mappings', {
+      kind: 'email_domain',
+      value: '@Partner.Example',
+      workspace_id: t.workspaceId,
+      role: 'member',
+    });
+    assert.equal(mapped.status, 201);
+    assert.equal(mapped.body.value, 'partner.example', 'stored in lower case without @');
+    t.provider.accounts.set('claimed', { email: 'boss@partner.example', email_verified: false });
+    const unverified = await signIn(t, 'claimed');
+    assert.equal(unverified.status, 403, 'an unverified address proves nothing about its domain');
+    assert.equal(unverified.session, null);
+    t.provider.accounts.set('partner', { email: 'dev@partner.example', email_verified: true });
+    const verified = await signIn(t, 'partner');
+    assert.equal(verified.status, 200, verified.page);
+    assert.ok(verified.session);
+    assert.equal((await admin.delete(`/v2/sso/mappings/${mapped.body.id}`)).status, 204);
+  });
+});
+
+describe('forged and replayed sign-ins', () => {
+  const NOT_SIGNED = /not signed with the identity provider(&#39;|')s keys/;
+  const refused = async (
+    done: Awaited<ReturnType<typeof finishSignIn>>,
+    before: number,
+    status: number,
+    why?: RegExp,
+  ) => {
+    assert.equal(done.status, status, done.page);
+    if (why) assert.match(done.page, why);
+    assert.match(done.page, /Sign-in failed/);
+    assert.match(done.page, /You are not signed in/);
+    assert.equal(done.session, null, 'no session cookie');
+    assert.equal(await sessionCount(), before, 'no session row');
+  };
+
+  test('an ID token signed with another key (same kid) is refused', async () => {
+    const before = await sessionCount();
+    const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    tamper = (idToken) => {
+      const { header, payload } = partsOf(idToken);
+      // The attacker's own claims under the provider's key id, signed with the attacker's key.
+      const input = `${b64(header)}.${b64({ ...payload, sub: 'ceo', email: 'ceo@example.test' })}`;
+      return `${input}.${createSign('RSA-SHA256').update(input).sign(privateKey).toString('base64url')}`;
+    };
+    try {
+      const attempt = await startSignIn(t, 'mallory');
+      await refused(await finishSignIn(t, attempt.callbackPath, attempt.state), before, 502, NOT_SIGNED);
+    } finally {
+      tamper = null;
+    }
+  });
+
+  test('an unsigned ID token (alg none) is refused', async () => {
+    const before = await sessionCount();
+    tamper = (idToken) => {
+      const { payload } = partsOf(idToken);
+      return `${b64({ alg: 'none', typ: 'JWT' })}.${b64(payload)}.`;
+    };
+    try {
+      const attempt = await startSignIn(t, 'mallory');
+      await refused(await finishSignIn(t, attempt.callbackPath, attempt.state), before, 502);
+    } finally {
+      tamper = null;
+    }
+  });
+
+  test("claims edited under the provider's real signature are refused", async () => {
+    const before = await sessionCount();
+    tamper = (idToken) => {
+      const [header, , signature] = idToken.split('.');
+      const { payload } = partsOf(idToken);
+      return `${header}.${b64({ ...payload, groups: ['platform', 'admins'], email: 'ceo@example.test' })}.${signature}`;
+    };
+    try {
+      const attempt = await startSignIn(t, 'mallory');
+      await refused(await finishSignIn(t, attempt.callbackPath, attempt.state), before, 502, NOT_SIGNED);
+    } finally {
+      tamper = null;
+    }
+  });
+
+  test('an ID token whose nonce is not the sign-in’s is refused', async () => {
+    const before = await sessionCount();
+    const attempt = await startSignIn(t, 'alice');
+    // The sign-in expects another nonce than the one the provider put in its (genuine) ID token.
+    await t.database.db
+      .withTables<{ sso_sign_ins: { state_hash: Buffer; nonce: string } }>()
+      .updateTable('sso_sign_ins')
+      .set({ nonce: 'a-nonce-of-another-sign-in' })
+      .where('state_hash', '=', hashToken(attempt.state))
+      .execute();
+    await refused(await finishSignIn(t, attempt.callbackPath, attempt.state), before, 502);
+  });
+
+  test('a callback without the state cookie of the browser that started it is refused (login CSRF)', async () => {
+    const before = await sessionCount();
+    // The attacker signs in as mallory and sends the victim the callback link: the victim's browser
+    // holds no state cookie, or the one of a sign-in of its own.
+    const attackers = await startSignIn(t, 'mallory');
+    await refused(await finishSignIn(t, attackers.callbackPath, null), before, 400);
+    const victims = await startSignIn(t, 'alice');
+    await refused(await finishSignIn(t, attackers.callbackPath, victims.state), before, 400);
+    // A state in the query changed to match the victim's cookie: the code is not the victim's sign-in's.
+    const swapped = attackers.callbackPath.replace(/state=[^&]+/, `state=${victims.state}`);
+    const done = await finishSignIn(t, swapped, victims.state);
+    assert.notEqual(done.status, 200);
+    assert.equal(done.session, null);
+    assert.equal(await sessionCount(), before);
+  });
+
+  test('a callback replayed, or its code moved to a new sign-in, is refused', async () => {
+    const attempt = await startSignIn(t, 'alice');
+    const first = await finishSignIn(t, attempt.callbackPath, attempt.state);
+    assert.equal(first.status, 200, first.page);
+    const before = await sessionCount();
+    const replay = await finishSignIn(t, attempt.callbackPath, attempt.state);
+    await refused(replay, before, 400);
+    assert.match(replay.page, /finished already or has expired/);
+
+    // The used code under a fresh sign-in's state: the provider refuses it (used, and bound by PKCE to
+    // the first sign-in's verifier).
+    const fresh = await startSignIn(t, 'mallory');
+    const code = new URL(attempt.callbackPath, t.publicUrl).searchParams.get('code')!;
+    const moved = fresh.callbackPath.replace(/code=[^&]+/, `code=${encodeURIComponent(code)}`);
+    await refused(await finishSignIn(t, moved, fresh.state), before, 400);
+  });
+
+  test('a provider that says no (the person cancelled) gets a page, and nothing else', async () => {
+    const before = await sessionCount();
+    const attempt = await startSignIn(t, 'alice');
+    const denied = `/v2/sso/callback?error=access_denied&error_description=${encodeURIComponent('<b>nope</b>')}&state=${attempt.state}&iss=${encodeURIComponent(t.provider.issuer)}`;
+    const done = await finishSignIn(t, denied, attempt.state);
+    await refused(done, before, 400);
+    assert.match(done.page, /access_denied/);
+    assert.ok(!done.page.includes('<b>nope</b>'), 'the provider’s text is escaped');
+  });
+
+  test('return_to goes back to a dashboard path only, never to another site', async () => {
+    for (const [asked, expected] of [
+      ['/deployments/abc?x=1', '/deployments/abc?x=1'],
+      ['https://evil.example/', '/'],
+      ['//evil.example/', '/'],
+      ['/\\evil.example', '/'],
+    ] as const) {
+      const attempt = await startSignIn(t, 'alice', asked);
+      const done = await finishSignIn(t, attempt.callbackPath, attempt.state);
+      assert.equal(done.status, 200);
+      const escaped = expected.replace(/&/g, '&amp;');
+      assert.ok(done.page.includes(`url=${escaped}"`), `${asked} returns to ${expected}: ${done.page}`);
+    }
+  });
+});
