@@ -4,7 +4,7 @@
  * configuration file, connections to it kept alive, the proxy's defaults otherwise), each started by
  * the bench in a directory of its own. The service's own edge adds what apps are promised on top of
  * this: routing by host name from a table that changes at run time, credential stripping, its own error
- * answers.
+ * answers. They run at the edge's priority (nice 5, src/dataplane/edge-haproxy.ts).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -12,6 +12,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../src/db/embedded-postgres.ts';
+import { EDGE_NICENESS } from '../src/dataplane/edge-haproxy.ts';
 import { findExecutable } from '../src/dataplane/executables.ts';
 
 export interface PlainProxy {
@@ -111,9 +112,11 @@ export async function startPlainProxy(kind: PlainProxyKind, binary: string, targ
   );
   const args = kind === 'nginx' ? ['-p', `${dir}/`, '-c', configFile, '-e', 'stderr'] : ['-db', '-f', configFile];
   const setpriv = await findExecutable('setpriv');
-  const child: ChildProcess = setpriv
-    ? spawn(setpriv, ['--pdeathsig', 'SIGTERM', '--', binary, ...args], { stdio: ['ignore', 'ignore', 'pipe'] })
-    : spawn(binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  // At the priority the service gives its own edge: the proxies are compared, not their priorities.
+  const nice = await findExecutable('nice');
+  const command = [...(nice ? [nice, '-n', String(EDGE_NICENESS)] : []), binary, ...args];
+  const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
+  const child: ChildProcess = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   child.stderr!.setEncoding('utf8');
   child.stderr!.on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-2_000)));

@@ -70,6 +70,13 @@ const INITIAL_POOL = 128;
 const SLOTS = 16;
 
 /**
+ * HAProxy's niceness: 5, a third of the CPU weight of a process at 0 (the API), about that of all apps
+ * together (src/dataplane/resource-limits.ts), so the edge neither starves the apps it forwards to nor
+ * takes the CPU from the API.
+ */
+export const EDGE_NICENESS = 5;
+
+/**
  * HAProxy's threads: half the CPUs, at least one. The edge shares the machine with the apps it serves and
  * with the API; one thread of HAProxy forwards tens of thousands of small requests a second, and on a
  * small machine a second thread only contends with the apps for the same cores (measured on 2 CPUs:
@@ -78,6 +85,7 @@ const SLOTS = 16;
 export function edgeThreads(cpus: number = os.availableParallelism()): number {
   return Math.max(1, Math.floor(cpus / 2));
 }
+
 /** How long HAProxy has to start and answer on its runtime socket. */
 const START_TIMEOUT_MS = 15_000;
 
@@ -142,6 +150,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     await fs.writeFile(tlsPemFile, pem.map((p) => p.trimEnd()).join('\n') + '\n', { mode: 0o600 });
   }
   const setpriv = await findExecutable('setpriv');
+  const nice = await findExecutable('nice');
   // As root, HAProxy's worker drops to the `haproxy` user Debian's package makes: not `nobody`, which the
   // apps' sandboxes run as.
   const runAs = process.getuid?.() === 0 ? await workerUser() : null;
@@ -193,12 +202,18 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   function spawnHaproxy(): ChildProcess {
     // Master-worker mode: the master keeps root and so its parent-death signal (a change of user clears
     // it), the worker runs as nobody and exits with its master.
-    const args = ['-W', '-db', '-f', configFile];
-    const proc = setpriv
-      ? spawn(setpriv, ['--pdeathsig', 'SIGTERM', '--', options.haproxyPath, ...args], {
-          stdio: ['ignore', 'ignore', 'pipe'],
-        })
-      : spawn(options.haproxyPath, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    // At a lower priority than the service (nice before HAProxy starts, so its worker has it too): app
+    // traffic yields the CPU to the API when both are busy, as the apps themselves do (their cgroups).
+    const command = [
+      ...(nice ? [nice, '-n', String(EDGE_NICENESS)] : []),
+      options.haproxyPath,
+      '-W',
+      '-db',
+      '-f',
+      configFile,
+    ];
+    const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
+    const proc = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
     proc.stderr.setEncoding('utf8');
     proc.stderr.on('data', (chunk: string) => {
       for (const line of chunk.split('\n').filter((l) => l.trim() !== '')) {

@@ -1005,6 +1005,24 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     return reply !== null && reply.status === 200 && reply.json().name === name;
   }
 
+  test('HAProxy yields the CPU to the service: master and worker run at a lower priority, with half the CPUs as threads', async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
+    dataDirs.push(dataDir);
+    await startEdge('haproxy', { dataDir });
+    const master = await masterPid(dataDir);
+    const worker = Number(
+      (await fs.readFile(`/proc/${master}/task/${master}/children`, 'utf8')).trim().split(/\s+/)[0],
+    );
+    assert.ok(worker > 0, 'HAProxy has a worker');
+    const statOf = async (pid: number) => {
+      const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    };
+    const ownNice = Number((await statOf(process.pid))[16]);
+    for (const pid of [master, worker]) assert.equal(Number((await statOf(pid))[16]), ownNice + 5, `nice of ${pid}`);
+    assert.equal(Number((await statOf(worker))[17]), Math.max(1, Math.floor(os.availableParallelism() / 2)), 'threads');
+  });
+
   test('HAProxy killed with SIGKILL is started again, and route changes after it are served', async () => {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
     dataDirs.push(dataDir);
