@@ -1038,6 +1038,158 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/sso/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Whether single sign-on is set up, and who is signed in
+         * @description No API key: the sign-in cookie, when the browser has one, says who is signed in.
+         */
+        get: operations["getSsoSession"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start signing in through the identity provider
+         * @description Answers the provider's URL to send the browser to, and sets the sign-in's state cookie (HttpOnly, ten minutes): the provider sends the browser back to GET /v2/sso/callback, which needs that cookie.
+         */
+        post: operations["startSsoSignIn"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/callback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The identity provider's redirect back (browser)
+         * @description Checks the state against the cookie of the browser that started the sign-in (once, unexpired), exchanges the code with the PKCE verifier, verifies the ID token with the provider keys, and looks up the person's mappings: signed in, it sets the session cookie and goes on to the dashboard.
+         */
+        get: operations["finishSsoSignIn"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign out: end the session of the sign-in cookie
+         * @description Ends the session server-side and removes the cookie. Without a session it only removes the cookie. Accepted from the dashboard only (Origin), like every change made with the cookie.
+         */
+        post: operations["endSsoSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/mappings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the organization's single sign-on mappings */
+        get: operations["listSsoMappings"];
+        put?: never;
+        /**
+         * Give a group or an e-mail domain a role in a workspace
+         * @description A person whose ID token lists the group, or whose verified e-mail address is in the domain, gets the role in the workspace (workspace_id null: in every workspace of the organization). Several mappings add up; admin wins over member.
+         */
+        post: operations["createSsoMapping"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/mappings/{mapping_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete a mapping (people it let in lose that access at once) */
+        delete: operations["deleteSsoMapping"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the organization's live sign-in sessions */
+        get: operations["listSsoSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/sso/sessions/{session_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** End a sign-in session (its cookie stops working at once) */
+        delete: operations["endSsoSessionById"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2361,6 +2513,120 @@ export interface components {
          */
         WebhookDeliveryList: {
             resources: components["schemas"]["WebhookDelivery"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** SsoStatus */
+        SsoStatus: {
+            /** @description Whether single sign-on is set up on this service. */
+            enabled: boolean;
+            /** @description What the sign-in button calls the provider. */
+            provider_name: string | null;
+            session: {
+                /** Format: uuid */
+                id: string;
+                /** Format: uuid */
+                organization_id: string;
+                issuer: string;
+                /** @description The provider's stable id of the person (sub). */
+                subject: string;
+                email: string | null;
+                name: string | null;
+                /** Format: date-time */
+                created_at: string;
+                /** Format: date-time */
+                expires_at: string;
+                /** @enum {string|null} */
+                organization_role: "admin" | "member" | null;
+                /** @description The workspaces the person may act in now (X-Tenant-Id), with their role in each. */
+                workspaces: {
+                    /** Format: uuid */
+                    id: string;
+                    name: string;
+                    /** @enum {string} */
+                    role: "admin" | "member";
+                }[];
+            } | null;
+        };
+        /** SsoSignInStart */
+        SsoSignInStart: {
+            /** @description A path of the dashboard to open once signed in; default '/'. */
+            return_to?: string;
+        };
+        /** SsoSignInUrl */
+        SsoSignInUrl: {
+            url: string;
+        };
+        /** SsoMappingCreate */
+        SsoMappingCreate: {
+            /**
+             * @description group: a value of the ID token's groups claim; email_domain: the domain of a verified e-mail.
+             * @enum {string}
+             */
+            kind: "group" | "email_domain";
+            value: string;
+            /**
+             * Format: uuid
+             * @description null: every workspace, as an organization key of the role.
+             */
+            workspace_id: string | null;
+            /** @enum {string} */
+            role: "admin" | "member";
+        };
+        /** SsoMapping */
+        SsoMapping: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /** @enum {string} */
+            kind: "group" | "email_domain";
+            /** @description The group as the provider names it, or the e-mail domain (lower case). */
+            value: string;
+            /**
+             * Format: uuid
+             * @description null: every workspace of the organization.
+             */
+            workspace_id: string | null;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * SsoMappingList
+         * @description A page of mappings.
+         */
+        SsoMappingList: {
+            resources: components["schemas"]["SsoMapping"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /**
+         * SsoSession
+         * @description A live sign-in session, without its token.
+         */
+        SsoSession: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            issuer: string;
+            /** @description The provider's stable id of the person (sub). */
+            subject: string;
+            email: string | null;
+            name: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+        };
+        /**
+         * SsoSessionList
+         * @description A page of sessions.
+         */
+        SsoSessionList: {
+            resources: components["schemas"]["SsoSession"][];
             /** @description Pass as offset to get the next page. */
             offset: number;
         };
@@ -5287,6 +5553,323 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getSsoSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoStatus"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startSsoSignIn: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SsoSignInStart"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoSignInUrl"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    finishSsoSignIn: {
+        parameters: {
+            query?: {
+                /** @description The authorization code, when the person was signed in. */
+                code?: string;
+                /** @description The state of the sign-in, sent back unchanged. */
+                state?: string;
+                /** @description An OAuth error code (access_denied...) instead of a code. */
+                error?: string;
+                error_description?: string;
+                /** @description The issuer (RFC 9207); checked when the provider announces it. */
+                iss?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed in: the session cookie is set; the page goes on to the dashboard. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Not signed in: the state does not match this browser, was used or expired, or the provider refused (the page); or the request is not valid HTTP (the envelope). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description Signed in at the provider, but no mapping gives this account a workspace. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Single sign-on is not set up on this service. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            /** @description The identity provider's answer was not accepted (an ID token not signed by its keys, a wrong nonce) or it could not be reached. */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    endSsoSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSsoMappings: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of mappings. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoMappingList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createSsoMapping: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SsoMappingCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoMapping"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["ConflictWithRetryAfter"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteSsoMapping: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
+            path: {
+                mapping_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSsoSessions: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SsoSessionList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    endSsoSessionById: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+            };
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            412: components["responses"]["PreconditionFailed"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
