@@ -10,7 +10,7 @@ import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../src/dataplan
 import type { Change, ChangeFeed } from '../src/db/change-feed.ts';
 import type { RevisionStatus } from '../src/domain/states.ts';
 import { createLogger } from '../src/logger.ts';
-import { transitionRevision, type Failure } from '../src/pipeline/transitions.ts';
+import { transitionRevision, type Failure } from '../src/service/lifecycle.ts';
 import { appendRevisionLogs } from '../src/store/revision-logs.ts';
 import { lockRevision } from '../src/store/revisions.ts';
 import type { RevisionLogType } from '../src/store/schema.ts';

@@ -1,5 +1,6 @@
 /**
- * Starts the worker role: the sandbox, the local runtime and the worker that drives it. main.ts calls
+ * Starts the worker role: the sandbox, the local runtime and the worker that drives it, both reporting
+ * through the lifecycle's data-plane reports as this worker (src/service/lifecycle.ts). main.ts calls
  * this when SLIPWAY_ROLES includes `worker`; end-to-end tests call it the same way.
  */
 import type { Kysely } from 'kysely';
@@ -8,11 +9,13 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { ChangeFeed } from '../db/change-feed.ts';
-import { leaseOwnerFor, startWorker, type Worker } from '../pipeline/worker.ts';
+import type { Worker } from '../domain/data-plane.ts';
+import { createDataPlaneReports } from '../service/lifecycle.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import type { AppEdge } from './app-edge.ts';
 import { createLocalRuntime } from './local-runtime.ts';
+import { leaseOwnerFor, startWorker } from './local-worker.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
 import { createResourceControl } from './resource-limits.ts';
@@ -77,16 +80,19 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
       return deps.repositories.downloadSource(integration, repoUrl, ref, destFile);
     },
   };
-  const runtime = createLocalRuntime({ ...deps, sandbox, fetcher });
   const owner = await leaseOwnerFor(config.dataDir);
+  const leaseSeconds = deps.leaseSeconds ?? 30;
+  const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
+  const runtime = createLocalRuntime({ ...deps, reports, sandbox, fetcher });
   const worker = startWorker({
     db,
     runtime,
+    reports,
     changes: deps.changes,
     logger,
     owner,
     concurrency: config.workerConcurrency,
-    leaseSeconds: deps.leaseSeconds,
+    leaseSeconds,
   });
   return {
     isolation: sandbox.description,

@@ -3,8 +3,11 @@
  * processes (one supervisor per deployment's serving revision) and the proxy routes to them, and
  * makes each deployment's database and agent credential on first deploy.
  *
- * State transitions are not made here: the worker (src/pipeline/worker.ts) holds the revision's lease
- * and writes them; this module calls back at the points where a transition belongs.
+ * It writes no lifecycle state: a revision's steps are reported by the worker
+ * (src/dataplane/local-worker.ts), which holds the revision's lease, at the points where this module
+ * calls back; the conditions of a deployment it sees (a crash loop, healthy again, its database made)
+ * it reports through the same data-plane reports (src/domain/data-plane.ts), whose rules the
+ * lifecycle applies as it does to a listener's.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -16,8 +19,8 @@ import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { SourceConfig } from '../domain/sources.ts';
+import type { DataPlaneReports } from '../domain/data-plane.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
-import { transitionDeployment } from '../pipeline/transitions.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
@@ -73,6 +76,8 @@ export interface LocalRuntimeDeps {
   /** The service's own connection string: apps get its host and port with their own role. */
   databaseUrl: string;
   secretBox: SecretBox;
+  /** Where the conditions of deployments are reported (the lifecycle's reports of this data plane). */
+  reports: DataPlaneReports;
   sandbox: Sandbox;
   edge: AppEdge;
   fetcher: SourceFetcher;
@@ -194,24 +199,14 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
   }
 
-  /** Moves the deployment to `to` unless it is there already, being deleted, or not in `from` (when given). */
+  /** A condition of the deployment: moves it to `to` unless it is there already, being deleted, or not in `from` (when given). */
   async function setDeploymentStatus(
     deploymentId: string,
     to: DeploymentStatus,
     data: Record<string, unknown>,
     from?: DeploymentStatus[],
   ): Promise<void> {
-    await db.transaction().execute(async (tx) => {
-      const row = await tx
-        .selectFrom('deployments')
-        .select(['id', 'workspace_id', 'status'])
-        .where('id', '=', deploymentId)
-        .forUpdate()
-        .executeTakeFirst();
-      if (!row || row.status === to || row.status === 'AWAITING_DELETE') return;
-      if (from && !from.includes(row.status)) return;
-      await transitionDeployment(tx, row, to, data);
-    });
+    await deps.reports.reportCondition({ deploymentId, status: to, data, ...(from ? { from } : {}) });
   }
 
   /** Every exit of a serving app is an event; a crash loop makes the deployment UNKNOWN. */

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import { REVISION_STATES, type RevisionStatus } from '../domain/states.ts';
 import type { Database } from '../store/schema.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
-import { transitionRevision } from './transitions.ts';
+import { transitionRevision } from '../service/lifecycle.ts';
 
 const WITH_DEADLINE = (
   Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]

@@ -10,7 +10,7 @@ import { restoredResourceSpec } from '../domain/resource-spec.ts';
 import { imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { SUPERSEDABLE_REVISION_STATUSES } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
-import { NEW_REVISION_STATUS, newRevisionEvents, transitionRevision } from '../pipeline/transitions.ts';
+import { NEW_REVISION_STATUS, newRevisionEvents, transitionRevision } from './lifecycle.ts';
 import { updateDeployment } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { insertRevision, lockRevisionsInStatus } from '../store/revisions.ts';

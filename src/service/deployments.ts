@@ -20,7 +20,7 @@ import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { finishDeletion, transitionDeployment, transitionRevision } from '../pipeline/transitions.ts';
+import { finishDeletion, transitionDeployment, transitionRevision } from './lifecycle.ts';
 import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import {
   getDeployment,

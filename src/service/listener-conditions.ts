@@ -10,7 +10,7 @@
  * one is free.
  */
 import type { EventType } from '../domain/event-types.ts';
-import { transitionDeployment } from '../pipeline/transitions.ts';
+import { applyCondition } from './lifecycle.ts';
 import { recordEvents } from '../store/events.ts';
 import {
   deleteListenerCondition,
@@ -149,24 +149,29 @@ async function tellChange(
     // The change the cluster refused (or that did not roll out) is in place now, or was replaced.
     await event('deployment.update_rolled_out', { revision_id: before.revision_id });
   }
-  if (wanted?.condition === 'crash_loop' && deployment.status === 'READY') {
-    await transitionDeployment(db, deployment, 'UNKNOWN', {
-      reason: 'crash_loop',
-      message: wanted.message,
-      failure_reason: wanted.reason,
-      revision_id: wanted.revision_id,
-      listener_id: listenerId,
+  // The same rule as the own data plane's conditions (lifecycle.ts, applyCondition), from these statuses only.
+  if (wanted?.condition === 'crash_loop') {
+    await applyCondition(db, deployment, {
+      status: 'UNKNOWN',
+      from: ['READY'],
+      data: {
+        reason: 'crash_loop',
+        message: wanted.message,
+        failure_reason: wanted.reason,
+        revision_id: wanted.revision_id,
+        listener_id: listenerId,
+      },
     });
-  } else if (
-    wanted?.condition !== 'crash_loop' &&
-    before?.condition === 'crash_loop' &&
-    deployment.status === 'UNKNOWN'
-  ) {
-    await transitionDeployment(db, deployment, 'READY', {
-      reason: 'recovered',
-      message: 'The listener reports the serving revision healthy again.',
-      revision_id: serving,
-      listener_id: listenerId,
+  } else if (before?.condition === 'crash_loop') {
+    await applyCondition(db, deployment, {
+      status: 'READY',
+      from: ['UNKNOWN'],
+      data: {
+        reason: 'recovered',
+        message: 'The listener reports the serving revision healthy again.',
+        revision_id: serving,
+        listener_id: listenerId,
+      },
     });
   }
 }

@@ -1,28 +1,27 @@
 /**
  * The listener protocol, version 1 (docs/listener-protocol.md): what a listener agent in a user's
  * cluster reads (its desired state) and writes (status reports, deletion confirmations, heartbeats).
- * Every status change, the active revision and the end of a deletion go through
- * src/pipeline/transitions.ts with their events, in one transaction per request, locking the
- * deployment before its revisions (the order every writer uses).
+ * Reports and deletion confirmations are the data-plane reports of src/service/lifecycle.ts, the same
+ * operations the own data plane's worker calls in process, with the same rules; the heartbeat's
+ * conditions move a deployment's status through the lifecycle's applyCondition. One transaction per
+ * request, locking the deployment before its revisions (the order every writer uses).
  */
 import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
+import type { NotAppliedReason } from '../domain/data-plane.ts';
 import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
-import { AppError, notFound } from '../errors.ts';
-import { activateRevision, finishDeletion, transitionRevision, type Failure } from '../pipeline/transitions.ts';
+import { notFound } from '../errors.ts';
 import {
   applyConditions,
   conditionChanges,
   lockForConditions,
   type DeploymentConditionInput,
 } from './listener-conditions.ts';
-import { lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { isListenerCredentialActive } from '../store/listener-credentials.ts';
 import {
-  findListenerRevision,
   listenerDeploymentsWithRevisions,
   lockListener,
   markListenerSeen,
@@ -30,8 +29,10 @@ import {
   type ListenerRevisionRow,
   type ListenerView,
 } from '../store/listeners.ts';
-import { lockRevision, lockRevisionsInStatus } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
+import { createDataPlaneReports } from './lifecycle.ts';
+
+export { stepsTo } from './lifecycle.ts';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -109,33 +110,6 @@ export const REPORTED_STATUSES = [
 ] as const satisfies readonly RevisionStatus[];
 export type ReportedStatus = (typeof REPORTED_STATUSES)[number];
 
-/** The states a listener may walk a revision through on its way to the reported one. */
-const LISTENER_STEPS: ReadonlySet<RevisionStatus> = new Set(['AWAITING_DEPLOY', 'DEPLOYING']);
-
-/**
- * The transitions from `from` to `to` through the state table, passing only through the listener's
- * own steps: [] when already there, null when `to` is not ahead of `from` (a stale or repeated report).
- */
-export function stepsTo(from: RevisionStatus, to: RevisionStatus): RevisionStatus[] | null {
-  if (from === to) return [];
-  const cameFrom = new Map<RevisionStatus, RevisionStatus>();
-  const queue: RevisionStatus[] = [from];
-  while (queue.length > 0) {
-    const at = queue.shift()!;
-    for (const next of REVISION_STATES[at].next) {
-      if (cameFrom.has(next) || next === from) continue;
-      cameFrom.set(next, at);
-      if (next === to) {
-        const path: RevisionStatus[] = [to];
-        for (let step = at; step !== from; step = cameFrom.get(step)!) path.unshift(step);
-        return path;
-      }
-      if (LISTENER_STEPS.has(next)) queue.push(next);
-    }
-  }
-  return null;
-}
-
 export interface ReportInput {
   revision_id: string;
   status: ReportedStatus;
@@ -143,8 +117,7 @@ export interface ReportInput {
   message?: string;
 }
 
-/** Why a report changed nothing (reports are idempotent, and stale ones never overwrite newer state). */
-export type NotAppliedReason = 'duplicate' | 'behind' | 'superseded' | 'final';
+export type { NotAppliedReason };
 
 export interface ReportResult {
   applied: boolean;
@@ -152,8 +125,6 @@ export interface ReportResult {
   status: RevisionStatus;
   not_applied_reason: NotAppliedReason | null;
 }
-
-const DEFAULT_FAILURE_REASON = 'deploy_failed';
 
 // ----- the service -------------------------------------------------------------------------------
 
@@ -233,62 +204,15 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * applied for a revision interrupts older revisions still on their way (the listener replaced them).
      */
     async report(listenerId: string, input: ReportInput): Promise<ReportResult> {
-      return db.transaction().execute(async (tx) => {
-        const found = await findListenerRevision(tx, listenerId, input.revision_id);
-        const deployment = found ? await lockDeployment(tx, found.workspace_id, found.deployment_id) : undefined;
-        const revision = deployment ? await lockRevision(tx, input.revision_id) : undefined;
-        if (!deployment || !revision) throw notFound('Revision', input.revision_id);
-        const current = revision.status;
-        const notApplied = (reason: NotAppliedReason): ReportResult => ({
-          applied: false,
-          status: current,
-          not_applied_reason: reason,
-        });
-        if (isFinalRevisionStatus(current)) return notApplied('final');
-        if (deployment.latest_revision_id !== revision.id) return notApplied('superseded');
-        const steps = stepsTo(current, input.status);
-        if (steps === null) return notApplied('behind');
-        if (steps.length === 0) return notApplied('duplicate');
-
-        const replaced = (await lockRevisionsInStatus(tx, deployment.id, [...LISTENER_STEPS])).filter(
-          (r) => r.id !== revision.id,
-        );
-        for (const older of replaced) {
-          await transitionRevision(tx, older, 'INTERRUPTED', {
-            reason: 'superseded',
-            message: `Revision ${revision.number} replaced it on the listener before it was deployed.`,
-          });
-        }
-        let from = current;
-        for (const to of steps) {
-          const failure: Failure | null =
-            to === 'DEPLOY_FAILED'
-              ? {
-                  reason: input.failure_reason ?? DEFAULT_FAILURE_REASON,
-                  message: input.message ?? 'The listener reported that the deploy failed.',
-                }
-              : null;
-          await transitionRevision(tx, { ...revision, status: from }, to, failure);
-          from = to;
-        }
-        await recordEvents(tx, [
-          {
-            workspaceId: deployment.workspace_id,
-            subjectType: 'revision',
-            subjectId: revision.id,
-            deploymentId: deployment.id,
-            type: 'revision.reported',
-            toStatus: input.status,
-            data: {
-              listener_id: listenerId,
-              ...(input.failure_reason !== undefined ? { failure_reason: input.failure_reason } : {}),
-              ...(input.message !== undefined ? { message: input.message } : {}),
-            },
-          },
-        ]);
-        if (input.status === 'DEPLOYED') await activateRevision(tx, deployment, revision.id);
-        return { applied: true, status: input.status, not_applied_reason: null };
+      const outcome = await createDataPlaneReports(db, { kind: 'listener', listenerId }).reportRevision({
+        revisionId: input.revision_id,
+        status: input.status,
+        failure: {
+          ...(input.failure_reason !== undefined ? { reason: input.failure_reason } : {}),
+          ...(input.message !== undefined ? { message: input.message } : {}),
+        },
       });
+      return { applied: outcome.applied, status: outcome.status, not_applied_reason: outcome.notAppliedReason };
     },
 
     /**
@@ -296,21 +220,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * project when the delete asked for it). A deployment already gone is fine: the listener may retry.
      */
     async confirmDeletion(listenerId: string, workspaceId: string, deploymentId: string): Promise<void> {
-      await db.transaction().execute(async (tx) => {
-        const row = await lockDeployment(tx, workspaceId, deploymentId);
-        if (!row) return;
-        if (row.listener_id !== listenerId) throw notFound('Deployment', deploymentId);
-        if (row.status !== 'AWAITING_DELETE') {
-          throw new AppError(
-            'conflict',
-            `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`,
-          );
-        }
-        await finishDeletion(tx, row, {
-          deleteTracingProject: row.delete_tracing_project,
-          confirmedByListener: listenerId,
-        });
-      });
+      await createDataPlaneReports(db, { kind: 'listener', listenerId, workspaceId }).confirmDeletion(deploymentId);
     },
 
     /**

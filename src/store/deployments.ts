@@ -210,7 +210,7 @@ export async function deleteDeploymentRow(db: Db, id: string): Promise<void> {
 
 /**
  * The revision that serves the deployment; the own data plane also sets the stable URL it switched to.
- * Written only by `activateRevision` (src/pipeline/transitions.ts).
+ * Written only by `activateRevision` (src/service/lifecycle.ts).
  */
 export async function setActiveRevision(
   db: Db,

@@ -112,13 +112,17 @@ export async function setRevisionStatus(
 }
 
 /** The revision, locked, if the worker `leaseOwner` still holds its lease. */
-export async function lockLeasedRevision(db: Db, id: string, leaseOwner: string): Promise<RevisionRow | undefined> {
+/** The deployment of a revision the own data plane runs (a deployment without a listener). */
+export async function findLocalRevision(
+  db: Db,
+  revisionId: string,
+): Promise<{ deployment_id: string; workspace_id: string } | undefined> {
   return db
-    .selectFrom('revisions')
-    .selectAll()
-    .where('id', '=', id)
-    .where('lease_owner', '=', leaseOwner)
-    .forUpdate()
+    .selectFrom('revisions as r')
+    .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
+    .select(['r.deployment_id', 'd.workspace_id'])
+    .where('r.id', '=', revisionId)
+    .where('d.listener_id', 'is', null)
     .executeTakeFirst();
 }
 

@@ -225,7 +225,7 @@ export interface RevisionTable {
   failure_reason: string | null;
   failure_message: string | null;
   status_changed_at: UpdatedAt;
-  /** The worker holding the revision's current step, and until when (src/pipeline/work-leases.ts). */
+  /** The worker holding the revision's current step, and until when (src/store/work-leases.ts). */
   lease_owner: ColumnType<string | null, string | null | undefined, string | null>;
   lease_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   attempts: ColumnType<number, number | undefined, number>;

@@ -16,7 +16,7 @@ import { freePort } from '../../src/db/embedded-postgres.ts';
 import { withClient } from '../../src/db/admin-client.ts';
 import type { AppEdge } from '../../src/dataplane/app-edge.ts';
 import { startLocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
-import type { Worker } from '../../src/pipeline/worker.ts';
+import type { Worker } from '../../src/domain/data-plane.ts';
 import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
 import { ADMIN_KEY, createTestApp, type TestDatabase } from '../helpers.ts';
 

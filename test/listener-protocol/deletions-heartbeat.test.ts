@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
-import { claimDeploymentToDelete } from '../../src/pipeline/work-leases.ts';
+import { claimDeploymentToDelete } from '../../src/store/work-leases.ts';
 import {
   agent,
   createProtocolFixture,

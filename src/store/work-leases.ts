@@ -10,13 +10,14 @@
  *
  * Glossary
  * - working statuses: AWAITING_BUILD, BUILDING, AWAITING_DEPLOY, DEPLOYING (a worker holds a lease).
- * - claim: QUEUED -> first working status, lease taken, `attempts` + 1, in one transaction.
+ * - claim: the lease taken on a QUEUED revision, `attempts` + 1; the worker then reports its first working
+ *   status. A QUEUED revision leased by another live worker is not claimed.
  * - takeover: claiming a revision in a working status whose lease expired or whose owner is dead.
  */
 import { sql } from 'kysely';
 import type { SourceConfig } from '../domain/sources.ts';
 import type { RevisionStatus } from '../domain/states.ts';
-import type { Db, RevisionRow } from '../store/schema.ts';
+import type { Db, RevisionRow } from './schema.ts';
 
 const WORKING_STATUSES: readonly RevisionStatus[] = ['AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'];
 
@@ -60,7 +61,10 @@ export async function claimRevision(
     where d.listener_id is null
       and d.status <> 'AWAITING_DELETE'
       and (
-        (r.status = 'QUEUED' and not exists (
+        (r.status = 'QUEUED'
+          -- Claimed by another live worker that has not reported its first step yet.
+          and (r.lease_owner is null or ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')})
+          and not exists (
           select 1 from revisions o where o.deployment_id = r.deployment_id and o.id <> r.id and o.status in (${working})))
         or (r.status in (${working}) and ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')})
       )
@@ -99,12 +103,14 @@ export async function extendRevisionLease(
   return result.numUpdatedRows > 0n;
 }
 
-export async function releaseRevisionLease(db: Db, revisionId: string): Promise<void> {
-  await db
+/** Lets the revision's lease go (only when `owner` holds it, when given). */
+export async function releaseRevisionLease(db: Db, revisionId: string, owner?: LeaseOwner): Promise<void> {
+  let query = db
     .updateTable('revisions')
     .set({ lease_owner: null, lease_expires_at: null })
-    .where('id', '=', revisionId)
-    .execute();
+    .where('id', '=', revisionId);
+  if (owner !== undefined) query = query.where('lease_owner', '=', owner.id);
+  await query.execute();
 }
 
 export interface RunnableDeployment {

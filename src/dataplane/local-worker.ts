@@ -1,0 +1,414 @@
+/**
+ * The worker of the own data plane: it runs local revisions (deployments without a listener) on this
+ * machine, as a listener agent runs its cluster's. Work is claimed from the revision table with a
+ * lease (src/store/work-leases.ts); a change anywhere wakes the worker through the change feed, with a
+ * slow poll as the safety net. What happens is reported through the data-plane reports
+ * (src/domain/data-plane.ts), the operations a listener reaches through the listener protocol, called
+ * here in process: the lifecycle (src/service/lifecycle.ts) applies a report only while this worker
+ * still holds the revision's lease, so a revision interrupted by a user, or taken over after a lost
+ * lease, is never written over. This module writes no state of its own but leases.
+ *
+ * Besides revisions, the worker starts the apps that should run here and nobody runs (adoption after a
+ * restart), applies a changed resource spec to the apps it runs (in place, without a revision), keeps
+ * its runner leases, re-checks crash-looping apps, and tears deleted deployments down.
+ */
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { ChangeFeed } from '../db/change-feed.ts';
+import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-plane.ts';
+import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import { AppError } from '../errors.ts';
+import { activeRevisionId } from '../store/deployments.ts';
+import { activeRevisionsOf, getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../store/revisions.ts';
+import type { Database, RevisionRow } from '../store/schema.ts';
+import type { LocalRuntime, RevisionJob } from './local-runtime.ts';
+import { RevisionFailure } from './revision-build.ts';
+import {
+  claimDeploymentToDelete,
+  claimRevision,
+  claimRunnableDeployments,
+  extendRevisionLease,
+  extendRunnerLeases,
+  releaseRevisionLease,
+  runnerResourceSpecs,
+  setRunner,
+  type ClaimedRevision,
+  type LeaseOwner,
+} from '../store/work-leases.ts';
+
+export type { Worker };
+
+/** A revision whose work was started this many times (takeovers included) fails with `worker_lost`. */
+const MAX_ATTEMPTS = 3;
+/** Deployed revisions whose build output is kept besides the active one, for quick rollbacks. */
+const KEPT_BUILDS = 2;
+
+export interface WorkerDeps {
+  db: Kysely<Database>;
+  runtime: LocalRuntime;
+  /** This worker's reports (the lifecycle's, as this lease owner). */
+  reports: DataPlaneReports;
+  changes: ChangeFeed;
+  logger: Logger;
+  owner: LeaseOwner;
+  concurrency: number;
+  leaseSeconds?: number;
+}
+
+/** Safety-net poll when no notification comes. */
+const POLL_MS = 5_000;
+
+/** The worker's identity: a node id kept in the data directory, plus this process. */
+export async function leaseOwnerFor(dataDir: string): Promise<LeaseOwner> {
+  const file = path.join(dataDir, 'node-id');
+  let nodeId = (await fs.readFile(file, 'utf8').catch(() => '')).trim();
+  if (!/^[0-9a-f]{16}$/.test(nodeId)) {
+    nodeId = randomBytes(8).toString('hex');
+    await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
+    await fs.writeFile(file, nodeId, { mode: 0o600 });
+  }
+  return { id: `${nodeId}/${process.pid}-${randomBytes(3).toString('hex')}`, nodePrefix: `${nodeId}/` };
+}
+
+/** Thrown inside a job when the revision is no longer this worker's to move. */
+class NotOurs extends Error {}
+
+const failureStatusOf = (status: RevisionStatus): 'BUILD_FAILED' | 'DEPLOY_FAILED' =>
+  status === 'AWAITING_BUILD' || status === 'BUILDING' ? 'BUILD_FAILED' : 'DEPLOY_FAILED';
+
+function jobOf(revision: RevisionRow, deployment: RevisionJob['deployment']): RevisionJob {
+  return {
+    revisionId: revision.id,
+    source: revision.source,
+    config: revision.source_revision_config,
+    snapshot: revision.snapshot,
+    secrets: revision.secrets,
+    deployment,
+  };
+}
+
+type Failure = { reason: string; message: string };
+
+export function startWorker(deps: WorkerDeps): Worker {
+  const { db, runtime, reports, changes, logger, owner } = deps;
+  const leaseSeconds = deps.leaseSeconds ?? 30;
+  const jobs = new Map<string, { deploymentId: string; controller: AbortController; done: Promise<void> }>();
+  let stopping = false;
+  let pumping: Promise<void> | null = null;
+  let again = false;
+
+  /**
+   * Reports the revision at `to`. Not applied because it is final (interrupted, say), superseded (the
+   * lease went to another worker) or gone: the work is not ours any more.
+   */
+  async function advance(report: RevisionReport): Promise<void> {
+    const outcome = await reports.reportRevision(report).catch((error: unknown) => {
+      if (error instanceof AppError && error.code === 'not_found') throw new NotOurs();
+      throw error;
+    });
+    if (outcome.applied || outcome.notAppliedReason === 'duplicate') return;
+    if (outcome.notAppliedReason === 'behind')
+      throw new Error(`revision ${report.revisionId} is ${outcome.status}, past ${report.status}`);
+    throw new NotOurs();
+  }
+
+  /** Removes app directories of this deployment's revisions that will not run again. */
+  async function pruneBuilds(deploymentId: string): Promise<void> {
+    const revisions = await revisionStatusesOf(db, deploymentId);
+    const active = await activeRevisionId(db, deploymentId);
+    const kept = new Set([
+      active,
+      ...revisions
+        .filter((r) => r.status === 'DEPLOYED' && r.id !== active)
+        .slice(0, KEPT_BUILDS)
+        .map((r) => r.id),
+    ]);
+    for (const revision of revisions) {
+      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status))
+        await runtime.removeRevisionFiles(revision.id);
+    }
+  }
+
+  async function run(claimed: ClaimedRevision, controller: AbortController): Promise<void> {
+    const deploymentId = claimed.deployment_id;
+    const job = jobOf(claimed, {
+      id: deploymentId,
+      workspace_id: claimed.workspace_id,
+      name: claimed.deployment_name,
+      source_config: claimed.deployment_source_config,
+      tracing_project_id: claimed.tracing_project_id,
+    });
+    const signal = controller.signal;
+    let status = claimed.status;
+    const step = async (to: RevisionStatus, failure: Failure | null = null, url?: string) => {
+      signal.throwIfAborted();
+      await advance({
+        revisionId: job.revisionId,
+        status: to,
+        ...(failure ? { failure } : {}),
+        ...(url !== undefined ? { url } : {}),
+      });
+      status = to;
+    };
+    const heartbeat = setInterval(
+      () => {
+        extendRevisionLease(db, owner, job.revisionId, leaseSeconds).then(
+          (held) => {
+            if (!held) controller.abort(new NotOurs());
+          },
+          (error: unknown) =>
+            logger.warn({ err: error, revisionId: job.revisionId }, 'could not extend a revision lease'),
+        );
+      },
+      (leaseSeconds * 1000) / 3,
+    );
+    try {
+      if (claimed.attempts > MAX_ATTEMPTS) {
+        await step(failureStatusOf(status), {
+          reason: 'worker_lost',
+          message:
+            `Work on this revision was started ${claimed.attempts - 1} times and each time the ` +
+            `worker stopped before it finished. Redeploy it to try again.`,
+        });
+        return;
+      }
+      if (job.source === 'internal_container' || job.source === 'external_container') {
+        await step('DEPLOY_FAILED', {
+          reason: 'container_runtime_unavailable',
+          message:
+            'This machine has no container engine, so the service cannot run container images ' +
+            'itself. Register a listener in your Kubernetes cluster and deploy the image there ' +
+            '(source external_container with a listener_id).',
+        });
+        return;
+      }
+      if (status === 'AWAITING_BUILD' || status === 'BUILDING') {
+        await runtime.build(
+          job,
+          {
+            building: () => step('BUILDING'),
+            commitResolved: (sha) => setRevisionCommitSha(db, job.revisionId, sha),
+          },
+          signal,
+        );
+        await step('AWAITING_DEPLOY');
+      }
+      await step('DEPLOYING');
+      // DEPLOYED: the deployment now serves it from here, at its stable URL, and this worker runs it.
+      await runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, customUrl));
+      await pruneBuilds(deploymentId);
+    } catch (error) {
+      if (error instanceof RevisionFailure) {
+        await step(error.status, { reason: error.reason, message: error.message }).catch((e: unknown) => {
+          if (!(e instanceof NotOurs)) throw e;
+        });
+      } else if (error instanceof NotOurs || signal.aborted) {
+        logger.info({ revisionId: job.revisionId }, 'revision work stopped: interrupted, deleted or taken over');
+      } else {
+        logger.error({ err: error, revisionId: job.revisionId }, 'revision work failed unexpectedly');
+        await step(failureStatusOf(status), {
+          reason: 'internal_error',
+          message:
+            `The data plane failed unexpectedly (${error instanceof Error ? error.message : String(error)}). ` +
+            `Redeploy to try again; the service log has details.`,
+        }).catch(() => undefined);
+      }
+      const current = await getRevisionStatus(db, job.revisionId);
+      if (!stopping && (current === undefined || isFinalRevisionStatus(current)))
+        await runtime.removeRevisionFiles(job.revisionId);
+    } finally {
+      clearInterval(heartbeat);
+      // On stop, an unfinished revision's lease is let go so that the next worker takes it over at once.
+      await releaseRevisionLease(db, job.revisionId).catch((error: unknown) =>
+        logger.warn({ err: error }, 'could not release a revision lease'),
+      );
+    }
+  }
+
+  /**
+   * The next revision to work on, its lease taken; a QUEUED one is reported at its first working
+   * status. One superseded or interrupted since the claim is skipped (the next one is claimed).
+   */
+  async function claimNext(): Promise<ClaimedRevision | undefined> {
+    for (;;) {
+      const claimed = await db.transaction().execute((tx) => claimRevision(tx, owner, leaseSeconds));
+      if (!claimed || claimed.status !== 'QUEUED') return claimed;
+      const to: RevisionStatus =
+        claimed.source === 'internal_container' || claimed.source === 'external_container'
+          ? 'AWAITING_DEPLOY'
+          : 'AWAITING_BUILD';
+      try {
+        await advance({ revisionId: claimed.id, status: to });
+        return { ...claimed, status: to };
+      } catch (error) {
+        if (!(error instanceof NotOurs)) throw error;
+        await releaseRevisionLease(db, claimed.id, owner);
+      }
+    }
+  }
+
+  async function pumpRevisions(): Promise<void> {
+    while (!stopping && jobs.size < deps.concurrency) {
+      const claimed = await claimNext();
+      if (!claimed) return;
+      const controller = new AbortController();
+      const done = run(claimed, controller)
+        .catch((error: unknown) => logger.error({ err: error, revisionId: claimed.id }, 'revision job crashed'))
+        .finally(() => {
+          jobs.delete(claimed.id);
+          wake();
+        });
+      jobs.set(claimed.id, { deploymentId: claimed.deployment_id, controller, done });
+    }
+  }
+
+  async function adopt(): Promise<void> {
+    const claimed = await db.transaction().execute((tx) => claimRunnableDeployments(tx, owner, leaseSeconds, 10));
+    const toStart = claimed.filter((deployment) => !runtime.running().includes(deployment.id));
+    if (toStart.length === 0) return;
+    // Every active revision with its deployment's source config in one query, not two per deployment.
+    const revisions = await activeRevisionsOf(
+      db,
+      toStart.map((deployment) => deployment.id),
+    );
+    const activeRevisionOf = new Map(revisions.map((revision) => [revision.deployment_id, revision]));
+    for (const deployment of toStart) {
+      const revision = activeRevisionOf.get(deployment.id);
+      if (!revision) continue;
+      const source_config = revision.deployment_source_config;
+      logger.info(
+        { deploymentId: deployment.id, revisionId: revision.id },
+        'starting a deployment that should run here',
+      );
+      try {
+        await runtime.resume(
+          jobOf(revision, {
+            id: deployment.id,
+            workspace_id: deployment.workspace_id,
+            name: deployment.name,
+            source_config,
+            tracing_project_id: deployment.tracing_project_id,
+          }),
+        );
+      } catch (error) {
+        logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
+        await reports.reportCondition({
+          deploymentId: deployment.id,
+          status: 'UNKNOWN',
+          data: {
+            reason: 'restart_failed',
+            message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}`,
+          },
+        });
+      }
+    }
+  }
+
+  /**
+   * Scales the apps whose runner lease this worker holds to their deployment's resource spec. Not
+   * awaited: a slow health check holds up no other work (the next pass retries what was skipped).
+   */
+  async function applyResourceSpecs(): Promise<void> {
+    for (const { deploymentId, activeRevisionId, resourceSpec } of await runnerResourceSpecs(
+      db,
+      owner,
+      runtime.running(),
+    )) {
+      if (!activeRevisionId) continue;
+      void runtime
+        .rescale(deploymentId, activeRevisionId, resourceSpec)
+        .catch((error: unknown) =>
+          logger.error({ err: error, deploymentId }, 'could not apply a changed resource spec'),
+        );
+    }
+  }
+
+  async function deleteOne(): Promise<boolean> {
+    const target = await db.transaction().execute(async (tx) => {
+      const found = await claimDeploymentToDelete(tx, owner);
+      if (found) await setRunner(tx, owner, found.id, leaseSeconds);
+      return found;
+    });
+    if (!target) return false;
+    for (const [, job] of jobs) if (job.deploymentId === target.id) job.controller.abort(new NotOurs());
+    const revisions = await revisionStatusesOf(db, target.id);
+    await runtime.teardown(
+      target,
+      revisions.map((r) => r.id),
+    );
+    // Its uploads that no other deployment used go with it.
+    const { orphanedUploads } = await reports.confirmDeletion(target.id);
+    // Uploads made before uploads were stored in the database also have a file here.
+    for (const path of orphanedUploads) await runtime.removeUpload(path);
+    logger.info({ deploymentId: target.id }, 'deployment torn down and deleted');
+    return true;
+  }
+
+  async function pump(): Promise<void> {
+    await pumpRevisions();
+    while (!stopping && (await deleteOne()));
+    if (!stopping) await adopt();
+    if (!stopping) await applyResourceSpecs();
+  }
+
+  function wake(): void {
+    if (stopping) return;
+    if (pumping) {
+      again = true;
+      return;
+    }
+    pumping = pump()
+      .catch((error: unknown) => logger.error({ err: error }, 'worker pass failed; the next wake-up retries'))
+      .finally(() => {
+        pumping = null;
+        if (again) {
+          again = false;
+          wake();
+        }
+      });
+  }
+
+  const unsubscribe = changes.subscribe((change) => {
+    if (change.kind === 'revision' && isFinalRevisionStatus(change.status)) {
+      // Interrupted (or moved on by someone else): stop working on it at once.
+      jobs.get(change.revision_id)?.controller.abort(new NotOurs());
+    }
+    if (change.kind === 'deployment' && change.status === 'AWAITING_DELETE') {
+      for (const [, job] of jobs) if (job.deploymentId === change.deployment_id) job.controller.abort(new NotOurs());
+    }
+    if (change.kind !== 'log') wake();
+  });
+
+  const poll = setInterval(wake, POLL_MS);
+  poll.unref();
+  const runnerBeat = setInterval(
+    () => {
+      void (async () => {
+        const running = runtime.running();
+        const held = new Set(await extendRunnerLeases(db, owner, running, leaseSeconds));
+        // Another worker runs these now (it deployed a newer revision, or took ours over): stop ours.
+        for (const id of running) if (!held.has(id)) await runtime.stop(id);
+        await runtime.check();
+      })().catch((error: unknown) => logger.warn({ err: error }, 'runner heartbeat failed'));
+    },
+    (leaseSeconds * 1000) / 3,
+  );
+  runnerBeat.unref();
+  wake();
+
+  return {
+    async stop() {
+      stopping = true;
+      unsubscribe();
+      clearInterval(poll);
+      clearInterval(runnerBeat);
+      for (const [, job] of jobs) job.controller.abort(new NotOurs());
+      await Promise.all([...jobs.values()].map((job) => job.done));
+      await pumping;
+      await runtime.close();
+    },
+  };
+}

@@ -1,0 +1,77 @@
+/**
+ * The contract between the lifecycle (src/service/lifecycle.ts, the one writer of revision and
+ * deployment state) and the data planes that run deployments: the service's own (src/dataplane/, in
+ * process) and a listener in a Kubernetes cluster (listener/, over the listener protocol's HTTP). Both
+ * report what happened through these operations, so the rules about which report may change what
+ * (a stale, repeated or superseded report changes nothing; a final state is never left) are the same
+ * for both. Types only: no I/O here, and neither side imports the other.
+ *
+ * Glossary
+ * - report: a data plane saying a revision reached a status; applied only when it moves the revision
+ *   forward through the state table (src/domain/states.ts).
+ * - superseded: the revision is no longer the one this data plane was given to run (a listener: not
+ *   the deployment's latest revision any more; the own data plane: its lease went to another worker).
+ * - condition: a data plane saying how a deployment's serving revision is (crash-looping, healthy again,
+ *   its database made), which moves the deployment's status.
+ */
+import type { DeploymentStatus, RevisionStatus } from './states.ts';
+
+/** Why a report changed nothing (reports are idempotent, and stale ones never overwrite newer state). */
+export type NotAppliedReason = 'duplicate' | 'behind' | 'superseded' | 'final';
+
+export interface RevisionReport {
+  revisionId: string;
+  /** Where the revision is now; the lifecycle walks it there through the data plane's own steps. */
+  status: RevisionStatus;
+  /** With a failed status: why, machine-readable, and what a user should read. */
+  failure?: { reason?: string; message?: string };
+  /** DEPLOYED on the own data plane: the stable URL the deployment is now served at. */
+  url?: string;
+}
+
+export interface ReportOutcome {
+  applied: boolean;
+  /** The revision's status after the report. */
+  status: RevisionStatus;
+  notAppliedReason: NotAppliedReason | null;
+}
+
+export interface DeploymentConditionReport {
+  deploymentId: string;
+  /** The status the condition puts the deployment in (UNKNOWN for a crash loop, READY once healthy again...). */
+  status: DeploymentStatus;
+  /** Only from these statuses; any when absent. */
+  from?: readonly DeploymentStatus[];
+  /** The event's data: reason, message, the revision concerned. */
+  data: Record<string, unknown>;
+}
+
+export interface DeletionOutcome {
+  /** False when the deployment was already gone (a retried confirmation). */
+  deleted: boolean;
+  /** Paths of uploads that only the deleted deployment used, removed with it. */
+  orphanedUploads: string[];
+}
+
+/**
+ * What a data plane reports. A listener reaches these through the listener protocol
+ * (src/service/listener-protocol.ts); the own data plane's worker calls them in process.
+ */
+export interface DataPlaneReports {
+  /**
+   * Moves the revision to the reported status through every step in between, each with its event; a
+   * DEPLOYED revision becomes the deployment's active one and the deployment READY. Throws not_found
+   * when the revision (or its deployment) is gone or is not this data plane's.
+   */
+  reportRevision(report: RevisionReport): Promise<ReportOutcome>;
+  /** Everything of a deployment awaiting delete is removed: the deletion ends (conflict when it is not being deleted). */
+  confirmDeletion(deploymentId: string): Promise<DeletionOutcome>;
+  /** A condition of a deployment's serving revision: its status moves unless it is being deleted or already there. */
+  reportCondition(report: DeploymentConditionReport): Promise<void>;
+}
+
+/** A running role that stops cleanly (the own data plane's worker). */
+export interface Worker {
+  /** Stops claiming, interrupts running work (its leases are released for another worker) and stops the apps. */
+  stop(): Promise<void>;
+}

@@ -1,0 +1,76 @@
+/**
+ * The shape of the code (docs/architecture.md): the own data plane and the pipeline do not import each
+ * other (both see the contract in src/domain/data-plane.ts and the lifecycle), and the lifecycle
+ * (src/service/lifecycle.ts) is the only module that writes revision status, the active revision or a
+ * deployment's end. A test that fails when an import brings the cycle back or a second writer appears.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', 'src');
+
+async function sourceFiles(): Promise<string[]> {
+  const entries = await fs.readdir(SRC, { withFileTypes: true, recursive: true });
+  return entries
+    .filter((e) => e.isFile() && e.name.endsWith('.ts'))
+    .map((e) => path.join(e.parentPath, e.name))
+    .sort();
+}
+
+/** What a file imports (static, type-only, re-exports and dynamic), resolved to paths under src/. */
+async function importsOf(file: string): Promise<{ target: string; names: string }[]> {
+  const text = await fs.readFile(file, 'utf8');
+  const found: { target: string; names: string }[] = [];
+  const pattern =
+    /(?:import|export)\s*(type\s+)?([^'";]*?)\s*from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g;
+  for (const match of text.matchAll(pattern)) {
+    const specifier = match[3] ?? match[4]!;
+    if (!specifier.startsWith('.')) continue;
+    found.push({ target: path.resolve(path.dirname(file), specifier), names: match[2] ?? '' });
+  }
+  return found;
+}
+
+const area = (file: string) => path.relative(SRC, file).split(path.sep)[0];
+const relative = (file: string) => path.relative(path.dirname(SRC), file);
+
+test('src/dataplane and src/pipeline do not import each other', async () => {
+  const crossing: string[] = [];
+  for (const file of await sourceFiles()) {
+    const from = area(file);
+    if (from !== 'dataplane' && from !== 'pipeline') continue;
+    for (const { target } of await importsOf(file)) {
+      const to = area(target);
+      if ((from === 'dataplane' && to === 'pipeline') || (from === 'pipeline' && to === 'dataplane'))
+        crossing.push(`${relative(file)} -> ${relative(target)}`);
+    }
+  }
+  assert.deepEqual(crossing, [], 'the contract between them is src/domain/data-plane.ts');
+});
+
+test('only the lifecycle writes revision status, the active revision and the end of a deployment', async () => {
+  const writers = ['setRevisionStatus', 'setActiveRevision', 'deleteDeploymentRow'];
+  const lifecycle = path.join(SRC, 'service', 'lifecycle.ts');
+  const others: string[] = [];
+  for (const file of await sourceFiles()) {
+    if (file === lifecycle) continue;
+    for (const { target, names } of await importsOf(file)) {
+      if (path.relative(SRC, target).startsWith('store') && writers.some((w) => new RegExp(`\\b${w}\\b`).test(names)))
+        others.push(`${relative(file)} imports ${names.replace(/\s+/g, ' ')}`);
+    }
+  }
+  assert.deepEqual(others, []);
+  // And no module writes those columns by hand.
+  const byHand: string[] = [];
+  for (const file of await sourceFiles()) {
+    if (path.relative(SRC, file).startsWith('store') || file === lifecycle) continue;
+    const text = await fs.readFile(file, 'utf8');
+    if (/updateTable\(\s*'(revisions|deployments)'\s*\)[\s\S]{0,200}?\bstatus\s*:/.test(text))
+      byHand.push(relative(file));
+    if (/update\s+(revisions|deployments)\s+set\s+[^;]*\bstatus\s*=/i.test(text)) byHand.push(relative(file));
+  }
+  assert.deepEqual(byHand, []);
+});
