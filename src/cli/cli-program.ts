@@ -4,6 +4,7 @@
  */
 import { Command } from 'commander';
 import type { CliRuntime } from './cli-context.ts';
+import { backupCommand, restoreCommand } from './backup-commands.ts';
 import { EXIT } from './cli-errors.ts';
 import { actionRunner, withExample } from './command-help.ts';
 import { deployCommand } from './deploy-command.ts';
@@ -78,6 +79,8 @@ export function buildProgram(runtime: CliRuntime): Command {
     loginCommand(run, runtime.version),
     logoutCommand(run),
     serverCommand(runtime),
+    backupCommand(runtime),
+    restoreCommand(runtime),
   ]) {
     program.addCommand(command);
   }

@@ -1,0 +1,120 @@
+/**
+ * `slipway backup <file>` and `slipway restore <file>`: operator commands run where the service runs,
+ * configured as the service is (DATABASE_URL, SLIPWAY_DATA_DIR, SLIPWAY_ENCRYPTION_KEY; see README,
+ * "Configuration"), like `npm run rotate-key`. They talk to the database, not to the API: no login is
+ * needed, and the encryption key is what proves the right to read the backup. docs/operations.md, "Back
+ * up and restore", has the steps.
+ */
+import { Command } from 'commander';
+import pino from 'pino';
+import type { CliRuntime } from './cli-context.ts';
+import { CliError, EXIT } from './cli-errors.ts';
+import { withExample } from './command-help.ts';
+
+/** Refusals of the configuration or the archive: exit code 2, the message alone. */
+async function asCliErrors<T>(work: () => Promise<T>): Promise<T> {
+  const [{ ConfigError }, { BackupError }] = await Promise.all([
+    import('../config.ts'),
+    import('../ops/backup-archive.ts'),
+  ]);
+  try {
+    return await work();
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof BackupError) throw new CliError(error.message, EXIT.usage);
+    throw error;
+  }
+}
+
+/** The service's configuration and keys, and a logger on stderr (stdout is for the progress lines). */
+async function setUp(mayCreateKey: false) {
+  const [{ loadConfig }, { createLogger }, { loadEncryptionKeys }] = await Promise.all([
+    import('../config.ts'),
+    import('../logger.ts'),
+    import('../crypto/secret-box.ts'),
+  ]);
+  const config = loadConfig();
+  const logger = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel, pino.destination(2));
+  const keys = () =>
+    loadEncryptionKeys({
+      configured: config.encryptionKey,
+      previous: config.previousEncryptionKey,
+      dataDir: config.dataDir,
+      mayCreate: mayCreateKey,
+    });
+  return { config, logger, keys };
+}
+
+export function backupCommand(runtime: CliRuntime): Command {
+  const say = (line: string) => runtime.streams.stdout.write(`${line}\n`);
+  return withExample(
+    new Command('backup')
+      .description(
+        "Write one archive of the service's database, its files and its apps' databases (not the encryption key: keep that apart); the service may keep running",
+      )
+      .argument('<file>', 'the archive to write (a new file, e.g. slipway-2026-11-28.tar.gz)')
+      .option(
+        '--without-app-data',
+        "leave out the apps' own databases when no pg_dump fits the server (a restore makes them empty)",
+      ),
+    [
+      'slipway backup /backups/slipway-$(date +%F).tar.gz',
+      'SLIPWAY_DATA_DIR=/var/lib/slipway slipway backup /backups/slipway-$(date +%F).tar.gz',
+      'DATABASE_URL=postgres://... SLIPWAY_ENCRYPTION_KEY=... slipway backup slipway.tar.gz',
+    ],
+  ).action(async (file: string, options: { withoutAppData?: boolean }) => {
+    await asCliErrors(async () => {
+      const { config, logger, keys } = await setUp(false);
+      const [{ openForBackup }, { createBackup }] = await Promise.all([
+        import('../ops/operator-database.ts'),
+        import('../ops/backup.ts'),
+      ]);
+      const database = await openForBackup(config, logger);
+      try {
+        await createBackup({
+          database,
+          keys: await keys(),
+          dataDir: config.dataDir,
+          output: file,
+          slipwayVersion: runtime.version,
+          withoutAppData: options.withoutAppData === true,
+          say,
+        });
+      } finally {
+        await database.close();
+      }
+    });
+  });
+}
+
+export function restoreCommand(runtime: CliRuntime): Command {
+  const say = (line: string) => runtime.streams.stdout.write(`${line}\n`);
+  return withExample(
+    new Command('restore')
+      .description(
+        'Bring a backup into a new data directory (SLIPWAY_DATA_DIR, holding at most encryption.key) or an empty DATABASE_URL database; needs the encryption key of the backup',
+      )
+      .argument('<file>', 'the archive slipway backup wrote'),
+    [
+      'slipway restore slipway.tar.gz',
+      'mkdir -m 700 /var/lib/slipway-new && cp encryption.key /var/lib/slipway-new/ && SLIPWAY_DATA_DIR=/var/lib/slipway-new slipway restore slipway.tar.gz',
+      'DATABASE_URL=postgres://.../slipway_new SLIPWAY_ENCRYPTION_KEY=... slipway restore slipway.tar.gz',
+    ],
+  ).action(async (file: string) => {
+    await asCliErrors(async () => {
+      const { config, logger, keys } = await setUp(false);
+      const { restoreBackup } = await import('../ops/restore.ts');
+      const { ConfigError } = await import('../config.ts');
+      let loaded;
+      try {
+        loaded = await keys();
+      } catch (error) {
+        if (!(error instanceof ConfigError)) throw error;
+        throw new ConfigError(
+          'SLIPWAY_ENCRYPTION_KEY',
+          `a restore needs the encryption key of the backup: set SLIPWAY_ENCRYPTION_KEY, or put the encryption.key file into ${config.dataDir} first; nothing was changed`,
+        );
+      }
+      await restoreBackup({ archive: file, config, keys: loaded, logger, say });
+    });
+  });
+}

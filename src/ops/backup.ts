@@ -1,0 +1,178 @@
+/**
+ * `slipway backup <file>`: one archive (src/ops/backup-archive.ts) of everything a restore needs but
+ * the encryption key: the service's tables read in one snapshot, the files of the data directory the
+ * service still reads, the apps' databases, and the key's check value. Nothing is changed; the service
+ * may keep running.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { ConfigError } from '../config.ts';
+import { openSecretBox } from '../crypto/key-check.ts';
+import { keyIdOf, type EncryptionKeys } from '../crypto/secret-box.ts';
+import { appliedMigrations } from '../db/migrate.ts';
+import { dumpAppDatabase, findPgTools, serverMajor, type PgTools } from './app-database-dump.ts';
+import {
+  BackupError,
+  FILE_PATH,
+  FORMAT,
+  FORMAT_VERSION,
+  entryName,
+  sha256Of,
+  writeArchive,
+  type Manifest,
+  type ManifestEntry,
+} from './backup-archive.ts';
+import type { OperatorDatabase } from './operator-database.ts';
+import { dumpTable, serviceTables } from './table-data.ts';
+
+export interface BackupOptions {
+  database: OperatorDatabase;
+  keys: EncryptionKeys;
+  /** The data directory whose files are carried (uploads kept there by earlier versions). */
+  dataDir: string;
+  output: string;
+  slipwayVersion: string;
+  /** Writes the archive without the apps' databases when no pg_dump fits the server (they are listed as not included). */
+  withoutAppData: boolean;
+  /** Progress lines. */
+  say: (line: string) => void;
+}
+
+export interface BackupResult {
+  manifest: Manifest;
+  bytes: number;
+}
+
+/** The files under uploads/ of the data directory (regular files only; links are never followed). */
+async function dataDirFiles(dataDir: string): Promise<string[]> {
+  const root = path.join(dataDir, 'uploads');
+  const entries = await fs.readdir(root, { withFileTypes: true, recursive: true }).catch(() => []);
+  return entries
+    .filter((e) => e.isFile())
+    .map((e) => path.relative(dataDir, path.join(e.parentPath, e.name)).split(path.sep).join('/'))
+    .sort();
+}
+
+/** The key the database's values are sealed with, among the process's (checked by openSecretBox first). */
+function sealingKey(keys: EncryptionKeys, keyId: string): Buffer {
+  const key = [keys.current, ...keys.previous].find((k) => keyIdOf(k) === keyId);
+  if (!key)
+    throw new ConfigError('SLIPWAY_ENCRYPTION_KEY', `the key with id ${keyId} is not among this process's keys`);
+  return key;
+}
+
+export async function createBackup(options: BackupOptions): Promise<BackupResult> {
+  const { database, keys, say } = options;
+  const output = path.resolve(options.output);
+  if (
+    await fs.stat(output).then(
+      () => true,
+      () => false,
+    )
+  )
+    throw new BackupError(`${output} exists: name a new file (a backup never overwrites one)`);
+  const readKeyCheck = await database.db.selectFrom('key_check').select('key_id').executeTakeFirst();
+  if (!readKeyCheck)
+    throw new BackupError('the database has no key check yet: start the service once on it, then back up');
+  // The keys must fit the database before anything is read: refused with the message a start gets.
+  await openSecretBox(database.db, keys);
+  const staging = await fs.mkdtemp(path.join(path.dirname(output), '.slipway-backup-'));
+  try {
+    await fs.mkdir(path.join(staging, 'database'));
+    const entries: ManifestEntry[] = [];
+    const client = await database.pool.connect();
+    let schema: Manifest['schema'];
+    let keyCheck: Manifest['keyCheck'];
+    let appDatabases: Manifest['appDatabases'];
+    let tools: PgTools | null = null;
+    try {
+      // One snapshot for every table: a write committed meanwhile is in all of them or in none.
+      await client.query('begin isolation level repeatable read read only');
+      const migrations = await appliedMigrations(client);
+      if (migrations.length === 0)
+        throw new BackupError("the database holds no Slipway schema: is it the service's database?");
+      schema = { version: migrations.at(-1)!.id, migrations };
+      const check = await client.query<{ key_id: string; check_value: string; rotating_to: string | null }>(
+        'select key_id, check_value, rotating_to from key_check',
+      );
+      const row = check.rows[0];
+      if (!row) throw new BackupError('the database has no key check: start the service once on it, then back up');
+      keyCheck = { keyId: row.key_id, checkValue: row.check_value, rotatingTo: row.rotating_to };
+      const apps = await client.query<{ deployment_id: string; database_name: string }>(
+        'select deployment_id, database_name from deployment_runtimes where database_name is not null order by database_name',
+      );
+      if (apps.rows.length > 0) {
+        const major = await serverMajor(client);
+        const found = await findPgTools();
+        tools = found && found.major >= major ? found : null;
+        if (!tools && !options.withoutAppData) {
+          throw new BackupError(
+            `${apps.rows.length} app database(s) need pg_dump ${major} or newer, and ${found ? `the newest here is ${found.major} (${found.dump})` : 'none is installed'}: install it (postgresql-client-${major}), or run again with --without-app-data to leave the apps' data out`,
+          );
+        }
+      }
+      appDatabases = apps.rows.map((r) => ({
+        name: r.database_name,
+        deploymentId: r.deployment_id,
+        included: tools !== null,
+      }));
+      for (const table of await serviceTables(client)) {
+        const name = entryName('table', table);
+        const rows = await dumpTable(client, table, path.join(staging, name));
+        entries.push({ name, kind: 'table', subject: table, rows, ...(await sha256Of(path.join(staging, name))) });
+      }
+      await client.query('commit');
+    } catch (error) {
+      await client.query('rollback').catch(() => undefined);
+      throw error;
+    } finally {
+      client.release();
+    }
+    say(
+      `database: ${entries.length} tables, ${entries.reduce((n, e) => n + (e.rows ?? 0), 0)} rows (schema version ${schema.version})`,
+    );
+    const key = sealingKey(keys, keyCheck.keyId);
+
+    const files = await dataDirFiles(options.dataDir);
+    for (const file of files) {
+      if (!FILE_PATH.test(file))
+        throw new BackupError(`${path.join(options.dataDir, file)}: a file name a backup cannot carry`);
+      const name = entryName('file', file);
+      await fs.mkdir(path.dirname(path.join(staging, name)), { recursive: true });
+      await fs.copyFile(path.join(options.dataDir, file), path.join(staging, name));
+      entries.push({ name, kind: 'file', subject: file, ...(await sha256Of(path.join(staging, name))) });
+    }
+    if (files.length > 0) say(`data directory: ${files.length} file(s) under uploads/`);
+
+    if (tools) {
+      await fs.mkdir(path.join(staging, 'app-databases'));
+      for (const app of appDatabases) {
+        const name = entryName('app-database', app.name);
+        await dumpAppDatabase(tools, database.url, app.name, path.join(staging, name));
+        entries.push({ name, kind: 'app-database', subject: app.name, ...(await sha256Of(path.join(staging, name))) });
+      }
+      say(`app databases: ${appDatabases.length} (pg_dump ${tools.major})`);
+    } else if (appDatabases.length > 0) {
+      say(`app databases: ${appDatabases.length} NOT included (--without-app-data): a restore makes them empty`);
+    }
+
+    const manifest: Manifest = {
+      format: FORMAT,
+      formatVersion: FORMAT_VERSION,
+      slipwayVersion: options.slipwayVersion,
+      createdAt: new Date().toISOString(),
+      schema,
+      keyCheck,
+      appDatabases,
+      entries,
+    };
+    await writeArchive(staging, manifest, key, output);
+    const { size } = await fs.stat(output);
+    say(
+      `wrote ${output} (${size} bytes); keep the encryption key (id ${keyCheck.keyId}) apart from it: the archive does not hold it`,
+    );
+    return { manifest, bytes: size };
+  } finally {
+    await fs.rm(staging, { recursive: true, force: true });
+  }
+}
