@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { redactUrl } from '../logger.ts';
 import { pick, settle, type Backend, type Route } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
-import { SERVICE_CREDENTIAL_PATTERN } from './edge-haproxy-config.ts';
+import { SERVICE_COOKIE_NAME_PATTERN, SERVICE_CREDENTIAL_PATTERN } from './edge-haproxy-config.ts';
 
 /** A request for an app, as the router matched it. */
 export interface AppRequest {
@@ -59,6 +59,14 @@ const SERVICE_CREDENTIAL = new RegExp(SERVICE_CREDENTIAL_PATTERN, 'i');
 function isServiceCredential(value: string | string[] | undefined): boolean {
   // Node joins a repeated X-Api-Key with commas: a key in any of the parts counts.
   return value !== undefined && [value].flat().some((v) => v.split(',').some((part) => SERVICE_CREDENTIAL.test(part)));
+}
+
+const SERVICE_COOKIE = new RegExp(`^\\s*${SERVICE_COOKIE_NAME_PATTERN}`);
+
+/** The Cookie header without the service's own cookies; undefined when none is left. */
+function withoutServiceCookies(header: string): string | undefined {
+  const kept = header.split(';').filter((pair) => pair.trim() !== '' && !SERVICE_COOKIE.test(pair));
+  return kept.length > 0 ? kept.map((pair) => pair.trim()).join('; ') : undefined;
 }
 
 /** A request without Content-Length or Transfer-Encoding has no body (RFC 9112, 6.3), so it can be sent again. */
@@ -148,6 +156,12 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
     delete headers['x-forwarded-prefix'];
     if (isServiceCredential(headers['x-api-key'])) delete headers['x-api-key'];
     if (isServiceCredential(headers.authorization)) delete headers.authorization;
+    // Node joins repeated Cookie headers with '; '.
+    if (headers.cookie !== undefined) {
+      const cookie = withoutServiceCookies(headers.cookie);
+      if (cookie === undefined) delete headers.cookie;
+      else headers.cookie = cookie;
+    }
     req.url = app.url;
   }
 

@@ -14,7 +14,8 @@
  * - the X-Forwarded-* headers this service owns (Proto and Host set here; For appended), never a
  *   client's X-Forwarded-Prefix or -Port;
  * - none of the service's credentials: an `X-Api-Key` or `Authorization` holding a key, listener or agent
- *   credential of this service (`slw_`, `slwl_`, `slwa_`) is removed before the request leaves;
+ *   credential of this service (`slw_`, `slwl_`, `slwa_`) is removed before the request leaves, and so
+ *   are the service's own cookies (`slipway_...`: the dashboard's sign-in session);
  * - responses cannot widen an app's reach: `Service-Worker-Allowed` is dropped;
  * - the edge's own answers (no instance, unknown host, an instance that does not answer) are JSON in the
  *   API's error shape with a request id (the client's own when it sent a sane one).
@@ -98,6 +99,33 @@ function answer(status: number, code: string, detail: string): string {
 export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?slw[al]?_`;
 const CREDENTIAL = SERVICE_CREDENTIAL_PATTERN;
 
+/**
+ * The name of a cookie of this service (the dashboard's sign-in session and state, and any later one):
+ * `slipway_...`, bare or with a `__Host-`/`__Secure-` prefix. Both edges remove such cookies from the
+ * Cookie header before a request reaches an app, and keep the app's own cookies (the built-in edge in
+ * src/dataplane/app-proxy.ts).
+ */
+export const SERVICE_COOKIE_NAME_PATTERN = String.raw`(?:__Host-|__Secure-)?slipway_`;
+/** Removals of one service cookie each before the Cookie header is dropped whole (a browser sends at most 4). */
+const COOKIE_PASSES = 4;
+
+function cookieRules(): string[] {
+  // Whether the request came with one, kept in a variable: the rules below change the header.
+  const has = '{ var(txn.svc_cookie) -m bool }';
+  const one = String.raw`^(|.*?;)\s*${SERVICE_COOKIE_NAME_PATTERN}[^=;]*=[^;]*;?\s*(.*)$`;
+  return [
+    '  http-request set-var(txn.svc_cookie) bool(true) if { req.hdr(cookie) -m sub slipway_ }',
+    ...Array.from(
+      { length: COOKIE_PASSES },
+      () => String.raw`  http-request replace-header Cookie '${one}' '\1 \2' if ${has}`,
+    ),
+    String.raw`  http-request replace-header Cookie '^\s*(.*?)[\s;]*$' '\1' if ${has}`,
+    // More of them than a browser sends: the whole header goes (fail closed).
+    String.raw`  http-request del-header Cookie if { req.hdr(cookie) -m reg '(^|;)\s*${SERVICE_COOKIE_NAME_PATTERN}' }`,
+    '  http-request del-header Cookie if { req.hdr(cookie) -m len 0 }',
+  ];
+}
+
 export function renderHaproxyConfig(input: HaproxyConfigInput): string {
   const byBackend = new Map(input.routes.map((r) => [r.backend, r]));
   const lines = [
@@ -155,6 +183,7 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  http-request del-header X-Forwarded-Host unless { req.hdr(host) -m found }',
     `  http-request del-header X-Api-Key if { req.hdr(x-api-key) -m reg -i '${CREDENTIAL}' }`,
     `  http-request del-header Authorization if { req.hdr(authorization) -m reg -i '${CREDENTIAL}' }`,
+    ...cookieRules(),
     '  http-response del-header Service-Worker-Allowed',
     '  use_backend %[var(txn.backend)] if { var(txn.backend) -m found }',
     '  default_backend slipway_unknown',

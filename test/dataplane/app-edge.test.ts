@@ -954,6 +954,41 @@ for (const kind of KINDS) {
       assert.ok(!JSON.stringify(ws).includes('slw_'), `a WebSocket handshake leaked: ${JSON.stringify(ws)}`);
     });
 
+    test("attacker: the service's own cookies (the dashboard's sign-in session) never reach the app; the app's do", async () => {
+      const edge = await startEdge(kind);
+      const app = await startApp('cookie-thief');
+      const slug = 'cookies-00000022';
+      await edge.setTargets(slug, [{ instanceId: 'i-1', port: app.port }]);
+      const cookieSeen = async (cookie: string | string[]) =>
+        (await seenBy(edge, slug, Array.isArray(cookie) ? cookie.flatMap((c) => ['cookie', c]) : { cookie })).headers
+          .cookie;
+      const cases: [string, string | undefined][] = [
+        ['slipway_session=s3cret', undefined],
+        ['__Host-slipway_session=s3cret', undefined],
+        ['theme=dark; slipway_session=s3cret; lang=en', 'theme=dark; lang=en'],
+        ['slipway_session=s3cret; theme=dark', 'theme=dark'],
+        ['theme=dark;slipway_sso_state=st4te', 'theme=dark'],
+        [
+          'a=1; __Host-slipway_session=s3cret; slipway_session=s3cret; __Secure-slipway_sso_state=st4te; b=2',
+          'a=1; b=2',
+        ],
+        // The app's own cookies, even ones whose names merely contain the word, are the app's.
+        ['my_slipway_session=mine; theme=dark', 'my_slipway_session=mine; theme=dark'],
+        ['theme=dark', 'theme=dark'],
+      ];
+      for (const [sent, expected] of cases) {
+        const seen = await cookieSeen(sent);
+        assert.equal(seen, expected, `Cookie: ${sent}`);
+      }
+      // Many copies (a client can send what it likes): none gets through.
+      const many = Array.from({ length: 12 }, (_, i) => `slipway_session=s3cret${i}`).join('; ');
+      assert.ok(!String(await cookieSeen(`x=1; ${many}; y=2`)).includes('s3cret'));
+      // In two Cookie header lines (as an HTTP/2 client's cookies arrive split).
+      const split = await cookieSeen(['theme=dark', 'slipway_session=s3cret; lang=en']);
+      assert.ok(!String(split).includes('s3cret'), `split cookies leaked: ${split}`);
+      assert.match(String(split), /theme=dark/);
+    });
+
     test("attacker: an app's Service-Worker-Allowed header never reaches the client", async () => {
       const edge = await startEdge(kind);
       const app = await startApp('worker', (req, res) => {
