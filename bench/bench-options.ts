@@ -43,7 +43,9 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        sandbox), dataplane-proxy (the app directly, through its edge, a plain
                        nginx and the built-in edge; the API's p99 alone and under app load);
                        each with SLIPWAY_SANDBOX=none and the default full isolation side by side;
-                       the listener group: listeners (long-polls: patch to answer, memory)
+                       the listener group: listeners (long-polls: patch to answer, memory);
+                       the LangGraph state group: langgraph (runs/s and first stream event,
+                       PostgreSQL against in memory; installs from the npm registry)
   --deployments N      measured deployments per app and sandbox mode in the data plane group
                        (default 5, quick 3)
   --rounds N           rounds of the data plane group's proxy and API runs, the two sandbox

@@ -19,7 +19,9 @@
  * plain nginx and the built-in edge, and the API's latency alone and under app load; each figure per
  * mode and isolated / bare. Then the listener group (bench/listener-polls.ts; `--only listeners`):
  * patch to a listener's long-poll answer with one and with 1,000 listeners polling, and the service's
- * memory while it holds their polls.
+ * memory while it holds their polls. Then the LangGraph state group (bench/langgraph-state.ts; `--only
+ * langgraph`): runs per second and first stream event of a trivial graph with its state in PostgreSQL
+ * against LangChain's in-memory server.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -35,6 +37,12 @@ import { openBenchDatabase } from './bench-database.ts';
 import { cpuBetween, sampleCpu, type RunCpu } from './cpu-usage.ts';
 import { dataPlaneParts, isDataPlaneKey, runDataPlaneBench } from './data-plane.ts';
 import { dataPlaneMarkdownReport, dataPlaneTerminalReport } from './data-plane-report.ts';
+import {
+  isLangGraphKey,
+  langGraphMarkdownReport,
+  langGraphTerminalReport,
+  runLangGraphBench,
+} from './langgraph-state.ts';
 import { isListenersKey, runListenerPollBench } from './listener-polls.ts';
 import { listenerPollMarkdownReport, listenerPollTerminalReport } from './listener-polls-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
@@ -363,8 +371,34 @@ async function main(): Promise<number> {
       say('');
     }
 
+    // The LangGraph state group (bench/langgraph-state.ts): named in --only, or by default (not in the
+    // prepared statements experiment). It installs from the npm registry; without one it is skipped.
+    if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isLangGraphKey)) {
+      const langgraph = await runLangGraphBench({
+        serverUrl: database.url,
+        durationSeconds: options.durationSeconds,
+        say,
+        defer: (step) => void cleanups.push(step),
+      }).catch((error: unknown) => {
+        say(`langgraph: skipped (${error instanceof Error ? error.message.split('\n')[0] : String(error)})`);
+        return null;
+      });
+      if (langgraph !== null) {
+        say('');
+        say(langGraphTerminalReport(langgraph));
+        if (options.writeDocs) {
+          await writeResultsSection(DOCS_FILE, 'bench-results-langgraph', langGraphMarkdownReport(langgraph, runInfo));
+          say(`\nwrote the LangGraph results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+        }
+        say('');
+      }
+    }
+
     // The API scenarios: all of them by default, or those named in --only.
-    if (options.only.length === 0 || options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o))) {
+    if (
+      options.only.length === 0 ||
+      options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o))
+    ) {
       if (options.preparedStatements)
         say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
       const service = await startService(database.url, options.logLevel, options.preparedStatements);
