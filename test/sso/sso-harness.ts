@@ -155,7 +155,8 @@ export async function createSsoTestApp(options: SsoTestOptions = {}): Promise<Ss
     SLIPWAY_SSO_CLIENT_SECRET: provider.clientSecret,
     SLIPWAY_SSO_SCOPES: 'openid email profile groups',
     SLIPWAY_SSO_PROVIDER_NAME: 'Test IdP',
-    ...options.env,
+    // `{port}` in a value is the service's port (known only here).
+    ...Object.fromEntries(Object.entries(options.env ?? {}).map(([k, v]) => [k, v.replace('{port}', String(port))])),
   });
   const first = await bootstrap(database.db, config.bootstrapApiKey);
   const app = await buildApp({

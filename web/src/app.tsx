@@ -13,7 +13,9 @@ import { NotFoundPage } from './pages/not-found.tsx';
 import { RevisionLogPage } from './pages/revision-log.tsx';
 import { SignIn } from './pages/sign-in.tsx';
 import { matchPath, navigate, useLocation, type Location } from './router.ts';
-import { loadSession, saveSession, type Session } from './session.ts';
+import { loadSession, saveSession, ssoWorkspaceId, type Session } from './session.ts';
+import { ssoSignOut, ssoStatus, type SsoStatus } from './api/sso.ts';
+import { messageOf } from './api/client.ts';
 
 function page(location: Location) {
   const { path } = location;
@@ -36,9 +38,26 @@ function page(location: Location) {
   return <NotFoundPage />;
 }
 
+/** A single sign-on session as the dashboard keeps it: the person and their workspaces, never a secret. */
+function ssoSession(status: SsoStatus): Session | null {
+  const signedIn = status.session;
+  if (signedIn === null) return null;
+  const workspaces = signedIn.workspaces.map(({ id, name }) => ({ id, name }));
+  const picked = ssoWorkspaceId();
+  return {
+    apiKey: null,
+    person: { email: signedIn.email, name: signedIn.name },
+    workspace: workspaces.find((w) => w.id === picked) ?? workspaces[0] ?? null,
+    workspaces,
+  };
+}
+
 export function App() {
   const [session, setSession] = useState<Session | null>(loadSession);
   const [signOutReason, setSignOutReason] = useState<string | null>(null);
+  // What the service says of single sign-on; null until it has answered (or when it could not).
+  const [sso, setSso] = useState<SsoStatus | null>(null);
+  const [checking, setChecking] = useState(session === null);
   const location = useLocation();
 
   const signIn = (next: Session) => {
@@ -47,16 +66,39 @@ export function App() {
     setSession(next);
   };
   const signOut = (reason: string | null) => {
+    const wasSso = session?.apiKey === null;
     saveSession(null);
     setSignOutReason(reason);
     setSession(null);
+    // The cookie is HttpOnly: only the service can end the session and remove it.
+    if (wasSso && reason === null)
+      ssoSignOut().catch((error: unknown) => setSignOutReason(`Signing out failed: ${messageOf(error)}`));
   };
 
   useEffect(() => {
-    const refused = () => signOut('The service no longer accepts this API key (revoked?). Sign in again.');
+    // Without a key in this tab, a single sign-on cookie may be there: ask the service who it is.
+    if (session !== null) return;
+    ssoStatus().then(
+      (status) => {
+        setSso(status);
+        const signedIn = ssoSession(status);
+        if (signedIn !== null) signIn(signedIn);
+        setChecking(false);
+      },
+      () => setChecking(false),
+    );
+  }, []);
+
+  useEffect(() => {
+    const refused = () =>
+      signOut(
+        session?.apiKey === null
+          ? 'Your sign-in has ended (signed out elsewhere, expired, or your access changed). Sign in again.'
+          : 'The service no longer accepts this API key (revoked?). Sign in again.',
+      );
     window.addEventListener(UNAUTHORIZED_EVENT, refused);
     return () => window.removeEventListener(UNAUTHORIZED_EVENT, refused);
-  }, []);
+  }, [session?.apiKey]);
 
   const context = useMemo(
     () =>
@@ -72,7 +114,10 @@ export function App() {
     [session],
   );
 
-  if (context === null) return <SignIn onSignedIn={signIn} reason={signOutReason} />;
+  if (context === null) {
+    if (checking) return <main id="main" aria-busy="true" />;
+    return <SignIn onSignedIn={signIn} reason={signOutReason} sso={sso} />;
+  }
   return (
     <AppContext.Provider value={context}>
       <Frame

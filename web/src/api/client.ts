@@ -10,7 +10,8 @@ import { SlipwayError } from '../../../src/client/slipway-error.ts';
 export type Api = Client<paths>;
 
 export interface Credentials {
-  apiKey: string;
+  /** Null when signed in through single sign-on: the browser sends the HttpOnly cookie itself. */
+  apiKey: string | null;
   /** X-Tenant-Id: needed by organization keys; null for a workspace key. */
   workspaceId: string | null;
 }
@@ -22,7 +23,7 @@ export function createApi(credentials: Credentials, options: { reportUnauthorize
   const api = createClient<paths>({ baseUrl: window.location.origin });
   api.use({
     onRequest({ request }) {
-      request.headers.set('x-api-key', credentials.apiKey);
+      if (credentials.apiKey !== null) request.headers.set('x-api-key', credentials.apiKey);
       if (credentials.workspaceId !== null) request.headers.set('x-tenant-id', credentials.workspaceId);
       return request;
     },

@@ -61,6 +61,11 @@ export function Frame({ path, children, onSignOut, onWorkspace }: FrameProps) {
           ) : (
             session.workspace && <span class="muted workspace">Workspace: {session.workspace.name}</span>
           )}
+          {session.person && (
+            <span class="muted person" title={session.person.name ?? undefined}>
+              {session.person.email ?? session.person.name}
+            </span>
+          )}
           <button type="button" onClick={onSignOut}>
             Sign out
           </button>

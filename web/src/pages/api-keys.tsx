@@ -60,7 +60,7 @@ export function ApiKeysPage() {
   );
   const keys = list.value?.resources ?? [];
   // Only an organization key may make organization keys; the service says so too, this only hides the choice.
-  const organizationKey = session.workspace !== null;
+  const organizationKey = session.workspace !== null && session.apiKey !== null;
 
   /** Resolves true when the key was made (the form is then cleared). */
   const create = async (form: FormData): Promise<boolean> => {

@@ -11,6 +11,7 @@ import { ErrorNotice } from '../components/notice.tsx';
 import { field } from '../forms.ts';
 import { PageTitle } from '../components/page-title.tsx';
 import type { Session } from '../session.ts';
+import { startSsoSignIn, type SsoStatus } from '../api/sso.ts';
 
 type Step =
   { kind: 'key' } | { kind: 'pick'; apiKey: string; workspaces: Workspace[] } | { kind: 'enter'; apiKey: string };
@@ -22,7 +23,7 @@ async function resolveKey(apiKey: string): Promise<Session | Step> {
   try {
     const { resources } = await data(api.GET('/v2/workspaces', { params: { query: { limit: 100 } } }));
     const only = resources.length === 1 ? resources[0] : undefined;
-    if (only) return { apiKey, workspace: { id: only.id, name: only.name }, workspaces: [] };
+    if (only) return { apiKey, person: null, workspace: { id: only.id, name: only.name }, workspaces: [] };
     return { kind: 'pick', apiKey, workspaces: resources };
   } catch (error) {
     // 403: a key of one workspace, or a member key of the organization: neither may list workspaces.
@@ -30,7 +31,7 @@ async function resolveKey(apiKey: string): Promise<Session | Step> {
   }
   try {
     await data(api.GET('/v2/deployments', { params: { query: { limit: 1 } } }));
-    return { apiKey, workspace: null, workspaces: [] };
+    return { apiKey, person: null, workspace: null, workspaces: [] };
   } catch (error) {
     if (error instanceof SlipwayError && error.code === 'workspace_required') return { kind: 'enter', apiKey };
     throw error;
@@ -42,7 +43,14 @@ async function tryWorkspace(apiKey: string, workspaceId: string): Promise<void> 
   await data(createApi({ apiKey, workspaceId }).GET('/v2/deployments', { params: { query: { limit: 1 } } }));
 }
 
-export function SignIn({ onSignedIn, reason }: { onSignedIn: (session: Session) => void; reason: string | null }) {
+interface SignInProps {
+  onSignedIn: (session: Session) => void;
+  reason: string | null;
+  /** Single sign-on as the service has it; null when it could not say. */
+  sso: SsoStatus | null;
+}
+
+export function SignIn({ onSignedIn, reason, sso }: SignInProps) {
   const [step, setStep] = useState<Step>({ kind: 'key' });
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
@@ -66,6 +74,21 @@ export function SignIn({ onSignedIn, reason }: { onSignedIn: (session: Session) 
     <main id="main" class="sign-in">
       <PageTitle title="Sign in to Slipway" />
       {reason && step.kind === 'key' && <p class="notice">{reason}</p>}
+      {step.kind === 'key' && sso?.enabled && (
+        <section class="sso" aria-label="Single sign-on">
+          <button
+            type="button"
+            class="primary"
+            disabled={busy}
+            onClick={() =>
+              void submit(() => startSsoSignIn(window.location.pathname + window.location.search))(new Event('click'))
+            }
+          >
+            Sign in with {sso.provider_name ?? 'single sign-on'}
+          </button>
+          <p class="help">Or with an API key:</p>
+        </section>
+      )}
       {step.kind === 'key' && (
         <form
           onSubmit={(event) =>
@@ -106,6 +129,7 @@ export function SignIn({ onSignedIn, reason }: { onSignedIn: (session: Session) 
               if (!chosen) throw new Error('Choose a workspace.');
               onSignedIn({
                 apiKey: step.apiKey,
+                person: null,
                 workspace: { id: chosen.id, name: chosen.name },
                 workspaces: step.workspaces.map(({ id, name }) => ({ id, name })),
               });
@@ -134,7 +158,7 @@ export function SignIn({ onSignedIn, reason }: { onSignedIn: (session: Session) 
               const id = field(form(event), 'workspace-id').toLowerCase();
               if (!UUID.test(id)) throw new Error('A workspace id is a UUID, like 0b9e1c2d-….');
               await tryWorkspace(step.apiKey, id);
-              onSignedIn({ apiKey: step.apiKey, workspace: { id, name: id }, workspaces: [] });
+              onSignedIn({ apiKey: step.apiKey, person: null, workspace: { id, name: id }, workspaces: [] });
             })(event)
           }
         >
