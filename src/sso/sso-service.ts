@@ -34,6 +34,7 @@ import {
   insertSignIn,
   listLiveSessions,
   listMappings,
+  pruneOldSessions,
   recordSsoEvent,
   ssoDb,
   workspacesOf,
@@ -197,6 +198,7 @@ export function createSsoService(deps: SsoServiceDeps) {
       if (access === null) throw new NoAccessError(identity.email, identity.groups);
       const token = randomBytes(32).toString('base64url');
       const session = await db.transaction().execute(async (tx) => {
+        await pruneOldSessions(tx);
         const row = await insertSession(tx, {
           tokenHash: hashToken(token),
           organizationId: access.organizationId,

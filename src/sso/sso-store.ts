@@ -220,6 +220,17 @@ export async function insertSession(
     .executeTakeFirstOrThrow();
 }
 
+/**
+ * Sessions over for more than 90 days (the default event retention): gone with their audit lines. Run
+ * at each sign-in, so the table stays small without a job of its own.
+ */
+export async function pruneOldSessions(db: SsoDb): Promise<void> {
+  await db
+    .deleteFrom('sso_sessions')
+    .where(sql<Date>`coalesce(ended_at, expires_at)`, '<', sql<Date>`now() - interval '90 days'`)
+    .execute();
+}
+
 const SESSION_COLUMNS = [
   'id',
   'organization_id',
