@@ -30,6 +30,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import fs from 'node:fs';
+import os from 'node:os';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { clearInterval, setInterval } from 'node:timers';
@@ -271,7 +272,114 @@ const MIGRATIONS = [
      normalized boolean,
      created_at timestamptz not null default now())`,
   `create index run_events_run on ${SCHEMA}.run_events (run_id, seq)`,
+  `create table ${SCHEMA}.crons (
+     cron_id uuid primary key,
+     assistant_id uuid not null,
+     thread_id uuid references ${SCHEMA}.threads on delete cascade,
+     user_id text,
+     schedule text not null,
+     timezone text,
+     payload jsonb not null default '{}',
+     metadata jsonb not null default '{}',
+     enabled boolean not null default true,
+     on_run_completed text,
+     end_time timestamptz,
+     next_run_date timestamptz,
+     created_at timestamptz not null default now(),
+     updated_at timestamptz not null default now())`,
+  `create index crons_due on ${SCHEMA}.crons (next_run_date) where enabled`,
 ];
+
+// ---------------------------------------------------------------------------------------------------
+// Cron schedules: the five fields (minute hour day-of-month month day-of-week) with `*`, lists, ranges
+// and steps, in UTC or an IANA time zone. Day of month and day of week combine as cron combines them:
+// either matches when both are restricted.
+// ---------------------------------------------------------------------------------------------------
+
+const CRON_FIELDS = [
+  { name: 'minute', min: 0, max: 59 },
+  { name: 'hour', min: 0, max: 23 },
+  { name: 'day of month', min: 1, max: 31 },
+  { name: 'month', min: 1, max: 12 },
+  { name: 'day of week', min: 0, max: 7 },
+];
+
+/** The schedule's allowed values per field, or an Error that says what is wrong. */
+function parseCron(schedule) {
+  const parts = typeof schedule === 'string' ? schedule.trim().split(/\s+/) : [];
+  if (parts.length !== 5)
+    return new Error(`schedule must have five fields (minute hour day month weekday), got ${JSON.stringify(schedule)}`);
+  const fields = [];
+  for (const [index, part] of parts.entries()) {
+    const { name, min, max } = CRON_FIELDS[index];
+    const allowed = new Set();
+    for (const item of part.split(',')) {
+      const match = /^(\*|(\d+)(?:-(\d+))?)(?:\/(\d+))?$/.exec(item);
+      if (!match) return new Error(`schedule: ${JSON.stringify(item)} is not a valid ${name}`);
+      const from = match[1] === '*' ? min : Number(match[2]);
+      const to = match[1] === '*' ? max : match[3] !== undefined ? Number(match[3]) : match[4] ? max : from;
+      const step = match[4] ? Number(match[4]) : 1;
+      if (from < min || to > max || from > to || step < 1)
+        return new Error(`schedule: ${JSON.stringify(item)} is out of range for the ${name} (${min}-${max})`);
+      for (let value = from; value <= to; value += step) allowed.add(index === 4 && value === 7 ? 0 : value);
+    }
+    fields.push({ allowed, any: part === '*' });
+  }
+  return fields;
+}
+
+/** The wall-clock fields of `date` in `timeZone` (UTC when none). */
+function wallClock(date, timeZone) {
+  if (!timeZone || timeZone === 'UTC')
+    return {
+      minute: date.getUTCMinutes(),
+      hour: date.getUTCHours(),
+      day: date.getUTCDate(),
+      month: date.getUTCMonth() + 1,
+      weekday: date.getUTCDay(),
+    };
+  const parts = Object.fromEntries(
+    new Intl.DateTimeFormat('en-US', {
+      timeZone,
+      hourCycle: 'h23',
+      minute: 'numeric',
+      hour: 'numeric',
+      day: 'numeric',
+      month: 'numeric',
+      weekday: 'short',
+    })
+      .formatToParts(date)
+      .map((part) => [part.type, part.value]),
+  );
+  return {
+    minute: Number(parts.minute),
+    hour: Number(parts.hour),
+    day: Number(parts.day),
+    month: Number(parts.month),
+    weekday: ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'].indexOf(parts.weekday),
+  };
+}
+
+/** The first minute after `after` that the schedule names, or null within the next five years. */
+function nextCronTime(fields, timeZone, after) {
+  const [minutes, hours, days, months, weekdays] = fields;
+  let candidate = new Date(Math.floor(after.getTime() / 60_000) * 60_000 + 60_000);
+  const limit = after.getTime() + 5 * 366 * 86_400_000;
+  while (candidate.getTime() < limit) {
+    const wall = wallClock(candidate, timeZone);
+    const dayMatches =
+      days.any || weekdays.any
+        ? days.allowed.has(wall.day) && weekdays.allowed.has(wall.weekday)
+        : days.allowed.has(wall.day) || weekdays.allowed.has(wall.weekday);
+    let skip;
+    if (!months.allowed.has(wall.month) || !dayMatches) skip = (24 * 60 - wall.hour * 60 - wall.minute) * 60_000;
+    else if (!hours.allowed.has(wall.hour)) skip = (60 - wall.minute) * 60_000;
+    else if (!minutes.allowed.has(wall.minute)) skip = 60_000;
+    else return candidate;
+    candidate = new Date(candidate.getTime() + skip);
+  }
+  return null;
+}
 
 /** A UUID v7 (time-ordered), as the in-memory server makes thread ids. */
 function uuid7() {
@@ -322,7 +430,7 @@ async function serve(instanceId, optionsText) {
     { startServer },
     { checkpointer },
     { store },
-    { getGraph },
+    { getGraph, getAssistantId },
     { handleAuthEvent, isAuthMatching },
     { serialiseAsDict, serializeError },
     { logger },
@@ -812,7 +920,8 @@ async function serve(instanceId, optionsText) {
       await pool.query(
         `update ${SCHEMA}.threads t set updated_at = now(), "values" = $2, interrupts = $3,
            status = case when $4 then 'error' when $5 then 'interrupted'
-             when exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status = 'pending') then 'busy'
+             when exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status in ('pending', 'running'))
+               then 'busy'
              else 'idle' end
          where thread_id = $1`,
         [threadId, json(values), json(interrupts), exception != null, hasNext],
@@ -1201,6 +1310,7 @@ async function serve(instanceId, optionsText) {
     async setStatus(runId, status) {
       // The worker executing a run here may set its status only while this instance holds its lease.
       const mine = local.get(runId);
+      if (mine?.released) return; // given back to the queue at shutdown: another instance runs it again
       const owner = mine ? instanceId : null;
       if (!isFinal(status)) {
         await pool.query(
@@ -1209,19 +1319,29 @@ async function serve(instanceId, optionsText) {
         );
         return;
       }
-      const { rows } = await pool.query(
-        `update ${SCHEMA}.runs set status = $2, updated_at = now(), lease_owner = null, lease_expires_at = null
-         where run_id = $1 and ($3::text is null or lease_owner = $3) returning thread_id, cancel_action`,
-        [runId, status, owner],
-      );
-      const row = rows[0];
-      if (!row) return; // taken over by another instance, or deleted
-      if (row.cancel_action === 'rollback') {
-        // Rolled back: the run and what it wrote are deleted, as if it never ran.
-        await checkpointer.delete(row.thread_id, runId);
-        await pool.query(`delete from ${SCHEMA}.runs where run_id = $1`, [runId]);
-        rolledBack.add(row.thread_id);
-      }
+      const row = await transaction(async (client) => {
+        const { rows } = await client.query(
+          `select thread_id, cancel_action from ${SCHEMA}.runs
+           where run_id = $1 and ($2::text is null or lease_owner = $2) for update`,
+          [runId, owner],
+        );
+        const found = rows[0];
+        if (!found) return null; // taken over by another instance, or deleted
+        if (found.cancel_action === 'rollback') {
+          // Rolled back: what it wrote goes before the run frees its thread for the next one, then the run.
+          await deleteRunCheckpoints(client, found.thread_id, runId);
+          await client.query(`delete from ${SCHEMA}.runs where run_id = $1`, [runId]);
+          rolledBack.add(found.thread_id);
+        } else {
+          await client.query(
+            `update ${SCHEMA}.runs set status = $2, updated_at = now(), lease_owner = null, lease_expires_at = null
+             where run_id = $1`,
+            [runId, status],
+          );
+        }
+        return found;
+      });
+      if (!row) return;
       // Announced once the thread is updated (threads.setStatus or delete follow at once), so a client
       // that reads the thread after its run ends finds it updated.
       endings.set(row.thread_id, [...(endings.get(row.thread_id) ?? []), runId]);
@@ -1346,21 +1466,26 @@ async function serve(instanceId, optionsText) {
         } else if (kept.get(runId)) entry.controller.abort(kept.get(runId));
       }
     }
-    const expired = await pool.query(
-      `with expired as (
-         select run_id from ${SCHEMA}.runs where status = 'running' and lease_expires_at < now() for update skip locked)
-       update ${SCHEMA}.runs r set
-         status = case when r.cancel_action is not null then 'interrupted' when r.attempt >= $1 then 'error' else 'pending' end,
-         failure = case when r.cancel_action is null and r.attempt >= $1
-           then 'The instance executing this run stopped ' || r.attempt || ' times before it finished' end,
-         lease_owner = null, lease_expires_at = null, updated_at = now()
-       from expired where r.run_id = expired.run_id
-       returning r.run_id, r.thread_id, r.status, r.failure, r.attempt`,
-      [MAX_ATTEMPTS],
-    );
+    const expired = await transaction(async (client) => {
+      const { rows } = await client.query(
+        `select run_id, thread_id from ${SCHEMA}.runs where status = 'running' and lease_expires_at < now()
+         for update skip locked`,
+      );
+      // What the lost execution wrote is rolled back before the run is queued again: a retry starts
+      // from the state before the run, and nothing is applied twice.
+      for (const run of rows) await deleteRunCheckpoints(client, run.thread_id, run.run_id);
+      return client.query(
+        `update ${SCHEMA}.runs r set
+           status = case when r.cancel_action is not null then 'interrupted' when r.attempt >= $2 then 'error' else 'pending' end,
+           failure = case when r.cancel_action is null and r.attempt >= $2
+             then 'The instance executing this run stopped ' || r.attempt || ' times before it finished' end,
+           lease_owner = null, lease_expires_at = null, updated_at = now()
+         where r.run_id = any($1::uuid[])
+         returning r.run_id, r.thread_id, r.status, r.failure, r.attempt`,
+        [rows.map((run) => run.run_id), MAX_ATTEMPTS],
+      );
+    });
     for (const run of expired.rows) {
-      // What the lost execution wrote is rolled back: a retry starts from the state before the run.
-      await checkpointer.delete(run.thread_id, run.run_id);
       if (run.status === 'pending') {
         logger.warn('Run taken over: the instance executing it stopped', { run_id: run.run_id, attempt: run.attempt });
         continue;
@@ -1371,7 +1496,7 @@ async function serve(instanceId, optionsText) {
       }
       await pool.query(
         `update ${SCHEMA}.threads t set updated_at = now(),
-           status = case when exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status = 'pending')
+           status = case when exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status in ('pending', 'running'))
              then 'busy' when $2 then 'error' else 'idle' end
          where thread_id = $1`,
         [run.thread_id, run.status === 'error'],
@@ -1398,6 +1523,272 @@ async function serve(instanceId, optionsText) {
     (leaseSeconds * 1000) / 3,
   );
 
+  // --- crons: routes the open-source server leaves unimplemented, and their scheduler ------------------
+  const cronOf = (row) => ({
+    cron_id: row.cron_id,
+    assistant_id: row.assistant_id,
+    thread_id: row.thread_id ?? undefined,
+    user_id: row.user_id ?? undefined,
+    schedule: row.schedule,
+    timezone: row.timezone ?? undefined,
+    payload: row.payload ?? {},
+    metadata: row.metadata ?? {},
+    enabled: row.enabled,
+    on_run_completed: row.on_run_completed ?? undefined,
+    end_time: row.end_time ?? undefined,
+    next_run_date: row.next_run_date ?? undefined,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  });
+  const PAYLOAD_FIELDS = [
+    'input',
+    'config',
+    'context',
+    'interrupt_before',
+    'interrupt_after',
+    'webhook',
+    'multitask_strategy',
+    'stream_mode',
+    'stream_subgraphs',
+    'stream_resumable',
+    'checkpoint_during',
+    'durability',
+    'command',
+  ];
+  const invalid = (message) => new HTTPException(422, { message });
+
+  function checkSchedule(schedule, timeZone, from = new Date()) {
+    const fields = parseCron(schedule);
+    if (fields instanceof Error) throw invalid(fields.message);
+    if (timeZone != null) {
+      try {
+        new Intl.DateTimeFormat('en-US', { timeZone });
+      } catch {
+        throw invalid(`timezone ${JSON.stringify(timeZone)} is not an IANA time zone`);
+      }
+    }
+    const next = nextCronTime(fields, timeZone, from);
+    if (next === null) throw invalid(`schedule ${JSON.stringify(schedule)} names no time in the next five years`);
+    return next;
+  }
+
+  async function createCron(threadId, body, auth) {
+    if (body === null || typeof body !== 'object') throw invalid('the body must be a JSON object');
+    const assistantId = typeof body.assistant_id === 'string' ? getAssistantId(body.assistant_id) : null;
+    if (!assistantId || !/^[0-9a-f-]{36}$/i.test(assistantId)) throw invalid('assistant_id is required');
+    const [filters, mutable] = await handleAuthEvent(auth, 'crons:create', {
+      thread_id: threadId,
+      assistant_id: assistantId,
+      schedule: body.schedule,
+      metadata: body.metadata ?? {},
+    });
+    const next = checkSchedule(body.schedule, body.timezone);
+    const assistantRow = (await pool.query(`select 1 from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId]))
+      .rows[0];
+    if (!assistantRow) throw notFound(`Assistant ${body.assistant_id} not found`);
+    if (threadId != null) {
+      const thread = await threadRow(pool, threadId);
+      if (!thread || !isAuthMatching(thread.metadata, filters)) throw notFound(`Thread with ID ${threadId} not found`);
+    }
+    const payload = Object.fromEntries(
+      PAYLOAD_FIELDS.filter((key) => body[key] !== undefined).map((key) => [key, body[key]]),
+    );
+    const { rows } = await pool.query(
+      `insert into ${SCHEMA}.crons (cron_id, assistant_id, thread_id, user_id, schedule, timezone, payload, metadata,
+         enabled, on_run_completed, end_time, next_run_date)
+       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) returning *`,
+      [
+        uuid7(),
+        assistantId,
+        threadId ?? null,
+        auth?.user?.identity ?? null,
+        body.schedule.trim(),
+        body.timezone ?? null,
+        json(payload),
+        json(mutable?.metadata ?? body.metadata ?? {}),
+        body.enabled !== false,
+        threadId == null ? (body.on_run_completed ?? 'delete') : null,
+        body.end_time ?? null,
+        next,
+      ],
+    );
+    return cronOf(rows[0]);
+  }
+
+  async function cronWhere(query, auth, event) {
+    const [filters] = await handleAuthEvent(auth, event, {
+      assistant_id: query.assistant_id,
+      thread_id: query.thread_id,
+      metadata: query.metadata,
+    });
+    const params = [];
+    const where = [authFilterSql('metadata', filters, params)];
+    if (query.assistant_id != null)
+      where.push(`assistant_id = $${params.push(getAssistantId(query.assistant_id))}::uuid`);
+    if (query.thread_id != null) where.push(`thread_id = $${params.push(query.thread_id)}::uuid`);
+    if (query.enabled != null) where.push(`enabled = $${params.push(query.enabled === true)}`);
+    if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
+    return { where: where.join(' and '), params };
+  }
+
+  async function findCron(cronId, auth, event) {
+    const { where, params } = await cronWhere({}, auth, event);
+    const { rows } = await pool.query(
+      `select * from ${SCHEMA}.crons where ${where} and cron_id = $${params.push(cronId)}::uuid`,
+      params,
+    );
+    if (!rows[0]) throw notFound(`Cron with ID ${cronId} not found`);
+    return rows[0];
+  }
+
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+  async function jsonBody(c) {
+    try {
+      return await c.req.json();
+    } catch {
+      throw invalid('the body must be JSON');
+    }
+  }
+  function uuidParam(c, name) {
+    const value = c.req.param(name);
+    if (!UUID.test(value)) throw invalid(`${name} must be a UUID`);
+    return value;
+  }
+
+  /** The cron routes, registered before LangChain's (which answer 500 "Not implemented"). */
+  function registerCronRoutes(app) {
+    app.post('/runs/crons', async (c) => c.json(await createCron(null, await jsonBody(c), c.var.auth)));
+    app.post('/threads/:thread_id/runs/crons', async (c) =>
+      c.json(await createCron(uuidParam(c, 'thread_id'), await jsonBody(c), c.var.auth)),
+    );
+    app.post('/runs/crons/search', async (c) => {
+      const body = await jsonBody(c);
+      const { where, params } = await cronWhere(body ?? {}, c.var.auth, 'crons:search');
+      const sortBy = ['cron_id', 'assistant_id', 'thread_id', 'created_at', 'updated_at', 'next_run_date'].includes(
+        body?.sort_by,
+      )
+        ? body.sort_by
+        : 'created_at';
+      const order = body?.sort_order === 'asc' ? 'asc' : 'desc';
+      const limit = Math.min(Math.max(Number.parseInt(body?.limit ?? 10, 10) || 10, 1), 1000);
+      const offset = Math.max(Number.parseInt(body?.offset ?? 0, 10) || 0, 0);
+      const { rows } = await pool.query(
+        `select * from ${SCHEMA}.crons where ${where} order by ${sortBy} ${order}, cron_id
+         limit $${params.push(limit)} offset $${params.push(offset)}`,
+        params,
+      );
+      return c.json(rows.map(cronOf));
+    });
+    app.post('/runs/crons/count', async (c) => {
+      const { where, params } = await cronWhere((await jsonBody(c)) ?? {}, c.var.auth, 'crons:search');
+      const { rows } = await pool.query(`select count(*) from ${SCHEMA}.crons where ${where}`, params);
+      return c.json(Number(rows[0].count));
+    });
+    app.patch('/runs/crons/:cron_id', async (c) => {
+      const cronId = uuidParam(c, 'cron_id');
+      const body = (await jsonBody(c)) ?? {};
+      const current = await findCron(cronId, c.var.auth, 'crons:update');
+      const schedule = body.schedule ?? current.schedule;
+      const timeZone = body.timezone !== undefined ? body.timezone : current.timezone;
+      const next = checkSchedule(schedule, timeZone);
+      const payload = { ...current.payload };
+      for (const key of PAYLOAD_FIELDS) if (body[key] !== undefined) payload[key] = body[key];
+      const { rows } = await pool.query(
+        `update ${SCHEMA}.crons set schedule = $2, timezone = $3, payload = $4, metadata = $5, enabled = $6,
+           end_time = $7, on_run_completed = $8, next_run_date = $9, updated_at = now() where cron_id = $1 returning *`,
+        [
+          cronId,
+          schedule.trim(),
+          timeZone ?? null,
+          json(payload),
+          json(body.metadata != null ? { ...current.metadata, ...body.metadata } : current.metadata),
+          body.enabled ?? current.enabled,
+          body.end_time !== undefined ? body.end_time : current.end_time,
+          body.on_run_completed ?? current.on_run_completed,
+          next,
+        ],
+      );
+      return c.json(cronOf(rows[0]));
+    });
+    app.delete('/runs/crons/:cron_id', async (c) => {
+      const cronId = uuidParam(c, 'cron_id');
+      await findCron(cronId, c.var.auth, 'crons:delete');
+      await pool.query(`delete from ${SCHEMA}.crons where cron_id = $1`, [cronId]);
+      return c.body(null, 204);
+    });
+  }
+
+  /**
+   * Fires the crons that are due, each tick once whichever instances look: a tick is claimed by moving
+   * the cron's next_run_date forward in the transaction that locks it (SKIP LOCKED), then its run is
+   * queued. An instance that dies between the two loses that tick (at most once, never twice).
+   */
+  async function fireDueCrons() {
+    const due = await transaction(async (client) => {
+      const { rows } = await client.query(
+        `select * from ${SCHEMA}.crons where enabled and next_run_date <= now() order by next_run_date
+         limit 20 for update skip locked`,
+      );
+      const fired = [];
+      for (const row of rows) {
+        const ended = row.end_time != null && row.end_time <= new Date();
+        const fields = parseCron(row.schedule);
+        const next = ended || fields instanceof Error ? null : nextCronTime(fields, row.timezone, new Date());
+        await client.query(
+          `update ${SCHEMA}.crons set next_run_date = $2, enabled = $3, updated_at = now() where cron_id = $1`,
+          [row.cron_id, next, next !== null],
+        );
+        if (!ended) fired.push(row);
+      }
+      return fired;
+    });
+    for (const cron of due) {
+      const payload = cron.payload ?? {};
+      const streamMode = Array.isArray(payload.stream_mode)
+        ? payload.stream_mode
+        : payload.stream_mode
+          ? [payload.stream_mode]
+          : ['values'];
+      try {
+        await runs.put(
+          uuid7(),
+          cron.assistant_id,
+          {
+            input: payload.input,
+            command: payload.command,
+            config: payload.config ?? {},
+            context: payload.context,
+            stream_mode: streamMode,
+            interrupt_before: payload.interrupt_before,
+            interrupt_after: payload.interrupt_after,
+            webhook: payload.webhook,
+            temporary: cron.thread_id == null && (cron.on_run_completed ?? 'delete') === 'delete',
+            subgraphs: payload.stream_subgraphs ?? false,
+            resumable: payload.stream_resumable ?? false,
+          },
+          {
+            threadId: cron.thread_id ?? undefined,
+            userId: cron.user_id ?? undefined,
+            metadata: { ...cron.metadata, cron_id: cron.cron_id },
+            status: 'pending',
+            multitaskStrategy: payload.multitask_strategy ?? 'enqueue',
+            ifNotExists: 'reject',
+          },
+          undefined,
+        );
+        logger.info('Cron fired', { cron_id: cron.cron_id, thread_id: cron.thread_id });
+      } catch (error) {
+        logger.warn('A cron could not queue its run', { cron_id: cron.cron_id, error: error.message });
+      }
+    }
+  }
+  const cronTimer = setInterval(
+    () => {
+      if (!stopping) fireDueCrons().catch((error) => logger.warn('Could not fire crons', { error: error.message }));
+    },
+    5_000 + Math.random() * 1_000,
+  );
+
   const ops = {
     assistants,
     threads,
@@ -1408,7 +1799,10 @@ async function serve(instanceId, optionsText) {
     },
   };
 
-  const { host, cleanup } = await startServer(options, { ops });
+  // The cron routes come in as the server's custom `http` app (mounted before its own routes, after
+  // custom auth), from a module written for this instance: the user's own app, if any, is mounted in it.
+  const serverOptions = options.http?.disable_runs ? options : { ...options, http: await cronHttpApp() };
+  const { host, cleanup } = await startServer(serverOptions, { ops });
   logger.info(`Server running at ${host}, state in PostgreSQL (instance ${instanceId})`);
 
   let shuttingDown = false;
@@ -1423,21 +1817,25 @@ async function serve(instanceId, optionsText) {
     while (local.size > 0 && Date.now() < until) await sleep(100);
     const left = [...local.entries()];
     if (left.length > 0) {
-      await pool
-        .query(
+      for (const [, entry] of left) {
+        entry.released = true;
+        lostThreads.add(entry.threadId);
+        entry.controller.abort('shutdown');
+      }
+      const stopped = Date.now() + 1_000;
+      while (local.size > 0 && Date.now() < stopped) await sleep(50);
+      await transaction(async (client) => {
+        for (const [runId, entry] of left) await deleteRunCheckpoints(client, entry.threadId, runId);
+        await client.query(
           `update ${SCHEMA}.runs set status = 'pending', lease_owner = null, lease_expires_at = null, updated_at = now()
            where run_id = any($1::uuid[]) and lease_owner = $2 and status = 'running'`,
           [left.map(([runId]) => runId), instanceId],
-        )
-        .catch(() => undefined);
-      for (const [runId, entry] of left) {
-        lostThreads.add(entry.threadId);
-        entry.controller.abort('shutdown');
-        await checkpointer.delete(entry.threadId, runId).catch(() => undefined);
-      }
+        );
+      }).catch((error) => logger.warn('Could not give runs back to the queue', { error: error.message }));
       await notify(WAKE_CHANNEL, '').catch(() => undefined);
     }
     clearInterval(leaseTimer);
+    clearInterval(cronTimer);
     await cleanup().catch(() => undefined);
     await listener?.end().catch(() => undefined);
     await postgresStore.stop?.().catch(() => undefined);
@@ -1445,6 +1843,45 @@ async function serve(instanceId, optionsText) {
     process.exit(0);
   }
   for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => void shutdown());
+
+  /** The `http` option that mounts the cron routes (and the project's own `http.app` after them). */
+  async function cronHttpApp() {
+    globalThis[Symbol.for('slipway.langgraph.cronRoutes')] = registerCronRoutes;
+    const user = options.http?.app;
+    const [userFile, userExport] = user ? user.split(':', 2) : [];
+    const lines = [
+      `import { Hono } from ${JSON.stringify(esmEntry(fromApi, 'hono'))};`,
+      ...(user
+        ? [`import * as user from ${JSON.stringify(pathToFileURL(path.resolve(projectDir, userFile)).href)};`]
+        : []),
+      'const app = new Hono();',
+      "globalThis[Symbol.for('slipway.langgraph.cronRoutes')](app);",
+      ...(user
+        ? [
+            `const userApp = user[${JSON.stringify(userExport || 'default')}];`,
+            `if (!userApp) throw new Error(${JSON.stringify(`Failed to load HTTP app: ${user}`)});`,
+            "app.route('/', userApp);",
+          ]
+        : []),
+      'export default app;',
+    ];
+    // The sandbox's /tmp is the instance's own; the source is read-only.
+    const file = path.join(os.tmpdir(), `slipway-langgraph-http-${instanceId}.mjs`);
+    fs.writeFileSync(file, `${lines.join('\n')}\n`, { mode: 0o600 });
+    return { ...options.http, app: file };
+  }
+
+  /** Deletes the checkpoints (and their pending writes) one run wrote to a thread. */
+  async function deleteRunCheckpoints(client, threadId, runId) {
+    await client.query(
+      `with gone as (
+         delete from ${SCHEMA}.checkpoints where thread_id = $1 and metadata ->> 'run_id' = $2
+         returning checkpoint_ns, checkpoint_id)
+       delete from ${SCHEMA}.checkpoint_writes w using gone
+       where w.thread_id = $1 and w.checkpoint_ns = gone.checkpoint_ns and w.checkpoint_id = gone.checkpoint_id`,
+      [threadId, runId],
+    );
+  }
 
   /** Copies a thread's checkpoints, blobs and writes to another thread id (threads.copy). */
   async function copyCheckpoints(client, from, to) {
@@ -1497,14 +1934,7 @@ async function serve(instanceId, optionsText) {
       },
       async delete(threadId, runId) {
         if (runId == null) return postgresSaver.deleteThread(threadId);
-        await connections.query(
-          `with gone as (
-             delete from ${SCHEMA}.checkpoints where thread_id = $1 and metadata ->> 'run_id' = $2
-             returning checkpoint_ns, checkpoint_id)
-           delete from ${SCHEMA}.checkpoint_writes w using gone
-           where w.thread_id = $1 and w.checkpoint_ns = gone.checkpoint_ns and w.checkpoint_id = gone.checkpoint_id`,
-          [threadId, runId],
-        );
+        await deleteRunCheckpoints(connections, threadId, runId);
       },
       copy: (from, to) => copyCheckpoints(connections, from, to),
       toJSON: () => '[PostgresSaver]',
