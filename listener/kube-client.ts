@@ -1,11 +1,32 @@
 /**
  * The agent's few Kubernetes calls, on @kubernetes/client-node: server-side apply with the fixed
- * field manager, delete, list and watch by label. Errors come out as `KubeError` with the API
- * server's status code and message, and an apply the API server refuses (`isRefusal`) as
- * `ApplyRefusedError`, which the controller reports as `invalid_manifest` instead of retrying it.
+ * field manager, delete, list and watch by label, and the server's version. Errors come out as
+ * `KubeError` with the API server's status code and message, and an apply the API server refuses
+ * (`isRefusal`) as `ApplyRefusedError`, which the controller reports as `invalid_manifest` instead of
+ * retrying it.
+ *
+ * An apply sends the manifest as written, as JSON, not through the library's typed model: the model
+ * keeps only the fields it knows, so a field it does not (a misspelt `emptyDir.sizelimit`, a field
+ * newer than the library) was dropped without a word (issue 25). The apply asks for
+ * `fieldValidation=Strict`: the API server refuses a field its schema does not declare, in its words.
  */
-import { ApiException, KubernetesObjectApi, PatchStrategy, Watch, type KubeConfig } from '@kubernetes/client-node';
-import { collectionPath, kindOf, keyOf, type Manifest, type ObjectRef, type ObservedObject } from './kube-objects.ts';
+import {
+  ApiException,
+  HttpMethod,
+  KubernetesObjectApi,
+  PatchStrategy,
+  VersionApi,
+  Watch,
+  type KubeConfig,
+} from '@kubernetes/client-node';
+import {
+  collectionPath,
+  kindOf,
+  keyOf,
+  type ObjectRef,
+  type ObservedObject,
+  type PartialManifest,
+} from './kube-objects.ts';
 import { FIELD_MANAGER } from './manifest-names.ts';
 
 export class KubeError extends Error {
@@ -73,8 +94,25 @@ export interface WatchEvent {
   readonly object: ObservedObject;
 }
 
+/** The server's version, from GET /version. */
+export interface ServerVersion {
+  readonly major: number;
+  readonly minor: number;
+  /** As the server says it, `v1.31.4`. */
+  readonly gitVersion: string;
+}
+
+export interface ApplyOptions {
+  /** The field manager (default the listener's own). */
+  readonly fieldManager?: string;
+  /** Take fields other managers own (default true: the listener owns its objects). */
+  readonly force?: boolean;
+}
+
 export interface KubeClient {
-  apply(manifest: Manifest): Promise<void>;
+  /** Server-side apply of the manifest as written, refusing fields the server does not declare. */
+  apply(manifest: PartialManifest, options?: ApplyOptions): Promise<void>;
+  version(): Promise<ServerVersion>;
   /** Deletes in the foreground: a workload goes only after its pods. A missing object is fine. */
   remove(target: ObjectRef): Promise<void>;
   list(
@@ -126,8 +164,27 @@ function toKubeError(error: unknown, what: string): KubeError {
   return new KubeError(0, `${what}: ${error instanceof Error ? error.message : String(error)}`);
 }
 
+/** The object API with an apply of the manifest as written (the library's `patch` goes through its typed model). */
+class UnstructuredObjectApi extends KubernetesObjectApi {
+  async applyAsWritten(manifest: PartialManifest, fieldManager: string, force: boolean): Promise<void> {
+    const kind = kindOf(manifest.kind);
+    if (!kind) throw new Error(`not a kind the listener manages: ${manifest.kind}`);
+    const path = `${collectionPath(kind, manifest.metadata.namespace)}/${encodeURIComponent(manifest.metadata.name)}`;
+    const request = this.configuration.baseServer.makeRequestContext(path, HttpMethod.PATCH);
+    request.setHeaderParam('Accept', 'application/json, */*;q=0.8');
+    request.setHeaderParam('Content-Type', PatchStrategy.ServerSideApply);
+    request.setQueryParam('fieldManager', fieldManager);
+    if (force) request.setQueryParam('force', 'true');
+    request.setQueryParam('fieldValidation', 'Strict');
+    // JSON is YAML: the apply content type takes it as it is.
+    request.setBody(JSON.stringify(manifest));
+    await this.requestPromise(request);
+  }
+}
+
 export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
-  const api = KubernetesObjectApi.makeApiClient(kubeConfig);
+  const api = kubeConfig.makeApiClient(UnstructuredObjectApi);
+  const versionApi = kubeConfig.makeApiClient(VersionApi);
   const watcher = new Watch(kubeConfig);
 
   const kind = (name: string) => {
@@ -137,11 +194,11 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
   };
 
   return {
-    async apply(manifest) {
+    async apply(manifest, options = {}) {
       const what = `apply ${keyOf({ kind: manifest.kind, namespace: manifest.metadata.namespace, name: manifest.metadata.name })}`;
       try {
         // force: the listener owns these objects; a field another manager took over is taken back.
-        await api.patch(manifest, undefined, undefined, FIELD_MANAGER, true, PatchStrategy.ServerSideApply);
+        await api.applyAsWritten(manifest, options.fieldManager ?? FIELD_MANAGER, options.force ?? true);
       } catch (error) {
         if (error instanceof ApiException && isRefusal(error.code, statusOf(error)))
           throw new ApplyRefusedError(
@@ -149,6 +206,20 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
             `${what}: ${messageOf(error)}${error.code === 422 ? '' : ` (HTTP ${error.code})`}`,
           );
         throw toKubeError(error, what);
+      }
+    },
+
+    async version() {
+      try {
+        const info = await versionApi.getCode();
+        // Some distributions write `28+` (a provider's build of 1.28): the number is what counts.
+        return {
+          major: Number.parseInt(info.major, 10),
+          minor: Number.parseInt(info.minor, 10),
+          gitVersion: info.gitVersion,
+        };
+      } catch (error) {
+        throw toKubeError(error, 'read the API server version');
       }
     },
 

@@ -5,6 +5,14 @@
  */
 import type { V1Deployment, V1ObjectMeta, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
 
+/** Some fields of an object, applied by a field manager of their own (the replicas hand-over). */
+export interface PartialManifest {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly metadata: { readonly name: string; readonly namespace: string };
+  readonly [field: string]: unknown;
+}
+
 /** A manifest the agent applies: always namespaced, named and labelled. */
 export interface Manifest {
   readonly apiVersion: string;

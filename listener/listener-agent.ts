@@ -17,6 +17,7 @@ import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
 import { ProtocolHttpError, createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
+import { checkServerVersion } from './server-version.ts';
 
 /**
  * The least time between the starts of two desired-state reads. A long-poll normally takes its whole
@@ -233,11 +234,13 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     },
     'listener started',
   );
+  // Logged once: which Kubernetes this is, and what of the listener an older one cannot do.
+  const versionChecked = checkServerVersion(kube, logger);
 
   return {
     async stop() {
       stop.abort();
-      await Promise.all([polling, heartbeats, controller.stop(), cache?.stop()]);
+      await Promise.all([polling, heartbeats, controller.stop(), cache?.stop(), versionChecked]);
       logger.info('listener stopped');
     },
   };

@@ -13,9 +13,10 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ClusterCache } from './cluster-cache.ts';
 import type { DesiredState, ReportedStatus } from './desired-state.ts';
-import { ApplyRefusedError, type KubeClient } from './kube-client.ts';
+import { ApplyRefusedError, KubeError, type KubeClient } from './kube-client.ts';
 import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
+import { HANDOVER_FIELD_MANAGER, SPEC_HASH_ANNOTATION } from './manifest-names.ts';
 import { ProtocolHttpError, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
 import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
@@ -57,6 +58,12 @@ interface HeldBack {
   problem: string;
 }
 
+/**
+ * How long an apply is remembered while the list-watch does not show it: far longer than a watch takes
+ * to deliver an event, short enough that an object someone else changed meanwhile is applied again.
+ */
+const APPLIED_MEMORY_MS = 30_000;
+
 const RANK: Readonly<Record<ReportedStatus, number>> = {
   AWAITING_DEPLOY: 1,
   DEPLOYING: 2,
@@ -73,6 +80,14 @@ export function startController(options: ControllerOptions): Controller {
   const lastSummary = new Map<string, string>();
   /** Deployment id to its back-off, while its last try failed. */
   const held = new Map<string, HeldBack>();
+  /** Object key to what this process applied and when, until the list-watch shows it (`Memory.applied`). */
+  const applied = new Map<string, { hash: string; at: number }>();
+  /**
+   * Deployment id to the `update_failed` condition of its serving revision last told: it is told until
+   * the change that follows it has rolled out, not only started (issue 25: a rollout progressing again
+   * cleared it, and the service told `deployment.update_rolled_out` too early).
+   */
+  const updateFailed = new Map<string, DeploymentCondition>();
   /** Deployment id to the ignored resource_spec fields last logged (the spec may change in place). */
   const ignoredLogged = new Map<string, string>();
   let desired: DesiredState | null = null;
@@ -157,10 +172,36 @@ export function startController(options: ControllerOptions): Controller {
         );
         return;
       }
-      case 'apply':
+      case 'apply': {
         await kube.apply(action.manifest);
+        const hash = action.manifest.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+        if (hash !== undefined) applied.set(keyOf(refOf(action.manifest)), { hash, at: Date.now() });
         logger.debug({ deployment_id: deploymentId, object: keyOf(refOf(action.manifest)) }, 'applied');
         return;
+      }
+      case 'hand-over-replicas': {
+        const { target, replicas } = action;
+        try {
+          await kube.apply(
+            {
+              apiVersion: target.apiVersion,
+              kind: target.kind,
+              metadata: { name: target.name, namespace: target.namespace },
+              spec: { replicas },
+            },
+            { fieldManager: HANDOVER_FIELD_MANAGER, force: false },
+          );
+          logger.info(
+            { deployment_id: deploymentId, object: keyOf(target), replicas },
+            'replicas handed over to the autoscaler',
+          );
+        } catch (error) {
+          // A conflict: the autoscaler holds the field already, nothing to hand over.
+          if (!(error instanceof KubeError && error.status === 409)) throw error;
+          logger.debug({ deployment_id: deploymentId, object: keyOf(target) }, 'the autoscaler holds replicas already');
+        }
+        return;
+      }
       case 'delete':
         await kube.remove(action.target);
         logger.info({ deployment_id: deploymentId, object: keyOf(action.target) }, 'deleted');
@@ -192,12 +233,28 @@ export function startController(options: ControllerOptions): Controller {
     }
   }
 
+  /** What was applied lately and is not in `objects` yet; forgets what the cluster shows, and old entries. */
+  function appliedNotSeen(objects: ReturnType<ClusterCache['snapshot']>): Map<string, string> {
+    const now = Date.now();
+    const byKey = new Map(objects.map((o) => [keyOf(refOf(o)), o]));
+    for (const [key, entry] of applied) {
+      const seen = byKey.get(key)?.metadata.annotations?.[SPEC_HASH_ANNOTATION] === entry.hash;
+      if (seen || now - entry.at > APPLIED_MEMORY_MS) applied.delete(key);
+    }
+    return new Map([...applied].map(([key, entry]) => [key, entry.hash]));
+  }
+
   async function pass(): Promise<void> {
     const cache = options.cache();
     if (desired === null || cache === null) return;
+    const objects = cache.snapshot();
     const plans = reconcile(
       desired,
-      { objects: cache.snapshot(), memory: { reported, refused, confirmed }, namespaces: cache.namespaces() },
+      {
+        objects,
+        memory: { reported, refused, confirmed, applied: appliedNotSeen(objects) },
+        namespaces: cache.namespaces(),
+      },
       {
         ...options.build,
         namespaces: options.namespaces,
@@ -217,14 +274,26 @@ export function startController(options: ControllerOptions): Controller {
       // heartbeat, while the replicas of before keep serving.
       const deployedButFailing = plan.phase === 'failed' && entry?.revision?.status === 'DEPLOYED';
       if (deployedButFailing) stuck.push(`${entry.name}: ${plan.summary}`);
-      if (plan.condition)
-        conditions.push({
+      const told = updateFailed.get(plan.deploymentId);
+      if (plan.condition) {
+        const condition: DeploymentCondition = {
           deployment_id: plan.deploymentId,
           revision_id: plan.condition.revisionId,
           condition: plan.condition.condition,
           reason: plan.condition.reason,
           message: plan.condition.message.slice(0, 4000),
-        });
+        };
+        conditions.push(condition);
+        if (condition.condition === 'update_failed') updateFailed.set(plan.deploymentId, condition);
+      } else if (
+        told !== undefined &&
+        entry?.revision?.status === 'DEPLOYED' &&
+        entry.revision.id === told.revision_id &&
+        plan.phase !== 'deployed'
+      ) {
+        // The change after a failed one is on its way (applied, rolling out): not rolled out until it is.
+        conditions.push(told);
+      } else updateFailed.delete(plan.deploymentId);
       if (lastSummary.get(plan.deploymentId) !== plan.summary) {
         lastSummary.set(plan.deploymentId, plan.summary);
         if (deployedButFailing)
@@ -262,6 +331,7 @@ export function startController(options: ControllerOptions): Controller {
     lastConditions = { observedAt, deployments: conditions };
     for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
     for (const id of held.keys()) if (!plans.some((p) => p.deploymentId === id)) held.delete(id);
+    for (const id of updateFailed.keys()) if (!plans.some((p) => p.deploymentId === id)) updateFailed.delete(id);
     lastProblem = problems.length > 0 ? problems.join('; ').slice(0, 2000) : null;
   }
 

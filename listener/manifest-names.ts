@@ -7,6 +7,13 @@ import { createHash } from 'node:crypto';
 
 /** The server-side apply field manager of every write the agent makes. */
 export const FIELD_MANAGER = 'slipway-listener';
+/**
+ * The field manager that holds an autoscaled Deployment's `spec.replicas` for the moment between the
+ * listener letting go of it and the HorizontalPodAutoscaler taking it (server-side apply's documented
+ * hand-over: without a second owner, the field the listener stops applying would be removed, and the
+ * Deployment would fall to one replica).
+ */
+export const HANDOVER_FIELD_MANAGER = 'slipway-listener-handover';
 
 export const MANAGED_BY_LABEL = 'app.kubernetes.io/managed-by';
 export const MANAGED_BY = 'slipway-listener';

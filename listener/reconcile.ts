@@ -33,6 +33,7 @@ import { buildManifests, type BuildContext } from './manifest-builder.ts';
 import {
   COMPONENT_LABEL,
   DEPLOYMENT_ID_LABEL,
+  FIELD_MANAGER,
   KEEP_UNTIL_DELETE_LABEL,
   REVISION_ID_LABEL,
   SPEC_HASH_ANNOTATION,
@@ -64,6 +65,13 @@ export interface Memory {
   readonly refused: ReadonlyMap<string, RefusedApply>;
   /** Deployments whose deletion this process confirmed. */
   readonly confirmed: ReadonlySet<string>;
+  /**
+   * Object key (`keyOf`) to the spec hash this process applied lately, while the list-watch has not
+   * shown it yet: such a manifest is not applied again (issue 25: the next pass came before the
+   * watch's event, and applied everything a second time). The controller forgets an entry once the
+   * cluster shows the hash, or after a while (someone else may have changed the object since).
+   */
+  readonly applied?: ReadonlyMap<string, string>;
 }
 
 export interface RefusedApply {
@@ -116,6 +124,16 @@ export type Action =
       readonly manifest: Manifest;
       /** `inPlaceInputs` of the deployment: what a refusal of this apply holds for. */
       readonly inputs: string;
+    }
+  | {
+      /**
+       * Server-side apply of an autoscaled Deployment's `spec.replicas` alone, by the hand-over field
+       * manager and without force: a conflict means the autoscaler holds the field already, which is
+       * the point, and is not a failure.
+       */
+      readonly type: 'hand-over-replicas';
+      readonly target: ObjectRef;
+      readonly replicas: number;
     }
   | { readonly type: 'delete'; readonly target: ObjectRef }
   | { readonly type: 'confirm-deletion' };
@@ -210,6 +228,33 @@ function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject
     phase: 'deleting',
     summary: `deleting: ${mine.length} object(s) left (${mine.map((o) => keyOf(refOf(o))).join(', ')})`,
   };
+}
+
+/** The `minReplicas` of the autoscaler among `manifests` that scales this Deployment manifest; null when none does. */
+function autoscalerMinimum(manifests: readonly Manifest[], deployment: Manifest): number | null {
+  for (const m of manifests) {
+    if (m.kind !== 'HorizontalPodAutoscaler') continue;
+    const spec = m.spec as { scaleTargetRef?: { kind?: string; name?: string }; minReplicas?: number } | undefined;
+    if (spec?.scaleTargetRef?.kind === 'Deployment' && spec.scaleTargetRef.name === deployment.metadata.name)
+      return spec.minReplicas ?? 1;
+  }
+  return null;
+}
+
+/**
+ * Whether the listener's own apply holds `spec.replicas` of this Deployment in the cluster: then leaving
+ * the field out of the next apply would remove it (back to 1 replica) unless another manager holds it
+ * first. An object listed without managedFields is taken as held (a hand-over does no harm).
+ */
+function listenerHoldsReplicas(live: ObservedObject): boolean {
+  const entries = live.metadata.managedFields;
+  if (entries === undefined || entries.length === 0) return true;
+  return entries.some((entry) => {
+    const fields = entry.fieldsV1 as Record<string, Record<string, unknown> | undefined> | undefined;
+    return (
+      entry.manager === FIELD_MANAGER && entry.operation === 'Apply' && fields?.['f:spec']?.['f:replicas'] !== undefined
+    );
+  });
 }
 
 function namespaceOf(deployment: DesiredDeployment, ctx: ReconcileContext): string {
@@ -338,9 +383,11 @@ function runPlan(
   }
 
   const hashOf = (o: ObservedObject | undefined) => o?.metadata.annotations?.[SPEC_HASH_ANNOTATION];
-  const pending = manifests.filter(
-    (m) => hashOf(byKey.get(keyOf(refOf(m)))) !== m.metadata.annotations?.[SPEC_HASH_ANNOTATION],
-  );
+  const hashOfManifest = (m: Manifest) => m.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+  const notInCluster = manifests.filter((m) => hashOf(byKey.get(keyOf(refOf(m)))) !== hashOfManifest(m));
+  /** Applied by this process, and not seen by the list-watch yet: not to be applied again. */
+  const unseen = notInCluster.filter((m) => memory.applied?.get(keyOf(refOf(m))) === hashOfManifest(m));
+  const pending = notInCluster.filter((m) => !unseen.includes(m));
   const wanted = new Set(manifests.map((m) => keyOf(refOf(m))));
   const prune = mine
     .filter(
@@ -354,15 +401,34 @@ function runPlan(
     .map((o): Action => ({ type: 'delete', target: refOf(o) }));
 
   if (pending.length > 0) {
+    const applies = pending.flatMap((manifest): Action[] => {
+      const apply: Action = { type: 'apply', revisionId: revision.id, manifest, inputs };
+      const minimum = manifest.kind === 'Deployment' ? autoscalerMinimum(manifests, manifest) : null;
+      if (minimum === null) return [apply];
+      // Autoscaled: the manifest leaves `spec.replicas` to the autoscaler. Server-side apply removes a
+      // field its only manager stops applying, so another manager takes it over first (at the value it
+      // has) and the autoscaler takes it from there; a new Deployment starts at min_scale the same way.
+      const target = refOf(manifest);
+      const live = byKey.get(keyOf(target));
+      if (live === undefined) return [apply, { type: 'hand-over-replicas', target, replicas: minimum }];
+      const replicas = (live.spec as { replicas?: number } | undefined)?.replicas;
+      if (typeof replicas === 'number' && listenerHoldsReplicas(live))
+        return [{ type: 'hand-over-replicas', target, replicas }, apply];
+      return [apply];
+    });
     return plan(
       // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
-      [
-        ...pending.map((manifest): Action => ({ type: 'apply', revisionId: revision.id, manifest, inputs })),
-        ...reports(['AWAITING_DEPLOY']),
-        ...prune,
-      ],
+      [...applies, ...reports(['AWAITING_DEPLOY']), ...prune],
       'rolling-out',
       `applying revision ${revision.id}: ${pending.map((m) => keyOf(refOf(m))).join(', ')}`,
+    );
+  }
+  if (unseen.length > 0) {
+    // Accepted by the API server: the rollout is judged once the cluster's objects show this apply.
+    return plan(
+      reports(['AWAITING_DEPLOY']),
+      'rolling-out',
+      `revision ${revision.id} is applied, waiting to see ${unseen.map((m) => keyOf(refOf(m))).join(', ')} in the cluster`,
     );
   }
 
@@ -382,7 +448,9 @@ function runPlan(
           p.metadata.namespace === namespace &&
           (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === revision.id),
       );
-    const own = isDeployment(observed) ? deploymentRollout(observed) : statefulSetRollout(observed);
+    const own = isDeployment(observed)
+      ? deploymentRollout(observed, autoscalerMinimum(manifests, manifest) ?? 0)
+      : statefulSetRollout(observed);
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);
     if (deployed && settledOnTemplate(observed, isStatefulSet(observed))) {

@@ -2,7 +2,7 @@
  * Where a rollout stands, from what the cluster shows: the workloads' generations and replica counts
  * (the same rules as `kubectl rollout status`) and the waiting reasons of their pods. Pure.
  */
-import type { V1ContainerStatus, V1Deployment, V1Pod, V1StatefulSet } from '@kubernetes/client-node';
+import type { V1ContainerStatus, V1Deployment, V1Pod, V1Probe, V1StatefulSet } from '@kubernetes/client-node';
 
 export type FailureReason =
   'image_pull_failed' | 'crash_loop' | 'progress_deadline_exceeded' | 'invalid_manifest' | 'namespace_not_watched';
@@ -111,13 +111,60 @@ export function settledOnTemplate(workload: V1Deployment | V1StatefulSet, isStat
   return updated >= wanted && (status?.replicas ?? 0) <= updated;
 }
 
+/** A probe as a reader knows it: `TCP port http`, `HTTP GET /healthz on port 8080`, `command pg_isready ...`. */
+function describeProbe(probe: V1Probe): string {
+  if (probe.tcpSocket) return `TCP port ${String(probe.tcpSocket.port)}`;
+  if (probe.httpGet) return `HTTP GET ${probe.httpGet.path ?? '/'} on port ${String(probe.httpGet.port)}`;
+  if (probe.exec) return `command ${(probe.exec.command ?? []).join(' ')}`;
+  if (probe.grpc) return `gRPC port ${probe.grpc.port}`;
+  return 'a probe';
+}
+
+/**
+ * Pods the scheduler has not placed (their PodScheduled condition False, with the scheduler's words),
+ * and containers that run but are not ready: which probe they wait for. The kubelet reports a failing
+ * probe only as an event, so what the pod shows is that the container runs and is not ready.
+ */
+function notReadyTexts(pods: readonly V1Pod[]): string[] {
+  return pods.flatMap((pod) => {
+    if (pod.metadata?.deletionTimestamp) return [];
+    const name = pod.metadata?.name ?? '?';
+    const unscheduled = (pod.status?.conditions ?? []).find((c) => c.type === 'PodScheduled' && c.status === 'False');
+    if (unscheduled)
+      return [
+        `pod ${name} is not scheduled${unscheduled.reason ? ` (${unscheduled.reason})` : ''}${unscheduled.message ? `: ${unscheduled.message}` : ''}`,
+      ];
+    const specs = [...(pod.spec?.initContainers ?? []), ...(pod.spec?.containers ?? [])];
+    return [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].flatMap(
+      (status) => {
+        if (status.ready || !status.state?.running) return [];
+        const spec = specs.find((c) => c.name === status.name);
+        // An init container runs until it is done; only a sidecar (restartPolicy Always) is ever ready.
+        const isInit = (pod.spec?.initContainers ?? []).some((c) => c.name === status.name);
+        if (isInit && spec?.restartPolicy !== 'Always') return [];
+        const why =
+          status.started === false && spec?.startupProbe
+            ? `its startup probe (${describeProbe(spec.startupProbe)}) has not passed`
+            : spec?.readinessProbe
+              ? `its readiness probe (${describeProbe(spec.readinessProbe)}) does not pass`
+              : 'it has not become ready';
+        return [`container ${status.name} of pod ${name} runs but is not ready: ${why}`];
+      },
+    );
+  });
+}
+
 /** What the pods wait for, to say why a rollout made no progress. */
 export function waitingDetail(pods: readonly V1Pod[]): string {
-  const texts = waitingContainers(pods).map((w) => w.text);
+  const texts = [...waitingContainers(pods).map((w) => w.text), ...notReadyTexts(pods)];
   return texts.length === 0 ? '' : `; ${texts.slice(0, 3).join('; ')}`;
 }
 
-export function deploymentRollout(deployment: V1Deployment): Rollout {
+/**
+ * `minReplicas`: an autoscaler's minimum for the Deployment; it is complete only with that many replicas
+ * updated and available, even while its `replicas` are fewer (before the autoscaler has acted).
+ */
+export function deploymentRollout(deployment: V1Deployment, minReplicas = 0): Rollout {
   const name = deployment.metadata?.name ?? '?';
   const generation = deployment.metadata?.generation ?? 0;
   const status = deployment.status ?? {};
@@ -136,7 +183,7 @@ export function deploymentRollout(deployment: V1Deployment): Rollout {
       message: `Deployment ${name} made no progress within its deadline${stalled.message ? `: ${stalled.message}` : ''}`,
     };
   }
-  const wanted = deployment.spec?.replicas ?? 1;
+  const wanted = Math.max(deployment.spec?.replicas ?? 1, minReplicas);
   const updated = status.updatedReplicas ?? 0;
   const total = status.replicas ?? 0;
   const available = status.availableReplicas ?? 0;

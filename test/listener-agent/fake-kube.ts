@@ -7,16 +7,29 @@
  * which makes every applied workload available at once.
  *
  * It also behaves like a real API server where one surprised the agent (issue 25): after a `restart`
- * it answers 403 until its authorization cache has synced; an older version (`minor`) answers a field
- * it does not know with server-side apply's 500; and it can answer as a busy server does
- * (`answerNextApplies` with `TRANSIENT_ANSWERS`). Every failure is a Status body as kube-apiserver
- * writes it (kind Status, status Failure, message, reason unless unknown, code, details).
+ * it answers 403 until its authorization cache has synced; server-side apply keeps each field manager's
+ * fields (`fake-kube-ssa.ts`), so a field its only manager stops applying is removed (a Deployment's
+ * `replicas` falls back to 1) and a manager without force conflicts (409) with another's value; an
+ * autoscaler can take `replicas` over (`scaleAsAutoscaler`); a field the schema does not declare is
+ * answered as the version served (`minor`) does: 500 before 1.27, 400 with fieldValidation=Strict,
+ * dropped with a Warning header otherwise; GET /version; watch events can lag behind the applies
+ * (`holdWatchEvents`); pods can run without ever becoming ready (`podsNotReady`); and it can answer as
+ * a busy server does (`answerNextApplies` with `TRANSIENT_ANSWERS`). Every failure is a Status body as
+ * kube-apiserver writes it (kind Status, status Failure, message, reason unless unknown, code, details).
  */
 import { EventEmitter } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isDeepStrictEqual } from 'node:util';
 import { KubeConfig } from '@kubernetes/client-node';
+import {
+  managedFieldsOf,
+  serverSideApply,
+  takeOver,
+  undeclaredField,
+  withoutField,
+  type Owners,
+} from './fake-kube-ssa.ts';
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
 
 type Json = Record<string, unknown>;
@@ -34,7 +47,7 @@ export interface KubeObject {
     uid?: string;
     creationTimestamp?: string;
     deletionTimestamp?: string;
-    managedFields?: { manager: string; operation: string }[];
+    managedFields?: { manager: string; operation: string; fieldsV1?: Json }[];
   };
   spec?: Json;
   status?: Json;
@@ -176,6 +189,14 @@ export class FakeKube {
   private readonly nextApplyAnswers: FakeAnswer[] = [];
   private readonly failures: { kind: string; name: string; answer: FakeAnswer }[] = [];
   private readonly forbidden = new Set<string>();
+  /** Each object's field managers and the fields they own (server-side apply's bookkeeping). */
+  private readonly owners = new Map<string, Owners>();
+  /** `spec.replicas` of each Deployment, every value it had in order (`replicasHistory`). */
+  private readonly replicas = new Map<string, number[]>();
+  /** Watch events not delivered yet (`holdWatchEvents`). */
+  private heldEvents: { watcher: Watcher; line: string }[] | null = null;
+  /** The `fieldValidation` of every apply that got as far as the schema, in order. */
+  readonly fieldValidations: string[] = [];
   /** Like a kube-apiserver just started: its authorization cache has not synced yet (`restart`). */
   private authorizationSynced = true;
   /** Requests answered 403, in order (namespace and verb). */
@@ -336,10 +357,19 @@ export class FakeKube {
 
   /** The controller has seen the current generation and has replicas left to update: progressing. */
   startRollout(namespace: string, name: string, kind = 'Deployment'): void {
+    // A new rollout is progressing again: a deadline exceeded before is no longer the condition.
     this.setStatus(kind, namespace, name, (o) => ({
       ...o.status,
       observedGeneration: o.metadata.generation,
       updatedReplicas: 0,
+      ...(kind === 'Deployment'
+        ? {
+            conditions: [
+              { type: 'Available', status: 'True', reason: 'MinimumReplicasAvailable' },
+              { type: 'Progressing', status: 'True', reason: 'ReplicaSetUpdated' },
+            ],
+          }
+        : {}),
     }));
   }
 
@@ -444,6 +474,99 @@ export class FakeKube {
     }));
   }
 
+  /**
+   * The HorizontalPodAutoscaler controller scales the Deployment (an Update of its scale subresource):
+   * `spec.replicas` becomes its own field, whoever applied it before.
+   */
+  scaleAsAutoscaler(namespace: string, name: string, replicas: number): void {
+    const workload = this.mustGet('Deployment', namespace, name);
+    const key = keyOf('deployments', namespace, name);
+    const owners = takeOver(this.owners.get(key) ?? new Map(), 'kube-controller-manager', [['spec', 'replicas']]);
+    this.owners.set(key, owners);
+    const changed = workload.spec?.replicas !== replicas;
+    this.store({
+      ...clone(workload),
+      metadata: {
+        ...clone(workload.metadata),
+        generation: (workload.metadata.generation ?? 1) + (changed ? 1 : 0),
+        managedFields: managedFieldsOf(owners, 'apps/v1') as KubeObject['metadata']['managedFields'],
+      },
+      spec: { ...clone(workload.spec), replicas },
+    });
+  }
+
+  /** Every value `spec.replicas` of the Deployment had, in order (a value repeated is listed once). */
+  replicasHistory(namespace: string, name: string): number[] {
+    return [...(this.replicas.get(keyOf('deployments', namespace, name)) ?? [])];
+  }
+
+  /** The managers of the object and what they own, as `metadata.managedFields` shows them. */
+  managersOf(kind: string, namespace: string, name: string): string[] {
+    const resource = RESOURCES.find((r) => r.kind === kind)!;
+    return [...(this.owners.get(keyOf(resource.plural, namespace, name))?.keys() ?? [])];
+  }
+
+  /**
+   * Watch events are held back (a slow watch: an apply is answered before the watch delivers it) until
+   * `releaseWatchEvents`.
+   */
+  holdWatchEvents(): void {
+    this.heldEvents ??= [];
+  }
+
+  releaseWatchEvents(): void {
+    const held = this.heldEvents ?? [];
+    this.heldEvents = null;
+    for (const { watcher, line } of held) if (this.watchers.has(watcher)) watcher.res.write(line);
+  }
+
+  /**
+   * The workload's pods run, but their containers never pass their readiness probe: the kubelet keeps
+   * them running and not ready (the pod's Ready condition False, ContainersNotReady).
+   */
+  podsNotReady(namespace: string, name: string, kind = 'Deployment'): void {
+    const workload = this.mustGet(kind, namespace, name);
+    const containers = this.containersOf(workload);
+    const started = new Date(Date.now() - 700_000).toISOString();
+    this.replacePods(workload, 1, () => ({
+      phase: 'Running',
+      conditions: [
+        { type: 'PodScheduled', status: 'True' },
+        { type: 'Initialized', status: 'True' },
+        {
+          type: 'ContainersReady',
+          status: 'False',
+          reason: 'ContainersNotReady',
+          message: `containers with unready status: [${containers.join(' ')}]`,
+        },
+        {
+          type: 'Ready',
+          status: 'False',
+          reason: 'ContainersNotReady',
+          message: `containers with unready status: [${containers.join(' ')}]`,
+        },
+      ],
+      containerStatuses: containers.map((c) => ({
+        name: c,
+        ready: false,
+        started: true,
+        restartCount: 0,
+        image: 'x',
+        imageID: 'x',
+        state: { running: { startedAt: started } },
+      })),
+    }));
+    this.setStatus(kind, namespace, name, (o) => ({
+      ...o.status,
+      observedGeneration: o.metadata.generation,
+      replicas: 1,
+      updatedReplicas: 1,
+      readyReplicas: 0,
+      availableReplicas: 0,
+      unavailableReplicas: 1,
+    }));
+  }
+
   /** Ends every open watch, as an API server does when a watch times out; clients resume. */
   endWatches(): void {
     for (const w of this.watchers) w.res.end();
@@ -541,6 +664,12 @@ export class FakeKube {
       },
     };
     this.objects.set(key, stored);
+    const replicas = stored.kind === 'Deployment' ? stored.spec?.replicas : undefined;
+    if (typeof replicas === 'number') {
+      const history = this.replicas.get(key) ?? [];
+      if (history[history.length - 1] !== replicas) history.push(replicas);
+      this.replicas.set(key, history);
+    }
     this.emit(before ? 'MODIFIED' : 'ADDED', resource.plural, stored);
     return stored;
   }
@@ -550,6 +679,7 @@ export class FakeKube {
     const object = this.objects.get(key);
     if (!object) return false;
     this.objects.delete(key);
+    this.owners.delete(key);
     this.rv += 1;
     this.emit('DELETED', plural, { ...object, metadata: { ...object.metadata, resourceVersion: String(this.rv) } });
     return true;
@@ -559,8 +689,15 @@ export class FakeKube {
     const entry = { rv: this.rv, plural, namespace: object.metadata.namespace, type, object: clone(object) };
     this.log.push(entry);
     for (const w of this.watchers) {
-      if (w.plural === plural && w.namespace === entry.namespace && matchesSelector(object.metadata.labels, w.selector))
-        w.res.write(`${JSON.stringify({ type, object: entry.object })}\n`);
+      if (
+        w.plural === plural &&
+        w.namespace === entry.namespace &&
+        matchesSelector(object.metadata.labels, w.selector)
+      ) {
+        const line = `${JSON.stringify({ type, object: entry.object })}\n`;
+        if (this.heldEvents === null) w.res.write(line);
+        else this.heldEvents.push({ watcher: w, line });
+      }
     }
     this.changes.emit('change');
   }
@@ -783,22 +920,29 @@ export class FakeKube {
       });
       return;
     }
-    const undeclared = this.undeclaredField(applied);
-    if (undeclared !== null) {
-      // Server-side apply makes a typed object of the patch first; before 1.27 a field its schema does
-      // not declare fails that step with a plain error, which the API server answers as a 500 Status
-      // of unknown reason (kubernetes/kubernetes#122480).
-      FakeKube.send(
-        res,
-        500,
-        status(
-          500,
-          '',
-          `failed to create typed patch object (${namespace}/${name}; ${resource.apiVersion}, Kind=${resource.kind}): ${undeclared}: field not declared in schema`,
-        ),
-      );
-      return;
+    // The schema's unknown fields: a 1.26 server fails server-side apply's typed patch with a 500 whatever
+    // was asked (kubernetes/kubernetes#122480); a newer one refuses them under fieldValidation=Strict
+    // (400), and otherwise drops them with a warning (Warn, the default) or silently (Ignore).
+    const validation = url.searchParams.get('fieldValidation') ?? 'Warn';
+    const warnings: string[] = [];
+    for (
+      let undeclared = this.undeclaredField(applied);
+      undeclared !== null;
+      undeclared = this.undeclaredField(applied)
+    ) {
+      const message = `failed to create typed patch object (${namespace}/${name}; ${resource.apiVersion}, Kind=${resource.kind}): ${undeclared}: field not declared in schema`;
+      if (this.minor < 27) {
+        FakeKube.send(res, 500, status(500, '', message));
+        return;
+      }
+      if (validation === 'Strict') {
+        FakeKube.send(res, 400, status(400, 'BadRequest', message));
+        return;
+      }
+      if (validation !== 'Ignore') warnings.push(`299 - "unknown field \\"${undeclared.slice(1)}\\""`);
+      applied = withoutField(applied, undeclared) as unknown as KubeObject;
     }
+    this.fieldValidations.push(validation);
     const invalid = (causes: string[]) =>
       FakeKube.send(res, 422, status(422, 'Invalid', `${resource.kind} "${name}" is invalid: ${causes.join(', ')}`));
     if (
@@ -815,42 +959,72 @@ export class FakeKube {
       invalid([refusal.message]);
       return;
     }
+    const key = keyOf(resource.plural, namespace, name);
+    const result = serverSideApply(
+      existing,
+      applied,
+      this.owners.get(key) ?? new Map(),
+      manager,
+      url.searchParams.get('force') === 'true',
+    );
+    if ('conflicts' in result) {
+      const n = result.conflicts.length;
+      FakeKube.send(
+        res,
+        409,
+        status(
+          409,
+          'Conflict',
+          `Apply failed with ${n} conflict${n === 1 ? '' : 's'}: ${result.conflicts.map((c) => `conflict with "${c.manager}": ${c.field}`).join(', ')}`,
+        ),
+      );
+      return;
+    }
+    const merged = result.object as unknown as KubeObject;
+    // The object as it would be is what the API server validates (an apply of some fields only is fine).
+    const { managedFields: _m, resourceVersion: _rv, ...mergedMeta } = merged.metadata ?? {};
+    const candidate = {
+      ...merged,
+      apiVersion: resource.apiVersion,
+      kind: resource.kind,
+      metadata: { ...mergedMeta, name, namespace },
+    } as KubeObject;
+    delete candidate.status;
     const problems = [
-      ...(schemaProblem(applied) === null ? [] : [schemaProblem(applied)!]),
-      ...labelProblems(applied.metadata.labels, 'metadata.labels'),
-      ...this.apiServerChecks(applied),
+      ...(schemaProblem(candidate) === null ? [] : [schemaProblem(candidate)!]),
+      ...labelProblems(candidate.metadata.labels, 'metadata.labels'),
+      ...this.apiServerChecks(candidate),
     ];
-    if (existing) problems.push(...this.immutableChanges(existing, applied));
+    if (existing) problems.push(...this.immutableChanges(existing, candidate));
     if (problems.length > 0) {
       invalid(problems);
       return;
     }
-    const owner = existing?.metadata.managedFields?.[0]?.manager;
-    if (existing && owner !== undefined && owner !== manager && url.searchParams.get('force') !== 'true') {
-      FakeKube.send(res, 409, status(409, 'Conflict', `Apply failed with 1 conflict: conflict with "${owner}"`));
-      return;
-    }
-
-    const spec = applied.spec === undefined ? undefined : { ...applied.spec };
+    const spec = merged.spec === undefined ? undefined : { ...merged.spec };
     if (spec && (resource.kind === 'Deployment' || resource.kind === 'StatefulSet') && spec.replicas === undefined) {
-      // Nobody applies replicas (an autoscaler owns them): they stay as they are, or default to 1.
-      spec.replicas = typeof existing?.spec?.replicas === 'number' ? existing.spec.replicas : 1;
+      // Nobody sets replicas (any more): the API server's default, 1.
+      spec.replicas = 1;
     }
     const specChanged = !isDeepStrictEqual(existing?.spec, spec);
     const generation = existing ? (existing.metadata.generation ?? 1) + (specChanged ? 1 : 0) : 1;
+    this.owners.set(key, result.owners);
     const stored = this.store({
-      ...applied,
+      ...merged,
+      apiVersion: resource.apiVersion,
+      kind: resource.kind,
       metadata: {
-        ...applied.metadata,
+        ...merged.metadata,
+        name,
         namespace,
         generation,
         uid: existing?.metadata.uid,
         creationTimestamp: existing?.metadata.creationTimestamp,
-        managedFields: [{ manager, operation: 'Apply' }],
+        managedFields: managedFieldsOf(result.owners, resource.apiVersion) as KubeObject['metadata']['managedFields'],
       },
       ...(spec === undefined ? {} : { spec }),
       ...(existing?.status === undefined ? {} : { status: existing.status }),
     });
+    if (warnings.length > 0) res.setHeader('Warning', warnings);
 
     if (resource.kind === 'StatefulSet' && !existing) this.claimVolumes(stored);
     FakeKube.send(res, existing ? 200 : 201, stored);
@@ -882,10 +1056,13 @@ export class FakeKube {
 
   /** The first field of `object` the served version does not know, as a path; null when none. */
   private undeclaredField(object: KubeObject): string | null {
-    if (this.minor >= 28) return null;
-    const template = (object.spec?.template ?? {}) as { spec?: { initContainers?: Json[] } };
-    const index = (template.spec?.initContainers ?? []).findIndex((c) => c.restartPolicy !== undefined);
-    return index < 0 ? null : `.spec.template.spec.initContainers[${index}].restartPolicy`;
+    if (this.minor < 28) {
+      // Native sidecars came with 1.28: an init container's restartPolicy is unknown before.
+      const template = (object.spec?.template ?? {}) as { spec?: { initContainers?: Json[] } };
+      const index = (template.spec?.initContainers ?? []).findIndex((c) => c.restartPolicy !== undefined);
+      if (index >= 0) return `.spec.template.spec.initContainers[${index}].restartPolicy`;
+    }
+    return undeclaredField(object);
   }
 
   /** A few of the API server's own validations that no OpenAPI schema says. */
