@@ -3,7 +3,8 @@
  * credential, the agent running as a process with a kubeconfig, an external_container deployment
  * applied to the (fake) cluster and DEPLOYED, a new image rolled out as a new revision, a min_scale
  * patched in place (no revision) scaling the cluster, a redeploy bringing the first revision's spec
- * back, and a delete that leaves nothing in the cluster and removes the deployment from the API.
+ * back, a resource_spec patch replacing the whole spec (an autoscaler added keeps the replicas), and a
+ * delete that leaves nothing in the cluster and removes the deployment from the API.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -173,6 +174,27 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     assert.equal((app.spec as any).template.spec.containers[0].image, 'ghcr.io/acme/support-agent:1.4.2');
     world.kube.markAvailable(NAMESPACE, NAME);
     await untilRevision(revisionId, 'DEPLOYED');
+  });
+
+  test('a resource_spec patch replaces the whole spec; an autoscaler added takes over the replicas without a dip', async () => {
+    // What was set before and is not sent again is unset: cpu and memory_mb go, the requests with them.
+    const patched = await world.api('PATCH', `/v2/deployments/${deploymentId}`, {
+      source_config: { resource_spec: { min_scale: 2, max_scale: 5 } },
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    assert.deepEqual(patched.body.source_config.resource_spec, { min_scale: 2, max_scale: 5 });
+    const hpa = await world.kube.waitFor(() => world.kube.get('HorizontalPodAutoscaler', NAMESPACE, NAME));
+    assert.equal((hpa.spec as any).minReplicas, 2);
+    const app = await world.kube.waitFor(() => {
+      const found = world.kube.get('Deployment', NAMESPACE, NAME);
+      return (found?.spec as any)?.template.spec.containers[0].resources?.requests?.memory === undefined && found;
+    });
+    // Autoscaled without `cpu`: the 250m request utilization is measured against, and nothing else.
+    assert.deepEqual((app.spec as any).template.spec.containers[0].resources, { requests: { cpu: '250m' } });
+    // The 3 replicas of before stay until the autoscaler decides: handed over, never dropped to 1.
+    assert.equal((app.spec as any).replicas, 3);
+    assert.ok(world.kube.replicasHistory(NAMESPACE, NAME).every((n) => n >= 2));
+    world.kube.markAvailable(NAMESPACE, NAME);
   });
 
   test('a deleted deployment leaves nothing in the cluster and is gone from the API', async () => {
