@@ -61,7 +61,12 @@ function isServiceCredential(value: string | string[] | undefined): boolean {
   return value !== undefined && [value].flat().some((v) => v.split(',').some((part) => SERVICE_CREDENTIAL.test(part)));
 }
 
-const SERVICE_COOKIE = new RegExp(`^\\s*${SERVICE_COOKIE_NAME_PATTERN}`);
+/**
+ * A pair of the Cookie header that holds a service cookie: by its name, or after a comma (a proxy in front
+ * that joins Cookie lines with commas makes `a=1, slipway_session=...` one pair); such a pair goes whole,
+ * as the HAProxy edge drops the whole header.
+ */
+const SERVICE_COOKIE = new RegExp(`(^|,)\\s*${SERVICE_COOKIE_NAME_PATTERN}`);
 
 /** The Cookie header without the service's own cookies; undefined when none is left. */
 function withoutServiceCookies(header: string): string | undefined {

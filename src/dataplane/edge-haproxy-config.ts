@@ -169,7 +169,9 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,
     '  http-request set-var(txn.rid) uuid()',
     String.raw`  http-request set-var(txn.rid) req.hdr(x-request-id) if { req.hdr(x-request-id) -m reg ^[\x21-\x7e]{1,200}$ }`,
-    '  http-request set-var(txn.host) req.hdr(host),field(1,:),lower,regsub(\\.$,)',
+    // The whole Host header (fhdr, not hdr, which splits at commas): `Host: a.localhost, b.localhost` names
+    // no app, rather than the last of its parts (a front proxy checking Host would have seen neither).
+    '  http-request set-var(txn.host) req.fhdr(host),field(1,:),lower,regsub(\\.$,)',
     '  http-request set-var(txn.slug) var(txn.host),field(1,.)',
     `  http-request set-var(txn.backend) var(txn.host),map(${input.dir}/routes.map)`,
     // Only WebSocket upgrades go through: an app asked to switch to h2c (`curl --http2`) may refuse the
@@ -179,7 +181,7 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  http-request del-header X-Forwarded-Prefix',
     '  http-request del-header X-Forwarded-Port',
     `  http-request set-header X-Forwarded-Proto ${input.forwardedProto}`,
-    '  http-request set-header X-Forwarded-Host %[req.hdr(host)] if { req.hdr(host) -m found }',
+    '  http-request set-header X-Forwarded-Host %[req.fhdr(host)] if { req.hdr(host) -m found }',
     '  http-request del-header X-Forwarded-Host unless { req.hdr(host) -m found }',
     `  http-request del-header X-Api-Key if { req.hdr(x-api-key) -m reg -i '${CREDENTIAL}' }`,
     `  http-request del-header Authorization if { req.hdr(authorization) -m reg -i '${CREDENTIAL}' }`,
