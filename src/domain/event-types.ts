@@ -103,7 +103,8 @@ export const EVENT_TYPES = {
     summary: 'A person signed in to the dashboard through the identity provider; data names them and their access.',
   },
   'sso_session.ended': {
-    summary: 'A sign-in session ended before its time: data.reason is logout or ended_by_admin (data.by_key).',
+    summary:
+      'A sign-in session ended before its time: data.reason is logout, signed_in_again or ended_by_admin (data.by_key).',
   },
   'sso_session.write': {
     summary:

@@ -172,7 +172,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         ),
         response: {
           200: Type.Object({ url: Type.String() }, { title: 'SsoSignInUrl' }),
-          ...errorResponses(404, 422, 502),
+          ...errorResponses(404, 422, 502, 503),
         },
       },
     },
@@ -237,6 +237,9 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
       const query = request.raw.url?.split('?')[1] ?? '';
       try {
         const done = await sso.finish(new URL(`${origin}/v2/sso/callback?${query}`), readCookie(request, names.state));
+        // A browser signed in already gets the new session in place of its old one, which ends here.
+        const previous = sessions.tokenOf(request);
+        if (previous !== null) await sso.logout(previous, 'signed_in_again');
         reply.header('set-cookie', [
           setCookie(names, names.state, '', 0),
           setCookie(names, names.session, done.token, Math.floor(sso.sessionTtlMs / 1000)),

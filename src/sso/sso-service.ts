@@ -34,6 +34,7 @@ import {
   insertSignIn,
   listLiveSessions,
   listMappings,
+  pendingSignIns,
   pruneOldSessions,
   recordSsoEvent,
   ssoDb,
@@ -49,6 +50,11 @@ import {
 /** How long a person has to finish signing in at the provider. */
 const SIGN_IN_TTL_SECONDS = 10 * 60;
 const MAX_GROUPS = 1_000;
+/**
+ * Sign-ins under way at once, across replicas. Starting one needs no credential and writes a row, so
+ * the table is capped: past this, new sign-ins are refused (503) until old ones finish or expire.
+ */
+export const MAX_PENDING_SIGN_INS = 10_000;
 
 export interface SsoServiceDeps {
   db: Kysely<Database>;
@@ -157,6 +163,10 @@ export function createSsoService(deps: SsoServiceDeps) {
     /** A new sign-in: where to send the browser, and the state to keep in its cookie. */
     async start(returnTo: unknown): Promise<{ url: string; state: string; ttlSeconds: number }> {
       const { oidc } = configured();
+      if ((await pendingSignIns(db, MAX_PENDING_SIGN_INS)) >= MAX_PENDING_SIGN_INS)
+        throw new AppError('unavailable', 'Too many sign-ins are under way; try again in a few minutes.', {
+          retryAfterSeconds: 60,
+        });
       const started = await oidc.authorizationRequest(redirectUri);
       await insertSignIn(db, {
         stateHash: hashToken(started.state),
@@ -226,12 +236,15 @@ export function createSsoService(deps: SsoServiceDeps) {
       return { token, session, who: identity.email ?? identity.name ?? claims.sub, returnTo: pending.return_to };
     },
 
-    /** Ends the session of a cookie's token; nothing when it is unknown or over already. */
-    async logout(token: string): Promise<void> {
+    /**
+     * Ends the session of a cookie's token (signed out, or replaced by a new sign-in in the same
+     * browser); nothing when it is unknown or over already.
+     */
+    async logout(token: string, reason: 'logout' | 'signed_in_again' = 'logout'): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const ended = await endSession(tx, { tokenHash: hashToken(token) });
         if (ended === undefined) return;
-        await recordEnded(tx, ended, { reason: 'logout' });
+        await recordEnded(tx, ended, { reason });
       });
     },
 

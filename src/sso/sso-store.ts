@@ -178,6 +178,22 @@ export async function insertSignIn(
     .execute();
 }
 
+/** How many sign-ins are under way (unexpired), counted up to `limit`. */
+export async function pendingSignIns(db: SsoDb, limit: number): Promise<number> {
+  const row = await db
+    .selectFrom((eb) =>
+      eb
+        .selectFrom('sso_sign_ins')
+        .select('state_hash')
+        .where('expires_at', '>', sql<Date>`now()`)
+        .limit(limit)
+        .as('pending'),
+    )
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
 /** Takes the sign-in of this state, once: a second callback with the same state finds nothing. */
 export async function claimSignIn(db: SsoDb, stateHash: Buffer) {
   return db

@@ -224,11 +224,20 @@ export async function startSignIn(t: SsoTestApp, login: string, returnTo?: strin
 }
 
 /** Step 3: the browser follows the provider's redirect to the service, with the state cookie it holds. */
-export async function finishSignIn(t: SsoTestApp, callbackPath: string, stateCookie: string | null) {
+export async function finishSignIn(
+  t: SsoTestApp,
+  callbackPath: string,
+  stateCookie: string | null,
+  sessionCookie: string | null = null,
+) {
+  const cookies = [
+    ...(stateCookie === null ? [] : [`slipway_sso_state=${stateCookie}`]),
+    ...(sessionCookie === null ? [] : [`slipway_session=${sessionCookie}`]),
+  ];
   const response = await t.app.inject({
     method: 'GET',
     url: callbackPath,
-    headers: stateCookie === null ? {} : { cookie: `slipway_sso_state=${stateCookie}` },
+    headers: cookies.length === 0 ? {} : { cookie: cookies.join('; ') },
   });
   const session = cookieFrom(response.headers['set-cookie'], 'slipway_session');
   return {

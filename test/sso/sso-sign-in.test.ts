@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { createSign, generateKeyPairSync } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { hashToken } from '../../src/sso/sso-service.ts';
+import { sql } from 'kysely';
+import { MAX_PENDING_SIGN_INS, hashToken } from '../../src/sso/sso-service.ts';
 import { client } from '../helpers.ts';
 import {
   asPerson,
@@ -157,6 +158,58 @@ describe('an honest sign-in', () => {
     assert.equal(verified.status, 200, verified.page);
     assert.ok(verified.session);
     assert.equal((await admin.delete(`/v2/sso/mappings/${mapped.body.id}`)).status, 204);
+  });
+});
+
+describe('sign-ins under way, and signing in again', () => {
+  test('signing in again in the same browser ends the session it had', async () => {
+    const first = await signIn(t, 'alice');
+    assert.ok(first.session);
+    const again = await startSignIn(t, 'alice');
+    const second = await finishSignIn(t, again.callbackPath, again.state, first.session);
+    assert.equal(second.status, 200);
+    assert.ok(second.session && second.session !== first.session, 'a new token');
+    assert.equal((await asPerson(t, first.session, 'GET', '/v2/deployments')).status, 401, 'the old one is over');
+    assert.equal((await asPerson(t, second.session, 'GET', '/v2/deployments')).status, 200);
+  });
+
+  test('starting sign-ins needs no credential, so their number is capped: past it, 503 and nothing stored', async () => {
+    const signIns = t.database.db.withTables<{
+      sso_sign_ins: {
+        state_hash: Buffer;
+        code_verifier_sealed: string;
+        nonce: string;
+        return_to: string;
+        expires_at: Date;
+      };
+    }>();
+    await sql`insert into sso_sign_ins (state_hash, code_verifier_sealed, nonce, return_to, expires_at)
+      select sha256(('flood-' || i)::bytea), 'x', 'x', '/', now() + interval '5 minutes'
+      from generate_series(1, ${MAX_PENDING_SIGN_INS}) as i`.execute(t.database.db);
+    try {
+      const count = async () =>
+        Number(
+          (
+            await signIns
+              .selectFrom('sso_sign_ins')
+              .select((eb) => eb.fn.countAll<string>().as('n'))
+              .executeTakeFirstOrThrow()
+          ).n,
+        );
+      const before = await count();
+      const refused = await t.app.inject({
+        method: 'POST',
+        url: '/v2/sso/login',
+        headers: { 'content-type': 'application/json' },
+        payload: '{}',
+      });
+      assert.equal(refused.statusCode, 503, refused.body);
+      assert.equal(refused.headers['retry-after'], '60');
+      assert.equal(await count(), before);
+    } finally {
+      await signIns.deleteFrom('sso_sign_ins').where('code_verifier_sealed', '=', 'x').execute();
+    }
+    assert.equal((await signIn(t, 'alice')).status, 200, 'sign-ins work again once they are gone');
   });
 });
 
