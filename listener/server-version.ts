@@ -21,11 +21,7 @@ export function versionLimits(minor: number): string[] {
     );
   if (minor < 27)
     limits.push(
-      'a field the API server does not know fails server-side apply with a 500 ("field not declared in schema"), reported as invalid_manifest with that message',
-    );
-  if (minor < 25)
-    limits.push(
-      'fieldValidation=Strict is not understood: the API server drops a field it does not know instead of refusing it',
+      'a field the API server does not know fails server-side apply with a 500 ("field not declared in schema") whatever fieldValidation says, reported as invalid_manifest with that message',
     );
   if (minor < 23) limits.push('autoscaling/v2 does not exist: an autoscaled deployment (max_scale > min_scale) fails');
   return limits;
