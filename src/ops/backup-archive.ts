@@ -262,8 +262,14 @@ async function scan(
 ): Promise<Scan> {
   const parser = new tar.Parser({ strict: true, onReadEntry: onEntry });
   const state: Scan = { ended: false };
-  parser.on('error', (error: Error) => fail(`the archive is damaged: ${error.message}`));
-  parser.on('warn', (_code: string, message: string | Error) => fail(`the archive is damaged: ${describe(message)}`));
+  // Set once the caller stopped reading: what the parser says about the rest is not about the archive.
+  let stopped = false;
+  parser.on('error', (error: Error) => {
+    if (!stopped) fail(`the archive is damaged: ${error.message}`);
+  });
+  parser.on('warn', (_code: string, message: string | Error) => {
+    if (!stopped) fail(`the archive is damaged: ${describe(message)}`);
+  });
   // `eof`: the archive's end marker was read (emitted by the parser, absent from its types); anything
   // after it is padding or not ours, and never parsed.
   (parser as unknown as NodeJS.EventEmitter).on('eof', () => (state.ended = true));
@@ -271,7 +277,11 @@ async function scan(
   try {
     for await (const chunk of input.pipe(createGunzip())) {
       parser.write(chunk as Buffer);
-      if (state.ended || shouldStop()) break;
+      if (state.ended) break;
+      if (shouldStop()) {
+        stopped = true;
+        break;
+      }
     }
   } catch (error) {
     fail(`the archive is truncated or not gzip-compressed (${describe(error)})`);
