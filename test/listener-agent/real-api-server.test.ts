@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import pino from 'pino';
-import type { KubeObject } from './fake-kube.ts';
+import { statusAnswer, type KubeObject } from './fake-kube.ts';
 import type { FakeDeployment } from './fake-slipway.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 
@@ -71,6 +71,27 @@ describe('listener agent against what a real API server does', { timeout: 120_00
     );
     assert.equal(replicasOf(world.kube.get('Deployment', NAMESPACE, 'growing')), 5);
     assert.deepEqual(world.kube.replicasHistory(NAMESPACE, 'growing'), [3, 5]);
+    // Handed over once: the listener no longer held the field the second time.
+    const handovers = world.kube.applies().filter((r) => r.query.get('fieldManager') === 'slipway-listener-handover');
+    assert.equal(handovers.length, 1);
+    assert.equal(handovers[0]!.query.get('force'), null, 'the hand-over never forces');
+  });
+
+  test('a hand-over that conflicts (the autoscaler holds replicas already) is left at that, not retried', async () => {
+    world = await startWorld();
+    world.start();
+    const d = await deployedOn(world, 'raced', { min_scale: 2 });
+    world.kube.answerNextApplies(
+      statusAnswer(
+        409,
+        'Conflict',
+        'Apply failed with 1 conflict: conflict with "kube-controller-manager": .spec.replicas',
+      ),
+    );
+    world.slipway.upsert({ ...d, resource_spec: { min_scale: 2, max_scale: 4 } });
+    await world.kube.waitFor(() => world.kube.get('HorizontalPodAutoscaler', NAMESPACE, 'raced'));
+    const handovers = world.kube.applies().filter((r) => r.query.get('fieldManager') === 'slipway-listener-handover');
+    assert.equal(handovers.length, 1);
   });
 
   test('a new autoscaled app starts at min_scale and is DEPLOYED only with min_scale replicas ready', async () => {
