@@ -64,12 +64,21 @@ export interface ResourceGroup {
   add(pid: number): Promise<void>;
   /** Times the kernel's OOM killer killed a process of this group (memory over the limit). */
   oomKills(): Promise<number>;
+  /** What the group's processes use now; a figure the kernel does not keep here is null. */
+  usage(): Promise<Usage>;
   /**
    * Kills whatever is still in the group (SIGKILL, repeated until it is empty, within a bound) and
    * removes its directories. Idempotent. Throws when the group could not be removed (a process stuck in
    * the kernel); the caller logs it.
    */
   remove(): Promise<void>;
+}
+
+export interface Usage {
+  /** CPU time the group's processes have had since it was made, in seconds (a counter). */
+  cpuSeconds: number | null;
+  /** Memory the group's processes hold now, page cache included, in bytes. */
+  memoryBytes: number | null;
 }
 
 export interface ResourceControl {
@@ -319,7 +328,39 @@ async function emptyAndRemove(io: CgroupFs, dirs: readonly string[], killFile: s
   }
 }
 
-function cgroupGroup(io: CgroupFs, dirs: readonly string[], oomFile: string, killFile: string | null): ResourceGroup {
+/** Where a group's usage is read: a file and how to read a number from it. */
+interface UsageFiles {
+  /** cgroup v2 `cpu.stat` (usage_usec) or v1 `cpuacct.usage` (nanoseconds); null: not kept here. */
+  cpu: { file: string; kind: 'cpu.stat' | 'cpuacct.usage' } | null;
+  /** v2 `memory.current` or v1 `memory.usage_in_bytes`. */
+  memory: string;
+}
+
+async function readNumber(io: CgroupFs, file: string): Promise<number | null> {
+  const value = Number((await io.readFile(file).catch(() => '')).trim());
+  return Number.isFinite(value) && (await io.exists(file)) ? value : null;
+}
+
+async function readUsage(io: CgroupFs, files: UsageFiles): Promise<Usage> {
+  let cpuSeconds: number | null = null;
+  if (files.cpu?.kind === 'cpuacct.usage') {
+    const ns = await readNumber(io, files.cpu.file);
+    cpuSeconds = ns === null ? null : ns / 1e9;
+  } else if (files.cpu?.kind === 'cpu.stat') {
+    const text = await io.readFile(files.cpu.file).catch(() => '');
+    const usec = /^usage_usec (\d+)$/m.exec(text)?.[1];
+    cpuSeconds = usec === undefined ? null : Number(usec) / 1e6;
+  }
+  return { cpuSeconds, memoryBytes: await readNumber(io, files.memory) };
+}
+
+function cgroupGroup(
+  io: CgroupFs,
+  dirs: readonly string[],
+  oomFile: string,
+  killFile: string | null,
+  usageFiles: UsageFiles,
+): ResourceGroup {
   let removal: Promise<void> | null = null;
   return {
     paths: dirs,
@@ -328,6 +369,7 @@ function cgroupGroup(io: CgroupFs, dirs: readonly string[], oomFile: string, kil
       for (const dir of dirs) await writeSetting(io, path.join(dir, 'cgroup.procs'), String(pid));
     },
     oomKills: () => readOomKills(io, oomFile),
+    usage: () => readUsage(io, usageFiles),
     remove() {
       // Concurrent calls share one removal; after a failure a later call tries again.
       removal ??= emptyAndRemove(io, dirs, killFile).catch((error: unknown) => {
@@ -343,6 +385,7 @@ const noGroup: ResourceGroup = Object.freeze({
   paths: [],
   add: async () => undefined,
   oomKills: async () => 0,
+  usage: async () => ({ cpuSeconds: null, memoryBytes: null }),
   remove: async () => undefined,
 });
 
@@ -468,7 +511,10 @@ async function setUpV2(ctx: Context, ownPath: string): Promise<ResourceControl |
         await io.rmdir(dir).catch(() => undefined);
         throw error;
       }
-      return cgroupGroup(io, [dir], path.join(dir, 'memory.events'), path.join(dir, 'cgroup.kill'));
+      return cgroupGroup(io, [dir], path.join(dir, 'memory.events'), path.join(dir, 'cgroup.kill'), {
+        cpu: { file: path.join(dir, 'cpu.stat'), kind: 'cpu.stat' },
+        memory: path.join(dir, 'memory.current'),
+      });
     },
     dispose: () => disposeDirs(io, made ? [parentDir] : [], ctx.logger),
   };
@@ -515,6 +561,24 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
     parents.set(controller, dir);
   }
   const dirOf = (controller: Controller) => parents.get(controller)!;
+  // CPU time is kept by the cpuacct controller: in the cpu hierarchy when the two are mounted together
+  // (cpu,cpuacct), else in a hierarchy of its own, where groups are made for accounting only.
+  let accounting: string | null = null;
+  if (await io.exists(path.join(dirOf('cpu'), 'cpuacct.usage'))) {
+    accounting = dirOf('cpu');
+  } else if (await io.exists(path.join(root, 'cpuacct', 'cgroup.procs'))) {
+    const mount = path.join(root, 'cpuacct');
+    let base = path.join(mount, own.get('cpuacct') ?? '/');
+    if (!(await io.exists(path.join(base, 'cgroup.procs')))) base = mount;
+    const dir = path.join(base, parent);
+    try {
+      if (await makeDir(io, dir)) made.push(dir);
+      accounting = dir;
+    } catch (error) {
+      ctx.logger?.warn(`the CPU time of apps is not measured: ${explainRefusal(error, dir)}`);
+    }
+  }
+  const separateAccounting = accounting !== null && accounting !== dirOf('cpu');
   const swapFile = 'memory.memsw.limit_in_bytes';
   const swapLimited = await io.exists(path.join(dirOf('memory'), swapFile));
   return {
@@ -524,11 +588,14 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
       (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
       `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
       `(weighted to yield the CPU to the service when both are busy)`,
-    paths: CONTROLLERS.map(dirOf),
+    paths: [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])],
     async create(name, limits) {
       checkName(name, 'group name');
       checkLimits(limits);
-      const dirs = CONTROLLERS.map((controller) => path.join(dirOf(controller), name));
+      const dirs = [
+        ...CONTROLLERS.map((controller) => path.join(dirOf(controller), name)),
+        ...(separateAccounting ? [path.join(accounting!, name)] : []),
+      ];
       const [memory, cpu, pids] = dirs as [string, string, string];
       const created: string[] = [];
       try {
@@ -546,7 +613,10 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
         for (const dir of created.reverse()) await io.rmdir(dir).catch(() => undefined);
         throw error;
       }
-      return cgroupGroup(io, dirs, path.join(memory, 'memory.oom_control'), null);
+      return cgroupGroup(io, dirs, path.join(memory, 'memory.oom_control'), null, {
+        cpu: accounting === null ? null : { file: path.join(accounting, name, 'cpuacct.usage'), kind: 'cpuacct.usage' },
+        memory: path.join(memory, 'memory.usage_in_bytes'),
+      });
     },
     dispose: () => disposeDirs(io, [...made].reverse(), ctx.logger),
   };

@@ -249,40 +249,66 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     }
   });
 
-  test('busy apps yield the CPU to a busy service: the parent group weighs a quarter of a process', async () => {
-    assert.equal(
-      await readValue(
-        control.paths.find((p) => p.includes('/cpu/'))!,
-        'cpu.shares',
-      ),
-      '256',
+  test("usage: the group's CPU time and memory, as the kernel counts them", async () => {
+    const group = await create('usage', { memoryBytes: 256 * MIB, cpu: 1, pids: 64 });
+    const before = await group.usage();
+    assert.equal(before.cpuSeconds, 0, 'a new group has used no CPU');
+    // Holds 32 MiB and spins until it has had half a second of CPU time, then idles until killed.
+    const child = start(
+      process.execPath,
+      [
+        '-e',
+        'globalThis.k=Buffer.alloc(32*1024*1024,1);while(process.cpuUsage().user<500000){};setInterval(()=>{},1e3)',
+      ],
+      true,
     );
-    // As many spinning processes in app groups (no quota in the way: 4 cores each) as in the service's own
+    await group.add(child.pid);
+    child.release();
+    await waitFor(async () => ((await group.usage()).cpuSeconds ?? 0) >= 0.5, 60_000, 'CPU time counted');
+    const now = await group.usage();
+    assert.ok((now.memoryBytes ?? 0) >= 32 * MIB, `memory ${now.memoryBytes}`);
+    await group.remove();
+  });
+
+  test('busy apps yield the CPU to a busy service: the parent group weighs a quarter of a process', async () => {
+    const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
+    assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
+    // The service's side: a group next to the parent at the default weight, as a service's own unit is
+    // (a group of its own, not the root's tasks, whose scheduling autogroups make depend on the session).
+    const serviceGroup = `${cpuParent}-service`;
+    await fs.mkdir(serviceGroup);
+    // As many spinning processes in app groups (no quota in the way: 4 cores each) as in the service's
     // group, one per CPU each: the kernel gives the service's side most of the CPU time.
     const cpus = os.availableParallelism();
     const spin = ['-e', 'for(;;){}'];
-    const apps = await Promise.all(
-      Array.from({ length: cpus }, async (_, i) => {
+    const started: Started[] = [];
+    try {
+      for (let i = 0; i < cpus; i++) {
         const group = await create(`spin${i}`, { memoryBytes: 128 * MIB, cpu: 4, pids: 64 });
         const child = start(process.execPath, spin, true);
+        started.push(child);
         await group.add(child.pid);
         child.release();
-        return child;
-      }),
-    );
-    const service = Array.from({ length: cpus }, () => start(process.execPath, spin, false));
-    try {
+      }
+      for (let i = 0; i < cpus; i++) {
+        const child = start(process.execPath, spin, true);
+        started.push(child);
+        await fs.writeFile(path.join(serviceGroup, 'cgroup.procs'), String(child.pid));
+        child.release();
+      }
       await sleep(300);
-      const before = await Promise.all([...apps, ...service].map((c) => cpuTicks(c.pid)));
+      const before = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       await sleep(1_500);
-      const after = await Promise.all([...apps, ...service].map((c) => cpuTicks(c.pid)));
+      const after = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       const used = after.map((t, i) => t - before[i]!);
       const appTicks = used.slice(0, cpus).reduce((a, b) => a + b, 0);
       const serviceTicks = used.slice(cpus).reduce((a, b) => a + b, 0);
-      // Equal weights would give about 1:1; 256 against 1024 per process gives about 1:4 or less.
+      // Equal weights would give about 1:1; 256 against 1024 gives about 1:4.
       assert.ok(serviceTicks > 2 * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
     } finally {
-      for (const c of [...apps, ...service]) c.child.kill('SIGKILL');
+      for (const c of started) c.child.kill('SIGKILL');
+      await Promise.all(started.map((c) => c.exit));
+      await fs.rmdir(serviceGroup).catch(() => undefined);
     }
   });
 
@@ -443,6 +469,11 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.equal(await group.oomKills(), 0);
     await fake.set(leaf, 'memory.events', 'low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\noom_group_kill 0\n');
     assert.equal(await group.oomKills(), 2);
+    // Usage, as the kernel reports it: CPU time in microseconds, memory in bytes.
+    assert.deepEqual(await group.usage(), { cpuSeconds: 0, memoryBytes: 0 });
+    await fake.set(leaf, 'cpu.stat', 'usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n');
+    await fake.set(leaf, 'memory.current', `${48 * MIB}\n`);
+    assert.deepEqual(await group.usage(), { cpuSeconds: 2.5, memoryBytes: 48 * MIB });
 
     await group.remove();
     // cgroup.kill did it.

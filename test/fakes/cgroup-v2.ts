@@ -36,7 +36,11 @@ function controllerFiles(controller: string, swap: boolean): Record<string, stri
         'memory.events': 'low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n',
       };
     case 'cpu':
-      return { 'cpu.max': 'max 100000\n', 'cpu.weight': '100\n' };
+      return {
+        'cpu.max': 'max 100000\n',
+        'cpu.weight': '100\n',
+        'cpu.stat': 'usage_usec 0\nuser_usec 0\nsystem_usec 0\n',
+      };
     case 'pids':
       return { 'pids.max': 'max\n', 'pids.current': '0\n' };
     default:
