@@ -449,4 +449,94 @@ describe('reconcile', () => {
       'kept',
     );
   });
+
+  test('an autoscaler added to an app whose replicas the listener holds: replicas are handed over first', () => {
+    const before = state(dep({ revision: rev({ status: 'DEPLOYED', resource_spec: { min_scale: 3 } }) }));
+    const held = (o: ObservedObject): ObservedObject =>
+      available({
+        ...o,
+        metadata: {
+          ...o.metadata,
+          managedFields: [
+            { manager: 'slipway-listener', operation: 'Apply', fieldsV1: { 'f:spec': { 'f:replicas': {} } } },
+          ],
+        },
+      });
+    const objects = applied(before, held);
+    const after = state(dep({ revision: rev({ status: 'DEPLOYED', resource_spec: { min_scale: 2, max_scale: 5 } }) }));
+    const [plan] = reconcile(after, { objects, memory: memory() }, ctx);
+    assert.deepEqual(summary(plan!.actions), [
+      'hand-over-replicas',
+      'apply Deployment app',
+      'apply HorizontalPodAutoscaler app',
+    ]);
+    const handover = plan!.actions[0] as Extract<Action, { type: 'hand-over-replicas' }>;
+    assert.equal(handover.replicas, 3, 'at the value the Deployment has, not min_scale');
+
+    // Held by the autoscaler already (or by nobody): nothing to hand over.
+    const byAutoscaler = applied(before, (o) =>
+      available({
+        ...o,
+        metadata: {
+          ...o.metadata,
+          managedFields: [
+            { manager: 'kube-controller-manager', operation: 'Update', fieldsV1: { 'f:spec': { 'f:replicas': {} } } },
+          ],
+        },
+      }),
+    );
+    const [again] = reconcile(after, { objects: byAutoscaler, memory: memory() }, ctx);
+    assert.deepEqual(summary(again!.actions), ['apply Deployment app', 'apply HorizontalPodAutoscaler app']);
+  });
+
+  test('a new autoscaled app: the Deployment, then its replicas at min_scale, then the autoscaler', () => {
+    const desired = state(dep({ revision: rev({ resource_spec: { min_scale: 2, max_scale: 5 } }) }));
+    const [plan] = reconcile(desired, { objects: [], memory: memory() }, ctx);
+    assert.deepEqual(summary(plan!.actions), [
+      'apply Secret app-secrets',
+      'apply Service app',
+      'apply Deployment app',
+      'hand-over-replicas',
+      'apply HorizontalPodAutoscaler app',
+      'report AWAITING_DEPLOY',
+    ]);
+    assert.equal((plan!.actions[3] as Extract<Action, { type: 'hand-over-replicas' }>).replicas, 2);
+  });
+
+  test('an autoscaled app with fewer replicas available than min_scale is still rolling out', () => {
+    const desired = state(
+      dep({ revision: rev({ status: 'DEPLOYING', resource_spec: { min_scale: 2, max_scale: 5 } }) }),
+    );
+    // One replica (the default before the autoscaler acts), updated and available.
+    const objects = applied(desired, available);
+    const [plan] = reconcile(desired, { objects, memory: memory() }, ctx);
+    assert.equal(plan!.phase, 'rolling-out');
+    assert.match(plan!.summary, /1 of 2 new replicas updated/);
+  });
+
+  test('applied but not seen by the watch yet: not applied again, and not judged on the old objects', () => {
+    const desired = state(dep({ revision: rev({ status: 'QUEUED' }) }));
+    const [first] = reconcile(desired, { objects: [], memory: memory() }, ctx);
+    const hashes = new Map(
+      first!.actions.flatMap((a) =>
+        a.type === 'apply'
+          ? [
+              [
+                `${a.manifest.kind} agents/${a.manifest.metadata.name}`,
+                a.manifest.metadata.annotations!['slipway.dev/spec-hash']!,
+              ] as const,
+            ]
+          : [],
+      ),
+    );
+    const [next] = reconcile(desired, { objects: [], memory: { ...memory(), applied: hashes } }, ctx);
+    assert.deepEqual(summary(next!.actions), ['report AWAITING_DEPLOY']);
+    assert.equal(next!.phase, 'rolling-out');
+    assert.match(next!.summary, /waiting to see/);
+
+    // A change since (another hash): applied, memory or not.
+    const changed = state(dep({ revision: rev({ status: 'QUEUED', resource_spec: { min_scale: 2 } }) }));
+    const [third] = reconcile(changed, { objects: [], memory: { ...memory(), applied: hashes } }, ctx);
+    assert.ok(summary(third!.actions).includes('apply Deployment app'));
+  });
 });
