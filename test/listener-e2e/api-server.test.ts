@@ -4,7 +4,7 @@
  * authorization cache has synced) and that refuses a native sidecar with a 500. The rollout in flight
  * ends DEPLOYED; a new deployment with a sidecar fails with the API server's words instead of staying
  * QUEUED; an in-place change adding one is a `deployment.update_failed` event while the deployment
- * stays READY.
+ * stays READY. The agent warns at start that the version is older than it supports.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -50,6 +50,16 @@ describe('a listener on a Kubernetes 1.26 cluster', { timeout: 300_000 }, () => 
       },
       () => `agent output:\n${agent.output()}`,
     );
+
+  test('the agent says at start that Kubernetes 1.26 is older than it supports, and what does not work there', async () => {
+    const warned = await eventually(
+      'the version warning',
+      () => Promise.resolve(/Kubernetes 1\.26 \(v1\.26\.4\) is older than this listener supports/.test(agent.output())),
+      () => agent.output(),
+    );
+    assert.ok(warned);
+    assert.match(agent.output(), /sidecars need native sidecars \(1\.29\)/);
+  });
 
   test('a rollout in flight when the API server restarts ends DEPLOYED', async () => {
     const d = await deploy('restarted');
