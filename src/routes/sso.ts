@@ -246,6 +246,11 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         ]);
         return sendSignInPage(reply, { kind: 'signed_in', who: done.who, returnTo: done.returnTo });
       } catch (error) {
+        // Logged for the operator (a provider set up wrongly shows here first); never a code or token.
+        if (error instanceof NoAccessError)
+          request.log.warn({ email: error.email, groups: error.groups.slice(0, 20) }, 'single sign-on: no mapping');
+        else if (error instanceof SignInError)
+          request.log.warn({ reason: error.reason, detail: error.message }, 'single sign-on failed');
         if (error instanceof NoAccessError)
           return sendSignInPage(reply, {
             kind: 'failed',
