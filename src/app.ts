@@ -13,11 +13,10 @@ import type { Logger } from 'pino';
 import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
-import { registerConditionalRequests } from './http/conditional-requests.ts';
-import { registerIdempotencyKeys } from './http/idempotency.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
+import { needs, registerRouteNeeds } from './http/route-needs.ts';
 import { registerStreamLimits } from './http/stream-limits.ts';
 import { registerOpenApiConventions, shapeDocument } from './http/openapi.ts';
 import { ErrorBody, ROUTER_MAX_PARAM_LENGTH, ValidationErrorBody } from './http/schema-helpers.ts';
@@ -28,7 +27,7 @@ import { eventRoutes } from './routes/events.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
 import { healthRoutes } from './routes/health.ts';
-import { langGraphCompatRoutes, registerLangGraphRequestShapes } from './routes/langgraph-compat.ts';
+import { langGraphCompatRoutes } from './routes/langgraph-compat.ts';
 import { metricsRoutes } from './routes/metrics.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
@@ -133,19 +132,21 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       'openapiObject' in document ? shapeDocument(document.openapiObject) : document.swaggerObject,
   });
   registerOpenApiConventions(app);
-  app.addHook('onRoute', (route) => {
-    // The API page and its assets are public, like /openapi.json.
-    if (route.url.startsWith('/docs')) route.config = { ...(route.config ?? {}), auth: 'none' };
+  // The API page and its assets are public, like /openapi.json: said here, of the routes of its plugin
+  // only (they are declared by @fastify/swagger-ui, which takes no route options).
+  await app.register(async (page) => {
+    page.addHook('onRoute', (route) => {
+      route.config = { ...route.config, auth: 'none' };
+    });
+    await page.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
   });
-  await app.register(swaggerUi, { routePrefix: '/docs', uiConfig: { docExpansion: 'list' } });
 
   // The dashboard's single sign-on cookie is a credential too (src/sso/); every write it makes is audited.
   const sessions = createSessionCredentials({ db, publicUrl: config.publicUrl });
-  registerAuthentication(app, db, sessions);
+  const authentication = registerAuthentication(app, db, sessions);
   registerSessionAudit(app, db);
-  // Before the routes (onRoute hooks), idempotency first: a replay answers before If-Match is checked.
-  registerIdempotencyKeys(app, db);
-  registerConditionalRequests(app);
+  // Before the routes: wires what each route declares it needs (config: needs({...})) into it.
+  registerRouteNeeds(app, db, authentication);
   registerStreamLimits(app, { perKey: config.streamsPerKey, perAddress: config.streamsPerAddress });
   const services =
     deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
@@ -157,8 +158,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks, not the API (its apps are on the edge).
   if (config.roles.includes('api')) {
     await app.register(adminRoutes, { workspaces: services.workspaces, apiKeys: services.apiKeys });
-    // Before the deployment routes: it adapts what LangChain's `langgraph deploy` sends to them.
-    registerLangGraphRequestShapes(app);
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
@@ -195,6 +194,6 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(dashboardRoutes);
   }
 
-  app.get('/openapi.json', { config: { auth: 'none' }, schema: { hide: true } }, async () => app.swagger());
+  app.get('/openapi.json', { config: needs({ auth: 'none' }), schema: { hide: true } }, async () => app.swagger());
   return app;
 }

@@ -145,7 +145,16 @@ async function resolveCaller(
   );
 }
 
-export function registerAuthentication(app: FastifyInstance, db: Db, sessions: SessionCredentials | null = null): void {
+/**
+ * Authenticates every request by its route's `auth` and `admin` (declared with the route,
+ * src/http/route-needs.ts). Returns the hook that an admin write declares after itself (route-needs.ts
+ * attaches it): it forgets every cached key lookup.
+ */
+export function registerAuthentication(
+  app: FastifyInstance,
+  db: Db,
+  sessions: SessionCredentials | null = null,
+): { forgetKeys: onSendHookHandler } {
   const keys = createKeyCache(db);
   app.decorateRequest('caller', null as unknown as Caller);
   app.decorateRequest('listenerCredential', null);
@@ -181,21 +190,12 @@ export function registerAuthentication(app: FastifyInstance, db: Db, sessions: S
   });
   // Keys are created and revoked only through admin routes: after any admin write, and before its
   // response leaves, every cached lookup is forgotten, so this replica never accepts a key it revoked.
-  // Attached to those routes only, so that other requests pay nothing for it.
+  // Attached to those routes only (route-needs.ts), so that other requests pay nothing for it.
   const forgetKeys: onSendHookHandler = (_request, _reply, payload, done) => {
     keys.clear();
     done(null, payload);
   };
-  app.addHook('onRoute', (route) => {
-    const methods = Array.isArray(route.method) ? route.method : [route.method];
-    // The listener protocol changes no key; its agents' heartbeats must not empty the cache.
-    if (!route.config?.admin || route.config.auth === 'listener' || methods.every((m) => m === 'GET' || m === 'HEAD'))
-      return;
-    route.onSend = [
-      ...(route.onSend === undefined ? [] : Array.isArray(route.onSend) ? route.onSend : [route.onSend]),
-      forgetKeys,
-    ];
-  });
+  return { forgetKeys };
 }
 
 /** The workspace of a 'workspace' route: always set there by the hook above. */

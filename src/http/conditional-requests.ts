@@ -10,9 +10,11 @@
  *   column to keep in step in every table and store function; the price is that a change the service
  *   makes itself (a deployment's status, a listener's last_seen_at) changes the ETag too, which is
  *   true: the representation changed.
+ * - What a route takes is declared with the route (src/http/route-needs.ts): `etag: true` on a route
+ *   that answers one resource, `ifMatch` on its PATCH and DELETE.
  * - If-Match is checked inside the write's own transaction, under the resource's row lock: a PATCH or
- *   DELETE of a resource with a GET declares `config.current` (the representation its GET answers,
- *   read through a given transaction); when the request carries If-Match, `request.precondition` reads
+ *   DELETE of a resource with a GET declares `ifMatch` (the representation its GET answers, read
+ *   through a given transaction); when the request carries If-Match, `request.precondition` reads
  *   it, serializes it with the GET's own response schema, hashes it and compares. The route passes
  *   `request.precondition` to its service, which runs it right after `select ... for update` of the row
  *   and before changing anything (src/service/preconditions.ts). So check and write are atomic against
@@ -35,17 +37,16 @@ import type { Precondition } from '../service/preconditions.ts';
 import type { Db } from '../store/schema.ts';
 import { errorResponses } from './schema-helpers.ts';
 
+/**
+ * If-Match on a PATCH or DELETE: the resource as its GET answers it, read through `tx` (the write's
+ * transaction, with the row locked), to compare with; or 'only-star' where the resource has no GET (so no
+ * ETag): If-Match other than `*` is refused.
+ */
+export type IfMatch = ((request: FastifyRequest, tx: Db) => Promise<object>) | 'only-star';
+
 declare module 'fastify' {
-  interface FastifyContextConfig {
-    /**
-     * On a PATCH or DELETE of a resource with a GET of its own: the resource as that GET answers it,
-     * read through `tx` (the write's transaction, with the row locked). Required there: If-Match is
-     * checked against it.
-     */
-    current?: (request: FastifyRequest, tx: Db) => Promise<object>;
-  }
   interface FastifyRequest {
-    /** Set when the request carries If-Match on a route with `config.current`: the route passes it to its write. */
+    /** Set when the request carries If-Match on a route that declares `ifMatch`: the route passes it to its write. */
     precondition: Precondition | undefined;
   }
 }
@@ -142,7 +143,12 @@ function ifMatchPrecondition(
   };
 }
 
-export function registerConditionalRequests(app: FastifyInstance): void {
+/** Conditional requests; `attach` wires what a route declares into it (src/http/route-needs.ts). */
+export function createConditionalRequests(app: FastifyInstance): {
+  attach(instance: FastifyInstance, route: RouteOptions, declared: { etag: boolean; ifMatch?: IfMatch }): void;
+  /** What the route would have been given before routes declared it (see route-needs.ts). */
+  inferred(instance: FastifyInstance, route: RouteOptions): { etag: boolean; ifMatch?: IfMatch };
+} {
   /** Routes (URL templates) whose GET answers one resource, with that GET's 200 schema. */
   const readable = new Map<string, object>();
   app.decorateRequest('precondition', undefined);
@@ -183,19 +189,23 @@ export function registerConditionalRequests(app: FastifyInstance): void {
     done();
   };
 
-  app.addHook('onRoute', function (this: FastifyInstance, route) {
-    const auth = route.config?.auth ?? 'workspace';
-    if (auth !== 'workspace' && auth !== 'organization') return;
+  const attach = (
+    instance: FastifyInstance,
+    route: RouteOptions,
+    declared: { etag: boolean; ifMatch?: IfMatch },
+  ): void => {
     const methods = asArray(route.method);
-    if (methods.length !== 1 || route.schema?.hide) return;
     const method = methods[0]!;
+    if (declared.etag === false && declared.ifMatch === undefined) return;
+    if (methods.length !== 1) throw new Error(`${route.url}: conditional requests need a route of one method`);
     const schema = route.schema ?? {};
     const response = { ...(schema.response as Record<string, unknown> | undefined) };
     const headerParams: Record<string, unknown> = {};
     const reads = method === 'GET' || method === 'HEAD';
-    const resource = reads || method === 'POST' || method === 'PATCH' ? resourceSchema(this, route) : null;
-    if (resource === null && method !== 'PATCH' && method !== 'DELETE') return;
-    if (resource !== null) {
+    if (declared.etag) {
+      const resource = resourceSchema(instance, route);
+      if (resource === null)
+        throw new Error(`${method} ${route.url}: etag needs a 200 or 201 answer of one resource (with an id)`);
       // New objects: route schemas may be shared between routes.
       response[resource.status] = {
         ...resource.schema,
@@ -209,26 +219,32 @@ export function registerConditionalRequests(app: FastifyInstance): void {
         response['304'] ??= { type: 'null', description: 'Not modified: the ETag in If-None-Match is current.' };
       }
     }
-    if (method === 'PATCH' || method === 'DELETE') {
+    const ifMatch = declared.ifMatch;
+    if (ifMatch !== undefined) {
+      if (method !== 'PATCH' && method !== 'DELETE')
+        throw new Error(`${method} ${route.url}: ifMatch is for PATCH and DELETE`);
       const getSchema = readable.get(route.url);
-      if (getSchema !== undefined) {
-        const current = route.config?.current;
-        // A write that could not check If-Match would do it unconditionally: refuse to start instead.
-        if (current === undefined)
-          throw new Error(`${method} ${route.url}: its resource has a GET, so the route must declare config.current`);
+      if (ifMatch === 'only-star') {
+        // A write that ignored If-Match would do it unconditionally: it must compare with the GET's ETag.
+        if (getSchema !== undefined)
+          throw new Error(
+            `${method} ${route.url}: its resource has a GET with an ETag; declare ifMatch with the resource`,
+          );
+        headerParams['if-match'] = IfMatchStarHeader;
+        Object.assign(response, { ...errorResponses(412), ...response });
+        route.preHandler = [...asArray(route.preHandler), refuseIfMatch];
+      } else {
+        if (getSchema === undefined)
+          throw new Error(`${method} ${route.url}: ifMatch needs the resource's GET (declared etag) before it`);
         headerParams['if-match'] = IfMatchHeader;
         Object.assign(response, { ...errorResponses(412), ...response });
         const prepare: preHandlerHookHandler = (request, reply, done) => {
           const header = request.headers['if-match'];
           if (header !== undefined)
-            request.precondition = ifMatchPrecondition(request, reply, header, current, getSchema);
+            request.precondition = ifMatchPrecondition(request, reply, header, ifMatch, getSchema);
           done();
         };
         route.preHandler = [...asArray(route.preHandler), prepare];
-      } else {
-        headerParams['if-match'] = IfMatchStarHeader;
-        Object.assign(response, { ...errorResponses(412), ...response });
-        route.preHandler = [...asArray(route.preHandler), refuseIfMatch];
       }
     }
     const headers = schema.headers as { properties?: Record<string, unknown> } | undefined;
@@ -239,5 +255,19 @@ export function registerConditionalRequests(app: FastifyInstance): void {
         ? { headers: { ...headers, type: 'object', properties: { ...headers?.properties, ...headerParams } } }
         : {}),
     };
-  });
+  };
+
+  const inferred = (instance: FastifyInstance, route: RouteOptions): { etag: boolean; ifMatch?: IfMatch } => {
+    const auth = route.config?.auth ?? 'workspace';
+    const methods = asArray(route.method);
+    if ((auth !== 'workspace' && auth !== 'organization') || methods.length !== 1 || route.schema?.hide)
+      return { etag: false };
+    const method = methods[0]!;
+    const etag = ['GET', 'HEAD', 'POST', 'PATCH'].includes(method) && resourceSchema(instance, route) !== null;
+    if (method !== 'PATCH' && method !== 'DELETE') return { etag };
+    if (!readable.has(route.url)) return { etag, ifMatch: 'only-star' };
+    throw new Error(`${method} ${route.url}: its resource has a GET, so the route must declare ifMatch`);
+  };
+
+  return { attach, inferred };
 }

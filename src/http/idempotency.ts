@@ -14,22 +14,21 @@
  *   error rolls back), so the key is released and a retry runs afresh; a 5xx or a crash never poisons
  *   a key. A 2xx marked `Cache-Control: no-store` holds a credential shown once: it is not stored, and a
  *   retry gets 409 `idempotency_response_not_kept` instead of a second credential. Routes declare such
- *   answers in their response schema (src/http/shown-once.ts), which registerIdempotencyKeys wires in
+ *   answers in their response schema (src/http/shown-once.ts), which src/http/route-needs.ts wires in
  *   first, so that a handler cannot forget the header.
  *
  * Claiming is one INSERT ... ON CONFLICT on the key's primary key (src/store/idempotency-keys.ts), so
  * of concurrent requests on any number of replicas exactly one runs. Waiting polls the row: retries are
  * rare and short, so a poll every few dozen milliseconds costs less than a LISTEN connection.
  *
- * The routes: POST and PATCH opened with an API key (config.auth 'workspace' or 'organization') whose body
- * is JSON. Not the listener protocol (its reports are idempotent by design), webhooks or the OAuth
- * callback, and not POST /v2/uploads, whose body is a stream (a repeated upload only leaves an unused
- * upload that retention removes).
+ * The routes: each POST or PATCH opened with an API key whose body is JSON declares `idempotent: true`
+ * (src/http/route-needs.ts). Not the listener protocol (its reports are idempotent by design), webhooks
+ * or the OAuth callback, and not POST /v2/uploads, whose body is a stream (a repeated upload only leaves
+ * an unused upload that retention removes).
  */
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type {
-  FastifyInstance,
   FastifyReply,
   FastifyRequest,
   RouteOptions,
@@ -46,7 +45,6 @@ import {
 } from '../store/idempotency-keys.ts';
 import type { Db } from '../store/schema.ts';
 import { errorResponses } from './schema-helpers.ts';
-import { registerShownOnce } from './shown-once.ts';
 
 export const IDEMPOTENCY_KEY_HEADER = 'idempotency-key';
 export const REPLAYED_HEADER = 'idempotent-replayed';
@@ -100,7 +98,8 @@ function fingerprintOf(request: FastifyRequest): Buffer {
 const asArray = <T>(hooks: T | T[] | undefined): T[] =>
   hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
 
-function idempotentRoute(route: RouteOptions): boolean {
+/** A POST or PATCH opened with an API key, with a JSON body: what may declare `idempotent: true`. */
+export function idempotentRoute(route: RouteOptions): boolean {
   const methods = asArray(route.method);
   if (!methods.every((m) => m === 'POST' || m === 'PATCH')) return false;
   const auth = route.config?.auth ?? 'workspace';
@@ -139,9 +138,8 @@ function documentedResponses(declared: Record<string, unknown> | undefined): Rec
   return response;
 }
 
-export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
-  // Before this layer's own hook: its answers marked no-store are the ones it must not keep.
-  registerShownOnce(app);
+/** Idempotent retries over `db`; `attach` wires them into a route that declares them. */
+export function createIdempotencyKeys(db: Db): { attach(route: RouteOptions): void } {
   /** The attempt each request runs, when it claimed a key. */
   const attempts = new WeakMap<FastifyRequest, { ref: KeyRef; claim: string }>();
 
@@ -237,8 +235,7 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
     return payload;
   };
 
-  app.addHook('onRoute', (route) => {
-    if (!idempotentRoute(route)) return;
+  const attach = (route: RouteOptions): void => {
     const schema = route.schema ?? {};
     const headers = (schema.headers ?? { type: 'object' }) as { properties?: Record<string, unknown> };
     const response = documentedResponses(schema.response as Record<string, unknown> | undefined);
@@ -254,5 +251,6 @@ export function registerIdempotencyKeys(app: FastifyInstance, db: Db): void {
     };
     route.preHandler = [...asArray(route.preHandler), claimOrReplay];
     route.onSend = [...asArray(route.onSend), finish];
-  });
+  };
+  return { attach };
 }

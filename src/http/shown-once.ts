@@ -4,14 +4,15 @@
  * Idempotency-Key store (src/http/idempotency.ts), which keeps 2xx answers in plain text for 24 hours.
  *
  * The declaration is in the response schema: a field made with `ShownOnceString` (schema-helpers.ts) carries the keyword
- * `x-shown-once: true`, which the OpenAPI document shows. `registerShownOnce` reads it from every route:
+ * `x-shown-once: true`, which the OpenAPI document shows. `applyShownOnce` reads it from the route's schema
+ * (src/http/route-needs.ts calls it for every route):
  * an answer of such a route that holds one of those fields is sent with `Cache-Control: no-store` (and
  * the document says so), and the idempotency layer does not keep an answer marked no-store. So a new
  * credential field needs only its schema; no handler has to remember the header. A route whose answer
  * holds the field only sometimes (a patch that rotates a secret) gets no-store only then, so its other
  * answers can still be replayed.
  */
-import type { FastifyInstance, RouteOptions, onSendAsyncHookHandler } from 'fastify';
+import type { RouteOptions, onSendAsyncHookHandler } from 'fastify';
 
 /** The schema keyword of a field shown once (schema-helpers.ts: `ShownOnceString`). */
 export const SHOWN_ONCE = 'x-shown-once';
@@ -52,41 +53,40 @@ const CacheControlHeader = {
 const asArray = <T>(hooks: T | T[] | undefined): T[] =>
   hooks === undefined ? [] : Array.isArray(hooks) ? hooks : [hooks];
 
-export function registerShownOnce(app: FastifyInstance): void {
-  app.addHook('onRoute', (route: RouteOptions) => {
-    const responses = route.schema?.response as Record<string, unknown> | undefined;
-    if (responses === undefined) return;
-    const byStatus = new Map<number, string[][]>();
-    const response = { ...responses };
-    for (const [status, schema] of Object.entries(responses)) {
-      if (!/^2\d\d$/.test(status) || !isNode(schema)) continue;
-      const paths = shownOncePaths(schema);
-      if (paths.length === 0) continue;
-      byStatus.set(Number(status), paths);
-      response[status] = {
-        ...schema,
-        headers: { ...(schema.headers as object | undefined), 'Cache-Control': CacheControlHeader },
-      };
-    }
-    if (byStatus.size === 0) return;
-    const noStore: onSendAsyncHookHandler = async (_request, reply, payload) => {
-      const paths = byStatus.get(reply.statusCode);
-      if (paths === undefined) return payload;
-      let body: unknown;
-      try {
-        body =
-          typeof payload === 'string' || Buffer.isBuffer(payload) ? (JSON.parse(payload.toString()) as unknown) : null;
-      } catch {
-        // Unreadable: assume the worst.
-        reply.header('cache-control', 'no-store');
-        return payload;
-      }
-      if (paths.some((path) => holds(body, path))) reply.header('cache-control', 'no-store');
-      return payload;
+/** Marks the route's answers that hold a shown-once field (by its own response schema) no-store. */
+export function applyShownOnce(route: RouteOptions): void {
+  const responses = route.schema?.response as Record<string, unknown> | undefined;
+  if (responses === undefined) return;
+  const byStatus = new Map<number, string[][]>();
+  const response = { ...responses };
+  for (const [status, schema] of Object.entries(responses)) {
+    if (!/^2\d\d$/.test(status) || !isNode(schema)) continue;
+    const paths = shownOncePaths(schema);
+    if (paths.length === 0) continue;
+    byStatus.set(Number(status), paths);
+    response[status] = {
+      ...schema,
+      headers: { ...(schema.headers as object | undefined), 'Cache-Control': CacheControlHeader },
     };
-    // First, so that the idempotency layer's own onSend hook (which decides what it keeps) sees it.
-    route.onSend = [noStore, ...asArray(route.onSend)];
-    // A new object: route schemas may be shared between routes.
-    route.schema = { ...route.schema, response };
-  });
+  }
+  if (byStatus.size === 0) return;
+  const noStore: onSendAsyncHookHandler = async (_request, reply, payload) => {
+    const paths = byStatus.get(reply.statusCode);
+    if (paths === undefined) return payload;
+    let body: unknown;
+    try {
+      body =
+        typeof payload === 'string' || Buffer.isBuffer(payload) ? (JSON.parse(payload.toString()) as unknown) : null;
+    } catch {
+      // Unreadable: assume the worst.
+      reply.header('cache-control', 'no-store');
+      return payload;
+    }
+    if (paths.some((path) => holds(body, path))) reply.header('cache-control', 'no-store');
+    return payload;
+  };
+  // First, so that the idempotency layer's own onSend hook (which decides what it keeps) sees it.
+  route.onSend = [noStore, ...asArray(route.onSend)];
+  // A new object: route schemas may be shared between routes.
+  route.schema = { ...route.schema, response };
 }

@@ -60,18 +60,19 @@ function credentialOf(request: FastifyRequest): string | null {
   return request.caller ? `api-key:${request.caller.keyId}` : null;
 }
 
-/** Register before the routes: its onRoute hook documents the 429 of every long-lived route. */
+/** A long-lived route's 429 in its schema (src/http/route-needs.ts calls it for routes that declare longLived). */
+export function documentStreamLimit(route: RouteOptions): void {
+  if (route.schema === undefined) return;
+  const response = { ...(route.schema.response as Record<string, unknown> | undefined) };
+  // The plain envelope plus Retry-After: the document shares it as the TooManyRequests response.
+  response['429'] = { ...errorResponses(429)[429], headers: { 'Retry-After': RetryAfterHeader } };
+  route.schema = { ...route.schema, response };
+}
+
+/** Counts and caps the open streams of routes that declare `longLived`. */
 export function registerStreamLimits(app: FastifyInstance, limits: StreamLimits): void {
   const byKey = createCounter();
   const byAddress = createCounter();
-
-  app.addHook('onRoute', (route: RouteOptions) => {
-    if (route.config?.longLived === undefined || route.schema === undefined) return;
-    const response = { ...(route.schema.response as Record<string, unknown> | undefined) };
-    // The plain envelope plus Retry-After: the document shares it as the TooManyRequests response.
-    response['429'] = { ...errorResponses(429)[429], headers: { 'Retry-After': RetryAfterHeader } };
-    route.schema = { ...route.schema, response };
-  });
 
   // After authentication and validation (the predicate reads the parsed query), before the handler.
   app.addHook('preHandler', async (request, reply) => {

@@ -15,6 +15,7 @@ import {
 } from '../http/schema-helpers.ts';
 import type { ApiKeyService } from '../service/api-keys.ts';
 import type { WorkspaceService } from '../service/workspaces.ts';
+import { needs } from '../http/route-needs.ts';
 
 const Workspace = Type.Object(
   { id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() },
@@ -52,14 +53,12 @@ export interface AdminRouteDeps {
 }
 
 export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app, { workspaces, apiKeys }) => {
-  const admin = { auth: 'organization' as const, admin: true };
   // Workspaces span the organization: a key bound to one workspace may neither make nor list them.
-  const organizationAdmin = { auth: 'organization' as const, admin: 'organization' as const };
 
   app.post(
     '/v2/workspaces',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization', idempotent: true, etag: true }),
       schema: {
         operationId: 'createWorkspace',
         tags: ['admin'],
@@ -77,7 +76,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
   app.get(
     '/v2/workspaces',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization' }),
       schema: {
         operationId: 'listWorkspaces',
         tags: ['admin'],
@@ -99,7 +98,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
   app.post(
     '/v2/api-keys',
     {
-      config: admin,
+      config: needs({ auth: 'organization', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createApiKey',
         tags: ['admin'],
@@ -130,7 +129,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
   app.get(
     '/v2/api-keys',
     {
-      config: admin,
+      config: needs({ auth: 'organization', admin: true }),
       schema: {
         operationId: 'listApiKeys',
         tags: ['admin'],
@@ -150,7 +149,7 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
   app.delete(
     '/v2/api-keys/:api_key_id',
     {
-      config: admin,
+      config: needs({ auth: 'organization', admin: true, ifMatch: 'only-star' }),
       schema: {
         operationId: 'revokeApiKey',
         tags: ['admin'],

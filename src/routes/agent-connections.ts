@@ -24,6 +24,7 @@ import type { AgentCredentialService } from '../service/agent-credentials.ts';
 import type { ConnectionView } from '../store/agent-connections.ts';
 import type { CredentialView } from '../store/agent-credentials.ts';
 import { AgentId } from './oauth-flow.ts';
+import { needs } from '../http/route-needs.ts';
 
 const AgentConnection = Type.Object(
   {
@@ -138,12 +139,11 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   // keys, like listener credentials, so that a member key cannot read another person's token through a
   // deployment. Members read them, and connect an agent to their own token through
   // POST /v2/auth/authenticate with agent_id (issue 23, item 4; docs/api.md, "Who may do what").
-  const admins = { admin: true };
 
   app.post(
     '/v2/auth/agents/:agent_id/connections',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createAgentConnection',
         tags,
@@ -167,6 +167,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.get(
     '/v2/auth/agents/:agent_id/connections',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listAgentConnections',
         tags,
@@ -187,7 +188,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.delete(
     '/v2/auth/agents/:agent_id/connections/:connection_id',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, ifMatch: 'only-star' }),
       schema: {
         operationId: 'deleteAgentConnection',
         tags,
@@ -210,7 +211,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.post(
     '/v2/deployments/:deployment_id/agent-credentials',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createAgentCredential',
         tags,
@@ -254,6 +255,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.get(
     '/v2/deployments/:deployment_id/agent-credentials',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listAgentCredentials',
         tags,
@@ -276,7 +278,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.delete(
     '/v2/deployments/:deployment_id/agent-credentials/:credential_id',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, ifMatch: 'only-star' }),
       schema: {
         operationId: 'revokeAgentCredential',
         tags,
@@ -300,7 +302,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
     '/v2/auth/agents/:agent_id/connections/:connection_id/token',
     {
       // Authenticated by an agent credential, checked here, never by an API key.
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'getAgentAccessToken',
         tags,

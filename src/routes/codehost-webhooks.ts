@@ -10,6 +10,7 @@ import { Type } from 'typebox';
 import { Uuid, errorResponses } from '../http/schema-helpers.ts';
 import type { WebhookService } from '../service/codehost-webhooks.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
+import { needs } from '../http/route-needs.ts';
 
 export interface CodehostWebhookRouteDeps {
   webhooks: WebhookService;
@@ -22,7 +23,7 @@ export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRou
   app.post(
     '/v1/integrations/forge/codehost/:integration_id/webhooks',
     {
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       // GitHub sends push payloads of up to 25 MB; the global JSON limit (1 MiB by default) would refuse them.
       bodyLimit: 25 * 1024 * 1024,
       schema: {

@@ -26,6 +26,7 @@ import type { CodehostIntegrationRow, Db } from '../store/schema.ts';
 import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT } from '../store/webhook-deliveries.ts';
 import { Delivery, deliveryResponse } from './codehost-deliveries.ts';
 import { codehostWebhookRoutes } from './codehost-webhooks.ts';
+import { needs } from '../http/route-needs.ts';
 
 const BASE = '/v1/integrations/forge/codehost';
 
@@ -166,7 +167,6 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
 ) => {
   // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
   // writes), and only to the hosts the operator allows.
-  const writes = { admin: true };
   /** If-Match is checked against this: the integration as its GET shows it, read in the write's transaction. */
   const current = async (request: FastifyRequest, tx: Db) =>
     integrationResponse(
@@ -189,7 +189,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.post(
     BASE,
     {
-      config: writes,
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createCodehostIntegration',
         tags: ['codehost'],
@@ -209,6 +209,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.get(
     BASE,
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listCodehostIntegrations',
         tags: ['codehost'],
@@ -230,6 +231,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.get(
     `${BASE}/:integration_id`,
     {
+      config: needs({ auth: 'workspace', etag: true }),
       schema: {
         operationId: 'getCodehostIntegration',
         tags: ['codehost'],
@@ -244,7 +246,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.patch(
     `${BASE}/:integration_id`,
     {
-      config: { ...writes, current },
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true, ifMatch: current }),
       schema: {
         operationId: 'patchCodehostIntegration',
         tags: ['codehost'],
@@ -273,7 +275,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.delete(
     `${BASE}/:integration_id`,
     {
-      config: { ...writes, current },
+      config: needs({ auth: 'workspace', admin: true, ifMatch: current }),
       schema: {
         operationId: 'deleteCodehostIntegration',
         tags: ['codehost'],
@@ -294,6 +296,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.get(
     `${BASE}/:integration_id/repos`,
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listCodehostRepositories',
         tags: ['codehost'],
@@ -310,6 +313,7 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   app.get(
     `${BASE}/:integration_id/deliveries`,
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listWebhookDeliveries',
         tags: ['codehost'],

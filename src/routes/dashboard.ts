@@ -15,6 +15,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fastifyStatic from '@fastify/static';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { needs } from '../http/route-needs.ts';
 
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../web/dist/', import.meta.url));
 
@@ -62,21 +63,29 @@ export interface DashboardRouteDeps {
 export const dashboardRoutes: FastifyPluginAsync<DashboardRouteDeps> = async (app, deps) => {
   const dir = deps.dir ?? DASHBOARD_DIR;
 
-  // Every route of this plugin is public; the pages themselves authenticate their API calls.
-  app.addHook('onRoute', (route) => {
-    route.config = { ...(route.config ?? {}), auth: 'none' };
-    route.schema = { ...(route.schema ?? {}), hide: true };
-  });
+  // Every route of the dashboard is public (the pages themselves authenticate their API calls) and out
+  // of the API's document.
+  const page = { config: needs({ auth: 'none' }), schema: { hide: true } };
 
-  // The built files: names carry their content hash, so a year of caching is safe.
-  await app.register(fastifyStatic, {
-    root: path.join(dir, 'assets'),
-    prefix: '/assets/',
-    index: false,
-    immutable: true,
-    maxAge: '365d',
-    wildcard: true,
+  // The built files: names carry their content hash, so a year of caching is safe. Public like the
+  // pages: said here, of the routes of @fastify/static only (it takes no route options).
+  await app.register(async (assets) => {
+    assets.addHook('onRoute', (route) => {
+      route.config = { ...route.config, auth: 'none' };
+      route.schema = { ...route.schema, hide: true };
+    });
+    await assets.register(fastifyStatic, {
+      root: path.join(dir, 'assets'),
+      prefix: '/assets/',
+      index: false,
+      immutable: true,
+      maxAge: '365d',
+      wildcard: true,
+      decorateReply: false,
+    });
   });
+  // reply.sendFile for the pages below (no routes of its own).
+  await app.register(fastifyStatic, { root: dir, serve: false });
 
   const sendPage = async (_request: FastifyRequest, reply: FastifyReply) => {
     const built = await fs.access(path.join(dir, 'index.html')).then(
@@ -88,8 +97,8 @@ export const dashboardRoutes: FastifyPluginAsync<DashboardRouteDeps> = async (ap
     return reply.sendFile('index.html', dir, { cacheControl: false });
   };
 
-  app.get('/', sendPage);
-  app.get('/*', async (request, reply) => {
+  app.get('/', page, sendPage);
+  app.get('/*', page, async (request, reply) => {
     const pathname = request.url.split('?')[0]!;
     const wantsPage = (request.headers.accept ?? '').includes('text/html');
     if (!wantsPage || RESERVED.test(pathname) || FILE_NAME.test(pathname)) return reply.callNotFound();

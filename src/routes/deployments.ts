@@ -10,6 +10,8 @@ import type { DeploymentService } from '../service/deployments.ts';
 import type { Db } from '../store/schema.ts';
 import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
+import { adaptLangGraphRequest } from './langgraph-compat.ts';
+import { needs } from '../http/route-needs.ts';
 
 const UUID_PATTERN = '[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}';
 const UuidList = (description: string) =>
@@ -42,6 +44,9 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.post(
     '/v2/deployments',
     {
+      config: needs({ auth: 'workspace', idempotent: true, etag: true }),
+      // What LangChain's `langgraph deploy` sends, read as this route reads it (src/routes/langgraph-compat.ts).
+      preValidation: adaptLangGraphRequest,
       schema: {
         operationId: 'createDeployment',
         tags: ['deployments'],
@@ -62,6 +67,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.get(
     '/v2/deployments',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listDeployments',
         tags: ['deployments'],
@@ -116,6 +122,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.get(
     '/v2/deployments/:deployment_id',
     {
+      config: needs({ auth: 'workspace', etag: true }),
       schema: {
         operationId: 'getDeployment',
         tags: ['deployments'],
@@ -130,7 +137,8 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.patch(
     '/v2/deployments/:deployment_id',
     {
-      config: { current },
+      config: needs({ auth: 'workspace', idempotent: true, etag: true, ifMatch: current }),
+      preValidation: adaptLangGraphRequest,
       schema: {
         operationId: 'patchDeployment',
         tags: ['deployments'],
@@ -156,7 +164,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.delete(
     '/v2/deployments/:deployment_id',
     {
-      config: { current },
+      config: needs({ auth: 'workspace', ifMatch: current }),
       schema: {
         operationId: 'deleteDeployment',
         tags: ['deployments'],
@@ -181,6 +189,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.get(
     '/v2/deployments/:deployment_id/revisions',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listRevisions',
         tags: ['revisions'],
@@ -222,6 +231,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.get(
     '/v2/deployments/:deployment_id/revisions/:revision_id',
     {
+      config: needs({ auth: 'workspace', etag: true }),
       schema: {
         operationId: 'getRevision',
         tags: ['revisions'],
@@ -239,6 +249,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.post(
     '/v2/deployments/:deployment_id/revisions/:revision_id/redeploy',
     {
+      config: needs({ auth: 'workspace', idempotent: true, etag: true }),
       schema: {
         operationId: 'redeployRevision',
         tags: ['revisions'],
@@ -262,6 +273,7 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
   app.post(
     '/v2/deployments/:deployment_id/revisions/:revision_id/interrupt',
     {
+      config: needs({ auth: 'workspace', idempotent: true, etag: true }),
       schema: {
         operationId: 'interruptRevision',
         tags: ['revisions'],

@@ -14,6 +14,7 @@ import {
   envelope,
 } from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
+import { needs } from '../http/route-needs.ts';
 
 const Event = Type.Object(
   {
@@ -36,6 +37,7 @@ export const eventRoutes: FastifyPluginAsyncTypebox<{ deployments: DeploymentSer
   app.get(
     '/v2/deployments/:deployment_id/events',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listDeploymentEvents',
         tags: ['deployments'],

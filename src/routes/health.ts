@@ -5,13 +5,13 @@ import { Type } from 'typebox';
 import { AppError } from '../errors.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { Database } from '../store/schema.ts';
+import { needs } from '../http/route-needs.ts';
 
 export const healthRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> = async (app, { db }) => {
-  const open = { auth: 'none' as const };
   app.get(
     '/healthz',
     {
-      config: open,
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'checkHealth',
         tags: ['operations'],
@@ -24,7 +24,7 @@ export const healthRoutes: FastifyPluginAsyncTypebox<{ db: Kysely<Database> }> =
   app.get(
     '/readyz',
     {
-      config: open,
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'checkReadiness',
         tags: ['operations'],

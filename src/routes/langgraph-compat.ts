@@ -4,12 +4,12 @@
  * `GET .../revisions/{id}/logs`; and the image path (`internal_docker`, `push-token`), which needs a
  * registry and a container engine this service does not have, answered with the way that works.
  *
- * `registerLangGraphRequestShapes` adapts what the CLI sends to the deployment routes before their
- * validation: `langgraph_config_path` is read as framework_config_path, and an image deployment is
- * refused with a message that names `--remote`.
+ * `adaptLangGraphRequest`, a preValidation hook the deployment create and patch routes declare, adapts
+ * what the CLI sends to them before their validation: `langgraph_config_path` is read as
+ * framework_config_path, and an image deployment is refused with a message that names `--remote`.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, preValidationAsyncHookHandler } from 'fastify';
+import type { preValidationAsyncHookHandler } from 'fastify';
 import { Type } from 'typebox';
 import { applyConfigPathAlias } from '../domain/sources.ts';
 import { AppError } from '../errors.ts';
@@ -18,6 +18,7 @@ import { Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpe
 import type { DeploymentService } from '../service/deployments.ts';
 import { LOG_LEVELS } from '../service/log-search.ts';
 import type { LogSearchPage, RevisionLogService } from '../service/revision-logs.ts';
+import { needs } from '../http/route-needs.ts';
 
 /** The image sources of LangChain's CLI (`langgraph deploy` without `--remote`, or with `--push-to`). */
 const IMAGE_SOURCES = ['internal_docker', 'external_docker'];
@@ -26,34 +27,19 @@ export const USE_REMOTE_BUILD =
   'Deploy with `langgraph deploy --remote`: the CLI uploads the project and the service builds and runs it.';
 
 /**
- * Hooks on the deployment routes (registered before them): the CLI's field name and its image path.
- * Attached per route through onRoute, so no other route pays for them.
+ * The deployment create and patch routes' preValidation (src/routes/deployments.ts): the CLI's field
+ * name and its image path.
  */
-export function registerLangGraphRequestShapes(app: FastifyInstance): void {
-  const adapt: preValidationAsyncHookHandler = async (request) => {
-    const body = request.body;
-    if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
-    const fields = body as Record<string, unknown>;
-    const source = request.method === 'POST' ? fields.source : fields.revision_source;
-    if (typeof source === 'string' && IMAGE_SOURCES.includes(source))
-      throw new AppError('invalid_request', USE_REMOTE_BUILD);
-    if ('source_revision_config' in fields)
-      fields.source_revision_config = applyConfigPathAlias(fields.source_revision_config);
-  };
-  app.addHook('onRoute', (route) => {
-    const methods = Array.isArray(route.method) ? route.method : [route.method];
-    const create = route.url === '/v2/deployments' && methods.includes('POST');
-    const patch = route.url === '/v2/deployments/:deployment_id' && methods.includes('PATCH');
-    if (!create && !patch) return;
-    const existing =
-      route.preValidation === undefined
-        ? []
-        : Array.isArray(route.preValidation)
-          ? route.preValidation
-          : [route.preValidation];
-    route.preValidation = [adapt, ...existing];
-  });
-}
+export const adaptLangGraphRequest: preValidationAsyncHookHandler = async (request) => {
+  const body = request.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return;
+  const fields = body as Record<string, unknown>;
+  const source = request.method === 'POST' ? fields.source : fields.revision_source;
+  if (typeof source === 'string' && IMAGE_SOURCES.includes(source))
+    throw new AppError('invalid_request', USE_REMOTE_BUILD);
+  if ('source_revision_config' in fields)
+    fields.source_revision_config = applyConfigPathAlias(fields.source_revision_config);
+};
 
 // ----- schemas -----------------------------------------------------------------------------------
 
@@ -136,6 +122,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<LangGraphCompatDep
     app.post(
       `/v1/projects/:deployment_id/revisions/:revision_id/${type}_logs`,
       {
+        config: needs({ auth: 'workspace', idempotent: true }),
         schema: {
           operationId: type === 'build' ? 'searchRevisionBuildLogs' : 'searchRevisionDeployLogs',
           tags: ['langgraph'],
@@ -165,6 +152,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<LangGraphCompatDep
   app.post(
     '/v1/projects/:deployment_id/deploy_logs',
     {
+      config: needs({ auth: 'workspace', idempotent: true }),
       schema: {
         operationId: 'searchDeploymentLogs',
         tags: ['langgraph'],
@@ -185,6 +173,7 @@ export const langGraphCompatRoutes: FastifyPluginAsyncTypebox<LangGraphCompatDep
   app.post(
     '/v2/deployments/:deployment_id/push-token',
     {
+      config: needs({ auth: 'workspace', idempotent: true }),
       schema: {
         operationId: 'createPushToken',
         tags: ['langgraph'],

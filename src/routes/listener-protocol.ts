@@ -22,6 +22,7 @@ import type { ListenerService } from '../service/listeners.ts';
 import { LISTENER_CONDITIONS, type Database } from '../store/schema.ts';
 import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
+import { needs } from '../http/route-needs.ts';
 
 export interface ListenerProtocolRouteDeps {
   /** For the long-poll waits (src/service/desired-state-waits.ts), which live as long as the app. */
@@ -257,12 +258,12 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
   app.get(
     '/v2/listeners/:listener_id/desired-state',
     {
-      config: {
+      config: needs({
         ...config,
         // A poll that asks to wait is held open: it takes a stream slot (src/http/stream-limits.ts).
         longLived: (request) =>
           request.headers['if-none-match'] !== undefined && ((request.query as { wait?: number }).wait ?? 0) > 0,
-      },
+      }),
       schema: {
         operationId: 'getDesiredState',
         tags,
@@ -331,7 +332,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
   app.post(
     '/v2/listeners/:listener_id/reports',
     {
-      config,
+      config: needs(config),
       schema: {
         operationId: 'reportRevisionStatus',
         tags,
@@ -363,7 +364,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
   app.post(
     '/v2/listeners/:listener_id/deletions',
     {
-      config,
+      config: needs(config),
       schema: {
         operationId: 'confirmDeletion',
         tags,
@@ -386,7 +387,7 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
   app.post(
     '/v2/listeners/:listener_id/heartbeat',
     {
-      config,
+      config: needs(config),
       schema: {
         operationId: 'sendListenerHeartbeat',
         tags,

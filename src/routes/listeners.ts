@@ -22,6 +22,7 @@ import type { ListenerService } from '../service/listeners.ts';
 import type { ListenerCredentialView } from '../store/listener-credentials.ts';
 import type { Db } from '../store/schema.ts';
 import { LISTENER_STALE_AFTER_SECONDS, LISTENER_STATES, type ListenerView } from '../store/listeners.ts';
+import { needs } from '../http/route-needs.ts';
 
 const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
 const ComputeConfig = Type.Object(
@@ -155,7 +156,6 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   // A listener decides where a workspace's deployments run and with which secrets, and its credentials
   // read those secrets in clear: creating, changing and deleting listeners and managing their
   // credentials need an admin key, like code hosts. Members read them (issue 23, item 3).
-  const admins = { admin: true };
   /** If-Match is checked against this: the listener as its GET shows it, read in the write's transaction. */
   const current = async (request: FastifyRequest, tx: Db) =>
     listenerResponse(
@@ -165,7 +165,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.post(
     '/v2/listeners',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createListener',
         tags: ['listeners'],
@@ -193,6 +193,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.get(
     '/v2/listeners',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listListeners',
         tags: ['listeners'],
@@ -214,6 +215,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.get(
     '/v2/listeners/:listener_id',
     {
+      config: needs({ auth: 'workspace', etag: true }),
       schema: {
         operationId: 'getListener',
         tags: ['listeners'],
@@ -228,7 +230,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.patch(
     '/v2/listeners/:listener_id',
     {
-      config: { ...admins, current },
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true, ifMatch: current }),
       schema: {
         operationId: 'patchListener',
         tags: ['listeners'],
@@ -251,7 +253,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.delete(
     '/v2/listeners/:listener_id',
     {
-      config: { ...admins, current },
+      config: needs({ auth: 'workspace', admin: true, ifMatch: current }),
       schema: {
         operationId: 'deleteListener',
         tags: ['listeners'],
@@ -272,7 +274,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.post(
     '/v2/listeners/:listener_id/credentials',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, idempotent: true, etag: true }),
       schema: {
         operationId: 'createListenerCredential',
         tags: ['listeners'],
@@ -299,6 +301,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.get(
     '/v2/listeners/:listener_id/credentials',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listListenerCredentials',
         tags: ['listeners'],
@@ -322,7 +325,7 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
   app.delete(
     '/v2/listeners/:listener_id/credentials/:credential_id',
     {
-      config: admins,
+      config: needs({ auth: 'workspace', admin: true, ifMatch: 'only-star' }),
       schema: {
         operationId: 'revokeListenerCredential',
         tags: ['listeners'],

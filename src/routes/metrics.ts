@@ -17,6 +17,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import { AppError } from '../errors.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { DatabaseGauges, MetricsService } from '../service/metrics.ts';
+import { needs } from '../http/route-needs.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
@@ -140,7 +141,7 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
       ...errorResponses(401),
     },
   };
-  app.get('/metrics', { config: { auth: 'none' }, schema }, async (request, reply) => {
+  app.get('/metrics', { config: needs({ auth: 'none' }), schema }, async (request, reply) => {
     if (tokenDigest !== null && !carriesToken(request, tokenDigest)) {
       reply.header('www-authenticate', 'Bearer realm="metrics"');
       throw new AppError('unauthenticated', 'Metrics need Authorization: Bearer with the metrics token.');

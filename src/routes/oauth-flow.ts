@@ -26,6 +26,7 @@ import {
 import type { OAuthTokenService } from '../service/oauth-tokens.ts';
 import type { TokenView } from '../store/oauth-tokens.ts';
 import { sendCallbackPage } from './oauth-callback-page.ts';
+import { needs } from '../http/route-needs.ts';
 
 const Scope = Type.String({ minLength: 1, maxLength: 256, pattern: '^[\\x21\\x23-\\x5b\\x5d-\\x7e]+$' });
 export const AgentId = Type.String({ minLength: 1, maxLength: 256, description: 'Your own name for the agent.' });
@@ -165,6 +166,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.post(
     '/v2/auth/authenticate',
     {
+      config: needs({ auth: 'workspace', idempotent: true }),
       schema: {
         operationId: 'authenticate',
         tags,
@@ -190,11 +192,11 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.get(
     '/v2/auth/callback/:provider_id',
     {
-      config: {
+      config: needs({
         auth: 'none',
         // The query is documented, not validated (see CallbackQuery): it is added to the document only.
         swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, querystring: CallbackQuery }, url }),
-      },
+      }),
       // The query holds the authorization code: keep the request line out of the info-level access log.
       logLevel: 'warn',
       schema: {
@@ -235,7 +237,10 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
     '/v2/auth/wait/:auth_id',
     {
       // A wait is held open until the flow ends or its timeout: it takes a stream slot (src/http/stream-limits.ts).
-      config: { longLived: (request) => ((request.query as { timeout?: number }).timeout ?? 30) > 0 },
+      config: needs({
+        auth: 'workspace',
+        longLived: (request) => ((request.query as { timeout?: number }).timeout ?? 30) > 0,
+      }),
       schema: {
         operationId: 'waitForAuthorization',
         tags,
@@ -257,6 +262,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.get(
     '/v2/auth/tokens',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listOAuthTokens',
         tags,
@@ -278,6 +284,7 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
   app.get(
     '/v2/auth/tokens/:token_id',
     {
+      config: needs({ auth: 'workspace', etag: true }),
       schema: {
         operationId: 'getOAuthToken',
         tags,
@@ -293,10 +300,11 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
     '/v2/auth/tokens/:token_id',
     {
       // If-Match is checked against the token as its GET shows it, under the token's claim.
-      config: {
-        current: async (request, tx) =>
+      config: needs({
+        auth: 'workspace',
+        ifMatch: async (request, tx) =>
           tokenResponse(await tokens.get(workspaceOf(request), (request.params as { token_id: string }).token_id, tx)),
-      },
+      }),
       schema: {
         operationId: 'deleteOAuthToken',
         tags,

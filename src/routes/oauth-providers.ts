@@ -21,6 +21,7 @@ import {
 import { CODE_CHALLENGE_METHODS, TOKEN_ENDPOINT_AUTH_METHODS } from '../oauth/oauth-provider-config.ts';
 import type { OAuthProviderService, ProviderActor } from '../service/oauth-providers.ts';
 import type { Db, OAuthProviderRow } from '../store/schema.ts';
+import { needs } from '../http/route-needs.ts';
 
 const SLUG = {
   minLength: 1,
@@ -142,8 +143,6 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   // Providers belong to the organization: any key of it reads them, with or without X-Tenant-Id. A change
   // redirects what every workspace trusts (its client secret, codes and refresh tokens go to token_url),
   // so only an organization admin key makes one: a workspace's admin must not rewrite another's provider.
-  const reads = { auth: 'organization' as const };
-  const writes = { auth: 'organization' as const, admin: 'organization' as const };
   /** If-Match is checked against this: the provider as its GET shows it, read in the write's transaction. */
   const current = async (request: FastifyRequest, tx: Db) =>
     providerResponse(
@@ -157,7 +156,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.post(
     '/v2/auth/providers',
     {
-      config: writes,
+      config: needs({ auth: 'organization', admin: 'organization', idempotent: true, etag: true }),
       schema: {
         operationId: 'createOAuthProvider',
         tags,
@@ -175,7 +174,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.get(
     '/v2/auth/providers',
     {
-      config: reads,
+      config: needs({ auth: 'organization' }),
       schema: {
         operationId: 'listOAuthProviders',
         tags,
@@ -197,7 +196,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.get(
     '/v2/auth/providers/:provider_id',
     {
-      config: reads,
+      config: needs({ auth: 'organization', etag: true }),
       schema: {
         operationId: 'getOAuthProvider',
         tags,
@@ -212,7 +211,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.patch(
     '/v2/auth/providers/:provider_id',
     {
-      config: { ...writes, current },
+      config: needs({ auth: 'organization', admin: 'organization', idempotent: true, etag: true, ifMatch: current }),
       schema: {
         operationId: 'updateOAuthProvider',
         tags,
@@ -233,7 +232,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
   app.delete(
     '/v2/auth/providers/:provider_id',
     {
-      config: { ...writes, current },
+      config: needs({ auth: 'organization', admin: 'organization', ifMatch: current }),
       schema: {
         operationId: 'deleteOAuthProvider',
         tags,

@@ -22,6 +22,7 @@ import { DateTime, StringEnum, Uuid, errorResponses } from '../http/schema-helpe
 import { createRevisionLogWaits, type RevisionLogWaits } from '../service/revision-log-waits.ts';
 import type { LogSubject, RevisionLogService } from '../service/revision-logs.ts';
 import type { RevisionLogRow, RevisionLogType } from '../store/schema.ts';
+import { needs } from '../http/route-needs.ts';
 
 const LOG_TYPES = ['build', 'deploy'] as const;
 const LOG_STREAMS = ['stdout', 'stderr', 'system'] as const;
@@ -171,9 +172,10 @@ export const revisionLogRoutes: FastifyPluginAsyncTypebox<RevisionLogRouteDeps> 
     '/v2/deployments/:deployment_id/revisions/:revision_id/logs',
     {
       // A followed log is held open: it takes a stream slot of its key and address (src/http/stream-limits.ts).
-      config: {
+      config: needs({
+        auth: 'workspace',
         longLived: (request) => request.method === 'GET' && (request.query as { follow?: boolean }).follow === true,
-      },
+      }),
       schema: {
         operationId: 'getRevisionLogs',
         tags: ['revisions'],

@@ -13,6 +13,7 @@ import {
   envelope,
 } from '../http/schema-helpers.ts';
 import type { TagService } from '../service/tags.ts';
+import { needs } from '../http/route-needs.ts';
 
 const TagValue = Type.Object(
   { id: Uuid(), tag_key_id: Uuid(), value: Type.String(), created_at: DateTime() },
@@ -45,6 +46,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.post(
     '/v2/tags/keys',
     {
+      config: needs({ auth: 'workspace', idempotent: true, etag: true }),
       schema: {
         operationId: 'createTagKey',
         tags: ['tags'],
@@ -65,6 +67,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.get(
     '/v2/tags/keys',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listTagKeys',
         tags: ['tags'],
@@ -83,6 +86,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.delete(
     '/v2/tags/keys/:tag_key_id',
     {
+      config: needs({ auth: 'workspace', ifMatch: 'only-star' }),
       schema: {
         operationId: 'deleteTagKey',
         tags: ['tags'],
@@ -100,6 +104,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.post(
     '/v2/tags/keys/:tag_key_id/values',
     {
+      config: needs({ auth: 'workspace', idempotent: true, etag: true }),
       schema: {
         operationId: 'createTagValue',
         tags: ['tags'],
@@ -118,6 +123,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.get(
     '/v2/tags/keys/:tag_key_id/values',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listTagValues',
         tags: ['tags'],
@@ -140,6 +146,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.delete(
     '/v2/tags/keys/:tag_key_id/values/:tag_value_id',
     {
+      config: needs({ auth: 'workspace', ifMatch: 'only-star' }),
       schema: {
         operationId: 'deleteTagValue',
         tags: ['tags'],
@@ -158,6 +165,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.put(
     '/v2/deployments/:deployment_id/tags',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'setDeploymentTags',
         tags: ['tags'],
@@ -186,6 +194,7 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
   app.get(
     '/v2/deployments/:deployment_id/tags',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listDeploymentTags',
         tags: ['tags'],

@@ -4,6 +4,7 @@ import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ListEnvelope, PageQuery, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
 import type { TracingProjectService } from '../service/tracing-projects.ts';
+import { needs } from '../http/route-needs.ts';
 
 const TracingProject = Type.Object(
   { id: Uuid(), name: Type.String(), tenant_id: Uuid(), created_at: DateTime() },
@@ -17,6 +18,7 @@ export const tracingProjectRoutes: FastifyPluginAsyncTypebox<{ tracingProjects: 
   app.get(
     '/v2/tracing-projects',
     {
+      config: needs({ auth: 'workspace' }),
       schema: {
         operationId: 'listTracingProjects',
         tags: ['tracing'],

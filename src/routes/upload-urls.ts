@@ -12,6 +12,7 @@ import { workspaceOf } from '../http/authenticate.ts';
 import { DateTime, ShownOnceString, Uuid, errorResponses } from '../http/schema-helpers.ts';
 import { UPLOAD_URL_TTL_MS, type UploadService } from '../service/uploads.ts';
 import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
+import { needs } from '../http/route-needs.ts';
 
 export interface UploadUrlDeps {
   uploads: UploadService;
@@ -25,6 +26,7 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
   app.post(
     '/v2/deployments/:deployment_id/upload-url',
     {
+      config: needs({ auth: 'workspace', idempotent: true }),
       schema: {
         operationId: 'createUploadUrl',
         tags: ['deployments'],
@@ -60,7 +62,7 @@ export const uploadUrlRoutes: FastifyPluginAsyncTypebox<UploadUrlDeps> = async (
     {
       bodyLimit: limitBytes,
       // The URL is the credential: no API key (LangChain's CLI sends none with the upload).
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       onRequest: requireTarballContentType,
       schema: {
         operationId: 'uploadSourceToUrl',

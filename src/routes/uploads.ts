@@ -9,6 +9,7 @@ import { workspaceOf } from '../http/authenticate.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { UploadService } from '../service/uploads.ts';
 import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
+import { needs } from '../http/route-needs.ts';
 
 export const uploadRoutes: FastifyPluginAsyncTypebox<{
   uploads: UploadService;
@@ -20,6 +21,7 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{
   app.post(
     '/v2/uploads',
     {
+      config: needs({ auth: 'workspace', etag: true }),
       bodyLimit: limitBytes,
       onRequest: requireTarballContentType,
       schema: {

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import Fastify from 'fastify';
-import { registerShownOnce, SHOWN_ONCE } from '../../src/http/shown-once.ts';
+import { applyShownOnce, SHOWN_ONCE } from '../../src/http/shown-once.ts';
 import { ShownOnceString } from '../../src/http/schema-helpers.ts';
 import { Type } from 'typebox';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from '../helpers.ts';
@@ -121,7 +121,7 @@ describe('credentials shown once', () => {
 
   test('an answer holding a shown-once field is no-store, whether sent as an object or as text; others are not', async () => {
     const app = Fastify();
-    registerShownOnce(app);
+    app.addHook('onRoute', applyShownOnce);
     const schema = {
       response: {
         200: Type.Object({ id: Type.String(), secret: Type.Optional(ShownOnceString()) }),
