@@ -11,17 +11,33 @@ import type { CliRuntime } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample } from './command-help.ts';
 
-/** Refusals of the configuration or the archive: exit code 2, the message alone. */
-async function asCliErrors<T>(work: () => Promise<T>): Promise<T> {
+/**
+ * Runs the work with Ctrl-C turned into an abort it checks between steps (so that it cleans up after
+ * itself) instead of the CLI's exit at once; refusals of the configuration or the archive become exit
+ * code 2 with the message alone, an interruption 130.
+ */
+async function asCliErrors<T>(runtime: CliRuntime, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const [{ ConfigError }, { BackupError }] = await Promise.all([
     import('../config.ts'),
     import('../ops/backup-archive.ts'),
   ]);
+  const aborter = new AbortController();
+  runtime.handOverSignals();
+  const onInterrupt = () => {
+    runtime.streams.stderr.write('interrupt: stopping after the step in progress, and cleaning up\n');
+    aborter.abort(new CliError('interrupted; nothing was kept', EXIT.interrupted));
+  };
+  process.on('SIGINT', onInterrupt);
+  process.on('SIGTERM', onInterrupt);
   try {
-    return await work();
+    return await work(aborter.signal);
   } catch (error) {
+    if (aborter.signal.aborted) throw aborter.signal.reason;
     if (error instanceof ConfigError || error instanceof BackupError) throw new CliError(error.message, EXIT.usage);
     throw error;
+  } finally {
+    process.off('SIGINT', onInterrupt);
+    process.off('SIGTERM', onInterrupt);
   }
 }
 
@@ -62,7 +78,7 @@ export function backupCommand(runtime: CliRuntime): Command {
       'DATABASE_URL=postgres://... SLIPWAY_ENCRYPTION_KEY=... slipway backup slipway.tar.gz',
     ],
   ).action(async (file: string, options: { withoutAppData?: boolean }) => {
-    await asCliErrors(async () => {
+    await asCliErrors(runtime, async (signal) => {
       const { config, logger, keys } = await setUp(false);
       const [{ openForBackup }, { createBackup }] = await Promise.all([
         import('../ops/operator-database.ts'),
@@ -78,6 +94,7 @@ export function backupCommand(runtime: CliRuntime): Command {
           slipwayVersion: runtime.version,
           withoutAppData: options.withoutAppData === true,
           say,
+          signal,
         });
       } finally {
         await database.close();
@@ -100,7 +117,7 @@ export function restoreCommand(runtime: CliRuntime): Command {
       'DATABASE_URL=postgres://.../slipway_new SLIPWAY_ENCRYPTION_KEY=... slipway restore slipway.tar.gz',
     ],
   ).action(async (file: string) => {
-    await asCliErrors(async () => {
+    await asCliErrors(runtime, async (signal) => {
       const { config, logger, keys } = await setUp(false);
       const { restoreBackup } = await import('../ops/restore.ts');
       const { ConfigError } = await import('../config.ts');
@@ -114,7 +131,7 @@ export function restoreCommand(runtime: CliRuntime): Command {
           `a restore needs the encryption key of the backup: set SLIPWAY_ENCRYPTION_KEY, or put the encryption.key file into ${config.dataDir} first; nothing was changed`,
         );
       }
-      await restoreBackup({ archive: file, config, keys: loaded, logger, say });
+      await restoreBackup({ archive: file, config, keys: loaded, logger, say, signal });
     });
   });
 }

@@ -36,6 +36,8 @@ export interface BackupOptions {
   withoutAppData: boolean;
   /** Progress lines. */
   say: (line: string) => void;
+  /** Ctrl-C: stops between tables and files; nothing is left behind (the archive is written last). */
+  signal?: AbortSignal;
 }
 
 export interface BackupResult {
@@ -117,6 +119,7 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
         included: tools !== null,
       }));
       for (const table of await serviceTables(client)) {
+        options.signal?.throwIfAborted();
         const name = entryName('table', table);
         const rows = await dumpTable(client, table, path.join(staging, name));
         entries.push({ name, kind: 'table', subject: table, rows, ...(await sha256Of(path.join(staging, name))) });
@@ -135,6 +138,7 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
 
     const files = await dataDirFiles(options.dataDir);
     for (const file of files) {
+      options.signal?.throwIfAborted();
       if (!FILE_PATH.test(file))
         throw new BackupError(`${path.join(options.dataDir, file)}: a file name a backup cannot carry`);
       const name = entryName('file', file);
@@ -147,6 +151,7 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
     if (tools) {
       await fs.mkdir(path.join(staging, 'app-databases'));
       for (const app of appDatabases) {
+        options.signal?.throwIfAborted();
         const name = entryName('app-database', app.name);
         await dumpAppDatabase(tools, database.url, app.name, path.join(staging, name));
         entries.push({ name, kind: 'app-database', subject: app.name, ...(await sha256Of(path.join(staging, name))) });
@@ -166,6 +171,7 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
       appDatabases,
       entries,
     };
+    options.signal?.throwIfAborted();
     await writeArchive(staging, manifest, key, output);
     const { size } = await fs.stat(output);
     say(

@@ -30,6 +30,11 @@ export interface RestoreOptions {
   keys: EncryptionKeys;
   logger: Logger;
   say: (line: string) => void;
+  /**
+   * Ctrl-C: stops at the next step (the load transaction in progress finishes or rolls back first); a
+   * data directory target is emptied again, so the restore can be run again.
+   */
+  signal?: AbortSignal;
 }
 
 function describeKeys(keys: EncryptionKeys): string {
@@ -143,9 +148,11 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
         );
     }
 
+    options.signal?.throwIfAborted();
     const target = await openRestoreTarget(config, options.logger);
     let rows = 0;
     try {
+      options.signal?.throwIfAborted();
       const client = await target.pool.connect();
       try {
         await client.query('begin');
@@ -159,6 +166,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
           throw new BackupError(
             `the backup's tables are not those of schema version ${manifest.schema.version} (${expected.length} in the archive, ${tables.length} in the schema)`,
           );
+        options.signal?.throwIfAborted();
         const counts = await loadTables(client, files);
         for (const entry of manifest.entries) {
           if (entry.kind !== 'table') continue;
@@ -168,6 +176,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
             );
           rows += counts.get(entry.subject) ?? 0;
         }
+        options.signal?.throwIfAborted();
         await client.query('commit');
       } catch (error) {
         await client.query('rollback').catch(() => undefined);

@@ -198,3 +198,47 @@ test('restore into an empty database after the server lost the app database: row
     assert.deepEqual(text.rows, [{ text: 'remember the milk' }]);
   }
 });
+
+test('interrupted (Ctrl-C): a backup leaves no archive and no staging files, a restore leaves the target as it was', async () => {
+  const dir = await tempDir('slipway-interrupted-');
+  const output = path.join(dir, 'interrupted.tar.gz');
+  const aborter = new AbortController();
+  await assert.rejects(
+    createBackup({
+      database: { url: source.url, pool: source.pool, db: source.db, embedded: false, close: async () => undefined },
+      keys,
+      dataDir,
+      output,
+      slipwayVersion: '0.0.0-test',
+      withoutAppData: true,
+      // The interrupt arrives once the tables are read.
+      say: (line) => (line.startsWith('database:') ? aborter.abort(new Error('interrupted')) : undefined),
+      signal: aborter.signal,
+    }),
+    /interrupted/,
+  );
+  assert.deepEqual(await fs.readdir(dir), [], 'no archive, no partial file, no staging directory');
+
+  await dropAppDatabase(source.pool, appDatabase.name); // The previous test's restore made it again.
+  const target = await emptyDatabase();
+  const restoreAborter = new AbortController();
+  await assert.rejects(
+    restoreBackup({
+      archive,
+      config: restoreConfig(target, await tempDir('r-')),
+      keys,
+      logger: silent,
+      say: (line) => (line.startsWith('archive checked') ? restoreAborter.abort(new Error('interrupted')) : undefined),
+      signal: restoreAborter.signal,
+    }),
+    /interrupted/,
+  );
+  const tables = await withClient(target, (c) =>
+    c.query("select count(*)::int as n from pg_tables where schemaname = 'public'"),
+  );
+  assert.equal(tables.rows[0].n, 0, 'nothing made');
+  const made = await withClient(adminUrl(), (c) =>
+    c.query('select 1 from pg_database where datname = $1', [appDatabase.name]),
+  );
+  assert.equal(made.rowCount, 0, 'no app database made');
+});

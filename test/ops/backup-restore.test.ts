@@ -393,9 +393,18 @@ describe('backup and restore', { timeout: 900_000 }, () => {
 
   test('restore on a fresh data directory: everything reads back, secrets open, the app is built again and answers', async () => {
     assert.deepEqual(await stop(service), { code: 0, signal: null });
+    // Taken again with the service stopped: the command starts the embedded server itself, then stops it.
+    const stoppedArchive = await scratchFile('stopped.tar.gz');
+    const backup = await slipway(['backup', stoppedArchive, '--without-app-data'], sourceDir);
+    assert.equal(backup.code, 0, backup.stderr);
+    assert.deepEqual(
+      (await fs.readdir(sourceDir)).filter((f) => f === 'slipway.lock'),
+      [],
+      'the data directory is free again',
+    );
     const target = await emptyDir();
     await fs.copyFile(path.join(sourceDir, 'encryption.key'), path.join(target, 'encryption.key'));
-    const restored = await slipway(['restore', archive], target);
+    const restored = await slipway(['restore', stoppedArchive], target);
     assert.equal(restored.code, 0, `${restored.stderr}\n${restored.stdout}`);
     assert.match(restored.stdout, /restored/);
 
