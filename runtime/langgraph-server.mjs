@@ -126,6 +126,8 @@ function launch(mode, configArgument) {
       // This file again, as the server process: the state layer below. The instance id names this
       // instance in the leases of the runs it executes.
       entry = [fileURLToPath(import.meta.url), 'serve', randomUUID()];
+      // The TTLs of langgraph.json, which only the PostgreSQL layer reads.
+      Object.assign(options, { checkpointer: config.checkpointer, store: config.store });
     } else {
       if (process.env.DATABASE_URL)
         console.error(
@@ -461,10 +463,22 @@ async function serve(instanceId, optionsText) {
   const json = (value) => (value === undefined ? null : (serialiseAsDict(value) ?? null));
 
   const saver = new PostgresSaver(pool, undefined, { schema: SCHEMA });
+  const threadTtl = ttlOf(options.checkpointer?.ttl, 'checkpointer.ttl', logger);
+  const storeTtl = ttlOf(options.store?.ttl, 'store.ttl', logger);
   const postgresStore = new PostgresStore({
     connectionOptions: { connectionString: process.env.DATABASE_URL, max: 1, idleTimeoutMillis: 5_000 },
     schema: SCHEMA,
     ensureTables: false,
+    // PostgresStore sweeps expired items itself once set up.
+    ...(storeTtl
+      ? {
+          ttl: {
+            defaultTtl: storeTtl.minutes,
+            refreshOnRead: options.store.ttl.refresh_on_read ?? true,
+            sweepIntervalMinutes: storeTtl.sweepMinutes,
+          },
+        }
+      : {}),
   });
   await migrate(pool, saver, postgresStore);
   installCheckpointer(checkpointer, saver, pool);
@@ -1513,6 +1527,27 @@ async function serve(instanceId, optionsText) {
     );
   }
 
+  /**
+   * langgraph.json's `checkpointer.ttl` (strategy "delete"): threads not updated for `default_ttl`
+   * minutes, with no run pending or running, are deleted with their runs, crons and checkpoints.
+   */
+  async function sweepThreads() {
+    const { rows } = await pool.query(
+      `delete from ${SCHEMA}.threads t where t.updated_at < now() - $1::float8 * interval '1 minute'
+         and not exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status in ('pending', 'running'))
+       returning thread_id`,
+      [threadTtl.minutes],
+    );
+    for (const { thread_id: threadId } of rows) await saver.deleteThread(threadId);
+    if (rows.length > 0) logger.info('Threads past their TTL deleted', { count: rows.length });
+  }
+  const threadTimer = threadTtl
+    ? setInterval(
+        () => void sweepThreads().catch((error) => logger.warn('Could not sweep threads', { error: error.message })),
+        threadTtl.sweepMinutes * 60_000,
+      )
+    : null;
+
   let sweeps = 0;
   const leaseTimer = setInterval(
     () => {
@@ -1836,6 +1871,7 @@ async function serve(instanceId, optionsText) {
     }
     clearInterval(leaseTimer);
     clearInterval(cronTimer);
+    if (threadTimer) clearInterval(threadTimer);
     await cleanup().catch(() => undefined);
     await listener?.end().catch(() => undefined);
     await postgresStore.stop?.().catch(() => undefined);
@@ -1940,6 +1976,23 @@ async function serve(instanceId, optionsText) {
       toJSON: () => '[PostgresSaver]',
     });
   }
+}
+
+/**
+ * A TTL of langgraph.json (`{"strategy": "delete", "default_ttl": minutes, "sweep_interval_minutes":
+ * minutes}`, as LangChain's servers read it), or null when none or unusable (said in the log).
+ */
+function ttlOf(ttl, name, logger) {
+  if (ttl == null) return null;
+  const minutes = Number(ttl.default_ttl);
+  const sweepMinutes = ttl.sweep_interval_minutes == null ? 60 : Number(ttl.sweep_interval_minutes);
+  if ((ttl.strategy ?? 'delete') !== 'delete' || !(minutes > 0) || !(sweepMinutes > 0)) {
+    logger.warn(`${name} ignored: it needs strategy "delete", a positive default_ttl and sweep_interval_minutes`, {
+      ttl,
+    });
+    return null;
+  }
+  return { minutes, sweepMinutes };
 }
 
 /** The store the server's routes and graphs share, kept in PostgreSQL by PostgresStore. */
