@@ -9,6 +9,7 @@ import { createSign, generateKeyPairSync } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
 import { MAX_PENDING_SIGN_INS, hashToken } from '../../src/sso/sso-service.ts';
+import { unreachableUrl } from '../fakes/oidc-server.ts';
 import { client } from '../helpers.ts';
 import {
   asPerson,
@@ -124,6 +125,23 @@ describe('an honest sign-in', () => {
       assert.equal(url.searchParams.get('state'), state.value);
     } finally {
       await https.close();
+    }
+  });
+
+  test('a provider that cannot be reached: the sign-in start says so (502), and nothing is stored', async () => {
+    const down = await createSsoTestApp({ env: { SLIPWAY_SSO_ISSUER: await unreachableUrl('') } });
+    try {
+      const start = await down.app.inject({
+        method: 'POST',
+        url: '/v2/sso/login',
+        headers: { 'content-type': 'application/json' },
+        payload: '{}',
+      });
+      assert.equal(start.statusCode, 502, start.body);
+      assert.match(start.json<{ detail: string }>().detail, /identity provider could not be reached/);
+      assert.equal(cookieFrom(start.headers['set-cookie'], 'slipway_sso_state'), null);
+    } finally {
+      await down.close();
     }
   });
 
