@@ -60,6 +60,30 @@ export interface AppEdgeDeps {
   findHaproxy?: () => Promise<string | null>;
 }
 
+/**
+ * Connections one client address may hold open on the apps port at once (both edges). Past it, its new
+ * connections are closed as they arrive: one client cannot take every connection HAProxy may hold (its
+ * maxconn, about half its file descriptors) nor the service's file descriptors (the built-in edge), which
+ * would leave every app, or the API, unreachable. Not applied when SLIPWAY_APPS_PUBLIC_URL says a proxy
+ * in front terminates the clients' connections (its address would be every client's).
+ */
+export const PER_CLIENT_CONNECTIONS = 1000;
+
+/** A client's address for the limit: an IPv6 address by its /64 (one host has all of it), else itself. */
+export function clientOf(address: string): string {
+  if (!address.includes(':') || address.startsWith('::ffff:')) return address;
+  const [head = '', tail] = address.split('::');
+  const first = head === '' ? [] : head.split(':');
+  const last = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups =
+    tail === undefined ? first : [...first, ...Array<string>(8 - first.length - last.length).fill('0'), ...last];
+  return `${groups.slice(0, 4).join(':')}::/64`;
+}
+
+function perClientConnections(config: AppEdgeDeps['config']): number | null {
+  return config.appsPublicUrl === null ? PER_CLIENT_CONNECTIONS : null;
+}
+
 /** The table methods of an implementation, bound to it (the data plane passes them around apart from it). */
 function routesOf(routes: AppRoutes): AppRoutes {
   return {
@@ -109,6 +133,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       forwardedProto,
       tls: config.appsTls,
       drainTimeoutMs: config.drainTimeoutMs,
+      perClientConnections: perClientConnections(config),
       logger,
       checkPort,
     });
@@ -207,6 +232,25 @@ async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'htt
       )
     : http.createServer(onRequest);
   server.keepAliveTimeout = 75_000;
+  const limit = perClientConnections(config);
+  if (limit !== null) {
+    // By address (IPv6 by its /64, as the HAProxy edge counts): past the limit, closed at once.
+    const open = new Map<string, number>();
+    server.on('connection', (socket: net.Socket) => {
+      const client = clientOf(socket.remoteAddress ?? '');
+      const count = (open.get(client) ?? 0) + 1;
+      if (count > limit) {
+        socket.destroy();
+        return;
+      }
+      open.set(client, count);
+      socket.once('close', () => {
+        const left = (open.get(client) ?? 1) - 1;
+        if (left === 0) open.delete(client);
+        else open.set(client, left);
+      });
+    });
+  }
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     if (router.upgrade(req, socket, head)) return;
     if (req.headers.upgrade?.toLowerCase() === 'websocket') sendSocketError(req, socket, 404, 'not_found', notFound);

@@ -50,6 +50,11 @@ export interface HaproxyConfigInput {
   slots: number;
   /** HAProxy's threads (`nbthread`). */
   threads: number;
+  /**
+   * Connections one client address (an IPv6 /64) may hold at once; more are closed as they come. Null
+   * when a proxy in front of the edge is every client's address.
+   */
+  perClientConnections?: number | null;
   /** `user`/`group` for HAProxy once it has bound its sockets, when started as root; null otherwise. */
   runAs: { user: string; group: string } | null;
   routes: readonly EdgeRoute[];
@@ -167,6 +172,15 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '',
     'frontend apps',
     `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,
+    // One client cannot hold the edge's connections (HAProxy's maxconn, derived from its file descriptors):
+    // past its share, its new connections are closed before they take a slot.
+    ...(input.perClientConnections === null || input.perClientConnections === undefined
+      ? []
+      : [
+          '  stick-table type ipv6 size 100k expire 60s store conn_cur',
+          '  tcp-request connection track-sc0 src,ipmask(32,64)',
+          `  tcp-request connection reject if { sc0_conn_cur gt ${input.perClientConnections} }`,
+        ]),
     '  http-request set-var(txn.rid) uuid()',
     String.raw`  http-request set-var(txn.rid) req.hdr(x-request-id) if { req.hdr(x-request-id) -m reg ^[\x21-\x7e]{1,200}$ }`,
     // The whole Host header (fhdr, not hdr, which splits at commas): `Host: a.localhost, b.localhost` names

@@ -50,6 +50,8 @@ export interface HaproxyEdgeOptions {
   forwardedProto: 'http' | 'https';
   tls: { certFile: string; keyFile: string } | null;
   drainTimeoutMs: number;
+  /** Connections one client address may hold at once; null when a proxy in front is every client. */
+  perClientConnections: number | null;
   logger: Logger;
   /** Throws, naming the setting, when the port cannot be had; run once a leftover HAProxy is stopped. */
   checkPort?: () => Promise<void>;
@@ -181,6 +183,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       poolSize,
       slots: SLOTS,
       threads: edgeThreads(),
+      perClientConnections: options.perClientConnections,
       runAs,
       routes: routes(),
     });

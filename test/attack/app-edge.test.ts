@@ -17,7 +17,7 @@ import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
-import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
+import { clientOf, PER_CLIENT_CONNECTIONS, startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 
 const KINDS = ['haproxy', 'builtin'] as const;
@@ -184,6 +184,19 @@ function rawRequest(port: number, text: string, responses: number): Promise<RawR
   });
 }
 
+/** A GET from another client address (127.0.0.2: the whole 127/8 is the loopback). */
+function getFrom(localAddress: string, port: number, host: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get({ hostname: '127.0.0.1', localAddress, port, headers: { host }, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (body += chunk));
+      res.on('end', () => resolve({ status: res.statusCode!, body }));
+    });
+    req.on('error', reject);
+  });
+}
+
 function get(port: number, host: string, agent: http.Agent | false = false): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = http.get({ hostname: '127.0.0.1', port, headers: { host }, agent }, (res) => {
@@ -347,6 +360,48 @@ for (const kind of KINDS) {
       assert.deepEqual([...answers], ['NEW'], "the new app's host was answered by the old app");
       const gone = await get(edge.port, `${oldSlug}.localhost`);
       assert.equal(gone.status, 404);
+    });
+
+    test('one client cannot hold the edge: past its share of connections, its new ones are closed, and other clients are served', async () => {
+      const extra = 100;
+      const sockets: net.Socket[] = [];
+      const closedEarly = new Set<net.Socket>();
+      for (let i = 0; i < PER_CLIENT_CONNECTIONS + extra; i++) {
+        // From an address of its own: the other tests' connections from 127.0.0.1 do not count here.
+        const socket = net.connect({ port: edge.port, host: '127.0.0.1', localAddress: '127.0.0.3' });
+        socket.on('error', () => {});
+        socket.once('close', () => closedEarly.add(socket));
+        sockets.push(socket);
+        if (i % 200 === 199) await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      await Promise.all(
+        sockets.map((socket) =>
+          socket.connecting
+            ? new Promise((resolve) => socket.once('connect', resolve).once('close', resolve))
+            : Promise.resolve(),
+        ),
+      );
+      // Another client is served while the first holds its connections.
+      const other = await getFrom('127.0.0.2', edge.port, `${B}.localhost`);
+      assert.equal((JSON.parse(other.body) as Seen).app, 'B');
+      // Each of the flooding client's connections asks for an app: only its share is answered.
+      const answered = await Promise.all(
+        sockets.map(
+          (socket) =>
+            new Promise<boolean>((resolve) => {
+              if (socket.destroyed || closedEarly.has(socket)) return resolve(false);
+              socket.once('data', () => resolve(true));
+              socket.once('close', () => resolve(false));
+              socket.write(`GET /flood HTTP/1.1\r\nHost: ${B}.localhost\r\n\r\n`);
+            }),
+        ),
+      );
+      for (const socket of sockets) socket.destroy();
+      const count = answered.filter(Boolean).length;
+      assert.ok(count <= PER_CLIENT_CONNECTIONS, `${count} connections of one client were served`);
+      assert.ok(count >= PER_CLIENT_CONNECTIONS - 50, `only ${count} of its connections were served`);
+      assert.equal(clientOf('2001:db8:1:2::7'), clientOf('2001:db8:1:2:ffff::1'), 'an IPv6 /64 is one client');
+      assert.notEqual(clientOf('2001:db8:1:3::7'), clientOf('2001:db8:1:2::7'));
     });
 
     test("an app that never answers, with hundreds of requests stuck in it, does not take the edge from another tenant's app", async () => {
