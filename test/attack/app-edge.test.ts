@@ -362,6 +362,35 @@ for (const kind of KINDS) {
       assert.equal(gone.status, 404);
     });
 
+    test("an app's malformed answers (extra bytes, a second response) never become another app's response on a shared client connection", async () => {
+      // A tenant's app that writes its own bytes on the socket: a short answer followed by a forged one.
+      const forger = net.createServer((socket) => {
+        socket.on('error', () => {});
+        socket.once('data', () => {
+          socket.write(
+            'HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello' +
+              'HTTP/1.1 200 OK\r\nContent-Length: 16\r\nContent-Type: application/json\r\n\r\n{"app":"FORGED"}',
+          );
+        });
+      });
+      await new Promise<void>((resolve) => forger.listen(0, '127.0.0.1', resolve));
+      closers.push(() => new Promise<void>((resolve) => forger.close(() => resolve())));
+      const forgerSlug = 'forger-000000e1';
+      await edge.setTargets(forgerSlug, [{ instanceId: 'f-1', port: (forger.address() as AddressInfo).port }]);
+      // One client connection (a front proxy's, say) carrying requests for two apps in turn.
+      const reply = await rawRequest(
+        edge.port,
+        `GET /forge HTTP/1.1\r\nHost: ${forgerSlug}.localhost\r\n\r\nGET /after HTTP/1.1\r\nHost: ${B}.localhost\r\n\r\n`,
+        2,
+      );
+      assert.equal(reply.responses[0]?.body, 'hello', reply.text);
+      assert.ok(!reply.text.includes('FORGED'), `the forged response reached the client: ${reply.text}`);
+      if (reply.responses.length > 1) assert.equal(reply.responses[1]!.app, 'B', reply.text);
+      // And the next request to the forger does not get the forged bytes either.
+      const again = await rawRequest(edge.port, `GET /again HTTP/1.1\r\nHost: ${forgerSlug}.localhost\r\n\r\n`, 1);
+      assert.ok(!again.text.includes('FORGED'), `a later request got the forged response: ${again.text}`);
+    });
+
     test('one client cannot hold the edge: past its share of connections, its new ones are closed, and other clients are served', async () => {
       const extra = 100;
       const sockets: net.Socket[] = [];
