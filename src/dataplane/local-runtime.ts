@@ -23,8 +23,10 @@ import type { DataPlaneReports } from '../domain/data-plane.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { runningDeploymentState } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
+import { tracingProjectName } from '../store/tracing-projects.ts';
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
 import { runEnvironment } from './app-environment.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
@@ -262,18 +264,14 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const dirs = revisionDirs(config.dataDir, job.revisionId);
     const secrets = openSecrets(job.secrets);
     const platform = await platformResources(job, appConfig);
-    const tracingProject = await db
-      .selectFrom('tracing_projects')
-      .select('name')
-      .where('id', '=', job.deployment.tracing_project_id)
-      .executeTakeFirst();
+    const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
     const reach = await access.openForwards(platform.databaseUrl);
     const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,
       tracingProjectId: job.deployment.tracing_project_id,
-      tracingProjectName: tracingProject?.name ?? job.deployment.name,
+      tracingProjectName: tracingProject ?? job.deployment.name,
       apiUrl: reach.apiUrl,
       agentCredential: platform.agentCredential,
       databaseUrl: reach.databaseUrl,
@@ -287,11 +285,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const log = logWriter(job.revisionId, 'deploy', redact);
     // The deployment's resource spec as it is now, not the snapshot's: a patch of it alone applies in
     // place (rescale), so a start after a restart must not go back to the counts of the revision's time.
-    const current = await db
-      .selectFrom('deployments')
-      .select('source_config')
-      .where('id', '=', job.deployment.id)
-      .executeTakeFirst();
+    const current = await runningDeploymentState(db, job.deployment.id);
     const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
     const { web: webCount, worker: workerCount } = scaleOf(resourceSpec, appConfig);
     const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
@@ -479,11 +473,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     async check() {
       for (const [deploymentId, app] of apps) {
-        const row = await db
-          .selectFrom('deployments')
-          .select(['status', 'active_revision_id'])
-          .where('id', '=', deploymentId)
-          .executeTakeFirst();
+        const row = await runningDeploymentState(db, deploymentId);
         if (!row || row.status === 'AWAITING_DELETE' || row.active_revision_id !== app.revisionId) continue;
         if (row.status === 'UNKNOWN' && (await app.supervisor.healthy())) {
           await setDeploymentStatus(deploymentId, 'READY', {

@@ -239,3 +239,12 @@ export async function activeRevisionId(db: Db, deploymentId: string): Promise<st
     .executeTakeFirst();
   return row?.active_revision_id;
 }
+
+/** What the own data plane checks of a deployment it runs: its status, serving revision and current source config. */
+export async function runningDeploymentState(db: Db, deploymentId: string) {
+  return db
+    .selectFrom('deployments')
+    .select(['status', 'active_revision_id', 'source_config'])
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
+}

@@ -29,3 +29,8 @@ export async function listTracingProjects(db: Db, workspaceId: string, limit: nu
 export async function deleteTracingProject(db: Db, id: string): Promise<void> {
   await db.deleteFrom('tracing_projects').where('id', '=', id).execute();
 }
+
+export async function tracingProjectName(db: Db, id: string): Promise<string | undefined> {
+  const row = await db.selectFrom('tracing_projects').select('name').where('id', '=', id).executeTakeFirst();
+  return row?.name;
+}
