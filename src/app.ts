@@ -28,7 +28,9 @@ import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
 import { healthRoutes } from './routes/health.ts';
 import { langGraphCompatRoutes } from './routes/langgraph-compat.ts';
+import { requestTracing } from './http/request-tracing.ts';
 import { metricsRoutes } from './routes/metrics.ts';
+import { noTracing, type Tracing } from './telemetry/tracing.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
 import { oauthRoutes } from './routes/oauth.ts';
@@ -62,6 +64,8 @@ export interface AppDeps {
   pool?: pg.Pool;
   /** Replaces fetch towards the single sign-on provider (tests that play a provider gone wrong). */
   ssoFetch?: FetchLike;
+  /** Traces of API requests (src/telemetry/tracing.ts); none when absent. */
+  tracing?: Tracing;
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -99,6 +103,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
+  // A span for every request, started before any hook can answer it (authentication refusals included).
+  await app.register(requestTracing, { tracing: deps.tracing ?? noTracing });
   registerFrameworkAnswers(app);
   registerErrorHandler(app);
   app.addSchema(ErrorBody);

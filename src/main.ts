@@ -20,6 +20,7 @@ import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
 import { startAppEdge, type AppEdge } from './dataplane/app-edge.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
+import { startTracing } from './telemetry/tracing.ts';
 import { createServices } from './services.ts';
 
 /** Start-up notices about the configuration that are not errors but surprise people later. */
@@ -112,7 +113,8 @@ async function main(): Promise<void> {
   const changes = await openChangeFeed(database.url, logger);
   // One set of services for the API and the worker (src/services.ts).
   const services = createServices({ config, db, secretBox, logger });
-  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, services });
+  const tracing = startTracing(config.tracing, logger);
+  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, services, tracing });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   const retention = startRetentionSweeper({
     db,
@@ -139,6 +141,7 @@ async function main(): Promise<void> {
         await worker?.stop();
         await edge?.close();
         await changes.close();
+        await tracing.shutdown();
       } finally {
         // The embedded server last, once nothing uses it; the data directory once the server is down.
         await opened.close();

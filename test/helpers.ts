@@ -22,6 +22,7 @@ import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 import { assertAnswerDocumented } from './support/openapi-conformance.ts';
+import { startTracing } from '../src/telemetry/tracing.ts';
 
 function testEnvironment(): { adminUrl: string; template: string } {
   const adminUrl = process.env.SLIPWAY_TEST_ADMIN_URL;
@@ -106,11 +107,14 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
   const first = await bootstrap(database.db, config.bootstrapApiKey);
   const changes = options.changes ? await openChangeFeed(database.url, logger) : null;
   const edge = options.edge ? await startAppEdge({ config, logger }) : null;
+  // Traces when the env names an OTLP endpoint, as main.ts does.
+  const tracing = startTracing(config.tracing, logger);
   const app = await buildApp({
     config,
     db: database.db,
     secretBox,
     logger,
+    tracing,
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
   });
@@ -131,6 +135,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
       await app.close();
       await edge?.close();
       await changes?.close();
+      await tracing.shutdown();
       await database.drop();
       await fs.rm(dataDir, { recursive: true, force: true });
     },
