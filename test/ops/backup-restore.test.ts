@@ -266,6 +266,14 @@ describe('backup and restore', { timeout: 900_000 }, () => {
     assert.equal(manifest.appDatabases.length, 1);
     const everything = await fs.readFile(archive);
     assert.ok(!everything.includes(encryptionKey.toString('hex')), 'the key is not in the archive');
+    // A process with another key is refused as the service would be: it could not vouch for the archive.
+    const other = randomBytes(32);
+    const wrongKey = await slipway(['backup', `${archive}.other`, '--without-app-data'], sourceDir, {
+      SLIPWAY_ENCRYPTION_KEY: other.toString('hex'),
+    });
+    assert.equal(wrongKey.code, 2, wrongKey.stderr);
+    assert.match(wrongKey.stderr, /is not the key this database's secrets are sealed with/);
+    await assert.rejects(fs.stat(`${archive}.other`));
     const again = await slipway(['backup', archive, '--without-app-data'], sourceDir);
     assert.equal(again.code, 2);
     assert.match(again.stderr, /exists: name a new file/);
