@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
 import pg from 'pg';
+import pino from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { openSecretBox } from '../../src/crypto/key-check.ts';
@@ -19,6 +20,8 @@ import { databaseUrl, withClient } from '../../src/db/admin-client.ts';
 import { connect } from '../../src/db/database.ts';
 import { migrate, readMigrations } from '../../src/db/migrate.ts';
 import { createLogger } from '../../src/logger.ts';
+import { createBackup } from '../../src/ops/backup.ts';
+import { restoreBackup } from '../../src/ops/restore.ts';
 import { FIXTURE_API_KEY, FIXTURE_ENCRYPTION_KEY } from '../fixtures/upgrade-fixture-keys.ts';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../fixtures');
@@ -185,4 +188,51 @@ test('processes starting at once apply each migration exactly once', async () =>
     [...a, ...b].sort((x, y) => x - y),
     (await readMigrations()).map((m) => m.id),
   );
+});
+
+test('a backup made on the earlier schema restores into this version, migrated on the way', async () => {
+  const [fixture] = (await fs.readdir(FIXTURES)).filter((f) => /^upgrade-from-\w+\.sql$/.test(f));
+  assert.ok(fixture, 'an upgrade fixture exists');
+  const url = await emptyDatabase();
+  await withClient(url, async (c) => c.query(await fs.readFile(path.join(FIXTURES, fixture), 'utf8')));
+  const { db, pool: sourcePool } = connect(url, 4);
+  cleanups.push(() => db.destroy());
+  const key = Buffer.from(FIXTURE_ENCRYPTION_KEY, 'hex');
+  const keys = { current: key, previous: [], source: 'SLIPWAY_ENCRYPTION_KEY', file: null };
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-old-backup-'));
+  cleanups.push(() => fs.rm(dir, { recursive: true, force: true }));
+  const archive = path.join(dir, 'old.tar.gz');
+  const { manifest } = await createBackup({
+    database: { url, pool: sourcePool, db, embedded: false, close: async () => undefined },
+    keys,
+    dataDir: dir,
+    output: archive,
+    slipwayVersion: 'earlier',
+    withoutAppData: true,
+    say: () => undefined,
+  });
+  const latest = (await readMigrations()).at(-1)!.id;
+  assert.ok(manifest.schema.version < latest, 'made on the earlier schema');
+
+  const target = await emptyDatabase();
+  const lines: string[] = [];
+  await restoreBackup({
+    archive,
+    config: loadConfig({ DATABASE_URL: target, SLIPWAY_ENCRYPTION_KEY: FIXTURE_ENCRYPTION_KEY, SLIPWAY_DATA_DIR: dir }),
+    keys,
+    logger: pino({ level: 'silent' }),
+    say: (line) => lines.push(line),
+  });
+  assert.ok(lines.includes(`migrated from schema version ${manifest.schema.version} to ${latest}`), lines.join('\n'));
+  const restored = await withClient(target, async (c) => ({
+    migrations: (await c.query<{ id: number }>('select id from slipway_migrations order by id')).rows.map((r) => r.id),
+    deployments: (await c.query<{ name: string }>('select name from deployments order by name')).rows.map(
+      (r) => r.name,
+    ),
+  }));
+  assert.deepEqual(
+    restored.migrations,
+    (await readMigrations()).map((m) => m.id),
+  );
+  assert.deepEqual(restored.deployments, ['cluster-agent', 'local-agent']);
 });
