@@ -236,7 +236,11 @@ async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'htt
   if (limit !== null) {
     // By address (IPv6 by its /64, as the HAProxy edge counts): past the limit, closed at once.
     const open = new Map<string, number>();
+    /** Sockets counted already: a plain request replayed after an h2c upgrade comes as a connection again. */
+    const counted = new WeakSet<net.Socket>();
     server.on('connection', (socket: net.Socket) => {
+      if (counted.has(socket)) return;
+      counted.add(socket);
       const client = clientOf(socket.remoteAddress ?? '');
       const count = (open.get(client) ?? 0) + 1;
       if (count > limit) {
