@@ -1433,6 +1433,8 @@ async function serve(instanceId, optionsText) {
 
   /** Claims the oldest runnable pending run (none of its thread's runs running), with a lease. */
   async function claimRun() {
+    // A stopping instance takes nothing more: what it gives back must not come back to it.
+    if (stopping) return null;
     return transaction(async (client) => {
       const candidate = await client.query(
         `select r.run_id, r.thread_id from ${SCHEMA}.runs r join ${SCHEMA}.threads t on t.thread_id = r.thread_id

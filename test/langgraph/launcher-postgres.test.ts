@@ -7,6 +7,7 @@
  *   run back at once, its partial checkpoints rolled back, and the next instance finishes it;
  * - langgraph.json's `checkpointer.ttl` and `store.ttl` delete idle threads (with their checkpoints)
  *   and expired store items;
+ * - interrupts, state updates, resuming and if_not_exists work across two instances;
  * - a cron's bad time zone is refused; without DATABASE_URL the in-memory server is used.
  *
  * The install takes a minute or so.
@@ -172,6 +173,34 @@ test('a stopped instance gives its unfinished run back at once, rolled back, and
   assert.equal(await second.client.crons.count({}), 0);
   second.child.kill('SIGTERM');
   await exited(second.child);
+});
+
+test('interrupts, resuming, state updates and if_not_exists, across two instances', async () => {
+  const [one, two] = [await startServer(), await startServer()];
+  const thread = await one.client.threads.create();
+  // Stopped before the writer: interrupted, with the writer next, seen from the other instance.
+  await one.client.runs.wait(thread.thread_id, 'agent', {
+    input: { text: 'count the words' },
+    interruptBefore: ['writer'],
+  });
+  assert.equal((await two.client.threads.get(thread.thread_id)).status, 'interrupted');
+  const paused = await two.client.threads.getState(thread.thread_id);
+  assert.deepEqual(paused.next, ['writer']);
+  // A state update as a node, then resuming (input null) through the other instance.
+  await two.client.threads.updateState(thread.thread_id, { values: { findings: ['edited'] }, asNode: 'analyst' });
+  const resumed = await one.client.runs.wait(thread.thread_id, 'agent', { input: null });
+  assert.equal((resumed as { answer: string }).answer, 'Analysis: 3 words; edited.');
+  assert.equal((await two.client.threads.get(thread.thread_id)).status, 'idle');
+  // if_not_exists: a run on an unknown thread id is refused, or makes the thread when asked to.
+  const fresh = '0195f0c4-1111-7000-8000-000000000001';
+  // (Refused as LangChain's server refuses it: 422, 'already running a task'.)
+  await assert.rejects(one.client.runs.wait(fresh, 'agent', { input: { text: 'words' } }), /422/);
+  await one.client.runs.wait(fresh, 'agent', { input: { text: 'words' }, ifNotExists: 'create' });
+  assert.deepEqual(((await two.client.threads.getState(fresh)).values as { findings: string[] }).findings, ['1 words']);
+  for (const server of [one, two]) {
+    server.child.kill('SIGTERM');
+    await exited(server.child);
+  }
 });
 
 test("langgraph.json's checkpointer and store TTLs delete idle threads, their checkpoints, and expired items", async () => {
