@@ -180,6 +180,7 @@ async function main(): Promise<void> {
         edge,
         repositories: services.integrations.repositories,
         logger,
+        tracing,
       });
     } catch (error) {
       if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);

@@ -22,7 +22,7 @@ import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { createLogger } from '../src/logger.ts';
 import type { Database } from '../src/store/schema.ts';
 import { assertAnswerDocumented } from './support/openapi-conformance.ts';
-import { startTracing } from '../src/telemetry/tracing.ts';
+import { startTracing, type Tracing } from '../src/telemetry/tracing.ts';
 
 function testEnvironment(): { adminUrl: string; template: string } {
   const adminUrl = process.env.SLIPWAY_TEST_ADMIN_URL;
@@ -77,6 +77,8 @@ export interface TestApp {
   changes: ChangeFeed | null;
   /** The edge that serves deployed apps, when asked for (TestAppOptions.edge). */
   edge: AppEdge | null;
+  /** Traces, when the env names an OTLP endpoint (otherwise the no-op one). */
+  tracing: Tracing;
   /** Closes the app, its edge and change feed, then drops the database and the data directory. */
   close(): Promise<void>;
 }
@@ -131,6 +133,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     logger,
     changes,
     edge,
+    tracing,
     async close() {
       await app.close();
       await edge?.close();

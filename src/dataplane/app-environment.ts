@@ -51,6 +51,18 @@ export interface PlatformVariables {
   databaseUrl: string | null;
   /** Where the app must listen: its own network namespace's every address, or the host's loopback. */
   listenHost: string;
+  /**
+   * The OpenTelemetry collector the service sends its traces to, as the app reaches it, when the operator
+   * set one: the app's own traces join the same backend (docs/operations.md, "Traces").
+   */
+  otlp?: { endpoint: string; serviceName: string; resourceAttributes: Record<string, string> } | null;
+}
+
+/** OTEL_RESOURCE_ATTRIBUTES: key=value pairs, values percent-encoded as the specification says. */
+function resourceAttributes(attributes: Record<string, string>): string {
+  return Object.entries(attributes)
+    .map(([key, value]) => `${key}=${encodeURIComponent(value)}`)
+    .join(',');
 }
 
 export function runEnvironment(
@@ -60,6 +72,14 @@ export function runEnvironment(
   platform: PlatformVariables,
 ): Record<string, string> {
   return {
+    // The standard OpenTelemetry variables first: an app's own env or secrets may set them otherwise.
+    ...(platform.otlp
+      ? {
+          OTEL_EXPORTER_OTLP_ENDPOINT: platform.otlp.endpoint,
+          OTEL_SERVICE_NAME: platform.otlp.serviceName,
+          OTEL_RESOURCE_ATTRIBUTES: resourceAttributes(platform.otlp.resourceAttributes),
+        }
+      : {}),
     ...buildEnvironment(paths, appEnv, secrets),
     HOST: platform.listenHost,
     ...(paths.data ? { SLIPWAY_DATA_DIR: paths.data } : {}),

@@ -23,6 +23,8 @@ const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
 const DATABASE_FORWARD_BUDGET = MAX_CONNECTIONS - SERVICE_RESERVED_CONNECTIONS - 20;
 /** Connections an app may hold to the service's API at once. */
 const API_FORWARD_CONNECTIONS = 64;
+/** Connections an app may hold to the operator's OpenTelemetry collector on this machine (exporters keep one or two). */
+const OTLP_FORWARD_CONNECTIONS = 16;
 
 const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
 
@@ -42,7 +44,7 @@ export interface AppHostAccess {
   /** Opens a running revision's forwards; the database URL and API URL the app is given. */
   openForwards(
     databaseUrl: string | null,
-  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }>;
+  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }>;
   closeForwards(forwards: readonly HostForward[]): Promise<void>;
 }
 
@@ -83,8 +85,9 @@ export function createAppHostAccess(deps: {
    */
   async function openForwards(
     databaseUrl: string | null,
-  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string }> {
-    if (!sandbox.slirp) return { forwards: [], databaseUrl, apiUrl: config.publicUrl };
+  ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }> {
+    const otlpEndpoint = config.tracing?.endpoint ?? null;
+    if (!sandbox.slirp) return { forwards: [], databaseUrl, apiUrl: config.publicUrl, otlpEndpoint };
     const dir = path.join(sandbox.slirp.socketDir, randomBytes(12).toString('hex'));
     await fs.mkdir(dir, { mode: 0o711 });
     const forwards: HostForward[] = [];
@@ -129,7 +132,33 @@ export function createAppHostAccess(deps: {
         );
         api.hostname = '127.0.0.1';
       }
-      return { forwards, databaseUrl: insideDatabaseUrl, apiUrl: api.toString().replace(/\/$/, '') };
+      // A collector on this machine's loopback: inside, the same address leads to it (and nowhere else).
+      let insideOtlp = otlpEndpoint;
+      const otlp = otlpEndpoint ? new URL(otlpEndpoint) : null;
+      if (otlp && LOOPBACK_HOSTS.has(otlp.hostname)) {
+        const port = Number(otlp.port || (otlp.protocol === 'https:' ? 443 : 80));
+        forwards.push(
+          await openHostForward(
+            dir,
+            {
+              name: 'otlp',
+              host: otlp.hostname.replace(/^\[|\]$/g, ''),
+              port,
+              insidePort: port,
+              maxConnections: OTLP_FORWARD_CONNECTIONS,
+            },
+            logger,
+          ),
+        );
+        otlp.hostname = '127.0.0.1';
+        insideOtlp = otlp.toString().replace(/\/$/, '');
+      }
+      return {
+        forwards,
+        databaseUrl: insideDatabaseUrl,
+        apiUrl: api.toString().replace(/\/$/, ''),
+        otlpEndpoint: insideOtlp,
+      };
     } catch (error) {
       await closeForwards(forwards);
       throw error;

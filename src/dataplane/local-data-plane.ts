@@ -20,6 +20,7 @@ import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
 import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
+import type { Tracing } from '../telemetry/tracing.ts';
 
 /** Downloads a codehost revision's repository (src/service/codehost-integrations.ts does the talking). */
 export interface RepositoryDownloader {
@@ -41,6 +42,8 @@ export interface LocalDataPlaneDeps {
   edge: AppEdge;
   repositories: RepositoryDownloader;
   logger: Logger;
+  /** Traces of each revision's work (src/telemetry/tracing.ts); none when absent. */
+  tracing?: Tracing;
   /** Tests shorten these. */
   leaseSeconds?: number;
   backoff?: { initialMs: number; maxMs: number };
@@ -93,6 +96,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     owner,
     concurrency: config.workerConcurrency,
     leaseSeconds,
+    ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
   return {
     isolation: sandbox.description,

@@ -51,6 +51,7 @@ import {
 } from './revision-build.ts';
 import type { Sandbox } from './sandbox.ts';
 import { copyUpload, legacyUploadFile } from './upload-source.ts';
+import { inSpan } from '../telemetry/tracing.ts';
 
 /** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
 const CRASH_LOOP_THRESHOLD = 5;
@@ -276,6 +277,17 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       agentCredential: platform.agentCredential,
       databaseUrl: reach.databaseUrl,
       listenHost: sandbox.listenHost,
+      otlp: reach.otlpEndpoint
+        ? {
+            endpoint: reach.otlpEndpoint,
+            serviceName: job.deployment.name,
+            resourceAttributes: {
+              'slipway.deployment.id': job.deployment.id,
+              'slipway.revision.id': job.revisionId,
+              'slipway.workspace.id': job.deployment.workspace_id,
+            },
+          }
+        : null,
     });
     const redact = [
       ...Object.values(secrets),
@@ -311,9 +323,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       },
     });
     log.system(`Starting ${describeScale({ web: webCount, worker: workerCount })}: ${appConfig.start}`);
-    await supervisor.start();
+    await inSpan('start', { 'slipway.instances': webCount + workerCount }, () => supervisor.start());
     try {
-      await supervisor.waitHealthy(config.healthTimeoutMs, signal);
+      await inSpan('health', { 'slipway.health_check_path': appConfig.healthCheckPath }, () =>
+        supervisor.waitHealthy(config.healthTimeoutMs, signal),
+      );
     } catch (error) {
       await supervisor.stop(config.drainTimeoutMs);
       await access.closeForwards(reach.forwards);
@@ -421,8 +435,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       // nothing is drained yet) before the commit, and leave it again if the commit fails.
       const serving = apps.get(job.deployment.id)?.supervisor.webTargets ?? [];
       try {
-        await edge.setTargets(next.slug, [...serving, ...next.supervisor.webTargets]);
-        await commit(appUrl(edge, next.slug));
+        await inSpan('switch', {}, async () => {
+          await edge.setTargets(next.slug, [...serving, ...next.supervisor.webTargets]);
+          await commit(appUrl(edge, next.slug));
+        });
       } catch (error) {
         await (serving.length > 0 ? edge.setTargets(next.slug, serving) : edge.remove(next.slug)).catch(
           (routeError: unknown) => logger.error({ err: routeError }, 'the app route could not be restored'),

@@ -38,6 +38,7 @@ import {
   type ClaimedRevision,
   type LeaseOwner,
 } from '../store/work-leases.ts';
+import { inRootSpan, inSpan, noTracing, type Tracing } from '../telemetry/tracing.ts';
 
 export type { Worker };
 
@@ -56,6 +57,8 @@ export interface WorkerDeps {
   owner: LeaseOwner;
   concurrency: number;
   leaseSeconds?: number;
+  /** A span per revision's work, with its steps (src/telemetry/tracing.ts); none when absent. */
+  tracing?: Tracing;
 }
 
 /** Safety-net poll when no notification comes. */
@@ -186,19 +189,21 @@ export function startWorker(deps: WorkerDeps): Worker {
         return;
       }
       if (status === 'AWAITING_BUILD' || status === 'BUILDING') {
-        await runtime.build(
-          job,
-          {
-            building: () => step('BUILDING'),
-            commitResolved: (sha) => setRevisionCommitSha(db, job.revisionId, sha),
-          },
-          signal,
+        await inSpan('build', {}, () =>
+          runtime.build(
+            job,
+            {
+              building: () => step('BUILDING'),
+              commitResolved: (sha) => setRevisionCommitSha(db, job.revisionId, sha),
+            },
+            signal,
+          ),
         );
         await step('AWAITING_DEPLOY');
       }
       await step('DEPLOYING');
       // DEPLOYED: the deployment now serves it from here, at its stable URL, and this worker runs it.
-      await runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, customUrl));
+      await inSpan('deploy', {}, () => runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, customUrl)));
       await pruneBuilds(deploymentId);
     } catch (error) {
       if (error instanceof RevisionFailure) {
@@ -255,7 +260,16 @@ export function startWorker(deps: WorkerDeps): Worker {
       const claimed = await claimNext();
       if (!claimed) return;
       const controller = new AbortController();
-      const done = run(claimed, controller)
+      const done = inRootSpan(
+        deps.tracing ?? noTracing,
+        'revision',
+        {
+          'slipway.deployment.id': claimed.deployment_id,
+          'slipway.revision.id': claimed.id,
+          'slipway.workspace.id': claimed.workspace_id,
+        },
+        () => run(claimed, controller),
+      )
         .catch((error: unknown) => logger.error({ err: error, revisionId: claimed.id }, 'revision job crashed'))
         .finally(() => {
           jobs.delete(claimed.id);

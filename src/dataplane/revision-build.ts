@@ -20,6 +20,7 @@ import { copySnapshot, removeTree, sealSnapshot } from './build-snapshot.ts';
 import { limitsFromResourceSpec, type Limits } from './resource-limits.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
+import { inSpan } from '../telemetry/tracing.ts';
 
 /** A revision that cannot go on: the failure status it moves to, a machine-readable reason, a message for the user. */
 export class RevisionFailure extends Error {
@@ -121,16 +122,20 @@ async function fetchSource(
           'The revision names no source_tarball_path: upload the source and patch the deployment with the path.',
         );
       log.system(`Extracting the uploaded source ${upload}`);
-      await deps.copyUpload(input.deployment.workspace_id, upload, archive);
-      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal });
+      await inSpan('fetch', { 'slipway.source': 'upload' }, () =>
+        deps.copyUpload(input.deployment.workspace_id, upload, archive),
+      );
+      await inSpan('extract', {}, () => extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal }));
     } else if (input.source === 'codehost') {
       const ref = input.config.repo_ref;
       if (!ref) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no repo_ref.');
       log.system(`Fetching ${String(input.deployment.source_config.repo_url)} at ${ref}`);
-      const { commitSha } = await deps.fetcher.downloadRepository(input.deployment, ref, archive);
+      const { commitSha } = await inSpan('fetch', { 'slipway.source': 'codehost' }, () =>
+        deps.fetcher.downloadRepository(input.deployment, ref, archive),
+      );
       await hooks.commitResolved(commitSha);
       log.system(`Resolved ${ref} to commit ${commitSha}`);
-      await extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal });
+      await inSpan('extract', {}, () => extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal }));
     } else {
       throw new RevisionFailure(
         'BUILD_FAILED',
@@ -238,13 +243,15 @@ export async function buildRevision(
   ] as const) {
     if (!command) continue;
     log.system(`Running the ${step} command: ${command}`);
-    const exit = await runToEnd({
-      sandbox: deps.sandbox,
-      run: { purpose: 'build', command, appDir: dirs.app, limits, name: `build-${input.revisionId}-${step}` },
-      env,
-      output: log,
-      signal,
-    });
+    const exit = await inSpan(step, {}, () =>
+      runToEnd({
+        sandbox: deps.sandbox,
+        run: { purpose: 'build', command, appDir: dirs.app, limits, name: `build-${input.revisionId}-${step}` },
+        env,
+        output: log,
+        signal,
+      }),
+    );
     signal.throwIfAborted();
     if (exit.code !== 0) {
       const tail = log.tail(20).join('\n');

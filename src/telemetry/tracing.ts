@@ -8,7 +8,7 @@
  * in one process (tests, the bench) keep their spans apart; what is global is only the context manager
  * (AsyncLocalStorage), which carries the current span through awaits and is the same for all.
  */
-import { context, trace, type Tracer } from '@opentelemetry/api';
+import { context, createContextKey, SpanStatusCode, trace, type Attributes, type Tracer } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -58,4 +58,48 @@ export function startTracing(config: TracingConfig | null, logger: Logger): Trac
         logger.warn({ err: error }, 'traces: the last spans could not be sent');
       })),
   };
+}
+
+/** Where a revision's work keeps the tracer of its service, for the steps below it (inSpan). */
+const TRACER_KEY = createContextKey('slipway.tracer');
+
+/**
+ * Runs `work` in a root span of `tracing`'s service (a revision's way through the data plane); the
+ * steps it calls make their spans with inSpan(), without being handed the tracer. Without tracing,
+ * just runs it.
+ */
+export function inRootSpan<T>(
+  tracing: Tracing,
+  name: string,
+  attributes: Attributes,
+  work: () => Promise<T>,
+): Promise<T> {
+  if (!tracing.enabled) return work();
+  const start = context.active().setValue(TRACER_KEY, tracing.tracer);
+  return context.with(start, () => inSpan(name, attributes, work, { root: true }));
+}
+
+/**
+ * Runs `work` in a span named `name`, a child of the current one, when a root span of a traced service
+ * is current (inRootSpan); otherwise just runs it. A thrown error is recorded and marks the span failed.
+ */
+export function inSpan<T>(
+  name: string,
+  attributes: Attributes,
+  work: () => Promise<T>,
+  options: { root?: boolean } = {},
+): Promise<T> {
+  const tracer = context.active().getValue(TRACER_KEY) as Tracer | undefined;
+  if (tracer === undefined) return work();
+  return tracer.startActiveSpan(name, { attributes, root: options.root ?? false }, async (span) => {
+    try {
+      return await work();
+    } catch (error) {
+      span.recordException(error instanceof Error ? error : String(error));
+      span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.message : String(error) });
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
 }

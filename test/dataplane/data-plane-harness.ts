@@ -98,6 +98,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
           logger,
         }).repositories,
         logger,
+        tracing: t.tracing,
         leaseSeconds: 6,
         backoff: { initialMs: 100, maxMs: 500 },
       });
