@@ -33,7 +33,7 @@ import { withClient } from '../src/db/admin-client.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { startLocalDataPlane } from '../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../src/logger.ts';
-import type { Worker } from '../src/pipeline/worker.ts';
+import type { Worker } from '../src/domain/data-plane.ts';
 import { createCodehostIntegrationService } from '../src/service/codehost-integrations.ts';
 import type { Database } from '../src/store/schema.ts';
 
