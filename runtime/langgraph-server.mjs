@@ -2040,7 +2040,14 @@ async function migrate(pool, saver, postgresStore) {
 const [mode, ...rest] = process.argv.slice(2);
 if (mode === 'serve') {
   const [instanceId, optionsText] = rest;
-  await serve(instanceId, optionsText);
+  try {
+    await serve(instanceId, optionsText);
+  } catch (error) {
+    // A graph that fails to load, a database out of reach: the process ends, as the in-memory server
+    // does, so the supervisor and the health check see it at once (the pool and timers would keep it).
+    console.error(error);
+    process.exit(1);
+  }
 } else if ((mode === 'js' || mode === 'python') && rest[0]) {
   launch(mode, rest[0]);
 } else {

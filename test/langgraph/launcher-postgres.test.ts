@@ -8,7 +8,8 @@
  * - langgraph.json's `checkpointer.ttl` and `store.ttl` delete idle threads (with their checkpoints)
  *   and expired store items;
  * - interrupts, state updates, resuming and if_not_exists work across two instances;
- * - a cron's bad time zone is refused; without DATABASE_URL the in-memory server is used.
+ * - a cron's bad time zone is refused; a graph that fails to load ends the process; without
+ *   DATABASE_URL the in-memory server is used.
  *
  * The install takes a minute or so.
  */
@@ -49,6 +50,11 @@ before(async () => {
       store: { ttl },
     }),
   );
+  await fs.writeFile(
+    path.join(project, 'broken.json'),
+    JSON.stringify({ node_version: '20', graphs: { agent: './src/broken.ts:graph' } }),
+  );
+  await fs.writeFile(path.join(project, 'src', 'broken.ts'), "throw new Error('the graph cannot load');\n");
   await fs.mkdir(path.join(project, '.slipway'));
   await fs.copyFile(LAUNCHER, path.join(project, '.slipway', 'langgraph-server.mjs'));
   const npm = { cwd: project, timeout: 300_000 };
@@ -219,6 +225,19 @@ test("langgraph.json's checkpointer and store TTLs delete idle threads, their ch
   assert.deepEqual(await query(`select 1 from langgraph.checkpoints where thread_id = $1`, [thread.thread_id]), []);
   server.child.kill('SIGTERM');
   await exited(server.child);
+});
+
+test('a graph that fails to load ends the process with its error, as the in-memory server does', async () => {
+  const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', 'broken.json'], {
+    cwd: project,
+    env: { PATH: process.env.PATH ?? '', HOME: project, PORT: String(await freePort()), DATABASE_URL: database.url },
+  });
+  started.push(child);
+  let output = '';
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  assert.equal(await exited(child), 1, output);
+  assert.match(output, /the graph cannot load/);
 });
 
 test('without DATABASE_URL the in-memory server runs, as before', async () => {
