@@ -4,14 +4,15 @@
  * Pods of the serving revision crash-looping make the deployment UNKNOWN (`crash_loop`) and READY again
  * (`recovered`), exactly as a crash loop on the own data plane; an in-place change of the serving
  * revision that the cluster refuses or that does not roll out (the old pods keep serving) is a
- * `deployment.update_failed` event, and `deployment.update_rolled_out` once it does.
+ * `deployment.update_failed` event, and `deployment.update_rolled_out` once it does: when the heartbeat
+ * clears the deployment's condition (a failure replaced by a crash loop has not rolled out).
  *
  * Only a change writes anything: each heartbeat is compared with the stored conditions, so repeating
  * one is free.
  */
 import type { EventType } from '../domain/event-types.ts';
 import { applyCondition } from './lifecycle.ts';
-import { recordEvents } from '../store/events.ts';
+import { listDeploymentEvents, recordEvents } from '../store/events.ts';
 import {
   deleteListenerCondition,
   listenerConditionState,
@@ -120,6 +121,25 @@ export async function applyConditions(
     if (!locked.deployments.some((d) => d.id === c.deployment_id)) await deleteListenerCondition(db, c.deployment_id);
 }
 
+/**
+ * Whether the deployment's last word on an in-place change of `revisionId` is a
+ * `deployment.update_failed` (not followed by `deployment.update_rolled_out`): read from its events,
+ * newest first, only when a crash loop clears.
+ */
+async function updateFailureOutstanding(
+  db: Db,
+  deployment: ListenerDeploymentState,
+  revisionId: string,
+): Promise<boolean> {
+  const page = 100;
+  for (let offset = 0; ; offset += page) {
+    const events = await listDeploymentEvents(db, deployment.workspace_id, deployment.id, page, offset, 'desc');
+    const last = events.find((e) => e.type === 'deployment.update_failed' || e.type === 'deployment.update_rolled_out');
+    if (last) return last.type === 'deployment.update_failed' && last.data.revision_id === revisionId;
+    if (events.length < page) return false;
+  }
+}
+
 async function tellChange(
   db: Db,
   listenerId: string,
@@ -145,9 +165,12 @@ async function tellChange(
       reason: wanted.reason,
       message: wanted.message,
     });
-  } else if (before?.condition === 'update_failed' && before.revision_id === serving) {
-    // The change the cluster refused (or that did not roll out) is in place now, or was replaced.
-    await event('deployment.update_rolled_out', { revision_id: before.revision_id });
+  } else if (wanted === null && before !== undefined && before.revision_id === serving) {
+    // Every condition cleared: an in-place change still told as failed has rolled out now. The agent
+    // tells `update_failed` until the change after it finished rolling out, and `crash_loop` before it,
+    // so a failure replaced by a crash loop is still outstanding, not rolled out.
+    if (before.condition === 'update_failed' || (await updateFailureOutstanding(db, deployment, before.revision_id)))
+      await event('deployment.update_rolled_out', { revision_id: before.revision_id });
   }
   // The same rule as the own data plane's conditions (lifecycle.ts, applyCondition), from these statuses only.
   if (wanted?.condition === 'crash_loop') {

@@ -121,6 +121,51 @@ describe('deployment conditions from heartbeats', () => {
     assert.equal((await eventsOf(d.id, 'deployment.update_rolled_out')).length, 1);
   });
 
+  test('an update_failed replaced by crash_loop is no rollout: update_rolled_out only once the condition clears', async () => {
+    const { d, a } = await servingDeployment();
+    const stuck = {
+      deployment_id: d.id,
+      revision_id: d.revisionId,
+      condition: 'update_failed',
+      reason: 'progress_deadline_exceeded',
+      message: 'no progress',
+    };
+    await a.heartbeat(beat([stuck]));
+    assert.equal((await eventsOf(d.id, 'deployment.update_failed')).length, 1);
+    await a.heartbeat(
+      beat([{ deployment_id: d.id, revision_id: d.revisionId, condition: 'crash_loop', reason: 'crash_loop' }]),
+    );
+    assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.status, 'UNKNOWN');
+    assert.deepEqual(await eventsOf(d.id, 'deployment.update_rolled_out'), [], 'nothing rolled out');
+
+    await a.heartbeat(beat([stuck]));
+    assert.deepEqual(await eventsOf(d.id, 'deployment.update_rolled_out'), []);
+    await a.heartbeat(beat([]));
+    const rolled = await eventsOf(d.id, 'deployment.update_rolled_out');
+    assert.equal(rolled.length, 1, 'the failure cleared: the rollout finished');
+    assert.equal(rolled[0]!.data.revision_id, d.revisionId);
+  });
+
+  test('an update_failed, then a crash loop, then healthy: the change rolled out once the crash loop cleared', async () => {
+    const { d, a } = await servingDeployment();
+    const failed = { deployment_id: d.id, revision_id: d.revisionId, condition: 'update_failed', reason: 'crash_loop' };
+    await a.heartbeat(beat([failed]));
+    await a.heartbeat(
+      beat([{ deployment_id: d.id, revision_id: d.revisionId, condition: 'crash_loop', reason: 'crash_loop' }]),
+    );
+    assert.deepEqual(await eventsOf(d.id, 'deployment.update_rolled_out'), []);
+    await a.heartbeat(beat([]));
+    assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.status, 'READY');
+    assert.equal((await eventsOf(d.id, 'deployment.update_rolled_out')).length, 1);
+
+    // A later crash loop with no failed change before it tells no rollout when it clears.
+    await a.heartbeat(
+      beat([{ deployment_id: d.id, revision_id: d.revisionId, condition: 'crash_loop', reason: 'crash_loop' }]),
+    );
+    await a.heartbeat(beat([]));
+    assert.equal((await eventsOf(d.id, 'deployment.update_rolled_out')).length, 1);
+  });
+
   test('a heartbeat observed before one already applied changes no condition', async () => {
     const { d, a } = await servingDeployment();
     const crashing = {
