@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { client } from '../helpers.ts';
+import { MAX_PENDING_SIGN_INS } from '../../src/sso/sso-service.ts';
 import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from '../sso/sso-harness.ts';
 
 let t: SsoTestApp;
@@ -68,4 +69,29 @@ test.todo('an organization-wide member who is admin of one workspace is not an o
   assert.deepEqual(problems, [], 'each of these must be refused (403)');
   const mappings = await client(t.app, t.orgKey).get('/v2/sso/mappings');
   assert.ok(!mappings.body.resources.some((m: { value: string }) => m.value === 'all-staff-2'));
+});
+
+/**
+ * FAILS today (todo until fixed): POST /v2/sso/login needs no credential and stores a pending sign-in;
+ * past MAX_PENDING_SIGN_INS (10,000, kept 10 minutes) every start is 503 (src/sso/sso-service.ts,
+ * `start`). One anonymous client sending 17 requests a second keeps everybody out of the dashboard.
+ */
+test.todo('an anonymous client starting sign-ins in bulk does not keep people from signing in', async () => {
+  const batch = 50;
+  for (let sent = 0; sent < MAX_PENDING_SIGN_INS; sent += batch) {
+    await Promise.all(
+      Array.from({ length: batch }, () =>
+        t.app.inject({
+          method: 'POST',
+          url: '/v2/sso/login',
+          headers: { 'content-type': 'application/json' },
+          payload: '{}',
+          remoteAddress: '203.0.113.9',
+        }),
+      ),
+    );
+  }
+  t.provider.accounts.set('oscar', { groups: ['team-a-admins'] });
+  const done = await signIn(t, 'oscar').catch((error: unknown) => ({ status: 0, page: String(error) }));
+  assert.equal(done.status, 200, `an honest sign-in after the flood: ${done.page.slice(0, 300)}`);
 });
