@@ -75,7 +75,15 @@ before(async () => {
 });
 
 after(async () => {
-  for (const child of started) if (child.exitCode === null) child.kill('SIGKILL');
+  // The whole process group: the launcher's server (tsx and its node) must not outlive a failed test,
+  // nor hold the output pipes that keep this file's process alive.
+  for (const child of started) {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
   await database?.drop();
   await fs.rm(project, { recursive: true, force: true });
 });
@@ -89,6 +97,7 @@ async function startServer(
   const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', config], {
     cwd: project,
     env: { PATH: process.env.PATH ?? '', HOME: project, PORT: String(port), HOST: '127.0.0.1', ...env },
+    detached: true,
   });
   started.push(child);
   let output = '';
@@ -231,6 +240,7 @@ test('a graph that fails to load ends the process with its error, as the in-memo
   const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', 'broken.json'], {
     cwd: project,
     env: { PATH: process.env.PATH ?? '', HOME: project, PORT: String(await freePort()), DATABASE_URL: database.url },
+    detached: true,
   });
   started.push(child);
   let output = '';
