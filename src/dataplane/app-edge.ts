@@ -26,6 +26,7 @@ import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppRouter } from './app-router.ts';
 import { startHaproxyEdge } from './edge-haproxy.ts';
 import { findExecutable } from './executables.ts';
+import type { EdgeAppStats } from './edge-stats.ts';
 
 /** The route table of the edge: what the data plane changes when instances start, switch and stop. */
 export interface AppRoutes {
@@ -46,6 +47,8 @@ export interface AppEdge extends AppRoutes {
   readonly publicUrl: string;
   /** The port the edge listens on. */
   readonly port: number;
+  /** Requests, responses and response times of each routed app, by slug. */
+  stats(): Promise<Map<string, EdgeAppStats>>;
   /** Stops serving apps: in-flight requests get the drain time, then are cut. Idempotent. */
   close(): Promise<void>;
 }
@@ -144,6 +147,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       publicUrl,
       port,
       ...routesOf(edge),
+      stats: () => edge.stats(),
       close: () => edge.close(),
     };
   }
@@ -279,6 +283,7 @@ async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'htt
     publicUrl,
     port,
     ...routesOf(router),
+    stats: async () => router.stats(),
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -25,6 +25,7 @@ import {
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
 import { slugFromHost } from './app-urls.ts';
+import { createStatsCounter, type EdgeAppStats } from './edge-stats.ts';
 
 export interface AppRouter {
   /**
@@ -35,6 +36,8 @@ export interface AppRouter {
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];
+  /** What was counted for each routed app (src/dataplane/edge-stats.ts). */
+  stats(): Map<string, EdgeAppStats>;
   /** Handles the request when it is for an app (Host `<slug>.<appsDomain>`); returns false otherwise. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
   /** Same for WebSocket upgrades; other upgrades (h2c) return false and are served as plain requests. */
@@ -65,6 +68,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   /** Every backend that is routed to or still draining, for close(). */
   const backends = new Set<Backend>();
   const proxy = createAppProxy({ logger, forwardedProto: options.forwardedProto ?? 'http', routes });
+  /** Each routed app's count; it goes with the route. */
+  const counters = new Map<string, ReturnType<typeof createStatsCounter>>();
   let closing: Promise<void> | null = null;
 
   function addBackend(target: AppTarget): Backend {
@@ -83,6 +88,12 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       return sendError(req, res, 503, 'unavailable', 'The service is shutting down; retry shortly.');
     const route = routes.get(app.slug);
     if (route === undefined) return sendError(req, res, 404, 'not_found', `No deployment is served at ${app.slug}.`);
+    // Counted for the app from here, the edge's own answers (no instance, none answered) included.
+    const counter = counters.get(app.slug);
+    if (counter) {
+      const started = process.hrtime.bigint();
+      res.once('finish', () => counter.record(res.statusCode, Number(process.hrtime.bigint() - started) / 1e9));
+    }
     if (route.backends.length === 0)
       return sendError(
         req,
@@ -112,6 +123,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       route.backends = [...next.values()];
       route.next = route.backends.length === 0 ? 0 : route.next % route.backends.length;
       routes.set(slug, route);
+      if (!counters.has(slug)) counters.set(slug, createStatsCounter());
       logger.debug(
         { slug, targets: route.backends.map((b) => b.target), draining: removed.map((b) => b.target) },
         'app route set',
@@ -123,12 +135,17 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       const route = routes.get(slug);
       if (route === undefined) return Promise.resolve();
       routes.delete(slug);
+      counters.delete(slug);
       logger.debug({ slug }, 'app route removed');
       return drain(logger, backends, slug, route.backends, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
     },
 
     targets(slug) {
       return (routes.get(slug)?.backends ?? []).map((b) => ({ ...b.target }));
+    },
+
+    stats() {
+      return new Map([...counters].map(([slug, counter]) => [slug, counter.read()]));
     },
 
     handle(req, res) {

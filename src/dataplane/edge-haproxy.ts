@@ -39,6 +39,7 @@ import {
   type EdgeServer,
 } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
+import { emptyStats, STATUS_CLASSES, type EdgeAppStats, type StatusClass } from './edge-stats.ts';
 
 export interface HaproxyEdgeOptions {
   /** The edge's own directory (configuration, map, pid file, runtime socket). */
@@ -60,6 +61,8 @@ export interface HaproxyEdgeOptions {
 export interface HaproxyEdge extends AppRoutes {
   /** HAProxy's process id while it runs. */
   readonly pid: number | null;
+  /** Each routed app's counts, from HAProxy's statistics of its backend since the app got it. */
+  stats(): Promise<Map<string, EdgeAppStats>>;
   close(): Promise<void>;
 }
 
@@ -128,6 +131,26 @@ async function workerUser(): Promise<{ user: string; group: string }> {
     : { user: 'nobody', group: 'nogroup' };
 }
 
+/** A backend's counters in HAProxy (reset when HAProxy restarts); ttime: mean over its latest requests. */
+interface RawCounts {
+  requests: number;
+  responses: Record<StatusClass, number>;
+  ttimeMs: number;
+}
+
+function zeroCounts(): RawCounts {
+  return { requests: 0, responses: emptyStats().responses, ttimeMs: 0 };
+}
+
+function combine(a: RawCounts, b: RawCounts, sign: 1 | -1): RawCounts {
+  const responses = { ...a.responses };
+  for (const c of STATUS_CLASSES) responses[c] = Math.max(0, a.responses[c] + sign * b.responses[c]);
+  return { requests: Math.max(0, a.requests + sign * b.requests), responses, ttimeMs: a.ttimeMs };
+}
+
+const addCounts = (a: RawCounts, b: RawCounts) => combine(a, b, 1);
+const subtractCounts = (a: RawCounts, b: RawCounts) => combine(a, b, -1);
+
 interface Route {
   backend: string;
   targets: AppTarget[];
@@ -163,6 +186,13 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   /** Slots of each backend that hold an instance, serving or draining. */
   const slotsInUse = new Map<string, Set<string>>();
   let poolSize = INITIAL_POOL;
+  /** HAProxy processes started so far: each counts from zero. */
+  let generation = 0;
+  /** Per app: the counts of its backend when it got it, and what earlier HAProxy processes counted. */
+  const accounts = new Map<
+    string,
+    { generation: number; base: RawCounts; carried: RawCounts; last: RawCounts | null }
+  >();
   let child: ChildProcess | null = null;
   let closing = false;
   /** Runtime changes, one at a time (the waits of drains are outside it). */
@@ -254,6 +284,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
 
   async function start(): Promise<void> {
     await writeFiles();
+    // A new HAProxy counts from zero: the counts so far are carried (statsOf).
+    generation += 1;
     const proc = spawnHaproxy();
     const deadline = Date.now() + START_TIMEOUT_MS;
     while (Date.now() < deadline) {
@@ -272,6 +304,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
 
   async function restart(reason: string): Promise<void> {
     logger.warn({ reason }, 'app edge: restarting HAProxy (app traffic pauses briefly)');
+    // The counts up to now, while this HAProxy still answers (after a crash, those since the last read are lost).
+    await statsOf().catch(() => undefined);
     const proc = child;
     child = null;
     if (proc && proc.exitCode === null && proc.signalCode === null) {
@@ -280,6 +314,65 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       await exited;
     }
     await start();
+  }
+
+  /** Each backend's counts as HAProxy has them now (`show stat` of the backends). */
+  async function backendCounts(): Promise<Map<string, RawCounts>> {
+    const csv = await cli('show stat -1 2 -1');
+    const lines = csv.split('\n');
+    const header = lines[0]!.replace(/^# /, '').split(',');
+    const at = (name: string) => header.indexOf(name);
+    const counts = new Map<string, RawCounts>();
+    for (const row of lines.slice(1)) {
+      const fields = row.split(',');
+      if (fields[at('svname')] !== 'BACKEND') continue;
+      const number = (name: string) => Number(fields[at(name)] || 0);
+      counts.set(fields[at('pxname')]!, {
+        requests: number('req_tot'),
+        responses: {
+          '1xx': number('hrsp_1xx'),
+          '2xx': number('hrsp_2xx'),
+          '3xx': number('hrsp_3xx'),
+          '4xx': number('hrsp_4xx'),
+          '5xx': number('hrsp_5xx'),
+          other: number('hrsp_other'),
+        },
+        ttimeMs: number('ttime'),
+      });
+    }
+    return counts;
+  }
+
+  /**
+   * The apps' counts: a backend's since the app got it (a backend of the pool may have served a removed
+   * app before), plus what earlier HAProxy processes counted for it.
+   */
+  async function statsOf(): Promise<Map<string, EdgeAppStats>> {
+    const raw = await backendCounts();
+    const result = new Map<string, EdgeAppStats>();
+    for (const [slug, route] of table) {
+      let account = accounts.get(slug);
+      if (account === undefined) {
+        // Routed before its first read (or by a restart with a bigger pool): counted from here.
+        account = { generation, base: raw.get(route.backend) ?? zeroCounts(), carried: zeroCounts(), last: null };
+        accounts.set(slug, account);
+      }
+      if (account.generation !== generation) {
+        if (account.last) account.carried = addCounts(account.carried, subtractCounts(account.last, account.base));
+        account.base = zeroCounts();
+        account.generation = generation;
+      }
+      const now = raw.get(route.backend) ?? zeroCounts();
+      account.last = now;
+      const total = addCounts(account.carried, subtractCounts(now, account.base));
+      result.set(slug, {
+        requests: total.requests,
+        responses: total.responses,
+        averageResponseSeconds: total.requests === 0 ? null : now.ttimeMs / 1000,
+      });
+    }
+    for (const slug of accounts.keys()) if (!table.has(slug)) accounts.delete(slug);
+    return result;
   }
 
   function enqueue<T>(step: () => Promise<T>): Promise<T> {
@@ -413,6 +506,11 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         // Drained: no new request goes there, the ones in flight finish.
         for (const server of gone) await cli(`set server ${route.backend}/${server} state drain`);
         const isNew = !table.has(slug);
+        if (isNew) {
+          // The backend may have served a removed app: this one is counted from what it has now.
+          const base = (await backendCounts()).get(route.backend) ?? zeroCounts();
+          accounts.set(slug, { generation, base, carried: zeroCounts(), last: null });
+        }
         table.set(slug, { backend: route.backend, targets: wanted, servers });
         if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
         // Kept current for a restart of HAProxy, which reads them.
@@ -451,6 +549,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     targets(slug) {
       return (table.get(slug)?.targets ?? []).map((t) => ({ ...t }));
     },
+
+    stats: () => enqueue(statsOf),
 
     async close() {
       if (closing) return;

@@ -400,6 +400,37 @@ for (const kind of KINDS) {
       assert.equal(echoed.body.length, big.length, 'a large body reaches the app whole');
     });
 
+    test('per-app counts: requests and responses by class since the app got its route, and a mean response time', async () => {
+      const edge = await startEdge(kind);
+      const app = await startApp('counted', (req, res) => {
+        res.writeHead(req.url === '/missing' ? 404 : 200);
+        res.end('x');
+      });
+      const slug = 'counted-00000060';
+      await edge.setTargets(slug, [{ instanceId: 'i-1', port: app.port }]);
+      assert.deepEqual((await edge.stats()).get(slug)?.requests, 0);
+      for (const path of ['/', '/a', '/b', '/missing']) await call(edge.port, { host: appHost(slug, edge), path });
+      let stats = (await edge.stats()).get(slug)!;
+      assert.equal(stats.requests, 4);
+      assert.equal(stats.responses['2xx'], 3);
+      assert.equal(stats.responses['4xx'], 1);
+      assert.ok(stats.averageResponseSeconds !== null && stats.averageResponseSeconds >= 0);
+      // No instance: the edge's own 502/503 count as the app's 5xx.
+      await edge.setTargets(slug, [], { drainTimeoutMs: 500 });
+      await call(edge.port, { host: appHost(slug, edge) });
+      stats = (await edge.stats()).get(slug)!;
+      assert.equal(stats.requests, 5);
+      assert.equal(stats.responses['5xx'], 1);
+      // A removed app's counts go; an app routed next (HAProxy hands it a backend of the pool, maybe the
+      // same one) counts from zero.
+      await edge.remove(slug, { drainTimeoutMs: 500 });
+      assert.equal((await edge.stats()).has(slug), false);
+      const next = 'counted-00000061';
+      await edge.setTargets(next, [{ instanceId: 'i-2', port: app.port }]);
+      await call(edge.port, { host: appHost(next, edge) });
+      assert.equal((await edge.stats()).get(next)?.requests, 1);
+    });
+
     test('any host that is not a routed app gets 404 in the error shape, and no app sees the request', async () => {
       const edge = await startEdge(kind);
       const app = await startApp('bystander');
@@ -1056,6 +1087,24 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     const ownNice = Number((await statOf(process.pid))[16]);
     for (const pid of [master, worker]) assert.equal(Number((await statOf(pid))[16]), ownNice + 5, `nice of ${pid}`);
     assert.equal(Number((await statOf(worker))[17]), Math.max(1, Math.floor(os.availableParallelism() / 2)), 'threads');
+  });
+
+  test("an app's counts survive a restart of HAProxy", async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
+    dataDirs.push(dataDir);
+    const edge = await startEdge('haproxy', { dataDir });
+    const app = await startApp('survivor');
+    const slug = 'survivor-00000062';
+    await edge.setTargets(slug, [{ instanceId: 'i-1', port: app.port }]);
+    for (let i = 0; i < 3; i++) assert.ok(await served(edge, slug, 'survivor'));
+    assert.equal((await edge.stats()).get(slug)?.requests, 3);
+    const pid = await masterPid(dataDir);
+    process.kill(pid, 'SIGKILL');
+    await waitFor('the route served again', () => served(edge, slug, 'survivor'));
+    const after = (await edge.stats()).get(slug)!;
+    // The three before, and at least the one that found it served again.
+    assert.ok(after.requests >= 4, `requests ${after.requests}`);
+    assert.ok(after.responses['2xx'] >= 4);
   });
 
   test('HAProxy killed with SIGKILL is started again, and route changes after it are served', async () => {
