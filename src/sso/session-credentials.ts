@@ -90,8 +90,10 @@ export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Databas
         keyId: session.id,
         keyName: `sso:${session.email ?? session.subject}`,
         organizationId: session.organization_id,
-        // Without an organization-wide mapping the person acts like a key of the workspace it picked.
-        keyWorkspaceId: access.organizationRole === null ? workspaceId : null,
+        // An organization key only with the role of the organization-wide mapping itself: a stronger role
+        // from one workspace's mapping acts like a key of that workspace (an organization-wide member who
+        // is admin of one workspace is no organization admin).
+        keyWorkspaceId: access.organizationRole !== null && role === access.organizationRole ? null : workspaceId,
         role,
         workspaceId,
         person,

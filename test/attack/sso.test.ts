@@ -29,12 +29,12 @@ before(async () => {
 after(() => t?.close());
 
 /**
- * FAILS today (todo until fixed): src/sso/session-credentials.ts makes every session with an
- * organization-wide mapping look like an organization key (`keyWorkspaceId: null`) while its role is the
- * strongest of that mapping and the workspace's, so organization member + workspace admin passes the
- * organization-admin gate (src/http/authenticate.ts): it makes organization admin mappings and keys.
+ * Failed before the fix: src/sso/session-credentials.ts made every session with an organization-wide
+ * mapping look like an organization key (`keyWorkspaceId: null`) while its role was the strongest of that
+ * mapping and the workspace's, so organization member + workspace admin passed the organization-admin
+ * gate (src/http/authenticate.ts): it made organization admin mappings and keys.
  */
-test.todo('an organization-wide member who is admin of one workspace is not an organization admin', async () => {
+test('an organization-wide member who is admin of one workspace is not an organization admin', async () => {
   t.provider.accounts.set('mallory', { groups: ['all-staff', 'team-a-admins'] });
   const done = await signIn(t, 'mallory');
   assert.equal(done.status, 200, done.page);
