@@ -16,8 +16,7 @@
  * (shown-once before idempotency, which must see no-store; idempotency before If-Match, so that a
  * replay answers before a precondition is checked), whatever order the modules are registered in. A
  * documented route (not hidden) that declares nothing fails the start, so nothing is attached by a rule
- * from a distance. Debt: the single sign-on routes (src/routes/sso.ts) are older than this and declare
- * nothing yet; they get what the rules gave every route before (`inferred` below) until they do.
+ * from a distance.
  */
 import type { FastifyContextConfig, FastifyInstance, FastifyRequest, RouteOptions, onSendHookHandler } from 'fastify';
 import type { Db } from '../store/schema.ts';
@@ -59,9 +58,6 @@ export function needs(declared: RouteNeeds & Omit<FastifyContextConfig, keyof Ro
 const asArray = <T>(value: T | T[] | undefined): T[] =>
   value === undefined ? [] : Array.isArray(value) ? value : [value];
 
-/** Sso routes may still leave their needs to the old rules (see the header). */
-const UNDECLARED_ALLOWED = /^\/v2\/sso(\/|$)/;
-
 /**
  * `forgetKeys`: from registerAuthentication, after every admin write (keys change only through those).
  */
@@ -72,14 +68,11 @@ export function registerRouteNeeds(app: FastifyInstance, db: Db, auth: { forgetK
   app.addHook('onRoute', function (this: FastifyInstance, route: RouteOptions) {
     const config = route.config ?? {};
     const methods = asArray(route.method);
-    if (config.declared !== true && !route.schema?.hide && !UNDECLARED_ALLOWED.test(route.url))
+    if (config.declared !== true && !route.schema?.hide)
       throw new Error(
         `${methods.join(',')} ${route.url}: declare what the route needs with config: needs({...}) (src/http/route-needs.ts)`,
       );
-    const declared =
-      config.declared === true
-        ? { idempotent: config.idempotent ?? false, etag: config.etag ?? false, ifMatch: config.ifMatch }
-        : { idempotent: idempotentRoute(route), ...conditional.inferred(this, route) };
+    const declared = { idempotent: config.idempotent ?? false, etag: config.etag ?? false, ifMatch: config.ifMatch };
     if (declared.idempotent && !idempotentRoute(route))
       throw new Error(
         `${methods.join(',')} ${route.url}: idempotent is for a POST or PATCH with a JSON body and an API key`,

@@ -18,6 +18,7 @@ import {
   pageOf,
   envelope,
 } from '../http/schema-helpers.ts';
+import { needs } from '../http/route-needs.ts';
 import { SignInError } from '../sso/oidc-client.ts';
 import { cookieNames, readCookie, setCookie } from '../sso/session-cookie.ts';
 import type { SessionCredentials } from '../sso/session-credentials.ts';
@@ -116,12 +117,11 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   const tags = ['sso'];
   const names = cookieNames(publicUrl);
   const origin = new URL(publicUrl).origin;
-  const organizationAdmin = { auth: 'organization' as const, admin: 'organization' as const };
 
   app.get(
     '/v2/sso/session',
     {
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'getSsoSession',
         tags,
@@ -151,7 +151,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.post(
     '/v2/sso/login',
     {
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'startSsoSignIn',
         tags,
@@ -194,10 +194,10 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.get(
     '/v2/sso/callback',
     {
-      config: {
+      config: needs({
         auth: 'none',
         swaggerTransform: ({ schema, url }) => ({ schema: { ...schema, querystring: CallbackQuery }, url }),
-      },
+      }),
       // The query holds the authorization code: keep the request line out of the info-level access log.
       logLevel: 'warn',
       schema: {
@@ -276,7 +276,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.post(
     '/v2/sso/logout',
     {
-      config: { auth: 'none' },
+      config: needs({ auth: 'none' }),
       schema: {
         operationId: 'endSsoSession',
         tags,
@@ -304,7 +304,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.post(
     '/v2/sso/mappings',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization', idempotent: true, etag: true }),
       schema: {
         operationId: 'createSsoMapping',
         tags,
@@ -326,7 +326,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.get(
     '/v2/sso/mappings',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization' }),
       schema: {
         operationId: 'listSsoMappings',
         tags,
@@ -348,7 +348,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.delete(
     '/v2/sso/mappings/:mapping_id',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization', ifMatch: 'only-star' }),
       schema: {
         operationId: 'deleteSsoMapping',
         tags,
@@ -366,7 +366,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.get(
     '/v2/sso/sessions',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization' }),
       schema: {
         operationId: 'listSsoSessions',
         tags,
@@ -384,7 +384,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
   app.delete(
     '/v2/sso/sessions/:session_id',
     {
-      config: organizationAdmin,
+      config: needs({ auth: 'organization', admin: 'organization', ifMatch: 'only-star' }),
       schema: {
         operationId: 'endSsoSessionById',
         tags,

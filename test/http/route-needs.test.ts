@@ -33,6 +33,11 @@ test('a documented route without needs({...}) does not start; a hidden one and a
     app.get('/v2/things/:id', { schema: { response: { 200: One } } }, () => ({ id: 'a' })),
   );
   assert.match(String(undeclared), /GET \/v2\/things\/:id: declare what the route needs/);
+  // No path is exempt: the single sign-on routes once were, and got behaviour inferred from a distance.
+  const undeclaredSso = await startWith((app) =>
+    app.post('/v2/sso/mappings', { config: { auth: 'organization' } }, () => ({})),
+  );
+  assert.match(String(undeclaredSso), /POST \/v2\/sso\/mappings: declare what the route needs/);
   assert.equal(await startWith((app) => app.get('/page', { schema: { hide: true } }, () => 'x')), null);
   assert.equal(
     await startWith((app) =>
