@@ -15,7 +15,8 @@ import {
 import type { ListenerConfig } from './config.ts';
 import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
-import { ProtocolHttpError, createProtocolClient, type Fetch } from './protocol-client.ts';
+import { SlipwayError } from '../src/client/slipway-error.ts';
+import { createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 import { checkServerVersion } from './server-version.ts';
 
@@ -36,7 +37,7 @@ export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../pack
   .version;
 
 export interface ListenerDeps {
-  /** The HTTP client for the service (default: the global fetch). */
+  /** What sends the requests to the service, under the SDK's retries (default: the global fetch). */
   readonly fetch?: Fetch;
   /** The cluster (default: `config.kubeconfigPath`, or the in-cluster service account). */
   readonly kubeConfig?: KubeConfig;
@@ -80,7 +81,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     baseUrl: config.slipwayUrl,
     listenerId: config.listenerId,
     credential: config.credential,
-    fetch: deps.fetch ?? globalThis.fetch,
+    ...(deps.fetch ? { fetch: deps.fetch } : {}),
   });
   const kube = createKubeClient(deps.kubeConfig ?? loadKubeConfig(config));
   let pollProblem: string | null = null;
@@ -136,7 +137,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
         if (answer === 'unchanged' && early > 0) await sleep(early, stop.signal);
       } catch (error) {
         if (stop.signal.aborted) break;
-        const refused = error instanceof ProtocolHttpError && error.status === 401;
+        const refused = error instanceof SlipwayError && error.status === 401;
         if (refused && pollProblem?.startsWith(CREDENTIAL_REFUSED) !== true) {
           // Loud, once per outage: nothing works until an operator gives the agent a new credential, and
           // the heartbeat that would say so is refused too. The agent keeps trying (the service may be
@@ -209,7 +210,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
             message: (problems.length > 0 ? problems.join('; ') : controller.summary()).slice(0, 1000),
             ...(conditions === null
               ? {}
-              : { deployments: conditions.deployments, observed_at: conditions.observedAt.toISOString() }),
+              : { deployments: [...conditions.deployments], observed_at: conditions.observedAt.toISOString() }),
           },
           stop.signal,
         );

@@ -17,7 +17,7 @@ import { ApplyRefusedError, KubeError, type KubeClient } from './kube-client.ts'
 import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
 import { HANDOVER_FIELD_MANAGER, SPEC_HASH_ANNOTATION } from './manifest-names.ts';
-import { ProtocolHttpError, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
+import { permanentRefusal, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
 import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
 import { createBackoff, sleep, type Backoff, type BackoffOptions } from './retry-backoff.ts';
@@ -120,11 +120,7 @@ export function startController(options: ControllerOptions): Controller {
           dirty = true;
           return null;
         }
-        if (
-          error instanceof ProtocolHttpError &&
-          error.permanent &&
-          (action.type === 'report' || action.type === 'confirm-deletion')
-        ) {
+        if (permanentRefusal(error) && (action.type === 'report' || action.type === 'confirm-deletion')) {
           // The service will say no again (an unknown revision, a deployment no longer being deleted):
           // take it as done so that it is not asked again, and say so.
           logger.error(

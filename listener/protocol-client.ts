@@ -3,66 +3,32 @@
  * deletion confirmations and heartbeats, all outbound HTTPS with the listener credential. The service
  * never calls the cluster.
  *
- * Failures are sorted once, here: `ProtocolError` with `permanent` true is an answer that retrying
- * cannot change (400, 404, 409: the service says no), everything else (5xx, 429, the network) is
- * worth another try after a back-off.
+ * It is the SDK's HTTP layer, not a copy: openapi-fetch over the types generated from the service's
+ * OpenAPI document, the SDK's retrying fetch (timeouts, retries with back-off and Retry-After) and its
+ * error, `SlipwayError` (status null: no answer at all). `permanentRefusal` sorts failures once, here:
+ * an answer that retrying cannot change (400, 404, 409, 422: the service says no); everything else
+ * (5xx, 429, a credential refused, the network) is worth another try after the agent's back-off.
  */
-import { parseDesiredState, type DesiredState, type ReportedStatus } from './desired-state.ts';
-import type { FailureReason } from './rollout-status.ts';
+import createClient from 'openapi-fetch';
+import type { JsonBody, JsonResponse } from '../src/client/api-aliases.ts';
+import type { paths } from '../src/client/api-types.ts';
+import { createRetryingFetch, type RetryOptions } from '../src/client/retrying-fetch.ts';
+import { SlipwayError } from '../src/client/slipway-error.ts';
+import { readDesiredState, type DesiredState } from './desired-state.ts';
 
-export type Fetch = typeof globalThis.fetch;
+export type Fetch = NonNullable<RetryOptions['fetch']>;
 
-export class ProtocolHttpError extends Error {
-  override name = 'ProtocolHttpError';
-  constructor(
-    /** 0: no answer at all. */
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-
-  /** The service refused the request itself: the same request will be refused again. */
-  get permanent(): boolean {
-    return (
-      this.status >= 400 &&
-      this.status < 500 &&
-      this.status !== 408 &&
-      this.status !== 429 &&
-      this.status !== 401 &&
-      this.status !== 403
-    );
-  }
-}
-
-export interface Report {
-  readonly revision_id: string;
-  readonly status: ReportedStatus;
-  readonly failure_reason?: FailureReason;
-  readonly message?: string;
-}
-
-export interface ReportAnswer {
-  readonly applied: boolean;
-  readonly status: string;
-}
-
+export type Report = JsonBody<'/v2/listeners/{listener_id}/reports', 'post'>;
+export type ReportAnswer = JsonResponse<'/v2/listeners/{listener_id}/reports', 'post', 200>;
+export type Heartbeat = JsonBody<'/v2/listeners/{listener_id}/heartbeat', 'post'>;
 /** A deployment whose serving (DEPLOYED) revision is not healthy; the heartbeat leaves healthy ones out. */
-export interface DeploymentCondition {
-  readonly deployment_id: string;
-  readonly revision_id: string;
-  readonly condition: 'update_failed' | 'crash_loop';
-  readonly reason: FailureReason;
-  readonly message: string;
-}
+export type DeploymentCondition = NonNullable<Heartbeat['deployments']>[number];
 
-export interface Heartbeat {
-  readonly version: string;
-  readonly namespaces: readonly string[];
-  readonly message?: string;
-  /** Every deployment not healthy, as seen at `observed_at` (ISO 8601); both left out before the first look. */
-  readonly deployments?: readonly DeploymentCondition[];
-  readonly observed_at?: string;
+/** The service refused the request itself: the same request will be refused again. */
+export function permanentRefusal(error: unknown): error is SlipwayError {
+  if (!(error instanceof SlipwayError) || error.status === null) return false;
+  const status = error.status;
+  return status >= 400 && status < 500 && ![401, 403, 408, 429].includes(status);
 }
 
 export interface ProtocolClient {
@@ -81,102 +47,76 @@ export interface ProtocolClientOptions {
   readonly baseUrl: string;
   readonly listenerId: string;
   readonly credential: string;
-  readonly fetch: Fetch;
+  readonly fetch?: Fetch;
 }
 
-/** A short request that gets no answer within this long is given up and tried again. */
+/** A short request that gets no answer within this long is given up (and retried). */
 const REQUEST_TIMEOUT_MS = 30_000;
 
-async function detailOf(response: Response): Promise<string> {
-  const text = await response.text().catch(() => '');
-  try {
-    const body: unknown = JSON.parse(text);
-    if (body !== null && typeof body === 'object') {
-      const detail = (body as { detail?: unknown }).detail;
-      if (typeof detail === 'string') return detail;
-      if (detail !== undefined) return JSON.stringify(detail).slice(0, 500);
-    }
-  } catch {
-    // Not JSON: say what came.
-  }
-  return text.slice(0, 500) || response.statusText;
+const CREDENTIAL_HINT =
+  "check SLIPWAY_LISTENER_ID and SLIPWAY_LISTENER_CREDENTIAL: the credential may be revoked or be another listener's";
+
+/** The answer's data; any other answer thrown as a SlipwayError (a refused credential says what to check). */
+async function ok<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
+  const result = await call;
+  if (result.error === undefined && result.response.ok) return result.data as T;
+  const error = SlipwayError.fromAnswer(result.response, result.error);
+  if (error.status !== 401 && error.status !== 403) throw error;
+  throw new SlipwayError({
+    status: error.status,
+    code: error.code,
+    detail: `${error.detail} (${CREDENTIAL_HINT})`,
+    requestId: error.requestId,
+    body: error.body,
+    url: error.url,
+  });
 }
 
 export function createProtocolClient(options: ProtocolClientOptions): ProtocolClient {
-  const base = `${options.baseUrl}/v2/listeners/${encodeURIComponent(options.listenerId)}`;
-  const headers = { authorization: `Bearer ${options.credential}`, accept: 'application/json' };
-
-  async function call(
-    method: 'GET' | 'POST',
-    path: string,
-    body: unknown,
-    extraHeaders: Record<string, string>,
-    signal: AbortSignal,
-    timeoutMs: number,
-  ): Promise<Response> {
-    const what = `${method} ${path.replace(/\?.*$/, '')}`;
-    let response: Response;
-    try {
-      response = await options.fetch(`${base}${path}`, {
-        method,
-        headers: { ...headers, ...extraHeaders, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
-      });
-    } catch (error) {
-      throw new ProtocolHttpError(0, `${what}: ${error instanceof Error ? error.message : String(error)}`);
-    }
-    if (response.status >= 400) {
-      const detail = await detailOf(response);
-      const hint =
-        response.status === 401 || response.status === 403
-          ? " (check SLIPWAY_LISTENER_ID and SLIPWAY_LISTENER_CREDENTIAL: the credential may be revoked or be another listener's)"
-          : '';
-      throw new ProtocolHttpError(response.status, `${what}: HTTP ${response.status}: ${detail}${hint}`);
-    }
-    return response;
-  }
+  const retrying = (timeoutMs: number) => {
+    const send = createRetryingFetch({ timeoutMs, ...(options.fetch ? { fetch: options.fetch } : {}) });
+    return (request: Request) => send(request);
+  };
+  const api = createClient<paths, 'application/json'>({
+    baseUrl: options.baseUrl.replace(/\/+$/, ''),
+    headers: { authorization: `Bearer ${options.credential}` },
+    fetch: retrying(REQUEST_TIMEOUT_MS),
+  });
+  const listener = { params: { path: { listener_id: options.listenerId } } };
 
   return {
     async desiredState(etag, waitSeconds, signal) {
       const wait = etag === null ? 0 : waitSeconds;
-      const response = await call(
-        'GET',
-        `/desired-state?wait=${wait}`,
-        undefined,
-        etag === null ? {} : { 'if-none-match': etag },
+      const answer = await api.GET('/v2/listeners/{listener_id}/desired-state', {
+        params: {
+          path: { listener_id: options.listenerId },
+          query: { wait },
+          ...(etag === null ? {} : { header: { 'if-none-match': etag } }),
+        },
+        // A long-poll answers after up to `wait` seconds.
+        fetch: retrying((wait + 30) * 1000),
         signal,
-        (wait + 30) * 1000,
-      );
-      if (response.status === 304) {
-        await response.body?.cancel();
-        return 'unchanged';
-      }
-      const body: unknown = await response.json();
-      return { state: parseDesiredState(body, options.listenerId), etag: response.headers.get('etag') };
+      });
+      if (answer.response.status === 304) return 'unchanged';
+      const body = await ok(Promise.resolve(answer));
+      return { state: readDesiredState(body, options.listenerId), etag: answer.response.headers.get('etag') };
     },
 
-    async report(report, signal) {
-      const response = await call('POST', '/reports', report, {}, signal, REQUEST_TIMEOUT_MS);
-      const body = (await response.json().catch(() => ({}))) as Partial<ReportAnswer>;
-      return { applied: body.applied === true, status: typeof body.status === 'string' ? body.status : report.status };
-    },
+    report: (report, signal) =>
+      ok(api.POST('/v2/listeners/{listener_id}/reports', { ...listener, body: report, signal })),
 
     async confirmDeletion(deploymentId, signal) {
-      const response = await call(
-        'POST',
-        '/deletions',
-        { deployment_id: deploymentId },
-        {},
-        signal,
-        REQUEST_TIMEOUT_MS,
+      await ok(
+        api.POST('/v2/listeners/{listener_id}/deletions', {
+          ...listener,
+          body: { deployment_id: deploymentId },
+          signal,
+        }),
       );
-      await response.body?.cancel();
     },
 
     async heartbeat(heartbeat, signal) {
-      const response = await call('POST', '/heartbeat', heartbeat, {}, signal, REQUEST_TIMEOUT_MS);
-      await response.body?.cancel();
+      await ok(api.POST('/v2/listeners/{listener_id}/heartbeat', { ...listener, body: heartbeat, signal }));
     },
   };
 }

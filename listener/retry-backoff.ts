@@ -1,8 +1,11 @@
 /**
- * Exponential back-off with jitter, shared by every loop of the agent that talks to something that
- * can fail (the service, the API server): a listener that cannot reach either keeps trying, slower
- * and slower up to the cap, without many listeners retrying in lock-step.
+ * The agent's own pace after failures, per loop and per deployment: a listener that cannot reach the
+ * API server (or whose Kubernetes objects keep being refused, or the service) keeps trying, slower and
+ * slower up to the cap, without many listeners retrying in lock-step. One request to the service is
+ * retried by the SDK's fetch (src/client/retrying-fetch.ts); this is the wait between the agent's
+ * tries after those gave up.
  */
+import { sleep as sdkSleep } from '../src/client/sleep.ts';
 
 export interface BackoffOptions {
   /** First delay, doubled after each failure in a row. */
@@ -33,16 +36,10 @@ export function createBackoff(options: BackoffOptions): Backoff {
   };
 }
 
-/** Resolves after `ms`, or at once when `signal` aborts (never rejects: the caller checks the signal). */
+/**
+ * Resolves after `ms`, or at once when `signal` aborts: the SDK's sleep, which never rejects here (the
+ * agent's loops check the signal themselves).
+ */
 export function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (signal.aborted) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
+  return sdkSleep(ms, signal).catch(() => undefined);
 }

@@ -9,7 +9,7 @@ import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { ListenerConfigError, MAX_PROGRESS_DEADLINE_SECONDS, loadListenerConfig } from '../../listener/config.ts';
 import { REVISION_STATES } from '../../src/domain/states.ts';
-import { ProtocolError, parseDesiredState } from '../../listener/desired-state.ts';
+import { ProtocolError, readDesiredState, type WireDesiredState } from '../../listener/desired-state.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const ID = '6f1c2d3e-0000-4000-8000-000000000001';
@@ -83,35 +83,48 @@ describe('listener configuration', () => {
 });
 
 describe('reading the desired state', () => {
-  const body = {
-    protocol: 1,
-    listener_id: ID,
-    deployments: [
-      { deployment_id: 'd', name: 'app', namespace: null, delete: false, custom_url: null, revision: null },
-    ],
+  // Typed as the service's OpenAPI document says (what the agent gets); a service of before sends no
+  // resource_spec or secret_references on the deployment.
+  const revision = {
+    id: 'r',
+    number: 1,
+    status: 'QUEUED' as const,
+    image_uri: null,
+    secrets: [],
+    secret_references: [{ name: 'A', secret_name: 'old', secret_key: 'k' }],
+    resource_spec: { min_scale: 1 },
   };
+  const deployment = { deployment_id: 'd', name: 'app', namespace: null, delete: false, custom_url: null };
+  const body = (deployments: unknown[]) =>
+    ({ protocol: 1, listener_id: ID, deployments }) as unknown as WireDesiredState;
 
-  test('a protocol 1 body is read', () => {
-    assert.equal(parseDesiredState(body, ID).deployments[0]!.name, 'app');
+  test("a protocol 1 body is read, the deployment's in-place values on its revision", () => {
+    const [read] = readDesiredState(
+      body([{ ...deployment, resource_spec: { min_scale: 2 }, secret_references: null, revision }]),
+      ID,
+    ).deployments;
+    assert.equal(read!.name, 'app');
+    assert.deepEqual(read!.revision!.resource_spec, { min_scale: 2 });
+    assert.equal(read!.revision!.secret_references, null);
+    assert.equal('resource_spec' in read!, false);
   });
 
-  test('another protocol version, another listener or a wrong field is refused whole', () => {
+  test("from a service of before, the revision's own values", () => {
+    const [read] = readDesiredState(body([{ ...deployment, revision }]), ID).deployments;
+    assert.deepEqual(read!.revision!.resource_spec, { min_scale: 1 });
+    assert.deepEqual(read!.revision!.secret_references, revision.secret_references);
+  });
+
+  test('another protocol version or another listener is refused whole', () => {
     assert.throws(
-      () => parseDesiredState({ ...body, protocol: 2 }, ID),
+      () => readDesiredState({ ...body([]), protocol: 2 } as unknown as WireDesiredState, ID),
       (e: unknown) => e instanceof ProtocolError && /protocol 2 is not supported/.test(e.message),
     );
-    assert.throws(() => parseDesiredState(body, '00000000-0000-4000-8000-000000000000'), /not 00000000/);
+    assert.throws(() => readDesiredState(body([]), '00000000-0000-4000-8000-000000000000'), /not 00000000/);
+    assert.throws(() => readDesiredState('<html>' as unknown as WireDesiredState, ID), /must be a JSON object/);
     assert.throws(
-      () => parseDesiredState({ ...body, deployments: [{ ...body.deployments[0], delete: 'yes' }] }, ID),
-      /deployments\[0\]\.delete must be a boolean/,
-    );
-    assert.throws(
-      () =>
-        parseDesiredState(
-          { ...body, deployments: [{ ...body.deployments[0], revision: { id: 'r', status: 'QUEUED', secrets: 'x' } }] },
-          ID,
-        ),
-      /revision\.secrets must be an array/,
+      () => readDesiredState({ ...body([]), deployments: {} } as unknown as WireDesiredState, ID),
+      /deployments must be an array/,
     );
   });
 });

@@ -33,6 +33,7 @@ function build(
       deployment: { deployment_id: ID, name, namespace: 'agents', delete: false, custom_url: null, revision: null },
       revision: {
         id: 'rev-1',
+        number: 1,
         status: 'QUEUED',
         secrets: [{ name: 'OPENAI_API_KEY', value: 'sk' }],
         secret_references: null,

@@ -30,6 +30,7 @@ const ctx: ReconcileContext = {
 function rev(fields: Partial<DesiredRevision> = {}): DesiredRevision {
   return {
     id: 'rev-1',
+    number: 1,
     status: 'QUEUED',
     image_uri: 'ghcr.io/acme/app:1',
     secrets: [{ name: 'KEY', value: 'v' }],
@@ -332,7 +333,13 @@ describe('reconcile', () => {
 
   test('a resource spec of the wrong shape fails the revision naming the fields', () => {
     const [plan] = reconcile(
-      state(dep({ revision: rev({ resource_spec: { min_scale: 'two', labels: { a: 1 } } }) })),
+      state(
+        dep({
+          revision: rev({
+            resource_spec: JSON.parse('{"min_scale": "two", "labels": {"a": 1}}') as DesiredRevision['resource_spec'],
+          }),
+        }),
+      ),
       { objects: [], memory: memory() },
       ctx,
     );

@@ -61,6 +61,7 @@ function manifests(resourceSpec: Record<string, unknown>): string {
       },
       revision: {
         id: 'rev-1',
+        number: 1,
         status: 'QUEUED',
         secrets: [],
         secret_references: null,
