@@ -9,17 +9,16 @@
 import type { FastifyInstance } from 'fastify';
 import type { Kysely } from 'kysely';
 import type { Database } from '../store/schema.ts';
-import { firstWorkspaceOf, recordSsoEvent, ssoDb } from './sso-store.ts';
+import { firstWorkspaceOf, recordSsoEvent } from './sso-store.ts';
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 
 export function registerSessionAudit(app: FastifyInstance, db: Kysely<Database>): void {
-  const sso = ssoDb(db);
   app.addHook('onSend', async (request, reply, payload) => {
     const person = request.caller?.person;
     if (person === undefined || SAFE_METHODS.has(request.method) || reply.statusCode >= 400) return payload;
-    const workspaceId = request.caller.workspaceId ?? (await firstWorkspaceOf(sso, request.caller.organizationId));
-    await recordSsoEvent(sso, {
+    const workspaceId = request.caller.workspaceId ?? (await firstWorkspaceOf(db, request.caller.organizationId));
+    await recordSsoEvent(db, {
       workspaceId,
       subjectType: 'sso_session',
       subjectId: person.sessionId,

@@ -18,7 +18,7 @@ import type { Database } from '../store/schema.ts';
 import { firstWorkspaceIds, workspaceInOrganization } from '../store/tenancy.ts';
 import { cookieNames, readCookie } from './session-cookie.ts';
 import { hashToken } from './sso-service.ts';
-import { accessOf, findLiveSession, ssoDb, type Role } from './sso-store.ts';
+import { accessOf, findLiveSession, type Role } from './sso-store.ts';
 
 /** Who a session's request is: the person, for audit lines and the dashboard. */
 export interface SessionPerson {
@@ -37,7 +37,6 @@ const stronger = (a: Role | null | undefined, b: Role | null | undefined): Role 
 export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Database>; publicUrl: string }) {
   const names = cookieNames(publicUrl);
   const origin = new URL(publicUrl).origin;
-  const sso = ssoDb(db);
 
   function checkSameOrigin(request: FastifyRequest): void {
     if (SAFE_METHODS.has(request.method)) return;
@@ -64,12 +63,12 @@ export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Databas
     ): Promise<Caller | null> {
       const token = readCookie(request, names.session);
       if (token === null) return null;
-      const session = await findLiveSession(sso, hashToken(token));
+      const session = await findLiveSession(db, hashToken(token));
       if (session === undefined)
         throw new AppError('unauthenticated', 'Your sign-in has ended (signed out or expired). Sign in again.');
       checkSameOrigin(request);
       const access = await accessOf(
-        sso,
+        db,
         { email: session.email, emailVerified: session.email_verified, groups: session.groups },
         session.organization_id,
       );

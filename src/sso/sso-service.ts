@@ -19,7 +19,7 @@ import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
 import type { KeyActor } from '../service/key-actor.ts';
 import type { Page } from '../service/page.ts';
-import type { Database } from '../store/schema.ts';
+import type { Database, Db } from '../store/schema.ts';
 import { workspaceInOrganization } from '../store/tenancy.ts';
 import { createOidcClient, SignInError, type FetchLike, type IdTokenClaims } from './oidc-client.ts';
 import {
@@ -37,14 +37,12 @@ import {
   pendingSignIns,
   pruneOldSessions,
   recordSsoEvent,
-  ssoDb,
   workspacesOf,
   type Access,
   type MappingKind,
   type PersonIdentity,
   type Role,
   type SessionRow,
-  type SsoDb,
 } from './sso-store.ts';
 
 /** How long a person has to finish signing in at the provider. */
@@ -106,7 +104,7 @@ function identityOf(claims: IdTokenClaims, groupsClaim: string): PersonIdentity 
 }
 
 /** Where an event about a person goes (events belong to a workspace): their first workspace. */
-async function auditWorkspace(db: SsoDb, access: Access): Promise<string> {
+async function auditWorkspace(db: Db, access: Access): Promise<string> {
   return access.workspaces.keys().next().value ?? (await firstWorkspaceOf(db, access.organizationId));
 }
 
@@ -128,7 +126,7 @@ export interface MappingInput {
 }
 
 export function createSsoService(deps: SsoServiceDeps) {
-  const db = ssoDb(deps.db);
+  const db = deps.db;
   const { secretBox, sso } = deps;
   const redirectUri = redirectUriOf(deps.publicUrl);
   const oidc =
@@ -348,7 +346,7 @@ export function createSsoService(deps: SsoServiceDeps) {
     },
   };
 
-  async function recordEnded(tx: SsoDb, session: SessionRow, data: Record<string, unknown>): Promise<void> {
+  async function recordEnded(tx: Db, session: SessionRow, data: Record<string, unknown>): Promise<void> {
     await recordSsoEvent(tx, {
       workspaceId: await firstWorkspaceOf(tx, session.organization_id),
       subjectType: 'sso_session',

@@ -1,56 +1,15 @@
 /**
  * The tables of single sign-on (migrations/016_sso.sql): mappings from a provider's groups and e-mail
- * domains to workspace roles, sign-ins under way, and sessions. Their row types live here rather than
- * in src/store/schema.ts: `ssoDb` widens the service's Kysely instance with them.
+ * domains to workspace roles, sign-ins under way, and sessions. Their table types are in
+ * src/store/schema.ts, with every other table's.
  */
 import { randomUUID } from 'node:crypto';
-import { sql, type ColumnType, type Kysely, type Transaction } from 'kysely';
+import { sql } from 'kysely';
 import type { EventType } from '../domain/event-types.ts';
-import { json, type Database, type Json } from '../store/schema.ts';
+import { json, type Db, type SsoMappingKind, type SsoRole } from '../store/schema.ts';
 
-type CreatedAt = ColumnType<Date, Date | undefined, never>;
-export type Role = 'admin' | 'member';
-export type MappingKind = 'group' | 'email_domain';
-
-// A type, not an interface: Kysely's withTables wants an index signature.
-export type SsoTables = {
-  sso_mappings: {
-    id: string;
-    organization_id: string;
-    kind: MappingKind;
-    value: string;
-    workspace_id: string | null;
-    role: Role;
-    created_at: CreatedAt;
-  };
-  sso_sign_ins: {
-    state_hash: Buffer;
-    code_verifier_sealed: string;
-    nonce: string;
-    return_to: string;
-    created_at: CreatedAt;
-    expires_at: Date;
-  };
-  sso_sessions: {
-    id: string;
-    token_hash: Buffer;
-    organization_id: string;
-    issuer: string;
-    subject: string;
-    email: string | null;
-    email_verified: boolean;
-    name: string | null;
-    groups: Json<string[]>;
-    created_at: CreatedAt;
-    expires_at: Date;
-    ended_at: Date | null;
-  };
-};
-
-export type SsoDatabase = Database & SsoTables;
-export type SsoDb = Kysely<SsoDatabase> | Transaction<SsoDatabase>;
-
-export const ssoDb = (db: Kysely<Database>): Kysely<SsoDatabase> => db.withTables<SsoTables>();
+export type Role = SsoRole;
+export type MappingKind = SsoMappingKind;
 
 export interface PersonIdentity {
   email: string | null;
@@ -79,7 +38,7 @@ export function verifiedDomain(identity: PersonIdentity): string | null {
  * organization's age, then the mapping's, so that a person mapped in two organizations lands in the
  * older one every time.
  */
-export async function matchingMappings(db: SsoDb, identity: PersonIdentity, organizationId: string | null) {
+export async function matchingMappings(db: Db, identity: PersonIdentity, organizationId: string | null) {
   const domain = verifiedDomain(identity);
   const groups = [...identity.groups];
   let query = db
@@ -99,7 +58,7 @@ export async function matchingMappings(db: SsoDb, identity: PersonIdentity, orga
 
 /** A person's access in an organization, from the mappings they match now; null when none. */
 export async function accessOf(
-  db: SsoDb,
+  db: Db,
   identity: PersonIdentity,
   organizationId: string | null,
 ): Promise<Access | null> {
@@ -116,7 +75,7 @@ export async function accessOf(
 }
 
 export async function insertMapping(
-  db: SsoDb,
+  db: Db,
   mapping: { organizationId: string; kind: MappingKind; value: string; workspaceId: string | null; role: Role },
 ) {
   const row = await db
@@ -136,7 +95,7 @@ export async function insertMapping(
   return row ?? null;
 }
 
-export function listMappings(db: SsoDb, organizationId: string, limit: number, offset: number) {
+export function listMappings(db: Db, organizationId: string, limit: number, offset: number) {
   return db
     .selectFrom('sso_mappings')
     .selectAll()
@@ -148,7 +107,7 @@ export function listMappings(db: SsoDb, organizationId: string, limit: number, o
     .execute();
 }
 
-export async function deleteMapping(db: SsoDb, organizationId: string, id: string) {
+export async function deleteMapping(db: Db, organizationId: string, id: string) {
   return db
     .deleteFrom('sso_mappings')
     .where('id', '=', id)
@@ -158,7 +117,7 @@ export async function deleteMapping(db: SsoDb, organizationId: string, id: strin
 }
 
 export async function insertSignIn(
-  db: SsoDb,
+  db: Db,
   signIn: { stateHash: Buffer; codeVerifierSealed: string; nonce: string; returnTo: string; ttlSeconds: number },
 ) {
   await db
@@ -179,7 +138,7 @@ export async function insertSignIn(
 }
 
 /** How many sign-ins are under way (unexpired), counted up to `limit`. */
-export async function pendingSignIns(db: SsoDb, limit: number): Promise<number> {
+export async function pendingSignIns(db: Db, limit: number): Promise<number> {
   const row = await db
     .selectFrom((eb) =>
       eb
@@ -195,7 +154,7 @@ export async function pendingSignIns(db: SsoDb, limit: number): Promise<number> 
 }
 
 /** Takes the sign-in of this state, once: a second callback with the same state finds nothing. */
-export async function claimSignIn(db: SsoDb, stateHash: Buffer) {
+export async function claimSignIn(db: Db, stateHash: Buffer) {
   return db
     .deleteFrom('sso_sign_ins')
     .where('state_hash', '=', stateHash)
@@ -205,7 +164,7 @@ export async function claimSignIn(db: SsoDb, stateHash: Buffer) {
 }
 
 export async function insertSession(
-  db: SsoDb,
+  db: Db,
   session: {
     tokenHash: Buffer;
     organizationId: string;
@@ -240,7 +199,7 @@ export async function insertSession(
  * Sessions over for more than 90 days (the default event retention): gone with their audit lines. Run
  * at each sign-in, so the table stays small without a job of its own.
  */
-export async function pruneOldSessions(db: SsoDb): Promise<void> {
+export async function pruneOldSessions(db: Db): Promise<void> {
   await db
     .deleteFrom('sso_sessions')
     .where(sql<Date>`coalesce(ended_at, expires_at)`, '<', sql<Date>`now() - interval '90 days'`)
@@ -261,7 +220,7 @@ const SESSION_COLUMNS = [
 ] as const;
 
 /** The session of a token, while it lasts and has not been ended. */
-export function findLiveSession(db: SsoDb, tokenHash: Buffer) {
+export function findLiveSession(db: Db, tokenHash: Buffer) {
   return db
     .selectFrom('sso_sessions')
     .select(SESSION_COLUMNS)
@@ -274,7 +233,7 @@ export function findLiveSession(db: SsoDb, tokenHash: Buffer) {
 export type SessionRow = NonNullable<Awaited<ReturnType<typeof findLiveSession>>>;
 
 /** Ends a live session (by its token, or by id within an organization); the ended row, or undefined. */
-export function endSession(db: SsoDb, by: { tokenHash: Buffer } | { id: string; organizationId: string }) {
+export function endSession(db: Db, by: { tokenHash: Buffer } | { id: string; organizationId: string }) {
   let query = db
     .updateTable('sso_sessions')
     .set({ ended_at: sql<Date>`now()` })
@@ -287,7 +246,7 @@ export function endSession(db: SsoDb, by: { tokenHash: Buffer } | { id: string; 
   return query.returning(SESSION_COLUMNS).executeTakeFirst();
 }
 
-export function listLiveSessions(db: SsoDb, organizationId: string, limit: number, offset: number) {
+export function listLiveSessions(db: Db, organizationId: string, limit: number, offset: number) {
   return db
     .selectFrom('sso_sessions')
     .select(SESSION_COLUMNS)
@@ -302,7 +261,7 @@ export function listLiveSessions(db: SsoDb, organizationId: string, limit: numbe
 }
 
 /** The organization's first workspace: where its organization-wide audit lines go. */
-export async function firstWorkspaceOf(db: SsoDb, organizationId: string): Promise<string> {
+export async function firstWorkspaceOf(db: Db, organizationId: string): Promise<string> {
   const row = await db
     .selectFrom('workspaces')
     .select('id')
@@ -316,7 +275,7 @@ export async function firstWorkspaceOf(db: SsoDb, organizationId: string): Promi
 }
 
 /** The organization's workspaces by id and name (a person's access names them). */
-export function workspacesOf(db: SsoDb, organizationId: string) {
+export function workspacesOf(db: Db, organizationId: string) {
   return db
     .selectFrom('workspaces')
     .select(['id', 'name'])
@@ -328,7 +287,7 @@ export function workspacesOf(db: SsoDb, organizationId: string) {
 
 /** An audit line of single sign-on (subject sso_session or sso_mapping), in the events table. */
 export async function recordSsoEvent(
-  db: SsoDb,
+  db: Db,
   event: {
     workspaceId: string;
     subjectType: 'sso_session' | 'sso_mapping';

@@ -395,6 +395,48 @@ export interface KeyCheckTable {
   updated_at: UpdatedAt;
 }
 
+/** Single sign-on (migrations/016_sso.sql; src/sso/sso-store.ts): the role a mapping gives. */
+export type SsoRole = 'admin' | 'member';
+export type SsoMappingKind = 'group' | 'email_domain';
+
+/** A provider's group or a verified e-mail domain given a role in a workspace (null: every workspace). */
+export interface SsoMappingTable {
+  id: string;
+  organization_id: string;
+  kind: SsoMappingKind;
+  /** A group exactly as the provider names it; a domain in lower case, without '@'. */
+  value: string;
+  workspace_id: string | null;
+  role: SsoRole;
+  created_at: CreatedAt;
+}
+
+/** A sign-in between the redirect to the provider and its callback, found by the SHA-256 of its state. */
+export interface SsoSignInTable {
+  state_hash: Buffer;
+  code_verifier_sealed: string;
+  nonce: string;
+  return_to: string;
+  created_at: CreatedAt;
+  expires_at: Date;
+}
+
+/** A signed-in person's session; the cookie holds the token, the row only its SHA-256. */
+export interface SsoSessionTable {
+  id: string;
+  token_hash: Buffer;
+  organization_id: string;
+  issuer: string;
+  subject: string;
+  email: string | null;
+  email_verified: boolean;
+  name: string | null;
+  groups: Json<string[]>;
+  created_at: CreatedAt;
+  expires_at: Date;
+  ended_at: Date | null;
+}
+
 export interface Database {
   organizations: OrganizationTable;
   workspaces: WorkspaceTable;
@@ -423,6 +465,9 @@ export interface Database {
   agent_connections: AgentConnectionTable;
   agent_credentials: AgentCredentialTable;
   key_check: KeyCheckTable;
+  sso_mappings: SsoMappingTable;
+  sso_sign_ins: SsoSignInTable;
+  sso_sessions: SsoSessionTable;
 }
 
 /** What every store function runs in: the pool-backed handle or an open transaction. */
