@@ -29,7 +29,7 @@ import type { ChangeFeed } from './db/change-feed.ts';
 import { healthRoutes } from './routes/health.ts';
 import { langGraphCompatRoutes } from './routes/langgraph-compat.ts';
 import { requestTracing } from './http/request-tracing.ts';
-import { metricsRoutes } from './routes/metrics.ts';
+import { metricsRoutes, type MetricsOptions } from './routes/metrics.ts';
 import { noTracing, type Tracing } from './telemetry/tracing.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
@@ -66,6 +66,8 @@ export interface AppDeps {
   ssoFetch?: FetchLike;
   /** Traces of API requests (src/telemetry/tracing.ts); none when absent. */
   tracing?: Tracing;
+  /** The apps this process serves and runs, for the per-deployment metrics of /metrics. */
+  apps?: MetricsOptions['apps'];
 }
 
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
@@ -159,7 +161,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
-  await app.register(metricsRoutes, { metrics: services.metrics, pool: deps.pool, token: config.metricsToken });
+  await app.register(metricsRoutes, {
+    metrics: services.metrics,
+    pool: deps.pool,
+    token: config.metricsToken,
+    ...(deps.apps ? { apps: deps.apps } : {}),
+  });
   await app.register(healthRoutes, { db });
   // A worker-only replica (SLIPWAY_ROLES=worker) serves health checks, not the API (its apps are on the edge).
   if (config.roles.includes('api')) {

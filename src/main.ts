@@ -114,7 +114,23 @@ async function main(): Promise<void> {
   // One set of services for the API and the worker (src/services.ts).
   const services = createServices({ config, db, secretBox, logger });
   const tracing = startTracing(config.tracing, logger);
-  const app = await buildApp({ config, db, pool: database.pool, secretBox, logger, changes, services, tracing });
+  // The apps' edge, which lives with the worker that runs them (docs/app-urls.md), and the worker: started
+  // below, before the API listens, so that /readyz answers once everything runs.
+  let edge: AppEdge | null = null;
+  let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
+  const apps = async () =>
+    edge === null ? null : { edge: await edge.stats(), runtime: worker ? await worker.appStats() : [] };
+  const app = await buildApp({
+    config,
+    db,
+    pool: database.pool,
+    secretBox,
+    logger,
+    changes,
+    services,
+    tracing,
+    apps,
+  });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   const retention = startRetentionSweeper({
     db,
@@ -123,11 +139,6 @@ async function main(): Promise<void> {
     logger,
     intervalMs: 60 * 60_000,
   });
-  // Started before the API listens, so that /readyz answers once everything runs: the apps' edge, which
-  // lives with the worker that runs them (docs/app-urls.md), and the worker.
-  let edge: AppEdge | null = null;
-  let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
-
   const opened = database;
   let closing: Promise<void> | null = null;
   shutdown = (reason: string, exitCode: number) => {

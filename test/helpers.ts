@@ -92,6 +92,8 @@ export interface TestAppOptions {
   changes?: boolean;
   /** The edge that serves deployed apps (src/dataplane/app-edge.ts: nginx when installed), on a port of its own. */
   edge?: boolean;
+  /** The apps for /metrics (the data plane harness's worker and edge). */
+  apps?: AppDeps['apps'];
 }
 
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
@@ -117,6 +119,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     secretBox,
     logger,
     tracing,
+    ...(options.apps ? { apps: options.apps } : {}),
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
   });

@@ -8,6 +8,7 @@
 import { freePort } from '../db/embedded-postgres.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
+import type { Usage } from './resource-limits.ts';
 
 export interface InstanceSpec {
   kind: 'web' | 'worker';
@@ -44,6 +45,16 @@ export interface SupervisorOptions {
   stableAfterMs?: number;
 }
 
+/** One instance as the per-deployment metrics show it. */
+export interface InstanceStats {
+  instanceId: string;
+  kind: 'web' | 'worker';
+  /** Times it exited while it should run, and was started again (counter). */
+  restarts: number;
+  /** CPU seconds since its current process started (a counter that restarts with it), and memory now. */
+  usage: Usage;
+}
+
 interface Instance {
   id: string;
   /** Not offered to the proxy until its health check has passed once. */
@@ -53,6 +64,8 @@ interface Instance {
   port: number | null;
   process: RunningProcess | null;
   crashes: number;
+  /** Exits while it should run, never reset (crashes is, after a stable run). */
+  restarts: number;
   startedAt: number;
   restartTimer: NodeJS.Timeout | null;
 }
@@ -76,6 +89,8 @@ export interface AppSupervisor {
   healthy(): Promise<boolean>;
   /** SIGTERM to every instance, SIGKILL after `graceMs`; no restart after this. */
   stop(graceMs: number): Promise<void>;
+  /** Restarts and resource usage of each instance. */
+  stats(): Promise<InstanceStats[]>;
 }
 
 export class HealthCheckError extends Error {
@@ -117,6 +132,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       port: null,
       process: null,
       crashes: 0,
+      restarts: 0,
       startedAt: 0,
       restartTimer: null,
     };
@@ -147,6 +163,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       instance.process = null;
       if (Date.now() - instance.startedAt >= stableAfterMs) instance.crashes = 0;
       instance.crashes += 1;
+      instance.restarts += 1;
       const restartInMs = Math.min(backoff.initialMs * 2 ** (instance.crashes - 1), backoff.maxMs);
       options.onExit({ instanceId: instance.id, kind: instance.kind, exit, crashes: instance.crashes, restartInMs });
       instance.restartTimer = setTimeout(() => {
@@ -157,6 +174,15 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   };
 
   return {
+    stats: () =>
+      Promise.all(
+        instances.map(async (instance) => ({
+          instanceId: instance.id,
+          kind: instance.kind,
+          restarts: instance.restarts,
+          usage: (await instance.process?.usage()) ?? { cpuSeconds: null, memoryBytes: null },
+        })),
+      ),
     get webTargets() {
       return instances
         .filter((i) => i.kind === 'web' && i.port !== null && !i.pending)

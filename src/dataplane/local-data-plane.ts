@@ -14,7 +14,7 @@ import { createDataPlaneReports } from '../service/lifecycle.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import type { AppEdge } from './app-edge.ts';
-import { createLocalRuntime } from './local-runtime.ts';
+import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
 import { leaseOwnerFor, startWorker } from './local-worker.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
@@ -52,6 +52,8 @@ export interface LocalDataPlaneDeps {
 /** The worker of the local data plane, and what isolation its sandbox gives (as the start log says). */
 export interface LocalDataPlane extends Worker {
   readonly isolation: string;
+  /** The apps running here: instances, restarts, usage (per-deployment metrics). */
+  appStats(): Promise<AppRuntimeStats[]>;
 }
 
 export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
@@ -100,6 +102,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   });
   return {
     isolation: sandbox.description,
+    appStats: () => runtime.appStats(),
     async stop() {
       await worker.stop();
       await sandbox.dispose();

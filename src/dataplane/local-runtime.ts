@@ -52,6 +52,7 @@ import {
 import type { Sandbox } from './sandbox.ts';
 import { copyUpload, legacyUploadFile } from './upload-source.ts';
 import { inSpan } from '../telemetry/tracing.ts';
+import type { InstanceStats } from './app-supervisor.ts';
 
 /** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
 const CRASH_LOOP_THRESHOLD = 5;
@@ -92,6 +93,13 @@ export interface LocalRuntimeDeps {
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
 type RunningApp = ScalingApp & { forwards: HostForward[] };
 
+export interface AppRuntimeStats {
+  deploymentId: string;
+  /** The app's host label, as the edge counts it. */
+  slug: string;
+  instances: InstanceStats[];
+}
+
 export interface LocalRuntime {
   readonly isolation: string;
   build(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord>;
@@ -104,6 +112,8 @@ export interface LocalRuntime {
   resume(job: RevisionJob): Promise<void>;
   /** Deployments whose apps run here. */
   running(): string[];
+  /** Each running app's instances: restarts and resource usage (per-deployment metrics). */
+  appStats(): Promise<AppRuntimeStats[]>;
   /**
    * Brings the deployment's running app to the instance counts of its current resource spec, in place
    * (no new revision), and records `deployment.scaled` (or `deployment.scale_failed`). Does nothing
@@ -465,6 +475,15 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     },
 
     running: () => [...apps.keys()],
+
+    appStats: () =>
+      Promise.all(
+        [...apps].map(async ([deploymentId, app]) => ({
+          deploymentId,
+          slug: app.slug,
+          instances: await app.supervisor.stats(),
+        })),
+      ),
 
     async rescale(deploymentId, revisionId, resourceSpec) {
       const app = apps.get(deploymentId);

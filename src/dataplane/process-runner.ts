@@ -7,7 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
-import type { ResourceGroup } from './resource-limits.ts';
+import type { ResourceGroup, Usage } from './resource-limits.ts';
 import { attachNetwork, type NetworkAttachment } from './sandbox-network.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 
@@ -32,7 +32,11 @@ export interface RunningProcess {
   readonly exited: Promise<Exit>;
   /** SIGTERM to the group, SIGKILL after `graceMs`; resolves when it has exited. */
   stop(graceMs: number): Promise<Exit>;
+  /** CPU time and memory of its cgroup (nulls without one, or before it is placed). */
+  usage(): Promise<Usage>;
 }
+
+const noUsage: Usage = Object.freeze({ cpuSeconds: null, memoryBytes: null });
 
 export interface RunOptions {
   sandbox: Sandbox;
@@ -161,6 +165,7 @@ export function startProcess(options: RunOptions): RunningProcess {
   return {
     pid: child.pid,
     exited,
+    usage: async () => group?.usage().catch(() => noUsage) ?? noUsage,
     async stop(graceMs) {
       signalGroup(child, 'SIGTERM', sandboxPid);
       const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxPid), graceMs);

@@ -18,6 +18,9 @@ import { AppError } from '../errors.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { DatabaseGauges, MetricsService } from '../service/metrics.ts';
 import { needs } from '../http/route-needs.ts';
+import type { InstanceStats } from '../dataplane/app-supervisor.ts';
+import { STATUS_CLASSES, type EdgeAppStats } from '../dataplane/edge-stats.ts';
+import type { AppRuntimeStats } from '../dataplane/local-runtime.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
@@ -25,6 +28,14 @@ export interface MetricsOptions {
   pool?: pg.Pool;
   /** SLIPWAY_METRICS_TOKEN: when set, a scrape must send it as a bearer token; null leaves /metrics open. */
   token?: string | null;
+  /** The apps this process serves and runs (its app edge and local data plane), read when scraped. */
+  apps?: () => Promise<AppMetrics | null>;
+}
+
+/** What /metrics shows of each app: the edge's counts by slug, and the running apps' instances. */
+export interface AppMetrics {
+  edge: Map<string, EdgeAppStats>;
+  runtime: AppRuntimeStats[];
 }
 
 const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
@@ -39,7 +50,7 @@ function carriesToken(request: FastifyRequest, token: Buffer): boolean {
   return timingSafeEqual(digest(match?.[1] ?? ''), token) && match !== null;
 }
 
-const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics, pool, token }) => {
+const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics, pool, token, apps }) => {
   const tokenDigest = token ? digest(token) : null;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'slipway_' });
@@ -120,6 +131,88 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
     });
   }
 
+  // Per deployment, filled at scrape time from the edge and the local data plane of this process.
+  let appMetrics: AppMetrics | null = null;
+  const deploymentOf = (slug: string) => appMetrics?.runtime.find((r) => r.slug === slug)?.deploymentId ?? '';
+  const appLabels = ['deployment_id', 'app'] as const;
+  const instanceLabels = ['deployment_id', 'app', 'instance'] as const;
+  new Counter({
+    name: 'slipway_app_requests_total',
+    help: "Requests to each app at its stable URL (the app edge's count since the app got its route).",
+    labelNames: appLabels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [slug, stats] of appMetrics?.edge ?? [])
+        this.inc({ deployment_id: deploymentOf(slug), app: slug }, stats.requests);
+    },
+  });
+  new Counter({
+    name: 'slipway_app_responses_total',
+    help: "Responses of each app at its stable URL by status class, the edge's own 502/503 included.",
+    labelNames: [...appLabels, 'code'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [slug, stats] of appMetrics?.edge ?? [])
+        for (const code of STATUS_CLASSES)
+          this.inc({ deployment_id: deploymentOf(slug), app: slug, code }, stats.responses[code]);
+    },
+  });
+  new Gauge({
+    name: 'slipway_app_response_time_average_seconds',
+    help: 'Mean time to the end of the response over the latest (up to 1024) requests of each app.',
+    labelNames: appLabels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [slug, stats] of appMetrics?.edge ?? [])
+        if (stats.averageResponseSeconds !== null)
+          this.set({ deployment_id: deploymentOf(slug), app: slug }, stats.averageResponseSeconds);
+    },
+  });
+  const eachInstance = (
+    visit: (labels: Record<(typeof instanceLabels)[number], string>, instance: InstanceStats) => void,
+  ) => {
+    for (const running of appMetrics?.runtime ?? [])
+      for (const instance of running.instances)
+        visit({ deployment_id: running.deploymentId, app: running.slug, instance: instance.instanceId }, instance);
+  };
+  new Counter({
+    name: 'slipway_app_instance_restarts_total',
+    help: 'Times an app instance exited while it should run and was started again (since its revision started here).',
+    labelNames: instanceLabels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      eachInstance((labels, instance) => this.inc(labels, instance.restarts));
+    },
+  });
+  new Counter({
+    name: 'slipway_app_cpu_seconds_total',
+    help: "CPU time of an app instance's current process tree, from its cgroup (starts again with each restart).",
+    labelNames: instanceLabels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      eachInstance((labels, instance) => {
+        if (instance.usage.cpuSeconds !== null) this.inc(labels, instance.usage.cpuSeconds);
+      });
+    },
+  });
+  new Gauge({
+    name: 'slipway_app_memory_bytes',
+    help: "Memory an app instance's processes hold now (page cache included), from its cgroup.",
+    labelNames: instanceLabels,
+    registers: [registry],
+    collect() {
+      this.reset();
+      eachInstance((labels, instance) => {
+        if (instance.usage.memoryBytes !== null) this.set(labels, instance.usage.memoryBytes);
+      });
+    },
+  });
+
   // Counted for every route registered after this plugin (fastify-plugin puts the hook on the root
   // instance), by route template so that ids do not explode the label space.
   app.addHook('onResponse', async (request, reply) => {
@@ -152,6 +245,12 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
       // The process metrics still help while the database is down; the database gauges are left out.
       request.log.warn({ err: error }, 'metrics: could not read the database gauges');
       gauges = null;
+    }
+    try {
+      appMetrics = (await apps?.()) ?? null;
+    } catch (error) {
+      request.log.warn({ err: error }, 'metrics: could not read the apps');
+      appMetrics = null;
     }
     reply.header('content-type', registry.contentType);
     return registry.metrics();

@@ -15,8 +15,7 @@ import type { ChangeFeed } from '../../src/db/change-feed.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { withClient } from '../../src/db/admin-client.ts';
 import type { AppEdge } from '../../src/dataplane/app-edge.ts';
-import { startLocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
-import type { Worker } from '../../src/domain/data-plane.ts';
+import { startLocalDataPlane, type LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
 import { ADMIN_KEY, createTestApp, type TestDatabase } from '../helpers.ts';
 
@@ -40,7 +39,7 @@ export interface TestService {
   /** The edge that serves the apps (nginx when installed); apps are at their custom_url on it. */
   edge: AppEdge;
   changes: ChangeFeed;
-  worker: Worker | null;
+  worker: LocalDataPlane | null;
   api<T = any>(method: string, url: string, body?: unknown): Promise<{ status: number; body: T }>;
   /** Starts the worker (again, after stopWorker). */
   startWorker(): Promise<void>;
@@ -50,9 +49,17 @@ export interface TestService {
 
 export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
   const port = await freePort();
+  /** The worker, once started: /metrics reads its apps. */
+  let running: LocalDataPlane | null = null;
   const t = await createTestApp(
     { PORT: String(port), SLIPWAY_HEALTH_TIMEOUT_SECONDS: '30', SLIPWAY_DRAIN_SECONDS: '3', ...env },
-    { changes: true, edge: true },
+    {
+      changes: true,
+      edge: true,
+      // Per-deployment metrics on /metrics, as main.ts gives them.
+      apps: async () =>
+        t.edge === null ? null : { edge: await t.edge.stats(), runtime: (await running?.appStats()) ?? [] },
+    },
   );
   const { app, config, database, dataDir, logger, secretBox } = t;
   const changes = t.changes!;
@@ -102,10 +109,12 @@ export async function startTestService(env: Record<string, string> = {}): Promis
         leaseSeconds: 6,
         backoff: { initialMs: 100, maxMs: 500 },
       });
+      running = service.worker;
     },
     async stopWorker() {
       await service.worker?.stop();
       service.worker = null;
+      running = null;
     },
     async close() {
       await service.stopWorker();

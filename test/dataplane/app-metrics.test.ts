@@ -1,0 +1,96 @@
+/**
+ * Per-deployment metrics on /metrics (src/routes/metrics.ts with the edge's counts and the local data
+ * plane's instances): requests and responses at the stable URL, instance restarts, CPU and memory from
+ * the instances' cgroups, labelled with the deployment's id and its app's host label.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { ADMIN_KEY } from '../helpers.ts';
+import {
+  requestApp,
+  startTestService,
+  uploadApp,
+  waitFor,
+  waitForRevision,
+  type TestService,
+} from './data-plane-harness.ts';
+
+const SERVER = `
+import http from 'node:http';
+http.createServer((req, res) => {
+  if (req.url === '/exit') { res.end('bye'); setTimeout(() => process.exit(7), 50); return; }
+  res.writeHead(req.url === '/missing' ? 404 : 200);
+  res.end('ok');
+}).listen(Number(process.env.PORT), process.env.HOST);
+`;
+
+let service: TestService;
+before(async () => {
+  service = await startTestService();
+});
+after(async () => {
+  await service.close();
+});
+
+/** The samples of one metric: labels and value. */
+async function samples(name: string): Promise<{ labels: Record<string, string>; value: number }[]> {
+  const response = await fetch(`${service.base}/metrics`, { headers: { 'x-api-key': ADMIN_KEY } });
+  assert.equal(response.status, 200);
+  const text = await response.text();
+  const found: { labels: Record<string, string>; value: number }[] = [];
+  for (const line of text.split('\n')) {
+    const match = /^(\w+)\{([^}]*)\} (\S+)$/.exec(line);
+    if (!match || match[1] !== name) continue;
+    const labels = Object.fromEntries([...match[2]!.matchAll(/(\w+)="([^"]*)"/g)].map((m) => [m[1]!, m[2]!]));
+    found.push({ labels, value: Number(match[3]) });
+  }
+  return found;
+}
+
+test("an app's traffic, restarts and resources are on /metrics, by deployment", async () => {
+  const tarball = await uploadApp(service, {
+    'package.json': JSON.stringify({
+      name: 'measured',
+      private: true,
+      type: 'module',
+      scripts: { start: 'node server.js' },
+    }),
+    'server.js': SERVER,
+    'slipway.json': JSON.stringify({ health_check_path: '/' }),
+  });
+  const created = await service.api('POST', '/v2/deployments', {
+    name: 'measured-agent',
+    source: 'internal_source',
+    source_config: {},
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id: string = created.body.id;
+  const revision = await waitForRevision(service, id, created.body.latest_revision_id);
+  assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
+  const url: string = (await service.api('GET', `/v2/deployments/${id}`)).body.source_config.custom_url;
+  const slug = new URL(url).hostname.split('.')[0]!;
+
+  for (const path of ['/', '/a', '/b', '/missing']) await requestApp(service, url, path);
+  const ofApp = (s: { labels: Record<string, string> }) => s.labels.deployment_id === id && s.labels.app === slug;
+  const requests = (await samples('slipway_app_requests_total')).find(ofApp);
+  assert.ok(requests && requests.value >= 4, `requests ${JSON.stringify(requests)}`);
+  const responses = (await samples('slipway_app_responses_total')).filter(ofApp);
+  assert.ok(responses.find((s) => s.labels.code === '2xx')!.value >= 3);
+  assert.equal(responses.find((s) => s.labels.code === '4xx')!.value, 1);
+  assert.ok((await samples('slipway_app_response_time_average_seconds')).some(ofApp));
+
+  const memory = (await samples('slipway_app_memory_bytes')).find((s) => ofApp(s) && s.labels.instance === 'web-0');
+  assert.ok(memory && memory.value > 1024 * 1024, `memory ${JSON.stringify(memory)}`);
+  const cpu = (await samples('slipway_app_cpu_seconds_total')).find((s) => ofApp(s) && s.labels.instance === 'web-0');
+  assert.ok(cpu && cpu.value > 0, `cpu ${JSON.stringify(cpu)}`);
+
+  // The app exits: the supervisor starts it again, and the restart is counted.
+  await requestApp(service, url, '/exit');
+  await waitFor('the restart counted', async () => {
+    const restarts = (await samples('slipway_app_instance_restarts_total')).find(
+      (s) => ofApp(s) && s.labels.instance === 'web-0',
+    );
+    return restarts !== undefined && restarts.value === 1 ? restarts : undefined;
+  });
+});
