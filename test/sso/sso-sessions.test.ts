@@ -14,8 +14,7 @@ let workspaceB: string;
 /** A deployment of workspace B, which people of A must not see. */
 let deploymentB: string;
 
-const sessions = () =>
-  t.database.db.withTables<{ sso_sessions: { id: string; email: string | null; expires_at: Date } }>();
+const sessions = () => t.database.db;
 
 async function personIn(login: string, groups: string[]): Promise<string> {
   t.provider.accounts.set(login, { groups });
@@ -263,6 +262,27 @@ describe('changes made with the cookie', () => {
       .where('email', '=', 'karl@example.test')
       .executeTakeFirstOrThrow();
     assert.equal(line!.subject_id, sessionRow.id);
+  });
+
+  test('a retry with the same Idempotency-Key gets the first answer and is not audited a second time', async () => {
+    const session = await personIn('mona', ['team-a']);
+    const request = {
+      body: { name: 'monas-agent', source: 'internal_source' },
+      headers: { 'idempotency-key': 'mona-retry-1' },
+    };
+    const first = await asPerson(t, session, 'POST', '/v2/deployments', request);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    const retry = await asPerson(t, session, 'POST', '/v2/deployments', request);
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    assert.equal(retry.body.id, first.body.id, 'the retry made nothing: it is the first answer');
+    const writes = await t.database.db
+      .selectFrom('events')
+      .select('data')
+      .where('type', '=', 'sso_session.write')
+      .execute();
+    const monas = writes.filter((e) => (e.data as { email?: string }).email === 'mona@example.test');
+    assert.equal(monas.length, 1, 'one change, one audit line');
   });
 
   test('an API key is never mistaken for the cookie: a request with a key is the key’s, whatever cookie it carries', async () => {
