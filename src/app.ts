@@ -42,6 +42,7 @@ import { createServices, type Services } from './services.ts';
 import { codehostRoutes } from './routes/codehost.ts';
 import { ssoRoutes } from './routes/sso.ts';
 import { registerSessionAudit } from './sso/session-audit.ts';
+import { sessionCookieScheme } from './sso/session-cookie.ts';
 import { createSessionCredentials } from './sso/session-credentials.ts';
 import { createSsoService } from './sso/sso-service.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
@@ -120,7 +121,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         version: '0.1.0',
         description:
           'Self-hosted deployment control plane for agent applications. Authenticate with X-Api-Key ' +
-          '(or Authorization: Bearer); pick a workspace with X-Tenant-Id. Body fields and query parameters ' +
+          '(or Authorization: Bearer); in the dashboard, the single sign-on session cookie stands in for a key ' +
+          "(changes made with it only from the service's own origin). Pick a workspace with X-Tenant-Id. " +
+          'Body fields and query parameters ' +
           'an operation does not list are ignored, so clients may send extra ones; those it lists are ' +
           'validated (422). Secret values are write-only: answers show each secret with the value "********".',
       },
@@ -128,9 +131,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
         securitySchemes: {
           apiKey: { type: 'apiKey', in: 'header', name: 'X-Api-Key' },
           bearer: { type: 'http', scheme: 'bearer' },
+          sessionCookie: sessionCookieScheme(config.publicUrl),
         },
       },
-      security: [{ apiKey: [] }, { bearer: [] }],
+      security: [{ apiKey: [] }, { bearer: [] }, { sessionCookie: [] }],
     },
     refResolver: {
       buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),

@@ -1365,7 +1365,7 @@ export interface components {
         };
         /**
          * ResourceSpec
-         * @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. On the service's own data plane each web instance is limited to `memory_limit_mb` (else `memory_mb`) of memory and `cpu_limit` (else `cpu`) cores, each worker instance to the `queue_` fields (else the same), with the service's defaults when silent, through cgroups; an instance over its memory is killed (`out_of_memory`) and restarted. Where the service may not set cgroups, the limits are stored but not enforced, and the service's start log says so. On a listener they become the Kubernetes requests and limits.
+         * @description Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. On the service's own data plane each web instance is limited to `memory_limit_mb` (else `memory_mb`) of memory and `cpu_limit` (else `cpu`) cores, each worker instance to the `queue_` fields (else the same), with the service's defaults when silent, through cgroups; an instance over its memory is killed (`out_of_memory`) and restarted. Where the service may not set cgroups, the limits are stored but not enforced, and the service's start log says so. On a listener they become the Kubernetes requests and limits. A PATCH replaces the whole resource_spec rather than merging it: a field left out is unset, so send every field to keep.
          */
         ResourceSpec: {
             min_scale?: number | null;

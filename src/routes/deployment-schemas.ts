@@ -131,7 +131,8 @@ export const ResourceSpec = Type.Object(
       'and `cpu_limit` (else `cpu`) cores, each worker instance to the `queue_` fields (else the same), with the ' +
       "service's defaults when silent, through cgroups; an instance over its memory is killed (`out_of_memory`) and " +
       "restarted. Where the service may not set cgroups, the limits are stored but not enforced, and the service's start " +
-      'log says so. On a listener they become the Kubernetes requests and limits.',
+      'log says so. On a listener they become the Kubernetes requests and limits. A PATCH replaces the whole ' +
+      'resource_spec rather than merging it: a field left out is unset, so send every field to keep.',
   },
 );
 

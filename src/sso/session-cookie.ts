@@ -42,3 +42,27 @@ export function setCookie(names: CookieNames, name: string, value: string, maxAg
     ...(maxAgeSeconds === 0 ? { expires: new Date(0) } : {}),
   });
 }
+
+/**
+ * The session cookie as an OpenAPI security scheme (src/app.ts): every operation that takes an API key
+ * takes it too (src/http/authenticate.ts), named as this service names it.
+ */
+export function sessionCookieScheme(publicUrl: string): {
+  type: 'apiKey';
+  in: 'cookie';
+  name: string;
+  description: string;
+} {
+  const names = cookieNames(publicUrl);
+  return {
+    type: 'apiKey',
+    in: 'cookie',
+    name: names.session,
+    description:
+      "The dashboard's single sign-on session (docs/dashboard.md), set by GET /v2/sso/callback: HttpOnly, named " +
+      '`__Host-slipway_session` when the public URL is https, else `slipway_session`. It acts like an API key with ' +
+      "the role the person's mappings give, in the workspace X-Tenant-Id picks. A change made with it (any method " +
+      "but GET, HEAD, OPTIONS) must come from the service's own origin (Origin), else 403. A request that carries " +
+      'an API key is the key’s, whatever cookie it has.',
+  };
+}
