@@ -248,8 +248,18 @@ async function makeDir(io: CgroupFs, dir: string): Promise<boolean> {
 }
 
 /** Makes a group's directory; an empty leftover is replaced (rmdir fails with EBUSY on a populated one). */
-async function freshDir(io: CgroupFs, dir: string): Promise<void> {
-  if (await makeDir(io, dir)) return;
+async function freshDir(io: CgroupFs, dir: string, remakeParent?: () => Promise<void>): Promise<void> {
+  let made: boolean;
+  try {
+    made = await makeDir(io, dir);
+  } catch (error) {
+    // The parent group is shared by the services of a machine, and the last one to stop removes it when
+    // it is empty: another service that still runs makes it again.
+    if (errorCode(error) !== 'ENOENT' || remakeParent === undefined) throw error;
+    await remakeParent();
+    made = await makeDir(io, dir);
+  }
+  if (made) return;
   try {
     await io.rmdir(dir);
   } catch (error) {
@@ -500,7 +510,11 @@ async function setUpV2(ctx: Context, ownPath: string): Promise<ResourceControl |
       checkName(name, 'group name');
       checkLimits(limits);
       const dir = path.join(parentDir, name);
-      await freshDir(io, dir);
+      await freshDir(io, dir, async () => {
+        await makeDir(io, parentDir);
+        await enableControllers(io, parentDir);
+        await writeSetting(io, path.join(parentDir, 'cpu.weight'), String(APPS_CPU_WEIGHT_V2));
+      });
       try {
         await writeSetting(io, path.join(dir, 'memory.max'), String(limits.memoryBytes));
         // Without swap accounting in the kernel the file is absent and swap is not limited: nothing to do.
@@ -600,7 +614,12 @@ async function setUpV1(ctx: Context, own: Map<string, string>): Promise<Resource
       const created: string[] = [];
       try {
         for (const dir of dirs) {
-          await freshDir(io, dir);
+          const parentOf = path.dirname(dir);
+          await freshDir(io, dir, async () => {
+            await makeDir(io, parentOf);
+            if (parentOf === dirOf('cpu'))
+              await writeSetting(io, path.join(parentOf, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+          });
           created.push(dir);
         }
         // memsw may never be below the memory limit, so the memory limit goes first; equal, swap adds nothing.

@@ -15,7 +15,6 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
@@ -277,21 +276,22 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     // (a group of its own, not the root's tasks, whose scheduling autogroups make depend on the session).
     const serviceGroup = `${cpuParent}-service`;
     await fs.mkdir(serviceGroup);
-    // As many spinning processes in app groups (no quota in the way: 4 cores each) as in the service's
-    // group, one per CPU each: the kernel gives the service's side most of the CPU time.
-    const cpus = os.availableParallelism();
-    const spin = ['-e', 'for(;;){}'];
+    // Two spinning processes in app groups (no quota in the way: 4 cores each) and two in the service's
+    // group, all on one CPU (taskset): weights share a CPU among what runs on it, and on several CPUs the
+    // kernel's balancing could give each side a CPU of its own whatever the weights.
+    const cpus = 2;
+    const spin = ['-c', '0', process.execPath, '-e', 'for(;;){}'];
     const started: Started[] = [];
     try {
       for (let i = 0; i < cpus; i++) {
         const group = await create(`spin${i}`, { memoryBytes: 128 * MIB, cpu: 4, pids: 64 });
-        const child = start(process.execPath, spin, true);
+        const child = start('taskset', spin, true);
         started.push(child);
         await group.add(child.pid);
         child.release();
       }
       for (let i = 0; i < cpus; i++) {
-        const child = start(process.execPath, spin, true);
+        const child = start('taskset', spin, true);
         started.push(child);
         await fs.writeFile(path.join(serviceGroup, 'cgroup.procs'), String(child.pid));
         child.release();
@@ -419,6 +419,28 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       await group.remove();
     }
     assert.equal((await run.exit).signal, 'SIGKILL');
+  });
+
+  test('a parent group another service removed (the last to stop, when it was empty) is made again', async () => {
+    // Two services of one machine share the parent; the one that made it removes it when it stops.
+    const shared = `slipway-shared-${process.pid}-${randomBytes(3).toString('hex')}`;
+    const first = await createResourceControl({ parent: shared });
+    const second = await createResourceControl({ parent: shared });
+    await first.dispose();
+    for (const dir of second.paths) assert.equal(await exists(dir), false, `${dir} removed by the first`);
+    const group = await second.create(`after-${randomBytes(3).toString('hex')}`, {
+      memoryBytes: 64 * MIB,
+      cpu: 1,
+      pids: 16,
+    });
+    try {
+      for (const dir of group.paths) assert.ok(await exists(path.join(dir, 'cgroup.procs')), dir);
+      const cpuParent = second.paths.find((p) => p.split(path.sep).includes('cpu'))!;
+      assert.equal(await readValue(cpuParent, 'cpu.shares'), '256', 'the weight is set again');
+    } finally {
+      await group.remove();
+      await sweep(second.paths);
+    }
   });
 
   test('dispose() removes the parent groups once they are empty', async () => {
