@@ -1,7 +1,11 @@
 /**
  * The web dashboard (docs/dashboard.md): the pages built from web/ into web/dist, served at `/` without
- * an API key (the pages ask for one and send it with their API calls). Hashed files under /assets/
- * are cached for good; index.html never, so a new build is picked up at the next visit.
+ * an API key. The pages sign a person in and then make their API calls with it: an API key (kept in
+ * the tab, sent as X-Api-Key), or through single sign-on (src/routes/sso.ts), where the HttpOnly
+ * session cookie goes with every call by itself and the page keeps no secret; Sign out ends the
+ * session at the service (POST /v2/sso/logout). Admins manage who may sign in (mappings) with the API
+ * only for now. Hashed files under /assets/ are cached for good; index.html never, so a new build is
+ * picked up at the next visit.
  *
  * Any other path a browser navigates to gets index.html too, so the dashboard's own paths
  * (/deployments/<id>, ...) can be reloaded and linked to; the router picks the page. Never for the
