@@ -304,18 +304,26 @@ function appsPort(env: Env, port: number): number {
   return chosen;
 }
 
-function appsPublicUrl(env: Env, domain: string): string | null {
-  const name = 'SLIPWAY_APPS_PUBLIC_URL';
+/** An http(s) URL setting, parsed; null when unset. */
+function httpUrl(env: Env, name: string, example: string): { raw: string; url: URL } | null {
   const raw = text(env, name);
   if (raw === null) return null;
-  let url: URL;
+  let url: URL | null = null;
   try {
     url = new URL(raw);
   } catch {
-    throw new ConfigError(name, `must be an http(s) URL such as https://${domain}, got '${raw}'`);
+    // Said below.
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:')
-    throw new ConfigError(name, `must be an http(s) URL such as https://${domain}, got '${raw}'`);
+  if (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:'))
+    throw new ConfigError(name, `must be an http(s) URL such as ${example}, got '${raw}'`);
+  return { raw, url };
+}
+
+function appsPublicUrl(env: Env, domain: string): string | null {
+  const name = 'SLIPWAY_APPS_PUBLIC_URL';
+  const given = httpUrl(env, name, `https://${domain}`);
+  if (given === null) return null;
+  const { url } = given;
   if (url.hostname !== domain)
     throw new ConfigError(
       name,
@@ -365,15 +373,10 @@ function metricsToken(env: Env): string | null {
 
 /** An OTLP/HTTP endpoint: http or https, no credentials in it (they go in OTEL_EXPORTER_OTLP_HEADERS). */
 function otlpUrl(env: Env, name: string): string | null {
-  const raw = text(env, name);
-  if (raw === null) return null;
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ConfigError(name, `must be an http(s) URL such as http://127.0.0.1:4318, got '${raw}'`);
-  }
-  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.username !== '' || url.password !== '')
+  const given = httpUrl(env, name, 'http://127.0.0.1:4318');
+  if (given === null) return null;
+  const { raw, url } = given;
+  if (url.username !== '' || url.password !== '')
     throw new ConfigError(
       name,
       'must be an http(s) URL without user or password (headers: OTEL_EXPORTER_OTLP_HEADERS)',
