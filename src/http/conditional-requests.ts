@@ -146,8 +146,6 @@ function ifMatchPrecondition(
 /** Conditional requests; `attach` wires what a route declares into it (src/http/route-needs.ts). */
 export function createConditionalRequests(app: FastifyInstance): {
   attach(instance: FastifyInstance, route: RouteOptions, declared: { etag: boolean; ifMatch?: IfMatch }): void;
-  /** What the route would have been given before routes declared it (see route-needs.ts). */
-  inferred(instance: FastifyInstance, route: RouteOptions): { etag: boolean; ifMatch?: IfMatch };
 } {
   /** Routes (URL templates) whose GET answers one resource, with that GET's 200 schema. */
   const readable = new Map<string, object>();
@@ -257,17 +255,5 @@ export function createConditionalRequests(app: FastifyInstance): {
     };
   };
 
-  const inferred = (instance: FastifyInstance, route: RouteOptions): { etag: boolean; ifMatch?: IfMatch } => {
-    const auth = route.config?.auth ?? 'workspace';
-    const methods = asArray(route.method);
-    if ((auth !== 'workspace' && auth !== 'organization') || methods.length !== 1 || route.schema?.hide)
-      return { etag: false };
-    const method = methods[0]!;
-    const etag = ['GET', 'HEAD', 'POST', 'PATCH'].includes(method) && resourceSchema(instance, route) !== null;
-    if (method !== 'PATCH' && method !== 'DELETE') return { etag };
-    if (!readable.has(route.url)) return { etag, ifMatch: 'only-star' };
-    throw new Error(`${method} ${route.url}: its resource has a GET, so the route must declare ifMatch`);
-  };
-
-  return { attach, inferred };
+  return { attach };
 }
