@@ -1,5 +1,5 @@
 -- Single sign-on for the dashboard (docs/operations.md, "Single sign-on"): who gets in through the
--- operator's OpenID Connect provider, the sign-ins under way, and the sessions they open.
+-- operator's OpenID Connect provider, the sign-ins finished, and the sessions they open.
 
 -- What a person's ID token gives them: a group in the groups claim, or a verified e-mail address in a
 -- domain, maps to a role in one workspace (workspace_id null: in every workspace of the organization,
@@ -18,18 +18,15 @@ create table sso_mappings (
 create unique index sso_mappings_unique on sso_mappings (organization_id, kind, value, coalesce(workspace_id, '00000000-0000-0000-0000-000000000000'));
 create index sso_mappings_page on sso_mappings (organization_id, created_at desc, id desc);
 
--- A sign-in between the redirect to the provider and its callback. Found by the SHA-256 of its state
--- (the state itself is only in the browser's cookie and the provider's redirect), deleted when the
--- callback claims it, so a callback cannot be replayed. The PKCE verifier is sealed like any secret.
-create table sso_sign_ins (
+-- A sign-in under way is kept in the browser's state cookie only (its state, PKCE verifier, nonce,
+-- return path and expiry sealed with the service's key): starting one stores nothing. A callback that
+-- gets through records the SHA-256 of its state here until the sign-in would have expired, so the same
+-- callback cannot be played twice.
+create table sso_used_states (
   state_hash bytea primary key,
-  code_verifier_sealed text not null,
-  nonce text not null,
-  return_to text not null,
-  created_at timestamptz not null default now(),
   expires_at timestamptz not null
 );
-create index sso_sign_ins_expiry on sso_sign_ins (expires_at);
+create index sso_used_states_expiry on sso_used_states (expires_at);
 
 -- A signed-in person's session: the cookie holds a random token, the row only its SHA-256. Ended by
 -- logout, by an organization admin, or by its lifetime; ended rows are kept until pruned, for the audit.

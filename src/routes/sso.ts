@@ -26,6 +26,12 @@ import { NoAccessError, type SsoService } from '../sso/sso-service.ts';
 import type { SessionRow } from '../sso/sso-store.ts';
 import { sendSignInPage } from './sso-pages.ts';
 
+/**
+ * The state cookie holds the sign-in sealed (src/sso/sso-service.ts): a return path of up to 512
+ * characters makes it about 1,000; anything much longer is not one the service set.
+ */
+const STATE_COOKIE_MAX = 2_048;
+
 const Role = StringEnum(['admin', 'member'] as const);
 
 const Mapping = Type.Object(
@@ -172,7 +178,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         ),
         response: {
           200: Type.Object({ url: Type.String() }, { title: 'SsoSignInUrl' }),
-          ...errorResponses(404, 422, 502, 503),
+          ...errorResponses(404, 422, 502),
         },
       },
     },
@@ -186,7 +192,7 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
       }
       return reply
         .header('cache-control', 'no-store')
-        .header('set-cookie', setCookie(names, names.state, started.state, started.ttlSeconds))
+        .header('set-cookie', setCookie(names, names.state, started.cookie, started.ttlSeconds))
         .send({ url: started.url });
     },
   );
@@ -236,7 +242,10 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         });
       const query = request.raw.url?.split('?')[1] ?? '';
       try {
-        const done = await sso.finish(new URL(`${origin}/v2/sso/callback?${query}`), readCookie(request, names.state));
+        const done = await sso.finish(
+          new URL(`${origin}/v2/sso/callback?${query}`),
+          readCookie(request, names.state, STATE_COOKIE_MAX),
+        );
         // A browser signed in already gets the new session in place of its old one, which ends here.
         const previous = sessions.tokenOf(request);
         if (previous !== null) await sso.logout(previous, 'signed_in_again');

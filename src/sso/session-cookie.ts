@@ -21,12 +21,15 @@ export function cookieNames(publicUrl: string): CookieNames {
   return { session: `${prefix}slipway_session`, state: `${prefix}slipway_sso_state`, secure };
 }
 
-/** A cookie of the request; null when absent, empty or implausibly long. */
-export function readCookie(request: FastifyRequest, name: string): string | null {
+/**
+ * A cookie of the request; null when absent, empty or longer than `maxLength` (256: a token; the state
+ * cookie, a sealed sign-in, is longer).
+ */
+export function readCookie(request: FastifyRequest, name: string, maxLength = 256): string | null {
   const header = request.headers.cookie;
   if (typeof header !== 'string' || header.length > 16_384) return null;
   const value = parseCookie(header)[name];
-  return value === undefined || value === '' || value.length > 256 ? null : value;
+  return value === undefined || value === '' || value.length > maxLength ? null : value;
 }
 
 /** A Set-Cookie value; `maxAgeSeconds` 0 removes the cookie. */

@@ -1,8 +1,10 @@
 /**
  * Single sign-on for the dashboard (docs/operations.md, "Single sign-on"):
  *
- *   start ──(browser to the provider; state in a cookie, its hash and the sealed verifier in a row)──>
- *   callback ──(state = cookie, row claimed once; code + PKCE verifier exchanged; ID token verified)──>
+ *   start ──(browser to the provider; state, PKCE verifier, nonce, return path and expiry sealed in a cookie;
+ *            nothing stored)──>
+ *   callback ──(cookie opened, state = the query's, unexpired, used once (its hash recorded); code + PKCE
+ *               verifier exchanged; ID token verified)──>
  *   access from the mappings ──> session (random token in an HttpOnly cookie, its SHA-256 in a row)
  *
  * A person whose groups and verified e-mail domain match no mapping gets no session. A session's access
@@ -24,19 +26,17 @@ import { workspaceInOrganization } from '../store/tenancy.ts';
 import { createOidcClient, SignInError, type FetchLike, type IdTokenClaims } from './oidc-client.ts';
 import {
   accessOf,
-  claimSignIn,
   deleteMapping,
   endSession,
   findLiveSession,
   firstWorkspaceOf,
   insertMapping,
   insertSession,
-  insertSignIn,
   listLiveSessions,
   listMappings,
-  pendingSignIns,
   pruneOldSessions,
   recordSsoEvent,
+  useState,
   workspacesOf,
   type Access,
   type MappingKind,
@@ -48,11 +48,42 @@ import {
 /** How long a person has to finish signing in at the provider. */
 const SIGN_IN_TTL_SECONDS = 10 * 60;
 const MAX_GROUPS = 1_000;
+/** Marks a sealed value as a sign-in's state cookie (no other sealed value passes for one). */
+const SIGN_IN_PURPOSE = 'sso_sign_in.v1';
+
 /**
- * Sign-ins under way at once, across replicas. Starting one needs no credential and writes a row, so
- * the table is capped: past this, new sign-ins are refused (503) until old ones finish or expire.
+ * A sign-in under way, as its state cookie carries it (sealed with the service's SecretBox, so the
+ * browser can neither read the PKCE verifier nor change a field). Starting a sign-in stores nothing,
+ * so anonymous starts in any number cost the service no row and keep nobody out.
  */
-export const MAX_PENDING_SIGN_INS = 10_000;
+interface SignInState {
+  p: typeof SIGN_IN_PURPOSE;
+  /** The OAuth state, as the provider sends it back. */
+  s: string;
+  /** The PKCE code verifier. */
+  v: string;
+  /** The OpenID Connect nonce. */
+  n: string;
+  /** The dashboard path to go to once signed in. */
+  r: string;
+  /** Expiry, in milliseconds since the epoch. */
+  e: number;
+}
+
+function openSignInState(secretBox: SecretBox, cookie: string): SignInState | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(secretBox.open(cookie));
+  } catch {
+    return null;
+  }
+  if (typeof value !== 'object' || value === null) return null;
+  const v = value as Record<string, unknown>;
+  const text = (x: unknown) => typeof x === 'string' && x !== '';
+  if (v.p !== SIGN_IN_PURPOSE || !text(v.s) || !text(v.v) || !text(v.n) || !text(v.r) || typeof v.e !== 'number')
+    return null;
+  return v as unknown as SignInState;
+}
 
 export interface SsoServiceDeps {
   db: Kysely<Database>;
@@ -158,47 +189,48 @@ export function createSsoService(deps: SsoServiceDeps) {
     providerName: sso?.providerName ?? null,
     sessionTtlMs: sso?.sessionTtlMs ?? 0,
 
-    /** A new sign-in: where to send the browser, and the state to keep in its cookie. */
-    async start(returnTo: unknown): Promise<{ url: string; state: string; ttlSeconds: number }> {
+    /**
+     * A new sign-in: where to send the browser, and its state cookie (the sign-in sealed: cookie-safe,
+     * base64url parts joined by dots). Nothing is stored.
+     */
+    async start(returnTo: unknown): Promise<{ url: string; cookie: string; ttlSeconds: number }> {
       const { oidc } = configured();
-      if ((await pendingSignIns(db, MAX_PENDING_SIGN_INS)) >= MAX_PENDING_SIGN_INS)
-        throw new AppError('unavailable', 'Too many sign-ins are under way; try again in a few minutes.', {
-          retryAfterSeconds: 60,
-        });
       const started = await oidc.authorizationRequest(redirectUri);
-      await insertSignIn(db, {
-        stateHash: hashToken(started.state),
-        codeVerifierSealed: secretBox.seal(started.codeVerifier),
-        nonce: started.nonce,
-        returnTo: safeReturnTo(returnTo),
-        ttlSeconds: SIGN_IN_TTL_SECONDS,
-      });
-      return { url: started.url, state: started.state, ttlSeconds: SIGN_IN_TTL_SECONDS };
+      const state: SignInState = {
+        p: SIGN_IN_PURPOSE,
+        s: started.state,
+        v: started.codeVerifier,
+        n: started.nonce,
+        r: safeReturnTo(returnTo),
+        e: Date.now() + SIGN_IN_TTL_SECONDS * 1000,
+      };
+      return { url: started.url, cookie: secretBox.seal(JSON.stringify(state)), ttlSeconds: SIGN_IN_TTL_SECONDS };
     },
 
     /**
-     * The provider's redirect back: `browserState` is the state from this browser's cookie. Throws
-     * SignInError (the sign-in is no good) or NoAccessError (it is, but no mapping lets the person in).
+     * The provider's redirect back: `stateCookie` is this browser's state cookie. Throws SignInError
+     * (the sign-in is no good) or NoAccessError (it is, but no mapping lets the person in).
      */
-    async finish(callback: URL, browserState: string | null) {
+    async finish(callback: URL, stateCookie: string | null) {
       const { oidc, sso } = configured();
       const states = callback.searchParams.getAll('state');
+      const pending = stateCookie === null ? null : openSignInState(secretBox, stateCookie);
       // The state must come back to the browser that started the sign-in: a link with someone else's
       // code and state (login CSRF) finds no matching cookie here.
-      if (browserState === null || states.length !== 1 || states[0] !== browserState)
+      if (pending === null || states.length !== 1 || states[0] !== pending.s)
         throw new SignInError(
           'state_mismatch',
           'This sign-in was not started in this browser, or it took too long. Start again from the sign-in page.',
         );
-      const pending = await claimSignIn(db, hashToken(browserState));
-      if (pending === undefined)
+      // The cookie is removed after the callback, but a copy of it must not work twice either.
+      if (pending.e <= Date.now() || !(await useState(db, hashToken(pending.s), new Date(pending.e))))
         throw new SignInError(
           'state_mismatch',
           'This sign-in was finished already or has expired. Start again from the sign-in page.',
         );
       const claims = await oidc.finish(
         callback,
-        { state: browserState, codeVerifier: secretBox.open(pending.code_verifier_sealed), nonce: pending.nonce },
+        { state: pending.s, codeVerifier: pending.v, nonce: pending.n },
         redirectUri,
       );
       const identity = identityOf(claims, sso.groupsClaim);
@@ -231,7 +263,7 @@ export function createSsoService(deps: SsoServiceDeps) {
         });
         return row;
       });
-      return { token, session, who: identity.email ?? identity.name ?? claims.sub, returnTo: pending.return_to };
+      return { token, session, who: identity.email ?? identity.name ?? claims.sub, returnTo: pending.r };
     },
 
     /**

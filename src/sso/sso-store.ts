@@ -1,6 +1,6 @@
 /**
  * The tables of single sign-on (migrations/016_sso.sql): mappings from a provider's groups and e-mail
- * domains to workspace roles, sign-ins under way, and sessions. Their table types are in
+ * domains to workspace roles, the states of finished sign-ins (no replay), and sessions. Their table types are in
  * src/store/schema.ts, with every other table's.
  */
 import { randomUUID } from 'node:crypto';
@@ -116,51 +116,23 @@ export async function deleteMapping(db: Db, organizationId: string, id: string) 
     .executeTakeFirst();
 }
 
-export async function insertSignIn(
-  db: Db,
-  signIn: { stateHash: Buffer; codeVerifierSealed: string; nonce: string; returnTo: string; ttlSeconds: number },
-) {
+/**
+ * Marks a sign-in's state used, once: true the first time, false when a callback with this state got
+ * through already. Kept until the sign-in would have expired anyway (its sealed cookie says when);
+ * expired marks are dropped here, so the table stays small without a job.
+ */
+export async function useState(db: Db, stateHash: Buffer, expiresAt: Date): Promise<boolean> {
   await db
-    .insertInto('sso_sign_ins')
-    .values({
-      state_hash: signIn.stateHash,
-      code_verifier_sealed: signIn.codeVerifierSealed,
-      nonce: signIn.nonce,
-      return_to: signIn.returnTo,
-      expires_at: sql<Date>`now() + make_interval(secs => ${signIn.ttlSeconds})`,
-    })
-    .execute();
-  // Sign-ins nobody finished: dropped as new ones start, so the table stays small without a job.
-  await db
-    .deleteFrom('sso_sign_ins')
+    .deleteFrom('sso_used_states')
     .where('expires_at', '<', sql<Date>`now()`)
     .execute();
-}
-
-/** How many sign-ins are under way (unexpired), counted up to `limit`. */
-export async function pendingSignIns(db: Db, limit: number): Promise<number> {
   const row = await db
-    .selectFrom((eb) =>
-      eb
-        .selectFrom('sso_sign_ins')
-        .select('state_hash')
-        .where('expires_at', '>', sql<Date>`now()`)
-        .limit(limit)
-        .as('pending'),
-    )
-    .select((eb) => eb.fn.countAll<string>().as('n'))
-    .executeTakeFirstOrThrow();
-  return Number(row.n);
-}
-
-/** Takes the sign-in of this state, once: a second callback with the same state finds nothing. */
-export async function claimSignIn(db: Db, stateHash: Buffer) {
-  return db
-    .deleteFrom('sso_sign_ins')
-    .where('state_hash', '=', stateHash)
-    .where('expires_at', '>', sql<Date>`now()`)
-    .returning(['code_verifier_sealed', 'nonce', 'return_to'])
+    .insertInto('sso_used_states')
+    .values({ state_hash: stateHash, expires_at: expiresAt })
+    .onConflict((oc) => oc.doNothing())
+    .returning('state_hash')
     .executeTakeFirst();
+  return row !== undefined;
 }
 
 export async function insertSession(

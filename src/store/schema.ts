@@ -411,13 +411,9 @@ export interface SsoMappingTable {
   created_at: CreatedAt;
 }
 
-/** A sign-in between the redirect to the provider and its callback, found by the SHA-256 of its state. */
-export interface SsoSignInTable {
+/** The state of a sign-in whose callback got through, kept until the sign-in would have expired (no replay). */
+export interface SsoUsedStateTable {
   state_hash: Buffer;
-  code_verifier_sealed: string;
-  nonce: string;
-  return_to: string;
-  created_at: CreatedAt;
   expires_at: Date;
 }
 
@@ -466,7 +462,7 @@ export interface Database {
   agent_credentials: AgentCredentialTable;
   key_check: KeyCheckTable;
   sso_mappings: SsoMappingTable;
-  sso_sign_ins: SsoSignInTable;
+  sso_used_states: SsoUsedStateTable;
   sso_sessions: SsoSessionTable;
 }
 

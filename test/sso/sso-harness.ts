@@ -18,7 +18,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../../src/app.ts';
 import { bootstrap } from '../../src/bootstrap.ts';
 import { loadConfig, type Config } from '../../src/config.ts';
-import { createSecretBox } from '../../src/crypto/secret-box.ts';
+import { createSecretBox, type SecretBox } from '../../src/crypto/secret-box.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { FetchLike } from '../../src/sso/oidc-client.ts';
 import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
@@ -124,6 +124,8 @@ export interface SsoTestApp {
   adminKey: string;
   close(): Promise<void>;
   provider: SsoProvider;
+  /** The service's SecretBox: a test opens and seals state cookies with it, as the service does. */
+  secretBox: SecretBox;
   /** The service's public URL: where the browser reaches it, and the only origin its cookie writes come from. */
   publicUrl: string;
   port: number;
@@ -159,10 +161,11 @@ export async function createSsoTestApp(options: SsoTestOptions = {}): Promise<Ss
     ...Object.fromEntries(Object.entries(options.env ?? {}).map(([k, v]) => [k, v.replace('{port}', String(port))])),
   });
   const first = await bootstrap(database.db, config.bootstrapApiKey);
+  const secretBox = createSecretBox(randomBytes(32));
   const app = await buildApp({
     config,
     db: database.db,
-    secretBox: createSecretBox(randomBytes(32)),
+    secretBox,
     logger: createLogger(config.logLevel),
     ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}),
   });
@@ -176,6 +179,7 @@ export async function createSsoTestApp(options: SsoTestOptions = {}): Promise<Ss
     orgKey: first.generatedKey!,
     adminKey: ADMIN_KEY,
     provider,
+    secretBox,
     publicUrl: config.publicUrl,
     port,
     async close() {
@@ -202,7 +206,7 @@ export function cookieFrom(
 }
 
 export interface SignInAttempt {
-  /** The state cookie the service set at the start. */
+  /** The state cookie the service set at the start (the sign-in, sealed). */
   state: string;
   /** The provider's redirect back to the service (path and query), not yet requested. */
   callbackPath: string;

@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { createSign, generateKeyPairSync } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { sql } from 'kysely';
-import { MAX_PENDING_SIGN_INS, hashToken } from '../../src/sso/sso-service.ts';
+
+import { hashToken } from '../../src/sso/sso-service.ts';
 import { unreachableUrl } from '../fakes/oidc-server.ts';
 import { client } from '../helpers.ts';
 import {
@@ -26,6 +26,8 @@ let tamper: ((idToken: string) => string) | null = null;
 
 let t: SsoTestApp;
 
+/** The OAuth state of a callback (the state cookie is the sign-in sealed, not this). */
+const stateOf = (callbackPath: string) => new URL(callbackPath, 'http://x').searchParams.get('state')!;
 const b64 = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
 const partsOf = (jwt: string) => {
   const [header, payload] = jwt.split('.');
@@ -122,7 +124,13 @@ describe('an honest sign-in', () => {
       assert.equal(url.searchParams.get('redirect_uri'), 'https://slipway.example.test/v2/sso/callback');
       assert.equal(url.searchParams.get('code_challenge_method'), 'S256');
       assert.ok(url.searchParams.get('nonce'), 'a nonce');
-      assert.equal(url.searchParams.get('state'), state.value);
+      assert.equal(
+        JSON.parse(https.secretBox.open(state.value)).s,
+        url.searchParams.get('state'),
+        'the cookie holds the state the provider sends back, sealed',
+      );
+      assert.ok(state.value.length > 256 && state.value.length <= 2048, `a sealed sign-in: ${state.value.length}`);
+      assert.match(state.value, /^[A-Za-z0-9._-]+$/, 'cookie-safe as it is');
     } finally {
       await https.close();
     }
@@ -191,43 +199,59 @@ describe('sign-ins under way, and signing in again', () => {
     assert.equal((await asPerson(t, second.session, 'GET', '/v2/deployments')).status, 200);
   });
 
-  test('starting sign-ins needs no credential, so their number is capped: past it, 503 and nothing stored', async () => {
-    const signIns = t.database.db.withTables<{
-      sso_sign_ins: {
-        state_hash: Buffer;
-        code_verifier_sealed: string;
-        nonce: string;
-        return_to: string;
-        expires_at: Date;
-      };
-    }>();
-    await sql`insert into sso_sign_ins (state_hash, code_verifier_sealed, nonce, return_to, expires_at)
-      select sha256(('flood-' || i)::bytea), 'x', 'x', '/', now() + interval '5 minutes'
-      from generate_series(1, ${MAX_PENDING_SIGN_INS}) as i`.execute(t.database.db);
-    try {
-      const count = async () =>
-        Number(
-          (
-            await signIns
-              .selectFrom('sso_sign_ins')
-              .select((eb) => eb.fn.countAll<string>().as('n'))
-              .executeTakeFirstOrThrow()
-          ).n,
-        );
-      const before = await count();
-      const refused = await t.app.inject({
-        method: 'POST',
-        url: '/v2/sso/login',
-        headers: { 'content-type': 'application/json' },
-        payload: '{}',
-      });
-      assert.equal(refused.statusCode, 503, refused.body);
-      assert.equal(refused.headers['retry-after'], '60');
-      assert.equal(await count(), before);
-    } finally {
-      await signIns.deleteFrom('sso_sign_ins').where('code_verifier_sealed', '=', 'x').execute();
+  test('starting a sign-in stores nothing: the browser holds it, sealed, and cannot read or change it', async () => {
+    const tables = async () =>
+      (
+        await t.database.db
+          .selectFrom((eb) =>
+            eb
+              .selectFrom('sso_used_states')
+              .select('state_hash')
+              .union(eb.selectFrom('sso_sessions').select('token_hash as state_hash'))
+              .as('rows'),
+          )
+          .select((eb) => eb.fn.countAll<string>().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n;
+    const before = await tables();
+    const attempt = await startSignIn(t, 'alice', '/deployments');
+    assert.equal(await tables(), before, 'no row for a sign-in under way');
+    const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
+    assert.equal(opened.s, stateOf(attempt.callbackPath));
+    assert.ok(!attempt.state.includes(String(opened.v)), 'the PKCE verifier is not readable in the cookie');
+    // One character of the sealed value changed: the cookie no longer opens.
+    const at = attempt.state.length - 5;
+    const flipped = `${attempt.state.slice(0, at)}${attempt.state[at] === 'A' ? 'B' : 'A'}${attempt.state.slice(at + 1)}`;
+    const sessionsBefore = await sessionCount();
+    const forged = await finishSignIn(t, attempt.callbackPath, flipped);
+    assert.equal(forged.status, 400, forged.page);
+    assert.equal(forged.session, null);
+    assert.equal(await sessionCount(), sessionsBefore);
+    assert.equal((await finishSignIn(t, attempt.callbackPath, attempt.state)).status, 200, 'the real cookie works');
+  });
+
+  test('a sign-in cookie past its ten minutes is refused, though sealed by the service', async () => {
+    const attempt = await startSignIn(t, 'alice');
+    const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
+    const expired = t.secretBox.seal(JSON.stringify({ ...opened, e: Date.now() - 1 }));
+    const before = await sessionCount();
+    const done = await finishSignIn(t, attempt.callbackPath, expired);
+    assert.equal(done.status, 400, done.page);
+    assert.match(done.page, /finished already or has expired/);
+    assert.equal(done.session, null);
+    assert.equal(await sessionCount(), before);
+  });
+
+  test('a value the service sealed for something else does not pass for a sign-in cookie', async () => {
+    const attempt = await startSignIn(t, 'alice');
+    const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
+    const before = await sessionCount();
+    for (const other of [t.secretBox.seal(String(opened.s)), t.secretBox.seal(JSON.stringify({ ...opened, p: 'x' }))]) {
+      const done = await finishSignIn(t, attempt.callbackPath, other);
+      assert.equal(done.status, 400, done.page);
+      assert.equal(done.session, null);
     }
-    assert.equal((await signIn(t, 'alice')).status, 200, 'sign-ins work again once they are gone');
+    assert.equal(await sessionCount(), before);
   });
 });
 
@@ -297,13 +321,15 @@ describe('forged and replayed sign-ins', () => {
     const before = await sessionCount();
     const attempt = await startSignIn(t, 'alice');
     // The sign-in expects another nonce than the one the provider put in its (genuine) ID token.
-    await t.database.db
-      .withTables<{ sso_sign_ins: { state_hash: Buffer; nonce: string } }>()
-      .updateTable('sso_sign_ins')
-      .set({ nonce: 'a-nonce-of-another-sign-in' })
-      .where('state_hash', '=', hashToken(attempt.state))
-      .execute();
-    await refused(await finishSignIn(t, attempt.callbackPath, attempt.state), before, 502);
+    const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
+    const otherNonce = t.secretBox.seal(JSON.stringify({ ...opened, n: 'a-nonce-of-another-sign-in' }));
+    await refused(await finishSignIn(t, attempt.callbackPath, otherNonce), before, 502);
+  });
+
+  test('an ID token whose nonce is the sign-in’s is accepted (the case above fails for its nonce only)', async () => {
+    const attempt = await startSignIn(t, 'alice');
+    const done = await finishSignIn(t, attempt.callbackPath, attempt.state);
+    assert.equal(done.status, 200, done.page);
   });
 
   test('a callback without the state cookie of the browser that started it is refused (login CSRF)', async () => {
@@ -315,7 +341,7 @@ describe('forged and replayed sign-ins', () => {
     const victims = await startSignIn(t, 'alice');
     await refused(await finishSignIn(t, attackers.callbackPath, victims.state), before, 400);
     // A state in the query changed to match the victim's cookie: the code is not the victim's sign-in's.
-    const swapped = attackers.callbackPath.replace(/state=[^&]+/, `state=${victims.state}`);
+    const swapped = attackers.callbackPath.replace(/state=[^&]+/, `state=${stateOf(victims.callbackPath)}`);
     const done = await finishSignIn(t, swapped, victims.state);
     assert.notEqual(done.status, 200);
     assert.equal(done.session, null);
@@ -342,7 +368,7 @@ describe('forged and replayed sign-ins', () => {
   test('a provider that says no (the person cancelled) gets a page, and nothing else', async () => {
     const before = await sessionCount();
     const attempt = await startSignIn(t, 'alice');
-    const denied = `/v2/sso/callback?error=access_denied&error_description=${encodeURIComponent('<b>nope</b>')}&state=${attempt.state}&iss=${encodeURIComponent(t.provider.issuer)}`;
+    const denied = `/v2/sso/callback?error=access_denied&error_description=${encodeURIComponent('<b>nope</b>')}&state=${stateOf(attempt.callbackPath)}&iss=${encodeURIComponent(t.provider.issuer)}`;
     const done = await finishSignIn(t, denied, attempt.state);
     await refused(done, before, 400);
     assert.match(done.page, /access_denied/);
@@ -355,6 +381,8 @@ describe('forged and replayed sign-ins', () => {
       ['https://evil.example/', '/'],
       ['//evil.example/', '/'],
       ['/\\evil.example', '/'],
+      // The longest return_to still fits the state cookie the service reads back.
+      [`/${'a'.repeat(511)}`, `/${'a'.repeat(511)}`],
     ] as const) {
       const attempt = await startSignIn(t, 'alice', asked);
       const done = await finishSignIn(t, attempt.callbackPath, attempt.state);
