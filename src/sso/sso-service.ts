@@ -36,6 +36,7 @@ import {
   listMappings,
   pruneOldSessions,
   recordSsoEvent,
+  stateUsed,
   useState,
   workspacesOf,
   type Access,
@@ -223,16 +224,21 @@ export function createSsoService(deps: SsoServiceDeps) {
           'This sign-in was not started in this browser, or it took too long. Start again from the sign-in page.',
         );
       // The cookie is removed after the callback, but a copy of it must not work twice either.
-      if (pending.e <= Date.now() || !(await useState(db, hashToken(pending.s), new Date(pending.e))))
-        throw new SignInError(
+      const used = () =>
+        new SignInError(
           'state_mismatch',
           'This sign-in was finished already or has expired. Start again from the sign-in page.',
         );
+      const stateHash = hashToken(pending.s);
+      if (pending.e <= Date.now() || (await stateUsed(db, stateHash))) throw used();
       const claims = await oidc.finish(
         callback,
         { state: pending.s, codeVerifier: pending.v, nonce: pending.n },
         redirectUri,
       );
+      // Recorded once the provider accepted the code (it gives each code once, so two copies of a
+      // callback racing here cannot both get this far); only real sign-ins add a row.
+      if (!(await useState(db, stateHash, new Date(pending.e)))) throw used();
       const identity = identityOf(claims, sso.groupsClaim);
       const access = await accessOf(db, identity, null);
       if (access === null) throw new NoAccessError(identity.email, identity.groups);

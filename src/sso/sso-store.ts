@@ -116,10 +116,21 @@ export async function deleteMapping(db: Db, organizationId: string, id: string) 
     .executeTakeFirst();
 }
 
+/** Whether a callback with this state got through already (see useState). */
+export async function stateUsed(db: Db, stateHash: Buffer): Promise<boolean> {
+  const row = await db
+    .selectFrom('sso_used_states')
+    .select('state_hash')
+    .where('state_hash', '=', stateHash)
+    .executeTakeFirst();
+  return row !== undefined;
+}
+
 /**
  * Marks a sign-in's state used, once: true the first time, false when a callback with this state got
- * through already. Kept until the sign-in would have expired anyway (its sealed cookie says when);
- * expired marks are dropped here, so the table stays small without a job.
+ * through already. Called only once the provider accepted the code, so only real sign-ins add a row;
+ * kept until the sign-in would have expired anyway (its sealed cookie says when). Expired marks are
+ * dropped here, so the table stays small without a job.
  */
 export async function useState(db: Db, stateHash: Buffer, expiresAt: Date): Promise<boolean> {
   await db

@@ -230,6 +230,29 @@ describe('sign-ins under way, and signing in again', () => {
     assert.equal((await finishSignIn(t, attempt.callbackPath, attempt.state)).status, 200, 'the real cookie works');
   });
 
+  test('a callback that gets no code accepted records nothing, so anonymous callbacks fill no table', async () => {
+    const used = async () =>
+      Number(
+        (
+          await t.database.db
+            .selectFrom('sso_used_states')
+            .select((eb) => eb.fn.countAll<string>().as('n'))
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    const before = await used();
+    for (let i = 0; i < 3; i++) {
+      const attempt = await startSignIn(t, 'alice');
+      // The browser's own cookie and state, with a code the provider never gave.
+      const made = attempt.callbackPath.replace(/code=[^&]+/, 'code=made-up');
+      assert.equal((await finishSignIn(t, made, attempt.state)).status, 400);
+    }
+    assert.equal(await used(), before);
+    const real = await startSignIn(t, 'alice');
+    assert.equal((await finishSignIn(t, real.callbackPath, real.state)).status, 200);
+    assert.equal(await used(), before + 1, 'a sign-in that got through is recorded, against replay');
+  });
+
   test('a sign-in cookie past its ten minutes is refused, though sealed by the service', async () => {
     const attempt = await startSignIn(t, 'alice');
     const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
