@@ -44,7 +44,10 @@ test('the dashboard is importable and queries only series the service exports', 
       assert.ok(series.length > 0, `${panel.title}: ${target.expr}`);
       for (const name of series) assert.ok(exported.has(name), `${panel.title} queries ${name}, which is not exported`);
       // Balanced parentheses and braces: a query Prometheus can parse at least that far.
-      for (const [open, close] of [['(', ')'], ['{', '}']] as const)
+      for (const [open, close] of [
+        ['(', ')'],
+        ['{', '}'],
+      ] as const)
         assert.equal(target.expr.split(open).length, target.expr.split(close).length, `${panel.title}: ${target.expr}`);
     }
   }
