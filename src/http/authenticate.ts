@@ -178,7 +178,12 @@ export function registerAuthentication(
       request.listenerCredential = credential;
       return;
     }
-    request.caller = await resolveCaller(keys, db, request, mode === 'listener' ? 'workspace' : mode, sessions);
+    // The listener protocol is for machines (a listener credential, or an admin key): a browser session
+    // does not open it (its desired state holds the deployments' secrets in clear).
+    request.caller =
+      mode === 'listener'
+        ? await resolveCaller(keys, db, request, 'workspace', null)
+        : await resolveCaller(keys, db, request, mode, sessions);
     const admin = config?.admin ?? false;
     if (admin === 'organization' && (request.caller.role !== 'admin' || request.caller.keyWorkspaceId !== null))
       throw new AppError(

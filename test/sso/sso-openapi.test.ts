@@ -72,3 +72,20 @@ test('the cookie the sign-in sets opens what the document says it opens', async 
   const anonymous = await t.app.inject({ method: 'GET', url: '/v2/deployments' });
   assert.equal(anonymous.statusCode, 401, 'and without it (or a key) nothing');
 });
+
+test("the cookie does not open the listener protocol (machines' endpoints, whose desired state holds secrets in clear)", async () => {
+  t.provider.accounts.set('lena', { groups: ['slipway-admins'] });
+  const done = await signIn(t, 'lena');
+  assert.equal(done.status, 200, done.page);
+  const listener = await client(t.app, t.orgKey, t.workspaceId).post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: `cookie-test-${Date.now()}`,
+  });
+  assert.equal(listener.status, 201, JSON.stringify(listener.body));
+  const asAdminKey = await client(t.app, t.orgKey, t.workspaceId).get(
+    `/v2/listeners/${listener.body.id}/desired-state`,
+  );
+  assert.equal(asAdminKey.status, 200, 'an admin key still reads it');
+  const asCookie = await asPerson(t, done.session!, 'GET', `/v2/listeners/${listener.body.id}/desired-state`);
+  assert.equal(asCookie.status, 401, 'a browser session does not');
+});

@@ -103,10 +103,18 @@ test('a signed-in person gets, operation by operation, what a key of their role 
   for (const row of rows) {
     // Signing out with the cookie ends the session (test/sso/sso-sessions.test.ts); the walk needs it.
     if (row.operation === 'POST /v2/sso/logout') continue;
+    // The listener protocol is for machines: a session opens none of it, whatever the table says of keys.
+    const protocol = /^\w+ \/v2\/listeners\/\{listener_id\}\/(desired-state|reports|deletions|heartbeat)$/.test(
+      row.operation,
+    );
     for (const role of ROLES) {
       const cell = row.cells[role];
       const answer = await send(row.operation, people[role]);
       const said = `${row.operation} as ${role}: table '${cell}', answer ${answer.status} ${answer.text.slice(0, 160)}`;
+      if (protocol) {
+        if (answer.status !== 401) wrong.push(`${said}; a session must not open the listener protocol`);
+        continue;
+      }
       if (cell === 'yes' && (answer.status === 401 || answer.status === 403 || answer.status >= 500)) wrong.push(said);
       if (cell === 'no' && (answer.status !== 403 || answer.code !== 'forbidden')) wrong.push(said);
       if (cell === 'credential' && (answer.status < 400 || answer.status >= 500)) wrong.push(said);
