@@ -456,9 +456,10 @@ async function serve(instanceId, optionsText) {
   const pg = pgModule.default ?? pgModule;
 
   const leaseSeconds = Math.max(2, Number.parseInt(process.env.LANGGRAPH_RUN_LEASE_SECONDS || '30', 10) || 30);
-  // The deployment's role may hold 20 connections, shared by its instances (and, during a redeploy,
-  // the old ones): a few per instance.
-  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 4, idleTimeoutMillis: 5_000 });
+  // The deployment's role may hold 20 connections, shared by its instances and, during a redeploy, the
+  // old ones still draining: 4 per instance (this pool, the store's, the notifications' listener), so two
+  // instances of each of two revisions fit (six each made a redeploy of two instances fail with 53300).
+  const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 2, idleTimeoutMillis: 5_000 });
   pool.on('error', (error) => logger.warn('PostgreSQL connection lost', { error: error.message }));
   const json = (value) => (value === undefined ? null : (serialiseAsDict(value) ?? null));
 
