@@ -348,11 +348,20 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
    * app before), plus what earlier HAProxy processes counted for it.
    */
   async function statsOf(): Promise<Map<string, EdgeAppStats>> {
-    const raw = await backendCounts();
+    // Counters: while HAProxy does not answer (it is being started again), the last ones read stand.
+    const raw = await backendCounts().catch((error: unknown) => {
+      logger.debug({ err: error }, 'app edge: HAProxy did not give its counts; the last ones read stand');
+      return null;
+    });
     const result = new Map<string, EdgeAppStats>();
     for (const [slug, route] of table) {
       let account = accounts.get(slug);
       if (account === undefined) {
+        // Not read yet: none to tell until HAProxy answers (its backend may hold an earlier app's counts).
+        if (raw === null) {
+          result.set(slug, emptyStats());
+          continue;
+        }
         // Routed before its first read (or by a restart with a bigger pool): counted from here.
         account = { generation, base: raw.get(route.backend) ?? zeroCounts(), carried: zeroCounts(), last: null };
         accounts.set(slug, account);
@@ -360,9 +369,10 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       if (account.generation !== generation) {
         if (account.last) account.carried = addCounts(account.carried, subtractCounts(account.last, account.base));
         account.base = zeroCounts();
+        account.last = null;
         account.generation = generation;
       }
-      const now = raw.get(route.backend) ?? zeroCounts();
+      const now = raw === null ? (account.last ?? account.base) : (raw.get(route.backend) ?? zeroCounts());
       account.last = now;
       const total = addCounts(account.carried, subtractCounts(now, account.base));
       result.set(slug, {

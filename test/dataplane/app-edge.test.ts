@@ -1089,6 +1089,12 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     assert.equal(Number((await statOf(worker))[17]), Math.max(1, Math.floor(os.availableParallelism() / 2)), 'threads');
   });
 
+  /** The pids of the master's workers. */
+  async function workerPids(master: number): Promise<number[]> {
+    const text = await fs.readFile(`/proc/${master}/task/${master}/children`, 'utf8').catch(() => '');
+    return text.trim() === '' ? [] : text.trim().split(/\s+/).map(Number);
+  }
+
   test("an app's counts survive a restart of HAProxy", async () => {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
     dataDirs.push(dataDir);
@@ -1099,12 +1105,39 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     for (let i = 0; i < 3; i++) assert.ok(await served(edge, slug, 'survivor'));
     assert.equal((await edge.stats()).get(slug)?.requests, 3);
     const pid = await masterPid(dataDir);
+    const workers = await workerPids(pid);
     process.kill(pid, 'SIGKILL');
+    // Only once the old worker is gone does a request reach the new HAProxy (a dying worker still serves,
+    // and what it counts after the last read is lost with it).
+    await waitFor('the old HAProxy gone and a new one up', async () => {
+      const now = await masterPid(dataDir).catch(() => 0);
+      return now !== pid && processAlive(now) && !workers.some(processAlive);
+    });
     await waitFor('the route served again', () => served(edge, slug, 'survivor'));
     const after = (await edge.stats()).get(slug)!;
     // The three before, and at least the one that found it served again.
     assert.ok(after.requests >= 4, `requests ${after.requests}`);
     assert.ok(after.responses['2xx'] >= 4);
+  });
+
+  test('counts asked for while HAProxy does not answer are the last ones read, not an error (the metrics stay up)', async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
+    dataDirs.push(dataDir);
+    const edge = await startEdge('haproxy', { dataDir });
+    const app = await startApp('downtime');
+    const slug = 'downtime-00000063';
+    await edge.setTargets(slug, [{ instanceId: 'i-1', port: app.port }]);
+    for (let i = 0; i < 3; i++) assert.ok(await served(edge, slug, 'downtime'));
+    assert.equal((await edge.stats()).get(slug)?.requests, 3);
+    // HAProxy not answering on its runtime socket (as while it restarts): the socket moved out of the way.
+    const socket = path.join(dataDir, 'edge', 'admin.sock');
+    await fs.rename(socket, `${socket}.away`);
+    const during = (await edge.stats()).get(slug);
+    await fs.rename(`${socket}.away`, socket);
+    assert.equal(during?.requests, 3);
+    assert.equal(during?.responses['2xx'], 3);
+    assert.ok(await served(edge, slug, 'downtime'));
+    assert.equal((await edge.stats()).get(slug)?.requests, 4, 'counted on once HAProxy answers again');
   });
 
   test('HAProxy killed with SIGKILL is started again, and route changes after it are served', async () => {
