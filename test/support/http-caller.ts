@@ -2,7 +2,7 @@
  * JSON requests over real HTTP (fetch) to a listening test app, with an API key by default. Every answer
  * is checked against the document the app serves (openapi-conformance.ts), as `client` does.
  */
-import { ADMIN_KEY } from '../helpers.ts';
+import { ADMIN_KEY } from './harness.ts';
 import { assertAnswerDocumented } from './openapi-conformance.ts';
 
 export interface HttpAnswer {
