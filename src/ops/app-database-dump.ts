@@ -5,8 +5,10 @@
  * /usr/lib/postgresql/<major>/bin) is used when it is new enough for the server; pg_restore from the same
  * directory brings a dump back.
  *
- * Connections are made as the service's user; the password goes through the environment (PGPASSWORD),
- * never on a command line other users can read.
+ * A dump is made as the service's user; a restore logs in as the app's own role, never as the service's
+ * with SET ROLE: loading the rows runs the app's own code (its CHECK constraints, its functions), which
+ * could RESET ROLE back to the service's (a superuser) and take the whole server. Passwords go through
+ * the environment (PGPASSWORD), never on a command line other users can read.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -59,14 +61,14 @@ export async function serverMajor(client: pg.ClientBase): Promise<number> {
  * libpq's environment for the service's URL on another database of its server; nothing else of ours
  * (the tools are named by absolute path).
  */
-function libpqEnv(serviceUrl: string, database: string): NodeJS.ProcessEnv {
+function libpqEnv(serviceUrl: string, database: string, login?: { user: string; password: string }): NodeJS.ProcessEnv {
   const url = new URL(serviceUrl);
   const env: NodeJS.ProcessEnv = {
     LC_ALL: 'C',
     PGHOST: url.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1',
     PGPORT: url.port || '5432',
-    PGUSER: decodeURIComponent(url.username),
-    PGPASSWORD: decodeURIComponent(url.password),
+    PGUSER: login?.user ?? decodeURIComponent(url.username),
+    PGPASSWORD: login?.password ?? decodeURIComponent(url.password),
     PGDATABASE: database,
   };
   const sslmode = url.searchParams.get('sslmode');
@@ -86,25 +88,23 @@ export async function dumpAppDatabase(
   });
 }
 
-/** Restores a dump into the (empty) app database, its objects owned by the app's role. */
+/**
+ * Restores a dump into the (empty) app database as the app's role (its login and password), so its
+ * objects are the app's and nothing in the dump acts with more than the app's own rights.
+ */
 export async function restoreAppDatabase(
   tools: PgTools,
   serviceUrl: string,
   database: string,
-  role: string,
+  login: { role: string; password: string },
   file: string,
 ): Promise<void> {
   await run(
     tools.restore,
-    [
-      '--no-owner',
-      '--no-privileges',
-      `--role=${role}`,
-      '--single-transaction',
-      '--exit-on-error',
-      `--dbname=${database}`,
-      file,
-    ],
-    { env: libpqEnv(serviceUrl, database), maxBuffer: 16 * 1024 * 1024 },
+    ['--no-owner', '--no-privileges', '--single-transaction', '--exit-on-error', `--dbname=${database}`, file],
+    {
+      env: libpqEnv(serviceUrl, database, { user: login.role, password: login.password }),
+      maxBuffer: 16 * 1024 * 1024,
+    },
   );
 }

@@ -204,14 +204,18 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
         .execute();
       for (const runtime of runtimes) {
         if (!runtime.database_name || !runtime.role_name || !runtime.database_password_sealed) continue;
-        await createAppDatabase(target.pool, runtime.deployment_id, box.open(runtime.database_password_sealed));
+        const made = await createAppDatabase(
+          target.pool,
+          runtime.deployment_id,
+          box.open(runtime.database_password_sealed),
+        );
         const entry = manifest.entries.find((e) => e.kind === 'app-database' && e.subject === runtime.database_name);
         if (entry && tools)
           await restoreAppDatabase(
             tools,
             target.url,
             runtime.database_name,
-            runtime.role_name,
+            { role: made.role, password: made.password },
             staged.get(entry.name)!,
           );
       }

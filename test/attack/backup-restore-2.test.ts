@@ -1,0 +1,150 @@
+/**
+ * Attack on `slipway restore` by an app's own code: an app owns its database and may put anything in
+ * it, such as a CHECK constraint calling a function of its own. pg_restore loads the rows with COPY,
+ * which runs that function; a restore logged in as the service's (superuser) role and only SET ROLE to
+ * the app's role lets the function RESET ROLE back to the superuser and make the app's role a superuser
+ * of the whole server (every tenant's database, the service's own). The restore must log in as the app's
+ * role, so that there is nothing to go back to.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import pino from 'pino';
+import { buildApp } from '../../src/app.ts';
+import { bootstrap } from '../../src/bootstrap.ts';
+import { loadConfig } from '../../src/config.ts';
+import { openSecretBox } from '../../src/crypto/key-check.ts';
+import type { EncryptionKeys } from '../../src/crypto/secret-box.ts';
+import { databaseUrl, withClient } from '../../src/db/admin-client.ts';
+import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../../src/dataplane/app-database.ts';
+import { findPgTools, serverMajor } from '../../src/ops/app-database-dump.ts';
+import { createBackup } from '../../src/ops/backup.ts';
+import { restoreBackup } from '../../src/ops/restore.ts';
+import { saveDeploymentRuntime } from '../../src/store/deployment-runtimes.ts';
+import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
+
+const key = randomBytes(32);
+const keys: EncryptionKeys = { current: key, previous: [], source: 'SLIPWAY_ENCRYPTION_KEY', file: null };
+const silent = pino({ level: 'silent' });
+const cleanups: (() => Promise<unknown>)[] = [];
+let source: TestDatabase;
+let appDatabase: { name: string; role: string; password: string };
+let archive: string;
+let dumpable = false;
+
+function adminUrl(): string {
+  const url = process.env.SLIPWAY_TEST_ADMIN_URL;
+  if (!url) throw new Error('Run tests with `npm test`.');
+  return url;
+}
+
+async function tempDir(prefix: string): Promise<string> {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), prefix));
+  cleanups.push(() => fs.rm(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** What the app writes into its own database: a row whose CHECK runs its function, which tries to become superuser. */
+const HOSTILE_SCHEMA = String.raw`
+create function public.take_over(value text) returns boolean language plpgsql as $f$
+declare
+  app_role text := current_user;
+begin
+  begin
+    reset role;
+    execute format('alter role %I superuser', app_role);
+  exception when others then
+    null; -- As the app itself (an ordinary insert) this is refused: nothing to do.
+  end;
+  return true;
+end
+$f$;
+create table public.notes (text text not null check (public.take_over(text)));
+insert into public.notes values ('a note');
+`;
+
+before(async () => {
+  source = await createTestDatabase();
+  cleanups.push(() => source.drop());
+  const box = await openSecretBox(source.db, keys);
+  const first = await bootstrap(source.db, ADMIN_KEY);
+  const config = loadConfig({
+    SLIPWAY_DATA_DIR: await tempDir('slipway-attack-'),
+    LOG_LEVEL: 'silent',
+    SLIPWAY_APPS_PORT: '0',
+  });
+  const app = await buildApp({ config, db: source.db, secretBox: box, logger: silent });
+  cleanups.push(() => app.close());
+  const created = await app.inject({
+    method: 'POST',
+    url: '/v2/deployments',
+    headers: { 'x-api-key': ADMIN_KEY },
+    payload: {
+      name: 'hostile-app',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'registry.example.com/hostile:1' },
+    },
+  });
+  assert.equal(created.statusCode, 201, created.body);
+  const deploymentId = created.json<{ id: string }>().id;
+  appDatabase = await createAppDatabase(source.pool, deploymentId);
+  cleanups.push(() => dropAppDatabase(source.pool, appDatabase.name).catch(() => undefined));
+  await saveDeploymentRuntime(source.db, deploymentId, first.workspaceId, {
+    databaseName: appDatabase.name,
+    roleName: appDatabase.role,
+    databasePasswordSealed: box.seal(appDatabase.password),
+  });
+  await withClient(appDatabaseUrl(source.url, appDatabase), (c) => c.query(HOSTILE_SCHEMA));
+
+  const tools = await findPgTools();
+  dumpable = tools !== null && tools.major >= (await withClient(source.url, (c) => serverMajor(c)));
+  archive = path.join(await tempDir('slipway-attack-archive-'), 'backup.tar.gz');
+  await createBackup({
+    database: { url: source.url, pool: source.pool, db: source.db, embedded: false, close: async () => undefined },
+    keys,
+    dataDir: await tempDir('slipway-attack-data-'),
+    output: archive,
+    slipwayVersion: '0.0.0-test',
+    withoutAppData: !dumpable,
+    say: () => undefined,
+  });
+});
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+test("restoring an app's database does not let the app's functions run as the service's superuser", async (t) => {
+  if (!dumpable) return t.skip('no pg_dump fits the server: the backup holds no app data to restore');
+  const superuser = () =>
+    withClient(adminUrl(), (c) =>
+      c.query<{ super: boolean }>('select rolsuper as super from pg_roles where rolname = $1', [appDatabase.role]),
+    ).then((r) => r.rows[0]?.super);
+  assert.equal(await superuser(), false, 'the app is no superuser before');
+
+  // The server lost the app's database; the operator restores the backup into an empty database.
+  await dropAppDatabase(source.pool, appDatabase.name);
+  const name = `slipway_restore_${randomBytes(4).toString('hex')}`;
+  await withClient(adminUrl(), (c) => c.query(`create database ${name}`));
+  cleanups.push(() => withClient(adminUrl(), (c) => c.query(`drop database if exists ${name} with (force)`)));
+  const target = databaseUrl(adminUrl(), name);
+  await restoreBackup({
+    archive,
+    config: loadConfig({
+      DATABASE_URL: target,
+      SLIPWAY_ENCRYPTION_KEY: key.toString('hex'),
+      SLIPWAY_DATA_DIR: await tempDir('slipway-restored-'),
+    }),
+    keys,
+    logger: silent,
+    say: () => undefined,
+  });
+
+  assert.equal(await superuser(), false, "the app's role became a superuser of the server during the restore");
+  // The honest part: the app's data is back, and its role reads it.
+  const notes = await withClient(appDatabaseUrl(target, appDatabase), (c) => c.query('select text from notes'));
+  assert.deepEqual(notes.rows, [{ text: 'a note' }]);
+});
