@@ -39,7 +39,8 @@ import {
   type EdgeServer,
 } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
-import { emptyStats, STATUS_CLASSES, type EdgeAppStats, type StatusClass } from './edge-stats.ts';
+import { createEdgeAccounts, parseBackendCounts, zeroCounts, type RawCounts } from './edge-haproxy-stats.ts';
+import type { EdgeAppStats } from './edge-stats.ts';
 
 export interface HaproxyEdgeOptions {
   /** The edge's own directory (configuration, map, pid file, runtime socket). */
@@ -131,26 +132,6 @@ async function workerUser(): Promise<{ user: string; group: string }> {
     : { user: 'nobody', group: 'nogroup' };
 }
 
-/** A backend's counters in HAProxy (reset when HAProxy restarts); ttime: mean over its latest requests. */
-interface RawCounts {
-  requests: number;
-  responses: Record<StatusClass, number>;
-  ttimeMs: number;
-}
-
-function zeroCounts(): RawCounts {
-  return { requests: 0, responses: emptyStats().responses, ttimeMs: 0 };
-}
-
-function combine(a: RawCounts, b: RawCounts, sign: 1 | -1): RawCounts {
-  const responses = { ...a.responses };
-  for (const c of STATUS_CLASSES) responses[c] = Math.max(0, a.responses[c] + sign * b.responses[c]);
-  return { requests: Math.max(0, a.requests + sign * b.requests), responses, ttimeMs: a.ttimeMs };
-}
-
-const addCounts = (a: RawCounts, b: RawCounts) => combine(a, b, 1);
-const subtractCounts = (a: RawCounts, b: RawCounts) => combine(a, b, -1);
-
 interface Route {
   backend: string;
   targets: AppTarget[];
@@ -186,13 +167,8 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   /** Slots of each backend that hold an instance, serving or draining. */
   const slotsInUse = new Map<string, Set<string>>();
   let poolSize = INITIAL_POOL;
-  /** HAProxy processes started so far: each counts from zero. */
-  let generation = 0;
   /** Per app: the counts of its backend when it got it, and what earlier HAProxy processes counted. */
-  const accounts = new Map<
-    string,
-    { generation: number; base: RawCounts; carried: RawCounts; last: RawCounts | null }
-  >();
+  const accounts = createEdgeAccounts();
   let child: ChildProcess | null = null;
   let closing = false;
   /** Runtime changes, one at a time (the waits of drains are outside it). */
@@ -285,7 +261,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   async function start(): Promise<void> {
     await writeFiles();
     // A new HAProxy counts from zero: the counts so far are carried (statsOf).
-    generation += 1;
+    accounts.processStarted();
     const proc = spawnHaproxy();
     const deadline = Date.now() + START_TIMEOUT_MS;
     while (Date.now() < deadline) {
@@ -318,29 +294,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
 
   /** Each backend's counts as HAProxy has them now (`show stat` of the backends). */
   async function backendCounts(): Promise<Map<string, RawCounts>> {
-    const csv = await cli('show stat -1 2 -1');
-    const lines = csv.split('\n');
-    const header = lines[0]!.replace(/^# /, '').split(',');
-    const at = (name: string) => header.indexOf(name);
-    const counts = new Map<string, RawCounts>();
-    for (const row of lines.slice(1)) {
-      const fields = row.split(',');
-      if (fields[at('svname')] !== 'BACKEND') continue;
-      const number = (name: string) => Number(fields[at(name)] || 0);
-      counts.set(fields[at('pxname')]!, {
-        requests: number('req_tot'),
-        responses: {
-          '1xx': number('hrsp_1xx'),
-          '2xx': number('hrsp_2xx'),
-          '3xx': number('hrsp_3xx'),
-          '4xx': number('hrsp_4xx'),
-          '5xx': number('hrsp_5xx'),
-          other: number('hrsp_other'),
-        },
-        ttimeMs: number('ttime'),
-      });
-    }
-    return counts;
+    return parseBackendCounts(await cli('show stat -1 2 -1'));
   }
 
   /**
@@ -353,36 +307,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       logger.debug({ err: error }, 'app edge: HAProxy did not give its counts; the last ones read stand');
       return null;
     });
-    const result = new Map<string, EdgeAppStats>();
-    for (const [slug, route] of table) {
-      let account = accounts.get(slug);
-      if (account === undefined) {
-        // Not read yet: none to tell until HAProxy answers (its backend may hold an earlier app's counts).
-        if (raw === null) {
-          result.set(slug, emptyStats());
-          continue;
-        }
-        // Routed before its first read (or by a restart with a bigger pool): counted from here.
-        account = { generation, base: raw.get(route.backend) ?? zeroCounts(), carried: zeroCounts(), last: null };
-        accounts.set(slug, account);
-      }
-      if (account.generation !== generation) {
-        if (account.last) account.carried = addCounts(account.carried, subtractCounts(account.last, account.base));
-        account.base = zeroCounts();
-        account.last = null;
-        account.generation = generation;
-      }
-      const now = raw === null ? (account.last ?? account.base) : (raw.get(route.backend) ?? zeroCounts());
-      account.last = now;
-      const total = addCounts(account.carried, subtractCounts(now, account.base));
-      result.set(slug, {
-        requests: total.requests,
-        responses: total.responses,
-        averageResponseSeconds: total.requests === 0 ? null : now.ttimeMs / 1000,
-      });
-    }
-    for (const slug of accounts.keys()) if (!table.has(slug)) accounts.delete(slug);
-    return result;
+    return accounts.read(new Map([...table].map(([slug, route]) => [slug, route.backend])), raw);
   }
 
   function enqueue<T>(step: () => Promise<T>): Promise<T> {
@@ -519,7 +444,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         if (isNew) {
           // The backend may have served a removed app: this one is counted from what it has now.
           const base = (await backendCounts()).get(route.backend) ?? zeroCounts();
-          accounts.set(slug, { generation, base, carried: zeroCounts(), last: null });
+          accounts.open(slug, base);
         }
         table.set(slug, { backend: route.backend, targets: wanted, servers });
         if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
