@@ -306,19 +306,7 @@ export function createSsoService(deps: SsoServiceDeps) {
               'conflict',
               `A mapping of ${input.kind} '${value}' to this workspace already exists; delete it to change its role.`,
             );
-          await recordSsoEvent(tx, {
-            workspaceId: input.workspace_id ?? (await firstWorkspaceOf(tx, actor.organizationId)),
-            subjectType: 'sso_mapping',
-            subjectId: row.id,
-            type: 'sso_mapping.created',
-            data: {
-              kind: row.kind,
-              value: row.value,
-              workspace_id: row.workspace_id,
-              role: row.role,
-              by_key: actor.keyId,
-            },
-          });
+          await recordMappingEvent(tx, actor, row, 'sso_mapping.created');
           return row;
         });
       },
@@ -333,19 +321,7 @@ export function createSsoService(deps: SsoServiceDeps) {
         await db.transaction().execute(async (tx) => {
           const row = await deleteMapping(tx, actor.organizationId, id);
           if (row === undefined) throw notFound('Mapping', id);
-          await recordSsoEvent(tx, {
-            workspaceId: row.workspace_id ?? (await firstWorkspaceOf(tx, actor.organizationId)),
-            subjectType: 'sso_mapping',
-            subjectId: row.id,
-            type: 'sso_mapping.deleted',
-            data: {
-              kind: row.kind,
-              value: row.value,
-              workspace_id: row.workspace_id,
-              role: row.role,
-              by_key: actor.keyId,
-            },
-          });
+          await recordMappingEvent(tx, actor, row, 'sso_mapping.deleted');
         });
       },
     },
@@ -384,6 +360,22 @@ export function createSsoService(deps: SsoServiceDeps) {
     },
   };
 
+  /** A mapping's audit line: in its workspace, or the organization's first for an organization-wide one. */
+  async function recordMappingEvent(
+    tx: Db,
+    actor: KeyActor,
+    row: MappingRow,
+    type: 'sso_mapping.created' | 'sso_mapping.deleted',
+  ): Promise<void> {
+    await recordSsoEvent(tx, {
+      workspaceId: row.workspace_id ?? (await firstWorkspaceOf(tx, actor.organizationId)),
+      subjectType: 'sso_mapping',
+      subjectId: row.id,
+      type,
+      data: { kind: row.kind, value: row.value, workspace_id: row.workspace_id, role: row.role, by_key: actor.keyId },
+    });
+  }
+
   async function recordEnded(tx: Db, session: SessionRow, data: Record<string, unknown>): Promise<void> {
     await recordSsoEvent(tx, {
       workspaceId: await firstWorkspaceOf(tx, session.organization_id),
@@ -394,5 +386,7 @@ export function createSsoService(deps: SsoServiceDeps) {
     });
   }
 }
+
+type MappingRow = NonNullable<Awaited<ReturnType<typeof insertMapping>>>;
 
 export type SsoService = ReturnType<typeof createSsoService>;
