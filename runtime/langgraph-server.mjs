@@ -290,6 +290,12 @@ const MIGRATIONS = [
      created_at timestamptz not null default now(),
      updated_at timestamptz not null default now())`,
   `create index crons_due on ${SCHEMA}.crons (next_run_date) where enabled`,
+  // What the instances apply, for the control plane's view of the deployment's storage (the last
+  // instance to start writes it: instances of one revision read the same langgraph.json).
+  `create table ${SCHEMA}.settings (
+     name text primary key,
+     value jsonb not null,
+     updated_at timestamptz not null default now())`,
 ];
 
 // ---------------------------------------------------------------------------------------------------
@@ -482,6 +488,7 @@ async function serve(instanceId, optionsText) {
       : {}),
   });
   await migrate(pool, saver, postgresStore);
+  await recordTtls(pool, threadTtl, storeTtl, options.store?.ttl?.refresh_on_read ?? true);
   installCheckpointer(checkpointer, saver, pool);
   installStore(store, postgresStore);
 
@@ -1996,6 +2003,27 @@ function ttlOf(ttl, name, logger) {
     return null;
   }
   return { minutes, sweepMinutes };
+}
+
+/** Writes the TTLs this instance applies (null: none, or ignored), as langgraph.json names them. */
+async function recordTtls(pool, threadTtl, storeTtl, refreshOnRead) {
+  const ttl = {
+    checkpointer: threadTtl
+      ? { strategy: 'delete', default_ttl: threadTtl.minutes, sweep_interval_minutes: threadTtl.sweepMinutes }
+      : null,
+    store: storeTtl
+      ? {
+          default_ttl: storeTtl.minutes,
+          refresh_on_read: refreshOnRead !== false,
+          sweep_interval_minutes: storeTtl.sweepMinutes,
+        }
+      : null,
+  };
+  await pool.query(
+    `insert into ${SCHEMA}.settings (name, value) values ('ttl', $1)
+     on conflict (name) do update set value = excluded.value, updated_at = now()`,
+    [JSON.stringify(ttl)],
+  );
 }
 
 /** The store the server's routes and graphs share, kept in PostgreSQL by PostgresStore. */

@@ -24,6 +24,7 @@ import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
+import { deploymentStorageRoutes } from './routes/deployment-storage.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
 import { healthRoutes } from './routes/health.ts';
@@ -177,6 +178,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(adminRoutes, { workspaces: services.workspaces, apiKeys: services.apiKeys });
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
+    await app.register(deploymentStorageRoutes, { db, secretBox, ...(deps.pool ? { pool: deps.pool } : {}) });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {

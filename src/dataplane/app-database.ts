@@ -86,6 +86,22 @@ function serviceClientOn(pool: pg.Pool, database: string): pg.Client {
 }
 
 /**
+ * A connection as an app's own role to its database, for the service to look inside it without running
+ * the app's code (views, policies, functions it made) with the service's privileges. It takes one of the
+ * role's connections (APP_ROLE_CONNECTION_LIMIT) while it is open; every statement has a time limit.
+ */
+export function appDatabaseClient(pool: pg.Pool, database: AppDatabase, statementTimeoutMs = 10_000): pg.Client {
+  const { connectionString } = pool.options;
+  const own = { user: database.role, password: database.password, database: database.name };
+  const limits = { statement_timeout: statementTimeoutMs, connectionTimeoutMillis: 10_000 };
+  return new pg.Client(
+    connectionString
+      ? { ...pool.options, ...limits, connectionString: appDatabaseUrl(connectionString, database) }
+      : { ...pool.options, ...limits, ...own },
+  );
+}
+
+/**
  * Makes the database lists unreadable by PUBLIC inside an app's database (its role is PUBLIC there).
  * pg_database is a shared catalog but its privileges are kept per database, so this hides it in this
  * database only, which is where the app's role can connect. Needs a superuser (the catalogs' owner).
