@@ -42,7 +42,6 @@ import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
-import { appSlug } from '../src/dataplane/app-urls.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
 import {
@@ -480,7 +479,11 @@ async function deployOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
   if (created.status !== 201) throw new Error(`create ${name}: ${created.status} ${JSON.stringify(created.body)}`);
   const id: string = created.body.id;
   const revisionId: string = created.body.latest_revision_id;
-  const slug = appSlug({ name, id });
+  const { app_slug: slug } = await svc.db
+    .selectFrom('deployments')
+    .select('app_slug')
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
   const host = `${slug}.${svc.config.appsDomain}:${svc.edge.port}`;
 
   // The first 2xx through the stable URL; the revision's status now and then, to stop at a failure.

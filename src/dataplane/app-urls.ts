@@ -1,41 +1,24 @@
 /**
- * Where a deployment's app is reached: every app has a slug that is a DNS label, and its stable URL is
+ * Where a deployment's app is reached: every app has a slug that is a DNS label, unique across the
+ * service and kept with its deployment, and its stable URL is
  * `<scheme>://<slug>.<appsDomain>[:<apps port>]` on the app edge (src/dataplane/app-edge.ts), an origin
- * of its own. Pure functions: the edges and the data plane derive slugs from here.
+ * of its own. Pure functions: the built-in edge reads a slug back from a request here.
  */
 
 /** A DNS label is at most 63 characters (RFC 1035). */
 const LABEL_MAX = 63;
-const ID_PART = 8;
-/** Room left for the name: the label minus `-` and the id part. */
-const NAME_MAX = LABEL_MAX - 1 - ID_PART;
 
 /**
- * What a slug looks like: a name part (letters, digits, inner dashes) then `-` and 8 hex digits. The
- * fixed suffix keeps ordinary host names (`api.example.com` when the apps domain is `example.com`) and
- * API paths from being mistaken for apps.
+ * What a slug looks like: a name part (letters, digits, inner dashes) then `-` and 8 hex digits of the
+ * deployment's id, or 16 when another deployment held the 8 (the database chooses and keeps each
+ * deployment's slug: migrations/017_app_slugs.sql, `deployments.app_slug`). The fixed suffix keeps
+ * ordinary host names (`api.example.com` when the apps domain is `example.com`) and API paths from being
+ * mistaken for apps.
  */
-const SLUG = new RegExp(`^[a-z0-9](?:[a-z0-9-]{0,${NAME_MAX - 2}}[a-z0-9])?-[0-9a-f]{${ID_PART}}$`);
+const SLUG = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?-(?:[0-9a-f]{8}|[0-9a-f]{16})$/;
 
 function isAppSlug(value: string): boolean {
-  return SLUG.test(value);
-}
-
-/**
- * `<name>-<first 8 hex digits of the id>`: names are unique per workspace only, the id part keeps two
- * workspaces' `support-agent` apart. Names are already DNS labels (the API's pattern); anything else is
- * folded into one defensively, and the name is cut so the whole slug stays a label.
- */
-export function appSlug(deployment: { name: string; id: string }): string {
-  const hex = deployment.id.toLowerCase().replace(/-/g, '');
-  if (!/^[0-9a-f]{8}/.test(hex)) throw new Error(`deployment id '${deployment.id}' does not start with 8 hex digits`);
-  const name =
-    deployment.name
-      .toLowerCase()
-      .replace(/[^a-z0-9-]+/g, '-')
-      .slice(0, NAME_MAX)
-      .replace(/^-+|-+$/g, '') || 'app';
-  return `${name}-${hex.slice(0, ID_PART)}`;
+  return value.length <= LABEL_MAX && SLUG.test(value);
 }
 
 /**

@@ -32,7 +32,6 @@ import { runEnvironment } from './app-environment.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
 import { appUrl, type AppEdge } from './app-edge.ts';
-import { appSlug } from './app-urls.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
 import type { HostForward } from './host-forwards.ts';
@@ -67,6 +66,8 @@ export interface RevisionJob {
     id: string;
     workspace_id: string;
     name: string;
+    /** The DNS label of its stable URL, kept with the deployment (migrations/017_app_slugs.sql). */
+    app_slug: string;
     source_config: SourceConfig;
     tracing_project_id: string;
   };
@@ -363,7 +364,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     return {
       revisionId: job.revisionId,
       workspaceId: job.deployment.workspace_id,
-      slug: appSlug({ name: job.deployment.name, id: job.deployment.id }),
+      slug: job.deployment.app_slug,
       supervisor,
       log,
       appConfig,

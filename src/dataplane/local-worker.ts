@@ -141,6 +141,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       id: deploymentId,
       workspace_id: claimed.workspace_id,
       name: claimed.deployment_name,
+      app_slug: claimed.deployment_app_slug,
       source_config: claimed.deployment_source_config,
       tracing_project_id: claimed.tracing_project_id,
     });
@@ -303,6 +304,7 @@ export function startWorker(deps: WorkerDeps): Worker {
             id: deployment.id,
             workspace_id: deployment.workspace_id,
             name: deployment.name,
+            app_slug: deployment.app_slug,
             source_config,
             tracing_project_id: deployment.tracing_project_id,
           }),

@@ -198,6 +198,11 @@ export interface DeploymentTable {
   runner_owner: ColumnType<string | null, string | null | undefined, string | null>;
   runner_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   delete_tracing_project: ColumnType<boolean, boolean | undefined, boolean>;
+  /**
+   * The DNS label of the app's stable URL, unique across the service: chosen by the database when the
+   * row is stored (migrations/017_app_slugs.sql) and never changed.
+   */
+  app_slug: ColumnType<string, never, never>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }

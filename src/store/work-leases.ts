@@ -30,6 +30,7 @@ export interface LeaseOwner {
 
 export interface ClaimedRevision extends RevisionRow {
   deployment_name: string;
+  deployment_app_slug: string;
   deployment_source_config: SourceConfig;
   tracing_project_id: string;
 }
@@ -55,7 +56,7 @@ export async function claimRevision(
 ): Promise<ClaimedRevision | undefined> {
   const working = sql.join(WORKING_STATUSES.map((s) => sql.lit(s)));
   const found = await sql<ClaimedRevision>`
-    select r.*, d.name as deployment_name, d.source_config as deployment_source_config, d.tracing_project_id
+    select r.*, d.name as deployment_name, d.app_slug as deployment_app_slug, d.source_config as deployment_source_config, d.tracing_project_id
     from revisions r
     join deployments d on d.id = r.deployment_id
     where d.listener_id is null
@@ -117,6 +118,7 @@ export interface RunnableDeployment {
   id: string;
   workspace_id: string;
   name: string;
+  app_slug: string;
   status: string;
   active_revision_id: string;
   tracing_project_id: string;
@@ -133,7 +135,7 @@ export async function claimRunnableDeployments(
   limit: number,
 ): Promise<RunnableDeployment[]> {
   const found = await sql<RunnableDeployment>`
-    select id, workspace_id, name, status, active_revision_id, tracing_project_id from deployments d
+    select id, workspace_id, name, app_slug, status, active_revision_id, tracing_project_id from deployments d
     where listener_id is null and active_revision_id is not null and status <> 'AWAITING_DELETE'
       and (runner_owner is null or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
     limit ${limit}
