@@ -1,0 +1,139 @@
+/**
+ * Resource limits on cgroup v1 (one hierarchy per controller: /sys/fs/cgroup/memory, cpu, pids):
+ * `<own>/slipway/<name>` in each, where `<own>` is the service's own group in that hierarchy
+ * (/proc/self/cgroup). Nesting keeps the limits the service itself runs under (a container's, a systemd
+ * unit's) in force for what it starts and charges their memory to it; a group at the root would escape
+ * them. v1 lets a group hold processes and children at once, so the service's own group can be the
+ * parent. When the own group is not visible under the mount (a container that mounts only its part of
+ * the hierarchy without a cgroup namespace), the mount point is used: there it is the container's group.
+ */
+import path from 'node:path';
+import {
+  CONTROLLERS,
+  CPU_PERIOD_US,
+  cpuQuotaUs,
+  disposeDirs,
+  explainRefusal,
+  freshDir,
+  makeDir,
+  writeSetting,
+  type CgroupSetup,
+  type Controller,
+} from './cgroup-files.ts';
+import { cgroupGroup } from './cgroup-group.ts';
+import type { ResourceControl } from './resource-limits.ts';
+
+/**
+ * The CPU weight of the parent group, all apps and builds together, against the service's own threads:
+ * a quarter of the default `cpu.shares` 1024 (src/dataplane/resource-limits.ts says why).
+ */
+const APPS_CPU_SHARES_V1 = 256;
+
+/** The file that shows a v1 hierarchy's group can take the limit we set (a kernel may lack CFS quotas). */
+const V1_LIMIT_FILE: Record<Controller, string> = {
+  memory: 'memory.limit_in_bytes',
+  cpu: 'cpu.cfs_quota_us',
+  pids: 'pids.max',
+};
+
+/**
+ * Makes the parent groups for cgroup v1 under the service's own groups `own` (controller to path, from
+ * /proc/self/cgroup); the reason in words when it cannot. Names and limits are checked by the caller.
+ */
+export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>): Promise<ResourceControl | string> {
+  const { io, root, parent } = ctx;
+  const parents = new Map<Controller, string>();
+  const made: string[] = [];
+  const refuse = async (reason: string) => {
+    await disposeDirs(io, made.reverse(), ctx.logger);
+    return reason;
+  };
+  for (const controller of CONTROLLERS) {
+    const mount = path.join(root, controller);
+    if (!(await io.exists(path.join(mount, 'cgroup.procs')))) {
+      return refuse(`no cgroup v1 ${controller} hierarchy at ${mount}`);
+    }
+    let base = path.join(mount, own.get(controller) ?? '/');
+    if (!(await io.exists(path.join(base, 'cgroup.procs')))) base = mount;
+    const dir = path.join(base, parent);
+    try {
+      if (await makeDir(io, dir)) made.push(dir);
+    } catch (error) {
+      return refuse(explainRefusal(error, dir));
+    }
+    if (!(await io.exists(path.join(dir, V1_LIMIT_FILE[controller])))) {
+      return refuse(`cgroup v1 group ${dir} has no ${V1_LIMIT_FILE[controller]} (not supported by this kernel)`);
+    }
+    if (controller === 'cpu') {
+      try {
+        await writeSetting(io, path.join(dir, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+      } catch (error) {
+        return refuse(explainRefusal(error, dir));
+      }
+    }
+    parents.set(controller, dir);
+  }
+  const dirOf = (controller: Controller) => parents.get(controller)!;
+  // CPU time is kept by the cpuacct controller: in the cpu hierarchy when the two are mounted together
+  // (cpu,cpuacct), else in a hierarchy of its own, where groups are made for accounting only.
+  let accounting: string | null = null;
+  if (await io.exists(path.join(dirOf('cpu'), 'cpuacct.usage'))) {
+    accounting = dirOf('cpu');
+  } else if (await io.exists(path.join(root, 'cpuacct', 'cgroup.procs'))) {
+    const mount = path.join(root, 'cpuacct');
+    let base = path.join(mount, own.get('cpuacct') ?? '/');
+    if (!(await io.exists(path.join(base, 'cgroup.procs')))) base = mount;
+    const dir = path.join(base, parent);
+    try {
+      if (await makeDir(io, dir)) made.push(dir);
+      accounting = dir;
+    } catch (error) {
+      ctx.logger?.warn(`the CPU time of apps is not measured: ${explainRefusal(error, dir)}`);
+    }
+  }
+  const separateAccounting = accounting !== null && accounting !== dirOf('cpu');
+  const swapFile = 'memory.memsw.limit_in_bytes';
+  const swapLimited = await io.exists(path.join(dirOf('memory'), swapFile));
+  return {
+    kind: 'cgroup-v1',
+    description:
+      `cgroup v1: each app instance and build gets a memory limit ` +
+      (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
+      `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
+      `(weighted to yield the CPU to the service when both are busy)`,
+    paths: [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])],
+    async create(name, limits) {
+      const dirs = [
+        ...CONTROLLERS.map((controller) => path.join(dirOf(controller), name)),
+        ...(separateAccounting ? [path.join(accounting!, name)] : []),
+      ];
+      const [memory, cpu, pids] = dirs as [string, string, string];
+      const created: string[] = [];
+      try {
+        for (const dir of dirs) {
+          const parentOf = path.dirname(dir);
+          await freshDir(io, dir, async () => {
+            await makeDir(io, parentOf);
+            if (parentOf === dirOf('cpu'))
+              await writeSetting(io, path.join(parentOf, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+          });
+          created.push(dir);
+        }
+        // memsw may never be below the memory limit, so the memory limit goes first; equal, swap adds nothing.
+        await writeSetting(io, path.join(memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+        if (swapLimited) await writeSetting(io, path.join(memory, swapFile), String(limits.memoryBytes));
+        await writeSetting(io, path.join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+        await writeSetting(io, path.join(cpu, 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits.cpu)));
+        await writeSetting(io, path.join(pids, 'pids.max'), String(limits.pids));
+      } catch (error) {
+        for (const dir of created.reverse()) await io.rmdir(dir).catch(() => undefined);
+        throw error;
+      }
+      return cgroupGroup(io, dirs, path.join(memory, 'memory.oom_control'), null, {
+        cpu: accounting === null ? null : { file: path.join(accounting, name, 'cpuacct.usage'), kind: 'cpuacct.usage' },
+        memory: path.join(memory, 'memory.usage_in_bytes'),
+      });
+    },
+    dispose: () => disposeDirs(io, [...made].reverse(), ctx.logger),
+  };
+}
