@@ -8,6 +8,11 @@
  *
  * Gauges that come from the database are read when scraped, in one query, so they are always true and
  * cost nothing between scrapes.
+ *
+ * The per-deployment series name every tenant's apps (deployment id, host label) with their traffic and
+ * resources; they are shown only when the operator set the token. Open, /metrics is reached by anyone
+ * who reaches the API, every app included (through its forward to the API), and would hand each of them
+ * the other tenants' deployments and the host names of their apps.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
@@ -28,7 +33,10 @@ export interface MetricsOptions {
   pool?: pg.Pool;
   /** SLIPWAY_METRICS_TOKEN: when set, a scrape must send it as a bearer token; null leaves /metrics open. */
   token?: string | null;
-  /** The apps this process serves and runs (its app edge and local data plane), read when scraped. */
+  /**
+   * The apps this process serves and runs (its app edge and local data plane), read when scraped; shown
+   * only when `token` is set (they name every tenant's deployments).
+   */
   apps?: () => Promise<AppMetrics | null>;
 }
 
@@ -247,7 +255,7 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
       gauges = null;
     }
     try {
-      appMetrics = (await apps?.()) ?? null;
+      appMetrics = tokenDigest === null ? null : ((await apps?.()) ?? null);
     } catch (error) {
       request.log.warn({ err: error }, 'metrics: could not read the apps');
       appMetrics = null;
