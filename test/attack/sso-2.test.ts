@@ -1,0 +1,76 @@
+/**
+ * Single sign-on attacked by another organization of the same service. Every organization shares the
+ * service's one identity provider, and a mapping names a group of its groups claim or an e-mail domain,
+ * strings any organization admin may type. An organization admin who maps another organization's group
+ * (or domain) must not capture that organization's people: they must not be signed in to the
+ * attacker's organization (where what they do, the secrets they paste, is the attacker's to read).
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
+import { client } from '../helpers.ts';
+import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from '../sso/sso-harness.ts';
+
+let t: SsoTestApp;
+/** The victim organization: made after the first-start one (the attacker's), so it is the newer. */
+let victim: { workspaceId: string; adminKey: string };
+
+before(async () => {
+  t = await createSsoTestApp();
+  const { db } = t.database;
+  const organization = await createOrganization(db, 'victim-corp');
+  const workspace = await createWorkspace(db, organization.id, 'victim-team');
+  const adminKey = generateApiKey();
+  await createApiKey(db, {
+    organizationId: organization.id,
+    workspaceId: null,
+    name: 'victim org admin',
+    role: 'admin',
+    hash: hashApiKey(adminKey),
+    prefix: displayPrefix(adminKey),
+  });
+  victim = { workspaceId: workspace.id, adminKey };
+  const mapped = await client(t.app, adminKey).post('/v2/sso/mappings', {
+    kind: 'group',
+    value: 'victim-engineers',
+    workspace_id: workspace.id,
+    role: 'admin',
+  });
+  assert.equal(mapped.status, 201, JSON.stringify(mapped.body));
+});
+after(() => t?.close());
+
+test(
+  "an organization that maps another organization's group does not sign its people in to itself",
+  {
+    todo: "finding: a person matching mappings of several organizations is signed in to the oldest (src/sso/sso-store.ts accessOf), so an older organization's admin captures another's people by mapping their group or e-mail domain",
+  },
+  async () => {
+    t.provider.accounts.set('victoria', { groups: ['victim-engineers'] });
+    // The honest part: the victim's own mapping signs her in to her organization.
+    const before = await signIn(t, 'victoria');
+    assert.equal(before.status, 200, before.page);
+    const own = await asPerson(t, before.session!, 'GET', '/v2/deployments', {
+      headers: { 'x-tenant-id': victim.workspaceId },
+    });
+    assert.equal(own.status, 200, JSON.stringify(own.body));
+
+    // The attacker, an admin of the older organization, maps the victim's group into a workspace of its own.
+    const squat = await client(t.app, t.orgKey).post('/v2/sso/mappings', {
+      kind: 'group',
+      value: 'victim-engineers',
+      workspace_id: t.workspaceId,
+      role: 'member',
+    });
+    assert.equal(squat.status, 201, JSON.stringify(squat.body));
+
+    const after = await signIn(t, 'victoria');
+    if (after.session) {
+      const inAttackers = await asPerson(t, after.session, 'GET', '/v2/deployments', {
+        headers: { 'x-tenant-id': t.workspaceId },
+      });
+      assert.notEqual(inAttackers.status, 200, "the victim was signed in to the attacker's organization");
+    }
+  },
+);
