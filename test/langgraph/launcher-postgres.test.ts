@@ -55,6 +55,31 @@ before(async () => {
     JSON.stringify({ node_version: '20', graphs: { agent: './src/broken.ts:graph' } }),
   );
   await fs.writeFile(path.join(project, 'src', 'broken.ts'), "throw new Error('the graph cannot load');\n");
+  // A graph that asks a person: interrupt() inside a node, resumed with a Command.
+  await fs.writeFile(
+    path.join(project, 'src', 'ask.ts'),
+    `import { Annotation, END, START, StateGraph, interrupt } from '@langchain/langgraph';
+const State = Annotation.Root({
+  question: Annotation<string>(),
+  answer: Annotation<string>(),
+  log: Annotation<string[]>({ reducer: (all, more) => [...all, ...more], default: () => [] }),
+});
+export const graph = new StateGraph(State)
+  .addNode('ask', (state) => ({ answer: interrupt({ question: state.question }) as string, log: ['asked'] }))
+  .addNode('reply', (state) => ({ log: ['reply: ' + state.answer] }))
+  .addEdge(START, 'ask')
+  .addEdge('ask', 'reply')
+  .addEdge('reply', END)
+  .compile();
+`,
+  );
+  await fs.writeFile(
+    path.join(project, 'ask.json'),
+    JSON.stringify({
+      node_version: '20',
+      graphs: { agent: './src/agent.ts:graph', ask: './src/ask.ts:graph' },
+    }),
+  );
   await fs.mkdir(path.join(project, '.slipway'));
   await fs.copyFile(LAUNCHER, path.join(project, '.slipway', 'langgraph-server.mjs'));
   const npm = { cwd: project, timeout: 300_000 };
@@ -218,8 +243,77 @@ test('interrupts, resuming, state updates and if_not_exists, across two instance
   }
 });
 
+test('a run interrupted inside a node resumes with a Command through another instance: the value reaches the graph', async () => {
+  const [one, two] = [await startServer('ask.json'), await startServer('ask.json')];
+  const thread = await one.client.threads.create();
+  await one.client.runs.wait(thread.thread_id, 'ask', { input: { question: 'Which colour?' } });
+  assert.equal((await two.client.threads.get(thread.thread_id)).status, 'interrupted');
+  const paused = await two.client.threads.getState(thread.thread_id);
+  assert.deepEqual(paused.next, ['ask']);
+  assert.deepEqual(
+    paused.tasks.flatMap((task) => task.interrupts.map((i) => i.value)),
+    [{ question: 'Which colour?' }],
+    'the question the graph asked is on the thread',
+  );
+  const resumed = await two.client.runs.wait(thread.thread_id, 'ask', { command: { resume: 'blue' } });
+  assert.deepEqual(resumed, { question: 'Which colour?', answer: 'blue', log: ['asked', 'reply: blue'] });
+  assert.equal((await one.client.threads.get(thread.thread_id)).status, 'idle');
+  // The thread goes on from there: its history holds the interrupted step and the resumed ones.
+  const history = await one.client.threads.getHistory(thread.thread_id);
+  assert.ok(
+    history.some((state) => state.next.includes('ask') && state.tasks.some((task) => task.interrupts.length > 0)),
+    'the interrupted state is in the history',
+  );
+  assert.deepEqual((history[0]!.values as { log: string[] }).log, ['asked', 'reply: blue']);
+  for (const server of [one, two]) {
+    server.child.kill('SIGTERM');
+    await exited(server.child);
+  }
+});
+
+test("a client reconnecting with Last-Event-ID, on another instance, gets only the run's events after that id", async () => {
+  const [one, two] = [await startServer(), await startServer()];
+  const thread = await one.client.threads.create();
+  const events: { id?: string; event: string; data: unknown }[] = [];
+  for await (const part of one.client.runs.stream(thread.thread_id, 'agent', {
+    input: { text: 'words shout' },
+    streamMode: ['updates'],
+  }))
+    events.push(part);
+  // metadata, then one update per node: planner, analyst twice, writer.
+  assert.deepEqual(
+    events.map((e) => e.event),
+    ['metadata', 'updates', 'updates', 'updates', 'updates'],
+  );
+  const ids = events.map((e) => e.id);
+  assert.ok(
+    ids.every((id) => typeof id === 'string' && id !== ''),
+    `every event has an id: ${JSON.stringify(ids)}`,
+  );
+  const runId = (events[0]!.data as { run_id: string }).run_id;
+  // The client lost its connection after the second event, and comes back through the other instance.
+  const again: typeof events = [];
+  for await (const part of two.client.runs.joinStream(thread.thread_id, runId, { lastEventId: ids[1]! }))
+    again.push(part);
+  assert.deepEqual(again, events.slice(2), 'exactly the events after the one it had, the same ids and data');
+  // And from the start without one.
+  const all: typeof events = [];
+  for await (const part of two.client.runs.joinStream(thread.thread_id, runId)) all.push(part);
+  assert.deepEqual(all, events);
+  for (const server of [one, two]) {
+    server.child.kill('SIGTERM');
+    await exited(server.child);
+  }
+});
+
 test("langgraph.json's checkpointer and store TTLs delete idle threads, their checkpoints, and expired items", async () => {
   const server = await startServer('ttl.json');
+  // What the storage view reads as the TTLs in force (GET /v2/deployments/{id}/storage).
+  const [recorded] = await query<{ value: unknown }>(`select value from langgraph.settings where name = 'ttl'`);
+  assert.deepEqual(recorded?.value, {
+    checkpointer: { strategy: 'delete', default_ttl: 0.05, sweep_interval_minutes: 0.02 },
+    store: { default_ttl: 0.05, refresh_on_read: true, sweep_interval_minutes: 0.02 },
+  });
   const thread = await server.client.threads.create();
   await server.client.runs.wait(thread.thread_id, 'agent', { input: { text: 'words' } });
   await server.client.store.putItem(['notes'], 'today', { text: 'remember' });
