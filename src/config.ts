@@ -1,9 +1,29 @@
 /**
- * The only reader of the environment. Every setting and its default lives here;
- * `loadConfig` validates once at start and fails fast with an error that names the variable.
+ * The only reader of the environment. Every setting lives here or, for the apps, single sign-on and
+ * traces, in config-apps.ts, config-sso.ts and config-tracing.ts, which read the environment this passes
+ * them; `loadConfig` validates once at start and fails fast with an error that names the variable.
  */
 import path from 'node:path';
+import {
+  appsDomain,
+  appsPort,
+  appsPublicUrl,
+  appsTls,
+  edgeProxy,
+  sandbox,
+  type EdgeProxyMode,
+  type SandboxMode,
+} from './config-apps.ts';
+import { sso, type SsoConfig } from './config-sso.ts';
+import { tracing, type TracingConfig } from './config-tracing.ts';
+import { ConfigError, decimal, flag, integer, text, type Env } from './config-values.ts';
 import { DEFAULT_LIMITS } from './dataplane/resource-limits.ts';
+
+// What other modules name from here; each area's settings are read in its own config-*.ts.
+export { ConfigError } from './config-values.ts';
+export type { EdgeProxyMode, SandboxMode } from './config-apps.ts';
+export type { SsoConfig } from './config-sso.ts';
+export type { TracingConfig } from './config-tracing.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
 
@@ -85,81 +105,9 @@ export interface Config {
   readonly tracing: TracingConfig | null;
 }
 
-export interface TracingConfig {
-  /** Where spans are sent: `<OTEL_EXPORTER_OTLP_ENDPOINT>/v1/traces`, or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT. */
-  readonly tracesUrl: string;
-  /** OTEL_EXPORTER_OTLP_ENDPOINT as given, for apps (they add /v1/traces themselves); null when only the traces URL was set. */
-  readonly endpoint: string | null;
-  /** OTEL_EXPORTER_OTLP_HEADERS, sent with every export (a collector's token). */
-  readonly headers: Readonly<Record<string, string>>;
-  /** OTEL_SERVICE_NAME, default `slipway`. */
-  readonly serviceName: string;
-}
-
-export interface SsoConfig {
-  /** The provider's issuer identifier; its metadata is read from `<issuer>/.well-known/openid-configuration`. */
-  readonly issuer: string;
-  readonly clientId: string;
-  /** Null: a public client (PKCE alone binds the code to the sign-in). */
-  readonly clientSecret: string | null;
-  /** Always with `openid`. */
-  readonly scopes: readonly string[];
-  /** The ID token claim that lists the person's groups. */
-  readonly groupsClaim: string;
-  /** How long a session lasts from sign-in. */
-  readonly sessionTtlMs: number;
-  /** What the sign-in button calls the provider. */
-  readonly providerName: string;
-}
-
 export type Role = 'api' | 'worker';
-export type SandboxMode = 'auto' | 'bwrap' | 'none';
-export type EdgeProxyMode = 'auto' | 'haproxy' | 'builtin';
-
-export class ConfigError extends Error {
-  constructor(
-    readonly variable: string,
-    message: string,
-  ) {
-    super(`${variable}: ${message}`);
-    this.name = 'ConfigError';
-  }
-}
-
-type Env = Readonly<Record<string, string | undefined>>;
 
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
-
-function text(env: Env, name: string): string | null {
-  const value = env[name];
-  return value === undefined || value.trim() === '' ? null : value.trim();
-}
-
-function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
-  const raw = text(env, name);
-  if (raw === null) return fallback;
-  if (!/^\d+$/.test(raw)) throw new ConfigError(name, `must be an integer, got '${raw}'`);
-  const value = Number(raw);
-  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
-  return value;
-}
-
-function decimal(env: Env, name: string, fallback: number, min: number, max: number): number {
-  const raw = text(env, name);
-  if (raw === null) return fallback;
-  if (!/^\d+(\.\d+)?$/.test(raw)) throw new ConfigError(name, `must be a number such as 0.5 or 2, got '${raw}'`);
-  const value = Number(raw);
-  if (value < min || value > max) throw new ConfigError(name, `must be between ${min} and ${max}, got ${value}`);
-  return value;
-}
-
-function flag(env: Env, name: string): boolean {
-  const raw = text(env, name);
-  if (raw === null) return false;
-  if (['1', 'true', 'yes', 'on'].includes(raw.toLowerCase())) return true;
-  if (['0', 'false', 'no', 'off'].includes(raw.toLowerCase())) return false;
-  throw new ConfigError(name, `must be 1 or 0 (true or false), got '${raw}'`);
-}
 
 function databaseUrl(env: Env): string | null {
   const raw = text(env, 'DATABASE_URL');
@@ -287,80 +235,6 @@ function roles(env: Env): readonly Role[] {
   return [...new Set(asked as Role[])];
 }
 
-function appsDomain(env: Env): string {
-  const raw = text(env, 'SLIPWAY_APPS_DOMAIN');
-  if (raw === null) return 'localhost';
-  const domain = raw.toLowerCase().replace(/\.$/, '');
-  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(domain)) {
-    throw new ConfigError('SLIPWAY_APPS_DOMAIN', `must be a DNS domain such as apps.example.com, got '${raw}'`);
-  }
-  return domain;
-}
-
-function appsPort(env: Env, port: number): number {
-  const chosen = integer(env, 'SLIPWAY_APPS_PORT', port === 0 ? 0 : port < 65535 ? port + 1 : port - 1, 0, 65535);
-  if (chosen !== 0 && chosen === port)
-    throw new ConfigError('SLIPWAY_APPS_PORT', `must differ from PORT (${port}): apps never share the API's origin`);
-  return chosen;
-}
-
-/** An http(s) URL setting, parsed; null when unset. */
-function httpUrl(env: Env, name: string, example: string): { raw: string; url: URL } | null {
-  const raw = text(env, name);
-  if (raw === null) return null;
-  let url: URL | null = null;
-  try {
-    url = new URL(raw);
-  } catch {
-    // Said below.
-  }
-  if (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:'))
-    throw new ConfigError(name, `must be an http(s) URL such as ${example}, got '${raw}'`);
-  return { raw, url };
-}
-
-function appsPublicUrl(env: Env, domain: string): string | null {
-  const name = 'SLIPWAY_APPS_PUBLIC_URL';
-  const given = httpUrl(env, name, `https://${domain}`);
-  if (given === null) return null;
-  const { url } = given;
-  if (url.hostname !== domain)
-    throw new ConfigError(
-      name,
-      `its host must be the apps domain (SLIPWAY_APPS_DOMAIN=${domain}), got '${url.hostname}'`,
-    );
-  if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '' || url.username !== '')
-    throw new ConfigError(name, 'must be a scheme, host and optional port only (apps are at the root of their host)');
-  return url.origin;
-}
-
-function appsTls(env: Env, cwd: string): Config['appsTls'] {
-  const cert = text(env, 'SLIPWAY_APPS_TLS_CERT');
-  const key = text(env, 'SLIPWAY_APPS_TLS_KEY');
-  if (cert === null && key === null) return null;
-  if (cert === null) throw new ConfigError('SLIPWAY_APPS_TLS_CERT', 'is required with SLIPWAY_APPS_TLS_KEY');
-  if (key === null) throw new ConfigError('SLIPWAY_APPS_TLS_KEY', 'is required with SLIPWAY_APPS_TLS_CERT');
-  return { certFile: path.resolve(cwd, cert), keyFile: path.resolve(cwd, key) };
-}
-
-function edgeProxy(env: Env): EdgeProxyMode {
-  const raw = text(env, 'SLIPWAY_EDGE_PROXY');
-  if (raw === null) return 'auto';
-  const mode = raw.toLowerCase();
-  if (mode !== 'auto' && mode !== 'haproxy' && mode !== 'builtin')
-    throw new ConfigError('SLIPWAY_EDGE_PROXY', `must be auto, haproxy or builtin, got '${raw}'`);
-  return mode;
-}
-
-function sandbox(env: Env): SandboxMode {
-  const raw = text(env, 'SLIPWAY_SANDBOX');
-  if (raw === null) return 'auto';
-  const mode = raw.toLowerCase();
-  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none')
-    throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
-  return mode;
-}
-
 /** A bearer token for /metrics: printable, without spaces, long enough not to be guessed. */
 function metricsToken(env: Env): string | null {
   const raw = text(env, 'SLIPWAY_METRICS_TOKEN');
@@ -369,88 +243,6 @@ function metricsToken(env: Env): string | null {
     throw new ConfigError('SLIPWAY_METRICS_TOKEN', 'must be 16 to 256 printable characters without spaces');
   }
   return raw;
-}
-
-/** An OTLP/HTTP endpoint: http or https, no credentials in it (they go in OTEL_EXPORTER_OTLP_HEADERS). */
-function otlpUrl(env: Env, name: string): string | null {
-  const given = httpUrl(env, name, 'http://127.0.0.1:4318');
-  if (given === null) return null;
-  const { raw, url } = given;
-  if (url.username !== '' || url.password !== '')
-    throw new ConfigError(
-      name,
-      'must be an http(s) URL without user or password (headers: OTEL_EXPORTER_OTLP_HEADERS)',
-    );
-  return raw.replace(/\/+$/, '');
-}
-
-/**
- * The standard OpenTelemetry variables (the OTLP/HTTP exporter's own names, so an operator's usual
- * settings work): traces are made only when an endpoint is set.
- */
-function tracing(env: Env): TracingConfig | null {
-  const endpoint = otlpUrl(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
-  const tracesUrl = otlpUrl(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') ?? (endpoint ? `${endpoint}/v1/traces` : null);
-  if (tracesUrl === null) return null;
-  const headers: Record<string, string> = {};
-  for (const pair of (text(env, 'OTEL_EXPORTER_OTLP_HEADERS') ?? '').split(',')) {
-    if (pair.trim() === '') continue;
-    const at = pair.indexOf('=');
-    const name = at > 0 ? pair.slice(0, at).trim() : '';
-    if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(name))
-      throw new ConfigError('OTEL_EXPORTER_OTLP_HEADERS', 'must be name=value pairs separated by commas');
-    try {
-      headers[name] = decodeURIComponent(pair.slice(at + 1).trim());
-    } catch {
-      throw new ConfigError('OTEL_EXPORTER_OTLP_HEADERS', `the value of ${name} is not valid percent-encoding`);
-    }
-  }
-  const serviceName = text(env, 'OTEL_SERVICE_NAME') ?? 'slipway';
-  return Object.freeze({ tracesUrl, endpoint, headers: Object.freeze(headers), serviceName });
-}
-
-/**
- * SLIPWAY_SSO_*: all off without SLIPWAY_SSO_ISSUER. The issuer must be https unless insecure OAuth is
- * allowed for development (the same switch as for OAuth providers).
- */
-function sso(env: Env, allowInsecure: boolean): SsoConfig | null {
-  const issuer = text(env, 'SLIPWAY_SSO_ISSUER');
-  if (issuer === null) {
-    const stray = ['SLIPWAY_SSO_CLIENT_ID', 'SLIPWAY_SSO_CLIENT_SECRET'].find((name) => text(env, name) !== null);
-    if (stray !== undefined) throw new ConfigError('SLIPWAY_SSO_ISSUER', `is required with ${stray}`);
-    return null;
-  }
-  let url: URL;
-  try {
-    url = new URL(issuer);
-  } catch {
-    throw new ConfigError('SLIPWAY_SSO_ISSUER', `must be the provider's issuer URL, got '${issuer}'`);
-  }
-  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && allowInsecure))
-    throw new ConfigError(
-      'SLIPWAY_SSO_ISSUER',
-      'must be an https URL (plain http only with SLIPWAY_ALLOW_INSECURE_OAUTH=1, for development)',
-    );
-  if (url.search !== '' || url.hash !== '' || url.username !== '')
-    throw new ConfigError('SLIPWAY_SSO_ISSUER', 'must have no query, fragment or credentials');
-  const clientId = text(env, 'SLIPWAY_SSO_CLIENT_ID');
-  if (clientId === null) throw new ConfigError('SLIPWAY_SSO_CLIENT_ID', 'is required with SLIPWAY_SSO_ISSUER');
-  const scopes = (text(env, 'SLIPWAY_SSO_SCOPES') ?? 'openid email profile').split(/[\s,]+/).filter((s) => s !== '');
-  for (const scope of scopes)
-    if (!/^[\x21\x23-\x5b\x5d-\x7e]{1,128}$/.test(scope))
-      throw new ConfigError('SLIPWAY_SSO_SCOPES', `'${scope}' is not a valid scope`);
-  const groupsClaim = text(env, 'SLIPWAY_SSO_GROUPS_CLAIM') ?? 'groups';
-  if (!/^[A-Za-z0-9_:./-]{1,128}$/.test(groupsClaim))
-    throw new ConfigError('SLIPWAY_SSO_GROUPS_CLAIM', `must be a claim name such as groups, got '${groupsClaim}'`);
-  return {
-    issuer,
-    clientId,
-    clientSecret: text(env, 'SLIPWAY_SSO_CLIENT_SECRET'),
-    scopes: [...new Set(['openid', ...scopes])],
-    groupsClaim,
-    sessionTtlMs: integer(env, 'SLIPWAY_SSO_SESSION_HOURS', 12, 1, 24 * 30) * 3_600_000,
-    providerName: (text(env, 'SLIPWAY_SSO_PROVIDER_NAME') ?? 'single sign-on').slice(0, 64),
-  };
 }
 
 /** Reads and validates the configuration; `env` defaults to the process environment. */

@@ -1,0 +1,68 @@
+/**
+ * The settings of the apps the local data plane runs, in src/config.ts: where the app edge listens and
+ * under which domain and URL users reach apps, its TLS, which proxy and which sandbox serve them.
+ */
+import path from 'node:path';
+import { ConfigError, httpUrl, integer, text, type Env } from './config-values.ts';
+
+export type SandboxMode = 'auto' | 'bwrap' | 'none';
+export type EdgeProxyMode = 'auto' | 'haproxy' | 'builtin';
+
+export function appsDomain(env: Env): string {
+  const raw = text(env, 'SLIPWAY_APPS_DOMAIN');
+  if (raw === null) return 'localhost';
+  const domain = raw.toLowerCase().replace(/\.$/, '');
+  if (!/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$/.test(domain)) {
+    throw new ConfigError('SLIPWAY_APPS_DOMAIN', `must be a DNS domain such as apps.example.com, got '${raw}'`);
+  }
+  return domain;
+}
+
+export function appsPort(env: Env, port: number): number {
+  const chosen = integer(env, 'SLIPWAY_APPS_PORT', port === 0 ? 0 : port < 65535 ? port + 1 : port - 1, 0, 65535);
+  if (chosen !== 0 && chosen === port)
+    throw new ConfigError('SLIPWAY_APPS_PORT', `must differ from PORT (${port}): apps never share the API's origin`);
+  return chosen;
+}
+
+export function appsPublicUrl(env: Env, domain: string): string | null {
+  const name = 'SLIPWAY_APPS_PUBLIC_URL';
+  const given = httpUrl(env, name, `https://${domain}`);
+  if (given === null) return null;
+  const { url } = given;
+  if (url.hostname !== domain)
+    throw new ConfigError(
+      name,
+      `its host must be the apps domain (SLIPWAY_APPS_DOMAIN=${domain}), got '${url.hostname}'`,
+    );
+  if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '' || url.username !== '')
+    throw new ConfigError(name, 'must be a scheme, host and optional port only (apps are at the root of their host)');
+  return url.origin;
+}
+
+export function appsTls(env: Env, cwd: string): { readonly certFile: string; readonly keyFile: string } | null {
+  const cert = text(env, 'SLIPWAY_APPS_TLS_CERT');
+  const key = text(env, 'SLIPWAY_APPS_TLS_KEY');
+  if (cert === null && key === null) return null;
+  if (cert === null) throw new ConfigError('SLIPWAY_APPS_TLS_CERT', 'is required with SLIPWAY_APPS_TLS_KEY');
+  if (key === null) throw new ConfigError('SLIPWAY_APPS_TLS_KEY', 'is required with SLIPWAY_APPS_TLS_CERT');
+  return { certFile: path.resolve(cwd, cert), keyFile: path.resolve(cwd, key) };
+}
+
+export function edgeProxy(env: Env): EdgeProxyMode {
+  const raw = text(env, 'SLIPWAY_EDGE_PROXY');
+  if (raw === null) return 'auto';
+  const mode = raw.toLowerCase();
+  if (mode !== 'auto' && mode !== 'haproxy' && mode !== 'builtin')
+    throw new ConfigError('SLIPWAY_EDGE_PROXY', `must be auto, haproxy or builtin, got '${raw}'`);
+  return mode;
+}
+
+export function sandbox(env: Env): SandboxMode {
+  const raw = text(env, 'SLIPWAY_SANDBOX');
+  if (raw === null) return 'auto';
+  const mode = raw.toLowerCase();
+  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none')
+    throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
+  return mode;
+}
