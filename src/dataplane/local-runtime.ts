@@ -14,20 +14,18 @@ import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
 import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import type { AppConfig } from '../domain/app-config.ts';
 import type { SourceConfig } from '../domain/sources.ts';
 import type { DataPlaneReports } from '../domain/data-plane.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
-import { insertCredential } from '../store/agent-credentials.ts';
-import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { tracingProjectName } from '../store/tracing-projects.ts';
-import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from './app-database.ts';
+import { dropAppDatabase } from './app-database.ts';
+import { provisionAppResources } from './app-provisioning.ts';
 import { runEnvironment } from './app-environment.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
@@ -149,70 +147,6 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
     createLogWriter({ db, revisionId, type, maxLines: config.logMaxLines, redact, logger });
 
-  /** The deployment's database (when the app wants one) and agent credential, made once. */
-  async function platformResources(
-    job: RevisionJob,
-    appConfig: AppConfig,
-  ): Promise<{ databaseUrl: string | null; agentCredential: string }> {
-    const deploymentId = job.deployment.id;
-    let runtime = await getDeploymentRuntime(db, deploymentId);
-    if (appConfig.database && !runtime?.database_name) {
-      const made = await createAppDatabase(deps.pool, deploymentId).catch((error: unknown) => {
-        throw new RevisionFailure(
-          'DEPLOY_FAILED',
-          'database_unavailable',
-          `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). ` +
-            `With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": ` +
-            `false in the app config.`,
-        );
-      });
-      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, {
-        databaseName: made.name,
-        roleName: made.role,
-        databasePasswordSealed: secretBox.seal(made.password),
-      });
-      await recordEvents(db, [
-        {
-          workspaceId: job.deployment.workspace_id,
-          subjectType: 'deployment',
-          subjectId: deploymentId,
-          deploymentId,
-          type: 'deployment.database_created',
-          data: { database: made.name },
-        },
-      ]);
-      runtime = await getDeploymentRuntime(db, deploymentId);
-    }
-    if (!runtime?.agent_credential_sealed) {
-      const credential = generateAgentCredential();
-      const row = await insertCredential(db, {
-        workspaceId: job.deployment.workspace_id,
-        deploymentId,
-        name: 'runtime',
-        agentIds: null,
-        hash: hashAgentCredential(credential),
-        prefix: agentCredentialPrefix(credential),
-        createdBy: 'data-plane',
-      });
-      await saveDeploymentRuntime(db, deploymentId, job.deployment.workspace_id, {
-        agentCredentialId: row.id,
-        agentCredentialSealed: secretBox.seal(credential),
-      });
-      runtime = await getDeploymentRuntime(db, deploymentId);
-    }
-    // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
-    await setDeploymentStatus(deploymentId, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
-    const databaseUrl =
-      appConfig.database && runtime?.database_name && runtime.role_name && runtime.database_password_sealed
-        ? appDatabaseUrl(deps.databaseUrl, {
-            name: runtime.database_name,
-            role: runtime.role_name,
-            password: secretBox.open(runtime.database_password_sealed),
-          })
-        : null;
-    return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
-  }
-
   /** A condition of the deployment: moves it to `to` unless it is there already, being deleted, or not in `from` (when given). */
   async function setDeploymentStatus(
     deploymentId: string,
@@ -275,7 +209,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const { appConfig } = build;
     const dirs = revisionDirs(config.dataDir, job.revisionId);
     const secrets = openSecrets(job.secrets);
-    const platform = await platformResources(job, appConfig);
+    const platform = await provisionAppResources(deps, job.deployment, appConfig);
+    // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
+    await setDeploymentStatus(job.deployment.id, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
     const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
     const reach = await access.openForwards(platform.databaseUrl);

@@ -1,0 +1,98 @@
+/**
+ * What the platform gives a deployment's app besides its code, made on its first deploy and kept for
+ * every later revision: its own PostgreSQL database (when its app config wants one) and its agent
+ * credential, both sealed in the deployment's runtime row (src/store/deployment-runtimes.ts).
+ */
+import type { Kysely } from 'kysely';
+import type pg from 'pg';
+import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { AppConfig } from '../domain/app-config.ts';
+import { insertCredential } from '../store/agent-credentials.ts';
+import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
+import { appDatabaseUrl, createAppDatabase } from './app-database.ts';
+import { RevisionFailure } from './revision-build.ts';
+
+export interface AppProvisioningDeps {
+  db: Kysely<Database>;
+  /** The service's pool: makes app databases. */
+  pool: pg.Pool;
+  /** The service's own connection string: apps get its host and port with their own role. */
+  databaseUrl: string;
+  secretBox: SecretBox;
+}
+
+export interface AppPlatformResources {
+  /** The app's own database, null when its app config wants none. */
+  databaseUrl: string | null;
+  agentCredential: string;
+}
+
+/**
+ * The deployment's database (when the app wants one) and agent credential, made once; a database that
+ * cannot be made fails the revision (DEPLOY_FAILED database_unavailable) with what to do about it.
+ */
+export async function provisionAppResources(
+  deps: AppProvisioningDeps,
+  deployment: { id: string; workspace_id: string },
+  appConfig: AppConfig,
+): Promise<AppPlatformResources> {
+  const { db, secretBox } = deps;
+  const deploymentId = deployment.id;
+  let runtime = await getDeploymentRuntime(db, deploymentId);
+  if (appConfig.database && !runtime?.database_name) {
+    const made = await createAppDatabase(deps.pool, deploymentId).catch((error: unknown) => {
+      throw new RevisionFailure(
+        'DEPLOY_FAILED',
+        'database_unavailable',
+        `The deployment's database could not be made (${error instanceof Error ? error.message : String(error)}). ` +
+          `With DATABASE_URL the service's role needs CREATEDB and CREATEROLE; or set "database": ` +
+          `false in the app config.`,
+      );
+    });
+    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
+      databaseName: made.name,
+      roleName: made.role,
+      databasePasswordSealed: secretBox.seal(made.password),
+    });
+    await recordEvents(db, [
+      {
+        workspaceId: deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deploymentId,
+        deploymentId,
+        type: 'deployment.database_created',
+        data: { database: made.name },
+      },
+    ]);
+    runtime = await getDeploymentRuntime(db, deploymentId);
+  }
+  if (!runtime?.agent_credential_sealed) {
+    const credential = generateAgentCredential();
+    const row = await insertCredential(db, {
+      workspaceId: deployment.workspace_id,
+      deploymentId,
+      name: 'runtime',
+      agentIds: null,
+      hash: hashAgentCredential(credential),
+      prefix: agentCredentialPrefix(credential),
+      createdBy: 'data-plane',
+    });
+    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
+      agentCredentialId: row.id,
+      agentCredentialSealed: secretBox.seal(credential),
+    });
+    runtime = await getDeploymentRuntime(db, deploymentId);
+  }
+  const databaseUrl =
+    appConfig.database && runtime?.database_name && runtime.role_name && runtime.database_password_sealed
+      ? appDatabaseUrl(deps.databaseUrl, {
+          name: runtime.database_name,
+          role: runtime.role_name,
+          password: secretBox.open(runtime.database_password_sealed),
+        })
+      : null;
+  return { databaseUrl, agentCredential: secretBox.open(runtime!.agent_credential_sealed!) };
+}
