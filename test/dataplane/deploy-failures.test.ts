@@ -46,7 +46,7 @@ function tinyApp(config: Record<string, unknown>, extra: Record<string, string> 
 let service: TestService;
 let counter = 0;
 before(async () => {
-  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '4' });
+  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '20' });
 });
 after(async () => {
   await service.close();
