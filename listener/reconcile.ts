@@ -20,8 +20,6 @@ import type { NamespaceWatch } from './cluster-cache.ts';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from './desired-state.ts';
 import {
   MANAGED_KINDS,
-  isDeployment,
-  isPod,
   isStatefulSet,
   keyOf,
   refOf,
@@ -29,30 +27,12 @@ import {
   type ObjectRef,
   type ObservedObject,
 } from './kube-objects.ts';
+import { applyActions } from './apply-actions.ts';
 import { buildManifests, type BuildContext } from './manifest-builder.ts';
-import {
-  COMPONENT_LABEL,
-  DEPLOYMENT_ID_LABEL,
-  FIELD_MANAGER,
-  KEEP_UNTIL_DELETE_LABEL,
-  REVISION_ID_LABEL,
-  SPEC_HASH_ANNOTATION,
-  objectName,
-} from './manifest-names.ts';
+import { DEPLOYMENT_ID_LABEL, KEEP_UNTIL_DELETE_LABEL, SPEC_HASH_ANNOTATION, objectName } from './manifest-names.ts';
 import { readResourceSpec } from './resource-spec.ts';
-import {
-  combine,
-  deploymentRollout,
-  mostRestarts,
-  podFailure,
-  restartingAfterCrash,
-  settledOnTemplate,
-  statefulSetRollout,
-  statefulSetStalled,
-  waitingDetail,
-  type FailureReason,
-  type Rollout,
-} from './rollout-status.ts';
+import { revisionRollout } from './revision-rollout.ts';
+import type { FailureReason } from './rollout-status.ts';
 
 /** What this process has done that the cluster does not show. Lost on restart, on purpose: see above. */
 export interface Memory {
@@ -164,9 +144,6 @@ export interface Plan {
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
 export type Phase = 'idle' | 'waiting' | 'rolling-out' | 'deployed' | 'failed' | 'deleting' | 'deleted';
 
-/** Restarts of a serving pod's container from which its crashes are a crash loop (about a minute of kubelet back-off). */
-const SERVING_CRASH_LOOP_RESTARTS = 3;
-
 const RANK: Readonly<Record<ReportedStatus, number>> = {
   AWAITING_DEPLOY: 1,
   DEPLOYING: 2,
@@ -228,33 +205,6 @@ function deletePlan(deployment: DesiredDeployment, mine: readonly ObservedObject
     phase: 'deleting',
     summary: `deleting: ${mine.length} object(s) left (${mine.map((o) => keyOf(refOf(o))).join(', ')})`,
   };
-}
-
-/** The `minReplicas` of the autoscaler among `manifests` that scales this Deployment manifest; null when none does. */
-function autoscalerMinimum(manifests: readonly Manifest[], deployment: Manifest): number | null {
-  for (const m of manifests) {
-    if (m.kind !== 'HorizontalPodAutoscaler') continue;
-    const spec = m.spec as { scaleTargetRef?: { kind?: string; name?: string }; minReplicas?: number } | undefined;
-    if (spec?.scaleTargetRef?.kind === 'Deployment' && spec.scaleTargetRef.name === deployment.metadata.name)
-      return spec.minReplicas ?? 1;
-  }
-  return null;
-}
-
-/**
- * Whether the listener's own apply holds `spec.replicas` of this Deployment in the cluster: then leaving
- * the field out of the next apply would remove it (back to 1 replica) unless another manager holds it
- * first. An object listed without managedFields is taken as held (a hand-over does no harm).
- */
-function listenerHoldsReplicas(live: ObservedObject): boolean {
-  const entries = live.metadata.managedFields;
-  if (entries === undefined || entries.length === 0) return true;
-  return entries.some((entry) => {
-    const fields = entry.fieldsV1 as Record<string, Record<string, unknown> | undefined> | undefined;
-    return (
-      entry.manager === FIELD_MANAGER && entry.operation === 'Apply' && fields?.['f:spec']?.['f:replicas'] !== undefined
-    );
-  });
 }
 
 function namespaceOf(deployment: DesiredDeployment, ctx: ReconcileContext): string {
@@ -401,21 +351,7 @@ function runPlan(
     .map((o): Action => ({ type: 'delete', target: refOf(o) }));
 
   if (pending.length > 0) {
-    const applies = pending.flatMap((manifest): Action[] => {
-      const apply: Action = { type: 'apply', revisionId: revision.id, manifest, inputs };
-      const minimum = manifest.kind === 'Deployment' ? autoscalerMinimum(manifests, manifest) : null;
-      if (minimum === null) return [apply];
-      // Autoscaled: the manifest leaves `spec.replicas` to the autoscaler. Server-side apply removes a
-      // field its only manager stops applying, so another manager takes it over first (at the value it
-      // has) and the autoscaler takes it from there; a new Deployment starts at min_scale the same way.
-      const target = refOf(manifest);
-      const live = byKey.get(keyOf(target));
-      if (live === undefined) return [apply, { type: 'hand-over-replicas', target, replicas: minimum }];
-      const replicas = (live.spec as { replicas?: number } | undefined)?.replicas;
-      if (typeof replicas === 'number' && listenerHoldsReplicas(live))
-        return [{ type: 'hand-over-replicas', target, replicas }, apply];
-      return [apply];
-    });
+    const applies = applyActions(manifests, pending, byKey, revision.id, inputs);
     return plan(
       // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
       [...applies, ...reports(['AWAITING_DEPLOY']), ...prune],
@@ -432,57 +368,16 @@ function runPlan(
     );
   }
 
-  /** Pods of a workload settled on its current template that keep failing: what serves is failing. */
-  const failing: { reason: FailureReason; message: string }[] = [];
-  /** Failures of those pods: not of an in-place change (nothing is on its way in). */
-  const ofServing = new Set<Rollout>();
-  const rollouts: Rollout[] = manifests.flatMap((manifest): Rollout[] => {
-    const observed = byKey.get(keyOf(refOf(manifest)));
-    if (observed === undefined || (!isDeployment(observed) && !isStatefulSet(observed))) return [];
-    const component = manifest.metadata.labels[COMPONENT_LABEL];
-    const pods = mine
-      .filter(isPod)
-      .filter(
-        (p) =>
-          label(p, COMPONENT_LABEL) === component &&
-          p.metadata.namespace === namespace &&
-          (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === revision.id),
-      );
-    const own = isDeployment(observed)
-      ? deploymentRollout(observed, autoscalerMinimum(manifests, manifest) ?? 0)
-      : statefulSetRollout(observed);
-    if (own.state === 'complete') return [own];
-    const stuck = podFailure(pods);
-    if (deployed && settledOnTemplate(observed, isStatefulSet(observed))) {
-      // A crash or two (one OOM kill, say) is not a crash loop yet: the serving pods would flip the
-      // deployment to UNKNOWN and back for nothing. An image that cannot be pulled is failing at once.
-      const looping = mostRestarts(pods) >= SERVING_CRASH_LOOP_RESTARTS;
-      if (stuck) ofServing.add(stuck);
-      if (stuck?.state === 'failed' && (stuck.reason !== 'crash_loop' || looping))
-        failing.push({ reason: stuck.reason, message: stuck.message });
-      else if (stuck === null && looping) {
-        const restarting = restartingAfterCrash(pods);
-        if (restarting !== null) failing.push({ reason: 'crash_loop', message: restarting });
-      }
-    }
-    if (stuck) return [stuck];
-    const stalled =
-      isStatefulSet(observed) && own.state === 'progressing'
-        ? statefulSetStalled(observed, pods, ctx.now, ctx.progressDeadlineSeconds)
-        : null;
-    if (stalled) return [stalled];
-    return [own.state === 'failed' ? { ...own, message: `${own.message}${waitingDetail(pods)}` } : own];
+  const { rollout, condition } = revisionRollout({
+    manifests,
+    byKey,
+    mine,
+    namespace,
+    revisionId: revision.id,
+    deployed,
+    now: ctx.now,
+    progressDeadlineSeconds: ctx.progressDeadlineSeconds,
   });
-  const rollout = combine(rollouts);
-  const updateFailure = rollouts.find(
-    (r): r is Extract<Rollout, { state: 'failed' }> => r.state === 'failed' && !ofServing.has(r),
-  );
-  const condition: Omit<ServingCondition, 'revisionId'> | undefined =
-    failing[0] !== undefined
-      ? { condition: 'crash_loop', ...failing[0] }
-      : updateFailure !== undefined
-        ? { condition: 'update_failed', reason: updateFailure.reason, message: updateFailure.message }
-        : undefined;
   switch (rollout.state) {
     case 'complete':
       return plan(
