@@ -178,8 +178,10 @@ async function describeLangGraphSource(
 }
 
 // The launcher ships with the service; its copy in the source travels with the build output (a
-// redeploy, a restart after a service restart), so a revision keeps the launcher it was built with.
+// redeploy, a restart after a service restart), so a revision keeps the launcher it was built with. It is
+// the entry file and the directory of modules it imports (runtime/langgraph/, the PostgreSQL layer).
 const LAUNCHER_SOURCE = new URL('../../runtime/langgraph-server.mjs', import.meta.url);
+const LAUNCHER_MODULES = new URL('../../runtime/langgraph/', import.meta.url);
 
 /**
  * The LangGraph server keeps its state in `.langgraph_api` beside the config; the sealed source is
@@ -196,6 +198,7 @@ async function linkLangGraphState(root: string, configName: string, stateDir: st
 
 async function writeLauncher(root: string): Promise<void> {
   const target = path.join(root, LANGGRAPH_LAUNCHER_PATH);
+  const modules = path.join(path.dirname(target), 'langgraph');
   try {
     await fs.mkdir(path.dirname(target), { recursive: true });
     // The directory may come from the archive: it must not be a link that leads out of the source.
@@ -203,6 +206,16 @@ async function writeLauncher(root: string): Promise<void> {
       throw new Error('it is a link that leads outside the source');
     await fs.rm(target, { force: true });
     await fs.writeFile(target, await fs.readFile(LAUNCHER_SOURCE), { mode: 0o644, flag: 'wx' });
+    // What the archive had there goes (a link is removed, not followed); the directory is made anew.
+    await fs.rm(modules, { recursive: true, force: true });
+    await fs.mkdir(modules);
+    for (const name of await fs.readdir(LAUNCHER_MODULES)) {
+      if (!name.endsWith('.mjs')) continue;
+      await fs.writeFile(path.join(modules, name), await fs.readFile(new URL(name, LAUNCHER_MODULES)), {
+        mode: 0o644,
+        flag: 'wx',
+      });
+    }
   } catch (error) {
     throw new AppConfigError(
       `${LANGGRAPH_LAUNCHER_PATH} could not be written into the source (${error instanceof Error ? error.message : String(error)}); remove it from the archive`,

@@ -1,5 +1,5 @@
 /**
- * The launcher's PostgreSQL layer (runtime/langgraph-server.mjs) run as the data plane runs it, without
+ * The launcher's PostgreSQL layer (runtime/langgraph-server.mjs and runtime/langgraph/) run as the data plane runs it, without
  * the data plane: a small project installed from the npm registry with the packages a deployment gets,
  * servers started by the launcher on a database of the test server, judged by `@langchain/langgraph-sdk`:
  *
@@ -31,7 +31,8 @@ import { waitFor } from '../dataplane/data-plane-harness.ts';
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
-const LAUNCHER = path.resolve(HERE, '../../runtime/langgraph-server.mjs');
+/** The launcher and its modules (runtime/langgraph/), as the data plane copies them into .slipway/. */
+const RUNTIME = path.resolve(HERE, '../../runtime');
 
 let project: string;
 let database: TestDatabase;
@@ -80,8 +81,7 @@ export const graph = new StateGraph(State)
       graphs: { agent: './src/agent.ts:graph', ask: './src/ask.ts:graph' },
     }),
   );
-  await fs.mkdir(path.join(project, '.slipway'));
-  await fs.copyFile(LAUNCHER, path.join(project, '.slipway', 'langgraph-server.mjs'));
+  await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
   const npm = { cwd: project, timeout: 300_000 };
   await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
   await run(

@@ -15,7 +15,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
-const LAUNCHER = fileURLToPath(new URL('../../runtime/langgraph-server.mjs', import.meta.url));
+/** The launcher and its modules (runtime/langgraph/), as the data plane copies them into .slipway/. */
+const RUNTIME = fileURLToPath(new URL('../../runtime/', import.meta.url));
 
 let scratch: string;
 before(async () => {
@@ -30,8 +31,7 @@ async function project(files: Record<string, string>): Promise<string> {
     await fs.mkdir(path.dirname(path.join(dir, name)), { recursive: true });
     await fs.writeFile(path.join(dir, name), content);
   }
-  await fs.mkdir(path.join(dir, '.slipway'), { recursive: true });
-  await fs.copyFile(LAUNCHER, path.join(dir, '.slipway', 'langgraph-server.mjs'));
+  await fs.cp(RUNTIME, path.join(dir, '.slipway'), { recursive: true });
   return dir;
 }
 

@@ -1,0 +1,89 @@
+// The server's checkpointer and store, made to keep everything in PostgreSQL through LangChain's
+// PostgresSaver and PostgresStore (@langchain/langgraph-checkpoint-postgres), with the extras the server
+// calls on them.
+import { SCHEMA } from './schema.mjs';
+
+/** Deletes the checkpoints (and their pending writes) one run wrote to a thread. */
+export async function deleteRunCheckpoints(client, threadId, runId) {
+  await client.query(
+    `with gone as (
+       delete from ${SCHEMA}.checkpoints where thread_id = $1 and metadata ->> 'run_id' = $2
+       returning checkpoint_ns, checkpoint_id)
+     delete from ${SCHEMA}.checkpoint_writes w using gone
+     where w.thread_id = $1 and w.checkpoint_ns = gone.checkpoint_ns and w.checkpoint_id = gone.checkpoint_id`,
+    [threadId, runId],
+  );
+}
+
+/** Copies a thread's checkpoints, blobs and writes to another thread id (threads.copy). */
+export async function copyCheckpoints(client, from, to) {
+  await client.query(
+    `insert into ${SCHEMA}.checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+     select $2, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, replace(metadata::text, $1, $2)::jsonb
+     from ${SCHEMA}.checkpoints where thread_id = $1`,
+    [from, to],
+  );
+  await client.query(
+    `insert into ${SCHEMA}.checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+     select $2, checkpoint_ns, channel, version, type, blob from ${SCHEMA}.checkpoint_blobs where thread_id = $1`,
+    [from, to],
+  );
+  await client.query(
+    `insert into ${SCHEMA}.checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob)
+     select $2, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, blob from ${SCHEMA}.checkpoint_writes where thread_id = $1`,
+    [from, to],
+  );
+}
+
+/**
+ * The server's checkpointer (an in-memory saver its routes and graphs share) made to keep everything
+ * in PostgreSQL through PostgresSaver, with the extras the server calls: delete a thread's or one
+ * run's checkpoints, copy a thread's.
+ */
+export function installCheckpointer(target, postgresSaver, connections) {
+  const EXCLUDED_KEYS = ['checkpoint_ns', 'checkpoint_id', 'run_id', 'thread_id'];
+  Object.assign(target, {
+    initialize: async () => ({ flush: async () => undefined }),
+    clear: () => undefined,
+    getTuple: (config) => postgresSaver.getTuple(config),
+    list: (config, listOptions) => postgresSaver.list(config, listOptions),
+    putWrites: (config, writes, taskId) => postgresSaver.putWrites(config, writes, taskId),
+    deleteThread: (threadId) => postgresSaver.deleteThread(threadId),
+    put(config, checkpoint, metadata, newVersions) {
+      // As the in-memory saver does: the run's configurable (less internals) and metadata are part of
+      // every checkpoint's metadata, and the run id marks what a rollback deletes.
+      const configurable = config.configurable ?? {};
+      const fromConfig = Object.fromEntries(
+        Object.entries(configurable).filter(([key]) => !key.startsWith('__') && !EXCLUDED_KEYS.includes(key)),
+      );
+      const runId = configurable.run_id;
+      return postgresSaver.put(
+        config,
+        checkpoint,
+        { ...fromConfig, ...config.metadata, ...metadata, ...(runId && !metadata?.run_id ? { run_id: runId } : {}) },
+        newVersions,
+      );
+    },
+    async delete(threadId, runId) {
+      if (runId == null) return postgresSaver.deleteThread(threadId);
+      await deleteRunCheckpoints(connections, threadId, runId);
+    },
+    copy: (from, to) => copyCheckpoints(connections, from, to),
+    toJSON: () => '[PostgresSaver]',
+  });
+}
+
+/** The store the server's routes and graphs share, kept in PostgreSQL by PostgresStore. */
+export function installStore(target, postgresStore) {
+  Object.assign(target, {
+    initialize: async () => ({ flush: async () => undefined }),
+    clear: async () => undefined,
+    batch: (operations) => postgresStore.batch(operations),
+    get: (...args) => postgresStore.get(...args),
+    search: (...args) => postgresStore.search(...args),
+    put: (...args) => postgresStore.put(...args),
+    delete: (...args) => postgresStore.delete(...args),
+    listNamespaces: (...args) => postgresStore.listNamespaces(...args),
+    toJSON: () => '[PostgresStore]',
+  });
+}
