@@ -11,7 +11,7 @@ import { createSecretBox } from '../src/crypto/secret-box.ts';
 import { connect } from '../src/db/database.ts';
 import { freePort } from '../src/db/embedded-postgres.ts';
 import { createLogger } from '../src/logger.ts';
-import { ADMIN_KEY } from './helpers.ts';
+import { ADMIN_KEY } from './support/harness.ts';
 
 test('API routes answer 503 with Retry-After while the database is unreachable; /healthz stays 200', async () => {
   // Nothing listens on this port: every query fails to connect.

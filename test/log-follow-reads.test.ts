@@ -7,12 +7,11 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { Kysely, PostgresDialect } from 'kysely';
-import { buildApp } from '../src/app.ts';
 import { openChangeFeed, type ChangeFeed } from '../src/db/change-feed.ts';
 import { createLogger } from '../src/logger.ts';
 import { appendRevisionLogs } from '../src/store/revision-logs.ts';
 import type { Database } from '../src/store/schema.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+import { ADMIN_KEY, buildReplicaApp, client, createTestApp, listen, type TestApp } from './support/harness.ts';
 
 const FOLLOWERS = 6;
 const silent = createLogger('silent');
@@ -34,8 +33,8 @@ before(async () => {
       if (text.startsWith('select') && text.includes('from "revision_logs"')) lineReads += 1;
     },
   });
-  app = await buildApp({ config: t.config, db: counted, secretBox: t.secretBox, logger: silent, changes: feed });
-  base = await app.listen({ port: 0, host: '127.0.0.1' });
+  app = await buildReplicaApp(t, { db: counted, logger: silent, changes: feed });
+  base = await listen(app);
 });
 after(async () => {
   await app.close();

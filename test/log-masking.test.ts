@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createLogWriter, MAX_LINE_CHARS } from '../src/dataplane/log-writer.ts';
 import { createLogger } from '../src/logger.ts';
-import { client, createTestApp, type TestApp } from './helpers.ts';
+import { client, createTestApp, type TestApp } from './support/harness.ts';
 
 let t: TestApp;
 let revisions = 0;

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import { ERROR_RESPONSES as ERROR_CODES } from '../src/http/error-statuses.ts';
-import { client, createTestApp, type TestApp } from './helpers.ts';
+import { client, createTestApp, type TestApp } from './support/harness.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 

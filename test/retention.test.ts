@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { after, before, test } from 'node:test';
 import { pruneEvents, pruneSpooledUploads, pruneUploads } from '../src/pipeline/retention.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
 
 let t: TestApp;
 before(async () => {

@@ -5,7 +5,6 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { buildApp } from '../src/app.ts';
 import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../src/dataplane/log-writer.ts';
 import type { Change, ChangeFeed } from '../src/db/change-feed.ts';
 import type { RevisionStatus } from '../src/domain/states.ts';
@@ -14,7 +13,16 @@ import { transitionRevision, type Failure } from '../src/service/lifecycle.ts';
 import { appendRevisionLogs } from '../src/store/revision-logs.ts';
 import { lockRevision } from '../src/store/revisions.ts';
 import type { RevisionLogType } from '../src/store/schema.ts';
-import { ADMIN_KEY, client, createTestApp, startReplica, type Replica, type TestApp } from './helpers.ts';
+import {
+  ADMIN_KEY,
+  buildReplicaApp,
+  client,
+  createTestApp,
+  listen,
+  startReplica,
+  type Replica,
+  type TestApp,
+} from './support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -599,7 +607,7 @@ describe('GET .../logs?follow=true', () => {
   });
 
   test('without a change feed a follower polls, and still sees new lines', async () => {
-    const base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+    const base = await listen(t.app);
     const r = await newRevision();
     const stream = await openStream(base, logsUrl(r, '?follow=true'));
     await nextOf(stream, 'status');
@@ -611,14 +619,8 @@ describe('GET .../logs?follow=true', () => {
   });
 
   test('closing the server ends open streams instead of waiting for them', async () => {
-    const app = await buildApp({
-      config: t.config,
-      db: t.database.db,
-      secretBox: t.secretBox,
-      logger: silent,
-      changes: feed,
-    });
-    const base = await app.listen({ port: 0, host: '127.0.0.1' });
+    const app = await buildReplicaApp(t, { logger: silent, changes: feed });
+    const base = await listen(app);
     const r = await newRevision();
     const stream = await openStream(base, logsUrl(r, '?follow=true'));
     await nextOf(stream, 'status');

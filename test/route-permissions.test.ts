@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { after, before, test } from 'node:test';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './helpers.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
 
 type Cell = 'yes' | 'no' | 'open' | 'credential';
 const ROLES = ['member', 'workspace admin', 'organization admin'] as const;

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 import {
   createTestApp as createGitHubApp,
   makeRepositories,

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { isAllowedApiUrl } from '../../src/codehost/allowed-urls.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
-import { client, createTestApp } from '../helpers.ts';
+import { client, createTestApp } from '../support/harness.ts';
 import { TOKEN, createTokenIntegration, startCodehostFixture, type CodehostFixture } from './codehost-fixture.ts';
 
 const BASE = '/v1/integrations/forge/codehost';

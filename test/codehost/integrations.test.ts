@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { sql } from 'kysely';
-import { client, createTestApp } from '../helpers.ts';
+import { client, createTestApp } from '../support/harness.ts';
 import {
   INSTALLATION_ID,
   TOKEN,

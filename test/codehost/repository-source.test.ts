@@ -22,7 +22,7 @@ import {
   type FakeGitHub,
   type FakeGitHubOptions,
 } from '../fakes/github-server.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 const TOKEN = 'ghp_sourcetoken0123456789abcdefghijklmn';
 const INSTALLATION_ID = 7;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { DELIVERIES_KEPT, REJECTED_DELIVERIES_KEPT } from '../../src/store/webhook-deliveries.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import {
   createCodehostDeployment,
   createTokenIntegration,

@@ -10,7 +10,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
-import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage } from './browser.ts';
 
 const SLUG = 'hostile-0000abcd';
@@ -58,7 +58,7 @@ let page: Page;
 before(async () => {
   await ensureDashboardBuilt();
   t = await createTestApp({}, { edge: true });
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  await listen(t.app);
   apiBase = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}`;
   appServer = http.createServer((req, res) => {
     if (req.url === '/sw.js') {

@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import Fastify from 'fastify';
 import { dashboardRoutes } from '../../src/routes/dashboard.ts';
 import { DIST_DIR } from '../../web/build.ts';
-import { createTestApp, type TestApp } from '../helpers.ts';
+import { createTestApp, type TestApp } from '../support/harness.ts';
 import { ensureDashboardBuilt } from './browser.ts';
 
 const HTML = { accept: 'text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8' };

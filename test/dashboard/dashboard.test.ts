@@ -11,7 +11,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import * as tar from 'tar';
-import { ADMIN_KEY } from '../helpers.ts';
+import { ADMIN_KEY } from '../support/harness.ts';
 import {
   requestApp,
   startTestService,

@@ -9,7 +9,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
-import { client } from '../helpers.ts';
+import { client, listen } from '../support/harness.ts';
 import { createSsoTestApp, type SsoTestApp } from '../sso/sso-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
 
@@ -26,7 +26,7 @@ before(async () => {
   // The dashboard at localhost, as on a laptop; apps are at <name>.localhost, another host name.
   t = await createSsoTestApp({ env: { SLIPWAY_PUBLIC_URL: 'http://localhost:{port}' } });
   base = t.publicUrl;
-  await t.app.listen({ port: t.port, host: '127.0.0.1' });
+  await listen(t.app, t.port);
   app = http.createServer((req, res) => {
     appCookies.push(req.headers.cookie ?? '');
     res.writeHead(200, { 'content-type': 'text/plain' }).end('the app');

@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
-import { ADMIN_KEY } from '../helpers.ts';
+import { ADMIN_KEY } from '../support/harness.ts';
 import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
 

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
 
 let t: TestApp;
@@ -17,7 +17,7 @@ let page: Page;
 before(async () => {
   await ensureDashboardBuilt();
   t = await createTestApp();
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  await listen(t.app);
   base = `http://127.0.0.1:${(t.app.server.address() as AddressInfo).port}`;
   browser = await launchChromium();
   page = await openPage(browser);

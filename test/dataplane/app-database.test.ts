@@ -29,7 +29,7 @@ import {
   protectServiceDatabases,
   type AppDatabase,
 } from '../../src/dataplane/app-database.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 /** Connects, or returns the server's refusal (any other failure is thrown). */
 async function tryConnect(url: string): Promise<pg.Client | pg.DatabaseError> {

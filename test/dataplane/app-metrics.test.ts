@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { ADMIN_KEY } from '../helpers.ts';
+import { ADMIN_KEY } from '../support/harness.ts';
 import {
   requestApp,
   startTestService,

@@ -12,12 +12,20 @@ import type { FastifyInstance } from 'fastify';
 import * as tar from 'tar';
 import type { Config } from '../../src/config.ts';
 import type { ChangeFeed } from '../../src/db/change-feed.ts';
-import { freePort } from '../../src/db/embedded-postgres.ts';
-import { withClient } from '../../src/db/admin-client.ts';
 import type { AppEdge } from '../../src/dataplane/app-edge.ts';
-import { startLocalDataPlane, type LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
-import { createCodehostIntegrationService } from '../../src/service/codehost-integrations.ts';
-import { ADMIN_KEY, createTestApp, type TestDatabase } from '../helpers.ts';
+import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
+import {
+  ADMIN_KEY,
+  createTestApp,
+  dropAppDatabases,
+  eventually,
+  fetchApi,
+  freePort,
+  listen,
+  startDataPlane,
+  type FetchApi,
+  type TestDatabase,
+} from '../support/harness.ts';
 
 export const FINAL = [
   'CREATE_FAILED',
@@ -40,7 +48,7 @@ export interface TestService {
   edge: AppEdge;
   changes: ChangeFeed;
   worker: LocalDataPlane | null;
-  api<T = any>(method: string, url: string, body?: unknown): Promise<{ status: number; body: T }>;
+  api: FetchApi;
   /** Starts the worker (again, after stopWorker). */
   startWorker(): Promise<void>;
   stopWorker(): Promise<void>;
@@ -61,13 +69,12 @@ export async function startTestService(env: Record<string, string> = {}): Promis
         t.edge === null ? null : { edge: await t.edge.stats(), runtime: (await running?.appStats()) ?? [] },
     },
   );
-  const { app, config, database, dataDir, logger, secretBox } = t;
+  const { app, config, database, dataDir } = t;
   const changes = t.changes!;
   const edge = t.edge!;
   // The sandboxed app user must be able to pass through (never list) the data directory.
   await fs.chmod(dataDir, 0o711);
-  await app.listen({ port, host: '127.0.0.1' });
-  const base = `http://127.0.0.1:${port}`;
+  const base = await listen(app, port);
 
   const service: TestService = {
     base,
@@ -79,36 +86,9 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     edge,
     changes,
     worker: null,
-    async api(method, url, body) {
-      const response = await fetch(`${base}${url}`, {
-        method,
-        headers: { 'x-api-key': ADMIN_KEY, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-      const text = await response.text();
-      return { status: response.status, body: text === '' ? undefined : JSON.parse(text) };
-    },
+    api: fetchApi(base),
     async startWorker() {
-      service.worker = await startLocalDataPlane({
-        config,
-        db: database.db,
-        pool: database.pool,
-        databaseUrl: database.url,
-        secretBox,
-        changes,
-        edge,
-        repositories: createCodehostIntegrationService({
-          db: database.db,
-          secretBox,
-          allowInsecure: true,
-          allowedApiUrls: config.codehostAllowedUrls,
-          logger,
-        }).repositories,
-        logger,
-        tracing: t.tracing,
-        leaseSeconds: 6,
-        backoff: { initialMs: 100, maxMs: 500 },
-      });
+      service.worker = await startDataPlane(t);
       running = service.worker;
     },
     async stopWorker() {
@@ -118,19 +98,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     },
     async close() {
       await service.stopWorker();
-      const left = await database.db
-        .selectFrom('deployment_runtimes')
-        .select('database_name')
-        .execute()
-        .catch(() => []);
-      // App databases live beside the test database on the same server: drop what the test left.
-      await withClient(database.url, async (client) => {
-        for (const { database_name } of left) {
-          if (!database_name) continue;
-          await client.query(`drop database if exists ${client.escapeIdentifier(database_name)} with (force)`);
-          await client.query(`drop role if exists ${client.escapeIdentifier(database_name)}`);
-        }
-      });
+      await dropAppDatabases(database);
       await t.close();
     },
   };
@@ -166,8 +134,6 @@ export async function writeApp(files: Record<string, string>): Promise<string> {
   return dir;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 /** Polls the revision until it reaches one of `statuses` (default: any final state); fails after `ms`. */
 export async function waitForRevision(
   service: TestService,
@@ -176,29 +142,20 @@ export async function waitForRevision(
   statuses: string[] = FINAL,
   ms = 120_000,
 ): Promise<any> {
-  const until = Date.now() + ms;
   let last: any;
-  while (Date.now() < until) {
-    const response = await service.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
-    last = response.body;
-    if (response.status === 200 && statuses.includes(last.status)) return last;
-    await sleep(200);
-  }
-  throw new Error(`revision ${revisionId} did not reach ${statuses.join('|')}; last seen ${JSON.stringify(last)}`);
+  return eventually(
+    `revision ${revisionId} to reach ${statuses.join('|')}`,
+    async () => {
+      const response = await service.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
+      last = response.body;
+      return response.status === 200 && statuses.includes(last.status) && last;
+    },
+    { ms, everyMs: 200, describe: () => `last seen ${JSON.stringify(last)}` },
+  );
 }
 
-export async function waitFor<T>(
-  what: string,
-  check: () => Promise<T | undefined | null | false>,
-  ms = 60_000,
-): Promise<T> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    const value = await check();
-    if (value) return value;
-    await sleep(200);
-  }
-  throw new Error(`timed out waiting for ${what}`);
+export function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, ms = 60_000): Promise<T> {
+  return eventually(what, check, { ms, everyMs: 200 });
 }
 
 /** A request to an app through the service's proxy by host name (`<slug>.localhost`). */

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId } from 'kysely';
 import { createLogWriter } from '../../src/dataplane/log-writer.ts';
 import { createLogger } from '../../src/logger.ts';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 

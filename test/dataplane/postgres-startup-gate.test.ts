@@ -21,7 +21,7 @@ import {
   type AppDatabase,
 } from '../../src/dataplane/app-database.ts';
 import { openHostForward, type HostForward } from '../../src/dataplane/host-forwards.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 let database: TestDatabase;
 let app: AppDatabase;

@@ -13,9 +13,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import * as tar from 'tar';
-import { buildApp } from '../../src/app.ts';
 import { createSecretBox } from '../../src/crypto/secret-box.ts';
-import { createLogger } from '../../src/logger.ts';
 import {
   requestApp,
   startTestService,
@@ -24,6 +22,7 @@ import {
   writeApp,
   type TestService,
 } from './data-plane-harness.ts';
+import { buildReplicaApp, listen } from '../support/harness.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 
@@ -46,13 +45,12 @@ let replicaDataDir: string;
 before(async () => {
   service = await startTestService();
   replicaDataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-replica-'));
-  replica = await buildApp({
+  replica = await buildReplicaApp({
     config: { ...service.config, dataDir: replicaDataDir },
-    db: service.database.db,
+    database: service.database,
     secretBox: createSecretBox(randomBytes(32)),
-    logger: createLogger('silent'),
   });
-  replicaBase = await replica.listen({ port: 0, host: '127.0.0.1' });
+  replicaBase = await listen(replica);
 });
 after(async () => {
   await replica?.close();

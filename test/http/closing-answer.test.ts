@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
-import { createTestApp } from '../helpers.ts';
+import { createTestApp, listen } from '../support/harness.ts';
 
 /** The answers on one connection, split at each complete answer (all of them carry Content-Length). */
 function answersOf(data: string): { status: number; headers: Record<string, string>; body: string }[] {
@@ -32,7 +32,7 @@ function answersOf(data: string): { status: number; headers: Record<string, stri
 test('a request that arrives while the service closes gets 503 unavailable in the envelope', async () => {
   const t = await createTestApp();
   try {
-    await t.app.listen({ port: 0, host: '127.0.0.1' });
+    await listen(t.app);
     const { port } = t.app.server.address() as net.AddressInfo;
     const socket = net.connect(port, '127.0.0.1');
     let data = '';

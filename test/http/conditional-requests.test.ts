@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { createTestApp, type TestApp } from '../helpers.ts';
+import { createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { httpCaller, type HttpAnswer, type HttpCall } from '../support/http-caller.ts';
 
 let t: TestApp;
@@ -14,7 +14,7 @@ let call: HttpCall;
 
 before(async () => {
   t = await createTestApp();
-  call = httpCaller(await t.app.listen({ port: 0, host: '127.0.0.1' }));
+  call = httpCaller(await listen(t.app));
 });
 after(() => t.close());
 

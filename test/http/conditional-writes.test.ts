@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { authorizeInBrowser, type OidcServer } from '../fakes/oidc-server.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import { createTokenIntegration, startCodehostFixture, type CodehostFixture } from '../codehost/codehost-fixture.ts';
 import {
   openCallback,

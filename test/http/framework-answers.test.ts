@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import type { ErrorCode } from '../../src/errors.ts';
 import { ERROR_RESPONSES as ERROR_CODES } from '../../src/http/error-statuses.ts';
 import { clientErrorHandler } from '../../src/http/framework-answers.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, listen } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -19,7 +19,7 @@ let port: number;
 before(async () => {
   t = await createTestApp();
   api = client(t.app);
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  await listen(t.app);
   port = (t.app.server.address() as net.AddressInfo).port;
 });
 after(() => t.close());

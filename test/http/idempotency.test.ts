@@ -8,7 +8,7 @@ import { sql } from 'kysely';
 import { after, before, describe, test } from 'node:test';
 import { createLogger } from '../../src/logger.ts';
 import { startRetentionSweeper } from '../../src/pipeline/retention.ts';
-import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { httpCaller, type HttpCall } from '../support/http-caller.ts';
 
 let t: TestApp;
@@ -17,7 +17,7 @@ let call: HttpCall;
 
 before(async () => {
   t = await createTestApp();
-  base = await t.app.listen({ port: 0, host: '127.0.0.1' });
+  base = await listen(t.app);
   call = httpCaller(base);
 });
 after(() => t.close());

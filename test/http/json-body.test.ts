@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { firstInvalidUtf8 } from '../../src/http/json-body.ts';
-import { client, createTestApp, type Response, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type Response, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

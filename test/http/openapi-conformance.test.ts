@@ -13,7 +13,7 @@ import { Type } from 'typebox';
 import { registerErrorHandler } from '../../src/http/error-handler.ts';
 import { shapeDocument } from '../../src/http/openapi.ts';
 import { ErrorBody, SecretString } from '../../src/http/schema-helpers.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import { OpenApiConformance, type ObservedAnswer } from '../support/openapi-conformance.ts';
 
 const Thing = Type.Object({ id: Type.String(), size: Type.Integer() }, { title: 'Thing' });

@@ -9,7 +9,7 @@ import Fastify from 'fastify';
 import { applyShownOnce, SHOWN_ONCE } from '../../src/http/shown-once.ts';
 import { ShownOnceString } from '../../src/http/schema-helpers.ts';
 import { Type } from 'typebox';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
 interface Schema {
   $ref?: string;

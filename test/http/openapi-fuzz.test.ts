@@ -21,7 +21,7 @@ import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
 import { startFakeGitHub, makeRepositories, type FakeGitHub } from '../fakes/github-server.ts';
-import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { OpenApiConformance } from '../support/openapi-conformance.ts';
 import { ODD_STRINGS, generators, oddString, type Generators, type Schema } from './openapi-arbitraries.ts';
 
@@ -96,7 +96,7 @@ before(async () => {
     },
     { codehostClient: { retries: 0 } },
   );
-  await t.app.listen({ port: 0, host: '127.0.0.1' });
+  await listen(t.app);
   const address = t.app.server.address();
   assert.ok(address !== null && typeof address === 'object');
   base = `http://127.0.0.1:${address.port}`;

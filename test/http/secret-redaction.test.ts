@@ -10,7 +10,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { registerErrorHandler } from '../../src/http/error-handler.ts';
 import { registerJsonBodyParser } from '../../src/http/json-body.ts';
 import { createValidatorCompiler } from '../../src/http/validation.ts';
-import { client, type Response } from '../helpers.ts';
+import { client, type Response } from '../support/harness.ts';
 import { startOAuthTestApp, type Api, type OAuthTestApp } from '../oauth/oauth-test-app.ts';
 
 let t: OAuthTestApp;

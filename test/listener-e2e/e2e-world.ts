@@ -12,19 +12,18 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { FakeKube, type FakeKubeOptions } from '../listener-agent/fake-kube.ts';
-import { ADMIN_KEY, createTestApp } from '../helpers.ts';
+import {
+  createTestApp,
+  eventually as pollUntil,
+  fetchApi,
+  listen,
+  registerListener,
+  ROOT,
+  type FetchApi,
+} from '../support/harness.ts';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const NAMESPACE = 'agents';
-/** Only fails a hung test; every wait normally ends in well under a second or two. */
-const HUNG_AFTER_MS = 90_000;
-
-export interface ApiAnswer<T = any> {
-  status: number;
-  body: T;
-}
 
 /** A listener agent process. */
 export interface AgentProcess {
@@ -41,7 +40,7 @@ export interface E2eWorld {
   base: string;
   kube: FakeKube;
   /** The service's API with the admin key, over real HTTP. */
-  api<T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>>;
+  api: FetchApi;
   /** Registers a listener and makes its credential, as docs/listener.md's steps 1 and 2 do. */
   registerListener(namespaces?: string[]): Promise<{ id: string; credential: string }>;
   /** Starts an agent process for the listener (the world stops it at the end if the test did not). */
@@ -54,22 +53,13 @@ export interface E2eWorld {
   close(): Promise<void>;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Polls `check` until it returns something truthy; after HUNG_AFTER_MS fails with `describe()`. */
-export async function eventually<T>(
+/** Polls `check` until it returns something truthy; a hung test fails with `describe()`. */
+export function eventually<T>(
   what: string,
   check: () => Promise<T | undefined | null | false>,
   describe: () => string = () => '',
 ): Promise<T> {
-  const until = Date.now() + HUNG_AFTER_MS;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > until)
-      throw new Error(`still waiting for ${what} after ${HUNG_AFTER_MS / 1000} s (the test is hung). ${describe()}`);
-    await sleep(100);
-  }
+  return pollUntil(what, check, { describe });
 }
 
 /** The listener resource once its agent's first heartbeat arrived. */
@@ -90,7 +80,7 @@ export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eW
   const service = await createTestApp({}, { changes: true });
   let base: string;
   try {
-    base = await service.app.listen({ host: '127.0.0.1', port: 0 });
+    base = await listen(service.app);
   } catch (error) {
     await service.close();
     throw error;
@@ -103,15 +93,7 @@ export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eW
   const agents = new Set<ChildProcess>();
   let compute = 0;
 
-  const api = async <T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>> => {
-    const response = await fetch(`${base}${url}`, {
-      method,
-      headers: { 'x-api-key': ADMIN_KEY, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-    const text = await response.text();
-    return { status: response.status, body: (text === '' ? undefined : JSON.parse(text)) as T };
-  };
+  const api = fetchApi(base);
 
   return {
     base,
@@ -119,17 +101,12 @@ export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eW
     api,
 
     async registerListener(namespaces = [NAMESPACE]) {
-      const listener = await api('POST', '/v2/listeners', {
-        compute_type: 'k8s',
-        compute_id: `e2e-${process.pid}-${++compute}`,
-        compute_config: { k8s_namespaces: namespaces },
-      });
-      if (listener.status !== 201)
-        throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
-      const credential = await api('POST', `/v2/listeners/${listener.body.id}/credentials`);
-      if (credential.status !== 201)
-        throw new Error(`POST /v2/listeners/{id}/credentials: ${credential.status} ${JSON.stringify(credential.body)}`);
-      return { id: listener.body.id as string, credential: credential.body.credential as string };
+      const { id, credential } = await registerListener(
+        (url, body) => api('POST', url, body),
+        `e2e-${process.pid}-${++compute}`,
+        namespaces,
+      );
+      return { id, credential };
     },
 
     startAgent(listener, namespaces = [NAMESPACE], env = {}) {

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { hashListenerCredential } from '../../src/auth/listener-credentials.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import {
   agent,
   createProtocolFixture,

@@ -12,7 +12,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { after, before, test } from 'node:test';
 import type { KyselyPlugin } from 'kysely';
 import { createListenerProtocolService } from '../../src/service/listener-protocol.ts';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 before(async () => {

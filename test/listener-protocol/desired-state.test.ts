@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { startReplica } from '../helpers.ts';
+import { startReplica } from '../support/harness.ts';
 import {
   agent,
   createProtocolFixture,

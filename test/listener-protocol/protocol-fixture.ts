@@ -6,7 +6,14 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { FastifyInstance } from 'fastify';
-import { client, createTestApp, startReplica, type TestApp } from '../helpers.ts';
+import {
+  client,
+  createTestApp,
+  registerListener,
+  startReplica,
+  type RegisteredListener,
+  type TestApp,
+} from '../support/harness.ts';
 
 export interface ProtocolFixture {
   t: TestApp;
@@ -41,23 +48,11 @@ export async function createProtocolFixture(): Promise<ProtocolFixture> {
 let made = 0;
 const unique = (prefix: string) => `${prefix}-${process.pid}-${++made}`;
 
-export interface Listener {
-  id: string;
-  credential: string;
-  credentialId: string;
-}
+export type Listener = RegisteredListener;
 
 /** A listener with one credential. */
-export async function newListener(api: ProtocolFixture['api'], namespaces: string[] = ['agents']): Promise<Listener> {
-  const listener = await api.post('/v2/listeners', {
-    compute_type: 'k8s',
-    compute_id: unique('cluster'),
-    compute_config: { k8s_namespaces: namespaces },
-  });
-  assert.equal(listener.status, 201, JSON.stringify(listener.body));
-  const credential = await api.post(`/v2/listeners/${listener.body.id}/credentials`, {});
-  assert.equal(credential.status, 201, JSON.stringify(credential.body));
-  return { id: listener.body.id, credential: credential.body.credential, credentialId: credential.body.id };
+export function newListener(api: ProtocolFixture['api'], namespaces: string[] = ['agents']): Promise<Listener> {
+  return registerListener(api.post, unique('cluster'), namespaces);
 }
 
 export interface Deployment {

@@ -7,7 +7,7 @@ import {
   hashAgentCredential,
 } from '../../src/auth/agent-credentials.ts';
 import { insertCredential } from '../../src/store/agent-credentials.ts';
-import { ADMIN_KEY, client } from '../helpers.ts';
+import { ADMIN_KEY, client } from '../support/harness.ts';
 import {
   agentToken,
   authorize,

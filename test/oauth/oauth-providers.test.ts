@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { OidcServer } from '../fakes/oidc-server.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import {
   assertNoSecrets,
   otherOrganization,

@@ -8,11 +8,10 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
 import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
-import { buildApp } from '../../src/app.ts';
 import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
 import { authorizeInBrowser, startOidcServer, type OidcServer, type TestClientKind } from '../fakes/oidc-server.ts';
-import { client, createTestApp, type TestDatabase } from '../helpers.ts';
+import { buildReplicaApp, client, createTestApp, type TestDatabase } from '../support/harness.ts';
 
 /** Where browsers reach the service. It is never requested: the fake browser hands the callback URL back. */
 export const PUBLIC_URL = 'http://slipway.test';
@@ -57,8 +56,7 @@ export async function startOAuthTestApp(
     orgKey: t.orgKey,
     logs,
     async replica() {
-      const other = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger });
-      await other.ready();
+      const other = await buildReplicaApp(t, { logger });
       replicas.push(other);
       return other;
     },

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, before, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import type { OidcServer } from '../fakes/oidc-server.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import {
   agentToken,
   authorize,

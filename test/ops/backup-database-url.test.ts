@@ -24,7 +24,7 @@ import { createBackup } from '../../src/ops/backup.ts';
 import type { OperatorDatabase } from '../../src/ops/operator-database.ts';
 import { restoreBackup } from '../../src/ops/restore.ts';
 import { saveDeploymentRuntime } from '../../src/store/deployment-runtimes.ts';
-import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 const key = randomBytes(32);
 const keys: EncryptionKeys = { current: key, previous: [], source: 'SLIPWAY_ENCRYPTION_KEY', file: null };

@@ -26,7 +26,7 @@ import {
 import type { Database } from '../../src/store/schema.ts';
 import { readKeyCheck } from '../../src/store/key-check.ts';
 import { bootstrap } from '../../src/bootstrap.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 import { runToExit } from '../support/service-harness.ts';
 
 const keysOf = (current: Buffer, ...previous: Buffer[]): EncryptionKeys => ({

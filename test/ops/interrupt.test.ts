@@ -12,7 +12,7 @@ import path from 'node:path';
 import { after, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
-import { ADMIN_KEY, createTestApp } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp } from '../support/harness.ts';
 import {
   alive,
   cleanUp,

@@ -11,17 +11,11 @@ import { randomBytes } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import Provider from 'oidc-provider';
 import { FakeBrowser } from '../fakes/oidc-server.ts';
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { buildApp } from '../../src/app.ts';
-import { bootstrap } from '../../src/bootstrap.ts';
-import { loadConfig, type Config } from '../../src/config.ts';
-import { createSecretBox, type SecretBox } from '../../src/crypto/secret-box.ts';
-import { createLogger } from '../../src/logger.ts';
+import type { Config } from '../../src/config.ts';
+import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import type { FetchLike } from '../../src/sso/oidc-client.ts';
-import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, freePort, type TestDatabase } from '../support/harness.ts';
 
 export interface TestAccount {
   email?: string | null;
@@ -37,15 +31,6 @@ export interface SsoProvider {
   /** Accounts by login name; a login not listed is `<login>@example.test`, verified, in no group. */
   accounts: Map<string, TestAccount>;
   close(): Promise<void>;
-}
-
-/** A free loopback port: the service's public URL must be known before the provider registers it. */
-export async function freePort(): Promise<number> {
-  const probe = http.createServer();
-  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', () => resolve()));
-  const { port } = probe.address() as AddressInfo;
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-  return port;
 }
 
 export async function startSsoProvider(redirectUris: string[]): Promise<SsoProvider> {
@@ -142,50 +127,38 @@ export async function createSsoTestApp(options: SsoTestOptions = {}): Promise<Ss
   const port = await freePort();
   const publicUrl = `http://127.0.0.1:${port}`;
   const provider = await startSsoProvider([`${publicUrl}/v2/sso/callback`, `http://localhost:${port}/v2/sso/callback`]);
-  const database = await createTestDatabase();
-  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-sso-'));
-  const config = loadConfig({
-    SLIPWAY_DATA_DIR: dataDir,
-    SLIPWAY_BOOTSTRAP_API_KEY: ADMIN_KEY,
-    LOG_LEVEL: 'silent',
-    SLIPWAY_APPS_PORT: '0',
-    PORT: String(port),
-    SLIPWAY_PUBLIC_URL: publicUrl,
-    SLIPWAY_ALLOW_INSECURE_OAUTH: '1',
-    SLIPWAY_SSO_ISSUER: provider.issuer,
-    SLIPWAY_SSO_CLIENT_ID: provider.clientId,
-    SLIPWAY_SSO_CLIENT_SECRET: provider.clientSecret,
-    SLIPWAY_SSO_SCOPES: 'openid email profile groups',
-    SLIPWAY_SSO_PROVIDER_NAME: 'Test IdP',
-    // `{port}` in a value is the service's port (known only here).
-    ...Object.fromEntries(Object.entries(options.env ?? {}).map(([k, v]) => [k, v.replace('{port}', String(port))])),
-  });
-  const first = await bootstrap(database.db, config.bootstrapApiKey);
-  const secretBox = createSecretBox(randomBytes(32));
-  const app = await buildApp({
-    config,
-    db: database.db,
-    secretBox,
-    logger: createLogger(config.logLevel),
-    ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}),
-  });
-  await app.ready();
+  // `{port}` in a value is the service's port (known only here).
+  const env = Object.fromEntries(
+    Object.entries(options.env ?? {}).map(([k, v]) => [k, v.replace('{port}', String(port))]),
+  );
+  const t = await createTestApp(
+    {
+      PORT: String(port),
+      SLIPWAY_PUBLIC_URL: publicUrl,
+      SLIPWAY_ALLOW_INSECURE_OAUTH: '1',
+      SLIPWAY_SSO_ISSUER: provider.issuer,
+      SLIPWAY_SSO_CLIENT_ID: provider.clientId,
+      SLIPWAY_SSO_CLIENT_SECRET: provider.clientSecret,
+      SLIPWAY_SSO_SCOPES: 'openid email profile groups',
+      SLIPWAY_SSO_PROVIDER_NAME: 'Test IdP',
+      ...env,
+    },
+    options.ssoFetch ? { ssoFetch: options.ssoFetch } : {},
+  );
   return {
-    app,
-    database,
-    config,
-    workspaceId: first.workspaceId,
-    organizationId: first.organizationId,
-    orgKey: first.generatedKey!,
+    app: t.app,
+    database: t.database,
+    config: t.config,
+    workspaceId: t.workspaceId,
+    organizationId: t.organizationId,
+    orgKey: t.orgKey,
     adminKey: ADMIN_KEY,
     provider,
-    secretBox,
-    publicUrl: config.publicUrl,
+    secretBox: t.secretBox,
+    publicUrl: t.config.publicUrl,
     port,
     async close() {
-      await app.close();
-      await database.drop();
-      await fs.rm(dataDir, { recursive: true, force: true });
+      await t.close();
       await provider.close();
     },
   };

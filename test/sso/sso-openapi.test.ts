@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { sessionCookieScheme } from '../../src/sso/session-cookie.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from './sso-harness.ts';
 
 interface Operation {

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import { after, before, test } from 'node:test';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import { createSsoTestApp, signIn, type SsoTestApp } from './sso-harness.ts';
 
 type Cell = 'yes' | 'no' | 'open' | 'credential';

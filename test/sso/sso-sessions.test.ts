@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from './sso-harness.ts';
 
 let t: SsoTestApp;

@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { hashToken } from '../../src/sso/sso-service.ts';
 import { unreachableUrl } from '../fakes/oidc-server.ts';
-import { client } from '../helpers.ts';
+import { client } from '../support/harness.ts';
 import {
   asPerson,
   cookieFrom,

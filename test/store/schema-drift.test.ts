@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import ts from 'typescript';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 interface TypedColumn {
   nullable: boolean;

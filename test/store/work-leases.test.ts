@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { client, createTestApp, type TestApp } from '../helpers.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 import { claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
 
 let t: TestApp;

@@ -1,12 +1,19 @@
 /**
- * Test helpers: a database cloned from the migrated template per test file, the app built on it with
- * a known admin key, and a second replica of it listening on a port. See scripts/run-tests.ts for
- * where the template comes from.
+ * The test harness every test that needs the service builds on, in small pieces that compose:
+ * - database: a fresh one per test file, cloned from the migrated template (scripts/run-tests.ts);
+ * - service app: buildApp(deps) on it with a known admin key (createTestApp), and more replicas of it;
+ * - HTTP server: listening on a port of 127.0.0.1 (listen), and a caller over fetch (fetchApi);
+ * - tenant and key: another workspace with a client acting in it, and its own admin key (newWorkspace);
+ * - listener: a registered listener with a credential (registerListener);
+ * - data plane: the local data plane's worker on the app's database (startDataPlane);
+ * - waits: polling until a condition holds (eventually), and the inject() client (client).
+ * Process-level tests (the service spawned as `npm start` runs it) use support/service-harness.ts.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
@@ -18,11 +25,19 @@ import { createSecretBox, type SecretBox } from '../../src/crypto/secret-box.ts'
 import { databaseUrl, withClient } from '../../src/db/admin-client.ts';
 import { openChangeFeed, type ChangeFeed } from '../../src/db/change-feed.ts';
 import { connect } from '../../src/db/database.ts';
+import { freePort } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
+import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
-import { assertAnswerDocumented } from './openapi-conformance.ts';
 import { startTracing, type Tracing } from '../../src/telemetry/tracing.ts';
+import { assertAnswerDocumented } from './openapi-conformance.ts';
+
+/** The repository's root: where `npm start`, `listener/main.ts` and `bin/slipway.mjs` are run from. */
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** A port of 127.0.0.1 nothing listens on (taken, then released). */
+export { freePort };
 
 function testEnvironment(): { adminUrl: string; template: string } {
   const adminUrl = process.env.SLIPWAY_TEST_ADMIN_URL;
@@ -94,6 +109,8 @@ export interface TestAppOptions {
   edge?: boolean;
   /** The apps for /metrics (the data plane harness's worker and edge). */
   apps?: AppDeps['apps'];
+  /** Replaces fetch towards the single sign-on provider (test/sso/sso-harness.ts). */
+  ssoFetch?: AppDeps['ssoFetch'];
 }
 
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
@@ -122,6 +139,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     ...(options.apps ? { apps: options.apps } : {}),
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
+    ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}),
   });
   await app.ready();
   return {
@@ -148,6 +166,30 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
   };
 }
 
+/**
+ * Another app on the test app's database, config and key (a second replica of the service), not
+ * listening; `deps` replaces any of what it is built with (its own change feed, a counting database...).
+ */
+export async function buildReplicaApp(
+  t: Pick<TestApp, 'config' | 'database' | 'secretBox'>,
+  deps: Partial<AppDeps> = {},
+): Promise<FastifyInstance> {
+  const app = await buildApp({
+    config: t.config,
+    db: t.database.db,
+    secretBox: t.secretBox,
+    logger: createLogger('silent'),
+    ...deps,
+  });
+  await app.ready();
+  return app;
+}
+
+/** Listens on a port of 127.0.0.1 (any free one unless given); its base URL, e.g. `http://127.0.0.1:41234`. */
+export async function listen(app: FastifyInstance, port = 0): Promise<string> {
+  return app.listen({ port, host: '127.0.0.1' });
+}
+
 export interface Replica {
   app: FastifyInstance;
   /** Where it listens, e.g. `http://127.0.0.1:41234`. */
@@ -159,16 +201,15 @@ export interface Replica {
 }
 
 /**
- * Another replica of the test app: the same database, config and key, with a change feed of its own,
- * listening on a port of 127.0.0.1 (for long-polls and followed streams over real HTTP).
+ * Another replica of the test app with a change feed of its own, listening on a port of 127.0.0.1
+ * (for long-polls and followed streams over real HTTP).
  */
 export async function startReplica(t: TestApp): Promise<Replica> {
-  const logger = createLogger('silent');
-  const changes = await openChangeFeed(t.database.url, logger);
+  const changes = await openChangeFeed(t.database.url, createLogger('silent'));
   try {
-    const app = await buildApp({ config: t.config, db: t.database.db, secretBox: t.secretBox, logger, changes });
+    const app = await buildReplicaApp(t, { changes });
     try {
-      const url = await app.listen({ port: 0, host: '127.0.0.1' });
+      const url = await listen(app);
       return {
         app,
         url,
@@ -185,6 +226,158 @@ export async function startReplica(t: TestApp): Promise<Replica> {
   } catch (error) {
     await changes.close();
     throw error;
+  }
+}
+
+export interface ApiAnswer<T = any> {
+  status: number;
+  body: T;
+}
+
+export type FetchApi = <T = any>(method: string, url: string, body?: unknown) => Promise<ApiAnswer<T>>;
+
+/**
+ * JSON requests over real HTTP to the service at `base`, with the admin key unless another is given;
+ * what a user does with curl. (support/http-caller.ts also checks each answer against the OpenAPI document.)
+ */
+export function fetchApi(base: string, options: { key?: string; timeoutMs?: number } = {}): FetchApi {
+  return async <T = any>(method: string, url: string, body?: unknown): Promise<ApiAnswer<T>> => {
+    const response = await fetch(`${base}${url}`, {
+      method,
+      headers: {
+        'x-api-key': options.key ?? ADMIN_KEY,
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      ...(options.timeoutMs !== undefined ? { signal: AbortSignal.timeout(options.timeoutMs) } : {}),
+    });
+    const text = await response.text();
+    return { status: response.status, body: (text === '' ? undefined : JSON.parse(text)) as T };
+  };
+}
+
+export interface Workspace {
+  id: string;
+  /** The organization key acting in the new workspace (X-Tenant-Id). */
+  api: ReturnType<typeof client>;
+}
+
+/** Another workspace of the test app's organization, made through the API with the organization key. */
+export async function newWorkspace(t: Pick<TestApp, 'app' | 'orgKey'>, name: string): Promise<Workspace> {
+  const made = await client(t.app, t.orgKey).post('/v2/workspaces', { name });
+  if (made.status !== 201) throw new Error(`POST /v2/workspaces: ${made.status} ${JSON.stringify(made.body)}`);
+  return { id: made.body.id, api: client(t.app, t.orgKey, made.body.id) };
+}
+
+/** A workspace admin API key of `workspaceId`, made with the organization key; a client using it. */
+export async function newWorkspaceAdmin(
+  t: Pick<TestApp, 'app' | 'orgKey'>,
+  workspaceId: string,
+  name: string,
+): Promise<{ key: string; api: ReturnType<typeof client> }> {
+  const made = await client(t.app, t.orgKey).post('/v2/api-keys', { name, role: 'admin', workspace_id: workspaceId });
+  if (made.status !== 201) throw new Error(`POST /v2/api-keys: ${made.status} ${JSON.stringify(made.body)}`);
+  return { key: made.body.key, api: client(t.app, made.body.key) };
+}
+
+export interface RegisteredListener {
+  id: string;
+  credential: string;
+  credentialId: string;
+}
+
+/**
+ * Registers a k8s listener and makes its credential, as docs/listener.md's steps 1 and 2 do, through
+ * `post` (an inject() client's post, or a FetchApi's).
+ */
+export async function registerListener(
+  post: (url: string, body: unknown) => Promise<ApiAnswer>,
+  computeId: string,
+  namespaces: string[],
+): Promise<RegisteredListener> {
+  const listener = await post('/v2/listeners', {
+    compute_type: 'k8s',
+    compute_id: computeId,
+    compute_config: { k8s_namespaces: namespaces },
+  });
+  if (listener.status !== 201)
+    throw new Error(`POST /v2/listeners: ${listener.status} ${JSON.stringify(listener.body)}`);
+  const credential = await post(`/v2/listeners/${listener.body.id}/credentials`, {});
+  if (credential.status !== 201)
+    throw new Error(`POST /v2/listeners/{id}/credentials: ${credential.status} ${JSON.stringify(credential.body)}`);
+  return { id: listener.body.id, credential: credential.body.credential, credentialId: credential.body.id };
+}
+
+/**
+ * The local data plane's worker on the test app's database, edge and change feed (createTestApp with
+ * `changes` and `edge`), with a short lease and back-off. Its modules load only here, for the tests
+ * that start one.
+ */
+export async function startDataPlane(t: TestApp): Promise<LocalDataPlane> {
+  if (t.changes === null || t.edge === null)
+    throw new Error('startDataPlane needs createTestApp(..., { changes: true, edge: true })');
+  const { startLocalDataPlane } = await import('../../src/dataplane/local-data-plane.ts');
+  const { createCodehostIntegrationService } = await import('../../src/service/codehost-integrations.ts');
+  const { config, database, secretBox, logger } = t;
+  return startLocalDataPlane({
+    config,
+    db: database.db,
+    pool: database.pool,
+    databaseUrl: database.url,
+    secretBox,
+    changes: t.changes,
+    edge: t.edge,
+    repositories: createCodehostIntegrationService({
+      db: database.db,
+      secretBox,
+      allowInsecure: true,
+      allowedApiUrls: config.codehostAllowedUrls,
+      logger,
+    }).repositories,
+    logger,
+    tracing: t.tracing,
+    leaseSeconds: 6,
+    backoff: { initialMs: 100, maxMs: 500 },
+  });
+}
+
+/** Drops the apps' own databases and roles, which live beside the test database on the same server. */
+export async function dropAppDatabases(database: TestDatabase): Promise<void> {
+  const left = await database.db
+    .selectFrom('deployment_runtimes')
+    .select('database_name')
+    .execute()
+    .catch(() => []);
+  await withClient(database.url, async (c) => {
+    for (const { database_name } of left) {
+      if (!database_name) continue;
+      await c.query(`drop database if exists ${c.escapeIdentifier(database_name)} with (force)`);
+      await c.query(`drop role if exists ${c.escapeIdentifier(database_name)}`);
+    }
+  });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Polls `check` until it returns something truthy. The deadline only exists so that a hung test fails
+ * with what it last saw (`describe`) instead of hanging: it is not a timing assertion.
+ */
+export async function eventually<T>(
+  what: string,
+  check: () => Promise<T | undefined | null | false>,
+  options: { ms?: number; everyMs?: number; describe?: () => string } = {},
+): Promise<T> {
+  const ms = options.ms ?? 90_000;
+  const until = Date.now() + ms;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > until)
+      throw new Error(
+        `still waiting for ${what} after ${ms / 1000} s (the test is hung). ${options.describe?.() ?? ''}`,
+      );
+    await sleep(options.everyMs ?? 100);
   }
 }
 

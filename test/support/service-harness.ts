@@ -8,10 +8,9 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { freePort } from '../../src/db/embedded-postgres.ts';
+import { fetchApi, freePort, ROOT } from './harness.ts';
 
-export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export { ROOT };
 export const START_DEADLINE_MS = 60_000;
 export const STOP_DEADLINE_MS = 30_000;
 
@@ -136,15 +135,9 @@ export async function stop(service: Service, signal: NodeJS.Signals = 'SIGTERM')
   return withDeadline(`exit after ${signal}`, service.exited, STOP_DEADLINE_MS);
 }
 
-export async function call(service: Service, method: string, url: string, key: string, body?: unknown) {
-  const res = await fetch(`${service.base}${url}`, {
-    method,
-    headers: { 'x-api-key': key, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    signal: AbortSignal.timeout(10_000),
-  });
-  const text = await res.text();
-  return { status: res.status, body: text === '' ? undefined : JSON.parse(text) };
+/** A JSON request to the service with `key`, over real HTTP. */
+export function call(service: Service, method: string, url: string, key: string, body?: unknown) {
+  return fetchApi(service.base, { key, timeoutMs: 10_000 })(method, url, body);
 }
 
 export function alive(pid: number): boolean {

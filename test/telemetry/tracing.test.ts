@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../fakes/otlp-receiver.ts';
-import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
+import { ADMIN_KEY, createTestApp, type TestApp } from '../support/harness.ts';
 
 describe('API requests as spans', () => {
   let receiver: OtlpReceiver;
