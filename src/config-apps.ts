@@ -3,10 +3,7 @@
  * under which domain and URL users reach apps, its TLS, which proxy and which sandbox serve them.
  */
 import path from 'node:path';
-import { ConfigError, httpUrl, integer, text, type Env } from './config-values.ts';
-
-export type SandboxMode = 'auto' | 'bwrap' | 'none';
-export type EdgeProxyMode = 'auto' | 'haproxy' | 'builtin';
+import { choice, ConfigError, httpUrl, integer, text, type Env } from './config-values.ts';
 
 export function appsDomain(env: Env): string {
   const raw = text(env, 'SLIPWAY_APPS_DOMAIN');
@@ -49,20 +46,15 @@ export function appsTls(env: Env, cwd: string): { readonly certFile: string; rea
   return { certFile: path.resolve(cwd, cert), keyFile: path.resolve(cwd, key) };
 }
 
+const EDGE_PROXY_MODES = ['auto', 'haproxy', 'builtin'] as const;
+const SANDBOX_MODES = ['auto', 'bwrap', 'none'] as const;
+export type SandboxMode = (typeof SANDBOX_MODES)[number];
+export type EdgeProxyMode = (typeof EDGE_PROXY_MODES)[number];
+
 export function edgeProxy(env: Env): EdgeProxyMode {
-  const raw = text(env, 'SLIPWAY_EDGE_PROXY');
-  if (raw === null) return 'auto';
-  const mode = raw.toLowerCase();
-  if (mode !== 'auto' && mode !== 'haproxy' && mode !== 'builtin')
-    throw new ConfigError('SLIPWAY_EDGE_PROXY', `must be auto, haproxy or builtin, got '${raw}'`);
-  return mode;
+  return choice(env, 'SLIPWAY_EDGE_PROXY', EDGE_PROXY_MODES);
 }
 
 export function sandbox(env: Env): SandboxMode {
-  const raw = text(env, 'SLIPWAY_SANDBOX');
-  if (raw === null) return 'auto';
-  const mode = raw.toLowerCase();
-  if (mode !== 'auto' && mode !== 'bwrap' && mode !== 'none')
-    throw new ConfigError('SLIPWAY_SANDBOX', `must be auto, bwrap or none, got '${raw}'`);
-  return mode;
+  return choice(env, 'SLIPWAY_SANDBOX', SANDBOX_MODES);
 }

@@ -38,6 +38,16 @@ export function decimal(env: Env, name: string, fallback: number, min: number, m
   return value;
 }
 
+/** One of `values` in any letter case; the first is the default. */
+export function choice<T extends string>(env: Env, name: string, values: readonly [T, ...T[]]): T {
+  const raw = text(env, name);
+  if (raw === null) return values[0];
+  const value = raw.toLowerCase();
+  if (!(values as readonly string[]).includes(value))
+    throw new ConfigError(name, `must be ${values.slice(0, -1).join(', ')} or ${values.at(-1)}, got '${raw}'`);
+  return value as T;
+}
+
 export function flag(env: Env, name: string): boolean {
   const raw = text(env, name);
   if (raw === null) return false;
