@@ -76,16 +76,29 @@ function libpqEnv(serviceUrl: string, database: string, login?: { user: string; 
   return env;
 }
 
+/**
+ * Dumps an app database. pg_dump locks every table first, and the app's own sessions can hold a lock it
+ * waits for (a transaction left open): it gives up after `lockWaitSeconds` instead of waiting forever, so
+ * one app cannot keep every backup of the service from finishing.
+ */
 export async function dumpAppDatabase(
   tools: PgTools,
   serviceUrl: string,
   database: string,
   file: string,
+  lockWaitSeconds: number,
 ): Promise<void> {
-  await run(tools.dump, ['--format=custom', '--no-owner', '--no-privileges', `--file=${file}`], {
-    env: libpqEnv(serviceUrl, database),
-    maxBuffer: 16 * 1024 * 1024,
-  });
+  await run(
+    tools.dump,
+    [
+      '--format=custom',
+      '--no-owner',
+      '--no-privileges',
+      `--lock-wait-timeout=${Math.max(1, Math.round(lockWaitSeconds * 1000))}`,
+      `--file=${file}`,
+    ],
+    { env: libpqEnv(serviceUrl, database), maxBuffer: 16 * 1024 * 1024 },
+  );
 }
 
 /**

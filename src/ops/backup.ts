@@ -38,7 +38,15 @@ export interface BackupOptions {
   say: (line: string) => void;
   /** Ctrl-C: stops between tables and files; nothing is left behind (the archive is written last). */
   signal?: AbortSignal;
+  /**
+   * How long pg_dump may wait for a lock an app holds on its own tables; then the backup fails naming
+   * the app. Default DEFAULT_LOCK_WAIT_SECONDS.
+   */
+  lockWaitSeconds?: number;
 }
+
+/** Longer than an app's migration holds its locks; short enough that a stuck backup is told, not left. */
+export const DEFAULT_LOCK_WAIT_SECONDS = 300;
 
 export interface BackupResult {
   manifest: Manifest;
@@ -153,7 +161,18 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
       for (const app of appDatabases) {
         options.signal?.throwIfAborted();
         const name = entryName('app-database', app.name);
-        await dumpAppDatabase(tools, database.url, app.name, path.join(staging, name));
+        const lockWait = options.lockWaitSeconds ?? DEFAULT_LOCK_WAIT_SECONDS;
+        await dumpAppDatabase(tools, database.url, app.name, path.join(staging, name), lockWait).catch(
+          (error: unknown) => {
+            const detail = (error as { stderr?: unknown }).stderr;
+            const said = typeof detail === 'string' && detail.trim() !== '' ? detail.trim() : String(error);
+            throw new BackupError(
+              /lock/i.test(said)
+                ? `the app database ${app.name} (deployment ${app.deploymentId}) could not be dumped: a session of the app held a lock on its tables for more than ${lockWait} s (${said}); nothing was written`
+                : `the app database ${app.name} (deployment ${app.deploymentId}) could not be dumped: ${said}; nothing was written`,
+            );
+          },
+        );
         entries.push({ name, kind: 'app-database', subject: app.name, ...(await sha256Of(path.join(staging, name))) });
       }
       say(`app databases: ${appDatabases.length} (pg_dump ${tools.major})`);

@@ -5,6 +5,9 @@
  * the app's role lets the function RESET ROLE back to the superuser and make the app's role a superuser
  * of the whole server (every tenant's database, the service's own). The restore must log in as the app's
  * role, so that there is nothing to go back to.
+ *
+ * And on `slipway backup`: an app that holds a lock on its own tables (a transaction left open) must not
+ * keep every backup of the service from finishing: pg_dump waits for its locks, forever unless told.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -12,6 +15,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import pino from 'pino';
 import { buildApp } from '../../src/app.ts';
 import { bootstrap } from '../../src/bootstrap.ts';
@@ -32,6 +36,7 @@ const silent = pino({ level: 'silent' });
 const cleanups: (() => Promise<unknown>)[] = [];
 let source: TestDatabase;
 let appDatabase: { name: string; role: string; password: string };
+let deploymentId: string;
 let archive: string;
 let dumpable = false;
 
@@ -89,7 +94,7 @@ before(async () => {
     },
   });
   assert.equal(created.statusCode, 201, created.body);
-  const deploymentId = created.json<{ id: string }>().id;
+  deploymentId = created.json<{ id: string }>().id;
   appDatabase = await createAppDatabase(source.pool, deploymentId);
   cleanups.push(() => dropAppDatabase(source.pool, appDatabase.name).catch(() => undefined));
   await saveDeploymentRuntime(source.db, deploymentId, first.workspaceId, {
@@ -147,4 +152,38 @@ test("restoring an app's database does not let the app's functions run as the se
   // The honest part: the app's data is back, and its role reads it.
   const notes = await withClient(appDatabaseUrl(target, appDatabase), (c) => c.query('select text from notes'));
   assert.deepEqual(notes.rows, [{ text: 'a note' }]);
+});
+
+test("an app holding a lock on its tables does not hang the service's backups", { timeout: 300_000 }, async (t) => {
+  if (!dumpable) return t.skip('no pg_dump fits the server: the backup dumps no app database');
+  // The previous test dropped it (and its restore made it again on the same server): start from a fresh one.
+  await dropAppDatabase(source.pool, appDatabase.name);
+  const made = await createAppDatabase(source.pool, deploymentId, appDatabase.password);
+  const app = new pg.Client({ connectionString: appDatabaseUrl(source.url, made) });
+  await app.connect();
+  try {
+    await app.query('create table public.ledger (entry text)');
+    await app.query('begin');
+    await app.query('lock table public.ledger in access exclusive mode');
+    const output = path.join(await tempDir('slipway-attack-locked-'), 'backup.tar.gz');
+    await assert.rejects(
+      createBackup({
+        database: { url: source.url, pool: source.pool, db: source.db, embedded: false, close: async () => undefined },
+        keys,
+        dataDir: await tempDir('slipway-attack-data-'),
+        output,
+        slipwayVersion: '0.0.0-test',
+        withoutAppData: false,
+        say: () => undefined,
+        lockWaitSeconds: 2,
+      }),
+      (error: Error) => {
+        assert.match(error.message, new RegExp(`${made.name}.*${deploymentId}.*lock`, 's'));
+        return true;
+      },
+    );
+    await assert.rejects(fs.stat(output), 'no archive written');
+  } finally {
+    await app.end();
+  }
 });
