@@ -22,7 +22,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -39,6 +38,7 @@ import {
   type EdgeServer,
 } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
+import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process.ts';
 import { createEdgeAccounts, parseBackendCounts, zeroCounts, type RawCounts } from './edge-haproxy-stats.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
 
@@ -96,41 +96,6 @@ export function edgeThreads(cpus: number = os.availableParallelism()): number {
 const START_TIMEOUT_MS = 15_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** One runtime API command (or several, `;`-separated); HAProxy answers and closes. */
-function runtimeCommand(socketPath: string, command: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const socket = net.createConnection(socketPath);
-    let answer = '';
-    socket.setEncoding('utf8');
-    socket.setTimeout(10_000, () => socket.destroy(new Error(`HAProxy did not answer '${command}'`)));
-    socket.on('connect', () => socket.end(`${command}\n`));
-    socket.on('data', (chunk: string) => (answer += chunk));
-    socket.on('end', () => resolve(answer.trim()));
-    socket.on('error', reject);
-  });
-}
-
-/** Stops a HAProxy left running by an earlier service on this directory (it holds the apps port). */
-async function stopLeftover(dir: string, configFile: string, logger: Logger): Promise<void> {
-  const pid = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
-  if (!Number.isInteger(pid) || pid <= 1 || !processAlive(pid)) return;
-  const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-  if (!cmdline.includes(configFile)) return;
-  logger.warn({ pid }, 'app edge: stopping the HAProxy an earlier run of the service left behind');
-  process.kill(pid, 'SIGTERM');
-  for (let i = 0; i < 100 && processAlive(pid); i++) await sleep(50);
-  if (processAlive(pid)) process.kill(pid, 'SIGKILL');
-}
-
-/** The `haproxy` system user and group when they exist, else nobody. */
-async function workerUser(): Promise<{ user: string; group: string }> {
-  const has = async (file: string, name: string) =>
-    (await fs.readFile(file, 'utf8').catch(() => '')).split('\n').some((line) => line.startsWith(`${name}:`));
-  return (await has('/etc/passwd', 'haproxy')) && (await has('/etc/group', 'haproxy'))
-    ? { user: 'haproxy', group: 'haproxy' }
-    : { user: 'nobody', group: 'nogroup' };
-}
 
 interface Route {
   backend: string;
