@@ -4,6 +4,10 @@
  * the error. The handler runs inside the span's context, so what it starts (a revision's pipeline span
  * links to it) and the logs it writes can name the trace. The query string is left out: it can hold an
  * upload token.
+ *
+ * The caller's trace is joined, but not its sampling decision: a `traceparent` with the sampled flag off
+ * would make the parent-based sampler record nothing, so any caller could keep its requests out of the
+ * operator's traces. Whether the service records its own work is the operator's to decide.
  */
 import {
   context,
@@ -12,6 +16,8 @@ import {
   SpanKind,
   SpanStatusCode,
   trace,
+  TraceFlags,
+  type Context,
   type Span,
 } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
@@ -25,11 +31,19 @@ export interface RequestTracingOptions {
 
 const propagator = new W3CTraceContextPropagator();
 
+/** The caller's context, with its span marked sampled: it names the trace to join, not what to record. */
+function callerContext(request: FastifyRequest): Context {
+  const extracted = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter);
+  const remote = trace.getSpanContext(extracted);
+  if (remote === undefined || (remote.traceFlags & TraceFlags.SAMPLED) !== 0) return extracted;
+  return trace.setSpanContext(extracted, { ...remote, traceFlags: remote.traceFlags | TraceFlags.SAMPLED });
+}
+
 const requestTracingPlugin: FastifyPluginAsync<RequestTracingOptions> = async (app, { tracing }) => {
   if (!tracing.enabled) return;
   const spans = new WeakMap<FastifyRequest, Span>();
   app.addHook('onRequest', (request, _reply, done) => {
-    const parent = propagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter);
+    const parent = callerContext(request);
     const path = request.url.split('?', 1)[0]!;
     const span = tracing.tracer.startSpan(
       request.method,
