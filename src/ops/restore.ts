@@ -7,6 +7,10 @@
  * Then, in one transaction, the schema is made as the backup's version had it and the rows loaded; the
  * migrations of this version follow (a restore of an older backup is an upgrade), then the data
  * directory's files and the apps' databases (their roles with the passwords the service keeps for them).
+ *
+ * An app's data is the app's: its own code runs while it loads (its CHECK constraints), and can refuse to
+ * load on purpose. Each app's database is restored on its own, in one transaction: one that fails is
+ * left empty and named in the output and the result, and the rest of the service comes back all the same.
  */
 import { constants } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -113,6 +117,8 @@ async function takenAppNames(url: string, names: string[]): Promise<string[]> {
 export interface RestoreResult {
   manifest: Manifest;
   rows: number;
+  /** App databases whose data could not be loaded (left empty), with why. */
+  appDataNotRestored: { name: string; deploymentId: string; reason: string }[];
 }
 
 export async function restoreBackup(options: RestoreOptions): Promise<RestoreResult> {
@@ -151,6 +157,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
     options.signal?.throwIfAborted();
     const target = await openRestoreTarget(config, options.logger);
     let rows = 0;
+    const notRestored: RestoreResult['appDataNotRestored'] = [];
     try {
       options.signal?.throwIfAborted();
       const client = await target.pool.connect();
@@ -203,6 +210,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
         .where('database_name', 'is not', null)
         .execute();
       for (const runtime of runtimes) {
+        options.signal?.throwIfAborted();
         if (!runtime.database_name || !runtime.role_name || !runtime.database_password_sealed) continue;
         const made = await createAppDatabase(
           target.pool,
@@ -210,18 +218,29 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
           box.open(runtime.database_password_sealed),
         );
         const entry = manifest.entries.find((e) => e.kind === 'app-database' && e.subject === runtime.database_name);
-        if (entry && tools)
-          await restoreAppDatabase(
-            tools,
-            target.url,
-            runtime.database_name,
-            { role: made.role, password: made.password },
-            staged.get(entry.name)!,
-          );
+        if (entry && tools) {
+          try {
+            await restoreAppDatabase(
+              tools,
+              target.url,
+              runtime.database_name,
+              { role: made.role, password: made.password },
+              staged.get(entry.name)!,
+            );
+          } catch (error) {
+            // pg_restore ran in one transaction: the database is as made, empty.
+            const stderr = (error as { stderr?: unknown }).stderr;
+            const reason = typeof stderr === 'string' && stderr.trim() !== '' ? stderr.trim() : String(error);
+            notRestored.push({ name: runtime.database_name, deploymentId: runtime.deployment_id, reason });
+            say(
+              `WARNING: the data of app database ${runtime.database_name} (deployment ${runtime.deployment_id}) could not be loaded; it is empty: ${reason}`,
+            );
+          }
+        }
       }
       if (runtimes.length > 0)
         say(
-          `app databases: ${runtimes.length} made${included.length > 0 ? `, ${included.length} with their data` : ' empty (the backup did not include their data)'}`,
+          `app databases: ${runtimes.length} made${included.length > 0 ? `, ${included.length - notRestored.length} with their data` : ' empty (the backup did not include their data)'}${notRestored.length > 0 ? `; ${notRestored.length} EMPTY because their data did not load (see the warnings above)` : ''}`,
         );
     } catch (error) {
       await target
@@ -233,7 +252,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
     }
     await target.close();
     say('restored: start the service on it with the same encryption key');
-    return { manifest, rows };
+    return { manifest, rows, appDataNotRestored: notRestored };
   } finally {
     await fs.rm(staging, { recursive: true, force: true });
   }

@@ -8,6 +8,8 @@
  *
  * And on `slipway backup`: an app that holds a lock on its own tables (a transaction left open) must not
  * keep every backup of the service from finishing: pg_dump waits for its locks, forever unless told.
+ * Nor may an app whose data refuses to load (its own CHECK failing on purpose during pg_restore) make
+ * the restore of the whole service fail: the others' data and the service's rows come back.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -39,6 +41,9 @@ let appDatabase: { name: string; role: string; password: string };
 let deploymentId: string;
 let archive: string;
 let dumpable = false;
+let first: { workspaceId: string };
+let box: Awaited<ReturnType<typeof openSecretBox>>;
+let service: Awaited<ReturnType<typeof buildApp>>;
 
 function adminUrl(): string {
   const url = process.env.SLIPWAY_TEST_ADMIN_URL;
@@ -74,16 +79,16 @@ insert into public.notes values ('a note');
 before(async () => {
   source = await createTestDatabase();
   cleanups.push(() => source.drop());
-  const box = await openSecretBox(source.db, keys);
-  const first = await bootstrap(source.db, ADMIN_KEY);
+  box = await openSecretBox(source.db, keys);
+  first = await bootstrap(source.db, ADMIN_KEY);
   const config = loadConfig({
     SLIPWAY_DATA_DIR: await tempDir('slipway-attack-'),
     LOG_LEVEL: 'silent',
     SLIPWAY_APPS_PORT: '0',
   });
-  const app = await buildApp({ config, db: source.db, secretBox: box, logger: silent });
-  cleanups.push(() => app.close());
-  const created = await app.inject({
+  service = await buildApp({ config, db: source.db, secretBox: box, logger: silent });
+  cleanups.push(() => service.close());
+  const created = await service.inject({
     method: 'POST',
     url: '/v2/deployments',
     headers: { 'x-api-key': ADMIN_KEY },
@@ -186,4 +191,86 @@ test("an app holding a lock on its tables does not hang the service's backups", 
   } finally {
     await app.end();
   }
+});
+
+test('an app whose data refuses to load does not fail the restore of the service and the other apps', async (t) => {
+  if (!dumpable) return t.skip('no pg_dump fits the server: the backup holds no app data to restore');
+  // The hostile app: its rows load as usual, but fail their CHECK while pg_restore loads them.
+  await dropAppDatabase(source.pool, appDatabase.name);
+  const hostile = await createAppDatabase(source.pool, deploymentId, appDatabase.password);
+  await withClient(appDatabaseUrl(source.url, hostile), (c) =>
+    c.query(String.raw`
+      create function public.not_in_restore(value text) returns boolean language sql as $f$
+        select current_setting('application_name') <> 'pg_restore'
+      $f$;
+      create table public.trap (value text check (public.not_in_restore(value)));
+      insert into public.trap values ('armed');
+    `),
+  );
+  // An honest app of another tenant, with data.
+  const created = await service.inject({
+    method: 'POST',
+    url: '/v2/deployments',
+    headers: { 'x-api-key': ADMIN_KEY },
+    payload: {
+      name: 'honest-app',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'r.example/h:1' },
+    },
+  });
+  assert.equal(created.statusCode, 201, created.body);
+  const honestId = created.json<{ id: string }>().id;
+  const honest = await createAppDatabase(source.pool, honestId);
+  cleanups.push(() => dropAppDatabase(source.pool, honest.name).catch(() => undefined));
+  await saveDeploymentRuntime(source.db, honestId, first.workspaceId, {
+    databaseName: honest.name,
+    roleName: honest.role,
+    databasePasswordSealed: box.seal(honest.password),
+  });
+  await withClient(appDatabaseUrl(source.url, honest), (c) =>
+    c.query("create table public.orders (item text); insert into public.orders values ('tea')"),
+  );
+  const output = path.join(await tempDir('slipway-attack-trap-'), 'backup.tar.gz');
+  await createBackup({
+    database: { url: source.url, pool: source.pool, db: source.db, embedded: false, close: async () => undefined },
+    keys,
+    dataDir: await tempDir('slipway-attack-data-'),
+    output,
+    slipwayVersion: '0.0.0-test',
+    withoutAppData: false,
+    say: () => undefined,
+  });
+
+  // The server lost everything; the operator restores into an empty database.
+  await dropAppDatabase(source.pool, hostile.name);
+  await dropAppDatabase(source.pool, honest.name);
+  const name = `slipway_restore_${randomBytes(4).toString('hex')}`;
+  await withClient(adminUrl(), (c) => c.query(`create database ${name}`));
+  cleanups.push(() => withClient(adminUrl(), (c) => c.query(`drop database if exists ${name} with (force)`)));
+  const target = databaseUrl(adminUrl(), name);
+  const lines: string[] = [];
+  await restoreBackup({
+    archive: output,
+    config: loadConfig({
+      DATABASE_URL: target,
+      SLIPWAY_ENCRYPTION_KEY: key.toString('hex'),
+      SLIPWAY_DATA_DIR: await tempDir('slipway-restored-'),
+    }),
+    keys,
+    logger: silent,
+    say: (line) => lines.push(line),
+  });
+  const orders = await withClient(appDatabaseUrl(target, honest), (c) => c.query('select item from orders'));
+  assert.deepEqual(orders.rows, [{ item: 'tea' }], "the other app's data is back");
+  const deployments = await withClient(target, (c) => c.query('select id from deployments order by id'));
+  assert.deepEqual(deployments.rows.map((r: { id: string }) => r.id).sort(), [deploymentId, honestId].sort());
+  // The hostile app's database is there, empty, and the operator is told so.
+  const trap = await withClient(appDatabaseUrl(target, hostile), (c) =>
+    c.query<{ exists: boolean }>("select to_regclass('public.trap') is not null as exists"),
+  );
+  assert.equal(trap.rows[0]!.exists, false);
+  assert.ok(
+    lines.some((line) => line.includes(hostile.name) && line.includes(deploymentId)),
+    `the restore names the app whose data did not load: ${lines.join(' | ')}`,
+  );
 });
