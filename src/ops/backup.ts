@@ -39,14 +39,20 @@ export interface BackupOptions {
   /** Ctrl-C: stops between tables and files; nothing is left behind (the archive is written last). */
   signal?: AbortSignal;
   /**
-   * How long pg_dump may wait for a lock an app holds on its own tables; then the backup fails naming
-   * the app. Default DEFAULT_LOCK_WAIT_SECONDS.
+   * How long pg_dump may wait for a lock an app holds on its own tables; then that app's database is
+   * left out of the backup (listed as not included, with a warning). Default DEFAULT_LOCK_WAIT_SECONDS.
    */
   lockWaitSeconds?: number;
 }
 
 /** Longer than an app's migration holds its locks; short enough that a stuck backup is told, not left. */
 export const DEFAULT_LOCK_WAIT_SECONDS = 300;
+
+/**
+ * pg_dump's complaint when --lock-wait-timeout passed: it bounds its LOCK TABLE statements with
+ * statement_timeout (lock_timeout in some versions), and sets no other timeout of its own.
+ */
+const LOCK_NOT_AVAILABLE = /could not obtain lock|canceling statement due to (lock|statement) timeout/i;
 
 export interface BackupResult {
   manifest: Manifest;
@@ -158,24 +164,38 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
 
     if (tools) {
       await fs.mkdir(path.join(staging, 'app-databases'));
+      const lockWait = options.lockWaitSeconds ?? DEFAULT_LOCK_WAIT_SECONDS;
+      let left = 0;
       for (const app of appDatabases) {
         options.signal?.throwIfAborted();
         const name = entryName('app-database', app.name);
-        const lockWait = options.lockWaitSeconds ?? DEFAULT_LOCK_WAIT_SECONDS;
-        await dumpAppDatabase(tools, database.url, app.name, path.join(staging, name), lockWait).catch(
-          (error: unknown) => {
-            const detail = (error as { stderr?: unknown }).stderr;
-            const said = typeof detail === 'string' && detail.trim() !== '' ? detail.trim() : String(error);
+        const file = path.join(staging, name);
+        try {
+          await dumpAppDatabase(tools, database.url, app.name, file, lockWait);
+        } catch (error) {
+          const detail = (error as { stderr?: unknown }).stderr;
+          const said = typeof detail === 'string' && detail.trim() !== '' ? detail.trim() : String(error);
+          // Anything else (no server, a broken pg_dump) is not one app's doing: the backup fails.
+          if (!LOCK_NOT_AVAILABLE.test(said))
             throw new BackupError(
-              /lock/i.test(said)
-                ? `the app database ${app.name} (deployment ${app.deploymentId}) could not be dumped: a session of the app held a lock on its tables for more than ${lockWait} s (${said}); nothing was written`
-                : `the app database ${app.name} (deployment ${app.deploymentId}) could not be dumped: ${said}; nothing was written`,
+              `the app database ${app.name} (deployment ${app.deploymentId}) could not be dumped: ${said}; nothing was written`,
             );
-          },
-        );
-        entries.push({ name, kind: 'app-database', subject: app.name, ...(await sha256Of(path.join(staging, name))) });
+          // An app that keeps a lock on its own tables must not cost every other app its backup: it is
+          // left out, listed as such in the manifest (a restore makes it empty), and told.
+          const why = `a session of the app held a lock on its tables for more than ${lockWait} s (${said})`;
+          app.included = false;
+          left += 1;
+          await fs.rm(file, { force: true });
+          say(
+            `WARNING: the app database ${app.name} (deployment ${app.deploymentId}) is NOT in this backup: it could not be dumped: ${why}`,
+          );
+          continue;
+        }
+        entries.push({ name, kind: 'app-database', subject: app.name, ...(await sha256Of(file)) });
       }
-      say(`app databases: ${appDatabases.length} (pg_dump ${tools.major})`);
+      say(
+        `app databases: ${appDatabases.length - left} of ${appDatabases.length} (pg_dump ${tools.major})${left > 0 ? `; ${left} NOT included (see the warnings above)` : ''}`,
+      );
     } else if (appDatabases.length > 0) {
       say(`app databases: ${appDatabases.length} NOT included (--without-app-data): a restore makes them empty`);
     }
