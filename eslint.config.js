@@ -12,7 +12,7 @@ export default tseslint.config(
       'test-results/',
       '.slipway/',
       'examples/',
-      'src/client/api-types.ts',
+      'packages/sdk/src/api-types.ts',
     ],
   },
   js.configs.recommended,

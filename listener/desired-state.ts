@@ -10,7 +10,7 @@
  * to the revision that runs; a service of before sent them only in the revision (its snapshot). The
  * agent reads them from the deployment when they are there, and keeps them on the revision it uses.
  */
-import type { JsonBody, JsonResponse } from '../src/client/api-aliases.ts';
+import type { JsonBody, JsonResponse } from '../packages/sdk/src/api-aliases.ts';
 
 export const PROTOCOL_VERSION = 1;
 

@@ -15,7 +15,7 @@ import {
 import type { ListenerConfig } from './config.ts';
 import { createKubeClient } from './kube-client.ts';
 import { startController } from './listener-controller.ts';
-import { SlipwayError } from '../src/client/slipway-error.ts';
+import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
 import { createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 import { checkServerVersion } from './server-version.ts';

@@ -10,10 +10,10 @@
  * (5xx, 429, a credential refused, the network) is worth another try after the agent's back-off.
  */
 import createClient from 'openapi-fetch';
-import type { JsonBody, JsonResponse } from '../src/client/api-aliases.ts';
-import type { paths } from '../src/client/api-types.ts';
-import { createRetryingFetch, type RetryOptions } from '../src/client/retrying-fetch.ts';
-import { SlipwayError } from '../src/client/slipway-error.ts';
+import type { JsonBody, JsonResponse } from '../packages/sdk/src/api-aliases.ts';
+import type { paths } from '../packages/sdk/src/api-types.ts';
+import { createRetryingFetch, type RetryOptions } from '../packages/sdk/src/retrying-fetch.ts';
+import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
 import { readDesiredState, type DesiredState } from './desired-state.ts';
 
 export type Fetch = NonNullable<RetryOptions['fetch']>;

@@ -5,7 +5,7 @@
  * retried by the SDK's fetch (src/client/retrying-fetch.ts); this is the wait between the agent's
  * tries after those gave up.
  */
-import { sleep as sdkSleep } from '../src/client/sleep.ts';
+import { sleep as sdkSleep } from '../packages/sdk/src/sleep.ts';
 
 export interface BackoffOptions {
   /** First delay, doubled after each failure in a row. */

@@ -6,6 +6,11 @@
  * LangGraph launcher given to apps), web/dist/ (the dashboard, built first when missing) and
  * package.json (the version, and `"type": "module"` for the .js files).
  *
+ * The workspace packages the service imports (@slipway/cli for its `slipway` command, and the
+ * @slipway/sdk it is built on) are compiled in the same run and placed in DIR/node_modules/@slipway/,
+ * with manifests whose exports name the .js files: Node finds them there before the node_modules
+ * beside or above DIR, whose links point at the TypeScript sources in packages/.
+ *
  * Run it: `node DIR/src/main.js` (the service), `node DIR/src/cli/main.js` (the CLI, e.g. backup),
  * with the production dependencies in a node_modules beside DIR or above it.
  */
@@ -24,6 +29,17 @@ function run(command: string, args: string[]): Promise<void> {
       code === 0 ? resolve() : reject(new Error(`${path.basename(command)} ${args.join(' ')} exited with ${code}`)),
     );
   });
+}
+
+/** The workspace packages compiled into the build, by directory under packages/. */
+const PACKAGES = ['sdk', 'cli'];
+
+/** A package's manifest for its compiled files: the exports' .ts targets become .js. */
+function compiledManifest(manifest: string): string {
+  const parsed = JSON.parse(manifest) as { exports?: Record<string, string> };
+  for (const [key, target] of Object.entries(parsed.exports ?? {}))
+    parsed.exports![key] = target.replace(/\.ts$/, '.js');
+  return `${JSON.stringify(parsed, null, 2)}\n`;
 }
 
 function outDirOf(args: string[]): string {
@@ -46,6 +62,14 @@ async function main(): Promise<void> {
     '--outDir',
     out,
   ]);
+  for (const name of PACKAGES) {
+    const target = path.join(out, 'node_modules', '@slipway', name);
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    await fs.rename(path.join(out, 'packages', name), target);
+    const manifest = await fs.readFile(path.join(ROOT, 'packages', name, 'package.json'), 'utf8');
+    await fs.writeFile(path.join(target, 'package.json'), compiledManifest(manifest));
+  }
+  await fs.rm(path.join(out, 'packages'), { recursive: true, force: true });
   for (const dir of ['migrations', 'runtime', path.join('web', 'dist')])
     await fs.cp(path.join(ROOT, dir), path.join(out, dir), { recursive: true });
   await fs.copyFile(path.join(ROOT, 'package.json'), path.join(out, 'package.json'));

@@ -1,5 +1,5 @@
 /**
- * `npm run generate:client`: writes src/client/api-types.ts, the client's types, from the service's own
+ * `npm run generate:client`: writes packages/sdk/src/api-types.ts, the client's types, from the service's own
  * OpenAPI document (what scripts/openapi-document.ts prints, the same as GET /openapi.json serves).
  * test/cli/client-types.test.ts renders the served document with `renderApiTypes` and fails when the
  * committed file differs, so a route schema change cannot ship with stale client types.
@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import openapiTS, { COMMENT_HEADER, astToString, type OpenAPI3 } from 'openapi-typescript';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-export const API_TYPES_FILE = path.join(ROOT, 'src/client/api-types.ts');
+export const API_TYPES_FILE = path.join(ROOT, 'packages/sdk/src/api-types.ts');
 
 /** The TypeScript source of the types of `document`, exactly as the generator writes it. */
 export async function renderApiTypes(document: unknown): Promise<string> {

@@ -7,9 +7,7 @@
  */
 import { Command } from 'commander';
 import pino from 'pino';
-import type { CliRuntime } from './cli-context.ts';
-import { CliError, EXIT } from './cli-errors.ts';
-import { withExample } from './command-help.ts';
+import { CliError, EXIT, withExample, type CliRuntime } from '@slipway/cli';
 
 /**
  * Runs the work with Ctrl-C turned into an abort it checks between steps (so that it cleans up after

@@ -1,7 +1,6 @@
 /** `slipway server`: the service itself, exactly what `npm start` runs (configured by environment variables, see README). */
 import { Command } from 'commander';
-import type { CliRuntime } from './cli-context.ts';
-import { withExample } from './command-help.ts';
+import { withExample, type CliRuntime } from '@slipway/cli';
 
 export function serverCommand(runtime: CliRuntime): Command {
   return withExample(

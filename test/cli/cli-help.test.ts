@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
 import { test } from 'node:test';
 import type { Command } from 'commander';
-import { readEnvironment } from '../../src/cli/cli-config.ts';
+import { readEnvironment } from '@slipway/cli';
 import { buildProgram } from '../../src/cli/cli-program.ts';
 
 function program() {

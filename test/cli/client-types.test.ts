@@ -1,5 +1,5 @@
 /**
- * The committed client types (src/client/api-types.ts) are what `npm run generate:client` makes of
+ * The committed client types (packages/sdk/src/api-types.ts) are what `npm run generate:client` makes of
  * the OpenAPI document the service serves: a route schema change without regenerating fails here.
  */
 import assert from 'node:assert/strict';
@@ -14,7 +14,7 @@ before(async () => {
 });
 after(() => t.close());
 
-test('src/client/api-types.ts matches the served /openapi.json', async () => {
+test('packages/sdk/src/api-types.ts matches the served /openapi.json', async () => {
   const served = await client(t.app, null).get('/openapi.json');
   assert.equal(served.status, 200);
   const expected = await renderApiTypes(served.body);
@@ -25,7 +25,7 @@ test('src/client/api-types.ts matches the served /openapi.json', async () => {
     const b = expected.split('\n');
     const at = a.findIndex((line, i) => line !== b[i]);
     assert.fail(
-      `src/client/api-types.ts is stale: run \`npm run generate:client\`.\nFirst difference at line ${at + 1}:\n  committed: ${a[at]}\n  generated: ${b[at]}`,
+      `packages/sdk/src/api-types.ts is stale: run \`npm run generate:client\`.\nFirst difference at line ${at + 1}:\n  committed: ${a[at]}\n  generated: ${b[at]}`,
     );
   }
 });

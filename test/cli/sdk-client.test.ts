@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { after, before, test } from 'node:test';
-import { SlipwayClient, SlipwayError, collect } from '../../src/client/index.ts';
+import { SlipwayClient, SlipwayError, collect } from '@slipway/sdk';
 import { ADMIN_KEY, createTestApp, type TestApp } from '../helpers.ts';
 import { freePort } from './cli-runner.ts';
 

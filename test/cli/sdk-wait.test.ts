@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { SlipwayClient, type LogEvent, type RevisionStatus } from '../../src/client/index.ts';
+import { SlipwayClient, type LogEvent, type RevisionStatus } from '@slipway/sdk';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, uploadApp, type TestService } from '../dataplane/data-plane-harness.ts';
 

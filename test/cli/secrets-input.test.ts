@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { parseDotenv, readSecrets } from '../../src/cli/secrets-input.ts';
+import { parseDotenv, readSecrets } from '@slipway/cli/secrets-input';
 
 const PEM = [
   '-----BEGIN PRIVATE KEY-----',

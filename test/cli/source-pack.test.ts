@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import * as tar from 'tar';
-import { packSource } from '../../src/cli/source-pack.ts';
+import { packSource } from '@slipway/cli/source-pack';
 import { writeApp } from '../dataplane/data-plane-harness.ts';
 
 test('a folder is packed as git would commit it, minus .slipwayignore, never node_modules or .git', async () => {

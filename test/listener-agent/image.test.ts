@@ -212,7 +212,7 @@ describe("the listener's image", () => {
       );
     const missing = [...graph.files].filter((f) => !copied(f));
     assert.deepEqual(missing, []);
-    assert.ok(graph.files.has('src/client/retrying-fetch.ts'), "the SDK's HTTP layer is part of the agent");
+    assert.ok(graph.files.has('packages/sdk/src/retrying-fetch.ts'), "the SDK's HTTP layer is part of the agent");
     // The version the agent reports is read from the manifest next to its directory (listener-agent.ts).
     assert.match(read('listener/listener-agent.ts'), /createRequire\(import\.meta\.url\)\('\.\.\/package\.json'\)/);
   });

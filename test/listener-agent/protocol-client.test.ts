@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { SlipwayError } from '../../src/client/slipway-error.ts';
+import { SlipwayError } from '../../packages/sdk/src/slipway-error.ts';
 import { createProtocolClient, permanentRefusal } from '../../listener/protocol-client.ts';
 
 const ID = '0b9e1c2d-0000-4000-8000-0000000000aa';

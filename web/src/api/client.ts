@@ -4,8 +4,8 @@
  * the client's SlipwayError (src/client, the same the SDK throws), so pages handle failure in one way.
  */
 import createClient, { type Client } from 'openapi-fetch';
-import type { paths } from '../../../src/client/api-types.ts';
-import { SlipwayError } from '../../../src/client/slipway-error.ts';
+import type { paths } from '@slipway/sdk/api-types';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 
 export type Api = Client<paths>;
 

@@ -4,9 +4,9 @@
  * happen, until the server sends `end`; a dropped connection is opened again after the last line
  * received. Here it reads through the dashboard's fetch client (the signed-in key, sign-out on 401).
  */
-import type { LogEvent, LogStreamSource } from '../../../src/client/revision-follow.ts';
-import { followLog as followRevisionLog } from '../../../src/client/revision-follow.ts';
-import { SlipwayError } from '../../../src/client/slipway-error.ts';
+import type { LogEvent, LogStreamSource } from '@slipway/sdk/revision-follow';
+import { followLog as followRevisionLog } from '@slipway/sdk/revision-follow';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import type { Api } from './client.ts';
 import type { LogLine, LogType } from './types.ts';
 

@@ -4,7 +4,7 @@
  * itself is an HttpOnly cookie the page never sees; same-origin requests carry it by themselves.
  */
 import createClient from 'openapi-fetch';
-import type { components, paths } from '../../../src/client/api-types.ts';
+import type { components, paths } from '@slipway/sdk/api-types';
 import { data } from './client.ts';
 
 export type SsoStatus = components['schemas']['SsoStatus'];

@@ -4,8 +4,8 @@
  * dashboard's client. Only what a deployment needs is asked for: the latest revision of one not serving
  * it (unless the page has it already), and each listener once.
  */
-import { explainStatus, explanationNeeds } from '../../../src/client/deployment-status.ts';
-import { SlipwayError } from '../../../src/client/slipway-error.ts';
+import { explainStatus, explanationNeeds } from '@slipway/sdk/deployment-status';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import { data, type Api } from './client.ts';
 import type { Deployment, Listener, Revision } from './types.ts';
 

@@ -2,7 +2,7 @@
  * The resource shapes the pages use, taken from the types generated from /openapi.json by path and
  * method, so they follow the document when it is regenerated (named schemas or not).
  */
-import type { paths } from '../../../src/client/api-types.ts';
+import type { paths } from '@slipway/sdk/api-types';
 
 /** The JSON body of a response (or request) entry of the generated types. */
 type Json<T> = T extends { content: { 'application/json': infer Body } } ? Body : never;

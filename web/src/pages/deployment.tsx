@@ -6,7 +6,7 @@
  * a dropped connection).
  */
 import { useEffect, useState } from 'preact/hooks';
-import { followLog } from '../../../src/client/revision-follow.ts';
+import { followLog } from '@slipway/sdk/revision-follow';
 import { data } from '../api/client.ts';
 import { logStreamSource } from '../api/log-follower.ts';
 import { explainDeployments } from '../api/status-explanations.ts';

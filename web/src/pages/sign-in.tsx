@@ -5,7 +5,7 @@
  */
 import { useState } from 'preact/hooks';
 import { createApi, data } from '../api/client.ts';
-import { SlipwayError } from '../../../src/client/slipway-error.ts';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import type { Workspace } from '../api/types.ts';
 import { ErrorNotice } from '../components/notice.tsx';
 import { field } from '../forms.ts';

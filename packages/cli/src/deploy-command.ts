@@ -3,14 +3,14 @@
  * uses too: POST .../upload-url, PUT the tarball there), create the deployment or patch it when one of
  * that name exists, and follow the new revision to its end. With `--image` a container image is
  * deployed instead: on the own data plane, or with `--listener` on a listener's cluster. A folder's app
- * config is checked first, with the service's own rules, so a mistake in it creates nothing.
+ * config is checked first, with the service's own rules (given by the service package, which owns them:
+ * src/cli/cli-program.ts), so a mistake in it creates nothing.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Command } from 'commander';
-import type { Deployment, DeploymentCreate, DeploymentPatch, DeploymentSource, Secret } from '../client/api-aliases.ts';
-import type { SlipwayClient } from '../client/slipway-client.ts';
-import { AppConfigError, readAppConfig } from '../dataplane/app-config-file.ts';
+import type { Deployment, DeploymentCreate, DeploymentPatch, DeploymentSource, Secret } from '@slipway/sdk/api-aliases';
+import type { SlipwayClient } from '@slipway/sdk/slipway-client';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
@@ -25,6 +25,18 @@ const DNS_LABEL = /^[a-z][a-z0-9-]{0,62}$/;
 /** Secret values are never shown; sending this keeps the stored value (docs/lifecycle.md). */
 const KEEP_SECRET = '********';
 
+/**
+ * Checks a folder's app config before anything is created or uploaded, and returns the mistake in the
+ * service's words, or null when it is fine. The rules are the service's data plane's; the `slipway`
+ * command of a Slipway installation passes them in (src/cli/cli-program.ts). Without it, a mistake
+ * shows only as a failed build.
+ */
+export type AppConfigCheck = (
+  folder: string,
+  configPath: string,
+  overrides: { install_command?: string | null; build_command?: string | null },
+) => Promise<string | null>;
+
 interface DeployOptions {
   name?: string;
   config?: string;
@@ -36,7 +48,7 @@ interface DeployOptions {
   namespace?: string;
 }
 
-export function deployCommand(run: ActionRunner): Command {
+export function deployCommand(run: ActionRunner, checkAppConfig?: AppConfigCheck): Command {
   const command = new Command('deploy')
     .description('Deploy a folder (or a container image) and follow it until it serves')
     .argument('[dir]', 'the app folder; it needs an app config (slipway.json or langgraph.json)', '.')
@@ -70,7 +82,7 @@ export function deployCommand(run: ActionRunner): Command {
       const result =
         options.image !== undefined
           ? await deployImage(ctx, client, dir, options.image, options, secrets)
-          : await deployFolder(ctx, client, dir, options, secrets);
+          : await deployFolder(ctx, client, dir, options, secrets, checkAppConfig);
       if (!options.wait) {
         if (ctx.output.json) ctx.output.data({ deployment: result.deployment, revision_id: result.revisionId });
         else ctx.output.result(result.revisionId);
@@ -97,6 +109,7 @@ async function deployFolder(
   dir: string,
   options: DeployOptions,
   secrets: SecretInput[],
+  check: AppConfigCheck | undefined,
 ): Promise<Started> {
   const folder = path.resolve(dir);
   const stat = await fs.stat(folder).catch(() => null);
@@ -112,7 +125,7 @@ async function deployFolder(
       ['Pick another --name, or deploy it with --image.'],
     );
   }
-  await checkAppConfig(folder, configPath, existing);
+  if (check) await checkAppConfig(check, folder, configPath, existing);
   ctx.output.note(`Packing ${dir} ...`);
   const packed = await packSource(folder);
   ctx.output.note(`Packed ${packed.files.length} files (${formatBytes(packed.tarball.length)}).`);
@@ -180,20 +193,22 @@ async function deployImage(
 }
 
 /**
- * Checks the app config as the service's data plane will (the same module, so the same rules and
- * words), before anything is created or uploaded: a mistake would otherwise be found only after the
- * deployment was made, as a failed build.
+ * Checks the app config as the service's data plane will (the same rules and words), before anything
+ * is created or uploaded: a mistake would otherwise be found only after the deployment was made, as a
+ * failed build.
  */
-async function checkAppConfig(folder: string, configPath: string, existing: Deployment | null): Promise<void> {
+async function checkAppConfig(
+  check: AppConfigCheck,
+  folder: string,
+  configPath: string,
+  existing: Deployment | null,
+): Promise<void> {
   const { install_command, build_command } = existing?.source_config ?? {};
-  try {
-    await readAppConfig(folder, configPath, { install_command, build_command });
-  } catch (error) {
-    if (!(error instanceof AppConfigError)) throw error;
-    throw new CliError(error.message, EXIT.usage, [
+  const mistake = await check(folder, configPath, { install_command, build_command });
+  if (mistake !== null)
+    throw new CliError(mistake, EXIT.usage, [
       'Nothing was created or uploaded. docs/app-config.md lists the fields of the file.',
     ]);
-  }
 }
 
 /** The config file to name in framework_config_path; a folder without one cannot be built. */

@@ -3,10 +3,10 @@
  * and `logs`.
  */
 import { Command } from 'commander';
-import type { Deployment, Listener, LogLine, LogType, Revision } from '../client/api-aliases.ts';
-import { explainStatus, explanationNeeds } from '../client/deployment-status.ts';
-import { ok, type SlipwayClient } from '../client/slipway-client.ts';
-import { SlipwayError } from '../client/slipway-error.ts';
+import type { Deployment, Listener, LogLine, LogType, Revision } from '@slipway/sdk/api-aliases';
+import { explainStatus, explanationNeeds } from '@slipway/sdk/deployment-status';
+import { ok, type SlipwayClient } from '@slipway/sdk/slipway-client';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { ago, orDash, styleStatus } from './cli-format.ts';

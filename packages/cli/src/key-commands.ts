@@ -1,6 +1,6 @@
 /** `slipway keys ls|create|revoke`: API keys of the workspace or organization (admin keys only). */
 import { Command, Option } from 'commander';
-import type { ApiKey, ApiKeyCreate } from '../client/api-aliases.ts';
+import type { ApiKey, ApiKeyCreate } from '@slipway/sdk/api-aliases';
 import { CliError, EXIT } from './cli-errors.ts';
 import { ago, orDash } from './cli-format.ts';
 import { withExample, type ActionRunner } from './command-help.ts';

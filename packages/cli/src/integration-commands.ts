@@ -4,13 +4,13 @@
  * than on a command line: see docs/codehost.md for the request.
  */
 import { Command } from 'commander';
-import type { CodehostDelivery, CodehostIntegration } from '../client/api-aliases.ts';
+import type { CodehostDelivery, CodehostIntegration } from '@slipway/sdk/api-aliases';
 import { CliError, EXIT } from './cli-errors.ts';
 import { ago, orDash, styleStatus } from './cli-format.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
 import { confirm } from './cli-prompt.ts';
 import { isUuid } from './resource-resolve.ts';
-import type { SlipwayClient } from '../client/slipway-client.ts';
+import type { SlipwayClient } from '@slipway/sdk/slipway-client';
 
 async function resolveIntegration(client: SlipwayClient, ref: string): Promise<CodehostIntegration> {
   for await (const integration of client.integrations.all())

@@ -4,7 +4,7 @@
  * the command line they were given.
  */
 import type { Command } from 'commander';
-import { SlipwayClient } from '../client/slipway-client.ts';
+import { SlipwayClient } from '@slipway/sdk/slipway-client';
 import { resolveConnection, type CliEnvironment, type Connection } from './cli-config.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { Output, type OutputStreams } from './cli-output.ts';

@@ -3,7 +3,7 @@
  * message a user can act on: a SlipwayError from the service, a usage mistake, or a bug (which shows
  * its stack only with SLIPWAY_DEBUG=1).
  */
-import { SlipwayError } from '../client/slipway-error.ts';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 
 export const EXIT = {
   ok: 0,

@@ -1,6 +1,6 @@
 /** `slipway listeners ls|create|rm`: the Kubernetes clusters deployments can run on (docs/listener.md). */
 import { Command } from 'commander';
-import type { Listener } from '../client/api-aliases.ts';
+import type { Listener } from '@slipway/sdk/api-aliases';
 import { CliError, EXIT } from './cli-errors.ts';
 import { ago, orDash, styleStatus } from './cli-format.ts';
 import { withExample, type ActionRunner } from './command-help.ts';

@@ -7,9 +7,9 @@
  * `deployment.scaled` (or `deployment.scale_failed`) event.
  */
 import { Command, InvalidArgumentError } from 'commander';
-import type { Deployment } from '../client/api-aliases.ts';
-import type { SlipwayClient } from '../client/slipway-client.ts';
-import { sleep } from '../client/sleep.ts';
+import type { Deployment } from '@slipway/sdk/api-aliases';
+import type { SlipwayClient } from '@slipway/sdk/slipway-client';
+import { sleep } from '@slipway/sdk/sleep';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
 import { resolveDeployment } from './resource-resolve.ts';

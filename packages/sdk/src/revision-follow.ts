@@ -4,11 +4,34 @@
  * (Last-Event-ID), and waiting for a final state on top of it. The service pushes each change as it
  * happens, so nothing here polls.
  */
-import { isFinalRevisionStatus } from '../domain/states.ts';
 import type { LogLine, LogType, Revision, RevisionStatus } from './api-aliases.ts';
 import { readEventStream } from './event-stream.ts';
 import { sleep } from './sleep.ts';
 import { SlipwayError } from './slipway-error.ts';
+
+/**
+ * The statuses a revision never leaves. The SDK does not import the service's state machine (it is its
+ * own package); a Record over the generated RevisionStatus makes a status added to the API fail to
+ * compile here until it is placed, and test/cli/sdk-final-status.test.ts holds it to the service's.
+ */
+const FINAL_REVISION_STATUS: Readonly<Record<RevisionStatus, boolean>> = {
+  CREATING: false,
+  QUEUED: false,
+  AWAITING_BUILD: false,
+  BUILDING: false,
+  AWAITING_DEPLOY: false,
+  DEPLOYING: false,
+  CREATE_FAILED: true,
+  BUILD_FAILED: true,
+  DEPLOY_FAILED: true,
+  DEPLOYED: true,
+  SKIPPED: true,
+  INTERRUPTED: true,
+  UNKNOWN: true,
+};
+
+/** Whether a revision in `status` has reached its end (nothing will change it any more). */
+export const isFinalRevisionStatus = (status: RevisionStatus): boolean => FINAL_REVISION_STATUS[status];
 
 /**
  * What following needs of a client: SlipwayClient has it, and so does the dashboard's adapter over its

@@ -3,9 +3,9 @@
  * an id prefix within a deployment), a listener by id or compute_id. These turn such a name into the
  * resource, or into a not-found error that says how to list what exists.
  */
-import type { Deployment, Listener, Revision } from '../client/api-aliases.ts';
-import type { SlipwayClient } from '../client/slipway-client.ts';
-import { SlipwayError } from '../client/slipway-error.ts';
+import type { Deployment, Listener, Revision } from '@slipway/sdk/api-aliases';
+import type { SlipwayClient } from '@slipway/sdk/slipway-client';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import { CliError, EXIT } from './cli-errors.ts';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

@@ -1,5 +1,5 @@
 /**
- * The Slipway client (docs/sdk.md): `import { SlipwayClient } from 'slipway/client'`.
+ * The Slipway client (docs/sdk.md): `import { SlipwayClient } from '@slipway/sdk'`.
  */
 export { SlipwayClient, ok, type SlipwayClientOptions } from './slipway-client.ts';
 export { SlipwayError, type ClientErrorCode, type ValidationIssue } from './slipway-error.ts';

@@ -3,8 +3,8 @@
  * of its states with its build log under it (from the service's event stream, not a poll), then the
  * stable URL on stdout, or the failure reason and the log's last lines and exit code 1.
  */
-import type { Deployment, Revision, RevisionStatus } from '../client/api-aliases.ts';
-import type { SlipwayClient } from '../client/slipway-client.ts';
+import type { Deployment, Revision, RevisionStatus } from '@slipway/sdk/api-aliases';
+import type { SlipwayClient } from '@slipway/sdk/slipway-client';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 

@@ -5,8 +5,8 @@
  */
 import { text } from 'node:stream/consumers';
 import { Command } from 'commander';
-import { SlipwayClient } from '../client/slipway-client.ts';
-import { SlipwayError } from '../client/slipway-error.ts';
+import { SlipwayClient } from '@slipway/sdk/slipway-client';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import { DEFAULT_URL, removeStoredConfig, writeStoredConfig } from './cli-config.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
