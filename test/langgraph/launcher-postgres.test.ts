@@ -25,6 +25,7 @@ import { Client } from '@langchain/langgraph-sdk';
 import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
+import { langGraphUsage } from '../../src/store/app-database-usage.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 import { waitFor } from '../dataplane/data-plane-harness.ts';
 
@@ -351,4 +352,41 @@ test('without DATABASE_URL the in-memory server runs, as before', async () => {
   assert.doesNotMatch(server.output(), /state in PostgreSQL/);
   server.child.kill('SIGTERM');
   await exited(server.child);
+});
+
+test("the storage view (GET /v2/deployments/{id}/storage) reads the launcher's own tables: every one, rows as counted, bytes", async () => {
+  // A conversation to measure (the TTL test's sweeps deleted the earlier tests' idle threads).
+  const server = await startServer();
+  const thread = await server.client.threads.create();
+  await server.client.runs.wait(thread.thread_id, 'agent', { input: { text: 'words' } });
+  server.child.kill('SIGTERM');
+  await exited(server.child);
+  const connection = new pg.Client({ connectionString: database.url });
+  await connection.connect();
+  try {
+    await connection.query('begin transaction read only');
+    const usage = await langGraphUsage(connection);
+    await connection.query('commit');
+    assert.ok(usage);
+    const tables = Object.fromEntries(usage.tables.map((table) => [table.name, table]));
+    for (const name of [
+      'assistants',
+      'threads',
+      'runs',
+      'run_events',
+      'crons',
+      'checkpoints',
+      'checkpoint_writes',
+      'store',
+    ])
+      assert.ok(tables[name], `${name} is listed: ${Object.keys(tables).join(', ')}`);
+    for (const name of ['threads', 'runs', 'checkpoints']) {
+      const [counted] = await query<{ n: number }>(`select count(*)::int as n from langgraph.${name}`);
+      assert.equal(tables[name]!.rows, counted!.n, name);
+      assert.ok(tables[name]!.rows > 0 && tables[name]!.size_bytes > 0, name);
+    }
+    assert.ok(usage.ttl, 'the last instance recorded its TTLs');
+  } finally {
+    await connection.end();
+  }
 });
