@@ -22,7 +22,7 @@ import { needs } from '../http/route-needs.ts';
 import { SignInError } from '../sso/oidc-client.ts';
 import { cookieNames, readCookie, setCookie } from '../sso/session-cookie.ts';
 import type { SessionCredentials } from '../sso/session-credentials.ts';
-import { NoAccessError, type SsoService } from '../sso/sso-service.ts';
+import { AmbiguousAccessError, NoAccessError, type SsoService } from '../sso/sso-service.ts';
 import type { SessionRow } from '../sso/sso-store.ts';
 import { sendSignInPage } from './sso-pages.ts';
 
@@ -258,6 +258,11 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         // Logged for the operator (a provider set up wrongly shows here first); never a code or token.
         if (error instanceof NoAccessError)
           request.log.warn({ email: error.email, groups: error.groups.slice(0, 20) }, 'single sign-on: no mapping');
+        else if (error instanceof AmbiguousAccessError)
+          request.log.warn(
+            { email: error.email, organizations: error.organizationIds },
+            'single sign-on: the account is mapped in more than one organization; not signed in',
+          );
         else if (error instanceof SignInError)
           request.log.warn({ reason: error.reason, detail: error.message }, 'single sign-on failed');
         if (error instanceof NoAccessError)
@@ -268,6 +273,16 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
             lines: [
               `The identity provider signed you in as ${error.email ?? 'an account without an e-mail address'}, but no workspace of this service is given to ${error.email === null ? 'it' : 'that account'}${error.groups.length > 0 ? ` or to its groups (${error.groups.slice(0, 20).join(', ')})` : ''}.`,
               'Ask an organization admin of Slipway to map your group or e-mail domain to a workspace, then sign in again.',
+            ],
+          });
+        if (error instanceof AmbiguousAccessError)
+          return sendSignInPage(reply, {
+            kind: 'failed',
+            status: 403,
+            title: 'Access given by more than one organization',
+            lines: [
+              `More than one organization of this service gives access to ${error.email ?? 'this account'} (by its groups or its e-mail domain), so Slipway cannot tell which one to sign you in to, and signs you in to none.`,
+              "Ask your organization's admins: a group or an e-mail domain may be mapped in one organization only.",
             ],
           });
         if (error instanceof SignInError)

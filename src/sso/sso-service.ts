@@ -34,6 +34,7 @@ import {
   insertSession,
   listLiveSessions,
   listMappings,
+  matchingMappings,
   pruneOldSessions,
   recordSsoEvent,
   stateUsed,
@@ -105,6 +106,22 @@ export class NoAccessError extends Error {
   ) {
     super('No workspace is mapped to this account.');
     this.name = 'NoAccessError';
+  }
+}
+
+/**
+ * The person matches mappings of more than one organization. Every organization shares the service's
+ * one identity provider, and a mapping's group or domain is a string any organization admin may type:
+ * signing the person in to any one of them (say the oldest) would let an organization capture another's
+ * people by mapping their group. Nobody is signed in until the organizations' admins settle it.
+ */
+export class AmbiguousAccessError extends Error {
+  constructor(
+    readonly email: string | null,
+    readonly organizationIds: readonly string[],
+  ) {
+    super('This account is mapped in more than one organization.');
+    this.name = 'AmbiguousAccessError';
   }
 }
 
@@ -240,7 +257,11 @@ export function createSsoService(deps: SsoServiceDeps) {
       // callback racing here cannot both get this far); only real sign-ins add a row.
       if (!(await useState(db, stateHash, new Date(pending.e)))) throw used();
       const identity = identityOf(claims, sso.groupsClaim);
-      const access = await accessOf(db, identity, null);
+      const organizations = [
+        ...new Set((await matchingMappings(db, identity, null)).map((mapping) => mapping.organization_id)),
+      ];
+      if (organizations.length > 1) throw new AmbiguousAccessError(identity.email, organizations);
+      const access = organizations.length === 1 ? await accessOf(db, identity, organizations[0]!) : null;
       if (access === null) throw new NoAccessError(identity.email, identity.groups);
       const token = randomBytes(32).toString('base64url');
       const session = await db.transaction().execute(async (tx) => {

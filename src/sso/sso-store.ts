@@ -34,9 +34,9 @@ export function verifiedDomain(identity: PersonIdentity): string | null {
 }
 
 /**
- * The mappings a person matches, in one organization or (organizationId null) in any; ordered by the
- * organization's age, then the mapping's, so that a person mapped in two organizations lands in the
- * older one every time.
+ * The mappings a person matches, in one organization or (organizationId null) in any, in a stable
+ * order. A sign-in matching mappings of two organizations signs the person in to neither
+ * (AmbiguousAccessError in sso-service.ts).
  */
 export async function matchingMappings(db: Db, identity: PersonIdentity, organizationId: string | null) {
   const domain = verifiedDomain(identity);
