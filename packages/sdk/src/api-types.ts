@@ -260,6 +260,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/deployments/{deployment_id}/storage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How much space the deployment's database takes
+         * @description The size of the deployment's own PostgreSQL database and, for a LangGraph deployment, the rows and bytes of each table of its state (threads, runs, checkpoints, the store...) and the TTLs in force. Measured when asked; 503 while its instances hold every connection its database role may have.
+         */
+        get: operations["getDeploymentStorage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/deployments/{deployment_id}/revisions/{revision_id}/logs": {
         parameters: {
             query?: never;
@@ -1625,6 +1645,57 @@ export interface components {
             resources: components["schemas"]["DeploymentEvent"][];
             /** @description Pass as offset to get the next page. */
             offset: number;
+        };
+        /** StateTableUsage */
+        StateTableUsage: {
+            /** @description e.g. threads, runs, run_events, checkpoints, checkpoint_writes, store */
+            name: string;
+            rows: number;
+            /** @description True when counting took too long and rows is PostgreSQL's estimate. */
+            rows_estimated: boolean;
+            /** @description The table with its indexes and TOAST. */
+            size_bytes: number;
+        };
+        /** LangGraphTtl */
+        LangGraphTtl: {
+            checkpointer: {
+                /** @enum {string} */
+                strategy: "delete";
+                /** @description Minutes a thread may stay idle before it is deleted. */
+                default_ttl: number;
+                sweep_interval_minutes: number;
+            } | null;
+            store: {
+                /** @description Minutes after which a store item expires. */
+                default_ttl: number;
+                refresh_on_read: boolean;
+                sweep_interval_minutes: number;
+            } | null;
+            /**
+             * Format: date-time
+             * @description When the last instance to start recorded them.
+             */
+            recorded_at: string;
+        };
+        /** DeploymentStorage */
+        DeploymentStorage: {
+            /** Format: uuid */
+            deployment_id: string;
+            /** @description Null when the deployment has no database on this service (a listener runs it, or it wants none). */
+            database: {
+                name: string;
+                /** @description pg_database_size of the database. */
+                size_bytes: number;
+            } | null;
+            /** @description Null when the database holds no LangGraph state. ttl is null when no instance recorded it. */
+            langgraph: {
+                /** @description All the tables of the schema langgraph. */
+                size_bytes: number;
+                tables: components["schemas"]["StateTableUsage"][];
+                ttl: components["schemas"]["LangGraphTtl"] | null;
+            } | null;
+            /** Format: date-time */
+            measured_at: string;
         };
         /** LogLine */
         LogLine: {
@@ -3440,6 +3511,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeploymentEventList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getDeploymentStorage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentStorage"];
                 };
             };
             400: components["responses"]["BadRequest"];
