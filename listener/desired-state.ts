@@ -1,6 +1,6 @@
 /**
  * The desired state of listener protocol version 1, as the agent uses it. Its shape is the service's
- * own: the types are those of the OpenAPI document the service serves (src/client/api-types.ts,
+ * own: the types are those of the OpenAPI document the service serves (packages/sdk/src/api-types.ts,
  * generated from it), which the service also answers by (its response schemas). What the agent checks
  * itself is what no schema says: that the answer speaks protocol 1 and is for this listener, so that a
  * service of another protocol version (or a proxy answering in its place) is refused as a whole

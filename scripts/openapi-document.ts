@@ -1,7 +1,7 @@
 /**
  * Prints the service's OpenAPI document (what GET /openapi.json serves) without a database or a port:
  * the app is built on a pool that never connects, since building routes runs no query.
- * `npm run generate:client` feeds it to openapi-typescript to write src/client/api-types.ts.
+ * `npm run generate:client` feeds it to openapi-typescript to write packages/sdk/src/api-types.ts.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';

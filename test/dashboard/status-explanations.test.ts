@@ -1,6 +1,6 @@
 /**
  * The dashboard says why a deployment has its status, beside the badge, in the CLI's words
- * (src/client/deployment-status.ts): a deployment whose only revision failed to build, or that waits
+ * (packages/sdk/src/deployment-status.ts): a deployment whose only revision failed to build, or that waits
  * for its listener, is "awaiting database" by the interface's values, which alone reads as wrong. And
  * the Redeploy confirmation says what comes back and that the instance count is kept (a rollback keeps
  * the deployment's scale, docs/lifecycle.md). In Chromium against a real service.

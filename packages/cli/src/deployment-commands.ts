@@ -157,7 +157,7 @@ async function findListener(client: SlipwayClient, listenerId: string): Promise<
 }
 
 /**
- * Why each deployment of a list has its status (src/client/deployment-status.ts), by id. Only what a
+ * Why each deployment of a list has its status (packages/sdk/src/deployment-status.ts), by id. Only what a
  * row needs is fetched: the latest revision of those not serving it, the listeners once.
  */
 async function statusExplanations(client: SlipwayClient, rows: Deployment[]): Promise<Map<string, string>> {

@@ -1,6 +1,6 @@
 /**
  * Follows a revision's log (docs/logs.md, "Following") with the client's own follower
- * (src/client/revision-follow.ts): every line so far, then new lines and status changes as they
+ * (packages/sdk/src/revision-follow.ts): every line so far, then new lines and status changes as they
  * happen, until the server sends `end`; a dropped connection is opened again after the last line
  * received. Here it reads through the dashboard's fetch client (the signed-in key, sign-out on 401).
  */

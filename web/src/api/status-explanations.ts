@@ -1,6 +1,6 @@
 /**
  * Why deployments have their status, in the words `slipway status` and `slipway ls` use: the rules are
- * the SDK's (src/client/deployment-status.ts); this only fetches what they ask for, with the
+ * the SDK's (packages/sdk/src/deployment-status.ts); this only fetches what they ask for, with the
  * dashboard's client. Only what a deployment needs is asked for: the latest revision of one not serving
  * it (unless the page has it already), and each listener once.
  */

@@ -1,5 +1,5 @@
 /**
- * A deployment's status badge with why it has that status beside it (src/client/deployment-status.ts):
+ * A deployment's status badge with why it has that status beside it (packages/sdk/src/deployment-status.ts):
  * "awaiting database" alone reads as wrong for a deployment whose only revision failed to build, or
  * that waits for its listener. `label` names the pair where no column header does (a page's title).
  */
