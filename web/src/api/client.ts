@@ -1,7 +1,7 @@
 /**
  * The typed API client: openapi-fetch over the paths generated from /openapi.json, with the signed-in
  * key (and workspace) on every request. `data()` turns its `{ data, error }` answers into a value or
- * the client's SlipwayError (src/client, the same the SDK throws), so pages handle failure in one way.
+ * the client's SlipwayError (@slipway/sdk, the same the SDK throws), so pages handle failure in one way.
  */
 import createClient, { type Client } from 'openapi-fetch';
 import type { paths } from '@slipway/sdk/api-types';
