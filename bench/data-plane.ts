@@ -32,7 +32,7 @@
  * at most 60 s each), load runs in duration, requests and the load generator's timeout.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -651,7 +651,7 @@ async function directOnce(svc: DataPlaneService, app: BenchApp, appConfig: AppCo
   const database = async (): Promise<{ ms: number; url: string } | null> => {
     if (!appConfig.database) return null;
     const started = performance.now();
-    const made = await createAppDatabase(svc.pool, randomUUID());
+    const made = await createAppDatabase(svc.pool);
     const ms = performance.now() - started;
     databases.push(made.name);
     return { ms, url: appDatabaseUrl(svc.databaseUrl, made) };

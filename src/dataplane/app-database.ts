@@ -14,8 +14,11 @@
  *   src/db/embedded-postgres.ts; docs/operations.md for DATABASE_URL), which protectServiceDatabases
  *   checks.
  *
- * Names derive from the deployment id (`slw_app_<32 hex>`), never from user input, so they need no
- * quoting rules beyond the driver's escaping.
+ * Names are random (`slw_app_<32 hex>`, newAppDatabaseName), chosen once and kept with the deployment
+ * (deployment_runtimes), never from user input, so they need no quoting rules beyond the driver's
+ * escaping. Random, not derived from the deployment id: the role catalogs (pg_roles) stay readable by
+ * every role, and would otherwise list every tenant's deployment ids to any app. (Deployments made
+ * before kept the names they had: `slw_app_<their id>`.)
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
@@ -27,13 +30,18 @@ export interface AppDatabase {
   password: string;
 }
 
+export interface MadeAppDatabase extends AppDatabase {
+  /** True when this call made the database (false: it was there). */
+  created: boolean;
+}
+
 /**
  * Connections one app's role may hold at once. Apps share the server's max_connections (200 on the
  * embedded server, 30 of them kept for the service): a limit per app keeps one app from taking them all.
  */
 export const APP_ROLE_CONNECTION_LIMIT = 20;
 
-/** The names app databases and roles have (appDatabaseName), as a PostgreSQL regular expression. */
+/** The names app databases and roles have (newAppDatabaseName), as a regular expression (PostgreSQL's and JavaScript's). */
 const APP_NAME_PATTERN = '^slw_app_[0-9a-f]{32}$';
 
 /**
@@ -47,8 +55,14 @@ const DATABASE_LISTS = [
   'pg_catalog.pg_stat_database_conflicts',
 ];
 
-function appDatabaseName(deploymentId: string): string {
-  return `slw_app_${deploymentId.replace(/-/g, '')}`;
+/** A new app database's name, which is also its role's: random, so that it tells nothing of its deployment. */
+export function newAppDatabaseName(): string {
+  return `slw_app_${randomBytes(16).toString('hex')}`;
+}
+
+/** A new app role's password. */
+export function newAppDatabasePassword(): string {
+  return randomBytes(24).toString('hex');
 }
 
 /** The one row a query of a single-row select (no FROM, or an aggregate) returns. */
@@ -117,19 +131,21 @@ async function hideDatabaseLists(pool: pg.Pool, database: string): Promise<void>
 }
 
 /**
- * Creates the role and database when missing (idempotent: a retried provision finds them). An existing
- * role gets the password and connection limit given (an operator's change to either is overwritten).
+ * Creates the role and database `name` when missing (idempotent: a retried provision finds them). An
+ * existing role gets the password and connection limit given (an operator's change to either is
+ * overwritten).
  */
 export async function createAppDatabase(
   pool: pg.Pool,
-  deploymentId: string,
-  password = randomBytes(24).toString('hex'),
+  name: string = newAppDatabaseName(),
+  password: string = newAppDatabasePassword(),
   connectionLimit = APP_ROLE_CONNECTION_LIMIT,
-): Promise<AppDatabase> {
+): Promise<MadeAppDatabase> {
   checkConnectionLimit(connectionLimit);
-  const name = appDatabaseName(deploymentId);
+  if (!new RegExp(APP_NAME_PATTERN).test(name)) throw new Error(`'${name}' is not an app database name`);
   const client = await pool.connect();
   let superuser: boolean;
+  let created = false;
   try {
     const role = client.escapeIdentifier(name);
     const roleExists = await client.query('select 1 from pg_roles where rolname = $1', [name]);
@@ -152,6 +168,7 @@ export async function createAppDatabase(
         await client.query(`grant ${role} to current_user${how}`);
       }
       await client.query(`create database ${role} owner ${role}`);
+      created = true;
     }
     // Other apps' roles must not even connect to it.
     await client.query(`revoke connect, temporary on database ${role} from public`);
@@ -161,7 +178,7 @@ export async function createAppDatabase(
   // Before the app gets its URL. A service that is no superuser cannot (docs/operations.md): the names
   // stay readable, which the service's start does not warn about since running as one is no remedy.
   if (superuser) await hideDatabaseLists(pool, name);
-  return { name, role: name, password };
+  return { name, role: name, password, created };
 }
 
 export async function dropAppDatabase(pool: pg.Pool, name: string): Promise<void> {

@@ -12,7 +12,7 @@ import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
-import { appDatabaseUrl, createAppDatabase } from './app-database.ts';
+import { appDatabaseUrl, createAppDatabase, newAppDatabaseName, newAppDatabasePassword } from './app-database.ts';
 import { RevisionFailure } from './revision-build.ts';
 
 export interface AppProvisioningDeps {
@@ -43,7 +43,23 @@ export async function provisionAppResources(
   const deploymentId = deployment.id;
   let runtime = await getDeploymentRuntime(db, deploymentId);
   if (appConfig.database && !runtime?.database_name) {
-    const made = await createAppDatabase(deps.pool, deploymentId).catch((error: unknown) => {
+    // The name and password are kept before the database is made, so that a provision retried after a
+    // crash makes (or finds) the same one rather than leaving an orphan behind.
+    const name = newAppDatabaseName();
+    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
+      databaseName: name,
+      roleName: name,
+      databasePasswordSealed: secretBox.seal(newAppDatabasePassword()),
+    });
+    runtime = await getDeploymentRuntime(db, deploymentId);
+  }
+  if (appConfig.database && runtime?.database_name) {
+    // Every deploy: made when missing (a first deploy, or one retried after a crash), else found as it is.
+    const made = await createAppDatabase(
+      deps.pool,
+      runtime.database_name,
+      secretBox.open(runtime.database_password_sealed!),
+    ).catch((error: unknown) => {
       throw new RevisionFailure(
         'DEPLOY_FAILED',
         'database_unavailable',
@@ -52,22 +68,17 @@ export async function provisionAppResources(
           `false in the app config.`,
       );
     });
-    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
-      databaseName: made.name,
-      roleName: made.role,
-      databasePasswordSealed: secretBox.seal(made.password),
-    });
-    await recordEvents(db, [
-      {
-        workspaceId: deployment.workspace_id,
-        subjectType: 'deployment',
-        subjectId: deploymentId,
-        deploymentId,
-        type: 'deployment.database_created',
-        data: { database: made.name },
-      },
-    ]);
-    runtime = await getDeploymentRuntime(db, deploymentId);
+    if (made.created)
+      await recordEvents(db, [
+        {
+          workspaceId: deployment.workspace_id,
+          subjectType: 'deployment',
+          subjectId: deploymentId,
+          deploymentId,
+          type: 'deployment.database_created',
+          data: { database: made.name },
+        },
+      ]);
   }
   if (!runtime?.agent_credential_sealed) {
     const credential = generateAgentCredential();

@@ -214,7 +214,7 @@ export async function restoreBackup(options: RestoreOptions): Promise<RestoreRes
         if (!runtime.database_name || !runtime.role_name || !runtime.database_password_sealed) continue;
         const made = await createAppDatabase(
           target.pool,
-          runtime.deployment_id,
+          runtime.database_name,
           box.open(runtime.database_password_sealed),
         );
         const entry = manifest.entries.find((e) => e.kind === 'app-database' && e.subject === runtime.database_name);

@@ -1,60 +1,105 @@
 /**
- * Attack by an app's own code on what its database login tells it of other tenants. Every deployment's
- * database and role are named `slw_app_<its deployment id>` on the server the apps share, and
- * src/dataplane/app-database.ts hides the catalogs that list the server's databases from an app's role
- * so that it cannot enumerate the other deployments. The role catalogs list the same names.
+ * Attack by an app's own code on what its database login tells it of other tenants. The role catalogs
+ * (pg_roles, pg_user) stay readable by every role, and name every app's role, which is its database's
+ * name: those names must tell nothing of the deployments (src/dataplane/app-database.ts names them at
+ * random; they were `slw_app_<deployment id>`, so any app could list every tenant's deployment ids).
  */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { withClient } from '../../src/db/admin-client.ts';
-import {
-  appDatabaseUrl,
-  createAppDatabase,
-  dropAppDatabase,
-  type AppDatabase,
-} from '../../src/dataplane/app-database.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { dropAppDatabase } from '../../src/dataplane/app-database.ts';
+import { provisionAppResources } from '../../src/dataplane/app-provisioning.ts';
+import type { AppConfig } from '../../src/domain/app-config.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
-let server: TestDatabase;
-let attacker: AppDatabase;
-let victim: AppDatabase;
+const APP_CONFIG: AppConfig = {
+  runtime: 'node',
+  install: null,
+  build: null,
+  start: 'node server.js',
+  worker: null,
+  healthCheckPath: '/',
+  env: {},
+  database: true,
+};
+
+let t: TestApp;
+const made: string[] = [];
+
+/** A deployment made through the API, with its database made as the data plane makes it. */
+async function deploymentWithDatabase(name: string): Promise<{ id: string; databaseUrl: string }> {
+  const created = await client(t.app).post('/v2/deployments', {
+    name,
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'registry.example.com/agent:1' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const id: string = created.body.id;
+  const { databaseUrl } = await provisionAppResources(
+    { db: t.database.db, pool: t.database.pool, databaseUrl: t.database.url, secretBox: t.secretBox },
+    { id, workspace_id: t.workspaceId },
+    APP_CONFIG,
+  );
+  assert.ok(databaseUrl);
+  made.push(decodeURIComponent(new URL(databaseUrl).pathname.slice(1)));
+  return { id, databaseUrl };
+}
 
 before(async () => {
-  server = await createTestDatabase();
-  attacker = await createAppDatabase(server.pool, randomUUID());
-  victim = await createAppDatabase(server.pool, randomUUID());
+  t = await createTestApp();
 });
 after(async () => {
-  for (const made of [attacker, victim]) if (made) await dropAppDatabase(server.pool, made.name).catch(() => undefined);
-  await server?.drop();
+  for (const name of made) await dropAppDatabase(t.database.pool, name).catch(() => undefined);
+  await t?.close();
 });
 
-test(
-  "an app's database login does not list the other deployments' databases or roles",
-  {
-    todo: "finding: pg_roles (and pg_user, pg_auth_members) stay readable by PUBLIC and name every deployment's role, which is its database's name (src/dataplane/app-database.ts DATABASE_LISTS)",
-  },
-  async () => {
-    const seen = await withClient(appDatabaseUrl(server.url, attacker), async (client) => {
-      const names: string[] = [];
-      for (const query of [
-        'select datname as name from pg_catalog.pg_database',
-        'select rolname as name from pg_catalog.pg_roles',
-        'select usename as name from pg_catalog.pg_user',
-      ]) {
-        // A catalog the app may not read is what the service wants: nothing listed.
-        const rows = await client.query<{ name: string }>(query).then(
-          (result) => result.rows,
-          () => [],
-        );
-        names.push(...rows.map((row) => row.name));
-      }
-      // The honest part: the app's own login works and knows itself.
-      const me = await client.query<{ me: string }>('select current_user as me');
-      assert.equal(me.rows[0]!.me, attacker.role);
-      return names;
-    });
-    assert.ok(!seen.includes(victim.name), `the app listed another deployment's database or role (${victim.name})`);
-  },
-);
+test("an app's database login tells it nothing of the other deployments: no id in any name it can list", async () => {
+  const attacker = await deploymentWithDatabase('attacker');
+  const victim = await deploymentWithDatabase('victim');
+  const seen = await withClient(attacker.databaseUrl, async (db) => {
+    const names: string[] = [];
+    for (const query of [
+      'select datname as name from pg_catalog.pg_database',
+      'select rolname as name from pg_catalog.pg_roles',
+      'select usename as name from pg_catalog.pg_user',
+      'select usename as name from pg_catalog.pg_stat_activity where usename is not null',
+    ]) {
+      // A catalog the app may not read lists nothing.
+      const rows = await db.query<{ name: string }>(query).then(
+        (result) => result.rows,
+        () => [],
+      );
+      names.push(...rows.map((row) => row.name));
+    }
+    // The honest part: the app's own login works and knows itself.
+    const me = await db.query<{ me: string }>('select current_user as me');
+    assert.equal(me.rows[0]!.me, decodeURIComponent(new URL(attacker.databaseUrl).username));
+    return names;
+  });
+  assert.ok(seen.length > 0, 'the role catalogs are readable (what the test looks through)');
+  const victimId = victim.id.replace(/-/g, '');
+  for (const name of seen)
+    assert.ok(
+      !name.replace(/-/g, '').includes(victimId),
+      `the app listed a name with another deployment's id: ${name}`,
+    );
+  // Its own id is not in its own name either: the names are random.
+  assert.ok(!seen.some((name) => name.includes(attacker.id.replace(/-/g, ''))));
+});
+
+test('provisioning again finds the same database: its name and password are kept before it is made', async () => {
+  const first = await deploymentWithDatabase('again');
+  const id = (await t.database.pool.query<{ id: string }>("select id from deployments where name = 'again'")).rows[0]!
+    .id;
+  const second = await provisionAppResources(
+    { db: t.database.db, pool: t.database.pool, databaseUrl: t.database.url, secretBox: t.secretBox },
+    { id, workspace_id: t.workspaceId },
+    APP_CONFIG,
+  );
+  assert.equal(second.databaseUrl, first.databaseUrl);
+  const events = await t.database.pool.query(
+    "select 1 from events where deployment_id = $1 and type = 'deployment.database_created'",
+    [id],
+  );
+  assert.equal(events.rowCount, 1, 'one database_created event');
+});

@@ -101,7 +101,7 @@ before(async () => {
   });
   assert.equal(created.statusCode, 201, created.body);
   deploymentId = created.json<{ id: string }>().id;
-  appDatabase = await createAppDatabase(source.pool, deploymentId);
+  appDatabase = await createAppDatabase(source.pool);
   cleanups.push(() => dropAppDatabase(source.pool, appDatabase.name).catch(() => undefined));
   await saveDeploymentRuntime(source.db, deploymentId, first.workspaceId, {
     databaseName: appDatabase.name,
@@ -226,7 +226,7 @@ test('an app whose data refuses to load does not fail the restore of the service
   });
   assert.equal(created.statusCode, 201, created.body);
   const honestId = created.json<{ id: string }>().id;
-  const honest = await createAppDatabase(source.pool, honestId);
+  const honest = await createAppDatabase(source.pool);
   cleanups.push(() => dropAppDatabase(source.pool, honest.name).catch(() => undefined));
   await saveDeploymentRuntime(source.db, honestId, first.workspaceId, {
     databaseName: honest.name,

@@ -7,7 +7,7 @@
  * connection slot they can leave the service the slots reserved for it.
  */
 import assert from 'node:assert/strict';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -79,14 +79,9 @@ const made: string[] = [];
 async function makeApp(
   pool: pg.Pool,
   serviceUrl: string,
-  options: { deploymentId?: string; password?: string; connectionLimit?: number } = {},
+  options: { name?: string; password?: string; connectionLimit?: number } = {},
 ): Promise<{ app: AppDatabase; url: string }> {
-  const app = await createAppDatabase(
-    pool,
-    options.deploymentId ?? randomUUID(),
-    options.password,
-    options.connectionLimit,
-  );
+  const app = await createAppDatabase(pool, options.name, options.password, options.connectionLimit);
   if (!made.includes(app.name)) made.push(app.name);
   return { app, url: appDatabaseUrl(serviceUrl, app) };
 }
@@ -173,13 +168,12 @@ test('app roles get the default connection limit, existing roles too when made a
         role,
       ])
     ).rows[0]?.limit;
-  const deploymentId = randomUUID();
-  const { app } = await makeApp(database.pool, database.url, { deploymentId });
+  const { app } = await makeApp(database.pool, database.url);
   assert.equal(await limitOf(app.role), APP_ROLE_CONNECTION_LIMIT);
 
   // A role made before limits existed: provisioning again gives it the limit, and keeps its password.
   await database.pool.query(`alter role "${app.role}" connection limit -1`);
-  const again = await makeApp(database.pool, database.url, { deploymentId, password: app.password });
+  const again = await makeApp(database.pool, database.url, { name: app.name, password: app.password });
   assert.equal(await limitOf(app.role), APP_ROLE_CONNECTION_LIMIT);
   const client = new pg.Client({ connectionString: again.url });
   await client.connect();
@@ -264,7 +258,7 @@ describe('an embedded server of its own', () => {
         warnings.join('\n'),
       );
 
-      const app = await createAppDatabase(service.pool, randomUUID());
+      const app = await createAppDatabase(service.pool);
       const appUrl = appDatabaseUrl(url.toString(), app);
       const own = new pg.Client({ connectionString: appUrl });
       await own.connect();
@@ -301,7 +295,7 @@ describe('an embedded server of its own', () => {
       const count = Math.ceil((max - reserved) / APP_ROLE_CONNECTION_LIMIT) + 1;
       let last: pg.DatabaseError | null = null;
       for (let i = 0; i < count; i++) {
-        const app = await createAppDatabase(service.pool, randomUUID());
+        const app = await createAppDatabase(service.pool);
         const { clients, refused } = await connectUntilRefused(
           appDatabaseUrl(server.url, app),
           APP_ROLE_CONNECTION_LIMIT + 1,

@@ -6,7 +6,6 @@
  * or endless start-up, and none of them reaches the server.
  */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
@@ -32,7 +31,7 @@ const warnings: string[] = [];
 
 before(async () => {
   database = await createTestDatabase();
-  app = await createAppDatabase(database.pool, randomUUID());
+  app = await createAppDatabase(database.pool);
   appUrl = new URL(appDatabaseUrl(database.url, app));
   dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-gate-'));
   const server = new URL(database.url);

@@ -45,7 +45,7 @@ async function newDeployment(name: string): Promise<string> {
 
 /** The deployment's database, as the data plane makes it on first deploy. */
 async function giveDatabase(deploymentId: string): Promise<AppDatabase> {
-  const database = await createAppDatabase(t.database.pool, deploymentId);
+  const database = await createAppDatabase(t.database.pool);
   await saveDeploymentRuntime(t.database.db, deploymentId, t.workspaceId, {
     databaseName: database.name,
     roleName: database.role,

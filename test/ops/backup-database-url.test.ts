@@ -83,7 +83,7 @@ before(async () => {
   assert.equal(created.statusCode, 201, created.body);
   deploymentId = created.json<{ id: string }>().id;
   // The app's own database, as the data plane makes it, with something the app wrote.
-  appDatabase = await createAppDatabase(source.pool, deploymentId);
+  appDatabase = await createAppDatabase(source.pool);
   cleanups.push(() => dropAppDatabase(source.pool, appDatabase.name).catch(() => undefined));
   await saveDeploymentRuntime(source.db, deploymentId, first.workspaceId, {
     databaseName: appDatabase.name,
