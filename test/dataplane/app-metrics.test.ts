@@ -5,7 +5,6 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { ADMIN_KEY } from '../support/harness.ts';
 import {
   requestApp,
   startTestService,
@@ -24,9 +23,11 @@ http.createServer((req, res) => {
 }).listen(Number(process.env.PORT), process.env.HOST);
 `;
 
+const METRICS_TOKEN = 'scraper-token-0123456789';
 let service: TestService;
 before(async () => {
-  service = await startTestService();
+  // The per-deployment series are for the operator's scraper only (they name every tenant's apps).
+  service = await startTestService({ SLIPWAY_METRICS_TOKEN: METRICS_TOKEN });
 });
 after(async () => {
   await service.close();
@@ -34,7 +35,7 @@ after(async () => {
 
 /** The samples of one metric: labels and value. */
 async function samples(name: string): Promise<{ labels: Record<string, string>; value: number }[]> {
-  const response = await fetch(`${service.base}/metrics`, { headers: { 'x-api-key': ADMIN_KEY } });
+  const response = await fetch(`${service.base}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } });
   assert.equal(response.status, 200);
   const text = await response.text();
   const found: { labels: Record<string, string>; value: number }[] = [];
