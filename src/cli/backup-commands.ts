@@ -83,8 +83,9 @@ export function backupCommand(runtime: CliRuntime): Command {
         import('../ops/backup.ts'),
       ]);
       const database = await openForBackup(config, logger);
+      let result;
       try {
-        await createBackup({
+        result = await createBackup({
           database,
           keys: await keys(),
           dataDir: config.dataDir,
@@ -97,6 +98,13 @@ export function backupCommand(runtime: CliRuntime): Command {
       } finally {
         await database.close();
       }
+      // Written, but not whole: a job that runs backups must notice (--without-app-data asked for it).
+      const left = result.manifest.appDatabases.filter((app) => !app.included);
+      if (options.withoutAppData !== true && left.length > 0)
+        throw new CliError(
+          `${file} is written, but without the data of ${left.length} app database(s): ${left.map((app) => `${app.name} (deployment ${app.deploymentId})`).join(', ')}; see the warnings above`,
+          EXIT.failed,
+        );
     });
   });
 }
@@ -129,7 +137,12 @@ export function restoreCommand(runtime: CliRuntime): Command {
           `a restore needs the encryption key of the backup: set SLIPWAY_ENCRYPTION_KEY, or put the encryption.key file into ${config.dataDir} first; nothing was changed`,
         );
       }
-      await restoreBackup({ archive: file, config, keys: loaded, logger, say, signal });
+      const { appDataNotRestored } = await restoreBackup({ archive: file, config, keys: loaded, logger, say, signal });
+      if (appDataNotRestored.length > 0)
+        throw new CliError(
+          `restored, but ${appDataNotRestored.length} app database(s) are empty because their data did not load: ${appDataNotRestored.map((app) => `${app.name} (deployment ${app.deploymentId})`).join(', ')}; see the warnings above`,
+          EXIT.failed,
+        );
     });
   });
 }

@@ -30,6 +30,7 @@ import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../../src/da
 import { findPgTools, serverMajor } from '../../src/ops/app-database-dump.ts';
 import { createBackup } from '../../src/ops/backup.ts';
 import { restoreBackup } from '../../src/ops/restore.ts';
+import { cliUser } from '../cli/cli-runner.ts';
 import { saveDeploymentRuntime } from '../../src/store/deployment-runtimes.ts';
 import { ADMIN_KEY, createTestDatabase, type TestDatabase } from '../helpers.ts';
 
@@ -164,7 +165,7 @@ test("an app holding a lock on its tables does not hang the service's backups", 
   if (!dumpable) return t.skip('no pg_dump fits the server: the backup dumps no app database');
   // The previous test dropped it (and its restore made it again on the same server): start from a fresh one.
   await dropAppDatabase(source.pool, appDatabase.name);
-  const made = await createAppDatabase(source.pool, deploymentId, appDatabase.password);
+  const made = await createAppDatabase(source.pool, appDatabase.name, appDatabase.password);
   const app = new pg.Client({ connectionString: appDatabaseUrl(source.url, made) });
   await app.connect();
   try {
@@ -203,7 +204,7 @@ test('an app whose data refuses to load does not fail the restore of the service
   if (!dumpable) return t.skip('no pg_dump fits the server: the backup holds no app data to restore');
   // The hostile app: its rows load as usual, but fail their CHECK while pg_restore loads them.
   await dropAppDatabase(source.pool, appDatabase.name);
-  const hostile = await createAppDatabase(source.pool, deploymentId, appDatabase.password);
+  const hostile = await createAppDatabase(source.pool, appDatabase.name, appDatabase.password);
   await withClient(appDatabaseUrl(source.url, hostile), (c) =>
     c.query(String.raw`
       create function public.not_in_restore(value text) returns boolean language sql as $f$
@@ -254,18 +255,19 @@ test('an app whose data refuses to load does not fail the restore of the service
   await withClient(adminUrl(), (c) => c.query(`create database ${name}`));
   cleanups.push(() => withClient(adminUrl(), (c) => c.query(`drop database if exists ${name} with (force)`)));
   const target = databaseUrl(adminUrl(), name);
-  const lines: string[] = [];
-  await restoreBackup({
-    archive: output,
-    config: loadConfig({
+  // The operator's command, as a cron job would run it: it must not look like a clean restore.
+  const cli = await cliUser();
+  cleanups.push(() => cli.remove());
+  const restored = await cli.run(['restore', output], {
+    env: {
       DATABASE_URL: target,
       SLIPWAY_ENCRYPTION_KEY: key.toString('hex'),
       SLIPWAY_DATA_DIR: await tempDir('slipway-restored-'),
-    }),
-    keys,
-    logger: silent,
-    say: (line) => lines.push(line),
+    },
   });
+  assert.equal(restored.code, 1, `${restored.stdout}\n${restored.stderr}`);
+  assert.match(restored.stderr, new RegExp(`1 app database\\(s\\) are empty.*${hostile.name}`));
+  const lines = restored.stdout.split('\n');
   const orders = await withClient(appDatabaseUrl(target, honest), (c) => c.query('select item from orders'));
   assert.deepEqual(orders.rows, [{ item: 'tea' }], "the other app's data is back");
   const deployments = await withClient(target, (c) => c.query('select id from deployments order by id'));
