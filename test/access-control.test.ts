@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp } from './support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from './support/harness.ts';
 
 let t: TestApp;
 /** The organization admin key of the first start. */
@@ -20,10 +20,7 @@ let adminKeyIdA: string;
 before(async () => {
   t = await createTestApp({ SLIPWAY_ALLOW_INSECURE_OAUTH: '1' });
   adminA = client(t.app);
-  const orgWide = client(t.app, t.orgKey);
-  const made = await orgWide.post('/v2/workspaces', { name: 'workspace-b' });
-  assert.equal(made.status, 201, JSON.stringify(made.body));
-  workspaceB = made.body.id;
+  workspaceB = (await newWorkspace(t, 'workspace-b')).id;
   org = client(t.app, t.orgKey, t.workspaceId);
   const keyB = await org.post('/v2/api-keys', { name: 'b admin', role: 'admin', workspace_id: workspaceB });
   assert.equal(keyB.status, 201, JSON.stringify(keyB.body));

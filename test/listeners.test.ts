@@ -1,7 +1,7 @@
 /** Listeners: create, read, page, patch, delete; (workspace, compute_id) is unique; compute_type and compute_id never change. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp } from './support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from './support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -96,9 +96,8 @@ describe('create and read', () => {
     assert.equal(again.status, 409);
     assert.match(again.body.detail, /shared-name/);
 
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'second' });
-    assert.equal(ws.status, 201);
-    const other = await client(t.app, t.orgKey, ws.body.id).post('/v2/listeners', {
+    const ws = await newWorkspace(t, 'second');
+    const other = await ws.api.post('/v2/listeners', {
       compute_type: 'k8s',
       compute_id: 'shared-name',
     });
@@ -128,11 +127,8 @@ describe('create and read', () => {
 
 describe('list', () => {
   test('newest first, paged with limit and offset; offset in the response is request offset + count', async () => {
-    const { app } = t;
     // A workspace of its own, so the count is exact.
-    const ws = await client(app, t.orgKey).post('/v2/workspaces', { name: 'paging' });
-    assert.equal(ws.status, 201);
-    const p = client(app, t.orgKey, ws.body.id);
+    const p = (await newWorkspace(t, 'paging')).api;
     const made: string[] = [];
     for (let i = 0; i < 7; i++) {
       const res = await p.post('/v2/listeners', { compute_type: 'k8s', compute_id: `page-${i}` });
@@ -178,8 +174,8 @@ describe('list', () => {
   });
 
   test('the default page size is 20', async () => {
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'default-page' });
-    const p = client(t.app, t.orgKey, ws.body.id);
+    const ws = await newWorkspace(t, 'default-page');
+    const p = ws.api;
     for (let i = 0; i < 22; i++)
       assert.equal((await p.post('/v2/listeners', { compute_type: 'k8s', compute_id: `d-${i}` })).status, 201);
     const res = await p.get('/v2/listeners');

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp } from './support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from './support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -166,9 +166,8 @@ describe('list deployments', () => {
 
 describe('paging', () => {
   test('paging through all pages reaches every deployment exactly once, newest first', async () => {
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'paging' });
-    assert.equal(ws.status, 201);
-    const p = client(t.app, t.orgKey, ws.body.id);
+    const ws = await newWorkspace(t, 'paging');
+    const p = ws.api;
     const made: string[] = [];
     for (let i = 0; i < 23; i++) {
       const res = await p.post('/v2/deployments', {

@@ -22,6 +22,8 @@ import {
   startReplica,
   type Replica,
   type TestApp,
+  newWorkspace,
+  newWorkspaceAdmin,
 } from './support/harness.ts';
 
 let t: TestApp;
@@ -395,15 +397,8 @@ describe('GET .../logs', () => {
     assert.equal(wrongDeployment.status, 404);
     assert.equal(wrongDeployment.body.detail, `Revision ID ${r.revisionId} not found.`);
 
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'logs-b' });
-    assert.equal(ws.status, 201);
-    const key = await client(t.app, t.orgKey).post('/v2/api-keys', {
-      name: 'logs-b',
-      role: 'admin',
-      workspace_id: ws.body.id,
-    });
-    assert.equal(key.status, 201);
-    const b = client(t.app, key.body.key);
+    const ws = await newWorkspace(t, 'logs-b');
+    const b = (await newWorkspaceAdmin(t, ws.id, 'logs-b')).api;
     for (const query of ['', '?follow=true']) {
       const foreign = await b.get(logsUrl(r, query));
       assert.equal(foreign.status, 404, query);

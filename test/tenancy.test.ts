@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, newWorkspace, newWorkspaceAdmin } from './support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -225,16 +225,8 @@ describe('two workspaces are isolated', () => {
   let tagValueId: string;
 
   before(async () => {
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'isolated-b' });
-    assert.equal(ws.status, 201);
-    bWorkspace = ws.body.id;
-    const key = await client(t.app, t.orgKey).post('/v2/api-keys', {
-      name: 'isolated-b',
-      role: 'admin',
-      workspace_id: bWorkspace,
-    });
-    assert.equal(key.status, 201);
-    b = client(t.app, key.body.key);
+    bWorkspace = (await newWorkspace(t, 'isolated-b')).id;
+    b = (await newWorkspaceAdmin(t, bWorkspace, 'isolated-b')).api;
 
     const listener = await api.post('/v2/listeners', {
       compute_type: 'k8s',

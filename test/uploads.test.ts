@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { Readable } from 'node:stream';
 import { createUploadService, UPLOAD_CHUNK_BYTES } from '../src/service/uploads.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp, type TestDatabase } from './support/harness.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, type TestDatabase, newWorkspace } from './support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -216,9 +216,8 @@ describe('POST /v2/uploads', () => {
   });
 
   test('a path uploaded in another workspace is refused with 400', async () => {
-    const ws = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'other' });
-    assert.equal(ws.status, 201);
-    const theirs = await upload(sourceTarball(), { key: t.orgKey, tenant: ws.body.id });
+    const ws = await newWorkspace(t, 'other');
+    const theirs = await upload(sourceTarball(), { key: t.orgKey, tenant: ws.id });
     assert.equal(theirs.status, 201, JSON.stringify(theirs.body));
 
     const res = await api.post('/v2/deployments', {
@@ -253,7 +252,7 @@ describe('POST /v2/uploads', () => {
     assert.equal(after.body.latest_revision_id, created.body.latest_revision_id);
 
     // In its own workspace the path works.
-    const inTheirs = await client(t.app, t.orgKey, ws.body.id).post('/v2/deployments', {
+    const inTheirs = await ws.api.post('/v2/deployments', {
       name: 'borrowed-upload',
       source: 'internal_source',
       source_revision_config: {

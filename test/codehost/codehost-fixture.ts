@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { client, createTestApp, type TestApp } from '../support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from '../support/harness.ts';
 import {
   createTestApp as createGitHubApp,
   makeRepositories,
@@ -178,10 +178,7 @@ export async function otherWorkspace(
   f: CodehostFixture,
   name: string,
 ): Promise<{ id: string; api: ReturnType<typeof client> }> {
-  const org = client(f.t.app, f.t.orgKey, f.t.workspaceId);
-  const res = await org.post('/v2/workspaces', { name });
-  assert.equal(res.status, 201, JSON.stringify(res.body));
-  return { id: res.body.id, api: client(f.t.app, f.t.orgKey, res.body.id) };
+  return newWorkspace(f.t, name);
 }
 
 export async function revisionsOf(

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { hashListenerCredential } from '../../src/auth/listener-credentials.ts';
-import { client } from '../support/harness.ts';
+import { client, newWorkspace } from '../support/harness.ts';
 import {
   agent,
   createProtocolFixture,
@@ -227,9 +227,8 @@ describe('what a credential opens', () => {
   test("a workspace API key opens the protocol for its workspace's listeners, not another workspace's", async () => {
     const l = await newListener(f.api);
     assert.equal((await f.api.get(`/v2/listeners/${l.id}/desired-state`)).status, 200);
-    const ws = await client(f.t.app, f.t.orgKey).post('/v2/workspaces', { name: 'elsewhere' });
-    assert.equal(ws.status, 201);
-    const other = client(f.t.app, f.t.orgKey, ws.body.id);
+    const ws = await newWorkspace(f.t, 'elsewhere');
+    const other = ws.api;
     const res = await other.get(`/v2/listeners/${l.id}/desired-state`);
     assert.equal(res.status, 404);
     assert.equal(res.body.detail, `Listener ID ${l.id} not found.`);

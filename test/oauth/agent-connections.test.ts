@@ -7,7 +7,7 @@ import {
   hashAgentCredential,
 } from '../../src/auth/agent-credentials.ts';
 import { insertCredential } from '../../src/store/agent-credentials.ts';
-import { ADMIN_KEY, client } from '../support/harness.ts';
+import { ADMIN_KEY, client, newWorkspace } from '../support/harness.ts';
 import {
   agentToken,
   authorize,
@@ -33,9 +33,8 @@ before(async () => {
   api = client(t.app);
   await registerProvider(client(t.app, t.orgKey), idp, 'confidential', 'acme-idp');
   tokenId = (await authorize(t, api, { provider_id: 'acme-idp' })).tokenId;
-  const workspace = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'second' });
-  assert.equal(workspace.status, 201);
-  second = client(t.app, t.orgKey, workspace.body.id);
+  const workspace = await newWorkspace(t, 'second');
+  second = workspace.api;
 });
 after(async () => {
   await t.close();

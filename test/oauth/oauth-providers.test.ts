@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { OidcServer } from '../fakes/oidc-server.ts';
-import { client } from '../support/harness.ts';
+import { client, newWorkspace } from '../support/harness.ts';
 import {
   assertNoSecrets,
   otherOrganization,
@@ -306,9 +306,8 @@ test('providers belong to the organization: another one sees none of them and ma
   assert.equal((await api.get('/v2/auth/providers/acme-idp')).body.name, mine.name);
 
   // Workspaces of one organization share its providers.
-  const workspace = await client(t.app, t.orgKey).post('/v2/workspaces', { name: 'second' });
-  assert.equal(workspace.status, 201);
-  const fromSecond = await client(t.app, t.orgKey, workspace.body.id).get('/v2/auth/providers/acme-idp');
+  const workspace = await newWorkspace(t, 'second');
+  const fromSecond = await workspace.api.get('/v2/auth/providers/acme-idp');
   assert.equal(fromSecond.body.id, mine.id);
 });
 
