@@ -232,7 +232,7 @@ const text = (value: unknown): string => (typeof value === 'string' ? value : (J
 /**
  * Parameters that would make the service wait (long polls, the followed log stream): always sent, and
  * only with values that answer at once (GET /v2/auth/wait waits 30 s when timeout is absent). The
- * waiting itself has tests of its own (test/listener-protocol, test/oauth, test/revision-logs.test.ts);
+ * waiting itself has tests of its own (test/listener-protocol, test/oauth, test/routes/revision-logs.test.ts);
  * here it would only make the run slow.
  */
 const noWait = (valid: string, invalid: string[]) =>

@@ -2,7 +2,7 @@
  * The first start (docs/operations.md): killed during initdb, it leaves a half-made cluster that
  * the next start removes and makes again (initdb writes PG_VERSION first of all, so only a marker
  * written once initdb finished tells a complete cluster); and on a terminal the first admin key is
- * printed there, with no file written (elsewhere it goes to a 0600 file: test/service-process.test.ts).
+ * printed there, with no file written (elsewhere it goes to a 0600 file: test/ops/service-process.test.ts).
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';

@@ -1,6 +1,6 @@
 /**
  * The real service as an operator runs it (`npm start`), for the process tests (test/ops/ and
- * test/service-process.test.ts): spawned as a child process on a data directory of the test's, with
+ * test/ops/service-process.test.ts): spawned as a child process on a data directory of the test's, with
  * its own embedded PostgreSQL, and cleaned up after.
  */
 import assert from 'node:assert/strict';

@@ -4,8 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { loadConfig } from '../src/config.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
+import { loadConfig } from '../../src/config.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 before(async () => {

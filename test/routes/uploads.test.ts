@@ -10,8 +10,8 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { Readable } from 'node:stream';
-import { createUploadService, UPLOAD_CHUNK_BYTES } from '../src/service/uploads.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp, type TestDatabase, newWorkspace } from './support/harness.ts';
+import { createUploadService, UPLOAD_CHUNK_BYTES } from '../../src/service/uploads.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, type TestDatabase, newWorkspace } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

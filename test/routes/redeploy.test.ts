@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { gzipSync } from 'node:zlib';
 import { after, before, test } from 'node:test';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 before(async () => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp } from './support/harness.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

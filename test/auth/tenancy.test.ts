@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { ADMIN_KEY, client, createTestApp, type TestApp, newWorkspace, newWorkspaceAdmin } from './support/harness.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp, newWorkspace, newWorkspaceAdmin } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

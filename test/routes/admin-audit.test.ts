@@ -4,8 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { hashApiKey } from '../src/auth/api-keys.ts';
-import { client, createTestApp, type TestApp } from './support/harness.ts';
+import { hashApiKey } from '../../src/auth/api-keys.ts';
+import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { client, createTestApp, startReplica, type Replica, type TestApp } from './support/harness.ts';
+import { client, createTestApp, startReplica, type Replica, type TestApp } from '../support/harness.ts';
 
 const PER_KEY = 3;
 const PER_ADDRESS = 5;

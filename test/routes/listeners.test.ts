@@ -1,7 +1,7 @@
 /** Listeners: create, read, page, patch, delete; (workspace, compute_id) is unique; compute_type and compute_id never change. */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp, newWorkspace } from './support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

@@ -10,8 +10,8 @@ import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { after, before, test } from 'node:test';
-import { pruneEvents, pruneSpooledUploads, pruneUploads } from '../src/pipeline/retention.ts';
-import { ADMIN_KEY, client, createTestApp, type TestApp } from './support/harness.ts';
+import { pruneEvents, pruneSpooledUploads, pruneUploads } from '../../src/pipeline/retention.ts';
+import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
 before(async () => {

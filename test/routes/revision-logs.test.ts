@@ -5,14 +5,14 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
-import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../src/dataplane/log-writer.ts';
-import type { Change, ChangeFeed } from '../src/db/change-feed.ts';
-import type { RevisionStatus } from '../src/domain/states.ts';
-import { createLogger } from '../src/logger.ts';
-import { transitionRevision, type Failure } from '../src/service/lifecycle.ts';
-import { appendRevisionLogs } from '../src/store/revision-logs.ts';
-import { lockRevision } from '../src/store/revisions.ts';
-import type { RevisionLogType } from '../src/store/schema.ts';
+import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../../src/dataplane/log-writer.ts';
+import type { Change, ChangeFeed } from '../../src/db/change-feed.ts';
+import type { RevisionStatus } from '../../src/domain/states.ts';
+import { createLogger } from '../../src/logger.ts';
+import { transitionRevision, type Failure } from '../../src/service/lifecycle.ts';
+import { appendRevisionLogs } from '../../src/store/revision-logs.ts';
+import { lockRevision } from '../../src/store/revisions.ts';
+import type { RevisionLogType } from '../../src/store/schema.ts';
 import {
   ADMIN_KEY,
   buildReplicaApp,
@@ -24,7 +24,7 @@ import {
   type TestApp,
   newWorkspace,
   newWorkspaceAdmin,
-} from './support/harness.ts';
+} from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

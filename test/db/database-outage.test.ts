@@ -5,13 +5,13 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
-import { buildApp } from '../src/app.ts';
-import { loadConfig } from '../src/config.ts';
-import { createSecretBox } from '../src/crypto/secret-box.ts';
-import { connect } from '../src/db/database.ts';
-import { freePort } from '../src/db/embedded-postgres.ts';
-import { createLogger } from '../src/logger.ts';
-import { ADMIN_KEY } from './support/harness.ts';
+import { buildApp } from '../../src/app.ts';
+import { loadConfig } from '../../src/config.ts';
+import { createSecretBox } from '../../src/crypto/secret-box.ts';
+import { connect } from '../../src/db/database.ts';
+import { freePort } from '../../src/db/embedded-postgres.ts';
+import { createLogger } from '../../src/logger.ts';
+import { ADMIN_KEY } from '../support/harness.ts';
 
 test('API routes answer 503 with Retry-After while the database is unreachable; /healthz stays 200', async () => {
   // Nothing listens on this port: every query fails to connect.

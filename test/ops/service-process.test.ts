@@ -21,7 +21,7 @@ import {
   waitUntilGone,
   withDeadline,
   type Service,
-} from './support/service-harness.ts';
+} from '../support/service-harness.ts';
 
 const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
 const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;

@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { client, createTestApp, type TestApp, newWorkspace } from './support/harness.ts';
+import { client, createTestApp, type TestApp, newWorkspace } from '../support/harness.ts';
 
 let t: TestApp;
 /** The organization admin key of the first start. */
