@@ -66,13 +66,21 @@ export function App() {
     setSession(next);
   };
   const signOut = (reason: string | null) => {
-    const wasSso = session?.apiKey === null;
-    saveSession(null);
-    setSignOutReason(reason);
-    setSession(null);
-    // The cookie is HttpOnly: only the service can end the session and remove it.
-    if (wasSso && reason === null)
-      ssoSignOut().catch((error: unknown) => setSignOutReason(`Signing out failed: ${messageOf(error)}`));
+    const finish = (why: string | null) => {
+      saveSession(null);
+      setSignOutReason(why);
+      setSession(null);
+    };
+    // The cookie is HttpOnly: only the service can end the session and remove it. The sign-in page shows
+    // once it has (before, a reload right after "Sign out" could find the person still signed in).
+    if (session?.apiKey === null && reason === null) {
+      ssoSignOut().then(
+        () => finish(null),
+        (error: unknown) => finish(`Signing out failed: ${messageOf(error)}`),
+      );
+      return;
+    }
+    finish(reason);
   };
 
   useEffect(() => {
