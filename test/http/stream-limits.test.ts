@@ -176,8 +176,10 @@ describe('open streams are capped per key and per client address', () => {
       );
     }
     // The waiting polls hold every slot of the credential: wait until one more is refused.
+    // Each try waits 1 s at most: one let in before the polls held every slot must not outlast them (a
+    // try waiting 60 s did, on a busy machine, and the polls' waits ended before it: an endless loop).
     for (;;) {
-      const extra = await fetch(`${url}?wait=60`, { headers: { ...auth, 'if-none-match': etag } });
+      const extra = await fetch(`${url}?wait=1`, { headers: { ...auth, 'if-none-match': etag } });
       if (extra.status === 429) {
         await assertTooMany(extra);
         break;
