@@ -181,6 +181,12 @@ export async function createAppDatabase(
   return { name, role: name, password, created };
 }
 
+/** Whether the database `name` exists on the server (one catalog read: what a deploy checks first). */
+export async function appDatabaseExists(pool: pg.Pool, name: string): Promise<boolean> {
+  const found = await pool.query('select 1 from pg_database where datname = $1', [name]);
+  return (found.rowCount ?? 0) > 0;
+}
+
 export async function dropAppDatabase(pool: pg.Pool, name: string): Promise<void> {
   const client = await pool.connect();
   try {

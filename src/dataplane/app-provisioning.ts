@@ -12,7 +12,13 @@ import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
-import { appDatabaseUrl, createAppDatabase, newAppDatabaseName, newAppDatabasePassword } from './app-database.ts';
+import {
+  appDatabaseExists,
+  appDatabaseUrl,
+  createAppDatabase,
+  newAppDatabaseName,
+  newAppDatabasePassword,
+} from './app-database.ts';
 import { RevisionFailure } from './revision-build.ts';
 
 export interface AppProvisioningDeps {
@@ -53,8 +59,13 @@ export async function provisionAppResources(
     });
     runtime = await getDeploymentRuntime(db, deploymentId);
   }
-  if (appConfig.database && runtime?.database_name) {
-    // Every deploy: made when missing (a first deploy, or one retried after a crash), else found as it is.
+  // Made when missing: a first deploy, or one retried after a crash between keeping the name and making
+  // it. Otherwise one catalog read, not the whole making again on every deploy and start of the service.
+  if (
+    appConfig.database &&
+    runtime?.database_name &&
+    !(await appDatabaseExists(deps.pool, runtime.database_name).catch(() => false))
+  ) {
     const made = await createAppDatabase(
       deps.pool,
       runtime.database_name,
