@@ -14,6 +14,9 @@ import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
 
+/** Per test (and per suite): far above the slowest, which take about a minute on two cores. */
+const TEST_TIMEOUT_MS = 5 * 60_000;
+
 async function testFiles(dir: string): Promise<string[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true, recursive: true });
   return entries
@@ -43,10 +46,16 @@ async function main(): Promise<number> {
             )
           ).flat()
         : await testFiles('test');
-    const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-concurrency=2', ...files], {
-      stdio: 'inherit',
-      env: { ...process.env, SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template },
-    });
+    // A test that hangs fails by name after the timeout (the slowest take about a minute) instead of
+    // holding the run until CI gives up on it without saying which.
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--test', '--test-concurrency=2', `--test-timeout=${TEST_TIMEOUT_MS}`, ...files],
+      {
+        stdio: 'inherit',
+        env: { ...process.env, SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template },
+      },
+    );
     const forward = (signal: NodeJS.Signals) => child.kill(signal);
     process.on('SIGINT', forward);
     process.on('SIGTERM', forward);
