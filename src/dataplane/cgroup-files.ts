@@ -5,6 +5,7 @@
  */
 import { constants as fsConstants } from 'node:fs';
 import fs from 'node:fs/promises';
+import path from 'node:path';
 
 /**
  * The file operations on the cgroup file system, so that tests can give the cgroup v2 logic a fake
@@ -80,6 +81,37 @@ export async function writeSetting(io: CgroupFs, file: string, value: string): P
   } catch (error) {
     throw new Error(`could not write ${JSON.stringify(value)} to ${file}: ${message(error)}`, { cause: error });
   }
+}
+
+/**
+ * The CPU standing of the parent group of all apps and builds: the idle class when the kernel has it
+ * (`cpu.idle`, Linux 5.15 and later), else a quarter of the default weight in `weightFile`
+ * (src/dataplane/resource-limits.ts says why). Against the groups and tasks beside it (the service's),
+ * an idle group runs only when they leave a CPU free, and a task of theirs that wakes takes the CPU back
+ * at once, where a weight lets it wait for its share. The kernel gives an idle group the least weight
+ * and refuses a weight for it, so an idle group (one an earlier run left, say) is left as it is. True
+ * when the group is idle.
+ */
+export async function setAppsCpuStanding(
+  io: CgroupFs,
+  dir: string,
+  weightFile: 'cpu.shares' | 'cpu.weight',
+  weight: number,
+): Promise<boolean> {
+  const idleFile = path.join(dir, 'cpu.idle');
+  if (await io.exists(idleFile)) {
+    if ((await io.readFile(idleFile)).trim() !== '1') await writeSetting(io, idleFile, '1');
+    return true;
+  }
+  await writeSetting(io, path.join(dir, weightFile), String(weight));
+  return false;
+}
+
+/** The words the description of a control gives the CPU standing of the apps' group. */
+export function cpuStandingWords(idle: boolean): string {
+  return idle
+    ? 'in the idle CPU class beside the service: they run on the cycles it leaves, and yield them as soon as it wants them'
+    : 'weighted to yield the CPU to the service when both are busy (the kernel has no idle class for groups)';
 }
 
 /** Makes a directory; false when it was already there. */

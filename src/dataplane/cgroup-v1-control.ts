@@ -16,6 +16,8 @@ import {
   explainRefusal,
   freshDir,
   makeDir,
+  cpuStandingWords,
+  setAppsCpuStanding,
   writeSetting,
   type CgroupSetup,
   type Controller,
@@ -44,6 +46,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
   const { io, root, parent } = ctx;
   const parents = new Map<Controller, string>();
   const made: string[] = [];
+  let idle = false;
   const refuse = async (reason: string) => {
     await disposeDirs(io, made.reverse(), ctx.logger);
     return reason;
@@ -66,7 +69,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
     }
     if (controller === 'cpu') {
       try {
-        await writeSetting(io, path.join(dir, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+        idle = await setAppsCpuStanding(io, dir, 'cpu.shares', APPS_CPU_SHARES_V1);
       } catch (error) {
         return refuse(explainRefusal(error, dir));
       }
@@ -100,7 +103,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
       `cgroup v1: each app instance and build gets a memory limit ` +
       (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
       `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
-      `(weighted to yield the CPU to the service when both are busy)`,
+      `(${cpuStandingWords(idle)})`,
     paths: [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])],
     async create(name, limits) {
       const dirs = [
@@ -114,8 +117,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
           const parentOf = path.dirname(dir);
           await freshDir(io, dir, async () => {
             await makeDir(io, parentOf);
-            if (parentOf === dirOf('cpu'))
-              await writeSetting(io, path.join(parentOf, 'cpu.shares'), String(APPS_CPU_SHARES_V1));
+            if (parentOf === dirOf('cpu')) await setAppsCpuStanding(io, parentOf, 'cpu.shares', APPS_CPU_SHARES_V1);
           });
           created.push(dir);
         }

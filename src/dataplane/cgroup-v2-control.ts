@@ -18,6 +18,8 @@ import {
   explainRefusal,
   freshDir,
   makeDir,
+  cpuStandingWords,
+  setAppsCpuStanding,
   words,
   writeSetting,
   type CgroupFs,
@@ -66,12 +68,13 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
   const parentDir = path.join(base, parent);
   let made = false;
   let at = base;
+  let idle: boolean;
   try {
     await enableControllers(io, base);
     at = parentDir;
     made = await makeDir(io, parentDir);
     await enableControllers(io, parentDir);
-    await writeSetting(io, path.join(parentDir, 'cpu.weight'), String(APPS_CPU_WEIGHT_V2));
+    idle = await setAppsCpuStanding(io, parentDir, 'cpu.weight', APPS_CPU_WEIGHT_V2);
   } catch (error) {
     if (made) await io.rmdir(parentDir).catch(() => undefined);
     return explainRefusal(error, at);
@@ -81,14 +84,14 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
     kind: 'cgroup-v2',
     description:
       `cgroup v2: each app instance and build gets a memory limit (no swap), a CPU quota and a task limit, ` +
-      `in ${parentDir} (weighted to yield the CPU to the service when both are busy)`,
+      `in ${parentDir} (${cpuStandingWords(idle)})`,
     paths: [parentDir],
     async create(name, limits) {
       const dir = path.join(parentDir, name);
       await freshDir(io, dir, async () => {
         await makeDir(io, parentDir);
         await enableControllers(io, parentDir);
-        await writeSetting(io, path.join(parentDir, 'cpu.weight'), String(APPS_CPU_WEIGHT_V2));
+        await setAppsCpuStanding(io, parentDir, 'cpu.weight', APPS_CPU_WEIGHT_V2);
       });
       try {
         await writeSetting(io, path.join(dir, 'memory.max'), String(limits.memoryBytes));

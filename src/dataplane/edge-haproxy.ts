@@ -39,6 +39,7 @@ import {
 } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process.ts';
+import { idlePriority } from './idle-priority.ts';
 import { createEdgeAccounts, parseBackendCounts, zeroCounts, type RawCounts } from './edge-haproxy-stats.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
 
@@ -76,20 +77,13 @@ const INITIAL_POOL = 128;
 const SLOTS = 16;
 
 /**
- * HAProxy's niceness: 5, a third of the CPU weight of a process at 0 (the API), about that of all apps
- * together (src/dataplane/resource-limits.ts), so the edge neither starves the apps it forwards to nor
- * takes the CPU from the API.
- */
-export const EDGE_NICENESS = 5;
-
-/**
- * HAProxy's threads: half the CPUs, at least one. The edge shares the machine with the apps it serves and
- * with the API; one thread of HAProxy forwards tens of thousands of small requests a second, and on a
- * small machine a second thread only contends with the apps for the same cores (measured on 2 CPUs:
- * one thread served more requests than two, with the app under its CPU quota).
+ * HAProxy's threads: one per CPU, HAProxy's own default. It runs in the idle CPU class
+ * (src/dataplane/idle-priority.ts), as the apps it forwards to do: its threads use only the cycles the
+ * service leaves, so more of them take nothing from the API, and with fewer a small app's traffic was
+ * bound by one core (measured on 2 CPUs: 0.73x of plain nginx's req/s with one thread, 0.98x with two).
  */
 export function edgeThreads(cpus: number = os.availableParallelism()): number {
-  return Math.max(1, Math.floor(cpus / 2));
+  return Math.max(1, cpus);
 }
 
 /** How long HAProxy has to start and answer on its runtime socket. */
@@ -121,7 +115,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     await fs.writeFile(tlsPemFile, pem.map((p) => p.trimEnd()).join('\n') + '\n', { mode: 0o600 });
   }
   const setpriv = await findExecutable('setpriv');
-  const nice = await findExecutable('nice');
+  const priority = await idlePriority();
   // As root, HAProxy's worker drops to the `haproxy` user Debian's package makes: not `nobody`, which the
   // apps' sandboxes run as.
   const runAs = process.getuid?.() === 0 ? await workerUser() : null;
@@ -176,16 +170,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   function spawnHaproxy(): ChildProcess {
     // Master-worker mode: the master keeps root and so its parent-death signal (a change of user clears
     // it), the worker runs as nobody and exits with its master.
-    // At a lower priority than the service (nice before HAProxy starts, so its worker has it too): app
-    // traffic yields the CPU to the API when both are busy, as the apps themselves do (their cgroups).
-    const command = [
-      ...(nice ? [nice, '-n', String(EDGE_NICENESS)] : []),
-      options.haproxyPath,
-      '-W',
-      '-db',
-      '-f',
-      configFile,
-    ];
+    // In the idle CPU class (set before HAProxy starts, so its worker and threads have it too): app
+    // traffic yields the CPU to the API at once, as the apps themselves do (their cgroups).
+    const command = [...priority.prefix, options.haproxyPath, '-W', '-db', '-f', configFile];
     const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
     const proc = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
     proc.stderr.setEncoding('utf8');

@@ -6,11 +6,13 @@
  * names and limits, and finds out which cgroup version serves here: where the groups go on each is in
  * cgroup-v1-control.ts and cgroup-v2-control.ts, a group's own operations in cgroup-group.ts.
  *
- * The parent group of all apps and builds gets a quarter of the default CPU weight against the processes
- * next to it (the service's own threads on cgroup v1, the other top-level groups on v2). Weights only
- * matter when the CPUs are all busy: an idle service leaves apps every cycle, a busy one (the API
- * answering while an app is under load) is served first, so one tenant's traffic does not slow every
- * tenant's API calls.
+ * The parent group of all apps and builds is in the idle CPU class (`cpu.idle`, Linux 5.15 and later)
+ * against the processes next to it (the service's own threads on cgroup v1, the other top-level groups on
+ * v2), with a quarter of the default CPU weight where the kernel has no idle class. An idle service leaves
+ * apps every cycle; when the API wakes to answer while an app is under load, it takes a CPU from the app
+ * at once (with a weight alone it waited for its turn, a few milliseconds on a busy machine), so one
+ * tenant's traffic does not slow every tenant's API calls. The app edge and the apps' user-mode network
+ * run in the idle class too (src/dataplane/idle-priority.ts).
  *
  * When neither version works (not root and nothing delegated, controllers missing), `kind` is 'none', the
  * description says why, and every operation does nothing.

@@ -15,6 +15,7 @@ import { once } from 'node:events';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
+import { idlePriority } from './idle-priority.ts';
 
 export interface SlirpOptions {
   /** The slirp4netns binary. */
@@ -99,22 +100,23 @@ export async function attachNetwork(
   await waitForLoopback(pid, 10_000);
   counter += 1;
   const apiSocket = path.join(options.socketDir, `s${process.pid}-${counter}.sock`);
-  const child = spawn(
+  // In the idle CPU class, as the app it carries traffic for (src/dataplane/idle-priority.ts).
+  const priority = await idlePriority();
+  const argv = [
+    ...priority.prefix,
     options.binary,
-    [
-      '--configure',
-      '--mtu=65520',
-      '--disable-host-loopback',
-      '--enable-sandbox',
-      '--enable-seccomp',
-      '--ready-fd=3',
-      '--exit-fd=4',
-      `--api-socket=${apiSocket}`,
-      String(pid),
-      'tap0',
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] },
-  );
+    '--configure',
+    '--mtu=65520',
+    '--disable-host-loopback',
+    '--enable-sandbox',
+    '--enable-seccomp',
+    '--ready-fd=3',
+    '--exit-fd=4',
+    `--api-socket=${apiSocket}`,
+    String(pid),
+    'tap0',
+  ];
+  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-2_000);

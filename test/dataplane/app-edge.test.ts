@@ -18,6 +18,14 @@ import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 
+/** SCHED_IDLE, the idle CPU class (sched(7)). */
+const SCHED_IDLE = 5;
+/** The scheduling policy of a thread, from /proc (field 41 of its stat). */
+async function schedulingPolicy(pid: number, tid: number): Promise<number> {
+  const stat = await fs.readFile(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[38]);
+}
+
 const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 const HAPROXY = '/usr/sbin/haproxy';
 const KINDS = ['haproxy', 'builtin'] as const;
@@ -1071,7 +1079,7 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     return reply !== null && reply.status === 200 && reply.json().name === name;
   }
 
-  test('HAProxy yields the CPU to the service: master and worker run at a lower priority, with half the CPUs as threads', async () => {
+  test('HAProxy yields the CPU to the service: master and every worker thread in the idle CPU class, a thread per CPU', async () => {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
     dataDirs.push(dataDir);
     await startEdge('haproxy', { dataDir });
@@ -1080,13 +1088,11 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
       (await fs.readFile(`/proc/${master}/task/${master}/children`, 'utf8')).trim().split(/\s+/)[0],
     );
     assert.ok(worker > 0, 'HAProxy has a worker');
-    const statOf = async (pid: number) => {
-      const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
-      return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    };
-    const ownNice = Number((await statOf(process.pid))[16]);
-    for (const pid of [master, worker]) assert.equal(Number((await statOf(pid))[16]), ownNice + 5, `nice of ${pid}`);
-    assert.equal(Number((await statOf(worker))[17]), Math.max(1, Math.floor(os.availableParallelism() / 2)), 'threads');
+    const threads = await fs.readdir(`/proc/${worker}/task`);
+    assert.equal(threads.length, os.availableParallelism(), 'threads');
+    for (const [pid, tid] of [[master, master], ...threads.map((t) => [worker, Number(t)])] as const)
+      assert.equal(await schedulingPolicy(pid, tid), SCHED_IDLE, `scheduling policy of ${pid}/${tid}`);
+    assert.notEqual(await schedulingPolicy(process.pid, process.pid), SCHED_IDLE, 'the service is not idle');
   });
 
   /** The pids of the master's workers. */

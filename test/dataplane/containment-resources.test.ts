@@ -109,15 +109,37 @@ async function events(deploymentId: string): Promise<{ type: string; data: Recor
   return answer.body.resources;
 }
 
-/** Processes of the host whose command line starts with `marker` (their argv[0]). */
-async function processesNamed(marker: string): Promise<number[]> {
+/** Processes of the host whose command line starts with `marker` (their argv[0], or its last part). */
+async function processesNamed(marker: string, options: { basename?: boolean } = {}): Promise<number[]> {
   const found: number[] = [];
   for (const pid of (await fs.readdir('/proc')).filter((p) => /^\d+$/.test(p))) {
     const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.startsWith(`${marker}\0`)) found.push(Number(pid));
+    const argv0 = cmdline.split('\0')[0]!;
+    if ((options.basename ? argv0.split('/').at(-1) : argv0) === marker) found.push(Number(pid));
   }
   return found;
 }
+
+/** SCHED_IDLE, the idle CPU class (sched(7)). */
+const SCHED_IDLE = 5;
+/** The scheduling policy and the parent of a process, from /proc/<pid>/stat (fields 41 and 4). */
+async function schedulingOf(pid: number): Promise<{ policy: number; ppid: number }> {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { policy: Number(fields[38]), ppid: Number(fields[1]) };
+}
+
+test("an app's network (slirp4netns) runs in the idle CPU class: the traffic it carries yields the CPU to the service", async () => {
+  const ours = [];
+  for (const pid of await processesNamed('slirp4netns', { basename: true })) {
+    const scheduling = await schedulingOf(pid).catch(() => null);
+    // This service's (it runs in this process); other test files' services run their own.
+    if (scheduling?.ppid === process.pid) ours.push({ pid, ...scheduling });
+  }
+  assert.ok(ours.length > 0, 'the neighbour has its slirp4netns');
+  for (const found of ours) assert.equal(found.policy, SCHED_IDLE, `slirp4netns ${found.pid}`);
+  assert.notEqual((await schedulingOf(process.pid)).policy, SCHED_IDLE, 'the service itself is not idle');
+});
 
 test(
   'a memory hog is killed at its memory_limit_mb, reported as out_of_memory and restarted; then a revision that cannot fit fails DEPLOY_FAILED out_of_memory',

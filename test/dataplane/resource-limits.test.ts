@@ -269,9 +269,13 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     await group.remove();
   });
 
-  test('busy apps yield the CPU to a busy service: the parent group weighs a quarter of a process', async () => {
+  test('busy apps yield the CPU to a busy service: the parent group is in the idle class (or weighs a quarter of a process)', async () => {
     const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-    assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
+    const idle = await exists(path.join(cpuParent, 'cpu.idle'));
+    // The kernel shows an idle group's weight as the least there is (3).
+    if (idle) assert.equal(await readValue(cpuParent, 'cpu.idle'), '1');
+    else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
+    assert.match(control.description, idle ? /in the idle CPU class/ : /weighted to yield the CPU/);
     // The service's side: a group next to the parent at the default weight, as a service's own unit is
     // (a group of its own, not the root's tasks, whose scheduling autogroups make depend on the session).
     const serviceGroup = `${cpuParent}-service`;
@@ -303,8 +307,10 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       const used = after.map((t, i) => t - before[i]!);
       const appTicks = used.slice(0, cpus).reduce((a, b) => a + b, 0);
       const serviceTicks = used.slice(cpus).reduce((a, b) => a + b, 0);
-      // Equal weights would give about 1:1; 256 against 1024 gives about 1:4.
-      assert.ok(serviceTicks > 2 * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+      // Equal weights would give about 1:1; 256 against 1024 gives about 1:4; the idle class leaves the apps
+      // only what the kernel grants an idle group against busy ones (a weight of 3 against 1024).
+      const ratio = idle ? 20 : 2;
+      assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
     } finally {
       for (const c of started) c.child.kill('SIGKILL');
       await Promise.all(started.map((c) => c.exit));
@@ -436,7 +442,9 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     try {
       for (const dir of group.paths) assert.ok(await exists(path.join(dir, 'cgroup.procs')), dir);
       const cpuParent = second.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-      assert.equal(await readValue(cpuParent, 'cpu.shares'), '256', 'the weight is set again');
+      if (await exists(path.join(cpuParent, 'cpu.idle')))
+        assert.equal(await readValue(cpuParent, 'cpu.idle'), '1', 'the idle class is set again');
+      else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256', 'the weight is set again');
     } finally {
       await group.remove();
       await sweep(second.paths);
@@ -474,8 +482,9 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.match(control.description, /^cgroup v2: .*memory limit \(no swap\).*CPU quota.*task limit/);
     assert.equal(await fake.read('', 'cgroup.subtree_control'), 'cpu memory pids\n');
     assert.equal(await fake.read('slipway', 'cgroup.subtree_control'), 'cpu memory pids\n');
-    // All apps together weigh a quarter of a default group: a busy service is served first.
-    assert.equal(await fake.read('slipway', 'cpu.weight'), '25\n');
+    // All apps together are in the idle class: a busy service is served first.
+    assert.equal(await fake.read('slipway', 'cpu.idle'), '1\n');
+    assert.match(control.description, /in the idle CPU class beside the service/);
 
     const group = await control.create('dep-web-0-1', limits);
     const leaf = 'slipway/dep-web-0-1';
@@ -605,6 +614,20 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.equal(control.kind, 'none');
     assert.match(control.description, /offers no cpu controller/);
     assert.match(control.description, /no cgroup v1 memory hierarchy/);
+  });
+
+  test('a kernel without the idle class for groups (before 5.15): a quarter of the weight, and the description says so', async (t) => {
+    const fake = await createFakeCgroupV2({ idle: false });
+    t.after(() => fake.cleanup());
+    const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
+    assert.equal(control.kind, 'cgroup-v2');
+    assert.equal(await fake.read('slipway', 'cpu.weight'), '25\n');
+    assert.equal(await exists(path.join(fake.root, 'slipway/cpu.idle')), false);
+    assert.match(control.description, /weighted to yield the CPU to the service/);
+    assert.doesNotMatch(control.description, /idle CPU class/);
+    const group = await control.create('g', limits);
+    await group.remove();
+    await control.dispose();
   });
 
   test('without swap accounting memory.swap.max is absent and left alone', async (t) => {

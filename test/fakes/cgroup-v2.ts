@@ -26,7 +26,7 @@ const CORE_FILES: Record<string, string> = {
   'cgroup.events': 'populated 0\nfrozen 0\n',
 };
 
-function controllerFiles(controller: string, swap: boolean): Record<string, string> {
+function controllerFiles(controller: string, swap: boolean, idle: boolean): Record<string, string> {
   switch (controller) {
     case 'memory':
       return {
@@ -39,6 +39,7 @@ function controllerFiles(controller: string, swap: boolean): Record<string, stri
       return {
         'cpu.max': 'max 100000\n',
         'cpu.weight': '100\n',
+        ...(idle ? { 'cpu.idle': '0\n' } : {}),
         'cpu.stat': 'usage_usec 0\nuser_usec 0\nsystem_usec 0\n',
       };
     case 'pids':
@@ -55,6 +56,7 @@ const LIMIT_VALUE: Record<string, RegExp> = {
   'cpu.max': /^(max|\d+)( \d+)?\n?$/,
   // 1 to 10000, as the kernel takes it.
   'cpu.weight': /^([1-9]\d{0,3}|10000)\n?$/,
+  'cpu.idle': /^[01]\n?$/,
 };
 
 function fail(code: string, syscall: string, file: string): Error {
@@ -70,6 +72,8 @@ export interface FakeCgroupV2Options {
   controllers?: string[];
   /** Whether memory.swap.max exists (swap accounting); default true. */
   swap?: boolean;
+  /** Whether cpu.idle exists (Linux 5.15 and later); default true. */
+  idle?: boolean;
   /**
    * Groups (paths relative to the root, like `system.slice/slipway.service`) whose subtree the service
    * may write; default everything (root). The root group itself is writable only with the default.
@@ -94,6 +98,7 @@ export interface FakeCgroupV2 {
 export async function createFakeCgroupV2(options: FakeCgroupV2Options = {}): Promise<FakeCgroupV2> {
   const root = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-cgroup2-'));
   const swap = options.swap ?? true;
+  const idle = options.idle ?? true;
   const rootExempt = options.rootExempt ?? true;
   const relativeOf = (dir: string) => path.relative(root, dir);
   const inside = (file: string) => {
@@ -131,7 +136,7 @@ export async function createFakeCgroupV2(options: FakeCgroupV2Options = {}): Pro
   const offer = async (dir: string, controllers: string[]) => {
     await fs.writeFile(path.join(dir, 'cgroup.controllers'), `${sortControllers(controllers).join(' ')}\n`);
     for (const controller of KNOWN) {
-      const files = controllerFiles(controller, swap);
+      const files = controllerFiles(controller, swap, idle);
       if (controllers.includes(controller)) await writeFiles(dir, files);
       else for (const name of Object.keys(files)) await fs.rm(path.join(dir, name), { force: true });
     }
