@@ -77,13 +77,14 @@ const INITIAL_POOL = 128;
 const SLOTS = 16;
 
 /**
- * HAProxy's threads: one per CPU, HAProxy's own default. It runs in the idle CPU class
- * (src/dataplane/idle-priority.ts), as the apps it forwards to do: its threads use only the cycles the
- * service leaves, so more of them take nothing from the API, and with fewer a small app's traffic was
- * bound by one core (measured on 2 CPUs: 0.73x of plain nginx's req/s with one thread, 0.98x with two).
+ * HAProxy's threads: half the CPUs, at least one. The edge shares the machine with the apps it serves and
+ * with the API; one thread of HAProxy forwards tens of thousands of small requests a second. A thread per
+ * CPU was tried (2026-12-04, in the idle CPU class): on 2 CPUs under load, a client was sent back to the
+ * old instance after the new one had served it during a switch, and an app's counts read right after
+ * its responses lagged by one; with one thread neither happens.
  */
 export function edgeThreads(cpus: number = os.availableParallelism()): number {
-  return Math.max(1, cpus);
+  return Math.max(1, Math.floor(cpus / 2));
 }
 
 /** How long HAProxy has to start and answer on its runtime socket. */
