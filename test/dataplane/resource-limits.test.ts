@@ -269,33 +269,32 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     await group.remove();
   });
 
-  test('busy apps yield the CPU to a busy service: the parent group is in the idle class (or weighs a quarter of a process)', async () => {
+  /**
+   * Two spinning processes in app groups (no quota in the way: 4 cores each), started with `appPrefix`
+   * before the spinner, and two in a group beside the apps' parent at the default weight, as a service's
+   * own unit is (a group of its own, not the root's tasks, whose scheduling autogroups make depend on the
+   * session); all on one CPU (taskset): weights share a CPU among what runs on it, and on several CPUs
+   * the kernel's balancing could give each side a CPU of its own whatever the weights. The clock ticks
+   * each side got in 1.5 s.
+   */
+  async function busySides(appPrefix: string[]): Promise<{ appTicks: number; serviceTicks: number }> {
     const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-    const idle = await exists(path.join(cpuParent, 'cpu.idle'));
-    // The kernel shows an idle group's weight as the least there is (3).
-    if (idle) assert.equal(await readValue(cpuParent, 'cpu.idle'), '1');
-    else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
-    assert.match(control.description, idle ? /in the idle CPU class/ : /weighted to yield the CPU/);
-    // The service's side: a group next to the parent at the default weight, as a service's own unit is
-    // (a group of its own, not the root's tasks, whose scheduling autogroups make depend on the session).
     const serviceGroup = `${cpuParent}-service`;
     await fs.mkdir(serviceGroup);
-    // Two spinning processes in app groups (no quota in the way: 4 cores each) and two in the service's
-    // group, all on one CPU (taskset): weights share a CPU among what runs on it, and on several CPUs the
-    // kernel's balancing could give each side a CPU of its own whatever the weights.
     const cpus = 2;
-    const spin = ['-c', '0', process.execPath, '-e', 'for(;;){}'];
+    const spin = ['taskset', '-c', '0', process.execPath, '-e', 'for(;;){}'];
     const started: Started[] = [];
     try {
       for (let i = 0; i < cpus; i++) {
         const group = await create(`spin${i}`, { memoryBytes: 128 * MIB, cpu: 4, pids: 64 });
-        const child = start('taskset', spin, true);
+        const [file, ...args] = [...appPrefix, ...spin];
+        const child = start(file!, args, true);
         started.push(child);
         await group.add(child.pid);
         child.release();
       }
       for (let i = 0; i < cpus; i++) {
-        const child = start('taskset', spin, true);
+        const child = start(spin[0]!, spin.slice(1), true);
         started.push(child);
         await fs.writeFile(path.join(serviceGroup, 'cgroup.procs'), String(child.pid));
         child.release();
@@ -305,17 +304,41 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       await sleep(1_500);
       const after = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       const used = after.map((t, i) => t - before[i]!);
-      const appTicks = used.slice(0, cpus).reduce((a, b) => a + b, 0);
-      const serviceTicks = used.slice(cpus).reduce((a, b) => a + b, 0);
-      // Equal weights would give about 1:1; 256 against 1024 gives about 1:4; the idle class leaves the apps
-      // only what the kernel grants an idle group against busy ones (a weight of 3 against 1024).
-      const ratio = idle ? 20 : 2;
-      assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+      return {
+        appTicks: used.slice(0, cpus).reduce((a, b) => a + b, 0),
+        serviceTicks: used.slice(cpus).reduce((a, b) => a + b, 0),
+      };
     } finally {
       for (const c of started) c.child.kill('SIGKILL');
       await Promise.all(started.map((c) => c.exit));
       await fs.rmdir(serviceGroup).catch(() => undefined);
     }
+  }
+
+  /** Whether the apps' parent group is in the idle class; the least share the service's side must get over the apps'. */
+  async function cpuStanding(): Promise<{ idle: boolean; ratio: number }> {
+    const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
+    const idle = await exists(path.join(cpuParent, 'cpu.idle'));
+    // Equal weights would give about 1:1; 256 against 1024 gives about 1:4; the idle class leaves the apps
+    // only what the kernel grants an idle group against busy ones (a weight of 3 against 1024).
+    return { idle, ratio: idle ? 20 : 2 };
+  }
+
+  test('busy apps yield the CPU to a busy service: the parent group is in the idle class (or weighs a quarter of a process)', async () => {
+    const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
+    const { idle, ratio } = await cpuStanding();
+    // The kernel shows an idle group's weight as the least there is (3).
+    if (idle) assert.equal(await readValue(cpuParent, 'cpu.idle'), '1');
+    else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
+    assert.match(control.description, idle ? /in the idle CPU class/ : /weighted to yield the CPU/);
+    const { appTicks, serviceTicks } = await busySides([]);
+    assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+  });
+
+  test("an app that raises its own priority as far as a process can (nice -20) still yields: the class is its group's", async () => {
+    const { ratio } = await cpuStanding();
+    const { appTicks, serviceTicks } = await busySides(['nice', '-n', '-20']);
+    assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps at nice -20 ${appTicks} ticks`);
   });
 
   test('a process over the memory limit is killed by the OOM killer, and counted; the service lives on', async () => {
