@@ -42,7 +42,7 @@ import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
-import { findExecutable } from '../src/dataplane/executables.ts';
+import { FALLBACK_NICENESS, idlePriority } from '../src/dataplane/idle-priority.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
 import {
@@ -705,8 +705,9 @@ const API_PROBE_LEAD = 0.5;
  */
 function setSchedulingClass(chrt: string | null, pid: number, idle: boolean): void {
   if (chrt === null) {
-    // Without util-linux's chrt: nice 10 for the runs, and back (raising it again needs root, as the bench is).
-    os.setPriority(pid, idle ? 10 : 0);
+    // Without util-linux's chrt: the service's fallback niceness for the runs, and back (raising it again
+    // needs root, as the bench is).
+    os.setPriority(pid, idle ? FALLBACK_NICENESS : 0);
     return;
   }
   execFileSync(chrt, ['--all-tasks', idle ? '--idle' : '--other', '--pid', '0', String(pid)]);
@@ -857,7 +858,7 @@ async function apiRuns(
   };
   const loads: ApiLoad[] = ['none', ...(['stable', 'builtin'] as const).filter((l) => forms.some((f) => f.form === l))];
   const runs: ApiRun[] = [];
-  const chrt = await findExecutable('chrt');
+  const { chrt } = await idlePriority();
   if (load.pid !== undefined) setSchedulingClass(chrt, load.pid, true);
   try {
     await apiRounds();

@@ -4,8 +4,8 @@
  * configuration file, connections to it kept alive, the proxy's defaults otherwise), each started by
  * the bench in a directory of its own. The service's own edge adds what apps are promised on top of
  * this: routing by host name from a table that changes at run time, credential stripping, its own error
- * answers. They run in the edge's CPU class (idle: src/dataplane/idle-priority.ts), and with their own
- * defaults for threads and workers (one per CPU, as the edge).
+ * answers. They run in the edge's CPU class (idle: src/dataplane/idle-priority.ts), with their own
+ * defaults for threads and workers (one per CPU; the edge runs half the CPUs as threads).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';

@@ -13,11 +13,13 @@
 import { findExecutable } from './executables.ts';
 
 /** The niceness of the fallback, where chrt is missing: a tenth of the CPU weight of a process at 0. */
-const FALLBACK_NICENESS = 10;
+export const FALLBACK_NICENESS = 10;
 
 export interface IdlePriority {
   /** Put before a command's argv: runs it in the idle class (or at the fallback niceness). */
   prefix: readonly string[];
+  /** util-linux's chrt, when there is one (it also moves a running process: `chrt --idle --pid 0 <pid>`). */
+  chrt: string | null;
   /** `idle` when the command runs in the idle class, `nice` at the fallback niceness, `none` as it is. */
   kind: 'idle' | 'nice' | 'none';
 }
@@ -28,10 +30,10 @@ let found: Promise<IdlePriority> | null = null;
 export function idlePriority(): Promise<IdlePriority> {
   found ??= (async () => {
     const chrt = await findExecutable('chrt');
-    if (chrt) return { prefix: [chrt, '--idle', '0'], kind: 'idle' };
+    if (chrt) return { prefix: [chrt, '--idle', '0'], chrt, kind: 'idle' };
     const nice = await findExecutable('nice');
-    if (nice) return { prefix: [nice, '-n', String(FALLBACK_NICENESS)], kind: 'nice' };
-    return { prefix: [], kind: 'none' };
+    if (nice) return { prefix: [nice, '-n', String(FALLBACK_NICENESS)], chrt: null, kind: 'nice' };
+    return { prefix: [], chrt: null, kind: 'none' };
   })();
   return found;
 }
