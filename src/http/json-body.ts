@@ -88,12 +88,18 @@ const PROBLEMS: Record<JsonTextProblem['kind'], { type: string; msg: string }> =
   too_deep: { type: 'nesting_too_deep', msg: `Input must not nest deeper than ${MAX_JSON_DEPTH} levels` },
 };
 
-/** Parses a JSON body or throws a ValidationError (422) saying what is wrong and where. */
-export function parseJsonBody(body: Buffer): unknown {
-  if (body.length === 0)
+/**
+ * Parses a JSON body or throws a ValidationError (422) saying what is wrong and where. An empty body is
+ * no body (undefined) when `bodyless`: the operation reads none, and clients send
+ * `Content-Type: application/json` on every write (the interface asks them to), with nothing after it.
+ */
+export function parseJsonBody(body: Buffer, bodyless = false): unknown {
+  if (body.length === 0) {
+    if (bodyless) return undefined;
     throw new ValidationError([
       { type: 'json_invalid', loc: ['body'], msg: 'Body is empty but Content-Type is application/json' },
     ]);
+  }
   let text: string;
   try {
     text = utf8.decode(body);
@@ -112,12 +118,16 @@ export function parseJsonBody(body: Buffer): unknown {
   return value;
 }
 
-/** Replaces Fastify's JSON parser in `app` and the plugins registered in it after this call. */
+/**
+ * Replaces Fastify's JSON parser in `app` and the plugins registered in it after this call. A route
+ * that declares no body schema reads no body: an empty one is taken as none, and a JSON body it is sent
+ * (`{}`) is parsed and ignored (docs/api.md, "Conventions"; the OpenAPI document says so, openapi.ts).
+ */
 export function registerJsonBodyParser(app: FastifyInstance): void {
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
     try {
-      done(null, parseJsonBody(body as Buffer));
+      done(null, parseJsonBody(body as Buffer, request.routeOptions.schema?.body === undefined));
     } catch (error) {
       done(error as Error, undefined);
     }

@@ -6,8 +6,10 @@
  *   document `security: []` unless they name their own scheme; every operation lists 400 (a request
  *   the HTTP parser or the router refuses, `malformed_request`, before any route runs), 500 and 503
  *   (the database unreachable, or the server shutting down; with Retry-After), and every operation
- *   whose method carries a body lists 413 and 415, with the error envelope. Those are answers the
+ *   whose method carries a body lists 413, 415 and 422, with the error envelope. Those are answers the
  *   service (src/http/error-handler.ts, src/http/framework-answers.ts) can give on any route.
+ * - `documentOptionalBodies`: an operation of such a method that reads no body documents an optional,
+ *   ignored JSON body (an empty body with `Content-Type: application/json` is taken, src/http/json-body.ts).
  * - `shapeDocument`, the document's final transform: a response header declared `required: true` is
  *   required on the header object, every schema with a `title` becomes the component
  *   of that name and each use a `$ref` to it (a nullable use `anyOf: [$ref, null]`), and the plain
@@ -36,7 +38,8 @@ const isObject = (value: unknown): value is JsonObject =>
  * router cannot read (a malformed percent-encoding) never reaches a route, so any operation answers it.
  */
 function frameworkStatuses(methods: string[]): number[] {
-  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 500, 503] : [400, 500, 503];
+  // 422: a body that is not JSON (malformed, invalid UTF-8, a key twice) is refused even where none is read.
+  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 422, 500, 503] : [400, 500, 503];
 }
 
 export const RetryAfterHeader = {
@@ -261,8 +264,40 @@ function hoistRequiredHeaders(doc: { paths?: Json }): void {
   }
 }
 
-/** The swagger plugin's `transformObject`: required headers, named schemas, then shared error responses. */
+// ----- operations that read no body ----------------------------------------------------------------
+
+/**
+ * What an operation of a body method that reads no body takes (src/http/json-body.ts): no body, an
+ * empty one with `Content-Type: application/json` (which clients send on every write), or any JSON,
+ * ignored. Saying so lets a generated client send the header and a fuzzer send `{}`.
+ */
+export const OptionalIgnoredBody = {
+  required: false,
+  description:
+    'None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON).',
+  content: {
+    'application/json': { schema: { description: 'Any JSON value, ignored (`{}` for instance).' } },
+  },
+};
+
+function documentOptionalBodies(doc: { paths?: Json }): void {
+  if (!isObject(doc.paths)) return;
+  for (const item of Object.values(doc.paths)) {
+    if (!isObject(item)) continue;
+    for (const [method, operation] of Object.entries(item)) {
+      if (!BODY_METHODS.has(method.toUpperCase()) || !isObject(operation) || operation.requestBody !== undefined)
+        continue;
+      operation.requestBody = structuredClone(OptionalIgnoredBody);
+    }
+  }
+}
+
+/**
+ * The swagger plugin's `transformObject`: optional bodies, required headers, named schemas, then shared
+ * error responses.
+ */
 export function shapeDocument<D extends object>(document: D): D {
+  documentOptionalBodies(document);
   hoistRequiredHeaders(document);
   nameSchemas(document);
   shareErrorResponses(document);

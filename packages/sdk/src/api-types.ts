@@ -3075,7 +3075,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -3254,7 +3259,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -3420,7 +3430,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description A deployment. */
             201: {
@@ -3460,7 +3475,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description A revision of a deployment. */
             200: {
@@ -3731,7 +3751,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -3845,7 +3870,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description A new listener credential, shown once. */
             201: {
@@ -3887,7 +3917,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4199,7 +4234,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4496,7 +4536,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4604,7 +4649,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4717,7 +4767,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4749,7 +4804,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description A usable access token; refreshed first when it was expired or about to expire. */
             200: {
@@ -4856,7 +4916,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -4967,7 +5032,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -5134,7 +5204,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             200: {
@@ -5334,7 +5409,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description LangSmith's answer (a registry token), which this service never gives: it runs no registry. */
             200: {
@@ -5495,7 +5575,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -5639,7 +5724,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description A webhook delivery and what came of it. */
             200: {
@@ -5792,7 +5882,12 @@ export interface operations {
             path?: never;
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -5805,6 +5900,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5892,7 +5988,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
@@ -5956,7 +6057,12 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
         responses: {
             /** @description Default Response */
             204: {
