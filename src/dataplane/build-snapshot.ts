@@ -10,7 +10,6 @@
  * They run when the build's processes are gone: the build's PID namespace ends with its command.
  */
 import { execFile } from 'node:child_process';
-import fs from 'node:fs/promises';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -28,17 +27,29 @@ export async function sealSnapshot(dir: string): Promise<void> {
  * change a sealed file, so the copy takes no space and little time. The copy is sealed too.
  */
 export async function copySnapshot(from: string, to: string): Promise<void> {
-  await fs.rm(to, { recursive: true, force: true });
+  await removeTree(to);
   await run('cp', ['-a', '--link', '--no-dereference', '--', from, to]);
   await sealSnapshot(to);
 }
 
-/** Removes a revision's files, sealed or not (a service that is not root needs its write bits back first). */
+/**
+ * Removes a tree an app may have written (a build's directory, a deployment's data), sealed or not.
+ *
+ * Not `fs.rm`: its recursive walk checks that a path is a directory and then reads it by its path, so a
+ * directory swapped for a link in between is followed, and what the link names is deleted with the
+ * service's rights (test/dataplane/tree-removal.test.ts). coreutils' `rm -r` walks with openat and
+ * O_NOFOLLOW from descriptors it holds, and checks each directory it enters is the one it saw; it
+ * removes a link, never what it names. `--one-file-system` keeps it off anything mounted inside.
+ * Callers still remove only once every process that could write the tree is gone (the rule of
+ * docs/data-plane.md): this makes a removal safe even so.
+ */
 export async function removeTree(dir: string): Promise<void> {
   if (process.getuid?.() !== 0) {
+    // A sealed tree has no write bits, and a directory without them cannot be emptied by its owner.
+    // chmod -R walks the same way (openat, links never followed: -P is its default).
     await run('chmod', ['-R', '--', 'u+w', dir]).catch(() => {
       // Missing, or partly removed already: rm below says what matters.
     });
   }
-  await fs.rm(dir, { recursive: true, force: true, maxRetries: 3 });
+  await run('rm', ['-r', '-f', '--one-file-system', '--', dir]);
 }
