@@ -42,7 +42,6 @@ import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
-import { FALLBACK_NICENESS, idlePriority } from '../src/dataplane/idle-priority.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
 import {
@@ -694,25 +693,6 @@ const API_PROBE_CONNECTIONS = 4;
  * inside the app load's.
  */
 const API_PROBE_LEAD = 0.5;
-/**
- * The app's load generator runs in the idle CPU class during the API runs, as the edge and the app do
- * (src/dataplane/idle-priority.ts). It stands for the app's clients, which in production are on other
- * machines and take none of this one's CPU; on a machine of two CPUs, run at the service's priority, it
- * took a full CPU from the service and the API's p99 under load measured the load generator as much as
- * the edge and the app. In the idle class it still gets all the CPU the service's side leaves, shared
- * with the edge and the app; the app's req/s during the runs is reported beside the API's p99, so a
- * lighter load shows.
- */
-function setSchedulingClass(chrt: string | null, pid: number, idle: boolean): void {
-  if (chrt === null) {
-    // Without util-linux's chrt: the service's fallback niceness for the runs, and back (raising it again
-    // needs root, as the bench is).
-    os.setPriority(pid, idle ? FALLBACK_NICENESS : 0);
-    return;
-  }
-  execFileSync(chrt, ['--all-tasks', idle ? '--idle' : '--other', '--pid', '0', String(pid)]);
-}
-
 /** One instance of an app to load: the service it runs in, and its slug. */
 interface ProxyTarget {
   mode: ModeKey;
@@ -858,14 +838,10 @@ async function apiRuns(
   };
   const loads: ApiLoad[] = ['none', ...(['stable', 'builtin'] as const).filter((l) => forms.some((f) => f.form === l))];
   const runs: ApiRun[] = [];
-  const { chrt } = await idlePriority();
-  if (load.pid !== undefined) setSchedulingClass(chrt, load.pid, true);
-  try {
-    await apiRounds();
-  } finally {
-    // Back to the service's class for the next group's runs (leaving the idle class needs root, as the bench is).
-    if (load.pid !== undefined) setSchedulingClass(chrt, load.pid, false);
-  }
+  // The app's load generator is an ordinary process at ordinary priority, as any client or neighbour on
+  // a host is: the API's p99 under app load is measured against that, not against a generator that
+  // yields to it.
+  await apiRounds();
   return runs;
 
   async function apiRounds(): Promise<void> {

@@ -4,8 +4,8 @@
  * configuration file, connections to it kept alive, the proxy's defaults otherwise), each started by
  * the bench in a directory of its own. The service's own edge adds what apps are promised on top of
  * this: routing by host name from a table that changes at run time, credential stripping, its own error
- * answers. They run in the edge's CPU class (idle: src/dataplane/idle-priority.ts), with their own
- * defaults for threads and workers (one per CPU; the edge runs half the CPUs as threads).
+ * answers. They run at ordinary priority, as the edge does, with their own defaults for threads and
+ * workers (one per CPU; the edge runs half the CPUs as threads).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -13,7 +13,6 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort } from '../src/db/embedded-postgres.ts';
-import { idlePriority } from '../src/dataplane/idle-priority.ts';
 import { findExecutable } from '../src/dataplane/executables.ts';
 
 export interface PlainProxy {
@@ -113,8 +112,8 @@ export async function startPlainProxy(kind: PlainProxyKind, binary: string, targ
   );
   const args = kind === 'nginx' ? ['-p', `${dir}/`, '-c', configFile, '-e', 'stderr'] : ['-db', '-f', configFile];
   const setpriv = await findExecutable('setpriv');
-  // At the priority the service gives its own edge: the proxies are compared, not their priorities.
-  const command = [...(await idlePriority()).prefix, binary, ...args];
+  // At the priority the service gives its own edge (ordinary): the proxies are compared, not their priorities.
+  const command = [binary, ...args];
   const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
   const child: ChildProcess = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

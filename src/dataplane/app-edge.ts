@@ -27,7 +27,6 @@ import { createAppRouter } from './app-router.ts';
 import { startHaproxyEdge } from './edge-haproxy.ts';
 import { findExecutable } from './executables.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
-import { idlePriority } from './idle-priority.ts';
 
 /** The route table of the edge: what the data plane changes when instances start, switch and stop. */
 export interface AppRoutes {
@@ -142,12 +141,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       checkPort,
     });
     const publicUrl = publicUrlOf(config, port);
-    const cpuClass = (await idlePriority()).kind;
-    logger.info(
-      { edge: 'haproxy', haproxy, port, publicUrl, cpuClass },
-      `apps are served by HAProxy at ${publicUrl}` +
-        (cpuClass === 'idle' ? '' : " (not in the idle CPU class: util-linux's chrt is missing)"),
-    );
+    logger.info({ edge: 'haproxy', haproxy, port, publicUrl }, `apps are served by HAProxy at ${publicUrl}`);
     return {
       kind: 'haproxy',
       publicUrl,

@@ -6,6 +6,7 @@
 import { constants as fsConstants } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 /**
  * The file operations on the cgroup file system, so that tests can give the cgroup v2 logic a fake
@@ -18,6 +19,8 @@ export interface CgroupFs {
   mkdir(dir: string): Promise<void>;
   rmdir(dir: string): Promise<void>;
   exists(file: string): Promise<boolean>;
+  /** The names of the groups directly under `dir` (its subdirectories). */
+  subgroups(dir: string): Promise<string[]>;
 }
 
 export interface CgroupLogger {
@@ -28,8 +31,10 @@ export interface CgroupLogger {
 export interface CgroupSetup {
   /** Where the cgroup file systems are mounted. */
   root: string;
-  /** Name of the parent group the groups are made in. */
+  /** Name of the parent group the groups are made in (one per service: src/dataplane/resource-limits.ts). */
   parent: string;
+  /** The CPUs the service may use: the parent group weighs as many ordinary processes. */
+  cpus: number;
   io: CgroupFs;
   /** The service's user id; null where there is none (not POSIX). */
   uid: number | null;
@@ -65,6 +70,8 @@ export const nodeFs: CgroupFs = {
       () => true,
       () => false,
     ),
+  subgroups: async (dir) =>
+    (await fs.readdir(dir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name),
 };
 
 export function errorCode(error: unknown): string | undefined {
@@ -83,35 +90,74 @@ export async function writeSetting(io: CgroupFs, file: string, value: string): P
   }
 }
 
+/** The kernel's default weight of a group or a process at nice 0: v1 `cpu.shares`, v2 `cpu.weight`. */
+export const DEFAULT_CPU_WEIGHT = { 'cpu.shares': 1024, 'cpu.weight': 100 } as const;
+export type WeightFile = keyof typeof DEFAULT_CPU_WEIGHT;
+/** The range each file takes (kernel: sched_group_set_shares, cpu_weight_write_u64). */
+const WEIGHT_RANGE: Record<WeightFile, [number, number]> = { 'cpu.shares': [2, 262_144], 'cpu.weight': [1, 10_000] };
+
 /**
- * The CPU standing of the parent group of all apps and builds: the idle class when the kernel has it
- * (`cpu.idle`, Linux 5.15 and later), else a quarter of the default weight in `weightFile`
- * (src/dataplane/resource-limits.ts says why). Against the groups and tasks beside it (the service's),
- * an idle group runs only when they leave a CPU free, and a task of theirs that wakes takes the CPU back
- * at once, where a weight lets it wait for its share. The kernel gives an idle group the least weight
- * and refuses a weight for it, so an idle group (one an earlier run left, say) is left as it is. True
- * when the group is idle.
+ * The weight for `cores` cores' worth of CPU: the default weight per core, within what the file takes.
+ * The apps' parent group gets it for the CPUs the service may use (so that, against a busy ordinary
+ * process on every CPU, the apps together still get half of each CPU they use: their fair share), and
+ * each instance and build for its `cpu` request (so that within the parent they share in proportion to
+ * their requests). This is how the kubelet weighs pods (cpu.shares of 1024 per requested core) and its
+ * pods' parent (its allocatable CPUs).
  */
-export async function setAppsCpuStanding(
-  io: CgroupFs,
-  dir: string,
-  weightFile: 'cpu.shares' | 'cpu.weight',
-  weight: number,
-): Promise<boolean> {
-  const idleFile = path.join(dir, 'cpu.idle');
-  if (await io.exists(idleFile)) {
-    if ((await io.readFile(idleFile)).trim() !== '1') await writeSetting(io, idleFile, '1');
-    return true;
-  }
-  await writeSetting(io, path.join(dir, weightFile), String(weight));
-  return false;
+export function cpuWeight(file: WeightFile, cores: number): number {
+  const [least, most] = WEIGHT_RANGE[file];
+  return Math.min(most, Math.max(least, Math.round(cores * DEFAULT_CPU_WEIGHT[file])));
 }
 
-/** The words the description of a control gives the CPU standing of the apps' group. */
-export function cpuStandingWords(idle: boolean): string {
-  return idle
-    ? 'in the idle CPU class beside the service: they run on the cycles it leaves, and yield them as soon as it wants them'
-    : 'weighted to yield the CPU to the service when both are busy (the kernel has no idle class for groups)';
+/** The cores an instance's weight stands for: its `cpu` request, else its limit (src/dataplane/resource-limits.ts). */
+export function requestOf(limits: { cpu: number; cpuRequest?: number | undefined }): number {
+  return limits.cpuRequest ?? limits.cpu;
+}
+
+/**
+ * Gives a group `weight` in `file`. A group that an earlier version of Slipway put in the idle class
+ * (`cpu.idle` 1, Linux 5.15 and later) leaves it first: the kernel refuses a weight for an idle group,
+ * and an idle group gets only the cycles every other process leaves (a host whose CPUs ordinary work
+ * keeps busy starved builds and apps until their deadlines).
+ */
+export async function setCpuWeight(io: CgroupFs, dir: string, file: WeightFile, weight: number): Promise<void> {
+  const idleFile = path.join(dir, 'cpu.idle');
+  if ((await io.exists(idleFile)) && (await io.readFile(idleFile)).trim() !== '0') {
+    await writeSetting(io, idleFile, '0');
+  }
+  await writeSetting(io, path.join(dir, file), String(weight));
+}
+
+/** The words of the description of a control about the CPU weights, for the start log. */
+export function cpuWeightWords(file: WeightFile, parentWeight: number, cpus: number): string {
+  return (
+    `all apps and builds together weigh ${parentWeight} (${file}), ${cpus} ordinary process${cpus === 1 ? '' : 'es'}' worth, ` +
+    `so that on a busy host they get their share of each CPU; each instance weighs its cpu request, ` +
+    `${DEFAULT_CPU_WEIGHT[file]} a core`
+  );
+}
+
+/**
+ * Checks that the service may make groups in `dir` (an existing one may belong to another user, as a
+ * root service's did when a non-root one came after it): makes a child and removes it. Throws the
+ * error of the step that failed.
+ */
+export async function checkWritable(io: CgroupFs, dir: string): Promise<void> {
+  const probe = path.join(dir, `probe-${process.pid}`);
+  await makeDir(io, probe);
+  await io.rmdir(probe);
+}
+
+/**
+ * Removes empty groups under `dir` that an earlier run of this service left behind (it crashed, or
+ * was killed, before it removed them); one that still holds processes is left, and is replaced or
+ * emptied when its name is used again (freshDir).
+ */
+export async function removeLeftovers(io: CgroupFs, dir: string, children: readonly string[]): Promise<void> {
+  for (const child of children) {
+    // EBUSY (still populated) or ENOENT (gone meanwhile): nothing to do, see above.
+    await io.rmdir(path.join(dir, child)).catch(() => undefined);
+  }
 }
 
 /** Makes a directory; false when it was already there. */
@@ -131,8 +177,8 @@ export async function freshDir(io: CgroupFs, dir: string, remakeParent?: () => P
   try {
     made = await makeDir(io, dir);
   } catch (error) {
-    // The parent group is shared by the services of a machine, and the last one to stop removes it when
-    // it is empty: another service that still runs makes it again.
+    // Someone removed the parent (an operator cleaning up, or a test sharing the name with another
+    // control that stopped): it is made again.
     if (errorCode(error) !== 'ENOENT' || remakeParent === undefined) throw error;
     await remakeParent();
     made = await makeDir(io, dir);
@@ -156,15 +202,35 @@ export async function words(io: CgroupFs, file: string): Promise<string[]> {
   }
 }
 
+/** How often, 25 ms apart, a parent group is tried again while the kernel still counts an exiting process in it. */
+const DISPOSE_ATTEMPTS = 40;
+
+/**
+ * Removes the parent groups (at service stop, after every group in them was removed). The last
+ * processes of a group may still be exiting (rmdir fails with EBUSY until the kernel has let them go),
+ * so a parent without subgroups is tried again for a second; one with subgroups left (a group that
+ * could not be removed, logged where it failed) is left, and so is one that is gone.
+ */
 export async function disposeDirs(io: CgroupFs, dirs: readonly string[], logger: CgroupLogger | undefined) {
   for (const dir of dirs) {
-    try {
-      await io.rmdir(dir);
-    } catch (error) {
-      // Still in use (another group, another service sharing the name) or gone: both fine.
-      const code = errorCode(error);
-      if (code !== 'EBUSY' && code !== 'ENOENT' && code !== 'ENOTEMPTY') {
-        logger?.warn(`could not remove cgroup ${dir}: ${message(error)}`);
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await io.rmdir(dir);
+        break;
+      } catch (error) {
+        const code = errorCode(error);
+        if (code === 'ENOENT') break;
+        const busy = code === 'EBUSY' || code === 'ENOTEMPTY';
+        const left = busy ? await io.subgroups(dir).catch(() => []) : [];
+        if (busy && left.length === 0 && attempt < DISPOSE_ATTEMPTS) {
+          await sleep(25);
+          continue;
+        }
+        logger?.warn(
+          `could not remove cgroup ${dir}: ${message(error)}` +
+            (left.length > 0 ? ` (groups left: ${left.join(' ')})` : ''),
+        );
+        break;
       }
     }
   }

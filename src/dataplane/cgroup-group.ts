@@ -18,6 +18,14 @@ export interface UsageFiles {
   cpu: { file: string; kind: 'cpu.stat' | 'cpuacct.usage' } | null;
   /** v2 `memory.current` or v1 `memory.usage_in_bytes`. */
   memory: string;
+  /** The cpu controller's `cpu.stat`: time its CPU quota held the group back (v2 throttled_usec, v1 throttled_time). */
+  throttling: { file: string; kind: 'v2' | 'v1' };
+  /**
+   * Time its processes waited for a CPU: v2's `cpu.pressure` (the time at least one of them was
+   * runnable and not running, `some total`), or on v1, which keeps no such figure per group, the cpu
+   * group's thread list (`tasks`), whose threads' run delays (/proc/<tid>/schedstat) are added up.
+   */
+  wait: { file: string; kind: 'cpu.pressure' | 'tasks' };
 }
 
 async function procsOf(io: CgroupFs, dir: string): Promise<number[]> {
@@ -95,17 +103,49 @@ async function readNumber(io: CgroupFs, file: string): Promise<number | null> {
   return Number.isFinite(value) && (await io.exists(file)) ? value : null;
 }
 
+/** A `<key> <number>` line of a flat-keyed file (cpu.stat); null when absent. */
+function keyedNumber(text: string, key: string): number | null {
+  const value = new RegExp(`^${key} (\\d+)$`, 'm').exec(text)?.[1];
+  return value === undefined ? null : Number(value);
+}
+
+/** Seconds the group's processes waited for a CPU (UsageFiles.wait); null when the kernel keeps no figure. */
+async function readWaitSeconds(io: CgroupFs, wait: UsageFiles['wait']): Promise<number | null> {
+  const text = await io.readFile(wait.file).catch(() => null);
+  if (text === null) return null;
+  if (wait.kind === 'cpu.pressure') {
+    const total = /^some .*\btotal=(\d+)/m.exec(text)?.[1];
+    return total === undefined ? null : Number(total) / 1e6;
+  }
+  const tids = text.split('\n').filter((line) => /^\d+$/.test(line));
+  let ns = 0;
+  for (const tid of tids) {
+    // The second field: nanoseconds spent runnable on a run queue. A thread gone meanwhile counts nothing.
+    const fields = (await io.readFile(`/proc/${tid}/schedstat`).catch(() => '')).split(' ');
+    const delay = Number(fields[1]);
+    if (Number.isFinite(delay)) ns += delay;
+  }
+  return ns / 1e9;
+}
+
 async function readUsage(io: CgroupFs, files: UsageFiles): Promise<Usage> {
   let cpuSeconds: number | null = null;
   if (files.cpu?.kind === 'cpuacct.usage') {
     const ns = await readNumber(io, files.cpu.file);
     cpuSeconds = ns === null ? null : ns / 1e9;
   } else if (files.cpu?.kind === 'cpu.stat') {
-    const text = await io.readFile(files.cpu.file).catch(() => '');
-    const usec = /^usage_usec (\d+)$/m.exec(text)?.[1];
-    cpuSeconds = usec === undefined ? null : Number(usec) / 1e6;
+    const usec = keyedNumber(await io.readFile(files.cpu.file).catch(() => ''), 'usage_usec');
+    cpuSeconds = usec === null ? null : usec / 1e6;
   }
-  return { cpuSeconds, memoryBytes: await readNumber(io, files.memory) };
+  const stat = await io.readFile(files.throttling.file).catch(() => '');
+  const throttled =
+    files.throttling.kind === 'v2' ? keyedNumber(stat, 'throttled_usec') : keyedNumber(stat, 'throttled_time');
+  return {
+    cpuSeconds,
+    memoryBytes: await readNumber(io, files.memory),
+    cpuThrottledSeconds: throttled === null ? null : throttled / (files.throttling.kind === 'v2' ? 1e6 : 1e9),
+    cpuWaitSeconds: await readWaitSeconds(io, files.wait),
+  };
 }
 
 export function cgroupGroup(

@@ -11,25 +11,23 @@ import path from 'node:path';
 import {
   CONTROLLERS,
   CPU_PERIOD_US,
+  checkWritable,
   cpuQuotaUs,
-  cpuStandingWords,
+  cpuWeight,
+  cpuWeightWords,
   disposeDirs,
   explainRefusal,
   freshDir,
   makeDir,
-  setAppsCpuStanding,
+  removeLeftovers,
+  requestOf,
+  setCpuWeight,
   writeSetting,
   type CgroupSetup,
   type Controller,
 } from './cgroup-files.ts';
 import { cgroupGroup } from './cgroup-group.ts';
 import type { ResourceControl } from './resource-limits.ts';
-
-/**
- * The CPU weight of the parent group, all apps and builds together, against the service's own threads:
- * a quarter of the default `cpu.shares` 1024 (src/dataplane/resource-limits.ts says why).
- */
-const APPS_CPU_SHARES_V1 = 256;
 
 /** The file that shows a v1 hierarchy's group can take the limit we set (a kernel may lack CFS quotas). */
 const V1_LIMIT_FILE: Record<Controller, string> = {
@@ -46,7 +44,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
   const { io, root, parent } = ctx;
   const parents = new Map<Controller, string>();
   const made: string[] = [];
-  let idle = false;
+  const parentWeight = cpuWeight('cpu.shares', ctx.cpus);
   const refuse = async (reason: string) => {
     await disposeDirs(io, made.reverse(), ctx.logger);
     return reason;
@@ -61,6 +59,9 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
     const dir = path.join(base, parent);
     try {
       if (await makeDir(io, dir)) made.push(dir);
+      else await removeLeftovers(io, dir, await io.subgroups(dir));
+      // One that was there may be another user's (a root service's, before this one ran as its own user).
+      await checkWritable(io, dir);
     } catch (error) {
       return refuse(explainRefusal(error, dir));
     }
@@ -69,7 +70,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
     }
     if (controller === 'cpu') {
       try {
-        idle = await setAppsCpuStanding(io, dir, 'cpu.shares', APPS_CPU_SHARES_V1);
+        await setCpuWeight(io, dir, 'cpu.shares', parentWeight);
       } catch (error) {
         return refuse(explainRefusal(error, dir));
       }
@@ -89,6 +90,8 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
     const dir = path.join(base, parent);
     try {
       if (await makeDir(io, dir)) made.push(dir);
+      else await removeLeftovers(io, dir, await io.subgroups(dir));
+      await checkWritable(io, dir);
       accounting = dir;
     } catch (error) {
       ctx.logger?.warn(`the CPU time of apps is not measured: ${explainRefusal(error, dir)}`);
@@ -103,7 +106,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
       `cgroup v1: each app instance and build gets a memory limit ` +
       (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
       `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
-      `(${cpuStandingWords(idle)})`,
+      `(${cpuWeightWords('cpu.shares', parentWeight, ctx.cpus)})`,
     paths: [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])],
     async create(name, limits) {
       const dirs = [
@@ -117,7 +120,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
           const parentOf = path.dirname(dir);
           await freshDir(io, dir, async () => {
             await makeDir(io, parentOf);
-            if (parentOf === dirOf('cpu')) await setAppsCpuStanding(io, parentOf, 'cpu.shares', APPS_CPU_SHARES_V1);
+            if (parentOf === dirOf('cpu')) await setCpuWeight(io, parentOf, 'cpu.shares', parentWeight);
           });
           created.push(dir);
         }
@@ -126,6 +129,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
         if (swapLimited) await writeSetting(io, path.join(memory, swapFile), String(limits.memoryBytes));
         await writeSetting(io, path.join(cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
         await writeSetting(io, path.join(cpu, 'cpu.cfs_quota_us'), String(cpuQuotaUs(limits.cpu)));
+        await writeSetting(io, path.join(cpu, 'cpu.shares'), String(cpuWeight('cpu.shares', requestOf(limits))));
         await writeSetting(io, path.join(pids, 'pids.max'), String(limits.pids));
       } catch (error) {
         for (const dir of created.reverse()) await io.rmdir(dir).catch(() => undefined);
@@ -134,8 +138,12 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
       return cgroupGroup(io, dirs, path.join(memory, 'memory.oom_control'), null, {
         cpu: accounting === null ? null : { file: path.join(accounting, name, 'cpuacct.usage'), kind: 'cpuacct.usage' },
         memory: path.join(memory, 'memory.usage_in_bytes'),
+        throttling: { file: path.join(cpu, 'cpu.stat'), kind: 'v1' },
+        wait: { file: path.join(cpu, 'tasks'), kind: 'tasks' },
       });
     },
-    dispose: () => disposeDirs(io, [...made].reverse(), ctx.logger),
+    // The parents are this service's own (their name is), made by this run or an earlier one.
+    dispose: () =>
+      disposeDirs(io, [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])], ctx.logger),
   };
 }

@@ -13,13 +13,17 @@ import path from 'node:path';
 import {
   CONTROLLERS,
   CPU_PERIOD_US,
+  checkWritable,
   cpuQuotaUs,
-  cpuStandingWords,
+  cpuWeight,
+  cpuWeightWords,
   disposeDirs,
   explainRefusal,
   freshDir,
   makeDir,
-  setAppsCpuStanding,
+  removeLeftovers,
+  requestOf,
+  setCpuWeight,
   words,
   writeSetting,
   type CgroupFs,
@@ -27,12 +31,6 @@ import {
 } from './cgroup-files.ts';
 import { cgroupGroup } from './cgroup-group.ts';
 import type { ResourceControl } from './resource-limits.ts';
-
-/**
- * The CPU weight of the parent group, all apps and builds together, against the other top-level groups:
- * a quarter of the default `cpu.weight` 100 (src/dataplane/resource-limits.ts says why).
- */
-const APPS_CPU_WEIGHT_V2 = 25;
 
 /** Enables the controllers for the children of `dir`, writing only those not on yet (no write access needed then). */
 async function enableControllers(io: CgroupFs, dir: string): Promise<void> {
@@ -66,15 +64,18 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
     );
   }
   const parentDir = path.join(base, parent);
+  const parentWeight = cpuWeight('cpu.weight', ctx.cpus);
   let made = false;
   let at = base;
-  let idle: boolean;
   try {
     await enableControllers(io, base);
     at = parentDir;
     made = await makeDir(io, parentDir);
+    if (!made) await removeLeftovers(io, parentDir, await io.subgroups(parentDir));
     await enableControllers(io, parentDir);
-    idle = await setAppsCpuStanding(io, parentDir, 'cpu.weight', APPS_CPU_WEIGHT_V2);
+    // One that was there may be another user's (a root service's, before this one ran as its own user).
+    await checkWritable(io, parentDir);
+    await setCpuWeight(io, parentDir, 'cpu.weight', parentWeight);
   } catch (error) {
     if (made) await io.rmdir(parentDir).catch(() => undefined);
     return explainRefusal(error, at);
@@ -84,20 +85,21 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
     kind: 'cgroup-v2',
     description:
       `cgroup v2: each app instance and build gets a memory limit (no swap), a CPU quota and a task limit, ` +
-      `in ${parentDir} (${cpuStandingWords(idle)})`,
+      `in ${parentDir} (${cpuWeightWords('cpu.weight', parentWeight, ctx.cpus)})`,
     paths: [parentDir],
     async create(name, limits) {
       const dir = path.join(parentDir, name);
       await freshDir(io, dir, async () => {
         await makeDir(io, parentDir);
         await enableControllers(io, parentDir);
-        await setAppsCpuStanding(io, parentDir, 'cpu.weight', APPS_CPU_WEIGHT_V2);
+        await setCpuWeight(io, parentDir, 'cpu.weight', parentWeight);
       });
       try {
         await writeSetting(io, path.join(dir, 'memory.max'), String(limits.memoryBytes));
         // Without swap accounting in the kernel the file is absent and swap is not limited: nothing to do.
         if (await io.exists(path.join(dir, swapFile))) await writeSetting(io, path.join(dir, swapFile), '0');
         await writeSetting(io, path.join(dir, 'cpu.max'), `${cpuQuotaUs(limits.cpu)} ${CPU_PERIOD_US}`);
+        await writeSetting(io, path.join(dir, 'cpu.weight'), String(cpuWeight('cpu.weight', requestOf(limits))));
         await writeSetting(io, path.join(dir, 'pids.max'), String(limits.pids));
       } catch (error) {
         await io.rmdir(dir).catch(() => undefined);
@@ -106,8 +108,11 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
       return cgroupGroup(io, [dir], path.join(dir, 'memory.events'), path.join(dir, 'cgroup.kill'), {
         cpu: { file: path.join(dir, 'cpu.stat'), kind: 'cpu.stat' },
         memory: path.join(dir, 'memory.current'),
+        throttling: { file: path.join(dir, 'cpu.stat'), kind: 'v2' },
+        wait: { file: path.join(dir, 'cpu.pressure'), kind: 'cpu.pressure' },
       });
     },
-    dispose: () => disposeDirs(io, made ? [parentDir] : [], ctx.logger),
+    // The parent is this service's own (its name is), made by this run or an earlier one.
+    dispose: () => disposeDirs(io, [parentDir], ctx.logger),
   };
 }

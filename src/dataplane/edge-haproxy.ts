@@ -39,7 +39,6 @@ import {
 } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process.ts';
-import { idlePriority } from './idle-priority.ts';
 import { createEdgeAccounts, parseBackendCounts, zeroCounts, type RawCounts } from './edge-haproxy-stats.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
 
@@ -116,7 +115,6 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     await fs.writeFile(tlsPemFile, pem.map((p) => p.trimEnd()).join('\n') + '\n', { mode: 0o600 });
   }
   const setpriv = await findExecutable('setpriv');
-  const priority = await idlePriority();
   // As root, HAProxy's worker drops to the `haproxy` user Debian's package makes: not `nobody`, which the
   // apps' sandboxes run as.
   const runAs = process.getuid?.() === 0 ? await workerUser() : null;
@@ -171,9 +169,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   function spawnHaproxy(): ChildProcess {
     // Master-worker mode: the master keeps root and so its parent-death signal (a change of user clears
     // it), the worker runs as nobody and exits with its master.
-    // In the idle CPU class (set before HAProxy starts, so its worker and threads have it too): app
-    // traffic yields the CPU to the API at once, as the apps themselves do (their cgroups).
-    const command = [...priority.prefix, options.haproxyPath, '-W', '-db', '-f', configFile];
+    // At ordinary priority: it carries the apps' traffic, which must not wait for what every other
+    // process on the host leaves (it once ran in the idle class; docs/performance.md).
+    const command = [options.haproxyPath, '-W', '-db', '-f', configFile];
     const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
     const proc = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
     proc.stderr.setEncoding('utf8');

@@ -6,13 +6,20 @@
  * names and limits, and finds out which cgroup version serves here: where the groups go on each is in
  * cgroup-v1-control.ts and cgroup-v2-control.ts, a group's own operations in cgroup-group.ts.
  *
- * The parent group of all apps and builds is in the idle CPU class (`cpu.idle`, Linux 5.15 and later)
- * against the processes next to it (the service's own threads on cgroup v1, the other top-level groups on
- * v2), with a quarter of the default CPU weight where the kernel has no idle class. An idle service leaves
- * apps every cycle; when the API wakes to answer while an app is under load, it takes a CPU from the app
- * at once (with a weight alone it waited for its turn, a few milliseconds on a busy machine), so one
- * tenant's traffic does not slow every tenant's API calls. The app edge and the apps' user-mode network
- * run in the idle class too (src/dataplane/idle-priority.ts).
+ * CPU is shared by weight. The parent group of all apps and builds weighs as many ordinary processes as
+ * the service has CPUs (cgroup-files.ts, cpuWeight), so on a host whose every CPU other work keeps busy
+ * the apps still get their share of each CPU they use, where the kernel's idle class (which this once
+ * used) left them only what every other process left, and builds and health checks ran out of time.
+ * Within it each instance and build weighs its `cpu` request; its `cpu_limit` is a quota on top. The
+ * service keeps the weight of the ordinary processes it is made of (its own unit's group on cgroup v2,
+ * its threads beside the apps' parent on v1), so under app load the API shares each CPU at worst evenly
+ * with the apps rather than waiting for what they leave. The app edge and the apps' user-mode network
+ * run at ordinary priority: they carry the apps' traffic.
+ *
+ * The parent group's name is the service's own (parentGroupName: its user and its data directory): a
+ * service never takes another's group, which it may not be allowed to write (a root service's, for one
+ * that runs as its own user after it). It is checked before use by making and removing a group in it,
+ * groups an earlier run left empty in it are removed, and it is removed at stop.
  *
  * When neither version works (not root and nothing delegated, controllers missing), `kind` is 'none', the
  * description says why, and every operation does nothing.
@@ -21,7 +28,9 @@
  * forked, and moving a process later leaves the children it already has where they were. Callers hold
  * the command (bubblewrap's --block-fd, or a shell waiting on a pipe) until add() has returned.
  */
+import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import {
   CONTROLLERS,
@@ -41,8 +50,13 @@ export type { CgroupFs } from './cgroup-files.ts';
 export interface Limits {
   /** Memory (with swap) in bytes; the kernel's OOM killer kills a process of the group beyond it. */
   memoryBytes: number;
-  /** CPU time as a number of cores (0.5: half of one core's time in every period). */
+  /** CPU time as a number of cores (0.5: half of one core's time in every period): the quota. */
   cpu: number;
+  /**
+   * The cores the group asks for (the resource spec's `cpu`): its CPU weight against the other groups
+   * of apps and builds is in proportion to it, 1 core weighing as an ordinary process. Default: `cpu`.
+   */
+  cpuRequest?: number;
   /** Tasks (processes and threads) the group may hold at once; forking beyond it fails. */
   pids: number;
 }
@@ -83,13 +97,21 @@ export interface Usage {
   cpuSeconds: number | null;
   /** Memory the group's processes hold now, page cache included, in bytes. */
   memoryBytes: number | null;
+  /** Time its CPU quota (`cpu_limit`) held the group back since it was made, in seconds (a counter). */
+  cpuThrottledSeconds?: number | null;
+  /**
+   * Time its processes were ready to run and waited for a CPU, in seconds: on cgroup v2 the time at
+   * least one of them waited (cpu.pressure), on v1 the waits of its live threads added up (a thread
+   * that has exited no longer counts). What cgroup-cpu-starvation.ts reads "got no CPU" from.
+   */
+  cpuWaitSeconds?: number | null;
 }
 
 export interface ResourceControl {
   readonly kind: 'cgroup-v1' | 'cgroup-v2' | 'none';
   /** For the start log: which limits are enforced and where, or why none are. */
   readonly description: string;
-  /** The parent groups (`slipway`) the groups are made in; empty when nothing is enforced. */
+  /** The parent groups (parentGroupName) the groups are made in; empty when nothing is enforced. */
   readonly paths: readonly string[];
   /**
    * Makes a fresh group with these limits. `name` is one path component of letters, digits, `.`, `_`
@@ -97,15 +119,19 @@ export interface ResourceControl {
    * group of that name (from before a crash) is replaced; one that still holds processes is an error.
    */
   create(name: string, limits: Limits): Promise<ResourceGroup>;
-  /** Removes the parent groups when this made them and they are empty (at shutdown; never throws). */
+  /** Removes the parent groups once the groups in them are gone (at shutdown; never throws). */
   dispose(): Promise<void>;
 }
 
 export interface ResourceControlOptions {
   /** Where the cgroup file systems are mounted; default /sys/fs/cgroup. */
   root?: string;
-  /** Name of the parent group the groups are made in; default `slipway`. */
+  /** Name of the parent group the groups are made in; default parentGroupName(uid, service). */
   parent?: string;
+  /** What tells this service from others of its user on the host: its data directory. */
+  service?: string;
+  /** For tests: the CPUs the service may use (default: os.availableParallelism()). */
+  cpus?: number;
   logger?: CgroupLogger;
   /** For tests: the file system under `root` (default: the real one). */
   fs?: CgroupFs;
@@ -115,6 +141,17 @@ export interface ResourceControlOptions {
   uid?: number;
 }
 
+/**
+ * The name of a service's parent group: `slipway-<uid>`, and a digest of `service` (its data directory)
+ * when given, so that two services of one user each have their own. Never the `slipway` of earlier
+ * versions, which every service of a host shared, whoever ran it.
+ */
+export function parentGroupName(uid: number | null, service?: string): string {
+  const user = uid === null ? 'slipway' : `slipway-${uid}`;
+  if (service === undefined) return user;
+  return `${user}-${createHash('sha256').update(path.resolve(service)).digest('hex').slice(0, 12)}`;
+}
+
 /** One path component, never `.` or `..`: a group name cannot reach outside its parent. */
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
@@ -122,7 +159,8 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
  * Reads the limits of an app instance from a deployment's resource spec (src/routes/deployment-schemas.ts:
  * `memory_limit_mb`/`memory_mb` are integer megabytes, taken as MiB; `cpu_limit`/`cpu` are numbers of
  * cores). The limit field wins; the request field alone is the best bound there is (Kubernetes would
- * let it burst, a local process has no node to burst on). The schema takes numbers only, so strings
+ * let it burst, a local process has no node to burst on). The weight follows the request field, else the
+ * limit (as Kubernetes takes a limit alone for the request too). The schema takes numbers only, so strings
  * ("500m") are not read; a zero (allowed by the schema) says nothing. The spec has no process count: the
  * default's.
  */
@@ -130,9 +168,11 @@ export function limitsFromResourceSpec(spec: Record<string, unknown> | null | un
   const positive = (value: unknown): number | null =>
     typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : null;
   const mib = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb);
+  const cpu = positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu;
   return {
     memoryBytes: mib === null ? defaults.memoryBytes : Math.round(mib * MIB),
-    cpu: positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu,
+    cpu,
+    cpuRequest: positive(spec?.cpu) ?? cpu,
     pids: defaults.pids,
   };
 }
@@ -147,6 +187,10 @@ function checkLimits(limits: Limits): void {
     throw new RangeError(`memory limit ${memoryBytes} is not a whole number of bytes of at least 1 MiB`);
   }
   if (!Number.isFinite(cpu) || cpu <= 0) throw new RangeError(`CPU limit ${cpu} is not a positive number of cores`);
+  const request = limits.cpuRequest;
+  if (request !== undefined && (!Number.isFinite(request) || request <= 0)) {
+    throw new RangeError(`CPU request ${request} is not a positive number of cores`);
+  }
   if (!Number.isSafeInteger(pids) || pids < 1) throw new RangeError(`task limit ${pids} is not a positive integer`);
 }
 
@@ -205,13 +249,15 @@ function checked(control: ResourceControl): ResourceControl {
  * parent groups can be made, else none (with the reason in `description`). Makes the parent groups.
  */
 export async function createResourceControl(options: ResourceControlOptions = {}): Promise<ResourceControl> {
-  const parent = options.parent ?? 'slipway';
+  const uid = options.uid ?? process.getuid?.() ?? null;
+  const parent = options.parent ?? parentGroupName(uid, options.service);
   checkName(parent, 'parent group name');
   const ctx: CgroupSetup = {
     root: options.root ?? '/sys/fs/cgroup',
     parent,
+    cpus: options.cpus ?? os.availableParallelism(),
     io: options.fs ?? nodeFs,
-    uid: options.uid ?? process.getuid?.() ?? null,
+    uid,
     logger: options.logger,
   };
   let selfText = options.selfCgroup;

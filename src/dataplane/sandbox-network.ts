@@ -15,7 +15,6 @@ import { once } from 'node:events';
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
-import { idlePriority } from './idle-priority.ts';
 
 export interface SlirpOptions {
   /** The slirp4netns binary. */
@@ -100,10 +99,8 @@ export async function attachNetwork(
   await waitForLoopback(pid, 10_000);
   counter += 1;
   const apiSocket = path.join(options.socketDir, `s${process.pid}-${counter}.sock`);
-  // In the idle CPU class, as the app it carries traffic for (src/dataplane/idle-priority.ts).
-  const priority = await idlePriority();
+  // At ordinary priority: it carries the app's traffic (docs/performance.md, the idle class it left).
   const argv = [
-    ...priority.prefix,
     options.binary,
     '--configure',
     '--mtu=65520',

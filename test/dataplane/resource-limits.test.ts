@@ -15,14 +15,19 @@ import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { cpuStarvation } from '../../src/dataplane/cgroup-cpu-starvation.ts';
 import {
   DEFAULT_LIMITS,
   createResourceControl,
   limitsFromResourceSpec,
+  parentGroupName,
+  type CgroupFs,
+  type Limits,
   type ResourceGroup,
 } from '../../src/dataplane/resource-limits.ts';
 import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
@@ -121,20 +126,35 @@ describe('limitsFromResourceSpec', () => {
     assert.ok(Object.isFrozen(DEFAULT_LIMITS));
   });
 
-  test('a missing or empty spec gives the defaults', () => {
+  test('a missing or empty spec gives the defaults (the weight of the default CPU limit)', () => {
     for (const spec of [null, undefined, {}])
-      assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), DEFAULT_LIMITS);
+      assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), { ...DEFAULT_LIMITS, cpuRequest: 1 });
+  });
+
+  test('the request alone is also the weight; the limit alone is also the request', () => {
+    assert.equal(limitsFromResourceSpec({ cpu: 0.5 }, DEFAULT_LIMITS).cpuRequest, 0.5);
+    assert.deepEqual(limitsFromResourceSpec({ cpu_limit: 2 }, DEFAULT_LIMITS), {
+      ...DEFAULT_LIMITS,
+      cpu: 2,
+      cpuRequest: 2,
+    });
   });
 
   test('the limit fields win over the request fields; memory is MiB', () => {
     const spec = { memory_mb: 256, memory_limit_mb: 512, cpu: 0.25, cpu_limit: 1.5 };
-    assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), { memoryBytes: 512 * MIB, cpu: 1.5, pids: 512 });
+    assert.deepEqual(limitsFromResourceSpec(spec, DEFAULT_LIMITS), {
+      memoryBytes: 512 * MIB,
+      cpu: 1.5,
+      cpuRequest: 0.25,
+      pids: 512,
+    });
   });
 
   test('a request field alone is the limit', () => {
     assert.deepEqual(limitsFromResourceSpec({ memory_mb: 300, cpu: 0.5 }, DEFAULT_LIMITS), {
       memoryBytes: 300 * MIB,
       cpu: 0.5,
+      cpuRequest: 0.5,
       pids: 512,
     });
   });
@@ -144,7 +164,7 @@ describe('limitsFromResourceSpec', () => {
     for (const value of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '500m', '1', null, true]) {
       assert.deepEqual(
         limitsFromResourceSpec({ memory_limit_mb: value, memory_mb: value, cpu_limit: value, cpu: value }, defaults),
-        defaults,
+        { ...defaults, cpuRequest: defaults.cpu },
         `value ${String(value)}`,
       );
     }
@@ -199,7 +219,7 @@ async function sweep(parents: readonly string[]): Promise<void> {
 describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () => {
   const control = real!;
   const made: ResourceGroup[] = [];
-  const create = async (suffix: string, limits: { memoryBytes: number; cpu: number; pids: number }) => {
+  const create = async (suffix: string, limits: Limits) => {
     const group = await control.create(`dep-${suffix}-${randomBytes(3).toString('hex')}`, limits);
     made.push(group);
     return group;
@@ -234,10 +254,13 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     const cpu = dirOf(group, 'cpu');
     assert.equal(await readValue(cpu, 'cpu.cfs_period_us'), '100000');
     assert.equal(await readValue(cpu, 'cpu.cfs_quota_us'), '50000');
+    // Its weight: no request given, so the limit's; 1024 a core.
+    assert.equal(await readValue(cpu, 'cpu.shares'), '512');
     assert.equal(await readValue(dirOf(group, 'pids'), 'pids.max'), '64');
 
-    const more = await create('cores', { memoryBytes: 128 * MIB, cpu: 2.5, pids: 64 });
+    const more = await create('cores', { memoryBytes: 128 * MIB, cpu: 2.5, cpuRequest: 0.25, pids: 64 });
     assert.equal(await readValue(dirOf(more, 'cpu'), 'cpu.cfs_quota_us'), '250000');
+    assert.equal(await readValue(dirOf(more, 'cpu'), 'cpu.shares'), '256', 'the weight follows the request');
     // The kernel's floor is 1 ms per period.
     const tiny = await create('tiny', { memoryBytes: 128 * MIB, cpu: 0.001, pids: 64 });
     assert.equal(await readValue(dirOf(tiny, 'cpu'), 'cpu.cfs_quota_us'), '1000');
@@ -315,30 +338,82 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     }
   }
 
-  /** Whether the apps' parent group is in the idle class; the least share the service's side must get over the apps'. */
-  async function cpuStanding(): Promise<{ idle: boolean; ratio: number }> {
-    const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-    const idle = await exists(path.join(cpuParent, 'cpu.idle'));
-    // Equal weights would give about 1:1; 256 against 1024 gives about 1:4; the idle class leaves the apps
-    // only what the kernel grants an idle group against busy ones (a weight of 3 against 1024).
-    return { idle, ratio: idle ? 20 : 2 };
+  /** The parent's weight: an ordinary process's (1024) for each CPU the service may use. */
+  const parentShares = 1024 * os.availableParallelism();
+
+  /**
+   * What each side should get of the one CPU: the apps' parent weighs `parentShares` (its whole weight
+   * is on that CPU, where all its load is), the group beside it 1024, like any ordinary process. Half
+   * of it is asked: the tick counts are coarse, and the kernel's shares are approximate.
+   */
+  function assertShared(appTicks: number, serviceTicks: number): void {
+    const total = appTicks + serviceTicks;
+    const serviceShare = 1024 / (1024 + parentShares);
+    assert.ok(total > 0, 'the spinners ran');
+    assert.ok(serviceTicks > 0.5 * serviceShare * total, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+    assert.ok(appTicks > 0.5 * (1 - serviceShare) * total, `apps ${appTicks} ticks, service ${serviceTicks} ticks`);
   }
 
-  test('busy apps yield the CPU to a busy service: the parent group is in the idle class (or weighs a quarter of a process)', async () => {
+  test('busy apps and a busy ordinary group share a CPU by weight: the apps their share (not the idle class), the other its own', async () => {
     const cpuParent = control.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-    const { idle, ratio } = await cpuStanding();
-    // The kernel shows an idle group's weight as the least there is (3).
-    if (idle) assert.equal(await readValue(cpuParent, 'cpu.idle'), '1');
-    else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256');
-    assert.match(control.description, idle ? /in the idle CPU class/ : /weighted to yield the CPU/);
+    assert.equal(await readValue(cpuParent, 'cpu.shares'), String(parentShares));
+    if (await exists(path.join(cpuParent, 'cpu.idle'))) assert.equal(await readValue(cpuParent, 'cpu.idle'), '0');
+    assert.match(
+      control.description,
+      new RegExp(`all apps and builds together weigh ${parentShares} \\(cpu\\.shares\\)`),
+    );
     const { appTicks, serviceTicks } = await busySides([]);
-    assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps ${appTicks} ticks`);
+    assertShared(appTicks, serviceTicks);
   });
 
-  test("an app that raises its own priority as far as a process can (nice -20) still yields: the class is its group's", async () => {
-    const { ratio } = await cpuStanding();
+  test("an app that raises its own priority as far as a process can (nice -20) gets no more: the weight is its group's", async () => {
     const { appTicks, serviceTicks } = await busySides(['nice', '-n', '-20']);
-    assert.ok(serviceTicks > ratio * appTicks, `service ${serviceTicks} ticks, apps at nice -20 ${appTicks} ticks`);
+    assertShared(appTicks, serviceTicks);
+  });
+
+  test('a group held back by its CPU limit, or kept waiting by busy neighbours, says so (cpuStarvation)', async () => {
+    const spin = ['taskset', '-c', '0', process.execPath, '-e', 'for(;;){}'];
+    // Its weight as the other's, so that it gets more than its quota allows and is held back.
+    const limited = await create('throttled', { memoryBytes: 128 * MIB, cpu: 0.1, cpuRequest: 4, pids: 64 });
+    const waiting = await create('waiting', { memoryBytes: 128 * MIB, cpu: 4, pids: 64 });
+    const started: Started[] = [];
+    try {
+      const before = { limited: await limited.usage(), waiting: await waiting.usage() };
+      assert.equal(before.limited.cpuThrottledSeconds, 0);
+      assert.equal(before.waiting.cpuWaitSeconds, 0, 'an empty group has waited for nothing');
+      for (const group of [limited, waiting]) {
+        const child = start(spin[0]!, spin.slice(1), true);
+        started.push(child);
+        await group.add(child.pid);
+        child.release();
+      }
+      // Ordinary processes on the same CPU, more of them than the apps' parent weighs: the app waits.
+      for (let i = 0; i <= os.availableParallelism(); i++) started.push(start(spin[0]!, spin.slice(1), false));
+      const startedAt = Date.now();
+      await waitFor(
+        async () =>
+          ((await limited.usage()).cpuThrottledSeconds ?? 0) >= 3 && ((await waiting.usage()).cpuWaitSeconds ?? 0) >= 3,
+        60_000,
+        'throttling and waiting to be counted',
+      );
+      const elapsed = (Date.now() - startedAt) / 1000;
+      const throttled = cpuStarvation(before.limited, await limited.usage(), elapsed);
+      assert.match(
+        throttled ?? '',
+        /^It was short of CPU: in those .* it ran for .* was held back .* by its own CPU limit/,
+      );
+      const waited = cpuStarvation(before.waiting, await waiting.usage(), elapsed);
+      assert.match(
+        waited ?? '',
+        /^It was short of CPU: in those .* it ran for .* waited .* for a CPU that other work held/,
+      );
+      // And an idle group was not short of anything.
+      const idle = await create('idle', { memoryBytes: 128 * MIB, cpu: 1, pids: 64 });
+      assert.equal(cpuStarvation(await idle.usage(), await idle.usage(), elapsed), null);
+    } finally {
+      for (const c of started) c.child.kill('SIGKILL');
+      await Promise.all(started.map((c) => c.exit));
+    }
   });
 
   test('a process over the memory limit is killed by the OOM killer, and counted; the service lives on', async () => {
@@ -465,12 +540,45 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     try {
       for (const dir of group.paths) assert.ok(await exists(path.join(dir, 'cgroup.procs')), dir);
       const cpuParent = second.paths.find((p) => p.split(path.sep).includes('cpu'))!;
-      if (await exists(path.join(cpuParent, 'cpu.idle')))
-        assert.equal(await readValue(cpuParent, 'cpu.idle'), '1', 'the idle class is set again');
-      else assert.equal(await readValue(cpuParent, 'cpu.shares'), '256', 'the weight is set again');
+      assert.equal(await readValue(cpuParent, 'cpu.shares'), String(parentShares), 'the weight is set again');
     } finally {
       await group.remove();
       await sweep(second.paths);
+    }
+  });
+
+  test('a parent group another user made (a root service before this one ran as its own user) is found unwritable before use: no limits, and why', async () => {
+    const foreign = `slipway-foreign-${process.pid}-${randomBytes(3).toString('hex')}`;
+    const dirs = control.paths
+      .filter((p) => !p.split(path.sep).includes('cpuacct'))
+      .map((p) => path.join(path.dirname(p), foreign));
+    for (const dir of dirs) await fs.mkdir(dir);
+    try {
+      // This process is root: the file operations refuse what the kernel would refuse a service that is
+      // not, in the other user's groups (the hierarchies themselves taken as delegated to it).
+      const denied = (file: string) => dirs.some((dir) => file === dir || file.startsWith(`${dir}/`));
+      const eacces = (file: string) =>
+        Object.assign(new Error(`EACCES: permission denied '${file}'`), { code: 'EACCES' });
+      const io: CgroupFs = {
+        readFile: (file) => fs.readFile(file, 'utf8'),
+        exists: (file) => exists(file),
+        subgroups: async (dir) =>
+          (await fs.readdir(dir, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name),
+        mkdir: async (dir) => (denied(path.dirname(dir)) ? Promise.reject(eacces(dir)) : fs.mkdir(dir)),
+        rmdir: async (dir) => (denied(path.dirname(dir)) ? Promise.reject(eacces(dir)) : fs.rmdir(dir)),
+        writeFile: async (file, data) => (denied(file) ? Promise.reject(eacces(file)) : fs.writeFile(file, data)),
+      };
+      const other = await createResourceControl({ parent: foreign, fs: io, uid: 990 });
+      assert.equal(other.kind, 'none');
+      assert.match(other.description, /^no resource limits: .* is not writable by the service/);
+      // A build or an app still runs, without limits: no EACCES when its group is made.
+      const group = await other.create('build-1-install', DEFAULT_LIMITS);
+      assert.deepEqual(group.paths, []);
+      await group.remove();
+      await other.dispose();
+      for (const dir of dirs) assert.ok(await exists(dir), `${dir}, the other user's, is left alone`);
+    } finally {
+      for (const dir of dirs) await fs.rmdir(dir).catch(() => undefined);
     }
   });
 
@@ -487,7 +595,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
 describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
   const limits = { memoryBytes: 64 * MIB, cpu: 0.5, pids: 20 };
 
-  test('as root: `slipway` under the root group, controllers enabled along the path, limits in the leaf', async (t) => {
+  test('as root: its own parent group under the root group, controllers enabled along the path, weights, limits in the leaf', async (t) => {
     const fake = await createFakeCgroupV2();
     t.after(() => fake.cleanup());
     // As systemd leaves it: memory and pids passed on, cpu not (yet); the service in its unit's group.
@@ -498,23 +606,31 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
       root: fake.root,
       fs: fake.fs,
       uid: 0,
+      service: '/var/lib/slipway',
+      cpus: 4,
       selfCgroup: '0::/system.slice/slipway.service\n',
     });
+    const parentName = parentGroupName(0, '/var/lib/slipway');
     assert.equal(control.kind, 'cgroup-v2');
-    assert.deepEqual(control.paths, [path.join(fake.root, 'slipway')]);
+    assert.deepEqual(control.paths, [path.join(fake.root, parentName)]);
     assert.match(control.description, /^cgroup v2: .*memory limit \(no swap\).*CPU quota.*task limit/);
     assert.equal(await fake.read('', 'cgroup.subtree_control'), 'cpu memory pids\n');
-    assert.equal(await fake.read('slipway', 'cgroup.subtree_control'), 'cpu memory pids\n');
-    // All apps together are in the idle class: a busy service is served first.
-    assert.equal(await fake.read('slipway', 'cpu.idle'), '1\n');
-    assert.match(control.description, /in the idle CPU class beside the service/);
+    assert.equal(await fake.read(parentName, 'cgroup.subtree_control'), 'cpu memory pids\n');
+    // All apps together weigh as many ordinary groups as there are CPUs: their share on a busy host.
+    assert.equal(await fake.read(parentName, 'cpu.idle'), '0\n');
+    assert.equal(await fake.read(parentName, 'cpu.weight'), '400\n');
+    assert.match(
+      control.description,
+      /all apps and builds together weigh 400 \(cpu\.weight\), 4 ordinary processes' worth/,
+    );
 
-    const group = await control.create('dep-web-0-1', limits);
-    const leaf = 'slipway/dep-web-0-1';
+    const group = await control.create('dep-web-0-1', { ...limits, cpuRequest: 0.25 });
+    const leaf = `${parentName}/dep-web-0-1`;
     assert.deepEqual(group.paths, [path.join(fake.root, leaf)]);
     assert.equal(await fake.read(leaf, 'memory.max'), `${64 * MIB}\n`);
     assert.equal(await fake.read(leaf, 'memory.swap.max'), '0\n');
     assert.equal(await fake.read(leaf, 'cpu.max'), '50000 100000\n');
+    assert.equal(await fake.read(leaf, 'cpu.weight'), '25\n', 'its weight: its request, 100 a core');
     assert.equal(await fake.read(leaf, 'pids.max'), '20\n');
 
     const sleeper = start('sleep', ['30'], false);
@@ -524,17 +640,33 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     await fake.set(leaf, 'memory.events', 'low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\noom_group_kill 0\n');
     assert.equal(await group.oomKills(), 2);
     // Usage, as the kernel reports it: CPU time in microseconds, memory in bytes.
-    assert.deepEqual(await group.usage(), { cpuSeconds: 0, memoryBytes: 0 });
-    await fake.set(leaf, 'cpu.stat', 'usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n');
+    const fresh = await group.usage();
+    assert.deepEqual(fresh, { cpuSeconds: 0, memoryBytes: 0, cpuThrottledSeconds: 0, cpuWaitSeconds: 0 });
+    await fake.set(
+      leaf,
+      'cpu.stat',
+      'usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 600\nnr_throttled 500\nthrottled_usec 40000000\n',
+    );
+    await fake.set(
+      leaf,
+      'cpu.pressure',
+      'some avg10=80.00 avg60=70.00 avg300=20.00 total=15000000\nfull avg10=0 avg60=0 avg300=0 total=0\n',
+    );
     await fake.set(leaf, 'memory.current', `${48 * MIB}\n`);
-    assert.deepEqual(await group.usage(), { cpuSeconds: 2.5, memoryBytes: 48 * MIB });
+    const later = await group.usage();
+    assert.deepEqual(later, { cpuSeconds: 2.5, memoryBytes: 48 * MIB, cpuThrottledSeconds: 40, cpuWaitSeconds: 15 });
+    // What a health check that ran out of time after 60 s says of it.
+    assert.equal(
+      cpuStarvation(fresh, later, 60),
+      'It was short of CPU: in those 60 s it ran for 2.5 s and waited 15 s for a CPU that other work held and was held back 40 s by its own CPU limit (cpu_limit).',
+    );
 
     await group.remove();
     // cgroup.kill did it.
     assert.equal((await sleeper.exit).signal, 'SIGKILL');
     assert.equal(await exists(path.join(fake.root, leaf)), false);
     await control.dispose();
-    assert.equal(await exists(path.join(fake.root, 'slipway')), false);
+    assert.equal(await exists(path.join(fake.root, parentName)), false);
     // The service's own group is left as it was.
     assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.procs'), `${SERVICE_PID}\n`);
     assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.subtree_control'), '\n');
@@ -554,25 +686,114 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     });
     assert.equal(control.kind, 'cgroup-v2');
     const unit = 'system.slice/slipway.service';
-    assert.deepEqual(control.paths, [path.join(fake.root, unit, 'slipway')]);
+    assert.deepEqual(control.paths, [path.join(fake.root, unit, 'slipway-990')]);
     assert.equal(await fake.read(unit, 'cgroup.subtree_control'), 'cpu memory pids\n');
-    assert.equal(await fake.read(`${unit}/slipway`, 'cgroup.subtree_control'), 'cpu memory pids\n');
+    assert.equal(await fake.read(`${unit}/slipway-990`, 'cgroup.subtree_control'), 'cpu memory pids\n');
 
     const group = await control.create('build-1-install', { memoryBytes: 2048 * MIB, cpu: 2, pids: 512 });
-    const leaf = `${unit}/slipway/build-1-install`;
+    const leaf = `${unit}/slipway-990/build-1-install`;
     assert.equal(await fake.read(leaf, 'memory.max'), `${2048 * MIB}\n`);
     assert.equal(await fake.read(leaf, 'cpu.max'), '200000 100000\n');
     assert.equal(await fake.read(leaf, 'pids.max'), '512\n');
     await group.remove();
     await control.dispose();
-    assert.equal(await exists(path.join(fake.root, unit, 'slipway')), false);
+    assert.equal(await exists(path.join(fake.root, unit, 'slipway-990')), false);
     assert.equal(await fake.read(`${unit}/supervisor`, 'cgroup.procs'), `${SERVICE_PID}\n`);
+  });
+
+  test('a service as its own user after a root one on the same host: a parent group of its own, never the one root left', async (t) => {
+    const unit = 'system.slice/slipway.service';
+    const dataDir = '/var/lib/slipway';
+    // What the root service (and an older version, with its fixed `slipway`) left behind: root's groups.
+    const left = [`${unit}/slipway`, `${unit}/${parentGroupName(0, dataDir)}`];
+    const fake = await createFakeCgroupV2({ writable: [unit], foreign: left });
+    t.after(() => fake.cleanup());
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(unit, { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(`${unit}/supervisor`, { procs: [SERVICE_PID] });
+    for (const group of left) await fake.group(`${group}/app-leftover`);
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 990,
+      service: dataDir,
+      selfCgroup: `0::/${unit}/supervisor\n`,
+    });
+    assert.equal(control.kind, 'cgroup-v2', control.description);
+    assert.notEqual(parentGroupName(990, dataDir), parentGroupName(0, dataDir));
+    assert.deepEqual(control.paths, [path.join(fake.root, unit, parentGroupName(990, dataDir))]);
+    const group = await control.create('build-1-install', limits);
+    assert.equal(await fake.read(`${unit}/${parentGroupName(990, dataDir)}/build-1-install`, 'pids.max'), '20\n');
+    await group.remove();
+    await control.dispose();
+    for (const group of left)
+      assert.ok(await exists(path.join(fake.root, group, 'app-leftover')), `${group} left alone`);
+  });
+
+  test('an existing parent group of its name that the service may not write: no limits, said at start; builds still run', async (t) => {
+    const unit = 'system.slice/slipway.service';
+    const name = parentGroupName(990, '/var/lib/slipway');
+    const fake = await createFakeCgroupV2({ writable: [unit], foreign: [`${unit}/${name}`] });
+    t.after(() => fake.cleanup());
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group('system.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(unit, { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(`${unit}/supervisor`, { procs: [SERVICE_PID] });
+    // Made by someone else, with every controller passed on (so that only making a group in it fails).
+    await fake.group(`${unit}/${name}`, { subtreeControl: ['cpu', 'memory', 'pids'] });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 990,
+      service: '/var/lib/slipway',
+      selfCgroup: `0::/${unit}/supervisor\n`,
+    });
+    assert.equal(control.kind, 'none');
+    assert.match(control.description, new RegExp(`^no resource limits: .*${name} is not writable by the service`));
+    const group = await control.create('build-1-install', limits);
+    assert.deepEqual(group.paths, []);
+    await group.remove();
+  });
+
+  test('groups an earlier run left empty are removed at start; a parent the idle class had is given its weight', async (t) => {
+    const fake = await createFakeCgroupV2();
+    t.after(() => fake.cleanup());
+    const name = parentGroupName(0, '/srv/slipway');
+    await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(name, { subtreeControl: ['cpu', 'memory', 'pids'] });
+    await fake.group(`${name}/dep-web-0-1`);
+    await fake.set(name, 'cpu.idle', '1\n');
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 0,
+      service: '/srv/slipway',
+      cpus: 2,
+      selfCgroup: '0::/system.slice/slipway.service\n',
+    });
+    assert.equal(control.kind, 'cgroup-v2', control.description);
+    assert.equal(await exists(path.join(fake.root, name, 'dep-web-0-1')), false, 'the leftover is gone');
+    assert.equal(await fake.read(name, 'cpu.idle'), '0\n');
+    assert.equal(await fake.read(name, 'cpu.weight'), '200\n');
+    await control.dispose();
+    assert.equal(await exists(path.join(fake.root, name)), false, 'removed at stop, though an earlier run made it');
+  });
+
+  test('parent group names: per user and data directory, stable, and safe', () => {
+    assert.equal(parentGroupName(0), 'slipway-0');
+    assert.equal(parentGroupName(null), 'slipway');
+    const names = [parentGroupName(0, '/a'), parentGroupName(1000, '/a'), parentGroupName(0, '/b')];
+    assert.equal(new Set(names).size, 3);
+    assert.equal(parentGroupName(0, '/a'), parentGroupName(0, '/a/'));
+    for (const name of names) assert.match(name, /^slipway-\d+-[0-9a-f]{12}$/);
   });
 
   test("not root, in a user's systemd: in the user's app.slice, enabling what it lacks", async (t) => {
     const user = 'user.slice/user-1000.slice/user@1000.service';
     const fake = await createFakeCgroupV2({ writable: [user] });
     t.after(() => fake.cleanup());
+    const parentName = 'slipway-1000';
     await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
     await fake.group('user.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
     await fake.group('user.slice/user-1000.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
@@ -586,10 +807,10 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
       selfCgroup: `0::/${user}/app.slice/slipway.service\n`,
     });
     assert.equal(control.kind, 'cgroup-v2');
-    assert.deepEqual(control.paths, [path.join(fake.root, user, 'app.slice', 'slipway')]);
+    assert.deepEqual(control.paths, [path.join(fake.root, user, 'app.slice', parentName)]);
     assert.equal(await fake.read(`${user}/app.slice`, 'cgroup.subtree_control'), 'cpu memory pids\n');
     const group = await control.create('x', limits);
-    assert.equal(await fake.read(`${user}/app.slice/slipway/x`, 'cpu.max'), '50000 100000\n');
+    assert.equal(await fake.read(`${user}/app.slice/${parentName}/x`, 'cpu.max'), '50000 100000\n');
     await group.remove();
     await control.dispose();
   });
@@ -607,7 +828,7 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
       selfCgroup: '0::/system.slice/slipway.service\n',
     });
     assert.equal(control.kind, 'none');
-    assert.match(control.description, /^no resource limits: .*system\.slice\/slipway is not writable.*delegated/);
+    assert.match(control.description, /^no resource limits: .*system\.slice\/slipway-990 is not writable.*delegated/);
     assert.deepEqual(control.paths, []);
     const group = await control.create('dep-web-0-1', limits);
     assert.deepEqual(group.paths, []);
@@ -615,7 +836,7 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.equal(await group.oomKills(), 0);
     await group.remove();
     await control.dispose();
-    assert.equal(await exists(path.join(fake.root, 'system.slice', 'slipway')), false);
+    assert.equal(await exists(path.join(fake.root, 'system.slice', 'slipway-990')), false);
     // Bad input fails the same way as with cgroups.
     await assert.rejects(control.create('../x', limits), /not a safe cgroup name/);
     await assert.rejects(control.create('x', { ...limits, cpu: -1 }), RangeError);
@@ -627,7 +848,7 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
     assert.equal(control.kind, 'none');
     assert.match(control.description, /holds processes/);
-    assert.equal(await exists(path.join(fake.root, 'slipway')), false);
+    assert.equal(await exists(path.join(fake.root, 'slipway-0')), false);
   });
 
   test('cgroup v2 without the cpu controller, and no v1 hierarchies: none, naming what is missing', async (t) => {
@@ -639,16 +860,21 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     assert.match(control.description, /no cgroup v1 memory hierarchy/);
   });
 
-  test('a kernel without the idle class for groups (before 5.15): a quarter of the weight, and the description says so', async (t) => {
+  test('a kernel without cpu.idle (before 5.15): the same weights', async (t) => {
     const fake = await createFakeCgroupV2({ idle: false });
     t.after(() => fake.cleanup());
-    const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 0,
+      cpus: 2,
+      selfCgroup: '0::/\n',
+    });
     assert.equal(control.kind, 'cgroup-v2');
-    assert.equal(await fake.read('slipway', 'cpu.weight'), '25\n');
-    assert.equal(await exists(path.join(fake.root, 'slipway/cpu.idle')), false);
-    assert.match(control.description, /weighted to yield the CPU to the service/);
-    assert.doesNotMatch(control.description, /idle CPU class/);
+    assert.equal(await fake.read('slipway-0', 'cpu.weight'), '200\n');
+    assert.equal(await exists(path.join(fake.root, 'slipway-0/cpu.idle')), false);
     const group = await control.create('g', limits);
+    assert.equal(await fake.read('slipway-0/g', 'cpu.weight'), '50\n');
     await group.remove();
     await control.dispose();
   });
@@ -659,8 +885,8 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     const control = await createResourceControl({ root: fake.root, fs: fake.fs, uid: 0, selfCgroup: '0::/\n' });
     assert.equal(control.kind, 'cgroup-v2');
     const group = await control.create('g', limits);
-    assert.equal(await fake.read('slipway/g', 'memory.max'), `${64 * MIB}\n`);
-    assert.equal(await exists(path.join(fake.root, 'slipway/g/memory.swap.max')), false);
+    assert.equal(await fake.read('slipway-0/g', 'memory.max'), `${64 * MIB}\n`);
+    assert.equal(await exists(path.join(fake.root, 'slipway-0/g/memory.swap.max')), false);
     await group.remove();
     await control.dispose();
   });

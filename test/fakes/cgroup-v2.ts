@@ -7,7 +7,8 @@
  * join a group that passes controllers on; rmdir fails while a group holds processes or children;
  * limit files take only well-formed values; cgroup.kill SIGKILLs the pids listed (real ones, which the
  * tests start themselves) and empties the subtree. Writes outside the writable (delegated) subtrees fail
- * with EACCES, as for a service that is not root.
+ * with EACCES, as for a service that is not root, and so do writes in groups another user made there
+ * (`foreign`: a root service's group, found by a service that runs as its own user).
  *
  * What it does not do: enforce anything. Real limits are tested on cgroup v1 (the test machine's).
  */
@@ -40,7 +41,10 @@ function controllerFiles(controller: string, swap: boolean, idle: boolean): Reco
         'cpu.max': 'max 100000\n',
         'cpu.weight': '100\n',
         ...(idle ? { 'cpu.idle': '0\n' } : {}),
-        'cpu.stat': 'usage_usec 0\nuser_usec 0\nsystem_usec 0\n',
+        'cpu.stat':
+          'usage_usec 0\nuser_usec 0\nsystem_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\nnr_bursts 0\nburst_usec 0\n',
+        'cpu.pressure':
+          'some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n',
       };
     case 'pids':
       return { 'pids.max': 'max\n', 'pids.current': '0\n' };
@@ -81,6 +85,8 @@ export interface FakeCgroupV2Options {
   writable?: string[];
   /** Whether the root is the real root, exempt from "no internal processes"; false for a container's. */
   rootExempt?: boolean;
+  /** Groups another user made (paths relative to the root): nothing in their subtree is writable. */
+  foreign?: string[];
 }
 
 export interface FakeCgroupV2 {
@@ -105,10 +111,12 @@ export async function createFakeCgroupV2(options: FakeCgroupV2Options = {}): Pro
     const relative = relativeOf(file);
     return relative === '' || (!relative.startsWith('..') && !path.isAbsolute(relative));
   };
+  const within = (relative: string, groups: string[]) =>
+    groups.some((w) => relative === w || relative.startsWith(`${w}/`));
   const mayWrite = (dir: string): boolean => {
-    if (!options.writable) return true;
     const relative = relativeOf(dir);
-    return options.writable.some((w) => relative === w || relative.startsWith(`${w}/`));
+    if (within(relative, options.foreign ?? [])) return false;
+    return !options.writable || within(relative, options.writable);
   };
   const isGroup = (dir: string) =>
     fs.access(path.join(dir, 'cgroup.procs')).then(
@@ -151,6 +159,7 @@ export async function createFakeCgroupV2(options: FakeCgroupV2Options = {}): Pro
 
   const io: CgroupFs = {
     readFile: (file) => fs.readFile(file, 'utf8'),
+    subgroups: async (dir) => (await childGroups(dir)).map((child) => path.basename(child)),
     exists: (file) =>
       fs.access(file).then(
         () => true,
@@ -232,6 +241,9 @@ export async function createFakeCgroupV2(options: FakeCgroupV2Options = {}): Pro
       const format = LIMIT_VALUE[name];
       if (!format) throw fail('EACCES', 'open', file);
       if (!format.test(data)) throw fail('EINVAL', 'write', file);
+      // An idle group has the least weight there is, and takes no other.
+      const idleNow = await fs.readFile(path.join(dir, 'cpu.idle'), 'utf8').catch(() => '0');
+      if (name === 'cpu.weight' && idleNow.trim() === '1') throw fail('EINVAL', 'write', file);
       await fs.writeFile(file, data.endsWith('\n') ? data : `${data}\n`);
     },
   };

@@ -1,0 +1,87 @@
+/**
+ * Apps on a busy host, as an operator meets it: ordinary processes that are not Slipway's (here `node`
+ * spinning, one per CPU, at the priority any process has) keep every CPU busy while a tiny app is built
+ * and deployed. The apps' parent cgroup has a weight of its own, so the build and the app get their
+ * share of each CPU and the app reaches DEPLOYED and answers.
+ *
+ * What the old code did: the apps' parent group was in the kernel's idle class (`cpu.idle`), which gets
+ * only the cycles that every other process leaves; with a spinning process on each CPU that is next to
+ * nothing, and the deploy ran into its health-check deadline (or the build into its own).
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import os from 'node:os';
+import { after, before, test } from 'node:test';
+import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+
+const SERVER = `
+import http from 'node:http';
+http.createServer((req, res) => {
+  res.writeHead(200, { 'content-type': 'text/plain' });
+  res.end('served on a busy host');
+}).listen(Number(process.env.PORT), process.env.HOST);
+`;
+
+/** A build step with some work of its own (a few tens of milliseconds of CPU on an idle machine). */
+const BUILD = `node -e "let x = 0; for (let i = 0; i < 3e7; i++) x += i; console.log('built', x > 0)"`;
+
+let service: TestService;
+before(async () => {
+  service = await startTestService();
+});
+after(async () => {
+  await service?.close();
+});
+
+/** One ordinary process per CPU, spinning until killed: a neighbour's work, outside Slipway. */
+function keepEveryCpuBusy(): { stop(): Promise<void> } {
+  const hogs: ChildProcess[] = [];
+  for (let i = 0; i < os.availableParallelism(); i++) {
+    hogs.push(spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
+  }
+  return {
+    async stop() {
+      await Promise.all(
+        hogs.map(
+          (hog) =>
+            new Promise<void>((resolve) => {
+              if (hog.exitCode !== null || hog.signalCode !== null) return resolve();
+              hog.once('exit', () => resolve());
+              hog.kill('SIGKILL');
+            }),
+        ),
+      );
+    },
+  };
+}
+
+test('with every CPU kept busy by ordinary processes outside the service, a tiny app is built and DEPLOYED, and answers', async () => {
+  const tarball = await uploadApp(service, {
+    'package.json': JSON.stringify({
+      name: 'tiny',
+      private: true,
+      type: 'module',
+      scripts: { start: 'node server.js' },
+    }),
+    'server.js': SERVER,
+    'slipway.json': JSON.stringify({ health_check_path: '/', database: false, build: BUILD }),
+  });
+  const busy = keepEveryCpuBusy();
+  try {
+    const created = await service.api('POST', '/v2/deployments', {
+      name: 'busy-host',
+      source: 'internal_source',
+      source_config: {},
+      source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id);
+    assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
+    const url: string = (await service.api('GET', `/v2/deployments/${created.body.id}`)).body.source_config.custom_url;
+    const answer = await requestApp(service, url, '/');
+    assert.equal(answer.status, 200, answer.body);
+    assert.equal(answer.body, 'served on a busy host');
+  } finally {
+    await busy.stop();
+  }
+});
