@@ -58,7 +58,8 @@ export interface LocalDataPlane extends Worker {
 
 export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
   const { config, db, logger } = deps;
-  const limits = await createResourceControl({ logger });
+  // Its parent cgroup is named after its user and data directory: no other service's (src/dataplane/resource-limits.ts).
+  const limits = await createResourceControl({ logger, service: config.dataDir });
   const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger });
   const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
   // Said loudly when anything is missing: an operator must know that apps are not contained.
