@@ -36,6 +36,19 @@ const MIN_HEARTBEAT_GAP_MS = 1_000;
 export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string })
   .version;
 
+/** The time the heartbeat keeps (a fake one in tests, which count heartbeats over a period). */
+export interface ListenerClock {
+  now(): number;
+  setTimeout(fire: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const SYSTEM_CLOCK: ListenerClock = {
+  now: () => Date.now(),
+  setTimeout: (fire, ms) => setTimeout(fire, ms),
+  clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+};
+
 export interface ListenerDeps {
   /** What sends the requests to the service, under the SDK's retries (default: the global fetch). */
   readonly fetch?: Fetch;
@@ -47,6 +60,8 @@ export interface ListenerDeps {
   readonly resyncMs?: number;
   /** How long a namespace's lists must keep being answered 403 before its deployments fail (default 15 s). */
   readonly forbiddenConfirmMs?: number;
+  /** What the heartbeat's period is kept by (default: the system's). */
+  readonly clock?: ListenerClock;
 }
 
 export interface RunningListener {
@@ -76,6 +91,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     deps.logger ??
     pino({ level: config.logLevel, redact: { paths: ['credential', 'headers.authorization'], censor: '[redacted]' } });
   const backoffOptions = deps.backoff ?? DEFAULT_BACKOFF;
+  const clock = deps.clock ?? SYSTEM_CLOCK;
   const stop = new AbortController();
   const protocol = createProtocolClient({
     baseUrl: config.slipwayUrl,
@@ -170,22 +186,27 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
   const heartbeats = (async () => {
     const settled = () =>
       cache !== null && [...cache.namespaces().values()].every((watch) => watch.state !== 'starting');
+    /**
+     * Waits `ms` on the clock, or until the cache says a namespace changed and `until()` then holds.
+     * Only a change ends it early: a pause called while `until()` already holds still waits (with
+     * `() => true` it returned at once, and the loop heartbeated every MIN_HEARTBEAT_GAP_MS).
+     */
     const pause = (ms: number, until: () => boolean = () => false) =>
       new Promise<void>((resolve) => {
         const done = () => {
-          clearTimeout(timer);
+          clock.clearTimeout(timer);
           stop.signal.removeEventListener('abort', done);
           beatNow = null;
           resolve();
         };
-        const timer = setTimeout(done, ms);
+        const timer = clock.setTimeout(done, ms);
         beatNow = () => {
           if (until()) done();
         };
         stop.signal.addEventListener('abort', done, { once: true });
-        if (stop.signal.aborted || until()) done();
+        if (stop.signal.aborted) done();
       });
-    await pause(config.heartbeatSeconds * 1000, settled);
+    if (!settled()) await pause(config.heartbeatSeconds * 1000, settled);
     let lastNotWatched = '';
     while (!stop.signal.aborted) {
       const watches = cache?.namespaces() ?? new Map<string, NamespaceWatch>();
@@ -218,11 +239,11 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
         if (stop.signal.aborted) break;
         logger.warn({ err: error instanceof Error ? error.message : String(error) }, 'heartbeat failed');
       }
-      const sent = Date.now();
+      const sent = clock.now();
       await pause(config.heartbeatSeconds * 1000, () => true);
       // A namespace that flaps between states must not turn the heartbeat into a flood.
-      const early = MIN_HEARTBEAT_GAP_MS - (Date.now() - sent);
-      if (early > 0) await sleep(early, stop.signal);
+      const early = MIN_HEARTBEAT_GAP_MS - (clock.now() - sent);
+      if (early > 0) await pause(early);
     }
   })();
 

@@ -23,8 +23,8 @@ export interface World {
 export async function startWorld(
   options: FakeKubeOptions = {},
   configured: Partial<ListenerConfig> = {},
-  /** The agent's back-off, its wait before believing a 403 and its logger (the harness's otherwise). */
-  agentDeps: Pick<ListenerDeps, 'backoff' | 'forbiddenConfirmMs' | 'logger'> = {},
+  /** The agent's back-off, its wait before believing a 403, its logger and its clock (the harness's otherwise). */
+  agentDeps: Pick<ListenerDeps, 'backoff' | 'clock' | 'forbiddenConfirmMs' | 'logger'> = {},
 ): Promise<World> {
   const listenerId = randomUUID();
   const kube = await FakeKube.start({ namespaces: [NAMESPACE, 'default'], ...options });
