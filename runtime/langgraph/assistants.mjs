@@ -1,10 +1,30 @@
 // Assistants and their versions in langgraph.assistants and langgraph.assistant_versions: the
 // `assistants` operations of LangChain's server (its in-memory ones, in SQL).
-import { assistantOf, authFilterSql } from './records.mjs';
+import { assistantOf, authFilterSql, isUuid, sqlCount, storable } from './records.mjs';
 import { SCHEMA } from './schema.mjs';
 
 export function createAssistants(ctx) {
   const { HTTPException, handleAuthEvent, isAuthMatching, json, notFound, pool, transaction } = ctx;
+  /** WHERE of a search or count; a filter that cannot match (it holds a NUL, say) is `false`. */
+  function assistantWhere(query, filters, params) {
+    const where = [authFilterSql('metadata', filters, params)];
+    if (![query.graph_id, query.name, query.metadata].every(storable)) return 'false';
+    if (query.graph_id != null) where.push(`graph_id = $${params.push(query.graph_id)}`);
+    if (query.name != null) where.push(`strpos(lower(name), lower($${params.push(query.name)})) > 0`);
+    if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
+    return where.join(' and ');
+  }
+  /** The assistant's row (locked with `client`), or 404 as the in-memory server answers. */
+  async function assistantRow(client, assistantId, filters, lock = false) {
+    if (!isUuid(assistantId)) throw notFound('Assistant not found');
+    const { rows } = await client.query(
+      `select * from ${SCHEMA}.assistants where assistant_id = $1${lock ? ' for update' : ''}`,
+      [assistantId],
+    );
+    if (!rows[0] || !isAuthMatching(rows[0].metadata, filters)) throw notFound('Assistant not found');
+    return rows[0];
+  }
+
   const assistants = {
     async *search(query, auth) {
       const [filters] = await handleAuthEvent(auth, 'assistants:search', {
@@ -14,26 +34,21 @@ export function createAssistants(ctx) {
         offset: query.offset,
       });
       const params = [];
-      const where = [authFilterSql('metadata', filters, params)];
-      if (query.graph_id != null) where.push(`graph_id = $${params.push(query.graph_id)}`);
-      if (query.name != null) where.push(`strpos(lower(name), lower($${params.push(query.name)})) > 0`);
-      if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
+      const where = assistantWhere(query, filters, params);
       const sortBy = ['assistant_id', 'created_at', 'updated_at', 'name', 'graph_id'].includes(query.sort_by)
         ? query.sort_by
         : 'created_at';
       const order = query.sort_order === 'asc' ? 'asc' : 'desc';
       const { rows } = await pool.query(
-        `select *, count(*) over () as total from ${SCHEMA}.assistants where ${where.join(' and ')}
-         order by ${sortBy} ${order}, assistant_id limit $${params.push(query.limit)} offset $${params.push(query.offset)}`,
+        `select *, count(*) over () as total from ${SCHEMA}.assistants where ${where}
+         order by ${sortBy} ${order}, assistant_id limit $${params.push(sqlCount(query.limit, 10))} offset $${params.push(sqlCount(query.offset, 0))}`,
         params,
       );
       for (const row of rows) yield { assistant: assistantOf(row), total: Number(row.total) };
     },
     async get(assistantId, auth) {
       const [filters] = await handleAuthEvent(auth, 'assistants:read', { assistant_id: assistantId });
-      const { rows } = await pool.query(`select * from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId]);
-      if (!rows[0] || !isAuthMatching(rows[0].metadata, filters)) throw notFound('Assistant not found');
-      return assistantOf(rows[0]);
+      return assistantOf(await assistantRow(pool, assistantId, filters));
     },
     async put(assistantId, values, auth) {
       const [filters, mutable] = await handleAuthEvent(auth, 'assistants:create', {
@@ -97,11 +112,7 @@ export function createAssistants(ctx) {
         description: values?.description,
       });
       return transaction(async (client) => {
-        const { rows } = await client.query(`select * from ${SCHEMA}.assistants where assistant_id = $1 for update`, [
-          assistantId,
-        ]);
-        const current = rows[0];
-        if (!current || !isAuthMatching(current.metadata, filters)) throw notFound('Assistant not found');
+        const current = await assistantRow(client, assistantId, filters, true);
         const next = {
           graph_id: values?.graph_id ?? current.graph_id,
           config: values?.config ?? current.config,
@@ -140,10 +151,7 @@ export function createAssistants(ctx) {
     async delete(assistantId, deleteThreads, auth) {
       const [filters] = await handleAuthEvent(auth, 'assistants:delete', { assistant_id: assistantId });
       return transaction(async (client) => {
-        const { rows } = await client.query(`select * from ${SCHEMA}.assistants where assistant_id = $1 for update`, [
-          assistantId,
-        ]);
-        if (!rows[0] || !isAuthMatching(rows[0].metadata, filters)) throw notFound('Assistant not found');
+        await assistantRow(client, assistantId, filters, true);
         await client.query(`delete from ${SCHEMA}.runs where assistant_id = $1`, [assistantId]);
         if (deleteThreads === true)
           await client.query(`delete from ${SCHEMA}.threads where metadata ->> 'assistant_id' = $1`, [assistantId]);
@@ -154,10 +162,7 @@ export function createAssistants(ctx) {
     async setLatest(assistantId, version, auth) {
       const [filters] = await handleAuthEvent(auth, 'assistants:update', { assistant_id: assistantId, version });
       return transaction(async (client) => {
-        const { rows } = await client.query(`select * from ${SCHEMA}.assistants where assistant_id = $1 for update`, [
-          assistantId,
-        ]);
-        if (!rows[0] || !isAuthMatching(rows[0].metadata, filters)) throw notFound('Assistant not found');
+        await assistantRow(client, assistantId, filters, true);
         const updated = await client.query(
           `update ${SCHEMA}.assistants a set config = v.config, metadata = v.metadata, version = v.version,
              name = v.name, updated_at = now()
@@ -171,12 +176,14 @@ export function createAssistants(ctx) {
     },
     async getVersions(assistantId, query, auth) {
       const [filters] = await handleAuthEvent(auth, 'assistants:read', { assistant_id: assistantId });
+      // No versions: the route answers 404 `Assistant "<id>" not found.`
+      if (!isUuid(assistantId) || !storable(query.metadata)) return [];
       const params = [assistantId];
       const where = ['assistant_id = $1', authFilterSql('metadata', filters, params)];
       if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
       const { rows } = await pool.query(
         `select * from ${SCHEMA}.assistant_versions where ${where.join(' and ')} order by version desc
-         limit $${params.push(query.limit)} offset $${params.push(query.offset)}`,
+         limit $${params.push(sqlCount(query.limit, 10))} offset $${params.push(sqlCount(query.offset, 0))}`,
         params,
       );
       return rows.map((row) => {
@@ -192,12 +199,8 @@ export function createAssistants(ctx) {
         offset: 0,
       });
       const params = [];
-      const where = [authFilterSql('metadata', filters, params)];
-      if (query.graph_id != null) where.push(`graph_id = $${params.push(query.graph_id)}`);
-      if (query.name != null) where.push(`strpos(lower(name), lower($${params.push(query.name)})) > 0`);
-      if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
       const { rows } = await pool.query(
-        `select count(*) from ${SCHEMA}.assistants where ${where.join(' and ')}`,
+        `select count(*) from ${SCHEMA}.assistants where ${assistantWhere(query, filters, params)}`,
         params,
       );
       return Number(rows[0].count);

@@ -1,6 +1,7 @@
 // The server's checkpointer and store, made to keep everything in PostgreSQL through LangChain's
 // PostgresSaver and PostgresStore (@langchain/langgraph-checkpoint-postgres), with the extras the server
 // calls on them.
+import { sqlCount, storable } from './records.mjs';
 import { SCHEMA } from './schema.mjs';
 
 /** Deletes the checkpoints (and their pending writes) one run wrote to a thread. */
@@ -73,17 +74,33 @@ export function installCheckpointer(target, postgresSaver, connections) {
   });
 }
 
-/** The store the server's routes and graphs share, kept in PostgreSQL by PostgresStore. */
+/**
+ * The store the server's routes and graphs share, kept in PostgreSQL by PostgresStore. A search or
+ * listing a client sends malformed answers what the in-memory store answers (docs/langgraph.md,
+ * "Malformed ids and filters"): a namespace or filter holding a NUL finds nothing, a negative or
+ * fractional limit or offset is made a whole number of at least 0, rather than a 500 from PostgreSQL.
+ */
 export function installStore(target, postgresStore) {
+  const paging = (options) => ({
+    ...options,
+    ...(options?.limit !== undefined ? { limit: sqlCount(options.limit, 10) } : {}),
+    ...(options?.offset !== undefined ? { offset: sqlCount(options.offset, 0) } : {}),
+  });
   Object.assign(target, {
     initialize: async () => ({ flush: async () => undefined }),
     clear: async () => undefined,
     batch: (operations) => postgresStore.batch(operations),
-    get: (...args) => postgresStore.get(...args),
-    search: (...args) => postgresStore.search(...args),
+    get: (namespace, key) => (storable([namespace, key]) ? postgresStore.get(namespace, key) : null),
+    async search(namespacePrefix, options) {
+      if (!storable([namespacePrefix, options?.filter, options?.query])) return [];
+      return postgresStore.search(namespacePrefix, paging(options));
+    },
     put: (...args) => postgresStore.put(...args),
     delete: (...args) => postgresStore.delete(...args),
-    listNamespaces: (...args) => postgresStore.listNamespaces(...args),
+    async listNamespaces(options) {
+      if (!storable([options?.prefix, options?.suffix])) return [];
+      return postgresStore.listNamespaces(paging(options));
+    },
     toJSON: () => '[PostgresStore]',
   });
 }

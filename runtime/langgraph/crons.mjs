@@ -7,7 +7,7 @@ import { clearInterval, setInterval } from 'node:timers';
 import { pathToFileURL } from 'node:url';
 import { nextCronTime, parseCron } from './cron-schedule.mjs';
 import { esmEntry } from './packages.mjs';
-import { authFilterSql, uuid7 } from './records.mjs';
+import { authFilterSql, isUuid, storable, uuid7 } from './records.mjs';
 import { SCHEMA } from './schema.mjs';
 
 export function createCrons(ctx) {
@@ -80,8 +80,8 @@ export function createCrons(ctx) {
 
   async function createCron(threadId, body, auth) {
     if (body === null || typeof body !== 'object') throw invalid('the body must be a JSON object');
-    const assistantId = typeof body.assistant_id === 'string' ? getAssistantId(body.assistant_id) : null;
-    if (!assistantId || !/^[0-9a-f-]{36}$/i.test(assistantId)) throw invalid('assistant_id is required');
+    if (typeof body.assistant_id !== 'string' || body.assistant_id === '') throw invalid('assistant_id is required');
+    const assistantId = getAssistantId(body.assistant_id);
     const [filters, mutable] = await handleAuthEvent(auth, 'crons:create', {
       thread_id: threadId,
       assistant_id: assistantId,
@@ -89,8 +89,10 @@ export function createCrons(ctx) {
       metadata: body.metadata ?? {},
     });
     const next = checkSchedule(body.schedule, body.timezone);
-    const assistantRow = (await pool.query(`select 1 from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId]))
-      .rows[0];
+    // Neither a graph name nor a UUID (a typo of a graph name): no such assistant.
+    const assistantRow = isUuid(assistantId)
+      ? (await pool.query(`select 1 from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId])).rows[0]
+      : undefined;
     if (!assistantRow) throw notFound(`Assistant ${body.assistant_id} not found`);
     if (threadId != null) {
       const thread = await threadRow(pool, threadId);
@@ -129,8 +131,13 @@ export function createCrons(ctx) {
     });
     const params = [];
     const where = [authFilterSql('metadata', filters, params)];
-    if (query.assistant_id != null)
-      where.push(`assistant_id = $${params.push(getAssistantId(query.assistant_id))}::uuid`);
+    // As LangChain's schema of a cron search says (CronSearch): the ids are UUIDs, a graph name standing for its assistant.
+    const assistantId = query.assistant_id != null ? getAssistantId(String(query.assistant_id)) : null;
+    if (assistantId != null && !isUuid(assistantId))
+      throw invalid('assistant_id must be a UUID or the name of a graph of this deployment');
+    if (query.thread_id != null && !isUuid(query.thread_id)) throw invalid('thread_id must be a UUID');
+    if (!storable(query.metadata)) return { where: 'false', params: [] };
+    if (assistantId != null) where.push(`assistant_id = $${params.push(assistantId)}::uuid`);
     if (query.thread_id != null) where.push(`thread_id = $${params.push(query.thread_id)}::uuid`);
     if (query.enabled != null) where.push(`enabled = $${params.push(query.enabled === true)}`);
     if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
@@ -147,7 +154,6 @@ export function createCrons(ctx) {
     return rows[0];
   }
 
-  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
   async function jsonBody(c) {
     try {
       return await c.req.json();
@@ -157,7 +163,7 @@ export function createCrons(ctx) {
   }
   function uuidParam(c, name) {
     const value = c.req.param(name);
-    if (!UUID.test(value)) throw invalid(`${name} must be a UUID`);
+    if (!isUuid(value)) throw invalid(`${name} must be a UUID`);
     return value;
   }
 

@@ -14,6 +14,47 @@ export function uuid7() {
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Malformed input from a client answers what LangChain's in-memory server answers (docs/langgraph.md,
+// "Malformed ids and filters"), never PostgreSQL's error as a 500. Its store is a map keyed by canonical
+// ids and its filters compare in JavaScript: an id that is not a UUID is simply not found, and a filter
+// holding what PostgreSQL cannot store matches nothing.
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether `value` is a UUID as the server makes them (PostgreSQL's uuid type would refuse anything else). */
+export const isUuid = (value) => typeof value === 'string' && UUID.test(value);
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Whether PostgreSQL's text and jsonb can hold `value` (a string, or JSON with its keys): no NUL and no
+ * lone UTF-16 surrogate. Nothing stored holds one, so a filter that does matches nothing.
+ */
+export function storable(value) {
+  const stack = [value];
+  while (stack.length > 0) {
+    const item = stack.pop();
+    if (typeof item === 'string') {
+      if (item.includes('\u0000') || LONE_SURROGATE.test(item)) return false;
+    } else if (item !== null && typeof item === 'object') {
+      for (const [key, child] of Object.entries(item)) {
+        if (key.includes('\u0000') || LONE_SURROGATE.test(key)) return false;
+        stack.push(child);
+      }
+    }
+  }
+  return true;
+}
+
+/**
+ * A limit or offset as SQL takes it: a whole number, at least 0 (PostgreSQL refuses a negative or
+ * fractional one). The in-memory server slices an array with it, where -1 counts from the end; a
+ * negative value is taken as 0 here rather than copying that (docs/langgraph.md).
+ */
+export function sqlCount(value, fallback) {
+  const number = Number(value ?? fallback);
+  return Number.isFinite(number) ? Math.max(0, Math.trunc(number)) : fallback;
+}
 export const isFinal = (status) => status !== 'pending' && status !== 'running';
 
 /** Custom auth filters (`{key: value}`, `{key: {$eq}}`, `{key: {$contains}}`) as SQL on a jsonb column. */

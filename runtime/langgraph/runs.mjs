@@ -1,7 +1,7 @@
 // Runs in langgraph.runs: the `runs` operations of LangChain's server (create with double-texting,
 // wait, join, cancel, search) and the streams of their events (langgraph.run_events), from any instance.
 import { deleteRunCheckpoints } from './checkpoints.mjs';
-import { assistantOf, authFilterSql, isFinal, runOf, sleep, uuid7 } from './records.mjs';
+import { assistantOf, authFilterSql, isFinal, isUuid, runOf, sleep, sqlCount, storable, uuid7 } from './records.mjs';
 import { CANCEL_CHANNEL, END_EVENT, EVENTS_CHANNEL, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
 
 export function createRuns(ctx) {
@@ -64,9 +64,10 @@ export function createRuns(ctx) {
       }
     },
     async put(runId, assistantId, kwargs, opts, auth) {
-      const assistantRow = (
-        await pool.query(`select * from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId])
-      ).rows[0];
+      // A graph name is made an assistant id before this (getAssistantId); a typo of one is not a UUID.
+      const assistantRow = isUuid(assistantId)
+        ? (await pool.query(`select * from ${SCHEMA}.assistants where assistant_id = $1`, [assistantId])).rows[0]
+        : undefined;
       if (!assistantRow)
         throw notFound(
           `No assistant found for "${assistantId}". Make sure the assistant ID is for a valid assistant or a valid graph ID.`,
@@ -273,13 +274,14 @@ export function createRuns(ctx) {
         metadata: query.metadata,
         status: query.status,
       });
+      if (!storable(query?.status) || !storable(query?.metadata)) return [];
       const params = [threadId];
       const where = ['r.thread_id = $1', authFilterSql('t.metadata', filters, params)];
       if (query?.status != null) where.push(`r.status = $${params.push(query.status)}`);
       if (query?.metadata != null) where.push(`r.metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
       const { rows } = await pool.query(
         `select r.* from ${SCHEMA}.runs r join ${SCHEMA}.threads t using (thread_id) where ${where.join(' and ')}
-         order by r.created_at desc limit $${params.push(query?.limit ?? 10)} offset $${params.push(query?.offset ?? 0)}`,
+         order by r.created_at desc limit $${params.push(sqlCount(query?.limit, 10))} offset $${params.push(sqlCount(query?.offset, 0))}`,
         params,
       );
       return rows.map(runOf);

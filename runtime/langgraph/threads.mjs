@@ -1,7 +1,7 @@
 // Threads in langgraph.threads, their state and history through the checkpointer: the `threads`
 // operations of LangChain's server, and the thread lookups runs.mjs and crons.mjs use.
 import { copyCheckpoints } from './checkpoints.mjs';
-import { authFilterSql, threadOf, uuid7 } from './records.mjs';
+import { authFilterSql, sqlCount, storable, threadOf, uuid7 } from './records.mjs';
 import { END_EVENT, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
 
 export function createThreads(ctx) {
@@ -26,9 +26,12 @@ export function createThreads(ctx) {
   /** WHERE of a thread search or count, as the in-memory server filters (a thread without values passes a values filter). */
   function threadWhere(query, filters, params) {
     const where = [authFilterSql('metadata', filters, params)];
+    if (!storable(query.metadata) || !storable(query.status)) return 'false';
     if (query.ids?.length > 0) where.push(`thread_id = any($${params.push(query.ids)}::uuid[])`);
     if (query.metadata != null) where.push(`metadata @> $${params.push(JSON.stringify(query.metadata))}::jsonb`);
-    if (query.values != null)
+    // A thread without values passes; no stored values hold what PostgreSQL cannot store.
+    if (query.values != null && !storable(query.values)) where.push('"values" is null');
+    else if (query.values != null)
       where.push(`("values" is null or "values" @> $${params.push(JSON.stringify(query.values))}::jsonb)`);
     if (query.status != null) where.push(`status = $${params.push(query.status)}`);
     return where.join(' and ');
@@ -84,7 +87,7 @@ export function createThreads(ctx) {
       const order = query.sort_order === 'asc' ? 'asc' : 'desc';
       const { rows } = await pool.query(
         `select *, count(*) over () as total from ${SCHEMA}.threads where ${where}
-         order by ${sortBy} ${order}, thread_id ${order} limit $${params.push(query.limit)} offset $${params.push(query.offset)}`,
+         order by ${sortBy} ${order}, thread_id ${order} limit $${params.push(sqlCount(query.limit, 10))} offset $${params.push(sqlCount(query.offset, 0))}`,
         params,
       );
       for (const row of rows) yield { thread: threadOf(row), total: Number(row.total) };
