@@ -347,6 +347,22 @@ const GOAL_RPS_RATIO = 0.8;
 const GOAL_P99_MS = 2;
 /** The goal for the API's p99 under app load (through the stable URL) against alone. */
 const GOAL_API_P99_RATIO = 1.2;
+/** Create to DEPLOYED with every CPU kept busy by ordinary processes outside Slipway, over the same on the machine as it is. */
+const GOAL_BUSY_RATIO = 2;
+
+/** The busy-host deployments of an app against its isolated ones: medians and their ratio; null without both. */
+function busyHost(a: AppDeployResult): { busy: number; idle: number; ratio: number } | null {
+  if (!a.busy?.length || a.runs.isolated.length === 0) return null;
+  const busy = median(a.busy.map((r) => r.total));
+  const idle = median(a.runs.isolated.map((r) => r.total));
+  return { busy, idle, ratio: busy / idle };
+}
+
+function busyHostLine(a: AppDeployResult): string | null {
+  const b = busyHost(a);
+  if (b === null) return null;
+  return `${a.title} on a busy host (${a.busyProcesses} ordinary processes spinning, one per CPU, outside Slipway): POST to DEPLOYED isolated ${int(b.busy)} ms against ${int(b.idle)} ms without them (medians of ${a.busy.length}): ${times(b.ratio)}, goal (at most ${GOAL_BUSY_RATIO}x) ${b.ratio <= GOAL_BUSY_RATIO ? 'met' : 'NOT met'}`;
+}
 
 /** One edge against plain nginx on the same instance: over all rounds, and round by round. */
 interface EdgeComparison {
@@ -558,6 +574,8 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
     lines.push(
       `${a.title}: POST to DEPLOYED bare ${int(bare)} ms, isolated ${int(isolated)} ms (medians of ${a.runs.bare.length}): isolated / bare ${times(isolated / bare)} (${signedInt(isolated - bare)} ms: install ${phase('install')}, start ${phase('start')})${byRound}; the app's own install and start, by hand, ${int(own)} ms; platform overhead bare ${int(bare - own)} ms (${pct(1 - own / bare)}), isolated ${int(isolated - own)} ms (${pct(1 - own / isolated)})`,
     );
+    const busy = busyHostLine(a);
+    if (busy !== null) lines.push(busy);
   }
   const s = results.sandboxStarts;
   if (s !== null) {
@@ -703,6 +721,8 @@ function sections(results: DataPlaneResults, markdown: boolean): string[] {
     for (const app of results.apps) {
       out.push(`${app.title}:`, '', table(DEPLOY_HEADER, deployRows(app, markdown), 2), '');
     }
+    const busy = results.apps.map(busyHostLine).filter((l): l is string => l !== null);
+    if (busy.length > 0) out.push(...busy.map(item), '');
     out.push(
       'The baseline, by hand:',
       '',

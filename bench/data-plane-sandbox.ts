@@ -82,7 +82,8 @@ export async function openBenchSandbox(mode: SandboxMode): Promise<BenchSandbox>
   await fs.chmod(work, 0o711);
   const hidden = path.join(work, 'hidden');
   await fs.mkdir(hidden);
-  const limits = await createResourceControl({ logger });
+  // A parent cgroup of its own, as each service has (named after its data directory).
+  const limits = await createResourceControl({ logger, service: hidden });
   let sandbox: Sandbox;
   try {
     sandbox = await createSandbox({ mode, dataDir: hidden, limits, logger });

@@ -196,6 +196,14 @@ export interface AppDeployResult {
   nodeCommand: string;
   database: boolean;
   runs: Record<ModeKey, DeployRun[]>;
+  /**
+   * Isolated, as many as `runs.isolated`, each while one ordinary process per CPU spins outside
+   * Slipway (BUSY_HOST): a host whose every CPU other work keeps busy. Against `runs.isolated` (the
+   * same mode on the machine as it is), the share the apps' weight guarantees them.
+   */
+  busy: DeployRun[];
+  /** How many processes kept the CPUs busy during `busy`. */
+  busyProcesses: number;
   /** One per round of deployments (one of each mode): the baseline both modes share. */
   direct: DirectRun[];
 }
@@ -624,6 +632,32 @@ async function measureNoting(
   }
 }
 
+/**
+ * A host whose every CPU other work keeps busy: one ordinary process per CPU (`node` spinning), started
+ * by the bench at ordinary priority outside every cgroup of Slipway's, as any neighbour's work is.
+ * Stopped (SIGKILL) by the returned function.
+ */
+function keepCpusBusy(): { count: number; stop(): Promise<void> } {
+  const hogs = Array.from({ length: os.availableParallelism() }, () =>
+    spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }),
+  );
+  return {
+    count: hogs.length,
+    async stop() {
+      await Promise.all(
+        hogs.map(
+          (hog) =>
+            new Promise<void>((resolve) => {
+              if (hog.exitCode !== null || hog.signalCode !== null) return resolve();
+              hog.once('exit', () => resolve());
+              hog.kill('SIGKILL');
+            }),
+        ),
+      );
+    },
+  };
+}
+
 async function deleteDeployment(svc: DataPlaneService, id: string): Promise<void> {
   const removed = await svc.api('DELETE', `/v2/deployments/${id}`);
   if (removed.status !== 204 && removed.status !== 404)
@@ -987,6 +1021,8 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
         nodeCommand: app.nodeCommand,
         database: appConfig.database,
         runs: { bare: [], isolated: [] },
+        busy: [],
+        busyProcesses: 0,
         direct: [],
       };
       const serving: Partial<Record<ModeKey, Deployed>> = {};
@@ -1018,6 +1054,24 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
           const direct = await directOnce(services.bare, app, appConfig);
           result.direct.push(direct);
           say(`  deploy ${app.key} ${i + 1}/${count}: ${[...lines, directLine(direct)].join(' | ')}`);
+        }
+        // The same deployments on a busy host: the default mode, each while every CPU spins outside Slipway.
+        for (let i = 0; i < count; i++) {
+          const previous = serving.isolated;
+          if (previous) await deleteDeployment(services.isolated, previous.id);
+          const busy = keepCpusBusy();
+          let deployed: Deployed;
+          try {
+            deployed = await deployNoting(services.isolated, 'isolated', app, appConfig, failures, say);
+          } finally {
+            await busy.stop();
+          }
+          serving.isolated = deployed;
+          result.busy.push(deployed.run);
+          result.busyProcesses = busy.count;
+          say(
+            `  deploy ${app.key} busy host ${i + 1}/${count} (${busy.count} processes spinning): ${deployLine('isolated', deployed.run)}`,
+          );
         }
         results.push(result);
 
