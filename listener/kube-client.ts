@@ -45,6 +45,14 @@ export class ApplyRefusedError extends KubeError {
   override name = 'ApplyRefusedError';
 }
 
+/**
+ * The apply's namespace does not exist (404 of kind `namespaces`): not a refusal of the manifest, since
+ * an operator may be creating it; the controller fails the revision once it has lasted a while.
+ */
+export class NamespaceMissingError extends KubeError {
+  override name = 'NamespaceMissingError';
+}
+
 /** The part of an API server's Status body the agent reads. */
 interface Status {
   readonly message: string;
@@ -200,6 +208,8 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
         // force: the listener owns these objects; a field another manager took over is taken back.
         await api.applyAsWritten(manifest, options.fieldManager ?? FIELD_MANAGER, options.force ?? true);
       } catch (error) {
+        if (error instanceof ApiException && error.code === 404 && statusOf(error)?.details?.kind === 'namespaces')
+          throw new NamespaceMissingError(404, `${what}: ${messageOf(error)} (HTTP 404)`);
         if (error instanceof ApiException && isRefusal(error.code, statusOf(error)))
           throw new ApplyRefusedError(
             error.code,

@@ -30,6 +30,9 @@ const MIN_POLL_INTERVAL_MS = 1_000;
 
 const CREDENTIAL_REFUSED = 'the service refused the listener credential (401)';
 
+/** How long a missing namespace may be in the making before the revisions to it fail. */
+const DEFAULT_MISSING_NAMESPACE_CONFIRM_MS = 60_000;
+
 /** The least time between two heartbeats, when a namespace's state changes sooner than the period. */
 const MIN_HEARTBEAT_GAP_MS = 1_000;
 
@@ -60,6 +63,11 @@ export interface ListenerDeps {
   readonly resyncMs?: number;
   /** How long a namespace's lists must keep being answered 403 before its deployments fail (default 15 s). */
   readonly forbiddenConfirmMs?: number;
+  /**
+   * How long applies must keep being answered 404 for their namespace before the revision fails with
+   * `namespace_not_found` (default 60 s: an operator may be creating it).
+   */
+  readonly missingNamespaceConfirmMs?: number;
   /** What the heartbeat's period is kept by (default: the system's). */
   readonly clock?: ListenerClock;
 }
@@ -120,6 +128,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     logger,
     backoff: backoffOptions,
     resyncMs: deps.resyncMs ?? 60_000,
+    missingNamespaceConfirmMs: deps.missingNamespaceConfirmMs ?? DEFAULT_MISSING_NAMESPACE_CONFIRM_MS,
   });
   cache = startClusterCache({
     client: kube,

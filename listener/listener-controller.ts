@@ -13,7 +13,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { ClusterCache } from './cluster-cache.ts';
 import type { DesiredState, ReportedStatus } from './desired-state.ts';
-import { ApplyRefusedError, KubeError, type KubeClient } from './kube-client.ts';
+import { ApplyRefusedError, KubeError, NamespaceMissingError, type KubeClient } from './kube-client.ts';
 import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
 import { HANDOVER_FIELD_MANAGER, SPEC_HASH_ANNOTATION } from './manifest-names.ts';
@@ -32,6 +32,8 @@ export interface ControllerOptions {
   readonly backoff: BackoffOptions;
   /** A pass at least this often, even without a change. */
   readonly resyncMs: number;
+  /** How long applies must keep finding their namespace missing before the revision fails. */
+  readonly missingNamespaceConfirmMs: number;
 }
 
 export interface Controller {
@@ -76,6 +78,12 @@ export function startController(options: ControllerOptions): Controller {
   const stop = new AbortController();
   const reported = new Map<string, ReportedStatus>();
   const refused = new Map<string, RefusedApply>();
+  /**
+   * Revision id to when an apply of it first found its namespace missing (404): retried while an
+   * operator may be creating it, then failed with the API server's words (before, it stayed QUEUED
+   * until the service's 24-hour deadline).
+   */
+  const missingSince = new Map<string, number>();
   const confirmed = new Set<string>();
   const lastSummary = new Map<string, string>();
   /** Deployment id to its back-off, while its last try failed. */
@@ -110,6 +118,24 @@ export function startController(options: ControllerOptions): Controller {
       try {
         await perform(plan.deploymentId, action);
       } catch (error) {
+        if (error instanceof NamespaceMissingError && action.type === 'apply') {
+          const since = missingSince.get(action.revisionId) ?? Date.now();
+          missingSince.set(action.revisionId, since);
+          if (Date.now() - since >= options.missingNamespaceConfirmMs) {
+            missingSince.delete(action.revisionId);
+            refused.set(action.revisionId, {
+              message: error.message,
+              inputs: action.inputs,
+              reason: 'namespace_not_found',
+            });
+            logger.warn(
+              { deployment_id: plan.deploymentId, revision_id: action.revisionId, err: error.message },
+              'the namespace of a revision does not exist; the revision fails',
+            );
+            dirty = true;
+            return null;
+          }
+        }
         if (error instanceof ApplyRefusedError && action.type === 'apply') {
           // Nothing to retry: the next pass reports the revision failed with the API server's words.
           refused.set(action.revisionId, { message: error.message, inputs: action.inputs });
@@ -170,6 +196,7 @@ export function startController(options: ControllerOptions): Controller {
       }
       case 'apply': {
         await kube.apply(action.manifest);
+        missingSince.delete(action.revisionId);
         const hash = action.manifest.metadata.annotations?.[SPEC_HASH_ANNOTATION];
         if (hash !== undefined) applied.set(keyOf(refOf(action.manifest)), { hash, at: Date.now() });
         logger.debug({ deployment_id: deploymentId, object: keyOf(refOf(action.manifest)) }, 'applied');
@@ -373,6 +400,7 @@ export function startController(options: ControllerOptions): Controller {
       const current = new Set(state.deployments.flatMap((d) => (d.revision ? [d.revision.id] : [])));
       for (const id of reported.keys()) if (!current.has(id)) reported.delete(id);
       for (const id of refused.keys()) if (!current.has(id)) refused.delete(id);
+      for (const id of missingSince.keys()) if (!current.has(id)) missingSince.delete(id);
       const present = new Set(state.deployments.map((d) => d.deployment_id));
       for (const id of ignoredLogged.keys()) if (!present.has(id)) ignoredLogged.delete(id);
       const deleting = new Set(state.deployments.filter((d) => d.delete).map((d) => d.deployment_id));

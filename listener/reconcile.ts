@@ -56,6 +56,8 @@ export interface Memory {
 
 export interface RefusedApply {
   readonly message: string;
+  /** The failure reason to report: `invalid_manifest` unless said (`namespace_not_found`). */
+  readonly reason?: FailureReason;
   /** `inPlaceInputs` of the deployment when it was refused. */
   readonly inputs: string;
 }
@@ -255,12 +257,12 @@ function runPlan(
     ...(deployed && condition ? { condition: { revisionId: revision.id, ...condition } } : {}),
   });
   // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
-  const refuse = (message: string): Plan =>
+  const refuse = (message: string, reason: FailureReason = 'invalid_manifest'): Plan =>
     plan(
-      reports(['DEPLOY_FAILED'], { reason: 'invalid_manifest', message }),
+      reports(['DEPLOY_FAILED'], { reason, message }),
       'failed',
       `revision ${revision.id} cannot be deployed: ${message}`,
-      { condition: 'update_failed', reason: 'invalid_manifest', message },
+      { condition: 'update_failed', reason, message },
     );
 
   const namespace = namespaceOf(deployment, ctx);
@@ -293,7 +295,7 @@ function runPlan(
   if (read.problems.length > 0) return refuse(read.problems.join('; '));
   const inputs = inPlaceInputs(deployment);
   const refused = memory.refused.get(revision.id);
-  if (refused !== undefined && refused.inputs === inputs) return refuse(refused.message);
+  if (refused !== undefined && refused.inputs === inputs) return refuse(refused.message, refused.reason);
 
   const dbName = objectName(deployment.name, id, 'db');
   const dbSecret = mine.find(

@@ -5,7 +5,12 @@
 import type { V1ContainerStatus, V1Deployment, V1Pod, V1Probe, V1StatefulSet } from '@kubernetes/client-node';
 
 export type FailureReason =
-  'image_pull_failed' | 'crash_loop' | 'progress_deadline_exceeded' | 'invalid_manifest' | 'namespace_not_watched';
+  | 'image_pull_failed'
+  | 'crash_loop'
+  | 'progress_deadline_exceeded'
+  | 'invalid_manifest'
+  | 'namespace_not_watched'
+  | 'namespace_not_found';
 
 export type Rollout =
   /** Applied, but the workload's controller has not seen this generation yet. */

@@ -24,7 +24,10 @@ export async function startWorld(
   options: FakeKubeOptions = {},
   configured: Partial<ListenerConfig> = {},
   /** The agent's back-off, its wait before believing a 403, its logger and its clock (the harness's otherwise). */
-  agentDeps: Pick<ListenerDeps, 'backoff' | 'clock' | 'forbiddenConfirmMs' | 'logger'> = {},
+  agentDeps: Pick<
+    ListenerDeps,
+    'backoff' | 'clock' | 'forbiddenConfirmMs' | 'logger' | 'missingNamespaceConfirmMs'
+  > = {},
 ): Promise<World> {
   const listenerId = randomUUID();
   const kube = await FakeKube.start({ namespaces: [NAMESPACE, 'default'], ...options });

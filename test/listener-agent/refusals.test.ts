@@ -142,4 +142,27 @@ describe('listener agent: refusals and transient answers of the API server', () 
       await agent.stop();
     },
   );
+
+  test(
+    "a namespace that does not come fails the revision with the API server's words, not left QUEUED",
+    { timeout: 60_000 },
+    async () => {
+      // Listing in a namespace that does not exist is an empty list (as on a real API server): the
+      // namespace is watched, and only the apply says it is missing.
+      world = await startWorld({ namespaces: ['default'] }, {}, { missingNamespaceConfirmMs: 500 });
+      const d = deployment({ name: 'nowhere' });
+      world.slipway.upsert(d);
+      const agent = world.start();
+      const failed = await firstOf(d.revision!.id, 'DEPLOY_FAILED', 'AWAITING_DEPLOY');
+      assert.equal(failed.status, 'DEPLOY_FAILED');
+      assert.equal(failed.failure_reason, 'namespace_not_found');
+      assert.match(failed.message ?? '', /namespaces "agents" not found/);
+      assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['DEPLOY_FAILED']);
+      // Once failed, the agent stops applying it.
+      const applies = world.kube.applies().length;
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      assert.ok(world.kube.applies().length <= applies + 1, 'no apply after the failure');
+      await agent.stop();
+    },
+  );
 });
