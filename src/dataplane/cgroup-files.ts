@@ -155,7 +155,7 @@ export async function checkWritable(io: CgroupFs, dir: string): Promise<void> {
  */
 export async function removeLeftovers(io: CgroupFs, dir: string, children: readonly string[]): Promise<void> {
   for (const child of children) {
-    // EBUSY (still populated) or ENOENT (gone meanwhile): nothing to do, see above.
+    // EBUSY (still populated), ENOENT (gone meanwhile), EACCES (not the service's: checkWritable says so).
     await io.rmdir(path.join(dir, child)).catch(() => undefined);
   }
 }

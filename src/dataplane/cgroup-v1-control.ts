@@ -1,11 +1,12 @@
 /**
  * Resource limits on cgroup v1 (one hierarchy per controller: /sys/fs/cgroup/memory, cpu, pids):
- * `<own>/slipway/<name>` in each, where `<own>` is the service's own group in that hierarchy
- * (/proc/self/cgroup). Nesting keeps the limits the service itself runs under (a container's, a systemd
- * unit's) in force for what it starts and charges their memory to it; a group at the root would escape
- * them. v1 lets a group hold processes and children at once, so the service's own group can be the
- * parent. When the own group is not visible under the mount (a container that mounts only its part of
- * the hierarchy without a cgroup namespace), the mount point is used: there it is the container's group.
+ * `<own>/<parent>/<name>` in each (`<parent>` the service's own, parentGroupName), where `<own>` is the
+ * service's own group in that hierarchy (/proc/self/cgroup). Nesting keeps the limits the service itself
+ * runs under (a container's, a systemd unit's) in force for what it starts and charges their memory to
+ * it; a group at the root would escape them. v1 lets a group hold processes and children at once, so the
+ * service's own group can be the parent. When the own group is not visible under the mount (a container
+ * that mounts only its part of the hierarchy without a cgroup namespace), the mount point is used: there
+ * it is the container's group.
  */
 import path from 'node:path';
 import {

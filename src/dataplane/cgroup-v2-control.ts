@@ -1,13 +1,14 @@
 /**
  * Resource limits on cgroup v2 (one hierarchy at /sys/fs/cgroup). A group whose children get controllers
  * may hold no processes itself ("no internal processes"), and the service's own group holds the service,
- * so it cannot be the parent. As root: `/sys/fs/cgroup/slipway/<name>`, under the root group, which is
- * exempt from that rule and always exists; this is what Docker's cgroupfs driver does, and it works the
- * same under systemd (which never removes groups it did not make, and cannot take a controller away from
- * a parent while a child of it uses the controller). The limits of the service's own unit do not cover
- * these groups. Not root: in the parent of the service's own group, next to it, which works when that
- * parent is delegated to the service's user (systemd: `Delegate=yes` and `DelegateSubgroup=supervisor`,
- * so the service runs in a leaf of its delegated unit; or a unit inside the user's own systemd).
+ * so it cannot be the parent. As root: `/sys/fs/cgroup/<parent>/<name>` (`<parent>` the service's own,
+ * parentGroupName), under the root group, which is exempt from that rule and always exists; this is what
+ * Docker's cgroupfs driver does, and it works the same under systemd (which never removes groups it did
+ * not make, and cannot take a controller away from a parent while a child of it uses the controller).
+ * The limits of the service's own unit do not cover these groups. Not root: in the parent of the
+ * service's own group, next to it, which works when that parent is delegated to the service's user
+ * (systemd: `Delegate=yes` and `DelegateSubgroup=supervisor`, so the service runs in a leaf of its
+ * delegated unit; or a unit inside the user's own systemd).
  */
 import path from 'node:path';
 import {
