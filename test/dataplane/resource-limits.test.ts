@@ -177,6 +177,40 @@ describe('limitsFromResourceSpec', () => {
   });
 });
 
+describe('cpuStarvation: whether a group that missed a deadline was short of CPU', () => {
+  const usage = (cpu: number | null, throttled: number | null, waited: number | null) => ({
+    cpuSeconds: cpu,
+    memoryBytes: null,
+    cpuThrottledSeconds: throttled,
+    cpuWaitSeconds: waited,
+  });
+
+  test('no figures (no cgroup, or nothing read): nothing said', () => {
+    assert.equal(cpuStarvation(null, null, 60), null);
+    assert.equal(cpuStarvation(undefined, { cpuSeconds: null, memoryBytes: null }, 60), null);
+    assert.equal(cpuStarvation(usage(0, 0, 0), usage(1, 0, 0), 0), null);
+  });
+
+  test('an app that had the CPU it wanted and still did not answer: not blamed on the CPU', () => {
+    assert.equal(cpuStarvation(usage(0, 0, 0), usage(0.2, 0.5, 1.5), 60), null);
+  });
+
+  test('held back by its own limit, or kept waiting, over a quarter of the time: said, with what it got', () => {
+    assert.equal(
+      cpuStarvation(usage(1, 0, 0), usage(4, 30, 0.5), 60),
+      'It was short of CPU: in those 60 s it ran for 3.0 s and was held back 30 s by its own CPU limit (cpu_limit).',
+    );
+    assert.equal(
+      cpuStarvation(null, usage(null, null, 8), 20),
+      'It was short of CPU: in those 20 s it waited 8.0 s for a CPU that other work held.',
+    );
+  });
+
+  test("a v1 wait that went down (a thread exited with its count): the threads' own waits", () => {
+    assert.match(cpuStarvation(usage(0, 0, 50), usage(1, 0, 40), 60) ?? '', /waited 40 s for a CPU/);
+  });
+});
+
 // --- The real kernel: cgroup v1 -------------------------------------------------------------------------
 
 const parent = `slipway-test-${process.pid}-${randomBytes(3).toString('hex')}`;
