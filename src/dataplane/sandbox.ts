@@ -18,8 +18,11 @@
  *   (src/dataplane/resource-limits.ts), entered before the command starts (bubblewrap's --block-fd holds
  *   it until then).
  *
- * When the service runs as root, what it runs runs as `nobody`. Without bubblewrap processes run bare
- * (still in a cgroup when the service may make one), which contains nothing: the start log says so.
+ * When the service runs as root, what it runs runs as `nobody`; as an ordinary user, as that user (in a
+ * user namespace of bubblewrap's, see UserMapping). At start a probe makes one whole sandbox, network
+ * and all (src/dataplane/sandbox-probe.ts): where the host lacks something the start log says what, and
+ * SLIPWAY_SANDBOX=bwrap refuses to start. Without bubblewrap processes run bare (still in a cgroup when
+ * the service may make one), which contains nothing: the start log says so.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
@@ -30,6 +33,7 @@ import type { Logger } from 'pino';
 import type { SandboxMode } from '../config.ts';
 import { findExecutable } from './executables.ts';
 import type { Limits, ResourceControl } from './resource-limits.ts';
+import { bubblewrapProblem, networkProblem, tunProblem } from './sandbox-probe.ts';
 
 const run = promisify(execFile);
 
@@ -166,31 +170,6 @@ export interface Sandbox {
   dispose(): Promise<void>;
 }
 
-/** bubblewrap needs unprivileged user namespaces (or setuid); try it once rather than trusting it exists. */
-async function bwrapWorks(bwrap: string, user: { uid: number; gid: number } | null, net: boolean): Promise<boolean> {
-  try {
-    await run(
-      bwrap,
-      [
-        '--ro-bind',
-        '/',
-        '/',
-        ...DEV_ARGS,
-        '--proc',
-        '/proc',
-        '--unshare-pid',
-        ...(net ? ['--unshare-net'] : []),
-        '--die-with-parent',
-        '/bin/true',
-      ],
-      { ...(user ?? {}), timeout: 10_000 },
-    );
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
   // The tree is the service's own at this point (extracted, or a fresh copy): no link is followed anyway.
   await run('chown', ['-R', '-h', '--', `${uid}:${gid}`, dir]);
@@ -199,13 +178,14 @@ async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
 /**
  * The shell that starts an app inside its sandbox: socat on the namespace's 127.0.0.1 for each host
  * forward (waiting until each listens, so that the app never starts before its database is reachable),
- * then the app's command as its child. When the app exits the shell stops the forwarders and exits with
- * its status: bubblewrap's init waits for every process of the namespace, so a forwarder left running
- * would keep the sandbox alive after its app. Signals from the runner reach the whole process group;
- * the shell only waits. Arguments: the command, then pairs of port and socket path.
+ * then the app's command as its child (in a user namespace of its own as `uid`:`gid` when `unshare` is
+ * given, see UserMapping). When the app exits the shell stops the forwarders and exits with its status:
+ * bubblewrap's init waits for every process of the namespace, so a forwarder left running would keep the
+ * sandbox alive after its app. Signals from the runner reach the whole process group; the shell only
+ * waits. Arguments: the command, `unshare` (or empty), uid, gid, then pairs of port and socket path.
  */
 const FORWARDING_SHELL = [
-  'cmd=$1; shift; forwarders=',
+  'cmd=$1; unshare=$2; uid=$3; gid=$4; shift 4; forwarders=',
   'while [ $# -ge 2 ]; do',
   '  socat -lf /dev/null TCP-LISTEN:$1,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:$2 </dev/null &',
   '  forwarders="$forwarders $!"',
@@ -215,7 +195,9 @@ const FORWARDING_SHELL = [
   '  done',
   '  shift 2',
   'done',
-  '/bin/sh -c "$cmd" &',
+  'if [ -n "$unshare" ]; then "$unshare" --user --map-user="$uid" --map-group="$gid" -- /bin/sh -c "$cmd" &',
+  'else /bin/sh -c "$cmd" &',
+  'fi',
   'app=$!',
   "trap ':' TERM INT HUP",
   'while :; do wait $app; status=$?; kill -0 $app 2>/dev/null || break; done',
@@ -226,144 +208,276 @@ const FORWARDING_SHELL = [
 /** Without bubblewrap: wait on fd 3 until the runner has placed this process, then run the command. */
 const HOLDING_SHELL = 'read -r _ <&3; exec 3<&-; exec /bin/sh -c "$1"';
 
+/** The programs a sandbox is made with; null when not installed. */
+export interface SandboxTools {
+  bwrap: string | null;
+  slirp4netns: string | null;
+  socat: string | null;
+  /** util-linux `unshare`, for the command's own user namespace (UserMapping). */
+  unshare: string | null;
+}
+
+async function findTools(): Promise<SandboxTools> {
+  return {
+    bwrap: await findExecutable('bwrap'),
+    slirp4netns: await findExecutable('slirp4netns'),
+    socat: await findExecutable('socat'),
+    unshare: await findExecutable('unshare'),
+  };
+}
+
+/**
+ * How the users of a sandbox with a network of its own are mapped when the service is not root.
+ * slirp4netns, started by the service's user, joins the sandbox's user namespace and becomes root there
+ * for its own sandbox (`setegid(0)`): bubblewrap must map the service's user to uid 0 in it, or slirp4netns
+ * exits with `setegid(0) / parent failed`. That root has no capabilities (`--cap-drop ALL`) and no more
+ * rights on files than the service's user: it is the same user to the kernel, and the mounts hiding the
+ * service's data are set up before the command starts and cannot be undone without capabilities. The
+ * one capability kept, CAP_SETFCAP in the sandbox's own user namespace (the kernel asks it of whoever maps
+ * uid 0 into a further namespace), is held by the sandbox's shell and socat only: the command itself runs
+ * in a nested user namespace as the service's own uid (`unshare --map-user`, util-linux 2.38 and later),
+ * without any capability, as it would without the mapping. With an older `unshare` it runs as uid 0 of
+ * its namespace, still without capabilities; the start log says so.
+ */
+interface UserMapping {
+  /** bubblewrap's arguments for the sandbox's user namespace. */
+  bwrapArgs: string[];
+  /** `unshare` with the uid and gid the command runs as inside, or null to run it as it is. */
+  runAs: { unshare: string; uid: number; gid: number } | null;
+  /** The uid the command runs as inside (what the probe expects). */
+  uidInside: number;
+}
+
+async function userMapping(
+  tools: SandboxTools,
+  user: { uid: number; gid: number } | null,
+  ownNetwork: boolean,
+): Promise<UserMapping> {
+  // As root the command runs as nobody, mapped to itself; slirp4netns runs as root and needs no mapping.
+  if (user) return { bwrapArgs: [], runAs: null, uidInside: user.uid };
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  // Without a network of its own bubblewrap's default (the service's uid, mapped to itself) serves.
+  if (!ownNetwork) return { bwrapArgs: [], runAs: null, uidInside: uid };
+  const mapsUsers =
+    tools.unshare !== null &&
+    (await run(tools.unshare, ['--help']).then(
+      ({ stdout }) => stdout.includes('--map-user'),
+      () => false,
+    ));
+  const rootInside = ['--unshare-user', '--uid', '0', '--gid', '0', '--cap-drop', 'ALL'];
+  if (!mapsUsers || !tools.unshare) return { bwrapArgs: rootInside, runAs: null, uidInside: 0 };
+  return {
+    bwrapArgs: [...rootInside, '--cap-add', 'CAP_SETFCAP'],
+    runAs: { unshare: tools.unshare, uid, gid },
+    uidInside: uid,
+  };
+}
+
 export async function createSandbox(options: {
   mode: SandboxMode;
   dataDir: string;
   limits: ResourceControl;
   logger: Pick<Logger, 'info' | 'warn'>;
+  /** The programs to use instead of those installed (tests). */
+  tools?: Partial<SandboxTools>;
 }): Promise<Sandbox> {
   const { mode, dataDir, limits } = options;
   const user = process.getuid?.() === 0 ? NOBODY : null;
+  const who = user ? 'as user nobody' : "as the service's own user";
+  if (mode === 'none')
+    return bareSandbox({ user, limits, why: `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}` });
+  const tools = { ...(await findTools()), ...options.tools };
+  const bwrapProblem =
+    tools.bwrap === null
+      ? 'bubblewrap is not installed (Debian package bubblewrap)'
+      : await bubblewrapProblem(tools.bwrap, user, DEV_ARGS);
+  if (bwrapProblem !== null || tools.bwrap === null) {
+    if (mode === 'bwrap') throw new Error(`SLIPWAY_SANDBOX=bwrap but ${bwrapProblem} (or set SLIPWAY_SANDBOX=auto)`);
+    return bareSandbox({
+      user,
+      limits,
+      why:
+        `apps run without a sandbox ${who}, because ${bwrapProblem}` +
+        (user ? '' : ': they can read everything the service can, including its data directory'),
+    });
+  }
+  // The real thing once: a sandbox with its own network, as every app gets it.
+  let networkMissing =
+    tools.slirp4netns === null
+      ? 'slirp4netns is not installed (Debian package slirp4netns)'
+      : tools.socat === null
+        ? 'socat is not installed (Debian package socat)'
+        : await tunProblem();
+  if (networkMissing === null && tools.slirp4netns !== null) {
+    const mapping = await userMapping(tools, user, true);
+    const candidate = await bwrapSandbox({
+      bwrap: tools.bwrap,
+      slirpBinary: tools.slirp4netns,
+      mapping,
+      user,
+      who,
+      dataDir,
+      limits,
+    });
+    networkMissing = await networkProblem(candidate, mapping.uidInside).catch(
+      (error: unknown) => `the probe failed: ${String(error)}`,
+    );
+    if (networkMissing === null) return candidate;
+    await candidate.dispose();
+  }
+  if (mode === 'bwrap') {
+    throw new Error(
+      `SLIPWAY_SANDBOX=bwrap but apps cannot get a network of their own here: ${networkMissing} ` +
+        '(see docs/operations.md, "Host setups"; or set SLIPWAY_SANDBOX=auto to run apps on the host\'s network)',
+    );
+  }
+  const mapping = await userMapping(tools, user, false);
+  return bwrapSandbox({ bwrap: tools.bwrap, slirpBinary: null, mapping, user, who, dataDir, limits, networkMissing });
+}
+
+/** A sandbox of bubblewrap, with a network of its own when `slirpBinary` is given. */
+async function bwrapSandbox(options: {
+  bwrap: string;
+  slirpBinary: string | null;
+  mapping: UserMapping;
+  user: { uid: number; gid: number } | null;
+  who: string;
+  dataDir: string;
+  limits: ResourceControl;
+  /** Why there is no network of its own, for the start log. */
+  networkMissing?: string | null;
+}): Promise<Sandbox> {
+  const { bwrap, slirpBinary, mapping, user, dataDir, limits } = options;
   const ownTree = async (dir: string) => {
     if (user) await chownTree(dir, user.uid, user.gid);
   };
-  const bwrap = mode === 'none' ? null : await findExecutable('bwrap');
-  const slirpBinary = mode === 'none' ? null : await findExecutable('slirp4netns');
-  const socat = mode === 'none' ? null : await findExecutable('socat');
-  const usable = bwrap !== null && (await bwrapWorks(bwrap, user, false));
-  const netUsable = usable && slirpBinary !== null && socat !== null && (await bwrapWorks(bwrap, user, true));
-  if (mode === 'bwrap' && !netUsable) {
-    throw new Error(
-      'SLIPWAY_SANDBOX=bwrap but ' +
-        (!usable
-          ? 'bubblewrap is not installed or cannot create namespaces here'
-          : `${slirpBinary === null ? 'slirp4netns' : 'socat'} is not installed (each app gets its own network through them)`) +
-        ' (install the bubblewrap, slirp4netns and socat packages, or set SLIPWAY_SANDBOX=auto)',
-    );
-  }
-  const who = user ? 'as user nobody' : "as the service's own user";
-  if (usable && bwrap) {
-    // The API sockets of slirp4netns: a directory only the service may enter; short, for socket paths.
-    const socketDir = netUsable ? await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-net-')) : null;
-    // The app's user must pass through it (never list it) to the sockets of its own forwards.
-    if (socketDir) await fs.chmod(socketDir, 0o711);
-    const slirp = netUsable && slirpBinary && socketDir ? { binary: slirpBinary, socketDir } : null;
-    // In its own network an app resolves names through slirp4netns's DNS forwarder (the host's resolver
-    // may listen on the host's loopback, out of reach): a resolv.conf of ours, where the host's is read.
-    const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;
-    if (resolvConf) await fs.writeFile(resolvConf, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
-    const resolvTarget = await fs.realpath('/etc/resolv.conf').catch(() => '/etc/resolv.conf');
-    const hidden = await presentHiddenDirs();
-    // A Node.js installed under a hidden directory (nvm in /root, say) stays usable.
-    const nodeUnder = hidden.some((dir) => NODE_PREFIX.startsWith(`${dir}/`));
-    const network = slirp
-      ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
-      : "the host's network (slirp4netns or socat is missing: apps reach every loopback service of the machine, the service's database port and other apps' ports; install them)";
-    return {
-      kind: 'bwrap',
-      user,
-      networkIsolated: slirp !== null,
-      limits,
-      slirp,
-      listenHost: slirp ? '0.0.0.0' : '127.0.0.1',
-      dispose: async () => {
-        if (socketDir) await fs.rm(socketDir, { recursive: true, force: true });
-      },
-      description:
-        `apps and builds run under bubblewrap ${who}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
-        `the data directory hidden; network: ${network}; resources: ${limits.description}`,
-      ownTree,
-      appPaths: () => ({
-        src: `${SANDBOX_APP_DIR}/src`,
-        home: `${SANDBOX_APP_DIR}/home`,
-        data: `${SANDBOX_APP_DIR}/data`,
-      }),
-      plan(spec) {
-        const app = spec.purpose === 'app';
-        const forwards = app && slirp ? (spec.forwards ?? []) : [];
-        const files = app
-          ? [
+  // The API sockets of slirp4netns: a directory only the service may enter; short, for socket paths.
+  const socketDir = slirpBinary ? await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-net-')) : null;
+  // The app's user must pass through it (never list it) to the sockets of its own forwards.
+  if (socketDir) await fs.chmod(socketDir, 0o711);
+  const slirp = slirpBinary && socketDir ? { binary: slirpBinary, socketDir } : null;
+  // In its own network an app resolves names through slirp4netns's DNS forwarder (the host's resolver
+  // may listen on the host's loopback, out of reach): a resolv.conf of ours, where the host's is read.
+  const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;
+  if (resolvConf) await fs.writeFile(resolvConf, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+  const resolvTarget = await fs.realpath('/etc/resolv.conf').catch(() => '/etc/resolv.conf');
+  const hidden = await presentHiddenDirs();
+  // A Node.js installed under a hidden directory (nvm in /root, say) stays usable.
+  const nodeUnder = hidden.some((dir) => NODE_PREFIX.startsWith(`${dir}/`));
+  const network = slirp
+    ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
+    : `the host's network (${options.networkMissing ?? 'no network of its own'}: apps reach every loopback service of the machine, the service's database port and other apps' ports)`;
+  const runAs = mapping.runAs;
+  const inside =
+    user || !slirp
+      ? options.who
+      : runAs
+        ? `${options.who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
+        : `${options.who} (uid 0 of its own user namespace, without capabilities: this unshare cannot map users, util-linux 2.38 can)`;
+  const runAsArgs = runAs ? [runAs.unshare, '--user', `--map-user=${runAs.uid}`, `--map-group=${runAs.gid}`, '--'] : [];
+  return {
+    kind: 'bwrap',
+    user,
+    networkIsolated: slirp !== null,
+    limits,
+    slirp,
+    listenHost: slirp ? '0.0.0.0' : '127.0.0.1',
+    dispose: async () => {
+      if (socketDir) await fs.rm(socketDir, { recursive: true, force: true });
+    },
+    description:
+      `apps and builds run under bubblewrap ${inside}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
+      `the data directory hidden; network: ${network}; resources: ${limits.description}`,
+    ownTree,
+    appPaths: () => ({
+      src: `${SANDBOX_APP_DIR}/src`,
+      home: `${SANDBOX_APP_DIR}/home`,
+      data: `${SANDBOX_APP_DIR}/data`,
+    }),
+    plan(spec) {
+      const app = spec.purpose === 'app';
+      const forwards = app && slirp ? (spec.forwards ?? []) : [];
+      const files = app
+        ? [
+            '--ro-bind',
+            path.join(spec.appDir, 'src'),
+            `${SANDBOX_APP_DIR}/src`,
+            '--tmpfs',
+            `${SANDBOX_APP_DIR}/home`,
+            ...(spec.dataDir ? ['--bind', spec.dataDir, `${SANDBOX_APP_DIR}/data`] : []),
+            ...forwards.flatMap((f) => [
               '--ro-bind',
-              path.join(spec.appDir, 'src'),
-              `${SANDBOX_APP_DIR}/src`,
-              '--tmpfs',
-              `${SANDBOX_APP_DIR}/home`,
-              ...(spec.dataDir ? ['--bind', spec.dataDir, `${SANDBOX_APP_DIR}/data`] : []),
-              ...forwards.flatMap((f) => [
-                '--ro-bind',
-                f.socketPath,
-                `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`,
-              ]),
-            ]
-          : ['--bind', spec.appDir, SANDBOX_APP_DIR];
-        const command = forwards.length
-          ? [
-              '/bin/sh',
-              '-c',
-              FORWARDING_SHELL,
-              'slipway-app',
-              spec.command,
-              ...forwards.flatMap((f) => [String(f.port), `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`]),
-            ]
-          : ['/bin/sh', '-c', spec.command];
-        const args = [
-          '--die-with-parent',
-          '--unshare-pid',
-          '--unshare-ipc',
-          '--unshare-uts',
-          ...(slirp ? ['--unshare-net'] : []),
-          '--ro-bind',
-          '/',
-          '/',
-          ...DEV_ARGS,
-          '--proc',
-          '/proc',
-          '--tmpfs',
-          '/tmp',
-          '--tmpfs',
-          SANDBOX_HOME,
-          // A Node.js installed under /home (nvm, for one) stays usable.
-          ...(NODE_PREFIX.startsWith(`${SANDBOX_HOME}/`) ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
-          // Hide the service's data directory and sockets; the command's own directory appears at /home/app.
-          '--tmpfs',
-          dataDir,
-          ...(socketDir ? ['--tmpfs', socketDir] : []),
-          // The machine's Unix sockets (PostgreSQL, MariaDB, Redis, D-Bus, a container engine) live
-          // under /run: a read-only mount does not keep a process from connecting to them.
-          '--tmpfs',
-          '/run',
-          ...hidden.flatMap((dir) => ['--tmpfs', dir]),
-          ...(nodeUnder ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
-          ...(resolvConf ? ['--ro-bind', resolvConf, resolvTarget] : []),
-          ...files,
-          '--chdir',
-          `${SANDBOX_APP_DIR}/src`,
-          '--block-fd',
-          '3',
-          '--info-fd',
-          '4',
-          ...command,
-        ];
-        return { file: bwrap, args, cwd: path.join(spec.appDir, 'src'), hold: 'bwrap', ...(user ?? {}) };
-      },
-    };
-  }
-  const description =
-    (mode === 'none'
-      ? `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}`
-      : `bubblewrap is not available, so apps run without a sandbox ${who}` +
-        (user ? '' : ': they can read everything the service can, including its data directory; install bubblewrap')) +
-    `; they share the host's network; resources: ${limits.description}`;
+              f.socketPath,
+              `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`,
+            ]),
+          ]
+        : ['--bind', spec.appDir, SANDBOX_APP_DIR];
+      const command = forwards.length
+        ? [
+            '/bin/sh',
+            '-c',
+            FORWARDING_SHELL,
+            'slipway-app',
+            spec.command,
+            runAs?.unshare ?? '',
+            String(runAs?.uid ?? ''),
+            String(runAs?.gid ?? ''),
+            ...forwards.flatMap((f) => [String(f.port), `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`]),
+          ]
+        : [...runAsArgs, '/bin/sh', '-c', spec.command];
+      const args = [
+        ...mapping.bwrapArgs,
+        '--die-with-parent',
+        '--unshare-pid',
+        '--unshare-ipc',
+        '--unshare-uts',
+        ...(slirp ? ['--unshare-net'] : []),
+        '--ro-bind',
+        '/',
+        '/',
+        ...DEV_ARGS,
+        '--proc',
+        '/proc',
+        '--tmpfs',
+        '/tmp',
+        '--tmpfs',
+        SANDBOX_HOME,
+        // A Node.js installed under /home (nvm, for one) stays usable.
+        ...(NODE_PREFIX.startsWith(`${SANDBOX_HOME}/`) ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
+        // Hide the service's data directory and sockets; the command's own directory appears at /home/app.
+        '--tmpfs',
+        dataDir,
+        ...(socketDir ? ['--tmpfs', socketDir] : []),
+        // The machine's Unix sockets (PostgreSQL, MariaDB, Redis, D-Bus, a container engine) live
+        // under /run: a read-only mount does not keep a process from connecting to them.
+        '--tmpfs',
+        '/run',
+        ...hidden.flatMap((dir) => ['--tmpfs', dir]),
+        ...(nodeUnder ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
+        ...(resolvConf ? ['--ro-bind', resolvConf, resolvTarget] : []),
+        ...files,
+        '--chdir',
+        `${SANDBOX_APP_DIR}/src`,
+        '--block-fd',
+        '3',
+        '--info-fd',
+        '4',
+        ...command,
+      ];
+      return { file: bwrap, args, cwd: path.join(spec.appDir, 'src'), hold: 'bwrap', ...(user ?? {}) };
+    },
+  };
+}
+
+/** No sandbox: the command runs as the service's user (nobody when root), still in a cgroup when it may. */
+function bareSandbox(options: {
+  user: { uid: number; gid: number } | null;
+  limits: ResourceControl;
+  /** What the start log says about it. */
+  why: string;
+}): Sandbox {
+  const { user, limits } = options;
   return {
     kind: 'none',
     user,
@@ -371,8 +485,10 @@ export async function createSandbox(options: {
     limits,
     slirp: null,
     listenHost: '127.0.0.1',
-    description,
-    ownTree,
+    description: `${options.why}; they share the host's network; resources: ${limits.description}`,
+    ownTree: async (dir) => {
+      if (user) await chownTree(dir, user.uid, user.gid);
+    },
     dispose: async () => undefined,
     // An app's HOME cannot be in its sealed snapshot: it is the `home` beside its data directory.
     appPaths: (appDir, ownData) => ({
