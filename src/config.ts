@@ -14,6 +14,7 @@ import {
   type EdgeProxyMode,
   type SandboxMode,
 } from './config-apps.ts';
+import { KEY_PREFIX, hasKeyPrefix } from './auth/api-keys.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
 import { tracing, type TracingConfig } from './config-tracing.ts';
 import { ConfigError, decimal, flag, integer, text, type Env } from './config-values.ts';
@@ -159,6 +160,14 @@ function bootstrapApiKey(env: Env): string | null {
   if (raw === null) return null;
   if (raw.length < 16 || raw.length > 256 || !/^[\x21-\x7e]+$/.test(raw)) {
     throw new ConfigError('SLIPWAY_BOOTSTRAP_API_KEY', 'must be 16 to 256 printable characters without spaces');
+  }
+  // The app edges remove the service's keys from requests to apps by this prefix: a key without it
+  // would reach any app a caller sends it to (LangGraph's SDK sends its key to deployments).
+  if (!hasKeyPrefix(raw)) {
+    throw new ConfigError(
+      'SLIPWAY_BOOTSTRAP_API_KEY',
+      `must start with ${KEY_PREFIX}, the prefix by which the app edges recognise the service's keys and keep them from apps: set it to ${KEY_PREFIX} followed by a random value, such as ${KEY_PREFIX}$(openssl rand -hex 24)`,
+    );
   }
   return raw;
 }

@@ -4,7 +4,17 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 
-const KEY_PREFIX = 'slw_';
+export const KEY_PREFIX = 'slw_';
+
+/**
+ * Whether `key` has the prefix of the service's API keys. Only such a value is ever an API key: the app
+ * edges recognise the service's credentials by their prefix and remove them before a request reaches an
+ * app (src/dataplane/edge-haproxy-config.ts), so a key without it would be passed on to whatever app a
+ * caller sends it to.
+ */
+export function hasKeyPrefix(key: string): boolean {
+  return key.startsWith(KEY_PREFIX);
+}
 
 export function generateApiKey(): string {
   return `${KEY_PREFIX}${randomBytes(32).toString('base64url')}`;

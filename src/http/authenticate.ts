@@ -8,7 +8,7 @@
  * checked by the route). docs/api.md, "Who may do what", is the table of every route.
  */
 import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify';
-import { hashApiKey } from '../auth/api-keys.ts';
+import { hasKeyPrefix, hashApiKey } from '../auth/api-keys.ts';
 import { hashListenerCredential, isListenerCredential } from '../auth/listener-credentials.ts';
 import { AppError, ValidationError } from '../errors.ts';
 import type { SessionCredentials, SessionPerson } from '../sso/session-credentials.ts';
@@ -114,7 +114,9 @@ async function resolveCaller(
   const session = key === null && sessions ? await sessions.callerOf(request, mode, requestedWorkspace(request)) : null;
   if (session) return session;
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
-  const record = key.length <= 512 ? await keys.lookup(key) : undefined;
+  // A key without the prefix (a bootstrap key an older version made from such a value) opens nothing:
+  // the app edges would not remove it from a request to an app.
+  const record = key.length <= 512 && hasKeyPrefix(key) ? await keys.lookup(key) : undefined;
   if (!record) throw new AppError('unauthenticated', 'Invalid API key.');
   const asked = requestedWorkspace(request);
   const caller: Caller = {
