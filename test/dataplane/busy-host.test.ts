@@ -1,8 +1,9 @@
 /**
  * Apps on a busy host, as an operator meets it: ordinary processes that are not Slipway's (here `node`
- * spinning, one per CPU, at the priority any process has) keep every CPU busy while a tiny app is built
- * and deployed. The apps' parent cgroup has a weight of its own, so the build and the app get their
- * share of each CPU and the app reaches DEPLOYED and answers.
+ * spinning, one per CPU, at the priority any process has) keep every CPU busy while a tiny app, and then
+ * the LangGraph example (an `npm ci` from the registry and LangGraph's server), are built and deployed
+ * under the service's default deadlines. The apps' parent cgroup has a weight of its own, so the builds
+ * and the apps get their share of each CPU and reach DEPLOYED.
  *
  * What the old code did: the apps' parent group was in the kernel's idle class (`cpu.idle`), which gets
  * only the cycles that every other process leaves; with a spinning process on each CPU that is next to
@@ -10,8 +11,11 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
 import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
 
 const SERVER = `
@@ -25,9 +29,12 @@ http.createServer((req, res) => {
 /** A build step with some work of its own (a few tens of milliseconds of CPU on an idle machine). */
 const BUILD = `node -e "let x = 0; for (let i = 0; i < 3e7; i++) x += i; console.log('built', x > 0)"`;
 
+const LANGGRAPH_EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/langgraph-js');
+
 let service: TestService;
 before(async () => {
-  service = await startTestService();
+  // The service's own default health-check deadline (the harness shortens it).
+  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '60' });
 });
 after(async () => {
   await service?.close();
@@ -81,6 +88,33 @@ test('with every CPU kept busy by ordinary processes outside the service, a tiny
     const answer = await requestApp(service, url, '/');
     assert.equal(answer.status, 200, answer.body);
     assert.equal(answer.body, 'served on a busy host');
+  } finally {
+    await busy.stop();
+  }
+});
+
+test('with every CPU kept busy by ordinary processes outside the service, the LangGraph example installs from the registry and is DEPLOYED', async () => {
+  // The example as the CLI packs it: without node_modules.
+  const source = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-busy-langgraph-'));
+  await fs.cp(LANGGRAPH_EXAMPLE, source, { recursive: true, filter: (from) => !from.includes('node_modules') });
+  const tarball = await uploadApp(service, source).finally(() => fs.rm(source, { recursive: true, force: true }));
+  const busy = keepEveryCpuBusy();
+  try {
+    const created = await service.api('POST', '/v2/deployments', {
+      name: 'busy-langgraph',
+      source: 'internal_source',
+      source_config: {},
+      source_revision_config: { source_tarball_path: tarball, framework_config_path: 'langgraph.json' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const revision = await waitForRevision(
+      service,
+      created.body.id,
+      created.body.latest_revision_id,
+      undefined,
+      15 * 60_000,
+    );
+    assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
   } finally {
     await busy.stop();
   }
