@@ -20,7 +20,9 @@ import path from 'node:path';
 import type { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { cpuStarvation } from '../../src/dataplane/cgroup-cpu-starvation.ts';
+import { findExecutable } from '../../src/dataplane/executables.ts';
 import {
   DEFAULT_LIMITS,
   createResourceControl,
@@ -613,6 +615,70 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       for (const dir of dirs) assert.ok(await exists(dir), `${dir}, the other user's, is left alone`);
     } finally {
       for (const dir of dirs) await fs.rmdir(dir).catch(() => undefined);
+    }
+  });
+
+  test('a service as an ordinary user, after a root one with the same data directory on this host, makes its groups or says why not: never EACCES', async (t) => {
+    const setpriv = await findExecutable('setpriv');
+    if (setpriv === null) return t.skip("needs util-linux's setpriv to run as another user");
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-after-root-'));
+    // The root service, running: its parent group with a group of an app in it; and the fixed `slipway`
+    // of earlier versions, as root made it (nothing chowned).
+    const rootControl = await createResourceControl({ service: dataDir });
+    const rootGroup = await rootControl.create(`app-${randomBytes(3).toString('hex')}`, DEFAULT_LIMITS);
+    const old = rootControl.paths.map((p) => path.join(path.dirname(p), 'slipway'));
+    const madeOld: string[] = [];
+    for (const dir of old)
+      if (
+        await fs.mkdir(dir).then(
+          () => true,
+          () => false,
+        )
+      )
+        madeOld.push(dir);
+    try {
+      const module = fileURLToPath(new URL('../../src/dataplane/resource-limits.ts', import.meta.url));
+      const script = `
+        const m = await import(${JSON.stringify(module)});
+        const control = await m.createResourceControl({ service: ${JSON.stringify(dataDir)} });
+        const group = await control.create('build-1-install', m.DEFAULT_LIMITS);
+        console.log(JSON.stringify({ kind: control.kind, description: control.description, paths: group.paths }));
+        await group.remove();
+        await control.dispose();`;
+      const run = start(
+        setpriv,
+        [
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          '--',
+          process.execPath,
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
+          script,
+        ],
+        false,
+      );
+      const exit = await run.exit;
+      assert.deepEqual(exit, { code: 0, signal: null }, `stdout: ${run.stdout()} stderr: ${run.stderr()}`);
+      const seen = JSON.parse(run.stdout().trim().split('\n').at(-1)!) as {
+        kind: string;
+        description: string;
+        paths: string[];
+      };
+      // Here (cgroup v1, nothing delegated to nobody) that is no limits, and the reason; where its
+      // user has a delegated subtree, its own groups. Never the root service's.
+      if (seen.kind === 'none') assert.match(seen.description, /not writable by the service/);
+      for (const dir of seen.paths) {
+        assert.ok(!rootControl.paths.some((p) => dir.startsWith(`${p}/`)), `${dir} is not in the root service's group`);
+      }
+    } finally {
+      await rootGroup.remove();
+      await rootControl.dispose();
+      for (const dir of madeOld) await fs.rmdir(dir).catch(() => undefined);
+      await fs.rm(dataDir, { recursive: true, force: true });
     }
   });
 
