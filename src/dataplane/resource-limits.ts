@@ -12,9 +12,10 @@
  * used) left them only what every other process left, and builds and health checks ran out of time.
  * Within it each instance and build weighs its `cpu` request; its `cpu_limit` is a quota on top. The
  * service keeps the weight of the ordinary processes it is made of (its own unit's group on cgroup v2,
- * its threads beside the apps' parent on v1), so under app load the API shares each CPU at worst evenly
- * with the apps rather than waiting for what they leave. The app edge and the apps' user-mode network
- * run at ordinary priority: they carry the apps' traffic.
+ * its threads beside the apps' parent on v1), no reserve beyond that: on a CPU that holds all of the
+ * apps' load the API gets 1 part in 1 + the number of CPUs, and the kernel's balancing usually finds it
+ * another (docs/performance.md measures its latency under app load). The app edge and the apps'
+ * user-mode network run at ordinary priority: they carry the apps' traffic.
  *
  * The parent group's name is the service's own (parentGroupName: its user and its data directory): a
  * service never takes another's group, which it may not be allowed to write (a root service's, for one
