@@ -87,8 +87,16 @@ export interface AppSupervisor {
   remove(instanceIds: readonly string[], graceMs: number): Promise<void>;
   /** Whether every web instance is up and answers 2xx on the health path now. */
   healthy(): Promise<boolean>;
-  /** SIGTERM to every instance, SIGKILL after `graceMs`; no restart after this. */
+  /**
+   * SIGTERM to every instance, SIGKILL after `graceMs`; no restart after this. Resolves when every
+   * process is gone, or could not be confirmed gone: then `leftovers` says which.
+   */
   stop(graceMs: number): Promise<void>;
+  /**
+   * Processes of its instances that could not be confirmed gone when they exited or were stopped (empty
+   * in practice); while there are any, nothing the app could write may be touched.
+   */
+  readonly leftovers: readonly string[];
   /** Restarts and resource usage of each instance. */
   stats(): Promise<InstanceStats[]>;
 }
@@ -119,6 +127,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const backoff = options.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
   const stableAfterMs = options.stableAfterMs ?? 60_000;
   let stopped = false;
+  const leftovers: string[] = [];
   /** Starts so far, so that each process gets a cgroup name of its own. */
   let launches = 0;
   const instances: Instance[] = [];
@@ -159,6 +168,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     });
     instance.process = running;
     void running.exited.then((exit) => {
+      if (exit.leftover) leftovers.push(`instance ${instance.id}: ${exit.leftover}`);
       if (stopped || instance.process !== running || !instances.includes(instance)) return;
       instance.process = null;
       if (Date.now() - instance.startedAt >= stableAfterMs) instance.crashes = 0;
@@ -174,6 +184,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   };
 
   return {
+    leftovers,
     stats: () =>
       Promise.all(
         instances.map(async (instance) => ({

@@ -38,6 +38,7 @@ import { limitsFromResourceSpec } from './resource-limits.ts';
 import { createLogWriter, type LogWriter } from './log-writer.ts';
 import {
   buildRevision,
+  PROCESSES_LEFT,
   readBuild,
   revisionDirs,
   RevisionFailure,
@@ -141,6 +142,51 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const access = createAppHostAccess({ config, sandbox, logger });
   /** Scale changes under way, by deployment: one at a time per app. */
   const scaling = new Map<string, Promise<void>>();
+  /** Builds and starts under way, by deployment: a teardown waits for them to end before it removes anything. */
+  const inFlight = new Map<string, Set<Promise<unknown>>>();
+  /**
+   * Deployments and revisions some of whose processes could not be confirmed gone (src/dataplane/
+   * process-runner.ts, `leftover`): what they could write is never removed while this service runs. With
+   * the service's end they end too (bubblewrap's --die-with-parent), and a later teardown removes it.
+   */
+  const untouchable = new Map<string, string>();
+
+  function track<T>(deploymentId: string, work: Promise<T>): Promise<T> {
+    const set = inFlight.get(deploymentId) ?? new Set<Promise<unknown>>();
+    inFlight.set(deploymentId, set);
+    const settled = work.then(
+      () => undefined,
+      () => undefined,
+    );
+    set.add(settled);
+    void settled.then(() => {
+      set.delete(settled);
+      if (set.size === 0 && inFlight.get(deploymentId) === set) inFlight.delete(deploymentId);
+    });
+    return work;
+  }
+
+  /** Records what an app's supervisor could not confirm gone, for the deployment (and the revision). */
+  function noteLeftovers(deploymentId: string, revisionId: string, supervisor: { leftovers: readonly string[] }): void {
+    if (supervisor.leftovers.length === 0) return;
+    const what = supervisor.leftovers.join('; ');
+    untouchable.set(deploymentId, what);
+    untouchable.set(revisionId, what);
+    logger.error(
+      { deploymentId, revisionId, leftovers: supervisor.leftovers },
+      'processes of an app could not be confirmed gone: its files are kept until the service restarts',
+    );
+  }
+
+  /** Refuses to remove what the processes of `id` (a deployment or revision) may still write. */
+  function assertRemovable(id: string): void {
+    const what = untouchable.get(id);
+    if (what)
+      throw new Error(
+        `${id}: processes that could write its files could not be confirmed gone (${what}); ` +
+          'its files are kept until the service restarts',
+      );
+  }
 
   const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
     Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
@@ -198,8 +244,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   }
 
   /** Stops a running revision's processes and releases what it held. */
-  async function release(app: RunningApp): Promise<void> {
+  async function release(deploymentId: string, app: RunningApp): Promise<void> {
     await app.supervisor.stop(config.drainTimeoutMs);
+    noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     await access.closeForwards(app.forwards);
     await app.log.close();
   }
@@ -277,6 +324,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       );
     } catch (error) {
       await supervisor.stop(config.drainTimeoutMs);
+      noteLeftovers(job.deployment.id, job.revisionId, supervisor);
       await access.closeForwards(reach.forwards);
       const tail = log.tail(20).join('\n');
       await log.close();
@@ -316,7 +364,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await edge.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
     if (previous && previous !== next) {
       previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
-      await release(previous);
+      await release(deploymentId, previous);
     }
   }
 
@@ -325,7 +373,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     if (!app) return;
     apps.delete(deploymentId);
     await edge.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
-    await release(app);
+    await release(deploymentId, app);
   }
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
@@ -340,75 +388,95 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     return build;
   }
 
+  async function buildOnce(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord> {
+    const log = logWriter(
+      job.revisionId,
+      'build',
+      Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4),
+    );
+    try {
+      return await buildRevision(
+        {
+          dataDir: config.dataDir,
+          sandbox,
+          fetcher: deps.fetcher,
+          copyUpload: (workspaceId, uploadPath, destFile) =>
+            copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
+          defaultLimits: config.defaultLimits,
+          deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
+        },
+        { ...job, secrets: openSecrets(job.secrets) },
+        hooks,
+        log,
+        signal,
+      );
+    } catch (error) {
+      // The first line only: the rest of a failure message quotes the log's own last lines (for
+      // readers of the API), which the log has just above.
+      if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
+      if (error instanceof RevisionFailure && error.reason === PROCESSES_LEFT) {
+        untouchable.set(job.revisionId, error.message);
+        untouchable.set(job.deployment.id, error.message);
+      }
+      throw error;
+    } finally {
+      await log.close();
+    }
+  }
+
+  async function deployOnce(
+    job: RevisionJob,
+    signal: AbortSignal,
+    commit: (customUrl: string) => Promise<void>,
+  ): Promise<void> {
+    const build = await requireBuild(job);
+    const next = await startApp(job, build, signal);
+    // DEPLOYED means served: the new instances join the route (beside the ones serving now, so
+    // nothing is drained yet) before the commit, and leave it again if the commit fails.
+    const serving = apps.get(job.deployment.id)?.supervisor.webTargets ?? [];
+    try {
+      await inSpan('switch', {}, async () => {
+        await edge.setTargets(next.slug, [...serving, ...next.supervisor.webTargets]);
+        await commit(appUrl(edge, next.slug));
+      });
+    } catch (error) {
+      await (serving.length > 0 ? edge.setTargets(next.slug, serving) : edge.remove(next.slug)).catch(
+        (routeError: unknown) => logger.error({ err: routeError }, 'the app route could not be restored'),
+      );
+      await release(job.deployment.id, next);
+      throw error;
+    }
+    await serve(job.deployment.id, next);
+  }
+
+  async function resumeOnce(job: RevisionJob): Promise<void> {
+    let build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
+    if (!build?.sealed) {
+      // Another machine built it, its files were removed, or a version that did not seal builds made it
+      // (its app could change it, even replace its src with a link): build it again, quietly (it is DEPLOYED).
+      build = await buildOnce(
+        job,
+        { building: async () => undefined, commitResolved: async () => undefined },
+        new AbortController().signal,
+      );
+    }
+    const next = await startApp(job, build, new AbortController().signal);
+    await serve(job.deployment.id, next);
+  }
+
   return {
     isolation: sandbox.description,
 
-    async build(job, hooks, signal) {
-      const log = logWriter(
-        job.revisionId,
-        'build',
-        Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4),
-      );
-      try {
-        return await buildRevision(
-          {
-            dataDir: config.dataDir,
-            sandbox,
-            fetcher: deps.fetcher,
-            copyUpload: (workspaceId, uploadPath, destFile) =>
-              copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
-            defaultLimits: config.defaultLimits,
-            deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
-          },
-          { ...job, secrets: openSecrets(job.secrets) },
-          hooks,
-          log,
-          signal,
-        );
-      } catch (error) {
-        // The first line only: the rest of a failure message quotes the log's own last lines (for
-        // readers of the API), which the log has just above.
-        if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
-        throw error;
-      } finally {
-        await log.close();
-      }
+    build(job, hooks, signal) {
+      return track(job.deployment.id, buildOnce(job, hooks, signal));
     },
 
-    async deploy(job, signal, commit) {
-      const build = await requireBuild(job);
-      const next = await startApp(job, build, signal);
-      // DEPLOYED means served: the new instances join the route (beside the ones serving now, so
-      // nothing is drained yet) before the commit, and leave it again if the commit fails.
-      const serving = apps.get(job.deployment.id)?.supervisor.webTargets ?? [];
-      try {
-        await inSpan('switch', {}, async () => {
-          await edge.setTargets(next.slug, [...serving, ...next.supervisor.webTargets]);
-          await commit(appUrl(edge, next.slug));
-        });
-      } catch (error) {
-        await (serving.length > 0 ? edge.setTargets(next.slug, serving) : edge.remove(next.slug)).catch(
-          (routeError: unknown) => logger.error({ err: routeError }, 'the app route could not be restored'),
-        );
-        await release(next);
-        throw error;
-      }
-      await serve(job.deployment.id, next);
+    deploy(job, signal, commit) {
+      return track(job.deployment.id, deployOnce(job, signal, commit));
     },
 
-    async resume(job) {
-      let build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
-      if (!build?.sealed) {
-        // Another machine built it, its files were removed, or a version that did not seal builds made it
-        // (its app could change it, even replace its src with a link): build it again, quietly (it is DEPLOYED).
-        build = await this.build(
-          job,
-          { building: async () => undefined, commitResolved: async () => undefined },
-          new AbortController().signal,
-        );
-      }
-      const next = await startApp(job, build, new AbortController().signal);
-      await serve(job.deployment.id, next);
+    resume(job) {
+      return track(job.deployment.id, resumeOnce(job));
     },
 
     running: () => [...apps.keys()],
@@ -459,15 +527,22 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     stop,
 
     async teardown(deployment, revisionIds) {
+      // Nothing of the app may run while what it could write goes (docs/data-plane.md): the app serving
+      // here stops, and every build or start of its revisions still under way ends first (the worker has
+      // aborted them), each of their processes confirmed gone. A start that ended by serving is stopped too.
       await stop(deployment.id);
+      await Promise.all([...(inFlight.get(deployment.id) ?? [])]);
+      await stop(deployment.id);
+      assertRemovable(deployment.id);
+      for (const revisionId of revisionIds) assertRemovable(revisionId);
       const runtime = await getDeploymentRuntime(db, deployment.id);
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
       for (const revisionId of revisionIds) await removeTree(revisionDirs(config.dataDir, revisionId).root);
-      // Its own directory: every process that could write it is stopped above.
       await removeTree(path.dirname(access.dataDirOf(deployment.id)));
     },
 
     async removeRevisionFiles(revisionId) {
+      assertRemovable(revisionId);
       await removeTree(revisionDirs(config.dataDir, revisionId).root);
     },
 

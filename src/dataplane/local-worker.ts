@@ -224,7 +224,11 @@ export function startWorker(deps: WorkerDeps): Worker {
       }
       const current = await getRevisionStatus(db, job.revisionId);
       if (!stopping && (current === undefined || isFinalRevisionStatus(current)))
-        await runtime.removeRevisionFiles(job.revisionId);
+        await runtime
+          .removeRevisionFiles(job.revisionId)
+          .catch((error: unknown) =>
+            logger.error({ err: error, revisionId: job.revisionId }, 'could not remove the files of a revision'),
+          );
     } finally {
       clearInterval(heartbeat);
       // On stop, an unfinished revision's lease is let go so that the next worker takes it over at once.
@@ -349,7 +353,11 @@ export function startWorker(deps: WorkerDeps): Worker {
       return found;
     });
     if (!target) return false;
-    for (const [, job] of jobs) if (job.deploymentId === target.id) job.controller.abort(new NotOurs());
+    // Its revisions' work stops, and has stopped, before anything of it is removed: a build or a start
+    // under way has processes that write its directories (docs/data-plane.md).
+    const running = [...jobs.values()].filter((job) => job.deploymentId === target.id);
+    for (const job of running) job.controller.abort(new NotOurs());
+    await Promise.all(running.map((job) => job.done));
     const revisions = await revisionStatusesOf(db, target.id);
     await runtime.teardown(
       target,

@@ -4,9 +4,15 @@
  * holds it and its network namespace has a way out, so that nothing it forks escapes its limits.
  * `stop` ends the whole group: SIGTERM, a grace period, then SIGKILL; whatever is left in its cgroup
  * is killed when it exits, so that a build's or an app's children never outlive it.
+ *
+ * Its exit counts only once every process of it is gone, not merely signalled: its sandbox's PID
+ * namespace ended (src/dataplane/process-identity.ts), its cgroup emptied, or without either its
+ * process group empty. Callers remove the trees it could write after that (docs/data-plane.md);
+ * when it cannot be confirmed, the exit says so (`leftover`) and those trees are left alone.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
+import { identify, signalIdentified, waitGone, waitGroupGone, type ProcessIdentity } from './process-identity.ts';
 import type { ResourceGroup, Usage } from './resource-limits.ts';
 import { attachNetwork, type NetworkAttachment } from './sandbox-network.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
@@ -24,6 +30,11 @@ export interface Exit {
   outOfMemory: boolean;
   /** Its memory limit in bytes, when it had one. */
   memoryLimitBytes: number | null;
+  /**
+   * Null when every process of it is known to be gone; else what may still run (a sandbox whose
+   * namespace did not end, a cgroup that could not be emptied): what it could write must not be touched.
+   */
+  leftover: string | null;
 }
 
 export interface RunningProcess {
@@ -47,22 +58,29 @@ export interface RunOptions {
 
 /** Exit code of a command whose sandbox could not be set up. */
 const SETUP_FAILED = 125;
+/**
+ * How long the end of a killed sandbox or group is waited for. The kernel ends killed processes in
+ * milliseconds; one stuck in an uninterruptible wait (a hung network file system) can take longer, and
+ * then its exit reports a leftover rather than holding its caller.
+ */
+const GONE_TIMEOUT_MS = 30_000;
 
 /**
  * Signals the command's process group and, when known, the sandbox's own init: that one outlives the
  * outer bubblewrap when it is killed, ignores SIGTERM from outside its namespace, and holds the output
  * pipes open, so it is signalled even after the outer process has exited.
  */
-function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandboxPid: number | null = null): void {
-  for (const pid of [child.pid === undefined ? null : -child.pid, sandboxPid]) {
-    if (pid === null) continue;
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandbox: ProcessIdentity | null = null): void {
+  if (child.pid !== undefined) {
     try {
       // Negative pid: the whole process group (the child was started detached, as its group leader).
-      process.kill(pid, signal);
+      process.kill(-child.pid, signal);
     } catch {
       // Already gone.
     }
   }
+  // By identity: once the outer bubblewrap is gone the init is no child of ours, and its pid may be reused.
+  if (sandbox) void signalIdentified(sandbox, signal);
 }
 
 /** bubblewrap's info fd: a JSON object with `child-pid`, then end of file. */
@@ -105,7 +123,8 @@ export function startProcess(options: RunOptions): RunningProcess {
 
   let group: ResourceGroup | null = null;
   let network: NetworkAttachment | null = null;
-  let sandboxPid: number | null = null;
+  /** The sandbox's PID namespace init, once bubblewrap has reported it. */
+  let sandboxInit: ProcessIdentity | null = null;
   const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.once('error', (error) => {
       options.output.system(`Could not start the command: ${error.message}`);
@@ -116,7 +135,7 @@ export function startProcess(options: RunOptions): RunningProcess {
     // leftovers are killed and the exit counts after a short wait for the last output.
     child.once('exit', (code, signal) => {
       setTimeout(() => {
-        signalGroup(child, 'SIGKILL', sandboxPid);
+        signalGroup(child, 'SIGKILL', sandboxInit);
         resolve({ code, signal });
       }, 2_000).unref();
     });
@@ -126,7 +145,9 @@ export function startProcess(options: RunOptions): RunningProcess {
     if (child.pid === undefined) return;
     const pids = [child.pid];
     if (info) {
-      sandboxPid = await readSandboxPid(info);
+      const sandboxPid = await readSandboxPid(info);
+      // Held by --block-fd, it cannot have exited yet: its identity is read while the pid is surely its own.
+      sandboxInit = await identify(sandboxPid);
       pids.push(sandboxPid);
     }
     if (run.limits) {
@@ -140,7 +161,7 @@ export function startProcess(options: RunOptions): RunningProcess {
     info?.destroy();
   })().catch((error: unknown) => {
     options.output.system(`Could not set up the sandbox: ${error instanceof Error ? error.message : String(error)}`);
-    signalGroup(child, 'SIGKILL', sandboxPid);
+    signalGroup(child, 'SIGKILL', sandboxInit);
     return 'failed' as const;
   });
 
@@ -148,18 +169,32 @@ export function startProcess(options: RunOptions): RunningProcess {
     const [{ code, signal }, setup] = await Promise.all([closed, setUp]);
     const attached = network as NetworkAttachment | null;
     const placed = group as ResourceGroup | null;
+    const init = sandboxInit as ProcessIdentity | null;
     await attached?.close();
+    const leftovers: string[] = [];
+    // Gone, not just signalled: whatever it left behind is killed, and its end waited for.
+    if (init) {
+      await signalIdentified(init, 'SIGKILL');
+      if (!(await waitGone(init, GONE_TIMEOUT_MS)))
+        leftovers.push(`its sandbox (PID namespace init ${init.pid}) did not end`);
+    } else if (child.pid !== undefined && !placed) {
+      signalGroup(child, 'SIGKILL');
+      if (!(await waitGroupGone(child.pid, GONE_TIMEOUT_MS)))
+        leftovers.push(`processes of its group ${child.pid} did not end`);
+    }
     let outOfMemory = false;
     if (placed) {
       outOfMemory = (await placed.oomKills().catch(() => 0)) > 0;
       // Whatever it left behind (a daemon that escaped the process group) goes with it.
       await placed.remove().catch((error: unknown) => {
-        options.output.system(`Could not remove the cgroup of ${run.name}: ${String(error)}`);
+        leftovers.push(`its cgroup could not be emptied: ${String(error)}`);
       });
     }
+    const leftover = leftovers.length > 0 ? leftovers.join('; ') : null;
+    if (leftover) options.output.system(`Processes of ${run.name} may still run: ${leftover}`);
     const memoryLimitBytes = run.limits?.memoryBytes ?? null;
-    if (setup === 'failed') return { code: SETUP_FAILED, signal: null, outOfMemory: false, memoryLimitBytes };
-    return { code, signal, outOfMemory, memoryLimitBytes };
+    if (setup === 'failed') return { code: SETUP_FAILED, signal: null, outOfMemory: false, memoryLimitBytes, leftover };
+    return { code, signal, outOfMemory, memoryLimitBytes, leftover };
   })();
 
   return {
@@ -167,8 +202,8 @@ export function startProcess(options: RunOptions): RunningProcess {
     exited,
     usage: async () => group?.usage().catch(() => noUsage) ?? noUsage,
     async stop(graceMs) {
-      signalGroup(child, 'SIGTERM', sandboxPid);
-      const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxPid), graceMs);
+      signalGroup(child, 'SIGTERM', sandboxInit);
+      const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxInit), graceMs);
       try {
         return await exited;
       } finally {

@@ -34,6 +34,12 @@ export class RevisionFailure extends Error {
   }
 }
 
+/**
+ * The failure reason of a revision some of whose processes could not be confirmed gone: the tree they
+ * could write is left alone (never sealed, never removed) until the service restarts.
+ */
+export const PROCESSES_LEFT = 'processes_left';
+
 export interface RevisionDirs {
   root: string;
   /** Bound into the sandbox; holds `src` and `home`. */
@@ -252,6 +258,16 @@ export async function buildRevision(
         signal,
       }),
     );
+    if (exit.leftover) {
+      // Something of the build may still write its directory: it is neither sealed nor removed
+      // (the caller keeps it, src/dataplane/local-runtime.ts), and the revision fails, aborted or not.
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        PROCESSES_LEFT,
+        `The ${step} command's processes could not be confirmed gone (${exit.leftover}); its files are kept ` +
+          `until the service restarts. Deploy again.`,
+      );
+    }
     signal.throwIfAborted();
     if (exit.code !== 0) {
       const tail = log.tail(20).join('\n');
@@ -273,7 +289,7 @@ export async function buildRevision(
         `The build replaced /home/app/${part}, which must stay a directory: build into it, not over it.`,
       );
   }
-  // The build's processes are gone (its PID namespace ended with its command): nothing writes it now.
+  // The build's processes are gone (its PID namespace ended, its exit confirmed it): nothing writes it now.
   await sealSnapshot(dirs.app);
   const record = { appConfig, builtAt: new Date().toISOString(), sealed: true };
   await fs.writeFile(dirs.buildFile, JSON.stringify(record));
