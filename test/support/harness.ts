@@ -27,6 +27,7 @@ import { openChangeFeed, type ChangeFeed } from '../../src/db/change-feed.ts';
 import { connect } from '../../src/db/database.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
+import { removeTree } from '../../src/dataplane/build-snapshot.ts';
 import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
@@ -161,7 +162,8 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
       await changes?.close();
       await tracing.shutdown();
       await database.drop();
-      await fs.rm(dataDir, { recursive: true, force: true });
+      // Sealed builds have no write bits, which only root ignores (CI runs tests as an ordinary user too).
+      await removeTree(dataDir);
     },
   };
 }
