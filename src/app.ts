@@ -16,6 +16,7 @@ import { registerAuthentication } from './http/authenticate.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
+import { registerUnknownFieldChecks } from './http/unknown-fields.ts';
 import { needs, registerRouteNeeds } from './http/route-needs.ts';
 import { registerStreamLimits } from './http/stream-limits.ts';
 import { registerOpenApiConventions, shapeDocument } from './http/openapi.ts';
@@ -104,6 +105,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.removeContentTypeParser('text/plain');
   registerJsonBodyParser(app);
   app.setValidatorCompiler(createValidatorCompiler());
+  registerUnknownFieldChecks(app);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });

@@ -8,6 +8,7 @@
  * file and the field, because it ends up as the revision's failure message and nobody reads a log.
  */
 import { jsonMistake, parseJsonText } from './json-text.ts';
+import { nearestName } from './near-names.ts';
 
 const RUNTIMES = ['node', 'python'] as const;
 export type Runtime = (typeof RUNTIMES)[number];
@@ -102,23 +103,9 @@ export function isPlainObject(value: unknown): value is Record<string, unknown> 
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** Edit distance, to suggest the field a typo meant. */
-function distance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    previous = current;
-  }
-  return previous[b.length]!;
-}
-
 function suggestion(unknown: string): string {
-  const near = FIELDS.map((f) => ({ f, d: distance(unknown.toLowerCase(), f) })).sort((x, y) => x.d - y.d)[0];
-  // Close relative to the length: 'port' is not a typo of 'start', 'heath_check_path' is one of 'health_check_path'.
-  return near && near.d <= Math.max(1, Math.floor(near.f.length / 3)) ? ` (did you mean '${near.f}'?)` : '';
+  const near = nearestName(unknown, FIELDS);
+  return near ? ` (did you mean '${near}'?)` : '';
 }
 
 /** A problem with a command string, or null. */

@@ -4,7 +4,8 @@
  *
  * - `registerOpenApiConventions`, an onRoute hook: routes without an API key (`config.auth: 'none'`)
  *   document `security: []` unless they name their own scheme; every operation lists 400 (a request
- *   the HTTP parser or the router refuses, `malformed_request`, before any route runs), 500 and 503
+ *   the HTTP parser or the router refuses, `malformed_request`, before any route runs), 422 (a
+ *   refused X-Field-Validation or, with `Strict`, an unknown field: unknown-fields.ts), 500 and 503
  *   (the database unreachable, or the server shutting down; with Retry-After), and every operation
  *   whose method carries a body lists 413, 415 and 422, with the error envelope. Those are answers the
  *   service (src/http/error-handler.ts, src/http/framework-answers.ts) can give on any route.
@@ -22,6 +23,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance, RouteOptions } from 'fastify';
 import { ErrorBody, ValidationErrorBody, errorResponses } from './schema-helpers.ts';
+import { FIELD_VALIDATION_HEADER } from './unknown-fields.ts';
 
 /** Methods whose requests Fastify reads a body of (DELETE too, when one is sent): 413 and 415 apply. */
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
@@ -38,8 +40,9 @@ const isObject = (value: unknown): value is JsonObject =>
  * router cannot read (a malformed percent-encoding) never reaches a route, so any operation answers it.
  */
 function frameworkStatuses(methods: string[]): number[] {
-  // 422: a body that is not JSON (malformed, invalid UTF-8, a key twice) is refused even where none is read.
-  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 422, 500, 503] : [400, 500, 503];
+  // 422 on any operation: an X-Field-Validation it cannot read, or an unknown field or query parameter
+  // with `Strict` (unknown-fields.ts); and a body that is not JSON, even where none is read.
+  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 422, 500, 503] : [400, 422, 500, 503];
 }
 
 export const RetryAfterHeader = {
@@ -292,12 +295,54 @@ function documentOptionalBodies(doc: { paths?: Json }): void {
   }
 }
 
+// ----- unknown fields ------------------------------------------------------------------------------
+
+const FieldValidationParameter = {
+  name: FIELD_VALIDATION_HEADER,
+  in: 'header',
+  required: false,
+  description:
+    'What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case.',
+  schema: { type: 'string', enum: ['Strict', 'Warn', 'Ignore'], default: 'Warn' },
+};
+
+const WarningHeader = {
+  description:
+    'One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \\"secretz\\"; did you mean \\"secrets\\"?"`. See X-Field-Validation.',
+  schema: { type: 'string' },
+};
+
 /**
- * The swagger plugin's `transformObject`: optional bodies, required headers, named schemas, then shared
- * error responses.
+ * Every operation takes X-Field-Validation and its successes may carry Warning (src/http/unknown-fields.ts),
+ * said here once rather than by every route.
+ */
+function documentUnknownFields(doc: { paths?: Json }): void {
+  if (!isObject(doc.paths)) return;
+  for (const item of Object.values(doc.paths)) {
+    if (!isObject(item)) continue;
+    for (const operation of Object.values(item)) {
+      if (!isObject(operation)) continue;
+      const parameters = Array.isArray(operation.parameters) ? operation.parameters : [];
+      operation.parameters = [...parameters, structuredClone(FieldValidationParameter)];
+      if (!isObject(operation.responses)) continue;
+      for (const [status, response] of Object.entries(operation.responses)) {
+        if (!status.startsWith('2') || !isObject(response) || response.$ref !== undefined) continue;
+        response.headers = {
+          ...(isObject(response.headers) ? response.headers : {}),
+          Warning: structuredClone(WarningHeader),
+        };
+      }
+    }
+  }
+}
+
+/**
+ * The swagger plugin's `transformObject`: optional bodies, unknown fields, required headers, named
+ * schemas, then shared error responses.
  */
 export function shapeDocument<D extends object>(document: D): D {
   documentOptionalBodies(document);
+  documentUnknownFields(document);
   hoistRequiredHeaders(document);
   nameSchemas(document);
   shareErrorResponses(document);

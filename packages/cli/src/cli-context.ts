@@ -67,6 +67,8 @@ export function createContext(runtime: CliRuntime, command: Command): CliContext
         apiKey: c.apiKey,
         tenantId: c.tenantId,
         userAgent: `slipway-cli/${runtime.version}`,
+        // A field this CLI sends that the service does not know (an older service) was ignored: say so.
+        onWarning: (warning) => output.warn(warning),
       });
     },
   };

@@ -2721,6 +2721,15 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
+        /** @description The request does not match the schema; each item's loc says where. */
+        ValidationFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["ValidationErrorBody"];
+            };
+        };
         /** @description An unexpected failure; the body carries the request id for the service log. */
         InternalError: {
             headers: {
@@ -2777,15 +2786,6 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"];
-            };
-        };
-        /** @description The request does not match the schema; each item's loc says where. */
-        ValidationFailed: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["ValidationErrorBody"];
             };
         };
         /** @description No such resource in the workspace (another workspace's resources do not exist for the caller). */
@@ -2846,7 +2846,10 @@ export interface operations {
     getMetrics: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -2855,6 +2858,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2863,6 +2868,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2870,7 +2876,10 @@ export interface operations {
     checkHealth: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -2879,6 +2888,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2889,6 +2900,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2896,7 +2908,10 @@ export interface operations {
     checkReadiness: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -2905,6 +2920,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2915,6 +2932,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -2927,7 +2945,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -2936,6 +2957,8 @@ export interface operations {
             /** @description A page of workspaces. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2956,6 +2979,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -2973,6 +2998,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2998,7 +3025,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -3007,6 +3037,8 @@ export interface operations {
             /** @description A page of API keys. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3027,6 +3059,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -3046,6 +3080,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3069,6 +3105,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 api_key_id: string;
@@ -3085,6 +3123,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3122,7 +3162,10 @@ export interface operations {
                 /** @description Comma-separated deployment ids. */
                 deployment_ids?: string;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -3131,6 +3174,8 @@ export interface operations {
             /** @description A page of deployments. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3151,6 +3196,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -3186,6 +3233,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3210,6 +3259,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3223,6 +3274,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3253,6 +3306,8 @@ export interface operations {
             header?: {
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3269,6 +3324,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3293,6 +3350,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3319,6 +3378,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3349,7 +3410,10 @@ export interface operations {
                 status?: string;
                 remote_reconciled?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -3360,6 +3424,8 @@ export interface operations {
             /** @description A page of revisions, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3381,6 +3447,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3395,6 +3463,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3423,6 +3493,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3444,6 +3516,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3468,6 +3542,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3489,6 +3565,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3516,7 +3594,10 @@ export interface operations {
                 /** @description asc: oldest first (to follow along); desc: newest first (what happened lately). */
                 order?: "asc" | "desc";
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -3527,6 +3608,8 @@ export interface operations {
             /** @description A page of events, oldest first unless order=desc. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3545,7 +3628,10 @@ export interface operations {
     getDeploymentStorage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -3556,6 +3642,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3586,6 +3674,8 @@ export interface operations {
             header?: {
                 /** @description With follow=true, resume after this event id (it wins over cursor). */
                 "last-event-id"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -3598,6 +3688,8 @@ export interface operations {
             /** @description A page of lines (JSON), or with follow=true an event stream. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3623,7 +3715,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -3632,6 +3727,8 @@ export interface operations {
             /** @description A page of listeners, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3652,6 +3749,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -3681,6 +3780,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3704,6 +3805,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3717,6 +3820,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3745,6 +3850,8 @@ export interface operations {
             header?: {
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3761,6 +3868,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3786,6 +3895,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3805,6 +3916,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3832,7 +3945,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 listener_id: string;
             };
@@ -3843,6 +3959,8 @@ export interface operations {
             /** @description A page of listener credentials, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3864,6 +3982,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3886,6 +4006,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3910,6 +4032,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3927,6 +4051,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -3952,6 +4078,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the state the listener has. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 listener_id: string;
@@ -3963,6 +4091,8 @@ export interface operations {
             /** @description Every deployment of the listener with the revision that should run (null: nothing should). */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3991,7 +4121,10 @@ export interface operations {
     reportRevisionStatus: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 listener_id: string;
             };
@@ -4014,6 +4147,8 @@ export interface operations {
             /** @description What the report did. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4034,7 +4169,10 @@ export interface operations {
     confirmDeletion: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 listener_id: string;
             };
@@ -4049,6 +4187,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4068,7 +4208,10 @@ export interface operations {
     sendListenerHeartbeat: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 listener_id: string;
             };
@@ -4091,6 +4234,8 @@ export interface operations {
             /** @description A listener. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4116,7 +4261,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -4125,6 +4273,8 @@ export interface operations {
             /** @description A page of providers, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4145,6 +4295,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -4162,6 +4314,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4185,6 +4339,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4199,6 +4355,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4227,6 +4385,8 @@ export interface operations {
             header?: {
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4244,6 +4404,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4269,6 +4431,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4289,6 +4453,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4314,6 +4480,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -4331,6 +4499,8 @@ export interface operations {
                     "Cache-Control"?: string;
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4366,7 +4536,10 @@ export interface operations {
                 /** @description The issuer (RFC 9207); checked when the provider has one configured. */
                 iss?: string;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 provider_id: string;
             };
@@ -4377,6 +4550,8 @@ export interface operations {
             /** @description Authorization complete: the token is stored (and the agent connected, when one was named). */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4423,7 +4598,10 @@ export interface operations {
             query?: {
                 timeout?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 auth_id: string;
             };
@@ -4434,6 +4612,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4458,7 +4638,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -4467,6 +4650,8 @@ export interface operations {
             /** @description A page of tokens, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4487,6 +4672,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 token_id: string;
@@ -4500,6 +4687,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4530,6 +4719,8 @@ export interface operations {
             header?: {
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 token_id: string;
@@ -4546,6 +4737,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4566,7 +4759,10 @@ export interface operations {
     listAgentConnections: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 /** @description Your own name for the agent. */
                 agent_id: string;
@@ -4578,6 +4774,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4598,6 +4796,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 /** @description Your own name for the agent. */
@@ -4618,6 +4818,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4641,6 +4843,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 /** @description Your own name for the agent. */
@@ -4659,6 +4863,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4683,7 +4889,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -4694,6 +4903,8 @@ export interface operations {
             /** @description A page of the deployment's agent credentials, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4715,6 +4926,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -4736,6 +4949,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4760,6 +4975,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -4777,6 +4994,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4796,7 +5015,10 @@ export interface operations {
     getAgentAccessToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 /** @description Your own name for the agent. */
                 agent_id: string;
@@ -4814,6 +5036,8 @@ export interface operations {
             /** @description A usable access token; refreshed first when it was expired or about to expire. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4841,7 +5065,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -4850,6 +5077,8 @@ export interface operations {
             /** @description A page of tag keys. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4870,6 +5099,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -4887,6 +5118,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4910,6 +5143,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 tag_key_id: string;
@@ -4926,6 +5161,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -4950,7 +5187,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 tag_key_id: string;
             };
@@ -4961,6 +5201,8 @@ export interface operations {
             /** @description A page of the values of a tag key. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4982,6 +5224,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 tag_key_id: string;
@@ -5001,6 +5245,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5025,6 +5271,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 tag_key_id: string;
@@ -5042,6 +5290,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5066,7 +5316,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -5077,6 +5330,8 @@ export interface operations {
             /** @description A page of the tag values of a deployment. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5095,7 +5350,10 @@ export interface operations {
     setDeploymentTags: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 deployment_id: string;
             };
@@ -5110,6 +5368,8 @@ export interface operations {
             /** @description A page of the tag values of a deployment. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5135,7 +5395,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5144,6 +5407,8 @@ export interface operations {
             /** @description A page of tracing projects. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5161,7 +5426,10 @@ export interface operations {
     uploadSource: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5176,6 +5444,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5198,6 +5468,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -5218,6 +5490,8 @@ export interface operations {
                     "Cache-Control"?: string;
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5242,7 +5516,10 @@ export interface operations {
                 /** @description The token of the upload URL. */
                 token: string;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 upload_id: string;
             };
@@ -5257,6 +5534,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5278,6 +5557,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -5296,6 +5577,8 @@ export interface operations {
                 headers: {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5320,6 +5603,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -5338,6 +5623,8 @@ export interface operations {
                 headers: {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5362,6 +5649,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -5379,6 +5668,8 @@ export interface operations {
                 headers: {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5403,6 +5694,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 deployment_id: string;
@@ -5421,6 +5714,8 @@ export interface operations {
                 headers: {
                     /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
                     "Idempotent-Replayed"?: "true";
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5450,7 +5745,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5459,6 +5757,8 @@ export interface operations {
             /** @description A page of integrations, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5479,6 +5779,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -5504,6 +5806,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5528,6 +5832,8 @@ export interface operations {
             header?: {
                 /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
                 "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 integration_id: string;
@@ -5541,6 +5847,8 @@ export interface operations {
                 headers: {
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5569,6 +5877,8 @@ export interface operations {
             header?: {
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 integration_id: string;
@@ -5585,6 +5895,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5610,6 +5922,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description ETag(s) the resource must still have (from its GET or the answer of its last write); else 412 precondition_failed and nothing changes. `*`: the resource must exist. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 integration_id: string;
@@ -5631,6 +5945,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5654,7 +5970,10 @@ export interface operations {
     listCodehostRepositories: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 integration_id: string;
             };
@@ -5665,6 +5984,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5689,7 +6010,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 integration_id: string;
             };
@@ -5700,6 +6024,8 @@ export interface operations {
             /** @description A page of deliveries, newest first. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5718,7 +6044,10 @@ export interface operations {
     receiveCodehostWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path: {
                 integration_id: string;
             };
@@ -5734,6 +6063,8 @@ export interface operations {
             /** @description A webhook delivery and what came of it. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5753,7 +6084,10 @@ export interface operations {
     getSsoSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5762,6 +6096,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5769,6 +6105,7 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            422: components["responses"]["ValidationFailed"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -5776,7 +6113,10 @@ export interface operations {
     startSsoSignIn: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5789,6 +6129,8 @@ export interface operations {
             /** @description Default Response */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5818,7 +6160,10 @@ export interface operations {
                 /** @description The issuer (RFC 9207); checked when the provider announces it. */
                 iss?: string;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5827,6 +6172,8 @@ export interface operations {
             /** @description Signed in: the session cookie is set; the page goes on to the dashboard. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5878,7 +6225,10 @@ export interface operations {
     endSsoSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5892,6 +6242,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5913,7 +6265,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -5922,6 +6277,8 @@ export interface operations {
             /** @description A page of mappings. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5942,6 +6299,8 @@ export interface operations {
             header?: {
                 /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
                 "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path?: never;
             cookie?: never;
@@ -5959,6 +6318,8 @@ export interface operations {
                     "Idempotent-Replayed"?: "true";
                     /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
                     ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5982,6 +6343,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 mapping_id: string;
@@ -5998,6 +6361,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -6022,7 +6387,10 @@ export interface operations {
                 /** @description Resources to skip; pass the previous response offset. */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
             path?: never;
             cookie?: never;
         };
@@ -6031,6 +6399,8 @@ export interface operations {
             /** @description A page of sessions. */
             200: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6051,6 +6421,8 @@ export interface operations {
             header?: {
                 /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
                 "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
             };
             path: {
                 session_id: string;
@@ -6067,6 +6439,8 @@ export interface operations {
             /** @description Default Response */
             204: {
                 headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
                     [name: string]: unknown;
                 };
                 content?: never;

@@ -3,6 +3,7 @@
  */
 export { SlipwayClient, ok, type SlipwayClientOptions } from './slipway-client.ts';
 export { SlipwayError, type ClientErrorCode, type ValidationIssue } from './slipway-error.ts';
+export { parseWarnings } from './response-warnings.ts';
 export { iteratePages, iterateItems, collect, MAX_PAGE_SIZE, type PageFetcher } from './page-iterator.ts';
 export {
   followLog,

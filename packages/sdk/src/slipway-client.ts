@@ -24,6 +24,7 @@ import type {
 import { collect, iterateItems, iteratePages, type PageFetcher } from './page-iterator.ts';
 import { followLog, waitForRevision, type FollowLogOptions, type WaitOptions } from './revision-follow.ts';
 import { createRetryingFetch, type RetryingFetch, type RetryOptions } from './retrying-fetch.ts';
+import { parseWarnings } from './response-warnings.ts';
 import { SlipwayError } from './slipway-error.ts';
 
 export interface SlipwayClientOptions extends RetryOptions {
@@ -35,6 +36,11 @@ export interface SlipwayClientOptions extends RetryOptions {
   tenantId?: string | null;
   /** Sent as User-Agent. */
   userAgent?: string;
+  /**
+   * Told each warning of an answer: a body field or query parameter the service does not know and
+   * ignored (`unknown field "secretz"; did you mean "secrets"?`), say from a client newer than it.
+   */
+  onWarning?: (warning: string, response: Response) => void;
 }
 
 /** What an openapi-fetch call resolves to: data on success, error otherwise. */
@@ -69,7 +75,12 @@ export class SlipwayClient {
     this.api = createClient<paths, 'application/json'>({
       baseUrl: this.baseUrl,
       headers,
-      fetch: (request) => this.fetch(request),
+      fetch: async (request) => {
+        const response = await this.fetch(request);
+        if (options.onWarning)
+          for (const warning of parseWarnings(response.headers.get('warning'))) options.onWarning(warning, response);
+        return response;
+      },
     });
   }
 
