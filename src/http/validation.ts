@@ -14,7 +14,15 @@ import type { ValidationIssue } from '../errors.ts';
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
 
 function makeAjv(options: Options): Ajv {
-  const ajv = new Ajv({ allErrors: true, useDefaults: true, removeAdditional: false, strict: false, ...options });
+  // verbose: an error carries its schema, whose `x-pattern-words` says a pattern's rule in words.
+  const ajv = new Ajv({
+    allErrors: true,
+    useDefaults: true,
+    removeAdditional: false,
+    strict: false,
+    verbose: true,
+    ...options,
+  });
   addFormats(ajv);
   return ajv;
 }
@@ -159,9 +167,17 @@ function typeOf(error: ErrorObject | FastifySchemaValidationError): string {
   }
 }
 
+/**
+ * The keyword a string schema with a `pattern` gives its rule in words with (a deployment name's, a
+ * secret's): a 422 says that rather than the regular expression, which few users read.
+ */
+export const PATTERN_WORDS = 'x-pattern-words';
+
 function message(error: ErrorObject | FastifySchemaValidationError): string {
   const params = error.params as Record<string, unknown>;
   if (error.keyword === 'required') return 'Field required';
+  const words = (error as { parentSchema?: Record<string, unknown> }).parentSchema?.[PATTERN_WORDS];
+  if (error.keyword === 'pattern' && typeof words === 'string') return words;
   if (error.keyword === 'enum')
     return `Input should be one of: ${(params.allowedValues as (string | number | boolean | null)[])
       .filter((v) => v !== null)

@@ -7,6 +7,7 @@ import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.t
 import { MASKED_SECRET } from '../domain/deployment-plan.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { DateTime, Nullable, SecretString, StringEnum, Uuid } from '../http/schema-helpers.ts';
+import { PATTERN_WORDS } from '../http/validation.ts';
 
 const FreeObject = (description?: string) =>
   Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
@@ -190,7 +191,13 @@ export const SourceRevisionConfig = Type.Object(
 );
 
 export const SECRET_NAME_PATTERN = '^[A-Za-z_][A-Za-z0-9_]{0,254}$';
-const SecretName = Type.String({ pattern: SECRET_NAME_PATTERN, description: 'Environment variable name.' });
+const SECRET_NAME_WORDS =
+  'A secret name is an environment variable name: letters, digits and _, not starting with a digit, at most 255 characters';
+const SecretName = Type.String({
+  pattern: SECRET_NAME_PATTERN,
+  [PATTERN_WORDS]: SECRET_NAME_WORDS,
+  description: 'Environment variable name.',
+});
 /** A secret as a request sends it: the value is write-only, or the mask to keep the stored one. */
 export const SecretInput = Type.Object(
   {
@@ -216,7 +223,7 @@ export const Secret = Type.Object(
 );
 export const SecretReference = Type.Object(
   {
-    name: Type.String({ pattern: SECRET_NAME_PATTERN }),
+    name: Type.String({ pattern: SECRET_NAME_PATTERN, [PATTERN_WORDS]: SECRET_NAME_WORDS }),
     secret_name: Type.String({ pattern: K8S_NAME, maxLength: 253 }),
     secret_key: Type.String({ minLength: 1, maxLength: 253, pattern: '^[-._a-zA-Z0-9]+$' }),
   },
@@ -227,6 +234,9 @@ export const DeploymentCreateBody = Type.Object(
   {
     name: Type.String({
       pattern: DEPLOYMENT_NAME_PATTERN,
+      // As the dashboard says it (web/src/pages/new-deployment.tsx).
+      [PATTERN_WORDS]:
+        'A deployment name uses lowercase letters, digits and - only; it must start with a letter and must not end with -',
       maxLength: 63,
       description: 'Lowercase letters, digits and -, starting with a letter; becomes a host name.',
     }),
