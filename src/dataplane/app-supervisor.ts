@@ -6,6 +6,7 @@
  * added and removed while the revision runs (a changed resource spec is applied in place).
  */
 import { freePort } from '../db/embedded-postgres.ts';
+import { cpuStarvation } from './cgroup-cpu-starvation.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 import type { Usage } from './resource-limits.ts';
@@ -108,17 +109,49 @@ export class HealthCheckError extends Error {
   }
 }
 
-async function answers2xx(port: number, path: string): Promise<boolean> {
+/** What one probe of the health path found: a 2xx, another status, nothing listening, or no answer. */
+type Probe = { ok: true } | { ok: false; status: number } | { ok: false; refused: true } | { ok: false; silent: true };
+
+/** How long one probe waits for an answer. */
+const PROBE_TIMEOUT_MS = 2_000;
+
+async function probe(port: number, path: string): Promise<Probe> {
   try {
     const response = await fetch(`http://127.0.0.1:${port}${path}`, {
-      signal: AbortSignal.timeout(2_000),
+      signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
       redirect: 'manual',
     });
     await response.body?.cancel();
-    return response.status >= 200 && response.status < 300;
-  } catch {
-    return false;
+    return response.status >= 200 && response.status < 300 ? { ok: true } : { ok: false, status: response.status };
+  } catch (error) {
+    const code = (error as { cause?: { code?: string } }).cause?.code;
+    // Refused or reset before an answer: nothing listens on the port (or it closed the connection at once).
+    if (code === 'ECONNREFUSED' || code === 'ECONNRESET') return { ok: false, refused: true };
+    return { ok: false, silent: true };
   }
+}
+
+const answers2xx = async (port: number, path: string) => (await probe(port, path)).ok;
+
+/**
+ * The mistake a health check that ran out of time points at: from the last probe of the instance, and
+ * the ports its network namespace listened on (null when it has none of its own: the host's loopback
+ * is every process's, so it tells nothing).
+ */
+function describeMiss(last: Probe | null, port: number, path: string, listening: number[] | null): string {
+  const nothingOnPort =
+    (listening !== null && !listening.includes(port)) || (last !== null && !last.ok && 'refused' in last);
+  if (nothingOnPort) {
+    const opened = (listening ?? []).filter((p) => p !== port);
+    return (
+      ` Nothing was listening on port ${port}: the app must listen on the port in its PORT variable ` +
+      `(${port} for this instance), on all addresses (its HOST variable)` +
+      (opened.length > 0 ? `; it listens on ${opened.join(', ')} instead.` : '.')
+    );
+  }
+  if (last === null || last.ok) return '';
+  if ('status' in last) return ` It answered ${last.status} on ${path}: the health path must answer 2xx.`;
+  return ` It accepted connections on port ${port} but did not answer ${path} within ${PROBE_TIMEOUT_MS / 1000} s.`;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -238,6 +271,11 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       const started = Date.now();
       const deadline = started + timeoutMs;
       const pending = new Set(instances.filter((i) => i.kind === 'web' && (!only || only.includes(i.id))));
+      // What each instance's group had used when the wait began: a miss says whether it got no CPU.
+      const usageAtStart = new Map(
+        await Promise.all([...pending].map(async (i) => [i, (await i.process?.usage()) ?? null] as const)),
+      );
+      const lastProbe = new Map<Instance, Probe>();
       while (pending.size > 0) {
         if (signal.aborted) throw new HealthCheckError('The deploy was interrupted.');
         if (stopped) throw new HealthCheckError('The app was stopped.');
@@ -245,15 +283,31 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
           if (instance.crashes > 0 || !instances.includes(instance)) {
             throw new HealthCheckError(`The app exited before its health check passed (instance ${instance.id}).`);
           }
-          if (await answers2xx(instance.port!, options.healthCheckPath)) {
+          const found = await probe(instance.port!, options.healthCheckPath);
+          lastProbe.set(instance, found);
+          if (found.ok) {
             instance.pending = false;
             pending.delete(instance);
           }
         }
         if (pending.size === 0) return;
         if (Date.now() >= deadline) {
+          const instance = [...pending][0]!;
+          const elapsed = (Date.now() - started) / 1000;
+          const starved = cpuStarvation(usageAtStart.get(instance), (await instance.process?.usage()) ?? null, elapsed);
           throw new HealthCheckError(
-            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s.`,
+            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s ` +
+              `(instance ${instance.id}).` +
+              describeMiss(
+                lastProbe.get(instance) ?? null,
+                instance.port!,
+                options.healthCheckPath,
+                // The forwards to its database and the API listen there too: not the app's.
+                ((await instance.process?.listeningPorts()) ?? null)?.filter(
+                  (p) => !(options.run.forwards ?? []).some((f) => f.port === p),
+                ) ?? null,
+              ) +
+              (starved ? ` ${starved}` : ''),
           );
         }
         // Quick probes at first (most apps are up within a second), then gentler ones.

@@ -45,9 +45,11 @@ export async function copySnapshot(from: string, to: string): Promise<void> {
  */
 export async function removeTree(dir: string): Promise<void> {
   if (process.getuid?.() !== 0) {
-    // A sealed tree has no write bits, and a directory without them cannot be emptied by its owner.
-    // chmod -R walks the same way (openat, links never followed: -P is its default).
-    await run('chmod', ['-R', '--', 'u+w', dir]).catch(() => {
+    // A sealed tree has no write bits, and a directory without them cannot be emptied by its owner; one
+    // the app left unreadable (chmod 000) cannot even be listed, and a removal that fails keeps the
+    // deletion from ever finishing. chmod -R walks the same way (openat, links never followed: -P is its
+    // default) and makes each directory readable and passable before it enters it.
+    await run('chmod', ['-R', '--', 'u+rwX', dir]).catch(() => {
       // Missing, or partly removed already: rm below says what matters.
     });
   }

@@ -141,7 +141,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const apps = new Map<string, RunningApp>();
   const access = createAppHostAccess({ config, sandbox, logger });
   /** Scale changes under way, by deployment: one at a time per app. */
-  const scaling = new Map<string, Promise<void>>();
+  const scaling = new Map<string, { app: RunningApp; work: Promise<void> }>();
+  /** Stops under way, by deployment: a second stop (a teardown's) waits for the first to finish. */
+  const stopping = new Map<string, Promise<void>>();
   /** Builds and starts under way, by deployment: a teardown waits for them to end before it removes anything. */
   const inFlight = new Map<string, Set<Promise<unknown>>>();
   /**
@@ -246,6 +248,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   /** Stops a running revision's processes and releases what it held. */
   async function release(deploymentId: string, app: RunningApp): Promise<void> {
     await app.supervisor.stop(config.drainTimeoutMs);
+    // A scale-down of this app under way stops the instances it took out of the supervisor itself, and
+    // the supervisor's stop does not wait for those: they may run for the whole drain time yet.
+    const scale = scaling.get(deploymentId);
+    if (scale?.app === app) await scale.work.catch(() => undefined);
     noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     await access.closeForwards(app.forwards);
     await app.log.close();
@@ -329,19 +335,21 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       const tail = log.tail(20).join('\n');
       await log.close();
       if (signal.aborted) throw signal.reason;
+      // Said only when true: a first deploy has nothing serving.
+      const serving = apps.has(job.deployment.id) ? ' The previous revision keeps serving.' : '';
       if (outOfMemory) {
         throw new RevisionFailure(
           'DEPLOY_FAILED',
           'out_of_memory',
           `The app was killed for going over its memory limit of ${Math.round(limits.memoryBytes / 1024 ** 2)} MiB ` +
-            `before its health check passed; raise resource_spec.memory_limit_mb (or memory_mb). The previous revision ` +
-            `keeps serving. Last lines of the app's output:\n${tail}`,
+            `before its health check passed; raise resource_spec.memory_limit_mb (or memory_mb).${serving} ` +
+            `Last lines of the app's output:\n${tail}`,
         );
       }
       throw new RevisionFailure(
         'DEPLOY_FAILED',
         'health_check_failed',
-        `${error instanceof Error ? error.message : String(error)} The previous revision keeps serving. Last lines of the app's output:\n${tail}`,
+        `${error instanceof Error ? error.message : String(error)}${serving} Last lines of the app's output:\n${tail}`,
       );
     }
     log.system(`Health check passed on ${appConfig.healthCheckPath}`);
@@ -370,10 +378,22 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
   async function stop(deploymentId: string): Promise<void> {
     const app = apps.get(deploymentId);
-    if (!app) return;
+    // Being stopped already (the runner heartbeat, say): done only when that stop is.
+    if (!app) return stopping.get(deploymentId);
     apps.delete(deploymentId);
-    await edge.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
-    await release(deploymentId, app);
+    const work = (async () => {
+      await edge.remove(app.slug, { drainTimeoutMs: config.drainTimeoutMs });
+      await release(deploymentId, app);
+    })();
+    const settled = work.then(
+      () => undefined,
+      () => undefined,
+    );
+    stopping.set(deploymentId, settled);
+    void settled.then(() => {
+      if (stopping.get(deploymentId) === settled) stopping.delete(deploymentId);
+    });
+    await work;
   }
 
   async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
@@ -507,7 +527,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         drainTimeoutMs: config.drainTimeoutMs,
         serving: () => apps.get(deploymentId) === app,
       }).finally(() => scaling.delete(deploymentId));
-      scaling.set(deploymentId, work);
+      scaling.set(deploymentId, { app, work });
       await work;
     },
 
@@ -553,7 +573,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     async close() {
       await Promise.all([...apps.keys()].map((id) => stop(id)));
-      await Promise.allSettled(scaling.values());
+      await Promise.allSettled([...scaling.values()].map((scale) => scale.work));
     },
   };
 }

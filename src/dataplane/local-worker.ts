@@ -130,8 +130,14 @@ export function startWorker(deps: WorkerDeps): Worker {
         .map((r) => r.id),
     ]);
     for (const revision of revisions) {
+      // One that cannot go (its processes not confirmed gone) is kept, and said; it must not fail the
+      // revision that just deployed, whose own files the failure path would then remove.
       if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status))
-        await runtime.removeRevisionFiles(revision.id);
+        await runtime
+          .removeRevisionFiles(revision.id)
+          .catch((error: unknown) =>
+            logger.error({ err: error, revisionId: revision.id }, 'could not remove the files of a revision'),
+          );
     }
   }
 
@@ -223,7 +229,8 @@ export function startWorker(deps: WorkerDeps): Worker {
         }).catch(() => undefined);
       }
       const current = await getRevisionStatus(db, job.revisionId);
-      if (!stopping && (current === undefined || isFinalRevisionStatus(current)))
+      // A DEPLOYED one serves from its files (it failed after its commit): they stay.
+      if (!stopping && current !== 'DEPLOYED' && (current === undefined || isFinalRevisionStatus(current)))
         await runtime
           .removeRevisionFiles(job.revisionId)
           .catch((error: unknown) =>

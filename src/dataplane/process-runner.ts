@@ -11,6 +11,7 @@
  * when it cannot be confirmed, the exit says so (`leftover`) and those trees are left alone.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { identify, signalIdentified, waitGone, waitGroupGone, type ProcessIdentity } from './process-identity.ts';
 import type { ResourceGroup, Usage } from './resource-limits.ts';
@@ -45,6 +46,11 @@ export interface RunningProcess {
   stop(graceMs: number): Promise<Exit>;
   /** CPU time and memory of its cgroup (nulls without one, or before it is placed). */
   usage(): Promise<Usage>;
+  /**
+   * TCP ports listened on in its own network namespace (for a health check that found nothing on its
+   * port: which one the app opened instead); null without a namespace of its own.
+   */
+  listeningPorts(): Promise<number[] | null>;
 }
 
 const noUsage: Usage = Object.freeze({ cpuSeconds: null, memoryBytes: null });
@@ -81,6 +87,20 @@ function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandbox: Proce
   }
   // By identity: once the outer bubblewrap is gone the init is no child of ours, and its pid may be reused.
   if (sandbox) void signalIdentified(sandbox, signal);
+}
+
+/** The ports in state LISTEN (0A) of the network namespace `pid` is in, from /proc/<pid>/net/tcp and tcp6. */
+async function listeningPortsOf(pid: number): Promise<number[] | null> {
+  const ports = new Set<number>();
+  for (const table of ['tcp', 'tcp6']) {
+    const text = await fs.readFile(`/proc/${pid}/net/${table}`, 'utf8').catch(() => null);
+    if (text === null) return null;
+    for (const line of text.split('\n').slice(1)) {
+      const [, local, , state] = line.trim().split(/\s+/);
+      if (state === '0A' && local) ports.add(parseInt(local.split(':').pop()!, 16));
+    }
+  }
+  return [...ports].sort((a, b) => a - b);
 }
 
 /** bubblewrap's info fd: a JSON object with `child-pid`, then end of file. */
@@ -168,7 +188,9 @@ export function startProcess(options: RunOptions): RunningProcess {
   const exited = (async (): Promise<Exit> => {
     const [{ code, signal }, setup] = await Promise.all([closed, setUp]);
     const attached = network as NetworkAttachment | null;
-    const placed = group as ResourceGroup | null;
+    // Without cgroups every command still gets a group, one that holds nothing (no directories): its
+    // removal ends nothing, so what the command left in its process group is killed and waited for here.
+    const placed = (group as ResourceGroup | null)?.paths.length ? (group as ResourceGroup | null) : null;
     const init = sandboxInit as ProcessIdentity | null;
     await attached?.close();
     const leftovers: string[] = [];
@@ -201,6 +223,11 @@ export function startProcess(options: RunOptions): RunningProcess {
     pid: child.pid,
     exited,
     usage: async () => group?.usage().catch(() => noUsage) ?? noUsage,
+    listeningPorts: async () => {
+      const init = sandboxInit;
+      if (!init || !sandbox.networkIsolated) return null;
+      return listeningPortsOf(init.pid);
+    },
     async stop(graceMs) {
       signalGroup(child, 'SIGTERM', sandboxInit);
       const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxInit), graceMs);
