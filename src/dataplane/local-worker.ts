@@ -63,6 +63,8 @@ export interface WorkerDeps {
 
 /** Safety-net poll when no notification comes. */
 const POLL_MS = 5_000;
+/** How long a deletion whose teardown failed waits before it is tried again. */
+const DEFERRED_DELETION_MS = 60_000;
 
 /** The worker's identity: a node id kept in the data directory, plus this process. */
 export async function leaseOwnerFor(dataDir: string): Promise<LeaseOwner> {
@@ -353,9 +355,17 @@ export function startWorker(deps: WorkerDeps): Worker {
     }
   }
 
+  /**
+   * Deletions whose teardown failed, by deployment, with when to try again: one that cannot finish (its
+   * processes could not be confirmed gone, say) holds up neither the others nor the rest of a pass.
+   */
+  const deferredDeletions = new Map<string, number>();
+
   async function deleteOne(): Promise<boolean> {
+    const now = Date.now();
+    for (const [id, until] of deferredDeletions) if (until <= now) deferredDeletions.delete(id);
     const target = await db.transaction().execute(async (tx) => {
-      const found = await claimDeploymentToDelete(tx, owner);
+      const found = await claimDeploymentToDelete(tx, owner, [...deferredDeletions.keys()]);
       if (found) await setRunner(tx, owner, found.id, leaseSeconds);
       return found;
     });
@@ -366,10 +376,16 @@ export function startWorker(deps: WorkerDeps): Worker {
     for (const job of running) job.controller.abort(new NotOurs());
     await Promise.all(running.map((job) => job.done));
     const revisions = await revisionStatusesOf(db, target.id);
-    await runtime.teardown(
-      target,
-      revisions.map((r) => r.id),
-    );
+    try {
+      await runtime.teardown(
+        target,
+        revisions.map((r) => r.id),
+      );
+    } catch (error) {
+      logger.error({ err: error, deploymentId: target.id }, 'could not tear a deleted deployment down; retrying later');
+      deferredDeletions.set(target.id, Date.now() + DEFERRED_DELETION_MS);
+      return true;
+    }
     // Its uploads that no other deployment used go with it.
     const { orphanedUploads } = await reports.confirmDeletion(target.id);
     // Uploads made before uploads were stored in the database also have a file here.

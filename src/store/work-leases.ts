@@ -201,7 +201,7 @@ export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string,
  * through the listener protocol) whose teardown this worker may do: nobody runs it, or this
  * worker does, or its runner is dead. Runs in the caller's transaction, which holds the row.
  */
-export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner) {
+export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner, skip: readonly string[] = []) {
   const found = await sql<{
     id: string;
     workspace_id: string;
@@ -214,6 +214,7 @@ export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner) {
     select id, workspace_id, name, tracing_project_id, delete_tracing_project, status, runner_owner from deployments d
     where status = 'AWAITING_DELETE' and listener_id is null
       and (runner_owner is null or runner_owner = ${owner.id} or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
+      and not (d.id = any(${sql.val([...skip])}::uuid[]))
       and not exists (select 1 from revisions r where r.deployment_id = d.id and r.lease_owner is not null
                         and r.lease_owner <> ${owner.id} and r.lease_expires_at > now())
     order by updated_at
