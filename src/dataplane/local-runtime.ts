@@ -144,7 +144,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const scaling = new Map<string, { app: RunningApp; work: Promise<void> }>();
   /** Stops under way, by deployment: a second stop (a teardown's) waits for the first to finish. */
   const stopping = new Map<string, Promise<void>>();
-  /** Builds and starts under way, by deployment: a teardown waits for them to end before it removes anything. */
+  /**
+   * Builds and starts under way, by deployment (a teardown waits for them to end before it removes
+   * anything) and by `revision:<id>` (a removal of the revision's files waits for them).
+   */
   const inFlight = new Map<string, Set<Promise<unknown>>>();
   /**
    * Deployments and revisions some of whose processes could not be confirmed gone (src/dataplane/
@@ -153,18 +156,22 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
    */
   const untouchable = new Map<string, string>();
 
-  function track<T>(deploymentId: string, work: Promise<T>): Promise<T> {
-    const set = inFlight.get(deploymentId) ?? new Set<Promise<unknown>>();
-    inFlight.set(deploymentId, set);
+  function track<T>(deploymentId: string, revisionId: string, work: Promise<T>): Promise<T> {
     const settled = work.then(
       () => undefined,
       () => undefined,
     );
-    set.add(settled);
-    void settled.then(() => {
-      set.delete(settled);
-      if (set.size === 0 && inFlight.get(deploymentId) === set) inFlight.delete(deploymentId);
-    });
+    // By deployment (a teardown waits for them) and by revision (a removal of its files waits for them:
+    // pruning after a deploy, while an interrupted revision's build may still be being stopped).
+    for (const key of [deploymentId, `revision:${revisionId}`]) {
+      const set = inFlight.get(key) ?? new Set<Promise<unknown>>();
+      inFlight.set(key, set);
+      set.add(settled);
+      void settled.then(() => {
+        set.delete(settled);
+        if (set.size === 0 && inFlight.get(key) === set) inFlight.delete(key);
+      });
+    }
     return work;
   }
 
@@ -488,15 +495,15 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     isolation: sandbox.description,
 
     build(job, hooks, signal) {
-      return track(job.deployment.id, buildOnce(job, hooks, signal));
+      return track(job.deployment.id, job.revisionId, buildOnce(job, hooks, signal));
     },
 
     deploy(job, signal, commit) {
-      return track(job.deployment.id, deployOnce(job, signal, commit));
+      return track(job.deployment.id, job.revisionId, deployOnce(job, signal, commit));
     },
 
     resume(job) {
-      return track(job.deployment.id, resumeOnce(job));
+      return track(job.deployment.id, job.revisionId, resumeOnce(job));
     },
 
     running: () => [...apps.keys()],
@@ -562,6 +569,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     },
 
     async removeRevisionFiles(revisionId) {
+      await Promise.all([...(inFlight.get(`revision:${revisionId}`) ?? [])]);
       assertRemovable(revisionId);
       await removeTree(revisionDirs(config.dataDir, revisionId).root);
     },

@@ -165,6 +165,67 @@ describe('a deletion during a scale-down', () => {
     assert.deepEqual(await processesMarked(marker), [], 'the scaled-away instance still runs after the deletion');
     assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
   });
+
+  test("a revision deployed while an interrupted one's build is being stopped prunes its files only after", async () => {
+    const marker = `stubborn-${randomBytes(6).toString('hex')}`;
+    const quick = {
+      'package.json': JSON.stringify({ name: 'pruned', private: true }),
+      'slipway.json': JSON.stringify({
+        install: null,
+        build: null,
+        health_check_path: '/',
+        start: `node -e "require('node:http').createServer((q, s) => s.end('ok')).listen(process.env.PORT, process.env.HOST)"`,
+      }),
+    };
+    // The build's shell ignores SIGTERM and leaves a writer in a session of its own that holds the
+    // output open: its stop takes the grace time, then the wait for the output, then the cgroup's end.
+    const slow = await uploadApp(service, {
+      ...quick,
+      'stubborn.cjs': STUBBORN,
+      'slipway.json': JSON.stringify({
+        install: null,
+        build: `trap '' TERM; setsid node stubborn.cjs tree "$TARGET_DIR" ${marker} & while :; do sleep 1; done`,
+        start: 'node -e 0',
+      }),
+    });
+    const second = await uploadApp(service, quick);
+    const created = await service.api('POST', '/v2/deployments', {
+      name: 'pruned',
+      source: 'internal_source',
+      source_revision_config: { source_tarball_path: slow, framework_config_path: 'slipway.json' },
+      secrets: [{ name: 'TARGET_DIR', value: canary }],
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id: string = created.body.id;
+    const first: string = created.body.latest_revision_id;
+    const dir = path.join(service.dataDir, 'revisions', first);
+    const started = path.join(dir, 'app', 'src', 'tree', 'started');
+    await waitFor('the build to start writing', () => exists(started));
+    const raced: string[] = [];
+    let done = false;
+    const watching = (async () => {
+      while (!done) {
+        const alive = await processesMarked(marker);
+        if (alive.length > 0 && !(await exists(started)))
+          raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${first}/interrupt`);
+    assert.equal(interrupted.status, 200, JSON.stringify(interrupted.body));
+    const patched = await service.api('PATCH', `/v2/deployments/${id}`, {
+      source_revision_config: { source_tarball_path: second },
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    const next = await waitForRevision(service, id, patched.body.latest_revision_id);
+    assert.equal(next.status, 'DEPLOYED', JSON.stringify(next));
+    await waitFor('the interrupted revision files to be removed', async () => !(await exists(dir)));
+    done = true;
+    await watching;
+    assert.deepEqual(raced.slice(0, 3), [], "the pruning raced the interrupted revision's build");
+    assert.deepEqual(await processesMarked(marker), []);
+    assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
+  });
 });
 
 describe('without a sandbox and without cgroups', () => {
