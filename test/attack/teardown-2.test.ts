@@ -12,6 +12,10 @@
  *    ran on while its tree was removed.
  * 3. (Known, not fixed here) Without a sandbox and without cgroups a process that leaves the group with
  *    setsid cannot be followed at all.
+ * 4. A deploy's pruning of old revisions removed an interrupted revision's build directory while its
+ *    build was still being stopped (the worker's job for it had not ended).
+ * 5. As an ordinary user (service and apps one user to the kernel) a directory the app made unreadable
+ *    made every removal of its tree fail, and so its deletion, on every pass.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
