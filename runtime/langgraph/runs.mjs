@@ -4,6 +4,12 @@ import { deleteRunCheckpoints } from './checkpoints.mjs';
 import { assistantOf, authFilterSql, isFinal, isUuid, runOf, sleep, sqlCount, storable, uuid7 } from './records.mjs';
 import { CANCEL_CHANNEL, END_EVENT, EVENTS_CHANNEL, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
 
+/**
+ * How long a joiner waits for a final run's end to be announced before it takes the run's instance as
+ * dead and stops by itself: the announcement follows the thread's update, which can take seconds.
+ */
+const END_GRACE_MS = 10_000;
+
 export function createRuns(ctx) {
   const {
     HTTPException,
@@ -31,6 +37,15 @@ export function createRuns(ctx) {
     waitFor,
     watched,
   } = ctx;
+  /** Whether the run became final more than END_GRACE_MS ago, by the database's clock. */
+  async function finalLongAgo(runId) {
+    const { rows } = await pool.query(
+      `select updated_at < now() - make_interval(secs => $2) as long_ago from ${SCHEMA}.runs where run_id = $1`,
+      [runId, END_GRACE_MS / 1000],
+    );
+    return rows[0]?.long_ago !== false;
+  }
+
   const runs = {
     async *next() {
       if (live.stopping) {
@@ -336,9 +351,22 @@ export function createRuns(ctx) {
             return;
           }
         }
-        // From the start, or after the event a resuming client names (Last-Event-ID).
-        let after = Number.parseInt(lastEventId ?? '0', 10);
-        if (!Number.isSafeInteger(after) || after < 0) after = 0;
+        // Each run's events are numbered from 0, as LangChain's server numbers them (the SSE id): `seq`,
+        // one sequence across all runs, orders them and `index` names them. A resuming client's
+        // Last-Event-ID N continues after the run's N-th event (after all of them when there are fewer).
+        let after = 0;
+        let index = -1;
+        const resumeAfter = Number.parseInt(lastEventId ?? '', 10);
+        if (Number.isSafeInteger(resumeAfter) && resumeAfter >= 0) {
+          const { rows: sent } = await pool.query(
+            `select seq from ${SCHEMA}.run_events where run_id = $1 and event <> $3 order by seq limit $2`,
+            [runId, Math.min(resumeAfter, 10_000_000) + 1, END_EVENT],
+          );
+          if (sent.length > 0) {
+            after = Number(sent.at(-1).seq);
+            index = sent.length - 1;
+          }
+        }
         const watch = watched.get(runId) ?? { events: 0, joiners: 0 };
         watch.joiners += 1;
         watched.set(runId, watch);
@@ -356,8 +384,9 @@ export function createRuns(ctx) {
                 finished = true;
                 break;
               }
+              index += 1;
               yield {
-                id: String(row.seq),
+                id: String(index),
                 event: row.event,
                 data: JSON.parse(row.data),
                 ...(row.normalized != null ? { normalized: row.normalized } : {}),
@@ -372,13 +401,19 @@ export function createRuns(ctx) {
               if (!ignore404) yield { event: 'error', data: 'Run not found' };
               break;
             }
-            // Ended without an end marker (its instance announced nothing): drain what is left, then stop.
-            if (isFinal(run.status)) {
+            // Ended without an end marker: its instance announces the end once the run's thread is
+            // updated, which may take a while (a slow instance, a lock). Only a run final for longer
+            // than END_GRACE_MS is taken as one whose instance died before announcing it: drain what is
+            // left, then stop. (With a 1 s fallback a join ended before its thread was idle.)
+            if (isFinal(run.status) && (await finalLongAgo(runId))) {
               const rest = await pool.query(
                 `select seq, event, data, normalized from ${SCHEMA}.run_events where run_id = $1 and seq > $2 and event <> $3 order by seq`,
                 [runId, after, END_EVENT],
               );
-              for (const row of rest.rows) yield { id: String(row.seq), event: row.event, data: JSON.parse(row.data) };
+              for (const row of rest.rows) {
+                index += 1;
+                yield { id: String(index), event: row.event, data: JSON.parse(row.data) };
+              }
               break;
             }
           }

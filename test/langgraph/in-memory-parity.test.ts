@@ -8,6 +8,11 @@
  * Crons are the exception: the in-memory server has none (500 "Not implemented" for any valid
  * request), so the layer's own cron routes are held to "a 4xx saying what is wrong, never a 500".
  *
+ * And a run's event stream is numbered as the in-memory server numbers it: from 0 for each run (the
+ * layer numbered them with one sequence across all runs: 181, 184, ...), Last-Event-ID resuming after it;
+ * and a join ends only once the run's thread is updated, as in memory (once in four runs of LangChain's
+ * suite it ended before: `expected 'busy' to be 'idle'`).
+ *
  * The install takes a minute or so.
  */
 import assert from 'node:assert/strict';
@@ -18,6 +23,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
@@ -266,4 +272,86 @@ test('the cron routes (which the in-memory server lacks) answer malformed ids wi
   const typo = await send(postgres, 'POST', '/runs/crons', { assistant_id: 'agnet', schedule: '* * * * *' });
   assert.equal(typo.status, 404, JSON.stringify(typo.body));
   assert.match(JSON.stringify(typo.body), /Assistant agnet not found/);
+});
+
+/** The `id:` of each event of an SSE answer. */
+async function eventIds(server: Server, url: string, body: unknown, headers: Record<string, string> = {}) {
+  const response = await fetch(`${server.url}${url.replace('{thread}', server.threadId)}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    headers: { ...JSON_TYPE, ...headers },
+  });
+  const text = await response.text();
+  return [...text.matchAll(/^id: ?(.*)$/gm)].map((m) => m[1]!);
+}
+
+test("a run's streamed events are numbered from 0, each run on its own, and Last-Event-ID resumes after one", async () => {
+  const run = { assistant_id: 'agent', input: { text: 'words sentences' }, stream_mode: ['values', 'updates'] };
+  for (const server of [memory, postgres]) {
+    const first = await eventIds(server, '/threads/{thread}/runs/stream', run);
+    assert.ok(first.length >= 3, `${server === memory ? 'in-memory' : 'PostgreSQL'}: ${first.join()}`);
+    assert.deepEqual(
+      first,
+      first.map((_, i) => String(i)),
+      `${server === memory ? 'in-memory' : 'PostgreSQL'}: ids from 0`,
+    );
+    const second = await eventIds(server, '/threads/{thread}/runs/stream', run);
+    assert.equal(second[0], '0', 'the next run starts again at 0');
+  }
+  // Resuming a resumable run's stream after its event 1 gives events 2 onwards.
+  const resumable = { ...run, stream_resumable: true };
+  const created = await (
+    await fetch(`${postgres.url}/threads/${postgres.threadId}/runs`, {
+      method: 'POST',
+      body: JSON.stringify(resumable),
+      headers: JSON_TYPE,
+    })
+  ).json();
+  const all = await eventIds(postgres, `/threads/{thread}/runs/${created.run_id}/stream`, undefined);
+  const rest = await eventIds(postgres, `/threads/{thread}/runs/${created.run_id}/stream`, undefined, {
+    'last-event-id': '1',
+  });
+  assert.deepEqual(rest, all.slice(2), `all ${all.join()}, after 1: ${rest.join()}`);
+});
+
+test("a join ends only once the run's thread is updated, however long that takes", async () => {
+  const created = (await (
+    await fetch(`${postgres.url}/threads/${postgres.threadId}/runs`, {
+      method: 'POST',
+      body: JSON.stringify({
+        assistant_id: 'agent',
+        input: { text: 'words sentences' },
+        config: { configurable: { step_delay_ms: 300 } },
+      }),
+      headers: JSON_TYPE,
+    })
+  ).json()) as { run_id: string };
+  // The thread's update waits behind this lock, as behind a slow instance: the run ends, its thread not yet.
+  const holder = new pg.Client({ connectionString: database.url });
+  await holder.connect();
+  try {
+    await holder.query('begin');
+    await holder.query('select 1 from langgraph.threads where thread_id = $1 for update', [postgres.threadId]);
+    let joinedAt: number | null = null;
+    const joined = send(postgres, 'GET', `/threads/{thread}/runs/${created.run_id}/join`).then((answer) => {
+      joinedAt = Date.now();
+      return answer;
+    });
+    await waitFor('the run to end', async () => {
+      const { rows } = await database.pool.query('select status from langgraph.runs where run_id = $1', [
+        created.run_id,
+      ]);
+      return rows[0]?.status === 'success';
+    });
+    // Well past the 1 s after which a join used to give up waiting for the run's end to be announced.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    assert.equal(joinedAt, null, 'the join waits for the thread');
+    await holder.query('commit');
+    const answer = await joined;
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const thread = await send(postgres, 'GET', '/threads/{thread}');
+    assert.equal((thread.body as { status: string }).status, 'idle');
+  } finally {
+    await holder.end();
+  }
 });
