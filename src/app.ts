@@ -15,6 +15,7 @@ import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
+import { capConnectionsPerAddress, headTimeoutOptions } from './http/connection-limits.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
 import { registerUnknownFieldChecks } from './http/unknown-fields.ts';
 import { needs, registerRouteNeeds } from './http/route-needs.ts';
@@ -96,11 +97,12 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Requests Node's HTTP parser refuses get the error envelope and a request id too.
     clientErrorHandler,
     // No bare 400 from Node for a missing Host: registerFrameworkAnswers answers it in the envelope.
-    http: { requireHostHeader: false },
+    http: { requireHostHeader: false, ...headTimeoutOptions(config) },
     // Ids and names are documented up to 256 characters; Fastify's default stops at 100.
     routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
+  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress);
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
   app.removeContentTypeParser('text/plain');
   registerJsonBodyParser(app);

@@ -46,6 +46,10 @@ export interface Config {
   readonly logLevel: LogLevel;
   /** Largest JSON request body accepted, in bytes. */
   readonly bodyLimitBytes: number;
+  /** How long the API waits for a request's head (request line and headers) before closing the connection. */
+  readonly headersTimeoutMs: number;
+  /** Connections the API holds from one client address at once; more are closed as they come. */
+  readonly maxConnectionsPerAddress: number;
   /** Largest source tarball accepted by the upload endpoint, in bytes. */
   readonly uploadLimitBytes: number;
   /** Plain-http OAuth endpoints, for development and tests only. */
@@ -270,6 +274,10 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     previousEncryptionKey: encryptionKey(env, 'SLIPWAY_PREVIOUS_ENCRYPTION_KEY'),
     logLevel: logLevel(env),
     bodyLimitBytes: integer(env, 'SLIPWAY_BODY_LIMIT_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    headersTimeoutMs: integer(env, 'SLIPWAY_HEADERS_TIMEOUT_SECONDS', 10, 1, 300) * 1000,
+    // A reverse proxy in front brings every client through one address: sized for a fleet of a thousand
+    // listeners long-polling through it, far below the descriptors one slow client could otherwise take.
+    maxConnectionsPerAddress: integer(env, 'SLIPWAY_MAX_CONNECTIONS_PER_ADDRESS', 2048, 1, 1_000_000),
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
