@@ -12,6 +12,7 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar';
+import { removeTree } from '../../src/dataplane/build-snapshot.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { FINAL, writeApp } from './data-plane-harness.ts';
 
@@ -159,7 +160,8 @@ after(async () => {
     current.child.kill('SIGTERM');
     await current.exited;
   }
-  await fs.rm(dataDir, { recursive: true, force: true });
+  // Sealed builds have no write bits, which only root ignores (CI runs this as an ordinary user too).
+  await removeTree(dataDir);
 });
 
 test('after kill -9 the serving app comes back without a rebuild, and a build in flight is taken over', async () => {
