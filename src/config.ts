@@ -15,14 +15,16 @@ import {
   type SandboxMode,
 } from './config-apps.ts';
 import { KEY_PREFIX, hasKeyPrefix } from './auth/api-keys.ts';
+import { hostFacts, limitMaxima, type HostFacts, type LimitMaxima } from './config-limits.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
 import { tracing, type TracingConfig } from './config-tracing.ts';
 import { ConfigError, decimal, flag, integer, text, type Env } from './config-values.ts';
-import { DEFAULT_LIMITS } from './dataplane/resource-limits.ts';
+import { DEFAULT_LIMITS, type DefaultLimits } from './dataplane/resource-limits.ts';
 
 // What other modules name from here; each area's settings are read in its own config-*.ts.
 export { ConfigError } from './config-values.ts';
 export type { EdgeProxyMode, SandboxMode } from './config-apps.ts';
+export type { HostFacts, LimitMaxima } from './config-limits.ts';
 export type { SsoConfig } from './config-sso.ts';
 export type { TracingConfig } from './config-tracing.ts';
 
@@ -50,6 +52,8 @@ export interface Config {
   readonly headersTimeoutMs: number;
   /** Connections the API holds from one client address at once; more are closed as they come. */
   readonly maxConnectionsPerAddress: number;
+  /** Database connections all apps of one workspace may hold at once through their forwards. */
+  readonly appDatabaseConnectionsPerWorkspace: number;
   /** Largest source tarball accepted by the upload endpoint, in bytes. */
   readonly uploadLimitBytes: number;
   /** Plain-http OAuth endpoints, for development and tests only. */
@@ -85,9 +89,14 @@ export interface Config {
   readonly sandbox: SandboxMode;
   /**
    * Limits of an app instance whose resource_spec is silent (and the least a build gets): memory in
-   * bytes, CPU in cores, processes.
+   * bytes, CPU in cores, processes; `maximum` is what the data plane clamps any spec to (from `limits`).
    */
-  readonly defaultLimits: { readonly memoryBytes: number; readonly cpu: number; readonly pids: number };
+  readonly defaultLimits: Readonly<DefaultLimits>;
+  /**
+   * The operator's maxima (src/config-limits.ts): per instance, per deployment, per build, and for all
+   * apps together. The API refuses a resource spec or a workspace quota over them.
+   */
+  readonly limits: LimitMaxima;
   /** How long a new revision's health path has to answer 2xx before DEPLOY_FAILED. */
   readonly healthTimeoutMs: number;
   /** How long old instances get to finish their requests after a switch (and after SIGTERM). */
@@ -258,8 +267,22 @@ function metricsToken(env: Env): string | null {
   return raw;
 }
 
-/** Reads and validates the configuration; `env` defaults to the process environment. */
-export function loadConfig(env: Env = process.env, cwd: string = process.cwd()): Config {
+/**
+ * Reads and validates the configuration; `env` defaults to the process environment, `machine` (what the
+ * limits' defaults are sized from) to this machine.
+ */
+export function loadConfig(
+  env: Env = process.env,
+  cwd: string = process.cwd(),
+  machine: HostFacts = hostFacts(),
+): Config {
+  const defaults = {
+    memoryBytes:
+      integer(env, 'SLIPWAY_APP_MEMORY_MB', DEFAULT_LIMITS.memoryBytes / 1024 ** 2, 16, 1024 * 1024) * 1024 ** 2,
+    cpu: decimal(env, 'SLIPWAY_APP_CPU', DEFAULT_LIMITS.cpu, 0.01, 1024),
+    pids: integer(env, 'SLIPWAY_APP_PIDS', DEFAULT_LIMITS.pids, 16, 1_000_000),
+  };
+  const limits = limitMaxima(env, machine, defaults);
   const port = integer(env, 'PORT', 8124, 0, 65535);
   const host = text(env, 'HOST') ?? '127.0.0.1';
   const database = databaseUrl(env);
@@ -278,6 +301,9 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     // A reverse proxy in front brings every client through one address: sized for a fleet of a thousand
     // listeners long-polling through it, far below the descriptors one slow client could otherwise take.
     maxConnectionsPerAddress: integer(env, 'SLIPWAY_MAX_CONNECTIONS_PER_ADDRESS', 2048, 1, 1_000_000),
+    // Half of what all apps together may hold (the embedded server's slots less the service's): a
+    // workspace holding its whole budget leaves the other half to every other tenant.
+    appDatabaseConnectionsPerWorkspace: integer(env, 'SLIPWAY_APP_DATABASE_CONNECTIONS_PER_WORKSPACE', 75, 1, 100_000),
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
@@ -293,12 +319,15 @@ export function loadConfig(env: Env = process.env, cwd: string = process.cwd()):
     edgeProxy: edgeProxy(env),
     sandbox: sandbox(env),
     // Why these defaults: src/dataplane/resource-limits.ts.
-    defaultLimits: {
-      memoryBytes:
-        integer(env, 'SLIPWAY_APP_MEMORY_MB', DEFAULT_LIMITS.memoryBytes / 1024 ** 2, 16, 1024 * 1024) * 1024 ** 2,
-      cpu: decimal(env, 'SLIPWAY_APP_CPU', DEFAULT_LIMITS.cpu, 0.01, 1024),
-      pids: integer(env, 'SLIPWAY_APP_PIDS', DEFAULT_LIMITS.pids, 16, 1_000_000),
-    },
+    defaultLimits: Object.freeze({
+      ...defaults,
+      maximum: Object.freeze({
+        instance: { memoryBytes: limits.instanceMemoryMb * 1024 ** 2, cpu: limits.instanceCpu },
+        build: { memoryBytes: limits.buildMemoryMb * 1024 ** 2, cpu: limits.buildCpu },
+        instances: limits.instances,
+      }),
+    }),
+    limits,
     healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),

@@ -16,6 +16,7 @@ import { createApiKeyService } from './service/api-keys.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 import { createWebhookService } from './service/codehost-webhooks.ts';
 import { createDeploymentService } from './service/deployments.ts';
+import { resourcePolicyOf } from './service/resource-quotas.ts';
 import { createListenerProtocolService } from './service/listener-protocol.ts';
 import { createListenerService } from './service/listeners.ts';
 import { createMetricsService } from './service/metrics.ts';
@@ -38,6 +39,8 @@ export interface ServiceDeps {
     | 'publicUrl'
     | 'uploadLimitBytes'
     | 'dataDir'
+    | 'limits'
+    | 'defaultLimits'
   >;
   db: Kysely<Database>;
   secretBox: SecretBox;
@@ -55,7 +58,13 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     logger,
     clientOptions: codehostClient,
   });
-  const deployments = createDeploymentService({ db, secretBox, repositories: integrations.repositories });
+  const resources = resourcePolicyOf(config);
+  const deployments = createDeploymentService({
+    db,
+    secretBox,
+    repositories: integrations.repositories,
+    resources,
+  });
 
   const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth });
   const oauthProviders = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
@@ -72,7 +81,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     deployments,
     listeners: createListenerService({ db }),
     listenerProtocol: createListenerProtocolService({ db, secretBox }),
-    workspaces: createWorkspaceService({ db }),
+    workspaces: createWorkspaceService({ db, resources }),
     apiKeys: createApiKeyService({ db }),
     integrations,
     webhooks: createWebhookService({ db, integrations, deployments }),

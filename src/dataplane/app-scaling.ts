@@ -20,10 +20,23 @@ export interface Scale {
   worker: number;
 }
 
-/** The instance counts a resource spec asks of an app; fields the local data plane ignores are ignored. */
-export function scaleOf(spec: Record<string, unknown> | null | undefined, appConfig: AppConfig): Scale {
-  const web = typeof spec?.min_scale === 'number' && spec.min_scale >= 1 ? spec.min_scale : 1;
-  const worker = appConfig.worker ? (typeof spec?.queue_min_scale === 'number' ? spec.queue_min_scale : 1) : 0;
+/**
+ * The instance counts a resource spec asks of an app; fields the local data plane ignores are ignored.
+ * Each count is clamped to `maxInstances`, the operator's maximum (config.defaultLimits.maximum.instances):
+ * a spec stored before the maximum existed never starts more.
+ */
+export function scaleOf(
+  spec: Record<string, unknown> | null | undefined,
+  appConfig: AppConfig,
+  maxInstances: number = Number.POSITIVE_INFINITY,
+): Scale {
+  const count = (value: unknown, fallback: number, least: number) =>
+    Math.min(
+      typeof value === 'number' && Number.isSafeInteger(value) && value >= least ? value : fallback,
+      Math.max(least, maxInstances),
+    );
+  const web = count(spec?.min_scale, 1, 1);
+  const worker = appConfig.worker ? count(spec?.queue_min_scale, 1, 0) : 0;
   return { web, worker };
 }
 

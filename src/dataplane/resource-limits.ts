@@ -73,6 +73,28 @@ const MIB = 1024 * 1024;
  */
 export const DEFAULT_LIMITS: Readonly<Limits> = Object.freeze({ memoryBytes: 1024 * MIB, cpu: 1, pids: 512 });
 
+/** The most memory (bytes) and CPU (cores) one group gets, whatever its spec asks. */
+export interface LimitCeiling {
+  readonly memoryBytes: number;
+  readonly cpu: number;
+}
+
+/**
+ * The limits of a spec that says nothing, and the operator's maxima (src/config-limits.ts) that any
+ * spec is clamped to here: a spec stored before the maxima existed, or under larger ones, is never
+ * applied beyond them (the API refuses new specs over them).
+ */
+export interface DefaultLimits extends Limits {
+  readonly maximum?: {
+    /** One app instance. */
+    readonly instance: LimitCeiling;
+    /** One build. */
+    readonly build: LimitCeiling;
+    /** Instances of one kind (web, worker) per deployment. */
+    readonly instances: number;
+  };
+}
+
 export interface ResourceGroup {
   /** The group's directories: one per controller on cgroup v1, one on v2, none when nothing is enforced. */
   readonly paths: readonly string[];
@@ -163,17 +185,22 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
  * let it burst, a local process has no node to burst on). The weight follows the request field, else the
  * limit (as Kubernetes takes a limit alone for the request too). The schema takes numbers only, so strings
  * ("500m") are not read; a zero (allowed by the schema) says nothing. The spec has no process count: the
- * default's.
+ * default's. Every figure is clamped to `ceiling` (default: the instance maximum in `defaults`).
  */
-export function limitsFromResourceSpec(spec: Record<string, unknown> | null | undefined, defaults: Limits): Limits {
+export function limitsFromResourceSpec(
+  spec: Record<string, unknown> | null | undefined,
+  defaults: DefaultLimits,
+  ceiling: LimitCeiling | undefined = defaults.maximum?.instance,
+): Limits {
   const positive = (value: unknown): number | null =>
     typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : null;
+  const atMost = (value: number, max: number | undefined) => (max === undefined ? value : Math.min(value, max));
   const mib = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb);
-  const cpu = positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu;
+  const cpu = atMost(positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu, ceiling?.cpu);
   return {
-    memoryBytes: mib === null ? defaults.memoryBytes : Math.round(mib * MIB),
+    memoryBytes: atMost(mib === null ? defaults.memoryBytes : Math.round(mib * MIB), ceiling?.memoryBytes),
     cpu,
-    cpuRequest: positive(spec?.cpu) ?? cpu,
+    cpuRequest: Math.min(positive(spec?.cpu) ?? cpu, cpu),
     pids: defaults.pids,
   };
 }

@@ -17,7 +17,7 @@ import { buildEnvironment } from './app-environment.ts';
 import { ArchiveError } from './archive-error.ts';
 import { extractTarball } from './archive-extraction.ts';
 import { copySnapshot, removeTree, sealSnapshot } from './build-snapshot.ts';
-import { limitsFromResourceSpec, type Limits } from './resource-limits.ts';
+import { limitsFromResourceSpec, type DefaultLimits, type Limits } from './resource-limits.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
 import { inSpan } from '../telemetry/tracing.ts';
@@ -103,8 +103,11 @@ export interface BuildDeps {
   copyUpload(workspaceId: string, uploadPath: string, destFile: string): Promise<void>;
   /** The deployment's own writable directory on the host (what an app sees at SLIPWAY_DATA_DIR). */
   deploymentDataDir(deploymentId: string): string;
-  /** Limits of an app instance when its resource spec is silent; a build gets at least these too. */
-  defaultLimits: Limits;
+  /**
+   * Limits of an app instance when its resource spec is silent; a build gets at least these too, and
+   * never more than the operator's build maximum (`maximum.build`).
+   */
+  defaultLimits: DefaultLimits;
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
@@ -181,9 +184,16 @@ async function reuseBuild(
   return record;
 }
 
-/** What a build may use: the revision's resource spec, but never less than an instance's defaults. */
+/**
+ * What a build may use: the revision's resource spec, but never less than an instance's defaults, nor
+ * more than the operator's build maximum (config checks that it is at least the defaults).
+ */
 function buildLimits(deps: BuildDeps, input: BuildInput): Limits {
-  const spec = limitsFromResourceSpec(input.snapshot.resource_spec, deps.defaultLimits);
+  const spec = limitsFromResourceSpec(
+    input.snapshot.resource_spec,
+    deps.defaultLimits,
+    deps.defaultLimits.maximum?.build,
+  );
   return {
     memoryBytes: Math.max(spec.memoryBytes, deps.defaultLimits.memoryBytes),
     cpu: Math.max(spec.cpu, deps.defaultLimits.cpu),

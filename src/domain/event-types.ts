@@ -76,6 +76,9 @@ export const EVENT_TYPES = {
   'api_key.created': { summary: 'An API key was made (its secret is shown once).' },
   'api_key.revoked': { summary: 'An API key was revoked.' },
   'workspace.created': { summary: 'A workspace was created.' },
+  'workspace.quota_changed': {
+    summary: "An organization admin changed a workspace's quota (data.quota: the quota now, data.by_key).",
+  },
   // OAuth providers, authorizations and tokens.
   'oauth_provider.created': { summary: 'An OAuth provider was configured.' },
   'oauth_provider.updated': { summary: "An OAuth provider's settings were changed." },

@@ -21,6 +21,36 @@ const Workspace = Type.Object(
   { id: Uuid(), organization_id: Uuid(), name: Type.String(), created_at: DateTime() },
   { title: 'Workspace' },
 );
+const QuotaFields = {
+  memory_mb: Nullable(
+    Type.Integer({ minimum: 0, maximum: 1024 * 1024 * 1024, description: 'Memory of all its instances, in MiB.' }),
+  ),
+  cpu: Nullable(Type.Number({ minimum: 0, maximum: 1_000_000, description: 'CPU cores of all its instances.' })),
+  instances: Nullable(
+    Type.Integer({ minimum: 0, maximum: 1_000_000, description: 'Instances of all its deployments.' }),
+  ),
+  deployments: Nullable(Type.Integer({ minimum: 0, maximum: 1_000_000, description: 'Deployments it may have.' })),
+};
+const WorkspaceQuota = Type.Object(QuotaFields, {
+  title: 'WorkspaceQuota',
+  description:
+    "Totals the workspace's deployments on the service's own data plane may ask for (listeners' deployments run on " +
+    "their own clusters and are not counted); null: no quota beyond the operator's maxima. Set by an organization admin.",
+});
+const WorkspaceUsage = Type.Object(
+  { memory_mb: Type.Number(), cpu: Type.Number(), instances: Type.Integer(), deployments: Type.Integer() },
+  {
+    title: 'WorkspaceUsage',
+    description:
+      "What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's " +
+      'min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits ' +
+      "(the service's defaults when the spec is silent). Deployments being deleted are not counted.",
+  },
+);
+const WorkspaceDetail = Type.Object(
+  { ...Workspace.properties, quota: WorkspaceQuota, usage: WorkspaceUsage },
+  { title: 'WorkspaceDetail' },
+);
 const ApiKey = Type.Object(
   {
     id: Uuid(),
@@ -40,6 +70,7 @@ const CreatedApiKey = Type.Object(
 );
 const NAME = { minLength: 1, maxLength: 128, pattern: '^\\S(.*\\S)?$' };
 
+const detailResponse = <W extends { created_at: Date }>(w: W) => ({ ...w, created_at: w.created_at.toISOString() });
 const iso = (d: Date | null) => (d === null ? null : d.toISOString());
 const keyResponse = <K extends { created_at: Date; revoked_at: Date | null }>(k: K) => ({
   ...k,
@@ -93,6 +124,45 @@ export const adminRoutes: FastifyPluginAsyncTypebox<AdminRouteDeps> = async (app
         offset,
       );
     },
+  );
+
+  app.get(
+    '/v2/workspaces/:workspace_id',
+    {
+      config: needs({ auth: 'organization', etag: true }),
+      schema: {
+        operationId: 'getWorkspace',
+        tags: ['admin'],
+        summary: 'A workspace with its quota and use',
+        description:
+          'An organization key sees any workspace of its organization, a workspace key (member or admin) only its own.',
+        params: Type.Object({ workspace_id: Uuid() }),
+        response: { 200: WorkspaceDetail, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => detailResponse(await workspaces.get(request.caller, request.params.workspace_id)),
+  );
+
+  app.patch(
+    '/v2/workspaces/:workspace_id/quota',
+    {
+      // Only an organization admin: a workspace's own keys, admins included, cannot raise their quota.
+      config: needs({ auth: 'organization', admin: 'organization', idempotent: true, etag: true }),
+      schema: {
+        operationId: 'setWorkspaceQuota',
+        tags: ['admin'],
+        summary: "Set a workspace's quota",
+        description:
+          'Sets the fields given (null removes that quota); the others stay. A memory quota over what the operator ' +
+          'gives all apps together is a 422. Existing deployments over a lowered quota keep running; their next ' +
+          'change of resource_spec must fit.',
+        params: Type.Object({ workspace_id: Uuid() }),
+        body: Type.Partial(Type.Object(QuotaFields), { title: 'WorkspaceQuotaUpdate' }),
+        response: { 200: WorkspaceDetail, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) =>
+      detailResponse(await workspaces.setQuota(request.caller, request.params.workspace_id, request.body)),
   );
 
   app.post(

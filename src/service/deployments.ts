@@ -51,6 +51,7 @@ import {
   snapshotOf,
 } from './deployment-revisions.ts';
 import type { Page } from './page.ts';
+import { checkResourceLimits, type ResourcePolicy } from './resource-quotas.ts';
 import type { WriteConditions } from './preconditions.ts';
 
 /**
@@ -66,6 +67,12 @@ export interface DeploymentServiceDeps {
   secretBox: SecretBox;
   /** Required to create codehost deployments; tools that make other sources only may leave it out. */
   repositories?: RepositoryChecker;
+  /**
+   * The operator's maxima and what a silent spec counts against a quota (resourcePolicyOf(config)).
+   * createServices always passes it; tools and tests that build the service alone may leave it out,
+   * and their specs are then checked against neither.
+   */
+  resources?: ResourcePolicy;
 }
 
 /** Without a checker a codehost create fails loudly rather than skipping the host check. */
@@ -84,6 +91,13 @@ function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] 
   return (a === null) === (b === null) && flat(a) === flat(b);
 }
 
+/** Two resource specs alike field by field (jsonb does not keep the order of an object's keys). */
+function sameSpec(a: Record<string, unknown> | null | undefined, b: Record<string, unknown> | null | undefined) {
+  const flat = (spec: Record<string, unknown> | null | undefined) =>
+    JSON.stringify(Object.entries(spec ?? {}).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
+  return flat(a) === flat(b);
+}
+
 export interface CreateDeploymentInput extends CreateInput {
   name: string;
   secrets?: Secret[] | null;
@@ -100,7 +114,12 @@ export interface PatchOptions extends WriteConditions {
   tx?: Transaction<Database>;
 }
 
-export function createDeploymentService({ db, secretBox, repositories = noRepositoryChecker }: DeploymentServiceDeps) {
+export function createDeploymentService({
+  db,
+  secretBox,
+  repositories = noRepositoryChecker,
+  resources,
+}: DeploymentServiceDeps) {
   const seal = (secrets: Secret[]): StoredSecret[] =>
     secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
   const open = (secrets: StoredSecret[]): Secret[] =>
@@ -206,6 +225,7 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
       await checkRepository(workspaceId, plan.sourceConfig);
       await db.transaction().execute(async (tx) => {
         const sourceConfig = await checkListener(tx, workspaceId, plan.sourceConfig);
+        if (resources) await checkResourceLimits(tx, resources, workspaceId, sourceConfig, null);
         await checkIntegration(tx, workspaceId, sourceConfig);
         if (plan.revision) await checkRevisionReferences(tx, workspaceId, plan.revision);
         const tracingProjectId = await ensureTracingProject(tx, workspaceId, input.name);
@@ -269,6 +289,11 @@ export function createDeploymentService({ db, secretBox, repositories = noReposi
           { name: row.name, source: row.source, sourceConfig: row.source_config, latestRevision },
           input,
         );
+        // Only a changed spec is checked: a patch of secrets keeps working in a workspace whose quota was
+        // lowered below what it uses (the data plane clamps a stored spec to the maxima).
+        if (resources && !sameSpec(plan.sourceConfig.resource_spec, row.source_config.resource_spec)) {
+          await checkResourceLimits(tx, resources, workspaceId, plan.sourceConfig, row.id);
+        }
 
         let secrets = row.secrets;
         let secretsChanged = false;

@@ -24,6 +24,11 @@ export interface WorkspaceTable {
   id: string;
   organization_id: string;
   name: string;
+  /** The workspace's quota (migrations/018_workspace_quotas.sql); null: none beyond the operator's maxima. */
+  quota_memory_mb: ColumnType<number | null, number | null | undefined, number | null>;
+  quota_cpu: ColumnType<number | null, number | null | undefined, number | null>;
+  quota_instances: ColumnType<number | null, number | null | undefined, number | null>;
+  quota_deployments: ColumnType<number | null, number | null | undefined, number | null>;
   created_at: CreatedAt;
 }
 

@@ -1,0 +1,151 @@
+/**
+ * A resource spec against the operator's maxima and the workspace's quota (issue 33: the limits are the
+ * operator's and the organization admin's, never the tenant's). Pure: the caller passes the maxima
+ * (src/config-limits.ts), the quota and the use of the workspace's other deployments, and turns the
+ * issues into a 422 before anything is stored. Only deployments on the service's own data plane are
+ * held to them: a listener's deployments run on the user's own cluster, whose limits are its own.
+ */
+import type { ValidationIssue } from '../errors.ts';
+
+type ResourceSpec = Record<string, unknown>;
+
+/** The per-instance and per-deployment maxima a spec is checked against. */
+export interface SpecMaxima {
+  readonly instanceMemoryMb: number;
+  readonly instanceCpu: number;
+  readonly instances: number;
+}
+
+/** A workspace's quota; a null field has no quota beyond the operator's maxima. */
+export interface WorkspaceQuota {
+  memory_mb: number | null;
+  cpu: number | null;
+  instances: number | null;
+  deployments: number | null;
+}
+
+/** What a workspace's deployments on the own data plane ask for together. */
+export interface WorkspaceUsage {
+  memory_mb: number;
+  cpu: number;
+  instances: number;
+  deployments: number;
+}
+
+const LOC = ['body', 'source_config', 'resource_spec'];
+
+/** Which maximum a spec field is held to, from its name (`queue_memory_limit_mb`, `orchestrator_min_scale`...). */
+function kindOf(field: string): 'memory' | 'cpu' | 'instances' | null {
+  if (/(^|_)memory(_limit)?_mb$/.test(field)) return 'memory';
+  if (/(^|_)cpu(_limit)?$/.test(field)) return 'cpu';
+  if (/(^|_)(min|max)_scale$/.test(field)) return 'instances';
+  return null;
+}
+
+/** Every field of the spec over the operator's maxima, as 422 issues naming the maximum and its setting. */
+export function specOverMaxima(spec: ResourceSpec | null | undefined, maxima: SpecMaxima): ValidationIssue[] {
+  const issues: ValidationIssue[] = [];
+  for (const [field, value] of Object.entries(spec ?? {})) {
+    if (typeof value !== 'number') continue;
+    const kind = kindOf(field);
+    if (kind === null) continue;
+    const [max, what] =
+      kind === 'memory'
+        ? [maxima.instanceMemoryMb, 'MiB of memory per instance (SLIPWAY_MAX_INSTANCE_MEMORY_MB)']
+        : kind === 'cpu'
+          ? [maxima.instanceCpu, 'CPU cores per instance (SLIPWAY_MAX_INSTANCE_CPU)']
+          : [maxima.instances, 'instances per deployment (SLIPWAY_MAX_INSTANCES)'];
+    if (value > max) {
+      issues.push({
+        type: 'less_than_equal',
+        loc: [...LOC, field],
+        msg: `Input should be less than or equal to ${max}: the operator allows at most ${max} ${what}`,
+        input: value,
+      });
+    }
+  }
+  return issues;
+}
+
+const positive = (value: unknown): number | null =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : null;
+
+/**
+ * What one deployment asks of its workspace's quota: its web instances (`min_scale`, at least 1) and its
+ * worker instances (`queue_min_scale`, when given), each with its memory and CPU limit (the data plane's
+ * reading: the limit field, else the request, else the defaults; workers the `queue_` fields, else the
+ * web ones). A worker the app's config adds without a `queue_min_scale` is not counted: the API does
+ * not know the app's config (debt: the data plane's parent-group limits bound it).
+ */
+export function usageOfSpec(
+  spec: ResourceSpec | null | undefined,
+  defaults: { memoryMb: number; cpu: number },
+): Omit<WorkspaceUsage, 'deployments'> {
+  const web = Math.max(1, positive(spec?.min_scale) ?? 1);
+  const workers = positive(spec?.queue_min_scale) ?? 0;
+  const memory = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb) ?? defaults.memoryMb;
+  const cpu = positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu;
+  const queueGiven = ['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'].some((f) => spec?.[`queue_${f}`] != null);
+  const queueMemory = queueGiven
+    ? (positive(spec?.queue_memory_limit_mb) ?? positive(spec?.queue_memory_mb) ?? defaults.memoryMb)
+    : memory;
+  const queueCpu = queueGiven ? (positive(spec?.queue_cpu_limit) ?? positive(spec?.queue_cpu) ?? defaults.cpu) : cpu;
+  return {
+    memory_mb: web * memory + workers * queueMemory,
+    cpu: round(web * cpu + workers * queueCpu),
+    instances: web + workers,
+  };
+}
+
+/** CPU sums to two decimals: 0.1 + 0.2 is not to be refused as over 0.3. */
+const round = (n: number) => Math.round(n * 100) / 100;
+
+/** The sum of several deployments' use. */
+export function addUsage(specs: Omit<WorkspaceUsage, 'deployments'>[]): WorkspaceUsage {
+  return {
+    memory_mb: specs.reduce((sum, u) => sum + u.memory_mb, 0),
+    cpu: round(specs.reduce((sum, u) => sum + u.cpu, 0)),
+    instances: specs.reduce((sum, u) => sum + u.instances, 0),
+    deployments: specs.length,
+  };
+}
+
+/**
+ * Where the workspace's use with this deployment (`others` being the rest) would go over its quota, as
+ * 422 issues: memory, CPU and instances on the spec's scale field, the deployment count on the body.
+ */
+export function specOverQuota(
+  spec: ResourceSpec | null | undefined,
+  defaults: { memoryMb: number; cpu: number },
+  others: WorkspaceUsage,
+  quota: WorkspaceQuota,
+): ValidationIssue[] {
+  const own = usageOfSpec(spec, defaults);
+  const total = addUsage([own, { memory_mb: others.memory_mb, cpu: others.cpu, instances: others.instances }]);
+  total.deployments = others.deployments + 1;
+  const issues: ValidationIssue[] = [];
+  const over = (
+    key: keyof WorkspaceQuota,
+    field: string,
+    loc: (string | number)[],
+    unit: string,
+    input: unknown,
+  ): void => {
+    const limit = quota[key];
+    if (limit === null || total[key] <= limit) return;
+    const left = Math.max(0, round(limit - others[key]));
+    issues.push({
+      type: 'quota_exceeded',
+      loc,
+      msg: `The workspace's quota allows ${limit} ${unit} in all (${field}); its other deployments use ${others[key]}, so this one may have at most ${left}, and it asks ${key === 'deployments' ? 1 : own[key]}`,
+      input,
+    });
+  };
+  const memoryField = spec?.memory_limit_mb !== undefined ? 'memory_limit_mb' : 'memory_mb';
+  const cpuField = spec?.cpu_limit !== undefined ? 'cpu_limit' : 'cpu';
+  over('memory_mb', 'memory_mb', [...LOC, memoryField], 'MiB of memory', spec?.[memoryField] ?? null);
+  over('cpu', 'cpu', [...LOC, cpuField], 'CPU cores', spec?.[cpuField] ?? null);
+  over('instances', 'instances', [...LOC, 'min_scale'], 'instances', spec?.min_scale ?? null);
+  over('deployments', 'deployments', ['body'], 'deployments', null);
+  return issues;
+}
