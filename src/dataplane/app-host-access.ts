@@ -43,6 +43,7 @@ export interface AppHostAccess {
   prepareDataDir(deploymentId: string): Promise<string>;
   /** Opens a running revision's forwards; the database URL and API URL the app is given. */
   openForwards(
+    workspaceId: string,
     databaseUrl: string | null,
   ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }>;
   closeForwards(forwards: readonly HostForward[]): Promise<void>;
@@ -54,7 +55,21 @@ export function createAppHostAccess(deps: {
   logger: Pick<Logger, 'warn'>;
 }): AppHostAccess {
   const { config, sandbox, logger } = deps;
-  const databaseBudget: ConnectionBudget = { max: DATABASE_FORWARD_BUDGET, open: 0 };
+  const allAppsBudget: ConnectionBudget = { name: 'all apps together', max: DATABASE_FORWARD_BUDGET, open: 0 };
+  /** Each workspace's apps together (SLIPWAY_APP_DATABASE_CONNECTIONS_PER_WORKSPACE): one tenant cannot take every app's. */
+  const workspaceBudgets = new Map<string, ConnectionBudget>();
+  const workspaceBudget = (workspaceId: string): ConnectionBudget => {
+    let budget = workspaceBudgets.get(workspaceId);
+    if (!budget) {
+      budget = {
+        name: "the apps of this app's workspace",
+        max: Math.min(config.appDatabaseConnectionsPerWorkspace, DATABASE_FORWARD_BUDGET),
+        open: 0,
+      };
+      workspaceBudgets.set(workspaceId, budget);
+    }
+    return budget;
+  };
 
   /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
   const dataDirOf = (deploymentId: string): string => path.join(config.dataDir, 'deployments', deploymentId, 'data');
@@ -84,6 +99,7 @@ export function createAppHostAccess(deps: {
    * through a Unix socket that leads only there, in a directory of this running revision.
    */
   async function openForwards(
+    workspaceId: string,
     databaseUrl: string | null,
   ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }> {
     const otlpEndpoint = config.tracing?.endpoint ?? null;
@@ -105,7 +121,7 @@ export function createAppHostAccess(deps: {
               port,
               insidePort: port,
               maxConnections: DATABASE_FORWARD_CONNECTIONS,
-              budget: databaseBudget,
+              budgets: [workspaceBudget(workspaceId), allAppsBudget],
               postgresLogin: {
                 user: decodeURIComponent(url.username),
                 database: decodeURIComponent(url.pathname.slice(1)),

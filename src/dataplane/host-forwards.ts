@@ -4,9 +4,15 @@
  * own 127.0.0.1:<port> leads (socat inside the sandbox, src/dataplane/sandbox.ts). Each socket leads to
  * exactly one host address, and caps the connections open through it, so an app cannot use it to reach
  * anything else or to take every connection slot of the service's PostgreSQL. The cap is per app and,
- * through a budget shared by every app's forward to the same server, for all apps together: PostgreSQL
- * only checks reserved slots after a login, so connections that stall before it would otherwise let
- * enough apps fill the server's every slot.
+ * through budgets shared with other apps' forwards to the same server (its workspace's, and all apps'
+ * together), per tenant and for everyone: one tenant's apps holding their budget leave every other
+ * tenant's connections alone.
+ *
+ * To a PostgreSQL server, a connection counts against the shared budgets only once it has logged in
+ * (the server said AuthenticationOk), and one that has not logged in within LOGIN_TIMEOUT_MS of its
+ * arrival is closed: PostgreSQL holds a connection that stalls before its login for a minute and counts
+ * it against its slots, so stalled connections would otherwise fill them, and a budget counted from
+ * the accept would let one tenant's stalled connections refuse everyone's logins.
  */
 import fs from 'node:fs/promises';
 import net from 'node:net';
@@ -14,11 +20,13 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { decideStartup, type AllowedLogin } from './postgres-startup-gate.ts';
 
-/** How long a connection through a PostgreSQL forward may take to say who it logs in as. */
-const STARTUP_TIMEOUT_MS = 15_000;
+/** How long a connection through a PostgreSQL forward may take from its arrival to its login. */
+const LOGIN_TIMEOUT_MS = 5_000;
 
 /** Connections open through every forward that shares it, at most `max`. */
 export interface ConnectionBudget {
+  /** Whose it is, for the refusal's message: `its workspace`, `all apps`. */
+  readonly name: string;
   readonly max: number;
   open: number;
 }
@@ -32,8 +40,8 @@ export interface ForwardTarget {
   insidePort: number;
   /** Connections open through it at once; more are closed at once. */
   maxConnections: number;
-  /** Shared with the forwards of other apps to the same server. */
-  budget?: ConnectionBudget;
+  /** Shared with the forwards of other apps to the same server: its workspace's, everyone's. */
+  budgets?: readonly ConnectionBudget[];
   /**
    * For a PostgreSQL server: the only role and database a connection may ask for
    * (src/dataplane/postgres-startup-gate.ts); any other start-up is refused before the server sees it.
@@ -51,6 +59,49 @@ export interface HostForward {
   close(): Promise<void>;
 }
 
+/**
+ * Follows what a PostgreSQL server sends at the start of a connection: `ok` once it sent
+ * AuthenticationOk ('R' with code 0), `failed` once it sent an ErrorResponse ('E') first or broke the
+ * protocol, `pending` until then (authentication requests, a NegotiateProtocolVersion).
+ */
+function loginWatcher(): (chunk: Buffer) => 'pending' | 'ok' | 'failed' {
+  let buffered = Buffer.alloc(0);
+  return (chunk) => {
+    buffered = Buffer.concat([buffered, chunk]);
+    for (;;) {
+      if (buffered.length < 5) return 'pending';
+      const type = String.fromCharCode(buffered[0]!);
+      const length = buffered.readInt32BE(1);
+      if (length < 4 || length > 1 << 20) return 'failed';
+      if (type === 'E') return 'failed';
+      if (type === 'R') {
+        if (buffered.length < 9) return 'pending';
+        if (buffered.readInt32BE(5) === 0) return 'ok';
+      } else if (type !== 'v') return 'failed';
+      if (buffered.length < 1 + length) return 'pending';
+      buffered = buffered.subarray(1 + length);
+    }
+  };
+}
+
+/** The FATAL error PostgreSQL itself sends when its slots are taken (53300), naming the budget. */
+function tooManyConnections(budget: ConnectionBudget): Buffer {
+  const fields = Buffer.concat(
+    [
+      ['S', 'FATAL'],
+      ['V', 'FATAL'],
+      ['C', '53300'],
+      ['M', `too many connections: ${budget.name} may hold ${budget.max} database connections at once`],
+    ]
+      .map(([type, value]) => Buffer.from(`${type}${value}\0`, 'utf8'))
+      .concat(Buffer.from([0])),
+  );
+  const header = Buffer.alloc(5);
+  header.write('E', 0);
+  header.writeInt32BE(fields.length + 4, 1);
+  return Buffer.concat([header, fields]);
+}
+
 export async function openHostForward(
   dir: string,
   target: ForwardTarget,
@@ -60,9 +111,12 @@ export async function openHostForward(
   await fs.rm(socketPath, { force: true });
   const sockets = new Set<net.Socket>();
   let refusedLogged = false;
-  const budget = target.budget ?? { max: Number.POSITIVE_INFINITY, open: 0 };
+  const budgets = target.budgets ?? [];
+  const full = () => budgets.find((b) => b.open >= b.max) ?? null;
+  const login = target.postgresLogin;
   const server = net.createServer((client) => {
-    if (sockets.size >= target.maxConnections || budget.open >= budget.max) {
+    // To PostgreSQL the shared budgets are counted at the login, below; elsewhere from the accept.
+    if (sockets.size >= target.maxConnections || (!login && full())) {
       if (!refusedLogged) {
         refusedLogged = true;
         logger.warn(
@@ -75,31 +129,56 @@ export async function openHostForward(
     }
     refusedLogged = false;
     sockets.add(client);
-    budget.open += 1;
+    let counted = false;
+    const count = () => {
+      counted = true;
+      for (const b of budgets) b.open += 1;
+    };
     let upstream: net.Socket | null = null;
+    let timer: NodeJS.Timeout | null = null;
     const end = () => {
       if (!sockets.delete(client)) return;
-      budget.open -= 1;
+      if (timer) clearTimeout(timer);
+      if (counted) for (const b of budgets) b.open -= 1;
       client.destroy();
       upstream?.destroy();
     };
     client.on('error', end).on('close', end);
-    const connect = (first: Buffer) => {
+    /**
+     * Opens the upstream connection; `onServerData`, when given, sees what the server sends until it
+     * answers `done` (pass this chunk on and stop watching) or `drop` (the connection is being closed).
+     */
+    const connect = (first: Buffer, onServerData?: (chunk: Buffer) => 'watch' | 'done' | 'drop') => {
       const socket = net.createConnection({ host: target.host, port: target.port });
       upstream = socket;
       socket.on('error', end).on('close', end);
       if (first.length > 0) socket.write(first);
       client.pipe(socket);
-      socket.pipe(client);
+      if (!onServerData) {
+        socket.pipe(client);
+        return;
+      }
+      // Watched until it says the login went through (or not); passed on unchanged all the while.
+      const watch = (chunk: Buffer) => {
+        const next = onServerData(chunk);
+        if (next === 'drop') return;
+        client.write(chunk);
+        if (next === 'done') {
+          socket.off('data', watch);
+          socket.pipe(client);
+        }
+      };
+      socket.on('data', watch);
     };
-    const login = target.postgresLogin;
     if (!login) {
+      count();
       connect(Buffer.alloc(0));
       return;
     }
-    // Nothing reaches the server until the client has said who it logs in as, and that is the app's own.
+    // Nothing reaches the server until the client has said who it logs in as, and that is the app's own;
+    // and the connection must have logged in within the time, or it is closed.
     let pending = Buffer.alloc(0);
-    const timer = setTimeout(end, STARTUP_TIMEOUT_MS);
+    timer = setTimeout(end, LOGIN_TIMEOUT_MS);
     const onData = (chunk: Buffer) => {
       pending = Buffer.concat([pending, chunk]);
       for (;;) {
@@ -110,9 +189,9 @@ export async function openHostForward(
           pending = pending.subarray(decision.consumed);
           continue;
         }
-        clearTimeout(timer);
         client.off('data', onData);
         if (decision.kind === 'refuse') {
+          clearTimeout(timer);
           logger.warn(
             { target: target.name, socket: socketPath, reason: decision.reason },
             'an app asked its database forward for another login; refused',
@@ -121,11 +200,31 @@ export async function openHostForward(
           return;
         }
         client.pause();
-        connect(pending);
+        const watcher = loginWatcher();
+        connect(pending, (chunk) => {
+          const seen = watcher(chunk);
+          if (seen === 'pending') return 'watch';
+          clearTimeout(timer);
+          // The server's own refusal (a wrong password, its own limits) reaches the client as it is.
+          if (seen === 'failed') return 'done';
+          // Logged in: now it counts, if its workspace and everyone still have room.
+          const over = full();
+          if (over) {
+            logger.warn(
+              { target: target.name, socket: socketPath, budget: over.name, max: over.max },
+              'an app reached a shared database connection budget; its new connection is refused',
+            );
+            upstream?.destroy();
+            client.end(tooManyConnections(over));
+            return 'drop';
+          }
+          count();
+          return 'done';
+        });
         return;
       }
     };
-    client.on('data', onData).on('close', () => clearTimeout(timer));
+    client.on('data', onData);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -274,7 +274,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await setDeploymentStatus(job.deployment.id, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
     const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
-    const reach = await access.openForwards(platform.databaseUrl);
+    const reach = await access.openForwards(job.deployment.workspace_id, platform.databaseUrl);
     const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,
