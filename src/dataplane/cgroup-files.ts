@@ -39,6 +39,18 @@ export interface CgroupSetup {
   /** The service's user id; null where there is none (not POSIX). */
   uid: number | null;
   logger: CgroupLogger | undefined;
+  /**
+   * Memory (bytes) and tasks of all apps and builds together, written on the parent group: what the host
+   * keeps beyond them serves the service and PostgreSQL (config.limits.appsMemoryMb and appsPids). Null:
+   * the parent has no limits of its own.
+   */
+  parentLimits: { memoryBytes: number; pids: number } | null;
+}
+
+/** The parent's limits in words, for the start log. */
+export function parentLimitWords(limits: CgroupSetup['parentLimits']): string {
+  if (limits === null) return 'no limits of their own on all apps together';
+  return `all apps and builds together at most ${Math.round(limits.memoryBytes / 1024 ** 2)} MiB of memory and ${limits.pids} tasks`;
 }
 
 export const CONTROLLERS = ['memory', 'cpu', 'pids'] as const;

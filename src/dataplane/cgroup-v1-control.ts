@@ -20,6 +20,7 @@ import {
   explainRefusal,
   freshDir,
   makeDir,
+  parentLimitWords,
   removeLeftovers,
   requestOf,
   setCpuWeight,
@@ -36,6 +37,27 @@ const V1_LIMIT_FILE: Record<Controller, string> = {
   cpu: 'cpu.cfs_quota_us',
   pids: 'pids.max',
 };
+
+/**
+ * The limits of all apps together on the parent group of `controller` (memory: swap included where the
+ * kernel accounts it, the memory limit first, as memsw may never be below it). A refusal (a limit below
+ * what apps adopted from an earlier run use now) is logged, not fatal: each instance's limits still hold.
+ */
+async function setParentLimit(ctx: CgroupSetup, controller: Controller, dir: string): Promise<void> {
+  const { io, parentLimits: limits } = ctx;
+  if (limits === null) return;
+  try {
+    if (controller === 'memory') {
+      await writeSetting(io, path.join(dir, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+      const swap = path.join(dir, 'memory.memsw.limit_in_bytes');
+      if (await io.exists(swap)) await writeSetting(io, swap, String(limits.memoryBytes));
+    } else if (controller === 'pids') {
+      await writeSetting(io, path.join(dir, 'pids.max'), String(limits.pids));
+    }
+  } catch (error) {
+    ctx.logger?.warn(`all apps together are not limited: ${explainRefusal(error, dir)}`);
+  }
+}
 
 /**
  * Makes the parent groups for cgroup v1 under the service's own groups `own` (controller to path, from
@@ -69,12 +91,11 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
     if (!(await io.exists(path.join(dir, V1_LIMIT_FILE[controller])))) {
       return refuse(`cgroup v1 group ${dir} has no ${V1_LIMIT_FILE[controller]} (not supported by this kernel)`);
     }
-    if (controller === 'cpu') {
-      try {
-        await setCpuWeight(io, dir, 'cpu.shares', parentWeight);
-      } catch (error) {
-        return refuse(explainRefusal(error, dir));
-      }
+    try {
+      if (controller === 'cpu') await setCpuWeight(io, dir, 'cpu.shares', parentWeight);
+      else await setParentLimit(ctx, controller, dir);
+    } catch (error) {
+      return refuse(explainRefusal(error, dir));
     }
     parents.set(controller, dir);
   }
@@ -107,7 +128,7 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
       `cgroup v1: each app instance and build gets a memory limit ` +
       (swapLimited ? '(swap included)' : '(swap not limited: the kernel has no swap accounting)') +
       `, a CPU quota and a task limit, in ${CONTROLLERS.map(dirOf).join(', ')} ` +
-      `(${cpuWeightWords('cpu.shares', parentWeight, ctx.cpus)})`,
+      `(${cpuWeightWords('cpu.shares', parentWeight, ctx.cpus)}; ${parentLimitWords(ctx.parentLimits)})`,
     paths: [...CONTROLLERS.map(dirOf), ...(separateAccounting ? [accounting!] : [])],
     async create(name, limits) {
       const dirs = [
@@ -122,6 +143,8 @@ export async function setUpCgroupV1(ctx: CgroupSetup, own: Map<string, string>):
           await freshDir(io, dir, async () => {
             await makeDir(io, parentOf);
             if (parentOf === dirOf('cpu')) await setCpuWeight(io, parentOf, 'cpu.shares', parentWeight);
+            if (parentOf === dirOf('memory')) await setParentLimit(ctx, 'memory', parentOf);
+            if (parentOf === dirOf('pids')) await setParentLimit(ctx, 'pids', parentOf);
           });
           created.push(dir);
         }

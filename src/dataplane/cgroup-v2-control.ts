@@ -22,6 +22,7 @@ import {
   explainRefusal,
   freshDir,
   makeDir,
+  parentLimitWords,
   removeLeftovers,
   requestOf,
   setCpuWeight,
@@ -39,6 +40,23 @@ async function enableControllers(io: CgroupFs, dir: string): Promise<void> {
   const missing = CONTROLLERS.filter((c) => !enabled.includes(c));
   if (missing.length === 0) return;
   await io.writeFile(path.join(dir, 'cgroup.subtree_control'), missing.map((c) => `+${c}`).join(' '));
+}
+
+/**
+ * The limits of all apps together, on the parent group (its swap too: apps never push the service into
+ * swap). A refusal is logged, not fatal: the limits of each instance still hold, which beats none.
+ */
+async function setParentLimits(ctx: CgroupSetup, dir: string): Promise<void> {
+  if (ctx.parentLimits === null) return;
+  try {
+    await writeSetting(ctx.io, path.join(dir, 'memory.max'), String(ctx.parentLimits.memoryBytes));
+    if (await ctx.io.exists(path.join(dir, 'memory.swap.max'))) {
+      await writeSetting(ctx.io, path.join(dir, 'memory.swap.max'), '0');
+    }
+    await writeSetting(ctx.io, path.join(dir, 'pids.max'), String(ctx.parentLimits.pids));
+  } catch (error) {
+    ctx.logger?.warn(`all apps together are not limited: ${explainRefusal(error, dir)}`);
+  }
 }
 
 /**
@@ -77,6 +95,7 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
     // One that was there may be another user's (a root service's, before this one ran as its own user).
     await checkWritable(io, parentDir);
     await setCpuWeight(io, parentDir, 'cpu.weight', parentWeight);
+    await setParentLimits(ctx, parentDir);
   } catch (error) {
     if (made) await io.rmdir(parentDir).catch(() => undefined);
     return explainRefusal(error, at);
@@ -86,7 +105,7 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
     kind: 'cgroup-v2',
     description:
       `cgroup v2: each app instance and build gets a memory limit (no swap), a CPU quota and a task limit, ` +
-      `in ${parentDir} (${cpuWeightWords('cpu.weight', parentWeight, ctx.cpus)})`,
+      `in ${parentDir} (${cpuWeightWords('cpu.weight', parentWeight, ctx.cpus)}; ${parentLimitWords(ctx.parentLimits)})`,
     paths: [parentDir],
     async create(name, limits) {
       const dir = path.join(parentDir, name);
@@ -94,6 +113,7 @@ export async function setUpCgroupV2(ctx: CgroupSetup, ownPath: string): Promise<
         await makeDir(io, parentDir);
         await enableControllers(io, parentDir);
         await setCpuWeight(io, parentDir, 'cpu.weight', parentWeight);
+        await setParentLimits(ctx, parentDir);
       });
       try {
         await writeSetting(io, path.join(dir, 'memory.max'), String(limits.memoryBytes));

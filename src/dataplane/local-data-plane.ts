@@ -59,7 +59,11 @@ export interface LocalDataPlane extends Worker {
 export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
   const { config, db, logger } = deps;
   // Its parent cgroup is named after its user and data directory: no other service's (src/dataplane/resource-limits.ts).
-  const limits = await createResourceControl({ logger, service: config.dataDir });
+  const limits = await createResourceControl({
+    logger,
+    service: config.dataDir,
+    parentLimits: { memoryBytes: config.limits.appsMemoryMb * 1024 ** 2, pids: config.limits.appsPids },
+  });
   const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger });
   const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
   // Said loudly when anything is missing: an operator must know that apps are not contained.

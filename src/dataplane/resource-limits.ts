@@ -155,6 +155,11 @@ export interface ResourceControlOptions {
   service?: string;
   /** For tests: the CPUs the service may use (default: os.availableParallelism()). */
   cpus?: number;
+  /**
+   * Memory (bytes) and tasks of all apps and builds together, on the parent group (config.limits:
+   * SLIPWAY_APPS_MEMORY_MB, SLIPWAY_APPS_PIDS); default none.
+   */
+  parentLimits?: { memoryBytes: number; pids: number };
   logger?: CgroupLogger;
   /** For tests: the file system under `root` (default: the real one). */
   fs?: CgroupFs;
@@ -287,6 +292,7 @@ export async function createResourceControl(options: ResourceControlOptions = {}
     io: options.fs ?? nodeFs,
     uid,
     logger: options.logger,
+    parentLimits: options.parentLimits ?? null,
   };
   let selfText = options.selfCgroup;
   if (selfText === undefined) {

@@ -22,6 +22,7 @@ import { after, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { cpuStarvation } from '../../src/dataplane/cgroup-cpu-starvation.ts';
+import { scaleOf } from '../../src/dataplane/app-scaling.ts';
 import { findExecutable } from '../../src/dataplane/executables.ts';
 import {
   DEFAULT_LIMITS,
@@ -176,6 +177,51 @@ describe('limitsFromResourceSpec', () => {
 
   test('the task limit is always the default (the spec has no such field)', () => {
     assert.equal(limitsFromResourceSpec({ pids: 5, max_pids: 5 }, { ...DEFAULT_LIMITS, pids: 77 }).pids, 77);
+  });
+});
+
+describe("a stored spec over the operator's maxima is clamped by the data plane", () => {
+  // As config.defaultLimits carries them (src/config.ts): 2 GiB and 2 cores an instance, 4 GiB and 3 cores a build, 4 instances.
+  const defaults = {
+    ...DEFAULT_LIMITS,
+    maximum: {
+      instance: { memoryBytes: 2048 * MIB, cpu: 2 },
+      build: { memoryBytes: 4096 * MIB, cpu: 3 },
+      instances: 4,
+    },
+  };
+  // What a member could store before the maxima existed (issue 33: a 64 GiB build on a 23 GiB machine).
+  const stored = { memory_limit_mb: 4 * 1024 * 1024, cpu_limit: 512, cpu: 256, min_scale: 1000, queue_min_scale: 64 };
+
+  test('memory and CPU: at most the instance maximum, the weight never above the quota', () => {
+    assert.deepEqual(limitsFromResourceSpec(stored, defaults), {
+      memoryBytes: 2048 * MIB,
+      cpu: 2,
+      cpuRequest: 2,
+      pids: DEFAULT_LIMITS.pids,
+    });
+  });
+
+  test('a build: at most the build maximum', () => {
+    const limits = limitsFromResourceSpec(stored, defaults, defaults.maximum.build);
+    assert.equal(limits.memoryBytes, 4096 * MIB);
+    assert.equal(limits.cpu, 3);
+  });
+
+  test('a spec within the maxima is applied as given', () => {
+    assert.deepEqual(limitsFromResourceSpec({ memory_limit_mb: 512, cpu_limit: 1.5, cpu: 0.5 }, defaults), {
+      memoryBytes: 512 * MIB,
+      cpu: 1.5,
+      cpuRequest: 0.5,
+      pids: DEFAULT_LIMITS.pids,
+    });
+  });
+
+  test('instances: at most the maximum of each kind; without one, as asked', () => {
+    const withWorker = { start: 'node server.js', worker: 'node worker.js', healthCheckPath: '/ok' } as never;
+    assert.deepEqual(scaleOf(stored, withWorker, 4), { web: 4, worker: 4 });
+    assert.deepEqual(scaleOf({ min_scale: 2, queue_min_scale: 0 }, withWorker, 4), { web: 2, worker: 0 });
+    assert.deepEqual(scaleOf(stored, withWorker), { web: 1000, worker: 64 });
   });
 });
 
@@ -497,6 +543,41 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     await group.remove();
   });
 
+  test('all apps together: the parent groups get memory and task limits of their own, and fork loops in two groups stop at the shared one', async () => {
+    const together = await createResourceControl({
+      parent: `${parent}-all`,
+      parentLimits: { memoryBytes: 512 * MIB, pids: 30 },
+    });
+    const groups: ResourceGroup[] = [];
+    try {
+      assert.equal(together.kind, 'cgroup-v1');
+      assert.match(together.description, /all apps and builds together at most 512 MiB of memory and 30 tasks/);
+      const parentOf = (controller: string) => together.paths.find((p) => p.split(path.sep).includes(controller))!;
+      assert.equal(await readValue(parentOf('memory'), 'memory.limit_in_bytes'), String(512 * MIB));
+      assert.equal(await readValue(parentOf('pids'), 'pids.max'), '30');
+      // Each group may have 512 tasks; together they get 30.
+      const loop = 'i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done; wait';
+      for (const name of ['a', 'b']) {
+        const group = await together.create(`dep-${name}-${randomBytes(3).toString('hex')}`, {
+          memoryBytes: 1024 * MIB,
+          cpu: 1,
+          pids: 512,
+        });
+        groups.push(group);
+        const run = start('/bin/sh', ['-c', loop], true);
+        await group.add(run.pid);
+        run.release();
+        await waitFor(() => /fork/i.test(run.stderr()), 10_000, `group ${name}'s shell failing to fork`);
+      }
+      assert.ok(Number(await readValue(parentOf('pids'), 'pids.current')) <= 30);
+    } finally {
+      for (const group of groups) await group.remove();
+      const parents = together.paths;
+      await together.dispose();
+      await sweep(parents);
+    }
+  });
+
   test('a process added before it forks takes its children into the group', async () => {
     const group = await create('inherit', { memoryBytes: 128 * MIB, cpu: 1, pids: 64 });
     const run = start('/bin/sh', ['-c', 'sleep 30 & echo $!; wait'], true);
@@ -770,6 +851,32 @@ describe('cgroup v2 (a fake hierarchy; the kernel here is v1)', () => {
     // The service's own group is left as it was.
     assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.procs'), `${SERVICE_PID}\n`);
     assert.equal(await fake.read('system.slice/slipway.service', 'cgroup.subtree_control'), '\n');
+  });
+
+  test('all apps together: the parent group gets memory (no swap) and task limits of its own, made again with it', async (t) => {
+    const fake = await createFakeCgroupV2();
+    t.after(() => fake.cleanup());
+    const control = await createResourceControl({
+      root: fake.root,
+      fs: fake.fs,
+      uid: 0,
+      service: '/var/lib/slipway',
+      selfCgroup: '0::/\n',
+      parentLimits: { memoryBytes: 3072 * MIB, pids: 16_384 },
+    });
+    const parentName = parentGroupName(0, '/var/lib/slipway');
+    assert.equal(control.kind, 'cgroup-v2');
+    assert.match(control.description, /all apps and builds together at most 3072 MiB of memory and 16384 tasks/);
+    assert.equal(await fake.read(parentName, 'memory.max'), `${3072 * MIB}\n`);
+    assert.equal(await fake.read(parentName, 'memory.swap.max'), '0\n');
+    assert.equal(await fake.read(parentName, 'pids.max'), '16384\n');
+    // Another service removed the parent (the last to stop): the limits come back with it.
+    await fs.rm(path.join(fake.root, parentName), { recursive: true });
+    const group = await control.create('dep-web-0-1', limits);
+    assert.equal(await fake.read(parentName, 'memory.max'), `${3072 * MIB}\n`);
+    assert.equal(await fake.read(parentName, 'pids.max'), '16384\n');
+    await group.remove();
+    await control.dispose();
   });
 
   test('not root, systemd Delegate=yes with DelegateSubgroup=supervisor: next to its own group', async (t) => {
