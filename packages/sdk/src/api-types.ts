@@ -76,6 +76,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/workspaces/{workspace_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A workspace with its quota and use
+         * @description An organization key sees any workspace of its organization, a workspace key (member or admin) only its own.
+         */
+        get: operations["getWorkspace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/workspaces/{workspace_id}/quota": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Set a workspace's quota
+         * @description Sets the fields given (null removes that quota); the others stay. A memory quota over what the operator gives all apps together is a 422. Existing deployments over a lowered quota keep running; their next change of resource_spec must fit.
+         */
+        patch: operations["setWorkspaceQuota"];
+        trace?: never;
+    };
     "/v2/api-keys": {
         parameters: {
             query?: never;
@@ -1252,6 +1292,53 @@ export interface components {
             resources: components["schemas"]["Workspace"][];
             /** @description Pass as offset to get the next page. */
             offset: number;
+        };
+        /**
+         * WorkspaceQuota
+         * @description Totals the workspace's deployments on the service's own data plane may ask for (listeners' deployments run on their own clusters and are not counted); null: no quota beyond the operator's maxima. Set by an organization admin.
+         */
+        WorkspaceQuota: {
+            /** @description Memory of all its instances, in MiB. */
+            memory_mb: number | null;
+            /** @description CPU cores of all its instances. */
+            cpu: number | null;
+            /** @description Instances of all its deployments. */
+            instances: number | null;
+            /** @description Deployments it may have. */
+            deployments: number | null;
+        };
+        /**
+         * WorkspaceUsage
+         * @description What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits (the service's defaults when the spec is silent). Deployments being deleted are not counted.
+         */
+        WorkspaceUsage: {
+            memory_mb: number;
+            cpu: number;
+            instances: number;
+            deployments: number;
+        };
+        /** WorkspaceDetail */
+        WorkspaceDetail: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            name: string;
+            /** Format: date-time */
+            created_at: string;
+            quota: components["schemas"]["WorkspaceQuota"];
+            usage: components["schemas"]["WorkspaceUsage"];
+        };
+        /** WorkspaceQuotaUpdate */
+        WorkspaceQuotaUpdate: {
+            /** @description Memory of all its instances, in MiB. */
+            memory_mb?: number | null;
+            /** @description CPU cores of all its instances. */
+            cpu?: number | null;
+            /** @description Instances of all its deployments. */
+            instances?: number | null;
+            /** @description Deployments it may have. */
+            deployments?: number | null;
         };
         /** ApiKeyCreate */
         ApiKeyCreate: {
@@ -3009,6 +3096,98 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["ConflictWithRetryAfter"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWorkspace: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description The ETag of the copy the client has: 304 without a body when it is still current. */
+                "if-none-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
+            path: {
+                workspace_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceDetail"];
+                };
+            };
+            /** @description Not modified: the ETag in If-None-Match is current. */
+            304: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    setWorkspaceQuota: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
+            path: {
+                workspace_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WorkspaceQuotaUpdate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceDetail"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             409: components["responses"]["ConflictWithRetryAfter"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
