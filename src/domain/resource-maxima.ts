@@ -113,14 +113,18 @@ export function addUsage(specs: Omit<WorkspaceUsage, 'deployments'>[]): Workspac
 /**
  * Where the workspace's use with this deployment (`others` being the rest) would go over its quota, as
  * 422 issues: memory, CPU and instances on the spec's scale field, the deployment count on the body.
+ * `previous` is the deployment's spec before a patch (undefined for a create): a patch that asks no more
+ * of a figure than before is never refused for it, so a workspace over a lowered quota can scale down.
  */
 export function specOverQuota(
   spec: ResourceSpec | null | undefined,
   defaults: { memoryMb: number; cpu: number },
   others: WorkspaceUsage,
   quota: WorkspaceQuota,
+  previous?: ResourceSpec | null,
 ): ValidationIssue[] {
   const own = usageOfSpec(spec, defaults);
+  const before = previous === undefined ? null : usageOfSpec(previous, defaults);
   const total = addUsage([own, { memory_mb: others.memory_mb, cpu: others.cpu, instances: others.instances }]);
   total.deployments = others.deployments + 1;
   const issues: ValidationIssue[] = [];
@@ -133,6 +137,7 @@ export function specOverQuota(
   ): void => {
     const limit = quota[key];
     if (limit === null || total[key] <= limit) return;
+    if (before !== null && (key === 'deployments' || own[key] <= before[key])) return;
     const left = Math.max(0, round(limit - others[key]));
     issues.push({
       type: 'quota_exceeded',

@@ -292,7 +292,10 @@ export function createDeploymentService({
         // Only a changed spec is checked: a patch of secrets keeps working in a workspace whose quota was
         // lowered below what it uses (the data plane clamps a stored spec to the maxima).
         if (resources && !sameSpec(plan.sourceConfig.resource_spec, row.source_config.resource_spec)) {
-          await checkResourceLimits(tx, resources, workspaceId, plan.sourceConfig, row.id);
+          await checkResourceLimits(tx, resources, workspaceId, plan.sourceConfig, {
+            id: row.id,
+            spec: row.source_config.resource_spec ?? null,
+          });
         }
 
         let secrets = row.secrets;

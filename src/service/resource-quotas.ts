@@ -55,15 +55,15 @@ export async function workspaceUsage(
 /**
  * Throws a 422 (ValidationError) when the deployment's spec is over a maximum or, with the other
  * deployments of the workspace, over its quota. Run inside the write's transaction: the workspace row is
- * locked, so concurrent writes of one workspace are counted one after the other. `deploymentId` is the
- * deployment being patched (null for a create).
+ * locked, so concurrent writes of one workspace are counted one after the other. `patched` is the
+ * deployment being patched and its spec before (null for a create).
  */
 export async function checkResourceLimits(
   tx: Db,
   policy: ResourcePolicy,
   workspaceId: string,
   sourceConfig: SourceConfig,
-  deploymentId: string | null,
+  patched: { id: string; spec: Record<string, unknown> | null } | null,
 ): Promise<void> {
   if (sourceConfig.listener_id) return;
   const spec = sourceConfig.resource_spec ?? null;
@@ -71,7 +71,7 @@ export async function checkResourceLimits(
   if (overMaxima.length > 0) throw new ValidationError(overMaxima);
   const quota = await lockWorkspaceQuota(tx, workspaceId);
   if (!quota || !hasQuota(quota)) return;
-  const others = await workspaceUsage(tx, policy, workspaceId, deploymentId);
-  const overQuota = specOverQuota(spec, policy.defaults, others, quota);
+  const others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
+  const overQuota = specOverQuota(spec, policy.defaults, others, quota, patched ? patched.spec : undefined);
   if (overQuota.length > 0) throw new ValidationError(overQuota);
 }

@@ -124,3 +124,20 @@ test("a workspace key does not see another workspace's quota", async () => {
   const seen = await member.get(`/v2/workspaces/${other.body.id}`);
   assert.equal(seen.status, 404, JSON.stringify(seen.body));
 });
+
+test('under a lowered quota a deployment may still scale down, never up', async () => {
+  const org = client(t.app, t.orgKey);
+  const lowered = await org.patch(`/v2/workspaces/${t.workspaceId}/quota`, { memory_mb: 1024 });
+  assert.equal(lowered.status, 200, JSON.stringify(lowered.body));
+  const [first] = (await member.get('/v2/deployments?name=quota-first')).body.resources;
+  const down = await member.patch(`/v2/deployments/${first.id}`, {
+    source_config: { resource_spec: { memory_limit_mb: 1024 } },
+  });
+  assert.equal(down.status, 200, JSON.stringify(down.body));
+  const up = await member.patch(`/v2/deployments/${first.id}`, {
+    source_config: { resource_spec: { memory_limit_mb: 1536 } },
+  });
+  assert.equal(up.status, 422, JSON.stringify(up.body));
+  const seen = await member.get(`/v2/workspaces/${t.workspaceId}`);
+  assert.equal(seen.body.usage.memory_mb, 512 + 1024);
+});
