@@ -21,6 +21,7 @@
  * If HAProxy exits on its own, it is started again with the whole table.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -105,6 +106,13 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   const adminSocket = path.join(dir, 'admin.sock');
   await fs.mkdir(dir, { recursive: true, mode: 0o700 });
   await fs.chmod(dir, 0o700);
+  // This edge owns the directory from here on: written before an earlier HAProxy is stopped, so that
+  // the edge that started that one (still running, say) sees it was taken over and does not start its
+  // HAProxy again (which would stop this one's in turn, and both would serve the port by turns).
+  const ownerFile = path.join(dir, 'owner');
+  const ownerToken = randomUUID();
+  await fs.writeFile(ownerFile, ownerToken, { mode: 0o600 });
+  const ownsDirectory = async () => (await fs.readFile(ownerFile, 'utf8').catch(() => '')).trim() === ownerToken;
   await stopLeftover(dir, configFile, logger);
   await options.checkPort?.();
   let tlsPemFile: string | null = null;
@@ -194,6 +202,13 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       enqueue(async () => {
         await sleep(500);
         if (closing) return;
+        if (!(await ownsDirectory())) {
+          logger.error(
+            { code, signal },
+            'app edge: HAProxy exited and another edge took its directory over; not restarting it',
+          );
+          return;
+        }
         const holder = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
         if (Number.isInteger(holder) && holder > 1 && holder !== proc.pid && processAlive(holder)) {
           logger.error(
