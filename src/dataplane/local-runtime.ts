@@ -306,7 +306,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     // place (rescale), so a start after a restart must not go back to the counts of the revision's time.
     const current = await runningDeploymentState(db, job.deployment.id);
     const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
-    const { web: webCount, worker: workerCount } = scaleOf(resourceSpec, appConfig);
+    const { web: webCount, worker: workerCount } = scaleOf(
+      resourceSpec,
+      appConfig,
+      config.defaultLimits.maximum?.instances,
+    );
     const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
     const workerLimits = limitsFromResourceSpec(queueResourceSpec(resourceSpec), config.defaultLimits);
     const instances = [
@@ -520,7 +524,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     async rescale(deploymentId, revisionId, resourceSpec) {
       const app = apps.get(deploymentId);
       if (!app || app.revisionId !== revisionId || scaling.has(deploymentId)) return;
-      const to = scaleOf(resourceSpec, app.appConfig);
+      const to = scaleOf(resourceSpec, app.appConfig, config.defaultLimits.maximum?.instances);
       if (sameScale(runningScale(app.supervisor), to)) {
         app.failedScale = null;
         return;
