@@ -27,11 +27,14 @@ import { startProcess } from '../../src/dataplane/process-runner.ts';
 import { createResourceControl, type ResourceControl } from '../../src/dataplane/resource-limits.ts';
 import { createSandbox } from '../../src/dataplane/sandbox.ts';
 import {
+  pathExists,
+  processesMarked,
   revisionLog,
   startTestService,
   uploadApp,
   waitFor,
   waitForRevision,
+  watchRemovalRace,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 
@@ -70,24 +73,6 @@ setInterval(() => {
   try { fs.writeFileSync(path.join(base, 'w' + (n++ % 50)), 'x'); } catch {}
 }, 2);
 `;
-
-/** Processes of this machine whose command line holds `marker`. */
-async function processesMarked(marker: string): Promise<number[]> {
-  const found: number[] = [];
-  for (const entry of await fs.readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const argv = (await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    if (path.basename(argv[0] ?? '') === 'node' && argv.includes(marker) && Number(entry) !== process.pid)
-      found.push(Number(entry));
-  }
-  return found;
-}
-
-const exists = (file: string) =>
-  fs.lstat(file).then(
-    () => true,
-    () => false,
-  );
 
 describe('a deletion during a scale-down', () => {
   let service: TestService;
@@ -134,14 +119,14 @@ describe('a deletion during a scale-down', () => {
     const revision = await waitForRevision(service, id, created.body.latest_revision_id);
     assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
     const tree = path.join(service.dataDir, 'deployments', id, 'data', 'tree');
-    await waitFor('the worker to start', () => exists(path.join(tree, 'started')));
+    await waitFor('the worker to start', () => pathExists(path.join(tree, 'started')));
 
     // The worker is scaled away: it gets SIGTERM, ignores it, and has the drain time before its SIGKILL.
     const down = await service.api('PATCH', `/v2/deployments/${id}`, {
       source_config: { resource_spec: { queue_min_scale: 0 } },
     });
     assert.equal(down.status, 200, JSON.stringify(down.body));
-    await waitFor('the worker to be told to stop', () => exists(path.join(tree, 'termed'))).catch(async (error) => {
+    await waitFor('the worker to be told to stop', () => pathExists(path.join(tree, 'termed'))).catch(async (error) => {
       const lines = await revisionLog(service, id, revision.id, 'deploy');
       const events = await service.api('GET', `/v2/deployments/${id}/events?limit=100`);
       throw new Error(`${String(error)}\n${lines.slice(-20).join('\n')}\n${JSON.stringify(events.body)}`);
@@ -149,23 +134,12 @@ describe('a deletion during a scale-down', () => {
 
     const removed = await service.api('DELETE', `/v2/deployments/${id}`);
     assert.equal(removed.status, 204);
-    const raced: string[] = [];
-    let confirmed = false;
-    const watching = (async () => {
-      while (!confirmed) {
-        const alive = await processesMarked(marker);
-        if (alive.length > 0 && !(await exists(path.join(tree, 'started'))))
-          raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
+    const watch = watchRemovalRace(marker, path.join(tree, 'started'));
     await waitFor(
       'the deletion to be confirmed',
       async () => (await service.api('GET', `/v2/deployments/${id}`)).status === 404,
     );
-    confirmed = true;
-    await watching;
-    assert.deepEqual(raced.slice(0, 3), [], 'the removal raced the instance being scaled away');
+    assert.deepEqual((await watch.stop()).slice(0, 3), [], 'the removal raced the instance being scaled away');
     assert.deepEqual(await processesMarked(marker), [], 'the scaled-away instance still runs after the deletion');
     assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
   });
@@ -204,17 +178,8 @@ describe('a deletion during a scale-down', () => {
     const first: string = created.body.latest_revision_id;
     const dir = path.join(service.dataDir, 'revisions', first);
     const started = path.join(dir, 'app', 'src', 'tree', 'started');
-    await waitFor('the build to start writing', () => exists(started));
-    const raced: string[] = [];
-    let done = false;
-    const watching = (async () => {
-      while (!done) {
-        const alive = await processesMarked(marker);
-        if (alive.length > 0 && !(await exists(started)))
-          raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    })();
+    await waitFor('the build to start writing', () => pathExists(started));
+    const watch = watchRemovalRace(marker, started);
     const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${first}/interrupt`);
     assert.equal(interrupted.status, 200, JSON.stringify(interrupted.body));
     const patched = await service.api('PATCH', `/v2/deployments/${id}`, {
@@ -223,10 +188,8 @@ describe('a deletion during a scale-down', () => {
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const next = await waitForRevision(service, id, patched.body.latest_revision_id);
     assert.equal(next.status, 'DEPLOYED', JSON.stringify(next));
-    await waitFor('the interrupted revision files to be removed', async () => !(await exists(dir)));
-    done = true;
-    await watching;
-    assert.deepEqual(raced.slice(0, 3), [], "the pruning raced the interrupted revision's build");
+    await waitFor('the interrupted revision files to be removed', async () => !(await pathExists(dir)));
+    assert.deepEqual((await watch.stop()).slice(0, 3), [], "the pruning raced the interrupted revision's build");
     assert.deepEqual(await processesMarked(marker), []);
     assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
   });
@@ -353,6 +316,6 @@ describe("a deployment's tree removed by a service that is not root", () => {
       process.cwd(),
     );
     assert.equal(removed.code, 0, `the removal failed: ${removed.output}`);
-    assert.equal(await exists(tree), false, 'the tree is gone');
+    assert.equal(await pathExists(tree), false, 'the tree is gone');
   });
 });

@@ -212,3 +212,49 @@ export async function revisionLog(
   }
   return lines;
 }
+
+/**
+ * The node processes of this machine run with `marker` among their arguments (a sandbox's processes are
+ * visible from the host; the shells and the bubblewrap whose command lines name them are not counted).
+ */
+export async function processesMarked(marker: string): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const argv = (await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    if (path.basename(argv[0] ?? '') === 'node' && argv.includes(marker) && Number(entry) !== process.pid)
+      found.push(Number(entry));
+  }
+  return found;
+}
+
+export const pathExists = (file: string): Promise<boolean> =>
+  fs.lstat(file).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * Watches, until `stop` is called, for any moment at which a process marked `marker` still runs while
+ * `sentinel` (a file in the tree it writes) is gone: the tree being removed under a live app. Resolves to
+ * those moments, described.
+ */
+export function watchRemovalRace(marker: string, sentinel: string): { stop(): Promise<string[]> } {
+  const raced: string[] = [];
+  let stopped = false;
+  const watching = (async () => {
+    while (!stopped) {
+      const alive = await processesMarked(marker);
+      if (alive.length > 0 && !(await pathExists(sentinel)))
+        raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      await watching;
+      return raced;
+    },
+  };
+}

@@ -13,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import { startProcess } from '../../src/dataplane/process-runner.ts';
 import { createResourceControl, type ResourceControl } from '../../src/dataplane/resource-limits.ts';
 import { createSandbox, type Sandbox } from '../../src/dataplane/sandbox.ts';
+import { processesMarked } from './data-plane-harness.ts';
 
 const logger = { info: () => undefined, warn: () => undefined };
 const PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';
@@ -30,17 +31,6 @@ after(async () => {
   await limits.dispose();
   await fs.rm(scratch, { recursive: true, force: true });
 });
-
-/** The marked node processes (not the shells and the bubblewrap whose command lines name them). */
-async function processesMarked(marker: string): Promise<number[]> {
-  const found: number[] = [];
-  for (const entry of await fs.readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const argv = (await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    if (path.basename(argv[0] ?? '') === 'node' && argv.includes(marker)) found.push(Number(entry));
-  }
-  return found;
-}
 
 /** A shell that ignores SIGTERM and starts children that ignore it too, each marked, then waits. */
 function stubborn(marker: string): string {

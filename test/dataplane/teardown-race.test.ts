@@ -18,7 +18,16 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { startTestService, uploadApp, waitFor, waitForRevision, type TestService } from './data-plane-harness.ts';
+import {
+  pathExists,
+  processesMarked,
+  startTestService,
+  uploadApp,
+  waitFor,
+  waitForRevision,
+  watchRemovalRace,
+  type TestService,
+} from './data-plane-harness.ts';
 
 const CANARY_FILES = 101;
 
@@ -76,17 +85,6 @@ after(async () => {
   await fs.rm(root, { recursive: true, force: true });
 });
 
-/** Processes of this machine whose command line holds `marker` (the sandbox's processes are visible here). */
-async function processesMarked(marker: string): Promise<number[]> {
-  const found: number[] = [];
-  for (const entry of await fs.readdir('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    const cmdline = await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
-    if (cmdline.includes(marker) && Number(entry) !== process.pid) found.push(Number(entry));
-  }
-  return found;
-}
-
 async function assertCanaryIntact(when: string): Promise<void> {
   const left = await fs.readdir(canary);
   assert.equal(left.length, CANARY_FILES, `${when}: canary files left: ${left.length} of ${CANARY_FILES}`);
@@ -108,12 +106,6 @@ async function deploy(name: string, slipway: Record<string, unknown>): Promise<{
   return { id: created.body.id, revisionId: created.body.latest_revision_id };
 }
 
-const exists = (file: string) =>
-  fs.lstat(file).then(
-    () => true,
-    () => false,
-  );
-
 test('a deployment deleted while its revision starts is gone only after every process of its app, and no link is followed', async () => {
   for (let round = 0; round < 3; round++) {
     const marker = `swapper-${randomBytes(6).toString('hex')}`;
@@ -124,32 +116,22 @@ test('a deployment deleted while its revision starts is gone only after every pr
       start: `exec node swap.cjs "$SLIPWAY_DATA_DIR/tree" "$TARGET_DIR" ${marker}`,
     });
     const tree = path.join(service.dataDir, 'deployments', id, 'data', 'tree');
-    await waitFor('the app to start swapping', () => exists(path.join(tree, 'started')));
+    await waitFor('the app to start swapping', () => pathExists(path.join(tree, 'started')));
 
     const removed = await service.api('DELETE', `/v2/deployments/${id}`);
     assert.equal(removed.status, 204);
     // Watched from the DELETE on: any moment at which the app still runs and its tree is already being
     // removed (its first file gone) is the removal racing the app.
-    const raced: string[] = [];
-    let confirmed = false;
-    const watching = (async () => {
-      while (!confirmed) {
-        const alive = await processesMarked(marker);
-        if (alive.length > 0 && !(await exists(path.join(tree, 'started'))))
-          raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
-      }
-    })();
+    const watch = watchRemovalRace(marker, path.join(tree, 'started'));
     await waitFor(
       'the deletion to be confirmed',
       async () => (await service.api('GET', `/v2/deployments/${id}`)).status === 404,
     );
-    confirmed = true;
-    await watching;
-    assert.deepEqual(raced.slice(0, 3), [], `round ${round}: the removal raced the app`);
+    assert.deepEqual((await watch.stop()).slice(0, 3), [], `round ${round}: the removal raced the app`);
     // Confirmed means done: nothing of the app runs, and its data went without following a link.
     assert.deepEqual(await processesMarked(marker), [], `round ${round}: the app still runs after its deletion`);
     await assertCanaryIntact(`round ${round}`);
-    assert.equal(await exists(path.join(service.dataDir, 'deployments', id)), false, 'its data directory is gone');
+    assert.equal(await pathExists(path.join(service.dataDir, 'deployments', id)), false, 'its data directory is gone');
   }
 });
 
@@ -161,12 +143,12 @@ test('an interrupted build that ignores SIGTERM is gone before its directory is 
     start: 'node -e "require(\'node:http\').createServer((q, s) => s.end()).listen(process.env.PORT)"',
   });
   const dir = path.join(service.dataDir, 'revisions', revisionId);
-  await waitFor('the build to start swapping', () => exists(path.join(dir, 'app', 'src', 'tree', 'started')));
+  await waitFor('the build to start swapping', () => pathExists(path.join(dir, 'app', 'src', 'tree', 'started')));
   const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${revisionId}/interrupt`);
   assert.equal(interrupted.status, 200, JSON.stringify(interrupted.body));
   const revision = await waitForRevision(service, id, revisionId);
   assert.equal(revision.status, 'INTERRUPTED');
-  await waitFor('its directory to be removed', async () => !(await exists(dir)));
+  await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'the build still runs after its directory was removed');
   await assertCanaryIntact('after the interrupted build');
 });
@@ -181,7 +163,7 @@ test('a failed build whose command leaves a swapper behind has it gone before it
   const revision = await waitForRevision(service, id, revisionId);
   assert.equal(revision.status, 'BUILD_FAILED', JSON.stringify(revision));
   const dir = path.join(service.dataDir, 'revisions', revisionId);
-  await waitFor('its directory to be removed', async () => !(await exists(dir)));
+  await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'what the build left behind still runs');
   await assertCanaryIntact('after the failed build');
 });
