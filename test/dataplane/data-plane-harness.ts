@@ -244,9 +244,11 @@ export function watchRemovalRace(marker: string, sentinel: string): { stop(): Pr
   let stopped = false;
   const watching = (async () => {
     while (!stopped) {
-      const alive = await processesMarked(marker);
-      if (alive.length > 0 && !(await pathExists(sentinel)))
-        raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
+      // The sentinel first, then the processes: a process seen after its tree was seen going ran while
+      // it went (the other order would count one that was listed, then ended, before the removal).
+      const going = !(await pathExists(sentinel));
+      const alive = going ? await processesMarked(marker) : [];
+      if (alive.length > 0) raced.push(`processes ${alive.join(' ')} ran while their tree was removed`);
       await new Promise((resolve) => setTimeout(resolve, 5));
     }
   })();
