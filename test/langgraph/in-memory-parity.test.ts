@@ -326,23 +326,26 @@ test("a join ends only once the run's thread is updated, however long that takes
       headers: JSON_TYPE,
     })
   ).json()) as { run_id: string };
+  const runStatus = async (): Promise<string | undefined> => {
+    const { rows } = await database.pool.query('select status from langgraph.runs where run_id = $1', [created.run_id]);
+    return rows[0]?.status as string | undefined;
+  };
+  // The lock is taken only once the run has been claimed: the claim skips a locked thread, and a run
+  // never claimed never ends.
+  await waitFor('the run to be claimed', async () => (await runStatus()) !== 'pending');
   // The thread's update waits behind this lock, as behind a slow instance: the run ends, its thread not yet.
   const holder = new pg.Client({ connectionString: database.url });
   await holder.connect();
   try {
     await holder.query('begin');
     await holder.query('select 1 from langgraph.threads where thread_id = $1 for update', [postgres.threadId]);
+    assert.equal(await runStatus(), 'running', 'the thread is locked while its run runs (its steps take 300 ms each)');
     let joinedAt: number | null = null;
     const joined = send(postgres, 'GET', `/threads/{thread}/runs/${created.run_id}/join`).then((answer) => {
       joinedAt = Date.now();
       return answer;
     });
-    await waitFor('the run to end', async () => {
-      const { rows } = await database.pool.query('select status from langgraph.runs where run_id = $1', [
-        created.run_id,
-      ]);
-      return rows[0]?.status === 'success';
-    });
+    await waitFor('the run to end', async () => (await runStatus()) === 'success');
     // Well past the 1 s after which a join used to give up waiting for the run's end to be announced.
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     assert.equal(joinedAt, null, 'the join waits for the thread');
