@@ -9,7 +9,7 @@
  * lease, is never written over. This module writes no state of its own but leases.
  *
  * Besides revisions, the worker starts the apps that should run here and nobody runs (adoption after a
- * restart), applies a changed resource spec to the apps it runs (in place, without a revision), keeps
+ * restart, src/dataplane/adoption.ts), applies a changed resource spec to the apps it runs (in place, without a revision), keeps
  * its runner leases, re-checks crash-looping apps, and tears deleted deployments down.
  */
 import { randomBytes } from 'node:crypto';
@@ -22,14 +22,14 @@ import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-pl
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
 import { activeRevisionId } from '../store/deployments.ts';
-import { activeRevisionsOf, getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../store/revisions.ts';
-import type { Database, RevisionRow } from '../store/schema.ts';
-import type { LocalRuntime, RevisionJob } from './local-runtime.ts';
+import { getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../store/revisions.ts';
+import type { Database } from '../store/schema.ts';
+import { createAdoption, jobOf } from './adoption.ts';
+import type { LocalRuntime } from './local-runtime.ts';
 import { RevisionFailure } from './revision-build.ts';
 import {
   claimDeploymentToDelete,
   claimRevision,
-  claimRunnableDeployments,
   extendRevisionLease,
   extendRunnerLeases,
   releaseRevisionLease,
@@ -63,19 +63,6 @@ export interface WorkerDeps {
 
 /** Safety-net poll when no notification comes. */
 const POLL_MS = 5_000;
-/** Deployments started again at once after a restart (each waits for its health check). */
-const ADOPT_CONCURRENCY = 4;
-
-/** Deployments in turns by workspace: the first of each workspace, then the second of each, and so on. */
-function fairOrder<T extends { workspace_id: string }>(items: T[]): T[] {
-  const byWorkspace = new Map<string, T[]>();
-  for (const item of items) byWorkspace.set(item.workspace_id, [...(byWorkspace.get(item.workspace_id) ?? []), item]);
-  const lists = [...byWorkspace.values()];
-  const out: T[] = [];
-  for (let i = 0; out.length < items.length; i++) for (const list of lists) if (list[i]) out.push(list[i]!);
-  return out;
-}
-
 /** How long a deletion whose teardown failed waits before it is tried again. */
 const DEFERRED_DELETION_MS = 60_000;
 
@@ -97,17 +84,6 @@ class NotOurs extends Error {}
 const failureStatusOf = (status: RevisionStatus): 'BUILD_FAILED' | 'DEPLOY_FAILED' =>
   status === 'AWAITING_BUILD' || status === 'BUILDING' ? 'BUILD_FAILED' : 'DEPLOY_FAILED';
 
-function jobOf(revision: RevisionRow, deployment: RevisionJob['deployment']): RevisionJob {
-  return {
-    revisionId: revision.id,
-    source: revision.source,
-    config: revision.source_revision_config,
-    snapshot: revision.snapshot,
-    secrets: revision.secrets,
-    deployment,
-  };
-}
-
 type Failure = { reason: string; message: string };
 
 export function startWorker(deps: WorkerDeps): Worker {
@@ -117,6 +93,7 @@ export function startWorker(deps: WorkerDeps): Worker {
   let stopping = false;
   let pumping: Promise<void> | null = null;
   let again = false;
+  const adoption = createAdoption({ db, runtime, reports, logger, owner, leaseSeconds, stopping: () => stopping });
 
   /**
    * Reports the revision at `to`. Not applied because it is final (interrupted, say), superseded (the
@@ -306,82 +283,6 @@ export function startWorker(deps: WorkerDeps): Worker {
     }
   }
 
-  /** Deployments being started again here (adoption), until their health check ends. */
-  const resuming = new Set<string>();
-  let adopting: Promise<void> | null = null;
-
-  /**
-   * Starts the apps that should run here and nobody runs (after a restart), in the background: a start
-   * waits for its app's health check (up to a minute), which must hold up no claim of a revision and no
-   * deletion. At most ADOPT_CONCURRENCY at once, taken in turn from each workspace, so that one
-   * tenant's hanging apps do not hold back every other tenant's.
-   */
-  function adoptInBackground(): void {
-    if (adopting || stopping) return;
-    adopting = adopt()
-      .catch((error: unknown) => logger.error({ err: error }, 'starting deployments that should run here failed'))
-      .finally(() => {
-        adopting = null;
-      });
-  }
-
-  async function adopt(): Promise<void> {
-    const claimed = await db.transaction().execute((tx) => claimRunnableDeployments(tx, owner, leaseSeconds, 10));
-    const toStart = fairOrder(
-      claimed.filter((deployment) => !runtime.running().includes(deployment.id) && !resuming.has(deployment.id)),
-    );
-    if (toStart.length === 0) return;
-    // Every active revision with its deployment's source config in one query, not two per deployment.
-    const revisions = await activeRevisionsOf(
-      db,
-      toStart.map((deployment) => deployment.id),
-    );
-    const activeRevisionOf = new Map(revisions.map((revision) => [revision.deployment_id, revision]));
-    const queue = [...toStart];
-    const startNext = async (): Promise<void> => {
-      for (let deployment = queue.shift(); deployment && !stopping; deployment = queue.shift()) {
-        const revision = activeRevisionOf.get(deployment.id);
-        if (!revision) continue;
-        resuming.add(deployment.id);
-        try {
-          await resumeOne(deployment, revision);
-        } finally {
-          resuming.delete(deployment.id);
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(ADOPT_CONCURRENCY, queue.length) }, startNext));
-  }
-
-  async function resumeOne(
-    deployment: Awaited<ReturnType<typeof claimRunnableDeployments>>[number],
-    revision: Awaited<ReturnType<typeof activeRevisionsOf>>[number],
-  ): Promise<void> {
-    logger.info({ deploymentId: deployment.id, revisionId: revision.id }, 'starting a deployment that should run here');
-    try {
-      await runtime.resume(
-        jobOf(revision, {
-          id: deployment.id,
-          workspace_id: deployment.workspace_id,
-          name: deployment.name,
-          app_slug: deployment.app_slug,
-          source_config: revision.deployment_source_config,
-          tracing_project_id: deployment.tracing_project_id,
-        }),
-      );
-    } catch (error) {
-      logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
-      await reports.reportCondition({
-        deploymentId: deployment.id,
-        status: 'UNKNOWN',
-        data: {
-          reason: 'restart_failed',
-          message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}`,
-        },
-      });
-    }
-  }
-
   /**
    * Scales the apps whose runner lease this worker holds to their deployment's resource spec. Not
    * awaited: a slow health check holds up no other work (the next pass retries what was skipped).
@@ -443,7 +344,7 @@ export function startWorker(deps: WorkerDeps): Worker {
   async function pump(): Promise<void> {
     await pumpRevisions();
     while (!stopping && (await deleteOne()));
-    if (!stopping) adoptInBackground();
+    adoption.inBackground();
     if (!stopping) await applyResourceSpecs();
   }
 
@@ -482,7 +383,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       void (async () => {
         const running = runtime.running();
         // Those being started again keep their lease too (a start may outlast it).
-        await extendRunnerLeases(db, owner, [...resuming], leaseSeconds);
+        await extendRunnerLeases(db, owner, adoption.resuming(), leaseSeconds);
         const held = new Set(await extendRunnerLeases(db, owner, running, leaseSeconds));
         // Another worker runs these now (it deployed a newer revision, or took ours over): stop ours.
         for (const id of running) if (!held.has(id)) await runtime.stop(id);
@@ -503,7 +404,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       for (const [, job] of jobs) job.controller.abort(new NotOurs());
       await Promise.all([...jobs.values()].map((job) => job.done));
       await pumping;
-      await adopting;
+      await adoption.settled();
       await runtime.close();
     },
   };
