@@ -1,0 +1,156 @@
+/**
+ * The bubblewrap sandbox (src/dataplane/sandbox.ts says what it contains and why): the arguments each
+ * build and app instance is spawned with.
+ */
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { ResourceControl } from './resource-limits.ts';
+import type { Sandbox } from './sandbox.ts';
+import {
+  DEV_ARGS,
+  NODE_PREFIX,
+  SANDBOX_APP_DIR,
+  SANDBOX_HOME,
+  SANDBOX_SOCKET_DIR,
+  presentHiddenDirs,
+} from './sandbox-mounts.ts';
+import { FORWARDING_SHELL } from './sandbox-scripts.ts';
+import { chownTree, type UserMapping } from './sandbox-user-mapping.ts';
+
+/** slirp4netns's DNS forwarder, in the network it gives a namespace (10.0.2.0/24). */
+const SLIRP_DNS = '10.0.2.3';
+
+/** A sandbox of bubblewrap, with a network of its own when `slirpBinary` is given. */
+export async function bwrapSandbox(options: {
+  bwrap: string;
+  slirpBinary: string | null;
+  mapping: UserMapping;
+  user: { uid: number; gid: number } | null;
+  who: string;
+  dataDir: string;
+  limits: ResourceControl;
+  /** Why there is no network of its own, for the start log. */
+  networkMissing?: string | null;
+}): Promise<Sandbox> {
+  const { bwrap, slirpBinary, mapping, user, dataDir, limits } = options;
+  const ownTree = async (dir: string) => {
+    if (user) await chownTree(dir, user.uid, user.gid);
+  };
+  // The API sockets of slirp4netns: a directory only the service may enter; short, for socket paths.
+  const socketDir = slirpBinary ? await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-net-')) : null;
+  // The app's user must pass through it (never list it) to the sockets of its own forwards.
+  if (socketDir) await fs.chmod(socketDir, 0o711);
+  const slirp = slirpBinary && socketDir ? { binary: slirpBinary, socketDir } : null;
+  // In its own network an app resolves names through slirp4netns's DNS forwarder (the host's resolver
+  // may listen on the host's loopback, out of reach): a resolv.conf of ours, where the host's is read.
+  const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;
+  if (resolvConf) await fs.writeFile(resolvConf, `nameserver ${SLIRP_DNS}\n`, { mode: 0o644 });
+  const resolvTarget = await fs.realpath('/etc/resolv.conf').catch(() => '/etc/resolv.conf');
+  const hidden = await presentHiddenDirs();
+  // A Node.js installed under a hidden directory (nvm in /root, say) stays usable.
+  const nodeUnder = hidden.some((dir) => NODE_PREFIX.startsWith(`${dir}/`));
+  const network = slirp
+    ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
+    : `the host's network (${options.networkMissing ?? 'no network of its own'}: apps reach every loopback service of the machine, the service's database port and other apps' ports)`;
+  const runAs = mapping.runAs;
+  const inside =
+    user || !slirp
+      ? options.who
+      : runAs
+        ? `${options.who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
+        : `${options.who} (uid 0 of its own user namespace, without capabilities: this unshare cannot map users, util-linux 2.38 can)`;
+  const runAsArgs = runAs ? [runAs.unshare, '--user', `--map-user=${runAs.uid}`, `--map-group=${runAs.gid}`, '--'] : [];
+  return {
+    kind: 'bwrap',
+    user,
+    networkIsolated: slirp !== null,
+    limits,
+    slirp,
+    listenHost: slirp ? '0.0.0.0' : '127.0.0.1',
+    dispose: async () => {
+      if (socketDir) await fs.rm(socketDir, { recursive: true, force: true });
+    },
+    description:
+      `apps and builds run under bubblewrap ${inside}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
+      `the data directory hidden; network: ${network}; resources: ${limits.description}`,
+    ownTree,
+    appPaths: () => ({
+      src: `${SANDBOX_APP_DIR}/src`,
+      home: `${SANDBOX_APP_DIR}/home`,
+      data: `${SANDBOX_APP_DIR}/data`,
+    }),
+    plan(spec) {
+      const app = spec.purpose === 'app';
+      const forwards = app && slirp ? (spec.forwards ?? []) : [];
+      const files = app
+        ? [
+            '--ro-bind',
+            path.join(spec.appDir, 'src'),
+            `${SANDBOX_APP_DIR}/src`,
+            '--tmpfs',
+            `${SANDBOX_APP_DIR}/home`,
+            ...(spec.dataDir ? ['--bind', spec.dataDir, `${SANDBOX_APP_DIR}/data`] : []),
+            ...forwards.flatMap((f) => [
+              '--ro-bind',
+              f.socketPath,
+              `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`,
+            ]),
+          ]
+        : ['--bind', spec.appDir, SANDBOX_APP_DIR];
+      const command = forwards.length
+        ? [
+            '/bin/sh',
+            '-c',
+            FORWARDING_SHELL,
+            'slipway-app',
+            spec.command,
+            runAs?.unshare ?? '',
+            String(runAs?.uid ?? ''),
+            String(runAs?.gid ?? ''),
+            ...forwards.flatMap((f) => [String(f.port), `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`]),
+          ]
+        : [...runAsArgs, '/bin/sh', '-c', spec.command];
+      const args = [
+        ...mapping.bwrapArgs,
+        '--die-with-parent',
+        '--unshare-pid',
+        '--unshare-ipc',
+        '--unshare-uts',
+        ...(slirp ? ['--unshare-net'] : []),
+        '--ro-bind',
+        '/',
+        '/',
+        ...DEV_ARGS,
+        '--proc',
+        '/proc',
+        '--tmpfs',
+        '/tmp',
+        '--tmpfs',
+        SANDBOX_HOME,
+        // A Node.js installed under /home (nvm, for one) stays usable.
+        ...(NODE_PREFIX.startsWith(`${SANDBOX_HOME}/`) ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
+        // Hide the service's data directory and sockets; the command's own directory appears at /home/app.
+        '--tmpfs',
+        dataDir,
+        ...(socketDir ? ['--tmpfs', socketDir] : []),
+        // The machine's Unix sockets (PostgreSQL, MariaDB, Redis, D-Bus, a container engine) live
+        // under /run: a read-only mount does not keep a process from connecting to them.
+        '--tmpfs',
+        '/run',
+        ...hidden.flatMap((dir) => ['--tmpfs', dir]),
+        ...(nodeUnder ? ['--ro-bind', NODE_PREFIX, NODE_PREFIX] : []),
+        ...(resolvConf ? ['--ro-bind', resolvConf, resolvTarget] : []),
+        ...files,
+        '--chdir',
+        `${SANDBOX_APP_DIR}/src`,
+        '--block-fd',
+        '3',
+        '--info-fd',
+        '4',
+        ...command,
+      ];
+      return { file: bwrap, args, cwd: path.join(spec.appDir, 'src'), hold: 'bwrap', ...(user ?? {}) };
+    },
+  };
+}

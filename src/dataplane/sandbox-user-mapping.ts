@@ -1,0 +1,81 @@
+/**
+ * Who a sandboxed command runs as (src/dataplane/sandbox.ts): the programs a sandbox is made with, the
+ * user namespace mapping bubblewrap is given when the service is not root, and giving the command's
+ * user the directories it must write.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { findExecutable } from './executables.ts';
+
+const run = promisify(execFile);
+
+export async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
+  // The tree is the service's own at this point (extracted, or a fresh copy): no link is followed anyway.
+  await run('chown', ['-R', '-h', '--', `${uid}:${gid}`, dir]);
+}
+
+/** The programs a sandbox is made with; null when not installed. */
+export interface SandboxTools {
+  bwrap: string | null;
+  slirp4netns: string | null;
+  socat: string | null;
+  /** util-linux `unshare`, for the command's own user namespace (UserMapping). */
+  unshare: string | null;
+}
+
+export async function findTools(): Promise<SandboxTools> {
+  return {
+    bwrap: await findExecutable('bwrap'),
+    slirp4netns: await findExecutable('slirp4netns'),
+    socat: await findExecutable('socat'),
+    unshare: await findExecutable('unshare'),
+  };
+}
+
+/**
+ * How the users of a sandbox with a network of its own are mapped when the service is not root.
+ * slirp4netns, started by the service's user, joins the sandbox's user namespace and becomes root there
+ * for its own sandbox (`setegid(0)`): bubblewrap must map the service's user to uid 0 in it, or slirp4netns
+ * exits with `setegid(0) / parent failed`. That root has no capabilities (`--cap-drop ALL`) and no more
+ * rights on files than the service's user: it is the same user to the kernel, and the mounts hiding the
+ * service's data are set up before the command starts and cannot be undone without capabilities. The
+ * one capability kept, CAP_SETFCAP in the sandbox's own user namespace (the kernel asks it of whoever maps
+ * uid 0 into a further namespace), is held by the sandbox's shell and socat only: the command itself runs
+ * in a nested user namespace as the service's own uid (`unshare --map-user`, util-linux 2.38 and later),
+ * without any capability, as it would without the mapping. With an older `unshare` it runs as uid 0 of
+ * its namespace, still without capabilities; the start log says so.
+ */
+export interface UserMapping {
+  /** bubblewrap's arguments for the sandbox's user namespace. */
+  bwrapArgs: string[];
+  /** `unshare` with the uid and gid the command runs as inside, or null to run it as it is. */
+  runAs: { unshare: string; uid: number; gid: number } | null;
+  /** The uid the command runs as inside (what the probe expects). */
+  uidInside: number;
+}
+
+export async function userMapping(
+  tools: SandboxTools,
+  user: { uid: number; gid: number } | null,
+  ownNetwork: boolean,
+): Promise<UserMapping> {
+  // As root the command runs as nobody, mapped to itself; slirp4netns runs as root and needs no mapping.
+  if (user) return { bwrapArgs: [], runAs: null, uidInside: user.uid };
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  // Without a network of its own bubblewrap's default (the service's uid, mapped to itself) serves.
+  if (!ownNetwork) return { bwrapArgs: [], runAs: null, uidInside: uid };
+  const mapsUsers =
+    tools.unshare !== null &&
+    (await run(tools.unshare, ['--help']).then(
+      ({ stdout }) => stdout.includes('--map-user'),
+      () => false,
+    ));
+  const rootInside = ['--unshare-user', '--uid', '0', '--gid', '0', '--cap-drop', 'ALL'];
+  if (!mapsUsers || !tools.unshare) return { bwrapArgs: rootInside, runAs: null, uidInside: 0 };
+  return {
+    bwrapArgs: [...rootInside, '--cap-add', 'CAP_SETFCAP'],
+    runAs: { unshare: tools.unshare, uid, gid },
+    uidInside: uid,
+  };
+}
