@@ -61,6 +61,13 @@ export default tseslint.config(
         setTimeout: 'readonly',
         clearTimeout: 'readonly',
         fetch: 'readonly',
+        // Web-standard globals of Node 20 (the MCP and A2A routes of the LangGraph server).
+        Headers: 'readonly',
+        Request: 'readonly',
+        Response: 'readonly',
+        ReadableStream: 'readonly',
+        TextEncoder: 'readonly',
+        TextDecoder: 'readonly',
       },
     },
   },

@@ -303,8 +303,12 @@ export function createCrons(ctx) {
   );
 
   /** The `http` option that mounts the cron routes (and the project's own `http.app` after them). */
-  async function cronHttpApp() {
-    globalThis[Symbol.for('slipway.langgraph.cronRoutes')] = registerCronRoutes;
+  /** `more`: other routes of the launcher's (MCP, A2A), registered after the crons' and before the project's app. */
+  async function cronHttpApp(more = []) {
+    globalThis[Symbol.for('slipway.langgraph.cronRoutes')] = (app) => {
+      registerCronRoutes(app);
+      for (const register of more) register(app);
+    };
     const user = options.http?.app;
     const [userFile, userExport] = user ? user.split(':', 2) : [];
     const lines = [

@@ -5,6 +5,11 @@ import { pathToFileURL } from 'node:url';
 
 /** The directory of the package `name` as `require` finds it from `fromRequire` (exports need not list package.json). */
 export function packageDir(fromRequire, name) {
+  // Where `require` would look first: a package whose CommonJS entry is missing (ESM-first ones) is found too.
+  for (const modules of fromRequire.resolve.paths(name) ?? []) {
+    const manifest = path.join(modules, name, 'package.json');
+    if (fs.existsSync(manifest)) return path.dirname(manifest);
+  }
   let dir = path.dirname(fromRequire.resolve(name));
   for (;;) {
     const manifest = path.join(dir, 'package.json');

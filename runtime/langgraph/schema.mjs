@@ -96,6 +96,22 @@ export const MIGRATIONS = [
      name text primary key,
      value jsonb not null,
      updated_at timestamptz not null default now())`,
+  // A2A tasks (runtime/langgraph/a2a-tasks.mjs): the task as the A2A SDK keeps it, its context the
+  // LangGraph thread, so any instance answers tasks/get and tasks/cancel.
+  `create table ${SCHEMA}.a2a_tasks (
+     task_id text primary key,
+     context_id text not null,
+     body jsonb not null,
+     created_at timestamptz not null default now(),
+     updated_at timestamptz not null default now())`,
+  `create index a2a_tasks_context on ${SCHEMA}.a2a_tasks (context_id, created_at)`,
+  // MCP sessions (runtime/langgraph/mcp.mjs): any instance serves a session another one opened, until
+  // a DELETE ends it everywhere.
+  `create table ${SCHEMA}.mcp_sessions (
+     session_id text primary key,
+     protocol_version text,
+     created_at timestamptz not null default now(),
+     closed_at timestamptz)`,
 ];
 
 /**

@@ -15,16 +15,20 @@
 //
 // The parts: instance.mjs (notifications, helpers), assistants.mjs, threads.mjs, runs.mjs (the
 // operations the server's routes and queue workers call), run-queue.mjs (claims, leases, sweeps),
-// crons.mjs (routes and scheduler), checkpoints.mjs, schema.mjs.
+// crons.mjs (routes and scheduler), checkpoints.mjs, schema.mjs; MCP and A2A on top of the API:
+// protocols.mjs, mcp.mjs, a2a.mjs, a2a-tasks.mjs.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { createA2a } from './a2a.mjs';
 import { createAssistants } from './assistants.mjs';
 import { deleteRunCheckpoints, installCheckpointer, installStore } from './checkpoints.mjs';
 import { createCrons } from './crons.mjs';
 import { createInstance } from './instance.mjs';
+import { createMcp } from './mcp.mjs';
 import { esmEntry, packageDir } from './packages.mjs';
 import { sleep } from './records.mjs';
+import { createSchemas, loadProtocolPackages } from './protocols.mjs';
 import { createRunQueue } from './run-queue.mjs';
 import { createRuns } from './runs.mjs';
 import { SCHEMA, WAKE_CHANNEL, migrate, recordTtls, ttlOf } from './schema.mjs';
@@ -146,9 +150,25 @@ export async function serve(instanceId, optionsText) {
 
   // The cron routes come in as the server's custom `http` app (mounted before its own routes, after
   // custom auth), from a module written for this instance: the user's own app, if any, is mounted in it.
-  const serverOptions = options.http?.disable_runs ? options : { ...options, http: await crons.cronHttpApp() };
+  // MCP and A2A (protocols.mjs) call the server's own API in process, through its loopback fetch.
+  const protocolPackages = await loadProtocolPackages(projectDir, logger);
+  const { getLoopbackFetch } = await internal('loopback.mjs');
+  const protocolCtx = { ...ctx, loopbackFetch: (url, init) => getLoopbackFetch()(url, init) };
+  // Graph schemas are compiled in a worker that LangChain's server gives 30 s, too little on a busy machine.
+  process.env.LANGGRAPH_SCHEMA_RESOLVE_TIMEOUT_MS ||= '180000';
+  const schemas = createSchemas(ctx);
+  const protocols = protocolPackages
+    ? [
+        createMcp(protocolCtx, protocolPackages, schemas.inputSchema),
+        createA2a(protocolCtx, protocolPackages, schemas.inputSchema),
+      ]
+    : [];
+  const serverOptions = options.http?.disable_runs
+    ? options
+    : { ...options, http: await crons.cronHttpApp(protocols.map((part) => part.register)) };
   const { host, cleanup } = await startServer(serverOptions, { ops });
   logger.info(`Server running at ${host}, state in PostgreSQL (instance ${instanceId})`);
+  if (protocols.length > 0) void schemas.warm(Object.keys(options.graphs ?? {}));
 
   let shuttingDown = false;
   async function shutdown() {
@@ -181,6 +201,7 @@ export async function serve(instanceId, optionsText) {
     }
     queue.stop();
     crons.stop();
+    for (const part of protocols) part.stop?.();
     await cleanup().catch(() => undefined);
     await instance.closeListener();
     await postgresStore.stop?.().catch(() => undefined);

@@ -39,6 +39,14 @@ export const LANGGRAPH_JS_SERVER_VERSION = '1.5.1';
  */
 const LANGGRAPH_POSTGRES_PACKAGE = '@langchain/langgraph-checkpoint-postgres';
 export const LANGGRAPH_POSTGRES_VERSION = '1.0.5';
+/**
+ * The SDKs of MCP and A2A, which the launcher serves every JS deployment's graphs with (`/mcp`, `/a2a`,
+ * runtime/langgraph/protocols.mjs). Pinned like the server: the runtime is written against these releases.
+ */
+export const MCP_SDK_PACKAGE = '@modelcontextprotocol/sdk';
+export const MCP_SDK_VERSION = '1.32.2';
+export const A2A_SDK_PACKAGE = '@a2a-js/sdk';
+export const A2A_SDK_VERSION = '1.3.0';
 /** Packages whose presence in a project's package.json means it brings the JS server itself. */
 const JS_SERVER_PROVIDERS = [LANGGRAPH_JS_SERVER_PACKAGE, '@langchain/langgraph-cli'];
 /** The open-source in-memory Python server, as `langgraph dev` runs it. */
@@ -434,6 +442,8 @@ function jsInstall(
   const added = [
     ...(brings(JS_SERVER_PROVIDERS) ? [] : [`${LANGGRAPH_JS_SERVER_PACKAGE}@${LANGGRAPH_JS_SERVER_VERSION}`]),
     ...(brings([LANGGRAPH_POSTGRES_PACKAGE]) ? [] : [`${LANGGRAPH_POSTGRES_PACKAGE}@${LANGGRAPH_POSTGRES_VERSION}`]),
+    ...(brings([MCP_SDK_PACKAGE]) ? [] : [`${MCP_SDK_PACKAGE}@${MCP_SDK_VERSION}`]),
+    ...(brings([A2A_SDK_PACKAGE]) ? [] : [`${A2A_SDK_PACKAGE}@${A2A_SDK_VERSION}`]),
   ];
   if (added.length > 0) steps.push(inDir(configDir, addPackagesCommand(manager === 'bun' ? 'npm' : manager, added)));
   return steps.join(' && ');

@@ -12,8 +12,10 @@ import {
   type SourceFiles,
 } from '../../src/domain/app-config.ts';
 import {
+  A2A_SDK_VERSION,
   LANGGRAPH_JS_SERVER_VERSION,
   LANGGRAPH_POSTGRES_VERSION,
+  MCP_SDK_VERSION,
   isLangGraphConfig,
   resolveLangGraphConfig,
   type LangGraphSourceFacts,
@@ -282,7 +284,8 @@ describe('LangGraph projects (langgraph.json)', () => {
     dependencies: { '@langchain/langgraph': '^1.7.3', '@langchain/core': '^1.4.0' },
   });
   const JS = { node_version: '20', graphs: { agent: './src/agent.ts:graph' } };
-  const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION} @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`;
+  const PROTOCOLS = `@modelcontextprotocol/sdk@${MCP_SDK_VERSION} @a2a-js/sdk@${A2A_SDK_VERSION}`;
+  const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION} @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION} ${PROTOCOLS}`;
   const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) =>
     resolveLangGraphConfig(file, raw, tree(files), overrides);
   function refusedLg(file: string, raw: unknown, files: Record<string, string>): string {
@@ -334,12 +337,14 @@ describe('LangGraph projects (langgraph.json)', () => {
       // The PostgreSQL checkpointer is still added, unless the project has it too.
       assert.equal(
         resolveLg('langgraph.json', JS, files(pkg())).install,
-        `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
+        `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION} ${PROTOCOLS}`,
       );
-      assert.equal(
-        resolveLg('langgraph.json', JS, files(pkg({ '@langchain/langgraph-checkpoint-postgres': '^1' }))).install,
-        'npm ci --no-audit --no-fund',
-      );
+      const all = {
+        '@langchain/langgraph-checkpoint-postgres': '^1',
+        '@modelcontextprotocol/sdk': '^1.32.0',
+        '@a2a-js/sdk': '^1.3.0',
+      };
+      assert.equal(resolveLg('langgraph.json', JS, files(pkg(all))).install, 'npm ci --no-audit --no-fund');
     }
   });
 
