@@ -42,6 +42,7 @@ import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
+import { keepCpusBusy } from '../test/support/busy-host.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
 import {
@@ -630,32 +631,6 @@ async function measureNoting(
       say(`  FAILED, trying again: ${error.message}`);
     }
   }
-}
-
-/**
- * A host whose every CPU other work keeps busy: one ordinary process per CPU (`node` spinning), started
- * by the bench at ordinary priority outside every cgroup of Slipway's, as any neighbour's work is.
- * Stopped (SIGKILL) by the returned function.
- */
-function keepCpusBusy(): { count: number; stop(): Promise<void> } {
-  const hogs = Array.from({ length: os.availableParallelism() }, () =>
-    spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }),
-  );
-  return {
-    count: hogs.length,
-    async stop() {
-      await Promise.all(
-        hogs.map(
-          (hog) =>
-            new Promise<void>((resolve) => {
-              if (hog.exitCode !== null || hog.signalCode !== null) return resolve();
-              hog.once('exit', () => resolve());
-              hog.kill('SIGKILL');
-            }),
-        ),
-      );
-    },
-  };
 }
 
 async function deleteDeployment(svc: DataPlaneService, id: string): Promise<void> {

@@ -61,6 +61,17 @@ export async function waitGone(target: ProcessIdentity, timeoutMs: number): Prom
   }
 }
 
+/** The pids of the processes in process group `pgid` (field 5 of `/proc/<pid>/stat`). */
+export async function groupMembers(pgid: number): Promise<number[]> {
+  const found: number[] = [];
+  for (const entry of await fs.readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue;
+    const fields = await statFields(Number(entry));
+    if (fields?.[2] === String(pgid)) found.push(Number(entry));
+  }
+  return found;
+}
+
 /** Resolves true once no process is left in the process group, false if some still are after `timeoutMs`. */
 export async function waitGroupGone(pgid: number, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;

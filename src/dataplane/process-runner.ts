@@ -13,7 +13,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
-import { identify, signalIdentified, waitGone, waitGroupGone, type ProcessIdentity } from './process-identity.ts';
+import {
+  groupMembers,
+  identify,
+  signalIdentified,
+  waitGone,
+  waitGroupGone,
+  type ProcessIdentity,
+} from './process-identity.ts';
 import type { ResourceGroup, Usage } from './resource-limits.ts';
 import { attachNetwork, type NetworkAttachment } from './sandbox-network.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
@@ -89,6 +96,36 @@ function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandbox: Proce
   if (sandbox) void signalIdentified(sandbox, signal);
 }
 
+/**
+ * SIGTERM to what runs inside a sandbox, never to the outer bubblewrap: that one dies of it, and its
+ * --die-with-parent then SIGKILLs the whole sandbox at once, before the app's own SIGTERM handler has
+ * run (it would see the signal and be killed mid-way). Without the outer one the app ends in its own
+ * time, its sandbox after it; the SIGKILL after the grace period still goes to everything.
+ */
+async function terminateInside(child: ChildProcess, sandbox: ProcessIdentity | null): Promise<void> {
+  if (child.pid === undefined) return;
+  // The outer group, and the sandbox init's own when it leads one: all but the outer bubblewrap.
+  const groups = [child.pid, ...(sandbox ? [sandbox.pid] : [])];
+  const members = (await Promise.all(groups.map((pgid) => groupMembers(pgid)))).flat();
+  for (const pid of new Set(members)) {
+    if (pid === child.pid) continue;
+    try {
+      process.kill(pid, 'SIGTERM');
+    } catch {
+      // Gone in between.
+    }
+  }
+}
+
+/**
+ * The command's own shell inside a sandbox outlives a stop's SIGTERM until the command has ended: dash
+ * runs a command as its child, and a shell killed by the SIGTERM would end the sandbox (its init exits
+ * with it, and the kernel kills what is left of the namespace) before the app's own SIGTERM handler has
+ * run. A trap is a handler, not an ignored signal, so the command still gets SIGTERM's default action;
+ * the shell then exits with the command's status, running nothing more of it.
+ */
+const untilCommandEnds = (command: string): string => `trap 'exit $?' TERM INT HUP; ${command}`;
+
 /** The ports in state LISTEN (0A) of the network namespace `pid` is in, from /proc/<pid>/net/tcp and tcp6. */
 async function listeningPortsOf(pid: number): Promise<number[] | null> {
   const ports = new Set<number>();
@@ -121,7 +158,7 @@ async function readSandboxPid(info: Readable): Promise<number> {
 
 export function startProcess(options: RunOptions): RunningProcess {
   const { sandbox, run } = options;
-  const plan = sandbox.plan(run);
+  const plan = sandbox.plan(sandbox.kind === 'bwrap' ? { ...run, command: untilCommandEnds(run.command) } : run);
   const child = spawn(plan.file, plan.args, {
     cwd: plan.cwd,
     env: options.env,
@@ -229,7 +266,8 @@ export function startProcess(options: RunOptions): RunningProcess {
       return listeningPortsOf(init.pid);
     },
     async stop(graceMs) {
-      signalGroup(child, 'SIGTERM', sandboxInit);
+      if (plan.hold === 'bwrap') await terminateInside(child, sandboxInit);
+      else signalGroup(child, 'SIGTERM', sandboxInit);
       const timer = setTimeout(() => signalGroup(child, 'SIGKILL', sandboxInit), graceMs);
       try {
         return await exited;

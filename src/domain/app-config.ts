@@ -274,7 +274,7 @@ function nodeDefaults(file: string, source: SourceFiles): Defaults {
     build: () => (pkg('build')?.scripts.build !== undefined ? 'npm run build' : null),
     start() {
       const facts = pkg('start');
-      if (facts?.scripts.start !== undefined) return 'npm start';
+      if (facts?.scripts.start !== undefined) return directNpmScript('npm start', facts, source) ?? 'npm start';
       if (facts?.main) return `node ${shellWord(facts.main)}`;
       const why = facts ? 'package.json has neither a start script nor main' : 'there is no package.json';
       throw new AppConfigError(
@@ -282,6 +282,42 @@ function nodeDefaults(file: string, source: SourceFiles): Defaults {
       );
     },
   };
+}
+
+/** `npm start`, `npm run <script>`, `npm run-script <script>`, with nothing else on the line. */
+const NPM_RUN = /^npm\s+(?:(start)|run(?:-script)?\s+([A-Za-z0-9:_.-]+))$/;
+
+/** package.json's facts, or null when it is missing or unreadable (npm itself then says what is wrong). */
+function quietPackageFacts(text: string | null): PackageFacts | null {
+  try {
+    return packageFacts(text, 'package.json', 'start');
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The script an `npm start` (or `npm run <name>`) runs, so that an instance runs it directly: npm would
+ * otherwise stay the app's parent for its whole life (a Node.js process of about 55 MB per instance)
+ * for nothing but starting it. Followed through scripts that run other scripts the same way. Null when
+ * npm must run it itself: a `pre`/`post` script around it, a script that is not there, arguments. npm's
+ * own `npm_*` variables are not set then (docs/app-config.md); PATH has node_modules/.bin as under npm.
+ */
+function directNpmScript(command: string, facts: PackageFacts | null, source: SourceFiles): string | null {
+  let current = command.trim();
+  for (let depth = 0; depth < 8 && facts; depth++) {
+    const match = NPM_RUN.exec(current);
+    if (!match) return depth === 0 ? null : current;
+    const name = match[1] ?? match[2]!;
+    if (facts.scripts[`pre${name}`] !== undefined || facts.scripts[`post${name}`] !== undefined)
+      return depth === 0 ? null : current;
+    const script = facts.scripts[name];
+    // npm's own default for a start script that is not there.
+    if (script === undefined && name === 'start' && source.rootFiles.includes('server.js')) return 'node server.js';
+    if (script === undefined) return depth === 0 ? null : current;
+    current = script.trim();
+  }
+  return facts && current !== command.trim() ? current : null;
 }
 
 function pythonDefaults(file: string, source: SourceFiles): Defaults {
@@ -332,7 +368,10 @@ export function resolveAppConfig(
   };
   const install = pick('install', overrides.install_command);
   const build = pick('build', overrides.build_command);
-  const start = checked.start ?? defaults.start();
+  const start =
+    checked.start !== undefined && runtime === 'node'
+      ? (directNpmScript(checked.start, quietPackageFacts(source.packageJson), source) ?? checked.start)
+      : (checked.start ?? defaults.start());
   return {
     runtime,
     install,

@@ -27,6 +27,7 @@ import { startProcess } from '../../src/dataplane/process-runner.ts';
 import { createResourceControl, type ResourceControl } from '../../src/dataplane/resource-limits.ts';
 import { createSandbox } from '../../src/dataplane/sandbox.ts';
 import {
+  makeCanary,
   pathExists,
   processesMarked,
   revisionLog,
@@ -35,6 +36,7 @@ import {
   waitFor,
   waitForRevision,
   watchRemovalRace,
+  type Canary,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 
@@ -76,22 +78,18 @@ setInterval(() => {
 
 describe('a deletion during a scale-down', () => {
   let service: TestService;
-  let root: string;
-  let canary: string;
+  let canary: Canary;
 
   before(async () => {
     // A long drain: a leaving instance that ignores SIGTERM runs this long before its SIGKILL. Without
     // bubblewrap, whose outer process dies of the SIGTERM and takes its whole sandbox with it at once
     // (--die-with-parent), so that there the window is only the time the kernel takes to end it.
     service = await startTestService({ SLIPWAY_DRAIN_SECONDS: '20', SLIPWAY_SANDBOX: 'none' });
-    root = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-teardown-2-')));
-    canary = path.join(root, 'canary');
-    await fs.mkdir(canary);
-    for (let i = 0; i < CANARY_FILES; i++) await fs.writeFile(path.join(canary, `keep-${i}`), 'keep');
+    canary = await makeCanary(CANARY_FILES);
   });
   after(async () => {
     await service?.close();
-    await fs.rm(root, { recursive: true, force: true });
+    await canary?.remove();
   });
 
   test('removes the data directory only after the instance being scaled away is gone', async () => {
@@ -112,7 +110,7 @@ describe('a deletion during a scale-down', () => {
       source: 'internal_source',
       source_config: { resource_spec: { queue_min_scale: 1 } },
       source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
-      secrets: [{ name: 'TARGET_DIR', value: canary }],
+      secrets: [{ name: 'TARGET_DIR', value: canary.dir }],
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id: string = created.body.id;
@@ -141,7 +139,7 @@ describe('a deletion during a scale-down', () => {
     );
     assert.deepEqual((await watch.stop()).slice(0, 3), [], 'the removal raced the instance being scaled away');
     assert.deepEqual(await processesMarked(marker), [], 'the scaled-away instance still runs after the deletion');
-    assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
+    await canary.assertIntact('after the deletion');
   });
 
   test("a revision deployed while an interrupted one's build is being stopped prunes its files only after", async () => {
@@ -171,7 +169,7 @@ describe('a deletion during a scale-down', () => {
       name: 'pruned',
       source: 'internal_source',
       source_revision_config: { source_tarball_path: slow, framework_config_path: 'slipway.json' },
-      secrets: [{ name: 'TARGET_DIR', value: canary }],
+      secrets: [{ name: 'TARGET_DIR', value: canary.dir }],
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const id: string = created.body.id;
@@ -191,7 +189,7 @@ describe('a deletion during a scale-down', () => {
     await waitFor('the interrupted revision files to be removed', async () => !(await pathExists(dir)));
     assert.deepEqual((await watch.stop()).slice(0, 3), [], "the pruning raced the interrupted revision's build");
     assert.deepEqual(await processesMarked(marker), []);
-    assert.equal((await fs.readdir(canary)).length, CANARY_FILES, 'canary files');
+    await canary.assertIntact('after the pruning');
   });
 });
 

@@ -48,7 +48,7 @@ describe('loading', () => {
       runtime: 'node',
       install: null,
       build: null,
-      start: 'npm start',
+      start: 'node index.js',
       worker: null,
       healthCheckPath: '/',
       env: {},
@@ -87,7 +87,7 @@ describe('loading', () => {
   test('a file in a subdirectory, with a byte-order mark; the defaults still come from the root', async () => {
     const dir = await source({ 'deploy/agent.json': '\uFEFF{"env": {"MODE": "prod"}}', 'package.json': START });
     const config = await loadAppConfig(dir, './deploy/agent.json', {});
-    assert.equal(config.start, 'npm start');
+    assert.equal(config.start, 'node index.js');
     assert.deepEqual(config.env, { MODE: 'prod' });
   });
 
@@ -115,7 +115,7 @@ describe('loading', () => {
     const config = await loadAppConfig(example, 'slipway.json', {});
     assert.equal(config.runtime, 'node');
     assert.equal(config.install, null);
-    assert.equal(config.start, 'npm start');
+    assert.equal(config.start, 'node server.js');
     assert.equal(config.healthCheckPath, '/healthz');
     assert.equal(config.database, true);
   });

@@ -10,13 +10,20 @@
  * nothing, and the deploy ran into its health-check deadline (or the build into its own).
  */
 import assert from 'node:assert/strict';
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { keepCpusBusy } from '../support/busy-host.ts';
+import {
+  oneFileApp,
+  requestApp,
+  startTestService,
+  uploadApp,
+  waitForRevision,
+  type TestService,
+} from './data-plane-harness.ts';
 
 const SERVER = `
 import http from 'node:http';
@@ -40,40 +47,12 @@ after(async () => {
   await service?.close();
 });
 
-/** One ordinary process per CPU, spinning until killed: a neighbour's work, outside Slipway. */
-function keepEveryCpuBusy(): { stop(): Promise<void> } {
-  const hogs: ChildProcess[] = [];
-  for (let i = 0; i < os.availableParallelism(); i++) {
-    hogs.push(spawn(process.execPath, ['-e', 'for(;;){}'], { stdio: 'ignore' }));
-  }
-  return {
-    async stop() {
-      await Promise.all(
-        hogs.map(
-          (hog) =>
-            new Promise<void>((resolve) => {
-              if (hog.exitCode !== null || hog.signalCode !== null) return resolve();
-              hog.once('exit', () => resolve());
-              hog.kill('SIGKILL');
-            }),
-        ),
-      );
-    },
-  };
-}
-
 test('with every CPU kept busy by ordinary processes outside the service, a tiny app is built and DEPLOYED, and answers', async () => {
-  const tarball = await uploadApp(service, {
-    'package.json': JSON.stringify({
-      name: 'tiny',
-      private: true,
-      type: 'module',
-      scripts: { start: 'node server.js' },
-    }),
-    'server.js': SERVER,
-    'slipway.json': JSON.stringify({ health_check_path: '/', database: false, build: BUILD }),
-  });
-  const busy = keepEveryCpuBusy();
+  const tarball = await uploadApp(
+    service,
+    oneFileApp(SERVER, { health_check_path: '/', database: false, build: BUILD }),
+  );
+  const busy = keepCpusBusy();
   try {
     const created = await service.api('POST', '/v2/deployments', {
       name: 'busy-host',
@@ -98,7 +77,7 @@ test('with every CPU kept busy by ordinary processes outside the service, the La
   const source = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-busy-langgraph-'));
   await fs.cp(LANGGRAPH_EXAMPLE, source, { recursive: true, filter: (from) => !from.includes('node_modules') });
   const tarball = await uploadApp(service, source).finally(() => fs.rm(source, { recursive: true, force: true }));
-  const busy = keepEveryCpuBusy();
+  const busy = keepCpusBusy();
   try {
     const created = await service.api('POST', '/v2/deployments', {
       name: 'busy-langgraph',

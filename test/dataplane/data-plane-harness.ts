@@ -260,3 +260,48 @@ export function watchRemovalRace(marker: string, sentinel: string): { stop(): Pr
     },
   };
 }
+
+/**
+ * A directory of the host full of files that no app may make the service remove: an attacker's target,
+ * named to the app (in a secret) as where to point its links.
+ */
+export interface Canary {
+  dir: string;
+  /** Fails, naming `when`, unless every file is still there. */
+  assertIntact(when: string): Promise<void>;
+  remove(): Promise<void>;
+}
+
+export async function makeCanary(files: number): Promise<Canary> {
+  const root = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-canary-')));
+  const dir = path.join(root, 'canary');
+  await fs.mkdir(dir);
+  for (let i = 0; i < files; i++) await fs.writeFile(path.join(dir, `keep-${i}`), 'keep');
+  return {
+    dir,
+    async assertIntact(when) {
+      const left = (await fs.readdir(dir)).length;
+      if (left !== files) throw new Error(`${when}: canary files left: ${left} of ${files}`);
+    },
+    remove: () => fs.rm(root, { recursive: true, force: true }),
+  };
+}
+
+/** The files of a Node.js app of one module (`server.js`, started by `npm start`) with its slipway.json. */
+export function oneFileApp(
+  server: string,
+  slipway: Record<string, unknown>,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    'package.json': JSON.stringify({
+      name: 'tiny',
+      private: true,
+      type: 'module',
+      scripts: { start: 'node server.js' },
+    }),
+    'server.js': server,
+    'slipway.json': JSON.stringify(slipway),
+    ...extra,
+  };
+}

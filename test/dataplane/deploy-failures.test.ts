@@ -8,6 +8,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import {
+  oneFileApp,
   requestApp,
   startTestService,
   uploadApp,
@@ -30,17 +31,7 @@ if (mode === 'crash') setTimeout(() => process.exit(3), 500);
 `;
 
 function tinyApp(config: Record<string, unknown>, extra: Record<string, string> = {}): Record<string, string> {
-  return {
-    'package.json': JSON.stringify({
-      name: 'tiny',
-      private: true,
-      type: 'module',
-      scripts: { start: 'node server.js' },
-    }),
-    'server.js': SERVER,
-    'slipway.json': JSON.stringify({ health_check_path: '/healthz', ...config }),
-    ...extra,
-  };
+  return oneFileApp(SERVER, { health_check_path: '/healthz', ...config }, extra);
 }
 
 let service: TestService;

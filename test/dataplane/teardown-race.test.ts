@@ -14,11 +14,10 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import {
+  makeCanary,
   pathExists,
   processesMarked,
   startTestService,
@@ -26,6 +25,7 @@ import {
   waitFor,
   waitForRevision,
   watchRemovalRace,
+  type Canary,
   type TestService,
 } from './data-plane-harness.ts';
 
@@ -70,25 +70,16 @@ for (;;) {
 `;
 
 let service: TestService;
-let root: string;
-let canary: string;
+let canary: Canary;
 
 before(async () => {
   service = await startTestService(process.env.DEBUG_LOG ? { LOG_LEVEL: 'info' } : {});
-  root = await fs.realpath(await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-teardown-')));
-  canary = path.join(root, 'canary');
-  await fs.mkdir(canary);
-  for (let i = 0; i < CANARY_FILES; i++) await fs.writeFile(path.join(canary, `keep-${i}`), 'keep');
+  canary = await makeCanary(CANARY_FILES);
 });
 after(async () => {
   await service?.close();
-  await fs.rm(root, { recursive: true, force: true });
+  await canary?.remove();
 });
-
-async function assertCanaryIntact(when: string): Promise<void> {
-  const left = await fs.readdir(canary);
-  assert.equal(left.length, CANARY_FILES, `${when}: canary files left: ${left.length} of ${CANARY_FILES}`);
-}
 
 async function deploy(name: string, slipway: Record<string, unknown>): Promise<{ id: string; revisionId: string }> {
   const tarball = await uploadApp(service, {
@@ -100,7 +91,7 @@ async function deploy(name: string, slipway: Record<string, unknown>): Promise<{
     name,
     source: 'internal_source',
     source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
-    secrets: [{ name: 'TARGET_DIR', value: canary }],
+    secrets: [{ name: 'TARGET_DIR', value: canary.dir }],
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   return { id: created.body.id, revisionId: created.body.latest_revision_id };
@@ -130,7 +121,7 @@ test('a deployment deleted while its revision starts is gone only after every pr
     assert.deepEqual((await watch.stop()).slice(0, 3), [], `round ${round}: the removal raced the app`);
     // Confirmed means done: nothing of the app runs, and its data went without following a link.
     assert.deepEqual(await processesMarked(marker), [], `round ${round}: the app still runs after its deletion`);
-    await assertCanaryIntact(`round ${round}`);
+    await canary.assertIntact(`round ${round}`);
     assert.equal(await pathExists(path.join(service.dataDir, 'deployments', id)), false, 'its data directory is gone');
   }
 });
@@ -150,7 +141,7 @@ test('an interrupted build that ignores SIGTERM is gone before its directory is 
   assert.equal(revision.status, 'INTERRUPTED');
   await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'the build still runs after its directory was removed');
-  await assertCanaryIntact('after the interrupted build');
+  await canary.assertIntact('after the interrupted build');
 });
 
 test('a failed build whose command leaves a swapper behind has it gone before its directory is removed', async () => {
@@ -165,5 +156,5 @@ test('a failed build whose command leaves a swapper behind has it gone before it
   const dir = path.join(service.dataDir, 'revisions', revisionId);
   await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'what the build left behind still runs');
-  await assertCanaryIntact('after the failed build');
+  await canary.assertIntact('after the failed build');
 });

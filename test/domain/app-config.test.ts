@@ -54,7 +54,7 @@ describe('zero configuration', () => {
       runtime: 'node',
       install: null,
       build: null,
-      start: 'npm start',
+      start: 'node index.js',
       worker: null,
       healthCheckPath: '/',
       env: {},
@@ -121,6 +121,40 @@ describe('Node defaults', () => {
     // An odd main is one word for sh -c, not a second command.
     assert.equal(resolve({}, node({ main: 'my server.js; rm -rf /' })).start, "node 'my server.js; rm -rf /'");
     assert.equal(resolve({}, node({ main: "it's.js" })).start, `node 'it'\\''s.js'`);
+  });
+
+  test('npm start runs its script directly, without npm staying in between', () => {
+    const scripts = { start: 'npm run serve', serve: 'node dist/server.js --port $PORT', other: 'node other.js' };
+    // The default, and npm's ways of naming a script, followed through scripts that name scripts.
+    assert.equal(resolve({}, node({ scripts })).start, 'node dist/server.js --port $PORT');
+    for (const start of ['npm start', 'npm run start', 'npm  run-script  start', ' npm run serve '])
+      assert.equal(resolve({ start }, node({ scripts })).start, 'node dist/server.js --port $PORT', start);
+    assert.equal(resolve({ start: 'npm run other' }, node({ scripts })).start, 'node other.js');
+    // npm's own default without a start script.
+    assert.equal(resolve({ start: 'npm start' }, node({ name: 'agent' }, ['server.js'])).start, 'node server.js');
+  });
+
+  test('npm stays where it does more than start the script', () => {
+    // Scripts around it, arguments, a script that is not there, no package.json to go by.
+    const around = { start: 'node index.js', prestart: 'node migrate.js' };
+    assert.equal(resolve({}, node({ scripts: around })).start, 'npm start');
+    assert.equal(
+      resolve({ start: 'npm start' }, node({ scripts: { start: 'node a.js', poststart: 'x' } })).start,
+      'npm start',
+    );
+    assert.equal(
+      resolve({ start: 'npm start -- --port 1' }, node({ scripts: { start: 'node a.js' } })).start,
+      'npm start -- --port 1',
+    );
+    assert.equal(
+      resolve({ start: 'npm run missing' }, node({ scripts: { start: 'node a.js' } })).start,
+      'npm run missing',
+    );
+    assert.equal(resolve({ start: 'npm start', install: null, build: null }, node('{ not json')).start, 'npm start');
+    // A script reached through another keeps its own pre script: npm runs from there.
+    const nested = { start: 'npm run serve', serve: 'node s.js', preserve: 'node p.js' };
+    assert.equal(resolve({}, node({ scripts: nested })).start, 'npm run serve');
+    assert.equal(resolve({ start: 'npm start', runtime: 'python' }, python('main.py')).start, 'npm start');
   });
 
   test('start without a start script, main or package.json is refused, naming start', () => {
