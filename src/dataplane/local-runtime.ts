@@ -21,21 +21,21 @@ import type { DataPlaneReports } from '../domain/data-plane.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
-import { recordEvents } from '../store/events.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
 import { tracingProjectName } from '../store/tracing-projects.ts';
 import { dropAppDatabase } from './app-database.ts';
 import { provisionAppResources } from './app-provisioning.ts';
 import { runEnvironment } from './app-environment.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
-import { createAppSupervisor, type InstanceExit } from './app-supervisor.ts';
+import { createAppWorkTracking } from './app-work-tracking.ts';
+import { createAppSupervisor } from './app-supervisor.ts';
+import { reportAppExit } from './app-exit-reports.ts';
 import { appUrl, type AppEdge } from './app-edge.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
 import type { HostForward } from './host-forwards.ts';
-import { describeExit } from './process-runner.ts';
 import { limitsFromResourceSpec } from './resource-limits.ts';
-import { createLogWriter, type LogWriter } from './log-writer.ts';
+import { createLogWriter } from './log-writer.ts';
 import {
   buildRevision,
   PROCESSES_LEFT,
@@ -51,9 +51,6 @@ import type { Sandbox } from './sandbox.ts';
 import { copyUpload, legacyUploadFile } from './upload-source.ts';
 import { inSpan } from '../telemetry/tracing.ts';
 import type { InstanceStats } from './app-supervisor.ts';
-
-/** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
-const CRASH_LOOP_THRESHOLD = 5;
 
 export interface RevisionJob {
   revisionId: string;
@@ -144,58 +141,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const scaling = new Map<string, { app: RunningApp; work: Promise<void> }>();
   /** Stops under way, by deployment: a second stop (a teardown's) waits for the first to finish. */
   const stopping = new Map<string, Promise<void>>();
-  /**
-   * Builds and starts under way, by deployment (a teardown waits for them to end before it removes
-   * anything) and by `revision:<id>` (a removal of the revision's files waits for them).
-   */
-  const inFlight = new Map<string, Set<Promise<unknown>>>();
-  /**
-   * Deployments and revisions some of whose processes could not be confirmed gone (src/dataplane/
-   * process-runner.ts, `leftover`): what they could write is never removed while this service runs. With
-   * the service's end they end too (bubblewrap's --die-with-parent), and a later teardown removes it.
-   */
-  const untouchable = new Map<string, string>();
-
-  function track<T>(deploymentId: string, revisionId: string, work: Promise<T>): Promise<T> {
-    const settled = work.then(
-      () => undefined,
-      () => undefined,
-    );
-    // By deployment (a teardown waits for them) and by revision (a removal of its files waits for them:
-    // pruning after a deploy, while an interrupted revision's build may still be being stopped).
-    for (const key of [deploymentId, `revision:${revisionId}`]) {
-      const set = inFlight.get(key) ?? new Set<Promise<unknown>>();
-      inFlight.set(key, set);
-      set.add(settled);
-      void settled.then(() => {
-        set.delete(settled);
-        if (set.size === 0 && inFlight.get(key) === set) inFlight.delete(key);
-      });
-    }
-    return work;
-  }
-
-  /** Records what an app's supervisor could not confirm gone, for the deployment (and the revision). */
-  function noteLeftovers(deploymentId: string, revisionId: string, supervisor: { leftovers: readonly string[] }): void {
-    if (supervisor.leftovers.length === 0) return;
-    const what = supervisor.leftovers.join('; ');
-    untouchable.set(deploymentId, what);
-    untouchable.set(revisionId, what);
-    logger.error(
-      { deploymentId, revisionId, leftovers: supervisor.leftovers },
-      'processes of an app could not be confirmed gone: its files are kept until the service restarts',
-    );
-  }
-
-  /** Refuses to remove what the processes of `id` (a deployment or revision) may still write. */
-  function assertRemovable(id: string): void {
-    const what = untouchable.get(id);
-    if (what)
-      throw new Error(
-        `${id}: processes that could write its files could not be confirmed gone (${what}); ` +
-          'its files are kept until the service restarts',
-      );
-  }
+  const tracking = createAppWorkTracking(logger);
 
   const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
     Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
@@ -212,46 +158,6 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await deps.reports.reportCondition({ deploymentId, status: to, data, ...(from ? { from } : {}) });
   }
 
-  /** Every exit of a serving app is an event; a crash loop makes the deployment UNKNOWN. */
-  function onExit(job: RevisionJob, log: LogWriter, exit: InstanceExit): void {
-    const serving = apps.get(job.deployment.id)?.revisionId === job.revisionId;
-    const how = describeExit(exit.exit);
-    log.system(
-      `Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`,
-    );
-    if (!serving) return;
-    const deploymentId = job.deployment.id;
-    const data = {
-      revision_id: job.revisionId,
-      instance: exit.instanceId,
-      exit_code: exit.exit.code,
-      signal: exit.exit.signal,
-      ...(exit.exit.outOfMemory ? { reason: 'out_of_memory', memory_limit_bytes: exit.exit.memoryLimitBytes } : {}),
-      crashes: exit.crashes,
-      restart_in_ms: exit.restartInMs,
-    };
-    void (async () => {
-      await recordEvents(db, [
-        {
-          workspaceId: job.deployment.workspace_id,
-          subjectType: 'deployment',
-          subjectId: deploymentId,
-          deploymentId,
-          type: 'deployment.app_exited',
-          data,
-        },
-      ]);
-      if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
-        await setDeploymentStatus(deploymentId, 'UNKNOWN', {
-          reason: 'crash_loop',
-          message:
-            `Instance ${exit.instanceId} of revision ${job.revisionId} crashed ${exit.crashes} ` +
-            `times in a row; it keeps being restarted. Read its deploy log.`,
-        });
-      }
-    })().catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not record an app exit'));
-  }
-
   /** Stops a running revision's processes and releases what it held. */
   async function release(deploymentId: string, app: RunningApp): Promise<void> {
     await app.supervisor.stop(config.drainTimeoutMs);
@@ -259,7 +165,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     // the supervisor's stop does not wait for those: they may run for the whole drain time yet.
     const scale = scaling.get(deploymentId);
     if (scale?.app === app) await scale.work.catch(() => undefined);
-    noteLeftovers(deploymentId, app.revisionId, app.supervisor);
+    tracking.noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     await access.closeForwards(app.forwards);
     await app.log.close();
   }
@@ -330,7 +236,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       backoff: deps.backoff,
       onExit: (exit) => {
         if (exit.exit.outOfMemory) outOfMemory = true;
-        onExit(job, log, exit);
+        reportAppExit(deps, job, log, exit, apps.get(job.deployment.id)?.revisionId === job.revisionId);
       },
     });
     log.system(`Starting ${describeScale({ web: webCount, worker: workerCount })}: ${appConfig.start}`);
@@ -341,7 +247,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       );
     } catch (error) {
       await supervisor.stop(config.drainTimeoutMs);
-      noteLeftovers(job.deployment.id, job.revisionId, supervisor);
+      tracking.noteLeftovers(job.deployment.id, job.revisionId, supervisor);
       await access.closeForwards(reach.forwards);
       const tail = log.tail(20).join('\n');
       await log.close();
@@ -446,8 +352,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       // readers of the API), which the log has just above.
       if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
       if (error instanceof RevisionFailure && error.reason === PROCESSES_LEFT) {
-        untouchable.set(job.revisionId, error.message);
-        untouchable.set(job.deployment.id, error.message);
+        tracking.keepFiles(job.deployment.id, job.revisionId, error.message);
       }
       throw error;
     } finally {
@@ -499,15 +404,15 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     isolation: sandbox.description,
 
     build(job, hooks, signal) {
-      return track(job.deployment.id, job.revisionId, buildOnce(job, hooks, signal));
+      return tracking.track(job.deployment.id, job.revisionId, buildOnce(job, hooks, signal));
     },
 
     deploy(job, signal, commit) {
-      return track(job.deployment.id, job.revisionId, deployOnce(job, signal, commit));
+      return tracking.track(job.deployment.id, job.revisionId, deployOnce(job, signal, commit));
     },
 
     resume(job) {
-      return track(job.deployment.id, job.revisionId, resumeOnce(job));
+      return tracking.track(job.deployment.id, job.revisionId, resumeOnce(job));
     },
 
     running: () => [...apps.keys()],
@@ -562,10 +467,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       // here stops, and every build or start of its revisions still under way ends first (the worker has
       // aborted them), each of their processes confirmed gone. A start that ended by serving is stopped too.
       await stop(deployment.id);
-      await Promise.all([...(inFlight.get(deployment.id) ?? [])]);
+      await tracking.deploymentWorkEnded(deployment.id);
       await stop(deployment.id);
-      assertRemovable(deployment.id);
-      for (const revisionId of revisionIds) assertRemovable(revisionId);
+      tracking.assertRemovable(deployment.id);
+      for (const revisionId of revisionIds) tracking.assertRemovable(revisionId);
       const runtime = await getDeploymentRuntime(db, deployment.id);
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
       for (const revisionId of revisionIds) await removeTree(revisionDirs(config.dataDir, revisionId).root);
@@ -573,8 +478,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     },
 
     async removeRevisionFiles(revisionId) {
-      await Promise.all([...(inFlight.get(`revision:${revisionId}`) ?? [])]);
-      assertRemovable(revisionId);
+      await tracking.revisionWorkEnded(revisionId);
+      tracking.assertRemovable(revisionId);
       await removeTree(revisionDirs(config.dataDir, revisionId).root);
     },
 

@@ -1,0 +1,81 @@
+/**
+ * What the local runtime records when a serving app's instance exits: every exit is an event
+ * (`deployment.app_exited`), and a crash loop makes the deployment UNKNOWN through the data plane's
+ * condition reports (src/domain/data-plane.ts), whose rules the lifecycle applies.
+ */
+import type { Kysely } from 'kysely';
+import type { Logger } from 'pino';
+import type { DataPlaneReports } from '../domain/data-plane.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
+import type { InstanceExit } from './app-supervisor.ts';
+import type { LogWriter } from './log-writer.ts';
+import { describeExit } from './process-runner.ts';
+
+/** Crashes of one instance, back to back, after which the deployment is reported UNKNOWN. */
+const CRASH_LOOP_THRESHOLD = 5;
+
+/** The app an exit is of. */
+export interface ExitedApp {
+  revisionId: string;
+  deployment: { id: string; workspace_id: string };
+}
+
+export interface AppExitReportsDeps {
+  db: Kysely<Database>;
+  reports: DataPlaneReports;
+  logger: Logger;
+}
+
+/**
+ * Says an instance's exit in the revision's deploy log and, when the revision is what serves the
+ * deployment (`serving`), records it as an event; the crash loop's UNKNOWN follows. Never throws: a
+ * failure to record is logged (the supervisor restarts the instance either way).
+ */
+export function reportAppExit(
+  deps: AppExitReportsDeps,
+  app: ExitedApp,
+  log: LogWriter,
+  exit: InstanceExit,
+  serving: boolean,
+): void {
+  const how = describeExit(exit.exit);
+  log.system(
+    `Instance ${exit.instanceId} ${how}; restarting in ${Math.round(exit.restartInMs / 1000)} s (crash ${exit.crashes})`,
+  );
+  if (!serving) return;
+  const deploymentId = app.deployment.id;
+  const data = {
+    revision_id: app.revisionId,
+    instance: exit.instanceId,
+    exit_code: exit.exit.code,
+    signal: exit.exit.signal,
+    ...(exit.exit.outOfMemory ? { reason: 'out_of_memory', memory_limit_bytes: exit.exit.memoryLimitBytes } : {}),
+    crashes: exit.crashes,
+    restart_in_ms: exit.restartInMs,
+  };
+  void (async () => {
+    await recordEvents(deps.db, [
+      {
+        workspaceId: app.deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deploymentId,
+        deploymentId,
+        type: 'deployment.app_exited',
+        data,
+      },
+    ]);
+    if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
+      await deps.reports.reportCondition({
+        deploymentId,
+        status: 'UNKNOWN',
+        data: {
+          reason: 'crash_loop',
+          message:
+            `Instance ${exit.instanceId} of revision ${app.revisionId} crashed ${exit.crashes} ` +
+            `times in a row; it keeps being restarted. Read its deploy log.`,
+        },
+      });
+    }
+  })().catch((error: unknown) => deps.logger.error({ err: error, deploymentId }, 'could not record an app exit'));
+}
