@@ -214,37 +214,52 @@ export async function words(io: CgroupFs, file: string): Promise<string[]> {
   }
 }
 
-/** How often, 25 ms apart, a parent group is tried again while the kernel still counts an exiting process in it. */
-const DISPOSE_ATTEMPTS = 40;
+/** How often, 25 ms apart, a group's directory is tried again while the kernel still counts an exiting process in it. */
+const RMDIR_ATTEMPTS = 40;
 
 /**
- * Removes the parent groups (at service stop, after every group in them was removed). The last
- * processes of a group may still be exiting (rmdir fails with EBUSY until the kernel has let them go),
- * so a parent without subgroups is tried again for a second; one with subgroups left (a group that
- * could not be removed, logged where it failed) is left, and so is one that is gone.
+ * Removes a group's directory. The last processes of a group may still be exiting (rmdir fails with
+ * EBUSY until the kernel has let them go), so while `mayWait` says the error is that, it is tried again
+ * 25 ms apart, for a second at most. Resolves to null once the directory is gone (or was), else to the
+ * last error.
+ */
+export async function removeGroupDir(
+  io: CgroupFs,
+  dir: string,
+  mayWait: (error: unknown) => Promise<boolean>,
+): Promise<unknown> {
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      await io.rmdir(dir);
+      return null;
+    } catch (error) {
+      if (errorCode(error) === 'ENOENT') return null;
+      if (attempt >= RMDIR_ATTEMPTS || !(await mayWait(error))) return error;
+      await sleep(25);
+    }
+  }
+}
+
+/**
+ * Removes the parent groups (at service stop, after every group in them was removed). A parent without
+ * subgroups is tried again while its last processes exit; one with subgroups left (a group that could
+ * not be removed, logged where it failed) is left, and so is one that is gone.
  */
 export async function disposeDirs(io: CgroupFs, dirs: readonly string[], logger: CgroupLogger | undefined) {
+  const subgroupsOf = (dir: string) => io.subgroups(dir).catch(() => [] as string[]);
   for (const dir of dirs) {
-    for (let attempt = 1; ; attempt += 1) {
-      try {
-        await io.rmdir(dir);
-        break;
-      } catch (error) {
-        const code = errorCode(error);
-        if (code === 'ENOENT') break;
-        const busy = code === 'EBUSY' || code === 'ENOTEMPTY';
-        const left = busy ? await io.subgroups(dir).catch(() => []) : [];
-        if (busy && left.length === 0 && attempt < DISPOSE_ATTEMPTS) {
-          await sleep(25);
-          continue;
-        }
-        logger?.warn(
-          `could not remove cgroup ${dir}: ${message(error)}` +
-            (left.length > 0 ? ` (groups left: ${left.join(' ')})` : ''),
-        );
-        break;
-      }
-    }
+    const busy = (error: unknown) => ['EBUSY', 'ENOTEMPTY'].includes(errorCode(error) ?? '');
+    const error = await removeGroupDir(
+      io,
+      dir,
+      async (failure) => busy(failure) && (await subgroupsOf(dir)).length === 0,
+    );
+    if (error === null) continue;
+    const left = busy(error) ? await subgroupsOf(dir) : [];
+    logger?.warn(
+      `could not remove cgroup ${dir}: ${message(error)}` +
+        (left.length > 0 ? ` (groups left: ${left.join(' ')})` : ''),
+    );
   }
 }
 

@@ -5,12 +5,11 @@
  */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errorCode, message, writeSetting, type CgroupFs } from './cgroup-files.ts';
+import { errorCode, message, removeGroupDir, writeSetting, type CgroupFs } from './cgroup-files.ts';
 import type { ResourceGroup, Usage } from './resource-limits.ts';
 
 /** How long remove() keeps killing and waiting: a forking group needs a few rounds. */
 const KILL_ROUNDS = 60;
-const RMDIR_ATTEMPTS = 40;
 
 /** Where a group's usage is read: a file and how to read a number from it. */
 export interface UsageFiles {
@@ -73,22 +72,9 @@ async function emptyAndRemove(io: CgroupFs, dirs: readonly string[], killFile: s
   }
   const failures: string[] = [];
   for (const dir of dirs) {
-    for (let attempt = 0; ; attempt += 1) {
-      try {
-        await io.rmdir(dir);
-        break;
-      } catch (error) {
-        const code = errorCode(error);
-        if (code === 'ENOENT') break;
-        // A killed process leaves the group a moment after the signal, when it has finished exiting.
-        if (code === 'EBUSY' && attempt < RMDIR_ATTEMPTS) {
-          await sleep(25);
-          continue;
-        }
-        failures.push(`${dir}: ${message(error)}`);
-        break;
-      }
-    }
+    // A killed process leaves the group a moment after the signal, when it has finished exiting.
+    const error = await removeGroupDir(io, dir, async (failure) => errorCode(failure) === 'EBUSY');
+    if (error !== null) failures.push(`${dir}: ${message(error)}`);
   }
   if (failures.length > 0) {
     throw new Error(
