@@ -305,6 +305,7 @@ export function startController(options: ControllerOptions): Controller {
           condition: plan.condition.condition,
           reason: plan.condition.reason,
           message: plan.condition.message.slice(0, 4000),
+          ...(plan.condition.change === undefined ? {} : { change: plan.condition.change }),
         };
         conditions.push(condition);
         if (condition.condition === 'update_failed') updateFailed.set(plan.deploymentId, condition);

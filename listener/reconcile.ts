@@ -14,7 +14,7 @@
  * revision's status in the desired state, and the reports this process made). That is why an agent
  * restarted mid-rollout carries on where the previous one was: it reports only what is still missing.
  */
-import { createHmac } from 'node:crypto';
+import { createHash, createHmac } from 'node:crypto';
 import type { V1StatefulSet } from '@kubernetes/client-node';
 import type { NamespaceWatch } from './cluster-cache.ts';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from './desired-state.ts';
@@ -130,6 +130,16 @@ export interface ServingCondition {
   readonly condition: 'update_failed' | 'crash_loop';
   readonly reason: FailureReason;
   readonly message: string;
+  /**
+   * For `update_failed`: which in-place change it is about (a digest of `inPlaceInputs`), so the service
+   * tells a second refused change as a new failure even when its reason is the same (issue 34, item 3).
+   */
+  readonly change?: string;
+}
+
+/** The id of the in-place change a deployment's current values make (the heartbeat's `change`). */
+export function inPlaceChangeId(deployment: DesiredDeployment): string {
+  return createHash('sha256').update(inPlaceInputs(deployment)).digest('hex').slice(0, 32);
 }
 
 /** One deployment's actions, in order: the runner stops at the first that fails and tries later. */
@@ -254,7 +264,15 @@ function runPlan(
     actions,
     phase,
     summary,
-    ...(deployed && condition ? { condition: { revisionId: revision.id, ...condition } } : {}),
+    ...(deployed && condition
+      ? {
+          condition: {
+            revisionId: revision.id,
+            ...condition,
+            ...(condition.condition === 'update_failed' ? { change: inPlaceChangeId(deployment) } : {}),
+          },
+        }
+      : {}),
   });
   // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
   const refuse = (message: string, reason: FailureReason = 'invalid_manifest'): Plan =>

@@ -53,6 +53,37 @@ export interface RevisionRollout {
   readonly condition: Omit<ServingCondition, 'revisionId'> | undefined;
 }
 
+/**
+ * A Deployment's progress deadline exceeded by the ReplicaSet of another revision's pods is no failure
+ * of this revision: after a failed new revision the agent goes back to the serving one, and the
+ * Deployment controller, back on a ReplicaSet it still has, sets no new Progressing condition, so the
+ * failed revision's "ReplicaSet ... has timed out progressing" stays until the rollback completes
+ * (kube-controller-manager 1.26; it made the serving revision's update_failed and update_rolled_out
+ * though nobody changed it, issue 34). The ReplicaSet of a template is `<deployment>-<pod-template-hash>`.
+ */
+function pastOtherRevision(
+  own: Rollout,
+  deploymentName: string,
+  mine: readonly ObservedObject[],
+  revisionId: string,
+): Rollout {
+  if (own.state !== 'failed' || own.reason !== 'progress_deadline_exceeded') return own;
+  const replicaSet = /ReplicaSet "([^"]+)"/.exec(own.message)?.[1];
+  if (replicaSet === undefined) return own;
+  const other = mine
+    .filter(isPod)
+    .find(
+      (p) =>
+        `${deploymentName}-${p.metadata.labels?.['pod-template-hash'] ?? ''}` === replicaSet &&
+        p.metadata.labels?.[REVISION_ID_LABEL] !== revisionId,
+    );
+  if (other === undefined) return own;
+  return {
+    state: 'progressing',
+    detail: `Deployment ${deploymentName}: going back from ReplicaSet ${replicaSet} of revision ${other.metadata.labels?.[REVISION_ID_LABEL] ?? '?'}`,
+  };
+}
+
 export function revisionRollout(input: RevisionRolloutInput): RevisionRollout {
   const { manifests, byKey, mine, namespace, deployed } = input;
   const label = (o: ObservedObject, key: string): string | undefined => o.metadata.labels?.[key];
@@ -73,7 +104,12 @@ export function revisionRollout(input: RevisionRolloutInput): RevisionRollout {
           (component === 'db' || component === 'cache' || label(p, REVISION_ID_LABEL) === input.revisionId),
       );
     const own = isDeployment(observed)
-      ? deploymentRollout(observed, autoscalerMinimum(manifests, manifest) ?? 0)
+      ? pastOtherRevision(
+          deploymentRollout(observed, autoscalerMinimum(manifests, manifest) ?? 0),
+          observed.metadata.name ?? '?',
+          mine,
+          input.revisionId,
+        )
       : statefulSetRollout(observed);
     if (own.state === 'complete') return [own];
     const stuck = podFailure(pods);

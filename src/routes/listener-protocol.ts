@@ -160,6 +160,14 @@ const DeploymentCondition = Type.Object(
         'Machine-readable, like a DEPLOY_FAILED reason: invalid_manifest, crash_loop, image_pull_failed, ...',
     }),
     message: Type.Optional(Type.String({ maxLength: 4096 })),
+    change: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 128,
+        description:
+          "For update_failed: the agent's id of the in-place change it is about (the same change, the same id). An entry with another change than the one told before is a new failure: a new deployment.update_failed event, even with the same reason.",
+      }),
+    ),
   },
   { title: 'ListenerDeploymentCondition' },
 );

@@ -29,9 +29,17 @@ export interface DeploymentConditionInput {
   condition: ListenerCondition;
   reason: string;
   message?: string;
+  /** The agent's id of the in-place change an `update_failed` is about: another id is another failure. */
+  change?: string;
 }
 
-type Wanted = { revision_id: string; condition: ListenerCondition; reason: string; message: string };
+type Wanted = {
+  revision_id: string;
+  condition: ListenerCondition;
+  reason: string;
+  message: string;
+  change: string | null;
+};
 
 /**
  * What the heartbeat means for each deployment of the listener: an entry counts only for the
@@ -47,7 +55,13 @@ function wantedOf(
     (e) => e.deployment_id === deployment.id && e.revision_id === deployment.active_revision_id,
   );
   return entry
-    ? { revision_id: entry.revision_id, condition: entry.condition, reason: entry.reason, message: entry.message ?? '' }
+    ? {
+        revision_id: entry.revision_id,
+        condition: entry.condition,
+        reason: entry.reason,
+        message: entry.message ?? '',
+        change: entry.change ?? null,
+      }
     : null;
 }
 
@@ -57,7 +71,9 @@ const sameCondition = (stored: ListenerDeploymentConditionRow | undefined, wante
     : wanted !== null &&
       stored.revision_id === wanted.revision_id &&
       stored.condition === wanted.condition &&
-      stored.reason === wanted.reason;
+      stored.reason === wanted.reason &&
+      // A second refused change while the first is still told: same reason, another change (issue 34).
+      (stored.change ?? null) === wanted.change;
 
 const needsWrite = (stored: ListenerDeploymentConditionRow | undefined, wanted: Wanted | null): boolean =>
   !sameCondition(stored, wanted) || (stored !== undefined && wanted !== null && stored.message !== wanted.message);
@@ -112,6 +128,7 @@ export async function applyConditions(
         condition: wanted.condition,
         reason: wanted.reason,
         message: wanted.message,
+        change: wanted.change,
       });
     if (sameCondition(before, wanted)) continue; // only the message changed: nothing to tell
     await tellChange(db, listenerId, deployment, before, wanted);

@@ -69,6 +69,7 @@ export async function saveListenerCondition(
     condition: ListenerCondition;
     reason: string;
     message: string;
+    change: string | null;
   },
 ): Promise<void> {
   const values = {
@@ -77,6 +78,7 @@ export async function saveListenerCondition(
     condition: row.condition,
     reason: row.reason,
     message: row.message,
+    change: row.change,
   };
   await db
     .insertInto('listener_deployment_conditions')

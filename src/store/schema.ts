@@ -81,6 +81,8 @@ export interface ListenerDeploymentConditionTable {
   condition: ListenerCondition;
   reason: string;
   message: string;
+  /** The agent's id of the in-place change an `update_failed` is about (null when it sent none). */
+  change: string | null;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }
@@ -443,6 +445,13 @@ export interface SsoSessionTable {
   ended_at: Date | null;
 }
 
+/** The host uid of a deployment's processes when the service runs as root (migrations/019_app_uids.sql). */
+export interface AppUidTable {
+  deployment_id: string;
+  uid: number;
+  created_at: CreatedAt;
+}
+
 export interface Database {
   organizations: OrganizationTable;
   workspaces: WorkspaceTable;
@@ -474,6 +483,7 @@ export interface Database {
   sso_mappings: SsoMappingTable;
   sso_used_states: SsoUsedStateTable;
   sso_sessions: SsoSessionTable;
+  app_uids: AppUidTable;
 }
 
 /** What every store function runs in: the pool-backed handle or an open transaction. */

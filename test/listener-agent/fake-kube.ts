@@ -17,6 +17,7 @@
  * a busy server does (`answerNextApplies` with `TRANSIENT_ANSWERS`). Every failure is a Status body as
  * kube-apiserver writes it (kind Status, status Failure, message, reason unless unknown, code, details).
  */
+import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -33,6 +34,14 @@ import {
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
 
 type Json = Record<string, unknown>;
+
+/** A Deployment's `pod-template-hash` for its current template (the controller's is another digest of it). */
+function templateHash(workload: KubeObject): string {
+  return createHash('sha256')
+    .update(JSON.stringify(workload.spec?.template ?? {}))
+    .digest('hex')
+    .slice(0, 10);
+}
 
 export interface KubeObject {
   apiVersion: string;
@@ -182,6 +191,8 @@ export class FakeKube {
   private readonly log: { rv: number; plural: string; namespace: string; type: string; object: KubeObject }[] = [];
   private readonly watchers = new Set<Watcher>();
   private readonly refusals: { kind: string; name: string | null; message: string }[] = [];
+  /** Deployment key to the hashes of every template it had (`templateHash`). */
+  private readonly templatesOf = new Map<string, Set<string>>();
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
   private readonly minor: number;
@@ -468,9 +479,53 @@ export class FakeKube {
           type: 'Progressing',
           status: 'False',
           reason: 'ProgressDeadlineExceeded',
-          message: `ReplicaSet "${name}-5d4f8" has timed out progressing.`,
+          message: `ReplicaSet "${name}-${templateHash(o)}" has timed out progressing.`,
         },
       ],
+    }));
+  }
+
+  /**
+   * The Deployment controller once its template went back to one it still has a ReplicaSet of (the
+   * rollback after a failed rollout): it has seen the generation and brought up the pods of that
+   * template, the failed template's pods are still there, and its Progressing condition still says the
+   * failed ReplicaSet timed out (a rollback to an existing ReplicaSet sets no new one; as
+   * kube-controller-manager 1.26 does, issue 34). `markAvailable` ends it.
+   */
+  rollBackTo(namespace: string, name: string): void {
+    const workload = this.mustGet('Deployment', namespace, name);
+    const replicas = typeof workload.spec?.replicas === 'number' ? workload.spec.replicas : 1;
+    const template = (workload.spec?.template ?? {}) as { spec?: Json };
+    for (let i = 0; i < replicas; i += 1)
+      this.store({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: {
+          name: `${name}-back${workload.metadata.generation ?? 1}-${i}`,
+          namespace,
+          labels: this.podLabels(workload),
+        },
+        spec: clone(template.spec ?? { containers: [] }),
+        status: {
+          phase: 'Running',
+          containerStatuses: this.containersOf(workload).map((c) => ({
+            name: c,
+            ready: true,
+            restartCount: 0,
+            image: 'x',
+            imageID: 'x',
+            state: { running: { startedAt: new Date().toISOString() } },
+          })),
+        },
+      });
+    const failed = this.list({ kind: 'Pod', namespace, selector: this.selectorOf(workload) }).length - replicas;
+    this.setStatus('Deployment', namespace, name, (o) => ({
+      ...o.status,
+      observedGeneration: o.metadata.generation,
+      replicas: replicas + failed,
+      updatedReplicas: replicas,
+      readyReplicas: replicas,
+      availableReplicas: replicas,
     }));
   }
 
@@ -608,9 +663,14 @@ export class FakeKube {
     return (template.spec?.containers ?? []).map((c) => c.name);
   }
 
+  /**
+   * The template's labels, and for a Deployment's pods `pod-template-hash` as its controller adds it:
+   * the ReplicaSet of a template is `<deployment>-<hash>`.
+   */
   private podLabels(workload: KubeObject): Record<string, string> {
     const template = (workload.spec?.template ?? {}) as { metadata?: { labels?: Record<string, string> } };
-    return template.metadata?.labels ?? {};
+    const labels = template.metadata?.labels ?? {};
+    return workload.kind === 'Deployment' ? { ...labels, 'pod-template-hash': templateHash(workload) } : labels;
   }
 
   private selectorOf(workload: KubeObject): string {
@@ -1028,8 +1088,19 @@ export class FakeKube {
 
     if (resource.kind === 'StatefulSet' && !existing) this.claimVolumes(stored);
     FakeKube.send(res, existing ? 200 : 201, stored);
+    // The templates a Deployment had: its controller keeps a ReplicaSet of each (its revision history).
+    const templates = this.templatesOf.get(key) ?? new Set<string>();
+    const rollback = resource.kind === 'Deployment' && specChanged && templates.has(templateHash(stored));
+    if (resource.kind === 'Deployment') this.templatesOf.set(key, templates.add(templateHash(stored)));
     if ((resource.kind === 'Deployment' || resource.kind === 'StatefulSet') && specChanged) {
       if (this.autoRollout) this.markAvailable(namespace, name, resource.kind);
+      // Back to a template it has a ReplicaSet of: the controller sets no new Progressing condition, so
+      // one that says the template after it timed out stays (kube-controller-manager 1.26, issue 34).
+      else if (rollback && !this.holdGenerations)
+        this.setStatus('Deployment', namespace, name, (o) => ({
+          ...o.status,
+          observedGeneration: o.metadata.generation,
+        }));
       // As the workload controllers do within moments: they see the new generation, nothing is updated yet.
       else if (!this.holdGenerations) this.startRollout(namespace, name, resource.kind);
     }

@@ -121,6 +121,31 @@ describe('deployment conditions from heartbeats', () => {
     assert.equal((await eventsOf(d.id, 'deployment.update_rolled_out')).length, 1);
   });
 
+  test('a second refused change (another change id, the same reason) is another update_failed; the same change in other words is not', async () => {
+    const { d, a } = await servingDeployment();
+    const refused = {
+      deployment_id: d.id,
+      revision_id: d.revisionId,
+      condition: 'update_failed',
+      reason: 'invalid_manifest',
+      message: 'resources: Invalid value: "64"',
+      change: 'first-change',
+    };
+    await a.heartbeat(beat([refused]));
+    await a.heartbeat(beat([{ ...refused, message: 'resources: Invalid value: "64" (again)' }]));
+    assert.equal((await eventsOf(d.id, 'deployment.update_failed')).length, 1, 'the same change: one event');
+    await a.heartbeat(beat([{ ...refused, change: 'second-change', message: 'resources: Invalid value: "48"' }]));
+    await a.heartbeat(beat([{ ...refused, change: 'second-change', message: 'resources: Invalid value: "48"' }]));
+    const failed = await eventsOf(d.id, 'deployment.update_failed');
+    assert.deepEqual(
+      failed.map((e) => e.data.message),
+      ['resources: Invalid value: "64"', 'resources: Invalid value: "48"'],
+      'the second change is told once, with its own words',
+    );
+    const bad = await a.heartbeat(beat([{ ...refused, change: '' }]));
+    assert.equal(bad.status, 422, 'an empty change id is refused');
+  });
+
   test('an update_failed replaced by crash_loop is no rollout: update_rolled_out only once the condition clears', async () => {
     const { d, a } = await servingDeployment();
     const stuck = {
