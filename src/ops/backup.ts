@@ -123,7 +123,7 @@ export async function createBackup(options: BackupOptions): Promise<BackupResult
         tools = found && found.major >= major ? found : null;
         if (!tools && !options.withoutAppData) {
           throw new BackupError(
-            `${apps.rows.length} app database(s) need pg_dump ${major} or newer, and ${found ? `the newest here is ${found.major} (${found.dump})` : 'none is installed'}: install it (postgresql-client-${major}), or run again with --without-app-data to leave the apps' data out`,
+            `${apps.rows.length} app database(s) need pg_dump ${major} or newer, and ${found ? `the newest here is ${found.major} (${found.dump})` : 'none is installed'}: install it (postgresql-client-${major}, from apt.postgresql.org where the system's is older; the embedded PostgreSQL ships none), or run again with --without-app-data to leave the apps' data out`,
           );
         }
       }

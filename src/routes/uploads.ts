@@ -5,11 +5,20 @@
  * with upload URLs.
  */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
+import { Type } from 'typebox';
 import { workspaceOf } from '../http/authenticate.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { UploadService } from '../service/uploads.ts';
 import { Upload, acceptTarballBodies, requireTarballContentType, uploadResponse } from './tarball-upload.ts';
 import { needs } from '../http/route-needs.ts';
+
+const UploadLimits = Type.Object(
+  {
+    max_bytes: Type.Integer({ description: 'The largest tarball this service takes, in bytes.' }),
+    setting: Type.String({ description: "The service's setting of that limit (an environment variable)." }),
+  },
+  { title: 'UploadLimits' },
+);
 
 export const uploadRoutes: FastifyPluginAsyncTypebox<{
   uploads: UploadService;
@@ -17,6 +26,23 @@ export const uploadRoutes: FastifyPluginAsyncTypebox<{
   limitBytes: number;
 }> = async (app, { uploads, limitBytes }) => {
   acceptTarballBodies(app);
+
+  app.get(
+    '/v2/uploads/limits',
+    {
+      config: needs({ auth: 'workspace' }),
+      schema: {
+        operationId: 'getUploadLimits',
+        tags: ['deployments'],
+        summary: 'How large an upload may be',
+        description:
+          'The largest source tarball this service takes (POST /v2/uploads and upload URLs answer 413 over it), ' +
+          'so that a client can refuse a larger one before it creates or sends anything.',
+        response: { 200: UploadLimits, ...errorResponses(401, 403) },
+      },
+    },
+    async () => ({ max_bytes: limitBytes, setting: 'SLIPWAY_UPLOAD_LIMIT_BYTES' }),
+  );
 
   app.post(
     '/v2/uploads',

@@ -42,6 +42,14 @@ const hashToken = (token: string): Buffer => createHash('sha256').update(token).
  */
 export const uploadPath = (id: string): string => `uploads/${id}.tar.gz`;
 
+/** A size in MiB as people read it: `200 MiB`, `1.5 MiB`. */
+export const mebibytes = (bytes: number): string => `${Number((bytes / 1024 / 1024).toFixed(1))} MiB`;
+
+/** The 413 of a tarball over the limit: how large it may be, the setting, and how to send less. */
+export const tooLargeMessage = (limitBytes: number): string =>
+  `The tarball is larger than this service takes: ${mebibytes(limitBytes)} (${limitBytes} bytes, its setting SLIPWAY_UPLOAD_LIMIT_BYTES). ` +
+  'Leave files out of the upload (slipway deploy packs what .gitignore and .slipwayignore leave in), or have the operator raise the limit.';
+
 export interface UploadServiceDeps {
   db: Kysely<Database>;
   /** Where a body is spooled (`tmp/`) while it arrives; the upload itself is kept in the database. */
@@ -85,8 +93,7 @@ export function createUploadService({ db, dataDir, limitBytes, publicUrl }: Uplo
     const meter = new Transform({
       transform(chunk: Buffer, _encoding, callback) {
         size += chunk.length;
-        if (size > limitBytes)
-          return callback(new AppError('payload_too_large', `The tarball is larger than ${limitBytes} bytes.`));
+        if (size > limitBytes) return callback(new AppError('payload_too_large', tooLargeMessage(limitBytes)));
         if (head.length < 2) head = Buffer.concat([head, chunk.subarray(0, 2)]);
         hash.update(chunk);
         callback(null, chunk);

@@ -231,6 +231,28 @@ export async function setActiveRevision(
     .execute();
 }
 
+/**
+ * Sets the stable URL (`custom_url`) of every deployment of the own data plane that has one to
+ * `<prefix><app_slug><suffix>` (its URL on this service's app edge) where it names another address:
+ * after a restore on another apps port or domain, what the service shows is where the apps answer.
+ * Returns how many changed.
+ */
+export async function moveAppUrls(db: Db, prefix: string, suffix: string): Promise<number> {
+  const url = sql<string>`${prefix} || app_slug || ${suffix}`;
+  const result = await db
+    .updateTable('deployments')
+    .set({
+      source_config: sql`jsonb_set(source_config, '{custom_url}', to_jsonb(${url}))`,
+      updated_at: sql<Date>`now()`,
+    })
+    .where('listener_id', 'is', null)
+    .where('app_slug', 'is not', null)
+    .where(sql<boolean>`source_config ? 'custom_url'`)
+    .where(sql<boolean>`source_config ->> 'custom_url' is distinct from ${url}`)
+    .executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
 export async function activeRevisionId(db: Db, deploymentId: string): Promise<string | null | undefined> {
   const row = await db
     .selectFrom('deployments')

@@ -11,13 +11,14 @@ import path from 'node:path';
 import { Command } from 'commander';
 import type { Deployment, DeploymentCreate, DeploymentPatch, DeploymentSource, Secret } from '@slipway/sdk/api-aliases';
 import type { SlipwayClient } from '@slipway/sdk/slipway-client';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import type { CliContext } from './cli-context.ts';
 import { CliError, EXIT } from './cli-errors.ts';
 import { withExample, type ActionRunner } from './command-help.ts';
 import { resolveListener } from './resource-resolve.ts';
 import { followRevision, printDeployed } from './revision-progress.ts';
 import { readSecrets, type SecretInput } from './secrets-input.ts';
-import { packSource } from './source-pack.ts';
+import { packSource, type PackedSource } from './source-pack.ts';
 
 /** App config files looked for when --config is not given, in this order (docs/app-config.md). */
 const APP_CONFIG_FILES = ['slipway.json', 'langgraph.json'];
@@ -129,6 +130,7 @@ async function deployFolder(
   ctx.output.note(`Packing ${dir} ...`);
   const packed = await packSource(folder);
   ctx.output.note(`Packed ${packed.files.length} files (${formatBytes(packed.tarball.length)}).`);
+  await refuseTooLarge(client, folder, dir, packed);
 
   let deployment = existing;
   if (!deployment) {
@@ -190,6 +192,35 @@ async function deployImage(
   ctx.output.note(`Created deployment ${name} (${created.id}).`);
   if (!created.latest_revision_id) throw new CliError(`the service made no revision for ${name}`, EXIT.failed);
   return { deployment: created, revisionId: created.latest_revision_id };
+}
+
+/**
+ * Refuses a packed folder larger than the service takes, before anything is created or uploaded (the
+ * service would refuse it only once it all arrived, after a deployment was made for it: issue 34). A
+ * service too old to tell its limit (404) is left to refuse the upload itself.
+ */
+async function refuseTooLarge(client: SlipwayClient, folder: string, shown: string, packed: PackedSource) {
+  const limits = await client.uploads.limits().catch((error: unknown) => {
+    if (error instanceof SlipwayError && error.status === 404) return null;
+    throw error;
+  });
+  if (limits === null || packed.tarball.length <= limits.max_bytes) return;
+  const sizes = await Promise.all(
+    packed.files.map(async (file) => ({ file, size: (await fs.lstat(path.join(folder, file))).size })),
+  );
+  const largest = sizes
+    .sort((a, b) => b.size - a.size)
+    .slice(0, 3)
+    .map((f) => `${f.file} (${formatBytes(f.size)})`);
+  throw new CliError(
+    `${shown} packs to ${formatBytes(packed.tarball.length)}, more than the ${formatBytes(limits.max_bytes)} this service takes (its setting ${limits.setting})`,
+    EXIT.usage,
+    [
+      'Nothing was created or uploaded.',
+      `The largest files packed: ${largest.join(', ')}.`,
+      'Leave files out with a .slipwayignore in the folder (the rules of .gitignore, which is followed too; node_modules and .git are never packed), or have the operator raise the limit.',
+    ],
+  );
 }
 
 /**

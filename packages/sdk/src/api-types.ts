@@ -852,6 +852,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/uploads/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How large an upload may be
+         * @description The largest source tarball this service takes (POST /v2/uploads and upload URLs answer 413 over it), so that a client can refuse a larger one before it creates or sends anything.
+         */
+        get: operations["getUploadLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/uploads": {
         parameters: {
             query?: never;
@@ -2032,6 +2052,8 @@ export interface components {
             /** @description Machine-readable, like a DEPLOY_FAILED reason: invalid_manifest, crash_loop, image_pull_failed, ... */
             reason: string;
             message?: string;
+            /** @description For update_failed: the agent's id of the in-place change it is about (the same change, the same id). An entry with another change than the one told before is a new failure: a new deployment.update_failed event, even with the same reason. */
+            change?: string;
         };
         /** Heartbeat */
         Heartbeat: {
@@ -2435,6 +2457,13 @@ export interface components {
             resources: components["schemas"]["TracingProject"][];
             /** @description Pass as offset to get the next page. */
             offset: number;
+        };
+        /** UploadLimits */
+        UploadLimits: {
+            /** @description The largest tarball this service takes, in bytes. */
+            max_bytes: number;
+            /** @description The service's setting of that limit (an environment variable). */
+            setting: string;
         };
         /** Upload */
         Upload: {
@@ -5592,6 +5621,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TracingProjectList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getUploadLimits: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadLimits"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -207,6 +207,8 @@ export class SlipwayClient {
           headers: { 'content-type': 'application/gzip' },
         }),
       ),
+    /** The largest tarball the service takes (`max_bytes`) and the setting that says so. */
+    limits: () => ok(this.api.GET('/v2/uploads/limits')),
     /** A single-use URL for uploading the next source of a deployment (the flow of `slipway deploy`). */
     url: (deploymentId: string) =>
       ok(this.api.POST('/v2/deployments/{deployment_id}/upload-url', path({ deployment_id: deploymentId }))),
