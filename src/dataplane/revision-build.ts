@@ -9,6 +9,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { RegistrySettings } from '../config-registries.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
 import type { RevisionSnapshot } from '../store/schema.ts';
@@ -16,6 +17,7 @@ import { AppConfigError, loadAppConfig } from './app-config-file.ts';
 import { buildEnvironment } from './app-environment.ts';
 import { ArchiveError } from './archive-error.ts';
 import { extractTarball } from './archive-extraction.ts';
+import { prepareBuildRegistries, RegistrySettingsError, type BuildRegistries } from './build-registries.ts';
 import { copySnapshot, removeTree, sealSnapshot } from './build-snapshot.ts';
 import { limitsFromResourceSpec, type DefaultLimits, type Limits } from './resource-limits.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
@@ -108,6 +110,8 @@ export interface BuildDeps {
    * never more than the operator's build maximum (`maximum.build`).
    */
   defaultLimits: DefaultLimits;
+  /** The operator's package registries, CA bundle and proxies (src/dataplane/build-registries.ts). */
+  registries: RegistrySettings;
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
@@ -201,6 +205,65 @@ function buildLimits(deps: BuildDeps, input: BuildInput): Limits {
   };
 }
 
+/** Runs the install and build commands, with the operator's registry settings; throws RevisionFailure. */
+async function runBuildSteps(
+  deps: BuildDeps,
+  input: BuildInput,
+  appConfig: AppConfig,
+  dirs: RevisionDirs,
+  registries: BuildRegistries,
+  log: OutputSink & { tail(n: number): string[] },
+  signal: AbortSignal,
+): Promise<void> {
+  // The app's own variables and secrets win over the operator's registry settings.
+  const env = { ...registries.env, ...buildEnvironment(deps.sandbox.appPaths(dirs.app), appConfig.env, input.secrets) };
+  const limits = buildLimits(deps, input);
+  for (const line of registries.described) log.system(`Package registries: ${line}`);
+  for (const [step, command] of [
+    ['install', appConfig.install],
+    ['build', appConfig.build],
+  ] as const) {
+    if (!command) continue;
+    log.system(`Running the ${step} command: ${command}`);
+    const exit = await inSpan(step, {}, () =>
+      runToEnd({
+        sandbox: deps.sandbox,
+        run: {
+          purpose: 'build',
+          command,
+          appDir: dirs.app,
+          limits,
+          name: `build-${input.revisionId}-${step}`,
+          forwards: registries.forwards,
+          readOnly: registries.readOnly,
+        },
+        env,
+        output: log,
+        signal,
+      }),
+    );
+    if (exit.leftover) {
+      // Something of the build may still write its directory: it is neither sealed nor removed
+      // (the caller keeps it, src/dataplane/local-runtime.ts), and the revision fails, aborted or not.
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        PROCESSES_LEFT,
+        `The ${step} command's processes could not be confirmed gone (${exit.leftover}); its files are kept ` +
+          `until the service restarts. Deploy again.`,
+      );
+    }
+    signal.throwIfAborted();
+    if (exit.code !== 0) {
+      const tail = log.tail(20).join('\n');
+      throw new RevisionFailure(
+        'BUILD_FAILED',
+        exit.outOfMemory ? 'out_of_memory' : 'build_command_failed',
+        `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again.\nLast lines of output:\n${tail}`,
+      );
+    }
+  }
+}
+
 /**
  * Builds the revision into a fresh app directory and records the build. Throws RevisionFailure with
  * the reason the user sees; an abort kills the running command and throws the signal's reason.
@@ -251,42 +314,17 @@ export async function buildRevision(
   await hooks.building();
   await deps.sandbox.ownTree(dirs.app);
 
-  const env = buildEnvironment(deps.sandbox.appPaths(dirs.app), appConfig.env, input.secrets);
-  const limits = buildLimits(deps, input);
-  for (const [step, command] of [
-    ['install', appConfig.install],
-    ['build', appConfig.build],
-  ] as const) {
-    if (!command) continue;
-    log.system(`Running the ${step} command: ${command}`);
-    const exit = await inSpan(step, {}, () =>
-      runToEnd({
-        sandbox: deps.sandbox,
-        run: { purpose: 'build', command, appDir: dirs.app, limits, name: `build-${input.revisionId}-${step}` },
-        env,
-        output: log,
-        signal,
-      }),
-    );
-    if (exit.leftover) {
-      // Something of the build may still write its directory: it is neither sealed nor removed
-      // (the caller keeps it, src/dataplane/local-runtime.ts), and the revision fails, aborted or not.
-      throw new RevisionFailure(
-        'BUILD_FAILED',
-        PROCESSES_LEFT,
-        `The ${step} command's processes could not be confirmed gone (${exit.leftover}); its files are kept ` +
-          `until the service restarts. Deploy again.`,
-      );
-    }
-    signal.throwIfAborted();
-    if (exit.code !== 0) {
-      const tail = log.tail(20).join('\n');
-      throw new RevisionFailure(
-        'BUILD_FAILED',
-        exit.outOfMemory ? 'out_of_memory' : 'build_command_failed',
-        `The ${step} command \`${command}\` ${describeExit(exit)}. Fix it and deploy again.\nLast lines of output:\n${tail}`,
-      );
-    }
+  const registries = await prepareBuildRegistries(deps.registries, deps.sandbox, path.join(dirs.root, 'registry'), {
+    own: (dir) => deps.sandbox.ownTree(dir),
+    warn: (message) => log.system(message),
+  }).catch((error: unknown) => {
+    if (error instanceof RegistrySettingsError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
+    throw error;
+  });
+  try {
+    await runBuildSteps(deps, input, appConfig, dirs, registries, log, signal);
+  } finally {
+    await registries.close();
   }
   // The build could write /home/app: its src and home must still be directories, not links that would
   // lead an instance's read-only mount of them elsewhere on the host.

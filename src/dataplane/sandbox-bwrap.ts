@@ -18,6 +18,9 @@ import {
 import { FORWARDING_SHELL } from './sandbox-scripts.ts';
 import { chownTree, type UserMapping } from './sandbox-user-mapping.ts';
 
+/** Where a build sees the sockets of its forwards (src/dataplane/build-registries.ts): /home is its own tmpfs. */
+const BUILD_SOCKET_DIR = '/home/.slipway';
+
 /** slirp4netns's DNS forwarder, in the network it gives a namespace (10.0.2.0/24). */
 const SLIRP_DNS = '10.0.2.3';
 
@@ -82,7 +85,15 @@ export async function bwrapSandbox(options: {
     }),
     plan(spec) {
       const app = spec.purpose === 'app';
-      const forwards = app && slirp ? (spec.forwards ?? []) : [];
+      const forwards = slirp ? (spec.forwards ?? []) : [];
+      // A build's directory is bound whole at /home/app: its sockets go beside it, never into its output.
+      const socketsAt = app ? SANDBOX_SOCKET_DIR : BUILD_SOCKET_DIR;
+      const socketBinds = forwards.flatMap((f) => [
+        '--ro-bind',
+        f.socketPath,
+        `${socketsAt}/${path.basename(f.socketPath)}`,
+      ]);
+      const readOnly = (spec.readOnly ?? []).flatMap((r) => ['--ro-bind', r.source, r.target]);
       const files = app
         ? [
             '--ro-bind',
@@ -91,13 +102,10 @@ export async function bwrapSandbox(options: {
             '--tmpfs',
             `${SANDBOX_APP_DIR}/home`,
             ...(spec.dataDir ? ['--bind', spec.dataDir, `${SANDBOX_APP_DIR}/data`] : []),
-            ...forwards.flatMap((f) => [
-              '--ro-bind',
-              f.socketPath,
-              `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`,
-            ]),
+            ...socketBinds,
+            ...readOnly,
           ]
-        : ['--bind', spec.appDir, SANDBOX_APP_DIR];
+        : ['--bind', spec.appDir, SANDBOX_APP_DIR, ...socketBinds, ...readOnly];
       const command = forwards.length
         ? [
             '/bin/sh',
@@ -108,7 +116,7 @@ export async function bwrapSandbox(options: {
             runAs?.unshare ?? '',
             String(runAs?.uid ?? ''),
             String(runAs?.gid ?? ''),
-            ...forwards.flatMap((f) => [String(f.port), `${SANDBOX_SOCKET_DIR}/${path.basename(f.socketPath)}`]),
+            ...forwards.flatMap((f) => [String(f.port), `${socketsAt}/${path.basename(f.socketPath)}`]),
           ]
         : [...runAsArgs, '/bin/sh', '-c', spec.command];
       const args = [

@@ -55,8 +55,10 @@ export interface SandboxRun {
   appDir: string;
   /** An app's own writable directory (kept across its revisions), at /home/app/data. */
   dataDir?: string;
-  /** An app's ways to the host: its database, the service's API. */
+  /** Ways to the host: an app's database and the service's API; a build's registries on the host's loopback. */
   forwards?: readonly SandboxForward[];
+  /** Host directories shown read-only at `target` (a build's registry settings); not without bubblewrap. */
+  readOnly?: readonly { source: string; target: string }[];
   /** The port an app instance listens on, published on the host's 127.0.0.1 for the router. */
   publishPort?: number | null;
   /** Resource limits (null: none). */
