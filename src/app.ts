@@ -15,6 +15,8 @@ import type { SecretBox } from './crypto/secret-box.ts';
 import { registerAuthentication } from './http/authenticate.ts';
 import { frameworkErrorHandler, registerErrorHandler } from './http/error-handler.ts';
 import { clientErrorHandler, registerFrameworkAnswers } from './http/framework-answers.ts';
+import { createAppConnections, type AppConnections } from './http/app-connections.ts';
+import { trustProxyOption } from './http/client-address.ts';
 import { capConnectionsPerAddress, headTimeoutOptions } from './http/connection-limits.ts';
 import { registerJsonBodyParser } from './http/json-body.ts';
 import { registerUnknownFieldChecks } from './http/unknown-fields.ts';
@@ -74,6 +76,13 @@ export interface AppDeps {
   apps?: MetricsOptions['apps'];
 }
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** Takes the connections apps open through their own way to the API (the local data plane's forwards). */
+    appConnections: AppConnections;
+  }
+}
+
 const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
@@ -100,9 +109,19 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     http: { requireHostHeader: false, ...headTimeoutOptions(config) },
     // Ids and names are documented up to 256 characters; Fastify's default stops at 100.
     routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
+    // X-Forwarded-For from the operator's proxies only (src/http/client-address.ts).
+    trustProxy: trustProxyOption(config.trustedProxies),
   }).withTypeProvider<TypeBoxTypeProvider>();
 
-  capConnectionsPerAddress(app.server, config.maxConnectionsPerAddress);
+  // Apps' own connections (src/http/app-connections.ts), for main.ts to hand to the local data plane.
+  const appConnections = createAppConnections(app.server, () => app.ready());
+  app.decorate('appConnections', appConnections);
+  // An app's connections are capped by its forward, not by an address they do not have.
+  capConnectionsPerAddress(
+    app.server,
+    config.maxConnectionsPerAddress,
+    (socket) => appConnections.originOf(socket) !== null,
+  );
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
   app.removeContentTypeParser('text/plain');
   registerJsonBodyParser(app);
@@ -164,7 +183,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   registerSessionAudit(app, db);
   // Before the routes: wires what each route declares it needs (config: needs({...})) into it.
   registerRouteNeeds(app, db, authentication);
-  registerStreamLimits(app, { perKey: config.streamsPerKey, perAddress: config.streamsPerAddress });
+  registerStreamLimits(app, config.streams, appConnections);
   const services =
     deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
   const { deployments } = services;

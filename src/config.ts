@@ -1,6 +1,6 @@
 /**
- * The only reader of the environment. Every setting lives here or, for the apps, single sign-on and
- * traces, in config-apps.ts, config-sso.ts and config-tracing.ts, which read the environment this passes
+ * The only reader of the environment. Every setting lives here or, for the apps, single sign-on,
+ * stream budgets and traces, in config-apps.ts, config-sso.ts, config-streams.ts and config-tracing.ts, which read the environment this passes
  * them; `loadConfig` validates once at start and fails fast with an error that names the variable.
  */
 import path from 'node:path';
@@ -17,6 +17,7 @@ import {
 import { KEY_PREFIX, hasKeyPrefix } from './auth/api-keys.ts';
 import { hostFacts, limitMaxima, type HostFacts, type LimitMaxima } from './config-limits.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
+import { streamBudgets, trustedProxies, type StreamBudgets } from './config-streams.ts';
 import { tracing, type TracingConfig } from './config-tracing.ts';
 import { ConfigError, decimal, flag, integer, text, type Env } from './config-values.ts';
 import { DEFAULT_LIMITS, type DefaultLimits } from './dataplane/resource-limits.ts';
@@ -26,6 +27,7 @@ export { ConfigError } from './config-values.ts';
 export type { EdgeProxyMode, SandboxMode } from './config-apps.ts';
 export type { HostFacts, LimitMaxima } from './config-limits.ts';
 export type { SsoConfig } from './config-sso.ts';
+export type { StreamBudgets } from './config-streams.ts';
 export type { TracingConfig } from './config-tracing.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -107,10 +109,10 @@ export interface Config {
   readonly eventRetentionDays: number;
   /** Uploads that no revision uses are removed once this many hours old. */
   readonly uploadRetentionHours: number;
-  /** Streams (followed logs) and long-polls one API key or listener credential may hold open at once. */
-  readonly streamsPerKey: number;
-  /** Streams and long-polls one client address may hold open at once, whatever the keys. */
-  readonly streamsPerAddress: number;
+  /** Streams (followed logs) and long-polls each key, workspace, app and anonymous address may hold open (config-streams.ts). */
+  readonly streams: StreamBudgets;
+  /** Reverse proxies (addresses, CIDR ranges) whose X-Forwarded-For names the client; empty: none. */
+  readonly trustedProxies: readonly string[];
   /** When set, GET /metrics needs `Authorization: Bearer <this>`; null leaves it open. */
   readonly metricsToken: string | null;
   /** Dashboard sign-in through an OpenID Connect provider (docs/operations.md, "Single sign-on"); null: off. */
@@ -333,8 +335,8 @@ export function loadConfig(
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),
     eventRetentionDays: integer(env, 'SLIPWAY_EVENT_RETENTION_DAYS', 90, 0, 36_500),
     uploadRetentionHours: integer(env, 'SLIPWAY_UPLOAD_RETENTION_HOURS', 24, 1, 87_600),
-    streamsPerKey: integer(env, 'SLIPWAY_STREAMS_PER_KEY', 20, 1, 100_000),
-    streamsPerAddress: integer(env, 'SLIPWAY_STREAMS_PER_ADDRESS', 100, 1, 100_000),
+    streams: streamBudgets(env),
+    trustedProxies: trustedProxies(env),
     metricsToken: metricsToken(env),
     sso: sso(env, flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH')),
     tracing: tracing(env),

@@ -192,6 +192,8 @@ async function main(): Promise<void> {
         repositories: services.integrations.repositories,
         logger,
         tracing,
+        // Apps reach this process's API through their own forwards, which tell it the deployment.
+        ...(config.roles.includes('api') ? { apiConnections: app.appConnections.accept } : {}),
       });
     } catch (error) {
       if (error instanceof ConfigError) process.stderr.write(`slipway: cannot start: ${error.message}\n`);

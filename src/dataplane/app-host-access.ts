@@ -1,8 +1,13 @@
 /**
  * What a running app has of the host besides its sandbox: its deployment's own writable directory
- * (`SLIPWAY_DATA_DIR`), and, when it has a network of its own, its ways to its database and to the
- * service's API (src/dataplane/host-forwards.ts), with the caps that keep apps from taking the
- * database server's connection slots.
+ * (`SLIPWAY_DATA_DIR`), and, when it has a network of its own, its ways to its database, to the
+ * service's API and to the operator's OpenTelemetry collector (src/dataplane/host-forwards.ts), with
+ * the caps that keep apps from taking the database server's connection slots.
+ *
+ * Its way to the API and its OTLP exports are taken by this process itself, with the running revision
+ * they were opened for (src/http/app-connections.ts, src/telemetry/otlp-relay.ts): the API counts the
+ * app's streams against its deployment, and its telemetry carries its own `slipway.*` attributes,
+ * whatever the app sends.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
@@ -11,7 +16,9 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import { MAX_CONNECTIONS, SERVICE_RESERVED_CONNECTIONS } from '../db/embedded-postgres.ts';
 import { APP_ROLE_CONNECTION_LIMIT } from './app-database.ts';
-import { openHostForward, type ConnectionBudget, type HostForward } from './host-forwards.ts';
+import type { AppConnectionSink } from '../http/app-connections.ts';
+import { createOtlpRelay } from '../telemetry/otlp-relay.ts';
+import { openHostForward, type ConnectionBudget, type ForwardTarget, type HostForward } from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
 
 /** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
@@ -23,10 +30,19 @@ const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
 const DATABASE_FORWARD_BUDGET = MAX_CONNECTIONS - SERVICE_RESERVED_CONNECTIONS - 20;
 /** Connections an app may hold to the service's API at once. */
 const API_FORWARD_CONNECTIONS = 64;
-/** Connections an app may hold to the operator's OpenTelemetry collector on this machine (exporters keep one or two). */
+/** Connections an app may hold to its OTLP relay (exporters keep one or two). */
 const OTLP_FORWARD_CONNECTIONS = 16;
 
 const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
+/** Where an app reaches its OTLP relay inside: OTLP/HTTP's usual port. */
+const OTLP_INSIDE_PORT = 4318;
+
+/** The running revision a set of forwards is opened for. */
+export interface ForwardOwner {
+  deploymentId: string;
+  revisionId: string;
+  workspaceId: string;
+}
 
 /** What a worker instance may use: the `queue_` fields of the spec when any is set, else those of web instances. */
 export function queueResourceSpec(spec: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
@@ -43,7 +59,7 @@ export interface AppHostAccess {
   prepareDataDir(deploymentId: string): Promise<string>;
   /** Opens a running revision's forwards; the database URL and API URL the app is given. */
   openForwards(
-    workspaceId: string,
+    owner: ForwardOwner,
     databaseUrl: string | null,
   ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }>;
   closeForwards(forwards: readonly HostForward[]): Promise<void>;
@@ -53,8 +69,11 @@ export function createAppHostAccess(deps: {
   config: Config;
   sandbox: Sandbox;
   logger: Pick<Logger, 'warn'>;
+  /** The API of this process, when it serves one: apps' connections go to it directly. */
+  apiConnections?: AppConnectionSink | undefined;
 }): AppHostAccess {
-  const { config, sandbox, logger } = deps;
+  const { config, sandbox, logger, apiConnections } = deps;
+  const otlpRelay = config.tracing ? createOtlpRelay({ tracing: config.tracing, logger }) : null;
   const allAppsBudget: ConnectionBudget = { name: 'all apps together', max: DATABASE_FORWARD_BUDGET, open: 0 };
   /** Each workspace's apps together (SLIPWAY_APP_DATABASE_CONNECTIONS_PER_WORKSPACE): one tenant cannot take every app's. */
   const workspaceBudgets = new Map<string, ConnectionBudget>();
@@ -72,7 +91,7 @@ export function createAppHostAccess(deps: {
   };
 
   /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
-  const dataDirOf = (deploymentId: string): string => path.join(config.dataDir, 'deployments', deploymentId, 'data');
+  const dataDirOf = (deploymentId: string): string => path.join(config.disk.appsDataDir, deploymentId, 'data');
   async function prepareDataDir(deploymentId: string): Promise<string> {
     const data = dataDirOf(deploymentId);
     const root = path.dirname(data);
@@ -89,7 +108,7 @@ export function createAppHostAccess(deps: {
           if (error.code === 'EEXIST') return false;
           throw error;
         });
-      if (made && sandbox.user) await fs.lchown(dir, sandbox.user.uid, sandbox.user.gid);
+      if (made) await sandbox.ownDir(dir, deploymentId);
     }
     return data;
   }
@@ -99,7 +118,7 @@ export function createAppHostAccess(deps: {
    * through a Unix socket that leads only there, in a directory of this running revision.
    */
   async function openForwards(
-    workspaceId: string,
+    owner: ForwardOwner,
     databaseUrl: string | null,
   ): Promise<{ forwards: HostForward[]; databaseUrl: string | null; apiUrl: string; otlpEndpoint: string | null }> {
     const otlpEndpoint = config.tracing?.endpoint ?? null;
@@ -107,67 +126,70 @@ export function createAppHostAccess(deps: {
     const dir = path.join(sandbox.slirp.socketDir, randomBytes(12).toString('hex'));
     await fs.mkdir(dir, { mode: 0o711 });
     const forwards: HostForward[] = [];
+    const open = async (target: ForwardTarget) => {
+      const forward = await openHostForward(dir, target, logger);
+      forwards.push(forward);
+      return forward;
+    };
     try {
       let insideDatabaseUrl = databaseUrl;
       if (databaseUrl) {
         const url = new URL(databaseUrl);
         const port = Number(url.port || 5432);
-        forwards.push(
-          await openHostForward(
-            dir,
-            {
-              name: 'database',
-              host: url.hostname,
-              port,
-              insidePort: port,
-              maxConnections: DATABASE_FORWARD_CONNECTIONS,
-              budgets: [workspaceBudget(workspaceId), allAppsBudget],
-              postgresLogin: {
-                user: decodeURIComponent(url.username),
-                database: decodeURIComponent(url.pathname.slice(1)),
-              },
-            },
-            logger,
-          ),
-        );
+        await open({
+          name: 'database',
+          host: url.hostname,
+          port,
+          insidePort: port,
+          maxConnections: DATABASE_FORWARD_CONNECTIONS,
+          budgets: [workspaceBudget(owner.workspaceId), allAppsBudget],
+          postgresLogin: {
+            user: decodeURIComponent(url.username),
+            database: decodeURIComponent(url.pathname.slice(1)),
+          },
+        });
         url.hostname = '127.0.0.1';
         url.port = String(port);
         insideDatabaseUrl = url.toString();
       }
       const api = new URL(config.publicUrl);
-      if (LOOPBACK_HOSTS.has(api.hostname)) {
-        // The public URL names this machine's loopback: inside, the same address leads to the API.
-        const port = Number(api.port || (api.protocol === 'https:' ? 443 : 80));
+      const apiOnLoopback = LOOPBACK_HOSTS.has(api.hostname);
+      if (apiConnections || apiOnLoopback) {
+        // Inside, the public URL's own address when it names this machine's loopback; else the API's port.
+        const port = apiOnLoopback ? Number(api.port || (api.protocol === 'https:' ? 443 : 80)) : config.port;
         const host = config.host === '0.0.0.0' || config.host === '::' ? '127.0.0.1' : config.host;
-        forwards.push(
-          await openHostForward(
-            dir,
-            { name: 'api', host, port: config.port, insidePort: port, maxConnections: API_FORWARD_CONNECTIONS },
-            logger,
-          ),
-        );
+        const origin = { deploymentId: owner.deploymentId, workspaceId: owner.workspaceId };
+        await open({
+          name: 'api',
+          // The API of this process takes the connection itself, knowing the deployment it came from.
+          ...(apiConnections ? { deliver: (socket) => apiConnections(socket, origin) } : { host, port: config.port }),
+          insidePort: port,
+          maxConnections: API_FORWARD_CONNECTIONS,
+        });
+        if (!apiOnLoopback) {
+          api.protocol = 'http:';
+          api.pathname = '/';
+        }
         api.hostname = '127.0.0.1';
+        api.port = String(port);
       }
-      // A collector on this machine's loopback: inside, the same address leads to it (and nowhere else).
+      // Exports go through the relay of this process, never to the collector directly.
       let insideOtlp = otlpEndpoint;
-      const otlp = otlpEndpoint ? new URL(otlpEndpoint) : null;
-      if (otlp && LOOPBACK_HOSTS.has(otlp.hostname)) {
-        const port = Number(otlp.port || (otlp.protocol === 'https:' ? 443 : 80));
-        forwards.push(
-          await openHostForward(
-            dir,
-            {
-              name: 'otlp',
-              host: otlp.hostname.replace(/^\[|\]$/g, ''),
-              port,
-              insidePort: port,
-              maxConnections: OTLP_FORWARD_CONNECTIONS,
-            },
-            logger,
-          ),
-        );
-        otlp.hostname = '127.0.0.1';
-        insideOtlp = otlp.toString().replace(/\/$/, '');
+      if (otlpRelay) {
+        const resource = {
+          'slipway.deployment.id': owner.deploymentId,
+          'slipway.revision.id': owner.revisionId,
+          'slipway.workspace.id': owner.workspaceId,
+        };
+        const taken = new Set(forwards.map((f) => f.port));
+        const port = taken.has(OTLP_INSIDE_PORT) ? OTLP_INSIDE_PORT + 1 : OTLP_INSIDE_PORT;
+        await open({
+          name: 'otlp',
+          deliver: (socket) => otlpRelay.accept(socket, resource),
+          insidePort: port,
+          maxConnections: OTLP_FORWARD_CONNECTIONS,
+        });
+        insideOtlp = `http://127.0.0.1:${port}`;
       }
       return {
         forwards,

@@ -31,11 +31,16 @@ export interface ConnectionBudget {
   open: number;
 }
 
-export interface ForwardTarget {
+/**
+ * Where each connection goes on: a TCP address, or a server of this process that takes the connection
+ * as it is (and knows from it which forward, so which app, it came through).
+ */
+export type ForwardTarget = ForwardOptions &
+  ({ host: string; port: number } | { deliver: (socket: net.Socket) => void });
+
+export interface ForwardOptions {
   /** What it leads to, for logs: `database`, `api`. */
   name: string;
-  host: string;
-  port: number;
   /** The port it is reached at on the sandbox's own 127.0.0.1. */
   insidePort: number;
   /** Connections open through it at once; more are closed at once. */
@@ -149,6 +154,10 @@ export async function openHostForward(
      * answers `done` (pass this chunk on and stop watching) or `drop` (the connection is being closed).
      */
     const connect = (first: Buffer, onServerData?: (chunk: Buffer) => 'watch' | 'done' | 'drop') => {
+      if ('deliver' in target) {
+        target.deliver(client);
+        return;
+      }
       const socket = net.createConnection({ host: target.host, port: target.port });
       upstream = socket;
       socket.on('error', end).on('close', end);

@@ -21,6 +21,7 @@ import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
 import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
+import type { AppConnectionSink } from '../http/app-connections.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
 
 /** Downloads a codehost revision's repository (src/service/codehost-integrations.ts does the talking). */
@@ -45,6 +46,8 @@ export interface LocalDataPlaneDeps {
   logger: Logger;
   /** Traces of each revision's work (src/telemetry/tracing.ts); none when absent. */
   tracing?: Tracing;
+  /** The API of this process, when it serves one: apps' connections to the API go to it (src/http/app-connections.ts). */
+  apiConnections?: AppConnectionSink;
   /** Tests shorten these. */
   leaseSeconds?: number;
   backoff?: { initialMs: number; maxMs: number };

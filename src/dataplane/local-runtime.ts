@@ -34,6 +34,7 @@ import { appUrl, type AppEdge } from './app-edge.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
 import type { HostForward } from './host-forwards.ts';
+import type { AppConnectionSink } from '../http/app-connections.ts';
 import { limitsFromResourceSpec } from './resource-limits.ts';
 import { createLogWriter } from './log-writer.ts';
 import {
@@ -85,6 +86,8 @@ export interface LocalRuntimeDeps {
   logger: Logger;
   /** Supervisor back-off; tests shorten it. */
   backoff?: { initialMs: number; maxMs: number };
+  /** The API of this process, when it serves one: apps' connections to the API go to it (src/http/app-connections.ts). */
+  apiConnections?: AppConnectionSink;
 }
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
@@ -136,7 +139,7 @@ export interface LocalRuntime {
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, edge, logger } = deps;
   const apps = new Map<string, RunningApp>();
-  const access = createAppHostAccess({ config, sandbox, logger });
+  const access = createAppHostAccess({ config, sandbox, logger, apiConnections: deps.apiConnections });
   /** Scale changes under way, by deployment: one at a time per app. */
   const scaling = new Map<string, { app: RunningApp; work: Promise<void> }>();
   /** Stops under way, by deployment: a second stop (a teardown's) waits for the first to finish. */
@@ -180,7 +183,10 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await setDeploymentStatus(job.deployment.id, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
     const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
-    const reach = await access.openForwards(job.deployment.workspace_id, platform.databaseUrl);
+    const reach = await access.openForwards(
+      { deploymentId: job.deployment.id, revisionId: job.revisionId, workspaceId: job.deployment.workspace_id },
+      platform.databaseUrl,
+    );
     const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
       deploymentId: job.deployment.id,
       revisionId: job.revisionId,

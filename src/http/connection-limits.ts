@@ -30,10 +30,18 @@ export function headTimeoutOptions(limits: Pick<ConnectionLimits, 'headersTimeou
   };
 }
 
-/** Counts connections by client address and closes those over the cap as they are accepted. */
-export function capConnectionsPerAddress(server: Server, maxPerAddress: number): void {
+/**
+ * Counts connections by client address and closes those over the cap as they are accepted; `exempt`
+ * connections (an app's own, capped by its forward) are not counted.
+ */
+export function capConnectionsPerAddress(
+  server: Server,
+  maxPerAddress: number,
+  exempt: (socket: Socket) => boolean = () => false,
+): void {
   const open = new Map<string, number>();
   server.on('connection', (socket: Socket) => {
+    if (exempt(socket)) return;
     const address = socket.remoteAddress ?? '';
     const count = (open.get(address) ?? 0) + 1;
     if (count > maxPerAddress) {

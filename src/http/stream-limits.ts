@@ -1,19 +1,24 @@
 /**
- * Caps on long-lived requests (docs/api.md, "Streams and long-polls"): a followed log, a desired-state
+ * Budgets of long-lived requests (docs/api.md, "Streams and long-polls"): a followed log, a desired-state
  * long-poll or an OAuth wait holds a connection, a timer and database reads for as long as it is open,
- * so one key must not open hundreds of them and slow everyone else down.
+ * so each tenant has its own share and none can take everyone's (issue 33: one shared per-address cap
+ * was first come, first served for every app and every fleet behind one proxy).
  *
  * A route declares `config.longLived(request)`: true when this request will be held open (follow=true,
- * a long-poll that asks to wait). Such a request takes a slot of its credential (API key or listener
- * credential) and one of its client address before its handler runs, and gives both back when its
- * response closes, however it ends. Over either cap it is answered 429 `too_many_streams` with
- * Retry-After. The counts are this process's: each replica has its own.
- *
- * The address is the TCP peer's (no X-Forwarded-For is trusted): behind a reverse proxy every client
- * shares the proxy's address, and the per-address cap then bounds them together.
+ * a long-poll that asks to wait). Before its handler runs, such a request takes a slot of each budget it
+ * belongs to, and gives them back when its response closes, however it ends:
+ * - its credential's (API key or listener credential) and its workspace's;
+ * - its deployment's, when it comes from an app through the app's own way to the API (src/http/app-connections.ts:
+ *   known from the connection itself, never from anything the client sends);
+ * - its client address's, only when it has no credential and is no app's (the address is the TCP peer's,
+ *   or the client a trusted proxy names: SLIPWAY_TRUSTED_PROXIES, Fastify's trustProxy).
+ * Over any of them it is answered 429 `too_many_streams` with Retry-After, naming the budget. The counts
+ * are this process's: each replica has its own.
  */
 import type { FastifyInstance, FastifyRequest, RouteOptions } from 'fastify';
+import type { StreamBudgets } from '../config.ts';
 import { AppError } from '../errors.ts';
+import type { AppConnections } from './app-connections.ts';
 import { errorResponses } from './schema-helpers.ts';
 
 declare module 'fastify' {
@@ -23,12 +28,7 @@ declare module 'fastify' {
   }
 }
 
-export interface StreamLimits {
-  /** Open streams and long-polls per API key or listener credential. */
-  perKey: number;
-  /** Open streams and long-polls per client address. */
-  perAddress: number;
-}
+export type StreamLimits = StreamBudgets;
 
 /** What a refused client is told to wait: long enough for a stream of its own to end or be closed. */
 const RETRY_AFTER_SECONDS = 5;
@@ -60,6 +60,18 @@ function credentialOf(request: FastifyRequest): string | null {
   return request.caller ? `api-key:${request.caller.keyId}` : null;
 }
 
+/** The workspace a request acts in (an organization key on an organization route: none). */
+function workspaceOf(request: FastifyRequest): string | null {
+  return request.listenerCredential?.workspace_id ?? request.caller?.workspaceId ?? null;
+}
+
+/** One budget: whose slot a request takes (null: it takes none of this budget), how many, and the refusal. */
+interface Budget {
+  slotOf(request: FastifyRequest): string | null;
+  max: number;
+  refusal: string;
+}
+
 /** A long-lived route's 429 in its schema (src/http/route-needs.ts calls it for routes that declare longLived). */
 export function documentStreamLimit(route: RouteOptions): void {
   if (route.schema === undefined) return;
@@ -70,39 +82,57 @@ export function documentStreamLimit(route: RouteOptions): void {
 }
 
 /** Counts and caps the open streams of routes that declare `longLived`. */
-export function registerStreamLimits(app: FastifyInstance, limits: StreamLimits): void {
-  const byKey = createCounter();
-  const byAddress = createCounter();
+export function registerStreamLimits(
+  app: FastifyInstance,
+  limits: StreamLimits,
+  apps: Pick<AppConnections, 'originOf'>,
+): void {
+  const origin = (request: FastifyRequest) => apps.originOf(request.raw.socket);
+  const budgets: Budget[] = [
+    {
+      slotOf: credentialOf,
+      max: limits.perKey,
+      refusal: `This credential already holds ${limits.perKey} open streams or long-polls, as many as allowed; close one first.`,
+    },
+    {
+      slotOf: workspaceOf,
+      max: limits.perWorkspace,
+      refusal: `This workspace's keys and listeners already hold ${limits.perWorkspace} open streams or long-polls, as many as allowed; close one first.`,
+    },
+    {
+      slotOf: (request) => origin(request)?.deploymentId ?? null,
+      max: limits.perDeployment,
+      refusal: `This deployment's app already holds ${limits.perDeployment} open streams or long-polls, as many as allowed; close one first.`,
+    },
+    {
+      // Anonymous callers only: keyed callers have their own shares, whoever else is on their address.
+      slotOf: (request) => (credentialOf(request) === null && origin(request) === null ? (request.ip ?? '') : null),
+      max: limits.perAddress,
+      refusal: `Your address already holds ${limits.perAddress} open streams or long-polls, as many as allowed; close one first.`,
+    },
+  ];
+  const counters = budgets.map(() => createCounter());
 
   // After authentication and validation (the predicate reads the parsed query), before the handler.
   app.addHook('preHandler', async (request, reply) => {
     const longLived = request.routeOptions.config?.longLived;
     if (longLived === undefined || !longLived(request)) return;
-    const key = credentialOf(request);
-    const address = request.ip;
-    if (key !== null && byKey.get(key) >= limits.perKey) {
-      throw new AppError(
-        'too_many_streams',
-        `This credential already holds ${limits.perKey} open streams or long-polls, as many as allowed; close one first.`,
-        { retryAfterSeconds: RETRY_AFTER_SECONDS },
-      );
-    }
-    if (byAddress.get(address) >= limits.perAddress) {
-      throw new AppError(
-        'too_many_streams',
-        `Your address already holds ${limits.perAddress} open streams or long-polls, as many as allowed; close one first.`,
-        { retryAfterSeconds: RETRY_AFTER_SECONDS },
-      );
+    const slots = budgets.map((budget) => budget.slotOf(request));
+    for (const [i, budget] of budgets.entries()) {
+      const slot = slots[i];
+      if (slot !== null && slot !== undefined && counters[i]!.get(slot) >= budget.max)
+        throw new AppError('too_many_streams', budget.refusal, { retryAfterSeconds: RETRY_AFTER_SECONDS });
     }
     // Gone before it started: nothing to hold (a 'close' already emitted would never release it).
     if (reply.raw.closed) return;
-    if (key !== null) byKey.add(key);
-    byAddress.add(address);
+    const held = slots.flatMap((slot, i) =>
+      slot === null || slot === undefined ? [] : [[counters[i]!, slot] as const],
+    );
+    for (const [counter, slot] of held) counter.add(slot);
     // 'close' comes once the response is done or the connection is gone, whichever way the request ends
     // (a hijacked event stream included).
     reply.raw.once('close', () => {
-      if (key !== null) byKey.remove(key);
-      byAddress.remove(address);
+      for (const [counter, slot] of held) counter.remove(slot);
     });
   });
 }

@@ -20,6 +20,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { probeApp } from './containment-apps.ts';
 import {
+  deployApp,
   requestApp,
   revisionLog,
   startTestService,
@@ -45,23 +46,14 @@ let attacker: App;
 let neighbour: App;
 
 async function deploy(name: string): Promise<App> {
-  const tarball = await uploadApp(service, probeApp());
-  const created = await service.api('POST', '/v2/deployments', {
-    name,
-    source: 'internal_source',
-    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
-  });
-  assert.equal(created.status, 201, JSON.stringify(created.body));
-  const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id);
-  assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
-  const url: string = (await service.api('GET', `/v2/deployments/${created.body.id}`)).body.source_config.custom_url;
+  const { id, url } = await deployApp(service, probeApp(), name);
   const runtime = await service.database.db
     .selectFrom('deployment_runtimes')
     .selectAll()
-    .where('deployment_id', '=', created.body.id)
+    .where('deployment_id', '=', id)
     .executeTakeFirstOrThrow();
   return {
-    id: created.body.id,
+    id,
     url,
     slug: new URL(url).hostname.split('.')[0]!,
     database: runtime.database_name!,

@@ -134,6 +134,33 @@ export async function writeApp(files: Record<string, string>): Promise<string> {
   return dir;
 }
 
+/** An app deployed from an upload of its files: its deployment, first revision and stable URL. */
+export interface DeployedApp {
+  id: string;
+  revisionId: string;
+  url: string;
+}
+
+/** Uploads `files`, creates the internal_source deployment `name` from them and waits for it to be DEPLOYED. */
+export async function deployApp(
+  service: TestService,
+  files: Record<string, string> | string,
+  name: string,
+): Promise<DeployedApp> {
+  const tarball = await uploadApp(service, files);
+  const created = await service.api('POST', '/v2/deployments', {
+    name,
+    source: 'internal_source',
+    source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
+  });
+  if (created.status !== 201)
+    throw new Error(`POST /v2/deployments: ${created.status} ${JSON.stringify(created.body)}`);
+  const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id);
+  if (revision.status !== 'DEPLOYED') throw new Error(`${name} was not deployed: ${JSON.stringify(revision)}`);
+  const url: string = (await service.api('GET', `/v2/deployments/${created.body.id}`)).body.source_config.custom_url;
+  return { id: created.body.id, revisionId: created.body.latest_revision_id, url };
+}
+
 /** Polls the revision until it reaches one of `statuses` (default: any final state); fails after `ms`. */
 export async function waitForRevision(
   service: TestService,

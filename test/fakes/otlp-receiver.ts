@@ -1,12 +1,15 @@
 /**
  * An OpenTelemetry collector's OTLP/HTTP traces receiver on loopback, as far as the tests need one:
  * `POST /v1/traces` with an ExportTraceServiceRequest in OTLP's JSON encoding (what the OTLP/HTTP
- * exporter of OpenTelemetry JS sends), answered as a collector does (200 with an empty partial success;
- * 400 for a body that is not OTLP JSON; 404 elsewhere). Spans are kept, flattened, for the tests to read.
+ * exporter of OpenTelemetry JS sends) or in protobuf (names and resources only: otlp-protobuf.ts),
+ * answered as a collector does (200 with an empty partial success; 400 for a body that is not OTLP; 404
+ * elsewhere). Spans are kept, flattened, for the tests to read, and every request's method, path and
+ * headers.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { gunzipSync } from 'node:zlib';
+import { decodeTraceRequest } from './otlp-protobuf.ts';
 
 export interface ReceivedSpan {
   traceId: string;
@@ -26,6 +29,8 @@ export interface OtlpReceiver {
   /** http://127.0.0.1:<port>, for OTEL_EXPORTER_OTLP_ENDPOINT. */
   endpoint: string;
   spans: ReceivedSpan[];
+  /** Every request that reached it, whatever its path. */
+  requests: { method: string; path: string; headers: http.IncomingHttpHeaders; bytes: number }[];
   /** Resolves with the first span that matches, once it has arrived (the exporter sends in batches). */
   waitFor(what: string, match: (span: ReceivedSpan) => boolean, ms?: number): Promise<ReceivedSpan>;
   close(): Promise<void>;
@@ -52,10 +57,17 @@ function attributes(list: KeyValue[] | undefined): Record<string, unknown> {
 
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
+  const requests: OtlpReceiver['requests'] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
+      requests.push({
+        method: req.method ?? '',
+        path: req.url ?? '',
+        headers: req.headers,
+        bytes: chunks.reduce((n, c) => n + c.length, 0),
+      });
       if (req.method !== 'POST' || req.url !== '/v1/traces') {
         res.writeHead(404).end();
         return;
@@ -63,6 +75,12 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       try {
         let body = Buffer.concat(chunks);
         if (req.headers['content-encoding'] === 'gzip') body = gunzipSync(body);
+        if (String(req.headers['content-type']).startsWith('application/x-protobuf')) {
+          for (const span of decodeTraceRequest(body))
+            spans.push({ traceId: '', spanId: '', parentSpanId: '', kind: 0, attributes: {}, status: 0, ...span });
+          res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+          return;
+        }
         if (!String(req.headers['content-type']).startsWith('application/json')) throw new Error('not JSON');
         const request = JSON.parse(body.toString('utf8')) as {
           resourceSpans: {
@@ -98,6 +116,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   return {
     endpoint: `http://127.0.0.1:${port}`,
     spans,
+    requests,
     async waitFor(what, match, ms = 30_000) {
       const deadline = Date.now() + ms;
       for (;;) {

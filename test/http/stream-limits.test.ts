@@ -1,16 +1,24 @@
 /**
  * Caps on long-lived requests (docs/api.md, "Streams and long-polls"): followed logs (`follow=true`),
  * desired-state long-polls and OAuth waits hold a slot of their API key (or listener credential) and of
- * their client address while open; over either cap the answer is 429 `too_many_streams` with
- * Retry-After, and a stream that ends gives its slot back.
+ * their workspace while open; over either cap the answer is 429 `too_many_streams` with Retry-After,
+ * and a stream that ends gives its slot back. (The apps' own budgets: test/attack/app-telemetry-2.test.ts.)
  */
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { client, createTestApp, startReplica, type Replica, type TestApp } from '../support/harness.ts';
+import {
+  client,
+  createTestApp,
+  newWorkspace,
+  newWorkspaceAdmin,
+  startReplica,
+  type Replica,
+  type TestApp,
+} from '../support/harness.ts';
 
 const PER_KEY = 3;
-const PER_ADDRESS = 5;
+const PER_WORKSPACE = 5;
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -20,7 +28,7 @@ let live: Replica;
 before(async () => {
   t = await createTestApp({
     SLIPWAY_STREAMS_PER_KEY: String(PER_KEY),
-    SLIPWAY_STREAMS_PER_ADDRESS: String(PER_ADDRESS),
+    SLIPWAY_STREAMS_PER_WORKSPACE: String(PER_WORKSPACE),
   });
   api = client(t.app);
 });
@@ -95,7 +103,7 @@ async function followOnceFree(key: string, r: { deploymentId: string; revisionId
   assert.fail('no slot was given back after its stream closed');
 }
 
-describe('open streams are capped per key and per client address', () => {
+describe('open streams are capped per key and per workspace', () => {
   test('a member key over its cap gets 429s; another key still streams; closing a stream frees its slot', async () => {
     const r = await newRevision();
     const attacker = await memberKey('stream hog');
@@ -133,11 +141,11 @@ describe('open streams are capped per key and per client address', () => {
     for (const opened of [...held, bystander]) await opened.close();
   });
 
-  test('many keys from one address stop at the address cap', async () => {
+  test("many keys of one workspace stop at its cap; another workspace's keys still stream", async () => {
     const r = await newRevision();
     const keys = await Promise.all([0, 1, 2].map((i) => memberKey(`spread ${i}`)));
     const held: Opened[] = [];
-    // 2 + 2 + 1 streams of three keys: each under its key cap, together at the address cap.
+    // 2 + 2 + 1 streams of three keys: each under its key cap, together at the workspace cap.
     for (const [i, key] of keys.entries()) {
       for (let n = 0; n < (i < 2 ? 2 : 1); n++) {
         const opened = await followOnceFree(key, r);
@@ -145,8 +153,23 @@ describe('open streams are capped per key and per client address', () => {
         held.push(opened);
       }
     }
-    assert.equal(held.length, PER_ADDRESS);
+    assert.equal(held.length, PER_WORKSPACE);
     await assertTooMany((await follow(keys[2]!, r)).response);
+    // The same address, another workspace: its own budget.
+    const other = await newWorkspace(t, 'other tenant');
+    const otherAdmin = await newWorkspaceAdmin(t, other.id, 'other admin');
+    const made = await client(t.app, otherAdmin.key).post('/v2/deployments', {
+      name: 'other-streams',
+      source: 'internal_container',
+      source_revision_config: { image_uri: 'reg.example.com/a:1' },
+    });
+    assert.equal(made.status, 201);
+    const theirs = await follow(otherAdmin.key, {
+      deploymentId: made.body.id,
+      revisionId: made.body.latest_revision_id,
+    });
+    assert.equal(theirs.response.status, 200);
+    held.push(theirs);
     for (const opened of held) await opened.close();
   });
 

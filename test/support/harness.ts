@@ -338,6 +338,8 @@ export async function startDataPlane(t: TestApp): Promise<LocalDataPlane> {
     }).repositories,
     logger,
     tracing: t.tracing,
+    // As main.ts: apps reach this API through their forwards, which tell it the deployment.
+    ...(config.roles.includes('api') ? { apiConnections: t.app.appConnections.accept } : {}),
     leaseSeconds: 6,
     backoff: { initialMs: 100, maxMs: 500 },
   });
