@@ -18,6 +18,7 @@ import { KEY_PREFIX, hasKeyPrefix } from './auth/api-keys.ts';
 import { hostFacts, limitMaxima, type HostFacts, type LimitMaxima } from './config-limits.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
 import { streamBudgets, trustedProxies, type StreamBudgets } from './config-streams.ts';
+import { registrySettings, type RegistrySettings } from './config-registries.ts';
 import { tracing, type TracingConfig } from './config-tracing.ts';
 import { ConfigError, decimal, flag, integer, text, type Env } from './config-values.ts';
 import { DEFAULT_LIMITS, type DefaultLimits } from './dataplane/resource-limits.ts';
@@ -28,6 +29,7 @@ export type { EdgeProxyMode, SandboxMode } from './config-apps.ts';
 export type { HostFacts, LimitMaxima } from './config-limits.ts';
 export type { SsoConfig } from './config-sso.ts';
 export type { StreamBudgets } from './config-streams.ts';
+export type { RegistrySettings } from './config-registries.ts';
 export type { TracingConfig } from './config-tracing.ts';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
@@ -119,6 +121,8 @@ export interface Config {
   readonly sso: SsoConfig | null;
   /** OpenTelemetry traces over OTLP/HTTP (docs/operations.md, "Traces"); null: no traces are made. */
   readonly tracing: TracingConfig | null;
+  /** The package registries, CA bundle and proxies builds use (config-registries.ts). */
+  readonly buildRegistries: RegistrySettings;
 }
 
 export type Role = 'api' | 'worker';
@@ -340,5 +344,6 @@ export function loadConfig(
     metricsToken: metricsToken(env),
     sso: sso(env, flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH')),
     tracing: tracing(env),
+    buildRegistries: registrySettings(env, cwd),
   });
 }

@@ -346,6 +346,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
           copyUpload: (workspaceId, uploadPath, destFile) =>
             copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
           defaultLimits: config.defaultLimits,
+          registries: config.buildRegistries,
           deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
         },
         { ...job, secrets: openSecrets(job.secrets) },
