@@ -140,19 +140,21 @@ export function createMcp(ctx, packages, inputSchema) {
     if (sessionId) {
       // The session was opened through another instance (or before this one dropped it): its
       // `initialize` again, answered to no one.
-      const replay = { jsonrpc: '2.0', id: 0, method: 'initialize' };
+      // Its own id (a client's first request is often 0), and answered in full before the real request.
+      const replay = { jsonrpc: '2.0', id: `slipway-replay-${randomUUID()}`, method: 'initialize' };
       replay.params = {
         protocolVersion: entry.protocolVersion,
         capabilities: {},
         clientInfo: { name: 'replay', version: '0' },
       };
-      await transport.handleRequest(
+      const replayed = await transport.handleRequest(
         new Request('http://localhost/mcp', {
           method: 'POST',
           headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
         }),
         { parsedBody: replay },
       );
+      await replayed.text();
     }
     return entry;
   }

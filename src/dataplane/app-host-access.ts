@@ -91,7 +91,7 @@ export function createAppHostAccess(deps: {
   };
 
   /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
-  const dataDirOf = (deploymentId: string): string => path.join(config.disk.appsDataDir, deploymentId, 'data');
+  const dataDirOf = (deploymentId: string): string => path.join(config.dataDir, 'deployments', deploymentId, 'data');
   async function prepareDataDir(deploymentId: string): Promise<string> {
     const data = dataDirOf(deploymentId);
     const root = path.dirname(data);
@@ -108,7 +108,7 @@ export function createAppHostAccess(deps: {
           if (error.code === 'EEXIST') return false;
           throw error;
         });
-      if (made) await sandbox.ownDir(dir, deploymentId);
+      if (made && sandbox.user) await fs.lchown(dir, sandbox.user.uid, sandbox.user.gid);
     }
     return data;
   }

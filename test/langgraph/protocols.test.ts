@@ -1,0 +1,493 @@
+/**
+ * MCP and A2A on a LangGraph deployment's server (runtime/langgraph/mcp.mjs, a2a.mjs), with the
+ * official clients: @modelcontextprotocol/sdk's Client over its Streamable HTTP transport, and
+ * @a2a-js/sdk's client in its default protocol (v1.0) and its v0.3 compatibility mode.
+ *
+ * The launcher runs as the data plane starts it, without the data plane: two instances of one project
+ * on one database (as two instances of a deployment, or an old and a new revision during a redeploy),
+ * and a third of the same project with custom auth on a database of its own. The project is
+ * examples/langgraph-js with a chat graph (test/fixtures/langgraph-protocols/chat.mjs) beside its agent.
+ *
+ * The install takes a minute or so.
+ */
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Role, TaskState, type Message, type SendMessageRequest, type Task } from '@a2a-js/sdk';
+import { ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
+import { freePort } from '../../src/db/embedded-postgres.ts';
+import {
+  A2A_SDK_VERSION,
+  LANGGRAPH_JS_SERVER_VERSION,
+  LANGGRAPH_POSTGRES_VERSION,
+  MCP_SDK_VERSION,
+} from '../../src/domain/langgraph-config.ts';
+import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { waitFor } from '../dataplane/data-plane-harness.ts';
+
+const run = promisify(execFile);
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
+const FIXTURE = path.resolve(HERE, '../fixtures/langgraph-protocols');
+const RUNTIME = path.resolve(HERE, '../../runtime');
+const ALICE = { authorization: 'Bearer let-me-in' };
+const BOB = { authorization: 'Bearer let-me-in-too' };
+
+let project: string;
+let shared: TestDatabase;
+let guarded: TestDatabase;
+const started: ChildProcess[] = [];
+let first: string;
+let second: string;
+let withAuth: string;
+
+async function startServer(config: string, databaseUrl: string): Promise<string> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', config], {
+    cwd: project,
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: project,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: databaseUrl,
+    },
+    detached: true,
+  });
+  started.push(child);
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  await waitFor(
+    'the server to answer /ok',
+    async () => {
+      if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
+      // With custom auth, /ok too wants the credential: any answer means the server is up.
+      return fetch(`${url}/ok`)
+        .then((response) => response.status < 500)
+        .catch(() => false);
+    },
+    180_000,
+  );
+  return url;
+}
+
+before(async () => {
+  project = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-langgraph-protocols-'));
+  await fs.cp(EXAMPLE, project, { recursive: true, filter: (from) => !from.includes('node_modules') });
+  for (const name of ['chat.mjs', 'auth.mjs']) await fs.cp(path.join(FIXTURE, name), path.join(project, 'src', name));
+  for (const name of ['langgraph.json', 'langgraph-auth.json'])
+    await fs.cp(path.join(FIXTURE, name), path.join(project, name));
+  await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
+  const npm = { cwd: project, timeout: 300_000 };
+  await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
+  // What the build adds to a project that brings none of them (src/domain/langgraph-config.ts).
+  await run(
+    'npm',
+    [
+      'install',
+      '--no-save',
+      '--no-audit',
+      '--no-fund',
+      `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`,
+      `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
+      `@modelcontextprotocol/sdk@${MCP_SDK_VERSION}`,
+      `@a2a-js/sdk@${A2A_SDK_VERSION}`,
+    ],
+    npm,
+  );
+  [shared, guarded] = await Promise.all([createTestDatabase(), createTestDatabase()]);
+  // One at a time: each extracts the graphs' schemas at start, which takes the machine's CPU.
+  first = await startServer('langgraph.json', shared.url);
+  second = await startServer('langgraph.json', shared.url);
+  withAuth = await startServer('langgraph-auth.json', guarded.url);
+});
+
+after(async () => {
+  for (const child of started) {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Already gone.
+    }
+  }
+  await shared?.drop();
+  await guarded?.drop();
+  await fs.rm(project, { recursive: true, force: true });
+});
+
+async function mcpClient(base: string, options: { headers?: Record<string, string>; sessionId?: string } = {}) {
+  const transport = new StreamableHTTPClientTransport(new URL(`${base}/mcp`), {
+    requestInit: { headers: options.headers ?? {} },
+    ...(options.sessionId ? { sessionId: options.sessionId } : {}),
+  });
+  const client = new Client({ name: 'slipway-test', version: '1.0.0' });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+/** Runs on the deployment's database, counted the way a user would see them: rows of langgraph.runs. */
+async function runCount(database: TestDatabase): Promise<number> {
+  const { rows } = await database.pool.query<{ n: string }>('select count(*) as n from langgraph.runs');
+  return Number(rows[0]!.n);
+}
+
+describe('MCP', () => {
+  test('every assistant is a tool with its graph input schema, and a call runs the graph with progress', async () => {
+    const { client, transport } = await mcpClient(first);
+    assert.match(transport.sessionId ?? '', /^[0-9a-f-]{36}$/, 'initialize opens a session');
+    // The schema is compiled in a worker once per instance: the listing has it once that is done.
+    const tools = await waitFor(
+      'the agent tool to have its input schema',
+      async () => {
+        const listed = (await client.listTools()).tools;
+        const agent = listed.find((tool) => tool.name === 'agent');
+        return agent?.inputSchema.properties && 'text' in agent.inputSchema.properties ? listed : null;
+      },
+      240_000,
+    );
+    assert.deepEqual(tools.map((tool) => tool.name).sort(), ['agent', 'chat']);
+
+    const progress: string[] = [];
+    const result = await client.callTool(
+      { name: 'agent', arguments: { text: 'How many words are here? And the longest one?' } },
+      undefined,
+      { onprogress: (p) => progress.push(p.message ?? '') },
+    );
+    assert.equal(result.isError, undefined);
+    const output = result.structuredContent as { answer: string; findings: string[] };
+    assert.equal(output.answer, 'Analysis: 9 words; the longest word is "longest".');
+    assert.deepEqual(progress, ['planner done', 'analyst done', 'analyst done', 'writer done']);
+    assert.ok(result._meta?.thread_id, 'the result names the thread it ran on');
+
+    // A graph's error is a tool error, not a protocol error.
+    const failed = await client.callTool({ name: 'agent', arguments: {} });
+    assert.equal(failed.isError, true);
+    assert.match(JSON.stringify(failed.content), /The input needs a \\"text\\" to analyse/);
+    // An unknown tool is a JSON-RPC error.
+    await assert.rejects(client.callTool({ name: 'no-such-tool', arguments: {} }), /Unknown tool: no-such-tool/);
+    await client.close();
+  });
+
+  test('a call continues a thread it is given; a session opened on one instance is served by the other until it is deleted', async () => {
+    const { client, transport } = await mcpClient(first);
+    const one = await client.callTool({ name: 'chat', arguments: { messages: [{ role: 'user', content: 'hi' }] } });
+    const threadId = one._meta?.thread_id as string;
+    const sessionId = transport.sessionId!;
+
+    const other = await mcpClient(second, { sessionId });
+    const two = await other.client.callTool({
+      name: 'chat',
+      arguments: { messages: [{ role: 'user', content: 'and again' }] },
+      _meta: { thread_id: threadId },
+    });
+    assert.equal(two._meta?.thread_id, threadId);
+    const messages = (two.structuredContent as { messages: { content: string }[] }).messages;
+    assert.equal(messages.at(-1)!.content, 'Turn 2: you said "and again"');
+
+    await transport.terminateSession();
+    const after = await fetch(`${second}/mcp`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': sessionId,
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/list' }),
+    });
+    assert.equal(after.status, 404, 'a deleted session is gone on every instance');
+  });
+
+  test('attacker: a body that is not JSON, not JSON-RPC or too large gets a JSON-RPC error, never a 500, and runs nothing', async () => {
+    const runsBefore = await runCount(shared);
+    const post = (body: string | Buffer, headers: Record<string, string> = {}) =>
+      fetch(`${first}/mcp`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+        body,
+      });
+    for (const [body, status, code] of [
+      ['{"jsonrpc": "2.0", "id": 1, "method": "tools/call"', 400, -32700],
+      ['["not", "json-rpc"]', 400, undefined],
+      ['{"hello": "world"}', 400, undefined],
+      [Buffer.alloc(5 * 1024 * 1024, 0x20), 413, undefined],
+    ] as const) {
+      const response = await post(body);
+      assert.equal(response.status, status, String(body).slice(0, 40));
+      const answer = (await response.json()) as { jsonrpc: string; error: { code: number } };
+      assert.equal(answer.jsonrpc, '2.0');
+      if (code !== undefined) assert.equal(answer.error.code, code);
+    }
+    // A tools/call without a session (and without initialize) is refused before anything runs.
+    const sessionless = await post(
+      JSON.stringify({
+        jsonrpc: '2.0',
+        id: 2,
+        method: 'tools/call',
+        params: { name: 'agent', arguments: { text: 'x' } },
+      }),
+    );
+    assert.equal(sessionless.status, 400);
+    const unknown = await post(JSON.stringify({ jsonrpc: '2.0', id: 3, method: 'tools/list' }), {
+      'mcp-session-id': randomUUID(),
+    });
+    assert.equal(unknown.status, 404);
+    assert.equal(await runCount(shared), runsBefore);
+  });
+
+  test('custom auth: a call without the credential gets 401 and runs nothing; each user has its own threads', async () => {
+    const runsBefore = await runCount(guarded);
+    await assert.rejects(mcpClient(withAuth), (error: { code?: number }) => error.code === 401);
+    const raw = await fetch(`${withAuth}/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'agent', arguments: { text: 'x' } },
+      }),
+    });
+    assert.equal(raw.status, 401);
+    assert.equal(await runCount(guarded), runsBefore);
+
+    const alice = await mcpClient(withAuth, { headers: ALICE });
+    const mine = await alice.client.callTool({ name: 'agent', arguments: { text: 'count words' } });
+    assert.equal((mine.structuredContent as { answer: string }).answer, 'Analysis: 2 words.');
+    // Bob, with alice's session id and her thread, gets neither her thread nor a run on it.
+    const bob = await mcpClient(withAuth, { headers: BOB, sessionId: alice.transport.sessionId! });
+    const theirs = await bob.client.callTool({
+      name: 'agent',
+      arguments: { text: 'count words' },
+      _meta: { thread_id: mine._meta?.thread_id },
+    });
+    assert.equal(theirs.isError, true);
+    const { rows } = await guarded.pool.query<{ n: string }>(
+      'select count(*) as n from langgraph.runs where thread_id = $1',
+      [mine._meta?.thread_id],
+    );
+    assert.equal(Number(rows[0]!.n), 1, "bob's call ran nothing on alice's thread");
+  });
+});
+
+const text = (value: string, contextId = ''): SendMessageRequest => ({
+  tenant: '',
+  message: {
+    messageId: randomUUID(),
+    role: Role.ROLE_USER,
+    contextId,
+    taskId: '',
+    parts: [{ content: { $case: 'text', value }, mediaType: 'text/plain', filename: '', metadata: {} }],
+    metadata: {},
+    extensions: [],
+    referenceTaskIds: [],
+  },
+  configuration: undefined,
+  metadata: {},
+});
+
+const textOf = (message: Message | undefined) =>
+  (message?.parts ?? []).map((part) => (part.content?.$case === 'text' ? part.content.value : '')).join('');
+
+function withHeaders(headers: Record<string, string>): typeof fetch {
+  return (input, init) => {
+    const merged = new Headers(init?.headers);
+    for (const [name, value] of Object.entries(headers)) merged.set(name, value);
+    return fetch(input, { ...init, headers: merged });
+  };
+}
+
+/** A client of the assistant's card: v1.0 (the SDK's default), or v0.3 (its compatibility mode). */
+async function a2aClient(
+  base: string,
+  assistant: string,
+  options: { legacy?: boolean; headers?: Record<string, string> } = {},
+) {
+  const fetchImpl = withHeaders(options.headers ?? {});
+  const legacyCompat = { enabled: Boolean(options.legacy) };
+  const factory = new ClientFactory({
+    transports: [new JsonRpcTransportFactory({ fetchImpl, legacyCompat })],
+    // A v0.3 client asks for the card without A2A-Version, and gets the v0.3 card.
+    cardResolver: new DefaultAgentCardResolver({
+      legacyCompat,
+      fetchImpl: options.legacy
+        ? (input, init) => {
+            const headers = new Headers(init?.headers);
+            headers.delete('A2A-Version');
+            return fetchImpl(input, { ...init, headers });
+          }
+        : fetchImpl,
+    }),
+  });
+  return factory.createFromUrl(base, `/.well-known/agent-card.json?assistant_id=${assistant}`);
+}
+
+describe('A2A', () => {
+  test('the card, a message, and a streamed message in the same context through the other instance (v1.0)', async () => {
+    const card = (await (
+      await fetch(`${first}/.well-known/agent-card.json?assistant_id=chat`, { headers: { 'A2A-Version': '1.0' } })
+    ).json()) as {
+      name: string;
+      supportedInterfaces: { url: string; protocolVersion: string }[];
+      skills: { id: string }[];
+    };
+    assert.equal(card.name, 'chat');
+    assert.deepEqual(
+      card.skills.map((skill) => skill.id),
+      ['chat'],
+    );
+    assert.deepEqual(
+      card.supportedInterfaces.map((i) => i.protocolVersion),
+      ['1.0', '0.3'],
+    );
+    assert.match(card.supportedInterfaces[0]!.url, /\/a2a\/[0-9a-f-]{36}$/);
+
+    const client = await a2aClient(first, 'chat');
+    const task = (await client.sendMessage(text('hello'))) as Task;
+    assert.equal(task.status?.state, TaskState.TASK_STATE_COMPLETED);
+    assert.equal(textOf(task.status?.message), 'Turn 1: you said "hello"');
+
+    const other = await a2aClient(second, 'chat');
+    const states: TaskState[] = [];
+    let answer = '';
+    for await (const event of other.sendMessageStream(text('and now?', task.contextId))) {
+      if (event.payload?.$case === 'statusUpdate') {
+        states.push(event.payload.value.status!.state);
+        answer = textOf(event.payload.value.status?.message);
+      }
+    }
+    assert.equal(states.at(-1), TaskState.TASK_STATE_COMPLETED);
+    assert.equal(answer, 'Turn 2: you said "and now?"', 'the context is the thread: the second message is turn 2');
+
+    // tasks/get through either instance.
+    const fetched = await client.getTask({ tenant: '', id: task.id });
+    assert.equal(fetched.status?.state, TaskState.TASK_STATE_COMPLETED);
+  });
+
+  test('v0.3 clients: the card, message/send, message/stream and a data part for a graph without messages', async () => {
+    const client = await a2aClient(second, 'chat', { legacy: true });
+    const task = (await client.sendMessage(text('old protocol'))) as Task;
+    assert.equal(textOf(task.status?.message), 'Turn 1: you said "old protocol"');
+    const card = (await (await fetch(`${second}/.well-known/agent-card.json?assistant_id=agent`)).json()) as {
+      protocolVersion: string;
+      url: string;
+    };
+    assert.equal(card.protocolVersion, '0.3.0');
+
+    const agent = await a2aClient(first, 'agent', { legacy: true });
+    const request = text('');
+    request.message!.parts = [
+      {
+        content: { $case: 'data', value: { text: 'count words' } },
+        mediaType: 'application/json',
+        filename: '',
+        metadata: {},
+      },
+    ];
+    let output: unknown;
+    for await (const event of agent.sendMessageStream(request))
+      if (event.payload?.$case === 'artifactUpdate') output = event.payload.value.artifact?.parts[0]?.content;
+    assert.deepEqual((output as { $case: string; value: { answer: string } }).value.answer, 'Analysis: 2 words.');
+  });
+
+  test('a task cancelled through the other instance stops its run', async () => {
+    const client = await a2aClient(first, 'chat');
+    const request = text('be slow');
+    request.configuration = { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately: true };
+    const task = (await client.sendMessage(request)) as Task;
+    const threadId = task.contextId;
+    await waitFor(
+      'the run to start',
+      async () =>
+        (
+          await shared.pool.query("select 1 from langgraph.runs where thread_id = $1 and status = 'running'", [
+            threadId,
+          ])
+        ).rowCount === 1,
+      60_000,
+    );
+    const other = await a2aClient(second, 'chat');
+    const cancelled = await other.cancelTask({ tenant: '', id: task.id, metadata: {} });
+    assert.equal(cancelled.status?.state, TaskState.TASK_STATE_CANCELED);
+    await waitFor(
+      'the run to stop',
+      async () =>
+        (
+          await shared.pool.query(
+            "select 1 from langgraph.runs where thread_id = $1 and status in ('running', 'pending')",
+            [threadId],
+          )
+        ).rowCount === 0,
+      30_000,
+    );
+    assert.equal((await client.getTask({ tenant: '', id: task.id })).status?.state, TaskState.TASK_STATE_CANCELED);
+  });
+
+  test('attacker: malformed JSON-RPC, huge bodies and unknown assistants get JSON-RPC errors, never a 500, and run nothing', async () => {
+    const runsBefore = await runCount(shared);
+    const post = (url: string, body: string | Buffer) =>
+      fetch(`${first}${url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    for (const [body, status, code] of [
+      ['{"jsonrpc": "2.0", "method": "message/send"', 400, -32700],
+      ['[1, 2, 3]', 400, -32600],
+      ['{"method": "message/send", "params": {}}', 400, -32600],
+      [Buffer.alloc(5 * 1024 * 1024, 0x20), 413, -32600],
+    ] as const) {
+      const response = await post('/a2a/chat', body);
+      assert.equal(response.status, status);
+      assert.equal(((await response.json()) as { error: { code: number } }).error.code, code);
+    }
+    const wrongParams = await post(
+      '/a2a/chat',
+      JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: 'x' }),
+    );
+    assert.ok(wrongParams.status < 500);
+    const unknown = await post(
+      '/a2a/nope',
+      JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'message/send', params: {} }),
+    );
+    assert.equal(unknown.status, 404);
+    assert.equal((await fetch(`${first}/.well-known/agent-card.json?assistant_id=nope`)).status, 404);
+    assert.equal(await runCount(shared), runsBefore);
+  });
+
+  test('custom auth: a message without the credential gets 401 and runs nothing; another user cannot read or cancel the task', async () => {
+    const runsBefore = await runCount(guarded);
+    await assert.rejects(a2aClient(withAuth, 'chat'), /401/);
+    const raw = await fetch(`${withAuth}/a2a/chat`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'message/send',
+        params: { message: { kind: 'message', messageId: 'm', role: 'user', parts: [{ kind: 'text', text: 'hi' }] } },
+      }),
+    });
+    assert.equal(raw.status, 401);
+    assert.equal(await runCount(guarded), runsBefore);
+
+    const alice = await a2aClient(withAuth, 'chat', { headers: ALICE });
+    const task = (await alice.sendMessage(text('secret'))) as Task;
+    assert.equal(textOf(task.status?.message), 'Turn 1: you said "secret"');
+    const bob = await a2aClient(withAuth, 'chat', { headers: BOB });
+    await assert.rejects(bob.getTask({ tenant: '', id: task.id }), /not found/i);
+    await assert.rejects(bob.cancelTask({ tenant: '', id: task.id, metadata: {} }), /not found/i);
+    // Nor can bob write into alice's conversation by naming her context.
+    await assert.rejects(bob.sendMessage(text('me too', task.contextId)));
+    const { rows } = await guarded.pool.query<{ n: string }>(
+      'select count(*) as n from langgraph.runs where thread_id = $1',
+      [task.contextId],
+    );
+    assert.equal(Number(rows[0]!.n), 1);
+  });
+});
