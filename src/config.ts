@@ -263,12 +263,23 @@ function roles(env: Env): readonly Role[] {
   return [...new Set(asked as Role[])];
 }
 
-/** A bearer token for /metrics: printable, without spaces, long enough not to be guessed. */
+/** The prefix of the /metrics bearer token (the app edges strip it, as they strip `slw_` keys). */
+export const METRICS_TOKEN_PREFIX = 'slwm_';
+
+/** A bearer token for /metrics: printable, without spaces, long enough not to be guessed, with its prefix. */
 function metricsToken(env: Env): string | null {
   const raw = text(env, 'SLIPWAY_METRICS_TOKEN');
   if (raw === null) return null;
   if (raw.length < 16 || raw.length > 256 || !/^[\x21-\x7e]+$/.test(raw)) {
     throw new ConfigError('SLIPWAY_METRICS_TOKEN', 'must be 16 to 256 printable characters without spaces');
+  }
+  // A scraper sends it as a bearer token, to apps' URLs too if it is set up that way: the app edges
+  // remove the service's credentials by their prefix, and this one must be among them.
+  if (!raw.startsWith(METRICS_TOKEN_PREFIX)) {
+    throw new ConfigError(
+      'SLIPWAY_METRICS_TOKEN',
+      `must start with ${METRICS_TOKEN_PREFIX}, the prefix by which the app edges recognise it and keep it from apps: set it to ${METRICS_TOKEN_PREFIX} followed by a random value, such as ${METRICS_TOKEN_PREFIX}$(openssl rand -hex 24)`,
+    );
   }
   return raw;
 }

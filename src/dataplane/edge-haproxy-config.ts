@@ -97,11 +97,12 @@ function answer(status: number, code: string, detail: string): string {
 }
 
 /**
- * A header value that holds a credential of this service: a key (`slw_`), a listener credential (`slwl_`)
- * or an agent credential (`slwa_`), bare or after an auth scheme (`Bearer slw_...`); matched without
+ * A header value that holds a credential of this service: a key (`slw_`), a listener credential (`slwl_`),
+ * an agent credential (`slwa_`) or the metrics token (`slwm_`), bare or after an auth scheme
+ * (`Bearer slw_...`); matched without
  * regard to case. Both edges remove such headers (the built-in one in src/dataplane/app-proxy.ts).
  */
-export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?slw[al]?_`;
+export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?slw[alm]?_`;
 const CREDENTIAL = SERVICE_CREDENTIAL_PATTERN;
 
 /**

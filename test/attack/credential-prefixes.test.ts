@@ -1,11 +1,11 @@
 /**
  * Every credential the service accepts is one the app edges strip before a request reaches an app: the
- * edges recognise the service's credentials by their prefix (`slw_`, `slwl_`, `slwa_`), so a credential
+ * edges recognise the service's credentials by their prefix (`slw_`, `slwl_`, `slwa_`, `slwm_`), so a credential
  * without one would reach whatever app a caller sends it to (LangGraph's SDK sends its key to
  * deployments as `X-Api-Key`). Found with the README's own recovery advice: `SLIPWAY_BOOTSTRAP_API_KEY`
  * set to `openssl rand -hex 24`, an admin key without the prefix.
  *
- * - the configuration refuses a bootstrap key without the prefix, saying what to set;
+ * - the configuration refuses a bootstrap key or a metrics token without its prefix, saying what to set;
  * - a key stored without it (made from such a value by an older version) opens nothing;
  * - on both edges, every kind of credential the service accepts, sent by a caller to an app as
  *   `X-Api-Key` or `Authorization: Bearer`, reaches no app.
@@ -23,12 +23,15 @@ import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 import { ADMIN_KEY, client, createTestApp, registerListener, type TestApp } from '../support/harness.ts';
 
+/** The scraper's token for /metrics: a credential the service accepts, too. */
+const METRICS_TOKEN = `slwm_${randomBytes(24).toString('hex')}`;
+
 let t: TestApp;
 let api: ReturnType<typeof client>;
 let dataDir: string;
 
 before(async () => {
-  t = await createTestApp();
+  t = await createTestApp({ SLIPWAY_METRICS_TOKEN: METRICS_TOKEN });
   api = client(t.app);
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-credential-prefixes-'));
 });
@@ -62,6 +65,24 @@ describe('SLIPWAY_BOOTSTRAP_API_KEY', () => {
   test('with the prefix is taken as it is', () => {
     const value = `slw_${randomBytes(24).toString('hex')}`;
     assert.equal(loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_BOOTSTRAP_API_KEY: value }).bootstrapApiKey, value);
+  });
+});
+
+describe('SLIPWAY_METRICS_TOKEN', () => {
+  test('without the slwm_ prefix is refused at start, saying what to set', () => {
+    for (const value of [randomBytes(24).toString('hex'), 'slw_0123456789abcdef0123']) {
+      assert.throws(
+        () => loadConfig({ SLIPWAY_DATA_DIR: dataDir, SLIPWAY_METRICS_TOKEN: value }),
+        (error: unknown) => {
+          assert.ok(error instanceof ConfigError, String(error));
+          assert.match(error.message, /SLIPWAY_METRICS_TOKEN/);
+          assert.match(error.message, /must start with slwm_/);
+          assert.ok(!error.message.includes(value), 'the value itself is not repeated');
+          return true;
+        },
+        value,
+      );
+    }
   });
 });
 
@@ -111,6 +132,7 @@ async function makeCredentials(): Promise<Record<string, string>> {
     'an API key': made.body.key as string,
     'a listener credential': listener.credential,
     'an agent credential': agent.body.credential as string,
+    'the metrics token': METRICS_TOKEN,
   };
   // Each opens what it is for (a listener's desired state, for a listener credential).
   assert.equal((await client(t.app, credentials['an API key']).get('/v2/deployments')).status, 200);
@@ -120,6 +142,12 @@ async function makeCredentials(): Promise<Record<string, string>> {
     headers: { authorization: `Bearer ${listener.credential}` },
   });
   assert.equal(desired.statusCode, 200, desired.body);
+  const scraped = await t.app.inject({
+    method: 'GET',
+    url: '/metrics',
+    headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+  });
+  assert.equal(scraped.statusCode, 200, scraped.body);
   return credentials;
 }
 

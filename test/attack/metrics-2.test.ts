@@ -11,7 +11,7 @@ import { emptyStats } from '../../src/dataplane/edge-stats.ts';
 import { createTestApp } from '../helpers.ts';
 
 const OTHER_TENANT = { deploymentId: '3f0c2a51-9d7e-4b8a-a1c2-5e6f7a8b9c0d', slug: 'private-payroll-3f0c2a51' };
-const TOKEN = 'scrape-token-0123456789abcdef';
+const TOKEN = 'slwm_scrape-token-0123456789abcdef';
 
 /** What the edge and the worker would report: one app of another tenant, with traffic. */
 async function apps(): Promise<AppMetrics> {

@@ -23,7 +23,7 @@ http.createServer((req, res) => {
 }).listen(Number(process.env.PORT), process.env.HOST);
 `;
 
-const METRICS_TOKEN = 'scraper-token-0123456789';
+const METRICS_TOKEN = 'slwm_scraper-token-0123456789';
 let service: TestService;
 before(async () => {
   // The per-deployment series are for the operator's scraper only (they name every tenant's apps).

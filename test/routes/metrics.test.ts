@@ -68,7 +68,7 @@ test('request counters, latency histograms and revision and queue gauges move', 
 });
 
 test('SLIPWAY_METRICS_TOKEN makes /metrics need that bearer token; nothing else opens it', async () => {
-  const token = 'scrape-token-0123456789abcdef';
+  const token = 'slwm_scrape-token-0123456789abcdef';
   const guarded = await createTestApp({ SLIPWAY_METRICS_TOKEN: token });
   try {
     const scrapeWith = (headers: Record<string, string>) =>
