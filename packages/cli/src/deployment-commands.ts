@@ -4,6 +4,7 @@
  */
 import { Command } from 'commander';
 import type { Deployment, Listener, LogLine, LogType, Revision } from '@slipway/sdk/api-aliases';
+import { agentProtocolAddresses } from '@slipway/sdk/agent-protocols';
 import { explainStatus, explanationNeeds } from '@slipway/sdk/deployment-status';
 import { ok, type SlipwayClient } from '@slipway/sdk/slipway-client';
 import { SlipwayError } from '@slipway/sdk/slipway-error';
@@ -133,6 +134,7 @@ export function showDeploymentCommand(run: ActionRunner, path: string, name: str
         ...(why ? [['why', why] as [string, string]] : []),
         ['source', deployment.source],
         ['url', orDash(deployment.source_config.custom_url)],
+        ...protocolFields(deployment.source_config.custom_url, latest?.source_revision_config.framework_config_path),
         [
           'latest revision',
           latest
@@ -146,6 +148,21 @@ export function showDeploymentCommand(run: ActionRunner, path: string, name: str
       ]);
     }),
   );
+}
+
+/** The MCP and A2A addresses of a LangGraph deployment, as fields (none for another app). */
+function protocolFields(
+  customUrl: string | null | undefined,
+  configPath: string | null | undefined,
+): [string, string][] {
+  const addresses = agentProtocolAddresses(customUrl, configPath);
+  return addresses
+    ? [
+        ['mcp', addresses.mcp],
+        ['a2a', addresses.a2a],
+        ['agent card', addresses.agentCard],
+      ]
+    : [];
 }
 
 /** A listener by id, or null when it is gone or not visible (the explanation then names its id). */

@@ -6,6 +6,7 @@
  * a dropped connection).
  */
 import { useEffect, useState } from 'preact/hooks';
+import { agentProtocolAddresses } from '@slipway/sdk/agent-protocols';
 import { followLog } from '@slipway/sdk/revision-follow';
 import { data } from '../api/client.ts';
 import { logStreamSource } from '../api/log-follower.ts';
@@ -175,6 +176,9 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
   }
 
   const url = d.source_config.custom_url;
+  // The serving revision's config (else the newest's), when it is on this page of the list.
+  const shown = revisions.value?.resources.find((r) => r.id === (d.active_revision_id ?? d.latest_revision_id));
+  const protocols = agentProtocolAddresses(url, shown?.source_revision_config.framework_config_path);
   return (
     <>
       <PageTitle title={d.name}>
@@ -196,6 +200,18 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
               )}
             </dd>
           </div>
+          {protocols && (
+            <div>
+              <dt>MCP and A2A</dt>
+              <dd class="breakable">
+                <code>{protocols.mcp}</code>
+                <br />
+                <code>{protocols.a2a}</code>
+                <br />
+                <code>{protocols.agentCard}</code>
+              </dd>
+            </div>
+          )}
           <div>
             <dt>Active revision</dt>
             <dd>
