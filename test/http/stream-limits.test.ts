@@ -2,7 +2,7 @@
  * Caps on long-lived requests (docs/api.md, "Streams and long-polls"): followed logs (`follow=true`),
  * desired-state long-polls and OAuth waits hold a slot of their API key (or listener credential) and of
  * their workspace while open; over either cap the answer is 429 `too_many_streams` with Retry-After,
- * and a stream that ends gives its slot back. (The apps' own budgets: test/attack/app-telemetry-2.test.ts.)
+ * and a stream that ends gives its slot back. (The apps' own budgets: test/attack/app-api-otlp-2.test.ts.)
  */
 import assert from 'node:assert/strict';
 import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
