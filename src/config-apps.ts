@@ -58,3 +58,28 @@ export function edgeProxy(env: Env): EdgeProxyMode {
 export function sandbox(env: Env): SandboxMode {
   return choice(env, 'SLIPWAY_SANDBOX', SANDBOX_MODES);
 }
+
+/** The host uids (and gids, the same numbers) deployments get one each of when the service is root. */
+export interface AppUidRange {
+  readonly first: number;
+  readonly count: number;
+}
+
+/**
+ * SLIPWAY_APP_UIDS, `FIRST-LAST`: by default 65,536 ids from 1,000,000,000, far above the ranges
+ * distributions give users and /etc/subuid entries (100,000 on, in steps of 65,536) and below 2^31
+ * (Node.js, and some file systems' tools, take ids as signed 32-bit numbers). No other user or
+ * container engine may use them: the start log warns of an overlap with /etc/passwd or /etc/subuid.
+ */
+export function appUids(env: Env): AppUidRange {
+  const raw = text(env, 'SLIPWAY_APP_UIDS') ?? '1000000000-1000065535';
+  const match = /^(\d{1,10})-(\d{1,10})$/.exec(raw);
+  const first = Number(match?.[1]);
+  const last = Number(match?.[2]);
+  if (!match || first < 65_536 || last < first || last >= 2 ** 31 - 1)
+    throw new ConfigError(
+      'SLIPWAY_APP_UIDS',
+      `must be a range FIRST-LAST of host uids from 65536 to 2147483646, such as 1000000000-1000065535, got '${raw}'`,
+    );
+  return { first, count: last - first + 1 };
+}

@@ -9,8 +9,10 @@ import {
   appsPort,
   appsPublicUrl,
   appsTls,
+  appUids,
   edgeProxy,
   sandbox,
+  type AppUidRange,
   type EdgeProxyMode,
   type SandboxMode,
 } from './config-apps.ts';
@@ -91,6 +93,8 @@ export interface Config {
   readonly edgeProxy: EdgeProxyMode;
   /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
   readonly sandbox: SandboxMode;
+  /** The host uids deployments get one each of when the service is root (SLIPWAY_APP_UIDS). */
+  readonly appUids: AppUidRange;
   /**
    * Limits of an app instance whose resource_spec is silent (and the least a build gets): memory in
    * bytes, CPU in cores, processes; `maximum` is what the data plane clamps any spec to (from `limits`).
@@ -335,6 +339,7 @@ export function loadConfig(
     appsTls: appsTls(env, cwd),
     edgeProxy: edgeProxy(env),
     sandbox: sandbox(env),
+    appUids: appUids(env),
     // Why these defaults: src/dataplane/resource-limits.ts.
     defaultLimits: Object.freeze({
       ...defaults,

@@ -108,7 +108,7 @@ export function createAppHostAccess(deps: {
           if (error.code === 'EEXIST') return false;
           throw error;
         });
-      if (made && sandbox.user) await fs.lchown(dir, sandbox.user.uid, sandbox.user.gid);
+      if (made) await sandbox.ownDir(dir, deploymentId);
     }
     return data;
   }

@@ -21,6 +21,8 @@ import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
 import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
+import { createAppUsers } from './app-uids.ts';
+import { appUidOf } from '../store/app-uids.ts';
 import type { AppConnectionSink } from '../http/app-connections.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
 
@@ -68,7 +70,9 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     service: config.dataDir,
     parentLimits: { memoryBytes: config.limits.appsMemoryMb * 1024 ** 2, pids: config.limits.appsPids },
   });
-  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger });
+  // A uid per deployment when root, kept in the database (src/dataplane/app-uids.ts).
+  const users = createAppUsers({ range: config.appUids, uidOf: (id) => appUidOf(db, id, config.appUids) });
+  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger, users });
   const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
   // Said loudly when anything is missing: an operator must know that apps are not contained.
   (contained ? logger.info.bind(logger) : logger.warn.bind(logger))(

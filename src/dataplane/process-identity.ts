@@ -41,9 +41,24 @@ export async function isGone(process: ProcessIdentity): Promise<boolean> {
   return fields[0] === 'Z' || fields[0] === 'X' || fields[19] !== process.startTime;
 }
 
-/** Signals the process only if it is still the one identified (its pid not reused). */
-export async function signalIdentified(target: ProcessIdentity, signal: NodeJS.Signals): Promise<void> {
+/**
+ * Signals the process only if it is still the one identified (its pid not reused); with `group`, the
+ * process group it leads (itself alone when it leads none).
+ */
+export async function signalIdentified(
+  target: ProcessIdentity,
+  signal: NodeJS.Signals,
+  options: { group?: boolean } = {},
+): Promise<void> {
   if (await isGone(target)) return;
+  if (options.group) {
+    try {
+      globalThis.process.kill(-target.pid, signal);
+      return;
+    } catch {
+      // It leads no group (or is gone): itself below.
+    }
+  }
   try {
     globalThis.process.kill(target.pid, signal);
   } catch {

@@ -93,7 +93,9 @@ function signalGroup(child: ChildProcess, signal: NodeJS.Signals, sandbox: Proce
     }
   }
   // By identity: once the outer bubblewrap is gone the init is no child of ours, and its pid may be reused.
-  if (sandbox) void signalIdentified(sandbox, signal);
+  // The init leads the sandbox's own session and process group (bubblewrap's --new-session): the whole
+  // group is signalled, as the group outside is.
+  if (sandbox) void signalIdentified(sandbox, signal, { group: true });
 }
 
 /**
@@ -163,14 +165,28 @@ export function startProcess(options: RunOptions): RunningProcess {
     cwd: plan.cwd,
     env: options.env,
     detached: true,
-    // fd 3 holds the command until its sandbox is set up; fd 4 is bubblewrap's report of its sandbox.
-    stdio: ['ignore', 'pipe', 'pipe', 'pipe', ...(plan.hold === 'bwrap' ? (['pipe'] as const) : [])],
+    // fd 3 holds the command until its sandbox is set up; fd 4 is bubblewrap's report of its sandbox;
+    // fd 5 its seccomp filter.
+    stdio: [
+      'ignore',
+      'pipe',
+      'pipe',
+      'pipe',
+      ...(plan.hold === 'bwrap' ? (['pipe'] as const) : []),
+      ...(plan.seccomp ? (['pipe'] as const) : []),
+    ],
     ...(plan.uid !== undefined ? { uid: plan.uid, gid: plan.gid } : {}),
   });
   child.stdout?.on('data', (chunk: Buffer) => options.output.write('stdout', chunk));
   child.stderr?.on('data', (chunk: Buffer) => options.output.write('stderr', chunk));
   const hold = child.stdio[3] as Writable | null;
   const info = (child.stdio[4] ?? null) as Readable | null;
+  const seccomp = (plan.seccomp ? (child.stdio as unknown[])[5] : null) as Writable | null;
+  seccomp?.on('error', () => {
+    // bubblewrap went away first; `exited` says how.
+  });
+  // bubblewrap reads the whole filter before it makes the sandbox (a little over a kilobyte: one write).
+  seccomp?.end(plan.seccomp);
   hold?.on('error', () => {
     // The command went away before it was released; `exited` says how.
   });

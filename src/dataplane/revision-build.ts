@@ -312,7 +312,7 @@ export async function buildRevision(
     throw error;
   }
   await hooks.building();
-  await deps.sandbox.ownTree(dirs.app);
+  await deps.sandbox.ownTree(dirs.app, input.deployment.id);
 
   const registries = await prepareBuildRegistries(deps.registries, deps.sandbox, path.join(dirs.root, 'registry'), {
     own: (dir) => deps.sandbox.ownTree(dir),

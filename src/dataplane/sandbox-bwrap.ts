@@ -5,8 +5,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import type { AppUsers } from './app-uids.ts';
 import type { ResourceControl } from './resource-limits.ts';
 import type { Sandbox } from './sandbox.ts';
+import type { SeccompFilter } from './seccomp-filter.ts';
 import {
   DEV_ARGS,
   NODE_PREFIX,
@@ -16,7 +18,7 @@ import {
   presentHiddenDirs,
 } from './sandbox-mounts.ts';
 import { FORWARDING_SHELL } from './sandbox-scripts.ts';
-import { chownTree, type UserMapping } from './sandbox-user-mapping.ts';
+import type { UserMapping } from './sandbox-user-mapping.ts';
 
 /** Where a build sees the sockets of its forwards (src/dataplane/build-registries.ts): /home is its own tmpfs. */
 const BUILD_SOCKET_DIR = '/home/.slipway';
@@ -24,22 +26,25 @@ const BUILD_SOCKET_DIR = '/home/.slipway';
 /** slirp4netns's DNS forwarder, in the network it gives a namespace (10.0.2.0/24). */
 const SLIRP_DNS = '10.0.2.3';
 
+/** The descriptor bubblewrap reads the seccomp filter from (0-2 output, 3 the hold, 4 its report). */
+export const SECCOMP_FD = 5;
+
 /** A sandbox of bubblewrap, with a network of its own when `slirpBinary` is given. */
 export async function bwrapSandbox(options: {
   bwrap: string;
   slirpBinary: string | null;
   mapping: UserMapping;
-  user: { uid: number; gid: number } | null;
+  users: AppUsers;
   who: string;
   dataDir: string;
   limits: ResourceControl;
+  /** The seccomp filter every command runs under, or why there is none. */
+  seccomp: SeccompFilter;
   /** Why there is no network of its own, for the start log. */
   networkMissing?: string | null;
 }): Promise<Sandbox> {
-  const { bwrap, slirpBinary, mapping, user, dataDir, limits } = options;
-  const ownTree = async (dir: string) => {
-    if (user) await chownTree(dir, user.uid, user.gid);
-  };
+  const { bwrap, slirpBinary, mapping, users, dataDir, limits, seccomp } = options;
+  const user = users.fallback;
   // The API sockets of slirp4netns: a directory only the service may enter; short, for socket paths.
   const socketDir = slirpBinary ? await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-net-')) : null;
   // The app's user must pass through it (never list it) to the sockets of its own forwards.
@@ -63,7 +68,15 @@ export async function bwrapSandbox(options: {
       : runAs
         ? `${options.who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
         : `${options.who} (uid 0 of its own user namespace, without capabilities: this unshare cannot map users, util-linux 2.38 can)`;
-  const runAsArgs = runAs ? [runAs.unshare, '--user', `--map-user=${runAs.uid}`, `--map-group=${runAs.gid}`, '--'] : [];
+  const kernel = [
+    'a session of its own (no terminal)',
+    mapping.refusesUserNamespaces
+      ? 'no user namespaces inside'
+      : 'user namespaces NOT refused inside (this unshare cannot map users, util-linux 2.38 can)',
+    seccomp.program
+      ? 'a seccomp filter refusing system calls apps never need'
+      : `NO seccomp filter (${seccomp.problem}): apps reach kernel interfaces they never need (kernel keyrings, userfaultfd, io_uring, BPF)`,
+  ].join(', ');
   return {
     kind: 'bwrap',
     user,
@@ -76,8 +89,9 @@ export async function bwrapSandbox(options: {
     },
     description:
       `apps and builds run under bubblewrap ${inside}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
-      `the data directory hidden; network: ${network}; resources: ${limits.description}`,
-    ownTree,
+      `the data directory hidden; kernel: ${kernel}; network: ${network}; resources: ${limits.description}`,
+    ownTree: (dir, deploymentId) => users.ownTree(dir, deploymentId),
+    ownDir: (dir, deploymentId) => users.ownDir(dir, deploymentId),
     appPaths: () => ({
       src: `${SANDBOX_APP_DIR}/src`,
       home: `${SANDBOX_APP_DIR}/home`,
@@ -106,22 +120,27 @@ export async function bwrapSandbox(options: {
             ...readOnly,
           ]
         : ['--bind', spec.appDir, SANDBOX_APP_DIR, ...socketBinds, ...readOnly];
-      const command = forwards.length
-        ? [
-            '/bin/sh',
-            '-c',
-            FORWARDING_SHELL,
-            'slipway-app',
-            spec.command,
-            runAs?.unshare ?? '',
-            String(runAs?.uid ?? ''),
-            String(runAs?.gid ?? ''),
-            ...forwards.flatMap((f) => [String(f.port), `${socketsAt}/${path.basename(f.socketPath)}`]),
-          ]
-        : [...runAsArgs, '/bin/sh', '-c', spec.command];
+      // The shell when there is something to start first: forwarders, or the command's user namespace.
+      const command =
+        forwards.length || runAs
+          ? [
+              '/bin/sh',
+              '-c',
+              FORWARDING_SHELL,
+              'slipway-app',
+              spec.command,
+              runAs?.unshare ?? '',
+              String(runAs?.uid ?? ''),
+              String(runAs?.gid ?? ''),
+              ...forwards.flatMap((f) => [String(f.port), `${socketsAt}/${path.basename(f.socketPath)}`]),
+            ]
+          : ['/bin/sh', '-c', spec.command];
       const args = [
         ...mapping.bwrapArgs,
         '--die-with-parent',
+        // A session of its own: no terminal of the service's to push input into (TIOCSTI), whatever
+        // the service was started from.
+        '--new-session',
         '--unshare-pid',
         '--unshare-ipc',
         '--unshare-uts',
@@ -156,9 +175,18 @@ export async function bwrapSandbox(options: {
         '3',
         '--info-fd',
         '4',
+        ...(seccomp.program ? ['--seccomp', String(SECCOMP_FD)] : []),
         ...command,
       ];
-      return { file: bwrap, args, cwd: path.join(spec.appDir, 'src'), hold: 'bwrap', ...(user ?? {}) };
+      return {
+        file: bwrap,
+        args,
+        cwd: path.join(spec.appDir, 'src'),
+        hold: 'bwrap',
+        seccomp: seccomp.program,
+        // As the owner of what it writes: its deployment's uid (src/dataplane/app-uids.ts).
+        ...(users.userFor(spec.dataDir ?? spec.appDir) ?? {}),
+      };
     },
   };
 }

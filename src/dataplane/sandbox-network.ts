@@ -110,7 +110,10 @@ export async function attachNetwork(
     '--ready-fd=3',
     '--exit-fd=4',
     `--api-socket=${apiSocket}`,
-    String(pid),
+    // As root it joins the network namespace only: the sandbox's processes are in a user namespace
+    // nested in the one that owns it (bubblewrap's --disable-userns), which root needs no entry to. As an
+    // ordinary user it joins the user namespace of the pid, where it is root (sandbox-user-mapping.ts).
+    ...(process.getuid?.() === 0 ? ['--netns-type=path', `/proc/${pid}/ns/net`] : [String(pid)]),
     'tap0',
   ];
   const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });

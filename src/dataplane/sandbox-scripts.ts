@@ -5,16 +5,21 @@
  */
 
 /**
- * The shell that starts an app inside its sandbox: socat on the namespace's 127.0.0.1 for each host
- * forward (waiting until each listens, so that the app never starts before its database is reachable),
- * then the app's command as its child (in a user namespace of its own as `uid`:`gid` when `unshare` is
- * given, see UserMapping). When the app exits the shell stops the forwarders and exits with its status:
+ * The shell that starts an app (or, when `unshare` is given, a build) inside its sandbox: socat on the
+ * namespace's 127.0.0.1 for each host forward (waiting until each listens, so that the app never starts
+ * before its database is reachable), then the command as its child. When `unshare` is given, the
+ * command runs in a user namespace of its own as `uid`:`gid`, the last one: the shell first limits the
+ * sandbox's namespace to that one (src/dataplane/sandbox-user-mapping.ts, UserMapping), and runs nothing
+ * when it cannot. When the app exits the shell stops the forwarders and exits with its status:
  * bubblewrap's init waits for every process of the namespace, so a forwarder left running would keep the
  * sandbox alive after its app. Signals from the runner reach the whole process group; the shell only
  * waits. Arguments: the command, `unshare` (or empty), uid, gid, then pairs of port and socket path.
  */
 export const FORWARDING_SHELL = [
   'cmd=$1; unshare=$2; uid=$3; gid=$4; shift 4; forwarders=',
+  'if [ -n "$unshare" ] && ! echo 1 2>/dev/null >/proc/sys/user/max_user_namespaces; then',
+  "  echo 'slipway: the sandbox could not refuse user namespaces to the command' >&2; exit 125",
+  'fi',
   'while [ $# -ge 2 ]; do',
   '  socat -lf /dev/null TCP-LISTEN:$1,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:$2 </dev/null &',
   '  forwarders="$forwarders $!"',

@@ -1,18 +1,13 @@
 /**
- * Who a sandboxed command runs as (src/dataplane/sandbox.ts): the programs a sandbox is made with, the
- * user namespace mapping bubblewrap is given when the service is not root, and giving the command's
- * user the directories it must write.
+ * Who a sandboxed command is inside its sandbox (src/dataplane/sandbox.ts): the programs a sandbox is
+ * made with, and the user namespace mapping bubblewrap is given. Which host user it is:
+ * src/dataplane/app-uids.ts.
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { findExecutable } from './executables.ts';
 
 const run = promisify(execFile);
-
-export async function chownTree(dir: string, uid: number, gid: number): Promise<void> {
-  // The tree is the service's own at this point (extracted, or a fresh copy): no link is followed anyway.
-  await run('chown', ['-R', '-h', '--', `${uid}:${gid}`, dir]);
-}
 
 /** The programs a sandbox is made with; null when not installed. */
 export interface SandboxTools {
@@ -44,6 +39,17 @@ export async function findTools(): Promise<SandboxTools> {
  * in a nested user namespace as the service's own uid (`unshare --map-user`, util-linux 2.38 and later),
  * without any capability, as it would without the mapping. With an older `unshare` it runs as uid 0 of
  * its namespace, still without capabilities; the start log says so.
+ *
+ * No user namespace can be made inside (issue 33: each would hand an app the kernel's whole namespace
+ * surface). Where slirp4netns need not join the sandbox's user namespace (the service is root, or there
+ * is no network of its own) bubblewrap's `--disable-userns` does it: it sets the sandbox namespace's
+ * `user.max_user_namespaces` to 1 and enters one nested namespace, which uses that one. As an ordinary
+ * user with a network of its own bubblewrap's nested namespace would come before slirp4netns joins, and
+ * slirp4netns could no longer enter the network namespace; there the sandbox's shell does the same
+ * itself (src/dataplane/sandbox-scripts.ts): it writes 1 to that sysctl (the one more capability it
+ * keeps, CAP_SYS_RESOURCE in the sandbox's own namespace, allows it) before `unshare --map-user` makes
+ * the command's namespace. The command, without capabilities in the sandbox's namespace, cannot raise
+ * the limit again. With an older `unshare` nothing refuses them, and the start log says so.
  */
 export interface UserMapping {
   /** bubblewrap's arguments for the sandbox's user namespace. */
@@ -52,19 +58,25 @@ export interface UserMapping {
   runAs: { unshare: string; uid: number; gid: number } | null;
   /** The uid the command runs as inside (what the probe expects). */
   uidInside: number;
+  /** Whether the command is refused user namespaces of its own (see above). */
+  refusesUserNamespaces: boolean;
 }
+
+/** bubblewrap's own refusal of nested user namespaces, with the user namespace it needs. */
+const DISABLE_USERNS = ['--unshare-user', '--disable-userns'];
 
 export async function userMapping(
   tools: SandboxTools,
   user: { uid: number; gid: number } | null,
   ownNetwork: boolean,
 ): Promise<UserMapping> {
-  // As root the command runs as nobody, mapped to itself; slirp4netns runs as root and needs no mapping.
-  if (user) return { bwrapArgs: [], runAs: null, uidInside: user.uid };
+  // As root the command runs as its deployment's uid, mapped to itself; slirp4netns runs as root and joins only the
+  // network namespace (src/dataplane/sandbox-network.ts), so bubblewrap's nested namespace is no obstacle.
+  if (user) return { bwrapArgs: DISABLE_USERNS, runAs: null, uidInside: user.uid, refusesUserNamespaces: true };
   const uid = process.getuid?.() ?? 0;
   const gid = process.getgid?.() ?? 0;
   // Without a network of its own bubblewrap's default (the service's uid, mapped to itself) serves.
-  if (!ownNetwork) return { bwrapArgs: [], runAs: null, uidInside: uid };
+  if (!ownNetwork) return { bwrapArgs: DISABLE_USERNS, runAs: null, uidInside: uid, refusesUserNamespaces: true };
   const mapsUsers =
     tools.unshare !== null &&
     (await run(tools.unshare, ['--help']).then(
@@ -72,10 +84,12 @@ export async function userMapping(
       () => false,
     ));
   const rootInside = ['--unshare-user', '--uid', '0', '--gid', '0', '--cap-drop', 'ALL'];
-  if (!mapsUsers || !tools.unshare) return { bwrapArgs: rootInside, runAs: null, uidInside: 0 };
+  if (!mapsUsers || !tools.unshare)
+    return { bwrapArgs: rootInside, runAs: null, uidInside: 0, refusesUserNamespaces: false };
   return {
-    bwrapArgs: [...rootInside, '--cap-add', 'CAP_SETFCAP'],
+    bwrapArgs: [...rootInside, '--cap-add', 'CAP_SETFCAP', '--cap-add', 'CAP_SYS_RESOURCE'],
     runAs: { unshare: tools.unshare, uid, gid },
     uidInside: uid,
+    refusesUserNamespaces: true,
   };
 }

@@ -18,8 +18,10 @@
  *   (src/dataplane/resource-limits.ts), entered before the command starts (bubblewrap's --block-fd holds
  *   it until then).
  *
- * When the service runs as root, what it runs runs as `nobody`; as an ordinary user, as that user (in a
- * user namespace of bubblewrap's, see UserMapping). At start a probe makes one whole sandbox, network
+ * When the service runs as root, what it runs runs as a uid of its deployment's own
+ * (src/dataplane/app-uids.ts); as an ordinary user, as that user (in a user namespace of bubblewrap's,
+ * see UserMapping). Inside, it has a session of its own, no way to make user namespaces, and a seccomp
+ * filter refusing system calls apps never need (src/dataplane/seccomp-filter.ts). At start a probe makes one whole sandbox, network
  * and all (src/dataplane/sandbox-probe.ts): where the host lacks something the start log says what, and
  * SLIPWAY_SANDBOX=bwrap refuses to start. Without bubblewrap processes run bare (still in a cgroup when
  * the service may make one), which contains nothing: the start log says so.
@@ -27,17 +29,16 @@
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { SandboxMode } from '../config.ts';
+import { createAppUsers, type AppUsers } from './app-uids.ts';
 import type { Limits, ResourceControl } from './resource-limits.ts';
 import { bwrapSandbox } from './sandbox-bwrap.ts';
 import { DEV_ARGS } from './sandbox-mounts.ts';
 import { bubblewrapProblem, networkProblem, tunProblem } from './sandbox-probe.ts';
 import { HOLDING_SHELL } from './sandbox-scripts.ts';
-import { chownTree, findTools, userMapping, type SandboxTools } from './sandbox-user-mapping.ts';
+import { findTools, userMapping, type SandboxTools } from './sandbox-user-mapping.ts';
+import { compileSeccompFilter } from './seccomp-filter.ts';
 
 export type { SandboxTools };
-
-/** The unprivileged user apps run as when the service is root. */
-const NOBODY = { uid: 65534, gid: 65534 };
 
 /** A loopback port inside the sandbox that leads to a Unix socket of the host. */
 export interface SandboxForward {
@@ -80,11 +81,13 @@ export interface SpawnPlan {
    * runs a shell that waits on fd 3 and then executes the command.
    */
   hold: 'bwrap' | 'shell';
+  /** A compiled seccomp filter for bubblewrap, written to its fd 5 (`--seccomp 5`); null: none. */
+  seccomp: Buffer | null;
 }
 
 export interface Sandbox {
   readonly kind: 'bwrap' | 'none';
-  /** The user commands run as; null means the service's own user. */
+  /** The user commands run as when no deployment owns what they write; null means the service's own user. */
   readonly user: { uid: number; gid: number } | null;
   /** Whether each process tree gets its own network namespace. */
   readonly networkIsolated: boolean;
@@ -104,8 +107,13 @@ export interface Sandbox {
   appPaths(appDir: string, dataDir?: string): { src: string; home: string; data: string };
   /** How to spawn the command under this sandbox. */
   plan(spec: SandboxRun): SpawnPlan;
-  /** Gives the command's user ownership of a directory it must write (no-op when it is us). */
-  ownTree(dir: string): Promise<void>;
+  /**
+   * Gives a tree a command must write to the deployment's user (`nobody` without a deployment; no-op
+   * when that is the service's own user): a command runs as the owner of the directory it writes.
+   */
+  ownTree(dir: string, deploymentId?: string): Promise<void>;
+  /** Gives one directory just made (not what is in it) to the deployment's user. */
+  ownDir(dir: string, deploymentId: string): Promise<void>;
   /** Removes what the sandbox made for itself (its socket directory), once nothing runs. */
   dispose(): Promise<void>;
 }
@@ -117,12 +125,15 @@ export async function createSandbox(options: {
   logger: Pick<Logger, 'info' | 'warn'>;
   /** The programs to use instead of those installed (tests). */
   tools?: Partial<SandboxTools>;
+  /** Who commands run as (a uid per deployment when root); by default `nobody` when root. */
+  users?: AppUsers;
 }): Promise<Sandbox> {
   const { mode, dataDir, limits } = options;
-  const user = process.getuid?.() === 0 ? NOBODY : null;
-  const who = user ? 'as user nobody' : "as the service's own user";
+  const users = options.users ?? createAppUsers({ range: { first: 0, count: 0 } });
+  const user = users.fallback;
+  const who = users.description;
   if (mode === 'none')
-    return bareSandbox({ user, limits, why: `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}` });
+    return bareSandbox({ users, limits, why: `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}` });
   const tools = { ...(await findTools()), ...options.tools };
   const bwrapProblem =
     tools.bwrap === null
@@ -131,13 +142,14 @@ export async function createSandbox(options: {
   if (bwrapProblem !== null || tools.bwrap === null) {
     if (mode === 'bwrap') throw new Error(`SLIPWAY_SANDBOX=bwrap but ${bwrapProblem} (or set SLIPWAY_SANDBOX=auto)`);
     return bareSandbox({
-      user,
+      users,
       limits,
       why:
         `apps run without a sandbox ${who}, because ${bwrapProblem}` +
         (user ? '' : ': they can read everything the service can, including its data directory'),
     });
   }
+  const seccomp = await compileSeccompFilter();
   // The real thing once: a sandbox with its own network, as every app gets it.
   let networkMissing =
     tools.slirp4netns === null
@@ -151,10 +163,11 @@ export async function createSandbox(options: {
       bwrap: tools.bwrap,
       slirpBinary: tools.slirp4netns,
       mapping,
-      user,
+      users,
       who,
       dataDir,
       limits,
+      seccomp,
     });
     networkMissing = await networkProblem(candidate, mapping.uidInside).catch(
       (error: unknown) => `the probe failed: ${String(error)}`,
@@ -169,28 +182,37 @@ export async function createSandbox(options: {
     );
   }
   const mapping = await userMapping(tools, user, false);
-  return bwrapSandbox({ bwrap: tools.bwrap, slirpBinary: null, mapping, user, who, dataDir, limits, networkMissing });
+  return bwrapSandbox({
+    bwrap: tools.bwrap,
+    slirpBinary: null,
+    mapping,
+    users,
+    who,
+    dataDir,
+    limits,
+    seccomp,
+    networkMissing,
+  });
 }
 
-/** No sandbox: the command runs as the service's user (nobody when root), still in a cgroup when it may. */
+/** No sandbox: the command runs as its deployment's user (the service's own unless root), still in a cgroup when it may. */
 function bareSandbox(options: {
-  user: { uid: number; gid: number } | null;
+  users: AppUsers;
   limits: ResourceControl;
   /** What the start log says about it. */
   why: string;
 }): Sandbox {
-  const { user, limits } = options;
+  const { users, limits } = options;
   return {
     kind: 'none',
-    user,
+    user: users.fallback,
     networkIsolated: false,
     limits,
     slirp: null,
     listenHost: '127.0.0.1',
     description: `${options.why}; they share the host's network; resources: ${limits.description}`,
-    ownTree: async (dir) => {
-      if (user) await chownTree(dir, user.uid, user.gid);
-    },
+    ownTree: (dir, deploymentId) => users.ownTree(dir, deploymentId),
+    ownDir: (dir, deploymentId) => users.ownDir(dir, deploymentId),
     dispose: async () => undefined,
     // An app's HOME cannot be in its sealed snapshot: it is the `home` beside its data directory.
     appPaths: (appDir, ownData) => ({
@@ -204,7 +226,8 @@ function bareSandbox(options: {
         args: ['-c', HOLDING_SHELL, 'slipway', spec.command],
         cwd: path.join(spec.appDir, 'src'),
         hold: 'shell',
-        ...(user ?? {}),
+        seccomp: null,
+        ...(users.userFor(spec.dataDir ?? spec.appDir) ?? {}),
       };
     },
   };
