@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
-import { displayPrefix, generateApiKey, hashApiKey } from '../src/auth/api-keys.ts';
+import { newCredential } from '../src/auth/credentials.ts';
 import type { SecretBox } from '../src/crypto/secret-box.ts';
 import { createDeploymentService } from '../src/service/deployments.ts';
 import type { Database } from '../src/store/schema.ts';
@@ -189,14 +189,14 @@ export async function seed(
         `seeded ${plan.name}: ${plan.size} deployments, one with ${plan.size} revisions (${((Date.now() - started) / 1000).toFixed(1)} s)`,
       );
       if (!plan.measured) continue;
-      const apiKey = generateApiKey();
+      const { value: apiKey, hash: apiKeyHash, prefix: apiKeyPrefix } = newCredential('apiKey');
       await createApiKey(db, {
         organizationId: organization.id,
         workspaceId: workspace.id,
         name: 'bench',
         role: 'member',
-        hash: hashApiKey(apiKey),
-        prefix: displayPrefix(apiKey),
+        hash: apiKeyHash,
+        prefix: apiKeyPrefix,
       });
       measured.push({
         size: plan.size,

@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import { displayPrefix, generateApiKey, hashApiKey } from './auth/api-keys.ts';
+import { hashCredential, newCredential, shownPrefix } from './auth/credentials.ts';
 import type { Database } from './store/schema.ts';
 import { createApiKey, createOrganization, createWorkspace, defaultWorkspace, ensureKey } from './store/tenancy.ts';
 
@@ -39,17 +39,18 @@ export async function bootstrap(db: Kysely<Database>, configuredKey: string | nu
       const organization = await createOrganization(tx, 'default');
       const created = await createWorkspace(tx, organization.id, 'default');
       workspace = { id: created.id, organization_id: organization.id };
-      generatedKey = generateApiKey();
+      const made = newCredential('apiKey');
+      generatedKey = made.value;
       await createApiKey(tx, {
         organizationId: organization.id,
         workspaceId: null,
         name: 'admin (first start)',
         role: 'admin',
-        hash: hashApiKey(generatedKey),
-        prefix: displayPrefix(generatedKey),
+        hash: made.hash,
+        prefix: made.prefix,
       });
     }
-    const hash = configuredKey === null ? null : hashApiKey(configuredKey);
+    const hash = configuredKey === null ? null : hashCredential(configuredKey);
     // The configured value is the only bootstrap key: a rotated (or removed) one must stop working.
     const revoked = await tx
       .updateTable('api_keys')
@@ -66,7 +67,7 @@ export async function bootstrap(db: Kysely<Database>, configuredKey: string | nu
         workspaceId: workspace.id,
         name: BOOTSTRAP_KEY_NAME,
         hash: hash!,
-        prefix: displayPrefix(configuredKey),
+        prefix: shownPrefix('apiKey', configuredKey),
       });
     }
     return {

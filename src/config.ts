@@ -16,7 +16,7 @@ import {
   type EdgeProxyMode,
   type SandboxMode,
 } from './config-apps.ts';
-import { KEY_PREFIX, hasKeyPrefix } from './auth/api-keys.ts';
+import { CREDENTIAL_PREFIXES, isCredentialOf } from './auth/credentials.ts';
 import { hostFacts, limitMaxima, type HostFacts, type LimitMaxima } from './config-limits.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
 import { streamBudgets, trustedProxies, type StreamBudgets } from './config-streams.ts';
@@ -186,7 +186,7 @@ function bootstrapApiKey(env: Env): string | null {
   }
   // The app edges remove the service's keys from requests to apps by this prefix: a key without it
   // would reach any app a caller sends it to (LangGraph's SDK sends its key to deployments).
-  if (!hasKeyPrefix(raw)) {
+  if (!isCredentialOf('apiKey', raw)) {
     throw new ConfigError(
       'SLIPWAY_BOOTSTRAP_API_KEY',
       `must start with ${KEY_PREFIX}, the prefix by which the app edges recognise the service's keys and keep them from apps: set it to ${KEY_PREFIX} followed by a random value, such as ${KEY_PREFIX}$(openssl rand -hex 24)`,
@@ -267,8 +267,9 @@ function roles(env: Env): readonly Role[] {
   return [...new Set(asked as Role[])];
 }
 
+const KEY_PREFIX = CREDENTIAL_PREFIXES.apiKey;
 /** The prefix of the /metrics bearer token (the app edges strip it, as they strip `slw_` keys). */
-export const METRICS_TOKEN_PREFIX = 'slwm_';
+const METRICS_TOKEN_PREFIX = CREDENTIAL_PREFIXES.metrics;
 
 /** A bearer token for /metrics: printable, without spaces, long enough not to be guessed, with its prefix. */
 function metricsToken(env: Env): string | null {
@@ -279,7 +280,7 @@ function metricsToken(env: Env): string | null {
   }
   // A scraper sends it as a bearer token, to apps' URLs too if it is set up that way: the app edges
   // remove the service's credentials by their prefix, and this one must be among them.
-  if (!raw.startsWith(METRICS_TOKEN_PREFIX)) {
+  if (!isCredentialOf('metrics', raw)) {
     throw new ConfigError(
       'SLIPWAY_METRICS_TOKEN',
       `must start with ${METRICS_TOKEN_PREFIX}, the prefix by which the app edges recognise it and keep it from apps: set it to ${METRICS_TOKEN_PREFIX} followed by a random value, such as ${METRICS_TOKEN_PREFIX}$(openssl rand -hex 24)`,

@@ -5,7 +5,7 @@
  */
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
-import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
+import { newCredential } from '../auth/credentials.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
@@ -92,14 +92,14 @@ export async function provisionAppResources(
       ]);
   }
   if (!runtime?.agent_credential_sealed) {
-    const credential = generateAgentCredential();
+    const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('agent');
     const row = await insertCredential(db, {
       workspaceId: deployment.workspace_id,
       deploymentId,
       name: 'runtime',
       agentIds: null,
-      hash: hashAgentCredential(credential),
-      prefix: agentCredentialPrefix(credential),
+      hash: credentialHash,
+      prefix: credentialPrefix,
       createdBy: 'data-plane',
     });
     await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {

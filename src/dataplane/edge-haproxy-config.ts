@@ -20,6 +20,7 @@
  * - the edge's own answers (no instance, unknown host, an instance that does not answer) are JSON in the
  *   API's error shape with a request id (the client's own when it sent a sane one).
  */
+import { CREDENTIAL_PREFIXES } from '../auth/credentials.ts';
 import type { AppTarget } from './app-backends.ts';
 
 /** One instance as a server of its app's backend: a slot (`slot<n>`), or a server added at run time. */
@@ -97,12 +98,12 @@ function answer(status: number, code: string, detail: string): string {
 }
 
 /**
- * A header value that holds a credential of this service: a key (`slw_`), a listener credential (`slwl_`),
- * an agent credential (`slwa_`) or the metrics token (`slwm_`), bare or after an auth scheme
- * (`Bearer slw_...`); matched without
- * regard to case. Both edges remove such headers (the built-in one in src/dataplane/app-proxy.ts).
+ * A header value that holds a credential of this service, of any kind in src/auth/credentials.ts (a key
+ * `slw_`, a listener's `slwl_`, an agent's `slwa_`, the metrics token `slwm_`), bare or after an auth
+ * scheme (`Bearer slw_...`); matched without regard to case. Both edges remove such headers (the
+ * built-in one in src/dataplane/app-proxy.ts).
  */
-export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?slw[alm]?_`;
+export const SERVICE_CREDENTIAL_PATTERN = String.raw`^\s*([a-z]+\s+)?(${Object.values(CREDENTIAL_PREFIXES).join('|')})`;
 const CREDENTIAL = SERVICE_CREDENTIAL_PATTERN;
 
 /**

@@ -8,8 +8,8 @@
  * checked by the route). docs/api.md, "Who may do what", is the table of every route.
  */
 import type { FastifyInstance, FastifyRequest, onSendHookHandler } from 'fastify';
-import { hasKeyPrefix, hashApiKey } from '../auth/api-keys.ts';
-import { hashListenerCredential, isListenerCredential } from '../auth/listener-credentials.ts';
+import { hashCredential, isCredentialOf } from '../auth/credentials.ts';
+
 import { AppError, ValidationError } from '../errors.ts';
 import type { SessionCredentials, SessionPerson } from '../sso/session-credentials.ts';
 import { findActiveListenerCredential, type ListenerCredentialIdentity } from '../store/listener-credentials.ts';
@@ -77,7 +77,7 @@ function createKeyCache(db: Db) {
   const entries = new Map<string, { until: number; record: Promise<KeyRecord | undefined> }>();
   return {
     lookup(key: string): Promise<KeyRecord | undefined> {
-      const hash = hashApiKey(key);
+      const hash = hashCredential(key);
       const id = hash.toString('base64');
       const now = performance.now();
       const hit = entries.get(id);
@@ -116,7 +116,7 @@ async function resolveCaller(
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
   // A key without the prefix (a bootstrap key an older version made from such a value) opens nothing:
   // the app edges would not remove it from a request to an app.
-  const record = key.length <= 512 && hasKeyPrefix(key) ? await keys.lookup(key) : undefined;
+  const record = key.length <= 512 && isCredentialOf('apiKey', key) ? await keys.lookup(key) : undefined;
   if (!record) throw new AppError('unauthenticated', 'Invalid API key.');
   const asked = requestedWorkspace(request);
   const caller: Caller = {
@@ -168,14 +168,14 @@ export function registerAuthentication(
     // A listener credential is not an API key: it opens the listener protocol and nothing else (the
     // route checks it is for the listener in the path). Told apart by its prefix, so never cached here.
     const presented = presentedKey(request);
-    if (presented !== null && isListenerCredential(presented)) {
+    if (presented !== null && isCredentialOf('listener', presented)) {
       if (mode !== 'listener')
         throw new AppError(
           'unauthenticated',
           'A listener credential opens only the listener protocol endpoints (docs/listener-protocol.md); use an API key here.',
         );
       const credential =
-        presented.length <= 512 ? await findActiveListenerCredential(db, hashListenerCredential(presented)) : undefined;
+        presented.length <= 512 ? await findActiveListenerCredential(db, hashCredential(presented)) : undefined;
       if (!credential) throw new AppError('unauthenticated', 'Invalid listener credential.');
       request.listenerCredential = credential;
       return;

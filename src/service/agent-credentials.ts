@@ -4,7 +4,7 @@
  * transaction; the secret is shown once and stored hashed (src/store/agent-credentials.ts).
  */
 import type { Kysely } from 'kysely';
-import { agentCredentialPrefix, generateAgentCredential, hashAgentCredential } from '../auth/agent-credentials.ts';
+import { hashCredential, newCredential } from '../auth/credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import {
   credentialReaches,
@@ -38,7 +38,7 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
       input: MintAgentCredentialInput,
       byKey: string,
     ): Promise<{ row: CredentialView; credential: string }> {
-      const credential = generateAgentCredential();
+      const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('agent');
       const row = await db.transaction().execute(async (tx) => {
         if (!(await deploymentExists(tx, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
         const created = await insertCredential(tx, {
@@ -46,8 +46,8 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
           deploymentId,
           name: input.name ?? 'agent credential',
           agentIds: input.agent_ids,
-          hash: hashAgentCredential(credential),
-          prefix: agentCredentialPrefix(credential),
+          hash: credentialHash,
+          prefix: credentialPrefix,
           createdBy: byKey,
         });
         await recordEvents(tx, [
@@ -92,7 +92,7 @@ export function createAgentCredentialService({ db }: AgentCredentialServiceDeps)
 
     /** The credential an agent presented, when it is valid and reaches `agentId` (marked used). */
     async authorize(presented: string, agentId: string): Promise<PresentedCredential> {
-      const credential = await useCredential(db, hashAgentCredential(presented));
+      const credential = await useCredential(db, hashCredential(presented));
       if (!credential) throw new AppError('unauthenticated', 'Invalid agent credential.');
       if (!credentialReaches(credential, agentId)) {
         throw new AppError('forbidden', `This agent credential is not valid for agent '${agentId}'.`);

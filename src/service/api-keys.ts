@@ -1,6 +1,6 @@
 /** API keys (admin keys only). Every change is an audit event of subject api_key; no event holds the key. */
 import type { Kysely } from 'kysely';
-import { displayPrefix, generateApiKey, hashApiKey } from '../auth/api-keys.ts';
+import { newCredential } from '../auth/credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database, Db } from '../store/schema.ts';
@@ -56,15 +56,15 @@ export function createApiKeyService({ db }: ApiKeyServiceDeps) {
       if (workspaceId !== null && !(await workspaceInOrganization(db, workspaceId, actor.organizationId))) {
         throw new AppError('invalid_reference', `workspace_id: Workspace ID ${workspaceId} not found.`);
       }
-      const key = generateApiKey();
+      const { value: key, hash: keyHash, prefix: keyPrefix } = newCredential('apiKey');
       const row = await db.transaction().execute(async (tx) => {
         const created = await createApiKey(tx, {
           organizationId: actor.organizationId,
           workspaceId,
           name: input.name,
           role: input.role ?? 'member',
-          hash: hashApiKey(key),
-          prefix: displayPrefix(key),
+          hash: keyHash,
+          prefix: keyPrefix,
         });
         await recordEvents(tx, [
           {

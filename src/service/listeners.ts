@@ -4,11 +4,7 @@
  * src/service/listener-protocol.ts; the HTTP side is src/routes/listeners.ts.
  */
 import type { Kysely } from 'kysely';
-import {
-  generateListenerCredential,
-  hashListenerCredential,
-  listenerCredentialPrefix,
-} from '../auth/listener-credentials.ts';
+import { newCredential } from '../auth/credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
 import {
@@ -168,15 +164,15 @@ export function createListenerService({ db }: ListenerServiceDeps) {
       listenerId: string,
       byKey: string,
     ): Promise<{ row: ListenerCredentialView; credential: string }> {
-      const credential = generateListenerCredential();
+      const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('listener');
       const row = await db.transaction().execute(async (tx) => {
         // A share lock: the listener cannot be deleted before its credential is stored.
         if (!(await shareLockListener(tx, workspaceId, listenerId))) throw notFound('Listener', listenerId);
         const created = await insertListenerCredential(tx, {
           workspaceId,
           listenerId,
-          hash: hashListenerCredential(credential),
-          prefix: listenerCredentialPrefix(credential),
+          hash: credentialHash,
+          prefix: credentialPrefix,
           createdBy: byKey,
         });
         await recordEvents(tx, [

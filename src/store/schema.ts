@@ -87,7 +87,7 @@ export interface ListenerDeploymentConditionTable {
   updated_at: UpdatedAt;
 }
 
-/** A credential of one listener agent (src/auth/listener-credentials.ts); the secret itself is never stored. */
+/** A credential of one listener agent (src/auth/credentials.ts); the secret itself is never stored. */
 export interface ListenerCredentialTable {
   id: string;
   workspace_id: string;

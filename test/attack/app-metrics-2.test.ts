@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import * as tar from 'tar';
-import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { newCredential } from '../../src/auth/credentials.ts';
 import { createApiKey, createWorkspace } from '../../src/store/tenancy.ts';
 import { probeApp } from '../dataplane/containment-apps.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../fakes/otlp-receiver.ts';
@@ -90,14 +90,14 @@ before(async () => {
   const { db } = service.database;
   const organization = await db.selectFrom('organizations').select('id').executeTakeFirstOrThrow();
   const workspace = await createWorkspace(db, organization.id, 'victim');
-  const key = generateApiKey();
+  const { value: key, hash: keyHash, prefix: keyPrefix } = newCredential('apiKey');
   await createApiKey(db, {
     organizationId: organization.id,
     workspaceId: workspace.id,
     name: 'victim member',
     role: 'member',
-    hash: hashApiKey(key),
-    prefix: displayPrefix(key),
+    hash: keyHash,
+    prefix: keyPrefix,
   });
   const victimCall = (method: string, url: string, body?: unknown) => asVictim(key, method, url, body);
   const victimTarball = await uploadAs(key, probeApp());

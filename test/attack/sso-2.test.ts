@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { newCredential } from '../../src/auth/credentials.ts';
 import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
 import { client } from '../helpers.ts';
 import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from '../sso/sso-harness.ts';
@@ -21,14 +21,14 @@ before(async () => {
   const { db } = t.database;
   const organization = await createOrganization(db, 'victim-corp');
   const workspace = await createWorkspace(db, organization.id, 'victim-team');
-  const adminKey = generateApiKey();
+  const { value: adminKey, hash: adminKeyHash, prefix: adminKeyPrefix } = newCredential('apiKey');
   await createApiKey(db, {
     organizationId: organization.id,
     workspaceId: null,
     name: 'victim org admin',
     role: 'admin',
-    hash: hashApiKey(adminKey),
-    prefix: displayPrefix(adminKey),
+    hash: adminKeyHash,
+    prefix: adminKeyPrefix,
   });
   victim = { workspaceId: workspace.id, adminKey };
   const mapped = await client(t.app, adminKey).post('/v2/sso/mappings', {

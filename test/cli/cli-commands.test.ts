@@ -12,7 +12,7 @@ import { after, before, test } from 'node:test';
 import { ADMIN_KEY } from '../helpers.ts';
 import { requestApp, startTestService, writeApp, type TestService } from '../dataplane/data-plane-harness.ts';
 import { makeRepositories, startFakeGitHub, type FakeGitHub } from '../fakes/github-server.ts';
-import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { newCredential } from '../../src/auth/credentials.ts';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
 import { createApiKey } from '../../src/store/tenancy.ts';
 import { cliUser, type CliUser } from './cli-runner.ts';
@@ -191,14 +191,14 @@ test('an organization key with several workspaces: a clear message, then --tenan
     .select('organization_id')
     .where('id', '=', firstWorkspace)
     .executeTakeFirstOrThrow();
-  const orgKey = generateApiKey();
+  const { value: orgKey, hash: orgKeyHash, prefix: orgKeyPrefix } = newCredential('apiKey');
   await createApiKey(service.database.db, {
     organizationId,
     workspaceId: null,
     name: 'org-admin',
     role: 'admin',
-    hash: hashApiKey(orgKey),
-    prefix: displayPrefix(orgKey),
+    hash: orgKeyHash,
+    prefix: orgKeyPrefix,
   });
   const made = await fetch(`${service.base}/v2/workspaces`, {
     method: 'POST',

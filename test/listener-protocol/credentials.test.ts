@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { hashListenerCredential } from '../../src/auth/listener-credentials.ts';
+import { hashCredential } from '../../src/auth/credentials.ts';
 import { client, newWorkspace } from '../support/harness.ts';
 import {
   agent,
@@ -49,8 +49,8 @@ describe('managing credentials', () => {
     const text = JSON.stringify(listed.body);
     assert.ok(!text.includes(c.credential) && !text.includes(second.credential), 'no credential in the list');
     assert.ok(
-      !text.includes(hashListenerCredential(c.credential).toString('hex')) &&
-        !text.includes(hashListenerCredential(c.credential).toString('base64')),
+      !text.includes(hashCredential(c.credential).toString('hex')) &&
+        !text.includes(hashCredential(c.credential).toString('base64')),
       'no hash either',
     );
     assert.deepEqual(Object.keys(listed.body.resources[0]).sort(), [

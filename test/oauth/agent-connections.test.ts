@@ -1,11 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { OidcServer } from '../fakes/oidc-server.ts';
-import {
-  agentCredentialPrefix,
-  generateAgentCredential,
-  hashAgentCredential,
-} from '../../src/auth/agent-credentials.ts';
+import { newCredential } from '../../src/auth/credentials.ts';
 import { insertCredential } from '../../src/store/agent-credentials.ts';
 import { ADMIN_KEY, client, newWorkspace } from '../support/harness.ts';
 import {
@@ -271,14 +267,14 @@ test('a credential reaches only the agents it names: one made through the API mu
 test("the data plane's runtime credential reaches the deployment's own agents only: its name, and <name>/...", async () => {
   const deploymentId = await createDeployment(api, 'runtime-app');
   // As the local data plane mints it for a running app (src/dataplane/local-runtime.ts): no agent list.
-  const credential = generateAgentCredential();
+  const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('agent');
   await insertCredential(t.database.db, {
     workspaceId: t.workspaceId,
     deploymentId,
     name: 'runtime',
     agentIds: null,
-    hash: hashAgentCredential(credential),
-    prefix: agentCredentialPrefix(credential),
+    hash: credentialHash,
+    prefix: credentialPrefix,
     createdBy: 'data-plane',
   });
   const connect = async (agentId: string) =>

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
-import { displayPrefix, generateApiKey, hashApiKey } from '../../src/auth/api-keys.ts';
+import { newCredential } from '../../src/auth/credentials.ts';
 import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
 import { authorizeInBrowser, startOidcServer, type OidcServer, type TestClientKind } from '../fakes/oidc-server.ts';
@@ -75,15 +75,15 @@ export async function otherOrganization(
 ): Promise<{ key: string; organizationId: string; workspaceId: string }> {
   const organization = await createOrganization(t.database.db, `other-${randomBytes(3).toString('hex')}`);
   const workspace = await createWorkspace(t.database.db, organization.id, 'main');
-  const key = generateApiKey();
+  const { value: key, hash: keyHash, prefix: keyPrefix } = newCredential('apiKey');
   await createApiKey(t.database.db, {
     organizationId: organization.id,
     // An organization admin key: it may register the other organization's providers too.
     workspaceId: null,
     name: 'other admin',
     role: 'admin',
-    hash: hashApiKey(key),
-    prefix: displayPrefix(key),
+    hash: keyHash,
+    prefix: keyPrefix,
   });
   return { key, organizationId: organization.id, workspaceId: workspace.id };
 }

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { hashApiKey } from '../../src/auth/api-keys.ts';
+import { hashCredential } from '../../src/auth/credentials.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -30,7 +30,7 @@ async function eventsOf(subjectId: string) {
 
 /** The key in every form it could leak in: as given, and its stored SHA-256 in hex and base64. */
 function assertNoKey(where: string, text: string, key: string): void {
-  const hash = hashApiKey(key);
+  const hash = hashCredential(key);
   for (const form of [
     key,
     hash.toString('hex'),
