@@ -19,6 +19,8 @@ interface Schema {
   properties?: Record<string, Schema>;
   required?: string[];
   items?: Schema;
+  oneOf?: Schema[];
+  anyOf?: Schema[];
 }
 interface Response {
   $ref?: string;
@@ -121,6 +123,11 @@ const jsonSchemaOf = (route: string, status: string): Schema =>
   resolve(responseOf(route, status).content?.['application/json']?.schema);
 const requestSchemaOf = (route: string, type = 'application/json'): Schema =>
   resolve(operation(route).requestBody?.content[type]?.schema);
+/** A body's schema, or each schema of its oneOf (the deployment create's, one per source). */
+const variantsOf = (schema: Schema): Schema[] => (schema.oneOf ? schema.oneOf.map(resolve) : [schema]);
+/** A field's schema, or each object of its anyOf (a nullable use, or a choice of shapes). */
+const shapesOf = (schema: Schema | undefined): Schema[] =>
+  (resolve(schema).anyOf ?? [schema!]).filter((s) => s.type !== 'null').map(resolve);
 
 describe('/openapi.json', () => {
   test('is OpenAPI 3.1 with the API keys as security schemes', () => {
@@ -219,8 +226,8 @@ describe('/openapi.json', () => {
       'PUT /v2/deployments/{deployment_id}/tags',
       'PATCH /v2/auth/providers/{provider_id}',
     ]) {
-      const schema = requestSchemaOf(route);
-      assert.ok(schema.properties && Object.keys(schema.properties).length > 0, `${route} documents its JSON body`);
+      for (const schema of variantsOf(requestSchemaOf(route)))
+        assert.ok(schema.properties && Object.keys(schema.properties).length > 0, `${route} documents its JSON body`);
     }
     assert.ok(
       operation('POST /v2/uploads').requestBody?.content['application/gzip'],
@@ -274,13 +281,13 @@ describe('/openapi.json', () => {
         `SourceRevisionConfig.${field}`,
       );
     }
-    const create = requestSchemaOf('POST /v2/deployments');
-    assert.deepEqual([...(create.required ?? [])].sort(), ['name', 'source']);
-    assert.equal(
-      resolve(create.properties?.source_revision_config).properties?.repo_commit_sha,
-      undefined,
-      'repo_commit_sha is response-only',
-    );
+    const creates = variantsOf(requestSchemaOf('POST /v2/deployments'));
+    assert.equal(creates.length, 4, 'one create body per source');
+    for (const create of creates) {
+      assert.ok(['name', 'source'].every((f) => create.required?.includes(f)));
+      for (const shape of shapesOf(create.properties?.source_revision_config))
+        assert.equal(shape.properties?.repo_commit_sha, undefined, 'repo_commit_sha is response-only');
+    }
 
     const list = jsonSchemaOf('GET /v2/deployments', '200');
     assert.ok(list.properties?.resources && list.properties.offset, 'the list envelope');
@@ -490,7 +497,8 @@ describe('/openapi.json for client generators', () => {
       jsonSchemaOf('GET /v2/deployments/{deployment_id}', '200').properties?.secrets?.items,
       ref('Secret'),
     );
-    assert.deepEqual(requestSchemaOf('POST /v2/deployments').properties?.secrets?.items, ref('SecretInput'));
+    for (const create of variantsOf(requestSchemaOf('POST /v2/deployments')))
+      assert.deepEqual(create.properties?.secrets?.items, ref('SecretInput'));
     assert.deepEqual(
       requestSchemaOf('PATCH /v2/deployments/{deployment_id}').properties?.secrets?.items,
       ref('SecretInput'),

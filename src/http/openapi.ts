@@ -22,7 +22,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyInstance, RouteOptions } from 'fastify';
-import { ErrorBody, ValidationErrorBody, errorResponses } from './schema-helpers.ts';
+import { DOCUMENTED_AS, ErrorBody, ValidationErrorBody, errorResponses } from './schema-helpers.ts';
 import { FIELD_VALIDATION_HEADER } from './unknown-fields.ts';
 
 /** Methods whose requests Fastify reads a body of (DELETE too, when one is sent): 413 and 415 apply. */
@@ -337,10 +337,31 @@ function documentUnknownFields(doc: { paths?: Json }): void {
 }
 
 /**
+ * Replaces every schema that declares `DOCUMENTED_AS` by the form it declares, keeping its examples (the
+ * request is still validated by the schema itself: schema-helpers.ts).
+ */
+function documentAsDeclared(document: object): void {
+  const visit = (node: Json): Json => {
+    if (Array.isArray(node)) return node.map(visit);
+    if (!isObject(node)) return node;
+    const declared = node[DOCUMENTED_AS];
+    if (isObject(declared)) {
+      return { ...declared, ...(node.examples === undefined ? {} : { examples: node.examples }) };
+    }
+    const out: JsonObject = {};
+    for (const [key, value] of Object.entries(node)) out[key] = visit(value);
+    return out;
+  };
+  const doc = document as { paths?: Json };
+  if (doc.paths !== undefined) doc.paths = visit(doc.paths);
+}
+
+/**
  * The swagger plugin's `transformObject`: optional bodies, unknown fields, required headers, named
  * schemas, then shared error responses.
  */
 export function shapeDocument<D extends object>(document: D): D {
+  documentAsDeclared(document);
   documentOptionalBodies(document);
   documentUnknownFields(document);
   hoistRequiredHeaders(document);

@@ -116,3 +116,10 @@ export const MAX_PATH_PARAM_CHARS = 256;
  * maxLength then bounds the decoded value.
  */
 export const ROUTER_MAX_PARAM_LENGTH = MAX_PATH_PARAM_CHARS * 12;
+
+/**
+ * A request schema's keyword holding what the OpenAPI document shows instead of it (src/http/openapi.ts,
+ * `documentAsDeclared`): a more precise form (a oneOf by source, say) than the one requests are validated
+ * with, where validating with it would give a 422 of the whole instead of the contract's 400 naming a field.
+ */
+export const DOCUMENTED_AS = 'x-documented-as';

@@ -5,10 +5,20 @@ import { Type } from 'typebox';
 import { DEPLOYMENT_TYPES } from '../domain/sources.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { ListEnvelope, PageQuery, StringEnum, Uuid, errorResponses, pageOf, envelope } from '../http/schema-helpers.ts';
+import {
+  DOCUMENTED_AS,
+  ListEnvelope,
+  PageQuery,
+  StringEnum,
+  Uuid,
+  errorResponses,
+  pageOf,
+  envelope,
+} from '../http/schema-helpers.ts';
 import type { DeploymentService } from '../service/deployments.ts';
 import type { Db } from '../store/schema.ts';
 import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
+import { createBodyBySource } from './deployment-create-variants.ts';
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
 import { adaptLangGraphRequest } from './langgraph-compat.ts';
 import { needs } from '../http/route-needs.ts';
@@ -54,7 +64,11 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         description:
           'Creates the deployment, its tracing project of the same name and, when the source revision config is usable, revision 1. ' +
           'A codehost deployment asks the code host for its repository first: 502 when the host fails (docs/codehost.md).',
-        body: { ...DeploymentCreateBody, examples: [example] },
+        body: {
+          ...DeploymentCreateBody,
+          examples: [example],
+          [DOCUMENTED_AS]: createBodyBySource(DeploymentCreateBody),
+        },
         response: { 201: Deployment, ...errorResponses(400, 401, 403, 409, 422, 502) },
       },
     },

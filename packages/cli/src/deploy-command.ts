@@ -176,18 +176,19 @@ async function deployImage(
     const patched = await client.deployments.update(existing.id, patch);
     return { deployment: patched, revisionId: patched.latest_revision_id! };
   }
-  const body: DeploymentCreate = {
-    name,
-    source,
-    source_config: {},
-    source_revision_config: { image_uri: image },
-    secrets,
-  };
-  if (listener)
-    body.source_config = {
-      listener_id: listener.id,
-      ...(options.namespace ? { listener_config: { k8s_namespace: options.namespace } } : {}),
-    };
+  const revision = { image_uri: image };
+  const body: DeploymentCreate = listener
+    ? {
+        name,
+        source: 'external_container',
+        source_config: {
+          listener_id: listener.id,
+          ...(options.namespace ? { listener_config: { k8s_namespace: options.namespace } } : {}),
+        },
+        source_revision_config: revision,
+        secrets,
+      }
+    : { name, source: 'internal_container', source_config: {}, source_revision_config: revision, secrets };
   const created = await client.deployments.create(body);
   ctx.output.note(`Created deployment ${name} (${created.id}).`);
   if (!created.latest_revision_id) throw new CliError(`the service made no revision for ${name}`, EXIT.failed);

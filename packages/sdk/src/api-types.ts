@@ -1566,6 +1566,115 @@ export interface components {
             init_containers?: components["schemas"]["Container"][] | null;
             sidecars?: components["schemas"]["Container"][] | null;
         };
+        /** SecretInput */
+        SecretInput: {
+            /** @description Environment variable name. */
+            name: string;
+            /** @description Write-only: answers show ********. In a patch, ******** for an existing name keeps its value. */
+            value: string;
+        };
+        /** DeploymentCreateCodehost */
+        DeploymentCreateCodehost: {
+            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
+            name: string;
+            /** @enum {string} */
+            source: "codehost";
+            source_config: {
+                /** Format: uuid */
+                integration_id: string;
+                /** Format: uri */
+                repo_url: string;
+                /** @enum {string|null} */
+                deployment_type?: "dev_free" | "dev" | "prod" | null;
+                build_on_push?: boolean | null;
+                resource_spec?: components["schemas"]["ResourceSpec"] | null;
+                install_command?: string | null;
+                build_command?: string | null;
+            };
+            /** @description Every field a revision of codehost needs; framework_config_path (or langgraph_config_path) is required too. */
+            source_revision_config: {
+                repo_ref: string;
+                /** @description Relative path inside the source, no ".." segments. */
+                framework_config_path?: string;
+                /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
+                langgraph_config_path?: string;
+            };
+            secrets?: components["schemas"]["SecretInput"][] | null;
+        };
+        /** SecretReference */
+        SecretReference: {
+            name: string;
+            secret_name: string;
+            secret_key: string;
+        };
+        /** DeploymentCreateExternalContainer */
+        DeploymentCreateExternalContainer: {
+            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
+            name: string;
+            /** @enum {string} */
+            source: "external_container";
+            source_config: {
+                /** @enum {string|null} */
+                deployment_type?: "dev_free" | "dev" | "prod" | null;
+                custom_url?: string | null;
+                resource_spec?: components["schemas"]["ResourceSpec"] | null;
+                /** Format: uuid */
+                listener_id: string;
+                listener_config?: {
+                    k8s_namespace?: string | null;
+                } | null;
+            };
+            source_revision_config: {
+                image_uri: string;
+            };
+            secrets?: components["schemas"]["SecretInput"][] | null;
+            secret_references?: components["schemas"]["SecretReference"][] | null;
+        };
+        /** DeploymentCreateInternalContainer */
+        DeploymentCreateInternalContainer: {
+            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
+            name: string;
+            /** @enum {string} */
+            source: "internal_container";
+            source_config?: {
+                /** @enum {string|null} */
+                deployment_type?: "dev_free" | "dev" | "prod" | null;
+                resource_spec?: components["schemas"]["ResourceSpec"] | null;
+            } | null;
+            /** @description Complete (a first revision is made), or without its fields (none is made yet: upload a source and patch it in). */
+            source_revision_config?: {
+                image_uri: string;
+            } | Record<string, never> | null;
+            secrets?: components["schemas"]["SecretInput"][] | null;
+        };
+        /** DeploymentCreateInternalSource */
+        DeploymentCreateInternalSource: {
+            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
+            name: string;
+            /** @enum {string} */
+            source: "internal_source";
+            source_config?: {
+                /** @enum {string|null} */
+                deployment_type?: "dev_free" | "dev" | "prod" | null;
+                resource_spec?: components["schemas"]["ResourceSpec"] | null;
+                install_command?: string | null;
+                build_command?: string | null;
+            } | null;
+            /** @description Complete (a first revision is made), or without its fields (none is made yet: upload a source and patch it in). */
+            source_revision_config?: {
+                /** @description Relative path inside the source, no ".." segments. */
+                framework_config_path?: string;
+                source_tarball_path: string;
+                /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
+                langgraph_config_path?: string;
+            } | Record<string, never> | null;
+            secrets?: components["schemas"]["SecretInput"][] | null;
+        };
+        /**
+         * DeploymentCreate
+         * @description One shape per source, with the fields each source takes and those it requires: a required field missing, or a field of another source given (not null), is 400 naming it.
+         */
+        DeploymentCreate: components["schemas"]["DeploymentCreateCodehost"] | components["schemas"]["DeploymentCreateExternalContainer"] | components["schemas"]["DeploymentCreateInternalContainer"] | components["schemas"]["DeploymentCreateInternalSource"];
         /** SourceConfig */
         SourceConfig: {
             /** Format: uuid */
@@ -1584,40 +1693,6 @@ export interface components {
             } | null;
             install_command?: string | null;
             build_command?: string | null;
-        };
-        /** SourceRevisionConfigInput */
-        SourceRevisionConfigInput: {
-            repo_ref?: string | null;
-            /** @description Relative path inside the source, no ".." segments. */
-            framework_config_path?: string | null;
-            image_uri?: string | null;
-            source_tarball_path?: string | null;
-            /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
-            langgraph_config_path?: string | null;
-        };
-        /** SecretInput */
-        SecretInput: {
-            /** @description Environment variable name. */
-            name: string;
-            /** @description Write-only: answers show ********. In a patch, ******** for an existing name keeps its value. */
-            value: string;
-        };
-        /** SecretReference */
-        SecretReference: {
-            name: string;
-            secret_name: string;
-            secret_key: string;
-        };
-        /** DeploymentCreate */
-        DeploymentCreate: {
-            /** @description Lowercase letters, digits and -, starting with a letter; becomes a host name. */
-            name: string;
-            /** @enum {string} */
-            source: "codehost" | "external_container" | "internal_container" | "internal_source";
-            source_config?: components["schemas"]["SourceConfig"] | null;
-            source_revision_config?: components["schemas"]["SourceRevisionConfigInput"] | null;
-            secrets?: components["schemas"]["SecretInput"][] | null;
-            secret_references?: components["schemas"]["SecretReference"][] | null;
         };
         /** SourceRevisionConfig */
         SourceRevisionConfig: {
@@ -1681,6 +1756,16 @@ export interface components {
             resources: components["schemas"]["Deployment"][];
             /** @description Pass as offset to get the next page. */
             offset: number;
+        };
+        /** SourceRevisionConfigInput */
+        SourceRevisionConfigInput: {
+            repo_ref?: string | null;
+            /** @description Relative path inside the source, no ".." segments. */
+            framework_config_path?: string | null;
+            image_uri?: string | null;
+            source_tarball_path?: string | null;
+            /** @description Another name for framework_config_path, as `langgraph deploy` sends it; answers show framework_config_path. */
+            langgraph_config_path?: string | null;
         };
         /** DeploymentPatch */
         DeploymentPatch: {

@@ -30,11 +30,8 @@ export function NewDeploymentPage() {
 
   const create = async (form: FormData) => {
     const name = field(form, 'name');
-    const body: CreateDeploymentBody = {
-      name,
-      source: 'internal_source',
-      secrets: secrets.map((s) => ({ name: s.name.trim(), value: s.value })),
-    };
+    const secretList = secrets.map((s) => ({ name: s.name.trim(), value: s.value }));
+    let body: CreateDeploymentBody;
     if (kind === 'archive') {
       const archive = form.get('archive');
       if (!(archive instanceof File) || archive.size === 0) throw new Error('Choose a source archive (.tar.gz).');
@@ -47,23 +44,30 @@ export function NewDeploymentPage() {
           headers: { 'content-type': 'application/gzip' },
         }),
       );
-      body.source_revision_config = {
-        source_tarball_path: upload.source_tarball_path,
-        framework_config_path: field(form, 'config-path') || 'slipway.json',
+      body = {
+        name,
+        source: 'internal_source',
+        secrets: secretList,
+        source_revision_config: {
+          source_tarball_path: upload.source_tarball_path,
+          framework_config_path: field(form, 'config-path') || 'slipway.json',
+        },
       };
     } else {
       const image = field(form, 'image');
-      if (listener) {
-        body.source = 'external_container';
-        const namespace = field(form, 'namespace');
-        body.source_config = {
-          listener_id: listener.id,
-          ...(namespace ? { listener_config: { k8s_namespace: namespace } } : {}),
-        };
-      } else {
-        body.source = 'internal_container';
-      }
-      body.source_revision_config = { image_uri: image };
+      const namespace = field(form, 'namespace');
+      body = listener
+        ? {
+            name,
+            source: 'external_container',
+            secrets: secretList,
+            source_config: {
+              listener_id: listener.id,
+              ...(namespace ? { listener_config: { k8s_namespace: namespace } } : {}),
+            },
+            source_revision_config: { image_uri: image },
+          }
+        : { name, source: 'internal_container', secrets: secretList, source_revision_config: { image_uri: image } };
     }
     setProgress('Creating the deployment…');
     const created = await data(api.POST('/v2/deployments', { body }));
