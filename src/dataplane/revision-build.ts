@@ -315,7 +315,7 @@ export async function buildRevision(
   await deps.sandbox.ownTree(dirs.app, input.deployment.id);
 
   const registries = await prepareBuildRegistries(deps.registries, deps.sandbox, path.join(dirs.root, 'registry'), {
-    own: (dir) => deps.sandbox.ownTree(dir),
+    own: (dir) => deps.sandbox.ownTree(dir, input.deployment.id),
     warn: (message) => log.system(message),
   }).catch((error: unknown) => {
     if (error instanceof RegistrySettingsError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);
