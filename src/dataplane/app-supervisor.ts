@@ -292,21 +292,37 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
         }
         if (pending.size === 0) return;
         if (Date.now() >= deadline) {
-          const instance = [...pending][0]!;
+          const late = [...pending];
+          const instance = late[0]!;
           const elapsed = (Date.now() - started) / 1000;
-          const starved = cpuStarvation(usageAtStart.get(instance), (await instance.process?.usage()) ?? null, elapsed);
+          // Short of CPU is said when any instance that missed the deadline was.
+          const starvedEach = await Promise.all(
+            late.map(async (i) => cpuStarvation(usageAtStart.get(i), (await i.process?.usage()) ?? null, elapsed)),
+          );
+          const starvedAt = starvedEach.findIndex((why) => why !== null);
+          const starved =
+            starvedAt < 0
+              ? null
+              : late.length > 1
+                ? `Instance ${late[starvedAt]!.id}: ${starvedEach[starvedAt]}`
+                : starvedEach[0];
+          const miss = describeMiss(
+            lastProbe.get(instance) ?? null,
+            instance.port!,
+            options.healthCheckPath,
+            // The forwards to its database and the API listen there too: not the app's.
+            ((await instance.process?.listeningPorts()) ?? null)?.filter(
+              (p) => !(options.run.forwards ?? []).some((f) => f.port === p),
+            ) ?? null,
+          );
+          const which =
+            late.length > 1
+              ? ` on ${late.length} of its instances (${late.map((i) => i.id).join(', ')}).` +
+                (miss ? ` Instance ${instance.id}:${miss}` : '')
+              : ` (instance ${instance.id}).${miss}`;
           throw new HealthCheckError(
-            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s ` +
-              `(instance ${instance.id}).` +
-              describeMiss(
-                lastProbe.get(instance) ?? null,
-                instance.port!,
-                options.healthCheckPath,
-                // The forwards to its database and the API listen there too: not the app's.
-                ((await instance.process?.listeningPorts()) ?? null)?.filter(
-                  (p) => !(options.run.forwards ?? []).some((f) => f.port === p),
-                ) ?? null,
-              ) +
+            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s` +
+              which +
               (starved ? ` ${starved}` : ''),
           );
         }

@@ -63,8 +63,10 @@ export interface WorkerDeps {
 
 /** Safety-net poll when no notification comes. */
 const POLL_MS = 5_000;
-/** How long a deletion whose teardown failed waits before it is tried again. */
+/** How long a deletion whose teardown failed first waits before it is tried again... */
 const DEFERRED_DELETION_MS = 60_000;
+/** ... and at the most, after failing again and again (the wait doubles each time). */
+const DEFERRED_DELETION_MAX_MS = 30 * 60_000;
 
 /** The worker's identity: a node id kept in the data directory, plus this process. */
 export async function leaseOwnerFor(dataDir: string): Promise<LeaseOwner> {
@@ -306,13 +308,13 @@ export function startWorker(deps: WorkerDeps): Worker {
    * Deletions whose teardown failed, by deployment, with when to try again: one that cannot finish (its
    * processes could not be confirmed gone, say) holds up neither the others nor the rest of a pass.
    */
-  const deferredDeletions = new Map<string, number>();
+  const deferredDeletions = new Map<string, { until: number; attempts: number; reason: string }>();
 
   async function deleteOne(): Promise<boolean> {
     const now = Date.now();
-    for (const [id, until] of deferredDeletions) if (until <= now) deferredDeletions.delete(id);
+    const waiting = [...deferredDeletions].filter(([, deferred]) => deferred.until > now).map(([id]) => id);
     const target = await db.transaction().execute(async (tx) => {
-      const found = await claimDeploymentToDelete(tx, owner, [...deferredDeletions.keys()]);
+      const found = await claimDeploymentToDelete(tx, owner, waiting);
       if (found) await setRunner(tx, owner, found.id, leaseSeconds);
       return found;
     });
@@ -329,10 +331,18 @@ export function startWorker(deps: WorkerDeps): Worker {
         revisions.map((r) => r.id),
       );
     } catch (error) {
-      logger.error({ err: error, deploymentId: target.id }, 'could not tear a deleted deployment down; retrying later');
-      deferredDeletions.set(target.id, Date.now() + DEFERRED_DELETION_MS);
+      const reason = error instanceof Error ? error.message : String(error);
+      const before = deferredDeletions.get(target.id);
+      const attempts = (before?.attempts ?? 0) + 1;
+      // Tried again less and less often; said in full the first time and whenever the reason changes.
+      const delay = Math.min(DEFERRED_DELETION_MS * 2 ** (attempts - 1), DEFERRED_DELETION_MAX_MS);
+      deferredDeletions.set(target.id, { until: Date.now() + delay, attempts, reason });
+      const context = { deploymentId: target.id, attempts, retryInSeconds: delay / 1000 };
+      if (before?.reason === reason) logger.warn(context, 'a deleted deployment still cannot be torn down');
+      else logger.error({ ...context, err: error }, 'could not tear a deleted deployment down; retrying later');
       return true;
     }
+    deferredDeletions.delete(target.id);
     // Its uploads that no other deployment used go with it.
     const { orphanedUploads } = await reports.confirmDeletion(target.id);
     // Uploads made before uploads were stored in the database also have a file here.

@@ -17,7 +17,7 @@ after(async () => {
 });
 
 /** Deploys a one-file app whose start command is `start`, and waits for its first revision to end. */
-async function firstDeploy(name: string, server: string): Promise<any> {
+async function firstDeploy(name: string, server: string, sourceConfig: Record<string, unknown> = {}): Promise<any> {
   const tarball = await uploadApp(service, {
     'package.json': JSON.stringify({ name, private: true }),
     'server.cjs': server,
@@ -31,6 +31,7 @@ async function firstDeploy(name: string, server: string): Promise<any> {
   const created = await service.api('POST', '/v2/deployments', {
     name,
     source: 'internal_source',
+    source_config: sourceConfig,
     source_revision_config: { source_tarball_path: tarball, framework_config_path: 'slipway.json' },
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -59,4 +60,17 @@ test('a health path that answers 500: the failure says so', async () => {
   assert.equal(revision.status, 'DEPLOY_FAILED');
   assert.match(revision.failure_message, /It answered 500 on \/healthz: the health path must answer 2xx/);
   assert.doesNotMatch(revision.failure_message, /previous revision/);
+});
+
+test('two instances that both miss the deadline: the failure names both, and what the first did wrong', async () => {
+  const revision = await firstDeploy(
+    'two-wrong-ports',
+    `require('node:http').createServer((q, s) => s.end('ok')).listen(Number(process.env.PORT) + 1, process.env.HOST);`,
+    { resource_spec: { min_scale: 2 } },
+  );
+  assert.equal(revision.status, 'DEPLOY_FAILED');
+  assert.match(
+    revision.failure_message,
+    /within \d+ s on 2 of its instances \(web-0, web-1\)\. Instance web-0: Nothing was listening on port \d+/,
+  );
 });
