@@ -164,13 +164,15 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         summary: 'Start signing in through the identity provider',
         description:
           "Answers the provider's URL to send the browser to, and sets the sign-in's state cookie (HttpOnly, " +
-          'ten minutes): the provider sends the browser back to GET /v2/sso/callback, which needs that cookie.',
+          'ten minutes): the provider sends the browser back to GET /v2/sso/callback, which needs that cookie. ' +
+          'A service without single sign-on (SLIPWAY_SSO_ISSUER unset) answers every request 404.',
         body: Type.Object(
           {
             return_to: Type.Optional(
               Type.String({
                 maxLength: 512,
-                description: "A path of the dashboard to open once signed in; default '/'.",
+                description:
+                  "A path of the dashboard to open once signed in; default '/'. Only a path of this origin is followed (one leading /, printable ASCII without spaces): anything else opens '/'.",
               }),
             ),
           },

@@ -1149,7 +1149,7 @@ export interface paths {
         put?: never;
         /**
          * Start signing in through the identity provider
-         * @description Answers the provider's URL to send the browser to, and sets the sign-in's state cookie (HttpOnly, ten minutes): the provider sends the browser back to GET /v2/sso/callback, which needs that cookie.
+         * @description Answers the provider's URL to send the browser to, and sets the sign-in's state cookie (HttpOnly, ten minutes): the provider sends the browser back to GET /v2/sso/callback, which needs that cookie. A service without single sign-on (SLIPWAY_SSO_ISSUER unset) answers every request 404.
          */
         post: operations["startSsoSignIn"];
         delete?: never;
@@ -2822,7 +2822,7 @@ export interface components {
         };
         /** SsoSignInStart */
         SsoSignInStart: {
-            /** @description A path of the dashboard to open once signed in; default '/'. */
+            /** @description A path of the dashboard to open once signed in; default '/'. Only a path of this origin is followed (one leading /, printable ASCII without spaces): anything else opens '/'. */
             return_to?: string;
         };
         /** SsoSignInUrl */
