@@ -17,6 +17,7 @@ import {
   type SandboxMode,
 } from './config-apps.ts';
 import { CREDENTIAL_PREFIXES, isCredentialOf } from './auth/credentials.ts';
+import { diskLimits, type DiskLimits } from './config-disk.ts';
 import { hostFacts, limitMaxima, type HostFacts, type LimitMaxima } from './config-limits.ts';
 import { sso, type SsoConfig } from './config-sso.ts';
 import { streamBudgets, trustedProxies, type StreamBudgets } from './config-streams.ts';
@@ -28,6 +29,7 @@ import { DEFAULT_LIMITS, type DefaultLimits } from './dataplane/resource-limits.
 // What other modules name from here; each area's settings are read in its own config-*.ts.
 export { ConfigError } from './config-values.ts';
 export type { EdgeProxyMode, SandboxMode } from './config-apps.ts';
+export type { DiskLimits } from './config-disk.ts';
 export type { HostFacts, LimitMaxima } from './config-limits.ts';
 export type { SsoConfig } from './config-sso.ts';
 export type { StreamBudgets } from './config-streams.ts';
@@ -105,6 +107,8 @@ export interface Config {
    * apps together. The API refuses a resource spec or a workspace quota over them.
    */
   readonly limits: LimitMaxima;
+  /** Where apps keep their data and how much disk each deployment and build may take (src/config-disk.ts). */
+  readonly disk: DiskLimits;
   /** How long a new revision's health path has to answer 2xx before DEPLOY_FAILED. */
   readonly healthTimeoutMs: number;
   /** How long old instances get to finish their requests after a switch (and after SIGTERM). */
@@ -309,11 +313,12 @@ export function loadConfig(
   const host = text(env, 'HOST') ?? '127.0.0.1';
   const database = databaseUrl(env);
   const domain = appsDomain(env);
+  const dataDir = path.resolve(cwd, text(env, 'SLIPWAY_DATA_DIR') ?? '.slipway');
   return Object.freeze({
     port,
     host,
     databaseUrl: database,
-    dataDir: path.resolve(cwd, text(env, 'SLIPWAY_DATA_DIR') ?? '.slipway'),
+    dataDir,
     bootstrapApiKey: bootstrapApiKey(env),
     encryptionKey: requiredEncryptionKey(env, database),
     previousEncryptionKey: encryptionKey(env, 'SLIPWAY_PREVIOUS_ENCRYPTION_KEY'),
@@ -351,6 +356,7 @@ export function loadConfig(
       }),
     }),
     limits,
+    disk: diskLimits(env, cwd, dataDir),
     healthTimeoutMs: integer(env, 'SLIPWAY_HEALTH_TIMEOUT_SECONDS', 60, 1, 3600) * 1000,
     drainTimeoutMs: integer(env, 'SLIPWAY_DRAIN_SECONDS', 10, 0, 600) * 1000,
     logMaxLines: integer(env, 'SLIPWAY_LOG_MAX_LINES', 10_000, 100, 1_000_000),

@@ -1,7 +1,8 @@
 /**
  * What the local runtime records when a serving app's instance exits: every exit is an event
  * (`deployment.app_exited`), and a crash loop makes the deployment UNKNOWN through the data plane's
- * condition reports (src/domain/data-plane.ts), whose rules the lifecycle applies.
+ * condition reports (src/domain/data-plane.ts), whose rules the lifecycle applies; so does an app
+ * stopped for going over its disk limit (`deployment.disk_full`).
  */
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
@@ -78,4 +79,42 @@ export function reportAppExit(
       });
     }
   })().catch((error: unknown) => deps.logger.error({ err: error, deploymentId }, 'could not record an app exit'));
+}
+
+/**
+ * Records that the serving app's writable directories went over their limit and its instances were
+ * stopped (src/dataplane/disk-limits.ts): the event `deployment.disk_full`, and the deployment UNKNOWN
+ * until a revision that stays within the limit serves. Never throws, as above.
+ */
+export function reportDiskFull(
+  deps: AppExitReportsDeps,
+  app: ExitedApp,
+  disk: { limitBytes: number; usedBytes: number; unreadable: boolean },
+): void {
+  const deploymentId = app.deployment.id;
+  const limitMb = Math.round(disk.limitBytes / 1024 ** 2);
+  const message =
+    (disk.unreadable
+      ? `The app made part of its data or home directory unreadable to the service, which counts as over its limit of ${limitMb} MiB`
+      : `The app's data and home directories hold ${Math.ceil(disk.usedBytes / 1024 ** 2)} MiB, over their limit of ${limitMb} MiB`) +
+    ` (SLIPWAY_APP_DISK_MB): its instances were stopped. Deploy a revision that removes what it does not need at start.`;
+  void (async () => {
+    await recordEvents(deps.db, [
+      {
+        workspaceId: app.deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deploymentId,
+        deploymentId,
+        type: 'deployment.disk_full',
+        data: {
+          revision_id: app.revisionId,
+          limit_bytes: disk.limitBytes,
+          used_bytes: disk.usedBytes,
+          unreadable: disk.unreadable,
+          message,
+        },
+      },
+    ]);
+    await deps.reports.reportCondition({ deploymentId, status: 'UNKNOWN', data: { reason: 'disk_full', message } });
+  })().catch((error: unknown) => deps.logger.error({ err: error, deploymentId }, 'could not record a full app disk'));
 }

@@ -91,7 +91,7 @@ export function createAppHostAccess(deps: {
   };
 
   /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
-  const dataDirOf = (deploymentId: string): string => path.join(config.dataDir, 'deployments', deploymentId, 'data');
+  const dataDirOf = (deploymentId: string): string => path.join(config.disk.appsDataDir, deploymentId, 'data');
   async function prepareDataDir(deploymentId: string): Promise<string> {
     const data = dataDirOf(deploymentId);
     const root = path.dirname(data);

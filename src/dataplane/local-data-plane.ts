@@ -15,6 +15,7 @@ import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import { appUrlParts, type AppEdge } from './app-edge.ts';
 import { moveAppUrls } from '../store/deployments.ts';
+import { createDiskLimiter } from './disk-limits.ts';
 import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
 import { leaseOwnerFor, startWorker } from './local-worker.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
@@ -107,7 +108,9 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   const owner = await leaseOwnerFor(config.dataDir);
   const leaseSeconds = deps.leaseSeconds ?? 30;
   const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
-  const runtime = createLocalRuntime({ ...deps, reports, sandbox, fetcher });
+  const disk = await createDiskLimiter({ config, logger });
+  logger.info(`local data plane: ${disk.description}`);
+  const runtime = createLocalRuntime({ ...deps, reports, sandbox, fetcher, disk });
   const worker = startWorker({
     db,
     runtime,
@@ -120,7 +123,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
   return {
-    isolation: sandbox.description,
+    isolation: `${sandbox.description}; ${disk.description}`,
     appStats: () => runtime.appStats(),
     async stop() {
       await worker.stop();

@@ -29,7 +29,9 @@ import { runEnvironment } from './app-environment.ts';
 import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
 import { createAppWorkTracking } from './app-work-tracking.ts';
 import { createAppSupervisor } from './app-supervisor.ts';
-import { reportAppExit } from './app-exit-reports.ts';
+import { reportAppExit, reportDiskFull } from './app-exit-reports.ts';
+import type { DiskLimiter } from './disk-limits.ts';
+import type { DiskWatch, TreeUsage } from './disk-usage.ts';
 import { appUrl, type AppEdge } from './app-edge.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
@@ -86,12 +88,14 @@ export interface LocalRuntimeDeps {
   logger: Logger;
   /** Supervisor back-off; tests shorten it. */
   backoff?: { initialMs: number; maxMs: number };
+  /** The disk limits of apps and builds (src/dataplane/disk-limits.ts). */
+  disk: DiskLimiter;
   /** The API of this process, when it serves one: apps' connections to the API go to it (src/http/app-connections.ts). */
   apiConnections?: AppConnectionSink;
 }
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
-type RunningApp = ScalingApp & { forwards: HostForward[] };
+type RunningApp = ScalingApp & { forwards: HostForward[]; dataDir: string; diskWatch?: DiskWatch };
 
 export interface AppRuntimeStats {
   deploymentId: string;
@@ -163,6 +167,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
   /** Stops a running revision's processes and releases what it held. */
   async function release(deploymentId: string, app: RunningApp): Promise<void> {
+    app.diskWatch?.stop();
     await app.supervisor.stop(config.drainTimeoutMs);
     // A scale-down of this app under way stops the instances it took out of the supervisor itself, and
     // the supervisor's stop does not wait for those: they may run for the whole drain time yet.
@@ -285,13 +290,37 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       appConfig,
       failedScale: null,
       forwards: reach.forwards,
+      dataDir,
     };
+  }
+
+  /**
+   * A serving app whose data and home directories went over their limit: its instances stop at once
+   * (a second's grace: it writes for as long as it runs) and leave its route; its entry stays, so that
+   * its runner lease is kept and nothing starts it again until a new revision serves.
+   */
+  async function stopForDisk(deploymentId: string, app: RunningApp, usage: TreeUsage): Promise<void> {
+    if (apps.get(deploymentId) !== app) return;
+    app.log.system('The data and home directories are over their disk limit: stopping every instance');
+    await edge.remove(app.slug, { drainTimeoutMs: 0 });
+    await app.supervisor.stop(1000);
+    tracking.noteLeftovers(deploymentId, app.revisionId, app.supervisor);
+    reportDiskFull(
+      deps,
+      { revisionId: app.revisionId, deployment: { id: deploymentId, workspace_id: app.workspaceId } },
+      { limitBytes: deps.disk.appLimitBytes, usedBytes: usage.bytes, unreadable: usage.unreadable },
+    );
   }
 
   /** Routes the stable URL to `next`, then drains and stops what served before. */
   async function serve(deploymentId: string, next: RunningApp): Promise<void> {
     const previous = apps.get(deploymentId);
     apps.set(deploymentId, next);
+    next.diskWatch ??= deps.disk.watchApp([next.dataDir, path.join(path.dirname(next.dataDir), 'home')], (usage) => {
+      void stopForDisk(deploymentId, next, usage).catch((error: unknown) =>
+        logger.error({ err: error, deploymentId }, 'could not stop an app over its disk limit'),
+      );
+    });
     await edge.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: config.drainTimeoutMs });
     if (previous && previous !== next) {
       previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
@@ -337,6 +366,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       'build',
       Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4),
     );
+    // The build's directory is measured while it runs: over its limit, the build is stopped and fails.
+    const disk = new AbortController();
+    const watch = deps.disk.watchBuild(revisionDirs(config.dataDir, job.revisionId).root, disk);
     try {
       return await buildRevision(
         {
@@ -352,9 +384,13 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         { ...job, secrets: openSecrets(job.secrets) },
         hooks,
         log,
-        signal,
+        AbortSignal.any([signal, disk.signal]),
       );
-    } catch (error) {
+    } catch (caught) {
+      // Stopped for its disk: whatever the stop made the build throw, the failure is the disk's (unless
+      // its processes could not be confirmed gone: what they may write is kept, below).
+      const leftover = caught instanceof RevisionFailure && caught.reason === PROCESSES_LEFT;
+      const error: unknown = disk.signal.aborted && !signal.aborted && !leftover ? disk.signal.reason : caught;
       // The first line only: the rest of a failure message quotes the log's own last lines (for
       // readers of the API), which the log has just above.
       if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
@@ -363,6 +399,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       }
       throw error;
     } finally {
+      watch.stop();
       await log.close();
     }
   }

@@ -37,6 +37,10 @@ export const EVENT_TYPES = {
     summary:
       'An instance of the serving app on the own data plane exited; data has its exit code or signal and crashes.',
   },
+  'deployment.disk_full': {
+    summary:
+      "The serving app's data and home directories went over their disk limit (data.limit_bytes, data.used_bytes) and its instances were stopped.",
+  },
   'deployment.scaled': {
     summary: 'The own data plane started or stopped instances in place to match resource_spec (data.from, data.to).',
   },

@@ -47,6 +47,8 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
       };
     case 'deployment.app_exited':
       return { what: 'An app instance exited', why };
+    case 'deployment.disk_full':
+      return { what: 'Stopped: its disk limit was reached', why };
     case 'deployment.scaled':
       return { what: `Scaled to ${counts(e.data.to)}`, why: null };
     case 'deployment.scale_failed':

@@ -1,0 +1,83 @@
+/**
+ * What a tree takes on its disk, measured with coreutils' `du` (a maintained walker, rather than one of
+ * our own): blocks, not apparent sizes (a sparse file takes what it holds), each hard-linked file once,
+ * no symbolic link followed (`du` follows none unless told) and no other file system entered (`-x`).
+ *
+ * The trees measured are an app's or a build's while it runs: the walk only reads (it follows no link
+ * and changes nothing), so an app that swaps a directory for a link in the middle makes it count at most
+ * what the link's target holds, against the app itself. What `du` cannot read (a directory the app made
+ * unreadable to the service) counts as over any limit: an app can hide its files from the measure only
+ * by stopping itself.
+ */
+import { spawn } from 'node:child_process';
+
+export interface TreeUsage {
+  bytes: number;
+  /** Some of the tree could not be read: its real size is unknown, and may be any. */
+  unreadable: boolean;
+}
+
+/** Measures the trees together (a missing one counts nothing). */
+export function measureTrees(dirs: readonly string[]): Promise<TreeUsage> {
+  return new Promise((resolve, reject) => {
+    // --total: one line for all, hard links shared between the trees counted once.
+    const du = spawn('du', ['-sxcB1', '--', ...dirs], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    du.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    du.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    du.on('error', reject);
+    du.on('close', (code) => {
+      const total = /^(\d+)\s+total$/m.exec(stdout);
+      if (!total) {
+        reject(new Error(`du ${dirs.join(' ')} exited with ${code}: ${stderr.trim().slice(0, 500)}`));
+        return;
+      }
+      // A tree removed meanwhile is no secret: only what exists and cannot be read is.
+      const unreadable = stderr.split('\n').some((line) => /Permission denied|Operation not permitted/.test(line));
+      resolve({ bytes: Number(total[1]), unreadable });
+    });
+  });
+}
+
+export interface DiskWatch {
+  stop(): void;
+}
+
+/**
+ * Measures `dirs` every `intervalMs` while it runs and calls `onFull` once, when they hold more than
+ * `limitBytes` (or cannot all be read); then it stops. A failure to measure is logged through `onError`
+ * and the next round tries again.
+ */
+export function watchDiskUse(options: {
+  dirs: readonly string[];
+  limitBytes: number;
+  intervalMs: number;
+  onFull(usage: TreeUsage): void;
+  onError(error: unknown): void;
+}): DiskWatch {
+  let stopped = false;
+  let timer: NodeJS.Timeout | null = null;
+  const round = async (): Promise<void> => {
+    try {
+      const usage = await measureTrees(options.dirs);
+      if (stopped) return;
+      if (usage.bytes > options.limitBytes || usage.unreadable) {
+        stopped = true;
+        options.onFull(usage);
+        return;
+      }
+    } catch (error) {
+      if (!stopped) options.onError(error);
+    }
+    // The next round a whole interval after this one ended: a slow walk never runs twice at once.
+    if (!stopped) timer = setTimeout(() => void round(), options.intervalMs).unref();
+  };
+  timer = setTimeout(() => void round(), options.intervalMs).unref();
+  return {
+    stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+    },
+  };
+}
