@@ -8,7 +8,6 @@
  * PostgreSQL layer and the MCP and A2A SDKs): it takes a minute or two.
  */
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
@@ -18,8 +17,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { Role, TaskState, type Message, type SendMessageRequest, type Task } from '@a2a-js/sdk';
-import { ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
+import { TaskState, type Task } from '@a2a-js/sdk';
 import {
   revisionLog,
   startTestService,
@@ -28,6 +26,7 @@ import {
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { a2aClient, text, textOf } from './a2a-clients.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
@@ -105,32 +104,7 @@ function fetchVia(port: number, host: string): typeof fetch {
 
 const edgeFetch = () => fetchVia(Number(new URL(url).port) || service.edge.port, new URL(url).host);
 
-const text = (value: string, contextId = ''): SendMessageRequest => ({
-  tenant: '',
-  message: {
-    messageId: randomUUID(),
-    role: Role.ROLE_USER,
-    contextId,
-    taskId: '',
-    parts: [{ content: { $case: 'text', value }, mediaType: 'text/plain', filename: '', metadata: {} }],
-    metadata: {},
-    extensions: [],
-    referenceTaskIds: [],
-  },
-  configuration: undefined,
-  metadata: {},
-});
-
-const textOf = (message: Message | undefined) =>
-  (message?.parts ?? []).map((part) => (part.content?.$case === 'text' ? part.content.value : '')).join('');
-
-async function a2a(fetchImpl: typeof fetch, base: string) {
-  const factory = new ClientFactory({
-    transports: [new JsonRpcTransportFactory({ fetchImpl })],
-    cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
-  });
-  return factory.createFromUrl(base, '/.well-known/agent-card.json?assistant_id=chat');
-}
+const a2a = (fetchImpl: typeof fetch, base: string) => a2aClient(base, 'chat', { fetchImpl });
 
 test('MCP at the stable URL: the tools are the graphs, a call runs one', async () => {
   const transport = new StreamableHTTPClientTransport(new URL(`${url}/mcp`), { fetch: edgeFetch() });
