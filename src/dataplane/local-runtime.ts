@@ -11,17 +11,10 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Kysely } from 'kysely';
-import type pg from 'pg';
-import type { Logger } from 'pino';
-import type { Config } from '../config.ts';
-import type { SecretBox } from '../crypto/secret-box.ts';
-import type { SourceConfig } from '../domain/sources.ts';
-import type { DataPlaneReports } from '../domain/data-plane.ts';
 import type { DeploymentStatus } from '../domain/states.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
-import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
+import type { StoredSecret } from '../store/schema.ts';
 import { tracingProjectName } from '../store/tracing-projects.ts';
 import { dropAppDatabase } from './app-database.ts';
 import { provisionAppResources } from './app-provisioning.ts';
@@ -30,13 +23,11 @@ import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type Sca
 import { createAppWorkTracking } from './app-work-tracking.ts';
 import { createAppSupervisor } from './app-supervisor.ts';
 import { reportAppExit, reportDiskFull } from './app-exit-reports.ts';
-import type { DiskLimiter } from './disk-limits.ts';
 import type { DiskWatch, TreeUsage } from './disk-usage.ts';
-import { appUrl, type AppEdge } from './app-edge.ts';
+import { appUrl } from './app-edge.ts';
 import { removeTree } from './build-snapshot.ts';
 import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
 import type { HostForward } from './host-forwards.ts';
-import type { AppConnectionSink } from '../http/app-connections.ts';
 import { limitsFromResourceSpec } from './resource-limits.ts';
 import { createLogWriter } from './log-writer.ts';
 import {
@@ -46,99 +37,16 @@ import {
   revisionDirs,
   RevisionFailure,
   type BuildHooks,
-  type BuildInput,
   type BuildRecord,
-  type SourceFetcher,
 } from './revision-build.ts';
-import type { Sandbox } from './sandbox.ts';
 import { copyUpload, legacyUploadFile } from './upload-source.ts';
 import { inSpan } from '../telemetry/tracing.ts';
-import type { InstanceStats } from './app-supervisor.ts';
+import type { LocalRuntime, LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
 
-export interface RevisionJob {
-  revisionId: string;
-  source: BuildInput['source'];
-  config: BuildInput['config'];
-  snapshot: RevisionSnapshot;
-  secrets: StoredSecret[];
-  deployment: {
-    id: string;
-    workspace_id: string;
-    name: string;
-    /** The DNS label of its stable URL, kept with the deployment (migrations/017_app_slugs.sql). */
-    app_slug: string;
-    source_config: SourceConfig;
-    tracing_project_id: string;
-  };
-}
-
-export interface LocalRuntimeDeps {
-  config: Config;
-  db: Kysely<Database>;
-  /** The service's pool: makes and drops app databases. */
-  pool: pg.Pool;
-  /** The service's own connection string: apps get its host and port with their own role. */
-  databaseUrl: string;
-  secretBox: SecretBox;
-  /** Where the conditions of deployments are reported (the lifecycle's reports of this data plane). */
-  reports: DataPlaneReports;
-  sandbox: Sandbox;
-  edge: AppEdge;
-  fetcher: SourceFetcher;
-  logger: Logger;
-  /** Supervisor back-off; tests shorten it. */
-  backoff?: { initialMs: number; maxMs: number };
-  /** The disk limits of apps and builds (src/dataplane/disk-limits.ts). */
-  disk: DiskLimiter;
-  /** The API of this process, when it serves one: apps' connections to the API go to it (src/http/app-connections.ts). */
-  apiConnections?: AppConnectionSink;
-}
+export type { AppRuntimeStats, LocalRuntime, LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
 type RunningApp = ScalingApp & { forwards: HostForward[]; dataDir: string; diskWatch?: DiskWatch };
-
-export interface AppRuntimeStats {
-  deploymentId: string;
-  /** The app's host label, as the edge counts it. */
-  slug: string;
-  instances: InstanceStats[];
-}
-
-export interface LocalRuntime {
-  readonly isolation: string;
-  build(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord>;
-  /**
-   * Starts the revision beside the one serving, waits for its health check, then calls `commit`
-   * (which records DEPLOYED) and only then switches the stable URL to it and drains the old one.
-   */
-  deploy(job: RevisionJob, signal: AbortSignal, commit: (customUrl: string) => Promise<void>): Promise<void>;
-  /** Starts a deployment's active revision again (after a service restart), from its build output. */
-  resume(job: RevisionJob): Promise<void>;
-  /** Deployments whose apps run here. */
-  running(): string[];
-  /** Each running app's instances: restarts and resource usage (per-deployment metrics). */
-  appStats(): Promise<AppRuntimeStats[]>;
-  /**
-   * Brings the deployment's running app to the instance counts of its current resource spec, in place
-   * (no new revision), and records `deployment.scaled` (or `deployment.scale_failed`). Does nothing
-   * unless `revisionId` is what serves here, and while a change of the same app is under way.
-   */
-  rescale(deploymentId: string, revisionId: string, resourceSpec: Record<string, unknown> | null): Promise<void>;
-  /** Re-checks running apps: a deployment reported UNKNOWN whose app is healthy again is READY. */
-  check(): Promise<void>;
-  /** Stops a deployment's processes and its route. */
-  stop(deploymentId: string): Promise<void>;
-  /** Everything a deleted deployment leaves here: processes, database, app directories. */
-  teardown(deployment: { id: string }, revisionIds: string[]): Promise<void>;
-  /** Removes app directories of revisions that are no longer needed. */
-  removeRevisionFiles(revisionId: string): Promise<void>;
-  /**
-   * Removes the file of an upload made before uploads were stored in the database, if this replica
-   * received it (its row, and so its chunks, are already gone).
-   */
-  removeUpload(relativePath: string): Promise<void>;
-  close(): Promise<void>;
-}
 
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, edge, logger } = deps;
