@@ -74,7 +74,7 @@ test("a body without a field its source requires is invalid by the document and 
   for (const source of SOURCES) {
     for (const [object, field] of REQUIRED[source]!) {
       const body = structuredClone({ name: `missing-${field.replace(/_/g, '-')}`, source, ...COMPLETE[source] });
-      delete (body[object as keyof typeof body] as Record<string, unknown>)[field];
+      delete (body[object as keyof typeof body] as unknown as Record<string, unknown>)[field];
       assert.ok(!valid(body), `${source} without ${object}.${field} is invalid by the document`);
       const answer = await api.post('/v2/deployments', body);
       assert.equal(answer.status, 400, `${source} without ${object}.${field}: ${JSON.stringify(answer.body)}`);
