@@ -21,8 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { Role, TaskState, type Message, type SendMessageRequest, type Task } from '@a2a-js/sdk';
-import { ClientFactory, DefaultAgentCardResolver, JsonRpcTransportFactory } from '@a2a-js/sdk/client';
+import { TaskState, type Task } from '@a2a-js/sdk';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import {
   A2A_SDK_VERSION,
@@ -32,6 +31,7 @@ import {
 } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 import { waitFor } from '../dataplane/data-plane-harness.ts';
+import { a2aClient, text, textOf } from './a2a-clients.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -279,25 +279,6 @@ describe('MCP', () => {
   });
 });
 
-const text = (value: string, contextId = ''): SendMessageRequest => ({
-  tenant: '',
-  message: {
-    messageId: randomUUID(),
-    role: Role.ROLE_USER,
-    contextId,
-    taskId: '',
-    parts: [{ content: { $case: 'text', value }, mediaType: 'text/plain', filename: '', metadata: {} }],
-    metadata: {},
-    extensions: [],
-    referenceTaskIds: [],
-  },
-  configuration: undefined,
-  metadata: {},
-});
-
-const textOf = (message: Message | undefined) =>
-  (message?.parts ?? []).map((part) => (part.content?.$case === 'text' ? part.content.value : '')).join('');
-
 function withHeaders(headers: Record<string, string>): typeof fetch {
   return (input, init) => {
     const merged = new Headers(init?.headers);
@@ -306,30 +287,9 @@ function withHeaders(headers: Record<string, string>): typeof fetch {
   };
 }
 
-/** A client of the assistant's card: v1.0 (the SDK's default), or v0.3 (its compatibility mode). */
-async function a2aClient(
-  base: string,
-  assistant: string,
-  options: { legacy?: boolean; headers?: Record<string, string> } = {},
-) {
-  const fetchImpl = withHeaders(options.headers ?? {});
-  const legacyCompat = { enabled: Boolean(options.legacy) };
-  const factory = new ClientFactory({
-    transports: [new JsonRpcTransportFactory({ fetchImpl, legacyCompat })],
-    // A v0.3 client asks for the card without A2A-Version, and gets the v0.3 card.
-    cardResolver: new DefaultAgentCardResolver({
-      legacyCompat,
-      fetchImpl: options.legacy
-        ? (input, init) => {
-            const headers = new Headers(init?.headers);
-            headers.delete('A2A-Version');
-            return fetchImpl(input, { ...init, headers });
-          }
-        : fetchImpl,
-    }),
-  });
-  return factory.createFromUrl(base, `/.well-known/agent-card.json?assistant_id=${assistant}`);
-}
+/** A client of the assistant's card, sending `headers` with every request. */
+const a2aAs = (base: string, assistant: string, options: { legacy?: boolean; headers?: Record<string, string> } = {}) =>
+  a2aClient(base, assistant, { legacy: options.legacy, fetchImpl: withHeaders(options.headers ?? {}) });
 
 describe('A2A', () => {
   test('the card, a message, and a streamed message in the same context through the other instance (v1.0)', async () => {
@@ -476,10 +436,10 @@ describe('A2A', () => {
     assert.equal(raw.status, 401);
     assert.equal(await runCount(guarded), runsBefore);
 
-    const alice = await a2aClient(withAuth, 'chat', { headers: ALICE });
+    const alice = await a2aAs(withAuth, 'chat', { headers: ALICE });
     const task = (await alice.sendMessage(text('secret'))) as Task;
     assert.equal(textOf(task.status?.message), 'Turn 1: you said "secret"');
-    const bob = await a2aClient(withAuth, 'chat', { headers: BOB });
+    const bob = await a2aAs(withAuth, 'chat', { headers: BOB });
     await assert.rejects(bob.getTask({ tenant: '', id: task.id }), /not found/i);
     await assert.rejects(bob.cancelTask({ tenant: '', id: task.id, metadata: {} }), /not found/i);
     // Nor can bob write into alice's conversation by naming her context.
