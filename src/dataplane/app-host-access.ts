@@ -18,7 +18,13 @@ import { MAX_CONNECTIONS, SERVICE_RESERVED_CONNECTIONS } from '../db/embedded-po
 import { APP_ROLE_CONNECTION_LIMIT } from './app-database.ts';
 import type { AppConnectionSink } from '../http/app-connections.ts';
 import { createOtlpRelay } from '../telemetry/otlp-relay.ts';
-import { openHostForward, type ConnectionBudget, type ForwardTarget, type HostForward } from './host-forwards.ts';
+import {
+  isLoopbackHost,
+  openHostForward,
+  type ConnectionBudget,
+  type ForwardTarget,
+  type HostForward,
+} from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
 
 /** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
@@ -33,7 +39,6 @@ const API_FORWARD_CONNECTIONS = 64;
 /** Connections an app may hold to its OTLP relay (exporters keep one or two). */
 const OTLP_FORWARD_CONNECTIONS = 16;
 
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
 /** Where an app reaches its OTLP relay inside: OTLP/HTTP's usual port. */
 const OTLP_INSIDE_PORT = 4318;
 
@@ -153,7 +158,7 @@ export function createAppHostAccess(deps: {
         insideDatabaseUrl = url.toString();
       }
       const api = new URL(config.publicUrl);
-      const apiOnLoopback = LOOPBACK_HOSTS.has(api.hostname);
+      const apiOnLoopback = isLoopbackHost(api.hostname);
       if (apiConnections || apiOnLoopback) {
         // Inside, the public URL's own address when it names this machine's loopback; else the API's port.
         const port = apiOnLoopback ? Number(api.port || (api.protocol === 'https:' ? 443 : 80)) : config.port;

@@ -23,7 +23,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { RegistrySettings } from '../config-registries.ts';
-import { openHostForward, type HostForward } from './host-forwards.ts';
+import { isLoopbackHost, openHostForward, type HostForward } from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
 
 /** Where a bubblewrap sandbox shows the build's registry directory (/home is the sandbox's own tmpfs). */
@@ -32,7 +32,6 @@ const SANDBOX_REGISTRY_DIR = '/home/.registry';
 const REGISTRY_FORWARD_CONNECTIONS = 64;
 const NPM_DEFAULT_REGISTRY = 'https://registry.npmjs.org/';
 const PIP_DEFAULT_INDEX = 'https://pypi.org/simple';
-const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
 
 /** A registry setting that cannot be used: the build fails with this message. */
 export class RegistrySettingsError extends Error {
@@ -140,7 +139,7 @@ async function readSetting(file: string | null, explicit: boolean, what: string)
 function loopbackTarget(raw: string): { host: string; port: number } | null {
   if (!URL.canParse(raw)) return null;
   const url = new URL(raw);
-  if (!LOOPBACK_HOSTS.has(url.hostname) || (url.protocol !== 'http:' && url.protocol !== 'https:')) return null;
+  if (!isLoopbackHost(url.hostname) || (url.protocol !== 'http:' && url.protocol !== 'https:')) return null;
   const host = url.hostname.replace(/^\[|\]$/g, '');
   return {
     host: host === 'localhost' ? '127.0.0.1' : host,

@@ -23,6 +23,12 @@ import { decideStartup, type AllowedLogin } from './postgres-startup-gate.ts';
 /** How long a connection through a PostgreSQL forward may take from its arrival to its login. */
 const LOGIN_TIMEOUT_MS = 5_000;
 
+/** Whether a URL's hostname is the host's loopback: what only a forward lets a sandbox reach. */
+export function isLoopbackHost(hostname: string): boolean {
+  return LOOPBACK_HOSTS.has(hostname);
+}
+const LOOPBACK_HOSTS = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
+
 /** Connections open through every forward that shares it, at most `max`. */
 export interface ConnectionBudget {
   /** Whose it is, for the refusal's message: `its workspace`, `all apps`. */
