@@ -92,7 +92,10 @@ function launch(mode, configArgument) {
       nWorkers: 10,
       host,
       graphs: config.graphs,
-      auth: config.auth,
+      // LangChain's server lets a request that says `x-auth-scheme: langsmith` past a project's custom
+      // auth as LangGraph Studio's user, trusting LangSmith's proxy to have checked it first. No proxy
+      // here checks anything: anyone could send the header. Studio authenticates like any client.
+      auth: config.auth ? { ...config.auth, disable_studio_auth: true } : config.auth,
       ui: config.ui,
       ui_config: config.ui_config,
       cwd: projectDir,

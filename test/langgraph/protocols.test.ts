@@ -244,6 +244,31 @@ describe('MCP', () => {
     assert.equal(await runCount(shared), runsBefore);
   });
 
+  test("custom auth: LangGraph Studio's x-auth-scheme header opens nothing (no proxy here vouches for a Studio user)", async () => {
+    const runsBefore = await runCount(guarded);
+    const studio = { 'content-type': 'application/json', 'x-auth-scheme': 'langsmith' };
+    const threads = await fetch(`${withAuth}/threads/search`, { method: 'POST', headers: studio, body: '{}' });
+    assert.equal(threads.status, 401, await threads.text());
+    const run = await fetch(`${withAuth}/runs/wait`, {
+      method: 'POST',
+      headers: studio,
+      body: JSON.stringify({ assistant_id: 'agent', input: { text: 'x' } }),
+    });
+    assert.equal(run.status, 401, await run.text());
+    const mcp = await fetch(`${withAuth}/mcp`, {
+      method: 'POST',
+      headers: { ...studio, accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'agent', arguments: { text: 'x' } },
+      }),
+    });
+    assert.equal(mcp.status, 401, await mcp.text());
+    assert.equal(await runCount(guarded), runsBefore);
+  });
+
   test('custom auth: a call without the credential gets 401 and runs nothing; each user has its own threads', async () => {
     const runsBefore = await runCount(guarded);
     await assert.rejects(mcpClient(withAuth), (error: { code?: number }) => error.code === 401);
