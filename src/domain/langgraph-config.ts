@@ -54,6 +54,11 @@ const LANGGRAPH_PYTHON_SERVER_REQUIREMENT = 'langgraph-cli[inmem]>=0.4';
 /** Where the data plane writes the launcher (runtime/langgraph-server.mjs) in the source. */
 export const LANGGRAPH_LAUNCHER_PATH = '.slipway/langgraph-server.mjs';
 const LANGGRAPH_HEALTH_PATH = '/ok';
+/**
+ * The health path of a JavaScript project with custom auth: LangChain's JS server runs the project's
+ * auth handler on every path but `/info`, so `/ok` answers 401 to the health check there.
+ */
+const LANGGRAPH_AUTH_HEALTH_PATH = '/info';
 
 export type LangGraphLanguage = 'js' | 'python';
 export type PathKind = 'file' | 'dir' | 'missing' | 'outside';
@@ -391,7 +396,10 @@ export function resolveLangGraphConfig(
     build: override(overrides.build_command),
     start,
     worker: null,
-    healthCheckPath: LANGGRAPH_HEALTH_PATH,
+    healthCheckPath:
+      language === 'js' && isPlainObject(raw.auth) && typeof raw.auth.path === 'string'
+        ? LANGGRAPH_AUTH_HEALTH_PATH
+        : LANGGRAPH_HEALTH_PATH,
     env,
     // The JS server keeps assistants, threads, runs, checkpoints and the store in the deployment's
     // database; the Python one keeps them in memory and its own files: no database to make.

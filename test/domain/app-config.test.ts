@@ -520,6 +520,13 @@ describe('LangGraph projects (langgraph.json)', () => {
     assert.equal(resolveLg('langgraph.json', { graphs: { agent: 'agent.graph:graph' } }, files).runtime, 'python');
   });
 
+  test('a JavaScript project with custom auth is health-checked on /info, the one path its auth handler lets by', () => {
+    const files = { 'package.json': PKG, 'src/agent.ts': '', 'src/auth.ts': '' };
+    assert.equal(resolveLg('langgraph.json', JS, files).healthCheckPath, '/ok');
+    const guarded = { ...JS, auth: { path: './src/auth.ts:auth' } };
+    assert.equal(resolveLg('langgraph.json', guarded, files).healthCheckPath, '/info');
+  });
+
   test("the deployment's install and build commands run in the directory of langgraph.json", () => {
     const files = { 'apps/agent/package.json': PKG, 'apps/agent/src/agent.ts': '' };
     const config = resolveLg('apps/agent/langgraph.json', JS, files, {

@@ -246,6 +246,9 @@ describe('MCP', () => {
 
   test("custom auth: LangGraph Studio's x-auth-scheme header opens nothing (no proxy here vouches for a Studio user)", async () => {
     const runsBefore = await runCount(guarded);
+    // What the data plane health-checks a project with custom auth on answers without a credential.
+    assert.equal((await fetch(`${withAuth}/ok`)).status, 401);
+    assert.equal((await fetch(`${withAuth}/info`)).status, 200);
     const studio = { 'content-type': 'application/json', 'x-auth-scheme': 'langsmith' };
     const threads = await fetch(`${withAuth}/threads/search`, { method: 'POST', headers: studio, body: '{}' });
     assert.equal(threads.status, 401, await threads.text());
