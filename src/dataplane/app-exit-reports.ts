@@ -28,6 +28,26 @@ export interface AppExitReportsDeps {
   logger: Logger;
 }
 
+/** Records an event of the app's deployment. */
+function recordAppEvent(
+  deps: AppExitReportsDeps,
+  app: ExitedApp,
+  type: 'deployment.app_exited' | 'deployment.disk_full',
+  data: Record<string, unknown>,
+): Promise<unknown> {
+  const deploymentId = app.deployment.id;
+  return recordEvents(deps.db, [
+    {
+      workspaceId: app.deployment.workspace_id,
+      subjectType: 'deployment',
+      subjectId: deploymentId,
+      deploymentId,
+      type,
+      data,
+    },
+  ]);
+}
+
 /**
  * Says an instance's exit in the revision's deploy log and, when the revision is what serves the
  * deployment (`serving`), records it as an event; the crash loop's UNKNOWN follows. Never throws: a
@@ -56,16 +76,7 @@ export function reportAppExit(
     restart_in_ms: exit.restartInMs,
   };
   void (async () => {
-    await recordEvents(deps.db, [
-      {
-        workspaceId: app.deployment.workspace_id,
-        subjectType: 'deployment',
-        subjectId: deploymentId,
-        deploymentId,
-        type: 'deployment.app_exited',
-        data,
-      },
-    ]);
+    await recordAppEvent(deps, app, 'deployment.app_exited', data);
     if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
       await deps.reports.reportCondition({
         deploymentId,
@@ -99,22 +110,13 @@ export function reportDiskFull(
       : `The app's data and home directories hold ${Math.ceil(disk.usedBytes / 1024 ** 2)} MiB, over their limit of ${limitMb} MiB`) +
     ` (SLIPWAY_APP_DISK_MB): its instances were stopped. Deploy a revision that removes what it does not need at start.`;
   void (async () => {
-    await recordEvents(deps.db, [
-      {
-        workspaceId: app.deployment.workspace_id,
-        subjectType: 'deployment',
-        subjectId: deploymentId,
-        deploymentId,
-        type: 'deployment.disk_full',
-        data: {
-          revision_id: app.revisionId,
-          limit_bytes: disk.limitBytes,
-          used_bytes: disk.usedBytes,
-          unreadable: disk.unreadable,
-          message,
-        },
-      },
-    ]);
+    await recordAppEvent(deps, app, 'deployment.disk_full', {
+      revision_id: app.revisionId,
+      limit_bytes: disk.limitBytes,
+      used_bytes: disk.usedBytes,
+      unreadable: disk.unreadable,
+      message,
+    });
     await deps.reports.reportCondition({ deploymentId, status: 'UNKNOWN', data: { reason: 'disk_full', message } });
   })().catch((error: unknown) => deps.logger.error({ err: error, deploymentId }, 'could not record a full app disk'));
 }
