@@ -130,6 +130,10 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const failing = patched.body.latest_revision_id as string;
     await eventually('the new image applied', async () => imageOf(name) === `ghcr.io/acme/${name}:2`, output);
+    // From here on, whatever the agent says of the serving revision is about going back to it. Marked
+    // before the failure: the agent may go back and judge the serving revision (said once, not again
+    // while that judgement holds) before the test has seen the failure at the API.
+    const mark = agent.output().length;
     world.kube.startRollout(NAMESPACE, name);
     world.kube.failPods(NAMESPACE, name, 'ContainerCreating', 'pulling a large image');
     world.kube.exceedProgressDeadline(NAMESPACE, name);
@@ -140,7 +144,6 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
     );
 
     // The agent goes back to the serving revision; the controller still says the failed ReplicaSet timed out.
-    const mark = agent.output().length;
     await eventually('the serving image applied again', async () => imageOf(name) === `ghcr.io/acme/${name}:1`, output);
     world.kube.rollBackTo(NAMESPACE, name);
     await eventually(
