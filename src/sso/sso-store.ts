@@ -6,7 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { EventType } from '../domain/event-types.ts';
-import { json, type Db, type SsoMappingKind, type SsoRole } from '../store/schema.ts';
+import type { SsoMappingKind, SsoRole } from '../store/schema-sso.ts';
+import { json, type Db } from '../store/schema.ts';
 
 export type Role = SsoRole;
 export type MappingKind = SsoMappingKind;

@@ -6,10 +6,11 @@ import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kys
 import type { SecretReference } from '../domain/deployment-plan.ts';
 import type { DeploymentType, Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
 import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
+import type { SsoMappingTable, SsoSessionTable, SsoUsedStateTable } from './schema-sso.ts';
 
 /** A jsonb column: read as T, written as JSON text. */
 export type Json<T> = ColumnType<T, string, string>;
-type CreatedAt = ColumnType<Date, Date | undefined, never>;
+export type CreatedAt = ColumnType<Date, Date | undefined, never>;
 type UpdatedAt = ColumnType<Date, Date | undefined, Date>;
 
 export const json = (value: unknown): string => JSON.stringify(value);
@@ -405,44 +406,6 @@ export interface KeyCheckTable {
   check_value: string;
   rotating_to: string | null;
   updated_at: UpdatedAt;
-}
-
-/** Single sign-on (migrations/016_sso.sql; src/sso/sso-store.ts): the role a mapping gives. */
-export type SsoRole = 'admin' | 'member';
-export type SsoMappingKind = 'group' | 'email_domain';
-
-/** A provider's group or a verified e-mail domain given a role in a workspace (null: every workspace). */
-export interface SsoMappingTable {
-  id: string;
-  organization_id: string;
-  kind: SsoMappingKind;
-  /** A group exactly as the provider names it; a domain in lower case, without '@'. */
-  value: string;
-  workspace_id: string | null;
-  role: SsoRole;
-  created_at: CreatedAt;
-}
-
-/** The state of a sign-in whose callback got through, kept until the sign-in would have expired (no replay). */
-export interface SsoUsedStateTable {
-  state_hash: Buffer;
-  expires_at: Date;
-}
-
-/** A signed-in person's session; the cookie holds the token, the row only its SHA-256. */
-export interface SsoSessionTable {
-  id: string;
-  token_hash: Buffer;
-  organization_id: string;
-  issuer: string;
-  subject: string;
-  email: string | null;
-  email_verified: boolean;
-  name: string | null;
-  groups: Json<string[]>;
-  created_at: CreatedAt;
-  expires_at: Date;
-  ended_at: Date | null;
 }
 
 /** The host uid of a deployment's processes when the service runs as root (migrations/019_app_uids.sql). */
