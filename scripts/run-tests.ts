@@ -4,7 +4,8 @@
  * migrating per file. The server is the one named by DATABASE_URL, or else an embedded PostgreSQL
  * started in a temporary directory for this run.
  *
- * Usage: npm test [-- test/some.test.ts ...]
+ * Usage: npm test [-- [--times FILE] test/some.test.ts ...]
+ *   --times FILE   also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -13,6 +14,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
+import { TIERS, tierOf } from './test-tiers.ts';
 
 /**
  * Per test file (Node 20's runner times each file's process as a whole): twice the whole run's length
@@ -29,6 +31,15 @@ async function testFiles(dir: string): Promise<string[]> {
     .sort();
 }
 
+/** Takes `name VALUE` out of the arguments. */
+function option(args: string[], name: string): string | undefined {
+  const at = args.indexOf(name);
+  if (at < 0) return undefined;
+  const [, value] = args.splice(at, 2);
+  if (value === undefined || value.startsWith('--')) throw new Error(`${name} needs a value`);
+  return value;
+}
+
 async function main(): Promise<number> {
   const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
   const adminUrl = server.adminUrl;
@@ -41,20 +52,43 @@ async function main(): Promise<number> {
   try {
     await createMigratedDatabase(adminUrl, template);
     // A directory argument means every test file under it (node --test alone finds none in one on Node 20).
-    const asked = process.argv.slice(2);
-    const files =
-      asked.length > 0
-        ? (
-            await Promise.all(
-              asked.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])),
-            )
-          ).flat()
-        : await testFiles('test');
+    const args = process.argv.slice(2);
+    const times = option(args, '--times');
+    const tier = option(args, '--tier');
+    if (tier !== undefined && !(TIERS as readonly string[]).includes(tier))
+      throw new Error(`--tier ${tier}: the tiers are ${TIERS.join(', ')}`);
+    const named = (
+      await Promise.all(
+        args.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])),
+      )
+    ).flat();
+    const all = await testFiles('test');
+    const ofTier =
+      tier === undefined
+        ? []
+        : (await Promise.all(all.map(async (f) => ((await tierOf(f)) === tier ? [f] : [])))).flat();
+    const files = named.length > 0 || tier !== undefined ? [...new Set([...ofTier, ...named])] : all;
+    if (tier !== undefined) process.stdout.write(`tier ${tier}: ${ofTier.length} files\n`);
     // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
     // it without saying which.
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', '--test', '--test-concurrency=2', `--test-timeout=${TEST_TIMEOUT_MS}`, ...files],
+      [
+        '--import',
+        'tsx',
+        '--test',
+        '--test-concurrency=2',
+        `--test-timeout=${TEST_TIMEOUT_MS}`,
+        ...(times
+          ? [
+              `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
+              '--test-reporter-destination=stdout',
+              `--test-reporter=${path.resolve('scripts/test-file-times.mjs')}`,
+              `--test-reporter-destination=${times}`,
+            ]
+          : []),
+        ...files,
+      ],
       {
         stdio: 'inherit',
         env: { ...process.env, SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template },
