@@ -4,7 +4,9 @@
  * host (their parent cgroup's memory and task limits). A resource spec over a maximum is refused by the
  * API (src/domain/resource-maxima.ts) and clamped again by the local data plane (src/dataplane/
  * resource-limits.ts); a workspace's quota may not exceed the host-wide totals. Defaults are sized from
- * the host (docs/operations.md, "Limits and quotas").
+ * the host (docs/operations.md, "Limits and quotas"). The database storage of each deployment is held the
+ * same way: refused by the API over the maximum, and enforced on the own data plane by
+ * src/dataplane/app-database-storage.ts.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -27,6 +29,10 @@ export interface LimitMaxima {
   readonly appsMemoryMb: number;
   /** Tasks (processes and threads) of all apps and builds together (their parent cgroup). */
   readonly appsPids: number;
+  /** Database storage of one deployment, in GiB: the most `db_storage_gi` may ask. */
+  readonly databaseStorageGi: number;
+  /** Database storage of a deployment whose spec says nothing, in GiB (at most the maximum). */
+  readonly defaultDatabaseStorageGi: number;
 }
 
 /** What the defaults are sized from; loadConfig reads the real host, tests pass their own. */
@@ -99,6 +105,19 @@ export function limitMaxima(
     4_194_304,
   );
 
+  // A fixed size, not one read from the disk: with DATABASE_URL the cluster's disk is not this host's.
+  // 10 GiB holds a busy agent's threads and checkpoints for months with TTLs; an operator sizes it to
+  // the cluster's disk (docs/operations.md, "Limits and quotas").
+  const databaseStorageGi = decimal(env, 'SLIPWAY_MAX_DATABASE_STORAGE_GI', 10, 0.01, 65_536);
+  // 1 GiB, as a listener's database volume gets by default (docs/listener.md); never above the maximum.
+  const defaultDatabaseStorageGi = decimal(
+    env,
+    'SLIPWAY_APP_DATABASE_STORAGE_GI',
+    Math.min(1, databaseStorageGi),
+    0.01,
+    65_536,
+  );
+
   const atLeast = (name: string, value: number, least: number, what: string) => {
     if (value < least) throw new ConfigError(name, `(${value}) must be at least ${what} (${least})`);
   };
@@ -109,5 +128,21 @@ export function limitMaxima(
   atLeast('SLIPWAY_APPS_MEMORY_MB', appsMemoryMb, instanceMemoryMb, 'SLIPWAY_MAX_INSTANCE_MEMORY_MB');
   atLeast('SLIPWAY_APPS_MEMORY_MB', appsMemoryMb, buildMemoryMb, 'SLIPWAY_MAX_BUILD_MEMORY_MB');
   atLeast('SLIPWAY_APPS_PIDS', appsPids, defaults.pids, 'SLIPWAY_APP_PIDS');
-  return Object.freeze({ instanceMemoryMb, instanceCpu, instances, buildMemoryMb, buildCpu, appsMemoryMb, appsPids });
+  atLeast(
+    'SLIPWAY_MAX_DATABASE_STORAGE_GI',
+    databaseStorageGi,
+    defaultDatabaseStorageGi,
+    'SLIPWAY_APP_DATABASE_STORAGE_GI',
+  );
+  return Object.freeze({
+    instanceMemoryMb,
+    instanceCpu,
+    instances,
+    buildMemoryMb,
+    buildCpu,
+    appsMemoryMb,
+    appsPids,
+    databaseStorageGi,
+    defaultDatabaseStorageGi,
+  });
 }

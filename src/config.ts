@@ -62,6 +62,11 @@ export interface Config {
   readonly maxConnectionsPerAddress: number;
   /** Database connections all apps of one workspace may hold at once through their forwards. */
   readonly appDatabaseConnectionsPerWorkspace: number;
+  /**
+   * How often the local data plane measures each app database against its storage limit, in
+   * milliseconds (src/dataplane/app-database-storage.ts).
+   */
+  readonly databaseCheckIntervalMs: number;
   /** Largest source tarball accepted by the upload endpoint, in bytes. */
   readonly uploadLimitBytes: number;
   /** Plain-http OAuth endpoints, for development and tests only. */
@@ -331,6 +336,9 @@ export function loadConfig(
     // Half of what all apps together may hold (the embedded server's slots less the service's): a
     // workspace holding its whole budget leaves the other half to every other tenant.
     appDatabaseConnectionsPerWorkspace: integer(env, 'SLIPWAY_APP_DATABASE_CONNECTIONS_PER_WORKSPACE', 75, 1, 100_000),
+    // Each measure walks every app database's files: every 15 s costs little, and an app writing as
+    // fast as the disk allows between two measures is what the cut-off margin is for.
+    databaseCheckIntervalMs: integer(env, 'SLIPWAY_DATABASE_CHECK_SECONDS', 15, 1, 3600) * 1000,
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),

@@ -19,6 +19,8 @@ test('defaults from the host: apps get its memory less a quarter, an instance ha
       buildMemoryMb: 9 * 1024,
       buildCpu: 2,
       appsPids: 16_384,
+      databaseStorageGi: 10,
+      defaultDatabaseStorageGi: 1,
     },
   );
   assert.deepEqual(load().defaultLimits.maximum, {
@@ -55,4 +57,17 @@ test('settings override the defaults; a maximum below the default it bounds fail
     /SLIPWAY_APPS_MEMORY_MB/,
   );
   assert.throws(() => load({ SLIPWAY_MAX_INSTANCES: '0' }), /SLIPWAY_MAX_INSTANCES/);
+});
+
+test('database storage: 10 GiB at most per deployment, 1 GiB by default, never a default above the maximum', () => {
+  const set = load({ SLIPWAY_MAX_DATABASE_STORAGE_GI: '0.5' });
+  assert.equal(set.limits.databaseStorageGi, 0.5);
+  assert.equal(set.limits.defaultDatabaseStorageGi, 0.5, 'the default follows a maximum below it');
+  assert.equal(set.databaseCheckIntervalMs, 15_000);
+  assert.throws(
+    () => load({ SLIPWAY_MAX_DATABASE_STORAGE_GI: '2', SLIPWAY_APP_DATABASE_STORAGE_GI: '3' }),
+    /SLIPWAY_MAX_DATABASE_STORAGE_GI.*SLIPWAY_APP_DATABASE_STORAGE_GI/,
+  );
+  assert.throws(() => load({ SLIPWAY_MAX_DATABASE_STORAGE_GI: '0' }), /SLIPWAY_MAX_DATABASE_STORAGE_GI/);
+  assert.throws(() => load({ SLIPWAY_DATABASE_CHECK_SECONDS: '0' }), /SLIPWAY_DATABASE_CHECK_SECONDS/);
 });

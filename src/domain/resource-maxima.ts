@@ -14,6 +14,18 @@ export interface SpecMaxima {
   readonly instanceMemoryMb: number;
   readonly instanceCpu: number;
   readonly instances: number;
+  /** Database storage of one deployment, in GiB (`db_storage_gi`). */
+  readonly databaseStorageGi: number;
+}
+
+/** What a deployment whose spec is silent gets, and what the quota counts for it. */
+export interface SpecDefaults {
+  readonly memoryMb: number;
+  readonly cpu: number;
+  /** Database storage in GiB. */
+  readonly databaseStorageGi: number;
+  /** The operator's maximum of database storage, in GiB: a stored spec above it is counted (and held) at it. */
+  readonly maxDatabaseStorageGi: number;
 }
 
 /** A workspace's quota; a null field has no quota beyond the operator's maxima. */
@@ -22,6 +34,8 @@ export interface WorkspaceQuota {
   cpu: number | null;
   instances: number | null;
   deployments: number | null;
+  /** Database storage of all its deployments, in GiB. */
+  database_storage_gi: number | null;
 }
 
 /** What a workspace's deployments on the own data plane ask for together. */
@@ -30,12 +44,14 @@ export interface WorkspaceUsage {
   cpu: number;
   instances: number;
   deployments: number;
+  database_storage_gi: number;
 }
 
 const LOC = ['body', 'source_config', 'resource_spec'];
 
 /** Which maximum a spec field is held to, from its name (`queue_memory_limit_mb`, `orchestrator_min_scale`...). */
-function kindOf(field: string): 'memory' | 'cpu' | 'instances' | null {
+function kindOf(field: string): 'memory' | 'cpu' | 'instances' | 'database_storage' | null {
+  if (field === 'db_storage_gi') return 'database_storage';
   if (/(^|_)memory(_limit)?_mb$/.test(field)) return 'memory';
   if (/(^|_)cpu(_limit)?$/.test(field)) return 'cpu';
   if (/(^|_)(min|max)_scale$/.test(field)) return 'instances';
@@ -54,7 +70,9 @@ export function specOverMaxima(spec: ResourceSpec | null | undefined, maxima: Sp
         ? [maxima.instanceMemoryMb, 'MiB of memory per instance (SLIPWAY_MAX_INSTANCE_MEMORY_MB)']
         : kind === 'cpu'
           ? [maxima.instanceCpu, 'CPU cores per instance (SLIPWAY_MAX_INSTANCE_CPU)']
-          : [maxima.instances, 'instances per deployment (SLIPWAY_MAX_INSTANCES)'];
+          : kind === 'instances'
+            ? [maxima.instances, 'instances per deployment (SLIPWAY_MAX_INSTANCES)']
+            : [maxima.databaseStorageGi, 'GiB of database storage per deployment (SLIPWAY_MAX_DATABASE_STORAGE_GI)'];
     if (value > max) {
       issues.push({
         type: 'less_than_equal',
@@ -71,6 +89,18 @@ const positive = (value: unknown): number | null =>
   typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : null;
 
 /**
+ * The database storage a deployment has, in GiB: its `db_storage_gi`, else the operator's default, and
+ * never more than the operator's maximum (a spec stored before the maximum, or under a larger one, is
+ * held to it). What the quota counts and what the own data plane enforces.
+ */
+export function databaseStorageOf(
+  spec: ResourceSpec | null | undefined,
+  defaults: Pick<SpecDefaults, 'databaseStorageGi' | 'maxDatabaseStorageGi'>,
+): number {
+  return Math.min(positive(spec?.db_storage_gi) ?? defaults.databaseStorageGi, defaults.maxDatabaseStorageGi);
+}
+
+/**
  * What one deployment asks of its workspace's quota: its web instances (`min_scale`, at least 1) and its
  * worker instances (`queue_min_scale`, when given), each with its memory and CPU limit (the data plane's
  * reading: the limit field, else the request, else the defaults; workers the `queue_` fields, else the
@@ -79,7 +109,7 @@ const positive = (value: unknown): number | null =>
  */
 export function usageOfSpec(
   spec: ResourceSpec | null | undefined,
-  defaults: { memoryMb: number; cpu: number },
+  defaults: SpecDefaults,
 ): Omit<WorkspaceUsage, 'deployments'> {
   const web = Math.max(1, positive(spec?.min_scale) ?? 1);
   const workers = positive(spec?.queue_min_scale) ?? 0;
@@ -94,11 +124,14 @@ export function usageOfSpec(
     memory_mb: web * memory + workers * queueMemory,
     cpu: round(web * cpu + workers * queueCpu),
     instances: web + workers,
+    database_storage_gi: databaseStorageOf(spec, defaults),
   };
 }
 
 /** CPU sums to two decimals: 0.1 + 0.2 is not to be refused as over 0.3. */
 const round = (n: number) => Math.round(n * 100) / 100;
+/** GiB sums to a thousandth (about a MiB), for the same reason. */
+const roundGi = (n: number) => Math.round(n * 1000) / 1000;
 
 /** The sum of several deployments' use. */
 export function addUsage(specs: Omit<WorkspaceUsage, 'deployments'>[]): WorkspaceUsage {
@@ -107,25 +140,28 @@ export function addUsage(specs: Omit<WorkspaceUsage, 'deployments'>[]): Workspac
     cpu: round(specs.reduce((sum, u) => sum + u.cpu, 0)),
     instances: specs.reduce((sum, u) => sum + u.instances, 0),
     deployments: specs.length,
+    database_storage_gi: roundGi(specs.reduce((sum, u) => sum + u.database_storage_gi, 0)),
   };
 }
 
 /**
  * Where the workspace's use with this deployment (`others` being the rest) would go over its quota, as
- * 422 issues: memory, CPU and instances on the spec's scale field, the deployment count on the body.
+ * 422 issues: memory, CPU and instances on the spec's scale field, the deployment count on the body,
+ * database storage on `db_storage_gi`.
  * `previous` is the deployment's spec before a patch (undefined for a create): a patch that asks no more
  * of a figure than before is never refused for it, so a workspace over a lowered quota can scale down.
  */
 export function specOverQuota(
   spec: ResourceSpec | null | undefined,
-  defaults: { memoryMb: number; cpu: number },
+  defaults: SpecDefaults,
   others: WorkspaceUsage,
   quota: WorkspaceQuota,
   previous?: ResourceSpec | null,
 ): ValidationIssue[] {
   const own = usageOfSpec(spec, defaults);
   const before = previous === undefined ? null : usageOfSpec(previous, defaults);
-  const total = addUsage([own, { memory_mb: others.memory_mb, cpu: others.cpu, instances: others.instances }]);
+  const { deployments: _count, ...othersAsked } = others;
+  const total = addUsage([own, othersAsked]);
   total.deployments = others.deployments + 1;
   const issues: ValidationIssue[] = [];
   const over = (
@@ -138,7 +174,7 @@ export function specOverQuota(
     const limit = quota[key];
     if (limit === null || total[key] <= limit) return;
     if (before !== null && (key === 'deployments' || own[key] <= before[key])) return;
-    const left = Math.max(0, round(limit - others[key]));
+    const left = Math.max(0, key === 'database_storage_gi' ? roundGi(limit - others[key]) : round(limit - others[key]));
     issues.push({
       type: 'quota_exceeded',
       loc,
@@ -152,5 +188,12 @@ export function specOverQuota(
   over('cpu', 'cpu', [...LOC, cpuField], 'CPU cores', spec?.[cpuField] ?? null);
   over('instances', 'instances', [...LOC, 'min_scale'], 'instances', spec?.min_scale ?? null);
   over('deployments', 'deployments', ['body'], 'deployments', null);
+  over(
+    'database_storage_gi',
+    'database_storage_gi',
+    [...LOC, 'db_storage_gi'],
+    'GiB of database storage',
+    spec?.db_storage_gi ?? null,
+  );
   return issues;
 }

@@ -30,6 +30,13 @@ const QuotaFields = {
     Type.Integer({ minimum: 0, maximum: 1_000_000, description: 'Instances of all its deployments.' }),
   ),
   deployments: Nullable(Type.Integer({ minimum: 0, maximum: 1_000_000, description: 'Deployments it may have.' })),
+  database_storage_gi: Nullable(
+    Type.Number({
+      minimum: 0,
+      maximum: 1_000_000,
+      description: "Database storage of all its deployments, in GiB (each deployment's db_storage_gi).",
+    }),
+  ),
 };
 const WorkspaceQuota = Type.Object(QuotaFields, {
   title: 'WorkspaceQuota',
@@ -38,13 +45,25 @@ const WorkspaceQuota = Type.Object(QuotaFields, {
     "their own clusters and are not counted); null: no quota beyond the operator's maxima. Set by an organization admin.",
 });
 const WorkspaceUsage = Type.Object(
-  { memory_mb: Type.Number(), cpu: Type.Number(), instances: Type.Integer(), deployments: Type.Integer() },
+  {
+    memory_mb: Type.Number(),
+    cpu: Type.Number(),
+    instances: Type.Integer(),
+    deployments: Type.Integer(),
+    database_storage_gi: Type.Number(),
+    database_size_bytes: Type.Integer({
+      description:
+        "What the deployments' databases hold, in bytes, as the data plane last measured them (every " +
+        'SLIPWAY_DATABASE_CHECK_SECONDS); 0 before any was measured.',
+    }),
+  },
   {
     title: 'WorkspaceUsage',
     description:
       "What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's " +
       'min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits ' +
-      "(the service's defaults when the spec is silent). Deployments being deleted are not counted.",
+      "(the service's defaults when the spec is silent), and each one's db_storage_gi (the operator's default when " +
+      "silent, at most the operator's maximum). Deployments being deleted are not counted.",
   },
 );
 const WorkspaceDetail = Type.Object(

@@ -8,6 +8,7 @@ import {
   specOverMaxima,
   specOverQuota,
   usageOfSpec,
+  type SpecDefaults,
   type SpecMaxima,
   type WorkspaceQuota,
   type WorkspaceUsage,
@@ -21,21 +22,33 @@ export interface ResourcePolicy {
   /** The operator's maxima (config.limits). */
   maxima: SpecMaxima;
   /** What an instance gets when its spec is silent (config.defaultLimits), counted against the quota. */
-  defaults: { memoryMb: number; cpu: number };
+  defaults: SpecDefaults;
   /** The memory of all apps together (config.limits.appsMemoryMb): no workspace's quota exceeds it. */
   appsMemoryMb: number;
 }
 
 /** The policy of a service whose configuration is `config` (src/config.ts). */
 export function resourcePolicyOf(config: {
-  limits: { instanceMemoryMb: number; instanceCpu: number; instances: number; appsMemoryMb: number };
+  limits: {
+    instanceMemoryMb: number;
+    instanceCpu: number;
+    instances: number;
+    appsMemoryMb: number;
+    databaseStorageGi: number;
+    defaultDatabaseStorageGi: number;
+  };
   defaultLimits: { memoryBytes: number; cpu: number };
 }): ResourcePolicy {
-  const { instanceMemoryMb, instanceCpu, instances } = config.limits;
+  const { instanceMemoryMb, instanceCpu, instances, databaseStorageGi } = config.limits;
   return {
-    maxima: { instanceMemoryMb, instanceCpu, instances },
+    maxima: { instanceMemoryMb, instanceCpu, instances, databaseStorageGi },
     appsMemoryMb: config.limits.appsMemoryMb,
-    defaults: { memoryMb: Math.round(config.defaultLimits.memoryBytes / 1024 ** 2), cpu: config.defaultLimits.cpu },
+    defaults: {
+      memoryMb: Math.round(config.defaultLimits.memoryBytes / 1024 ** 2),
+      cpu: config.defaultLimits.cpu,
+      databaseStorageGi: config.limits.defaultDatabaseStorageGi,
+      maxDatabaseStorageGi: databaseStorageGi,
+    },
   };
 }
 

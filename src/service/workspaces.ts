@@ -5,7 +5,7 @@ import { AppError, ValidationError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 import { insertWorkspace, listWorkspaces } from '../store/tenancy.ts';
-import { getWorkspaceWithQuota, updateWorkspaceQuota } from '../store/workspace-quotas.ts';
+import { getWorkspaceWithQuota, measuredDatabaseBytes, updateWorkspaceQuota } from '../store/workspace-quotas.ts';
 import type { KeyActor } from './key-actor.ts';
 import type { Page } from './page.ts';
 import { workspaceUsage, type ResourcePolicy } from './resource-quotas.ts';
@@ -59,7 +59,8 @@ export function createWorkspaceService({ db, resources }: WorkspaceServiceDeps) 
         throw notFound('Workspace', workspaceId);
       const row = await getWorkspaceWithQuota(db, actor.organizationId, workspaceId);
       if (!row) throw notFound('Workspace', workspaceId);
-      return { ...row, usage: await workspaceUsage(db, resources, workspaceId) };
+      const usage = await workspaceUsage(db, resources, workspaceId);
+      return { ...row, usage: { ...usage, database_size_bytes: await measuredDatabaseBytes(db, workspaceId) } };
     },
 
     /**

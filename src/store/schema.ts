@@ -30,6 +30,8 @@ export interface WorkspaceTable {
   quota_cpu: ColumnType<number | null, number | null | undefined, number | null>;
   quota_instances: ColumnType<number | null, number | null | undefined, number | null>;
   quota_deployments: ColumnType<number | null, number | null | undefined, number | null>;
+  /** migrations/020_database_storage.sql. */
+  quota_database_storage_gi: ColumnType<number | null, number | null | undefined, number | null>;
   created_at: CreatedAt;
 }
 
@@ -255,8 +257,16 @@ export interface DeploymentRuntimeTable {
   database_password_sealed: string | null;
   agent_credential_id: string | null;
   agent_credential_sealed: string | null;
+  /** What the local data plane last measured of the database, and what it did (migrations/020_database_storage.sql). */
+  database_size_bytes: ColumnType<string | null, number | null | undefined, number | null>;
+  database_measured_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  database_storage_state: ColumnType<DatabaseStorageState, DatabaseStorageState | undefined, DatabaseStorageState>;
+  database_state_size_bytes: ColumnType<string | null, number | null | undefined, number | null>;
   created_at: CreatedAt;
 }
+
+/** What the local data plane did about an app database's size (src/domain/database-storage.ts). */
+export type DatabaseStorageState = 'writable' | 'read_only' | 'cut_off';
 
 export type RevisionLogType = 'build' | 'deploy';
 export type RevisionLogStream = 'stdout' | 'stderr' | 'system';

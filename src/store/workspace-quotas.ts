@@ -2,13 +2,20 @@
 import type { WorkspaceQuota } from '../domain/resource-maxima.ts';
 import type { Db } from './schema.ts';
 
-const QUOTA_COLUMNS = ['quota_memory_mb', 'quota_cpu', 'quota_instances', 'quota_deployments'] as const;
+const QUOTA_COLUMNS = [
+  'quota_memory_mb',
+  'quota_cpu',
+  'quota_instances',
+  'quota_deployments',
+  'quota_database_storage_gi',
+] as const;
 
 type QuotaRow = {
   quota_memory_mb: number | null;
   quota_cpu: number | null;
   quota_instances: number | null;
   quota_deployments: number | null;
+  quota_database_storage_gi: number | null;
 };
 
 const quotaOf = (row: QuotaRow): WorkspaceQuota => ({
@@ -16,6 +23,7 @@ const quotaOf = (row: QuotaRow): WorkspaceQuota => ({
   cpu: row.quota_cpu,
   instances: row.quota_instances,
   deployments: row.quota_deployments,
+  database_storage_gi: row.quota_database_storage_gi,
 });
 
 /**
@@ -57,6 +65,7 @@ export async function updateWorkspaceQuota(
   if (quota.cpu !== undefined) set.quota_cpu = quota.cpu;
   if (quota.instances !== undefined) set.quota_instances = quota.instances;
   if (quota.deployments !== undefined) set.quota_deployments = quota.deployments;
+  if (quota.database_storage_gi !== undefined) set.quota_database_storage_gi = quota.database_storage_gi;
   const row =
     Object.keys(set).length === 0
       ? await db
@@ -93,4 +102,20 @@ export async function quotaCountedSpecs(
   if (exceptId !== null) query = query.where('id', '!=', exceptId);
   const rows = await query.execute();
   return rows.map((r) => r.source_config.resource_spec ?? null);
+}
+
+/**
+ * What the databases of the workspace's deployments on the own data plane held at their last measure
+ * (src/dataplane/app-database-storage.ts), in bytes; 0 when none was measured.
+ */
+export async function measuredDatabaseBytes(db: Db, workspaceId: string): Promise<number> {
+  const row = await db
+    .selectFrom('deployment_runtimes as r')
+    .innerJoin('deployments as d', 'd.id', 'r.deployment_id')
+    .select((eb) => eb.fn.coalesce(eb.fn.sum<string>('r.database_size_bytes'), eb.val('0')).as('bytes'))
+    .where('d.workspace_id', '=', workspaceId)
+    .where('d.listener_id', 'is', null)
+    .where('d.status', '!=', 'AWAITING_DELETE')
+    .executeTakeFirst();
+  return Number(row?.bytes ?? 0);
 }

@@ -5,7 +5,7 @@
  * workspace's quota; a member (or a workspace admin) cannot.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -84,7 +84,13 @@ test("an organization admin sets a workspace's quota; a member or the workspace'
 
   const set = await org.patch(url, { memory_mb: 3072, instances: 3, deployments: 5 });
   assert.equal(set.status, 200, JSON.stringify(set.body));
-  assert.deepEqual(set.body.quota, { memory_mb: 3072, cpu: null, instances: 3, deployments: 5 });
+  assert.deepEqual(set.body.quota, {
+    memory_mb: 3072,
+    cpu: null,
+    instances: 3,
+    deployments: 5,
+    database_storage_gi: null,
+  });
   const events = await t.database.db
     .selectFrom('events')
     .select(['type', 'data'])
@@ -114,8 +120,22 @@ test('the quota holds across deployments: the second one over it is a 422, and G
 
   const seen = await member.get(`/v2/workspaces/${t.workspaceId}`);
   assert.equal(seen.status, 200, JSON.stringify(seen.body));
-  assert.deepEqual(seen.body.quota, { memory_mb: 3072, cpu: null, instances: 3, deployments: 5 });
-  assert.deepEqual(seen.body.usage, { memory_mb: 2560, cpu: 2, instances: 2, deployments: 2 });
+  assert.deepEqual(seen.body.quota, {
+    memory_mb: 3072,
+    cpu: null,
+    instances: 3,
+    deployments: 5,
+    database_storage_gi: null,
+  });
+  // Two deployments of the default 1 GiB of database storage; no database measured (no data plane here).
+  assert.deepEqual(seen.body.usage, {
+    memory_mb: 2560,
+    cpu: 2,
+    instances: 2,
+    deployments: 2,
+    database_storage_gi: 2,
+    database_size_bytes: 0,
+  });
 });
 
 test("a workspace key does not see another workspace's quota", async () => {
@@ -140,4 +160,90 @@ test('under a lowered quota a deployment may still scale down, never up', async 
   assert.equal(up.status, 422, JSON.stringify(up.body));
   const seen = await member.get(`/v2/workspaces/${t.workspaceId}`);
   assert.equal(seen.body.usage.memory_mb, 512 + 1024);
+});
+
+describe('database storage (issue 33: db_storage_gi held to the maximum and the quota)', () => {
+  let d: TestApp;
+  let dAdmin: ReturnType<typeof client>;
+  let dMember: ReturnType<typeof client>;
+  let org: ReturnType<typeof client>;
+
+  before(async () => {
+    d = await createTestApp({ SLIPWAY_MAX_DATABASE_STORAGE_GI: '8', SLIPWAY_APP_DATABASE_STORAGE_GI: '2' });
+    dAdmin = client(d.app);
+    const key = await dAdmin.post('/v2/api-keys', { name: 'member', role: 'member' });
+    assert.equal(key.status, 201, JSON.stringify(key.body));
+    dMember = client(d.app, key.body.key);
+    org = client(d.app, d.orgKey);
+  });
+  after(() => d.close());
+
+  const count = async (name: string) =>
+    (await d.database.db.selectFrom('deployments').select('id').where('name', '=', name).execute()).length;
+
+  test("a member's db_storage_gi over the operator's maximum is a 422 naming it, and nothing is stored", async () => {
+    const answer = await dMember.post('/v2/deployments', deployment('big-database', { db_storage_gi: 64 }));
+    assert.equal(answer.status, 422, JSON.stringify(answer.body));
+    const [issue] = answer.body.detail;
+    assert.deepEqual(issue.loc, ['body', 'source_config', 'resource_spec', 'db_storage_gi']);
+    assert.equal(issue.input, 64);
+    assert.match(issue.msg, /at most 8 GiB of database storage per deployment \(SLIPWAY_MAX_DATABASE_STORAGE_GI\)/);
+    assert.equal(await count('big-database'), 0);
+
+    const made = await dMember.post('/v2/deployments', deployment('small-database', { db_storage_gi: 8 }));
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const patched = await dMember.patch(`/v2/deployments/${made.body.id}`, {
+      source_config: { resource_spec: { db_storage_gi: 9 } },
+    });
+    assert.equal(patched.status, 422, JSON.stringify(patched.body));
+    const now = await dMember.get(`/v2/deployments/${made.body.id}`);
+    assert.deepEqual(now.body.source_config.resource_spec, { db_storage_gi: 8 });
+  });
+
+  test('the database storage quota holds across deployments; each deployment counts its default when silent', async () => {
+    const url = `/v2/workspaces/${d.workspaceId}/quota`;
+    const byMember = await dMember.patch(url, { database_storage_gi: 1000 });
+    assert.equal(byMember.status, 403, JSON.stringify(byMember.body));
+    // The workspace holds 'small-database' (8 GiB). A quota of 12: 4 GiB left, two default deployments (2 each).
+    const set = await org.patch(url, { database_storage_gi: 12 });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    assert.equal(set.body.quota.database_storage_gi, 12);
+
+    const silent = await dMember.post('/v2/deployments', deployment('silent-database', {}));
+    assert.equal(silent.status, 201, JSON.stringify(silent.body));
+    const over = await dMember.post('/v2/deployments', deployment('over-database', { db_storage_gi: 3 }));
+    assert.equal(over.status, 422, JSON.stringify(over.body));
+    const [issue] = over.body.detail;
+    assert.deepEqual(issue.loc, ['body', 'source_config', 'resource_spec', 'db_storage_gi']);
+    assert.match(issue.msg, /quota allows 12 GiB of database storage/);
+    assert.match(issue.msg, /at most 2\b/);
+    assert.equal(await count('over-database'), 0);
+    // Silent, it asks the default (2 GiB), which fits exactly.
+    const fits = await dMember.post('/v2/deployments', deployment('fits-database', {}));
+    assert.equal(fits.status, 201, JSON.stringify(fits.body));
+    const grow = await dMember.patch(`/v2/deployments/${fits.body.id}`, {
+      source_config: { resource_spec: { db_storage_gi: 3 } },
+    });
+    assert.equal(grow.status, 422, JSON.stringify(grow.body));
+
+    const seen = await dMember.get(`/v2/workspaces/${d.workspaceId}`);
+    assert.equal(seen.status, 200, JSON.stringify(seen.body));
+    assert.equal(seen.body.quota.database_storage_gi, 12);
+    assert.equal(seen.body.usage.database_storage_gi, 12);
+    // Nothing measured yet: no database was made (no data plane runs here).
+    assert.equal(seen.body.usage.database_size_bytes, 0);
+
+    // Lowered under its use: a deployment may still shrink, never grow.
+    const lowered = await org.patch(url, { database_storage_gi: 6 });
+    assert.equal(lowered.status, 200, JSON.stringify(lowered.body));
+    const shrink = await dMember.patch(
+      `/v2/deployments/${(await dMember.get('/v2/deployments?name=small-database')).body.resources[0].id}`,
+      {
+        source_config: { resource_spec: { db_storage_gi: 4 } },
+      },
+    );
+    assert.equal(shrink.status, 200, JSON.stringify(shrink.body));
+    const removed = await org.patch(url, { database_storage_gi: null });
+    assert.equal(removed.body.quota.database_storage_gi, null);
+  });
 });

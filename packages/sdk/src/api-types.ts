@@ -1326,16 +1326,21 @@ export interface components {
             instances: number | null;
             /** @description Deployments it may have. */
             deployments: number | null;
+            /** @description Database storage of all its deployments, in GiB (each deployment's db_storage_gi). */
+            database_storage_gi: number | null;
         };
         /**
          * WorkspaceUsage
-         * @description What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits (the service's defaults when the spec is silent). Deployments being deleted are not counted.
+         * @description What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits (the service's defaults when the spec is silent), and each one's db_storage_gi (the operator's default when silent, at most the operator's maximum). Deployments being deleted are not counted.
          */
         WorkspaceUsage: {
             memory_mb: number;
             cpu: number;
             instances: number;
             deployments: number;
+            database_storage_gi: number;
+            /** @description What the deployments' databases hold, in bytes, as the data plane last measured them (every SLIPWAY_DATABASE_CHECK_SECONDS); 0 before any was measured. */
+            database_size_bytes: number;
         };
         /** WorkspaceDetail */
         WorkspaceDetail: {
@@ -1359,6 +1364,8 @@ export interface components {
             instances?: number | null;
             /** @description Deployments it may have. */
             deployments?: number | null;
+            /** @description Database storage of all its deployments, in GiB (each deployment's db_storage_gi). */
+            database_storage_gi?: number | null;
         };
         /** ApiKeyCreate */
         ApiKeyCreate: {
