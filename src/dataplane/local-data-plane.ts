@@ -15,6 +15,7 @@ import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import { appUrlParts, type AppEdge } from './app-edge.ts';
 import { moveAppUrls } from '../store/deployments.ts';
+import { startDatabaseStorageWatch } from './app-database-storage.ts';
 import { createDiskLimiter } from './disk-limits.ts';
 import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
 import { leaseOwnerFor, startWorker } from './local-worker.ts';
@@ -122,10 +123,22 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     leaseSeconds,
     ...(deps.tracing ? { tracing: deps.tracing } : {}),
   });
+  // Each app database against its storage limit (issue 33): read-only over it, cut off past the margin.
+  const databaseStorage = startDatabaseStorageWatch({
+    db,
+    pool: deps.pool,
+    logger,
+    defaults: {
+      databaseStorageGi: config.limits.defaultDatabaseStorageGi,
+      maxDatabaseStorageGi: config.limits.databaseStorageGi,
+    },
+    intervalMs: config.databaseCheckIntervalMs,
+  });
   return {
     isolation: `${sandbox.description}; ${disk.description}`,
     appStats: () => runtime.appStats(),
     async stop() {
+      await databaseStorage.stop();
       await worker.stop();
       await sandbox.dispose();
       await limits.dispose();

@@ -41,6 +41,18 @@ export const EVENT_TYPES = {
     summary:
       "The serving app's data and home directories went over their disk limit (data.limit_bytes, data.used_bytes) and its instances were stopped.",
   },
+  'deployment.database_full': {
+    summary:
+      "The deployment's database went over its storage limit (data.limit_bytes, data.size_bytes) on the own data plane: its new transactions are read-only by default.",
+  },
+  'deployment.database_cut_off': {
+    summary:
+      "The deployment's app lifted read-only and kept writing, past its storage limit by data.margin_bytes: its database role may not log in until the database is within its limit.",
+  },
+  'deployment.database_writable': {
+    summary:
+      "The deployment's database is within its storage limit again (room made, or the limit raised): it takes writes again (data.from: read_only or cut_off).",
+  },
   'deployment.scaled': {
     summary: 'The own data plane started or stopped instances in place to match resource_spec (data.from, data.to).',
   },

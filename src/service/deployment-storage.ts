@@ -33,6 +33,8 @@ export type DeploymentStorageService = ReturnType<typeof createDeploymentStorage
 
 /** PostgreSQL's error code when a role holds every connection its limit allows. */
 const TOO_MANY_CONNECTIONS = '53300';
+/** PostgreSQL's error code when a role may not log in: a database cut off for its size (src/dataplane/app-database-storage.ts). */
+const LOGIN_REFUSED = '28000';
 
 export function createDeploymentStorageService(deps: DeploymentStorageDeps) {
   const now = deps.now ?? (() => new Date());
@@ -63,6 +65,14 @@ export function createDeploymentStorageService(deps: DeploymentStorageDeps) {
         await app.connect();
       } catch (error) {
         await app.end().catch(() => undefined);
+        // Cut off for its size: its size is known, what is inside cannot be read as the app.
+        if ((error as { code?: string }).code === LOGIN_REFUSED)
+          return {
+            deployment_id: deploymentId,
+            database: { name, size_bytes: size },
+            langgraph: null,
+            measured_at: measuredAt,
+          };
         if ((error as { code?: string }).code === TOO_MANY_CONNECTIONS)
           throw new AppError(
             'unavailable',

@@ -3,6 +3,7 @@
  * below) because node-postgres would turn a JS array into a PostgreSQL array, not JSON.
  */
 import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kysely';
+import type { DatabaseStorageState } from '../domain/database-storage.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
 import type { DeploymentType, Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
 import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
@@ -264,9 +265,6 @@ export interface DeploymentRuntimeTable {
   database_state_size_bytes: ColumnType<string | null, number | null | undefined, number | null>;
   created_at: CreatedAt;
 }
-
-/** What the local data plane did about an app database's size (src/domain/database-storage.ts). */
-export type DatabaseStorageState = 'writable' | 'read_only' | 'cut_off';
 
 export type RevisionLogType = 'build' | 'deploy';
 export type RevisionLogStream = 'stdout' | 'stderr' | 'system';

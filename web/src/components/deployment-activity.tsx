@@ -49,6 +49,12 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
       return { what: 'An app instance exited', why };
     case 'deployment.disk_full':
       return { what: 'Stopped: its disk limit was reached', why };
+    case 'deployment.database_full':
+      return { what: 'Database read-only: its storage limit was reached', why };
+    case 'deployment.database_cut_off':
+      return { what: 'Database closed to the app: it kept writing past its limit', why };
+    case 'deployment.database_writable':
+      return { what: 'Database writable again', why };
     case 'deployment.scaled':
       return { what: `Scaled to ${counts(e.data.to)}`, why: null };
     case 'deployment.scale_failed':
