@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { cutOffMarginBytes, limitBytesOf, nextStorageState } from '../../src/domain/database-storage.ts';
+import { databaseStorageOf } from '../../src/domain/resource-maxima.ts';
 
 const MIB = 1024 * 1024;
 const limitBytes = limitBytesOf(1);
@@ -37,4 +38,13 @@ test('a read-only database is cut off only once it grows by the margin beyond it
     nextStorageState({ state: 'cut_off', stateSizeBytes: base, sizeBytes: limitBytes + 1, limitBytes }),
     'cut_off',
   );
+});
+
+test("a deployment's database limit: its db_storage_gi, else the default, never above the maximum (a stored spec is clamped)", () => {
+  const defaults = { databaseStorageGi: 1, maxDatabaseStorageGi: 10 };
+  assert.equal(databaseStorageOf(null, defaults), 1);
+  assert.equal(databaseStorageOf({ db_storage_gi: 4 }, defaults), 4);
+  // Stored before the maximum (or under a larger one): held to it.
+  assert.equal(databaseStorageOf({ db_storage_gi: 500 }, defaults), 10);
+  assert.equal(limitBytesOf(databaseStorageOf({ db_storage_gi: 500 }, defaults)), 10 * 1024 * MIB);
 });
