@@ -10,15 +10,17 @@
  * away, so the owner says whose it is. Only uids of the range count; anything else (a directory made
  * before this, owned by `nobody`) runs as `nobody`, as every app did before.
  *
- * As an ordinary user the service cannot give files or processes to other uids (that needs root, or
- * newuidmap with an /etc/subuid range, which the sandbox's own network setup rules out: slirp4netns
- * must find the service's own user in the sandbox's namespace), so every app runs as the service's
- * user and the start log says so.
+ * As an ordinary user with a subordinate range (/etc/subuid and /etc/subgid, src/dataplane/
+ * subordinate-ids.ts) the same holds with uids of that range: the range's first id for what no
+ * deployment owns, the rest one per deployment. The service gives files to them, and takes them back,
+ * as root of a user namespace where only its own user and the range are mapped. Without a range (or
+ * with no_new_privs) every app runs as the service's user, and the start log says why.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
 import type { AppUidRange } from '../config-apps.ts';
+import { runMapped, type SubordinateIds, type SubordinateIdsProbe } from './subordinate-ids.ts';
 
 const run = promisify(execFile);
 
@@ -36,6 +38,8 @@ export interface AppUsers {
   ownDir(dir: string, deploymentId: string): Promise<void>;
   /** The user a command that writes `dir` runs as; null: the service's own. */
   userFor(dir: string): { uid: number; gid: number } | null;
+  /** Not root, with a subordinate range: the sandbox maps it, and `userFor` names uids of it. */
+  readonly ids: SubordinateIds | null;
 }
 
 /** Gives `dir` and everything in it to `uid`:`gid`: coreutils walks with openat and changes links themselves. */
@@ -75,9 +79,12 @@ export function rangeOverlaps(range: AppUidRange, files = { passwd: '/etc/passwd
 export function createAppUsers(options: {
   range: AppUidRange;
   uidOf?: (deploymentId: string) => Promise<number>;
+  /** Not root: whether a subordinate range serves (its `deployments` must then be `range`), or why not. */
+  subordinate?: SubordinateIdsProbe;
 }): AppUsers {
   const { range, uidOf } = options;
   const root = process.getuid?.() === 0;
+  if (!root && options.subordinate?.ids && uidOf) return subordinateAppUsers(options.subordinate.ids, uidOf);
   const fallback = root ? NOBODY : null;
   const inRange = (uid: number) => uid >= range.first && uid < range.first + range.count;
   const ownerOf = async (deploymentId: string | undefined) => {
@@ -89,7 +96,9 @@ export function createAppUsers(options: {
   const overlaps = root && uidOf ? rangeOverlaps(range) : [];
   const last = range.first + range.count - 1;
   const description = !root
-    ? "as the service's own user: no uid per deployment (that needs the service to run as root), so apps share its per-user kernel limits (processes, inotify instances)"
+    ? "as the service's own user: no uid per deployment (" +
+      (options.subordinate?.problem ?? 'that needs root, or a subordinate range in /etc/subuid and /etc/subgid') +
+      '), so apps share its per-user kernel limits (processes, inotify instances, message queues)'
     : !uidOf
       ? 'as user nobody'
       : `as a uid of its own per deployment (SLIPWAY_APP_UIDS ${range.first}-${last})` +
@@ -109,6 +118,36 @@ export function createAppUsers(options: {
       if (!fallback) return null;
       const owner = fs.statSync(dir, { throwIfNoEntry: false })?.uid;
       return owner !== undefined && inRange(owner) ? { uid: owner, gid: owner } : fallback;
+    },
+    ids: null,
+  };
+}
+
+/** As an ordinary user with a subordinate range: its first id shared, one of the rest per deployment. */
+function subordinateAppUsers(ids: SubordinateIds, uidOf: (deploymentId: string) => Promise<number>): AppUsers {
+  const { first, count } = ids.deployments;
+  const inRange = (uid: number) => uid >= first && uid < first + count;
+  const ownerOf = async (deploymentId: string | undefined) =>
+    deploymentId === undefined ? ids.shared : await uidOf(deploymentId);
+  return {
+    fallback: null,
+    ids,
+    description:
+      `as a host uid of its own per deployment, from the service user's subordinate range ` +
+      `(/etc/subuid and /etc/subgid ${ids.range.first}-${ids.range.first + ids.range.count - 1}; ` +
+      `${ids.shared} for the start-up probe), never the service's own`,
+    async ownTree(dir, deploymentId) {
+      const uid = await ownerOf(deploymentId);
+      await runMapped(ids, ['chown', '-R', '-h', '--', `${uid}:${uid}`, dir]);
+    },
+    async ownDir(dir, deploymentId) {
+      const uid = await ownerOf(deploymentId);
+      await runMapped(ids, ['chown', '-h', '--', `${uid}:${uid}`, dir]);
+    },
+    userFor(dir) {
+      const owner = fs.statSync(dir, { throwIfNoEntry: false })?.uid;
+      const uid = owner !== undefined && inRange(owner) ? owner : ids.shared;
+      return { uid, gid: uid };
     },
   };
 }

@@ -11,25 +11,38 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import type { SubordinateIds } from './subordinate-ids.ts';
 
 const run = promisify(execFile);
 
+/**
+ * Runs a coreutils command on a tree: as it is, or (the service not root, with a subordinate range:
+ * src/dataplane/subordinate-ids.ts) as root of a user namespace where the service's user is root and
+ * the range is itself, so that files of a deployment's subordinate uid can be taken back and removed.
+ */
+async function onTree(ids: SubordinateIds | null | undefined, argv: readonly string[]): Promise<void> {
+  const [file, ...args] = [...(ids ? ids.prefix() : []), ...argv];
+  await run(file!, args);
+}
+
 /** Seals `dir`: owned by the service, readable (and enterable) by everyone, writable by no one. */
-export async function sealSnapshot(dir: string): Promise<void> {
+export async function sealSnapshot(dir: string, ids?: SubordinateIds | null): Promise<void> {
   const uid = process.getuid?.();
   const gid = process.getgid?.();
-  if (uid === 0 && gid !== undefined) await run('chown', ['-R', '-h', '--', `${uid}:${gid}`, dir]);
-  await run('chmod', ['-R', '--', 'a-w,a+rX', dir]);
+  // In the mapped namespace the service's user is 0.
+  if (ids) await onTree(ids, ['chown', '-R', '-h', '--', '0:0', dir]);
+  else if (uid === 0 && gid !== undefined) await run('chown', ['-R', '-h', '--', `${uid}:${gid}`, dir]);
+  await onTree(ids, ['chmod', '-R', '--', 'a-w,a+rX', dir]);
 }
 
 /**
  * Copies a sealed snapshot to a new revision's app directory (a redeploy): hard links, since nothing can
  * change a sealed file, so the copy takes no space and little time. The copy is sealed too.
  */
-export async function copySnapshot(from: string, to: string): Promise<void> {
-  await removeTree(to);
+export async function copySnapshot(from: string, to: string, ids?: SubordinateIds | null): Promise<void> {
+  await removeTree(to, ids);
   await run('cp', ['-a', '--link', '--no-dereference', '--', from, to]);
-  await sealSnapshot(to);
+  await sealSnapshot(to, ids);
 }
 
 /**
@@ -43,7 +56,9 @@ export async function copySnapshot(from: string, to: string): Promise<void> {
  * Callers still remove only once every process that could write the tree is gone (the rule of
  * docs/data-plane.md): this makes a removal safe even so.
  */
-export async function removeTree(dir: string): Promise<void> {
+export async function removeTree(dir: string, ids?: SubordinateIds | null): Promise<void> {
+  // As root of the mapped namespace: a deployment's subordinate uid's files too, and nothing of others.
+  if (ids) return onTree(ids, ['rm', '-r', '-f', '--one-file-system', '--', dir]);
   if (process.getuid?.() !== 0) {
     // A sealed tree has no write bits, and a directory without them cannot be emptied by its owner; one
     // the app left unreadable (chmod 000) cannot even be listed, and a removal that fails keeps the

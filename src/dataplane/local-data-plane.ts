@@ -24,6 +24,7 @@ import { protectServiceDatabases } from './app-database.ts';
 import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
 import { createAppUsers } from './app-uids.ts';
+import { probeSubordinateIds } from './subordinate-ids.ts';
 import { appUidOf } from '../store/app-uids.ts';
 import type { AppConnectionSink } from '../http/app-connections.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
@@ -72,8 +73,11 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     service: config.dataDir,
     parentLimits: { memoryBytes: config.limits.appsMemoryMb * 1024 ** 2, pids: config.limits.appsPids },
   });
-  // A uid per deployment when root, kept in the database (src/dataplane/app-uids.ts).
-  const users = createAppUsers({ range: config.appUids, uidOf: (id) => appUidOf(db, id, config.appUids) });
+  // A uid per deployment, kept in the database (src/dataplane/app-uids.ts): from SLIPWAY_APP_UIDS when
+  // root, else from the service user's subordinate range where the host gives one (subordinate-ids.ts).
+  const subordinate = process.getuid?.() === 0 ? undefined : await probeSubordinateIds();
+  const range = subordinate?.ids?.deployments ?? config.appUids;
+  const users = createAppUsers({ range, uidOf: (id) => appUidOf(db, id, range), subordinate });
   const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger, users });
   const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
   // Said loudly when anything is missing: an operator must know that apps are not contained.

@@ -425,14 +425,15 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       for (const revisionId of revisionIds) tracking.assertRemovable(revisionId);
       const runtime = await getDeploymentRuntime(db, deployment.id);
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
-      for (const revisionId of revisionIds) await removeTree(revisionDirs(config.dataDir, revisionId).root);
-      await removeTree(path.dirname(access.dataDirOf(deployment.id)));
+      for (const revisionId of revisionIds)
+        await removeTree(revisionDirs(config.dataDir, revisionId).root, sandbox.ids);
+      await removeTree(path.dirname(access.dataDirOf(deployment.id)), sandbox.ids);
     },
 
     async removeRevisionFiles(revisionId) {
       await tracking.revisionWorkEnded(revisionId);
       tracking.assertRemovable(revisionId);
-      await removeTree(revisionDirs(config.dataDir, revisionId).root);
+      await removeTree(revisionDirs(config.dataDir, revisionId).root, sandbox.ids);
     },
 
     async removeUpload(relativePath) {

@@ -184,7 +184,7 @@ async function reuseBuild(
   const record = await readBuild(from);
   if (!record?.sealed) return null;
   log.system(`Reusing the build output of revision ${fromRevisionId}`);
-  await copySnapshot(from.app, dirs.app);
+  await copySnapshot(from.app, dirs.app, deps.sandbox.ids);
   return record;
 }
 
@@ -276,7 +276,7 @@ export async function buildRevision(
   signal: AbortSignal,
 ): Promise<BuildRecord> {
   const dirs = revisionDirs(deps.dataDir, input.revisionId);
-  await removeTree(dirs.root);
+  await removeTree(dirs.root, deps.sandbox.ids);
   await fs.mkdir(path.join(dirs.app, 'home'), { recursive: true, mode: 0o755 });
   await fs.mkdir(dirs.src, { recursive: true, mode: 0o755 });
 
@@ -338,7 +338,7 @@ export async function buildRevision(
       );
   }
   // The build's processes are gone (its PID namespace ended, its exit confirmed it): nothing writes it now.
-  await sealSnapshot(dirs.app);
+  await sealSnapshot(dirs.app, deps.sandbox.ids);
   const record = { appConfig, builtAt: new Date().toISOString(), sealed: true };
   await fs.writeFile(dirs.buildFile, JSON.stringify(record));
   log.system('Build finished');

@@ -63,7 +63,7 @@ export async function bwrapSandbox(options: {
     : `the host's network (${options.networkMissing ?? 'no network of its own'}: apps reach every loopback service of the machine, the service's database port and other apps' ports)`;
   const runAs = mapping.runAs;
   const inside =
-    user || !slirp
+    user || mapping.ids || !slirp
       ? options.who
       : runAs
         ? `${options.who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
@@ -80,6 +80,7 @@ export async function bwrapSandbox(options: {
   return {
     kind: 'bwrap',
     user,
+    ids: users.ids,
     networkIsolated: slirp !== null,
     limits,
     slirp,
@@ -121,6 +122,8 @@ export async function bwrapSandbox(options: {
           ]
         : ['--bind', spec.appDir, SANDBOX_APP_DIR, ...socketBinds, ...readOnly];
       // The shell when there is something to start first: forwarders, or the command's user namespace.
+      // With a subordinate range, the uid of the deployment that owns what the command writes.
+      const owner = mapping.ids ? users.userFor(spec.dataDir ?? spec.appDir) : null;
       const command =
         forwards.length || runAs
           ? [
@@ -129,9 +132,10 @@ export async function bwrapSandbox(options: {
               FORWARDING_SHELL,
               'slipway-app',
               spec.command,
-              runAs?.unshare ?? '',
-              String(runAs?.uid ?? ''),
-              String(runAs?.gid ?? ''),
+              runAs?.program ?? '',
+              runAs?.how ?? '',
+              String(owner?.uid ?? runAs?.uid ?? ''),
+              String(owner?.gid ?? runAs?.gid ?? ''),
               ...forwards.flatMap((f) => [String(f.port), `${socketsAt}/${path.basename(f.socketPath)}`]),
             ]
           : ['/bin/sh', '-c', spec.command];
@@ -178,6 +182,17 @@ export async function bwrapSandbox(options: {
         ...(seccomp.program ? ['--seccomp', String(SECCOMP_FD)] : []),
         ...command,
       ];
+      if (mapping.ids && owner) {
+        // bubblewrap in a user namespace where the service is root and the deployment's uid is itself.
+        const [file, ...prefix] = mapping.ids.prefix({ first: owner.uid, count: 1 });
+        return {
+          file: file!,
+          args: [...prefix, bwrap, ...args],
+          cwd: path.join(spec.appDir, 'src'),
+          hold: 'bwrap',
+          seccomp: seccomp.program,
+        };
+      }
       return {
         file: bwrap,
         args,

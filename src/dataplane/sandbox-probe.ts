@@ -14,6 +14,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { removeTree } from './build-snapshot.ts';
 import { openHostForward } from './host-forwards.ts';
 import { startProcess } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
@@ -212,6 +213,7 @@ export async function networkProblem(sandbox: Sandbox, expectUid: number): Promi
   } finally {
     await new Promise<void>((resolve) => target.close(() => resolve()));
     await fs.rm(forwardDir, { recursive: true, force: true });
-    await fs.rm(dir, { recursive: true, force: true });
+    // Its app directory is the probe's uid's when that is of a subordinate range: removed as the service removes trees.
+    await removeTree(dir, sandbox.ids);
   }
 }

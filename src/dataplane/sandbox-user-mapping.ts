@@ -6,6 +6,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { findExecutable } from './executables.ts';
+import type { SubordinateIds } from './subordinate-ids.ts';
 
 const run = promisify(execFile);
 
@@ -16,6 +17,8 @@ export interface SandboxTools {
   socat: string | null;
   /** util-linux `unshare`, for the command's own user namespace (UserMapping). */
   unshare: string | null;
+  /** util-linux `setpriv`, for the deployment's own uid of a subordinate range (UserMapping). */
+  setpriv: string | null;
 }
 
 export async function findTools(): Promise<SandboxTools> {
@@ -24,6 +27,7 @@ export async function findTools(): Promise<SandboxTools> {
     slirp4netns: await findExecutable('slirp4netns'),
     socat: await findExecutable('socat'),
     unshare: await findExecutable('unshare'),
+    setpriv: await findExecutable('setpriv'),
   };
 }
 
@@ -50,12 +54,28 @@ export async function findTools(): Promise<SandboxTools> {
  * keeps, CAP_SYS_RESOURCE in the sandbox's own namespace, allows it) before `unshare --map-user` makes
  * the command's namespace. The command, without capabilities in the sandbox's namespace, cannot raise
  * the limit again. With an older `unshare` nothing refuses them, and the start log says so.
+ *
+ * With a subordinate range (src/dataplane/subordinate-ids.ts) the sandbox's user namespace is made
+ * before bubblewrap, by `unshare` and newuidmap: the service's user is root in it (slirp4netns joins it
+ * as above) and the deployment's uid of the range is itself. bubblewrap, root there, makes the other
+ * namespaces without a user namespace of its own, keeping only CAP_SETUID, CAP_SETGID, CAP_CHOWN and
+ * CAP_SYS_RESOURCE in that namespace for the sandbox's shell, which sets the namespace's
+ * `user.max_user_namespaces` to 0, gives the private /tmp and HOME to the deployment's uid, and
+ * starts the command as that uid with `setpriv` (no capabilities, no_new_privs). The command is that
+ * host uid to the kernel: its per-user counters are its deployment's own, and it can signal nothing
+ * of the shell's or the service's.
  */
 export interface UserMapping {
   /** bubblewrap's arguments for the sandbox's user namespace. */
   bwrapArgs: string[];
-  /** `unshare` with the uid and gid the command runs as inside, or null to run it as it is. */
-  runAs: { unshare: string; uid: number; gid: number } | null;
+  /**
+   * How the command gets its own user: `userns`, `unshare` with the uid and gid it runs as inside;
+   * `setuid`, `setpriv` to the uid and gid of a subordinate range (the deployment's, in each plan).
+   * Null to run it as it is.
+   */
+  runAs: { program: string; how: 'userns' | 'setuid'; uid: number; gid: number } | null;
+  /** The subordinate range the sandbox's user namespace maps (see above), or null. */
+  ids: SubordinateIds | null;
   /** The uid the command runs as inside (what the probe expects). */
   uidInside: number;
   /** Whether the command is refused user namespaces of its own (see above). */
@@ -69,14 +89,26 @@ export async function userMapping(
   tools: SandboxTools,
   user: { uid: number; gid: number } | null,
   ownNetwork: boolean,
+  ids: SubordinateIds | null = null,
 ): Promise<UserMapping> {
+  const plain = { runAs: null, ids: null };
   // As root the command runs as its deployment's uid, mapped to itself; slirp4netns runs as root and joins only the
   // network namespace (src/dataplane/sandbox-network.ts), so bubblewrap's nested namespace is no obstacle.
-  if (user) return { bwrapArgs: DISABLE_USERNS, runAs: null, uidInside: user.uid, refusesUserNamespaces: true };
+  if (user) return { ...plain, bwrapArgs: DISABLE_USERNS, uidInside: user.uid, refusesUserNamespaces: true };
+  if (ids && tools.setpriv) {
+    const keep = ['CAP_SETUID', 'CAP_SETGID', 'CAP_CHOWN', 'CAP_SYS_RESOURCE'].flatMap((cap) => ['--cap-add', cap]);
+    return {
+      bwrapArgs: ['--cap-drop', 'ALL', ...keep],
+      runAs: { program: tools.setpriv, how: 'setuid', uid: ids.shared, gid: ids.shared },
+      ids,
+      uidInside: ids.shared,
+      refusesUserNamespaces: true,
+    };
+  }
   const uid = process.getuid?.() ?? 0;
   const gid = process.getgid?.() ?? 0;
   // Without a network of its own bubblewrap's default (the service's uid, mapped to itself) serves.
-  if (!ownNetwork) return { bwrapArgs: DISABLE_USERNS, runAs: null, uidInside: uid, refusesUserNamespaces: true };
+  if (!ownNetwork) return { ...plain, bwrapArgs: DISABLE_USERNS, uidInside: uid, refusesUserNamespaces: true };
   const mapsUsers =
     tools.unshare !== null &&
     (await run(tools.unshare, ['--help']).then(
@@ -85,10 +117,11 @@ export async function userMapping(
     ));
   const rootInside = ['--unshare-user', '--uid', '0', '--gid', '0', '--cap-drop', 'ALL'];
   if (!mapsUsers || !tools.unshare)
-    return { bwrapArgs: rootInside, runAs: null, uidInside: 0, refusesUserNamespaces: false };
+    return { ...plain, bwrapArgs: rootInside, uidInside: 0, refusesUserNamespaces: false };
   return {
     bwrapArgs: [...rootInside, '--cap-add', 'CAP_SETFCAP', '--cap-add', 'CAP_SYS_RESOURCE'],
-    runAs: { unshare: tools.unshare, uid, gid },
+    runAs: { program: tools.unshare, how: 'userns', uid, gid },
+    ids: null,
     uidInside: uid,
     refusesUserNamespaces: true,
   };

@@ -19,8 +19,9 @@
  *   it until then).
  *
  * When the service runs as root, what it runs runs as a uid of its deployment's own
- * (src/dataplane/app-uids.ts); as an ordinary user, as that user (in a user namespace of bubblewrap's,
- * see UserMapping). Inside, it has a session of its own, no way to make user namespaces, and a seccomp
+ * (src/dataplane/app-uids.ts); as an ordinary user, as a uid of its deployment's own from the user's
+ * subordinate range where the host gives one (src/dataplane/subordinate-ids.ts), else as that user (in
+ * a user namespace of bubblewrap's, see UserMapping). Inside, it has a session of its own, no way to make user namespaces, and a seccomp
  * filter refusing system calls apps never need (src/dataplane/seccomp-filter.ts). At start a probe makes one whole sandbox, network
  * and all (src/dataplane/sandbox-probe.ts): where the host lacks something the start log says what, and
  * SLIPWAY_SANDBOX=bwrap refuses to start. Without bubblewrap processes run bare (still in a cgroup when
@@ -37,6 +38,7 @@ import { bubblewrapProblem, networkProblem, tunProblem } from './sandbox-probe.t
 import { HOLDING_SHELL } from './sandbox-scripts.ts';
 import { findTools, userMapping, type SandboxTools } from './sandbox-user-mapping.ts';
 import { compileSeccompFilter } from './seccomp-filter.ts';
+import type { SubordinateIds } from './subordinate-ids.ts';
 
 export type { SandboxTools };
 
@@ -114,6 +116,11 @@ export interface Sandbox {
   ownTree(dir: string, deploymentId?: string): Promise<void>;
   /** Gives one directory just made (not what is in it) to the deployment's user. */
   ownDir(dir: string, deploymentId: string): Promise<void>;
+  /**
+   * Not root, with a subordinate range: the ids deployments run as, which the service's own work on
+   * their trees (sealing, removal: src/dataplane/build-snapshot.ts) must map. Null otherwise.
+   */
+  readonly ids: SubordinateIds | null;
   /** Removes what the sandbox made for itself (its socket directory), once nothing runs. */
   dispose(): Promise<void>;
 }
@@ -132,9 +139,10 @@ export async function createSandbox(options: {
   const users = options.users ?? createAppUsers({ range: { first: 0, count: 0 } });
   const user = users.fallback;
   const who = users.description;
-  if (mode === 'none')
-    return bareSandbox({ users, limits, why: `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}` });
   const tools = { ...(await findTools()), ...options.tools };
+  const setpriv = tools.setpriv;
+  if (mode === 'none')
+    return bareSandbox({ users, limits, setpriv, why: `apps run without a sandbox (SLIPWAY_SANDBOX=none) ${who}` });
   const bwrapProblem =
     tools.bwrap === null
       ? 'bubblewrap is not installed (Debian package bubblewrap)'
@@ -144,6 +152,7 @@ export async function createSandbox(options: {
     return bareSandbox({
       users,
       limits,
+      setpriv,
       why:
         `apps run without a sandbox ${who}, because ${bwrapProblem}` +
         (user ? '' : ': they can read everything the service can, including its data directory'),
@@ -158,7 +167,7 @@ export async function createSandbox(options: {
         ? 'socat is not installed (Debian package socat)'
         : await tunProblem();
   if (networkMissing === null && tools.slirp4netns !== null) {
-    const mapping = await userMapping(tools, user, true);
+    const mapping = await userMapping(tools, user, true, users.ids);
     const candidate = await bwrapSandbox({
       bwrap: tools.bwrap,
       slirpBinary: tools.slirp4netns,
@@ -181,7 +190,7 @@ export async function createSandbox(options: {
         '(see docs/operations.md, "Host setups"; or set SLIPWAY_SANDBOX=auto to run apps on the host\'s network)',
     );
   }
-  const mapping = await userMapping(tools, user, false);
+  const mapping = await userMapping(tools, user, false, users.ids);
   return bwrapSandbox({
     bwrap: tools.bwrap,
     slirpBinary: null,
@@ -201,11 +210,14 @@ function bareSandbox(options: {
   limits: ResourceControl;
   /** What the start log says about it. */
   why: string;
+  /** util-linux setpriv, to run as a deployment's subordinate uid. */
+  setpriv: string | null;
 }): Sandbox {
-  const { users, limits } = options;
+  const { users, limits, setpriv } = options;
   return {
     kind: 'none',
     user: users.fallback,
+    ids: users.ids,
     networkIsolated: false,
     limits,
     slirp: null,
@@ -221,14 +233,23 @@ function bareSandbox(options: {
       data: ownData ?? path.join(appDir, 'data'),
     }),
     plan(spec) {
-      return {
-        file: '/bin/sh',
-        args: ['-c', HOLDING_SHELL, 'slipway', spec.command],
-        cwd: path.join(spec.appDir, 'src'),
-        hold: 'shell',
-        seccomp: null,
-        ...(users.userFor(spec.dataDir ?? spec.appDir) ?? {}),
-      };
+      const owner = users.userFor(spec.dataDir ?? spec.appDir);
+      const shell = ['/bin/sh', '-c', HOLDING_SHELL, 'slipway', spec.command];
+      const cwd = path.join(spec.appDir, 'src');
+      if (users.ids && owner && setpriv) {
+        // Its deployment's subordinate uid: root of a user namespace mapping it, then that uid (app-uids.ts).
+        const [file, ...prefix] = users.ids.prefix({ first: owner.uid, count: 1 });
+        const become = [`--reuid=${owner.uid}`, `--regid=${owner.gid}`, '--clear-groups', '--inh-caps=-all'];
+        return {
+          file: file!,
+          args: [...prefix, setpriv, ...become, '--no-new-privs', '--', ...shell],
+          cwd,
+          hold: 'shell',
+          seccomp: null,
+        };
+      }
+      const as = users.ids ? {} : (owner ?? {});
+      return { file: shell[0]!, args: shell.slice(1), cwd, hold: 'shell', seccomp: null, ...as };
     },
   };
 }
