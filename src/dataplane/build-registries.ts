@@ -25,6 +25,7 @@ import type { Logger } from 'pino';
 import type { RegistrySettings } from '../config-registries.ts';
 import { isLoopbackHost, openHostForward, type HostForward } from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
+import { removeTree } from './build-snapshot.ts';
 
 /** Where a bubblewrap sandbox shows the build's registry directory (/home is the sandbox's own tmpfs). */
 const SANDBOX_REGISTRY_DIR = '/home/.registry';
@@ -175,7 +176,8 @@ export async function prepareBuildRegistries(
   const ca =
     settings.caFile === null ? null : await readSetting(settings.caFile, true, 'CA bundle (SLIPWAY_BUILD_CA_FILE)');
   const inside = sandbox.kind === 'bwrap' ? SANDBOX_REGISTRY_DIR : dir;
-  await fs.rm(dir, { recursive: true, force: true });
+  // Given to the build's uid (hooks.own): a subordinate one is removed in the namespace that maps it.
+  await removeTree(dir, sandbox.ids);
   await fs.mkdir(dir, { mode: 0o700 });
   const env: Record<string, string> = {};
   const described: string[] = [];
@@ -258,7 +260,7 @@ export async function prepareBuildRegistries(
   const close = async () => {
     await Promise.all(forwards.map((f) => f.close()));
     if (socketDir) await fs.rm(socketDir, { recursive: true, force: true });
-    await fs.rm(dir, { recursive: true, force: true });
+    await removeTree(dir, sandbox.ids);
   };
   try {
     const urls = [

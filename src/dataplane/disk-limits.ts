@@ -23,6 +23,7 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import { measureTrees, watchDiskUse, type DiskWatch, type TreeUsage } from './disk-usage.ts';
 import { RevisionFailure } from './revision-build.ts';
+import type { SubordinateIds } from './subordinate-ids.ts';
 
 const MIB = 1024 * 1024;
 /** What the probe writes and must find again. */
@@ -101,8 +102,10 @@ async function sharedFileSystemWarning(
 export async function createDiskLimiter(options: {
   config: Pick<Config, 'databaseUrl' | 'dataDir' | 'disk'>;
   logger: Pick<Logger, 'warn' | 'error'>;
+  /** Apps run as subordinate uids: their trees are measured in the namespace that maps them. */
+  ids?: SubordinateIds | null;
 }): Promise<DiskLimiter> {
-  const { config, logger } = options;
+  const { config, logger, ids } = options;
   const { appsDataDir, appDiskMb, buildDiskMb, checkIntervalMs } = config.disk;
   await fs.mkdir(appsDataDir, { recursive: true, mode: 0o711 });
   const shared = await sharedFileSystemWarning(config);
@@ -133,8 +136,9 @@ export async function createDiskLimiter(options: {
         intervalMs: checkIntervalMs,
         onFull: (usage) => controller.abort(buildDiskFailure(buildLimitBytes, usage)),
         onError,
+        ids,
       }),
     watchApp: (dirs, onFull) =>
-      watchDiskUse({ dirs, limitBytes: appLimitBytes, intervalMs: checkIntervalMs, onFull, onError }),
+      watchDiskUse({ dirs, limitBytes: appLimitBytes, intervalMs: checkIntervalMs, onFull, onError, ids }),
   };
 }

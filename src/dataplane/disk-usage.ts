@@ -10,6 +10,7 @@
  * by stopping itself.
  */
 import { spawn } from 'node:child_process';
+import type { SubordinateIds } from './subordinate-ids.ts';
 
 export interface TreeUsage {
   bytes: number;
@@ -17,11 +18,15 @@ export interface TreeUsage {
   unreadable: boolean;
 }
 
-/** Measures the trees together (a missing one counts nothing). */
-export function measureTrees(dirs: readonly string[]): Promise<TreeUsage> {
+/**
+ * Measures the trees together (a missing one counts nothing). `ids`: the trees are a subordinate uid's
+ * (src/dataplane/subordinate-ids.ts), read as root of the namespace that maps them.
+ */
+export function measureTrees(dirs: readonly string[], ids?: SubordinateIds | null): Promise<TreeUsage> {
   return new Promise((resolve, reject) => {
     // --total: one line for all, hard links shared between the trees counted once.
-    const du = spawn('du', ['-sxcB1', '--', ...dirs], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const [file, ...args] = [...(ids ? ids.prefix() : []), 'du', '-sxcB1', '--', ...dirs];
+    const du = spawn(file!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     du.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -55,12 +60,13 @@ export function watchDiskUse(options: {
   intervalMs: number;
   onFull(usage: TreeUsage): void;
   onError(error: unknown): void;
+  ids?: SubordinateIds | null;
 }): DiskWatch {
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
   const round = async (): Promise<void> => {
     try {
-      const usage = await measureTrees(options.dirs);
+      const usage = await measureTrees(options.dirs, options.ids);
       if (stopped) return;
       if (usage.bytes > options.limitBytes || usage.unreadable) {
         stopped = true;

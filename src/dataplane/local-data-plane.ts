@@ -113,7 +113,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   const owner = await leaseOwnerFor(config.dataDir);
   const leaseSeconds = deps.leaseSeconds ?? 30;
   const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
-  const disk = await createDiskLimiter({ config, logger });
+  const disk = await createDiskLimiter({ config, logger, ids: sandbox.ids });
   logger.info(`local data plane: ${disk.description}`);
   const runtime = createLocalRuntime({ ...deps, reports, sandbox, fetcher, disk });
   const worker = startWorker({

@@ -18,6 +18,7 @@ import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createAppUsers } from '../../src/dataplane/app-uids.ts';
 import { removeTree, sealSnapshot } from '../../src/dataplane/build-snapshot.ts';
+import { measureTrees } from '../../src/dataplane/disk-usage.ts';
 import { startProcess, type RunningProcess } from '../../src/dataplane/process-runner.ts';
 import { createResourceControl, type ResourceControl } from '../../src/dataplane/resource-limits.ts';
 import { createSandbox, type Sandbox, type SandboxRun } from '../../src/dataplane/sandbox.ts';
@@ -260,6 +261,21 @@ describe('as an ordinary user with a subordinate range', () => {
     await removeTree(path.dirname(dataDir), sandbox.ids);
     assert.equal((await fs.readdir(canary)).length, 50, 'the removal followed a link into the canary');
     await assert.rejects(fs.stat(path.dirname(dataDir)), { code: 'ENOENT' });
+  });
+
+  test("the disk limit measures a deployment's data, even what it made unreadable", async (t) => {
+    if (skip()) return t.skip(skip()!);
+    const { appDir, dataDir } = dirsOf('b');
+    await runTo(
+      sandbox,
+      'mkdir -p /home/app/data/hidden && head -c 300000 /dev/zero > /home/app/data/hidden/blob && chmod 000 /home/app/data/hidden',
+      { appDir, dataDir },
+    );
+    // The control: the service's user alone cannot read the deployment's uid's 0700 directory.
+    assert.equal((await measureTrees([dataDir])).unreadable, true);
+    const usage = await measureTrees([dataDir], sandbox.ids);
+    assert.equal(usage.unreadable, false);
+    assert.ok(usage.bytes >= 300_000, `measured ${usage.bytes} bytes`);
   });
 
   test("without the mapped namespace the service could not remove a deployment's data", async (t) => {
