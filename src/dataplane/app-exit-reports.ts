@@ -100,20 +100,23 @@ export function reportAppExit(
 export function reportDiskFull(
   deps: AppExitReportsDeps,
   app: ExitedApp,
-  disk: { limitBytes: number; usedBytes: number; unreadable: boolean },
+  disk: { limitBytes: number; bytes: number; unreadable: boolean; fileSystemFull?: boolean },
 ): void {
   const deploymentId = app.deployment.id;
   const limitMb = Math.round(disk.limitBytes / 1024 ** 2);
+  const usedMb = Math.ceil(disk.bytes / 1024 ** 2);
   const message =
     (disk.unreadable
       ? `The app made part of its data or home directory unreadable to the service, which counts as over its limit of ${limitMb} MiB`
-      : `The app's data and home directories hold ${Math.ceil(disk.usedBytes / 1024 ** 2)} MiB, over their limit of ${limitMb} MiB`) +
+      : disk.fileSystemFull
+        ? `The app's data and home directories filled their file system of ${limitMb} MiB (${usedMb} MiB held; its writes fail with ENOSPC)`
+        : `The app's data and home directories hold ${usedMb} MiB, over their limit of ${limitMb} MiB`) +
     ` (SLIPWAY_APP_DISK_MB): its instances were stopped. Deploy a revision that removes what it does not need at start.`;
   void (async () => {
     await recordAppEvent(deps, app, 'deployment.disk_full', {
       revision_id: app.revisionId,
       limit_bytes: disk.limitBytes,
-      used_bytes: disk.usedBytes,
+      used_bytes: disk.bytes,
       unreadable: disk.unreadable,
       message,
     });

@@ -26,6 +26,7 @@ import {
   type HostForward,
 } from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
+import type { DiskLimiter } from './disk-limits.ts';
 
 /** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
 const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
@@ -60,7 +61,10 @@ export function queueResourceSpec(spec: Record<string, unknown> | null | undefin
 export interface AppHostAccess {
   /** The host path of a deployment's own writable directory. */
   dataDirOf(deploymentId: string): string;
-  /** Makes the deployment's directories (once) and gives them to the app's user; the data directory's path. */
+  /**
+   * Makes the deployment's directories (once; on their own file system where the disk limit is hard)
+   * and gives them to the app's user; the data directory's path.
+   */
   prepareDataDir(deploymentId: string): Promise<string>;
   /** Opens a running revision's forwards; the database URL and API URL the app is given. */
   openForwards(
@@ -74,10 +78,11 @@ export function createAppHostAccess(deps: {
   config: Config;
   sandbox: Sandbox;
   logger: Pick<Logger, 'warn'>;
+  disk: Pick<DiskLimiter, 'prepareDeploymentDir'>;
   /** The API of this process, when it serves one: apps' connections go to it directly. */
   apiConnections?: AppConnectionSink | undefined;
 }): AppHostAccess {
-  const { config, sandbox, logger, apiConnections } = deps;
+  const { config, sandbox, logger, apiConnections, disk } = deps;
   const otlpRelay = config.tracing ? createOtlpRelay({ tracing: config.tracing, logger }) : null;
   const allAppsBudget: ConnectionBudget = { name: 'all apps together', max: DATABASE_FORWARD_BUDGET, open: 0 };
   /** Each workspace's apps together (SLIPWAY_APP_DATABASE_CONNECTIONS_PER_WORKSPACE): one tenant cannot take every app's. */
@@ -103,7 +108,8 @@ export function createAppHostAccess(deps: {
     // Passable, never listable, by the app's user: it finds its own directory only. The deployment's
     // directory stays the service's, so that only the two directories in it are the app's to write.
     await fs.mkdir(path.dirname(root), { recursive: true, mode: 0o711 });
-    await fs.mkdir(root, { recursive: true, mode: 0o711 });
+    // A plain directory, or the deployment's own file system mounted there (src/dataplane/disk-images.ts).
+    await disk.prepareDeploymentDir(deploymentId, root);
     for (const dir of [data, path.join(root, 'home')]) {
       // Made once and given to the app's user; never walked, since the app writes what is inside.
       const made = await fs

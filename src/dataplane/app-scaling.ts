@@ -67,6 +67,8 @@ export interface ScalingApp {
   appConfig: AppConfig;
   /** Counts whose web instances failed their health check: not tried again until the spec changes. */
   failedScale: Scale | null;
+  /** Why its instances were all stopped (its disk is full): no scale is tried, and the failure says so. */
+  stoppedBecause?: string;
 }
 
 export interface ScalingOptions {
@@ -101,6 +103,7 @@ export async function scaleInPlace(
       },
     ]);
   try {
+    if (app.stoppedBecause) throw new ScaleError(app.stoppedBecause);
     await applyScale(app, to, options);
   } catch (error) {
     if (!options.serving()) return;

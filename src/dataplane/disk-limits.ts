@@ -3,25 +3,33 @@
  * reach"): each deployment's writable directories (its `SLIPWAY_DATA_DIR` and its HOME, kept across
  * revisions) and each build's directory have a size limit the operator sets (src/config-disk.ts).
  *
- * How it is kept: what they hold is measured (src/dataplane/disk-usage.ts) every few seconds while the
- * app or the build runs. A build over its limit is stopped and fails (`disk_limit`); a serving app over
- * its limit has its instances stopped, an event `deployment.disk_full`, and its deployment UNKNOWN. This
- * is a limit the service defends, not one the kernel enforces: between two measures an app can write
- * what its disk speed allows, and an operator sizes the disk for that (docs/operations.md, "Disk").
- * Filesystem project quotas or a file system per deployment would make it a hard limit; neither is
- * made here yet (the debt is written in docs/operations.md).
+ * Two ways, the start-up probe picks one and the start log says which:
+ * - **Hard** (the service runs as root and the host can loop-mount): each deployment's directory is a
+ *   file system of its own, an image the size of its limit (src/dataplane/disk-images.ts). The kernel
+ *   keeps the limit: the app's writes fail with ENOSPC at it, never beyond. What it holds is read with
+ *   statfs every few seconds; a full one stops the app as below.
+ * - **Measured** (else, with the reason): what the directories hold is measured with `du`
+ *   (src/dataplane/disk-usage.ts) every few seconds while the app runs. Between two measures an app can
+ *   write what its disk speed allows, and an operator sizes the disk for that (docs/operations.md,
+ *   "Disk"). A deployment's directory made before the images existed (a plain directory) stays measured
+ *   in the hard mode too.
+ * Either way a full app is stopped the same way: its instances stop, an event `deployment.disk_full`,
+ * and its deployment UNKNOWN. Builds are measured in both modes: a build over its limit is stopped and
+ * fails (`disk_limit`).
  *
  * At start the probe measures a small tree once, as every later measure will; when that fails (no
  * `du`), nothing is measured and the start log says the disk is not limited. It also warns when the
- * apps' data shares a file system with the embedded PostgreSQL cluster: a full disk there stops the
- * control plane and every app's database.
+ * apps' data shares a file system with the embedded PostgreSQL cluster and is not on images: a full disk
+ * there stops the control plane and every app's database.
  */
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
-import { measureTrees, watchDiskUse, type DiskWatch, type TreeUsage } from './disk-usage.ts';
+import { cleanPartialImages, createDiskImages, isMountPoint, probeDiskImages, type DiskImages } from './disk-images.ts';
+import { measureFileSystem, measureTrees, watchDiskUse, type DiskWatch, type TreeUsage } from './disk-usage.ts';
+import { removeTree } from './build-snapshot.ts';
 import { RevisionFailure } from './revision-build.ts';
 import type { SubordinateIds } from './subordinate-ids.ts';
 
@@ -39,8 +47,21 @@ export interface DiskLimiter {
    * build's failure (`BUILD_FAILED`, `disk_limit`), which stops the build's command.
    */
   watchBuild(root: string, controller: AbortController): DiskWatch;
-  /** Measures a running app's writable directories; over their limit, `onFull` is called once. */
-  watchApp(dirs: readonly string[], onFull: (usage: TreeUsage) => void): DiskWatch;
+  /**
+   * Measures a running app's writable directories (`dirs`, in its deployment's directory `root`, made
+   * by `prepareDeploymentDir`); over their limit, `onFull` is called once.
+   */
+  watchApp(root: string, dirs: readonly string[], onFull: (usage: TreeUsage) => void): DiskWatch;
+  /**
+   * Makes the deployment's own directory `root` ready to hold its data and home: on its own image in
+   * the hard mode (made once, mounted when it is not), else a plain directory of the service.
+   */
+  prepareDeploymentDir(deploymentId: string, root: string): Promise<void>;
+  /**
+   * Removes the deployment's directory `root`, once every process of the app is gone: its image is
+   * unmounted and removed, a plain directory removed without following a link.
+   */
+  removeDeploymentDir(deploymentId: string, root: string): Promise<void>;
 }
 
 const NOT_WATCHED: DiskWatch = { stop: () => undefined };
@@ -99,46 +120,114 @@ async function sharedFileSystemWarning(
   );
 }
 
+/** Whether `root` is a directory made before images existed: a plain one, with something in it. */
+async function isPlainDirectory(root: string): Promise<boolean> {
+  const entries = await fs.readdir(root).catch(() => null);
+  return entries !== null && entries.length > 0 && !(await isMountPoint(root));
+}
+
+/**
+ * The deployment's directory in the hard mode: its image, mounted; or, for a directory made before
+ * images existed, the plain directory, measured.
+ */
+function imageDeploymentDirs(images: DiskImages, appLimitBytes: number) {
+  return {
+    async prepareDeploymentDir(deploymentId: string, root: string): Promise<void> {
+      if (!(await images.hasImage(deploymentId)) && (await isPlainDirectory(root))) return;
+      await images.attach(deploymentId, root, appLimitBytes);
+    },
+    async removeDeploymentDir(deploymentId: string, root: string): Promise<void> {
+      await images.detach(deploymentId, root);
+      // The empty mount point, or a plain directory of before: rm walks without following links.
+      await removeTree(root);
+    },
+  };
+}
+
+/** The deployment's directory in the measured mode: a plain directory (a subordinate uid's: `ids`). */
+function plainDeploymentDirs(imagesDir: string, ids: SubordinateIds | null | undefined) {
+  return {
+    async prepareDeploymentDir(deploymentId: string, root: string): Promise<void> {
+      // Data on an image that this service cannot mount (it ran as root before) is not there to use.
+      const image = await fs.lstat(path.join(imagesDir, `${deploymentId}.img`)).catch(() => null);
+      if (image && !(await isMountPoint(root)))
+        throw new Error(
+          `The deployment's data is on a disk image (${imagesDir}) that only a service running as root can mount`,
+        );
+      await fs.mkdir(root, { recursive: true, mode: 0o711 });
+    },
+    async removeDeploymentDir(_deploymentId: string, root: string): Promise<void> {
+      await removeTree(root, ids);
+    },
+  };
+}
+
 export async function createDiskLimiter(options: {
   config: Pick<Config, 'databaseUrl' | 'dataDir' | 'disk'>;
-  logger: Pick<Logger, 'warn' | 'error'>;
-  /** Apps run as subordinate uids: their trees are measured in the namespace that maps them. */
+  logger: Pick<Logger, 'info' | 'warn' | 'error'>;
+  /** Apps run as subordinate uids: their trees are measured and removed in the namespace that maps them. */
   ids?: SubordinateIds | null;
 }): Promise<DiskLimiter> {
   const { config, logger, ids } = options;
   const { appsDataDir, appDiskMb, buildDiskMb, checkIntervalMs } = config.disk;
   await fs.mkdir(appsDataDir, { recursive: true, mode: 0o711 });
-  const shared = await sharedFileSystemWarning(config);
-  if (shared) logger.warn(shared);
+  const imagesDir = path.join(appsDataDir, '.images');
   const appLimitBytes = appDiskMb * MIB;
   const buildLimitBytes = buildDiskMb * MIB;
-  const failed = await probe(appsDataDir);
-  if (failed) {
-    const description = `disk: NOT LIMITED (measuring a tree failed: ${failed})`;
-    logger.warn(`${description}: apps and builds can fill the disk`);
-    return {
-      description,
-      appLimitBytes,
-      watchBuild: () => NOT_WATCHED,
-      watchApp: () => NOT_WATCHED,
-    };
+  const support = await probeDiskImages(imagesDir);
+  if (support.tools) {
+    for (const file of await cleanPartialImages(support.tools, imagesDir))
+      logger.info({ file }, 'removed a disk image left by a service that stopped in the middle');
   }
+  // Images are sparse files there too: they take what their apps hold, up to their limits.
+  const shared = await sharedFileSystemWarning(config);
+  if (shared) logger.warn(shared);
+  const deploymentDirs = support.tools
+    ? imageDeploymentDirs(createDiskImages(support.tools, imagesDir), appLimitBytes)
+    : plainDeploymentDirs(imagesDir, ids);
+  const appMode = support.tools
+    ? `loop-mounted, each deployment's data and home a file system of ${appDiskMb} MiB of its own ` +
+      `(images in ${imagesDir}; a directory made before images, measured)`
+    : `measured every ${checkIntervalMs / 1000} s, ${appDiskMb} MiB per deployment's data and home ` +
+      `(in ${appsDataDir}; no file system of its own: ${support.reason})`;
+  const failed = await probe(appsDataDir);
   const onError = (error: unknown) => logger.error({ err: error }, 'could not measure what an app or a build holds');
+  /** A deployment on its image is read with statfs; a plain directory is measured, when `du` can. */
+  const measureApp = async (root: string, dirs: readonly string[]): Promise<TreeUsage> => {
+    if (support.tools && (await isMountPoint(root))) return measureFileSystem(root);
+    return failed ? { bytes: 0, unreadable: false } : measureTrees(dirs, ids);
+  };
+  const watchApp = (root: string, dirs: readonly string[], onFull: (usage: TreeUsage) => void): DiskWatch =>
+    !support.tools && failed
+      ? NOT_WATCHED
+      : watchDiskUse({
+          measure: () => measureApp(root, dirs),
+          limitBytes: appLimitBytes,
+          intervalMs: checkIntervalMs,
+          onFull,
+          onError,
+        });
+  if (failed) {
+    const description =
+      `disk: ${support.tools ? appMode : 'apps NOT LIMITED'}; ` +
+      `builds NOT LIMITED (measuring a tree failed: ${failed})`;
+    logger.warn(`${description}: ${support.tools ? 'builds' : 'apps and builds'} can fill the disk`);
+    return { description, appLimitBytes, watchBuild: () => NOT_WATCHED, watchApp, ...deploymentDirs };
+  }
   return {
     description:
-      `disk: measured every ${checkIntervalMs / 1000} s, ${appDiskMb} MiB per deployment's data and home ` +
-      `(in ${appsDataDir}), ${buildDiskMb} MiB per build; an app or build over its limit is stopped`,
+      `disk: ${appMode}; builds measured every ${checkIntervalMs / 1000} s, ${buildDiskMb} MiB per build; ` +
+      'an app or build over its limit is stopped',
     appLimitBytes,
     watchBuild: (root, controller) =>
       watchDiskUse({
-        dirs: [root],
+        measure: () => measureTrees([root], ids),
         limitBytes: buildLimitBytes,
         intervalMs: checkIntervalMs,
         onFull: (usage) => controller.abort(buildDiskFailure(buildLimitBytes, usage)),
         onError,
-        ids,
       }),
-    watchApp: (dirs, onFull) =>
-      watchDiskUse({ dirs, limitBytes: appLimitBytes, intervalMs: checkIntervalMs, onFull, onError, ids }),
+    watchApp,
+    ...deploymentDirs,
   };
 }

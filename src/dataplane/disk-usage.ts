@@ -10,12 +10,37 @@
  * by stopping itself.
  */
 import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
 import type { SubordinateIds } from './subordinate-ids.ts';
 
 export interface TreeUsage {
   bytes: number;
   /** Some of the tree could not be read: its real size is unknown, and may be any. */
   unreadable: boolean;
+  /** Measured on a file system of its own (src/dataplane/disk-images.ts), which is full. */
+  fileSystemFull?: boolean;
+}
+
+/**
+ * A file system of its own counts as full with less room left than this share of it, or 2 MiB when
+ * that is more (or with no inode left): ext4 refuses a write (ENOSPC) some way before its last block,
+ * by as much as a write asks for and the room it keeps for writes under way.
+ */
+const FULL_SHARE = 0.01;
+const FULL_MIN_BYTES = 2 * 1024 * 1024;
+
+/**
+ * What a deployment's own file system holds (statfs: nothing walked), and whether it is full: the
+ * kernel refuses the app's next writes, which then fail with ENOSPC.
+ */
+export async function measureFileSystem(dir: string): Promise<TreeUsage> {
+  const stat = await fs.statfs(dir);
+  return {
+    bytes: (stat.blocks - stat.bfree) * stat.bsize,
+    unreadable: false,
+    fileSystemFull:
+      stat.bavail * stat.bsize < Math.max(FULL_MIN_BYTES, stat.blocks * stat.bsize * FULL_SHARE) || stat.ffree === 0,
+  };
 }
 
 /**
@@ -50,25 +75,24 @@ export interface DiskWatch {
 }
 
 /**
- * Measures `dirs` every `intervalMs` while it runs and calls `onFull` once, when they hold more than
- * `limitBytes` (or cannot all be read); then it stops. A failure to measure is logged through `onError`
- * and the next round tries again.
+ * Measures every `intervalMs` while it runs and calls `onFull` once, when what is measured holds more
+ * than `limitBytes`, cannot all be read, or is a full file system of its own; then it stops. A failure
+ * to measure is logged through `onError` and the next round tries again.
  */
 export function watchDiskUse(options: {
-  dirs: readonly string[];
+  measure(): Promise<TreeUsage>;
   limitBytes: number;
   intervalMs: number;
   onFull(usage: TreeUsage): void;
   onError(error: unknown): void;
-  ids?: SubordinateIds | null;
 }): DiskWatch {
   let stopped = false;
   let timer: NodeJS.Timeout | null = null;
   const round = async (): Promise<void> => {
     try {
-      const usage = await measureTrees(options.dirs, options.ids);
+      const usage = await options.measure();
       if (stopped) return;
-      if (usage.bytes > options.limitBytes || usage.unreadable) {
+      if (usage.bytes > options.limitBytes || usage.unreadable || usage.fileSystemFull) {
         stopped = true;
         options.onFull(usage);
         return;

@@ -51,7 +51,13 @@ type RunningApp = ScalingApp & { forwards: HostForward[]; dataDir: string; diskW
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, edge, logger } = deps;
   const apps = new Map<string, RunningApp>();
-  const access = createAppHostAccess({ config, sandbox, logger, apiConnections: deps.apiConnections });
+  const access = createAppHostAccess({
+    config,
+    sandbox,
+    logger,
+    disk: deps.disk,
+    apiConnections: deps.apiConnections,
+  });
   /** Scale changes under way, by deployment: one at a time per app. */
   const scaling = new Map<string, { app: RunningApp; work: Promise<void> }>();
   /** Stops under way, by deployment: a second stop (a teardown's) waits for the first to finish. */
@@ -210,13 +216,17 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   async function stopForDisk(deploymentId: string, app: RunningApp, usage: TreeUsage): Promise<void> {
     if (apps.get(deploymentId) !== app) return;
     app.log.system('The data and home directories are over their disk limit: stopping every instance');
+    app.stoppedBecause =
+      `The app's instances were stopped because its data and home directories are full ` +
+      `(${Math.round(deps.disk.appLimitBytes / 1024 ** 2)} MiB, SLIPWAY_APP_DISK_MB): it cannot be scaled. ` +
+      'Deploy a revision that removes what it does not need at start.';
     await edge.remove(app.slug, { drainTimeoutMs: 0 });
     await app.supervisor.stop(1000);
     tracking.noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     reportDiskFull(
       deps,
       { revisionId: app.revisionId, deployment: { id: deploymentId, workspace_id: app.workspaceId } },
-      { limitBytes: deps.disk.appLimitBytes, usedBytes: usage.bytes, unreadable: usage.unreadable },
+      { limitBytes: deps.disk.appLimitBytes, ...usage },
     );
   }
 
@@ -224,7 +234,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   async function serve(deploymentId: string, next: RunningApp): Promise<void> {
     const previous = apps.get(deploymentId);
     apps.set(deploymentId, next);
-    next.diskWatch ??= deps.disk.watchApp([next.dataDir, path.join(path.dirname(next.dataDir), 'home')], (usage) => {
+    const root = path.dirname(next.dataDir);
+    next.diskWatch ??= deps.disk.watchApp(root, [next.dataDir, path.join(root, 'home')], (usage) => {
       void stopForDisk(deploymentId, next, usage).catch((error: unknown) =>
         logger.error({ err: error, deploymentId }, 'could not stop an app over its disk limit'),
       );
@@ -427,7 +438,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       if (runtime?.database_name) await dropAppDatabase(deps.pool, runtime.database_name);
       for (const revisionId of revisionIds)
         await removeTree(revisionDirs(config.dataDir, revisionId).root, sandbox.ids);
-      await removeTree(path.dirname(access.dataDirOf(deployment.id)), sandbox.ids);
+      // Its own file system unmounted and its image removed, or its plain directory removed.
+      await deps.disk.removeDeploymentDir(deployment.id, path.dirname(access.dataDirOf(deployment.id)));
     },
 
     async removeRevisionFiles(revisionId) {

@@ -115,6 +115,15 @@ test('an app that writes forever into its data directory stops at its limit, wit
   // The deployment says so, and the service and its PostgreSQL still take writes.
   const deployment = (await service.api('GET', `/v2/deployments/${app.id}`)).body;
   assert.equal(deployment.status, 'UNKNOWN');
+  // A rescale of the stopped app fails saying why, rather than as an instance that failed its health check.
+  const scaled = await service.api('PATCH', `/v2/deployments/${app.id}`, {
+    source_config: { resource_spec: { min_scale: 2 } },
+  });
+  assert.equal(scaled.status, 200, JSON.stringify(scaled.body));
+  const failed = await waitFor('the scale_failed event', async () =>
+    (await events(app.id)).find((e) => e.type === 'deployment.scale_failed'),
+  );
+  assert.match(String(failed.data.message), /data and home directories are full/);
   const created = await service.api('POST', '/v2/deployments', { name: 'after-full-app', source: 'internal_source' });
   assert.equal(created.status, 201, JSON.stringify(created.body));
 });
