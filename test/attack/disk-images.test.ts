@@ -179,7 +179,7 @@ describe('with a file system per deployment', () => {
   );
 
   test(
-    "an app's data survives a redeploy and restarts of the service, mounted or not; its deletion leaves no mount and no image",
+    "an app's data survives a redeploy and restarts of the service, mounted or not; its deletion while the service is down leaves no mount and no image",
     hard,
     async () => {
       const app = await deploy(oneFileApp(REMEMBERS, { health_check_path: '/' }));
@@ -209,8 +209,11 @@ describe('with a file system per deployment', () => {
       });
       assert.ok((await mountsUnder(appsDir())).includes(root));
 
+      // Deleted while the worker is down: its next start tears it down, file system and image included.
+      await service.stopWorker();
       const removed = await service.api('DELETE', `/v2/deployments/${app.id}`);
       assert.equal(removed.status, 204, JSON.stringify(removed.body));
+      await service.startWorker();
       await waitFor('the deletion', async () => (await service.api('GET', `/v2/deployments/${app.id}`)).status === 404);
       assert.ok(!(await mountsUnder(appsDir())).includes(root), 'its file system is still mounted');
       assert.equal(await fs.lstat(imageOf(app.id)).catch(() => null), null, 'its image is still there');
