@@ -212,7 +212,13 @@ test(
     );
     // Its SLIPWAY_DATA_DIR held links into the service's data directory: the delete did not follow them.
     await assertPlantedIntact();
-    assert.deepEqual(await fs.readdir(path.join(service.dataDir, 'deployments')).catch(() => []), []);
+    // Nothing of it is left: no directory, and (where each deployment has a file system of its own) no image.
+    const apps = path.join(service.dataDir, 'deployments');
+    assert.deepEqual(
+      (await fs.readdir(apps).catch(() => [])).filter((name) => name !== '.images'),
+      [],
+    );
+    assert.deepEqual(await fs.readdir(path.join(apps, '.images')).catch(() => []), []);
   },
 );
 
