@@ -20,10 +20,10 @@ import {
   oneFileApp,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const LIMIT_MB = 24;
 const WRITE_MB = 1024;
@@ -98,10 +98,8 @@ test('the start log says how app and build disks are limited', () => {
 test('an app that writes forever into its data directory stops at its limit, with an event, and the service keeps writing', async () => {
   const app = await deploy({ ...oneFileApp(SERVER, { health_check_path: '/' }), 'fill.mjs': FILL });
   assert.equal((await waitForRevision(service, app.id, app.revisionId)).status, 'DEPLOYED');
-  const full = await waitFor(
-    'the disk_full event',
-    async () => (await events(app.id)).find((e) => e.type === 'deployment.disk_full'),
-    60_000,
+  const full = await eventually('the disk_full event', async () =>
+    (await events(app.id)).find((e) => e.type === 'deployment.disk_full'),
   );
   assert.equal(full.data.limit_bytes, LIMIT_MB * MIB);
   assert.equal(full.data.revision_id, app.revisionId);

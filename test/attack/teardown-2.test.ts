@@ -33,12 +33,12 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   watchRemovalRace,
   type Canary,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const logger = { info: () => undefined, warn: () => undefined };
 const PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';
@@ -117,23 +117,25 @@ describe('a deletion during a scale-down', () => {
     const revision = await waitForRevision(service, id, created.body.latest_revision_id);
     assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
     const tree = path.join(service.dataDir, 'deployments', id, 'data', 'tree');
-    await waitFor('the worker to start', () => pathExists(path.join(tree, 'started')));
+    await eventually('the worker to start', () => pathExists(path.join(tree, 'started')));
 
     // The worker is scaled away: it gets SIGTERM, ignores it, and has the drain time before its SIGKILL.
     const down = await service.api('PATCH', `/v2/deployments/${id}`, {
       source_config: { resource_spec: { queue_min_scale: 0 } },
     });
     assert.equal(down.status, 200, JSON.stringify(down.body));
-    await waitFor('the worker to be told to stop', () => pathExists(path.join(tree, 'termed'))).catch(async (error) => {
-      const lines = await revisionLog(service, id, revision.id, 'deploy');
-      const events = await service.api('GET', `/v2/deployments/${id}/events?limit=100`);
-      throw new Error(`${String(error)}\n${lines.slice(-20).join('\n')}\n${JSON.stringify(events.body)}`);
-    });
+    await eventually('the worker to be told to stop', () => pathExists(path.join(tree, 'termed'))).catch(
+      async (error) => {
+        const lines = await revisionLog(service, id, revision.id, 'deploy');
+        const events = await service.api('GET', `/v2/deployments/${id}/events?limit=100`);
+        throw new Error(`${String(error)}\n${lines.slice(-20).join('\n')}\n${JSON.stringify(events.body)}`);
+      },
+    );
 
     const removed = await service.api('DELETE', `/v2/deployments/${id}`);
     assert.equal(removed.status, 204);
     const watch = watchRemovalRace(marker, path.join(tree, 'started'));
-    await waitFor(
+    await eventually(
       'the deletion to be confirmed',
       async () => (await service.api('GET', `/v2/deployments/${id}`)).status === 404,
     );
@@ -176,7 +178,7 @@ describe('a deletion during a scale-down', () => {
     const first: string = created.body.latest_revision_id;
     const dir = path.join(service.dataDir, 'revisions', first);
     const started = path.join(dir, 'app', 'src', 'tree', 'started');
-    await waitFor('the build to start writing', () => pathExists(started));
+    await eventually('the build to start writing', () => pathExists(started));
     const watch = watchRemovalRace(marker, started);
     const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${first}/interrupt`);
     assert.equal(interrupted.status, 200, JSON.stringify(interrupted.body));
@@ -186,7 +188,7 @@ describe('a deletion during a scale-down', () => {
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const next = await waitForRevision(service, id, patched.body.latest_revision_id);
     assert.equal(next.status, 'DEPLOYED', JSON.stringify(next));
-    await waitFor('the interrupted revision files to be removed', async () => !(await pathExists(dir)));
+    await eventually('the interrupted revision files to be removed', async () => !(await pathExists(dir)));
     assert.deepEqual((await watch.stop()).slice(0, 3), [], "the pruning raced the interrupted revision's build");
     assert.deepEqual(await processesMarked(marker), []);
     await canary.assertIntact('after the pruning');

@@ -7,7 +7,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { startTestService, uploadApp, waitFor, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 let service: TestService;
 
@@ -54,7 +55,7 @@ test('a restart with an app whose health check hangs still claims and deploys a 
   await service.stopWorker();
   await service.startWorker();
   // The worker is starting the hanging app again (its health check will run out of time).
-  await waitFor('the hanging app to be started again', async () => {
+  await eventually('the hanging app to be started again', async () => {
     const events = await service.api(
       'GET',
       `/v2/deployments/${hanging.id}/revisions/${hanging.revisionId}/logs?type=deploy&limit=1000`,
@@ -77,7 +78,7 @@ test('a restart with an app whose health check hangs still claims and deploys a 
   );
 
   // And it is given up in the end, with the reason.
-  await waitFor('the hanging app to be reported', async () => {
+  await eventually('the hanging app to be reported', async () => {
     const deployment = await service.api('GET', `/v2/deployments/${hanging.id}`);
     return deployment.body.status === 'UNKNOWN';
   });

@@ -17,6 +17,7 @@ import { after, describe, test } from 'node:test';
 import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
+import { eventually } from '../support/wait.ts';
 
 /** SCHED_OTHER, the ordinary CPU class (sched(7)). */
 const SCHED_OTHER = 0;
@@ -44,22 +45,6 @@ function deferred<T = void>(): Deferred<T> {
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-/** Polls until `check` gives a truthy value; fails after `ms` (a bound, not a measurement). */
-async function waitFor<T>(what: string, check: () => Promise<T | null | undefined | false>, ms = 30_000): Promise<T> {
-  const until = Date.now() + ms;
-  let last = '';
-  while (Date.now() < until) {
-    try {
-      const value = await check();
-      if (value) return value;
-    } catch (error) {
-      last = error instanceof Error ? error.message : JSON.stringify(error);
-    }
-    await sleep(100);
-  }
-  throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Apps: HTTP servers on 127.0.0.1 port 0 that record what reached them.
@@ -773,10 +758,14 @@ for (const kind of KINDS) {
       const switching = edge
         .setTargets('switch-00000018', [{ instanceId: 'new', port: fresh.port }], { drainTimeoutMs: 60_000 })
         .then(() => (drained = true));
-      const quick = await waitFor('a request that reaches the new instance', async () => {
-        const reply = await call(edge.port, { host, path: '/quick' });
-        return reply.json().name === 'new' && reply;
-      });
+      const quick = await eventually(
+        'a request that reaches the new instance',
+        async () => {
+          const reply = await call(edge.port, { host, path: '/quick' });
+          return reply.json().name === 'new' && reply;
+        },
+        { retryErrors: true },
+      );
       assert.equal(quick.status, 200);
       assert.equal(drained, false, 'the old instance still has a request in flight');
       assert.deepEqual(edge.targets('switch-00000018'), [{ instanceId: 'new', port: fresh.port }]);
@@ -1127,11 +1116,15 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     process.kill(pid, 'SIGKILL');
     // Only once the old worker is gone does a request reach the new HAProxy (a dying worker still serves,
     // and what it counts after the last read is lost with it).
-    await waitFor('the old HAProxy gone and a new one up', async () => {
-      const now = await masterPid(dataDir).catch(() => 0);
-      return now !== pid && processAlive(now) && !workers.some(processAlive);
-    });
-    await waitFor('the route served again', () => served(edge, slug, 'survivor'));
+    await eventually(
+      'the old HAProxy gone and a new one up',
+      async () => {
+        const now = await masterPid(dataDir).catch(() => 0);
+        return now !== pid && processAlive(now) && !workers.some(processAlive);
+      },
+      { retryErrors: true },
+    );
+    await eventually('the route served again', () => served(edge, slug, 'survivor'), { retryErrors: true });
     const after = (await edge.stats()).get(slug)!;
     // The three before, and at least the one that found it served again.
     assert.ok(after.requests >= 4, `requests ${after.requests}`);
@@ -1168,11 +1161,15 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
 
     const pid = await masterPid(dataDir);
     process.kill(pid, 'SIGKILL');
-    await waitFor('a new HAProxy master', async () => {
-      const now = await masterPid(dataDir).catch(() => 0);
-      return now !== pid && now > 0 && processAlive(now);
-    });
-    await waitFor('the route served again', () => served(edge, 'killed-00000040', 'first'));
+    await eventually(
+      'a new HAProxy master',
+      async () => {
+        const now = await masterPid(dataDir).catch(() => 0);
+        return now !== pid && now > 0 && processAlive(now);
+      },
+      { retryErrors: true },
+    );
+    await eventually('the route served again', () => served(edge, 'killed-00000040', 'first'), { retryErrors: true });
 
     // A change after the crash is in force: the new HAProxy, not a leftover worker, serves.
     const second = await startApp('second');
@@ -1201,7 +1198,9 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
       stdio: 'ignore',
     });
     leftover.unref();
-    await waitFor('the leftover HAProxy serving', () => served(earlier, 'left-00000042', 'stale'));
+    await eventually('the leftover HAProxy serving', () => served(earlier, 'left-00000042', 'stale'), {
+      retryErrors: true,
+    });
 
     const edge = await startEdge('haproxy', { dataDir, port });
     const fresh = await startApp('fresh');
@@ -1223,7 +1222,7 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
       const b = await startEdge('haproxy', { dataDir, port: a.port });
       const appB = await startApp('b');
       await b.setTargets('both-00000043', [{ instanceId: 'b', port: appB.port }]);
-      await waitFor('edge B serving', () => served(b, 'both-00000043', 'b'));
+      await eventually('edge B serving', () => served(b, 'both-00000043', 'b'), { retryErrors: true });
       // Whatever edge A's supervisor does now, B keeps serving and keeps applying its changes.
       await sleep(3_000);
       const appB2 = await startApp('b2');

@@ -5,14 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import {
-  requestApp,
-  startTestService,
-  uploadApp,
-  waitFor,
-  waitForRevision,
-  type TestService,
-} from './data-plane-harness.ts';
+import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const SERVER = `
 import http from 'node:http';
@@ -95,7 +89,7 @@ test("an app's traffic, restarts and resources are on /metrics, by deployment", 
 
   // The app exits: the supervisor starts it again, and the restart is counted.
   await requestApp(service, url, '/exit');
-  await waitFor('the restart counted', async () => {
+  await eventually('the restart counted', async () => {
     const restarts = (await samples('slipway_app_instance_restarts_total')).find(
       (s) => ofApp(s) && s.labels.instance === 'web-0',
     );

@@ -209,7 +209,7 @@ test("a build installs from the operator's npm registry and pip index on loopbac
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const id = created.body.id as string;
   const revisionId = created.body.latest_revision_id as string;
-  const revision = await waitForRevision(service, id, revisionId, undefined, 300_000);
+  const revision = await waitForRevision(service, id, revisionId, undefined, 300);
   const buildLog = (await revisionLog(service, id, revisionId, 'build')).join('\n');
   assert.equal(revision.status, 'DEPLOYED', `${JSON.stringify(revision)}\n${buildLog}`);
 

@@ -25,10 +25,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const REDEPLOYS = 8;
 /** Errors a write into a read-only snapshot may give; anything else means the write got further. */
@@ -67,7 +67,7 @@ async function call(url: string, pathname: string): Promise<any> {
 
 /** Waits until the stable URL serves `revisionId` and its attack loop has run `rounds` rounds. */
 function statusOf(url: string, revisionId: string, rounds: number): Promise<any> {
-  return waitFor(`revision ${revisionId} to serve and attack`, async () => {
+  return eventually(`revision ${revisionId} to serve and attack`, async () => {
     const answer = await requestApp(service, url, '/status').catch(() => null);
     if (answer?.status !== 200) return null;
     const status = JSON.parse(answer.body);
@@ -206,7 +206,7 @@ test(
 
     const removed = await service.api('DELETE', `/v2/deployments/${deploymentId}`);
     assert.equal(removed.status, 204);
-    await waitFor(
+    await eventually(
       'the deployment to be gone',
       async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
     );
@@ -269,7 +269,7 @@ test(
 
     const removed = await service.api('DELETE', `/v2/deployments/${deploymentId}`);
     assert.equal(removed.status, 204);
-    await waitFor(
+    await eventually(
       'the deployment to be gone',
       async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
     );

@@ -25,10 +25,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 interface App {
   id: string;
@@ -221,7 +221,7 @@ test(
       await call(attacker, '/release');
     }
     // Released, its database is its own again (once the server has seen the connections go).
-    await waitFor('the app to log in again', async () => (await pgLogin(attacker)).ok, 30_000);
+    await eventually('the app to log in again', async () => (await pgLogin(attacker)).ok);
   },
 );
 
@@ -340,13 +340,13 @@ socket.on('error', () => process.exit(3));
     // A start of its web instance can fail the same way: then the revision says so.
     assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
     const isExit = (line: string) => /^Instance worker-\d+ /.test(line);
-    const log = await waitFor(
+    const log = await eventually(
       `${STARTS} exits of the workers`,
       async () => {
         const lines = await revisionLog(service, created.body.id, revision.id, 'deploy');
         return lines.filter(isExit).length >= STARTS ? lines : null;
       },
-      4 * 60_000,
+      { seconds: (4 * 60_000) / 1000 },
     ).catch(async (e) => {
       const lines = await revisionLog(service, created.body.id, revision.id, 'deploy');
       const per: Record<string, number> = {};

@@ -19,10 +19,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 /** The process limit of every app here (the resource spec has no field for it: the service's default). */
 const PIDS = 200;
@@ -179,18 +179,18 @@ test(
       big.status !== 200 || big.body.survived !== true,
       `the app allocated ${big.body.mb} MiB with a limit of 128: ${JSON.stringify(big.body)}`,
     );
-    const exited = await waitFor('the out_of_memory exit event', async () =>
+    const exited = await eventually('the out_of_memory exit event', async () =>
       (await events(hog.id)).find((e) => e.type === 'deployment.app_exited' && e.data.reason === 'out_of_memory'),
     );
     assert.equal(exited.data.memory_limit_bytes, 128 * MIB, JSON.stringify(exited));
     assert.equal(exited.data.revision_id, hog.revisionId);
-    const log = await waitFor('the out-of-memory line in the deploy log', async () => {
+    const log = await eventually('the out-of-memory line in the deploy log', async () => {
       const lines = await revisionLog(service, hog.id, hog.revisionId, 'deploy');
       return lines.find((line) => /out of memory/.test(line));
     });
     assert.match(log, /memory limit of 128 MiB/);
     // Restarted: it answers again at its URL, and was not taken for a crash loop.
-    await waitFor('the app to answer again', async () => (await call(hog, '/healthz')).status === 200);
+    await eventually('the app to answer again', async () => (await call(hog, '/healthz')).status === 200);
     const { served, failures } = await watch.stop();
     assert.deepEqual(failures, [], 'the neighbour or the API failed while the hog ran');
     assert.ok(served > 0);
@@ -234,14 +234,12 @@ test(
 
     const removed = await service.api('DELETE', `/v2/deployments/${bomber.id}`);
     assert.equal(removed.status, 204);
-    await waitFor(
+    await eventually(
       'the deployment to be gone',
       async () => (await service.api('GET', `/v2/deployments/${bomber.id}`)).status === 404,
     );
-    const left = await waitFor(
-      'its children to be gone',
-      async () => ((await processesNamed(marker)).length === 0 ? [] : null),
-      10_000,
+    const left = await eventually('its children to be gone', async () =>
+      (await processesNamed(marker)).length === 0 ? [] : null,
     ).catch(async () => processesNamed(marker));
     assert.deepEqual(left, [], 'children of the deleted app still run');
   },
@@ -274,7 +272,7 @@ test(
         big.status !== 200 || (big.body.error !== null && big.body.written <= 128),
         `the app wrote ${big.body.written} MiB to ${dir} with a limit of 128: ${JSON.stringify(big.body)}`,
       );
-      await waitFor('the app to answer again', async () => (await call(filler, '/healthz')).status === 200);
+      await eventually('the app to answer again', async () => (await call(filler, '/healthz')).status === 200);
       const { served, failures } = await watch.stop();
       assert.deepEqual(failures, [], `the neighbour or the API failed while the app filled ${dir}`);
       assert.ok(served > 0);

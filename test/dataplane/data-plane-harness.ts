@@ -18,7 +18,6 @@ import {
   ADMIN_KEY,
   createTestApp,
   dropAppDatabases,
-  eventually,
   fetchApi,
   freePort,
   listen,
@@ -26,6 +25,7 @@ import {
   type FetchApi,
   type TestDatabase,
 } from '../support/harness.ts';
+import { eventually } from '../support/wait.ts';
 
 export const FINAL = [
   'CREATE_FAILED',
@@ -161,13 +161,13 @@ export async function deployApp(
   return { id: created.body.id, revisionId: created.body.latest_revision_id, url };
 }
 
-/** Polls the revision until it reaches one of `statuses` (default: any final state); fails after `ms`. */
+/** Polls the revision until it reaches one of `statuses` (default: any final state); a hang guard of `seconds`. */
 export async function waitForRevision(
   service: TestService,
   deploymentId: string,
   revisionId: string,
   statuses: string[] = FINAL,
-  ms = 120_000,
+  seconds?: number,
 ): Promise<any> {
   let last: any;
   return eventually(
@@ -177,12 +177,8 @@ export async function waitForRevision(
       last = response.body;
       return response.status === 200 && statuses.includes(last.status) && last;
     },
-    { ms, everyMs: 200, describe: () => `last seen ${JSON.stringify(last)}` },
+    { seconds, everyMs: 200, describe: () => `last seen ${JSON.stringify(last)}` },
   );
-}
-
-export function waitFor<T>(what: string, check: () => Promise<T | undefined | null | false>, ms = 60_000): Promise<T> {
-  return eventually(what, check, { ms, everyMs: 200 });
 }
 
 /** A request to an app through the service's proxy by host name (`<slug>.localhost`). */

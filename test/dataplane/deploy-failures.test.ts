@@ -12,11 +12,11 @@ import {
   requestApp,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   writeApp,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 /** A tiny app without dependencies; `MODE` (from slipway.json's env) makes it misbehave. */
 const SERVER = `
@@ -117,10 +117,9 @@ test('a health check that never passes: DEPLOY_FAILED health_check_failed, and t
 test('an app that keeps crashing is restarted, each exit is an event, and the deployment turns UNKNOWN', async () => {
   const { id, revisionId } = await deploy(tinyApp({ env: { MODE: 'crash' } }));
   assert.equal((await waitForRevision(service, id, revisionId)).status, 'DEPLOYED');
-  await waitFor(
+  await eventually(
     'the deployment to be UNKNOWN',
     async () => (await service.api('GET', `/v2/deployments/${id}`)).body.status === 'UNKNOWN',
-    60_000,
   );
   const events = (await service.api('GET', `/v2/deployments/${id}/events?limit=100`)).body;
   const list = (events.resources ?? events) as {
@@ -148,11 +147,11 @@ test('interrupting a running build stops it at once: INTERRUPTED, its processes 
     }
     return false;
   };
-  await waitFor('the install command to run', sleeping);
+  await eventually('the install command to run', sleeping);
   const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${revisionId}/interrupt`);
   assert.ok(interrupted.status < 300, JSON.stringify(interrupted.body));
   assert.equal((await waitForRevision(service, id, revisionId)).status, 'INTERRUPTED');
-  await waitFor('the install command to be gone', async () => !(await sleeping()), 20_000);
+  await eventually('the install command to be gone', async () => !(await sleeping()));
 });
 
 test('a container image on the own data plane fails at once with container_runtime_unavailable', async () => {
@@ -162,7 +161,7 @@ test('a container image on the own data plane fails at once with container_runti
     source_revision_config: { image_uri: 'ghcr.io/acme/agent:1' },
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
-  const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id, undefined, 30_000);
+  const revision = await waitForRevision(service, created.body.id, created.body.latest_revision_id);
   assert.equal(revision.status, 'DEPLOY_FAILED');
   assert.equal(revision.failure_reason, 'container_runtime_unavailable');
   assert.match(revision.failure_message, /listener/);
@@ -177,7 +176,7 @@ test("an app cannot read the service's data directory (its encryption key)", asy
   assert.equal((await waitForRevision(service, id, revisionId)).status, 'DEPLOYED');
   // The deployment's own writable directory, as the host sees it.
   const probeFile = path.join(service.dataDir, 'deployments', id, 'data', 'probe.txt');
-  const seen = await waitFor('the probe to run', () => fs.readFile(probeFile, 'utf8').catch(() => null));
+  const seen = await eventually('the probe to run', () => fs.readFile(probeFile, 'utf8').catch(() => null));
   assert.doesNotMatch(seen, /top-secret-key-material/);
   assert.doesNotMatch(seen, /uploads|postgres|node-id/);
 });

@@ -17,10 +17,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 
@@ -113,7 +113,7 @@ test('the example app is built, deployed, served at its stable URL, updated with
     buildLog.some((line) => /Build finished/.test(line)),
     buildLog.join('\n'),
   );
-  const deployLog = await waitFor('app output in the deploy log', async () => {
+  const deployLog = await eventually('app output in the deploy log', async () => {
     const lines = await revisionLog(service, deploymentId, first.id, 'deploy');
     return lines.some((line) => /Health check passed/.test(line)) ? lines : null;
   });
@@ -175,7 +175,7 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.ok(runtime.database_name);
   const removed = await service.api('DELETE', `/v2/deployments/${deploymentId}`);
   assert.equal(removed.status, 204);
-  await waitFor(
+  await eventually(
     'the deployment to disappear',
     async () => (await service.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
   );

@@ -13,10 +13,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 /** Answers with the command lines of its ancestors; on SIGTERM leaves a file in its data directory and exits. */
 const SERVER = `
@@ -88,7 +88,7 @@ for (const [name, slipwayJson] of [
     const second = await waitForRevision(service, id, patched.body.latest_revision_id);
     assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
     const marker = path.join(service.dataDir, 'deployments', id, 'data', `sigterm-${first}`);
-    await waitFor(`the SIGTERM handler of revision ${first}`, () =>
+    await eventually(`the SIGTERM handler of revision ${first}`, () =>
       fs.readFile(marker, 'utf8').then(
         (text) => text === 'handled',
         () => false,

@@ -16,11 +16,11 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   writeApp,
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 
@@ -91,7 +91,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
   const url: string = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body.source_config.custom_url;
   const slug = new URL(url).hostname.split('.')[0]!;
-  await waitFor(
+  await eventually(
     'the app to say it listens',
     async () => (await listeningPorts(deploymentId, revision.id, /Starting/)).length === 1,
   );
@@ -105,7 +105,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   assert.equal(up.status, 200, JSON.stringify(up.body));
   assert.equal(up.body.latest_revision_id, revision.id, 'no revision is made');
   assert.equal(up.body.source_config.resource_spec.min_scale, 2);
-  const [scaledUp] = await waitFor('the deployment.scaled event to two', async () => {
+  const [scaledUp] = await eventually('the deployment.scaled event to two', async () => {
     const events = await scaledEvents(deploymentId);
     return events.length === 1 ? events : null;
   });
@@ -114,7 +114,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   assert.deepEqual(scaledUp!.data.to, { web: 2, worker: 0 });
   assert.equal(scaledUp!.data.revision_id, revision.id);
   // The deploy log shows a second instance listening on its own port, and both get requests.
-  const ports = await waitFor('the second instance in the deploy log', async () => {
+  const ports = await eventually('the second instance in the deploy log', async () => {
     const found = await listeningPorts(deploymentId, revision.id, /Starting/);
     return found.length === 2 ? found : null;
   });
@@ -133,14 +133,14 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   // A restarted service starts the app with the deployment's counts, not those of the revision's snapshot.
   await service.stopWorker();
   await service.startWorker();
-  await waitFor('the app to be started again', async () => (await requestApp(service, url, '/')).status === 200);
+  await eventually('the app to be started again', async () => (await requestApp(service, url, '/')).status === 200);
   // The deploy log is written in batches: wait for the second start's line.
-  const restarted = await waitFor('the restart in the deploy log', async () => {
+  const restarted = await eventually('the restart in the deploy log', async () => {
     const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
     return lines.filter((line) => /^Starting /.test(line)).length === 2 ? lines : null;
   });
   assert.match(lastLine(restarted, /^Starting /), /^Starting 2 web instance\(s\)/);
-  await waitFor('both instances routed', async () => service.edge.targets(slug).length === 2);
+  await eventually('both instances routed', async () => service.edge.targets(slug).length === 2);
 
   // Back to one: the second instance is drained and stopped, and no request fails.
   load = steadyLoad(url);
@@ -148,7 +148,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
     source_config: { resource_spec: { min_scale: 1 } },
   });
   assert.equal(down.status, 200, JSON.stringify(down.body));
-  const scaledDown = await waitFor('the deployment.scaled event back to one', async () => {
+  const scaledDown = await eventually('the deployment.scaled event back to one', async () => {
     const events = await scaledEvents(deploymentId);
     return events.length === 2 ? events[1] : null;
   });
@@ -159,7 +159,7 @@ test('min_scale patched 1 → 2 → 1 scales the running app in place, without a
   assert.equal(counts.failures, 0, `${counts.failures} of ${counts.served + counts.failures} requests failed`);
   assert.equal(service.edge.targets(slug).length, 1);
   // Written in order: once the last line is there, so is the drained instance's.
-  const log = await waitFor('the new count in the deploy log', async () => {
+  const log = await eventually('the new count in the deploy log', async () => {
     const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
     return /Now running 1 web instance\(s\)$/.test(lastLine(lines, /^Now running/)) ? lines : null;
   });
@@ -223,7 +223,7 @@ test('queue_min_scale starts and stops worker instances; web instances that fail
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
   };
   const nthEvent = (n: number) =>
-    waitFor(`scale event ${n}`, async () => {
+    eventually(`scale event ${n}`, async () => {
       const events = await scaledEvents(deploymentId);
       return events.length >= n ? events[n - 1] : null;
     });
@@ -233,7 +233,7 @@ test('queue_min_scale starts and stops worker instances; web instances that fail
   assert.equal(workersUp.type, 'deployment.scaled');
   assert.deepEqual(workersUp.data.from, { web: 1, worker: 1 });
   assert.deepEqual(workersUp.data.to, { web: 1, worker: 3 });
-  await waitFor('three workers saying they are ready', async () => {
+  await eventually('three workers saying they are ready', async () => {
     const lines = await revisionLog(service, deploymentId, revision.id, 'deploy');
     return lines.filter((line) => /queue worker \d+ ready/.test(line)).length === 3;
   });
@@ -241,7 +241,7 @@ test('queue_min_scale starts and stops worker instances; web instances that fail
   await patch({ queue_min_scale: 0 });
   const workersDown = await nthEvent(2);
   assert.deepEqual(workersDown.data.to, { web: 1, worker: 0 });
-  await waitFor('the stopped workers in the deploy log', async () =>
+  await eventually('the stopped workers in the deploy log', async () =>
     (await revisionLog(service, deploymentId, revision.id, 'deploy')).some((line) =>
       /Worker instance\(s\) worker-0, worker-1, worker-2 stopped/.test(line),
     ),

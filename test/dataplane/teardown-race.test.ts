@@ -22,12 +22,12 @@ import {
   processesMarked,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   watchRemovalRace,
   type Canary,
   type TestService,
 } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const CANARY_FILES = 101;
 
@@ -107,14 +107,14 @@ test('a deployment deleted while its revision starts is gone only after every pr
       start: `exec node swap.cjs "$SLIPWAY_DATA_DIR/tree" "$TARGET_DIR" ${marker}`,
     });
     const tree = path.join(service.dataDir, 'deployments', id, 'data', 'tree');
-    await waitFor('the app to start swapping', () => pathExists(path.join(tree, 'started')));
+    await eventually('the app to start swapping', () => pathExists(path.join(tree, 'started')));
 
     const removed = await service.api('DELETE', `/v2/deployments/${id}`);
     assert.equal(removed.status, 204);
     // Watched from the DELETE on: any moment at which the app still runs and its tree is already being
     // removed (its first file gone) is the removal racing the app.
     const watch = watchRemovalRace(marker, path.join(tree, 'started'));
-    await waitFor(
+    await eventually(
       'the deletion to be confirmed',
       async () => (await service.api('GET', `/v2/deployments/${id}`)).status === 404,
     );
@@ -134,12 +134,12 @@ test('an interrupted build that ignores SIGTERM is gone before its directory is 
     start: 'node -e "require(\'node:http\').createServer((q, s) => s.end()).listen(process.env.PORT)"',
   });
   const dir = path.join(service.dataDir, 'revisions', revisionId);
-  await waitFor('the build to start swapping', () => pathExists(path.join(dir, 'app', 'src', 'tree', 'started')));
+  await eventually('the build to start swapping', () => pathExists(path.join(dir, 'app', 'src', 'tree', 'started')));
   const interrupted = await service.api('POST', `/v2/deployments/${id}/revisions/${revisionId}/interrupt`);
   assert.equal(interrupted.status, 200, JSON.stringify(interrupted.body));
   const revision = await waitForRevision(service, id, revisionId);
   assert.equal(revision.status, 'INTERRUPTED');
-  await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
+  await eventually('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'the build still runs after its directory was removed');
   await canary.assertIntact('after the interrupted build');
 });
@@ -154,7 +154,7 @@ test('a failed build whose command leaves a swapper behind has it gone before it
   const revision = await waitForRevision(service, id, revisionId);
   assert.equal(revision.status, 'BUILD_FAILED', JSON.stringify(revision));
   const dir = path.join(service.dataDir, 'revisions', revisionId);
-  await waitFor('its directory to be removed', async () => !(await pathExists(dir)));
+  await eventually('its directory to be removed', async () => !(await pathExists(dir)));
   assert.deepEqual(await processesMarked(marker), [], 'what the build left behind still runs');
   await canary.assertIntact('after the failed build');
 });

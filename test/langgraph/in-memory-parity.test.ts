@@ -27,7 +27,7 @@ import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
-import { waitFor } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -59,16 +59,12 @@ async function startServer(env: Record<string, string>): Promise<Server> {
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const url = `http://127.0.0.1:${port}`;
-  await waitFor(
-    'the server to answer /ok',
-    async () => {
-      if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
-      return fetch(`${url}/ok`)
-        .then((response) => response.ok)
-        .catch(() => false);
-    },
-    120_000,
-  );
+  await eventually('the server to answer /ok', async () => {
+    if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
+    return fetch(`${url}/ok`)
+      .then((response) => response.ok)
+      .catch(() => false);
+  });
   const thread = (await (await fetch(`${url}/threads`, { method: 'POST', body: '{}', headers: JSON_TYPE })).json()) as {
     thread_id: string;
   };
@@ -332,7 +328,7 @@ test("a join ends only once the run's thread is updated, however long that takes
   };
   // The lock is taken only once the run has been claimed: the claim skips a locked thread, and a run
   // never claimed never ends.
-  await waitFor('the run to be claimed', async () => (await runStatus()) !== 'pending');
+  await eventually('the run to be claimed', async () => (await runStatus()) !== 'pending');
   // The thread's update waits behind this lock, as behind a slow instance: the run ends, its thread not yet.
   const holder = new pg.Client({ connectionString: database.url });
   await holder.connect();
@@ -345,7 +341,7 @@ test("a join ends only once the run's thread is updated, however long that takes
       joinedAt = Date.now();
       return answer;
     });
-    await waitFor('the run to end', async () => (await runStatus()) === 'success');
+    await eventually('the run to end', async () => (await runStatus()) === 'success');
     // Well past the 1 s after which a join used to give up waiting for the run's end to be announced.
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     assert.equal(joinedAt, null, 'the join waits for the thread');

@@ -27,7 +27,7 @@ import { freePort } from '../../src/db/embedded-postgres.ts';
 import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { langGraphUsage } from '../../src/store/app-database-usage.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
-import { waitFor } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -129,16 +129,12 @@ async function startServer(
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  await waitFor(
-    'the server to answer /ok',
-    async () => {
-      if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
-      return fetch(`http://127.0.0.1:${port}/ok`)
-        .then((response) => response.ok)
-        .catch(() => false);
-    },
-    120_000,
-  );
+  await eventually('the server to answer /ok', async () => {
+    if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
+    return fetch(`http://127.0.0.1:${port}/ok`)
+      .then((response) => response.ok)
+      .catch(() => false);
+  });
   return {
     client: new Client({ apiUrl: `http://127.0.0.1:${port}`, callerOptions: { maxRetries: 0 } }),
     child,
@@ -168,7 +164,7 @@ test('a stopped instance gives its unfinished run back at once, rolled back, and
     input: { text: 'words sentences shout longest' },
     config: { configurable: { step_delay_ms: 1_000 } },
   });
-  await waitFor('the run to write part of its state', async () => {
+  await eventually('the run to write part of its state', async () => {
     const rows = await query(
       `select 1 from langgraph.checkpoints where metadata ->> 'run_id' = $1 and (metadata ->> 'step')::int >= 1`,
       [background.run_id],
@@ -320,7 +316,7 @@ test("langgraph.json's checkpointer and store TTLs delete idle threads, their ch
   await server.client.store.putItem(['notes'], 'today', { text: 'remember' });
   assert.ok((await query(`select 1 from langgraph.checkpoints where thread_id = $1`, [thread.thread_id])).length > 0);
   // default_ttl is 3 s, swept every 1.2 s.
-  await waitFor('the idle thread and the item to expire', async () => {
+  await eventually('the idle thread and the item to expire', async () => {
     const threads = await query('select 1 from langgraph.threads where thread_id = $1', [thread.thread_id]);
     const items = await query(`select 1 from langgraph.store where namespace_path = 'notes'`);
     return threads.length === 0 && items.length === 0;

@@ -24,13 +24,8 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@langchain/langgraph-sdk';
 import { databaseUrl, withClient } from '../../src/db/admin-client.ts';
-import {
-  startTestService,
-  uploadApp,
-  waitFor,
-  waitForRevision,
-  type TestService,
-} from '../dataplane/data-plane-harness.ts';
+import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/langgraph-js');
 /** Short leases, so a lost instance's run is taken over within seconds. */
@@ -61,7 +56,7 @@ before(async () => {
   assert.equal(created.status, 201, JSON.stringify(created.body));
   deploymentId = created.body.id;
   firstRevisionId = created.body.latest_revision_id;
-  const revision = await waitForRevision(service, deploymentId, firstRevisionId, undefined, 8 * 60_000);
+  const revision = await waitForRevision(service, deploymentId, firstRevisionId, undefined, 480);
   assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
   const url: string = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body.source_config.custom_url;
   slug = new URL(url).hostname.split('.')[0]!;
@@ -77,22 +72,18 @@ after(async () => {
  * Both must answer: an instance killed by an earlier test comes back (on a new port) after a moment.
  */
 async function instanceClients(): Promise<[Client, Client]> {
-  const targets = await waitFor(
-    'two answering web instances',
-    async () => {
-      const now = service.edge.targets(slug);
-      if (now.length !== 2) return null;
-      const answering = await Promise.all(
-        now.map((target) =>
-          fetch(`http://127.0.0.1:${target.port}/ok`)
-            .then((response) => response.ok)
-            .catch(() => false),
-        ),
-      );
-      return answering.every(Boolean) ? now : null;
-    },
-    120_000,
-  );
+  const targets = await eventually('two answering web instances', async () => {
+    const now = service.edge.targets(slug);
+    if (now.length !== 2) return null;
+    const answering = await Promise.all(
+      now.map((target) =>
+        fetch(`http://127.0.0.1:${target.port}/ok`)
+          .then((response) => response.ok)
+          .catch(() => false),
+      ),
+    );
+    return answering.every(Boolean) ? now : null;
+  });
   const [a, b] = targets.map(
     (target) => new Client({ apiUrl: `http://127.0.0.1:${target.port}`, callerOptions: { maxRetries: 0 } }),
   );
@@ -180,7 +171,7 @@ test('double-texting: reject, interrupt, rollback and enqueue, across instances'
       input: { text: 'words sentences shout longest' },
       config: slow(1_500),
     });
-    await waitFor('the run to start', async () => (await b.runs.get(threadId, run.run_id)).status === 'running');
+    await eventually('the run to start', async () => (await b.runs.get(threadId, run.run_id)).status === 'running');
     return run;
   };
 
@@ -209,7 +200,7 @@ test('double-texting: reject, interrupt, rollback and enqueue, across instances'
   // rollback: the first run and everything it wrote are gone.
   const rollbackThread = await a.threads.create();
   const rolledBack = await busy(a, rollbackThread.thread_id);
-  await waitFor(
+  await eventually(
     'the first run to write a finding',
     async () => findingsOf((await a.threads.getState(rollbackThread.thread_id)).values).length > 0,
   );
@@ -251,7 +242,7 @@ test('a cron fires once per tick with two instances, and is managed through eith
   assert.equal((await b.crons.search({ threadId: thread.thread_id }))[0]?.cron_id, cron.cron_id);
   await assert.rejects(a.crons.create('agent', { schedule: '61 * * * *' }), /422.*out of range for the minute/);
   // Two ticks: each fires one run, whichever instance sees it first.
-  const fired = await waitFor(
+  const fired = await eventually(
     'two ticks of the cron',
     async () => {
       const rows = await appDatabase<{ tick: string }>(
@@ -260,14 +251,14 @@ test('a cron fires once per tick with two instances, and is managed through eith
       );
       return rows.length >= 2 ? rows : null;
     },
-    200_000,
+    { seconds: 200 },
   );
   const ticks = fired.map((row) => row.tick);
   assert.equal(new Set(ticks).size, ticks.length, `one run per tick: ${ticks.join(', ')}`);
   await b.crons.delete(cron.cron_id);
   assert.equal(await a.crons.count({ threadId: thread.thread_id }), 0);
   // The runs it queued continue the thread (the last may still be running: waited for).
-  await waitFor(
+  await eventually(
     'the cron runs to continue the thread',
     async () => findingsOf((await a.threads.getState(thread.thread_id)).values).length >= 2,
   );
@@ -282,7 +273,7 @@ test('a background run survives the kill of the instance executing it: another t
     config: slow(1_000),
   });
   // Kill the instance holding the run's lease once the run has written part of its state.
-  const [lease] = await waitFor('the run to be claimed and under way', async () => {
+  const [lease] = await eventually('the run to be claimed and under way', async () => {
     const rows = await appDatabase<{ lease_owner: string | null }>(
       `select r.lease_owner from langgraph.runs r where r.run_id = $1 and r.status = 'running'
          and exists (select 1 from langgraph.checkpoints c where c.metadata ->> 'run_id' = r.run_id::text
@@ -298,7 +289,7 @@ test('a background run survives the kill of the instance executing it: another t
 
   // Whichever instance is alive answers the join: the run ends once, with each analysis once.
   let values: unknown;
-  await waitFor('the run to be joined through a live instance', async () => {
+  await eventually('the run to be joined through a live instance', async () => {
     for (const client of [a, b]) {
       try {
         values = await client.runs.join(thread.thread_id, run.run_id);
@@ -331,35 +322,27 @@ test('a run whose instance dies three times fails with the reason, never left ru
     config: slow(2_000),
   });
   for (let attempt = 1; attempt <= 3; attempt += 1) {
-    const [lease] = await waitFor(
-      `attempt ${attempt} to be under way`,
-      async () => {
-        const rows = await appDatabase<{ lease_owner: string }>(
-          `select lease_owner from langgraph.runs where run_id = $1 and status = 'running' and attempt = $2`,
-          [run.run_id, attempt],
-        );
-        return rows.length > 0 ? rows : null;
-      },
-      120_000,
-    );
+    const [lease] = await eventually(`attempt ${attempt} to be under way`, async () => {
+      const rows = await appDatabase<{ lease_owner: string }>(
+        `select lease_owner from langgraph.runs where run_id = $1 and status = 'running' and attempt = $2`,
+        [run.run_id, attempt],
+      );
+      return rows.length > 0 ? rows : null;
+    });
     for (const pid of processesNaming(lease!.lease_owner)) process.kill(pid, 'SIGKILL');
   }
   let result: unknown;
-  await waitFor(
-    'the run to end',
-    async () => {
-      for (const client of [a, b]) {
-        try {
-          result = await client.runs.join(thread.thread_id, run.run_id);
-          return true;
-        } catch {
-          // Killed or restarting: the other answers.
-        }
+  await eventually('the run to end', async () => {
+    for (const client of [a, b]) {
+      try {
+        result = await client.runs.join(thread.thread_id, run.run_id);
+        return true;
+      } catch {
+        // Killed or restarting: the other answers.
       }
-      return false;
-    },
-    120_000,
-  );
+    }
+    return false;
+  });
   assert.match(JSON.stringify(result), /InstanceLost.*stopped 3 times before it finished/);
   const [row] = await appDatabase<{ status: string; failure: string }>(
     'select status, failure from langgraph.runs where run_id = $1',
@@ -396,7 +379,7 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
     secrets: [{ name: 'REPLY_PREFIX', value: 'Second' }, SECRETS[1]],
   });
   assert.equal(patched.status, 200, JSON.stringify(patched.body));
-  const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id, undefined, 8 * 60_000);
+  const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id, undefined, 480);
   assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
   let [a, b] = await instanceClients();
   assert.deepEqual(findingsOf((await b.threads.getState(sharedThreadId)).values), ['4 words', 'shouted: SHOUT THIS']);
@@ -426,7 +409,7 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
   await service.stopWorker();
   await service.startWorker();
   [a, b] = await instanceClients();
-  await waitFor('the restarted instances to answer', async () => {
+  await eventually('the restarted instances to answer', async () => {
     try {
       return (await a.threads.get(sharedThreadId)).status === 'idle';
     } catch {

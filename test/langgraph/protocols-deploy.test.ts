@@ -22,11 +22,11 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { a2aClient, text, textOf } from './a2a-clients.ts';
+import { eventually } from '../support/wait.ts';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
@@ -53,7 +53,7 @@ before(async () => {
   assert.equal(created.status, 201, JSON.stringify(created.body));
   deploymentId = created.body.id;
   const revisionId: string = created.body.latest_revision_id;
-  const revision = await waitForRevision(service, deploymentId, revisionId, undefined, 10 * 60_000);
+  const revision = await waitForRevision(service, deploymentId, revisionId, undefined, 600);
   const build = await revisionLog(service, deploymentId, revisionId, 'build');
   assert.equal(revision.status, 'DEPLOYED', `${JSON.stringify(revision)}\n${build.join('\n')}`);
   assert.ok(
@@ -129,7 +129,7 @@ test('A2A at the stable URL: a conversation continues through the other instance
 
   // Each instance by its own port: the second message goes to the other one.
   const slug = new URL(url).hostname.split('.')[0]!;
-  const targets = await waitFor('two instances', async () => {
+  const targets = await eventually('two instances', async () => {
     const now = service.edge.targets(slug);
     return now.length === 2 ? now : null;
   });

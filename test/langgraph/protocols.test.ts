@@ -30,8 +30,8 @@ import {
   MCP_SDK_VERSION,
 } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
-import { waitFor } from '../dataplane/data-plane-harness.ts';
 import { a2aClient, text, textOf } from './a2a-clients.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -67,7 +67,7 @@ async function startServer(config: string, databaseUrl: string): Promise<string>
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const url = `http://127.0.0.1:${port}`;
-  await waitFor(
+  await eventually(
     'the server to answer /ok',
     async () => {
       if (child.exitCode !== null) throw new Error(`the launcher exited with ${child.exitCode}:\n${output}`);
@@ -76,7 +76,7 @@ async function startServer(config: string, databaseUrl: string): Promise<string>
         .then((response) => response.status < 500)
         .catch(() => false);
     },
-    180_000,
+    { seconds: 180 },
   );
   return url;
 }
@@ -146,14 +146,14 @@ describe('MCP', () => {
     const { client, transport } = await mcpClient(first);
     assert.match(transport.sessionId ?? '', /^[0-9a-f-]{36}$/, 'initialize opens a session');
     // The schema is compiled in a worker once per instance: the listing has it once that is done.
-    const tools = await waitFor(
+    const tools = await eventually(
       'the agent tool to have its input schema',
       async () => {
         const listed = (await client.listTools()).tools;
         const agent = listed.find((tool) => tool.name === 'agent');
         return agent?.inputSchema.properties && 'text' in agent.inputSchema.properties ? listed : null;
       },
-      240_000,
+      { seconds: 240 },
     );
     assert.deepEqual(tools.map((tool) => tool.name).sort(), ['agent', 'chat']);
 
@@ -393,7 +393,7 @@ describe('A2A', () => {
     request.configuration = { acceptedOutputModes: [], taskPushNotificationConfig: undefined, returnImmediately: true };
     const task = (await client.sendMessage(request)) as Task;
     const threadId = task.contextId;
-    await waitFor(
+    await eventually(
       'the run to start',
       async () =>
         (
@@ -401,12 +401,11 @@ describe('A2A', () => {
             threadId,
           ])
         ).rowCount === 1,
-      60_000,
     );
     const other = await a2aClient(second, 'chat');
     const cancelled = await other.cancelTask({ tenant: '', id: task.id, metadata: {} });
     assert.equal(cancelled.status?.state, TaskState.TASK_STATE_CANCELED);
-    await waitFor(
+    await eventually(
       'the run to stop',
       async () =>
         (
@@ -415,7 +414,6 @@ describe('A2A', () => {
             [threadId],
           )
         ).rowCount === 0,
-      30_000,
     );
     assert.equal((await client.getTask({ tenant: '', id: task.id })).status?.state, TaskState.TASK_STATE_CANCELED);
   });

@@ -6,7 +6,7 @@
  * - tenant and key: another workspace with a client acting in it, and its own admin key (newWorkspace);
  * - listener: a registered listener with a credential (registerListener);
  * - data plane: the local data plane's worker on the app's database (startDataPlane);
- * - waits: polling until a condition holds (eventually), and the inject() client (client).
+ * - the inject() client (client); waits are support/wait.ts's `eventually`.
  * Process-level tests (the service spawned as `npm start` runs it) use support/service-harness.ts.
  */
 import { execFile } from 'node:child_process';
@@ -377,30 +377,6 @@ export async function dropAppDatabases(database: TestDatabase): Promise<void> {
       await c.query(`drop role if exists ${c.escapeIdentifier(database_name)}`);
     }
   });
-}
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/**
- * Polls `check` until it returns something truthy. The deadline only exists so that a hung test fails
- * with what it last saw (`describe`) instead of hanging: it is not a timing assertion.
- */
-export async function eventually<T>(
-  what: string,
-  check: () => Promise<T | undefined | null | false>,
-  options: { ms?: number; everyMs?: number; describe?: () => string } = {},
-): Promise<T> {
-  const ms = options.ms ?? 90_000;
-  const until = Date.now() + ms;
-  for (;;) {
-    const value = await check();
-    if (value) return value;
-    if (Date.now() > until)
-      throw new Error(
-        `still waiting for ${what} after ${ms / 1000} s (the test is hung). ${options.describe?.() ?? ''}`,
-      );
-    await sleep(options.everyMs ?? 100);
-  }
 }
 
 export interface Response<T = any> {
