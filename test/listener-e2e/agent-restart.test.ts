@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 const NAME = 'restart-agent';
 
@@ -22,7 +23,7 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
         const r = await world.api('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`);
         return r.body?.status === status && r.body;
       },
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
   const generation = () => world.kube.get('Deployment', NAMESPACE, NAME)!.metadata.generation;
 
@@ -54,7 +55,7 @@ describe('an agent killed mid-rollout', { timeout: 300_000 }, () => {
     await eventually(
       'the restarted agent to pick the rollout up',
       () => Promise.resolve(/is rolling out/.test(agent.output())),
-      () => agent.output(),
+      { describe: () => agent.output() },
     );
     world.kube.markAvailable(NAMESPACE, NAME);
 

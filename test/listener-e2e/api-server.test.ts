@@ -8,7 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 const SIDECAR = { name: 'proxy', image: 'envoyproxy/envoy:v1.30' };
 
@@ -48,14 +49,14 @@ describe('a listener on a Kubernetes 1.26 cluster', { timeout: 300_000 }, () => 
         const r = await world.api('GET', `/v2/deployments/${d.id}/revisions/${d.revisionId}`);
         return statuses.includes(r.body?.status) && r.body;
       },
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
 
   test('the agent says at start that Kubernetes 1.26 is older than it supports, and what does not work there', async () => {
     const warned = await eventually(
       'the version warning',
       () => Promise.resolve(/Kubernetes 1\.26 \(v1\.26\.4\) is older than this listener supports/.test(agent.output())),
-      () => agent.output(),
+      { describe: () => agent.output() },
     );
     assert.ok(warned);
     assert.match(agent.output(), /sidecars need native sidecars \(1\.29\)/);
@@ -97,7 +98,7 @@ describe('a listener on a Kubernetes 1.26 cluster', { timeout: 300_000 }, () => 
         (
           await world.api<{ resources: Event[] }>('GET', `/v2/deployments/${d.id}/events?limit=100`)
         ).body.resources.find((e) => e.type === 'deployment.update_failed'),
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
     assert.equal(failed.data.reason, 'invalid_manifest');
     assert.match(String(failed.data.message), /field not declared in schema/);

@@ -13,15 +13,8 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { FakeKube, type FakeKubeOptions } from '../listener-agent/fake-kube.ts';
-import {
-  createTestApp,
-  eventually as pollUntil,
-  fetchApi,
-  listen,
-  registerListener,
-  ROOT,
-  type FetchApi,
-} from '../support/harness.ts';
+import { createTestApp, fetchApi, listen, registerListener, ROOT, type FetchApi } from '../support/harness.ts';
+import { eventually } from '../support/wait.ts';
 
 export const NAMESPACE = 'agents';
 
@@ -53,15 +46,6 @@ export interface E2eWorld {
   close(): Promise<void>;
 }
 
-/** Polls `check` until it returns something truthy; a hung test fails with `describe()`. */
-export function eventually<T>(
-  what: string,
-  check: () => Promise<T | undefined | null | false>,
-  describe: () => string = () => '',
-): Promise<T> {
-  return pollUntil(what, check, { describe });
-}
-
 /** The listener resource once its agent's first heartbeat arrived. */
 export function firstHeartbeat(world: E2eWorld, listenerId: string, agent: AgentProcess) {
   return eventually(
@@ -70,7 +54,7 @@ export function firstHeartbeat(world: E2eWorld, listenerId: string, agent: Agent
       const l = await world.api('GET', `/v2/listeners/${listenerId}`);
       return l.body.agent_version !== null && l.body;
     },
-    () => agent.output(),
+    { describe: () => agent.output() },
   );
 }
 

@@ -8,7 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 type Event = { type: string; data: Record<string, unknown> };
 type Listener = { id: string; credential: string };
@@ -37,7 +38,7 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
       await eventually(
         'the next heartbeat',
         async () => (await world.api('GET', `/v2/listeners/${listener.id}`)).body.last_seen_at !== seen,
-        output,
+        { describe: output },
       );
     }
   }
@@ -51,17 +52,15 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
       source_revision_config: { image_uri: `ghcr.io/acme/${name}:1` },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
-    await eventually(
-      'the Deployment in the cluster',
-      async () => world.kube.get('Deployment', NAMESPACE, name),
-      output,
-    );
+    await eventually('the Deployment in the cluster', async () => world.kube.get('Deployment', NAMESPACE, name), {
+      describe: output,
+    });
     world.kube.startRollout(NAMESPACE, name);
     world.kube.markAvailable(NAMESPACE, name);
     await eventually(
       'the deployment READY',
       async () => (await world.api('GET', `/v2/deployments/${created.body.id}`)).body.status === 'READY',
-      output,
+      { describe: output },
     );
     return { id: created.body.id, revisionId: created.body.latest_revision_id };
   }
@@ -89,7 +88,7 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
     await eventually(
       'the first update_failed',
       async () => (await ofType(d.id, 'deployment.update_failed')).length === 1,
-      output,
+      { describe: output },
     );
 
     // Another change, refused for the same reason in other words: the first is still what the agent tells.
@@ -109,7 +108,7 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
         const found = await ofType(d.id, 'deployment.update_failed');
         return found.length === 2 && found;
       },
-      output,
+      { describe: output },
     );
     const messages = failed.map((e) => String(e.data.message));
     assert.ok(
@@ -129,7 +128,9 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
     });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
     const failing = patched.body.latest_revision_id as string;
-    await eventually('the new image applied', async () => imageOf(name) === `ghcr.io/acme/${name}:2`, output);
+    await eventually('the new image applied', async () => imageOf(name) === `ghcr.io/acme/${name}:2`, {
+      describe: output,
+    });
     // From here on, whatever the agent says of the serving revision is about going back to it. Marked
     // before the failure: the agent may go back and judge the serving revision (said once, not again
     // while that judgement holds) before the test has seen the failure at the API.
@@ -140,17 +141,19 @@ describe('events of in-place changes on a listener', { timeout: 300_000 }, () =>
     await eventually(
       'the new revision DEPLOY_FAILED',
       async () => (await revisionStatus(d.id, failing)) === 'DEPLOY_FAILED',
-      output,
+      { describe: output },
     );
 
     // The agent goes back to the serving revision; the controller still says the failed ReplicaSet timed out.
-    await eventually('the serving image applied again', async () => imageOf(name) === `ghcr.io/acme/${name}:1`, output);
+    await eventually('the serving image applied again', async () => imageOf(name) === `ghcr.io/acme/${name}:1`, {
+      describe: output,
+    });
     world.kube.rollBackTo(NAMESPACE, name);
     await eventually(
       'the agent judging the rollback',
       async () =>
         new RegExp(`revision ${d.revisionId} (is rolling out: Deployment|failed)`).test(agent.output().slice(mark)),
-      output,
+      { describe: output },
     );
     await twoHeartbeats();
     world.kube.markAvailable(NAMESPACE, name);

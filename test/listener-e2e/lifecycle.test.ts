@@ -8,7 +8,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 const NAME = 'support-agent';
 
@@ -27,7 +28,7 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
         const r = await revision(revisionId);
         return r.body?.status === status && r.body;
       },
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
   const ownedObjects = () =>
     world.kube.list({ namespace: NAMESPACE, selector: `slipway.dev/deployment-id=${deploymentId}` });
@@ -205,7 +206,7 @@ describe('a listener deployment from create to delete', { timeout: 300_000 }, ()
     await eventually(
       'the deployment to be gone',
       async () => (await world.api('GET', `/v2/deployments/${deploymentId}`)).status === 404,
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
     assert.deepEqual(
       ownedObjects().map((o) => `${o.kind}/${o.metadata.name}`),

@@ -5,7 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 const FORBIDDEN = 'billing';
 
@@ -42,7 +43,7 @@ describe('a listener with a namespace it may not read', { timeout: 300_000 }, ()
         const r = await world.api('GET', `/v2/deployments/${d.id}/revisions/${d.revisionId}`);
         return r.body?.status === status && r.body;
       },
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
 
   test('the listener resource shows the forbidden namespace as not watched, with the reason', async () => {

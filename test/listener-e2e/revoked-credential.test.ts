@@ -4,7 +4,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 describe('a listener credential revoked while the agent runs', { timeout: 300_000 }, () => {
   let world: E2eWorld;
@@ -24,7 +25,7 @@ describe('a listener credential revoked while the agent runs', { timeout: 300_00
     await eventually(
       'the agent connected',
       async () => (await world.api('GET', `/v2/listeners/${listener.id}`)).body.agent_version !== null,
-      () => agent.output(),
+      { describe: () => agent.output() },
     );
     const credentials = await world.api('GET', `/v2/listeners/${listener.id}/credentials`);
     const revoked = await world.api(
@@ -48,7 +49,7 @@ describe('a listener credential revoked while the agent runs', { timeout: 300_00
           .filter((l) => l.startsWith('{'))
           .map((l) => JSON.parse(l) as { level: number; msg: string })
           .find((l) => l.msg.includes('refused the listener credential')),
-      () => agent.output(),
+      { describe: () => agent.output() },
     );
     assert.equal(line.level, 50, 'logged as an error');
     assert.match(line.msg, /revoked.*Make a new one.*restart the agent/);

@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { NAMESPACE, eventually, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
+import { eventually } from '../support/wait.ts';
 
 const NAME = 'flaky-agent';
 
@@ -25,7 +26,7 @@ describe('the health of a serving revision on a listener', { timeout: 300_000 },
         const d = await world.api('GET', `/v2/deployments/${deploymentId}`);
         return d.body?.status === status && d.body;
       },
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
 
   before(async () => {
@@ -40,11 +41,9 @@ describe('the health of a serving revision on a listener', { timeout: 300_000 },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     deploymentId = created.body.id;
-    await eventually(
-      'the Deployment in the cluster',
-      async () => world.kube.get('Deployment', NAMESPACE, NAME),
-      () => agent.output(),
-    );
+    await eventually('the Deployment in the cluster', async () => world.kube.get('Deployment', NAMESPACE, NAME), {
+      describe: () => agent.output(),
+    });
     world.kube.startRollout(NAMESPACE, NAME);
     world.kube.markAvailable(NAMESPACE, NAME);
     await untilStatus('READY');
@@ -75,7 +74,7 @@ describe('the health of a serving revision on a listener', { timeout: 300_000 },
     const failed = await eventually(
       'deployment.update_failed',
       async () => (await events()).find((e) => e.type === 'deployment.update_failed'),
-      () => `agent output:\n${agent.output()}`,
+      { describe: () => `agent output:\n${agent.output()}` },
     );
     assert.equal(failed.data.reason, 'invalid_manifest');
     assert.match(String(failed.data.message), /Invalid value/);
