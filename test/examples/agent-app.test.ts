@@ -12,6 +12,7 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { withClient } from '../../src/db/admin-client.ts';
+import { eventually } from '../support/wait.ts';
 
 const APP_DIR = fileURLToPath(new URL('../../examples/agent-app/', import.meta.url));
 
@@ -27,16 +28,6 @@ async function freePort(): Promise<number> {
   const { port } = server.address() as net.AddressInfo;
   await new Promise((resolve) => server.close(resolve));
   return port;
-}
-
-async function until<T>(what: string, probe: () => Promise<T | null>, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe().catch(() => null);
-    if (value !== null) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 interface RunningApp {
@@ -62,7 +53,11 @@ async function startApp(env: Record<string, string>): Promise<RunningApp> {
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const base = `http://127.0.0.1:${port}`;
   try {
-    await until('the app to be healthy', async () => ((await fetch(`${base}/healthz`)).status === 200 ? true : null));
+    await eventually(
+      'the app to be healthy',
+      async () => ((await fetch(`${base}/healthz`)).status === 200 ? true : null),
+      { retryErrors: true },
+    );
   } catch (error) {
     child.kill('SIGKILL');
     throw new Error(`${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`, { cause: error });
@@ -325,10 +320,10 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
         running.child.kill('SIGTERM');
       }
     });
-    await until(
+    await eventually(
       'the app to begin shutting down',
       async () => (running.output().includes('SIGTERM') ? true : null),
-      5_000,
+      { retryErrors: true },
     );
     const refused = await new Promise<string>((resolve) => {
       http

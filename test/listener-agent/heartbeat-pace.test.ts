@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type { ListenerClock } from '../../listener/listener-agent.ts';
 import { startWorld, type World } from './harness.ts';
+import { eventually } from '../support/wait.ts';
 
 /** A clock that moves only when told; the agent's heartbeat loop is the only user of it. */
 class FakeClock implements ListenerClock {
@@ -43,11 +44,6 @@ class FakeClock implements ListenerClock {
   }
 }
 
-/** Resolves once `check` holds, looking again on every turn of the event loop. */
-async function until(check: () => boolean): Promise<void> {
-  while (!check()) await new Promise((resolve) => setImmediate(resolve));
-}
-
 describe('listener agent: the heartbeat period', { timeout: 120_000 }, () => {
   let world: World;
   afterEach(async () => {
@@ -63,10 +59,10 @@ describe('listener agent: the heartbeat period', { timeout: 120_000 }, () => {
     const first = world.slipway.heartbeats.length;
     // Two minutes, a second at a time, each time waiting for the loop to be parked on the clock again.
     for (let second = 0; second < 120; second++) {
-      await until(() => clock.pending() > 0);
+      await eventually('the loop to wait on the clock', () => clock.pending() > 0, { everyMs: 0 });
       clock.advance(1_000);
       // A heartbeat that fell due is sent before the next second (it parks again once it is answered).
-      await until(() => clock.pending() > 0);
+      await eventually('the loop to wait on the clock', () => clock.pending() > 0, { everyMs: 0 });
     }
     const beats = world.slipway.heartbeats.length - first;
     assert.ok(beats >= 11 && beats <= 13, `${beats} heartbeats in 120 s at a 10 s period (12 expected)`);

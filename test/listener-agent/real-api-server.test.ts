@@ -18,17 +18,9 @@ import pino from 'pino';
 import { statusAnswer, type KubeObject } from './fake-kube.ts';
 import type { FakeDeployment } from './fake-slipway.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const replicasOf = (o: KubeObject | undefined) => (o?.spec as { replicas?: number } | undefined)?.replicas;
-
-/** Resolves with the first truthy value of `check`, asked again every few milliseconds (for log lines). */
-async function until<T>(check: () => T | undefined | null | false): Promise<T> {
-  for (;;) {
-    const value = check();
-    if (value) return value;
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
 
 describe('listener agent against what a real API server does', { timeout: 120_000 }, () => {
   let world: World;
@@ -256,7 +248,11 @@ describe('listener agent against what a real API server does', { timeout: 120_00
     world = await startWorld({ minor: 26 }, {}, { logger });
     world.start();
     await world.kube.waitFor(() => world.kube.requests.some((r) => r.path === '/version'));
-    const warned = await until(() => lines.find((l) => l.msg.includes('Kubernetes 1.26')));
+    const warned = await eventually(
+      'the warning about Kubernetes 1.26',
+      () => lines.find((l) => l.msg.includes('Kubernetes 1.26')),
+      { everyMs: 10 },
+    );
     assert.equal(warned.level, 40);
     assert.match(warned.msg, /1\.29 or newer/);
     assert.match(warned.msg, /sidecars/);
@@ -267,7 +263,11 @@ describe('listener agent against what a real API server does', { timeout: 120_00
     const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line) as never) });
     world = await startWorld({ minor: 31 }, {}, { logger });
     world.start();
-    const seen = await until(() => lines.find((l) => l.msg.includes('Kubernetes API server')));
+    const seen = await eventually(
+      'a log line about the Kubernetes API server',
+      () => lines.find((l) => l.msg.includes('Kubernetes API server')),
+      { everyMs: 10 },
+    );
     assert.equal(seen.level, 30);
     assert.equal(seen.kubernetes_version, 'v1.31.4');
   });

@@ -22,6 +22,7 @@ import { cliUser, type CliResult, type CliUser } from '../cli/cli-runner.ts';
 import { authorizeInBrowser, startOidcServer, type OidcServer } from '../fakes/oidc-server.ts';
 import { makeRepositories, startFakeGitHub, type FakeGitHub } from '../fakes/github-server.ts';
 import { call, cleanUp, makeDataDir, startService, stop, type Service } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const KEY = 'slw_backup_test_bootstrap_key_0123456789';
 const GITHUB_TOKEN = 'ghp_backuptoken0123456789abcdefghijklmn';
@@ -99,22 +100,6 @@ function requestApp(url: string, pathname: string): Promise<{ status: number; bo
     request.on('error', reject);
     request.end();
   });
-}
-
-async function until<T>(what: string, check: () => Promise<T | null | undefined | false>, ms = 180_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const value = await check();
-      if (value) return value;
-      last = value;
-    } catch (error) {
-      last = error;
-    }
-    await new Promise((resolve) => setTimeout(resolve, 300));
-  }
-  throw new Error(`timed out waiting for ${what}; last: ${String(last)}`);
 }
 
 /** Unpacks an archive to a folder, to make a changed copy of it. */
@@ -199,18 +184,22 @@ describe('backup and restore', { timeout: 900_000 }, () => {
     });
     assert.equal(app.status, 201, JSON.stringify(app.body));
     made.appId = app.body.id;
-    const deployed = await until('the app deployed', async () => {
-      const d = await call(service, 'GET', `/v2/deployments/${made.appId}`, KEY);
-      if (d.body.status === 'READY' && d.body.active_revision_id) return d.body;
-      const revision = await call(
-        service,
-        'GET',
-        `/v2/deployments/${made.appId}/revisions/${app.body.latest_revision_id}`,
-        KEY,
-      );
-      assert.ok(!['BUILD_FAILED', 'DEPLOY_FAILED'].includes(revision.body.status), JSON.stringify(revision.body));
-      return null;
-    });
+    const deployed = await eventually(
+      'the app deployed',
+      async () => {
+        const d = await call(service, 'GET', `/v2/deployments/${made.appId}`, KEY);
+        if (d.body.status === 'READY' && d.body.active_revision_id) return d.body;
+        const revision = await call(
+          service,
+          'GET',
+          `/v2/deployments/${made.appId}/revisions/${app.body.latest_revision_id}`,
+          KEY,
+        );
+        assert.ok(!['BUILD_FAILED', 'DEPLOY_FAILED'].includes(revision.body.status), JSON.stringify(revision.body));
+        return null;
+      },
+      { seconds: 180, everyMs: 300, retryErrors: true },
+    );
     made.appUrl = deployed.source_config.custom_url;
     const home = await requestApp(made.appUrl!, '/');
     assert.equal(JSON.parse(home.body).greeting, 'hello-from-before-the-backup');
@@ -441,10 +430,14 @@ describe('backup and restore', { timeout: 900_000 }, () => {
     assert.ok(tokenBody.access_token && tokenBody.access_token.length > 10);
 
     // The app: built again from its upload (kept in the database) and serving its secret.
-    const answer = await until('the restored app answers', async () => {
-      const home = await requestApp(made.appUrl!, '/');
-      return home.status === 200 ? JSON.parse(home.body) : null;
-    });
+    const answer = await eventually(
+      'the restored app answers',
+      async () => {
+        const home = await requestApp(made.appUrl!, '/');
+        return home.status === 200 ? JSON.parse(home.body) : null;
+      },
+      { seconds: 180, everyMs: 300, retryErrors: true },
+    );
     assert.equal(answer.greeting, 'hello-from-before-the-backup');
     // A redeploy (a new revision) goes through as well.
     const current = await call(after, 'GET', `/v2/deployments/${made.appId}`, KEY);
@@ -453,10 +446,14 @@ describe('backup and restore', { timeout: 900_000 }, () => {
       secrets: [{ name: 'GREETING', value: 'hello-after-the-restore' }],
     });
     assert.equal(patched.status, 200, JSON.stringify(patched.body));
-    await until('the redeployed app answers', async () => {
-      const home = await requestApp(made.appUrl!, '/');
-      return home.status === 200 && JSON.parse(home.body).greeting === 'hello-after-the-restore';
-    });
+    await eventually(
+      'the redeployed app answers',
+      async () => {
+        const home = await requestApp(made.appUrl!, '/');
+        return home.status === 200 && JSON.parse(home.body).greeting === 'hello-after-the-restore';
+      },
+      { seconds: 180, everyMs: 300, retryErrors: true },
+    );
     assert.deepEqual(await stop(after), { code: 0, signal: null });
   });
 });

@@ -18,6 +18,7 @@ import { after, test } from 'node:test';
 import { promisify } from 'node:util';
 import * as tar from 'tar';
 import { freePort } from '../../src/db/embedded-postgres.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -30,18 +31,6 @@ after(async () => {
   await stopService?.();
   for (const dir of scratch) await fs.rm(dir, { recursive: true, force: true });
 });
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until<T>(what: string, check: () => Promise<T | null>, log: () => string): Promise<T> {
-  // A bound so that a hung start fails with what it said, not a timing assertion.
-  for (let i = 0; i < 1200; i++) {
-    const value = await check();
-    if (value !== null) return value;
-    await sleep(250);
-  }
-  throw new Error(`still waiting for ${what}: ${log()}`);
-}
 
 /** A request to the app edge for the app's host name. */
 function get(port: number, url: string): Promise<{ status: number; body: string }> {
@@ -148,7 +137,7 @@ test(
       const parsed: any = await response.json().catch(() => null);
       return { status: response.status, body: parsed };
     };
-    await until(
+    await eventually(
       'the service to be ready',
       async () => {
         if (child.exitCode !== null) throw new Error(`the service exited: ${output}`);
@@ -159,7 +148,7 @@ test(
           ? true
           : null;
       },
-      () => output,
+      { seconds: 300, describe: () => output },
     );
     // Its processes are the system user's, with no capabilities and no_new_privs.
     const status = await fs.readFile(`/proc/${child.pid}/status`, 'utf8');
@@ -185,13 +174,13 @@ test(
       secrets: [{ name: 'GREETING', value: 'hello' }],
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
-    const revision = await until(
+    const revision = await eventually(
       'the example to settle',
       async () => {
         const r = await api('GET', `/v2/deployments/${created.body.id}/revisions/${created.body.latest_revision_id}`);
         return /FAILED|DEPLOYED|UNKNOWN|INTERRUPTED/.test(r.body?.status ?? '') ? r.body : null;
       },
-      () => output,
+      { seconds: 300, describe: () => output },
     );
     assert.equal(revision.status, 'DEPLOYED', `${JSON.stringify(revision)}\n${output}`);
     const url = (await api('GET', `/v2/deployments/${created.body.id}`)).body.source_config.custom_url as string;
