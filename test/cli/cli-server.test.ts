@@ -16,8 +16,8 @@ import {
   postgresPid,
   startService,
   stop,
-  waitUntilGone,
 } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const BOOTSTRAP_KEY = 'slw_cli_server_test_bootstrap_key_012345';
 
@@ -43,7 +43,7 @@ test(
     const messages = logLines(service.stdout()).map((line) => line.msg);
     assert.ok(messages.includes('shutting down'), `the shutdown was logged, stdout was:\n${service.stdout()}`);
     assert.equal(messages.at(-1), 'stopped', 'the graceful shutdown ran to its end');
-    assert.ok(await waitUntilGone(pgPid, 10_000), 'the embedded PostgreSQL was stopped');
+    await eventually('the embedded PostgreSQL to be stopped', () => !alive(pgPid));
     await assert.rejects(
       fs.stat(path.join(dataDir, 'postgres', 'postmaster.pid')),
       /ENOENT/,

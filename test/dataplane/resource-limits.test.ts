@@ -34,6 +34,7 @@ import {
   type ResourceGroup,
 } from '../../src/dataplane/resource-limits.ts';
 import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
+import { eventually } from '../support/wait.ts';
 
 const MIB = 1024 * 1024;
 /** A pid no process can have (above Linux's largest pid_max, 2^22): the fake's "service". */
@@ -74,14 +75,6 @@ function start(file: string, args: string[], hold: boolean): Started & { release
     stderr: () => err,
     release: () => (child.stdio[3] as Writable).end('go\n'),
   };
-}
-
-async function waitFor(condition: () => boolean | Promise<boolean>, ms: number, what: string): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!(await condition())) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
 }
 
 async function exists(file: string): Promise<boolean> {
@@ -368,7 +361,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     );
     await group.add(child.pid);
     child.release();
-    await waitFor(async () => ((await group.usage()).cpuSeconds ?? 0) >= 0.5, 60_000, 'CPU time counted');
+    await eventually('CPU time counted', async () => ((await group.usage()).cpuSeconds ?? 0) >= 0.5, { everyMs: 20 });
     const now = await group.usage();
     assert.ok((now.memoryBytes ?? 0) >= 32 * MIB, `memory ${now.memoryBytes}`);
     await group.remove();
@@ -406,6 +399,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       }
       await sleep(300);
       const before = await Promise.all(started.map((c) => cpuTicks(c.pid)));
+      // The scenario's measuring window (CPU ticks used during it), not a wait for something to happen.
       await sleep(1_500);
       const after = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       const used = after.map((t, i) => t - before[i]!);
@@ -472,11 +466,11 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       // Ordinary processes on the same CPU, more of them than the apps' parent weighs: the app waits.
       for (let i = 0; i <= os.availableParallelism(); i++) started.push(start(spin[0]!, spin.slice(1), false));
       const startedAt = Date.now();
-      await waitFor(
+      await eventually(
+        'throttling and waiting to be counted',
         async () =>
           ((await limited.usage()).cpuThrottledSeconds ?? 0) >= 3 && ((await waiting.usage()).cpuWaitSeconds ?? 0) >= 3,
-        60_000,
-        'throttling and waiting to be counted',
+        { everyMs: 20 },
       );
       const elapsed = (Date.now() - startedAt) / 1000;
       const throttled = cpuStarvation(before.limited, await limited.usage(), elapsed);
@@ -528,7 +522,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     try {
       await group.add(run.pid);
       run.release();
-      await waitFor(() => /fork/i.test(run.stderr()), 10_000, 'the shell failing to fork');
+      await eventually('the shell failing to fork', () => /fork/i.test(run.stderr()), { everyMs: 20 });
       const pidsDir = dirOf(group, 'pids');
       inside.push(...(await procs(pidsDir)));
       assert.ok(inside.length > 1 && inside.length <= 20, `${inside.length} processes started, at most 20`);
@@ -537,7 +531,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     } finally {
       await group.remove();
     }
-    for (const pid of inside) await waitFor(() => isDead(pid), 2_000, `process ${pid} to die`);
+    for (const pid of inside) await eventually(`process ${pid} to die`, () => isDead(pid), { everyMs: 20 });
     for (const dir of group.paths) assert.equal(await exists(dir), false, `${dir} removed`);
     // Again: nothing to do.
     await group.remove();
@@ -567,7 +561,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
         const run = start('/bin/sh', ['-c', loop], true);
         await group.add(run.pid);
         run.release();
-        await waitFor(() => /fork/i.test(run.stderr()), 10_000, `group ${name}'s shell failing to fork`);
+        await eventually(`group ${name}'s shell failing to fork`, () => /fork/i.test(run.stderr()), { everyMs: 20 });
       }
       assert.ok(Number(await readValue(parentOf('pids'), 'pids.current')) <= 30);
     } finally {
@@ -585,7 +579,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     try {
       await group.add(run.pid);
       run.release();
-      await waitFor(() => run.stdout().includes('\n'), 5_000, 'the child pid');
+      await eventually('the child pid', () => run.stdout().includes('\n'), { everyMs: 20 });
       childPid = Number(run.stdout().trim());
       for (const dir of group.paths) {
         const held = await procs(dir);
@@ -595,7 +589,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
       await group.remove();
     }
     assert.equal((await run.exit).signal, 'SIGKILL');
-    await waitFor(() => isDead(childPid), 2_000, 'the child to die');
+    await eventually('the child to die', () => isDead(childPid), { everyMs: 20 });
   });
 
   test('a process added after it forked leaves its earlier children outside (why callers hold it)', async () => {
@@ -603,7 +597,7 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
     const run = start('/bin/sh', ['-c', 'sleep 30 & echo $!; wait'], false);
     let childPid = 0;
     try {
-      await waitFor(() => run.stdout().includes('\n'), 5_000, 'the child pid');
+      await eventually('the child pid', () => run.stdout().includes('\n'), { everyMs: 20 });
       childPid = Number(run.stdout().trim());
       await group.add(run.pid);
       for (const dir of group.paths) {

@@ -15,6 +15,7 @@ import * as tar from 'tar';
 import { removeTree } from '../../src/dataplane/build-snapshot.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { FINAL, writeApp } from './data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const KEY = 'slw_crash_test_bootstrap_key_0123456789';
@@ -67,17 +68,18 @@ async function start(): Promise<Service> {
   const exited = new Promise((resolve) => child.once('exit', resolve));
   const service = { child, base: `http://127.0.0.1:${port}`, exited, output: () => output };
   current = service;
-  const until = Date.now() + 90_000;
-  while (Date.now() < until) {
-    if (child.exitCode !== null) assert.fail(`the service exited during start: ${output}`);
-    const ready = await fetch(`${service.base}/readyz`).then(
-      (r) => r.status === 200,
-      () => false,
-    );
-    if (ready) return service;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  assert.fail(`the service did not start: ${output}`);
+  await eventually(
+    'the service to be ready',
+    async () => {
+      if (child.exitCode !== null) assert.fail(`the service exited during start: ${output}`);
+      return fetch(`${service.base}/readyz`).then(
+        (r) => r.status === 200,
+        () => false,
+      );
+    },
+    { everyMs: 250, describe: () => output },
+  );
+  return service;
 }
 
 async function kill9(service: Service): Promise<void> {
@@ -109,20 +111,17 @@ async function upload(service: Service, files: Record<string, string>): Promise<
   return ((await response.json()) as { source_tarball_path: string }).source_tarball_path;
 }
 
-async function waitStatus(
-  service: Service,
-  deploymentId: string,
-  revisionId: string,
-  statuses: string[],
-): Promise<any> {
-  const until = Date.now() + 120_000;
-  let last;
-  while (Date.now() < until) {
-    last = (await api(service, 'GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
-    if (statuses.includes(last?.status)) return last;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  assert.fail(`revision never reached ${statuses.join(',')}: ${JSON.stringify(last)}`);
+/** The revision once its status is one of `statuses`. */
+function waitStatus(service: Service, deploymentId: string, revisionId: string, statuses: string[]): Promise<any> {
+  let last: any;
+  return eventually(
+    `revision ${revisionId} to reach ${statuses.join('|')}`,
+    async () => {
+      last = (await api(service, 'GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
+      return statuses.includes(last?.status) && last;
+    },
+    { everyMs: 200, describe: () => `last seen ${JSON.stringify(last)}` },
+  );
 }
 
 function getByHost(url: string, pathname = '/'): Promise<{ status: number; body: string }> {
@@ -195,15 +194,14 @@ test('after kill -9 the serving app comes back without a rebuild, and a build in
   assert.equal((await getByHost(url)).status, 0);
 
   service = await start();
-  const after = await (async () => {
-    const until = Date.now() + 60_000;
-    while (Date.now() < until) {
+  const after = await eventually(
+    'the app to be started again',
+    async () => {
       const answer = await getByHost(url);
-      if (answer.status === 200) return answer;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-    assert.fail(`the app was not started again: ${service.output()}`);
-  })();
+      return answer.status === 200 && answer;
+    },
+    { everyMs: 250, describe: () => service!.output() },
+  );
   assert.notEqual(after.body, before.body, 'a new process serves');
   const builds = (
     await api(

@@ -10,6 +10,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 import { decodeTraceRequest } from './otlp-protobuf.ts';
+import { eventually } from '../support/wait.ts';
 
 export interface ReceivedSpan {
   traceId: string;
@@ -32,7 +33,7 @@ export interface OtlpReceiver {
   /** Every request that reached it, whatever its path. */
   requests: { method: string; path: string; headers: http.IncomingHttpHeaders; bytes: number }[];
   /** Resolves with the first span that matches, once it has arrived (the exporter sends in batches). */
-  waitFor(what: string, match: (span: ReceivedSpan) => boolean, ms?: number): Promise<ReceivedSpan>;
+  waitFor(what: string, match: (span: ReceivedSpan) => boolean): Promise<ReceivedSpan>;
   close(): Promise<void>;
 }
 
@@ -117,15 +118,11 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     endpoint: `http://127.0.0.1:${port}`,
     spans,
     requests,
-    async waitFor(what, match, ms = 30_000) {
-      const deadline = Date.now() + ms;
-      for (;;) {
-        const found = spans.find(match);
-        if (found) return found;
-        if (Date.now() > deadline)
-          throw new Error(`no span ${what} arrived; got: ${spans.map((s) => s.name).join(', ') || 'none'}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
+    waitFor(what, match) {
+      return eventually(`the span ${what}`, () => spans.find(match), {
+        everyMs: 50,
+        describe: () => `spans received: ${spans.map((s) => s.name).join(', ') || 'none'}`,
+      });
     },
     close: () =>
       new Promise<void>((resolve) => {

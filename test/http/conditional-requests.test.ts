@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { httpCaller, type HttpAnswer, type HttpCall } from '../support/http-caller.ts';
+import { eventually } from '../support/wait.ts';
 
 let t: TestApp;
 let call: HttpCall;
@@ -191,13 +192,16 @@ describe('If-Match', () => {
       await other.query('select 1 from deployments where id = $1 for update', [deploymentId]);
       const answer = write();
       // The write waits for the lock (a condition, not a delay): some backend of this database waits on one.
-      for (;;) {
-        const waiting = await t.database.pool.query(
-          "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
-        );
-        if (waiting.rows[0].n > 0) break;
-        await new Promise((resolve) => setImmediate(resolve));
-      }
+      await eventually(
+        'the write to wait for the lock',
+        async () => {
+          const waiting = await t.database.pool.query(
+            "select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'",
+          );
+          return waiting.rows[0].n > 0;
+        },
+        { everyMs: 0 },
+      );
       await other.query(change, [deploymentId]);
       await other.query('commit');
       return await answer;

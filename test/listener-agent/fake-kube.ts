@@ -32,6 +32,7 @@ import {
   type Owners,
 } from './fake-kube-ssa.ts';
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
+import { eventually } from '../support/wait.ts';
 
 type Json = Record<string, unknown>;
 
@@ -293,17 +294,12 @@ export class FakeKube {
   }
 
   /** Resolves with the first truthy value of `check`, evaluated now and after every change and request. */
-  waitFor<T>(check: () => T | undefined | null | false): Promise<T> {
-    return new Promise<T>((resolve) => {
-      const attempt = () => {
-        const value = check();
-        if (value) {
-          this.changes.off('change', attempt);
-          resolve(value);
-        }
-      };
-      this.changes.on('change', attempt);
-      attempt();
+  waitFor<T>(check: () => T | undefined | null | false, what = 'a change in the fake API server'): Promise<T> {
+    return eventually(what, check, {
+      wake: (recheck) => {
+        this.changes.on('change', recheck);
+        return () => this.changes.off('change', recheck);
+      },
     });
   }
 

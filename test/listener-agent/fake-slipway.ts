@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { eventually } from '../support/wait.ts';
 
 export interface FakeRevision {
   id: string;
@@ -121,17 +122,12 @@ export class FakeSlipway {
   }
 
   /** Resolves with the first truthy value of `check`, evaluated now and after every request. */
-  waitFor<T>(check: () => T | undefined | null | false): Promise<T> {
-    return new Promise<T>((resolve) => {
-      const attempt = () => {
-        const value = check();
-        if (value) {
-          this.changes.off('request', attempt);
-          resolve(value);
-        }
-      };
-      this.changes.on('request', attempt);
-      attempt();
+  waitFor<T>(check: () => T | undefined | null | false, what = 'a request to the fake Slipway'): Promise<T> {
+    return eventually(what, check, {
+      wake: (recheck) => {
+        this.changes.on('request', recheck);
+        return () => this.changes.off('request', recheck);
+      },
     });
   }
 

@@ -23,10 +23,10 @@ import {
   runToExit,
   startService,
   stop,
-  waitUntilGone,
   withDeadline,
   type Service,
 } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const KEY_A = 'slw_ops_bootstrap_key_a_0123456789';
 const KEY_B = 'slw_ops_bootstrap_key_b_0123456789';
@@ -170,7 +170,7 @@ describe('the service on one data directory', { timeout: 240_000 }, () => {
         (l) => l.level === 60 && /embedded PostgreSQL exited under the running service/.test(String(l.msg)),
       ),
     );
-    await waitUntilGone(server, 10_000);
+    await eventually('the killed database server to be gone', () => !alive(server));
   });
 
   test('a port in use: one line naming PORT, no stack trace, and the data directory is free again', async () => {

@@ -17,6 +17,7 @@ import { loadConfig } from '../../src/config.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { labelProblems, schemaProblem } from '../listener-agent/k8s-schemas.ts';
 import { cleanUp, makeDataDir, serviceEnv, withDeadline } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -95,20 +96,17 @@ describe('the compiled service (npm run build)', { timeout: 600_000 }, () => {
     );
     try {
       const base = `http://127.0.0.1:${port}`;
-      await withDeadline(
-        'ready',
-        (async () => {
-          for (;;) {
-            if (child.exitCode !== null) assert.fail(`the compiled service exited: ${stderr}`);
-            const status = await fetch(`${base}/readyz`).then(
-              (r) => r.status,
-              () => 0,
-            );
-            if (status === 200) return;
-            await new Promise((resolve) => setTimeout(resolve, 200));
-          }
-        })(),
-        120_000,
+      await eventually(
+        'the compiled service to be ready',
+        async () => {
+          if (child.exitCode !== null) assert.fail(`the compiled service exited: ${stderr}`);
+          const status = await fetch(`${base}/readyz`).then(
+            (r) => r.status,
+            () => 0,
+          );
+          return status === 200;
+        },
+        { everyMs: 200, describe: () => stderr },
       );
       const deployments = await fetch(`${base}/v2/deployments`, {
         headers: { 'x-api-key': 'slw_install_test_key_0123456789abcdef' },

@@ -13,15 +13,8 @@ import { after, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { ADMIN_KEY, createTestApp } from '../support/harness.ts';
-import {
-  alive,
-  cleanUp,
-  makeDataDir,
-  postgresPid,
-  startService,
-  waitUntilGone,
-  withDeadline,
-} from '../support/service-harness.ts';
+import { alive, cleanUp, makeDataDir, postgresPid, startService, withDeadline } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const KEY = 'slw_ops_interrupt_key_0123456789';
 
@@ -70,7 +63,7 @@ test(
 
     const exit = await withDeadline('exit after Ctrl-C', service.exited, 30_000);
     assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
-    assert.ok(await waitUntilGone(server, 10_000), 'the service stopped its database server last');
+    await eventually('the service to stop its database server last', () => !alive(server));
     assert.match(uploaded.source_tarball_path, /^uploads\/[0-9a-f-]{36}\.tar\.gz$/);
   },
 );

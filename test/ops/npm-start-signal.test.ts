@@ -19,6 +19,7 @@ import {
   serviceEnv,
   withDeadline,
 } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 /** The processes of a process group, from /proc (Linux). */
 async function processGroup(pgid: number): Promise<number[]> {
@@ -65,16 +66,17 @@ test(
     npm.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<void>((resolve) => npm.once('exit', () => resolve()));
 
-    const deadline = Date.now() + START_DEADLINE_MS;
-    for (;;) {
-      const ready = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
-        (res) => res.status === 200,
-        () => false,
-      );
-      if (ready) break;
-      if (Date.now() > deadline || npm.exitCode !== null) assert.fail(`npm start was not ready: ${output}`);
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+    await eventually(
+      'npm start to be ready',
+      async () => {
+        if (npm.exitCode !== null) assert.fail(`npm start exited: ${output}`);
+        return fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
+          (res) => res.status === 200,
+          () => false,
+        );
+      },
+      { seconds: START_DEADLINE_MS / 1000, everyMs: 200, describe: () => output },
+    );
     const postgres = await postgresPid(dataDir);
     assert.ok(postgres !== null && alive(postgres), 'the embedded PostgreSQL runs');
     const running = await processGroup(group);

@@ -18,10 +18,10 @@ import {
   spawnService,
   startService as startServiceOn,
   stop,
-  waitUntilGone,
   withDeadline,
   type Service,
 } from '../support/service-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
 const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;
@@ -97,7 +97,7 @@ describe('the service process', { timeout: 300_000 }, () => {
     assert.ok(pgPid !== null && alive(pgPid), 'the embedded PostgreSQL runs under the data directory');
     const exit = await stop(service, 'SIGTERM');
     assert.deepEqual(exit, { code: 0, signal: null }, service.stderr());
-    assert.ok(await waitUntilGone(pgPid, 10_000), 'SIGTERM stopped the embedded PostgreSQL too');
+    await eventually('SIGTERM to stop the embedded PostgreSQL too', () => !alive(pgPid));
   });
 
   test('second start: the data is still there and no new key is printed', async () => {
@@ -135,7 +135,7 @@ describe('the service process', { timeout: 300_000 }, () => {
     assert.equal(lock.pid, crashed.child.pid, 'and its data directory lock, naming a process that is gone');
 
     const service = await startService();
-    assert.ok(await waitUntilGone(leftover, 10_000), 'the leftover server was stopped');
+    await eventually('the leftover server to be stopped', () => !alive(leftover));
     const warned = service
       .stdout()
       .split('\n')
@@ -160,7 +160,7 @@ describe('the service process', { timeout: 300_000 }, () => {
 
     const stopped = await stop(service, 'SIGTERM');
     assert.deepEqual(stopped, { code: 0, signal: null }, service.stderr());
-    assert.ok(await waitUntilGone(now, 10_000));
+    await eventually('the database server to be gone', () => !alive(now));
   });
 
   test('an invalid configuration exits non-zero with a message naming the variable', async () => {

@@ -25,6 +25,7 @@ import {
   newWorkspace,
   newWorkspaceAdmin,
 } from '../support/harness.ts';
+import { eventually } from '../support/wait.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -80,16 +81,6 @@ async function storedLines(revisionId: string, type: RevisionLogType = 'build') 
     .execute();
 }
 
-async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, timeoutMs = 5_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) assert.fail(`not there after ${timeoutMs} ms: ${JSON.stringify(value)}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-}
-
 function writer(
   revisionId: string,
   options: { type?: RevisionLogType; maxLines?: number; redact?: string[]; flushIntervalMs?: number } = {},
@@ -118,18 +109,16 @@ describe('the log writer', () => {
     const log = writer(r.revisionId, { flushIntervalMs: 100 });
     for (let i = 0; i < 20; i += 1) log.write('stdout', `line ${i}\n`);
     assert.equal((await storedLines(r.revisionId)).length, 0, 'nothing is written while the process writes');
-    const rows = await eventually(
-      () => storedLines(r.revisionId),
-      (rows) => rows.length === 20,
-    );
+    const rows = await eventually('the 20 lines to be stored', async () => {
+      const stored = await storedLines(r.revisionId);
+      return stored.length === 20 && stored;
+    });
     assert.deepEqual(
       rows.map((row) => row.line),
       Array.from({ length: 20 }, (_, i) => `line ${i}`),
     );
-    await eventually(
-      async () => notified.length,
-      (n) => n >= 1,
-    );
+    await eventually('a wake-up for followers', () => notified.length >= 1, { everyMs: 25 });
+    // The scenario: a while without another wake-up (one flush interval), not a wait for something.
     await new Promise((resolve) => setTimeout(resolve, 100));
     assert.equal(notified.length, 1, 'one batch, one wake-up for followers');
     unsubscribe();
@@ -140,10 +129,9 @@ describe('the log writer', () => {
     const r = await newRevision();
     const log = writer(r.revisionId, { flushIntervalMs: 60_000 });
     log.write('stdout', Array.from({ length: 600 }, (_, i) => `n${i}\n`).join(''));
-    await eventually(
-      () => storedLines(r.revisionId),
-      (rows) => rows.length >= 500,
-    );
+    await eventually('a full batch to be stored', async () => (await storedLines(r.revisionId)).length >= 500, {
+      everyMs: 25,
+    });
     await log.close();
     assert.equal((await storedLines(r.revisionId)).length, 600);
   });

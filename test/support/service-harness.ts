@@ -9,6 +9,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fetchApi, freePort, ROOT } from './harness.ts';
+import { eventually } from './wait.ts';
 
 export { ROOT };
 export const START_DEADLINE_MS = 60_000;
@@ -102,22 +103,20 @@ export async function startService(
   const service = spawnService({ SLIPWAY_DATA_DIR: dataDir, ...env, PORT: String(port) }, options);
   let gone: Exit | null = null;
   void service.exited.then((status) => (gone = status));
-  const deadline = Date.now() + START_DEADLINE_MS;
-  for (;;) {
-    if (gone)
-      assert.fail(
-        `the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`,
-      );
-    try {
-      const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) });
-      if (res.status === 200) return service;
-    } catch {
+  await eventually(
+    'the service to be ready',
+    async () => {
+      if (gone)
+        assert.fail(
+          `the service exited during start (${JSON.stringify(gone)}): ${service.stderr()}\n${service.stdout()}`,
+        );
       // Not listening yet: poll again until the deadline.
-    }
-    if (Date.now() > deadline)
-      assert.fail(`the service was not ready within ${START_DEADLINE_MS} ms: ${service.stderr()}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
+      const res = await fetch(`${service.base}/readyz`, { signal: AbortSignal.timeout(2_000) }).catch(() => null);
+      return res?.status === 200;
+    },
+    { seconds: START_DEADLINE_MS / 1000, everyMs: 200, describe: () => service.stderr() },
+  );
+  return service;
 }
 
 /** Runs a process to its end (a start that must refuse, a script). */
@@ -155,12 +154,6 @@ export async function postgresPid(dataDir: string): Promise<number | null> {
   return Number.isInteger(pid) && pid > 0 ? pid : null;
 }
 
-export async function waitUntilGone(pid: number, ms: number): Promise<boolean> {
-  const until = Date.now() + ms;
-  while (alive(pid) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100));
-  return !alive(pid);
-}
-
 /** The JSON log lines of a service's stdout. */
 export function logLines(stdout: string): Record<string, unknown>[] {
   return stdout
@@ -187,7 +180,11 @@ export async function cleanUp(): Promise<void> {
     const pid = await postgresPid(dir);
     if (pid !== null && alive(pid)) {
       process.kill(pid, 'SIGQUIT');
-      if (!(await waitUntilGone(pid, 10_000))) process.kill(pid, 'SIGKILL');
+      const gone = await eventually('the leftover database server to quit', () => !alive(pid), { seconds: 10 }).then(
+        () => true,
+        () => false,
+      );
+      if (!gone) process.kill(pid, 'SIGKILL');
     }
     await fs.rm(dir, { recursive: true, force: true });
   }
