@@ -11,7 +11,7 @@
  *   `slipway.*` resource attributes set to the sender's own.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -25,6 +25,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../fakes/otlp-receiver.ts';
+import { test } from '../support/limited-test.ts';
 
 /** Each deployment's budget, and (before) the one budget of 127.0.0.1 that every app shared. */
 const CAP = 3;

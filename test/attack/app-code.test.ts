@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { probeApp } from '../dataplane/containment-apps.ts';
 import {
@@ -17,6 +17,7 @@ import {
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 let url: string;

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import * as tar from 'tar';
 import { newCredential } from '../../src/auth/credentials.ts';
 import { createApiKey, createWorkspace } from '../../src/store/tenancy.ts';
@@ -23,6 +23,7 @@ import {
   writeApp,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 let receiver: OtlpReceiver;
 let service: TestService;

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import {
   oneFileApp,
   startTestService,
@@ -24,6 +24,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const LIMIT_MB = 24;
 const WRITE_MB = 1024;

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import { after, afterEach, before, beforeEach, describe, test } from 'node:test';
+import { after, afterEach, before, beforeEach, describe } from 'node:test';
 import { startTracing } from '../../src/telemetry/tracing.ts';
 import { startOtlpReceiver } from '../fakes/otlp-receiver.ts';
 import {
@@ -23,6 +23,7 @@ import {
   type Replica,
   type TestApp,
 } from '../support/harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const PER_KEY = 4;
 /** Five keys at their caps fill it: what today's single per-address cap was. */

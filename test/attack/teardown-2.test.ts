@@ -22,7 +22,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { startProcess } from '../../src/dataplane/process-runner.ts';
 import { createResourceControl, type ResourceControl } from '../../src/dataplane/resource-limits.ts';
 import { createSandbox } from '../../src/dataplane/sandbox.ts';
@@ -39,6 +39,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const logger = { info: () => undefined, warn: () => undefined };
 const PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';

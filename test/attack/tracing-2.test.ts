@@ -6,9 +6,10 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { startOtlpReceiver, type OtlpReceiver } from '../fakes/otlp-receiver.ts';
 import { ADMIN_KEY, createTestApp, type TestApp } from '../support/harness.ts';
+import { test } from '../support/limited-test.ts';
 
 let receiver: OtlpReceiver;
 let t: TestApp;

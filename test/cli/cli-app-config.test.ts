@@ -6,11 +6,12 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, writeApp, type TestService } from '../dataplane/data-plane-harness.ts';
 import { AppConfigError, loadAppConfig } from '../../src/dataplane/app-config-file.ts';
 import { cliUser, type CliUser } from './cli-runner.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 let user: CliUser;

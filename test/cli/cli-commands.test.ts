@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { ADMIN_KEY } from '../helpers.ts';
 import { requestApp, startTestService, writeApp, type TestService } from '../dataplane/data-plane-harness.ts';
 import { makeRepositories, startFakeGitHub, type FakeGitHub } from '../fakes/github-server.ts';
@@ -16,6 +16,7 @@ import { newCredential } from '../../src/auth/credentials.ts';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
 import { createApiKey } from '../../src/store/tenancy.ts';
 import { cliUser, type CliUser } from './cli-runner.ts';
+import { test } from '../support/limited-test.ts';
 
 const TOKEN = 'ghp_clitesttoken0123456789abcdefghijklm';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, test } from 'node:test';
+import { after } from 'node:test';
 import {
   alive,
   call,
@@ -18,6 +18,7 @@ import {
   stop,
 } from '../support/service-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const BOOTSTRAP_KEY = 'slw_cli_server_test_bootstrap_key_012345';
 

@@ -5,10 +5,11 @@
  * process against a real service.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
 import { cliUser, type CliUser } from './cli-runner.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 let user: CliUser;

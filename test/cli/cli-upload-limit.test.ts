@@ -9,10 +9,11 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, writeApp, type TestService } from '../dataplane/data-plane-harness.ts';
 import { cliUser, type CliUser } from './cli-runner.ts';
+import { test } from '../support/limited-test.ts';
 
 const LIMIT = 1024 * 1024;
 let service: TestService;

@@ -4,10 +4,11 @@
  * return the revision in its final state.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { SlipwayClient, type LogEvent, type RevisionStatus } from '@slipway/sdk';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, uploadApp, type TestService } from '../dataplane/data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 let client: SlipwayClient;

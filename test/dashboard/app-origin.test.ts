@@ -8,10 +8,11 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 const SLUG = 'hostile-0000abcd';
 const MARKER = 'hostile app page';

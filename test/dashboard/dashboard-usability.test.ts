@@ -4,11 +4,12 @@
  * width no main page scrolls sideways; a listener whose agent sent a heartbeat shows as connected.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { ADMIN_KEY } from '../support/harness.ts';
 import { startTestService, type TestService } from '../dataplane/data-plane-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 const PAGE_DEADLINE_MS = 30_000;
 /** One more than a page of the list (20). */

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import * as tar from 'tar';
 import { ADMIN_KEY } from '../support/harness.ts';
@@ -20,6 +20,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 /** Generous: a build and start of the example app on a busy machine. Waiting ends as soon as the state shows. */
 const DEPLOY_DEADLINE_MS = 240_000;

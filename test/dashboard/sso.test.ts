@@ -7,11 +7,12 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { client, listen } from '../support/harness.ts';
 import { createSsoTestApp, type SsoTestApp } from '../sso/sso-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 let t: SsoTestApp;
 let base: string;

@@ -6,11 +6,12 @@
  * the deployment's scale, docs/lifecycle.md). In Chromium against a real service.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { ADMIN_KEY } from '../support/harness.ts';
 import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 const PAGE_DEADLINE_MS = 30_000;
 /** A build that fails on its app config ends at once; generous for a busy machine all the same. */

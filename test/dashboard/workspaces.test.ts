@@ -4,10 +4,11 @@
  */
 import assert from 'node:assert/strict';
 import type { AddressInfo } from 'node:net';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { client, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { ensureDashboardBuilt, launchChromium, openPage, screenshots } from './browser.ts';
+import { test } from '../support/limited-test.ts';
 
 let t: TestApp;
 let base: string;

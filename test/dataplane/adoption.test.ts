@@ -6,9 +6,10 @@
  * claimed meanwhile: the new deployment waited until the hanging app was given up.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 

@@ -13,11 +13,12 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { Duplex } from 'node:stream';
-import { after, describe, test } from 'node:test';
+import { after, describe } from 'node:test';
 import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** SCHED_OTHER, the ordinary CPU class (sched(7)). */
 const SCHED_OTHER = 0;

@@ -4,9 +4,10 @@
  * the instances' cgroups, labelled with the deployment's id and its app's host label.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const SERVER = `
 import http from 'node:http';

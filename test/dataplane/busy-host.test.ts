@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { keepCpusBusy } from '../support/busy-host.ts';
 import {
@@ -24,6 +24,7 @@ import {
   waitForRevision,
   type TestService,
 } from './data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const SERVER = `
 import http from 'node:http';

@@ -4,9 +4,10 @@
  * revision, and the app serves at its stable URL.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { makeRepositories, startFakeGitHub, type FakeGitHub } from '../fakes/github-server.ts';
 import { requestApp, startTestService, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const TOKEN = 'ghp_dataplanetoken0123456789abcdefghij';
 let github: FakeGitHub;

@@ -18,7 +18,7 @@ import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { probeApp } from './containment-apps.ts';
 import {
   requestApp,
@@ -29,6 +29,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const REDEPLOYS = 8;
 /** Errors a write into a read-only snapshot may give; anything else means the write got further. */

@@ -16,7 +16,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import pg from 'pg';
 import { probeApp } from './containment-apps.ts';
 import {
@@ -29,6 +29,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 interface App {
   id: string;

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { probeApp } from './containment-apps.ts';
 import {
   requestApp,
@@ -23,6 +23,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** The process limit of every app here (the resource spec has no field for it: the service's default). */
 const PIDS = 200;

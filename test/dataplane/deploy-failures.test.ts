@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import {
   oneFileApp,
   requestApp,
@@ -17,6 +17,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** A tiny app without dependencies; `MODE` (from slipway.json's env) makes it misbehave. */
 const SERVER = `

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { withClient } from '../../src/db/admin-client.ts';
 import {
@@ -21,6 +21,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 

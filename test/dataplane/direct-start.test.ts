@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import {
   requestApp,
   revisionLog,
@@ -17,6 +17,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** Answers with the command lines of its ancestors; on SIGTERM leaves a file in its data directory and exits. */
 const SERVER = `

@@ -4,8 +4,9 @@
  * "the previous revision keeps serving" only when one does (here, on a first deploy, none does).
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 

@@ -3,8 +3,9 @@
  * a virtual environment is made, and `main.py` is started with PORT and its secrets.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { requestApp, startTestService, uploadApp, waitForRevision, type TestService } from './data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const MAIN = `
 import http.server, json, os, sys

@@ -18,7 +18,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Writable } from 'node:stream';
-import { after, describe, test } from 'node:test';
+import { after, describe } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { cpuStarvation } from '../../src/dataplane/cgroup-cpu-starvation.ts';
@@ -35,6 +35,7 @@ import {
 } from '../../src/dataplane/resource-limits.ts';
 import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const MIB = 1024 * 1024;
 /** A pid no process can have (above Linux's largest pid_max, 2^22): the fake's "service". */

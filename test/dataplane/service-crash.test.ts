@@ -9,13 +9,14 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar';
 import { removeTree } from '../../src/dataplane/build-snapshot.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { FINAL, writeApp } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const KEY = 'slw_crash_test_bootstrap_key_0123456789';
@@ -200,7 +201,7 @@ test('after kill -9 the serving app comes back without a rebuild, and a build in
       const answer = await getByHost(url);
       return answer.status === 200 && answer;
     },
-    { everyMs: 250, describe: () => service!.output() },
+    { everyMs: 250, describe: () => service.output() },
   );
   assert.notEqual(after.body, before.body, 'a new process serves');
   const builds = (

@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import {
   makeCanary,
   pathExists,
@@ -28,6 +28,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const CANARY_FILES = 101;
 

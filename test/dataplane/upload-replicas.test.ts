@@ -9,7 +9,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance } from 'fastify';
 import * as tar from 'tar';
@@ -23,6 +23,7 @@ import {
   type TestService,
 } from './data-plane-harness.ts';
 import { buildReplicaApp, listen } from '../support/harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/agent-app');
 

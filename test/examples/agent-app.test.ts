@@ -9,10 +9,11 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import net from 'node:net';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { withClient } from '../../src/db/admin-client.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const APP_DIR = fileURLToPath(new URL('../../examples/agent-app/', import.meta.url));
 

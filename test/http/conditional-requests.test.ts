@@ -5,10 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { httpCaller, type HttpAnswer, type HttpCall } from '../support/http-caller.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 let t: TestApp;
 let call: HttpCall;

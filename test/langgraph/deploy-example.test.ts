@@ -16,11 +16,12 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, type TestService } from '../dataplane/data-plane-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/langgraph-js');
 /** What the CLI's poll loop stops at. */

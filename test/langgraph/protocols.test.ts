@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -32,6 +32,7 @@ import {
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 import { a2aClient, text, textOf } from './a2a-clients.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));

@@ -7,9 +7,10 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { NAMESPACE, deployment, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 

@@ -5,8 +5,9 @@
  * starts, end DEPLOYED once the cache has synced, with no DEPLOY_FAILED on the way.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import { NAMESPACE, deployment, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('listener agent: an API server that restarts', { timeout: 120_000 }, () => {
   let world: World;

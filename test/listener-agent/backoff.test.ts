@@ -8,9 +8,10 @@
  * hung test) if it were held up by the failing deployment's back-off.
  */
 import assert from 'node:assert/strict';
-import { afterEach, beforeEach, describe, test } from 'node:test';
+import { afterEach, beforeEach, describe } from 'node:test';
 import { TRANSIENT_ANSWERS } from './fake-kube.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('listener agent: back-off per deployment', () => {
   let world: World;

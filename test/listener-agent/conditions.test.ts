@@ -5,9 +5,10 @@
  * told per deployment in the heartbeat's `deployments`; a healthy deployment is left out.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import type { FakeDeployment } from './fake-slipway.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('listener agent: the condition of a serving revision in the heartbeat', { timeout: 120_000 }, () => {
   let world: World;

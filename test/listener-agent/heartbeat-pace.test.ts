@@ -5,10 +5,11 @@
  * wait between two returned at once. Counted over two minutes of a fake clock.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import type { ListenerClock } from '../../listener/listener-agent.ts';
 import { startWorld, type World } from './harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** A clock that moves only when told; the agent's heartbeat loop is the only user of it. */
 class FakeClock implements ListenerClock {

@@ -6,10 +6,11 @@
  * and the next change is tried again.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import type { KubeObject } from './fake-kube.ts';
 import type { FakeDeployment } from './fake-slipway.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 type Container = { env?: { name: string; valueFrom?: { secretKeyRef?: { name: string; key: string } } }[] };
 const replicasOf = (o: KubeObject | undefined) => (o?.spec as { replicas?: number } | undefined)?.replicas;

@@ -4,10 +4,11 @@
  * started, and a full resource spec becomes a database, a cache, a queue worker and autoscalers.
  */
 import assert from 'node:assert/strict';
-import { afterEach, beforeEach, describe, test } from 'node:test';
+import { afterEach, beforeEach, describe } from 'node:test';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 import { schemaProblem } from './k8s-schemas.ts';
 import type { KubeObject } from './fake-kube.ts';
+import { test } from '../support/limited-test.ts';
 
 type PodTemplate = {
   metadata: { labels: Record<string, string> };

@@ -4,9 +4,10 @@
  * with a reason, and deployments of the other namespaces are not held up by it.
  */
 import assert from 'node:assert/strict';
-import { afterEach, beforeEach, describe, test } from 'node:test';
+import { afterEach, beforeEach, describe } from 'node:test';
 import pino from 'pino';
 import { NAMESPACE, deployment, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const FORBIDDEN = 'billing';
 

@@ -13,12 +13,13 @@
  * - the agent reads the server's version at start and says what an older one cannot do.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import pino from 'pino';
 import { statusAnswer, type KubeObject } from './fake-kube.ts';
 import type { FakeDeployment } from './fake-slipway.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const replicasOf = (o: KubeObject | undefined) => (o?.spec as { replicas?: number } | undefined)?.replicas;
 

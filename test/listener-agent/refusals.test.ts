@@ -6,9 +6,10 @@
  * retried forever: a native sidecar's `restartPolicy`, which a 1.26 server's schema does not declare.
  */
 import assert from 'node:assert/strict';
-import { afterEach, describe, test } from 'node:test';
+import { afterEach, describe } from 'node:test';
 import { TRANSIENT_ANSWERS, statusAnswer } from './fake-kube.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const SIDECAR = { name: 'proxy', image: 'envoyproxy/envoy:v1.30' };
 

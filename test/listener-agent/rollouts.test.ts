@@ -3,9 +3,10 @@
  * reported for the revision, with a reason when it fails) for each way a rollout can go.
  */
 import assert from 'node:assert/strict';
-import { afterEach, beforeEach, describe, test } from 'node:test';
+import { afterEach, beforeEach, describe } from 'node:test';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 import { schemaProblem } from './k8s-schemas.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('listener agent rollouts', { timeout: 120_000 }, () => {
   let world: World;

@@ -4,9 +4,10 @@
  * rollout still ends DEPLOYED in the API, whether it finished while no agent ran or after the restart.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const NAME = 'restart-agent';
 

@@ -7,9 +7,10 @@
  * stays READY. The agent warns at start that the version is older than it supports.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const SIDECAR = { name: 'proxy', image: 'envoyproxy/envoy:v1.30' };
 

@@ -7,9 +7,10 @@
  * condition still names the failed revision's ReplicaSet for a while after the rollback).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { NAMESPACE, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 type Event = { type: string; data: Record<string, unknown> };
 type Listener = { id: string; credential: string };

@@ -4,9 +4,10 @@
  * watched and why, a deployment there fails with a reason, and a deployment in the other one is DEPLOYED.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { NAMESPACE, firstHeartbeat, startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const FORBIDDEN = 'billing';
 

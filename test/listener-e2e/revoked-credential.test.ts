@@ -3,9 +3,10 @@
  * what to do) instead of a warning lost among retries, and keeps running without doing anything.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { startE2eWorld, type AgentProcess, type E2eWorld } from './e2e-world.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('a listener credential revoked while the agent runs', { timeout: 300_000 }, () => {
   let world: E2eWorld;

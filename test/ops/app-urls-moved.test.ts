@@ -5,10 +5,11 @@
  * item 6): the data plane moves them when it starts. A listener's deployment keeps its own URL.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { startTestService, type TestService } from '../dataplane/data-plane-harness.ts';
 import { appUrl } from '../../src/dataplane/app-edge.ts';
 import { sql } from 'kysely';
+import { test } from '../support/limited-test.ts';
 
 let service: TestService;
 before(async () => {

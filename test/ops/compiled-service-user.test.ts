@@ -14,11 +14,12 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, test } from 'node:test';
+import { after } from 'node:test';
 import { promisify } from 'node:util';
 import * as tar from 'tar';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const run = promisify(execFile);
 const ROOT = path.resolve(import.meta.dirname, '../..');

@@ -10,7 +10,7 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { after, describe, test } from 'node:test';
+import { after, describe } from 'node:test';
 import { DataDirInUseError, LOCK_FILE, lockDataDir } from '../../src/db/data-dir-lock.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import {
@@ -27,6 +27,7 @@ import {
   type Service,
 } from '../support/service-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const KEY_A = 'slw_ops_bootstrap_key_a_0123456789';
 const KEY_B = 'slw_ops_bootstrap_key_b_0123456789';

@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, describe, test } from 'node:test';
+import { after, describe } from 'node:test';
 import { createSecretBox, keyIdOf, sealedKeyId } from '../../src/crypto/secret-box.ts';
 import { withClient } from '../../src/db/admin-client.ts';
 import { call, cleanUp, makeDataDir, runToExit, startService, stop, type Service } from '../support/service-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 const KEY = 'slw_ops_encryption_key_0123456789';
 

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, test } from 'node:test';
+import { after } from 'node:test';
 import { CLUSTER_COMPLETE, freePort } from '../../src/db/embedded-postgres.ts';
 import {
   ROOT,
@@ -21,6 +21,7 @@ import {
   stop,
   withDeadline,
 } from '../support/service-harness.ts';
+import { test } from '../support/limited-test.ts';
 
 after(cleanUp);
 

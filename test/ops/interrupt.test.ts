@@ -9,12 +9,13 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
-import { after, test } from 'node:test';
+import { after } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { ADMIN_KEY, createTestApp } from '../support/harness.ts';
 import { alive, cleanUp, makeDataDir, postgresPid, startService, withDeadline } from '../support/service-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const KEY = 'slw_ops_interrupt_key_0123456789';
 

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import { after, test } from 'node:test';
+import { after } from 'node:test';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import {
   ROOT,
@@ -20,6 +20,7 @@ import {
   withDeadline,
 } from '../support/service-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 /** The processes of a process group, from /proc (Linux). */
 async function processGroup(pgid: number): Promise<number[]> {

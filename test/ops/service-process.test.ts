@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import {
   STOP_DEADLINE_MS,
   alive,
@@ -22,6 +22,7 @@ import {
   type Service,
 } from '../support/service-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 const BOOTSTRAP_KEY = 'slw_process_test_bootstrap_key_0123456789';
 const KEY_LINE = /^\s+(slw_[A-Za-z0-9_-]{20,})\s*$/gm;

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../../src/dataplane/log-writer.ts';
 import type { Change, ChangeFeed } from '../../src/db/change-feed.ts';
 import type { RevisionStatus } from '../../src/domain/states.ts';
@@ -26,6 +26,7 @@ import {
   newWorkspaceAdmin,
 } from '../support/harness.ts';
 import { eventually } from '../support/wait.ts';
+import { test } from '../support/limited-test.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

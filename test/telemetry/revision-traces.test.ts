@@ -5,9 +5,10 @@
  * reach the same receiver, also from inside its sandbox (a forward to the host's loopback).
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../fakes/otlp-receiver.ts';
+import { test } from '../support/limited-test.ts';
 
 /** Sends one span of its own, as an instrumented app's exporter would, then serves. */
 const SERVER = `

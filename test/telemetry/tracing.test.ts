@@ -4,10 +4,11 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 import { startOtlpReceiver, type OtlpReceiver } from '../fakes/otlp-receiver.ts';
 import { ADMIN_KEY, createTestApp, type TestApp } from '../support/harness.ts';
+import { test } from '../support/limited-test.ts';
 
 describe('API requests as spans', () => {
   let receiver: OtlpReceiver;
