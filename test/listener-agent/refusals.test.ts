@@ -161,6 +161,7 @@ describe('listener agent: refusals and transient answers of the API server', () 
       assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['DEPLOY_FAILED']);
       // Once failed, the agent stops applying it.
       const applies = world.kube.applies().length;
+      // The scenario: a second without another apply (a sleep that is the test, not a wait).
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       assert.ok(world.kube.applies().length <= applies + 1, 'no apply after the failure');
       await agent.stop();

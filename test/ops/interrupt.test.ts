@@ -52,6 +52,7 @@ test(
     await sleep(500);
 
     process.kill(-service.child.pid!, 'SIGINT');
+    // The scenario: a second after the Ctrl-C nothing has stopped (a sleep that is the test, not a wait).
     await sleep(1_000);
     assert.ok(alive(server), 'the database server did not take the Ctrl-C meant for the service');
     assert.equal(service.child.exitCode, null, 'the service waits for the request in flight');
