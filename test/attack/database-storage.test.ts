@@ -15,16 +15,17 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import {
   deployApp,
   oneFileApp,
   requestApp,
   startTestService,
-  waitFor,
   type DeployedApp,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const MIB = 1024 * 1024;
 /** The default (and each app's) limit: 24 MiB; the maximum lets a patch raise it to 1 GiB. */
@@ -148,7 +149,7 @@ test("an app that writes into its database without end is made read-only at its 
   const { refused, mb } = await writeUntilRefused(filler, false);
   assert.ok(refused, `the app wrote ${mb} MiB into a database limited to ${LIMIT_BYTES / MIB} MiB`);
   assert.equal(refused.code, '25006', `refused as a read-only transaction: ${JSON.stringify(refused)}`);
-  const full = await waitFor(
+  const full = await eventually(
     'the database_full event',
     async () => (await eventsOf(filler.id, 'deployment.database_full'))[0],
   );
@@ -165,7 +166,7 @@ test("an app that writes into its database without end is made read-only at its 
 test('the app that makes room (a read-write transaction that empties its table) gets its writes back', async () => {
   const emptied = await call(filler, '/truncate');
   assert.ok(emptied.ok, JSON.stringify(emptied));
-  await waitFor(
+  await eventually(
     'the database_writable event',
     async () => (await eventsOf(filler.id, 'deployment.database_writable'))[0],
   );
@@ -176,7 +177,7 @@ test('the app that makes room (a read-write transaction that empties its table) 
 test('an app that lifts read-only for itself and keeps writing is cut off, and a raised limit lets it back in', async () => {
   const { refused, mb } = await writeUntilRefused(filler, true);
   assert.ok(refused, `the app wrote ${mb} MiB past read-only into a database limited to ${LIMIT_BYTES / MIB} MiB`);
-  const cut = await waitFor(
+  const cut = await eventually(
     'the database_cut_off event',
     async () => (await eventsOf(filler.id, 'deployment.database_cut_off'))[0],
   );
@@ -192,7 +193,7 @@ test('an app that lifts read-only for itself and keeps writing is cut off, and a
     source_config: { resource_spec: { db_storage_gi: 1 } },
   });
   assert.equal(raised.status, 200, JSON.stringify(raised.body));
-  const writable = await waitFor('the database_writable event after the cut-off', async () =>
+  const writable = await eventually('the database_writable event after the cut-off', async () =>
     (await eventsOf(filler.id, 'deployment.database_writable')).find((e) => e.data.from === 'cut_off'),
   );
   assert.equal(writable.data.limit_bytes, 1024 * MIB);

@@ -18,7 +18,8 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import {
   makeCanary,
   oneFileApp,
@@ -26,10 +27,10 @@ import {
   revisionLog,
   startTestService,
   uploadApp,
-  waitFor,
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
+import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const LIMIT_MB = 24;
@@ -147,15 +148,11 @@ describe('with a file system per deployment', () => {
       const app = await deploy({ ...oneFileApp(FILLER, { health_check_path: '/' }), 'fill.mjs': FILL });
       assert.equal((await waitForRevision(service, app.id, app.revisionId)).status, 'DEPLOYED');
       assert.deepEqual(await mountsUnder(appsDir()), [path.join(await fs.realpath(appsDir()), app.id)]);
-      const full = await waitFor(
-        'the disk_full event',
-        async () => {
-          const answer = await service.api('GET', `/v2/deployments/${app.id}/events?limit=100`);
-          const events: { type: string; data: Record<string, unknown> }[] = answer.body.resources ?? answer.body;
-          return events.find((e) => e.type === 'deployment.disk_full');
-        },
-        60_000,
-      );
+      const full = await eventually('the disk_full event', async () => {
+        const answer = await service.api('GET', `/v2/deployments/${app.id}/events?limit=100`);
+        const events: { type: string; data: Record<string, unknown> }[] = answer.body.resources ?? answer.body;
+        return events.find((e) => e.type === 'deployment.disk_full');
+      });
       assert.match(String(full.data.message), /filled their file system of 24 MiB/);
       const log = await revisionLog(service, app.id, app.revisionId, 'deploy');
       assert.ok(
@@ -197,13 +194,13 @@ describe('with a file system per deployment', () => {
       await service.stopWorker();
       assert.ok((await mountsUnder(appsDir())).includes(root));
       await service.startWorker();
-      await waitFor('the app started again', async () => (await starts().catch(() => [])).length === 3);
+      await eventually('the app started again', async () => (await starts().catch(() => [])).length === 3);
       // A restart after its file system was unmounted (a reboot): mounted again, its data there.
       await service.stopWorker();
       await run('umount', [root]);
       assert.ok(!(await mountsUnder(appsDir())).includes(root));
       await service.startWorker();
-      await waitFor('the app started again on its remounted data', async () => {
+      await eventually('the app started again on its remounted data', async () => {
         const seen = await starts().catch(() => []);
         return seen.length === 4 && seen;
       });
@@ -214,7 +211,10 @@ describe('with a file system per deployment', () => {
       const removed = await service.api('DELETE', `/v2/deployments/${app.id}`);
       assert.equal(removed.status, 204, JSON.stringify(removed.body));
       await service.startWorker();
-      await waitFor('the deletion', async () => (await service.api('GET', `/v2/deployments/${app.id}`)).status === 404);
+      await eventually(
+        'the deletion',
+        async () => (await service.api('GET', `/v2/deployments/${app.id}`)).status === 404,
+      );
       assert.ok(!(await mountsUnder(appsDir())).includes(root), 'its file system is still mounted');
       assert.equal(await fs.lstat(imageOf(app.id)).catch(() => null), null, 'its image is still there');
       assert.equal(await fs.lstat(root).catch(() => null), null, 'its directory is still there');
@@ -234,7 +234,7 @@ describe('with a file system per deployment', () => {
         await new Promise((resolve) => setTimeout(resolve, 500));
         const removed = await service.api('DELETE', `/v2/deployments/${app.id}`);
         assert.equal(removed.status, 204, JSON.stringify(removed.body));
-        await waitFor(
+        await eventually(
           'the deletion',
           async () => (await service.api('GET', `/v2/deployments/${app.id}`)).status === 404,
         );

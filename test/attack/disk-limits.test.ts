@@ -119,7 +119,7 @@ test('an app that writes forever into its data directory stops at its limit, wit
     source_config: { resource_spec: { min_scale: 2 } },
   });
   assert.equal(scaled.status, 200, JSON.stringify(scaled.body));
-  const failed = await waitFor('the scale_failed event', async () =>
+  const failed = await eventually('the scale_failed event', async () =>
     (await events(app.id)).find((e) => e.type === 'deployment.scale_failed'),
   );
   assert.match(String(failed.data.message), /data and home directories are full/);
