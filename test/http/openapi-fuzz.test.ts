@@ -4,7 +4,9 @@
  * schemas: valid and invalid bodies, path and query parameters, headers and credentials, odd Unicode,
  * wrong types, missing fields, overlong strings, wrong content types and bodies over the limit. Real
  * resources (deployments, a listener and its credential, an upload URL, a code-host integration...) are
- * made first, so that existing ids are exercised as well as unknown ones.
+ * made first (test/http/openapi-fixtures.ts), so that existing ids are exercised as well as unknown ones.
+ * Its companion, test/http/openapi-hostile.test.ts, sends every operation the same fixed list of hostile
+ * requests (no key, keys of the wrong kind, a lower role, malformed ids...) rather than random ones.
  *
  * Every answer must be what the document promises: no 5xx, a documented status, a body of a documented
  * media type that validates against the documented schema, the headers it declares required (the check
@@ -20,197 +22,40 @@ import { after, before, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { signWebhookBody } from '../../src/codehost/webhook-signature.ts';
-import { startFakeGitHub, makeRepositories, type FakeGitHub } from '../fakes/github-server.ts';
-import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
+import { ADMIN_KEY, type TestApp } from '../support/harness.ts';
 import { OpenApiConformance } from '../support/openapi-conformance.ts';
-import { ODD_STRINGS, generators, oddString, type Generators, type Schema } from './openapi-arbitraries.ts';
+import { ODD_STRINGS, generators, oddString, type Generators } from './openapi-arbitraries.ts';
+import {
+  BODY_LIMIT,
+  UPLOAD_LIMIT,
+  operationsOf,
+  startFuzzService,
+  type Document,
+  type Fixtures,
+  type FuzzService,
+  type Operation,
+  type Parameter,
+  check,
+  send,
+  type FuzzRequest,
+} from './openapi-fixtures.ts';
 
 /** Requests per operation. */
 const RUNS = Number(process.env.SLIPWAY_FUZZ_RUNS ?? 6);
 const SEED = Number(process.env.SLIPWAY_FUZZ_SEED ?? 20261124);
-/** Small limits, so that a body over them costs little to send. */
-const BODY_LIMIT = 32 * 1024;
-const UPLOAD_LIMIT = 64 * 1024;
-const GITHUB_TOKEN = 'ghp_fuzztoken0123456789abcdefghijklmnop';
 
-interface Parameter {
-  in: 'path' | 'query' | 'header' | 'cookie';
-  name: string;
-  required?: boolean;
-  schema?: Schema;
-}
-interface Media {
-  schema?: Schema;
-}
-interface Response {
-  $ref?: string;
-  content?: Record<string, Media>;
-}
-interface Operation {
-  operationId?: string;
-  security?: Record<string, string[]>[];
-  parameters?: Parameter[];
-  requestBody?: { content: Record<string, Media> };
-  responses: Record<string, Response>;
-}
-interface Document {
-  paths: Record<string, Record<string, Operation>>;
-  components: { schemas?: Record<string, Schema>; responses?: Record<string, Response> };
-}
-
-interface FuzzRequest {
-  method: string;
-  /** Path and query, encoded. */
-  url: string;
-  headers: Record<string, string>;
-  body?: Buffer;
-  /** What the body is, for the report. */
-  about: string;
-}
-
-/** Existing things the requests use besides made-up ones. */
-interface Fixtures {
-  byParameter: Record<string, string[]>;
-  uuids: string[];
-  orgKey: string;
-  listenerCredential: string;
-  agentCredential: string;
-  webhookSecret: string;
-}
-
+let service: FuzzService;
 let t: TestApp;
-let github: FakeGitHub;
 let base: string;
 let doc: Document;
 let fixtures: Fixtures;
 
 before(async () => {
-  github = await startFakeGitHub({ repositories: makeRepositories(3), tokens: { [GITHUB_TOKEN]: 'all' } });
-  t = await createTestApp(
-    {
-      SLIPWAY_BODY_LIMIT_BYTES: String(BODY_LIMIT),
-      SLIPWAY_UPLOAD_LIMIT_BYTES: String(UPLOAD_LIMIT),
-      // Code-host calls go to the fake on loopback, never to the internet.
-      SLIPWAY_ALLOW_INSECURE_CODEHOST: '1',
-      SLIPWAY_CODEHOST_ALLOWED_URLS: github.url,
-    },
-    { codehostClient: { retries: 0 } },
-  );
-  await listen(t.app);
-  const address = t.app.server.address();
-  assert.ok(address !== null && typeof address === 'object');
-  base = `http://127.0.0.1:${address.port}`;
-  const res = await fetch(`${base}/openapi.json`);
-  assert.equal(res.status, 200);
-  doc = (await res.json()) as Document;
-  fixtures = await makeFixtures();
+  service = await startFuzzService();
+  ({ t, base, doc, fixtures } = service);
 });
 
-after(async () => {
-  await t.close();
-  await github.close();
-});
-
-// ----- fixtures ------------------------------------------------------------------------------------
-
-async function call(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<any> {
-  const res = await fetch(`${base}${path}`, {
-    method,
-    headers: {
-      'x-api-key': ADMIN_KEY,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...headers,
-    },
-    ...(body === undefined ? {} : { body: Buffer.isBuffer(body) ? new Uint8Array(body) : JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  assert.ok(res.status < 300, `fixture ${method} ${path}: ${res.status} ${text}`);
-  return text === '' ? undefined : JSON.parse(text);
-}
-
-async function makeFixtures(): Promise<Fixtures> {
-  const listener = await call('POST', '/v2/listeners', {
-    compute_type: 'k8s',
-    compute_id: 'fuzz-cluster',
-    compute_config: { k8s_namespaces: ['agents'] },
-    version: '0.1.0',
-  });
-  const listenerCredential = await call('POST', `/v2/listeners/${listener.id}/credentials`);
-  const deployment = await call('POST', '/v2/deployments', {
-    name: 'fuzz-app',
-    source: 'internal_container',
-    source_revision_config: { image_uri: 'registry.example.com/fuzz:1' },
-    secrets: [{ name: 'TOKEN', value: 's3cret' }],
-  });
-  const external = await call('POST', '/v2/deployments', {
-    name: 'fuzz-external',
-    source: 'external_container',
-    source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'agents' } },
-    source_revision_config: { image_uri: 'registry.example.com/fuzz:2' },
-  });
-  const upload = await call('POST', '/v2/uploads', gzipSync(Buffer.from('fuzz')), {
-    'content-type': 'application/gzip',
-  });
-  const uploadUrl = await call('POST', `/v2/deployments/${deployment.id}/upload-url`);
-  const [, uploadId, token] = /\/v2\/uploads\/([^?]+)\?token=(.+)$/.exec(uploadUrl.upload_url) ?? [];
-  const tagKey = await call('POST', '/v2/tags/keys', { key: 'team' });
-  const tagValue = await call('POST', `/v2/tags/keys/${tagKey.id}/values`, { value: 'agents' });
-  await call('PUT', `/v2/deployments/${deployment.id}/tags`, { tag_value_ids: [tagValue.id] });
-  const provider = await call(
-    'POST',
-    '/v2/auth/providers',
-    {
-      provider_id: 'fuzz-idp',
-      name: 'Fuzz IdP',
-      client_id: 'client',
-      client_secret: 'secret',
-      auth_url: 'https://idp.example.com/authorize',
-      token_url: 'https://idp.example.com/token',
-    },
-    { 'x-api-key': t.orgKey },
-  );
-  // A pending authorization (nothing is sent to the provider until its callback brings a code).
-  const authorization = await call('POST', '/v2/auth/authenticate', {
-    provider_id: 'fuzz-idp',
-    agent_id: 'fuzz-agent',
-  });
-  const agentCredential = await call('POST', `/v2/deployments/${deployment.id}/agent-credentials`, {
-    agent_ids: ['fuzz-agent'],
-  });
-  // Revoking this one (the fuzzer may) leaves the admin key working.
-  const spareKey = await call('POST', '/v2/api-keys', { name: 'fuzz-spare', role: 'member' });
-  const integration = await call('POST', '/v1/integrations/forge/codehost', {
-    name: 'fuzz-github',
-    api_url: github.url,
-    token: GITHUB_TOKEN,
-  });
-
-  const byParameter: Record<string, string[]> = {
-    deployment_id: [deployment.id, external.id],
-    revision_id: [deployment.latest_revision_id, external.latest_revision_id],
-    listener_id: [listener.id],
-    credential_id: [listenerCredential.id, agentCredential.id],
-    provider_id: ['fuzz-idp', provider.id],
-    agent_id: ['fuzz-agent', 'fuzz-app'],
-    integration_id: [integration.id],
-    tag_key_id: [tagKey.id],
-    tag_value_id: [tagValue.id],
-    api_key_id: [spareKey.id],
-    auth_id: [authorization.auth_id],
-    upload_id: [uploadId!],
-    token: [decodeURIComponent(token!)],
-  };
-  const uuids = [...new Set(Object.values(byParameter).flat())].filter((v) => /^[0-9a-f-]{36}$/.test(v));
-  uuids.push(t.workspaceId, upload.id);
-  return {
-    byParameter,
-    uuids,
-    orgKey: t.orgKey,
-    listenerCredential: listenerCredential.credential,
-    agentCredential: agentCredential.credential,
-    webhookSecret: integration.webhook_secret,
-  };
-}
+after(() => service.close());
 
 // ----- request generation --------------------------------------------------------------------------
 
@@ -478,83 +323,20 @@ function requestArbitrary(g: Generators, method: string, template: string, op: O
   return template.endsWith('/webhooks') ? withWebhookHeaders(sized) : sized;
 }
 
-// ----- checking answers ----------------------------------------------------------------------------
-
-interface Answer {
-  status: number;
-  headers: Headers;
-  body: Buffer;
-}
-
-/**
- * What is wrong with an answer: what the document says of it (the same check as every test caller's,
- * test/support/openapi-conformance.ts), and what every answer must be besides: no 5xx, an X-Request-Id,
- * and an error that says what went wrong.
- */
-function check(
-  conformance: OpenApiConformance,
-  request: FuzzRequest,
-  route: string,
-  op: Operation,
-  answer: Answer,
-): string[] {
-  const problems: string[] = [];
-  if (answer.status >= 500) problems.push(`a ${answer.status} answer`);
-  if (!answer.headers.get('x-request-id')) problems.push('no X-Request-Id header');
-  const text = answer.body.toString('utf8');
-  const type = (answer.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
-  // An error says what went wrong whatever its status: an empty body has no code (no fuzzed request is a HEAD).
-  if (answer.status >= 400 && text === '') problems.push('an error without a body (no detail and code)');
-  if (answer.status >= 400 && type === 'application/json') {
-    let body: any;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      // The document check reports it.
-    }
-    if (typeof body?.code !== 'string' || body.detail === undefined) problems.push('an error without detail and code');
-  }
-  problems.push(
-    ...conformance.operationProblems(route, op, {
-      method: request.method,
-      url: request.url,
-      status: answer.status,
-      header: (name) => answer.headers.get(name) ?? undefined,
-      body: text,
-    }),
-  );
-  return problems;
-}
-
-async function send(request: FuzzRequest): Promise<Answer> {
-  const res = await fetch(`${base}${request.url}`, {
-    method: request.method,
-    headers: request.headers,
-    redirect: 'manual',
-    ...(request.body ? { body: new Uint8Array(request.body) } : {}),
-  });
-  return { status: res.status, headers: res.headers, body: Buffer.from(await res.arrayBuffer()) };
-}
-
 // ----- the run -------------------------------------------------------------------------------------
 
 test('every operation answers as its OpenAPI document says, whatever it is sent', async (context) => {
   const g = generators(resolveRef, () => fixtures.uuids);
   const conformance = new OpenApiConformance(doc);
   // Deletes last, so that the resources they remove serve every other operation first.
-  const operations = Object.entries(doc.paths)
-    .flatMap(([template, item]) =>
-      Object.entries(item).map(([method, op]) => ({ method: method.toUpperCase(), template, op })),
-    )
-    .sort(
-      (a, b) => Number(a.method === 'DELETE') - Number(b.method === 'DELETE') || a.template.localeCompare(b.template),
-    );
+  const operations = operationsOf(doc).sort(
+    (a, b) => Number(a.method === 'DELETE') - Number(b.method === 'DELETE') || a.template.localeCompare(b.template),
+  );
   assert.ok(operations.length > 50, `${operations.length} operations`);
 
   const findings: string[] = [];
   const answered = new Map<string, Map<number, number>>();
-  for (const [index, { method, template, op }] of operations.entries()) {
-    const route = `${method} ${template}`;
+  for (const [index, { method, template, route, op }] of operations.entries()) {
     const requests = fc.sample(requestArbitrary(g, method, template, op), { seed: SEED + index, numRuns: RUNS });
     const statuses = new Map<number, number>();
     answered.set(route, statuses);
@@ -562,7 +344,7 @@ test('every operation answers as its OpenAPI document says, whatever it is sent'
       let problems: string[];
       let status = 0;
       try {
-        const answer = await send(request);
+        const answer = await send(base, request);
         status = answer.status;
         problems = check(conformance, request, route, op, answer);
         if (problems.length > 0) problems.push(`answer: ${answer.body.toString('utf8').slice(0, 300)}`);
