@@ -96,7 +96,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
       publicUrl: config.publicUrl,
     }),
     agentCredentials,
-    agentConnections: createAgentConnectionService({ db, tokens: oauthTokens, credentials: agentCredentials }),
+    agentConnections: createAgentConnectionService({ db, tokens: oauthTokens }),
     tags: createTagService({ db }),
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({

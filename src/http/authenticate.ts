@@ -111,7 +111,10 @@ async function resolveCaller(
 ): Promise<Caller> {
   const key = presentedKey(request);
   // Without a key, the dashboard's sign-in cookie may stand in for one (src/sso/session-credentials.ts).
-  const session = key === null && sessions ? await sessions.callerOf(request, mode, requestedWorkspace(request)) : null;
+  // X-Tenant-Id is read only once a credential is found to be usable: without one the answer is 401,
+  // whatever else is wrong with the request (a malformed X-Tenant-Id is 422 only to a caller who may ask).
+  const session =
+    key === null && sessions ? await sessions.callerOf(request, mode, () => requestedWorkspace(request)) : null;
   if (session) return session;
   if (key === null) throw new AppError('unauthenticated', 'Missing API key: send X-Api-Key or Authorization: Bearer.');
   // A key without the prefix (a bootstrap key an older version made from such a value) opens nothing:

@@ -41,8 +41,11 @@ const isObject = (value: unknown): value is JsonObject =>
  */
 function frameworkStatuses(methods: string[]): number[] {
   // 422 on any operation: an X-Field-Validation it cannot read, or an unknown field or query parameter
-  // with `Strict` (unknown-fields.ts); and a body that is not JSON, even where none is read.
-  return methods.some((m) => BODY_METHODS.has(m)) ? [400, 413, 415, 422, 500, 503] : [400, 422, 500, 503];
+  // with `Strict` (unknown-fields.ts); and a body that is not JSON, even where none is read. 408, 417
+  // and 431 are Node's answers before any route, as 400 (framework-answers.ts): a request that did not
+  // arrive in time, an Expect other than 100-continue, a request line and headers over 16 KiB.
+  const always = [400, 408, 417, 422, 431, 500, 503];
+  return methods.some((m) => BODY_METHODS.has(m)) ? [...always, 413, 415].sort((a, b) => a - b) : always;
 }
 
 export const RetryAfterHeader = {
@@ -152,8 +155,20 @@ const ERROR_MEANINGS: Record<number, [name: string, description: string]> = {
     'BadRequest',
     'The request breaks a rule (the detail names the field), or is not valid HTTP (`malformed_request`: a malformed header, framing or Content-Length; the connection is closed). Codes: docs/errors.md.',
   ],
-  401: ['Unauthorized', 'No credential, or an unknown or revoked one.'],
-  403: ['Forbidden', 'The credential may not do this, or X-Tenant-Id names a workspace it may not act in.'],
+  401: [
+    'Unauthorized',
+    "No usable credential for the operation: none, an unknown, revoked or malformed one, one of another kind (a listener's credential outside the listener protocol, an agent credential, the metrics token), or a sign-in cookie of no live session. Checked before anything else of the request (its ids, body, query or X-Tenant-Id).",
+  ],
+  403: [
+    'Forbidden',
+    "A usable credential that may not do this: a role below the operation's (a member key on an admin operation, a workspace key on an organization admin one), X-Tenant-Id naming a workspace it may not act in, an organization key of several workspaces without X-Tenant-Id, or a change made with the sign-in cookie from another origin.",
+  ],
+  408: ['RequestTimeout', 'The request line, headers or body did not arrive in time; the connection is closed.'],
+  417: ['ExpectationFailed', 'An Expect header other than 100-continue, the only expectation the service meets.'],
+  431: [
+    'RequestHeaderFieldsTooLarge',
+    'The request line and headers are larger than the service reads (16 KiB); the connection is closed.',
+  ],
   404: ['NotFound', "No such resource in the workspace (another workspace's resources do not exist for the caller)."],
   409: ['Conflict', 'The request conflicts with the current state (a name taken, a resource in use).'],
   412: [

@@ -22,7 +22,7 @@ import {
 import type { AgentConnectionService } from '../service/agent-connections.ts';
 import type { AgentCredentialService } from '../service/agent-credentials.ts';
 import type { ConnectionView } from '../store/agent-connections.ts';
-import type { CredentialView } from '../store/agent-credentials.ts';
+import type { CredentialView, PresentedCredential } from '../store/agent-credentials.ts';
 import { AgentId } from './oauth-flow.ts';
 import { needs } from '../http/route-needs.ts';
 
@@ -134,6 +134,8 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   { connections, credentials },
 ) => {
   const tags = ['oauth'];
+  /** The agent credential of a token request, authorized by its route's onRequest. */
+  const agentCredentials = new WeakMap<FastifyRequest, PresentedCredential>();
   // An agent credential fetches the access tokens of its agents' connections in clear, and a connection
   // decides which token of the workspace an agent reaches (any person's): both are managed with admin
   // keys, like listener credentials, so that a member key cannot read another person's token through a
@@ -301,8 +303,14 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
   app.post(
     '/v2/auth/agents/:agent_id/connections/:connection_id/token',
     {
-      // Authenticated by an agent credential, checked here, never by an API key.
+      // Authenticated by an agent credential, checked here, never by an API key: on request, before the
+      // body and the parameters are read, so that a request without a usable credential is 401 (and one
+      // for another agent 403) whatever else is wrong with it, as on every other operation.
       config: needs({ auth: 'none' }),
+      onRequest: async (request) => {
+        const { agent_id: agentId } = request.params as { agent_id: string };
+        agentCredentials.set(request, await credentials.authorize(presentedCredential(request), agentId));
+      },
       schema: {
         operationId: 'getAgentAccessToken',
         tags,
@@ -317,7 +325,7 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
     },
     async (request, reply) => {
       const { token, connection } = await connections.accessToken(
-        presentedCredential(request),
+        agentCredentials.get(request)!,
         request.params.agent_id,
         request.params.connection_id,
       );

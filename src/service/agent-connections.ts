@@ -14,16 +14,15 @@ import {
 import { recordEvents } from '../store/events.ts';
 import { getToken } from '../store/oauth-tokens.ts';
 import type { Database } from '../store/schema.ts';
-import type { AgentCredentialService } from './agent-credentials.ts';
+import type { PresentedCredential } from '../store/agent-credentials.ts';
 import type { AccessToken, OAuthTokenService } from './oauth-tokens.ts';
 
 export interface AgentConnectionServiceDeps {
   db: Kysely<Database>;
   tokens: OAuthTokenService;
-  credentials: AgentCredentialService;
 }
 
-export function createAgentConnectionService({ db, tokens, credentials }: AgentConnectionServiceDeps) {
+export function createAgentConnectionService({ db, tokens }: AgentConnectionServiceDeps) {
   return {
     async connect(workspaceId: string, agentId: string, tokenId: string, byKey: string): Promise<ConnectionView> {
       return db.transaction().execute(async (tx) => {
@@ -70,12 +69,12 @@ export function createAgentConnectionService({ db, tokens, credentials }: AgentC
      * A usable access token of the connection, for a deployed agent presenting its agent credential
      * (never an API key); refreshed first when it expired or is about to (src/service/oauth-tokens.ts).
      */
+    /** `credential`: the agent credential presented, authorized for `agentId` (AgentCredentialService.authorize). */
     async accessToken(
-      presentedCredential: string,
+      credential: PresentedCredential,
       agentId: string,
       connectionId: string,
     ): Promise<{ token: AccessToken; connection: ConnectionView }> {
-      const credential = await credentials.authorize(presentedCredential, agentId);
       const connection = await getConnection(db, credential.workspace_id, agentId, connectionId);
       if (!connection) throw notFound('Agent connection', connectionId);
       const token = await tokens.accessToken(credential.workspace_id, connection.oauth_token_id);

@@ -54,12 +54,13 @@ export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Databas
 
     /**
      * The caller of a request that carries the session cookie and no API key; null without the cookie.
-     * `asked` is the workspace of X-Tenant-Id.
+     * `requested` reads the workspace of X-Tenant-Id (a 422 when malformed): asked only once the session
+     * is found live, so that a request without a usable credential is 401 whatever its X-Tenant-Id.
      */
     async callerOf(
       request: FastifyRequest,
       mode: 'workspace' | 'organization',
-      asked: string | null,
+      requested: () => string | null,
     ): Promise<Caller | null> {
       const token = readCookie(request, names.session);
       if (token === null) return null;
@@ -67,6 +68,7 @@ export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Databas
       if (session === undefined)
         throw new AppError('unauthenticated', 'Your sign-in has ended (signed out or expired). Sign in again.');
       checkSameOrigin(request);
+      const asked = requested();
       const access = await accessOf(
         db,
         { email: session.email, emailVerified: session.email_verified, groups: session.groups },
