@@ -8,7 +8,7 @@
  * keeps the contract's 400 naming it (`source_revision_config.repo_ref is required for source codehost`)
  * rather than a 422 of the whole oneOf.
  */
-import { REVISION_FIELDS, SOURCES, SOURCE_RULES, type Source } from '../domain/sources.ts';
+import { IMMUTABLE_CONFIG_FIELDS, REVISION_FIELDS, SOURCES, SOURCE_RULES, type Source } from '../domain/sources.ts';
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type JsonObject = { [key: string]: Json };
@@ -111,4 +111,33 @@ export function createBodyBySource(base: unknown): JsonObject {
       'One shape per source, with the fields each source takes and those it requires: a required field missing, or a field of another source given (not null), is 400 naming it.',
     oneOf: variants,
   };
+}
+
+/**
+ * What a PATCH of a deployment takes, by the stored deployment's source, in words: a schema cannot see
+ * the stored source, so the operation's description says it (issue 34, item 8), as a table made from
+ * the same source rules the service applies (src/domain/sources.ts, src/domain/deployment-plan.ts).
+ */
+export function patchRulesBySource(): string {
+  const list = (fields: readonly string[]) => (fields.length > 0 ? fields.join(', ') : '(none)');
+  const rows = SOURCES.map((source) => {
+    const rule = SOURCE_RULES[source];
+    const config = [...rule.configRequired, ...rule.configOptional];
+    return `| ${source} | ${list(config)} | ${list(rule.revisionFields)} | ${rule.secretReferences ? 'yes' : 'no'} |`;
+  });
+  return [
+    "The fields a patch may give depend on the deployment's source, which a schema cannot see:",
+    '',
+    '| source | source_config | source_revision_config | secret_references |',
+    '|---|---|---|---|',
+    ...rows,
+    '',
+    'Any other field of source_config or source_revision_config given (not null) is 400 `field_not_allowed` naming it ' +
+      '(`source_config.listener_id is not allowed for source internal_container`). ' +
+      `${IMMUTABLE_CONFIG_FIELDS.map((f) => `source_config.${f}`).join(', ')}, name and source take only their current value ` +
+      '(another is 400 `field_immutable`: `source_config.deployment_type cannot be changed after creation`). ' +
+      'A source_revision_config keeps the fields it leaves out from the latest revision of the same source; a revision missing one is 400 `field_required` ' +
+      '(`source_revision_config.image_uri is required for source internal_container`). ' +
+      'revision_source may name internal_source or internal_container (never codehost) for a deployment of another source, except an external_container one, and then needs a source_revision_config (400 otherwise).',
+  ].join('\n');
 }

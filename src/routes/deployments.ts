@@ -18,7 +18,7 @@ import {
 import type { DeploymentService } from '../service/deployments.ts';
 import type { Db } from '../store/schema.ts';
 import { Deployment, DeploymentCreateBody, DeploymentPatchBody, Revision } from './deployment-schemas.ts';
-import { createBodyBySource } from './deployment-create-variants.ts';
+import { createBodyBySource, patchRulesBySource } from './deployment-create-variants.ts';
 import { deploymentResponse, revisionResponse } from './deployment-views.ts';
 import { adaptLangGraphRequest } from './langgraph-compat.ts';
 import { needs } from '../http/route-needs.ts';
@@ -158,7 +158,8 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         tags: ['deployments'],
         summary: 'Patch a deployment',
         description:
-          'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.',
+          'A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.\n\n' +
+          patchRulesBySource(),
         params: DeploymentParams,
         body: {
           ...DeploymentPatchBody,

@@ -202,6 +202,17 @@ export interface paths {
         /**
          * Patch a deployment
          * @description A source_revision_config (even unchanged) or changed secrets make a new revision; a source_config alone does not.
+         *
+         *     The fields a patch may give depend on the deployment's source, which a schema cannot see:
+         *
+         *     | source | source_config | source_revision_config | secret_references |
+         *     |---|---|---|---|
+         *     | codehost | integration_id, repo_url, deployment_type, build_on_push, resource_spec, install_command, build_command | repo_ref, framework_config_path | no |
+         *     | external_container | listener_id, deployment_type, listener_config, resource_spec, custom_url | image_uri | yes |
+         *     | internal_container | deployment_type, resource_spec | image_uri | no |
+         *     | internal_source | deployment_type, resource_spec, install_command, build_command | source_tarball_path, framework_config_path | no |
+         *
+         *     Any other field of source_config or source_revision_config given (not null) is 400 `field_not_allowed` naming it (`source_config.listener_id is not allowed for source internal_container`). source_config.integration_id, source_config.repo_url, source_config.deployment_type, source_config.listener_id, source_config.listener_config, name and source take only their current value (another is 400 `field_immutable`: `source_config.deployment_type cannot be changed after creation`). A source_revision_config keeps the fields it leaves out from the latest revision of the same source; a revision missing one is 400 `field_required` (`source_revision_config.image_uri is required for source internal_container`). revision_source may name internal_source or internal_container (never codehost) for a deployment of another source, except an external_container one, and then needs a source_revision_config (400 otherwise).
          */
         patch: operations["patchDeployment"];
         trace?: never;
