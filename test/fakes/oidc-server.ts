@@ -92,6 +92,13 @@ export interface OidcServer {
   delayTokenEndpoint(ms: number): void;
   /** Makes the revocation endpoint answer only after `ms` (0: at once). */
   delayRevocationEndpoint(ms: number): void;
+  /**
+   * Holds every request to the token (`/token`) or revocation endpoint from now on, unanswered, until
+   * the returned release is called: a provider as slow as a test needs, with no clock involved.
+   */
+  holdEndpoint(endpoint: 'token' | 'revocation'): () => void;
+  /** Requests held by holdEndpoint now, not answered yet. */
+  heldRequestCount(): number;
   /** Requests that reached the revocation endpoint so far. */
   revocationRequestCount(): number;
   /** Asks the introspection endpoint (as the confidential client) whether a token is still active. */
@@ -110,6 +117,7 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
   let revocationRequests = 0;
   let tokenDelayMs = 0;
   let revocationDelayMs = 0;
+  const holding = new Map<string, (() => void)[]>();
   let handle: ((req: http.IncomingMessage, res: http.ServerResponse) => void) | null = null;
 
   // Listen first: the issuer must carry the port, and the provider is built with its issuer.
@@ -132,7 +140,9 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
       delayMs = revocationDelayMs;
     }
     // The request body is read by the provider after the delay; it waits in the socket meanwhile.
-    if (delayMs > 0) setTimeout(answer, delayMs);
+    const held = holding.get(path);
+    if (held) held.push(answer);
+    else if (delayMs > 0) setTimeout(answer, delayMs);
     else answer();
   });
   await new Promise<void>((resolve, reject) => {
@@ -265,6 +275,16 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
       revocationDelayMs = ms;
     },
     revocationRequestCount: () => revocationRequests,
+    holdEndpoint(endpoint) {
+      const path = endpoint === 'token' ? '/token' : '/token/revocation';
+      const held: (() => void)[] = [];
+      holding.set(path, held);
+      return () => {
+        if (holding.get(path) === held) holding.delete(path);
+        for (const answer of held.splice(0)) answer();
+      };
+    },
+    heldRequestCount: () => [...holding.values()].reduce((n, held) => n + held.length, 0),
     async introspect(token) {
       const client = clients.confidential;
       const response = await fetch(endpoints.introspection, {

@@ -1,20 +1,21 @@
 /**
  * Refreshing and revoking tokens against a slow identity provider (the provider's latency must not
- * become the API's). A refresh or a revocation holds no database connection while it waits for the
+ * become the API's): the fake provider holds the request unanswered while the test makes other calls. A refresh or a revocation holds no database connection while it waits for the
  * provider; concurrent requests for one token share one provider call, in one process and across
  * replicas on one database.
  */
 import assert from 'node:assert/strict';
-import { after, afterEach, before, test } from 'node:test';
+import { after, afterEach, before } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import type { FastifyInstance } from 'fastify';
 import type { OidcServer } from '../fakes/oidc-server.ts';
 import { client } from '../support/harness.ts';
+import { eventually } from '../support/wait.ts';
 import {
   agentToken,
   authorize,
   createDeployment,
   registerProvider,
-  sleep,
   startIdp,
   startOAuthTestApp,
   storedTokenValues,
@@ -28,7 +29,6 @@ let api: Api;
 
 /** The test database's pool has 10 connections: more concurrent requests than that would exhaust it. */
 const CONCURRENT = 30;
-const SLOW_MS = 2500;
 
 before(async () => {
   [t, idp] = await Promise.all([startOAuthTestApp(), startIdp()]);
@@ -64,33 +64,37 @@ async function expiringToken(providerId: string, agentId: string, login: string)
   return { ...flow, connectionId: flow.connectionId!, credential: minted.body.credential as string };
 }
 
-/** Other API calls, timed: what every other user of the service sees meanwhile. */
-async function otherCallsTake(): Promise<number> {
-  const started = Date.now();
-  const answers = await Promise.all([
-    api.get('/v2/auth/tokens'),
-    api.get('/v2/deployments'),
-    api.get('/v2/auth/providers'),
-    api.get('/v2/auth/agents/nobody/connections'),
-  ]);
+/**
+ * Other API calls while the provider holds a request unanswered: what every other user of the service
+ * sees meanwhile. They must all answer with the provider's request still held (had they waited for a
+ * database connection the held calls keep, they would never answer: the test's limit would end it).
+ */
+async function otherCallsAnswerWhileHeld(): Promise<void> {
+  await eventually('the provider holding the request', () => idp.heldRequestCount() > 0);
+  // More calls than the test database's pool has connections.
+  const answers = await Promise.all(
+    Array.from({ length: 3 }, () => [
+      api.get('/v2/auth/tokens'),
+      api.get('/v2/deployments'),
+      api.get('/v2/auth/providers'),
+      api.get('/v2/auth/agents/nobody/connections'),
+    ]).flat(),
+  );
   for (const answer of answers) assert.equal(answer.status, 200, JSON.stringify(answer.body));
-  return Date.now() - started;
+  assert.ok(idp.heldRequestCount() > 0, 'the provider still holds the request: the calls did not wait for it');
 }
 
 test('a slow refresh holds no database connection: other calls answer meanwhile, and the provider sees one refresh', async () => {
   const { tokenId, connectionId, credential } = await expiringToken('acme-idp', 'busy-bot', 'erin');
   const old = await storedTokenValues(t, tokenId);
-  idp.delayTokenEndpoint(SLOW_MS);
+  const release = idp.holdEndpoint('token');
   const refreshesBefore = idp.tokenRequestCount();
-  const started = Date.now();
 
   const requests = Array.from({ length: CONCURRENT }, () => agentToken(t.app, credential, 'busy-bot', connectionId));
-  await sleep(300);
-  const took = await otherCallsTake();
-  assert.ok(took < 1000, `other API calls waited ${took} ms for the provider`);
+  await otherCallsAnswerWhileHeld();
+  release();
 
   const answers = await Promise.all(requests);
-  assert.ok(Date.now() - started >= SLOW_MS, 'the provider was slow');
   for (const answer of answers) assert.equal(answer.status, 200, JSON.stringify(answer.body));
   const issued = new Set(answers.map((a) => a.body.access_token));
   assert.equal(issued.size, 1, 'every caller got the one refreshed token');
@@ -129,13 +133,12 @@ test('a slow revocation holds no database connection; concurrent deletes of one 
     'grace',
   );
   const values = await storedTokenValues(t, flow.tokenId);
-  idp.delayRevocationEndpoint(1200);
+  const release = idp.holdEndpoint('revocation');
   const revocationsBefore = idp.revocationRequestCount();
 
   const deletes = Array.from({ length: 12 }, () => api.delete(`/v2/auth/tokens/${flow.tokenId}`));
-  await sleep(300);
-  const took = await otherCallsTake();
-  assert.ok(took < 1000, `other API calls waited ${took} ms for the provider`);
+  await otherCallsAnswerWhileHeld();
+  release();
 
   const statuses = (await Promise.all(deletes)).map((d) => d.status).sort();
   assert.deepEqual(statuses, [204, ...Array<number>(11).fill(404)]);
