@@ -13,6 +13,7 @@ import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as tar from 'tar';
 import { removeTree } from '../../src/dataplane/build-snapshot.ts';
+import { unmountUnder } from '../support/mounts.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { FINAL, writeApp } from './data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
@@ -160,7 +161,9 @@ after(async () => {
     current.child.kill('SIGTERM');
     await current.exited;
   }
-  // Sealed builds have no write bits, which only root ignores (CI runs this as an ordinary user too).
+  // The deployments' file systems (as root) stay mounted after the service; sealed builds have no
+  // write bits, which only root ignores (CI runs this as an ordinary user too).
+  await unmountUnder(dataDir);
   await removeTree(dataDir);
 });
 

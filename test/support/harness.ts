@@ -9,13 +9,11 @@
  * - the inject() client (client); waits are support/wait.ts's `eventually`.
  * Process-level tests (the service spawned as `npm start` runs it) use support/service-harness.ts.
  */
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import type { FastifyInstance, InjectOptions } from 'fastify';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
@@ -34,6 +32,7 @@ import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
 import { startTracing, type Tracing } from '../../src/telemetry/tracing.ts';
+import { unmountUnder } from './mounts.ts';
 import { assertAnswerDocumented } from './openapi-conformance.ts';
 
 /** The repository's root: where `npm start`, `listener/main.ts` and `bin/slipway.mjs` are run from. */
@@ -61,20 +60,6 @@ function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
 }
 
 /** A fresh database with every migration applied, cloned from the template. */
-/** Unmounts what is mounted under `dir` (deepest first), as an operator does before removing it. */
-async function unmountUnder(dir: string): Promise<void> {
-  const real = await fs.realpath(dir).catch(() => null);
-  if (real === null) return;
-  const points = (await fs.readFile('/proc/self/mountinfo', 'utf8'))
-    .split('\n')
-    .map((line) =>
-      (line.split(' ')[4] ?? '').replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8))),
-    )
-    .filter((point) => point.startsWith(`${real}/`))
-    .sort((a, b) => b.length - a.length);
-  for (const point of points) await promisify(execFile)('umount', ['--', point]);
-}
-
 export async function createTestDatabase(): Promise<TestDatabase> {
   const { adminUrl, template } = testEnvironment();
   const name = `${template}_${randomBytes(4).toString('hex')}`;

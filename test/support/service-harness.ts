@@ -9,6 +9,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fetchApi, freePort, ROOT } from './harness.ts';
+import { unmountUnder } from './mounts.ts';
 import { eventually } from './wait.ts';
 
 export { ROOT };
@@ -186,6 +187,7 @@ export async function cleanUp(): Promise<void> {
       );
       if (!gone) process.kill(pid, 'SIGKILL');
     }
+    await unmountUnder(dir);
     await fs.rm(dir, { recursive: true, force: true });
   }
 }
