@@ -1,26 +1,27 @@
 /**
- * A reporter for Node's test runner (`npm test -- --times FILE`): how long each test file's top-level
- * tests took together, one JSON line per file in FILE when the run ends, slowest first. CI's steps are
- * sized from it (.ci/run), and a file that grew slow shows up by name.
+ * A reporter for Node's test runner (`npm test -- --times FILE`): how long each test file took (its
+ * process from start to exit, as the runner timed it) and whether it passed, one JSON line per file in
+ * FILE when the run ends, slowest first. A file that grew slow shows up by name.
+ *
+ * Files are read off the runner's own per-file test (its name is the file's path), not off the tests in
+ * it: a test declared through test/support/limited-test.ts reports that module as its location.
  *
  * JavaScript, not TypeScript: the runner loads reporters before `--import tsx` applies.
  */
 
 /** @param {AsyncIterable<import('node:test/reporters').TestEvent>} source */
 export default async function* fileTimes(source) {
-  /** @type {Map<string, { ms: number; tests: number; failed: number }>} */
+  /** @type {Map<string, { seconds: number; passed: boolean }>} */
   const perFile = new Map();
   for await (const event of source) {
-    if (event.type !== 'test:pass' && event.type !== 'test:fail') continue;
+    if (event.type !== 'test:complete') continue;
     const { data } = event;
-    if (data.nesting !== 0 || !data.file) continue;
-    const entry = perFile.get(data.file) ?? { ms: 0, tests: 0, failed: 0 };
-    entry.ms += data.details.duration_ms;
-    entry.tests += 1;
-    if (event.type === 'test:fail') entry.failed += 1;
-    perFile.set(data.file, entry);
+    if (data.nesting !== 0 || !data.file || data.name !== data.file) continue;
+    perFile.set(data.file, {
+      seconds: Math.round(data.details.duration_ms / 100) / 10,
+      passed: data.details.passed,
+    });
   }
-  const rows = [...perFile].sort((a, b) => b[1].ms - a[1].ms);
-  for (const [file, { ms, tests, failed }] of rows)
-    yield `${JSON.stringify({ file, seconds: Math.round(ms / 100) / 10, tests, failed })}\n`;
+  const rows = [...perFile].sort((a, b) => b[1].seconds - a[1].seconds);
+  for (const [file, entry] of rows) yield `${JSON.stringify({ file, ...entry })}\n`;
 }
