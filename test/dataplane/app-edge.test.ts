@@ -1059,15 +1059,6 @@ describe('choosing the edge', { timeout: 60_000 }, () => {
   });
 });
 
-/**
- * Debt: as an ordinary user the takeover test below fails about one run in four (edge B serves the old
- * app once after its change), since its edge's owner file stops edge A from starting its HAProxy again.
- * Until that is found, it runs as root only, and says so.
- */
-const notRootSkip =
-  process.getuid?.() !== 0 &&
-  'fails now and then as an ordinary user (an open defect of the edge takeover); runs as root';
-
 describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
   /** The pid of the HAProxy master serving the edge, from its pid file. */
   async function masterPid(dataDir: string): Promise<number> {
@@ -1211,24 +1202,20 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     assert.equal(processAlive(leftover.pid!), false, 'the leftover HAProxy is gone');
   });
 
-  test(
-    'a second edge started on the data directory and port of one still running takes over and serves',
-    { skip: notRootSkip },
-    async () => {
-      const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
-      dataDirs.push(dataDir);
-      const a = await startEdge('haproxy', { dataDir });
-      const appA = await startApp('a');
-      await a.setTargets('both-00000043', [{ instanceId: 'a', port: appA.port }]);
-      const b = await startEdge('haproxy', { dataDir, port: a.port });
-      const appB = await startApp('b');
-      await b.setTargets('both-00000043', [{ instanceId: 'b', port: appB.port }]);
-      await eventually('edge B serving', () => served(b, 'both-00000043', 'b'), { retryErrors: true });
-      // Whatever edge A's supervisor does now, B keeps serving and keeps applying its changes.
-      await sleep(3_000);
-      const appB2 = await startApp('b2');
-      await b.setTargets('both-00000043', [{ instanceId: 'b2', port: appB2.port }], { drainTimeoutMs: 1_000 });
-      for (let i = 0; i < 6; i++) assert.ok(await served(b, 'both-00000043', 'b2'), `request ${i} is served by edge B`);
-    },
-  );
+  test('a second edge started on the data directory and port of one still running takes over and serves', async () => {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
+    dataDirs.push(dataDir);
+    const a = await startEdge('haproxy', { dataDir });
+    const appA = await startApp('a');
+    await a.setTargets('both-00000043', [{ instanceId: 'a', port: appA.port }]);
+    const b = await startEdge('haproxy', { dataDir, port: a.port });
+    const appB = await startApp('b');
+    await b.setTargets('both-00000043', [{ instanceId: 'b', port: appB.port }]);
+    await eventually('edge B serving', () => served(b, 'both-00000043', 'b'), { retryErrors: true });
+    // Whatever edge A's supervisor does now, B keeps serving and keeps applying its changes.
+    await sleep(3_000);
+    const appB2 = await startApp('b2');
+    await b.setTargets('both-00000043', [{ instanceId: 'b2', port: appB2.port }], { drainTimeoutMs: 1_000 });
+    for (let i = 0; i < 6; i++) assert.ok(await served(b, 'both-00000043', 'b2'), `request ${i} is served by edge B`);
+  });
 });
