@@ -478,6 +478,7 @@ const API_LOAD_TITLES: Record<ApiLoad, string> = {
   none: 'no app load',
   stable: "app loaded through the stable URL (the service's edge)",
   builtin: 'app loaded through the built-in edge',
+  'stable-no-reserve': 'app loaded through the stable URL, the service out of its CPU reserve',
 };
 
 interface ApiCell {
@@ -494,7 +495,7 @@ interface ApiCell {
 
 function apiCells(runs: ApiRun[]): ApiCell[] {
   const cells: ApiCell[] = [];
-  for (const load of ['none', 'stable', 'builtin'] as const) {
+  for (const load of ['none', 'stable', 'builtin', 'stable-no-reserve'] as const) {
     const mine = runs.filter((r) => r.load === load);
     if (mine.length === 0) continue;
     const apps = mine.map((r) => r.app).filter((a): a is LoadResult => a !== null);
@@ -651,6 +652,12 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
           ? `; with the ${probe.appTitle} loaded through the stable URL (${edgeOf(results, probe.mode)}) ${ms(stable.c.p99)} ms, ${times(stable.ratio)}: goal (within ${pct(GOAL_API_P99_RATIO - 1)}) ${stable.ratio <= GOAL_API_P99_RATIO ? 'met' : 'NOT met'}`
           : '') +
         (builtin ? `; through the built-in edge ${ms(builtin.c.p99)} ms, ${times(builtin.ratio)}` : ''),
+    );
+    const unreserved = under('stable-no-reserve');
+    lines.push(
+      unreserved && stable
+        ? `the service's CPU reserve: API p99 under app load through the stable URL ${ms(stable.c.p99)} ms in it against ${ms(unreserved.c.p99)} ms out of it (${times(stable.c.p99 / unreserved.c.p99)})`
+        : `the service's CPU reserve was not measured: ${probe.reserve ?? 'no app load through the stable URL'}`,
     );
   }
   for (const mode of results.modes)

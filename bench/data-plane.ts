@@ -54,6 +54,7 @@ import {
 } from './data-plane-sandbox.ts';
 import { requestByHost, startDataPlaneService, type DataPlaneService } from './data-plane-service.ts';
 import { findPlainProxy, startPlainProxy, type PlainProxyKind } from './plain-proxies.ts';
+import { benchServiceReserve, type BenchReserve } from './service-reserve.ts';
 import type { HttpJob, LoadJob, LoadResult } from './load-protocol.ts';
 
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -269,7 +270,12 @@ export interface ProxyRun {
 }
 
 /** What loads the app while the API's latency is measured: nothing, or the app through one edge. */
-export type ApiLoad = 'none' | 'stable' | 'builtin';
+/**
+ * What the app does while the API is probed: nothing, loaded through the stable URL or the built-in edge
+ * (the service in its CPU reserve, as in production), or through the stable URL with the service out of
+ * its reserve (what the API got before it had one).
+ */
+export type ApiLoad = 'none' | 'stable' | 'builtin' | 'stable-no-reserve';
 
 /** One run of the API probe: a fixed rate of a cheap authenticated call, with or without app load. */
 export interface ApiRun {
@@ -295,6 +301,8 @@ export interface ApiProbeInfo {
   /** The app loaded meanwhile, and the mode of its service (whose API is probed). */
   appTitle: string;
   mode: ModeKey;
+  /** The service's CPU reserve during the runs (bench/service-reserve.ts), or why there was none. */
+  reserve?: string;
 }
 
 export interface DataPlaneResults {
@@ -826,6 +834,7 @@ async function apiRuns(
   app: BenchApp,
   target: ProxyTarget,
   forms: Form[],
+  reserve: BenchReserve | null,
   say: (line: string) => void,
 ): Promise<ApiRun[]> {
   const durationSeconds = options.durationSeconds / rounds;
@@ -846,17 +855,23 @@ async function apiRuns(
     rate: API_PROBE_RATE,
   };
   const loads: ApiLoad[] = ['none', ...(['stable', 'builtin'] as const).filter((l) => forms.some((f) => f.form === l))];
+  if (reserve !== null && loads.includes('stable')) loads.push('stable-no-reserve');
   const runs: ApiRun[] = [];
   // The app's load generator is an ordinary process at ordinary priority, as any client or neighbour on
   // a host is: the API's p99 under app load is measured against that, not against a generator that
   // yields to it.
-  await apiRounds();
+  try {
+    await apiRounds();
+  } finally {
+    await reserve?.outside();
+  }
   return runs;
 
   async function apiRounds(): Promise<void> {
     for (let round = 0; round < rounds; round++) {
       for (const condition of inTurn(loads, round)) {
-        const f = forms.find((x) => x.form === condition);
+        const f = forms.find((x) => x.form === (condition === 'stable-no-reserve' ? 'stable' : condition));
+        await (condition === 'stable-no-reserve' ? reserve?.outside() : reserve?.inside());
         const before = await sampleCpu(load.pid);
         const [result, appResult] = await Promise.all([
           probe.run(probeJob),
@@ -1118,7 +1133,17 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
               mode,
             };
             const forms = formsByMode.get(mode)!;
-            api.push(...(await apiRuns(ctx.load, ctx.probe, options, rounds, app, targets.get(mode)!, forms, say)));
+            const reserve = await benchServiceReserve();
+            if (typeof reserve === 'string') say(`  API under app load: ${reserve}`);
+            const held = typeof reserve === 'string' ? null : reserve;
+            apiProbe.reserve = typeof reserve === 'string' ? reserve : reserve.description;
+            try {
+              api.push(
+                ...(await apiRuns(ctx.load, ctx.probe, options, rounds, app, targets.get(mode)!, forms, held, say)),
+              );
+            } finally {
+              await held?.dispose();
+            }
           }
         } finally {
           await closeAll();

@@ -100,6 +100,12 @@ export interface Config {
   readonly edgeProxy: EdgeProxyMode;
   /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
   readonly sandbox: SandboxMode;
+  /**
+   * Whether the service gives itself a CPU group that weighs as much as all apps together, so the API
+   * answers promptly under app load (src/dataplane/service-cpu-reserve.ts). SLIPWAY_SERVICE_CPU_RESERVE,
+   * on by default where the host allows it.
+   */
+  readonly serviceCpuReserve: boolean;
   /** The host uids deployments get one each of when the service is root (SLIPWAY_APP_UIDS). */
   readonly appUids: AppUidRange;
   /**
@@ -353,6 +359,7 @@ export function loadConfig(
     appsTls: appsTls(env, cwd),
     edgeProxy: edgeProxy(env),
     sandbox: sandbox(env),
+    serviceCpuReserve: text(env, 'SLIPWAY_SERVICE_CPU_RESERVE') === null || flag(env, 'SLIPWAY_SERVICE_CPU_RESERVE'),
     appUids: appUids(env),
     // Why these defaults: src/dataplane/resource-limits.ts.
     defaultLimits: Object.freeze({

@@ -20,6 +20,8 @@ import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
 import { startAppEdge, type AppEdge } from './dataplane/app-edge.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
+import { parentGroupName } from './dataplane/resource-limits.ts';
+import { reserveServiceCpu } from './dataplane/service-cpu-reserve.ts';
 import { startTracing } from './telemetry/tracing.ts';
 import { createServices } from './services.ts';
 
@@ -83,6 +85,17 @@ async function main(): Promise<void> {
   process.on('SIGHUP', onSignal);
 
   const lock = await lockDataDir(config.dataDir, { logger, command: 'service' });
+  // Where apps run here, the service (and the embedded PostgreSQL it starts next) gets a CPU group that
+  // weighs as much as all apps together, so the API answers promptly under app load.
+  const cpuReserve = config.roles.includes('worker')
+    ? await reserveServiceCpu({
+        enabled: config.serviceCpuReserve,
+        parent: parentGroupName(process.getuid?.() ?? null, config.dataDir),
+        cpus: os.availableParallelism(),
+        logger,
+      })
+    : null;
+  if (cpuReserve) logger.info(`CPU: ${cpuReserve.description}`);
   let databaseLost: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void = () => process.exit(1);
   database = await openDatabase(config, logger, { onServerExit: (exit) => databaseLost(exit) });
   const db = database.db;
@@ -156,6 +169,7 @@ async function main(): Promise<void> {
       } finally {
         // The embedded server last, once nothing uses it; the data directory once the server is down.
         await opened.close();
+        await cpuReserve?.release();
         await lock.release();
       }
       logger.info('stopped');
@@ -180,7 +194,8 @@ async function main(): Promise<void> {
 
   if (config.roles.includes('worker')) {
     try {
-      edge = await startAppEdge({ config, logger });
+      const ordinary = cpuReserve ? { ordinary: cpuReserve.ordinary } : {};
+      edge = await startAppEdge({ config, logger, ...ordinary });
       worker = await startLocalDataPlane({
         config,
         db,
@@ -192,6 +207,7 @@ async function main(): Promise<void> {
         repositories: services.integrations.repositories,
         logger,
         tracing,
+        ...ordinary,
         // Apps reach this process's API through their own forwards, which tell it the deployment.
         ...(config.roles.includes('api') ? { apiConnections: app.appConnections.accept } : {}),
       });

@@ -61,6 +61,11 @@ export interface AppEdgeDeps {
   logger: Logger;
   /** Where HAProxy is; tests pass one that finds none. */
   findHaproxy?: () => Promise<string | null>;
+  /**
+   * How to start what carries the apps' traffic so that it runs outside the service's CPU reserve
+   * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
+   */
+  ordinary?: (argv: readonly string[]) => string[];
 }
 
 /**
@@ -145,6 +150,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       perClientConnections: perClientConnections(config),
       logger,
       checkPort,
+      ...(deps.ordinary ? { ordinary: deps.ordinary } : {}),
     });
     const publicUrl = publicUrlOf(config, port);
     logger.info({ edge: 'haproxy', haproxy, port, publicUrl }, `apps are served by HAProxy at ${publicUrl}`);

@@ -55,6 +55,12 @@ export interface HaproxyEdgeOptions {
   drainTimeoutMs: number;
   /** Connections one client address may hold at once; null when a proxy in front is every client. */
   perClientConnections: number | null;
+  /**
+   * How to start what carries the apps' traffic so that it runs outside the service's CPU reserve
+   * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
+   */
+  ordinary?: (argv: readonly string[]) => string[];
+
   logger: Logger;
   /** Throws, naming the setting, when the port cannot be had; run once a leftover HAProxy is stopped. */
   checkPort?: () => Promise<void>;
@@ -180,7 +186,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     // At ordinary priority: it carries the apps' traffic, which must not wait for what every other
     // process on the host leaves (it once ran in the idle class; docs/performance.md).
     const command = [options.haproxyPath, '-W', '-db', '-f', configFile];
-    const argv = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
+    const direct = setpriv ? [setpriv, '--pdeathsig', 'SIGTERM', '--', ...command] : command;
+    // Outside the service's CPU reserve, where there is one: the apps' traffic is not the API's.
+    const argv = options.ordinary ? options.ordinary(direct) : direct;
     const proc = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe'] });
     proc.stderr.setEncoding('utf8');
     proc.stderr.on('data', (chunk: string) => {

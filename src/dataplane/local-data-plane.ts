@@ -53,6 +53,11 @@ export interface LocalDataPlaneDeps {
   tracing?: Tracing;
   /** The API of this process, when it serves one: apps' connections to the API go to it (src/http/app-connections.ts). */
   apiConnections?: AppConnectionSink;
+  /**
+   * How to start what carries the apps' traffic so that it runs outside the service's CPU reserve
+   * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
+   */
+  ordinary?: (argv: readonly string[]) => string[];
   /** Tests shorten these. */
   leaseSeconds?: number;
   backoff?: { initialMs: number; maxMs: number };
@@ -78,7 +83,14 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   const subordinate = process.getuid?.() === 0 ? undefined : await probeSubordinateIds();
   const range = subordinate?.ids?.deployments ?? config.appUids;
   const users = createAppUsers({ range, uidOf: (id) => appUidOf(db, id, range), subordinate });
-  const sandbox = await createSandbox({ mode: config.sandbox, dataDir: config.dataDir, limits, logger, users });
+  const sandbox = await createSandbox({
+    mode: config.sandbox,
+    dataDir: config.dataDir,
+    limits,
+    logger,
+    users,
+    ...(deps.ordinary ? { ordinary: deps.ordinary } : {}),
+  });
   const contained = sandbox.kind === 'bwrap' && sandbox.networkIsolated && limits.kind !== 'none';
   // Said loudly when anything is missing: an operator must know that apps are not contained.
   (contained ? logger.info.bind(logger) : logger.warn.bind(logger))(

@@ -11,11 +11,9 @@
  * the apps still get their share of each CPU they use, where the kernel's idle class (which this once
  * used) left them only what every other process left, and builds and health checks ran out of time.
  * Within it each instance and build weighs its `cpu` request; its `cpu_limit` is a quota on top. The
- * service keeps the weight of the ordinary processes it is made of (its own unit's group on cgroup v2,
- * its threads beside the apps' parent on v1), no reserve beyond that: on a CPU that holds all of the
- * apps' load the API gets 1 part in 1 + the number of CPUs, and the kernel's balancing usually finds it
- * another (docs/performance.md measures its latency under app load). The app edge and the apps'
- * user-mode network run at ordinary priority: they carry the apps' traffic.
+ * service weighs as much as all apps together where the host allows it (its CPU reserve,
+ * service-cpu-reserve.ts); the app edge and the apps' user-mode network run at ordinary weight outside
+ * it: they carry the apps' traffic.
  *
  * The parent group's name is the service's own (parentGroupName: its user and its data directory): a
  * service never takes another's group, which it may not be allowed to write (a root service's, for one
@@ -228,7 +226,7 @@ function checkLimits(limits: Limits): void {
 }
 
 /** The service's groups from /proc/self/cgroup: v2's `0::<path>` and v1's `<n>:<controllers>:<path>`. */
-function parseSelfCgroup(text: string): { v2: string; v1: Map<string, string> } {
+export function parseSelfCgroup(text: string): { v2: string; v1: Map<string, string> } {
   let v2 = '/';
   const v1 = new Map<string, string>();
   for (const line of text.split('\n')) {

@@ -33,6 +33,8 @@ export const SECCOMP_FD = 5;
 export async function bwrapSandbox(options: {
   bwrap: string;
   slirpBinary: string | null;
+  /** How slirp4netns is started outside the service's CPU reserve (service-cpu-reserve.ts). */
+  ordinary?: (argv: readonly string[]) => string[];
   mapping: UserMapping;
   users: AppUsers;
   who: string;
@@ -49,7 +51,10 @@ export async function bwrapSandbox(options: {
   const socketDir = slirpBinary ? await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-net-')) : null;
   // The app's user must pass through it (never list it) to the sockets of its own forwards.
   if (socketDir) await fs.chmod(socketDir, 0o711);
-  const slirp = slirpBinary && socketDir ? { binary: slirpBinary, socketDir } : null;
+  const slirp =
+    slirpBinary && socketDir
+      ? { binary: slirpBinary, socketDir, ...(options.ordinary ? { ordinary: options.ordinary } : {}) }
+      : null;
   // In its own network an app resolves names through slirp4netns's DNS forwarder (the host's resolver
   // may listen on the host's loopback, out of reach): a resolv.conf of ours, where the host's is read.
   const resolvConf = slirp ? path.join(slirp.socketDir, 'resolv.conf') : null;

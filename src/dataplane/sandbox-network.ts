@@ -21,6 +21,11 @@ export interface SlirpOptions {
   binary: string;
   /** A directory only the service can enter, for the API sockets (short: socket paths are limited). */
   socketDir: string;
+  /**
+   * How to start what carries the apps' traffic so that it runs outside the service's CPU reserve
+   * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
+   */
+  ordinary?: (argv: readonly string[]) => string[];
 }
 
 export interface NetworkAttachment {
@@ -116,7 +121,8 @@ export async function attachNetwork(
     ...(process.getuid?.() === 0 ? ['--netns-type=path', `/proc/${pid}/ns/net`] : [String(pid)]),
     'tap0',
   ];
-  const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  const command = options.ordinary ? options.ordinary(argv) : argv;
+  const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr?.on('data', (chunk: Buffer) => {
     stderr = (stderr + chunk.toString('utf8')).slice(-2_000);

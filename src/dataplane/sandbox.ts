@@ -33,6 +33,7 @@ import type { SandboxMode } from '../config.ts';
 import { createAppUsers, type AppUsers } from './app-uids.ts';
 import type { Limits, ResourceControl } from './resource-limits.ts';
 import { bwrapSandbox } from './sandbox-bwrap.ts';
+import type { SlirpOptions } from './sandbox-network.ts';
 import { DEV_ARGS } from './sandbox-mounts.ts';
 import { bubblewrapProblem, networkProblem, tunProblem } from './sandbox-probe.ts';
 import { HOLDING_SHELL } from './sandbox-scripts.ts';
@@ -100,7 +101,7 @@ export interface Sandbox {
   /** The address an app must listen on to be reached by the router (its namespace's, or the host's loopback). */
   readonly listenHost: string;
   /** The slirp4netns binary and its socket directory, when the network is isolated. */
-  readonly slirp: { binary: string; socketDir: string } | null;
+  readonly slirp: SlirpOptions | null;
   /**
    * Where a command sees its app directory's `src` (its working directory), `home` and `data`. Under
    * bubblewrap every app directory appears at /home/app, so build output that records absolute paths (a
@@ -134,6 +135,8 @@ export async function createSandbox(options: {
   tools?: Partial<SandboxTools>;
   /** Who commands run as (a uid per deployment when root); by default `nobody` when root. */
   users?: AppUsers;
+  /** How slirp4netns is started outside the service's CPU reserve (service-cpu-reserve.ts). */
+  ordinary?: (argv: readonly string[]) => string[];
 }): Promise<Sandbox> {
   const { mode, dataDir, limits } = options;
   const users = options.users ?? createAppUsers({ range: { first: 0, count: 0 } });
@@ -171,6 +174,7 @@ export async function createSandbox(options: {
     const candidate = await bwrapSandbox({
       bwrap: tools.bwrap,
       slirpBinary: tools.slirp4netns,
+      ...(options.ordinary ? { ordinary: options.ordinary } : {}),
       mapping,
       users,
       who,

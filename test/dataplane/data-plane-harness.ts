@@ -107,14 +107,18 @@ export async function startTestService(env: Record<string, string> = {}): Promis
 }
 
 /** Packs a folder (or a map of files) into a .tar.gz and uploads it; the source_tarball_path. */
-export async function uploadApp(service: TestService, files: Record<string, string> | string): Promise<string> {
+export async function uploadApp(
+  service: Pick<TestService, 'base'>,
+  files: Record<string, string> | string,
+  key: string = ADMIN_KEY,
+): Promise<string> {
   const dir = typeof files === 'string' ? files : await writeApp(files);
   const archive = path.join(os.tmpdir(), `slipway-app-${randomBytes(4).toString('hex')}.tar.gz`);
   await tar.c({ gzip: true, file: archive, cwd: dir, portable: true }, await fs.readdir(dir));
   try {
     const response = await fetch(`${service.base}/v2/uploads`, {
       method: 'POST',
-      headers: { 'x-api-key': ADMIN_KEY, 'content-type': 'application/gzip' },
+      headers: { 'x-api-key': key, 'content-type': 'application/gzip' },
       body: await fs.readFile(archive),
     });
     const body = (await response.json()) as { source_tarball_path: string };
