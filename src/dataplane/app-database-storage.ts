@@ -17,6 +17,11 @@
  * default, at most the maximum: databaseStorageOf). Sizes are read with pg_database_size from the
  * service's pool, which reads the database's files and runs none of the app's code.
  *
+ * One replica measures at a time: a round runs under a session advisory lock, and a replica that finds
+ * it held skips the round (the other is measuring). The size shown in a workspace's usage is written only
+ * when it moved (by RECORD_STEP_BYTES or 1%), not at every measure: a quiet database costs the control
+ * plane no write per interval.
+ *
  * What it cannot promise: between two measures an app writes what its disk allows, and the margin
  * bounds what it adds after read-only only at the pace of the measures (docs/operations.md).
  */
@@ -42,6 +47,17 @@ import { recordEvents } from '../store/events.ts';
 import type { Database, Db } from '../store/schema.ts';
 
 const MIB = 1024 * 1024;
+
+/** The least change of a database's size that is written down (besides 1% of it). */
+const RECORD_STEP_BYTES = MIB;
+
+/** The advisory lock a round holds (one key for the service: pg_advisory_lock's bigint). */
+export const ROUND_LOCK = 0x534c_5759_4442_5354n; // "SLWYDBST"
+
+/** Whether the size moved enough since the last one written to be written again. */
+function sizeMoved(last: number | null, size: number): boolean {
+  return last === null || Math.abs(size - last) >= Math.max(RECORD_STEP_BYTES, last / 100);
+}
 
 /** App database and role names (src/dataplane/app-database.ts): nothing else is ever altered here. */
 const APP_NAME = /^slw_app_[0-9a-f-]+$/;
@@ -136,7 +152,7 @@ async function checkOne(deps: DatabaseStorageDeps, database: MeasuredAppDatabase
   // Dropped meanwhile (its deployment is being deleted).
   if (sizeBytes === null) return;
   const size = sizeBytes;
-  await recordDatabaseSize(deps.db, database.deploymentId, size, now);
+  if (sizeMoved(database.sizeBytes, size)) await recordDatabaseSize(deps.db, database.deploymentId, size, now);
   const limitBytes = limitBytesOf(databaseStorageOf(database.resourceSpec, deps.defaults));
   const to = nextStorageState({
     state: database.state,
@@ -166,13 +182,33 @@ async function checkOne(deps: DatabaseStorageDeps, database: MeasuredAppDatabase
     );
 }
 
-/** One measure of every app database; errors are logged per database, never thrown. */
-export async function checkDatabaseStorage(deps: DatabaseStorageDeps): Promise<void> {
-  const now = (deps.now ?? (() => new Date()))();
-  for (const database of await appDatabasesToMeasure(deps.db)) {
-    await checkOne(deps, database, now).catch((error: unknown) =>
-      deps.logger.error({ err: error, deploymentId: database.deploymentId }, 'could not check an app database size'),
-    );
+/**
+ * One measure of every app database, unless another replica is measuring (false then); errors are
+ * logged per database, never thrown.
+ */
+export async function checkDatabaseStorage(deps: DatabaseStorageDeps): Promise<boolean> {
+  const lock = await deps.pool.connect();
+  try {
+    const held = await lock.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [
+      ROUND_LOCK.toString(),
+    ]);
+    if (!held.rows[0]!.locked) return false;
+    try {
+      const now = (deps.now ?? (() => new Date()))();
+      for (const database of await appDatabasesToMeasure(deps.db)) {
+        await checkOne(deps, database, now).catch((error: unknown) =>
+          deps.logger.error(
+            { err: error, deploymentId: database.deploymentId },
+            'could not check an app database size',
+          ),
+        );
+      }
+      return true;
+    } finally {
+      await lock.query('select pg_advisory_unlock($1)', [ROUND_LOCK.toString()]);
+    }
+  } finally {
+    lock.release();
   }
 }
 
@@ -185,6 +221,7 @@ export function startDatabaseStorageWatch(deps: DatabaseStorageDeps): DatabaseSt
     if (stopped) return;
     timer = setTimeout(() => {
       round = checkDatabaseStorage(deps)
+        .then(() => undefined)
         .catch((error: unknown) => deps.logger.error({ err: error }, 'could not measure the app databases'))
         .finally(schedule);
     }, deps.intervalMs);

@@ -43,6 +43,8 @@ export interface MeasuredAppDatabase {
   roleName: string;
   state: DatabaseStorageState;
   stateSizeBytes: number | null;
+  /** The size recorded last (recordDatabaseSize), null before the first measure. */
+  sizeBytes: number | null;
   resourceSpec: Record<string, unknown> | null;
 }
 
@@ -61,6 +63,7 @@ export async function appDatabasesToMeasure(db: Db): Promise<MeasuredAppDatabase
       'r.role_name',
       'r.database_storage_state',
       'r.database_state_size_bytes',
+      'r.database_size_bytes',
       'd.source_config',
     ])
     .where('d.listener_id', 'is', null)
@@ -76,6 +79,7 @@ export async function appDatabasesToMeasure(db: Db): Promise<MeasuredAppDatabase
     roleName: r.role_name!,
     state: r.database_storage_state,
     stateSizeBytes: r.database_state_size_bytes === null ? null : Number(r.database_state_size_bytes),
+    sizeBytes: r.database_size_bytes === null ? null : Number(r.database_size_bytes),
     resourceSpec: (r.source_config.resource_spec as Record<string, unknown> | undefined) ?? null,
   }));
 }

@@ -26,6 +26,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
+import { ROUND_LOCK } from '../../src/dataplane/app-database-storage.ts';
 
 const MIB = 1024 * 1024;
 /** The default (and each app's) limit: 24 MiB; the maximum lets a patch raise it to 1 GiB. */
@@ -199,4 +200,53 @@ test('an app that lifts read-only for itself and keeps writing is cut off, and a
   assert.equal(writable.data.limit_bytes, 1024 * MIB);
   const written = await call(filler, '/write');
   assert.ok(written.ok, JSON.stringify(written));
+});
+
+/** What the control plane has written down of a database's size, and when. */
+async function recorded(deploymentId: string): Promise<{ bytes: number | null; at: number | null }> {
+  const result = await service.database.pool.query<{ bytes: string | null; at: Date | null }>(
+    `select database_size_bytes::text as bytes, database_measured_at as at from deployment_runtimes
+      where deployment_id = $1`,
+    [deploymentId],
+  );
+  const row = result.rows[0]!;
+  return { bytes: row.bytes === null ? null : Number(row.bytes), at: row.at?.getTime() ?? null };
+}
+
+/** Writes `mb` MiB into the keeper's database (well within its limit). */
+async function keeperWrites(mb: number): Promise<void> {
+  for (let i = 0; i < mb; i++) assert.ok((await call(keeper, '/write')).ok);
+}
+
+test('a database whose size does not move is not written down at every measure; one that grows is', async () => {
+  await keeperWrites(2);
+  const first = await eventually('the keeper’s new size written down', async () => {
+    const now = await recorded(keeper.id);
+    return now.bytes !== null && Math.abs(now.bytes - (await databaseBytes(keeper.id))) < MIB && now;
+  });
+  // The scenario is time passing with nothing written: three measures (one a second) change nothing.
+  await new Promise((resolve) => setTimeout(resolve, 3_500));
+  assert.deepEqual(await recorded(keeper.id), first, 'a quiet database costs the control plane no write');
+  await keeperWrites(2);
+  await eventually('the grown size written down', async () => ((await recorded(keeper.id)).bytes ?? 0) > first.bytes!);
+});
+
+test('while another replica measures (it holds the round’s lock), this one measures nothing; after it, this one does', async () => {
+  const other = await service.database.pool.connect();
+  try {
+    await other.query('select pg_advisory_lock($1)', [ROUND_LOCK.toString()]);
+    const before = await recorded(keeper.id);
+    await keeperWrites(3);
+    // The scenario is rounds going by while the lock is held: three of them change nothing.
+    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    assert.deepEqual(await recorded(keeper.id), before, 'no measure while another replica holds the round');
+    await other.query('select pg_advisory_unlock($1)', [ROUND_LOCK.toString()]);
+    await eventually(
+      'a measure once the lock is free',
+      async () => ((await recorded(keeper.id)).bytes ?? 0) > before.bytes!,
+    );
+  } finally {
+    await other.query('select pg_advisory_unlock_all()').catch(() => undefined);
+    other.release();
+  }
 });
