@@ -351,6 +351,37 @@ function documentUnknownFields(doc: { paths?: Json }): void {
   }
 }
 
+const TenantParameter = {
+  name: 'X-Tenant-Id',
+  in: 'header',
+  required: false,
+  description:
+    "The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`.",
+  schema: { type: 'string', format: 'uuid' },
+};
+
+/**
+ * Every operation an API key opens (the document's default security, or a route's own that names
+ * `apiKey`: the listener protocol's) reads X-Tenant-Id (src/http/authenticate.ts), said here once rather
+ * than by every route: not a route schema's header, which would be validated before the credential is
+ * (and a bad header would then answer before the 401).
+ */
+function documentTenantHeader(doc: { paths?: Json }): void {
+  if (!isObject(doc.paths)) return;
+  for (const item of Object.values(doc.paths)) {
+    if (!isObject(item)) continue;
+    for (const operation of Object.values(item)) {
+      if (!isObject(operation)) continue;
+      const security = operation.security;
+      const byApiKey =
+        security === undefined || (Array.isArray(security) && security.some((s) => isObject(s) && 'apiKey' in s));
+      if (!byApiKey) continue;
+      const parameters = Array.isArray(operation.parameters) ? operation.parameters : [];
+      operation.parameters = [...parameters, structuredClone(TenantParameter)];
+    }
+  }
+}
+
 /**
  * Replaces every schema that declares `DOCUMENTED_AS` by the form it declares, keeping its examples (the
  * request is still validated by the schema itself: schema-helpers.ts).
@@ -372,13 +403,14 @@ function documentAsDeclared(document: object): void {
 }
 
 /**
- * The swagger plugin's `transformObject`: optional bodies, unknown fields, required headers, named
- * schemas, then shared error responses.
+ * The swagger plugin's `transformObject`: optional bodies, unknown fields, the tenant header, required
+ * headers, named schemas, then shared error responses.
  */
 export function shapeDocument<D extends object>(document: D): D {
   documentAsDeclared(document);
   documentOptionalBodies(document);
   documentUnknownFields(document);
+  documentTenantHeader(document);
   hoistRequiredHeaders(document);
   nameSchemas(document);
   shareErrorResponses(document);
