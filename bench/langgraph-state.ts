@@ -12,6 +12,10 @@
  *    thread of its own (`POST /threads/{id}/runs/wait`: a queued run, checkpoints, the result); then the
  *    first stream event, `STREAMS` streamed runs one after another (`POST /threads/{id}/runs/stream`):
  *    time to the first event (`metadata`) and to the graph's first `values`.
+ * 4. An MCP tool call's overhead (runtime/langgraph/mcp.mjs): on the PostgreSQL server, `CALLS` calls one
+ *    after another of the graph's tool through `@modelcontextprotocol/sdk`'s Client (Streamable HTTP, one
+ *    session), against as many stateless runs of the same graph through `POST /runs/wait` (each on a new
+ *    thread, as a tool call is), in turn.
  *
  * Clients are `@langchain/langgraph-sdk`, as users' are. Everything is bounded: the install, the start
  * (120 s), each run's duration; the servers and the database are removed at the end.
@@ -25,9 +29,18 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { execFile } from 'node:child_process';
 import { Client } from '@langchain/langgraph-sdk';
+import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { databaseUrl, withClient } from '../src/db/admin-client.ts';
 import { freePort } from '../src/db/embedded-postgres.ts';
-import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../src/domain/langgraph-config.ts';
+import {
+  A2A_SDK_PACKAGE,
+  A2A_SDK_VERSION,
+  LANGGRAPH_JS_SERVER_VERSION,
+  LANGGRAPH_POSTGRES_VERSION,
+  MCP_SDK_PACKAGE,
+  MCP_SDK_VERSION,
+} from '../src/domain/langgraph-config.ts';
 
 const run = promisify(execFile);
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
@@ -38,6 +51,8 @@ const CONCURRENCY = 8;
 /** Streamed runs per mode and round in the latency phase. */
 const STREAMS = 30;
 const ROUNDS = 2;
+/** Sequential calls per protocol and round in the MCP phase. */
+const CALLS = 40;
 
 export const isLangGraphKey = (key: string) => key === 'langgraph';
 
@@ -64,7 +79,16 @@ export interface ModeResult {
   firstValues: Summary;
 }
 
+/** An MCP tool call against a stateless run through /runs/wait, of the same graph on the same server. */
+export interface McpResult {
+  calls: number;
+  runsWait: Summary;
+  toolCall: Summary;
+}
+
 export interface LangGraphBenchResult {
+  /** The MCP phase, or why it did not run. */
+  mcp: McpResult | string;
   concurrency: number;
   secondsPerMode: number;
   streams: number;
@@ -80,6 +104,7 @@ function summary(samples: number[]): Summary {
 
 interface Server {
   mode: 'memory' | 'postgres';
+  base: string;
   client: Client;
   child: ChildProcess;
 }
@@ -88,7 +113,7 @@ async function startServer(dir: string, mode: Server['mode'], url: string | null
   const port = await freePort();
   const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', 'langgraph.json'], {
     cwd: dir,
-    stdio: 'ignore',
+    stdio: ['ignore', 'ignore', 'pipe'],
     env: {
       PATH: process.env.PATH ?? '',
       HOME: dir,
@@ -97,10 +122,12 @@ async function startServer(dir: string, mode: Server['mode'], url: string | null
       ...(url ? { DATABASE_URL: url } : {}),
     },
   });
+  let stderr = '';
+  child.stderr?.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
   const base = `http://127.0.0.1:${port}`;
   const until = Date.now() + 120_000;
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`the ${mode} server exited with ${child.exitCode}`);
+    if (child.exitCode !== null) throw new Error(`the ${mode} server exited with ${child.exitCode}: ${stderr.trim()}`);
     const ok = await fetch(`${base}/ok`)
       .then((r) => r.ok)
       .catch(() => false);
@@ -108,7 +135,7 @@ async function startServer(dir: string, mode: Server['mode'], url: string | null
     if (Date.now() > until) throw new Error(`the ${mode} server did not answer /ok within 120 s`);
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
-  return { mode, child, client: new Client({ apiUrl: base, callerOptions: { maxRetries: 0 } }) };
+  return { mode, base, child, client: new Client({ apiUrl: base, callerOptions: { maxRetries: 0 } }) };
 }
 
 async function throughput(server: Server, seconds: number): Promise<{ runs: number; latencies: number[] }> {
@@ -152,6 +179,47 @@ async function streamLatency(server: Server): Promise<{ first: number[]; values:
   return { first, values };
 }
 
+/** `CALLS` tool calls and as many stateless runs, one after another each; their latencies. */
+async function mcpRound(server: Server, mcp: McpClient): Promise<{ waits: number[]; calls: number[] }> {
+  const waits: number[] = [];
+  const calls: number[] = [];
+  for (let i = 0; i < CALLS; i += 1) {
+    let started = performance.now();
+    await server.client.runs.wait(null, 'echo', { input: { text: `hello ${i}` } });
+    waits.push(performance.now() - started);
+    started = performance.now();
+    const result = await mcp.callTool({ name: 'echo', arguments: { text: `hello ${i}` } });
+    if (result.isError) throw new Error(`the MCP tool call failed: ${JSON.stringify(result.content)}`);
+    calls.push(performance.now() - started);
+  }
+  return { waits, calls };
+}
+
+/** The MCP phase on the PostgreSQL server (the one that serves /mcp): see the module comment. */
+async function mcpOverhead(server: Server): Promise<McpResult | string> {
+  const mcp = new McpClient({ name: 'slipway-bench', version: '1' });
+  try {
+    await mcp.connect(new StreamableHTTPClientTransport(new URL(`${server.base}/mcp`)));
+  } catch (error) {
+    return `the server offers no MCP (${error instanceof Error ? error.message : String(error)})`;
+  }
+  try {
+    const tools = await mcp.listTools();
+    if (!tools.tools.some((tool) => tool.name === 'echo')) return 'the server lists no tool named echo';
+    await mcpRound(server, mcp); // unmeasured: the first calls compile the code paths
+    const waits: number[] = [];
+    const calls: number[] = [];
+    for (let round = 0; round < ROUNDS; round += 1) {
+      const measured = await mcpRound(server, mcp);
+      waits.push(...measured.waits);
+      calls.push(...measured.calls);
+    }
+    return { calls: calls.length, runsWait: summary(waits), toolCall: summary(calls) };
+  } finally {
+    await mcp.close().catch(() => undefined);
+  }
+}
+
 export async function runLangGraphBench(options: {
   serverUrl: string;
   durationSeconds: number;
@@ -168,8 +236,12 @@ export async function runLangGraphBench(options: {
     path.join(dir, 'langgraph.json'),
     JSON.stringify({ node_version: '20', graphs: { echo: './echo.ts:graph' } }),
   );
+  // The launcher and the modules it imports, as the data plane writes them (src/dataplane/app-config-file.ts).
   await fs.mkdir(path.join(dir, '.slipway'));
   await fs.copyFile(LAUNCHER, path.join(dir, '.slipway', 'langgraph-server.mjs'));
+  await fs.cp(path.join(path.dirname(LAUNCHER), 'langgraph'), path.join(dir, '.slipway', 'langgraph'), {
+    recursive: true,
+  });
   say('langgraph: installing the project and the pinned server from the npm registry');
   const npm = { cwd: dir, timeout: 300_000, env: { ...process.env, npm_config_fund: 'false' } };
   await run('npm', ['ci', '--no-audit'], npm);
@@ -181,6 +253,9 @@ export async function runLangGraphBench(options: {
       '--no-audit',
       `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`,
       `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
+      // What a deployment gets for /mcp and /a2a (src/domain/langgraph-config.ts).
+      `${MCP_SDK_PACKAGE}@${MCP_SDK_VERSION}`,
+      `${A2A_SDK_PACKAGE}@${A2A_SDK_VERSION}`,
     ],
     npm,
   );
@@ -228,7 +303,10 @@ export async function runLangGraphBench(options: {
       say(`  round ${round + 1} ${server.mode}: ${(measured.runs / secondsPerRound).toFixed(1)} runs/s`);
     }
   }
+  say('  MCP: tool calls against runs through /runs/wait');
+  const mcp = await mcpOverhead(servers.find((server) => server.mode === 'postgres')!);
   return {
+    mcp,
     concurrency: CONCURRENCY,
     secondsPerMode: secondsPerRound * ROUNDS,
     streams: STREAMS * ROUNDS,
@@ -257,7 +335,18 @@ export function langGraphTerminalReport(result: LangGraphBenchResult): string {
     lines.push(
       `${m.mode.padEnd(9)} ${m.runsPerSecond.toFixed(1).padStart(6)}   ${ms(m.waitLatency.p50).padStart(8)}   ${ms(m.waitLatency.p99).padStart(8)}   ${`${ms(m.firstEvent.p50)} / ${ms(m.firstEvent.p99)}`.padStart(19)}   ${`${ms(m.firstValues.p50)} / ${ms(m.firstValues.p99)}`.padStart(20)}`,
     );
+  lines.push(mcpLine(result.mcp));
   return lines.join('\n');
+}
+
+/** The MCP phase in one sentence. */
+function mcpLine(mcp: McpResult | string): string {
+  if (typeof mcp === 'string') return `MCP: not measured: ${mcp}`;
+  return (
+    `MCP: ${mcp.calls} tool calls one after another, p50 ${ms(mcp.toolCall.p50)} p99 ${ms(mcp.toolCall.p99)}, ` +
+    `against as many stateless runs through /runs/wait, p50 ${ms(mcp.runsWait.p50)} p99 ${ms(mcp.runsWait.p99)}: ` +
+    `${(mcp.toolCall.p50 / mcp.runsWait.p50).toFixed(2)}x at p50, ${(mcp.toolCall.p50 - mcp.runsWait.p50).toFixed(1)} ms more`
+  );
 }
 
 export function langGraphMarkdownReport(
@@ -274,5 +363,7 @@ export function langGraphMarkdownReport(
     '| state | runs/s | wait p50 | wait p99 | first event p50 | first event p99 | first values p50 | first values p99 |',
     '|---|---|---|---|---|---|---|---|',
     ...rows,
+    '',
+    `${mcpLine(result.mcp)} (the same graph on the PostgreSQL server; ${result.rounds} rounds, the two in turn).`,
   ].join('\n');
 }
