@@ -40,6 +40,8 @@ const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
 const FIXTURE = path.resolve(HERE, '../fixtures/langgraph-protocols');
 const RUNTIME = path.resolve(HERE, '../../runtime');
 const ALICE = { authorization: 'Bearer let-me-in' };
+/** LangChain's MCP adapters, as another team's graph would use them (test/fixtures/langgraph-protocols/use-tools.mjs). */
+const MCP_ADAPTERS_VERSION = '1.1.4';
 const BOB = { authorization: 'Bearer let-me-in-too' };
 
 let project: string;
@@ -86,6 +88,7 @@ before(async () => {
   project = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-langgraph-protocols-'));
   await fs.cp(EXAMPLE, project, { recursive: true, filter: (from) => !from.includes('node_modules') });
   for (const name of ['chat.mjs', 'auth.mjs']) await fs.cp(path.join(FIXTURE, name), path.join(project, 'src', name));
+  await fs.cp(path.join(FIXTURE, 'use-tools.mjs'), path.join(project, 'use-tools.mjs'));
   for (const name of ['langgraph.json', 'langgraph-auth.json'])
     await fs.cp(path.join(FIXTURE, name), path.join(project, name));
   await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
@@ -103,6 +106,8 @@ before(async () => {
       `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
       `@modelcontextprotocol/sdk@${MCP_SDK_VERSION}`,
       `@a2a-js/sdk@${A2A_SDK_VERSION}`,
+      // Not a deployment's: what another team's graph loads the deployed graphs' tools with.
+      `@langchain/mcp-adapters@${MCP_ADAPTERS_VERSION}`,
     ],
     npm,
   );
@@ -476,5 +481,22 @@ describe('A2A', () => {
       [task.contextId],
     );
     assert.equal(Number(rows[0]!.n), 1);
+  });
+});
+
+describe('MCP tools in another graph', () => {
+  test("LangChain's @langchain/mcp-adapters loads a deployment's graphs as tools, and another graph calls one", async () => {
+    const { stdout } = await run(process.execPath, ['use-tools.mjs'], {
+      cwd: project,
+      timeout: 120_000,
+      env: { PATH: process.env.PATH ?? '', HOME: project, MCP_URL: `${first}/mcp` },
+    });
+    const got = JSON.parse(stdout.trim().split('\n').at(-1)!) as { tools: string[]; answer: string };
+    assert.ok(
+      got.tools.some((name) => /(^|__)agent$/.test(name)) && got.tools.some((name) => /(^|__)chat$/.test(name)),
+      `the deployment's graphs as tools: ${got.tools.join(', ')}`,
+    );
+    // The deployed agent's own answer (its REPLY_PREFIX from langgraph.json), through the other graph.
+    assert.match(got.answer, /Analysis: 7 words/);
   });
 });
