@@ -7,7 +7,7 @@
  * Every problem is an `AppConfigError` whose message is for the user who wrote the file: it names the
  * file and the field, because it ends up as the revision's failure message and nobody reads a log.
  */
-import { jsonMistake, parseJsonText } from './json-text.ts';
+import { jsonMistake, parseJsonText } from './json-mistakes.ts';
 import { nearestName } from './near-names.ts';
 
 const RUNTIMES = ['node', 'python'] as const;

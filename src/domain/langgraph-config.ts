@@ -10,7 +10,7 @@
  * Every path is relative to the root of the source, with `/` separators.
  */
 import path from 'node:path';
-import { jsonMistake, parseJsonText } from './json-text.ts';
+import { jsonMistake, parseJsonText } from './json-mistakes.ts';
 import {
   AppConfigError,
   ENV_NAME,

@@ -9,7 +9,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { ValidationError, type ValidationIssue } from '../errors.ts';
-import { scanJsonText, type JsonTextProblem } from './json-text.ts';
+import { scanJsonText, type JsonTextProblem } from './json-body-problems.ts';
 import { MAX_JSON_DEPTH } from './validation.ts';
 
 // fatal: throw on the first ill-formed sequence. A leading byte order mark is skipped, as before.
