@@ -49,7 +49,6 @@ import { ssoRoutes } from './routes/sso.ts';
 import { registerSessionAudit } from './sso/session-audit.ts';
 import { sessionCookieScheme } from './sso/session-cookie.ts';
 import { createSessionCredentials } from './sso/session-credentials.ts';
-import { createSsoService } from './sso/sso-service.ts';
 import { dashboardRoutes } from './routes/dashboard.ts';
 import type { GitHubClientOptions } from './codehost/github-client.ts';
 import type { Database } from './store/schema.ts';
@@ -185,7 +184,16 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   registerRouteNeeds(app, db, authentication);
   registerStreamLimits(app, config.streams, appConnections);
   const services =
-    deps.services ?? createServices({ config, db, secretBox, logger, codehostClient: deps.codehostClient });
+    deps.services ??
+    createServices({
+      config,
+      db,
+      secretBox,
+      logger,
+      codehostClient: deps.codehostClient,
+      ...(deps.pool ? { pool: deps.pool } : {}),
+      ...(deps.ssoFetch ? { ssoFetch: deps.ssoFetch } : {}),
+    });
   const { deployments } = services;
 
   // First: its response hook counts every route registered after it.
@@ -201,7 +209,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(adminRoutes, { workspaces: services.workspaces, apiKeys: services.apiKeys });
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
-    await app.register(deploymentStorageRoutes, { db, secretBox, ...(deps.pool ? { pool: deps.pool } : {}) });
+    await app.register(deploymentStorageRoutes, { storage: services.deploymentStorage });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {
@@ -223,15 +231,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(uploadUrlRoutes, { uploads: services.uploads, limitBytes: config.uploadLimitBytes });
     await app.register(langGraphCompatRoutes, { logs: services.revisionLogs, deployments });
     await app.register(codehostRoutes, { config, integrations: services.integrations, webhooks: services.webhooks });
-    const sso = createSsoService({
-      db,
-      secretBox,
-      sso: config.sso,
-      publicUrl: config.publicUrl,
-      allowInsecure: config.allowInsecureOAuth,
-      fetch: deps.ssoFetch,
-    });
-    await app.register(ssoRoutes, { sso, sessions, publicUrl: config.publicUrl });
+    await app.register(ssoRoutes, { sso: services.sso, sessions, publicUrl: config.publicUrl });
     // Last: its catch-all for the pages' own paths yields to every API route (src/routes/dashboard.ts).
     await app.register(dashboardRoutes);
   }

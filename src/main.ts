@@ -125,7 +125,7 @@ async function main(): Promise<void> {
   if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
   // One set of services for the API and the worker (src/services.ts).
-  const services = createServices({ config, db, secretBox, logger });
+  const services = createServices({ config, db, secretBox, logger, pool: database.pool });
   const tracing = startTracing(config.tracing, logger);
   // The apps' edge, which lives with the worker that runs them (docs/app-urls.md), and the worker: started
   // below, before the API listens, so that /readyz answers once everything runs.

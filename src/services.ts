@@ -5,6 +5,7 @@
  * in-process refresh of each OAuth token. No service builds another.
  */
 import type { Kysely } from 'kysely';
+import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { GitHubClientOptions } from './codehost/github-client.ts';
 import type { Config } from './config.ts';
@@ -16,6 +17,7 @@ import { createApiKeyService } from './service/api-keys.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 import { createWebhookService } from './service/codehost-webhooks.ts';
 import { createDeploymentService } from './service/deployments.ts';
+import { createDeploymentStorageService } from './service/deployment-storage.ts';
 import { resourcePolicyOf } from './service/resource-quotas.ts';
 import { createListenerProtocolService } from './service/listener-protocol.ts';
 import { createListenerService } from './service/listeners.ts';
@@ -28,6 +30,8 @@ import { createTagService } from './service/tags.ts';
 import { createTracingProjectService } from './service/tracing-projects.ts';
 import { createUploadService } from './service/uploads.ts';
 import { createWorkspaceService } from './service/workspaces.ts';
+import type { FetchLike } from './sso/oidc-client.ts';
+import { createSsoService } from './sso/sso-service.ts';
 import type { Database } from './store/schema.ts';
 
 export interface ServiceDeps {
@@ -41,15 +45,20 @@ export interface ServiceDeps {
     | 'dataDir'
     | 'limits'
     | 'defaultLimits'
+    | 'sso'
   >;
   db: Kysely<Database>;
   secretBox: SecretBox;
   logger: Logger;
   /** Options of every code-host client (timeouts, retries, clock); tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
+  /** The database's own pool, for what reads app databases' sizes (deployment storage); the db's otherwise. */
+  pool?: pg.Pool;
+  /** How SSO reaches the identity provider; tests pass a fake's. */
+  ssoFetch?: FetchLike;
 }
 
-export function createServices({ config, db, secretBox, logger, codehostClient }: ServiceDeps) {
+export function createServices({ config, db, secretBox, logger, codehostClient, pool, ssoFetch }: ServiceDeps) {
   const integrations = createCodehostIntegrationService({
     db,
     secretBox,
@@ -107,6 +116,15 @@ export function createServices({ config, db, secretBox, logger, codehostClient }
     }),
     tracingProjects: createTracingProjectService({ db }),
     metrics: createMetricsService({ db }),
+    deploymentStorage: createDeploymentStorageService({ db, secretBox, ...(pool ? { pool } : {}) }),
+    sso: createSsoService({
+      db,
+      secretBox,
+      sso: config.sso,
+      publicUrl: config.publicUrl,
+      allowInsecure: config.allowInsecureOAuth,
+      fetch: ssoFetch,
+    }),
   };
 }
 

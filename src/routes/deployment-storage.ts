@@ -1,13 +1,10 @@
 /** How much space a deployment's own database takes, and its LangGraph state (docs/langgraph.md). */
 import type { FastifyPluginAsyncTypebox } from '@fastify/type-provider-typebox';
-import type pg from 'pg';
 import { Type } from 'typebox';
-import type { SecretBox } from '../crypto/secret-box.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { needs } from '../http/route-needs.ts';
 import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import { createDeploymentStorageService } from '../service/deployment-storage.ts';
-import type { Db } from '../store/schema.ts';
+import type { DeploymentStorageService } from '../service/deployment-storage.ts';
 
 const Bytes = (description: string) => Type.Integer({ minimum: 0, description });
 
@@ -71,13 +68,10 @@ const DeploymentStorage = Type.Object(
   { title: 'DeploymentStorage' },
 );
 
-export const deploymentStorageRoutes: FastifyPluginAsyncTypebox<{
-  db: Db;
-  secretBox: SecretBox;
-  pool?: pg.Pool;
-}> = async (app, { db, secretBox, pool }) => {
-  const storage = createDeploymentStorageService({ db, secretBox, ...(pool ? { pool } : {}) });
-
+export const deploymentStorageRoutes: FastifyPluginAsyncTypebox<{ storage: DeploymentStorageService }> = async (
+  app,
+  { storage },
+) => {
   app.get(
     '/v2/deployments/:deployment_id/storage',
     {
