@@ -14,7 +14,7 @@ import path from 'node:path';
 import { after, describe } from 'node:test';
 import { reserveServiceCpu } from '../../src/dataplane/service-cpu-reserve.ts';
 import { parentGroupName } from '../../src/dataplane/resource-limits.ts';
-import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
+import { createFakeCgroupV2, type FakeCgroupV2 } from '../fakes/cgroup-v2.ts';
 import { test } from '../support/limited-test.ts';
 import { eventually } from '../support/wait.ts';
 import { call, cleanUp, logLines, makeDataDir, postgresPid, startService, stop } from '../support/service-harness.ts';
@@ -24,20 +24,25 @@ const PARENT = parentGroupName(0, '/var/lib/slipway');
 const SERVICE_PID = 4242;
 const KEY = 'slw_cpu_reserve_test_bootstrap_key_0123456';
 
+/** The reserve of the service (pid SERVICE_PID) on the fake hierarchy, as `uid` in the group `own`. */
+function reserveOn(fake: FakeCgroupV2, uid: number, own: string, cpus = 2, enabled = true) {
+  return reserveServiceCpu({
+    enabled,
+    parent: PARENT,
+    root: fake.root,
+    io: fake.fs,
+    cpus,
+    pid: SERVICE_PID,
+    uid,
+    selfCgroup: `0::${own}\n`,
+  });
+}
+
 describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
   test('as root in the root group (a container, a host without systemd): a group of its own that weighs as much as all apps, the service moved in, and out again at release', async (t) => {
     const fake = await createFakeCgroupV2();
     t.after(() => fake.cleanup());
-    const reserve = await reserveServiceCpu({
-      enabled: true,
-      parent: PARENT,
-      root: fake.root,
-      io: fake.fs,
-      cpus: 4,
-      pid: SERVICE_PID,
-      uid: 0,
-      selfCgroup: '0::/\n',
-    });
+    const reserve = await reserveOn(fake, 0, '/', 4);
     const group = `${PARENT}-service`;
     assert.equal(reserve.group, path.join(fake.root, group));
     assert.equal((await fake.read(group, 'cpu.weight')).trim(), '400', 'four ordinary processes, as the apps weigh');
@@ -56,16 +61,7 @@ describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
     const fake = await createFakeCgroupV2();
     t.after(() => fake.cleanup());
     await fake.group('system.slice/slipway.service', { procs: [SERVICE_PID] });
-    const reserve = await reserveServiceCpu({
-      enabled: true,
-      parent: PARENT,
-      root: fake.root,
-      io: fake.fs,
-      cpus: 2,
-      pid: SERVICE_PID,
-      uid: 0,
-      selfCgroup: '0::/system.slice/slipway.service\n',
-    });
+    const reserve = await reserveOn(fake, 0, '/system.slice/slipway.service');
     assert.equal(reserve.group, null);
     assert.match(reserve.description, /CPUWeight=/);
     assert.deepEqual(await fs.readdir(fake.root).then((names) => names.filter((n) => n.includes('-service'))), []);
@@ -79,16 +75,7 @@ describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
     await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
     await fake.group('system.slice', { subtreeControl: ['cpu', 'memory', 'pids'] });
     await fake.group(`${unit}/supervisor`, { procs: [SERVICE_PID] });
-    const reserve = await reserveServiceCpu({
-      enabled: true,
-      parent: PARENT,
-      root: fake.root,
-      io: fake.fs,
-      cpus: 2,
-      pid: SERVICE_PID,
-      uid: 990,
-      selfCgroup: `0::/${unit}/supervisor\n`,
-    });
+    const reserve = await reserveOn(fake, 990, `/${unit}/supervisor`);
     assert.equal(reserve.group, path.join(fake.root, unit, 'supervisor'));
     assert.equal((await fake.read(`${unit}/supervisor`, 'cpu.weight')).trim(), '200');
     assert.deepEqual(reserve.ordinary(['slirp4netns']), ['slirp4netns']);
@@ -99,19 +86,11 @@ describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
     t.after(() => fake.cleanup());
     await fake.group('', { subtreeControl: ['cpu', 'memory', 'pids'] });
     await fake.group('user.slice/user-1000.slice/session-3.scope', { procs: [SERVICE_PID] });
-    const common = {
-      parent: PARENT,
-      root: fake.root,
-      io: fake.fs,
-      cpus: 2,
-      pid: SERVICE_PID,
-      uid: 1000,
-      selfCgroup: '0::/user.slice/user-1000.slice/session-3.scope\n',
-    };
-    const refused = await reserveServiceCpu({ enabled: true, ...common });
+    const session = '/user.slice/user-1000.slice/session-3.scope';
+    const refused = await reserveOn(fake, 1000, session);
     assert.equal(refused.group, null);
     assert.match(refused.description, /no CPU reserve: .*not writable by the service/);
-    const off = await reserveServiceCpu({ enabled: false, ...common });
+    const off = await reserveOn(fake, 1000, session, 2, false);
     assert.match(off.description, /SLIPWAY_SERVICE_CPU_RESERVE=0/);
   });
 });
