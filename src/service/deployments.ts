@@ -17,11 +17,10 @@ import {
   type SecretReference,
 } from '../domain/deployment-plan.ts';
 import { scaleOfSpec } from '../domain/resource-spec.ts';
-import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf, type SourceConfig } from '../domain/sources.ts';
+import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { finishDeletion, transitionDeployment, transitionRevision } from './lifecycle.ts';
-import { getIntegration, shareLockIntegration } from '../store/codehost-integrations.ts';
 import {
   getDeployment,
   hasLocalResources,
@@ -33,7 +32,7 @@ import {
   type DeploymentView,
 } from '../store/deployments.ts';
 import { listDeploymentEvents, recordEvents, type EventInput } from '../store/events.ts';
-import { listenerHasBeenSeen, shareLockListener } from '../store/listeners.ts';
+import { listenerHasBeenSeen } from '../store/listeners.ts';
 import {
   getRevision,
   listRevisions,
@@ -53,6 +52,7 @@ import {
 import type { Page } from './page.ts';
 import { checkResourceLimits, type ResourcePolicy } from './resource-quotas.ts';
 import type { WriteConditions } from './preconditions.ts';
+import { sourceReferenceChecks } from './deployment-source-checks.ts';
 
 /**
  * Asks a code host whether a repository URL names a repository the integration reaches
@@ -125,55 +125,7 @@ export function createDeploymentService({
   const open = (secrets: StoredSecret[]): Secret[] =>
     secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
 
-  /** Listener of the workspace and the namespace the deployment runs in (default: the listener's first). */
-  async function checkListener(tx: Db, workspaceId: string, config: SourceConfig): Promise<SourceConfig> {
-    if (!config.listener_id) return config;
-    // A share lock: the listener cannot be deleted before this deployment is stored.
-    const listener = await shareLockListener(tx, workspaceId, config.listener_id);
-    if (!listener)
-      throw new AppError(
-        'invalid_reference',
-        `source_config.listener_id: Listener ID ${config.listener_id} not found.`,
-      );
-    const namespaces = listener.compute_config.k8s_namespaces;
-    const asked = config.listener_config?.k8s_namespace;
-    if (asked && !namespaces.includes(asked)) {
-      throw new AppError(
-        'invalid_request',
-        `source_config.listener_config.k8s_namespace '${asked}' is not one of the listener's namespaces (${namespaces.join(', ')})`,
-      );
-    }
-    const namespace = asked ?? namespaces[0];
-    return namespace ? { ...config, listener_config: { k8s_namespace: namespace } } : config;
-  }
-
-  /**
-   * A codehost repo_url must name a repository the integration reaches on its host (docs/codehost.md). Asked
-   * before the transaction opens, so that no transaction waits on the code host.
-   */
-  async function checkRepository(workspaceId: string, config: SourceConfig): Promise<void> {
-    if (!config.integration_id || !config.repo_url) return;
-    const integration = await getIntegration(db, workspaceId, config.integration_id);
-    if (!integration)
-      throw new AppError(
-        'invalid_reference',
-        `source_config.integration_id: Integration ID ${config.integration_id} not found.`,
-      );
-    const check = await repositories.checkRepositoryUrl(integration, config.repo_url);
-    if (!check.ok)
-      throw new AppError('invalid_reference', `source_config.repo_url '${config.repo_url}' ${check.message}.`);
-  }
-
-  async function checkIntegration(tx: Db, workspaceId: string, config: SourceConfig): Promise<void> {
-    if (!config.integration_id) return;
-    // A share lock: the integration cannot be deleted before this deployment is stored.
-    if (!(await shareLockIntegration(tx, workspaceId, config.integration_id))) {
-      throw new AppError(
-        'invalid_reference',
-        `source_config.integration_id: Integration ID ${config.integration_id} not found.`,
-      );
-    }
-  }
+  const { checkListener, checkRepository, checkIntegration } = sourceReferenceChecks(db, repositories);
 
   async function read(workspaceId: string, id: string, from: Db = db): Promise<DeploymentView> {
     const view = await getDeployment(from, workspaceId, id);
