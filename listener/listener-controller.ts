@@ -18,7 +18,7 @@ import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
 import { HANDOVER_FIELD_MANAGER, SPEC_HASH_ANNOTATION } from './manifest-names.ts';
 import { permanentRefusal, type DeploymentCondition, type ProtocolClient } from './protocol-client.ts';
-import { reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
+import { REPORTED_RANK, reconcile, type Action, type Plan, type RefusedApply } from './reconcile.ts';
 import { readResourceSpec } from './resource-spec.ts';
 import { createBackoff, sleep, type Backoff, type BackoffOptions } from './retry-backoff.ts';
 
@@ -65,13 +65,6 @@ interface HeldBack {
  * to deliver an event, short enough that an object someone else changed meanwhile is applied again.
  */
 const APPLIED_MEMORY_MS = 30_000;
-
-const RANK: Readonly<Record<ReportedStatus, number>> = {
-  AWAITING_DEPLOY: 1,
-  DEPLOYING: 2,
-  DEPLOYED: 3,
-  DEPLOY_FAILED: 3,
-};
 
 export function startController(options: ControllerOptions): Controller {
   const { protocol, kube, logger } = options;
@@ -165,7 +158,7 @@ export function startController(options: ControllerOptions): Controller {
 
   function remember(revisionId: string, status: ReportedStatus) {
     const before = reported.get(revisionId);
-    if (before === undefined || RANK[status] > RANK[before]) reported.set(revisionId, status);
+    if (before === undefined || REPORTED_RANK[status] > REPORTED_RANK[before]) reported.set(revisionId, status);
   }
 
   async function perform(deploymentId: string, action: Action): Promise<void> {

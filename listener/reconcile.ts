@@ -156,7 +156,8 @@ export interface Plan {
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
 export type Phase = 'idle' | 'waiting' | 'rolling-out' | 'deployed' | 'failed' | 'deleting' | 'deleted';
 
-const RANK: Readonly<Record<ReportedStatus, number>> = {
+/** How far each status the agent reports is along the rollout (the controller keeps the furthest told). */
+export const REPORTED_RANK: Readonly<Record<ReportedStatus, number>> = {
   AWAITING_DEPLOY: 1,
   DEPLOYING: 2,
   DEPLOYED: 3,
@@ -164,23 +165,34 @@ const RANK: Readonly<Record<ReportedStatus, number>> = {
 };
 
 /**
- * How far the service has the revision: 0 before the listener's steps, null when the revision is in a
- * final state (DEPLOYED, or failed, skipped, interrupted): nothing is reported for it any more.
+ * How far the service has a revision, by its status: 0 before the listener's steps, null in a final
+ * state (DEPLOYED, or failed, skipped, interrupted): nothing is reported for it any more. Keyed by every
+ * status of the client types (packages/sdk/src/api-types.ts), so a status added to the service fails the
+ * type check here; test/listener-agent/revision-statuses.test.ts compares it with src/domain/states.ts.
+ */
+export const SERVICE_RANK: Readonly<Record<DesiredRevision['status'], number | null>> = {
+  CREATING: 0,
+  QUEUED: 0,
+  AWAITING_BUILD: 0,
+  BUILDING: 0,
+  AWAITING_DEPLOY: 1,
+  DEPLOYING: 2,
+  CREATE_FAILED: null,
+  BUILD_FAILED: null,
+  DEPLOY_FAILED: null,
+  DEPLOYED: null,
+  SKIPPED: null,
+  INTERRUPTED: null,
+  UNKNOWN: null,
+};
+
+/**
+ * A status this agent does not know (a service newer than the agent) is not known to be final: the
+ * agent goes on reporting, and the service, which knows, answers a report that does not apply with
+ * `applied: false`. Taking it for final would silently stop the agent reporting.
  */
 function serviceRank(status: string): number | null {
-  switch (status) {
-    case 'AWAITING_DEPLOY':
-      return 1;
-    case 'DEPLOYING':
-      return 2;
-    case 'CREATING':
-    case 'QUEUED':
-    case 'AWAITING_BUILD':
-    case 'BUILDING':
-      return 0;
-    default:
-      return null;
-  }
+  return Object.hasOwn(SERVICE_RANK, status) ? SERVICE_RANK[status as DesiredRevision['status']] : 0;
 }
 
 const label = (o: ObservedObject, key: string): string | undefined => o.metadata.labels?.[key];
@@ -237,14 +249,14 @@ function runPlan(
     const service = serviceRank(revision.status);
     if (service === null) return null;
     const reported = memory.reported.get(revision.id);
-    return Math.max(service, reported === undefined ? 0 : RANK[reported]);
+    return Math.max(service, reported === undefined ? 0 : REPORTED_RANK[reported]);
   })();
   /** The reports still missing on the way to the last status of `path`. */
   const reports = (path: readonly ReportedStatus[], failure?: { reason: FailureReason; message: string }): Action[] =>
     done === null
       ? []
       : path
-          .filter((status) => RANK[status] > done)
+          .filter((status) => REPORTED_RANK[status] > done)
           .map((status) => ({
             type: 'report' as const,
             revisionId: revision.id,

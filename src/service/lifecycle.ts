@@ -23,8 +23,10 @@ import type {
   RevisionReport,
 } from '../domain/data-plane.ts';
 import {
+  FAILED_REVISION_STATUSES,
   REVISION_STATES,
   assertDeploymentTransition,
+  dataPlaneSteps,
   assertRevisionTransition,
   isFinalRevisionStatus,
   type DeploymentStatus,
@@ -201,14 +203,9 @@ export type Reporter =
   | { kind: 'local'; owner: LeaseOwner; leaseSeconds: number };
 
 /** The states a listener may walk a revision through on its way to the reported one. */
-export const LISTENER_STEPS: ReadonlySet<RevisionStatus> = new Set(['AWAITING_DEPLOY', 'DEPLOYING']);
+export const LISTENER_STEPS: ReadonlySet<RevisionStatus> = new Set(dataPlaneSteps('listener'));
 /** The states the own data plane walks a revision through (it builds, too). */
-const LOCAL_STEPS: ReadonlySet<RevisionStatus> = new Set([
-  'AWAITING_BUILD',
-  'BUILDING',
-  'AWAITING_DEPLOY',
-  'DEPLOYING',
-]);
+const LOCAL_STEPS: ReadonlySet<RevisionStatus> = new Set(dataPlaneSteps('local'));
 
 /**
  * The transitions from `from` to `to` through the state table, passing only through `through` (a
@@ -239,7 +236,7 @@ export function stepsTo(
   return null;
 }
 
-const FAILED_STATUSES: ReadonlySet<RevisionStatus> = new Set(['CREATE_FAILED', 'BUILD_FAILED', 'DEPLOY_FAILED']);
+const FAILED_STATUSES: ReadonlySet<RevisionStatus> = new Set(FAILED_REVISION_STATUSES);
 const DEFAULT_FAILURE = { reason: 'deploy_failed', message: 'The listener reported that the deploy failed.' };
 
 /**

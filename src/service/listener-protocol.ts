@@ -11,7 +11,13 @@ import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
-import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
+import {
+  LISTENER_REPORTED_STATUSES,
+  REVISION_STATES,
+  isFinalRevisionStatus,
+  type ListenerReportedStatus,
+  type RevisionStatus,
+} from '../domain/states.ts';
 import { notFound } from '../errors.ts';
 import {
   applyConditions,
@@ -102,13 +108,9 @@ const objectOrNull = (value: unknown): Record<string, unknown> | null =>
 
 // ----- status reports ----------------------------------------------------------------------------
 
-export const REPORTED_STATUSES = [
-  'AWAITING_DEPLOY',
-  'DEPLOYING',
-  'DEPLOYED',
-  'DEPLOY_FAILED',
-] as const satisfies readonly RevisionStatus[];
-export type ReportedStatus = (typeof REPORTED_STATUSES)[number];
+/** What a listener reports: the statuses of src/domain/states.ts with `listenerReports`. */
+export const REPORTED_STATUSES = LISTENER_REPORTED_STATUSES;
+export type ReportedStatus = ListenerReportedStatus;
 
 export interface ReportInput {
   revision_id: string;

@@ -9,17 +9,19 @@
  * for them to expire.
  *
  * Glossary
- * - working statuses: AWAITING_BUILD, BUILDING, AWAITING_DEPLOY, DEPLOYING (a worker holds a lease).
+ * - working statuses: the own worker's steps in src/domain/states.ts (AWAITING_BUILD, BUILDING,
+ *   AWAITING_DEPLOY, DEPLOYING): a worker holds a lease.
  * - claim: the lease taken on a QUEUED revision, `attempts` + 1; the worker then reports its first working
  *   status. A QUEUED revision leased by another live worker is not claimed.
  * - takeover: claiming a revision in a working status whose lease expired or whose owner is dead.
  */
 import { sql } from 'kysely';
 import type { SourceConfig } from '../domain/sources.ts';
-import type { RevisionStatus } from '../domain/states.ts';
+import { WORKING_REVISION_STATUSES } from '../domain/states.ts';
 import type { Db, RevisionRow } from './schema.ts';
 
-const WORKING_STATUSES: readonly RevisionStatus[] = ['AWAITING_BUILD', 'BUILDING', 'AWAITING_DEPLOY', 'DEPLOYING'];
+/** The own worker's steps (src/domain/states.ts); migrations/005's index `revisions_work` covers them and QUEUED. */
+const WORKING_STATUSES = WORKING_REVISION_STATUSES;
 
 export interface LeaseOwner {
   /** `<node id>/<process id>` of this worker. */

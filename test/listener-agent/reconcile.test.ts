@@ -188,6 +188,22 @@ describe('reconcile', () => {
     assert.deepEqual(summary(plan!.actions), ['apply Secret app-secrets', 'apply Service app', 'apply Deployment app']);
   });
 
+  test('a revision in a status this agent does not know (a newer service) is still rolled out and reported', () => {
+    // A status added to the service after this agent was built: the agent cannot tell whether it is
+    // final, so it reports, and the service (which knows) refuses a report that does not apply.
+    const unknown = { status: 'VERIFYING' } as unknown as Partial<DesiredRevision>;
+    const [first] = reconcile(state(dep({ revision: rev(unknown) })), { objects: [], memory: memory() }, ctx);
+    assert.deepEqual(summary(first!.actions), [
+      'apply Secret app-secrets',
+      'apply Service app',
+      'apply Deployment app',
+      'report AWAITING_DEPLOY',
+    ]);
+    const desired = state(dep({ revision: rev(unknown) }));
+    const [done] = reconcile(desired, { objects: applied(desired, available), memory: memory() }, ctx);
+    assert.deepEqual(summary(done!.actions), ['report AWAITING_DEPLOY', 'report DEPLOYING', 'report DEPLOYED']);
+  });
+
   test('a DEPLOYED revision in sync: nothing to do', () => {
     const desired = state(dep({ revision: rev({ status: 'DEPLOYED' }) }));
     const [plan] = reconcile(desired, { objects: applied(desired, available), memory: memory() }, ctx);

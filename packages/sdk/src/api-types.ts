@@ -2109,7 +2109,7 @@ export interface components {
             /** Format: uuid */
             revision_id: string;
             /** @enum {string} */
-            status: "AWAITING_DEPLOY" | "DEPLOYING" | "DEPLOYED" | "DEPLOY_FAILED";
+            status: "AWAITING_DEPLOY" | "DEPLOYING" | "DEPLOY_FAILED" | "DEPLOYED";
             /** @description Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ... */
             failure_reason?: string;
             /** @description For people: what happened. */

@@ -52,18 +52,11 @@ export const DEPLOYMENT_STATUSES = allOf<DeploymentStatus>()([
   'UNKNOWN',
 ]);
 
-/** Revision states with no way out (docs/lifecycle.md). */
-export const FINAL_REVISION_STATUSES: readonly RevisionStatus[] = [
-  'CREATE_FAILED',
-  'BUILD_FAILED',
-  'DEPLOY_FAILED',
-  'DEPLOYED',
-  'SKIPPED',
-  'INTERRUPTED',
-  'UNKNOWN',
-];
-
-export const isFinalRevision = (status: RevisionStatus): boolean => FINAL_REVISION_STATUSES.includes(status);
+/**
+ * Revision states with no way out (docs/lifecycle.md): the SDK's, which the dashboard bundles already
+ * (test/cli/sdk-final-status.test.ts holds them to the service's table, src/domain/states.ts).
+ */
+export { isFinalRevisionStatus as isFinalRevision } from '@slipway/sdk/revision-follow';
 export type DeploymentEvent = Json<
   paths['/v2/deployments/{deployment_id}/events']['get']['responses'][200]
 >['resources'][number];
