@@ -7,6 +7,7 @@
  * them as given); the API server has the last word on them when the manifests are applied.
  */
 import type { V1Container, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import type { DesiredRevision } from './desired-state.ts';
 
 export interface ResourceSpec {
   readonly min_scale?: number;
@@ -41,73 +42,77 @@ export interface ResourceSpec {
   readonly sidecars?: readonly V1Container[];
 }
 
-/** Fields of the service's resource spec that no part of a container deployment corresponds to. */
-export const UNSUPPORTED_FIELDS = [
-  'orchestrator_cpu',
-  'orchestrator_cpu_limit',
-  'orchestrator_memory_mb',
-  'orchestrator_memory_limit_mb',
-  'orchestrator_min_scale',
-  'orchestrator_max_scale',
-  'executor_cpu',
-  'executor_cpu_limit',
-  'executor_memory_mb',
-  'executor_memory_limit_mb',
-] as const;
+/** The resource spec as the service's schema has it (src/domain/resource-spec.ts, through the client types). */
+type WireResourceSpec = NonNullable<DesiredRevision['resource_spec']>;
+type WireField = keyof WireResourceSpec;
 
-const NUMBERS = [
-  'min_scale',
-  'max_scale',
-  'cpu',
-  'cpu_limit',
-  'memory_mb',
-  'memory_limit_mb',
-  'queue_min_scale',
-  'queue_max_scale',
-  'queue_cpu',
-  'queue_cpu_limit',
-  'queue_memory_mb',
-  'queue_memory_limit_mb',
-  'cache_cpu',
-  'cache_cpu_limit',
-  'cache_memory_mb',
-  'cache_memory_limit_mb',
-  'db_cpu',
-  'db_cpu_limit',
-  'db_memory_mb',
-  'db_memory_limit_mb',
-  'db_storage_gi',
-  'db_max_connections',
-] as const;
-const INTEGERS: ReadonlySet<string> = new Set([
-  'min_scale',
-  'max_scale',
-  'queue_min_scale',
-  'queue_max_scale',
-  'memory_mb',
-  'memory_limit_mb',
-  'queue_memory_mb',
-  'queue_memory_limit_mb',
-  'cache_memory_mb',
-  'cache_memory_limit_mb',
-  'db_memory_mb',
-  'db_memory_limit_mb',
-  'db_storage_gi',
-  'db_max_connections',
-]);
+/** What the agent makes of a field: how it reads it into the manifests, or `ignored`. */
+type FieldReading = 'integer' | 'number' | 'string-map' | 'string' | 'named-list' | 'volume-mounts' | 'ignored';
+
+/**
+ * Every field of the service's resource spec and what the agent makes of it (docs/listener.md): the
+ * one list of them here. Keyed by every field of the schema, so a field added to the service fails the
+ * type check until it is placed; test/listener-agent/resource-spec-contract.test.ts holds each mapped
+ * field to changing the manifests and each ignored one to changing nothing.
+ */
+const FIELDS: Readonly<Record<WireField, FieldReading>> = {
+  min_scale: 'integer',
+  max_scale: 'integer',
+  cpu: 'number',
+  cpu_limit: 'number',
+  memory_mb: 'integer',
+  memory_limit_mb: 'integer',
+  queue_min_scale: 'integer',
+  queue_max_scale: 'integer',
+  queue_cpu: 'number',
+  queue_cpu_limit: 'number',
+  queue_memory_mb: 'integer',
+  queue_memory_limit_mb: 'integer',
+  cache_cpu: 'number',
+  cache_cpu_limit: 'number',
+  cache_memory_mb: 'integer',
+  cache_memory_limit_mb: 'integer',
+  db_cpu: 'number',
+  db_cpu_limit: 'number',
+  db_memory_mb: 'integer',
+  db_memory_limit_mb: 'integer',
+  db_storage_gi: 'integer',
+  db_max_connections: 'integer',
+  labels: 'string-map',
+  annotations: 'string-map',
+  service_account_name: 'string',
+  image_pull_secrets: 'named-list',
+  volumes: 'named-list',
+  volume_mounts: 'volume-mounts',
+  init_containers: 'named-list',
+  sidecars: 'named-list',
+  // No part of a container deployment corresponds to these.
+  orchestrator_cpu: 'ignored',
+  orchestrator_cpu_limit: 'ignored',
+  orchestrator_memory_mb: 'ignored',
+  orchestrator_memory_limit_mb: 'ignored',
+  orchestrator_min_scale: 'ignored',
+  orchestrator_max_scale: 'ignored',
+  executor_cpu: 'ignored',
+  executor_cpu_limit: 'ignored',
+  executor_memory_mb: 'ignored',
+  executor_memory_limit_mb: 'ignored',
+};
+
+const fieldsRead = (...readings: FieldReading[]): WireField[] =>
+  (Object.keys(FIELDS) as WireField[]).filter((field) => readings.includes(FIELDS[field]));
+
+/** Fields of the service's resource spec that no part of a container deployment corresponds to. */
+export const UNSUPPORTED_FIELDS: readonly string[] = fieldsRead('ignored');
+const NUMBERS = fieldsRead('integer', 'number');
+const INTEGERS: ReadonlySet<string> = new Set(fieldsRead('integer'));
+const STRING_MAPS = fieldsRead('string-map');
+const NAMED_LISTS = fieldsRead('named-list');
 
 /** Every field of the service's resource spec that the listener maps to the manifests (docs/listener.md). */
-export const MAPPED_FIELDS: readonly string[] = [
-  ...NUMBERS,
-  'labels',
-  'annotations',
-  'service_account_name',
-  'image_pull_secrets',
-  'volumes',
-  'volume_mounts',
-  'init_containers',
-  'sidecars',
-];
+export const MAPPED_FIELDS: readonly string[] = (Object.keys(FIELDS) as WireField[]).filter(
+  (field) => FIELDS[field] !== 'ignored',
+);
 
 type Json = Record<string, unknown>;
 const isObject = (value: unknown): value is Json =>
@@ -168,7 +173,7 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
       );
     } else spec[key] = value;
   }
-  for (const key of ['labels', 'annotations'] as const) {
+  for (const key of STRING_MAPS) {
     if (raw[key] !== undefined && raw[key] !== null) spec[key] = stringMap(raw[key], key, problems);
   }
   const account = raw.service_account_name;
@@ -176,7 +181,7 @@ export function readResourceSpec(raw: Readonly<Record<string, unknown>> | null):
     if (typeof account !== 'string') problems.push('resource_spec.service_account_name must be a string');
     else spec.service_account_name = account;
   }
-  for (const key of ['image_pull_secrets', 'volumes', 'init_containers', 'sidecars'] as const) {
+  for (const key of NAMED_LISTS) {
     if (raw[key] !== undefined && raw[key] !== null) spec[key] = namedList(raw[key], key, problems);
   }
   const mounts = raw.volume_mounts;

@@ -27,6 +27,7 @@ import {
 } from './host-forwards.ts';
 import type { Sandbox } from './sandbox.ts';
 import type { DiskLimiter } from './disk-limits.ts';
+import type { ResourceSpec } from '../domain/resource-spec.ts';
 
 /** Connections an app may hold to the service's PostgreSQL server through its forward (its role's limit, and a few in flight). */
 const DATABASE_FORWARD_CONNECTIONS = APP_ROLE_CONNECTION_LIMIT + 5;
@@ -51,9 +52,9 @@ export interface ForwardOwner {
 }
 
 /** What a worker instance may use: the `queue_` fields of the spec when any is set, else those of web instances. */
-export function queueResourceSpec(spec: Record<string, unknown> | null | undefined): Record<string, unknown> | null {
+export function queueResourceSpec(spec: ResourceSpec | null | undefined): ResourceSpec | null {
   if (!spec) return null;
-  const fields = ['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'];
+  const fields = ['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'] as const;
   if (!fields.some((f) => spec[`queue_${f}`] !== undefined && spec[`queue_${f}`] !== null)) return spec;
   return Object.fromEntries(fields.map((f) => [f, spec[`queue_${f}`]]));
 }

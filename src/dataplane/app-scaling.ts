@@ -9,6 +9,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { EventType } from '../domain/event-types.ts';
+import type { ResourceSpec } from '../domain/resource-spec.ts';
 import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 import type { AppRoutes } from './app-edge.ts';
@@ -26,7 +27,7 @@ export interface Scale {
  * a spec stored before the maximum existed never starts more.
  */
 export function scaleOf(
-  spec: Record<string, unknown> | null | undefined,
+  spec: ResourceSpec | null | undefined,
   appConfig: AppConfig,
   maxInstances: number = Number.POSITIVE_INFINITY,
 ): Scale {

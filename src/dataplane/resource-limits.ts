@@ -40,6 +40,7 @@ import {
   type CgroupLogger,
   type CgroupSetup,
 } from './cgroup-files.ts';
+import type { ResourceSpec } from '../domain/resource-spec.ts';
 import { setUpCgroupV1 } from './cgroup-v1-control.ts';
 import { setUpCgroupV2 } from './cgroup-v2-control.ts';
 
@@ -182,7 +183,7 @@ export function parentGroupName(uid: number | null, service?: string): string {
 const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 /**
- * Reads the limits of an app instance from a deployment's resource spec (src/routes/deployment-schemas.ts:
+ * Reads the limits of an app instance from a deployment's resource spec (src/domain/resource-spec.ts:
  * `memory_limit_mb`/`memory_mb` are integer megabytes, taken as MiB; `cpu_limit`/`cpu` are numbers of
  * cores). The limit field wins; the request field alone is the best bound there is (Kubernetes would
  * let it burst, a local process has no node to burst on). The weight follows the request field, else the
@@ -191,7 +192,7 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
  * default's. Every figure is clamped to `ceiling` (default: the instance maximum in `defaults`).
  */
 export function limitsFromResourceSpec(
-  spec: Record<string, unknown> | null | undefined,
+  spec: ResourceSpec | null | undefined,
   defaults: DefaultLimits,
   ceiling: LimitCeiling | undefined = defaults.maximum?.instance,
 ): Limits {

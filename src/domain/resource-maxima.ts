@@ -6,8 +6,7 @@
  * held to them: a listener's deployments run on the user's own cluster, whose limits are its own.
  */
 import type { ValidationIssue } from '../errors.ts';
-
-type ResourceSpec = Record<string, unknown>;
+import type { ResourceSpec } from './resource-spec.ts';
 
 /** The per-instance and per-deployment maxima a spec is checked against. */
 export interface SpecMaxima {
@@ -115,7 +114,9 @@ export function usageOfSpec(
   const workers = positive(spec?.queue_min_scale) ?? 0;
   const memory = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb) ?? defaults.memoryMb;
   const cpu = positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu;
-  const queueGiven = ['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'].some((f) => spec?.[`queue_${f}`] != null);
+  const queueGiven = (['cpu', 'cpu_limit', 'memory_mb', 'memory_limit_mb'] as const).some(
+    (f) => spec?.[`queue_${f}`] != null,
+  );
   const queueMemory = queueGiven
     ? (positive(spec?.queue_memory_limit_mb) ?? positive(spec?.queue_memory_mb) ?? defaults.memoryMb)
     : memory;

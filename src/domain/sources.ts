@@ -5,6 +5,7 @@
  * by the caller with the names this module returns.
  */
 import { AppError, ValidationError } from '../errors.ts';
+import type { ResourceSpec } from './resource-spec.ts';
 
 export const SOURCES = ['codehost', 'external_container', 'internal_container', 'internal_source'] as const;
 export type Source = (typeof SOURCES)[number];
@@ -27,7 +28,7 @@ export interface SourceConfig {
   deployment_type?: DeploymentType | null;
   build_on_push?: boolean | null;
   custom_url?: string | null;
-  resource_spec?: Record<string, unknown> | null;
+  resource_spec?: ResourceSpec | null;
   listener_id?: string | null;
   listener_config?: ListenerConfig | null;
   install_command?: string | null;

@@ -5,137 +5,18 @@
 import { Type, type Static, type TSchema } from 'typebox';
 import { DEPLOYMENT_TYPES, REVISION_SOURCES, SOURCES } from '../domain/sources.ts';
 import { MASKED_SECRET } from '../domain/deployment-plan.ts';
+import { ResourceSpec } from '../domain/resource-spec.ts';
 import { DEPLOYMENT_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { DateTime, Nullable, SecretString, StringEnum, Uuid } from '../http/schema-helpers.ts';
 import { PATTERN_WORDS } from '../http/validation.ts';
 
-const FreeObject = (description?: string) =>
-  Type.Object({}, { additionalProperties: true, ...(description ? { description } : {}) });
-const ShortText = (max = 253) => Type.String({ maxLength: max });
 const opt = <T extends TSchema>(schema: T) => Type.Optional(Nullable(schema));
+
+/** The resource_spec schema is the domain's (src/domain/resource-spec.ts): both data planes read its type. */
+export { ResourceSpec };
 
 export const DEPLOYMENT_NAME_PATTERN = '^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$';
 const K8S_NAME = '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$';
-
-const scale = () => opt(Type.Integer({ minimum: 0, maximum: 1000 }));
-const cpu = () => opt(Type.Number({ minimum: 0, maximum: 512, description: 'CPU cores; fractions allowed.' }));
-const memory = () => opt(Type.Integer({ minimum: 1, maximum: 4 * 1024 * 1024, description: 'Megabytes.' }));
-
-const VolumeMount = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 253 }),
-    mountPath: Type.String({ minLength: 1, maxLength: 1024 }),
-    subPath: Type.Optional(ShortText(1024)),
-    mountPropagation: Type.Optional(ShortText(64)),
-    subPathExpr: Type.Optional(ShortText(1024)),
-    readOnly: Type.Optional(Type.Boolean()),
-  },
-  { title: 'VolumeMount' },
-);
-
-const Volume = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 253 }),
-    configMap: Type.Optional(FreeObject()),
-    secret: Type.Optional(FreeObject()),
-    emptyDir: Type.Optional(FreeObject()),
-    persistentVolumeClaim: Type.Optional(FreeObject()),
-    nfs: Type.Optional(FreeObject()),
-    projected: Type.Optional(FreeObject()),
-    downwardAPI: Type.Optional(FreeObject()),
-    csi: Type.Optional(FreeObject()),
-  },
-  { title: 'Volume' },
-);
-
-const Container = Type.Object(
-  {
-    name: Type.String({ minLength: 1, maxLength: 253 }),
-    image: Type.Optional(ShortText(1024)),
-    imagePullPolicy: Type.Optional(ShortText(32)),
-    workingDir: Type.Optional(ShortText(1024)),
-    restartPolicy: Type.Optional(ShortText(32)),
-    command: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
-    args: Type.Optional(Type.Array(Type.String({ maxLength: 4096 }), { maxItems: 256 })),
-    env: Type.Optional(
-      Type.Array(
-        Type.Object({
-          name: Type.String({ minLength: 1, maxLength: 253 }),
-          value: Type.Optional(Type.String({ maxLength: 65536 })),
-          valueFrom: Type.Optional(FreeObject()),
-        }),
-        { maxItems: 256 },
-      ),
-    ),
-    envFrom: Type.Optional(Type.Array(FreeObject(), { maxItems: 64 })),
-    resources: Type.Optional(
-      Type.Object({ limits: Type.Optional(FreeObject()), requests: Type.Optional(FreeObject()) }),
-    ),
-    volumeMounts: Type.Optional(Type.Array(VolumeMount, { maxItems: 64 })),
-    securityContext: Type.Optional(FreeObject()),
-  },
-  { title: 'Container' },
-);
-
-export const ResourceSpec = Type.Object(
-  {
-    min_scale: scale(),
-    max_scale: scale(),
-    cpu: cpu(),
-    cpu_limit: cpu(),
-    memory_mb: memory(),
-    memory_limit_mb: memory(),
-    queue_min_scale: scale(),
-    queue_max_scale: scale(),
-    queue_cpu: cpu(),
-    queue_cpu_limit: cpu(),
-    queue_memory_mb: memory(),
-    queue_memory_limit_mb: memory(),
-    orchestrator_cpu: cpu(),
-    orchestrator_cpu_limit: cpu(),
-    orchestrator_memory_mb: memory(),
-    orchestrator_memory_limit_mb: memory(),
-    orchestrator_min_scale: scale(),
-    orchestrator_max_scale: scale(),
-    executor_cpu: cpu(),
-    executor_cpu_limit: cpu(),
-    executor_memory_mb: memory(),
-    executor_memory_limit_mb: memory(),
-    cache_cpu: cpu(),
-    cache_cpu_limit: cpu(),
-    cache_memory_mb: memory(),
-    cache_memory_limit_mb: memory(),
-    db_cpu: cpu(),
-    db_cpu_limit: cpu(),
-    db_memory_mb: memory(),
-    db_memory_limit_mb: memory(),
-    db_storage_gi: opt(Type.Integer({ minimum: 1, maximum: 65536 })),
-    db_max_connections: opt(Type.Integer({ minimum: 1, maximum: 100000 })),
-    labels: opt(Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 63 }), { maxProperties: 64 })),
-    annotations: opt(
-      Type.Record(Type.String({ maxLength: 317 }), Type.String({ maxLength: 65536 }), { maxProperties: 64 }),
-    ),
-    service_account_name: opt(Type.String({ pattern: K8S_NAME, maxLength: 253 })),
-    image_pull_secrets: opt(
-      Type.Array(Type.Object({ name: Type.String({ minLength: 1, maxLength: 253 }) }), { maxItems: 32 }),
-    ),
-    volumes: opt(Type.Array(Volume, { maxItems: 64 })),
-    volume_mounts: opt(Type.Array(VolumeMount, { maxItems: 64 })),
-    init_containers: opt(Type.Array(Container, { maxItems: 16 })),
-    sidecars: opt(Type.Array(Container, { maxItems: 16 })),
-  },
-  {
-    title: 'ResourceSpec',
-    description:
-      'Resources of the running deployment. Scale counts are integers, cpu values are cores, memory in megabytes. ' +
-      "On the service's own data plane each web instance is limited to `memory_limit_mb` (else `memory_mb`) of memory " +
-      'and `cpu_limit` (else `cpu`) cores, each worker instance to the `queue_` fields (else the same), with the ' +
-      "service's defaults when silent, through cgroups; an instance over its memory is killed (`out_of_memory`) and " +
-      "restarted. Where the service may not set cgroups, the limits are stored but not enforced, and the service's start " +
-      'log says so. On a listener they become the Kubernetes requests and limits. A PATCH replaces the whole ' +
-      'resource_spec rather than merging it: a field left out is unset, so send every field to keep.',
-  },
-);
 
 export const SourceConfig = Type.Object(
   {

@@ -5,6 +5,7 @@
 import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kysely';
 import type { DatabaseStorageState } from '../domain/database-storage.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
+import type { ResourceSpec } from '../domain/resource-spec.ts';
 import type { DeploymentType, Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
 import type { DeploymentStatus, RevisionStatus } from '../domain/states.ts';
 import type { SsoMappingTable, SsoSessionTable, SsoUsedStateTable } from './schema-sso.ts';
@@ -220,7 +221,7 @@ export interface DeploymentTable {
 
 /** The snapshot of what a revision runs with (src/service/deployments.ts, snapshotOf); redeploys add reuse_build_of. */
 export interface RevisionSnapshot {
-  resource_spec?: Record<string, unknown> | null;
+  resource_spec?: ResourceSpec | null;
   install_command?: string | null;
   build_command?: string | null;
   listener_config?: SourceConfig['listener_config'];

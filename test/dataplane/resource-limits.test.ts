@@ -22,6 +22,7 @@ import { after, describe } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { cpuStarvation } from '../../src/dataplane/cgroup-cpu-starvation.ts';
+import type { ResourceSpec } from '../../src/domain/resource-spec.ts';
 import { scaleOf } from '../../src/dataplane/app-scaling.ts';
 import { findExecutable } from '../../src/dataplane/executables.ts';
 import {
@@ -160,7 +161,11 @@ describe('limitsFromResourceSpec', () => {
     const defaults = { memoryBytes: 64 * MIB, cpu: 2, pids: 30 };
     for (const value of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, '500m', '1', null, true]) {
       assert.deepEqual(
-        limitsFromResourceSpec({ memory_limit_mb: value, memory_mb: value, cpu_limit: value, cpu: value }, defaults),
+        limitsFromResourceSpec(
+          // A spec stored before the schema, or written around it: read defensively.
+          { memory_limit_mb: value, memory_mb: value, cpu_limit: value, cpu: value } as unknown as ResourceSpec,
+          defaults,
+        ),
         { ...defaults, cpuRequest: defaults.cpu },
         `value ${String(value)}`,
       );
@@ -170,7 +175,10 @@ describe('limitsFromResourceSpec', () => {
   });
 
   test('the task limit is always the default (the spec has no such field)', () => {
-    assert.equal(limitsFromResourceSpec({ pids: 5, max_pids: 5 }, { ...DEFAULT_LIMITS, pids: 77 }).pids, 77);
+    assert.equal(
+      limitsFromResourceSpec({ pids: 5, max_pids: 5 } as ResourceSpec, { ...DEFAULT_LIMITS, pids: 77 }).pids,
+      77,
+    );
   });
 });
 

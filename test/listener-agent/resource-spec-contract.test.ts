@@ -9,9 +9,9 @@ import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
 import { buildManifests, type BuildContext } from '../../listener/manifest-builder.ts';
 import { MAPPED_FIELDS, UNSUPPORTED_FIELDS, readResourceSpec } from '../../listener/resource-spec.ts';
-import { ResourceSpec } from '../../src/routes/deployment-schemas.ts';
+import { RESOURCE_SPEC_FIELDS } from '../../src/domain/resource-spec.ts';
 
-const SCHEMA_FIELDS = Object.keys(ResourceSpec.properties);
+const SCHEMA_FIELDS: readonly string[] = RESOURCE_SPEC_FIELDS;
 const IGNORED: readonly string[] = UNSUPPORTED_FIELDS;
 const DOCS = readFileSync(new URL('../../docs/listener.md', import.meta.url), 'utf8');
 
