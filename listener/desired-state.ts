@@ -1,7 +1,8 @@
 /**
  * The desired state of listener protocol version 1, as the agent uses it. Its shape is the service's
- * own: the types are those of the OpenAPI document the service serves (packages/sdk/src/api-types.ts,
- * generated from it), which the service also answers by (its response schemas). What the agent checks
+ * own: the types are the protocol's schemas (src/routes/listener-protocol-schemas.ts, imported for their
+ * types only, so none of the service is in the agent's image), which the service answers by, and the
+ * version is the service's (src/domain/listener-protocol-version.ts, copied into the image). What the agent checks
  * itself is what no schema says: that the answer speaks protocol 1 and is for this listener, so that a
  * service of another protocol version (or a proxy answering in its place) is refused as a whole
  * instead of half-applied.
@@ -10,15 +11,14 @@
  * to the revision that runs; a service of before sent them only in the revision (its snapshot). The
  * agent reads them from the deployment when they are there, and keeps them on the revision it uses.
  */
-import type { JsonBody, JsonResponse } from '../packages/sdk/src/api-aliases.ts';
+import { PROTOCOL_VERSION } from '../src/domain/listener-protocol-version.ts';
+import type { DesiredState as WireDesiredState, ReportBody } from '../src/routes/listener-protocol-schemas.ts';
 
-export const PROTOCOL_VERSION = 1;
-
-/** The desired state as the service sends it. */
-export type WireDesiredState = JsonResponse<'/v2/listeners/{listener_id}/desired-state', 'get', 200>;
+export { PROTOCOL_VERSION };
+export type { WireDesiredState };
 type WireDeployment = WireDesiredState['deployments'][number];
 
-export type ReportedStatus = JsonBody<'/v2/listeners/{listener_id}/reports', 'post'>['status'];
+export type ReportedStatus = ReportBody['status'];
 
 /** A revision, with the deployment's current in-place values (see above). */
 export type DesiredRevision = NonNullable<WireDeployment['revision']>;

@@ -10,19 +10,25 @@
  * (5xx, 429, a credential refused, the network) is worth another try after the agent's back-off.
  */
 import createClient from 'openapi-fetch';
-import type { JsonBody, JsonResponse } from '../packages/sdk/src/api-aliases.ts';
 import type { paths } from '../packages/sdk/src/api-types.ts';
 import { createRetryingFetch, type RetryOptions } from '../packages/sdk/src/retrying-fetch.ts';
 import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
+import type {
+  DeploymentCondition as WireDeploymentCondition,
+  HeartbeatBody,
+  ReportBody,
+  ReportResult,
+} from '../src/routes/listener-protocol-schemas.ts';
 import { readDesiredState, type DesiredState } from './desired-state.ts';
 
 export type Fetch = NonNullable<RetryOptions['fetch']>;
 
-export type Report = JsonBody<'/v2/listeners/{listener_id}/reports', 'post'>;
-export type ReportAnswer = JsonResponse<'/v2/listeners/{listener_id}/reports', 'post', 200>;
-export type Heartbeat = JsonBody<'/v2/listeners/{listener_id}/heartbeat', 'post'>;
+/** The protocol's bodies (src/routes/listener-protocol-schemas.ts; the client's paths are the same document's). */
+export type Report = ReportBody;
+export type ReportAnswer = ReportResult;
+export type Heartbeat = HeartbeatBody;
 /** A deployment whose serving (DEPLOYED) revision is not healthy; the heartbeat leaves healthy ones out. */
-export type DeploymentCondition = NonNullable<Heartbeat['deployments']>[number];
+export type DeploymentCondition = WireDeploymentCondition;
 
 /** The service refused the request itself: the same request will be refused again. */
 export function permanentRefusal(error: unknown): error is SlipwayError {

@@ -1,7 +1,7 @@
 /**
  * The resource_spec of a deployment, one definition for both data planes: its schema (the API validates
  * it, the OpenAPI document shows it), its type (`ResourceSpec`, what the own data plane reads; the
- * listener agent reads the same schema through the client types generated from the document), and the
+ * listener agent reads the same schema through the listener protocol's types), and the
  * rules across fields that a schema cannot say (a minimum never above its maximum), and which of its
  * fields are the deployment's scale rather than part of a revision's snapshot. What each plane makes of
  * each field: src/dataplane/resource-spec-fields.ts and listener/resource-spec.ts, each held to the

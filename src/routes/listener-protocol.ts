@@ -12,15 +12,14 @@ import type { FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { Type } from 'typebox';
 import type { ChangeFeed } from '../db/change-feed.ts';
-import { REVISION_STATUSES } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
 import { workspaceOf } from '../http/authenticate.ts';
-import { DateTime, Nullable, StringEnum, Uuid, errorResponses } from '../http/schema-helpers.ts';
+import { Uuid, errorResponses } from '../http/schema-helpers.ts';
 import { createDesiredStateWaits } from '../service/desired-state-waits.ts';
-import { PROTOCOL_VERSION, REPORTED_STATUSES, type ListenerProtocolService } from '../service/listener-protocol.ts';
+import type { ListenerProtocolService } from '../service/listener-protocol.ts';
 import type { ListenerService } from '../service/listeners.ts';
-import { LISTENER_CONDITIONS, type Database } from '../store/schema.ts';
-import { ResourceSpec, SecretReference } from './deployment-schemas.ts';
+import type { Database } from '../store/schema.ts';
+import { DeletionBody, DesiredState, HeartbeatBody, ReportBody, ReportResult } from './listener-protocol-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
 import { needs } from '../http/route-needs.ts';
 
@@ -37,63 +36,10 @@ const MAX_WAIT_SECONDS = 60;
 const POLL_WITHOUT_FEED_MS = 1_000;
 /** How often a waiting long-poll re-reads without a wake-up, in case a notification was lost. */
 const SAFETY_POLL_MS = 10_000;
-const NAMESPACE = Type.String({ pattern: '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', maxLength: 63 });
 
-// ----- schemas -----------------------------------------------------------------------------------
+// ----- schemas of the HTTP requests (the bodies: ./listener-protocol-schemas.ts) ------------------
 
 const Params = Type.Object({ listener_id: Uuid() });
-
-const DesiredRevision = Type.Object(
-  {
-    id: Uuid(),
-    number: Type.Integer({ description: "The revision's number in its deployment, 1 for the first." }),
-    status: StringEnum(REVISION_STATUSES),
-    image_uri: Nullable(Type.String()),
-    secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), {
-      description: 'Decrypted, for a Kubernetes Secret of the deployment.',
-    }),
-    secret_references: Nullable(
-      Type.Array(SecretReference, { description: "The deployment's secret_references, as in the deployment's entry." }),
-    ),
-    // The deployment's current resource_spec, as in the deployment's entry (kept for agents that read it here).
-    resource_spec: Nullable(ResourceSpec),
-  },
-  { title: 'DesiredRevision' },
-);
-
-const DesiredDeployment = Type.Object(
-  {
-    deployment_id: Uuid(),
-    name: Type.String(),
-    namespace: Nullable(Type.String({ description: 'source_config.listener_config.k8s_namespace.' })),
-    delete: Type.Boolean({
-      description: 'The deployment was deleted: remove everything of it, then POST .../deletions.',
-    }),
-    custom_url: Nullable(Type.String()),
-    // The deployment's current source_config.resource_spec: a patch of it applies in place, without a revision.
-    resource_spec: Nullable(ResourceSpec),
-    secret_references: Nullable(
-      Type.Array(SecretReference, {
-        description:
-          "The deployment's current secret_references (environment variables read from existing Kubernetes Secrets).",
-      }),
-    ),
-    revision: Nullable(DesiredRevision),
-  },
-  { title: 'DesiredDeployment' },
-);
-
-const DesiredState = Type.Object(
-  {
-    protocol: Type.Literal(PROTOCOL_VERSION),
-    listener_id: Uuid(),
-    deployments: Type.Array(DesiredDeployment),
-  },
-  {
-    title: 'DesiredState',
-    description: 'Every deployment of the listener with the revision that should run (null: nothing should).',
-  },
-);
 
 const DesiredStateQuery = Type.Object({
   wait: Type.Optional(
@@ -111,92 +57,6 @@ const DesiredStateHeaders = Type.Object({
     Type.String({ maxLength: 1024, description: 'The ETag of the state the listener has.' }),
   ),
 });
-
-const ReportBody = Type.Object(
-  {
-    revision_id: Uuid(),
-    status: StringEnum(REPORTED_STATUSES),
-    failure_reason: Type.Optional(
-      Type.String({
-        pattern: '^[a-z][a-z0-9_]{0,63}$',
-        description:
-          'Machine-readable, with DEPLOY_FAILED: image_pull_failed, crash_loop, progress_deadline_exceeded, invalid_manifest, ...',
-      }),
-    ),
-    message: Type.Optional(Type.String({ maxLength: 4096, description: 'For people: what happened.' })),
-  },
-  { title: 'RevisionReport' },
-);
-
-const ReportResult = Type.Object(
-  {
-    applied: Type.Boolean({
-      description: 'false: the report changed nothing (a retry, a stale report, or a revision in a final state).',
-    }),
-    status: StringEnum(REVISION_STATUSES, { description: "The revision's status now." }),
-    not_applied_reason: Nullable(
-      StringEnum(['duplicate', 'behind', 'superseded', 'final'] as const, {
-        description:
-          "Why not: already in that status; behind its status; not the deployment's latest revision; in a final state.",
-      }),
-    ),
-  },
-  { title: 'RevisionReportResult', description: 'What the report did.' },
-);
-
-const DeletionBody = Type.Object({ deployment_id: Uuid() }, { title: 'DeletionConfirmation' });
-
-const DeploymentCondition = Type.Object(
-  {
-    deployment_id: Uuid(),
-    revision_id: Uuid({ description: 'The revision the agent runs for it (its serving revision).' }),
-    condition: StringEnum(LISTENER_CONDITIONS, {
-      description:
-        'update_failed: an in-place change (resource_spec, secret_references, custom_url) was refused or does not roll out, and the pods of before keep serving; crash_loop: the pods of the serving revision keep crashing.',
-    }),
-    reason: Type.String({
-      pattern: '^[a-z][a-z0-9_]{0,63}$',
-      description:
-        'Machine-readable, like a DEPLOY_FAILED reason: invalid_manifest, crash_loop, image_pull_failed, ...',
-    }),
-    message: Type.Optional(Type.String({ maxLength: 4096 })),
-    change: Type.Optional(
-      Type.String({
-        minLength: 1,
-        maxLength: 128,
-        description:
-          "For update_failed: the agent's id of the in-place change it is about (the same change, the same id). An entry with another change than the one told before is a new failure: a new deployment.update_failed event, even with the same reason.",
-      }),
-    ),
-  },
-  { title: 'ListenerDeploymentCondition' },
-);
-
-const HeartbeatBody = Type.Object(
-  {
-    version: Type.String({ minLength: 1, maxLength: 128, description: "The agent's version." }),
-    namespaces: Type.Array(NAMESPACE, {
-      maxItems: 1000,
-      uniqueItems: true,
-      description: 'The namespaces the agent watches.',
-    }),
-    message: Type.Optional(Type.String({ maxLength: 4096 })),
-    deployments: Type.Optional(
-      Type.Array(DeploymentCondition, {
-        maxItems: 10000,
-        description:
-          'Every deployment whose serving revision is not healthy; a deployment left out is healthy. Without this field the conditions stay as they were (an agent that does not tell them).',
-      }),
-    ),
-    observed_at: Type.Optional(
-      DateTime({
-        description:
-          "The agent's clock when it saw the `deployments` conditions: a heartbeat observed no later than one already applied changes no condition.",
-      }),
-    ),
-  },
-  { title: 'Heartbeat' },
-);
 
 /** The security a protocol endpoint documents: the listener credential is sent as a bearer token. */
 const security: Record<string, string[]>[] = [{ bearer: [] }, { apiKey: [] }];

@@ -10,6 +10,7 @@
  * Only a change writes anything: each heartbeat is compared with the stored conditions, so repeating
  * one is free.
  */
+import type { DeploymentCondition } from '../routes/listener-protocol-schemas.ts';
 import type { EventType } from '../domain/event-types.ts';
 import { applyCondition } from './lifecycle.ts';
 import { listDeploymentEvents, recordEvents } from '../store/events.ts';
@@ -23,15 +24,8 @@ import {
 import type { Db, ListenerCondition, ListenerDeploymentConditionRow } from '../store/schema.ts';
 
 /** One entry of a heartbeat's `deployments`: the serving revision of that deployment is not healthy. */
-export interface DeploymentConditionInput {
-  deployment_id: string;
-  revision_id: string;
-  condition: ListenerCondition;
-  reason: string;
-  message?: string;
-  /** The agent's id of the in-place change an `update_failed` is about: another id is another failure. */
-  change?: string;
-}
+/** A heartbeat's entry for a deployment whose serving revision is not healthy (the protocol's schema). */
+export type DeploymentConditionInput = DeploymentCondition;
 
 type Wanted = {
   revision_id: string;

@@ -9,22 +9,12 @@
 import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import type { SecretReference } from '../domain/deployment-plan.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
-import {
-  LISTENER_REPORTED_STATUSES,
-  REVISION_STATES,
-  isFinalRevisionStatus,
-  type ListenerReportedStatus,
-  type RevisionStatus,
-} from '../domain/states.ts';
+import { PROTOCOL_VERSION } from '../domain/listener-protocol-version.ts';
+import type { ResourceSpec } from '../domain/resource-spec.ts';
+import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { notFound } from '../errors.ts';
-import {
-  applyConditions,
-  conditionChanges,
-  lockForConditions,
-  type DeploymentConditionInput,
-} from './listener-conditions.ts';
+import { applyConditions, conditionChanges, lockForConditions } from './listener-conditions.ts';
 import { recordEvents } from '../store/events.ts';
 import { isListenerCredentialActive } from '../store/listener-credentials.ts';
 import {
@@ -36,47 +26,19 @@ import {
   type ListenerView,
 } from '../store/listeners.ts';
 import type { Database } from '../store/schema.ts';
+import type {
+  DesiredDeployment,
+  DesiredRevision,
+  DesiredState,
+  HeartbeatBody,
+  ReportBody,
+  ReportResult,
+} from '../routes/listener-protocol-schemas.ts';
 import { createDataPlaneReports } from './lifecycle.ts';
 
 export { stepsTo } from './lifecycle.ts';
 
-export const PROTOCOL_VERSION = 1;
-
 // ----- desired state -----------------------------------------------------------------------------
-
-export interface DesiredRevision {
-  id: string;
-  number: number;
-  status: RevisionStatus;
-  image_uri: string | null;
-  /** Decrypted: the listener puts them into a Kubernetes Secret. */
-  secrets: { name: string; value: string }[];
-  /** The deployment's current value, as on the deployment: kept here for agents that read it here. */
-  secret_references: SecretReference[] | null;
-  /** The deployment's current value, as on the deployment: kept here for agents that read it here. */
-  resource_spec: Record<string, unknown> | null;
-}
-
-export interface DesiredDeployment {
-  deployment_id: string;
-  name: string;
-  namespace: string | null;
-  delete: boolean;
-  custom_url: string | null;
-  /**
-   * The deployment's current values, not the target revision's snapshot: a `source_config` or
-   * `secret_references` patch makes no revision and applies to what runs in place.
-   */
-  resource_spec: Record<string, unknown> | null;
-  secret_references: SecretReference[] | null;
-  revision: DesiredRevision | null;
-}
-
-export interface DesiredState {
-  protocol: typeof PROTOCOL_VERSION;
-  listener_id: string;
-  deployments: DesiredDeployment[];
-}
 
 /**
  * Final states in which a revision must not run: the listener keeps (or goes back to) the active
@@ -108,25 +70,7 @@ const objectOrNull = (value: unknown): Record<string, unknown> | null =>
 
 // ----- status reports ----------------------------------------------------------------------------
 
-/** What a listener reports: the statuses of src/domain/states.ts with `listenerReports`. */
-export const REPORTED_STATUSES = LISTENER_REPORTED_STATUSES;
-export type ReportedStatus = ListenerReportedStatus;
-
-export interface ReportInput {
-  revision_id: string;
-  status: ReportedStatus;
-  failure_reason?: string;
-  message?: string;
-}
-
 export type { NotAppliedReason };
-
-export interface ReportResult {
-  applied: boolean;
-  /** The revision's status after the report. */
-  status: RevisionStatus;
-  not_applied_reason: NotAppliedReason | null;
-}
 
 // ----- the service -------------------------------------------------------------------------------
 
@@ -172,7 +116,8 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
           const revision = target === null ? undefined : revisions.get(target);
           const listenerConfig = objectOrNull(d.source_config.listener_config);
           const inPlace = {
-            resource_spec: objectOrNull(d.source_config.resource_spec),
+            // Validated by the schema when stored; an object is all that is trusted here.
+            resource_spec: objectOrNull(d.source_config.resource_spec) as ResourceSpec | null,
             // Stored by the deployment service from validated input.
             secret_references: Array.isArray(d.secret_references) ? d.secret_references : null,
           };
@@ -205,7 +150,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * DEPLOYED makes it the deployment's active revision and the deployment READY. The first report
      * applied for a revision interrupts older revisions still on their way (the listener replaced them).
      */
-    async report(listenerId: string, input: ReportInput): Promise<ReportResult> {
+    async report(listenerId: string, input: ReportBody): Promise<ReportResult> {
       const outcome = await createDataPlaneReports(db, { kind: 'listener', listenerId }).reportRevision({
         revisionId: input.revision_id,
         status: input.status,
@@ -230,17 +175,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * heartbeat with `deployments` also says which serving revisions are not healthy
      * (src/service/listener-conditions.ts), unless an agent's heartbeat observed later already has.
      */
-    async heartbeat(
-      workspaceId: string,
-      listenerId: string,
-      input: {
-        version: string;
-        namespaces: string[];
-        message?: string;
-        deployments?: DeploymentConditionInput[];
-        observed_at?: string;
-      },
-    ): Promise<ListenerView> {
+    async heartbeat(workspaceId: string, listenerId: string, input: HeartbeatBody): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
         const entries = input.deployments;
         // Deployments before their listener, as every writer locks them (see lockForConditions).
