@@ -63,6 +63,8 @@ export interface AppDeps {
   services?: Services;
   /** Options of every code-host client (timeouts, retries, clock) when buildApp builds the services; tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
+  /** The clock of the services buildApp builds (OAuth token expiry); tests move it instead of waiting. */
+  now?: () => Date;
   /** Wakes log followers (follow=true); without it they poll the database every second. */
   changes?: ChangeFeed;
   /** The service's pool, for the connection gauges of /metrics. */
@@ -193,6 +195,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       codehostClient: deps.codehostClient,
       ...(deps.pool ? { pool: deps.pool } : {}),
       ...(deps.ssoFetch ? { ssoFetch: deps.ssoFetch } : {}),
+      ...(deps.now ? { now: deps.now } : {}),
     });
   const { deployments } = services;
 

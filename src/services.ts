@@ -56,9 +56,11 @@ export interface ServiceDeps {
   pool?: pg.Pool;
   /** How SSO reaches the identity provider; tests pass a fake's. */
   ssoFetch?: FetchLike;
+  /** The clock OAuth tokens' expiry is computed and read against; tests move it instead of waiting. */
+  now?: () => Date;
 }
 
-export function createServices({ config, db, secretBox, logger, codehostClient, pool, ssoFetch }: ServiceDeps) {
+export function createServices({ config, db, secretBox, logger, codehostClient, pool, ssoFetch, now }: ServiceDeps) {
   const integrations = createCodehostIntegrationService({
     db,
     secretBox,
@@ -75,7 +77,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     resources,
   });
 
-  const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth });
+  const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth, ...(now ? { now } : {}) });
   const oauthProviders = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
   const oauthTokens = createOAuthTokenService({
     db,
@@ -83,6 +85,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     client: oauthClient,
     providers: oauthProviders,
     logger,
+    ...(now ? { now } : {}),
   });
   const agentCredentials = createAgentCredentialService({ db });
 

@@ -94,6 +94,8 @@ export interface OAuthTokenServiceDeps {
   client: OAuthClient;
   providers: OAuthProviderService;
   logger: WarnLogger;
+  /** The clock an access token's expiry is read against; injectable so tests move time instead of waiting. */
+  now?: () => Date;
 }
 
 /** What a token is good for right now, from its row alone. */
@@ -128,13 +130,20 @@ const CLAIM_POLL_MS = 100;
  * - the result is stored only if the claim is still the caller's (compare and set); if it lapsed and
  *   another took over, the caller reads the row again.
  */
-export function createOAuthTokenService({ db, secretBox, client, providers, logger }: OAuthTokenServiceDeps) {
+export function createOAuthTokenService({
+  db,
+  secretBox,
+  client,
+  providers,
+  logger,
+  now = () => new Date(),
+}: OAuthTokenServiceDeps) {
   const inFlight = new Map<string, Promise<Outcome>>();
 
   function stateOf(token: OAuthTokenRow): TokenState {
     if (token.status !== 'active')
       return { kind: 'unusable', message: token.status_message ?? 'its last refresh failed' };
-    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - Date.now();
+    const remaining = token.expires_at === null ? Infinity : token.expires_at.getTime() - now().getTime();
     if (remaining > REFRESH_MARGIN_MS) return { kind: 'usable' };
     if (token.refresh_token_encrypted === null) {
       // Still valid for a moment: hand it out rather than fail early.

@@ -9,7 +9,6 @@ import {
   authorize,
   createDeployment,
   registerProvider,
-  sleep,
   startIdp,
   startOAuthTestApp,
   storedTokenValues,
@@ -180,7 +179,8 @@ test('a refresh the provider refuses leaves the token in refresh_failed, with a 
     }),
   });
   assert.equal(revoked.status, 200);
-  await sleep(2100);
+  // The access token (2 s) expires: the service's clock moves past it rather than the test waiting.
+  t.clock.advance(2100);
 
   const requests = idp.tokenRequestCount();
   const refused = await agentToken(t.app, credential, 'stale-bot', flow.connectionId!);
@@ -225,7 +225,7 @@ test('a refresh that fails for a passing reason keeps the token active and answe
     idp.setAccessTokenTtl(3600);
   }
   const { credential } = await mintCredential('patient-agent', { agent_ids: ['patient-bot'] });
-  await sleep(2100);
+  t.clock.advance(2100);
   idp.failTokenEndpoint('connection_reset');
   try {
     const res = await agentToken(t.app, credential, 'patient-bot', flow.connectionId!);

@@ -11,6 +11,7 @@ import { newCredential } from '../../src/auth/credentials.ts';
 import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import { createApiKey, createOrganization, createWorkspace } from '../../src/store/tenancy.ts';
 import { authorizeInBrowser, startOidcServer, type OidcServer, type TestClientKind } from '../fakes/oidc-server.ts';
+import { createTestClock, type TestClock } from '../support/clock.ts';
 import { buildReplicaApp, client, createTestApp, type TestDatabase } from '../support/harness.ts';
 
 /** Where browsers reach the service. It is never requested: the fake browser hands the callback URL back. */
@@ -35,6 +36,8 @@ export interface OAuthTestApp {
   orgKey: string;
   /** Every log line the app wrote, at trace level. */
   logs: string[];
+  /** The app's clock for OAuth token expiry: `advance` it to let a token expire. */
+  clock: TestClock;
   /** Another app on the same database and key: a second replica of the service. Closed with this one. */
   replica(): Promise<FastifyInstance>;
   close(): Promise<void>;
@@ -45,7 +48,11 @@ export async function startOAuthTestApp(
 ): Promise<OAuthTestApp> {
   const logs: string[] = [];
   const logger = pino({ level: 'trace' }, { write: (line: string) => void logs.push(line) });
-  const t = await createTestApp({ SLIPWAY_PUBLIC_URL: PUBLIC_URL, LOG_LEVEL: 'trace', ...env }, { logger });
+  const clock = createTestClock();
+  const t = await createTestApp(
+    { SLIPWAY_PUBLIC_URL: PUBLIC_URL, LOG_LEVEL: 'trace', ...env },
+    { logger, now: clock.now },
+  );
   const replicas: FastifyInstance[] = [];
   return {
     app: t.app,
@@ -55,6 +62,7 @@ export async function startOAuthTestApp(
     organizationId: t.organizationId,
     orgKey: t.orgKey,
     logs,
+    clock,
     async replica() {
       const other = await buildReplicaApp(t, { logger });
       replicas.push(other);

@@ -113,6 +113,8 @@ export interface TestAppOptions {
   apps?: AppDeps['apps'];
   /** Replaces fetch towards the single sign-on provider (test/sso/sso-harness.ts). */
   ssoFetch?: AppDeps['ssoFetch'];
+  /** The services' clock (OAuth token expiry), for a test that moves time instead of waiting. */
+  now?: AppDeps['now'];
 }
 
 export async function createTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
@@ -142,6 +144,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
     ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}),
+    ...(options.now ? { now: options.now } : {}),
   });
   await app.ready();
   return {
