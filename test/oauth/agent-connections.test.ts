@@ -295,3 +295,30 @@ test("the data plane's runtime credential reaches the deployment's own agents on
     [null],
   );
 });
+
+// Last in the file: it moves the app's clock an hour ahead, past every token made before it.
+test('an access token without a refresh token is handed out until it expires, then needs a new authorization', async () => {
+  const flow = await authorize(
+    t,
+    api,
+    { provider_id: 'acme-idp', scopes: ['openid', 'repo:read'], agent_id: 'brief-bot' },
+    'erin',
+  );
+  // As a provider that issues no refresh token leaves it.
+  await t.database.db
+    .updateTable('oauth_tokens')
+    .set({ refresh_token_encrypted: null })
+    .where('id', '=', flow.tokenId)
+    .execute();
+  const { credential } = await mintCredential('brief-agent', { agent_ids: ['brief-bot'] });
+  const requests = idp.tokenRequestCount();
+  assert.equal((await agentToken(t.app, credential, 'brief-bot', flow.connectionId!)).status, 200);
+
+  // The access token (an hour) expires: the service's clock moves past it.
+  t.clock.advance(3601 * 1000);
+  const expired = await agentToken(t.app, credential, 'brief-bot', flow.connectionId!);
+  assert.equal(expired.status, 409, JSON.stringify(expired.body));
+  assert.match(expired.body.detail!, /The access token expired and the provider issued no refresh token/);
+  assert.equal(idp.tokenRequestCount(), requests, 'nothing to ask the provider');
+  assert.equal((await api.get(`/v2/auth/tokens/${flow.tokenId}`)).body.status, 'refresh_failed');
+});
