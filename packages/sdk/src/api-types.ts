@@ -3203,6 +3203,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3239,6 +3241,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3286,6 +3290,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 workspace_id: string;
@@ -3334,6 +3340,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 workspace_id: string;
@@ -3387,6 +3395,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3423,6 +3433,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3472,6 +3484,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 api_key_id: string;
@@ -3533,6 +3547,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3569,6 +3585,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -3635,6 +3653,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3685,6 +3705,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3732,6 +3754,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3796,6 +3820,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3835,6 +3861,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3884,6 +3912,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3936,6 +3966,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -3992,6 +4024,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -4029,6 +4063,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -4077,6 +4113,8 @@ export interface operations {
                 "last-event-id"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -4122,6 +4160,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4158,6 +4198,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4217,6 +4259,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4265,6 +4309,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4313,6 +4359,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4367,6 +4415,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4406,6 +4456,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4459,6 +4511,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4508,6 +4562,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4555,6 +4611,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4606,6 +4664,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4648,6 +4708,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 listener_id: string;
@@ -4704,6 +4766,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4740,6 +4804,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -4787,6 +4853,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4836,6 +4904,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4885,6 +4955,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description The provider's provider_id (slug) or id. */
@@ -4937,6 +5009,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5062,6 +5136,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 auth_id: string;
@@ -5105,6 +5181,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5141,6 +5219,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 token_id: string;
@@ -5191,6 +5271,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 token_id: string;
@@ -5235,6 +5317,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description Your own name for the agent. */
@@ -5274,6 +5358,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description Your own name for the agent. */
@@ -5324,6 +5410,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 /** @description Your own name for the agent. */
@@ -5374,6 +5462,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -5413,6 +5503,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -5465,6 +5557,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -5562,6 +5656,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5598,6 +5694,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5645,6 +5743,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 tag_key_id: string;
@@ -5693,6 +5793,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 tag_key_id: string;
@@ -5732,6 +5834,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 tag_key_id: string;
@@ -5782,6 +5886,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 tag_key_id: string;
@@ -5831,6 +5937,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -5868,6 +5976,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -5916,6 +6026,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5950,6 +6062,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -5984,6 +6098,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -6028,6 +6144,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -6123,6 +6241,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -6172,6 +6292,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -6221,6 +6343,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -6269,6 +6393,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 deployment_id: string;
@@ -6324,6 +6450,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -6360,6 +6488,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -6416,6 +6546,8 @@ export interface operations {
                 "if-none-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 integration_id: string;
@@ -6464,6 +6596,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 integration_id: string;
@@ -6512,6 +6646,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 integration_id: string;
@@ -6564,6 +6700,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 integration_id: string;
@@ -6607,6 +6745,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 integration_id: string;
@@ -6880,6 +7020,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -6916,6 +7058,8 @@ export interface operations {
                 "idempotency-key"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -6963,6 +7107,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 mapping_id: string;
@@ -7011,6 +7157,8 @@ export interface operations {
             header?: {
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path?: never;
             cookie?: never;
@@ -7047,6 +7195,8 @@ export interface operations {
                 "if-match"?: string;
                 /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
                 "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
             };
             path: {
                 session_id: string;
