@@ -68,6 +68,7 @@ export default tseslint.config(
         ReadableStream: 'readonly',
         TextEncoder: 'readonly',
         TextDecoder: 'readonly',
+        AbortSignal: 'readonly',
       },
     },
   },

@@ -38,6 +38,7 @@ import { metricsRoutes, type MetricsOptions } from './routes/metrics.ts';
 import { noTracing, type Tracing } from './telemetry/tracing.ts';
 import { listenerRoutes } from './routes/listeners.ts';
 import { listenerProtocolRoutes } from './routes/listener-protocol.ts';
+import { protocolCredentialRoutes } from './routes/protocol-credentials.ts';
 import { oauthRoutes } from './routes/oauth.ts';
 import { tagRoutes } from './routes/tags.ts';
 import { tracingProjectRoutes } from './routes/tracing-projects.ts';
@@ -228,6 +229,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       connections: services.agentConnections,
       credentials: services.agentCredentials,
     });
+    await app.register(protocolCredentialRoutes, { credentials: services.protocolCredentials });
     await app.register(tagRoutes, { tags: services.tags });
     await app.register(tracingProjectRoutes, { tracingProjects: services.tracingProjects });
     await app.register(uploadRoutes, { uploads: services.uploads, limitBytes: config.uploadLimitBytes });

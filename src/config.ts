@@ -71,6 +71,12 @@ export interface Config {
   readonly uploadLimitBytes: number;
   /** Plain-http OAuth endpoints, for development and tests only. */
   readonly allowInsecureOAuth: boolean;
+  /**
+   * Who may call LangGraph deployments' /mcp and /a2a when the project has no custom auth:
+   * `deployment` (each deployment's SLIPWAY_PROTOCOLS_AUTH, open unless it says otherwise) or
+   * `credential` (every deployment requires a protocol credential; docs/langgraph.md).
+   */
+  readonly appsProtocolsAuth: 'deployment' | 'credential';
   /** Plain-http code-host API URLs, for development and tests only. */
   readonly allowInsecureCodehost: boolean;
   /**
@@ -304,6 +310,13 @@ function metricsToken(env: Env): string | null {
   return raw;
 }
 
+function appsProtocolsAuth(env: Env): 'deployment' | 'credential' {
+  const value = text(env, 'SLIPWAY_APPS_PROTOCOLS_AUTH') ?? 'deployment';
+  if (value !== 'deployment' && value !== 'credential')
+    throw new ConfigError('SLIPWAY_APPS_PROTOCOLS_AUTH', `must be deployment or credential, got ${value}`);
+  return value;
+}
+
 /**
  * Reads and validates the configuration; `env` defaults to the process environment, `machine` (what the
  * limits' defaults are sized from) to this machine.
@@ -347,6 +360,7 @@ export function loadConfig(
     databaseCheckIntervalMs: integer(env, 'SLIPWAY_DATABASE_CHECK_SECONDS', 15, 1, 3600) * 1000,
     uploadLimitBytes: integer(env, 'SLIPWAY_UPLOAD_LIMIT_BYTES', 200 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
     allowInsecureOAuth: flag(env, 'SLIPWAY_ALLOW_INSECURE_OAUTH'),
+    appsProtocolsAuth: appsProtocolsAuth(env),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
     codehostAllowedUrls: codehostAllowedUrls(env),
     publicUrl: publicUrl(env, host, port),

@@ -12,6 +12,7 @@ import type { Config } from './config.ts';
 import type { SecretBox } from './crypto/secret-box.ts';
 import { OAuthClient } from './oauth/oauth-client.ts';
 import { createAgentConnectionService } from './service/agent-connections.ts';
+import { createProtocolCredentialService } from './service/protocol-credentials.ts';
 import { createAgentCredentialService } from './service/agent-credentials.ts';
 import { createApiKeyService } from './service/api-keys.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
@@ -108,6 +109,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
       publicUrl: config.publicUrl,
     }),
     agentCredentials,
+    protocolCredentials: createProtocolCredentialService({ db }),
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens }),
     tags: createTagService({ db }),
     revisionLogs: createRevisionLogService({ db }),

@@ -9,7 +9,7 @@
 // with its output as a data part.
 import { randomUUID } from 'node:crypto';
 import { API_STATE_KEY, createTaskStore, threadOf } from './a2a-tasks.mjs';
-import { ApiError, callerHeaders, createApi, lastAiMessage, readBody, takesMessages } from './protocols.mjs';
+import { ApiError, callerHeaders, createApi, lastAiMessage, origin, readBody, takesMessages } from './protocols.mjs';
 
 const STATE = { submitted: 1, working: 2, completed: 3, failed: 4, canceled: 5 };
 const ROLE_AGENT = 2;
@@ -177,15 +177,6 @@ export function createA2a(ctx, packages, inputSchema) {
         bus.finished();
       },
     };
-  }
-
-  /** The address the caller reached this server by (the stable URL behind the edge). */
-  function origin(request) {
-    const url = new URL(request.url);
-    const proto = request.headers.get('x-forwarded-proto')?.split(',')[0].trim() || url.protocol.replace(':', '');
-    const host =
-      request.headers.get('x-forwarded-host')?.split(',')[0].trim() || request.headers.get('host') || url.host;
-    return `${proto}://${host}`;
   }
 
   function cardOf(assistant, url) {

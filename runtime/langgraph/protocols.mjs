@@ -44,6 +44,14 @@ export function callerHeaders(headers) {
   return kept;
 }
 
+/** The address the caller reached this server by (the stable URL behind the edge). */
+export function origin(request) {
+  const url = new URL(request.url);
+  const proto = request.headers.get('x-forwarded-proto')?.split(',')[0].trim() || url.protocol.replace(':', '');
+  const host = request.headers.get('x-forwarded-host')?.split(',')[0].trim() || request.headers.get('host') || url.host;
+  return `${proto}://${host}`;
+}
+
 /** Reads a request body of at most BODY_LIMIT bytes: the text, or null when it is larger. */
 export async function readBody(request) {
   const declared = Number(request.headers.get('content-length'));

@@ -16,7 +16,7 @@
 // The parts: instance.mjs (notifications, helpers), assistants.mjs, threads.mjs, runs.mjs (the
 // operations the server's routes and queue workers call), run-queue.mjs (claims, leases, sweeps),
 // crons.mjs (routes and scheduler), checkpoints.mjs, schema.mjs; MCP and A2A on top of the API:
-// protocols.mjs, mcp.mjs, a2a.mjs, a2a-tasks.mjs.
+// protocols.mjs, protocol-auth.mjs (who may call them), mcp.mjs, a2a.mjs, a2a-tasks.mjs.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -29,6 +29,7 @@ import { createMcp } from './mcp.mjs';
 import { esmEntry, packageDir } from './packages.mjs';
 import { sleep } from './records.mjs';
 import { createSchemas, loadProtocolPackages } from './protocols.mjs';
+import { createProtocolAuth } from './protocol-auth.mjs';
 import { createRunQueue } from './run-queue.mjs';
 import { createRuns } from './runs.mjs';
 import { SCHEMA, WAKE_CHANNEL, migrate, recordTtls, ttlOf } from './schema.mjs';
@@ -159,6 +160,8 @@ export async function serve(instanceId, optionsText) {
   const schemas = createSchemas(ctx);
   const protocols = protocolPackages
     ? [
+        // First: it guards the routes of the two after it (SLIPWAY_PROTOCOLS_AUTH).
+        createProtocolAuth({ options, logger }),
         createMcp(protocolCtx, protocolPackages, schemas.inputSchema),
         createA2a(protocolCtx, protocolPackages, schemas.inputSchema),
       ]

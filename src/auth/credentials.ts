@@ -45,6 +45,20 @@ export function newCredential(kind: CredentialKind): NewCredential {
   return { value, hash: hashCredential(value), prefix: shownPrefix(kind, value) };
 }
 
+/**
+ * A deployment's protocol credential (src/service/protocol-credentials.ts): what a caller of the
+ * deployment's MCP and A2A endpoints presents when the deployment requires one. Deliberately not in
+ * CREDENTIAL_PREFIXES: it opens nothing on the service, and the app edges must pass it on, because the
+ * app itself checks it (runtime/langgraph/protocol-auth.mjs asks the service, with its agent credential,
+ * whether the value is one of its own deployment's). `slwp_` matches none of the stripped prefixes.
+ */
+export const PROTOCOL_CREDENTIAL_PREFIX = 'slwp_';
+
+export function newProtocolCredential(): NewCredential {
+  const value = `${PROTOCOL_CREDENTIAL_PREFIX}${randomBytes(32).toString('base64url')}`;
+  return { value, hash: hashCredential(value), prefix: value.slice(0, PROTOCOL_CREDENTIAL_PREFIX.length + 6) };
+}
+
 /** Whether `value` has the prefix of credentials of `kind` (only such a value ever is one). */
 export function isCredentialOf(kind: CredentialKind, value: string): boolean {
   return value.startsWith(CREDENTIAL_PREFIXES[kind]);

@@ -48,6 +48,11 @@ export interface PlatformVariables {
   tracingProjectName: string;
   apiUrl: string;
   agentCredential: string | null;
+  /**
+   * `credential` when the operator requires a protocol credential on every LangGraph deployment's MCP
+   * and A2A (SLIPWAY_APPS_PROTOCOLS_AUTH): set after the app's env and secrets, which cannot undo it.
+   */
+  protocolsAuth?: 'credential' | null;
   databaseUrl: string | null;
   /** Where the app must listen: its own network namespace's every address, or the host's loopback. */
   listenHost: string;
@@ -89,6 +94,7 @@ export function runEnvironment(
     SLIPWAY_TRACING_PROJECT_NAME: platform.tracingProjectName,
     SLIPWAY_API_URL: platform.apiUrl,
     ...(platform.agentCredential ? { SLIPWAY_AGENT_CREDENTIAL: platform.agentCredential } : {}),
+    ...(platform.protocolsAuth ? { SLIPWAY_PROTOCOLS_AUTH: platform.protocolsAuth } : {}),
     ...(platform.databaseUrl ? { DATABASE_URL: platform.databaseUrl } : {}),
   };
 }

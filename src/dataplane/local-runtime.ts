@@ -113,6 +113,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       tracingProjectName: tracingProject ?? job.deployment.name,
       apiUrl: reach.apiUrl,
       agentCredential: platform.agentCredential,
+      protocolsAuth: config.appsProtocolsAuth === 'credential' ? 'credential' : null,
       databaseUrl: reach.databaseUrl,
       listenHost: sandbox.listenHost,
       otlp: reach.otlpEndpoint

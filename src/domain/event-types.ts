@@ -113,6 +113,10 @@ export const EVENT_TYPES = {
   'agent_connection.deleted': { summary: 'An agent connection was deleted.' },
   'agent_credential.created': { summary: 'An agent credential was made (its secret is shown once).' },
   'agent_credential.revoked': { summary: 'An agent credential was revoked.' },
+  'protocol_credential.created': {
+    summary: "A protocol credential for a deployment's MCP and A2A endpoints was made (its secret is shown once).",
+  },
+  'protocol_credential.revoked': { summary: 'A protocol credential was revoked.' },
   // Code-host integrations.
   'codehost_integration.created': { summary: 'A code-host integration was created.' },
   'codehost_integration.updated': { summary: "A code-host integration's settings or credentials were changed." },

@@ -15,6 +15,7 @@ export interface EventInput {
     | 'oauth_authorization'
     | 'agent_connection'
     | 'agent_credential'
+    | 'protocol_credential'
     | 'codehost_integration';
   subjectId: string;
   deploymentId?: string | null;

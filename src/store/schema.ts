@@ -408,6 +408,20 @@ export interface AgentCredentialTable {
   revoked_at: Date | null;
 }
 
+/** A deployment's protocol credential (src/store/protocol-credentials.ts). */
+export interface ProtocolCredentialTable {
+  id: string;
+  workspace_id: string;
+  deployment_id: string;
+  name: string;
+  credential_hash: Buffer;
+  credential_prefix: string;
+  created_by: string;
+  created_at: CreatedAt;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+}
+
 /** The one row naming the encryption key of the sealed values (migrations/007_key_check.sql). */
 export interface KeyCheckTable {
   singleton: ColumnType<boolean, true | undefined, never>;
@@ -451,6 +465,7 @@ export interface Database {
   oauth_authorizations: OAuthAuthorizationTable;
   agent_connections: AgentConnectionTable;
   agent_credentials: AgentCredentialTable;
+  protocol_credentials: ProtocolCredentialTable;
   key_check: KeyCheckTable;
   sso_mappings: SsoMappingTable;
   sso_used_states: SsoUsedStateTable;
@@ -474,3 +489,4 @@ export type OAuthProviderRow = Selectable<OAuthProviderTable>;
 export type OAuthTokenRow = Selectable<OAuthTokenTable>;
 export type OAuthAuthorizationRow = Selectable<OAuthAuthorizationTable>;
 export type AgentCredentialRow = Selectable<AgentCredentialTable>;
+export type ProtocolCredentialRow = Selectable<ProtocolCredentialTable>;

@@ -8,7 +8,8 @@
  * - the configuration refuses a bootstrap key or a metrics token without its prefix, saying what to set;
  * - a key stored without it (made from such a value by an older version) opens nothing;
  * - on both edges, every kind of credential the service accepts, sent by a caller to an app as
- *   `X-Api-Key` or `Authorization: Bearer`, reaches no app.
+ *   `X-Api-Key` or `Authorization: Bearer`, reaches no app; a deployment's protocol credential (`slwp_`),
+ *   which opens nothing on the service, does: the app checks it itself.
  */
 import assert from 'node:assert/strict';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
@@ -108,6 +109,28 @@ test('a key stored without the prefix (made by an older version) opens nothing',
     assert.equal(res.status, 401, `${JSON.stringify(Object.keys(headers))}: ${JSON.stringify(res.body)}`);
   }
 });
+
+let madeProtocolCredential: Promise<string> | null = null;
+/** A protocol credential of a deployment, checked to open nothing on the service (made once). */
+const protocolCredential = () => (madeProtocolCredential ??= makeProtocolCredential());
+
+async function makeProtocolCredential(): Promise<string> {
+  const deployment = await api.post('/v2/deployments', {
+    name: 'prefix-protocol',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'registry.example.com/agent:1' },
+  });
+  assert.equal(deployment.status, 201, JSON.stringify(deployment.body));
+  const made = await api.post(`/v2/deployments/${deployment.body.id}/protocol-credentials`, {});
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const credential = made.body.credential as string;
+  for (const headers of [{ 'x-api-key': credential }, { authorization: `Bearer ${credential}` }] as Record<
+    string,
+    string
+  >[])
+    assert.equal((await client(t.app, null).get('/v2/deployments', headers)).status, 401);
+  return credential;
+}
 
 let madeCredentials: Promise<Record<string, string>> | null = null;
 /** Every kind of credential the service accepts, each checked to open something (made once). */
@@ -223,6 +246,12 @@ for (const kind of ['haproxy', 'builtin'] as const) {
           assert.ok(!reached.includes(credential), `${what} in ${Object.keys(headers)[0]} reached the app: ${reached}`);
         }
       }
+      // A protocol credential (slwp_) is for the app, which checks it (docs/langgraph.md, "Who may call
+      // MCP and A2A"): the edge passes it on; it opens nothing on the service.
+      const protocol = await protocolCredential();
+      const before = app.seen.length;
+      assert.equal(await get(edge.port, { authorization: `Bearer ${protocol}` }), 200);
+      assert.ok(app.seen.slice(before).join('\n').includes(protocol), 'the protocol credential reached the app');
     } finally {
       await edge?.close();
       await app.close();

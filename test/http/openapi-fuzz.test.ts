@@ -146,9 +146,10 @@ function credentialArbitrary(op: Operation): fc.Arbitrary<Record<string, string>
         .oneof(fc.constantFrom(...ODD_STRINGS), fc.string({ maxLength: 30 }), fc.constant('slw_'.padEnd(600, 'x')))
         .map((v) => ({ 'x-api-key': headerSafe(v) })),
     },
-    // The listener protocol and the agent token endpoint take their own credentials.
+    // The listener protocol, the agent token endpoint and the protocol credential check take their own
+    // credentials: they get them most of the time.
     {
-      weight: schemes.has('bearer') ? 6 : 1,
+      weight: schemes.has('bearer') ? 20 : 1,
       arbitrary: fc.constantFrom(fixtures.listenerCredential, fixtures.agentCredential).map(bearer),
     },
   );

@@ -5,8 +5,11 @@
  *
  * The launcher runs as the data plane starts it, without the data plane: two instances of one project
  * on one database (as two instances of a deployment, or an old and a new revision during a redeploy),
- * and a third of the same project with custom auth on a database of its own. The project is
- * examples/langgraph-js with a chat graph (test/fixtures/langgraph-protocols/chat.mjs) beside its agent.
+ * and a third of the same project with custom auth on a database of its own (and
+ * SLIPWAY_PROTOCOLS_AUTH=credential, which its custom auth overrides). A fourth requires a protocol
+ * credential (SLIPWAY_PROTOCOLS_AUTH=credential) and checks it with a real Slipway API on loopback, as a
+ * deployment's server does with its agent credential. The project is examples/langgraph-js with a chat
+ * graph (test/fixtures/langgraph-protocols/chat.mjs) beside its agent.
  *
  * The install takes a minute or so.
  */
@@ -21,6 +24,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import {
+  discoverOAuthProtectedResourceMetadata,
+  extractResourceMetadataUrl,
+} from '@modelcontextprotocol/sdk/client/auth.js';
 import { TaskState, type Task } from '@a2a-js/sdk';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import {
@@ -29,7 +36,9 @@ import {
   LANGGRAPH_POSTGRES_VERSION,
   MCP_SDK_VERSION,
 } from '../../src/domain/langgraph-config.ts';
-import { createTestDatabase, type TestDatabase } from '../helpers.ts';
+import { ADMIN_KEY, client as apiClient, createTestApp, createTestDatabase, listen, newWorkspace } from '../helpers.ts';
+import type { TestApp, TestDatabase } from '../helpers.ts';
+import { createDeployment } from '../oauth/oauth-test-app.ts';
 import { a2aClient, text, textOf } from './a2a-clients.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
@@ -51,8 +60,13 @@ const started: ChildProcess[] = [];
 let first: string;
 let second: string;
 let withAuth: string;
+let fenced: TestDatabase;
+let withCredential: string;
+let slipway: TestApp;
+/** Protocol credentials: the fenced deployment's own, another deployment's, another workspace's. */
+const credentials = { own: '', ownId: '', fencedId: '', sibling: '', foreign: '', agent: '' };
 
-async function startServer(config: string, databaseUrl: string): Promise<string> {
+async function startServer(config: string, databaseUrl: string, env: Record<string, string> = {}): Promise<string> {
   const port = await freePort();
   const child = spawn(process.execPath, ['.slipway/langgraph-server.mjs', 'js', config], {
     cwd: project,
@@ -62,6 +76,7 @@ async function startServer(config: string, databaseUrl: string): Promise<string>
       PORT: String(port),
       HOST: '127.0.0.1',
       DATABASE_URL: databaseUrl,
+      ...env,
     },
     detached: true,
   });
@@ -111,11 +126,36 @@ before(async () => {
     ],
     npm,
   );
-  [shared, guarded] = await Promise.all([createTestDatabase(), createTestDatabase()]);
+  [shared, guarded, fenced] = await Promise.all([createTestDatabase(), createTestDatabase(), createTestDatabase()]);
+  // Slipway, which the fenced server asks about the credentials it is sent.
+  slipway = await createTestApp();
+  const slipwayUrl = await listen(slipway.app);
+  const api = apiClient(slipway.app);
+  const mint = async (as: typeof api, deploymentId: string, kind: 'protocol' | 'agent') => {
+    const made = await as.post(
+      `/v2/deployments/${deploymentId}/${kind}-credentials`,
+      kind === 'agent' ? { agent_ids: ['fenced'] } : {},
+    );
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    return made.body as { id: string; credential: string };
+  };
+  credentials.fencedId = await createDeployment(api, 'fenced');
+  const own = await mint(api, credentials.fencedId, 'protocol');
+  credentials.own = own.credential;
+  credentials.ownId = own.id;
+  credentials.agent = (await mint(api, credentials.fencedId, 'agent')).credential;
+  credentials.sibling = (await mint(api, await createDeployment(api, 'sibling'), 'protocol')).credential;
+  const other = await newWorkspace(slipway, 'other-team');
+  credentials.foreign = (await mint(other.api, await createDeployment(other.api, 'fenced'), 'protocol')).credential;
   // One at a time: each extracts the graphs' schemas at start, which takes the machine's CPU.
   first = await startServer('langgraph.json', shared.url);
   second = await startServer('langgraph.json', shared.url);
-  withAuth = await startServer('langgraph-auth.json', guarded.url);
+  withAuth = await startServer('langgraph-auth.json', guarded.url, { SLIPWAY_PROTOCOLS_AUTH: 'credential' });
+  withCredential = await startServer('langgraph.json', fenced.url, {
+    SLIPWAY_PROTOCOLS_AUTH: 'credential',
+    SLIPWAY_API_URL: slipwayUrl,
+    SLIPWAY_AGENT_CREDENTIAL: credentials.agent,
+  });
 });
 
 after(async () => {
@@ -128,6 +168,8 @@ after(async () => {
   }
   await shared?.drop();
   await guarded?.drop();
+  await fenced?.drop();
+  await slipway?.close();
   await fs.rm(project, { recursive: true, force: true });
 });
 
@@ -498,5 +540,107 @@ describe('MCP tools in another graph', () => {
     );
     // The deployed agent's own answer (its REPLY_PREFIX from langgraph.json), through the other graph.
     assert.match(got.answer, /Analysis: 7 words/);
+  });
+});
+
+describe('SLIPWAY_PROTOCOLS_AUTH=credential', () => {
+  const OWN = () => ({ authorization: `Bearer ${credentials.own}` });
+  const call = (base: string, path: string, headers: Record<string, string>, body: unknown) =>
+    fetch(`${base}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+      body: JSON.stringify(body),
+    });
+  const toolCall = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'chat', arguments: {} } };
+  const message = {
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'message/send',
+    params: { message: { kind: 'message', messageId: 'm', role: 'user', parts: [{ kind: 'text', text: 'hi' }] } },
+  };
+
+  test("no credential, a wrong one, another deployment's or workspace's, an API key or an agent credential: 401, nothing runs", async () => {
+    const runsBefore = await runCount(fenced);
+    const refused: [string, Record<string, string>][] = [
+      ['no credential', {}],
+      ['a made-up one', { authorization: `Bearer slwp_${'A'.repeat(43)}` }],
+      ['a credential of another deployment', { authorization: `Bearer ${credentials.sibling}` }],
+      [
+        "a credential of another workspace's deployment of the same name",
+        { authorization: `Bearer ${credentials.foreign}` },
+      ],
+      ['an API key as a bearer', { authorization: `Bearer ${ADMIN_KEY}` }],
+      ['an API key as X-Api-Key', { 'x-api-key': ADMIN_KEY }],
+      ["the deployment's agent credential", { authorization: `Bearer ${credentials.agent}` }],
+      ['the right one in another header', { 'x-api-key': credentials.own }],
+    ];
+    for (const [what, headers] of refused) {
+      assert.equal((await call(withCredential, '/mcp', headers, toolCall)).status, 401, `MCP, ${what}`);
+      assert.equal((await call(withCredential, '/a2a/chat', headers, message)).status, 401, `A2A, ${what}`);
+      const card = await fetch(`${withCredential}/.well-known/agent-card.json?assistant_id=chat`, { headers });
+      assert.equal(card.status, 401, `agent card, ${what}`);
+    }
+    await assert.rejects(mcpClient(withCredential), (error: { code?: number }) => error.code === 401);
+    await assert.rejects(
+      mcpClient(withCredential, { headers: { authorization: `Bearer ${credentials.sibling}` } }),
+      (error: { code?: number }) => error.code === 401,
+    );
+    await assert.rejects(a2aClient(withCredential, 'chat'), /401/);
+    // A session opened with the credential is no way in without it.
+    const { transport } = await mcpClient(withCredential, { headers: OWN() });
+    const hijack = await call(withCredential, '/mcp', { 'mcp-session-id': transport.sessionId! }, toolCall);
+    assert.equal(hijack.status, 401);
+    assert.equal(await runCount(fenced), runsBefore);
+  });
+
+  test('a refused MCP client learns where to authenticate: WWW-Authenticate resource_metadata and RFC 9728 metadata', async () => {
+    const refused = await call(withCredential, '/mcp', {}, toolCall);
+    assert.equal(refused.status, 401);
+    assert.match(refused.headers.get('www-authenticate') ?? '', /^Bearer resource_metadata="/);
+    const where = extractResourceMetadataUrl(refused);
+    assert.equal(where?.href, `${withCredential}/.well-known/oauth-protected-resource/mcp`);
+    // The MCP SDK's own discovery reads it as a client does.
+    const metadata = await discoverOAuthProtectedResourceMetadata(new URL(`${withCredential}/mcp`), {
+      resourceMetadataUrl: where,
+    });
+    assert.equal(metadata.resource, `${withCredential}/mcp`);
+    assert.deepEqual(metadata.bearer_methods_supported, ['header']);
+    assert.equal(metadata.authorization_servers?.length, 1);
+    // A wrong credential says so (RFC 6750), with the same pointer.
+    const wrong = await call(withCredential, '/mcp', { authorization: `Bearer ${credentials.sibling}` }, toolCall);
+    assert.match(wrong.headers.get('www-authenticate') ?? '', /error="invalid_token"/);
+    // The servers without the requirement serve no such document.
+    assert.equal((await fetch(`${first}/.well-known/oauth-protected-resource/mcp`)).status, 404);
+  });
+
+  test("the deployment's own credential works through the official clients, until it is revoked", async () => {
+    const { client } = await mcpClient(withCredential, { headers: OWN() });
+    assert.ok((await client.listTools()).tools.some((tool) => tool.name === 'chat'));
+    const result = await client.callTool({ name: 'chat', arguments: { messages: [{ role: 'user', content: 'hi' }] } });
+    const messages = (result.structuredContent as { messages: { content: string }[] }).messages;
+    assert.equal(messages.at(-1)!.content, 'Turn 1: you said "hi"');
+    await client.close();
+
+    const a2a = await a2aAs(withCredential, 'chat', { headers: OWN() });
+    const task = (await a2a.sendMessage(text('hello'))) as Task;
+    assert.equal(task.status?.state, TaskState.TASK_STATE_COMPLETED);
+    assert.equal(textOf(task.status?.message), 'Turn 1: you said "hello"');
+
+    const revoked = await apiClient(slipway.app).delete(
+      `/v2/deployments/${credentials.fencedId}/protocol-credentials/${credentials.ownId}`,
+    );
+    assert.equal(revoked.status, 204);
+    // The server keeps a yes for 10 seconds at most (asked here through the card, which runs nothing).
+    await eventually(
+      'the revoked credential to be refused',
+      async () =>
+        (await fetch(`${withCredential}/.well-known/agent-card.json?assistant_id=chat`, { headers: OWN() })).status ===
+        401,
+      { seconds: 60 },
+    );
+    const runsBefore = await runCount(fenced);
+    assert.equal((await call(withCredential, '/a2a/chat', OWN(), message)).status, 401);
+    assert.equal((await call(withCredential, '/mcp', OWN(), toolCall)).status, 401);
+    assert.equal(await runCount(fenced), runsBefore);
   });
 });

@@ -1,0 +1,45 @@
+/**
+ * Who chooses whether a LangGraph deployment's /mcp and /a2a need a protocol credential
+ * (docs/langgraph.md, "Who may call MCP and A2A"): the deployment's own SLIPWAY_PROTOCOLS_AUTH, unless
+ * the operator requires it of every deployment (SLIPWAY_APPS_PROTOCOLS_AUTH=credential), which a
+ * deployment's env or secrets cannot undo.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+import { runEnvironment, type PlatformVariables } from '../../src/dataplane/app-environment.ts';
+
+const PLATFORM: PlatformVariables = {
+  deploymentId: 'd',
+  revisionId: 'r',
+  tracingProjectId: 't',
+  tracingProjectName: 'n',
+  apiUrl: 'http://127.0.0.1:8124',
+  agentCredential: 'slwa_x',
+  databaseUrl: null,
+  listenHost: '127.0.0.1',
+};
+const PATHS = { src: '/src', home: '/home' };
+
+test("the deployment's own setting, unless the operator requires a credential", () => {
+  const own = runEnvironment(PATHS, { SLIPWAY_PROTOCOLS_AUTH: 'credential' }, {}, PLATFORM);
+  assert.equal(own.SLIPWAY_PROTOCOLS_AUTH, 'credential');
+  assert.equal(runEnvironment(PATHS, {}, {}, PLATFORM).SLIPWAY_PROTOCOLS_AUTH, undefined);
+  const forced = runEnvironment(
+    PATHS,
+    { SLIPWAY_PROTOCOLS_AUTH: 'open' },
+    { SLIPWAY_PROTOCOLS_AUTH: 'open' },
+    { ...PLATFORM, protocolsAuth: 'credential' },
+  );
+  assert.equal(forced.SLIPWAY_PROTOCOLS_AUTH, 'credential');
+});
+
+test('SLIPWAY_APPS_PROTOCOLS_AUTH: deployment by default, credential, and nothing else', () => {
+  const base = { SLIPWAY_DATA_DIR: '/tmp/slipway-protocols-auth-setting' };
+  assert.equal(loadConfig(base).appsProtocolsAuth, 'deployment');
+  assert.equal(loadConfig({ ...base, SLIPWAY_APPS_PROTOCOLS_AUTH: 'credential' }).appsProtocolsAuth, 'credential');
+  assert.throws(
+    () => loadConfig({ ...base, SLIPWAY_APPS_PROTOCOLS_AUTH: 'closed' }),
+    (error: unknown) => error instanceof ConfigError && /deployment or credential/.test(error.message),
+  );
+});
