@@ -79,7 +79,13 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
   });
 
   const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth, ...(now ? { now } : {}) });
-  const oauthProviders = createOAuthProviderService({ db, secretBox, allowInsecure: config.allowInsecureOAuth });
+  const oauthProviders = createOAuthProviderService({
+    db,
+    secretBox,
+    allowInsecure: config.allowInsecureOAuth,
+    client: oauthClient,
+    publicUrl: config.publicUrl,
+  });
   const oauthTokens = createOAuthTokenService({
     db,
     secretBox,

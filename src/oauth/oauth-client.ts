@@ -22,6 +22,8 @@
  * await client.revoke(provider, fresher.accessToken, { tokenTypeHint: 'access_token' });
  */
 
+import { lookup } from 'node:dns/promises';
+import { BlockList, isIP } from 'node:net';
 import * as oauth from 'oauth4webapi';
 import { OAuthFlowError, toOAuthFlowError, unreachableError, type SecretValues } from './oauth-flow-error.ts';
 import {
@@ -29,6 +31,7 @@ import {
   type CodeChallengeMethod,
   type DiscoveredProviderMetadata,
   type OAuthProviderConfig,
+  type TokenEndpointAuthMethod,
 } from './oauth-provider-config.ts';
 
 export * from './oauth-provider-config.ts';
@@ -84,7 +87,46 @@ const RESERVED_AUTHORIZATION_PARAMS = new Set([
   'code_challenge',
   'code_challenge_method',
   'nonce',
+  'resource',
 ]);
+
+/** `resource` (RFC 8707) at the token endpoint, for a provider whose tokens are for one MCP server. */
+function resourceParameter(provider: OAuthProviderConfig): { additionalParameters?: Record<string, string> } {
+  return provider.resource ? { additionalParameters: { resource: provider.resource } } : {};
+}
+
+/** The discovered authorization server of an MCP server (OAuthClient.discoverMcpServer). */
+export interface DiscoveredMcpServer {
+  /** The protected resource's identifier: the value of the `resource` parameter (RFC 8707). */
+  resource: string;
+  issuer: string;
+  auth_url: string;
+  token_url: string;
+  revocation_url: string | null;
+  registration_endpoint: string | null;
+  token_endpoint_auth_methods_supported: string[];
+  scopes_supported: string[];
+}
+
+/** Addresses no discovered URL may point at: loopback, private, link-local, unspecified, CGNAT. */
+const NOT_PUBLIC = new BlockList();
+for (const [network, prefix] of [
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.168.0.0', 16],
+] as const)
+  NOT_PUBLIC.addSubnet(network, prefix, 'ipv4');
+for (const [network, prefix] of [
+  ['::', 128],
+  ['::1', 128],
+  ['fc00::', 7],
+  ['fe80::', 10],
+] as const)
+  NOT_PUBLIC.addSubnet(network, prefix, 'ipv6');
 
 export class OAuthClient {
   readonly #fetch: FetchLike;
@@ -132,6 +174,8 @@ export class OAuthClient {
     if (scopes.length > 0) url.searchParams.set('scope', scopes.join(' '));
     url.searchParams.set('state', state);
     if (nonce) url.searchParams.set('nonce', nonce);
+    // RFC 8707: the token is for this resource only (an MCP server), asked again at the token endpoint.
+    if (provider.resource) url.searchParams.set('resource', provider.resource);
 
     let codeVerifier: string | null = null;
     if (provider.uses_pkce) {
@@ -181,7 +225,7 @@ export class OAuthClient {
         validated,
         pending.redirectUri,
         pending.codeVerifier ?? oauth.nopkce,
-        this.#requestOptions(),
+        { ...this.#requestOptions(), ...resourceParameter(provider) },
       );
       const result = await oauth.processAuthorizationCodeResponse(as, client, response, {
         expectedNonce: pending.nonce ?? oauth.expectNoNonce,
@@ -211,7 +255,7 @@ export class OAuthClient {
         client,
         this.#clientAuthentication(provider),
         refreshToken,
-        this.#requestOptions(),
+        { ...this.#requestOptions(), ...resourceParameter(provider) },
       );
       const result = await oauth.processRefreshTokenResponse(as, client, response);
       return this.#tokenSet(result, refreshToken, options.scopes ?? provider.scopes ?? [], issuer);
@@ -272,6 +316,126 @@ export class OAuthClient {
     } catch (err) {
       throw toOAuthFlowError(err, 'userinfo request', [provider.client_secret, accessToken]);
     }
+  }
+
+  /**
+   * The authorization server of an MCP server, as the MCP authorization specification finds it: the
+   * server's protected-resource metadata (RFC 9728, `resource` checked against the URL), its first
+   * authorization server, and that server's metadata (RFC 8414, else OpenID discovery). Every URL on the
+   * way is the provider's own rule (https), and must not be a loopback, private or link-local address
+   * (the metadata is the MCP server's to write); both are allowed only in insecure development mode.
+   */
+  async discoverMcpServer(mcpServerUrl: string): Promise<DiscoveredMcpServer> {
+    const resourceUrl = this.#checkedUrl('mcp_server_url', mcpServerUrl);
+    await this.#checkPublic('mcp_server_url', resourceUrl);
+    let resource: oauth.ResourceServer;
+    try {
+      const response = await oauth.resourceDiscoveryRequest(resourceUrl, this.#requestOptions());
+      resource = await oauth.processResourceDiscoveryResponse(resourceUrl, response);
+    } catch (err) {
+      throw toOAuthFlowError(err, 'protected resource discovery', []);
+    }
+    const server = resource.authorization_servers?.[0];
+    if (!server)
+      throw new OAuthFlowError(
+        'invalid_response',
+        'The MCP server names no authorization server (authorization_servers)',
+      );
+    const issuerUrl = this.#checkedUrl('authorization server', server);
+    await this.#checkPublic('authorization server', issuerUrl);
+    let as: oauth.AuthorizationServer | null = null;
+    let lastError: unknown = null;
+    for (const algorithm of ['oauth2', 'oidc'] as const) {
+      try {
+        const response = await oauth.discoveryRequest(issuerUrl, { ...this.#requestOptions(), algorithm });
+        as = await oauth.processDiscoveryResponse(issuerUrl, response);
+        break;
+      } catch (err) {
+        lastError = err;
+      }
+    }
+    if (!as) throw toOAuthFlowError(lastError, 'authorization server discovery', []);
+    if (!as.authorization_endpoint || !as.token_endpoint)
+      throw new OAuthFlowError('invalid_response', 'The authorization server lacks an authorization or token endpoint');
+    // The MCP specification requires PKCE, and a client must refuse a server that does not offer S256.
+    if (!(as.code_challenge_methods_supported ?? []).includes('S256'))
+      throw new OAuthFlowError('invalid_response', 'The authorization server does not offer PKCE with S256');
+    const endpoints = {
+      auth_url: as.authorization_endpoint,
+      token_url: as.token_endpoint,
+      revocation_url: as.revocation_endpoint ?? null,
+      registration_endpoint: as.registration_endpoint ?? null,
+    };
+    for (const [field, value] of Object.entries(endpoints))
+      if (value !== null) await this.#checkPublic(field, this.#checkedUrl(field, value));
+    return {
+      resource: resource.resource,
+      issuer: as.issuer,
+      ...endpoints,
+      token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported ?? [],
+      scopes_supported: resource.scopes_supported ?? [],
+    };
+  }
+
+  /**
+   * Registers a client at the authorization server (RFC 7591) for `redirectUri`: a confidential one
+   * (client_secret_post) when the server offers it, else a public one (PKCE only).
+   */
+  async registerClient(
+    server: Pick<DiscoveredMcpServer, 'issuer' | 'registration_endpoint' | 'token_endpoint_auth_methods_supported'>,
+    request: { redirectUri: string; clientName: string; scopes: readonly string[] },
+  ): Promise<{ client_id: string; client_secret: string | null; token_endpoint_auth_method: TokenEndpointAuthMethod }> {
+    if (!server.registration_endpoint)
+      throw new OAuthFlowError('configuration', 'The authorization server does not allow dynamic client registration');
+    const offered = server.token_endpoint_auth_methods_supported;
+    const method: TokenEndpointAuthMethod =
+      offered.length === 0 || offered.includes('client_secret_post') ? 'client_secret_post' : 'none';
+    const as: oauth.AuthorizationServer = {
+      issuer: server.issuer,
+      registration_endpoint: server.registration_endpoint,
+    };
+    try {
+      const response = await oauth.dynamicClientRegistrationRequest(
+        as,
+        {
+          client_name: request.clientName,
+          redirect_uris: [request.redirectUri],
+          grant_types: ['authorization_code', 'refresh_token'],
+          response_types: ['code'],
+          token_endpoint_auth_method: method,
+          ...(request.scopes.length > 0 ? { scope: request.scopes.join(' ') } : {}),
+        },
+        this.#requestOptions(),
+      );
+      const client = await oauth.processDynamicClientRegistrationResponse(response);
+      const secret = typeof client.client_secret === 'string' ? client.client_secret : null;
+      return {
+        client_id: client.client_id,
+        client_secret: secret,
+        token_endpoint_auth_method: secret === null ? 'none' : method,
+      };
+    } catch (err) {
+      throw toOAuthFlowError(err, 'client registration', []);
+    }
+  }
+
+  /** Refuses a URL whose host is, or resolves to, a loopback, private or link-local address. */
+  async #checkPublic(field: string, url: URL): Promise<void> {
+    if (this.#allowInsecure) return;
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    let addresses: string[];
+    try {
+      addresses = isIP(host) ? [host] : (await lookup(host, { all: true })).map((entry) => entry.address);
+    } catch (err) {
+      throw unreachableError(url.href, err);
+    }
+    // An IPv4-mapped IPv6 address (::ffff:10.0.0.1) is checked as the IPv4 address it is.
+    const unmapped = addresses.map((address) => address.replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/i, '$1'));
+    if (unmapped.some((address) => NOT_PUBLIC.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')))
+      throw new OAuthFlowError(
+        'configuration',
+        `${field} (${url.host}) is a loopback, private or link-local address (accepted only in insecure development mode, SLIPWAY_ALLOW_INSECURE_OAUTH=1)`,
+      );
   }
 
   /** Reads the provider's metadata from `<issuer>/.well-known/openid-configuration` (or the OAuth 2.0 one). */

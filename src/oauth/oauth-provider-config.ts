@@ -32,6 +32,11 @@ export interface OAuthProviderConfig {
    * against the `iss` of the callback and of ID tokens.
    */
   issuer?: string | null;
+  /**
+   * The resource the tokens are for (RFC 8707), sent as `resource` in the authorization and token
+   * requests: an MCP server's URL for a provider of provider_type `mcp`.
+   */
+  resource?: string | null;
 }
 
 export interface DiscoveredProviderMetadata {

@@ -46,10 +46,12 @@ export const OAuthProvider = Type.Object(
     code_challenge_method: Type.String(),
     created_at: DateTime(),
     updated_at: DateTime(),
-    provider_type: Nullable(Type.String()),
-    mcp_server_url: Nullable(Type.String()),
+    provider_type: Nullable(Type.String({ description: '"mcp": the tokens are for mcp_server_url only.' })),
+    mcp_server_url: Nullable(Type.String({ description: 'The MCP server the tokens are for (RFC 8707 resource).' })),
     token_endpoint_auth_method: Type.String(),
-    is_dynamic_client: Type.Boolean(),
+    is_dynamic_client: Type.Boolean({
+      description: "Whether Slipway registered the client itself (RFC 7591) at the MCP server's authorization server.",
+    }),
   },
   { title: 'OAuthProvider', description: 'An OAuth provider. client_secret is write-only and never returned.' },
 );
@@ -63,8 +65,27 @@ const ExtraSettings = {
     Nullable(URL_FIELD('OpenID Connect userinfo endpoint, asked for the account label when no ID token names it.')),
   ),
   issuer: Type.Optional(Nullable(URL_FIELD('Issuer identifier, checked against the iss of responses and ID tokens.'))),
-  provider_type: Type.Optional(Nullable(Type.String({ maxLength: 64 }))),
-  mcp_server_url: Type.Optional(Nullable(URL_FIELD('The MCP server the tokens are for, if any.'))),
+  provider_type: Type.Optional(
+    Nullable(
+      Type.String({
+        maxLength: 64,
+        description:
+          '"mcp": the tokens are for the MCP server at mcp_server_url only (sent as resource, RFC 8707). On ' +
+          'create, "mcp" with mcp_server_url and without auth_url/token_url discovers them (protected-resource ' +
+          'metadata, RFC 9728, then authorization-server metadata, RFC 8414, or OpenID discovery), and without ' +
+          'client_id registers a client dynamically (RFC 7591; is_dynamic_client true, its secret sealed). ' +
+          'Other values are stored as they are.',
+      }),
+    ),
+  ),
+  mcp_server_url: Type.Optional(
+    Nullable(
+      URL_FIELD(
+        'The MCP server the tokens are for (with provider_type "mcp"). Discovery refuses non-https and ' +
+          'loopback, private or link-local addresses unless SLIPWAY_ALLOW_INSECURE_OAUTH=1.',
+      ),
+    ),
+  ),
   token_endpoint_auth_method: Type.Optional(
     StringEnum(TOKEN_ENDPOINT_AUTH_METHODS, { description: 'Default client_secret_post.' }),
   ),
@@ -77,12 +98,22 @@ const CreateBody = Type.Object(
   {
     provider_id: Type.String(SLUG),
     name: Type.String({ minLength: 1, maxLength: 128 }),
-    client_id: Type.String({ minLength: 1, maxLength: 512 }),
+    client_id: Type.Optional(
+      Type.String({
+        minLength: 1,
+        maxLength: 512,
+        description: 'Required, except with provider_type "mcp" (a client is then registered dynamically).',
+      }),
+    ),
     client_secret: Type.Optional(
       Nullable(SecretString({ minLength: 1, maxLength: 4096, description: 'Write-only; encrypted at rest.' })),
     ),
-    auth_url: URL_FIELD('Authorization endpoint (https).'),
-    token_url: URL_FIELD('Token endpoint (https).'),
+    auth_url: Type.Optional(
+      URL_FIELD('Authorization endpoint (https). Required, except with provider_type "mcp" (discovered).'),
+    ),
+    token_url: Type.Optional(
+      URL_FIELD('Token endpoint (https). Required, except with provider_type "mcp" (discovered).'),
+    ),
     uses_pkce: Type.Optional(
       Type.Boolean({ description: 'Default true. A public client (token_endpoint_auth_method none) must use PKCE.' }),
     ),
@@ -164,7 +195,7 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
         description:
           'Register <SLIPWAY_PUBLIC_URL>/v2/auth/callback/<provider_id> as the redirect URI at the provider.',
         body: CreateBody,
-        response: { 201: OAuthProvider, ...errorResponses(400, 401, 403, 409, 422) },
+        response: { 201: OAuthProvider, ...errorResponses(400, 401, 403, 409, 422, 502, 503) },
       },
     },
     async (request, reply) =>

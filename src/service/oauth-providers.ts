@@ -6,6 +6,8 @@
  */
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
+import type { OAuthClient } from '../oauth/oauth-client.ts';
+import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import type { OAuthProviderConfig } from '../oauth/oauth-provider-config.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import {
@@ -20,6 +22,8 @@ import {
 import type { Database, Db, OAuthProviderRow } from '../store/schema.ts';
 import { workspaceIdsOf } from '../store/tenancy.ts';
 import type { Kysely } from 'kysely';
+import { callbackUrl } from './oauth-flow.ts';
+import { flowErrorToAppError } from './oauth-tokens.ts';
 import type { WriteConditions } from './preconditions.ts';
 
 /**
@@ -51,6 +55,8 @@ export interface ProviderInput {
   scopes?: string[] | null;
 }
 
+type CreateInput = ProviderInput & Required<Pick<ProviderInput, 'provider_id' | 'name'>>;
+
 const URL_FIELDS = ['auth_url', 'token_url', 'revocation_url', 'userinfo_url', 'issuer', 'mcp_server_url'] as const;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -59,7 +65,14 @@ export interface OAuthProviderServiceDeps {
   secretBox: SecretBox;
   /** SLIPWAY_ALLOW_INSECURE_OAUTH: plain http provider URLs, for development and tests only. */
   allowInsecure: boolean;
+  /** Discovers and registers at an MCP server's authorization server (provider_type `mcp`). */
+  client?: OAuthClient;
+  /** SLIPWAY_PUBLIC_URL: the callback URL a dynamically registered client is registered with. */
+  publicUrl?: string;
 }
+
+/** The provider_type of a provider whose tokens are for one MCP server (docs/oauth.md, "MCP servers"). */
+export const MCP_PROVIDER_TYPE = 'mcp';
 
 /** One event of a provider change in each workspace of its organization: each of them uses the provider. */
 async function recordProviderEvent(
@@ -74,7 +87,55 @@ async function recordProviderEvent(
   );
 }
 
-export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAuthProviderServiceDeps) {
+export function createOAuthProviderService({
+  db,
+  secretBox,
+  allowInsecure,
+  client,
+  publicUrl,
+}: OAuthProviderServiceDeps) {
+  /**
+   * What a provider of provider_type `mcp` named by its mcp_server_url alone lacks, found as the MCP
+   * authorization specification says: the authorization server from the server's protected-resource
+   * metadata, its endpoints from its metadata, and a client registered there (RFC 7591) unless a
+   * client_id is given. Given endpoints and client are kept as they are.
+   */
+  async function completeMcpProvider(input: CreateInput): Promise<Partial<ProviderSettings>> {
+    if (!client || !publicUrl) throw new AppError('invalid_request', 'MCP discovery is not available here');
+    try {
+      const server = await client.discoverMcpServer(input.mcp_server_url!);
+      const found: Partial<ProviderSettings> = {
+        auth_url: server.auth_url,
+        token_url: server.token_url,
+        revocation_url: server.revocation_url,
+        issuer: server.issuer,
+        mcp_server_url: server.resource,
+        uses_pkce: true,
+        code_challenge_method: 'S256',
+        ...(input.scopes === undefined && server.scopes_supported.length > 0
+          ? { scopes: server.scopes_supported }
+          : {}),
+      };
+      if (input.client_id === undefined) {
+        const registered = await client.registerClient(server, {
+          redirectUri: callbackUrl(publicUrl, input.provider_id),
+          clientName: `Slipway (${input.name})`,
+          scopes: input.scopes ?? server.scopes_supported,
+        });
+        Object.assign(found, {
+          client_id: registered.client_id,
+          client_secret_encrypted: registered.client_secret === null ? null : secretBox.seal(registered.client_secret),
+          token_endpoint_auth_method: registered.token_endpoint_auth_method,
+          is_dynamic_client: true,
+        });
+      }
+      return found;
+    } catch (err) {
+      if (err instanceof OAuthFlowError) throw flowErrorToAppError(err, 'mcp_server_url: ');
+      throw err;
+    }
+  }
+
   /**
    * Provider URLs must be https: tokens and the client secret travel to them. Plain http only in
    * insecure development mode.
@@ -153,23 +214,33 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
   }
 
   return {
-    async create(
-      actor: ProviderActor,
-      input: ProviderInput &
-        Required<Pick<ProviderInput, 'provider_id' | 'name' | 'client_id' | 'auth_url' | 'token_url'>>,
-    ): Promise<OAuthProviderRow> {
+    async create(actor: ProviderActor, input: CreateInput): Promise<OAuthProviderRow> {
       if (UUID.test(input.provider_id))
         throw new AppError(
           'invalid_request',
           'provider_id must be a slug, not a UUID (the path accepts both, so a UUID-shaped slug would be ambiguous)',
         );
+      const discovered =
+        input.provider_type === MCP_PROVIDER_TYPE &&
+        input.mcp_server_url &&
+        (input.client_id === undefined || input.auth_url === undefined || input.token_url === undefined)
+          ? await completeMcpProvider(input)
+          : {};
+      const missing = (['client_id', 'auth_url', 'token_url'] as const).filter(
+        (field) => input[field] === undefined && discovered[field] === undefined,
+      );
+      if (missing.length > 0)
+        throw new AppError(
+          'invalid_request',
+          `${missing.join(', ')} required (or provider_type "mcp" with mcp_server_url, which discovers them)`,
+        );
       const settings: ProviderSettings = {
         provider_id: input.provider_id,
         name: input.name,
-        client_id: input.client_id,
+        client_id: '',
         client_secret_encrypted: null,
-        auth_url: input.auth_url,
-        token_url: input.token_url,
+        auth_url: '',
+        token_url: '',
         revocation_url: null,
         userinfo_url: null,
         issuer: null,
@@ -181,6 +252,7 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         mcp_server_url: null,
         scopes: [],
         is_dynamic_client: false,
+        ...discovered,
         ...settingsOf(input),
       };
       checkUrls(settings);
@@ -278,6 +350,7 @@ export function createOAuthProviderService({ db, secretBox, allowInsecure }: OAu
         revocation_url: row.revocation_url,
         userinfo_url: row.userinfo_url,
         issuer: row.issuer,
+        resource: row.provider_type === MCP_PROVIDER_TYPE ? row.mcp_server_url : null,
       };
     },
   };

@@ -49,6 +49,12 @@ export interface OidcServerOptions {
   accessTokenTtlSeconds?: number;
   /** Scopes the provider knows besides openid, offline_access, profile and email. */
   extraScopes?: readonly string[];
+  /**
+   * As an MCP server's authorization server: open dynamic client registration (RFC 7591, at
+   * `/reg`) and resource indicators (RFC 8707): an authorization that names a `resource` gets an access
+   * token whose audience is that resource (with the scope `mcp:tools`), which introspection reports.
+   */
+  mcp?: boolean;
 }
 
 /** A provider as the service's provider model sees it (snake_case, like the create request body). */
@@ -174,7 +180,7 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
       redirect_uris: redirectUris,
     },
   };
-  const scopes = [...new Set([...BASE_SCOPES, ...(options.extraScopes ?? [])])];
+  const scopes = [...new Set([...BASE_SCOPES, ...(options.extraScopes ?? []), ...(options.mcp ? ['mcp:tools'] : [])])];
 
   const provider = new Provider(issuer, {
     clients: Object.values(clients).map((client) => ({
@@ -213,6 +219,21 @@ export async function startOidcServer(options: OidcServerOptions): Promise<OidcS
     // expired access token working at userinfo and make expiry slow to observe.
     clockTolerance: 0,
     features: {
+      ...(options.mcp
+        ? {
+            registration: { enabled: true },
+            resourceIndicators: {
+              enabled: true,
+              defaultResource: async (_ctx: unknown, _client: unknown, oneOf?: string[]) => oneOf?.[0] ?? undefined,
+              useGrantedResource: async () => true,
+              getResourceServerInfo: async (_ctx: unknown, resourceIndicator: string) => ({
+                scope: 'mcp:tools',
+                audience: resourceIndicator,
+                accessTokenFormat: 'opaque',
+              }),
+            },
+          }
+        : {}),
       devInteractions: { enabled: true },
       revocation: { enabled: true, allowedPolicy: async () => true },
       introspection: { enabled: true, allowedPolicy: async () => true },
