@@ -117,8 +117,8 @@ export function createProtocolAuth({ options, logger, env = process.env, fetchIm
         authorization_servers: authority ? [authority] : [],
         bearer_methods_supported: ['header'],
         resource_name: protocol === 'mcp' ? 'LangGraph deployment (MCP)' : 'LangGraph deployment (A2A)',
-        // How to get one: an admin of the workspace mints it (POST /v2/deployments/{id}/protocol-credentials).
-        resource_documentation: `${authority || base}/docs/langgraph#who-may-call-mcp-and-a2a`,
+        // How to get one: an admin of the workspace mints it (the API's own page of that operation).
+        ...(authority ? { resource_documentation: `${authority}/docs#/deployments/createProtocolCredential` } : {}),
       },
       200,
       { 'cache-control': 'public, max-age=300' },
