@@ -755,6 +755,67 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/deployments/{deployment_id}/protocol-credentials": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a deployment's protocol credentials (never the credentials) */
+        get: operations["listProtocolCredentials"];
+        put?: never;
+        /**
+         * Mint a credential for a deployment's MCP and A2A endpoints
+         * @description The credential (shown once) opens /mcp, /a2a/{assistant_id} and the agent card of this deployment when it requires one (SLIPWAY_PROTOCOLS_AUTH=credential), and nothing else: not the API, not another deployment. It dies with the deployment.
+         */
+        post: operations["createProtocolCredential"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/deployments/{deployment_id}/protocol-credentials/{credential_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a protocol credential
+         * @description Refused by the deployment within 10 seconds (its server keeps a check that long).
+         */
+        delete: operations["revokeProtocolCredential"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/auth/protocol-credentials/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Check a caller's protocol credential (deployed servers)
+         * @description Authorization: Bearer <agent credential of the deployment>. valid is true only for an unrevoked protocol credential of that credential's own deployment.
+         */
+        post: operations["verifyProtocolCredential"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/tags/keys": {
         parameters: {
             query?: never;
@@ -2178,13 +2239,14 @@ export interface components {
             /** @description Lowercase letters, digits, - and _; unique in the organization; part of the callback URL. */
             provider_id: string;
             name: string;
-            client_id: string;
+            /** @description Required, except with provider_type "mcp" (a client is then registered dynamically). */
+            client_id?: string;
             /** @description Write-only; encrypted at rest. */
             client_secret?: string | null;
-            /** @description Authorization endpoint (https). */
-            auth_url: string;
-            /** @description Token endpoint (https). */
-            token_url: string;
+            /** @description Authorization endpoint (https). Required, except with provider_type "mcp" (discovered). */
+            auth_url?: string;
+            /** @description Token endpoint (https). Required, except with provider_type "mcp" (discovered). */
+            token_url?: string;
             /** @description Default true. A public client (token_endpoint_auth_method none) must use PKCE. */
             uses_pkce?: boolean;
             /**
@@ -2198,8 +2260,9 @@ export interface components {
             userinfo_url?: string | null;
             /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
             issuer?: string | null;
+            /** @description "mcp": the tokens are for the MCP server at mcp_server_url only (sent as resource, RFC 8707). On create, "mcp" with mcp_server_url and without auth_url/token_url discovers them (protected-resource metadata, RFC 9728, then authorization-server metadata, RFC 8414, or OpenID discovery), and without client_id registers a client dynamically (RFC 7591; is_dynamic_client true, its secret sealed). Other values are stored as they are. */
             provider_type?: string | null;
-            /** @description The MCP server the tokens are for, if any. */
+            /** @description The MCP server the tokens are for (with provider_type "mcp"). Discovery refuses non-https and loopback, private or link-local addresses unless SLIPWAY_ALLOW_INSECURE_OAUTH=1. */
             mcp_server_url?: string | null;
             /**
              * @description Default client_secret_post.
@@ -2229,9 +2292,12 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+            /** @description "mcp": the tokens are for mcp_server_url only. */
             provider_type: string | null;
+            /** @description The MCP server the tokens are for (RFC 8707 resource). */
             mcp_server_url: string | null;
             token_endpoint_auth_method: string;
+            /** @description Whether Slipway registered the client itself (RFC 7591) at the MCP server's authorization server. */
             is_dynamic_client: boolean;
         };
         /**
@@ -2265,8 +2331,9 @@ export interface components {
             userinfo_url?: string | null;
             /** @description Issuer identifier, checked against the iss of responses and ID tokens. */
             issuer?: string | null;
+            /** @description "mcp": the tokens are for the MCP server at mcp_server_url only (sent as resource, RFC 8707). On create, "mcp" with mcp_server_url and without auth_url/token_url discovers them (protected-resource metadata, RFC 9728, then authorization-server metadata, RFC 8414, or OpenID discovery), and without client_id registers a client dynamically (RFC 7591; is_dynamic_client true, its secret sealed). Other values are stored as they are. */
             provider_type?: string | null;
-            /** @description The MCP server the tokens are for, if any. */
+            /** @description The MCP server the tokens are for (with provider_type "mcp"). Discovery refuses non-https and loopback, private or link-local addresses unless SLIPWAY_ALLOW_INSECURE_OAUTH=1. */
             mcp_server_url?: string | null;
             /**
              * @description Default client_secret_post.
@@ -2473,6 +2540,71 @@ export interface components {
             connection_id: string;
             provider_id: string;
             provider_account_label: string | null;
+        };
+        /** ProtocolCredentialCreate */
+        ProtocolCredentialCreate: {
+            name?: string;
+        };
+        /** ProtocolCredentialCreated */
+        ProtocolCredentialCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            deployment_id: string;
+            name: string;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description slwp_...: shown only in this response. */
+            credential: string;
+        };
+        /**
+         * ProtocolCredential
+         * @description A credential for a deployment's MCP (/mcp) and A2A (/a2a/{assistant_id}, the agent card) endpoints, sent as Authorization: Bearer slwp_... when the deployment requires one (SLIPWAY_PROTOCOLS_AUTH=credential).
+         */
+        ProtocolCredential: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            deployment_id: string;
+            name: string;
+            /** @description The first characters of the credential, to tell them apart. */
+            credential_prefix: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+        };
+        /**
+         * ProtocolCredentialList
+         * @description A page of the deployment's protocol credentials, newest first.
+         */
+        ProtocolCredentialList: {
+            resources: components["schemas"]["ProtocolCredential"][];
+            /** @description Pass as offset to get the next page. */
+            offset: number;
+        };
+        /** ProtocolCredentialCheck */
+        ProtocolCredentialCheck: {
+            credential: string;
+        };
+        /** ProtocolCredentialVerdict */
+        ProtocolCredentialVerdict: {
+            valid: boolean;
+            /**
+             * Format: uuid
+             * @description The protocol credential, when valid.
+             */
+            credential_id: string | null;
         };
         /** TagKeyCreate */
         TagKeyCreate: {
@@ -4842,6 +4974,7 @@ export interface operations {
             422: components["responses"]["ValidationFailed"];
             431: components["responses"]["RequestHeaderFieldsTooLarge"];
             500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -5642,6 +5775,191 @@ export interface operations {
             431: components["responses"]["RequestHeaderFieldsTooLarge"];
             500: components["responses"]["InternalError"];
             502: components["responses"]["BadGateway"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listProtocolCredentials: {
+        parameters: {
+            query?: {
+                /** @description Page size, 1 to 100. */
+                limit?: number;
+                /** @description Resources to skip; pass the previous response offset. */
+                offset?: number;
+            };
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the deployment's protocol credentials, newest first. */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtocolCredentialList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createProtocolCredential: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes the request safe to retry: a retry with the same key (1 to 255 printable ASCII characters, e.g. a UUID) and the same request within 24 hours gets the first answer again, with Idempotent-Replayed: true, instead of doing the work twice (docs/api.md, "Idempotent retries"). */
+                "idempotency-key"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProtocolCredentialCreate"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description no-store when this answer holds a credential shown once (x-shown-once): keep it nowhere. */
+                    "Cache-Control"?: string;
+                    /** @description Present on a retry with an Idempotency-Key that got the first answer again instead of doing the work. */
+                    "Idempotent-Replayed"?: "true";
+                    /** @description Strong validator of this representation: send it in If-Match to write only if nothing changed since, or in If-None-Match to re-read cheaply. */
+                    ETag: string;
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtocolCredentialCreated"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["ConflictWithRetryAfter"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    revokeProtocolCredential: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Only `*` (the resource must exist): this resource has no ETag, so any other value is 412 precondition_failed and nothing changes. */
+                "if-match"?: string;
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                credential_id: string;
+            };
+            cookie?: never;
+        };
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            412: components["responses"]["PreconditionFailed"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    verifyProtocolCredential: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProtocolCredentialCheck"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProtocolCredentialVerdict"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
