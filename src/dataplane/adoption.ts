@@ -115,9 +115,9 @@ export function createAdoption(deps: AdoptionDeps): Adoption {
       logger.error({ err: error, deploymentId: deployment.id }, 'could not start a deployment again');
       await reports.reportCondition({
         deploymentId: deployment.id,
-        status: 'UNKNOWN',
+        condition: 'restart_failed',
         data: {
-          reason: 'restart_failed',
+          revision_id: revision.id,
           message: `Its active revision could not be started again: ${error instanceof Error ? error.message : String(error)}`,
         },
       });

@@ -80,9 +80,9 @@ export function reportAppExit(
     if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
       await deps.reports.reportCondition({
         deploymentId,
-        status: 'UNKNOWN',
+        condition: 'crash_loop',
         data: {
-          reason: 'crash_loop',
+          revision_id: app.revisionId,
           message:
             `Instance ${exit.instanceId} of revision ${app.revisionId} crashed ${exit.crashes} ` +
             `times in a row; it keeps being restarted. Read its deploy log.`,
@@ -120,6 +120,10 @@ export function reportDiskFull(
       unreadable: disk.unreadable,
       message,
     });
-    await deps.reports.reportCondition({ deploymentId, status: 'UNKNOWN', data: { reason: 'disk_full', message } });
+    await deps.reports.reportCondition({
+      deploymentId,
+      condition: 'disk_full',
+      data: { revision_id: app.revisionId, message },
+    });
   })().catch((error: unknown) => deps.logger.error({ err: error, deploymentId }, 'could not record a full app disk'));
 }

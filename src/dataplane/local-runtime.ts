@@ -11,7 +11,7 @@
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { DeploymentStatus } from '../domain/states.ts';
+import type { DeploymentConditionName } from '../domain/conditions.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
 import type { StoredSecret } from '../store/schema.ts';
@@ -69,14 +69,13 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
     createLogWriter({ db, revisionId, type, maxLines: config.logMaxLines, redact, logger });
 
-  /** A condition of the deployment: moves it to `to` unless it is there already, being deleted, or not in `from` (when given). */
-  async function setDeploymentStatus(
+  /** A condition of the deployment: moves its status as the conditions' table says (src/domain/conditions.ts). */
+  async function reportCondition(
     deploymentId: string,
-    to: DeploymentStatus,
-    data: Record<string, unknown>,
-    from?: DeploymentStatus[],
+    condition: DeploymentConditionName,
+    data: Record<string, unknown> = {},
   ): Promise<void> {
-    await deps.reports.reportCondition({ deploymentId, status: to, data, ...(from ? { from } : {}) });
+    await deps.reports.reportCondition({ deploymentId, condition, data });
   }
 
   /** Stops a running revision's processes and releases what it held. */
@@ -99,7 +98,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     const secrets = openSecrets(job.secrets);
     const platform = await provisionAppResources(deps, job.deployment, appConfig);
     // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
-    await setDeploymentStatus(job.deployment.id, 'UNUSED', { reason: 'database_ready' }, ['AWAITING_DATABASE']);
+    await reportCondition(job.deployment.id, 'database_ready');
     const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
     const reach = await access.openForwards(
@@ -416,9 +415,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         const row = await runningDeploymentState(db, deploymentId);
         if (!row || row.status === 'AWAITING_DELETE' || row.active_revision_id !== app.revisionId) continue;
         if (row.status === 'UNKNOWN' && (await app.supervisor.healthy())) {
-          await setDeploymentStatus(deploymentId, 'READY', {
-            reason: 'recovered',
+          await reportCondition(deploymentId, 'recovered', {
             message: 'The app is healthy again.',
+            revision_id: app.revisionId,
           });
         }
       }

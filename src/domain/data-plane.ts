@@ -12,9 +12,10 @@
  * - superseded: the revision is no longer the one this data plane was given to run (a listener: not
  *   the deployment's latest revision any more; the own data plane: its lease went to another worker).
  * - condition: a data plane saying how a deployment's serving revision is (crash-looping, healthy again,
- *   its database made), which moves the deployment's status.
+ *   its database made), which moves the deployment's status by one table for both (src/domain/conditions.ts).
  */
-import type { DeploymentStatus, RevisionStatus } from './states.ts';
+import type { DeploymentConditionName } from './conditions.ts';
+import type { RevisionStatus } from './states.ts';
 
 /** Why a report changed nothing (reports are idempotent, and stale ones never overwrite newer state). */
 export type NotAppliedReason = 'duplicate' | 'behind' | 'superseded' | 'final';
@@ -38,11 +39,12 @@ export interface ReportOutcome {
 
 export interface DeploymentConditionReport {
   deploymentId: string;
-  /** The status the condition puts the deployment in (UNKNOWN for a crash loop, READY once healthy again...). */
-  status: DeploymentStatus;
-  /** Only from these statuses; any when absent. */
-  from?: readonly DeploymentStatus[];
-  /** The event's data: reason, message, the revision concerned. */
+  /**
+   * Which condition: the status it moves the deployment to, and from which, are the one table's
+   * (src/domain/conditions.ts), the same for both data planes.
+   */
+  condition: DeploymentConditionName;
+  /** The event's data besides its reason (the condition's name): message, the revision concerned. */
   data: Record<string, unknown>;
 }
 
@@ -66,7 +68,7 @@ export interface DataPlaneReports {
   reportRevision(report: RevisionReport): Promise<ReportOutcome>;
   /** Everything of a deployment awaiting delete is removed: the deletion ends (conflict when it is not being deleted). */
   confirmDeletion(deploymentId: string): Promise<DeletionOutcome>;
-  /** A condition of a deployment's serving revision: its status moves unless it is being deleted or already there. */
+  /** A condition of a deployment's serving revision: its status moves as the conditions' table says, or not at all. */
   reportCondition(report: DeploymentConditionReport): Promise<void>;
 }
 

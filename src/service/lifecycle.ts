@@ -12,7 +12,8 @@
  *   listener says through the listener protocol and what the own data plane's worker says in process
  *   go through the same operations and the same rules: a report of a revision in a final state, of one
  *   superseded, or one that is behind or repeats the current status changes nothing; a deletion ends
- *   only for a deployment awaiting delete; a condition never moves a deployment being deleted.
+ *   only for a deployment awaiting delete; a condition moves a deployment only as the one conditions'
+ *   table says (src/domain/conditions.ts), which never moves a deployment being deleted.
  */
 import type {
   DataPlaneReports,
@@ -22,6 +23,7 @@ import type {
   ReportOutcome,
   RevisionReport,
 } from '../domain/data-plane.ts';
+import { conditionMove, type DeploymentConditionName } from '../domain/conditions.ts';
 import {
   FAILED_REVISION_STATUSES,
   REVISION_STATES,
@@ -240,19 +242,20 @@ const FAILED_STATUSES: ReadonlySet<RevisionStatus> = new Set(FAILED_REVISION_STA
 const DEFAULT_FAILURE = { reason: 'deploy_failed', message: 'The listener reported that the deploy failed.' };
 
 /**
- * A condition of a deployment (a crash loop, healthy again, its database made) moves its status, in
- * the caller's transaction, which holds the deployment's row lock. Nothing changes when the deployment
- * is being deleted, is there already, or is not in one of `from`. True when it moved.
+ * A condition of a deployment (a crash loop, healthy again, its database made) moves its status as the
+ * conditions' table says (src/domain/conditions.ts, the same rule for both data planes), in the
+ * caller's transaction, which holds the deployment's row lock. The event's reason is the condition's
+ * name. True when it moved.
  */
 export async function applyCondition(
   tx: Db,
   deployment: DeploymentRef,
-  condition: Pick<DeploymentConditionReport, 'status' | 'from' | 'data'>,
+  condition: DeploymentConditionName,
+  data: Record<string, unknown>,
 ): Promise<boolean> {
-  const status = deployment.status;
-  if (status === condition.status || status === 'AWAITING_DELETE') return false;
-  if (condition.from && !condition.from.includes(status)) return false;
-  await transitionDeployment(tx, deployment, condition.status, condition.data);
+  const to = conditionMove(condition, deployment.status);
+  if (to === null) return false;
+  await transitionDeployment(tx, deployment, to, { reason: condition, ...data });
   return true;
 }
 
@@ -366,7 +369,7 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
       await db.transaction().execute(async (tx) => {
         const row = await lockDeploymentById(tx, report.deploymentId);
         if (!row || row.listener_id !== listenerId) return;
-        await applyCondition(tx, row, report);
+        await applyCondition(tx, row, report.condition, report.data);
       });
     },
   };

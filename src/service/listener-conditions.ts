@@ -2,8 +2,8 @@
  * The health of the revision serving each of a listener's deployments, as its agent's heartbeats say
  * (docs/listener-protocol.md#heartbeat): the same things the own data plane shows on a deployment.
  * Pods of the serving revision crash-looping make the deployment UNKNOWN (`crash_loop`) and READY again
- * (`recovered`), exactly as a crash loop on the own data plane; an in-place change of the serving
- * revision that the cluster refuses or that does not roll out (the old pods keep serving) is a
+ * (`recovered`), by the one rule of both data planes (src/domain/conditions.ts); an in-place change of
+ * the serving revision that the cluster refuses or that does not roll out (the old pods keep serving) is a
  * `deployment.update_failed` event, and `deployment.update_rolled_out` once it does: when the heartbeat
  * clears the deployment's condition (a failure replaced by a crash loop has not rolled out).
  *
@@ -183,29 +183,19 @@ async function tellChange(
     if (before.condition === 'update_failed' || (await updateFailureOutstanding(db, deployment, before.revision_id)))
       await event('deployment.update_rolled_out', { revision_id: before.revision_id });
   }
-  // The same rule as the own data plane's conditions (lifecycle.ts, applyCondition), from these statuses only.
+  // The rule of each condition is the conditions' table (src/domain/conditions.ts), the own data plane's too.
   if (wanted?.condition === 'crash_loop') {
-    await applyCondition(db, deployment, {
-      status: 'UNKNOWN',
-      from: ['READY'],
-      data: {
-        reason: 'crash_loop',
-        message: wanted.message,
-        failure_reason: wanted.reason,
-        revision_id: wanted.revision_id,
-        listener_id: listenerId,
-      },
+    await applyCondition(db, deployment, 'crash_loop', {
+      message: wanted.message,
+      failure_reason: wanted.reason,
+      revision_id: wanted.revision_id,
+      listener_id: listenerId,
     });
   } else if (before?.condition === 'crash_loop') {
-    await applyCondition(db, deployment, {
-      status: 'READY',
-      from: ['UNKNOWN'],
-      data: {
-        reason: 'recovered',
-        message: 'The listener reports the serving revision healthy again.',
-        revision_id: serving,
-        listener_id: listenerId,
-      },
+    await applyCondition(db, deployment, 'recovered', {
+      message: 'The listener reports the serving revision healthy again.',
+      revision_id: serving,
+      listener_id: listenerId,
     });
   }
 }
