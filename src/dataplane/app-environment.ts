@@ -47,6 +47,12 @@ export interface PlatformVariables {
   tracingProjectId: string;
   tracingProjectName: string;
   apiUrl: string;
+  /**
+   * The service's address as people and outside clients reach it (config.publicUrl): what the protected-
+   * resource metadata of a deployment's MCP and A2A names as where to get a credential; SLIPWAY_API_URL
+   * may be an address only the app reaches.
+   */
+  publicUrl: string;
   agentCredential: string | null;
   /**
    * `credential` when the operator requires a protocol credential on every LangGraph deployment's MCP
@@ -93,6 +99,7 @@ export function runEnvironment(
     SLIPWAY_TRACING_PROJECT_ID: platform.tracingProjectId,
     SLIPWAY_TRACING_PROJECT_NAME: platform.tracingProjectName,
     SLIPWAY_API_URL: platform.apiUrl,
+    SLIPWAY_PUBLIC_URL: platform.publicUrl,
     ...(platform.agentCredential ? { SLIPWAY_AGENT_CREDENTIAL: platform.agentCredential } : {}),
     ...(platform.protocolsAuth ? { SLIPWAY_PROTOCOLS_AUTH: platform.protocolsAuth } : {}),
     ...(platform.databaseUrl ? { DATABASE_URL: platform.databaseUrl } : {}),

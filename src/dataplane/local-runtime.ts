@@ -111,6 +111,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       tracingProjectId: job.deployment.tracing_project_id,
       tracingProjectName: tracingProject ?? job.deployment.name,
       apiUrl: reach.apiUrl,
+      publicUrl: config.publicUrl,
       agentCredential: platform.agentCredential,
       protocolsAuth: config.appsProtocolsAuth === 'credential' ? 'credential' : null,
       databaseUrl: reach.databaseUrl,

@@ -14,7 +14,8 @@ const PLATFORM: PlatformVariables = {
   revisionId: 'r',
   tracingProjectId: 't',
   tracingProjectName: 'n',
-  apiUrl: 'http://127.0.0.1:8124',
+  apiUrl: 'http://10.0.2.2:8124',
+  publicUrl: 'https://slipway.example.com',
   agentCredential: 'slwa_x',
   databaseUrl: null,
   listenHost: '127.0.0.1',
@@ -32,6 +33,12 @@ test("the deployment's own setting, unless the operator requires a credential", 
     { ...PLATFORM, protocolsAuth: 'credential' },
   );
   assert.equal(forced.SLIPWAY_PROTOCOLS_AUTH, 'credential');
+});
+
+test("the protected-resource metadata's authority: the service's public URL, which the app's env cannot change", () => {
+  const env = runEnvironment(PATHS, { SLIPWAY_PUBLIC_URL: 'https://evil.example' }, {}, PLATFORM);
+  assert.equal(env.SLIPWAY_PUBLIC_URL, 'https://slipway.example.com');
+  assert.equal(env.SLIPWAY_API_URL, 'http://10.0.2.2:8124', 'the address the app itself calls stays its own');
 });
 
 test('SLIPWAY_APPS_PROTOCOLS_AUTH: deployment by default, credential, and nothing else', () => {
