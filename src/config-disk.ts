@@ -4,7 +4,7 @@
  * and how often that is measured (src/dataplane/disk-limits.ts; docs/operations.md, "Disk").
  */
 import path from 'node:path';
-import { integer, text, type Env } from './config-values.ts';
+import { flag, integer, text, type Env } from './config-values.ts';
 
 export interface DiskLimits {
   /**
@@ -19,6 +19,13 @@ export interface DiskLimits {
   readonly buildDiskMb: number;
   /** How often what apps and builds hold is measured, in milliseconds. */
   readonly checkIntervalMs: number;
+  /**
+   * Where deployments and builds get images of their own (the service runs as root): each takes its
+   * whole size on the host's file system when it is made (and is mounted without `discard`), so the
+   * images together can never fill that file system; else (the default) they are thin, taking what
+   * they hold, and together can.
+   */
+  readonly preallocate: boolean;
 }
 
 export function diskLimits(env: Env, cwd: string, dataDir: string): DiskLimits {
@@ -28,5 +35,6 @@ export function diskLimits(env: Env, cwd: string, dataDir: string): DiskLimits {
     appDiskMb: integer(env, 'SLIPWAY_APP_DISK_MB', 1024, 1, 1024 * 1024 * 1024),
     buildDiskMb: integer(env, 'SLIPWAY_BUILD_DISK_MB', 4096, 1, 1024 * 1024 * 1024),
     checkIntervalMs: integer(env, 'SLIPWAY_DISK_CHECK_SECONDS', 5, 1, 3600) * 1000,
+    preallocate: flag(env, 'SLIPWAY_APP_DISK_PREALLOCATE'),
   };
 }

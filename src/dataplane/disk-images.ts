@@ -29,16 +29,24 @@ const PROBE_IMAGE_MB = 16;
 const PARTIAL = '.partial';
 const PROBE_PREFIX = '.probe-';
 /**
- * Mount options: no set-uid programs or device nodes from an app's own file system, and blocks the app
- * frees are given back to the host's disk (the image file stays as sparse as what the app holds).
+ * Mount options: no set-uid programs or device nodes from an app's own file system. A thin image is
+ * also mounted with `discard`: blocks the app frees are given back to the host's disk (the image file
+ * stays as sparse as what the app holds). A preallocated one is not: it keeps its blocks.
  */
-const MOUNT_OPTIONS = 'loop,nosuid,nodev,discard';
+const mountOptions = (preallocate: boolean) => (preallocate ? 'loop,nosuid,nodev' : 'loop,nosuid,nodev,discard');
+/** Where the builds' images are, in the images' directory (a name no deployment id can have). */
+const BUILDS = '.builds';
 
-/** The tools the images need, found in the system's directories. */
+/** The tools the images need, found in the system's directories, and how images take their room. */
 interface ImageTools {
   mkfs: string;
   mount: string;
   umount: string;
+  /**
+   * Preallocated (`SLIPWAY_APP_DISK_PREALLOCATE`): util-linux's `fallocate`, which gives an image all
+   * its blocks on the host's file system when it is made and again each time it is mounted. Null: thin.
+   */
+  fallocate: string | null;
 }
 
 /** Why images cannot be used here, or the tools to make them. */
@@ -57,6 +65,14 @@ export interface DiskImages {
   attach(deploymentId: string, mountPoint: string, sizeBytes: number): Promise<void>;
   /** Unmounts `mountPoint` when something is mounted there, then removes the deployment's image. */
   detach(deploymentId: string, mountPoint: string): Promise<void>;
+  /**
+   * The builds' images (`<dir>/.builds/<revision id>.img`), the same way: made and mounted when a build
+   * starts, unmounted and removed when it ends.
+   */
+  readonly builds: Pick<DiskImages, 'attach' | 'detach' | 'hasImage'> & {
+    /** The revisions whose builds have an image (one a service that stopped in the middle left). */
+    list(): Promise<string[]>;
+  };
 }
 
 /** Whether something else is mounted at `dir` than its parent's file system (the way mountpoint(1) tells). */
@@ -80,7 +96,19 @@ async function runTool(file: string, args: string[]): Promise<void> {
   }
 }
 
-/** Makes a sparse image of `sizeBytes` at `image`, formatted as ext4 with no blocks kept for root. */
+/**
+ * Gives a preallocated image every block it lacks (mode 0 of fallocate(2): what it holds is kept, the
+ * holes get blocks), so that the host's file system cannot run out under it; a host too full for that
+ * fails here, with ENOSPC, rather than under the app later. A thin image is left as it is.
+ */
+async function reserve(tools: ImageTools, image: string, sizeBytes: number): Promise<void> {
+  if (tools.fallocate) await runTool(tools.fallocate, ['-l', String(sizeBytes), '--', image]);
+}
+
+/**
+ * Makes an image of `sizeBytes` at `image`, formatted as ext4 with no blocks kept for root: sparse, or
+ * with all its blocks when preallocated.
+ */
 async function makeImage(tools: ImageTools, image: string, sizeBytes: number): Promise<void> {
   const partial = image + PARTIAL;
   await fs.rm(partial, { force: true });
@@ -90,13 +118,15 @@ async function makeImage(tools: ImageTools, image: string, sizeBytes: number): P
   } finally {
     await handle.close();
   }
-  // -m 0: no blocks kept for root (nothing runs as root there); nodiscard: the file is sparse already.
+  await reserve(tools, partial, sizeBytes);
+  // -m 0: no blocks kept for root (nothing runs as root there); nodiscard: the file is sparse already, or
+  // preallocated (a discard would punch its blocks out again).
   await runTool(tools.mkfs, ['-q', '-F', '-m', '0', '-E', 'nodiscard,root_owner=0:0', '--', partial]);
   await fs.rename(partial, image);
 }
 
 async function mountImage(tools: ImageTools, image: string, mountPoint: string): Promise<void> {
-  await runTool(tools.mount, ['-t', 'ext4', '-o', MOUNT_OPTIONS, '--', image, mountPoint]);
+  await runTool(tools.mount, ['-t', 'ext4', '-o', mountOptions(tools.fallocate !== null), '--', image, mountPoint]);
   // The file system's own root: the service's, passable but not listable by the app's user.
   await fs.chmod(mountPoint, 0o711);
 }
@@ -109,12 +139,15 @@ async function unmount(tools: ImageTools, mountPoint: string): Promise<void> {
  * Whether this host can give each deployment an image: the service runs as root, e2fsprogs and
  * util-linux are there, and a small image can be made, mounted, written, unmounted and removed in `dir`.
  */
-export async function probeDiskImages(dir: string): Promise<ImageSupport> {
+export async function probeDiskImages(dir: string, options: { preallocate: boolean }): Promise<ImageSupport> {
   if (process.getuid?.() !== 0) return { reason: 'the service does not run as root, which mounting needs' };
-  const [mkfs, mount, umount] = await Promise.all(['mkfs.ext4', 'mount', 'umount'].map((n) => findExecutable(n)));
+  const [mkfs, mount, umount, fallocate] = await Promise.all(
+    ['mkfs.ext4', 'mount', 'umount', 'fallocate'].map((n) => findExecutable(n)),
+  );
   if (!mkfs) return { reason: 'no mkfs.ext4 (Debian package e2fsprogs)' };
   if (!mount || !umount) return { reason: 'no mount or umount (Debian package mount)' };
-  const tools = { mkfs, mount, umount };
+  if (options.preallocate && !fallocate) return { reason: 'no fallocate (Debian package util-linux)' };
+  const tools = { mkfs, mount, umount, fallocate: options.preallocate ? fallocate! : null };
   const name = `${PROBE_PREFIX}${randomBytes(6).toString('hex')}`;
   const image = path.join(dir, `${name}.img`);
   const mountPoint = path.join(dir, name);
@@ -145,8 +178,12 @@ export async function probeDiskImages(dir: string): Promise<ImageSupport> {
  */
 export async function cleanPartialImages(tools: ImageTools, dir: string): Promise<string[]> {
   const removed: string[] = [];
-  for (const entry of await fs.readdir(dir, { withFileTypes: true }).catch(() => [])) {
-    const file = path.join(dir, entry.name);
+  const entries = async (d: string) =>
+    (await fs.readdir(d, { withFileTypes: true }).catch(() => [])).map((entry) => ({
+      entry,
+      file: path.join(d, entry.name),
+    }));
+  for (const { entry, file } of [...(await entries(dir)), ...(await entries(path.join(dir, BUILDS)))]) {
     if (entry.isDirectory() && entry.name.startsWith(PROBE_PREFIX)) {
       await unmount(tools, file);
       await fs.rmdir(file);
@@ -160,9 +197,20 @@ export async function cleanPartialImages(tools: ImageTools, dir: string): Promis
 }
 
 export function createDiskImages(tools: ImageTools, dir: string): DiskImages {
-  const imageOf = (deploymentId: string): string => {
-    if (!/^[A-Za-z0-9_-]+$/.test(deploymentId)) throw new Error(`not a deployment id: ${deploymentId}`);
-    return path.join(dir, `${deploymentId}.img`);
+  const builds = path.join(dir, BUILDS);
+  return { ...imagesIn(tools, dir), builds: { ...imagesIn(tools, builds), list: () => listImages(builds) } };
+}
+
+async function listImages(dir: string): Promise<string[]> {
+  const entries = await fs.readdir(dir, { withFileTypes: true }).catch(() => []);
+  return entries.filter((e) => e.isFile() && e.name.endsWith('.img')).map((e) => e.name.slice(0, -'.img'.length));
+}
+
+/** The images in `dir`, one per id (a deployment's or a build's revision's). */
+function imagesIn(tools: ImageTools, dir: string): Omit<DiskImages, 'builds'> {
+  const imageOf = (id: string): string => {
+    if (!/^[A-Za-z0-9_-]+$/.test(id)) throw new Error(`not an id: ${id}`);
+    return path.join(dir, `${id}.img`);
   };
   const exists = (file: string) =>
     fs.lstat(file).then(
@@ -187,8 +235,13 @@ export function createDiskImages(tools: ImageTools, dir: string): DiskImages {
     attach: (deploymentId, mountPoint, sizeBytes) =>
       serially(deploymentId, async () => {
         const image = imageOf(deploymentId);
+        // A host's fstrim may have given a preallocated image's free blocks back: they are taken again.
+        if (await exists(image)) await reserve(tools, image, (await fs.stat(image)).size);
         if (await isMountPoint(mountPoint)) return;
-        if (!(await exists(image))) await makeImage(tools, image, sizeBytes);
+        if (!(await exists(image))) {
+          await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+          await makeImage(tools, image, sizeBytes);
+        }
         await fs.mkdir(mountPoint, { mode: 0o711 }).catch((error: NodeJS.ErrnoException) => {
           if (error.code !== 'EEXIST') throw error;
         });

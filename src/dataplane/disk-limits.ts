@@ -14,8 +14,16 @@
  *   "Disk"). A deployment's directory made before the images existed (a plain directory) stays measured
  *   in the hard mode too.
  * Either way a full app is stopped the same way: its instances stop, an event `deployment.disk_full`,
- * and its deployment UNKNOWN. Builds are measured in both modes: a build over its limit is stopped and
- * fails (`disk_limit`).
+ * and its deployment UNKNOWN. A build gets the same as its deployment: in the hard mode an image of
+ * the build limit of its own, mounted at its app directory while it runs, whose finished output is
+ * copied off it and sealed (`imageBuildDisk`); else it is measured. A build over its limit, or that
+ * ends with its file system full, is stopped and fails (`disk_limit`).
+ *
+ * Images are thin by default (sparse, mounted with `discard`): each takes what it holds, so the
+ * images together can fill the host's file system before any is at its limit. Preallocated
+ * (`SLIPWAY_APP_DISK_PREALLOCATE`), each takes its whole size when it is made, and again each time
+ * it is mounted (a host's fstrim may have given its free blocks back): together they never take
+ * more than was free, and one that does not fit fails to be made, with ENOSPC.
  *
  * At start the probe measures a small tree once, as every later measure will; when that fails (no
  * `du`), nothing is measured and the start log says the disk is not limited. It also warns when the
@@ -29,13 +37,37 @@ import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import { cleanPartialImages, createDiskImages, isMountPoint, probeDiskImages, type DiskImages } from './disk-images.ts';
 import { measureFileSystem, measureTrees, watchDiskUse, type DiskWatch, type TreeUsage } from './disk-usage.ts';
-import { removeTree } from './build-snapshot.ts';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { removeTree, sealSnapshot } from './build-snapshot.ts';
 import { RevisionFailure } from './revision-build.ts';
 import type { SubordinateIds } from './subordinate-ids.ts';
 
+const run = promisify(execFile);
 const MIB = 1024 * 1024;
 /** What the probe writes and must find again. */
 const PROBE_BYTES = 256 * 1024;
+
+/**
+ * The disk of one build, which writes its revision's app directory (`src` and `home`). Each step runs
+ * once the build's processes are gone (the caller's rule), except `watch`.
+ */
+export interface BuildDisk {
+  /** Makes the (empty) app directory ready to write: on a file system of its own in the image mode. */
+  prepare(): Promise<void>;
+  /** Measures it while the build runs: over its limit or full, `controller` is aborted with the build's failure. */
+  watch(controller: AbortController): DiskWatch;
+  /** The build's disk failure when its file system of its own is full (what its failure came from), else null. */
+  fullFailure(): Promise<RevisionFailure | null>;
+  /**
+   * Seals the finished build as the revision's app directory: in the image mode its `src` and `home` are
+   * copied off the image (links copied as links, never followed), sealed, and the image unmounted and
+   * removed; else the directory is sealed where it is.
+   */
+  seal(): Promise<void>;
+  /** Unmounts and removes the build's image, if it has one (the empty mount point stays, with the revision). */
+  release(): Promise<void>;
+}
 
 export interface DiskLimiter {
   /** What is limited and how, for the start log. */
@@ -47,6 +79,11 @@ export interface DiskLimiter {
    * build's failure (`BUILD_FAILED`, `disk_limit`), which stops the build's command.
    */
   watchBuild(root: string, controller: AbortController): DiskWatch;
+  /**
+   * The disk of the build of revision `revisionId`, whose app directory is `appDir` (in `root`, the
+   * revision's directory): an image of its own in the image mode, else `watchBuild`'s measure.
+   */
+  buildDisk(revisionId: string, root: string, appDir: string): BuildDisk;
   /**
    * Measures a running app's writable directories (`dirs`, in its deployment's directory `root`, made
    * by `prepareDeploymentDir`); over their limit, `onFull` is called once.
@@ -68,6 +105,14 @@ const NOT_WATCHED: DiskWatch = { stop: () => undefined };
 
 /** The failure of a build whose directory went over its limit. */
 export function buildDiskFailure(limitBytes: number, usage: TreeUsage): RevisionFailure {
+  if (usage.fileSystemFull)
+    return new RevisionFailure(
+      'BUILD_FAILED',
+      'disk_limit',
+      `The build filled its file system of ${Math.round(limitBytes / MIB)} MiB (the limit per build, ` +
+        'SLIPWAY_BUILD_DISK_MB, set by the operator): its writes failed with ENOSPC and the build was stopped. ' +
+        'Make the build write less (leave caches and test data out of the source), or ask the operator for a larger limit.',
+    );
   const held = usage.unreadable
     ? 'could not all be read (a directory the build made unreadable counts as over the limit)'
     : `held ${Math.ceil(usage.bytes / MIB)} MiB`;
@@ -162,6 +207,97 @@ function plainDeploymentDirs(imagesDir: string, ids: SubordinateIds | null | und
   };
 }
 
+/**
+ * A build on a file system of its own (the image mode): an image of the build's limit mounted at its
+ * app directory while it runs. What the service does with it is the deployments' order: the build's
+ * processes gone, then a read and a copy of its output (`cp -a`, which copies a link as a link and
+ * leaves the image's file system for nothing, as a hard link cannot), then the unmount and the image's
+ * removal. Nothing the build wrote is walked to be removed: the image goes whole.
+ */
+function imageBuildDisk(
+  images: DiskImages,
+  limitBytes: number,
+  intervalMs: number,
+  onError: (error: unknown) => void,
+  revisionId: string,
+  appDir: string,
+): BuildDisk {
+  const measure = async (): Promise<TreeUsage> =>
+    (await isMountPoint(appDir)) ? measureFileSystem(appDir) : { bytes: 0, unreadable: false };
+  return {
+    async prepare() {
+      await fs.mkdir(appDir, { recursive: true, mode: 0o755 });
+      await images.builds.attach(revisionId, appDir, limitBytes);
+      await fs.chmod(appDir, 0o755);
+      // ext4's own directory for fsck, root's and unreadable: nothing the build needs to see.
+      await fs.rmdir(path.join(appDir, 'lost+found')).catch(() => undefined);
+      for (const part of ['home', 'src']) await fs.mkdir(path.join(appDir, part), { mode: 0o755 });
+    },
+    watch: (controller) =>
+      watchDiskUse({
+        measure,
+        limitBytes,
+        intervalMs,
+        onFull: (usage) => controller.abort(buildDiskFailure(limitBytes, usage)),
+        onError,
+      }),
+    async fullFailure() {
+      const usage = await measure().catch(() => null);
+      return usage?.fileSystemFull ? buildDiskFailure(limitBytes, usage) : null;
+    },
+    async seal() {
+      const sealing = `${appDir}.sealing`;
+      await removeTree(sealing);
+      await fs.mkdir(sealing, { mode: 0o755 });
+      const parts = ['src', 'home'].map((part) => path.join(appDir, part));
+      await run('cp', ['-a', '--no-dereference', '--', ...parts, sealing]);
+      await sealSnapshot(sealing);
+      await images.builds.detach(revisionId, appDir);
+      await fs.rmdir(appDir);
+      await fs.rename(sealing, appDir);
+    },
+    release: () => images.builds.detach(revisionId, appDir),
+  };
+}
+
+/** A build in a plain directory, measured by `watch` (`watchBuild`). */
+function plainBuildDisk(
+  watchBuild: DiskLimiter['watchBuild'],
+  ids: SubordinateIds | null | undefined,
+  root: string,
+  appDir: string,
+): BuildDisk {
+  return {
+    async prepare() {
+      for (const part of ['home', 'src']) await fs.mkdir(path.join(appDir, part), { recursive: true, mode: 0o755 });
+    },
+    watch: (controller) => watchBuild(root, controller),
+    fullFailure: () => Promise.resolve(null),
+    seal: () => sealSnapshot(appDir, ids),
+    release: () => Promise.resolve(),
+  };
+}
+
+/**
+ * Unmounts and removes the builds' images a service that stopped in the middle left (its builds'
+ * processes ended with it), each mounted at its revision's app directory in `dataDir`.
+ */
+async function cleanBuildImages(
+  images: DiskImages,
+  dataDir: string,
+  logger: Pick<Logger, 'info' | 'error'>,
+): Promise<void> {
+  for (const revisionId of await images.builds.list()) {
+    const appDir = path.join(dataDir, 'revisions', revisionId, 'app');
+    try {
+      await images.builds.detach(revisionId, appDir);
+      logger.info({ revisionId }, 'removed the disk image of a build a service that stopped in the middle left');
+    } catch (error) {
+      logger.error({ err: error, revisionId }, 'could not remove the disk image a build left');
+    }
+  }
+}
+
 export async function createDiskLimiter(options: {
   config: Pick<Config, 'databaseUrl' | 'dataDir' | 'disk'>;
   logger: Pick<Logger, 'info' | 'warn' | 'error'>;
@@ -169,25 +305,30 @@ export async function createDiskLimiter(options: {
   ids?: SubordinateIds | null;
 }): Promise<DiskLimiter> {
   const { config, logger, ids } = options;
-  const { appsDataDir, appDiskMb, buildDiskMb, checkIntervalMs } = config.disk;
+  const { appsDataDir, appDiskMb, buildDiskMb, checkIntervalMs, preallocate } = config.disk;
   await fs.mkdir(appsDataDir, { recursive: true, mode: 0o711 });
   const imagesDir = path.join(appsDataDir, '.images');
   const appLimitBytes = appDiskMb * MIB;
   const buildLimitBytes = buildDiskMb * MIB;
-  const support = await probeDiskImages(imagesDir);
-  if (support.tools) {
+  const support = await probeDiskImages(imagesDir, { preallocate });
+  const images = support.tools ? createDiskImages(support.tools, imagesDir) : null;
+  if (support.tools && images) {
     for (const file of await cleanPartialImages(support.tools, imagesDir))
       logger.info({ file }, 'removed a disk image left by a service that stopped in the middle');
+    await cleanBuildImages(images, config.dataDir, logger);
   }
   // Images are sparse files there too: they take what their apps hold, up to their limits.
   const shared = await sharedFileSystemWarning(config);
   if (shared) logger.warn(shared);
-  const deploymentDirs = support.tools
-    ? imageDeploymentDirs(createDiskImages(support.tools, imagesDir), appLimitBytes)
-    : plainDeploymentDirs(imagesDir, ids);
+  const deploymentDirs = images ? imageDeploymentDirs(images, appLimitBytes) : plainDeploymentDirs(imagesDir, ids);
+  const allocation = preallocate
+    ? "preallocated: each takes its whole size on the host's file system when it is made, so together " +
+      'they never take more than was free then, and one that does not fit fails to be made'
+    : "thin: each takes only what it holds, so together they can fill the host's file system before any " +
+      'is at its limit (SLIPWAY_APP_DISK_PREALLOCATE=1 reserves their whole size)';
   const appMode = support.tools
     ? `loop-mounted, each deployment's data and home a file system of ${appDiskMb} MiB of its own ` +
-      `(images in ${imagesDir}; a directory made before images, measured)`
+      `(images in ${imagesDir}, ${allocation}; a directory made before images, measured)`
     : `measured every ${checkIntervalMs / 1000} s, ${appDiskMb} MiB per deployment's data and home ` +
       `(in ${appsDataDir}; no file system of its own: ${support.reason})`;
   const failed = await probe(appsDataDir);
@@ -207,27 +348,34 @@ export async function createDiskLimiter(options: {
           onFull,
           onError,
         });
-  if (failed) {
-    const description =
-      `disk: ${support.tools ? appMode : 'apps NOT LIMITED'}; ` +
-      `builds NOT LIMITED (measuring a tree failed: ${failed})`;
-    logger.warn(`${description}: ${support.tools ? 'builds' : 'apps and builds'} can fill the disk`);
-    return { description, appLimitBytes, watchBuild: () => NOT_WATCHED, watchApp, ...deploymentDirs };
-  }
-  return {
-    description:
-      `disk: ${appMode}; builds measured every ${checkIntervalMs / 1000} s, ${buildDiskMb} MiB per build; ` +
-      'an app or build over its limit is stopped',
-    appLimitBytes,
-    watchBuild: (root, controller) =>
-      watchDiskUse({
-        measure: () => measureTrees([root], ids),
-        limitBytes: buildLimitBytes,
-        intervalMs: checkIntervalMs,
-        onFull: (usage) => controller.abort(buildDiskFailure(buildLimitBytes, usage)),
-        onError,
-      }),
-    watchApp,
-    ...deploymentDirs,
-  };
+  const watchBuild: DiskLimiter['watchBuild'] = (root, controller) =>
+    failed
+      ? NOT_WATCHED
+      : watchDiskUse({
+          measure: () => measureTrees([root], ids),
+          limitBytes: buildLimitBytes,
+          intervalMs: checkIntervalMs,
+          onFull: (usage) => controller.abort(buildDiskFailure(buildLimitBytes, usage)),
+          onError,
+        });
+  const buildDisk: DiskLimiter['buildDisk'] = (revisionId, root, appDir) =>
+    images
+      ? imageBuildDisk(images, buildLimitBytes, checkIntervalMs, onError, revisionId, appDir)
+      : plainBuildDisk(watchBuild, ids, root, appDir);
+  const buildMode = images
+    ? `each build on a file system of ${buildDiskMb} MiB of its own (an image as above, removed when it ends)`
+    : failed
+      ? `builds NOT LIMITED (measuring a tree failed: ${failed})`
+      : `builds measured every ${checkIntervalMs / 1000} s, ${buildDiskMb} MiB per build`;
+  const appPart = images
+    ? `${appMode}${failed ? ` (NOT measured: ${failed})` : ''}`
+    : failed
+      ? `apps NOT LIMITED (measuring a tree failed: ${failed})`
+      : appMode;
+  const description = `disk: ${appPart}; ${buildMode}; an app or build over its limit is stopped`;
+  if (failed)
+    logger.warn(
+      `${description}: ${images ? "deployments' directories made before images" : 'apps and builds'} can fill the disk`,
+    );
+  return { description, appLimitBytes, watchBuild, buildDisk, watchApp, ...deploymentDirs };
 }

@@ -288,7 +288,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     );
     // The build's directory is measured while it runs: over its limit, the build is stopped and fails.
     const disk = new AbortController();
-    const watch = deps.disk.watchBuild(revisionDirs(config.dataDir, job.revisionId).root, disk);
+    const dirs = revisionDirs(config.dataDir, job.revisionId);
+    const buildDisk = deps.disk.buildDisk(job.revisionId, dirs.root, dirs.app);
+    const watch = buildDisk.watch(disk);
     try {
       return await buildRevision(
         {
@@ -300,6 +302,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
           defaultLimits: config.defaultLimits,
           registries: config.buildRegistries,
           deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
+          disk: buildDisk,
         },
         { ...job, secrets: openSecrets(job.secrets) },
         hooks,

@@ -18,7 +18,8 @@ import { buildEnvironment } from './app-environment.ts';
 import { ArchiveError } from './archive-error.ts';
 import { extractTarball } from './archive-extraction.ts';
 import { prepareBuildRegistries, RegistrySettingsError, type BuildRegistries } from './build-registries.ts';
-import { copySnapshot, removeTree, sealSnapshot } from './build-snapshot.ts';
+import { copySnapshot, removeTree } from './build-snapshot.ts';
+import type { BuildDisk } from './disk-limits.ts';
 import { limitsFromResourceSpec, type DefaultLimits, type Limits } from './resource-limits.ts';
 import { describeExit, runToEnd, type OutputSink } from './process-runner.ts';
 import type { Sandbox } from './sandbox.ts';
@@ -112,6 +113,11 @@ export interface BuildDeps {
   defaultLimits: DefaultLimits;
   /** The operator's package registries, CA bundle and proxies (src/dataplane/build-registries.ts). */
   registries: RegistrySettings;
+  /**
+   * The build's disk (src/dataplane/disk-limits.ts): where it writes (a file system of its own where
+   * the service can mount one) and how its output is sealed.
+   */
+  disk: BuildDisk;
 }
 
 const stringOrNull = (value: unknown): string | null => (typeof value === 'string' && value !== '' ? value : null);
@@ -276,9 +282,10 @@ export async function buildRevision(
   signal: AbortSignal,
 ): Promise<BuildRecord> {
   const dirs = revisionDirs(deps.dataDir, input.revisionId);
+  // An image an earlier attempt of this build left mounted (none of its processes run) goes first.
+  await deps.disk.release();
   await removeTree(dirs.root, deps.sandbox.ids);
-  await fs.mkdir(path.join(dirs.app, 'home'), { recursive: true, mode: 0o755 });
-  await fs.mkdir(dirs.src, { recursive: true, mode: 0o755 });
+  await fs.mkdir(dirs.root, { recursive: true, mode: 0o755 });
 
   // A redeploy reuses the earlier build when the sandbox makes its paths portable (see sandbox.ts).
   const reuseFrom = stringOrNull(input.snapshot.reuse_build_of);
@@ -293,6 +300,31 @@ export async function buildRevision(
     log.system(`The build output of revision ${reuseFrom} is gone; building again from its source`);
   }
 
+  await deps.disk.prepare();
+  let processesLeft = false;
+  try {
+    return await buildInto(deps, input, dirs, hooks, log, signal);
+  } catch (error) {
+    processesLeft = error instanceof RevisionFailure && error.reason === PROCESSES_LEFT;
+    // A build whose own file system is full failed for that, whatever its last command said.
+    if (error instanceof RevisionFailure && error.status === 'BUILD_FAILED' && !processesLeft)
+      throw (await deps.disk.fullFailure()) ?? error;
+    throw error;
+  } finally {
+    // Its processes are gone (else what they may write is kept, with its mount): its image goes.
+    if (!processesLeft) await deps.disk.release();
+  }
+}
+
+/** Fetches, builds and seals into the revision's app directory, ready to write; the build's record. */
+async function buildInto(
+  deps: BuildDeps,
+  input: BuildInput,
+  dirs: RevisionDirs,
+  hooks: BuildHooks,
+  log: OutputSink & { tail(n: number): string[] },
+  signal: AbortSignal,
+): Promise<BuildRecord> {
   await fetchSource(deps, input, dirs, hooks, log, signal);
   signal.throwIfAborted();
   let appConfig: AppConfig;
@@ -338,7 +370,10 @@ export async function buildRevision(
       );
   }
   // The build's processes are gone (its PID namespace ended, its exit confirmed it): nothing writes it now.
-  await sealSnapshot(dirs.app, deps.sandbox.ids);
+  // A build that ended with its own file system full failed for that, as if its measure had stopped it.
+  const full = await deps.disk.fullFailure();
+  if (full) throw full;
+  await deps.disk.seal();
   const record = { appConfig, builtAt: new Date().toISOString(), sealed: true };
   await fs.writeFile(dirs.buildFile, JSON.stringify(record));
   log.system('Build finished');

@@ -37,7 +37,13 @@ test('settings: defaults beside the data directory, a relative apps directory fr
     appDiskMb: 1024,
     buildDiskMb: 4096,
     checkIntervalMs: 5000,
+    preallocate: false,
   });
+  assert.equal(diskLimits({ SLIPWAY_APP_DISK_PREALLOCATE: '1' }, '/srv', '/srv/.slipway').preallocate, true);
+  assert.throws(
+    () => diskLimits({ SLIPWAY_APP_DISK_PREALLOCATE: 'thick' }, '/srv', '/srv/.slipway'),
+    /SLIPWAY_APP_DISK_PREALLOCATE/,
+  );
   assert.equal(diskLimits({ SLIPWAY_APPS_DATA_DIR: 'apps' }, '/srv', '/srv/.slipway').appsDataDir, '/srv/apps');
   assert.throws(() => diskLimits({ SLIPWAY_APP_DISK_MB: '0' }, '/srv', '/srv/.slipway'), ConfigError);
   assert.throws(() => diskLimits({ SLIPWAY_BUILD_DISK_MB: 'lots' }, '/srv', '/srv/.slipway'), /SLIPWAY_BUILD_DISK_MB/);
@@ -49,7 +55,7 @@ test('the start warns, naming both paths, when the apps data shares the embedded
   const config = (appsDataDir: string, databaseUrl: string | null = null) => ({
     databaseUrl,
     dataDir,
-    disk: { appsDataDir, appDiskMb: 8, buildDiskMb: 8, checkIntervalMs: 1000 },
+    disk: { appsDataDir, appDiskMb: 8, buildDiskMb: 8, checkIntervalMs: 1000, preallocate: false },
   });
   const same = recordingLogger();
   const limiter = await createDiskLimiter({ config: config(path.join(dataDir, 'deployments')), logger: same.logger });
