@@ -30,7 +30,25 @@ export function createAppWorkTracking(logger: Logger): AppWorkTracking {
    * anything) and by `revision:<id>` (a removal of the revision's files waits for them).
    */
   const inFlight = new Map<string, Set<Promise<unknown>>>();
-  /** Deployments and revisions some of whose processes could not be confirmed gone, with what they are. */
+  /**
+   * Deployments and revisions some of whose processes could not be confirmed gone, with what they are.
+   *
+   * In memory only, on purpose: it guards against processes of this service's own run, and none
+   * outlives the run in a state that could use the lost guard. The data plane is made once per process
+   * (src/main.ts; stopped only as the process ends), so its loss is a new process, and then:
+   * - under bubblewrap every sandbox ends with the service (--die-with-parent SIGKILLs the sandbox's
+   *   init, and the kernel then kills its whole PID namespace). What even that could not end was a
+   *   process the kernel holds in an uninterruptible wait with SIGKILL pending: it never runs its own
+   *   code again, so at most the one call it is in completes, and a swap of a directory for a link
+   *   takes many calls timed against the walk;
+   * - without bubblewrap (SLIPWAY_SANDBOX=none) a process that left its group and cgroup can outlive
+   *   the service, but that mode contains nothing to begin with (the start log says so);
+   * - either way the removal the guard holds back follows no link (coreutils' `rm -r
+   *   --one-file-system`, src/dataplane/build-snapshot.ts), and a deployment's or build's image is
+   *   unmounted (EBUSY while anything still holds it, and the deletion is tried again) and unlinked
+   *   whole, walking nothing (src/dataplane/disk-limits.ts). The guard only keeps a tree that is
+   *   still being written from being emptied under its writer.
+   */
   const untouchable = new Map<string, string>();
 
   const ended = async (key: string): Promise<void> => {
