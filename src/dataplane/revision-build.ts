@@ -231,8 +231,12 @@ async function runBuildSteps(
   ] as const) {
     if (!command) continue;
     log.system(`Running the ${step} command: ${command}`);
-    const exit = await inSpan(step, {}, () =>
-      runToEnd({
+    const exit = await inSpan(step, {}, () => {
+      // Stopped before it starts (the worker stopping, the revision interrupted while the source was
+      // fetched or the build's disk made): runToEnd only hears aborts that come once it runs, and the
+      // command would otherwise run to its own end.
+      signal.throwIfAborted();
+      return runToEnd({
         sandbox: deps.sandbox,
         run: {
           purpose: 'build',
@@ -246,8 +250,8 @@ async function runBuildSteps(
         env,
         output: log,
         signal,
-      }),
-    );
+      });
+    });
     if (exit.leftover) {
       // Something of the build may still write its directory: it is neither sealed nor removed
       // (the caller keeps it, src/dataplane/local-runtime.ts), and the revision fails, aborted or not.
