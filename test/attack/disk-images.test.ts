@@ -154,10 +154,15 @@ describe('with a file system per deployment', () => {
         return events.find((e) => e.type === 'deployment.disk_full');
       });
       assert.match(String(full.data.message), /filled their file system of 24 MiB/);
-      const log = await revisionLog(service, app.id, app.revisionId, 'deploy');
-      assert.ok(
-        log.some((line) => /write failed after \d+ MiB: ENOSPC/.test(line)),
-        log.slice(-10).join('\n'),
+      // The app's own words may reach its log after the data plane's event.
+      let log: string[] = [];
+      await eventually(
+        'the app saying its write failed with ENOSPC',
+        async () => {
+          log = await revisionLog(service, app.id, app.revisionId, 'deploy');
+          return log.some((line) => /write failed after \d+ MiB: ENOSPC/.test(line));
+        },
+        { describe: () => log.slice(-10).join('\n') },
       );
       const fill = await fs.stat(path.join(appsDir(), app.id, 'data', 'fill'));
       assert.ok(fill.size <= LIMIT_MB * MIB, `the app wrote ${fill.size} bytes, past its ${LIMIT_MB} MiB`);
