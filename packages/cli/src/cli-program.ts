@@ -21,6 +21,7 @@ import { keysCommand } from './key-commands.ts';
 import { listenersCommand } from './listener-commands.ts';
 import { loginCommand, logoutCommand } from './login-command.ts';
 import { Output } from './cli-output.ts';
+import { protocolCredentialsCommand } from './protocol-credential-commands.ts';
 import { scaleCommand } from './scale-command.ts';
 
 /** What the host of the command line adds to it: the service adds its operator commands and app config rules. */
@@ -81,6 +82,7 @@ export function buildProgram(runtime: CliRuntime, options: ProgramOptions = {}):
     logsCommand(run),
     listenersCommand(run),
     keysCommand(run),
+    protocolCredentialsCommand(run),
     integrationsCommand(run),
     loginCommand(run, runtime.version),
     logoutCommand(run),

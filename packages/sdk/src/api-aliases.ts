@@ -65,6 +65,14 @@ export type ApiKey = ListItem<'/v2/api-keys'>;
 export type ApiKeyCreate = JsonBody<'/v2/api-keys', 'post'>;
 export type ApiKeyCreated = JsonResponse<'/v2/api-keys', 'post', 201>;
 
+export type ProtocolCredential = ListItem<'/v2/deployments/{deployment_id}/protocol-credentials'>;
+export type ProtocolCredentialCreate = JsonBody<'/v2/deployments/{deployment_id}/protocol-credentials', 'post'>;
+export type ProtocolCredentialCreated = JsonResponse<
+  '/v2/deployments/{deployment_id}/protocol-credentials',
+  'post',
+  201
+>;
+
 export type CodehostIntegration = JsonResponse<'/v1/integrations/forge/codehost/{integration_id}', 'get', 200>;
 export type CodehostRepository = JsonResponse<
   '/v1/integrations/forge/codehost/{integration_id}/repos',

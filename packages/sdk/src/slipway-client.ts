@@ -18,6 +18,7 @@ import type {
   DeploymentQuery,
   ListenerCreate,
   LogType,
+  ProtocolCredentialCreate,
   Query,
   Upload,
 } from './api-aliases.ts';
@@ -239,6 +240,43 @@ export class SlipwayClient {
     /** The answer holds the key itself, shown this once. */
     create: (body: ApiKeyCreate) => ok(this.api.POST('/v2/api-keys', { body })),
     revoke: (apiKeyId: string) => ok(this.api.DELETE('/v2/api-keys/{api_key_id}', path({ api_key_id: apiKeyId }))),
+  };
+
+  /**
+   * Credentials for a deployment's MCP (/mcp) and A2A (/a2a) endpoints, which it requires with
+   * SLIPWAY_PROTOCOLS_AUTH=credential. Minting and revoking need an admin key; a list never holds the
+   * credentials themselves.
+   */
+  readonly protocolCredentials = {
+    /** One page of the deployment's credentials, newest first, revoked ones included. */
+    page: (deploymentId: string, query: { offset?: number; limit?: number } = {}) =>
+      ok(
+        this.api.GET('/v2/deployments/{deployment_id}/protocol-credentials', {
+          params: { path: { deployment_id: deploymentId }, query },
+        }),
+      ),
+    pages: (deploymentId: string, options?: { offset?: number; limit?: number }) =>
+      this.lister((offset, limit) => this.protocolCredentials.page(deploymentId, { offset, limit })).pages(options),
+    all: (deploymentId: string) =>
+      this.lister((offset, limit) => this.protocolCredentials.page(deploymentId, { offset, limit })).all(),
+    list: (deploymentId: string, options?: { offset?: number; limit?: number }) =>
+      this.lister((offset, limit) => this.protocolCredentials.page(deploymentId, { offset, limit })).list(options),
+    /** The answer holds the credential (`slwp_...`), shown this once. */
+    create: (deploymentId: string, body: ProtocolCredentialCreate = {}) =>
+      ok(
+        this.api.POST('/v2/deployments/{deployment_id}/protocol-credentials', {
+          ...path({ deployment_id: deploymentId }),
+          body,
+        }),
+      ),
+    /** The deployment refuses the credential within 10 seconds (its server keeps an answer that long). */
+    revoke: (deploymentId: string, credentialId: string) =>
+      ok(
+        this.api.DELETE(
+          '/v2/deployments/{deployment_id}/protocol-credentials/{credential_id}',
+          path({ deployment_id: deploymentId, credential_id: credentialId }),
+        ),
+      ),
   };
 
   readonly integrations = {
