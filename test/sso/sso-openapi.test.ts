@@ -43,14 +43,14 @@ test('the session cookie is a security scheme of every operation that takes an A
   assert.ok(doc.security.some((requirement) => name in requirement));
   assert.ok(doc.security.some((requirement) => 'apiKey' in requirement));
   // Every operation is public (security: []) or takes the document's schemes, but for the listener
-  // protocol's (the listener credential as a bearer token, or an admin key) and the agents' token
-  // route (an agent credential), which name their own.
+  // protocol's (the listener credential as a bearer token, or an admin key), the agents' token route
+  // and the check of a protocol credential (both an agent credential), which name their own.
   for (const [path, item] of Object.entries(doc.paths))
     for (const [method, op] of Object.entries(item))
       if (op.security !== undefined && op.security.length > 0)
         assert.match(
           `${method} ${path}`,
-          /^(\w+ \/v2\/listeners\/\{listener_id\}\/|post \/v2\/auth\/agents\/\{agent_id\}\/connections\/\{connection_id\}\/token$)/,
+          /^(\w+ \/v2\/listeners\/\{listener_id\}\/|post \/v2\/auth\/agents\/\{agent_id\}\/connections\/\{connection_id\}\/token$|post \/v2\/auth\/protocol-credentials\/verify$)/,
           `${method} ${path} names its own schemes`,
         );
   assert.match(doc.info.description, /session cookie/);
