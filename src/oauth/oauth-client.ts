@@ -22,10 +22,9 @@
  * await client.revoke(provider, fresher.accessToken, { tokenTypeHint: 'access_token' });
  */
 
-import { lookup } from 'node:dns/promises';
-import { BlockList, isIP } from 'node:net';
 import * as oauth from 'oauth4webapi';
 import { OAuthFlowError, toOAuthFlowError, unreachableError, type SecretValues } from './oauth-flow-error.ts';
+import { assertPublicAddress } from './public-address.ts';
 import {
   isCodeChallengeMethod,
   type CodeChallengeMethod,
@@ -107,26 +106,6 @@ export interface DiscoveredMcpServer {
   token_endpoint_auth_methods_supported: string[];
   scopes_supported: string[];
 }
-
-/** Addresses no discovered URL may point at: loopback, private, link-local, unspecified, CGNAT. */
-const NOT_PUBLIC = new BlockList();
-for (const [network, prefix] of [
-  ['0.0.0.0', 8],
-  ['10.0.0.0', 8],
-  ['100.64.0.0', 10],
-  ['127.0.0.0', 8],
-  ['169.254.0.0', 16],
-  ['172.16.0.0', 12],
-  ['192.168.0.0', 16],
-] as const)
-  NOT_PUBLIC.addSubnet(network, prefix, 'ipv4');
-for (const [network, prefix] of [
-  ['::', 128],
-  ['::1', 128],
-  ['fc00::', 7],
-  ['fe80::', 10],
-] as const)
-  NOT_PUBLIC.addSubnet(network, prefix, 'ipv6');
 
 export class OAuthClient {
   readonly #fetch: FetchLike;
@@ -421,21 +400,7 @@ export class OAuthClient {
 
   /** Refuses a URL whose host is, or resolves to, a loopback, private or link-local address. */
   async #checkPublic(field: string, url: URL): Promise<void> {
-    if (this.#allowInsecure) return;
-    const host = url.hostname.replace(/^\[|\]$/g, '');
-    let addresses: string[];
-    try {
-      addresses = isIP(host) ? [host] : (await lookup(host, { all: true })).map((entry) => entry.address);
-    } catch (err) {
-      throw unreachableError(url.href, err);
-    }
-    // An IPv4-mapped IPv6 address (::ffff:10.0.0.1) is checked as the IPv4 address it is.
-    const unmapped = addresses.map((address) => address.replace(/^::ffff:(\d+\.\d+\.\d+\.\d+)$/i, '$1'));
-    if (unmapped.some((address) => NOT_PUBLIC.check(address, isIP(address) === 6 ? 'ipv6' : 'ipv4')))
-      throw new OAuthFlowError(
-        'configuration',
-        `${field} (${url.host}) is a loopback, private or link-local address (accepted only in insecure development mode, SLIPWAY_ALLOW_INSECURE_OAUTH=1)`,
-      );
+    if (!this.#allowInsecure) await assertPublicAddress(field, url);
   }
 
   /** Reads the provider's metadata from `<issuer>/.well-known/openid-configuration` (or the OAuth 2.0 one). */
