@@ -322,28 +322,26 @@ export class OAuthClient {
       );
     const issuerUrl = this.#checkedUrl('authorization server', server);
     await this.#checkPublic('authorization server', issuerUrl);
-    let as: oauth.AuthorizationServer | null = null;
+    // The server's metadata as any provider's is read (RFC 8414 first, else OpenID discovery).
+    let as: DiscoveredProviderMetadata | null = null;
     let lastError: unknown = null;
     for (const algorithm of ['oauth2', 'oidc'] as const) {
       try {
-        const response = await oauth.discoveryRequest(issuerUrl, { ...this.#requestOptions(), algorithm });
-        as = await oauth.processDiscoveryResponse(issuerUrl, response);
+        as = await this.discover(issuerUrl.href, { algorithm });
         break;
       } catch (err) {
         lastError = err;
       }
     }
-    if (!as) throw toOAuthFlowError(lastError, 'authorization server discovery', []);
-    if (!as.authorization_endpoint || !as.token_endpoint)
-      throw new OAuthFlowError('invalid_response', 'The authorization server lacks an authorization or token endpoint');
+    if (!as) throw lastError;
     // The MCP specification requires PKCE, and a client must refuse a server that does not offer S256.
-    if (!(as.code_challenge_methods_supported ?? []).includes('S256'))
+    if (!as.code_challenge_methods_supported.includes('S256'))
       throw new OAuthFlowError('invalid_response', 'The authorization server does not offer PKCE with S256');
     const endpoints = {
-      auth_url: as.authorization_endpoint,
-      token_url: as.token_endpoint,
-      revocation_url: as.revocation_endpoint ?? null,
-      registration_endpoint: as.registration_endpoint ?? null,
+      auth_url: as.auth_url,
+      token_url: as.token_url,
+      revocation_url: as.revocation_url,
+      registration_endpoint: as.registration_endpoint,
     };
     for (const [field, value] of Object.entries(endpoints))
       if (value !== null) await this.#checkPublic(field, this.#checkedUrl(field, value));
@@ -351,7 +349,7 @@ export class OAuthClient {
       resource: resource.resource,
       issuer: as.issuer,
       ...endpoints,
-      token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported ?? [],
+      token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported,
       scopes_supported: resource.scopes_supported ?? [],
     };
   }
@@ -425,6 +423,7 @@ export class OAuthClient {
       token_url: as.token_endpoint,
       revocation_url: as.revocation_endpoint ?? null,
       userinfo_url: as.userinfo_endpoint ?? null,
+      registration_endpoint: as.registration_endpoint ?? null,
       code_challenge_methods_supported: as.code_challenge_methods_supported ?? [],
       token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported ?? [],
       scopes_supported: as.scopes_supported ?? [],

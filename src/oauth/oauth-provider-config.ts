@@ -45,6 +45,8 @@ export interface DiscoveredProviderMetadata {
   token_url: string;
   revocation_url: string | null;
   userinfo_url: string | null;
+  /** Where clients register themselves (RFC 7591), when the server allows it. */
+  registration_endpoint: string | null;
   code_challenge_methods_supported: string[];
   token_endpoint_auth_methods_supported: string[];
   scopes_supported: string[];
