@@ -57,7 +57,14 @@ export interface EdgeAccounts {
   /** A new HAProxy process was started: it counts from zero, so the counts so far are carried. */
   processStarted(): void;
   /** An app got `backend`, whose counts are `base` now (they may be an earlier app's): counted from there. */
-  open(slug: string, base: RawCounts): void;
+  open(slug: string, backend: string, base: RawCounts): void;
+  /**
+   * A routed app moved to `backend` (a switch to new instances), whose counts are `base` now; the backend
+   * it left still counts for it, its requests in flight included, until `retired`.
+   */
+  moved(slug: string, backend: string, base: RawCounts): void;
+  /** A backend the app left has drained; `raw` its counts now (null when HAProxy did not answer). */
+  retired(slug: string, backend: string, raw: RawCounts | null): void;
   /**
    * The counts of the routed apps (slug to backend), given what HAProxy counts now, or null when it did
    * not answer. Apps no longer routed are forgotten.
@@ -65,27 +72,54 @@ export interface EdgeAccounts {
   read(routes: ReadonlyMap<string, string>, raw: ReadonlyMap<string, RawCounts> | null): Map<string, EdgeAppStats>;
 }
 
-interface Account {
-  /** The HAProxy process whose counts `base` and `last` are. */
-  generation: number;
+/** One backend's part in an app's counts. */
+interface Held {
   /** The backend's counts when the app got it (in this process), or zero. */
   base: RawCounts;
-  /** What earlier HAProxy processes counted for the app. */
-  carried: RawCounts;
   /** The counts last read from this process. */
   last: RawCounts | null;
+}
+
+interface Account {
+  /** The HAProxy process whose counts the held backends' are. */
+  generation: number;
+  /** What earlier HAProxy processes, and backends the app has left, counted for it. */
+  carried: RawCounts;
+  /** The app's backend, and during a switch the one it left, still draining. */
+  held: Map<string, Held>;
 }
 
 export function createEdgeAccounts(): EdgeAccounts {
   /** HAProxy processes started so far: each counts from zero. */
   let generation = 0;
   const accounts = new Map<string, Account>();
+  const fresh = (backend: string, base: RawCounts): Account => ({
+    generation,
+    carried: zeroCounts(),
+    held: new Map([[backend, { base, last: null }]]),
+  });
+  /** What a held backend counted for the app, up to its last read. */
+  const counted = (held: Held) => subtractCounts(held.last ?? held.base, held.base);
   return {
     processStarted() {
       generation += 1;
     },
-    open(slug, base) {
-      accounts.set(slug, { generation, base, carried: zeroCounts(), last: null });
+    open(slug, backend, base) {
+      accounts.set(slug, fresh(backend, base));
+    },
+    moved(slug, backend, base) {
+      const account = accounts.get(slug);
+      if (account === undefined || account.generation !== generation) accounts.set(slug, fresh(backend, base));
+      else account.held.set(backend, { base, last: null });
+    },
+    retired(slug, backend, raw) {
+      const account = accounts.get(slug);
+      const held = account?.held.get(backend);
+      // After a restart of HAProxy the backend's counts were carried already (and it counts no more).
+      if (account === undefined || held === undefined || account.generation !== generation) return;
+      if (raw !== null) held.last = raw;
+      account.carried = addCounts(account.carried, counted(held));
+      account.held.delete(backend);
     },
     read(routes, raw) {
       const result = new Map<string, EdgeAppStats>();
@@ -98,22 +132,29 @@ export function createEdgeAccounts(): EdgeAccounts {
             continue;
           }
           // Routed before its first read (or by a restart with a bigger pool): counted from here.
-          account = { generation, base: raw.get(backend) ?? zeroCounts(), carried: zeroCounts(), last: null };
+          account = fresh(backend, raw.get(backend) ?? zeroCounts());
           accounts.set(slug, account);
         }
         if (account.generation !== generation) {
-          if (account.last) account.carried = addCounts(account.carried, subtractCounts(account.last, account.base));
-          account.base = zeroCounts();
-          account.last = null;
+          for (const held of account.held.values()) account.carried = addCounts(account.carried, counted(held));
+          // The new process counts from zero, and has only the app's current backend.
+          account.held = new Map([[backend, { base: zeroCounts(), last: null }]]);
           account.generation = generation;
         }
-        const now = raw === null ? (account.last ?? account.base) : (raw.get(backend) ?? zeroCounts());
-        account.last = now;
-        const total = addCounts(account.carried, subtractCounts(now, account.base));
+        if (!account.held.has(backend))
+          account.held.set(backend, { base: raw?.get(backend) ?? zeroCounts(), last: null });
+        let total = account.carried;
+        let current = zeroCounts();
+        for (const [name, held] of account.held) {
+          const now = raw === null ? (held.last ?? held.base) : (raw.get(name) ?? zeroCounts());
+          held.last = now;
+          if (name === backend) current = now;
+          total = addCounts(total, subtractCounts(now, held.base));
+        }
         result.set(slug, {
           requests: total.requests,
           responses: total.responses,
-          averageResponseSeconds: total.requests === 0 ? null : now.ttimeMs / 1000,
+          averageResponseSeconds: total.requests === 0 ? null : current.ttimeMs / 1000,
         });
       }
       for (const slug of accounts.keys()) if (!routes.has(slug)) accounts.delete(slug);

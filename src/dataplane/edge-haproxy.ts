@@ -83,14 +83,14 @@ const INITIAL_POOL = 128;
 const SLOTS = 16;
 
 /**
- * HAProxy's threads: half the CPUs, at least one. The edge shares the machine with the apps it serves and
- * with the API; one thread of HAProxy forwards tens of thousands of small requests a second. A thread per
- * CPU was tried (2026-12-04, in the idle CPU class): on 2 CPUs under load, a client was sent back to the
- * old instance after the new one had served it during a switch, and an app's counts read right after
- * its responses lagged by one; with one thread neither happens.
+ * HAProxy's threads: one per CPU, HAProxy's own default. With half the CPUs a small app's traffic was bound
+ * by one core on 2 CPUs (0.7x of a plain nginx's requests per second in front of the same instance). A
+ * switch to new instances is one change of the host's map entry (setTargets), atomic across threads, so no
+ * client goes back to an old instance after a new one answered it; an app's counts may be read before a
+ * request's last counter is added (one thread may still be finishing it while another answers `show stat`).
  */
 export function edgeThreads(cpus: number = os.availableParallelism()): number {
-  return Math.max(1, Math.floor(cpus / 2));
+  return Math.max(1, cpus);
 }
 
 /** How long HAProxy has to start and answer on its runtime socket. */
@@ -319,16 +319,19 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         { slug, servers: busy, drainTimeoutMs: timeoutMs },
         'app instances still busy when the drain time ran out',
       );
-    await enqueue(async () => {
-      for (const server of servers) {
-        // In maintenance HAProxy closes the slot's idle connections, so the next instance put in it gets
-        // none of the old one's. Whatever is left (a WebSocket) ends with the instance, which the caller
-        // stops now.
-        await cli(`set server ${backend}/${server} state maint`).catch(() => undefined);
-        if (server.startsWith('slot')) slotsInUse.get(backend)?.delete(server);
-        else await deleteServer(backend, server);
-      }
-    });
+    await enqueue(() => freeServers(backend, servers));
+  }
+
+  /** Takes servers out for good: their slots free for the next instances, servers added at run time deleted. */
+  async function freeServers(backend: string, servers: readonly string[]): Promise<void> {
+    for (const server of servers) {
+      // In maintenance HAProxy closes the slot's idle connections, so the next instance put in it gets
+      // none of the old one's. Whatever is left (a WebSocket) ends with the instance, which the caller
+      // stops now.
+      await cli(`set server ${backend}/${server} state maint`).catch(() => undefined);
+      if (server.startsWith('slot')) slotsInUse.get(backend)?.delete(server);
+      else await deleteServer(backend, server);
+    }
   }
 
   /** Deletes a server added at run time; one that still has connections is deleted once they are gone. */
@@ -389,7 +392,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         throw new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`);
       if (!/^[a-z0-9-]{1,63}$/.test(slug)) throw new Error(`not an app slug: ${slug}`);
       const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
-      const { backend, removed } = await enqueue(async () => {
+      const { backend, removed, left } = await enqueue(async () => {
         let route = table.get(slug);
         if (route === undefined) {
           let backend = freeBackend();
@@ -403,11 +406,39 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
             slotsInUse.set(backend, new Set([...servers.values()].map((server) => server.name)));
             table.set(slug, { backend, targets: wanted.slice(0, SLOTS), servers });
             await restart(`more apps than the pool of ${poolSize / 2} backends`);
-            return { backend, removed: [] as string[] };
+            return { backend, removed: [] as string[], left: false };
           }
           route = { backend, targets: [], servers: new Map() };
         }
         const keep = new Set(wanted.map((t) => t.port));
+        const replaced =
+          wanted.length > 0 && route.servers.size > 0 && ![...route.servers.keys()].some((p) => keep.has(p));
+        const next = replaced ? freeBackend() : null;
+        if (next !== null) {
+          // New instances replace all the old ones (a new revision): they go into a backend of their own, and
+          // one change of the map sends the host there. Every request from then on, whichever HAProxy thread
+          // takes it, goes to the new instances; those already sent to the old ones finish there. (Servers
+          // of one backend changed in place pass through a moment where both serve, and a client could be
+          // sent back to an old instance after a new one answered it.)
+          const servers = new Map<number, EdgeServer>();
+          try {
+            for (const target of wanted) servers.set(target.port, await addServer(next, target));
+          } catch (error) {
+            await freeServers(
+              next,
+              [...servers.values()].map((server) => server.name),
+            );
+            throw error;
+          }
+          accounts.moved(slug, next, (await backendCounts()).get(next) ?? zeroCounts());
+          draining.add(route.backend);
+          table.set(slug, { backend: next, targets: wanted, servers });
+          await cli(`set map ${mapFile} ${slug}.${appsDomain} ${next}`);
+          for (const server of route.servers.values())
+            await cli(`set server ${route.backend}/${server.name} state drain`);
+          await writeFiles();
+          return { backend: route.backend, removed: [...route.servers.values()].map((s) => s.name), left: true };
+        }
         const servers = new Map([...route.servers].filter(([port]) => keep.has(port)));
         for (const target of wanted)
           if (!servers.has(target.port)) servers.set(target.port, await addServer(route.backend, target));
@@ -418,15 +449,27 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         if (isNew) {
           // The backend may have served a removed app: this one is counted from what it has now.
           const base = (await backendCounts()).get(route.backend) ?? zeroCounts();
-          accounts.open(slug, base);
+          accounts.open(slug, route.backend, base);
         }
         table.set(slug, { backend: route.backend, targets: wanted, servers });
         if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
         // Kept current for a restart of HAProxy, which reads them.
         await writeFiles();
-        return { backend: route.backend, removed: gone };
+        return { backend: route.backend, removed: gone, left: false };
       });
-      await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
+      if (!left) {
+        await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
+        return;
+      }
+      try {
+        await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
+        // What it counted to the end (its requests in flight included) stays the app's.
+        const counts = await enqueue(backendCounts).catch(() => null);
+        accounts.retired(slug, backend, counts?.get(backend) ?? null);
+      } finally {
+        // The backend goes back to the pool only now, empty.
+        draining.delete(backend);
+      }
     },
 
     async remove(slug, opts) {

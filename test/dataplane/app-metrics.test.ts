@@ -69,11 +69,23 @@ test("an app's traffic, restarts and resources are on /metrics, by deployment", 
 
   for (const path of ['/', '/a', '/b', '/missing']) await requestApp(service, url, path);
   const ofApp = (s: { labels: Record<string, string> }) => s.labels.deployment_id === id && s.labels.app === slug;
-  const requests = (await samples('slipway_app_requests_total')).find(ofApp);
-  assert.ok(requests && requests.value >= 4, `requests ${JSON.stringify(requests)}`);
-  const responses = (await samples('slipway_app_responses_total')).filter(ofApp);
-  assert.ok(responses.find((s) => s.labels.code === '2xx')!.value >= 3);
-  assert.equal(responses.find((s) => s.labels.code === '4xx')!.value, 1);
+  // The edge's threads may add a request's last counters a moment after its answer went out.
+  let seen = '';
+  await eventually(
+    'the four requests counted',
+    async () => {
+      const requests = (await samples('slipway_app_requests_total')).find(ofApp);
+      const responses = (await samples('slipway_app_responses_total')).filter(ofApp);
+      seen = JSON.stringify({ requests, responses });
+      return (
+        requests !== undefined &&
+        requests.value >= 4 &&
+        (responses.find((s) => s.labels.code === '2xx')?.value ?? 0) >= 3 &&
+        responses.find((s) => s.labels.code === '4xx')?.value === 1
+      );
+    },
+    { seconds: 30, describe: () => seen },
+  );
   assert.ok((await samples('slipway_app_response_time_average_seconds')).some(ofApp));
 
   const memory = (await samples('slipway_app_memory_bytes')).find((s) => ofApp(s) && s.labels.instance === 'web-0');
