@@ -7,9 +7,10 @@
  * official MCP client.
  *
  * On loopback: an `oidc-provider` authorization server with dynamic registration and resource
- * indicators (test/fakes/oidc-server.ts), and two MCP servers on @modelcontextprotocol/sdk's server that
- * check tokens by introspection (test/fakes/mcp-oauth-server.ts). The person authorizes through the fake
- * browser over HTTP, as the other OAuth tests do (none drives Chromium).
+ * indicators (test/fakes/oidc-server.ts), and two MCP servers on @modelcontextprotocol/sdk's server whose
+ * bearer middleware checks each token's audience (test/fakes/mcp-oauth-server.ts). The person authorizes
+ * through the fake browser over HTTP and the agent is played by the test; the same flow with Chromium
+ * and a real deployed agent is test/oauth/mcp-deployed-agent.test.ts.
  *
  * Attacker's tests: a token for one MCP server is refused by the other; another workspace's agent cannot
  * get it; discovery of a non-https or private address is refused unless insecure mode is on.
