@@ -247,9 +247,14 @@ export const oauthProviderRoutes: FastifyPluginAsyncTypebox<{ providers: OAuthPr
         operationId: 'updateOAuthProvider',
         tags,
         summary: 'Update an OAuth provider',
+        description:
+          'A new mcp_server_url of a provider_type "mcp" provider is discovered as at creation: the endpoints, ' +
+          'and a client registered at its authorization server, follow it (unless the request gives them). ' +
+          '409 while tokens of the provider exist; 502/503 when the new server answers nonsense or cannot be ' +
+          'reached. A refused change changes nothing.',
         params: Params,
         body: UpdateBody,
-        response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 422) },
+        response: { 200: OAuthProvider, ...errorResponses(400, 401, 403, 404, 409, 422, 502, 503) },
       },
     },
     async (request) =>

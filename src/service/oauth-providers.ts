@@ -6,7 +6,7 @@
  */
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
-import type { OAuthClient } from '../oauth/oauth-client.ts';
+import type { DiscoveredMcpServer, OAuthClient } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import type { OAuthProviderConfig } from '../oauth/oauth-provider-config.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
@@ -100,7 +100,10 @@ export function createOAuthProviderService({
    * metadata, its endpoints from its metadata, and a client registered there (RFC 7591) unless a
    * client_id is given. Given endpoints and client are kept as they are.
    */
-  async function completeMcpProvider(input: CreateInput): Promise<Partial<ProviderSettings>> {
+  async function completeMcpProvider(
+    input: CreateInput,
+    registerClient: (server: DiscoveredMcpServer) => boolean = () => input.client_id === undefined,
+  ): Promise<Partial<ProviderSettings>> {
     if (!client || !publicUrl) throw new AppError('invalid_request', 'MCP discovery is not available here');
     try {
       const server = await client.discoverMcpServer(input.mcp_server_url!);
@@ -116,7 +119,7 @@ export function createOAuthProviderService({
           ? { scopes: server.scopes_supported }
           : {}),
       };
-      if (input.client_id === undefined) {
+      if (registerClient(server)) {
         const registered = await client.registerClient(server, {
           redirectUri: callbackUrl(publicUrl, input.provider_id),
           clientName: `Slipway (${input.name})`,
@@ -178,6 +181,45 @@ export function createOAuthProviderService({
         'A public client (token_endpoint_auth_method none) must use PKCE (RFC 9700): set uses_pkce to true, or give the client a secret',
       );
     }
+  }
+
+  /** The slug is part of the callback URL registered at the provider. */
+  function checkImmutable(current: OAuthProviderRow, input: ProviderInput): void {
+    if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
+      throw new AppError(
+        'field_immutable',
+        'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)',
+      );
+    }
+  }
+
+  /**
+   * Whether an update gives an MCP provider another MCP server to be discovered anew: as at creation,
+   * unless the request itself gives the client and both endpoints.
+   */
+  function movesMcpServer(current: OAuthProviderRow, input: ProviderInput): boolean {
+    const type = input.provider_type !== undefined ? input.provider_type : current.provider_type;
+    return (
+      type === MCP_PROVIDER_TYPE &&
+      typeof input.mcp_server_url === 'string' &&
+      input.mcp_server_url !== current.mcp_server_url &&
+      (input.client_id === undefined || input.auth_url === undefined || input.token_url === undefined)
+    );
+  }
+
+  /**
+   * A provider's tokens were issued for its MCP server, with a person's consent to that server: while
+   * any exists the server cannot change (their refreshes would ask the new one's authorization server,
+   * or the same one for another resource).
+   */
+  async function refuseWhileTokens(from: Db, current: OAuthProviderRow): Promise<void> {
+    const tokens = await countProviderTokens(from, current.id);
+    if (tokens > 0)
+      throw new AppError(
+        'conflict',
+        `OAuth provider '${current.provider_id}' has ${tokens} token(s) issued for its MCP server; ` +
+          `delete them first (DELETE /v2/auth/tokens/{id}) to give it another mcp_server_url.`,
+      );
   }
 
   /** The input as stored columns; only the fields present in `input`. */
@@ -280,17 +322,45 @@ export function createOAuthProviderService({
       input: ProviderInput,
       conditions: WriteConditions = {},
     ): Promise<OAuthProviderRow> {
+      // A new MCP server is discovered (and a client registered) before the transaction: no row lock
+      // waits for another server. The row is then written only if it has not changed meanwhile.
+      const seen = await mustFind(actor.organizationId, ref);
+      const moving = movesMcpServer(seen, input);
+      let discovered: Partial<ProviderSettings> = {};
+      if (moving) {
+        await conditions.precondition?.(db);
+        checkImmutable(seen, input);
+        checkUrls({ mcp_server_url: input.mcp_server_url! });
+        await refuseWhileTokens(db, seen);
+        discovered = await completeMcpProvider(
+          {
+            provider_id: seen.provider_id,
+            name: input.name ?? seen.name,
+            mcp_server_url: input.mcp_server_url!,
+            ...(input.client_id !== undefined ? { client_id: input.client_id } : {}),
+            ...(input.scopes !== undefined ? { scopes: input.scopes } : {}),
+          },
+          // A client of another authorization server is of no use at the new one; a client Slipway
+          // registered follows its server. A client registered by hand at the same server stays.
+          (server) => input.client_id === undefined && (seen.is_dynamic_client || server.issuer !== seen.issuer),
+        );
+        // A client given by hand with the move is not a registered one.
+        if (input.client_id !== undefined) discovered.is_dynamic_client = false;
+      }
       return db.transaction().execute(async (tx) => {
         const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
         if (!current) throw notFound('OAuth provider', ref);
         await conditions.precondition?.(tx);
-        if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
-          throw new AppError(
-            'field_immutable',
-            'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)',
-          );
+        checkImmutable(current, input);
+        if (moving) {
+          if (current.updated_at.getTime() !== seen.updated_at.getTime())
+            throw new AppError(
+              'conflict',
+              `OAuth provider '${current.provider_id}' was changed while its new MCP server was discovered; send the change again.`,
+            );
+          await refuseWhileTokens(tx, current);
         }
-        const change = settingsOf(input);
+        const change = { ...discovered, ...settingsOf(input) };
         checkUrls(change);
         const secretAfter =
           change.client_secret_encrypted !== undefined
@@ -304,7 +374,10 @@ export function createOAuthProviderService({
         await recordProviderEvent(tx, actor, {
           subjectId: row.id,
           type: 'oauth_provider.updated',
-          data: { fields: Object.keys(input).sort(), by_key: actor.keyId },
+          data: {
+            fields: [...new Set([...Object.keys(input), ...Object.keys(discovered)])].sort(),
+            by_key: actor.keyId,
+          },
         });
         return row;
       });

@@ -557,7 +557,10 @@ export interface paths {
         delete: operations["deleteOAuthProvider"];
         options?: never;
         head?: never;
-        /** Update an OAuth provider */
+        /**
+         * Update an OAuth provider
+         * @description A new mcp_server_url of a provider_type "mcp" provider is discovered as at creation: the endpoints, and a client registered at its authorization server, follow it (unless the request gives them). 409 while tokens of the provider exist; 502/503 when the new server answers nonsense or cannot be reached. A refused change changes nothing.
+         */
         patch: operations["updateOAuthProvider"];
         trace?: never;
     };
@@ -5131,6 +5134,7 @@ export interface operations {
             422: components["responses"]["ValidationFailed"];
             431: components["responses"]["RequestHeaderFieldsTooLarge"];
             500: components["responses"]["InternalError"];
+            502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
