@@ -60,3 +60,9 @@ export { isFinalRevisionStatus as isFinalRevision } from '@slipway/sdk/revision-
 export type DeploymentEvent = Json<
   paths['/v2/deployments/{deployment_id}/events']['get']['responses'][200]
 >['resources'][number];
+export type ProtocolCredential = Json<
+  paths['/v2/deployments/{deployment_id}/protocol-credentials']['get']['responses'][200]
+>['resources'][number];
+export type CreatedProtocolCredential = Json<
+  paths['/v2/deployments/{deployment_id}/protocol-credentials']['post']['responses'][201]
+>;

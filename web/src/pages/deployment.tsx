@@ -1,6 +1,7 @@
 /**
- * One deployment: its status, stable URL, revisions in use, source, secret names and tags, and its
- * revisions as a timeline with redeploy and interrupt. A revision in progress is followed on the
+ * One deployment: its status, stable URL (and, for a LangGraph project, its MCP and A2A addresses and
+ * protocol credentials), revisions in use, source, secret names and tags, and its revisions as a
+ * timeline with redeploy and interrupt. A revision in progress is followed on the
  * service's event stream of its build log (what the SDK's wait uses), so each change shows as it
  * happens; a slow poll stands in only while no stream is open (a deployment being set up or deleted,
  * a dropped connection).
@@ -16,6 +17,7 @@ import { DeploymentActivity } from '../components/deployment-activity.tsx';
 import { DeploymentStatus } from '../components/deployment-status.tsx';
 import { ErrorNotice, Notice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
+import { ProtocolCredentials } from '../components/protocol-credentials.tsx';
 import { RevisionTimeline, redeployRestores } from '../components/revision-timeline.tsx';
 import { Time } from '../components/time.tsx';
 import { useApp, useInterval, useResource } from '../hooks.ts';
@@ -278,6 +280,12 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
           )}
         </section>
       </div>
+      {protocols && (
+        <section class="panel" aria-labelledby="protocol-credentials">
+          <h2 id="protocol-credentials">MCP and A2A credentials</h2>
+          <ProtocolCredentials deploymentId={d.id} />
+        </section>
+      )}
       <section class="panel" aria-labelledby="revisions">
         <h2 id="revisions">Revisions</h2>
         <ErrorNotice error={actionError ?? revisions.error} />
