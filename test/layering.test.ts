@@ -74,3 +74,38 @@ test('only the lifecycle writes revision status, the active revision and the end
   }
   assert.deepEqual(byHand, []);
 });
+
+test('who ends a deletion is decided by src/domain/deletion.ts alone', async () => {
+  // The facts the decision rests on are gathered by the lifecycle's startDeletion only, and only the
+  // lifecycle ends a deletion.
+  const lifecycle = path.join(SRC, 'service', 'lifecycle.ts');
+  const facts = ['hasLocalResources', 'listenerHasBeenSeen', 'finishDeletion'];
+  const gatherers: string[] = [];
+  for (const file of await sourceFiles()) {
+    if (file === lifecycle) continue;
+    for (const { names } of await importsOf(file)) {
+      const found = facts.filter((f) => new RegExp(`\\b${f}\\b`).test(names));
+      if (found.length > 0) gatherers.push(`${relative(file)} imports ${found.join(', ')}`);
+    }
+  }
+  assert.deepEqual(gatherers, [], 'a delete calls startDeletion (src/service/lifecycle.ts)');
+  // A copy of the rule pairs "being deleted" with the data plane (its listener_id): only the rule's
+  // module does, and the worker's claim, whose SQL test/store/work-leases.test.ts checks against it.
+  const allowed = new Map([
+    ['src/domain/deletion.ts', 'the rule'],
+    ['src/store/work-leases.ts', 'its SQL form, tested against the rule'],
+    ['src/service/listener-conditions.ts', 'a condition leaves a deployment being deleted alone; it ends nothing'],
+  ]);
+  const copies: string[] = [];
+  const pairing =
+    /(?:={2,3}|\bis\b|\s=)\s*'AWAITING_DELETE'[^;]{0,160}listener_id|listener_id[^;]{0,160}(?:={2,3}|\s=)\s*'AWAITING_DELETE'/;
+  for (const file of await sourceFiles()) {
+    if (allowed.has(relative(file))) continue;
+    if (pairing.test(await fs.readFile(file, 'utf8'))) copies.push(relative(file));
+  }
+  assert.deepEqual(
+    copies,
+    [],
+    'who ends a deletion is pendingDeletionFinisher/deletionFinisher of src/domain/deletion.ts',
+  );
+});

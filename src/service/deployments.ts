@@ -16,14 +16,14 @@ import {
   type Secret,
   type SecretReference,
 } from '../domain/deployment-plan.ts';
+import { pendingDeletionFinisher } from '../domain/deletion.ts';
 import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { finishDeletion, transitionDeployment, transitionRevision } from './lifecycle.ts';
+import { startDeletion, transitionRevision } from './lifecycle.ts';
 import {
   getDeployment,
-  hasLocalResources,
   insertDeployment,
   listDeployments,
   lockDeployment,
@@ -32,7 +32,6 @@ import {
   type DeploymentView,
 } from '../store/deployments.ts';
 import { listDeploymentEvents, recordEvents, type EventInput } from '../store/events.ts';
-import { listenerHasBeenSeen } from '../store/listeners.ts';
 import {
   getRevision,
   listRevisions,
@@ -317,11 +316,13 @@ export function createDeploymentService({
     },
 
     /**
-     * Delete. A deployment that the local data plane has worked on (it has a database or app files, or
-     * a revision was claimed) goes to AWAITING_DELETE and the worker tears it down (processes,
-     * database, files) and then removes the row. A listener deployment whose listener has ever called
-     * stays AWAITING_DELETE (`delete: true` in the desired state) until the listener confirms it has
-     * removed everything (src/service/listener-protocol.ts). Anything else is removed at once.
+     * Delete. Its unfinished revisions are interrupted and the deployment goes AWAITING_DELETE; who
+     * ends the deletion is the one rule of src/domain/deletion.ts, applied by the lifecycle's
+     * startDeletion: a deployment the local data plane has worked on (it has a database or app files, or
+     * a revision was claimed) is torn down by the worker (processes, database, files), which then
+     * removes the row; a listener deployment whose listener has ever called stays AWAITING_DELETE
+     * (`delete: true` in the desired state) until the listener confirms it has removed everything
+     * (src/service/listener-protocol.ts). Anything else is removed at once.
      */
     async remove(
       workspaceId: string,
@@ -332,7 +333,8 @@ export function createDeploymentService({
         const row = await lockDeployment(tx, workspaceId, id);
         if (!row) throw notFound('Deployment', id);
         await options.precondition?.(tx);
-        if (row.status === 'AWAITING_DELETE') return;
+        // Deleting again is fine: the deletion under way goes on.
+        if (pendingDeletionFinisher(row) !== null) return;
         const unfinished = await lockRevisionsInStatus(tx, id, UNFINISHED_REVISION_STATUSES);
         for (const revision of unfinished) {
           await transitionRevision(tx, revision, 'INTERRUPTED', {
@@ -340,14 +342,7 @@ export function createDeploymentService({
             message: 'The deployment was deleted.',
           });
         }
-        await transitionDeployment(tx, row, 'AWAITING_DELETE');
-        const tornDownLater =
-          row.listener_id === null ? await hasLocalResources(tx, id) : await listenerHasBeenSeen(tx, row.listener_id);
-        if (tornDownLater) {
-          await updateDeployment(tx, id, { deleteTracingProject: options.deleteTracingProject });
-          return;
-        }
-        await finishDeletion(tx, row, { deleteTracingProject: options.deleteTracingProject });
+        await startDeletion(tx, row, { deleteTracingProject: options.deleteTracingProject });
       });
     },
 

@@ -25,6 +25,13 @@ import type {
 } from '../domain/data-plane.ts';
 import { conditionMove, type DeploymentConditionName } from '../domain/conditions.ts';
 import {
+  DELETING_STATUS,
+  deletionConfirmation,
+  deletionFinisher,
+  pendingDeletionFinisher,
+  type DeletionFinisher,
+} from '../domain/deletion.ts';
+import {
   FAILED_REVISION_STATUSES,
   REVISION_STATES,
   assertDeploymentTransition,
@@ -37,13 +44,14 @@ import {
 import { AppError, notFound } from '../errors.ts';
 import {
   deleteDeploymentRow,
+  hasLocalResources,
   lockDeployment,
   lockDeploymentById,
   setActiveRevision,
   updateDeployment,
 } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
-import { findListenerRevision } from '../store/listeners.ts';
+import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
 import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionStatus } from '../store/revisions.ts';
 import type { Database, Db, DeploymentRow } from '../store/schema.ts';
 import { deleteTracingProject } from '../store/tracing-projects.ts';
@@ -175,6 +183,34 @@ export async function finishDeletion(
   ]);
   await deleteDeploymentRow(db, deployment.id);
   if (options.deleteTracingProject) await deleteTracingProject(db, deployment.tracing_project_id);
+}
+
+/**
+ * A delete, after its caller interrupted the deployment's unfinished revisions: the deployment goes
+ * AWAITING_DELETE, and who ends the deletion is the one rule's (src/domain/deletion.ts): the delete
+ * itself, now, when the deployment's data plane holds nothing of it; else that data plane, after its
+ * teardown (the own worker claims it; a listener sees `delete: true` in its desired state and
+ * confirms). The caller holds the deployment's row lock; a deployment already being deleted is left
+ * as it is. Returns who ends it.
+ */
+export async function startDeletion(
+  tx: Db,
+  deployment: DeploymentRef & Pick<DeploymentRow, 'name' | 'tracing_project_id' | 'listener_id'>,
+  options: { deleteTracingProject: boolean },
+): Promise<DeletionFinisher> {
+  const pending = pendingDeletionFinisher(deployment);
+  if (pending !== null) return pending;
+  await transitionDeployment(tx, deployment, DELETING_STATUS);
+  const finisher = deletionFinisher({
+    listener_id: deployment.listener_id,
+    dataPlaneMayHoldIt:
+      deployment.listener_id === null
+        ? await hasLocalResources(tx, deployment.id)
+        : await listenerHasBeenSeen(tx, deployment.listener_id),
+  });
+  if (finisher === 'delete') await finishDeletion(tx, deployment, options);
+  else await updateDeployment(tx, deployment.id, { deleteTracingProject: options.deleteTracingProject });
+  return finisher;
 }
 
 /**
@@ -348,8 +384,12 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
             : await lockDeploymentById(tx, deploymentId);
         // Gone already: a retried confirmation, or another worker finished it.
         if (!row) return { deleted: false, orphanedUploads: [] };
-        if (row.listener_id !== listenerId) throw notFound('Deployment', deploymentId);
-        if (row.status !== 'AWAITING_DELETE') {
+        const confirmation = deletionConfirmation(
+          row,
+          listenerId === null ? { kind: 'local' } : { kind: 'listener', listenerId },
+        );
+        if (confirmation === 'not_theirs') throw notFound('Deployment', deploymentId);
+        if (confirmation === 'not_deleting') {
           throw new AppError(
             'conflict',
             `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`,

@@ -10,6 +10,7 @@ import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
+import { pendingDeletionFinisher } from '../domain/deletion.ts';
 import { PROTOCOL_VERSION } from '../domain/listener-protocol-version.ts';
 import type { ResourceSpec } from '../domain/resource-spec.ts';
 import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
@@ -125,7 +126,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             deployment_id: d.id,
             name: d.name,
             namespace: stringOrNull(listenerConfig?.k8s_namespace),
-            delete: d.status === 'AWAITING_DELETE',
+            delete: pendingDeletionFinisher(d) === 'listener',
             custom_url: stringOrNull(d.source_config.custom_url),
             ...inPlace,
             revision: revision ? desiredRevision(revision, inPlace) : null,

@@ -192,6 +192,7 @@ export type ListenerDeploymentRow = Pick<
   | 'workspace_id'
   | 'name'
   | 'status'
+  | 'listener_id'
   | 'source_config'
   | 'secret_references'
   | 'latest_revision_id'
@@ -220,6 +221,7 @@ export async function listenerDeploymentsWithRevisions(
       'd.workspace_id',
       'd.name',
       'd.status',
+      'd.listener_id',
       'd.source_config',
       'd.secret_references',
       'd.latest_revision_id',

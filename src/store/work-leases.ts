@@ -199,9 +199,11 @@ export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string,
 }
 
 /**
- * Claims one local deployment awaiting delete (a listener confirms its own deployments' deletion
- * through the listener protocol) whose teardown this worker may do: nobody runs it, or this
- * worker does, or its runner is dead. Runs in the caller's transaction, which holds the row.
+ * Claims one deployment whose deletion the own worker ends (`pendingDeletionFinisher` of
+ * src/domain/deletion.ts is 'local': awaiting delete, no listener; a listener confirms its own
+ * deployments' deletion through the listener protocol; test/store/work-leases.test.ts checks this
+ * SQL against that function) and whose teardown this worker may do: nobody runs it, or this worker
+ * does, or its runner is dead. Runs in the caller's transaction, which holds the row.
  */
 export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner, skip: readonly string[] = []) {
   const found = await sql<{

@@ -2,11 +2,14 @@
  * The revision table is the queue (src/store/work-leases.ts): a QUEUED revision claimed by one worker is
  * not claimed by another while that worker lives, even before it has reported the revision's first
  * step (the claim and that report are two transactions); once its lease runs out, another takes it.
+ * The claim of a deletion to tear down is the SQL form of the one deletion rule (src/domain/deletion.ts).
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { client, createTestApp, type TestApp } from '../support/harness.ts';
-import { claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
+import { client, createTestApp, registerListener, type TestApp } from '../support/harness.ts';
+import { pendingDeletionFinisher } from '../../src/domain/deletion.ts';
+import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../../src/domain/states.ts';
+import { claimDeploymentToDelete, claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
 
 let t: TestApp;
 before(async () => {
@@ -38,4 +41,38 @@ test('a claimed QUEUED revision is not claimed again by another live worker; an 
   const second = await claim(workerB);
   assert.equal(second?.id, revisionId, 'a lapsed claim is taken over');
   assert.equal(second?.attempts, 2);
+});
+
+test('the own worker claims to tear down exactly the deployments whose deletion the one rule gives it', async () => {
+  const api = client(t.app);
+  const listener = await registerListener(api.post, 'deletion-rule-cluster', ['agents']);
+  const made: { id: string; status: DeploymentStatus; listener_id: string | null }[] = [];
+  for (const status of DEPLOYMENT_STATUSES) {
+    for (const listenerId of [null, listener.id]) {
+      const created = await api.post('/v2/deployments', {
+        name: `deletion-rule-${status.toLowerCase().replace(/_/g, '-')}-${listenerId === null ? 'local' : 'listener'}`,
+        ...(listenerId === null
+          ? { source: 'internal_container' }
+          : { source: 'external_container', source_config: { listener_id: listenerId } }),
+        source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      // The status by hand: the rule is about the row, whichever way it got there.
+      await t.database.pool.query('update deployments set status = $2 where id = $1', [created.body.id, status]);
+      made.push({ id: created.body.id, status, listener_id: listenerId });
+    }
+  }
+  const claimed: string[] = [];
+  for (;;) {
+    const found = await t.database.db.transaction().execute((tx) => claimDeploymentToDelete(tx, workerA, claimed));
+    if (!found) break;
+    claimed.push(found.id);
+  }
+  const byRule = made.filter((d) => pendingDeletionFinisher(d) === 'local').map((d) => d.id);
+  assert.equal(byRule.length, 1, 'the rule gives the own worker one of these');
+  assert.deepEqual(
+    claimed.filter((id) => made.some((d) => d.id === id)).sort(),
+    byRule.sort(),
+    "claimDeploymentToDelete must select what pendingDeletionFinisher says is the own worker's",
+  );
 });
