@@ -1,14 +1,11 @@
 /**
- * What the local runtime records when a serving app's instance exits: every exit is an event
- * (`deployment.app_exited`), and a crash loop makes the deployment UNKNOWN through the data plane's
- * condition reports (src/domain/data-plane.ts), whose rules the lifecycle applies; so does an app
- * stopped for going over its disk limit (`deployment.disk_full`).
+ * What the local runtime reports when a serving app's instance exits, all through the data plane's
+ * reports (src/domain/data-plane.ts), whose rules the lifecycle applies: every exit is a fact
+ * (`deployment.app_exited`), and a crash loop a condition that makes the deployment UNKNOWN; so is an
+ * app stopped for going over its disk limit (`deployment.disk_full`). Nothing is written here.
  */
-import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import type { DataPlaneReports } from '../domain/data-plane.ts';
-import { recordEvents } from '../store/events.ts';
-import type { Database } from '../store/schema.ts';
+import type { DataPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
 import type { InstanceExit } from './app-supervisor.ts';
 import type { LogWriter } from './log-writer.ts';
 import { describeExit } from './process-runner.ts';
@@ -23,29 +20,23 @@ export interface ExitedApp {
 }
 
 export interface AppExitReportsDeps {
-  db: Kysely<Database>;
   reports: DataPlaneReports;
   logger: Logger;
 }
 
-/** Records an event of the app's deployment. */
-function recordAppEvent(
+/** Reports a fact about the app's deployment: the lifecycle records it as the deployment's event. */
+function reportAppFact(
   deps: AppExitReportsDeps,
   app: ExitedApp,
-  type: 'deployment.app_exited' | 'deployment.disk_full',
+  type: Extract<DeploymentFactType, 'deployment.app_exited' | 'deployment.disk_full'>,
   data: Record<string, unknown>,
 ): Promise<unknown> {
-  const deploymentId = app.deployment.id;
-  return recordEvents(deps.db, [
-    {
-      workspaceId: app.deployment.workspace_id,
-      subjectType: 'deployment',
-      subjectId: deploymentId,
-      deploymentId,
-      type,
-      data,
-    },
-  ]);
+  return deps.reports.reportFact({
+    deploymentId: app.deployment.id,
+    workspaceId: app.deployment.workspace_id,
+    type,
+    data,
+  });
 }
 
 /**
@@ -76,7 +67,7 @@ export function reportAppExit(
     restart_in_ms: exit.restartInMs,
   };
   void (async () => {
-    await recordAppEvent(deps, app, 'deployment.app_exited', data);
+    await reportAppFact(deps, app, 'deployment.app_exited', data);
     if (exit.crashes >= CRASH_LOOP_THRESHOLD) {
       await deps.reports.reportCondition({
         deploymentId,
@@ -113,7 +104,7 @@ export function reportDiskFull(
         : `The app's data and home directories hold ${usedMb} MiB, over their limit of ${limitMb} MiB`) +
     ` (SLIPWAY_APP_DISK_MB): its instances were stopped. Deploy a revision that removes what it does not need at start.`;
   void (async () => {
-    await recordAppEvent(deps, app, 'deployment.disk_full', {
+    await reportAppFact(deps, app, 'deployment.disk_full', {
       revision_id: app.revisionId,
       limit_bytes: disk.limitBytes,
       used_bytes: disk.bytes,

@@ -13,8 +13,12 @@
  *   the deployment's latest revision any more; the own data plane: its lease went to another worker).
  * - condition: a data plane saying how a deployment's serving revision is (crash-looping, healthy again,
  *   its database made), which moves the deployment's status by one table for both (src/domain/conditions.ts).
+ * - fact: something the own data plane saw happen to a deployment's app (an instance exited, the app was
+ *   scaled, its database made), recorded as the deployment's event with its registered type
+ *   (src/domain/event-types.ts); it moves no status.
  */
 import type { DeploymentConditionName } from './conditions.ts';
+import type { EventType } from './event-types.ts';
 import type { RevisionStatus } from './states.ts';
 
 /** Why a report changed nothing (reports are idempotent, and stale ones never overwrite newer state). */
@@ -48,6 +52,25 @@ export interface DeploymentConditionReport {
   data: Record<string, unknown>;
 }
 
+/** The events a data plane reports as facts: each is in the one registry (src/domain/event-types.ts). */
+export type DeploymentFactType = Extract<
+  EventType,
+  | 'deployment.app_exited'
+  | 'deployment.disk_full'
+  | 'deployment.scaled'
+  | 'deployment.scale_failed'
+  | 'deployment.database_created'
+>;
+
+export interface DeploymentFactReport {
+  deploymentId: string;
+  /** The deployment's workspace, which the event belongs to. */
+  workspaceId: string;
+  type: DeploymentFactType;
+  /** The event's data, as the data plane saw it (docs/events.md says what each type carries). */
+  data: Record<string, unknown>;
+}
+
 export interface DeletionOutcome {
   /** False when the deployment was already gone (a retried confirmation). */
   deleted: boolean;
@@ -70,6 +93,8 @@ export interface DataPlaneReports {
   confirmDeletion(deploymentId: string): Promise<DeletionOutcome>;
   /** A condition of a deployment's serving revision: its status moves as the conditions' table says, or not at all. */
   reportCondition(report: DeploymentConditionReport): Promise<void>;
+  /** A fact about a deployment's app: recorded as the deployment's event, in a transaction of its own. */
+  reportFact(report: DeploymentFactReport): Promise<void>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

@@ -19,6 +19,7 @@ import type {
   DataPlaneReports,
   DeletionOutcome,
   DeploymentConditionReport,
+  DeploymentFactReport,
   NotAppliedReason,
   ReportOutcome,
   RevisionReport,
@@ -411,6 +412,19 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
         if (!row || row.listener_id !== listenerId) return;
         await applyCondition(tx, row, report.condition, report.data);
       });
+    },
+
+    async reportFact(report: DeploymentFactReport): Promise<void> {
+      await recordEvents(db, [
+        {
+          workspaceId: report.workspaceId,
+          subjectType: 'deployment',
+          subjectId: report.deploymentId,
+          deploymentId: report.deploymentId,
+          type: report.type,
+          data: report.data,
+        },
+      ]);
     },
   };
 }

@@ -114,9 +114,8 @@ async function ownPlaneCrashLoop(status: DeploymentStatus): Promise<string> {
       told = true;
     },
   };
-  const db = f.t.database.db;
   reportAppExit(
-    { db, reports, logger: createLogger('silent') },
+    { reports, logger: createLogger('silent') },
     { revisionId, deployment: { id, workspace_id: workspaceId } },
     silentLog,
     {
