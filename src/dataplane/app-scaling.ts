@@ -5,13 +5,10 @@
  * revision. New web instances get requests only once their health check passes; web instances that
  * go are taken out of the route first and stopped once their requests are finished.
  */
-import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
-import type { EventType } from '../domain/event-types.ts';
+import type { DataPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
 import type { ResourceSpec } from '../domain/resource-spec.ts';
-import { recordEvents } from '../store/events.ts';
-import type { Database } from '../store/schema.ts';
 import type { AppRoutes } from './app-edge.ts';
 import type { AppSupervisor } from './app-supervisor.ts';
 import type { LogWriter } from './log-writer.ts';
@@ -81,28 +78,27 @@ export interface ScalingOptions {
 }
 
 /**
- * Scales the app and records the outcome: a `deployment.scaled` event, or `deployment.scale_failed`
- * (and `failedScale`) when new web instances failed. Nothing is recorded for an app that stopped
- * serving meanwhile: its revision was replaced or the deployment stopped here.
+ * Scales the app and reports the outcome as a fact (src/domain/data-plane.ts): `deployment.scaled`,
+ * or `deployment.scale_failed` (and `failedScale`) when new web instances failed. Nothing is reported
+ * for an app that stopped serving meanwhile: its revision was replaced or the deployment stopped here.
  */
 export async function scaleInPlace(
   app: ScalingApp,
   deploymentId: string,
   to: Scale,
-  options: ScalingOptions & { db: Kysely<Database>; logger: Logger },
+  options: ScalingOptions & { reports: DataPlaneReports; logger: Logger },
 ): Promise<void> {
   const from = runningScale(app.supervisor);
-  const event = (type: EventType, data: Record<string, unknown>) =>
-    recordEvents(options.db, [
-      {
-        workspaceId: app.workspaceId,
-        subjectType: 'deployment',
-        subjectId: deploymentId,
-        deploymentId,
-        type,
-        data: { revision_id: app.revisionId, from, to, ...data },
-      },
-    ]);
+  const event = (
+    type: Extract<DeploymentFactType, 'deployment.scaled' | 'deployment.scale_failed'>,
+    data: Record<string, unknown>,
+  ) =>
+    options.reports.reportFact({
+      deploymentId,
+      workspaceId: app.workspaceId,
+      type,
+      data: { revision_id: app.revisionId, from, to, ...data },
+    });
   try {
     if (app.stoppedBecause) throw new ScaleError(app.stoppedBecause);
     await applyScale(app, to, options);

@@ -403,7 +403,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       }
       if (app.failedScale && sameScale(app.failedScale, to)) return;
       const work = scaleInPlace(app, deploymentId, to, {
-        db,
+        reports: deps.reports,
         logger,
         edge,
         healthTimeoutMs: config.healthTimeoutMs,
