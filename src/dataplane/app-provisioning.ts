@@ -8,9 +8,9 @@ import type pg from 'pg';
 import { newCredential } from '../auth/credentials.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
+import type { DataPlaneReports } from '../domain/data-plane.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
-import { recordEvents } from '../store/events.ts';
 import type { Database } from '../store/schema.ts';
 import {
   appDatabaseExists,
@@ -28,6 +28,8 @@ export interface AppProvisioningDeps {
   /** The service's own connection string: apps get its host and port with their own role. */
   databaseUrl: string;
   secretBox: SecretBox;
+  /** A database made is reported as a fact (`deployment.database_created`). */
+  reports: DataPlaneReports;
 }
 
 export interface AppPlatformResources {
@@ -80,16 +82,12 @@ export async function provisionAppResources(
       );
     });
     if (made.created)
-      await recordEvents(db, [
-        {
-          workspaceId: deployment.workspace_id,
-          subjectType: 'deployment',
-          subjectId: deploymentId,
-          deploymentId,
-          type: 'deployment.database_created',
-          data: { database: made.name },
-        },
-      ]);
+      await deps.reports.reportFact({
+        deploymentId,
+        workspaceId: deployment.workspace_id,
+        type: 'deployment.database_created',
+        data: { database: made.name },
+      });
   }
   if (!runtime?.agent_credential_sealed) {
     const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('agent');

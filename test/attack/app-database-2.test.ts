@@ -10,6 +10,7 @@ import { withClient } from '../../src/db/admin-client.ts';
 import { dropAppDatabase } from '../../src/dataplane/app-database.ts';
 import { provisionAppResources } from '../../src/dataplane/app-provisioning.ts';
 import type { AppConfig } from '../../src/domain/app-config.ts';
+import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 const APP_CONFIG: AppConfig = {
@@ -26,6 +27,19 @@ const APP_CONFIG: AppConfig = {
 let t: TestApp;
 const made: string[] = [];
 
+/** What the own data plane's provisioning is given, its reports the lifecycle's as the worker's are. */
+const provisioning = () => ({
+  db: t.database.db,
+  pool: t.database.pool,
+  databaseUrl: t.database.url,
+  secretBox: t.secretBox,
+  reports: createDataPlaneReports(t.database.db, {
+    kind: 'local',
+    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
+    leaseSeconds: 30,
+  }),
+});
+
 /** A deployment made through the API, with its database made as the data plane makes it. */
 async function deploymentWithDatabase(name: string): Promise<{ id: string; databaseUrl: string }> {
   const created = await client(t.app).post('/v2/deployments', {
@@ -35,11 +49,7 @@ async function deploymentWithDatabase(name: string): Promise<{ id: string; datab
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const id: string = created.body.id;
-  const { databaseUrl } = await provisionAppResources(
-    { db: t.database.db, pool: t.database.pool, databaseUrl: t.database.url, secretBox: t.secretBox },
-    { id, workspace_id: t.workspaceId },
-    APP_CONFIG,
-  );
+  const { databaseUrl } = await provisionAppResources(provisioning(), { id, workspace_id: t.workspaceId }, APP_CONFIG);
   assert.ok(databaseUrl);
   made.push(decodeURIComponent(new URL(databaseUrl).pathname.slice(1)));
   return { id, databaseUrl };
@@ -91,11 +101,7 @@ test('provisioning again finds the same database: its name and password are kept
   const first = await deploymentWithDatabase('again');
   const id = (await t.database.pool.query<{ id: string }>("select id from deployments where name = 'again'")).rows[0]!
     .id;
-  const second = await provisionAppResources(
-    { db: t.database.db, pool: t.database.pool, databaseUrl: t.database.url, secretBox: t.secretBox },
-    { id, workspace_id: t.workspaceId },
-    APP_CONFIG,
-  );
+  const second = await provisionAppResources(provisioning(), { id, workspace_id: t.workspaceId }, APP_CONFIG);
   assert.equal(second.databaseUrl, first.databaseUrl);
   const events = await t.database.pool.query(
     "select 1 from events where deployment_id = $1 and type = 'deployment.database_created'",
