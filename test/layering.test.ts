@@ -112,11 +112,9 @@ test('who ends a deletion is decided by src/domain/deletion.ts alone', async () 
 
 test('the own data plane reports facts through the contract: no dataplane/ module writes events', async () => {
   // Events are the lifecycle's to write (DataPlaneReports.reportFact of src/domain/data-plane.ts).
-  // Modules not moved yet, each to leave this list (issue 35).
-  const notYet = new Set(['src/dataplane/app-database-storage.ts']);
   const writers: string[] = [];
   for (const file of await sourceFiles()) {
-    if (area(file) !== 'dataplane' || notYet.has(relative(file))) continue;
+    if (area(file) !== 'dataplane') continue;
     for (const { target, names } of await importsOf(file)) {
       if (path.relative(SRC, target).startsWith(path.join('store', 'events')) && /\brecordEvents\b/.test(names))
         writers.push(`${relative(file)} imports recordEvents`);
@@ -125,4 +123,29 @@ test('the own data plane reports facts through the contract: no dataplane/ modul
       writers.push(`${relative(file)} inserts events`);
   }
   assert.deepEqual(writers, [], 'report it: DataPlaneReports.reportFact (src/domain/data-plane.ts)');
+});
+
+test("the own data plane writes none of the service's rows but its leases", async () => {
+  // A store function whose name says it writes. The lease module's claims and leases are the data
+  // plane's own; the rows listed as not moved yet are to be reported through the contract (issue 35).
+  const writer = /^(save|insert|record|update|delete|set|change|move|mark|append|trim|upsert|remove)[A-Z]/;
+  const notYet = new Set([
+    'src/dataplane/local-data-plane.ts imports moveAppUrls',
+    'src/dataplane/local-worker.ts imports setRevisionCommitSha',
+    'src/dataplane/log-writer.ts imports appendRevisionLogs',
+    'src/dataplane/log-writer.ts imports trimRevisionLogs',
+  ]);
+  const writes: string[] = [];
+  for (const file of await sourceFiles()) {
+    if (area(file) !== 'dataplane') continue;
+    for (const { target, names } of await importsOf(file)) {
+      const store = path.relative(SRC, target);
+      if (!store.startsWith('store') || store.startsWith(path.join('store', 'work-leases'))) continue;
+      for (const name of names.replace(/[{}]/g, ' ').split(/[\s,]+/)) {
+        const entry = `${relative(file)} imports ${name}`;
+        if (writer.test(name) && !notYet.has(entry)) writes.push(entry);
+      }
+    }
+  }
+  assert.deepEqual(writes, [], 'report it through DataPlaneReports (src/domain/data-plane.ts)');
 });

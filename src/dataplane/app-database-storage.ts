@@ -12,9 +12,12 @@
  *   provisioning gives the role LOGIN).
  * - writable again: LOGIN, and both defaults reset.
  *
- * Each change is an event of the deployment, recorded once however many replicas measure (the state's
- * one writer, changeDatabaseStorageState). The limit is the deployment's current `db_storage_gi` (its
- * default, at most the maximum: databaseStorageOf). Sizes are read with pg_database_size from the
+ * Each change is reported through the data plane's reports (src/domain/data-plane.ts
+ * `reportDatabaseStorage`): the lifecycle changes the state (its one writer, changeDatabaseStorageState),
+ * runs this module's ALTERs and records the event in one transaction, once however many replicas
+ * measure. Sizes are reported the same way (`reportDatabaseSize`): no row of the service's is written
+ * here. The limit is the deployment's current `db_storage_gi` (its default, at most the maximum:
+ * databaseStorageOf). Sizes are read with pg_database_size from the
  * service's pool, which reads the database's files and runs none of the app's code.
  *
  * One replica measures at a time: a round runs under a session advisory lock, and a replica that finds
@@ -26,7 +29,7 @@
  * bounds what it adds after read-only only at the pace of the measures (docs/operations.md).
  */
 import { sql } from 'kysely';
-import type { Kysely } from 'kysely';
+import type { Kysely, QueryExecutorProvider } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import {
@@ -35,16 +38,11 @@ import {
   nextStorageState,
   type DatabaseStorageState,
 } from '../domain/database-storage.ts';
+import type { DataPlaneReports, DatabaseStorageReport } from '../domain/data-plane.ts';
 import { databaseStorageOf, type SpecDefaults } from '../domain/resource-maxima.ts';
 import { databaseSize } from '../store/app-database-usage.ts';
-import {
-  appDatabasesToMeasure,
-  changeDatabaseStorageState,
-  recordDatabaseSize,
-  type MeasuredAppDatabase,
-} from '../store/deployment-runtimes.ts';
-import { recordEvents } from '../store/events.ts';
-import type { Database, Db } from '../store/schema.ts';
+import { appDatabasesToMeasure, type MeasuredAppDatabase } from '../store/deployment-runtimes.ts';
+import type { Database } from '../store/schema.ts';
 
 const MIB = 1024 * 1024;
 
@@ -64,6 +62,8 @@ const APP_NAME = /^slw_app_[0-9a-f-]+$/;
 
 export interface DatabaseStorageDeps {
   db: Kysely<Database>;
+  /** Sizes and changes of state are reported here (the lifecycle writes them). */
+  reports: DataPlaneReports;
   pool: pg.Pool;
   logger: Logger;
   /** The operator's default and maximum (resourcePolicyOf(config).defaults). */
@@ -79,7 +79,11 @@ export interface DatabaseStorageWatch {
 const mib = (bytes: number) => Math.round((bytes / MIB) * 10) / 10;
 
 /** Settings and logins of a state, set (again) on the database and its role. */
-async function applyState(db: Db, database: MeasuredAppDatabase, state: DatabaseStorageState): Promise<void> {
+async function applyState(
+  db: QueryExecutorProvider,
+  database: MeasuredAppDatabase,
+  state: DatabaseStorageState,
+): Promise<void> {
   const name = sql.id(database.databaseName);
   const role = sql.id(database.roleName);
   if (state === 'writable') {
@@ -94,19 +98,18 @@ async function applyState(db: Db, database: MeasuredAppDatabase, state: Database
 }
 
 /** Ends the role's sessions in its database: the next ones start under the new defaults (or not at all). */
-async function endSessions(db: Db, database: MeasuredAppDatabase): Promise<void> {
+async function endSessions(db: QueryExecutorProvider, database: MeasuredAppDatabase): Promise<void> {
   await sql`select pg_catalog.pg_terminate_backend(pid) from pg_catalog.pg_stat_activity
              where datname = ${database.databaseName} and usename = ${database.roleName}
                and pid <> pg_catalog.pg_backend_pid()`.execute(db);
 }
 
 function eventOf(
-  database: MeasuredAppDatabase,
   from: DatabaseStorageState,
   to: DatabaseStorageState,
   sizeBytes: number,
   limitBytes: number,
-) {
+): DatabaseStorageReport['event'] {
   const held = `The database holds ${mib(sizeBytes)} MiB; its limit is ${mib(limitBytes)} MiB (db_storage_gi)`;
   const margin = cutOffMarginBytes(limitBytes);
   const base = { limit_bytes: limitBytes, size_bytes: sizeBytes };
@@ -129,14 +132,7 @@ function eventOf(
             },
           ] as const)
         : (['deployment.database_writable', { ...base, from, message: `${held}: it takes writes again.` }] as const);
-  return {
-    workspaceId: database.workspaceId,
-    subjectType: 'deployment' as const,
-    subjectId: database.deploymentId,
-    deploymentId: database.deploymentId,
-    type,
-    data,
-  };
+  return { type, data };
 }
 
 /** Measures one database and brings it to its state; an error is the caller's to log. */
@@ -152,7 +148,7 @@ async function checkOne(deps: DatabaseStorageDeps, database: MeasuredAppDatabase
   // Dropped meanwhile (its deployment is being deleted).
   if (sizeBytes === null) return;
   const size = sizeBytes;
-  if (sizeMoved(database.sizeBytes, size)) await recordDatabaseSize(deps.db, database.deploymentId, size, now);
+  if (sizeMoved(database.sizeBytes, size)) await deps.reports.reportDatabaseSize(database.deploymentId, size, now);
   const limitBytes = limitBytesOf(databaseStorageOf(database.resourceSpec, deps.defaults));
   const to = nextStorageState({
     state: database.state,
@@ -167,12 +163,17 @@ async function checkOne(deps: DatabaseStorageDeps, database: MeasuredAppDatabase
     if (to === 'cut_off') await endSessions(deps.db, database);
     return;
   }
-  const changed = await deps.db.transaction().execute(async (tx) => {
-    if (!(await changeDatabaseStorageState(tx, database.deploymentId, database.state, to, size))) return false;
-    await applyState(tx, database, to);
-    await recordEvents(tx, [eventOf(database, database.state, to, size, limitBytes)]);
-    return true;
-  });
+  const changed = await deps.reports.reportDatabaseStorage(
+    {
+      deploymentId: database.deploymentId,
+      workspaceId: database.workspaceId,
+      from: database.state,
+      to,
+      sizeBytes: size,
+      event: eventOf(database.state, to, size, limitBytes),
+    },
+    (tx) => applyState(tx, database, to),
+  );
   // After the commit: a session that began before it would otherwise still see the old settings.
   if (changed && to !== 'writable') await endSessions(deps.db, database);
   if (changed)

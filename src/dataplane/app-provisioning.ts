@@ -1,7 +1,8 @@
 /**
  * What the platform gives a deployment's app besides its code, made on its first deploy and kept for
  * every later revision: its own PostgreSQL database (when its app config wants one) and its agent
- * credential, both sealed in the deployment's runtime row (src/store/deployment-runtimes.ts).
+ * credential, both sealed in the deployment's runtime row (src/store/deployment-runtimes.ts), which the
+ * lifecycle writes from this module's reports (src/domain/data-plane.ts): nothing is written here.
  */
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
@@ -9,8 +10,7 @@ import { newCredential } from '../auth/credentials.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
 import type { DataPlaneReports } from '../domain/data-plane.ts';
-import { insertCredential } from '../store/agent-credentials.ts';
-import { getDeploymentRuntime, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import type { Database } from '../store/schema.ts';
 import {
   appDatabaseExists,
@@ -28,7 +28,10 @@ export interface AppProvisioningDeps {
   /** The service's own connection string: apps get its host and port with their own role. */
   databaseUrl: string;
   secretBox: SecretBox;
-  /** A database made is reported as a fact (`deployment.database_created`). */
+  /**
+   * What is made is reported here and written by the lifecycle: the database's name and sealed password
+   * (before it is made), a database made (`deployment.database_created`), the agent credential.
+   */
   reports: DataPlaneReports;
 }
 
@@ -54,10 +57,10 @@ export async function provisionAppResources(
     // The name and password are kept before the database is made, so that a provision retried after a
     // crash makes (or finds) the same one rather than leaving an orphan behind.
     const name = newAppDatabaseName();
-    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
+    await deps.reports.keepAppDatabase(deploymentId, deployment.workspace_id, {
       databaseName: name,
       roleName: name,
-      databasePasswordSealed: secretBox.seal(newAppDatabasePassword()),
+      passwordSealed: secretBox.seal(newAppDatabasePassword()),
     });
     runtime = await getDeploymentRuntime(db, deploymentId);
   }
@@ -91,18 +94,10 @@ export async function provisionAppResources(
   }
   if (!runtime?.agent_credential_sealed) {
     const { value: credential, hash: credentialHash, prefix: credentialPrefix } = newCredential('agent');
-    const row = await insertCredential(db, {
-      workspaceId: deployment.workspace_id,
-      deploymentId,
-      name: 'runtime',
-      agentIds: null,
+    await deps.reports.keepAgentCredential(deploymentId, deployment.workspace_id, {
       hash: credentialHash,
       prefix: credentialPrefix,
-      createdBy: 'data-plane',
-    });
-    await saveDeploymentRuntime(db, deploymentId, deployment.workspace_id, {
-      agentCredentialId: row.id,
-      agentCredentialSealed: secretBox.seal(credential),
+      sealed: secretBox.seal(credential),
     });
     runtime = await getDeploymentRuntime(db, deploymentId);
   }

@@ -142,6 +142,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   // Each app database against its storage limit (issue 33): read-only over it, cut off past the margin.
   const databaseStorage = startDatabaseStorageWatch({
     db,
+    reports,
     pool: deps.pool,
     logger,
     defaults: {

@@ -17,7 +17,9 @@
  *   scaled, its database made), recorded as the deployment's event with its registered type
  *   (src/domain/event-types.ts); it moves no status.
  */
+import type { QueryExecutorProvider } from 'kysely';
 import type { DeploymentConditionName } from './conditions.ts';
+import type { DatabaseStorageState } from './database-storage.ts';
 import type { EventType } from './event-types.ts';
 import type { RevisionStatus } from './states.ts';
 
@@ -71,6 +73,42 @@ export interface DeploymentFactReport {
   data: Record<string, unknown>;
 }
 
+/** The events of a change of an app database's storage state (src/domain/database-storage.ts). */
+export type DatabaseStorageEventType = Extract<
+  EventType,
+  'deployment.database_full' | 'deployment.database_cut_off' | 'deployment.database_writable'
+>;
+
+export interface DatabaseStorageReport {
+  deploymentId: string;
+  /** The deployment's workspace, which the event belongs to. */
+  workspaceId: string;
+  /** The state the data plane measured the database in: the change applies only while it still is. */
+  from: DatabaseStorageState;
+  to: DatabaseStorageState;
+  /** The size the change was decided at. */
+  sizeBytes: number;
+  /** The change's event: its registered type and data. */
+  event: { type: DatabaseStorageEventType; data: Record<string, unknown> };
+}
+
+/** An app database the own data plane is about to make, kept first so a retried provisioning finds it. */
+export interface AppDatabaseRecord {
+  databaseName: string;
+  roleName: string;
+  /** Its password, sealed by the data plane (src/crypto/secret-box.ts). */
+  passwordSealed: string;
+}
+
+/** The agent credential the own data plane made for a deployment's app. */
+export interface AgentCredentialRecord {
+  /** What the credential store keeps to check it (src/auth/credentials.ts). */
+  hash: Buffer;
+  prefix: string;
+  /** The credential itself, sealed, for the app's later starts. */
+  sealed: string;
+}
+
 export interface DeletionOutcome {
   /** False when the deployment was already gone (a retried confirmation). */
   deleted: boolean;
@@ -95,6 +133,22 @@ export interface DataPlaneReports {
   reportCondition(report: DeploymentConditionReport): Promise<void>;
   /** A fact about a deployment's app: recorded as the deployment's event, in a transaction of its own. */
   reportFact(report: DeploymentFactReport): Promise<void>;
+  /** The app database the own data plane is about to make for a deployment, on its runtime row. */
+  keepAppDatabase(deploymentId: string, workspaceId: string, database: AppDatabaseRecord): Promise<void>;
+  /** The agent credential the own data plane made for a deployment's app: stored, and kept on its runtime row. */
+  keepAgentCredential(deploymentId: string, workspaceId: string, credential: AgentCredentialRecord): Promise<void>;
+  /** The size an app database was measured at (the own data plane), shown in the workspace's usage. */
+  reportDatabaseSize(deploymentId: string, sizeBytes: number, at: Date): Promise<void>;
+  /**
+   * An app database's storage state changed (the own data plane): the state, what the data plane does to
+   * enforce it (`enforce`, its ALTERs of the app's database and role, run in the report's transaction)
+   * and the event commit together or not at all. False, with nothing changed, when the state is no
+   * longer `from` (another measure changed it, or the deployment's runtime row is gone).
+   */
+  reportDatabaseStorage(
+    report: DatabaseStorageReport,
+    enforce: (tx: QueryExecutorProvider) => Promise<void>,
+  ): Promise<boolean>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

@@ -15,8 +15,12 @@
  *   only for a deployment awaiting delete; a condition moves a deployment only as the one conditions'
  *   table says (src/domain/conditions.ts), which never moves a deployment being deleted.
  */
+import type { QueryExecutorProvider } from 'kysely';
 import type {
+  AgentCredentialRecord,
+  AppDatabaseRecord,
   DataPlaneReports,
+  DatabaseStorageReport,
   DeletionOutcome,
   DeploymentConditionReport,
   DeploymentFactReport,
@@ -55,6 +59,8 @@ import { recordEvents, type EventInput } from '../store/events.ts';
 import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
 import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionStatus } from '../store/revisions.ts';
 import type { Database, Db, DeploymentRow } from '../store/schema.ts';
+import { insertCredential } from '../store/agent-credentials.ts';
+import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { deleteTracingProject } from '../store/tracing-projects.ts';
 import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
 import { setRunner, type LeaseOwner } from '../store/work-leases.ts';
@@ -425,6 +431,61 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
           data: report.data,
         },
       ]);
+    },
+
+    async keepAppDatabase(deploymentId: string, workspaceId: string, database: AppDatabaseRecord): Promise<void> {
+      await saveDeploymentRuntime(db, deploymentId, workspaceId, {
+        databaseName: database.databaseName,
+        roleName: database.roleName,
+        databasePasswordSealed: database.passwordSealed,
+      });
+    },
+
+    async keepAgentCredential(
+      deploymentId: string,
+      workspaceId: string,
+      credential: AgentCredentialRecord,
+    ): Promise<void> {
+      const row = await insertCredential(db, {
+        workspaceId,
+        deploymentId,
+        name: 'runtime',
+        agentIds: null,
+        hash: credential.hash,
+        prefix: credential.prefix,
+        createdBy: 'data-plane',
+      });
+      await saveDeploymentRuntime(db, deploymentId, workspaceId, {
+        agentCredentialId: row.id,
+        agentCredentialSealed: credential.sealed,
+      });
+    },
+
+    async reportDatabaseSize(deploymentId: string, sizeBytes: number, at: Date): Promise<void> {
+      await recordDatabaseSize(db, deploymentId, sizeBytes, at);
+    },
+
+    async reportDatabaseStorage(
+      report: DatabaseStorageReport,
+      enforce: (tx: QueryExecutorProvider) => Promise<void>,
+    ): Promise<boolean> {
+      return db.transaction().execute(async (tx) => {
+        const { deploymentId } = report;
+        if (!(await changeDatabaseStorageState(tx, deploymentId, report.from, report.to, report.sizeBytes)))
+          return false;
+        await enforce(tx);
+        await recordEvents(tx, [
+          {
+            workspaceId: report.workspaceId,
+            subjectType: 'deployment',
+            subjectId: deploymentId,
+            deploymentId,
+            type: report.event.type,
+            data: report.event.data,
+          },
+        ]);
+        return true;
+      });
     },
   };
 }
