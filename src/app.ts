@@ -28,6 +28,7 @@ import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
+import { deploymentEndpointRoutes } from './routes/deployment-endpoints.ts';
 import { deploymentStorageRoutes } from './routes/deployment-storage.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
@@ -214,6 +215,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
     await app.register(deploymentStorageRoutes, { storage: services.deploymentStorage });
+    await app.register(deploymentEndpointRoutes, { endpoints: services.endpoints });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {

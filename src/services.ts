@@ -18,6 +18,7 @@ import { createApiKeyService } from './service/api-keys.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 import { createWebhookService } from './service/codehost-webhooks.ts';
 import { createDeploymentService } from './service/deployments.ts';
+import { createEndpointService } from './service/deployment-endpoints.ts';
 import { createDeploymentStorageService } from './service/deployment-storage.ts';
 import { resourcePolicyOf } from './service/resource-quotas.ts';
 import { createListenerProtocolService } from './service/listener-protocol.ts';
@@ -118,6 +119,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     protocolCredentials: createProtocolCredentialService({ db }),
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens }),
     tags: createTagService({ db }),
+    endpoints: createEndpointService({ db }),
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({
       db,

@@ -1,3 +1,5 @@
+import { endpointOfLabel } from '../domain/endpoints.ts';
+
 /**
  * Where a deployment's app is reached: every app has a slug that is a DNS label, unique across the
  * service and kept with its deployment, and its stable URL is
@@ -17,14 +19,15 @@ const LABEL_MAX = 63;
  */
 const SLUG = /^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?-(?:[0-9a-f]{8}|[0-9a-f]{16})$/;
 
-function isAppSlug(value: string): boolean {
+export function isAppSlug(value: string): boolean {
   return value.length <= LABEL_MAX && SLUG.test(value);
 }
 
 /**
- * The slug a Host header names, or null when the host is not `<slug>.<appsDomain>` (the service's own
- * host, an IP address, another domain, a deeper subdomain). Host names are case-insensitive and may
- * carry a port and a trailing dot.
+ * The route label a Host header names: a deployment's slug for `<slug>.<appsDomain>`, or an endpoint's
+ * `<slug>--<endpoint>` (src/domain/endpoints.ts says why the two never collide); null when the host is
+ * neither (the service's own host, an IP address, another domain, a deeper subdomain). Host names are
+ * case-insensitive and may carry a port and a trailing dot.
  */
 export function slugFromHost(hostHeader: string | undefined, appsDomain: string): string | null {
   if (hostHeader === undefined || hostHeader.startsWith('[')) return null;
@@ -32,5 +35,5 @@ export function slugFromHost(hostHeader: string | undefined, appsDomain: string)
   const suffix = `.${appsDomain.toLowerCase().replace(/\.$/, '')}`;
   if (!host.endsWith(suffix)) return null;
   const label = host.slice(0, -suffix.length);
-  return isAppSlug(label) ? label : null;
+  return isAppSlug(label) || endpointOfLabel(label, isAppSlug) !== null ? label : null;
 }

@@ -34,6 +34,17 @@ export interface RevisionJob {
   };
 }
 
+/** An endpoint the data plane should serve, with the job of its revision. */
+export interface WantedEndpoint {
+  name: string;
+  job: RevisionJob;
+}
+
+/** What became of an endpoint's start: served (from the revision served before, if any) or failed. */
+export type EndpointOutcome =
+  | { endpoint: string; revisionId: string; fromRevisionId: string | null; served: true }
+  | { endpoint: string; revisionId: string; served: false; message: string };
+
 export interface LocalRuntimeDeps {
   config: Config;
   db: Kysely<Database>;
@@ -73,6 +84,17 @@ export interface LocalRuntime {
   deploy(job: RevisionJob, signal: AbortSignal, commit: (customUrl: string) => Promise<void>): Promise<void>;
   /** Starts a deployment's active revision again (after a service restart), from its build output. */
   resume(job: RevisionJob): Promise<void>;
+  /**
+   * Brings the deployment's endpoints to `wanted` (each endpoint's revision): starts what is new or
+   * moved beside what serves there, switches each route once healthy, drains and stops the old
+   * instances, and stops endpoints no longer wanted. `report` hears each endpoint served or failed. A
+   * call while one for the same deployment is under way is run after it, with the latest `wanted`.
+   */
+  serveEndpoints(
+    deploymentId: string,
+    wanted: WantedEndpoint[],
+    report: (outcome: EndpointOutcome) => Promise<void>,
+  ): Promise<void>;
   /** Deployments whose apps run here. */
   running(): string[];
   /** Each running app's instances: restarts and resource usage (per-deployment metrics). */

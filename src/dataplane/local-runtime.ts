@@ -41,9 +41,17 @@ import {
 } from './revision-build.ts';
 import { copyUpload, legacyUploadFile } from './upload-source.ts';
 import { inSpan } from '../telemetry/tracing.ts';
+import { createEndpointApps } from './endpoint-apps.ts';
 import type { LocalRuntime, LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
 
-export type { AppRuntimeStats, LocalRuntime, LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
+export type {
+  AppRuntimeStats,
+  EndpointOutcome,
+  LocalRuntime,
+  LocalRuntimeDeps,
+  RevisionJob,
+  WantedEndpoint,
+} from './local-runtime-types.ts';
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
 type RunningApp = ScalingApp & { forwards: HostForward[]; dataDir: string; diskWatch?: DiskWatch };
@@ -91,14 +99,22 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await app.log.close();
   }
 
-  /** Starts the revision's processes and waits for health; the caller decides what serves. */
-  async function startApp(job: RevisionJob, build: BuildRecord, signal: AbortSignal): Promise<RunningApp> {
+  /**
+   * Starts the revision's processes and waits for health; the caller decides what serves. `endpoint`
+   * names the endpoint they are for (src/dataplane/endpoint-apps.ts), null for the deployment's own URL.
+   */
+  async function startApp(
+    job: RevisionJob,
+    build: BuildRecord,
+    signal: AbortSignal,
+    endpoint: string | null = null,
+  ): Promise<RunningApp> {
     const { appConfig } = build;
     const dirs = revisionDirs(config.dataDir, job.revisionId);
     const secrets = openSecrets(job.secrets);
     const platform = await provisionAppResources(deps, job.deployment, appConfig);
     // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
-    await reportCondition(job.deployment.id, 'database_ready');
+    if (endpoint === null) await reportCondition(job.deployment.id, 'database_ready');
     const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
     const dataDir = await access.prepareDataDir(job.deployment.id);
     const reach = await access.openForwards(
@@ -154,7 +170,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       sandbox,
       run: { appDir: dirs.app, dataDir, forwards: reach.forwards },
       limits: { web: limits, worker: workerLimits },
-      name: `app-${job.revisionId}`,
+      // Unique per running set of instances (cgroup names): a revision may serve at its deployment's
+      // URL and at an endpoint at once.
+      name: endpoint === null ? `app-${job.revisionId}` : `app-${job.revisionId}-at-${endpoint}`,
       env,
       output: log,
       instances,
@@ -162,10 +180,19 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       backoff: deps.backoff,
       onExit: (exit) => {
         if (exit.exit.outOfMemory) outOfMemory = true;
-        reportAppExit(deps, job, log, exit, apps.get(job.deployment.id)?.revisionId === job.revisionId);
+        // An endpoint's instances are not what the deployment's status is about: their exits are logged only.
+        reportAppExit(
+          deps,
+          job,
+          log,
+          exit,
+          endpoint === null && apps.get(job.deployment.id)?.revisionId === job.revisionId,
+        );
       },
     });
-    log.system(`Starting ${describeScale({ web: webCount, worker: workerCount })}: ${appConfig.start}`);
+    log.system(
+      `Starting ${describeScale({ web: webCount, worker: workerCount })}${endpoint === null ? '' : ` for endpoint ${endpoint}`}: ${appConfig.start}`,
+    );
     await inSpan('start', { 'slipway.instances': webCount + workerCount }, () => supervisor.start());
     try {
       await inSpan('health', { 'slipway.health_check_path': appConfig.healthCheckPath }, () =>
@@ -179,7 +206,12 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       await log.close();
       if (signal.aborted) throw signal.reason;
       // Said only when true: a first deploy has nothing serving.
-      const serving = apps.has(job.deployment.id) ? ' The previous revision keeps serving.' : '';
+      const serving =
+        endpoint !== null
+          ? ' What served at the endpoint keeps serving.'
+          : apps.has(job.deployment.id)
+            ? ' The previous revision keeps serving.'
+            : '';
       if (outOfMemory) {
         throw new RevisionFailure(
           'DEPLOY_FAILED',
@@ -248,7 +280,18 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     }
   }
 
+  const endpointApps = createEndpointApps({
+    edge,
+    logger,
+    drainTimeoutMs: config.drainTimeoutMs,
+    start: async (job, endpoint, signal) => startApp(job, await requireBuild(job), signal, endpoint),
+    release,
+    track: (deploymentId, revisionId, work) => tracking.track(deploymentId, revisionId, work),
+  });
+
   async function stop(deploymentId: string): Promise<void> {
+    // Its endpoints' instances go with it (a deletion, a lost runner lease, the service stopping).
+    await endpointApps.stopAll(deploymentId);
     const app = apps.get(deploymentId);
     // Being stopped already (the runner heartbeat, say): done only when that stop is.
     if (!app) return stopping.get(deploymentId);
@@ -383,6 +426,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     },
 
     running: () => [...apps.keys()],
+
+    serveEndpoints: (deploymentId, wanted, report) => endpointApps.serve(deploymentId, wanted, report),
 
     appStats: () =>
       Promise.all(

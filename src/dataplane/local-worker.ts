@@ -25,7 +25,9 @@ import { activeRevisionId } from '../store/deployments.ts';
 import { getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
 import { createAdoption, jobOf } from './adoption.ts';
-import type { LocalRuntime } from './local-runtime.ts';
+import type { EndpointOutcome, LocalRuntime, WantedEndpoint } from './local-runtime.ts';
+import { endpointsToServe, pinnedRevisionIds, setEndpointServed } from '../store/deployment-endpoints.ts';
+import { recordEvents } from '../store/events.ts';
 import { RevisionFailure } from './revision-build.ts';
 import {
   claimDeploymentToDelete,
@@ -118,6 +120,8 @@ export function startWorker(deps: WorkerDeps): Worker {
     const active = await activeRevisionId(db, deploymentId);
     const kept = new Set([
       active,
+      // Endpoints serve their revisions' sealed builds: those stay while an endpoint names them.
+      ...(await pinnedRevisionIds(db, deploymentId)),
       ...revisions
         .filter((r) => r.status === 'DEPLOYED' && r.id !== active)
         .slice(0, KEPT_BUILDS)
@@ -351,11 +355,88 @@ export function startWorker(deps: WorkerDeps): Worker {
     return true;
   }
 
+  /**
+   * Serves the endpoints of the deployments this worker runs (docs/app-urls.md, "Endpoints"). Not
+   * awaited, as resource specs: a start waits for a health check; the runtime runs one pass per
+   * deployment at a time and the latest request after it.
+   */
+  async function applyEndpoints(): Promise<void> {
+    const running = runtime.running();
+    if (running.length === 0) return;
+    const rows = await endpointsToServe(db, running);
+    for (const deploymentId of running) {
+      const wanted: WantedEndpoint[] = rows
+        .filter((row) => row.deployment_id === deploymentId && row.deployment_status !== 'AWAITING_DELETE')
+        .map((row) => ({
+          name: row.endpoint_name,
+          job: jobOf(row, {
+            id: deploymentId,
+            workspace_id: row.deployment_workspace_id,
+            name: row.deployment_name,
+            app_slug: row.deployment_app_slug,
+            source_config: row.deployment_source_config,
+            tracing_project_id: row.deployment_tracing_project_id,
+          }),
+        }));
+      const marked = new Map(
+        rows
+          .filter((row) => row.deployment_id === deploymentId)
+          .map((row) => [row.endpoint_name, row.endpoint_served_revision_id]),
+      );
+      void runtime
+        .serveEndpoints(deploymentId, wanted, (outcome) => reportEndpoint(deploymentId, outcome, marked))
+        .catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not serve endpoints'));
+    }
+  }
+
+  /** Says what became of an endpoint's start: its served revision, and an event. */
+  async function reportEndpoint(
+    deploymentId: string,
+    outcome: EndpointOutcome,
+    marked: Map<string, string | null>,
+  ): Promise<void> {
+    const workspace = await db
+      .selectFrom('deployments')
+      .select('workspace_id')
+      .where('id', '=', deploymentId)
+      .executeTakeFirst();
+    if (!workspace) return;
+    await db.transaction().execute(async (tx) => {
+      if (outcome.served) {
+        await setEndpointServed(tx, deploymentId, outcome.endpoint, outcome.revisionId);
+        // After a restart the same revision is started again: that is no move, and no event.
+        if (marked.get(outcome.endpoint) === outcome.revisionId && outcome.fromRevisionId === null) return;
+      }
+      await recordEvents(tx, [
+        {
+          workspaceId: workspace.workspace_id,
+          subjectType: 'deployment',
+          subjectId: deploymentId,
+          deploymentId,
+          ...(outcome.served
+            ? {
+                type: 'deployment.endpoint_served' as const,
+                data: {
+                  endpoint: outcome.endpoint,
+                  revision_id: outcome.revisionId,
+                  from_revision_id: outcome.fromRevisionId,
+                },
+              }
+            : {
+                type: 'deployment.endpoint_failed' as const,
+                data: { endpoint: outcome.endpoint, revision_id: outcome.revisionId, message: outcome.message },
+              }),
+        },
+      ]);
+    });
+  }
+
   async function pump(): Promise<void> {
     await pumpRevisions();
     while (!stopping && (await deleteOne()));
     adoption.inBackground();
     if (!stopping) await applyResourceSpecs();
+    if (!stopping) await applyEndpoints();
   }
 
   function wake(): void {

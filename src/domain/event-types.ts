@@ -65,6 +65,22 @@ export const EVENT_TYPES = {
   'deployment.update_rolled_out': {
     summary: 'An in-place change that had failed on the listener is in place now (or was replaced).',
   },
+  'deployment.endpoint_set': {
+    summary:
+      'An endpoint was created or moved (data.endpoint, data.from_revision_id (null when created), data.to_revision_id, data.by: the API key).',
+  },
+  'deployment.endpoint_deleted': {
+    summary:
+      'An endpoint was deleted (data.endpoint, data.from_revision_id, data.by: the API key); its instances stop.',
+  },
+  'deployment.endpoint_served': {
+    summary:
+      "The own data plane serves data.revision_id at the endpoint now (its instances healthy, the route switched, data.from_revision_id's drained).",
+  },
+  'deployment.endpoint_failed': {
+    summary:
+      'The own data plane could not start data.revision_id at the endpoint (data.message); what served there before keeps serving.',
+  },
   // Revisions (subject_type revision, deployment_id set).
   'revision.created': {
     summary: 'A revision was made; data.cause says by what (create, patch, secrets_changed, redeploy, push).',

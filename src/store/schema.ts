@@ -219,6 +219,18 @@ export interface DeploymentTable {
   updated_at: UpdatedAt;
 }
 
+/** A named address of a deployment pinned to one of its revisions (migrations/027_deployment_endpoints.sql). */
+export interface DeploymentEndpointTable {
+  deployment_id: string;
+  name: string;
+  /** What the endpoint should serve: written by the API. */
+  revision_id: string;
+  /** What the own data plane serves there now: written by its worker once a switch is done. */
+  served_revision_id: ColumnType<string | null, string | null | undefined, string | null>;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
 /** The snapshot of what a revision runs with (src/service/deployments.ts, snapshotOf); redeploys add reuse_build_of. */
 export interface RevisionSnapshot {
   resource_spec?: ResourceSpec | null;
@@ -453,6 +465,7 @@ export interface Database {
   upload_tokens: UploadTokenTable;
   idempotency_keys: IdempotencyKeyTable;
   deployments: DeploymentTable;
+  deployment_endpoints: DeploymentEndpointTable;
   revisions: RevisionTable;
   deployment_runtimes: DeploymentRuntimeTable;
   revision_logs: RevisionLogTable;
@@ -478,6 +491,7 @@ export type Db = Kysely<Database> | Transaction<Database>;
 
 export type DeploymentRow = Selectable<DeploymentTable>;
 export type RevisionRow = Selectable<RevisionTable>;
+export type DeploymentEndpointRow = Selectable<DeploymentEndpointTable>;
 export type DeploymentRuntimeRow = Selectable<DeploymentRuntimeTable>;
 export type RevisionLogRow = Selectable<RevisionLogTable>;
 export type ListenerRow = Selectable<ListenerTable>;

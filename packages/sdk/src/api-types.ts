@@ -331,6 +331,48 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/deployments/{deployment_id}/endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a deployment's endpoints */
+        get: operations["listDeploymentEndpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v2/deployments/{deployment_id}/endpoints/{endpoint_name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get an endpoint */
+        get: operations["getDeploymentEndpoint"];
+        /**
+         * Create an endpoint, or move it to another revision
+         * @description Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, switches the route once it is healthy, and drains the old instances. Promoting is putting the revision another endpoint serves. 201 when the endpoint is new, 200 when it existed. A deployment on a listener has no endpoints (400).
+         */
+        put: operations["putDeploymentEndpoint"];
+        post?: never;
+        /**
+         * Delete an endpoint
+         * @description Its instances are drained and stopped; the deployment's own URL is not affected.
+         */
+        delete: operations["deleteDeploymentEndpoint"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/deployments/{deployment_id}/revisions/{revision_id}/logs": {
         parameters: {
             query?: never;
@@ -1971,6 +2013,33 @@ export interface components {
             /** Format: date-time */
             measured_at: string;
         };
+        /** DeploymentEndpoint */
+        DeploymentEndpoint: {
+            name: string;
+            /** Format: uuid */
+            deployment_id: string;
+            /**
+             * Format: uuid
+             * @description The revision the endpoint is pinned to.
+             */
+            revision_id: string;
+            /**
+             * Format: uuid
+             * @description The revision the own data plane serves at the endpoint now; it equals revision_id once a move is done, and is null until the first revision there is healthy.
+             */
+            served_revision_id: string | null;
+            /** @description `<scheme>://<slug>--<name>.<apps domain>[:port]`; null until the deployment has a stable URL. */
+            url: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** DeploymentEndpointList */
+        DeploymentEndpointList: {
+            /** @description The deployment's endpoints, by name. */
+            resources: components["schemas"]["DeploymentEndpoint"][];
+        };
         /** LogLine */
         LogLine: {
             /**
@@ -3196,20 +3265,20 @@ export interface components {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description Too many at once: the credential or the client address holds as many open streams and long-polls as allowed (`too_many_streams`). Retry-After says when to try again. */
-        TooManyRequests: {
+        /** @description The request conflicts with the current state (a name taken, a resource in use). */
+        Conflict: {
             headers: {
-                /** @description Seconds to wait before opening another stream or long-poll (or close one first). */
-                "Retry-After"?: string;
                 [name: string]: unknown;
             };
             content: {
                 "application/json": components["schemas"]["ErrorBody"];
             };
         };
-        /** @description The request conflicts with the current state (a name taken, a resource in use). */
-        Conflict: {
+        /** @description Too many at once: the credential or the client address holds as many open streams and long-polls as allowed (`too_many_streams`). Retry-After says when to try again. */
+        TooManyRequests: {
             headers: {
+                /** @description Seconds to wait before opening another stream or long-poll (or close one first). */
+                "Retry-After"?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -4224,6 +4293,194 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             408: components["responses"]["RequestTimeout"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listDeploymentEndpoints: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEndpointList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getDeploymentEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                /** @description Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough that `<slug>--<name>` is a DNS label (63 characters). */
+                endpoint_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putDeploymentEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                /** @description Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough that `<slug>--<name>` is a DNS label (63 characters). */
+                endpoint_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** Format: uuid */
+                    revision_id: string;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEndpoint"];
+                };
+            };
+            /** @description Default Response */
+            201: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteDeploymentEndpoint: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                /** @description Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough that `<slug>--<name>` is a DNS label (63 characters). */
+                endpoint_name: string;
+            };
+            cookie?: never;
+        };
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             417: components["responses"]["ExpectationFailed"];
             422: components["responses"]["ValidationFailed"];
             431: components["responses"]["RequestHeaderFieldsTooLarge"];

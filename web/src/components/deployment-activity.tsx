@@ -63,6 +63,26 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
       return { what: 'In-place update failed on the listener', why };
     case 'deployment.update_rolled_out':
       return { what: 'In-place update rolled out', why: null };
+    case 'deployment.endpoint_set':
+      return {
+        what:
+          e.data.from_revision_id === null
+            ? `Endpoint ${text(e.data.endpoint) ?? ''} created at revision ${short(e.data.to_revision_id)}`
+            : `Endpoint ${text(e.data.endpoint) ?? ''} moved from revision ${short(e.data.from_revision_id)} to ${short(e.data.to_revision_id)}`,
+        why: null,
+      };
+    case 'deployment.endpoint_deleted':
+      return { what: `Endpoint ${text(e.data.endpoint) ?? ''} deleted`, why: null };
+    case 'deployment.endpoint_served':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} serves revision ${short(e.data.revision_id)}`,
+        why: null,
+      };
+    case 'deployment.endpoint_failed':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} could not start revision ${short(e.data.revision_id)}`,
+        why,
+      };
     case 'deployment.tags_set':
       return { what: 'Tags set', why: null };
     case 'deployment.deleted':

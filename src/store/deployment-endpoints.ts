@@ -1,0 +1,111 @@
+/**
+ * Endpoints of deployments (migrations/027_deployment_endpoints.sql): the API writes which revision each
+ * should serve, the own data plane's worker writes which one it serves.
+ */
+import { sql } from 'kysely';
+import type { Db, DeploymentEndpointRow } from './schema.ts';
+
+/** A deployment's endpoints, by name. */
+export async function listEndpoints(db: Db, deploymentId: string): Promise<DeploymentEndpointRow[]> {
+  return db
+    .selectFrom('deployment_endpoints')
+    .selectAll()
+    .where('deployment_id', '=', deploymentId)
+    .orderBy('name')
+    .execute();
+}
+
+export async function getEndpoint(db: Db, deploymentId: string, name: string) {
+  return db
+    .selectFrom('deployment_endpoints')
+    .selectAll()
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+}
+
+export async function countEndpoints(db: Db, deploymentId: string): Promise<number> {
+  const row = await db
+    .selectFrom('deployment_endpoints')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .where('deployment_id', '=', deploymentId)
+    .executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+/** Creates the endpoint or moves it to `revisionId`; answers the row as it is now. */
+export async function putEndpoint(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  revisionId: string,
+): Promise<DeploymentEndpointRow> {
+  return db
+    .insertInto('deployment_endpoints')
+    .values({ deployment_id: deploymentId, name, revision_id: revisionId })
+    .onConflict((oc) =>
+      oc.columns(['deployment_id', 'name']).doUpdateSet({ revision_id: revisionId, updated_at: sql`now()` }),
+    )
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+export async function deleteEndpoint(db: Db, deploymentId: string, name: string): Promise<boolean> {
+  const result = await db
+    .deleteFrom('deployment_endpoints')
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .executeTakeFirst();
+  return result.numDeletedRows > 0n;
+}
+
+/**
+ * The data plane serves `revisionId` at the endpoint now. Written only while the endpoint still asks
+ * for that revision (a move made meanwhile is served next, and said then).
+ */
+export async function setEndpointServed(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  revisionId: string | null,
+): Promise<void> {
+  await db
+    .updateTable('deployment_endpoints')
+    .set({ served_revision_id: revisionId })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .execute();
+}
+
+/** Revisions some endpoint of the deployment asks for or serves: their builds are kept. */
+export async function pinnedRevisionIds(db: Db, deploymentId: string): Promise<string[]> {
+  const rows = await listEndpoints(db, deploymentId);
+  return [...new Set(rows.flatMap((r) => [r.revision_id, ...(r.served_revision_id ? [r.served_revision_id] : [])]))];
+}
+
+/**
+ * The endpoints of these deployments with what the data plane needs to serve each: its revision (the
+ * whole row, for the job) and its deployment. Deployments being deleted have none to serve.
+ */
+export async function endpointsToServe(db: Db, deploymentIds: string[]) {
+  if (deploymentIds.length === 0) return [];
+  return db
+    .selectFrom('deployment_endpoints as e')
+    .innerJoin('deployments as d', 'd.id', 'e.deployment_id')
+    .innerJoin('revisions as r', 'r.id', 'e.revision_id')
+    .selectAll('r')
+    .select([
+      'e.name as endpoint_name',
+      'e.served_revision_id as endpoint_served_revision_id',
+      'd.workspace_id as deployment_workspace_id',
+      'd.name as deployment_name',
+      'd.app_slug as deployment_app_slug',
+      'd.source_config as deployment_source_config',
+      'd.tracing_project_id as deployment_tracing_project_id',
+      'd.status as deployment_status',
+    ])
+    .where('e.deployment_id', 'in', deploymentIds)
+    .orderBy('e.deployment_id')
+    .orderBy('e.name')
+    .execute();
+}

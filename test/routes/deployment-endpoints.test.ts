@@ -1,0 +1,250 @@
+/**
+ * Endpoints of a deployment through the API (docs/app-urls.md, "Endpoints"): who may read and move one,
+ * which revisions may be pinned, which names are refused, and that a refusal changes nothing. The data
+ * plane's side (instances, routes, the move without failed requests) is in
+ * test/dataplane/endpoints.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import {
+  client,
+  createTestApp,
+  newWorkspace,
+  registerListener,
+  type TestApp,
+  type Workspace,
+} from '../support/harness.ts';
+
+let t: TestApp;
+let api: ReturnType<typeof client>;
+let other: Workspace;
+
+before(async () => {
+  t = await createTestApp();
+  api = client(t.app);
+  other = await newWorkspace(t, 'other-team');
+});
+after(() => t.close());
+
+/** A deployment with `revisions` revisions, each marked DEPLOYED as the data plane would. */
+async function deployment(
+  name: string,
+  revisions = 1,
+  as = api,
+): Promise<{ id: string; slug: string; revisions: string[] }> {
+  const made = await as.post('/v2/deployments', {
+    name,
+    source: 'internal_container',
+    source_revision_config: { image_uri: `registry.example.com/${name}:1` },
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  for (let i = 1; i < revisions; i++) {
+    const patched = await as.patch(`/v2/deployments/${made.body.id}`, {
+      source_revision_config: { image_uri: `registry.example.com/${name}:${i + 1}` },
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+  }
+  await t.database.db
+    .updateTable('revisions')
+    .set({ status: 'DEPLOYED' })
+    .where('deployment_id', '=', made.body.id)
+    .execute();
+  const row = await t.database.db
+    .selectFrom('deployments')
+    .select('app_slug')
+    .where('id', '=', made.body.id)
+    .executeTakeFirstOrThrow();
+  const listed = await as.get(`/v2/deployments/${made.body.id}/revisions`);
+  return {
+    id: made.body.id,
+    slug: row.app_slug,
+    revisions: listed.body.resources.map((r: { id: string }) => r.id).reverse(),
+  };
+}
+
+const endpointRows = () => t.database.db.selectFrom('deployment_endpoints').selectAll().orderBy('name').execute();
+const endpointEvents = (deploymentId: string) =>
+  t.database.db
+    .selectFrom('events')
+    .select(['type', 'data'])
+    .where('deployment_id', '=', deploymentId)
+    .where('type', 'like', 'deployment.endpoint_%')
+    .orderBy('id')
+    .execute();
+
+describe('endpoints', () => {
+  test('an endpoint is created at a revision, moved to another, listed, read and deleted, each change an event', async () => {
+    const d = await deployment('shop', 2);
+    const [first, second] = d.revisions as [string, string];
+    const created = await api.put(`/v2/deployments/${d.id}/endpoints/staging`, { revision_id: second });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.equal(created.body.name, 'staging');
+    assert.equal(created.body.revision_id, second);
+    assert.equal(created.body.served_revision_id, null);
+    const production = await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: first });
+    assert.equal(production.status, 201);
+    // Promotion: production takes the revision staging serves.
+    const promoted = await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: second });
+    assert.equal(promoted.status, 200);
+    assert.equal(promoted.body.revision_id, second);
+    // The same revision again is no move and no event.
+    assert.equal((await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: second })).status, 200);
+
+    const listed = await api.get(`/v2/deployments/${d.id}/endpoints`);
+    assert.deepEqual(
+      listed.body.resources.map((e: { name: string; revision_id: string }) => [e.name, e.revision_id]),
+      [
+        ['production', second],
+        ['staging', second],
+      ],
+    );
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/staging`)).body.revision_id, second);
+    assert.equal((await api.delete(`/v2/deployments/${d.id}/endpoints/staging`)).status, 204);
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/staging`)).status, 404);
+    assert.equal((await api.delete(`/v2/deployments/${d.id}/endpoints/staging`)).status, 404);
+
+    const events = await endpointEvents(d.id);
+    assert.deepEqual(
+      events.map((e) => [e.type, e.data.endpoint, e.data.from_revision_id, e.data.to_revision_id ?? null]),
+      [
+        ['deployment.endpoint_set', 'staging', null, second],
+        ['deployment.endpoint_set', 'production', null, first],
+        ['deployment.endpoint_set', 'production', first, second],
+        ['deployment.endpoint_deleted', 'staging', second, null],
+      ],
+    );
+    assert.ok(events.every((e) => typeof (e.data.by as { api_key_id?: unknown }).api_key_id === 'string'));
+  });
+
+  test('the endpoint URL is the stable URL with --<name> after the slug', async () => {
+    const d = await deployment('urls');
+    await t.database.db
+      .updateTable('deployments')
+      .set({ source_config: JSON.stringify({ custom_url: `http://${d.slug}.localhost:8125` }) as never })
+      .where('id', '=', d.id)
+      .execute();
+    const put = await api.put(`/v2/deployments/${d.id}/endpoints/staging`, { revision_id: d.revisions[0] });
+    assert.equal(put.body.url, `http://${d.slug}--staging.localhost:8125`);
+  });
+
+  test('a deployment is deleted with its endpoints', async () => {
+    const d = await deployment('gone');
+    await api.put(`/v2/deployments/${d.id}/endpoints/staging`, { revision_id: d.revisions[0] });
+    assert.equal((await api.delete(`/v2/deployments/${d.id}`)).status, 204);
+    assert.equal(
+      (await api.put(`/v2/deployments/${d.id}/endpoints/other`, { revision_id: d.revisions[0] })).status,
+      404,
+    );
+  });
+});
+
+describe('attacks on endpoints', () => {
+  test("another workspace's key can neither read, move, create nor delete an endpoint: 404, nothing changes", async () => {
+    const d = await deployment('private');
+    assert.equal(
+      (await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: d.revisions[0] })).status,
+      201,
+    );
+    const before = await endpointRows();
+    const eventsBefore = await endpointEvents(d.id);
+    const answers = [
+      await other.api.get(`/v2/deployments/${d.id}/endpoints`),
+      await other.api.get(`/v2/deployments/${d.id}/endpoints/production`),
+      await other.api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: d.revisions[0] }),
+      await other.api.put(`/v2/deployments/${d.id}/endpoints/mine`, { revision_id: d.revisions[0] }),
+      await other.api.delete(`/v2/deployments/${d.id}/endpoints/production`),
+    ];
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      [404, 404, 404, 404, 404],
+    );
+    for (const answer of answers) assert.doesNotMatch(JSON.stringify(answer.body), new RegExp(d.revisions[0]!));
+    assert.deepEqual(await endpointRows(), before);
+    assert.deepEqual(await endpointEvents(d.id), eventsBefore);
+  });
+
+  test("a revision of another deployment (the caller's own, or another workspace's) cannot be pinned", async () => {
+    const d = await deployment('pinned');
+    const mine = await deployment('neighbour');
+    const theirs = await deployment('theirs', 1, other.api);
+    const before = await endpointRows();
+    for (const revisionId of [mine.revisions[0], theirs.revisions[0]]) {
+      const answer = await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: revisionId });
+      assert.equal(answer.status, 400, JSON.stringify(answer.body));
+      assert.equal(answer.body.code, 'invalid_reference');
+    }
+    // And the other workspace cannot pin one of ours to its own deployment.
+    const stolen = await other.api.put(`/v2/deployments/${theirs.id}/endpoints/production`, {
+      revision_id: d.revisions[0],
+    });
+    assert.equal(stolen.status, 400);
+    assert.deepEqual(await endpointRows(), before);
+  });
+
+  test('a revision that has not deployed cannot be pinned', async () => {
+    const d = await deployment('unbuilt');
+    const patched = await api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'registry.example.com/unbuilt:2' },
+    });
+    assert.equal(patched.status, 200);
+    const queued = (await api.get(`/v2/deployments/${d.id}/revisions`)).body.resources[0];
+    assert.notEqual(queued.status, 'DEPLOYED');
+    const answer = await api.put(`/v2/deployments/${d.id}/endpoints/staging`, { revision_id: queued.id });
+    assert.equal(answer.status, 400);
+    assert.match(answer.body.detail, /only a revision that built and deployed/);
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints`)).body.resources.length, 0);
+  });
+
+  test('hostile endpoint names are a 4xx that changes nothing', async () => {
+    const d = await deployment('names');
+    const revision_id = d.revisions[0];
+    const before = await endpointRows();
+    const hostile = [
+      'a--b', // would split the host label twice
+      'Production', // upper case
+      'pr%C3%B6d', // unicode (prod with an umlaut)
+      '%E2%80%8Bprod', // a zero-width space
+      '-staging',
+      'staging-',
+      'x'.repeat(64),
+      'x'.repeat(63 - d.slug.length - 1), // the host label would be 64 characters
+      'x-0b9e1c2d', // `<slug>--x-0b9e1c2d` reads as the slug of a deployment named `<slug>--x`
+      'x-0b9e1c2d5d2a4f1e',
+      'a.b',
+      '%2E%2E',
+    ];
+    for (const name of hostile) {
+      const answer = await api.put(`/v2/deployments/${d.id}/endpoints/${name}`, { revision_id });
+      assert.ok(
+        answer.status >= 400 && answer.status < 500,
+        `${name}: ${answer.status} ${JSON.stringify(answer.body)}`,
+      );
+    }
+    // The longest name that fits is taken.
+    const longest = 'x'.repeat(63 - d.slug.length - 2);
+    assert.equal((await api.put(`/v2/deployments/${d.id}/endpoints/${longest}`, { revision_id })).status, 201);
+    await api.delete(`/v2/deployments/${d.id}/endpoints/${longest}`);
+    assert.deepEqual(await endpointRows(), before);
+  });
+
+  test('a listener-served deployment refuses endpoints with a clear 400', async () => {
+    const listener = await registerListener((url, body) => api.post(url, body), 'cluster-a', ['apps']);
+    const made = await api.post('/v2/deployments', {
+      name: 'on-cluster',
+      source: 'external_container',
+      source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'apps' } },
+      source_revision_config: { image_uri: 'registry.example.com/on-cluster:1' },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    await t.database.db
+      .updateTable('revisions')
+      .set({ status: 'DEPLOYED' })
+      .where('deployment_id', '=', made.body.id)
+      .execute();
+    const revision = (await api.get(`/v2/deployments/${made.body.id}/revisions`)).body.resources[0];
+    const answer = await api.put(`/v2/deployments/${made.body.id}/endpoints/staging`, { revision_id: revision.id });
+    assert.equal(answer.status, 400);
+    assert.match(answer.body.detail, /own data plane only/);
+    assert.equal((await api.get(`/v2/deployments/${made.body.id}/endpoints`)).body.resources.length, 0);
+  });
+});
