@@ -22,6 +22,7 @@ import { listenersCommand } from './listener-commands.ts';
 import { loginCommand, logoutCommand } from './login-command.ts';
 import { Output } from './cli-output.ts';
 import { protocolCredentialsCommand } from './protocol-credential-commands.ts';
+import { endpointsCommand } from './endpoint-commands.ts';
 import { scaleCommand } from './scale-command.ts';
 
 /** What the host of the command line adds to it: the service adds its operator commands and app config rules. */
@@ -79,6 +80,7 @@ export function buildProgram(runtime: CliRuntime, options: ProgramOptions = {}):
     rollbackCommand(run),
     interruptCommand(run),
     scaleCommand(run),
+    endpointsCommand(run),
     logsCommand(run),
     listenersCommand(run),
     keysCommand(run),

@@ -73,6 +73,8 @@ export type ProtocolCredentialCreated = JsonResponse<
   201
 >;
 
+export type DeploymentEndpoint = JsonResponse<'/v2/deployments/{deployment_id}/endpoints/{endpoint_name}', 'get', 200>;
+
 export type CodehostIntegration = JsonResponse<'/v1/integrations/forge/codehost/{integration_id}', 'get', 200>;
 export type CodehostRepository = JsonResponse<
   '/v1/integrations/forge/codehost/{integration_id}/repos',

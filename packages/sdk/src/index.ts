@@ -1,7 +1,7 @@
 /**
  * The Slipway client (docs/sdk.md): `import { SlipwayClient } from '@slipway/sdk'`.
  */
-export { SlipwayClient, ok, type SlipwayClientOptions } from './slipway-client.ts';
+export { SlipwayClient, endpointFailure, ok, type SlipwayClientOptions } from './slipway-client.ts';
 export { SlipwayError, type ClientErrorCode, type ValidationIssue } from './slipway-error.ts';
 export { parseWarnings } from './response-warnings.ts';
 export { iteratePages, iterateItems, collect, MAX_PAGE_SIZE, type PageFetcher } from './page-iterator.ts';

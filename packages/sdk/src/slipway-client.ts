@@ -13,6 +13,7 @@ import createClient, { type Client } from 'openapi-fetch';
 import type { paths } from './api-types.ts';
 import type {
   ApiKeyCreate,
+  DeploymentEndpoint,
   DeploymentCreate,
   DeploymentPatch,
   DeploymentQuery,
@@ -27,6 +28,7 @@ import { followLog, waitForRevision, type FollowLogOptions, type WaitOptions } f
 import { createRetryingFetch, type RetryingFetch, type RetryOptions } from './retrying-fetch.ts';
 import { parseWarnings } from './response-warnings.ts';
 import { SlipwayError } from './slipway-error.ts';
+import { sleep } from './sleep.ts';
 
 export interface SlipwayClientOptions extends RetryOptions {
   /** The service's address, e.g. `http://127.0.0.1:8124`. */
@@ -58,6 +60,25 @@ export async function ok<R extends Answer>(call: Promise<R>): Promise<DataOf<R>>
 }
 
 const path = <T extends Record<string, string>>(params: T) => ({ params: { path: params } });
+
+/**
+ * The data plane's message when it could not start `revisionId` at the endpoint since the endpoint was
+ * last moved; null when it has not said so. `events` is a deployment's events, newest first: the scan
+ * stops at the newest move of the endpoint, so a failure of an earlier move to the same revision is not
+ * taken for this one's.
+ */
+export function endpointFailure(
+  events: readonly { type: string; data: Record<string, unknown> }[],
+  name: string,
+  revisionId: string,
+): string | null {
+  for (const e of events) {
+    if (e.data.endpoint !== name) continue;
+    if (e.type === 'deployment.endpoint_set') return null;
+    if (e.type === 'deployment.endpoint_failed' && e.data.revision_id === revisionId) return String(e.data.message);
+  }
+  return null;
+}
 
 export class SlipwayClient {
   /** Every operation of the API, typed from its OpenAPI document: `await ok(client.api.GET('/v2/listeners'))`. */
@@ -277,6 +298,68 @@ export class SlipwayClient {
           path({ deployment_id: deploymentId, credential_id: credentialId }),
         ),
       ),
+  };
+
+  /**
+   * Endpoints of a deployment: named addresses pinned to its revisions, each at its own URL
+   * (`<slug>--<name>.<apps domain>`). Served by the service's own data plane only.
+   */
+  readonly endpoints = {
+    /** The deployment's endpoints, by name. */
+    list: async (deploymentId: string): Promise<DeploymentEndpoint[]> =>
+      (await ok(this.api.GET('/v2/deployments/{deployment_id}/endpoints', path({ deployment_id: deploymentId }))))
+        .resources,
+    get: (deploymentId: string, name: string) =>
+      ok(
+        this.api.GET(
+          '/v2/deployments/{deployment_id}/endpoints/{endpoint_name}',
+          path({ deployment_id: deploymentId, endpoint_name: name }),
+        ),
+      ),
+    /** Creates the endpoint at the revision, or moves it there. */
+    set: (deploymentId: string, name: string, revisionId: string) =>
+      ok(
+        this.api.PUT('/v2/deployments/{deployment_id}/endpoints/{endpoint_name}', {
+          ...path({ deployment_id: deploymentId, endpoint_name: name }),
+          body: { revision_id: revisionId },
+        }),
+      ),
+    /** Moves `to` to the revision `from` is pinned to: the same build, not built again. */
+    promote: async (deploymentId: string, from: string, to: string) =>
+      this.endpoints.set(deploymentId, to, (await this.endpoints.get(deploymentId, from)).revision_id),
+    delete: (deploymentId: string, name: string) =>
+      ok(
+        this.api.DELETE(
+          '/v2/deployments/{deployment_id}/endpoints/{endpoint_name}',
+          path({ deployment_id: deploymentId, endpoint_name: name }),
+        ),
+      ),
+    /**
+     * Waits until the data plane serves `revisionId` at the endpoint (the answer), or reports that it
+     * could not start it (a `deployment.endpoint_failed` event since the wait began: thrown as an Error
+     * with its message), or the endpoint is moved elsewhere or deleted (thrown). Polls every `everyMs`.
+     */
+    waitServed: async (
+      deploymentId: string,
+      name: string,
+      revisionId: string,
+      options: { everyMs?: number; signal?: AbortSignal } = {},
+    ): Promise<DeploymentEndpoint> => {
+      for (;;) {
+        const endpoint = await this.endpoints.get(deploymentId, name);
+        if (endpoint.served_revision_id === revisionId) return endpoint;
+        if (endpoint.revision_id !== revisionId)
+          throw new Error(`endpoint ${name} was moved to revision ${endpoint.revision_id} meanwhile`);
+        const events = await ok(
+          this.api.GET('/v2/deployments/{deployment_id}/events', {
+            params: { path: { deployment_id: deploymentId }, query: { order: 'desc', limit: 50 } },
+          }),
+        );
+        const failure = endpointFailure(events.resources, name, revisionId);
+        if (failure !== null) throw new Error(`revision ${revisionId} did not start at endpoint ${name}: ${failure}`);
+        await sleep(options.everyMs ?? 1000, options.signal);
+      }
+    },
   };
 
   readonly integrations = {

@@ -1,0 +1,147 @@
+/**
+ * `slipway endpoints ls|set|promote|rm <deployment>`: a deployment's endpoints, named addresses pinned to
+ * its revisions, each at `<slug>--<name>.<apps domain>` (docs/app-urls.md, "Endpoints"). `set` and
+ * `promote` wait until the service's own data plane serves the revision there (its instances healthy, the
+ * route switched), unless --no-wait.
+ */
+import { Command } from 'commander';
+import type { DeploymentEndpoint, SlipwayClient } from '@slipway/sdk';
+import { CliError, EXIT } from './cli-errors.ts';
+import { ago, orDash } from './cli-format.ts';
+import type { CliContext } from './cli-context.ts';
+import { withExample, type ActionRunner } from './command-help.ts';
+import { confirm } from './cli-prompt.ts';
+import { resolveDeployment, resolveRevision } from './resource-resolve.ts';
+
+const short = (id: string | null) => (id === null ? orDash(null) : id.slice(0, 8));
+
+/** Says the endpoint as moved, then waits (unless told not to) until it serves the revision. */
+async function settle(
+  ctx: CliContext,
+  client: SlipwayClient,
+  deploymentId: string,
+  endpoint: DeploymentEndpoint,
+  wait: boolean,
+): Promise<void> {
+  let result = endpoint;
+  if (wait && endpoint.served_revision_id !== endpoint.revision_id) {
+    ctx.output.note(`Starting revision ${short(endpoint.revision_id)} at ${endpoint.name}...`);
+    try {
+      result = await client.endpoints.waitServed(deploymentId, endpoint.name, endpoint.revision_id);
+    } catch (error) {
+      throw new CliError(error instanceof Error ? error.message : String(error), EXIT.failed, [
+        'What served at the endpoint before keeps serving.',
+      ]);
+    }
+  }
+  if (ctx.output.json) return ctx.output.data(result);
+  ctx.output.result(
+    result.served_revision_id === result.revision_id
+      ? `${result.name} serves revision ${result.revision_id}${result.url ? ` at ${result.url}` : ''}`
+      : `${result.name} is pinned to revision ${result.revision_id}; the data plane starts it now`,
+  );
+}
+
+export function endpointsCommand(run: ActionRunner): Command {
+  const endpoints = withExample(
+    new Command('endpoints')
+      .alias('endpoint')
+      .description('Named addresses of a deployment, each pinned to a revision: list, set, promote, remove'),
+    ['slipway endpoints set my-agent staging 7a2c', 'slipway endpoints promote my-agent staging production'],
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('ls')
+        .alias('list')
+        .description("List a deployment's endpoints with their revisions and URLs")
+        .argument('<deployment>', 'the deployment name or id'),
+      ['slipway endpoints ls my-agent'],
+    ).action(
+      run(async (ctx, ref: string) => {
+        const client = await ctx.client();
+        const deployment = await resolveDeployment(client, ref);
+        const rows = await client.endpoints.list(deployment.id);
+        if (ctx.output.json) return ctx.output.data(rows);
+        ctx.output.table(
+          rows,
+          [
+            { header: 'NAME', value: (e) => e.name },
+            { header: 'REVISION', value: (e) => short(e.revision_id) },
+            {
+              header: 'SERVING',
+              value: (e) =>
+                e.served_revision_id === e.revision_id
+                  ? short(e.served_revision_id)
+                  : `${short(e.served_revision_id)} (moving)`,
+            },
+            { header: 'URL', value: (e) => orDash(e.url) },
+            { header: 'MOVED', value: (e) => ago(e.updated_at) },
+          ],
+          `endpoints of ${deployment.name}`,
+        );
+      }),
+    ),
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('set')
+        .description('Create an endpoint at a revision, or move it there (a DEPLOYED revision of the deployment)')
+        .argument('<deployment>', 'the deployment name or id')
+        .argument('<name>', 'the endpoint name (e.g. staging)')
+        .argument('<revision>', 'the revision id, or its first 4 or more characters')
+        .option('--no-wait', 'do not wait until the data plane serves it'),
+      ['slipway endpoints set my-agent staging 7a2c41d0'],
+    ).action(
+      run(async (ctx, ref: string, name: string, revisionRef: string, options: { wait: boolean }) => {
+        const client = await ctx.client();
+        const { deployment, revision } = await resolveRevision(client, revisionRef, ref);
+        const endpoint = await client.endpoints.set(deployment.id, name, revision.id);
+        await settle(ctx, client, deployment.id, endpoint, options.wait);
+      }),
+    ),
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('promote')
+        .description('Move an endpoint to the revision another one is pinned to: the same build, not built again')
+        .argument('<deployment>', 'the deployment name or id')
+        .argument('<from>', 'the endpoint whose revision is promoted (e.g. staging)')
+        .argument('<to>', 'the endpoint that takes it (e.g. production)')
+        .option('--no-wait', 'do not wait until the data plane serves it'),
+      ['slipway endpoints promote my-agent staging production'],
+    ).action(
+      run(async (ctx, ref: string, from: string, to: string, options: { wait: boolean }) => {
+        const client = await ctx.client();
+        const deployment = await resolveDeployment(client, ref);
+        const endpoint = await client.endpoints.promote(deployment.id, from, to);
+        await settle(ctx, client, deployment.id, endpoint, options.wait);
+      }),
+    ),
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('rm')
+        .alias('delete')
+        .description("Delete an endpoint; its instances are drained and stopped (the deployment's own URL stays)")
+        .argument('<deployment>', 'the deployment name or id')
+        .argument('<name>', 'the endpoint name')
+        .option('-y, --yes', 'do not ask for confirmation'),
+      ['slipway endpoints rm my-agent staging --yes'],
+    ).action(
+      run(async (ctx, ref: string, name: string, options: { yes?: boolean }) => {
+        const client = await ctx.client();
+        const deployment = await resolveDeployment(client, ref);
+        if (!options.yes && !(await confirm(ctx, `Delete endpoint ${name} of ${deployment.name}?`)))
+          throw new CliError('not deleted (confirm with --yes)', EXIT.usage);
+        await client.endpoints.delete(deployment.id, name);
+        if (ctx.output.json) return ctx.output.data({ name, deleted: true });
+        ctx.output.result(`Deleted endpoint ${name} of ${deployment.name}.`);
+      }),
+    ),
+  );
+  return endpoints;
+}
