@@ -255,6 +255,8 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       'Deploy a revision that removes what it does not need at start.';
     await edge.remove(app.slug, { drainTimeoutMs: 0 });
     await app.supervisor.stop(1000);
+    // Its endpoints' instances write the same directories: they stop too, and stay stopped (below).
+    await endpointApps.stopAll(deploymentId);
     tracking.noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     reportDiskFull(
       deps,
@@ -427,7 +429,9 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
 
     running: () => [...apps.keys()],
 
-    serveEndpoints: (deploymentId, wanted, report) => endpointApps.serve(deploymentId, wanted, report),
+    serveEndpoints: (deploymentId, wanted, report) =>
+      // A deployment stopped for its disk serves no endpoint until a new revision serves it.
+      apps.get(deploymentId)?.stoppedBecause ? Promise.resolve() : endpointApps.serve(deploymentId, wanted, report),
 
     appStats: () =>
       Promise.all(

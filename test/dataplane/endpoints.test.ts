@@ -188,3 +188,73 @@ async function scenario(): Promise<void> {
   );
   assert.equal(service.edge.targets(`${slug}--production`).length, 0);
 }
+
+/** Healthy unless it is revision 'bad' started after /poison was called (the data directory is the deployment's). */
+const FLAKY = `
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+const poison = path.join(process.env.SLIPWAY_DATA_DIR, 'poison');
+const sick = process.env.VERSION === 'bad' && fs.existsSync(poison);
+http.createServer((req, res) => {
+  if (req.url === '/healthz') { res.writeHead(sick ? 500 : 200); res.end(); return; }
+  if (req.url === '/poison') fs.writeFileSync(poison, 'x');
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ version: process.env.VERSION, revision_id: process.env.SLIPWAY_REVISION_ID }));
+}).listen(Number(process.env.PORT), process.env.HOST);
+`;
+
+test('a move whose revision does not become healthy leaves the endpoint serving what it served, and says why', async () => {
+  service = await startTestService({ SLIPWAY_HEALTH_TIMEOUT_SECONDS: '5' });
+  try {
+    const flaky = (version: string) =>
+      oneFileApp(FLAKY, { health_check_path: '/healthz', database: false, env: { VERSION: version } });
+    const created = await service.api('POST', '/v2/deployments', {
+      name: 'flaky',
+      source: 'internal_source',
+      source_revision_config: {
+        source_tarball_path: await uploadApp(service, flaky('good')),
+        framework_config_path: 'slipway.json',
+      },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const id: string = created.body.id;
+    const good = await waitForRevision(service, id, created.body.latest_revision_id);
+    assert.equal(good.status, 'DEPLOYED', JSON.stringify(good));
+    assert.equal(
+      (await service.api('PUT', `/v2/deployments/${id}/endpoints/production`, { revision_id: good.id })).status,
+      201,
+    );
+    await servedAt(id, 'production', good.id);
+    const patched = await service.api('PATCH', `/v2/deployments/${id}`, {
+      source_revision_config: {
+        source_tarball_path: await uploadApp(service, flaky('bad')),
+        framework_config_path: 'slipway.json',
+      },
+    });
+    const bad = await waitForRevision(service, id, patched.body.latest_revision_id);
+    assert.equal(bad.status, 'DEPLOYED', JSON.stringify(bad));
+    const url: string = (await service.api('GET', `/v2/deployments/${id}`)).body.source_config.custom_url;
+    // From now on, a new start of the bad revision fails its health check.
+    assert.equal((await requestApp(service, url, '/poison')).status, 200);
+
+    assert.equal(
+      (await service.api('PUT', `/v2/deployments/${id}/endpoints/production`, { revision_id: bad.id })).status,
+      200,
+    );
+    const failed = await eventually('the failed start to be an event', async () => {
+      const events = await service.api('GET', `/v2/deployments/${id}/events?limit=100`);
+      return (events.body.resources as { type: string; data: Record<string, unknown> }[]).find(
+        (e) => e.type === 'deployment.endpoint_failed' && e.data.revision_id === bad.id,
+      );
+    });
+    assert.equal(failed.data.endpoint, 'production');
+    assert.match(String(failed.data.message), /health/i);
+    const production = endpointUrl(url, 'production');
+    assert.deepEqual(await versionAt(production), { status: 200, version: 'good', revision_id: good.id });
+    const endpoint = (await service.api('GET', `/v2/deployments/${id}/endpoints/production`)).body;
+    assert.deepEqual([endpoint.revision_id, endpoint.served_revision_id], [bad.id, good.id]);
+  } finally {
+    await service.close();
+  }
+});
