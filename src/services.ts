@@ -119,7 +119,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     protocolCredentials: createProtocolCredentialService({ db }),
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens }),
     tags: createTagService({ db }),
-    endpoints: createEndpointService({ db }),
+    endpoints: createEndpointService({ db, resources }),
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({
       db,

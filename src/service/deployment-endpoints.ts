@@ -18,9 +18,12 @@ import { getDeployment, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { getRevision } from '../store/revisions.ts';
 import type { Database, DeploymentEndpointRow, DeploymentRow } from '../store/schema.ts';
+import { checkEndpointQuota, type ResourcePolicy } from './resource-quotas.ts';
 
 export interface EndpointServiceDeps {
   db: Kysely<Database>;
+  /** The workspace quotas: each endpoint runs a copy of its deployment's instances. Null: none applied. */
+  resources: ResourcePolicy | null;
 }
 
 /** Who asks, for the events: the API key (or sign-in session) that made the change. */
@@ -44,7 +47,7 @@ function urlOf(deployment: Pick<DeploymentRow, 'app_slug' | 'source_config'>, na
   return `${stable.slice(0, at)}//${endpointLabel(deployment.app_slug, name)}.${stable.slice(at + marker.length)}`;
 }
 
-export function createEndpointService({ db }: EndpointServiceDeps) {
+export function createEndpointService({ db, resources }: EndpointServiceDeps) {
   const view = (deployment: DeploymentRow, row: DeploymentEndpointRow): EndpointView => ({
     ...row,
     url: urlOf(deployment, row.name),
@@ -105,6 +108,8 @@ export function createEndpointService({ db }: EndpointServiceDeps) {
             'conflict',
             `The deployment has ${MAX_ENDPOINTS_PER_DEPLOYMENT} endpoints, as many as a deployment may have; delete one first.`,
           );
+        if (!before && resources)
+          await checkEndpointQuota(tx, resources, workspaceId, deployment.source_config.resource_spec ?? null);
         const row = await putEndpoint(tx, deploymentId, name, revision.id);
         if (before?.revision_id !== revision.id)
           await recordEvents(tx, [

@@ -14,7 +14,8 @@ import {
   type WorkspaceUsage,
 } from '../domain/resource-maxima.ts';
 import type { SourceConfig } from '../domain/sources.ts';
-import { ValidationError } from '../errors.ts';
+import { ValidationError, type ValidationIssue } from '../errors.ts';
+import { countEndpoints, quotaCountedEndpointSpecs } from '../store/deployment-endpoints.ts';
 import type { Db } from '../store/schema.ts';
 import { lockWorkspaceQuota, quotaCountedSpecs } from '../store/workspace-quotas.ts';
 
@@ -54,7 +55,20 @@ export function resourcePolicyOf(config: {
 
 const hasQuota = (quota: WorkspaceQuota) => Object.values(quota).some((v) => v !== null);
 
-/** What the workspace's deployments on the own data plane use, but `exceptId`. */
+/**
+ * What one endpoint of a deployment with this spec uses: a copy of its instances (memory, CPU,
+ * instances), and neither a deployment nor database storage of its own (docs/app-urls.md, "Endpoints").
+ */
+function endpointUsage(spec: Record<string, unknown> | null, policy: ResourcePolicy): WorkspaceUsage {
+  return { ...usageOfSpec(spec, policy.defaults), deployments: 0, database_storage_gi: 0 };
+}
+
+function plus(a: WorkspaceUsage, b: WorkspaceUsage): WorkspaceUsage {
+  const sum = addUsage([a, b]);
+  return { ...sum, deployments: a.deployments + b.deployments };
+}
+
+/** What the workspace's deployments on the own data plane use, their endpoints' instances included, but `exceptId`'s. */
 export async function workspaceUsage(
   db: Db,
   policy: ResourcePolicy,
@@ -62,7 +76,39 @@ export async function workspaceUsage(
   exceptId: string | null = null,
 ): Promise<WorkspaceUsage> {
   const specs = await quotaCountedSpecs(db, workspaceId, exceptId);
-  return addUsage(specs.map((spec) => usageOfSpec(spec, policy.defaults)));
+  const endpoints = await quotaCountedEndpointSpecs(db, workspaceId, exceptId);
+  return endpoints.reduce(
+    (usage, spec) => plus(usage, endpointUsage(spec, policy)),
+    addUsage(specs.map((spec) => usageOfSpec(spec, policy.defaults))),
+  );
+}
+
+/**
+ * Throws a 422 when one more endpoint of the deployment (a copy of its instances) would take the
+ * workspace over its quota of memory, CPU or instances. Run inside the write's transaction.
+ */
+export async function checkEndpointQuota(
+  tx: Db,
+  policy: ResourcePolicy,
+  workspaceId: string,
+  spec: Record<string, unknown> | null,
+): Promise<void> {
+  const quota = await lockWorkspaceQuota(tx, workspaceId);
+  if (!quota || !hasQuota(quota)) return;
+  const used = await workspaceUsage(tx, policy, workspaceId);
+  const copy = endpointUsage(spec, policy);
+  const issues: ValidationIssue[] = [];
+  for (const key of ['memory_mb', 'cpu', 'instances'] as const) {
+    const limit = quota[key];
+    if (limit === null || used[key] + copy[key] <= limit) continue;
+    issues.push({
+      type: 'quota_exceeded',
+      loc: ['body', 'revision_id'],
+      msg: `The workspace's quota allows ${limit} ${key} in all; its deployments and endpoints use ${used[key]}, and another endpoint of this deployment runs ${copy[key]} more`,
+      input: null,
+    });
+  }
+  if (issues.length > 0) throw new ValidationError(issues);
 }
 
 /**
@@ -84,7 +130,10 @@ export async function checkResourceLimits(
   if (overMaxima.length > 0) throw new ValidationError(overMaxima);
   const quota = await lockWorkspaceQuota(tx, workspaceId);
   if (!quota || !hasQuota(quota)) return;
-  const others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
+  // The patched deployment's endpoints run copies of its instances with the new spec.
+  const copies = patched ? await countEndpoints(tx, patched.id) : 0;
+  let others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
+  for (let i = 0; i < copies; i++) others = plus(others, endpointUsage(spec, policy));
   const overQuota = specOverQuota(spec, policy.defaults, others, quota, patched ? patched.spec : undefined);
   if (overQuota.length > 0) throw new ValidationError(overQuota);
 }

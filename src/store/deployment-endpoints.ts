@@ -109,3 +109,25 @@ export async function endpointsToServe(db: Db, deploymentIds: string[]) {
     .orderBy('e.name')
     .execute();
 }
+
+/**
+ * The resource spec of each endpoint's deployment, once per endpoint, for the workspace's deployments on
+ * the own data plane but `exceptId`: every endpoint runs a copy of its deployment's instances, which the
+ * workspace's quota counts (src/service/resource-quotas.ts).
+ */
+export async function quotaCountedEndpointSpecs(
+  db: Db,
+  workspaceId: string,
+  exceptId: string | null = null,
+): Promise<(Record<string, unknown> | null)[]> {
+  let query = db
+    .selectFrom('deployment_endpoints as e')
+    .innerJoin('deployments as d', 'd.id', 'e.deployment_id')
+    .select('d.source_config')
+    .where('d.workspace_id', '=', workspaceId)
+    .where('d.listener_id', 'is', null)
+    .where('d.status', '!=', 'AWAITING_DELETE');
+  if (exceptId !== null) query = query.where('d.id', '!=', exceptId);
+  const rows = await query.execute();
+  return rows.map((r) => r.source_config.resource_spec ?? null);
+}

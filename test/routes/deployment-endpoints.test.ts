@@ -248,3 +248,40 @@ describe('attacks on endpoints', () => {
     assert.equal((await api.get(`/v2/deployments/${made.body.id}/endpoints`)).body.resources.length, 0);
   });
 });
+
+describe('endpoints and the workspace quota', () => {
+  test("each endpoint counts as a copy of its deployment's instances: one past the quota is a 422 that changes nothing, and a patch counts them too", async () => {
+    const ws = await newWorkspace(t, 'quota-team');
+    const quota = await client(t.app, t.orgKey).patch(`/v2/workspaces/${ws.id}/quota`, { instances: 3 });
+    assert.equal(quota.status, 200, JSON.stringify(quota.body));
+    const made = await ws.api.post('/v2/deployments', {
+      name: 'counted',
+      source: 'internal_container',
+      source_config: { resource_spec: { min_scale: 1 } },
+      source_revision_config: { image_uri: 'registry.example.com/counted:1' },
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    await t.database.db
+      .updateTable('revisions')
+      .set({ status: 'DEPLOYED' })
+      .where('deployment_id', '=', made.body.id)
+      .execute();
+    const revision_id = (await ws.api.get(`/v2/deployments/${made.body.id}/revisions`)).body.resources[0].id;
+    const url = (name: string) => `/v2/deployments/${made.body.id}/endpoints/${name}`;
+    assert.equal((await ws.api.put(url('staging'), { revision_id })).status, 201);
+    assert.equal((await ws.api.put(url('production'), { revision_id })).status, 201);
+    // Three instances in use: the deployment's and one per endpoint.
+    assert.equal((await ws.api.get(`/v2/workspaces/${ws.id}`)).body.usage.instances, 3);
+    const over = await ws.api.put(url('preview'), { revision_id });
+    assert.equal(over.status, 422, JSON.stringify(over.body));
+    assert.equal(over.body.detail[0].type, 'quota_exceeded');
+    assert.equal((await ws.api.get(`/v2/deployments/${made.body.id}/endpoints`)).body.resources.length, 2);
+    // Moving an existing endpoint takes nothing more.
+    assert.equal((await ws.api.put(url('staging'), { revision_id })).status, 200);
+    // Scaling the deployment up scales its endpoints too: 2 x 3 instances is over the quota.
+    const scaled = await ws.api.patch(`/v2/deployments/${made.body.id}`, {
+      source_config: { resource_spec: { min_scale: 2 } },
+    });
+    assert.equal(scaled.status, 422, JSON.stringify(scaled.body));
+  });
+});
