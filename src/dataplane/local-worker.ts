@@ -26,8 +26,7 @@ import { getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../
 import type { Database } from '../store/schema.ts';
 import { createAdoption, jobOf } from './adoption.ts';
 import type { EndpointOutcome, LocalRuntime, WantedEndpoint } from './local-runtime.ts';
-import { endpointsToServe, pinnedRevisionIds, setEndpointServed } from '../store/deployment-endpoints.ts';
-import { recordEvents } from '../store/events.ts';
+import { endpointsToServe, pinnedRevisionIds } from '../store/deployment-endpoints.ts';
 import { RevisionFailure } from './revision-build.ts';
 import {
   claimDeploymentToDelete,
@@ -389,46 +388,32 @@ export function startWorker(deps: WorkerDeps): Worker {
     }
   }
 
-  /** Says what became of an endpoint's start: its served revision, and an event. */
+  /** Says what became of an endpoint's start: its served revision, and an event (the lifecycle records both). */
   async function reportEndpoint(
     deploymentId: string,
     outcome: EndpointOutcome,
     marked: Map<string, string | null>,
   ): Promise<void> {
-    const workspace = await db
-      .selectFrom('deployments')
-      .select('workspace_id')
-      .where('id', '=', deploymentId)
-      .executeTakeFirst();
-    if (!workspace) return;
-    await db.transaction().execute(async (tx) => {
-      if (outcome.served) {
-        await setEndpointServed(tx, deploymentId, outcome.endpoint, outcome.revisionId);
-        // After a restart the same revision is started again: that is no move, and no event.
-        if (marked.get(outcome.endpoint) === outcome.revisionId && outcome.fromRevisionId === null) return;
-      }
-      await recordEvents(tx, [
-        {
-          workspaceId: workspace.workspace_id,
-          subjectType: 'deployment',
-          subjectId: deploymentId,
-          deploymentId,
-          ...(outcome.served
-            ? {
-                type: 'deployment.endpoint_served' as const,
-                data: {
-                  endpoint: outcome.endpoint,
-                  revision_id: outcome.revisionId,
-                  from_revision_id: outcome.fromRevisionId,
-                },
-              }
-            : {
-                type: 'deployment.endpoint_failed' as const,
-                data: { endpoint: outcome.endpoint, revision_id: outcome.revisionId, message: outcome.message },
-              }),
-        },
-      ]);
-    });
+    const recordedRevisionId = marked.get(outcome.endpoint) ?? null;
+    await reports.reportEndpoint(
+      outcome.served
+        ? {
+            deploymentId,
+            endpoint: outcome.endpoint,
+            revisionId: outcome.revisionId,
+            recordedRevisionId,
+            served: true,
+            fromRevisionId: outcome.fromRevisionId,
+          }
+        : {
+            deploymentId,
+            endpoint: outcome.endpoint,
+            revisionId: outcome.revisionId,
+            recordedRevisionId,
+            served: false,
+            message: outcome.message,
+          },
+    );
   }
 
   async function pump(): Promise<void> {

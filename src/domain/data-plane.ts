@@ -92,6 +92,19 @@ export interface DatabaseStorageReport {
   event: { type: DatabaseStorageEventType; data: Record<string, unknown> };
 }
 
+/**
+ * What became of an endpoint's start on the own data plane (docs/app-urls.md, "Endpoints"): it serves
+ * `revisionId` now (moved from `fromRevisionId`, null when it served nothing before, as after a restart
+ * of the service), or the start failed and the revision it served before goes on serving.
+ */
+export type EndpointReport = {
+  deploymentId: string;
+  endpoint: string;
+  revisionId: string;
+  /** The revision the service last recorded as serving the endpoint when the worker read it. */
+  recordedRevisionId: string | null;
+} & ({ served: true; fromRevisionId: string | null } | { served: false; message: string });
+
 /** An app database the own data plane is about to make, kept first so a retried provisioning finds it. */
 export interface AppDatabaseRecord {
   databaseName: string;
@@ -133,6 +146,12 @@ export interface DataPlaneReports {
   reportCondition(report: DeploymentConditionReport): Promise<void>;
   /** A fact about a deployment's app: recorded as the deployment's event, in a transaction of its own. */
   reportFact(report: DeploymentFactReport): Promise<void>;
+  /**
+   * An endpoint's start (the own data plane): a served revision is recorded as the endpoint's, with
+   * `deployment.endpoint_served` unless it is the one recorded already and nothing moved (a restart);
+   * a failure is `deployment.endpoint_failed`. Nothing when the deployment is gone.
+   */
+  reportEndpoint(report: EndpointReport): Promise<void>;
   /** The app database the own data plane is about to make for a deployment, on its runtime row. */
   keepAppDatabase(deploymentId: string, workspaceId: string, database: AppDatabaseRecord): Promise<void>;
   /** The agent credential the own data plane made for a deployment's app: stored, and kept on its runtime row. */

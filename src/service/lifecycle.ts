@@ -24,6 +24,7 @@ import type {
   DeletionOutcome,
   DeploymentConditionReport,
   DeploymentFactReport,
+  EndpointReport,
   NotAppliedReason,
   ReportOutcome,
   RevisionReport,
@@ -55,6 +56,7 @@ import {
   setActiveRevision,
   updateDeployment,
 } from '../store/deployments.ts';
+import { setEndpointServed } from '../store/deployment-endpoints.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
 import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionStatus } from '../store/revisions.ts';
@@ -431,6 +433,44 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
           data: report.data,
         },
       ]);
+    },
+
+    async reportEndpoint(report: EndpointReport): Promise<void> {
+      await db.transaction().execute(async (tx) => {
+        const deployment = await tx
+          .selectFrom('deployments')
+          .select(['workspace_id', 'listener_id'])
+          .where('id', '=', report.deploymentId)
+          .executeTakeFirst();
+        // Only the data plane that runs the deployment reports its endpoints.
+        if (!deployment || deployment.listener_id !== listenerId) return;
+        if (report.served) {
+          await setEndpointServed(tx, report.deploymentId, report.endpoint, report.revisionId);
+          // After a restart the same revision is started again: that is no move, and no event.
+          if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
+        }
+        await recordEvents(tx, [
+          {
+            workspaceId: deployment.workspace_id,
+            subjectType: 'deployment',
+            subjectId: report.deploymentId,
+            deploymentId: report.deploymentId,
+            ...(report.served
+              ? {
+                  type: 'deployment.endpoint_served' as const,
+                  data: {
+                    endpoint: report.endpoint,
+                    revision_id: report.revisionId,
+                    from_revision_id: report.fromRevisionId,
+                  },
+                }
+              : {
+                  type: 'deployment.endpoint_failed' as const,
+                  data: { endpoint: report.endpoint, revision_id: report.revisionId, message: report.message },
+                }),
+          },
+        ]);
+      });
     },
 
     async keepAppDatabase(deploymentId: string, workspaceId: string, database: AppDatabaseRecord): Promise<void> {
