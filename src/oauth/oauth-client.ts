@@ -23,8 +23,16 @@
  */
 
 import * as oauth from 'oauth4webapi';
+import { fetch as undiciFetch, type Agent, type RequestInit as UndiciRequestInit } from 'undici';
 import { OAuthFlowError, toOAuthFlowError, unreachableError, type SecretValues } from './oauth-flow-error.ts';
-import { assertPublicAddress } from './public-address.ts';
+import {
+  assertPublicAddress,
+  findNotPublicAddress,
+  notPublicError,
+  publicOnlyDispatcher,
+  systemResolve,
+  type ResolveAddresses,
+} from './public-address.ts';
 import {
   isCodeChallengeMethod,
   type CodeChallengeMethod,
@@ -66,8 +74,16 @@ export interface OAuthTokenSet {
 export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
 
 export interface OAuthClientOptions {
-  /** Replaces global fetch (tests, proxies). */
+  /**
+   * Replaces fetch for every request (tests, proxies). The address check before a request to a
+   * discovered URL stays; the check on the connection itself (public-address.ts) is then the fetch's.
+   */
   fetch?: FetchLike;
+  /**
+   * Resolves host names for the address check of discovered URLs, both before the request and on its
+   * connection. Default: the system resolver (dns.lookup). Tests replace it.
+   */
+  resolve?: ResolveAddresses;
   /** Permit plain http provider URLs. Development and tests only. */
   allowInsecure?: boolean;
   /** Time allowed for each request to the provider. Default 10 s. */
@@ -108,13 +124,16 @@ export interface DiscoveredMcpServer {
 }
 
 export class OAuthClient {
-  readonly #fetch: FetchLike;
+  readonly #fetch: FetchLike | null;
+  readonly #resolve: ResolveAddresses;
+  #publicOnly: Agent | null = null;
   readonly #allowInsecure: boolean;
   readonly #timeoutMs: number;
   readonly #now: () => Date;
 
   constructor(options: OAuthClientOptions = {}) {
-    this.#fetch = options.fetch ?? ((url, init) => fetch(url, init));
+    this.#fetch = options.fetch ?? null;
+    this.#resolve = options.resolve ?? systemResolve;
     this.#allowInsecure = options.allowInsecure ?? false;
     this.#timeoutMs = options.timeoutMs ?? 10_000;
     this.#now = options.now ?? (() => new Date());
@@ -204,7 +223,7 @@ export class OAuthClient {
         validated,
         pending.redirectUri,
         pending.codeVerifier ?? oauth.nopkce,
-        { ...this.#requestOptions(), ...resourceParameter(provider) },
+        { ...this.#requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
       );
       const result = await oauth.processAuthorizationCodeResponse(as, client, response, {
         expectedNonce: pending.nonce ?? oauth.expectNoNonce,
@@ -234,7 +253,7 @@ export class OAuthClient {
         client,
         this.#clientAuthentication(provider),
         refreshToken,
-        { ...this.#requestOptions(), ...resourceParameter(provider) },
+        { ...this.#requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
       );
       const result = await oauth.processRefreshTokenResponse(as, client, response);
       return this.#tokenSet(result, refreshToken, options.scopes ?? provider.scopes ?? [], issuer);
@@ -262,7 +281,7 @@ export class OAuthClient {
     const client: oauth.Client = { client_id: provider.client_id };
     try {
       const response = await oauth.revocationRequest(as, client, this.#clientAuthentication(provider), token, {
-        ...this.#requestOptions(),
+        ...this.#requestOptions(discoveredEndpoints(provider)),
         additionalParameters: options.tokenTypeHint ? { token_type_hint: options.tokenTypeHint } : undefined,
       });
       await oauth.processRevocationResponse(response);
@@ -289,7 +308,12 @@ export class OAuthClient {
     };
     const client: oauth.Client = { client_id: provider.client_id };
     try {
-      const response = await oauth.userInfoRequest(as, client, accessToken, this.#requestOptions());
+      const response = await oauth.userInfoRequest(
+        as,
+        client,
+        accessToken,
+        this.#requestOptions(discoveredEndpoints(provider)),
+      );
       // Without an ID token there is no subject to compare with; the claims only label the account.
       return { ...(await oauth.processUserInfoResponse(as, client, oauth.skipSubjectCheck, response)) };
     } catch (err) {
@@ -309,7 +333,7 @@ export class OAuthClient {
     await this.#checkPublic('mcp_server_url', resourceUrl);
     let resource: oauth.ResourceServer;
     try {
-      const response = await oauth.resourceDiscoveryRequest(resourceUrl, this.#requestOptions());
+      const response = await oauth.resourceDiscoveryRequest(resourceUrl, this.#requestOptions(true));
       resource = await oauth.processResourceDiscoveryResponse(resourceUrl, response);
     } catch (err) {
       throw toOAuthFlowError(err, 'protected resource discovery', []);
@@ -327,7 +351,7 @@ export class OAuthClient {
     let lastError: unknown = null;
     for (const algorithm of ['oauth2', 'oidc'] as const) {
       try {
-        as = await this.discover(issuerUrl.href, { algorithm });
+        as = await this.#discover(issuerUrl.href, algorithm, true);
         break;
       } catch (err) {
         lastError = err;
@@ -382,7 +406,7 @@ export class OAuthClient {
           token_endpoint_auth_method: method,
           ...(request.scopes.length > 0 ? { scope: request.scopes.join(' ') } : {}),
         },
-        this.#requestOptions(),
+        this.#requestOptions(true),
       );
       const client = await oauth.processDynamicClientRegistrationResponse(response);
       const secret = typeof client.client_secret === 'string' ? client.client_secret : null;
@@ -396,20 +420,26 @@ export class OAuthClient {
     }
   }
 
-  /** Refuses a URL whose host is, or resolves to, a loopback, private or link-local address. */
+  /** Refuses a URL whose host is, or resolves to, an address that is not public (public-address.ts). */
   async #checkPublic(field: string, url: URL): Promise<void> {
-    if (!this.#allowInsecure) await assertPublicAddress(field, url);
+    if (!this.#allowInsecure) await assertPublicAddress(field, url, this.#resolve);
   }
 
   /** Reads the provider's metadata from `<issuer>/.well-known/openid-configuration` (or the OAuth 2.0 one). */
   async discover(issuer: string, options: { algorithm?: 'oidc' | 'oauth2' } = {}): Promise<DiscoveredProviderMetadata> {
+    return this.#discover(issuer, options.algorithm ?? 'oidc', false);
+  }
+
+  /** `publicOnly`: the issuer was discovered, so the request connects to public addresses only. */
+  async #discover(
+    issuer: string,
+    algorithm: 'oidc' | 'oauth2',
+    publicOnly: boolean,
+  ): Promise<DiscoveredProviderMetadata> {
     const issuerUrl = this.#checkedUrl('issuer', issuer);
     let as: oauth.AuthorizationServer;
     try {
-      const response = await oauth.discoveryRequest(issuerUrl, {
-        ...this.#requestOptions(),
-        algorithm: options.algorithm ?? 'oidc',
-      });
+      const response = await oauth.discoveryRequest(issuerUrl, { ...this.#requestOptions(publicOnly), algorithm });
       as = await oauth.processDiscoveryResponse(issuerUrl, response);
     } catch (err) {
       throw toOAuthFlowError(err, 'discovery', []);
@@ -465,11 +495,23 @@ export class OAuthClient {
     }
   }
 
-  #requestOptions() {
+  /**
+   * `publicOnly`: the URL was discovered (or is an endpoint of an MCP provider, found by discovery), so
+   * unless insecure mode is on, the request connects only to public addresses, checked on the very
+   * address it connects to (public-address.ts).
+   */
+  #requestOptions(publicOnly = false) {
     const guardedFetch = async (url: string, init: RequestInit): Promise<Response> => {
       try {
-        return await this.#fetch(url, init);
+        if (this.#fetch) return await this.#fetch(url, init);
+        if (!publicOnly || this.#allowInsecure) return await fetch(url, init);
+        this.#publicOnly ??= publicOnlyDispatcher(this.#resolve, this.#timeoutMs);
+        const response = await undiciFetch(url, { ...(init as UndiciRequestInit), dispatcher: this.#publicOnly });
+        // undici's own Response class: oauth4webapi accepts it (it checks the class by its tag).
+        return response as unknown as Response;
       } catch (err) {
+        const refused = findNotPublicAddress(err);
+        if (refused) throw notPublicError(null, refused.host, refused.address);
         // Only a request that got no HTTP answer ends up here, so "unreachable" is never a guess.
         throw unreachableError(url, err);
       }
@@ -509,6 +551,11 @@ export class OAuthClient {
       issuer,
     };
   }
+}
+
+/** An MCP provider's endpoints came from the MCP server's authorization server metadata. */
+function discoveredEndpoints(provider: OAuthProviderConfig): boolean {
+  return Boolean(provider.resource);
 }
 
 function requiredSecret(provider: OAuthProviderConfig): string {

@@ -126,7 +126,7 @@ export function toOAuthFlowError(err: unknown, step: string, secrets: SecretValu
         { libraryCode: err.code },
       );
     }
-    if (err.code === oauth.RESPONSE_IS_NOT_CONFORM && err.cause instanceof Response && err.cause.status >= 300) {
+    if (err.code === oauth.RESPONSE_IS_NOT_CONFORM && isResponse(err.cause) && err.cause.status >= 300) {
       return new OAuthFlowError('provider_error', `The provider answered the ${step} with HTTP ${err.cause.status}`, {
         status: err.cause.status,
         libraryCode: err.code,
@@ -151,6 +151,11 @@ export function toOAuthFlowError(err: unknown, step: string, secrets: SecretValu
 
   // Anything else escaped from inside the library; its text may quote inputs, so it is not passed on.
   return new OAuthFlowError('invalid_response', `The ${step} failed unexpectedly`);
+}
+
+/** A fetch Response: global fetch's, or undici's own class (public-address.ts's connections). */
+function isResponse(value: unknown): value is Response {
+  return value instanceof Response || Object.prototype.toString.call(value) === '[object Response]';
 }
 
 /** The error for a request that got no HTTP answer at all (wrapped around fetch, so it is never a guess). */

@@ -170,6 +170,11 @@ test('discovery of a non-https or private address is refused unless insecure mod
       ['https://10.1.2.3/mcp', /loopback, private or link-local/],
       ['https://[::1]:9/mcp', /loopback, private or link-local/],
       ['https://169.254.169.254/mcp', /loopback, private or link-local/],
+      // Other spellings of the same addresses (test/oauth/public-address.test.ts has the full list).
+      ['https://[::ffff:127.0.0.1]:9/mcp', /loopback, private or link-local/],
+      ['https://2130706433/mcp', /loopback, private or link-local/],
+      ['https://[64:ff9b::a9fe:a9fe]/mcp', /loopback, private or link-local/],
+      ['https://[2002:a00:1::]/mcp', /loopback, private or link-local/],
     ] as const) {
       const refused = await strictOrg.post('/v2/auth/providers', {
         provider_id: 'mcp-bad',
@@ -191,11 +196,11 @@ test('discovery of a non-https or private address is refused unless insecure mod
   const oauthClient = new OAuthClient({
     fetch: async (url) => {
       requested.push(url);
-      return Response.json({ resource: 'https://203.0.113.7/mcp', authorization_servers: ['https://192.168.1.20'] });
+      return Response.json({ resource: 'https://1.1.1.1/mcp', authorization_servers: ['https://192.168.1.20'] });
     },
   });
-  await assert.rejects(oauthClient.discoverMcpServer('https://203.0.113.7/mcp'), /authorization server .*private/);
-  assert.deepEqual(requested, ['https://203.0.113.7/.well-known/oauth-protected-resource/mcp']);
+  await assert.rejects(oauthClient.discoverMcpServer('https://1.1.1.1/mcp'), /authorization server .*private/);
+  assert.deepEqual(requested, ['https://1.1.1.1/.well-known/oauth-protected-resource/mcp']);
 });
 
 /** The provider's stored columns that discovery fills, and its client. */
@@ -336,6 +341,11 @@ test('a bad new mcp_server_url is refused and changes nothing', async () => {
     for (const [url, reason] of [
       ['https://10.1.2.3/mcp', /loopback, private or link-local/],
       ['https://169.254.169.254/mcp', /loopback, private or link-local/],
+      // Other spellings of the same addresses (test/oauth/public-address.test.ts has the full list).
+      ['https://[::ffff:127.0.0.1]:9/mcp', /loopback, private or link-local/],
+      ['https://2130706433/mcp', /loopback, private or link-local/],
+      ['https://[64:ff9b::a9fe:a9fe]/mcp', /loopback, private or link-local/],
+      ['https://[2002:a00:1::]/mcp', /loopback, private or link-local/],
       ['http://mcp.example.com/mcp', /https/],
     ] as const) {
       const refused = await strictOrg.patch('/v2/auth/providers/mcp-given', { mcp_server_url: url });
