@@ -511,7 +511,7 @@ export class OAuthClient {
         return response as unknown as Response;
       } catch (err) {
         const refused = findNotPublicAddress(err);
-        if (refused) throw notPublicError(null, refused.host, refused.address);
+        if (refused) throw notPublicError(null, refused.host);
         // Only a request that got no HTTP answer ends up here, so "unreachable" is never a guess.
         throw unreachableError(url, err);
       }

@@ -13,10 +13,15 @@
  *   public address for the first check and a private one for the connection (DNS rebinding) is refused.
  * Both resolve through one `ResolveAddresses` function, replaceable in tests.
  *
- * What is not promised: a public address that forwards to a private one (a proxy or NAT of someone
- * else's) is out of reach of any address check; and a caller that replaces the fetch (OAuthClient's
- * `fetch` option) gets only the first check. Redirects are never followed (oauth4webapi sends
+ * OAuthClient makes both for each request of a discovery, and the one on the connection for the token,
+ * revocation and userinfo requests of an MCP provider (its endpoints came from discovery); insecure
+ * development mode (SLIPWAY_ALLOW_INSECURE_OAUTH) lifts both. Redirects are never followed (oauth4webapi sends
  * `redirect: 'manual'`), so a 3xx is an answer, not a second address.
+ *
+ * What is not promised: a public address that forwards to a private one (someone else's proxy or NAT)
+ * is out of reach of any address check; a caller that replaces the fetch (OAuthClient's `fetch`
+ * option) gets only the first check; the URLs of other providers, which an admin types, are not
+ * checked at all.
  */
 import { lookup } from 'node:dns/promises';
 import type { LookupAddress, LookupAllOptions, LookupOneOptions } from 'node:dns';
@@ -125,13 +130,13 @@ export class NotPublicAddressError extends Error {
 const REFUSED = 'a loopback, private or link-local address, or another address that is not public';
 const INSECURE_MODE = 'accepted only in insecure development mode, SLIPWAY_ALLOW_INSECURE_OAUTH=1';
 
-/** The `configuration` OAuthFlowError for a refused address; `field` names the URL when known. */
-export function notPublicError(field: string | null, host: string, address: string): OAuthFlowError {
-  const at = host === address ? host : `${host}, resolved to ${address}`;
-  return new OAuthFlowError(
-    'configuration',
-    field ? `${field} (${at}) is ${REFUSED} (${INSECURE_MODE})` : `${at} is ${REFUSED} (${INSECURE_MODE})`,
-  );
+/**
+ * The `configuration` OAuthFlowError for a refused host; `field` names the URL when known. The address a
+ * name resolved to is not told: it would make this error an oracle for the service's internal DNS.
+ */
+export function notPublicError(field: string | null, host: string): OAuthFlowError {
+  const what = field ? `${field} (${host})` : host;
+  return new OAuthFlowError('configuration', `${what} is, or resolves to, ${REFUSED} (${INSECURE_MODE})`);
 }
 
 /** The NotPublicAddressError somewhere in `err`'s chain of causes (fetch wraps connection errors). */
@@ -159,7 +164,7 @@ export async function assertPublicAddress(
     throw unreachableError(url.href, err);
   }
   const refused = addresses.find((address) => !isPublicAddress(address));
-  if (refused !== undefined || addresses.length === 0) throw notPublicError(field, url.host, refused ?? 'nothing');
+  if (refused !== undefined || addresses.length === 0) throw notPublicError(field, url.host);
 }
 
 type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
