@@ -174,11 +174,16 @@ type LookupCallback = (err: Error | null, address: string | LookupAddress[], fam
  * is; a name is resolved with `resolve`, refused when any of its addresses is not public, and the socket
  * connects to those same addresses (net's `lookup` hook, so nothing resolves the name again).
  */
-export function publicOnlyDispatcher(resolve: ResolveAddresses = systemResolve, connectTimeoutMs = 10_000): Agent {
+export function publicOnlyDispatcher(
+  resolve: ResolveAddresses = systemResolve,
+  connectTimeoutMs = 10_000,
+  /** Which addresses may be connected to; only tests, which have no public server, give another. */
+  allowed: (address: string) => boolean = isPublicAddress,
+): Agent {
   const checkedLookup = (hostname: string, options: LookupOneOptions | LookupAllOptions, callback: LookupCallback) => {
     resolve(hostname).then(
       (entries) => {
-        const refused = entries.find((entry) => !isPublicAddress(entry.address));
+        const refused = entries.find((entry) => !allowed(entry.address));
         if (refused || entries.length === 0)
           return callback(new NotPublicAddressError(hostname, refused?.address ?? 'nothing'), []);
         const wanted = options.family === 4 || options.family === 6 ? options.family : 0;
@@ -198,7 +203,7 @@ export function publicOnlyDispatcher(resolve: ResolveAddresses = systemResolve, 
     connect: (options, callback) => {
       const host = options.hostname.replace(/^\[|\]$/g, '');
       // net.connect does not look up a literal address, so it is checked here.
-      if (isIP(host) && !isPublicAddress(host)) return callback(new NotPublicAddressError(host, host), null);
+      if (isIP(host) && !allowed(host)) return callback(new NotPublicAddressError(host, host), null);
       return connector(options, callback);
     },
   });

@@ -4,11 +4,14 @@
 // 127.0.0.1 that counts the connections it gets.
 
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import { after, before, test } from 'node:test';
 import { OAuthClient, type OAuthProviderConfig } from '../../src/oauth/oauth-client.ts';
 import { OAuthFlowError } from '../../src/oauth/oauth-flow-error.ts';
+import { findNotPublicAddress, publicOnlyDispatcher } from '../../src/oauth/public-address.ts';
+import { fetch as undiciFetch } from 'undici';
 
 /** Stands for a service inside Slipway's network: it only counts who connects. */
 let inside: net.Server;
@@ -210,4 +213,30 @@ test('a redirect from a discovered URL to a private address is not followed', as
   assert.deepEqual(requested, [
     { url: 'https://1.1.1.1/.well-known/oauth-protected-resource/mcp', redirect: 'manual' },
   ]);
+});
+
+test('the connection goes to the very address its lookup checked, not to a second resolution', async () => {
+  // No public server exists in a test, so the dispatcher is told to allow loopback and refuse the rest:
+  // the name below is in no DNS, so an answer proves the socket went to the checked address.
+  const served = http.createServer((_request, response) => response.end('inside'));
+  await new Promise<void>((resolve) => served.listen(0, '127.0.0.1', resolve));
+  const port = (served.address() as net.AddressInfo).port;
+  const { resolve, calls } = scriptedResolver([LOOPBACK], [{ address: '10.0.0.1', family: 4 }]);
+  const dispatcher = publicOnlyDispatcher(resolve, 10_000, (address) => address === '127.0.0.1');
+  try {
+    const answer = await undiciFetch(`http://pinned.invalid:${port}/`, { dispatcher });
+    assert.equal(await answer.text(), 'inside');
+    assert.deepEqual(calls, ['pinned.invalid']);
+    // A new connection resolves again, and is refused when the answer is not allowed.
+    await dispatcher.close();
+    const again = publicOnlyDispatcher(resolve, 10_000, (address) => address === '127.0.0.1');
+    const refused = await undiciFetch(`http://pinned.invalid:${port}/`, { dispatcher: again }).then(
+      () => assert.fail('expected a refusal'),
+      (err: unknown) => err,
+    );
+    assert.ok(findNotPublicAddress(refused), String(refused));
+    await again.close();
+  } finally {
+    await new Promise<void>((resolve) => served.close(() => resolve()));
+  }
 });
