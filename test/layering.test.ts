@@ -131,7 +131,6 @@ test("the own data plane writes none of the service's rows but its leases", asyn
   const writer = /^(save|insert|record|update|delete|set|change|move|mark|append|trim|upsert|remove)[A-Z]/;
   const notYet = new Set([
     'src/dataplane/local-data-plane.ts imports moveAppUrls',
-    'src/dataplane/local-worker.ts imports setRevisionCommitSha',
     'src/dataplane/log-writer.ts imports appendRevisionLogs',
     'src/dataplane/log-writer.ts imports trimRevisionLogs',
   ]);

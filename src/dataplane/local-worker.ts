@@ -22,7 +22,7 @@ import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-pl
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
 import { activeRevisionId } from '../store/deployments.ts';
-import { getRevisionStatus, revisionStatusesOf, setRevisionCommitSha } from '../store/revisions.ts';
+import { getRevisionStatus, revisionStatusesOf } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
 import { createAdoption, jobOf } from './adoption.ts';
 import type { EndpointOutcome, LocalRuntime, WantedEndpoint } from './local-runtime.ts';
@@ -198,7 +198,7 @@ export function startWorker(deps: WorkerDeps): Worker {
             job,
             {
               building: () => step('BUILDING'),
-              commitResolved: (sha) => setRevisionCommitSha(db, job.revisionId, sha),
+              commitResolved: (sha) => reports.reportCommit(job.revisionId, sha),
             },
             signal,
           ),

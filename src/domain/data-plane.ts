@@ -168,6 +168,11 @@ export interface DataPlaneReports {
     report: DatabaseStorageReport,
     enforce: (tx: QueryExecutorProvider) => Promise<void>,
   ): Promise<boolean>;
+  /**
+   * The commit a code-host revision's `repo_ref` resolved to when the own data plane fetched its source,
+   * kept on the revision (`repo_commit_sha`). It moves no status.
+   */
+  reportCommit(revisionId: string, sha: string): Promise<void>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

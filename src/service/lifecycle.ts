@@ -59,7 +59,13 @@ import {
 import { setEndpointServed } from '../store/deployment-endpoints.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
-import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionStatus } from '../store/revisions.ts';
+import {
+  findLocalRevision,
+  lockRevision,
+  lockRevisionsInStatus,
+  setRevisionCommitSha,
+  setRevisionStatus,
+} from '../store/revisions.ts';
 import type { Database, Db, DeploymentRow } from '../store/schema.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
@@ -526,6 +532,10 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
         ]);
         return true;
       });
+    },
+
+    async reportCommit(revisionId: string, sha: string): Promise<void> {
+      await setRevisionCommitSha(db, revisionId, sha);
     },
   };
 }
