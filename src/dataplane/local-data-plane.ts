@@ -14,7 +14,6 @@ import { createDataPlaneReports } from '../service/lifecycle.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import { appUrlParts, type AppEdge } from './app-edge.ts';
-import { moveAppUrls } from '../store/deployments.ts';
 import { startDatabaseStorageWatch } from './app-database-storage.ts';
 import { createDiskLimiter } from './disk-limits.ts';
 import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
@@ -98,12 +97,6 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     `local data plane: ${sandbox.description}${contained ? '' : ' — APPS ARE NOT FULLY CONTAINED (see docs/data-plane.md, "What an app can reach")'}`,
   );
   for (const warning of await protectServiceDatabases(deps.pool)) logger.warn(warning);
-  // A restore on another apps port or domain (or a changed SLIPWAY_APPS_PUBLIC_URL): the stable URLs
-  // stored with the deployments name where their apps answer now (issue 34, item 6).
-  const { prefix, suffix } = appUrlParts(deps.edge);
-  const moved = await moveAppUrls(db, prefix, suffix);
-  if (moved > 0)
-    logger.info({ deployments: moved, apps_url: deps.edge.publicUrl }, 'stable URLs moved to this app edge');
   const fetcher: SourceFetcher = {
     async downloadRepository(deployment, ref, destFile) {
       const integrationId = deployment.source_config.integration_id;
@@ -125,6 +118,11 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   const owner = await leaseOwnerFor(config.dataDir);
   const leaseSeconds = deps.leaseSeconds ?? 30;
   const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
+  // A restore on another apps port or domain (or a changed SLIPWAY_APPS_PUBLIC_URL): the stable URLs
+  // stored with the deployments name where their apps answer now (issue 34, item 6), before any runs.
+  const moved = await reports.reportAppEdge(appUrlParts(deps.edge));
+  if (moved > 0)
+    logger.info({ deployments: moved, apps_url: deps.edge.publicUrl }, 'stable URLs moved to this app edge');
   const disk = await createDiskLimiter({ config, logger, ids: sandbox.ids });
   logger.info(`local data plane: ${disk.description}`);
   const runtime = createLocalRuntime({ ...deps, reports, sandbox, fetcher, disk });

@@ -173,6 +173,13 @@ export interface DataPlaneReports {
    * kept on the revision (`repo_commit_sha`). It moves no status.
    */
   reportCommit(revisionId: string, sha: string): Promise<void>;
+  /**
+   * Where the own data plane's app edge serves an app now: `<prefix><app_slug><suffix>`. The stable URL
+   * (`custom_url`) of every deployment of the own data plane that names another address moves there (a
+   * restore on another apps port or domain); a listener's deployment keeps its own. Resolves to how many
+   * moved.
+   */
+  reportAppEdge(edge: { prefix: string; suffix: string }): Promise<number>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

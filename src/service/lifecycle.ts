@@ -53,6 +53,7 @@ import {
   hasLocalResources,
   lockDeployment,
   lockDeploymentById,
+  moveAppUrls,
   setActiveRevision,
   updateDeployment,
 } from '../store/deployments.ts';
@@ -536,6 +537,10 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
 
     async reportCommit(revisionId: string, sha: string): Promise<void> {
       await setRevisionCommitSha(db, revisionId, sha);
+    },
+
+    async reportAppEdge(edge: { prefix: string; suffix: string }): Promise<number> {
+      return moveAppUrls(db, edge.prefix, edge.suffix);
     },
   };
 }
