@@ -75,7 +75,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
     Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
   const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
-    createLogWriter({ db, revisionId, type, maxLines: config.logMaxLines, redact, logger });
+    createLogWriter({ db, reports: deps.reports, revisionId, type, maxLines: config.logMaxLines, redact, logger });
 
   /** A condition of the deployment: moves its status as the conditions' table says (src/domain/conditions.ts). */
   async function reportCondition(

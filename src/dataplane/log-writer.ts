@@ -14,6 +14,8 @@
  *   trimmed now and then rather than on every batch.
  * - batch: lines are inserted every `flushIntervalMs` or every BATCH_LINES lines, one insert at a time,
  *   so `write()` never waits on the database and the process producing output is never slowed down.
+ *   Each batch goes, as it is, through the data plane's reports (`appendLogLines`, and `trimLog` for a
+ *   deploy log: src/domain/data-plane.ts), one statement each: this module writes no row itself.
  *
  * A failed insert is logged and its lines are lost: a log must never stop a build or an app.
  *
@@ -23,13 +25,9 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import {
-  appendRevisionLogs,
-  countRevisionLogs,
-  trimRevisionLogs,
-  type NewRevisionLogLine,
-} from '../store/revision-logs.ts';
-import type { Database, RevisionLogType } from '../store/schema.ts';
+import type { DataPlaneReports, RevisionLogKind, RevisionLogLine } from '../domain/data-plane.ts';
+import { countRevisionLogs } from '../store/revision-logs.ts';
+import type { Database } from '../store/schema.ts';
 import { createRedactor } from './secret-masks.ts';
 
 export { REDACTED } from './secret-masks.ts';
@@ -46,9 +44,12 @@ export interface LogWriter {
 }
 
 export interface LogWriterOptions {
+  /** Read only: how many lines the log holds already. */
   db: Kysely<Database>;
+  /** Batches are stored, and a deploy log trimmed, through the data plane's reports (the lifecycle writes them). */
+  reports: DataPlaneReports;
   revisionId: string;
-  type: RevisionLogType;
+  type: RevisionLogKind;
   /** Lines kept per revision and type (config `logMaxLines`). */
   maxLines: number;
   /** The revision's secret values; each non-empty one (and its encodings) is masked wherever it appears. */
@@ -90,7 +91,7 @@ function cleanLine(raw: string): string {
 type OutputStream = 'stdout' | 'stderr';
 
 export function createLogWriter(options: LogWriterOptions): LogWriter {
-  const { db, revisionId, type, maxLines, logger } = options;
+  const { db, reports, revisionId, type, maxLines, logger } = options;
   const flushIntervalMs = options.flushIntervalMs ?? 200;
   const redactor = createRedactor(options.redact);
   // A line without a newline is cut once this long: room for escape sequences that cleaning removes,
@@ -107,7 +108,7 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
   // After a cut, the rest of that line (up to its newline) is dropped.
   const discarding: Record<OutputStream, boolean> = { stdout: false, stderr: false };
   const recent: string[] = [];
-  let pending: NewRevisionLogLine[] = [];
+  let pending: RevisionLogLine[] = [];
   let dropped = 0;
   /** Lines the log holds: read once before the first insert (an earlier attempt may have written some). */
   let stored: number | null = null;
@@ -125,7 +126,7 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
     return redactor.redact(text.slice(0, cut)) + CUT_MARK;
   };
 
-  const accept = (stream: NewRevisionLogLine['stream'], line: string) => {
+  const accept = (stream: RevisionLogLine['stream'], line: string) => {
     recent.push(line);
     if (recent.length > TAIL_LINES) recent.shift();
     // Past a build log's cap only platform lines are still stored; skip the rest before they queue.
@@ -174,9 +175,9 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
   };
 
   /** Applies the build log's cap to a batch about to be inserted. */
-  const applyBuildCap = (batch: NewRevisionLogLine[], already: number): NewRevisionLogLine[] => {
+  const applyBuildCap = (batch: RevisionLogLine[], already: number): RevisionLogLine[] => {
     if (type !== 'build') return batch;
-    const out: NewRevisionLogLine[] = [];
+    const out: RevisionLogLine[] = [];
     for (const line of batch) {
       if (!capped) {
         if (already + out.length < maxLines) {
@@ -214,7 +215,7 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
 
   const trim = async () => {
     try {
-      await trimRevisionLogs(db, revisionId, type, maxLines);
+      await reports.trimLog(revisionId, type, maxLines);
       stored = Math.min(stored ?? 0, maxLines);
     } catch (error) {
       logger.error({ err: error, revisionId, type }, 'could not trim revision log');
@@ -236,7 +237,7 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
     const rows = applyBuildCap(batch, already);
     if (rows.length > 0) {
       try {
-        await appendRevisionLogs(db, revisionId, type, rows);
+        await reports.appendLogLines(revisionId, type, rows);
         stored = already + rows.length;
       } catch (error) {
         logger.error(

@@ -122,6 +122,16 @@ export interface AgentCredentialRecord {
   sealed: string;
 }
 
+/** Which log of a revision: its build's output, or its app's (docs/logs.md). */
+export type RevisionLogKind = 'build' | 'deploy';
+
+/** One stored line of a revision's log, as the own data plane's log writer made it (cleaned, redacted, cut). */
+export interface RevisionLogLine {
+  stream: 'stdout' | 'stderr' | 'system';
+  line: string;
+  at: Date;
+}
+
 export interface DeletionOutcome {
   /** False when the deployment was already gone (a retried confirmation). */
   deleted: boolean;
@@ -180,6 +190,15 @@ export interface DataPlaneReports {
    * moved.
    */
   reportAppEdge(edge: { prefix: string; suffix: string }): Promise<number>;
+  /**
+   * A batch of a revision's log lines, as the own data plane's log writer gathered them
+   * (src/dataplane/log-writer.ts): stored in one statement with the change feed's notice that wakes a
+   * follower, as the writer did itself. The hot path of every app's output: no transaction, lease check
+   * or event of its own, and a log line moves no status.
+   */
+  appendLogLines(revisionId: string, type: RevisionLogKind, lines: readonly RevisionLogLine[]): Promise<void>;
+  /** All but the newest `keep` lines of a revision's log of `type` are deleted (an app's output runs forever). */
+  trimLog(revisionId: string, type: RevisionLogKind, keep: number): Promise<void>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

@@ -27,6 +27,8 @@ import type {
   EndpointReport,
   NotAppliedReason,
   ReportOutcome,
+  RevisionLogKind,
+  RevisionLogLine,
   RevisionReport,
 } from '../domain/data-plane.ts';
 import { conditionMove, type DeploymentConditionName } from '../domain/conditions.ts';
@@ -59,6 +61,7 @@ import {
 } from '../store/deployments.ts';
 import { setEndpointServed } from '../store/deployment-endpoints.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
+import { appendRevisionLogs, trimRevisionLogs } from '../store/revision-logs.ts';
 import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
 import {
   findLocalRevision,
@@ -541,6 +544,14 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
 
     async reportAppEdge(edge: { prefix: string; suffix: string }): Promise<number> {
       return moveAppUrls(db, edge.prefix, edge.suffix);
+    },
+
+    async appendLogLines(revisionId: string, type: RevisionLogKind, lines: readonly RevisionLogLine[]): Promise<void> {
+      await appendRevisionLogs(db, revisionId, type, lines);
+    },
+
+    async trimLog(revisionId: string, type: RevisionLogKind, keep: number): Promise<void> {
+      await trimRevisionLogs(db, revisionId, type, keep);
     },
   };
 }

@@ -8,6 +8,7 @@ import { after, before, test } from 'node:test';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId } from 'kysely';
 import { createLogWriter } from '../../src/dataplane/log-writer.ts';
 import { createLogger } from '../../src/logger.ts';
+import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -16,6 +17,14 @@ before(async () => {
   t = await createTestApp();
 });
 after(() => t.close());
+
+/** The own data plane's reports, as its worker gets them (the lifecycle's): the log writer stores through them. */
+const reportsOf = (db: Parameters<typeof createDataPlaneReports>[0]) =>
+  createDataPlaneReports(db, {
+    kind: 'local',
+    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
+    leaseSeconds: 30,
+  });
 
 /**
  * Holds the first insert until `release()` (a database slow to answer), and says when it started, so
@@ -71,7 +80,8 @@ test('a line during a slow insert, then silence, then more lines: every line is 
   const flushIntervalMs = 50;
   const held = firstInsertHeld();
   const log = createLogWriter({
-    db: t.database.db.withPlugin(held.plugin),
+    db: t.database.db,
+    reports: reportsOf(t.database.db.withPlugin(held.plugin)),
     revisionId,
     type: 'deploy',
     maxLines: 1000,
@@ -106,6 +116,7 @@ test('a flush with nothing to write does not stop later lines from being stored'
   const revisionId = await newRevision('log-writer-empty-flush');
   const log = createLogWriter({
     db: t.database.db,
+    reports: reportsOf(t.database.db),
     revisionId,
     type: 'build',
     maxLines: 1000,

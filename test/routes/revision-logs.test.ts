@@ -9,7 +9,7 @@ import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../../src/datap
 import type { Change, ChangeFeed } from '../../src/db/change-feed.ts';
 import type { RevisionStatus } from '../../src/domain/states.ts';
 import { createLogger } from '../../src/logger.ts';
-import { transitionRevision, type Failure } from '../../src/service/lifecycle.ts';
+import { createDataPlaneReports, transitionRevision, type Failure } from '../../src/service/lifecycle.ts';
 import { appendRevisionLogs } from '../../src/store/revision-logs.ts';
 import { lockRevision } from '../../src/store/revisions.ts';
 import type { RevisionLogType } from '../../src/store/schema.ts';
@@ -82,12 +82,21 @@ async function storedLines(revisionId: string, type: RevisionLogType = 'build') 
     .execute();
 }
 
+/** The own data plane's reports, as its worker gets them (the lifecycle's): the log writer stores through them. */
+const reportsOf = (db: Parameters<typeof createDataPlaneReports>[0]) =>
+  createDataPlaneReports(db, {
+    kind: 'local',
+    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
+    leaseSeconds: 30,
+  });
+
 function writer(
   revisionId: string,
   options: { type?: RevisionLogType; maxLines?: number; redact?: string[]; flushIntervalMs?: number } = {},
 ): LogWriter {
   return createLogWriter({
     db: t.database.db,
+    reports: reportsOf(t.database.db),
     revisionId,
     type: options.type ?? 'build',
     maxLines: options.maxLines ?? 1000,
@@ -268,6 +277,7 @@ describe('the log writer', () => {
     });
     const log = createLogWriter({
       db: t.database.db,
+      reports: reportsOf(t.database.db),
       revisionId: '00000000-0000-4000-8000-000000000000',
       type: 'build',
       maxLines: 100,
