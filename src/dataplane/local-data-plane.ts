@@ -24,7 +24,6 @@ import { createResourceControl } from './resource-limits.ts';
 import { createSandbox } from './sandbox.ts';
 import { createAppUsers } from './app-uids.ts';
 import { probeSubordinateIds } from './subordinate-ids.ts';
-import { appUidOf } from '../store/app-uids.ts';
 import type { AppConnectionSink } from '../http/app-connections.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
 
@@ -71,17 +70,22 @@ export interface LocalDataPlane extends Worker {
 
 export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
   const { config, db, logger } = deps;
+  // What this worker sees and does is reported through the lifecycle, as this lease owner.
+  const owner = await leaseOwnerFor(config.dataDir);
+  const leaseSeconds = deps.leaseSeconds ?? 30;
+  const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
   // Its parent cgroup is named after its user and data directory: no other service's (src/dataplane/resource-limits.ts).
   const limits = await createResourceControl({
     logger,
     service: config.dataDir,
     parentLimits: { memoryBytes: config.limits.appsMemoryMb * 1024 ** 2, pids: config.limits.appsPids },
   });
-  // A uid per deployment, kept in the database (src/dataplane/app-uids.ts): from SLIPWAY_APP_UIDS when
-  // root, else from the service user's subordinate range where the host gives one (subordinate-ids.ts).
+  // A uid per deployment, kept in the database by the lifecycle (claimAppUid; src/dataplane/app-uids.ts):
+  // from SLIPWAY_APP_UIDS when root, else from the service user's subordinate range where the host gives
+  // one (subordinate-ids.ts).
   const subordinate = process.getuid?.() === 0 ? undefined : await probeSubordinateIds();
   const range = subordinate?.ids?.deployments ?? config.appUids;
-  const users = createAppUsers({ range, uidOf: (id) => appUidOf(db, id, range), subordinate });
+  const users = createAppUsers({ range, uidOf: (id) => reports.claimAppUid(id, range), subordinate });
   const sandbox = await createSandbox({
     mode: config.sandbox,
     dataDir: config.dataDir,
@@ -115,9 +119,6 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
       return deps.repositories.downloadSource(integration, repoUrl, ref, destFile);
     },
   };
-  const owner = await leaseOwnerFor(config.dataDir);
-  const leaseSeconds = deps.leaseSeconds ?? 30;
-  const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
   // A restore on another apps port or domain (or a changed SLIPWAY_APPS_PUBLIC_URL): the stable URLs
   // stored with the deployments name where their apps answer now (issue 34, item 6), before any runs.
   const moved = await reports.reportAppEdge(appUrlParts(deps.edge));

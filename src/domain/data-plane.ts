@@ -199,6 +199,12 @@ export interface DataPlaneReports {
   appendLogLines(revisionId: string, type: RevisionLogKind, lines: readonly RevisionLogLine[]): Promise<void>;
   /** All but the newest `keep` lines of a revision's log of `type` are deleted (an app's output runs forever). */
   trimLog(revisionId: string, type: RevisionLogKind, keep: number): Promise<void>;
+  /**
+   * The host uid a deployment's processes run as on the own data plane: the one it holds, else the lowest
+   * free one of `range`, kept while the deployment exists (src/store/app-uids.ts). Throws when every uid
+   * of the range is held.
+   */
+  claimAppUid(deploymentId: string, range: { first: number; count: number }): Promise<number>;
 }
 
 /** A running role that stops cleanly (the own data plane's worker). */

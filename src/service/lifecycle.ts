@@ -72,6 +72,7 @@ import {
 } from '../store/revisions.ts';
 import type { Database, Db, DeploymentRow } from '../store/schema.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
+import { claimAppUid } from '../store/app-uids.ts';
 import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { deleteTracingProject } from '../store/tracing-projects.ts';
 import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
@@ -552,6 +553,10 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
 
     async trimLog(revisionId: string, type: RevisionLogKind, keep: number): Promise<void> {
       await trimRevisionLogs(db, revisionId, type, keep);
+    },
+
+    claimAppUid(deploymentId: string, range: { first: number; count: number }): Promise<number> {
+      return claimAppUid(db, deploymentId, range);
     },
   };
 }

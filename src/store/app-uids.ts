@@ -19,7 +19,11 @@ export class AppUidsExhaustedError extends Error {
  * The deployment's uid, given now if it has none. Two replicas giving uids at once may pick the same
  * free one: the unique index refuses the second, which tries the next.
  */
-export async function appUidOf(db: Db, deploymentId: string, range: { first: number; count: number }): Promise<number> {
+export async function claimAppUid(
+  db: Db,
+  deploymentId: string,
+  range: { first: number; count: number },
+): Promise<number> {
   const last = range.first + range.count - 1;
   for (let attempt = 0; ; attempt += 1) {
     const held = await db

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
-import { AppUidsExhaustedError, appUidOf } from '../../src/store/app-uids.ts';
+import { AppUidsExhaustedError, claimAppUid } from '../../src/store/app-uids.ts';
 import { createTestDatabase, type TestDatabase } from '../support/harness.ts';
 
 let t: TestDatabase;
@@ -37,32 +37,32 @@ async function deployment(): Promise<string> {
 test('each deployment gets a uid of the range of its own, and keeps it', async () => {
   const range = { first: 1_500_000_000, count: 100 };
   const [a, b] = [await deployment(), await deployment()];
-  const uidA = await appUidOf(t.db, a, range);
-  const uidB = await appUidOf(t.db, b, range);
+  const uidA = await claimAppUid(t.db, a, range);
+  const uidB = await claimAppUid(t.db, b, range);
   assert.notEqual(uidA, uidB);
   for (const uid of [uidA, uidB]) assert.ok(uid >= range.first && uid < range.first + range.count, String(uid));
   // Asked again (a restart, another replica): the stored one.
-  assert.equal(await appUidOf(t.db, a, range), uidA);
-  assert.equal(await appUidOf(t.db, b, { first: 1_600_000_000, count: 10 }), uidB);
+  assert.equal(await claimAppUid(t.db, a, range), uidA);
+  assert.equal(await claimAppUid(t.db, b, { first: 1_600_000_000, count: 10 }), uidB);
 });
 
 test('many deployments given uids at once never share one', async () => {
   const range = { first: 1_700_000_000, count: 1_000 };
   const ids = await Promise.all(Array.from({ length: 24 }, () => deployment()));
-  const uids = await Promise.all(ids.map((id) => appUidOf(t.db, id, range)));
+  const uids = await Promise.all(ids.map((id) => claimAppUid(t.db, id, range)));
   assert.equal(new Set(uids).size, ids.length, `shared: ${uids.join(' ')}`);
 });
 
 test("a deleted deployment's uid is free again; a full range is refused, naming the setting", async () => {
   const range = { first: 1_800_000_000, count: 2 };
   const [a, b, c] = [await deployment(), await deployment(), await deployment()];
-  const uidA = await appUidOf(t.db, a, range);
-  await appUidOf(t.db, b, range);
-  await assert.rejects(appUidOf(t.db, c, range), (error: unknown) => {
+  const uidA = await claimAppUid(t.db, a, range);
+  await claimAppUid(t.db, b, range);
+  await assert.rejects(claimAppUid(t.db, c, range), (error: unknown) => {
     assert.ok(error instanceof AppUidsExhaustedError);
     assert.match(error.message, /SLIPWAY_APP_UIDS \(1800000000-1800000001\)/);
     return true;
   });
   await t.pool.query('delete from deployments where id = $1', [a]);
-  assert.equal(await appUidOf(t.db, c, range), uidA);
+  assert.equal(await claimAppUid(t.db, c, range), uidA);
 });
