@@ -135,6 +135,7 @@ test("the own data plane writes none of the service's rows but its leases", asyn
   const writes: string[] = [];
   for (const file of await sourceFiles()) {
     if (area(file) !== 'dataplane') continue;
+    if (writesRows.test(await fs.readFile(file, 'utf8'))) writes.push(`${relative(file)} writes rows itself`);
     for (const { target, names } of await importsOf(file)) {
       const store = path.relative(SRC, target);
       if (!store.startsWith('store') || store.startsWith(path.join('store', 'work-leases'))) continue;
