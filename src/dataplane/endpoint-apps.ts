@@ -162,6 +162,13 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
       for (const key of [...failed.keys()]) if (key.startsWith(`${deploymentId}/`)) failed.delete(key);
     },
 
+    /** Every endpoint's instances serving here (for /metrics). */
+    all(): { deploymentId: string; name: string; app: App }[] {
+      return [...serving].flatMap(([deploymentId, byName]) =>
+        [...byName].map(([name, app]) => ({ deploymentId, name, app })),
+      );
+    },
+
     /** The endpoints served here, by deployment: name to revision. */
     served(deploymentId: string): Map<string, string> {
       return new Map([...(serving.get(deploymentId) ?? [])].map(([name, app]) => [name, app.revisionId]));

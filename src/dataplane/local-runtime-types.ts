@@ -69,8 +69,10 @@ export interface LocalRuntimeDeps {
 
 export interface AppRuntimeStats {
   deploymentId: string;
-  /** The app's host label, as the edge counts it. */
+  /** The app's host label, as the edge counts it: `<slug>--<endpoint>` for an endpoint's instances. */
   slug: string;
+  /** The endpoint's name when these are an endpoint's instances; absent for the deployment's own. */
+  endpoint?: string;
   instances: InstanceStats[];
 }
 

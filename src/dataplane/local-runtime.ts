@@ -12,6 +12,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { DeploymentConditionName } from '../domain/conditions.ts';
+import { endpointLabel } from '../domain/endpoints.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
 import type { StoredSecret } from '../store/schema.ts';
@@ -434,13 +435,20 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       apps.get(deploymentId)?.stoppedBecause ? Promise.resolve() : endpointApps.serve(deploymentId, wanted, report),
 
     appStats: () =>
-      Promise.all(
-        [...apps].map(async ([deploymentId, app]) => ({
+      Promise.all([
+        ...[...apps].map(async ([deploymentId, app]) => ({
           deploymentId,
           slug: app.slug,
           instances: await app.supervisor.stats(),
         })),
-      ),
+        // Each endpoint's instances, under its own host label (the edge counts its route by it).
+        ...endpointApps.all().map(async ({ deploymentId, name, app }) => ({
+          deploymentId,
+          slug: endpointLabel(app.slug, name),
+          endpoint: name,
+          instances: await app.supervisor.stats(),
+        })),
+      ]),
 
     async rescale(deploymentId, revisionId, resourceSpec) {
       const app = apps.get(deploymentId);

@@ -26,6 +26,7 @@ import { needs } from '../http/route-needs.ts';
 import type { InstanceStats } from '../dataplane/app-supervisor.ts';
 import { STATUS_CLASSES, type EdgeAppStats } from '../dataplane/edge-stats.ts';
 import type { AppRuntimeStats } from '../dataplane/local-runtime.ts';
+import { endpointOfLabel } from '../domain/endpoints.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
@@ -141,30 +142,45 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
 
   // Per deployment, filled at scrape time from the edge and the local data plane of this process.
   let appMetrics: AppMetrics | null = null;
-  const deploymentOf = (slug: string) => appMetrics?.runtime.find((r) => r.slug === slug)?.deploymentId ?? '';
-  const appLabels = ['deployment_id', 'app'] as const;
-  const instanceLabels = ['deployment_id', 'app', 'instance'] as const;
+  /**
+   * The labels of a route the edge counts: its deployment, its host label, and for an endpoint's route
+   * (`<slug>--<name>`) the endpoint's name. An endpoint whose instances the runtime no longer lists (it
+   * was just moved or removed) is still told by its label, through its deployment's slug.
+   */
+  const labelsOf = (label: string): Partial<Record<(typeof appLabels)[number], string>> => {
+    const runtime = appMetrics?.runtime ?? [];
+    const own = runtime.find((r) => r.slug === label);
+    if (own) return withEndpoint({ deployment_id: own.deploymentId, app: label }, own.endpoint);
+    const deploymentSlug = (slug: string) => runtime.find((r) => r.slug === slug && r.endpoint === undefined);
+    const endpoint = endpointOfLabel(label, (slug) => deploymentSlug(slug) !== undefined);
+    if (endpoint)
+      return { deployment_id: deploymentSlug(endpoint.slug)!.deploymentId, app: label, endpoint: endpoint.name };
+    return { deployment_id: '', app: label };
+  };
+  // The deployment's own route keeps exactly its two labels; an endpoint's adds `endpoint`.
+  const withEndpoint = <T extends object>(labels: T, endpoint: string | undefined) =>
+    endpoint === undefined ? labels : { ...labels, endpoint };
+  const appLabels = ['deployment_id', 'app', 'endpoint'] as const;
+  const instanceLabels = ['deployment_id', 'app', 'endpoint', 'instance'] as const;
   new Counter({
     name: 'slipway_app_requests_total',
-    help: "Requests to each app at its stable URL (the app edge's count since the app got its route).",
+    help: "Requests to each app at its stable URL or an endpoint's (the app edge's count since the route was set).",
     labelNames: appLabels,
     registers: [registry],
     collect() {
       this.reset();
-      for (const [slug, stats] of appMetrics?.edge ?? [])
-        this.inc({ deployment_id: deploymentOf(slug), app: slug }, stats.requests);
+      for (const [slug, stats] of appMetrics?.edge ?? []) this.inc(labelsOf(slug), stats.requests);
     },
   });
   new Counter({
     name: 'slipway_app_responses_total',
-    help: "Responses of each app at its stable URL by status class, the edge's own 502/503 included.",
+    help: "Responses of each app at its stable URL or an endpoint's by status class, the edge's own 502/503 included.",
     labelNames: [...appLabels, 'code'] as const,
     registers: [registry],
     collect() {
       this.reset();
       for (const [slug, stats] of appMetrics?.edge ?? [])
-        for (const code of STATUS_CLASSES)
-          this.inc({ deployment_id: deploymentOf(slug), app: slug, code }, stats.responses[code]);
+        for (const code of STATUS_CLASSES) this.inc({ ...labelsOf(slug), code }, stats.responses[code]);
     },
   });
   new Gauge({
@@ -175,16 +191,21 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
     collect() {
       this.reset();
       for (const [slug, stats] of appMetrics?.edge ?? [])
-        if (stats.averageResponseSeconds !== null)
-          this.set({ deployment_id: deploymentOf(slug), app: slug }, stats.averageResponseSeconds);
+        if (stats.averageResponseSeconds !== null) this.set(labelsOf(slug), stats.averageResponseSeconds);
     },
   });
   const eachInstance = (
-    visit: (labels: Record<(typeof instanceLabels)[number], string>, instance: InstanceStats) => void,
+    visit: (labels: Partial<Record<(typeof instanceLabels)[number], string>>, instance: InstanceStats) => void,
   ) => {
     for (const running of appMetrics?.runtime ?? [])
       for (const instance of running.instances)
-        visit({ deployment_id: running.deploymentId, app: running.slug, instance: instance.instanceId }, instance);
+        visit(
+          {
+            ...withEndpoint({ deployment_id: running.deploymentId, app: running.slug }, running.endpoint),
+            instance: instance.instanceId,
+          },
+          instance,
+        );
   };
   new Counter({
     name: 'slipway_app_instance_restarts_total',

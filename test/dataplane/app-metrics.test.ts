@@ -100,6 +100,45 @@ test("an app's traffic, restarts and resources are on /metrics, by deployment", 
     assert.ok(cpu && cpu.value > 0, `cpu ${JSON.stringify(cpu)}`);
   }
 
+  // An endpoint of the deployment: its route and instances have series of their own, labelled with it.
+  const put = await service.api('PUT', `/v2/deployments/${id}/endpoints/canary`, { revision_id: revision.id });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  const endpointUrl: string = put.body.url;
+  await eventually('the endpoint served', async () => {
+    const got = await service.api('GET', `/v2/deployments/${id}/endpoints/canary`);
+    return got.body.served_revision_id === revision.id;
+  });
+  for (const path of ['/', '/missing']) await requestApp(service, endpointUrl, path);
+  const ofEndpoint = (s: { labels: Record<string, string> }) =>
+    s.labels.deployment_id === id && s.labels.app === `${slug}--canary` && s.labels.endpoint === 'canary';
+  await eventually(
+    "the endpoint's requests counted",
+    async () => {
+      const requests = (await samples('slipway_app_requests_total')).find(ofEndpoint);
+      const responses = (await samples('slipway_app_responses_total')).filter(ofEndpoint);
+      seen = JSON.stringify({ requests, responses });
+      return (
+        requests?.value === 2 &&
+        responses.find((s) => s.labels.code === '2xx')?.value === 1 &&
+        responses.find((s) => s.labels.code === '4xx')?.value === 1
+      );
+    },
+    { seconds: 30, describe: () => seen },
+  );
+  // The deployment's own series keep their labels and are not the endpoint's.
+  const own = (await samples('slipway_app_requests_total')).filter(ofApp);
+  assert.equal(own.length, 1);
+  assert.deepEqual(Object.keys(own[0]!.labels).sort(), ['app', 'deployment_id']);
+  assert.ok(own[0]!.value >= 4 && own[0]!.value < 6, JSON.stringify(own));
+  const endpointMemory = (await samples('slipway_app_memory_bytes')).find(
+    (s) => ofEndpoint(s) && s.labels.instance === 'web-0',
+  );
+  if (memory === undefined) assert.equal(endpointMemory, undefined);
+  else assert.ok(endpointMemory && endpointMemory.value > 1024 * 1024, `memory ${JSON.stringify(endpointMemory)}`);
+  assert.ok(
+    (await samples('slipway_app_instance_restarts_total')).some((s) => ofEndpoint(s) && s.labels.instance === 'web-0'),
+  );
+
   // The app exits: the supervisor starts it again, and the restart is counted.
   await requestApp(service, url, '/exit');
   await eventually('the restart counted', async () => {
