@@ -151,6 +151,9 @@ export function addUsage(specs: Omit<WorkspaceUsage, 'deployments'>[]): Workspac
  * database storage on `db_storage_gi`.
  * `previous` is the deployment's spec before a patch (undefined for a create): a patch that asks no more
  * of a figure than before is never refused for it, so a workspace over a lowered quota can scale down.
+ * `endpoints` is how many endpoints the deployment has: each runs a copy of its instances with this spec
+ * (memory, CPU, instances; no deployment and no database storage of its own), counted here and told
+ * apart from `others` in the message.
  */
 export function specOverQuota(
   spec: ResourceSpec | null | undefined,
@@ -158,12 +161,16 @@ export function specOverQuota(
   others: WorkspaceUsage,
   quota: WorkspaceQuota,
   previous?: ResourceSpec | null,
+  endpoints = 0,
 ): ValidationIssue[] {
   const own = usageOfSpec(spec, defaults);
   const before = previous === undefined ? null : usageOfSpec(previous, defaults);
   const { deployments: _count, ...othersAsked } = others;
-  const total = addUsage([own, othersAsked]);
+  const copy = { ...own, database_storage_gi: 0 };
+  const total = addUsage([own, othersAsked, ...Array.from({ length: endpoints }, () => copy)]);
   total.deployments = others.deployments + 1;
+  /** What the deployment and its endpoints' copies ask together. */
+  const withCopies = (key: 'memory_mb' | 'cpu' | 'instances') => round(own[key] * (1 + endpoints));
   const issues: ValidationIssue[] = [];
   const over = (
     key: keyof WorkspaceQuota,
@@ -176,12 +183,17 @@ export function specOverQuota(
     if (limit === null || total[key] <= limit) return;
     if (before !== null && (key === 'deployments' || own[key] <= before[key])) return;
     const left = Math.max(0, key === 'database_storage_gi' ? roundGi(limit - others[key]) : round(limit - others[key]));
-    issues.push({
-      type: 'quota_exceeded',
-      loc,
-      msg: `The workspace's quota allows ${limit} ${unit} in all (${field}); its other deployments use ${others[key]}, so this one may have at most ${left}, and it asks ${key === 'deployments' ? 1 : own[key]}`,
-      input,
-    });
+    const copied = key === 'memory_mb' || key === 'cpu' || key === 'instances' ? key : null;
+    const start = `The workspace's quota allows ${limit} ${unit} in all (${field}); its other deployments`;
+    const msg =
+      copied === null
+        ? `${start} use ${others[key]}, so this one may have at most ${left}, and it asks ${key === 'database_storage_gi' ? own.database_storage_gi : 1}`
+        : endpoints === 0
+          ? `${start} and their endpoints use ${others[key]}, so this one may have at most ${left}, and it asks ${own[copied]}`
+          : `${start} and their endpoints use ${others[key]}, so this deployment and its ${endpoints} endpoint${endpoints === 1 ? '' : 's'} ` +
+            `(each a copy of its instances) may have at most ${left} together, and they ask ${withCopies(copied)}: ` +
+            `${own[copied]} for the deployment and ${own[copied]} for each endpoint`;
+    issues.push({ type: 'quota_exceeded', loc, msg, input });
   };
   const memoryField = spec?.memory_limit_mb !== undefined ? 'memory_limit_mb' : 'memory_mb';
   const cpuField = spec?.cpu_limit !== undefined ? 'cpu_limit' : 'cpu';

@@ -130,10 +130,10 @@ export async function checkResourceLimits(
   if (overMaxima.length > 0) throw new ValidationError(overMaxima);
   const quota = await lockWorkspaceQuota(tx, workspaceId);
   if (!quota || !hasQuota(quota)) return;
-  // The patched deployment's endpoints run copies of its instances with the new spec.
-  const copies = patched ? await countEndpoints(tx, patched.id) : 0;
-  let others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
-  for (let i = 0; i < copies; i++) others = plus(others, endpointUsage(spec, policy));
-  const overQuota = specOverQuota(spec, policy.defaults, others, quota, patched ? patched.spec : undefined);
+  // The patched deployment's endpoints run copies of its instances with the new spec: counted (and told
+  // apart in the message) by specOverQuota, not among the other deployments' use.
+  const endpoints = patched ? await countEndpoints(tx, patched.id) : 0;
+  const others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
+  const overQuota = specOverQuota(spec, policy.defaults, others, quota, patched ? patched.spec : undefined, endpoints);
   if (overQuota.length > 0) throw new ValidationError(overQuota);
 }

@@ -283,5 +283,12 @@ describe('endpoints and the workspace quota', () => {
       source_config: { resource_spec: { min_scale: 2 } },
     });
     assert.equal(scaled.status, 422, JSON.stringify(scaled.body));
+    // The refusal tells the endpoints' copies apart from the other deployments (there are none).
+    const issue = scaled.body.detail[0];
+    assert.equal(issue.type, 'quota_exceeded');
+    assert.match(issue.msg, /quota allows 3 instances in all/, issue.msg);
+    assert.match(issue.msg, /other deployments and their endpoints use 0\b/, issue.msg);
+    assert.match(issue.msg, /this deployment and its 2 endpoints .* may have at most 3 together/, issue.msg);
+    assert.match(issue.msg, /they ask 6: 2 for the deployment and 2 for each endpoint/, issue.msg);
   });
 });
