@@ -2,7 +2,8 @@
  * Attacker's test of the disk limits (issue 33, item 4): an app that writes forever into its data
  * directory, and a build that writes forever into its directory, on a service whose limits are small.
  * Both stop at their limit, the app's end is an event on its deployment, the build fails saying why,
- * and the service and its PostgreSQL keep writing: a new deployment is still accepted.
+ * and the service and its PostgreSQL keep writing: a new deployment is still accepted. An endpoint's
+ * instances write the same data directory as their deployment's: when they fill it, they stop with it.
  *
  * What main did before: nothing measured or limited either, so the app wrote its whole 1 GiB (and
  * would have written until the host's disk, which holds PostgreSQL, was full) with no event, and the
@@ -18,6 +19,7 @@ import { promisify } from 'node:util';
 import { after, before } from 'node:test';
 import {
   oneFileApp,
+  requestApp,
   startTestService,
   uploadApp,
   waitForRevision,
@@ -125,6 +127,50 @@ test('an app that writes forever into its data directory stops at its limit, wit
   assert.match(String(failed.data.message), /data and home directories are full/);
   const created = await service.api('POST', '/v2/deployments', { name: 'after-full-app', source: 'internal_source' });
   assert.equal(created.status, 201, JSON.stringify(created.body));
+});
+
+/** Fills the data directory only when asked, so that an endpoint's instance is the writer. */
+const FILL_ON_REQUEST = `
+import http from 'node:http';
+import { spawn } from 'node:child_process';
+http.createServer((req, res) => {
+  if (req.url === '/fill') spawn(process.execPath, ['fill.mjs', process.env.SLIPWAY_DATA_DIR + '/fill'], { stdio: 'inherit' });
+  res.writeHead(200);
+  res.end('ok');
+}).listen(Number(process.env.PORT), process.env.HOST);
+`;
+
+test("an endpoint's instance that fills the deployment's data directory stops with the deployment", async () => {
+  const app = await deploy({ ...oneFileApp(FILL_ON_REQUEST, { health_check_path: '/' }), 'fill.mjs': FILL });
+  assert.equal((await waitForRevision(service, app.id, app.revisionId)).status, 'DEPLOYED');
+  const put = await service.api('PUT', `/v2/deployments/${app.id}/endpoints/canary`, { revision_id: app.revisionId });
+  assert.equal(put.status, 201, JSON.stringify(put.body));
+  await eventually('the endpoint served', async () => {
+    const got = await service.api('GET', `/v2/deployments/${app.id}/endpoints/canary`);
+    return got.body.served_revision_id === app.revisionId;
+  });
+  const slug = new URL(
+    (await service.api('GET', `/v2/deployments/${app.id}`)).body.source_config.custom_url,
+  ).hostname.split('.')[0]!;
+  const endpointInstances = async () =>
+    (await service.worker!.appStats()).filter((r) => r.deploymentId === app.id && r.endpoint === 'canary');
+  assert.equal((await endpointInstances()).length, 1);
+  // The writer is the endpoint's instance, not the deployment's own.
+  assert.equal((await requestApp(service, put.body.url, '/fill')).status, 200);
+  const full = await eventually('the disk_full event', async () =>
+    (await events(app.id)).find((e) => e.type === 'deployment.disk_full'),
+  );
+  assert.equal(full.data.revision_id, app.revisionId);
+  // The endpoint's instances are gone and its route with them; the writer writes no more.
+  await eventually("the endpoint's instances stopped", async () => (await endpointInstances()).length === 0);
+  assert.deepEqual(service.edge.targets(`${slug}--canary`), []);
+  assert.equal((await requestApp(service, put.body.url, '/')).status, 404);
+  const dataDir = path.join(service.dataDir, 'deployments', app.id, 'data');
+  const first = await usage(dataDir);
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  const second = await usage(dataDir);
+  assert.ok(second <= first + MIB, `the endpoint's instance still writes: ${first} then ${second} bytes`);
+  assert.ok(second < (WRITE_MB / 2) * MIB, `it wrote ${second} bytes past the ${LIMIT_MB} MiB`);
 });
 
 test('a build that writes forever stops at its limit and fails saying so', async () => {
