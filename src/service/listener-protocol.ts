@@ -10,10 +10,8 @@ import { createHash } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
-import { pendingDeletionFinisher } from '../domain/deletion.ts';
+import { desiredDeploymentState } from '../domain/desired-state.ts';
 import { PROTOCOL_VERSION } from '../domain/listener-protocol-version.ts';
-import type { ResourceSpec } from '../domain/resource-spec.ts';
-import { REVISION_STATES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { notFound } from '../errors.ts';
 import { applyConditions, conditionChanges, lockForConditions } from './listener-conditions.ts';
 import { recordEvents } from '../store/events.ts';
@@ -40,25 +38,6 @@ import { createDataPlaneReports } from './lifecycle.ts';
 export { stepsTo } from './lifecycle.ts';
 
 // ----- desired state -----------------------------------------------------------------------------
-
-/**
- * Final states in which a revision must not run: the listener keeps (or goes back to) the active
- * revision instead. DEPLOYED is final too, but it is what runs.
- */
-const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set(
-  (Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'),
-);
-
-/** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
-function targetRevisionId(
-  deployment: { latest_revision_id: string | null; active_revision_id: string | null },
-  statusOf: (id: string) => RevisionStatus | undefined,
-): string | null {
-  const latest = deployment.latest_revision_id;
-  const status = latest === null ? undefined : statusOf(latest);
-  if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
-  return deployment.active_revision_id;
-}
 
 /** An opaque validator of the whole body: any change of any field gives another one. */
 function etagOf(state: DesiredState): string {
@@ -113,20 +92,17 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         protocol: PROTOCOL_VERSION,
         listener_id: listenerId,
         deployments: deployments.map((d) => {
-          const target = targetRevisionId(d, (id) => revisions.get(id)?.status);
+          // The one rule of what should run, with which spec (src/domain/desired-state.ts).
+          const desired = desiredDeploymentState(d, (id) => revisions.get(id)?.status);
+          const target = desired.targetRevisionId;
           const revision = target === null ? undefined : revisions.get(target);
           const listenerConfig = objectOrNull(d.source_config.listener_config);
-          const inPlace = {
-            // Validated by the schema when stored; an object is all that is trusted here.
-            resource_spec: objectOrNull(d.source_config.resource_spec) as ResourceSpec | null,
-            // Stored by the deployment service from validated input.
-            secret_references: Array.isArray(d.secret_references) ? d.secret_references : null,
-          };
+          const inPlace = { resource_spec: desired.resourceSpec, secret_references: desired.secretReferences };
           return {
             deployment_id: d.id,
             name: d.name,
             namespace: stringOrNull(listenerConfig?.k8s_namespace),
-            delete: pendingDeletionFinisher(d) === 'listener',
+            delete: desired.delete && desired.dataPlane === 'listener',
             custom_url: stringOrNull(d.source_config.custom_url),
             ...inPlace,
             revision: revision ? desiredRevision(revision, inPlace) : null,

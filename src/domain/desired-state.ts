@@ -1,0 +1,120 @@
+/**
+ * The desired state of a deployment: which revision should run, which one serves until then, which
+ * one the own worker works on next, and with which resource spec and secret references. The one rule,
+ * which the listener protocol serves (src/service/listener-protocol.ts `desiredState`) and the own
+ * worker's claims follow (src/store/work-leases.ts `claimRevision` and `claimRunnableDeployments`, SQL
+ * checked against this module by test/store/desired-state-claims.test.ts). Pure: no I/O.
+ *
+ * Glossary
+ * - target: the revision that should end up running: the latest one, unless it ended without running.
+ * - serving: the revision that runs now, the deployment's active one (the last one reported DEPLOYED).
+ * - next work: the own worker's next step of a revision (build or deploy): a revision already in a
+ *   working status, else the oldest QUEUED one. A listener builds nothing of ours: none.
+ */
+import { DELETING_STATUS, dataPlaneOf, pendingDeletionFinisher } from './deletion.ts';
+import type { ResourceSpec } from './resource-spec.ts';
+import type { SecretReference } from './deployment-plan.ts';
+import {
+  REVISION_STATES,
+  WORKING_REVISION_STATUSES,
+  isFinalRevisionStatus,
+  type DataPlaneKind,
+  type DeploymentStatus,
+  type RevisionStatus,
+} from './states.ts';
+
+/**
+ * Final states in which a revision must not run: the deployment keeps (or goes back to) its active
+ * revision instead. DEPLOYED is final too, but it is what runs.
+ */
+export const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set(
+  (Object.keys(REVISION_STATES) as RevisionStatus[]).filter((s) => isFinalRevisionStatus(s) && s !== 'DEPLOYED'),
+);
+
+const WORKING: ReadonlySet<RevisionStatus> = new Set(WORKING_REVISION_STATUSES);
+
+/** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
+export function targetRevisionId(
+  deployment: { latest_revision_id: string | null; active_revision_id: string | null },
+  statusOf: (id: string) => RevisionStatus | undefined,
+): string | null {
+  const latest = deployment.latest_revision_id;
+  const status = latest === null ? undefined : statusOf(latest);
+  if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
+  return deployment.active_revision_id;
+}
+
+/**
+ * What serves now and is to be kept running: the active revision, unless the deployment is being
+ * deleted (then nothing is started; its data plane tears it down).
+ */
+export function servingRevisionId(deployment: {
+  status: DeploymentStatus;
+  active_revision_id: string | null;
+}): string | null {
+  return deployment.status === DELETING_STATUS ? null : deployment.active_revision_id;
+}
+
+/**
+ * The own worker's next work on a deployment: none on a listener's deployment or one being deleted;
+ * else the oldest revision in a working status (a step under way, to continue or take over), else the
+ * oldest QUEUED revision. `revisions` in the order they were made (created_at, then id).
+ */
+export function nextWorkRevisionId(
+  deployment: { status: DeploymentStatus; listener_id: string | null },
+  revisions: readonly { id: string; status: RevisionStatus }[],
+): string | null {
+  if (dataPlaneOf(deployment) !== 'local' || deployment.status === DELETING_STATUS) return null;
+  const working = revisions.find((r) => WORKING.has(r.status));
+  if (working) return working.id;
+  return revisions.find((r) => r.status === 'QUEUED')?.id ?? null;
+}
+
+export interface DesiredDeploymentState {
+  /** The data plane that runs the deployment. */
+  dataPlane: DataPlaneKind;
+  /** Its data plane is to tear it down (src/domain/deletion.ts). */
+  delete: boolean;
+  /** The revision that should end up running (its image and secrets), or null. */
+  targetRevisionId: string | null;
+  /** The revision that serves until the target is deployed, or null. */
+  servingRevisionId: string | null;
+  /** The deployment's current resource spec: it applies to whichever revision runs, without a new revision. */
+  resourceSpec: ResourceSpec | null;
+  /** The deployment's current secret references, like the resource spec. */
+  secretReferences: SecretReference[] | null;
+}
+
+const objectOrNull = (value: unknown): Record<string, unknown> | null =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
+
+/** The resource spec a deployment runs with: its current one (an in-place field), whichever revision runs. */
+export function desiredResourceSpec(deployment: { source_config: { resource_spec?: unknown } }): ResourceSpec | null {
+  // Validated by the schema when stored; an object is all that is trusted here.
+  return objectOrNull(deployment.source_config.resource_spec);
+}
+
+/** The desired state of one deployment, from its row and the statuses of its revisions. */
+export function desiredDeploymentState(
+  deployment: {
+    status: DeploymentStatus;
+    listener_id: string | null;
+    latest_revision_id: string | null;
+    active_revision_id: string | null;
+    source_config: { resource_spec?: unknown };
+    secret_references: unknown;
+  },
+  statusOf: (id: string) => RevisionStatus | undefined,
+): DesiredDeploymentState {
+  return {
+    dataPlane: dataPlaneOf(deployment),
+    delete: pendingDeletionFinisher(deployment) !== null,
+    targetRevisionId: targetRevisionId(deployment, statusOf),
+    servingRevisionId: servingRevisionId(deployment),
+    resourceSpec: desiredResourceSpec(deployment),
+    // Stored by the deployment service from validated input.
+    secretReferences: Array.isArray(deployment.secret_references)
+      ? (deployment.secret_references as SecretReference[])
+      : null,
+  };
+}
