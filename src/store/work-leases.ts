@@ -48,6 +48,8 @@ function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn
 /**
  * Claims one revision of a local deployment (no listener) that needs work: a QUEUED one (oldest
  * first) of a deployment with no other revision in progress, or one in a working status to take over.
+ * Of each deployment it takes first the revision `nextWorkRevisionId` of src/domain/desired-state.ts
+ * names (test/store/desired-state-claims.test.ts checks this SQL against that function).
  * Locks the revision (skipping those other workers hold) and shares the deployment row, so a delete
  * waits for the claim and the claim skips a deployment being deleted. Runs in the caller's transaction.
  */
@@ -129,6 +131,8 @@ export interface RunnableDeployment {
 /**
  * Claims local deployments whose active revision nobody runs (no runner, an expired runner lease, or
  * a dead predecessor's), for this worker to start. Each claimed row gets this worker as its runner.
+ * What runs is `servingRevisionId` of src/domain/desired-state.ts (test/store/desired-state-claims.test.ts
+ * checks this SQL against that function).
  */
 export async function claimRunnableDeployments(
   tx: Db,
