@@ -153,3 +153,36 @@ test("the own data plane writes none of the service's rows but its leases", asyn
   }
   assert.deepEqual(writes, [], 'report it through DataPlaneReports (src/domain/data-plane.ts)');
 });
+
+test('which revision should run is decided by src/domain/desired-state.ts alone', async () => {
+  // A copy of the rule chooses between a deployment's latest and active revision, or names the final
+  // statuses but DEPLOYED (those in which a revision must not run). The worker's claims are its SQL
+  // form, which test/store/desired-state-claims.test.ts checks against it.
+  const allowed = new Map([
+    ['src/domain/desired-state.ts', 'the rule'],
+    ['src/store/revision-logs.ts', "which revision's logs a deployment shows (active, else latest): not what runs"],
+    [
+      'src/dataplane/local-worker.ts',
+      'removes the files of a revision that ended without running; a candidate for NOT_TO_RUN of the rule',
+    ],
+  ]);
+  const choosing =
+    /latest_revision_id[^;]{0,160}(?:\?\?|\|\||\?)[^;]{0,160}active_revision_id|active_revision_id[^;]{0,160}(?:\?\?|\|\||\?)[^;]{0,160}latest_revision_id/;
+  const notToRun =
+    /isFinalRevisionStatus\([^;]{0,120}!==?\s*'DEPLOYED'|!==?\s*'DEPLOYED'[^;]{0,120}isFinalRevisionStatus\(/;
+  const copies: string[] = [];
+  for (const file of await sourceFiles()) {
+    if (allowed.has(relative(file))) continue;
+    const text = await fs.readFile(file, 'utf8');
+    if (choosing.test(text)) copies.push(`${relative(file)} chooses between the latest and the active revision`);
+    if (notToRun.test(text)) copies.push(`${relative(file)} names the final statuses but DEPLOYED`);
+  }
+  assert.deepEqual(
+    copies,
+    [],
+    'what should run is targetRevisionId/desiredDeploymentState of src/domain/desired-state.ts',
+  );
+  // The listener protocol serves the rule's answer.
+  const protocol = await fs.readFile(path.join(SRC, 'service', 'listener-protocol.ts'), 'utf8');
+  assert.match(protocol, /\bdesiredDeploymentState\(/, 'the listener protocol serves desiredDeploymentState');
+});
