@@ -26,7 +26,24 @@ export interface Backend {
 export interface Route {
   backends: Backend[];
   next: number;
+  /** No backend because the deployment is paused (`resource_spec.min_scale: 0`), not because none started yet. */
+  scaledToZero?: boolean;
 }
+
+/** How a route is set (both edges): the drain's time, and why it may have no target. */
+export interface SetTargetsOptions {
+  drainTimeoutMs?: number;
+  /**
+   * True when the targets are empty because the deployment is paused (`resource_spec.min_scale: 0`): the
+   * edge answers 503 saying so instead of "no running instance yet". Any later setTargets without it clears it.
+   */
+  scaledToZero?: boolean;
+}
+
+/** What an edge says (after "Deployment <slug> ") when a route has no target: both edges use these words. */
+export const NO_INSTANCE_YET = 'has no running instance yet; retry shortly';
+/** Without parentheses or commas: HAProxy's configuration carries it inside str(). */
+export const SCALED_TO_ZERO = 'is scaled to zero: resource_spec.min_scale is 0; set it to 1 or more to serve it';
 
 export function newBackend(target: AppTarget): Backend {
   return {

@@ -21,7 +21,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { ConfigError, type Config } from '../config.ts';
 import { freePort } from '../db/embedded-postgres.ts';
-import type { AppTarget } from './app-backends.ts';
+import type { AppTarget, SetTargetsOptions } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppRouter } from './app-router.ts';
 import { startHaproxyEdge } from './edge-haproxy.ts';
@@ -35,7 +35,7 @@ export interface AppRoutes {
    * it resolves when every request that was in flight to targets no longer listed has finished, or after
    * drainTimeoutMs, so the caller may stop those then.
    */
-  setTargets(slug: string, targets: AppTarget[], options?: { drainTimeoutMs?: number }): Promise<void>;
+  setTargets(slug: string, targets: AppTarget[], options?: SetTargetsOptions): Promise<void>;
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];

@@ -18,9 +18,12 @@ import {
   pick,
   targetKey,
   whenIdle,
+  NO_INSTANCE_YET,
+  SCALED_TO_ZERO,
   type AppTarget,
   type Backend,
   type Route,
+  type SetTargetsOptions,
 } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
@@ -32,7 +35,7 @@ export interface AppRouter {
    * Routes the slug to these targets (round-robin). The table changes at once; the promise resolves when
    * every request that was in flight to targets no longer listed has finished, or after drainTimeoutMs.
    */
-  setTargets(slug: string, targets: AppTarget[], options?: { drainTimeoutMs?: number }): Promise<void>;
+  setTargets(slug: string, targets: AppTarget[], options?: SetTargetsOptions): Promise<void>;
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];
@@ -100,7 +103,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
         res,
         503,
         'unavailable',
-        `Deployment ${app.slug} has no running instance yet; retry shortly.`,
+        `Deployment ${app.slug} ${route.scaledToZero ? SCALED_TO_ZERO : NO_INSTANCE_YET}.`,
       );
     proxy.web(req, res, app);
   }
@@ -122,6 +125,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       const removed = route.backends.filter((b) => !next.has(targetKey(b.target)));
       route.backends = [...next.values()];
       route.next = route.backends.length === 0 ? 0 : route.next % route.backends.length;
+      route.scaledToZero = route.backends.length === 0 && opts?.scaledToZero === true;
       routes.set(slug, route);
       if (!counters.has(slug)) counters.set(slug, createStatsCounter());
       logger.debug(
@@ -177,7 +181,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
           socket,
           503,
           'unavailable',
-          `Deployment ${app.slug} has no running instance yet; retry shortly.`,
+          `Deployment ${app.slug} ${route.scaledToZero ? SCALED_TO_ZERO : NO_INSTANCE_YET}.`,
         );
       else proxy.ws(req, socket, head, app, backend);
       return true;

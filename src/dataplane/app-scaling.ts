@@ -1,6 +1,6 @@
 /**
  * Applies a deployment's resource spec to its running app in place. The local data plane honours
- * `min_scale` (web instances, at least 1) and `queue_min_scale` (instances of the app config's `worker`
+ * `min_scale` (web instances; 0 pauses the deployment: no web instance runs) and `queue_min_scale` (instances of the app config's `worker`
  * command); a change of either starts or stops instances of the serving revision without a new
  * revision. New web instances get requests only once their health check passes; web instances that
  * go are taken out of the route first and stopped once their requests are finished.
@@ -33,7 +33,8 @@ export function scaleOf(
       typeof value === 'number' && Number.isSafeInteger(value) && value >= least ? value : fallback,
       Math.max(least, maxInstances),
     );
-  const web = count(spec?.min_scale, 1, 1);
+  // 0 is a pause (docs/app-config.md): the data plane stops every web instance once the revision is healthy.
+  const web = count(spec?.min_scale, 1, 0);
   const worker = appConfig.worker ? count(spec?.queue_min_scale, 1, 0) : 0;
   return { web, worker };
 }
@@ -141,7 +142,10 @@ async function applyScale(app: ScalingApp, to: Scale, options: ScalingOptions): 
     if (options.serving()) {
       const staying = supervisor.webTargets.filter((t) => !leaving.includes(t.instanceId));
       // Resolves once the requests in flight to the leaving instances are finished (or the drain time is up).
-      await options.edge.setTargets(app.slug, staying, { drainTimeoutMs: options.drainTimeoutMs });
+      await options.edge.setTargets(app.slug, staying, {
+        drainTimeoutMs: options.drainTimeoutMs,
+        scaledToZero: staying.length === 0,
+      });
     }
     await supervisor.remove(leaving, options.drainTimeoutMs);
     log.system(`Web instance(s) ${leaving.join(', ')} drained and stopped`);

@@ -21,7 +21,7 @@
  *   API's error shape with a request id (the client's own when it sent a sane one).
  */
 import { CREDENTIAL_PREFIXES } from '../auth/credentials.ts';
-import type { AppTarget } from './app-backends.ts';
+import { NO_INSTANCE_YET, SCALED_TO_ZERO, type AppTarget } from './app-backends.ts';
 
 /** One instance as a server of its app's backend: a slot (`slot<n>`), or a server added at run time. */
 export interface EdgeServer {
@@ -221,7 +221,9 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
       `  http-request set-var(txn.code) str(bad_gateway) if { nbsrv gt 0 }`,
       `  http-request set-var(txn.code) str(unavailable) if { nbsrv eq 0 }`,
       `  http-request set-var(txn.why) "str(did not answer: none of its instances accepted the connection)" if { nbsrv gt 0 }`,
-      `  http-request set-var(txn.why) "str(has no running instance yet; retry shortly)" if { nbsrv eq 0 }`,
+      `  http-request set-var(txn.why) "str(${NO_INSTANCE_YET})" if { nbsrv eq 0 }`,
+      // A paused deployment (resource_spec.min_scale 0) has no server on purpose: its host is in paused.map.
+      `  http-request set-var(txn.why) "str(${SCALED_TO_ZERO})" if { nbsrv eq 0 } { var(txn.host),map(${input.dir}/paused.map) -m found }`,
       `  http-error ${answer(502, 'bad_gateway', 'Deployment %[var(txn.slug)] did not answer.')}`,
       `  http-error status 503 content-type application/json lf-string '{"detail":"Deployment %[var(txn.slug)] %[var(txn.why)].","code":"%[var(txn.code)]"}' hdr x-request-id %[var(txn.rid)] hdr x-slipway-edge 1`,
       `  http-error ${answer(504, 'bad_gateway', 'Deployment %[var(txn.slug)] did not answer in time.')}`,

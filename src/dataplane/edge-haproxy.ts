@@ -103,12 +103,15 @@ interface Route {
   targets: AppTarget[];
   /** The server of each target, by port. */
   servers: Map<number, EdgeServer>;
+  /** No target because the deployment is paused (min_scale 0): its host is in the paused map. */
+  paused?: boolean;
 }
 
 export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<HaproxyEdge> {
   const { dir, logger, appsDomain } = options;
   const configFile = path.join(dir, 'haproxy.cfg');
   const mapFile = path.join(dir, 'routes.map');
+  const pausedMapFile = path.join(dir, 'paused.map');
   const adminSocket = path.join(dir, 'admin.sock');
   await fs.mkdir(dir, { recursive: true, mode: 0o700 });
   await fs.chmod(dir, 0o700);
@@ -170,6 +173,15 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     const map = [...table].map(([slug, r]) => mapLine(slug, appsDomain, r.backend)).join('\n');
     await fs.writeFile(`${mapFile}.next`, map === '' ? '' : `${map}\n`, { mode: 0o600 });
     await fs.rename(`${mapFile}.next`, mapFile);
+    const paused = [...table].filter(([, r]) => r.paused).map(([slug]) => `${slug}.${appsDomain} 1\n`);
+    await fs.writeFile(`${pausedMapFile}.next`, paused.join(''), { mode: 0o600 });
+    await fs.rename(`${pausedMapFile}.next`, pausedMapFile);
+  }
+
+  /** Puts the host in the paused map, or takes it out, when that changes (the backend's 503 says why). */
+  async function markPaused(slug: string, was: boolean, now: boolean): Promise<void> {
+    if (was === now) return;
+    await cli(`${now ? 'add' : 'del'} map ${pausedMapFile} ${slug}.${appsDomain}${now ? ' 1' : ''}`);
   }
 
   async function cli(command: string): Promise<string> {
@@ -392,6 +404,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         throw new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`);
       if (!/^[a-z0-9-]{1,63}$/.test(slug)) throw new Error(`not an app slug: ${slug}`);
       const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
+      const paused = wanted.length === 0 && opts?.scaledToZero === true;
       const { backend, removed, left } = await enqueue(async () => {
         let route = table.get(slug);
         if (route === undefined) {
@@ -404,7 +417,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
               wanted.slice(0, SLOTS).map((t, k) => [t.port, { name: slotName(k), port: t.port }]),
             );
             slotsInUse.set(backend, new Set([...servers.values()].map((server) => server.name)));
-            table.set(slug, { backend, targets: wanted.slice(0, SLOTS), servers });
+            table.set(slug, { backend, targets: wanted.slice(0, SLOTS), servers, paused });
             await restart(`more apps than the pool of ${poolSize / 2} backends`);
             return { backend, removed: [] as string[], left: false };
           }
@@ -434,6 +447,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
           draining.add(route.backend);
           table.set(slug, { backend: next, targets: wanted, servers });
           await cli(`set map ${mapFile} ${slug}.${appsDomain} ${next}`);
+          await markPaused(slug, route.paused === true, false);
           for (const server of route.servers.values())
             await cli(`set server ${route.backend}/${server.name} state drain`);
           await writeFiles();
@@ -451,8 +465,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
           const base = (await backendCounts()).get(route.backend) ?? zeroCounts();
           accounts.open(slug, route.backend, base);
         }
-        table.set(slug, { backend: route.backend, targets: wanted, servers });
+        table.set(slug, { backend: route.backend, targets: wanted, servers, paused });
         if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
+        await markPaused(slug, route.paused === true, paused);
         // Kept current for a restart of HAProxy, which reads them.
         await writeFiles();
         return { backend: route.backend, removed: gone, left: false };
@@ -479,6 +494,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
         table.delete(slug);
         draining.add(found.backend);
         await cli(`del map ${mapFile} ${slug}.${appsDomain}`);
+        await markPaused(slug, found.paused === true, false);
         for (const server of found.servers.values())
           await cli(`set server ${found.backend}/${server.name} state drain`);
         await writeFiles();

@@ -20,7 +20,15 @@ import { tracingProjectName } from '../store/tracing-projects.ts';
 import { dropAppDatabase } from './app-database.ts';
 import { provisionAppResources } from './app-provisioning.ts';
 import { runEnvironment } from './app-environment.ts';
-import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type ScalingApp } from './app-scaling.ts';
+import {
+  describeScale,
+  runningScale,
+  sameScale,
+  scaleInPlace,
+  scaleOf,
+  type Scale,
+  type ScalingApp,
+} from './app-scaling.ts';
 import { createAppWorkTracking } from './app-work-tracking.ts';
 import { createAppSupervisor } from './app-supervisor.ts';
 import { reportAppExit, reportDiskFull } from './app-exit-reports.ts';
@@ -55,7 +63,13 @@ export type {
 } from './local-runtime-types.ts';
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
-type RunningApp = ScalingApp & { forwards: HostForward[]; dataDir: string; diskWatch?: DiskWatch };
+type RunningApp = ScalingApp & {
+  forwards: HostForward[];
+  dataDir: string;
+  diskWatch?: DiskWatch;
+  /** Started with one web instance only to prove itself: `min_scale` is 0, so it is paused once it serves. */
+  pauseAfterStart?: boolean;
+};
 
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const { config, db, secretBox, sandbox, edge, logger } = deps;
@@ -155,11 +169,11 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     // place (rescale), so a start after a restart must not go back to the counts of the revision's time.
     const current = await runningDeploymentState(db, job.deployment.id);
     const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
-    const { web: webCount, worker: workerCount } = scaleOf(
-      resourceSpec,
-      appConfig,
-      config.defaultLimits.maximum?.instances,
-    );
+    const wanted = scaleOf(resourceSpec, appConfig, config.defaultLimits.maximum?.instances);
+    // A paused deployment's revision (min_scale 0) still proves itself: one web instance is started and
+    // health-checked, and stopped once the revision serves (pauseAfterStart). An endpoint's keeps it.
+    const webCount = Math.max(1, wanted.web);
+    const workerCount = wanted.worker;
     const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
     const workerLimits = limitsFromResourceSpec(queueResourceSpec(resourceSpec), config.defaultLimits);
     const instances = [
@@ -239,6 +253,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       failedScale: null,
       forwards: reach.forwards,
       dataDir,
+      pauseAfterStart: endpoint === null && wanted.web === 0,
     };
   }
 
@@ -396,6 +411,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
       throw error;
     }
     await serve(job.deployment.id, next);
+    await pauseIfWanted(job.deployment.id, next);
   }
 
   async function resumeOnce(job: RevisionJob): Promise<void> {
@@ -411,6 +427,51 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     }
     const next = await startApp(job, build, new AbortController().signal);
     await serve(job.deployment.id, next);
+    await pauseIfWanted(job.deployment.id, next);
+  }
+
+  /**
+   * Scales the serving app in place (one change at a time per app) and reports what it did to the
+   * deployment's status: all its web instances stopped is `scaled_to_zero` (UNUSED), a web instance
+   * running again after none is `scaled_up` (READY). Conditions only move a deployment the table allows.
+   */
+  async function scaleServing(deploymentId: string, app: RunningApp, to: Scale): Promise<void> {
+    const fromWeb = runningScale(app.supervisor).web;
+    const work = scaleInPlace(app, deploymentId, to, {
+      reports: deps.reports,
+      logger,
+      edge,
+      healthTimeoutMs: config.healthTimeoutMs,
+      drainTimeoutMs: config.drainTimeoutMs,
+      serving: () => apps.get(deploymentId) === app,
+    }).finally(() => scaling.delete(deploymentId));
+    scaling.set(deploymentId, { app, work });
+    await work;
+    if (apps.get(deploymentId) !== app) return;
+    const nowWeb = runningScale(app.supervisor).web;
+    if (to.web === 0 && nowWeb === 0)
+      await reportCondition(deploymentId, 'scaled_to_zero', {
+        message: 'resource_spec.min_scale is 0: no web instance runs.',
+        revision_id: app.revisionId,
+      });
+    else if (fromWeb === 0 && nowWeb > 0)
+      await reportCondition(deploymentId, 'scaled_up', {
+        message: `The app runs ${describeScale(runningScale(app.supervisor))} again.`,
+        revision_id: app.revisionId,
+      });
+  }
+
+  /** A revision started for a paused deployment (min_scale 0) passed its health check: its web instances stop. */
+  async function pauseIfWanted(deploymentId: string, app: RunningApp): Promise<void> {
+    if (!app.pauseAfterStart) return;
+    app.pauseAfterStart = false;
+    // A scale of the app under way (the worker's pass) finishes first; then it is what runs that counts.
+    await scaling.get(deploymentId)?.work.catch(() => undefined);
+    if (apps.get(deploymentId) !== app || app.stoppedBecause) return;
+    const running = runningScale(app.supervisor);
+    if (running.web === 0) return;
+    app.log.system('resource_spec.min_scale is 0: the revision passed its health check and is paused now');
+    await scaleServing(deploymentId, app, { web: 0, worker: running.worker });
   }
 
   return {
@@ -459,23 +520,19 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         return;
       }
       if (app.failedScale && sameScale(app.failedScale, to)) return;
-      const work = scaleInPlace(app, deploymentId, to, {
-        reports: deps.reports,
-        logger,
-        edge,
-        healthTimeoutMs: config.healthTimeoutMs,
-        drainTimeoutMs: config.drainTimeoutMs,
-        serving: () => apps.get(deploymentId) === app,
-      }).finally(() => scaling.delete(deploymentId));
-      scaling.set(deploymentId, { app, work });
-      await work;
+      await scaleServing(deploymentId, app, to);
     },
 
     async check() {
       for (const [deploymentId, app] of apps) {
         const row = await runningDeploymentState(db, deploymentId);
         if (!row || row.status === 'AWAITING_DELETE' || row.active_revision_id !== app.revisionId) continue;
-        if (row.status === 'UNKNOWN' && (await app.supervisor.healthy())) {
+        // A paused app (no web instance) is not said to be serving again.
+        if (
+          row.status === 'UNKNOWN' &&
+          app.supervisor.instanceIds('web').length > 0 &&
+          (await app.supervisor.healthy())
+        ) {
           await reportCondition(deploymentId, 'recovered', {
             message: 'The app is healthy again.',
             revision_id: app.revisionId,

@@ -15,6 +15,9 @@
  * - A deployment nothing has served yet (AWAITING_DATABASE, UNUSED) has no serving revision to be
  *   unhealthy: a crash told there comes from a revision that is only becoming the active one (a race),
  *   and UNKNOWN, then `recovered`'s READY, would claim it had served.
+ * - `scaled_to_zero` and `scaled_up` are the own data plane's pause (`resource_spec.min_scale: 0`): a
+ *   paused deployment is UNUSED, since nothing answers at its URL. `scaled_up` leaves UNUSED only, so
+ *   a paused deployment whose app is unhealthy (UNKNOWN) is not said to be paused or serving by them.
  * - A deployment being deleted (AWAITING_DELETE) stays so: the user asked for it to go, it goes
  *   whatever its app does, and no status leads out of AWAITING_DELETE but the row's removal.
  */
@@ -40,6 +43,10 @@ const CONDITION_TABLE = {
   recovered: { status: 'READY', from: ['UNKNOWN'], reportedBy: ['local', 'listener'] },
   /** The deployment's database was made for its first revision, which is not deployed yet. */
   database_ready: { status: 'UNUSED', from: ['AWAITING_DATABASE'], reportedBy: ['local'] },
+  /** The serving revision's web instances were all stopped: `resource_spec.min_scale` is 0 (paused). */
+  scaled_to_zero: { status: 'UNUSED', from: ['READY'], reportedBy: ['local'] },
+  /** A paused deployment's serving revision runs a healthy web instance again (`min_scale` 1 or more). */
+  scaled_up: { status: 'READY', from: ['UNUSED'], reportedBy: ['local'] },
 } as const satisfies Record<string, ConditionRule>;
 
 /** A condition's name: the `reason` of the `deployment.status_changed` event it writes. */
