@@ -100,17 +100,19 @@ export function databaseStorageOf(
 }
 
 /**
- * What one deployment asks of its workspace's quota: its web instances (`min_scale`, at least 1) and its
- * worker instances (`queue_min_scale`, when given), each with its memory and CPU limit (the data plane's
- * reading: the limit field, else the request, else the defaults; workers the `queue_` fields, else the
- * web ones). A worker the app's config adds without a `queue_min_scale` is not counted: the API does
+ * What one deployment asks of its workspace's quota: its web instances (`min_scale`, 1 when not given; 0
+ * for a paused deployment, though a revision deployed while it is paused runs one web instance for its
+ * health check, outside the quota) and its worker instances (`queue_min_scale`, when given), each
+ * with its memory and CPU limit (the data plane's reading: the limit field, else the request, else the
+ * defaults; workers the `queue_` fields, else the web ones). A worker the app's config adds without a `queue_min_scale` is not counted: the API does
  * not know the app's config (debt: the data plane's parent-group limits bound it).
  */
 export function usageOfSpec(
   spec: ResourceSpec | null | undefined,
   defaults: SpecDefaults,
 ): Omit<WorkspaceUsage, 'deployments'> {
-  const web = Math.max(1, positive(spec?.min_scale) ?? 1);
+  // min_scale 0 pauses the deployment (docs/app-config.md): no web instance runs once its revision is healthy.
+  const web = spec?.min_scale === 0 ? 0 : Math.max(1, positive(spec?.min_scale) ?? 1);
   const workers = positive(spec?.queue_min_scale) ?? 0;
   const memory = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb) ?? defaults.memoryMb;
   const cpu = positive(spec?.cpu_limit) ?? positive(spec?.cpu) ?? defaults.cpu;

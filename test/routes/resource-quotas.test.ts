@@ -162,6 +162,27 @@ test('under a lowered quota a deployment may still scale down, never up', async 
   assert.equal(seen.body.usage.memory_mb, 512 + 1024);
 });
 
+test('a paused deployment (min_scale 0) counts no web instance: what it frees another deployment may use', async () => {
+  // The quota of the test before: 1024 MiB, 3 instances; 'patched' (512 MiB) and 'quota-first' (1024 MiB) hold 1536.
+  const [first] = (await member.get('/v2/deployments?name=quota-first')).body.resources;
+  const paused = await member.patch(`/v2/deployments/${first.id}`, {
+    source_config: { resource_spec: { memory_limit_mb: 1024, min_scale: 0 } },
+  });
+  assert.equal(paused.status, 200, JSON.stringify(paused.body));
+  const seen = await member.get(`/v2/workspaces/${t.workspaceId}`);
+  assert.equal(seen.body.usage.memory_mb, 512);
+  assert.equal(seen.body.usage.instances, 1);
+  const next = await member.post('/v2/deployments', deployment('quota-after-pause', { memory_limit_mb: 512 }));
+  assert.equal(next.status, 201, JSON.stringify(next.body));
+  // Serving it again would take the workspace over its quota: refused, and the spec stays paused.
+  const resumed = await member.patch(`/v2/deployments/${first.id}`, {
+    source_config: { resource_spec: { memory_limit_mb: 1024, min_scale: 1 } },
+  });
+  assert.equal(resumed.status, 422, JSON.stringify(resumed.body));
+  const stored = await member.get(`/v2/deployments/${first.id}`);
+  assert.equal(stored.body.source_config.resource_spec.min_scale, 0);
+});
+
 describe('database storage (issue 33: db_storage_gi held to the maximum and the quota)', () => {
   let d: TestApp;
   let dAdmin: ReturnType<typeof client>;
