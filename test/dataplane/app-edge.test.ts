@@ -566,6 +566,28 @@ for (const kind of KINDS) {
       assert.deepEqual(edge.targets('deploying-00000010'), []);
     });
 
+    test('a paused slug (scaled to zero) is 503 saying so; once it has an instance again it serves', async () => {
+      const edge = await startEdge(kind);
+      const host = appHost('paused-00000012', edge);
+      const app = await startApp('resumed');
+      await edge.setTargets('paused-00000012', [{ instanceId: 'web-0', port: app.port }]);
+      await edge.setTargets('paused-00000012', [], { scaledToZero: true });
+      const paused = await call(edge.port, { host, path: '/x' });
+      assertEdgeError(paused, 503, 'unavailable', 'paused');
+      assert.equal(
+        paused.json().detail,
+        'Deployment paused-00000012 is scaled to zero: resource_spec.min_scale is 0; set it to 1 or more to serve it.',
+      );
+      await edge.setTargets('paused-00000012', [{ instanceId: 'web-1', port: app.port }]);
+      assert.equal((await call(edge.port, { host, path: '/x' })).status, 200);
+      // Without instances for another reason, it says so again.
+      await edge.setTargets('paused-00000012', []);
+      const waiting = await call(edge.port, { host, path: '/x' });
+      assertEdgeError(waiting, 503, 'unavailable', 'no instance');
+      assert.match(String(waiting.json().detail), /has no running instance yet/);
+      await edge.remove('paused-00000012');
+    });
+
     test('instances that refuse connections: 502 bad_gateway, and requests go to one that answers once added', async () => {
       const edge = await startEdge(kind);
       const dead = await deadPort();
