@@ -33,7 +33,7 @@ export function scaleOf(
       typeof value === 'number' && Number.isSafeInteger(value) && value >= least ? value : fallback,
       Math.max(least, maxInstances),
     );
-  // 0 is a pause (docs/app-config.md): the data plane stops every web instance once the revision is healthy.
+  // 0 is a pause (docs/data-plane.md, "Paused"): the data plane stops every web instance once the revision is healthy.
   const web = count(spec?.min_scale, 1, 0);
   const worker = appConfig.worker ? count(spec?.queue_min_scale, 1, 0) : 0;
   return { web, worker };

@@ -111,7 +111,7 @@ export function usageOfSpec(
   spec: ResourceSpec | null | undefined,
   defaults: SpecDefaults,
 ): Omit<WorkspaceUsage, 'deployments'> {
-  // min_scale 0 pauses the deployment (docs/app-config.md): no web instance runs once its revision is healthy.
+  // min_scale 0 pauses the deployment (docs/data-plane.md, "Paused"): no web instance runs once its revision is healthy.
   const web = spec?.min_scale === 0 ? 0 : Math.max(1, positive(spec?.min_scale) ?? 1);
   const workers = positive(spec?.queue_min_scale) ?? 0;
   const memory = positive(spec?.memory_limit_mb) ?? positive(spec?.memory_mb) ?? defaults.memoryMb;

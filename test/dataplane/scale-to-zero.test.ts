@@ -1,5 +1,5 @@
 /**
- * `resource_spec.min_scale: 0` on the own data plane pauses a deployment (docs/app-config.md,
+ * `resource_spec.min_scale: 0` on the own data plane pauses a deployment (docs/data-plane.md,
  * docs/lifecycle.md): no web instance runs, the deployment is UNUSED (reason `scaled_to_zero`), and its
  * stable URL answers 503 saying it is scaled to zero. Setting `min_scale` back to 1 starts an instance in
  * place (no revision) and makes it READY again (reason `scaled_up`). A revision deployed while it is 0
