@@ -70,9 +70,17 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   assert.equal(lastLine(scaled.stdout), 'support-agent runs 2 web instance(s).');
   assert.equal((await requestApp(service, url, '/')).status, 200);
   assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 2 web instance(s)');
-  const refused = await user.run(['scale', 'support-agent', '--web', '0']);
+  const refused = await user.run(['scale', 'support-agent', '--web', '1001']);
   assert.equal(refused.code, 2);
-  assert.match(refused.stderr, /expected a whole number from 1 to 1000/);
+  assert.match(refused.stderr, /expected a whole number from 0 to 1000/);
+  // --web 0 pauses it: its URL answers 503 until it is scaled up again.
+  const paused = await user.run(['scale', 'support-agent', '--web', '0']);
+  assert.equal(paused.code, 0, paused.stderr);
+  assert.equal(lastLine(paused.stdout), 'support-agent runs 0 web instance(s).');
+  assert.equal((await requestApp(service, url, '/')).status, 503);
+  const resumed = await user.run(['scale', 'support-agent', '--web', '2']);
+  assert.equal(resumed.code, 0, resumed.stderr);
+  assert.equal((await requestApp(service, url, '/')).status, 200);
 
   // A second deploy of the same name patches it: one more revision; a new secret keeps the others.
   const again = await user.run([

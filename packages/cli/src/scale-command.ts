@@ -4,7 +4,8 @@
  * own data plane starts or stops instances of the running app, and a listener re-applies its manifests
  * (docs/lifecycle.md, "Which patch makes a revision"). The counts are the deployment's: a rollback keeps
  * them ("What a redeploy restores"). On the own data plane it waits for the deployment's
- * `deployment.scaled` (or `deployment.scale_failed`) event.
+ * `deployment.scaled` (or `deployment.scale_failed`) event. `--web 0` pauses a deployment of the own data
+ * plane: no web instance runs and its URL answers 503 until it is scaled up again (docs/data-plane.md).
  */
 import { Command, InvalidArgumentError } from 'commander';
 import type { Deployment } from '@slipway/sdk/api-aliases';
@@ -70,10 +71,15 @@ export function scaleCommand(run: ActionRunner): Command {
         'Show or change how many instances of a deployment run (in place: no new revision, no rebuild; a rollback keeps the counts)',
       )
       .argument('<deployment>', 'name or id')
-      .option('-w, --web <count>', 'web instances (resource_spec.min_scale)', count(1))
+      .option('-w, --web <count>', 'web instances (resource_spec.min_scale; 0 pauses the deployment)', count(0))
       .option('-q, --workers <count>', 'queue worker instances (resource_spec.queue_min_scale)', count(0))
       .option('--no-wait', 'return once the change is stored'),
-    ['slipway scale support-agent', 'slipway scale support-agent --web 3', 'slipway scale support-agent --workers 0'],
+    [
+      'slipway scale support-agent',
+      'slipway scale support-agent --web 3',
+      'slipway scale support-agent --workers 0',
+      'slipway scale support-agent --web 0',
+    ],
   ).action(
     run(async (ctx, ref: string, options: { web?: number; workers?: number; wait: boolean }) => {
       const client = await ctx.client();

@@ -1448,7 +1448,7 @@ export interface components {
         };
         /**
          * WorkspaceUsage
-         * @description What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's min_scale web instances (at least 1) and queue_min_scale worker instances, times their memory and CPU limits (the service's defaults when the spec is silent), and each one's db_storage_gi (the operator's default when silent, at most the operator's maximum). Deployments being deleted are not counted.
+         * @description What the workspace's deployments on the own data plane ask for now, as the quota counts it: each deployment's min_scale web instances (1 when the spec is silent; 0 for a paused deployment, whose one health-checked instance while a revision deploys is not counted) and queue_min_scale worker instances, times their memory and CPU limits (the service's defaults when the spec is silent), and each one's db_storage_gi (the operator's default when silent, at most the operator's maximum). Deployments being deleted are not counted.
          */
         WorkspaceUsage: {
             memory_mb: number;
