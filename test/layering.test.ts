@@ -161,10 +161,6 @@ test('which revision should run is decided by src/domain/desired-state.ts alone'
   const allowed = new Map([
     ['src/domain/desired-state.ts', 'the rule'],
     ['src/store/revision-logs.ts', "which revision's logs a deployment shows (active, else latest): not what runs"],
-    [
-      'src/dataplane/local-worker.ts',
-      'removes the files of a revision that ended without running; a candidate for NOT_TO_RUN of the rule',
-    ],
   ]);
   const choosing =
     /latest_revision_id[^;]{0,160}(?:\?\?|\|\||\?)[^;]{0,160}active_revision_id|active_revision_id[^;]{0,160}(?:\?\?|\|\||\?)[^;]{0,160}latest_revision_id/;

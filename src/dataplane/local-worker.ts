@@ -19,6 +19,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-plane.ts';
+import { NOT_TO_RUN } from '../domain/desired-state.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
 import { activeRevisionId } from '../store/deployments.ts';
@@ -226,8 +227,9 @@ export function startWorker(deps: WorkerDeps): Worker {
         }).catch(() => undefined);
       }
       const current = await getRevisionStatus(db, job.revisionId);
-      // A DEPLOYED one serves from its files (it failed after its commit): they stay.
-      if (!stopping && current !== 'DEPLOYED' && (current === undefined || isFinalRevisionStatus(current)))
+      // Only a revision that ended without running loses its files: a DEPLOYED one serves from them (it
+      // failed after its commit), and one still under way keeps them.
+      if (!stopping && (current === undefined || NOT_TO_RUN.has(current)))
         await runtime
           .removeRevisionFiles(job.revisionId)
           .catch((error: unknown) =>
