@@ -479,6 +479,7 @@ const API_LOAD_TITLES: Record<ApiLoad, string> = {
   stable: "app loaded through the stable URL (the service's edge)",
   builtin: 'app loaded through the built-in edge',
   'stable-no-reserve': 'app loaded through the stable URL, the service out of its CPU reserve',
+  'stable-probe-ordinary': 'app loaded through the stable URL, the probe at ordinary priority (a client on this host)',
 };
 
 interface ApiCell {
@@ -495,7 +496,7 @@ interface ApiCell {
 
 function apiCells(runs: ApiRun[]): ApiCell[] {
   const cells: ApiCell[] = [];
-  for (const load of ['none', 'stable', 'builtin', 'stable-no-reserve'] as const) {
+  for (const load of ['none', 'stable', 'builtin', 'stable-no-reserve', 'stable-probe-ordinary'] as const) {
     const mine = runs.filter((r) => r.load === load);
     if (mine.length === 0) continue;
     const apps = mine.map((r) => r.app).filter((a): a is LoadResult => a !== null);
@@ -659,6 +660,12 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
         ? `the service's CPU reserve: API p99 under app load through the stable URL ${ms(stable.c.p99)} ms in it against ${ms(unreserved.c.p99)} ms out of it (${times(stable.c.p99 / unreserved.c.p99)})`
         : `the service's CPU reserve was not measured: ${probe.reserve ?? 'no app load through the stable URL'}`,
     );
+    const ordinaryProbe = under('stable-probe-ordinary');
+    lines.push(
+      ordinaryProbe && stable
+        ? `the probe's own priority: API p99 under app load through the stable URL ${ms(stable.c.p99)} ms with the probe at nice ${String(probe.probePriority)} against ${ms(ordinaryProbe.c.p99)} ms with it at ordinary priority, as a client on this host (${times(ordinaryProbe.ratio)} of alone)`
+        : `the probe ran at ordinary priority throughout: ${typeof probe.probePriority === 'string' ? probe.probePriority : 'no app load through the stable URL'}`,
+    );
   }
   for (const mode of results.modes)
     if (mode.key === 'isolated' && !mode.contained)
@@ -766,7 +773,7 @@ function sections(results: DataPlaneResults, markdown: boolean): string[] {
   if (results.api.length > 0 && results.apiProbe !== null) {
     const probe = results.apiProbe;
     out.push(
-      `The API under app load: ${code(probe.request, markdown)} with the service's key at a fixed ${probe.rate} requests a second over ${probe.connections} connections (a second load generator) to the ${MODE_TITLES[probe.mode]} service, ${results.rounds} rounds of ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured, alone and while the ${probe.appTitle} is loaded at ${results.connections} connections through each edge (its load generator an ordinary process at ordinary priority, as any client or neighbour on the host; the app load starts ${probe.leadSeconds} s before the probe's warm-up and ends after its measurement), the three in turn (p50, p99: the median of the rounds'; by round: each round's p99 over the same round's alone; goal: p99 under load through the stable URL within ${pct(GOAL_API_P99_RATIO - 1)} of alone):`,
+      `The API under app load: ${code(probe.request, markdown)} with the service's key at a fixed ${probe.rate} requests a second over ${probe.connections} connections (a second load generator, ${typeof probe.probePriority === 'number' ? `raised to nice ${probe.probePriority} as a client on another machine would not wait for this host's CPUs, but in the row that says otherwise` : 'at ordinary priority'}) to the ${MODE_TITLES[probe.mode]} service, ${results.rounds} rounds of ${results.warmupSeconds} s warm-up and ${results.durationSeconds} s measured, alone and while the ${probe.appTitle} is loaded at ${results.connections} connections through each edge (its load generator an ordinary process at ordinary priority, as any client or neighbour on the host; the app load starts ${probe.leadSeconds} s before the probe's warm-up and ends after its measurement), the conditions in turn (p50, p99: the median of the rounds'; by round: each round's p99 over the same round's alone; goal: p99 under load through the stable URL within ${pct(GOAL_API_P99_RATIO - 1)} of alone):`,
       '',
       table(API_HEADER, apiRows(results, markdown), 1),
       '',
