@@ -19,7 +19,7 @@ import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-plane.ts';
-import { NOT_TO_RUN } from '../domain/desired-state.ts';
+import { NOT_TO_RUN, desiredResourceSpec, servingRevisionId } from '../domain/desired-state.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
 import { activeRevisionId } from '../store/deployments.ts';
@@ -35,7 +35,7 @@ import {
   extendRevisionLease,
   extendRunnerLeases,
   releaseRevisionLease,
-  runnerResourceSpecs,
+  runnerDeployments,
   setRunner,
   type ClaimedRevision,
   type LeaseOwner,
@@ -295,14 +295,13 @@ export function startWorker(deps: WorkerDeps): Worker {
    * awaited: a slow health check holds up no other work (the next pass retries what was skipped).
    */
   async function applyResourceSpecs(): Promise<void> {
-    for (const { deploymentId, activeRevisionId, resourceSpec } of await runnerResourceSpecs(
-      db,
-      owner,
-      runtime.running(),
-    )) {
-      if (!activeRevisionId) continue;
+    for (const deployment of await runnerDeployments(db, owner, runtime.running())) {
+      // What serves and with which spec: the one rule's, as a listener reads it in its desired state.
+      const serving = servingRevisionId(deployment);
+      if (serving === null) continue;
+      const deploymentId = deployment.id;
       void runtime
-        .rescale(deploymentId, activeRevisionId, resourceSpec)
+        .rescale(deploymentId, serving, desiredResourceSpec(deployment))
         .catch((error: unknown) =>
           logger.error({ err: error, deploymentId }, 'could not apply a changed resource spec'),
         );
@@ -447,6 +446,13 @@ export function startWorker(deps: WorkerDeps): Worker {
     if (change.kind === 'revision' && isFinalRevisionStatus(change.status)) {
       // Interrupted (or moved on by someone else): stop working on it at once.
       jobs.get(change.revision_id)?.controller.abort(new NotOurs());
+    }
+    if (change.kind === 'revision' && change.status === 'QUEUED') {
+      // A newer revision is the deployment's target now (src/domain/desired-state.ts): work on an older
+      // one stops, and the newer one's first step ends it, as a listener's does.
+      for (const [revisionId, job] of jobs)
+        if (job.deploymentId === change.deployment_id && revisionId !== change.revision_id)
+          job.controller.abort(new NotOurs());
     }
     if (change.kind === 'deployment' && change.status === 'AWAITING_DELETE') {
       for (const [, job] of jobs) if (job.deploymentId === change.deployment_id) job.controller.abort(new NotOurs());

@@ -8,8 +8,8 @@
  * Glossary
  * - target: the revision that should end up running: the latest one, unless it ended without running.
  * - serving: the revision that runs now, the deployment's active one (the last one reported DEPLOYED).
- * - next work: the own worker's next step of a revision (build or deploy): a revision already in a
- *   working status, else the oldest QUEUED one. A listener builds nothing of ours: none.
+ * - next work: the own worker's next step of a revision (build or deploy): the target while it is on
+ *   its way (QUEUED or in a working status). A listener builds nothing of ours: none.
  */
 import { DELETING_STATUS, dataPlaneOf, pendingDeletionFinisher } from './deletion.ts';
 import type { ResourceSpec } from './resource-spec.ts';
@@ -56,18 +56,27 @@ export function servingRevisionId(deployment: {
 }
 
 /**
- * The own worker's next work on a deployment: none on a listener's deployment or one being deleted;
- * else the oldest revision in a working status (a step under way, to continue or take over), else the
- * oldest QUEUED revision. `revisions` in the order they were made (created_at, then id).
+ * The own worker's next work on a deployment: the target revision while it is QUEUED or in one of the
+ * worker's steps (to start, continue or take over); none once it is final, on a listener's deployment
+ * or on one being deleted. Like a listener, the worker works toward the target only: an older revision
+ * still on its way is not worked on any more, and the target's first step ends it (the lifecycle's
+ * `reportRevision`), so both planes end on the revision `targetRevisionId` names
+ * (test/dataplane/planes-agree.test.ts).
  */
 export function nextWorkRevisionId(
-  deployment: { status: DeploymentStatus; listener_id: string | null },
-  revisions: readonly { id: string; status: RevisionStatus }[],
+  deployment: {
+    status: DeploymentStatus;
+    listener_id: string | null;
+    latest_revision_id: string | null;
+  },
+  statusOf: (id: string) => RevisionStatus | undefined,
 ): string | null {
   if (dataPlaneOf(deployment) !== 'local' || deployment.status === DELETING_STATUS) return null;
-  const working = revisions.find((r) => WORKING.has(r.status));
-  if (working) return working.id;
-  return revisions.find((r) => r.status === 'QUEUED')?.id ?? null;
+  // The latest revision on its way is the target; once it is final the target (it, or the active
+  // revision) has nothing left to do.
+  const latest = deployment.latest_revision_id;
+  const status = latest === null ? undefined : statusOf(latest);
+  return latest !== null && status !== undefined && (status === 'QUEUED' || WORKING.has(status)) ? latest : null;
 }
 
 export interface DesiredDeploymentState {

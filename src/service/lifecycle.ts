@@ -337,25 +337,27 @@ export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter)
           notAppliedReason: reason,
         });
         if (isFinalRevisionStatus(current)) return notApplied('final');
-        // A listener runs the latest revision (its desired state); the own data plane the one it leases.
+        // Both planes work toward the target, the latest revision (src/domain/desired-state.ts); the own
+        // data plane only on the revision it leases.
         const superseded =
-          reporter.kind === 'listener'
-            ? deployment.latest_revision_id !== revision.id
-            : revision.lease_owner !== reporter.owner.id;
+          deployment.latest_revision_id !== revision.id ||
+          (reporter.kind === 'local' && revision.lease_owner !== reporter.owner.id);
         if (superseded) return notApplied('superseded');
         const path = stepsTo(current, report.status, steps);
         if (path === null) return notApplied('behind');
         if (path.length === 0) return notApplied('duplicate');
 
-        // The first report applied for a revision ends older revisions still on their way: the data
-        // plane replaced them. (The own data plane never has two: it claims one revision per deployment.)
-        const replaced = (await lockRevisionsInStatus(tx, deployment.id, [...steps])).filter(
+        // The first report applied for the latest revision ends older revisions still on their way: the
+        // data plane replaced them (an older one taken up before the latest was pushed; on the own plane
+        // also a QUEUED one that was never started).
+        const replaced = (await lockRevisionsInStatus(tx, deployment.id, ['QUEUED', ...steps])).filter(
           (r) => r.id !== revision.id,
         );
+        const where = reporter.kind === 'listener' ? 'on the listener' : 'on the own data plane';
         for (const older of replaced) {
-          await transitionRevision(tx, older, 'INTERRUPTED', {
+          await transitionRevision(tx, older, older.status === 'QUEUED' ? 'SKIPPED' : 'INTERRUPTED', {
             reason: 'superseded',
-            message: `Revision ${revision.number} replaced it on the listener before it was deployed.`,
+            message: `Revision ${revision.number} replaced it ${where} before it was deployed.`,
           });
         }
         let from = current;

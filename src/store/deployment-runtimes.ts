@@ -1,6 +1,7 @@
 /** What the local data plane made for a deployment (its database and agent credential), sealed. */
 import type { DatabaseStorageState } from '../domain/database-storage.ts';
 import type { Db, DeploymentRuntimeRow } from './schema.ts';
+import { desiredResourceSpec } from '../domain/desired-state.ts';
 
 export async function getDeploymentRuntime(db: Db, deploymentId: string): Promise<DeploymentRuntimeRow | undefined> {
   return db.selectFrom('deployment_runtimes').selectAll().where('deployment_id', '=', deploymentId).executeTakeFirst();
@@ -80,7 +81,8 @@ export async function appDatabasesToMeasure(db: Db): Promise<MeasuredAppDatabase
     state: r.database_storage_state,
     stateSizeBytes: r.database_state_size_bytes === null ? null : Number(r.database_state_size_bytes),
     sizeBytes: r.database_size_bytes === null ? null : Number(r.database_size_bytes),
-    resourceSpec: (r.source_config.resource_spec as Record<string, unknown> | undefined) ?? null,
+    // The deployment's current spec, by the desired-state rule (whichever revision runs).
+    resourceSpec: desiredResourceSpec(r),
   }));
 }
 

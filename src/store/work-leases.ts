@@ -46,10 +46,12 @@ function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn
 }
 
 /**
- * Claims one revision of a local deployment (no listener) that needs work: a QUEUED one (oldest
- * first) of a deployment with no other revision in progress, or one in a working status to take over.
- * Of each deployment it takes first the revision `nextWorkRevisionId` of src/domain/desired-state.ts
- * names (test/store/desired-state-claims.test.ts checks this SQL against that function).
+ * Claims one revision of a local deployment (no listener) that needs work: its latest revision, QUEUED
+ * (unclaimed, or claimed by a worker that is gone) or in a working status to take over. That is the
+ * revision `nextWorkRevisionId` of src/domain/desired-state.ts names (test/store/desired-state-claims.test.ts
+ * checks this SQL against that function): the target, never an older revision still on its way, so two
+ * workers never work one deployment at once (a latest revision that ended without running, or is
+ * DEPLOYED, is no work). Oldest first over deployments.
  * Locks the revision (skipping those other workers hold) and shares the deployment row, so a delete
  * waits for the claim and the claim skips a deployment being deleted. Runs in the caller's transaction.
  */
@@ -65,12 +67,11 @@ export async function claimRevision(
     join deployments d on d.id = r.deployment_id
     where d.listener_id is null
       and d.status <> 'AWAITING_DELETE'
+      and r.id = d.latest_revision_id
       and (
         (r.status = 'QUEUED'
           -- Claimed by another live worker that has not reported its first step yet.
-          and (r.lease_owner is null or ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')})
-          and not exists (
-          select 1 from revisions o where o.deployment_id = r.deployment_id and o.id <> r.id and o.status in (${working})))
+          and (r.lease_owner is null or ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')}))
         or (r.status in (${working}) and ${takeoverCondition(owner, 'r.lease_owner', 'r.lease_expires_at')})
       )
     order by r.created_at, r.id
@@ -177,21 +178,19 @@ export async function extendRunnerLeases(
   return rows.map((r) => r.id);
 }
 
-/** The resource spec and serving revision of the deployments among `deploymentIds` that `owner` runs. */
-export async function runnerResourceSpecs(db: Db, owner: LeaseOwner, deploymentIds: string[]) {
+/**
+ * The rows of the deployments among `deploymentIds` that `owner` runs, with what the desired-state rule
+ * (src/domain/desired-state.ts) reads: the worker takes their serving revision and resource spec from
+ * that rule, as the listener protocol does (a deployment being deleted serves nothing).
+ */
+export async function runnerDeployments(db: Db, owner: LeaseOwner, deploymentIds: string[]) {
   if (deploymentIds.length === 0) return [];
-  const rows = await db
+  return db
     .selectFrom('deployments')
-    .select(['id', 'source_config', 'active_revision_id'])
+    .select(['id', 'status', 'listener_id', 'source_config', 'active_revision_id'])
     .where('id', 'in', deploymentIds)
     .where('runner_owner', '=', owner.id)
-    .where('status', '<>', 'AWAITING_DELETE')
     .execute();
-  return rows.map((r) => ({
-    deploymentId: r.id,
-    activeRevisionId: r.active_revision_id,
-    resourceSpec: r.source_config.resource_spec ?? null,
-  }));
 }
 
 export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string, leaseSeconds: number): Promise<void> {

@@ -94,10 +94,14 @@ describe("the own data plane's resource_spec fields and the schema", () => {
     const table = DOCS.slice(start, DOCS.indexOf('\n## ', start));
     const rows = table.split('\n').filter((l) => l.startsWith('| `'));
     const useOf = new Map<string, string>();
+    const unexplained: string[] = [];
     for (const row of rows) {
       const [names, use] = row.split('|').slice(1, 3);
       for (const m of names!.matchAll(/`([a-z_*]+)`/g)) useOf.set(m[1]!, use!.trim().split(/[ :]/)[0]!);
+      // Each use says why, or how: "ignored: <the reason>", "honoured: <what it changes>".
+      if (!/^(honoured|ignored): \S/.test(use!.trim())) unexplained.push(names!.trim());
     }
+    assert.deepEqual(unexplained, [], 'each row says why a field is ignored, or what it changes');
     const documented = (field: string) =>
       useOf.get(field) ?? [...useOf].find(([name]) => name.endsWith('*') && field.startsWith(name.slice(0, -1)))?.[1];
     assert.deepEqual(

@@ -62,17 +62,24 @@ test("a deployment being deleted is to be torn down and serves nothing; the spec
   }
 });
 
-test("the own worker's next work: a step under way before a QUEUED revision, oldest first, none on a listener", () => {
-  const local = { status: 'READY' as const, listener_id: null };
-  const working = WORKING_REVISION_STATUSES[0]!;
-  const revisions = [
-    { id: 'a', status: 'QUEUED' as RevisionStatus },
-    { id: 'b', status: working },
-    { id: 'c', status: 'QUEUED' as RevisionStatus },
-  ];
-  assert.equal(nextWorkRevisionId(local, revisions), 'b');
-  assert.equal(nextWorkRevisionId(local, [revisions[0]!, revisions[2]!]), 'a');
-  assert.equal(nextWorkRevisionId(local, [{ id: 'd', status: 'DEPLOYED' }]), null);
-  assert.equal(nextWorkRevisionId({ status: 'READY', listener_id: 'l' }, revisions), null);
-  assert.equal(nextWorkRevisionId({ status: 'AWAITING_DELETE', listener_id: null }, revisions), null);
+test("the own worker's next work: the target while it is on its way, never an older revision, none on a listener", () => {
+  const statuses = new Map<string, RevisionStatus>();
+  const statusOf = (id: string) => statuses.get(id);
+  const local = {
+    status: 'READY' as const,
+    listener_id: null,
+    latest_revision_id: 'latest',
+    active_revision_id: 'active',
+  };
+  statuses.set('active', 'DEPLOYED');
+  // An older revision in a step is no work of its own: the latest is.
+  statuses.set('older', WORKING_REVISION_STATUSES[0]!);
+  for (const status of REVISION_STATUSES) {
+    statuses.set('latest', status);
+    const onItsWay = status === 'QUEUED' || WORKING_REVISION_STATUSES.includes(status);
+    assert.equal(nextWorkRevisionId(local, statusOf), onItsWay ? 'latest' : null, `latest ${status}`);
+    assert.equal(nextWorkRevisionId({ ...local, listener_id: 'l' }, statusOf), null);
+    assert.equal(nextWorkRevisionId({ ...local, status: 'AWAITING_DELETE' }, statusOf), null);
+  }
+  assert.equal(nextWorkRevisionId({ ...local, latest_revision_id: null }, statusOf), null);
 });

@@ -25,6 +25,8 @@ before(async () => {
 });
 after(() => t.close());
 
+const statusIn = (d: Made) => (id: string) => d.revisions.find((r) => r.id === id)?.status;
+
 const worker: LeaseOwner = { id: 'node-a/1', nodePrefix: 'node-a/' };
 
 interface Made {
@@ -32,6 +34,7 @@ interface Made {
   status: DeploymentStatus;
   listener_id: string | null;
   active_revision_id: string | null;
+  latest_revision_id: string;
   /** In the order they were made. */
   revisions: { id: string; status: RevisionStatus }[];
 }
@@ -77,6 +80,7 @@ test("the own worker's claims pick what the desired-state rule says, on both pla
           status,
           listener_id: listenerId,
           active_revision_id: activeId,
+          latest_revision_id: latestId,
           revisions: [
             { id: olderId, status: older },
             { id: latestId, status: latest },
@@ -102,7 +106,7 @@ test("the own worker's claims pick what the desired-state rule says, on both pla
   const wrongWork = made
     .map((d) => ({
       d,
-      rule: nextWorkRevisionId(d, d.revisions),
+      rule: nextWorkRevisionId(d, statusIn(d)),
       sql: firstClaimed.get(d.id) ?? null,
     }))
     .filter(({ rule, sql }) => rule !== sql)
@@ -113,7 +117,7 @@ test("the own worker's claims pick what the desired-state rule says, on both pla
         `SQL ${sql === null ? 'none' : d.revisions.findIndex((r) => r.id === sql)}`,
     );
   assert.ok(
-    made.some((d) => nextWorkRevisionId(d, d.revisions) !== null),
+    made.some((d) => nextWorkRevisionId(d, statusIn(d)) !== null),
     'the rule gives the worker some work here',
   );
   assert.deepEqual(wrongWork, [], 'claimRevision must take first what nextWorkRevisionId names');

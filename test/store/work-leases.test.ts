@@ -10,6 +10,7 @@ import { client, createTestApp, registerListener, type TestApp } from '../suppor
 import { pendingDeletionFinisher } from '../../src/domain/deletion.ts';
 import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../../src/domain/states.ts';
 import { claimDeploymentToDelete, claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
+import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
 
 let t: TestApp;
 before(async () => {
@@ -75,4 +76,48 @@ test('the own worker claims to tear down exactly the deployments whose deletion 
     byRule.sort(),
     "claimDeploymentToDelete must select what pendingDeletionFinisher says is the own worker's",
   );
+});
+
+test('two workers never work one deployment at once: a newer QUEUED revision beside a claimed one is the target, and the older one is ended', async () => {
+  const created = await client(t.app).post('/v2/deployments', {
+    name: 'two-queued',
+    source: 'internal_container',
+    source_revision_config: { image_uri: 'registry.example.com/agent:1.0.0' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const olderId: string = created.body.latest_revision_id;
+  // The first claim of this deployment's revisions (others of this file's deployments are claimed on the way).
+  const claim = async (owner: LeaseOwner) => {
+    for (;;) {
+      const found = await t.database.db.transaction().execute((tx) => claimRevision(tx, owner, 30));
+      if (found === undefined || found.deployment_id === created.body.id) return found;
+    }
+  };
+  assert.equal((await claim(workerA))?.id, olderId, 'worker A claims the only revision');
+  // A second QUEUED revision beside the claimed one, its first step not reported yet (rows by hand: a
+  // new revision through the API would have skipped the older one).
+  const copy = await t.database.pool.query<{ id: string }>(
+    `insert into revisions (id, deployment_id, workspace_id, number, status, source, source_revision_config, snapshot, secrets, created_at)
+     select gen_random_uuid(), deployment_id, workspace_id, 2, 'QUEUED', source, source_revision_config, snapshot, secrets, created_at + interval '1 second'
+     from revisions where id = $1 returning id`,
+    [olderId],
+  );
+  const newerId = copy.rows[0]!.id;
+  await t.database.pool.query('update deployments set latest_revision_id = $2 where id = $1', [
+    created.body.id,
+    newerId,
+  ]);
+
+  assert.equal((await claim(workerB))?.id, newerId, 'worker B takes the target, the latest revision');
+  const reportsOf = (owner: LeaseOwner) =>
+    createDataPlaneReports(t.database.db, { kind: 'local', owner, leaseSeconds: 30 });
+  const stale = await reportsOf(workerA).reportRevision({ revisionId: olderId, status: 'AWAITING_DEPLOY' });
+  assert.deepEqual(stale, { applied: false, status: 'QUEUED', notAppliedReason: 'superseded' });
+  const started = await reportsOf(workerB).reportRevision({ revisionId: newerId, status: 'AWAITING_DEPLOY' });
+  assert.equal(started.applied, true);
+  const older = await t.database.pool.query<{ status: string; failure_reason: string }>(
+    'select status, failure_reason from revisions where id = $1',
+    [olderId],
+  );
+  assert.deepEqual(older.rows[0], { status: 'SKIPPED', failure_reason: 'superseded' });
 });
