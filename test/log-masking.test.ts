@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createLogWriter, MAX_LINE_CHARS } from '../src/dataplane/log-writer.ts';
 import { createLogger } from '../src/logger.ts';
-import { createDataPlaneReports } from '../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../src/service/lifecycle-reports.ts';
 import { client, createTestApp, type TestApp } from './support/harness.ts';
 
 let t: TestApp;
@@ -19,12 +19,8 @@ before(async () => {
 after(() => t.close());
 
 /** The own data plane's reports, as its worker gets them (the lifecycle's): the log writer stores through them. */
-const reportsOf = (db: Parameters<typeof createDataPlaneReports>[0]) =>
-  createDataPlaneReports(db, {
-    kind: 'local',
-    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
-    leaseSeconds: 30,
-  });
+const reportsOf = (db: Parameters<typeof createOwnPlaneReports>[0]) =>
+  createOwnPlaneReports(db, { owner: { id: 'test-node/1', nodePrefix: 'test-node/' }, leaseSeconds: 30 });
 
 const SECRET = "p@ss w0rd/+?&=é~*'!-42";
 const TOKEN = 'sk-live-0123456789abcdef';

@@ -38,7 +38,7 @@ import {
   nextStorageState,
   type DatabaseStorageState,
 } from '../domain/database-storage.ts';
-import type { DataPlaneReports, DatabaseStorageReport } from '../domain/data-plane.ts';
+import type { OwnPlaneReports, DatabaseStorageReport } from '../domain/data-plane.ts';
 import { databaseStorageOf, type SpecDefaults } from '../domain/resource-maxima.ts';
 import { databaseSize } from '../store/app-database-usage.ts';
 import { appDatabasesToMeasure, type MeasuredAppDatabase } from '../store/deployment-runtimes.ts';
@@ -63,7 +63,7 @@ const APP_NAME = /^slw_app_[0-9a-f-]+$/;
 export interface DatabaseStorageDeps {
   db: Kysely<Database>;
   /** Sizes and changes of state are reported here (the lifecycle writes them). */
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
   pool: pg.Pool;
   logger: Logger;
   /** The operator's default and maximum (resourcePolicyOf(config).defaults). */

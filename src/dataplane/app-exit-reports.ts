@@ -5,7 +5,7 @@
  * app stopped for going over its disk limit (`deployment.disk_full`). Nothing is written here.
  */
 import type { Logger } from 'pino';
-import type { DataPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
+import type { OwnPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
 import type { InstanceExit } from './app-supervisor.ts';
 import type { LogWriter } from './log-writer.ts';
 import { describeExit } from './process-runner.ts';
@@ -20,7 +20,7 @@ export interface ExitedApp {
 }
 
 export interface AppExitReportsDeps {
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
   logger: Logger;
 }
 

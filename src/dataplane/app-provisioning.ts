@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { newCredential } from '../auth/credentials.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { AppConfig } from '../domain/app-config.ts';
-import type { DataPlaneReports } from '../domain/data-plane.ts';
+import type { OwnPlaneReports } from '../domain/data-plane.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import type { Database } from '../store/schema.ts';
 import {
@@ -32,7 +32,7 @@ export interface AppProvisioningDeps {
    * What is made is reported here and written by the lifecycle: the database's name and sealed password
    * (before it is made), a database made (`deployment.database_created`), the agent credential.
    */
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
 }
 
 export interface AppPlatformResources {

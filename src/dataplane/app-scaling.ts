@@ -7,7 +7,7 @@
  */
 import type { Logger } from 'pino';
 import type { AppConfig } from '../domain/app-config.ts';
-import type { DataPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
+import type { OwnPlaneReports, DeploymentFactType } from '../domain/data-plane.ts';
 import type { ResourceSpec } from '../domain/resource-spec.ts';
 import type { AppRoutes } from './app-edge.ts';
 import type { AppSupervisor } from './app-supervisor.ts';
@@ -87,7 +87,7 @@ export async function scaleInPlace(
   app: ScalingApp,
   deploymentId: string,
   to: Scale,
-  options: ScalingOptions & { reports: DataPlaneReports; logger: Logger },
+  options: ScalingOptions & { reports: OwnPlaneReports; logger: Logger },
 ): Promise<void> {
   const from = runningScale(app.supervisor);
   const event = (

@@ -10,7 +10,7 @@ import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { ChangeFeed } from '../db/change-feed.ts';
 import type { Worker } from '../domain/data-plane.ts';
-import { createDataPlaneReports } from '../service/lifecycle.ts';
+import { createOwnPlaneReports } from '../service/lifecycle-reports.ts';
 import { getIntegration } from '../store/codehost-integrations.ts';
 import type { Database } from '../store/schema.ts';
 import { appUrlParts, type AppEdge } from './app-edge.ts';
@@ -73,7 +73,7 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
   // What this worker sees and does is reported through the lifecycle, as this lease owner.
   const owner = await leaseOwnerFor(config.dataDir);
   const leaseSeconds = deps.leaseSeconds ?? 30;
-  const reports = createDataPlaneReports(db, { kind: 'local', owner, leaseSeconds });
+  const reports = createOwnPlaneReports(db, { owner, leaseSeconds, logger });
   // Its parent cgroup is named after its user and data directory: no other service's (src/dataplane/resource-limits.ts).
   const limits = await createResourceControl({
     logger,

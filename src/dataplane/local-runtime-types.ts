@@ -7,7 +7,7 @@ import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import type { DataPlaneReports } from '../domain/data-plane.ts';
+import type { OwnPlaneReports } from '../domain/data-plane.ts';
 import type { SourceConfig } from '../domain/sources.ts';
 import type { AppConnectionSink } from '../http/app-connections.ts';
 import type { Database, RevisionSnapshot, StoredSecret } from '../store/schema.ts';
@@ -54,7 +54,7 @@ export interface LocalRuntimeDeps {
   databaseUrl: string;
   secretBox: SecretBox;
   /** Where the conditions of deployments are reported (the lifecycle's reports of this data plane). */
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
   sandbox: Sandbox;
   edge: AppEdge;
   fetcher: SourceFetcher;

@@ -18,7 +18,7 @@ import path from 'node:path';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { ChangeFeed } from '../db/change-feed.ts';
-import type { DataPlaneReports, RevisionReport, Worker } from '../domain/data-plane.ts';
+import type { OwnPlaneReports, RevisionReport, Worker } from '../domain/data-plane.ts';
 import { NOT_TO_RUN, desiredResourceSpec, servingRevisionId } from '../domain/desired-state.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
@@ -53,7 +53,7 @@ export interface WorkerDeps {
   db: Kysely<Database>;
   runtime: LocalRuntime;
   /** This worker's reports (the lifecycle's, as this lease owner). */
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
   changes: ChangeFeed;
   logger: Logger;
   owner: LeaseOwner;

@@ -25,7 +25,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
-import type { DataPlaneReports, RevisionLogKind, RevisionLogLine } from '../domain/data-plane.ts';
+import type { OwnPlaneReports, RevisionLogKind, RevisionLogLine } from '../domain/data-plane.ts';
 import { countRevisionLogs } from '../store/revision-logs.ts';
 import type { Database } from '../store/schema.ts';
 import { createRedactor } from './secret-masks.ts';
@@ -47,7 +47,7 @@ export interface LogWriterOptions {
   /** Read only: how many lines the log holds already. */
   db: Kysely<Database>;
   /** Batches are stored, and a deploy log trimmed, through the data plane's reports (the lifecycle writes them). */
-  reports: DataPlaneReports;
+  reports: OwnPlaneReports;
   revisionId: string;
   type: RevisionLogKind;
   /** Lines kept per revision and type (config `logMaxLines`). */

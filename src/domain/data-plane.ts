@@ -140,8 +140,9 @@ export interface DeletionOutcome {
 }
 
 /**
- * What a data plane reports. A listener reaches these through the listener protocol
- * (src/service/listener-protocol.ts); the own data plane's worker calls them in process.
+ * What both data planes report. A listener reaches these through the listener protocol
+ * (src/service/listener-protocol.ts); the own data plane's worker calls them in process, with its own
+ * besides (`OwnPlaneReports`).
  */
 export interface DataPlaneReports {
   /**
@@ -154,6 +155,17 @@ export interface DataPlaneReports {
   confirmDeletion(deploymentId: string): Promise<DeletionOutcome>;
   /** A condition of a deployment's serving revision: its status moves as the conditions' table says, or not at all. */
   reportCondition(report: DeploymentConditionReport): Promise<void>;
+}
+
+/**
+ * What only the own data plane reports: what it saw happen to the apps it runs and what it made or needs
+ * kept for them. A listener's reports have none of these (its cluster keeps its own), so the compiler
+ * refuses a listener's call of one. Those about a deployment or a revision (`reportFact`,
+ * `reportEndpoint`, `reportCommit`, and of both planes' `reportRevision`, `reportCondition` and
+ * `confirmDeletion`) change nothing, and are logged, when the reporting worker no longer holds the
+ * lease they rest on (the deployment's runner lease or a lease on one of its revisions; the revision's).
+ */
+export interface OwnPlaneReports extends DataPlaneReports {
   /** A fact about a deployment's app: recorded as the deployment's event, in a transaction of its own. */
   reportFact(report: DeploymentFactReport): Promise<void>;
   /**

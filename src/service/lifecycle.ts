@@ -3,81 +3,32 @@
  * revision's status (checked against the state machine in src/domain/states.ts), makes a revision the
  * active one, changes a deployment's status, or ends a deletion, each with its event.
  *
- * Two layers:
- * - The writers (transitionRevision, transitionDeployment, activateRevision, finishDeletion): each
- *   writes one change and its event in the caller's transaction; the caller holds the deployment's row
- *   lock (taken before its revisions', the order every writer uses). The deployment service (a user's
- *   patch, delete or interrupt), the deadline sweeper and the reports below call them.
- * - The data planes' reports (createDataPlaneReports, the contract of src/domain/data-plane.ts): what a
- *   listener says through the listener protocol and what the own data plane's worker says in process
- *   go through the same operations and the same rules: a report of a revision in a final state, of one
- *   superseded, or one that is behind or repeats the current status changes nothing; a deletion ends
- *   only for a deployment awaiting delete; a condition moves a deployment only as the one conditions'
- *   table says (src/domain/conditions.ts), which never moves a deployment being deleted.
+ * The writers (transitionRevision, transitionDeployment, activateRevision, finishDeletion, startDeletion,
+ * applyCondition): each writes one change and its event in the caller's transaction; the caller holds the
+ * deployment's row lock (taken before its revisions', the order every writer uses). The deployment
+ * service (a user's patch, delete or interrupt), the deadline sweeper, the listener's heartbeat and the
+ * data planes' reports (src/service/lifecycle-reports.ts, the contract of src/domain/data-plane.ts) call
+ * them.
  */
-import type { QueryExecutorProvider } from 'kysely';
-import type {
-  AgentCredentialRecord,
-  AppDatabaseRecord,
-  DataPlaneReports,
-  DatabaseStorageReport,
-  DeletionOutcome,
-  DeploymentConditionReport,
-  DeploymentFactReport,
-  EndpointReport,
-  NotAppliedReason,
-  ReportOutcome,
-  RevisionLogKind,
-  RevisionLogLine,
-  RevisionReport,
-} from '../domain/data-plane.ts';
 import { conditionMove, type DeploymentConditionName } from '../domain/conditions.ts';
 import {
   DELETING_STATUS,
-  deletionConfirmation,
   deletionFinisher,
   pendingDeletionFinisher,
   type DeletionFinisher,
 } from '../domain/deletion.ts';
 import {
-  FAILED_REVISION_STATUSES,
-  REVISION_STATES,
   assertDeploymentTransition,
-  dataPlaneSteps,
   assertRevisionTransition,
-  isFinalRevisionStatus,
   type DeploymentStatus,
   type RevisionStatus,
 } from '../domain/states.ts';
-import { AppError, notFound } from '../errors.ts';
-import {
-  deleteDeploymentRow,
-  hasLocalResources,
-  lockDeployment,
-  lockDeploymentById,
-  moveAppUrls,
-  setActiveRevision,
-  updateDeployment,
-} from '../store/deployments.ts';
-import { setEndpointServed } from '../store/deployment-endpoints.ts';
+import { deleteDeploymentRow, hasLocalResources, setActiveRevision, updateDeployment } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
-import { appendRevisionLogs, trimRevisionLogs } from '../store/revision-logs.ts';
-import { findListenerRevision, listenerHasBeenSeen } from '../store/listeners.ts';
-import {
-  findLocalRevision,
-  lockRevision,
-  lockRevisionsInStatus,
-  setRevisionCommitSha,
-  setRevisionStatus,
-} from '../store/revisions.ts';
-import type { Database, Db, DeploymentRow } from '../store/schema.ts';
-import { insertCredential } from '../store/agent-credentials.ts';
-import { claimAppUid } from '../store/app-uids.ts';
-import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
+import { listenerHasBeenSeen } from '../store/listeners.ts';
+import { setRevisionStatus } from '../store/revisions.ts';
+import type { Db, DeploymentRow } from '../store/schema.ts';
 import { deleteTracingProject } from '../store/tracing-projects.ts';
-import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
-import { setRunner, type LeaseOwner } from '../store/work-leases.ts';
-import type { Kysely } from 'kysely';
 
 export interface RevisionRef {
   id: string;
@@ -253,50 +204,6 @@ export function newRevisionEvents(revision: Omit<RevisionRef, 'status'>, cause: 
   ];
 }
 
-// ----- reports of the data planes ----------------------------------------------------------------
-
-/** Who reports: a listener (over the listener protocol), or this service's own worker holding a lease. */
-export type Reporter =
-  | { kind: 'listener'; listenerId: string; /** Its workspace: deletions are confirmed there. */ workspaceId?: string }
-  | { kind: 'local'; owner: LeaseOwner; leaseSeconds: number };
-
-/** The states a listener may walk a revision through on its way to the reported one. */
-export const LISTENER_STEPS: ReadonlySet<RevisionStatus> = new Set(dataPlaneSteps('listener'));
-/** The states the own data plane walks a revision through (it builds, too). */
-const LOCAL_STEPS: ReadonlySet<RevisionStatus> = new Set(dataPlaneSteps('local'));
-
-/**
- * The transitions from `from` to `to` through the state table, passing only through `through` (a
- * data plane's own steps): [] when already there, null when `to` is not ahead of `from` (a stale or
- * repeated report).
- */
-export function stepsTo(
-  from: RevisionStatus,
-  to: RevisionStatus,
-  through: ReadonlySet<RevisionStatus> = LISTENER_STEPS,
-): RevisionStatus[] | null {
-  if (from === to) return [];
-  const cameFrom = new Map<RevisionStatus, RevisionStatus>();
-  const queue: RevisionStatus[] = [from];
-  while (queue.length > 0) {
-    const at = queue.shift()!;
-    for (const next of REVISION_STATES[at].next) {
-      if (cameFrom.has(next) || next === from) continue;
-      cameFrom.set(next, at);
-      if (next === to) {
-        const path: RevisionStatus[] = [to];
-        for (let step = at; step !== from; step = cameFrom.get(step)!) path.unshift(step);
-        return path;
-      }
-      if (through.has(next)) queue.push(next);
-    }
-  }
-  return null;
-}
-
-const FAILED_STATUSES: ReadonlySet<RevisionStatus> = new Set(FAILED_REVISION_STATUSES);
-const DEFAULT_FAILURE = { reason: 'deploy_failed', message: 'The listener reported that the deploy failed.' };
-
 /**
  * A condition of a deployment (a crash loop, healthy again, its database made) moves its status as the
  * conditions' table says (src/domain/conditions.ts, the same rule for both data planes), in the
@@ -313,252 +220,4 @@ export async function applyCondition(
   if (to === null) return false;
   await transitionDeployment(tx, deployment, to, { reason: condition, ...data });
   return true;
-}
-
-/** The reports of one data plane (src/domain/data-plane.ts), each in a transaction of its own. */
-export function createDataPlaneReports(db: Kysely<Database>, reporter: Reporter): DataPlaneReports {
-  const steps = reporter.kind === 'listener' ? LISTENER_STEPS : LOCAL_STEPS;
-  const listenerId = reporter.kind === 'listener' ? reporter.listenerId : null;
-
-  return {
-    async reportRevision(report: RevisionReport): Promise<ReportOutcome> {
-      return db.transaction().execute(async (tx) => {
-        const found =
-          listenerId !== null
-            ? await findListenerRevision(tx, listenerId, report.revisionId)
-            : await findLocalRevision(tx, report.revisionId);
-        const deployment = found ? await lockDeployment(tx, found.workspace_id, found.deployment_id) : undefined;
-        const revision = deployment ? await lockRevision(tx, report.revisionId) : undefined;
-        if (!deployment || !revision) throw notFound('Revision', report.revisionId);
-        const current = revision.status;
-        const notApplied = (reason: NotAppliedReason): ReportOutcome => ({
-          applied: false,
-          status: current,
-          notAppliedReason: reason,
-        });
-        if (isFinalRevisionStatus(current)) return notApplied('final');
-        // Both planes work toward the target, the latest revision (src/domain/desired-state.ts); the own
-        // data plane only on the revision it leases.
-        const superseded =
-          deployment.latest_revision_id !== revision.id ||
-          (reporter.kind === 'local' && revision.lease_owner !== reporter.owner.id);
-        if (superseded) return notApplied('superseded');
-        const path = stepsTo(current, report.status, steps);
-        if (path === null) return notApplied('behind');
-        if (path.length === 0) return notApplied('duplicate');
-
-        // The first report applied for the latest revision ends older revisions still on their way: the
-        // data plane replaced them (an older one taken up before the latest was pushed; on the own plane
-        // also a QUEUED one that was never started).
-        const replaced = (await lockRevisionsInStatus(tx, deployment.id, ['QUEUED', ...steps])).filter(
-          (r) => r.id !== revision.id,
-        );
-        const where = reporter.kind === 'listener' ? 'on the listener' : 'on the own data plane';
-        for (const older of replaced) {
-          await transitionRevision(tx, older, older.status === 'QUEUED' ? 'SKIPPED' : 'INTERRUPTED', {
-            reason: 'superseded',
-            message: `Revision ${revision.number} replaced it ${where} before it was deployed.`,
-          });
-        }
-        let from = current;
-        for (const to of path) {
-          const failure = FAILED_STATUSES.has(to)
-            ? {
-                reason: report.failure?.reason ?? DEFAULT_FAILURE.reason,
-                message: report.failure?.message ?? DEFAULT_FAILURE.message,
-              }
-            : null;
-          await transitionRevision(tx, { ...revision, status: from }, to, failure);
-          from = to;
-        }
-        if (listenerId !== null) {
-          // What the listener said, as it said it (the status events above hold what was applied).
-          await recordEvents(tx, [
-            {
-              workspaceId: deployment.workspace_id,
-              subjectType: 'revision',
-              subjectId: revision.id,
-              deploymentId: deployment.id,
-              type: 'revision.reported',
-              toStatus: report.status,
-              data: {
-                listener_id: listenerId,
-                ...(report.failure?.reason !== undefined ? { failure_reason: report.failure.reason } : {}),
-                ...(report.failure?.message !== undefined ? { message: report.failure.message } : {}),
-              },
-            },
-          ]);
-        }
-        if (report.status === 'DEPLOYED') {
-          // The own data plane runs what it deployed: it holds the deployment's runner lease from now.
-          if (reporter.kind === 'local') await setRunner(tx, reporter.owner, deployment.id, reporter.leaseSeconds);
-          await activateRevision(tx, deployment, revision.id, report.url);
-        }
-        return { applied: true, status: report.status, notAppliedReason: null };
-      });
-    },
-
-    async confirmDeletion(deploymentId: string): Promise<DeletionOutcome> {
-      return db.transaction().execute(async (tx) => {
-        const row =
-          reporter.kind === 'listener' && reporter.workspaceId !== undefined
-            ? await lockDeployment(tx, reporter.workspaceId, deploymentId)
-            : await lockDeploymentById(tx, deploymentId);
-        // Gone already: a retried confirmation, or another worker finished it.
-        if (!row) return { deleted: false, orphanedUploads: [] };
-        const confirmation = deletionConfirmation(
-          row,
-          listenerId === null ? { kind: 'local' } : { kind: 'listener', listenerId },
-        );
-        if (confirmation === 'not_theirs') throw notFound('Deployment', deploymentId);
-        if (confirmation === 'not_deleting') {
-          throw new AppError(
-            'conflict',
-            `Deployment ${deploymentId} is ${row.status}, not being deleted: only a deployment marked delete in the desired state can be confirmed deleted.`,
-          );
-        }
-        // Uploads that only this deployment's revisions used go with it.
-        const orphaned = await deleteUploadsOnlyUsedBy(tx, deploymentId);
-        await finishDeletion(tx, row, {
-          deleteTracingProject: row.delete_tracing_project,
-          ...(listenerId !== null ? { confirmedByListener: listenerId } : {}),
-        });
-        return { deleted: true, orphanedUploads: orphaned.map((upload) => upload.path) };
-      });
-    },
-
-    async reportCondition(report: DeploymentConditionReport): Promise<void> {
-      await db.transaction().execute(async (tx) => {
-        const row = await lockDeploymentById(tx, report.deploymentId);
-        if (!row || row.listener_id !== listenerId) return;
-        await applyCondition(tx, row, report.condition, report.data);
-      });
-    },
-
-    async reportFact(report: DeploymentFactReport): Promise<void> {
-      await recordEvents(db, [
-        {
-          workspaceId: report.workspaceId,
-          subjectType: 'deployment',
-          subjectId: report.deploymentId,
-          deploymentId: report.deploymentId,
-          type: report.type,
-          data: report.data,
-        },
-      ]);
-    },
-
-    async reportEndpoint(report: EndpointReport): Promise<void> {
-      await db.transaction().execute(async (tx) => {
-        const deployment = await tx
-          .selectFrom('deployments')
-          .select(['workspace_id', 'listener_id'])
-          .where('id', '=', report.deploymentId)
-          .executeTakeFirst();
-        // Only the data plane that runs the deployment reports its endpoints.
-        if (!deployment || deployment.listener_id !== listenerId) return;
-        if (report.served) {
-          await setEndpointServed(tx, report.deploymentId, report.endpoint, report.revisionId);
-          // After a restart the same revision is started again: that is no move, and no event.
-          if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
-        }
-        await recordEvents(tx, [
-          {
-            workspaceId: deployment.workspace_id,
-            subjectType: 'deployment',
-            subjectId: report.deploymentId,
-            deploymentId: report.deploymentId,
-            ...(report.served
-              ? {
-                  type: 'deployment.endpoint_served' as const,
-                  data: {
-                    endpoint: report.endpoint,
-                    revision_id: report.revisionId,
-                    from_revision_id: report.fromRevisionId,
-                  },
-                }
-              : {
-                  type: 'deployment.endpoint_failed' as const,
-                  data: { endpoint: report.endpoint, revision_id: report.revisionId, message: report.message },
-                }),
-          },
-        ]);
-      });
-    },
-
-    async keepAppDatabase(deploymentId: string, workspaceId: string, database: AppDatabaseRecord): Promise<void> {
-      await saveDeploymentRuntime(db, deploymentId, workspaceId, {
-        databaseName: database.databaseName,
-        roleName: database.roleName,
-        databasePasswordSealed: database.passwordSealed,
-      });
-    },
-
-    async keepAgentCredential(
-      deploymentId: string,
-      workspaceId: string,
-      credential: AgentCredentialRecord,
-    ): Promise<void> {
-      const row = await insertCredential(db, {
-        workspaceId,
-        deploymentId,
-        name: 'runtime',
-        agentIds: null,
-        hash: credential.hash,
-        prefix: credential.prefix,
-        createdBy: 'data-plane',
-      });
-      await saveDeploymentRuntime(db, deploymentId, workspaceId, {
-        agentCredentialId: row.id,
-        agentCredentialSealed: credential.sealed,
-      });
-    },
-
-    async reportDatabaseSize(deploymentId: string, sizeBytes: number, at: Date): Promise<void> {
-      await recordDatabaseSize(db, deploymentId, sizeBytes, at);
-    },
-
-    async reportDatabaseStorage(
-      report: DatabaseStorageReport,
-      enforce: (tx: QueryExecutorProvider) => Promise<void>,
-    ): Promise<boolean> {
-      return db.transaction().execute(async (tx) => {
-        const { deploymentId } = report;
-        if (!(await changeDatabaseStorageState(tx, deploymentId, report.from, report.to, report.sizeBytes)))
-          return false;
-        await enforce(tx);
-        await recordEvents(tx, [
-          {
-            workspaceId: report.workspaceId,
-            subjectType: 'deployment',
-            subjectId: deploymentId,
-            deploymentId,
-            type: report.event.type,
-            data: report.event.data,
-          },
-        ]);
-        return true;
-      });
-    },
-
-    async reportCommit(revisionId: string, sha: string): Promise<void> {
-      await setRevisionCommitSha(db, revisionId, sha);
-    },
-
-    async reportAppEdge(edge: { prefix: string; suffix: string }): Promise<number> {
-      return moveAppUrls(db, edge.prefix, edge.suffix);
-    },
-
-    async appendLogLines(revisionId: string, type: RevisionLogKind, lines: readonly RevisionLogLine[]): Promise<void> {
-      await appendRevisionLogs(db, revisionId, type, lines);
-    },
-
-    async trimLog(revisionId: string, type: RevisionLogKind, keep: number): Promise<void> {
-      await trimRevisionLogs(db, revisionId, type, keep);
-    },
-
-    claimAppUid(deploymentId: string, range: { first: number; count: number }): Promise<number> {
-      return claimAppUid(db, deploymentId, range);
-    },
-  };
 }

@@ -33,9 +33,9 @@ import type {
   ReportBody,
   ReportResult,
 } from '../routes/listener-protocol-schemas.ts';
-import { createDataPlaneReports } from './lifecycle.ts';
+import { createListenerReports } from './lifecycle-reports.ts';
 
-export { stepsTo } from './lifecycle.ts';
+export { stepsTo } from './lifecycle-reports.ts';
 
 // ----- desired state -----------------------------------------------------------------------------
 
@@ -128,7 +128,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * applied for a revision interrupts older revisions still on their way (the listener replaced them).
      */
     async report(listenerId: string, input: ReportBody): Promise<ReportResult> {
-      const outcome = await createDataPlaneReports(db, { kind: 'listener', listenerId }).reportRevision({
+      const outcome = await createListenerReports(db, { listenerId }).reportRevision({
         revisionId: input.revision_id,
         status: input.status,
         failure: {
@@ -144,7 +144,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
      * project when the delete asked for it). A deployment already gone is fine: the listener may retry.
      */
     async confirmDeletion(listenerId: string, workspaceId: string, deploymentId: string): Promise<void> {
-      await createDataPlaneReports(db, { kind: 'listener', listenerId, workspaceId }).confirmDeletion(deploymentId);
+      await createListenerReports(db, { listenerId, workspaceId }).confirmDeletion(deploymentId);
     },
 
     /**

@@ -229,3 +229,27 @@ export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner, skip: r
     for update skip locked`.execute(tx);
   return found.rows[0];
 }
+
+/**
+ * Whether `owner` holds the deployment: it runs it (the runner lease) or works on one of its revisions
+ * (a revision's lease). The own data plane's reports about a deployment rest on this.
+ */
+export async function holdsDeploymentLease(db: Db, owner: LeaseOwner, deploymentId: string): Promise<boolean> {
+  const found = await sql<{ held: boolean }>`
+    select exists (select 1 from deployments where id = ${deploymentId} and runner_owner = ${owner.id})
+      or exists (select 1 from revisions where deployment_id = ${deploymentId} and lease_owner = ${owner.id}) as held`.execute(
+    db,
+  );
+  return found.rows[0]?.held === true;
+}
+
+/** Whether `owner` holds the revision's lease (it works on it). */
+export async function holdsRevisionLease(db: Db, owner: LeaseOwner, revisionId: string): Promise<boolean> {
+  const row = await db
+    .selectFrom('revisions')
+    .select('id')
+    .where('id', '=', revisionId)
+    .where('lease_owner', '=', owner.id)
+    .executeTakeFirst();
+  return row !== undefined;
+}

@@ -10,7 +10,7 @@ import { withClient } from '../../src/db/admin-client.ts';
 import { dropAppDatabase } from '../../src/dataplane/app-database.ts';
 import { provisionAppResources } from '../../src/dataplane/app-provisioning.ts';
 import type { AppConfig } from '../../src/domain/app-config.ts';
-import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 const APP_CONFIG: AppConfig = {
@@ -25,6 +25,7 @@ const APP_CONFIG: AppConfig = {
 };
 
 let t: TestApp;
+const WORKER = { id: 'test-node/1', nodePrefix: 'test-node/' };
 const made: string[] = [];
 
 /** What the own data plane's provisioning is given, its reports the lifecycle's as the worker's are. */
@@ -33,9 +34,8 @@ const provisioning = () => ({
   pool: t.database.pool,
   databaseUrl: t.database.url,
   secretBox: t.secretBox,
-  reports: createDataPlaneReports(t.database.db, {
-    kind: 'local',
-    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
+  reports: createOwnPlaneReports(t.database.db, {
+    owner: WORKER,
     leaseSeconds: 30,
   }),
 });
@@ -49,6 +49,8 @@ async function deploymentWithDatabase(name: string): Promise<{ id: string; datab
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
   const id: string = created.body.id;
+  // Run by the worker whose reports these are: its facts rest on its lease (src/service/lifecycle-reports.ts).
+  await t.database.pool.query('update deployments set runner_owner = $2 where id = $1', [id, WORKER.id]);
   const { databaseUrl } = await provisionAppResources(provisioning(), { id, workspace_id: t.workspaceId }, APP_CONFIG);
   assert.ok(databaseUrl);
   made.push(decodeURIComponent(new URL(databaseUrl).pathname.slice(1)));

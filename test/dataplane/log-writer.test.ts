@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryId } from 'kysely';
 import { createLogWriter } from '../../src/dataplane/log-writer.ts';
 import { createLogger } from '../../src/logger.ts';
-import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -19,12 +19,8 @@ before(async () => {
 after(() => t.close());
 
 /** The own data plane's reports, as its worker gets them (the lifecycle's): the log writer stores through them. */
-const reportsOf = (db: Parameters<typeof createDataPlaneReports>[0]) =>
-  createDataPlaneReports(db, {
-    kind: 'local',
-    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
-    leaseSeconds: 30,
-  });
+const reportsOf = (db: Parameters<typeof createOwnPlaneReports>[0]) =>
+  createOwnPlaneReports(db, { owner: { id: 'test-node/1', nodePrefix: 'test-node/' }, leaseSeconds: 30 });
 
 /**
  * Holds the first insert until `release()` (a database slow to answer), and says when it started, so

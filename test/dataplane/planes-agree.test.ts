@@ -16,7 +16,7 @@ import { startWorker } from '../../src/dataplane/local-worker.ts';
 import { targetRevisionId } from '../../src/domain/desired-state.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../../src/domain/states.ts';
 import type { Worker } from '../../src/domain/data-plane.ts';
-import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import type { LeaseOwner } from '../../src/store/work-leases.ts';
 import { client, createTestApp, listen, registerListener, type TestApp } from '../support/harness.ts';
 import { eventually } from '../support/wait.ts';
@@ -78,7 +78,7 @@ before(async () => {
   worker = startWorker({
     db: t.database.db,
     runtime: standInRuntime(),
-    reports: createDataPlaneReports(t.database.db, { kind: 'local', owner, leaseSeconds: 30 }),
+    reports: createOwnPlaneReports(t.database.db, { owner, leaseSeconds: 30 }),
     changes: t.changes!,
     logger: t.logger,
     owner,

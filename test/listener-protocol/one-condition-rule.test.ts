@@ -20,8 +20,8 @@ import {
   type DeploymentConditionName,
 } from '../../src/domain/conditions.ts';
 import { LISTENER_CONDITIONS } from '../../src/store/schema.ts';
-import type { DataPlaneReports } from '../../src/domain/data-plane.ts';
-import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
+import type { OwnPlaneReports } from '../../src/domain/data-plane.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { reportAppExit } from '../../src/dataplane/app-exit-reports.ts';
 import type { LogWriter } from '../../src/dataplane/log-writer.ts';
 import { agent, createProtocolFixture, newDeployment, newListener, type ProtocolFixture } from './protocol-fixture.ts';
@@ -59,23 +59,26 @@ const statusOf = async (deploymentId: string): Promise<string> =>
       .executeTakeFirstOrThrow()
   ).status;
 
+const OWN_WORKER = { id: 'test-node/1', nodePrefix: 'test-node/' };
+
 /** A deployment on the own data plane, serving, in `status`. */
 async function ownPlaneDeployment(status: DeploymentStatus): Promise<{ id: string; revisionId: string }> {
   // Made on a listener and then taken off it: the own data plane reports for deployments without one.
   const l = await newListener(f.api);
   const { id, revisionId } = await newDeployment(f.api, l.id);
-  await f.t.database.db.updateTable('deployments').set({ listener_id: null }).where('id', '=', id).execute();
+  // Run by the worker whose reports these are (src/service/lifecycle-reports.ts checks its lease).
+  await f.t.database.db
+    .updateTable('deployments')
+    .set({ listener_id: null, runner_owner: OWN_WORKER.id })
+    .where('id', '=', id)
+    .execute();
   await put(id, revisionId, status);
   return { id, revisionId };
 }
 
 /** The own data plane's reports, as its worker makes them. */
 const ownPlaneReports = () =>
-  createDataPlaneReports(f.t.database.db, {
-    kind: 'local',
-    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
-    leaseSeconds: 30,
-  });
+  createOwnPlaneReports(f.t.database.db, { owner: { id: 'test-node/1', nodePrefix: 'test-node/' }, leaseSeconds: 30 });
 
 /** A listener deployment its agent reported DEPLOYED (READY), with the agent. */
 async function listenerDeployment() {
@@ -107,7 +110,7 @@ async function ownPlaneCrashLoop(status: DeploymentStatus): Promise<string> {
     .executeTakeFirstOrThrow();
   const real = ownPlaneReports();
   let told = false;
-  const reports: DataPlaneReports = {
+  const reports: OwnPlaneReports = {
     ...real,
     reportCondition: async (report) => {
       await real.reportCondition(report);

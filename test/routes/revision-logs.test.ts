@@ -9,7 +9,8 @@ import { createLogWriter, MAX_LINE_CHARS, type LogWriter } from '../../src/datap
 import type { Change, ChangeFeed } from '../../src/db/change-feed.ts';
 import type { RevisionStatus } from '../../src/domain/states.ts';
 import { createLogger } from '../../src/logger.ts';
-import { createDataPlaneReports, transitionRevision, type Failure } from '../../src/service/lifecycle.ts';
+import { transitionRevision, type Failure } from '../../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { appendRevisionLogs } from '../../src/store/revision-logs.ts';
 import { lockRevision } from '../../src/store/revisions.ts';
 import type { RevisionLogType } from '../../src/store/schema.ts';
@@ -83,12 +84,8 @@ async function storedLines(revisionId: string, type: RevisionLogType = 'build') 
 }
 
 /** The own data plane's reports, as its worker gets them (the lifecycle's): the log writer stores through them. */
-const reportsOf = (db: Parameters<typeof createDataPlaneReports>[0]) =>
-  createDataPlaneReports(db, {
-    kind: 'local',
-    owner: { id: 'test-node/1', nodePrefix: 'test-node/' },
-    leaseSeconds: 30,
-  });
+const reportsOf = (db: Parameters<typeof createOwnPlaneReports>[0]) =>
+  createOwnPlaneReports(db, { owner: { id: 'test-node/1', nodePrefix: 'test-node/' }, leaseSeconds: 30 });
 
 function writer(
   revisionId: string,

@@ -10,7 +10,7 @@ import { client, createTestApp, registerListener, type TestApp } from '../suppor
 import { pendingDeletionFinisher } from '../../src/domain/deletion.ts';
 import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../../src/domain/states.ts';
 import { claimDeploymentToDelete, claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
-import { createDataPlaneReports } from '../../src/service/lifecycle.ts';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 
 let t: TestApp;
 before(async () => {
@@ -109,8 +109,7 @@ test('two workers never work one deployment at once: a newer QUEUED revision bes
   ]);
 
   assert.equal((await claim(workerB))?.id, newerId, 'worker B takes the target, the latest revision');
-  const reportsOf = (owner: LeaseOwner) =>
-    createDataPlaneReports(t.database.db, { kind: 'local', owner, leaseSeconds: 30 });
+  const reportsOf = (owner: LeaseOwner) => createOwnPlaneReports(t.database.db, { owner, leaseSeconds: 30 });
   const stale = await reportsOf(workerA).reportRevision({ revisionId: olderId, status: 'AWAITING_DEPLOY' });
   assert.deepEqual(stale, { applied: false, status: 'QUEUED', notAppliedReason: 'superseded' });
   const started = await reportsOf(workerB).reportRevision({ revisionId: newerId, status: 'AWAITING_DEPLOY' });
