@@ -6,15 +6,10 @@
  * the deploy test: 2 to 3 of about 1,200 keep-alive requests failed per switch through nginx, none through
  * HAProxy. docs/app-urls.md says why HAProxy.)
  *
- * A switch (`setTargets`) loses no request: new instances are added as servers first (already
- * health-checked by the caller), then the replaced ones are set to `drain` (no new request goes to
- * them, the ones in flight finish); the promise resolves once HAProxy counts no session on them (or the
- * drain time ran out), and only then are they put in maintenance and deleted, so the caller stops an
- * instance only when nothing is in flight to it.
- *
- * Apps get a backend each from a pool declared in the configuration (backends cannot be added at run
- * time); a host name leads to its backend through a map changed at run time. A table that outgrows the
- * pool restarts HAProxy with a bigger one (logged; a brief interruption of app traffic).
+ * This module is HAProxy's process: its files, its start, its supervision and its counts. The routing
+ * table and the switch-and-drain that changes it without losing a request are
+ * src/dataplane/edge-haproxy-switch.ts. A table that outgrows HAProxy's pool of backends restarts HAProxy
+ * with a bigger one (logged; a brief interruption of app traffic).
  *
  * HAProxy runs under `setpriv --pdeathsig` where util-linux has it, so it dies with the service; one
  * left by a service that was killed anyway is found through its pid file and stopped at the next start.
@@ -27,20 +22,12 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
 import { processAlive } from '../db/embedded-postgres.ts';
-import type { AppTarget } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
-import {
-  extraServerName,
-  mapLine,
-  poolBackend,
-  renderHaproxyConfig,
-  slotName,
-  type EdgeRoute,
-  type EdgeServer,
-} from './edge-haproxy-config.ts';
+import { mapLine, renderHaproxyConfig } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process.ts';
-import { createEdgeAccounts, parseBackendCounts, zeroCounts, type RawCounts } from './edge-haproxy-stats.ts';
+import { createEdgeAccounts } from './edge-haproxy-stats.ts';
+import { createEdgeSwitch, SLOTS } from './edge-haproxy-switch.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
 
 export interface HaproxyEdgeOptions {
@@ -74,14 +61,6 @@ export interface HaproxyEdge extends AppRoutes {
   close(): Promise<void>;
 }
 
-/** Backends declared at first; the pool doubles when apps outgrow it. */
-const INITIAL_POOL = 128;
-/**
- * Server slots per backend: room for an app's instances and, during a switch, the ones replacing them.
- * More instances than that still work, as servers added at run time (without connection reuse).
- */
-const SLOTS = 16;
-
 /**
  * HAProxy's threads: one per CPU, HAProxy's own default. With half the CPUs a small app's traffic was bound
  * by one core on 2 CPUs (0.7x of a plain nginx's requests per second in front of the same instance). A
@@ -97,15 +76,6 @@ export function edgeThreads(cpus: number = os.availableParallelism()): number {
 const START_TIMEOUT_MS = 15_000;
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-interface Route {
-  backend: string;
-  targets: AppTarget[];
-  /** The server of each target, by port. */
-  servers: Map<number, EdgeServer>;
-  /** No target because the deployment is paused (min_scale 0): its host is in the paused map. */
-  paused?: boolean;
-}
 
 export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<HaproxyEdge> {
   const { dir, logger, appsDomain } = options;
@@ -136,12 +106,6 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   // apps' sandboxes run as.
   const runAs = process.getuid?.() === 0 ? await workerUser() : null;
 
-  const table = new Map<string, Route>();
-  /** Backends of removed apps whose servers are still draining: not given to another app yet. */
-  const draining = new Set<string>();
-  /** Slots of each backend that hold an instance, serving or draining. */
-  const slotsInUse = new Map<string, Set<string>>();
-  let poolSize = INITIAL_POOL;
   /** Per app: the counts of its backend when it got it, and what earlier HAProxy processes counted. */
   const accounts = createEdgeAccounts();
   let child: ChildProcess | null = null;
@@ -149,10 +113,15 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   /** Runtime changes, one at a time (the waits of drains are outside it). */
   let chain: Promise<unknown> = Promise.resolve();
   const stderr: string[] = [];
-
-  function routes(): EdgeRoute[] {
-    return [...table].map(([slug, r]) => ({ slug, backend: r.backend, servers: [...r.servers.values()] }));
-  }
+  const routing = createEdgeSwitch({
+    runtime: { cli, enqueue, writeFiles, restart, running: () => !closing && child !== null },
+    mapFile,
+    pausedMapFile,
+    appsDomain,
+    drainTimeoutMs: options.drainTimeoutMs,
+    accounts,
+    logger,
+  });
 
   async function writeFiles(): Promise<void> {
     const text = renderHaproxyConfig({
@@ -161,27 +130,21 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       listenPort: options.listenPort,
       forwardedProto: options.forwardedProto,
       tlsPemFile,
-      poolSize,
+      poolSize: routing.poolSize,
       slots: SLOTS,
       threads: edgeThreads(),
       perClientConnections: options.perClientConnections,
       runAs,
-      routes: routes(),
+      routes: routing.routes(),
     });
     await fs.writeFile(`${configFile}.next`, text, { mode: 0o600 });
     await fs.rename(`${configFile}.next`, configFile);
-    const map = [...table].map(([slug, r]) => mapLine(slug, appsDomain, r.backend)).join('\n');
+    const map = [...routing.backends()].map(([slug, backend]) => mapLine(slug, appsDomain, backend)).join('\n');
     await fs.writeFile(`${mapFile}.next`, map === '' ? '' : `${map}\n`, { mode: 0o600 });
     await fs.rename(`${mapFile}.next`, mapFile);
-    const paused = [...table].filter(([, r]) => r.paused).map(([slug]) => `${slug}.${appsDomain} 1\n`);
+    const paused = routing.pausedSlugs().map((slug) => `${slug}.${appsDomain} 1\n`);
     await fs.writeFile(`${pausedMapFile}.next`, paused.join(''), { mode: 0o600 });
     await fs.rename(`${pausedMapFile}.next`, pausedMapFile);
-  }
-
-  /** Puts the host in the paused map, or takes it out, when that changes (the backend's 503 says why). */
-  async function markPaused(slug: string, was: boolean, now: boolean): Promise<void> {
-    if (was === now) return;
-    await cli(`${now ? 'add' : 'del'} map ${pausedMapFile} ${slug}.${appsDomain}${now ? ' 1' : ''}`);
   }
 
   async function cli(command: string): Promise<string> {
@@ -278,116 +241,23 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     await start();
   }
 
-  /** Each backend's counts as HAProxy has them now (`show stat` of the backends). */
-  async function backendCounts(): Promise<Map<string, RawCounts>> {
-    return parseBackendCounts(await cli('show stat -1 2 -1'));
-  }
-
   /**
    * The apps' counts: a backend's since the app got it (a backend of the pool may have served a removed
    * app before), plus what earlier HAProxy processes counted for it.
    */
   async function statsOf(): Promise<Map<string, EdgeAppStats>> {
     // Counters: while HAProxy does not answer (it is being started again), the last ones read stand.
-    const raw = await backendCounts().catch((error: unknown) => {
+    const raw = await routing.backendCounts().catch((error: unknown) => {
       logger.debug({ err: error }, 'app edge: HAProxy did not give its counts; the last ones read stand');
       return null;
     });
-    return accounts.read(new Map([...table].map(([slug, route]) => [slug, route.backend])), raw);
+    return accounts.read(routing.backends(), raw);
   }
 
   function enqueue<T>(step: () => Promise<T>): Promise<T> {
     const run = chain.then(step);
     chain = run.catch(() => undefined);
     return run;
-  }
-
-  /** Sessions (requests in flight, tunnels) each server of the backend has now. */
-  async function sessions(backend: string): Promise<Map<string, number>> {
-    const csv = await cli('show stat');
-    const counts = new Map<string, number>();
-    const header = csv.split('\n')[0]!.replace(/^# /, '').split(',');
-    const [px, sv, scur] = ['pxname', 'svname', 'scur'].map((name) => header.indexOf(name));
-    for (const row of csv.split('\n').slice(1)) {
-      const fields = row.split(',');
-      if (fields[px!] === backend) counts.set(fields[sv!]!, Number(fields[scur!]));
-    }
-    return counts;
-  }
-
-  /** Waits until no session is on the servers (or the time is up), then takes them out for good. */
-  async function drainAndFree(slug: string, backend: string, servers: string[], timeoutMs: number): Promise<void> {
-    if (servers.length === 0) return;
-    const deadline = Date.now() + timeoutMs;
-    let busy: string[];
-    for (;;) {
-      const counts = await sessions(backend).catch(() => new Map<string, number>());
-      busy = servers.filter((s) => (counts.get(s) ?? 0) > 0);
-      if (busy.length === 0 || Date.now() >= deadline) break;
-      await sleep(25);
-    }
-    if (busy.length > 0)
-      logger.warn(
-        { slug, servers: busy, drainTimeoutMs: timeoutMs },
-        'app instances still busy when the drain time ran out',
-      );
-    await enqueue(() => freeServers(backend, servers));
-  }
-
-  /** Takes servers out for good: their slots free for the next instances, servers added at run time deleted. */
-  async function freeServers(backend: string, servers: readonly string[]): Promise<void> {
-    for (const server of servers) {
-      // In maintenance HAProxy closes the slot's idle connections, so the next instance put in it gets
-      // none of the old one's. Whatever is left (a WebSocket) ends with the instance, which the caller
-      // stops now.
-      await cli(`set server ${backend}/${server} state maint`).catch(() => undefined);
-      if (server.startsWith('slot')) slotsInUse.get(backend)?.delete(server);
-      else await deleteServer(backend, server);
-    }
-  }
-
-  /** Deletes a server added at run time; one that still has connections is deleted once they are gone. */
-  async function deleteServer(backend: string, server: string, attempt = 0): Promise<void> {
-    try {
-      await cli(`del server ${backend}/${server}`);
-    } catch (error) {
-      if (closing || child === null) return;
-      if (attempt >= 20) {
-        logger.warn({ err: error, backend, server }, 'app edge: a drained server could not be deleted');
-        return;
-      }
-      setTimeout(() => {
-        void enqueue(() => deleteServer(backend, server, attempt + 1)).catch(() => undefined);
-      }, 1_000).unref();
-    }
-  }
-
-  function freeBackend(): string | null {
-    const used = new Set([...[...table.values()].map((r) => r.backend), ...draining]);
-    for (let i = 0; i < poolSize; i++) if (!used.has(poolBackend(i))) return poolBackend(i);
-    return null;
-  }
-
-  /** Puts an instance into a free slot of the backend (or, with none left, a server added at run time). */
-  async function addServer(backend: string, target: AppTarget): Promise<EdgeServer> {
-    const used = slotsInUse.get(backend) ?? new Set<string>();
-    slotsInUse.set(backend, used);
-    const free = Array.from({ length: SLOTS }, (_, k) => slotName(k)).find((name) => !used.has(name));
-    if (free !== undefined) {
-      used.add(free);
-      try {
-        await cli(`set server ${backend}/${free} addr 127.0.0.1 port ${target.port}`);
-        await cli(`set server ${backend}/${free} state ready`);
-      } catch (error) {
-        used.delete(free);
-        throw error;
-      }
-      return { name: free, port: target.port };
-    }
-    const name = extraServerName(target);
-    await cli(`add server ${backend}/${name} 127.0.0.1:${target.port}`);
-    await cli(`enable server ${backend}/${name}`);
-    return { name, port: target.port };
   }
 
   await start();
@@ -398,125 +268,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       return child?.pid ?? null;
     },
 
-    async setTargets(slug, targets, opts) {
-      const invalid = targets.find((t) => !Number.isInteger(t.port) || t.port < 1 || t.port > 65535);
-      if (invalid !== undefined)
-        throw new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`);
-      if (!/^[a-z0-9-]{1,63}$/.test(slug)) throw new Error(`not an app slug: ${slug}`);
-      const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
-      const paused = wanted.length === 0 && opts?.scaledToZero === true;
-      const { backend, removed, left } = await enqueue(async () => {
-        let route = table.get(slug);
-        if (route === undefined) {
-          let backend = freeBackend();
-          if (backend === null) {
-            // Backends cannot be added at run time: a bigger pool needs a new HAProxy.
-            poolSize *= 2;
-            backend = freeBackend()!;
-            const servers = new Map(
-              wanted.slice(0, SLOTS).map((t, k) => [t.port, { name: slotName(k), port: t.port }]),
-            );
-            slotsInUse.set(backend, new Set([...servers.values()].map((server) => server.name)));
-            table.set(slug, { backend, targets: wanted.slice(0, SLOTS), servers, paused });
-            await restart(`more apps than the pool of ${poolSize / 2} backends`);
-            return { backend, removed: [] as string[], left: false };
-          }
-          route = { backend, targets: [], servers: new Map() };
-        }
-        const keep = new Set(wanted.map((t) => t.port));
-        const replaced =
-          wanted.length > 0 && route.servers.size > 0 && ![...route.servers.keys()].some((p) => keep.has(p));
-        const next = replaced ? freeBackend() : null;
-        if (next !== null) {
-          // New instances replace all the old ones (a new revision): they go into a backend of their own, and
-          // one change of the map sends the host there. Every request from then on, whichever HAProxy thread
-          // takes it, goes to the new instances; those already sent to the old ones finish there. (Servers
-          // of one backend changed in place pass through a moment where both serve, and a client could be
-          // sent back to an old instance after a new one answered it.)
-          const servers = new Map<number, EdgeServer>();
-          try {
-            for (const target of wanted) servers.set(target.port, await addServer(next, target));
-          } catch (error) {
-            await freeServers(
-              next,
-              [...servers.values()].map((server) => server.name),
-            );
-            throw error;
-          }
-          accounts.moved(slug, next, (await backendCounts()).get(next) ?? zeroCounts());
-          draining.add(route.backend);
-          table.set(slug, { backend: next, targets: wanted, servers });
-          await cli(`set map ${mapFile} ${slug}.${appsDomain} ${next}`);
-          await markPaused(slug, route.paused === true, false);
-          for (const server of route.servers.values())
-            await cli(`set server ${route.backend}/${server.name} state drain`);
-          await writeFiles();
-          return { backend: route.backend, removed: [...route.servers.values()].map((s) => s.name), left: true };
-        }
-        const servers = new Map([...route.servers].filter(([port]) => keep.has(port)));
-        for (const target of wanted)
-          if (!servers.has(target.port)) servers.set(target.port, await addServer(route.backend, target));
-        const gone = [...route.servers].filter(([port]) => !keep.has(port)).map(([, server]) => server.name);
-        // Drained: no new request goes there, the ones in flight finish.
-        for (const server of gone) await cli(`set server ${route.backend}/${server} state drain`);
-        const isNew = !table.has(slug);
-        if (isNew) {
-          // The backend may have served a removed app: this one is counted from what it has now.
-          const base = (await backendCounts()).get(route.backend) ?? zeroCounts();
-          accounts.open(slug, route.backend, base);
-        }
-        table.set(slug, { backend: route.backend, targets: wanted, servers, paused });
-        if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
-        await markPaused(slug, route.paused === true, paused);
-        // Kept current for a restart of HAProxy, which reads them.
-        await writeFiles();
-        return { backend: route.backend, removed: gone, left: false };
-      });
-      if (!left) {
-        await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
-        return;
-      }
-      try {
-        await drainAndFree(slug, backend, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
-        // What it counted to the end (its requests in flight included) stays the app's.
-        const counts = await enqueue(backendCounts).catch(() => null);
-        accounts.retired(slug, backend, counts?.get(backend) ?? null);
-      } finally {
-        // The backend goes back to the pool only now, empty.
-        draining.delete(backend);
-      }
-    },
-
-    async remove(slug, opts) {
-      const route = await enqueue(async () => {
-        const found = table.get(slug);
-        if (found === undefined) return null;
-        table.delete(slug);
-        draining.add(found.backend);
-        await cli(`del map ${mapFile} ${slug}.${appsDomain}`);
-        await markPaused(slug, found.paused === true, false);
-        for (const server of found.servers.values())
-          await cli(`set server ${found.backend}/${server.name} state drain`);
-        await writeFiles();
-        return found;
-      });
-      if (route === null) return;
-      try {
-        await drainAndFree(
-          slug,
-          route.backend,
-          [...route.servers.values()].map((server) => server.name),
-          opts?.drainTimeoutMs ?? options.drainTimeoutMs,
-        );
-      } finally {
-        // The backend goes back to the pool only now, empty.
-        draining.delete(route.backend);
-      }
-    },
-
-    targets(slug) {
-      return (table.get(slug)?.targets ?? []).map((t) => ({ ...t }));
-    },
+    setTargets: (slug, targets, opts) => routing.setTargets(slug, targets, opts),
+    remove: (slug, opts) => routing.remove(slug, opts),
+    targets: (slug) => routing.targets(slug),
 
     stats: () => enqueue(statsOf),
 
