@@ -1,7 +1,9 @@
 /**
  * The local data plane's runtime: builds revisions and runs them on this machine. It owns the app
  * processes (one supervisor per deployment's serving revision) and the proxy routes to them, and
- * makes each deployment's database and agent credential on first deploy.
+ * makes each deployment's database and agent credential on first deploy. How one revision is built is
+ * src/dataplane/app-build.ts, how its app is started and health-checked src/dataplane/app-start.ts, and
+ * the instances serving its endpoints src/dataplane/endpoint-apps.ts; this module decides what serves.
  *
  * It writes no lifecycle state: a revision's steps are reported by the worker
  * (src/dataplane/local-worker.ts), which holds the revision's lease, at the points where this module
@@ -15,40 +17,19 @@ import type { DeploymentConditionName } from '../domain/conditions.ts';
 import { endpointLabel } from '../domain/endpoints.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
-import type { StoredSecret } from '../store/schema.ts';
-import { tracingProjectName } from '../store/tracing-projects.ts';
 import { dropAppDatabase } from './app-database.ts';
-import { provisionAppResources } from './app-provisioning.ts';
-import { runEnvironment } from './app-environment.ts';
-import {
-  describeScale,
-  runningScale,
-  sameScale,
-  scaleInPlace,
-  scaleOf,
-  type Scale,
-  type ScalingApp,
-} from './app-scaling.ts';
+import { describeScale, runningScale, sameScale, scaleInPlace, scaleOf, type Scale } from './app-scaling.ts';
 import { createAppWorkTracking } from './app-work-tracking.ts';
-import { createAppSupervisor } from './app-supervisor.ts';
-import { reportAppExit, reportDiskFull } from './app-exit-reports.ts';
-import type { DiskWatch, TreeUsage } from './disk-usage.ts';
+import { reportDiskFull } from './app-exit-reports.ts';
+import type { TreeUsage } from './disk-usage.ts';
 import { appUrl } from './app-edge.ts';
 import { removeTree } from './build-snapshot.ts';
-import { createAppHostAccess, queueResourceSpec } from './app-host-access.ts';
-import type { HostForward } from './host-forwards.ts';
-import { limitsFromResourceSpec } from './resource-limits.ts';
+import { createAppHostAccess } from './app-host-access.ts';
 import { createLogWriter } from './log-writer.ts';
-import {
-  buildRevision,
-  PROCESSES_LEFT,
-  readBuild,
-  revisionDirs,
-  RevisionFailure,
-  type BuildHooks,
-  type BuildRecord,
-} from './revision-build.ts';
-import { copyUpload, legacyUploadFile } from './upload-source.ts';
+import { readBuild, revisionDirs, type BuildHooks } from './revision-build.ts';
+import { legacyUploadFile } from './upload-source.ts';
+import { buildApp } from './app-build.ts';
+import { requireBuild as requireBuildOf, startApp, type AppStarter, type RunningApp } from './app-start.ts';
 import { inSpan } from '../telemetry/tracing.ts';
 import { createEndpointApps } from './endpoint-apps.ts';
 import type { LocalRuntime, LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
@@ -62,17 +43,8 @@ export type {
   WantedEndpoint,
 } from './local-runtime-types.ts';
 
-/** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
-type RunningApp = ScalingApp & {
-  forwards: HostForward[];
-  dataDir: string;
-  diskWatch?: DiskWatch;
-  /** Started with one web instance only to prove itself: `min_scale` is 0, so it is paused once it serves. */
-  pauseAfterStart?: boolean;
-};
-
 export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
-  const { config, db, secretBox, sandbox, edge, logger } = deps;
+  const { config, db, sandbox, edge, logger } = deps;
   const apps = new Map<string, RunningApp>();
   const access = createAppHostAccess({
     config,
@@ -87,10 +59,16 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
   const stopping = new Map<string, Promise<void>>();
   const tracking = createAppWorkTracking(logger);
 
-  const openSecrets = (secrets: StoredSecret[]): Record<string, string> =>
-    Object.fromEntries(secrets.map((s) => [s.name, secretBox.open(s.value)]));
   const logWriter = (revisionId: string, type: 'build' | 'deploy', redact: string[]) =>
     createLogWriter({ db, reports: deps.reports, revisionId, type, maxLines: config.logMaxLines, redact, logger });
+  const starter: AppStarter = {
+    deps,
+    access,
+    tracking,
+    logWriter,
+    servingRevision: (deploymentId) => apps.get(deploymentId)?.revisionId,
+  };
+  const requireBuild = (job: RevisionJob) => requireBuildOf(config.dataDir, job);
 
   /** A condition of the deployment: moves its status as the conditions' table says (src/domain/conditions.ts). */
   async function reportCondition(
@@ -112,149 +90,6 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     tracking.noteLeftovers(deploymentId, app.revisionId, app.supervisor);
     await access.closeForwards(app.forwards);
     await app.log.close();
-  }
-
-  /**
-   * Starts the revision's processes and waits for health; the caller decides what serves. `endpoint`
-   * names the endpoint they are for (src/dataplane/endpoint-apps.ts), null for the deployment's own URL.
-   */
-  async function startApp(
-    job: RevisionJob,
-    build: BuildRecord,
-    signal: AbortSignal,
-    endpoint: string | null = null,
-  ): Promise<RunningApp> {
-    const { appConfig } = build;
-    const dirs = revisionDirs(config.dataDir, job.revisionId);
-    const secrets = openSecrets(job.secrets);
-    const platform = await provisionAppResources(deps, job.deployment, appConfig);
-    // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
-    if (endpoint === null) await reportCondition(job.deployment.id, 'database_ready');
-    const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
-    const dataDir = await access.prepareDataDir(job.deployment.id);
-    const reach = await access.openForwards(
-      { deploymentId: job.deployment.id, revisionId: job.revisionId, workspaceId: job.deployment.workspace_id },
-      platform.databaseUrl,
-    );
-    const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
-      deploymentId: job.deployment.id,
-      revisionId: job.revisionId,
-      tracingProjectId: job.deployment.tracing_project_id,
-      tracingProjectName: tracingProject ?? job.deployment.name,
-      apiUrl: reach.apiUrl,
-      publicUrl: config.publicUrl,
-      agentCredential: platform.agentCredential,
-      protocolsAuth: config.appsProtocolsAuth === 'credential' ? 'credential' : null,
-      databaseUrl: reach.databaseUrl,
-      listenHost: sandbox.listenHost,
-      otlp: reach.otlpEndpoint
-        ? {
-            endpoint: reach.otlpEndpoint,
-            serviceName: job.deployment.name,
-            resourceAttributes: {
-              'slipway.deployment.id': job.deployment.id,
-              'slipway.revision.id': job.revisionId,
-              'slipway.workspace.id': job.deployment.workspace_id,
-            },
-          }
-        : null,
-    });
-    const redact = [
-      ...Object.values(secrets),
-      platform.agentCredential,
-      ...(platform.databaseUrl ? [new URL(platform.databaseUrl).password] : []),
-    ].filter((v) => v.length >= 4);
-    const log = logWriter(job.revisionId, 'deploy', redact);
-    // The deployment's resource spec as it is now, not the snapshot's: a patch of it alone applies in
-    // place (rescale), so a start after a restart must not go back to the counts of the revision's time.
-    const current = await runningDeploymentState(db, job.deployment.id);
-    const resourceSpec = current ? current.source_config.resource_spec : job.snapshot.resource_spec;
-    const wanted = scaleOf(resourceSpec, appConfig, config.defaultLimits.maximum?.instances);
-    // A paused deployment's revision (min_scale 0) still proves itself: one web instance is started and
-    // health-checked, and stopped once the revision serves (pauseAfterStart). An endpoint's keeps it.
-    const webCount = Math.max(1, wanted.web);
-    const workerCount = wanted.worker;
-    const limits = limitsFromResourceSpec(resourceSpec, config.defaultLimits);
-    const workerLimits = limitsFromResourceSpec(queueResourceSpec(resourceSpec), config.defaultLimits);
-    const instances = [
-      ...Array.from({ length: webCount }, () => ({ kind: 'web' as const, command: appConfig.start })),
-      ...Array.from({ length: workerCount }, () => ({ kind: 'worker' as const, command: appConfig.worker! })),
-    ];
-    let outOfMemory = false;
-    const supervisor = createAppSupervisor({
-      sandbox,
-      run: { appDir: dirs.app, dataDir, forwards: reach.forwards },
-      limits: { web: limits, worker: workerLimits },
-      // Unique per running set of instances (cgroup names): a revision may serve at its deployment's
-      // URL and at an endpoint at once.
-      name: endpoint === null ? `app-${job.revisionId}` : `app-${job.revisionId}-at-${endpoint}`,
-      env,
-      output: log,
-      instances,
-      healthCheckPath: appConfig.healthCheckPath,
-      backoff: deps.backoff,
-      onExit: (exit) => {
-        if (exit.exit.outOfMemory) outOfMemory = true;
-        // An endpoint's instances are not what the deployment's status is about: their exits are logged only.
-        reportAppExit(
-          deps,
-          job,
-          log,
-          exit,
-          endpoint === null && apps.get(job.deployment.id)?.revisionId === job.revisionId,
-        );
-      },
-    });
-    log.system(
-      `Starting ${describeScale({ web: webCount, worker: workerCount })}${endpoint === null ? '' : ` for endpoint ${endpoint}`}: ${appConfig.start}`,
-    );
-    await inSpan('start', { 'slipway.instances': webCount + workerCount }, () => supervisor.start());
-    try {
-      await inSpan('health', { 'slipway.health_check_path': appConfig.healthCheckPath }, () =>
-        supervisor.waitHealthy(config.healthTimeoutMs, signal),
-      );
-    } catch (error) {
-      await supervisor.stop(config.drainTimeoutMs);
-      tracking.noteLeftovers(job.deployment.id, job.revisionId, supervisor);
-      await access.closeForwards(reach.forwards);
-      const tail = log.tail(20).join('\n');
-      await log.close();
-      if (signal.aborted) throw signal.reason;
-      // Said only when true: a first deploy has nothing serving.
-      const serving =
-        endpoint !== null
-          ? ' What served at the endpoint keeps serving.'
-          : apps.has(job.deployment.id)
-            ? ' The previous revision keeps serving.'
-            : '';
-      if (outOfMemory) {
-        throw new RevisionFailure(
-          'DEPLOY_FAILED',
-          'out_of_memory',
-          `The app was killed for going over its memory limit of ${Math.round(limits.memoryBytes / 1024 ** 2)} MiB ` +
-            `before its health check passed; raise resource_spec.memory_limit_mb (or memory_mb).${serving} ` +
-            `Last lines of the app's output:\n${tail}`,
-        );
-      }
-      throw new RevisionFailure(
-        'DEPLOY_FAILED',
-        'health_check_failed',
-        `${error instanceof Error ? error.message : String(error)}${serving} Last lines of the app's output:\n${tail}`,
-      );
-    }
-    log.system(`Health check passed on ${appConfig.healthCheckPath}`);
-    return {
-      revisionId: job.revisionId,
-      workspaceId: job.deployment.workspace_id,
-      slug: job.deployment.app_slug,
-      supervisor,
-      log,
-      appConfig,
-      failedScale: null,
-      forwards: reach.forwards,
-      dataDir,
-      pauseAfterStart: endpoint === null && wanted.web === 0,
-    };
   }
 
   /**
@@ -302,7 +137,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     edge,
     logger,
     drainTimeoutMs: config.drainTimeoutMs,
-    start: async (job, endpoint, signal) => startApp(job, await requireBuild(job), signal, endpoint),
+    start: async (job, endpoint, signal) => startApp(starter, job, await requireBuild(job), signal, endpoint),
     release,
     track: (deploymentId, revisionId, work) => tracking.track(deploymentId, revisionId, work),
   });
@@ -329,64 +164,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     await work;
   }
 
-  async function requireBuild(job: RevisionJob): Promise<BuildRecord> {
-    const build = await readBuild(revisionDirs(config.dataDir, job.revisionId));
-    // Only a sealed build is started: an unsealed one (made before builds were sealed) may have been changed.
-    if (!build?.sealed)
-      throw new RevisionFailure(
-        'DEPLOY_FAILED',
-        'worker_lost',
-        'The build output of this revision is gone (the worker that built it stopped). Redeploy the revision to build it again.',
-      );
-    return build;
-  }
-
-  async function buildOnce(job: RevisionJob, hooks: BuildHooks, signal: AbortSignal): Promise<BuildRecord> {
-    const log = logWriter(
-      job.revisionId,
-      'build',
-      Object.values(openSecrets(job.secrets)).filter((v) => v.length >= 4),
-    );
-    // The build's directory is measured while it runs: over its limit, the build is stopped and fails.
-    const disk = new AbortController();
-    const dirs = revisionDirs(config.dataDir, job.revisionId);
-    const buildDisk = deps.disk.buildDisk(job.revisionId, dirs.root, dirs.app);
-    const watch = buildDisk.watch(disk);
-    try {
-      return await buildRevision(
-        {
-          dataDir: config.dataDir,
-          sandbox,
-          fetcher: deps.fetcher,
-          copyUpload: (workspaceId, uploadPath, destFile) =>
-            copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
-          defaultLimits: config.defaultLimits,
-          registries: config.buildRegistries,
-          deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
-          disk: buildDisk,
-        },
-        { ...job, secrets: openSecrets(job.secrets) },
-        hooks,
-        log,
-        AbortSignal.any([signal, disk.signal]),
-      );
-    } catch (caught) {
-      // Stopped for its disk: whatever the stop made the build throw, the failure is the disk's (unless
-      // its processes could not be confirmed gone: what they may write is kept, below).
-      const leftover = caught instanceof RevisionFailure && caught.reason === PROCESSES_LEFT;
-      const error: unknown = disk.signal.aborted && !signal.aborted && !leftover ? disk.signal.reason : caught;
-      // The first line only: the rest of a failure message quotes the log's own last lines (for
-      // readers of the API), which the log has just above.
-      if (error instanceof RevisionFailure) log.system(`Build failed: ${error.message.split('\n')[0]}`);
-      if (error instanceof RevisionFailure && error.reason === PROCESSES_LEFT) {
-        tracking.keepFiles(job.deployment.id, job.revisionId, error.message);
-      }
-      throw error;
-    } finally {
-      watch.stop();
-      await log.close();
-    }
-  }
+  const buildOnce = (job: RevisionJob, hooks: BuildHooks, signal: AbortSignal) => buildApp(starter, job, hooks, signal);
 
   async function deployOnce(
     job: RevisionJob,
@@ -394,7 +172,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     commit: (customUrl: string) => Promise<void>,
   ): Promise<void> {
     const build = await requireBuild(job);
-    const next = await startApp(job, build, signal);
+    const next = await startApp(starter, job, build, signal);
     // DEPLOYED means served: the new instances join the route (beside the ones serving now, so
     // nothing is drained yet) before the commit, and leave it again if the commit fails.
     const serving = apps.get(job.deployment.id)?.supervisor.webTargets ?? [];
@@ -425,7 +203,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         new AbortController().signal,
       );
     }
-    const next = await startApp(job, build, new AbortController().signal);
+    const next = await startApp(starter, job, build, new AbortController().signal);
     await serve(job.deployment.id, next);
     await pauseIfWanted(job.deployment.id, next);
   }
