@@ -13,6 +13,10 @@
  * provider uses PKCE (a public client must), and only https unless the client is built with `allowInsecure` (development and
  * tests; the service sets it from SLIPWAY_ALLOW_INSECURE_OAUTH).
  *
+ * How requests reach a provider, and the checks on its URLs, are src/oauth/oauth-transport.ts; finding a
+ * provider's or an MCP server's authorization server and registering a client there are
+ * src/oauth/oauth-discovery.ts. This class is the flow, and the one entry point the services use.
+ *
  * @example
  * const client = new OAuthClient({ allowInsecure: false });
  * const pending = await client.createAuthorizationRequest(provider, { redirectUri });
@@ -23,16 +27,7 @@
  */
 
 import * as oauth from 'oauth4webapi';
-import { fetch as undiciFetch, type Agent, type RequestInit as UndiciRequestInit } from 'undici';
-import { OAuthFlowError, toOAuthFlowError, unreachableError, type SecretValues } from './oauth-flow-error.ts';
-import {
-  assertPublicAddress,
-  findNotPublicAddress,
-  notPublicError,
-  publicOnlyDispatcher,
-  systemResolve,
-  type ResolveAddresses,
-} from './public-address.ts';
+import { OAuthFlowError, toOAuthFlowError, type SecretValues } from './oauth-flow-error.ts';
 import {
   isCodeChallengeMethod,
   type CodeChallengeMethod,
@@ -40,6 +35,8 @@ import {
   type OAuthProviderConfig,
   type TokenEndpointAuthMethod,
 } from './oauth-provider-config.ts';
+import { discoverMcpServer, discoverProvider, registerClient, type DiscoveredMcpServer } from './oauth-discovery.ts';
+import { OAuthTransport, type OAuthTransportOptions } from './oauth-transport.ts';
 
 export * from './oauth-provider-config.ts';
 
@@ -71,23 +68,10 @@ export interface OAuthTokenSet {
   issuer: string;
 }
 
-export type FetchLike = (url: string, init: RequestInit) => Promise<Response>;
+export type { FetchLike } from './oauth-transport.ts';
+export type { DiscoveredMcpServer } from './oauth-discovery.ts';
 
-export interface OAuthClientOptions {
-  /**
-   * Replaces fetch for every request (tests, proxies). The address check before a request to a
-   * discovered URL stays; the check on the connection itself (public-address.ts) is then the fetch's.
-   */
-  fetch?: FetchLike;
-  /**
-   * Resolves host names for the address check of discovered URLs, both before the request and on its
-   * connection. Default: the system resolver (dns.lookup). Tests replace it.
-   */
-  resolve?: ResolveAddresses;
-  /** Permit plain http provider URLs. Development and tests only. */
-  allowInsecure?: boolean;
-  /** Time allowed for each request to the provider. Default 10 s. */
-  timeoutMs?: number;
+export interface OAuthClientOptions extends OAuthTransportOptions {
   /** The clock used to turn `expires_in` into `expiresAt`. */
   now?: () => Date;
 }
@@ -110,32 +94,12 @@ function resourceParameter(provider: OAuthProviderConfig): { additionalParameter
   return provider.resource ? { additionalParameters: { resource: provider.resource } } : {};
 }
 
-/** The discovered authorization server of an MCP server (OAuthClient.discoverMcpServer). */
-export interface DiscoveredMcpServer {
-  /** The protected resource's identifier: the value of the `resource` parameter (RFC 8707). */
-  resource: string;
-  issuer: string;
-  auth_url: string;
-  token_url: string;
-  revocation_url: string | null;
-  registration_endpoint: string | null;
-  token_endpoint_auth_methods_supported: string[];
-  scopes_supported: string[];
-}
-
 export class OAuthClient {
-  readonly #fetch: FetchLike | null;
-  readonly #resolve: ResolveAddresses;
-  #publicOnly: Agent | null = null;
-  readonly #allowInsecure: boolean;
-  readonly #timeoutMs: number;
+  readonly #transport: OAuthTransport;
   readonly #now: () => Date;
 
   constructor(options: OAuthClientOptions = {}) {
-    this.#fetch = options.fetch ?? null;
-    this.#resolve = options.resolve ?? systemResolve;
-    this.#allowInsecure = options.allowInsecure ?? false;
-    this.#timeoutMs = options.timeoutMs ?? 10_000;
+    this.#transport = new OAuthTransport(options);
     this.#now = options.now ?? (() => new Date());
   }
 
@@ -144,8 +108,8 @@ export class OAuthClient {
     provider: OAuthProviderConfig,
     request: { redirectUri: string; scopes?: readonly string[]; extraParams?: Readonly<Record<string, string>> },
   ): Promise<PendingAuthorization> {
-    const url = this.#checkedUrl('auth_url', provider.auth_url);
-    this.#checkedUrl('token_url', provider.token_url);
+    const url = this.#transport.checkedUrl('auth_url', provider.auth_url);
+    this.#transport.checkedUrl('token_url', provider.token_url);
     if (provider.token_endpoint_auth_method === 'none' && !provider.uses_pkce) {
       // Nothing else binds the code to this client: a stolen code would be a token (RFC 9700 §2.1.1).
       throw new OAuthFlowError(
@@ -198,7 +162,7 @@ export class OAuthClient {
     pending: Pick<PendingAuthorization, 'state' | 'codeVerifier' | 'nonce' | 'redirectUri' | 'scopes'>,
     callback: URL | URLSearchParams,
   ): Promise<OAuthTokenSet> {
-    this.#checkedUrl('token_url', provider.token_url);
+    this.#transport.checkedUrl('token_url', provider.token_url);
     const params = callback instanceof URL ? callback.searchParams : callback;
     // Checked before anything else in the callback is believed, including an `error` parameter.
     if (params.getAll('state').length !== 1 || params.get('state') !== pending.state) {
@@ -223,7 +187,7 @@ export class OAuthClient {
         validated,
         pending.redirectUri,
         pending.codeVerifier ?? oauth.nopkce,
-        { ...this.#requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
+        { ...this.#transport.requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
       );
       const result = await oauth.processAuthorizationCodeResponse(as, client, response, {
         expectedNonce: pending.nonce ?? oauth.expectNoNonce,
@@ -243,7 +207,7 @@ export class OAuthClient {
     refreshToken: string,
     options: { issuer?: string; scopes?: readonly string[] } = {},
   ): Promise<OAuthTokenSet> {
-    this.#checkedUrl('token_url', provider.token_url);
+    this.#transport.checkedUrl('token_url', provider.token_url);
     const issuer = provider.issuer ?? options.issuer ?? this.#fallbackIssuer(provider);
     const as = this.#authorizationServer(provider, issuer);
     const client: oauth.Client = { client_id: provider.client_id };
@@ -253,7 +217,7 @@ export class OAuthClient {
         client,
         this.#clientAuthentication(provider),
         refreshToken,
-        { ...this.#requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
+        { ...this.#transport.requestOptions(discoveredEndpoints(provider)), ...resourceParameter(provider) },
       );
       const result = await oauth.processRefreshTokenResponse(as, client, response);
       return this.#tokenSet(result, refreshToken, options.scopes ?? provider.scopes ?? [], issuer);
@@ -273,7 +237,7 @@ export class OAuthClient {
   ): Promise<boolean> {
     const revocationUrl = options.revocationUrl ?? provider.revocation_url;
     if (!revocationUrl) return false;
-    this.#checkedUrl('revocation_url', revocationUrl);
+    this.#transport.checkedUrl('revocation_url', revocationUrl);
     const as: oauth.AuthorizationServer = {
       ...this.#authorizationServer(provider, provider.issuer ?? this.#fallbackIssuer(provider)),
       revocation_endpoint: revocationUrl,
@@ -281,7 +245,7 @@ export class OAuthClient {
     const client: oauth.Client = { client_id: provider.client_id };
     try {
       const response = await oauth.revocationRequest(as, client, this.#clientAuthentication(provider), token, {
-        ...this.#requestOptions(discoveredEndpoints(provider)),
+        ...this.#transport.requestOptions(discoveredEndpoints(provider)),
         additionalParameters: options.tokenTypeHint ? { token_type_hint: options.tokenTypeHint } : undefined,
       });
       await oauth.processRevocationResponse(response);
@@ -301,7 +265,7 @@ export class OAuthClient {
     options: { issuer?: string } = {},
   ): Promise<Record<string, unknown> | null> {
     if (!provider.userinfo_url) return null;
-    this.#checkedUrl('userinfo_url', provider.userinfo_url);
+    this.#transport.checkedUrl('userinfo_url', provider.userinfo_url);
     const as: oauth.AuthorizationServer = {
       ...this.#authorizationServer(provider, provider.issuer ?? options.issuer ?? this.#fallbackIssuer(provider)),
       userinfo_endpoint: provider.userinfo_url,
@@ -312,7 +276,7 @@ export class OAuthClient {
         as,
         client,
         accessToken,
-        this.#requestOptions(discoveredEndpoints(provider)),
+        this.#transport.requestOptions(discoveredEndpoints(provider)),
       );
       // Without an ID token there is no subject to compare with; the claims only label the account.
       return { ...(await oauth.processUserInfoResponse(as, client, oauth.skipSubjectCheck, response)) };
@@ -321,61 +285,9 @@ export class OAuthClient {
     }
   }
 
-  /**
-   * The authorization server of an MCP server, as the MCP authorization specification finds it: the
-   * server's protected-resource metadata (RFC 9728, `resource` checked against the URL), its first
-   * authorization server, and that server's metadata (RFC 8414, else OpenID discovery). Every URL on the
-   * way is the provider's own rule (https), and must not be a loopback, private or link-local address
-   * (the metadata is the MCP server's to write); both are allowed only in insecure development mode.
-   */
+  /** The authorization server of an MCP server (src/oauth/oauth-discovery.ts). */
   async discoverMcpServer(mcpServerUrl: string): Promise<DiscoveredMcpServer> {
-    const resourceUrl = this.#checkedUrl('mcp_server_url', mcpServerUrl);
-    await this.#checkPublic('mcp_server_url', resourceUrl);
-    let resource: oauth.ResourceServer;
-    try {
-      const response = await oauth.resourceDiscoveryRequest(resourceUrl, this.#requestOptions(true));
-      resource = await oauth.processResourceDiscoveryResponse(resourceUrl, response);
-    } catch (err) {
-      throw toOAuthFlowError(err, 'protected resource discovery', []);
-    }
-    const server = resource.authorization_servers?.[0];
-    if (!server)
-      throw new OAuthFlowError(
-        'invalid_response',
-        'The MCP server names no authorization server (authorization_servers)',
-      );
-    const issuerUrl = this.#checkedUrl('authorization server', server);
-    await this.#checkPublic('authorization server', issuerUrl);
-    // The server's metadata as any provider's is read (RFC 8414 first, else OpenID discovery).
-    let as: DiscoveredProviderMetadata | null = null;
-    let lastError: unknown = null;
-    for (const algorithm of ['oauth2', 'oidc'] as const) {
-      try {
-        as = await this.#discover(issuerUrl.href, algorithm, true);
-        break;
-      } catch (err) {
-        lastError = err;
-      }
-    }
-    if (!as) throw lastError;
-    // The MCP specification requires PKCE, and a client must refuse a server that does not offer S256.
-    if (!as.code_challenge_methods_supported.includes('S256'))
-      throw new OAuthFlowError('invalid_response', 'The authorization server does not offer PKCE with S256');
-    const endpoints = {
-      auth_url: as.auth_url,
-      token_url: as.token_url,
-      revocation_url: as.revocation_url,
-      registration_endpoint: as.registration_endpoint,
-    };
-    for (const [field, value] of Object.entries(endpoints))
-      if (value !== null) await this.#checkPublic(field, this.#checkedUrl(field, value));
-    return {
-      resource: resource.resource,
-      issuer: as.issuer,
-      ...endpoints,
-      token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported,
-      scopes_supported: resource.scopes_supported ?? [],
-    };
+    return discoverMcpServer(this.#transport, mcpServerUrl);
   }
 
   /**
@@ -386,78 +298,12 @@ export class OAuthClient {
     server: Pick<DiscoveredMcpServer, 'issuer' | 'registration_endpoint' | 'token_endpoint_auth_methods_supported'>,
     request: { redirectUri: string; clientName: string; scopes: readonly string[] },
   ): Promise<{ client_id: string; client_secret: string | null; token_endpoint_auth_method: TokenEndpointAuthMethod }> {
-    if (!server.registration_endpoint)
-      throw new OAuthFlowError('configuration', 'The authorization server does not allow dynamic client registration');
-    const offered = server.token_endpoint_auth_methods_supported;
-    const method: TokenEndpointAuthMethod =
-      offered.length === 0 || offered.includes('client_secret_post') ? 'client_secret_post' : 'none';
-    const as: oauth.AuthorizationServer = {
-      issuer: server.issuer,
-      registration_endpoint: server.registration_endpoint,
-    };
-    try {
-      const response = await oauth.dynamicClientRegistrationRequest(
-        as,
-        {
-          client_name: request.clientName,
-          redirect_uris: [request.redirectUri],
-          grant_types: ['authorization_code', 'refresh_token'],
-          response_types: ['code'],
-          token_endpoint_auth_method: method,
-          ...(request.scopes.length > 0 ? { scope: request.scopes.join(' ') } : {}),
-        },
-        this.#requestOptions(true),
-      );
-      const client = await oauth.processDynamicClientRegistrationResponse(response);
-      const secret = typeof client.client_secret === 'string' ? client.client_secret : null;
-      return {
-        client_id: client.client_id,
-        client_secret: secret,
-        token_endpoint_auth_method: secret === null ? 'none' : method,
-      };
-    } catch (err) {
-      throw toOAuthFlowError(err, 'client registration', []);
-    }
-  }
-
-  /** Refuses a URL whose host is, or resolves to, an address that is not public (public-address.ts). */
-  async #checkPublic(field: string, url: URL): Promise<void> {
-    if (!this.#allowInsecure) await assertPublicAddress(field, url, this.#resolve);
+    return registerClient(this.#transport, server, request);
   }
 
   /** Reads the provider's metadata from `<issuer>/.well-known/openid-configuration` (or the OAuth 2.0 one). */
   async discover(issuer: string, options: { algorithm?: 'oidc' | 'oauth2' } = {}): Promise<DiscoveredProviderMetadata> {
-    return this.#discover(issuer, options.algorithm ?? 'oidc', false);
-  }
-
-  /** `publicOnly`: the issuer was discovered, so the request connects to public addresses only. */
-  async #discover(
-    issuer: string,
-    algorithm: 'oidc' | 'oauth2',
-    publicOnly: boolean,
-  ): Promise<DiscoveredProviderMetadata> {
-    const issuerUrl = this.#checkedUrl('issuer', issuer);
-    let as: oauth.AuthorizationServer;
-    try {
-      const response = await oauth.discoveryRequest(issuerUrl, { ...this.#requestOptions(publicOnly), algorithm });
-      as = await oauth.processDiscoveryResponse(issuerUrl, response);
-    } catch (err) {
-      throw toOAuthFlowError(err, 'discovery', []);
-    }
-    if (!as.authorization_endpoint || !as.token_endpoint) {
-      throw new OAuthFlowError('invalid_response', 'The provider metadata lacks an authorization or token endpoint');
-    }
-    return {
-      issuer: as.issuer,
-      auth_url: as.authorization_endpoint,
-      token_url: as.token_endpoint,
-      revocation_url: as.revocation_endpoint ?? null,
-      userinfo_url: as.userinfo_endpoint ?? null,
-      registration_endpoint: as.registration_endpoint ?? null,
-      code_challenge_methods_supported: as.code_challenge_methods_supported ?? [],
-      token_endpoint_auth_methods_supported: as.token_endpoint_auth_methods_supported ?? [],
-      scopes_supported: as.scopes_supported ?? [],
-    };
+    return discoverProvider(this.#transport, issuer, options.algorithm ?? 'oidc', false);
   }
 
   #authorizationServer(provider: OAuthProviderConfig, issuer: string): oauth.AuthorizationServer {
@@ -475,7 +321,7 @@ export class OAuthClient {
    * clear error and the provider needs its issuer configured.
    */
   #fallbackIssuer(provider: OAuthProviderConfig): string {
-    return this.#checkedUrl('auth_url', provider.auth_url).origin;
+    return this.#transport.checkedUrl('auth_url', provider.auth_url).origin;
   }
 
   #clientAuthentication(provider: OAuthProviderConfig): oauth.ClientAuth {
@@ -493,45 +339,6 @@ export class OAuthClient {
         throw new OAuthFlowError('configuration', `Unsupported token_endpoint_auth_method ${String(unknown)}`);
       }
     }
-  }
-
-  /**
-   * `publicOnly`: the URL was discovered (or is an endpoint of an MCP provider, found by discovery), so
-   * unless insecure mode is on, the request connects only to public addresses, checked on the very
-   * address it connects to (public-address.ts).
-   */
-  #requestOptions(publicOnly = false) {
-    const guardedFetch = async (url: string, init: RequestInit): Promise<Response> => {
-      try {
-        if (this.#fetch) return await this.#fetch(url, init);
-        if (!publicOnly || this.#allowInsecure) return await fetch(url, init);
-        this.#publicOnly ??= publicOnlyDispatcher(this.#resolve, this.#timeoutMs);
-        const response = await undiciFetch(url, { ...(init as UndiciRequestInit), dispatcher: this.#publicOnly });
-        // undici's own Response class: oauth4webapi accepts it (it checks the class by its tag).
-        return response as unknown as Response;
-      } catch (err) {
-        const refused = findNotPublicAddress(err);
-        if (refused) throw notPublicError(null, refused.host);
-        // Only a request that got no HTTP answer ends up here, so "unreachable" is never a guess.
-        throw unreachableError(url, err);
-      }
-    };
-    return {
-      [oauth.customFetch]: guardedFetch,
-      // Deprecated in oauth4webapi as a development escape hatch, which is exactly its use here.
-      [oauth.allowInsecureRequests]: this.#allowInsecure,
-      signal: () => AbortSignal.timeout(this.#timeoutMs),
-    };
-  }
-
-  #checkedUrl(field: string, value: string): URL {
-    if (!URL.canParse(value)) throw new OAuthFlowError('configuration', `The provider's ${field} is not a valid URL`);
-    const url = new URL(value);
-    if (url.protocol === 'https:' || (url.protocol === 'http:' && this.#allowInsecure)) return url;
-    throw new OAuthFlowError(
-      'configuration',
-      `The provider's ${field} must use https (plain http is accepted only in insecure development mode)`,
-    );
   }
 
   #tokenSet(
