@@ -1,21 +1,13 @@
 /**
  * Deployment operations: each checks its input with the domain rules, then writes everything it
  * changes (deployment, revision, tracing project, events) in one transaction. How a revision is
- * written is src/service/deployment-revisions.ts.
+ * written is src/service/deployment-revisions.ts, what a patch changes src/service/deployment-patch.ts.
  */
 import { randomUUID } from 'node:crypto';
-import type { Kysely, Transaction } from 'kysely';
+import type { Kysely } from 'kysely';
 import type { RepositoryUrlCheck } from '../codehost/github-client.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import {
-  mergeSecrets,
-  planCreate,
-  planPatch,
-  type CreateInput,
-  type PatchInput,
-  type Secret,
-  type SecretReference,
-} from '../domain/deployment-plan.ts';
+import { mergeSecrets, planCreate, type CreateInput, type Secret } from '../domain/deployment-plan.ts';
 import { pendingDeletionFinisher } from '../domain/deletion.ts';
 import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf } from '../domain/sources.ts';
@@ -52,6 +44,7 @@ import type { Page } from './page.ts';
 import { checkResourceLimits, type ResourcePolicy } from './resource-quotas.ts';
 import type { WriteConditions } from './preconditions.ts';
 import { sourceReferenceChecks } from './deployment-source-checks.ts';
+import { applyPatch, type PatchDeploymentInput, type PatchOptions } from './deployment-patch.ts';
 
 /**
  * Asks a code host whether a repository URL names a repository the integration reaches
@@ -83,35 +76,12 @@ const noRepositoryChecker: RepositoryChecker = {
   },
 };
 
-/** Compares field by field (jsonb does not keep the order of an object's keys). */
-function sameSecretReferences(a: SecretReference[] | null, b: SecretReference[] | null): boolean {
-  const flat = (list: SecretReference[] | null) =>
-    JSON.stringify((list ?? []).map((r) => [r.name, r.secret_name, r.secret_key]));
-  return (a === null) === (b === null) && flat(a) === flat(b);
-}
-
-/** Two resource specs alike field by field (jsonb does not keep the order of an object's keys). */
-function sameSpec(a: Record<string, unknown> | null | undefined, b: Record<string, unknown> | null | undefined) {
-  const flat = (spec: Record<string, unknown> | null | undefined) =>
-    JSON.stringify(Object.entries(spec ?? {}).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)));
-  return flat(a) === flat(b);
-}
-
 export interface CreateDeploymentInput extends CreateInput {
   name: string;
   secrets?: Secret[] | null;
 }
 
-export interface PatchDeploymentInput extends PatchInput {
-  secrets?: Secret[] | null;
-}
-
-export interface PatchOptions extends WriteConditions {
-  /** What the revision.created event gives as its cause; default `{ cause: 'patch' }`. */
-  cause?: Record<string, unknown>;
-  /** Run inside this transaction (a webhook delivery recorded together with its revisions). */
-  tx?: Transaction<Database>;
-}
+export type { PatchDeploymentInput, PatchOptions } from './deployment-patch.ts';
 
 export function createDeploymentService({
   db,
@@ -121,8 +91,6 @@ export function createDeploymentService({
 }: DeploymentServiceDeps) {
   const seal = (secrets: Secret[]): StoredSecret[] =>
     secrets.map((s) => ({ name: s.name, value: secretBox.seal(s.value) }));
-  const open = (secrets: StoredSecret[]): Secret[] =>
-    secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) }));
 
   const { checkListener, checkRepository, checkIntegration } = sourceReferenceChecks(db, repositories);
 
@@ -230,83 +198,7 @@ export function createDeploymentService({
       input: PatchDeploymentInput,
       options: PatchOptions = {},
     ): Promise<DeploymentView> {
-      const apply = async (tx: Db): Promise<void> => {
-        const row = await lockDeployment(tx, workspaceId, id);
-        if (!row) throw notFound('Deployment', id);
-        await options.precondition?.(tx);
-        const latest = row.latest_revision_id ? await lockRevision(tx, row.latest_revision_id) : undefined;
-        const latestRevision = latest ? { source: latest.source, config: latest.source_revision_config } : null;
-        const plan = planPatch(
-          { name: row.name, source: row.source, sourceConfig: row.source_config, latestRevision },
-          input,
-        );
-        // Only a changed spec is checked: a patch of secrets keeps working in a workspace whose quota was
-        // lowered below what it uses (the data plane clamps a stored spec to the maxima).
-        if (resources && !sameSpec(plan.sourceConfig.resource_spec, row.source_config.resource_spec)) {
-          await checkResourceLimits(tx, resources, workspaceId, plan.sourceConfig, {
-            id: row.id,
-            spec: row.source_config.resource_spec ?? null,
-          });
-        }
-
-        let secrets = row.secrets;
-        let secretsChanged = false;
-        if (input.secrets !== undefined && input.secrets !== null) {
-          const merged = mergeSecrets(open(row.secrets), input.secrets);
-          secretsChanged = merged.changed;
-          if (merged.changed) secrets = seal(merged.secrets);
-        }
-        const secretReferences =
-          input.secret_references !== undefined && input.secret_references !== null
-            ? input.secret_references
-            : row.secret_references;
-        // Sent unchanged, secret_references change nothing: no update, no event.
-        const secretReferencesChanged =
-          input.secret_references !== undefined &&
-          input.secret_references !== null &&
-          !sameSecretReferences(input.secret_references, row.secret_references);
-
-        let revision = plan.revision;
-        if (!revision && secretsChanged && latestRevision) {
-          // New secrets need a new revision to take effect: the latest one again, with them.
-          const { repo_commit_sha: _sha, ...config } = latestRevision.config;
-          revision = { source: latestRevision.source, config };
-        }
-        if (revision) await checkRevisionReferences(tx, workspaceId, revision);
-
-        const changedFields = [
-          ...(plan.sourceConfigChanged ? ['source_config'] : []),
-          ...(secretsChanged ? ['secrets'] : []),
-          ...(secretReferencesChanged ? ['secret_references'] : []),
-        ];
-        if (changedFields.length > 0) {
-          await updateDeployment(tx, id, {
-            sourceConfig: plan.sourceConfig,
-            secrets,
-            secretReferences,
-          });
-          await recordEvents(tx, [
-            {
-              workspaceId,
-              subjectType: 'deployment',
-              subjectId: id,
-              deploymentId: id,
-              type: 'deployment.updated',
-              data: { fields: changedFields },
-            },
-          ]);
-        }
-        if (revision) {
-          await addRevision(
-            tx,
-            row,
-            revision,
-            secrets,
-            snapshotOf(plan.sourceConfig, secretReferences),
-            input.source_revision_config ? (options.cause ?? { cause: 'patch' }) : { cause: 'secrets_changed' },
-          );
-        }
-      };
+      const apply = (tx: Db) => applyPatch(tx, { secretBox, resources }, workspaceId, id, input, options);
       if (options.tx) {
         await apply(options.tx);
         return read(workspaceId, id, options.tx);
