@@ -9,6 +9,8 @@
  * - `<name>-queue` Deployment (and its autoscaler) when any `queue_*` field is set;
  * - `<name>-db` StatefulSet, Service and Secret (PostgreSQL) when any `db_*` field is set;
  * - `<name>-cache` Deployment and Service (Redis) when any `cache_*` field is set.
+ * The database's and the cache's manifests are manifest-data-services.ts; quantities and Secret data
+ * manifest-values.ts.
  * Each manifest carries the hash of its own content, so that the agent applies only what changed.
  */
 import { createHash } from 'node:crypto';
@@ -17,8 +19,6 @@ import type {
   V1EnvVar,
   V1PodSpec,
   V1PodTemplateSpec,
-  V1ResourceRequirements,
-  V1StatefulSetSpec,
   V2HorizontalPodAutoscalerSpec,
 } from '@kubernetes/client-node';
 import type { DesiredDeployment, DesiredRevision } from './desired-state.ts';
@@ -26,7 +26,6 @@ import type { Manifest } from './kube-objects.ts';
 import {
   COMPONENT_LABEL,
   CUSTOM_URL_ANNOTATION,
-  KEEP_UNTIL_DELETE_LABEL,
   REVISION_ID_ANNOTATION,
   REVISION_ID_LABEL,
   SPEC_HASH_ANNOTATION,
@@ -36,6 +35,11 @@ import {
   type Component,
 } from './manifest-names.ts';
 import { wants, type ResourceSpec } from './resource-spec.ts';
+import { cacheManifests, databaseManifests, REDIS_PORT, type ManifestScope } from './manifest-data-services.ts';
+import { resources, secretData } from './manifest-values.ts';
+
+export { POSTGRES_PORT, REDIS_PORT, databaseUrl } from './manifest-data-services.ts';
+export { resources } from './manifest-values.ts';
 
 export interface BuildContext {
   readonly listenerId: string;
@@ -61,18 +65,12 @@ export interface BuildInput {
 
 /** Service port of the app: the cluster-internal address is http://<name>.<namespace>/ */
 export const SERVICE_PORT = 80;
-export const POSTGRES_PORT = 5432;
-export const REDIS_PORT = 6379;
 /** What an autoscaler aims at: the pods' average CPU use as a share of their request. */
 export const TARGET_CPU_UTILIZATION = 80;
 /** CPU requested per pod when autoscaling and `cpu` is not set: utilization needs a request to measure against. */
 export const AUTOSCALE_DEFAULT_CPU = 0.25;
 /** Kinds in the order they are applied. */
 const APPLY_ORDER = ['Secret', 'Service', 'StatefulSet', 'Deployment', 'HorizontalPodAutoscaler'];
-const DB_USER = 'app';
-const DB_NAME = 'app';
-const DB_DATA = '/var/lib/postgresql/data';
-
 /** JSON with sorted keys: the same manifest always hashes the same. */
 function stableJson(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(stableJson).join(',')}]`;
@@ -100,29 +98,6 @@ function withHash(manifest: Manifest): Manifest {
   };
 }
 
-const cpuQuantity = (cores: number): string => `${Math.round(cores * 1000)}m`;
-const memoryQuantity = (mb: number): string => `${mb}Mi`;
-
-/** Requests and limits from cores and megabytes; fields left unset stay unset (the namespace's defaults apply). */
-export function resources(
-  cpu: number | undefined,
-  memoryMb: number | undefined,
-  cpuLimit: number | undefined,
-  memoryLimitMb: number | undefined,
-): V1ResourceRequirements | undefined {
-  const requests: Record<string, string> = {};
-  const limits: Record<string, string> = {};
-  // 0 cores rounds to nothing requested: leave it out rather than ask for "0m".
-  if (cpu !== undefined && cpu > 0) requests.cpu = cpuQuantity(cpu);
-  if (memoryMb !== undefined) requests.memory = memoryQuantity(memoryMb);
-  if (cpuLimit !== undefined && cpuLimit > 0) limits.cpu = cpuQuantity(cpuLimit);
-  if (memoryLimitMb !== undefined) limits.memory = memoryQuantity(memoryLimitMb);
-  const out: V1ResourceRequirements = {};
-  if (Object.keys(requests).length > 0) out.requests = requests;
-  if (Object.keys(limits).length > 0) out.limits = limits;
-  return Object.keys(out).length > 0 ? out : undefined;
-}
-
 /** Later entries win, as layers do on the service's own data plane (platform variables last). */
 function dedupeEnv(env: V1EnvVar[]): V1EnvVar[] {
   const byName = new Map<string, V1EnvVar>();
@@ -131,14 +106,6 @@ function dedupeEnv(env: V1EnvVar[]): V1EnvVar[] {
     byName.set(e.name, e);
   }
   return [...byName.values()];
-}
-
-/** A base64 Secret data map (server-side apply owns `data` cleanly; `stringData` is write-only). */
-const secretData = (entries: Record<string, string>): Record<string, string> =>
-  Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, Buffer.from(v, 'utf8').toString('base64')]));
-
-export function databaseUrl(host: string, password: string): string {
-  return `postgres://${DB_USER}:${encodeURIComponent(password)}@${host}:${POSTGRES_PORT}/${DB_NAME}`;
 }
 
 export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[] {
@@ -165,6 +132,7 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
     annotations: { ...extra.annotations, [REVISION_ID_ANNOTATION]: revision.id },
   });
 
+  const scope: ManifestScope = { id, spec, name, labels, metadata };
   const out: Manifest[] = [];
   const withDb = wants(spec, 'db_');
   const withCache = wants(spec, 'cache_');
@@ -336,136 +304,9 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
     };
   }
 
-  // ----- the database -----
-  if (withDb) {
-    const dbName = name('db');
-    const keep = { [KEEP_UNTIL_DELETE_LABEL]: 'true' };
-    out.push({
-      apiVersion: 'v1',
-      kind: 'Secret',
-      metadata: metadata('db', { labels: keep }),
-      type: 'Opaque',
-      data: secretData({
-        POSTGRES_USER: DB_USER,
-        POSTGRES_DB: DB_NAME,
-        POSTGRES_PASSWORD: input.dbPassword,
-        DATABASE_URL: databaseUrl(dbName, input.dbPassword),
-      }),
-    });
-    out.push({
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: metadata('db'),
-      spec: {
-        type: 'ClusterIP',
-        selector: selectorLabels(id, 'db'),
-        ports: [{ name: 'postgres', port: POSTGRES_PORT, targetPort: 'postgres', protocol: 'TCP' }],
-      },
-    });
-    const dbResources = resources(spec.db_cpu, spec.db_memory_mb, spec.db_cpu_limit, spec.db_memory_limit_mb);
-    const fromSecret = (key: string): V1EnvVar => ({ name: key, valueFrom: { secretKeyRef: { name: dbName, key } } });
-    const postgres: V1Container = {
-      name: 'postgres',
-      image: ctx.postgresImage,
-      ...(spec.db_max_connections !== undefined ? { args: ['-c', `max_connections=${spec.db_max_connections}`] } : {}),
-      // A subdirectory: a fresh volume's root holds lost+found, and initdb wants an empty directory.
-      env: [
-        fromSecret('POSTGRES_USER'),
-        fromSecret('POSTGRES_PASSWORD'),
-        fromSecret('POSTGRES_DB'),
-        { name: 'PGDATA', value: `${DB_DATA}/pgdata` },
-      ],
-      ports: [{ name: 'postgres', containerPort: POSTGRES_PORT, protocol: 'TCP' }],
-      ...(dbResources ? { resources: dbResources } : {}),
-      volumeMounts: [{ name: 'data', mountPath: DB_DATA }],
-      readinessProbe: {
-        exec: { command: ['pg_isready', '-U', DB_USER, '-d', DB_NAME] },
-        periodSeconds: 5,
-        failureThreshold: 6,
-      },
-      livenessProbe: {
-        tcpSocket: { port: 'postgres' },
-        initialDelaySeconds: 30,
-        periodSeconds: 10,
-        failureThreshold: 6,
-      },
-    };
-    const statefulSpec: V1StatefulSetSpec = {
-      serviceName: dbName,
-      replicas: 1,
-      selector: { matchLabels: selectorLabels(id, 'db') },
-      template: { metadata: { labels: labels('db') }, spec: { containers: [postgres], enableServiceLinks: false } },
-      volumeClaimTemplates: [
-        {
-          metadata: { name: 'data', labels: labels('db', keep) },
-          spec: {
-            accessModes: ['ReadWriteOnce'],
-            resources: { requests: { storage: input.existingDbStorage ?? `${spec.db_storage_gi ?? 1}Gi` } },
-          },
-        },
-      ],
-      persistentVolumeClaimRetentionPolicy: { whenDeleted: 'Delete', whenScaled: 'Retain' },
-    };
-    out.push({ apiVersion: 'apps/v1', kind: 'StatefulSet', metadata: metadata('db'), spec: statefulSpec });
-  }
-
-  // ----- the cache -----
-  if (withCache) {
-    const cacheResources = resources(
-      spec.cache_cpu,
-      spec.cache_memory_mb,
-      spec.cache_cpu_limit,
-      spec.cache_memory_limit_mb,
-    );
-    // A cache, not a store: no persistence, and evict the least recently used keys before the memory limit kills it.
-    const maxMemory = spec.cache_memory_limit_mb ?? spec.cache_memory_mb;
-    const args = [
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      ...(maxMemory !== undefined
-        ? ['--maxmemory', `${Math.max(1, Math.floor(maxMemory * 0.9))}mb`, '--maxmemory-policy', 'allkeys-lru']
-        : []),
-    ];
-    out.push({
-      apiVersion: 'apps/v1',
-      kind: 'Deployment',
-      metadata: metadata('cache'),
-      spec: {
-        replicas: 1,
-        selector: { matchLabels: selectorLabels(id, 'cache') },
-        progressDeadlineSeconds: ctx.progressDeadlineSeconds,
-        revisionHistoryLimit: 3,
-        template: {
-          metadata: { labels: labels('cache') },
-          spec: {
-            enableServiceLinks: false,
-            containers: [
-              {
-                name: 'redis',
-                image: ctx.redisImage,
-                args,
-                ports: [{ name: 'redis', containerPort: REDIS_PORT, protocol: 'TCP' }],
-                ...(cacheResources ? { resources: cacheResources } : {}),
-                readinessProbe: { tcpSocket: { port: 'redis' }, periodSeconds: 5, failureThreshold: 3 },
-              },
-            ],
-          },
-        },
-      },
-    });
-    out.push({
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: metadata('cache'),
-      spec: {
-        type: 'ClusterIP',
-        selector: selectorLabels(id, 'cache'),
-        ports: [{ name: 'redis', port: REDIS_PORT, targetPort: 'redis', protocol: 'TCP' }],
-      },
-    });
-  }
+  // ----- the database and the cache (manifest-data-services.ts) -----
+  if (withDb) out.push(...databaseManifests(scope, input, ctx));
+  if (withCache) out.push(...cacheManifests(scope, ctx));
 
   // What is referred to before what refers to it: a pod must never start before the Secret it reads.
   return out.sort((a, b) => APPLY_ORDER.indexOf(a.kind) - APPLY_ORDER.indexOf(b.kind)).map(withHash);
