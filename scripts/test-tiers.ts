@@ -25,7 +25,7 @@ export type Tier = (typeof TIERS)[number];
 const MARKERS: Record<Exclude<Tier, 'no-database'>, RegExp> = {
   // A call (not the definition in test/support/harness.ts), or a helper module that exists to start them.
   // The LangGraph server of a deployment, started as the data plane starts it: '.slipway/langgraph-server.mjs'.
-  apps: /(?<!function )\b(startDataPlane|startTestService|spawnService|startService|chromium\.launch)\s*\(|['"][^'"]*\/(data-plane-harness|service-harness|e2e-world)\.ts['"]|from 'playwright-core'|['"][^'"]*langgraph-server\.mjs['"]/,
+  apps: /(?<!function )\b(startDataPlane|startTestService|spawnService|startService|chromium\.launch)\s*\(|(?:from|import\()\s*['"][^'"]*\/(data-plane-harness|service-harness|e2e-world)\.ts['"]|from 'playwright-core'|['"][^'"]*langgraph-server\.mjs['"]/,
   database: /\b(createTestDatabase|createTestApp|SLIPWAY_TEST_TEMPLATE|SLIPWAY_TEST_ADMIN_URL)\b/,
 };
 

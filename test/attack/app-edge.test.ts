@@ -16,9 +16,11 @@ import http, { type IncomingMessage } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { after, describe, test } from 'node:test';
+import { after, describe } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import { clientOf, PER_CLIENT_CONNECTIONS, startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
+import { eventually } from '../support/wait.ts';
 
 const KINDS = ['haproxy', 'builtin'] as const;
 type Kind = (typeof KINDS)[number];
@@ -452,9 +454,11 @@ for (const kind of KINDS) {
         socket.write(`GET /slow HTTP/1.1\r\nHost: ${A}.localhost\r\nX-Slow: `);
         sockets.push(socket);
       }
-      const until = Date.now() + 60_000;
-      while (hung.held.length < stuck && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
-      assert.equal(hung.held.length, stuck, 'the hanging app holds every request');
+      await eventually('the hanging app to hold every request', () => hung.held.length === stuck, {
+        seconds: 60,
+        everyMs: 50,
+        describe: () => `it holds ${hung.held.length} of ${stuck}`,
+      });
       for (let i = 0; i < 20; i++) {
         const reply = await rawRequest(edge.port, `GET /ok HTTP/1.1\r\nHost: ${B}.localhost\r\n\r\n`, 1);
         assert.equal(reply.responses[0]?.app, 'B', reply.text);

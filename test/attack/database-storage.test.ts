@@ -25,7 +25,7 @@ import {
   type DeployedApp,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { ROUND_LOCK } from '../../src/dataplane/app-database-storage.ts';
 
 const MIB = 1024 * 1024;
@@ -233,7 +233,7 @@ test('a database whose size does not move is not written down at every measure; 
     return now.bytes !== null && Math.abs(now.bytes - (await databaseBytes(keeper.id))) < MIB && now;
   });
   // The scenario is time passing with nothing written: three measures (one a second) change nothing.
-  await new Promise((resolve) => setTimeout(resolve, 3_500));
+  await pause(3_500, 'three measuring rounds of the service go by');
   assert.deepEqual(await recorded(keeper.id), first, 'a quiet database costs the control plane no write');
   await keeperWrites(2);
   await eventually('the grown size written down', async () => ((await recorded(keeper.id)).bytes ?? 0) > first.bytes!);
@@ -246,7 +246,7 @@ test('while another replica measures (it holds the round’s lock), this one mea
     const before = await recorded(keeper.id);
     await keeperWrites(3);
     // The scenario is rounds going by while the lock is held: three of them change nothing.
-    await new Promise((resolve) => setTimeout(resolve, 3_500));
+    await pause(3_500, 'three measuring rounds go by while the lock is held');
     assert.deepEqual(await recorded(keeper.id), before, 'no measure while another replica holds the round');
     await other.query('select pg_advisory_unlock($1)', [ROUND_LOCK.toString()]);
     await eventually(

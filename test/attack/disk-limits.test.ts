@@ -25,7 +25,7 @@ import {
   waitForRevision,
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
 const LIMIT_MB = 24;
@@ -109,7 +109,7 @@ test('an app that writes forever into its data directory stops at its limit, wit
   // It writes no more: what its directory takes stays put, well below what it set out to write.
   const dataDir = path.join(service.dataDir, 'deployments', app.id, 'data');
   const first = await usage(dataDir);
-  await new Promise((resolve) => setTimeout(resolve, 3000));
+  await pause(3_000, 'the stopped app would have written on (it writes every 20 ms)');
   const second = await usage(dataDir);
   assert.ok(second <= first + MIB, `the app still writes: ${first} then ${second} bytes`);
   assert.ok(second < (WRITE_MB / 2) * MIB, `the app wrote ${second} bytes past its ${LIMIT_MB} MiB`);
@@ -167,7 +167,7 @@ test("an endpoint's instance that fills the deployment's data directory stops wi
   assert.equal((await requestApp(service, put.body.url, '/')).status, 404);
   const dataDir = path.join(service.dataDir, 'deployments', app.id, 'data');
   const first = await usage(dataDir);
-  await new Promise((resolve) => setTimeout(resolve, 3000));
+  await pause(3_000, "the stopped endpoint's instance would have written on (it writes every 20 ms)");
   const second = await usage(dataDir);
   assert.ok(second <= first + MIB, `the endpoint's instance still writes: ${first} then ${second} bytes`);
   assert.ok(second < (WRITE_MB / 2) * MIB, `it wrote ${second} bytes past the ${LIMIT_MB} MiB`);

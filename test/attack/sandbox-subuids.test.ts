@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe } from 'node:test';
 import { test } from '../support/limited-test.ts';
+import { eventually } from '../support/wait.ts';
 import { createAppUsers } from '../../src/dataplane/app-uids.ts';
 import { removeTree, sealSnapshot } from '../../src/dataplane/build-snapshot.ts';
 import { measureTrees } from '../../src/dataplane/disk-usage.ts';
@@ -98,13 +99,16 @@ async function hostUidsOf(marker: string): Promise<number[] | null> {
   return null;
 }
 
-async function until<T>(what: () => Promise<T | null>, said: () => string): Promise<T> {
-  for (;;) {
-    const found = await what();
-    if (found !== null) return found;
-    assert.ok(!said().includes('exited'), said());
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+/** What `what` finds, once it finds it; fails at once when the app exited (`said` ends with "exited"). */
+function until<T>(what: () => Promise<T | null>, said: () => string): Promise<T> {
+  return eventually<T>(
+    "the app's process, by its marker",
+    async () => {
+      assert.ok(!said().includes('exited'), said());
+      return what();
+    },
+    { everyMs: 50, describe: said },
+  );
 }
 
 describe('as an ordinary user with a subordinate range', () => {

@@ -18,7 +18,7 @@ import { processAlive } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import type { EdgeAppStats } from '../../src/dataplane/edge-stats.ts';
 import { createLogger } from '../../src/logger.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
 /** SCHED_OTHER, the ordinary CPU class (sched(7)). */
@@ -45,8 +45,6 @@ function deferred<T = void>(): Deferred<T> {
   const promise = new Promise<T>((r) => (resolve = r));
   return { promise, resolve };
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------------------------------
 // Apps: HTTP servers on 127.0.0.1 port 0 that record what reached them.
@@ -1253,7 +1251,7 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     await b.setTargets('both-00000043', [{ instanceId: 'b', port: appB.port }]);
     await eventually('edge B serving', () => served(b, 'both-00000043', 'b'), { retryErrors: true });
     // Whatever edge A's supervisor does now, B keeps serving and keeps applying its changes.
-    await sleep(3_000);
+    await pause(3_000, "edge A's supervisor (another process) has time to act against B");
     const appB2 = await startApp('b2');
     await b.setTargets('both-00000043', [{ instanceId: 'b2', port: appB2.port }], { drainTimeoutMs: 1_000 });
     for (let i = 0; i < 6; i++) assert.ok(await served(b, 'both-00000043', 'b2'), `request ${i} is served by edge B`);

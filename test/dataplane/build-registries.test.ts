@@ -19,7 +19,8 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import * as tar from 'tar';
 import { findExecutable } from '../../src/dataplane/executables.ts';
 import {

@@ -35,7 +35,7 @@ import {
   type ResourceGroup,
 } from '../../src/dataplane/resource-limits.ts';
 import { createFakeCgroupV2 } from '../fakes/cgroup-v2.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
 const MIB = 1024 * 1024;
@@ -406,10 +406,10 @@ describe('cgroup v1 on this machine (the real kernel)', { skip: realSkip }, () =
         await fs.writeFile(path.join(serviceGroup, 'cgroup.procs'), String(child.pid));
         child.release();
       }
-      await sleep(300);
+      await pause(300, 'the spinners reach full speed');
       const before = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       // The scenario's measuring window (CPU ticks used during it), not a wait for something to happen.
-      await sleep(1_500);
+      await pause(1_500, 'the window CPU ticks are measured over');
       const after = await Promise.all(started.map((c) => cpuTicks(c.pid)));
       const used = after.map((t, i) => t - before[i]!);
       return {

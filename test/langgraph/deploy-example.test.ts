@@ -22,6 +22,7 @@ import * as tar from 'tar';
 import { ADMIN_KEY } from '../helpers.ts';
 import { startTestService, type TestService } from '../dataplane/data-plane-harness.ts';
 import { test } from '../support/limited-test.ts';
+import { eventually } from '../support/wait.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/langgraph-js');
 /** What the CLI's poll loop stops at. */
@@ -129,14 +130,18 @@ async function deployLikeTheCli(
     offset = page.body.next_offset ?? offset;
     return page.body.logs.length;
   };
-  const until = Date.now() + 8 * 60_000;
   let revision = (await cli('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
-  while (!TERMINAL.includes(revision.status) && Date.now() < until) {
-    if (revision.status === 'AWAITING_BUILD' || revision.status === 'BUILDING') await readBuildLog();
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
-    revision = (await cli('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
-  }
-  while ((await readBuildLog()) > 0);
+  await eventually(
+    `revision ${revisionId} to reach a final status`,
+    async () => {
+      if (revision.status === 'AWAITING_BUILD' || revision.status === 'BUILDING') await readBuildLog();
+      revision = (await cli('GET', `/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
+      return TERMINAL.includes(revision.status);
+    },
+    { seconds: 240, everyMs: 1_000, describe: () => `status ${revision.status}; build log:\n${buildLog.join('\n')}` },
+  );
+  // The rest of the build log, page by page (each read takes the next page: a bounded count of pages).
+  await eventually('the end of the build log', async () => (await readBuildLog()) === 0, { everyMs: 0 });
   return { deploymentId, revision, buildLog };
 }
 

@@ -27,7 +27,7 @@ import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
 const run = promisify(execFile);
@@ -344,7 +344,7 @@ test("a join ends only once the run's thread is updated, however long that takes
     });
     await eventually('the run to end', async () => (await runStatus()) === 'success');
     // Well past the 1 s after which a join used to give up waiting for the run's end to be announced.
-    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    await pause(3_000, "the LangGraph server's own 1-s give-up (another process's timer) passes");
     assert.equal(joinedAt, null, 'the join waits for the thread');
     await holder.query('commit');
     const answer = await joined;

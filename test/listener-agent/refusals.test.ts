@@ -10,6 +10,7 @@ import { afterEach, describe } from 'node:test';
 import { TRANSIENT_ANSWERS, statusAnswer } from './fake-kube.ts';
 import { NAMESPACE, deployment, revision, startWorld, type World } from './harness.ts';
 import { test } from '../support/limited-test.ts';
+import { pause } from '../support/wait.ts';
 
 const SIDECAR = { name: 'proxy', image: 'envoyproxy/envoy:v1.30' };
 
@@ -161,8 +162,8 @@ describe('listener agent: refusals and transient answers of the API server', () 
       assert.deepEqual(world.slipway.statusesOf(d.revision!.id), ['DEPLOY_FAILED']);
       // Once failed, the agent stops applying it.
       const applies = world.kube.applies().length;
-      // The scenario: a second without another apply (a sleep that is the test, not a wait).
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // The scenario: a second without another apply (a pause that is the test, not a wait).
+      await pause(1_000, 'a second of the agent running without another apply');
       assert.ok(world.kube.applies().length <= applies + 1, 'no apply after the failure');
       await agent.stop();
     },

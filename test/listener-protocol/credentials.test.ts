@@ -4,9 +4,11 @@
  * and nothing else, and workspace API keys open those of their workspace's listeners too.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import { hashCredential } from '../../src/auth/credentials.ts';
 import { client, newWorkspace } from '../support/harness.ts';
+import { eventually } from '../support/wait.ts';
 import {
   agent,
   createProtocolFixture,
@@ -105,7 +107,9 @@ describe('managing credentials', () => {
     // last_used_at is set when the credential authenticates: from then on the poll is past its check.
     const used = async () =>
       (await f.api.get(`/v2/listeners/${l.id}/credentials`)).body.resources[0].last_used_at as string | null;
-    while ((await used()) === null) await new Promise((resolve) => setTimeout(resolve, 20));
+    await eventually('the long-poll to authenticate (its credential used)', async () => (await used()) !== null, {
+      everyMs: 20,
+    });
     assert.equal((await f.api.delete(`/v2/listeners/${l.id}/credentials/${l.credentialId}`)).status, 204);
     const patched = await f.api.patch(`/v2/deployments/${d.id}`, {
       secrets: [{ name: 'OPENAI_API_KEY', value: 'sk-after-revoke' }],

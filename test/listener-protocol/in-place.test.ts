@@ -6,7 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
+import { test } from '../support/limited-test.ts';
 import pg from 'pg';
 import {
   agent,
@@ -16,14 +17,13 @@ import {
   newListener,
   type ProtocolFixture,
 } from './protocol-fixture.ts';
+import { pause } from '../support/wait.ts';
 
 let f: ProtocolFixture;
 before(async () => {
   f = await createProtocolFixture();
 });
 after(() => f.close());
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A deployment on a new listener whose first revision the listener reported DEPLOYED. */
 async function deployed(resourceSpec: Record<string, unknown>) {
@@ -54,7 +54,7 @@ describe('in-place fields', () => {
     assert.deepEqual(first.body.deployments[0].resource_spec, { min_scale: 1, cpu: 0.5 });
 
     const waiting = fetchDesiredState(f, l, { wait: 30, etag: first.etag! });
-    await sleep(300);
+    await pause(300, 'the long-poll reaches its wait (unseen; the test passes without it, by the first read)');
     const patched = await f.api.patch(`/v2/deployments/${d.id}`, {
       source_config: { resource_spec: { min_scale: 3, cpu: 0.5 } },
     });

@@ -102,7 +102,6 @@ export async function fetchDesiredState(
   listener: Listener,
   options: { wait?: number; etag?: string; signal?: AbortSignal; url?: string } = {},
 ) {
-  const started = performance.now();
   const url = new URL(
     `${options.url ?? f.liveUrl}/v2/listeners/${listener.id}/desired-state?wait=${options.wait ?? 0}`,
   );
@@ -132,7 +131,7 @@ export async function fetchDesiredState(
     request.on('error', reject);
   });
   const etag = headers.etag ?? null;
-  return { status, etag, body: text === '' ? undefined : JSON.parse(text), ms: performance.now() - started };
+  return { status, etag, body: text === '' ? undefined : JSON.parse(text) };
 }
 
 /** The deployment's events, oldest first, as `type:from->to`. */

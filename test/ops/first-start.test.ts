@@ -22,6 +22,7 @@ import {
   withDeadline,
 } from '../support/service-harness.ts';
 import { test } from '../support/limited-test.ts';
+import { eventually } from '../support/wait.ts';
 
 after(cleanUp);
 
@@ -39,11 +40,14 @@ test(
     const cluster = path.join(dataDir, 'postgres');
     // Its own process group, so that kill -9 takes initdb (and what it runs) along, as a killed terminal would.
     const starting = spawnService({ SLIPWAY_DATA_DIR: dataDir, PORT: String(await freePort()) }, { group: true });
-    const until = Date.now() + 60_000;
-    while (!(await exists(path.join(cluster, 'PG_VERSION')))) {
-      assert.ok(Date.now() < until && starting.child.exitCode === null, `initdb never began: ${starting.stderr()}`);
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
+    await eventually(
+      'initdb to begin (PG_VERSION in the new cluster)',
+      async () => {
+        assert.equal(starting.child.exitCode, null, `the service exited before initdb began: ${starting.stderr()}`);
+        return exists(path.join(cluster, 'PG_VERSION'));
+      },
+      { seconds: 60, everyMs: 5, describe: () => starting.stderr() },
+    );
     process.kill(-starting.child.pid!, 'SIGKILL');
     await starting.exited;
     assert.ok(await exists(path.join(cluster, 'PG_VERSION')), 'initdb had begun');
@@ -92,11 +96,14 @@ test(
     child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise((resolve) => child.once('exit', resolve));
     try {
-      const until = Date.now() + 60_000;
-      while (!/Keep it now/.test(output)) {
-        assert.ok(Date.now() < until && child.exitCode === null, `no key shown: ${output}`);
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
+      await eventually(
+        'the first admin key on the terminal ("Keep it now")',
+        () => {
+          assert.equal(child.exitCode, null, `the service exited without showing a key: ${output}`);
+          return /Keep it now/.test(output);
+        },
+        { seconds: 60, describe: () => output },
+      );
       assert.match(output, /admin API key:\s+slw_[A-Za-z0-9_-]{20,}\s/);
       assert.ok(
         !(await exists(path.join(dataDir, 'first-admin-key'))),

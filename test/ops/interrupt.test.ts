@@ -14,14 +14,12 @@ import { gzipSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { ADMIN_KEY, createTestApp } from '../support/harness.ts';
 import { alive, cleanUp, makeDataDir, postgresPid, startService, withDeadline } from '../support/service-harness.ts';
-import { eventually } from '../support/wait.ts';
+import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
 const KEY = 'slw_ops_interrupt_key_0123456789';
 
 after(cleanUp);
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 test(
   'Ctrl-C during a slow upload: the upload completes with 201, then the service and its database stop',
@@ -49,11 +47,11 @@ test(
       });
     });
     request.write(body.subarray(0, 4096));
-    await sleep(500);
+    await pause(500, 'the upload is under way in the service (its first bytes sent) when the Ctrl-C comes');
 
     process.kill(-service.child.pid!, 'SIGINT');
-    // The scenario: a second after the Ctrl-C nothing has stopped (a sleep that is the test, not a wait).
-    await sleep(1_000);
+    // The scenario: a second after the Ctrl-C nothing has stopped (a pause that is the test, not a wait).
+    await pause(1_000, 'a second after the Ctrl-C, nothing has stopped');
     assert.ok(alive(server), 'the database server did not take the Ctrl-C meant for the service');
     assert.equal(service.child.exitCode, null, 'the service waits for the request in flight');
 

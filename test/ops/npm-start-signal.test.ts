@@ -80,19 +80,26 @@ test(
     );
     const postgres = await postgresPid(dataDir);
     assert.ok(postgres !== null && alive(postgres), 'the embedded PostgreSQL runs');
+    const server: number = postgres;
     const running = await processGroup(group);
     assert.ok(running.length >= 2, `npm and the server run: ${running.join(' ')}`);
 
     process.kill(npm.pid!, 'SIGTERM'); // the npm process only, as `kill <pid>` does
     await withDeadline('npm exits after SIGTERM', exited, STOP_DEADLINE_MS);
-    const until = Date.now() + STOP_DEADLINE_MS;
-    let left = await processGroup(group);
-    while ((left.length > 0 || alive(postgres)) && Date.now() < until) {
-      await new Promise((resolve) => setTimeout(resolve, 200));
-      left = await processGroup(group);
-    }
-    assert.deepEqual(left, [], `processes of npm start left running:\n${output}`);
-    assert.ok(!alive(postgres), 'its PostgreSQL stopped');
+    const pgid = group;
+    let left = await processGroup(pgid);
+    await eventually(
+      'every process of npm start, its PostgreSQL too, to end',
+      async () => {
+        left = await processGroup(pgid);
+        return left.length === 0 && !alive(server);
+      },
+      {
+        seconds: STOP_DEADLINE_MS / 1000,
+        everyMs: 200,
+        describe: () => `left running: ${left.join(' ')}; PostgreSQL alive: ${alive(server)}\n${output}`,
+      },
+    );
     const answered = await fetch(`http://127.0.0.1:${port}/readyz`, { signal: AbortSignal.timeout(2_000) }).then(
       () => true,
       () => false,

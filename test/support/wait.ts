@@ -4,6 +4,12 @@
  * - `eventually(what, check, options)`: re-runs `check` until it gives something truthy and resolves with it.
  * - `PER_TEST`: the `{ timeout }` option every test that can wait is declared with, so a hang fails that test
  *   by name within `TEST_SECONDS` instead of the whole file at the runner's file limit.
+ * - `pause(ms, why)`: the one fixed pause, for a scenario that is "time passes and nothing happens" or
+ *   that gives another party a moment it cannot be watched taking; it says why, and is short
+ *   (`MAX_PAUSE_MS`). A test that waits for time to pass to see something expire moves a clock instead
+ *   (support/clock.ts).
+ *
+ * test/test-rules.test.ts keeps it so: no other sleep, and no polling loop of its own, in test/.
  *
  * Both are hang guards, never timing assertions: a slow machine may take longer than usual, so the limits
  * are generous, and a test never asserts how long something took.
@@ -18,6 +24,22 @@ export const TEST_SECONDS = 300;
 
 /** The `{ timeout }` option of every test that can wait: `test('name', PER_TEST, async () => ...)`. */
 export const PER_TEST = { timeout: TEST_SECONDS * 1000 } as const;
+
+/**
+ * The longest `pause`: a longer wait for time to pass belongs to a clock, or to `eventually`. Pauses over
+ * a second are windows of real time that another process needs (its own timers, a measuring window).
+ */
+export const MAX_PAUSE_MS = 3_500;
+
+/**
+ * Lets `ms` milliseconds pass (at most `MAX_PAUSE_MS`), for a reason that says why no condition can be
+ * waited for instead: "nothing happens meanwhile" is the scenario, or the other party's step cannot be
+ * seen. Not a way to wait for something: that is `eventually`.
+ */
+export async function pause(ms: number, why: string): Promise<void> {
+  if (ms > MAX_PAUSE_MS) throw new Error(`pause(${ms} ms) for "${why}": at most ${MAX_PAUSE_MS} ms; use a clock`);
+  await new Promise((resolve) => setTimeout(resolve, ms));
+}
 
 export interface WaitOptions {
   /** The deadline in seconds (default `WAIT_SECONDS`): a hang guard, not a timing assertion. */
