@@ -14,14 +14,16 @@ import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
+import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf } from './test-tiers.ts';
 
 /**
- * Per test file (Node 20's runner times each file's process as a whole): twice the whole run's length
- * on two cores, so that no file of a slower machine reaches it, and a file that hangs still fails by
- * name with time left for the rest of CI.
+ * Per test file (Node 20's runner times each file's process as a whole): the last guard, for a hang
+ * outside any test (a hook, a process that does not exit). A hung test is named sooner, by its own limit
+ * (test/support/limited-test.ts: `TEST_SECONDS`, at most `MAX_TEST_SECONDS` when a test names its own),
+ * which stays below this one; and no file may take as long as CI's whole budget (15 minutes).
  */
-const TEST_TIMEOUT_MS = 20 * 60_000;
+const TEST_TIMEOUT_MS = (MAX_TEST_SECONDS + 5 * 60) * 1000;
 
 async function testFiles(dir: string): Promise<string[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true, recursive: true });

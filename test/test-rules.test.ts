@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { test } from 'node:test';
-import { MAX_PAUSE_MS, pause } from './support/wait.ts';
+import { MAX_PAUSE_MS, MAX_TEST_SECONDS, pause } from './support/wait.ts';
 
 /** What the rules forbid outside test/support/wait.ts, each with what to use instead. */
 const FORBIDDEN: { pattern: RegExp; instead: string }[] = [
@@ -88,13 +88,30 @@ test('no sleep, polling loop of its own or stopwatch in test/ beyond the known o
   assert.deepEqual(fewer, [], `fewer than KNOWN says (lower it in ${THIS_FILE}):\n${fewer.join('\n')}`);
 });
 
-test('a file that waits gives its tests the per-test limit (test from support/limited-test.ts)', async () => {
+test('a file that waits gives its tests a limit (test from support/limited-test.ts, or a timeout of its own)', async () => {
   const missing = (await testSources())
     .filter(({ file }) => file.endsWith('.test.ts'))
     .filter(({ text }) => /\b(eventually|pause|waitForRevision)\(/.test(text))
-    .filter(({ text }) => !/support\/limited-test\.ts'|\bPER_TEST\b/.test(text))
+    .filter(({ text }) => !/support\/limited-test\.ts'|\bPER_TEST\b|\btimeout: [\d_]/.test(text))
     .map(({ file }) => file);
   assert.deepEqual(missing, []);
+});
+
+test(`no test gives itself more than MAX_TEST_SECONDS (${MAX_TEST_SECONDS} s), and a file's limit is above it`, async () => {
+  const over: string[] = [];
+  for (const { file, text } of await testSources()) {
+    for (const match of text.matchAll(/\btimeout: ([\d_]+(?: \* [\d_]+)*)\s*[,}]/g)) {
+      const ms = match[1]!.split(' * ').reduce((product, n) => product * Number(n.replaceAll('_', '')), 1);
+      if (ms > MAX_TEST_SECONDS * 1000) over.push(`${file}:${lineOf(text, match.index)}: ${ms / 1000} s`);
+    }
+  }
+  assert.deepEqual(over, []);
+  const runner = await fs.readFile('scripts/run-tests.ts', 'utf8');
+  assert.match(
+    runner,
+    /const TEST_TIMEOUT_MS = \(MAX_TEST_SECONDS \+/,
+    "the runner's limit per file is above a test's",
+  );
 });
 
 test('every pause says why and is short: a longer wait for time to pass is a clock or a condition', async () => {

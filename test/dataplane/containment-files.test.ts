@@ -123,7 +123,7 @@ async function assertPlantedIntact(): Promise<void> {
 
 test(
   "an app racing the redeploys of its own revision never gets the service's files, and its source stays read-only",
-  { timeout: 15 * 60_000 },
+  { timeout: 10 * 60_000 },
   async () => {
     const tarball = await uploadApp(service, probeApp({ slipway: { env: { ATTACK: '1' } }, treeDirs: 100 }));
     const created = await service.api('POST', '/v2/deployments', {

@@ -12,8 +12,7 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { after, before, describe } from 'node:test';
-import { test } from '../support/limited-test.ts';
+import { after, before, describe, test } from 'node:test';
 import * as tar from 'tar';
 import { keyIdOf } from '../../src/crypto/secret-box.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
@@ -140,7 +139,7 @@ after(async () => {
   for (const dir of scratch) await fs.rm(dir, { recursive: true, force: true });
 });
 
-describe('backup and restore', { timeout: 900_000 }, () => {
+describe('backup and restore', { timeout: 10 * 60_000 }, () => {
   let service: Service;
   const made: {
     listenerId?: string;

@@ -49,7 +49,7 @@ function get(port: number, url: string): Promise<{ status: number; body: string 
 
 test(
   'the compiled service as the system user slipway, no new privileges and no capabilities, deploys the example app',
-  { timeout: 1_200_000 },
+  { timeout: 10 * 60_000 },
   async (t) => {
     if (process.getuid?.() !== 0) return t.skip('needs root to run the service as the system user slipway');
     const setpriv = '/usr/bin/setpriv';

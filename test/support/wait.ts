@@ -22,6 +22,13 @@ export const WAIT_SECONDS = 120;
 /** How long one test may take at most, in seconds (its waits included, several of them in a row). */
 export const TEST_SECONDS = 300;
 
+/**
+ * The most a test (or a describe) may give itself as its own `timeout`, in seconds: a build or an npm
+ * install inside the test may need more than `TEST_SECONDS` on a busy machine, never more than this.
+ * scripts/run-tests.ts's limit per file is above it, so a hung test is named by its own limit first.
+ */
+export const MAX_TEST_SECONDS = 600;
+
 /** The `{ timeout }` option of every test that can wait: `test('name', PER_TEST, async () => ...)`. */
 export const PER_TEST = { timeout: TEST_SECONDS * 1000 } as const;
 
