@@ -42,7 +42,61 @@ function option(args: string[], name: string): string | undefined {
   return value;
 }
 
+/** The files a run's arguments name: `--tier NAME`'s and those named (a directory: every test file in it). */
+async function filesOf(args: string[], tier: string | undefined): Promise<string[]> {
+  if (tier !== undefined && !(TIERS as readonly string[]).includes(tier))
+    throw new Error(`--tier ${tier}: the tiers are ${TIERS.join(', ')}`);
+  // A directory argument means every test file under it (node --test alone finds none in one on Node 20).
+  const named = (
+    await Promise.all(args.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])))
+  ).flat();
+  const all = await testFiles('test');
+  const ofTier =
+    tier === undefined ? [] : (await Promise.all(all.map(async (f) => ((await tierOf(f)) === tier ? [f] : [])))).flat();
+  if (tier !== undefined) process.stdout.write(`tier ${tier}: ${ofTier.length} files\n`);
+  return named.length > 0 || tier !== undefined ? [...new Set([...ofTier, ...named])] : all;
+}
+
+/** Runs the files with Node's test runner; `env` gives them the template database when they need one. */
+async function runFiles(files: string[], times: string | undefined, env: NodeJS.ProcessEnv): Promise<number> {
+  // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
+  // it without saying which.
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      '--test',
+      '--test-concurrency=2',
+      `--test-timeout=${TEST_TIMEOUT_MS}`,
+      ...(times
+        ? [
+            `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
+            '--test-reporter-destination=stdout',
+            `--test-reporter=${path.resolve('scripts/test-file-times.mjs')}`,
+            `--test-reporter-destination=${times}`,
+          ]
+        : []),
+      ...files,
+    ],
+    { stdio: 'inherit', env: { ...process.env, ...env } },
+  );
+  const forward = (signal: NodeJS.Signals) => child.kill(signal);
+  process.on('SIGINT', forward);
+  process.on('SIGTERM', forward);
+  return new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
+}
+
 async function main(): Promise<number> {
+  const args = process.argv.slice(2);
+  const times = option(args, '--times');
+  const files = await filesOf(args, option(args, '--tier'));
+  // Files that need no database (the no-database tier) run without a server: none is started for them.
+  const tiers = await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)));
+  if (tiers.every((tier) => tier === 'no-database')) {
+    process.stdout.write('test database: none (no file needs one)\n');
+    return runFiles(files, times, {});
+  }
   const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
   const adminUrl = server.adminUrl;
   process.stdout.write(
@@ -53,53 +107,7 @@ async function main(): Promise<number> {
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
     await createMigratedDatabase(adminUrl, template);
-    // A directory argument means every test file under it (node --test alone finds none in one on Node 20).
-    const args = process.argv.slice(2);
-    const times = option(args, '--times');
-    const tier = option(args, '--tier');
-    if (tier !== undefined && !(TIERS as readonly string[]).includes(tier))
-      throw new Error(`--tier ${tier}: the tiers are ${TIERS.join(', ')}`);
-    const named = (
-      await Promise.all(
-        args.map(async (a) => ((await fs.stat(a).catch(() => null))?.isDirectory() ? testFiles(a) : [a])),
-      )
-    ).flat();
-    const all = await testFiles('test');
-    const ofTier =
-      tier === undefined
-        ? []
-        : (await Promise.all(all.map(async (f) => ((await tierOf(f)) === tier ? [f] : [])))).flat();
-    const files = named.length > 0 || tier !== undefined ? [...new Set([...ofTier, ...named])] : all;
-    if (tier !== undefined) process.stdout.write(`tier ${tier}: ${ofTier.length} files\n`);
-    // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
-    // it without saying which.
-    const child = spawn(
-      process.execPath,
-      [
-        '--import',
-        'tsx',
-        '--test',
-        '--test-concurrency=2',
-        `--test-timeout=${TEST_TIMEOUT_MS}`,
-        ...(times
-          ? [
-              `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
-              '--test-reporter-destination=stdout',
-              `--test-reporter=${path.resolve('scripts/test-file-times.mjs')}`,
-              `--test-reporter-destination=${times}`,
-            ]
-          : []),
-        ...files,
-      ],
-      {
-        stdio: 'inherit',
-        env: { ...process.env, SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template },
-      },
-    );
-    const forward = (signal: NodeJS.Signals) => child.kill(signal);
-    process.on('SIGINT', forward);
-    process.on('SIGTERM', forward);
-    return await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
+    return await runFiles(files, times, { SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template });
   } finally {
     await withClient(adminUrl, async (c) => {
       const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [
