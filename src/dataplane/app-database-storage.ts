@@ -43,6 +43,7 @@ import { databaseStorageOf, type SpecDefaults } from '../domain/resource-maxima.
 import { databaseSize } from '../store/app-database-usage.ts';
 import { appDatabasesToMeasure, type MeasuredAppDatabase } from '../store/deployment-runtimes.ts';
 import type { Database } from '../store/schema.ts';
+import { systemClock, type Clock } from '../clock.ts';
 
 const MIB = 1024 * 1024;
 
@@ -69,7 +70,7 @@ export interface DatabaseStorageDeps {
   /** The operator's default and maximum (resourcePolicyOf(config).defaults). */
   defaults: Pick<SpecDefaults, 'databaseStorageGi' | 'maxDatabaseStorageGi'>;
   intervalMs: number;
-  now?: () => Date;
+  now?: Clock;
 }
 
 export interface DatabaseStorageWatch {
@@ -195,7 +196,7 @@ export async function checkDatabaseStorage(deps: DatabaseStorageDeps): Promise<b
     ]);
     if (!held.rows[0]!.locked) return false;
     try {
-      const now = (deps.now ?? (() => new Date()))();
+      const now = (deps.now ?? systemClock)();
       for (const database of await appDatabasesToMeasure(deps.db)) {
         await checkOne(deps, database, now).catch((error: unknown) =>
           deps.logger.error(

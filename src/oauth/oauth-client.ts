@@ -35,6 +35,7 @@ import {
   type OAuthProviderConfig,
   type TokenEndpointAuthMethod,
 } from './oauth-provider-config.ts';
+import { systemClock, type Clock } from '../clock.ts';
 import { discoverMcpServer, discoverProvider, registerClient, type DiscoveredMcpServer } from './oauth-discovery.ts';
 import { OAuthTransport, type OAuthTransportOptions } from './oauth-transport.ts';
 
@@ -73,7 +74,7 @@ export type { DiscoveredMcpServer } from './oauth-discovery.ts';
 
 export interface OAuthClientOptions extends OAuthTransportOptions {
   /** The clock used to turn `expires_in` into `expiresAt`. */
-  now?: () => Date;
+  now?: Clock;
 }
 
 /** Parameters the flow sets itself; letting a caller override them would undo state or PKCE. */
@@ -96,11 +97,11 @@ function resourceParameter(provider: OAuthProviderConfig): { additionalParameter
 
 export class OAuthClient {
   readonly #transport: OAuthTransport;
-  readonly #now: () => Date;
+  readonly #now: Clock;
 
   constructor(options: OAuthClientOptions = {}) {
     this.#transport = new OAuthTransport(options);
-    this.#now = options.now ?? (() => new Date());
+    this.#now = options.now ?? systemClock;
   }
 
   /** Builds the authorization URL and the values to keep until the callback. */

@@ -9,6 +9,7 @@ import { REVISION_STATES, type RevisionStatus } from '../domain/states.ts';
 import type { Database } from '../store/schema.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
 import { transitionRevision } from '../service/lifecycle.ts';
+import { systemClock, type Clock } from '../clock.ts';
 
 const WITH_DEADLINE = (
   Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]
@@ -51,9 +52,9 @@ export function startDeadlineSweeper(options: {
   db: Kysely<Database>;
   logger: Logger;
   intervalMs: number;
-  now?: () => Date;
+  now?: Clock;
 }): Periodic {
-  const { db, logger, intervalMs, now = () => new Date() } = options;
+  const { db, logger, intervalMs, now = systemClock } = options;
   return startPeriodic({
     name: 'deadline sweep',
     intervalMs,

@@ -11,6 +11,7 @@ import { databaseSize, langGraphUsage, type LangGraphUsage } from '../store/app-
 import { getDeployment } from '../store/deployments.ts';
 import { getDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import type { Db } from '../store/schema.ts';
+import { systemClock, type Clock } from '../clock.ts';
 
 export interface DeploymentStorage {
   deployment_id: string;
@@ -26,7 +27,7 @@ export interface DeploymentStorageDeps {
   secretBox: SecretBox;
   /** The service's pool: app databases are on its server. */
   pool?: pg.Pool;
-  now?: () => Date;
+  now?: Clock;
 }
 
 export type DeploymentStorageService = ReturnType<typeof createDeploymentStorageService>;
@@ -37,7 +38,7 @@ const TOO_MANY_CONNECTIONS = '53300';
 const LOGIN_REFUSED = '28000';
 
 export function createDeploymentStorageService(deps: DeploymentStorageDeps) {
-  const now = deps.now ?? (() => new Date());
+  const now = deps.now ?? systemClock;
 
   return {
     /** 404 when the deployment is not the workspace's, like every route under it. */

@@ -32,6 +32,7 @@ import type { Database, Db, OAuthProviderRow, OAuthTokenRow } from '../store/sch
 import type { OAuthProviderService } from './oauth-providers.ts';
 import type { Page } from './page.ts';
 import type { WriteConditions } from './preconditions.ts';
+import { systemClock, type Clock } from '../clock.ts';
 
 /** An access token is refreshed when it has less than this left, so the agent never gets one about to die. */
 export const REFRESH_MARGIN_MS = 60_000;
@@ -95,7 +96,7 @@ export interface OAuthTokenServiceDeps {
   providers: OAuthProviderService;
   logger: WarnLogger;
   /** The clock an access token's expiry is read against; injectable so tests move time instead of waiting. */
-  now?: () => Date;
+  now?: Clock;
 }
 
 /** What a token is good for right now, from its row alone. */
@@ -136,7 +137,7 @@ export function createOAuthTokenService({
   client,
   providers,
   logger,
-  now = () => new Date(),
+  now = systemClock,
 }: OAuthTokenServiceDeps) {
   const inFlight = new Map<string, Promise<Outcome>>();
 

@@ -1,10 +1,12 @@
 /**
  * A clock a test moves forward instead of sleeping to see time pass (an access token expiring, a
- * deadline passing): the real time plus what the test added. Pass `now` where the code takes a clock
- * (AppDeps.now, the sweepers' `now` options).
+ * deadline passing): the real time plus what the test added. Pass `now` where the code takes a `Clock`
+ * (src/clock.ts: AppDeps.now, the sweepers' `now` options).
  */
+import type { Clock } from '../../src/clock.ts';
+
 export interface TestClock {
-  readonly now: () => Date;
+  readonly now: Clock;
   /** Moves the clock `ms` milliseconds ahead of the real time, on top of earlier moves. */
   advance(ms: number): void;
 }
