@@ -39,7 +39,6 @@ import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { connect } from './pg-lite.js';
-import { pause } from '../support/wait.ts';
 
 const SRC = process.cwd();
 const HOME = process.env.HOME;
@@ -338,7 +337,7 @@ async function flood(max) {
     raw.push(entry);
     held.raw.push(socket);
   }
-  await pause(3_000, 'the server closes what it would close of the held connections (its own timers)');
+  await new Promise((resolve) => setTimeout(resolve, 3000));
   const authedOpen = held.authed.filter((c) => !c.closed).length;
   // Open, and the server answered the startup (asked for the password): a slot of the server taken.
   const rawHeld = raw.filter((e) => e.open && e.answered).length;
