@@ -9,7 +9,9 @@
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
@@ -103,6 +105,13 @@ async function sortTimes(file: string): Promise<void> {
 }
 
 async function main(): Promise<number> {
+  // The compiled service the ops tests share (test/support/compiled-build.ts): one build per run, or
+  // per CI run when .ci/run names the directory for all its steps.
+  if (process.env.SLIPWAY_TEST_BUILD_DIR === undefined) {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-test-build-'));
+    process.env.SLIPWAY_TEST_BUILD_DIR = dir;
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  }
   const args = process.argv.slice(2);
   const times = option(args, '--times');
   const files = await filesOf(args, option(args, '--tier'));

@@ -18,6 +18,7 @@ import { after } from 'node:test';
 import { promisify } from 'node:util';
 import * as tar from 'tar';
 import { freePort } from '../../src/db/embedded-postgres.ts';
+import { compiledService } from '../support/compiled-build.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
 
@@ -74,14 +75,8 @@ test(
     const gid = Number((await run('id', ['-g', USER])).stdout.trim());
 
     // As /opt/slipway: the build owned by root, readable by all; the production modules beside it.
-    const install = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-opt-'));
-    scratch.push(install);
-    await fs.chmod(install, 0o755);
-    await fs.symlink(path.join(ROOT, 'node_modules'), path.join(install, 'node_modules'));
-    await run(process.execPath, ['--import', 'tsx', 'scripts/build.ts', '--out-dir', path.join(install, 'dist')], {
-      cwd: ROOT,
-      maxBuffer: 64 * 1024 * 1024,
-    });
+    // (The suite's one build, shared with test/ops/install.test.ts: support/compiled-build.ts.)
+    const install = await compiledService(scratch);
     // As StateDirectory=slipway with StateDirectoryMode=0700: the user's own.
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-state-'));
     scratch.push(dataDir);
@@ -161,7 +156,8 @@ test(
     if (await fs.stat('/usr/bin/bwrap').catch(() => null))
       assert.match(output, /apps and builds run under bubblewrap/, output);
 
-    const archive = path.join(install, 'app.tar.gz');
+    const archive = path.join(await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-app-')), 'app.tar.gz');
+    scratch.push(path.dirname(archive));
     await tar.c({ gzip: true, file: archive, cwd: path.join(ROOT, 'examples', 'agent-app'), portable: true }, ['.']);
     const upload = await api('POST', '/v2/uploads', await fs.readFile(archive), 'application/gzip');
     assert.equal(upload.status, 201, JSON.stringify(upload.body));

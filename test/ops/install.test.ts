@@ -17,6 +17,7 @@ import { loadConfig } from '../../src/config.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { labelProblems, schemaProblem } from '../listener-agent/k8s-schemas.ts';
 import { cleanUp, makeDataDir, serviceEnv, withDeadline } from '../support/service-harness.ts';
+import { compiledService } from '../support/compiled-build.ts';
 import { eventually } from '../support/wait.ts';
 
 const run = promisify(execFile);
@@ -44,15 +45,9 @@ describe('the compiled service (npm run build)', { timeout: 600_000 }, () => {
   let out: string;
 
   test('builds to JavaScript with what it reads at run time beside it, and no TypeScript', async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-build-'));
-    scratch.push(dir);
-    out = path.join(dir, 'dist');
-    // As in the image: the production dependencies in a node_modules above the build.
-    await fs.symlink(path.join(ROOT, 'node_modules'), path.join(dir, 'node_modules'));
-    await run(process.execPath, ['--import', 'tsx', 'scripts/build.ts', '--out-dir', out], {
-      cwd: ROOT,
-      maxBuffer: 64 * 1024 * 1024,
-    });
+    // As in the image: the production dependencies in a node_modules above the build (the suite's one
+    // build, shared with test/ops/compiled-service-user.test.ts: support/compiled-build.ts).
+    out = path.join(await compiledService(scratch), 'dist');
     const files = await filesUnder(out);
     assert.ok(files.includes('src/main.js') && files.includes('src/cli/main.js'));
     assert.deepEqual(
