@@ -286,7 +286,8 @@ describe('long-poll over real HTTP', () => {
     const other = await newListener(f.api);
     const theirs = await newDeployment(f.api, other.id);
     const first = await fetchDesiredState(f, l);
-    const waiting = fetchDesiredState(f, l, { wait: 2, etag: first.etag! });
+    // Long enough that the other listener's change and its read surely come before it runs out.
+    const waiting = fetchDesiredState(f, l, { wait: 10, etag: first.etag! });
     let answeredYet = false;
     void waiting.then(() => (answeredYet = true));
     await pollWaits();
