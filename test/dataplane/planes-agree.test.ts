@@ -8,7 +8,7 @@
  * desired state and reports, as listener/ does.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { after, before } from 'node:test';
 import type { BuildRecord } from '../../src/dataplane/revision-build.ts';
 import { RevisionFailure } from '../../src/dataplane/revision-build.ts';
 import type { LocalRuntime } from '../../src/dataplane/local-runtime-types.ts';
@@ -19,6 +19,7 @@ import type { Worker } from '../../src/domain/data-plane.ts';
 import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import type { LeaseOwner } from '../../src/store/work-leases.ts';
 import { client, createTestApp, listen, registerListener, type TestApp } from '../support/harness.ts';
+import { test } from '../support/limited-test.ts';
 import { eventually } from '../support/wait.ts';
 import { uploadApp } from './data-plane-harness.ts';
 
