@@ -2,10 +2,13 @@
  * `npm test`: prepares one migrated template database, then runs every test file with Node's test
  * runner; each file clones the template (CREATE DATABASE ... TEMPLATE), which is far cheaper than
  * migrating per file. The server is the one named by DATABASE_URL, or else an embedded PostgreSQL
- * started in a temporary directory for this run.
+ * started in a temporary directory for this run. With no arguments it runs the tiers of
+ * scripts/test-tiers.ts one after another (a file is in exactly one) and ends with each tier's outcome and
+ * time.
  *
- * Usage: npm test [-- [--times FILE] test/some.test.ts ...]
+ * Usage: npm test [-- [--times FILE] [--tier NAME] test/some.test.ts ...]
  *   --times FILE   also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
+ *   --tier NAME    every file of one tier (with any files named)
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -60,7 +63,12 @@ async function filesOf(args: string[], tier: string | undefined): Promise<string
 }
 
 /** Runs the files with Node's test runner; `env` gives them the template database when they need one. */
-async function runFiles(files: string[], times: string | undefined, env: NodeJS.ProcessEnv): Promise<number> {
+async function runFiles(
+  files: string[],
+  times: string | undefined,
+  env: NodeJS.ProcessEnv,
+  appendTimes = false,
+): Promise<number> {
   // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
   // it without saying which.
   const child = spawn(
@@ -81,7 +89,7 @@ async function runFiles(files: string[], times: string | undefined, env: NodeJS.
             `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
             '--test-reporter-destination=stdout',
             `--test-reporter=${path.resolve('scripts/test-file-times.mjs')}`,
-            `--test-reporter-destination=${times}`,
+            `--test-reporter-destination=${appendTimes ? `${times}.part` : times}`,
           ]
         : []),
       ...files,
@@ -92,6 +100,11 @@ async function runFiles(files: string[], times: string | undefined, env: NodeJS.
   process.on('SIGINT', forward);
   process.on('SIGTERM', forward);
   const code = await new Promise<number>((resolve) => child.on('exit', (exit) => resolve(exit ?? 1)));
+  if (times && appendTimes) {
+    // A run of the tiers: each tier's files are added to the one file.
+    await fs.appendFile(times, await fs.readFile(`${times}.part`, 'utf8').catch(() => ''));
+    await fs.rm(`${times}.part`, { force: true });
+  }
   if (times) await sortTimes(times);
   return code;
 }
@@ -114,12 +127,20 @@ async function main(): Promise<number> {
   }
   const args = process.argv.slice(2);
   const times = option(args, '--times');
-  const files = await filesOf(args, option(args, '--tier'));
+  const tier = option(args, '--tier');
+  // `npm test` alone (the README's command) runs the tiers one after another, each timed; named files
+  // or a tier run as one group.
+  const groups: { name: string | null; files: string[] }[] =
+    args.length === 0 && tier === undefined
+      ? await Promise.all(TIERS.map(async (name) => ({ name, files: await filesOf([], name) })))
+      : [{ name: null, files: await filesOf(args, tier) }];
   // Files that need no database (the no-database tier) run without a server: none is started for them.
-  const tiers = await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)));
-  if (tiers.every((tier) => tier === 'no-database')) {
+  const needsDatabase = async (files: string[]) =>
+    (await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)))).some((t) => t !== 'no-database');
+  const anyDatabase = (await Promise.all(groups.map((g) => needsDatabase(g.files)))).some(Boolean);
+  if (!anyDatabase) {
     process.stdout.write('test database: none (no file needs one)\n');
-    return runFiles(files, times, {});
+    return runGroups(groups, times, {});
   }
   const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
   const adminUrl = server.adminUrl;
@@ -131,7 +152,7 @@ async function main(): Promise<number> {
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
     await createMigratedDatabase(adminUrl, template);
-    return await runFiles(files, times, { SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template });
+    return await runGroups(groups, times, { SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template });
   } finally {
     await withClient(adminUrl, async (c) => {
       const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [
@@ -142,6 +163,34 @@ async function main(): Promise<number> {
     }).catch((error: unknown) => process.stderr.write(`could not drop test databases: ${String(error)}\n`));
     await server.stop();
   }
+}
+
+/**
+ * Runs each group in turn, every group even after one failed; a run of the tiers says each one's
+ * outcome and time at its end. The exit code is the first failure's.
+ */
+async function runGroups(
+  groups: { name: string | null; files: string[] }[],
+  times: string | undefined,
+  env: NodeJS.ProcessEnv,
+): Promise<number> {
+  let code = 0;
+  const summary: string[] = [];
+  if (times && groups.length > 1) await fs.writeFile(times, '');
+  for (const group of groups) {
+    const started = Date.now();
+    if (group.name !== null) process.stdout.write(`== the ${group.name} tier: ${group.files.length} files\n`);
+    const exit = group.files.length === 0 ? 0 : await runFiles(group.files, times, env, group.name !== null);
+    if (code === 0) code = exit;
+    const seconds = Math.round((Date.now() - started) / 1000);
+    if (group.name !== null) {
+      const line = `the ${group.name} tier: ${exit === 0 ? 'passed' : 'FAILED'} after ${seconds} s`;
+      process.stdout.write(`== ${line}\n`);
+      summary.push(line);
+    }
+  }
+  if (summary.length > 0) process.stdout.write(`== tiers:\n${summary.map((l) => `   ${l}`).join('\n')}\n`);
+  return code;
 }
 
 main().then(
