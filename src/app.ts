@@ -29,6 +29,9 @@ import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
 import { deploymentEndpointRoutes } from './routes/deployment-endpoints.ts';
+import { deploymentMetricsRoutes } from './routes/deployment-metrics.ts';
+import { createDeploymentMetricsService } from './service/deployment-metrics.ts';
+import type { TrafficSeries } from './dataplane/traffic-series.ts';
 import { deploymentStorageRoutes } from './routes/deployment-storage.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
@@ -77,6 +80,8 @@ export interface AppDeps {
   tracing?: Tracing;
   /** The apps this process serves and runs, for the per-deployment metrics of /metrics. */
   apps?: MetricsOptions['apps'];
+  /** The series of this process's app edge, for GET /v2/deployments/{id}/metrics; null when it runs none. */
+  traffic?: () => TrafficSeries | null;
 }
 
 declare module 'fastify' {
@@ -216,6 +221,9 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(eventRoutes, { deployments });
     await app.register(deploymentStorageRoutes, { storage: services.deploymentStorage });
     await app.register(deploymentEndpointRoutes, { endpoints: services.endpoints });
+    await app.register(deploymentMetricsRoutes, {
+      metrics: createDeploymentMetricsService({ db, traffic: deps.traffic ?? (() => null) }),
+    });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {

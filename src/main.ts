@@ -132,7 +132,14 @@ async function main(): Promise<void> {
   let edge: AppEdge | null = null;
   let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
   const apps = async () =>
-    edge === null ? null : { edge: await edge.stats(), runtime: worker ? await worker.appStats() : [] };
+    edge === null
+      ? null
+      : {
+          edge: await edge.stats(),
+          runtime: worker ? await worker.appStats() : [],
+          traffic: edge.traffic.totals(),
+          requestLog: edge.requestLogCounts(),
+        };
   const app = await buildApp({
     config,
     db,
@@ -143,6 +150,7 @@ async function main(): Promise<void> {
     services,
     tracing,
     apps,
+    traffic: () => edge?.traffic ?? null,
   });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   const retention = startRetentionSweeper({

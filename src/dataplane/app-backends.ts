@@ -11,7 +11,12 @@ import type { Logger } from 'pino';
 export interface AppTarget {
   instanceId: string;
   port: number;
+  /** The revision the instance runs, for the series per revision (src/dataplane/traffic-series.ts). */
+  revisionId?: string;
 }
+
+/** The instance each response of the built-in edge was sent to, for its record (src/dataplane/app-router.ts). */
+export const servedBy = new WeakMap<ServerResponse, AppTarget>();
 
 /** One target with what is in flight to it: the drain waits for both sets to empty. */
 export interface Backend {

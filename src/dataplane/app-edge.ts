@@ -27,6 +27,8 @@ import { createAppRouter } from './app-router.ts';
 import { startHaproxyEdge } from './edge-haproxy.ts';
 import { findExecutable } from './executables.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
+import type { RequestLogCounts } from './edge-request-log.ts';
+import { createTrafficSeries, type TrafficSeries } from './traffic-series.ts';
 
 /** The route table of the edge: what the data plane changes when instances start, switch and stop. */
 export interface AppRoutes {
@@ -49,6 +51,10 @@ export interface AppEdge extends AppRoutes {
   readonly port: number;
   /** Requests, responses and response times of each routed app, by slug. */
   stats(): Promise<Map<string, EdgeAppStats>>;
+  /** Each route's requests, errors, latency and resources per revision over the last hour. */
+  readonly traffic: TrafficSeries;
+  /** What HAProxy's request log recorded, dropped and rejected (null for the built-in edge, which loses none). */
+  requestLogCounts(): RequestLogCounts | null;
   /** Stops serving apps: in-flight requests get the drain time, then are cut. Idempotent. */
   close(): Promise<void>;
 }
@@ -66,6 +72,8 @@ export interface AppEdgeDeps {
    * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
    */
   ordinary?: (argv: readonly string[]) => string[];
+  /** The series' clock; tests move it. */
+  now?: () => number;
 }
 
 /**
@@ -134,6 +142,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       });
   }
   const forwardedProto = config.appsTls || config.appsPublicUrl?.startsWith('https:') ? 'https' : 'http';
+  const traffic = createTrafficSeries(deps.now);
   const checkPort = () =>
     config.appsPort === 0 ? Promise.resolve() : requireFreePort(config.appsHost, config.appsPort);
   if (haproxy !== null) {
@@ -150,6 +159,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       perClientConnections: perClientConnections(config),
       logger,
       checkPort,
+      traffic,
       ...(deps.ordinary ? { ordinary: deps.ordinary } : {}),
     });
     const publicUrl = publicUrlOf(config, port);
@@ -160,11 +170,13 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       port,
       ...routesOf(edge),
       stats: () => edge.stats(),
+      traffic,
+      requestLogCounts: () => edge.requestLog?.counts() ?? null,
       close: () => edge.close(),
     };
   }
   await checkPort();
-  return startBuiltinEdge(deps, forwardedProto);
+  return startBuiltinEdge(deps, forwardedProto, traffic);
 }
 
 /**
@@ -226,13 +238,18 @@ function replayWithoutUpgrade(server: http.Server, req: IncomingMessage, socket:
   server.emit('connection', socket);
 }
 
-async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'https'): Promise<AppEdge> {
+async function startBuiltinEdge(
+  deps: AppEdgeDeps,
+  forwardedProto: 'http' | 'https',
+  traffic: TrafficSeries,
+): Promise<AppEdge> {
   const { config, logger } = deps;
   const router = createAppRouter({
     appsDomain: config.appsDomain,
     logger,
     drainTimeoutMs: config.drainTimeoutMs,
     forwardedProto,
+    traffic,
   });
   const notFound = 'No deployment is served at this host name.';
   const onRequest = (req: IncomingMessage, res: http.ServerResponse) => {
@@ -296,6 +313,8 @@ async function startBuiltinEdge(deps: AppEdgeDeps, forwardedProto: 'http' | 'htt
     port,
     ...routesOf(router),
     stats: async () => router.stats(),
+    traffic,
+    requestLogCounts: () => null,
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

@@ -14,6 +14,9 @@ function requestId(req: IncomingMessage): string {
   return typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
 }
 
+/** Responses the edge answered itself (not an instance), for the series' `edge` class. */
+export const edgeAnswered = new WeakSet<ServerResponse>();
+
 function errorBody(detail: string, code: ErrorCode): string {
   return JSON.stringify({ detail, code });
 }
@@ -32,6 +35,7 @@ export function sendError(
   }
   if (res.destroyed || res.writableEnded) return;
   const body = errorBody(detail, code);
+  edgeAnswered.add(res);
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
     'content-length': Buffer.byteLength(body),

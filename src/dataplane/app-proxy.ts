@@ -11,7 +11,7 @@ import { TLSSocket } from 'node:tls';
 import { createProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { redactUrl } from '../logger.ts';
-import { pick, settle, type Backend, type Route } from './app-backends.ts';
+import { pick, servedBy, settle, type Backend, type Route } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { SERVICE_COOKIE_NAME_PATTERN, SERVICE_CREDENTIAL_PATTERN } from './edge-haproxy-config.ts';
 
@@ -189,6 +189,7 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
       );
     }
     backend.responses.add(res);
+    servedBy.set(res, backend.target);
     let done = false;
     const release = () => {
       if (done) return;

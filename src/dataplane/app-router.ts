@@ -16,6 +16,7 @@ import {
   drain,
   newBackend,
   pick,
+  servedBy,
   targetKey,
   whenIdle,
   NO_INSTANCE_YET,
@@ -25,10 +26,11 @@ import {
   type Route,
   type SetTargetsOptions,
 } from './app-backends.ts';
-import { sendError, sendSocketError } from './app-error-answers.ts';
+import { edgeAnswered, sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
 import { slugFromHost } from './app-urls.ts';
 import { createStatsCounter, type EdgeAppStats } from './edge-stats.ts';
+import type { TrafficSeries } from './traffic-series.ts';
 
 export interface AppRouter {
   /**
@@ -59,6 +61,8 @@ export interface AppRouterOptions {
   drainTimeoutMs: number;
   /** X-Forwarded-Proto on plain connections: `https` when a proxy in front of the edge terminates TLS. */
   forwardedProto?: 'http' | 'https';
+  /** Where each request is recorded, by route and revision (src/dataplane/traffic-series.ts). */
+  traffic?: TrafficSeries;
 }
 
 function isWebSocket(req: IncomingMessage): boolean {
@@ -95,7 +99,19 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
     const counter = counters.get(app.slug);
     if (counter) {
       const started = process.hrtime.bigint();
-      res.once('finish', () => counter.record(res.statusCode, Number(process.hrtime.bigint() - started) / 1e9));
+      res.once('finish', () => {
+        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+        counter.record(res.statusCode, seconds);
+        const edgeAnswer = edgeAnswered.has(res);
+        options.traffic?.record({
+          label: app.slug,
+          // The edge's own answers too, when an instance was picked (it refused): the revision's failure.
+          revisionId: servedBy.get(res)?.revisionId ?? null,
+          status: res.statusCode,
+          seconds,
+          edgeAnswer,
+        });
+      });
     }
     if (route.backends.length === 0)
       return sendError(

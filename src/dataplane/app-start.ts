@@ -125,6 +125,7 @@ export async function startApp(
     // Unique per running set of instances (cgroup names): a revision may serve at its deployment's
     // URL and at an endpoint at once.
     name: endpoint === null ? `app-${job.revisionId}` : `app-${job.revisionId}-at-${endpoint}`,
+    revisionId: job.revisionId,
     env,
     output: log,
     instances,

@@ -44,6 +44,8 @@ export interface SupervisorOptions {
   backoff?: { initialMs: number; maxMs: number };
   /** A run at least this long resets the back-off. */
   stableAfterMs?: number;
+  /** The revision the instances run: the edge's targets carry it (the series per revision). */
+  revisionId?: string;
 }
 
 /** One instance as the per-deployment metrics show it. */
@@ -230,7 +232,11 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     get webTargets() {
       return instances
         .filter((i) => i.kind === 'web' && i.port !== null && !i.pending)
-        .map((i) => ({ instanceId: i.id, port: i.port! }));
+        .map((i) => ({
+          instanceId: i.id,
+          port: i.port!,
+          ...(options.revisionId === undefined ? {} : { revisionId: options.revisionId }),
+        }));
     },
 
     instanceIds: (kind) => instances.filter((i) => i.kind === kind).map((i) => i.id),

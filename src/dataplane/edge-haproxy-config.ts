@@ -59,6 +59,8 @@ export interface HaproxyConfigInput {
   /** `user`/`group` for HAProxy once it has bound its sockets, when started as root; null otherwise. */
   runAs: { user: string; group: string } | null;
   routes: readonly EdgeRoute[];
+  /** Where each request's line goes, and its format (src/dataplane/edge-request-log.ts); none when absent. */
+  requestLog?: { address: string; format: string } | null;
 }
 
 /**
@@ -174,6 +176,13 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '',
     'frontend apps',
     `  bind ${bindAddress(input.listenHost, input.listenPort)}${input.tlsPemFile ? ` ssl crt ${input.tlsPemFile} alpn http/1.1` : ''}`,
+    // One datagram per request to the service, for the latency percentiles per revision (a send never waits).
+    ...(input.requestLog
+      ? [
+          `  log ${input.requestLog.address} len 256 format raw local0 info`,
+          `  log-format "${input.requestLog.format}"`,
+        ]
+      : []),
     // One client cannot hold the edge's connections (HAProxy's maxconn, derived from its file descriptors):
     // past its share, its new connections are closed before they take a slot.
     ...(input.perClientConnections === null || input.perClientConnections === undefined

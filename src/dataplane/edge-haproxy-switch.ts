@@ -66,8 +66,8 @@ export interface EdgeSwitchOptions {
 export interface EdgeSwitch extends AppRoutes {
   /** Backends declared in the configuration. */
   readonly poolSize: number;
-  /** The table as the configuration declares it. */
-  routes(): EdgeRoute[];
+  /** The table as the configuration declares it, with each route's instances (the request log's index). */
+  routes(): (EdgeRoute & { targets: AppTarget[] })[];
   /** Slugs whose deployment is paused (min_scale 0). */
   pausedSlugs(): string[];
   /** Each routed app's backend, by slug. */
@@ -268,7 +268,12 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
     },
 
     routes() {
-      return [...table].map(([slug, r]) => ({ slug, backend: r.backend, servers: [...r.servers.values()] }));
+      return [...table].map(([slug, r]) => ({
+        slug,
+        backend: r.backend,
+        servers: [...r.servers.values()],
+        targets: r.targets,
+      }));
     },
 
     pausedSlugs() {

@@ -29,6 +29,8 @@ import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process
 import { createEdgeAccounts } from './edge-haproxy-stats.ts';
 import { createEdgeSwitch, SLOTS } from './edge-haproxy-switch.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
+import { startRequestLog, type RequestLog } from './edge-request-log.ts';
+import type { TrafficSeries } from './traffic-series.ts';
 
 export interface HaproxyEdgeOptions {
   /** The edge's own directory (configuration, map, pid file, runtime socket). */
@@ -51,9 +53,13 @@ export interface HaproxyEdgeOptions {
   logger: Logger;
   /** Throws, naming the setting, when the port cannot be had; run once a leftover HAProxy is stopped. */
   checkPort?: () => Promise<void>;
+  /** Where each request is recorded, through HAProxy's request log (src/dataplane/edge-request-log.ts). */
+  traffic?: TrafficSeries;
 }
 
 export interface HaproxyEdge extends AppRoutes {
+  /** The reader of HAProxy's request log, when the edge records its requests. */
+  readonly requestLog: RequestLog | null;
   /** HAProxy's process id while it runs. */
   readonly pid: number | null;
   /** Each routed app's counts, from HAProxy's statistics of its backend since the app got it. */
@@ -122,6 +128,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     accounts,
     logger,
   });
+  const requestLog = options.traffic
+    ? await startRequestLog({ logger, traffic: options.traffic, routes: () => routing.routes() })
+    : null;
 
   async function writeFiles(): Promise<void> {
     const text = renderHaproxyConfig({
@@ -136,6 +145,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       perClientConnections: options.perClientConnections,
       runAs,
       routes: routing.routes(),
+      requestLog,
     });
     await fs.writeFile(`${configFile}.next`, text, { mode: 0o600 });
     await fs.rename(`${configFile}.next`, configFile);
@@ -264,6 +274,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   logger.debug({ pid: (child as ChildProcess | null)?.pid }, 'app edge: HAProxy started');
 
   return {
+    requestLog,
     get pid() {
       return child?.pid ?? null;
     },
@@ -280,7 +291,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       await chain;
       const proc = child;
       child = null;
-      if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return;
+      if (proc === null || proc.exitCode !== null || proc.signalCode !== null) return await requestLog?.close();
       const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
       // Soft stop: HAProxy stops listening and ends once its requests are done; the drain time, then
       // whatever is left is cut.
@@ -290,6 +301,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       await exited;
       clearTimeout(timer);
       clearTimeout(hard);
+      await requestLog?.close();
     },
   };
 }

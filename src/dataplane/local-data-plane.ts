@@ -17,6 +17,7 @@ import { appUrlParts, type AppEdge } from './app-edge.ts';
 import { startDatabaseStorageWatch } from './app-database-storage.ts';
 import { createDiskLimiter } from './disk-limits.ts';
 import { createLocalRuntime, type AppRuntimeStats } from './local-runtime.ts';
+import { startUsageSampler } from './usage-sampler.ts';
 import { leaseOwnerFor, startWorker } from './local-worker.ts';
 import { RevisionFailure, type SourceFetcher } from './revision-build.ts';
 import { protectServiceDatabases } from './app-database.ts';
@@ -66,6 +67,8 @@ export interface LocalDataPlane extends Worker {
   readonly isolation: string;
   /** The apps running here: instances, restarts, usage (per-deployment metrics). */
   appStats(): Promise<AppRuntimeStats[]>;
+  /** Samples the instances' CPU and memory into the edge's series now (also done every 10 s). */
+  sampleUsage(): Promise<void>;
 }
 
 export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<LocalDataPlane> {
@@ -150,10 +153,14 @@ export async function startLocalDataPlane(deps: LocalDataPlaneDeps): Promise<Loc
     },
     intervalMs: config.databaseCheckIntervalMs,
   });
+  // CPU and memory of each route's instances into the edge's series per revision.
+  const usage = startUsageSampler({ traffic: deps.edge.traffic, appStats: () => runtime.appStats(), logger });
   return {
     isolation: `${sandbox.description}; ${disk.description}`,
     appStats: () => runtime.appStats(),
+    sampleUsage: () => usage.sample(),
     async stop() {
+      await usage.stop();
       await databaseStorage.stop();
       await worker.stop();
       await sandbox.dispose();

@@ -73,6 +73,8 @@ export interface AppRuntimeStats {
   slug: string;
   /** The endpoint's name when these are an endpoint's instances; absent for the deployment's own. */
   endpoint?: string;
+  /** The revision these instances run. */
+  revisionId: string;
   instances: InstanceStats[];
 }
 

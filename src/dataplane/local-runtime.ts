@@ -278,6 +278,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
         ...[...apps].map(async ([deploymentId, app]) => ({
           deploymentId,
           slug: app.slug,
+          revisionId: app.revisionId,
           instances: await app.supervisor.stats(),
         })),
         // Each endpoint's instances, under its own host label (the edge counts its route by it).
@@ -285,6 +286,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
           deploymentId,
           slug: endpointLabel(app.slug, name),
           endpoint: name,
+          revisionId: app.revisionId,
           instances: await app.supervisor.stats(),
         })),
       ]),

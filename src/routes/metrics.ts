@@ -27,6 +27,9 @@ import type { InstanceStats } from '../dataplane/app-supervisor.ts';
 import { STATUS_CLASSES, type EdgeAppStats } from '../dataplane/edge-stats.ts';
 import type { AppRuntimeStats } from '../dataplane/local-runtime.ts';
 import { endpointOfLabel } from '../domain/endpoints.ts';
+import type { RequestLogCounts } from '../dataplane/edge-request-log.ts';
+import type { SeriesTotal } from '../dataplane/traffic-series.ts';
+import { registerRevisionMetrics } from './metrics-revisions.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
@@ -45,6 +48,10 @@ export interface MetricsOptions {
 export interface AppMetrics {
   edge: Map<string, EdgeAppStats>;
   runtime: AppRuntimeStats[];
+  /** The edge's counts per route and revision (latency histograms, errors by class). */
+  traffic?: SeriesTotal[];
+  /** What HAProxy's request log recorded, dropped and rejected; null for the built-in edge. */
+  requestLog?: RequestLogCounts | null;
 }
 
 const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
@@ -241,6 +248,12 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
       });
     },
   });
+
+  registerRevisionMetrics(registry, () =>
+    appMetrics === null
+      ? null
+      : { totals: appMetrics.traffic ?? [], requestLog: appMetrics.requestLog ?? null, labelsOf },
+  );
 
   // Counted for every route registered after this plugin (fastify-plugin puts the hook on the root
   // instance), by route template so that ids do not explode the label space.

@@ -33,6 +33,7 @@ async function apps(): Promise<AppMetrics> {
         deploymentId: OTHER_TENANT.deploymentId,
         slug: ENDPOINT.label,
         endpoint: ENDPOINT.name,
+        revisionId: '00000000-0000-4000-8000-000000000001',
         instances: [
           {
             instanceId: 'web-0',
@@ -45,6 +46,7 @@ async function apps(): Promise<AppMetrics> {
       {
         deploymentId: OTHER_TENANT.deploymentId,
         slug: OTHER_TENANT.slug,
+        revisionId: '00000000-0000-4000-8000-000000000002',
         instances: [
           {
             instanceId: 'web-0',

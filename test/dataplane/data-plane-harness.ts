@@ -66,7 +66,14 @@ export async function startTestService(env: Record<string, string> = {}): Promis
       edge: true,
       // Per-deployment metrics on /metrics, as main.ts gives them.
       apps: async () =>
-        t.edge === null ? null : { edge: await t.edge.stats(), runtime: (await running?.appStats()) ?? [] },
+        t.edge === null
+          ? null
+          : {
+              edge: await t.edge.stats(),
+              runtime: (await running?.appStats()) ?? [],
+              traffic: t.edge.traffic.totals(),
+              requestLog: t.edge.requestLogCounts(),
+            },
     },
   );
   const { app, config, database, dataDir } = t;

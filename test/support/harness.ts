@@ -141,6 +141,7 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
     logger,
     tracing,
     ...(options.apps ? { apps: options.apps } : {}),
+    traffic: () => edge?.traffic ?? null,
     codehostClient: options.codehostClient,
     ...(changes ? { changes } : {}),
     ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}),

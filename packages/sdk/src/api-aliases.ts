@@ -74,6 +74,7 @@ export type ProtocolCredentialCreated = JsonResponse<
 >;
 
 export type DeploymentEndpoint = JsonResponse<'/v2/deployments/{deployment_id}/endpoints/{endpoint_name}', 'get', 200>;
+export type DeploymentMetrics = JsonResponse<'/v2/deployments/{deployment_id}/metrics', 'get', 200>;
 
 export type CodehostIntegration = JsonResponse<'/v1/integrations/forge/codehost/{integration_id}', 'get', 200>;
 export type CodehostRepository = JsonResponse<

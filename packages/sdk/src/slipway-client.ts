@@ -301,6 +301,19 @@ export class SlipwayClient {
   };
 
   /**
+   * A deployment's requests, errors by class, latency percentiles, CPU and memory as series, per route
+   * (its own URL and each endpoint) and per revision, over `window` (`1m` to `1h`, default `15m`) in
+   * steps of `step` (a multiple of `10s`). Kept by the replica that runs the app edge, for the last hour.
+   */
+  metrics(deploymentId: string, query: { window?: string; step?: string } = {}) {
+    return ok(
+      this.api.GET('/v2/deployments/{deployment_id}/metrics', {
+        params: { path: { deployment_id: deploymentId }, query },
+      }),
+    );
+  }
+
+  /**
    * Endpoints of a deployment: named addresses pinned to its revisions, each at its own URL
    * (`<slug>--<name>.<apps domain>`). Served by the service's own data plane only.
    */
