@@ -66,3 +66,6 @@ export type ProtocolCredential = Json<
 export type CreatedProtocolCredential = Json<
   paths['/v2/deployments/{deployment_id}/protocol-credentials']['post']['responses'][201]
 >;
+export type DeploymentMetrics = Json<paths['/v2/deployments/{deployment_id}/metrics']['get']['responses'][200]>;
+export type MetricsSeries = DeploymentMetrics['series'][number];
+export type MetricsPoint = MetricsSeries['points'][number];

@@ -14,6 +14,7 @@ import { logStreamSource } from '../api/log-follower.ts';
 import { explainDeployments } from '../api/status-explanations.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
 import { DeploymentActivity } from '../components/deployment-activity.tsx';
+import { DeploymentCharts } from '../components/deployment-charts.tsx';
 import { DeploymentStatus } from '../components/deployment-status.tsx';
 import { ErrorNotice, Notice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
@@ -286,6 +287,10 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
           <ProtocolCredentials deploymentId={d.id} />
         </section>
       )}
+      <section class="panel" aria-labelledby="traffic">
+        <h2 id="traffic">Traffic and resources</h2>
+        <DeploymentCharts deploymentId={d.id} />
+      </section>
       <section class="panel" aria-labelledby="revisions">
         <h2 id="revisions">Revisions</h2>
         <ErrorNotice error={actionError ?? revisions.error} />
