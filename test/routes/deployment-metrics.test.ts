@@ -9,12 +9,20 @@ import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { client, createTestApp, newWorkspace, newWorkspaceAdmin, type TestApp } from '../support/harness.ts';
 
+const METRICS_TOKEN = 'slwm_scraper-token-0123456789';
 let t: TestApp;
 let api: ReturnType<typeof client>;
 let theirs: ReturnType<typeof client>;
 
 before(async () => {
-  t = await createTestApp({ SLIPWAY_EDGE_PROXY: 'builtin' }, { edge: true });
+  t = await createTestApp(
+    { SLIPWAY_EDGE_PROXY: 'builtin', SLIPWAY_METRICS_TOKEN: METRICS_TOKEN },
+    {
+      edge: true,
+      // As main.ts gives them to /metrics (no worker here: the routes' deployments are not named).
+      apps: async () => ({ edge: new Map(), runtime: [], traffic: t.edge!.traffic.totals(), requestLog: null }),
+    },
+  );
   api = client(t.app);
   const other = await newWorkspace(t, 'other-team');
   // A workspace key of the other workspace: what a member of another team holds.
@@ -116,4 +124,36 @@ test('a window or step out of bounds is 400 and names the parameter', async () =
   }
   assert.equal((await api.get(`/v2/deployments/${id}/metrics?window=1h&step=10s`)).status, 200);
   assert.equal((await api.get(`/v2/deployments/not-a-uuid/metrics`)).status, 422);
+});
+
+test('/metrics has the latency histogram and the errors by class per revision', async () => {
+  const { slug, revisionId } = await deployment('scraped-shop');
+  record(slug, revisionId, 200);
+  record(slug, revisionId, 404);
+  record(slug, null, 503);
+  const scraped = await t.app.inject({
+    method: 'GET',
+    url: '/metrics',
+    headers: { authorization: `Bearer ${METRICS_TOKEN}` },
+  });
+  assert.equal(scraped.statusCode, 200);
+  const lines = scraped.body.split('\n');
+  const line = (prefix: string, ...parts: string[]) =>
+    lines.find((l) => l.startsWith(prefix) && parts.every((p) => l.includes(p)));
+  const of = `app="${slug}"`;
+  assert.match(
+    line('slipway_app_request_duration_seconds_bucket', of, `revision="${revisionId}"`, 'le="+Inf"') ?? '',
+    / 2$/,
+  );
+  assert.match(
+    line('slipway_app_request_duration_seconds_bucket', of, `revision="${revisionId}"`, 'le="0.01"') ?? '',
+    / 2$/,
+  );
+  assert.match(
+    line('slipway_app_request_duration_seconds_bucket', of, `revision="${revisionId}"`, 'le="0.005"') ?? '',
+    / 0$/,
+  );
+  assert.match(line('slipway_app_request_duration_seconds_count', of, `revision="${revisionId}"`) ?? '', / 2$/);
+  assert.match(line('slipway_app_request_errors_total', of, `revision="${revisionId}"`, 'class="4xx"') ?? '', / 1$/);
+  assert.match(line('slipway_app_request_errors_total', of, 'revision=""', 'class="edge"') ?? '', / 1$/);
 });
