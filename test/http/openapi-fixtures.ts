@@ -190,6 +190,9 @@ async function makeFixtures(t: TestApp, base: string, githubUrl: string): Promis
     auth_id: [authorization.auth_id],
     upload_id: [uploadId!],
     token: [decodeURIComponent(token!)],
+    // A deployment's series (GET /v2/deployments/{id}/metrics).
+    window: ['15m', '90s', '1h'],
+    step: ['10s', '1m'],
   };
   const uuids = [...new Set(Object.values(byParameter).flat())].filter((v) => /^[0-9a-f-]{36}$/.test(v));
   uuids.push(t.workspaceId, upload.id);
