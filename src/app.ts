@@ -32,6 +32,7 @@ import { deploymentEndpointRoutes } from './routes/deployment-endpoints.ts';
 import { deploymentMetricsRoutes } from './routes/deployment-metrics.ts';
 import { createDeploymentMetricsService } from './service/deployment-metrics.ts';
 import type { TrafficSeries } from './dataplane/traffic-series.ts';
+import { deploymentPreviewRoutes } from './routes/deployment-previews.ts';
 import { deploymentStorageRoutes } from './routes/deployment-storage.ts';
 import { revisionLogRoutes } from './routes/revision-logs.ts';
 import type { ChangeFeed } from './db/change-feed.ts';
@@ -224,6 +225,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(deploymentMetricsRoutes, {
       metrics: createDeploymentMetricsService({ db, traffic: deps.traffic ?? (() => null) }),
     });
+    await app.register(deploymentPreviewRoutes, { previews: services.previews });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });
     await app.register(listenerProtocolRoutes, {

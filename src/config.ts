@@ -84,6 +84,11 @@ export interface Config {
    * slash): an integration makes the service connect to its api_url, so only hosts the operator lists.
    */
   readonly codehostAllowedUrls: readonly string[];
+  /**
+   * Open pull requests that have a preview at once, per deployment, unless the deployment's own setting
+   * says otherwise (docs/codehost.md, "Pull-request previews"); 0 turns previews off.
+   */
+  readonly previewsPerDeployment: number;
   /** Address under which users and browsers reach this service (OAuth redirects, webhooks). */
   readonly publicUrl: string;
   /** What this process does: serve the API, run the worker (the local data plane), or both. */
@@ -363,6 +368,7 @@ export function loadConfig(
     appsProtocolsAuth: appsProtocolsAuth(env),
     allowInsecureCodehost: flag(env, 'SLIPWAY_ALLOW_INSECURE_CODEHOST'),
     codehostAllowedUrls: codehostAllowedUrls(env),
+    previewsPerDeployment: integer(env, 'SLIPWAY_PREVIEWS_PER_DEPLOYMENT', 3, 0, 10),
     publicUrl: publicUrl(env, host, port),
     roles: roles(env),
     workerConcurrency: integer(env, 'SLIPWAY_WORKER_CONCURRENCY', 2, 1, 64),

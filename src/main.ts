@@ -24,6 +24,7 @@ import { parentGroupName } from './dataplane/resource-limits.ts';
 import { reserveServiceCpu } from './dataplane/service-cpu-reserve.ts';
 import { startTracing } from './telemetry/tracing.ts';
 import { createServices } from './services.ts';
+import { createPreviewStatusPoster, startPreviewStatusPoster } from './service/preview-statuses.ts';
 
 /** Start-up notices about the configuration that are not errors but surprise people later. */
 function warnAboutSetup(config: Config, logger: Logger): void {
@@ -153,6 +154,12 @@ async function main(): Promise<void> {
     traffic: () => edge?.traffic ?? null,
   });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
+  // Pull-request previews' commit statuses go back to the code host (src/service/preview-statuses.ts).
+  const previewStatuses = startPreviewStatusPoster({
+    poster: createPreviewStatusPoster({ db, integrations: services.integrations, logger }),
+    changes,
+    logger,
+  });
   const retention = startRetentionSweeper({
     db,
     dataDir: config.dataDir,
@@ -167,6 +174,7 @@ async function main(): Promise<void> {
       logger.info({ reason }, 'shutting down');
       try {
         await sweeper.stop();
+        await previewStatuses.stop();
         await retention.stop();
         // API requests first, then the apps and builds (the edge keeps serving them meanwhile), then the feed.
         await app.close();

@@ -17,6 +17,7 @@ import { createAgentCredentialService } from './service/agent-credentials.ts';
 import { createApiKeyService } from './service/api-keys.ts';
 import { createCodehostIntegrationService } from './service/codehost-integrations.ts';
 import { createWebhookService } from './service/codehost-webhooks.ts';
+import { createPreviewService } from './service/pull-request-previews.ts';
 import { createDeploymentService } from './service/deployments.ts';
 import { createEndpointService } from './service/deployment-endpoints.ts';
 import { createDeploymentStorageService } from './service/deployment-storage.ts';
@@ -41,6 +42,7 @@ export interface ServiceDeps {
     Config,
     | 'allowInsecureCodehost'
     | 'codehostAllowedUrls'
+    | 'previewsPerDeployment'
     | 'allowInsecureOAuth'
     | 'publicUrl'
     | 'uploadLimitBytes'
@@ -79,6 +81,8 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     resources,
   });
 
+  const previews = createPreviewService({ db, defaultMaxPreviews: config.previewsPerDeployment });
+
   const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth, ...(now ? { now } : {}) });
   const oauthProviders = createOAuthProviderService({
     db,
@@ -104,7 +108,8 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     workspaces: createWorkspaceService({ db, resources }),
     apiKeys: createApiKeyService({ db }),
     integrations,
-    webhooks: createWebhookService({ db, integrations, deployments }),
+    webhooks: createWebhookService({ db, integrations, deployments, previews }),
+    previews,
     oauthProviders,
     oauthTokens,
     oauthFlow: createOAuthFlowService({

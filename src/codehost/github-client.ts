@@ -407,6 +407,37 @@ export class GitHubClient {
     });
   }
 
+  /**
+   * Sets a commit status on `sha` of `owner/name` (GitHub `POST /repos/{owner}/{repo}/statuses/{sha}`); a
+   * newer status of the same `context` replaces the older one on the pull request. A token needs the
+   * repository permission *Commit statuses: write* (classic: `repo:status`), an App the same permission.
+   */
+  async createCommitStatus(
+    owner: string,
+    name: string,
+    sha: string,
+    status: {
+      state: 'pending' | 'success' | 'failure' | 'error';
+      target_url: string | null;
+      description: string;
+      context: string;
+    },
+  ): Promise<void> {
+    if (!COMMIT_SHA.test(sha)) throw new CodeHostError('unexpected', `'${sha}' is not a commit sha.`);
+    await this.#call(`setting a commit status on ${owner}/${name}`, async () => {
+      await this.#octokit.rest.repos.createCommitStatus({
+        owner,
+        repo: name,
+        sha,
+        state: status.state,
+        ...(status.target_url !== null ? { target_url: status.target_url } : {}),
+        // GitHub refuses a description over 140 characters.
+        description: status.description.length > 140 ? `${status.description.slice(0, 139)}…` : status.description,
+        context: status.context,
+      });
+    });
+  }
+
   async #call<T>(action: string, run: () => Promise<T>): Promise<T> {
     if (this.#configurationError !== undefined) throw this.#configurationError;
     const credentials = this.#credentials;

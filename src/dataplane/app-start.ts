@@ -64,6 +64,9 @@ export async function startApp(
   const dirs = revisionDirs(config.dataDir, job.revisionId);
   const secrets = openSecrets(deps.secretBox, job.secrets);
   const platform = await provisionAppResources(deps, job.deployment, appConfig);
+  // A preview without the deployment's secrets (a fork's pull request) gets its database and agent
+  // credential neither: they are secrets of the deployment too (docs/codehost.md, "Pull-request previews").
+  const isolated = job.snapshot.preview?.secrets === false;
   // Its database exists (or it wants none): no longer AWAITING_DATABASE, and not serving until DEPLOYED.
   if (endpoint === null)
     await deps.reports.reportCondition({ deploymentId: job.deployment.id, condition: 'database_ready', data: {} });
@@ -71,7 +74,7 @@ export async function startApp(
   const dataDir = await access.prepareDataDir(job.deployment.id);
   const reach = await access.openForwards(
     { deploymentId: job.deployment.id, revisionId: job.revisionId, workspaceId: job.deployment.workspace_id },
-    platform.databaseUrl,
+    isolated ? null : platform.databaseUrl,
   );
   const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
     deploymentId: job.deployment.id,
@@ -80,7 +83,7 @@ export async function startApp(
     tracingProjectName: tracingProject ?? job.deployment.name,
     apiUrl: reach.apiUrl,
     publicUrl: config.publicUrl,
-    agentCredential: platform.agentCredential,
+    agentCredential: isolated ? null : platform.agentCredential,
     protocolsAuth: config.appsProtocolsAuth === 'credential' ? 'credential' : null,
     databaseUrl: reach.databaseUrl,
     listenHost: sandbox.listenHost,

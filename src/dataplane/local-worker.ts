@@ -207,6 +207,12 @@ export function startWorker(deps: WorkerDeps): Worker {
         await step('AWAITING_DEPLOY');
       }
       await step('DEPLOYING');
+      if (job.snapshot.preview) {
+        // A pull request's preview: built and sealed, it is served at its own endpoint (pinned by the
+        // lifecycle when it records it DEPLOYED), never at the deployment's stable URL.
+        await step('DEPLOYED');
+        return;
+      }
       // DEPLOYED: the deployment now serves it from here, at its stable URL, and this worker runs it.
       await inSpan('deploy', {}, () => runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, customUrl)));
       await pruneBuilds(deploymentId);

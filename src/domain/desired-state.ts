@@ -33,14 +33,19 @@ export const NOT_TO_RUN: ReadonlySet<RevisionStatus> = new Set(
 
 const WORKING: ReadonlySet<RevisionStatus> = new Set(WORKING_REVISION_STATUSES);
 
-/** What should run: the latest revision unless it failed, was skipped or interrupted; else the active one. */
+/**
+ * What should run: the latest revision unless it failed, was skipped or interrupted; else the active one.
+ * A pull request's preview (revisions.preview_pull_request, `isPreview`) is never the target: it is served
+ * at its own endpoint, never as the deployment (docs/codehost.md, "Pull-request previews").
+ */
 export function targetRevisionId(
   deployment: { latest_revision_id: string | null; active_revision_id: string | null },
   statusOf: (id: string) => RevisionStatus | undefined,
+  isPreview: (id: string) => boolean = () => false,
 ): string | null {
   const latest = deployment.latest_revision_id;
   const status = latest === null ? undefined : statusOf(latest);
-  if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status)) return latest;
+  if (latest !== null && status !== undefined && !NOT_TO_RUN.has(status) && !isPreview(latest)) return latest;
   return deployment.active_revision_id;
 }
 
@@ -114,11 +119,12 @@ export function desiredDeploymentState(
     secret_references: unknown;
   },
   statusOf: (id: string) => RevisionStatus | undefined,
+  isPreview: (id: string) => boolean = () => false,
 ): DesiredDeploymentState {
   return {
     dataPlane: dataPlaneOf(deployment),
     delete: pendingDeletionFinisher(deployment) !== null,
-    targetRevisionId: targetRevisionId(deployment, statusOf),
+    targetRevisionId: targetRevisionId(deployment, statusOf, isPreview),
     servingRevisionId: servingRevisionId(deployment),
     resourceSpec: desiredResourceSpec(deployment),
     // Stored by the deployment service from validated input.

@@ -81,9 +81,29 @@ export const EVENT_TYPES = {
     summary:
       'The own data plane could not start data.revision_id at the endpoint (data.message); what served there before keeps serving.',
   },
+  'deployment.preview_built': {
+    summary:
+      "A pull request's preview was asked for (data.pull_request, data.endpoint, data.head_sha, data.revision_id, data.from_fork, data.secrets: whether it runs with the deployment's secrets); the revision is built and served at the endpoint, never at the deployment's own URL.",
+  },
+  'deployment.preview_refused': {
+    summary:
+      "A pull request got no preview (data.pull_request, data.reason: preview_limit, previews_off or endpoint_name; data.message); the pull request's commit status says so.",
+  },
+  'deployment.preview_removed': {
+    summary:
+      'A pull request was closed or merged (data.pull_request, data.endpoint, data.merged): its preview endpoint and instances go, its unfinished revision is interrupted.',
+  },
+  'deployment.preview_status_posted': {
+    summary:
+      "A commit status was posted to a preview's pull request (data.pull_request, data.sha, data.state: pending, success, failure or error, data.target_url).",
+  },
+  'deployment.preview_settings_changed': {
+    summary: "The deployment's preview settings changed (data.max_previews, data.fork_secrets, data.by: the API key).",
+  },
   // Revisions (subject_type revision, deployment_id set).
   'revision.created': {
-    summary: 'A revision was made; data.cause says by what (create, patch, secrets_changed, redeploy, push).',
+    summary:
+      'A revision was made; data.cause says by what (create, patch, secrets_changed, redeploy, push, pull_request: a preview).',
   },
   'revision.status_changed': {
     summary:

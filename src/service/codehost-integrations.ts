@@ -294,6 +294,18 @@ export function createCodehostIntegrationService({
     repositories,
     get: read,
 
+    /** Sets a commit status through the integration (pull-request previews, src/service/preview-statuses.ts). */
+    async postCommitStatus(
+      integration: CodehostIntegrationRow,
+      repository: string,
+      sha: string,
+      status: Parameters<GitHubClient['createCommitStatus']>[3],
+    ): Promise<void> {
+      const [owner, name] = repository.split('/');
+      if (!owner || !name) throw new AppError('invalid_reference', `'${repository}' is not owner/name.`);
+      await talkingToHost(() => clientOf(integration).createCommitStatus(owner, name, sha, status));
+    },
+
     /**
      * Checks the credentials against the host before storing them (one request; for an App, also the
      * installation token exchange), so that a wrong token or an uninstalled App is reported now rather

@@ -19,6 +19,7 @@ import {
   trackedBranch,
   type PushEvent,
 } from '../codehost/push-event.ts';
+import { parsePullRequestEvent } from '../codehost/pull-request-event.ts';
 import { verifyWebhookSignature } from '../codehost/webhook-signature.ts';
 import { AppError, notFound } from '../errors.ts';
 import {
@@ -41,6 +42,7 @@ import {
 import type { CodehostIntegrationService } from './codehost-integrations.ts';
 import type { DeploymentService } from './deployments.ts';
 import type { Page } from './page.ts';
+import type { PreviewService } from './pull-request-previews.ts';
 
 export interface IncomingDelivery {
   integrationId: string;
@@ -55,6 +57,8 @@ export interface WebhookServiceDeps {
   db: Kysely<Database>;
   integrations: CodehostIntegrationService;
   deployments: DeploymentService;
+  /** Pull-request previews (src/service/pull-request-previews.ts); without it pull_request events do nothing. */
+  previews?: PreviewService;
 }
 
 // GitHub sends a GUID and an event name; anything else printable and short is kept as sent.
@@ -69,7 +73,7 @@ const shortSha = (sha: string): string => sha.slice(0, 12);
 /** What a push does, decided inside the delivery's transaction. */
 type PushDecision = DeliveryResult & { refusal?: AppError };
 
-export function createWebhookService({ db, integrations, deployments }: WebhookServiceDeps) {
+export function createWebhookService({ db, integrations, deployments, previews }: WebhookServiceDeps) {
   /** Builds every deployment that tracks the pushed branch, or says why none is built. */
   async function decidePush(
     tx: Transaction<Database>,
@@ -265,12 +269,36 @@ export function createWebhookService({ db, integrations, deployments }: WebhookS
           }))
         ).row;
       }
+      if (event === 'pull_request' && previews) {
+        const parsed = parsePullRequestEvent(payload);
+        if (!parsed.ok)
+          return refuse(
+            'malformed_payload',
+            new AppError('invalid_request', `The pull_request payload is malformed: ${parsed.message}`),
+          );
+        const pr = parsed.event;
+        const merged =
+          typeof payload === 'object' &&
+          payload !== null &&
+          (payload as { pull_request?: { merged?: unknown } }).pull_request?.merged === true;
+        const prFacts = {
+          ...claimable,
+          repository: pr.repository.full_name,
+          ref: `refs/pull/${pr.number}/head`,
+          commitSha: pr.headSha,
+        };
+        const { row, refusal } = await processOnce(prFacts, (tx) =>
+          previews.decide(tx, prFacts, integration.workspace_id, pr, merged),
+        );
+        if (refusal) throw refusal;
+        return row;
+      }
       if (event !== 'push') {
         return (
           await processOnce(claimable, async () => ({
             outcome: 'ignored',
             reason: 'event_not_handled',
-            message: `Slipway builds on push events only; a ${event} event does nothing.`,
+            message: `Slipway builds on push and pull_request events only; a ${event} event does nothing.`,
           }))
         ).row;
       }

@@ -38,7 +38,10 @@ export interface EndpointView extends DeploymentEndpointRow {
 }
 
 /** The endpoint's URL: the deployment's stable URL with `--<name>` after the slug. */
-function urlOf(deployment: Pick<DeploymentRow, 'app_slug' | 'source_config'>, name: string): string | null {
+export function endpointUrl(
+  deployment: Pick<DeploymentRow, 'app_slug' | 'source_config'>,
+  name: string,
+): string | null {
   const stable = deployment.source_config.custom_url;
   if (typeof stable !== 'string') return null;
   const marker = `//${deployment.app_slug}.`;
@@ -50,7 +53,7 @@ function urlOf(deployment: Pick<DeploymentRow, 'app_slug' | 'source_config'>, na
 export function createEndpointService({ db, resources }: EndpointServiceDeps) {
   const view = (deployment: DeploymentRow, row: DeploymentEndpointRow): EndpointView => ({
     ...row,
-    url: urlOf(deployment, row.name),
+    url: endpointUrl(deployment, row.name),
   });
 
   async function deploymentOf(workspaceId: string, deploymentId: string) {

@@ -78,7 +78,8 @@ export async function addRevision(
   const id = first?.id ?? randomUUID();
   if (!first) {
     const superseded = await lockRevisionsInStatus(tx, deployment.id, SUPERSEDABLE_REVISION_STATUSES);
-    for (const older of superseded) {
+    // A pull request's preview is superseded only by a newer commit of that pull request.
+    for (const older of superseded.filter((r) => r.preview_pull_request === null)) {
       await transitionRevision(tx, older, 'SKIPPED', {
         reason: 'superseded',
         message: `Superseded by revision ${id} before it started.`,

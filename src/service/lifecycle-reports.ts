@@ -52,6 +52,7 @@ import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionComm
 import type { Database, Db } from '../store/schema.ts';
 import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
 import { holdsDeploymentLease, holdsRevisionLease, setRunner, type LeaseOwner } from '../store/work-leases.ts';
+import { pinPreviewEndpoint } from './preview-endpoints.ts';
 import { activateRevision, applyCondition, finishDeletion, transitionRevision } from './lifecycle.ts';
 
 /** Who reports: a listener (over the listener protocol), or this service's own worker holding a lease. */
@@ -209,7 +210,10 @@ function reportsOfBothPlanes(db: Kysely<Database>, reporter: Reporter, leases: L
             },
           ]);
         }
-        if (report.status === 'DEPLOYED') {
+        if (report.status === 'DEPLOYED' && revision.preview_pull_request !== null) {
+          // A pull request's preview never serves the deployment: it is served at its own endpoint.
+          await pinPreviewEndpoint(tx, deployment, revision);
+        } else if (report.status === 'DEPLOYED') {
           // The own data plane runs what it deployed: it holds the deployment's runner lease from now.
           if (reporter.kind === 'local') await setRunner(tx, reporter.owner, deployment.id, reporter.leaseSeconds);
           await activateRevision(tx, deployment, revision.id, report.url);

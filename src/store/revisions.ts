@@ -52,6 +52,8 @@ export interface NewRevision {
   config: SourceRevisionConfig;
   snapshot: RevisionSnapshot;
   secrets: StoredSecret[];
+  /** A pull request's preview (migrations/028_pull_request_previews.sql); absent for the deployment's own. */
+  previewPullRequest?: number;
 }
 
 export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
@@ -73,6 +75,7 @@ export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
       source_revision_config: json(r.config),
       snapshot: json(r.snapshot),
       secrets: json(r.secrets),
+      preview_pull_request: r.previewPullRequest ?? null,
     })
     .execute();
 }
@@ -81,7 +84,7 @@ export async function insertRevision(db: Db, r: NewRevision): Promise<void> {
 export async function lockRevisionsInStatus(db: Db, deploymentId: string, statuses: readonly RevisionStatus[]) {
   return db
     .selectFrom('revisions')
-    .select(['id', 'status', 'workspace_id', 'deployment_id'])
+    .select(['id', 'status', 'workspace_id', 'deployment_id', 'preview_pull_request'])
     .where('deployment_id', '=', deploymentId)
     .where('status', 'in', statuses)
     .forUpdate()

@@ -254,6 +254,11 @@ export interface RevisionSnapshot {
   listener_config?: SourceConfig['listener_config'];
   secret_references?: SecretReference[] | null;
   reuse_build_of?: string;
+  /**
+   * A pull request's preview (src/service/pull-request-previews.ts): `secrets` false when it runs without the
+   * deployment's secrets, database and agent credential (a fork's, unless the deployment allows it).
+   */
+  preview?: { pull_request: number; from_fork: boolean; secrets: boolean };
 }
 
 export interface RevisionTable {
@@ -273,7 +278,39 @@ export interface RevisionTable {
   lease_owner: ColumnType<string | null, string | null | undefined, string | null>;
   lease_expires_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   attempts: ColumnType<number, number | undefined, number>;
+  /** The pull request whose preview this revision is (migrations/028_pull_request_previews.sql); null for others. */
+  preview_pull_request: ColumnType<number | null, number | null | undefined, number | null>;
   created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+/** A commit status state on the code host (GitHub's). */
+export type CommitStatusState = 'pending' | 'success' | 'failure' | 'error';
+
+/** An open pull request's preview of a deployment (migrations/028_pull_request_previews.sql). */
+export interface PullRequestPreviewTable {
+  deployment_id: string;
+  pull_request: number;
+  repository: string;
+  head_sha: string;
+  head_repository: string;
+  from_fork: boolean;
+  revision_id: string | null;
+  refused_message: ColumnType<string | null, string | null | undefined, string | null>;
+  /** What was last posted to the pull request, for which commit (src/service/preview-statuses.ts). */
+  status_state: ColumnType<CommitStatusState | null, CommitStatusState | null | undefined, CommitStatusState | null>;
+  status_sha: ColumnType<string | null, string | null | undefined, string | null>;
+  status_attempts: ColumnType<number, number | undefined, number>;
+  status_retry_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  created_at: CreatedAt;
+  updated_at: UpdatedAt;
+}
+
+/** A deployment's preview settings (migrations/028_pull_request_previews.sql). */
+export interface DeploymentPreviewSettingsTable {
+  deployment_id: string;
+  max_previews: number | null;
+  fork_secrets: boolean;
   updated_at: UpdatedAt;
 }
 
@@ -402,6 +439,8 @@ export interface Database {
   deployments: DeploymentTable;
   deployment_endpoints: DeploymentEndpointTable;
   revisions: RevisionTable;
+  pull_request_previews: PullRequestPreviewTable;
+  deployment_preview_settings: DeploymentPreviewSettingsTable;
   deployment_runtimes: DeploymentRuntimeTable;
   revision_logs: RevisionLogTable;
   events: EventTable;
@@ -427,6 +466,7 @@ export type Db = Kysely<Database> | Transaction<Database>;
 export type DeploymentRow = Selectable<DeploymentTable>;
 export type RevisionRow = Selectable<RevisionTable>;
 export type DeploymentEndpointRow = Selectable<DeploymentEndpointTable>;
+export type PullRequestPreviewRow = Selectable<PullRequestPreviewTable>;
 export type DeploymentRuntimeRow = Selectable<DeploymentRuntimeTable>;
 export type RevisionLogRow = Selectable<RevisionLogTable>;
 export type ListenerRow = Selectable<ListenerTable>;

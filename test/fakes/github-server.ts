@@ -13,6 +13,10 @@
  *
  *   const sha = github.setRepositoryFiles('octo-org', 'repo-001', { 'slipway.json': '{}' }, { branch: 'main', tags: ['v1'] });
  *
+ * Commit statuses (`POST /repos/{owner}/{repo}/statuses/{sha}`) are checked as GitHub checks them (the
+ * credential must cover the repository and may write statuses, the commit must exist, `state` is one of
+ * four, `description` at most 140 characters) and recorded in `statuses`, in the order they came.
+ *
  * The tarball endpoint redirects (302) to a codeload-like path on the same server, which serves a real
  * `.tar.gz` laid out like GitHub's: a pax global header carrying the sha, then every file under
  * `{owner}-{repo}-{shortsha}/`.
@@ -62,6 +66,8 @@ export interface FakeGitHubOptions {
   /** Personal access tokens the server accepts. */
   tokens?: Record<string, FakeVisibility>;
   apps?: FakeApp[];
+  /** Tokens that may read but not write commit statuses (a fine-grained token with Contents: read only). */
+  readOnlyTokens?: string[];
   /** `/api/v3` to serve like GitHub Enterprise Server. */
   pathPrefix?: string;
   installationTokenLifetimeSeconds?: number;
@@ -79,6 +85,17 @@ export interface RecordedRequest {
   query: Record<string, string>;
   authorization: string | undefined;
   status: number;
+}
+
+/** A commit status the server accepted. */
+export interface RecordedCommitStatus {
+  owner: string;
+  repo: string;
+  sha: string;
+  state: 'error' | 'failure' | 'pending' | 'success';
+  target_url: string | null;
+  description: string | null;
+  context: string;
 }
 
 export interface IssuedInstallationToken {
@@ -141,6 +158,7 @@ const DOCS = 'https://docs.github.com/rest';
 export class FakeGitHub {
   readonly requests: RecordedRequest[] = [];
   readonly issuedTokens: IssuedInstallationToken[] = [];
+  readonly statuses: RecordedCommitStatus[] = [];
   #failures: FakeFailure[] = [];
   /** By `owner/name` in lowercase, like GitHub's case-insensitive lookup. */
   readonly #contents = new Map<string, FakeContents>();
@@ -240,8 +258,9 @@ export class FakeGitHub {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // Drain the body; no endpoint here reads one.
-    for await (const _chunk of req) void _chunk;
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const requestBody = Buffer.concat(chunks);
     const url = new URL(req.url ?? '/', this.#origin);
     const prefix = this.options.pathPrefix ?? '';
     const path = url.pathname.startsWith(prefix) ? url.pathname.slice(prefix.length) : url.pathname;
@@ -250,7 +269,7 @@ export class FakeGitHub {
     try {
       answer =
         this.#injectedFailure(path) ??
-        (await this.#route(method, path, url, req.headers.authorization, req.headers.accept));
+        (await this.#route(method, path, url, req.headers.authorization, req.headers.accept, requestBody));
     } catch (error) {
       answer = { status: 500, body: { message: `fake github: ${String(error)}` } };
     }
@@ -304,7 +323,11 @@ export class FakeGitHub {
     url: URL,
     authorization: string | undefined,
     accept: string | undefined,
+    body: Buffer = Buffer.alloc(0),
   ): Answer | Promise<Answer> {
+    const statuses = /^\/repos\/([^/]+)\/([^/]+)\/statuses\/([^/]+)$/.exec(path);
+    if (method === 'POST' && statuses)
+      return this.#createStatus(statuses[1] ?? '', statuses[2] ?? '', statuses[3] ?? '', authorization, body);
     const accessTokens = /^\/app\/installations\/(\d+)\/access_tokens$/.exec(path);
     if (method === 'POST' && accessTokens) return this.#exchange(Number(accessTokens[1]), authorization);
     const repoInstallation = /^\/repos\/([^/]+)\/([^/]+)\/installation$/.exec(path);
@@ -588,6 +611,76 @@ export class FakeGitHub {
         url: `${this.url}/repos/${repo.owner}/${repo.name}/commits/${sha}`,
         html_url: `${this.#origin}/${repo.owner}/${repo.name}/commit/${sha}`,
         files: [],
+      },
+    };
+  }
+
+  /** GitHub's `POST /repos/{owner}/{repo}/statuses/{sha}`: 201 with the status, or its errors. */
+  #createStatus(owner: string, name: string, sha: string, authorization: string | undefined, body: Buffer): Answer {
+    const token = /^(?:token|bearer)\s+(\S+)$/i.exec(authorization ?? '')?.[1];
+    if (token === undefined)
+      return { status: 401, body: { message: 'Requires authentication', documentation_url: DOCS } };
+    const repo = this.#visibleRepository(owner, name, authorization);
+    if ('status' in repo) return repo;
+    if (this.options.readOnlyTokens?.includes(token))
+      return {
+        status: 403,
+        body: { message: 'Resource not accessible by personal access token', documentation_url: DOCS },
+      };
+    let input: Record<string, unknown>;
+    try {
+      const parsed: unknown = JSON.parse(body.toString('utf8'));
+      if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new Error('not an object');
+      input = parsed as Record<string, unknown>;
+    } catch {
+      return { status: 400, body: { message: 'Problems parsing JSON', documentation_url: DOCS } };
+    }
+    const invalid = (field: string, message: string): Answer => ({
+      status: 422,
+      body: {
+        message: 'Validation Failed',
+        errors: [{ resource: 'Status', code: 'custom', field, message }],
+        documentation_url: DOCS,
+      },
+    });
+    const states = ['error', 'failure', 'pending', 'success'] as const;
+    const state = states.find((s) => s === input.state);
+    if (state === undefined) return invalid('state', 'state is not included in the list');
+    if (input.description !== undefined && input.description !== null && typeof input.description !== 'string')
+      return invalid('description', 'description is not a string');
+    if (typeof input.description === 'string' && input.description.length > 140)
+      return invalid('description', 'description is too long (maximum is 140 characters)');
+    if (input.target_url !== undefined && input.target_url !== null && typeof input.target_url !== 'string')
+      return invalid('target_url', 'target_url is not a string');
+    const contents = this.#contents.get(`${repo.owner}/${repo.name}`.toLowerCase());
+    const full = /^[0-9a-f]{40}$/.test(sha) && contents?.commits.has(sha) === true;
+    if (!full) return { status: 422, body: { message: `No commit found for SHA: ${sha}`, documentation_url: DOCS } };
+    const recorded: RecordedCommitStatus = {
+      owner: repo.owner,
+      repo: repo.name,
+      sha,
+      state,
+      target_url: typeof input.target_url === 'string' ? input.target_url : null,
+      description: typeof input.description === 'string' ? input.description : null,
+      context: typeof input.context === 'string' && input.context !== '' ? input.context : 'default',
+    };
+    this.statuses.push(recorded);
+    const id = this.statuses.length;
+    const at = new Date(this.#now()).toISOString().replace(/\.\d{3}Z$/, 'Z');
+    return {
+      status: 201,
+      body: {
+        url: `${this.url}/repos/${repo.owner}/${repo.name}/statuses/${sha}`,
+        avatar_url: null,
+        id,
+        node_id: `SC_${id}`,
+        state,
+        description: recorded.description,
+        target_url: recorded.target_url,
+        context: recorded.context,
+        created_at: at,
+        updated_at: at,
+        creator: { login: 'slipway-bot', id: 1, type: 'User' },
       },
     };
   }
