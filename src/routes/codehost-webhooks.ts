@@ -34,8 +34,9 @@ export const codehostWebhookRoutes: FastifyPluginAsyncTypebox<CodehostWebhookRou
           'Called by the code host, not by users: no API key; the body must be signed with ' +
           "the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the " +
           'raw body). Content type application/json. A push to a branch tracked by a build_on_push ' +
-          'codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) ' +
-          'builds nothing new.',
+          'codehost deployment creates one revision of it; a pull_request (opened, synchronize, reopened) builds ' +
+          'a preview of its head commit at the endpoint pr-<number>, and closed removes it; a redelivery ' +
+          '(same X-GitHub-Delivery) builds nothing new.',
         security: [],
         params: Type.Object({ integration_id: Uuid() }),
         response: { 200: Delivery, ...errorResponses(400, 401, 404, 413, 415, 422) },

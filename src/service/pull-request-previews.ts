@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely, Transaction } from 'kysely';
 import { previewAction, previewEndpointName, type PullRequestEvent } from '../codehost/pull-request-event.ts';
 import { sameRepository } from '../codehost/repository-url.ts';
+import { DELETING_STATUS, dataPlaneOf } from '../domain/deletion.ts';
 import { endpointNameProblem } from '../domain/endpoints.ts';
 import { SUPERSEDABLE_REVISION_STATUSES, UNFINISHED_REVISION_STATUSES } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
@@ -256,7 +257,7 @@ export function createPreviewService({ db, defaultMaxPreviews }: PreviewServiceD
       const locked: DeploymentRow[] = [];
       for (const d of forRepo) {
         const row = await lockDeployment(tx, workspaceId, d.id);
-        if (row && row.status !== 'AWAITING_DELETE' && row.listener_id === null) locked.push(row);
+        if (row && row.status !== DELETING_STATUS && dataPlaneOf(row) === 'local') locked.push(row);
       }
       if (action === 'remove') {
         const removed: string[] = [];
@@ -364,7 +365,7 @@ export function createPreviewService({ db, defaultMaxPreviews }: PreviewServiceD
     ): Promise<PreviewSettingsView> {
       return db.transaction().execute(async (tx) => {
         const deployment = await lockDeployment(tx, workspaceId, deploymentId);
-        if (!deployment || deployment.status === 'AWAITING_DELETE') throw notFound('Deployment', deploymentId);
+        if (!deployment || deployment.status === DELETING_STATUS) throw notFound('Deployment', deploymentId);
         if (deployment.source !== 'codehost')
           throw new AppError('invalid_request', 'Previews are for codehost deployments; this deployment is not one.');
         const before = await getPreviewSettings(tx, deploymentId);

@@ -11,6 +11,7 @@ import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import * as tar from 'tar';
 import type { Config } from '../../src/config.ts';
+import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import type { ChangeFeed } from '../../src/db/change-feed.ts';
 import type { AppEdge } from '../../src/dataplane/app-edge.ts';
 import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
@@ -42,6 +43,8 @@ export interface TestService {
   port: number;
   config: Config;
   database: TestDatabase;
+  /** The key the service seals secrets and credentials with. */
+  secretBox: SecretBox;
   dataDir: string;
   app: FastifyInstance;
   /** The edge that serves the apps (nginx when installed); apps are at their custom_url on it. */
@@ -88,6 +91,7 @@ export async function startTestService(env: Record<string, string> = {}): Promis
     port,
     config,
     database,
+    secretBox: t.secretBox,
     dataDir,
     app,
     edge,

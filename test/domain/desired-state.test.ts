@@ -35,6 +35,23 @@ test('the target is the latest revision unless it ended without running, else th
   );
 });
 
+test("a pull request's preview is never the target, whatever its status: the active revision stays it", () => {
+  for (const status of REVISION_STATUSES) {
+    for (const active of [null, 'active']) {
+      const deployment = { latest_revision_id: 'preview', active_revision_id: active };
+      assert.equal(
+        targetRevisionId(
+          deployment,
+          () => status,
+          (id) => id === 'preview',
+        ),
+        active,
+        `preview ${status}, active ${active}`,
+      );
+    }
+  }
+});
+
 test("a deployment being deleted is to be torn down and serves nothing; the spec is the deployment's own", () => {
   for (const listener_id of [null, 'listener-1']) {
     const row = {

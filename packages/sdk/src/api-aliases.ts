@@ -75,6 +75,12 @@ export type ProtocolCredentialCreated = JsonResponse<
 
 export type DeploymentEndpoint = JsonResponse<'/v2/deployments/{deployment_id}/endpoints/{endpoint_name}', 'get', 200>;
 export type DeploymentMetrics = JsonResponse<'/v2/deployments/{deployment_id}/metrics', 'get', 200>;
+export type PullRequestPreview = JsonResponse<
+  '/v2/deployments/{deployment_id}/previews',
+  'get',
+  200
+>['resources'][number];
+export type PreviewSettings = JsonResponse<'/v2/deployments/{deployment_id}/preview-settings', 'get', 200>;
 
 export type CodehostIntegration = JsonResponse<'/v1/integrations/forge/codehost/{integration_id}', 'get', 200>;
 export type CodehostRepository = JsonResponse<

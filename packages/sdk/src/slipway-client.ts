@@ -14,6 +14,8 @@ import type { paths } from './api-types.ts';
 import type {
   ApiKeyCreate,
   DeploymentEndpoint,
+  PreviewSettings,
+  PullRequestPreview,
   DeploymentCreate,
   DeploymentPatch,
   DeploymentQuery,
@@ -373,6 +375,27 @@ export class SlipwayClient {
         await sleep(options.everyMs ?? 1000, options.signal);
       }
     },
+  };
+
+  /**
+   * Pull-request previews of a codehost deployment with build_on_push: made and removed by the code host's
+   * pull_request webhooks, each served at the endpoint `pr-<number>`.
+   */
+  readonly previews = {
+    /** Open pull requests with (or refused) a preview, oldest first. */
+    list: async (deploymentId: string): Promise<PullRequestPreview[]> =>
+      (await ok(this.api.GET('/v2/deployments/{deployment_id}/previews', path({ deployment_id: deploymentId }))))
+        .resources,
+    settings: (deploymentId: string): Promise<PreviewSettings> =>
+      ok(this.api.GET('/v2/deployments/{deployment_id}/preview-settings', path({ deployment_id: deploymentId }))),
+    /** An admin key only; fields left out keep their value. */
+    updateSettings: (deploymentId: string, settings: { max_previews?: number | null; fork_secrets?: boolean }) =>
+      ok(
+        this.api.PATCH('/v2/deployments/{deployment_id}/preview-settings', {
+          ...path({ deployment_id: deploymentId }),
+          body: settings,
+        }),
+      ),
   };
 
   readonly integrations = {

@@ -83,6 +83,25 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
         what: `Endpoint ${text(e.data.endpoint) ?? ''} could not start revision ${short(e.data.revision_id)}`,
         why,
       };
+    case 'deployment.preview_built':
+      return {
+        what: `Preview of pull request #${String(e.data.pull_request)} building (revision ${short(e.data.revision_id)}${e.data.secrets === false ? ', without secrets' : ''})`,
+        why: null,
+      };
+    case 'deployment.preview_refused':
+      return { what: `No preview for pull request #${String(e.data.pull_request)}`, why };
+    case 'deployment.preview_removed':
+      return {
+        what: `Preview of pull request #${String(e.data.pull_request)} removed (${e.data.merged === true ? 'merged' : 'closed'})`,
+        why: null,
+      };
+    case 'deployment.preview_status_posted':
+      return {
+        what: `Pull request #${String(e.data.pull_request)} told: ${text(e.data.state) ?? ''}`,
+        why: text(e.data.target_url),
+      };
+    case 'deployment.preview_settings_changed':
+      return { what: 'Preview settings changed', why: null };
     case 'deployment.tags_set':
       return { what: 'Tags set', why: null };
     case 'deployment.deleted':
