@@ -22,12 +22,12 @@ import type { OwnPlaneReports, RevisionReport, Worker } from '../domain/data-pla
 import { NOT_TO_RUN, desiredResourceSpec, servingRevisionId } from '../domain/desired-state.ts';
 import { isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError } from '../errors.ts';
-import { activeRevisionId } from '../store/deployments.ts';
-import { getRevisionStatus, revisionStatusesOf } from '../store/revisions.ts';
+import { getRevisionStatus, previewPullRequestOf, revisionStatusesOf } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
 import { createAdoption, jobOf } from './adoption.ts';
 import type { EndpointOutcome, LocalRuntime, WantedEndpoint } from './local-runtime.ts';
-import { endpointsToServe, pinnedRevisionIds } from '../store/deployment-endpoints.ts';
+import { endpointsToServe } from '../store/deployment-endpoints.ts';
+import { pruneBuilds } from './build-pruning.ts';
 import { RevisionFailure } from './revision-build.ts';
 import {
   claimDeploymentToDelete,
@@ -46,8 +46,6 @@ export type { Worker };
 
 /** A revision whose work was started this many times (takeovers included) fails with `worker_lost`. */
 const MAX_ATTEMPTS = 3;
-/** Deployed revisions whose build output is kept besides the active one, for quick rollbacks. */
-const KEPT_BUILDS = 2;
 
 export interface WorkerDeps {
   db: Kysely<Database>;
@@ -93,7 +91,11 @@ type Failure = { reason: string; message: string };
 export function startWorker(deps: WorkerDeps): Worker {
   const { db, runtime, reports, changes, logger, owner } = deps;
   const leaseSeconds = deps.leaseSeconds ?? 30;
-  const jobs = new Map<string, { deploymentId: string; controller: AbortController; done: Promise<void> }>();
+  /** The running jobs by revision; `preview`: the pull request of a preview's, null for the deployment's own. */
+  const jobs = new Map<
+    string,
+    { deploymentId: string; preview: number | null; controller: AbortController; done: Promise<void> }
+  >();
   let stopping = false;
   let pumping: Promise<void> | null = null;
   let again = false;
@@ -112,31 +114,6 @@ export function startWorker(deps: WorkerDeps): Worker {
     if (outcome.notAppliedReason === 'behind')
       throw new Error(`revision ${report.revisionId} is ${outcome.status}, past ${report.status}`);
     throw new NotOurs();
-  }
-
-  /** Removes app directories of this deployment's revisions that will not run again. */
-  async function pruneBuilds(deploymentId: string): Promise<void> {
-    const revisions = await revisionStatusesOf(db, deploymentId);
-    const active = await activeRevisionId(db, deploymentId);
-    const kept = new Set([
-      active,
-      // Endpoints serve their revisions' sealed builds: those stay while an endpoint names them.
-      ...(await pinnedRevisionIds(db, deploymentId)),
-      ...revisions
-        .filter((r) => r.status === 'DEPLOYED' && r.id !== active)
-        .slice(0, KEPT_BUILDS)
-        .map((r) => r.id),
-    ]);
-    for (const revision of revisions) {
-      // One that cannot go (its processes not confirmed gone) is kept, and said; it must not fail the
-      // revision that just deployed, whose own files the failure path would then remove.
-      if (!kept.has(revision.id) && isFinalRevisionStatus(revision.status))
-        await runtime
-          .removeRevisionFiles(revision.id)
-          .catch((error: unknown) =>
-            logger.error({ err: error, revisionId: revision.id }, 'could not remove the files of a revision'),
-          );
-    }
   }
 
   async function run(claimed: ClaimedRevision, controller: AbortController): Promise<void> {
@@ -215,7 +192,7 @@ export function startWorker(deps: WorkerDeps): Worker {
       }
       // DEPLOYED: the deployment now serves it from here, at its stable URL, and this worker runs it.
       await inSpan('deploy', {}, () => runtime.deploy(job, signal, (customUrl) => step('DEPLOYED', null, customUrl)));
-      await pruneBuilds(deploymentId);
+      await pruneBuilds({ db, runtime, logger }, deploymentId);
     } catch (error) {
       if (error instanceof RevisionFailure) {
         await step(error.status, { reason: error.reason, message: error.message }).catch((e: unknown) => {
@@ -292,7 +269,12 @@ export function startWorker(deps: WorkerDeps): Worker {
           jobs.delete(claimed.id);
           wake();
         });
-      jobs.set(claimed.id, { deploymentId: claimed.deployment_id, controller, done });
+      jobs.set(claimed.id, {
+        deploymentId: claimed.deployment_id,
+        preview: claimed.preview_pull_request,
+        controller,
+        done,
+      });
     }
   }
 
@@ -455,10 +437,16 @@ export function startWorker(deps: WorkerDeps): Worker {
     }
     if (change.kind === 'revision' && change.status === 'QUEUED') {
       // A newer revision is the deployment's target now (src/domain/desired-state.ts): work on an older
-      // one stops, and the newer one's first step ends it, as a listener's does.
-      for (const [revisionId, job] of jobs)
-        if (job.deploymentId === change.deployment_id && revisionId !== change.revision_id)
-          job.controller.abort(new NotOurs());
+      // one stops, and the newer one's first step ends it, as a listener's does; a preview's only older
+      // work on its pull request, and the deployment's own never a preview's (previewWorkRevisionIds).
+      const { deployment_id: deploymentId, revision_id: queued } = change;
+      void previewPullRequestOf(db, queued)
+        .then((preview) => {
+          for (const [revisionId, job] of jobs)
+            if (job.deploymentId === deploymentId && job.preview === preview && revisionId !== queued)
+              job.controller.abort(new NotOurs());
+        })
+        .catch((error: unknown) => logger.warn({ err: error }, 'could not read a queued revision'));
     }
     if (change.kind === 'deployment' && change.status === 'AWAITING_DELETE') {
       for (const [, job] of jobs) if (job.deploymentId === change.deployment_id) job.controller.abort(new NotOurs());

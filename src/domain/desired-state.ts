@@ -10,6 +10,8 @@
  * - serving: the revision that runs now, the deployment's active one (the last one reported DEPLOYED).
  * - next work: the own worker's next step of a revision (build or deploy): the target while it is on
  *   its way (QUEUED or in a working status). A listener builds nothing of ours: none.
+ * - preview work: beside it, each open pull request's preview revision while it is on its way (own
+ *   plane only); previews and the deployment's own revisions never end one another.
  */
 import { DELETING_STATUS, dataPlaneOf, pendingDeletionFinisher } from './deletion.ts';
 import type { ResourceSpec } from './resource-spec.ts';
@@ -75,13 +77,48 @@ export function nextWorkRevisionId(
     latest_revision_id: string | null;
   },
   statusOf: (id: string) => RevisionStatus | undefined,
+  isPreview: (id: string) => boolean = () => false,
 ): string | null {
   if (dataPlaneOf(deployment) !== 'local' || deployment.status === DELETING_STATUS) return null;
   // The latest revision on its way is the target; once it is final the target (it, or the active
-  // revision) has nothing left to do.
+  // revision) has nothing left to do. A preview is never the deployment's target (`targetRevisionId`).
   const latest = deployment.latest_revision_id;
-  const status = latest === null ? undefined : statusOf(latest);
-  return latest !== null && status !== undefined && (status === 'QUEUED' || WORKING.has(status)) ? latest : null;
+  if (latest === null || isPreview(latest)) return null;
+  return onItsWay(statusOf(latest)) ? latest : null;
+}
+
+const onItsWay = (status: RevisionStatus | undefined) =>
+  status !== undefined && (status === 'QUEUED' || WORKING.has(status));
+
+/**
+ * The own worker's work on a deployment's pull-request previews (docs/codehost.md, "Pull-request
+ * previews"), beside `nextWorkRevisionId`: the revision each open preview names now
+ * (pull_request_previews.revision_id) while it is QUEUED or in a working status. A preview's work never
+ * waits for, ends or is ended by the deployment's own: only a newer commit of the same pull request (its
+ * preview then names the newer revision) or the pull request's close ends it.
+ */
+export function previewWorkRevisionIds(
+  deployment: { status: DeploymentStatus; listener_id: string | null },
+  previewRevisionIds: readonly string[],
+  statusOf: (id: string) => RevisionStatus | undefined,
+): string[] {
+  if (dataPlaneOf(deployment) !== 'local' || deployment.status === DELETING_STATUS) return [];
+  return previewRevisionIds.filter((id) => onItsWay(statusOf(id)));
+}
+
+/**
+ * Whether a data plane's report about `revision` is about what it works toward, so that it may apply
+ * (the lifecycle's `reportRevision`; otherwise it is superseded): the deployment's latest revision, or, for
+ * a pull request's preview, the revision that pull request's open preview names now (`previewRevisionId`;
+ * null when it names none, the pull request closed).
+ */
+export function isWorkedToward(
+  deployment: { latest_revision_id: string | null },
+  revision: { id: string; preview_pull_request: number | null },
+  previewRevisionId: string | null,
+): boolean {
+  if (revision.preview_pull_request !== null) return previewRevisionId === revision.id;
+  return deployment.latest_revision_id === revision.id;
 }
 
 export interface DesiredDeploymentState {

@@ -32,6 +32,7 @@ import type {
   RevisionReport,
 } from '../domain/data-plane.ts';
 import { deletionConfirmation } from '../domain/deletion.ts';
+import { isWorkedToward } from '../domain/desired-state.ts';
 import {
   FAILED_REVISION_STATUSES,
   REVISION_STATES,
@@ -47,6 +48,7 @@ import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime }
 import { lockDeployment, lockDeploymentById, moveAppUrls } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { findListenerRevision } from '../store/listeners.ts';
+import { getPreview } from '../store/pull-request-previews.ts';
 import { appendRevisionLogs, trimRevisionLogs } from '../store/revision-logs.ts';
 import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionCommitSha } from '../store/revisions.ts';
 import type { Database, Db } from '../store/schema.ts';
@@ -158,10 +160,15 @@ function reportsOfBothPlanes(db: Kysely<Database>, reporter: Reporter, leases: L
           notAppliedReason: reason,
         });
         if (isFinalRevisionStatus(current)) return notApplied('final');
-        // Both planes work toward the target, the latest revision (src/domain/desired-state.ts); the own
-        // data plane only on the revision it leases.
+        // Both planes work toward the target, the latest revision (src/domain/desired-state.ts), and the
+        // own one toward each open pull request's preview beside it; the own data plane only on the
+        // revision it leases.
+        const preview =
+          revision.preview_pull_request === null
+            ? null
+            : ((await getPreview(tx, deployment.id, revision.preview_pull_request))?.revision_id ?? null);
         const superseded =
-          deployment.latest_revision_id !== revision.id ||
+          !isWorkedToward(deployment, revision, preview) ||
           (reporter.kind === 'local' && revision.lease_owner !== reporter.owner.id);
         if (superseded) return notApplied('superseded');
         const path = stepsTo(current, report.status, steps);
@@ -170,9 +177,10 @@ function reportsOfBothPlanes(db: Kysely<Database>, reporter: Reporter, leases: L
 
         // The first report applied for the latest revision ends older revisions still on their way: the
         // data plane replaced them (an older one taken up before the latest was pushed; on the own plane
-        // also a QUEUED one that was never started).
+        // also a QUEUED one that was never started). A preview's replaces only older ones of its pull
+        // request, and the deployment's own never a preview's.
         const replaced = (await lockRevisionsInStatus(tx, deployment.id, ['QUEUED', ...steps])).filter(
-          (r) => r.id !== revision.id,
+          (r) => r.id !== revision.id && r.preview_pull_request === revision.preview_pull_request,
         );
         const where = reporter.kind === 'listener' ? 'on the listener' : 'on the own data plane';
         for (const older of replaced) {

@@ -116,6 +116,16 @@ export async function setRevisionStatus(
 
 /** The revision, locked, if the worker `leaseOwner` still holds its lease. */
 /** The deployment of a revision the own data plane runs (a deployment without a listener). */
+/** The pull request a revision previews (revisions.preview_pull_request); null for the deployment's own or one gone. */
+export async function previewPullRequestOf(db: Db, revisionId: string): Promise<number | null> {
+  const row = await db
+    .selectFrom('revisions')
+    .select('preview_pull_request')
+    .where('id', '=', revisionId)
+    .executeTakeFirst();
+  return row?.preview_pull_request ?? null;
+}
+
 export async function findLocalRevision(
   db: Db,
   revisionId: string,

@@ -51,7 +51,8 @@ function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn
  * revision `nextWorkRevisionId` of src/domain/desired-state.ts names (test/store/desired-state-claims.test.ts
  * checks this SQL against that function): the target, never an older revision still on its way, so two
  * workers never work one deployment at once (a latest revision that ended without running, or is
- * DEPLOYED, is no work). Oldest first over deployments.
+ * DEPLOYED, is no work). Beside it, each open pull request's preview revision on its way
+ * (`previewWorkRevisionIds`). Oldest first over deployments.
  * Locks the revision (skipping those other workers hold) and shares the deployment row, so a delete
  * waits for the claim and the claim skips a deployment being deleted. Runs in the caller's transaction.
  */
@@ -67,7 +68,13 @@ export async function claimRevision(
     join deployments d on d.id = r.deployment_id
     where d.listener_id is null
       and d.status <> 'AWAITING_DELETE'
-      and r.id = d.latest_revision_id
+      and (
+        (r.id = d.latest_revision_id and r.preview_pull_request is null)
+        -- An open pull request's preview, beside the deployment's own (previewWorkRevisionIds).
+        or exists (
+          select 1 from pull_request_previews p
+          where p.deployment_id = d.id and p.pull_request = r.preview_pull_request and p.revision_id = r.id)
+      )
       and (
         (r.status = 'QUEUED'
           -- Claimed by another live worker that has not reported its first step yet.
