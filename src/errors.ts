@@ -16,6 +16,10 @@ export const ERROR_CODES = {
     summary:
       'The request refers to something that does not exist in the workspace (a listener, an integration, an upload).',
   },
+  endpoint_name_reserved: {
+    summary:
+      "An endpoint name kept for the service's own endpoints (`pr-<number>`: pull-request previews) was set by hand.",
+  },
   malformed_json: { summary: 'The body is not valid JSON.' },
   malformed_request: {
     summary:

@@ -43,7 +43,7 @@ export async function buildApp(
           copyUpload(db, config.dataDir, workspaceId, uploadPath, destFile),
         defaultLimits: config.defaultLimits,
         registries: config.buildRegistries,
-        deploymentDataDir: (deploymentId) => access.dataDirOf(deploymentId),
+        deploymentDataDir: (deploymentId, preview) => access.dataDirOf(deploymentId, preview),
         disk: buildDisk,
       },
       { ...job, secrets: openSecrets(deps.secretBox, job.secrets) },

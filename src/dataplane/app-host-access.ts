@@ -60,13 +60,18 @@ export function queueResourceSpec(spec: ResourceSpec | null | undefined): Resour
 }
 
 export interface AppHostAccess {
-  /** The host path of a deployment's own writable directory. */
-  dataDirOf(deploymentId: string): string;
+  /**
+   * The host path of a deployment's own writable directory; with `preview`, that of the pull request's
+   * preview instead (never the deployment's: a fork's code must not read or change it).
+   */
+  dataDirOf(deploymentId: string, preview?: number | null): string;
   /**
    * Makes the deployment's directories (once; on their own file system where the disk limit is hard)
-   * and gives them to the app's user; the data directory's path.
+   * and gives them to the app's user; the data directory's path (a preview's, empty at first, with `preview`).
    */
-  prepareDataDir(deploymentId: string): Promise<string>;
+  prepareDataDir(deploymentId: string, preview?: number | null): Promise<string>;
+  /** Removes the data of the deployment's previews but those of `keep` (pull request numbers). */
+  removePreviewData(deploymentId: string, keep: ReadonlySet<number>): Promise<void>;
   /** Opens a running revision's forwards; the database URL and API URL the app is given. */
   openForwards(
     owner: ForwardOwner,
@@ -101,17 +106,28 @@ export function createAppHostAccess(deps: {
     return budget;
   };
 
-  /** The deployment's own writable directory, kept across its revisions (at /home/app/data inside). */
-  const dataDirOf = (deploymentId: string): string => path.join(config.disk.appsDataDir, deploymentId, 'data');
-  async function prepareDataDir(deploymentId: string): Promise<string> {
-    const data = dataDirOf(deploymentId);
-    const root = path.dirname(data);
+  const deploymentRoot = (deploymentId: string) => path.join(config.disk.appsDataDir, deploymentId);
+  /** Where a deployment's previews keep their data, each in `pr-<number>` (service-owned, like the root). */
+  const previewsRoot = (deploymentId: string) => path.join(deploymentRoot(deploymentId), 'previews');
+  /**
+   * The deployment's own writable directory, kept across its revisions (at /home/app/data inside); a
+   * preview's is its own, beside the deployment's on the deployment's file system (its disk limit counts it).
+   */
+  const dataDirOf = (deploymentId: string, preview: number | null = null): string =>
+    preview === null
+      ? path.join(deploymentRoot(deploymentId), 'data')
+      : path.join(previewsRoot(deploymentId), `pr-${preview}`, 'data');
+  async function prepareDataDir(deploymentId: string, preview: number | null = null): Promise<string> {
+    const data = dataDirOf(deploymentId, preview);
+    const root = deploymentRoot(deploymentId);
     // Passable, never listable, by the app's user: it finds its own directory only. The deployment's
     // directory stays the service's, so that only the two directories in it are the app's to write.
     await fs.mkdir(path.dirname(root), { recursive: true, mode: 0o711 });
     // A plain directory, or the deployment's own file system mounted there (src/dataplane/disk-images.ts).
     await disk.prepareDeploymentDir(deploymentId, root);
-    for (const dir of [data, path.join(root, 'home')]) {
+    // A preview's directories are in service-owned ones of their own, passable only.
+    if (preview !== null) await fs.mkdir(path.dirname(data), { recursive: true, mode: 0o711 });
+    for (const dir of [data, path.join(path.dirname(data), 'home')]) {
       // Made once and given to the app's user; never walked, since the app writes what is inside.
       const made = await fs
         .mkdir(dir, { mode: 0o700 })
@@ -221,5 +237,18 @@ export function createAppHostAccess(deps: {
     for (const dir of dirs) await fs.rm(dir, { recursive: true, force: true });
   }
 
-  return { dataDirOf, prepareDataDir, openForwards, closeForwards };
+  async function removePreviewData(deploymentId: string, keep: ReadonlySet<number>): Promise<void> {
+    const names = await fs.readdir(previewsRoot(deploymentId)).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT') return [];
+      throw error;
+    });
+    for (const name of names) {
+      const number = /^pr-([1-9][0-9]*)$/.exec(name)?.[1];
+      // rm walks without following links: what the app made inside goes, nothing outside it.
+      if (number !== undefined && !keep.has(Number(number)))
+        await fs.rm(path.join(previewsRoot(deploymentId), name), { recursive: true, force: true });
+    }
+  }
+
+  return { dataDirOf, prepareDataDir, removePreviewData, openForwards, closeForwards };
 }

@@ -71,7 +71,8 @@ export async function startApp(
   if (endpoint === null)
     await deps.reports.reportCondition({ deploymentId: job.deployment.id, condition: 'database_ready', data: {} });
   const tracingProject = await tracingProjectName(db, job.deployment.tracing_project_id);
-  const dataDir = await access.prepareDataDir(job.deployment.id);
+  // A pull request's preview has data of its own, never the deployment's (docs/codehost.md).
+  const dataDir = await access.prepareDataDir(job.deployment.id, job.snapshot.preview?.pull_request ?? null);
   const reach = await access.openForwards(
     { deploymentId: job.deployment.id, revisionId: job.revisionId, workspaceId: job.deployment.workspace_id },
     isolated ? null : platform.databaseUrl,

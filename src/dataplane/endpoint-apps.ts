@@ -30,6 +30,11 @@ export interface EndpointAppsDeps<App extends EndpointApp> {
   start(job: RevisionJob, endpoint: string, signal: AbortSignal): Promise<App>;
   /** Stops the instances and releases what they held. */
   release(deploymentId: string, app: App): Promise<void>;
+  /**
+   * Removes the data of the deployment's pull-request previews but those of `keep` (their numbers): called
+   * once the instances of endpoints no longer wanted are stopped, so a closed preview's data goes with it.
+   */
+  removePreviewData(deploymentId: string, keep: ReadonlySet<number>): Promise<void>;
   /** Tracks work on a revision's files, so a deletion waits for it (src/dataplane/app-work-tracking.ts). */
   track<T>(deploymentId: string, revisionId: string, work: Promise<T>): Promise<T>;
 }
@@ -108,6 +113,12 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
     const names = new Set(wanted.map((w) => w.name));
     for (const [name, app] of [...(serving.get(deploymentId) ?? [])])
       if (!names.has(name)) await stopOne(deploymentId, name, app, deps.drainTimeoutMs);
+    // Whatever serves a preview's revision (its pull request's endpoint, or one it was promoted to) keeps
+    // its data; a closed pull request's goes now that its instances are stopped.
+    const previews = new Set(wanted.flatMap((w) => w.job.snapshot.preview?.pull_request ?? []));
+    await deps
+      .removePreviewData(deploymentId, previews)
+      .catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not remove the data of a preview'));
     for (const key of [...failed.keys()])
       if (key.startsWith(`${deploymentId}/`) && !names.has(key.slice(deploymentId.length + 1))) failed.delete(key);
     // One endpoint at a time: each start takes the instances of a whole deployment.

@@ -139,6 +139,7 @@ export function createLocalRuntime(deps: LocalRuntimeDeps): LocalRuntime {
     drainTimeoutMs: config.drainTimeoutMs,
     start: async (job, endpoint, signal) => startApp(starter, job, await requireBuild(job), signal, endpoint),
     release,
+    removePreviewData: (deploymentId, keep) => access.removePreviewData(deploymentId, keep),
     track: (deploymentId, revisionId, work) => tracking.track(deploymentId, revisionId, work),
   });
 

@@ -104,8 +104,11 @@ export interface BuildDeps {
   fetcher: SourceFetcher;
   /** Writes the workspace's upload `uploadPath` (a source_tarball_path) to `destFile`. */
   copyUpload(workspaceId: string, uploadPath: string, destFile: string): Promise<void>;
-  /** The deployment's own writable directory on the host (what an app sees at SLIPWAY_DATA_DIR). */
-  deploymentDataDir(deploymentId: string): string;
+  /**
+   * The deployment's own writable directory on the host (what an app sees at SLIPWAY_DATA_DIR); a pull
+   * request's preview's own with `preview`.
+   */
+  deploymentDataDir(deploymentId: string, preview: number | null): string;
   /**
    * Limits of an app instance when its resource spec is silent; a build gets at least these too, and
    * never more than the operator's build maximum (`maximum.build`).
@@ -341,7 +344,7 @@ async function buildInto(
         install_command: stringOrNull(input.snapshot.install_command),
         build_command: stringOrNull(input.snapshot.build_command),
       },
-      `${deps.sandbox.appPaths(dirs.app, deps.deploymentDataDir(input.deployment.id)).data}/langgraph_api`,
+      `${deps.sandbox.appPaths(dirs.app, deps.deploymentDataDir(input.deployment.id, input.snapshot.preview?.pull_request ?? null)).data}/langgraph_api`,
     );
   } catch (error) {
     if (error instanceof AppConfigError) throw new RevisionFailure('BUILD_FAILED', error.reason, error.message);

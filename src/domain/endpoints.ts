@@ -39,6 +39,14 @@ export function endpointNameProblem(name: string, slug: string): string | null {
   return null;
 }
 
+/**
+ * Whether `name` is kept for a pull request's preview (`pr-<number>`, docs/codehost.md): only the
+ * pull request's webhooks make and move such an endpoint, never a user by hand.
+ */
+export function isPreviewEndpointName(name: string): boolean {
+  return /^pr-[0-9]+$/.test(name);
+}
+
 /** The host label of an endpoint: `<slug>--<name>`. */
 export function endpointLabel(slug: string, name: string): string {
   return `${slug}--${name}`;

@@ -12,6 +12,7 @@ export const ERROR_STATUSES = {
   field_not_allowed: 400,
   field_immutable: 400,
   invalid_reference: 400,
+  endpoint_name_reserved: 400,
   malformed_json: 400,
   malformed_request: 400,
   codehost_rejected: 400,

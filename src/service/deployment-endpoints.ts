@@ -5,7 +5,12 @@
  * who made it and from which revision to which.
  */
 import type { Kysely } from 'kysely';
-import { endpointLabel, endpointNameProblem, MAX_ENDPOINTS_PER_DEPLOYMENT } from '../domain/endpoints.ts';
+import {
+  endpointLabel,
+  endpointNameProblem,
+  isPreviewEndpointName,
+  MAX_ENDPOINTS_PER_DEPLOYMENT,
+} from '../domain/endpoints.ts';
 import { AppError, notFound } from '../errors.ts';
 import {
   countEndpoints,
@@ -94,6 +99,11 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
           );
         const problem = endpointNameProblem(name, deployment.app_slug);
         if (problem) throw new AppError('invalid_request', `name: ${problem}.`);
+        if (isPreviewEndpointName(name))
+          throw new AppError(
+            'endpoint_name_reserved',
+            `name: '${name}' is kept for the preview of pull request #${name.slice(3)}, which its webhooks make and move; use another name.`,
+          );
         const revision = await getRevision(tx, workspaceId, deploymentId, revisionId.toLowerCase());
         if (!revision)
           throw new AppError(

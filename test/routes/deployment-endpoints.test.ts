@@ -227,6 +227,40 @@ describe('attacks on endpoints', () => {
     assert.deepEqual(await endpointRows(), before);
   });
 
+  test("an endpoint named pr-<n> is a pull request preview's: creating or moving one by hand is a 400 that changes nothing", async () => {
+    const d = await deployment('reserved-names', 2);
+    const [first, second] = d.revisions as [string, string];
+    const before = await endpointRows();
+    for (const name of ['pr-1', 'pr-42', 'pr-0']) {
+      const answer = await api.put(`/v2/deployments/${d.id}/endpoints/${name}`, { revision_id: first });
+      assert.equal(answer.status, 400, `${name}: ${JSON.stringify(answer.body)}`);
+      assert.equal(answer.body.code, 'endpoint_name_reserved', JSON.stringify(answer.body));
+      assert.match(answer.body.detail, /kept for the preview of pull request/);
+    }
+    assert.deepEqual(await endpointRows(), before, 'no endpoint was made');
+
+    // A preview's endpoint the webhooks made (its row, as pinPreviewEndpoint writes it) cannot be moved by hand.
+    await t.database.db
+      .insertInto('deployment_endpoints')
+      .values({ deployment_id: d.id, name: 'pr-7', revision_id: first })
+      .execute();
+    const moved = await api.put(`/v2/deployments/${d.id}/endpoints/pr-7`, { revision_id: second });
+    assert.equal(moved.status, 400, JSON.stringify(moved.body));
+    assert.equal(moved.body.code, 'endpoint_name_reserved');
+    const row = await t.database.db
+      .selectFrom('deployment_endpoints')
+      .select('revision_id')
+      .where('deployment_id', '=', d.id)
+      .where('name', '=', 'pr-7')
+      .executeTakeFirstOrThrow();
+    assert.equal(row.revision_id, first, 'the preview stays on its revision');
+    // Names that only look alike are anyone's.
+    for (const name of ['pr', 'pr-x', 'preview-1', 'pr-1-b']) {
+      const answer = await api.put(`/v2/deployments/${d.id}/endpoints/${name}`, { revision_id: first });
+      assert.equal(answer.status, 201, `${name}: ${JSON.stringify(answer.body)}`);
+    }
+  });
+
   test('a listener-served deployment refuses endpoints with a clear 400', async () => {
     const listener = await registerListener((url, body) => api.post(url, body), 'cluster-a', ['apps']);
     const made = await api.post('/v2/deployments', {
