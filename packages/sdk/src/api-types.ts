@@ -373,6 +373,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/deployments/{deployment_id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A deployment's requests, errors, latency, CPU and memory as series
+         * @description Per route (the deployment's own URL and each endpoint) and per revision, measured at the app edge and from the instances' cgroups, in steps over the last hour at most. Kept in the memory of the replica that runs the app edge (lost when it restarts). `window`: 1m to 1h (default 15m); `step`: a multiple of 10s giving at most 360 points (default: at most 60). A window or step out of those bounds is 400.
+         */
+        get: operations["getDeploymentMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/deployments/{deployment_id}/previews": {
         parameters: {
             query?: never;
@@ -1264,7 +1284,7 @@ export interface paths {
         put?: never;
         /**
          * Receive a code-host webhook delivery
-         * @description Called by the code host, not by users: no API key; the body must be signed with the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the raw body). Content type application/json. A push to a branch tracked by a build_on_push codehost deployment creates one revision of it; a redelivery (same X-GitHub-Delivery) builds nothing new.
+         * @description Called by the code host, not by users: no API key; the body must be signed with the integration's webhook secret in X-Hub-Signature-256 (sha256=HMAC-SHA256 of the raw body). Content type application/json. A push to a branch tracked by a build_on_push codehost deployment creates one revision of it; a pull_request (opened, synchronize, reopened) builds a preview of its head commit at the endpoint pr-<number>, and closed removes it; a redelivery (same X-GitHub-Delivery) builds nothing new.
          */
         post: operations["receiveCodehostWebhook"];
         delete?: never;
@@ -2077,6 +2097,75 @@ export interface components {
         DeploymentEndpointList: {
             /** @description The deployment's endpoints, by name. */
             resources: components["schemas"]["DeploymentEndpoint"][];
+        };
+        /** DeploymentMetricsErrors */
+        DeploymentMetricsErrors: {
+            /** @description The app's own 4xx answers. */
+            "4xx": number;
+            /** @description The app's own 5xx answers. */
+            "5xx": number;
+            /** @description The edge's own answers: no instance running, none accepted the connection, none answered in time (502, 503, 504). */
+            edge: number;
+        };
+        /**
+         * DeploymentMetricsLatency
+         * @description Seconds, from a histogram (each value within a third of the true one).
+         */
+        DeploymentMetricsLatency: {
+            /** @description Median time from the request to the end of its response at the app edge; null without requests. */
+            p50: number | null;
+            /** @description 90th percentile. */
+            p90: number | null;
+            /** @description 99th percentile. */
+            p99: number | null;
+        };
+        /** DeploymentMetricsPoint */
+        DeploymentMetricsPoint: {
+            /**
+             * Format: date-time
+             * @description Start of the step.
+             */
+            start: string;
+            /** @description Requests answered in the step (errors included). */
+            requests: number;
+            errors: components["schemas"]["DeploymentMetricsErrors"];
+            latency_seconds: components["schemas"]["DeploymentMetricsLatency"];
+            /** @description Mean CPU the revision's instances used over the step, in cores; null when not measured. */
+            cpu_cores: number | null;
+            /** @description Highest memory the revision's instances held in the step; null when not measured. */
+            memory_bytes: number | null;
+            /** @description Requests the edge served but could not record in the step (its buffer was full in a flood): they are in no other count. On the series without a revision. */
+            dropped: number;
+        };
+        /** DeploymentMetricsSeries */
+        DeploymentMetricsSeries: {
+            /** @description The endpoint's name; null for the deployment's own URL. */
+            endpoint: string | null;
+            /**
+             * Format: uuid
+             * @description The revision that answered; null for the edge's own answers and dropped records.
+             */
+            revision_id: string | null;
+            /** @description Oldest first, one per step, up to now. */
+            points: components["schemas"]["DeploymentMetricsPoint"][];
+            /** @description Over the whole window. */
+            total: {
+                requests: number;
+                errors: components["schemas"]["DeploymentMetricsErrors"];
+                latency_seconds: components["schemas"]["DeploymentMetricsLatency"];
+                dropped: number;
+            };
+        };
+        /** DeploymentMetrics */
+        DeploymentMetrics: {
+            /** Format: uuid */
+            deployment_id: string;
+            window_seconds: number;
+            step_seconds: number;
+            /** @description False when the replica that answered runs no app edge (SLIPWAY_ROLES without worker): its series are empty. */
+            measured: boolean;
+            /** @description Per route (own URL first, then endpoints by name) and revision; a route or revision without any request, sample or drop in the window is left out. Two revisions of one endpoint (a move, a split) are two series. */
+            series: components["schemas"]["DeploymentMetricsSeries"][];
         };
         /** PullRequestPreview */
         PullRequestPreview: {
@@ -4575,6 +4664,50 @@ export interface operations {
             408: components["responses"]["RequestTimeout"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getDeploymentMetrics: {
+        parameters: {
+            query?: {
+                /** @description Such as 90s, 15m, 1h. */
+                window?: string;
+                /** @description Such as 10s, 1m. */
+                step?: string;
+            };
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentMetrics"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             417: components["responses"]["ExpectationFailed"];
             422: components["responses"]["ValidationFailed"];
             431: components["responses"]["RequestHeaderFieldsTooLarge"];
