@@ -30,7 +30,6 @@ import { deploymentRoutes } from './routes/deployments.ts';
 import { eventRoutes } from './routes/events.ts';
 import { deploymentEndpointRoutes } from './routes/deployment-endpoints.ts';
 import { deploymentMetricsRoutes } from './routes/deployment-metrics.ts';
-import { createDeploymentMetricsService } from './service/deployment-metrics.ts';
 import type { TrafficSeries } from './dataplane/traffic-series.ts';
 import { deploymentPreviewRoutes } from './routes/deployment-previews.ts';
 import { deploymentStorageRoutes } from './routes/deployment-storage.ts';
@@ -81,7 +80,7 @@ export interface AppDeps {
   tracing?: Tracing;
   /** The apps this process serves and runs, for the per-deployment metrics of /metrics. */
   apps?: MetricsOptions['apps'];
-  /** The series of this process's app edge, for GET /v2/deployments/{id}/metrics; null when it runs none. */
+  /** The series of this process's app edge, for GET /v2/deployments/{id}/metrics (when `services` is not given). */
   traffic?: () => TrafficSeries | null;
 }
 
@@ -204,6 +203,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       ...(deps.pool ? { pool: deps.pool } : {}),
       ...(deps.ssoFetch ? { ssoFetch: deps.ssoFetch } : {}),
       ...(deps.now ? { now: deps.now } : {}),
+      ...(deps.traffic ? { traffic: deps.traffic } : {}),
     });
   const { deployments } = services;
 
@@ -222,9 +222,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(eventRoutes, { deployments });
     await app.register(deploymentStorageRoutes, { storage: services.deploymentStorage });
     await app.register(deploymentEndpointRoutes, { endpoints: services.endpoints });
-    await app.register(deploymentMetricsRoutes, {
-      metrics: createDeploymentMetricsService({ db, traffic: deps.traffic ?? (() => null) }),
-    });
+    await app.register(deploymentMetricsRoutes, { metrics: services.deploymentMetrics });
     await app.register(deploymentPreviewRoutes, { previews: services.previews });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });
     await app.register(listenerRoutes, { listeners: services.listeners });

@@ -125,12 +125,19 @@ async function main(): Promise<void> {
   }
   if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
   const changes = await openChangeFeed(database.url, logger);
-  // One set of services for the API and the worker (src/services.ts).
-  const services = createServices({ config, db, secretBox, logger, pool: database.pool });
-  const tracing = startTracing(config.tracing, logger);
   // The apps' edge, which lives with the worker that runs them (docs/app-urls.md), and the worker: started
   // below, before the API listens, so that /readyz answers once everything runs.
   let edge: AppEdge | null = null;
+  // One set of services for the API and the worker (src/services.ts).
+  const services = createServices({
+    config,
+    db,
+    secretBox,
+    logger,
+    pool: database.pool,
+    traffic: () => edge?.traffic ?? null,
+  });
+  const tracing = startTracing(config.tracing, logger);
   let worker: Awaited<ReturnType<typeof startLocalDataPlane>> | null = null;
   const apps = async () =>
     edge === null
@@ -151,7 +158,6 @@ async function main(): Promise<void> {
     services,
     tracing,
     apps,
-    traffic: () => edge?.traffic ?? null,
   });
   const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
   // Pull-request previews' commit statuses go back to the code host (src/service/preview-statuses.ts).

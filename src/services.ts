@@ -4,6 +4,8 @@
  * (src/dataplane/local-data-plane.ts), so both sides share one code-host client cache and one
  * in-process refresh of each OAuth token. No service builds another.
  */
+import type { TrafficSeries } from './dataplane/traffic-series.ts';
+import { createDeploymentMetricsService } from './service/deployment-metrics.ts';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
@@ -62,9 +64,21 @@ export interface ServiceDeps {
   ssoFetch?: FetchLike;
   /** The clock OAuth tokens' expiry is computed and read against; tests move it instead of waiting. */
   now?: () => Date;
+  /** The app edge's series (src/dataplane/traffic-series.ts) once it runs in this process; null before or without. */
+  traffic?: () => TrafficSeries | null;
 }
 
-export function createServices({ config, db, secretBox, logger, codehostClient, pool, ssoFetch, now }: ServiceDeps) {
+export function createServices({
+  config,
+  db,
+  secretBox,
+  logger,
+  codehostClient,
+  pool,
+  ssoFetch,
+  now,
+  traffic,
+}: ServiceDeps) {
   const integrations = createCodehostIntegrationService({
     db,
     secretBox,
@@ -134,6 +148,7 @@ export function createServices({ config, db, secretBox, logger, codehostClient, 
     }),
     tracingProjects: createTracingProjectService({ db }),
     metrics: createMetricsService({ db }),
+    deploymentMetrics: createDeploymentMetricsService({ db, traffic: traffic ?? (() => null) }),
     deploymentStorage: createDeploymentStorageService({ db, secretBox, ...(pool ? { pool } : {}) }),
     sso: createSsoService({
       db,
