@@ -228,7 +228,9 @@ export function startProcess(options: RunOptions): RunningProcess {
       for (const pid of pids) await group.add(pid);
     }
     if (sandbox.slirp && info) {
-      network = await attachNetwork(sandbox.slirp, pids[pids.length - 1]!, run.publishPort ?? null);
+      network = await attachNetwork(sandbox.slirp, pids[pids.length - 1]!, run.publishPort ?? null, (reason) =>
+        options.output.system(`The sandbox's network took a second try: ${reason}`),
+      );
     }
     hold?.end('go\n');
     info?.destroy();

@@ -70,7 +70,7 @@ async function waitReady(child: ChildProcess, stderr: () => string, timeoutMs: n
       else resolve();
     };
     const onExit = (code: number | null) =>
-      done(new NetworkSetupError(`slirp4netns exited (code ${code}) before it was ready: ${stderr().trim()}`));
+      done(new EarlyExit(`slirp4netns exited (code ${code}) before it was ready: ${stderr().trim()}`));
     ready.once('data', () => done());
     child.once('exit', onExit);
   });
@@ -100,8 +100,28 @@ export async function attachNetwork(
   options: SlirpOptions,
   pid: number,
   publishPort: number | null,
+  onRetry: (reason: string) => void = () => undefined,
 ): Promise<NetworkAttachment> {
   await waitForLoopback(pid, 10_000);
+  // As an ordinary user slirp4netns now and then exits before it is ready, right after its child sent the
+  // tap device (`sent tapfd=7 for tap0`, exit 1; about one start in a few hundred under load). Its tap
+  // device goes with it, so a second one starts clean: tried up to ATTACH_TRIES times, each retry said.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await attachOnce(options, pid, publishPort);
+    } catch (error) {
+      if (!(error instanceof EarlyExit) || attempt >= ATTACH_TRIES) throw error;
+      onRetry(`${error.message}; trying again (${attempt + 1} of ${ATTACH_TRIES})`);
+    }
+  }
+}
+
+const ATTACH_TRIES = 3;
+
+/** slirp4netns ended before it said it was ready. */
+class EarlyExit extends NetworkSetupError {}
+
+async function attachOnce(options: SlirpOptions, pid: number, publishPort: number | null): Promise<NetworkAttachment> {
   counter += 1;
   const apiSocket = path.join(options.socketDir, `s${process.pid}-${counter}.sock`);
   // At ordinary priority: it carries the app's traffic (docs/performance.md, the idle class it left).

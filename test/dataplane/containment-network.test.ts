@@ -318,7 +318,7 @@ test("a build reaches nothing of the host's loopback either", { timeout: 5 * 60_
 test(
   'each of many starts of a sandbox is contained, and none fails in its setup',
   { timeout: 5 * 60_000 },
-  async () => {
+  async (t) => {
     const STARTS = 40;
     const redisPort = (redis.address() as net.AddressInfo).port;
     const worker = `
@@ -368,7 +368,13 @@ socket.on('error', () => process.exit(3));
     });
     const exits = log.filter(isExit);
     const unexpected = exits.filter((l) => !l.includes('exited with code 3'));
-    const sandboxErrors = log.filter((l) => /bwrap|slirp4netns|Could not set up the sandbox/.test(l));
+    // A slirp4netns that ended before it was ready is tried again, and the log says so (sandbox-network.ts):
+    // that is not a failed start. Every other word of the sandbox's setup is.
+    const retried = log.filter((l) => l.startsWith("The sandbox's network took a second try"));
+    if (retried.length > 0) t.diagnostic(`network setups tried again: ${retried.join(' | ')}`);
+    const sandboxErrors = log.filter(
+      (l) => !retried.includes(l) && /bwrap|slirp4netns|Could not set up the sandbox/.test(l),
+    );
     assert.deepEqual(
       { unexpected, sandboxErrors },
       { unexpected: [], sandboxErrors: [] },
