@@ -41,7 +41,8 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        create, patch, listener; the data plane group: dataplane (both parts),
                        dataplane-deploy (create to DEPLOYED, and the commands under each
                        sandbox), dataplane-proxy (the app directly, through its edge, a plain
-                       nginx and the built-in edge; the API's p99 alone and under app load);
+                       nginx and the built-in edge; the API's p99 alone and under app load),
+                       dataplane-api (only the API's p99 alone and under the tiny app's load);
                        each with SLIPWAY_SANDBOX=none and the default full isolation side by side;
                        the listener group: listeners (long-polls: patch to answer, memory);
                        the LangGraph state group: langgraph (runs/s and first stream event,

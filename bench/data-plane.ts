@@ -76,13 +76,20 @@ export interface LoadRunner {
 export interface DataPlaneParts {
   deploy: boolean;
   proxy: boolean;
+  /** The API's latency alone and under app load (part of `dataplane-proxy`, or alone as `dataplane-api`). */
+  api: boolean;
 }
 
-/** `--only` keys of this group: `dataplane` (both parts), `dataplane-deploy`, `dataplane-proxy`. */
+/**
+ * `--only` keys of this group: `dataplane` (all of it), `dataplane-deploy`, `dataplane-proxy` (the
+ * proxies and the API under app load), `dataplane-api` (only the API under app load, with the tiny app:
+ * long rounds of it take minutes, not the proxies' hour).
+ */
 export function dataPlaneParts(only: string[]): DataPlaneParts {
-  if (only.length === 0) return { deploy: true, proxy: true };
+  if (only.length === 0) return { deploy: true, proxy: true, api: true };
   const all = only.includes('dataplane');
-  return { deploy: all || only.includes('dataplane-deploy'), proxy: all || only.includes('dataplane-proxy') };
+  const proxy = all || only.includes('dataplane-proxy');
+  return { deploy: all || only.includes('dataplane-deploy'), proxy, api: proxy || only.includes('dataplane-api') };
 }
 
 export const isDataPlaneKey = (key: string) => key === 'dataplane' || key.startsWith('dataplane-');
@@ -1034,6 +1041,7 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
       say('  CAUTION: the default mode does not contain apps fully here; isolated / bare understates the cost');
 
     for (const app of apps) {
+      if (!parts.deploy && !parts.proxy && app !== tiny) continue;
       const appConfig = await loadAppConfig(app.dir, 'slipway.json', {});
       const result: AppDeployResult = {
         key: app.key,
@@ -1135,7 +1143,7 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
           sandboxStarts = starts;
         }
       }
-      if (parts.proxy) {
+      if (parts.proxy || (parts.api && app === tiny)) {
         const closers: (() => Promise<void>)[] = [];
         const closeAll = async () => {
           for (const close of closers.splice(0).reverse()) await close();
@@ -1151,10 +1159,10 @@ export async function runDataPlaneBench(ctx: DataPlaneBenchContext): Promise<Dat
             targets.set(mode, target);
             formsByMode.set(mode, await formsOf(target, plainProxies, closers));
           }
-          proxy.push(...(await proxyRuns(ctx.load, options, rounds, app, formsByMode, say)));
+          if (parts.proxy) proxy.push(...(await proxyRuns(ctx.load, options, rounds, app, formsByMode, say)));
           // The API's latency under app load: once, with the tiny app (the proxy's share of each request
           // is largest), in the default mode.
-          if (app === tiny && ctx.probe !== null) {
+          if (parts.api && app === tiny && ctx.probe !== null) {
             const mode: ModeKey = 'isolated';
             apiProbe = {
               request: `GET ${API_PROBE_PATH}`,

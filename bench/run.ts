@@ -322,16 +322,17 @@ async function main(): Promise<number> {
     // by default (not in the prepared statements experiment, which is about the API's SQL).
     const parts =
       options.only.length === 0 && options.preparedStatements
-        ? { deploy: false, proxy: false }
+        ? { deploy: false, proxy: false, api: false }
         : dataPlaneParts(options.only);
-    if (parts.deploy || parts.proxy) {
+    if (parts.deploy || parts.proxy || parts.api) {
       const proxyRuns = 2 * 5 * 2 * options.proxyRounds;
-      const apiRuns = 3 * options.proxyRounds;
+      const apiRuns = 5 * options.proxyRounds;
+      const roundOf = `each of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)`;
       say(
-        `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs and ${apiRuns} runs of the API under app load, each of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)` : ''].filter(Boolean).join('; ')}`,
+        `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs and ${apiRuns} runs of the API under app load, ${roundOf}` : parts.api ? `${apiRuns} runs of the API alone and under the tiny app's load, ${roundOf}` : ''].filter(Boolean).join('; ')}`,
       );
       // The API probe runs beside the app load, so it needs a load generator of its own.
-      const probe = parts.proxy ? LoadGenerator.start() : null;
+      const probe = parts.api ? LoadGenerator.start() : null;
       if (probe !== null) cleanups.push(() => probe.stop());
       const dataPlane = await runDataPlaneBench({
         options,
