@@ -18,6 +18,7 @@ import {
   type ProxyCpu,
   type ProxyForm,
   type ProxyRun,
+  LIGHT_RESERVE_FACTOR,
 } from './data-plane.ts';
 import type { LoadResult } from './load-protocol.ts';
 
@@ -479,6 +480,7 @@ const API_LOAD_TITLES: Record<ApiLoad, string> = {
   stable: "app loaded through the stable URL (the service's edge)",
   builtin: 'app loaded through the built-in edge',
   'stable-no-reserve': 'app loaded through the stable URL, the service out of its CPU reserve',
+  'stable-reserve-light': 'app loaded through the stable URL, the reserve weighing only as much as the apps',
   'stable-probe-ordinary': 'app loaded through the stable URL, the probe at ordinary priority (a client on this host)',
 };
 
@@ -496,7 +498,14 @@ interface ApiCell {
 
 function apiCells(runs: ApiRun[]): ApiCell[] {
   const cells: ApiCell[] = [];
-  for (const load of ['none', 'stable', 'builtin', 'stable-no-reserve', 'stable-probe-ordinary'] as const) {
+  for (const load of [
+    'none',
+    'stable',
+    'builtin',
+    'stable-no-reserve',
+    'stable-reserve-light',
+    'stable-probe-ordinary',
+  ] as const) {
     const mine = runs.filter((r) => r.load === load);
     if (mine.length === 0) continue;
     const apps = mine.map((r) => r.app).filter((a): a is LoadResult => a !== null);
@@ -660,6 +669,11 @@ export function dataPlaneSummary(results: DataPlaneResults): string[] {
         ? `the service's CPU reserve: API p99 under app load through the stable URL ${ms(stable.c.p99)} ms in it against ${ms(unreserved.c.p99)} ms out of it (${times(stable.c.p99 / unreserved.c.p99)})`
         : `the service's CPU reserve was not measured: ${probe.reserve ?? 'no app load through the stable URL'}`,
     );
+    const light = under('stable-reserve-light');
+    if (light && stable)
+      lines.push(
+        `the reserve's weight: API p99 under app load through the stable URL ${ms(stable.c.p99)} ms at ${String(Math.round(1 / LIGHT_RESERVE_FACTOR))} times the apps' weight against ${ms(light.c.p99)} ms at only the apps' weight (${times(stable.c.p99 / light.c.p99)}; ${times(light.ratio)} of alone)`,
+      );
     const ordinaryProbe = under('stable-probe-ordinary');
     lines.push(
       ordinaryProbe && stable

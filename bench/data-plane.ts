@@ -42,6 +42,7 @@ import { loadAppConfig, type AppConfig } from '../src/dataplane/app-config-file.
 import { appDatabaseUrl, createAppDatabase, dropAppDatabase } from '../src/dataplane/app-database.ts';
 import { startAppEdge, type AppEdge } from '../src/dataplane/app-edge.ts';
 import { buildEnvironment } from '../src/dataplane/app-environment.ts';
+import { SERVICE_RESERVE_FACTOR } from '../src/dataplane/service-cpu-reserve.ts';
 import { keepCpusBusy } from '../test/support/busy-host.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { cpuBetween, sampleCpu, type CpuSample } from './cpu-usage.ts';
@@ -283,7 +284,14 @@ export interface ProxyRun {
  * its reserve (what the API got before it had one), or through the stable URL with the probe itself at
  * ordinary priority (what a client on the same loaded host sees: its own waits for a CPU included).
  */
-export type ApiLoad = 'none' | 'stable' | 'builtin' | 'stable-no-reserve' | 'stable-probe-ordinary';
+export type ApiLoad =
+  'none' | 'stable' | 'builtin' | 'stable-no-reserve' | 'stable-reserve-light' | 'stable-probe-ordinary';
+
+/**
+ * The `stable-reserve-light` condition's reserve: as much as all apps together weigh, what the service
+ * gave itself before 2026-12-06, against the SERVICE_RESERVE_FACTOR times that it gives itself now.
+ */
+export const LIGHT_RESERVE_FACTOR = 1 / SERVICE_RESERVE_FACTOR;
 
 /** One run of the API probe: a fixed rate of a cheap authenticated call, with or without app load. */
 export interface ApiRun {
@@ -887,7 +895,7 @@ async function apiRuns(
     rate: API_PROBE_RATE,
   };
   const loads: ApiLoad[] = ['none', ...(['stable', 'builtin'] as const).filter((l) => forms.some((f) => f.form === l))];
-  if (reserve !== null && loads.includes('stable')) loads.push('stable-no-reserve');
+  if (reserve !== null && loads.includes('stable')) loads.push('stable-no-reserve', 'stable-reserve-light');
   const cannotRaise = setProbePriority(probe.pid, PROBE_NICE);
   info.probePriority = cannotRaise ?? PROBE_NICE;
   if (cannotRaise === null && loads.includes('stable')) loads.push('stable-probe-ordinary');
@@ -907,9 +915,10 @@ async function apiRuns(
   async function apiRounds(): Promise<void> {
     for (let round = 0; round < rounds; round++) {
       for (const condition of inTurn(loads, round)) {
-        const edge = condition === 'stable-no-reserve' || condition === 'stable-probe-ordinary' ? 'stable' : condition;
+        const edge = condition.startsWith('stable-') ? 'stable' : condition;
         const f = forms.find((x) => x.form === edge);
         await (condition === 'stable-no-reserve' ? reserve?.outside() : reserve?.inside());
+        await reserve?.weigh(condition === 'stable-reserve-light' ? LIGHT_RESERVE_FACTOR : 1);
         if (cannotRaise === null) setProbePriority(probe.pid, condition === 'stable-probe-ordinary' ? 0 : PROBE_NICE);
         const before = await sampleCpu(load.pid);
         const [result, appResult] = await Promise.all([

@@ -326,7 +326,8 @@ async function main(): Promise<number> {
         : dataPlaneParts(options.only);
     if (parts.deploy || parts.proxy || parts.api) {
       const proxyRuns = 2 * 5 * 2 * options.proxyRounds;
-      const apiRuns = 5 * options.proxyRounds;
+      // Alone, through the stable URL, the built-in edge, out of the reserve, a heavier reserve, the probe at ordinary priority.
+      const apiRuns = 6 * options.proxyRounds;
       const roundOf = `each of ${options.warmupSeconds} s warm-up + ${options.durationSeconds / options.proxyRounds} s (${options.proxyRounds} rounds)`;
       say(
         `data plane: SLIPWAY_SANDBOX=none and the default (full isolation) side by side, each with its own service: ${[parts.deploy ? `${options.deployments} deployments of each of two apps per mode, and the tiny app's commands under each sandbox` : '', parts.proxy ? `${proxyRuns} proxy runs and ${apiRuns} runs of the API under app load, ${roundOf}` : parts.api ? `${apiRuns} runs of the API alone and under the tiny app's load, ${roundOf}` : ''].filter(Boolean).join('; ')}`,

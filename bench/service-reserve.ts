@@ -16,6 +16,8 @@ export interface BenchReserve {
   inside(): Promise<void>;
   /** Both back where they came from. */
   outside(): Promise<void>;
+  /** The reserve's weight times `factor` of what the service gives it (1: as the service does). */
+  weigh(factor: number): Promise<void>;
   dispose(): Promise<void>;
 }
 
@@ -49,6 +51,14 @@ export async function benchServiceReserve(): Promise<BenchReserve | string> {
     return reserve.description;
   }
   const home = path.join(path.dirname(group), 'cgroup.procs');
+  const weightFile = (await fs.access(path.join(group, 'cpu.weight')).then(
+    () => true,
+    () => false,
+  ))
+    ? path.join(group, 'cpu.weight')
+    : path.join(group, 'cpu.shares');
+  const given = Number((await fs.readFile(weightFile, 'utf8')).trim());
+  const most = weightFile.endsWith('cpu.weight') ? 10_000 : 262_144;
   const moveAll = async (procs: string) => {
     for (const pid of [process.pid, ...(await descendants(process.pid, 'postgres'))])
       await fs.writeFile(procs, String(pid)).catch(() => undefined);
@@ -59,6 +69,7 @@ export async function benchServiceReserve(): Promise<BenchReserve | string> {
     description: reserve.description,
     inside: () => moveAll(path.join(group, 'cgroup.procs')),
     outside: () => moveAll(home),
+    weigh: (factor) => fs.writeFile(weightFile, String(Math.min(most, Math.round(given * factor)))),
     async dispose() {
       await moveAll(home);
       await reserve.release();

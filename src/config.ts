@@ -112,7 +112,7 @@ export interface Config {
   /** How apps are isolated: `auto` uses bubblewrap when installed, `bwrap` requires it, `none` runs them bare. */
   readonly sandbox: SandboxMode;
   /**
-   * Whether the service gives itself a CPU group that weighs as much as all apps together, so the API
+   * Whether the service gives itself a CPU group that weighs four times as much as all apps together, so the API
    * answers promptly under app load (src/dataplane/service-cpu-reserve.ts). SLIPWAY_SERVICE_CPU_RESERVE,
    * on by default where the host allows it.
    */

@@ -87,7 +87,7 @@ async function main(): Promise<void> {
 
   const lock = await lockDataDir(config.dataDir, { logger, command: 'service' });
   // Where apps run here, the service (and the embedded PostgreSQL it starts next) gets a CPU group that
-  // weighs as much as all apps together, so the API answers promptly under app load.
+  // weighs four times as much as all apps together, so the API answers promptly under app load.
   const cpuReserve = config.roles.includes('worker')
     ? await reserveServiceCpu({
         enabled: config.serviceCpuReserve,

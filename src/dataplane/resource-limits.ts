@@ -11,7 +11,7 @@
  * the apps still get their share of each CPU they use, where the kernel's idle class (which this once
  * used) left them only what every other process left, and builds and health checks ran out of time.
  * Within it each instance and build weighs its `cpu` request; its `cpu_limit` is a quota on top. The
- * service weighs as much as all apps together where the host allows it (its CPU reserve,
+ * service weighs four times as much as all apps together where the host allows it (its CPU reserve,
  * service-cpu-reserve.ts); the app edge and the apps' user-mode network run at ordinary weight outside
  * it: they carry the apps' traffic.
  *

@@ -1,6 +1,7 @@
 /**
- * The service's own CPU weight: a group of its own that weighs as much as all the apps together, so that
- * under app load the API (and the embedded PostgreSQL it starts after this) still gets the CPU promptly.
+ * The service's own CPU weight: a group of its own that weighs SERVICE_RESERVE_FACTOR times as much as all
+ * the apps together, so that under app load the API (and the embedded PostgreSQL it starts after this)
+ * still gets the CPU promptly.
  * Without it the service is one ordinary process among the apps' parent group, HAProxy, each app's
  * slirp4netns and whatever else the host runs, and the API's latency under app load grew with them
  * (docs/performance.md measures both).
@@ -35,6 +36,18 @@ import {
   type WeightFile,
 } from './cgroup-files.ts';
 import { parseSelfCgroup } from './resource-limits.ts';
+
+/**
+ * How many times the apps' parent group's weight the reserve weighs. Its weight is what the service gets
+ * when it wants the CPU, not what it takes: the API's work comes in short bursts, and a heavier group's
+ * wake-up is scheduled sooner. Weighing as much as the apps (1) left the API's p99 under app load 1.47x
+ * its p99 alone on a quiet 2-CPU machine and 2.5x on a busy one; 4 cut it to a seventh of that on the
+ * busy one, below its p99 alone at the old weight (docs/performance.md, 2026-12-06). What it costs: a service whose API is flooded keeps 4 parts in 5 of
+ * the CPUs it contends for against the apps (they keep at least 1 in 5, never nothing).
+ */
+export const SERVICE_RESERVE_FACTOR = 4;
+
+const WHAT_IT_WEIGHS = `${SERVICE_RESERVE_FACTOR} times what all apps together weigh`;
 
 export interface ServiceCpuReserve {
   /** What the service weighs and where, for the start log. */
@@ -116,7 +129,7 @@ export async function reserveServiceCpu(options: ServiceCpuReserveOptions): Prom
 
 /** v2 without root: the service's own delegated leaf gets the weight; nothing moves. */
 async function weighOwnLeaf(io: CgroupFs, leaf: string, options: ServiceCpuReserveOptions) {
-  const weight = cpuWeight('cpu.weight', options.cpus);
+  const weight = cpuWeight('cpu.weight', options.cpus * SERVICE_RESERVE_FACTOR);
   try {
     // The unit passes the cpu controller on to its leaves only once asked (the apps' parent asks too).
     const unit = path.dirname(leaf);
@@ -127,7 +140,7 @@ async function weighOwnLeaf(io: CgroupFs, leaf: string, options: ServiceCpuReser
     return none(`the service has no CPU reserve: ${explainRefusal(error, leaf)}`);
   }
   return {
-    description: `the service's own group ${leaf} weighs ${weight} (cpu.weight), as much as all apps together`,
+    description: `the service's own group ${leaf} weighs ${weight} (cpu.weight), ${WHAT_IT_WEIGHS}`,
     group: leaf,
     ordinary: (argv: readonly string[]) => [...argv],
     release: async () => undefined,
@@ -143,7 +156,7 @@ async function moveInto(
   pid: number,
   options: ServiceCpuReserveOptions,
 ): Promise<ServiceCpuReserve> {
-  const weight = cpuWeight(file, options.cpus);
+  const weight = cpuWeight(file, options.cpus * SERVICE_RESERVE_FACTOR);
   const home = path.join(base, 'cgroup.procs');
   let made = false;
   try {
@@ -160,7 +173,7 @@ async function moveInto(
   }
   return {
     description:
-      `the service runs in ${dir}, which weighs ${weight} (${file}), as much as all apps together; ` +
+      `the service runs in ${dir}, which weighs ${weight} (${file}), ${WHAT_IT_WEIGHS}; ` +
       `HAProxy and the apps' slirp4netns run in ${base}`,
     group: dir,
     ordinary: (argv) => ['/bin/sh', '-c', MOVE_THEN_EXEC, home, ...argv],

@@ -1,6 +1,6 @@
 /**
  * The service's CPU reserve (src/dataplane/service-cpu-reserve.ts): where the host lets it, the service
- * and its embedded PostgreSQL weigh as much as all apps together, while HAProxy and the apps' slirp4netns
+ * and its embedded PostgreSQL weigh four times as much as all apps together, while HAProxy and the apps' slirp4netns
  * (what carries the apps' traffic) stay in the group the service came from.
  *
  * The cgroup v2 cases run against a fake hierarchy (test/fakes/cgroup-v2.ts): the test machines have
@@ -39,15 +39,15 @@ function reserveOn(fake: FakeCgroupV2, uid: number, own: string, cpus = 2, enabl
 }
 
 describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
-  test('as root in the root group (a container, a host without systemd): a group of its own that weighs as much as all apps, the service moved in, and out again at release', async (t) => {
+  test('as root in the root group (a container, a host without systemd): a group of its own that weighs four times as much as all apps, the service moved in, and out again at release', async (t) => {
     const fake = await createFakeCgroupV2();
     t.after(() => fake.cleanup());
     const reserve = await reserveOn(fake, 0, '/', 4);
     const group = `${PARENT}-service`;
     assert.equal(reserve.group, path.join(fake.root, group));
-    assert.equal((await fake.read(group, 'cpu.weight')).trim(), '400', 'four ordinary processes, as the apps weigh');
+    assert.equal((await fake.read(group, 'cpu.weight')).trim(), '1600', 'four times the apps: 4 CPUs of 100, times 4');
     assert.deepEqual((await fake.read(group, 'cgroup.procs')).trim().split(/\s+/), [String(SERVICE_PID)]);
-    assert.match(reserve.description, /weighs 400 \(cpu\.weight\)/);
+    assert.match(reserve.description, /weighs 1600 \(cpu\.weight\), 4 times what all apps together weigh/);
     // What carries app traffic is started back in the root group by a shell that moves itself there.
     const argv = reserve.ordinary(['/usr/sbin/haproxy', '-f', 'x.cfg']);
     assert.deepEqual(argv.slice(-3), ['/usr/sbin/haproxy', '-f', 'x.cfg']);
@@ -68,7 +68,7 @@ describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
     assert.deepEqual(reserve.ordinary(['slirp4netns']), ['slirp4netns']);
   });
 
-  test("as the unit's ordinary user in its delegated leaf (DelegateSubgroup=supervisor): the leaf weighs as much as all apps, nothing moves", async (t) => {
+  test("as the unit's ordinary user in its delegated leaf (DelegateSubgroup=supervisor): the leaf weighs four times as much as all apps, nothing moves", async (t) => {
     const unit = 'system.slice/slipway.service';
     const fake = await createFakeCgroupV2({ writable: [unit] });
     t.after(() => fake.cleanup());
@@ -77,7 +77,11 @@ describe('the CPU reserve on cgroup v2 (a fake hierarchy)', () => {
     await fake.group(`${unit}/supervisor`, { procs: [SERVICE_PID] });
     const reserve = await reserveOn(fake, 990, `/${unit}/supervisor`);
     assert.equal(reserve.group, path.join(fake.root, unit, 'supervisor'));
-    assert.equal((await fake.read(`${unit}/supervisor`, 'cpu.weight')).trim(), '200');
+    assert.equal(
+      (await fake.read(`${unit}/supervisor`, 'cpu.weight')).trim(),
+      '800',
+      'four times the apps: 2 CPUs of 100, times 4',
+    );
     assert.deepEqual(reserve.ordinary(['slirp4netns']), ['slirp4netns']);
   });
 
@@ -112,7 +116,7 @@ describe('the CPU reserve of the service as an operator runs it', () => {
     return (await fs.readFile(`/proc/${pid}/comm`, 'utf8').catch(() => '')).trim();
   }
 
-  test('the service and its PostgreSQL weigh as much as all apps together; HAProxy and an app’s slirp4netns stay outside; the group goes at stop', async () => {
+  test('the service and its PostgreSQL weigh four times as much as all apps together; HAProxy and an app’s slirp4netns stay outside; the group goes at stop', async () => {
     const dataDir = await makeDataDir();
     const service = await startService(dataDir, { SLIPWAY_BOOTSTRAP_API_KEY: KEY, LOG_LEVEL: 'info' });
     const pid = service.child.pid!;
@@ -130,7 +134,11 @@ describe('the CPU reserve of the service as an operator runs it', () => {
     const v1 = (await fs.readFile('/proc/self/cgroup', 'utf8')).split('\n').some((l) => /:cpu[,:]/.test(l));
     const dir = v1 ? path.join('/sys/fs/cgroup/cpu', group) : path.join('/sys/fs/cgroup', group);
     const weight = Number((await fs.readFile(path.join(dir, v1 ? 'cpu.shares' : 'cpu.weight'), 'utf8')).trim());
-    assert.equal(weight, (v1 ? 1024 : 100) * os.availableParallelism(), 'as many ordinary processes as CPUs');
+    assert.equal(
+      weight,
+      (v1 ? 1024 : 100) * os.availableParallelism() * 4,
+      'four times the apps: 4 ordinary processes per CPU',
+    );
     assert.equal(await cpuGroupOf((await postgresPid(dataDir))!), group, 'the embedded PostgreSQL is in it too');
     const haproxy = Number((await fs.readFile(path.join(dataDir, 'edge', 'haproxy.pid'), 'utf8')).trim());
     assert.notEqual(await cpuGroupOf(haproxy), group, 'HAProxy carries the apps’ traffic outside the reserve');
