@@ -109,12 +109,22 @@ async function runFiles(
   return code;
 }
 
-/** The times file (a JSON line per file, as each ended), slowest first. */
+/**
+ * The times file (a JSON line per file, as each ended), slowest first, each line with the file's tier
+ * (scripts/slowest-files.mjs prints them so).
+ */
 async function sortTimes(file: string): Promise<void> {
   const lines = (await fs.readFile(file, 'utf8').catch(() => '')).split('\n').filter((line) => line !== '');
-  const seconds = (line: string) => (JSON.parse(line) as { seconds: number }).seconds;
-  lines.sort((a, b) => seconds(b) - seconds(a));
-  await fs.writeFile(file, lines.map((line) => `${line}\n`).join(''));
+  const entries = await Promise.all(
+    lines.map(async (line) => {
+      const entry = JSON.parse(line) as { file: string; seconds: number; tier?: string };
+      entry.file = path.relative(process.cwd(), path.resolve(entry.file));
+      entry.tier ??= await tierOf(entry.file).catch(() => undefined);
+      return entry;
+    }),
+  );
+  entries.sort((a, b) => b.seconds - a.seconds);
+  await fs.writeFile(file, entries.map((entry) => `${JSON.stringify(entry)}\n`).join(''));
 }
 
 async function main(): Promise<number> {
