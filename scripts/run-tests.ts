@@ -6,9 +6,10 @@
  * scripts/test-tiers.ts one after another (a file is in exactly one) and ends with each tier's outcome and
  * time.
  *
- * Usage: npm test [-- [--times FILE] [--tier NAME] test/some.test.ts ...]
- *   --times FILE   also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
- *   --tier NAME    every file of one tier (with any files named)
+ * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] test/some.test.ts ...]
+ *   --times FILE       also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
+ *   --tier NAME        every file of one tier (with any files named)
+ *   --concurrency N    how many files run at once, instead of their tier's (CONCURRENCY)
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -20,7 +21,7 @@ import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
-import { TIERS, tierOf } from './test-tiers.ts';
+import { TIERS, tierOf, type Tier } from './test-tiers.ts';
 
 /**
  * Per test file (Node 20's runner times each file's process as a whole): the last guard, for a hang
@@ -29,6 +30,23 @@ import { TIERS, tierOf } from './test-tiers.ts';
  * which stays below this one; and no file may take as long as CI's whole budget (15 minutes).
  */
 const TEST_TIMEOUT_MS = (MAX_TEST_SECONDS + 5 * 60) * 1000;
+
+/**
+ * How many files of a tier run at once (the runner's --test-concurrency); CI's machine has 2 cores.
+ * A group of files of several tiers runs at the lowest of theirs.
+ */
+const CONCURRENCY: Record<Tier, number> = { 'no-database': 2, database: 2, apps: 2 };
+
+/** How many of the files run at once: `--concurrency N`, else the lowest of their tiers' CONCURRENCY. */
+async function concurrencyOf(files: string[], override: string | undefined): Promise<number> {
+  if (override !== undefined) {
+    const n = Number(override);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`--concurrency ${override}: a whole number, 1 or more`);
+    return n;
+  }
+  const tiers = await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)));
+  return tiers.length === 0 ? 1 : Math.min(...tiers.map((t) => CONCURRENCY[t]));
+}
 
 async function testFiles(dir: string): Promise<string[]> {
   const entries = await fs.readdir(dir, { withFileTypes: true, recursive: true });
@@ -65,6 +83,7 @@ async function filesOf(args: string[], tier: string | undefined): Promise<string
 /** Runs the files with Node's test runner; `env` gives them the template database when they need one. */
 async function runFiles(
   files: string[],
+  concurrency: number,
   times: string | undefined,
   env: NodeJS.ProcessEnv,
   appendTimes = false,
@@ -77,7 +96,7 @@ async function runFiles(
       '--import',
       'tsx',
       '--test',
-      '--test-concurrency=2',
+      `--test-concurrency=${concurrency}`,
       `--test-timeout=${TEST_TIMEOUT_MS}`,
       // A file whose tests (and hooks) are done ends, whatever it left open: a before() that failed
       // half-way (Fastify's plugin timeout on a busy machine) left servers listening, and the file then
@@ -138,6 +157,7 @@ async function main(): Promise<number> {
   const args = process.argv.slice(2);
   const times = option(args, '--times');
   const tier = option(args, '--tier');
+  const concurrency = option(args, '--concurrency');
   // `npm test` alone (the README's command) runs the tiers one after another, each timed; named files
   // or a tier run as one group.
   const groups: { name: string | null; files: string[] }[] =
@@ -150,7 +170,7 @@ async function main(): Promise<number> {
   const anyDatabase = (await Promise.all(groups.map((g) => needsDatabase(g.files)))).some(Boolean);
   if (!anyDatabase) {
     process.stdout.write('test database: none (no file needs one)\n');
-    return runGroups(groups, times, {});
+    return runGroups(groups, times, concurrency, {});
   }
   const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
   const adminUrl = server.adminUrl;
@@ -162,7 +182,10 @@ async function main(): Promise<number> {
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
     await createMigratedDatabase(adminUrl, template);
-    return await runGroups(groups, times, { SLIPWAY_TEST_ADMIN_URL: adminUrl, SLIPWAY_TEST_TEMPLATE: template });
+    return await runGroups(groups, times, concurrency, {
+      SLIPWAY_TEST_ADMIN_URL: adminUrl,
+      SLIPWAY_TEST_TEMPLATE: template,
+    });
   } finally {
     await withClient(adminUrl, async (c) => {
       const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [
@@ -182,6 +205,7 @@ async function main(): Promise<number> {
 async function runGroups(
   groups: { name: string | null; files: string[] }[],
   times: string | undefined,
+  concurrencyOption: string | undefined,
   env: NodeJS.ProcessEnv,
 ): Promise<number> {
   let code = 0;
@@ -189,8 +213,12 @@ async function runGroups(
   if (times && groups.length > 1) await fs.writeFile(times, '');
   for (const group of groups) {
     const started = Date.now();
-    if (group.name !== null) process.stdout.write(`== the ${group.name} tier: ${group.files.length} files\n`);
-    const exit = group.files.length === 0 ? 0 : await runFiles(group.files, times, env, group.name !== null);
+    const concurrency = await concurrencyOf(group.files, concurrencyOption);
+    const what =
+      group.name === null ? `${group.files.length} files` : `the ${group.name} tier: ${group.files.length} files`;
+    process.stdout.write(`== ${what}, ${concurrency} at once\n`);
+    const exit =
+      group.files.length === 0 ? 0 : await runFiles(group.files, concurrency, times, env, group.name !== null);
     if (code === 0) code = exit;
     const seconds = Math.round((Date.now() - started) / 1000);
     if (group.name !== null) {
