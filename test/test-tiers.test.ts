@@ -4,8 +4,15 @@
  * starts them only through a helper is still in the apps tier.
  */
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
+import { promisify } from 'node:util';
 import { tierOf } from '../scripts/test-tiers.ts';
+
+const run = promisify(execFile);
 
 test('a file is in the tier of the most it needs, its helpers included', async () => {
   // Pure checks of the source tree.
@@ -21,4 +28,30 @@ test('a file is in the tier of the most it needs, its helpers included', async (
   assert.equal(await tierOf('test/telemetry/revision-traces.test.ts'), 'apps');
   // Spawns the service through test/support/service-harness.ts.
   assert.equal(await tierOf('test/ops/first-start.test.ts'), 'apps');
+});
+
+test("CI's list of the slowest files: the slowest first, each with its tier, a failed one said so", async () => {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-times-'));
+  try {
+    const times = path.join(dir, 'times.jsonl');
+    const lines = [
+      { file: 'test/a.test.ts', seconds: 3.2, passed: true, tier: 'no-database' },
+      { file: 'test/b.test.ts', seconds: 41.6, passed: false, tier: 'apps' },
+      { file: 'test/c.test.ts', seconds: 12, passed: true, tier: 'database' },
+    ];
+    await fs.writeFile(times, lines.map((line) => `${JSON.stringify(line)}\n`).join(''));
+    const { stdout } = await run(process.execPath, ['scripts/slowest-files.mjs', times, '2']);
+    assert.deepEqual(
+      stdout
+        .trimEnd()
+        .split('\n')
+        .map((line) => line.trim().split(/\s+/)),
+      [
+        ['42', 's', 'apps', 'test/b.test.ts', 'FAILED'],
+        ['12', 's', 'database', 'test/c.test.ts'],
+      ],
+    );
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
 });
