@@ -32,8 +32,15 @@ import { TIERS, tierOf, type Tier } from './test-tiers.ts';
 const TEST_TIMEOUT_MS = (MAX_TEST_SECONDS + 5 * 60) * 1000;
 
 /**
- * How many files of a tier run at once (the runner's --test-concurrency); CI's machine has 2 cores.
- * A group of files of several tiers runs at the lowest of theirs.
+ * How many files of a tier run at once (the runner's --test-concurrency); CI's machine has 2 cores. A
+ * group of files of several tiers runs at the lowest of theirs.
+ *
+ * Why 2 for each (measured by the CPU time files used, which a loaded machine inflates less than their
+ * wall time): a database-tier file used about 13 CPU-seconds, so at 2 at once that tier keeps both cores
+ * busy already; an apps-tier file about 25 (its service, builds, apps and browser: it waits, but not
+ * mostly), so at 2 at once it leaves some of the cores idle, yet at 4 at once, on a machine that other
+ * work kept busy too, two tests ran into their hang guards (a service's start, a deploy of the example
+ * app). 3 for the apps tier is the next thing to try on CI's machine, the whole tier at once.
  */
 const CONCURRENCY: Record<Tier, number> = { 'no-database': 2, database: 2, apps: 2 };
 
