@@ -221,7 +221,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     await app.register(deploymentRoutes, { deployments });
     await app.register(eventRoutes, { deployments });
     await app.register(deploymentStorageRoutes, { storage: services.deploymentStorage });
-    await app.register(deploymentEndpointRoutes, { endpoints: services.endpoints });
+    await app.register(deploymentEndpointRoutes, { endpoints: services.endpoints, splits: services.splits });
     await app.register(deploymentMetricsRoutes, { metrics: services.deploymentMetrics });
     await app.register(deploymentPreviewRoutes, { previews: services.previews });
     await app.register(revisionLogRoutes, { logs: services.revisionLogs, changes: deps.changes });

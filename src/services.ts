@@ -22,6 +22,7 @@ import { createWebhookService } from './service/codehost-webhooks.ts';
 import { createPreviewService } from './service/pull-request-previews.ts';
 import { createDeploymentService } from './service/deployments.ts';
 import { createEndpointService } from './service/deployment-endpoints.ts';
+import { createSplitService } from './service/endpoint-splits.ts';
 import { createDeploymentStorageService } from './service/deployment-storage.ts';
 import { resourcePolicyOf } from './service/resource-quotas.ts';
 import { createListenerProtocolService } from './service/listener-protocol.ts';
@@ -139,6 +140,7 @@ export function createServices({
     agentConnections: createAgentConnectionService({ db, tokens: oauthTokens }),
     tags: createTagService({ db }),
     endpoints: createEndpointService({ db, resources }),
+    splits: createSplitService({ db, resources, ...(now ? { now } : {}) }),
     revisionLogs: createRevisionLogService({ db }),
     uploads: createUploadService({
       db,

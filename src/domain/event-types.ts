@@ -81,6 +81,30 @@ export const EVENT_TYPES = {
     summary:
       'The own data plane could not start data.revision_id at the endpoint (data.message); what served there before keeps serving.',
   },
+  'deployment.endpoint_split_set': {
+    summary:
+      "A traffic split began at an endpoint (data.endpoint, data.revision_id: the endpoint's, data.split_revision_id, data.weight: its percent of clients, data.rollback: the automatic rollback's settings or null, data.by: the API key).",
+  },
+  'deployment.endpoint_split_changed': {
+    summary:
+      "An endpoint's traffic split changed (data.endpoint, data.split_revision_id, data.weight, data.rollback, data.from_split_revision_id, data.from_weight, data.by).",
+  },
+  'deployment.endpoint_split_ended': {
+    summary:
+      "An endpoint's traffic split ended (data.endpoint, data.split_revision_id, data.weight, data.reason: removed, promoted (the endpoint moved to the split's revision) or moved (to another), data.to_revision_id, data.by); every client goes to the endpoint's revision.",
+  },
+  'deployment.endpoint_split_rolled_back': {
+    summary:
+      "The automatic rollback took an endpoint's traffic split back (data.endpoint, data.split_revision_id, data.reason: error_rate or latency, data.message, data.base and data.split: requests, error_rate and p99_ms of each over the window).",
+  },
+  'deployment.endpoint_split_served': {
+    summary:
+      "The own data plane sends data.weight percent of the endpoint's clients to data.split_revision_id now (its instances healthy).",
+  },
+  'deployment.endpoint_split_failed': {
+    summary:
+      "The own data plane could not start the split's revision data.split_revision_id at the endpoint (data.message); the endpoint's revision keeps all its traffic.",
+  },
   'deployment.preview_built': {
     summary:
       "A pull request's preview was asked for (data.pull_request, data.endpoint, data.head_sha, data.revision_id, data.from_fork, data.secrets: whether it runs with the deployment's secrets); the revision is built and served at the endpoint, never at the deployment's own URL.",

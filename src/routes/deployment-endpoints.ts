@@ -10,7 +10,20 @@ import { ENDPOINT_NAME_PATTERN, LABEL_MAX } from '../domain/endpoints.ts';
 import { workspaceOf } from '../http/authenticate.ts';
 import { needs } from '../http/route-needs.ts';
 import { DateTime, Nullable, Uuid, errorResponses } from '../http/schema-helpers.ts';
-import type { EndpointActor, EndpointService, EndpointView } from '../service/deployment-endpoints.ts';
+import {
+  MAX_SPLIT_WEIGHT,
+  MIN_ROLLBACK_REQUESTS,
+  MIN_SPLIT_WEIGHT,
+  ROLLBACK_WINDOW_MAX_SECONDS,
+  ROLLBACK_WINDOW_MIN_SECONDS,
+} from '../domain/endpoint-splits.ts';
+import {
+  endpointUrl,
+  type EndpointActor,
+  type EndpointService,
+  type EndpointView,
+} from '../service/deployment-endpoints.ts';
+import type { SplitService } from '../service/endpoint-splits.ts';
 
 const EndpointName = Type.String({
   pattern: ENDPOINT_NAME_PATTERN,
@@ -19,6 +32,67 @@ const EndpointName = Type.String({
   description:
     "Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough " +
     'that `<slug>--<name>` is a DNS label (63 characters).',
+});
+
+const Rollback = Type.Object(
+  {
+    max_error_rate_increase: Type.Number({
+      minimum: 0,
+      maximum: 1,
+      description:
+        "How much higher the split revision's 5xx rate (a fraction of its requests) may be than the endpoint revision's before the split is taken back. Default 0.05.",
+    }),
+    max_p99_increase_ms: Nullable(
+      Type.Integer({
+        minimum: 1,
+        maximum: 600000,
+        description:
+          'How much higher its p99 latency may be, in milliseconds; null (the default): latency is not compared.',
+      }),
+    ),
+    window_seconds: Type.Integer({
+      minimum: ROLLBACK_WINDOW_MIN_SECONDS,
+      maximum: ROLLBACK_WINDOW_MAX_SECONDS,
+      description: 'The window both revisions are compared over. Default 300.',
+    }),
+    min_requests: Type.Integer({
+      minimum: MIN_ROLLBACK_REQUESTS,
+      maximum: 1000000,
+      description: 'Requests the split revision must have had in the window before anything is decided. Default 50.',
+    }),
+  },
+  { title: 'SplitRollback' },
+);
+
+const Split = Type.Object(
+  {
+    revision_id: Uuid({ description: 'The second revision, which takes `weight` percent of the clients.' }),
+    weight: Type.Integer({ minimum: MIN_SPLIT_WEIGHT, maximum: MAX_SPLIT_WEIGHT }),
+    served: Type.Boolean({
+      description:
+        "Whether the own data plane sends clients to it now (its instances started and healthy); until then the endpoint's revision takes all the traffic.",
+    }),
+    rollback: Nullable(Rollback),
+    started_at: DateTime(),
+  },
+  { title: 'DeploymentEndpointSplit' },
+);
+
+const SplitBody = Type.Object({
+  revision_id: Uuid(),
+  weight: Type.Integer({
+    minimum: MIN_SPLIT_WEIGHT,
+    maximum: MAX_SPLIT_WEIGHT,
+    description: 'Percent of clients (and of LangGraph threads) sent to the revision, 1 to 99.',
+  }),
+  rollback: Type.Optional(
+    Nullable(
+      Type.Partial(Rollback, {
+        description:
+          'Take the split back by itself when the revision does worse than the endpoint revision. Omitted: no automatic rollback.',
+      }),
+    ),
+  ),
 });
 
 const Endpoint = Type.Object(
@@ -38,6 +112,8 @@ const Endpoint = Type.Object(
         description: '`<scheme>://<slug>--<name>.<apps domain>[:port]`; null until the deployment has a stable URL.',
       }),
     ),
+    // The endpoint's traffic split: a share of its clients sent to a second revision; null: none.
+    split: Nullable(Split),
     created_at: DateTime(),
     updated_at: DateTime(),
   },
@@ -58,6 +134,16 @@ const response = (e: EndpointView) => ({
   revision_id: e.revision_id,
   served_revision_id: e.served_revision_id,
   url: e.url,
+  split:
+    e.split_revision_id === null || e.split_weight === null || e.split_started_at === null
+      ? null
+      : {
+          revision_id: e.split_revision_id,
+          weight: e.split_weight,
+          served: e.split_served_revision_id === e.split_revision_id,
+          rollback: e.split_rollback,
+          started_at: e.split_started_at.toISOString(),
+        },
   created_at: e.created_at.toISOString(),
   updated_at: e.updated_at.toISOString(),
 });
@@ -67,10 +153,71 @@ const actorOf = (request: FastifyRequest): EndpointActor => ({
   keyName: request.caller.keyName,
 });
 
-export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{ endpoints: EndpointService }> = async (
-  app,
-  { endpoints },
-) => {
+export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
+  endpoints: EndpointService;
+  splits: SplitService;
+}> = async (app, { endpoints, splits }) => {
+  app.put(
+    '/v2/deployments/:deployment_id/endpoints/:endpoint_name/split',
+    {
+      config: needs({ auth: 'workspace' }),
+      schema: {
+        operationId: 'putDeploymentEndpointSplit',
+        tags: ['endpoints'],
+        summary: "Split an endpoint's traffic with a second revision, or change the split",
+        description:
+          "Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its " +
+          'sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one ' +
+          'revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and ' +
+          'each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. ' +
+          "End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the " +
+          'split back by itself when the revision does worse than the endpoint revision over a window.',
+        params: EndpointParams,
+        body: SplitBody,
+        response: { 200: Endpoint, ...errorResponses(400, 401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const { deployment, row } = await splits.set(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.params.endpoint_name,
+        {
+          revisionId: request.body.revision_id,
+          weight: request.body.weight,
+          rollback: request.body.rollback,
+        },
+        actorOf(request),
+      );
+      return response({ ...row, url: endpointUrl(deployment, row.name) });
+    },
+  );
+
+  app.delete(
+    '/v2/deployments/:deployment_id/endpoints/:endpoint_name/split',
+    {
+      config: needs({ auth: 'workspace' }),
+      schema: {
+        operationId: 'deleteDeploymentEndpointSplit',
+        tags: ['endpoints'],
+        summary: "Take an endpoint's traffic split back",
+        description:
+          "Every client goes to the endpoint's revision again; the split revision's instances are drained and stopped.",
+        params: EndpointParams,
+        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request, reply) => {
+      await splits.remove(
+        workspaceOf(request),
+        request.params.deployment_id,
+        request.params.endpoint_name,
+        actorOf(request),
+      );
+      return reply.status(204).send(null);
+    },
+  );
+
   app.get(
     '/v2/deployments/:deployment_id/endpoints',
     {

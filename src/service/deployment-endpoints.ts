@@ -23,6 +23,7 @@ import { getDeployment, lockDeployment } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
 import { getRevision } from '../store/revisions.ts';
 import type { Database, DeploymentEndpointRow, DeploymentRow } from '../store/schema.ts';
+import { endSplit } from './endpoint-splits.ts';
 import { checkEndpointQuota, type ResourcePolicy } from './resource-quotas.ts';
 
 export interface EndpointServiceDeps {
@@ -123,6 +124,13 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
           );
         if (!before && resources)
           await checkEndpointQuota(tx, resources, workspaceId, deployment.source_config.resource_spec ?? null);
+        // A move ends a split: promoted when the endpoint moves to the split's revision.
+        if (before && before.revision_id !== revision.id)
+          await endSplit(tx, deployment, before, {
+            kind: before.split_revision_id === revision.id ? 'promoted' : 'moved',
+            actor,
+            toRevisionId: revision.id,
+          });
         const row = await putEndpoint(tx, deploymentId, name, revision.id);
         if (before?.revision_id !== revision.id)
           await recordEvents(tx, [

@@ -3,6 +3,7 @@
  * should serve, the own data plane's worker writes which one it serves.
  */
 import { sql } from 'kysely';
+import type { SplitRollbackSettings } from '../domain/endpoint-splits.ts';
 import type { Db, DeploymentEndpointRow } from './schema.ts';
 
 /** A deployment's endpoints, by name. */
@@ -80,7 +81,15 @@ export async function setEndpointServed(
 /** Revisions some endpoint of the deployment asks for or serves: their builds are kept. */
 export async function pinnedRevisionIds(db: Db, deploymentId: string): Promise<string[]> {
   const rows = await listEndpoints(db, deploymentId);
-  return [...new Set(rows.flatMap((r) => [r.revision_id, ...(r.served_revision_id ? [r.served_revision_id] : [])]))];
+  return [
+    ...new Set(
+      rows.flatMap((r) =>
+        [r.revision_id, r.served_revision_id, r.split_revision_id, r.split_served_revision_id].filter(
+          (id): id is string => id !== null,
+        ),
+      ),
+    ),
+  ];
 }
 
 /**
@@ -97,6 +106,9 @@ export async function endpointsToServe(db: Db, deploymentIds: string[]) {
     .select([
       'e.name as endpoint_name',
       'e.served_revision_id as endpoint_served_revision_id',
+      'e.split_revision_id as endpoint_split_revision_id',
+      'e.split_weight as endpoint_split_weight',
+      'e.split_served_revision_id as endpoint_split_served_revision_id',
       'd.workspace_id as deployment_workspace_id',
       'd.name as deployment_name',
       'd.app_slug as deployment_app_slug',
@@ -128,6 +140,65 @@ export async function quotaCountedEndpointSpecs(
     .where('d.listener_id', 'is', null)
     .where('d.status', '!=', 'AWAITING_DELETE');
   if (exceptId !== null) query = query.where('d.id', '!=', exceptId);
-  const rows = await query.execute();
-  return rows.map((r) => r.source_config.resource_spec ?? null);
+  const rows = await query.select('e.split_revision_id').execute();
+  // A split's second revision runs a copy of the instances too.
+  return rows.flatMap((r) => {
+    const spec = r.source_config.resource_spec ?? null;
+    return r.split_revision_id === null ? [spec] : [spec, spec];
+  });
+}
+
+/** Sets the endpoint's traffic split (migrations/029_endpoint_splits.sql); `startedAt` only when it begins. */
+export async function putSplit(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  split: { revisionId: string; weight: number; rollback: SplitRollbackSettings | null; startedAt: Date },
+): Promise<DeploymentEndpointRow> {
+  return db
+    .updateTable('deployment_endpoints')
+    .set({
+      split_revision_id: split.revisionId,
+      split_weight: split.weight,
+      split_rollback: split.rollback === null ? null : JSON.stringify(split.rollback),
+      split_started_at: split.startedAt,
+      updated_at: sql`now()`,
+    })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .returningAll()
+    .executeTakeFirstOrThrow();
+}
+
+/** Ends the endpoint's split: its second revision's instances are drained and stopped by the data plane. */
+export async function clearSplit(db: Db, deploymentId: string, name: string): Promise<void> {
+  await db
+    .updateTable('deployment_endpoints')
+    .set({
+      split_revision_id: null,
+      split_weight: null,
+      split_rollback: null,
+      split_started_at: null,
+      split_served_revision_id: null,
+      updated_at: sql`now()`,
+    })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .execute();
+}
+
+/** The data plane serves `revisionId` as the endpoint's split revision now (null: none). */
+export async function setSplitServed(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  revisionId: string | null,
+): Promise<void> {
+  await db
+    .updateTable('deployment_endpoints')
+    .set({ split_served_revision_id: revisionId })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .where((eb) => (revisionId === null ? eb.val(true) : eb('split_revision_id', '=', revisionId)))
+    .execute();
 }

@@ -4,6 +4,7 @@
  */
 import type { ColumnType, Generated, Kysely, Selectable, Transaction } from 'kysely';
 import type { DatabaseStorageState } from '../domain/database-storage.ts';
+import type { SplitRollbackSettings } from '../domain/endpoint-splits.ts';
 import type { SecretReference } from '../domain/deployment-plan.ts';
 import type { ResourceSpec } from '../domain/resource-spec.ts';
 import type { DeploymentType, Source, SourceConfig, SourceRevisionConfig } from '../domain/sources.ts';
@@ -242,6 +243,15 @@ export interface DeploymentEndpointTable {
   revision_id: string;
   /** What the own data plane serves there now: written by its worker once a switch is done. */
   served_revision_id: ColumnType<string | null, string | null | undefined, string | null>;
+  /** A traffic split's second revision (migrations/029_endpoint_splits.sql): written by the API (and its rollback). */
+  split_revision_id: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Percent of clients the split's revision gets, 1-99; set with split_revision_id. */
+  split_weight: ColumnType<number | null, number | null | undefined, number | null>;
+  /** The automatic rollback's thresholds; null: none. */
+  split_rollback: ColumnType<SplitRollbackSettings | null, string | null | undefined, string | null>;
+  split_started_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
+  /** The split's revision as the own data plane serves it now: written by its worker. */
+  split_served_revision_id: ColumnType<string | null, string | null | undefined, string | null>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }
