@@ -131,3 +131,27 @@ export async function drain(
   }
   forget();
 }
+
+/**
+ * A traffic split at a route (docs/app-urls.md, "Traffic split"): `weight` percent of its clients go to
+ * `targets`, the instances of `revisionId`; the rest to the route's own targets, of `baseRevisionId`.
+ */
+export interface RouteSplit {
+  baseRevisionId: string;
+  revisionId: string;
+  targets: AppTarget[];
+  weight: number;
+}
+
+/** The cookie both edges set on a split route's first answer, naming the revision that served it. */
+export const SPLIT_COOKIE = 'slipway_split';
+/** The header a client may send to be kept on one revision: the same value, the same revision. */
+export const STICKY_HEADER = 'x-slipway-sticky';
+
+/** The key of a split's second route in an edge's table: never a host label (those have no `/`). */
+export function splitRouteKey(label: string): string {
+  return `${label}/split`;
+}
+
+/** The Set-Cookie the built-in edge adds to a response of a split route (src/dataplane/app-proxy.ts). */
+export const splitCookieOf = new WeakMap<ServerResponse, string>();

@@ -21,7 +21,7 @@ import type { Duplex } from 'node:stream';
 import type { Logger } from 'pino';
 import { ConfigError, type Config } from '../config.ts';
 import { freePort } from '../db/embedded-postgres.ts';
-import type { AppTarget, SetTargetsOptions } from './app-backends.ts';
+import type { AppTarget, RouteSplit, SetTargetsOptions } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppRouter } from './app-router.ts';
 import { startHaproxyEdge } from './edge-haproxy.ts';
@@ -40,6 +40,13 @@ export interface AppRoutes {
   setTargets(slug: string, targets: AppTarget[], options?: SetTargetsOptions): Promise<void>;
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
+  /**
+   * Splits the slug's traffic (docs/app-urls.md, "Traffic split"): `split.weight` percent of its clients go
+   * to `split.targets` (health-checked by the caller) from when the promise resolves, each client and
+   * LangGraph thread kept on one revision. Null ends the split: every request goes to the slug's own
+   * targets, and the promise resolves once the second revision's requests in flight are drained.
+   */
+  setSplit(slug: string, split: RouteSplit | null, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];
 }
 
@@ -105,6 +112,7 @@ function routesOf(routes: AppRoutes): AppRoutes {
   return {
     setTargets: (slug, targets, options) => routes.setTargets(slug, targets, options),
     remove: (slug, options) => routes.remove(slug, options),
+    setSplit: (slug, split, options) => routes.setSplit(slug, split, options),
     targets: (slug) => routes.targets(slug),
   };
 }

@@ -11,7 +11,7 @@ import { TLSSocket } from 'node:tls';
 import { createProxyServer } from 'http-proxy-3';
 import type { Logger } from 'pino';
 import { redactUrl } from '../logger.ts';
-import { pick, servedBy, settle, type Backend, type Route } from './app-backends.ts';
+import { pick, servedBy, settle, splitCookieOf, type Backend, type Route } from './app-backends.ts';
 import { sendError, sendSocketError } from './app-error-answers.ts';
 import { SERVICE_COOKIE_NAME_PATTERN, SERVICE_CREDENTIAL_PATTERN } from './edge-haproxy-config.ts';
 
@@ -20,6 +20,8 @@ export interface AppRequest {
   slug: string;
   /** The path and query the app sees. */
   url: string;
+  /** The table's route that serves it when not the slug's own: a traffic split's second revision. */
+  route?: string;
 }
 
 /**
@@ -124,7 +126,11 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
       return;
     }
     try {
-      res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage || undefined, responseHeaders(proxyRes));
+      const headers = responseHeaders(proxyRes);
+      // A traffic split's cookie, beside the app's own cookies.
+      const cookie = splitCookieOf.get(res);
+      if (cookie !== undefined) headers['set-cookie'] = [...[headers['set-cookie'] ?? []].flat().map(String), cookie];
+      res.writeHead(proxyRes.statusCode ?? 502, proxyRes.statusMessage || undefined, headers);
     } catch (error) {
       // Thrown inside http-proxy's response handler it would take the process down.
       logger.warn({ err: error }, 'app response could not be passed on');
@@ -275,7 +281,7 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
   return {
     web(req, res, app) {
       setForwardedHeaders(req, app);
-      forward(req, res, app.slug, new Set(), 1);
+      forward(req, res, app.route ?? app.slug, new Set(), 1);
     },
     ws: proxyWebSocket,
     close() {

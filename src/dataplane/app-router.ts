@@ -17,6 +17,8 @@ import {
   newBackend,
   pick,
   servedBy,
+  splitCookieOf,
+  splitRouteKey,
   targetKey,
   whenIdle,
   NO_INSTANCE_YET,
@@ -24,8 +26,10 @@ import {
   type AppTarget,
   type Backend,
   type Route,
+  type RouteSplit,
   type SetTargetsOptions,
 } from './app-backends.ts';
+import { createSplitChooser } from './split-choice.ts';
 import { edgeAnswered, sendError, sendSocketError } from './app-error-answers.ts';
 import { createAppProxy, type AppRequest } from './app-proxy.ts';
 import { slugFromHost } from './app-urls.ts';
@@ -40,6 +44,8 @@ export interface AppRouter {
   setTargets(slug: string, targets: AppTarget[], options?: SetTargetsOptions): Promise<void>;
   /** Stops routing the slug; resolves when its in-flight requests are drained (or the timeout). */
   remove(slug: string, options?: { drainTimeoutMs?: number }): Promise<void>;
+  /** Splits the slug's traffic with a second revision's targets, or ends the split (null); see AppRoutes. */
+  setSplit(slug: string, split: RouteSplit | null, options?: { drainTimeoutMs?: number }): Promise<void>;
   targets(slug: string): AppTarget[];
   /** What was counted for each routed app (src/dataplane/edge-stats.ts). */
   stats(): Map<string, EdgeAppStats>;
@@ -77,6 +83,9 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   const proxy = createAppProxy({ logger, forwardedProto: options.forwardedProto ?? 'http', routes });
   /** Each routed app's count; it goes with the route. */
   const counters = new Map<string, ReturnType<typeof createStatsCounter>>();
+  /** Routes with a traffic split: their second revision is the route at splitRouteKey(slug). */
+  const splits = new Map<string, RouteSplit>();
+  const chooser = createSplitChooser();
   let closing: Promise<void> | null = null;
 
   function addBackend(target: AppTarget): Backend {
@@ -121,7 +130,16 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
         'unavailable',
         `Deployment ${app.slug} ${route.scaledToZero ? SCALED_TO_ZERO : NO_INSTANCE_YET}.`,
       );
-    proxy.web(req, res, app);
+    proxy.web(req, res, splitTarget(req, res, app));
+  }
+
+  /** The route that serves the request: the split's second one when the split picks it. */
+  function splitTarget(req: IncomingMessage, res: ServerResponse | null, app: AppRequest): AppRequest {
+    const split = splits.get(app.slug);
+    if (split === undefined) return app;
+    const { side, cookie } = chooser.choose(app.slug, split, req);
+    if (cookie !== null && res !== null) splitCookieOf.set(res, cookie);
+    return side === 'split' && routes.has(splitRouteKey(app.slug)) ? { ...app, route: splitRouteKey(app.slug) } : app;
   }
 
   const router: AppRouter = {
@@ -149,6 +167,23 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
         'app route set',
       );
       return drain(logger, backends, slug, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
+    },
+
+    async setSplit(slug, split, opts) {
+      const key = splitRouteKey(slug);
+      const before = splits.get(slug);
+      if (split === null) {
+        splits.delete(slug);
+        chooser.forget(slug);
+        return router.remove(key, opts);
+      }
+      if (before && (before.revisionId !== split.revisionId || before.baseRevisionId !== split.baseRevisionId))
+        chooser.forget(slug);
+      // The second revision's instances are routed before any request is sent there.
+      const done = router.setTargets(key, split.targets, opts);
+      counters.delete(key);
+      splits.set(slug, { ...split, targets: split.targets.map((t) => ({ ...t })) });
+      return done;
     },
 
     remove(slug, opts) {
@@ -185,7 +220,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
       const app = match(req);
       if (app === null) return false;
       socket.on('error', (error) => logger.debug({ err: error, slug: app.slug }, 'app WebSocket client error'));
-      const route = closing === null ? routes.get(app.slug) : undefined;
+      const served = closing === null && routes.has(app.slug) ? splitTarget(req, null, app) : app;
+      const route = closing === null ? routes.get(served.route ?? app.slug) : undefined;
       const backend = route === undefined ? null : pick(route, new Set());
       if (closing !== null)
         sendSocketError(req, socket, 503, 'unavailable', 'The service is shutting down; retry shortly.');

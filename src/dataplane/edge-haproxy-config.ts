@@ -135,6 +135,44 @@ function cookieRules(): string[] {
   ];
 }
 
+/**
+ * Traffic splits (docs/app-urls.md, "Traffic split"), in HAProxy's own terms. A split host has an entry in
+ * split.map: `<backend of the second revision>:<weight>:<base revision>:<second revision>`. The side
+ * (1: the host's own backend, 2: the split's) is chosen by, later rules winning: `rand(100)` against the
+ * weight; the `slipway_split` cookie naming a revision; the `X-Slipway-Sticky` header's xxh32 hash against
+ * the weight; and a LangGraph thread (`/threads/<id>/...`) pinned in a stick table (gpt0 = the side that
+ * first served it, keyed by thread and both revisions, so a pin lasts as long as that split). The
+ * response names the revision in the cookie when the request's cookie did not.
+ */
+export const SPLIT_COOKIE_NAME = 'slipway_split';
+const SPLIT_THREADS_TABLE = 'split_threads';
+
+function splitRules(dir: string): string[] {
+  const split = '{ var(txn.split) -m found }';
+  return [
+    `  http-request set-var(txn.split) var(txn.host),map(${dir}/split.map) if { var(txn.backend) -m found }`,
+    `  http-request set-var(txn.sb) var(txn.split),field(1,:) if ${split}`,
+    `  http-request set-var(txn.sw) var(txn.split),field(2,:) if ${split}`,
+    `  http-request set-var(txn.ra) var(txn.split),field(3,:) if ${split}`,
+    `  http-request set-var(txn.rb) var(txn.split),field(4,:) if ${split}`,
+    `  http-request set-var(txn.side) int(1) if ${split}`,
+    `  http-request set-var(txn.side) int(2) if ${split} { rand(100),sub(txn.sw) -m int lt 0 }`,
+    `  http-request set-var(txn.ck) req.cook(${SPLIT_COOKIE_NAME}) if ${split}`,
+    '  http-request set-var(txn.side) int(1) if { var(txn.ck),strcmp(txn.ra) eq 0 }',
+    '  http-request set-var(txn.side) int(2) if { var(txn.ck),strcmp(txn.rb) eq 0 }',
+    `  http-request set-var(txn.side) int(1) if ${split} { req.fhdr(x-slipway-sticky) -m found }`,
+    `  http-request set-var(txn.side) int(2) if ${split} { req.fhdr(x-slipway-sticky) -m found } { req.fhdr(x-slipway-sticky),xxh32,mod(100),sub(txn.sw) -m int lt 0 }`,
+    `  http-request set-var(txn.tk) path,field(3,/),concat(@,txn.ra,),concat(@,txn.rb,) if ${split} { path_reg ^/threads/[^/]+ }`,
+    `  http-request track-sc1 var(txn.tk) table ${SPLIT_THREADS_TABLE} if { var(txn.tk) -m found }`,
+    '  http-request set-var(txn.side) sc1_get_gpt0 if { var(txn.tk) -m found } { sc1_get_gpt0 gt 0 }',
+    '  http-request sc-set-gpt0(1) var(txn.side) if { var(txn.tk) -m found } { sc1_get_gpt0 eq 0 }',
+    '  http-request set-var(txn.backend) var(txn.sb) if { var(txn.side) -m int eq 2 }',
+    '  http-request set-var(txn.rev) var(txn.ra) if { var(txn.side) -m int eq 1 }',
+    '  http-request set-var(txn.rev) var(txn.rb) if { var(txn.side) -m int eq 2 }',
+    `  http-response add-header Set-Cookie "${SPLIT_COOKIE_NAME}=%[var(txn.rev)]; Path=/; HttpOnly; SameSite=Lax" if { var(txn.rev) -m found } !{ var(txn.rev),strcmp(txn.ck) eq 0 }`,
+  ];
+}
+
 export function renderHaproxyConfig(input: HaproxyConfigInput): string {
   const byBackend = new Map(input.routes.map((r) => [r.backend, r]));
   const lines = [
@@ -199,6 +237,8 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  http-request set-var(txn.host) req.fhdr(host),field(1,:),lower,regsub(\\.$,)',
     '  http-request set-var(txn.slug) var(txn.host),field(1,.)',
     `  http-request set-var(txn.backend) var(txn.host),map(${input.dir}/routes.map)`,
+    // Before the service's cookies are removed: the split's cookie is one of them.
+    ...splitRules(input.dir),
     // Only WebSocket upgrades go through: an app asked to switch to h2c (`curl --http2`) may refuse the
     // request (a WebSocket library answers 400), where the built-in edge serves it as a plain request.
     '  http-request del-header Upgrade unless { req.hdr(upgrade) -m str -i websocket }',
@@ -214,6 +254,10 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '  http-response del-header Service-Worker-Allowed',
     '  use_backend %[var(txn.backend)] if { var(txn.backend) -m found }',
     '  default_backend slipway_unknown',
+    '',
+    `backend ${SPLIT_THREADS_TABLE}`,
+    // The LangGraph threads of traffic splits: which side first served each (per HAProxy process).
+    '  stick-table type string len 160 size 100k expire 24h store gpt0',
     '',
     'backend slipway_unknown',
     `  http-request return ${answer(404, 'not_found', 'No deployment is served at this host name.')}`,

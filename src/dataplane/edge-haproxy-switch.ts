@@ -15,7 +15,7 @@
  * pool asks for a restart of HAProxy with a bigger one.
  */
 import type { Logger } from 'pino';
-import type { AppTarget } from './app-backends.ts';
+import { splitRouteKey, type AppTarget, type RouteSplit, type SetTargetsOptions } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
 import {
   extraServerName,
@@ -56,6 +56,8 @@ export interface EdgeSwitchOptions {
   /** HAProxy's map of host to backend, and of paused hosts (their backend's 503 says why). */
   mapFile: string;
   pausedMapFile: string;
+  /** HAProxy's map of host to its traffic split (src/dataplane/edge-haproxy-config.ts, splitRules). */
+  splitMapFile: string;
   appsDomain: string;
   drainTimeoutMs: number;
   /** Per app: the counts of its backend when it got it, and what earlier HAProxy processes counted. */
@@ -70,8 +72,10 @@ export interface EdgeSwitch extends AppRoutes {
   routes(): (EdgeRoute & { targets: AppTarget[] })[];
   /** Slugs whose deployment is paused (min_scale 0). */
   pausedSlugs(): string[];
-  /** Each routed app's backend, by slug. */
+  /** Each routed app's backend, by slug (a split's second route not included). */
   backends(): Map<string, string>;
+  /** The split map's lines: host and split value. */
+  splitLines(): string[];
   /** Each backend's counts as HAProxy has them now (`show stat` of the backends). */
   backendCounts(): Promise<Map<string, RawCounts>>;
 }
@@ -85,10 +89,38 @@ interface Route {
   paused?: boolean;
 }
 
+/** A split's entry in the split map: its backend, weight and both revisions, `:`-separated. */
+export function splitValue(backend: string, split: RouteSplit): string {
+  return `${backend}:${split.weight}:${split.baseRevisionId}:${split.revisionId}`;
+}
+
+const SPLIT_SUFFIX = '/split';
+const isSplitKey = (key: string) => key.endsWith(SPLIT_SUFFIX);
+const labelOfKey = (key: string) => (isSplitKey(key) ? key.slice(0, -SPLIT_SUFFIX.length) : key);
+
 export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
-  const { runtime, mapFile, pausedMapFile, appsDomain, accounts, logger } = options;
+  const { runtime, mapFile, pausedMapFile, splitMapFile, appsDomain, accounts, logger } = options;
   const { cli, enqueue } = runtime;
   const table = new Map<string, Route>();
+  /** Traffic splits by label; their second revision's route is in the table at splitRouteKey(label). */
+  const splits = new Map<string, RouteSplit>();
+  /** Labels whose split is in HAProxy's split map now. */
+  const splitMapped = new Set<string>();
+
+  /** Points the host at its backend: the routes map for a route, the split map for a split's second route. */
+  async function pointHost(key: string, backend: string, isNew: boolean): Promise<void> {
+    if (!isSplitKey(key)) {
+      await cli(`${isNew ? 'add' : 'set'} map ${mapFile} ${mapLine(key, appsDomain, backend)}`);
+      return;
+    }
+    const label = labelOfKey(key);
+    const split = splits.get(label);
+    if (split === undefined) return;
+    await cli(
+      `${splitMapped.has(label) ? 'set' : 'add'} map ${splitMapFile} ${label}.${appsDomain} ${splitValue(backend, split)}`,
+    );
+    splitMapped.add(label);
+  }
   /** Backends of removed apps whose servers are still draining: not given to another app yet. */
   const draining = new Set<string>();
   /** Slots of each backend that hold an instance, serving or draining. */
@@ -236,7 +268,7 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
       accounts.moved(slug, next, (await backendCounts()).get(next) ?? zeroCounts());
       draining.add(route.backend);
       table.set(slug, { backend: next, targets: wanted, servers });
-      await cli(`set map ${mapFile} ${slug}.${appsDomain} ${next}`);
+      await pointHost(slug, next, false);
       await markPaused(slug, route.paused === true, false);
       for (const server of route.servers.values()) await cli(`set server ${route.backend}/${server.name} state drain`);
       await runtime.writeFiles();
@@ -255,21 +287,45 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
       accounts.open(slug, route.backend, base);
     }
     table.set(slug, { backend: route.backend, targets: wanted, servers, paused });
-    if (isNew) await cli(`add map ${mapFile} ${mapLine(slug, appsDomain, route.backend)}`);
+    if (isNew || isSplitKey(slug)) await pointHost(slug, route.backend, isNew);
     await markPaused(slug, route.paused === true, paused);
     // Kept current for a restart of HAProxy, which reads them.
     await runtime.writeFiles();
     return { backend: route.backend, removed: gone, left: false };
   }
 
-  return {
+  async function setRoute(slug: string, targets: AppTarget[], opts: SetTargetsOptions | undefined): Promise<void> {
+    const invalid = targets.find((t) => !Number.isInteger(t.port) || t.port < 1 || t.port > 65535);
+    if (invalid !== undefined)
+      throw new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`);
+    const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
+    const paused = wanted.length === 0 && opts?.scaledToZero === true;
+    const { backend, removed, left } = await enqueue(() => changeRoute(slug, wanted, paused));
+    const drainTimeoutMs = opts?.drainTimeoutMs ?? options.drainTimeoutMs;
+    if (!left) {
+      await drainAndFree(slug, backend, removed, drainTimeoutMs);
+      return;
+    }
+    try {
+      await drainAndFree(slug, backend, removed, drainTimeoutMs);
+      // What it counted to the end (its requests in flight included) stays the app's.
+      const counts = await enqueue(backendCounts).catch(() => null);
+      accounts.retired(slug, backend, counts?.get(backend) ?? null);
+    } finally {
+      // The backend goes back to the pool only now, empty.
+      draining.delete(backend);
+    }
+  }
+
+  const switchApi: EdgeSwitch = {
     get poolSize() {
       return poolSize;
     },
 
     routes() {
       return [...table].map(([slug, r]) => ({
-        slug,
+        // A split's second route is counted as its label's (the revision tells them apart).
+        slug: labelOfKey(slug),
         backend: r.backend,
         servers: [...r.servers.values()],
         targets: r.targets,
@@ -281,33 +337,37 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
     },
 
     backends() {
-      return new Map([...table].map(([slug, route]) => [slug, route.backend]));
+      return new Map([...table].filter(([slug]) => !isSplitKey(slug)).map(([slug, route]) => [slug, route.backend]));
+    },
+
+    splitLines() {
+      return [...splits].flatMap(([label, split]) => {
+        const route = table.get(splitRouteKey(label));
+        return route === undefined ? [] : [`${label}.${appsDomain} ${splitValue(route.backend, split)}`];
+      });
     },
 
     backendCounts,
 
-    async setTargets(slug, targets, opts) {
-      const invalid = targets.find((t) => !Number.isInteger(t.port) || t.port < 1 || t.port > 65535);
-      if (invalid !== undefined)
-        throw new Error(`app target ${invalid.instanceId} has no valid port (${invalid.port}); the route is unchanged`);
-      if (!/^[a-z0-9-]{1,63}$/.test(slug)) throw new Error(`not an app slug: ${slug}`);
-      const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
-      const paused = wanted.length === 0 && opts?.scaledToZero === true;
-      const { backend, removed, left } = await enqueue(() => changeRoute(slug, wanted, paused));
-      const drainTimeoutMs = opts?.drainTimeoutMs ?? options.drainTimeoutMs;
-      if (!left) {
-        await drainAndFree(slug, backend, removed, drainTimeoutMs);
-        return;
+    setTargets(slug, targets, opts) {
+      if (!/^[a-z0-9-]{1,63}$/.test(slug)) return Promise.reject(new Error(`not an app slug: ${slug}`));
+      return setRoute(slug, targets, opts);
+    },
+
+    async setSplit(label, split, opts) {
+      if (!/^[a-z0-9-]{1,63}$/.test(label)) throw new Error(`not an app slug: ${label}`);
+      const key = splitRouteKey(label);
+      if (split === null) {
+        await enqueue(async () => {
+          splits.delete(label);
+          if (splitMapped.delete(label)) await cli(`del map ${splitMapFile} ${label}.${appsDomain}`);
+          await runtime.writeFiles();
+        });
+        return switchApi.remove(key, opts);
       }
-      try {
-        await drainAndFree(slug, backend, removed, drainTimeoutMs);
-        // What it counted to the end (its requests in flight included) stays the app's.
-        const counts = await enqueue(backendCounts).catch(() => null);
-        accounts.retired(slug, backend, counts?.get(backend) ?? null);
-      } finally {
-        // The backend goes back to the pool only now, empty.
-        draining.delete(backend);
-      }
+      splits.set(label, { ...split, targets: split.targets.map((t) => ({ ...t })) });
+      // The second revision's servers first, then its split map entry (pointHost): no request is sent there before.
+      await setRoute(key, split.targets, opts);
     },
 
     async remove(slug, opts) {
@@ -316,7 +376,7 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
         if (found === undefined) return null;
         table.delete(slug);
         draining.add(found.backend);
-        await cli(`del map ${mapFile} ${slug}.${appsDomain}`);
+        if (!isSplitKey(slug)) await cli(`del map ${mapFile} ${slug}.${appsDomain}`);
         await markPaused(slug, found.paused === true, false);
         for (const server of found.servers.values())
           await cli(`set server ${found.backend}/${server.name} state drain`);
@@ -341,4 +401,5 @@ export function createEdgeSwitch(options: EdgeSwitchOptions): EdgeSwitch {
       return (table.get(slug)?.targets ?? []).map((t) => ({ ...t }));
     },
   };
+  return switchApi;
 }

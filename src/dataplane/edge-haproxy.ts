@@ -88,6 +88,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   const configFile = path.join(dir, 'haproxy.cfg');
   const mapFile = path.join(dir, 'routes.map');
   const pausedMapFile = path.join(dir, 'paused.map');
+  const splitMapFile = path.join(dir, 'split.map');
   const adminSocket = path.join(dir, 'admin.sock');
   await fs.mkdir(dir, { recursive: true, mode: 0o700 });
   await fs.chmod(dir, 0o700);
@@ -123,6 +124,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     runtime: { cli, enqueue, writeFiles, restart, running: () => !closing && child !== null },
     mapFile,
     pausedMapFile,
+    splitMapFile,
     appsDomain,
     drainTimeoutMs: options.drainTimeoutMs,
     accounts,
@@ -155,6 +157,9 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     const paused = routing.pausedSlugs().map((slug) => `${slug}.${appsDomain} 1\n`);
     await fs.writeFile(`${pausedMapFile}.next`, paused.join(''), { mode: 0o600 });
     await fs.rename(`${pausedMapFile}.next`, pausedMapFile);
+    const splits = routing.splitLines().map((line) => `${line}\n`);
+    await fs.writeFile(`${splitMapFile}.next`, splits.join(''), { mode: 0o600 });
+    await fs.rename(`${splitMapFile}.next`, splitMapFile);
   }
 
   async function cli(command: string): Promise<string> {
@@ -281,6 +286,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
 
     setTargets: (slug, targets, opts) => routing.setTargets(slug, targets, opts),
     remove: (slug, opts) => routing.remove(slug, opts),
+    setSplit: (slug, split, opts) => routing.setSplit(slug, split, opts),
     targets: (slug) => routing.targets(slug),
 
     stats: () => enqueue(statsOf),
