@@ -18,6 +18,7 @@ import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 import { startRetentionSweeper } from './pipeline/retention.ts';
 import { openChangeFeed } from './db/change-feed.ts';
+import { createSplitRollbackMonitor } from './service/split-rollback-monitor.ts';
 import { startAppEdge, type AppEdge } from './dataplane/app-edge.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
 import { parentGroupName } from './dataplane/resource-limits.ts';
@@ -173,6 +174,13 @@ async function main(): Promise<void> {
     logger,
     intervalMs: 60 * 60_000,
   });
+  // Traffic splits taken back by themselves, judged from this process's app edge (docs/app-urls.md).
+  const splitRollback = createSplitRollbackMonitor({
+    db,
+    splits: services.splits,
+    traffic: () => edge?.traffic ?? null,
+    logger,
+  });
   const opened = database;
   let closing: Promise<void> | null = null;
   shutdown = (reason: string, exitCode: number) => {
@@ -182,6 +190,7 @@ async function main(): Promise<void> {
         await sweeper.stop();
         await previewStatuses.stop();
         await retention.stop();
+        await splitRollback.stop();
         // API requests first, then the apps and builds (the edge keeps serving them meanwhile), then the feed.
         await app.close();
         await worker?.stop();
@@ -218,6 +227,7 @@ async function main(): Promise<void> {
     try {
       const ordinary = cpuReserve ? { ordinary: cpuReserve.ordinary } : {};
       edge = await startAppEdge({ config, logger, ...ordinary });
+      splitRollback.start();
       worker = await startLocalDataPlane({
         config,
         db,

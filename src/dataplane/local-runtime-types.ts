@@ -38,12 +38,19 @@ export interface RevisionJob {
 export interface WantedEndpoint {
   name: string;
   job: RevisionJob;
+  /** A traffic split: `weight` percent of the endpoint's clients to this revision (docs/app-urls.md). */
+  split?: { job: RevisionJob; weight: number } | null;
 }
 
-/** What became of an endpoint's start: served (from the revision served before, if any) or failed. */
-export type EndpointOutcome =
+/**
+ * What became of an endpoint's start: served (from the revision served before, if any) or failed. With
+ * `split`, of its traffic split's revision (served with its weight, or failed: the endpoint's revision
+ * keeps all the traffic).
+ */
+export type EndpointOutcome = { split?: { weight: number } } & (
   | { endpoint: string; revisionId: string; fromRevisionId: string | null; served: true }
-  | { endpoint: string; revisionId: string; served: false; message: string };
+  | { endpoint: string; revisionId: string; served: false; message: string }
+);
 
 export interface LocalRuntimeDeps {
   config: Config;

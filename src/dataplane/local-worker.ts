@@ -25,8 +25,8 @@ import { AppError } from '../errors.ts';
 import { getRevisionStatus, previewPullRequestOf, revisionStatusesOf } from '../store/revisions.ts';
 import type { Database } from '../store/schema.ts';
 import { createAdoption, jobOf } from './adoption.ts';
-import type { EndpointOutcome, LocalRuntime, WantedEndpoint } from './local-runtime.ts';
-import { endpointsToServe } from '../store/deployment-endpoints.ts';
+import type { EndpointOutcome, LocalRuntime } from './local-runtime.ts';
+import { endpointWants } from './endpoint-wants.ts';
 import { pruneBuilds } from './build-pruning.ts';
 import { RevisionFailure } from './revision-build.ts';
 import {
@@ -351,28 +351,13 @@ export function startWorker(deps: WorkerDeps): Worker {
   async function applyEndpoints(): Promise<void> {
     const running = runtime.running();
     if (running.length === 0) return;
-    const rows = await endpointsToServe(db, running);
+    const wants = await endpointWants(db, running);
     for (const deploymentId of running) {
-      const wanted: WantedEndpoint[] = rows
-        .filter((row) => row.deployment_id === deploymentId && row.deployment_status !== 'AWAITING_DELETE')
-        .map((row) => ({
-          name: row.endpoint_name,
-          job: jobOf(row, {
-            id: deploymentId,
-            workspace_id: row.deployment_workspace_id,
-            name: row.deployment_name,
-            app_slug: row.deployment_app_slug,
-            source_config: row.deployment_source_config,
-            tracing_project_id: row.deployment_tracing_project_id,
-          }),
-        }));
-      const marked = new Map(
-        rows
-          .filter((row) => row.deployment_id === deploymentId)
-          .map((row) => [row.endpoint_name, row.endpoint_served_revision_id]),
-      );
+      const { wanted, marked, markedSplits } = wants.get(deploymentId)!;
       void runtime
-        .serveEndpoints(deploymentId, wanted, (outcome) => reportEndpoint(deploymentId, outcome, marked))
+        .serveEndpoints(deploymentId, wanted, (outcome) =>
+          reportEndpoint(deploymentId, outcome, outcome.split ? markedSplits : marked),
+        )
         .catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not serve endpoints'));
     }
   }
@@ -387,6 +372,7 @@ export function startWorker(deps: WorkerDeps): Worker {
     await reports.reportEndpoint(
       outcome.served
         ? {
+            ...(outcome.split ? { split: outcome.split } : {}),
             deploymentId,
             endpoint: outcome.endpoint,
             revisionId: outcome.revisionId,
@@ -395,6 +381,7 @@ export function startWorker(deps: WorkerDeps): Worker {
             fromRevisionId: outcome.fromRevisionId,
           }
         : {
+            ...(outcome.split ? { split: outcome.split } : {}),
             deploymentId,
             endpoint: outcome.endpoint,
             revisionId: outcome.revisionId,

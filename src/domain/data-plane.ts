@@ -98,6 +98,8 @@ export interface DatabaseStorageReport {
  * of the service), or the start failed and the revision it served before goes on serving.
  */
 export type EndpointReport = {
+  /** Of the endpoint's traffic split's revision (with its weight), not the endpoint's own. */
+  split?: { weight: number };
   deploymentId: string;
   endpoint: string;
   revisionId: string;

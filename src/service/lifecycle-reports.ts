@@ -43,7 +43,7 @@ import {
 import { AppError, notFound } from '../errors.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { claimAppUid } from '../store/app-uids.ts';
-import { setEndpointServed } from '../store/deployment-endpoints.ts';
+import { setEndpointServed, setSplitServed } from '../store/deployment-endpoints.ts';
 import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { lockDeployment, lockDeploymentById, moveAppUrls } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
@@ -299,6 +299,31 @@ export function createOwnPlaneReports(
     { kind: 'local', owner: worker.owner, leaseSeconds: worker.leaseSeconds },
     leases,
   );
+  /** A traffic split's second revision served (with its weight) or failed at the endpoint. */
+  async function reportSplit(tx: Db, workspaceId: string, report: EndpointReport, split: { weight: number }) {
+    if (report.served) {
+      await setSplitServed(tx, report.deploymentId, report.endpoint, report.revisionId);
+      if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
+    }
+    await recordEvents(tx, [
+      {
+        workspaceId,
+        subjectType: 'deployment',
+        subjectId: report.deploymentId,
+        deploymentId: report.deploymentId,
+        ...(report.served
+          ? {
+              type: 'deployment.endpoint_split_served' as const,
+              data: { endpoint: report.endpoint, split_revision_id: report.revisionId, weight: split.weight },
+            }
+          : {
+              type: 'deployment.endpoint_split_failed' as const,
+              data: { endpoint: report.endpoint, split_revision_id: report.revisionId, message: report.message },
+            }),
+      },
+    ]);
+  }
+
   return {
     ...both,
     async reportFact(report: DeploymentFactReport): Promise<void> {
@@ -327,6 +352,7 @@ export function createOwnPlaneReports(
         // Only the data plane that runs the deployment reports its endpoints.
         if (!deployment || deployment.listener_id !== null) return;
         if (!(await leases.deployment(tx, report.deploymentId, 'reportEndpoint'))) return;
+        if (report.split) return reportSplit(tx, deployment.workspace_id, report, report.split);
         if (report.served) {
           await setEndpointServed(tx, report.deploymentId, report.endpoint, report.revisionId);
           // After a restart the same revision is started again: that is no move, and no event.
