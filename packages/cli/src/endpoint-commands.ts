@@ -1,5 +1,5 @@
 /**
- * `slipway endpoints ls|set|promote|rm <deployment>`: a deployment's endpoints, named addresses pinned to
+ * `slipway endpoints ls|set|promote|split|unsplit|rm <deployment>`: a deployment's endpoints, named addresses pinned to
  * its revisions, each at `<slug>--<name>.<apps domain>` (docs/app-urls.md, "Endpoints"). `set` and
  * `promote` wait until the service's own data plane serves the revision there (its instances healthy, the
  * route switched), unless --no-wait.
@@ -75,6 +75,13 @@ export function endpointsCommand(run: ActionRunner): Command {
                   ? short(e.served_revision_id)
                   : `${short(e.served_revision_id)} (moving)`,
             },
+            {
+              header: 'SPLIT',
+              value: (e) =>
+                e.split === null
+                  ? orDash(null)
+                  : `${e.split.weight}% ${short(e.split.revision_id)}${e.split.served ? '' : ' (starting)'}`,
+            },
             { header: 'URL', value: (e) => orDash(e.url) },
             { header: 'MOVED', value: (e) => ago(e.updated_at) },
           ],
@@ -118,6 +125,72 @@ export function endpointsCommand(run: ActionRunner): Command {
         const deployment = await resolveDeployment(client, ref);
         const endpoint = await client.endpoints.promote(deployment.id, from, to);
         await settle(ctx, client, deployment.id, endpoint, options.wait);
+      }),
+    ),
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('split')
+        .description(
+          "Send a share of an endpoint's clients to another revision (each client and LangGraph thread stays on one), or change the share",
+        )
+        .argument('<deployment>', 'the deployment name or id')
+        .argument('<name>', 'the endpoint name (e.g. production)')
+        .argument('<revision>', 'the revision id, or its first 4 or more characters')
+        .requiredOption('--weight <percent>', 'percent of clients for the revision, 1 to 99')
+        .option(
+          '--rollback',
+          'take the split back by itself when the revision answers more 5xx than the endpoint revision',
+        )
+        .option('--rollback-window <seconds>', 'the window the rollback compares over (30 to 1800)'),
+      ['slipway endpoints split my-agent production 7a2c --weight 10 --rollback'],
+    ).action(
+      run(
+        async (
+          ctx,
+          ref: string,
+          name: string,
+          revisionRef: string,
+          options: { weight: string; rollback?: boolean; rollbackWindow?: string },
+        ) => {
+          const weight = Number(options.weight);
+          if (!/^\d+$/.test(options.weight) || weight < 1 || weight > 99)
+            throw new CliError('--weight must be a whole number of percent from 1 to 99', EXIT.usage);
+          const client = await ctx.client();
+          const { deployment, revision } = await resolveRevision(client, revisionRef, ref);
+          const rollback =
+            options.rollback || options.rollbackWindow !== undefined
+              ? options.rollbackWindow === undefined
+                ? {}
+                : { window_seconds: Number(options.rollbackWindow) }
+              : undefined;
+          const endpoint = await client.endpoints.split(deployment.id, name, revision.id, weight, rollback);
+          if (ctx.output.json) return ctx.output.data(endpoint);
+          ctx.output.result(
+            `${name} sends ${weight}% of its clients to revision ${revision.id}` +
+              (endpoint.split?.served ? '' : ' once its instances are healthy') +
+              (endpoint.split?.rollback ? ', rolled back by itself if it does worse' : ''),
+          );
+        },
+      ),
+    ),
+  );
+
+  endpoints.addCommand(
+    withExample(
+      new Command('unsplit')
+        .description("Take an endpoint's traffic split back: every client to the endpoint's revision again")
+        .argument('<deployment>', 'the deployment name or id')
+        .argument('<name>', 'the endpoint name'),
+      ['slipway endpoints unsplit my-agent production'],
+    ).action(
+      run(async (ctx, ref: string, name: string) => {
+        const client = await ctx.client();
+        const deployment = await resolveDeployment(client, ref);
+        await client.endpoints.unsplit(deployment.id, name);
+        if (ctx.output.json) return ctx.output.data({ name, split: null });
+        ctx.output.result(`${name} of ${deployment.name} serves its own revision to every client again.`);
       }),
     ),
   );

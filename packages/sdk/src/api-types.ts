@@ -331,6 +331,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/deployments/{deployment_id}/endpoints/{endpoint_name}/split": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Split an endpoint's traffic with a second revision, or change the split
+         * @description Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the split back by itself when the revision does worse than the endpoint revision over a window.
+         */
+        put: operations["putDeploymentEndpointSplit"];
+        post?: never;
+        /**
+         * Take an endpoint's traffic split back
+         * @description Every client goes to the endpoint's revision again; the split revision's instances are drained and stopped.
+         */
+        delete: operations["deleteDeploymentEndpointSplit"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/deployments/{deployment_id}/endpoints": {
         parameters: {
             query?: never;
@@ -2071,6 +2095,31 @@ export interface components {
             /** Format: date-time */
             measured_at: string;
         };
+        /** SplitRollback */
+        SplitRollback: {
+            /** @description How much higher the split revision's 5xx rate (a fraction of its requests) may be than the endpoint revision's before the split is taken back. Default 0.05. */
+            max_error_rate_increase: number;
+            /** @description How much higher its p99 latency may be, in milliseconds; null (the default): latency is not compared. */
+            max_p99_increase_ms: number | null;
+            /** @description The window both revisions are compared over. Default 300. */
+            window_seconds: number;
+            /** @description Requests the split revision must have had in the window before anything is decided. Default 50. */
+            min_requests: number;
+        };
+        /** DeploymentEndpointSplit */
+        DeploymentEndpointSplit: {
+            /**
+             * Format: uuid
+             * @description The second revision, which takes `weight` percent of the clients.
+             */
+            revision_id: string;
+            weight: number;
+            /** @description Whether the own data plane sends clients to it now (its instances started and healthy); until then the endpoint's revision takes all the traffic. */
+            served: boolean;
+            rollback: components["schemas"]["SplitRollback"] | null;
+            /** Format: date-time */
+            started_at: string;
+        };
         /** DeploymentEndpoint */
         DeploymentEndpoint: {
             name: string;
@@ -2088,6 +2137,7 @@ export interface components {
             served_revision_id: string | null;
             /** @description `<scheme>://<slug>--<name>.<apps domain>[:port]`; null until the deployment has a stable URL. */
             url: string | null;
+            split: components["schemas"]["DeploymentEndpointSplit"] | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -4476,6 +4526,115 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             408: components["responses"]["RequestTimeout"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    putDeploymentEndpointSplit: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                /** @description Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough that `<slug>--<name>` is a DNS label (63 characters). */
+                endpoint_name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** Format: uuid */
+                    revision_id: string;
+                    /** @description Percent of clients (and of LangGraph threads) sent to the revision, 1 to 99. */
+                    weight: number;
+                    /** @description Take the split back by itself when the revision does worse than the endpoint revision. Omitted: no automatic rollback. */
+                    rollback?: {
+                        /** @description How much higher the split revision's 5xx rate (a fraction of its requests) may be than the endpoint revision's before the split is taken back. Default 0.05. */
+                        max_error_rate_increase?: number;
+                        /** @description How much higher its p99 latency may be, in milliseconds; null (the default): latency is not compared. */
+                        max_p99_increase_ms?: number | null;
+                        /** @description The window both revisions are compared over. Default 300. */
+                        window_seconds?: number;
+                        /** @description Requests the split revision must have had in the window before anything is decided. Default 50. */
+                        min_requests?: number;
+                    } | null;
+                };
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentEndpoint"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteDeploymentEndpointSplit: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                deployment_id: string;
+                /** @description Lowercase letters, digits and inner dashes; no '--', not ending in '-' and 8 or 16 hex digits, and short enough that `<slug>--<name>` is a DNS label (63 characters). */
+                endpoint_name: string;
+            };
+            cookie?: never;
+        };
+        /** @description None needed: this operation reads no body. An empty body (with or without `Content-Type: application/json`) or any JSON body such as `{}` is accepted and ignored; a body that is not JSON is refused (415, or 422 for malformed JSON). */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             417: components["responses"]["ExpectationFailed"];
             422: components["responses"]["ValidationFailed"];
             431: components["responses"]["RequestHeaderFieldsTooLarge"];

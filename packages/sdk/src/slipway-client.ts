@@ -350,6 +350,37 @@ export class SlipwayClient {
         ),
       ),
     /**
+     * Sends `weight` percent (1-99) of the endpoint's clients to `revisionId`, or changes the split; each
+     * client and LangGraph thread stays on one revision. `rollback` takes it back by itself when the revision
+     * does worse (docs/app-urls.md, "Traffic split").
+     */
+    split: (
+      deploymentId: string,
+      name: string,
+      revisionId: string,
+      weight: number,
+      rollback?: {
+        max_error_rate_increase?: number;
+        max_p99_increase_ms?: number | null;
+        window_seconds?: number;
+        min_requests?: number;
+      } | null,
+    ) =>
+      ok(
+        this.api.PUT('/v2/deployments/{deployment_id}/endpoints/{endpoint_name}/split', {
+          ...path({ deployment_id: deploymentId, endpoint_name: name }),
+          body: { revision_id: revisionId, weight, ...(rollback === undefined ? {} : { rollback }) },
+        }),
+      ),
+    /** Takes the endpoint's split back: every client to its revision again. */
+    unsplit: (deploymentId: string, name: string) =>
+      ok(
+        this.api.DELETE(
+          '/v2/deployments/{deployment_id}/endpoints/{endpoint_name}/split',
+          path({ deployment_id: deploymentId, endpoint_name: name }),
+        ),
+      ),
+    /**
      * Waits until the data plane serves `revisionId` at the endpoint (the answer), or reports that it
      * could not start it (a `deployment.endpoint_failed` event since the wait began: thrown as an Error
      * with its message), or the endpoint is moved elsewhere or deleted (thrown). Polls every `everyMs`.
