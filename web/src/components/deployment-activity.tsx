@@ -83,6 +83,32 @@ export function describeEvent(e: DeploymentEvent): { what: string; why: string |
         what: `Endpoint ${text(e.data.endpoint) ?? ''} could not start revision ${short(e.data.revision_id)}`,
         why,
       };
+    case 'deployment.endpoint_split_set':
+    case 'deployment.endpoint_split_changed':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} sends ${String(e.data.weight)}% of its clients to revision ${short(e.data.split_revision_id)}`,
+        why: null,
+      };
+    case 'deployment.endpoint_split_ended':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} split with revision ${short(e.data.split_revision_id)} ended (${text(e.data.reason) ?? ''})`,
+        why: null,
+      };
+    case 'deployment.endpoint_split_rolled_back':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} split with revision ${short(e.data.split_revision_id)} rolled back by itself`,
+        why: text(e.data.message),
+      };
+    case 'deployment.endpoint_split_served':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} sends ${String(e.data.weight)}% of its clients to revision ${short(e.data.split_revision_id)} now`,
+        why: null,
+      };
+    case 'deployment.endpoint_split_failed':
+      return {
+        what: `Endpoint ${text(e.data.endpoint) ?? ''} could not start split revision ${short(e.data.split_revision_id)}`,
+        why,
+      };
     case 'deployment.preview_built':
       return {
         what: `Preview of pull request #${String(e.data.pull_request)} building (revision ${short(e.data.revision_id)}${e.data.secrets === false ? ', without secrets' : ''})`,
