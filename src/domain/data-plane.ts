@@ -107,6 +107,17 @@ export type EndpointReport = {
   recordedRevisionId: string | null;
 } & ({ served: true; fromRevisionId: string | null } | { served: false; message: string });
 
+/**
+ * What became of an endpoint on a listener's cluster (docs/listener.md, "Endpoints"): its own Deployment
+ * runs `revisionId` with every replica available (`served`), or cannot (`message` says why; what served
+ * there before, if anything, goes on). The service knows what was served before: the listener need not.
+ */
+export type ListenerEndpointReport = {
+  deploymentId: string;
+  endpoint: string;
+  revisionId: string;
+} & ({ served: true } | { served: false; message: string });
+
 /** An app database the own data plane is about to make, kept first so a retried provisioning finds it. */
 export interface AppDatabaseRecord {
   databaseName: string;
@@ -157,6 +168,16 @@ export interface DataPlaneReports {
   confirmDeletion(deploymentId: string): Promise<DeletionOutcome>;
   /** A condition of a deployment's serving revision: its status moves as the conditions' table says, or not at all. */
   reportCondition(report: DeploymentConditionReport): Promise<void>;
+}
+
+/**
+ * What a listener reports besides both planes' reports: its endpoints (the own data plane reports its
+ * own with the lease they rest on, `OwnPlaneReports.reportEndpoint`). Applied only for a deployment of
+ * that listener and while the endpoint still asks for the revision; `applied` false otherwise, or when
+ * it changes nothing (a repeat).
+ */
+export interface ListenerPlaneReports extends DataPlaneReports {
+  reportEndpoint(report: ListenerEndpointReport): Promise<{ applied: boolean }>;
 }
 
 /**

@@ -36,6 +36,48 @@ export const DesiredRevision = Type.Object(
   { title: 'DesiredRevision' },
 );
 
+/**
+ * A revision served at an endpoint: its image and its own secrets (each revision runs with its snapshot of
+ * them), for the endpoint's own Deployment and Secret. An addition to protocol 1 (docs/listener-protocol.md).
+ */
+export const DesiredEndpointRevision = Type.Object(
+  {
+    id: Uuid(),
+    number: Type.Integer({ description: "The revision's number in its deployment." }),
+    image_uri: Nullable(Type.String()),
+    secrets: Type.Array(Type.Object({ name: Type.String(), value: Type.String() }), {
+      description: 'Decrypted, for a Kubernetes Secret of the endpoint.',
+    }),
+  },
+  { title: 'DesiredEndpointRevision' },
+);
+
+/** A second revision that takes `weight` percent of the endpoint's requests. */
+export const DesiredEndpointSplit = Type.Object(
+  {
+    revision_id: Uuid(),
+    weight: Type.Integer({
+      minimum: 0,
+      maximum: 100,
+      description: "The percentage of the endpoint's requests this revision takes; the endpoint's revision the rest.",
+    }),
+    revision: DesiredEndpointRevision,
+  },
+  { title: 'DesiredEndpointSplit' },
+);
+
+export const DesiredEndpoint = Type.Object(
+  {
+    name: Type.String({ description: 'The endpoint name (a DNS label without `--`).' }),
+    revision: DesiredEndpointRevision,
+    served_revision_id: Nullable(
+      Uuid({ description: 'What the service has as served there: the agent reports when that differs.' }),
+    ),
+    split: Nullable(DesiredEndpointSplit),
+  },
+  { title: 'DesiredEndpoint' },
+);
+
 export const DesiredDeployment = Type.Object(
   {
     deployment_id: Uuid(),
@@ -54,6 +96,13 @@ export const DesiredDeployment = Type.Object(
       }),
     ),
     revision: Nullable(DesiredRevision),
+    // Added within protocol 1: an agent of before ignores it; a service of before does not send it.
+    endpoints: Type.Optional(
+      Type.Array(DesiredEndpoint, {
+        description:
+          "The deployment's endpoints, each with the revision it is pinned to and its split (null: none); absent from a service that does not send them.",
+      }),
+    ),
   },
   { title: 'DesiredDeployment' },
 );
@@ -75,6 +124,9 @@ export type DesiredRevision = Static<typeof DesiredRevision>;
 /** A deployment of the listener, with the revision that should run (null: nothing should). */
 export type DesiredDeployment = Static<typeof DesiredDeployment>;
 export type DesiredState = Static<typeof DesiredState>;
+export type DesiredEndpoint = Static<typeof DesiredEndpoint>;
+export type DesiredEndpointRevision = Static<typeof DesiredEndpointRevision>;
+export type DesiredEndpointSplit = Static<typeof DesiredEndpointSplit>;
 
 // ----- reports, deletions, heartbeats ------------------------------------------------------------
 
@@ -108,6 +160,29 @@ export const ReportResult = Type.Object(
     ),
   },
   { title: 'RevisionReportResult', description: 'What the report did.' },
+);
+
+export const EndpointReportBody = Type.Object(
+  {
+    deployment_id: Uuid(),
+    endpoint: Type.String({ minLength: 1, maxLength: 63 }),
+    revision_id: Uuid({ description: 'The revision the report is about.' }),
+    status: StringEnum(['SERVED', 'FAILED'] as const, {
+      description:
+        "SERVED: the endpoint's own Deployment runs the revision, every replica available; FAILED: it cannot (message says why).",
+    }),
+    message: Type.Optional(Type.String({ maxLength: 4096 })),
+  },
+  { title: 'EndpointReport' },
+);
+
+export const EndpointReportResult = Type.Object(
+  {
+    applied: Type.Boolean({
+      description: 'false: nothing changed (a repeat, or the endpoint was moved or deleted since).',
+    }),
+  },
+  { title: 'EndpointReportResult' },
 );
 
 export const DeletionBody = Type.Object({ deployment_id: Uuid() }, { title: 'DeletionConfirmation' });
@@ -167,6 +242,8 @@ export const HeartbeatBody = Type.Object(
 export type ReportBody = Static<typeof ReportBody>;
 export type ReportResult = Static<typeof ReportResult>;
 export type DeletionBody = Static<typeof DeletionBody>;
+export type EndpointReportBody = Static<typeof EndpointReportBody>;
+export type EndpointReportResult = Static<typeof EndpointReportResult>;
 /** A deployment whose serving revision is not healthy, as a heartbeat tells it. */
 export type DeploymentCondition = Static<typeof DeploymentCondition>;
 export type HeartbeatBody = Static<typeof HeartbeatBody>;

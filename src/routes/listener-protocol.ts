@@ -19,7 +19,15 @@ import { createDesiredStateWaits } from '../service/desired-state-waits.ts';
 import type { ListenerProtocolService } from '../service/listener-protocol.ts';
 import type { ListenerService } from '../service/listeners.ts';
 import type { Database } from '../store/schema.ts';
-import { DeletionBody, DesiredState, HeartbeatBody, ReportBody, ReportResult } from './listener-protocol-schemas.ts';
+import {
+  DeletionBody,
+  DesiredState,
+  EndpointReportBody,
+  EndpointReportResult,
+  HeartbeatBody,
+  ReportBody,
+  ReportResult,
+} from './listener-protocol-schemas.ts';
 import { Listener, listenerResponse } from './listeners.ts';
 import { needs } from '../http/route-needs.ts';
 
@@ -226,6 +234,28 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     async (request) => {
       const { listenerId } = await listenerOf(request, request.params.listener_id);
       return protocol.report(listenerId, request.body);
+    },
+  );
+
+  app.post(
+    '/v2/listeners/:listener_id/endpoint-reports',
+    {
+      config: needs(config),
+      schema: {
+        operationId: 'reportEndpointStatus',
+        tags,
+        summary: 'Report that an endpoint serves its revision (or cannot)',
+        description:
+          "SERVED sets the endpoint's served_revision_id (event deployment.endpoint_served); FAILED is a deployment.endpoint_failed event. Only while the endpoint still asks for the revision; a repeat answers applied: false. 404 for a deployment that is not this listener's.",
+        security,
+        params: Params,
+        body: EndpointReportBody,
+        response: { 200: EndpointReportResult, ...errorResponses(401, 403, 404, 422) },
+      },
+    },
+    async (request) => {
+      const { listenerId } = await listenerOf(request, request.params.listener_id);
+      return protocol.reportEndpoint(listenerId, request.body);
     },
   );
 

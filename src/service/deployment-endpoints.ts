@@ -1,7 +1,8 @@
 /**
  * Endpoints of deployments (docs/app-urls.md, "Endpoints"): list, create or move, delete. A move pins
  * the endpoint to a revision of the same deployment that deployed; the own data plane then serves that
- * revision's sealed build there (src/dataplane/endpoint-runtime.ts). Every change is an event that says
+ * revision's sealed build there (src/dataplane/endpoint-runtime.ts), a listener a Kubernetes Deployment
+ * and Service of the endpoint's own (the desired state carries it: src/service/listener-protocol.ts). Every change is an event that says
  * who made it and from which revision to which.
  */
 import type { Kysely } from 'kysely';
@@ -93,11 +94,6 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
         // Locked: a delete of the deployment, or another move of its endpoints, waits for this one.
         const deployment = await lockDeployment(tx, workspaceId, deploymentId);
         if (!deployment || deployment.status === 'AWAITING_DELETE') throw notFound('Deployment', deploymentId);
-        if (deployment.listener_id !== null)
-          throw new AppError(
-            'invalid_request',
-            'Endpoints are served by the own data plane only; this deployment runs on a listener, which does not serve endpoints yet.',
-          );
         const problem = endpointNameProblem(name, deployment.app_slug);
         if (problem) throw new AppError('invalid_request', `name: ${problem}.`);
         if (isPreviewEndpointName(name))
@@ -122,7 +118,8 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
             'conflict',
             `The deployment has ${MAX_ENDPOINTS_PER_DEPLOYMENT} endpoints, as many as a deployment may have; delete one first.`,
           );
-        if (!before && resources)
+        // A listener's cluster is not the workspace's quota (its deployments are not counted either).
+        if (!before && resources && deployment.listener_id === null)
           await checkEndpointQuota(tx, resources, workspaceId, deployment.source_config.resource_spec ?? null);
         // A move ends a split: promoted when the endpoint moves to the split's revision.
         if (before && before.revision_id !== revision.id)

@@ -24,6 +24,7 @@ import type {
   DeploymentConditionReport,
   DeploymentFactReport,
   EndpointReport,
+  ListenerPlaneReports,
   NotAppliedReason,
   OwnPlaneReports,
   ReportOutcome,
@@ -54,6 +55,7 @@ import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionComm
 import type { Database, Db } from '../store/schema.ts';
 import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
 import { holdsDeploymentLease, holdsRevisionLease, setRunner, type LeaseOwner } from '../store/work-leases.ts';
+import { applyListenerEndpointReport } from './lifecycle-endpoint-reports.ts';
 import { pinPreviewEndpoint } from './preview-endpoints.ts';
 import { activateRevision, applyCondition, finishDeletion, transitionRevision } from './lifecycle.ts';
 
@@ -280,8 +282,11 @@ function reportsOfBothPlanes(db: Kysely<Database>, reporter: Reporter, leases: L
 export function createListenerReports(
   db: Kysely<Database>,
   listener: { listenerId: string; /** Its workspace: deletions are confirmed there. */ workspaceId?: string },
-): DataPlaneReports {
-  return reportsOfBothPlanes(db, { kind: 'listener', ...listener }, NO_LEASES);
+): ListenerPlaneReports {
+  return {
+    ...reportsOfBothPlanes(db, { kind: 'listener', ...listener }, NO_LEASES),
+    reportEndpoint: (report) => applyListenerEndpointReport(db, listener.listenerId, report),
+  };
 }
 
 /**

@@ -21,14 +21,19 @@ import {
   lockListener,
   markListenerSeen,
   recordListenerHeartbeat,
+  type ListenerEndpointRow,
   type ListenerRevisionRow,
   type ListenerView,
 } from '../store/listeners.ts';
 import type { Database } from '../store/schema.ts';
 import type {
   DesiredDeployment,
+  DesiredEndpoint,
+  DesiredEndpointRevision,
   DesiredRevision,
   DesiredState,
+  EndpointReportBody,
+  EndpointReportResult,
   HeartbeatBody,
   ReportBody,
   ReportResult,
@@ -80,6 +85,29 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
     };
   }
 
+  /** An endpoint's revision: its image and its own secrets (the revision's snapshot, as on the own plane). */
+  function endpointRevision(revision: ListenerEndpointRow['revision']): DesiredEndpointRevision {
+    return {
+      id: revision.id,
+      number: revision.number,
+      image_uri: stringOrNull(revision.source_revision_config.image_uri),
+      secrets: revision.secrets.map((s) => ({ name: s.name, value: secretBox.open(s.value) })),
+    };
+  }
+
+  /**
+   * An endpoint as the listener serves it. `split` is null until endpoints store one: filling it in is
+   * this one place (the schema, DesiredEndpointSplit, and the agent already take it).
+   */
+  function desiredEndpoint(row: ListenerEndpointRow): DesiredEndpoint {
+    return {
+      name: row.name,
+      revision: endpointRevision(row.revision),
+      served_revision_id: row.served_revision_id,
+      split: null,
+    };
+  }
+
   return {
     /** Everything the listener must run, with its ETag. */
     async desiredState(listenerId: string): Promise<{ state: DesiredState; etag: string }> {
@@ -106,6 +134,8 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
             custom_url: stringOrNull(d.source_config.custom_url),
             ...inPlace,
             revision: revision ? desiredRevision(revision, inPlace) : null,
+            // A deployment being deleted serves no endpoint: everything of it goes.
+            endpoints: desired.delete ? [] : d.endpoints.map(desiredEndpoint),
           };
         }),
       };
@@ -137,6 +167,16 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
         },
       });
       return { applied: outcome.applied, status: outcome.status, not_applied_reason: outcome.notAppliedReason };
+    },
+
+    /** The endpoint's own Deployment serves its revision now, or cannot (src/service/lifecycle-endpoint-reports.ts). */
+    async reportEndpoint(listenerId: string, input: EndpointReportBody): Promise<EndpointReportResult> {
+      const target = { deploymentId: input.deployment_id, endpoint: input.endpoint, revisionId: input.revision_id };
+      return createListenerReports(db, { listenerId }).reportEndpoint(
+        input.status === 'SERVED'
+          ? { ...target, served: true }
+          : { ...target, served: false, message: input.message ?? 'the listener could not serve the revision' },
+      );
     },
 
     /**

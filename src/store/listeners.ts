@@ -199,6 +199,17 @@ export type ListenerDeploymentRow = Pick<
   | 'active_revision_id'
 >;
 
+/**
+ * An endpoint of a listener's deployment with the revision it is pinned to. The split of an endpoint
+ * (another revision taking a share of its requests) is not stored yet: the desired state serves `split:
+ * null` (src/service/listener-protocol.ts, desiredEndpoint, is the one place that fills it in).
+ */
+export interface ListenerEndpointRow {
+  name: string;
+  served_revision_id: string | null;
+  revision: Pick<RevisionRow, 'id' | 'number' | 'source_revision_config' | 'secrets'>;
+}
+
 export type ListenerRevisionRow = Pick<
   RevisionRow,
   'id' | 'deployment_id' | 'number' | 'status' | 'source_revision_config' | 'snapshot' | 'secrets'
@@ -213,7 +224,10 @@ export type ListenerRevisionRow = Pick<
 export async function listenerDeploymentsWithRevisions(
   db: Db,
   listenerId: string,
-): Promise<{ deployments: ListenerDeploymentRow[]; revisions: ListenerRevisionRow[] }> {
+): Promise<{
+  deployments: (ListenerDeploymentRow & { endpoints: ListenerEndpointRow[] })[];
+  revisions: ListenerRevisionRow[];
+}> {
   const rows = await db
     .selectFrom('deployments as d')
     .select([
@@ -245,11 +259,41 @@ export async function listenerDeploymentsWithRevisions(
           ),
       ).as('revisions'),
     )
+    .select((eb) =>
+      jsonArrayFrom(
+        eb
+          .selectFrom('deployment_endpoints as e')
+          .innerJoin('revisions as er', 'er.id', 'e.revision_id')
+          .select([
+            'e.name',
+            'e.served_revision_id',
+            'er.id as revision_id',
+            'er.number as revision_number',
+            'er.source_revision_config as revision_source_revision_config',
+            'er.secrets as revision_secrets',
+          ])
+          .whereRef('e.deployment_id', '=', 'd.id')
+          .orderBy('e.name'),
+      ).as('endpoints'),
+    )
     .where('d.listener_id', '=', listenerId)
     .orderBy('d.created_at')
     .orderBy('d.id')
     .execute();
-  return { deployments: rows, revisions: rows.flatMap((row) => row.revisions) };
+  const deployments = rows.map(({ endpoints, ...row }) => ({
+    ...row,
+    endpoints: endpoints.map((e) => ({
+      name: e.name,
+      served_revision_id: e.served_revision_id,
+      revision: {
+        id: e.revision_id,
+        number: e.revision_number,
+        source_revision_config: e.revision_source_revision_config,
+        secrets: e.revision_secrets,
+      },
+    })),
+  }));
+  return { deployments, revisions: rows.flatMap((row) => row.revisions) };
 }
 
 /** The deployment a revision belongs to, when that deployment runs on this listener. */

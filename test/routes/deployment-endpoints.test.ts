@@ -260,27 +260,6 @@ describe('attacks on endpoints', () => {
       assert.equal(answer.status, 201, `${name}: ${JSON.stringify(answer.body)}`);
     }
   });
-
-  test('a listener-served deployment refuses endpoints with a clear 400', async () => {
-    const listener = await registerListener((url, body) => api.post(url, body), 'cluster-a', ['apps']);
-    const made = await api.post('/v2/deployments', {
-      name: 'on-cluster',
-      source: 'external_container',
-      source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'apps' } },
-      source_revision_config: { image_uri: 'registry.example.com/on-cluster:1' },
-    });
-    assert.equal(made.status, 201, JSON.stringify(made.body));
-    await t.database.db
-      .updateTable('revisions')
-      .set({ status: 'DEPLOYED' })
-      .where('deployment_id', '=', made.body.id)
-      .execute();
-    const revision = (await api.get(`/v2/deployments/${made.body.id}/revisions`)).body.resources[0];
-    const answer = await api.put(`/v2/deployments/${made.body.id}/endpoints/staging`, { revision_id: revision.id });
-    assert.equal(answer.status, 400);
-    assert.match(answer.body.detail, /own data plane only/);
-    assert.equal((await api.get(`/v2/deployments/${made.body.id}/endpoints`)).body.resources.length, 0);
-  });
 });
 
 describe('endpoints and the workspace quota', () => {

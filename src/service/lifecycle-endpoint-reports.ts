@@ -1,0 +1,63 @@
+/**
+ * A listener's reports of its endpoints (ListenerPlaneReports of src/domain/data-plane.ts): the endpoint's
+ * own Kubernetes Deployment runs the revision it is pinned to (`served_revision_id` moves there, with
+ * `deployment.endpoint_served`), or cannot (`deployment.endpoint_failed`, what served before goes on).
+ * The rules are the own data plane's (src/service/lifecycle-reports.ts, reportEndpoint): a report about
+ * a revision the endpoint no longer asks for, or one that moves nothing, changes nothing.
+ */
+import type { Kysely } from 'kysely';
+import type { ListenerEndpointReport } from '../domain/data-plane.ts';
+import { notFound } from '../errors.ts';
+import { getEndpoint, setEndpointServed } from '../store/deployment-endpoints.ts';
+import { lockDeploymentById } from '../store/deployments.ts';
+import { recordEvents } from '../store/events.ts';
+import type { Database } from '../store/schema.ts';
+
+/** Applies listener `listenerId`'s report of an endpoint; not_found for a deployment that is not its. */
+export async function applyListenerEndpointReport(
+  db: Kysely<Database>,
+  listenerId: string,
+  report: ListenerEndpointReport,
+): Promise<{ applied: boolean }> {
+  return db.transaction().execute(async (tx) => {
+    // Locked as every writer of a deployment's endpoints locks it (src/service/deployment-endpoints.ts).
+    const deployment = await lockDeploymentById(tx, report.deploymentId);
+    // Another listener's deployment, or the own plane's, does not exist for this listener.
+    if (!deployment || deployment.listener_id !== listenerId) throw notFound('Deployment', report.deploymentId);
+    const endpoint = await getEndpoint(tx, deployment.id, report.endpoint);
+    // Deleted or moved since: the desired state says what to serve next.
+    if (!endpoint || endpoint.revision_id !== report.revisionId) return { applied: false };
+    if (report.served) {
+      if (endpoint.served_revision_id === report.revisionId) return { applied: false };
+      await setEndpointServed(tx, deployment.id, report.endpoint, report.revisionId);
+    }
+    await recordEvents(tx, [
+      {
+        workspaceId: deployment.workspace_id,
+        subjectType: 'deployment',
+        subjectId: deployment.id,
+        deploymentId: deployment.id,
+        ...(report.served
+          ? {
+              type: 'deployment.endpoint_served' as const,
+              data: {
+                endpoint: report.endpoint,
+                revision_id: report.revisionId,
+                from_revision_id: endpoint.served_revision_id,
+                listener_id: listenerId,
+              },
+            }
+          : {
+              type: 'deployment.endpoint_failed' as const,
+              data: {
+                endpoint: report.endpoint,
+                revision_id: report.revisionId,
+                message: report.message,
+                listener_id: listenerId,
+              },
+            }),
+      },
+    ]);
+    return { applied: true };
+  });
+}

@@ -1,0 +1,141 @@
+/**
+ * Endpoints of a deployment that runs on a listener (docs/listener.md, "Endpoints"): the API takes them
+ * as on the own data plane, the listener protocol's desired state carries each (with its revision's
+ * image and secrets), and the listener's endpoint reports move `served_revision_id`. The attacker's side:
+ * another workspace's key neither reads nor sets one, and a listener never receives, nor reports for,
+ * another listener's endpoints.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import {
+  client,
+  createTestApp,
+  newWorkspace,
+  registerListener,
+  type RegisteredListener,
+  type TestApp,
+  type Workspace,
+} from '../support/harness.ts';
+
+let t: TestApp;
+let api: ReturnType<typeof client>;
+let other: Workspace;
+let mine: RegisteredListener;
+let theirs: RegisteredListener;
+
+before(async () => {
+  t = await createTestApp();
+  api = client(t.app);
+  other = await newWorkspace(t, 'other-team');
+  mine = await registerListener((url, body) => api.post(url, body), 'cluster-a', ['apps']);
+  theirs = await registerListener((url, body) => api.post(url, body), 'cluster-b', ['apps']);
+});
+after(() => t.close());
+
+/** A client speaking the listener protocol with a listener's credential. */
+const as = (_listener: RegisteredListener) => client(t.app, null);
+const bearer = (listener: RegisteredListener) => ({ authorization: `Bearer ${listener.credential}` });
+
+/** A deployment on `listener` with one revision, DEPLOYED as the listener would have reported it. */
+async function onListener(listener: RegisteredListener, name: string, secret = 'one') {
+  const made = await api.post('/v2/deployments', {
+    name,
+    source: 'external_container',
+    source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'apps' } },
+    source_revision_config: { image_uri: `registry.example.com/${name}:1` },
+    secrets: [{ name: 'TOKEN', value: secret }],
+  });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  await t.database.db
+    .updateTable('revisions')
+    .set({ status: 'DEPLOYED' })
+    .where('deployment_id', '=', made.body.id)
+    .execute();
+  const revision = (await api.get(`/v2/deployments/${made.body.id}/revisions`)).body.resources[0];
+  return { id: made.body.id as string, revisionId: revision.id as string };
+}
+
+async function desiredOf(listener: RegisteredListener) {
+  const answer = await as(listener).get(`/v2/listeners/${listener.id}/desired-state`, bearer(listener));
+  assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  return answer.body;
+}
+
+describe('endpoints of a listener deployment', () => {
+  test("are set like the own plane's, carried in the desired state, and served once the listener reports it", async () => {
+    const d = await onListener(mine, 'staged', 's3cret');
+    const put = await api.put(`/v2/deployments/${d.id}/endpoints/staging`, { revision_id: d.revisionId });
+    assert.equal(put.status, 201, JSON.stringify(put.body));
+    assert.equal(put.body.served_revision_id, null);
+
+    const entry = (await desiredOf(mine)).deployments.find((x: any) => x.deployment_id === d.id);
+    assert.deepEqual(entry.endpoints, [
+      {
+        name: 'staging',
+        revision: {
+          id: d.revisionId,
+          number: 1,
+          image_uri: 'registry.example.com/staged:1',
+          secrets: [{ name: 'TOKEN', value: 's3cret' }],
+        },
+        served_revision_id: null,
+        split: null,
+      },
+    ]);
+
+    const report = { deployment_id: d.id, endpoint: 'staging', revision_id: d.revisionId, status: 'SERVED' };
+    const first = await as(mine).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
+    assert.equal(first.status, 200, JSON.stringify(first.body));
+    assert.deepEqual(first.body, { applied: true });
+    const again = await as(mine).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
+    assert.deepEqual(again.body, { applied: false }, 'a repeat changes nothing');
+    const read = await api.get(`/v2/deployments/${d.id}/endpoints/staging`);
+    assert.equal(read.body.served_revision_id, d.revisionId);
+    const events = await api.get(`/v2/deployments/${d.id}/events?limit=100`);
+    const served = (events.body.resources ?? events.body).filter((e: any) => e.type === 'deployment.endpoint_served');
+    assert.equal(served.length, 1, 'one deployment.endpoint_served, not one per report');
+
+    const failed = await as(mine).post(
+      `/v2/listeners/${mine.id}/endpoint-reports`,
+      { ...report, status: 'FAILED', message: 'splits cannot be served on this cluster' },
+      bearer(mine),
+    );
+    assert.deepEqual(failed.body, { applied: true });
+  });
+
+  test("another workspace's key can neither set nor read an endpoint of a listener deployment: 404, nothing changes", async () => {
+    const d = await onListener(mine, 'guarded');
+    assert.equal((await api.put(`/v2/deployments/${d.id}/endpoints/prod`, { revision_id: d.revisionId })).status, 201);
+    for (const answer of [
+      await other.api.get(`/v2/deployments/${d.id}/endpoints`),
+      await other.api.get(`/v2/deployments/${d.id}/endpoints/prod`),
+      await other.api.put(`/v2/deployments/${d.id}/endpoints/prod`, { revision_id: d.revisionId }),
+      await other.api.put(`/v2/deployments/${d.id}/endpoints/theirs`, { revision_id: d.revisionId }),
+      await other.api.delete(`/v2/deployments/${d.id}/endpoints/prod`),
+    ])
+      assert.equal(answer.status, 404, JSON.stringify(answer.body));
+    const listed = await api.get(`/v2/deployments/${d.id}/endpoints`);
+    assert.deepEqual(
+      listed.body.resources.map((e: any) => e.name),
+      ['prod'],
+    );
+  });
+
+  test("a listener never receives another listener's endpoints, nor reports for them", async () => {
+    const d = await onListener(mine, 'private-one', 'only-for-a');
+    assert.equal((await api.put(`/v2/deployments/${d.id}/endpoints/beta`, { revision_id: d.revisionId })).status, 201);
+    const state = await desiredOf(theirs);
+    assert.ok(!JSON.stringify(state).includes(d.id), "the other listener's desired state does not name the deployment");
+    assert.ok(!JSON.stringify(state).includes('only-for-a'), 'nor carries its secrets');
+    // Its own credential on the other listener's path: 404, as for any listener not its own.
+    const stolen = await as(theirs).get(`/v2/listeners/${mine.id}/desired-state`, bearer(theirs));
+    assert.equal(stolen.status, 404);
+    const report = { deployment_id: d.id, endpoint: 'beta', revision_id: d.revisionId, status: 'SERVED' };
+    for (const answer of [
+      await as(theirs).post(`/v2/listeners/${theirs.id}/endpoint-reports`, report, bearer(theirs)),
+      await as(theirs).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(theirs)),
+    ])
+      assert.equal(answer.status, 404, JSON.stringify(answer.body));
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/beta`)).body.served_revision_id, null);
+  });
+});
