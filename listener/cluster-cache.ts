@@ -20,7 +20,7 @@
  */
 import type { Logger } from 'pino';
 import { KubeError, type KubeClient, type WatchEvent } from './kube-client.ts';
-import { MANAGED_KINDS, keyOf, refOf, type ObservedObject } from './kube-objects.ts';
+import { MANAGED_KINDS, keyOf, refOf, type ManagedKind, type ObservedObject } from './kube-objects.ts';
 import { MANAGED_SELECTOR } from './manifest-names.ts';
 import { createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 
@@ -47,6 +47,8 @@ export interface ClusterCache {
 export interface ClusterCacheOptions {
   readonly client: KubeClient;
   readonly namespaces: readonly string[];
+  /** The kinds to list and watch: MANAGED_KINDS, and HTTPRoute where the cluster serves it. */
+  readonly kinds?: readonly ManagedKind[];
   readonly onChange: () => void;
   /** A namespace's `NamespaceWatch` changed (for the heartbeat, which says which namespaces are watched). */
   readonly onNamespaces: () => void;
@@ -67,7 +69,7 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
   const objects = new Map<string, ObservedObject>();
   const stop = new AbortController();
   const aborts = new Set<() => void>();
-  const streams = MANAGED_KINDS.flatMap((kind) =>
+  const streams = (options.kinds ?? MANAGED_KINDS).flatMap((kind) =>
     namespaces.map((namespace) => ({
       kind: kind.kind,
       namespace,

@@ -30,6 +30,13 @@ export interface ListenerConfig {
   /** Image of the deployment's cache when `cache_*` fields are set. */
   readonly redisImage: string;
   readonly logLevel: LogLevel;
+  /**
+   * The operator's Gateway (`<namespace>/<name>`, SLIPWAY_LISTENER_GATEWAY) that endpoints' HTTPRoutes
+   * attach to; absent or null: no HTTPRoute is written, and an endpoint's split is not served.
+   */
+  readonly gateway?: { readonly namespace: string; readonly name: string } | null;
+  /** The domain of endpoints' host names on that Gateway, `<deployment>--<endpoint>.<domain>` (SLIPWAY_LISTENER_GATEWAY_DOMAIN). */
+  readonly gatewayDomain?: string | null;
 }
 
 export class ListenerConfigError extends Error {
@@ -46,6 +53,7 @@ type Env = Readonly<Record<string, string | undefined>>;
 
 const LOG_LEVELS: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function text(env: Env, name: string): string | null {
@@ -161,6 +169,31 @@ function image(env: Env, name: string, fallback: string): string {
   return raw;
 }
 
+function gateway(env: Env): { namespace: string; name: string } | null {
+  const name = 'SLIPWAY_LISTENER_GATEWAY';
+  const raw = text(env, name);
+  if (raw === null) return null;
+  const [namespace, gatewayName, ...rest] = raw.split('/');
+  if (
+    rest.length > 0 ||
+    namespace === undefined ||
+    gatewayName === undefined ||
+    !DNS_LABEL.test(namespace) ||
+    !DNS_SUBDOMAIN.test(gatewayName)
+  )
+    throw new ListenerConfigError(name, `must be <namespace>/<name> of a Gateway, e.g. gateways/public, got '${raw}'`);
+  return { namespace, name: gatewayName };
+}
+
+function gatewayDomain(env: Env): string | null {
+  const name = 'SLIPWAY_LISTENER_GATEWAY_DOMAIN';
+  const raw = text(env, name);
+  if (raw === null) return null;
+  if (!DNS_SUBDOMAIN.test(raw) || raw.length > 200)
+    throw new ListenerConfigError(name, `must be a DNS domain such as apps.example.com, got '${raw}'`);
+  return raw;
+}
+
 function logLevel(env: Env): LogLevel {
   const raw = text(env, 'LOG_LEVEL');
   if (raw === null) return 'info';
@@ -184,5 +217,7 @@ export function loadListenerConfig(env: Env = process.env): ListenerConfig {
     postgresImage: image(env, 'SLIPWAY_LISTENER_POSTGRES_IMAGE', 'postgres:17-alpine'),
     redisImage: image(env, 'SLIPWAY_LISTENER_REDIS_IMAGE', 'redis:7-alpine'),
     logLevel: logLevel(env),
+    gateway: gateway(env),
+    gatewayDomain: gatewayDomain(env),
   };
 }

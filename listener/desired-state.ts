@@ -12,13 +12,23 @@
  * agent reads them from the deployment when they are there, and keeps them on the revision it uses.
  */
 import { PROTOCOL_VERSION } from '../src/domain/listener-protocol-version.ts';
-import type { DesiredState as WireDesiredState, ReportBody } from '../src/routes/listener-protocol-schemas.ts';
+import type {
+  DesiredEndpoint,
+  DesiredEndpointRevision,
+  DesiredEndpointSplit,
+  DesiredState as WireDesiredState,
+  EndpointReportBody,
+  ReportBody,
+} from '../src/routes/listener-protocol-schemas.ts';
 
 export { PROTOCOL_VERSION };
 export type { WireDesiredState };
 type WireDeployment = WireDesiredState['deployments'][number];
 
 export type ReportedStatus = ReportBody['status'];
+/** An endpoint of a deployment (an addition to protocol 1: a service of before sends none). */
+export type { DesiredEndpoint, DesiredEndpointRevision, DesiredEndpointSplit };
+export type EndpointReportedStatus = EndpointReportBody['status'];
 
 /** A revision, with the deployment's current in-place values (see above). */
 export type DesiredRevision = NonNullable<WireDeployment['revision']>;

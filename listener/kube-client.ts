@@ -121,6 +121,11 @@ export interface KubeClient {
   /** Server-side apply of the manifest as written, refusing fields the server does not declare. */
   apply(manifest: PartialManifest, options?: ApplyOptions): Promise<void>;
   version(): Promise<ServerVersion>;
+  /**
+   * Whether the API server serves `kind` in `apiVersion`, by the API's discovery (`GET /apis/<group>/<version>`):
+   * false when the group or version is not served (404) or does not have the kind.
+   */
+  serves(apiVersion: string, kind: string): Promise<boolean>;
   /** Deletes in the foreground: a workload goes only after its pods. A missing object is fine. */
   remove(target: ObjectRef): Promise<void>;
   list(
@@ -174,6 +179,11 @@ function toKubeError(error: unknown, what: string): KubeError {
 
 /** The object API with an apply of the manifest as written (the library's `patch` goes through its typed model). */
 class UnstructuredObjectApi extends KubernetesObjectApi {
+  /** Whether the API's discovery lists `kind` in `apiVersion` (throws an ApiException 404 for a group not served). */
+  async servesKind(apiVersion: string, kind: string): Promise<boolean> {
+    return (await this.resource(apiVersion, kind)) !== undefined;
+  }
+
   async applyAsWritten(manifest: PartialManifest, fieldManager: string, force: boolean): Promise<void> {
     const kind = kindOf(manifest.kind);
     if (!kind) throw new Error(`not a kind the listener manages: ${manifest.kind}`);
@@ -230,6 +240,15 @@ export function createKubeClient(kubeConfig: KubeConfig): KubeClient {
         };
       } catch (error) {
         throw toKubeError(error, 'read the API server version');
+      }
+    },
+
+    async serves(apiVersion, kindName) {
+      try {
+        return await api.servesKind(apiVersion, kindName);
+      } catch (error) {
+        if (error instanceof ApiException && error.code === 404) return false;
+        throw toKubeError(error, `discover ${apiVersion}`);
       }
     },
 

@@ -62,8 +62,19 @@ export const MANAGED_KINDS: readonly ManagedKind[] = [
   { apiVersion: 'v1', kind: 'Pod', plural: 'pods' },
 ];
 
+/**
+ * The Gateway API's route, which the agent writes for endpoints (docs/listener.md, "Endpoints") only
+ * where the cluster serves it: listed, watched and applied only then (a list of a kind the API server
+ * does not serve would fail every namespace's list-watch).
+ */
+export const HTTP_ROUTE_KIND: ManagedKind = {
+  apiVersion: 'gateway.networking.k8s.io/v1',
+  kind: 'HTTPRoute',
+  plural: 'httproutes',
+};
+
 export function kindOf(kind: string): ManagedKind | undefined {
-  return MANAGED_KINDS.find((k) => k.kind === kind);
+  return [HTTP_ROUTE_KIND, ...MANAGED_KINDS].find((k) => k.kind === kind);
 }
 
 /** `/api/v1/namespaces/ns/pods` or `/apis/apps/v1/namespaces/ns/deployments`. */

@@ -13,7 +13,11 @@ import {
   type NamespaceWatch,
 } from './cluster-cache.ts';
 import type { ListenerConfig } from './config.ts';
+import type { GatewaySupport } from './endpoint-manifests.ts';
+import { NO_GATEWAY } from './endpoint-plan.ts';
+import { discoverGateway } from './gateway-discovery.ts';
 import { createKubeClient } from './kube-client.ts';
+import { HTTP_ROUTE_KIND, MANAGED_KINDS } from './kube-objects.ts';
 import { startController } from './listener-controller.ts';
 import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
 import { createProtocolClient, type Fetch } from './protocol-client.ts';
@@ -109,7 +113,8 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
   });
   const kube = createKubeClient(deps.kubeConfig ?? loadKubeConfig(config));
   let pollProblem: string | null = null;
-  let cache: ClusterCache | null = null;
+  // Started once the Gateway API is discovered (below); assigned in that closure, hence the cast.
+  let cache = null as ClusterCache | null;
   /** Ends the heartbeat's sleep: what it says changed (a namespace is watched now, or no longer). */
   let beatNow: (() => void) | null = null;
 
@@ -129,19 +134,28 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     backoff: backoffOptions,
     resyncMs: deps.resyncMs ?? 60_000,
     missingNamespaceConfirmMs: deps.missingNamespaceConfirmMs ?? DEFAULT_MISSING_NAMESPACE_CONFIRM_MS,
+    gateway: () => gateway,
   });
-  cache = startClusterCache({
-    client: kube,
-    namespaces: config.namespaces,
-    onChange: () => controller.wake(),
-    onNamespaces: () => {
-      controller.wake();
-      beatNow?.();
-    },
-    logger,
-    backoff: backoffOptions,
-    forbiddenConfirmMs: deps.forbiddenConfirmMs ?? DEFAULT_FORBIDDEN_CONFIRM_MS,
-  });
+  let gateway: GatewaySupport = NO_GATEWAY;
+  /** The Gateway API is looked for once, before the list-watch starts (which watches HTTPRoutes only where served). */
+  const started = (async () => {
+    gateway = await discoverGateway(kube, config, logger);
+    if (stop.signal.aborted) return;
+    cache = startClusterCache({
+      client: kube,
+      namespaces: config.namespaces,
+      kinds: gateway.httpRoutes ? [...MANAGED_KINDS, HTTP_ROUTE_KIND] : MANAGED_KINDS,
+      onChange: () => controller.wake(),
+      onNamespaces: () => {
+        controller.wake();
+        beatNow?.();
+      },
+      logger,
+      backoff: backoffOptions,
+      forbiddenConfirmMs: deps.forbiddenConfirmMs ?? DEFAULT_FORBIDDEN_CONFIRM_MS,
+    });
+    controller.wake();
+  })();
 
   /** Long-polls the desired state: each answer is handed to the controller, 304s loop at once. */
   const polling = (async () => {
@@ -271,6 +285,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
   return {
     async stop() {
       stop.abort();
+      await started;
       await Promise.all([polling, heartbeats, controller.stop(), cache?.stop(), versionChecked]);
       logger.info('listener stopped');
     },

@@ -18,6 +18,8 @@ import { keyOf, refOf } from './kube-objects.ts';
 import type { BuildContext } from './manifest-builder.ts';
 import { SPEC_HASH_ANNOTATION } from './manifest-names.ts';
 import type { DeploymentCondition, ProtocolClient } from './protocol-client.ts';
+import type { GatewaySupport } from './endpoint-manifests.ts';
+import { endpointApplyKey } from './endpoint-plan.ts';
 import { reconcile } from './reconcile.ts';
 import { createPlanExecution } from './plan-execution.ts';
 import { readResourceSpec } from './resource-spec.ts';
@@ -35,6 +37,8 @@ export interface ControllerOptions {
   readonly resyncMs: number;
   /** How long applies must keep finding their namespace missing before the revision fails. */
   readonly missingNamespaceConfirmMs: number;
+  /** Where the cluster's Gateway API stands (endpoints' HTTPRoutes), once discovered. */
+  readonly gateway?: () => GatewaySupport;
 }
 
 export interface Controller {
@@ -71,7 +75,7 @@ export function startController(options: ControllerOptions): Controller {
   const { protocol, kube, logger } = options;
   const stop = new AbortController();
   // What this process did and was told, which the next passes' plans depend on (plan-execution.ts).
-  const { execute, reported, refused, missingSince, confirmed, applied } = createPlanExecution({
+  const { execute, reported, refused, missingSince, confirmed, applied, endpointReports } = createPlanExecution({
     protocol,
     kube,
     logger,
@@ -98,6 +102,8 @@ export function startController(options: ControllerOptions): Controller {
   let lastProblem: string | null = null;
   /** Deployments whose revision is DEPLOYED at the service but no longer rolls out, for the heartbeat. */
   let notRollingOut: string[] = [];
+  /** What plans say a user must know (an endpoint's split this cluster cannot serve), for the heartbeat. */
+  let notices: string[] = [];
   let rollingOut = 0;
   let lastConditions: ReturnType<Controller['conditions']> = null;
 
@@ -141,7 +147,7 @@ export function startController(options: ControllerOptions): Controller {
       desired,
       {
         objects,
-        memory: { reported, refused, confirmed, applied: appliedNotSeen(objects) },
+        memory: { reported, refused, confirmed, applied: appliedNotSeen(objects), endpointReports },
         namespaces: cache.namespaces(),
       },
       {
@@ -149,12 +155,14 @@ export function startController(options: ControllerOptions): Controller {
         namespaces: options.namespaces,
         entropy: randomBytes(32).toString('hex'),
         now: Date.now(),
+        ...(options.gateway ? { gateway: options.gateway() } : {}),
       },
     );
     const observedAt = new Date();
     const problems: string[] = [];
     const stuck: string[] = [];
     const conditions: DeploymentCondition[] = [];
+    const told: string[] = [];
     let going = 0;
     for (const plan of plans) {
       const entry = desired.deployments.find((d) => d.deployment_id === plan.deploymentId);
@@ -163,7 +171,8 @@ export function startController(options: ControllerOptions): Controller {
       // heartbeat, while the replicas of before keep serving.
       const deployedButFailing = plan.phase === 'failed' && entry?.revision?.status === 'DEPLOYED';
       if (deployedButFailing) stuck.push(`${entry.name}: ${plan.summary}`);
-      const told = updateFailed.get(plan.deploymentId);
+      told.push(...(plan.notices ?? []));
+      const toldFailed = updateFailed.get(plan.deploymentId);
       if (plan.condition) {
         const condition: DeploymentCondition = {
           deployment_id: plan.deploymentId,
@@ -176,13 +185,13 @@ export function startController(options: ControllerOptions): Controller {
         conditions.push(condition);
         if (condition.condition === 'update_failed') updateFailed.set(plan.deploymentId, condition);
       } else if (
-        told !== undefined &&
+        toldFailed !== undefined &&
         entry?.revision?.status === 'DEPLOYED' &&
-        entry.revision.id === told.revision_id &&
+        entry.revision.id === toldFailed.revision_id &&
         plan.phase !== 'deployed'
       ) {
         // The change after a failed one is on its way (applied, rolling out): not rolled out until it is.
-        conditions.push(told);
+        conditions.push(toldFailed);
       } else updateFailed.delete(plan.deploymentId);
       if (lastSummary.get(plan.deploymentId) !== plan.summary) {
         lastSummary.set(plan.deploymentId, plan.summary);
@@ -218,6 +227,7 @@ export function startController(options: ControllerOptions): Controller {
     }
     rollingOut = going;
     notRollingOut = stuck;
+    notices = told;
     lastConditions = { observedAt, deployments: conditions };
     for (const id of lastSummary.keys()) if (!plans.some((p) => p.deploymentId === id)) lastSummary.delete(id);
     for (const id of held.keys()) if (!plans.some((p) => p.deploymentId === id)) held.delete(id);
@@ -264,10 +274,22 @@ export function startController(options: ControllerOptions): Controller {
       desired = state;
       logIgnoredFields(state);
       // Forget what concerns revisions no longer in the desired state: the maps stay small.
-      const current = new Set(state.deployments.flatMap((d) => (d.revision ? [d.revision.id] : [])));
+      const current = new Set(
+        state.deployments.flatMap((d) => [
+          ...(d.revision ? [d.revision.id] : []),
+          ...(d.endpoints ?? []).map((e) => endpointApplyKey(d.deployment_id, e.name, e.revision.id)),
+        ]),
+      );
       for (const id of reported.keys()) if (!current.has(id)) reported.delete(id);
       for (const id of refused.keys()) if (!current.has(id)) refused.delete(id);
       for (const id of missingSince.keys()) if (!current.has(id)) missingSince.delete(id);
+      const endpointsNow = new Set(
+        state.deployments.flatMap((d) =>
+          (d.endpoints ?? []).map((e) => `${d.deployment_id}/${e.name}/${e.revision.id}/`),
+        ),
+      );
+      for (const key of endpointReports)
+        if (![...endpointsNow].some((prefix) => key.startsWith(prefix))) endpointReports.delete(key);
       const present = new Set(state.deployments.map((d) => d.deployment_id));
       for (const id of ignoredLogged.keys()) if (!present.has(id)) ignoredLogged.delete(id);
       const deleting = new Set(state.deployments.filter((d) => d.delete).map((d) => d.deployment_id));
@@ -278,6 +300,7 @@ export function startController(options: ControllerOptions): Controller {
     problem: () => {
       const all = [
         ...notRollingOut.map((s) => `deployed revision not rolling out: ${s}`),
+        ...notices,
         ...(lastProblem === null ? [] : [lastProblem]),
       ];
       return all.length > 0 ? all.join('; ').slice(0, 2000) : null;

@@ -30,6 +30,11 @@ export const LISTENER_ID_LABEL = 'slipway.dev/listener-id';
  */
 export const KEEP_UNTIL_DELETE_LABEL = 'slipway.dev/keep-until-delete';
 
+/** On every object of an endpoint (docs/listener.md, "Endpoints"): the endpoint's name. */
+export const ENDPOINT_LABEL = 'slipway.dev/endpoint';
+/** Which of an endpoint's revisions an object runs: `main` (the one it is pinned to) or `split`. */
+export const ENDPOINT_ROLE_LABEL = 'slipway.dev/endpoint-role';
+
 export const REVISION_ID_ANNOTATION = 'slipway.dev/revision-id';
 /** Hash of the manifest as the agent applied it: equal means nothing to apply. */
 export const SPEC_HASH_ANNOTATION = 'slipway.dev/spec-hash';
@@ -72,4 +77,39 @@ export function ownerLabels(deploymentId: string, deploymentName: string, listen
 /** Pod selector of one component: stable for the life of the deployment (selectors cannot change). */
 export function selectorLabels(deploymentId: string, component: Component): Record<string, string> {
   return { [DEPLOYMENT_ID_LABEL]: deploymentId, [COMPONENT_LABEL]: component };
+}
+
+/** Which of an endpoint's revisions: the one it is pinned to, or the one its split sends a share to. */
+export type EndpointRole = 'main' | 'split';
+
+/**
+ * `<deployment name>--<endpoint>` (as the endpoint's host label is `<slug>--<endpoint>`), and
+ * `<deployment name>--<endpoint>--split` for its split. An endpoint name has no `--`, so no endpoint's
+ * name is another's split. Cut, with a hash of the deployment id, endpoint and role, to stay a DNS label
+ * of at most 63 characters. The Deployment, Service, Secret and HTTPRoute of it share the name.
+ */
+export function endpointObjectName(
+  deploymentName: string,
+  deploymentId: string,
+  endpoint: string,
+  role: EndpointRole,
+): string {
+  const full = `${deploymentName}--${endpoint}${role === 'split' ? '--split' : ''}`;
+  if (full.length <= 63) return full;
+  const hash = createHash('sha256').update(`${deploymentId}/${endpoint}/${role}`).digest('hex').slice(0, 8);
+  return `${full.slice(0, 63 - hash.length - 1).replace(/-+$/, '')}-${hash}`;
+}
+
+/** Pod selector of one endpoint's revision: stable while the endpoint exists. */
+export function endpointSelectorLabels(
+  deploymentId: string,
+  endpoint: string,
+  role: EndpointRole,
+): Record<string, string> {
+  return {
+    [DEPLOYMENT_ID_LABEL]: deploymentId,
+    [COMPONENT_LABEL]: 'endpoint',
+    [ENDPOINT_LABEL]: endpoint,
+    [ENDPOINT_ROLE_LABEL]: role,
+  };
 }

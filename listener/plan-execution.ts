@@ -41,6 +41,8 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
   const confirmed = new Set<string>();
   /** Object key to what this process applied and when, until the list-watch shows it (`Memory.applied`). */
   const applied = new Map<string, { hash: string; at: number }>();
+  /** The endpoint reports made (`Memory.endpointReports`). */
+  const endpointReports = new Set<string>();
 
   /** The reports, applies and deletes of one deployment, in order; stops at the first failure. */
   async function execute(plan: Plan): Promise<string | null> {
@@ -76,7 +78,10 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
           deps.markDirty();
           return null;
         }
-        if (permanentRefusal(error) && (action.type === 'report' || action.type === 'confirm-deletion')) {
+        if (
+          permanentRefusal(error) &&
+          (action.type === 'report' || action.type === 'confirm-deletion' || action.type === 'report-endpoint')
+        ) {
           // The service will say no again (an unknown revision, a deployment no longer being deleted):
           // take it as done so that it is not asked again, and say so.
           logger.error(
@@ -84,6 +89,7 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
             'the service refused the request; not repeating it',
           );
           if (action.type === 'report') remember(action.revisionId, action.status);
+          else if (action.type === 'report-endpoint') endpointReports.add(action.key);
           else confirmed.add(plan.deploymentId);
           continue;
         }
@@ -121,6 +127,32 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
             now: answer.status,
           },
           'reported',
+        );
+        return;
+      }
+      case 'report-endpoint': {
+        const answer = await protocol.reportEndpoint(
+          {
+            deployment_id: deploymentId,
+            endpoint: action.endpoint,
+            revision_id: action.revisionId,
+            status: action.status,
+            ...(action.message === undefined ? {} : { message: action.message }),
+          },
+          signal,
+        );
+        endpointReports.add(action.key);
+        const log = action.status === 'FAILED' ? logger.warn.bind(logger) : logger.info.bind(logger);
+        log(
+          {
+            deployment_id: deploymentId,
+            endpoint: action.endpoint,
+            revision_id: action.revisionId,
+            status: action.status,
+            applied: answer.applied,
+            message: action.message,
+          },
+          'endpoint reported',
         );
         return;
       }
@@ -170,5 +202,5 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
     }
   }
 
-  return { execute, reported, refused, missingSince, confirmed, applied };
+  return { execute, reported, refused, missingSince, confirmed, applied, endpointReports };
 }

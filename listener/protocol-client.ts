@@ -15,6 +15,8 @@ import { createRetryingFetch, type RetryOptions } from '../packages/sdk/src/retr
 import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
 import type {
   DeploymentCondition as WireDeploymentCondition,
+  EndpointReportBody,
+  EndpointReportResult,
   HeartbeatBody,
   ReportBody,
   ReportResult,
@@ -45,6 +47,8 @@ export interface ProtocolClient {
     signal: AbortSignal,
   ): Promise<{ state: DesiredState; etag: string | null } | 'unchanged'>;
   report(report: Report, signal: AbortSignal): Promise<ReportAnswer>;
+  /** An endpoint serves its revision, or cannot (an addition to protocol 1: a service of before answers 404). */
+  reportEndpoint(report: EndpointReportBody, signal: AbortSignal): Promise<EndpointReportResult>;
   confirmDeletion(deploymentId: string, signal: AbortSignal): Promise<void>;
   heartbeat(heartbeat: Heartbeat, signal: AbortSignal): Promise<void>;
 }
@@ -110,6 +114,9 @@ export function createProtocolClient(options: ProtocolClientOptions): ProtocolCl
 
     report: (report, signal) =>
       ok(api.POST('/v2/listeners/{listener_id}/reports', { ...listener, body: report, signal })),
+
+    reportEndpoint: (report, signal) =>
+      ok(api.POST('/v2/listeners/{listener_id}/endpoint-reports', { ...listener, body: report, signal })),
 
     async confirmDeletion(deploymentId, signal) {
       await ok(

@@ -29,7 +29,15 @@ import {
 } from './kube-objects.ts';
 import { applyActions } from './apply-actions.ts';
 import { buildManifests, type BuildContext } from './manifest-builder.ts';
-import { DEPLOYMENT_ID_LABEL, KEEP_UNTIL_DELETE_LABEL, SPEC_HASH_ANNOTATION, objectName } from './manifest-names.ts';
+import type { GatewaySupport } from './endpoint-manifests.ts';
+import { NO_GATEWAY, planEndpoints, type EndpointAction } from './endpoint-plan.ts';
+import {
+  DEPLOYMENT_ID_LABEL,
+  ENDPOINT_LABEL,
+  KEEP_UNTIL_DELETE_LABEL,
+  SPEC_HASH_ANNOTATION,
+  objectName,
+} from './manifest-names.ts';
 import { readResourceSpec } from './resource-spec.ts';
 import { revisionRollout } from './revision-rollout.ts';
 import type { FailureReason } from './rollout-status.ts';
@@ -52,6 +60,8 @@ export interface Memory {
    * cluster shows the hash, or after a while (someone else may have changed the object since).
    */
   readonly applied?: ReadonlyMap<string, string>;
+  /** The endpoint reports this process made (endpoint-plan.ts). */
+  readonly endpointReports?: ReadonlySet<string>;
 }
 
 export interface RefusedApply {
@@ -90,6 +100,8 @@ export interface ReconcileContext extends BuildContext {
   readonly entropy: string;
   /** The time of this pass (ms since the epoch): how long a database pod has waited to be ready. */
   readonly now: number;
+  /** Where the cluster's Gateway API stands (endpoints' HTTPRoutes); none when absent. */
+  readonly gateway?: GatewaySupport;
 }
 
 export type Action =
@@ -118,7 +130,8 @@ export type Action =
       readonly replicas: number;
     }
   | { readonly type: 'delete'; readonly target: ObjectRef }
-  | { readonly type: 'confirm-deletion' };
+  | { readonly type: 'confirm-deletion' }
+  | Extract<EndpointAction, { type: 'report-endpoint' }>;
 
 /**
  * What is wrong with a revision the service has as DEPLOYED (nothing can be reported for it any more),
@@ -151,6 +164,8 @@ export interface Plan {
   readonly summary: string;
   /** Only for a DEPLOYED revision that is not healthy. */
   readonly condition?: ServingCondition;
+  /** What the heartbeat should say about the deployment (an endpoint's split this cluster cannot serve). */
+  readonly notices?: readonly string[];
 }
 
 /** Where a deployment stands: `rolling-out` covers applying and waiting for the rollout. */
@@ -245,7 +260,8 @@ function runPlan(
 ): Plan {
   const { objects, memory } = observed;
   const id = deployment.deployment_id;
-  const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id);
+  // The endpoints' objects are endpoint-plan.ts's: neither pruned nor rolled out here.
+  const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id && label(o, ENDPOINT_LABEL) === undefined);
   const done = (() => {
     const service = serviceRank(revision.status);
     if (service === null) return null;
@@ -448,6 +464,29 @@ function runPlan(
   }
 }
 
+/** The deployment's plan, then its endpoints' (endpoint-plan.ts), where its namespace is watched. */
+function withEndpoints(plan: Plan, deployment: DesiredDeployment, observed: Observed, ctx: ReconcileContext): Plan {
+  const namespace = namespaceOf(deployment, ctx);
+  const watch = observed.namespaces?.get(namespace);
+  if (!ctx.namespaces.includes(namespace) || (watch !== undefined && watch.state !== 'watched')) return plan;
+  const endpoints = planEndpoints({
+    deployment,
+    namespace,
+    spec: readResourceSpec(deployment.revision?.resource_spec ?? null),
+    objects: observed.objects,
+    memory: observed.memory,
+    gateway: ctx.gateway ?? NO_GATEWAY,
+    build: ctx,
+  });
+  if (endpoints.actions.length === 0 && endpoints.summary.length === 0) return plan;
+  return {
+    ...plan,
+    actions: [...plan.actions, ...endpoints.actions],
+    summary: [plan.summary, ...endpoints.summary].join('; '),
+    ...(endpoints.notices.length > 0 ? { notices: endpoints.notices } : {}),
+  };
+}
+
 export function reconcile(desired: DesiredState, observed: Observed, ctx: ReconcileContext): Plan[] {
   const plans: Plan[] = [];
   for (const deployment of desired.deployments) {
@@ -472,7 +511,9 @@ export function reconcile(desired: DesiredState, observed: Observed, ctx: Reconc
         );
       }
     } else if (deployment.revision !== null) {
-      plans.push(runPlan(deployment, deployment.revision, desired, observed, ctx));
+      plans.push(
+        withEndpoints(runPlan(deployment, deployment.revision, desired, observed, ctx), deployment, observed, ctx),
+      );
     } else {
       // No revision to run yet (or none left to run): what is there stays as it is.
       plans.push({ deploymentId: id, actions: [], phase: 'idle', summary: 'no revision to run' });

@@ -81,6 +81,9 @@ const RESOURCES: readonly Resource[] = [
   { apiVersion: 'autoscaling/v2', kind: 'HorizontalPodAutoscaler', plural: 'horizontalpodautoscalers' },
 ];
 
+/** The Gateway API's route: served only by a fake made with `gatewayApi` (its CRDs installed). */
+const HTTP_ROUTE: Resource = { apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', plural: 'httproutes' };
+
 export interface RecordedRequest {
   readonly method: string;
   readonly path: string;
@@ -106,6 +109,12 @@ export interface FakeKubeOptions {
    * not know with a 500 Status, as 1.26 does.
    */
   minor?: number;
+  /**
+   * The cluster has the Gateway API's CRDs: `gateway.networking.k8s.io/v1` is in the API's discovery with
+   * HTTPRoute, which can be applied, listed and watched. Without it the group is not served (404), as on
+   * a cluster without them.
+   */
+  gatewayApi?: boolean;
 }
 
 /** A Status the way an API server writes one for an answer it gives (any of these may come). */
@@ -197,6 +206,8 @@ export class FakeKube {
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
   private readonly minor: number;
+  /** The kinds this API server serves. */
+  private readonly resources: readonly Resource[];
   /** Answers the next applies get instead of being applied, in order (`answerNextApplies`). */
   private readonly nextApplyAnswers: FakeAnswer[] = [];
   private readonly failures: { kind: string; name: string; answer: FakeAnswer }[] = [];
@@ -226,6 +237,7 @@ export class FakeKube {
   ) {
     this.namespaces = new Set(options.namespaces ?? ['default']);
     this.minor = options.minor ?? 33;
+    this.resources = options.gatewayApi ? [...RESOURCES, HTTP_ROUTE] : RESOURCES;
     this.autoRollout = options.autoRollout ?? false;
     this.changes.setMaxListeners(0);
   }
@@ -272,7 +284,7 @@ export class FakeKube {
   // ----- what tests read -----------------------------------------------------------------------
 
   get(kind: string, namespace: string, name: string): KubeObject | undefined {
-    const resource = RESOURCES.find((r) => r.kind === kind);
+    const resource = this.resources.find((r) => r.kind === kind);
     const found = resource ? this.objects.get(keyOf(resource.plural, namespace, name)) : undefined;
     return found ? clone(found) : undefined;
   }
@@ -553,7 +565,7 @@ export class FakeKube {
 
   /** The managers of the object and what they own, as `metadata.managedFields` shows them. */
   managersOf(kind: string, namespace: string, name: string): string[] {
-    const resource = RESOURCES.find((r) => r.kind === kind)!;
+    const resource = this.resources.find((r) => r.kind === kind)!;
     return [...(this.owners.get(keyOf(resource.plural, namespace, name))?.keys() ?? [])];
   }
 
@@ -648,7 +660,7 @@ export class FakeKube {
   }
 
   private mustGet(kind: string, namespace: string, name: string): KubeObject {
-    const resource = RESOURCES.find((r) => r.kind === kind)!;
+    const resource = this.resources.find((r) => r.kind === kind)!;
     const found = this.objects.get(keyOf(resource.plural, namespace, name));
     if (!found) throw new Error(`fake kube: no ${kind} ${namespace}/${name}`);
     return found;
@@ -701,7 +713,7 @@ export class FakeKube {
 
   /** Stores (a copy of) the object with a new resource version and tells the watchers; no-ops change nothing. */
   private store(object: KubeObject): KubeObject {
-    const resource = RESOURCES.find((r) => r.kind === object.kind)!;
+    const resource = this.resources.find((r) => r.kind === object.kind)!;
     const key = keyOf(resource.plural, object.metadata.namespace, object.metadata.name);
     const before = this.objects.get(key);
     // Destructured only to compare the metadata without resourceVersion.
@@ -779,7 +791,7 @@ export class FakeKube {
       });
       return;
     }
-    const discovery = RESOURCES.filter(
+    const discovery = this.resources.filter(
       (r) => (url.pathname === '/api/v1' && r.apiVersion === 'v1') || url.pathname === `/apis/${r.apiVersion}`,
     );
     if (req.method === 'GET' && discovery.length > 0) {
@@ -801,7 +813,7 @@ export class FakeKube {
 
     const match = /^\/(?:api\/v1|apis\/([^/]+\/[^/]+))\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(url.pathname);
     const resource = match
-      ? RESOURCES.find((r) => r.plural === match[3] && r.apiVersion === (match[1] ?? 'v1'))
+      ? this.resources.find((r) => r.plural === match[3] && r.apiVersion === (match[1] ?? 'v1'))
       : undefined;
     if (!match || !resource) {
       FakeKube.send(

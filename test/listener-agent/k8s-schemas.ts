@@ -1,8 +1,11 @@
 /**
  * Validation of Kubernetes objects against the upstream OpenAPI schemas, through kubernetes-models:
  * used on every manifest the agent builds, on every object of deploy/, and by the fake API server,
- * which refuses (422) what a real one would refuse for its schema.
+ * which refuses (422) what a real one would refuse for its schema. HTTPRoute's schema is the Gateway API's
+ * own: @kubernetes-models/gateway-api is generated from the official Gateway API CRDs
+ * (gateway.networking.k8s.io/v1, its openAPIV3Schema), as kubernetes-models is from Kubernetes' OpenAPI.
  */
+import { HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
 import { StatefulSet } from 'kubernetes-models/apps/v1/StatefulSet';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
@@ -25,6 +28,7 @@ const MODELS: Readonly<Record<string, ModelClass>> = {
   'apps/v1/Deployment': Deployment,
   'apps/v1/StatefulSet': StatefulSet,
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
+  'gateway.networking.k8s.io/v1/HTTPRoute': HTTPRoute,
   'rbac.authorization.k8s.io/v1/Role': Role,
   'rbac.authorization.k8s.io/v1/RoleBinding': RoleBinding,
   'v1/ConfigMap': ConfigMap,

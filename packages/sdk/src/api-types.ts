@@ -602,6 +602,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v2/listeners/{listener_id}/endpoint-reports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Report that an endpoint serves its revision (or cannot)
+         * @description SERVED sets the endpoint's served_revision_id (event deployment.endpoint_served); FAILED is a deployment.endpoint_failed event. Only while the endpoint still asks for the revision; a repeat answers applied: false. 404 for a deployment that is not this listener's.
+         */
+        post: operations["reportEndpointStatus"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v2/listeners/{listener_id}/deletions": {
         parameters: {
             query?: never;
@@ -2444,6 +2464,39 @@ export interface components {
             secret_references: components["schemas"]["SecretReference"][] | null;
             resource_spec: components["schemas"]["ResourceSpec"] | null;
         };
+        /** DesiredEndpointRevision */
+        DesiredEndpointRevision: {
+            /** Format: uuid */
+            id: string;
+            /** @description The revision's number in its deployment. */
+            number: number;
+            image_uri: string | null;
+            /** @description Decrypted, for a Kubernetes Secret of the endpoint. */
+            secrets: {
+                name: string;
+                value: string;
+            }[];
+        };
+        /** DesiredEndpointSplit */
+        DesiredEndpointSplit: {
+            /** Format: uuid */
+            revision_id: string;
+            /** @description The percentage of the endpoint's requests this revision takes; the endpoint's revision the rest. */
+            weight: number;
+            revision: components["schemas"]["DesiredEndpointRevision"];
+        };
+        /** DesiredEndpoint */
+        DesiredEndpoint: {
+            /** @description The endpoint name (a DNS label without `--`). */
+            name: string;
+            revision: components["schemas"]["DesiredEndpointRevision"];
+            /**
+             * Format: uuid
+             * @description What the service has as served there: the agent reports when that differs.
+             */
+            served_revision_id: string | null;
+            split: components["schemas"]["DesiredEndpointSplit"] | null;
+        };
         /** DesiredDeployment */
         DesiredDeployment: {
             /** Format: uuid */
@@ -2458,6 +2511,8 @@ export interface components {
             /** @description The deployment's current secret_references (environment variables read from existing Kubernetes Secrets). */
             secret_references: components["schemas"]["SecretReference"][] | null;
             revision: components["schemas"]["DesiredRevision"] | null;
+            /** @description The deployment's endpoints, each with the revision it is pinned to and its split (null: none); absent from a service that does not send them. */
+            endpoints?: components["schemas"]["DesiredEndpoint"][];
         };
         /**
          * DesiredState
@@ -2498,6 +2553,28 @@ export interface components {
              * @enum {string|null}
              */
             not_applied_reason: "duplicate" | "behind" | "superseded" | "final" | null;
+        };
+        /** EndpointReport */
+        EndpointReport: {
+            /** Format: uuid */
+            deployment_id: string;
+            endpoint: string;
+            /**
+             * Format: uuid
+             * @description The revision the report is about.
+             */
+            revision_id: string;
+            /**
+             * @description SERVED: the endpoint's own Deployment runs the revision, every replica available; FAILED: it cannot (message says why).
+             * @enum {string}
+             */
+            status: "SERVED" | "FAILED";
+            message?: string;
+        };
+        /** EndpointReportResult */
+        EndpointReportResult: {
+            /** @description false: nothing changed (a repeat, or the endpoint was moved or deleted since). */
+            applied: boolean;
         };
         /** DeletionConfirmation */
         DeletionConfirmation: {
@@ -5548,6 +5625,51 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["RevisionReportResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            417: components["responses"]["ExpectationFailed"];
+            422: components["responses"]["ValidationFailed"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
+            500: components["responses"]["InternalError"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    reportEndpointStatus: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description What to do with body fields and query parameters the operation does not know: `Warn` (the default) accepts them and names each in a `Warning` header of the answer, `Strict` refuses them (422 `extra_forbidden` at each), `Ignore` accepts them in silence. Any letter case. */
+                "X-Field-Validation"?: "Strict" | "Warn" | "Ignore";
+                /** @description The workspace the request acts in: a workspace's id (any letter case). A workspace key may name only its own (another: 403); an organization key must name one when its organization has more than one workspace (403 `requires workspace specification`), and may on organization routes. Read only once the credential is usable: without one the answer is 401 whatever this holds; malformed, 422 at `header.x-tenant-id`. */
+                "X-Tenant-Id"?: string;
+            };
+            path: {
+                listener_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EndpointReport"];
+            };
+        };
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    /** @description One per body field or query parameter the operation does not know (accepted and ignored): `299 - "unknown field \"secretz\"; did you mean \"secrets\"?"`. See X-Field-Validation. */
+                    Warning?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EndpointReportResult"];
                 };
             };
             400: components["responses"]["BadRequest"];
