@@ -10,7 +10,7 @@ import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
 import { loadListenerConfig } from '../../listener/config.ts';
-import { MANAGED_KINDS } from '../../listener/kube-objects.ts';
+import { HTTP_ROUTE_KIND, MANAGED_KINDS } from '../../listener/kube-objects.ts';
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -68,7 +68,7 @@ describe('deploy/ (kustomize base)', () => {
         for (const resource of rule.resources) granted.set(`${group}/${resource}`, [...rule.verbs].sort());
     }
     const needed = new Map(
-      MANAGED_KINDS.map((k) => {
+      [...MANAGED_KINDS, HTTP_ROUTE_KIND].map((k) => {
         const group = k.apiVersion.includes('/') ? k.apiVersion.split('/')[0]! : '';
         const verbs =
           k.kind === 'Pod'

@@ -29,6 +29,31 @@ export interface FakeDeployment {
   resource_spec?: Record<string, unknown> | null;
   secret_references?: { name: string; secret_name: string; secret_key: string }[] | null;
   revision: FakeRevision | null;
+  /** The deployment's endpoints (absent: a service of before, which sends none). */
+  endpoints?: FakeEndpoint[];
+}
+
+export interface FakeEndpointRevision {
+  id: string;
+  number: number;
+  image_uri: string | null;
+  secrets: { name: string; value: string }[];
+}
+
+export interface FakeEndpoint {
+  name: string;
+  revision: FakeEndpointRevision;
+  served_revision_id: string | null;
+  split: { revision_id: string; weight: number; revision: FakeEndpointRevision } | null;
+}
+
+export interface RecordedEndpointReport {
+  deployment_id: string;
+  endpoint: string;
+  revision_id: string;
+  status: string;
+  message?: string;
+  applied: boolean;
 }
 
 export interface RecordedReport {
@@ -59,6 +84,8 @@ const FINAL = new Set([
 
 export class FakeSlipway {
   readonly reports: RecordedReport[] = [];
+  /** Endpoint reports (POST .../endpoint-reports), in order. */
+  readonly endpointReports: RecordedEndpointReport[] = [];
   readonly deletions: string[] = [];
   readonly heartbeats: {
     version: string;
@@ -167,7 +194,7 @@ export class FakeSlipway {
       FakeSlipway.send(res, 401, { detail: 'Invalid or missing listener credential', code: 'unauthorized' });
       return;
     }
-    const match = /^\/v2\/listeners\/([^/]+)\/(desired-state|reports|deletions|heartbeat)$/.exec(url.pathname);
+    const match = /^\/v2\/listeners\/([^/]+)\/(desired-state|reports|endpoint-reports|deletions|heartbeat)$/.exec(url.pathname);
     if (!match) {
       FakeSlipway.send(res, 404, { detail: 'Not Found' });
       return;
@@ -182,6 +209,8 @@ export class FakeSlipway {
         return this.desiredState(req, res, url);
       case 'POST reports':
         return this.report(res, body);
+      case 'POST endpoint-reports':
+        return this.endpointReport(res, body);
       case 'POST deletions': {
         const id = String(body.deployment_id);
         const deployment = this.deployment(id);
@@ -238,6 +267,33 @@ export class FakeSlipway {
     }
     this.polls.push({ ifNoneMatch, status: 200 });
     FakeSlipway.send(res, 200, this.state(), { etag: this.etag() });
+  }
+
+  /** As the service does: SERVED moves served_revision_id while the endpoint asks for the revision. */
+  private endpointReport(res: ServerResponse, body: Record<string, unknown>): void {
+    const deployment = this.deployment(String(body.deployment_id));
+    if (!deployment) {
+      FakeSlipway.send(res, 404, { detail: `Deployment ID ${String(body.deployment_id)} not found.`, code: 'not_found' });
+      return;
+    }
+    const endpoint = deployment.endpoints?.find((e) => e.name === body.endpoint);
+    const revisionId = String(body.revision_id);
+    const status = String(body.status);
+    let applied = endpoint !== undefined && endpoint.revision.id === revisionId;
+    if (applied && status === 'SERVED') {
+      applied = endpoint!.served_revision_id !== revisionId;
+      endpoint!.served_revision_id = revisionId;
+      if (applied) this.changed();
+    }
+    this.endpointReports.push({
+      deployment_id: deployment.deployment_id,
+      endpoint: String(body.endpoint),
+      revision_id: revisionId,
+      status,
+      ...(typeof body.message === 'string' ? { message: body.message } : {}),
+      applied,
+    });
+    FakeSlipway.send(res, 200, { applied });
   }
 
   private report(res: ServerResponse, body: Record<string, unknown>): void {
