@@ -75,11 +75,11 @@ export const EVENT_TYPES = {
   },
   'deployment.endpoint_served': {
     summary:
-      "The own data plane serves data.revision_id at the endpoint now (its instances healthy, the route switched, data.from_revision_id's drained).",
+      "The own data plane serves data.revision_id at the endpoint now (its instances healthy, the route switched, data.from_revision_id's drained); or a listener (data.listener_id) does: the endpoint's Kubernetes Deployment rolled out.",
   },
   'deployment.endpoint_failed': {
     summary:
-      'The own data plane could not start data.revision_id at the endpoint (data.message); what served there before keeps serving.',
+      'The own data plane could not start data.revision_id at the endpoint (data.message); what served there before keeps serving. From a listener (data.listener_id): its rollout failed, a manifest was refused, or the split of the endpoint cannot be served on that cluster (data.message says why).',
   },
   'deployment.endpoint_split_set': {
     summary:

@@ -60,7 +60,8 @@ export function endpointUrl(
 export function createEndpointService({ db, resources }: EndpointServiceDeps) {
   const view = (deployment: DeploymentRow, row: DeploymentEndpointRow): EndpointView => ({
     ...row,
-    url: endpointUrl(deployment, row.name),
+    // A listener's cluster exposes its endpoints itself (docs/listener.md, "Endpoints"): no URL of the edge's.
+    url: deployment.listener_id === null ? endpointUrl(deployment, row.name) : null,
   });
 
   async function deploymentOf(workspaceId: string, deploymentId: string) {

@@ -194,7 +194,9 @@ export class FakeSlipway {
       FakeSlipway.send(res, 401, { detail: 'Invalid or missing listener credential', code: 'unauthorized' });
       return;
     }
-    const match = /^\/v2\/listeners\/([^/]+)\/(desired-state|reports|endpoint-reports|deletions|heartbeat)$/.exec(url.pathname);
+    const match = /^\/v2\/listeners\/([^/]+)\/(desired-state|reports|endpoint-reports|deletions|heartbeat)$/.exec(
+      url.pathname,
+    );
     if (!match) {
       FakeSlipway.send(res, 404, { detail: 'Not Found' });
       return;
@@ -273,7 +275,10 @@ export class FakeSlipway {
   private endpointReport(res: ServerResponse, body: Record<string, unknown>): void {
     const deployment = this.deployment(String(body.deployment_id));
     if (!deployment) {
-      FakeSlipway.send(res, 404, { detail: `Deployment ID ${String(body.deployment_id)} not found.`, code: 'not_found' });
+      FakeSlipway.send(res, 404, {
+        detail: `Deployment ID ${String(body.deployment_id)} not found.`,
+        code: 'not_found',
+      });
       return;
     }
     const endpoint = deployment.endpoints?.find((e) => e.name === body.endpoint);

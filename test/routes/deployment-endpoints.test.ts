@@ -6,14 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import {
-  client,
-  createTestApp,
-  newWorkspace,
-  registerListener,
-  type TestApp,
-  type Workspace,
-} from '../support/harness.ts';
+import { client, createTestApp, newWorkspace, type TestApp, type Workspace } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;

@@ -32,8 +32,8 @@ before(async () => {
 });
 after(() => t.close());
 
-/** A client speaking the listener protocol with a listener's credential. */
-const as = (_listener: RegisteredListener) => client(t.app, null);
+/** A client speaking the listener protocol (no API key: the listener's credential goes in `bearer`). */
+const as = () => client(t.app, null);
 const bearer = (listener: RegisteredListener) => ({ authorization: `Bearer ${listener.credential}` });
 
 /** A deployment on `listener` with one revision, DEPLOYED as the listener would have reported it. */
@@ -56,7 +56,7 @@ async function onListener(listener: RegisteredListener, name: string, secret = '
 }
 
 async function desiredOf(listener: RegisteredListener) {
-  const answer = await as(listener).get(`/v2/listeners/${listener.id}/desired-state`, bearer(listener));
+  const answer = await as().get(`/v2/listeners/${listener.id}/desired-state`, bearer(listener));
   assert.equal(answer.status, 200, JSON.stringify(answer.body));
   return answer.body;
 }
@@ -84,10 +84,10 @@ describe('endpoints of a listener deployment', () => {
     ]);
 
     const report = { deployment_id: d.id, endpoint: 'staging', revision_id: d.revisionId, status: 'SERVED' };
-    const first = await as(mine).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
+    const first = await as().post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
     assert.equal(first.status, 200, JSON.stringify(first.body));
     assert.deepEqual(first.body, { applied: true });
-    const again = await as(mine).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
+    const again = await as().post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(mine));
     assert.deepEqual(again.body, { applied: false }, 'a repeat changes nothing');
     const read = await api.get(`/v2/deployments/${d.id}/endpoints/staging`);
     assert.equal(read.body.served_revision_id, d.revisionId);
@@ -95,7 +95,7 @@ describe('endpoints of a listener deployment', () => {
     const served = (events.body.resources ?? events.body).filter((e: any) => e.type === 'deployment.endpoint_served');
     assert.equal(served.length, 1, 'one deployment.endpoint_served, not one per report');
 
-    const failed = await as(mine).post(
+    const failed = await as().post(
       `/v2/listeners/${mine.id}/endpoint-reports`,
       { ...report, status: 'FAILED', message: 'splits cannot be served on this cluster' },
       bearer(mine),
@@ -128,12 +128,12 @@ describe('endpoints of a listener deployment', () => {
     assert.ok(!JSON.stringify(state).includes(d.id), "the other listener's desired state does not name the deployment");
     assert.ok(!JSON.stringify(state).includes('only-for-a'), 'nor carries its secrets');
     // Its own credential on the other listener's path: 404, as for any listener not its own.
-    const stolen = await as(theirs).get(`/v2/listeners/${mine.id}/desired-state`, bearer(theirs));
+    const stolen = await as().get(`/v2/listeners/${mine.id}/desired-state`, bearer(theirs));
     assert.equal(stolen.status, 404);
     const report = { deployment_id: d.id, endpoint: 'beta', revision_id: d.revisionId, status: 'SERVED' };
     for (const answer of [
-      await as(theirs).post(`/v2/listeners/${theirs.id}/endpoint-reports`, report, bearer(theirs)),
-      await as(theirs).post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(theirs)),
+      await as().post(`/v2/listeners/${theirs.id}/endpoint-reports`, report, bearer(theirs)),
+      await as().post(`/v2/listeners/${mine.id}/endpoint-reports`, report, bearer(theirs)),
     ])
       assert.equal(answer.status, 404, JSON.stringify(answer.body));
     assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/beta`)).body.served_revision_id, null);
