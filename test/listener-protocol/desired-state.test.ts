@@ -85,6 +85,7 @@ describe('the state', () => {
             secret_references: [{ name: 'DB_PASSWORD', secret_name: 'db', secret_key: 'password' }],
             resource_spec: { min_scale: 2, cpu: 0.5, memory_mb: 512, labels: { team: 'support' } },
           },
+          endpoints: [],
         },
         {
           deployment_id: second.id,
@@ -103,6 +104,7 @@ describe('the state', () => {
             secret_references: null,
             resource_spec: null,
           },
+          endpoints: [],
         },
       ],
     });
