@@ -16,6 +16,7 @@
  * - takeover: claiming a revision in a working status whose lease expired or whose owner is dead.
  */
 import { sql } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { SourceConfig } from '../domain/sources.ts';
 import { WORKING_REVISION_STATUSES } from '../domain/states.ts';
 import type { Db, RevisionRow } from './schema.ts';
@@ -28,6 +29,22 @@ export interface LeaseOwner {
   id: string;
   /** `<node id>/`: leases with this prefix and another id belong to a dead predecessor. */
   nodePrefix: string;
+  /**
+   * The time this worker dates and judges leases by. Without one it is PostgreSQL's `now()`, one time
+   * for every node that shares the database (the service's own setting); a test passes a clock it moves
+   * (test/support/clock.ts) to make a lease run out without waiting for it.
+   */
+  clock?: Clock;
+}
+
+/** The time of `owner`'s lease SQL: its clock's time as a parameter, or the database's `now()`. */
+function leaseNow(owner: LeaseOwner) {
+  return owner.clock === undefined ? sql<Date>`now()` : sql<Date>`${owner.clock()}::timestamptz`;
+}
+
+/** When a lease of `leaseSeconds` taken or extended now by `owner` runs out. */
+function leaseExpiry(owner: LeaseOwner, leaseSeconds: number) {
+  return sql<Date>`${leaseNow(owner)} + make_interval(secs => ${leaseSeconds})`;
 }
 
 export interface ClaimedRevision extends RevisionRow {
@@ -41,7 +58,7 @@ export interface ClaimedRevision extends RevisionRow {
 function takeoverCondition(owner: LeaseOwner, ownerColumn: string, expiresColumn: string) {
   const expires = sql.ref(expiresColumn);
   const holder = sql.ref(ownerColumn);
-  return sql<boolean>`(${expires} is null or ${expires} < now()
+  return sql<boolean>`(${expires} is null or ${expires} < ${leaseNow(owner)}
     or (${holder} like ${owner.nodePrefix + '%'} and ${holder} <> ${owner.id}))`;
 }
 
@@ -91,7 +108,7 @@ export async function claimRevision(
     .updateTable('revisions')
     .set({
       lease_owner: owner.id,
-      lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})`,
+      lease_expires_at: leaseExpiry(owner, leaseSeconds),
       attempts: sql<number>`attempts + 1`,
     })
     .where('id', '=', revision.id)
@@ -108,7 +125,7 @@ export async function extendRevisionLease(
 ): Promise<boolean> {
   const result = await db
     .updateTable('revisions')
-    .set({ lease_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .set({ lease_expires_at: leaseExpiry(owner, leaseSeconds) })
     .where('id', '=', revisionId)
     .where('lease_owner', '=', owner.id)
     .where('status', 'in', [...WORKING_STATUSES])
@@ -157,7 +174,7 @@ export async function claimRunnableDeployments(
   if (found.rows.length === 0) return [];
   await tx
     .updateTable('deployments')
-    .set({ runner_owner: owner.id, runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .set({ runner_owner: owner.id, runner_expires_at: leaseExpiry(owner, leaseSeconds) })
     .where(
       'id',
       'in',
@@ -177,7 +194,7 @@ export async function extendRunnerLeases(
   if (deploymentIds.length === 0) return [];
   const rows = await db
     .updateTable('deployments')
-    .set({ runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .set({ runner_expires_at: leaseExpiry(owner, leaseSeconds) })
     .where('id', 'in', deploymentIds)
     .where('runner_owner', '=', owner.id)
     .returning('id')
@@ -203,7 +220,7 @@ export async function runnerDeployments(db: Db, owner: LeaseOwner, deploymentIds
 export async function setRunner(db: Db, owner: LeaseOwner, deploymentId: string, leaseSeconds: number): Promise<void> {
   await db
     .updateTable('deployments')
-    .set({ runner_owner: owner.id, runner_expires_at: sql<Date>`now() + make_interval(secs => ${leaseSeconds})` })
+    .set({ runner_owner: owner.id, runner_expires_at: leaseExpiry(owner, leaseSeconds) })
     .where('id', '=', deploymentId)
     .execute();
 }
@@ -230,7 +247,7 @@ export async function claimDeploymentToDelete(tx: Db, owner: LeaseOwner, skip: r
       and (runner_owner is null or runner_owner = ${owner.id} or ${takeoverCondition(owner, 'd.runner_owner', 'd.runner_expires_at')})
       and not (d.id = any(${sql.val([...skip])}::uuid[]))
       and not exists (select 1 from revisions r where r.deployment_id = d.id and r.lease_owner is not null
-                        and r.lease_owner <> ${owner.id} and r.lease_expires_at > now())
+                        and r.lease_owner <> ${owner.id} and r.lease_expires_at > ${leaseNow(owner)})
     order by updated_at
     limit 1
     for update skip locked`.execute(tx);

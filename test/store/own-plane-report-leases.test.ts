@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
+import { createTestClock } from '../support/clock.ts';
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -16,8 +17,10 @@ before(async () => {
 });
 after(() => t.close());
 
-const stale: LeaseOwner = { id: 'node-stale/1', nodePrefix: 'node-stale/' };
-const holder: LeaseOwner = { id: 'node-holder/1', nodePrefix: 'node-holder/' };
+// Both workers read one clock the test moves past the stale worker's 30-second lease.
+const clock = createTestClock();
+const stale: LeaseOwner = { id: 'node-stale/1', nodePrefix: 'node-stale/', clock: clock.now };
+const holder: LeaseOwner = { id: 'node-holder/1', nodePrefix: 'node-holder/', clock: clock.now };
 const reportsOf = (owner: LeaseOwner) => createOwnPlaneReports(t.database.db, { owner, leaseSeconds: 30 });
 
 async function snapshot(deploymentId: string, revisionId: string) {
@@ -55,9 +58,7 @@ test("a stale worker's reports after its lease was taken over change nothing; th
   const claim = (owner: LeaseOwner) => t.database.db.transaction().execute((tx) => claimRevision(tx, owner, 30));
   assert.equal((await claim(stale))?.id, revisionId);
   assert.equal((await reportsOf(stale).reportRevision({ revisionId, status: 'AWAITING_DEPLOY' })).applied, true);
-  await t.database.pool.query(`update revisions set lease_expires_at = now() - interval '1 second' where id = $1`, [
-    revisionId,
-  ]);
+  clock.advance(31_000);
   assert.equal((await claim(holder))?.id, revisionId, 'the holder takes the revision over');
   await t.database.pool.query(`update deployments set status = 'READY', runner_owner = $2 where id = $1`, [
     deploymentId,

@@ -11,6 +11,7 @@ import { pendingDeletionFinisher } from '../../src/domain/deletion.ts';
 import { DEPLOYMENT_STATUSES, type DeploymentStatus } from '../../src/domain/states.ts';
 import { claimDeploymentToDelete, claimRevision, type LeaseOwner } from '../../src/store/work-leases.ts';
 import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
+import { createTestClock } from '../support/clock.ts';
 
 let t: TestApp;
 before(async () => {
@@ -18,8 +19,10 @@ before(async () => {
 });
 after(() => t.close());
 
-const workerA: LeaseOwner = { id: 'node-a/1', nodePrefix: 'node-a/' };
-const workerB: LeaseOwner = { id: 'node-b/1', nodePrefix: 'node-b/' };
+// Both workers read one clock the test moves: a lease runs out when it passes the lease's 30 seconds.
+const clock = createTestClock();
+const workerA: LeaseOwner = { id: 'node-a/1', nodePrefix: 'node-a/', clock: clock.now };
+const workerB: LeaseOwner = { id: 'node-b/1', nodePrefix: 'node-b/', clock: clock.now };
 
 test('a claimed QUEUED revision is not claimed again by another live worker; an expired claim is', async () => {
   const created = await client(t.app).post('/v2/deployments', {
@@ -36,9 +39,9 @@ test('a claimed QUEUED revision is not claimed again by another live worker; an 
   assert.equal(first?.status, 'QUEUED', 'claimed, its first step not reported yet');
   assert.equal(await claim(workerB), undefined, "another worker does not take a live worker's claim");
 
-  await t.database.pool.query(`update revisions set lease_expires_at = now() - interval '1 second' where id = $1`, [
-    revisionId,
-  ]);
+  clock.advance(29_000);
+  assert.equal(await claim(workerB), undefined, 'a claim with time left on its lease is still not taken');
+  clock.advance(2_000);
   const second = await claim(workerB);
   assert.equal(second?.id, revisionId, 'a lapsed claim is taken over');
   assert.equal(second?.attempts, 2);
