@@ -6,8 +6,7 @@
  */
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
-import type { DiscoveredMcpServer, OAuthClient } from '../oauth/oauth-client.ts';
-import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
+import type { OAuthClient } from '../oauth/oauth-client.ts';
 import type { OAuthProviderConfig } from '../oauth/oauth-provider-config.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import {
@@ -22,8 +21,17 @@ import {
 import type { Database, Db, OAuthProviderRow } from '../store/schema.ts';
 import { workspaceIdsOf } from '../store/tenancy.ts';
 import type { Kysely } from 'kysely';
-import { callbackUrl } from './oauth-flow.ts';
-import { flowErrorToAppError } from './oauth-tokens.ts';
+import { createMcpDiscovery } from './oauth-provider-discovery.ts';
+import {
+  checkClientAuthentication,
+  checkImmutable,
+  checkPublicClientPkce,
+  checkUrls as checkRules,
+  MCP_PROVIDER_TYPE,
+  movesMcpServer,
+  refuseWhileTokens,
+  settingsOf as inputSettings,
+} from './oauth-provider-rules.ts';
 import type { WriteConditions } from './preconditions.ts';
 
 /**
@@ -55,9 +63,8 @@ export interface ProviderInput {
   scopes?: string[] | null;
 }
 
-type CreateInput = ProviderInput & Required<Pick<ProviderInput, 'provider_id' | 'name'>>;
+export type CreateInput = ProviderInput & Required<Pick<ProviderInput, 'provider_id' | 'name'>>;
 
-const URL_FIELDS = ['auth_url', 'token_url', 'revocation_url', 'userinfo_url', 'issuer', 'mcp_server_url'] as const;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface OAuthProviderServiceDeps {
@@ -71,8 +78,7 @@ export interface OAuthProviderServiceDeps {
   publicUrl?: string;
 }
 
-/** The provider_type of a provider whose tokens are for one MCP server (docs/oauth.md, "MCP servers"). */
-export const MCP_PROVIDER_TYPE = 'mcp';
+export { MCP_PROVIDER_TYPE };
 
 /** One event of a provider change in each workspace of its organization: each of them uses the provider. */
 async function recordProviderEvent(
@@ -87,6 +93,85 @@ async function recordProviderEvent(
   );
 }
 
+/** What an update reads of its service: the database, MCP discovery and the settings' rules. */
+interface ProviderUpdateContext {
+  db: Kysely<Database>;
+  completeMcpProvider: ReturnType<typeof createMcpDiscovery>;
+  checkUrls: (settings: Partial<ProviderSettings>) => void;
+  settingsOf: (input: ProviderInput) => Partial<ProviderSettings>;
+  mustFind: (organizationId: string, ref: string) => Promise<OAuthProviderRow>;
+}
+
+/**
+ * An update of a provider's settings; one that moves an MCP provider to another server discovers it
+ * (and registers a client there) first, outside the transaction.
+ */
+async function changeProvider(
+  { db, completeMcpProvider, checkUrls, settingsOf, mustFind }: ProviderUpdateContext,
+  actor: ProviderActor,
+  ref: string,
+  input: ProviderInput,
+  conditions: WriteConditions,
+): Promise<OAuthProviderRow> {
+  // A new MCP server is discovered (and a client registered) before the transaction: no row lock
+  // waits for another server. The row is then written only if it has not changed meanwhile.
+  const seen = await mustFind(actor.organizationId, ref);
+  const moving = movesMcpServer(seen, input);
+  let discovered: Partial<ProviderSettings> = {};
+  if (moving) {
+    await conditions.precondition?.(db);
+    checkImmutable(seen, input);
+    checkUrls({ mcp_server_url: input.mcp_server_url! });
+    await refuseWhileTokens(db, seen);
+    discovered = await completeMcpProvider(
+      {
+        provider_id: seen.provider_id,
+        name: input.name ?? seen.name,
+        mcp_server_url: input.mcp_server_url!,
+        ...(input.client_id !== undefined ? { client_id: input.client_id } : {}),
+        ...(input.scopes !== undefined ? { scopes: input.scopes } : {}),
+      },
+      // A client of another authorization server is of no use at the new one; a client Slipway
+      // registered follows its server. A client registered by hand at the same server stays.
+      (server) => input.client_id === undefined && (seen.is_dynamic_client || server.issuer !== seen.issuer),
+    );
+    // A client given by hand with the move is not a registered one.
+    if (input.client_id !== undefined) discovered.is_dynamic_client = false;
+  }
+  return db.transaction().execute(async (tx) => {
+    const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
+    if (!current) throw notFound('OAuth provider', ref);
+    await conditions.precondition?.(tx);
+    checkImmutable(current, input);
+    if (moving) {
+      if (current.updated_at.getTime() !== seen.updated_at.getTime())
+        throw new AppError(
+          'conflict',
+          `OAuth provider '${current.provider_id}' was changed while its new MCP server was discovered; send the change again.`,
+        );
+      await refuseWhileTokens(tx, current);
+    }
+    const change = { ...discovered, ...settingsOf(input) };
+    checkUrls(change);
+    const secretAfter =
+      change.client_secret_encrypted !== undefined ? change.client_secret_encrypted : current.client_secret_encrypted;
+    const methodAfter = change.token_endpoint_auth_method ?? current.token_endpoint_auth_method;
+    checkClientAuthentication(methodAfter, secretAfter !== null);
+    checkPublicClientPkce(methodAfter, change.uses_pkce ?? current.uses_pkce);
+    const row = await updateProvider(tx, current.id, change);
+    // The names of the changed fields only; values (the secret above all) stay out of the log.
+    await recordProviderEvent(tx, actor, {
+      subjectId: row.id,
+      type: 'oauth_provider.updated',
+      data: {
+        fields: [...new Set([...Object.keys(input), ...Object.keys(discovered)])].sort(),
+        by_key: actor.keyId,
+      },
+    });
+    return row;
+  });
+}
+
 export function createOAuthProviderService({
   db,
   secretBox,
@@ -94,160 +179,9 @@ export function createOAuthProviderService({
   client,
   publicUrl,
 }: OAuthProviderServiceDeps) {
-  /**
-   * What a provider of provider_type `mcp` named by its mcp_server_url alone lacks, found as the MCP
-   * authorization specification says: the authorization server from the server's protected-resource
-   * metadata, its endpoints from its metadata, and a client registered there (RFC 7591) unless a
-   * client_id is given. Given endpoints and client are kept as they are.
-   */
-  async function completeMcpProvider(
-    input: CreateInput,
-    registerClient: (server: DiscoveredMcpServer) => boolean = () => input.client_id === undefined,
-  ): Promise<Partial<ProviderSettings>> {
-    if (!client || !publicUrl) throw new AppError('invalid_request', 'MCP discovery is not available here');
-    try {
-      const server = await client.discoverMcpServer(input.mcp_server_url!);
-      const found: Partial<ProviderSettings> = {
-        auth_url: server.auth_url,
-        token_url: server.token_url,
-        revocation_url: server.revocation_url,
-        issuer: server.issuer,
-        mcp_server_url: server.resource,
-        uses_pkce: true,
-        code_challenge_method: 'S256',
-        ...(input.scopes === undefined && server.scopes_supported.length > 0
-          ? { scopes: server.scopes_supported }
-          : {}),
-      };
-      if (registerClient(server)) {
-        const registered = await client.registerClient(server, {
-          redirectUri: callbackUrl(publicUrl, input.provider_id),
-          clientName: `Slipway (${input.name})`,
-          scopes: input.scopes ?? server.scopes_supported,
-        });
-        Object.assign(found, {
-          client_id: registered.client_id,
-          client_secret_encrypted: registered.client_secret === null ? null : secretBox.seal(registered.client_secret),
-          token_endpoint_auth_method: registered.token_endpoint_auth_method,
-          is_dynamic_client: true,
-        });
-      }
-      return found;
-    } catch (err) {
-      if (err instanceof OAuthFlowError) throw flowErrorToAppError(err, 'mcp_server_url: ');
-      throw err;
-    }
-  }
-
-  /**
-   * Provider URLs must be https: tokens and the client secret travel to them. Plain http only in
-   * insecure development mode.
-   */
-  function checkUrls(settings: Partial<ProviderSettings>): void {
-    for (const field of URL_FIELDS) {
-      const value = settings[field];
-      if (value === undefined || value === null) continue;
-      if (!URL.canParse(value)) throw new AppError('invalid_request', `${field} is not a valid URL`);
-      const { protocol } = new URL(value);
-      if (protocol === 'https:') continue;
-      if (protocol === 'http:' && allowInsecure) continue;
-      throw new AppError(
-        'invalid_request',
-        protocol === 'http:'
-          ? `${field} must use https (plain http is accepted only when the service runs with SLIPWAY_ALLOW_INSECURE_OAUTH=1)`
-          : `${field} must be an https URL`,
-      );
-    }
-  }
-
-  /** A confidential client cannot authenticate at the token endpoint without its secret. */
-  function checkClientAuthentication(method: ProviderSettings['token_endpoint_auth_method'], hasSecret: boolean): void {
-    if (method !== 'none' && !hasSecret) {
-      throw new AppError(
-        'invalid_request',
-        `client_secret is required for token_endpoint_auth_method ${method} (use none for a public client)`,
-      );
-    }
-  }
-
-  /**
-   * A public client (no secret) cannot prove at the token endpoint that the code is its own: without
-   * PKCE, whoever intercepts the code gets the token (RFC 9700 §2.1.1 requires PKCE for public clients).
-   */
-  function checkPublicClientPkce(method: ProviderSettings['token_endpoint_auth_method'], usesPkce: boolean): void {
-    if (method === 'none' && !usesPkce) {
-      throw new AppError(
-        'invalid_request',
-        'A public client (token_endpoint_auth_method none) must use PKCE (RFC 9700): set uses_pkce to true, or give the client a secret',
-      );
-    }
-  }
-
-  /** The slug is part of the callback URL registered at the provider. */
-  function checkImmutable(current: OAuthProviderRow, input: ProviderInput): void {
-    if (input.provider_id !== undefined && input.provider_id !== current.provider_id) {
-      throw new AppError(
-        'field_immutable',
-        'provider_id cannot be changed after creation (it is part of the callback URL registered at the provider)',
-      );
-    }
-  }
-
-  /**
-   * Whether an update gives an MCP provider another MCP server to be discovered anew: as at creation,
-   * unless the request itself gives the client and both endpoints.
-   */
-  function movesMcpServer(current: OAuthProviderRow, input: ProviderInput): boolean {
-    const type = input.provider_type !== undefined ? input.provider_type : current.provider_type;
-    return (
-      type === MCP_PROVIDER_TYPE &&
-      typeof input.mcp_server_url === 'string' &&
-      input.mcp_server_url !== current.mcp_server_url &&
-      (input.client_id === undefined || input.auth_url === undefined || input.token_url === undefined)
-    );
-  }
-
-  /**
-   * A provider's tokens were issued for its MCP server, with a person's consent to that server: while
-   * any exists the server cannot change (their refreshes would ask the new one's authorization server,
-   * or the same one for another resource).
-   */
-  async function refuseWhileTokens(from: Db, current: OAuthProviderRow): Promise<void> {
-    const tokens = await countProviderTokens(from, current.id);
-    if (tokens > 0)
-      throw new AppError(
-        'conflict',
-        `OAuth provider '${current.provider_id}' has ${tokens} token(s) issued for its MCP server; ` +
-          `delete them first (DELETE /v2/auth/tokens/{id}) to give it another mcp_server_url.`,
-      );
-  }
-
-  /** The input as stored columns; only the fields present in `input`. */
-  function settingsOf(input: ProviderInput): Partial<ProviderSettings> {
-    const out: Partial<ProviderSettings> = {};
-    const copy = <K extends keyof ProviderSettings & keyof ProviderInput>(key: K) => {
-      if (input[key] !== undefined) (out as Record<string, unknown>)[key] = input[key];
-    };
-    for (const key of [
-      'name',
-      'client_id',
-      'auth_url',
-      'token_url',
-      'revocation_url',
-      'userinfo_url',
-      'issuer',
-      'uses_pkce',
-      'code_challenge_method',
-      'token_endpoint_auth_method',
-      'provider_type',
-      'mcp_server_url',
-    ] as const)
-      copy(key);
-    if (input.scopes !== undefined) out.scopes = [...new Set(input.scopes ?? [])];
-    if (input.client_secret !== undefined)
-      out.client_secret_encrypted = input.client_secret === null ? null : secretBox.seal(input.client_secret);
-    return out;
-  }
+  const completeMcpProvider = createMcpDiscovery({ secretBox, client, publicUrl });
+  const checkUrls = (settings: Partial<ProviderSettings>) => checkRules(settings, allowInsecure);
+  const settingsOf = (input: ProviderInput) => inputSettings(input, secretBox);
 
   async function mustFind(organizationId: string, ref: string, from: Db = db): Promise<OAuthProviderRow> {
     const row = await findProvider(from, organizationId, ref, { lock: false });
@@ -316,72 +250,8 @@ export function createOAuthProviderService({
       });
     },
 
-    async update(
-      actor: ProviderActor,
-      ref: string,
-      input: ProviderInput,
-      conditions: WriteConditions = {},
-    ): Promise<OAuthProviderRow> {
-      // A new MCP server is discovered (and a client registered) before the transaction: no row lock
-      // waits for another server. The row is then written only if it has not changed meanwhile.
-      const seen = await mustFind(actor.organizationId, ref);
-      const moving = movesMcpServer(seen, input);
-      let discovered: Partial<ProviderSettings> = {};
-      if (moving) {
-        await conditions.precondition?.(db);
-        checkImmutable(seen, input);
-        checkUrls({ mcp_server_url: input.mcp_server_url! });
-        await refuseWhileTokens(db, seen);
-        discovered = await completeMcpProvider(
-          {
-            provider_id: seen.provider_id,
-            name: input.name ?? seen.name,
-            mcp_server_url: input.mcp_server_url!,
-            ...(input.client_id !== undefined ? { client_id: input.client_id } : {}),
-            ...(input.scopes !== undefined ? { scopes: input.scopes } : {}),
-          },
-          // A client of another authorization server is of no use at the new one; a client Slipway
-          // registered follows its server. A client registered by hand at the same server stays.
-          (server) => input.client_id === undefined && (seen.is_dynamic_client || server.issuer !== seen.issuer),
-        );
-        // A client given by hand with the move is not a registered one.
-        if (input.client_id !== undefined) discovered.is_dynamic_client = false;
-      }
-      return db.transaction().execute(async (tx) => {
-        const current = await findProvider(tx, actor.organizationId, ref, { lock: true });
-        if (!current) throw notFound('OAuth provider', ref);
-        await conditions.precondition?.(tx);
-        checkImmutable(current, input);
-        if (moving) {
-          if (current.updated_at.getTime() !== seen.updated_at.getTime())
-            throw new AppError(
-              'conflict',
-              `OAuth provider '${current.provider_id}' was changed while its new MCP server was discovered; send the change again.`,
-            );
-          await refuseWhileTokens(tx, current);
-        }
-        const change = { ...discovered, ...settingsOf(input) };
-        checkUrls(change);
-        const secretAfter =
-          change.client_secret_encrypted !== undefined
-            ? change.client_secret_encrypted
-            : current.client_secret_encrypted;
-        const methodAfter = change.token_endpoint_auth_method ?? current.token_endpoint_auth_method;
-        checkClientAuthentication(methodAfter, secretAfter !== null);
-        checkPublicClientPkce(methodAfter, change.uses_pkce ?? current.uses_pkce);
-        const row = await updateProvider(tx, current.id, change);
-        // The names of the changed fields only; values (the secret above all) stay out of the log.
-        await recordProviderEvent(tx, actor, {
-          subjectId: row.id,
-          type: 'oauth_provider.updated',
-          data: {
-            fields: [...new Set([...Object.keys(input), ...Object.keys(discovered)])].sort(),
-            by_key: actor.keyId,
-          },
-        });
-        return row;
-      });
-    },
+    update: (actor: ProviderActor, ref: string, input: ProviderInput, conditions: WriteConditions = {}) =>
+      changeProvider({ db, completeMcpProvider, checkUrls, settingsOf, mustFind }, actor, ref, input, conditions),
 
     async remove(actor: ProviderActor, ref: string, conditions: WriteConditions = {}): Promise<void> {
       await db.transaction().execute(async (tx) => {
