@@ -14,25 +14,23 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { notFound, type ErrorCode } from '../errors.ts';
-import type { OAuthClient, OAuthTokenSet } from '../oauth/oauth-client.ts';
+import type { OAuthClient } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
-import { findConnectionId, insertConnection } from '../store/agent-connections.ts';
 import { recordEvents } from '../store/events.ts';
 import {
   authorizationStatus,
   claimAuthorization,
   deleteOldAuthorizations,
   findAuthorizationByState,
-  finishAuthorization,
   getAuthorization,
   insertAuthorization,
-  type AuthorizationView,
 } from '../store/oauth-authorizations.ts';
-import { findProvider, getProviderById } from '../store/oauth-providers.ts';
-import { activeTokensOf, insertToken } from '../store/oauth-tokens.ts';
-import type { Database, Db } from '../store/schema.ts';
+import { findProvider } from '../store/oauth-providers.ts';
+import { activeTokensOf } from '../store/oauth-tokens.ts';
+import type { Database } from '../store/schema.ts';
+import { createFlowCompletion } from './oauth-flow-completion.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
-import { accountLabel, flowErrorToAppError, isUsable, type WarnLogger } from './oauth-tokens.ts';
+import { flowErrorToAppError, isUsable, type WarnLogger } from './oauth-tokens.ts';
 
 /** How long a person has to finish signing in at the provider. */
 const AUTHORIZATION_TTL_SECONDS = 10 * 60;
@@ -83,164 +81,24 @@ export function callbackUrl(publicUrl: string, providerSlug: string): string {
   return `${publicUrl}/v2/auth/callback/${encodeURIComponent(providerSlug)}`;
 }
 
+/** What `wait` answers for the flow's row as it is now. */
+function waitResult(id: string, row: NonNullable<Awaited<ReturnType<typeof authorizationStatus>>>): WaitResult {
+  const base = { auth_id: id, token_id: row.oauth_token_id, connection_id: row.agent_connection_id };
+  if (row.status === 'completed') return { ...base, status: 'completed', error: null };
+  if (row.status === 'failed')
+    return {
+      ...base,
+      status: 'failed',
+      error: { reason: row.failure_reason ?? 'failed', message: row.failure_message ?? 'The authorization failed.' },
+    };
+  if (row.expired) return { ...base, status: 'failed', error: { reason: 'expired', message: EXPIRED_MESSAGE } };
+  return { ...base, status: 'pending', error: null };
+}
+
 export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
-  const { db, secretBox, client, providers, logger, publicUrl } = deps;
+  const { db, secretBox, client, providers, publicUrl } = deps;
 
-  /** The agent's connection to the token: made when missing (a connection is unique per agent and token). */
-  async function connect(
-    tx: Db,
-    workspaceId: string,
-    agentId: string | null,
-    tokenId: string,
-    createdBy: string,
-  ): Promise<string | null> {
-    if (agentId === null) return null;
-    const created = await insertConnection(tx, { workspaceId, agentId, tokenId, createdBy });
-    if (created === null) return (await findConnectionId(tx, agentId, tokenId)) ?? null;
-    await recordEvents(tx, [
-      {
-        workspaceId,
-        subjectType: 'agent_connection',
-        subjectId: created,
-        type: 'agent_connection.created',
-        data: { agent_id: agentId, oauth_token_id: tokenId, by_key: createdBy },
-      },
-    ]);
-    return created;
-  }
-
-  async function fail(flow: AuthorizationView, reason: string, message: string): Promise<void> {
-    await db.transaction().execute(async (tx) => {
-      await finishAuthorization(tx, flow.id, { status: 'failed', reason, message });
-      await recordEvents(tx, [
-        {
-          workspaceId: flow.workspace_id,
-          subjectType: 'oauth_authorization',
-          subjectId: flow.id,
-          type: 'oauth_authorization.failed',
-          fromStatus: flow.status,
-          toStatus: 'failed',
-          data: { reason, message },
-        },
-      ]);
-    });
-  }
-
-  /** Best effort: a label makes the token recognizable, but a flow never fails for lack of one. */
-  async function labelOf(
-    flow: AuthorizationView,
-    config: ReturnType<OAuthProviderService['config']>,
-    tokens: OAuthTokenSet,
-  ): Promise<{ label: string | null; subject: string | null }> {
-    const fromIdToken = accountLabel(tokens.idTokenClaims);
-    const subject = typeof tokens.idTokenClaims?.sub === 'string' ? tokens.idTokenClaims.sub : null;
-    if (fromIdToken !== null) return { label: fromIdToken, subject };
-    try {
-      const claims = await client.userinfo(config, tokens.accessToken, { issuer: tokens.issuer });
-      return { label: accountLabel(claims), subject: subject ?? (typeof claims?.sub === 'string' ? claims.sub : null) };
-    } catch (err) {
-      if (!(err instanceof OAuthFlowError)) throw err;
-      logger.warn(
-        { auth_id: flow.id, reason: err.reason },
-        'userinfo request failed; the token is stored without an account label',
-      );
-      return { label: null, subject };
-    }
-  }
-
-  async function exchange(flow: AuthorizationView, state: string, params: URLSearchParams): Promise<CallbackOutcome> {
-    const provider = await getProviderById(db, flow.provider_id);
-    if (!provider) throw new Error(`The provider of authorization ${flow.id} is missing`);
-    const config = providers.config(provider);
-    let tokens: OAuthTokenSet;
-    try {
-      const codeVerifier = flow.code_verifier_encrypted === null ? null : secretBox.open(flow.code_verifier_encrypted);
-      tokens = await client.exchangeCode(
-        config,
-        { state, codeVerifier, nonce: flow.nonce, redirectUri: flow.redirect_uri, scopes: flow.scopes },
-        params,
-      );
-    } catch (err) {
-      if (!(err instanceof OAuthFlowError)) {
-        await fail(flow, 'internal', 'The authorization failed unexpectedly; see the service log.');
-        throw err;
-      }
-      logger.warn(
-        { auth_id: flow.id, reason: err.reason, oauth_error: err.oauthError, library_code: err.libraryCode },
-        'OAuth authorization failed',
-      );
-      await fail(flow, err.reason, err.message);
-      return { ok: false, code: flowErrorToAppError(err).code, message: err.message };
-    }
-    let label: string | null;
-    try {
-      ({ label } = await store(flow, config, tokens));
-    } catch (err) {
-      // The flow must not stay `exchanging` (wait would say pending until it expires).
-      await fail(flow, 'internal', 'The authorization failed unexpectedly; see the service log.');
-      throw err;
-    }
-    return { ok: true, providerName: provider.name, accountLabel: label, agentId: flow.agent_id };
-  }
-
-  /** Stores the token (and the agent's connection) and completes the flow, in one transaction. */
-  async function store(
-    flow: AuthorizationView,
-    config: ReturnType<OAuthProviderService['config']>,
-    tokens: OAuthTokenSet,
-  ): Promise<{ label: string | null }> {
-    const { label, subject } = await labelOf(flow, config, tokens);
-    await db.transaction().execute(async (tx) => {
-      const token = await insertToken(tx, {
-        workspaceId: flow.workspace_id,
-        providerId: flow.provider_id,
-        accessTokenSealed: secretBox.seal(tokens.accessToken),
-        refreshTokenSealed: tokens.refreshToken === null ? null : secretBox.seal(tokens.refreshToken),
-        tokenType: tokens.tokenType,
-        issuer: tokens.issuer,
-        expiresAt: tokens.expiresAt,
-        scopes: tokens.scopes,
-        accountLabel: label,
-        subject,
-        createdBy: flow.created_by,
-      });
-      const connectionId = await connect(tx, flow.workspace_id, flow.agent_id, token.id, flow.created_by);
-      await finishAuthorization(tx, flow.id, { status: 'completed', tokenId: token.id, connectionId });
-      await recordEvents(tx, [
-        {
-          workspaceId: flow.workspace_id,
-          subjectType: 'oauth_token',
-          subjectId: token.id,
-          type: 'oauth_token.created',
-          toStatus: 'active',
-          data: { provider_id: flow.provider_slug, auth_id: flow.id, by_key: flow.created_by },
-        },
-        {
-          workspaceId: flow.workspace_id,
-          subjectType: 'oauth_authorization',
-          subjectId: flow.id,
-          type: 'oauth_authorization.completed',
-          fromStatus: 'exchanging',
-          toStatus: 'completed',
-          data: { oauth_token_id: token.id },
-        },
-      ]);
-    });
-    return { label };
-  }
-
-  function waitResult(id: string, row: NonNullable<Awaited<ReturnType<typeof authorizationStatus>>>): WaitResult {
-    const base = { auth_id: id, token_id: row.oauth_token_id, connection_id: row.agent_connection_id };
-    if (row.status === 'completed') return { ...base, status: 'completed', error: null };
-    if (row.status === 'failed')
-      return {
-        ...base,
-        status: 'failed',
-        error: { reason: row.failure_reason ?? 'failed', message: row.failure_message ?? 'The authorization failed.' },
-      };
-    if (row.expired) return { ...base, status: 'failed', error: { reason: 'expired', message: EXPIRED_MESSAGE } };
-    return { ...base, status: 'pending', error: null };
-  }
+  const { connect, fail, exchange } = createFlowCompletion(deps);
 
   return {
     async authenticate(
