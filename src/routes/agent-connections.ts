@@ -129,13 +129,9 @@ export interface AgentConnectionRouteDeps {
   credentials: AgentCredentialService;
 }
 
-export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (
-  app,
-  { connections, credentials },
-) => {
+/** An agent's connections to tokens: connect, list, disconnect. */
+const connectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (app, { connections }) => {
   const tags = ['oauth'];
-  /** The agent credential of a token request, authorized by its route's onRequest. */
-  const agentCredentials = new WeakMap<FastifyRequest, PresentedCredential>();
   // An agent credential fetches the access tokens of its agents' connections in clear, and a connection
   // decides which token of the workspace an agent reaches (any person's): both are managed with admin
   // keys, like listener credentials, so that a member key cannot read another person's token through a
@@ -209,7 +205,11 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
       return reply.status(204).send(null);
     },
   );
+};
 
+/** A deployment's agent credentials: create, list, delete. */
+const agentCredentialRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (app, { credentials }) => {
+  const tags = ['oauth'];
   app.post(
     '/v2/deployments/:deployment_id/agent-credentials',
     {
@@ -299,7 +299,16 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
       return reply.status(204).send(null);
     },
   );
+};
 
+/** The access token of an agent's connection, fetched with an agent credential. */
+const agentTokenRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (
+  app,
+  { connections, credentials },
+) => {
+  const tags = ['oauth'];
+  /** The agent credential of a token request, authorized by its route's onRequest. */
+  const agentCredentials = new WeakMap<FastifyRequest, PresentedCredential>();
   app.post(
     '/v2/auth/agents/:agent_id/connections/:connection_id/token',
     {
@@ -341,4 +350,10 @@ export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRou
       });
     },
   );
+};
+
+export const agentConnectionRoutes: FastifyPluginAsyncTypebox<AgentConnectionRouteDeps> = async (app, opts) => {
+  await connectionRoutes(app, opts);
+  await agentCredentialRoutes(app, opts);
+  await agentTokenRoutes(app, opts);
 };

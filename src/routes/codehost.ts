@@ -161,10 +161,8 @@ export interface CodehostRouteDeps {
 
 const HOST_ERRORS = errorResponses(400, 401, 403, 404, 422, 502, 503);
 
-export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (
-  app,
-  { config, integrations, webhooks },
-) => {
+/** An integration's own resource: connect, list, read, change, remove. */
+const integrationRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { config, integrations }) => {
   // Writes make the service connect to the integration's host: admin keys only (like OAuth provider
   // writes), and only to the hosts the operator allows.
   /** If-Match is checked against this: the integration as its GET shows it, read in the write's transaction. */
@@ -292,7 +290,10 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
       return reply.status(204).send(null);
     },
   );
+};
 
+/** What an integration reaches and receives: its repositories and its webhook deliveries. */
+const integrationReadRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, { integrations, webhooks }) => {
   app.get(
     `${BASE}/:integration_id/repos`,
     {
@@ -338,4 +339,9 @@ export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = asyn
   );
 
   await app.register(codehostWebhookRoutes, { webhooks });
+};
+
+export const codehostRoutes: FastifyPluginAsyncTypebox<CodehostRouteDeps> = async (app, opts) => {
+  await integrationRoutes(app, opts);
+  await integrationReadRoutes(app, opts);
 };

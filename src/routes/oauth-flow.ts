@@ -154,9 +154,10 @@ function authenticateResponse(result: AuthenticateResult): Static<typeof Authent
       };
 }
 
-export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (
+/** The flow: authenticate, the provider's callback, and the long poll that waits for it. */
+const authorizationRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (
   app,
-  { flow, tokens },
+  { flow },
 ) => {
   const tags = ['oauth'];
   // Long polls end at once, with the status as it is, when the server starts closing.
@@ -258,7 +259,14 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
     async (request): Promise<WaitResult> =>
       flow.wait(workspaceOf(request), request.params.auth_id, request.query.timeout ?? 30, closing.signal),
   );
+};
 
+/** The tokens a flow stored: list, read, hand out and revoke. */
+const tokenRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (
+  app,
+  { tokens },
+) => {
+  const tags = ['oauth'];
   app.get(
     '/v2/auth/tokens',
     {
@@ -327,4 +335,12 @@ export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService
       return reply.status(204).send(null);
     },
   );
+};
+
+export const oauthFlowRoutes: FastifyPluginAsyncTypebox<{ flow: OAuthFlowService; tokens: OAuthTokenService }> = async (
+  app,
+  opts,
+) => {
+  await authorizationRoutes(app, opts);
+  await tokenRoutes(app, opts);
 };

@@ -119,10 +119,10 @@ export interface SsoRouteDeps {
   publicUrl: string;
 }
 
-export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { sso, sessions, publicUrl }) => {
+/** The session a browser holds, and the start of a sign-in at the identity provider. */
+const signInRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { sso, sessions, publicUrl }) => {
   const tags = ['sso'];
   const names = cookieNames(publicUrl);
-  const origin = new URL(publicUrl).origin;
 
   app.get(
     '/v2/sso/session',
@@ -198,7 +198,13 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
         .send({ url: started.url });
     },
   );
+};
 
+/** The identity provider's return: the sign-in ends with a session, or is refused. */
+const callbackRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { sso, sessions, publicUrl }) => {
+  const tags = ['sso'];
+  const names = cookieNames(publicUrl);
+  const origin = new URL(publicUrl).origin;
   app.get(
     '/v2/sso/callback',
     {
@@ -298,7 +304,13 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
       }
     },
   );
+};
 
+/** Sign-out, the group-to-role mappings and the sessions an admin manages. */
+const sessionAdminRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { sso, sessions, publicUrl }) => {
+  const tags = ['sso'];
+  const names = cookieNames(publicUrl);
+  const origin = new URL(publicUrl).origin;
   app.post(
     '/v2/sso/logout',
     {
@@ -424,4 +436,10 @@ export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, { 
       return reply.status(204).send(null);
     },
   );
+};
+
+export const ssoRoutes: FastifyPluginAsyncTypebox<SsoRouteDeps> = async (app, opts) => {
+  await signInRoutes(app, opts);
+  await callbackRoutes(app, opts);
+  await sessionAdminRoutes(app, opts);
 };

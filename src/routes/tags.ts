@@ -42,7 +42,8 @@ const valueResponse = (v: { id: string; tag_key_id: string; value: string; creat
   created_at: v.created_at.toISOString(),
 });
 
-export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
+/** Tag keys: create, list, delete. */
+const tagKeyRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
   app.post(
     '/v2/tags/keys',
     {
@@ -100,7 +101,10 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
       return reply.status(204).send(null);
     },
   );
+};
 
+/** A key's values: create, list, delete. */
+const tagValueRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
   app.post(
     '/v2/tags/keys/:tag_key_id/values',
     {
@@ -160,7 +164,10 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
       return reply.status(204).send(null);
     },
   );
+};
 
+/** The tag values a deployment carries: set and list. */
+const deploymentTagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, { tags }) => {
   const DeploymentParams = Type.Object({ deployment_id: Uuid() });
   app.put(
     '/v2/deployments/:deployment_id/tags',
@@ -212,4 +219,10 @@ export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async 
       );
     },
   );
+};
+
+export const tagRoutes: FastifyPluginAsyncTypebox<{ tags: TagService }> = async (app, opts) => {
+  await tagKeyRoutes(app, opts);
+  await tagValueRoutes(app, opts);
+  await deploymentTagRoutes(app, opts);
 };
