@@ -38,6 +38,39 @@ export default tseslint.config(
     rules: { 'max-lines': ['error', { max: 500 }] },
   },
   {
+    // No function of the service over 150 lines (blank lines and comments aside): a longer one holds
+    // more than one concern; split it into functions and modules named for theirs.
+    files: ['src/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 150, skipBlankLines: true, skipComments: true }] },
+  },
+  {
+    // The files that still have a longer function. This list only shrinks: a file leaves it when its
+    // functions are split, and no file joins it.
+    files: [
+      'src/dataplane/app-proxy.ts',
+      'src/dataplane/app-supervisor.ts',
+      'src/dataplane/edge-haproxy-switch.ts',
+      'src/dataplane/edge-haproxy.ts',
+      'src/dataplane/local-runtime.ts',
+      'src/dataplane/local-worker.ts',
+      'src/dataplane/log-writer.ts',
+      'src/dataplane/sandbox-bwrap.ts',
+      'src/dataplane/traffic-series.ts',
+      'src/routes/deployments.ts',
+      'src/routes/listener-protocol.ts',
+      'src/routes/listeners.ts',
+      'src/service/deployments.ts',
+      'src/service/listeners.ts',
+      'src/main.ts',
+      'src/routes/metrics.ts',
+      'src/service/codehost-integrations.ts',
+      'src/service/codehost-webhooks.ts',
+      'src/service/pull-request-previews.ts',
+      'src/sso/sso-service.ts',
+    ],
+    rules: { 'max-lines-per-function': 'off' },
+  },
+  {
     // node:test's test() and describe() return promises the runner awaits itself, and response bodies
     // in tests are untyped JSON read field by field: those two rule families add noise, not safety, there.
     files: ['test/**/*.ts', 'bench/**/*.ts'],
