@@ -75,6 +75,34 @@ function isWebSocket(req: IncomingMessage): boolean {
   return req.method === 'GET' && req.headers.upgrade?.toLowerCase() === 'websocket';
 }
 
+/** The app a request's host names, or null when it names none. */
+function matchApp(req: IncomingMessage, appsDomain: string): AppRequest | null {
+  const slug = slugFromHost(req.headers.host, appsDomain);
+  return slug === null ? null : { slug, url: req.url ?? '/' };
+}
+
+/** Counts the request for its app, and in the traffic series by revision, once its answer is sent. */
+function countWhenFinished(
+  res: ServerResponse,
+  label: string,
+  counter: ReturnType<typeof createStatsCounter>,
+  traffic: TrafficSeries | undefined,
+): void {
+  const started = process.hrtime.bigint();
+  res.once('finish', () => {
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    counter.record(res.statusCode, seconds);
+    traffic?.record({
+      label,
+      // The edge's own answers too, when an instance was picked (it refused): the revision's failure.
+      revisionId: servedBy.get(res)?.revisionId ?? null,
+      status: res.statusCode,
+      seconds,
+      edgeAnswer: edgeAnswered.has(res),
+    });
+  });
+}
+
 export function createAppRouter(options: AppRouterOptions): AppRouter {
   const { appsDomain, logger } = options;
   const routes = new Map<string, Route>();
@@ -94,10 +122,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
     return backend;
   }
 
-  function match(req: IncomingMessage): AppRequest | null {
-    const slug = slugFromHost(req.headers.host, appsDomain);
-    return slug === null ? null : { slug, url: req.url ?? '/' };
-  }
+  const match = (req: IncomingMessage) => matchApp(req, appsDomain);
 
   function serve(req: IncomingMessage, res: ServerResponse, app: AppRequest): void {
     if (closing !== null)
@@ -106,22 +131,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
     if (route === undefined) return sendError(req, res, 404, 'not_found', `No deployment is served at ${app.slug}.`);
     // Counted for the app from here, the edge's own answers (no instance, none answered) included.
     const counter = counters.get(app.slug);
-    if (counter) {
-      const started = process.hrtime.bigint();
-      res.once('finish', () => {
-        const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-        counter.record(res.statusCode, seconds);
-        const edgeAnswer = edgeAnswered.has(res);
-        options.traffic?.record({
-          label: app.slug,
-          // The edge's own answers too, when an instance was picked (it refused): the revision's failure.
-          revisionId: servedBy.get(res)?.revisionId ?? null,
-          status: res.statusCode,
-          seconds,
-          edgeAnswer,
-        });
-      });
-    }
+    if (counter) countWhenFinished(res, app.slug, counter, options.traffic);
     if (route.backends.length === 0)
       return sendError(
         req,

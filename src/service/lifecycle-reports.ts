@@ -289,6 +289,31 @@ export function createListenerReports(
   };
 }
 
+/** A traffic split's second revision served (with its weight) or failed at the endpoint. */
+async function reportSplit(tx: Db, workspaceId: string, report: EndpointReport, split: { weight: number }) {
+  if (report.served) {
+    await setSplitServed(tx, report.deploymentId, report.endpoint, report.revisionId);
+    if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
+  }
+  await recordEvents(tx, [
+    {
+      workspaceId,
+      subjectType: 'deployment',
+      subjectId: report.deploymentId,
+      deploymentId: report.deploymentId,
+      ...(report.served
+        ? {
+            type: 'deployment.endpoint_split_served' as const,
+            data: { endpoint: report.endpoint, split_revision_id: report.revisionId, weight: split.weight },
+          }
+        : {
+            type: 'deployment.endpoint_split_failed' as const,
+            data: { endpoint: report.endpoint, split_revision_id: report.revisionId, message: report.message },
+          }),
+    },
+  ]);
+}
+
 /**
  * The reports of the own data plane's worker, as the lease owner `owner`: those of both planes and its
  * own (OwnPlaneReports). A report about a revision or a deployment that `owner` no longer holds (its
@@ -304,31 +329,6 @@ export function createOwnPlaneReports(
     { kind: 'local', owner: worker.owner, leaseSeconds: worker.leaseSeconds },
     leases,
   );
-  /** A traffic split's second revision served (with its weight) or failed at the endpoint. */
-  async function reportSplit(tx: Db, workspaceId: string, report: EndpointReport, split: { weight: number }) {
-    if (report.served) {
-      await setSplitServed(tx, report.deploymentId, report.endpoint, report.revisionId);
-      if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
-    }
-    await recordEvents(tx, [
-      {
-        workspaceId,
-        subjectType: 'deployment',
-        subjectId: report.deploymentId,
-        deploymentId: report.deploymentId,
-        ...(report.served
-          ? {
-              type: 'deployment.endpoint_split_served' as const,
-              data: { endpoint: report.endpoint, split_revision_id: report.revisionId, weight: split.weight },
-            }
-          : {
-              type: 'deployment.endpoint_split_failed' as const,
-              data: { endpoint: report.endpoint, split_revision_id: report.revisionId, message: report.message },
-            }),
-      },
-    ]);
-  }
-
   return {
     ...both,
     async reportFact(report: DeploymentFactReport): Promise<void> {
