@@ -201,7 +201,7 @@ export function requestApp(
   service: TestService,
   hostUrl: string,
   pathname: string,
-  options: { method?: string; body?: string } = {},
+  options: { method?: string; body?: string; headers?: Record<string, string> } = {},
 ): Promise<{ status: number; body: string }> {
   // The app's host name, sent to the edge on this machine (*.localhost need not resolve here).
   const { host, port } = new URL(hostUrl);
@@ -212,7 +212,7 @@ export function requestApp(
         port: Number(port) || service.edge.port,
         path: pathname,
         method: options.method ?? 'GET',
-        headers: { host, ...(options.body ? { 'content-type': 'application/json' } : {}) },
+        headers: { ...options.headers, host, ...(options.body ? { 'content-type': 'application/json' } : {}) },
       },
       (response) => {
         let body = '';
