@@ -93,11 +93,6 @@ export function createSplitService({ db, resources, now = () => new Date() }: Sp
   async function lockedEndpoint(tx: Db, workspaceId: string, deploymentId: string, name: string) {
     const deployment = await lockDeployment(tx, workspaceId, deploymentId);
     if (!deployment || deployment.status === 'AWAITING_DELETE') throw notFound('Deployment', deploymentId);
-    if (deployment.listener_id !== null)
-      throw new AppError(
-        'invalid_request',
-        'Traffic splits are served by the own data plane only; this deployment runs on a listener, which does not serve endpoints yet.',
-      );
     const row = await getEndpoint(tx, deploymentId, name);
     if (!row) throw new AppError('not_found', `Endpoint ${name} not found.`);
     return { deployment, row };

@@ -95,16 +95,20 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
     };
   }
 
-  /**
-   * An endpoint as the listener serves it. `split` is null until endpoints store one: filling it in is
-   * this one place (the schema, DesiredEndpointSplit, and the agent already take it).
-   */
+  /** An endpoint as the listener serves it, with its split's revision given like the endpoint's own. */
   function desiredEndpoint(row: ListenerEndpointRow): DesiredEndpoint {
     return {
       name: row.name,
       revision: endpointRevision(row.revision),
       served_revision_id: row.served_revision_id,
-      split: null,
+      split:
+        row.split === null
+          ? null
+          : {
+              revision_id: row.split.revision.id,
+              weight: row.split.weight,
+              revision: endpointRevision(row.split.revision),
+            },
     };
   }
 

@@ -199,15 +199,17 @@ export type ListenerDeploymentRow = Pick<
   | 'active_revision_id'
 >;
 
+type EndpointRevision = Pick<RevisionRow, 'id' | 'number' | 'source_revision_config' | 'secrets'>;
+
 /**
- * An endpoint of a listener's deployment with the revision it is pinned to. The split of an endpoint
- * (another revision taking a share of its requests) is not stored yet: the desired state serves `split:
- * null` (src/service/listener-protocol.ts, desiredEndpoint, is the one place that fills it in).
+ * An endpoint of a listener's deployment with the revision it is pinned to and its split (another
+ * revision taking `weight` percent of its requests), or null.
  */
 export interface ListenerEndpointRow {
   name: string;
   served_revision_id: string | null;
-  revision: Pick<RevisionRow, 'id' | 'number' | 'source_revision_config' | 'secrets'>;
+  revision: EndpointRevision;
+  split: { weight: number; revision: EndpointRevision } | null;
 }
 
 export type ListenerRevisionRow = Pick<
@@ -264,6 +266,7 @@ export async function listenerDeploymentsWithRevisions(
         eb
           .selectFrom('deployment_endpoints as e')
           .innerJoin('revisions as er', 'er.id', 'e.revision_id')
+          .leftJoin('revisions as sr', 'sr.id', 'e.split_revision_id')
           .select([
             'e.name',
             'e.served_revision_id',
@@ -271,6 +274,11 @@ export async function listenerDeploymentsWithRevisions(
             'er.number as revision_number',
             'er.source_revision_config as revision_source_revision_config',
             'er.secrets as revision_secrets',
+            'e.split_weight',
+            'sr.id as split_id',
+            'sr.number as split_number',
+            'sr.source_revision_config as split_source_revision_config',
+            'sr.secrets as split_secrets',
           ])
           .whereRef('e.deployment_id', '=', 'd.id')
           .orderBy('e.name'),
@@ -291,6 +299,18 @@ export async function listenerDeploymentsWithRevisions(
         source_revision_config: e.revision_source_revision_config,
         secrets: e.revision_secrets,
       },
+      split:
+        e.split_id === null || e.split_weight === null
+          ? null
+          : {
+              weight: e.split_weight,
+              revision: {
+                id: e.split_id,
+                number: e.split_number!,
+                source_revision_config: e.split_source_revision_config!,
+                secrets: e.split_secrets!,
+              },
+            },
     })),
   }));
   return { deployments, revisions: rows.flatMap((row) => row.revisions) };

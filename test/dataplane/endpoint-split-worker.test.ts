@@ -129,7 +129,7 @@ async function scenario(): Promise<void> {
   assert.equal(split.status, 200, JSON.stringify(split.body));
   await eventually('the split to B to be served', async () => {
     const endpoint = await endpointOf(id);
-    return endpoint.split?.revision_id === b.id && endpoint.split.served && endpoint;
+    return endpoint.split?.revision_id === b.id && endpoint.split?.served === true && endpoint;
   });
   const seen = await clientsOn(production);
   for (const [client, revisions] of seen)

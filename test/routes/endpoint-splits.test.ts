@@ -1,19 +1,13 @@
 /**
  * Traffic splits on endpoints through the API (docs/app-urls.md, "Traffic split"): set, widen, take back,
  * promote, each an event; and the attacker's side: another workspace's key, bad weights, revisions that
- * are not the deployment's or never deployed, a listener's deployment: a 4xx that changes nothing. The
- * edges' side (weights, stickiness, threads) is in test/dataplane/endpoint-split-edge.test.ts.
+ * are not the deployment's or never deployed: a 4xx that changes nothing. The edges' side (weights,
+ * stickiness, threads) is in test/dataplane/endpoint-split-edge.test.ts; a listener deployment's split in
+ * the listener's desired state is in test/routes/listener-endpoints.test.ts.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import {
-  client,
-  createTestApp,
-  newWorkspace,
-  registerListener,
-  type TestApp,
-  type Workspace,
-} from '../support/harness.ts';
+import { client, createTestApp, newWorkspace, type TestApp, type Workspace } from '../support/harness.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -178,29 +172,6 @@ describe('attacks on traffic splits', () => {
     );
     assert.deepEqual(await rows(), before);
     assert.deepEqual(await splitEvents(d.id), []);
-  });
-
-  test('a listener-served deployment refuses a split with a clear 400', async () => {
-    const listener = await registerListener((url, body) => api.post(url, body), 'cluster-s', ['apps']);
-    const made = await api.post('/v2/deployments', {
-      name: 'on-cluster-split',
-      source: 'external_container',
-      source_config: { listener_id: listener.id, listener_config: { k8s_namespace: 'apps' } },
-      source_revision_config: { image_uri: 'registry.example.com/on-cluster:1' },
-    });
-    assert.equal(made.status, 201, JSON.stringify(made.body));
-    await t.database.db
-      .updateTable('revisions')
-      .set({ status: 'DEPLOYED' })
-      .where('deployment_id', '=', made.body.id)
-      .execute();
-    const revision = (await api.get(`/v2/deployments/${made.body.id}/revisions`)).body.resources[0];
-    const answer = await api.put(`/v2/deployments/${made.body.id}/endpoints/production/split`, {
-      revision_id: revision.id,
-      weight: 10,
-    });
-    assert.equal(answer.status, 400);
-    assert.match(answer.body.detail, /own data plane only/);
   });
 
   test("a split counts as a copy of the deployment's instances in the workspace's quota", async () => {

@@ -138,4 +138,52 @@ describe('endpoints of a listener deployment', () => {
       assert.equal(answer.status, 404, JSON.stringify(answer.body));
     assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/beta`)).body.served_revision_id, null);
   });
+
+  test("a split set through the API is in the listener's desired state with its revision's image and secrets, and in no other listener's", async () => {
+    const d = await onListener(mine, 'split-one', 'secret-a');
+    const patched = await api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'registry.example.com/split-one:2' },
+      secrets: [{ name: 'TOKEN', value: 'secret-b' }],
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    const b: string = patched.body.latest_revision_id;
+    await t.database.db.updateTable('revisions').set({ status: 'DEPLOYED' }).where('id', '=', b).execute();
+    assert.equal(
+      (await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: d.revisionId })).status,
+      201,
+    );
+
+    const split = await api.put(`/v2/deployments/${d.id}/endpoints/production/split`, { revision_id: b, weight: 20 });
+    assert.equal(split.status, 200, JSON.stringify(split.body));
+    assert.equal(split.body.split.served, false, 'served only once a data plane says so');
+    const entry = (await desiredOf(mine)).deployments.find((x: any) => x.deployment_id === d.id);
+    assert.deepEqual(entry.endpoints[0].split, {
+      revision_id: b,
+      weight: 20,
+      revision: {
+        id: b,
+        number: 2,
+        image_uri: 'registry.example.com/split-one:2',
+        secrets: [{ name: 'TOKEN', value: 'secret-b' }],
+      },
+    });
+    assert.equal(entry.endpoints[0].revision.id, d.revisionId);
+    const state = JSON.stringify(await desiredOf(theirs));
+    assert.ok(!state.includes(b) && !state.includes('secret-b'), "the other listener's desired state has none of it");
+    // Another workspace's key can neither set nor take back the split: 404, and it stays.
+    for (const answer of [
+      await other.api.put(`/v2/deployments/${d.id}/endpoints/production/split`, { revision_id: b, weight: 90 }),
+      await other.api.delete(`/v2/deployments/${d.id}/endpoints/production/split`),
+    ])
+      assert.equal(answer.status, 404, JSON.stringify(answer.body));
+    assert.equal(
+      (await desiredOf(mine)).deployments.find((x: any) => x.deployment_id === d.id).endpoints[0].split.weight,
+      20,
+    );
+
+    // Taken back, the desired state has no split again.
+    assert.equal((await api.delete(`/v2/deployments/${d.id}/endpoints/production/split`)).status, 204);
+    const after = (await desiredOf(mine)).deployments.find((x: any) => x.deployment_id === d.id);
+    assert.equal(after.endpoints[0].split, null);
+  });
 });
