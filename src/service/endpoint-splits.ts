@@ -130,8 +130,9 @@ export function createSplitService({ db, resources, now = () => new Date() }: Sp
             `revision_id: the endpoint serves revision ${revision.id} already; a split sends part of its traffic to another revision.`,
           );
         const sameRevision = row.split_revision_id === revision.id;
-        // A new second revision runs a copy of the deployment's instances, which the quota counts.
-        if (row.split_revision_id === null && resources)
+        // A new second revision runs a copy of the deployment's instances, which the quota counts (a
+        // listener's cluster is not the workspace's quota, as for its endpoints).
+        if (row.split_revision_id === null && resources && deployment.listener_id === null)
           await checkEndpointQuota(tx, resources, workspaceId, deployment.source_config.resource_spec ?? null);
         const before = row.split_revision_id === null ? null : row;
         const after = await putSplit(tx, deploymentId, name, {
