@@ -81,14 +81,17 @@ async function revisionsAndEvents(id: string): Promise<{ revisions: string[]; ev
   };
 }
 
-test('a split through the worker sends sticky clients to both revisions; promoting and taking it back end it', async () => {
-  service = await startTestService();
-  try {
-    await scenario();
-  } finally {
-    await service.close();
-  }
-});
+// Both edges: HAProxy where it is installed (auto), and the built-in one.
+for (const edge of ['auto', 'builtin'] as const) {
+  test(`a split through the worker sends sticky clients to both revisions; promoting and taking it back end it (edge ${edge})`, async () => {
+    service = await startTestService({ SLIPWAY_EDGE_PROXY: edge });
+    try {
+      await scenario();
+    } finally {
+      await service.close();
+    }
+  });
+}
 
 async function scenario(): Promise<void> {
   const created = await service.api('POST', '/v2/deployments', {
