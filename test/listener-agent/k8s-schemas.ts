@@ -3,7 +3,8 @@
  * used on every manifest the agent builds, on every object of deploy/, and by the fake API server,
  * which refuses (422) what a real one would refuse for its schema. HTTPRoute's schema is the Gateway API's
  * own: @kubernetes-models/gateway-api is generated from the official Gateway API CRDs
- * (gateway.networking.k8s.io/v1, its openAPIV3Schema), as kubernetes-models is from Kubernetes' OpenAPI.
+ * (gateway.networking.k8s.io/v1, its openAPIV3Schema), as kubernetes-models is from Kubernetes' OpenAPI; its
+ * 0.5 line, whose releases run on Node 20 like the rest of the project (2.x asks for Node 22).
  */
 import { HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute';
 import { Deployment } from 'kubernetes-models/apps/v1/Deployment';
