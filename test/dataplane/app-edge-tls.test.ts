@@ -161,8 +161,10 @@ test('the HAProxy configuration with routes and TLS is one HAProxy accepts', { s
   const pem = path.join(dir, 'check.pem');
   await fs.writeFile(pem, (await fs.readFile(certFile, 'utf8')) + (await fs.readFile(keyFile, 'utf8')));
   await fs.writeFile(path.join(dir, 'routes.map'), '');
-  // The edge writes both maps before HAProxy reads its configuration (the paused one names paused apps).
+  // The edge writes its maps before HAProxy reads its configuration (the paused one names paused apps,
+  // the split one the traffic splits).
   await fs.writeFile(path.join(dir, 'paused.map'), '');
+  await fs.writeFile(path.join(dir, 'split.map'), '');
   const config = path.join(dir, 'check.cfg');
   await fs.writeFile(
     config,

@@ -27,6 +27,9 @@ export type LogPage = Json<
   paths['/v2/deployments/{deployment_id}/revisions/{revision_id}/logs']['get']['responses'][200]
 >;
 export type LogLine = LogPage['lines'][number];
+export type DeploymentEndpoint = Json<
+  paths['/v2/deployments/{deployment_id}/endpoints']['get']['responses'][200]
+>['resources'][number];
 export type Listener = Json<paths['/v2/listeners/{listener_id}']['get']['responses'][200]>;
 export type Integration = Json<paths['/v1/integrations/forge/codehost/{integration_id}']['get']['responses'][200]>;
 export type ApiKey = Json<paths['/v2/api-keys']['get']['responses'][200]>['resources'][number];

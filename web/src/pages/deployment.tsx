@@ -1,6 +1,7 @@
 /**
  * One deployment: its status, stable URL (and, for a LangGraph project, its MCP and A2A addresses and
- * protocol credentials), revisions in use, source, secret names and tags, and its revisions as a
+ * protocol credentials), revisions in use, source, secret names and tags, its endpoints and their
+ * traffic splits, and its revisions as a
  * timeline with redeploy and interrupt. A revision in progress is followed on the
  * service's event stream of its build log (what the SDK's wait uses), so each change shows as it
  * happens; a slow poll stands in only while no stream is open (a deployment being set up or deleted,
@@ -15,6 +16,7 @@ import { explainDeployments } from '../api/status-explanations.ts';
 import { isFinalRevision, type Deployment } from '../api/types.ts';
 import { DeploymentActivity } from '../components/deployment-activity.tsx';
 import { DeploymentCharts } from '../components/deployment-charts.tsx';
+import { DeploymentEndpoints } from '../components/deployment-endpoints.tsx';
 import { DeploymentStatus } from '../components/deployment-status.tsx';
 import { ErrorNotice, Notice } from '../components/notice.tsx';
 import { PageTitle } from '../components/page-title.tsx';
@@ -287,6 +289,10 @@ export function DeploymentPage({ id, offset }: { id: string; offset: number }) {
           <ProtocolCredentials deploymentId={d.id} />
         </section>
       )}
+      <section class="panel" aria-labelledby="endpoints">
+        <h2 id="endpoints">Endpoints</h2>
+        <DeploymentEndpoints deploymentId={d.id} revisions={revisions.value?.resources ?? []} />
+      </section>
       <section class="panel" aria-labelledby="traffic">
         <h2 id="traffic">Traffic and resources</h2>
         <DeploymentCharts deploymentId={d.id} />
