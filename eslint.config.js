@@ -45,10 +45,8 @@ export default tseslint.config(
   },
   {
     // The files that still have a longer function. This list only shrinks: a file leaves it when its
-    // functions are split, and no file joins it. (endpoint-apps.ts came with the traffic split, written
-    // beside this rule: its split handling is to be a module of its own.)
+    // functions are split, and no file joins it.
     files: [
-      'src/dataplane/endpoint-apps.ts',
       'src/dataplane/app-proxy.ts',
       'src/dataplane/app-supervisor.ts',
       'src/dataplane/edge-haproxy-switch.ts',

@@ -17,6 +17,7 @@ import type { Logger } from 'pino';
 import { endpointLabel } from '../domain/endpoints.ts';
 import type { AppTarget } from './app-backends.ts';
 import type { AppRoutes } from './app-edge.ts';
+import { createEndpointSplitApps } from './endpoint-split-apps.ts';
 import type { EndpointOutcome, RevisionJob, WantedEndpoint } from './local-runtime-types.ts';
 
 /** What the runtime's started instances offer here. */
@@ -55,110 +56,18 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
   const passes = new Map<string, { work: Promise<void>; next: { wanted: WantedEndpoint[]; report: Report } | null }>();
   /** Aborts starts under way when their deployment stops. */
   const aborts = new Map<string, AbortController>();
-  /** Traffic splits served: the second revision's instances and weight, by deployment, then endpoint. */
-  const splits = new Map<string, Map<string, { app: App; weight: number; baseRevisionId: string }>>();
-  /** Split revisions that failed to start (`<deployment>/<endpoint>` to revision): not retried. */
-  const failedSplits = new Map<string, string>();
-
   const appsOf = (deploymentId: string): Map<string, App> => {
     let map = serving.get(deploymentId);
     if (!map) serving.set(deploymentId, (map = new Map<string, App>()));
     return map;
   };
+  const splitApps = createEndpointSplitApps(deps, { serving, appsOf });
 
   async function stopOne(deploymentId: string, name: string, app: App, drainTimeoutMs: number): Promise<void> {
     serving.get(deploymentId)?.delete(name);
-    await stopSplit(deploymentId, name, drainTimeoutMs);
+    await splitApps.stopSplit(deploymentId, name, drainTimeoutMs);
     await edge.remove(endpointLabel(app.slug, name), { drainTimeoutMs });
     await deps.release(deploymentId, app);
-  }
-
-  /** Ends the endpoint's split here: every client to its revision, the second revision's instances drained and stopped. */
-  async function stopSplit(deploymentId: string, name: string, drainTimeoutMs: number): Promise<App | null> {
-    const split = splits.get(deploymentId)?.get(name);
-    if (!split) return null;
-    splits.get(deploymentId)?.delete(name);
-    await edge.setSplit(endpointLabel(split.app.slug, name), null, { drainTimeoutMs });
-    await deps.release(deploymentId, split.app);
-    return split.app;
-  }
-
-  /**
-   * Promotion of the split's revision: its instances, started and healthy, serve the whole endpoint
-   * (the base's drain, then the split's route ends; no request is refused). True when it was that.
-   */
-  async function promoteSplit(deploymentId: string, want: WantedEndpoint, report: Report): Promise<boolean> {
-    const split = splits.get(deploymentId)?.get(want.name);
-    if (!split || split.app.revisionId !== want.job.revisionId) return false;
-    const current = serving.get(deploymentId)?.get(want.name);
-    splits.get(deploymentId)?.delete(want.name);
-    appsOf(deploymentId).set(want.name, split.app);
-    const label = endpointLabel(split.app.slug, want.name);
-    await edge.setTargets(label, split.app.supervisor.webTargets, { drainTimeoutMs: deps.drainTimeoutMs });
-    await edge.setSplit(label, null, { drainTimeoutMs: deps.drainTimeoutMs });
-    if (current) await deps.release(deploymentId, current);
-    await report({
-      endpoint: want.name,
-      revisionId: want.job.revisionId,
-      fromRevisionId: current?.revisionId ?? null,
-      served: true,
-    });
-    return true;
-  }
-
-  /** Brings the endpoint's split to what is wanted: started, re-weighted, replaced or ended. */
-  async function splitOne(deploymentId: string, want: WantedEndpoint, report: Report, signal: AbortSignal) {
-    const key = `${deploymentId}/${want.name}`;
-    const base = serving.get(deploymentId)?.get(want.name);
-    const current = splits.get(deploymentId)?.get(want.name);
-    const wanted = want.split ?? null;
-    if (wanted === null || !base || base.revisionId !== want.job.revisionId) {
-      if (wanted === null) failedSplits.delete(key);
-      await stopSplit(deploymentId, want.name, deps.drainTimeoutMs);
-      return;
-    }
-    const split = { endpoint: want.name, split: { weight: wanted.weight } };
-    const label = endpointLabel(base.slug, want.name);
-    const route = (app: App) => ({
-      baseRevisionId: base.revisionId,
-      revisionId: app.revisionId,
-      targets: app.supervisor.webTargets,
-      weight: wanted.weight,
-    });
-    if (current?.app.revisionId === wanted.job.revisionId) {
-      if (current.weight === wanted.weight && current.baseRevisionId === base.revisionId) return;
-      await edge.setSplit(label, route(current.app));
-      Object.assign(current, { weight: wanted.weight, baseRevisionId: base.revisionId });
-      await report({ ...split, revisionId: current.app.revisionId, fromRevisionId: null, served: true });
-      return;
-    }
-    if (failedSplits.get(key) === wanted.job.revisionId) return;
-    let next: App;
-    try {
-      next = await deps.track(deploymentId, wanted.job.revisionId, deps.start(wanted.job, want.name, signal));
-    } catch (error) {
-      if (signal.aborted) return;
-      failedSplits.set(key, wanted.job.revisionId);
-      const message = error instanceof Error ? error.message : String(error);
-      logger.warn({ deploymentId, endpoint: want.name, err: error }, 'split revision start failed');
-      await report({ ...split, revisionId: wanted.job.revisionId, served: false, message });
-      return;
-    }
-    if (signal.aborted) return void (await deps.release(deploymentId, next));
-    failedSplits.delete(key);
-    let byName = splits.get(deploymentId);
-    if (!byName)
-      splits.set(deploymentId, (byName = new Map<string, { app: App; weight: number; baseRevisionId: string }>()));
-    byName.set(want.name, { app: next, weight: wanted.weight, baseRevisionId: base.revisionId });
-    // Healthy before any request is sent there; a replaced second revision drains first.
-    await edge.setSplit(label, route(next), { drainTimeoutMs: deps.drainTimeoutMs });
-    if (current) await deps.release(deploymentId, current.app);
-    await report({
-      ...split,
-      revisionId: next.revisionId,
-      fromRevisionId: current?.app.revisionId ?? null,
-      served: true,
-    });
   }
 
   async function moveOne(
@@ -170,7 +79,7 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
     const key = `${deploymentId}/${want.name}`;
     const current = serving.get(deploymentId)?.get(want.name);
     if (current?.revisionId === want.job.revisionId || failed.get(key) === want.job.revisionId) return;
-    if (await promoteSplit(deploymentId, want, report)) return;
+    if (await splitApps.promoteSplit(deploymentId, want, report)) return;
     let next: App;
     try {
       next = await deps.track(deploymentId, want.job.revisionId, deps.start(want.job, want.name, signal));
@@ -217,9 +126,9 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
     await deps
       .removePreviewData(deploymentId, previews)
       .catch((error: unknown) => logger.error({ err: error, deploymentId }, 'could not remove the data of a preview'));
-    for (const map of [failed, failedSplits])
-      for (const key of [...map.keys()])
-        if (key.startsWith(`${deploymentId}/`) && !names.has(key.slice(deploymentId.length + 1))) map.delete(key);
+    for (const key of [...failed.keys()])
+      if (key.startsWith(`${deploymentId}/`) && !names.has(key.slice(deploymentId.length + 1))) failed.delete(key);
+    splitApps.forgetFailures(deploymentId, names);
     // One endpoint at a time: each start takes the instances of a whole deployment.
     for (const want of wanted) {
       if (controller.signal.aborted) return;
@@ -227,9 +136,11 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
         logger.error({ err: error, deploymentId, endpoint: want.name }, 'could not serve an endpoint'),
       );
       if (controller.signal.aborted) return;
-      await splitOne(deploymentId, want, report, controller.signal).catch((error: unknown) =>
-        logger.error({ err: error, deploymentId, endpoint: want.name }, "could not serve an endpoint's split"),
-      );
+      await splitApps
+        .splitOne(deploymentId, want, report, controller.signal)
+        .catch((error: unknown) =>
+          logger.error({ err: error, deploymentId, endpoint: want.name }, "could not serve an endpoint's split"),
+        );
     }
   }
 
@@ -273,9 +184,9 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
       for (const [name, app] of [...(serving.get(deploymentId) ?? [])])
         await stopOne(deploymentId, name, app, deps.drainTimeoutMs);
       serving.delete(deploymentId);
-      splits.delete(deploymentId);
-      for (const map of [failed, failedSplits])
-        for (const key of [...map.keys()]) if (key.startsWith(`${deploymentId}/`)) map.delete(key);
+      splitApps.forget(deploymentId);
+      for (const key of [...failed.keys()]) if (key.startsWith(`${deploymentId}/`)) failed.delete(key);
+      splitApps.forgetFailures(deploymentId);
     },
 
     /** Every endpoint's instances serving here (for /metrics). */
@@ -285,9 +196,7 @@ export function createEndpointApps<App extends EndpointApp>(deps: EndpointAppsDe
           [...byName].map(([name, app]) => ({ deploymentId, name, app })),
         ),
         // A split's second revision: the same endpoint, told apart by its revision.
-        ...[...splits].flatMap(([deploymentId, byName]) =>
-          [...byName].map(([name, split]) => ({ deploymentId, name, app: split.app })),
-        ),
+        ...splitApps.all(),
       ];
     },
 

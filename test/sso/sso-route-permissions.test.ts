@@ -104,9 +104,10 @@ test('a signed-in person gets, operation by operation, what a key of their role 
     // Signing out with the cookie ends the session (test/sso/sso-sessions.test.ts); the walk needs it.
     if (row.operation === 'POST /v2/sso/logout') continue;
     // The listener protocol is for machines: a session opens none of it, whatever the table says of keys.
-    const protocol = /^\w+ \/v2\/listeners\/\{listener_id\}\/(desired-state|reports|deletions|heartbeat)$/.test(
-      row.operation,
-    );
+    const protocol =
+      /^\w+ \/v2\/listeners\/\{listener_id\}\/(desired-state|reports|endpoint-reports|deletions|heartbeat)$/.test(
+        row.operation,
+      );
     for (const role of ROLES) {
       const cell = row.cells[role];
       const answer = await send(row.operation, people[role]);
