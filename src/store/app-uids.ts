@@ -15,9 +15,14 @@ export class AppUidsExhaustedError extends Error {
   }
 }
 
+/** Serialises the giving of uids across replicas (pg_advisory_xact_lock's key; see src/db/migrate.ts). */
+const APP_UID_LOCK_KEY = 7_342_003;
+
 /**
- * The deployment's uid, given now if it has none. Two replicas giving uids at once may pick the same
- * free one: the unique index refuses the second, which tries the next.
+ * The deployment's uid, given now if it has none. Uids are given one at a time under a transaction
+ * advisory lock, so many deployments starting at once (or on several replicas) each get the lowest free
+ * one in turn; a first try that raced on the same free uid and retried lost again and again when dozens
+ * started together.
  */
 export async function claimAppUid(
   db: Db,
@@ -25,35 +30,26 @@ export async function claimAppUid(
   range: { first: number; count: number },
 ): Promise<number> {
   const last = range.first + range.count - 1;
-  for (let attempt = 0; ; attempt += 1) {
-    const held = await db
-      .selectFrom('app_uids')
-      .select('uid')
-      .where('deployment_id', '=', deploymentId)
-      .executeTakeFirst();
-    if (held) return held.uid;
-    try {
-      const given = await sql<{ uid: number }>`
-        insert into app_uids (deployment_id, uid)
-        select ${deploymentId}, candidate
-          from generate_series(${range.first}::integer, ${last}::integer) candidate
-         where not exists (select 1 from app_uids where uid = candidate)
-         order by candidate
-         limit 1
-        on conflict (deployment_id) do nothing
-        returning uid`.execute(db);
-      if (given.rows[0]) return given.rows[0].uid;
-      const taken = await db
-        .selectFrom('app_uids')
-        .select((eb) => eb.fn.countAll<string>().as('n'))
-        .where('uid', '>=', range.first)
-        .where('uid', '<=', last)
-        .executeTakeFirstOrThrow();
-      if (Number(taken.n) >= range.count) throw new AppUidsExhaustedError(range);
-      // Otherwise another replica gave this deployment its uid meanwhile: read above.
-    } catch (error) {
-      if ((error as { code?: string }).code !== '23505' || attempt >= 10) throw error;
-      // Another deployment took that uid at the same moment: the next free one.
-    }
-  }
+  const heldBy = (q: Db) =>
+    q.selectFrom('app_uids').select('uid').where('deployment_id', '=', deploymentId).executeTakeFirst();
+  // The usual case, a deployment that has its uid, takes no lock.
+  const held = await heldBy(db);
+  if (held) return held.uid;
+  const give = async (tx: Db): Promise<number> => {
+    await sql`select pg_advisory_xact_lock(${APP_UID_LOCK_KEY})`.execute(tx);
+    const heldNow = await heldBy(tx);
+    if (heldNow) return heldNow.uid;
+    const given = await sql<{ uid: number }>`
+      insert into app_uids (deployment_id, uid)
+      select ${deploymentId}, candidate
+        from generate_series(${range.first}::integer, ${last}::integer) candidate
+       where not exists (select 1 from app_uids where uid = candidate)
+       order by candidate
+       limit 1
+      returning uid`.execute(tx);
+    if (!given.rows[0]) throw new AppUidsExhaustedError(range);
+    return given.rows[0].uid;
+  };
+  // The lock is held to the end of the caller's transaction, or of one of its own.
+  return db.isTransaction ? give(db) : db.transaction().execute(give);
 }
