@@ -8,15 +8,34 @@ import type { Logger } from 'pino';
 import { REVISION_STATES, type RevisionStatus } from '../domain/states.ts';
 import type { Database } from '../store/schema.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
-import { transitionRevision } from '../service/lifecycle.ts';
+import { endRevisionsLeftFor, transitionRevision } from '../service/lifecycle.ts';
+import { lockDeploymentById } from '../store/deployments.ts';
+import { lockRevision } from '../store/revisions.ts';
 import { systemClock, type Clock } from '../clock.ts';
 
 const WITH_DEADLINE = (
   Object.entries(REVISION_STATES) as [RevisionStatus, (typeof REVISION_STATES)[RevisionStatus]][]
 ).filter(([, state]) => state.deadline !== null && state.onDeadline !== null);
 
-/** Moves up to `batch` overdue revisions to their failure state; returns how many moved. */
+/**
+ * Moves up to `batch` overdue revisions to their failure state; returns how many moved. A moved revision
+ * that the data planes were working toward ends the older ones left waiting for it
+ * (`endRevisionsLeftFor`), each deployment in a transaction of its own that takes the deployment's lock
+ * before its revisions', as every writer does.
+ */
 export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, batch = 100): Promise<number> {
+  const moved = await expireBatch(db, now, batch);
+  for (const revision of moved) {
+    await db.transaction().execute(async (tx) => {
+      const deployment = await lockDeploymentById(tx, revision.deployment_id);
+      const ended = deployment ? await lockRevision(tx, revision.id) : undefined;
+      if (deployment && ended) await endRevisionsLeftFor(tx, deployment, ended);
+    });
+  }
+  return moved.length;
+}
+
+async function expireBatch(db: Kysely<Database>, now: Date, batch: number) {
   return db.transaction().execute(async (tx) => {
     const overdue = await tx
       .selectFrom('revisions')
@@ -43,7 +62,7 @@ export async function expireOverdueRevisions(db: Kysely<Database>, now: Date, ba
         message: `The revision stayed in ${revision.status} longer than ${state.deadline! / 60} minutes.`,
       });
     }
-    return overdue.length;
+    return overdue;
   });
 }
 

@@ -13,7 +13,7 @@ import { scaleOfSpec } from '../domain/resource-spec.ts';
 import { DEFAULT_DEPLOYMENT_TYPE, imageVersionOf } from '../domain/sources.ts';
 import { UNFINISHED_REVISION_STATUSES, isFinalRevisionStatus, type RevisionStatus } from '../domain/states.ts';
 import { AppError, notFound } from '../errors.ts';
-import { startDeletion, transitionRevision } from './lifecycle.ts';
+import { endRevisionsLeftFor, startDeletion, transitionRevision } from './lifecycle.ts';
 import {
   getDeployment,
   insertDeployment,
@@ -297,6 +297,7 @@ export function createDeploymentService({
           reason: 'interrupted_by_user',
           message: 'Interrupted by a user.',
         });
+        await endRevisionsLeftFor(tx, row, { ...revision, status: 'INTERRUPTED' });
       });
       const revision = await getRevision(db, workspaceId, id, revisionId);
       if (!revision) throw notFound('Revision', revisionId);

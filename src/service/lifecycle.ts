@@ -17,7 +17,9 @@ import {
   pendingDeletionFinisher,
   type DeletionFinisher,
 } from '../domain/deletion.ts';
+import { NOT_TO_RUN, isWorkedToward } from '../domain/desired-state.ts';
 import {
+  UNFINISHED_REVISION_STATUSES,
   assertDeploymentTransition,
   assertRevisionTransition,
   type DeploymentStatus,
@@ -26,7 +28,8 @@ import {
 import { deleteDeploymentRow, hasLocalResources, setActiveRevision, updateDeployment } from '../store/deployments.ts';
 import { recordEvents, type EventInput } from '../store/events.ts';
 import { listenerHasBeenSeen } from '../store/listeners.ts';
-import { setRevisionStatus } from '../store/revisions.ts';
+import { getPreview } from '../store/pull-request-previews.ts';
+import { lockRevisionsInStatus, setRevisionStatus } from '../store/revisions.ts';
 import type { Db, DeploymentRow } from '../store/schema.ts';
 import { deleteTracingProject } from '../store/tracing-projects.ts';
 
@@ -64,6 +67,36 @@ export async function transitionRevision(
       data: failure ? { reason: failure.reason, message: failure.message } : {},
     },
   ]);
+}
+
+/**
+ * The revision both planes were working toward ended without running (a user's interrupt, its
+ * deadline): older revisions still on their way were waiting for it to take over, and no data plane
+ * works on them any more (their reports are refused as superseded), so they end now with it instead of
+ * at their own deadlines. QUEUED ones are SKIPPED, the others INTERRUPTED, reason `superseded`. A
+ * preview's ends only older ones of its pull request; the deployment's own never a preview's. The
+ * caller holds the deployment's lock and has moved `ended` to its final status.
+ */
+export async function endRevisionsLeftFor(
+  tx: Db,
+  deployment: { id: string; latest_revision_id: string | null },
+  ended: { id: string; number: number; status: RevisionStatus; preview_pull_request: number | null },
+): Promise<void> {
+  if (!NOT_TO_RUN.has(ended.status)) return;
+  const previewNames =
+    ended.preview_pull_request === null
+      ? null
+      : ((await getPreview(tx, deployment.id, ended.preview_pull_request))?.revision_id ?? null);
+  if (!isWorkedToward(deployment, ended, previewNames)) return;
+  const left = (await lockRevisionsInStatus(tx, deployment.id, UNFINISHED_REVISION_STATUSES)).filter(
+    (r) => r.id !== ended.id && r.preview_pull_request === ended.preview_pull_request,
+  );
+  for (const older of left) {
+    await transitionRevision(tx, older, older.status === 'QUEUED' ? 'SKIPPED' : 'INTERRUPTED', {
+      reason: 'superseded',
+      message: `Revision ${ended.number} replaced it and then ended without running (${ended.status}).`,
+    });
+  }
 }
 
 export interface DeploymentRef {

@@ -5,6 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { expireOverdueRevisions } from '../../src/pipeline/deadlines.ts';
 import { stepsTo } from '../../src/service/listener-protocol.ts';
 import {
   agent,
@@ -198,6 +199,58 @@ describe('idempotent and stale reports', () => {
     assert.deepEqual(stale.body, { applied: false, status: 'AWAITING_DEPLOY', not_applied_reason: 'superseded' });
     assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.active_revision_id, null);
     assert.equal((await revisionOf(d.id, second)).status, 'QUEUED');
+  });
+
+  test('the latest interrupted before the listener took it up: an older revision on its way ends with it, the active one keeps serving', async () => {
+    const l = await newListener(f.api);
+    const d = await newDeployment(f.api, l.id);
+    const a = agent(f, l);
+    await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
+    const patch = (image: string) =>
+      f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: image } });
+    const second = (await patch('ghcr.io/acme/agent:2.0.0')).body.latest_revision_id;
+    await a.report({ revision_id: second, status: 'DEPLOYING' });
+    const third = (await patch('ghcr.io/acme/agent:3.0.0')).body.latest_revision_id;
+    // The listener has not reported the third yet; the user takes it back.
+    assert.equal((await f.api.post(`/v2/deployments/${d.id}/revisions/${third}/interrupt`, {})).status, 200);
+
+    const left = await revisionOf(d.id, second);
+    assert.equal(
+      left.status,
+      'INTERRUPTED',
+      'nothing works toward the second any more: it ends now, not at its deadline',
+    );
+    assert.equal(left.failure_reason, 'superseded');
+    assert.match(left.failure_message, /Revision 3/);
+    const late = await a.report({ revision_id: second, status: 'DEPLOYED' });
+    assert.deepEqual(late.body, { applied: false, status: 'INTERRUPTED', not_applied_reason: 'final' });
+    const deployment = (await f.api.get(`/v2/deployments/${d.id}`)).body;
+    assert.equal(deployment.active_revision_id, d.revisionId, 'the first keeps serving');
+    assert.equal((await revisionOf(d.id, d.revisionId)).status, 'DEPLOYED');
+  });
+
+  test('the latest past its deadline before the listener took it up: an older revision on its way ends with it', async () => {
+    const l = await newListener(f.api);
+    const d = await newDeployment(f.api, l.id);
+    const a = agent(f, l);
+    await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
+    const patch = (image: string) =>
+      f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: image } });
+    const second = (await patch('ghcr.io/acme/agent:2.0.0')).body.latest_revision_id;
+    await a.report({ revision_id: second, status: 'DEPLOYING' });
+    const third = (await patch('ghcr.io/acme/agent:3.0.0')).body.latest_revision_id;
+    // The third waited in QUEUED for more than its day (the second only just started deploying).
+    await f.t.database.pool.query(
+      `update revisions set status_changed_at = now() - interval '25 hours' where id = $1`,
+      [third],
+    );
+    assert.equal(await expireOverdueRevisions(f.t.database.db, new Date()), 1);
+
+    assert.equal((await revisionOf(d.id, third)).status, 'UNKNOWN');
+    const left = await revisionOf(d.id, second);
+    assert.equal(left.status, 'INTERRUPTED');
+    assert.equal(left.failure_reason, 'superseded');
+    assert.equal((await f.api.get(`/v2/deployments/${d.id}`)).body.active_revision_id, d.revisionId);
   });
 
   test('a revision in a final state (interrupted by a user, skipped) is not applied', async () => {
