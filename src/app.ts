@@ -119,6 +119,10 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: ROUTER_MAX_PARAM_LENGTH },
     // X-Forwarded-For from the operator's proxies only (src/http/client-address.ts).
     trustProxy: trustProxyOption(config.trustedProxies),
+    // Registering the routes does no I/O, but on a host whose CPUs other work keeps busy it can take
+    // longer than avvio's default of 10 s, which would fail the start; a plugin that really hangs is
+    // still named, after two minutes.
+    pluginTimeout: 120_000,
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Apps' own connections (src/http/app-connections.ts), for main.ts to hand to the local data plane.
