@@ -12,7 +12,7 @@ import { insertToken } from '../store/oauth-tokens.ts';
 import type { Db } from '../store/schema.ts';
 import type { CallbackOutcome, OAuthFlowServiceDeps } from './oauth-flow.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
-import { accountLabel, flowErrorToAppError } from './oauth-tokens.ts';
+import { accountLabel, flowErrorToAppError } from './oauth-token-rules.ts';
 
 export function createFlowCompletion({ db, secretBox, client, providers, logger }: OAuthFlowServiceDeps) {
   /** The agent's connection to the token: made when missing (a connection is unique per agent and token). */

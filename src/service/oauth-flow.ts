@@ -30,7 +30,7 @@ import { activeTokensOf } from '../store/oauth-tokens.ts';
 import type { Database } from '../store/schema.ts';
 import { createFlowCompletion } from './oauth-flow-completion.ts';
 import type { OAuthProviderService } from './oauth-providers.ts';
-import { flowErrorToAppError, isUsable, type WarnLogger } from './oauth-tokens.ts';
+import { flowErrorToAppError, isUsable, type WarnLogger } from './oauth-token-rules.ts';
 
 /** How long a person has to finish signing in at the provider. */
 const AUTHORIZATION_TTL_SECONDS = 10 * 60;

@@ -9,7 +9,7 @@ import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import type { ProviderSettings } from '../store/oauth-providers.ts';
 import { callbackUrl } from './oauth-flow.ts';
 import type { CreateInput } from './oauth-providers.ts';
-import { flowErrorToAppError } from './oauth-tokens.ts';
+import { flowErrorToAppError } from './oauth-token-rules.ts';
 
 export interface McpDiscoveryDeps {
   secretBox: SecretBox;

@@ -17,7 +17,7 @@ import {
   storeRefreshedToken,
 } from '../store/oauth-tokens.ts';
 import type { OAuthProviderRow, OAuthTokenRow } from '../store/schema.ts';
-import { flowErrorToAppError, REFRESH_MARGIN_MS, type OAuthTokenServiceDeps } from './oauth-tokens.ts';
+import { flowErrorToAppError, REFRESH_MARGIN_MS, type OAuthTokenServiceDeps } from './oauth-token-rules.ts';
 import { systemClock } from '../clock.ts';
 
 /** What a token is good for right now, from its row alone. */

@@ -1,6 +1,6 @@
 /**
- * OAuth tokens once obtained: handing out a fresh access token (refreshing before expiry), revoking at
- * the provider, and the mapping of OAuth client failures to the service's errors.
+ * OAuth tokens once obtained: handing out a fresh access token (refreshing before expiry) and revoking at
+ * the provider (the mapping of OAuth client failures to the service's errors: oauth-token-rules.ts).
  *
  * Token states: `active`, or `refresh_failed` when the provider refused the refresh token (RFC 6749
  * `invalid_grant`: revoked, expired, or rotated elsewhere), or the access token expired and no refresh
@@ -10,10 +10,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Kysely } from 'kysely';
-import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
-import type { OAuthClient } from '../oauth/oauth-client.ts';
 import { OAuthFlowError } from '../oauth/oauth-flow-error.ts';
 import { recordEvents } from '../store/events.ts';
 import {
@@ -25,8 +22,8 @@ import {
   releaseClaim,
   type TokenView,
 } from '../store/oauth-tokens.ts';
-import type { Database, Db, OAuthTokenRow } from '../store/schema.ts';
-import type { OAuthProviderService } from './oauth-providers.ts';
+import type { Db, OAuthTokenRow } from '../store/schema.ts';
+import { flowErrorToAppError, type OAuthTokenServiceDeps } from './oauth-token-rules.ts';
 import type { Page } from './page.ts';
 import type { WriteConditions } from './preconditions.ts';
 import {
@@ -37,71 +34,13 @@ import {
   createTokenRefresh,
   type Outcome,
 } from './oauth-token-refresh.ts';
-import { systemClock, type Clock } from '../clock.ts';
-
-/** An access token is refreshed when it has less than this left, so the agent never gets one about to die. */
-export const REFRESH_MARGIN_MS = 60_000;
-
-/** The mapping (docs/errors.md): the person's or the configuration's fault is 400; the provider's is 502/503. */
-export function flowErrorToAppError(err: OAuthFlowError, prefix = ''): AppError {
-  const detail = `${prefix}${err.message}`;
-  switch (err.reason) {
-    case 'configuration':
-    case 'state_mismatch':
-    case 'invalid_grant':
-      return new AppError('invalid_request', detail);
-    case 'provider_error':
-      // An error in the authorization response itself (access_denied...) is the person's or the
-      // request's answer, not a failing provider: no HTTP status, only the OAuth error code.
-      return new AppError(
-        err.status === undefined && err.oauthError !== undefined ? 'invalid_request' : 'bad_gateway',
-        detail,
-      );
-    case 'invalid_response':
-      return new AppError('bad_gateway', detail);
-    case 'unreachable':
-      return new AppError('unavailable', detail);
-  }
-}
-
-/** A short name for the account the token acts as, from the ID token or userinfo claims. */
-export function accountLabel(claims: Readonly<Record<string, unknown>> | null): string | null {
-  if (!claims) return null;
-  for (const claim of ['email', 'preferred_username', 'name', 'login', 'sub']) {
-    const value = claims[claim];
-    if (typeof value === 'string' && value.trim() !== '') return value.trim().slice(0, 256);
-  }
-  return null;
-}
-
-/** Whether a stored token serves a request for `scopes` without a new authorization. */
-export function isUsable(token: OAuthTokenRow, scopes: readonly string[], now: number): boolean {
-  if (token.status !== 'active') return false;
-  if (!scopes.every((scope) => token.scopes.includes(scope))) return false;
-  const fresh = token.expires_at === null || token.expires_at.getTime() - now > REFRESH_MARGIN_MS;
-  return fresh || token.refresh_token_encrypted !== null;
-}
-
-/** The part of the logger the OAuth services use (pino's and Fastify's loggers both fit). */
-export interface WarnLogger {
-  warn(details: Record<string, unknown>, message: string): void;
-}
+import { systemClock } from '../clock.ts';
 
 export interface AccessToken {
   accessToken: string;
   tokenType: string;
   expiresAt: Date | null;
   scopes: string[];
-}
-
-export interface OAuthTokenServiceDeps {
-  db: Kysely<Database>;
-  secretBox: SecretBox;
-  client: OAuthClient;
-  providers: OAuthProviderService;
-  logger: WarnLogger;
-  /** The clock an access token's expiry is read against; injectable so tests move time instead of waiting. */
-  now?: Clock;
 }
 
 export { CLAIM_TTL_SECONDS };
