@@ -28,6 +28,7 @@ import { startHaproxyEdge } from './edge-haproxy.ts';
 import { findExecutable } from './executables.ts';
 import type { EdgeAppStats } from './edge-stats.ts';
 import type { RequestLogCounts } from './edge-request-log.ts';
+import { THREAD_PINS } from './split-choice.ts';
 import { createTrafficSeries, type TrafficSeries } from './traffic-series.ts';
 
 /** The route table of the edge: what the data plane changes when instances start, switch and stop. */
@@ -62,6 +63,8 @@ export interface AppEdge extends AppRoutes {
   readonly traffic: TrafficSeries;
   /** What HAProxy's request log recorded, dropped and rejected (null for the built-in edge, which loses none). */
   requestLogCounts(): RequestLogCounts | null;
+  /** The LangGraph thread pins of traffic splits the edge holds now: never more than THREAD_PINS. */
+  threadPins(): Promise<number>;
   /** Stops serving apps: in-flight requests get the drain time, then are cut. Idempotent. */
   close(): Promise<void>;
 }
@@ -81,6 +84,8 @@ export interface AppEdgeDeps {
   ordinary?: (argv: readonly string[]) => string[];
   /** The series' clock; tests move it. */
   now?: () => number;
+  /** The most thread pins held at once (THREAD_PINS); tests fill a smaller table. */
+  threadPins?: number;
 }
 
 /**
@@ -165,6 +170,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       tls: config.appsTls,
       drainTimeoutMs: config.drainTimeoutMs,
       perClientConnections: perClientConnections(config),
+      threadPins: deps.threadPins ?? THREAD_PINS,
       logger,
       checkPort,
       traffic,
@@ -180,6 +186,7 @@ export async function startAppEdge(deps: AppEdgeDeps): Promise<AppEdge> {
       stats: () => edge.stats(),
       traffic,
       requestLogCounts: () => edge.requestLog?.counts() ?? null,
+      threadPins: () => edge.threadPins(),
       close: () => edge.close(),
     };
   }
@@ -258,6 +265,7 @@ async function startBuiltinEdge(
     drainTimeoutMs: config.drainTimeoutMs,
     forwardedProto,
     traffic,
+    threadPins: deps.threadPins ?? THREAD_PINS,
   });
   const notFound = 'No deployment is served at this host name.';
   const onRequest = (req: IncomingMessage, res: http.ServerResponse) => {
@@ -323,6 +331,7 @@ async function startBuiltinEdge(
     stats: async () => router.stats(),
     traffic,
     requestLogCounts: () => null,
+    threadPins: async () => router.threadPins(),
     close() {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

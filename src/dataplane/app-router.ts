@@ -49,6 +49,8 @@ export interface AppRouter {
   targets(slug: string): AppTarget[];
   /** What was counted for each routed app (src/dataplane/edge-stats.ts). */
   stats(): Map<string, EdgeAppStats>;
+  /** The LangGraph thread pins of traffic splits held now (at most `threadPins`). */
+  threadPins(): number;
   /** Handles the request when it is for an app (Host `<slug>.<appsDomain>`); returns false otherwise. */
   handle(req: IncomingMessage, res: ServerResponse): boolean;
   /** Same for WebSocket upgrades; other upgrades (h2c) return false and are served as plain requests. */
@@ -69,6 +71,8 @@ export interface AppRouterOptions {
   forwardedProto?: 'http' | 'https';
   /** Where each request is recorded, by route and revision (src/dataplane/traffic-series.ts). */
   traffic?: TrafficSeries;
+  /** The most LangGraph thread pins of traffic splits held at once (src/dataplane/split-choice.ts). */
+  threadPins?: number;
 }
 
 function isWebSocket(req: IncomingMessage): boolean {
@@ -113,7 +117,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
   const counters = new Map<string, ReturnType<typeof createStatsCounter>>();
   /** Routes with a traffic split: their second revision is the route at splitRouteKey(slug). */
   const splits = new Map<string, RouteSplit>();
-  const chooser = createSplitChooser();
+  const chooser = createSplitChooser(Math.random, options.threadPins);
   let closing: Promise<void> | null = null;
 
   function addBackend(target: AppTarget): Backend {
@@ -212,6 +216,8 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
     stats() {
       return new Map([...counters].map(([slug, counter]) => [slug, counter.read()]));
     },
+
+    threadPins: () => chooser.size(),
 
     handle(req, res) {
       const app = match(req);

@@ -22,6 +22,7 @@
  */
 import { CREDENTIAL_PREFIXES } from '../auth/credentials.ts';
 import { NO_INSTANCE_YET, SCALED_TO_ZERO, type AppTarget } from './app-backends.ts';
+import { THREAD_PINS } from './split-choice.ts';
 
 /** One instance as a server of its app's backend: a slot (`slot<n>`), or a server added at run time. */
 export interface EdgeServer {
@@ -56,6 +57,8 @@ export interface HaproxyConfigInput {
    * when a proxy in front of the edge is every client's address.
    */
   perClientConnections?: number | null;
+  /** The size of the stick table of thread pins (THREAD_PINS unless a test asks for fewer). */
+  threadPins?: number;
   /** `user`/`group` for HAProxy once it has bound its sockets, when started as root; null otherwise. */
   runAs: { user: string; group: string } | null;
   routes: readonly EdgeRoute[];
@@ -139,13 +142,17 @@ function cookieRules(): string[] {
  * Traffic splits (docs/app-urls.md, "Traffic split"), in HAProxy's own terms. A split host has an entry in
  * split.map: `<backend of the second revision>:<weight>:<base revision>:<second revision>`. The side
  * (1: the host's own backend, 2: the split's) is chosen by, later rules winning: `rand(100)` against the
- * weight; the `slipway_split` cookie naming a revision; the `X-Slipway-Sticky` header's xxh32 hash against
- * the weight; and a LangGraph thread (`/threads/<id>/...`) pinned in a stick table (gpt0 = the side that
- * first served it, keyed by thread and both revisions, so a pin lasts as long as that split). The
- * response names the revision in the cookie when the request's cookie did not.
+ * weight, or for a LangGraph thread (`/threads/<id>/...`, an id of at most 128 characters as the built-in
+ * edge takes it) the xxh32 hash of its id against the weight; the `slipway_split` cookie naming a
+ * revision; the `X-Slipway-Sticky` header's xxh32 hash against the weight; and the thread's pin in a stick
+ * table (gpt0 = the side that first served it, keyed by both revisions and the thread, so a pin lasts as
+ * long as that split; a full table forgets the entries nearest their expiry, the least recently used).
+ * The thread's hash makes a forgotten pin harmless while the weight is the same: the thread is placed
+ * again where it was (src/dataplane/split-choice.ts says the same of the built-in edge). The response names
+ * the revision in the cookie when the request's cookie did not.
  */
 export const SPLIT_COOKIE_NAME = 'slipway_split';
-const SPLIT_THREADS_TABLE = 'split_threads';
+export const SPLIT_THREADS_TABLE = 'split_threads';
 
 function splitRules(dir: string): string[] {
   const split = '{ var(txn.split) -m found }';
@@ -157,12 +164,16 @@ function splitRules(dir: string): string[] {
     `  http-request set-var(txn.rb) var(txn.split),field(4,:) if ${split}`,
     `  http-request set-var(txn.side) int(1) if ${split}`,
     `  http-request set-var(txn.side) int(2) if ${split} { rand(100),sub(txn.sw) -m int lt 0 }`,
+    `  http-request set-var(txn.th) path,field(3,/) if ${split} { path_reg ^/threads/[^/]{1,128}(/|$) }`,
+    '  http-request set-var(txn.side) int(1) if { var(txn.th) -m found }',
+    '  http-request set-var(txn.side) int(2) if { var(txn.th) -m found } { var(txn.th),xxh32,mod(100),sub(txn.sw) -m int lt 0 }',
     `  http-request set-var(txn.ck) req.cook(${SPLIT_COOKIE_NAME}) if ${split}`,
     '  http-request set-var(txn.side) int(1) if { var(txn.ck),strcmp(txn.ra) eq 0 }',
     '  http-request set-var(txn.side) int(2) if { var(txn.ck),strcmp(txn.rb) eq 0 }',
     `  http-request set-var(txn.side) int(1) if ${split} { req.fhdr(x-slipway-sticky) -m found }`,
     `  http-request set-var(txn.side) int(2) if ${split} { req.fhdr(x-slipway-sticky) -m found } { req.fhdr(x-slipway-sticky),xxh32,mod(100),sub(txn.sw) -m int lt 0 }`,
-    `  http-request set-var(txn.tk) path,field(3,/),concat(@,txn.ra,),concat(@,txn.rb,) if ${split} { path_reg ^/threads/[^/]+ }`,
+    // Revisions first: a key is never cut short of them (the table's `len` holds two UUIDs and 128 characters).
+    '  http-request set-var(txn.tk) var(txn.ra),concat(@,txn.rb,),concat(@,txn.th,) if { var(txn.th) -m found }',
     `  http-request track-sc1 var(txn.tk) table ${SPLIT_THREADS_TABLE} if { var(txn.tk) -m found }`,
     '  http-request set-var(txn.side) sc1_get_gpt0 if { var(txn.tk) -m found } { sc1_get_gpt0 gt 0 }',
     '  http-request sc-set-gpt0(1) var(txn.side) if { var(txn.tk) -m found } { sc1_get_gpt0 eq 0 }',
@@ -257,7 +268,7 @@ export function renderHaproxyConfig(input: HaproxyConfigInput): string {
     '',
     `backend ${SPLIT_THREADS_TABLE}`,
     // The LangGraph threads of traffic splits: which side first served each (per HAProxy process).
-    '  stick-table type string len 160 size 100k expire 24h store gpt0',
+    `  stick-table type string len 204 size ${input.threadPins ?? THREAD_PINS} expire 24h store gpt0`,
     '',
     'backend slipway_unknown',
     `  http-request return ${answer(404, 'not_found', 'No deployment is served at this host name.')}`,

@@ -23,7 +23,7 @@ import path from 'node:path';
 import type { Logger } from 'pino';
 import { processAlive } from '../db/embedded-postgres.ts';
 import type { AppRoutes } from './app-edge.ts';
-import { mapLine, renderHaproxyConfig } from './edge-haproxy-config.ts';
+import { mapLine, renderHaproxyConfig, SPLIT_THREADS_TABLE } from './edge-haproxy-config.ts';
 import { findExecutable } from './executables.ts';
 import { runtimeCommand, stopLeftover, workerUser } from './edge-haproxy-process.ts';
 import { createEdgeAccounts } from './edge-haproxy-stats.ts';
@@ -44,6 +44,8 @@ export interface HaproxyEdgeOptions {
   drainTimeoutMs: number;
   /** Connections one client address may hold at once; null when a proxy in front is every client. */
   perClientConnections: number | null;
+  /** The size of the stick table of thread pins (src/dataplane/edge-haproxy-config.ts, splitRules). */
+  threadPins: number;
   /**
    * How to start what carries the apps' traffic so that it runs outside the service's CPU reserve
    * (src/dataplane/service-cpu-reserve.ts); as it is when there is none.
@@ -64,6 +66,8 @@ export interface HaproxyEdge extends AppRoutes {
   readonly pid: number | null;
   /** Each routed app's counts, from HAProxy's statistics of its backend since the app got it. */
   stats(): Promise<Map<string, EdgeAppStats>>;
+  /** The thread pins in HAProxy's stick table now. */
+  threadPins(): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -145,6 +149,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
       slots: SLOTS,
       threads: edgeThreads(),
       perClientConnections: options.perClientConnections,
+      threadPins: options.threadPins,
       runAs,
       routes: routing.routes(),
       requestLog,
@@ -290,6 +295,14 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
     targets: (slug) => routing.targets(slug),
 
     stats: () => enqueue(statsOf),
+
+    async threadPins() {
+      const header = await cli(`show table ${SPLIT_THREADS_TABLE}`);
+      const used = /\bused:(\d+)/.exec(header);
+      if (used === null)
+        throw new Error(`HAProxy's table ${SPLIT_THREADS_TABLE} gave no count: ${header.slice(0, 200)}`);
+      return Number(used[1]);
+    },
 
     async close() {
       if (closing) return;

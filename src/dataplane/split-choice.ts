@@ -3,19 +3,24 @@
  * split"), the same rules as the HAProxy edge's (src/dataplane/edge-haproxy-config.ts), in this order:
  *
  * 1. a LangGraph thread named in the path (`/threads/<id>/...`) goes to the revision that first served it
- *    while this split lasts (a pin in a bounded map: the oldest pins go first past MAX_PINS);
+ *    while this split lasts (a pin in a bounded map: past THREAD_PINS the least recently used goes);
  * 2. else `X-Slipway-Sticky: <client id>`: a hash of the id against the weight (the same id, the same
  *    revision; a wider split moves some clients of the base to the second revision, never back);
  * 3. else the `slipway_split` cookie the edge set on an earlier answer (the revision it names);
- * 4. else a random choice by the weight.
+ * 4. else, for a thread, a hash of the thread id against the weight; for any other request a random
+ *    choice by the weight.
+ *
+ * Rule 4's hash is what makes a lost pin harmless: a thread whose pin was pushed out (by a client naming
+ * many threads, say) is placed again by the same rules, so while the weight is the same it lands where it
+ * was (tested by test/attack/split-thread-flood.test.ts).
  *
  * A first answer (and any answer whose cookie names another revision) sets the cookie.
  */
 import type { IncomingMessage } from 'node:http';
 import { SPLIT_COOKIE, STICKY_HEADER, type RouteSplit } from './app-backends.ts';
 
-/** Thread pins kept at most (per service process); past it the oldest are forgotten. */
-export const MAX_PINS = 100_000;
+/** Thread pins kept at most by an edge (either kind; per process); past it the oldest are forgotten. */
+export const THREAD_PINS = 100_000;
 
 export type SplitSide = 'base' | 'split';
 
@@ -44,8 +49,8 @@ function cookieValue(header: string | undefined): string | null {
   return null;
 }
 
-export function createSplitChooser(random: () => number = Math.random) {
-  /** `<label> <base> <split> <thread>` to the side that first served the thread; oldest first. */
+export function createSplitChooser(random: () => number = Math.random, capacity: number = THREAD_PINS) {
+  /** `<label> <base> <split> <thread>` to the side that first served the thread; least recently used first. */
   const pins = new Map<string, SplitSide>();
 
   return {
@@ -55,15 +60,19 @@ export function createSplitChooser(random: () => number = Math.random) {
       const pinKey = thread === null ? null : `${label} ${split.baseRevisionId} ${split.revisionId} ${thread}`;
       const cookie = cookieValue(req.headers.cookie);
       const sticky = req.headers[STICKY_HEADER];
-      let side: SplitSide | undefined = pinKey === null ? undefined : pins.get(pinKey);
+      const pinned = pinKey === null ? undefined : pins.get(pinKey);
+      let side = pinned;
       if (side === undefined && typeof sticky === 'string' && sticky !== '')
         side = percentOf(sticky) < split.weight ? 'split' : 'base';
       if (side === undefined && cookie === split.revisionId) side = 'split';
       if (side === undefined && cookie === split.baseRevisionId) side = 'base';
+      if (side === undefined && thread !== null) side = percentOf(thread) < split.weight ? 'split' : 'base';
       side ??= random() * 100 < split.weight ? 'split' : 'base';
-      if (pinKey !== null && !pins.has(pinKey)) {
+      if (pinKey !== null) {
+        // Most recently used last: the first key is the one to forget.
+        if (pinned !== undefined) pins.delete(pinKey);
         pins.set(pinKey, side);
-        if (pins.size > MAX_PINS) pins.delete(pins.keys().next().value!);
+        if (pins.size > capacity) pins.delete(pins.keys().next().value!);
       }
       const revision = side === 'split' ? split.revisionId : split.baseRevisionId;
       return {
@@ -71,6 +80,9 @@ export function createSplitChooser(random: () => number = Math.random) {
         cookie: cookie === revision ? null : `${SPLIT_COOKIE}=${revision}; Path=/; HttpOnly; SameSite=Lax`,
       };
     },
+
+    /** The pins held now. */
+    size: () => pins.size,
 
     /** Forgets the pins of a label's split (it ended or changed revisions). */
     forget(label: string): void {
