@@ -46,11 +46,14 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        each with SLIPWAY_SANDBOX=none and the default full isolation side by side;
                        the listener group: listeners (long-polls: patch to answer, memory);
                        the LangGraph state group: langgraph (runs/s and first stream event,
-                       PostgreSQL against in memory; installs from the npm registry)
+                       PostgreSQL against in memory; installs from the npm registry);
+                       the traffic split group: split (the app edge's req/s with a 10% split
+                       against none, each edge; about a minute)
   --deployments N      measured deployments per app and sandbox mode in the data plane group
                        (default 5, quick 3)
   --rounds N           rounds of the data plane group's proxy and API runs, the two sandbox
-                       modes in turn in each; --duration is split among them (default 2)
+                       modes in turn in each, and of the traffic split group's runs; --duration
+                       is split among them (default 2)
   --listeners N        listeners long-polling at once in the listener group (default 1000,
                        quick 200); needs about N + 512 open files per process (ulimit -n)
   --patches N          measured patches per phase of the listener group (default 200, quick 50)

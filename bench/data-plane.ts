@@ -102,7 +102,7 @@ export const isDataPlaneKey = (key: string) => key === 'dataplane' || key.starts
  * install (a real `npm ci` would need the registry; the bench stays on loopback): a Node process that
  * writes a file. So its install measures what the platform adds around any install command.
  */
-const TINY_APP: Record<string, string> = {
+export const TINY_APP: Record<string, string> = {
   'package.json': `${JSON.stringify({ name: 'bench-tiny-app', version: '1.0.0', private: true, type: 'module' }, null, 2)}\n`,
   'slipway.json': `${JSON.stringify({ install: 'node install.js', start: 'node server.js', health_check_path: '/healthz', database: false }, null, 2)}\n`,
   'install.js': `import fs from 'node:fs';\nfs.writeFileSync('installed.json', JSON.stringify({ installed_at: new Date().toISOString() }));\n`,

@@ -21,7 +21,8 @@
  * patch to a listener's long-poll answer with one and with 1,000 listeners polling, and the service's
  * memory while it holds their polls. Then the LangGraph state group (bench/langgraph-state.ts; `--only
  * langgraph`): runs per second and first stream event of a trivial graph with its state in PostgreSQL
- * against LangChain's in-memory server.
+ * against LangChain's in-memory server. And the traffic split group (bench/split-edge.ts; `--only split`):
+ * the app edge's req/s to an endpoint with a 10% split against the same endpoint without one.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -44,6 +45,7 @@ import {
   runLangGraphBench,
 } from './langgraph-state.ts';
 import { isListenersKey, runListenerPollBench } from './listener-polls.ts';
+import { isSplitKey, runSplitEdgeBench, splitEdgeMarkdownReport, splitEdgeTerminalReport } from './split-edge.ts';
 import { listenerPollMarkdownReport, listenerPollTerminalReport } from './listener-polls-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
@@ -373,6 +375,19 @@ async function main(): Promise<number> {
       say('');
     }
 
+    // The traffic split group (bench/split-edge.ts): named in --only, or by default (not in the prepared
+    // statements experiment).
+    if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isSplitKey)) {
+      const split = await runSplitEdgeBench({ options, load, say, defer: (step) => void cleanups.push(step) });
+      say('');
+      say(splitEdgeTerminalReport(split));
+      if (options.writeDocs) {
+        await writeResultsSection(DOCS_FILE, 'bench-results-split', splitEdgeMarkdownReport(split, runInfo));
+        say(`\nwrote the traffic split results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+      }
+      say('');
+    }
+
     // The LangGraph state group (bench/langgraph-state.ts): named in --only, or by default (not in the
     // prepared statements experiment). It installs from the npm registry; without one it is skipped.
     if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isLangGraphKey)) {
@@ -399,7 +414,7 @@ async function main(): Promise<number> {
     // The API scenarios: all of them by default, or those named in --only.
     if (
       options.only.length === 0 ||
-      options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o))
+      options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o) && !isSplitKey(o))
     ) {
       if (options.preparedStatements)
         say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');
