@@ -4,7 +4,8 @@
  * other conversations' pins out of the table; what must hold is what the docs say: the table never holds
  * more than its size (memory does not grow with the flood), and a conversation whose pin went is placed
  * again where it was as long as the split's weight has not changed (a client sending the same cookie,
- * header, or neither), so the flood moves no one's conversation.
+ * header, or neither), so the flood moves no one's conversation; after a change of weight, a conversation
+ * whose pin went moves at most once, and only as the change moves new clients (a wider split: A to B).
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -78,39 +79,81 @@ function revisionOf(edge: AppEdge, url: string): Promise<string> {
   });
 }
 
+/** A route with a split of `weight`% from A to B, both answering with their revision. */
+async function splitRoute(edge: AppEdge, weight: number) {
+  const a = randomUUID();
+  const b = randomUUID();
+  const second = await instance(b);
+  await edge.setTargets(LABEL, [{ instanceId: 'a-0', port: await instance(a), revisionId: a }]);
+  const split = (w: number) =>
+    edge.setSplit(LABEL, {
+      baseRevisionId: a,
+      revisionId: b,
+      weight: w,
+      targets: [{ instanceId: 'b-0', port: second, revisionId: b }],
+    });
+  await split(weight);
+  return { a, b, split };
+}
+
+/** Conversations of other clients, each started with a request: thread to the revision that served it. */
+async function conversations(edge: AppEdge, count: number): Promise<Map<string, string>> {
+  const started = new Map<string, string>();
+  for (let i = 0; i < count; i++) {
+    const thread = randomUUID();
+    started.set(thread, await revisionOf(edge, `/threads/${thread}/runs`));
+  }
+  return started;
+}
+
+/** The attacker: ten times the table's size in made-up thread ids, eight requests at a time. */
+async function flood(edge: AppEdge): Promise<void> {
+  const made = Array.from({ length: PINS * 10 }, () => randomUUID());
+  for (let i = 0; i < made.length; i += 8)
+    await Promise.all(made.slice(i, i + 8).map((thread) => revisionOf(edge, `/threads/${thread}/runs/stream`)));
+}
+
 const kinds = (await findExecutable('haproxy')) === null ? (['builtin'] as const) : (['haproxy', 'builtin'] as const);
 
 for (const kind of kinds)
   describe(`a thread-id flood through the ${kind} edge`, () => {
     test('many made-up threads keep the pin table at its size and move no other conversation', async () => {
       const edge = await edgeOf(kind);
-      const a = randomUUID();
-      const b = randomUUID();
-      await edge.setTargets(LABEL, [{ instanceId: 'a-0', port: await instance(a), revisionId: a }]);
-      await edge.setSplit(LABEL, {
-        baseRevisionId: a,
-        revisionId: b,
-        weight: 50,
-        targets: [{ instanceId: 'b-0', port: await instance(b), revisionId: b }],
-      });
-      // Other clients' conversations, each on the revision that first served it.
-      const conversations = new Map<string, string>();
-      for (let i = 0; i < 40; i++) {
-        const thread = randomUUID();
-        conversations.set(thread, await revisionOf(edge, `/threads/${thread}/runs`));
-      }
-      assert.ok(new Set(conversations.values()).size === 2, 'both revisions serve conversations');
+      await splitRoute(edge, 50);
+      const started = await conversations(edge, 40);
+      assert.ok(new Set(started.values()).size === 2, 'both revisions serve conversations');
 
-      // The attacker: ten times the table's size in made-up thread ids, eight requests at a time.
-      const made = Array.from({ length: PINS * 10 }, () => randomUUID());
-      for (let i = 0; i < made.length; i += 8)
-        await Promise.all(made.slice(i, i + 8).map((thread) => revisionOf(edge, `/threads/${thread}/runs/stream`)));
+      await flood(edge);
       const held = await edge.threadPins();
       assert.ok(held <= PINS, `${held} pins held, the table has ${PINS}`);
       assert.ok(held > 0, 'the table holds pins');
 
       // Every conversation continues on its revision.
-      for (const [thread, revision] of conversations)
+      for (const [thread, revision] of started)
         assert.equal(await revisionOf(edge, `/threads/${thread}/runs`), revision, `conversation ${thread} moved`);
+    });
+
+    test('after a wider split, a flood moves a conversation at most once, and only from A to B', async () => {
+      const edge = await edgeOf(kind);
+      const { a, b, split } = await splitRoute(edge, 50);
+      const started = await conversations(edge, 40);
+      await flood(edge);
+      await split(90);
+      const now = new Map<string, string>();
+      for (const [thread, revision] of started) {
+        const after = await revisionOf(edge, `/threads/${thread}/runs`);
+        if (revision === b) assert.equal(after, b, `conversation ${thread} moved from B to A`);
+        now.set(thread, after);
+      }
+      assert.ok([...now.values()].every((r) => r === a || r === b));
+      // The flood did push their pins out (as the docs say): some of A's conversations are placed anew, on B.
+      assert.ok(
+        [...started].some(([thread, revision]) => revision === a && now.get(thread) === b),
+        'no conversation of A was placed anew',
+      );
+      // Pushed out again: each stays where it went.
+      await flood(edge);
+      for (const [thread, revision] of now)
+        assert.equal(await revisionOf(edge, `/threads/${thread}/runs`), revision, `conversation ${thread} moved twice`);
     });
   });
