@@ -19,7 +19,7 @@
 import type { IncomingMessage } from 'node:http';
 import { SPLIT_COOKIE, STICKY_HEADER, type RouteSplit } from './app-backends.ts';
 
-/** Thread pins kept at most by an edge (either kind; per process); past it the oldest are forgotten. */
+/** Thread pins kept at most by an edge (either kind; per process); past it the least recently used goes. */
 export const THREAD_PINS = 100_000;
 
 export type SplitSide = 'base' | 'split';
