@@ -25,6 +25,23 @@ after(() => f.close());
 const revisionOf = async (deploymentId: string, revisionId: string) =>
   (await f.api.get(`/v2/deployments/${deploymentId}/revisions/${revisionId}`)).body;
 
+/**
+ * A listener's deployment whose first revision serves, whose second the listener is deploying, and
+ * whose third (the latest) is queued, not yet taken up.
+ */
+async function deployingBehindQueued() {
+  const l = await newListener(f.api);
+  const d = await newDeployment(f.api, l.id);
+  const a = agent(f, l);
+  await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
+  const patch = (image: string) =>
+    f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: image } });
+  const second: string = (await patch('ghcr.io/acme/agent:2.0.0')).body.latest_revision_id;
+  await a.report({ revision_id: second, status: 'DEPLOYING' });
+  const third: string = (await patch('ghcr.io/acme/agent:3.0.0')).body.latest_revision_id;
+  return { d, a, second, third };
+}
+
 describe('to DEPLOYED', () => {
   test('a full sequence: each report moves the revision one step; DEPLOYED makes it active and the deployment READY', async () => {
     const l = await newListener(f.api);
@@ -202,15 +219,7 @@ describe('idempotent and stale reports', () => {
   });
 
   test('the latest interrupted before the listener took it up: an older revision on its way ends with it, the active one keeps serving', async () => {
-    const l = await newListener(f.api);
-    const d = await newDeployment(f.api, l.id);
-    const a = agent(f, l);
-    await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
-    const patch = (image: string) =>
-      f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: image } });
-    const second = (await patch('ghcr.io/acme/agent:2.0.0')).body.latest_revision_id;
-    await a.report({ revision_id: second, status: 'DEPLOYING' });
-    const third = (await patch('ghcr.io/acme/agent:3.0.0')).body.latest_revision_id;
+    const { d, a, second, third } = await deployingBehindQueued();
     // The listener has not reported the third yet; the user takes it back.
     assert.equal((await f.api.post(`/v2/deployments/${d.id}/revisions/${third}/interrupt`, {})).status, 200);
 
@@ -230,15 +239,7 @@ describe('idempotent and stale reports', () => {
   });
 
   test('the latest past its deadline before the listener took it up: an older revision on its way ends with it', async () => {
-    const l = await newListener(f.api);
-    const d = await newDeployment(f.api, l.id);
-    const a = agent(f, l);
-    await a.report({ revision_id: d.revisionId, status: 'DEPLOYED' });
-    const patch = (image: string) =>
-      f.api.patch(`/v2/deployments/${d.id}`, { source_revision_config: { image_uri: image } });
-    const second = (await patch('ghcr.io/acme/agent:2.0.0')).body.latest_revision_id;
-    await a.report({ revision_id: second, status: 'DEPLOYING' });
-    const third = (await patch('ghcr.io/acme/agent:3.0.0')).body.latest_revision_id;
+    const { d, second, third } = await deployingBehindQueued();
     // The third waited in QUEUED for more than its day (the second only just started deploying).
     await f.t.database.pool.query(
       `update revisions set status_changed_at = now() - interval '25 hours' where id = $1`,
