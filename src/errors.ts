@@ -18,7 +18,11 @@ export const ERROR_CODES = {
   },
   endpoint_name_reserved: {
     summary:
-      "An endpoint name kept for the service's own endpoints (`pr-<number>`: pull-request previews) was set by hand.",
+      "An endpoint name kept for the service's own endpoints (`pr-<number>`: pull-request previews) was set, split or deleted by hand.",
+  },
+  preview_revision_reserved: {
+    summary:
+      "A pull request's preview revision was put at another endpoint, split into one, or redeployed: it serves only as its preview.",
   },
   malformed_json: { summary: 'The body is not valid JSON.' },
   malformed_request: {

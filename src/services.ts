@@ -96,7 +96,7 @@ export function createServices({
     resources,
   });
 
-  const previews = createPreviewService({ db, defaultMaxPreviews: config.previewsPerDeployment });
+  const previews = createPreviewService({ db, defaultMaxPreviews: config.previewsPerDeployment, resources });
 
   const oauthClient = new OAuthClient({ allowInsecure: config.allowInsecureOAuth, ...(now ? { now } : {}) });
   const oauthProviders = createOAuthProviderService({

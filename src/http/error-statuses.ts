@@ -13,6 +13,7 @@ export const ERROR_STATUSES = {
   field_immutable: 400,
   invalid_reference: 400,
   endpoint_name_reserved: 400,
+  preview_revision_reserved: 400,
   malformed_json: 400,
   malformed_request: 400,
   codehost_rejected: 400,

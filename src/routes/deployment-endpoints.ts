@@ -148,6 +148,16 @@ const response = (e: EndpointView) => ({
   updated_at: e.updated_at.toISOString(),
 });
 
+const SPLIT_DESCRIPTION =
+  "Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its " +
+  'sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one ' +
+  'revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and ' +
+  'each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. ' +
+  "End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the " +
+  'split back by itself when the revision does worse than the endpoint revision over a window. Neither an ' +
+  "open pull request's preview endpoint (400 `endpoint_name_reserved`) nor a preview revision (400 " +
+  '`preview_revision_reserved`) takes part in a split.';
+
 const actorOf = (request: FastifyRequest): EndpointActor => ({
   keyId: request.caller.keyId,
   keyName: request.caller.keyName,
@@ -165,27 +175,24 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
         operationId: 'putDeploymentEndpointSplit',
         tags: ['endpoints'],
         summary: "Split an endpoint's traffic with a second revision, or change the split",
-        description:
-          "Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its " +
-          'sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one ' +
-          'revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and ' +
-          'each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. ' +
-          "End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the " +
-          'split back by itself when the revision does worse than the endpoint revision over a window.',
+        description: SPLIT_DESCRIPTION,
         params: EndpointParams,
         body: SplitBody,
         response: { 200: Endpoint, ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
     async (request) => {
+      const { params, body } = request;
+      // The previews' rules (src/service/preview-endpoints.ts), which the split service does not know.
+      await endpoints.checkSplit(workspaceOf(request), params.deployment_id, params.endpoint_name, body.revision_id);
       const { deployment, row } = await splits.set(
         workspaceOf(request),
-        request.params.deployment_id,
-        request.params.endpoint_name,
+        params.deployment_id,
+        params.endpoint_name,
         {
-          revisionId: request.body.revision_id,
-          weight: request.body.weight,
-          rollback: request.body.rollback,
+          revisionId: body.revision_id,
+          weight: body.weight,
+          rollback: body.rollback,
         },
         actorOf(request),
       );
@@ -264,7 +271,8 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
           'from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, ' +
           'switches the route once it is healthy, and drains the old instances. Promoting is putting the revision ' +
           'another endpoint serves. 201 when the endpoint is new, 200 when it existed. A deployment on a listener ' +
-          'has no endpoints (400).',
+          "has no endpoints (400). A pull request's preview revision serves only at its `pr-<number>` endpoint " +
+          '(400 `preview_revision_reserved`).',
         params: EndpointParams,
         body: Type.Object({ revision_id: Uuid() }),
         response: { 200: Endpoint, 201: Endpoint, ...errorResponses(400, 401, 403, 404, 409, 422) },
@@ -290,9 +298,12 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
         operationId: 'deleteDeploymentEndpoint',
         tags: ['endpoints'],
         summary: 'Delete an endpoint',
-        description: "Its instances are drained and stopped; the deployment's own URL is not affected.",
+        description:
+          "Its instances are drained and stopped; the deployment's own URL is not affected. The endpoint of an open " +
+          "pull request's preview (`pr-<number>`) goes only when the pull request closes: deleting it is a 400 " +
+          '`endpoint_name_reserved`.',
         params: EndpointParams,
-        response: { 204: Type.Null(), ...errorResponses(401, 403, 404, 422) },
+        response: { 204: Type.Null(), ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
     async (request, reply) => {

@@ -270,9 +270,10 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         tags: ['revisions'],
         summary: 'Redeploy a revision',
         description:
-          'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.',
+          'Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec. ' +
+          "A pull request's preview revision is not redeployed (400 `preview_revision_reserved`).",
         params: RevisionParams,
-        response: { 201: Deployment, ...errorResponses(401, 403, 404, 422) },
+        response: { 201: Deployment, ...errorResponses(400, 401, 403, 404, 422) },
       },
     },
     async (request, reply) => {

@@ -25,6 +25,7 @@ import { recordEvents } from '../store/events.ts';
 import { getRevision } from '../store/revisions.ts';
 import type { Database, DeploymentEndpointRow, DeploymentRow } from '../store/schema.ts';
 import { endSplit } from './endpoint-splits.ts';
+import { assertNotPreviewEndpoint, assertNotPreviewRevision } from './preview-endpoints.ts';
 import { checkEndpointQuota, type ResourcePolicy } from './resource-quotas.ts';
 
 export interface EndpointServiceDeps {
@@ -108,6 +109,7 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
             'invalid_reference',
             `revision_id: Revision ID ${revisionId} not found in this deployment.`,
           );
+        assertNotPreviewRevision(revision, name);
         if (revision.status !== 'DEPLOYED')
           throw new AppError(
             'invalid_request',
@@ -150,12 +152,26 @@ export function createEndpointService({ db, resources }: EndpointServiceDeps) {
       });
     },
 
+    /**
+     * Refuses a split that the pull-request previews' rules forbid, before the split service is asked: on
+     * an open preview's endpoint, or of a preview's revision (src/service/preview-endpoints.ts). A revision
+     * not found is left to the split service to answer.
+     */
+    async checkSplit(workspaceId: string, deploymentId: string, name: string, revisionId: string): Promise<void> {
+      await deploymentOf(workspaceId, deploymentId);
+      await assertNotPreviewEndpoint(db, deploymentId, name, 'split');
+      const revision = await getRevision(db, workspaceId, deploymentId, revisionId.toLowerCase());
+      if (revision) assertNotPreviewRevision(revision, null);
+    },
+
     async remove(workspaceId: string, deploymentId: string, name: string, actor: EndpointActor): Promise<void> {
       await db.transaction().execute(async (tx) => {
         const deployment = await lockDeployment(tx, workspaceId, deploymentId);
         if (!deployment) throw notFound('Deployment', deploymentId);
         const before = await getEndpoint(tx, deploymentId, name);
-        if (!before || !(await deleteEndpoint(tx, deploymentId, name)))
+        if (!before) throw new AppError('not_found', `Endpoint ${name} not found.`);
+        await assertNotPreviewEndpoint(tx, deploymentId, name, 'deleted');
+        if (!(await deleteEndpoint(tx, deploymentId, name)))
           throw new AppError('not_found', `Endpoint ${name} not found.`);
         await recordEvents(tx, [
           {

@@ -45,6 +45,7 @@ import { checkResourceLimits, type ResourcePolicy } from './resource-quotas.ts';
 import type { WriteConditions } from './preconditions.ts';
 import { sourceReferenceChecks } from './deployment-source-checks.ts';
 import { applyPatch, type PatchDeploymentInput, type PatchOptions } from './deployment-patch.ts';
+import { assertNotPreviewRevision } from './preview-endpoints.ts';
 
 /**
  * Asks a code host whether a repository URL names a repository the integration reaches
@@ -245,6 +246,7 @@ export function createDeploymentService({
         if (!row) throw notFound('Deployment', id);
         const old = await lockRevision(tx, revisionId);
         if (!old || old.deployment_id !== id) throw notFound('Revision', revisionId);
+        assertNotPreviewRevision(old, null);
         // A rollback is whole (docs/lifecycle.md, "What a redeploy restores"): everything the snapshot
         // holds goes back onto the deployment, whose in-place fields (resource_spec) the data planes run,
         // and a later secrets-only patch (which snapshots the deployment) keeps the rollback. Only the

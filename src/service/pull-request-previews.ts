@@ -37,11 +37,14 @@ import type { DeliveryFacts, DeliveryResult } from '../store/webhook-deliveries.
 import { snapshotOf } from './deployment-revisions.ts';
 import { endpointUrl } from './deployment-endpoints.ts';
 import { NEW_REVISION_STATUS, newRevisionEvents, transitionRevision } from './lifecycle.ts';
+import { endpointQuotaProblems, type ResourcePolicy } from './resource-quotas.ts';
 
 export interface PreviewServiceDeps {
   db: Kysely<Database>;
   /** Previews a deployment keeps at once unless its settings say otherwise (SLIPWAY_PREVIEWS_PER_DEPLOYMENT). */
   defaultMaxPreviews: number;
+  /** The workspace quotas: a new preview runs a copy of its deployment's instances. Null: none applied. */
+  resources?: ResourcePolicy | null;
 }
 
 /** What a delivery does, decided inside its transaction (as in src/service/codehost-webhooks.ts). */
@@ -65,7 +68,7 @@ export interface PreviewView extends PullRequestPreviewRow {
 
 const shortSha = (sha: string): string => sha.slice(0, 12);
 
-export function createPreviewService({ db, defaultMaxPreviews }: PreviewServiceDeps) {
+export function createPreviewService({ db, defaultMaxPreviews, resources = null }: PreviewServiceDeps) {
   const settingsView = (deploymentId: string, settings: PreviewSettings): PreviewSettingsView => ({
     deployment_id: deploymentId,
     max_previews: settings.max_previews,
@@ -150,6 +153,18 @@ export function createPreviewService({ db, defaultMaxPreviews }: PreviewServiceD
       );
     const nameProblem = endpointNameProblem(name, deployment.app_slug);
     if (nameProblem) return refuse('endpoint_name', `No preview: ${nameProblem}.`);
+    // A new preview is one more endpoint, held to the workspace's quota as one made by hand
+    // (checkEndpointQuota); a new commit of an open one replaces its instances and takes nothing more.
+    if (!(existing && existing.revision_id !== null) && resources) {
+      const over = await endpointQuotaProblems(
+        tx,
+        resources,
+        deployment.workspace_id,
+        deployment.source_config.resource_spec ?? null,
+        'this preview',
+      );
+      if (over.length > 0) return refuse('quota_exceeded', `No preview: ${over.map((issue) => issue.msg).join('; ')}.`);
+    }
 
     const latest = deployment.latest_revision_id ? await lockRevision(tx, deployment.latest_revision_id) : undefined;
     const frameworkConfigPath = latest?.source_revision_config.framework_config_path;

@@ -84,17 +84,19 @@ export async function workspaceUsage(
 }
 
 /**
- * Throws a 422 when one more endpoint of the deployment (a copy of its instances) would take the
- * workspace over its quota of memory, CPU or instances. Run inside the write's transaction.
+ * What is over the workspace's quota of memory, CPU or instances when one more copy of the deployment's
+ * instances runs (`what` names it in the message: another endpoint, a preview); empty when it fits. Run
+ * inside the write's transaction: the workspace row is locked.
  */
-export async function checkEndpointQuota(
+export async function endpointQuotaProblems(
   tx: Db,
   policy: ResourcePolicy,
   workspaceId: string,
   spec: Record<string, unknown> | null,
-): Promise<void> {
+  what = 'another endpoint of this deployment',
+): Promise<ValidationIssue[]> {
   const quota = await lockWorkspaceQuota(tx, workspaceId);
-  if (!quota || !hasQuota(quota)) return;
+  if (!quota || !hasQuota(quota)) return [];
   const used = await workspaceUsage(tx, policy, workspaceId);
   const copy = endpointUsage(spec, policy);
   const issues: ValidationIssue[] = [];
@@ -104,10 +106,24 @@ export async function checkEndpointQuota(
     issues.push({
       type: 'quota_exceeded',
       loc: ['body', 'revision_id'],
-      msg: `The workspace's quota allows ${limit} ${key} in all; its deployments and endpoints use ${used[key]}, and another endpoint of this deployment runs ${copy[key]} more`,
+      msg: `The workspace's quota allows ${limit} ${key} in all; its deployments and endpoints use ${used[key]}, and ${what} runs ${copy[key]} more`,
       input: null,
     });
   }
+  return issues;
+}
+
+/**
+ * Throws a 422 when one more endpoint of the deployment (a copy of its instances) would take the
+ * workspace over its quota of memory, CPU or instances. Run inside the write's transaction.
+ */
+export async function checkEndpointQuota(
+  tx: Db,
+  policy: ResourcePolicy,
+  workspaceId: string,
+  spec: Record<string, unknown> | null,
+): Promise<void> {
+  const issues = await endpointQuotaProblems(tx, policy, workspaceId, spec);
   if (issues.length > 0) throw new ValidationError(issues);
 }
 

@@ -123,9 +123,10 @@ export async function endpointsToServe(db: Db, deploymentIds: string[]) {
 }
 
 /**
- * The resource spec of each endpoint's deployment, once per endpoint, for the workspace's deployments on
- * the own data plane but `exceptId`: every endpoint runs a copy of its deployment's instances, which the
- * workspace's quota counts (src/service/resource-quotas.ts).
+ * The resource spec of each endpoint's deployment, once per endpoint (and once per pull-request preview
+ * whose endpoint is still to come), for the workspace's deployments on the own data plane but `exceptId`:
+ * every endpoint runs a copy of its deployment's instances, which the workspace's quota counts
+ * (src/service/resource-quotas.ts).
  */
 export async function quotaCountedEndpointSpecs(
   db: Db,
@@ -141,11 +142,37 @@ export async function quotaCountedEndpointSpecs(
     .where('d.status', '!=', 'AWAITING_DELETE');
   if (exceptId !== null) query = query.where('d.id', '!=', exceptId);
   const rows = await query.select('e.split_revision_id').execute();
+  // A pull request's preview holds its copy from its first revision on, before its endpoint is made (when
+  // the revision has deployed): two previews opened at once must not both fit where one does.
+  let previews = db
+    .selectFrom('pull_request_previews as p')
+    .innerJoin('deployments as d', 'd.id', 'p.deployment_id')
+    .select('d.source_config')
+    .where('d.workspace_id', '=', workspaceId)
+    .where('d.listener_id', 'is', null)
+    .where('d.status', '!=', 'AWAITING_DELETE')
+    .where('p.revision_id', 'is not', null)
+    .where((eb) =>
+      eb.not(
+        eb.exists(
+          eb
+            .selectFrom('deployment_endpoints as e')
+            .select('e.name')
+            .whereRef('e.deployment_id', '=', 'p.deployment_id')
+            .where('e.name', '=', sql<string>`'pr-' || p.pull_request`),
+        ),
+      ),
+    );
+  if (exceptId !== null) previews = previews.where('d.id', '!=', exceptId);
+  const pending = await previews.execute();
   // A split's second revision runs a copy of the instances too.
-  return rows.flatMap((r) => {
-    const spec = r.source_config.resource_spec ?? null;
-    return r.split_revision_id === null ? [spec] : [spec, spec];
-  });
+  return [
+    ...rows.flatMap((r) => {
+      const spec = r.source_config.resource_spec ?? null;
+      return r.split_revision_id === null ? [spec] : [spec, spec];
+    }),
+    ...pending.map((r) => r.source_config.resource_spec ?? null),
+  ];
 }
 
 /** Sets the endpoint's traffic split (migrations/029_endpoint_splits.sql); `startedAt` only when it begins. */

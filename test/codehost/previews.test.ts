@@ -216,6 +216,61 @@ describe('attacks', () => {
     assert.equal(after.body.revision_id, revision.id);
     assert.equal((await f.api.get(`/v2/deployments/${deployment.id}/preview-settings`)).body.fork_secrets, false);
   });
+  test("a preview's endpoint is its pull request's: deleting or splitting it by hand is refused, and it stays", async () => {
+    const deployment = await deploymentWithSecret('preview-owned', 'repo-024');
+    await deployAsWorker(deployment.latest_revision_id);
+    await sendPr(prPayload({ repo: 'repo-024', number: 12, head: sha('1') }));
+    const revision = (await revisionRows(deployment.id)).find((r) => r.preview_pull_request === 12)!;
+    await deployAsWorker(revision.id);
+    const url = `/v2/deployments/${deployment.id}/endpoints/pr-12`;
+    const deleted = await f.api.delete(url);
+    assert.equal(deleted.status, 400, JSON.stringify(deleted.body));
+    assert.equal(deleted.body.code, 'endpoint_name_reserved');
+    assert.match(deleted.body.detail, /pull request #12/);
+    const split = await f.api.put(`${url}/split`, { revision_id: deployment.latest_revision_id, weight: 50 });
+    assert.equal(split.status, 400, JSON.stringify(split.body));
+    assert.equal(split.body.code, 'endpoint_name_reserved');
+    const still = await f.api.get(url);
+    assert.equal(still.status, 200, JSON.stringify(still.body));
+    assert.equal(still.body.revision_id, revision.id);
+    assert.equal(still.body.split, null);
+    const events = (await f.api.get(`/v2/deployments/${deployment.id}/events?limit=100`)).body.resources as {
+      type: string;
+    }[];
+    assert.ok(!events.some((e) => e.type === 'deployment.endpoint_deleted'));
+    // Its pull request removes it.
+    await sendPr(prPayload({ repo: 'repo-024', number: 12, head: sha('1'), action: 'closed' }));
+    assert.equal((await f.api.get(url)).status, 404);
+  });
+
+  test("a preview's revision is never put at one of the deployment's own endpoints, split in, or redeployed", async () => {
+    const deployment = await deploymentWithSecret('preview-promoted', 'repo-025');
+    await deployAsWorker(deployment.latest_revision_id);
+    await sendPr(prPayload({ repo: 'repo-025', number: 13, head: sha('2'), fork: true }));
+    const revision = (await revisionRows(deployment.id)).find((r) => r.preview_pull_request === 13)!;
+    await deployAsWorker(revision.id);
+    const endpoints = `/v2/deployments/${deployment.id}/endpoints`;
+    const promoted = await f.api.put(`${endpoints}/production`, { revision_id: revision.id });
+    assert.equal(promoted.status, 400, JSON.stringify(promoted.body));
+    assert.equal(promoted.body.code, 'preview_revision_reserved');
+    assert.match(promoted.body.detail, /pull request #13/);
+    assert.equal((await f.api.get(`${endpoints}/production`)).status, 404);
+
+    const own = await f.api.put(`${endpoints}/staging`, { revision_id: deployment.latest_revision_id });
+    assert.equal(own.status, 201, JSON.stringify(own.body));
+    const split = await f.api.put(`${endpoints}/staging/split`, { revision_id: revision.id, weight: 10 });
+    assert.equal(split.status, 400, JSON.stringify(split.body));
+    assert.equal(split.body.code, 'preview_revision_reserved');
+    assert.equal((await f.api.get(`${endpoints}/staging`)).body.split, null);
+
+    const before = await revisionRows(deployment.id);
+    const redeployed = await f.api.post(`/v2/deployments/${deployment.id}/revisions/${revision.id}/redeploy`, {});
+    assert.equal(redeployed.status, 400, JSON.stringify(redeployed.body));
+    assert.equal(redeployed.body.code, 'preview_revision_reserved');
+    assert.equal((await revisionRows(deployment.id)).length, before.length);
+    const read = (await f.api.get(`/v2/deployments/${deployment.id}`)).body;
+    assert.equal(read.latest_revision_id, deployment.latest_revision_id);
+  });
 });
 
 describe('a preview', () => {
@@ -319,6 +374,66 @@ describe('a preview', () => {
     const bad = await f.api.patch(`/v2/deployments/${deployment.id}/preview-settings`, { max_previews: 11 });
     assert.equal(bad.status, 422);
     assert.equal((await f.api.get(`/v2/deployments/${deployment.id}/preview-settings`)).body.max_previews, 1);
+  });
+  test("over the workspace's quota a new preview is refused with a failure status and an event; an open one still takes new commits", async () => {
+    const deployment = await deploymentWithSecret('preview-quota', 'repo-034');
+    const org = client(f.t.app, f.t.orgKey);
+    const quotaUrl = `/v2/workspaces/${f.t.workspaceId}/quota`;
+    const head1 = f.github.setRepositoryFiles('octo-org', 'repo-034', { 'a.txt': '1' }, { branch: 'pr-1' });
+    const head2 = f.github.setRepositoryFiles('octo-org', 'repo-034', { 'a.txt': '2' }, { branch: 'pr-2' });
+    try {
+      // Room for exactly one more copy of the deployment's instance.
+      const used = (await f.api.get(`/v2/workspaces/${f.t.workspaceId}`)).body.usage.instances as number;
+      const set = await org.patch(quotaUrl, { instances: used + 1 });
+      assert.equal(set.status, 200, JSON.stringify(set.body));
+      const first = await sendPr(prPayload({ repo: 'repo-034', number: 1, head: head1 }));
+      assert.equal(first.body.outcome, 'revision_created', JSON.stringify(first.body));
+      // The first preview holds its copy while it builds: the second would go over.
+      const second = await sendPr(prPayload({ repo: 'repo-034', number: 2, head: head2 }));
+      assert.equal(second.status, 200, JSON.stringify(second.body));
+      assert.equal(second.body.outcome, 'ignored', JSON.stringify(second.body));
+      assert.equal(second.body.reason, 'preview_refused');
+      assert.match(second.body.message, /quota allows \d+ instances/);
+      const rows = await revisionRows(deployment.id);
+      assert.equal(rows.filter((r) => r.preview_pull_request === 2).length, 0, 'nothing is built for it');
+      const previews = (await f.api.get(`/v2/deployments/${deployment.id}/previews`)).body.resources;
+      const refused = previews.find((p: { pull_request: number }) => p.pull_request === 2);
+      assert.equal(refused.revision_id, null);
+      assert.match(refused.refused_message, /quota/);
+      const events = (await f.api.get(`/v2/deployments/${deployment.id}/events?limit=100`)).body.resources as {
+        type: string;
+        data: Record<string, unknown>;
+      }[];
+      assert.ok(
+        events.some(
+          (e) =>
+            e.type === 'deployment.preview_refused' && e.data.pull_request === 2 && e.data.reason === 'quota_exceeded',
+        ),
+        JSON.stringify(events.map((e) => [e.type, e.data.reason])),
+      );
+      const integrations = createCodehostIntegrationService({
+        db: f.t.database.db,
+        secretBox: f.t.secretBox,
+        allowInsecure: true,
+        allowedApiUrls: [f.github.url],
+        logger: createLogger('silent'),
+        clientOptions: { retries: 0 },
+      });
+      const poster = createPreviewStatusPoster({ db: f.t.database.db, integrations, logger: createLogger('silent') });
+      await poster.postDue();
+      const status = f.github.statuses.find((s) => s.repo === 'repo-034' && s.sha === head2);
+      assert.equal(status?.state, 'failure');
+      assert.match(status?.description ?? '', /quota/);
+
+      // A new commit of the open preview replaces its instances: nothing more, so it builds.
+      const head3 = f.github.setRepositoryFiles('octo-org', 'repo-034', { 'a.txt': '3' }, { branch: 'pr-1' });
+      const next = await sendPr(prPayload({ repo: 'repo-034', number: 1, head: head3, action: 'synchronize' }));
+      assert.equal(next.body.outcome, 'revision_created', JSON.stringify(next.body));
+    } finally {
+      await org.patch(quotaUrl, { instances: null });
+      await sendPr(prPayload({ repo: 'repo-034', number: 1, head: head1, action: 'closed' }));
+      await sendPr(prPayload({ repo: 'repo-034', number: 2, head: head2, action: 'closed' }));
+    }
   });
 });
 
