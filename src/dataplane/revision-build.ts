@@ -149,7 +149,9 @@ async function fetchSource(
       );
       await inSpan('extract', {}, () => extractTarball(archive, dirs.src, { stripSingleTopDirectory: true, signal }));
     } else if (input.source === 'codehost') {
-      const ref = input.config.repo_ref;
+      // The commit the revision names when it names one (a push's `after`, a preview's head, an earlier
+      // build's), else its ref: two quick pushes build their own commits, not twice the branch's head.
+      const ref = input.config.repo_commit_sha ?? input.config.repo_ref;
       if (!ref) throw new RevisionFailure('BUILD_FAILED', 'source_missing', 'The revision names no repo_ref.');
       log.system(`Fetching ${String(input.deployment.source_config.repo_url)} at ${ref}`);
       const { commitSha } = await inSpan('fetch', { 'slipway.source': 'codehost' }, () =>
