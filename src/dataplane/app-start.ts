@@ -21,7 +21,14 @@ import type { HostForward } from './host-forwards.ts';
 import type { LocalRuntimeDeps, RevisionJob } from './local-runtime-types.ts';
 import type { LogWriter } from './log-writer.ts';
 import { limitsFromResourceSpec } from './resource-limits.ts';
-import { readBuild, revisionDirs, RevisionFailure, type BuildRecord } from './revision-build.ts';
+import {
+  FORK_PREVIEW_UNSANDBOXED,
+  forkPreviewProblem,
+  readBuild,
+  revisionDirs,
+  RevisionFailure,
+  type BuildRecord,
+} from './revision-build.ts';
 
 /** The processes serving a deployment's revision, what scaling them in place needs, and its ways to the host. */
 export type RunningApp = ScalingApp & {
@@ -60,6 +67,8 @@ export async function startApp(
 ): Promise<RunningApp> {
   const { deps, access, tracking } = starter;
   const { config, db, sandbox } = deps;
+  const forkProblem = forkPreviewProblem(sandbox, job.snapshot);
+  if (forkProblem) throw new RevisionFailure('DEPLOY_FAILED', FORK_PREVIEW_UNSANDBOXED, forkProblem);
   const { appConfig } = build;
   const dirs = revisionDirs(config.dataDir, job.revisionId);
   const secrets = openSecrets(deps.secretBox, job.secrets);

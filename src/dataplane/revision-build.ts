@@ -43,6 +43,9 @@ export class RevisionFailure extends Error {
  */
 export const PROCESSES_LEFT = 'processes_left';
 
+/** The failure reason of a fork's preview on a data plane without a sandbox (`forkPreviewProblem`). */
+export const FORK_PREVIEW_UNSANDBOXED = 'fork_preview_unsandboxed';
+
 export interface RevisionDirs {
   root: string;
   /** Bound into the sandbox; holds `src` and `home`. */
@@ -280,6 +283,23 @@ async function runBuildSteps(
 }
 
 /**
+ * Why a pull request's preview from a fork may not run on this sandbox, or null when it may. Without
+ * bubblewrap (SLIPWAY_SANDBOX=none, or `auto` where it is missing) an app is a bare process of its
+ * deployment's host uid, a preview's too: a fork's code, which anyone may send, could open the deployment's
+ * data directory by its host path beside its own (docs/codehost.md, "Pull-request previews"). Checked
+ * before its build and before each start (a build made under bubblewrap, started after a restart without it).
+ */
+export function forkPreviewProblem(sandbox: Pick<Sandbox, 'kind'>, snapshot: RevisionSnapshot): string | null {
+  if (sandbox.kind !== 'none' || snapshot.preview?.from_fork !== true) return null;
+  return (
+    `Pull request #${snapshot.preview.pull_request} comes from a fork, and this data plane runs apps without a ` +
+    "sandbox (SLIPWAY_SANDBOX=none, or bubblewrap missing): its code would run as the deployment's own user and " +
+    "could read the deployment's data. Fork previews need the sandbox (docs/operations.md); branches of the " +
+    'repository itself still get previews.'
+  );
+}
+
+/**
  * Builds the revision into a fresh app directory and records the build. Throws RevisionFailure with
  * the reason the user sees; an abort kills the running command and throws the signal's reason.
  */
@@ -290,6 +310,8 @@ export async function buildRevision(
   log: OutputSink & { tail(n: number): string[] },
   signal: AbortSignal,
 ): Promise<BuildRecord> {
+  const forkProblem = forkPreviewProblem(deps.sandbox, input.snapshot);
+  if (forkProblem) throw new RevisionFailure('BUILD_FAILED', FORK_PREVIEW_UNSANDBOXED, forkProblem);
   const dirs = revisionDirs(deps.dataDir, input.revisionId);
   // An image an earlier attempt of this build left mounted (none of its processes run) goes first.
   await deps.disk.release();
