@@ -111,7 +111,7 @@ export const EVENT_TYPES = {
   },
   'deployment.preview_refused': {
     summary:
-      "A pull request got no preview (data.pull_request, data.reason: preview_limit, previews_off, endpoint_name or no_revision; data.message); the pull request's commit status says so.",
+      "A pull request got no preview (data.pull_request, data.reason: preview_limit, previews_off, quota_exceeded (a new preview would take the workspace over its quota), endpoint_name or no_revision; data.message); the pull request's commit status says so.",
   },
   'deployment.preview_removed': {
     summary:
