@@ -15,7 +15,7 @@ import {
 } from '../domain/resource-maxima.ts';
 import type { SourceConfig } from '../domain/sources.ts';
 import { ValidationError, type ValidationIssue } from '../errors.ts';
-import { countEndpoints, quotaCountedEndpointSpecs } from '../store/deployment-endpoints.ts';
+import { countQuotaEndpoints, quotaCountedEndpointSpecs } from '../store/deployment-endpoints.ts';
 import type { Db } from '../store/schema.ts';
 import { lockWorkspaceQuota, quotaCountedSpecs } from '../store/workspace-quotas.ts';
 
@@ -148,7 +148,7 @@ export async function checkResourceLimits(
   if (!quota || !hasQuota(quota)) return;
   // The patched deployment's endpoints run copies of its instances with the new spec: counted (and told
   // apart in the message) by specOverQuota, not among the other deployments' use.
-  const endpoints = patched ? await countEndpoints(tx, patched.id) : 0;
+  const endpoints = patched ? await countQuotaEndpoints(tx, patched.id) : 0;
   const others = await workspaceUsage(tx, policy, workspaceId, patched?.id ?? null);
   const overQuota = specOverQuota(spec, policy.defaults, others, quota, patched ? patched.spec : undefined, endpoints);
   if (overQuota.length > 0) throw new ValidationError(overQuota);

@@ -122,6 +122,37 @@ export async function endpointsToServe(db: Db, deploymentIds: string[]) {
     .execute();
 }
 
+/** Previews of deployments on the own data plane that have a revision but no endpoint yet. */
+function pendingPreviews(db: Db) {
+  return db
+    .selectFrom('pull_request_previews as p')
+    .innerJoin('deployments as d', 'd.id', 'p.deployment_id')
+    .select('d.source_config')
+    .where('d.listener_id', 'is', null)
+    .where('d.status', '!=', 'AWAITING_DELETE')
+    .where('p.revision_id', 'is not', null)
+    .where((eb) =>
+      eb.not(
+        eb.exists(
+          eb
+            .selectFrom('deployment_endpoints as e')
+            .select('e.name')
+            .whereRef('e.deployment_id', '=', 'p.deployment_id')
+            .where('e.name', '=', sql<string>`'pr-' || p.pull_request`),
+        ),
+      ),
+    );
+}
+
+/**
+ * How many copies of the deployment's instances its endpoints run for the workspace's quota: one per
+ * endpoint, and one per pull-request preview whose endpoint is still to come (quotaCountedEndpointSpecs).
+ */
+export async function countQuotaEndpoints(db: Db, deploymentId: string): Promise<number> {
+  const pending = await pendingPreviews(db).where('d.id', '=', deploymentId).execute();
+  return (await countEndpoints(db, deploymentId)) + pending.length;
+}
+
 /**
  * The resource spec of each endpoint's deployment, once per endpoint (and once per pull-request preview
  * whose endpoint is still to come), for the workspace's deployments on the own data plane but `exceptId`:
@@ -144,25 +175,7 @@ export async function quotaCountedEndpointSpecs(
   const rows = await query.select('e.split_revision_id').execute();
   // A pull request's preview holds its copy from its first revision on, before its endpoint is made (when
   // the revision has deployed): two previews opened at once must not both fit where one does.
-  let previews = db
-    .selectFrom('pull_request_previews as p')
-    .innerJoin('deployments as d', 'd.id', 'p.deployment_id')
-    .select('d.source_config')
-    .where('d.workspace_id', '=', workspaceId)
-    .where('d.listener_id', 'is', null)
-    .where('d.status', '!=', 'AWAITING_DELETE')
-    .where('p.revision_id', 'is not', null)
-    .where((eb) =>
-      eb.not(
-        eb.exists(
-          eb
-            .selectFrom('deployment_endpoints as e')
-            .select('e.name')
-            .whereRef('e.deployment_id', '=', 'p.deployment_id')
-            .where('e.name', '=', sql<string>`'pr-' || p.pull_request`),
-        ),
-      ),
-    );
+  let previews = pendingPreviews(db).where('d.workspace_id', '=', workspaceId);
   if (exceptId !== null) previews = previews.where('d.id', '!=', exceptId);
   const pending = await previews.execute();
   // A split's second revision runs a copy of the instances too.

@@ -425,6 +425,13 @@ describe('a preview', () => {
       assert.equal(status?.state, 'failure');
       assert.match(status?.description ?? '', /quota/);
 
+      // The building preview is counted as the deployment's endpoint: scaling the deployment scales it too.
+      const scaled = await f.api.patch(`/v2/deployments/${deployment.id}`, {
+        source_config: { resource_spec: { min_scale: 2 } },
+      });
+      assert.equal(scaled.status, 422, JSON.stringify(scaled.body));
+      assert.match(scaled.body.detail[0].msg, /this deployment and its 1 endpoint\b/, scaled.body.detail[0].msg);
+
       // A new commit of the open preview replaces its instances: nothing more, so it builds.
       const head3 = f.github.setRepositoryFiles('octo-org', 'repo-034', { 'a.txt': '3' }, { branch: 'pr-1' });
       const next = await sendPr(prPayload({ repo: 'repo-034', number: 1, head: head3, action: 'synchronize' }));
