@@ -64,7 +64,8 @@ export async function assertNotPreviewEndpoint(
 ): Promise<void> {
   if (!isPreviewEndpointName(name)) return;
   const number = Number(name.slice(3));
-  if (!Number.isSafeInteger(number) || !(await getPreview(tx, deploymentId, number))) return;
+  // Pull request numbers are PostgreSQL integers: a longer name is no pull request's.
+  if (!(number <= 2_147_483_647) || !(await getPreview(tx, deploymentId, number))) return;
   throw new AppError(
     'endpoint_name_reserved',
     `Endpoint ${name} is the preview of pull request #${number}: it cannot be ${change} by hand; ` +

@@ -230,6 +230,12 @@ describe('attacks', () => {
     const split = await f.api.put(`${url}/split`, { revision_id: deployment.latest_revision_id, weight: 50 });
     assert.equal(split.status, 400, JSON.stringify(split.body));
     assert.equal(split.body.code, 'endpoint_name_reserved');
+    // A name past any pull request number is no preview's: the split service answers it as any other.
+    const huge = await f.api.put(`/v2/deployments/${deployment.id}/endpoints/pr-99999999999/split`, {
+      revision_id: deployment.latest_revision_id,
+      weight: 50,
+    });
+    assert.equal(huge.status, 404, JSON.stringify(huge.body));
     const still = await f.api.get(url);
     assert.equal(still.status, 200, JSON.stringify(still.body));
     assert.equal(still.body.revision_id, revision.id);
