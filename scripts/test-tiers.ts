@@ -13,7 +13,11 @@
  * suite's time) runs against the embedded one, but for the few files .ci/run names for the other.
  *
  * A file's tier is read from what it and the test/ modules it imports call (MARKERS): every file is in
- * exactly one tier, so `npm test` runs each once, and a file is never left out of every pass.
+ * exactly one tier, so `npm test` runs each once, and a file is never left out of every pass. The
+ * harness that defines the database's starters (DEFINITIONS) is not read for them: a file that imports
+ * only its port or its admin key (a database that cannot be reached, a bare Fastify) needs no database,
+ * and was run again against DATABASE_URL for nothing. Whatever of the harness needs a database takes the
+ * test app or database that a call of one of the starters gave.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -31,6 +35,9 @@ const MARKERS: Record<Exclude<Tier, 'no-database'>, RegExp> = {
 
 const TEST_DIR = path.resolve('test');
 
+/** Where the markers are defined, not called: its own text is not read (the modules it imports are). */
+const DEFINITIONS = path.resolve('test/support/harness.ts');
+
 /** The file's text and that of every module under test/ it imports, however deep (src/ is not read). */
 async function textWithHelpers(file: string, seen = new Set<string>()): Promise<string> {
   const absolute = path.resolve(file);
@@ -41,7 +48,7 @@ async function textWithHelpers(file: string, seen = new Set<string>()): Promise<
     .map((m) => path.resolve(path.dirname(absolute), m[1]!))
     .filter((target) => target.startsWith(TEST_DIR + path.sep));
   const theirs = await Promise.all(helpers.map((h) => textWithHelpers(h, seen).catch(() => '')));
-  return [text, ...theirs].join('\n');
+  return [absolute === DEFINITIONS ? '' : text, ...theirs].join('\n');
 }
 
 export async function tierOf(file: string): Promise<Tier> {

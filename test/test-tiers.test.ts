@@ -20,6 +20,11 @@ test('a file is in the tier of the most it needs, its helpers included', async (
   // The test app of test/support/harness.ts: a database, no apps (the harness defines the data plane's
   // starter without calling it).
   assert.equal(await tierOf('test/routes/tags.test.ts'), 'database');
+  // Imports the harness for its admin key only, and asks a port where no database listens: no database.
+  // (The harness defines the starters; importing it is not calling them.)
+  assert.equal(await tierOf('test/db/database-outage.test.ts'), 'no-database');
+  // A bare Fastify, with the harness's request helper.
+  assert.equal(await tierOf('test/http/openapi-conformance.test.ts'), 'no-database');
   // Starts a deployment's LangGraph server itself, as the data plane would.
   assert.equal(await tierOf('test/langgraph/protocols.test.ts'), 'apps');
   // Calls startDataPlane itself.
