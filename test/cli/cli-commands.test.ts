@@ -67,14 +67,22 @@ test('deploy --no-wait with --secrets-file, then logs --build --follow to the en
     assert.equal(followed.code, 0, followed.stderr);
     assert.match(followed.stdout, /Build finished/);
     assert.match(followed.stderr, /-- revision DEPLOYED/);
-    const events = (await user.run(['logs', 'nowait-agent', '--build', '--follow', '--json'])).stdout
+    // The revision has ended: what follows reads it, each command on its own (side by side, as a user's
+    // terminals may).
+    const [eventsRun, shownRun, appLog, appLinesRun] = await Promise.all([
+      user.run(['logs', 'nowait-agent', '--build', '--follow', '--json']),
+      user.run(['deployments', 'get', 'nowait-agent', '--json']),
+      user.run(['logs', 'nowait-agent']),
+      user.run(['logs', 'nowait-agent', '--json']),
+    ]);
+    const events = eventsRun.stdout
       .trim()
       .split('\n')
       .map((line) => json<{ kind: string; status?: string }>(line));
     assert.deepEqual(events.at(-1), { kind: 'end', status: 'DEPLOYED' });
     assert.ok(events.some((e) => e.kind === 'line'));
 
-    const shown = json((await user.run(['deployments', 'get', 'nowait-agent', '--json'])).stdout);
+    const shown = json(shownRun.stdout);
     assert.equal(shown.latest_revision.id, revisionId);
     assert.deepEqual(shown.secrets.map((s: { name: string }) => s.name).sort(), ['GREETING', 'KEPT']);
     const url = shown.source_config.custom_url as string;
@@ -82,11 +90,10 @@ test('deploy --no-wait with --secrets-file, then logs --build --follow to the en
     assert.equal(JSON.parse(home.body).greeting, 'hello from\nthe file', 'the multi-line value from the file');
 
     // The app's own output (what it printed while starting), of the serving revision.
-    const appLog = await user.run(['logs', 'nowait-agent']);
     assert.equal(appLog.code, 0, appLog.stderr);
     assert.notEqual(appLog.stdout.trim(), '', 'the app wrote something');
     assert.doesNotMatch(appLog.stdout, /Build finished/, 'the app output, not the build log');
-    const appLines = (await user.run(['logs', 'nowait-agent', '--json'])).stdout
+    const appLines = appLinesRun.stdout
       .trim()
       .split('\n')
       .map((line) => json<{ kind: string; stream: string }>(line));
@@ -165,8 +172,14 @@ test('an image on a listener: created queued on the right listener and namespace
     new RegExp(`Redeploying revision ${revisionId} of on-cluster as revision ${newRevision}`),
   );
   assert.match(rolled.stderr, /Kept: 1 web instance\(s\) \(change with: slipway scale on-cluster\)/);
+  // Reads and refused commands, each on its own: side by side.
+  const [listed, misuse, unknownListener] = await Promise.all([
+    user.run(['revisions', 'ls', 'on-cluster', '--json']),
+    user.run(['deploy', '--listener', 'prod-eu-1', '--name', 'x']),
+    user.run(['deploy', '--image', image, '--listener', 'nowhere', '--name', 'x']),
+  ]);
   const revisions = json<{ id: string; status: string; source_revision_config: { image_uri: string } }[]>(
-    (await user.run(['revisions', 'ls', 'on-cluster', '--json'])).stdout,
+    listed.stdout,
   );
   assert.deepEqual(
     revisions.map((r) => [r.id, r.status, r.source_revision_config.image_uri]),
@@ -176,17 +189,18 @@ test('an image on a listener: created queued on the right listener and namespace
     ],
   );
 
-  const misuse = await user.run(['deploy', '--listener', 'prod-eu-1', '--name', 'x']);
   assert.equal(misuse.code, 2);
   assert.match(misuse.stderr, /--listener needs --image/);
-  const unknownListener = await user.run(['deploy', '--image', image, '--listener', 'nowhere', '--name', 'x']);
   assert.equal(unknownListener.code, 4, unknownListener.stderr);
 });
 
 test('an organization key with several workspaces: a clear message, then --tenant or SLIPWAY_TENANT_ID picks one', async () => {
   // The first start's organization key (the bootstrap key is a workspace key and may not make one).
-  const firstWorkspace = json((await user.run(['deployments', 'get', 'on-cluster', '--json'])).stdout)
-    .tenant_id as string;
+  const { workspace_id: firstWorkspace } = await service.database.db
+    .selectFrom('deployments')
+    .select('workspace_id')
+    .where('name', '=', 'on-cluster')
+    .executeTakeFirstOrThrow();
   const { organization_id: organizationId } = await service.database.db
     .selectFrom('workspaces')
     .select('organization_id')
@@ -210,17 +224,18 @@ test('an organization key with several workspaces: a clear message, then --tenan
   const secondWorkspace = ((await made.json()) as { id: string }).id;
 
   const org = { env: { SLIPWAY_API_KEY: orgKey } };
-  const ambiguous = await user.run(['deployments', 'ls'], org);
+  // Three reads, each on its own: side by side.
+  const [ambiguous, first, second] = await Promise.all([
+    user.run(['deployments', 'ls'], org),
+    user.run(['deployments', 'ls', '--tenant', firstWorkspace, '--json'], org),
+    user.run(['--json', 'deployments', 'ls'], { env: { SLIPWAY_API_KEY: orgKey, SLIPWAY_TENANT_ID: secondWorkspace } }),
+  ]);
   assert.equal(ambiguous.code, 2, ambiguous.stderr);
   assert.match(ambiguous.stderr, /error: this organization key has several workspaces: name one/);
   assert.match(ambiguous.stderr, /--tenant <workspace id>/);
 
-  const first = await user.run(['deployments', 'ls', '--tenant', firstWorkspace, '--json'], org);
   assert.equal(first.code, 0, first.stderr);
   assert.ok(json<{ name: string }[]>(first.stdout).some((d) => d.name === 'on-cluster'));
-  const second = await user.run(['--json', 'deployments', 'ls'], {
-    env: { SLIPWAY_API_KEY: orgKey, SLIPWAY_TENANT_ID: secondWorkspace },
-  });
   assert.equal(second.code, 0, second.stderr);
   assert.deepEqual(json(second.stdout), [], 'the new workspace has no deployments');
 });
@@ -234,15 +249,20 @@ test('integrations get, repos, deliveries and rm', async () => {
   assert.equal(createdResponse.status, 201, await createdResponse.clone().text());
   const created = (await createdResponse.json()) as { id: string; webhook_secret: string };
 
-  const shown = await user.run(['integrations', 'get', 'github-cli']);
+  // Reads, each on its own: side by side.
+  const [shown, shownJson, repos, none] = await Promise.all([
+    user.run(['integrations', 'get', 'github-cli']),
+    user.run(['integrations', 'get', created.id, '--json']),
+    user.run(['integrations', 'repos', 'github-cli']),
+    user.run(['integrations', 'deliveries', 'github-cli']),
+  ]);
   assert.equal(shown.code, 0, shown.stderr);
   assert.match(shown.stdout, new RegExp(`^id:\\s+${created.id}$`, 'm'));
   assert.match(shown.stdout, /^kind:\s+token$/m);
   assert.match(shown.stdout, new RegExp(`^api url:\\s+${github.url}`, 'm'));
   assert.ok(!shown.stdout.includes(TOKEN) && !shown.stdout.includes(created.webhook_secret), 'no credential shown');
-  assert.equal(json((await user.run(['integrations', 'get', created.id, '--json'])).stdout).name, 'github-cli');
+  assert.equal(json(shownJson.stdout).name, 'github-cli');
 
-  const repos = await user.run(['integrations', 'repos', 'github-cli']);
   assert.equal(repos.code, 0, repos.stderr);
   const repoLines = repos.stdout.trim().split('\n');
   assert.match(repoLines[0]!, /^REPOSITORY\s+DEFAULT BRANCH\s+URL/);
@@ -254,7 +274,6 @@ test('integrations get, repos, deliveries and rm', async () => {
     ['octo-org/repo-001', 'octo-org/repo-002', 'octo-org/repo-003'],
   );
 
-  const none = await user.run(['integrations', 'deliveries', 'github-cli']);
   assert.equal(none.code, 0, none.stderr);
   assert.match(none.stderr, /No deliveries\./);
   const body = JSON.stringify({
@@ -278,12 +297,13 @@ test('integrations get, repos, deliveries and rm', async () => {
   });
   // No deployment uses that repository: the service answers so, and records the delivery all the same.
   assert.equal(delivered.status, 404, await delivered.text());
-  const deliveries = json<{ repository: string | null; ref: string | null }[]>(
-    (await user.run(['integrations', 'deliveries', 'github-cli', '--json'])).stdout,
-  );
+  const [deliveriesJson, table] = await Promise.all([
+    user.run(['integrations', 'deliveries', 'github-cli', '--json']),
+    user.run(['integrations', 'deliveries', 'github-cli']),
+  ]);
+  const deliveries = json<{ repository: string | null; ref: string | null }[]>(deliveriesJson.stdout);
   assert.equal(deliveries.length, 1);
   assert.match(deliveries[0]!.repository ?? '', /repo-002/);
-  const table = await user.run(['integrations', 'deliveries', 'github-cli']);
   assert.match(table.stdout, /^RECEIVED\s+OUTCOME\s+REPOSITORY\s+REF\s+REASON/);
   assert.match(table.stdout, /repo-002/);
 

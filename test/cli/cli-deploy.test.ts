@@ -44,33 +44,40 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   assert.equal(home.status, 200, home.body);
   assert.equal(JSON.parse(home.body).greeting, 'hello-from-cli');
 
+  // What the user reads of it, each command on its own (side by side, as a user's terminals may).
+  const [listed, shown, table, buildLog, scaleShown] = await Promise.all([
+    user.run(['deployments', 'ls', '--json']),
+    user.run(['--json', 'deployments', 'get', 'support-agent']),
+    user.run(['deployments', 'ls']),
+    user.run(['logs', 'support-agent', '--build']),
+    user.run(['scale', 'support-agent']),
+  ]);
   // --json output parses, for scripts.
-  const listed = await user.run(['deployments', 'ls', '--json']);
   assert.equal(listed.code, 0, listed.stderr);
   const deployments = JSON.parse(listed.stdout) as { name: string; status: string; id: string }[];
   assert.deepEqual(
     deployments.map((d) => d.name),
     ['support-agent'],
   );
-  const shown = await user.run(['--json', 'deployments', 'get', 'support-agent']);
   assert.equal(JSON.parse(shown.stdout).latest_revision.status, 'DEPLOYED');
-  const table = await user.run(['deployments', 'ls']);
   assert.match(table.stdout, /^NAME\s+STATUS/);
   assert.match(table.stdout, /support-agent\s+READY/);
 
   // The build log, as the user reads it.
-  const buildLog = await user.run(['logs', 'support-agent', '--build']);
   assert.equal(buildLog.code, 0, buildLog.stderr);
   assert.match(buildLog.stdout, /Build finished/);
 
   // Scaling in place: no revision, the running app gets a second instance and keeps answering.
-  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 1 web instance(s)');
+  assert.equal(lastLine(scaleShown.stdout), 'support-agent: 1 web instance(s)');
   const scaled = await user.run(['scale', 'support-agent', '--web', '2']);
   assert.equal(scaled.code, 0, scaled.stderr);
   assert.equal(lastLine(scaled.stdout), 'support-agent runs 2 web instance(s).');
   assert.equal((await requestApp(service, url, '/')).status, 200);
-  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 2 web instance(s)');
-  const refused = await user.run(['scale', 'support-agent', '--web', '1001']);
+  const [rescaledShown, refused] = await Promise.all([
+    user.run(['scale', 'support-agent']),
+    user.run(['scale', 'support-agent', '--web', '1001']),
+  ]);
+  assert.equal(lastLine(rescaledShown.stdout), 'support-agent: 2 web instance(s)');
   assert.equal(refused.code, 2);
   assert.match(refused.stderr, /expected a whole number from 0 to 1000/);
   // --web 0 pauses it: its URL answers 503 until it is scaled up again.
@@ -114,12 +121,16 @@ test('deploy examples/agent-app ends with the stable URL, and the app answers th
   const rolled = await user.run(['rollback', first.id.slice(0, 8), '--deployment', 'support-agent']);
   assert.equal(rolled.code, 0, rolled.stderr);
   assert.equal(lastLine(rolled.stdout), url);
-  assert.equal(JSON.parse((await user.run(['revisions', 'ls', 'support-agent', '--json'])).stdout).length, 3);
+  const [revisionsAfter, scaleAfter] = await Promise.all([
+    user.run(['revisions', 'ls', 'support-agent', '--json']),
+    user.run(['scale', 'support-agent']),
+  ]);
+  assert.equal(JSON.parse(revisionsAfter.stdout).length, 3);
   // The first revision ran before `scale --web 2`: the rollback says what it restores, and keeps the
   // two instances (docs/lifecycle.md, "What a redeploy restores").
   assert.match(rolled.stderr, /Restored from it: the source, secrets, install and build commands, cpu and memory/);
   assert.match(rolled.stderr, /Kept: 2 web instance\(s\) \(change with: slipway scale support-agent\)/);
-  assert.equal(lastLine((await user.run(['scale', 'support-agent'])).stdout), 'support-agent: 2 web instance(s)');
+  assert.equal(lastLine(scaleAfter.stdout), 'support-agent: 2 web instance(s)');
 
   const removed = await user.run(['deployments', 'rm', 'support-agent', '--yes']);
   assert.equal(removed.code, 0, removed.stderr);
@@ -155,26 +166,25 @@ test('a failing build exits non-zero with the reason and the last log lines', as
 
 test('bad input is named, with a non-zero exit and no stack trace', async () => {
   const empty = await writeApp({ 'index.js': 'console.log(1)\n' });
-  try {
-    const noConfig = await user.run(['deploy', empty, '--name', 'no-config']);
-    assert.equal(noConfig.code, 2);
-    assert.match(noConfig.stderr, /has no app config/);
-  } finally {
-    await fs.rm(empty, { recursive: true, force: true });
-  }
-  const notFolder = await user.run(['deploy', path.join(ROOT, 'README.md')]);
+  // Each refused on its own, so side by side.
+  const [noConfig, notFolder, badSecret, unknown, badOption] = await Promise.all([
+    user.run(['deploy', empty, '--name', 'no-config']),
+    user.run(['deploy', path.join(ROOT, 'README.md')]),
+    user.run(['deploy', 'examples/agent-app', '--secret', '1BAD=x']),
+    user.run(['logs', 'no-such-agent']),
+    user.run(['deployments', 'ls', '--frobnicate']),
+  ]).finally(() => fs.rm(empty, { recursive: true, force: true }));
+  assert.equal(noConfig.code, 2);
+  assert.match(noConfig.stderr, /has no app config/);
   assert.equal(notFolder.code, 2);
   assert.match(notFolder.stderr, /is not a folder/);
 
-  const badSecret = await user.run(['deploy', 'examples/agent-app', '--secret', '1BAD=x']);
   assert.equal(badSecret.code, 2);
   assert.match(badSecret.stderr, /--secret 1BAD/);
 
-  const unknown = await user.run(['logs', 'no-such-agent']);
   assert.equal(unknown.code, 4);
   assert.match(unknown.stderr, /no deployment named 'no-such-agent'/);
 
-  const badOption = await user.run(['deployments', 'ls', '--frobnicate']);
   assert.equal(badOption.code, 2);
   assert.match(badOption.stderr, /unknown option '--frobnicate'/);
 
