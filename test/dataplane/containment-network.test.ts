@@ -120,27 +120,27 @@ test(
     assert.equal((await call(neighbour, '/healthz')).ok, true);
     const seenBefore = redisConnections;
 
-    // The machine's Redis and the neighbour's published port, by every address of the host.
-    for (const host of ['127.0.0.1', 'localhost', ...otherHostAddresses()]) {
-      for (const [what, port] of [
-        ['the Redis on the host', redisPort],
-        ["the neighbour app's port", neighbourPort],
-      ] as const) {
-        const result = await tcp(attacker, host, port);
-        assert.equal(result.connected, false, `the app reached ${what} at ${host}:${port}: ${JSON.stringify(result)}`);
-        assert.doesNotMatch(result.answer, /PONG/);
-      }
-    }
+    // The machine's Redis and the neighbour's published port, by every address of the host; and the
+    // service's PostgreSQL and API, other than through the app's own forwards (which are the namespace's
+    // 127.0.0.1:<database port> and 127.0.0.1:<API port>). All tried at once: a blocked try may wait out
+    // its whole connect timeout, and none depends on another.
+    const probes = [
+      ...['127.0.0.1', 'localhost', ...otherHostAddresses()].flatMap((host) => [
+        { what: 'the Redis on the host', host, port: redisPort },
+        { what: "the neighbour app's port", host, port: neighbourPort },
+      ]),
+      ...otherHostAddresses().flatMap((host) => [
+        { what: "the service's PostgreSQL", host, port: databasePort },
+        { what: "the service's API", host, port: service.port },
+      ]),
+    ];
+    const results = await Promise.all(probes.map(({ host, port }) => tcp(attacker, host, port)));
+    probes.forEach(({ what, host, port }, i) => {
+      const result = results[i];
+      assert.equal(result.connected, false, `the app reached ${what} at ${host}:${port}: ${JSON.stringify(result)}`);
+      assert.doesNotMatch(result.answer, /PONG/);
+    });
     assert.equal(redisConnections, seenBefore, 'the Redis on the host saw a connection from the app');
-
-    // The service's PostgreSQL and API, other than through the app's own forwards (which are the
-    // namespace's 127.0.0.1:<database port> and 127.0.0.1:<API port>).
-    for (const host of otherHostAddresses()) {
-      for (const port of [databasePort, service.port]) {
-        const result = await tcp(attacker, host, port);
-        assert.equal(result.connected, false, `the app reached ${host}:${port}: ${JSON.stringify(result)}`);
-      }
-    }
 
     // Its own database works, as its own role.
     const own = await pgLogin(attacker);
@@ -165,10 +165,14 @@ test(
       // The neighbour's role with the attacker's password.
       { user: neighbour.role, database: neighbour.database },
     ];
-    for (const parts of attempts) {
-      const result = await pgLogin(attacker, parts);
-      assert.equal(result.ok, false, `the app logged in with ${JSON.stringify(parts)}: ${JSON.stringify(result)}`);
-    }
+    const logins = await Promise.all(attempts.map((parts) => pgLogin(attacker, parts)));
+    attempts.forEach((parts, i) => {
+      assert.equal(
+        logins[i].ok,
+        false,
+        `the app logged in with ${JSON.stringify(parts)}: ${JSON.stringify(logins[i])}`,
+      );
+    });
     // The neighbour's own database still works for the neighbour.
     assert.equal((await pgLogin(neighbour)).ok, true);
   },
