@@ -17,14 +17,15 @@ import { openDatabase, type OpenDatabase } from './db/database.ts';
 import { createLogger } from './logger.ts';
 import { startDeadlineSweeper } from './pipeline/deadlines.ts';
 import { startRetentionSweeper } from './pipeline/retention.ts';
-import { openChangeFeed } from './db/change-feed.ts';
+import { openChangeFeed, type ChangeFeed } from './db/change-feed.ts';
 import { createSplitRollbackMonitor } from './service/split-rollback-monitor.ts';
 import { startAppEdge, type AppEdge } from './dataplane/app-edge.ts';
+import type { TrafficSeries } from './dataplane/traffic-series.ts';
 import { startLocalDataPlane } from './dataplane/local-data-plane.ts';
 import { parentGroupName } from './dataplane/resource-limits.ts';
 import { reserveServiceCpu } from './dataplane/service-cpu-reserve.ts';
 import { startTracing } from './telemetry/tracing.ts';
-import { createServices } from './services.ts';
+import { createServices, type Services } from './services.ts';
 import { createPreviewStatusPoster, startPreviewStatusPoster } from './service/preview-statuses.ts';
 
 /** Start-up notices about the configuration that are not errors but surprise people later. */
@@ -57,10 +58,10 @@ function listenFailure(error: unknown, config: Config): string | null {
   return null;
 }
 
-async function main(): Promise<void> {
-  let config;
+/** The configuration, or exit 2 naming what is wrong with it. */
+function readConfig(): Config {
   try {
-    config = loadConfig();
+    return loadConfig();
   } catch (error) {
     if (error instanceof ConfigError) {
       process.stderr.write(`slipway: invalid configuration: ${error.message}\n`);
@@ -68,6 +69,87 @@ async function main(): Promise<void> {
     }
     throw error;
   }
+}
+
+/**
+ * The encryption keys checked against the database, and the first-start defaults (the bootstrap key, the
+ * first API key handed over). Closes the database if either fails.
+ */
+async function openSecretsAndDefaults(config: Config, database: OpenDatabase, logger: Logger) {
+  let secretBox;
+  let first;
+  try {
+    const keys = await loadEncryptionKeys({
+      configured: config.encryptionKey,
+      previous: config.previousEncryptionKey,
+      dataDir: config.dataDir,
+      mayCreate: await databaseHoldsNoSealedValue(database.db),
+    });
+    secretBox = await openSecretBox(database.db, keys);
+    first = await bootstrap(database.db, config.bootstrapApiKey);
+  } catch (error) {
+    await database.close();
+    throw error;
+  }
+  if (first.revokedBootstrapKeys.length > 0) {
+    logger.warn(
+      { revoked: first.revokedBootstrapKeys },
+      config.bootstrapApiKey === null
+        ? 'SLIPWAY_BOOTSTRAP_API_KEY is no longer set: revoked the bootstrap key it made'
+        : 'SLIPWAY_BOOTSTRAP_API_KEY changed: revoked the previous bootstrap key',
+    );
+  }
+  if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
+  return secretBox;
+}
+
+/**
+ * The service's periodic work besides the API and the worker: deadlines, pull-request previews' commit
+ * statuses, retention, and the automatic rollback of traffic splits (started with the worker).
+ */
+function startBackgroundWork(deps: {
+  config: Config;
+  db: OpenDatabase['db'];
+  services: Services;
+  changes: ChangeFeed;
+  logger: Logger;
+  traffic: () => TrafficSeries | null;
+}) {
+  const { config, db, services, changes, logger } = deps;
+  const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
+  // Pull-request previews' commit statuses go back to the code host (src/service/preview-statuses.ts).
+  const previewStatuses = startPreviewStatusPoster({
+    poster: createPreviewStatusPoster({ db, integrations: services.integrations, logger }),
+    changes,
+    logger,
+  });
+  const retention = startRetentionSweeper({
+    db,
+    dataDir: config.dataDir,
+    policy: config,
+    logger,
+    intervalMs: 60 * 60_000,
+  });
+  // Traffic splits taken back by themselves, judged from this process's app edge (docs/app-urls.md).
+  const splitRollback = createSplitRollbackMonitor({
+    db,
+    splits: services.splits,
+    traffic: deps.traffic,
+    logger,
+  });
+  return {
+    splitRollback,
+    async stop(): Promise<void> {
+      await sweeper.stop();
+      await previewStatuses.stop();
+      await retention.stop();
+      await splitRollback.stop();
+    },
+  };
+}
+
+async function main(): Promise<void> {
+  const config = readConfig();
   const logger = createLogger(config.logLevel);
   warnAboutSetup(config, logger);
 
@@ -101,30 +183,7 @@ async function main(): Promise<void> {
   let databaseLost: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void = () => process.exit(1);
   database = await openDatabase(config, logger, { onServerExit: (exit) => databaseLost(exit) });
   const db = database.db;
-  let secretBox;
-  let first;
-  try {
-    const keys = await loadEncryptionKeys({
-      configured: config.encryptionKey,
-      previous: config.previousEncryptionKey,
-      dataDir: config.dataDir,
-      mayCreate: await databaseHoldsNoSealedValue(db),
-    });
-    secretBox = await openSecretBox(db, keys);
-    first = await bootstrap(db, config.bootstrapApiKey);
-  } catch (error) {
-    await database.close();
-    throw error;
-  }
-  if (first.revokedBootstrapKeys.length > 0) {
-    logger.warn(
-      { revoked: first.revokedBootstrapKeys },
-      config.bootstrapApiKey === null
-        ? 'SLIPWAY_BOOTSTRAP_API_KEY is no longer set: revoked the bootstrap key it made'
-        : 'SLIPWAY_BOOTSTRAP_API_KEY changed: revoked the previous bootstrap key',
-    );
-  }
-  if (first.generatedKey !== null) await handOverFirstKey(first.generatedKey, config.dataDir, logger);
+  const secretBox = await openSecretsAndDefaults(config, database, logger);
   const changes = await openChangeFeed(database.url, logger);
   // The apps' edge, which lives with the worker that runs them (docs/app-urls.md), and the worker: started
   // below, before the API listens, so that /readyz answers once everything runs.
@@ -160,26 +219,13 @@ async function main(): Promise<void> {
     tracing,
     apps,
   });
-  const sweeper = startDeadlineSweeper({ db, logger, intervalMs: 30_000 });
-  // Pull-request previews' commit statuses go back to the code host (src/service/preview-statuses.ts).
-  const previewStatuses = startPreviewStatusPoster({
-    poster: createPreviewStatusPoster({ db, integrations: services.integrations, logger }),
+  const background = startBackgroundWork({
+    config,
+    db,
+    services,
     changes,
     logger,
-  });
-  const retention = startRetentionSweeper({
-    db,
-    dataDir: config.dataDir,
-    policy: config,
-    logger,
-    intervalMs: 60 * 60_000,
-  });
-  // Traffic splits taken back by themselves, judged from this process's app edge (docs/app-urls.md).
-  const splitRollback = createSplitRollbackMonitor({
-    db,
-    splits: services.splits,
     traffic: () => edge?.traffic ?? null,
-    logger,
   });
   const opened = database;
   let closing: Promise<void> | null = null;
@@ -187,10 +233,7 @@ async function main(): Promise<void> {
     closing ??= (async () => {
       logger.info({ reason }, 'shutting down');
       try {
-        await sweeper.stop();
-        await previewStatuses.stop();
-        await retention.stop();
-        await splitRollback.stop();
+        await background.stop();
         // API requests first, then the apps and builds (the edge keeps serving them meanwhile), then the feed.
         await app.close();
         await worker?.stop();
@@ -227,7 +270,7 @@ async function main(): Promise<void> {
     try {
       const ordinary = cpuReserve ? { ordinary: cpuReserve.ordinary } : {};
       edge = await startAppEdge({ config, logger, ...ordinary });
-      splitRollback.start();
+      background.splitRollback.start();
       worker = await startLocalDataPlane({
         config,
         db,
