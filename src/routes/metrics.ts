@@ -23,13 +23,9 @@ import { AppError } from '../errors.ts';
 import { errorResponses } from '../http/schema-helpers.ts';
 import type { DatabaseGauges, MetricsService } from '../service/metrics.ts';
 import { needs } from '../http/route-needs.ts';
-import type { InstanceStats } from '../dataplane/app-supervisor.ts';
-import { STATUS_CLASSES, type EdgeAppStats } from '../dataplane/edge-stats.ts';
-import type { AppRuntimeStats } from '../dataplane/local-runtime.ts';
-import { endpointOfLabel } from '../domain/endpoints.ts';
-import type { RequestLogCounts } from '../dataplane/edge-request-log.ts';
-import type { SeriesTotal } from '../dataplane/traffic-series.ts';
-import { registerRevisionMetrics } from './metrics-revisions.ts';
+import { registerAppMetrics, type AppMetrics } from './metrics-apps.ts';
+
+export type { AppMetrics } from './metrics-apps.ts';
 
 export interface MetricsOptions {
   metrics: MetricsService;
@@ -42,16 +38,6 @@ export interface MetricsOptions {
    * only when `token` is set (they name every tenant's deployments).
    */
   apps?: () => Promise<AppMetrics | null>;
-}
-
-/** What /metrics shows of each app: the edge's counts by slug, and the running apps' instances. */
-export interface AppMetrics {
-  edge: Map<string, EdgeAppStats>;
-  runtime: AppRuntimeStats[];
-  /** The edge's counts per route and revision (latency histograms, errors by class). */
-  traffic?: SeriesTotal[];
-  /** What HAProxy's request log recorded, dropped and rejected; null for the built-in edge. */
-  requestLog?: RequestLogCounts | null;
 }
 
 const digest = (text: string): Buffer => createHash('sha256').update(text).digest();
@@ -149,111 +135,7 @@ const metricsPlugin: FastifyPluginAsync<MetricsOptions> = async (app, { metrics,
 
   // Per deployment, filled at scrape time from the edge and the local data plane of this process.
   let appMetrics: AppMetrics | null = null;
-  /**
-   * The labels of a route the edge counts: its deployment, its host label, and for an endpoint's route
-   * (`<slug>--<name>`) the endpoint's name. An endpoint whose instances the runtime no longer lists (it
-   * was just moved or removed) is still told by its label, through its deployment's slug.
-   */
-  const labelsOf = (label: string): Partial<Record<(typeof appLabels)[number], string>> => {
-    const runtime = appMetrics?.runtime ?? [];
-    const own = runtime.find((r) => r.slug === label);
-    if (own) return withEndpoint({ deployment_id: own.deploymentId, app: label }, own.endpoint);
-    const deploymentSlug = (slug: string) => runtime.find((r) => r.slug === slug && r.endpoint === undefined);
-    const endpoint = endpointOfLabel(label, (slug) => deploymentSlug(slug) !== undefined);
-    if (endpoint)
-      return { deployment_id: deploymentSlug(endpoint.slug)!.deploymentId, app: label, endpoint: endpoint.name };
-    return { deployment_id: '', app: label };
-  };
-  // The deployment's own route keeps exactly its two labels; an endpoint's adds `endpoint`.
-  const withEndpoint = <T extends object>(labels: T, endpoint: string | undefined) =>
-    endpoint === undefined ? labels : { ...labels, endpoint };
-  const appLabels = ['deployment_id', 'app', 'endpoint'] as const;
-  const instanceLabels = ['deployment_id', 'app', 'endpoint', 'instance'] as const;
-  new Counter({
-    name: 'slipway_app_requests_total',
-    help: "Requests to each app at its stable URL or an endpoint's (the app edge's count since the route was set).",
-    labelNames: appLabels,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const [slug, stats] of appMetrics?.edge ?? []) this.inc(labelsOf(slug), stats.requests);
-    },
-  });
-  new Counter({
-    name: 'slipway_app_responses_total',
-    help: "Responses of each app at its stable URL or an endpoint's by status class, the edge's own 502/503 included.",
-    labelNames: [...appLabels, 'code'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const [slug, stats] of appMetrics?.edge ?? [])
-        for (const code of STATUS_CLASSES) this.inc({ ...labelsOf(slug), code }, stats.responses[code]);
-    },
-  });
-  new Gauge({
-    name: 'slipway_app_response_time_average_seconds',
-    help: 'Mean time to the end of the response over the latest (up to 1024) requests of each app.',
-    labelNames: appLabels,
-    registers: [registry],
-    collect() {
-      this.reset();
-      for (const [slug, stats] of appMetrics?.edge ?? [])
-        if (stats.averageResponseSeconds !== null) this.set(labelsOf(slug), stats.averageResponseSeconds);
-    },
-  });
-  const eachInstance = (
-    visit: (labels: Partial<Record<(typeof instanceLabels)[number], string>>, instance: InstanceStats) => void,
-  ) => {
-    for (const running of appMetrics?.runtime ?? [])
-      for (const instance of running.instances)
-        visit(
-          {
-            ...withEndpoint({ deployment_id: running.deploymentId, app: running.slug }, running.endpoint),
-            instance: instance.instanceId,
-          },
-          instance,
-        );
-  };
-  new Counter({
-    name: 'slipway_app_instance_restarts_total',
-    help: 'Times an app instance exited while it should run and was started again (since its revision started here).',
-    labelNames: instanceLabels,
-    registers: [registry],
-    collect() {
-      this.reset();
-      eachInstance((labels, instance) => this.inc(labels, instance.restarts));
-    },
-  });
-  new Counter({
-    name: 'slipway_app_cpu_seconds_total',
-    help: "CPU time of an app instance's current process tree, from its cgroup (starts again with each restart).",
-    labelNames: instanceLabels,
-    registers: [registry],
-    collect() {
-      this.reset();
-      eachInstance((labels, instance) => {
-        if (instance.usage.cpuSeconds !== null) this.inc(labels, instance.usage.cpuSeconds);
-      });
-    },
-  });
-  new Gauge({
-    name: 'slipway_app_memory_bytes',
-    help: "Memory an app instance's processes hold now (page cache included), from its cgroup.",
-    labelNames: instanceLabels,
-    registers: [registry],
-    collect() {
-      this.reset();
-      eachInstance((labels, instance) => {
-        if (instance.usage.memoryBytes !== null) this.set(labels, instance.usage.memoryBytes);
-      });
-    },
-  });
-
-  registerRevisionMetrics(registry, () =>
-    appMetrics === null
-      ? null
-      : { totals: appMetrics.traffic ?? [], requestLog: appMetrics.requestLog ?? null, labelsOf },
-  );
+  registerAppMetrics(registry, () => appMetrics);
 
   // Counted for every route registered after this plugin (fastify-plugin puts the hook on the root
   // instance), by route template so that ids do not explode the label space.

@@ -7,7 +7,9 @@ import fs from 'node:fs/promises';
 import { test } from 'node:test';
 
 const DASHBOARD = new URL('../../deploy/grafana/slipway-apps.json', import.meta.url);
-const METRICS_SOURCE = new URL('../../src/routes/metrics.ts', import.meta.url);
+const METRICS_SOURCES = ['metrics.ts', 'metrics-apps.ts'].map(
+  (file) => new URL(`../../src/routes/${file}`, import.meta.url),
+);
 
 interface Panel {
   id: number;
@@ -33,7 +35,7 @@ test('the dashboard is importable and queries only series the service exports', 
   );
   const ids = dashboard.panels.map((p) => p.id);
   assert.equal(new Set(ids).size, ids.length, 'panel ids are unique');
-  const source = await fs.readFile(METRICS_SOURCE, 'utf8');
+  const source = (await Promise.all(METRICS_SOURCES.map((file) => fs.readFile(file, 'utf8')))).join('\n');
   const exported = new Set([...source.matchAll(/name: '(slipway_[a-z_]+)'/g)].map((m) => m[1]!));
   assert.ok(exported.has('slipway_app_requests_total'));
   for (const panel of dashboard.panels) {
