@@ -55,7 +55,6 @@ export default tseslint.config(
       'src/dataplane/local-worker.ts',
       'src/dataplane/log-writer.ts',
       'src/dataplane/sandbox-bwrap.ts',
-      'src/dataplane/traffic-series.ts',
       'src/routes/deployments.ts',
       'src/routes/listener-protocol.ts',
       'src/routes/listeners.ts',

@@ -167,6 +167,68 @@ export function quantile(counts: ArrayLike<number>, q: number): number | null {
   return LATENCY_BOUNDS[LATENCY_BOUNDS.length - 1]!;
 }
 
+/**
+ * One series over a window of `steps` steps of `perStep` buckets each, from bucket `first` to the
+ * current bucket `last`; null when none of its buckets in the window holds anything.
+ */
+function seriesOver(
+  s: Series,
+  window: { first: number; last: number; steps: number; perStep: number },
+): SeriesOfRoute | null {
+  const { first, last, steps, perStep } = window;
+  const points: SeriesPoint[] = [];
+  const totalLatency = new Uint32Array(LATENCY_BOUNDS.length + 1);
+  const total = { requests: 0, errors: zeroErrors(), dropped: 0 };
+  let any = false;
+  for (let step = 0; step < steps; step++) {
+    const start = first + step * perStep;
+    const latency = new Uint32Array(LATENCY_BOUNDS.length + 1);
+    const point: SeriesPoint = {
+      at: start * BUCKET_SECONDS * 1000,
+      requests: 0,
+      errors: zeroErrors(),
+      latency: { p50: null, p90: null, p99: null },
+      cpuCores: null,
+      memoryBytes: null,
+      dropped: 0,
+    };
+    let cpu: number | null = null;
+    for (let at = start; at < start + perStep; at++) {
+      if (at < last - BUCKETS + 1) continue;
+      const bucket = s.buckets[at % BUCKETS];
+      if (bucket === undefined || bucket.at !== at) continue;
+      any = true;
+      point.requests += bucket.requests;
+      point.dropped += bucket.dropped;
+      for (const cls of ERROR_CLASSES) point.errors[cls] += bucket.errors[cls];
+      if (bucket.latency) for (let i = 0; i < latency.length; i++) latency[i]! += bucket.latency[i]!;
+      if (bucket.cpuSeconds !== null) cpu = (cpu ?? 0) + bucket.cpuSeconds;
+      if (bucket.memoryBytes !== null) point.memoryBytes = Math.max(point.memoryBytes ?? 0, bucket.memoryBytes);
+    }
+    point.cpuCores = cpu === null ? null : cpu / (perStep * BUCKET_SECONDS);
+    point.latency = { p50: quantile(latency, 0.5), p90: quantile(latency, 0.9), p99: quantile(latency, 0.99) };
+    for (let i = 0; i < latency.length; i++) totalLatency[i]! += latency[i]!;
+    total.requests += point.requests;
+    total.dropped += point.dropped;
+    for (const cls of ERROR_CLASSES) total.errors[cls] += point.errors[cls];
+    points.push(point);
+  }
+  if (!any) return null;
+  return {
+    label: s.label,
+    revisionId: s.revisionId,
+    points,
+    total: {
+      ...total,
+      latency: {
+        p50: quantile(totalLatency, 0.5),
+        p90: quantile(totalLatency, 0.9),
+        p99: quantile(totalLatency, 0.99),
+      },
+    },
+  };
+}
+
 export function createTrafficSeries(now: () => number = Date.now): TrafficSeries {
   const series = new Map<string, Series>();
   /** Each instance's CPU seconds at the last sample, to count what it used since. */
@@ -292,57 +354,8 @@ export function createTrafficSeries(now: () => number = Date.now): TrafficSeries
       const out: SeriesOfRoute[] = [];
       for (const s of series.values()) {
         if (!wanted.has(s.label)) continue;
-        const points: SeriesPoint[] = [];
-        const totalLatency = new Uint32Array(LATENCY_BOUNDS.length + 1);
-        const total = { requests: 0, errors: zeroErrors(), dropped: 0 };
-        let any = false;
-        for (let step = 0; step < steps; step++) {
-          const start = first + step * perStep;
-          const latency = new Uint32Array(LATENCY_BOUNDS.length + 1);
-          const point: SeriesPoint = {
-            at: start * BUCKET_SECONDS * 1000,
-            requests: 0,
-            errors: zeroErrors(),
-            latency: { p50: null, p90: null, p99: null },
-            cpuCores: null,
-            memoryBytes: null,
-            dropped: 0,
-          };
-          let cpu: number | null = null;
-          for (let at = start; at < start + perStep; at++) {
-            if (at < last - BUCKETS + 1) continue;
-            const bucket = s.buckets[at % BUCKETS];
-            if (bucket === undefined || bucket.at !== at) continue;
-            any = true;
-            point.requests += bucket.requests;
-            point.dropped += bucket.dropped;
-            for (const cls of ERROR_CLASSES) point.errors[cls] += bucket.errors[cls];
-            if (bucket.latency) for (let i = 0; i < latency.length; i++) latency[i]! += bucket.latency[i]!;
-            if (bucket.cpuSeconds !== null) cpu = (cpu ?? 0) + bucket.cpuSeconds;
-            if (bucket.memoryBytes !== null) point.memoryBytes = Math.max(point.memoryBytes ?? 0, bucket.memoryBytes);
-          }
-          point.cpuCores = cpu === null ? null : cpu / (perStep * BUCKET_SECONDS);
-          point.latency = { p50: quantile(latency, 0.5), p90: quantile(latency, 0.9), p99: quantile(latency, 0.99) };
-          for (let i = 0; i < latency.length; i++) totalLatency[i]! += latency[i]!;
-          total.requests += point.requests;
-          total.dropped += point.dropped;
-          for (const cls of ERROR_CLASSES) total.errors[cls] += point.errors[cls];
-          points.push(point);
-        }
-        if (!any) continue;
-        out.push({
-          label: s.label,
-          revisionId: s.revisionId,
-          points,
-          total: {
-            ...total,
-            latency: {
-              p50: quantile(totalLatency, 0.5),
-              p90: quantile(totalLatency, 0.9),
-              p99: quantile(totalLatency, 0.99),
-            },
-          },
-        });
+        const route = seriesOver(s, { first, last, steps, perStep });
+        if (route !== null) out.push(route);
       }
       return out;
     },
