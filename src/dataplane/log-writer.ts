@@ -9,6 +9,7 @@
  * - redact: every occurrence of each secret value, and of its base64 and URL encodings, becomes
  *   `********`, so a secret the app prints never reaches the log (nor `tail()`, which failure messages
  *   are made of); src/dataplane/secret-masks.ts says what is looked for.
+ *   (Lines, cleaning, redacting and cutting a long line: src/dataplane/log-line-splitter.ts.)
  * - cap: a line longer than MAX_LINE_CHARS is cut and marked; a `build` log stores its first `maxLines`
  *   lines and then one system line saying it was cut; a `deploy` log keeps its newest `maxLines`,
  *   trimmed now and then rather than on every batch.
@@ -22,15 +23,15 @@
  * Callers should `close()` (or `flush()`) before moving the revision to its next status, so a follower
  * that ends its stream at a final status has seen every line (src/routes/revision-logs.ts).
  */
-import { StringDecoder } from 'node:string_decoder';
 import type { Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import type { OwnPlaneReports, RevisionLogKind, RevisionLogLine } from '../domain/data-plane.ts';
 import { countRevisionLogs } from '../store/revision-logs.ts';
 import type { Database } from '../store/schema.ts';
-import { createRedactor } from './secret-masks.ts';
+import { createLogLineSplitter } from './log-line-splitter.ts';
 
 export { REDACTED } from './secret-masks.ts';
+export { MAX_LINE_CHARS } from './log-line-splitter.ts';
 
 export interface LogWriter {
   /** Raw output of a process (chunks may split lines; keep a partial line until its newline or flush). */
@@ -58,9 +59,6 @@ export interface LogWriterOptions {
   flushIntervalMs?: number;
 }
 
-/** Longest stored line; longer ones are cut (a minified bundle printed whole is not worth keeping). */
-export const MAX_LINE_CHARS = 16 * 1024;
-const CUT_MARK = ` [line cut: longer than ${MAX_LINE_CHARS} characters]`;
 /** A batch is written at once when this many lines wait, without waiting for the timer. */
 const BATCH_LINES = 500;
 /** Rows per insert statement (5 parameters a row stays far below PostgreSQL's 65535). */
@@ -72,41 +70,12 @@ const TAIL_LINES = 200;
 /** Platform lines still stored after a build log was cut (e.g. "Build failed: exit code 1"). */
 const SYSTEM_LINES_PAST_CAP = 50;
 
-// CSI (colours, cursor moves), OSC (titles, links; ended by BEL or ST), then any other escape pair.
-const ANSI =
-  // eslint-disable-next-line no-control-regex -- escape sequences start with ESC (or CSI) and OSC ends with BEL: matching them is the point
-  /\u001b\[[0-?]*[ -/]*[@-~]|\u009b[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]/g;
-// Control characters other than tab; NUL in particular, which PostgreSQL text refuses.
-// eslint-disable-next-line no-control-regex -- control characters are exactly what this strips
-const CONTROL = /[\u0000-\u0008\u000a-\u001f\u007f-\u009f]/g;
-
-/** One line of output as the terminal would finally show it, without escape sequences. */
-function cleanLine(raw: string): string {
-  let text = raw.replace(/\r+$/, '');
-  const cr = text.lastIndexOf('\r');
-  if (cr !== -1) text = text.slice(cr + 1);
-  return text.replace(ANSI, '').replace(CONTROL, '');
-}
-
-type OutputStream = 'stdout' | 'stderr';
-
 export function createLogWriter(options: LogWriterOptions): LogWriter {
   const { db, reports, revisionId, type, maxLines, logger } = options;
   const flushIntervalMs = options.flushIntervalMs ?? 200;
-  const redactor = createRedactor(options.redact);
-  // A line without a newline is cut once this long: room for escape sequences that cleaning removes,
-  // and for a secret that straddles the cut to be seen whole.
-  const overflowAt = 2 * MAX_LINE_CHARS + redactor.longest;
   // A deploy log may grow this far past maxLines before it is trimmed back (one delete per slack lines).
   const trimSlack = Math.max(100, Math.ceil(maxLines / 10));
 
-  const decoders: Record<OutputStream, StringDecoder> = {
-    stdout: new StringDecoder('utf8'),
-    stderr: new StringDecoder('utf8'),
-  };
-  const partial: Record<OutputStream, string> = { stdout: '', stderr: '' };
-  // After a cut, the rest of that line (up to its newline) is dropped.
-  const discarding: Record<OutputStream, boolean> = { stdout: false, stderr: false };
   const recent: string[] = [];
   let pending: RevisionLogLine[] = [];
   let dropped = 0;
@@ -118,13 +87,6 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
   let running: Promise<void> | null = null;
   let closed = false;
   let closing: Promise<void> | null = null;
-
-  const finishLine = (raw: string, truncated: boolean): string => {
-    const text = cleanLine(raw);
-    if (!truncated && text.length <= MAX_LINE_CHARS) return redactor.redact(text);
-    const cut = redactor.safeCut(text, Math.min(text.length, MAX_LINE_CHARS), truncated);
-    return redactor.redact(text.slice(0, cut)) + CUT_MARK;
-  };
 
   const accept = (stream: RevisionLogLine['stream'], line: string) => {
     recent.push(line);
@@ -146,33 +108,7 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
     }
   };
 
-  const splitLines = (stream: OutputStream, text: string) => {
-    const buffer = partial[stream] + text;
-    let start = 0;
-    for (let newline = buffer.indexOf('\n'); newline !== -1; newline = buffer.indexOf('\n', start)) {
-      if (discarding[stream]) discarding[stream] = false;
-      else accept(stream, finishLine(buffer.slice(start, newline), false));
-      start = newline + 1;
-    }
-    let rest = buffer.slice(start);
-    if (discarding[stream]) rest = '';
-    else if (rest.length > overflowAt) {
-      accept(stream, finishLine(rest, true));
-      rest = '';
-      discarding[stream] = true;
-    }
-    partial[stream] = rest;
-  };
-
-  /** Ends unterminated lines (flush and close: the process has stopped or the caller wants them now). */
-  const endPartialLines = () => {
-    for (const stream of ['stdout', 'stderr'] as const) {
-      const rest = partial[stream] + decoders[stream].end();
-      partial[stream] = '';
-      if (rest.length > 0 && !discarding[stream]) accept(stream, finishLine(rest, false));
-      discarding[stream] = false;
-    }
-  };
+  const lines = createLogLineSplitter(options.redact, accept);
 
   /** Applies the build log's cap to a batch about to be inserted. */
   const applyBuildCap = (batch: RevisionLogLine[], already: number): RevisionLogLine[] => {
@@ -281,22 +217,22 @@ export function createLogWriter(options: LogWriterOptions): LogWriter {
   return {
     write(stream, chunk) {
       if (closed) return;
-      splitLines(stream, typeof chunk === 'string' ? chunk : decoders[stream].write(chunk));
+      lines.write(stream, chunk);
     },
     system(line) {
       if (closed) return;
-      for (const part of line.split('\n')) accept('system', finishLine(part, false));
+      lines.system(line);
     },
     tail(n) {
       return n <= 0 ? [] : recent.slice(-n);
     },
     async flush() {
-      endPartialLines();
+      lines.endPartialLines();
       await kick();
     },
     close() {
       closing ??= (async () => {
-        endPartialLines();
+        lines.endPartialLines();
         closed = true;
         await kick();
         if (type === 'deploy' && (stored ?? 0) > maxLines) await trim();
