@@ -62,7 +62,6 @@ export default tseslint.config(
       'src/service/codehost-integrations.ts',
       'src/service/codehost-webhooks.ts',
       'src/service/pull-request-previews.ts',
-      'src/sso/sso-service.ts',
     ],
     rules: { 'max-lines-per-function': 'off' },
   },
