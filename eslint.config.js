@@ -59,7 +59,6 @@ export default tseslint.config(
       'src/routes/listeners.ts',
       'src/service/deployments.ts',
       'src/service/listeners.ts',
-      'src/service/codehost-integrations.ts',
       'src/service/codehost-webhooks.ts',
       'src/service/pull-request-previews.ts',
     ],
