@@ -29,6 +29,42 @@ const SLIRP_DNS = '10.0.2.3';
 /** The descriptor bubblewrap reads the seccomp filter from (0-2 output, 3 the hold, 4 its report). */
 export const SECCOMP_FD = 5;
 
+/** What the start log says of the sandbox: who commands run as, what the kernel refuses them, their network. */
+function describeBwrapSandbox(options: {
+  isolated: boolean;
+  mapping: UserMapping;
+  users: AppUsers;
+  who: string;
+  limits: ResourceControl;
+  seccomp: SeccompFilter;
+  networkMissing?: string | null;
+}): string {
+  const { isolated, mapping, users, who, limits, seccomp, networkMissing } = options;
+  const runAs = mapping.runAs;
+  const network = isolated
+    ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
+    : `the host's network (${networkMissing ?? 'no network of its own'}: apps reach every loopback service of the machine, the service's database port and other apps' ports)`;
+  const inside =
+    users.fallback || mapping.ids || !isolated
+      ? who
+      : runAs
+        ? `${who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
+        : `${who} (uid 0 of its own user namespace, without capabilities: this unshare cannot map users, util-linux 2.38 can)`;
+  const kernel = [
+    'a session of its own (no terminal)',
+    mapping.refusesUserNamespaces
+      ? 'no user namespaces inside'
+      : 'user namespaces NOT refused inside (this unshare cannot map users, util-linux 2.38 can)',
+    seccomp.program
+      ? 'a seccomp filter refusing system calls apps never need'
+      : `NO seccomp filter (${seccomp.problem}): apps reach kernel interfaces they never need (kernel keyrings, userfaultfd, io_uring, BPF)`,
+  ].join(', ');
+  return (
+    `apps and builds run under bubblewrap ${inside}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
+    `the data directory hidden; kernel: ${kernel}; network: ${network}; resources: ${limits.description}`
+  );
+}
+
 /** A sandbox of bubblewrap, with a network of its own when `slirpBinary` is given. */
 export async function bwrapSandbox(options: {
   bwrap: string;
@@ -63,25 +99,7 @@ export async function bwrapSandbox(options: {
   const hidden = await presentHiddenDirs();
   // A Node.js installed under a hidden directory (nvm in /root, say) stays usable.
   const nodeUnder = hidden.some((dir) => NODE_PREFIX.startsWith(`${dir}/`));
-  const network = slirp
-    ? 'its own network namespace (slirp4netns: egress only; the host loopback, the service and other apps unreachable except its database and the API)'
-    : `the host's network (${options.networkMissing ?? 'no network of its own'}: apps reach every loopback service of the machine, the service's database port and other apps' ports)`;
   const runAs = mapping.runAs;
-  const inside =
-    user || mapping.ids || !slirp
-      ? options.who
-      : runAs
-        ? `${options.who} (uid ${runAs.uid} in a user namespace of its own, without capabilities)`
-        : `${options.who} (uid 0 of its own user namespace, without capabilities: this unshare cannot map users, util-linux 2.38 can)`;
-  const kernel = [
-    'a session of its own (no terminal)',
-    mapping.refusesUserNamespaces
-      ? 'no user namespaces inside'
-      : 'user namespaces NOT refused inside (this unshare cannot map users, util-linux 2.38 can)',
-    seccomp.program
-      ? 'a seccomp filter refusing system calls apps never need'
-      : `NO seccomp filter (${seccomp.problem}): apps reach kernel interfaces they never need (kernel keyrings, userfaultfd, io_uring, BPF)`,
-  ].join(', ');
   return {
     kind: 'bwrap',
     user,
@@ -93,9 +111,7 @@ export async function bwrapSandbox(options: {
     dispose: async () => {
       if (socketDir) await fs.rm(socketDir, { recursive: true, force: true });
     },
-    description:
-      `apps and builds run under bubblewrap ${inside}: read-only system, builds sealed read-only, private /tmp and PID namespace, ` +
-      `the data directory hidden; kernel: ${kernel}; network: ${network}; resources: ${limits.description}`,
+    description: describeBwrapSandbox({ ...options, isolated: slirp !== null }),
     ownTree: (dir, deploymentId) => users.ownTree(dir, deploymentId),
     ownDir: (dir, deploymentId) => users.ownDir(dir, deploymentId),
     appPaths: () => ({
