@@ -48,7 +48,6 @@ export default tseslint.config(
     // functions are split, and no file joins it.
     files: [
       'src/dataplane/app-proxy.ts',
-      'src/dataplane/app-supervisor.ts',
       'src/dataplane/edge-haproxy-switch.ts',
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',

@@ -6,10 +6,12 @@
  * added and removed while the revision runs (a changed resource spec is applied in place).
  */
 import { freePort } from '../db/embedded-postgres.ts';
-import { cpuStarvation } from './cgroup-cpu-starvation.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 import type { Usage } from './resource-limits.ts';
+import { answers2xx, healthCheckMissed, HealthCheckError, probe, type Probe } from './app-health-check.ts';
+
+export { HealthCheckError } from './app-health-check.ts';
 
 export interface InstanceSpec {
   kind: 'web' | 'worker';
@@ -104,59 +106,31 @@ export interface AppSupervisor {
   stats(): Promise<InstanceStats[]>;
 }
 
-export class HealthCheckError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'HealthCheckError';
-  }
-}
-
-/** What one probe of the health path found: a 2xx, another status, nothing listening, or no answer. */
-type Probe = { ok: true } | { ok: false; status: number } | { ok: false; refused: true } | { ok: false; silent: true };
-
-/** How long one probe waits for an answer. */
-const PROBE_TIMEOUT_MS = 2_000;
-
-async function probe(port: number, path: string): Promise<Probe> {
-  try {
-    const response = await fetch(`http://127.0.0.1:${port}${path}`, {
-      signal: AbortSignal.timeout(PROBE_TIMEOUT_MS),
-      redirect: 'manual',
-    });
-    await response.body?.cancel();
-    return response.status >= 200 && response.status < 300 ? { ok: true } : { ok: false, status: response.status };
-  } catch (error) {
-    const code = (error as { cause?: { code?: string } }).cause?.code;
-    // Refused or reset before an answer: nothing listens on the port (or it closed the connection at once).
-    if (code === 'ECONNREFUSED' || code === 'ECONNRESET') return { ok: false, refused: true };
-    return { ok: false, silent: true };
-  }
-}
-
-const answers2xx = async (port: number, path: string) => (await probe(port, path)).ok;
-
-/**
- * The mistake a health check that ran out of time points at: from the last probe of the instance, and
- * the ports its network namespace listened on (null when it has none of its own: the host's loopback
- * is every process's, so it tells nothing).
- */
-function describeMiss(last: Probe | null, port: number, path: string, listening: number[] | null): string {
-  const nothingOnPort =
-    (listening !== null && !listening.includes(port)) || (last !== null && !last.ok && 'refused' in last);
-  if (nothingOnPort) {
-    const opened = (listening ?? []).filter((p) => p !== port);
-    return (
-      ` Nothing was listening on port ${port}: the app must listen on the port in its PORT variable ` +
-      `(${port} for this instance), on all addresses (its HOST variable)` +
-      (opened.length > 0 ? `; it listens on ${opened.join(', ')} instead.` : '.')
-    );
-  }
-  if (last === null || last.ok) return '';
-  if ('status' in last) return ` It answered ${last.status} on ${path}: the health path must answer 2xx.`;
-  return ` It accepted connections on port ${port} but did not answer ${path} within ${PROBE_TIMEOUT_MS / 1000} s.`;
-}
-
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The `index`th instance of its kind, not started yet (a web one is not offered to the proxy before its health check). */
+function newInstance(spec: InstanceSpec, index: number): Instance {
+  return {
+    id: `${spec.kind}-${index}`,
+    pending: spec.kind === 'web',
+    kind: spec.kind,
+    command: spec.command,
+    port: null,
+    process: null,
+    crashes: 0,
+    restarts: 0,
+    startedAt: 0,
+    restartTimer: null,
+  };
+}
+
+/** Stops an instance's process for good: no restart pending, SIGTERM, SIGKILL after `graceMs`. */
+async function stopInstance(instance: Instance, graceMs: number): Promise<void> {
+  if (instance.restartTimer) clearTimeout(instance.restartTimer);
+  instance.restartTimer = null;
+  await instance.process?.stop(graceMs);
+  instance.process = null;
+}
 
 export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const backoff = options.backoff ?? { initialMs: 1_000, maxMs: 30_000 };
@@ -168,18 +142,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
   const instances: Instance[] = [];
   /** Ids stay `<kind>-0` .. `<kind>-(n-1)`: instances are removed newest first. */
   const append = (spec: InstanceSpec): Instance => {
-    const instance: Instance = {
-      id: `${spec.kind}-${instances.filter((i) => i.kind === spec.kind).length}`,
-      pending: spec.kind === 'web',
-      kind: spec.kind,
-      command: spec.command,
-      port: null,
-      process: null,
-      crashes: 0,
-      restarts: 0,
-      startedAt: 0,
-      restartTimer: null,
-    };
+    const instance = newInstance(spec, instances.filter((i) => i.kind === spec.kind).length);
     instances.push(instance);
     return instance;
   };
@@ -263,14 +226,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     async remove(instanceIds, graceMs) {
       const leaving = instances.filter((i) => instanceIds.includes(i.id));
       for (const instance of leaving) instances.splice(instances.indexOf(instance), 1);
-      await Promise.all(
-        leaving.map(async (instance) => {
-          if (instance.restartTimer) clearTimeout(instance.restartTimer);
-          instance.restartTimer = null;
-          await instance.process?.stop(graceMs);
-          instance.process = null;
-        }),
-      );
+      await Promise.all(leaving.map((instance) => stopInstance(instance, graceMs)));
     },
 
     async waitHealthy(timeoutMs, signal, only) {
@@ -299,38 +255,15 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
         if (pending.size === 0) return;
         if (Date.now() >= deadline) {
           const late = [...pending];
-          const instance = late[0]!;
           const elapsed = (Date.now() - started) / 1000;
-          // Short of CPU is said when any instance that missed the deadline was.
-          const starvedEach = await Promise.all(
-            late.map(async (i) => cpuStarvation(usageAtStart.get(i), (await i.process?.usage()) ?? null, elapsed)),
-          );
-          const starvedAt = starvedEach.findIndex((why) => why !== null);
-          const starved =
-            starvedAt < 0
-              ? null
-              : late.length > 1
-                ? `Instance ${late[starvedAt]!.id}: ${starvedEach[starvedAt]}`
-                : starvedEach[0];
-          const miss = describeMiss(
-            lastProbe.get(instance) ?? null,
-            instance.port!,
-            options.healthCheckPath,
-            // The forwards to its database and the API listen there too: not the app's.
-            ((await instance.process?.listeningPorts()) ?? null)?.filter(
-              (p) => !(options.run.forwards ?? []).some((f) => f.port === p),
-            ) ?? null,
-          );
-          const which =
-            late.length > 1
-              ? ` on ${late.length} of its instances (${late.map((i) => i.id).join(', ')}).` +
-                (miss ? ` Instance ${instance.id}:${miss}` : '')
-              : ` (instance ${instance.id}).${miss}`;
-          throw new HealthCheckError(
-            `The app did not answer 2xx on ${options.healthCheckPath} within ${Math.round(timeoutMs / 1000)} s` +
-              which +
-              (starved ? ` ${starved}` : ''),
-          );
+          throw await healthCheckMissed(late, {
+            path: options.healthCheckPath,
+            timeoutMs,
+            elapsed,
+            usageAtStart,
+            lastProbe,
+            forwards: options.run.forwards ?? [],
+          });
         }
         // Quick probes at first (most apps are up within a second), then gentler ones.
         await sleep(Date.now() - started < 2_000 ? 50 : 250);
@@ -349,14 +282,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
 
     async stop(graceMs) {
       stopped = true;
-      await Promise.all(
-        instances.map(async (instance) => {
-          if (instance.restartTimer) clearTimeout(instance.restartTimer);
-          instance.restartTimer = null;
-          await instance.process?.stop(graceMs);
-          instance.process = null;
-        }),
-      );
+      await Promise.all(instances.map((instance) => stopInstance(instance, graceMs)));
     },
   };
 }
