@@ -51,7 +51,6 @@ export default tseslint.config(
       'src/dataplane/edge-haproxy-switch.ts',
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',
-      'src/dataplane/local-worker.ts',
       'src/routes/deployments.ts',
       'src/routes/listener-protocol.ts',
       'src/routes/listeners.ts',
