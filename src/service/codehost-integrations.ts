@@ -4,8 +4,8 @@
  * the SecretBox before they are stored and opened only to talk to the host or to check a signature;
  * they appear in no response, log line or error message.
  *
- * Failures of the host arrive as CodeHostError and leave here as AppError (`codehostFailure`), so the
- * one error handler answers them like any other error.
+ * Failures of the host arrive as CodeHostError and leave as AppError (`codehostFailure`, in
+ * codehost-repository-source.ts), so the one error handler answers them like any other error.
  */
 import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
