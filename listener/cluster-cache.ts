@@ -39,6 +39,11 @@ export interface ClusterCache {
   /** Every namespace of the options, in their order. */
   namespaces(): ReadonlyMap<string, NamespaceWatch>;
   snapshot(): ObservedObject[];
+  /**
+   * Lists and watches one more kind from now on (HTTPRoute, once the cluster serves the Gateway API).
+   * Its first lists do not hold a watched namespace back: until they are in, the cache has none of it.
+   */
+  watchKind(kind: ManagedKind): void;
   /** Failures of the list-watch of watched namespaces (being retried), for the heartbeat; null when none. */
   problem(): string | null;
   stop(): Promise<void>;
@@ -69,17 +74,19 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
   const objects = new Map<string, ObservedObject>();
   const stop = new AbortController();
   const aborts = new Set<() => void>();
-  const streams = (options.kinds ?? MANAGED_KINDS).flatMap((kind) =>
+  const streamsOf = (kind: ManagedKind, late: boolean) =>
     namespaces.map((namespace) => ({
       kind: kind.kind,
       namespace,
+      /** Added after the start (`watchKind`): its first list is not waited for. */
+      late,
       listed: false,
       /** The last failure of its list or watch, until a list succeeds again. */
       failure: null as { status: number; message: string } | null,
       /** When the 403s in a row began (ms since the epoch), until a list succeeds or another failure comes. */
       forbiddenSince: null as number | null,
-    })),
-  );
+    }));
+  const streams = (options.kinds ?? MANAGED_KINDS).flatMap((kind) => streamsOf(kind, false));
   type Stream = (typeof streams)[number];
 
   const confirmedForbidden = (since: number) => Date.now() - since >= options.forbiddenConfirmMs;
@@ -88,7 +95,7 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
     const mine = streams.filter((s) => s.namespace === namespace);
     const forbidden = mine.find((s) => s.forbiddenSince !== null && confirmedForbidden(s.forbiddenSince));
     if (forbidden) return { state: 'refused', reason: forbidden.failure!.message };
-    if (mine.every((s) => s.listed)) return { state: 'watched' };
+    if (mine.every((s) => s.listed || s.late)) return { state: 'watched' };
     // A 403 not confirmed yet is no answer yet: the namespace is still starting.
     const failed = mine.find((s) => !s.listed && s.failure !== null && s.forbiddenSince === null);
     return failed ? { state: 'failing', reason: failed.failure!.message } : { state: 'starting' };
@@ -210,7 +217,7 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
     }
   }
 
-  const running = Promise.all(streams.map(run));
+  const running = new Set(streams.map(run));
 
   return {
     namespaces: current,
@@ -219,10 +226,16 @@ export function startClusterCache(options: ClusterCacheOptions): ClusterCache {
       return failures.length === 0 ? null : [...new Set(failures)].join('; ');
     },
     snapshot: () => [...objects.values()],
+    watchKind(kind: ManagedKind) {
+      if (stop.signal.aborted || streams.some((s) => s.kind === kind.kind)) return;
+      const added = streamsOf(kind, true);
+      streams.push(...added);
+      for (const stream of added) running.add(run(stream));
+    },
     async stop() {
       stop.abort();
       for (const abort of aborts) abort();
-      await running;
+      await Promise.all(running);
     },
   };
 }

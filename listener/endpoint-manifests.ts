@@ -42,9 +42,9 @@ export interface GatewaySupport {
 /** Why no HTTPRoute can be written on this cluster, in plain words; null when one can. */
 export function routesUnavailable(gateway: GatewaySupport): string | null {
   if (!gateway.httpRoutes)
-    return `the cluster does not serve the Gateway API (${HTTP_ROUTE_API_VERSION} HTTPRoute is not in the API's discovery); install the Gateway API CRDs and a Gateway controller, then restart the listener`;
+    return `no Gateway API in this cluster (${HTTP_ROUTE_API_VERSION} HTTPRoute is not in the API's discovery): install the Gateway API CRDs and a Gateway controller; the listener looks again every minute`;
   if (gateway.parent === null)
-    return 'no Gateway is configured for the listener (set SLIPWAY_LISTENER_GATEWAY=<namespace>/<name> to the Gateway its HTTPRoutes attach to)';
+    return 'SLIPWAY_LISTENER_GATEWAY not set: no Gateway for the HTTPRoutes to attach to (set it to <namespace>/<name> of your Gateway and restart the listener)';
   return null;
 }
 
@@ -183,8 +183,13 @@ function httpRoute(
 
 export interface EndpointManifests {
   readonly manifests: readonly Manifest[];
-  /** Why the endpoint's split is not served (no Gateway API, no Gateway); null when it is or there is none. */
-  readonly splitRefused: string | null;
+  /**
+   * Why the endpoint's split cannot be served here (no Gateway API, no Gateway, no image), in plain
+   * words; null when there is none or its manifests are written (the Gateway has its say then).
+   */
+  readonly splitNotServed: string | null;
+  /** The endpoint's HTTPRoute, when one is written. */
+  readonly route: Manifest | null;
 }
 
 /**
@@ -199,20 +204,20 @@ export function buildEndpointManifests(
 ): EndpointManifests {
   const { endpoint } = input;
   const image = endpoint.revision.image_uri;
-  if (image === null || image === '') return { manifests: [], splitRefused: null };
+  if (image === null || image === '') return { manifests: [], splitNotServed: null, route: null };
   const out = revisionManifests(input, { ...endpoint.revision, image_uri: image }, 'main', ctx);
   const noRoutes = routesUnavailable(gateway);
   const split = endpoint.split;
   const splitImage = split?.revision.image_uri ?? null;
   const servesSplit = split !== null && noRoutes === null && splitImage !== null && splitImage !== '';
   if (servesSplit) out.push(...revisionManifests(input, { ...split.revision, image_uri: splitImage }, 'split', ctx));
-  if (noRoutes === null && gateway.parent !== null)
-    out.push(
-      httpRoute(input, { ...gateway, parent: gateway.parent }, servesSplit ? { weight: split.weight } : null, ctx),
-    );
-  const splitRefused =
-    split === null || servesSplit
-      ? null
-      : `the split of endpoint ${endpoint.name} (${split.weight}% to revision ${split.revision_id}) cannot be served on this cluster: ${noRoutes ?? 'the split revision has no image_uri'}; the endpoint's revision takes all of its requests`;
-  return { manifests: out.map(withHash), splitRefused };
+  const route =
+    noRoutes === null && gateway.parent !== null
+      ? withHash(
+          httpRoute(input, { ...gateway, parent: gateway.parent }, servesSplit ? { weight: split.weight } : null, ctx),
+        )
+      : null;
+  const splitNotServed =
+    split === null || servesSplit ? null : (noRoutes ?? `revision ${split.revision_id} has no image_uri`);
+  return { manifests: [...out.map(withHash), ...(route === null ? [] : [route])], splitNotServed, route };
 }

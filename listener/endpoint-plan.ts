@@ -20,6 +20,7 @@ import {
 } from './manifest-names.ts';
 import type { ReadSpec } from './resource-spec.ts';
 import { combine, deploymentRollout, podFailure, type Rollout } from './rollout-status.ts';
+import { routeVerdict } from './route-status.ts';
 
 /** No Gateway API, no Gateway: what a context without one means. */
 export const NO_GATEWAY: GatewaySupport = { httpRoutes: false, parent: null, domain: null };
@@ -31,8 +32,12 @@ export type EndpointAction =
       readonly revisionId: string;
       readonly status: EndpointReportedStatus;
       readonly message?: string;
+      /** A report about the endpoint's split (`revisionId` is the split's): the weight it is about. */
+      readonly split?: { readonly weight: number };
       /** What this report is, for the memory of reports made (`endpointReportKey`). */
       readonly key: string;
+      /** Reports of the memory it makes out of date (keys with this prefix): a split's word replaces the one before. */
+      readonly replaces?: string;
     }
   | { readonly type: 'apply'; readonly revisionId: string; readonly manifest: Manifest; readonly inputs: string }
   | { readonly type: 'delete'; readonly target: ReturnType<typeof refOf> };
@@ -121,15 +126,13 @@ function planEndpoint(input: EndpointPlanInput, endpoint: DesiredEndpoint, byKey
       ...(message === undefined ? {} : { message: message.slice(0, 4000) }),
     });
   };
-  const { manifests, splitRefused } = buildEndpointManifests(
+  const { manifests, splitNotServed, route } = buildEndpointManifests(
     { deployment, endpoint, namespace: input.namespace, spec: input.spec.spec },
     input.gateway,
     input.build,
   );
-  if (splitRefused !== null) {
-    notices.push(`${deployment.name}: ${splitRefused}`);
-    report('FAILED', 'split-refused', splitRefused);
-  }
+  const split = splitReporter(input, endpoint, route, byKey, actions, notices);
+  if (splitNotServed !== null) split.notServed(splitNotServed);
   const fail = (message: string) => {
     report('FAILED', 'failed', message);
     return { actions, manifests, notices, summary: `endpoint ${endpoint.name}: ${message}` };
@@ -170,7 +173,64 @@ function planEndpoint(input: EndpointPlanInput, endpoint: DesiredEndpoint, byKey
       summary: `endpoint ${endpoint.name}: rolling out revision ${revisionId}: ${rollout.detail}`,
     };
   if (endpoint.served_revision_id !== revisionId) report('SERVED', 'served');
+  // Every Deployment of the endpoint rolled out, the split's too: served once the Gateway accepts the route.
+  split.rolledOut();
   return { actions, manifests, notices, summary: `endpoint ${endpoint.name}: serves revision ${revisionId}` };
+}
+
+/**
+ * What the agent says of an endpoint's split (docs/listener.md, "Endpoints"): not served, with a plain
+ * reason, where it cannot be (`notServed`) or where the Gateway's controller refused the route (said at
+ * once, whatever the rollout); served once every Deployment of the endpoint rolled out and the Gateway
+ * accepted the route as it is now (`rolledOut`). Each word once, until another replaces it.
+ */
+function splitReporter(
+  input: EndpointPlanInput,
+  endpoint: DesiredEndpoint,
+  route: Manifest | null,
+  byKey: ReadonlyMap<string, ObservedObject>,
+  actions: EndpointAction[],
+  notices: string[],
+) {
+  const { deployment, memory } = input;
+  const split = endpoint.split;
+  const prefix = `${reportKey(deployment.deployment_id, endpoint.name, endpoint.revision.id, 'split')}/`;
+  const say = (state: 'SERVED' | 'FAILED', message?: string) => {
+    if (split === null) return;
+    const key = `${prefix}${split.revision_id}/${split.weight}/${state}/${message ?? ''}`;
+    if (memory.endpointReports?.has(key)) return;
+    actions.push({
+      type: 'report-endpoint',
+      endpoint: endpoint.name,
+      revisionId: split.revision_id,
+      status: state,
+      split: { weight: split.weight },
+      key,
+      replaces: prefix,
+      ...(message === undefined ? {} : { message: message.slice(0, 4000) }),
+    });
+  };
+  const notServed = (reason: string) => {
+    if (split === null) return;
+    notices.push(
+      `${deployment.name}: the split of endpoint ${endpoint.name} (${split.weight}% to revision ${split.revision_id}) is not served, the endpoint's revision takes all of its requests: ${reason}`,
+    );
+    say('FAILED', reason);
+  };
+  // The route as it is now, once the cluster shows it: what the Gateway says of an older one says nothing.
+  const observed = route === null ? undefined : byKey.get(keyOf(refOf(route)));
+  const current =
+    route !== null &&
+    observed?.metadata.annotations?.[SPEC_HASH_ANNOTATION] === route.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+  const parent = input.gateway.parent;
+  const verdict = current && parent !== null && split !== null ? routeVerdict(observed, parent) : null;
+  if (verdict?.state === 'refused') notServed(`the gateway refused the route: ${verdict.message}`);
+  return {
+    notServed,
+    rolledOut: () => {
+      if (verdict?.state === 'accepted') say('SERVED');
+    },
+  };
 }
 
 export function planEndpoints(input: EndpointPlanInput): EndpointPlan {

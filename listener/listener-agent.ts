@@ -13,9 +13,7 @@ import {
   type NamespaceWatch,
 } from './cluster-cache.ts';
 import type { ListenerConfig } from './config.ts';
-import type { GatewaySupport } from './endpoint-manifests.ts';
-import { NO_GATEWAY } from './endpoint-plan.ts';
-import { discoverGateway } from './gateway-discovery.ts';
+import { createGatewayDiscovery } from './gateway-discovery.ts';
 import { createKubeClient } from './kube-client.ts';
 import { HTTP_ROUTE_KIND, MANAGED_KINDS } from './kube-objects.ts';
 import { startController } from './listener-controller.ts';
@@ -74,6 +72,11 @@ export interface ListenerDeps {
   readonly missingNamespaceConfirmMs?: number;
   /** What the heartbeat's period is kept by (default: the system's). */
   readonly clock?: ListenerClock;
+  /**
+   * How often a cluster without the Gateway API is looked at again, at the start of a reconcile pass
+   * (default 60 s; passes run at least every `resyncMs`).
+   */
+  readonly gatewayRediscoverMs?: number;
 }
 
 export interface RunningListener {
@@ -112,6 +115,7 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     ...(deps.fetch ? { fetch: deps.fetch } : {}),
   });
   const kube = createKubeClient(deps.kubeConfig ?? loadKubeConfig(config));
+  const gateway = createGatewayDiscovery(kube, config, logger, deps.gatewayRediscoverMs);
   let pollProblem: string | null = null;
   // Started once the Gateway API is discovered (below); assigned in that closure, hence the cast.
   let cache = null as ClusterCache | null;
@@ -134,17 +138,21 @@ export function startListener(config: ListenerConfig, deps: ListenerDeps = {}): 
     backoff: backoffOptions,
     resyncMs: deps.resyncMs ?? 60_000,
     missingNamespaceConfirmMs: deps.missingNamespaceConfirmMs ?? DEFAULT_MISSING_NAMESPACE_CONFIRM_MS,
-    gateway: () => gateway,
+    gateway: () => gateway.current(),
+    // A cluster that gets the Gateway API later is seen then: its HTTPRoutes are listed and watched from there on.
+    beforePass: async () => {
+      if (await gateway.refresh()) cache?.watchKind(HTTP_ROUTE_KIND);
+    },
+    routesGone: () => gateway.routesGone(),
   });
-  let gateway: GatewaySupport = NO_GATEWAY;
-  /** The Gateway API is looked for once, before the list-watch starts (which watches HTTPRoutes only where served). */
+  /** The Gateway API is looked for first, before the list-watch starts (which watches HTTPRoutes only where served). */
   const started = (async () => {
-    gateway = await discoverGateway(kube, config, logger);
+    await gateway.refresh();
     if (stop.signal.aborted) return;
     cache = startClusterCache({
       client: kube,
       namespaces: config.namespaces,
-      kinds: gateway.httpRoutes ? [...MANAGED_KINDS, HTTP_ROUTE_KIND] : MANAGED_KINDS,
+      kinds: gateway.current().httpRoutes ? [...MANAGED_KINDS, HTTP_ROUTE_KIND] : MANAGED_KINDS,
       onChange: () => controller.wake(),
       onNamespaces: () => {
         controller.wake();

@@ -39,6 +39,10 @@ export interface ControllerOptions {
   readonly missingNamespaceConfirmMs: number;
   /** Where the cluster's Gateway API stands (endpoints' HTTPRoutes), once discovered. */
   readonly gateway?: () => GatewaySupport;
+  /** Runs before each pass (the Gateway API looked at again when due). */
+  readonly beforePass?: () => Promise<void>;
+  /** An HTTPRoute apply was answered 404: the Gateway API's CRDs may be gone. */
+  readonly routesGone?: () => void;
 }
 
 export interface Controller {
@@ -84,6 +88,7 @@ export function startController(options: ControllerOptions): Controller {
     markDirty: () => {
       dirty = true;
     },
+    ...(options.routesGone ? { routesGone: options.routesGone } : {}),
   });
   const lastSummary = new Map<string, string>();
   /** Deployment id to its back-off, while its last try failed. */
@@ -142,6 +147,7 @@ export function startController(options: ControllerOptions): Controller {
   async function pass(): Promise<void> {
     const cache = options.cache();
     if (desired === null || cache === null) return;
+    await options.beforePass?.();
     const objects = cache.snapshot();
     const plans = reconcile(
       desired,

@@ -23,6 +23,8 @@ export interface PlanExecutionDeps {
   readonly missingNamespaceConfirmMs: number;
   /** Asks for another pass: what was learnt changes the plan. */
   readonly markDirty: () => void;
+  /** An HTTPRoute apply was answered 404 (not for its namespace): the Gateway API's CRDs may be gone. */
+  readonly routesGone?: () => void;
 }
 
 export function createPlanExecution(deps: PlanExecutionDeps) {
@@ -50,6 +52,14 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
       try {
         await perform(plan.deploymentId, action);
       } catch (error) {
+        if (
+          action.type === 'apply' &&
+          action.manifest.kind === 'HTTPRoute' &&
+          error instanceof KubeError &&
+          error.status === 404 &&
+          !(error instanceof NamespaceMissingError)
+        )
+          deps.routesGone?.();
         if (error instanceof NamespaceMissingError && action.type === 'apply') {
           const since = missingSince.get(action.revisionId) ?? Date.now();
           missingSince.set(action.revisionId, since);
@@ -89,7 +99,7 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
             'the service refused the request; not repeating it',
           );
           if (action.type === 'report') remember(action.revisionId, action.status);
-          else if (action.type === 'report-endpoint') endpointReports.add(action.key);
+          else if (action.type === 'report-endpoint') rememberEndpointReport(action);
           else confirmed.add(plan.deploymentId);
           continue;
         }
@@ -97,6 +107,13 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
       }
     }
     return null;
+  }
+
+  /** A report made: what it replaces is forgotten (a split served, refused, then served again is said each time). */
+  function rememberEndpointReport(action: { key: string; replaces?: string }) {
+    if (action.replaces !== undefined)
+      for (const key of endpointReports) if (key.startsWith(action.replaces)) endpointReports.delete(key);
+    endpointReports.add(action.key);
   }
 
   function remember(revisionId: string, status: ReportedStatus) {
@@ -138,10 +155,11 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
             revision_id: action.revisionId,
             status: action.status,
             ...(action.message === undefined ? {} : { message: action.message }),
+            ...(action.split === undefined ? {} : { split: { weight: action.split.weight } }),
           },
           signal,
         );
-        endpointReports.add(action.key);
+        rememberEndpointReport(action);
         const log = action.status === 'FAILED' ? logger.warn.bind(logger) : logger.info.bind(logger);
         log(
           {

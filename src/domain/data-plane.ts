@@ -113,6 +113,12 @@ export type EndpointReport = {
  * there before, if anything, goes on). The service knows what was served before: the listener need not.
  */
 export type ListenerEndpointReport = {
+  /**
+   * The report is about the endpoint's traffic split: `revisionId` is the split's revision, served at
+   * this weight (its route accepted by the cluster's Gateway, its Deployment rolled out) or not served
+   * (`message`: why, in plain words).
+   */
+  split?: { weight: number };
   deploymentId: string;
   endpoint: string;
   revisionId: string;

@@ -18,7 +18,7 @@ import {
   ROLLBACK_WINDOW_MIN_SECONDS,
 } from '../domain/endpoint-splits.ts';
 import {
-  endpointUrl,
+  endpointView,
   type EndpointActor,
   type EndpointService,
   type EndpointView,
@@ -70,7 +70,17 @@ const Split = Type.Object(
     weight: Type.Integer({ minimum: MIN_SPLIT_WEIGHT, maximum: MAX_SPLIT_WEIGHT }),
     served: Type.Boolean({
       description:
-        "Whether the own data plane sends clients to it now (its instances started and healthy); until then the endpoint's revision takes all the traffic.",
+        "Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic.",
+    }),
+    not_served_reason: Nullable(
+      Type.String({
+        description:
+          'Why it takes none of the traffic, in plain words, as its data plane last said (on a listener: no Gateway API in this cluster, SLIPWAY_LISTENER_GATEWAY not set, the gateway refused the route: ...); null when served, or while nothing was said yet.',
+      }),
+    ),
+    sticky: Type.Boolean({
+      description:
+        'Whether each client (a cookie, or the X-Slipway-Sticky header) and each LangGraph thread stays on the revision that first served it. True on the own data plane; false on a listener, whose Gateway weighs each request on its own.',
     }),
     rollback: Nullable(Rollback),
     started_at: DateTime(),
@@ -141,6 +151,8 @@ const response = (e: EndpointView) => ({
           revision_id: e.split_revision_id,
           weight: e.split_weight,
           served: e.split_served_revision_id === e.split_revision_id,
+          not_served_reason: e.split_served_revision_id === e.split_revision_id ? null : e.split_not_served_reason,
+          sticky: !e.on_listener,
           rollback: e.split_rollback,
           started_at: e.split_started_at.toISOString(),
         },
@@ -156,7 +168,9 @@ const SPLIT_DESCRIPTION =
   "End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the " +
   'split back by itself when the revision does worse than the endpoint revision over a window. Neither an ' +
   "open pull request's preview endpoint (400 `endpoint_name_reserved`) nor a preview revision (400 " +
-  '`preview_revision_reserved`) takes part in a split.';
+  '`preview_revision_reserved`) takes part in a split. On a listener the ' +
+  "cluster's Gateway weighs each request (no client or thread stays on a revision: `split.sticky` is false), the " +
+  'split is served only where it has the Gateway API (`split.served`, `split.not_served_reason`), and `rollback` is refused (400).';
 
 const actorOf = (request: FastifyRequest): EndpointActor => ({
   keyId: request.caller.keyId,
@@ -196,7 +210,7 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
         },
         actorOf(request),
       );
-      return response({ ...row, url: endpointUrl(deployment, row.name) });
+      return response(endpointView(deployment, row));
     },
   );
 
@@ -270,9 +284,9 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
           'Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision ' +
           'from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, ' +
           'switches the route once it is healthy, and drains the old instances. Promoting is putting the revision ' +
-          'another endpoint serves. 201 when the endpoint is new, 200 when it existed. A deployment on a listener ' +
-          "has no endpoints (400). A pull request's preview revision serves only at its `pr-<number>` endpoint " +
-          '(400 `preview_revision_reserved`).',
+          'another endpoint serves. 201 when the endpoint is new, 200 when it existed. On a listener, the agent runs the ' +
+          "revision as a Kubernetes Deployment and Service of the endpoint's own, and the endpoint has no URL of the service's. " +
+          "A pull request's preview revision serves only at its `pr-<number>` endpoint (400 `preview_revision_reserved`).',
         params: EndpointParams,
         body: Type.Object({ revision_id: Uuid() }),
         response: { 200: Endpoint, 201: Endpoint, ...errorResponses(400, 401, 403, 404, 409, 422) },

@@ -172,6 +172,23 @@ export const EndpointReportBody = Type.Object(
         "SERVED: the endpoint's own Deployment runs the revision, every replica available; FAILED: it cannot (message says why).",
     }),
     message: Type.Optional(Type.String({ maxLength: 4096 })),
+    // Added within protocol 1: a service of before ignores it, and the report then names a revision
+    // that is not the endpoint's, which changes nothing there.
+    split: Type.Optional(
+      Type.Object(
+        {
+          weight: Type.Integer({
+            minimum: 0,
+            maximum: 100,
+            description: "The split's weight the agent's route gives it (the desired state's `split.weight`).",
+          }),
+        },
+        {
+          description:
+            "The report is about the endpoint's traffic split: revision_id is the split's revision. SERVED: it takes `weight` percent of the endpoint's requests (its Deployment rolled out, the Gateway accepted the route); FAILED: it takes none, `message` says why in plain words.",
+        },
+      ),
+    ),
   },
   { title: 'EndpointReport' },
 );

@@ -43,6 +43,18 @@ export interface EndpointActor {
 export interface EndpointView extends DeploymentEndpointRow {
   /** `<scheme>://<slug>--<name>.<apps domain>[:port]`; null until the deployment has a stable URL. */
   url: string | null;
+  /** The deployment runs on a listener: its cluster's Gateway serves the endpoint (docs/listener.md). */
+  on_listener: boolean;
+}
+
+/** An endpoint as the API shows it. */
+export function endpointView(deployment: DeploymentRow, row: DeploymentEndpointRow): EndpointView {
+  return {
+    ...row,
+    // A listener's cluster exposes its endpoints itself (docs/listener.md, "Endpoints"): no URL of the edge's.
+    url: deployment.listener_id === null ? endpointUrl(deployment, row.name) : null,
+    on_listener: deployment.listener_id !== null,
+  };
 }
 
 /** The endpoint's URL: the deployment's stable URL with `--<name>` after the slug. */
@@ -59,11 +71,7 @@ export function endpointUrl(
 }
 
 export function createEndpointService({ db, resources }: EndpointServiceDeps) {
-  const view = (deployment: DeploymentRow, row: DeploymentEndpointRow): EndpointView => ({
-    ...row,
-    // A listener's cluster exposes its endpoints itself (docs/listener.md, "Endpoints"): no URL of the edge's.
-    url: deployment.listener_id === null ? endpointUrl(deployment, row.name) : null,
-  });
+  const view = endpointView;
 
   async function deploymentOf(workspaceId: string, deploymentId: string) {
     const deployment = await getDeployment(db, workspaceId, deploymentId);

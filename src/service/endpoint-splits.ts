@@ -113,6 +113,12 @@ export function createSplitService({ db, resources, now = () => new Date() }: Sp
       if (typeof rollback === 'string') throw new AppError('invalid_request', `${rollback}.`);
       return db.transaction().execute(async (tx) => {
         const { deployment, row } = await lockedEndpoint(tx, workspaceId, deploymentId, name);
+        // Taken as asked and never done would be worse than refused (docs/listener.md, "Endpoints").
+        if (rollback !== null && deployment.listener_id !== null)
+          throw new AppError(
+            'invalid_request',
+            "rollback: a deployment on a listener has no automatic rollback (the service sees none of its cluster's requests); send rollback null and take the split back with DELETE",
+          );
         const revision = await getRevision(tx, workspaceId, deploymentId, input.revisionId.toLowerCase());
         if (!revision)
           throw new AppError(

@@ -175,7 +175,12 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
 
     /** The endpoint's own Deployment serves its revision now, or cannot (src/service/lifecycle-endpoint-reports.ts). */
     async reportEndpoint(listenerId: string, input: EndpointReportBody): Promise<EndpointReportResult> {
-      const target = { deploymentId: input.deployment_id, endpoint: input.endpoint, revisionId: input.revision_id };
+      const target = {
+        deploymentId: input.deployment_id,
+        endpoint: input.endpoint,
+        revisionId: input.revision_id,
+        ...(input.split === undefined ? {} : { split: { weight: input.split.weight } }),
+      };
       return createListenerReports(db, { listenerId }).reportEndpoint(
         input.status === 'SERVED'
           ? { ...target, served: true }

@@ -202,6 +202,8 @@ export async function putSplit(
       split_weight: split.weight,
       split_rollback: split.rollback === null ? null : JSON.stringify(split.rollback),
       split_started_at: split.startedAt,
+      // What was said of another revision says nothing of this one.
+      split_not_served_reason: sql`case when split_revision_id = ${split.revisionId} then split_not_served_reason end`,
       updated_at: sql`now()`,
     })
     .where('deployment_id', '=', deploymentId)
@@ -220,10 +222,35 @@ export async function clearSplit(db: Db, deploymentId: string, name: string): Pr
       split_rollback: null,
       split_started_at: null,
       split_served_revision_id: null,
+      split_not_served_reason: null,
       updated_at: sql`now()`,
     })
     .where('deployment_id', '=', deploymentId)
     .where('name', '=', name)
+    .execute();
+}
+
+/**
+ * A listener's word on the endpoint's split revision `revisionId` (docs/listener.md, "Endpoints"): served
+ * now, or not served and why. Nothing when the split has another revision or weight now.
+ */
+export async function setSplitState(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  split: { revisionId: string; weight: number },
+  state: { served: true } | { served: false; reason: string },
+): Promise<void> {
+  await db
+    .updateTable('deployment_endpoints')
+    .set({
+      split_served_revision_id: state.served ? split.revisionId : null,
+      split_not_served_reason: state.served ? null : state.reason,
+    })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .where('split_revision_id', '=', split.revisionId)
+    .where('split_weight', '=', split.weight)
     .execute();
 }
 

@@ -252,6 +252,8 @@ export interface DeploymentEndpointTable {
   split_started_at: ColumnType<Date | null, Date | null | undefined, Date | null>;
   /** The split's revision as the own data plane serves it now: written by its worker. */
   split_served_revision_id: ColumnType<string | null, string | null | undefined, string | null>;
+  /** Why the split is not served, as its data plane last said (migrations/030); null: served, or nothing said. */
+  split_not_served_reason: ColumnType<string | null, string | null | undefined, string | null>;
   created_at: CreatedAt;
   updated_at: UpdatedAt;
 }

@@ -3,8 +3,11 @@
  * endpoint runs as a Deployment, Service and Secret of its own (schema-valid, labelled for its deployment
  * and endpoint), is reported SERVED once rolled out and moved by a new revision, and goes with the
  * endpoint or the deployment. Where the cluster serves the Gateway API and a Gateway is configured, an
- * HTTPRoute sends the endpoint's requests to its Service, by weight with a split; elsewhere a split is
- * refused in plain words, through the service (deployment.endpoint_failed) and the heartbeat.
+ * HTTPRoute sends the endpoint's requests to its Service, by weight with a split, and the split is
+ * reported served once the gateway's controller has accepted the route (its status, as a controller
+ * writes it) and the split's revision rolled out; a gateway's refusal, no Gateway API or no Gateway is
+ * reported as a split not served, in plain words, and told in the heartbeat. A cluster that gets the
+ * Gateway API's CRDs while the agent runs is seen without a restart.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -51,6 +54,14 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
     world.kube.markAvailable(NAMESPACE, name);
     return d;
   }
+  const splitReport = (revisionId: string, status: 'SERVED' | 'FAILED') =>
+    world.slipway.waitFor(
+      () =>
+        world.slipway.endpointReports.find(
+          (r) => r.split !== undefined && r.revision_id === revisionId && r.status === status,
+        ),
+      `a split report ${status}`,
+    );
   const servedReport = (endpointName: string, revisionId: string) =>
     world.slipway.waitFor(() =>
       world.slipway.endpointReports.find(
@@ -187,6 +198,16 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
     assert.equal(templateOf(split)!.spec.containers[0]!.image, 'ghcr.io/acme/support-agent:1.5.0');
     assert.equal(schemaProblem(split), null);
     assert.equal(schemaProblem(world.kube.get('Service', NAMESPACE, 'support-agent--production--split')!), null);
+    assert.equal(
+      world.slipway.endpointReports.filter((r) => r.split !== undefined).length,
+      0,
+      'no gateway controller has accepted the route yet: the split is not said to be served',
+    );
+    // The Gateway's controller accepts the route (its status.parents, as a controller writes them).
+    world.kube.setGatewayController({ accepts: true });
+    const servedSplit = await splitReport(canary.id, 'SERVED');
+    assert.deepEqual(servedSplit.split, { weight: 20 });
+    assert.equal(servedSplit.applied, true);
 
     // The split ends: its objects go, the route goes back to one backend.
     world.slipway.upsert({
@@ -208,13 +229,13 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
       'without the Gateway API',
       { gatewayApi: false },
       { gateway: { namespace: 'gateways', name: 'public' }, heartbeatSeconds: 5 },
-      /does not serve the Gateway API/,
+      /^no Gateway API in this cluster/,
     ],
     [
       'without a Gateway configured',
       { gatewayApi: true },
       { heartbeatSeconds: 5 },
-      /no Gateway is configured.*SLIPWAY_LISTENER_GATEWAY/,
+      /^SLIPWAY_LISTENER_GATEWAY not set/,
     ],
   ] as const) {
     test(`${what}: no HTTPRoute, the split is refused in plain words, and the endpoint's revision serves`, async () => {
@@ -222,23 +243,18 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
       const main = endpointRevision('ghcr.io/acme/support-agent:1.4.0');
       const canary = endpointRevision('ghcr.io/acme/support-agent:1.5.0');
       await running([endpoint('production', main, { revision_id: canary.id, weight: 50, revision: canary })]);
-      const refusal = await world.slipway.waitFor(() =>
-        world.slipway.endpointReports.find((r) => r.endpoint === 'production' && r.status === 'FAILED'),
-      );
-      assert.match(
-        refusal.message!,
-        /split of endpoint production \(50% to revision .*\) cannot be served on this cluster/,
-      );
+      const refusal = await splitReport(canary.id, 'FAILED');
+      assert.deepEqual(refusal.split, { weight: 50 });
       assert.match(refusal.message!, why);
       await servedReport('production', main.id);
       const heartbeat = await world.slipway.waitFor(
         () =>
           world.slipway.heartbeats.find(
-            (h) => h.message !== undefined && /cannot be served on this cluster/.test(h.message),
+            (h) => h.message !== undefined && /split of endpoint production .* is not served/.test(h.message),
           ),
         'a heartbeat that says why',
       );
-      assert.match(heartbeat.message!, why);
+      assert.match(heartbeat.message!, new RegExp(why.source.slice(1)));
       assert.equal(world.kube.list({ kind: 'HTTPRoute' }).length, 0);
       assert.equal(world.kube.get('Deployment', NAMESPACE, 'support-agent--production--split'), undefined);
       assert.equal(
@@ -248,4 +264,56 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
       );
     });
   }
+
+  test("a gateway that refuses the route: the split is reported not served with the gateway's words", async () => {
+    world = await startWorld(
+      { autoRollout: true, gatewayApi: true },
+      { gateway: { namespace: 'gateways', name: 'public' }, heartbeatSeconds: 5 },
+    );
+    world.kube.setGatewayController({
+      refuses: 'No listener of Gateway gateways/public allows routes from namespace agents',
+    });
+    const main = endpointRevision('ghcr.io/acme/support-agent:1.4.0');
+    const canary = endpointRevision('ghcr.io/acme/support-agent:1.5.0');
+    await running([endpoint('production', main, { revision_id: canary.id, weight: 30, revision: canary })]);
+    const refusal = await splitReport(canary.id, 'FAILED');
+    assert.match(
+      refusal.message!,
+      /^the gateway refused the route: No listener of Gateway gateways\/public allows routes from namespace agents \(Accepted NotAllowedByListeners\)$/,
+    );
+    assert.deepEqual(refusal.split, { weight: 30 });
+    await servedReport('production', main.id);
+    const heartbeat = await world.slipway.waitFor(() =>
+      world.slipway.heartbeats.find((h) => h.message !== undefined && /the gateway refused the route/.test(h.message)),
+    );
+    assert.match(heartbeat.message!, /No listener of Gateway gateways\/public/);
+
+    // The operator fixes the Gateway's allowedRoutes: the controller accepts, the split is served.
+    world.kube.setGatewayController({ accepts: true });
+    const served = await splitReport(canary.id, 'SERVED');
+    assert.deepEqual(served.split, { weight: 30 });
+  });
+
+  test('a cluster that gets the Gateway API while the agent runs: its routes are written and the split served, no restart', async () => {
+    world = await startWorld(
+      { autoRollout: true, gatewayApi: false },
+      { gateway: { namespace: 'gateways', name: 'public' } },
+      { resyncMs: 100, gatewayRediscoverMs: 0 },
+    );
+    world.kube.setGatewayController({ accepts: true });
+    const main = endpointRevision('ghcr.io/acme/support-agent:1.4.0');
+    const canary = endpointRevision('ghcr.io/acme/support-agent:1.5.0');
+    await running([endpoint('production', main, { revision_id: canary.id, weight: 10, revision: canary })]);
+    const refusal = await splitReport(canary.id, 'FAILED');
+    assert.match(refusal.message!, /^no Gateway API in this cluster/);
+
+    world.kube.installGatewayApi();
+    const route = await world.kube.waitFor(() => {
+      const r = world.kube.get('HTTPRoute', NAMESPACE, 'support-agent--production');
+      return (r?.spec as any)?.rules[0].backendRefs.length === 2 && r;
+    }, 'the weighted route, once the Gateway API is seen');
+    assert.equal(schemaProblem(route), null);
+    const served = await splitReport(canary.id, 'SERVED');
+    assert.deepEqual(served.split, { weight: 10 });
+  });
 });

@@ -117,6 +117,15 @@ export interface FakeKubeOptions {
   gatewayApi?: boolean;
 }
 
+/**
+ * What the controller of the routes' Gateway does with every HTTPRoute: accept it (its backends are then
+ * resolved: each Service must exist), or refuse it, as a Gateway whose listeners' `allowedRoutes` do not
+ * take the route's namespace does (Accepted False, reason NotAllowedByListeners, with this message).
+ */
+export type GatewayController = { readonly accepts: true } | { readonly refuses: string };
+
+const GATEWAY_CONTROLLER_NAME = 'gateway.example.net/fake-controller';
+
 /** A Status the way an API server writes one for an answer it gives (any of these may come). */
 export interface FakeAnswer {
   readonly code: number;
@@ -206,8 +215,10 @@ export class FakeKube {
   private readonly changes = new EventEmitter();
   private readonly namespaces: Set<string>;
   private readonly minor: number;
-  /** The kinds this API server serves. */
-  private readonly resources: readonly Resource[];
+  /** The kinds this API server serves (HTTPRoute too once the Gateway API's CRDs are installed). */
+  private resources: readonly Resource[];
+  /** The Gateway's controller: what it says of every HTTPRoute (`setGatewayController`); null: none runs. */
+  private gatewayController: GatewayController | null = null;
   /** Answers the next applies get instead of being applied, in order (`answerNextApplies`). */
   private readonly nextApplyAnswers: FakeAnswer[] = [];
   private readonly failures: { kind: string; name: string; answer: FakeAnswer }[] = [];
@@ -316,6 +327,25 @@ export class FakeKube {
   }
 
   // ----- what tests drive ----------------------------------------------------------------------
+
+  /**
+   * The Gateway API's CRDs are installed now: `gateway.networking.k8s.io/v1` is in the API's discovery
+   * with HTTPRoute from here on (an operator ran `kubectl apply` of the standard channel).
+   */
+  installGatewayApi(): void {
+    if (!this.resources.includes(HTTP_ROUTE)) this.resources = [...this.resources, HTTP_ROUTE];
+    this.changes.emit('change');
+  }
+
+  /**
+   * A controller runs for the routes' Gateway and writes each HTTPRoute's `status.parents` as a real one
+   * does: per parentRef, its controllerName and the conditions Accepted and ResolvedRefs with the route's
+   * `observedGeneration`, written after every change of a route or a Service (null: no controller, no status).
+   */
+  setGatewayController(controller: GatewayController | null): void {
+    this.gatewayController = controller;
+    this.runGatewayController();
+  }
 
   addNamespace(namespace: string): void {
     this.namespaces.add(namespace);
@@ -739,7 +769,59 @@ export class FakeKube {
       this.replicas.set(key, history);
     }
     this.emit(before ? 'MODIFIED' : 'ADDED', resource.plural, stored);
+    if (stored.kind === 'HTTPRoute' || stored.kind === 'Service') this.runGatewayController();
     return stored;
+  }
+
+  /** The Gateway controller's pass over every route (a status write that changes nothing is no change). */
+  private runGatewayController(): void {
+    const controller = this.gatewayController;
+    if (controller === null) return;
+    for (const route of [...this.objects.values()].filter((o) => o.kind === 'HTTPRoute')) {
+      const spec = (route.spec ?? {}) as {
+        parentRefs?: Json[];
+        rules?: { backendRefs?: { name: string; namespace?: string }[] }[];
+      };
+      const namespace = route.metadata.namespace;
+      const missing = (spec.rules ?? [])
+        .flatMap((r) => r.backendRefs ?? [])
+        .find((b) => !this.objects.has(keyOf('services', b.namespace ?? namespace, b.name)));
+      const generation = route.metadata.generation ?? 1;
+      const before = ((route.status as { parents?: { conditions?: Json[] }[] } | undefined)?.parents ?? []).flatMap(
+        (p) => p.conditions ?? [],
+      );
+      const condition = (type: string, ok: boolean, reason: string, message: string): Json => {
+        const status = ok ? 'True' : 'False';
+        const same = before.find((c) => c.type === type && c.status === status);
+        return {
+          type,
+          status,
+          reason,
+          message,
+          observedGeneration: generation,
+          lastTransitionTime: same?.lastTransitionTime ?? new Date().toISOString(),
+        };
+      };
+      const accepted =
+        'refuses' in controller
+          ? condition('Accepted', false, 'NotAllowedByListeners', controller.refuses)
+          : condition('Accepted', true, 'Accepted', 'Route is accepted');
+      const resolved =
+        missing === undefined
+          ? condition('ResolvedRefs', true, 'ResolvedRefs', 'Resolved all the Object references for the Route')
+          : condition(
+              'ResolvedRefs',
+              false,
+              'BackendNotFound',
+              `Service "${missing.name}" not found in namespace "${missing.namespace ?? namespace}"`,
+            );
+      const parents = (spec.parentRefs ?? []).map((parentRef) => ({
+        parentRef,
+        controllerName: GATEWAY_CONTROLLER_NAME,
+        conditions: [accepted, resolved],
+      }));
+      this.store({ ...clone(route), status: { parents } });
+    }
   }
 
   private remove(plural: string, namespace: string, name: string): boolean {
@@ -750,6 +832,7 @@ export class FakeKube {
     this.owners.delete(key);
     this.rv += 1;
     this.emit('DELETED', plural, { ...object, metadata: { ...object.metadata, resourceVersion: String(this.rv) } });
+    if (plural === 'services') this.runGatewayController();
     return true;
   }
 

@@ -53,6 +53,8 @@ export interface RecordedEndpointReport {
   revision_id: string;
   status: string;
   message?: string;
+  /** A report about the endpoint's split (its revision is the split's): the weight it is served at. */
+  split?: { weight: number };
   applied: boolean;
 }
 
@@ -284,8 +286,13 @@ export class FakeSlipway {
     const endpoint = deployment.endpoints?.find((e) => e.name === body.endpoint);
     const revisionId = String(body.revision_id);
     const status = String(body.status);
-    let applied = endpoint !== undefined && endpoint.revision.id === revisionId;
-    if (applied && status === 'SERVED') {
+    const split = body.split as { weight: number } | undefined;
+    let applied =
+      endpoint !== undefined &&
+      (split === undefined
+        ? endpoint.revision.id === revisionId
+        : endpoint.split?.revision_id === revisionId && endpoint.split.weight === split.weight);
+    if (applied && status === 'SERVED' && split === undefined) {
       applied = endpoint!.served_revision_id !== revisionId;
       endpoint!.served_revision_id = revisionId;
       if (applied) this.changed();
@@ -296,6 +303,7 @@ export class FakeSlipway {
       revision_id: revisionId,
       status,
       ...(typeof body.message === 'string' ? { message: body.message } : {}),
+      ...(split === undefined ? {} : { split }),
       applied,
     });
     FakeSlipway.send(res, 200, { applied });

@@ -26,7 +26,13 @@ export async function startWorld(
   /** The agent's back-off, its wait before believing a 403, its logger and its clock (the harness's otherwise). */
   agentDeps: Pick<
     ListenerDeps,
-    'backoff' | 'clock' | 'forbiddenConfirmMs' | 'logger' | 'missingNamespaceConfirmMs'
+    | 'backoff'
+    | 'clock'
+    | 'forbiddenConfirmMs'
+    | 'logger'
+    | 'missingNamespaceConfirmMs'
+    | 'resyncMs'
+    | 'gatewayRediscoverMs'
   > = {},
 ): Promise<World> {
   const listenerId = randomUUID();

@@ -64,7 +64,15 @@ describe('traffic splits', () => {
     assert.equal(set.body.revision_id, a);
     assert.deepEqual(
       { ...set.body.split, started_at: undefined },
-      { revision_id: b, weight: 10, served: false, rollback: null, started_at: undefined },
+      {
+        revision_id: b,
+        weight: 10,
+        served: false,
+        not_served_reason: null,
+        sticky: true,
+        rollback: null,
+        started_at: undefined,
+      },
     );
     const widened = await api.put(url, { revision_id: b, weight: 50, rollback: { window_seconds: 60 } });
     assert.equal(widened.status, 200);

@@ -186,4 +186,103 @@ describe('endpoints of a listener deployment', () => {
     const after = (await desiredOf(mine)).deployments.find((x: any) => x.deployment_id === d.id);
     assert.equal(after.endpoints[0].split, null);
   });
+
+  test("a listener's split report says whether the split is served, and why not, on the endpoint; a stale one changes nothing", async () => {
+    const d = await onListener(mine, 'split-served', 'secret-a');
+    const patched = await api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'registry.example.com/split-served:2' },
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    const b: string = patched.body.latest_revision_id;
+    await t.database.db.updateTable('revisions').set({ status: 'DEPLOYED' }).where('id', '=', b).execute();
+    assert.equal(
+      (await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: d.revisionId })).status,
+      201,
+    );
+    const set = await api.put(`/v2/deployments/${d.id}/endpoints/production/split`, { revision_id: b, weight: 20 });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    assert.equal(set.body.split.served, false);
+    assert.equal(set.body.split.not_served_reason, null, 'nothing said yet');
+    assert.equal(
+      set.body.split.sticky,
+      false,
+      "a listener's Gateway weighs each request: no client stays on a revision",
+    );
+
+    const post = (body: Record<string, unknown>) =>
+      as().post(`/v2/listeners/${mine.id}/endpoint-reports`, body, bearer(mine));
+    const refused = {
+      deployment_id: d.id,
+      endpoint: 'production',
+      revision_id: b,
+      status: 'FAILED',
+      message: 'no Gateway API in this cluster (gateway.networking.k8s.io/v1 HTTPRoute is not served)',
+      split: { weight: 20 },
+    };
+    assert.deepEqual((await post(refused)).body, { applied: true });
+    assert.deepEqual((await post(refused)).body, { applied: false }, 'a repeat changes nothing');
+    let read = await api.get(`/v2/deployments/${d.id}/endpoints/production`);
+    assert.equal(read.body.split.served, false);
+    assert.match(read.body.split.not_served_reason, /^no Gateway API in this cluster/);
+    assert.equal(read.body.served_revision_id, null, "the endpoint's own revision is not what the report is about");
+
+    const served = { ...refused, status: 'SERVED', message: undefined };
+    assert.deepEqual((await post(served)).body, { applied: true });
+    read = await api.get(`/v2/deployments/${d.id}/endpoints/production`);
+    assert.equal(read.body.split.served, true);
+    assert.equal(read.body.split.not_served_reason, null);
+    const listed = await api.get(`/v2/deployments/${d.id}/endpoints`);
+    assert.equal(listed.body.resources[0].split.served, true);
+
+    // Stale: another weight than the split has now, or a revision that is not the split's.
+    assert.deepEqual((await post({ ...refused, split: { weight: 50 } })).body, { applied: false });
+    assert.deepEqual((await post({ ...refused, revision_id: d.revisionId })).body, { applied: false });
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/production`)).body.split.served, true);
+
+    const refusedByGateway = {
+      ...refused,
+      message: 'the gateway refused the route: no listener allows namespace apps',
+    };
+    assert.deepEqual((await post(refusedByGateway)).body, { applied: true });
+    read = await api.get(`/v2/deployments/${d.id}/endpoints/production`);
+    assert.equal(read.body.split.served, false);
+    assert.equal(read.body.split.not_served_reason, 'the gateway refused the route: no listener allows namespace apps');
+    const events = await api.get(`/v2/deployments/${d.id}/events?limit=100`);
+    const types = (events.body.resources ?? events.body).map((e: any) => e.type);
+    assert.equal(types.filter((x: string) => x === 'deployment.endpoint_split_failed').length, 2);
+    assert.equal(types.filter((x: string) => x === 'deployment.endpoint_split_served').length, 1);
+    assert.equal(types.filter((x: string) => x === 'deployment.endpoint_failed').length, 0);
+
+    // Another listener cannot say anything about it.
+    assert.equal((await as().post(`/v2/listeners/${theirs.id}/endpoint-reports`, served, bearer(theirs))).status, 404);
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/production`)).body.split.served, false);
+  });
+
+  test("a listener's split takes no automatic rollback (400, nothing changes): the service sees none of its cluster's requests", async () => {
+    const d = await onListener(mine, 'split-rollback');
+    const patched = await api.patch(`/v2/deployments/${d.id}`, {
+      source_revision_config: { image_uri: 'registry.example.com/split-rollback:2' },
+    });
+    const b: string = patched.body.latest_revision_id;
+    await t.database.db.updateTable('revisions').set({ status: 'DEPLOYED' }).where('id', '=', b).execute();
+    assert.equal(
+      (await api.put(`/v2/deployments/${d.id}/endpoints/production`, { revision_id: d.revisionId })).status,
+      201,
+    );
+    const refused = await api.put(`/v2/deployments/${d.id}/endpoints/production/split`, {
+      revision_id: b,
+      weight: 20,
+      rollback: { max_error_rate_increase: 0.1 },
+    });
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.match(refused.body.detail, /rollback: .*listener/);
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/production`)).body.split, null);
+    const plain = await api.put(`/v2/deployments/${d.id}/endpoints/production/split`, {
+      revision_id: b,
+      weight: 20,
+      rollback: null,
+    });
+    assert.equal(plain.status, 200, JSON.stringify(plain.body));
+    assert.equal(plain.body.split.rollback, null);
+  });
 });

@@ -262,7 +262,7 @@ export interface paths {
         put?: never;
         /**
          * Redeploy a revision
-         * @description Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec. A pull request's preview revision is not redeployed (400 `preview_revision_reserved`).
+         * @description Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.
          */
         post: operations["redeployRevision"];
         delete?: never;
@@ -341,7 +341,7 @@ export interface paths {
         get?: never;
         /**
          * Split an endpoint's traffic with a second revision, or change the split
-         * @description Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the split back by itself when the revision does worse than the endpoint revision over a window. Neither an open pull request's preview endpoint (400 `endpoint_name_reserved`) nor a preview revision (400 `preview_revision_reserved`) takes part in a split.
+         * @description Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the split back by itself when the revision does worse than the endpoint revision over a window. On a listener the cluster's Gateway weighs each request (no client or thread stays on a revision: `split.sticky` is false), the split is served only where it has the Gateway API (`split.served`, `split.not_served_reason`), and `rollback` is refused (400).
          */
         put: operations["putDeploymentEndpointSplit"];
         post?: never;
@@ -383,13 +383,13 @@ export interface paths {
         get: operations["getDeploymentEndpoint"];
         /**
          * Create an endpoint, or move it to another revision
-         * @description Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, switches the route once it is healthy, and drains the old instances. Promoting is putting the revision another endpoint serves. 201 when the endpoint is new, 200 when it existed. A deployment on a listener has no endpoints (400). A pull request's preview revision serves only at its `pr-<number>` endpoint (400 `preview_revision_reserved`).
+         * @description Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, switches the route once it is healthy, and drains the old instances. Promoting is putting the revision another endpoint serves. 201 when the endpoint is new, 200 when it existed. On a listener, the agent runs the revision as a Kubernetes Deployment and Service of the endpoint's own, and the endpoint has no URL of the service's.
          */
         put: operations["putDeploymentEndpoint"];
         post?: never;
         /**
          * Delete an endpoint
-         * @description Its instances are drained and stopped; the deployment's own URL is not affected. The endpoint of an open pull request's preview (`pr-<number>`) goes only when the pull request closes: deleting it is a 400 `endpoint_name_reserved`.
+         * @description Its instances are drained and stopped; the deployment's own URL is not affected.
          */
         delete: operations["deleteDeploymentEndpoint"];
         options?: never;
@@ -2134,8 +2134,12 @@ export interface components {
              */
             revision_id: string;
             weight: number;
-            /** @description Whether the own data plane sends clients to it now (its instances started and healthy); until then the endpoint's revision takes all the traffic. */
+            /** @description Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic. */
             served: boolean;
+            /** @description Why it takes none of the traffic, in plain words, as its data plane last said (on a listener: no Gateway API in this cluster, SLIPWAY_LISTENER_GATEWAY not set, the gateway refused the route: ...); null when served, or while nothing was said yet. */
+            not_served_reason: string | null;
+            /** @description Whether each client (a cookie, or the X-Slipway-Sticky header) and each LangGraph thread stays on the revision that first served it. True on the own data plane; false on a listener, whose Gateway weighs each request on its own. */
+            sticky: boolean;
             rollback: components["schemas"]["SplitRollback"] | null;
             /** Format: date-time */
             started_at: string;
@@ -2570,6 +2574,11 @@ export interface components {
              */
             status: "SERVED" | "FAILED";
             message?: string;
+            /** @description The report is about the endpoint's traffic split: revision_id is the split's revision. SERVED: it takes `weight` percent of the endpoint's requests (its Deployment rolled out, the Gateway accepted the route); FAILED: it takes none, `message` says why in plain words. */
+            split?: {
+                /** @description The split's weight the agent's route gives it (the desired state's `split.weight`). */
+                weight: number;
+            };
         };
         /** EndpointReportResult */
         EndpointReportResult: {

@@ -207,8 +207,14 @@ export function DeploymentEndpoints({ deploymentId, revisions }: { deploymentId:
                 {e.split ? (
                   <>
                     {e.split.weight}% to <code>{short(e.split.revision_id)}</code>,{' '}
-                    {e.split.served ? 'serving' : 'starting'}
+                    {e.split.served ? 'serving' : e.split.not_served_reason ? 'not served' : 'starting'}
                     {e.split.rollback ? ', taken back by itself if it does worse' : ''}
+                    {e.split.sticky ? '' : ', per request (no client or thread stays on a revision)'}
+                    {!e.split.served && e.split.not_served_reason ? (
+                      <div class="muted" data-split-reason>
+                        {e.split.not_served_reason}
+                      </div>
+                    ) : null}
                   </>
                 ) : (
                   <span class="muted">none</span>
