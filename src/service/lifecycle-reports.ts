@@ -44,7 +44,7 @@ import {
 import { AppError, notFound } from '../errors.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { claimAppUid } from '../store/app-uids.ts';
-import { setEndpointServed, setSplitServed } from '../store/deployment-endpoints.ts';
+import { setEndpointServed, setSplitNotServedReason, setSplitServed } from '../store/deployment-endpoints.ts';
 import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { lockDeployment, lockDeploymentById, moveAppUrls } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
@@ -294,7 +294,7 @@ async function reportSplit(tx: Db, workspaceId: string, report: EndpointReport, 
   if (report.served) {
     await setSplitServed(tx, report.deploymentId, report.endpoint, report.revisionId);
     if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
-  }
+  } else await setSplitNotServedReason(tx, report.deploymentId, report.endpoint, report.revisionId, report.message);
   await recordEvents(tx, [
     {
       workspaceId,

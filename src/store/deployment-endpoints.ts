@@ -263,9 +263,30 @@ export async function setSplitServed(
 ): Promise<void> {
   await db
     .updateTable('deployment_endpoints')
-    .set({ split_served_revision_id: revisionId })
+    .set(
+      revisionId === null
+        ? { split_served_revision_id: null }
+        : { split_served_revision_id: revisionId, split_not_served_reason: null },
+    )
     .where('deployment_id', '=', deploymentId)
     .where('name', '=', name)
     .where((eb) => (revisionId === null ? eb.val(true) : eb('split_revision_id', '=', revisionId)))
+    .execute();
+}
+
+/** The own data plane could not start the split's revision `revisionId`: why, shown with the split. */
+export async function setSplitNotServedReason(
+  db: Db,
+  deploymentId: string,
+  name: string,
+  revisionId: string,
+  reason: string,
+): Promise<void> {
+  await db
+    .updateTable('deployment_endpoints')
+    .set({ split_not_served_reason: reason })
+    .where('deployment_id', '=', deploymentId)
+    .where('name', '=', name)
+    .where('split_revision_id', '=', revisionId)
     .execute();
 }

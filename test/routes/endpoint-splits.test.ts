@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { createOwnPlaneReports } from '../../src/service/lifecycle-reports.ts';
 import { client, createTestApp, newWorkspace, type TestApp, type Workspace } from '../support/harness.ts';
 
 let t: TestApp;
@@ -195,5 +196,22 @@ describe('attacks on traffic splits', () => {
     });
     assert.equal(answer.status, 422, JSON.stringify(answer.body));
     assert.deepEqual(await rows(), before);
+  });
+
+  test("the own data plane's word on a split it could not start is the split's not_served_reason, gone once served", async () => {
+    const d = await deployment('split-reason');
+    const [a, b] = d.revisions as [string, string];
+    const url = `/v2/deployments/${d.id}/endpoints/production`;
+    assert.equal((await api.put(`${url}/split`, { revision_id: b, weight: 10 })).status, 200);
+    const owner = { id: 'node-reason/1', nodePrefix: 'node-reason/' };
+    await t.database.pool.query('update deployments set runner_owner = $2 where id = $1', [d.id, owner.id]);
+    const reports = createOwnPlaneReports(t.database.db, { owner, leaseSeconds: 30 });
+    const target = { deploymentId: d.id, endpoint: 'production', revisionId: b, split: { weight: 10 } };
+    await reports.reportEndpoint({ ...target, recordedRevisionId: a, served: false, message: 'health check failed' });
+    let split = (await api.get(url)).body.split;
+    assert.deepEqual([split.served, split.not_served_reason, split.sticky], [false, 'health check failed', true]);
+    await reports.reportEndpoint({ ...target, recordedRevisionId: a, served: true, fromRevisionId: null });
+    split = (await api.get(url)).body.split;
+    assert.deepEqual([split.served, split.not_served_reason], [true, null]);
   });
 });

@@ -80,7 +80,9 @@ export function endpointsCommand(run: ActionRunner): Command {
               value: (e) =>
                 e.split === null
                   ? orDash(null)
-                  : `${e.split.weight}% ${short(e.split.revision_id)}${e.split.served ? '' : ' (starting)'}`,
+                  : `${e.split.weight}% ${short(e.split.revision_id)}${
+                      e.split.served ? '' : e.split.not_served_reason ? ' (not served)' : ' (starting)'
+                    }${e.split.sticky ? '' : ' per request'}`,
             },
             { header: 'URL', value: (e) => orDash(e.url) },
             { header: 'MOVED', value: (e) => ago(e.updated_at) },
@@ -170,6 +172,9 @@ export function endpointsCommand(run: ActionRunner): Command {
           ctx.output.result(
             `${name} sends ${weight}% of its clients to revision ${revision.id}` +
               (endpoint.split?.served ? '' : ' once its instances are healthy') +
+              (endpoint.split?.sticky === false
+                ? " (per request: the cluster's Gateway keeps no client on a revision)"
+                : '') +
               (endpoint.split?.rollback ? ', rolled back by itself if it does worse' : ''),
           );
         },
