@@ -3,7 +3,7 @@
  * manifests whose spec hash the cluster does not show yet, each as an apply, and for an autoscaled
  * Deployment the hand-over of `spec.replicas` that keeps server-side apply from taking the field away.
  */
-import type { Action } from './reconcile.ts';
+import type { Action } from './reconcile-plan.ts';
 import { keyOf, refOf, type Manifest, type ObservedObject } from './kube-objects.ts';
 import { FIELD_MANAGER } from './manifest-names.ts';
 

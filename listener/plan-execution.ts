@@ -11,7 +11,7 @@ import { ApplyRefusedError, KubeError, NamespaceMissingError, type KubeClient } 
 import { keyOf, refOf } from './kube-objects.ts';
 import { HANDOVER_FIELD_MANAGER, SPEC_HASH_ANNOTATION } from './manifest-names.ts';
 import { permanentRefusal, type ProtocolClient } from './protocol-client.ts';
-import { REPORTED_RANK, type Action, type Plan, type RefusedApply } from './reconcile.ts';
+import { REPORTED_RANK, type Action, type Plan, type RefusedApply } from './reconcile-plan.ts';
 
 export interface PlanExecutionDeps {
   readonly protocol: ProtocolClient;

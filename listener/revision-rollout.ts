@@ -14,7 +14,7 @@ import {
 } from './kube-objects.ts';
 import { autoscalerMinimum } from './apply-actions.ts';
 import { COMPONENT_LABEL, REVISION_ID_LABEL } from './manifest-names.ts';
-import type { ServingCondition } from './reconcile.ts';
+import type { ServingCondition } from './reconcile-plan.ts';
 import {
   combine,
   deploymentRollout,

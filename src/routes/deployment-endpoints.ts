@@ -286,7 +286,7 @@ export const deploymentEndpointRoutes: FastifyPluginAsyncTypebox<{
           'switches the route once it is healthy, and drains the old instances. Promoting is putting the revision ' +
           'another endpoint serves. 201 when the endpoint is new, 200 when it existed. On a listener, the agent runs the ' +
           "revision as a Kubernetes Deployment and Service of the endpoint's own, and the endpoint has no URL of the service's. " +
-          "A pull request's preview revision serves only at its `pr-<number>` endpoint (400 `preview_revision_reserved`).',
+          "A pull request's preview revision serves only at its `pr-<number>` endpoint (400 `preview_revision_reserved`).",
         params: EndpointParams,
         body: Type.Object({ revision_id: Uuid() }),
         response: { 200: Endpoint, 201: Endpoint, ...errorResponses(400, 401, 403, 404, 409, 422) },

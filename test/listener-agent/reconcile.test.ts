@@ -6,14 +6,14 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from '../../listener/desired-state.ts';
 import type { ObservedObject } from '../../listener/kube-objects.ts';
+import { reconcile } from '../../listener/reconcile.ts';
 import {
   inPlaceInputs,
-  reconcile,
   type Action,
   type Memory,
   type ReconcileContext,
   type RefusedApply,
-} from '../../listener/reconcile.ts';
+} from '../../listener/reconcile-plan.ts';
 
 const LISTENER = '6f1c0000-0000-4000-8000-000000000001';
 const ctx: ReconcileContext = {
