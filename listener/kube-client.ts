@@ -181,6 +181,8 @@ function toKubeError(error: unknown, what: string): KubeError {
 class UnstructuredObjectApi extends KubernetesObjectApi {
   /** Whether the API's discovery lists `kind` in `apiVersion` (throws an ApiException 404 for a group not served). */
   async servesKind(apiVersion: string, kind: string): Promise<boolean> {
+    // Read afresh each time: the library keeps what discovery said, and CRDs come and go on a live cluster.
+    delete this.apiVersionResourceCache[apiVersion];
     return (await this.resource(apiVersion, kind)) !== undefined;
   }
 

@@ -58,8 +58,18 @@ export function createPlanExecution(deps: PlanExecutionDeps) {
           error instanceof KubeError &&
           error.status === 404 &&
           !(error instanceof NamespaceMissingError)
-        )
+        ) {
+          // The Gateway API's CRDs are gone, not the route refused: the next pass looks at the API's
+          // discovery again, and the endpoint's split is then reported not served, with why. Not a
+          // refusal (an ApplyRefusedError below would fail the endpoint for good).
+          logger.warn(
+            { deployment_id: plan.deploymentId, err: error.message },
+            'the cluster no longer serves HTTPRoute; looking for the Gateway API again',
+          );
           deps.routesGone?.();
+          // Tried again after the deployment's back-off, as any failure: never a loop of 404s.
+          return `${plan.deploymentId}: ${error.message}`;
+        }
         if (error instanceof NamespaceMissingError && action.type === 'apply') {
           const since = missingSince.get(action.revisionId) ?? Date.now();
           missingSince.set(action.revisionId, since);

@@ -316,4 +316,32 @@ describe('listener agent: endpoints', { timeout: 120_000 }, () => {
     const served = await splitReport(canary.id, 'SERVED');
     assert.deepEqual(served.split, { weight: 10 });
   });
+
+  test("a cluster whose Gateway API is removed: the route's 404 makes the agent look again, and the split is reported not served", async () => {
+    world = await startWorld(
+      { autoRollout: true, gatewayApi: true },
+      { gateway: { namespace: 'gateways', name: 'public' } },
+    );
+    world.kube.setGatewayController({ accepts: true });
+    const main = endpointRevision('ghcr.io/acme/support-agent:1.4.0');
+    const canary = endpointRevision('ghcr.io/acme/support-agent:1.5.0');
+    const d = await running([endpoint('production', main, { revision_id: canary.id, weight: 10, revision: canary })]);
+    await splitReport(canary.id, 'SERVED');
+
+    world.kube.uninstallGatewayApi();
+    // The split widens: its route's apply is answered 404 now.
+    world.slipway.upsert({
+      ...world.slipway.deployment(d.deployment_id)!,
+      endpoints: [
+        {
+          ...endpoint('production', main, { revision_id: canary.id, weight: 40, revision: canary }),
+          served_revision_id: main.id,
+        },
+      ],
+    });
+    const refusal = await world.slipway.waitFor(() =>
+      world.slipway.endpointReports.find((r) => r.split?.weight === 40 && r.status === 'FAILED'),
+    );
+    assert.match(refusal.message!, /^no Gateway API in this cluster/);
+  });
 });

@@ -337,6 +337,13 @@ export class FakeKube {
     this.changes.emit('change');
   }
 
+  /** The Gateway API's CRDs are removed: HTTPRoute is no longer served (404), and the routes are gone. */
+  uninstallGatewayApi(): void {
+    this.resources = this.resources.filter((r) => r !== HTTP_ROUTE);
+    for (const [key, object] of this.objects) if (object.kind === 'HTTPRoute') this.objects.delete(key);
+    this.changes.emit('change');
+  }
+
   /**
    * A controller runs for the routes' Gateway and writes each HTTPRoute's `status.parents` as a real one
    * does: per parentRef, its controllerName and the conditions Accepted and ResolvedRefs with the route's
