@@ -262,7 +262,7 @@ export interface paths {
         put?: never;
         /**
          * Redeploy a revision
-         * @description Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec.
+         * @description Makes a new revision with exactly what the given revision ran: source revision config, secrets and resource spec. A pull request's preview revision is not redeployed (400 `preview_revision_reserved`).
          */
         post: operations["redeployRevision"];
         delete?: never;
@@ -341,7 +341,7 @@ export interface paths {
         get?: never;
         /**
          * Split an endpoint's traffic with a second revision, or change the split
-         * @description Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the split back by itself when the revision does worse than the endpoint revision over a window. On a listener the cluster's Gateway weighs each request (no client or thread stays on a revision: `split.sticky` is false), the split is served only where it has the Gateway API (`split.served`, `split.not_served_reason`), and `rollback` is refused (400).
+         * @description Sends `weight` percent of the endpoint's clients to a DEPLOYED revision of the deployment, started from its sealed build beside the endpoint revision and health-checked before any traffic. Each client stays on one revision for the life of the split (a cookie the edge sets, or the `X-Slipway-Sticky` header it sends), and each LangGraph thread on the revision that first served it. A PUT with another weight widens or narrows it. End it with DELETE, or promote the revision by putting it as the endpoint's revision. `rollback` takes the split back by itself when the revision does worse than the endpoint revision over a window. Neither an open pull request's preview endpoint (400 `endpoint_name_reserved`) nor a preview revision (400 `preview_revision_reserved`) takes part in a split. On a listener the cluster's Gateway weighs each request (no client or thread stays on a revision: `split.sticky` is false), the split is served only where it has the Gateway API (`split.served`, `split.not_served_reason`), and `rollback` is refused (400).
          */
         put: operations["putDeploymentEndpointSplit"];
         post?: never;
@@ -383,13 +383,13 @@ export interface paths {
         get: operations["getDeploymentEndpoint"];
         /**
          * Create an endpoint, or move it to another revision
-         * @description Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, switches the route once it is healthy, and drains the old instances. Promoting is putting the revision another endpoint serves. 201 when the endpoint is new, 200 when it existed. On a listener, the agent runs the revision as a Kubernetes Deployment and Service of the endpoint's own, and the endpoint has no URL of the service's.
+         * @description Pins the endpoint to a DEPLOYED revision of the deployment. The own data plane starts that revision from its sealed build (no rebuild, with the secrets the revision was made with) beside what serves there, switches the route once it is healthy, and drains the old instances. Promoting is putting the revision another endpoint serves. 201 when the endpoint is new, 200 when it existed. On a listener, the agent runs the revision as a Kubernetes Deployment and Service of the endpoint's own, and the endpoint has no URL of the service's. A pull request's preview revision serves only at its `pr-<number>` endpoint (400 `preview_revision_reserved`).
          */
         put: operations["putDeploymentEndpoint"];
         post?: never;
         /**
          * Delete an endpoint
-         * @description Its instances are drained and stopped; the deployment's own URL is not affected.
+         * @description Its instances are drained and stopped; the deployment's own URL is not affected. The endpoint of an open pull request's preview (`pr-<number>`) goes only when the pull request closes: deleting it is a 400 `endpoint_name_reserved`.
          */
         delete: operations["deleteDeploymentEndpoint"];
         options?: never;
