@@ -9,10 +9,9 @@ import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import type { Logger } from 'pino';
 import { hashCredential, newCredential, shownPrefix } from './auth/credentials.ts';
+import { BOOTSTRAP_LOCK } from './db/advisory-locks.ts';
 import type { Database } from './store/schema.ts';
 import { createApiKey, createOrganization, createWorkspace, defaultWorkspace, ensureKey } from './store/tenancy.ts';
-
-const BOOTSTRAP_LOCK_KEY = 7_342_002;
 
 /** How keys made from SLIPWAY_BOOTSTRAP_API_KEY are named, and found again when the value changes. */
 const BOOTSTRAP_KEY_NAME = 'bootstrap (SLIPWAY_BOOTSTRAP_API_KEY)';
@@ -32,7 +31,7 @@ export interface BootstrapResult {
 export async function bootstrap(db: Kysely<Database>, configuredKey: string | null): Promise<BootstrapResult> {
   return db.transaction().execute(async (tx) => {
     // Replicas starting together must not make two default organizations.
-    await sql`select pg_advisory_xact_lock(${BOOTSTRAP_LOCK_KEY})`.execute(tx);
+    await sql`select pg_advisory_xact_lock(${BOOTSTRAP_LOCK})`.execute(tx);
     let generatedKey: string | null = null;
     let workspace = await defaultWorkspace(tx);
     if (!workspace) {

@@ -32,6 +32,7 @@ import { sql } from 'kysely';
 import type { Kysely, QueryExecutorProvider } from 'kysely';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { DATABASE_STORAGE_ROUND_LOCK } from '../db/advisory-locks.ts';
 import {
   cutOffMarginBytes,
   limitBytesOf,
@@ -49,9 +50,6 @@ const MIB = 1024 * 1024;
 
 /** The least change of a database's size that is written down (besides 1% of it). */
 const RECORD_STEP_BYTES = MIB;
-
-/** The advisory lock a round holds (one key for the service: pg_advisory_lock's bigint). */
-export const ROUND_LOCK = 0x534c_5759_4442_5354n; // "SLWYDBST"
 
 /** Whether the size moved enough since the last one written to be written again. */
 function sizeMoved(last: number | null, size: number): boolean {
@@ -192,7 +190,7 @@ export async function checkDatabaseStorage(deps: DatabaseStorageDeps): Promise<b
   const lock = await deps.pool.connect();
   try {
     const held = await lock.query<{ locked: boolean }>('select pg_try_advisory_lock($1) as locked', [
-      ROUND_LOCK.toString(),
+      DATABASE_STORAGE_ROUND_LOCK.toString(),
     ]);
     if (!held.rows[0]!.locked) return false;
     try {
@@ -207,7 +205,7 @@ export async function checkDatabaseStorage(deps: DatabaseStorageDeps): Promise<b
       }
       return true;
     } finally {
-      await lock.query('select pg_advisory_unlock($1)', [ROUND_LOCK.toString()]);
+      await lock.query('select pg_advisory_unlock($1)', [DATABASE_STORAGE_ROUND_LOCK.toString()]);
     }
   } finally {
     lock.release();

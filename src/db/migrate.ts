@@ -8,11 +8,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
+import { MIGRATION_LOCK } from './advisory-locks.ts';
 
 const MIGRATIONS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../migrations');
-
-/** Arbitrary constant naming Slipway's migration lock among other advisory locks of the server. */
-const MIGRATION_LOCK_KEY = 7_342_001;
 
 export interface Migration {
   id: number;
@@ -68,7 +66,7 @@ export async function migrateWithin(client: pg.ClientBase, options: MigrateOptio
   const migrations = (await readMigrations(options.dir)).filter(
     (m) => options.upTo === undefined || m.id <= options.upTo,
   );
-  await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
+  await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
   await client.query(CREATE_LEDGER);
   const done = new Set((await appliedMigrations(client)).map((m) => m.id));
   const applied: number[] = [];
@@ -94,7 +92,7 @@ export async function migrate(pool: pg.Pool, dirOrOptions: string | MigrateOptio
   const applied: number[] = [];
   try {
     // Replicas starting at once wait here; each then finds what the first applied in the ledger.
-    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK_KEY]);
+    await client.query('select pg_advisory_lock($1)', [MIGRATION_LOCK]);
     await client.query(CREATE_LEDGER);
     const done = new Set((await appliedMigrations(client)).map((m) => m.id));
     for (const migration of migrations) {
@@ -110,7 +108,7 @@ export async function migrate(pool: pg.Pool, dirOrOptions: string | MigrateOptio
       applied.push(migration.id);
     }
   } finally {
-    await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK_KEY]).catch(() => {
+    await client.query('select pg_advisory_unlock($1)', [MIGRATION_LOCK]).catch(() => {
       // The lock dies with the session anyway; releasing the client below ends it.
     });
     client.release();

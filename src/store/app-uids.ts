@@ -4,6 +4,7 @@
  * exists (its row goes with the deployment's).
  */
 import { sql } from 'kysely';
+import { APP_UID_LOCK } from '../db/advisory-locks.ts';
 import type { Db } from './schema.ts';
 
 /** Every uid of the range is held by a deployment. */
@@ -14,9 +15,6 @@ export class AppUidsExhaustedError extends Error {
     );
   }
 }
-
-/** Serialises the giving of uids across replicas (pg_advisory_xact_lock's key; see src/db/migrate.ts). */
-const APP_UID_LOCK_KEY = 7_342_003;
 
 /**
  * The deployment's uid, given now if it has none. Uids are given one at a time under a transaction
@@ -36,7 +34,7 @@ export async function claimAppUid(
   const held = await heldBy(db);
   if (held) return held.uid;
   const give = async (tx: Db): Promise<number> => {
-    await sql`select pg_advisory_xact_lock(${APP_UID_LOCK_KEY})`.execute(tx);
+    await sql`select pg_advisory_xact_lock(${APP_UID_LOCK})`.execute(tx);
     const heldNow = await heldBy(tx);
     if (heldNow) return heldNow.uid;
     const given = await sql<{ uid: number }>`

@@ -26,7 +26,7 @@ import {
   type TestService,
 } from '../dataplane/data-plane-harness.ts';
 import { eventually, pause } from '../support/wait.ts';
-import { ROUND_LOCK } from '../../src/dataplane/app-database-storage.ts';
+import { DATABASE_STORAGE_ROUND_LOCK } from '../../src/db/advisory-locks.ts';
 
 const MIB = 1024 * 1024;
 /** The default (and each app's) limit: 24 MiB; the maximum lets a patch raise it to 1 GiB. */
@@ -242,13 +242,13 @@ test('a database whose size does not move is not written down at every measure; 
 test('while another replica measures (it holds the round’s lock), this one measures nothing; after it, this one does', async () => {
   const other = await service.database.pool.connect();
   try {
-    await other.query('select pg_advisory_lock($1)', [ROUND_LOCK.toString()]);
+    await other.query('select pg_advisory_lock($1)', [DATABASE_STORAGE_ROUND_LOCK.toString()]);
     const before = await recorded(keeper.id);
     await keeperWrites(3);
     // The scenario is rounds going by while the lock is held: three of them change nothing.
     await pause(3_500, 'three measuring rounds go by while the lock is held');
     assert.deepEqual(await recorded(keeper.id), before, 'no measure while another replica holds the round');
-    await other.query('select pg_advisory_unlock($1)', [ROUND_LOCK.toString()]);
+    await other.query('select pg_advisory_unlock($1)', [DATABASE_STORAGE_ROUND_LOCK.toString()]);
     await eventually(
       'a measure once the lock is free',
       async () => ((await recorded(keeper.id)).bytes ?? 0) > before.bytes!,
