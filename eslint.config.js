@@ -53,7 +53,6 @@ export default tseslint.config(
       'src/dataplane/local-runtime.ts',
       'src/routes/deployments.ts',
       'src/routes/listener-protocol.ts',
-      'src/routes/listeners.ts',
       'src/service/deployments.ts',
       'src/service/listeners.ts',
       'src/service/codehost-webhooks.ts',

@@ -269,8 +269,13 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
     },
   );
 
-  // ----- credentials of the listener's agent (docs/listener-protocol.md, "Authentication") -----
+  registerCredentialRoutes(app, listeners);
+};
 
+type RouteApp = Parameters<FastifyPluginAsyncTypebox>[0];
+
+/** The credentials of a listener's agent (docs/listener-protocol.md, "Authentication"). */
+function registerCredentialRoutes(app: RouteApp, listeners: ListenerService): void {
   app.post(
     '/v2/listeners/:listener_id/credentials',
     {
@@ -346,4 +351,4 @@ export const listenerRoutes: FastifyPluginAsyncTypebox<{ listeners: ListenerServ
       return reply.status(204).send(null);
     },
   );
-};
+}
