@@ -52,7 +52,6 @@ export default tseslint.config(
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',
       'src/routes/deployments.ts',
-      'src/routes/listener-protocol.ts',
       'src/service/deployments.ts',
       'src/service/listeners.ts',
       'src/service/codehost-webhooks.ts',

@@ -75,21 +75,17 @@ function entityTags(header: string | undefined): string[] {
   return header.split(',').map((tag) => tag.trim().replace(/^W\//, ''));
 }
 
-// ----- routes ------------------------------------------------------------------------------------
+// An API key speaks the protocol only if it is an admin key: the desired state holds the secrets in
+// clear, and reports and deletions move revisions and deployments (issue 23, item 2). A listener
+// credential is the listener's own and is checked by listenerOf.
+const config = { auth: 'listener' as const, admin: true };
+const tags = ['listener protocol'];
 
-export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolRouteDeps> = async (app, deps) => {
-  const { protocol, listeners } = deps;
-  const waits = createDesiredStateWaits({ db: deps.db, changes: deps.changes, logger: app.log });
-  const safetyPollMs = waits.hasFeed ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS;
-  let closing = false;
+type RouteApp = Parameters<FastifyPluginAsyncTypebox>[0];
+type ListenerOf = (request: FastifyRequest, listenerId: string) => Promise<{ listenerId: string; workspaceId: string }>;
 
-  // app.close() waits for every open request: waiting long-polls answer at once instead.
-  app.addHook('preClose', async () => {
-    closing = true;
-    waits.wakeAll();
-  });
-  app.addHook('onClose', async () => waits.stop());
-
+/** Who may speak for the listener in the path, checked at a request's start and again after a long wait. */
+function listenerAccess({ protocol, listeners }: ListenerProtocolRouteDeps) {
   /**
    * The listener in the path, when the caller may speak for it; 404 otherwise (never 403). Every
    * protocol request counts as the listener being seen (its state, and whether a delete waits for it).
@@ -125,11 +121,25 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     }
   }
 
-  // An API key speaks the protocol only if it is an admin key: the desired state holds the secrets in
-  // clear, and reports and deletions move revisions and deployments (issue 23, item 2). A listener
-  // credential is the listener's own and is checked by listenerOf.
-  const config = { auth: 'listener' as const, admin: true };
-  const tags = ['listener protocol'];
+  return { listenerOf, stillAllowed };
+}
+
+// ----- routes ------------------------------------------------------------------------------------
+
+export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolRouteDeps> = async (app, deps) => {
+  const { protocol, listeners } = deps;
+  const waits = createDesiredStateWaits({ db: deps.db, changes: deps.changes, logger: app.log });
+  const safetyPollMs = waits.hasFeed ? SAFETY_POLL_MS : POLL_WITHOUT_FEED_MS;
+  let closing = false;
+
+  // app.close() waits for every open request: waiting long-polls answer at once instead.
+  app.addHook('preClose', async () => {
+    closing = true;
+    waits.wakeAll();
+  });
+  app.addHook('onClose', async () => waits.stop());
+
+  const { listenerOf, stillAllowed } = listenerAccess(deps);
 
   app.get(
     '/v2/listeners/:listener_id/desired-state',
@@ -205,6 +215,11 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
     },
   );
 
+  registerReportRoutes(app, deps, listenerOf);
+};
+
+/** What a listener tells the service: its revisions' statuses, its endpoints, its deletions and conditions. */
+function registerReportRoutes(app: RouteApp, { protocol }: ListenerProtocolRouteDeps, listenerOf: ListenerOf): void {
   app.post(
     '/v2/listeners/:listener_id/reports',
     {
@@ -303,4 +318,4 @@ export const listenerProtocolRoutes: FastifyPluginAsyncTypebox<ListenerProtocolR
       return listenerResponse(await protocol.heartbeat(workspaceId, listenerId, request.body));
     },
   );
-};
+}
