@@ -53,7 +53,6 @@ export default tseslint.config(
       'src/dataplane/local-runtime.ts',
       'src/routes/deployments.ts',
       'src/service/deployments.ts',
-      'src/service/listeners.ts',
       'src/service/codehost-webhooks.ts',
       'src/service/pull-request-previews.ts',
       // The listener's, when the rule reached it: closures of its loops (agent, controller, execution),

@@ -158,6 +158,19 @@ export function createListenerService({ db }: ListenerServiceDeps) {
 
     // ----- credentials of the listener's agent (docs/listener-protocol.md, "Authentication") -----
 
+    ...agentAccessOperations(db, get),
+  };
+}
+
+/**
+ * The agent's access to its listener: its credentials (made, listed, revoked) and the audit of an API key
+ * reading the desired state in its place.
+ */
+function agentAccessOperations(
+  db: Kysely<Database>,
+  get: (workspaceId: string, id: string, from?: Db) => Promise<ListenerView>,
+) {
+  return {
     /** A new credential for the listener's agent; `credential` is the only copy of the secret. */
     async createCredential(
       workspaceId: string,
