@@ -200,6 +200,13 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
     },
   );
 
+  registerRevisionRoutes(app, deployments);
+};
+
+type RouteApp = Parameters<FastifyPluginAsyncTypebox>[0];
+
+/** A deployment's revisions: listed, read, redeployed and interrupted. */
+function registerRevisionRoutes(app: RouteApp, deployments: DeploymentService): void {
   const statusList = `^(${REVISION_STATUSES.join('|')})(,(${REVISION_STATUSES.join('|')}))*$`;
   app.get(
     '/v2/deployments/:deployment_id/revisions',
@@ -304,4 +311,4 @@ export const deploymentRoutes: FastifyPluginAsyncTypebox<DeploymentRouteDeps> = 
         await deployments.interrupt(workspaceOf(request), request.params.deployment_id, request.params.revision_id),
       ),
   );
-};
+}
