@@ -51,7 +51,6 @@ export default tseslint.config(
       'src/dataplane/edge-haproxy-switch.ts',
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',
-      'src/service/deployments.ts',
       'src/service/codehost-webhooks.ts',
       'src/service/pull-request-previews.ts',
       // The listener's, when the rule reached it: closures of its loops (agent, controller, execution),

@@ -239,6 +239,18 @@ export function createDeploymentService({
       });
     },
 
+    ...revisionActions(db, read),
+  };
+}
+
+export type DeploymentService = ReturnType<typeof createDeploymentService>;
+
+/** What a user asks of one revision: deploy it again (a rollback), or interrupt it. */
+function revisionActions(
+  db: Kysely<Database>,
+  read: (workspaceId: string, id: string, from?: Db) => Promise<DeploymentView>,
+) {
+  return {
     /** A new revision that runs exactly what an earlier one ran: its config, secrets and resource spec. */
     async redeploy(workspaceId: string, id: string, revisionId: string): Promise<DeploymentView> {
       await db.transaction().execute(async (tx) => {
@@ -307,5 +319,3 @@ export function createDeploymentService({
     },
   };
 }
-
-export type DeploymentService = ReturnType<typeof createDeploymentService>;
