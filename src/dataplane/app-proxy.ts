@@ -99,6 +99,32 @@ export interface AppProxy {
   close(): void;
 }
 
+/**
+ * X-Forwarded-* as this service saw the request. For and the prior hops are kept (apps pick how many
+ * to trust); Proto and Host are set here, so a client cannot make an app build links to a host of its
+ * choosing. The service's own credentials never reach an app.
+ */
+function setForwardedHeaders(req: IncomingMessage, app: AppRequest, forwardedProto: 'http' | 'https'): void {
+  const headers = req.headers;
+  const client = req.socket.remoteAddress ?? '';
+  const prior = headers['x-forwarded-for'];
+  headers['x-forwarded-for'] = prior ? `${String(prior)}, ${client}` : client;
+  headers['x-forwarded-proto'] = req.socket instanceof TLSSocket && req.socket.encrypted ? 'https' : forwardedProto;
+  if (headers.host !== undefined) headers['x-forwarded-host'] = headers.host;
+  else delete headers['x-forwarded-host'];
+  delete headers['x-forwarded-port'];
+  delete headers['x-forwarded-prefix'];
+  if (isServiceCredential(headers['x-api-key'])) delete headers['x-api-key'];
+  if (isServiceCredential(headers.authorization)) delete headers.authorization;
+  // Node joins repeated Cookie headers with '; '.
+  if (headers.cookie !== undefined) {
+    const cookie = withoutServiceCookies(headers.cookie);
+    if (cookie === undefined) delete headers.cookie;
+    else headers.cookie = cookie;
+  }
+  req.url = app.url;
+}
+
 export function createAppProxy(options: AppProxyOptions): AppProxy {
   const { logger, routes } = options;
   // Keep-alive to the apps saves a connection (and a TIME_WAIT socket) per request. The timeout frees
@@ -148,33 +174,6 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
       sendError(req, resOrSocket, 502, 'bad_gateway', 'The deployment did not answer.');
     else resOrSocket.destroy();
   });
-
-  /**
-   * X-Forwarded-* as this service saw the request. For and the prior hops are kept (apps pick how many
-   * to trust); Proto and Host are set here, so a client cannot make an app build links to a host of its
-   * choosing. The service's own credentials never reach an app.
-   */
-  function setForwardedHeaders(req: IncomingMessage, app: AppRequest): void {
-    const headers = req.headers;
-    const client = req.socket.remoteAddress ?? '';
-    const prior = headers['x-forwarded-for'];
-    headers['x-forwarded-for'] = prior ? `${String(prior)}, ${client}` : client;
-    headers['x-forwarded-proto'] =
-      req.socket instanceof TLSSocket && req.socket.encrypted ? 'https' : options.forwardedProto;
-    if (headers.host !== undefined) headers['x-forwarded-host'] = headers.host;
-    else delete headers['x-forwarded-host'];
-    delete headers['x-forwarded-port'];
-    delete headers['x-forwarded-prefix'];
-    if (isServiceCredential(headers['x-api-key'])) delete headers['x-api-key'];
-    if (isServiceCredential(headers.authorization)) delete headers.authorization;
-    // Node joins repeated Cookie headers with '; '.
-    if (headers.cookie !== undefined) {
-      const cookie = withoutServiceCookies(headers.cookie);
-      if (cookie === undefined) delete headers.cookie;
-      else headers.cookie = cookie;
-    }
-    req.url = app.url;
-  }
 
   function forward(
     req: IncomingMessage,
@@ -248,7 +247,7 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
 
   function proxyWebSocket(req: IncomingMessage, socket: Duplex, head: Buffer, app: AppRequest, backend: Backend): void {
     // Browsers do not follow redirects on a WebSocket handshake: `/apps/<slug>` is the app's root.
-    setForwardedHeaders(req, app.url.startsWith('/') ? app : { ...app, url: `/${app.url}` });
+    setForwardedHeaders(req, app.url.startsWith('/') ? app : { ...app, url: `/${app.url}` }, options.forwardedProto);
     backend.sockets.add(socket);
     socket.once('close', () => {
       backend.sockets.delete(socket);
@@ -280,7 +279,7 @@ export function createAppProxy(options: AppProxyOptions): AppProxy {
 
   return {
     web(req, res, app) {
-      setForwardedHeaders(req, app);
+      setForwardedHeaders(req, app, options.forwardedProto);
       forward(req, res, app.route ?? app.slug, new Set(), 1);
     },
     ws: proxyWebSocket,
