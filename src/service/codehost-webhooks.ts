@@ -73,106 +73,107 @@ const shortSha = (sha: string): string => sha.slice(0, 12);
 /** What a push does, decided inside the delivery's transaction. */
 type PushDecision = DeliveryResult & { refusal?: AppError };
 
-export function createWebhookService({ db, integrations, deployments, previews }: WebhookServiceDeps) {
-  /** Builds every deployment that tracks the pushed branch, or says why none is built. */
-  async function decidePush(
-    tx: Transaction<Database>,
-    facts: DeliveryFacts & { deliveryId: string },
-    workspaceId: string,
-    event: PushEvent,
-  ): Promise<PushDecision> {
-    const repository = event.repository.full_name;
-    const ofIntegration = await codehostDeploymentsOfIntegration(tx, facts.integrationId);
-    const forRepo = ofIntegration.filter(
-      (d) => d.workspace_id === workspaceId && d.repo_url !== null && pushIsForRepository(event, d.repo_url),
-    );
-    if (forRepo.length === 0) {
-      const message = `No codehost deployment of this integration uses the repository ${repository} (${event.repository.html_url}).`;
-      return {
-        outcome: 'rejected',
-        reason: 'unknown_repository',
-        message,
-        refusal: new AppError('not_found', message),
-      };
-    }
-    const target = pushTarget(event);
-    if (target.kind === 'ignored') return { outcome: 'ignored', reason: target.reason, message: target.message };
-
-    const names = (list: CodehostDeploymentOfIntegration[]): string => list.map((d) => `'${d.name}'`).join(', ');
-    const building = forRepo.filter((d) => d.build_on_push);
-    if (building.length === 0) {
-      return {
-        outcome: 'ignored',
-        reason: 'build_on_push_off',
-        message: `No deployment of ${repository} has source_config.build_on_push set (deployments: ${names(forRepo)}).`,
-      };
-    }
-    // The tracked branch is that of the latest revision; one made from another source (revision_source)
-    // tracks nothing until a codehost revision comes again.
-    const refOf = (d: CodehostDeploymentOfIntegration): string | null =>
-      d.latest_revision_source === 'codehost' && d.latest_revision_config?.repo_ref
-        ? d.latest_revision_config.repo_ref
-        : null;
-    const tracking = building.filter((d) => {
-      const ref = refOf(d);
-      return ref !== null && trackedBranch(ref) === target.branch;
-    });
-    if (tracking.length === 0) {
-      const tracked = building
-        .map((d) => `'${d.name}' tracks ${trackedBranch(refOf(d) ?? '') ?? 'no branch'}`)
-        .join(', ');
-      return {
-        outcome: 'ignored',
-        reason: 'branch_not_tracked',
-        message: `No build_on_push deployment of ${repository} tracks branch ${target.branch} (${tracked}).`,
-      };
-    }
-    // A commit builds once per deployment. The signature covers the body but not the delivery id, so a
-    // captured push replayed under a new id must not build again (nor roll back to an old commit); and a
-    // push sent by two webhooks (a repository's and its organization's) is one push. Locked first, in id
-    // order, so that concurrent deliveries of one push serialise here.
-    for (const deployment of tracking) await lockDeployment(tx, workspaceId, deployment.id);
-    const built = await deploymentsWithCommit(
-      tx,
-      tracking.map((d) => d.id),
-      target.commitSha,
-    );
-    const toBuild = tracking.filter((d) => !built.has(d.id));
-    if (toBuild.length === 0) {
-      const revisions = tracking.map((d) => `'${d.name}' revision ${built.get(d.id) ?? '?'}`).join(', ');
-      return {
-        outcome: 'ignored',
-        reason: 'commit_already_built',
-        message: `Commit ${shortSha(target.commitSha)} was already built (${revisions}); redeploy that revision to run it again.`,
-      };
-    }
-    const revisionIds: string[] = [];
-    for (const deployment of toBuild) {
-      const view = await deployments.patch(
-        workspaceId,
-        deployment.id,
-        { source_revision_config: { repo_ref: refOf(deployment), repo_commit_sha: target.commitSha } },
-        {
-          tx,
-          cause: {
-            cause: 'push',
-            integration_id: facts.integrationId,
-            delivery_id: facts.deliveryId,
-            ref: event.ref,
-            commit_sha: target.commitSha,
-          },
-        },
-      );
-      if (view.latest_revision_id !== null) revisionIds.push(view.latest_revision_id);
-    }
+/** Builds every deployment that tracks the pushed branch, or says why none is built. */
+async function decidePush(
+  deployments: DeploymentService,
+  tx: Transaction<Database>,
+  facts: DeliveryFacts & { deliveryId: string },
+  workspaceId: string,
+  event: PushEvent,
+): Promise<PushDecision> {
+  const repository = event.repository.full_name;
+  const ofIntegration = await codehostDeploymentsOfIntegration(tx, facts.integrationId);
+  const forRepo = ofIntegration.filter(
+    (d) => d.workspace_id === workspaceId && d.repo_url !== null && pushIsForRepository(event, d.repo_url),
+  );
+  if (forRepo.length === 0) {
+    const message = `No codehost deployment of this integration uses the repository ${repository} (${event.repository.html_url}).`;
     return {
-      outcome: 'revision_created',
-      reason: 'push',
-      message: `Commit ${shortSha(target.commitSha)} of branch ${target.branch} created a revision of ${names(toBuild)}.`,
-      revisionIds,
+      outcome: 'rejected',
+      reason: 'unknown_repository',
+      message,
+      refusal: new AppError('not_found', message),
     };
   }
+  const target = pushTarget(event);
+  if (target.kind === 'ignored') return { outcome: 'ignored', reason: target.reason, message: target.message };
 
+  const names = (list: CodehostDeploymentOfIntegration[]): string => list.map((d) => `'${d.name}'`).join(', ');
+  const building = forRepo.filter((d) => d.build_on_push);
+  if (building.length === 0) {
+    return {
+      outcome: 'ignored',
+      reason: 'build_on_push_off',
+      message: `No deployment of ${repository} has source_config.build_on_push set (deployments: ${names(forRepo)}).`,
+    };
+  }
+  // The tracked branch is that of the latest revision; one made from another source (revision_source)
+  // tracks nothing until a codehost revision comes again.
+  const refOf = (d: CodehostDeploymentOfIntegration): string | null =>
+    d.latest_revision_source === 'codehost' && d.latest_revision_config?.repo_ref
+      ? d.latest_revision_config.repo_ref
+      : null;
+  const tracking = building.filter((d) => {
+    const ref = refOf(d);
+    return ref !== null && trackedBranch(ref) === target.branch;
+  });
+  if (tracking.length === 0) {
+    const tracked = building
+      .map((d) => `'${d.name}' tracks ${trackedBranch(refOf(d) ?? '') ?? 'no branch'}`)
+      .join(', ');
+    return {
+      outcome: 'ignored',
+      reason: 'branch_not_tracked',
+      message: `No build_on_push deployment of ${repository} tracks branch ${target.branch} (${tracked}).`,
+    };
+  }
+  // A commit builds once per deployment. The signature covers the body but not the delivery id, so a
+  // captured push replayed under a new id must not build again (nor roll back to an old commit); and a
+  // push sent by two webhooks (a repository's and its organization's) is one push. Locked first, in id
+  // order, so that concurrent deliveries of one push serialise here.
+  for (const deployment of tracking) await lockDeployment(tx, workspaceId, deployment.id);
+  const built = await deploymentsWithCommit(
+    tx,
+    tracking.map((d) => d.id),
+    target.commitSha,
+  );
+  const toBuild = tracking.filter((d) => !built.has(d.id));
+  if (toBuild.length === 0) {
+    const revisions = tracking.map((d) => `'${d.name}' revision ${built.get(d.id) ?? '?'}`).join(', ');
+    return {
+      outcome: 'ignored',
+      reason: 'commit_already_built',
+      message: `Commit ${shortSha(target.commitSha)} was already built (${revisions}); redeploy that revision to run it again.`,
+    };
+  }
+  const revisionIds: string[] = [];
+  for (const deployment of toBuild) {
+    const view = await deployments.patch(
+      workspaceId,
+      deployment.id,
+      { source_revision_config: { repo_ref: refOf(deployment), repo_commit_sha: target.commitSha } },
+      {
+        tx,
+        cause: {
+          cause: 'push',
+          integration_id: facts.integrationId,
+          delivery_id: facts.deliveryId,
+          ref: event.ref,
+          commit_sha: target.commitSha,
+        },
+      },
+    );
+    if (view.latest_revision_id !== null) revisionIds.push(view.latest_revision_id);
+  }
+  return {
+    outcome: 'revision_created',
+    reason: 'push',
+    message: `Commit ${shortSha(target.commitSha)} of branch ${target.branch} created a revision of ${names(toBuild)}.`,
+    revisionIds,
+  };
+}
+
+export function createWebhookService({ db, integrations, deployments, previews }: WebhookServiceDeps) {
   /**
    * Claims the delivery id, decides, and settles the record, all in one transaction: a failure leaves no
    * trace but the error, and GitHub may redeliver.
@@ -322,7 +323,7 @@ export function createWebhookService({ db, integrations, deployments, previews }
       }
       const pushFacts = { ...claimable, repository: push.repository.full_name, ref: push.ref, commitSha: push.after };
       const { row, refusal } = await processOnce(pushFacts, (tx) =>
-        decidePush(tx, pushFacts, integration.workspace_id, push),
+        decidePush(deployments, tx, pushFacts, integration.workspace_id, push),
       );
       if (refusal) throw refusal;
       return row;
