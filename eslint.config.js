@@ -50,7 +50,6 @@ export default tseslint.config(
       'src/dataplane/edge-haproxy-switch.ts',
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',
-      'src/service/pull-request-previews.ts',
       // The listener's, when the rule reached it: closures of its loops (agent, controller, execution),
       // the manifests of a revision, and the run plan of reconcile.ts.
       'listener/listener-agent.ts',

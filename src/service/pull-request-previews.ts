@@ -68,6 +68,200 @@ export interface PreviewView extends PullRequestPreviewRow {
 
 const shortSha = (sha: string): string => sha.slice(0, 12);
 
+function event(
+  deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
+  type: EventInput['type'],
+  data: Record<string, unknown>,
+): EventInput {
+  return {
+    workspaceId: deployment.workspace_id,
+    subjectType: 'deployment',
+    subjectId: deployment.id,
+    deploymentId: deployment.id,
+    type,
+    data,
+  };
+}
+
+/** Interrupts the preview's revisions that have not ended (an older commit's, or the closed one's). */
+async function endUnfinished(tx: Transaction<Database>, deploymentId: string, number: number, keep: string | null) {
+  const unfinished = await lockRevisionsInStatus(tx, deploymentId, UNFINISHED_REVISION_STATUSES);
+  for (const revision of unfinished.filter((r) => r.preview_pull_request === number && r.id !== keep)) {
+    const queued = (SUPERSEDABLE_REVISION_STATUSES as readonly string[]).includes(revision.status);
+    await transitionRevision(
+      tx,
+      revision,
+      queued && keep !== null ? 'SKIPPED' : 'INTERRUPTED',
+      keep !== null
+        ? {
+            reason: 'superseded',
+            message: `Superseded by revision ${keep} of a newer commit of pull request #${number}.`,
+          }
+        : { reason: 'pull_request_closed', message: `Pull request #${number} was closed.` },
+    );
+  }
+}
+
+/** One deployment's preview of the pull request: built, or refused with the reason its status will say. */
+async function buildOne(
+  { defaultMaxPreviews, resources }: { defaultMaxPreviews: number; resources: ResourcePolicy | null },
+  tx: Transaction<Database>,
+  deployment: DeploymentRow,
+  pr: PullRequestEvent,
+  cause: Record<string, unknown>,
+): Promise<{ revisionId: string | null; refused: string | null; alreadyBuilt: boolean }> {
+  const existing = await getPreview(tx, deployment.id, pr.number);
+  // A commit builds once per preview: a replayed delivery under a new id builds nothing again.
+  if (existing && existing.head_sha === pr.headSha && existing.revision_id !== null)
+    return { revisionId: existing.revision_id, refused: null, alreadyBuilt: true };
+  const settings = await getPreviewSettings(tx, deployment.id);
+  const limit = settings.max_previews ?? defaultMaxPreviews;
+  const name = previewEndpointName(pr.number);
+  const common = {
+    deploymentId: deployment.id,
+    pullRequest: pr.number,
+    repository: pr.repository.full_name,
+    headSha: pr.headSha,
+    headRepository: pr.headRepository ?? '(deleted fork)',
+    fromFork: pr.fromFork,
+  };
+  const refuse = async (reason: string, message: string) => {
+    await savePreview(tx, { ...common, revisionId: null, refusedMessage: message });
+    await recordEvents(tx, [
+      event(deployment, 'deployment.preview_refused', { pull_request: pr.number, reason, message }),
+    ]);
+    return { revisionId: null, refused: message, alreadyBuilt: false };
+  };
+  if (limit === 0)
+    return refuse('previews_off', `Previews are off for deployment '${deployment.name}' (max_previews is 0).`);
+  // Over the limit the new pull request is refused; the open previews are kept (docs/codehost.md).
+  const holding = (await listPreviews(tx, deployment.id)).filter(
+    (p) => p.pull_request !== pr.number && p.revision_id !== null,
+  );
+  if (!(existing && existing.revision_id !== null) && holding.length >= limit)
+    return refuse(
+      'preview_limit',
+      `Deployment '${deployment.name}' keeps at most ${limit} previews and has ${holding.length} ` +
+        `(${holding.map((p) => `#${p.pull_request}`).join(', ')}); close one, or raise max_previews.`,
+    );
+  const nameProblem = endpointNameProblem(name, deployment.app_slug);
+  if (nameProblem) return refuse('endpoint_name', `No preview: ${nameProblem}.`);
+  // A new preview is one more endpoint, held to the workspace's quota as one made by hand
+  // (checkEndpointQuota); a new commit of an open one replaces its instances and takes nothing more.
+  if (!(existing && existing.revision_id !== null) && resources) {
+    const over = await endpointQuotaProblems(
+      tx,
+      resources,
+      deployment.workspace_id,
+      deployment.source_config.resource_spec ?? null,
+      'this preview',
+    );
+    if (over.length > 0) return refuse('quota_exceeded', `No preview: ${over.map((issue) => issue.msg).join('; ')}.`);
+  }
+
+  const latest = deployment.latest_revision_id ? await lockRevision(tx, deployment.latest_revision_id) : undefined;
+  const frameworkConfigPath = latest?.source_revision_config.framework_config_path;
+  if (!frameworkConfigPath)
+    return refuse(
+      'no_revision',
+      `Deployment '${deployment.name}' has no codehost revision to take its config path from.`,
+    );
+  const secrets = !pr.fromFork || settings.fork_secrets;
+  const id = randomUUID();
+  await endUnfinished(tx, deployment.id, pr.number, id);
+  await insertRevision(tx, {
+    id,
+    deploymentId: deployment.id,
+    workspaceId: deployment.workspace_id,
+    status: NEW_REVISION_STATUS,
+    source: 'codehost',
+    // The head commit itself, not a branch: a fork's branch is not in the base repository, and a later
+    // push is another delivery.
+    config: { repo_ref: pr.headSha, framework_config_path: frameworkConfigPath, repo_commit_sha: pr.headSha },
+    snapshot: {
+      ...snapshotOf(deployment.source_config, deployment.secret_references),
+      preview: { pull_request: pr.number, from_fork: pr.fromFork, secrets },
+    },
+    secrets: secrets ? deployment.secrets : [],
+    previewPullRequest: pr.number,
+  });
+  await savePreview(tx, { ...common, revisionId: id, refusedMessage: null });
+  await recordEvents(tx, [
+    ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause),
+    event(deployment, 'deployment.preview_built', {
+      pull_request: pr.number,
+      endpoint: name,
+      head_sha: pr.headSha,
+      revision_id: id,
+      from_fork: pr.fromFork,
+      secrets,
+    }),
+  ]);
+  return { revisionId: id, refused: null, alreadyBuilt: false };
+}
+
+/** Removes the pull request's preview of one deployment; false when it had none. */
+async function removeOne(tx: Transaction<Database>, deployment: DeploymentRow, pr: PullRequestEvent, merged: boolean) {
+  const preview = await getPreview(tx, deployment.id, pr.number);
+  if (!preview) return false;
+  const name = previewEndpointName(pr.number);
+  const endpoint = await getEndpoint(tx, deployment.id, name);
+  await endUnfinished(tx, deployment.id, pr.number, null);
+  await deletePreview(tx, deployment.id, pr.number);
+  // The own data plane stops the endpoint's instances once its row is gone (src/dataplane/endpoint-apps.ts).
+  if (endpoint) await deleteEndpoint(tx, deployment.id, name);
+  await recordEvents(tx, [
+    event(deployment, 'deployment.preview_removed', {
+      pull_request: pr.number,
+      endpoint: name,
+      merged,
+      revision_id: endpoint?.revision_id ?? preview.revision_id,
+    }),
+  ]);
+  return true;
+}
+
+/** The deployment's previews, oldest first. */
+async function listPreviewViews(
+  db: Kysely<Database>,
+  workspaceId: string,
+  deploymentId: string,
+): Promise<PreviewView[]> {
+  const deployment = await db
+    .selectFrom('deployments')
+    .select(['id', 'app_slug', 'source_config'])
+    .where('workspace_id', '=', workspaceId)
+    .where('id', '=', deploymentId)
+    .executeTakeFirst();
+  if (!deployment) throw notFound('Deployment', deploymentId);
+  const rows = await listPreviews(db, deploymentId);
+  const endpoints = new Map(
+    (await listEndpoints(db, deploymentId)).map((e) => [e.name, e.served_revision_id] as const),
+  );
+  const revisions = rows.some((r) => r.revision_id !== null)
+    ? await db
+        .selectFrom('revisions')
+        .select(['id', 'snapshot'])
+        .where(
+          'id',
+          'in',
+          rows.flatMap((r) => (r.revision_id ? [r.revision_id] : [])),
+        )
+        .execute()
+    : [];
+  const secretsOf = new Map(revisions.map((r) => [r.id, r.snapshot.preview?.secrets ?? false] as const));
+  return rows.map((row) => {
+    const endpoint = previewEndpointName(row.pull_request);
+    return {
+      ...row,
+      endpoint,
+      url: endpointUrl(deployment, endpoint),
+      secrets: row.revision_id ? (secretsOf.get(row.revision_id) ?? false) : false,
+      served_revision_id: endpoints.get(endpoint) ?? null,
+    };
+  });
+}
+
 export function createPreviewService({ db, defaultMaxPreviews, resources = null }: PreviewServiceDeps) {
   const settingsView = (deploymentId: string, settings: PreviewSettings): PreviewSettingsView => ({
     deployment_id: deploymentId,
@@ -75,163 +269,6 @@ export function createPreviewService({ db, defaultMaxPreviews, resources = null 
     effective_max_previews: settings.max_previews ?? defaultMaxPreviews,
     fork_secrets: settings.fork_secrets,
   });
-
-  function event(
-    deployment: Pick<DeploymentRow, 'id' | 'workspace_id'>,
-    type: EventInput['type'],
-    data: Record<string, unknown>,
-  ): EventInput {
-    return {
-      workspaceId: deployment.workspace_id,
-      subjectType: 'deployment',
-      subjectId: deployment.id,
-      deploymentId: deployment.id,
-      type,
-      data,
-    };
-  }
-
-  /** Interrupts the preview's revisions that have not ended (an older commit's, or the closed one's). */
-  async function endUnfinished(tx: Transaction<Database>, deploymentId: string, number: number, keep: string | null) {
-    const unfinished = await lockRevisionsInStatus(tx, deploymentId, UNFINISHED_REVISION_STATUSES);
-    for (const revision of unfinished.filter((r) => r.preview_pull_request === number && r.id !== keep)) {
-      const queued = (SUPERSEDABLE_REVISION_STATUSES as readonly string[]).includes(revision.status);
-      await transitionRevision(
-        tx,
-        revision,
-        queued && keep !== null ? 'SKIPPED' : 'INTERRUPTED',
-        keep !== null
-          ? {
-              reason: 'superseded',
-              message: `Superseded by revision ${keep} of a newer commit of pull request #${number}.`,
-            }
-          : { reason: 'pull_request_closed', message: `Pull request #${number} was closed.` },
-      );
-    }
-  }
-
-  /** One deployment's preview of the pull request: built, or refused with the reason its status will say. */
-  async function buildOne(
-    tx: Transaction<Database>,
-    deployment: DeploymentRow,
-    pr: PullRequestEvent,
-    cause: Record<string, unknown>,
-  ): Promise<{ revisionId: string | null; refused: string | null; alreadyBuilt: boolean }> {
-    const existing = await getPreview(tx, deployment.id, pr.number);
-    // A commit builds once per preview: a replayed delivery under a new id builds nothing again.
-    if (existing && existing.head_sha === pr.headSha && existing.revision_id !== null)
-      return { revisionId: existing.revision_id, refused: null, alreadyBuilt: true };
-    const settings = await getPreviewSettings(tx, deployment.id);
-    const limit = settings.max_previews ?? defaultMaxPreviews;
-    const name = previewEndpointName(pr.number);
-    const common = {
-      deploymentId: deployment.id,
-      pullRequest: pr.number,
-      repository: pr.repository.full_name,
-      headSha: pr.headSha,
-      headRepository: pr.headRepository ?? '(deleted fork)',
-      fromFork: pr.fromFork,
-    };
-    const refuse = async (reason: string, message: string) => {
-      await savePreview(tx, { ...common, revisionId: null, refusedMessage: message });
-      await recordEvents(tx, [
-        event(deployment, 'deployment.preview_refused', { pull_request: pr.number, reason, message }),
-      ]);
-      return { revisionId: null, refused: message, alreadyBuilt: false };
-    };
-    if (limit === 0)
-      return refuse('previews_off', `Previews are off for deployment '${deployment.name}' (max_previews is 0).`);
-    // Over the limit the new pull request is refused; the open previews are kept (docs/codehost.md).
-    const holding = (await listPreviews(tx, deployment.id)).filter(
-      (p) => p.pull_request !== pr.number && p.revision_id !== null,
-    );
-    if (!(existing && existing.revision_id !== null) && holding.length >= limit)
-      return refuse(
-        'preview_limit',
-        `Deployment '${deployment.name}' keeps at most ${limit} previews and has ${holding.length} ` +
-          `(${holding.map((p) => `#${p.pull_request}`).join(', ')}); close one, or raise max_previews.`,
-      );
-    const nameProblem = endpointNameProblem(name, deployment.app_slug);
-    if (nameProblem) return refuse('endpoint_name', `No preview: ${nameProblem}.`);
-    // A new preview is one more endpoint, held to the workspace's quota as one made by hand
-    // (checkEndpointQuota); a new commit of an open one replaces its instances and takes nothing more.
-    if (!(existing && existing.revision_id !== null) && resources) {
-      const over = await endpointQuotaProblems(
-        tx,
-        resources,
-        deployment.workspace_id,
-        deployment.source_config.resource_spec ?? null,
-        'this preview',
-      );
-      if (over.length > 0) return refuse('quota_exceeded', `No preview: ${over.map((issue) => issue.msg).join('; ')}.`);
-    }
-
-    const latest = deployment.latest_revision_id ? await lockRevision(tx, deployment.latest_revision_id) : undefined;
-    const frameworkConfigPath = latest?.source_revision_config.framework_config_path;
-    if (!frameworkConfigPath)
-      return refuse(
-        'no_revision',
-        `Deployment '${deployment.name}' has no codehost revision to take its config path from.`,
-      );
-    const secrets = !pr.fromFork || settings.fork_secrets;
-    const id = randomUUID();
-    await endUnfinished(tx, deployment.id, pr.number, id);
-    await insertRevision(tx, {
-      id,
-      deploymentId: deployment.id,
-      workspaceId: deployment.workspace_id,
-      status: NEW_REVISION_STATUS,
-      source: 'codehost',
-      // The head commit itself, not a branch: a fork's branch is not in the base repository, and a later
-      // push is another delivery.
-      config: { repo_ref: pr.headSha, framework_config_path: frameworkConfigPath, repo_commit_sha: pr.headSha },
-      snapshot: {
-        ...snapshotOf(deployment.source_config, deployment.secret_references),
-        preview: { pull_request: pr.number, from_fork: pr.fromFork, secrets },
-      },
-      secrets: secrets ? deployment.secrets : [],
-      previewPullRequest: pr.number,
-    });
-    await savePreview(tx, { ...common, revisionId: id, refusedMessage: null });
-    await recordEvents(tx, [
-      ...newRevisionEvents({ id, workspace_id: deployment.workspace_id, deployment_id: deployment.id }, cause),
-      event(deployment, 'deployment.preview_built', {
-        pull_request: pr.number,
-        endpoint: name,
-        head_sha: pr.headSha,
-        revision_id: id,
-        from_fork: pr.fromFork,
-        secrets,
-      }),
-    ]);
-    return { revisionId: id, refused: null, alreadyBuilt: false };
-  }
-
-  /** Removes the pull request's preview of one deployment; false when it had none. */
-  async function removeOne(
-    tx: Transaction<Database>,
-    deployment: DeploymentRow,
-    pr: PullRequestEvent,
-    merged: boolean,
-  ) {
-    const preview = await getPreview(tx, deployment.id, pr.number);
-    if (!preview) return false;
-    const name = previewEndpointName(pr.number);
-    const endpoint = await getEndpoint(tx, deployment.id, name);
-    await endUnfinished(tx, deployment.id, pr.number, null);
-    await deletePreview(tx, deployment.id, pr.number);
-    // The own data plane stops the endpoint's instances once its row is gone (src/dataplane/endpoint-apps.ts).
-    if (endpoint) await deleteEndpoint(tx, deployment.id, name);
-    await recordEvents(tx, [
-      event(deployment, 'deployment.preview_removed', {
-        pull_request: pr.number,
-        endpoint: name,
-        merged,
-        revision_id: endpoint?.revision_id ?? preview.revision_id,
-      }),
-    ]);
-    return true;
-  }
 
   return {
     /**
@@ -302,7 +339,7 @@ export function createPreviewService({ db, defaultMaxPreviews, resources = null 
       const revisionIds: string[] = [];
       const refused: string[] = [];
       for (const row of building) {
-        const result = await buildOne(tx, row, pr, cause);
+        const result = await buildOne({ defaultMaxPreviews, resources }, tx, row, pr, cause);
         if (result.refused !== null) refused.push(`'${row.name}': ${result.refused}`);
         else if (!result.alreadyBuilt && result.revisionId !== null) revisionIds.push(result.revisionId);
       }
@@ -325,41 +362,7 @@ export function createPreviewService({ db, defaultMaxPreviews, resources = null 
     },
 
     /** The deployment's previews, oldest first. */
-    async list(workspaceId: string, deploymentId: string): Promise<PreviewView[]> {
-      const deployment = await db
-        .selectFrom('deployments')
-        .select(['id', 'app_slug', 'source_config'])
-        .where('workspace_id', '=', workspaceId)
-        .where('id', '=', deploymentId)
-        .executeTakeFirst();
-      if (!deployment) throw notFound('Deployment', deploymentId);
-      const rows = await listPreviews(db, deploymentId);
-      const endpoints = new Map(
-        (await listEndpoints(db, deploymentId)).map((e) => [e.name, e.served_revision_id] as const),
-      );
-      const revisions = rows.some((r) => r.revision_id !== null)
-        ? await db
-            .selectFrom('revisions')
-            .select(['id', 'snapshot'])
-            .where(
-              'id',
-              'in',
-              rows.flatMap((r) => (r.revision_id ? [r.revision_id] : [])),
-            )
-            .execute()
-        : [];
-      const secretsOf = new Map(revisions.map((r) => [r.id, r.snapshot.preview?.secrets ?? false] as const));
-      return rows.map((row) => {
-        const endpoint = previewEndpointName(row.pull_request);
-        return {
-          ...row,
-          endpoint,
-          url: endpointUrl(deployment, endpoint),
-          secrets: row.revision_id ? (secretsOf.get(row.revision_id) ?? false) : false,
-          served_revision_id: endpoints.get(endpoint) ?? null,
-        };
-      });
-    },
+    list: (workspaceId: string, deploymentId: string) => listPreviewViews(db, workspaceId, deploymentId),
 
     async getSettings(workspaceId: string, deploymentId: string): Promise<PreviewSettingsView> {
       const row = await db
