@@ -50,11 +50,10 @@ export default tseslint.config(
       'src/dataplane/edge-haproxy-switch.ts',
       'src/dataplane/edge-haproxy.ts',
       'src/dataplane/local-runtime.ts',
-      // The listener's, when the rule reached it: closures of its loops (agent, controller, execution),
-      // the manifests of a revision, and the run plan of reconcile.ts.
+      // The listener's, when the rule reached it: closures of its loops (agent, controller, execution)
+      // and the run plan of reconcile.ts.
       'listener/listener-agent.ts',
       'listener/listener-controller.ts',
-      'listener/manifest-builder.ts',
       'listener/plan-execution.ts',
       'listener/reconcile.ts',
     ],

@@ -108,6 +108,63 @@ function dedupeEnv(env: V1EnvVar[]): V1EnvVar[] {
   return [...byName.values()];
 }
 
+/** An app container's environment: its secrets, the platform's services and variables (later entries win). */
+function containerEnv(
+  { deployment, revision }: BuildInput,
+  ctx: BuildContext,
+  name: (component: Component) => string,
+  { withDb, withCache }: { withDb: boolean; withCache: boolean },
+  processType: 'web' | 'queue',
+): V1EnvVar[] {
+  const id = deployment.deployment_id;
+  return dedupeEnv([
+    ...revision.secrets.map((s) => ({
+      name: s.name,
+      valueFrom: { secretKeyRef: { name: name('secrets'), key: s.name } },
+    })),
+    ...(revision.secret_references ?? []).map((r) => ({
+      name: r.name,
+      valueFrom: { secretKeyRef: { name: r.secret_name, key: r.secret_key } },
+    })),
+    ...(withDb
+      ? [{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: name('db'), key: 'DATABASE_URL' } } }]
+      : []),
+    ...(withCache ? [{ name: 'REDIS_URL', value: `redis://${name('cache')}:${REDIS_PORT}` }] : []),
+    { name: 'SLIPWAY_DEPLOYMENT_ID', value: id },
+    { name: 'SLIPWAY_REVISION_ID', value: revision.id },
+    { name: 'SLIPWAY_PROCESS_TYPE', value: processType },
+    ...(processType === 'web'
+      ? [
+          { name: 'PORT', value: String(ctx.appPort) },
+          // Reachable from the Service: the own data plane's 127.0.0.1 would not be.
+          { name: 'HOST', value: '0.0.0.0' },
+        ]
+      : []),
+  ]);
+}
+
+/** The pod of a revision's Deployment: the user's service account, pull secrets, volumes, init containers and sidecars. */
+function podSpecOf(spec: BuildInput['spec'], containers: V1Container[]): V1PodSpec {
+  // Init containers first, in order; then the sidecars, as native sidecars (init containers that keep
+  // running: restartPolicy Always), so that they are up before the app starts and stop after it.
+  const initContainers: V1Container[] = [
+    ...(spec.init_containers ?? []),
+    ...(spec.sidecars ?? []).map((c) => ({ ...c, restartPolicy: 'Always' })),
+  ];
+
+  return {
+    ...(spec.service_account_name !== undefined ? { serviceAccountName: spec.service_account_name } : {}),
+    ...(spec.image_pull_secrets !== undefined && spec.image_pull_secrets.length > 0
+      ? { imagePullSecrets: spec.image_pull_secrets.map((s) => ({ name: s.name })) }
+      : {}),
+    ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: [...spec.volumes] } : {}),
+    ...(initContainers.length > 0 ? { initContainers } : {}),
+    containers,
+    // Service links add a variable per Service in the namespace; an app should not depend on them.
+    enableServiceLinks: false,
+  };
+}
+
 export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[] {
   const { deployment, revision, namespace, spec } = input;
   const id = deployment.deployment_id;
@@ -150,49 +207,9 @@ export function buildManifests(input: BuildInput, ctx: BuildContext): Manifest[]
   }
 
   const env = (processType: 'web' | 'queue'): V1EnvVar[] =>
-    dedupeEnv([
-      ...revision.secrets.map((s) => ({
-        name: s.name,
-        valueFrom: { secretKeyRef: { name: name('secrets'), key: s.name } },
-      })),
-      ...(revision.secret_references ?? []).map((r) => ({
-        name: r.name,
-        valueFrom: { secretKeyRef: { name: r.secret_name, key: r.secret_key } },
-      })),
-      ...(withDb
-        ? [{ name: 'DATABASE_URL', valueFrom: { secretKeyRef: { name: name('db'), key: 'DATABASE_URL' } } }]
-        : []),
-      ...(withCache ? [{ name: 'REDIS_URL', value: `redis://${name('cache')}:${REDIS_PORT}` }] : []),
-      { name: 'SLIPWAY_DEPLOYMENT_ID', value: id },
-      { name: 'SLIPWAY_REVISION_ID', value: revision.id },
-      { name: 'SLIPWAY_PROCESS_TYPE', value: processType },
-      ...(processType === 'web'
-        ? [
-            { name: 'PORT', value: String(ctx.appPort) },
-            // Reachable from the Service: the own data plane's 127.0.0.1 would not be.
-            { name: 'HOST', value: '0.0.0.0' },
-          ]
-        : []),
-    ]);
+    containerEnv(input, ctx, name, { withDb, withCache }, processType);
 
-  // Init containers first, in order; then the sidecars, as native sidecars (init containers that keep
-  // running: restartPolicy Always), so that they are up before the app starts and stop after it.
-  const initContainers: V1Container[] = [
-    ...(spec.init_containers ?? []),
-    ...(spec.sidecars ?? []).map((c) => ({ ...c, restartPolicy: 'Always' })),
-  ];
-
-  const podSpec = (containers: V1Container[]): V1PodSpec => ({
-    ...(spec.service_account_name !== undefined ? { serviceAccountName: spec.service_account_name } : {}),
-    ...(spec.image_pull_secrets !== undefined && spec.image_pull_secrets.length > 0
-      ? { imagePullSecrets: spec.image_pull_secrets.map((s) => ({ name: s.name })) }
-      : {}),
-    ...(spec.volumes !== undefined && spec.volumes.length > 0 ? { volumes: [...spec.volumes] } : {}),
-    ...(initContainers.length > 0 ? { initContainers } : {}),
-    containers,
-    // Service links add a variable per Service in the namespace; an app should not depend on them.
-    enableServiceLinks: false,
-  });
+  const podSpec = (containers: V1Container[]): V1PodSpec => podSpecOf(spec, containers);
 
   const template = (component: 'web' | 'queue', containers: V1Container[]): V1PodTemplateSpec => ({
     metadata: {
