@@ -24,6 +24,7 @@ import { findExecutable } from '../src/dataplane/executables.ts';
 import type { BenchOptions } from './bench-options.ts';
 import { TINY_APP, type LoadRunner } from './data-plane.ts';
 import type { HttpJob, LoadResult } from './load-protocol.ts';
+import { localEdgeConfig } from '../test/support/edge-config.ts';
 
 /** The split's weight: the share of clients sent to the second revision. */
 export const SPLIT_WEIGHT = 10;
@@ -136,16 +137,7 @@ export async function runSplitEdgeBench(ctx: SplitEdgeBenchContext): Promise<Spl
       const dataDir = path.join(dir, kind);
       await fs.mkdir(dataDir);
       const edge = await startAppEdge({
-        config: {
-          dataDir,
-          appsDomain: 'localhost',
-          appsHost: '127.0.0.1',
-          appsPort: 0,
-          appsPublicUrl: null,
-          appsTls: null,
-          edgeProxy: kind,
-          drainTimeoutMs: 2_000,
-        },
+        config: localEdgeConfig(dataDir, kind),
         logger: pino({ level: 'warn' }, pino.destination(2)),
       });
       closers.push(() => edge.close());

@@ -21,6 +21,7 @@ import { test } from '../support/limited-test.ts';
 import { clientOf, PER_CLIENT_CONNECTIONS, startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { createLogger } from '../../src/logger.ts';
 import { eventually } from '../support/wait.ts';
+import { localEdgeConfig } from '../support/edge-config.ts';
 
 const KINDS = ['haproxy', 'builtin'] as const;
 type Kind = (typeof KINDS)[number];
@@ -84,16 +85,7 @@ async function startApp(name: string, mode: 'echo' | 'hang' = 'echo'): Promise<A
 async function startEdge(kind: Kind): Promise<AppEdge> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-attack-edge-'));
   const edge = await startAppEdge({
-    config: {
-      dataDir,
-      appsDomain: 'localhost',
-      appsHost: '127.0.0.1',
-      appsPort: 0,
-      appsPublicUrl: null,
-      appsTls: null,
-      edgeProxy: kind,
-      drainTimeoutMs: 2_000,
-    },
+    config: localEdgeConfig(dataDir, kind),
     logger: createLogger('silent'),
   });
   closers.push(async () => {

@@ -19,6 +19,7 @@ import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { findExecutable } from '../../src/dataplane/executables.ts';
 import { createLogger } from '../../src/logger.ts';
 import { test } from '../support/limited-test.ts';
+import { localEdgeConfig } from '../support/edge-config.ts';
 
 const LABEL = 'shop-0123abcd--production';
 /** A small table, so that the flood is many times its size in a few thousand requests. */
@@ -42,16 +43,7 @@ async function instance(revisionId: string): Promise<number> {
 async function edgeOf(kind: 'haproxy' | 'builtin'): Promise<AppEdge> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-flood-'));
   const edge = await startAppEdge({
-    config: {
-      dataDir,
-      appsDomain: 'localhost',
-      appsHost: '127.0.0.1',
-      appsPort: 0,
-      appsPublicUrl: null,
-      appsTls: null,
-      edgeProxy: kind,
-      drainTimeoutMs: 2_000,
-    },
+    config: localEdgeConfig(dataDir, kind),
     logger: createLogger('silent'),
     threadPins: PINS,
   });

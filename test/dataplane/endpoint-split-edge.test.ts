@@ -16,6 +16,7 @@ import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import type { AppTarget } from '../../src/dataplane/app-backends.ts';
 import { createLogger } from '../../src/logger.ts';
 import { test } from '../support/limited-test.ts';
+import { localEdgeConfig } from '../support/edge-config.ts';
 
 const KINDS = ['haproxy', 'builtin'] as const;
 const LABEL = 'shop-0123abcd--production';
@@ -49,16 +50,7 @@ async function instance(revisionId: string, status = 200): Promise<Instance> {
 async function edgeOf(kind: (typeof KINDS)[number]): Promise<AppEdge> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-split-'));
   const edge = await startAppEdge({
-    config: {
-      dataDir,
-      appsDomain: 'localhost',
-      appsHost: '127.0.0.1',
-      appsPort: 0,
-      appsPublicUrl: null,
-      appsTls: null,
-      edgeProxy: kind,
-      drainTimeoutMs: 5_000,
-    },
+    config: localEdgeConfig(dataDir, kind, { drainTimeoutMs: 5_000 }),
     logger: createLogger('silent'),
   });
   cleanups.push(async () => {

@@ -21,6 +21,7 @@ import { createSplitRollbackMonitor } from '../../src/service/split-rollback-mon
 import { client, createTestApp, type TestApp } from '../support/harness.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
+import { localEdgeConfig } from '../support/edge-config.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
@@ -42,16 +43,7 @@ function edgeFor(kind: 'haproxy' | 'builtin'): void {
   before(async () => {
     dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-rollback-'));
     edge = await startAppEdge({
-      config: {
-        dataDir,
-        appsDomain: 'localhost',
-        appsHost: '127.0.0.1',
-        appsPort: 0,
-        appsPublicUrl: null,
-        appsTls: null,
-        edgeProxy: kind,
-        drainTimeoutMs: 2_000,
-      },
+      config: localEdgeConfig(dataDir, kind),
       logger: createLogger('silent'),
     });
   });
