@@ -28,6 +28,7 @@ import { connect } from '../../src/db/database.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { startAppEdge, type AppEdge } from '../../src/dataplane/app-edge.ts';
 import { removeTree } from '../../src/dataplane/build-snapshot.ts';
+import { probeSubordinateIds } from '../../src/dataplane/subordinate-ids.ts';
 import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
@@ -169,8 +170,12 @@ export async function createTestApp(env: Record<string, string> = {}, options: T
       await database.drop();
       // Deployments' own file systems stay mounted when the service stops (src/dataplane/disk-images.ts).
       await unmountUnder(dataDir);
-      // Sealed builds have no write bits, which only root ignores (CI runs tests as an ordinary user too).
-      await removeTree(dataDir);
+      // Sealed builds have no write bits, which only root ignores (CI runs tests as an ordinary user too);
+      // a service user with subordinate ids runs each deployment's app as one of them, whose files only a
+      // removal in the mapped namespace can take (as the service's own teardown does). Where that namespace
+      // cannot be made (no new privileges), the apps ran as the service's user: a plain removal does.
+      const ids = process.getuid?.() === 0 ? null : (await probeSubordinateIds()).ids;
+      await removeTree(dataDir, ids).catch(() => removeTree(dataDir));
     },
   };
 }
