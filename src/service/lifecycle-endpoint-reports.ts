@@ -13,7 +13,7 @@ import type { ListenerEndpointReport } from '../domain/data-plane.ts';
 import { notFound } from '../errors.ts';
 import { getEndpoint, setEndpointServed, setSplitState } from '../store/deployment-endpoints.ts';
 import { lockDeploymentById } from '../store/deployments.ts';
-import { recordEvents } from '../store/events.ts';
+import { recordEvents, type EventInput } from '../store/events.ts';
 import type { Database, Db, DeploymentEndpointRow, DeploymentRow } from '../store/schema.ts';
 
 /** Applies listener `listenerId`'s report of an endpoint; not_found for a deployment that is not its. */
@@ -87,32 +87,34 @@ async function applySplitReport(
     split,
     report.served ? { served: true } : { served: false, reason: report.message },
   );
-  await recordEvents(tx, [
-    {
-      workspaceId: deployment.workspace_id,
-      subjectType: 'deployment',
-      subjectId: deployment.id,
-      deploymentId: deployment.id,
-      ...(report.served
-        ? {
-            type: 'deployment.endpoint_split_served' as const,
-            data: {
-              endpoint: endpoint.name,
-              split_revision_id: report.revisionId,
-              weight,
-              listener_id: deployment.listener_id,
-            },
-          }
-        : {
-            type: 'deployment.endpoint_split_failed' as const,
-            data: {
-              endpoint: endpoint.name,
-              split_revision_id: report.revisionId,
-              message: report.message,
-              listener_id: deployment.listener_id,
-            },
-          }),
-    },
-  ]);
+  await recordEvents(tx, [splitEvent(deployment, endpoint.name, { revisionId: report.revisionId, weight }, report)]);
   return true;
+}
+
+/**
+ * The event of a data plane's word on an endpoint's split (both planes): `deployment.endpoint_split_served`
+ * or `deployment.endpoint_split_failed`, naming the listener when one said it.
+ */
+export function splitEvent(
+  deployment: Pick<DeploymentRow, 'id' | 'workspace_id' | 'listener_id'>,
+  endpoint: string,
+  split: { revisionId: string; weight: number },
+  state: { served: true } | { served: false; message: string },
+): EventInput {
+  const by = deployment.listener_id === null ? {} : { listener_id: deployment.listener_id };
+  return {
+    workspaceId: deployment.workspace_id,
+    subjectType: 'deployment',
+    subjectId: deployment.id,
+    deploymentId: deployment.id,
+    ...(state.served
+      ? {
+          type: 'deployment.endpoint_split_served' as const,
+          data: { endpoint, split_revision_id: split.revisionId, weight: split.weight, ...by },
+        }
+      : {
+          type: 'deployment.endpoint_split_failed' as const,
+          data: { endpoint, split_revision_id: split.revisionId, message: state.message, ...by },
+        }),
+  };
 }

@@ -44,7 +44,7 @@ import {
 import { AppError, notFound } from '../errors.ts';
 import { insertCredential } from '../store/agent-credentials.ts';
 import { claimAppUid } from '../store/app-uids.ts';
-import { setEndpointServed, setSplitNotServedReason, setSplitServed } from '../store/deployment-endpoints.ts';
+import { setEndpointServed, setSplitState } from '../store/deployment-endpoints.ts';
 import { changeDatabaseStorageState, recordDatabaseSize, saveDeploymentRuntime } from '../store/deployment-runtimes.ts';
 import { lockDeployment, lockDeploymentById, moveAppUrls } from '../store/deployments.ts';
 import { recordEvents } from '../store/events.ts';
@@ -55,7 +55,7 @@ import { findLocalRevision, lockRevision, lockRevisionsInStatus, setRevisionComm
 import type { Database, Db } from '../store/schema.ts';
 import { deleteUploadsOnlyUsedBy } from '../store/uploads.ts';
 import { holdsDeploymentLease, holdsRevisionLease, setRunner, type LeaseOwner } from '../store/work-leases.ts';
-import { applyListenerEndpointReport } from './lifecycle-endpoint-reports.ts';
+import { applyListenerEndpointReport, splitEvent } from './lifecycle-endpoint-reports.ts';
 import { pinPreviewEndpoint } from './preview-endpoints.ts';
 import { activateRevision, applyCondition, finishDeletion, transitionRevision } from './lifecycle.ts';
 
@@ -290,28 +290,23 @@ export function createListenerReports(
 }
 
 /** A traffic split's second revision served (with its weight) or failed at the endpoint. */
-async function reportSplit(tx: Db, workspaceId: string, report: EndpointReport, split: { weight: number }) {
-  if (report.served) {
-    await setSplitServed(tx, report.deploymentId, report.endpoint, report.revisionId);
-    if (report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
-  } else await setSplitNotServedReason(tx, report.deploymentId, report.endpoint, report.revisionId, report.message);
-  await recordEvents(tx, [
-    {
-      workspaceId,
-      subjectType: 'deployment',
-      subjectId: report.deploymentId,
-      deploymentId: report.deploymentId,
-      ...(report.served
-        ? {
-            type: 'deployment.endpoint_split_served' as const,
-            data: { endpoint: report.endpoint, split_revision_id: report.revisionId, weight: split.weight },
-          }
-        : {
-            type: 'deployment.endpoint_split_failed' as const,
-            data: { endpoint: report.endpoint, split_revision_id: report.revisionId, message: report.message },
-          }),
-    },
-  ]);
+async function reportSplit(
+  tx: Db,
+  deployment: { id: string; workspace_id: string; listener_id: null },
+  report: EndpointReport,
+  weight: number,
+) {
+  const split = { revisionId: report.revisionId, weight };
+  await setSplitState(
+    tx,
+    deployment.id,
+    report.endpoint,
+    split,
+    report.served ? { served: true } : { served: false, reason: report.message },
+  );
+  // A split started again after a restart is no change, and no event.
+  if (report.served && report.recordedRevisionId === report.revisionId && report.fromRevisionId === null) return;
+  await recordEvents(tx, [splitEvent(deployment, report.endpoint, split, report)]);
 }
 
 /**
@@ -357,7 +352,13 @@ export function createOwnPlaneReports(
         // Only the data plane that runs the deployment reports its endpoints.
         if (!deployment || deployment.listener_id !== null) return;
         if (!(await leases.deployment(tx, report.deploymentId, 'reportEndpoint'))) return;
-        if (report.split) return reportSplit(tx, deployment.workspace_id, report, report.split);
+        if (report.split)
+          return reportSplit(
+            tx,
+            { id: report.deploymentId, ...deployment, listener_id: null },
+            report,
+            report.split.weight,
+          );
         if (report.served) {
           await setEndpointServed(tx, report.deploymentId, report.endpoint, report.revisionId);
           // After a restart the same revision is started again: that is no move, and no event.

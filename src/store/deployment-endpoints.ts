@@ -231,8 +231,8 @@ export async function clearSplit(db: Db, deploymentId: string, name: string): Pr
 }
 
 /**
- * A listener's word on the endpoint's split revision `revisionId` (docs/listener.md, "Endpoints"): served
- * now, or not served and why. Nothing when the split has another revision or weight now.
+ * A data plane's word on the endpoint's split revision `revisionId`: served now, or not served and why.
+ * Nothing when the split has another revision or weight now.
  */
 export async function setSplitState(
   db: Db,
@@ -251,42 +251,5 @@ export async function setSplitState(
     .where('name', '=', name)
     .where('split_revision_id', '=', split.revisionId)
     .where('split_weight', '=', split.weight)
-    .execute();
-}
-
-/** The data plane serves `revisionId` as the endpoint's split revision now (null: none). */
-export async function setSplitServed(
-  db: Db,
-  deploymentId: string,
-  name: string,
-  revisionId: string | null,
-): Promise<void> {
-  await db
-    .updateTable('deployment_endpoints')
-    .set(
-      revisionId === null
-        ? { split_served_revision_id: null }
-        : { split_served_revision_id: revisionId, split_not_served_reason: null },
-    )
-    .where('deployment_id', '=', deploymentId)
-    .where('name', '=', name)
-    .where((eb) => (revisionId === null ? eb.val(true) : eb('split_revision_id', '=', revisionId)))
-    .execute();
-}
-
-/** The own data plane could not start the split's revision `revisionId`: why, shown with the split. */
-export async function setSplitNotServedReason(
-  db: Db,
-  deploymentId: string,
-  name: string,
-  revisionId: string,
-  reason: string,
-): Promise<void> {
-  await db
-    .updateTable('deployment_endpoints')
-    .set({ split_not_served_reason: reason })
-    .where('deployment_id', '=', deploymentId)
-    .where('name', '=', name)
-    .where('split_revision_id', '=', revisionId)
     .execute();
 }
