@@ -70,7 +70,7 @@ const Split = Type.Object(
     weight: Type.Integer({ minimum: MIN_SPLIT_WEIGHT, maximum: MAX_SPLIT_WEIGHT }),
     served: Type.Boolean({
       description:
-        "Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic.",
+        "Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic. A new weight makes it false again until the data plane serves that weight.",
     }),
     not_served_reason: Nullable(
       Type.String({

@@ -202,8 +202,11 @@ export async function putSplit(
       split_weight: split.weight,
       split_rollback: split.rollback === null ? null : JSON.stringify(split.rollback),
       split_started_at: split.startedAt,
-      // What was said of another revision says nothing of this one.
+      // What was said of another revision says nothing of this one; and a revision served at another
+      // weight is not served at this one until its data plane says so (a listener's Gateway may take
+      // minutes to take a new weight).
       split_not_served_reason: sql`case when split_revision_id = ${split.revisionId} then split_not_served_reason end`,
+      split_served_revision_id: sql`case when split_revision_id = ${split.revisionId} and split_weight = ${split.weight} then split_served_revision_id end`,
       updated_at: sql`now()`,
     })
     .where('deployment_id', '=', deploymentId)

@@ -256,6 +256,14 @@ describe('endpoints of a listener deployment', () => {
     // Another listener cannot say anything about it.
     assert.equal((await as().post(`/v2/listeners/${theirs.id}/endpoint-reports`, served, bearer(theirs))).status, 404);
     assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/production`)).body.split.served, false);
+
+    // Served at 20%, then widened: not served at 50% until the listener says its Gateway took the weight.
+    assert.deepEqual((await post(served)).body, { applied: true });
+    const widened = await api.put(`/v2/deployments/${d.id}/endpoints/production/split`, { revision_id: b, weight: 50 });
+    assert.equal(widened.status, 200, JSON.stringify(widened.body));
+    assert.equal(widened.body.split.served, false, 'what the cluster serves is still the 20% split');
+    assert.deepEqual((await post({ ...served, split: { weight: 50 } })).body, { applied: true });
+    assert.equal((await api.get(`/v2/deployments/${d.id}/endpoints/production`)).body.split.served, true);
   });
 
   test("a listener's split takes no automatic rollback (400, nothing changes): the service sees none of its cluster's requests", async () => {

@@ -2134,7 +2134,7 @@ export interface components {
              */
             revision_id: string;
             weight: number;
-            /** @description Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic. */
+            /** @description Whether its data plane sends it its share now: the own data plane once its instances started and are healthy; a listener once its Deployment rolled out and the cluster's Gateway accepted the weighted HTTPRoute. Until then the endpoint's revision takes all the traffic. A new weight makes it false again until the data plane serves that weight. */
             served: boolean;
             /** @description Why it takes none of the traffic, in plain words, as its data plane last said (on a listener: no Gateway API in this cluster, SLIPWAY_LISTENER_GATEWAY not set, the gateway refused the route: ...); null when served, or while nothing was said yet. */
             not_served_reason: string | null;
