@@ -6,10 +6,15 @@
  * scripts/test-tiers.ts one after another (a file is in exactly one) and ends with each tier's outcome and
  * time.
  *
- * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] test/some.test.ts ...]
+ * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] [--record-sql FILE | --cover-sql FILE]
+ *                   test/some.test.ts ...]
  *   --times FILE       also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
  *   --tier NAME        every file of one tier (with any files named)
  *   --concurrency N    how many files run at once, instead of their tier's (CONCURRENCY)
+ *   --record-sql FILE  also write which SQL statements each file's database ran (scripts/sql-record.ts; the
+ *                      embedded server only)
+ *   --cover-sql FILE   of the tier's files, run only the fewest that run every statement a record says they
+ *                      ran (files named as well always run)
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -20,6 +25,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
+import { coverOf, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf, type Tier } from './test-tiers.ts';
 
@@ -165,12 +171,21 @@ async function main(): Promise<number> {
   const times = option(args, '--times');
   const tier = option(args, '--tier');
   const concurrency = option(args, '--concurrency');
+  const recordSql = option(args, '--record-sql');
+  const coverSql = option(args, '--cover-sql');
+  if (recordSql !== undefined && process.env.DATABASE_URL)
+    throw new Error('--record-sql reads the embedded server (pg_stat_statements): run it without DATABASE_URL');
   // `npm test` alone (the README's command) runs the tiers one after another, each timed; named files
   // or a tier run as one group.
   const groups: { name: string | null; files: string[] }[] =
     args.length === 0 && tier === undefined
       ? await Promise.all(TIERS.map(async (name) => ({ name, files: await filesOf([], name) })))
-      : [{ name: null, files: await filesOf(args, tier) }];
+      : [
+          {
+            name: null,
+            files: coverSql === undefined ? await filesOf(args, tier) : await coveringFiles(args, tier, coverSql),
+          },
+        ];
   // Files that need no database (the no-database tier) run without a server: none is started for them.
   const needsDatabase = async (files: string[]) =>
     (await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)))).some((t) => t !== 'no-database');
@@ -179,7 +194,12 @@ async function main(): Promise<number> {
     process.stdout.write('test database: none (no file needs one)\n');
     return runGroups(groups, times, concurrency, {});
   }
-  const server = await startScratchServer(process.env.DATABASE_URL, pino({ level: 'warn' }), 'slipway-test');
+  const server = await startScratchServer(
+    process.env.DATABASE_URL,
+    pino({ level: 'warn' }),
+    'slipway-test',
+    recordSql === undefined ? undefined : RECORD_SETTINGS,
+  );
   const adminUrl = server.adminUrl;
   process.stdout.write(
     server.embedded
@@ -189,10 +209,15 @@ async function main(): Promise<number> {
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
     await createMigratedDatabase(adminUrl, template);
-    return await runGroups(groups, times, concurrency, {
+    const databases = recordSql === undefined ? undefined : `${recordSql}.databases`;
+    if (databases) await fs.writeFile(databases, '');
+    const code = await runGroups(groups, times, concurrency, {
       SLIPWAY_TEST_ADMIN_URL: adminUrl,
       SLIPWAY_TEST_TEMPLATE: template,
+      ...(databases ? { [DATABASES_ENV]: databases } : {}),
     });
+    if (recordSql && databases) await writeRecord(adminUrl, databases, recordSql, times);
+    return code;
   } finally {
     await withClient(adminUrl, async (c) => {
       const left = await c.query<{ datname: string }>('select datname from pg_database where datname like $1', [
@@ -203,6 +228,52 @@ async function main(): Promise<number> {
     }).catch((error: unknown) => process.stderr.write(`could not drop test databases: ${String(error)}\n`));
     await server.stop();
   }
+}
+
+/** Writes the record of the SQL each file ran (scripts/sql-record.ts), with each file's time when known. */
+async function writeRecord(adminUrl: string, databases: string, file: string, times: string | undefined) {
+  const seconds = new Map<string, number>();
+  for (const line of (times ? await fs.readFile(times, 'utf8').catch(() => '') : '').split('\n')) {
+    if (line === '') continue;
+    const entry = JSON.parse(line) as { file: string; seconds: number };
+    seconds.set(entry.file, entry.seconds);
+  }
+  const { record, dropped } = await readRecord(adminUrl, databases, seconds);
+  await fs.writeFile(file, `${JSON.stringify(record)}\n`);
+  await fs.rm(databases, { force: true });
+  const statements = new Set(Object.values(record.files).flatMap((f) => f.statements)).size;
+  process.stdout.write(
+    `== SQL record: ${statements} statements of ${Object.keys(record.files).length} files, in ${file}\n`,
+  );
+  // pg_stat_statements dropped some for want of room: a cover made from this record may leave them out.
+  if (dropped > 0)
+    process.stderr.write(`== SQL record: the server dropped statements ${dropped} times (pg_stat_statements.max)\n`);
+}
+
+/**
+ * `--cover-sql RECORD`: of the tier's files, the fewest that together run every statement the record says
+ * any of them ran (scripts/sql-record.ts); the files named besides run in any case. Without a readable
+ * record every file runs, and the run says so.
+ */
+async function coveringFiles(args: string[], tier: string | undefined, recordFile: string): Promise<string[]> {
+  const forced = args.length > 0 ? await filesOf(args, undefined) : [];
+  const candidates = tier === undefined ? [] : await filesOf([], tier);
+  let record: SqlRecord;
+  try {
+    record = JSON.parse(await fs.readFile(recordFile, 'utf8')) as SqlRecord;
+  } catch (error) {
+    process.stdout.write(`== SQL cover: no record in ${recordFile} (${String(error)}): every file runs\n`);
+    return [...new Set([...candidates, ...forced])];
+  }
+  const cover = coverOf(record, candidates, forced);
+  process.stdout.write(
+    `== SQL cover: ${cover.files.length} of ${new Set([...candidates, ...forced]).size} files run all ` +
+      `${cover.statements} statements the record has of them (${Math.round(cover.seconds.chosen)} of ` +
+      `${Math.round(cover.seconds.all)} recorded seconds)` +
+      (cover.unrecorded.length > 0 ? `; ${cover.unrecorded.length} the record has nothing of run too` : '') +
+      '\n',
+  );
+  return cover.files;
 }
 
 /**

@@ -23,13 +23,15 @@ export async function startScratchServer(
   externalUrl: string | undefined,
   logger: Logger,
   prefix: string,
+  /** Settings of an embedded server (`-c name=value`); a server named by a connection string keeps its own. */
+  settings?: Readonly<Record<string, string>>,
 ): Promise<ScratchServer> {
   if (externalUrl) return { adminUrl: externalUrl, embedded: false, stop: async () => undefined };
   const tempDir = await fs.mkdtemp(path.join(os.tmpdir(), `${prefix}-`));
   // The embedded server runs as 'postgres' when we are root: it must be able to enter the directory.
   await fs.chmod(tempDir, 0o711);
   try {
-    const server = await startEmbeddedPostgres({ clusterDir: path.join(tempDir, 'postgres'), logger });
+    const server = await startEmbeddedPostgres({ clusterDir: path.join(tempDir, 'postgres'), logger, settings });
     return {
       adminUrl: server.url,
       embedded: true,

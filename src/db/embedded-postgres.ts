@@ -47,6 +47,11 @@ export interface EmbeddedPostgresOptions {
   binaries?: Binaries;
   /** Called when the server exits without being stopped (killed, crashed). */
   onUnexpectedExit?: (exit: { code: number | null; signal: NodeJS.Signals | null }) => void;
+  /**
+   * Server settings beyond the service's own (`-c name=value`), for tools that run the server for
+   * themselves: the test runner's record of the SQL each test file runs (scripts/sql-record.ts).
+   */
+  settings?: Readonly<Record<string, string>>;
 }
 
 /** Connection slots of the embedded server, shared by the service and the apps' roles. */
@@ -361,6 +366,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
       `max_connections=${MAX_CONNECTIONS}`,
       '-c',
       `superuser_reserved_connections=${SERVICE_RESERVED_CONNECTIONS}`,
+      ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
     ],
     user,
     true,

@@ -33,6 +33,7 @@ import type { LocalDataPlane } from '../../src/dataplane/local-data-plane.ts';
 import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
 import { startTracing, type Tracing } from '../../src/telemetry/tracing.ts';
+import { DATABASES_ENV } from '../../scripts/sql-record.ts';
 import { unmountUnder } from './mounts.ts';
 import { assertAnswerDocumented } from './openapi-conformance.ts';
 
@@ -60,11 +61,28 @@ function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
   return withClient(testEnvironment().adminUrl, fn);
 }
 
+/**
+ * While the run records the SQL of each file (`npm test -- --record-sql`, scripts/sql-record.ts): which
+ * file this database is, by the server's id for it.
+ */
+async function recordDatabase(client: pg.Client, name: string): Promise<void> {
+  const databases = process.env[DATABASES_ENV];
+  if (!databases) return;
+  const { rows } = await client.query<{ oid: number }>('select oid::int as oid from pg_database where datname = $1', [
+    name,
+  ]);
+  const file = path.relative(ROOT, process.argv[1] ?? '');
+  await fs.appendFile(databases, `${JSON.stringify({ database: rows[0]!.oid, file })}\n`);
+}
+
 /** A fresh database with every migration applied, cloned from the template. */
 export async function createTestDatabase(): Promise<TestDatabase> {
   const { adminUrl, template } = testEnvironment();
   const name = `${template}_${randomBytes(4).toString('hex')}`;
-  await admin((c) => c.query(`create database ${name} template ${template}`));
+  await admin(async (c) => {
+    await c.query(`create database ${name} template ${template}`);
+    await recordDatabase(c, name);
+  });
   const url = databaseUrl(adminUrl, name);
   const { db, pool } = connect(url, 10);
   return {

@@ -1,0 +1,114 @@
+/**
+ * CI's second pass of the SQL (against DATABASE_URL) runs a cover of what the first pass recorded
+ * (scripts/sql-record.ts): every statement some file ran, in the fewest files. A cover that left a
+ * statement out, or a record that gave a statement to the wrong file, would let SQL that fails on the
+ * operator's server pass CI unseen.
+ */
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import pino from 'pino';
+import { databaseUrl, withClient } from '../src/db/admin-client.ts';
+import { startScratchServer, type ScratchServer } from '../scripts/scratch-server.ts';
+import { coverOf, normalizeStatement, readRecord, RECORD_SETTINGS, type SqlRecord } from '../scripts/sql-record.ts';
+
+test('a statement is one however many values it had', () => {
+  assert.equal(
+    normalizeStatement('select *\n  from t where id in ($1, $2,$3) and a = $4'),
+    normalizeStatement('select * from t where id in ($7) and a = $1'),
+  );
+  assert.equal(
+    normalizeStatement('insert into t (a, b) values ($1, $2), ($3, $4), ($5, $6)'),
+    normalizeStatement('insert into t (a, b) values ($1, $2)'),
+  );
+  // Other statements stay apart.
+  assert.notEqual(
+    normalizeStatement('select a from t where b = $1'),
+    normalizeStatement('select a from t where c = $1'),
+  );
+});
+
+const record = (files: Record<string, [number | undefined, string[]]>): SqlRecord => ({
+  files: Object.fromEntries(Object.entries(files).map(([f, [seconds, statements]]) => [f, { seconds, statements }])),
+});
+
+test('the cover runs every statement, in the cheapest files that do', () => {
+  const r = record({
+    'test/a.test.ts': [10, ['s1', 's2', 's3']],
+    // Everything a has, but cheaper in two files.
+    'test/b.test.ts': [2, ['s1', 's2']],
+    'test/c.test.ts': [2, ['s3', 's4']],
+    // Nothing the others lack.
+    'test/d.test.ts': [1, ['s1']],
+    // Its one statement is its own: it must run, however slow.
+    'test/e.test.ts': [60, ['s5']],
+  });
+  const cover = coverOf(r, Object.keys(r.files), []);
+  assert.deepEqual(cover.files, ['test/b.test.ts', 'test/c.test.ts', 'test/e.test.ts']);
+  assert.equal(cover.statements, 5);
+  assert.deepEqual(cover.unrecorded, []);
+  assert.deepEqual(cover.seconds, { all: 75, chosen: 64 });
+});
+
+test('a forced file counts for what it runs; a file the record lacks runs', () => {
+  const r = record({
+    'test/a.test.ts': [5, ['s1', 's2']],
+    'test/b.test.ts': [5, ['s2', 's3']],
+    'test/apps.test.ts': [100, ['s1', 's2', 's3']],
+  });
+  const cover = coverOf(r, ['test/a.test.ts', 'test/b.test.ts', 'test/new.test.ts'], ['test/apps.test.ts']);
+  assert.deepEqual(cover.files, ['test/apps.test.ts', 'test/new.test.ts']);
+  assert.deepEqual(cover.unrecorded, ['test/new.test.ts']);
+});
+
+let server: ScratchServer;
+let dir: string;
+
+before(async () => {
+  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-sql-record-'));
+  server = await startScratchServer(undefined, pino({ level: 'silent' }), 'slipway-sql-record', RECORD_SETTINGS);
+});
+
+after(async () => {
+  await server?.stop();
+  await fs.rm(dir, { recursive: true, force: true });
+});
+
+test("the record gives each file the statements its own database ran, and nothing of the server's own", async () => {
+  const databases = path.join(dir, 'databases.jsonl');
+  const lines: string[] = [];
+  const runIn = async (name: string, file: string | null, statements: string[]) => {
+    await withClient(server.adminUrl, (c) => c.query(`create database ${name}`));
+    if (file !== null) {
+      const oid = await withClient(server.adminUrl, (c) =>
+        c.query<{ oid: number }>('select oid::int as oid from pg_database where datname = $1', [name]),
+      );
+      lines.push(JSON.stringify({ database: oid.rows[0]!.oid, file }));
+    }
+    await withClient(databaseUrl(server.adminUrl, name), async (c) => {
+      await c.query('create table t (id int primary key, a text)');
+      for (const s of statements) await c.query(s, s.includes('$1') ? [1] : []);
+    });
+  };
+  await runIn('one', 'test/one.test.ts', ['insert into t values ($1, null)', 'select a from t where id = $1']);
+  await runIn('two', 'test/two.test.ts', ['select a from t where id = $1', "update t set a = 'x' where id = 2"]);
+  // A database no test file cloned (an app's own): none of its statements is a file's.
+  await runIn('other', null, ['delete from t where id = $1']);
+  await fs.writeFile(databases, `${lines.join('\n')}\n`);
+
+  const { record: got, dropped } = await readRecord(server.adminUrl, databases, new Map([['test/one.test.ts', 3]]));
+  assert.equal(dropped, 0);
+  assert.deepEqual(Object.keys(got.files), ['test/one.test.ts', 'test/two.test.ts']);
+  assert.equal(got.files['test/one.test.ts']!.seconds, 3);
+  const one = got.files['test/one.test.ts']!.statements;
+  const two = got.files['test/two.test.ts']!.statements;
+  assert.ok(one.includes('insert into t values ($)'), one.join('\n'));
+  assert.ok(one.includes('select a from t where id = $'), one.join('\n'));
+  // Constants are taken out: the update is one statement whatever it set.
+  assert.ok(two.includes('update t set a = $ where id = $'), two.join('\n'));
+  assert.ok(!one.some((s) => s.startsWith('update')) && ![...one, ...two].some((s) => s.startsWith('delete')));
+  // DDL is not tracked (its names are made per test); the migrations run on both servers anyway.
+  assert.ok(![...one, ...two].some((s) => /create table/i.test(s)));
+});
