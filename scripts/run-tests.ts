@@ -6,7 +6,7 @@
  * scripts/test-tiers.ts one after another (a file is in exactly one) and ends with each tier's outcome and
  * time.
  *
- * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] [--record-sql FILE | --cover-sql FILE]
+ * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] [--record-sql FILE | --cover-sql FILE] [--no-bundle]
  *                   test/some.test.ts ...]
  *   --times FILE       also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
  *   --tier NAME        every file of one tier (with any files named)
@@ -15,6 +15,7 @@
  *                      embedded server only)
  *   --cover-sql FILE   of the tier's files, run only the fewest that run every statement a record says they
  *                      ran (files named as well always run)
+ *   --no-bundle        run the TypeScript through tsx as it is, instead of bundles (scripts/test-bundles.ts)
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -25,6 +26,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
+import { bundleDir, bundleTests, sourceOfBundle } from './test-bundles.ts';
 import { coverOf, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf, type Tier } from './test-tiers.ts';
@@ -78,6 +80,13 @@ function option(args: string[], name: string): string | undefined {
   return value;
 }
 
+/** Takes the flag `name` out of the arguments: whether it was there. */
+function flag(args: string[], name: string): boolean {
+  const at = args.indexOf(name);
+  if (at >= 0) args.splice(at, 1);
+  return at >= 0;
+}
+
 /** The files a run's arguments name: `--tier NAME`'s and those named (a directory: every test file in it). */
 async function filesOf(args: string[], tier: string | undefined): Promise<string[]> {
   if (tier !== undefined && !(TIERS as readonly string[]).includes(tier))
@@ -99,15 +108,19 @@ async function runFiles(
   concurrency: number,
   times: string | undefined,
   env: NodeJS.ProcessEnv,
+  bundled: boolean,
   appendTimes = false,
 ): Promise<number> {
   // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
   // it without saying which.
+  // The files as bundles, run without a loader (scripts/test-bundles.ts); `--no-bundle` runs the
+  // TypeScript through tsx, as it is.
+  const bundles = bundled ? await bundleDir() : undefined;
+  const run = bundles ? await bundleTests(files, bundles) : files;
   const child = spawn(
     process.execPath,
     [
-      '--import',
-      'tsx',
+      ...(bundled ? ['--enable-source-maps'] : ['--import', 'tsx']),
       '--test',
       `--test-concurrency=${concurrency}`,
       `--test-timeout=${TEST_TIMEOUT_MS}`,
@@ -124,7 +137,7 @@ async function runFiles(
             `--test-reporter-destination=${appendTimes ? `${times}.part` : times}`,
           ]
         : []),
-      ...files,
+      ...run,
     ],
     { stdio: 'inherit', env: { ...process.env, ...env } },
   );
@@ -132,6 +145,7 @@ async function runFiles(
   process.on('SIGINT', forward);
   process.on('SIGTERM', forward);
   const code = await new Promise<number>((resolve) => child.on('exit', (exit) => resolve(exit ?? 1)));
+  if (bundles) await fs.rm(bundles, { recursive: true, force: true });
   if (times && appendTimes) {
     // A run of the tiers: each tier's files are added to the one file.
     await fs.appendFile(times, await fs.readFile(`${times}.part`, 'utf8').catch(() => ''));
@@ -150,7 +164,7 @@ async function sortTimes(file: string): Promise<void> {
   const entries = await Promise.all(
     lines.map(async (line) => {
       const entry = JSON.parse(line) as { file: string; seconds: number; tier?: string };
-      entry.file = path.relative(process.cwd(), path.resolve(entry.file));
+      entry.file = sourceOfBundle(entry.file);
       entry.tier ??= await tierOf(entry.file).catch(() => undefined);
       return entry;
     }),
@@ -173,6 +187,7 @@ async function main(): Promise<number> {
   const concurrency = option(args, '--concurrency');
   const recordSql = option(args, '--record-sql');
   const coverSql = option(args, '--cover-sql');
+  const bundled = !flag(args, '--no-bundle');
   if (recordSql !== undefined && process.env.DATABASE_URL)
     throw new Error('--record-sql reads the embedded server (pg_stat_statements): run it without DATABASE_URL');
   // `npm test` alone (the README's command) runs the tiers one after another, each timed; named files
@@ -192,7 +207,7 @@ async function main(): Promise<number> {
   const anyDatabase = (await Promise.all(groups.map((g) => needsDatabase(g.files)))).some(Boolean);
   if (!anyDatabase) {
     process.stdout.write('test database: none (no file needs one)\n');
-    return runGroups(groups, times, concurrency, {});
+    return runGroups(groups, times, concurrency, {}, bundled);
   }
   const server = await startScratchServer(
     process.env.DATABASE_URL,
@@ -211,11 +226,17 @@ async function main(): Promise<number> {
     await createMigratedDatabase(adminUrl, template);
     const databases = recordSql === undefined ? undefined : `${recordSql}.databases`;
     if (databases) await fs.writeFile(databases, '');
-    const code = await runGroups(groups, times, concurrency, {
-      SLIPWAY_TEST_ADMIN_URL: adminUrl,
-      SLIPWAY_TEST_TEMPLATE: template,
-      ...(databases ? { [DATABASES_ENV]: databases } : {}),
-    });
+    const code = await runGroups(
+      groups,
+      times,
+      concurrency,
+      {
+        SLIPWAY_TEST_ADMIN_URL: adminUrl,
+        SLIPWAY_TEST_TEMPLATE: template,
+        ...(databases ? { [DATABASES_ENV]: databases } : {}),
+      },
+      bundled,
+    );
     if (recordSql && databases) await writeRecord(adminUrl, databases, recordSql, times);
     return code;
   } finally {
@@ -285,6 +306,7 @@ async function runGroups(
   times: string | undefined,
   concurrencyOption: string | undefined,
   env: NodeJS.ProcessEnv,
+  bundled: boolean,
 ): Promise<number> {
   let code = 0;
   const summary: string[] = [];
@@ -296,7 +318,7 @@ async function runGroups(
       group.name === null ? `${group.files.length} files` : `the ${group.name} tier: ${group.files.length} files`;
     process.stdout.write(`== ${what}, ${concurrency} at once\n`);
     const exit =
-      group.files.length === 0 ? 0 : await runFiles(group.files, concurrency, times, env, group.name !== null);
+      group.files.length === 0 ? 0 : await runFiles(group.files, concurrency, times, env, bundled, group.name !== null);
     if (code === 0) code = exit;
     const seconds = Math.round((Date.now() - started) / 1000);
     if (group.name !== null) {

@@ -34,6 +34,7 @@ import { createLogger } from '../../src/logger.ts';
 import type { Database } from '../../src/store/schema.ts';
 import { startTracing, type Tracing } from '../../src/telemetry/tracing.ts';
 import { DATABASES_ENV } from '../../scripts/sql-record.ts';
+import { sourceOfBundle } from '../../scripts/test-bundles.ts';
 import { unmountUnder } from './mounts.ts';
 import { assertAnswerDocumented } from './openapi-conformance.ts';
 
@@ -71,7 +72,7 @@ async function recordDatabase(client: pg.Client, name: string): Promise<void> {
   const { rows } = await client.query<{ oid: number }>('select oid::int as oid from pg_database where datname = $1', [
     name,
   ]);
-  const file = path.relative(ROOT, process.argv[1] ?? '');
+  const file = sourceOfBundle(process.argv[1] ?? '');
   await fs.appendFile(databases, `${JSON.stringify({ database: rows[0]!.oid, file })}\n`);
 }
 

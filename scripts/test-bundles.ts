@@ -1,0 +1,98 @@
+/**
+ * The test files as JavaScript bundles, so that Node runs them without a TypeScript loader.
+ *
+ * A test file run with `--import tsx` spends most of its start in the loader's hooks: on Node 20 every
+ * module a process loads, each of the service's several hundred and each package's, passes through
+ * hooks that run on a thread of their own. That was about three CPU-seconds of every file's process
+ * (the harness alone), on CI's two cores and for each of the suite's files: more than the tests of
+ * many files took themselves. esbuild (tsx's own compiler) makes one bundle per test file instead, with
+ * the code they share in chunks, and the npm packages left to Node: the process then loads a few files
+ * of ours and the packages without any hook.
+ *
+ * What a bundle keeps of the sources: each module's `import.meta.url`, `.dirname` and `.filename` are
+ * its own source file's (a module finds the repository, its fixtures and the files beside it as
+ * before), stack traces name the sources (source maps), and the workspace packages (@slipway/*, whose
+ * manifests name TypeScript) are bundled as the repository's own code. What a test spawns (the
+ * service, the CLI, the listener) it still spawns as it says, with tsx where it says so.
+ *
+ * A bundle is written as `<run's dir>/<the test file's path>.mjs` (`test/a/b.test.ts` as
+ * `<run's dir>/test/a/b.test.ts.mjs`), so its source is its path less the directories and `.mjs`.
+ */
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import type { Plugin } from 'esbuild';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+/**
+ * Where `npm test` writes the bundles, a directory per run (runs at once in one checkout keep apart): in
+ * the repository, so a bundle finds the packages of its node_modules.
+ */
+const BUNDLES = path.join(ROOT, 'node_modules', '.cache', 'slipway-test-bundles');
+
+/** The test file a bundle was made of, relative to the repository (its own path when it is no bundle). */
+export function sourceOfBundle(file: string): string {
+  const relative = path.relative(BUNDLES, path.resolve(ROOT, file));
+  if (relative.startsWith('..') || path.isAbsolute(relative)) return path.relative(ROOT, path.resolve(ROOT, file));
+  return relative
+    .split(path.sep)
+    .slice(1)
+    .join(path.sep)
+    .replace(/\.mjs$/, '');
+}
+
+/** A new directory for one run's bundles (the caller removes it). */
+export async function bundleDir(): Promise<string> {
+  await fs.mkdir(BUNDLES, { recursive: true });
+  return fs.mkdtemp(path.join(BUNDLES, `${process.pid}-`));
+}
+
+/** The npm packages stay Node's to load; the workspace's own (@slipway/*) are sources of ours. */
+const packagesExternal: Plugin = {
+  name: 'packages-external',
+  setup(b) {
+    b.onResolve({ filter: /^[^./]/ }, (args) =>
+      args.path.startsWith('@slipway/') ? undefined : { path: args.path, external: true },
+    );
+  },
+};
+
+/** Each module keeps its own source file's `import.meta` paths, wherever its bundle is. */
+const ownImportMeta: Plugin = {
+  name: 'own-import-meta',
+  setup(b) {
+    b.onLoad({ filter: /\.(ts|mts|mjs|js)$/ }, async (args) => {
+      if (args.path.includes(`${path.sep}node_modules${path.sep}`)) return undefined;
+      const text = await fs.readFile(args.path, 'utf8');
+      const contents = text
+        .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
+        .replaceAll('import.meta.dirname', JSON.stringify(path.dirname(args.path)))
+        .replaceAll('import.meta.filename', JSON.stringify(args.path));
+      return { contents, loader: /\.m?ts$/.test(args.path) ? 'ts' : 'js', resolveDir: path.dirname(args.path) };
+    });
+  },
+};
+
+/** Bundles the test files (paths relative to the repository); returns each one's bundle, in their order. */
+export async function bundleTests(files: readonly string[], dir: string): Promise<string[]> {
+  // Loaded here: the harness imports this module for sourceOfBundle, and needs no compiler.
+  const { build } = await import('esbuild');
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: files.map((file) => ({ in: file, out: file })),
+    outdir: dir,
+    outExtension: { '.js': '.mjs' },
+    chunkNames: 'chunks/[name]-[hash]',
+    bundle: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    sourcemap: 'linked',
+    sourcesContent: false,
+    logLevel: 'error',
+    plugins: [packagesExternal, ownImportMeta],
+  });
+  return files.map((file) => path.join(dir, `${file}.mjs`));
+}
