@@ -26,7 +26,7 @@ import path from 'node:path';
 import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
-import { bundleDir, bundleTests, sourceOfBundle } from './test-bundles.ts';
+import { bundleDir, bundleTests, BUNDLES_ENV, ENTRIES, sourceOfBundle } from './test-bundles.ts';
 import { coverOf, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf, type Tier } from './test-tiers.ts';
@@ -116,7 +116,7 @@ async function runFiles(
   // The files as bundles, run without a loader (scripts/test-bundles.ts); `--no-bundle` runs the
   // TypeScript through tsx, as it is.
   const bundles = bundled ? await bundleDir() : undefined;
-  const run = bundles ? await bundleTests(files, bundles) : files;
+  const run = bundles ? (await bundleTests([...files, ...ENTRIES], bundles)).slice(0, files.length) : files;
   const child = spawn(
     process.execPath,
     [
@@ -139,7 +139,7 @@ async function runFiles(
         : []),
       ...run,
     ],
-    { stdio: 'inherit', env: { ...process.env, ...env } },
+    { stdio: 'inherit', env: { ...process.env, ...env, ...(bundles ? { [BUNDLES_ENV]: bundles } : {}) } },
   );
   const forward = (signal: NodeJS.Signals) => child.kill(signal);
   process.on('SIGINT', forward);

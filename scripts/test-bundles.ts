@@ -42,6 +42,26 @@ export function sourceOfBundle(file: string): string {
     .replace(/\.mjs$/, '');
 }
 
+/**
+ * What tests start as processes of their own, bundled with the test files: the service (`npm start`'s
+ * src/main.ts) and the CLI (`slipway`, bin/slipway.mjs's src/cli/main.ts). A test reaches them through
+ * bundledEntry; one that is about the way a user starts them (first-start's `npm start`, the compiled
+ * service, bin/slipway.mjs itself) starts them that way.
+ */
+export const ENTRIES = ['src/main.ts', 'src/cli/main.ts'] as const;
+
+/** The environment variable that names a run's bundle directory to its test files. */
+export const BUNDLES_ENV = 'SLIPWAY_TEST_BUNDLES';
+
+/**
+ * How to start an entry in this run: `node <its bundle>` when the run made one, else tsx on the source
+ * (`--no-bundle`, or a test file run by itself with `node --test`).
+ */
+export function entryCommand(entry: (typeof ENTRIES)[number]): string[] {
+  const dir = process.env[BUNDLES_ENV];
+  return dir ? ['--enable-source-maps', path.join(dir, `${entry}.mjs`)] : ['--import', 'tsx', path.join(ROOT, entry)];
+}
+
 /** A new directory for one run's bundles (the caller removes it). */
 export async function bundleDir(): Promise<string> {
   await fs.mkdir(BUNDLES, { recursive: true });

@@ -1,15 +1,17 @@
 /**
- * Runs `slipway` as a user does: `bin/slipway.mjs` as a child process, with its own home and config
- * directory, and only the environment given (the test runner's own variables do not leak into it).
+ * Runs `slipway` as a user does, as a child process with its own home and config directory, and only
+ * the environment given (the test runner's own variables do not leak into it): the CLI's source
+ * (src/cli/main.ts, which bin/slipway.mjs runs) as this run bundled it, or with tsx
+ * (scripts/test-bundles.ts). bin/slipway.mjs itself is cli-colour's and the install test's.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { entryCommand } from '../../scripts/test-bundles.ts';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const BIN = path.join(ROOT, 'bin/slipway.mjs');
 
 export interface CliResult {
   code: number;
@@ -35,7 +37,7 @@ export async function cliUser(env: Record<string, string> = {}): Promise<CliUser
       return new Promise((resolve) => {
         const child = execFile(
           process.execPath,
-          [BIN, ...args],
+          [...entryCommand('src/cli/main.ts'), ...args],
           {
             cwd: options.cwd ?? ROOT,
             env: { PATH: process.env.PATH ?? '', HOME: home, XDG_CONFIG_HOME: configHome, ...env, ...options.env },

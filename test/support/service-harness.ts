@@ -8,6 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { entryCommand } from '../../scripts/test-bundles.ts';
 import { fetchApi, freePort, ROOT } from './harness.ts';
 import { unmountUnder } from './mounts.ts';
 import { eventually } from './wait.ts';
@@ -63,9 +64,14 @@ export interface SpawnOptions {
   args?: string[];
 }
 
+/** The service as this run bundled it (scripts/test-bundles.ts), or the script given, with tsx. */
+function scriptCommand(script: string | undefined): string[] {
+  return script === undefined ? entryCommand('src/main.ts') : ['--import', 'tsx', script];
+}
+
 export function spawnService(env: Record<string, string>, options: SpawnOptions = {}): Service {
   const port = Number(env.PORT ?? 0);
-  const child = spawn(process.execPath, ['--import', 'tsx', options.script ?? 'src/main.ts', ...(options.args ?? [])], {
+  const child = spawn(process.execPath, [...scriptCommand(options.script), ...(options.args ?? [])], {
     cwd: ROOT,
     // The app edge on a free port of its own unless the test names one (PORT + 1 may be taken here).
     env: serviceEnv({ LOG_LEVEL: 'warn', SLIPWAY_APPS_PORT: '0', ...env }),
