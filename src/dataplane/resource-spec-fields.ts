@@ -7,7 +7,7 @@
  * Keyed by every field of the schema (src/domain/resource-spec.ts), so a field added to it fails the
  * type check here until it is placed; test/dataplane/resource-spec-contract.test.ts holds each honoured
  * field to changing what the data plane runs and each ignored one to changing nothing. The listener
- * agent's counterpart is listener/resource-spec.ts.
+ * agent's counterpart is packages/listener/src/resource-spec.ts.
  */
 import type { ResourceSpecField } from '../domain/resource-spec.ts';
 

@@ -1,7 +1,7 @@
 /**
  * The contract between the lifecycle (src/service/lifecycle.ts, the one writer of revision and
  * deployment state) and the data planes that run deployments: the service's own (src/dataplane/, in
- * process) and a listener in a Kubernetes cluster (listener/, over the listener protocol's HTTP). Both
+ * process) and a listener in a Kubernetes cluster (packages/listener/, over the listener protocol's HTTP). Both
  * report what happened through these operations, so the rules about which report may change what
  * (a stale, repeated or superseded report changes nothing; a final state is never left) are the same
  * for both. Types only: no I/O here, and neither side imports the other.

@@ -4,7 +4,7 @@
  * listener agent reads the same schema through the listener protocol's types), and the
  * rules across fields that a schema cannot say (a minimum never above its maximum), and which of its
  * fields are the deployment's scale rather than part of a revision's snapshot. What each plane makes of
- * each field: src/dataplane/resource-spec-fields.ts and listener/resource-spec.ts, each held to the
+ * each field: src/dataplane/resource-spec-fields.ts and packages/listener/src/resource-spec.ts, each held to the
  * schema by a contract test.
  */
 import { Type, type Static, type TSchema } from 'typebox';

@@ -2,11 +2,11 @@
  * The wire shape of the listener protocol, version 1 (docs/listener-protocol.md): the one definition
  * of what a listener agent and the service say to each other. The routes validate and serialise with
  * these schemas (and the OpenAPI document shows them), the service builds and reads the `Static<>`
- * types, and the listener agent reads the same types (type-only imports, erased in its image) and the
- * protocol version (src/domain/listener-protocol-version.ts, a file its image copies).
+ * types, and the listener agent reads the types generated from that document (@slipway/sdk's
+ * listener-protocol.ts, which also holds the protocol's version, the one definition of it).
  */
+import { PROTOCOL_VERSION } from '@slipway/sdk/listener-protocol';
 import { Type, type Static } from 'typebox';
-import { PROTOCOL_VERSION } from '../domain/listener-protocol-version.ts';
 import { LISTENER_REPORTED_STATUSES, REVISION_STATUSES } from '../domain/states.ts';
 import { DateTime, Nullable, StringEnum, Uuid } from '../http/schema-helpers.ts';
 import { LISTENER_CONDITIONS } from '../store/schema.ts';

@@ -7,11 +7,11 @@
  * request, locking the deployment before its revisions (the order every writer uses).
  */
 import { createHash } from 'node:crypto';
+import { PROTOCOL_VERSION } from '@slipway/sdk/listener-protocol';
 import type { Kysely } from 'kysely';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
 import { desiredDeploymentState } from '../domain/desired-state.ts';
-import { PROTOCOL_VERSION } from '../domain/listener-protocol-version.ts';
 import { notFound } from '../errors.ts';
 import { applyConditions, conditionChanges, lockForConditions } from './listener-conditions.ts';
 import { recordEvents } from '../store/events.ts';

@@ -5,7 +5,7 @@
  * that follows its desired state end with the same revision active, and that revision is the rule's
  * target on both. The own plane's runtime is a stand-in whose builds succeed, fail or hold as the test
  * says (building and running apps is what other tests cover); the listener is a script that reads its
- * desired state and reports, as listener/ does.
+ * desired state and reports, as the listener agent (packages/listener/) does.
  */
 import assert from 'node:assert/strict';
 import { after, before } from 'node:test';

@@ -11,7 +11,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { REPORTED_RANK, SERVICE_RANK } from '../../listener/reconcile-plan.ts';
+import { REPORTED_RANK, SERVICE_RANK } from '@slipway/listener/reconcile-plan';
 import {
   LISTENER_REPORTED_STATUSES,
   REVISION_STATES,

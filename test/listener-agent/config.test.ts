@@ -7,9 +7,9 @@ import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { ListenerConfigError, MAX_PROGRESS_DEADLINE_SECONDS, loadListenerConfig } from '../../listener/config.ts';
+import { ListenerConfigError, MAX_PROGRESS_DEADLINE_SECONDS, loadListenerConfig } from '@slipway/listener/config';
 import { REVISION_STATES } from '../../src/domain/states.ts';
-import { ProtocolError, readDesiredState, type WireDesiredState } from '../../listener/desired-state.ts';
+import { ProtocolError, readDesiredState, type WireDesiredState } from '@slipway/listener/desired-state';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const ID = '6f1c2d3e-0000-4000-8000-000000000001';
@@ -73,7 +73,7 @@ describe('listener configuration', () => {
   });
 
   test('the command fails fast on a bad setting, naming it', () => {
-    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
+    const run = spawnSync(process.execPath, ['--import', 'tsx', path.join(ROOT, 'packages/listener/src/main.ts')], {
       env: { PATH: process.env.PATH, ...ENV, SLIPWAY_LISTENER_NAMESPACES: '' },
       encoding: 'utf8',
     });

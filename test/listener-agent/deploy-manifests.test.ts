@@ -9,8 +9,8 @@ import path from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
-import { loadListenerConfig } from '../../listener/config.ts';
-import { HTTP_ROUTE_KIND, MANAGED_KINDS } from '../../listener/kube-objects.ts';
+import { loadListenerConfig } from '@slipway/listener/config';
+import { HTTP_ROUTE_KIND, MANAGED_KINDS } from '@slipway/listener/kube-objects';
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');

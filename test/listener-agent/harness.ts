@@ -4,8 +4,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import pino from 'pino';
-import type { ListenerConfig } from '../../listener/config.ts';
-import { startListener, type ListenerDeps, type RunningListener } from '../../listener/listener-agent.ts';
+import type { ListenerConfig } from '@slipway/listener/config';
+import { startListener, type ListenerDeps, type RunningListener } from '@slipway/listener/listener-agent';
 import { FakeKube, type FakeKubeOptions } from './fake-kube.ts';
 import { FakeSlipway, type FakeDeployment, type FakeRevision } from './fake-slipway.ts';
 

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { afterEach, describe } from 'node:test';
-import type { ListenerClock } from '../../listener/listener-agent.ts';
+import type { ListenerClock } from '@slipway/listener/listener-agent';
 import { startWorld, type World } from './harness.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';

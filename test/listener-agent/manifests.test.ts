@@ -5,11 +5,11 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { V1Container, V1Deployment, V1HorizontalPodAutoscaler, V1StatefulSet } from '@kubernetes/client-node';
-import type { DesiredRevision } from '../../listener/desired-state.ts';
-import type { Manifest } from '../../listener/kube-objects.ts';
-import { buildManifests, type BuildContext } from '../../listener/manifest-builder.ts';
-import { objectName } from '../../listener/manifest-names.ts';
-import { readResourceSpec, UNSUPPORTED_FIELDS } from '../../listener/resource-spec.ts';
+import type { DesiredRevision } from '@slipway/listener/desired-state';
+import type { Manifest } from '@slipway/listener/kube-objects';
+import { buildManifests, type BuildContext } from '@slipway/listener/manifest-builder';
+import { objectName } from '@slipway/listener/manifest-names';
+import { readResourceSpec, UNSUPPORTED_FIELDS } from '@slipway/listener/resource-spec';
 import { labelProblems, schemaProblem } from './k8s-schemas.ts';
 
 const ctx: BuildContext = {

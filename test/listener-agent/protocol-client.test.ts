@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { SlipwayError } from '../../packages/sdk/src/slipway-error.ts';
-import { createProtocolClient, permanentRefusal } from '../../listener/protocol-client.ts';
+import { createProtocolClient, permanentRefusal } from '@slipway/listener/protocol-client';
 
 const ID = '0b9e1c2d-0000-4000-8000-0000000000aa';
 type Answer = { status: number; body?: unknown; headers?: Record<string, string> };

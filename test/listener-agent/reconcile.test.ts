@@ -4,16 +4,16 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from '../../listener/desired-state.ts';
-import type { ObservedObject } from '../../listener/kube-objects.ts';
-import { reconcile } from '../../listener/reconcile.ts';
+import type { DesiredDeployment, DesiredRevision, DesiredState, ReportedStatus } from '@slipway/listener/desired-state';
+import type { ObservedObject } from '@slipway/listener/kube-objects';
+import { reconcile } from '@slipway/listener/reconcile';
 import {
   inPlaceInputs,
   type Action,
   type Memory,
   type ReconcileContext,
   type RefusedApply,
-} from '../../listener/reconcile-plan.ts';
+} from '@slipway/listener/reconcile-plan';
 
 const LISTENER = '6f1c0000-0000-4000-8000-000000000001';
 const ctx: ReconcileContext = {

@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, test } from 'node:test';
-import { buildManifests, type BuildContext } from '../../listener/manifest-builder.ts';
-import { MAPPED_FIELDS, UNSUPPORTED_FIELDS, readResourceSpec } from '../../listener/resource-spec.ts';
+import { buildManifests, type BuildContext } from '@slipway/listener/manifest-builder';
+import { MAPPED_FIELDS, UNSUPPORTED_FIELDS, readResourceSpec } from '@slipway/listener/resource-spec';
 import { RESOURCE_SPEC_FIELDS } from '../../src/domain/resource-spec.ts';
 
 const SCHEMA_FIELDS: readonly string[] = RESOURCE_SPEC_FIELDS;

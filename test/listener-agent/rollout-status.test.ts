@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node';
-import { waitingDetail } from '../../listener/rollout-status.ts';
+import { waitingDetail } from '@slipway/listener/rollout-status';
 
 const running = (name: string, ready: boolean, started = true) => ({
   name,

@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { routeVerdict } from '../../listener/route-status.ts';
-import type { ObservedObject } from '../../listener/kube-objects.ts';
+import { routeVerdict } from '@slipway/listener/route-status';
+import type { ObservedObject } from '@slipway/listener/kube-objects';
 
 const parent = { namespace: 'gateways', name: 'public' };
 const condition = (

@@ -3,7 +3,7 @@
  * port, on a database cloned from the test template), the fake Kubernetes API server of
  * test/listener-agent/fake-kube.ts on another real port (the only fake: it stands for the cluster), and
  * listener agents as real child processes, started the way a user starts one outside a cluster:
- * `node --import tsx listener/main.ts` with a kubeconfig file and the SLIPWAY_* variables.
+ * `node --import tsx packages/listener/src/main.ts` with a kubeconfig file and the SLIPWAY_* variables.
  *
  * Waits poll the API (as a user would with curl) until a condition holds. Their deadline only exists
  * so that a hung test fails with what it last saw instead of hanging: it is not a timing assertion.
@@ -94,7 +94,7 @@ export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eW
     },
 
     startAgent(listener, namespaces = [NAMESPACE], env = {}) {
-      const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'listener/main.ts')], {
+      const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'packages/listener/src/main.ts')], {
         cwd: ROOT,
         env: {
           PATH: process.env.PATH,

@@ -38,7 +38,7 @@ import { sourceOfBundle } from '../../scripts/test-bundles.ts';
 import { unmountUnder } from './mounts.ts';
 import { assertAnswerDocumented } from './openapi-conformance.ts';
 
-/** The repository's root: where `npm start`, `listener/main.ts` and `bin/slipway.mjs` are run from. */
+/** The repository's root: where `npm start`, `packages/listener/src/main.ts` and `bin/slipway.mjs` are run from. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 /** A port of 127.0.0.1 nothing listens on (taken, then released). */

@@ -10,9 +10,7 @@
  * (5xx, 429, a credential refused, the network) is worth another try after the agent's back-off.
  */
 import createClient from 'openapi-fetch';
-import type { paths } from '../packages/sdk/src/api-types.ts';
-import { createRetryingFetch, type RetryOptions } from '../packages/sdk/src/retrying-fetch.ts';
-import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
+import type { paths } from '@slipway/sdk/api-types';
 import type {
   DeploymentCondition as WireDeploymentCondition,
   EndpointReportBody,
@@ -20,12 +18,14 @@ import type {
   HeartbeatBody,
   ReportBody,
   ReportResult,
-} from '../src/routes/listener-protocol-schemas.ts';
+} from '@slipway/sdk/listener-protocol';
+import { createRetryingFetch, type RetryOptions } from '@slipway/sdk/retrying-fetch';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import { readDesiredState, type DesiredState } from './desired-state.ts';
 
 export type Fetch = NonNullable<RetryOptions['fetch']>;
 
-/** The protocol's bodies (src/routes/listener-protocol-schemas.ts; the client's paths are the same document's). */
+/** The protocol's bodies (@slipway/sdk's listener-protocol.ts: the same generated document as the client's paths). */
 export type Report = ReportBody;
 export type ReportAnswer = ReportResult;
 export type Heartbeat = HeartbeatBody;

@@ -152,9 +152,10 @@ export const REPORTED_RANK: Readonly<Record<ReportedStatus, number>> = {
 /**
  * How far the service has a revision, by its status: 0 before the listener's steps, null in a final
  * state (DEPLOYED, or failed, skipped, interrupted): nothing is reported for it any more. Keyed by every
- * status of the protocol's schema (src/routes/listener-protocol-schemas.ts), so a status added to the
- * service fails the type check here; test/domain/revision-statuses.test.ts compares it with
- * src/domain/states.ts.
+ * status of the protocol's schema (src/routes/listener-protocol-schemas.ts, through the SDK's types
+ * generated from it), so a status added to the service fails the type check here once the types are
+ * regenerated (test/cli/client-types.test.ts fails until they are); test/domain/revision-statuses.test.ts
+ * compares it with src/domain/states.ts.
  */
 export const SERVICE_RANK: Readonly<Record<DesiredRevision['status'], number | null>> = {
   CREATING: 0,

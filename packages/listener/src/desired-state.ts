@@ -1,8 +1,8 @@
 /**
  * The desired state of listener protocol version 1, as the agent uses it. Its shape is the service's
- * own: the types are the protocol's schemas (src/routes/listener-protocol-schemas.ts, imported for their
- * types only, so none of the service is in the agent's image), which the service answers by, and the
- * version is the service's (src/domain/listener-protocol-version.ts, copied into the image). What the agent checks
+ * own: the types are generated from the service's OpenAPI document, whose schemas the service answers
+ * by, and the version is the one the service serves; both come from @slipway/sdk's listener-protocol
+ * module. What the agent checks
  * itself is what no schema says: that the answer speaks protocol 1 and is for this listener, so that a
  * service of another protocol version (or a proxy answering in its place) is refused as a whole
  * instead of half-applied.
@@ -11,15 +11,15 @@
  * to the revision that runs; a service of before sent them only in the revision (its snapshot). The
  * agent reads them from the deployment when they are there, and keeps them on the revision it uses.
  */
-import { PROTOCOL_VERSION } from '../src/domain/listener-protocol-version.ts';
-import type {
-  DesiredEndpoint,
-  DesiredEndpointRevision,
-  DesiredEndpointSplit,
-  DesiredState as WireDesiredState,
-  EndpointReportBody,
-  ReportBody,
-} from '../src/routes/listener-protocol-schemas.ts';
+import {
+  PROTOCOL_VERSION,
+  type DesiredEndpoint,
+  type DesiredEndpointRevision,
+  type DesiredEndpointSplit,
+  type DesiredState as WireDesiredState,
+  type EndpointReportBody,
+  type ReportBody,
+} from '@slipway/sdk/listener-protocol';
 
 export { PROTOCOL_VERSION };
 export type { WireDesiredState };

@@ -42,7 +42,7 @@ export interface ResourceSpec {
   readonly sidecars?: readonly V1Container[];
 }
 
-/** The resource spec as the service's schema has it (src/domain/resource-spec.ts, through the protocol's types). */
+/** The resource spec as the service's schema has it (src/domain/resource-spec.ts, through the protocol's generated types). */
 type WireResourceSpec = NonNullable<DesiredRevision['resource_spec']>;
 type WireField = keyof WireResourceSpec;
 

@@ -1,6 +1,7 @@
 /**
- * `npm run listener` (or the `slipway-listener` bin): the Kubernetes listener agent. Configured by
- * environment (listener/config.ts, docs/listener.md); stops cleanly on SIGTERM, as a pod is stopped.
+ * `npm run listener` (or the `slipway-listener` bin, or the image's bundle of `npm run build:listener`):
+ * the Kubernetes listener agent. Configured by environment (config.ts, docs/listener.md); stops cleanly
+ * on SIGTERM, as a pod is stopped.
  */
 import { ListenerConfigError, loadListenerConfig } from './config.ts';
 import { startListener } from './listener-agent.ts';

@@ -2,10 +2,10 @@
  * The agent's own pace after failures, per loop and per deployment: a listener that cannot reach the
  * API server (or whose Kubernetes objects keep being refused, or the service) keeps trying, slower and
  * slower up to the cap, without many listeners retrying in lock-step. One request to the service is
- * retried by the SDK's fetch (packages/sdk/src/retrying-fetch.ts); this is the wait between the agent's
+ * retried by the SDK's fetch (@slipway/sdk's retrying-fetch.ts); this is the wait between the agent's
  * tries after those gave up.
  */
-import { sleep as sdkSleep } from '../packages/sdk/src/sleep.ts';
+import { sleep as sdkSleep } from '@slipway/sdk/sleep';
 
 export interface BackoffOptions {
   /** First delay, doubled after each failure in a row. */

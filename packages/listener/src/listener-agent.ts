@@ -3,8 +3,8 @@
  * loop between them and the heartbeat. `startListener` is what `main.ts` runs and what tests (and an
  * end-to-end harness) start with their own fetch and kubeconfig; `stop()` ends every loop and request.
  */
-import { createRequire } from 'node:module';
 import { KubeConfig } from '@kubernetes/client-node';
+import { SlipwayError } from '@slipway/sdk/slipway-error';
 import pino, { type Logger } from 'pino';
 import {
   DEFAULT_FORBIDDEN_CONFIRM_MS,
@@ -17,10 +17,10 @@ import { createGatewayDiscovery } from './gateway-discovery.ts';
 import { createKubeClient } from './kube-client.ts';
 import { HTTP_ROUTE_KIND, MANAGED_KINDS } from './kube-objects.ts';
 import { startController } from './listener-controller.ts';
-import { SlipwayError } from '../packages/sdk/src/slipway-error.ts';
 import { createProtocolClient, type Fetch } from './protocol-client.ts';
 import { DEFAULT_BACKOFF, createBackoff, sleep, type BackoffOptions } from './retry-backoff.ts';
 import { checkServerVersion } from './server-version.ts';
+import manifest from '../package.json' with { type: 'json' };
 
 /**
  * The least time between the starts of two desired-state reads. A long-poll normally takes its whole
@@ -38,8 +38,8 @@ const DEFAULT_MISSING_NAMESPACE_CONFIRM_MS = 60_000;
 /** The least time between two heartbeats, when a namespace's state changes sooner than the period. */
 const MIN_HEARTBEAT_GAP_MS = 1_000;
 
-export const LISTENER_VERSION: string = (createRequire(import.meta.url)('../package.json') as { version: string })
-  .version;
+/** The version the heartbeat tells: the package's (built into the image's bundle, which has no package.json of its own). */
+export const LISTENER_VERSION: string = manifest.version;
 
 /** The time the heartbeat keeps (a fake one in tests, which count heartbeats over a period). */
 export interface ListenerClock {
