@@ -28,8 +28,8 @@ import {
   SPEC_HASH_ANNOTATION,
   objectName,
 } from './manifest-names.ts';
-import { readResourceSpec } from './resource-spec.ts';
-import { revisionRollout } from './revision-rollout.ts';
+import { readResourceSpec, type ReadSpec } from './resource-spec.ts';
+import { revisionRollout, type RevisionRolloutInput } from './revision-rollout.ts';
 import { deletePlan } from './delete-plan.ts';
 import {
   REPORTED_RANK,
@@ -60,49 +60,60 @@ function namespaceOf(deployment: DesiredDeployment, ctx: ReconcileContext): stri
   return deployment.namespace ?? ctx.namespaces[0] ?? 'default';
 }
 
-function runPlan(
+/** A deployment's revision being planned: what its plans, reports and refusals are made of. */
+interface RevisionRun {
+  readonly deployment: DesiredDeployment;
+  readonly revision: DesiredRevision;
+  /**
+   * How far the revision is, by the service's status or this process's reports, whichever is further;
+   * null in a final state at the service: nothing is reported for it any more.
+   */
+  readonly done: number | null;
+}
+
+function revisionRun(
   deployment: DesiredDeployment,
   revision: DesiredRevision,
-  desired: DesiredState,
-  observed: Observed,
-  ctx: ReconcileContext,
+  memory: Observed['memory'],
+): RevisionRun {
+  const service = serviceRank(revision.status);
+  const reported = memory.reported.get(revision.id);
+  const done = service === null ? null : Math.max(service, reported === undefined ? 0 : REPORTED_RANK[reported]);
+  return { deployment, revision, done };
+}
+
+/** The reports still missing on the way to the last status of `path`. */
+function reports(
+  { revision, done }: RevisionRun,
+  path: readonly ReportedStatus[],
+  failure?: { reason: FailureReason; message: string },
+): Action[] {
+  return done === null
+    ? []
+    : path
+        .filter((status) => REPORTED_RANK[status] > done)
+        .map((status) => ({
+          type: 'report' as const,
+          revisionId: revision.id,
+          status,
+          ...(status === 'DEPLOY_FAILED' && failure ? { failureReason: failure.reason, message: failure.message } : {}),
+        }));
+}
+
+/** The deployment's plan; a condition of what serves is told only for a revision the service has as DEPLOYED. */
+function revisionPlan(
+  { deployment, revision }: RevisionRun,
+  actions: Action[],
+  phase: Phase,
+  summary: string,
+  condition?: Omit<ServingCondition, 'revisionId'>,
 ): Plan {
-  const { objects, memory } = observed;
-  const id = deployment.deployment_id;
-  // The endpoints' objects are endpoint-plan.ts's: neither pruned nor rolled out here.
-  const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id && label(o, ENDPOINT_LABEL) === undefined);
-  const done = (() => {
-    const service = serviceRank(revision.status);
-    if (service === null) return null;
-    const reported = memory.reported.get(revision.id);
-    return Math.max(service, reported === undefined ? 0 : REPORTED_RANK[reported]);
-  })();
-  /** The reports still missing on the way to the last status of `path`. */
-  const reports = (path: readonly ReportedStatus[], failure?: { reason: FailureReason; message: string }): Action[] =>
-    done === null
-      ? []
-      : path
-          .filter((status) => REPORTED_RANK[status] > done)
-          .map((status) => ({
-            type: 'report' as const,
-            revisionId: revision.id,
-            status,
-            ...(status === 'DEPLOY_FAILED' && failure
-              ? { failureReason: failure.reason, message: failure.message }
-              : {}),
-          }));
-  const deployed = revision.status === 'DEPLOYED';
-  const plan = (
-    actions: Action[],
-    phase: Phase,
-    summary: string,
-    condition?: Omit<ServingCondition, 'revisionId'>,
-  ): Plan => ({
-    deploymentId: id,
+  return {
+    deploymentId: deployment.deployment_id,
     actions,
     phase,
     summary,
-    ...(deployed && condition
+    ...(revision.status === 'DEPLOYED' && condition
       ? {
           condition: {
             revisionId: revision.id,
@@ -111,22 +122,28 @@ function runPlan(
           },
         }
       : {}),
-  });
-  // Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED.
-  const refuse = (message: string, reason: FailureReason = 'invalid_manifest'): Plan =>
-    plan(
-      reports(['DEPLOY_FAILED'], { reason, message }),
-      'failed',
-      `revision ${revision.id} cannot be deployed: ${message}`,
-      { condition: 'update_failed', reason, message },
-    );
+  };
+}
 
-  const namespace = namespaceOf(deployment, ctx);
+/** Not accepted, so not AWAITING_DEPLOY: the service walks the revision through it to DEPLOY_FAILED. */
+function refuse(run: RevisionRun, message: string, reason: FailureReason = 'invalid_manifest'): Plan {
+  return revisionPlan(
+    run,
+    reports(run, ['DEPLOY_FAILED'], { reason, message }),
+    'failed',
+    `revision ${run.revision.id} cannot be deployed: ${message}`,
+    { condition: 'update_failed', reason, message },
+  );
+}
+
+/** The plan when the revision's namespace is not watched (it fails) or not listed yet (it waits); null when it is watched. */
+function unwatchedPlan(run: RevisionRun, namespace: string, observed: Observed, ctx: ReconcileContext): Plan | null {
   const notWatched = (message: string): Plan =>
-    plan(
-      reports(['DEPLOY_FAILED'], { reason: 'namespace_not_watched', message }),
+    revisionPlan(
+      run,
+      reports(run, ['DEPLOY_FAILED'], { reason: 'namespace_not_watched', message }),
       'failed',
-      `revision ${revision.id} cannot be deployed: ${message}`,
+      `revision ${run.revision.id} cannot be deployed: ${message}`,
     );
   if (!ctx.namespaces.includes(namespace)) {
     return notWatched(
@@ -140,19 +157,26 @@ function runPlan(
     );
   }
   if (watch !== undefined && watch.state !== 'watched') {
-    return plan(
+    return revisionPlan(
+      run,
       [],
       'waiting',
       `waiting for namespace ${namespace} to be listed${watch.state === 'failing' ? `: ${watch.reason}` : ''}`,
     );
   }
-  if (revision.image_uri === null || revision.image_uri === '') return refuse('the revision has no image_uri');
-  const read = readResourceSpec(revision.resource_spec);
-  if (read.problems.length > 0) return refuse(read.problems.join('; '));
-  const inputs = inPlaceInputs(deployment);
-  const refused = memory.refused.get(revision.id);
-  if (refused !== undefined && refused.inputs === inputs) return refuse(refused.message, refused.reason);
+  return null;
+}
 
+/** The revision's manifests, keeping what the cluster's database already has (its password, its volume's size). */
+function revisionManifests(
+  { deployment, revision }: RevisionRun,
+  image: string,
+  namespace: string,
+  spec: ReadSpec['spec'],
+  mine: readonly ObservedObject[],
+  ctx: ReconcileContext,
+): Manifest[] {
+  const id = deployment.deployment_id;
   const dbName = objectName(deployment.name, id, 'db');
   const dbSecret = mine.find(
     (o) => o.kind === 'Secret' && o.metadata.name === dbName && o.metadata.namespace === namespace,
@@ -161,12 +185,12 @@ function runPlan(
     (o): o is ObservedObject & V1StatefulSet =>
       isStatefulSet(o) && o.metadata.name === dbName && o.metadata.namespace === namespace,
   );
-  const manifests = buildManifests(
+  return buildManifests(
     {
       deployment,
-      revision: { ...revision, image_uri: revision.image_uri },
+      revision: { ...revision, image_uri: image },
       namespace,
-      spec: read.spec,
+      spec,
       // The password in the cluster stays: the database was initialised with it.
       dbPassword:
         decodeSecretValue(dbSecret, 'POSTGRES_PASSWORD') ??
@@ -175,8 +199,16 @@ function runPlan(
     },
     ctx,
   );
+}
 
-  const byKey = new Map(objects.map((o) => [keyOf(refOf(o)), o]));
+/** The plan when a name of the revision's objects is taken by another Slipway deployment; null when none is. */
+function nameTakenPlan(
+  run: RevisionRun,
+  manifests: readonly Manifest[],
+  byKey: ReadonlyMap<string, ObservedObject>,
+  desired: DesiredState,
+): Plan | null {
+  const id = run.deployment.deployment_id;
   for (const manifest of manifests) {
     const other = byKey.get(keyOf(refOf(manifest)));
     const owner = other === undefined ? undefined : label(other, DEPLOYMENT_ID_LABEL);
@@ -184,20 +216,19 @@ function runPlan(
     const what = keyOf(refOf(manifest));
     const leaving = desired.deployments.some((d) => d.deployment_id === owner && d.delete);
     // A deployment of the same name being deleted: its objects go first, then this one takes the name.
-    if (leaving) return plan([], 'waiting', `waiting for ${what} of deleted deployment ${owner} to go`);
+    if (leaving) return revisionPlan(run, [], 'waiting', `waiting for ${what} of deleted deployment ${owner} to go`);
     return refuse(
+      run,
       `${what} already belongs to Slipway deployment ${owner ?? 'unknown'}; names derive from the deployment name, so rename one of them`,
     );
   }
+  return null;
+}
 
-  const hashOf = (o: ObservedObject | undefined) => o?.metadata.annotations?.[SPEC_HASH_ANNOTATION];
-  const hashOfManifest = (m: Manifest) => m.metadata.annotations?.[SPEC_HASH_ANNOTATION];
-  const notInCluster = manifests.filter((m) => hashOf(byKey.get(keyOf(refOf(m)))) !== hashOfManifest(m));
-  /** Applied by this process, and not seen by the list-watch yet: not to be applied again. */
-  const unseen = notInCluster.filter((m) => memory.applied?.get(keyOf(refOf(m))) === hashOfManifest(m));
-  const pending = notInCluster.filter((m) => !unseen.includes(m));
+/** The deployment's objects no manifest of the revision wants any more (pods, volumes and kept objects aside). */
+function pruneActions(mine: readonly ObservedObject[], manifests: readonly Manifest[]): Action[] {
   const wanted = new Set(manifests.map((m) => keyOf(refOf(m))));
-  const prune = mine
+  return mine
     .filter(
       (o) =>
         o.kind !== 'Pod' &&
@@ -207,46 +238,33 @@ function runPlan(
         !wanted.has(keyOf(refOf(o))),
     )
     .map((o): Action => ({ type: 'delete', target: refOf(o) }));
+}
 
-  if (pending.length > 0) {
-    const applies = applyActions(manifests, pending, byKey, revision.id, inputs);
-    return plan(
-      // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
-      [...applies, ...reports(['AWAITING_DEPLOY']), ...prune],
-      'rolling-out',
-      `applying revision ${revision.id}: ${pending.map((m) => keyOf(refOf(m))).join(', ')}`,
-    );
-  }
-  if (unseen.length > 0) {
-    // Accepted by the API server: the rollout is judged once the cluster's objects show this apply.
-    return plan(
-      reports(['AWAITING_DEPLOY']),
-      'rolling-out',
-      `revision ${revision.id} is applied, waiting to see ${unseen.map((m) => keyOf(refOf(m))).join(', ')} in the cluster`,
-    );
-  }
-
+/** Where the rollout of the applied manifests stands, and the reports that say so. */
+function rolloutPlan(
+  run: RevisionRun,
+  input: Omit<RevisionRolloutInput, 'revisionId' | 'deployed'>,
+  prune: Action[],
+): Plan {
+  const { revision } = run;
   const { rollout, condition } = revisionRollout({
-    manifests,
-    byKey,
-    mine,
-    namespace,
+    ...input,
     revisionId: revision.id,
-    deployed,
-    now: ctx.now,
-    progressDeadlineSeconds: ctx.progressDeadlineSeconds,
+    deployed: revision.status === 'DEPLOYED',
   });
   switch (rollout.state) {
     case 'complete':
-      return plan(
-        [...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']), ...prune],
+      return revisionPlan(
+        run,
+        [...reports(run, ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOYED']), ...prune],
         'deployed',
         `revision ${revision.id} is deployed`,
       );
     case 'failed':
-      return plan(
+      return revisionPlan(
+        run,
         [
-          ...reports(['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED'], {
+          ...reports(run, ['AWAITING_DEPLOY', 'DEPLOYING', 'DEPLOY_FAILED'], {
             reason: rollout.reason,
             message: rollout.message,
           }),
@@ -257,20 +275,84 @@ function runPlan(
         condition,
       );
     case 'pending':
-      return plan(
-        [...reports(['AWAITING_DEPLOY']), ...prune],
+      return revisionPlan(
+        run,
+        [...reports(run, ['AWAITING_DEPLOY']), ...prune],
         'rolling-out',
         `revision ${revision.id} is applied: ${rollout.detail}`,
         condition,
       );
     case 'progressing':
-      return plan(
-        [...reports(['AWAITING_DEPLOY', 'DEPLOYING']), ...prune],
+      return revisionPlan(
+        run,
+        [...reports(run, ['AWAITING_DEPLOY', 'DEPLOYING']), ...prune],
         'rolling-out',
         `revision ${revision.id} is rolling out: ${rollout.detail}`,
         condition,
       );
   }
+}
+
+function runPlan(
+  deployment: DesiredDeployment,
+  revision: DesiredRevision,
+  desired: DesiredState,
+  observed: Observed,
+  ctx: ReconcileContext,
+): Plan {
+  const { objects, memory } = observed;
+  const id = deployment.deployment_id;
+  // The endpoints' objects are endpoint-plan.ts's: neither pruned nor rolled out here.
+  const mine = objects.filter((o) => label(o, DEPLOYMENT_ID_LABEL) === id && label(o, ENDPOINT_LABEL) === undefined);
+  const run = revisionRun(deployment, revision, memory);
+
+  const namespace = namespaceOf(deployment, ctx);
+  const unwatched = unwatchedPlan(run, namespace, observed, ctx);
+  if (unwatched !== null) return unwatched;
+  if (revision.image_uri === null || revision.image_uri === '') return refuse(run, 'the revision has no image_uri');
+  const read = readResourceSpec(revision.resource_spec);
+  if (read.problems.length > 0) return refuse(run, read.problems.join('; '));
+  const inputs = inPlaceInputs(deployment);
+  const refused = memory.refused.get(revision.id);
+  if (refused !== undefined && refused.inputs === inputs) return refuse(run, refused.message, refused.reason);
+
+  const manifests = revisionManifests(run, revision.image_uri, namespace, read.spec, mine, ctx);
+  const byKey = new Map(objects.map((o) => [keyOf(refOf(o)), o]));
+  const taken = nameTakenPlan(run, manifests, byKey, desired);
+  if (taken !== null) return taken;
+
+  const hashOf = (o: ObservedObject | undefined) => o?.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+  const hashOfManifest = (m: Manifest) => m.metadata.annotations?.[SPEC_HASH_ANNOTATION];
+  const notInCluster = manifests.filter((m) => hashOf(byKey.get(keyOf(refOf(m)))) !== hashOfManifest(m));
+  /** Applied by this process, and not seen by the list-watch yet: not to be applied again. */
+  const unseen = notInCluster.filter((m) => memory.applied?.get(keyOf(refOf(m))) === hashOfManifest(m));
+  const pending = notInCluster.filter((m) => !unseen.includes(m));
+  const prune = pruneActions(mine, manifests);
+
+  if (pending.length > 0) {
+    const applies = applyActions(manifests, pending, byKey, revision.id, inputs);
+    return revisionPlan(
+      run,
+      // AWAITING_DEPLOY once the API server accepted every manifest; DEPLOYING once the controllers took them up.
+      [...applies, ...reports(run, ['AWAITING_DEPLOY']), ...prune],
+      'rolling-out',
+      `applying revision ${revision.id}: ${pending.map((m) => keyOf(refOf(m))).join(', ')}`,
+    );
+  }
+  if (unseen.length > 0) {
+    // Accepted by the API server: the rollout is judged once the cluster's objects show this apply.
+    return revisionPlan(
+      run,
+      reports(run, ['AWAITING_DEPLOY']),
+      'rolling-out',
+      `revision ${revision.id} is applied, waiting to see ${unseen.map((m) => keyOf(refOf(m))).join(', ')} in the cluster`,
+    );
+  }
+  return rolloutPlan(
+    run,
+    { manifests, byKey, mine, namespace, now: ctx.now, progressDeadlineSeconds: ctx.progressDeadlineSeconds },
+    prune,
+  );
 }
 
 /** The deployment's plan, then its endpoints' (endpoint-plan.ts), where its namespace is watched. */
