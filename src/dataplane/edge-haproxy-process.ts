@@ -1,7 +1,7 @@
 /**
  * HAProxy as a process of the service (src/dataplane/edge-haproxy.ts runs it): one that an earlier run
  * left behind is stopped, its worker runs as a user of its own, and it is driven by commands on its
- * runtime socket.
+ * runtime socket, its changes one at a time. Its start and supervision are src/dataplane/edge-haproxy-supervisor.ts.
  */
 import fs from 'node:fs/promises';
 import net from 'node:net';
@@ -22,6 +22,37 @@ export function runtimeCommand(socketPath: string, command: string): Promise<str
     socket.on('end', () => resolve(answer.trim()));
     socket.on('error', reject);
   });
+}
+
+/**
+ * A runtime API command that must have done something: HAProxy says what went wrong in words, and those
+ * words are thrown (HAProxy refused ...) instead of returned.
+ */
+export async function checkedRuntimeCommand(socketPath: string, command: string): Promise<string> {
+  const answer = await runtimeCommand(socketPath, command);
+  // These are the answers of a command that did nothing.
+  if (/^(No such|Unknown|Require|Can't|Cannot|Invalid|Missing|Server is|Server still|'.*' expects)/m.test(answer))
+    throw new Error(`HAProxy refused '${command}': ${answer}`);
+  return answer;
+}
+
+/** Runtime changes run one at a time, each after the ones before it have settled. */
+export interface ChangeQueue {
+  enqueue: <T>(step: () => Promise<T>) => Promise<T>;
+  /** Settles once every change queued so far has. */
+  idle: () => Promise<unknown>;
+}
+
+export function createChangeQueue(): ChangeQueue {
+  let chain: Promise<unknown> = Promise.resolve();
+  return {
+    enqueue<T>(step: () => Promise<T>): Promise<T> {
+      const run = chain.then(step);
+      chain = run.catch(() => undefined);
+      return run;
+    },
+    idle: () => chain,
+  };
 }
 
 /** Stops a HAProxy left running by an earlier service on this directory (it holds the apps port). */
