@@ -1,8 +1,9 @@
 /**
  * Starting a revision's app on the own data plane: its database and credential made (first deploy), its
  * ways to the host opened, its environment put together, its instances started under one supervisor,
- * and its health check awaited. What serves, and what is stopped, is src/dataplane/local-runtime.ts's
- * decision; a start that fails stops what it started and says why in the revision's failure.
+ * and its health check awaited. What serves, and what is stopped, is the local runtime's
+ * decision (src/dataplane/local-runtime-serving.ts); a start that fails stops what it started and says why in
+ * the revision's failure.
  */
 import { tracingProjectName } from '../store/tracing-projects.ts';
 import { runningDeploymentState } from '../store/deployments.ts';
