@@ -68,7 +68,11 @@ export interface AppDeps {
   services?: Services;
   /** Options of every code-host client (timeouts, retries, clock) when buildApp builds the services; tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
-  /** The clock of the services buildApp builds (OAuth token expiry); tests move it instead of waiting. */
+  /**
+   * The clock of the services buildApp builds (OAuth token expiry) and of idempotency keys (their TTL,
+   * leases and waits); tests move it instead of waiting. Without it, idempotency keys go by the database's
+   * `now()` (src/store/idempotency-keys.ts).
+   */
   now?: () => Date;
   /** Wakes log followers (follow=true); without it they poll the database every second. */
   changes?: ChangeFeed;
@@ -194,7 +198,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const authentication = registerAuthentication(app, db, sessions);
   registerSessionAudit(app, db);
   // Before the routes: wires what each route declares it needs (config: needs({...})) into it.
-  registerRouteNeeds(app, db, authentication);
+  registerRouteNeeds(app, db, authentication, deps.now);
   registerStreamLimits(app, config.streams, appConnections);
   const services =
     deps.services ??

@@ -35,6 +35,7 @@ import type {
   onSendAsyncHookHandler,
   preHandlerAsyncHookHandler,
 } from 'fastify';
+import type { Clock } from '../clock.ts';
 import { AppError, ValidationError } from '../errors.ts';
 import {
   claimIdempotencyKey,
@@ -138,10 +139,17 @@ function documentedResponses(declared: Record<string, unknown> | undefined): Rec
   return response;
 }
 
-/** Idempotent retries over `db`; `attach` wires them into a route that declares them. */
-export function createIdempotencyKeys(db: Db): { attach(route: RouteOptions): void } {
+/**
+ * Idempotent retries over `db`; `attach` wires them into a route that declares them. `clock` (the
+ * service's, src/clock.ts) dates keys and leases and times a retry's wait; without one, keys and leases
+ * go by the database's `now()` and the wait by this process's monotonic time. A test passes a clock it
+ * moves, to make a key, a lease or a wait run out without waiting.
+ */
+export function createIdempotencyKeys(db: Db, clock?: Clock): { attach(route: RouteOptions): void } {
   /** The attempt each request runs, when it claimed a key. */
   const attempts = new WeakMap<FastifyRequest, { ref: KeyRef; claim: string }>();
+  /** Milliseconds for the retry's wait: only differences between two readings count. */
+  const elapsedMs = clock === undefined ? () => performance.now() : () => clock().getTime();
 
   const replay = (reply: FastifyReply, response: StoredResponse) => {
     if (response.body === null) {
@@ -162,9 +170,9 @@ export function createIdempotencyKeys(db: Db): { attach(route: RouteOptions): vo
     if (typeof key !== 'string') return;
     const ref = { scope: scopeOf(request), key };
     const fingerprint = fingerprintOf(request);
-    const deadline = performance.now() + IDEMPOTENCY_WAIT_MS;
+    const deadline = elapsedMs() + IDEMPOTENCY_WAIT_MS;
     for (let pause = 20; ; pause = Math.min(pause * 2, 250)) {
-      const state = await claimIdempotencyKey(db, ref, fingerprint);
+      const state = await claimIdempotencyKey(db, ref, fingerprint, clock);
       if (state.kind === 'claimed') {
         attempts.set(request, { ref, claim: state.claim });
         return;
@@ -183,7 +191,7 @@ export function createIdempotencyKeys(db: Db): { attach(route: RouteOptions): vo
         );
       }
       if (state.kind === 'done') return replay(reply, state.response);
-      if (performance.now() >= deadline) {
+      if (elapsedMs() >= deadline) {
         throw new AppError(
           'idempotency_key_in_progress',
           'A request with this Idempotency-Key is still running; retry it after Retry-After to get its answer.',
@@ -221,7 +229,7 @@ export function createIdempotencyKeys(db: Db): { attach(route: RouteOptions): vo
             : Buffer.isBuffer(payload)
               ? payload.toString('utf8')
               : null;
-      if (!(await completeIdempotencyKey(db, attempt.ref, attempt.claim, { status, headers, body }))) {
+      if (!(await completeIdempotencyKey(db, attempt.ref, attempt.claim, { status, headers, body }, clock))) {
         request.log.warn(
           { idempotency_key: attempt.ref.key },
           'idempotency: the key was taken over before this request finished (it ran longer than the lease)',

@@ -19,6 +19,7 @@
  * from a distance.
  */
 import type { FastifyContextConfig, FastifyInstance, FastifyRequest, RouteOptions, onSendHookHandler } from 'fastify';
+import type { Clock } from '../clock.ts';
 import type { Db } from '../store/schema.ts';
 import { createConditionalRequests, type IfMatch } from './conditional-requests.ts';
 import { createIdempotencyKeys, idempotentRoute } from './idempotency.ts';
@@ -60,9 +61,15 @@ const asArray = <T>(value: T | T[] | undefined): T[] =>
 
 /**
  * `forgetKeys`: from registerAuthentication, after every admin write (keys change only through those).
+ * `now`: the service's clock (AppDeps.now), which idempotency keys' TTL, leases and waits go by when given.
  */
-export function registerRouteNeeds(app: FastifyInstance, db: Db, auth: { forgetKeys: onSendHookHandler }): void {
-  const idempotency = createIdempotencyKeys(db);
+export function registerRouteNeeds(
+  app: FastifyInstance,
+  db: Db,
+  auth: { forgetKeys: onSendHookHandler },
+  now?: Clock,
+): void {
+  const idempotency = createIdempotencyKeys(db, now);
   const conditional = createConditionalRequests(app);
 
   app.addHook('onRoute', function (this: FastifyInstance, route: RouteOptions) {

@@ -15,8 +15,10 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { sql, type Kysely } from 'kysely';
 import type { Logger } from 'pino';
+import type { Clock } from '../clock.ts';
 import { pruneIdempotencyKeys } from '../store/idempotency-keys.ts';
 import type { Database } from '../store/schema.ts';
+import { sqlNow } from '../store/sql-now.ts';
 import { startPeriodic, type Periodic } from './periodic.ts';
 
 export interface RetentionPolicy {
@@ -26,12 +28,15 @@ export interface RetentionPolicy {
 
 const BATCH = 1_000;
 
-/** Deletes up to one batch of events past retention; how many went. */
-export async function pruneEvents(db: Kysely<Database>, days: number): Promise<number> {
+/**
+ * Deletes up to one batch of events past retention; how many went. Ages here go by the database's `now()`,
+ * or by `clock` when given (src/store/sql-now.ts).
+ */
+export async function pruneEvents(db: Kysely<Database>, days: number, clock?: Clock): Promise<number> {
   if (days <= 0) return 0;
   const result = await sql`
     delete from events where id in (
-      select id from events where created_at < now() - make_interval(days => ${days}) order by id limit ${BATCH})`.execute(
+      select id from events where created_at < ${sqlNow(clock)} - make_interval(days => ${days}) order by id limit ${BATCH})`.execute(
     db,
   );
   return Number(result.numAffectedRows ?? 0n);
@@ -43,11 +48,12 @@ export async function pruneUploads(
   dataDir: string,
   hours: number,
   logger: Pick<Logger, 'warn'>,
+  clock?: Clock,
 ): Promise<number> {
   const gone = await sql<{ path: string }>`
     delete from source_uploads u where u.id in (
       select id from source_uploads s
-      where s.created_at < now() - make_interval(hours => ${hours})
+      where s.created_at < ${sqlNow(clock)} - make_interval(hours => ${hours})
         and not exists (select 1 from revisions r where r.source_revision_config->>'source_tarball_path' = s.path)
       order by s.created_at limit ${BATCH}
       for update skip locked)
@@ -87,8 +93,10 @@ export function startRetentionSweeper(options: {
   policy: RetentionPolicy;
   logger: Logger;
   intervalMs: number;
+  /** What ages are judged by; the database's `now()` (and this process's time for spooled files) when absent. */
+  now?: Clock;
 }): Periodic {
-  const { db, dataDir, policy, logger, intervalMs } = options;
+  const { db, dataDir, policy, logger, intervalMs, now } = options;
   return startPeriodic({
     name: 'retention sweep',
     intervalMs,
@@ -99,11 +107,11 @@ export function startRetentionSweeper(options: {
       let events = 0;
       let uploads = 0;
       let idempotencyKeys = 0;
-      for (let moved = -1; moved !== 0;) events += moved = await pruneEvents(db, policy.eventRetentionDays);
+      for (let moved = -1; moved !== 0;) events += moved = await pruneEvents(db, policy.eventRetentionDays, now);
       for (let moved = -1; moved !== 0;)
-        uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger);
-      for (let moved = -1; moved !== 0;) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH);
-      const spooled = await pruneSpooledUploads(dataDir);
+        uploads += moved = await pruneUploads(db, dataDir, policy.uploadRetentionHours, logger, now);
+      for (let moved = -1; moved !== 0;) idempotencyKeys += moved = await pruneIdempotencyKeys(db, BATCH, now);
+      const spooled = await pruneSpooledUploads(dataDir, now?.().getTime());
       if (events > 0 || uploads > 0 || idempotencyKeys > 0 || spooled > 0)
         logger.info({ events, uploads, idempotency_keys: idempotencyKeys, spooled }, 'retention: pruned');
     },

@@ -9,10 +9,15 @@
  *   or release the key, so an attempt whose lease was taken over cannot overwrite its successor.
  * - lease (`locked_until`): how long a `running` key stays held by an attempt that never finished (its
  *   replica crashed); after it, a retry with the same request takes the key over.
+ *
+ * The TTL and the lease are dated and judged by the database's `now()`, or by the `clock` a caller passes
+ * (src/store/sql-now.ts): a test moves it to make a key or a lease run out.
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { Db } from './schema.ts';
+import { sqlNow } from './sql-now.ts';
 
 /** How long a key and its answer are kept (docs/api.md, "Idempotent retries"). */
 export const IDEMPOTENCY_KEY_TTL_HOURS = 24;
@@ -49,16 +54,17 @@ export interface KeyRef {
  * when it expired (older than the TTL: a key is then new again) or when it is a running attempt of the
  * same request whose lease ran out.
  */
-export async function claimIdempotencyKey(db: Db, ref: KeyRef, fingerprint: Buffer): Promise<KeyState> {
+export async function claimIdempotencyKey(db: Db, ref: KeyRef, fingerprint: Buffer, clock?: Clock): Promise<KeyState> {
   const claim = randomUUID();
+  const now = sqlNow(clock);
   const won = await sql<{ claim: string }>`
-    insert into idempotency_keys (scope, idempotency_key, fingerprint, state, claim, locked_until)
-    values (${ref.scope}, ${ref.key}, ${fingerprint}, 'running', ${claim}, now() + make_interval(secs => ${IDEMPOTENCY_LEASE_SECONDS}))
+    insert into idempotency_keys (scope, idempotency_key, fingerprint, state, claim, locked_until, created_at)
+    values (${ref.scope}, ${ref.key}, ${fingerprint}, 'running', ${claim}, ${now} + make_interval(secs => ${IDEMPOTENCY_LEASE_SECONDS}), ${now})
     on conflict (scope, idempotency_key) do update
       set fingerprint = excluded.fingerprint, state = 'running', claim = excluded.claim, locked_until = excluded.locked_until,
-          response_status = null, response_headers = null, response_body = null, created_at = now()
-      where idempotency_keys.created_at < now() - make_interval(hours => ${IDEMPOTENCY_KEY_TTL_HOURS})
-         or (idempotency_keys.state = 'running' and idempotency_keys.locked_until < now() and idempotency_keys.fingerprint = excluded.fingerprint)
+          response_status = null, response_headers = null, response_body = null, created_at = excluded.created_at
+      where idempotency_keys.created_at < ${now} - make_interval(hours => ${IDEMPOTENCY_KEY_TTL_HOURS})
+         or (idempotency_keys.state = 'running' and idempotency_keys.locked_until < ${now} and idempotency_keys.fingerprint = excluded.fingerprint)
     returning claim`.execute(db);
   if (won.rows[0]?.claim === claim) return { kind: 'claimed', claim };
   const row = await db
@@ -82,6 +88,7 @@ export async function completeIdempotencyKey(
   ref: KeyRef,
   claim: string,
   response: StoredResponse,
+  clock?: Clock,
 ): Promise<boolean> {
   const result = await db
     .updateTable('idempotency_keys')
@@ -90,7 +97,7 @@ export async function completeIdempotencyKey(
       response_status: response.status,
       response_headers: JSON.stringify(response.headers),
       response_body: response.body,
-      locked_until: sql<Date>`now()`,
+      locked_until: sqlNow(clock),
     })
     .where('scope', '=', ref.scope)
     .where('idempotency_key', '=', ref.key)
@@ -112,11 +119,11 @@ export async function releaseIdempotencyKey(db: Db, ref: KeyRef, claim: string):
 }
 
 /** Deletes up to `batch` keys past the TTL; how many went (src/pipeline/retention.ts). */
-export async function pruneIdempotencyKeys(db: Db, batch: number): Promise<number> {
+export async function pruneIdempotencyKeys(db: Db, batch: number, clock?: Clock): Promise<number> {
   const result = await sql`
     delete from idempotency_keys where (scope, idempotency_key) in (
       select scope, idempotency_key from idempotency_keys
-      where created_at < now() - make_interval(hours => ${IDEMPOTENCY_KEY_TTL_HOURS})
+      where created_at < ${sqlNow(clock)} - make_interval(hours => ${IDEMPOTENCY_KEY_TTL_HOURS})
       order by created_at limit ${batch}
       for update skip locked)`.execute(db);
   return Number(result.numAffectedRows ?? 0n);

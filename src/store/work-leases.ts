@@ -20,6 +20,7 @@ import type { Clock } from '../clock.ts';
 import type { SourceConfig } from '../domain/sources.ts';
 import { WORKING_REVISION_STATUSES } from '../domain/states.ts';
 import type { Db, RevisionRow } from './schema.ts';
+import { sqlNow } from './sql-now.ts';
 
 /** The own worker's steps (src/domain/states.ts); migrations/005's index `revisions_work` covers them and QUEUED. */
 const WORKING_STATUSES = WORKING_REVISION_STATUSES;
@@ -39,7 +40,7 @@ export interface LeaseOwner {
 
 /** The time of `owner`'s lease SQL: its clock's time as a parameter, or the database's `now()`. */
 function leaseNow(owner: LeaseOwner) {
-  return owner.clock === undefined ? sql<Date>`now()` : sql<Date>`${owner.clock()}::timestamptz`;
+  return sqlNow(owner.clock);
 }
 
 /** When a lease of `leaseSeconds` taken or extended now by `owner` runs out. */

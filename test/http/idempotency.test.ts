@@ -1,22 +1,31 @@
 /**
  * Idempotent retries (docs/api.md, "Idempotent retries"), over real HTTP: a POST or PATCH with an
- * Idempotency-Key is done once per key, whatever the number of retries and however they overlap.
+ * Idempotency-Key is done once per key, whatever the number of retries and however they overlap. Time
+ * passes by a clock the tests move (a key's 24 hours, a lease, a retry's wait), never by waiting.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe } from 'node:test';
+import { IDEMPOTENCY_WAIT_MS } from '../../src/http/idempotency.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startRetentionSweeper } from '../../src/pipeline/retention.ts';
+import { IDEMPOTENCY_KEY_TTL_HOURS, IDEMPOTENCY_LEASE_SECONDS } from '../../src/store/idempotency-keys.ts';
+import { createTestClock } from '../support/clock.ts';
 import { ADMIN_KEY, createTestApp, type TestApp, listen } from '../support/harness.ts';
 import { httpCaller, type HttpCall } from '../support/http-caller.ts';
+import { test } from '../support/limited-test.ts';
+import { eventually } from '../support/wait.ts';
+
+const HOUR_MS = 60 * 60 * 1000;
 
 let t: TestApp;
 let base: string;
 let call: HttpCall;
+const clock = createTestClock();
 
 before(async () => {
-  t = await createTestApp();
+  t = await createTestApp({}, { now: clock.now });
   base = await listen(t.app);
   call = httpCaller(base);
 });
@@ -266,40 +275,42 @@ describe('patches and keys over time', () => {
     assert.equal(await revisionCount(created.body.id), 2, 'revision 1 and one more');
   });
 
-  test('a key older than 24 hours is forgotten (the request runs again) and the retention sweep deletes it', async () => {
+  test('a key is kept 24 hours: a retry within them is a replay, one after them runs again, and the retention sweep deletes the key', async () => {
     const created = await call('POST', '/v2/deployments', { body: container('expiring-key') });
     const key = randomUUID();
     const patch = { source_revision_config: { image_uri: 'registry.example.com/agent:3.0.0' } };
-    assert.equal(
-      (await call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) })).status,
-      200,
-    );
+    const patchWithKey = () =>
+      call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) });
+    assert.equal((await patchWithKey()).status, 200);
     assert.equal(await revisionCount(created.body.id), 2);
 
-    // The clock: the stored key is made a day and an hour old.
-    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(
-      t.database.db,
-    );
-    const later = await call('PATCH', `/v2/deployments/${created.body.id}`, { body: patch, headers: withKey(key) });
+    clock.advance((IDEMPOTENCY_KEY_TTL_HOURS - 1) * HOUR_MS);
+    const within = await patchWithKey();
+    assert.equal(within.status, 200, within.text);
+    assert.equal(within.headers.get('idempotent-replayed'), 'true', 'an hour before the end of its day the key holds');
+    assert.equal(await revisionCount(created.body.id), 2);
+
+    clock.advance(2 * HOUR_MS);
+    const later = await patchWithKey();
     assert.equal(later.status, 200);
     assert.equal(later.headers.get('idempotent-replayed'), null);
     assert.equal(await revisionCount(created.body.id), 3, 'the request ran again');
 
-    await sql`update idempotency_keys set created_at = now() - interval '25 hours' where idempotency_key = ${key}`.execute(
-      t.database.db,
-    );
+    // Another day and an hour: the key (claimed again by `later`) is old; one made now is young.
+    clock.advance((IDEMPOTENCY_KEY_TTL_HOURS + 1) * HOUR_MS);
     const young = randomUUID();
     assert.equal(
       (await call('POST', '/v2/deployments', { body: container('young-key'), headers: withKey(young) })).status,
       201,
     );
-    // The retention sweep (its first run happens at start; stop() waits for it).
+    // The retention sweep, by the same clock (its first run happens at start; stop() waits for it).
     await startRetentionSweeper({
       db: t.database.db,
       dataDir: t.dataDir,
       policy: { eventRetentionDays: 0, uploadRetentionHours: 24 },
       logger: createLogger('silent'),
       intervalMs: 3_600_000,
+      now: clock.now,
     }).stop();
     const left = await sql<{ key: string }>`select idempotency_key as key from idempotency_keys`.execute(t.database.db);
     assert.ok(!left.rows.some((r) => r.key === key), 'the old key went');
@@ -314,19 +325,44 @@ describe('patches and keys over time', () => {
     const body = container('after-crash');
     const first = await call('POST', '/v2/deployments', { body, headers: withKey(key) });
     assert.equal(first.status, 201);
-    // What a replica that died mid-request leaves: the key running, its lease not over yet.
+    // What a replica that died mid-request leaves: its work rolled back, and the key running with the
+    // lease its claim took.
     await sql`delete from deployments where id = ${first.body.id}`.execute(t.database.db);
-    await sql`update idempotency_keys set state = 'running', response_status = null, response_body = null, locked_until = now() + interval '1 hour' where idempotency_key = ${key}`.execute(
-      t.database.db,
-    );
-    const waiting = await call('POST', '/v2/deployments', { body, headers: withKey(key) });
-    assert.equal(waiting.status, 409, waiting.text);
-    assert.equal(waiting.body.code, 'idempotency_key_in_progress');
-    assert.ok(Number(waiting.headers.get('retry-after')) > 0);
+    await sql`update idempotency_keys set state = 'running', response_status = null, response_headers = null, response_body = null,
+      locked_until = ${clock.now()}::timestamptz + make_interval(secs => ${IDEMPOTENCY_LEASE_SECONDS})
+      where idempotency_key = ${key}`.execute(t.database.db);
 
-    await sql`update idempotency_keys set locked_until = now() - interval '1 second' where idempotency_key = ${key}`.execute(
-      t.database.db,
-    );
+    // A retry waits for the first attempt's answer, up to IDEMPOTENCY_WAIT_MS by the clock. The test holds
+    // the key's row, so that it sees the retry inside its wait (its claim blocked on the row), and moves
+    // the clock past the wait before it lets go.
+    const holder = await t.database.pool.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select 1 from idempotency_keys where idempotency_key = $1 for update', [key]);
+      const holderPid = (await holder.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+      const answer = call('POST', '/v2/deployments', { body, headers: withKey(key) });
+      await eventually(
+        "the retry's claim to wait on the key's row",
+        async () =>
+          (
+            await t.database.pool.query<{ n: number }>(
+              'select count(*)::int as n from pg_stat_activity where $1 = any(pg_blocking_pids(pid))',
+              [holderPid],
+            )
+          ).rows[0]!.n > 0,
+      );
+      clock.advance(IDEMPOTENCY_WAIT_MS);
+      await holder.query('commit');
+      const waiting = await answer;
+      assert.equal(waiting.status, 409, waiting.text);
+      assert.equal(waiting.body.code, 'idempotency_key_in_progress');
+      assert.ok(Number(waiting.headers.get('retry-after')) > 0);
+    } finally {
+      // Closed, not given back to the pool: a failure above may have left its transaction open.
+      holder.release(true);
+    }
+
+    clock.advance(IDEMPOTENCY_LEASE_SECONDS * 1000);
     const retry = await call('POST', '/v2/deployments', { body, headers: withKey(key) });
     assert.equal(retry.status, 201, retry.text);
     assert.equal(retry.headers.get('idempotent-replayed'), null);
