@@ -1,16 +1,17 @@
 /**
  * Retention: old events are pruned, and uploads that no revision uses are removed (row and chunks, and
  * the file of an upload made before uploads were stored in the database) once old enough, while an
- * upload a revision uses stays.
+ * upload a revision uses stays. Ages go by the clock each prune is given, set just before and just
+ * after a limit, never by dating rows or files back.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { randomUUID } from 'node:crypto';
-import { sql } from 'kysely';
 import { after, before, test } from 'node:test';
-import { pruneEvents, pruneSpooledUploads, pruneUploads } from '../../src/pipeline/retention.ts';
+import type { Clock } from '../../src/clock.ts';
+import { SPOOL_STALE_MS, pruneEvents, pruneSpooledUploads, pruneUploads } from '../../src/pipeline/retention.ts';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
 let t: TestApp;
@@ -20,6 +21,13 @@ before(async () => {
 after(() => t.close());
 
 const quiet = { warn: () => undefined };
+const HOUR_MS = 60 * 60 * 1000;
+
+/** A clock `hours` ahead of the real time. */
+const hoursLater =
+  (hours: number): Clock =>
+  () =>
+    new Date(Date.now() + hours * HOUR_MS);
 
 async function upload(): Promise<string> {
   const response = await t.app.inject({
@@ -42,12 +50,11 @@ test('events older than the retention are pruned; newer ones stay', async () => 
   const count = async () => (await api.get(`/v2/deployments/${id}/events?limit=100`)).body.resources.length as number;
   const before = await count();
   assert.ok(before >= 3);
-  await sql`update events set created_at = now() - interval '100 days' where deployment_id = ${id} and type = 'deployment.created'`.execute(
-    t.database.db,
-  );
-  assert.equal(await pruneEvents(t.database.db, 0), 0, '0 keeps everything');
-  assert.ok((await pruneEvents(t.database.db, 90)) >= 1);
-  assert.equal(await count(), before - 1);
+  assert.equal(await pruneEvents(t.database.db, 0, hoursLater(100 * 24)), 0, '0 keeps everything');
+  assert.equal(await pruneEvents(t.database.db, 90, hoursLater(89 * 24)), 0, '89 days later they stay');
+  assert.equal(await count(), before);
+  assert.ok((await pruneEvents(t.database.db, 90, hoursLater(91 * 24))) >= before, '91 days later they go');
+  assert.equal(await count(), 0);
 });
 
 /** Whether the upload at `path` is still stored: its row, and how many chunks. */
@@ -71,15 +78,14 @@ test('an unused upload goes after its retention, chunks included; one a revision
     source_revision_config: { source_tarball_path: used, framework_config_path: 'slipway.json' },
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
-  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 0, 'young uploads stay');
-  await sql`update source_uploads set created_at = now() - interval '2 days'`.execute(t.database.db);
-  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet, hoursLater(23)), 0, 'young uploads stay');
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet, hoursLater(25)), 1);
   assert.deepEqual(await kept(unused), { row: false, chunks: 0 });
   assert.deepEqual(await kept(used), { row: true, chunks: 1 });
 
   // Deleted with its deployment (nothing ran it), the upload is unused now and goes at the next sweep.
   assert.equal((await api.delete(`/v2/deployments/${created.body.id}`)).status, 204);
-  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet, hoursLater(25)), 1);
   assert.deepEqual(await kept(used), { row: false, chunks: 0 });
 });
 
@@ -93,24 +99,19 @@ test('an old upload made before uploads were stored in the database goes with it
     .insertInto('source_uploads')
     .values({ id, workspace_id: t.workspaceId, path: legacy, size_bytes: 21, sha256: 'x' })
     .execute();
-  await sql`update source_uploads set created_at = now() - interval '2 days' where id = ${id}`.execute(t.database.db);
-  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet), 1);
+  assert.equal(await pruneUploads(t.database.db, t.dataDir, 24, quiet, hoursLater(25)), 1);
   assert.deepEqual(await kept(legacy), { row: false, chunks: 0 });
   await assert.rejects(fs.access(path.join(t.dataDir, legacy)), { code: 'ENOENT' });
 });
 
-test('an upload body left spooled by a stopped replica goes once stale; one still arriving stays', async () => {
+test('an upload body left spooled by a stopped replica goes once stale, not before; other files stay', async () => {
   const dir = path.join(t.dataDir, 'tmp');
   await fs.mkdir(dir, { recursive: true });
-  const stale = path.join(dir, `upload-${randomUUID()}`);
-  const arriving = path.join(dir, `upload-${randomUUID()}`);
+  const spooled = path.join(dir, `upload-${randomUUID()}`);
   const other = path.join(dir, 'not-an-upload');
-  for (const file of [stale, arriving, other]) await fs.writeFile(file, 'partial body');
-  const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000);
-  await fs.utimes(stale, twoHoursAgo, twoHoursAgo);
-  await fs.utimes(other, twoHoursAgo, twoHoursAgo);
-
-  assert.equal(await pruneSpooledUploads(t.dataDir), 1);
-  const left = (await fs.readdir(dir)).sort();
-  assert.deepEqual(left, [path.basename(arriving), 'not-an-upload'].sort());
+  for (const file of [spooled, other]) await fs.writeFile(file, 'partial body');
+  const minute = 60 * 1000;
+  assert.equal(await pruneSpooledUploads(t.dataDir, Date.now() + SPOOL_STALE_MS - minute), 0, 'it may still arrive');
+  assert.equal(await pruneSpooledUploads(t.dataDir, Date.now() + SPOOL_STALE_MS + minute), 1);
+  assert.deepEqual(await fs.readdir(dir), ['not-an-upload']);
 });
