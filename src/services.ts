@@ -63,7 +63,7 @@ export interface ServiceDeps {
   pool?: pg.Pool;
   /** How SSO reaches the identity provider; tests pass a fake's. */
   ssoFetch?: FetchLike;
-  /** The clock OAuth tokens' expiry is computed and read against; tests move it instead of waiting. */
+  /** The clock OAuth tokens' and upload URLs' expiry is computed and read against; tests move it instead of waiting. */
   now?: () => Date;
   /** The app edge's series (src/dataplane/traffic-series.ts) once it runs in this process; null before or without. */
   traffic?: () => TrafficSeries | null;
@@ -147,6 +147,7 @@ export function createServices({
       dataDir: config.dataDir,
       limitBytes: config.uploadLimitBytes,
       publicUrl: config.publicUrl,
+      ...(now ? { now } : {}),
     }),
     tracingProjects: createTracingProjectService({ db }),
     metrics: createMetricsService({ db }),

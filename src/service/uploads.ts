@@ -16,6 +16,7 @@ import path from 'node:path';
 import { Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Kysely } from 'kysely';
+import { systemClock, type Clock } from '../clock.ts';
 import { AppError, notFound } from '../errors.ts';
 import { getDeployment } from '../store/deployments.ts';
 import type { Database } from '../store/schema.ts';
@@ -58,6 +59,11 @@ export interface UploadServiceDeps {
   limitBytes: number;
   /** The service's public address: upload URLs are absolute, on it. */
   publicUrl: string;
+  /**
+   * What upload URLs are dated and judged by: their expiry is set by it, and checked by it when given
+   * (else by the database's `now()`, src/store/upload-tokens.ts). Tests move it instead of waiting.
+   */
+  now?: Clock;
 }
 
 /** A stored upload. */
@@ -76,7 +82,7 @@ export interface UploadUrl {
   expires_at: Date;
 }
 
-export function createUploadService({ db, dataDir, limitBytes, publicUrl }: UploadServiceDeps) {
+export function createUploadService({ db, dataDir, limitBytes, publicUrl, now }: UploadServiceDeps) {
   /**
    * Stores the stream as upload `id` of the workspace with its row; on any failure nothing is left.
    * The body is first spooled to a private file of this replica, metered and hashed, so that the one
@@ -126,7 +132,7 @@ export function createUploadService({ db, dataDir, limitBytes, publicUrl }: Uplo
       if (!(await getDeployment(db, workspaceId, deploymentId))) throw notFound('Deployment', deploymentId);
       const id = randomUUID();
       const token = randomBytes(32).toString('base64url');
-      const expiresAt = new Date(Date.now() + UPLOAD_URL_TTL_MS);
+      const expiresAt = new Date((now ?? systemClock)().getTime() + UPLOAD_URL_TTL_MS);
       await insertUploadToken(db, {
         id,
         workspaceId,
@@ -146,7 +152,7 @@ export function createUploadService({ db, dataDir, limitBytes, publicUrl }: Uplo
      */
     async uploadToUrl(uploadId: string, token: string, body: NodeJS.ReadableStream): Promise<UploadView> {
       const id = uploadId.toLowerCase();
-      const granted = await consumeUploadToken(db, id, hashToken(token));
+      const granted = await consumeUploadToken(db, id, hashToken(token), now);
       if (!granted) throw new AppError('forbidden', INVALID_URL);
       return store(body, granted.workspace_id, id);
     },

@@ -8,16 +8,20 @@ import assert from 'node:assert/strict';
 import { createHash, randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import { gzipSync } from 'node:zlib';
+import { UPLOAD_URL_TTL_MS } from '../../src/service/uploads.ts';
 import { appendRevisionLogs } from '../../src/store/revision-logs.ts';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from '../helpers.ts';
+import { createTestClock } from '../support/clock.ts';
 
 let t: TestApp;
 let api: ReturnType<typeof client>;
 /** The headers the CLI sends with every request. */
 const CLI = { accept: 'application/json' };
+/** The service's clock: a test moves it past an upload URL's expiry instead of waiting. */
+const clock = createTestClock();
 
 before(async () => {
-  t = await createTestApp();
+  t = await createTestApp({}, { now: clock.now });
   api = client(t.app);
 });
 after(() => t.close());
@@ -287,10 +291,7 @@ describe('upload URLs', () => {
   test('an expired token is 403 and nothing is stored', async () => {
     const deploymentId = await createLikeTheCli('expired-token');
     const { upload_url: url } = await uploadUrl(deploymentId);
-    const id = new URL(url).pathname.split('/').at(-1);
-    await t.database.pool.query(`update upload_tokens set expires_at = now() - interval '1 second' where id = $1`, [
-      id,
-    ]);
+    clock.advance(UPLOAD_URL_TTL_MS + 1000);
     const before = await stored();
     const res = await put(url, tarball());
     assert.equal(res.status, 403);
