@@ -2,8 +2,10 @@
  * The suite's rules about time (docs in the README, "Development"; test/support/wait.ts): a test waits for
  * a condition with `eventually` (a deadline in seconds, the condition named in its failure), lets time pass
  * only through `pause` (short, with its reason) or a clock it moves (test/support/clock.ts), never measures
- * how long something took, and a file that can wait gives each test the per-test limit. These checks read
- * test/ as text, so a new sleep, polling loop of its own or stopwatch fails here by file and line.
+ * how long something took, and a file that can wait gives each test the per-test limit. Time passing is
+ * never faked by dating rows back either: a store or sweep that judges an age takes a clock
+ * (src/store/sql-now.ts). These checks read test/ as text, so a new sleep, polling loop of its own,
+ * stopwatch, race against a timer or row dated back fails here by file and line.
  */
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
@@ -54,6 +56,58 @@ const KNOWN: Record<string, number> = {
   'test/store/app-slugs.test.ts': 1,
 };
 
+/**
+ * What makes time seem to pass, or decides an outcome by how long it took, without a sleep: each with what
+ * to use instead.
+ */
+const TIME_FAKED: { pattern: RegExp; instead: string }[] = [
+  {
+    pattern: /now\(\)\s*-\s*(?:interval\b|make_interval\()/gi,
+    instead: 'a row dated back by SQL: give the store or sweep a clock and move it (support/clock.ts)',
+  },
+  {
+    pattern: /\w+_(?:at|until)\s*:\s*new Date\(\s*Date\.now\(\)\s*-/g,
+    instead: 'a row dated back: give the store or sweep a clock and move it (support/clock.ts)',
+  },
+  {
+    pattern: /Date\.now\(\)\s*-\s*(?:start|began|begin|before|t0)\w*/gi,
+    instead: 'a stopwatch: assert what happened, in which order, not how long',
+  },
+  {
+    pattern: /Promise\.race\(\s*\[[^\]]*?\bsetTimeout\(/g,
+    instead: 'a race against a timer: wait for the outcome (eventually), or for the event that decides it',
+  },
+  {
+    pattern: /\b(?:sleep|delay)\(\s*(?:[1-9]\d{3,}|[1-9]\d?_\d{3})\s*[,)]/g,
+    instead: 'a sleep of a second or more: eventually(what, check), a clock, or pause(ms, why)',
+  },
+];
+
+/**
+ * The files that had such a line when the rule came in, with how many and why each is left: the count may
+ * only go down, and this list with it.
+ */
+const KNOWN_TIME_FAKED: Record<string, number> = {
+  // One revision must be older than the others beside it; a clock given to the deadline sweep ages them all.
+  'test/listener-protocol/reports.test.ts': 1,
+  // A listener's state (connected, stale) is worked out by the database's now() (src/store/listeners.ts,
+  // src/store/metrics.ts): no clock reaches it yet.
+  'test/listener-protocol/deletions-heartbeat.test.ts': 3,
+  'test/routes/listeners.test.ts': 1,
+  // An authorization's expiry is judged by the database's now() (src/store/oauth-authorizations.ts); the
+  // long poll's timeout and its end at close are timers of the service's own, measured here.
+  'test/oauth/oauth-flow-failures.test.ts': 4,
+  // A dashboard session's expiry is judged by the database's now().
+  'test/sso/sso-sessions.test.ts': 1,
+  // The CPU usage rate over a measuring window: the window's length is an input, not an assertion.
+  'test/dataplane/resource-limits.test.ts': 1,
+  // A refused long poll answers at once, a held one not within the race's seconds.
+  'test/attack/stream-budgets.test.ts': 1,
+  // A follower is woken by the change feed before the safety poll would wake it; closing the server ends
+  // a follow stream rather than hanging: both told apart from the alternative by a timer.
+  'test/routes/revision-logs.test.ts': 3,
+};
+
 const THIS_FILE = 'test/test-rules.test.ts';
 
 async function testSources(): Promise<{ file: string; text: string }[]> {
@@ -70,10 +124,19 @@ function lineOf(text: string, index: number): number {
   return text.slice(0, index).split('\n').length;
 }
 
-test('no sleep, polling loop of its own or stopwatch in test/ beyond the known ones, and the known ones only go', async () => {
+/**
+ * Fails on a file with more matches of `patterns` than `known` allows (each match named by file and line),
+ * and on a file in `known` with fewer than it says, so that the list goes down with the code.
+ */
+async function assertOnlyKnown(
+  patterns: { pattern: RegExp; instead: string }[],
+  known: Record<string, number>,
+  knownName: string,
+  what: string,
+): Promise<void> {
   const found = new Map<string, string[]>();
   for (const { file, text } of await testSources()) {
-    for (const { pattern, instead } of FORBIDDEN) {
+    for (const { pattern, instead } of patterns) {
       for (const match of text.matchAll(pattern)) {
         const list = found.get(file) ?? [];
         list.push(`${file}:${lineOf(text, match.index)}: ${instead}`);
@@ -81,12 +144,47 @@ test('no sleep, polling loop of its own or stopwatch in test/ beyond the known o
       }
     }
   }
-  const more = [...found].filter(([file, lines]) => lines.length > (KNOWN[file] ?? 0)).flatMap(([, lines]) => lines);
-  assert.deepEqual(more, [], `new sleeps, polling loops or stopwatches in test/:\n${more.join('\n')}`);
-  const fewer = Object.entries(KNOWN)
+  const more = [...found].filter(([file, lines]) => lines.length > (known[file] ?? 0)).flatMap(([, lines]) => lines);
+  assert.deepEqual(more, [], `new ${what} in test/:\n${more.join('\n')}`);
+  const fewer = Object.entries(known)
     .filter(([file, count]) => (found.get(file)?.length ?? 0) < count)
-    .map(([file, count]) => `${file}: ${found.get(file)?.length ?? 0} left, KNOWN says ${count}`);
-  assert.deepEqual(fewer, [], `fewer than KNOWN says (lower it in ${THIS_FILE}):\n${fewer.join('\n')}`);
+    .map(([file, count]) => `${file}: ${found.get(file)?.length ?? 0} left, ${knownName} says ${count}`);
+  assert.deepEqual(fewer, [], `fewer than ${knownName} says (lower it in ${THIS_FILE}):\n${fewer.join('\n')}`);
+}
+
+test('no sleep, polling loop of its own or stopwatch in test/ beyond the known ones, and the known ones only go', async () => {
+  await assertOnlyKnown(FORBIDDEN, KNOWN, 'KNOWN', 'sleeps, polling loops or stopwatches');
+});
+
+test('no row dated back, stopwatch, race against a timer or sleep of a second in test/ beyond the known ones', async () => {
+  await assertOnlyKnown(
+    TIME_FAKED,
+    KNOWN_TIME_FAKED,
+    'KNOWN_TIME_FAKED',
+    'rows dated back, stopwatches, races against a timer or long sleeps',
+  );
+});
+
+test('the time rules see what they are meant to see', () => {
+  const seen = (text: string) => TIME_FAKED.filter(({ pattern }) => text.match(pattern) !== null).length;
+  for (const faked of [
+    "update idempotency_keys set created_at = now() - interval '25 hours'",
+    'last_seen_at: sql<Date>`now() - make_interval(secs => 91)`',
+    '.set({ expires_at: new Date(Date.now() - 1000) })',
+    "assert.ok(Date.now() - started < 3000, 'quick')",
+    "await Promise.race([closed, new Promise((resolve) => setTimeout(() => resolve('hung'), 5_000))])",
+    'await sleep(1_000);',
+    'await delay(2000)',
+  ])
+    assert.equal(seen(faked), 1, faked);
+  for (const honest of [
+    "values (now() + interval '1 hour')",
+    'locked_until = ${clock.now()}::timestamptz + make_interval(secs => 120)',
+    'await sleep(300);',
+    'expires_at: new Date(Date.now() + 3600_000)',
+    'await Promise.race([a, b])',
+  ])
+    assert.equal(seen(honest), 0, honest);
 });
 
 test('a file that waits gives its tests a limit (test from support/limited-test.ts, or a timeout of its own)', async () => {
