@@ -69,8 +69,8 @@ export interface AppDeps {
   /** Options of every code-host client (timeouts, retries, clock) when buildApp builds the services; tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
   /**
-   * The clock of the services buildApp builds (OAuth token expiry) and of idempotency keys (their TTL,
-   * leases and waits); tests move it instead of waiting. Without it, idempotency keys go by the database's
+   * The clock of the services buildApp builds (the expiry of OAuth tokens, OAuth authorizations and
+   * upload URLs) and of idempotency keys (their TTL, leases and waits); tests move it instead of waiting. Without it, idempotency keys go by the database's
    * `now()` (src/store/idempotency-keys.ts).
    */
   now?: () => Date;

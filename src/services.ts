@@ -63,7 +63,10 @@ export interface ServiceDeps {
   pool?: pg.Pool;
   /** How SSO reaches the identity provider; tests pass a fake's. */
   ssoFetch?: FetchLike;
-  /** The clock OAuth tokens' and upload URLs' expiry is computed and read against; tests move it instead of waiting. */
+  /**
+   * The clock the expiry of OAuth tokens, OAuth authorizations and upload URLs is computed and read
+   * against; tests move it instead of waiting.
+   */
   now?: () => Date;
   /** The app edge's series (src/dataplane/traffic-series.ts) once it runs in this process; null before or without. */
   traffic?: () => TrafficSeries | null;
@@ -134,6 +137,7 @@ export function createServices({
       providers: oauthProviders,
       logger,
       publicUrl: config.publicUrl,
+      ...(now ? { now } : {}),
     }),
     agentCredentials,
     protocolCredentials: createProtocolCredentialService({ db }),

@@ -94,9 +94,8 @@ const KNOWN_TIME_FAKED: Record<string, number> = {
   // src/store/metrics.ts): no clock reaches it yet.
   'test/listener-protocol/deletions-heartbeat.test.ts': 3,
   'test/routes/listeners.test.ts': 1,
-  // An authorization's expiry is judged by the database's now() (src/store/oauth-authorizations.ts); the
-  // long poll's timeout and its end at close are timers of the service's own, measured here.
-  'test/oauth/oauth-flow-failures.test.ts': 4,
+  // The long poll's timeout and its end at close are timers of the service's own, measured here.
+  'test/oauth/oauth-flow-failures.test.ts': 3,
   // A dashboard session's expiry is judged by the database's now().
   'test/sso/sso-sessions.test.ts': 1,
   // The CPU usage rate over a measuring window: the window's length is an input, not an assertion.

@@ -12,6 +12,7 @@
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { notFound, type ErrorCode } from '../errors.ts';
 import type { OAuthClient } from '../oauth/oauth-client.ts';
@@ -33,7 +34,7 @@ import type { OAuthProviderService } from './oauth-providers.ts';
 import { flowErrorToAppError, isUsable, type WarnLogger } from './oauth-token-rules.ts';
 
 /** How long a person has to finish signing in at the provider. */
-const AUTHORIZATION_TTL_SECONDS = 10 * 60;
+export const AUTHORIZATION_TTL_SECONDS = 10 * 60;
 /** Upper bound of one `wait` request; a client waits longer by asking again. */
 export const MAX_WAIT_SECONDS = 60;
 const WAIT_POLL_MS = 250;
@@ -69,6 +70,8 @@ export interface OAuthFlowServiceDeps {
   logger: WarnLogger;
   /** SLIPWAY_PUBLIC_URL: the callback URL registered at each provider is under it. */
   publicUrl: string;
+  /** What authorizations' expiry goes by (src/store/oauth-authorizations.ts); the database's `now()` when absent. */
+  now?: Clock;
 }
 
 const hashState = (state: string): Buffer => createHash('sha256').update(state, 'utf8').digest();
@@ -96,7 +99,7 @@ function waitResult(id: string, row: NonNullable<Awaited<ReturnType<typeof autho
 }
 
 export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
-  const { db, secretBox, client, providers, publicUrl } = deps;
+  const { db, secretBox, client, providers, publicUrl, now } = deps;
 
   const { connect, fail, exchange } = createFlowCompletion(deps);
 
@@ -131,19 +134,23 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
         throw err;
       }
       const flow = await db.transaction().execute(async (tx) => {
-        await deleteOldAuthorizations(tx);
-        const row = await insertAuthorization(tx, {
-          workspaceId: caller.workspaceId,
-          providerId: provider.id,
-          agentId,
-          stateHash: hashState(pending.state),
-          codeVerifierSealed: pending.codeVerifier === null ? null : secretBox.seal(pending.codeVerifier),
-          nonce: pending.nonce,
-          redirectUri: pending.redirectUri,
-          scopes: pending.scopes,
-          createdBy: caller.keyId,
-          ttlSeconds: AUTHORIZATION_TTL_SECONDS,
-        });
+        await deleteOldAuthorizations(tx, now);
+        const row = await insertAuthorization(
+          tx,
+          {
+            workspaceId: caller.workspaceId,
+            providerId: provider.id,
+            agentId,
+            stateHash: hashState(pending.state),
+            codeVerifierSealed: pending.codeVerifier === null ? null : secretBox.seal(pending.codeVerifier),
+            nonce: pending.nonce,
+            redirectUri: pending.redirectUri,
+            scopes: pending.scopes,
+            createdBy: caller.keyId,
+            ttlSeconds: AUTHORIZATION_TTL_SECONDS,
+          },
+          now,
+        );
         await recordEvents(tx, [
           {
             workspaceId: caller.workspaceId,
@@ -171,7 +178,7 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
             'The provider sent no single state parameter back, so this response cannot be tied to an authorization. Start again.',
         };
       }
-      const flow = await findAuthorizationByState(db, hashState(state));
+      const flow = await findAuthorizationByState(db, hashState(state), now);
       if (!flow || flow.provider_slug !== providerSlug) {
         // A forged, mistyped or foreign state: refused without touching any flow (state mismatch).
         return {
@@ -188,8 +195,8 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
             'This authorization response was already used; a sign-in link works once. Start again if you need a new token.',
         };
       }
-      if (flow.expired || !(await claimAuthorization(db, flow.id))) {
-        const current = await authorizationStatus(db, flow.id);
+      if (flow.expired || !(await claimAuthorization(db, flow.id, now))) {
+        const current = await authorizationStatus(db, flow.id, now);
         if (current?.status === 'pending' && current.expired) {
           await fail(flow, 'expired', EXPIRED_MESSAGE);
           return { ok: false, code: 'invalid_request', message: EXPIRED_MESSAGE };
@@ -208,11 +215,11 @@ export function createOAuthFlowService(deps: OAuthFlowServiceDeps) {
      * (the server closing) ends the wait at once with the current status.
      */
     async wait(workspaceId: string, authId: string, timeoutSeconds: number, signal: AbortSignal): Promise<WaitResult> {
-      const flow = await getAuthorization(db, workspaceId, authId);
+      const flow = await getAuthorization(db, workspaceId, authId, now);
       if (!flow) throw notFound('Authorization', authId);
       const deadline = Date.now() + Math.min(timeoutSeconds, MAX_WAIT_SECONDS) * 1000;
       for (;;) {
-        const row = await authorizationStatus(db, authId);
+        const row = await authorizationStatus(db, authId, now);
         if (!row) throw notFound('Authorization', authId);
         const result = waitResult(authId, row);
         const remaining = deadline - Date.now();

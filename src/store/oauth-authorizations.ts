@@ -1,10 +1,14 @@
 /**
  * Authorizations in progress (POST /v2/auth/authenticate until its callback). A row is found by the
  * SHA-256 of its `state`; the callback claims it with one conditional update, so a state works once.
+ * Their ages and expiry go by the database's `now()`, or by the `clock` a caller passes
+ * (src/store/sql-now.ts): a test moves it to make an authorization expire.
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import type { Clock } from '../clock.ts';
 import { json, type Db, type OAuthAuthorizationRow } from './schema.ts';
+import { sqlNow } from './sql-now.ts';
 
 export interface NewAuthorization {
   workspaceId: string;
@@ -22,11 +26,12 @@ export interface NewAuthorization {
 /** An authorization with its provider's slug (the callback path must name the same provider). */
 export interface AuthorizationView extends OAuthAuthorizationRow {
   provider_slug: string;
-  /** Whether `expires_at` has passed, by the database clock. */
+  /** Whether `expires_at` has passed, by the database clock (or the caller's). */
   expired: boolean;
 }
 
-export async function insertAuthorization(db: Db, a: NewAuthorization): Promise<OAuthAuthorizationRow> {
+export async function insertAuthorization(db: Db, a: NewAuthorization, clock?: Clock): Promise<OAuthAuthorizationRow> {
+  const now = sqlNow(clock);
   return db
     .insertInto('oauth_authorizations')
     .values({
@@ -41,40 +46,46 @@ export async function insertAuthorization(db: Db, a: NewAuthorization): Promise<
       scopes: json(a.scopes),
       status: 'pending',
       created_by: a.createdBy,
-      expires_at: sql<Date>`now() + make_interval(secs => ${a.ttlSeconds})`,
+      created_at: now,
+      expires_at: sql<Date>`${now} + make_interval(secs => ${a.ttlSeconds})`,
     })
     .returningAll()
     .executeTakeFirstOrThrow();
 }
 
-function views(db: Db) {
+function views(db: Db, clock: Clock | undefined) {
   return db
     .selectFrom('oauth_authorizations as a')
     .innerJoin('oauth_providers as p', 'p.id', 'a.provider_id')
     .selectAll('a')
-    .select(['p.provider_id as provider_slug', sql<boolean>`a.expires_at <= now()`.as('expired')]);
+    .select(['p.provider_id as provider_slug', sql<boolean>`a.expires_at <= ${sqlNow(clock)}`.as('expired')]);
 }
 
-export async function findAuthorizationByState(db: Db, stateHash: Buffer): Promise<AuthorizationView | undefined> {
-  return views(db).where('a.state_hash', '=', stateHash).executeTakeFirst();
+export async function findAuthorizationByState(
+  db: Db,
+  stateHash: Buffer,
+  clock?: Clock,
+): Promise<AuthorizationView | undefined> {
+  return views(db, clock).where('a.state_hash', '=', stateHash).executeTakeFirst();
 }
 
 export async function getAuthorization(
   db: Db,
   workspaceId: string,
   id: string,
+  clock?: Clock,
 ): Promise<AuthorizationView | undefined> {
-  return views(db).where('a.workspace_id', '=', workspaceId).where('a.id', '=', id).executeTakeFirst();
+  return views(db, clock).where('a.workspace_id', '=', workspaceId).where('a.id', '=', id).executeTakeFirst();
 }
 
 /** Moves a pending, unexpired authorization to `exchanging`; false when another callback got it first. */
-export async function claimAuthorization(db: Db, id: string): Promise<boolean> {
+export async function claimAuthorization(db: Db, id: string, clock?: Clock): Promise<boolean> {
   const result = await db
     .updateTable('oauth_authorizations')
     .set({ status: 'exchanging' })
     .where('id', '=', id)
     .where('status', '=', 'pending')
-    .where('expires_at', '>', sql<Date>`now()`)
+    .where('expires_at', '>', sqlNow(clock))
     .executeTakeFirst();
   return result.numUpdatedRows > 0n;
 }
@@ -102,7 +113,7 @@ export async function finishAuthorization(
 }
 
 /** Status of a flow, cheap enough for the long-poll loop. */
-export async function authorizationStatus(db: Db, id: string) {
+export async function authorizationStatus(db: Db, id: string, clock?: Clock) {
   return db
     .selectFrom('oauth_authorizations')
     .select([
@@ -111,23 +122,24 @@ export async function authorizationStatus(db: Db, id: string) {
       'failure_message',
       'oauth_token_id',
       'agent_connection_id',
-      sql<boolean>`expires_at <= now()`.as('expired'),
+      sql<boolean>`expires_at <= ${sqlNow(clock)}`.as('expired'),
     ])
     .where('id', '=', id)
     .executeTakeFirst();
 }
 
 /** Housekeeping: finished or abandoned flows are kept a day for `wait` and for support, then dropped. */
-export async function deleteOldAuthorizations(db: Db): Promise<void> {
+export async function deleteOldAuthorizations(db: Db, clock?: Clock): Promise<void> {
+  const now = sqlNow(clock);
   await db
     .deleteFrom('oauth_authorizations')
-    .where('created_at', '<', sql<Date>`now() - interval '1 day'`)
+    .where('created_at', '<', sql<Date>`${now} - interval '1 day'`)
     .execute();
   // An abandoned flow's verifier is useless once the flow expired; it is not kept for that day.
   await db
     .updateTable('oauth_authorizations')
     .set({ code_verifier_encrypted: null })
-    .where('expires_at', '<', sql<Date>`now()`)
+    .where('expires_at', '<', now)
     .where('code_verifier_encrypted', 'is not', null)
     .execute();
 }
