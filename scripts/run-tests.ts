@@ -27,7 +27,7 @@ import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
 import { bundleDir, bundleTests, BUNDLES_ENV, ENTRIES, sourceOfBundle } from './test-bundles.ts';
-import { coverOf, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
+import { coverOfTier, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf, type Tier } from './test-tiers.ts';
 
@@ -266,9 +266,12 @@ async function writeRecord(adminUrl: string, databases: string, file: string, ti
   process.stdout.write(
     `== SQL record: ${statements} statements of ${Object.keys(record.files).length} files, in ${file}\n`,
   );
-  // pg_stat_statements dropped some for want of room: a cover made from this record may leave them out.
+  // pg_stat_statements dropped some for want of room: the record says so, and a cover of it runs every file.
   if (dropped > 0)
-    process.stderr.write(`== SQL record: the server dropped statements ${dropped} times (pg_stat_statements.max)\n`);
+    process.stderr.write(
+      `== SQL record: the server dropped statements ${dropped} times (pg_stat_statements.max): ` +
+        'a cover of this record runs every file\n',
+    );
 }
 
 /**
@@ -286,12 +289,22 @@ async function coveringFiles(args: string[], tier: string | undefined, recordFil
     process.stdout.write(`== SQL cover: no record in ${recordFile} (${String(error)}): every file runs\n`);
     return [...new Set([...candidates, ...forced])];
   }
-  const cover = coverOf(record, candidates, forced);
+  const cover = await coverOfTier(record, candidates, forced);
+  if (cover.incomplete) {
+    process.stdout.write(
+      `== SQL cover: the record in ${recordFile} lacks statements the server dropped (${record.dropped} times, ` +
+        `pg_stat_statements.max): every file runs\n`,
+    );
+    return cover.files;
+  }
   process.stdout.write(
     `== SQL cover: ${cover.files.length} of ${new Set([...candidates, ...forced]).size} files run all ` +
       `${cover.statements} statements the record has of them (${Math.round(cover.seconds.chosen)} of ` +
       `${Math.round(cover.seconds.all)} recorded seconds)` +
       (cover.unrecorded.length > 0 ? `; ${cover.unrecorded.length} the record has nothing of run too` : '') +
+      (cover.ownDatabases.length > 0
+        ? `; ${cover.ownDatabases.length} that make databases of their own, which the record does not see, run too`
+        : '') +
       '\n',
   );
   return cover.files;

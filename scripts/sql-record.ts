@@ -14,7 +14,10 @@
  * statement with every value or in every order (a race that one server's timing shows and the other's
  * hides), statements that failed (pg_stat_statements keeps only those that ended), DDL and other
  * utility commands (not tracked: they name databases and roles made per test, and the migrations run on
- * both servers in any case), and what runs in an app's own database or the maintenance database.
+ * both servers in any case), and what runs in an app's own database or the maintenance database. A file
+ * that makes databases of its own on the test server (the record sees only the harness's clones) runs
+ * in every cover (coverOfTier), and a record the server dropped statements from makes no cover at all:
+ * every file runs.
  *
  * The files it reads and writes:
  * - the databases file: a JSON line `{"database": oid, "file": path}` per database a test file cloned
@@ -24,6 +27,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { withClient } from '../src/db/admin-client.ts';
+import { textWithHelpers } from './test-tiers.ts';
 
 /** What the embedded server needs for the record (scripts/scratch-server.ts passes them as `-c`). */
 export const RECORD_SETTINGS: Readonly<Record<string, string>> = {
@@ -40,6 +44,11 @@ export const DATABASES_ENV = 'SLIPWAY_TEST_SQL_DATABASES';
 
 export interface SqlRecord {
   files: Record<string, { seconds?: number; statements: string[] }>;
+  /**
+   * How many times pg_stat_statements dropped statements to make room (pg_stat_statements_info.dealloc):
+   * more than none, and the record lacks statements without saying whose, so no cover is made of it.
+   */
+  dropped?: number;
 }
 
 /**
@@ -85,7 +94,7 @@ export async function readRecord(
   const files: SqlRecord['files'] = {};
   for (const file of [...new Set(fileOf.values())].sort())
     files[file] = { seconds: seconds.get(file), statements: [...(byFile.get(file) ?? [])].sort() };
-  return { record: { files }, dropped };
+  return { record: { files, dropped }, dropped };
 }
 
 export interface Cover {
@@ -97,6 +106,8 @@ export interface Cover {
   statements: number;
   /** The candidates' recorded seconds, all of them and the chosen ones'. */
   seconds: { all: number; chosen: number };
+  /** Whether the server dropped statements from the record (SqlRecord.dropped): then every file runs. */
+  incomplete: boolean;
 }
 
 /**
@@ -107,6 +118,17 @@ export interface Cover {
  */
 export function coverOf(record: SqlRecord, candidates: readonly string[], forced: readonly string[]): Cover {
   const entry = (file: string) => record.files[path.normalize(file)];
+  const sum = (files: Iterable<string>) => [...files].reduce((total, file) => total + (entry(file)?.seconds ?? 0), 0);
+  const everyFile = new Set([...candidates, ...forced]);
+  // Statements the server dropped may have been the only ones of some file: which, the record cannot say.
+  if ((record.dropped ?? 0) > 0)
+    return {
+      files: [...everyFile].sort(),
+      unrecorded: candidates.filter((file) => entry(file) === undefined),
+      statements: new Set(candidates.flatMap((file) => entry(file)?.statements ?? [])).size,
+      seconds: { all: sum(everyFile), chosen: sum(everyFile) },
+      incomplete: true,
+    };
   const cost = (file: string) => Math.max(entry(file)?.seconds ?? 1, 0.1);
   const unrecorded = candidates.filter((file) => entry(file) === undefined);
   const chosen = new Set<string>([...forced, ...unrecorded]);
@@ -131,11 +153,36 @@ export function coverOf(record: SqlRecord, candidates: readonly string[], forced
     chosen.add(best);
     for (const s of entry(best)!.statements) covered.add(s);
   }
-  const sum = (files: Iterable<string>) => [...files].reduce((total, file) => total + (entry(file)?.seconds ?? 0), 0);
   return {
     files: [...chosen].sort(),
     unrecorded,
     statements: all.size,
-    seconds: { all: sum(new Set([...candidates, ...forced])), chosen: sum(chosen) },
+    seconds: { all: sum(everyFile), chosen: sum(chosen) },
+    incomplete: false,
   };
+}
+
+/**
+ * What reaches the test server beyond the clones of the template: the admin URL itself, with which a
+ * file makes databases of its own (an older schema to upgrade, a dump to restore into). The harness
+ * records its clones for the record; what runs in those other databases the record never sees.
+ */
+const OWN_DATABASES = /\bSLIPWAY_TEST_ADMIN_URL\b/;
+
+/**
+ * The cover of a tier's files (coverOf), with every candidate that makes databases of its own (it or a
+ * test/ module it imports names the admin URL: OWN_DATABASES) forced in: the record has the statements
+ * of its clones only, so the statements it ran in its own databases would otherwise run on no server
+ * but the first.
+ */
+export async function coverOfTier(
+  record: SqlRecord,
+  candidates: readonly string[],
+  forced: readonly string[],
+): Promise<Cover & { ownDatabases: string[] }> {
+  const own = await Promise.all(
+    candidates.map(async (file) => (OWN_DATABASES.test(await textWithHelpers(file)) ? [file] : [])),
+  );
+  const ownDatabases = own.flat();
+  return { ...coverOf(record, candidates, [...forced, ...ownDatabases]), ownDatabases };
 }

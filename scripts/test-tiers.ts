@@ -38,8 +38,11 @@ const TEST_DIR = path.resolve('test');
 /** Where the markers are defined, not called: its own text is not read (the modules it imports are). */
 const DEFINITIONS = path.resolve('test/support/harness.ts');
 
-/** The file's text and that of every module under test/ it imports, however deep (src/ is not read). */
-async function textWithHelpers(file: string, seen = new Set<string>()): Promise<string> {
+/**
+ * The file's text and that of every module under test/ it imports, however deep (src/ is not read; nor is
+ * test/support/harness.ts's own text, DEFINITIONS).
+ */
+export async function textWithHelpers(file: string, seen = new Set<string>()): Promise<string> {
   const absolute = path.resolve(file);
   if (seen.has(absolute)) return '';
   seen.add(absolute);

@@ -12,7 +12,14 @@ import { after, before, test } from 'node:test';
 import pino from 'pino';
 import { databaseUrl, withClient } from '../src/db/admin-client.ts';
 import { startScratchServer, type ScratchServer } from '../scripts/scratch-server.ts';
-import { coverOf, normalizeStatement, readRecord, RECORD_SETTINGS, type SqlRecord } from '../scripts/sql-record.ts';
+import {
+  coverOf,
+  coverOfTier,
+  normalizeStatement,
+  readRecord,
+  RECORD_SETTINGS,
+  type SqlRecord,
+} from '../scripts/sql-record.ts';
 
 test('a statement is one however many values it had', () => {
   assert.equal(
@@ -63,6 +70,31 @@ test('a forced file counts for what it runs; a file the record lacks runs', () =
   assert.deepEqual(cover.unrecorded, ['test/new.test.ts']);
 });
 
+test('a record the server dropped statements from covers nothing: every file runs', () => {
+  // pg_stat_statements made room by dropping its least used statements: whose they were, the record
+  // cannot say, so a cover made from it might leave out the only file that runs one of them.
+  const r: SqlRecord = {
+    ...record({ 'test/a.test.ts': [5, ['s1', 's2']], 'test/b.test.ts': [5, ['s1']] }),
+    dropped: 2,
+  };
+  const cover = coverOf(r, ['test/a.test.ts', 'test/b.test.ts'], ['test/apps.test.ts']);
+  assert.deepEqual(cover.files, ['test/a.test.ts', 'test/apps.test.ts', 'test/b.test.ts']);
+});
+
+test('a file that makes databases of its own on the test server runs in every cover', async () => {
+  // app-slugs.test.ts migrates a database of its own to an older version, fills it as that version did,
+  // then upgrades it: the record sees only what ran in its clones of the template, so a cover that
+  // trusted the record would drop it whenever other files ran those.
+  const own = 'test/store/app-slugs.test.ts';
+  const other = 'test/store/work-leases.test.ts';
+  const r = record({ [own]: [5, ['s1']], [other]: [1, ['s1', 's2']] });
+  const cover = await coverOfTier(r, [own, other], []);
+  assert.deepEqual(cover.files, [own, other]);
+  assert.deepEqual(cover.ownDatabases, [own]);
+  // Only files that reach the server themselves: the harness's clones are in the record.
+  assert.deepEqual((await coverOfTier(r, [other], [])).ownDatabases, []);
+});
+
 let server: ScratchServer;
 let dir: string;
 
@@ -100,6 +132,7 @@ test("the record gives each file the statements its own database ran, and nothin
 
   const { record: got, dropped } = await readRecord(server.adminUrl, databases, new Map([['test/one.test.ts', 3]]));
   assert.equal(dropped, 0);
+  assert.equal(got.dropped, 0);
   assert.deepEqual(Object.keys(got.files), ['test/one.test.ts', 'test/two.test.ts']);
   assert.equal(got.files['test/one.test.ts']!.seconds, 3);
   const one = got.files['test/one.test.ts']!.statements;
