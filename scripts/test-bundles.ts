@@ -9,7 +9,7 @@
  * the code they share in chunks, and the npm packages left to Node: the process then loads a few files
  * of ours and the packages without any hook.
  *
- * What a bundle keeps of the sources: each module's `import.meta.url`, `.dirname` and `.filename` are
+ * What a bundle keeps of the sources: each module's url, dirname and filename (of its meta object) are
  * its own source file's (a module finds the repository, its fixtures and the files beside it as
  * before), stack traces name the sources (source maps), and the workspace packages (@slipway/*, whose
  * manifests name TypeScript) are bundled as the repository's own code. What a test spawns (the
@@ -78,17 +78,36 @@ const packagesExternal: Plugin = {
   },
 };
 
-/** Each module keeps its own source file's `import.meta` paths, wherever its bundle is. */
+/**
+ * A module's own paths in its source (`import.meta.url`, `.dirname`, `.filename`), as a pattern: one
+ * written as those words would itself be rewritten wherever this module is bundled (a test's bundle that
+ * bundles again would then keep no module's paths).
+ */
+const OWN_PATHS = /\bimport\.meta\.(url|dirname|filename)\b/g;
+
+/**
+ * Each module keeps its own source file's url, dirname and filename, wherever its bundle is. Any other
+ * use of the module's meta object (`.resolve`, the object whole or taken apart) would answer for the
+ * bundle, silently: such a module is not bundled, and the run says which and why.
+ */
 const ownImportMeta: Plugin = {
   name: 'own-import-meta',
   setup(b) {
     b.onLoad({ filter: /\.(ts|mts|mjs|js)$/ }, async (args) => {
       if (args.path.includes(`${path.sep}node_modules${path.sep}`)) return undefined;
       const text = await fs.readFile(args.path, 'utf8');
-      const contents = text
-        .replaceAll('import.meta.url', JSON.stringify(pathToFileURL(args.path).href))
-        .replaceAll('import.meta.dirname', JSON.stringify(path.dirname(args.path)))
-        .replaceAll('import.meta.filename', JSON.stringify(args.path));
+      const own = { url: pathToFileURL(args.path).href, dirname: path.dirname(args.path), filename: args.path };
+      const contents = text.replace(OWN_PATHS, (_, name: keyof typeof own) => JSON.stringify(own[name]));
+      if (/\bimport\.meta\b/.test(contents))
+        return {
+          errors: [
+            {
+              text:
+                `${path.relative(ROOT, args.path)}: a bundle keeps only its modules' url, dirname and filename ` +
+                "as their sources' (scripts/test-bundles.ts); anything else of their meta object is the bundle's",
+            },
+          ],
+        };
       return { contents, loader: /\.m?ts$/.test(args.path) ? 'ts' : 'js', resolveDir: path.dirname(args.path) };
     });
   },
