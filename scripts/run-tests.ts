@@ -303,7 +303,7 @@ async function coveringFiles(args: string[], tier: string | undefined, recordFil
       `${Math.round(cover.seconds.all)} recorded seconds)` +
       (cover.unrecorded.length > 0 ? `; ${cover.unrecorded.length} the record has nothing of run too` : '') +
       (cover.ownDatabases.length > 0
-        ? `; ${cover.ownDatabases.length} that make databases of their own, which the record does not see, run too`
+        ? `; ${cover.ownDatabases.length} that make databases the record does not see (their own, apps') run too`
         : '') +
       '\n',
   );

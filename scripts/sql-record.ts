@@ -14,10 +14,10 @@
  * statement with every value or in every order (a race that one server's timing shows and the other's
  * hides), statements that failed (pg_stat_statements keeps only those that ended), DDL and other
  * utility commands (not tracked: they name databases and roles made per test, and the migrations run on
- * both servers in any case), and what runs in an app's own database or the maintenance database. A file
- * that makes databases of its own on the test server (the record sees only the harness's clones) runs
- * in every cover (coverOfTier), and a record the server dropped statements from makes no cover at all:
- * every file runs.
+ * both servers in any case), and what runs in an app's own database or the maintenance database. For
+ * the last two, a file that makes databases beyond the harness's clones (its own, or apps' with their
+ * roles and grants: the record sees none of it) runs in every cover (coverOfTier). A record the server
+ * dropped statements from makes no cover at all: every file runs.
  *
  * The files it reads and writes:
  * - the databases file: a JSON line `{"database": oid, "file": path}` per database a test file cloned
@@ -163,17 +163,20 @@ export function coverOf(record: SqlRecord, candidates: readonly string[], forced
 }
 
 /**
- * What reaches the test server beyond the clones of the template: the admin URL itself, with which a
- * file makes databases of its own (an older schema to upgrade, a dump to restore into). The harness
- * records its clones for the record; what runs in those other databases the record never sees.
+ * What makes databases on the test server beyond the harness's clones of the template, whose SQL the
+ * record never sees: the admin URL itself, with which a file makes databases of its own (an older schema
+ * to upgrade, a dump to restore into); and the modules that make apps' databases (createAppDatabase, and
+ * the provisioning and the restore that call it), whose roles, grants and databases are made from the
+ * maintenance database by statements that differ with the server's version (PostgreSQL 16's grant
+ * options) and are utility commands besides.
  */
-const OWN_DATABASES = /\bSLIPWAY_TEST_ADMIN_URL\b/;
+const OWN_DATABASES =
+  /\bSLIPWAY_TEST_ADMIN_URL\b|\bcreateAppDatabase\b|\/dataplane\/app-(?:database|provisioning)\.ts['"]|\/ops\/restore\.ts['"]/;
 
 /**
- * The cover of a tier's files (coverOf), with every candidate that makes databases of its own (it or a
- * test/ module it imports names the admin URL: OWN_DATABASES) forced in: the record has the statements
- * of its clones only, so the statements it ran in its own databases would otherwise run on no server
- * but the first.
+ * The cover of a tier's files (coverOf), with every candidate that makes databases the record cannot see
+ * (it or a test/ module it imports matches OWN_DATABASES) forced in: the record has the statements of its
+ * clones only, so what it ran in those other databases would otherwise run on no server but the first.
  */
 export async function coverOfTier(
   record: SqlRecord,

@@ -95,6 +95,17 @@ test('a file that makes databases of its own on the test server runs in every co
   assert.deepEqual((await coverOfTier(r, [other], [])).ownDatabases, []);
 });
 
+test("a file that makes apps' databases runs in every cover", async () => {
+  // createAppDatabase's roles, grants and databases are made in the maintenance database, by statements
+  // that differ with the server's version (PostgreSQL 16's grant options): the record sees none of it.
+  const apps = 'test/attack/database-budgets.test.ts';
+  const other = 'test/store/work-leases.test.ts';
+  const r = record({ [apps]: [38, ['s1']], [other]: [1, ['s1', 's2']] });
+  const cover = await coverOfTier(r, [apps, other], []);
+  assert.deepEqual(cover.files, [apps, other]);
+  assert.deepEqual(cover.ownDatabases, [apps]);
+});
+
 let server: ScratchServer;
 let dir: string;
 
