@@ -53,13 +53,18 @@ export interface SqlRecord {
 
 /**
  * One statement however many values it was given: pg_stat_statements takes constants out (`$1`), but
- * keeps a list of them at its length (`in ($1, $2, $3)`, a multi-row insert's values), which would make
- * each length a statement of its own.
+ * keeps a list of them at its length (`in ($1, $2, $3)`, a multi-row insert's rows), which would make
+ * each length a statement of its own. Only those two lists are shortened: a function's arguments and a
+ * row's width are the statement's own, and two statements that differ in them are two
+ * (`current_setting($1)` fails on a server that lacks the setting; `current_setting($1, $2)`, with
+ * missing_ok, gives null there).
  */
 export function normalizeStatement(query: string): string {
   let text = query.replace(/\s+/g, ' ').trim().replace(/\$\d+/g, '$');
-  text = text.replace(/\(\s*\$(?:\s*,\s*\$)+\s*\)/g, '($)');
-  text = text.replace(/\(\$\)(?:\s*,\s*\(\$\))+/g, '($)');
+  // IN's (or NOT IN's) list of values, at any length: one value.
+  text = text.replace(/\b(in) ?\( ?\$(?: ?, ?\$)* ?\)/gi, (_, word: string) => `${word} ($)`);
+  // VALUES' rows, as many as were given, when all are alike: one row.
+  text = text.replace(/\b(values) ?(\([^()]*\))(?: ?, ?\2)+/gi, (_, word: string, row: string) => `${word} ${row}`);
   return text;
 }
 

@@ -37,6 +37,26 @@ test('a statement is one however many values it had', () => {
   );
 });
 
+test("a function's arguments or a row's width are no list of values: statements that differ in them stay apart", () => {
+  // current_setting(name, missing_ok) is how a statement reads a setting older servers lack
+  // (reserved_connections, PostgreSQL 16): without missing_ok it fails there.
+  assert.notEqual(
+    normalizeStatement('select current_setting($1)::int as reserved'),
+    normalizeStatement('select current_setting($1, $2)::int as reserved'),
+  );
+  assert.notEqual(normalizeStatement('select pg_notify($1, $2)'), normalizeStatement('select pg_notify($1)'));
+  // A row of three values is not one of two with the third left to its default.
+  assert.notEqual(
+    normalizeStatement('insert into t values ($1, $2), ($3, $4)'),
+    normalizeStatement('insert into t values ($1, $2, $3)'),
+  );
+  // Lists of values stay one statement however long, in any case and with NOT IN.
+  assert.equal(
+    normalizeStatement('select a from t where b NOT IN ($1, $2) and c in ($3)'),
+    normalizeStatement('select a from t where b NOT IN ($1) and c in ($2, $3, $4)'),
+  );
+});
+
 const record = (files: Record<string, [number | undefined, string[]]>): SqlRecord => ({
   files: Object.fromEntries(Object.entries(files).map(([f, [seconds, statements]]) => [f, { seconds, statements }])),
 });
@@ -148,7 +168,8 @@ test("the record gives each file the statements its own database ran, and nothin
   assert.equal(got.files['test/one.test.ts']!.seconds, 3);
   const one = got.files['test/one.test.ts']!.statements;
   const two = got.files['test/two.test.ts']!.statements;
-  assert.ok(one.includes('insert into t values ($)'), one.join('\n'));
+  // null is a constant too; the row keeps its width.
+  assert.ok(one.includes('insert into t values ($, $)'), one.join('\n'));
   assert.ok(one.includes('select a from t where id = $'), one.join('\n'));
   // Constants are taken out: the update is one statement whatever it set.
   assert.ok(two.includes('update t set a = $ where id = $'), two.join('\n'));
