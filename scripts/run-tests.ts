@@ -102,6 +102,29 @@ async function filesOf(args: string[], tier: string | undefined): Promise<string
   return named.length > 0 || tier !== undefined ? [...new Set([...ofTier, ...named])] : all;
 }
 
+/**
+ * The files as bundles, to run without a loader (scripts/test-bundles.ts), with the entries tests start.
+ * When esbuild refuses one (a syntax error, an `import.meta` it cannot keep), the files run through tsx
+ * instead, so that every other file still runs and the refused one fails or passes on its own, and the
+ * run fails all the same: the refusal is printed, and is to be mended.
+ */
+async function bundleFiles(files: string[]): Promise<{ bundles?: string; run: string[]; refused: boolean }> {
+  const bundles = await bundleDir();
+  try {
+    return {
+      bundles,
+      run: (await bundleTests([...files, ...ENTRIES], bundles)).slice(0, files.length),
+      refused: false,
+    };
+  } catch (error) {
+    await fs.rm(bundles, { recursive: true, force: true });
+    process.stderr.write(
+      `== the files could not be bundled; they run through tsx, and the run fails:\n${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    return { run: files, refused: true };
+  }
+}
+
 /** Runs the files with Node's test runner; `env` gives them the template database when they need one. */
 async function runFiles(
   files: string[],
@@ -111,16 +134,15 @@ async function runFiles(
   bundled: boolean,
   appendTimes = false,
 ): Promise<number> {
+  const { bundles, run, refused } = bundled
+    ? await bundleFiles(files)
+    : { bundles: undefined, run: files, refused: false };
   // A test that hangs fails by name after the timeout instead of holding the run until CI gives up on
   // it without saying which.
-  // The files as bundles, run without a loader (scripts/test-bundles.ts); `--no-bundle` runs the
-  // TypeScript through tsx, as it is.
-  const bundles = bundled ? await bundleDir() : undefined;
-  const run = bundles ? (await bundleTests([...files, ...ENTRIES], bundles)).slice(0, files.length) : files;
   const child = spawn(
     process.execPath,
     [
-      ...(bundled ? ['--enable-source-maps'] : ['--import', 'tsx']),
+      ...(bundles ? ['--enable-source-maps'] : ['--import', 'tsx']),
       '--test',
       `--test-concurrency=${concurrency}`,
       `--test-timeout=${TEST_TIMEOUT_MS}`,
@@ -144,8 +166,9 @@ async function runFiles(
   const forward = (signal: NodeJS.Signals) => child.kill(signal);
   process.on('SIGINT', forward);
   process.on('SIGTERM', forward);
-  const code = await new Promise<number>((resolve) => child.on('exit', (exit) => resolve(exit ?? 1)));
+  const exit = await new Promise<number>((resolve) => child.on('exit', (code) => resolve(code ?? 1)));
   if (bundles) await fs.rm(bundles, { recursive: true, force: true });
+  const code = exit === 0 && refused ? 1 : exit;
   if (times && appendTimes) {
     // A run of the tiers: each tier's files are added to the one file.
     await fs.appendFile(times, await fs.readFile(`${times}.part`, 'utf8').catch(() => ''));
