@@ -17,6 +17,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build, type Metafile, type Plugin } from 'esbuild';
+import { outDirOf } from './out-dir.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -70,16 +71,8 @@ export async function buildListener(outDir: string): Promise<Metafile> {
   return result.metafile;
 }
 
-function outDirOf(args: string[]): string {
-  const at = args.indexOf('--out-dir');
-  if (at === -1) return path.join(ROOT, 'packages/listener/dist');
-  const value = args[at + 1];
-  if (!value) throw new Error('--out-dir needs a directory');
-  return path.resolve(value);
-}
-
 async function main(): Promise<void> {
-  const out = outDirOf(process.argv.slice(2));
+  const out = outDirOf(process.argv.slice(2), path.join(ROOT, 'packages/listener/dist'));
   await buildListener(out);
   const bundle = path.relative(process.cwd(), path.join(out, LISTENER_BUNDLE));
   process.stdout.write(`built ${bundle}: start with node --enable-source-maps ${bundle}\n`);

@@ -18,6 +18,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { outDirOf } from './out-dir.ts';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -42,16 +43,8 @@ function compiledManifest(manifest: string): string {
   return `${JSON.stringify(parsed, null, 2)}\n`;
 }
 
-function outDirOf(args: string[]): string {
-  const at = args.indexOf('--out-dir');
-  if (at === -1) return path.join(ROOT, 'dist');
-  const value = args[at + 1];
-  if (!value) throw new Error('--out-dir needs a directory');
-  return path.resolve(value);
-}
-
 async function main(): Promise<void> {
-  const out = outDirOf(process.argv.slice(2));
+  const out = outDirOf(process.argv.slice(2), path.join(ROOT, 'dist'));
   await fs.rm(out, { recursive: true, force: true });
   if (!(await fs.stat(path.join(ROOT, 'web', 'dist', 'index.html')).catch(() => null)))
     await run(process.execPath, ['--import', 'tsx', 'web/build.ts']);

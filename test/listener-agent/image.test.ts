@@ -139,6 +139,16 @@ describe("the listener's image", () => {
     assert.ok(building, 'the build stage runs npm run build:listener');
     const outDir = /--out-dir (\S+)/.exec(building)?.[1];
     assert.ok(outDir, 'into a directory of its own');
+    // The build script runs in that stage, so each repository file it imports must be copied there.
+    const copied = build.lines
+      .filter((l) => l.startsWith('COPY '))
+      .flatMap((l) => copyOf(l).sources.map((s) => s.replace(/\/$/, '')));
+    const isCopied = (file: string) => copied.some((s) => file === s || file.startsWith(`${s}/`));
+    const scriptImports = [...read('scripts/build-listener.ts').matchAll(/from '(\.{1,2}\/[^']+)'/g)].map((m) =>
+      path.posix.join('scripts', m[1]!),
+    );
+    for (const file of ['scripts/build-listener.ts', ...scriptImports])
+      assert.ok(isCopied(file), `the build stage copies ${file}, which npm run build:listener runs or imports`);
 
     const copies = final.lines.filter((l) => l.startsWith('COPY ')).map(copyOf);
     const image = path.dirname(IMAGE_MANIFEST);
