@@ -48,7 +48,9 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        the LangGraph state group: langgraph (runs/s and first stream event,
                        PostgreSQL against in memory; installs from the npm registry);
                        the traffic split group: split (the app edge's req/s with a 10% split
-                       against none, each edge; about a minute)
+                       against none, each edge; about a minute);
+                       the app start group: appstart (the CPU of building the API, its schemas
+                       compiled when first used against all at start; about a minute)
   --deployments N      measured deployments per app and sandbox mode in the data plane group
                        (default 5, quick 3)
   --rounds N           rounds of the data plane group's proxy and API runs, the two sandbox

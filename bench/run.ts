@@ -21,8 +21,11 @@
  * patch to a listener's long-poll answer with one and with 1,000 listeners polling, and the service's
  * memory while it holds their polls. Then the LangGraph state group (bench/langgraph-state.ts; `--only
  * langgraph`): runs per second and first stream event of a trivial graph with its state in PostgreSQL
- * against LangChain's in-memory server. And the traffic split group (bench/split-edge.ts; `--only split`):
- * the app edge's req/s to an endpoint with a 10% split against the same endpoint without one.
+ * against LangChain's in-memory server, and the CPU an instance's start costs without and with the
+ * build's graph schemas file. And the traffic split group (bench/split-edge.ts; `--only split`):
+ * the app edge's req/s to an endpoint with a 10% split against the same endpoint without one. And
+ * the app start group (bench/app-start.ts; `--only appstart`): the CPU of building the API with its
+ * schemas compiled when first used against all of them at start.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -46,6 +49,7 @@ import {
 } from './langgraph-state.ts';
 import { isListenersKey, runListenerPollBench } from './listener-polls.ts';
 import { isSplitKey, runSplitEdgeBench, splitEdgeMarkdownReport, splitEdgeTerminalReport } from './split-edge.ts';
+import { appStartMarkdownReport, appStartTerminalReport, isAppStartKey, runAppStartBench } from './app-start.ts';
 import { listenerPollMarkdownReport, listenerPollTerminalReport } from './listener-polls-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
@@ -64,6 +68,8 @@ import { seed, type MeasuredWorkspace } from './seed.ts';
 
 const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 const DOCS_FILE = path.resolve(BENCH_DIR, '../docs/performance.md');
+/** Rounds of the app start group: a fresh process per sample, each about a second. */
+const APP_START_ROUNDS = 6;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
@@ -319,6 +325,16 @@ async function main(): Promise<number> {
       node: process.version,
       database: database.description,
     };
+    /** A group's table on the terminal, and with --write-docs in its section of docs/performance.md. */
+    const reportGroup = async (terminal: string, section: string, markdown: () => string, what: string) => {
+      say('');
+      say(terminal);
+      if (options.writeDocs) {
+        await writeResultsSection(DOCS_FILE, section, markdown());
+        say(`\nwrote the ${what} results into ${path.relative(process.cwd(), DOCS_FILE)}`);
+      }
+      say('');
+    };
 
     // The data plane group (bench/data-plane.ts) first, on a database of its own: named in --only, or
     // by default (not in the prepared statements experiment, which is about the API's SQL).
@@ -346,13 +362,12 @@ async function main(): Promise<number> {
         say,
         defer: (step) => void cleanups.push(step),
       });
-      say('');
-      say(dataPlaneTerminalReport(dataPlane));
-      if (options.writeDocs) {
-        await writeResultsSection(DOCS_FILE, 'bench-results-dataplane', dataPlaneMarkdownReport(dataPlane, runInfo));
-        say(`\nwrote the data plane results into ${path.relative(process.cwd(), DOCS_FILE)}`);
-      }
-      say('');
+      await reportGroup(
+        dataPlaneTerminalReport(dataPlane),
+        'bench-results-dataplane',
+        () => dataPlaneMarkdownReport(dataPlane, runInfo),
+        'data plane',
+      );
     }
 
     // The listener group (bench/listener-polls.ts), on a database and in a service process of its own:
@@ -366,26 +381,36 @@ async function main(): Promise<number> {
         say,
         defer: (step) => void cleanups.push(step),
       });
-      say('');
-      say(listenerPollTerminalReport(polls));
-      if (options.writeDocs) {
-        await writeResultsSection(DOCS_FILE, 'bench-results-listeners', listenerPollMarkdownReport(polls, runInfo));
-        say(`\nwrote the listener results into ${path.relative(process.cwd(), DOCS_FILE)}`);
-      }
-      say('');
+      await reportGroup(
+        listenerPollTerminalReport(polls),
+        'bench-results-listeners',
+        () => listenerPollMarkdownReport(polls, runInfo),
+        'listener',
+      );
     }
 
     // The traffic split group (bench/split-edge.ts): named in --only, or by default (not in the prepared
     // statements experiment).
     if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isSplitKey)) {
       const split = await runSplitEdgeBench({ options, load, say, defer: (step) => void cleanups.push(step) });
-      say('');
-      say(splitEdgeTerminalReport(split));
-      if (options.writeDocs) {
-        await writeResultsSection(DOCS_FILE, 'bench-results-split', splitEdgeMarkdownReport(split, runInfo));
-        say(`\nwrote the traffic split results into ${path.relative(process.cwd(), DOCS_FILE)}`);
-      }
-      say('');
+      await reportGroup(
+        splitEdgeTerminalReport(split),
+        'bench-results-split',
+        () => splitEdgeMarkdownReport(split, runInfo),
+        'traffic split',
+      );
+    }
+
+    // The app start group (bench/app-start.ts): named in --only, or by default (not in the prepared
+    // statements experiment).
+    if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isAppStartKey)) {
+      const appStart = await runAppStartBench({ databaseUrl: database.url, rounds: APP_START_ROUNDS, say });
+      await reportGroup(
+        appStartTerminalReport(appStart),
+        'bench-results-appstart',
+        () => appStartMarkdownReport(appStart, runInfo),
+        'app start',
+      );
     }
 
     // The LangGraph state group (bench/langgraph-state.ts): named in --only, or by default (not in the
@@ -401,20 +426,21 @@ async function main(): Promise<number> {
         return null;
       });
       if (langgraph !== null) {
-        say('');
-        say(langGraphTerminalReport(langgraph));
-        if (options.writeDocs) {
-          await writeResultsSection(DOCS_FILE, 'bench-results-langgraph', langGraphMarkdownReport(langgraph, runInfo));
-          say(`\nwrote the LangGraph results into ${path.relative(process.cwd(), DOCS_FILE)}`);
-        }
-        say('');
+        await reportGroup(
+          langGraphTerminalReport(langgraph),
+          'bench-results-langgraph',
+          () => langGraphMarkdownReport(langgraph, runInfo),
+          'LangGraph',
+        );
       }
     }
 
     // The API scenarios: all of them by default, or those named in --only.
     if (
       options.only.length === 0 ||
-      options.only.some((o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o) && !isSplitKey(o))
+      options.only.some(
+        (o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o) && !isSplitKey(o) && !isAppStartKey(o),
+      )
     ) {
       if (options.preparedStatements)
         say('EXPERIMENT: the service and the SQL baseline send named prepared statements (not production behaviour)');

@@ -7,7 +7,9 @@
 //
 //   node .slipway/langgraph-server.mjs js|python <path of langgraph.json>
 //
-// with PORT and HOST set. Plain JavaScript: it runs inside the app's sandbox, on the Node.js that runs
+// with PORT and HOST set. A JS project's build runs `schemas <path of langgraph.json>` after its
+// install: the graphs' schemas, read once for every instance (langgraph/graph-schemas.mjs). Plain
+// JavaScript: it runs inside the app's sandbox, on the Node.js that runs
 // the service, and imports only what the project's install put beside the config, and its own modules:
 // the PostgreSQL layer is langgraph/serve.mjs and the modules it names.
 //
@@ -62,11 +64,16 @@ function keepStateOfThisRevisionOnly(projectDir) {
   fs.writeFileSync(marker, revision);
 }
 
+/** The config named on the command line, from the source root (the current directory), and its directory. */
+function readConfig(configArgument) {
+  const configPath = path.resolve(process.cwd(), configArgument);
+  const config = JSON.parse(fs.readFileSync(configPath, 'utf8').replace(/^\uFEFF/, ''));
+  return { configPath, projectDir: path.dirname(configPath), config };
+}
+
 function launch(mode, configArgument) {
   const sourceRoot = process.cwd();
-  const configPath = path.resolve(sourceRoot, configArgument);
-  const projectDir = path.dirname(configPath);
-  const config = JSON.parse(fs.readFileSync(configPath, 'utf8').replace(/^\uFEFF/, ''));
+  const { configPath, projectDir, config } = readConfig(configArgument);
   const host = process.env.HOST || '127.0.0.1';
   const port = process.env.PORT || '2024';
 
@@ -158,8 +165,35 @@ function launch(mode, configArgument) {
   });
 }
 
+/** The build's step (`schemas <config>`): the graphs' schemas, read once, for every instance to start with. */
+async function schemas(configArgument) {
+  const { projectDir, config } = readConfig(configArgument);
+  const { SCHEMAS_FILE, writeGraphSchemas } = await import('./langgraph/graph-schemas.mjs');
+  const target = path.join(path.dirname(fileURLToPath(import.meta.url)), SCHEMAS_FILE);
+  let apiPackageJson;
+  try {
+    apiPackageJson = createRequire(path.join(projectDir, 'package.json')).resolve(
+      '@langchain/langgraph-api/package.json',
+    );
+  } catch {
+    fs.rmSync(target, { force: true });
+    console.log("@langchain/langgraph-api is not installed: the graphs' schemas are read when first asked for.");
+    return;
+  }
+  const apiVersion = JSON.parse(fs.readFileSync(apiPackageJson, 'utf8')).version;
+  const apiDist = path.join(path.dirname(apiPackageJson), 'dist');
+  console.log(await writeGraphSchemas({ apiDist, apiVersion, graphs: config.graphs, projectDir, target }));
+}
+
 const [mode, ...rest] = process.argv.slice(2);
-if (mode === 'serve') {
+if (mode === 'schemas' && rest[0]) {
+  try {
+    await schemas(rest[0]);
+  } catch (error) {
+    // Never the build's failure: the server reads the schemas itself when they are missing.
+    console.log(`The graphs' schemas were not read at build time: ${error?.message ?? error}`);
+  }
+} else if (mode === 'serve') {
   const [instanceId, optionsText] = rest;
   try {
     // Only the server process loads the PostgreSQL layer (inside the API's tsx, with its packages).
@@ -174,6 +208,6 @@ if (mode === 'serve') {
 } else if ((mode === 'js' || mode === 'python') && rest[0]) {
   launch(mode, rest[0]);
 } else {
-  console.error('usage: node langgraph-server.mjs js|python <path of langgraph.json>');
+  console.error('usage: node langgraph-server.mjs js|python|schemas <path of langgraph.json>');
   process.exit(2);
 }

@@ -44,11 +44,12 @@ export function sourceOfBundle(file: string): string {
 
 /**
  * What tests start as processes of their own, bundled with the test files: the service (`npm start`'s
- * src/main.ts) and the CLI (`slipway`, bin/slipway.mjs's src/cli/main.ts). A test reaches them through
+ * src/main.ts), the CLI (`slipway`, bin/slipway.mjs's src/cli/main.ts) and the listener agent (its
+ * image's packages/listener/src/main.ts, test/listener-e2e/e2e-world.ts). A test reaches them through
  * bundledEntry; one that is about the way a user starts them (first-start's `npm start`, the compiled
  * service, bin/slipway.mjs itself) starts them that way.
  */
-export const ENTRIES = ['src/main.ts', 'src/cli/main.ts'] as const;
+export const ENTRIES = ['src/main.ts', 'src/cli/main.ts', 'packages/listener/src/main.ts'] as const;
 
 /** The environment variable that names a run's bundle directory to its test files. */
 export const BUNDLES_ENV = 'SLIPWAY_TEST_BUNDLES';

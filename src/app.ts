@@ -24,6 +24,7 @@ import { needs, registerRouteNeeds } from './http/route-needs.ts';
 import { registerStreamLimits } from './http/stream-limits.ts';
 import { registerOpenApiConventions, shapeDocument } from './http/openapi.ts';
 import { ErrorBody, ROUTER_MAX_PARAM_LENGTH, ValidationErrorBody } from './http/schema-helpers.ts';
+import { DeferredCompiles, serializerFactoryOnce } from './http/schema-cache.ts';
 import { createValidatorCompiler } from './http/validation.ts';
 import { adminRoutes } from './routes/admin.ts';
 import { deploymentRoutes } from './routes/deployments.ts';
@@ -69,9 +70,10 @@ export interface AppDeps {
   /** Options of every code-host client (timeouts, retries, clock) when buildApp builds the services; tests turn retries down. */
   codehostClient?: Omit<GitHubClientOptions, 'apiUrl'>;
   /**
-   * The clock of the services buildApp builds (the expiry of OAuth tokens, OAuth authorizations and
-   * upload URLs) and of idempotency keys (their TTL, leases and waits); tests move it instead of waiting. Without it, idempotency keys go by the database's
-   * `now()` (src/store/idempotency-keys.ts).
+   * The clock of the services buildApp builds (the expiry of OAuth tokens, OAuth authorizations,
+   * upload URLs and dashboard sessions; listeners' state) and of idempotency keys (their TTL, leases and
+   * waits); tests move it instead of waiting. Without it, what the database dates goes by its `now()`
+   * (src/store/sql-now.ts).
    */
   now?: () => Date;
   /** Wakes log followers (follow=true); without it they poll the database every second. */
@@ -92,6 +94,8 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** Takes the connections apps open through their own way to the API (the local data plane's forwards). */
     appConnections: AppConnections;
+    /** The routes' schema compilations not yet needed (src/http/schema-cache.ts); `all()` runs them. */
+    schemaCompiles: DeferredCompiles;
   }
 }
 
@@ -99,6 +103,8 @@ const REQUEST_ID = /^[\x21-\x7e]{1,200}$/;
 
 export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const { config, db, secretBox, logger } = deps;
+  // The routes' validators and serializers, each compiled when first used (src/http/schema-cache.ts).
+  const compiles = new DeferredCompiles();
   // Typed as Fastify's logger, so that the app's type is FastifyInstance's default one.
   const loggerInstance: FastifyBaseLogger = logger;
   const app = Fastify({
@@ -127,11 +133,14 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // longer than avvio's default of 10 s, which would fail the start; a plugin that really hangs is
     // still named, after two minutes.
     pluginTimeout: 120_000,
+    // Fastify's response serializers, each distinct schema compiled once (src/http/schema-cache.ts).
+    schemaController: { compilersFactory: { buildSerializer: serializerFactoryOnce(compiles) } },
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   // Apps' own connections (src/http/app-connections.ts), for main.ts to hand to the local data plane.
   const appConnections = createAppConnections(app.server, () => app.ready());
   app.decorate('appConnections', appConnections);
+  app.decorate('schemaCompiles', compiles);
   // An app's connections are capped by its forward, not by an address they do not have.
   capConnectionsPerAddress(
     app.server,
@@ -141,7 +150,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // A JSON API: a text/plain body is a client mistake, answered 415 like any other non-JSON type.
   app.removeContentTypeParser('text/plain');
   registerJsonBodyParser(app);
-  app.setValidatorCompiler(createValidatorCompiler());
+  app.setValidatorCompiler(createValidatorCompiler(compiles));
   registerUnknownFieldChecks(app);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
@@ -194,7 +203,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   });
 
   // The dashboard's single sign-on cookie is a credential too (src/sso/); every write it makes is audited.
-  const sessions = createSessionCredentials({ db, publicUrl: config.publicUrl });
+  const sessions = createSessionCredentials({
+    db,
+    publicUrl: config.publicUrl,
+    ...(deps.now ? { now: deps.now } : {}),
+  });
   const authentication = registerAuthentication(app, db, sessions);
   registerSessionAudit(app, db);
   // Before the routes: wires what each route declares it needs (config: needs({...})) into it.

@@ -64,8 +64,8 @@ export interface ServiceDeps {
   /** How SSO reaches the identity provider; tests pass a fake's. */
   ssoFetch?: FetchLike;
   /**
-   * The clock the expiry of OAuth tokens, OAuth authorizations and upload URLs is computed and read
-   * against; tests move it instead of waiting.
+   * The clock the expiry of OAuth tokens, OAuth authorizations, upload URLs and dashboard sessions, and
+   * listeners' state (connected, stale), are computed and read against; tests move it instead of waiting.
    */
   now?: () => Date;
   /** The app edge's series (src/dataplane/traffic-series.ts) once it runs in this process; null before or without. */
@@ -121,8 +121,8 @@ export function createServices({
 
   return {
     deployments,
-    listeners: createListenerService({ db }),
-    listenerProtocol: createListenerProtocolService({ db, secretBox }),
+    listeners: createListenerService({ db, ...(now ? { now } : {}) }),
+    listenerProtocol: createListenerProtocolService({ db, secretBox, ...(now ? { now } : {}) }),
     workspaces: createWorkspaceService({ db, resources }),
     apiKeys: createApiKeyService({ db }),
     integrations,
@@ -154,7 +154,7 @@ export function createServices({
       ...(now ? { now } : {}),
     }),
     tracingProjects: createTracingProjectService({ db }),
-    metrics: createMetricsService({ db }),
+    metrics: createMetricsService({ db, ...(now ? { now } : {}) }),
     deploymentMetrics: createDeploymentMetricsService({ db, traffic: traffic ?? (() => null) }),
     deploymentStorage: createDeploymentStorageService({ db, secretBox, ...(pool ? { pool } : {}) }),
     sso: createSsoService({
@@ -164,6 +164,7 @@ export function createServices({
       publicUrl: config.publicUrl,
       allowInsecure: config.allowInsecureOAuth,
       fetch: ssoFetch,
+      ...(now ? { now } : {}),
     }),
   };
 }

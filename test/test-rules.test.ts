@@ -90,14 +90,8 @@ const TIME_FAKED: { pattern: RegExp; instead: string }[] = [
 const KNOWN_TIME_FAKED: Record<string, number> = {
   // One revision must be older than the others beside it; a clock given to the deadline sweep ages them all.
   'test/listener-protocol/reports.test.ts': 1,
-  // A listener's state (connected, stale) is worked out by the database's now() (src/store/listeners.ts,
-  // src/store/metrics.ts): no clock reaches it yet.
-  'test/listener-protocol/deletions-heartbeat.test.ts': 3,
-  'test/routes/listeners.test.ts': 1,
   // The long poll's timeout and its end at close are timers of the service's own, measured here.
   'test/oauth/oauth-flow-failures.test.ts': 3,
-  // A dashboard session's expiry is judged by the database's now().
-  'test/sso/sso-sessions.test.ts': 1,
   // The CPU usage rate over a measuring window: the window's length is an input, not an assertion.
   'test/dataplane/resource-limits.test.ts': 1,
   // A refused long poll answers at once, a held one not within the race's seconds.

@@ -35,7 +35,7 @@ test('a file is in the tier of the most it needs, its helpers included', async (
   assert.equal(await tierOf('test/ops/first-start.test.ts'), 'apps');
 });
 
-test("CI's list of the slowest files: the slowest first, each with its tier, a failed one said so", async () => {
+test("CI's list of the slowest files: the slowest first, each with its tier, then every failed file and test", async () => {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-times-'));
   try {
     const times = path.join(dir, 'times.jsonl');
@@ -43,6 +43,9 @@ test("CI's list of the slowest files: the slowest first, each with its tier, a f
       { file: 'test/a.test.ts', seconds: 3.2, passed: true, tier: 'no-database' },
       { file: 'test/b.test.ts', seconds: 41.6, passed: false, tier: 'apps' },
       { file: 'test/c.test.ts', seconds: 12, passed: true, tier: 'database' },
+      { file: 'test/d.test.ts', seconds: 1, passed: false, tier: 'database' },
+      { failed: 'a key of another workspace is refused', at: 'test/support/limited-test.ts', reason: 'Error: 200' },
+      { failed: 'the log is kept', at: 'test/d.test.ts', reason: 'AssertionError: absent' },
     ];
     await fs.writeFile(times, lines.map((line) => `${JSON.stringify(line)}\n`).join(''));
     const { stdout } = await run(process.execPath, ['scripts/slowest-files.mjs', times, '2']);
@@ -50,10 +53,58 @@ test("CI's list of the slowest files: the slowest first, each with its tier, a f
       stdout
         .trimEnd()
         .split('\n')
-        .map((line) => line.trim().split(/\s+/)),
+        .map((line) => line.trim()),
       [
-        ['42', 's', 'apps', 'test/b.test.ts', 'FAILED'],
-        ['12', 's', 'database', 'test/c.test.ts'],
+        '42 s  apps         test/b.test.ts  FAILED',
+        '12 s  database     test/c.test.ts',
+        '1 s  database     test/d.test.ts  FAILED',
+        'failed: a key of another workspace is refused',
+        'Error: 200',
+        'failed: the log is kept (test/d.test.ts)',
+        'AssertionError: absent',
+      ],
+    );
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('the times reporter: a line for the file, and one for each failed test with the first line of why, none for its suite', async () => {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-reporter-'));
+  try {
+    const file = path.join(dir, 'probe.test.mjs');
+    await fs.writeFile(
+      file,
+      [
+        "import { describe, test } from 'node:test';",
+        "describe('a suite', () => {",
+        "  test('keeps the log', () => { throw new Error('the log is gone\\nat a second line'); });",
+        "  test('passes', () => {});",
+        "  test('will keep the log', { todo: 'not yet' }, () => { throw new Error('todo'); });",
+        '});',
+      ].join('\n'),
+    );
+    // A runner started from a test file would report to its parent: NODE_TEST_CONTEXT says it is one.
+    const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '--test',
+        `--test-reporter=${path.resolve('scripts/test-file-times.mjs')}`,
+        '--test-reporter-destination=stdout',
+        file,
+      ],
+      { env },
+    ).catch((error: { stdout: string }) => error);
+    const lines = stdout
+      .trimEnd()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+    assert.deepEqual(
+      lines.map(({ seconds: _, ...rest }) => rest),
+      [
+        { failed: 'keeps the log', at: file, reason: 'Error: the log is gone' },
+        { file, passed: false },
       ],
     );
   } finally {

@@ -17,13 +17,15 @@
 // operations the server's routes and queue workers call), run-queue.mjs (claims, leases, sweeps),
 // crons.mjs (routes and scheduler), checkpoints.mjs, schema.mjs; MCP and A2A on top of the API:
 // protocols.mjs, protocol-auth.mjs (who may call them), mcp.mjs, a2a.mjs, a2a-tasks.mjs.
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { createA2a } from './a2a.mjs';
 import { createAssistants } from './assistants.mjs';
 import { deleteRunCheckpoints, installCheckpointer, installStore } from './checkpoints.mjs';
 import { createCrons } from './crons.mjs';
+import { SCHEMAS_FILE, builtGraphSchemas } from './graph-schemas.mjs';
 import { createInstance } from './instance.mjs';
 import { createMcp } from './mcp.mjs';
 import { esmEntry, packageDir } from './packages.mjs';
@@ -51,7 +53,7 @@ export async function serve(instanceId, optionsText) {
     { startServer },
     { checkpointer },
     { store },
-    { getGraph, getAssistantId },
+    { getGraph, getAssistantId, GRAPH_SCHEMA },
     { handleAuthEvent, isAuthMatching },
     { serialiseAsDict, serializeError },
     { logger },
@@ -157,6 +159,12 @@ export async function serve(instanceId, optionsText) {
   const protocolCtx = { ...ctx, loopbackFetch: (url, init) => getLoopbackFetch()(url, init) };
   // Graph schemas are compiled in a worker that LangChain's server gives 30 s, too little on a busy machine.
   process.env.LANGGRAPH_SCHEMA_RESOLVE_TIMEOUT_MS ||= '180000';
+  // The schemas the build read (graph-schemas.mjs) go into the server's own cache: its routes and MCP and
+  // A2A find them there; only a graph the build could not read is read here.
+  const apiVersion = JSON.parse(fs.readFileSync(apiPackageJson, 'utf8')).version;
+  const launcherDir = path.dirname(path.dirname(fileURLToPath(import.meta.url)));
+  const built = builtGraphSchemas(path.join(launcherDir, SCHEMAS_FILE), options.graphs, projectDir, apiVersion);
+  for (const [graphId, schema] of built.schemas) GRAPH_SCHEMA[graphId] = schema;
   const schemas = createSchemas(ctx);
   const protocols = protocolPackages
     ? [
@@ -171,7 +179,11 @@ export async function serve(instanceId, optionsText) {
     : { ...options, http: await crons.cronHttpApp(protocols.map((part) => part.register)) };
   const { host, cleanup } = await startServer(serverOptions, { ops });
   logger.info(`Server running at ${host}, state in PostgreSQL (instance ${instanceId})`);
-  if (protocols.length > 0) void schemas.warm(Object.keys(options.graphs ?? {}));
+  // Warmed here: only what the build did not read, and not what its reader failed on (it would again).
+  const unread = Object.keys(options.graphs ?? {}).filter(
+    (graphId) => !built.schemas.has(graphId) && !built.unreadable.has(graphId),
+  );
+  if (protocols.length > 0 && unread.length > 0) void schemas.warm(unread);
 
   let shuttingDown = false;
   async function shutdown() {

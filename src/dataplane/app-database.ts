@@ -22,7 +22,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { databaseUrl } from '../db/admin-client.ts';
+import { databaseUrl, quietClient } from '../db/admin-client.ts';
 
 export interface AppDatabase {
   name: string;
@@ -92,10 +92,12 @@ async function isSuperuser(client: pg.ClientBase): Promise<boolean> {
 function serviceClientOn(pool: pg.Pool, database: string): pg.Client {
   const { connectionString } = pool.options;
   // A connection string's database wins over the `database` option: replace it in the string.
-  return new pg.Client(
-    connectionString
-      ? { ...pool.options, connectionString: databaseUrl(connectionString, database) }
-      : { ...pool.options, database },
+  return quietClient(
+    new pg.Client(
+      connectionString
+        ? { ...pool.options, connectionString: databaseUrl(connectionString, database) }
+        : { ...pool.options, database },
+    ),
   );
 }
 
@@ -108,10 +110,12 @@ export function appDatabaseClient(pool: pg.Pool, database: AppDatabase, statemen
   const { connectionString } = pool.options;
   const own = { user: database.role, password: database.password, database: database.name };
   const limits = { statement_timeout: statementTimeoutMs, connectionTimeoutMillis: 10_000 };
-  return new pg.Client(
-    connectionString
-      ? { ...pool.options, ...limits, connectionString: appDatabaseUrl(connectionString, database) }
-      : { ...pool.options, ...limits, ...own },
+  return quietClient(
+    new pg.Client(
+      connectionString
+        ? { ...pool.options, ...limits, connectionString: appDatabaseUrl(connectionString, database) }
+        : { ...pool.options, ...limits, ...own },
+    ),
   );
 }
 

@@ -5,7 +5,7 @@
  * `onExit`, so the caller can record it as an event and recognise a crash loop. Instances can be
  * added and removed while the revision runs (a changed resource spec is applied in place).
  */
-import { freePort } from '../db/embedded-postgres.ts';
+import { freeAppPort } from './app-ports.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 import type { Usage } from './resource-limits.ts';
@@ -206,7 +206,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
 
     async start() {
       for (const instance of instances) {
-        if (instance.kind === 'web') instance.port = await freePort();
+        if (instance.kind === 'web') instance.port = await freeAppPort();
         launch(instance);
       }
     },
@@ -215,7 +215,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
       if (stopped) throw new Error('the supervisor is stopped');
       const added = Array.from({ length: count }, () => append(spec));
       for (const instance of added) {
-        if (instance.kind === 'web') instance.port = await freePort();
+        if (instance.kind === 'web') instance.port = await freeAppPort();
         // Stopped meanwhile (the revision was replaced or deleted): start nothing nobody would stop.
         if (stopped) throw new Error('the supervisor was stopped while instances were added');
         launch(instance);

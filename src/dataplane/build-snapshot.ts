@@ -10,6 +10,7 @@
  * They run when the build's processes are gone: the build's PID namespace ends with its command.
  */
 import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { SubordinateIds } from './subordinate-ids.ts';
 
@@ -43,6 +44,17 @@ export async function copySnapshot(from: string, to: string, ids?: SubordinateId
   await removeTree(to, ids);
   await run('cp', ['-a', '--link', '--no-dereference', '--', from, to]);
   await sealSnapshot(to, ids);
+}
+
+/**
+ * Empties a directory an app may have written, keeping the directory (mode 0755): its content removed
+ * as removeTree removes a tree, then the directory made again, by the same user as the removal (with a
+ * subordinate range, root of the mapped namespace: the directory's parent is the deployment's uid's).
+ */
+export async function emptyTree(dir: string, ids?: SubordinateIds | null): Promise<void> {
+  await removeTree(dir, ids);
+  if (ids) await onTree(ids, ['mkdir', '-m', '0755', '--', dir]);
+  else await fs.mkdir(dir, { mode: 0o755 });
 }
 
 /**

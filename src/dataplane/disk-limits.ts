@@ -39,7 +39,7 @@ import { cleanPartialImages, createDiskImages, isMountPoint, probeDiskImages, ty
 import { measureFileSystem, measureTrees, watchDiskUse, type DiskWatch, type TreeUsage } from './disk-usage.ts';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { removeTree, sealSnapshot } from './build-snapshot.ts';
+import { emptyTree, removeTree, sealSnapshot } from './build-snapshot.ts';
 import { RevisionFailure } from './revision-build.ts';
 import type { SubordinateIds } from './subordinate-ids.ts';
 
@@ -60,9 +60,9 @@ export interface BuildDisk {
   /** The build's disk failure when its file system of its own is full (what its failure came from), else null. */
   fullFailure(): Promise<RevisionFailure | null>;
   /**
-   * Seals the finished build as the revision's app directory: in the image mode its `src` and `home` are
-   * copied off the image (links copied as links, never followed), sealed, and the image unmounted and
-   * removed; else the directory is sealed where it is.
+   * Seals the finished build as the revision's app directory, its `home` left empty (`dropBuildHome`): in
+   * the image mode its `src` is copied off the image (links copied as links, never followed), sealed, and
+   * the image unmounted and removed; else the directory is sealed where it is.
    */
   seal(): Promise<void>;
   /** Unmounts and removes the build's image, if it has one (the empty mount point stays, with the revision). */
@@ -249,8 +249,9 @@ function imageBuildDisk(
       const sealing = `${appDir}.sealing`;
       await removeTree(sealing);
       await fs.mkdir(sealing, { mode: 0o755 });
-      const parts = ['src', 'home'].map((part) => path.join(appDir, part));
-      await run('cp', ['-a', '--no-dereference', '--', ...parts, sealing]);
+      // Only `src`: the build's HOME (npm's and pip's caches, mostly) is no app's (dropBuildHome).
+      await run('cp', ['-a', '--no-dereference', '--', path.join(appDir, 'src'), sealing]);
+      await fs.mkdir(path.join(sealing, 'home'), { mode: 0o755 });
       await sealSnapshot(sealing);
       await images.builds.detach(revisionId, appDir);
       await fs.rmdir(appDir);
@@ -258,6 +259,17 @@ function imageBuildDisk(
     },
     release: () => images.builds.detach(revisionId, appDir),
   };
+}
+
+/**
+ * Empties the finished build's HOME, before its directory is sealed: what a build writes there (npm's
+ * and pip's caches, tens to hundreds of MiB for a LangGraph project) is never an app's, whose HOME is a
+ * fresh one of its own (src/dataplane/sandbox.ts), so keeping it would only cost every revision its
+ * disk, and every seal, copy and removal its walk. Emptied as any tree a build wrote is removed
+ * (`emptyTree`: a link it planted there is removed, never followed).
+ */
+async function dropBuildHome(appDir: string, ids: SubordinateIds | null | undefined): Promise<void> {
+  await emptyTree(path.join(appDir, 'home'), ids);
 }
 
 /** A build in a plain directory, measured by `watch` (`watchBuild`). */
@@ -273,7 +285,10 @@ function plainBuildDisk(
     },
     watch: (controller) => watchBuild(root, controller),
     fullFailure: () => Promise.resolve(null),
-    seal: () => sealSnapshot(appDir, ids),
+    async seal() {
+      await dropBuildHome(appDir, ids);
+      await sealSnapshot(appDir, ids);
+    },
     release: () => Promise.resolve(),
   };
 }

@@ -14,6 +14,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { freeAppPort } from './app-ports.ts';
 import { removeTree } from './build-snapshot.ts';
 import { openHostForward } from './host-forwards.ts';
 import { startProcess } from './process-runner.ts';
@@ -105,18 +106,6 @@ export async function tunProblem(device = '/dev/net/tun'): Promise<string | null
   return `${device} cannot be opened: ${handle.message}`;
 }
 
-/** A port free on the host's 127.0.0.1 now, for the probe's published port. */
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
-
 /** Connects to the published port until something answers there, the sandbox exits, or the deadline. */
 async function askThrough(port: number, ended: () => boolean, deadline: number): Promise<string | null> {
   while (!ended() && Date.now() < deadline) {
@@ -165,7 +154,7 @@ export async function networkProblem(sandbox: Sandbox, expectUid: number): Promi
       { warn: () => undefined },
     );
     try {
-      const publishPort = await freePort();
+      const publishPort = await freeAppPort();
       running = startProcess({
         sandbox,
         run: {

@@ -253,6 +253,10 @@ function installCommand(manager: PackageManager, locked: boolean): string {
   }
 }
 
+/** What the build log says when the schemas step itself ended in failure (`$?`: its exit status). */
+const SCHEMAS_STEP_FAILED =
+  "The graphs' schemas were not read at build time (the step ended with status $?): the server reads them when first asked for";
+
 /** Adds pinned packages without touching the project's own manifest where the manager allows it. */
 function addPackagesCommand(manager: Exclude<PackageManager, 'bun'>, specs: string[]): string {
   if (manager === 'npm') return `npm install --no-save --no-audit --no-fund ${specs.join(' ')}`;
@@ -375,7 +379,8 @@ export function resolveLangGraphConfig(
     if (problem) issues.push(`source_config.${field} ${problem}`);
   }
 
-  const start = `exec node ${LANGGRAPH_LAUNCHER_PATH} ${language} ${shellWord(posix.normalize(file.replaceAll('\\', '/')))}`;
+  const configWord = shellWord(posix.normalize(file.replaceAll('\\', '/')));
+  const start = `exec node ${LANGGRAPH_LAUNCHER_PATH} ${language} ${configWord}`;
   const override = (value: string | null | undefined): string | null =>
     typeof value === 'string' && value !== '' ? inDir(configDir, value) : null;
   let install: string | null;
@@ -390,10 +395,17 @@ export function resolveLangGraphConfig(
   }
 
   if (issues.length > 0) throw new AppConfigError(`${file}: ${issues.join('; ')}`);
+  // A JS build ends by reading the graphs' schemas once, for every instance to start with (the launcher's
+  // `schemas` step; it never fails the build). The deployment's own build command runs first, in a
+  // subshell of its own, so a `cd` of its own does not move the step.
+  const build = override(overrides.build_command);
+  // Even killed (the build's memory limit: the reader holds a whole TypeScript program), it fails nothing.
+  // (In braces: after a build command that failed, it does not run, and the build fails as it should.)
+  const schemas = `{ node ${LANGGRAPH_LAUNCHER_PATH} schemas ${configWord} || echo "${SCHEMAS_STEP_FAILED}"; }`;
   return {
     runtime: language === 'js' ? 'node' : 'python',
     install,
-    build: override(overrides.build_command),
+    build: language === 'js' ? (build === null ? schemas : `( ${build} ) && ${schemas}`) : build,
     start,
     worker: null,
     healthCheckPath:

@@ -9,6 +9,7 @@ import { Ajv, type ErrorObject, type Options } from 'ajv';
 import addFormatsModule from 'ajv-formats';
 import type { FastifySchemaValidationError } from 'fastify/types/schema.js';
 import type { ValidationIssue } from '../errors.ts';
+import { compileOnce, schemaKey, type DeferredCompiles } from './schema-cache.ts';
 
 // ajv-formats ships CommonJS with a default export.
 const addFormats = addFormatsModule as unknown as (ajv: Ajv) => Ajv;
@@ -110,18 +111,31 @@ function ignoringUnknownFields(schema: unknown, inUnion = false): unknown {
   return out;
 }
 
-export function createValidatorCompiler() {
+/**
+ * The app's validator compiler. A schema that reads the same as one compiled before (many routes share
+ * their body, query and path schemas, each as an object of its own) gets the function compiled for that
+ * one (src/http/schema-cache.ts): Ajv's own cache knows a schema by its object only. Each is compiled
+ * when its route first validates a request (`deferred`).
+ */
+export function createValidatorCompiler(deferred: DeferredCompiles) {
   const bodies = makeAjv({ coerceTypes: false, removeAdditional: true });
   const strings = makeAjv({ coerceTypes: 'array' });
+  const compiledBodies = new Map<string, ValidateFunction>();
+  const compiledStrings = new Map<string, ValidateFunction>();
   return ({ schema, httpPart }: { schema: object; httpPart?: string }) => {
-    const validate =
-      httpPart === 'body' ? bodies.compile(ignoringUnknownFields(schema) as object) : strings.compile(schema);
+    const compiled = deferred.defer((): ValidateFunction => {
+      const key = schemaKey(schema);
+      return httpPart === 'body'
+        ? compileOnce(compiledBodies, key, () => bodies.compile(ignoringUnknownFields(schema) as object))
+        : compileOnce(compiledStrings, key, () => strings.compile(schema));
+    });
     const checked: ValidateFunction = (data) => {
       const problem = unstorable(data);
       if (problem) {
         checked.errors = [problem];
         return false;
       }
+      const validate = compiled();
       const valid = validate(data);
       checked.errors = validate.errors ?? null;
       return valid;

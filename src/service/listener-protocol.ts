@@ -9,6 +9,7 @@
 import { createHash } from 'node:crypto';
 import { PROTOCOL_VERSION } from '@slipway/sdk/listener-protocol';
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { NotAppliedReason } from '../domain/data-plane.ts';
 import { desiredDeploymentState } from '../domain/desired-state.ts';
@@ -62,9 +63,14 @@ export type { NotAppliedReason };
 export interface ListenerProtocolDeps {
   db: Kysely<Database>;
   secretBox: SecretBox;
+  /**
+   * What last_seen_at is dated by and a listener's state judged against (src/store/listeners.ts); the
+   * database's `now()` when absent.
+   */
+  now?: Clock;
 }
 
-export function createListenerProtocolService({ db, secretBox }: ListenerProtocolDeps) {
+export function createListenerProtocolService({ db, secretBox, now }: ListenerProtocolDeps) {
   /**
    * The image and secrets are the revision's; the in-place fields are the deployment's (every new
    * revision snapshots them from the deployment and a redeploy puts its snapshot back, so the two
@@ -153,7 +159,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
 
     /** A desired-state request: the agent is alive. */
     async seen(listenerId: string): Promise<void> {
-      await markListenerSeen(db, listenerId);
+      await markListenerSeen(db, listenerId, now);
     },
 
     /**
@@ -209,7 +215,7 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
           entries === undefined
             ? null
             : await lockForConditions(tx, workspaceId, await conditionChanges(tx, listenerId, entries));
-        const current = await lockListener(tx, workspaceId, listenerId);
+        const current = await lockListener(tx, workspaceId, listenerId, now);
         if (!current) throw notFound('Listener', listenerId);
         const observedAt = input.observed_at === undefined ? undefined : new Date(input.observed_at);
         const stale =
@@ -217,12 +223,19 @@ export function createListenerProtocolService({ db, secretBox }: ListenerProtoco
           current.conditions_observed_at !== null &&
           observedAt.getTime() <= current.conditions_observed_at.getTime();
         if (entries !== undefined && locked !== null && !stale) await applyConditions(tx, listenerId, entries, locked);
-        const updated = await recordListenerHeartbeat(tx, listenerId, {
-          agentVersion: input.version,
-          namespaces: input.namespaces,
-          message: input.message ?? null,
-          ...(entries !== undefined && observedAt !== undefined && !stale ? { conditionsObservedAt: observedAt } : {}),
-        });
+        const updated = await recordListenerHeartbeat(
+          tx,
+          listenerId,
+          {
+            agentVersion: input.version,
+            namespaces: input.namespaces,
+            message: input.message ?? null,
+            ...(entries !== undefined && observedAt !== undefined && !stale
+              ? { conditionsObservedAt: observedAt }
+              : {}),
+          },
+          now,
+        );
         const sameNamespaces = JSON.stringify(current.watched_namespaces) === JSON.stringify(input.namespaces);
         if (current.agent_version !== input.version || !sameNamespaces) {
           await recordEvents(tx, [

@@ -4,6 +4,7 @@
  * src/service/listener-protocol.ts; the HTTP side is src/routes/listeners.ts.
  */
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import { newCredential } from '../auth/credentials.ts';
 import { AppError, notFound } from '../errors.ts';
 import { recordEvents } from '../store/events.ts';
@@ -30,6 +31,8 @@ import type { WriteConditions } from './preconditions.ts';
 
 export interface ListenerServiceDeps {
   db: Kysely<Database>;
+  /** What a listener's state is judged against (src/store/listeners.ts); the database's `now()` when absent. */
+  now?: Clock;
 }
 
 export interface CreateListenerInput {
@@ -50,9 +53,9 @@ export interface PatchListenerInput {
 /** The namespaces of a listener created without any. */
 const DEFAULT_NAMESPACES = ['default'];
 
-export function createListenerService({ db }: ListenerServiceDeps) {
+export function createListenerService({ db, now }: ListenerServiceDeps) {
   async function get(workspaceId: string, id: string, from: Db = db): Promise<ListenerView> {
-    const row = await getListener(from, workspaceId, id);
+    const row = await getListener(from, workspaceId, id, now);
     if (!row) throw notFound('Listener', id);
     return row;
   }
@@ -61,17 +64,21 @@ export function createListenerService({ db }: ListenerServiceDeps) {
     get,
 
     list: (workspaceId: string, page: Page): Promise<ListenerView[]> =>
-      listListeners(db, workspaceId, page.limit, page.offset),
+      listListeners(db, workspaceId, page.limit, page.offset, now),
 
     async create(workspaceId: string, input: CreateListenerInput): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
-        const created = await insertListener(tx, {
-          workspaceId,
-          computeType: input.compute_type,
-          computeId: input.compute_id,
-          namespaces: input.compute_config?.k8s_namespaces ?? DEFAULT_NAMESPACES,
-          version: input.version ?? null,
-        });
+        const created = await insertListener(
+          tx,
+          {
+            workspaceId,
+            computeType: input.compute_type,
+            computeId: input.compute_id,
+            namespaces: input.compute_config?.k8s_namespaces ?? DEFAULT_NAMESPACES,
+            version: input.version ?? null,
+          },
+          now,
+        );
         if (!created)
           throw new AppError(
             'conflict',
@@ -98,7 +105,7 @@ export function createListenerService({ db }: ListenerServiceDeps) {
       conditions: WriteConditions = {},
     ): Promise<ListenerView> {
       return db.transaction().execute(async (tx) => {
-        const current = await lockListener(tx, workspaceId, id);
+        const current = await lockListener(tx, workspaceId, id, now);
         if (!current) throw notFound('Listener', id);
         await conditions.precondition?.(tx);
         if (input.compute_type !== undefined && input.compute_type !== current.compute_type)
@@ -117,7 +124,7 @@ export function createListenerService({ db }: ListenerServiceDeps) {
             );
           }
         }
-        const updated = await updateListener(tx, id, { namespaces, version: input.version });
+        const updated = await updateListener(tx, id, { namespaces, version: input.version }, now);
         await recordEvents(tx, [
           {
             workspaceId,
@@ -134,7 +141,7 @@ export function createListenerService({ db }: ListenerServiceDeps) {
     /** Refused (conflict) while deployments use it. */
     async remove(workspaceId: string, id: string, conditions: WriteConditions = {}): Promise<void> {
       await db.transaction().execute(async (tx) => {
-        const current = await lockListener(tx, workspaceId, id);
+        const current = await lockListener(tx, workspaceId, id, now);
         if (!current) throw notFound('Listener', id);
         await conditions.precondition?.(tx);
         const users = await deploymentsUsingListener(tx, id);

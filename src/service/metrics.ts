@@ -4,6 +4,7 @@
  * between scrapes.
  */
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import { readDatabaseGauges, type DatabaseGauges } from '../store/metrics.ts';
 import type { Database } from '../store/schema.ts';
 
@@ -11,12 +12,14 @@ export type { DatabaseGauges };
 
 export interface MetricsServiceDeps {
   db: Kysely<Database>;
+  /** What listener states and the queue's age go by (src/store/metrics.ts); the database's `now()` when absent. */
+  now?: Clock;
 }
 
-export function createMetricsService({ db }: MetricsServiceDeps) {
+export function createMetricsService({ db, now }: MetricsServiceDeps) {
   return {
     /** Deployments and revisions by status, listeners by state, the local work queue. */
-    databaseGauges: (): Promise<DatabaseGauges> => readDatabaseGauges(db),
+    databaseGauges: (): Promise<DatabaseGauges> => readDatabaseGauges(db, now),
   };
 }
 

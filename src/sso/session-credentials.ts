@@ -12,6 +12,7 @@
  */
 import type { FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { Caller } from '../http/authenticate.ts';
 import { AppError } from '../errors.ts';
 import type { Database } from '../store/schema.ts';
@@ -34,7 +35,16 @@ const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 const stronger = (a: Role | null | undefined, b: Role | null | undefined): Role | null =>
   a === 'admin' || b === 'admin' ? 'admin' : (a ?? b ?? null);
 
-export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Database>; publicUrl: string }) {
+/** `now`: the service's clock (src/clock.ts), what a session's expiry is judged by; the database's `now()` without one. */
+export function createSessionCredentials({
+  db,
+  publicUrl,
+  now,
+}: {
+  db: Kysely<Database>;
+  publicUrl: string;
+  now?: Clock;
+}) {
   const names = cookieNames(publicUrl);
   const origin = new URL(publicUrl).origin;
 
@@ -64,7 +74,7 @@ export function createSessionCredentials({ db, publicUrl }: { db: Kysely<Databas
     ): Promise<Caller | null> {
       const token = readCookie(request, names.session);
       if (token === null) return null;
-      const session = await findLiveSession(db, hashToken(token));
+      const session = await findLiveSession(db, hashToken(token), now);
       if (session === undefined)
         throw new AppError('unauthenticated', 'Your sign-in has ended (signed out or expired). Sign in again.');
       checkSameOrigin(request);

@@ -15,6 +15,7 @@
  * workspace or (workspace null) in the whole organization. A *person* is an (issuer, subject) pair.
  */
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { SsoConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { AppError, notFound } from '../errors.ts';
@@ -51,6 +52,8 @@ export interface SsoServiceDeps {
   allowInsecure: boolean;
   /** Replaces fetch towards the provider (tests). */
   fetch?: FetchLike;
+  /** What sessions' expiry is dated and judged by (src/sso/sso-store.ts); the database's `now()` when absent. */
+  now?: Clock;
 }
 
 /** The callback URL, as it must be registered at the provider. */
@@ -68,7 +71,7 @@ export interface MappingInput {
 
 export function createSsoService(deps: SsoServiceDeps) {
   const db = deps.db;
-  const { secretBox, sso } = deps;
+  const { secretBox, sso, now } = deps;
   const redirectUri = redirectUriOf(deps.publicUrl);
   const oidc =
     sso === null
@@ -110,7 +113,7 @@ export function createSsoService(deps: SsoServiceDeps) {
      * (the sign-in is no good) or NoAccessError (it is, but no mapping lets the person in).
      */
     finish: async (callback: URL, stateCookie: string | null) =>
-      finishSignIn({ db, secretBox, redirectUri, ...configured() }, callback, stateCookie),
+      finishSignIn({ db, secretBox, redirectUri, ...configured(), ...(now ? { now } : {}) }, callback, stateCookie),
 
     /**
      * Ends the session of a cookie's token (signed out, or replaced by a new sign-in in the same
@@ -118,7 +121,7 @@ export function createSsoService(deps: SsoServiceDeps) {
      */
     async logout(token: string, reason: 'logout' | 'signed_in_again' = 'logout'): Promise<void> {
       await db.transaction().execute(async (tx) => {
-        const ended = await endSession(tx, { tokenHash: hashToken(token) });
+        const ended = await endSession(tx, { tokenHash: hashToken(token) }, now);
         if (ended === undefined) return;
         await recordEnded(tx, ended, { reason });
       });
@@ -169,13 +172,13 @@ export function createSsoService(deps: SsoServiceDeps) {
     sessions: {
       list(actor: KeyActor, page: Page) {
         requireOrganizationAdmin(actor);
-        return listLiveSessions(db, actor.organizationId, page.limit, page.offset);
+        return listLiveSessions(db, actor.organizationId, page.limit, page.offset, now);
       },
 
       async end(actor: KeyActor, id: string): Promise<void> {
         requireOrganizationAdmin(actor);
         await db.transaction().execute(async (tx) => {
-          const ended = await endSession(tx, { id, organizationId: actor.organizationId });
+          const ended = await endSession(tx, { id, organizationId: actor.organizationId }, now);
           if (ended === undefined) throw notFound('Session', id);
           await recordEnded(tx, ended, { reason: 'ended_by_admin', by_key: actor.keyId });
         });
@@ -185,7 +188,7 @@ export function createSsoService(deps: SsoServiceDeps) {
     /** The live session of a cookie's token with the workspaces it opens now; null when there is none. */
     async describe(token: string | null) {
       if (token === null) return null;
-      const session = await findLiveSession(db, hashToken(token));
+      const session = await findLiveSession(db, hashToken(token), now);
       if (session === undefined) return null;
       const access = await accessOf(
         db,

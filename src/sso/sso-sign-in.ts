@@ -5,6 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { SsoConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { Database, Db } from '../store/schema.ts';
@@ -31,6 +32,8 @@ export interface SignInDeps {
   redirectUri: string;
   oidc: OidcClient;
   sso: SsoConfig;
+  /** What a session's expiry is dated by (src/sso/sso-store.ts); the database's `now()` when absent. */
+  now?: Clock;
 }
 
 /** How long a person has to finish signing in at the provider. */
@@ -162,7 +165,7 @@ export async function startSignIn(
  * (the sign-in is no good) or NoAccessError (it is, but no mapping lets the person in).
  */
 export async function finishSignIn(deps: SignInDeps, callback: URL, stateCookie: string | null) {
-  const { db, secretBox, redirectUri, oidc, sso } = deps;
+  const { db, secretBox, redirectUri, oidc, sso, now } = deps;
   const states = callback.searchParams.getAll('state');
   const pending = stateCookie === null ? null : openSignInState(secretBox, stateCookie);
   // The state must come back to the browser that started the sign-in: a link with someone else's
@@ -197,18 +200,22 @@ export async function finishSignIn(deps: SignInDeps, callback: URL, stateCookie:
   if (access === null) throw new NoAccessError(identity.email, identity.groups);
   const token = randomBytes(32).toString('base64url');
   const session = await db.transaction().execute(async (tx) => {
-    await pruneOldSessions(tx);
-    const row = await insertSession(tx, {
-      tokenHash: hashToken(token),
-      organizationId: access.organizationId,
-      issuer: claims.iss,
-      subject: claims.sub,
-      email: identity.email,
-      emailVerified: identity.emailVerified,
-      name: identity.name,
-      groups: identity.groups,
-      ttlMs: sso.sessionTtlMs,
-    });
+    await pruneOldSessions(tx, now);
+    const row = await insertSession(
+      tx,
+      {
+        tokenHash: hashToken(token),
+        organizationId: access.organizationId,
+        issuer: claims.iss,
+        subject: claims.sub,
+        email: identity.email,
+        emailVerified: identity.emailVerified,
+        name: identity.name,
+        groups: identity.groups,
+        ttlMs: sso.sessionTtlMs,
+      },
+      now,
+    );
     await recordSsoEvent(tx, {
       workspaceId: await auditWorkspace(tx, access),
       subjectType: 'sso_session',

@@ -5,9 +5,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import type { Clock } from '../clock.ts';
 import type { EventType } from '../domain/event-types.ts';
 import type { SsoMappingKind, SsoRole } from '../store/schema-sso.ts';
 import { json, type Db } from '../store/schema.ts';
+import { sqlNow } from '../store/sql-now.ts';
 
 export type Role = SsoRole;
 export type MappingKind = SsoMappingKind;
@@ -160,6 +162,7 @@ export async function insertSession(
     groups: readonly string[];
     ttlMs: number;
   },
+  clock?: Clock,
 ) {
   return db
     .insertInto('sso_sessions')
@@ -173,7 +176,7 @@ export async function insertSession(
       email_verified: session.emailVerified,
       name: session.name,
       groups: json(session.groups),
-      expires_at: sql<Date>`now() + make_interval(secs => ${session.ttlMs / 1000})`,
+      expires_at: sql<Date>`${sqlNow(clock)} + make_interval(secs => ${session.ttlMs / 1000})`,
     })
     .returning(['id', 'expires_at'])
     .executeTakeFirstOrThrow();
@@ -183,10 +186,10 @@ export async function insertSession(
  * Sessions over for more than 90 days (the default event retention): gone with their audit lines. Run
  * at each sign-in, so the table stays small without a job of its own.
  */
-export async function pruneOldSessions(db: Db): Promise<void> {
+export async function pruneOldSessions(db: Db, clock?: Clock): Promise<void> {
   await db
     .deleteFrom('sso_sessions')
-    .where(sql<Date>`coalesce(ended_at, expires_at)`, '<', sql<Date>`now() - interval '90 days'`)
+    .where(sql<Date>`coalesce(ended_at, expires_at)`, '<', sql<Date>`${sqlNow(clock)} - interval '90 days'`)
     .execute();
 }
 
@@ -203,26 +206,30 @@ const SESSION_COLUMNS = [
   'expires_at',
 ] as const;
 
-/** The session of a token, while it lasts and has not been ended. */
-export function findLiveSession(db: Db, tokenHash: Buffer) {
+/**
+ * The session of a token, while it lasts and has not been ended. Sessions are dated, and their expiry
+ * judged, by the database's `now()`, or by `clock` (the service's, src/clock.ts) when given one.
+ */
+export function findLiveSession(db: Db, tokenHash: Buffer, clock?: Clock) {
   return db
     .selectFrom('sso_sessions')
     .select(SESSION_COLUMNS)
     .where('token_hash', '=', tokenHash)
     .where('ended_at', 'is', null)
-    .where('expires_at', '>', sql<Date>`now()`)
+    .where('expires_at', '>', sqlNow(clock))
     .executeTakeFirst();
 }
 
 export type SessionRow = NonNullable<Awaited<ReturnType<typeof findLiveSession>>>;
 
 /** Ends a live session (by its token, or by id within an organization); the ended row, or undefined. */
-export function endSession(db: Db, by: { tokenHash: Buffer } | { id: string; organizationId: string }) {
+export function endSession(db: Db, by: { tokenHash: Buffer } | { id: string; organizationId: string }, clock?: Clock) {
+  const now = sqlNow(clock);
   let query = db
     .updateTable('sso_sessions')
-    .set({ ended_at: sql<Date>`now()` })
+    .set({ ended_at: now })
     .where('ended_at', 'is', null)
-    .where('expires_at', '>', sql<Date>`now()`);
+    .where('expires_at', '>', now);
   query =
     'tokenHash' in by
       ? query.where('token_hash', '=', by.tokenHash)
@@ -230,13 +237,13 @@ export function endSession(db: Db, by: { tokenHash: Buffer } | { id: string; org
   return query.returning(SESSION_COLUMNS).executeTakeFirst();
 }
 
-export function listLiveSessions(db: Db, organizationId: string, limit: number, offset: number) {
+export function listLiveSessions(db: Db, organizationId: string, limit: number, offset: number, clock?: Clock) {
   return db
     .selectFrom('sso_sessions')
     .select(SESSION_COLUMNS)
     .where('organization_id', '=', organizationId)
     .where('ended_at', 'is', null)
-    .where('expires_at', '>', sql<Date>`now()`)
+    .where('expires_at', '>', sqlNow(clock))
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
     .limit(limit)

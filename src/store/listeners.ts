@@ -2,6 +2,8 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import { jsonArrayFrom } from 'kysely/helpers/postgres';
+import type { Clock } from '../clock.ts';
+import { sqlNow } from './sql-now.ts';
 import { json, type Db, type DeploymentRow, type ListenerRow, type RevisionRow } from './schema.ts';
 
 /** Seconds without a heartbeat or desired-state request after which a listener shows as stale. */
@@ -10,15 +12,28 @@ export const LISTENER_STALE_AFTER_SECONDS = 90;
 export const LISTENER_STATES = ['never_seen', 'connected', 'stale'] as const;
 export type ListenerState = (typeof LISTENER_STATES)[number];
 
-/** A listener with its state, worked out by the database against the same clock that set last_seen_at. */
+/**
+ * A listener with its state, worked out against the same time that sets last_seen_at: the database's
+ * `now()`, or the service's clock when the store is given one (src/store/sql-now.ts).
+ */
 export interface ListenerView extends ListenerRow {
   state: ListenerState;
 }
 
-const stateColumn = sql<ListenerState>`case
+/**
+ * A listener row's state, as SQL on its `last_seen_at` (the one rule: the API's views and the metrics'
+ * gauges read it so): connected up to and including LISTENER_STALE_AFTER_SECONDS after it was last seen.
+ */
+export function listenerStateSql(clock: Clock | undefined) {
+  return sql<ListenerState>`case
   when last_seen_at is null then 'never_seen'
-  when last_seen_at >= now() - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected'
-  else 'stale' end`.as('state');
+  when last_seen_at >= ${sqlNow(clock)} - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected'
+  else 'stale' end`;
+}
+
+function stateColumn(clock: Clock | undefined) {
+  return listenerStateSql(clock).as('state');
+}
 
 export async function insertListener(
   db: Db,
@@ -29,6 +44,7 @@ export async function insertListener(
     namespaces: string[];
     version: string | null;
   },
+  clock?: Clock,
 ): Promise<ListenerView | null> {
   const row = await db
     .insertInto('listeners')
@@ -43,37 +59,52 @@ export async function insertListener(
     // (workspace_id, compute_id) is unique: a concurrent twin loses here, never by a read-then-write.
     .onConflict((oc) => oc.columns(['workspace_id', 'compute_id']).doNothing())
     .returningAll()
-    .returning(stateColumn)
+    .returning(stateColumn(clock))
     .executeTakeFirst();
   return row ?? null;
 }
 
-export async function getListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+export async function getListener(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  clock?: Clock,
+): Promise<ListenerView | undefined> {
   return db
     .selectFrom('listeners')
     .selectAll()
-    .select(stateColumn)
+    .select(stateColumn(clock))
     .where('workspace_id', '=', workspaceId)
     .where('id', '=', id)
     .executeTakeFirst();
 }
 
-export async function lockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+export async function lockListener(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  clock?: Clock,
+): Promise<ListenerView | undefined> {
   return db
     .selectFrom('listeners')
     .selectAll()
-    .select(stateColumn)
+    .select(stateColumn(clock))
     .where('workspace_id', '=', workspaceId)
     .where('id', '=', id)
     .forUpdate()
     .executeTakeFirst();
 }
 
-export async function shareLockListener(db: Db, workspaceId: string, id: string): Promise<ListenerView | undefined> {
+export async function shareLockListener(
+  db: Db,
+  workspaceId: string,
+  id: string,
+  clock?: Clock,
+): Promise<ListenerView | undefined> {
   return db
     .selectFrom('listeners')
     .selectAll()
-    .select(stateColumn)
+    .select(stateColumn(clock))
     .where('workspace_id', '=', workspaceId)
     .where('id', '=', id)
     .forShare()
@@ -85,11 +116,12 @@ export async function listListeners(
   workspaceId: string,
   limit: number,
   offset: number,
+  clock?: Clock,
 ): Promise<ListenerView[]> {
   return db
     .selectFrom('listeners')
     .selectAll()
-    .select(stateColumn)
+    .select(stateColumn(clock))
     .where('workspace_id', '=', workspaceId)
     .orderBy('created_at', 'desc')
     .orderBy('id', 'desc')
@@ -102,6 +134,7 @@ export async function updateListener(
   db: Db,
   id: string,
   change: { namespaces?: string[]; version?: string | null },
+  clock?: Clock,
 ): Promise<ListenerView> {
   return db
     .updateTable('listeners')
@@ -112,7 +145,7 @@ export async function updateListener(
     })
     .where('id', '=', id)
     .returningAll()
-    .returning(stateColumn)
+    .returning(stateColumn(clock))
     .executeTakeFirstOrThrow();
 }
 
@@ -137,15 +170,16 @@ export async function deleteListener(db: Db, id: string): Promise<void> {
 const SEEN_RESOLUTION_SECONDS = 5;
 
 /** The agent was seen (a desired-state request): last_seen_at moves, at most every few seconds. */
-export async function markListenerSeen(db: Db, id: string): Promise<void> {
+export async function markListenerSeen(db: Db, id: string, clock?: Clock): Promise<void> {
+  const now = sqlNow(clock);
   await db
     .updateTable('listeners')
-    .set({ last_seen_at: sql<Date>`now()` })
+    .set({ last_seen_at: now })
     .where('id', '=', id)
     .where((eb) =>
       eb.or([
         eb('last_seen_at', 'is', null),
-        eb('last_seen_at', '<', sql<Date>`now() - make_interval(secs => ${SEEN_RESOLUTION_SECONDS})`),
+        eb('last_seen_at', '<', sql<Date>`${now} - make_interval(secs => ${SEEN_RESOLUTION_SECONDS})`),
       ]),
     )
     .execute();
@@ -156,11 +190,12 @@ export async function recordListenerHeartbeat(
   db: Db,
   id: string,
   heartbeat: { agentVersion: string; namespaces: string[]; message: string | null; conditionsObservedAt?: Date },
+  clock?: Clock,
 ): Promise<ListenerView> {
   return db
     .updateTable('listeners')
     .set({
-      last_seen_at: sql<Date>`now()`,
+      last_seen_at: sqlNow(clock),
       agent_version: heartbeat.agentVersion,
       watched_namespaces: heartbeat.namespaces,
       agent_message: heartbeat.message,
@@ -168,7 +203,7 @@ export async function recordListenerHeartbeat(
     })
     .where('id', '=', id)
     .returningAll()
-    .returning(stateColumn)
+    .returning(stateColumn(clock))
     .executeTakeFirstOrThrow();
 }
 

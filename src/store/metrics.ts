@@ -3,8 +3,10 @@
  * status, listeners by state, and the local data plane's work queue.
  */
 import { sql } from 'kysely';
-import { LISTENER_STALE_AFTER_SECONDS } from './listeners.ts';
+import type { Clock } from '../clock.ts';
+import { listenerStateSql } from './listeners.ts';
 import type { Db } from './schema.ts';
+import { sqlNow } from './sql-now.ts';
 
 export interface DatabaseGauges {
   listeners: { status: string; n: number }[];
@@ -13,12 +15,13 @@ export interface DatabaseGauges {
   queue: { depth: number; oldest_seconds: number | null };
 }
 
-export async function readDatabaseGauges(db: Db): Promise<DatabaseGauges> {
-  const listenerState = sql`case
-      when last_seen_at is null then 'never_seen'
-      when last_seen_at > now() - make_interval(secs => ${LISTENER_STALE_AFTER_SECONDS}) then 'connected'
-      else 'stale'
-    end`;
+/**
+ * Listener states and the queue's age go by the database's `now()`, or by `clock` (the service's,
+ * src/clock.ts) when given one: the same time src/store/listeners.ts judges a listener by.
+ */
+export async function readDatabaseGauges(db: Db, clock?: Clock): Promise<DatabaseGauges> {
+  const now = sqlNow(clock);
+  const listenerState = listenerStateSql(clock);
   const result = await sql<{ kind: string; status: string | null; n: number; oldest_seconds: number | null }>`
     select 'deployment' as kind, status, count(*)::int as n, null::float8 as oldest_seconds
       from deployments group by status
@@ -28,7 +31,7 @@ export async function readDatabaseGauges(db: Db): Promise<DatabaseGauges> {
     select 'listener', ${listenerState}, count(*)::int, null
       from listeners group by 2
     union all
-    select 'queue', null, count(*)::int, extract(epoch from now() - min(r.created_at))::float8
+    select 'queue', null, count(*)::int, extract(epoch from ${now} - min(r.created_at))::float8
       from revisions r join deployments d on d.id = r.deployment_id
       where r.status = 'QUEUED' and d.listener_id is null`.execute(db);
   const rows = result.rows;

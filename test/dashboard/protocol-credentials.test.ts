@@ -104,6 +104,8 @@ describe('dashboard: MCP and A2A of a deployment', () => {
     await page.goto(`${service.base}/deployments/${graphId}`);
     await page.getByRole('heading', { name: 'graph-agent' }).waitFor();
     const addresses = page.locator('dt', { hasText: 'MCP and A2A' }).locator('xpath=following-sibling::dd');
+    // The addresses come with the deployment's own data, which the page may still be loading under its heading.
+    await addresses.locator('code').first().waitFor();
     assert.deepEqual(await addresses.locator('code').allTextContents(), [
       `${graphUrl}/mcp`,
       `${graphUrl}/a2a/{assistant_id}`,

@@ -1154,10 +1154,17 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
       { retryErrors: true },
     );
     await eventually('the route served again', () => served(edge, slug, 'survivor'), { retryErrors: true });
-    const after = (await edge.stats()).get(slug)!;
-    // The three before, and at least the one that found it served again.
-    assert.ok(after.requests >= 4, `requests ${after.requests}`);
-    assert.ok(after.responses['2xx'] >= 4);
+    // The three before, and at least the one that found it served again. HAProxy counts a request as its
+    // stream ends, which can be just after the client has its answer, so the count is waited for.
+    let after: EdgeAppStats | undefined;
+    await eventually(
+      'the three before the restart and the one after counted',
+      async () => {
+        after = (await edge.stats()).get(slug);
+        return after !== undefined && after.requests >= 4 && after.responses['2xx'] >= 4;
+      },
+      { seconds: 30, describe: () => JSON.stringify(after) },
+    );
   });
 
   test('counts asked for while HAProxy does not answer are the last ones read, not an error (the metrics stay up)', async () => {

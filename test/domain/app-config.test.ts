@@ -3,6 +3,10 @@
  * running for a given file and source, and the message a user gets for a file that cannot work.
  */
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, test } from 'node:test';
 import {
   AppConfigError,
@@ -320,6 +324,8 @@ describe('LangGraph projects (langgraph.json)', () => {
   const JS = { node_version: '20', graphs: { agent: './src/agent.ts:graph' } };
   const PROTOCOLS = `@modelcontextprotocol/sdk@${MCP_SDK_VERSION} @a2a-js/sdk@${A2A_SDK_VERSION}`;
   const PIN = `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION} @langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION} ${PROTOCOLS}`;
+  const SCHEMAS_FAILED =
+    "The graphs' schemas were not read at build time (the step ended with status $?): the server reads them when first asked for";
   const resolveLg = (file: string, raw: unknown, files: Record<string, string>, overrides?: CommandOverrides) =>
     resolveLangGraphConfig(file, raw, tree(files), overrides);
   function refusedLg(file: string, raw: unknown, files: Record<string, string>): string {
@@ -351,7 +357,8 @@ describe('LangGraph projects (langgraph.json)', () => {
     assert.deepEqual(config, {
       runtime: 'node',
       install: `npm ci --no-audit --no-fund && npm install --no-save --no-audit --no-fund ${PIN}`,
-      build: null,
+      // The graphs' schemas, read once at build time rather than by every instance as it starts.
+      build: `{ node .slipway/langgraph-server.mjs schemas langgraph.json || echo "${SCHEMAS_FAILED}"; }`,
       start: 'exec node .slipway/langgraph-server.mjs js langgraph.json',
       worker: null,
       healthCheckPath: '/ok',
@@ -537,7 +544,33 @@ describe('LangGraph projects (langgraph.json)', () => {
       config.install,
       `(cd apps/agent && npm install --omit=dev) && (cd apps/agent && npm install --no-save --no-audit --no-fund ${PIN})`,
     );
-    assert.equal(config.build, '(cd apps/agent && npm run build)');
+    // Then, from the source root whatever the command's own `cd`, the schemas of the graphs it built.
+    assert.equal(
+      config.build,
+      `( (cd apps/agent && npm run build) ) && { node .slipway/langgraph-server.mjs schemas apps/agent/langgraph.json || echo "${SCHEMAS_FAILED}"; }`,
+    );
+  });
+
+  test('the schemas step fails no build, even killed; a failing build command still fails the build', async () => {
+    // The build's commands as sh runs them, with a `node` that is killed as the memory limit would kill it.
+    const bin = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-schemas-step-'));
+    try {
+      await fs.writeFile(path.join(bin, 'node'), '#!/bin/sh\nkill -KILL $$\n', { mode: 0o755 });
+      const files = { 'package.json': PKG, 'src/agent.ts': '' };
+      const buildOf = (build_command?: string) => resolveLg('langgraph.json', JS, files, { build_command }).build!;
+      const sh = (command: string) =>
+        spawnSync('/bin/sh', ['-c', command], { env: { PATH: `${bin}:/usr/bin:/bin` }, encoding: 'utf8' });
+      for (const command of [buildOf(), buildOf('true')]) {
+        const ran = sh(command);
+        assert.equal(ran.status, 0, command);
+        assert.equal(ran.stdout.trim(), SCHEMAS_FAILED.replace('$?', '137'));
+      }
+      const failed = sh(buildOf('exit 3'));
+      assert.equal(failed.status, 3, "the build command's failure is the build's");
+      assert.equal(failed.stdout, '', 'and the schemas step does not run');
+    } finally {
+      await fs.rm(bin, { recursive: true, force: true });
+    }
   });
 
   test('every problem at once, naming the file', () => {

@@ -10,6 +10,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { registerErrorHandler } from '../../src/http/error-handler.ts';
 import { registerJsonBodyParser } from '../../src/http/json-body.ts';
 import { createValidatorCompiler } from '../../src/http/validation.ts';
+import { DeferredCompiles } from '../../src/http/schema-cache.ts';
 import { client, type Response } from '../support/harness.ts';
 import { startOAuthTestApp, type Api, type OAuthTestApp } from '../oauth/oauth-test-app.ts';
 
@@ -173,7 +174,7 @@ describe('a field marked writeOnly', () => {
   let app: FastifyInstance;
   before(async () => {
     app = Fastify();
-    app.setValidatorCompiler(createValidatorCompiler());
+    app.setValidatorCompiler(createValidatorCompiler(new DeferredCompiles()));
     registerJsonBodyParser(app);
     registerErrorHandler(app);
     const pin = { type: 'string', pattern: '^[0-9]{4}$', writeOnly: true };

@@ -195,6 +195,11 @@ test('langgraph deploy --remote deploys the example unmodified, and its graph an
     buildLog.some((line) => line.includes('@langchain/langgraph-api@')),
     'the pinned server is added',
   );
+  // The graphs' schemas are read once, by the build, not by each instance as it starts.
+  assert.ok(
+    buildLog.some((line) => line.startsWith('Graph schemas read at build time: agent')),
+    buildLog.join('\n'),
+  );
   assert.ok(buildLog.some((line) => line === 'Build finished'));
 
   // What the CLI prints as the app's URL.

@@ -342,6 +342,45 @@ test('a graph that fails to load ends the process with its error, as the in-memo
   assert.match(output, /the graph cannot load/);
 });
 
+test("the build's step reads the graphs' schemas once; an instance serves them from there, not reading them again", async () => {
+  const file = path.join(project, '.slipway', 'langgraph-schemas.json');
+  // What an archive brought under that name goes, whatever the step finds.
+  await fs.writeFile(file, '{"brought": "by the archive"}');
+  const step = await run(process.execPath, ['.slipway/langgraph-server.mjs', 'schemas', 'langgraph.json'], {
+    cwd: project,
+  });
+  assert.match(step.stdout, /^Graph schemas read at build time: agent\b/m);
+  const written = JSON.parse(await fs.readFile(file, 'utf8'));
+  const read = written.graphs.agent;
+  assert.equal(read.spec, './src/agent.ts:graph');
+  assert.ok(read.schema.graph.input.properties.text, JSON.stringify(read.schema));
+
+  const schemasServed = async () => {
+    const server = await startServer();
+    try {
+      const [assistant] = await server.client.assistants.search({ graphId: 'agent' });
+      return await server.client.assistants.getSchemas(assistant!.assistant_id);
+    } finally {
+      server.child.kill('SIGTERM');
+      await exited(server.child);
+    }
+  };
+  try {
+    // The server's answer is the file's: a mark put there comes back (the types were not read again).
+    read.schema.graph.input.description = 'read by the build';
+    await fs.writeFile(file, JSON.stringify(written));
+    assert.equal(((await schemasServed()).input_schema as { description?: string }).description, 'read by the build');
+    // For a graph the config now names differently, the file is not the graph's: the server reads the types.
+    written.graphs.agent.spec = './src/other.ts:graph';
+    await fs.writeFile(file, JSON.stringify(written));
+    const fresh = await schemasServed();
+    assert.equal((fresh.input_schema as { description?: string }).description, undefined);
+    assert.ok((fresh.input_schema as { properties: Record<string, unknown> }).properties.text);
+  } finally {
+    await fs.rm(file, { force: true });
+  }
+});
+
 test('without DATABASE_URL the in-memory server runs, as before', async () => {
   const server = await startServer('langgraph.json', {});
   const output = await server.client.runs.wait(null, 'agent', { input: { text: 'words' } });

@@ -6,7 +6,8 @@
  * - two instances share threads, runs, history, copies and the store: what one makes, the other reads,
  *   continues and streams;
  * - double-texting: reject, interrupt, rollback and enqueue do what LangGraph's server documents;
- * - a cron fires once per tick with two instances;
+ * - a cron fires once per tick with two instances (its next run moved to now, so no minute is waited for;
+ *   the claim moves the next run on);
  * - a background run survives a SIGKILL of the instance executing it: another takes it over from the
  *   state before the run (attempt 2), and the result has nothing twice; killed three times, it fails
  *   with the reason (and its thread is `error`), never left running;
@@ -233,6 +234,16 @@ test('double-texting: reject, interrupt, rollback and enqueue, across instances'
   assert.deepEqual(findingsOf(final), ['1 words', 'shouted: SHOUT']);
 });
 
+/** The minute of each run a cron fired, from the deployment's database: one per tick, on any instance. */
+async function cronTicks(cronId: string): Promise<string[]> {
+  const rows = await appDatabase<{ tick: string }>(
+    `select to_char(date_trunc('minute', created_at) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') as tick
+       from langgraph.runs where metadata ->> 'cron_id' = $1`,
+    [cronId],
+  );
+  return rows.map((row) => row.tick);
+}
+
 test('a cron fires once per tick with two instances, and is managed through either', async () => {
   const [a, b] = await instanceClients();
   const thread = await a.threads.create();
@@ -242,27 +253,33 @@ test('a cron fires once per tick with two instances, and is managed through eith
   });
   assert.equal((await b.crons.search({ threadId: thread.thread_id }))[0]?.cron_id, cron.cron_id);
   await assert.rejects(a.crons.create('agent', { schedule: '61 * * * *' }), /422.*out of range for the minute/);
-  // Two ticks: each fires one run, whichever instance sees it first.
-  const fired = await eventually(
-    'two ticks of the cron',
+  // The clock, moved for this cron: its next tick is due now rather than at the next minute's start (the
+  // instances look every few seconds, by the database's clock), so no test waits up to a minute for it.
+  await appDatabase(`update langgraph.crons set next_run_date = now() where cron_id = $1`, [cron.cron_id]);
+  // A tick fires one run, whichever instance sees it first: the one that claims it moves the cron's next
+  // run on in the same transaction, so the other, looking every few seconds, finds nothing due. A second
+  // run of the tick would be queued by then, before the first has ended.
+  const firstTick = await eventually(
+    'a tick of the cron',
     async () => {
-      const rows = await appDatabase<{ tick: string }>(
-        `select date_trunc('minute', created_at)::text as tick from langgraph.runs where metadata ->> 'cron_id' = $1`,
-        [cron.cron_id],
-      );
-      return rows.length >= 2 ? rows : null;
+      const rows = await cronTicks(cron.cron_id);
+      return rows.length >= 1 ? rows[0]! : null;
     },
-    { seconds: 200 },
+    { seconds: 60 },
   );
-  const ticks = fired.map((row) => row.tick);
+  await eventually(
+    'the run of the first tick to continue the thread',
+    async () => findingsOf((await a.threads.getState(thread.thread_id)).values).length >= 1,
+  );
+  const ticks = await cronTicks(cron.cron_id);
   assert.equal(new Set(ticks).size, ticks.length, `one run per tick: ${ticks.join(', ')}`);
+  const [listed] = await b.crons.search({ threadId: thread.thread_id });
+  assert.ok(
+    new Date(listed!.next_run_date!).getTime() > new Date(firstTick).getTime(),
+    `the next run (${listed!.next_run_date}) is after the tick that fired (${firstTick})`,
+  );
   await b.crons.delete(cron.cron_id);
   assert.equal(await a.crons.count({ threadId: thread.thread_id }), 0);
-  // The runs it queued continue the thread (the last may still be running: waited for).
-  await eventually(
-    'the cron runs to continue the thread',
-    async () => findingsOf((await a.threads.getState(thread.thread_id)).values).length >= 2,
-  );
 });
 
 test('a background run survives the kill of the instance executing it: another takes it over from the state before it', async () => {
@@ -374,6 +391,21 @@ function killAll(pids: readonly number[]): void {
   }
 }
 
+/** Host pids of the processes whose environment says they are revision `revisionId`'s (SLIPWAY_REVISION_ID). */
+function revisionProcesses(revisionId: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0').includes(`SLIPWAY_REVISION_ID=${revisionId}`))
+        pids.push(Number(entry));
+    } catch {
+      // Ended while the list was read, or not ours to read.
+    }
+  }
+  return pids;
+}
+
 /** Host pids of the processes whose command line names `text` (the instance id a server runs with). */
 function processesNaming(text: string): number[] {
   const pids: number[] = [];
@@ -396,6 +428,15 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
   assert.equal(patched.status, 200, JSON.stringify(patched.body));
   const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id, undefined, 480);
   assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
+  // Until its drain ends, revision 1's instances still take runs from the queue (docs/langgraph.md,
+  // "Redeploys"): a run queued now is the new code's once they are gone.
+  await eventually(
+    'the instances of revision 1 to have stopped',
+    () => revisionProcesses(firstRevisionId).length === 0,
+    {
+      seconds: 120,
+    },
+  );
   let [a, b] = await instanceClients();
   assert.deepEqual(findingsOf((await b.threads.getState(sharedThreadId)).values), ['4 words', 'shouted: SHOUT THIS']);
   const continued = await a.runs.wait(sharedThreadId, 'agent', { input: { text: 'sentences: one.' } });
@@ -416,6 +457,9 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
     8 * 60_000,
   );
   assert.equal(restored.status, 'DEPLOYED', JSON.stringify(restored));
+  await eventually('the instances of revision 2 to have stopped', () => revisionProcesses(second.id).length === 0, {
+    seconds: 120,
+  });
   [a, b] = await instanceClients();
   const afterRollback = await b.runs.wait(sharedThreadId, 'agent', { input: { text: 'shout again' } });
   assert.match((afterRollback as { answer: string }).answer, /^First: 4 words; shouted: SHOUT THIS; 1 sentence\(s\); /);

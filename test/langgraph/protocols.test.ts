@@ -126,6 +126,8 @@ before(async () => {
     ],
     npm,
   );
+  // The build's last step: the graphs' schemas, which MCP's tool list and A2A's skills are made from.
+  await run(process.execPath, ['.slipway/langgraph-server.mjs', 'schemas', 'langgraph.json'], npm);
   [shared, guarded, fenced] = await Promise.all([createTestDatabase(), createTestDatabase(), createTestDatabase()]);
   // Slipway, which the fenced server asks about the credentials it is sent.
   slipway = await createTestApp();
@@ -147,7 +149,6 @@ before(async () => {
   credentials.sibling = (await mint(api, await createDeployment(api, 'sibling'), 'protocol')).credential;
   const other = await newWorkspace(slipway, 'other-team');
   credentials.foreign = (await mint(other.api, await createDeployment(other.api, 'fenced'), 'protocol')).credential;
-  // One at a time: each extracts the graphs' schemas at start, which takes the machine's CPU.
   first = await startServer('langgraph.json', shared.url);
   second = await startServer('langgraph.json', shared.url);
   withAuth = await startServer('langgraph-auth.json', guarded.url, { SLIPWAY_PROTOCOLS_AUTH: 'credential' });

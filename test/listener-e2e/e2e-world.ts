@@ -3,7 +3,8 @@
  * port, on a database cloned from the test template), the fake Kubernetes API server of
  * test/listener-agent/fake-kube.ts on another real port (the only fake: it stands for the cluster), and
  * listener agents as real child processes, started the way a user starts one outside a cluster:
- * `node --import tsx packages/listener/src/main.ts` with a kubeconfig file and the SLIPWAY_* variables.
+ * packages/listener/src/main.ts (the run's bundle of it: scripts/test-bundles.ts, entryCommand) with a
+ * kubeconfig file and the SLIPWAY_* variables.
  *
  * Waits poll the API (as a user would with curl) until a condition holds. Their deadline only exists
  * so that a hung test fails with what it last saw instead of hanging: it is not a timing assertion.
@@ -12,6 +13,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { entryCommand } from '../../scripts/test-bundles.ts';
 import { FakeKube, type FakeKubeOptions } from '../listener-agent/fake-kube.ts';
 import { createTestApp, fetchApi, listen, registerListener, ROOT, type FetchApi } from '../support/harness.ts';
 import { eventually } from '../support/wait.ts';
@@ -94,7 +96,7 @@ export async function startE2eWorld(cluster: FakeKubeOptions = {}): Promise<E2eW
     },
 
     startAgent(listener, namespaces = [NAMESPACE], env = {}) {
-      const child = spawn(process.execPath, ['--import', 'tsx', path.join(ROOT, 'packages/listener/src/main.ts')], {
+      const child = spawn(process.execPath, entryCommand('packages/listener/src/main.ts'), {
         cwd: ROOT,
         env: {
           PATH: process.env.PATH,

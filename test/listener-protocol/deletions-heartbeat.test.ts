@@ -5,7 +5,6 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { sql } from 'kysely';
 import { claimDeploymentToDelete } from '../../src/store/work-leases.ts';
 import {
   agent,
@@ -15,10 +14,13 @@ import {
   newListener,
   type ProtocolFixture,
 } from './protocol-fixture.ts';
+import { createTestClock } from '../support/clock.ts';
 
 let f: ProtocolFixture;
+/** The service's clock: the heartbeat tests move it instead of waiting 90 s or dating last_seen_at back. */
+const clock = createTestClock();
 before(async () => {
-  f = await createProtocolFixture();
+  f = await createProtocolFixture({ now: clock.now });
 });
 after(() => f.close());
 
@@ -138,7 +140,10 @@ describe('heartbeat', () => {
     assert.deepEqual(beat.body.watched_namespaces, ['agents']);
     assert.deepEqual(beat.body.namespaces_not_watched, ['batch'], 'a listener installed wrong shows');
     assert.equal(beat.body.agent_message, 'batch: forbidden (RBAC)');
-    assert.ok(Date.now() - Date.parse(beat.body.last_seen_at) < 60_000);
+    assert.ok(
+      Math.abs(clock.now().getTime() - Date.parse(beat.body.last_seen_at)) < 60_000,
+      'seen at the clock’s time',
+    );
 
     const got = (await f.api.get(`/v2/listeners/${l.id}`)).body;
     assert.deepEqual(got, beat.body, 'the listener shows what the heartbeat answered');
@@ -148,32 +153,31 @@ describe('heartbeat', () => {
     assert.equal(listed.state, 'connected');
     assert.equal(listed.agent_version, '0.2.1');
 
-    await f.t.database.db
-      .updateTable('listeners')
-      .set({ last_seen_at: sql<Date>`now() - interval '91 seconds'` })
-      .where('id', '=', l.id)
-      .execute();
-    const stale = (await f.api.get(`/v2/listeners/${l.id}`)).body;
-    assert.equal(stale.state, 'stale');
-    assert.equal(stale.agent_version, '0.2.1', 'what it said last stays');
-    await f.t.database.db
-      .updateTable('listeners')
-      .set({ last_seen_at: sql<Date>`now() - interval '89 seconds'` })
-      .where('id', '=', l.id)
-      .execute();
+    // The service's clock moves on without a call from the agent.
+    clock.advance(89_000);
     assert.equal((await f.api.get(`/v2/listeners/${l.id}`)).body.state, 'connected', 'up to 90 s is still connected');
+    clock.advance(2_000);
+    const stale = (await f.api.get(`/v2/listeners/${l.id}`)).body;
+    assert.equal(stale.state, 'stale', '91 s without a call');
+    assert.equal(stale.agent_version, '0.2.1', 'what it said last stays');
+    const listedStale = (await f.api.get('/v2/listeners?limit=100')).body.resources.find(
+      (x: { id: string }) => x.id === l.id,
+    );
+    assert.equal(listedStale.state, 'stale', 'the list shows it too');
 
-    await f.t.database.db
-      .updateTable('listeners')
-      .set({ last_seen_at: sql<Date>`now() - interval '10 minutes'` })
-      .where('id', '=', l.id)
-      .execute();
+    clock.advance(10 * 60_000);
     await agent(f, l).desiredState();
     assert.equal(
       (await f.api.get(`/v2/listeners/${l.id}`)).body.state,
       'connected',
       'a desired-state request counts as seen',
     );
+
+    clock.advance(91_000);
+    assert.equal((await f.api.get(`/v2/listeners/${l.id}`)).body.state, 'stale');
+    const again = await agent(f, l).heartbeat({ version: '0.2.1', namespaces: ['agents'] });
+    assert.equal(again.body.state, 'connected', 'a heartbeat after a silence connects it again');
+    assert.equal((await f.api.get(`/v2/listeners/${l.id}`)).body.state, 'connected');
   });
 
   test('a change of version or namespaces writes an event; the same heartbeat again does not; updated_at stays', async () => {

@@ -13,6 +13,7 @@ import {
   startReplica,
   type RegisteredListener,
   type TestApp,
+  type TestAppOptions,
 } from '../support/harness.ts';
 
 export interface ProtocolFixture {
@@ -25,8 +26,9 @@ export interface ProtocolFixture {
   close(): Promise<void>;
 }
 
-export async function createProtocolFixture(): Promise<ProtocolFixture> {
-  const t = await createTestApp();
+/** `options.now`: the test app's clock (test/support/clock.ts), for a test that moves time; the replica keeps the real one. */
+export async function createProtocolFixture(options: Pick<TestAppOptions, 'now'> = {}): Promise<ProtocolFixture> {
+  const t = await createTestApp({}, options);
   try {
     const replica = await startReplica(t);
     return {

@@ -5,11 +5,14 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { loadConfig } from '../../src/config.ts';
+import { createTestClock } from '../support/clock.ts';
 import { ADMIN_KEY, client, createTestApp, type TestApp } from '../support/harness.ts';
 
+/** The service's clock: the listener gauge test moves it past a listener's 90 s instead of waiting. */
+const clock = createTestClock();
 let t: TestApp;
 before(async () => {
-  t = await createTestApp();
+  t = await createTestApp({}, { now: clock.now });
 });
 after(() => t.close());
 
@@ -65,6 +68,38 @@ test('request counters, latency histograms and revision and queue gauges move', 
     1,
   );
   assert.match(after, /slipway_process_resident_memory_bytes/);
+});
+
+test('the listener gauge counts a listener as the API shows it: connected after a heartbeat, stale after 90 s without one', async () => {
+  const api = client(t.app);
+  const made = await api.post('/v2/listeners', { compute_type: 'k8s', compute_id: 'gauged-cluster' });
+  assert.equal(made.status, 201, JSON.stringify(made.body));
+  const credential = (await api.post(`/v2/listeners/${made.body.id}/credentials`, {})).body.credential;
+  const gauges = async () => {
+    const text = await scrape();
+    return {
+      connected: value(text, 'slipway_listeners{state="connected"}'),
+      stale: value(text, 'slipway_listeners{state="stale"}'),
+      shown: (await api.get(`/v2/listeners/${made.body.id}`)).body.state as string,
+    };
+  };
+  const unseen = await gauges();
+  const beat = await client(t.app, null).post(
+    `/v2/listeners/${made.body.id}/heartbeat`,
+    { version: '1.0.0', namespaces: ['default'] },
+    { authorization: `Bearer ${credential}` },
+  );
+  assert.equal(beat.status, 200, JSON.stringify(beat.body));
+  const seen = await gauges();
+  assert.deepEqual(seen, { connected: unseen.connected + 1, stale: unseen.stale, shown: 'connected' });
+  clock.advance(89_000);
+  assert.deepEqual(await gauges(), seen, 'still connected 89 s later');
+  clock.advance(2_000);
+  assert.deepEqual(
+    await gauges(),
+    { connected: unseen.connected, stale: unseen.stale + 1, shown: 'stale' },
+    'stale 91 s later, in both',
+  );
 });
 
 test('SLIPWAY_METRICS_TOKEN makes /metrics need that bearer token; nothing else opens it', async () => {

@@ -15,7 +15,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Config } from '../../src/config.ts';
 import type { SecretBox } from '../../src/crypto/secret-box.ts';
 import type { FetchLike } from '../../src/sso/oidc-client.ts';
-import { ADMIN_KEY, createTestApp, freePort, type TestDatabase } from '../support/harness.ts';
+import { ADMIN_KEY, createTestApp, freePort, type TestAppOptions, type TestDatabase } from '../support/harness.ts';
 
 export interface TestAccount {
   email?: string | null;
@@ -120,6 +120,8 @@ export interface SsoTestOptions {
   /** Replaces fetch towards the provider, to play one that answers wrongly. */
   ssoFetch?: FetchLike;
   env?: Record<string, string>;
+  /** The service's clock (test/support/clock.ts), for a test that moves time past a session's expiry. */
+  now?: TestAppOptions['now'];
 }
 
 /** The service with single sign-on through a fresh provider; listening is up to the test (port is free). */
@@ -143,7 +145,7 @@ export async function createSsoTestApp(options: SsoTestOptions = {}): Promise<Ss
       SLIPWAY_SSO_PROVIDER_NAME: 'Test IdP',
       ...env,
     },
-    options.ssoFetch ? { ssoFetch: options.ssoFetch } : {},
+    { ...(options.ssoFetch ? { ssoFetch: options.ssoFetch } : {}), ...(options.now ? { now: options.now } : {}) },
   );
   return {
     app: t.app,

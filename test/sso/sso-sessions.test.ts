@@ -6,10 +6,13 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { createTestClock } from '../support/clock.ts';
 import { client } from '../support/harness.ts';
 import { asPerson, createSsoTestApp, signIn, type SsoTestApp } from './sso-harness.ts';
 
 let t: SsoTestApp;
+/** The service's clock: the expiry test moves it past the session's lifetime instead of dating the row back. */
+const clock = createTestClock();
 let workspaceB: string;
 /** A deployment of workspace B, which people of A must not see. */
 let deploymentB: string;
@@ -24,7 +27,7 @@ async function personIn(login: string, groups: string[]): Promise<string> {
 }
 
 before(async () => {
-  t = await createSsoTestApp();
+  t = await createSsoTestApp({ now: clock.now });
   const org = client(t.app, t.orgKey);
   const b = await org.post('/v2/workspaces', { name: 'team-b' });
   assert.equal(b.status, 201);
@@ -134,13 +137,22 @@ describe('access comes from the mappings, workspace by workspace', () => {
 
 describe('a session ends', () => {
   test('when it expires', async () => {
+    // Ahead of the database's time, so a session dated by it rather than by the clock shows.
+    clock.advance(3_600_000);
     const session = await personIn('frank', ['team-a']);
     assert.equal((await asPerson(t, session, 'GET', '/v2/deployments')).status, 200);
-    await sessions()
-      .updateTable('sso_sessions')
-      .set({ expires_at: new Date(Date.now() - 1000) })
+    const { expires_at: expiresAt } = await sessions()
+      .selectFrom('sso_sessions')
+      .select('expires_at')
       .where('email', '=', 'frank@example.test')
-      .execute();
+      .executeTakeFirstOrThrow();
+    assert.ok(
+      Math.abs(expiresAt.getTime() - clock.now().getTime() - t.config.sso!.sessionTtlMs) < 60_000,
+      'the session lasts its lifetime from the clock’s time',
+    );
+    clock.advance(t.config.sso!.sessionTtlMs - 60_000);
+    assert.equal((await asPerson(t, session, 'GET', '/v2/deployments')).status, 200, 'a minute before it expires');
+    clock.advance(61_000);
     const refused = await asPerson(t, session, 'GET', '/v2/deployments');
     assert.equal(refused.status, 401);
     assert.match(refused.body.detail, /Sign in again/);

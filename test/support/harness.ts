@@ -133,7 +133,7 @@ export interface TestAppOptions {
   apps?: AppDeps['apps'];
   /** Replaces fetch towards the single sign-on provider (test/sso/sso-harness.ts). */
   ssoFetch?: AppDeps['ssoFetch'];
-  /** The services' clock (OAuth token expiry), for a test that moves time instead of waiting. */
+  /** The services' clock (OAuth token expiry, listener state, session expiry), for a test that moves time instead of waiting. */
   now?: AppDeps['now'];
 }
 
