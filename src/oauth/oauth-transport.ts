@@ -6,13 +6,12 @@
  * (src/oauth/oauth-discovery.ts) share it.
  */
 import * as oauth from 'oauth4webapi';
-import { fetch as undiciFetch, type Agent, type RequestInit as UndiciRequestInit } from 'undici';
 import { OAuthFlowError, unreachableError } from './oauth-flow-error.ts';
+import type { PublicOnlyFetch } from './public-only-dispatcher.ts';
 import {
   assertPublicAddress,
   findNotPublicAddress,
   notPublicError,
-  publicOnlyDispatcher,
   systemResolve,
   type ResolveAddresses,
 } from './public-address.ts';
@@ -39,7 +38,7 @@ export interface OAuthTransportOptions {
 export class OAuthTransport {
   readonly #fetch: FetchLike | null;
   readonly #resolve: ResolveAddresses;
-  #publicOnly: Agent | null = null;
+  #publicOnly: PublicOnlyFetch | null = null;
   readonly #allowInsecure: boolean;
   readonly #timeoutMs: number;
 
@@ -60,10 +59,10 @@ export class OAuthTransport {
       try {
         if (this.#fetch) return await this.#fetch(url, init);
         if (!publicOnly || this.#allowInsecure) return await fetch(url, init);
-        this.#publicOnly ??= publicOnlyDispatcher(this.#resolve, this.#timeoutMs);
-        const response = await undiciFetch(url, { ...(init as UndiciRequestInit), dispatcher: this.#publicOnly });
-        // undici's own Response class: oauth4webapi accepts it (it checks the class by its tag).
-        return response as unknown as Response;
+        // Loaded by the first such request (public-only-dispatcher.ts says why).
+        const { PublicOnlyFetch } = await import('./public-only-dispatcher.ts');
+        this.#publicOnly ??= new PublicOnlyFetch(this.#resolve, this.#timeoutMs);
+        return await this.#publicOnly.fetch(url, init);
       } catch (err) {
         const refused = findNotPublicAddress(err);
         if (refused) throw notPublicError(null, refused.host);

@@ -8,7 +8,7 @@
  *
  * Two checks, one rule:
  * - `assertPublicAddress` before a request: the URL's host, or every address its name resolves to.
- * - `publicOnlyDispatcher` for the request itself: the connection resolves the name, refuses when any
+ * - `publicOnlyDispatcher` (public-only-dispatcher.ts) for the request itself: the connection resolves the name, refuses when any
  *   address is not public, and connects to the very addresses it checked. A name that resolves to a
  *   public address for the first check and a private one for the connection (DNS rebinding) is refused.
  * Both resolve through one `ResolveAddresses` function, replaceable in tests.
@@ -24,9 +24,8 @@
  * checked at all.
  */
 import { lookup } from 'node:dns/promises';
-import type { LookupAddress, LookupAllOptions, LookupOneOptions } from 'node:dns';
+import type { LookupAddress } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
-import { Agent, buildConnector } from 'undici';
 import { OAuthFlowError, unreachableError } from './oauth-flow-error.ts';
 
 /** Resolves a host name to all its addresses, as `dns.lookup(host, { all: true })` does. */
@@ -165,46 +164,4 @@ export async function assertPublicAddress(
   }
   const refused = addresses.find((address) => !isPublicAddress(address));
   if (refused !== undefined || addresses.length === 0) throw notPublicError(field, url.host);
-}
-
-type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
-
-/**
- * An undici dispatcher whose connections go to public addresses only: a literal host is checked as it
- * is; a name is resolved with `resolve`, refused when any of its addresses is not public, and the socket
- * connects to those same addresses (net's `lookup` hook, so nothing resolves the name again).
- */
-export function publicOnlyDispatcher(
-  resolve: ResolveAddresses = systemResolve,
-  connectTimeoutMs = 10_000,
-  /** Which addresses may be connected to; only tests, which have no public server, give another. */
-  allowed: (address: string) => boolean = isPublicAddress,
-): Agent {
-  const checkedLookup = (hostname: string, options: LookupOneOptions | LookupAllOptions, callback: LookupCallback) => {
-    resolve(hostname).then(
-      (entries) => {
-        const refused = entries.find((entry) => !allowed(entry.address));
-        if (refused || entries.length === 0)
-          return callback(new NotPublicAddressError(hostname, refused?.address ?? 'nothing'), []);
-        const wanted = options.family === 4 || options.family === 6 ? options.family : 0;
-        const usable = wanted ? entries.filter((entry) => entry.family === wanted) : entries;
-        if (usable.length === 0) {
-          const err = Object.assign(new Error(`${hostname} has no IPv${wanted} address`), { code: 'ENOTFOUND' });
-          return callback(err, []);
-        }
-        if (options.all) return callback(null, usable);
-        return callback(null, usable[0]!.address, usable[0]!.family);
-      },
-      (err: unknown) => callback(err instanceof Error ? err : new Error(String(err)), []),
-    );
-  };
-  const connector = buildConnector({ timeout: connectTimeoutMs, lookup: checkedLookup });
-  return new Agent({
-    connect: (options, callback) => {
-      const host = options.hostname.replace(/^\[|\]$/g, '');
-      // net.connect does not look up a literal address, so it is checked here.
-      if (isIP(host) && !allowed(host)) return callback(new NotPublicAddressError(host, host), null);
-      return connector(options, callback);
-    },
-  });
 }

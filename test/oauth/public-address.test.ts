@@ -10,7 +10,8 @@ import type { LookupAddress } from 'node:dns';
 import { after, before, test } from 'node:test';
 import { OAuthClient, type OAuthProviderConfig } from '../../src/oauth/oauth-client.ts';
 import { OAuthFlowError } from '../../src/oauth/oauth-flow-error.ts';
-import { findNotPublicAddress, publicOnlyDispatcher } from '../../src/oauth/public-address.ts';
+import { findNotPublicAddress } from '../../src/oauth/public-address.ts';
+import { publicOnlyDispatcher } from '../../src/oauth/public-only-dispatcher.ts';
 import { fetch as undiciFetch } from 'undici';
 
 /** Stands for a service inside Slipway's network: it only counts who connects. */
