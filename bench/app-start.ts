@@ -27,6 +27,7 @@ import { loadConfig } from '../src/config.ts';
 import { createSecretBox } from '../src/crypto/secret-box.ts';
 import { connect } from '../src/db/database.ts';
 import type { Database } from '../src/store/schema.ts';
+import { median } from './median.ts';
 
 export const isAppStartKey = (key: string) => key === 'appstart';
 
@@ -85,12 +86,6 @@ async function sample(mode: Mode, databaseUrl: string): Promise<Sample> {
     await fs.rm(dataDir, { recursive: true, force: true });
   }
 }
-
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-};
 
 export async function runAppStartBench(options: {
   databaseUrl: string;

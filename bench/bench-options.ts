@@ -50,7 +50,10 @@ export const USAGE = `Usage: npm run bench -- [flags]
                        the traffic split group: split (the app edge's req/s with a 10% split
                        against none, each edge; about a minute);
                        the app start group: appstart (the CPU of building the API, its schemas
-                       compiled when first used against all at start; about a minute)
+                       compiled when first used against all at start; about a minute);
+                       the test start group: teststart (the CPU a test file's process spends
+                       loading the harness: npm test's bundle, a bundle leaving the packages
+                       to Node, tsx; about a minute)
   --deployments N      measured deployments per app and sandbox mode in the data plane group
                        (default 5, quick 3)
   --rounds N           rounds of the data plane group's proxy and API runs, the two sandbox

@@ -21,6 +21,7 @@ import {
   LIGHT_RESERVE_FACTOR,
 } from './data-plane.ts';
 import type { LoadResult } from './load-protocol.ts';
+import { median } from './median.ts';
 
 /** Runs disturbed by more than this share of other CPU use are marked (as in bench/report.ts). */
 const DISTURBED = 0.1;
@@ -32,13 +33,6 @@ export interface DataPlaneRunInfo {
   machine: string;
   node: string;
   database: string;
-}
-
-function median(values: number[]): number {
-  if (values.length === 0) return Number.NaN;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 const int = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');

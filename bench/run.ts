@@ -25,7 +25,9 @@
  * build's graph schemas file. And the traffic split group (bench/split-edge.ts; `--only split`):
  * the app edge's req/s to an endpoint with a 10% split against the same endpoint without one. And
  * the app start group (bench/app-start.ts; `--only appstart`): the CPU of building the API with its
- * schemas compiled when first used against all of them at start.
+ * schemas compiled when first used against all of them at start. And the test start group
+ * (bench/test-start.ts; `--only teststart`): the CPU a test file's process spends loading the harness,
+ * as `npm test`'s bundle against a bundle that leaves the packages to Node and against tsx.
  *
  * Every run is bounded by its duration, a request cap and a timeout; the whole bench stops by itself.
  */
@@ -50,6 +52,7 @@ import {
 import { isListenersKey, runListenerPollBench } from './listener-polls.ts';
 import { isSplitKey, runSplitEdgeBench, splitEdgeMarkdownReport, splitEdgeTerminalReport } from './split-edge.ts';
 import { appStartMarkdownReport, appStartTerminalReport, isAppStartKey, runAppStartBench } from './app-start.ts';
+import { isTestStartKey, runTestStartBench, testStartMarkdownReport, testStartTerminalReport } from './test-start.ts';
 import { listenerPollMarkdownReport, listenerPollTerminalReport } from './listener-polls-report.ts';
 import { parseBenchOptions, USAGE, type BenchOptions } from './bench-options.ts';
 import { startBareServer, startService, type BareServer, type ServiceUnderTest } from './bench-servers.ts';
@@ -70,6 +73,8 @@ const BENCH_DIR = path.dirname(fileURLToPath(import.meta.url));
 const DOCS_FILE = path.resolve(BENCH_DIR, '../docs/performance.md');
 /** Rounds of the app start group: a fresh process per sample, each about a second. */
 const APP_START_ROUNDS = 6;
+/** Rounds of the test start group: each starts three processes, a fresh one per mode. */
+const TEST_START_ROUNDS = 6;
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
@@ -413,6 +418,18 @@ async function main(): Promise<number> {
       );
     }
 
+    // The test start group (bench/test-start.ts): named in --only, or by default (not in the prepared
+    // statements experiment).
+    if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isTestStartKey)) {
+      const testStart = await runTestStartBench({ rounds: TEST_START_ROUNDS, say });
+      await reportGroup(
+        testStartTerminalReport(testStart),
+        'bench-results-teststart',
+        () => testStartMarkdownReport(testStart, runInfo),
+        'test start',
+      );
+    }
+
     // The LangGraph state group (bench/langgraph-state.ts): named in --only, or by default (not in the
     // prepared statements experiment). It installs from the npm registry; without one it is skipped.
     if (options.only.length === 0 ? !options.preparedStatements : options.only.some(isLangGraphKey)) {
@@ -439,7 +456,13 @@ async function main(): Promise<number> {
     if (
       options.only.length === 0 ||
       options.only.some(
-        (o) => !isDataPlaneKey(o) && !isListenersKey(o) && !isLangGraphKey(o) && !isSplitKey(o) && !isAppStartKey(o),
+        (o) =>
+          !isDataPlaneKey(o) &&
+          !isListenersKey(o) &&
+          !isLangGraphKey(o) &&
+          !isSplitKey(o) &&
+          !isAppStartKey(o) &&
+          !isTestStartKey(o),
       )
     ) {
       if (options.preparedStatements)

