@@ -92,11 +92,15 @@ function packagesExternal(packages: 'bundled' | 'node'): Plugin {
   return {
     name: 'packages-external',
     setup(b) {
-      b.onResolve({ filter: /^[^./]/ }, (args) =>
-        args.path.startsWith('@slipway/') || (packages === 'bundled' && !NODE_LOADS.test(args.path))
+      b.onResolve({ filter: /^[^./]/ }, (args) => {
+        if (args.path.startsWith('@slipway/')) return undefined;
+        // Our code's `import('a package')` is Node's too: bundled, a CommonJS package's namespace would
+        // hold its default export only, where Node's holds its named exports as well.
+        const ours = args.kind === 'dynamic-import' && !/[\\/]node_modules[\\/]/.test(args.importer);
+        return packages === 'bundled' && !ours && !NODE_LOADS.test(args.path)
           ? undefined
-          : { path: args.path, external: true },
-      );
+          : { path: args.path, external: true };
+      });
     },
   };
 }

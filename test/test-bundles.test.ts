@@ -44,6 +44,12 @@ test("npm packages are bundled too, each keeping its own paths; those that start
   assert.match(text, /from ["']pino["']/, 'pino is imported from node_modules');
 });
 
+test("a package our code imports when needed is Node's: a CommonJS one's named exports are there", async () => {
+  const [bundle] = await bundleTests(['test/fixtures/bundles/package-import.ts'], dir);
+  const { undiciFetch } = (await import(pathToFileURL(bundle!).href)) as { undiciFetch: () => Promise<unknown> };
+  assert.equal(typeof (await undiciFetch()), 'function');
+});
+
 /** A bundle's own text with that of the chunks it imports. */
 async function bundledText(bundle: string): Promise<string> {
   const text = await fs.readFile(bundle, 'utf8');
