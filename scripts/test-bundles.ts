@@ -10,10 +10,11 @@
  * loads a few files without any hook, where Node alone would still resolve, read and compile some 1,500
  * package modules one by one (about 0.7 of a test file's 3 CPU-seconds).
  *
- * What a bundle keeps of the sources: each module's url, dirname and filename (of its meta object, and a
- * package's CommonJS `__dirname` and `__filename`) are its own source file's (a module finds the repository, its fixtures and the files beside it as
- * before), stack traces name the sources (source maps), and the workspace packages (@slipway/*, whose
- * manifests name TypeScript) are bundled as the repository's own code. What a test spawns (the
+ * What a bundle keeps of the sources: each module's url, dirname and filename (of its meta object, and
+ * a package's CommonJS `__dirname` and `__filename`) are its own source file's (a module finds the
+ * repository, its fixtures and the files beside it as before), stack traces name the sources (source
+ * maps), and the workspace packages (@slipway/*, whose manifests name TypeScript) are bundled as the
+ * repository's own code. What a test spawns (the
  * service, the CLI, the listener) it still spawns as it says, with tsx where it says so.
  *
  * A bundle is written as `<run's dir>/<the test file's path>.mjs` (`test/a/b.test.ts` as

@@ -8,9 +8,10 @@
  *
  * Two checks, one rule:
  * - `assertPublicAddress` before a request: the URL's host, or every address its name resolves to.
- * - `publicOnlyDispatcher` (public-only-dispatcher.ts) for the request itself: the connection resolves the name, refuses when any
- *   address is not public, and connects to the very addresses it checked. A name that resolves to a
- *   public address for the first check and a private one for the connection (DNS rebinding) is refused.
+ * - `publicOnlyDispatcher` (public-only-dispatcher.ts) for the request itself: the connection resolves
+ *   the name, refuses when any address is not public, and connects to the very addresses it checked. A
+ *   name that resolves to a public address for the first check and a private one for the connection
+ *   (DNS rebinding) is refused.
  * Both resolve through one `ResolveAddresses` function, replaceable in tests.
  *
  * OAuthClient makes both for each request of a discovery, and the one on the connection for the token,
