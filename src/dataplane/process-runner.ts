@@ -158,7 +158,7 @@ async function readSandboxPid(info: Readable): Promise<number> {
   throw new Error('bubblewrap exited before it reported its sandbox');
 }
 
-export function startProcess(options: RunOptions): RunningProcess {
+function startAttempt(options: RunOptions): RunningProcess {
   const { sandbox, run } = options;
   const plan = sandbox.plan(sandbox.kind === 'bwrap' ? { ...run, command: untilCommandEnds(run.command) } : run);
   const child = spawn(plan.file, plan.args, {
@@ -292,6 +292,76 @@ export function startProcess(options: RunOptions): RunningProcess {
       } finally {
         clearTimeout(timer);
       }
+    },
+  };
+}
+
+/**
+ * How many times a command is started when bubblewrap's setup keeps meeting the host's mounts changing.
+ * bubblewrap binds the host's whole tree, then remounts each mount under it read-only, one by one, from
+ * the list it read first: a mount made or removed meanwhile (a deployment's disk image, another tool's
+ * mounts) fails its setup with "Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags:
+ * remount ...: Invalid argument" (bubblewrap issue 650), before the command runs. Started again, it reads
+ * the mounts again.
+ */
+const SETUP_ATTEMPTS = 3;
+const MOUNTS_CHANGED = /^bwrap: Can't bind mount \/oldroot\/[^\n]*: Unable to apply mount flags: remount /;
+
+/**
+ * Starts the command (see the module's comment). A start whose sandbox setup met the host's mounts
+ * changing (SETUP_ATTEMPTS) is started again, at once, and the output says so; the command had not
+ * run. The process returned stands for the command across those starts.
+ */
+export function startProcess(options: RunOptions): RunningProcess {
+  let stopping = false;
+  let current: RunningProcess;
+  /** What the current start wrote: whether anything on stdout, and the start of its stderr. */
+  let seen = { stdout: false, stderr: '' };
+  const attempt = (): RunningProcess => {
+    const mine = { stdout: false, stderr: '' };
+    seen = mine;
+    return startAttempt({
+      ...options,
+      output: {
+        write(stream, chunk) {
+          if (stream === 'stdout') mine.stdout = true;
+          else if (mine.stderr.length < 4096) mine.stderr += String(chunk);
+          options.output.write(stream, chunk);
+        },
+        system: (line) => options.output.system(line),
+      },
+    });
+  };
+  current = attempt();
+  const mountsChanged = (exit: Exit): boolean =>
+    options.sandbox.kind === 'bwrap' &&
+    // bubblewrap's own failure; or its sandbox gone before it could be identified (it reports the
+    // sandbox before it makes the mounts).
+    (exit.code === 1 || exit.code === SETUP_FAILED) &&
+    exit.leftover === null &&
+    !seen.stdout &&
+    MOUNTS_CHANGED.test(seen.stderr);
+  const exited = (async () => {
+    for (let tries = 1; ; tries++) {
+      const exit = await current.exited;
+      if (stopping || tries >= SETUP_ATTEMPTS || !mountsChanged(exit)) return exit;
+      options.output.system(
+        `The sandbox could not be set up while the host's mounts changed; starting it again (${tries + 1} of ${SETUP_ATTEMPTS})`,
+      );
+      current = attempt();
+    }
+  })();
+  return {
+    get pid() {
+      return current.pid;
+    },
+    exited,
+    usage: () => current.usage(),
+    listeningPorts: () => current.listeningPorts(),
+    async stop(graceMs) {
+      stopping = true;
+      await current.stop(graceMs);
+      return exited;
     },
   };
 }
