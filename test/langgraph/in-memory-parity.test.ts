@@ -13,29 +13,22 @@
  * and a join ends only once the run's thread is updated, as in memory (once in four runs of LangChain's
  * suite it ended before: `expected 'busy' to be 'idle'`).
  *
- * The install takes a minute or so.
+ * The install (test/support/langgraph-example.ts) takes a minute or so, once per run of the suite.
  */
 import assert from 'node:assert/strict';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before } from 'node:test';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
-import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 import { eventually, pause } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
-
-const run = promisify(execFile);
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
-const RUNTIME = path.resolve(HERE, '../../runtime');
+import { langgraphExampleProject } from '../support/langgraph-example.ts';
 
 let project: string;
+/** What the file removes at its end beside the project (test/support/made-once.ts). */
+const scratch: string[] = [];
 let database: TestDatabase;
 const started: ChildProcess[] = [];
 let postgres: Server;
@@ -75,23 +68,7 @@ async function startServer(env: Record<string, string>): Promise<Server> {
 const JSON_TYPE = { 'content-type': 'application/json' };
 
 before(async () => {
-  project = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-langgraph-ids-'));
-  await fs.cp(EXAMPLE, project, { recursive: true, filter: (from) => !from.includes('node_modules') });
-  await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
-  const npm = { cwd: project, timeout: 300_000 };
-  await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
-  await run(
-    'npm',
-    [
-      'install',
-      '--no-save',
-      '--no-audit',
-      '--no-fund',
-      `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`,
-      `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
-    ],
-    npm,
-  );
+  project = await langgraphExampleProject('slipway-langgraph-ids-', scratch);
   database = await createTestDatabase();
   [postgres, memory] = await Promise.all([startServer({ DATABASE_URL: database.url }), startServer({})]);
 });
@@ -106,6 +83,7 @@ after(async () => {
   }
   await database?.drop();
   await fs.rm(project, { recursive: true, force: true });
+  for (const dir of scratch) await fs.rm(dir, { recursive: true, force: true });
 });
 
 interface Answer {

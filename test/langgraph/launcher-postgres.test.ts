@@ -11,38 +11,33 @@
  * - a cron's bad time zone is refused; a graph that fails to load ends the process; without
  *   DATABASE_URL the in-memory server is used.
  *
- * The install takes a minute or so.
+ * The install (test/support/langgraph-example.ts) takes a minute or so, once per run of the suite.
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client } from '@langchain/langgraph-sdk';
 import pg from 'pg';
 import { freePort } from '../../src/db/embedded-postgres.ts';
-import { LANGGRAPH_JS_SERVER_VERSION, LANGGRAPH_POSTGRES_VERSION } from '../../src/domain/langgraph-config.ts';
 import { langGraphUsage } from '../../src/store/app-database-usage.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
+import { langgraphExampleProject } from '../support/langgraph-example.ts';
 
 const run = promisify(execFile);
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
-/** The launcher and its modules (runtime/langgraph/), as the data plane copies them into .slipway/. */
-const RUNTIME = path.resolve(HERE, '../../runtime');
 
 let project: string;
+/** What the file removes at its end beside the project (test/support/made-once.ts). */
+const scratch: string[] = [];
 let database: TestDatabase;
 const started: ChildProcess[] = [];
 
 before(async () => {
-  project = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-launcher-pg-'));
-  await fs.cp(EXAMPLE, project, { recursive: true, filter: (from) => !from.includes('node_modules') });
+  project = await langgraphExampleProject('slipway-launcher-pg-', scratch);
   const ttl = { strategy: 'delete', default_ttl: 0.05, sweep_interval_minutes: 0.02 };
   await fs.writeFile(
     path.join(project, 'ttl.json'),
@@ -83,21 +78,6 @@ export const graph = new StateGraph(State)
       graphs: { agent: './src/agent.ts:graph', ask: './src/ask.ts:graph' },
     }),
   );
-  await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
-  const npm = { cwd: project, timeout: 300_000 };
-  await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
-  await run(
-    'npm',
-    [
-      'install',
-      '--no-save',
-      '--no-audit',
-      '--no-fund',
-      `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`,
-      `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
-    ],
-    npm,
-  );
   database = await createTestDatabase();
 });
 
@@ -113,6 +93,7 @@ after(async () => {
   }
   await database?.drop();
   await fs.rm(project, { recursive: true, force: true });
+  for (const dir of scratch) await fs.rm(dir, { recursive: true, force: true });
 });
 
 /** The launcher as the start command runs it; resolves once the server answers /ok. */

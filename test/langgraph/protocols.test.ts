@@ -11,13 +11,12 @@
  * deployment's server does with its agent credential. The project is examples/langgraph-js with a chat
  * graph (test/fixtures/langgraph-protocols/chat.mjs) beside its agent.
  *
- * The install takes a minute or so.
+ * The install (test/support/langgraph-example.ts) takes a minute or so, once per run of the suite.
  */
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -30,30 +29,23 @@ import {
 } from '@modelcontextprotocol/sdk/client/auth.js';
 import { TaskState, type Task } from '@a2a-js/sdk';
 import { freePort } from '../../src/db/embedded-postgres.ts';
-import {
-  A2A_SDK_VERSION,
-  LANGGRAPH_JS_SERVER_VERSION,
-  LANGGRAPH_POSTGRES_VERSION,
-  MCP_SDK_VERSION,
-} from '../../src/domain/langgraph-config.ts';
 import { ADMIN_KEY, client as apiClient, createTestApp, createTestDatabase, listen, newWorkspace } from '../helpers.ts';
 import type { TestApp, TestDatabase } from '../helpers.ts';
 import { createDeployment } from '../oauth/oauth-test-app.ts';
 import { a2aClient, text, textOf } from './a2a-clients.ts';
 import { eventually } from '../support/wait.ts';
 import { test } from '../support/limited-test.ts';
+import { langgraphExampleProject } from '../support/langgraph-example.ts';
 
 const run = promisify(execFile);
 const HERE = path.dirname(fileURLToPath(import.meta.url));
-const EXAMPLE = path.resolve(HERE, '../../examples/langgraph-js');
 const FIXTURE = path.resolve(HERE, '../fixtures/langgraph-protocols');
-const RUNTIME = path.resolve(HERE, '../../runtime');
 const ALICE = { authorization: 'Bearer let-me-in' };
-/** LangChain's MCP adapters, as another team's graph would use them (test/fixtures/langgraph-protocols/use-tools.mjs). */
-const MCP_ADAPTERS_VERSION = '1.1.4';
 const BOB = { authorization: 'Bearer let-me-in-too' };
 
 let project: string;
+/** What the file removes at its end beside the project (test/support/made-once.ts). */
+const scratch: string[] = [];
 let shared: TestDatabase;
 let guarded: TestDatabase;
 const started: ChildProcess[] = [];
@@ -100,32 +92,12 @@ async function startServer(config: string, databaseUrl: string, env: Record<stri
 }
 
 before(async () => {
-  project = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-langgraph-protocols-'));
-  await fs.cp(EXAMPLE, project, { recursive: true, filter: (from) => !from.includes('node_modules') });
+  project = await langgraphExampleProject('slipway-langgraph-protocols-', scratch);
   for (const name of ['chat.mjs', 'auth.mjs']) await fs.cp(path.join(FIXTURE, name), path.join(project, 'src', name));
   await fs.cp(path.join(FIXTURE, 'use-tools.mjs'), path.join(project, 'use-tools.mjs'));
   for (const name of ['langgraph.json', 'langgraph-auth.json'])
     await fs.cp(path.join(FIXTURE, name), path.join(project, name));
-  await fs.cp(RUNTIME, path.join(project, '.slipway'), { recursive: true });
   const npm = { cwd: project, timeout: 300_000 };
-  await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
-  // What the build adds to a project that brings none of them (src/domain/langgraph-config.ts).
-  await run(
-    'npm',
-    [
-      'install',
-      '--no-save',
-      '--no-audit',
-      '--no-fund',
-      `@langchain/langgraph-api@${LANGGRAPH_JS_SERVER_VERSION}`,
-      `@langchain/langgraph-checkpoint-postgres@${LANGGRAPH_POSTGRES_VERSION}`,
-      `@modelcontextprotocol/sdk@${MCP_SDK_VERSION}`,
-      `@a2a-js/sdk@${A2A_SDK_VERSION}`,
-      // Not a deployment's: what another team's graph loads the deployed graphs' tools with.
-      `@langchain/mcp-adapters@${MCP_ADAPTERS_VERSION}`,
-    ],
-    npm,
-  );
   // The build's last step: the graphs' schemas, which MCP's tool list and A2A's skills are made from.
   await run(process.execPath, ['.slipway/langgraph-server.mjs', 'schemas', 'langgraph.json'], npm);
   [shared, guarded, fenced] = await Promise.all([createTestDatabase(), createTestDatabase(), createTestDatabase()]);
@@ -172,6 +144,7 @@ after(async () => {
   await fenced?.drop();
   await slipway?.close();
   await fs.rm(project, { recursive: true, force: true });
+  for (const dir of scratch) await fs.rm(dir, { recursive: true, force: true });
 });
 
 async function mcpClient(base: string, options: { headers?: Record<string, string>; sessionId?: string } = {}) {
