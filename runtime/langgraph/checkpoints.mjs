@@ -16,6 +16,15 @@ export async function deleteRunCheckpoints(client, threadId, runId) {
   );
 }
 
+/**
+ * Deletes whole threads' checkpoints, blobs and pending writes, as PostgresSaver's deleteThread does, in
+ * the caller's transaction (a TTL sweep deletes the threads in the same one).
+ */
+export async function deleteThreadsCheckpoints(client, threadIds) {
+  for (const table of ['checkpoint_blobs', 'checkpoints', 'checkpoint_writes'])
+    await client.query(`delete from ${SCHEMA}.${table} where thread_id = any($1::text[])`, [threadIds]);
+}
+
 /** Copies a thread's checkpoints, blobs and writes to another thread id (threads.copy). */
 export async function copyCheckpoints(client, from, to) {
   await client.query(

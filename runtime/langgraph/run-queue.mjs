@@ -2,7 +2,7 @@
 // taking over runs whose lease ended (or failing them after MAX_ATTEMPTS), and the sweeps of old run
 // events and of threads past langgraph.json's checkpointer TTL.
 import { clearInterval, setInterval } from 'node:timers';
-import { deleteRunCheckpoints } from './checkpoints.mjs';
+import { deleteRunCheckpoints, deleteThreadsCheckpoints } from './checkpoints.mjs';
 import { END_EVENT, EVENTS_KEPT, MAX_ATTEMPTS, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
 
 export function createRunQueue(ctx) {
@@ -16,7 +16,6 @@ export function createRunQueue(ctx) {
     lostThreads,
     notify,
     pool,
-    saver,
     threadTtl,
     transaction,
   } = ctx;
@@ -123,14 +122,22 @@ export function createRunQueue(ctx) {
    * minutes, with no run pending or running, are deleted with their runs, crons and checkpoints.
    */
   async function sweepThreads() {
-    const { rows } = await pool.query(
-      `delete from ${SCHEMA}.threads t where t.updated_at < now() - $1::float8 * interval '1 minute'
-         and not exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status in ('pending', 'running'))
-       returning thread_id`,
-      [threadTtl.minutes],
-    );
-    for (const { thread_id: threadId } of rows) await saver.deleteThread(threadId);
-    if (rows.length > 0) logger.info('Threads past their TTL deleted', { count: rows.length });
+    // One transaction: a thread is never gone with its checkpoints left (nothing would sweep them later).
+    const count = await transaction(async (client) => {
+      const { rows } = await client.query(
+        `delete from ${SCHEMA}.threads t where t.updated_at < now() - $1::float8 * interval '1 minute'
+           and not exists (select 1 from ${SCHEMA}.runs r where r.thread_id = t.thread_id and r.status in ('pending', 'running'))
+         returning thread_id`,
+        [threadTtl.minutes],
+      );
+      if (rows.length > 0)
+        await deleteThreadsCheckpoints(
+          client,
+          rows.map((row) => String(row.thread_id)),
+        );
+      return rows.length;
+    });
+    if (count > 0) logger.info('Threads past their TTL deleted', { count });
   }
   const threadTimer = threadTtl
     ? setInterval(
