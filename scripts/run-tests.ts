@@ -50,9 +50,12 @@ const TEST_TIMEOUT_MS = (MAX_TEST_SECONDS + 5 * 60) * 1000;
  * 1,052 s in one CI run and two failures in the next; at 4, 915 to 938 s here with both cores busy. The
  * failures at 3 were an instance whose published port an outgoing connection had taken (app ports now
  * come from below the ephemeral range: src/dataplane/app-ports.ts) and a test that ran into its hang
- * guard; 2 stays until 3 has passed on CI's machine again with that fixed.
+ * guard. On 2026-12-07, alone on a machine of two cores: at 2, 772 s with a fifth of the CPU idle
+ * (process accounting: 1,143 CPU-seconds busy, 315 idle); at 3, 618 s, the same work (1,132) and 96
+ * idle, every test passing. A run at 3 beside other work had shown one more failure, bubblewrap's setup
+ * racing another test's unmount, which a start now survives (src/dataplane/process-runner.ts).
  */
-const CONCURRENCY: Record<Tier, number> = { 'no-database': 2, database: 2, apps: 2 };
+const CONCURRENCY: Record<Tier, number> = { 'no-database': 2, database: 2, apps: 3 };
 
 /** How many of the files run at once: `--concurrency N`, else the lowest of their tiers' CONCURRENCY. */
 async function concurrencyOf(files: string[], override: string | undefined): Promise<number> {
