@@ -6,8 +6,8 @@
  * scripts/test-tiers.ts one after another (a file is in exactly one) and ends with each tier's outcome and
  * time.
  *
- * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] [--record-sql FILE | --cover-sql FILE] [--no-bundle]
- *                   test/some.test.ts ...]
+ * Usage: npm test [-- [--times FILE] [--tier NAME] [--concurrency N] [--record-sql FILE | --cover-sql FILE]
+ *                   [--except LIST] [--no-bundle] test/some.test.ts ...]
  *   --times FILE       also write how long each file took, a JSON line per file (scripts/test-file-times.mjs)
  *   --tier NAME        every file of one tier (with any files named)
  *   --concurrency N    how many files run at once, instead of their tier's (CONCURRENCY)
@@ -15,6 +15,9 @@
  *                      embedded server only)
  *   --cover-sql FILE   of the tier's files, run only the fewest that run every statement a record says they
  *                      ran (files named as well always run)
+ *   --except LIST      leave out the test files LIST names (a path a line; `#` starts a comment): for a CI
+ *                      that runs them in another step (.ci/ordinary-user-only); a path that names no test
+ *                      file is an error, so the list cannot outlive a renamed file unnoticed
  *   --no-bundle        run the TypeScript through tsx as it is, instead of bundles (scripts/test-bundles.ts)
  */
 import { spawn } from 'node:child_process';
@@ -97,6 +100,19 @@ function option(args: string[], name: string): string | undefined {
   const [, value] = args.splice(at, 2);
   if (value === undefined || value.startsWith('--')) throw new Error(`${name} needs a value`);
   return value;
+}
+
+/** The test files a list names (`--except`): a path a line, `#` to the line's end a comment. */
+async function listedFiles(list: string): Promise<Set<string>> {
+  const files = (await fs.readFile(list, 'utf8'))
+    .split('\n')
+    .map((line) => line.replace(/#.*/, '').trim())
+    .filter((line) => line !== '')
+    .map((line) => path.normalize(line));
+  const all = new Set(await testFiles('test'));
+  const unknown = files.filter((file) => !all.has(file));
+  if (unknown.length > 0) throw new Error(`--except ${list} names no test file at ${unknown.join(', ')}`);
+  return new Set(files);
 }
 
 /** Takes the flag `name` out of the arguments: whether it was there. */
@@ -235,6 +251,8 @@ async function main(): Promise<number> {
   const concurrency = option(args, '--concurrency');
   const recordSql = option(args, '--record-sql');
   const coverSql = option(args, '--cover-sql');
+  const exceptList = option(args, '--except');
+  const except = exceptList === undefined ? new Set<string>() : await listedFiles(exceptList);
   const bundled = !flag(args, '--no-bundle');
   if (recordSql !== undefined && process.env.DATABASE_URL)
     throw new Error('--record-sql reads the embedded server (pg_stat_statements): run it without DATABASE_URL');
@@ -249,6 +267,10 @@ async function main(): Promise<number> {
             files: coverSql === undefined ? await filesOf(args, tier) : await coveringFiles(args, tier, coverSql),
           },
         ];
+  if (except.size > 0) {
+    for (const group of groups) group.files = group.files.filter((file) => !except.has(path.normalize(file)));
+    process.stdout.write(`== ${except.size} files left out (--except ${exceptList}): they run in another step\n`);
+  }
   // Files that need no database (the no-database tier) run without a server: none is started for them.
   const needsDatabase = async (files: string[]) =>
     (await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)))).some((t) => t !== 'no-database');

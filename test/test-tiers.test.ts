@@ -111,3 +111,55 @@ test('the times reporter: a line for the file, and one for each failed test with
     await fs.rm(dir, { recursive: true, force: true });
   }
 });
+
+test('`npm test -- --except LIST` leaves out the files listed, and refuses a list that names no test file', async () => {
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-except-'));
+  // A runner started from a test file would report to its parent: NODE_TEST_CONTEXT says it is one.
+  const { NODE_TEST_CONTEXT: _, ...env } = process.env;
+  const npmTest = (args: string[]) =>
+    run(process.execPath, ['--import', 'tsx', 'scripts/run-tests.ts', '--no-bundle', ...args], { env }).catch(
+      (error: { stdout: string; stderr: string; code: number }) => error,
+    );
+  try {
+    const list = path.join(dir, 'list');
+    await fs.writeFile(list, '# run elsewhere\n\ntest/test-rules.test.ts  # a comment\n');
+    const times = path.join(dir, 'times.jsonl');
+    const ran = await npmTest([
+      '--times',
+      times,
+      '--except',
+      list,
+      'test/support/wait.test.ts',
+      'test/test-rules.test.ts',
+    ]);
+    assert.equal('code' in ran ? ran.code : 0, 0, ran.stderr);
+    assert.match(ran.stdout, /== 1 files left out \(--except /);
+    const filesRun = (await fs.readFile(times, 'utf8'))
+      .trimEnd()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { file: string }).file);
+    assert.deepEqual(filesRun, ['test/support/wait.test.ts']);
+
+    // A renamed or mistyped file would otherwise run nowhere: the run refuses the list and runs nothing.
+    await fs.writeFile(list, 'test/test-rules.test.ts\ntest/no-such.test.ts\n');
+    const refused = await npmTest(['--except', list, 'test/support/wait.test.ts']);
+    assert.ok('code' in refused && refused.code !== 0, 'the run failed');
+    assert.match(refused.stderr, /--except .* names no test file at test\/no-such\.test\.ts/);
+    assert.doesNotMatch(refused.stdout, /# Subtest/);
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("CI's files for the ordinary user only: test files of the tiers whose SQL the DATABASE_URL pass does not cover", async () => {
+  // A database-tier file left out of the root run would be missing from its SQL record.
+  const listed = (await fs.readFile('.ci/ordinary-user-only', 'utf8'))
+    .split('\n')
+    .map((line) => line.replace(/#.*/, '').trim())
+    .filter((line) => line !== '');
+  assert.ok(listed.length > 0);
+  for (const file of listed) {
+    await fs.access(file);
+    assert.notEqual(await tierOf(file), 'database', file);
+  }
+});
