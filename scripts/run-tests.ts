@@ -30,7 +30,14 @@ import pino from 'pino';
 import { withClient } from '../src/db/admin-client.ts';
 import { createMigratedDatabase, startScratchServer } from './scratch-server.ts';
 import { bundleDir, bundleTests, BUNDLES_ENV, ENTRIES, sourceOfBundle } from './test-bundles.ts';
-import { coverOfTier, DATABASES_ENV, readRecord, RECORD_SETTINGS, type SqlRecord } from './sql-record.ts';
+import {
+  coverOfTier,
+  DATABASES_ENV,
+  preparedStatements,
+  readRecord,
+  RECORD_SETTINGS,
+  type SqlRecord,
+} from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
 import { TIERS, tierOf, type Tier } from './test-tiers.ts';
 
@@ -258,23 +265,25 @@ async function main(): Promise<number> {
     throw new Error('--record-sql reads the embedded server (pg_stat_statements): run it without DATABASE_URL');
   // `npm test` alone (the README's command) runs the tiers one after another, each timed; named files
   // or a tier run as one group.
+  // (With --cover-sql, the files the tier and arguments name until the server has judged the record.)
   const groups: { name: string | null; files: string[] }[] =
     args.length === 0 && tier === undefined
       ? await Promise.all(TIERS.map(async (name) => ({ name, files: await filesOf([], name) })))
-      : [
-          {
-            name: null,
-            files: coverSql === undefined ? await filesOf(args, tier) : await coveringFiles(args, tier, coverSql),
-          },
-        ];
-  if (except.size > 0) {
+      : [{ name: null, files: await filesOf(args, tier) }];
+  const leaveOut = () => {
+    if (except.size === 0) return;
     for (const group of groups) group.files = group.files.filter((file) => !except.has(path.normalize(file)));
     process.stdout.write(`== ${except.size} files left out (--except ${exceptList}): they run in another step\n`);
-  }
+  };
+  if (coverSql === undefined) leaveOut();
   // Files that need no database (the no-database tier) run without a server: none is started for them.
   const needsDatabase = async (files: string[]) =>
     (await Promise.all(files.map((f) => tierOf(f).catch(() => 'database' as const)))).some((t) => t !== 'no-database');
   const anyDatabase = (await Promise.all(groups.map((g) => needsDatabase(g.files)))).some(Boolean);
+  if (!anyDatabase && coverSql !== undefined) {
+    groups[0]!.files = await coveringFiles(args, tier, coverSql, undefined);
+    leaveOut();
+  }
   if (!anyDatabase) {
     process.stdout.write('test database: none (no file needs one)\n');
     return runGroups(groups, times, concurrency, {}, bundled);
@@ -291,7 +300,12 @@ async function main(): Promise<number> {
   );
   const template = `slipway_test_${process.pid}_${randomBytes(3).toString('hex')}`;
   try {
-    await createMigratedDatabase(adminUrl, template);
+    const templateUrl = await createMigratedDatabase(adminUrl, template);
+    if (coverSql !== undefined) {
+      // Judged in the template before any file clones it (a clone needs its template without sessions).
+      groups[0]!.files = await coveringFiles(args, tier, coverSql, templateUrl);
+      leaveOut();
+    }
     const databases = recordSql === undefined ? undefined : `${recordSql}.databases`;
     if (databases) await fs.writeFile(databases, '');
     const code = await runGroups(
@@ -344,10 +358,16 @@ async function writeRecord(adminUrl: string, databases: string, file: string, ti
 
 /**
  * `--cover-sql RECORD`: of the tier's files, the fewest that together run every statement the record says
- * any of them ran (scripts/sql-record.ts); the files named besides run in any case. Without a readable
- * record every file runs, and the run says so.
+ * any of them ran and the server at `prepareOn` (the run's migrated template) does not prepare
+ * (scripts/sql-record.ts); the files named besides run in any case. Without a readable record every file
+ * runs, and the run says so.
  */
-async function coveringFiles(args: string[], tier: string | undefined, recordFile: string): Promise<string[]> {
+async function coveringFiles(
+  args: string[],
+  tier: string | undefined,
+  recordFile: string,
+  prepareOn: string | undefined,
+): Promise<string[]> {
   const forced = args.length > 0 ? await filesOf(args, undefined) : [];
   const candidates = tier === undefined ? [] : await filesOf([], tier);
   let record: SqlRecord;
@@ -357,7 +377,8 @@ async function coveringFiles(args: string[], tier: string | undefined, recordFil
     process.stdout.write(`== SQL cover: no record in ${recordFile} (${String(error)}): every file runs\n`);
     return [...new Set([...candidates, ...forced])];
   }
-  const cover = await coverOfTier(record, candidates, forced);
+  const prepared = prepareOn === undefined ? undefined : await preparedStatements(prepareOn, record);
+  const cover = await coverOfTier(record, candidates, forced, prepared?.accepted);
   if (cover.incomplete) {
     process.stdout.write(
       `== SQL cover: the record in ${recordFile} lacks statements the server dropped (${record.dropped} times, ` +
@@ -365,10 +386,24 @@ async function coveringFiles(args: string[], tier: string | undefined, recordFil
     );
     return cover.files;
   }
+  if (prepared !== undefined) {
+    process.stdout.write(
+      `== SQL prepared: the server prepares ${prepared.accepted.size} of the record's ` +
+        `${prepared.accepted.size + prepared.refused.size} statements; the files run the others\n`,
+    );
+    // Why each of the others was not accepted, one line each, the commonest reasons first.
+    const reasons = new Map<string, number>();
+    for (const why of prepared.refused.values()) {
+      const reason = why.replace(/"[^"]*"/g, '"…"').replace(/\$\d+/g, '$n');
+      reasons.set(reason, (reasons.get(reason) ?? 0) + 1);
+    }
+    for (const [reason, count] of [...reasons].sort((a, b) => b[1] - a[1]))
+      process.stdout.write(`   ${String(count).padStart(4)}  ${reason}\n`);
+  }
   process.stdout.write(
     `== SQL cover: ${cover.files.length} of ${new Set([...candidates, ...forced]).size} files run all ` +
-      `${cover.statements} statements the record has of them (${Math.round(cover.seconds.chosen)} of ` +
-      `${Math.round(cover.seconds.all)} recorded seconds)` +
+      `${cover.statements - cover.settled} statements the record has of them and the server did not prepare ` +
+      `(${Math.round(cover.seconds.chosen)} of ${Math.round(cover.seconds.all)} recorded seconds)` +
       (cover.unrecorded.length > 0 ? `; ${cover.unrecorded.length} the record has nothing of run too` : '') +
       (cover.ownDatabases.length > 0
         ? `; ${cover.ownDatabases.length} that make databases the record does not see (their own, apps') run too`

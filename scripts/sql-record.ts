@@ -9,8 +9,16 @@
  * (`--cover-sql FILE`): the fewest files, the cheapest first, that between them run every statement any
  * of the pass's files ran.
  *
- * What the cover promises: every statement that one of the pass's files ran on the embedded server runs
- * at least once on the other, in a test that asserts what comes of it. What it does not: the same
+ * Most statements need not even run for that: the other server prepares each one the record kept
+ * (`PREPARE`, in a migrated database: it parses the statement and resolves every name, type, function and
+ * operator in it, and plans it, without running it; preparedStatements), and the cover is then made of
+ * the statements it did not accept: those that name what only a test made (a table of its own, another
+ * schema), whose parameters it cannot type without the values (`select $1`), or that it refuses. What a
+ * prepared statement is not checked for: what happens only when it runs (a value the other version's
+ * input functions read otherwise, a jsonpath or regular expression given as a value, a lock it waits for).
+ *
+ * What the cover promises: every statement that one of the pass's files ran on the embedded server is
+ * prepared on the other, or runs at least once there in a test that asserts what comes of it. What it does not: the same
  * statement with every value or in every order (a race that one server's timing shows and the other's
  * hides), statements that failed (pg_stat_statements keeps only those that ended), DDL and other
  * utility commands (not tracked: they name databases and roles made per test, and the migrations run on
@@ -22,7 +30,8 @@
  * The files it reads and writes:
  * - the databases file: a JSON line `{"database": oid, "file": path}` per database a test file cloned
  *   (test/support/harness.ts writes it while the record is on, `SLIPWAY_TEST_SQL_DATABASES`);
- * - the record: `{"files": {path: {"seconds": n, "statements": [...]}}}`.
+ * - the record: `{"files": {path: {"seconds": n, "statements": [...]}}, "texts": {statement: text}}`,
+ *   `texts` a statement's text as the server kept it (its values `$1`, `$2`, ...), for PREPARE.
  */
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -49,6 +58,8 @@ export interface SqlRecord {
    * more than none, and the record lacks statements without saying whose, so no cover is made of it.
    */
   dropped?: number;
+  /** Each statement (normalizeStatement's) as the server kept it, parameters numbered: one of them, if several. */
+  texts?: Record<string, string>;
 }
 
 /**
@@ -89,22 +100,57 @@ export async function readRecord(
     return { rows: statements.rows, dropped: Number(info.rows[0]?.dealloc ?? 0) };
   });
   const byFile = new Map<string, Set<string>>();
+  const texts = new Map<string, string>();
   for (const { dbid, query } of rows) {
     const file = fileOf.get(dbid);
     if (file === undefined) continue;
     let set = byFile.get(file);
     if (!set) byFile.set(file, (set = new Set()));
-    set.add(normalizeStatement(query));
+    const statement = normalizeStatement(query);
+    set.add(statement);
+    // The shortest of a statement's texts (the fewest values in a list): any of them is the statement.
+    const kept = texts.get(statement);
+    if (kept === undefined || query.length < kept.length || (query.length === kept.length && query < kept))
+      texts.set(statement, query);
   }
   const files: SqlRecord['files'] = {};
   for (const file of [...new Set(fileOf.values())].sort())
     files[file] = { seconds: seconds.get(file), statements: [...(byFile.get(file) ?? [])].sort() };
-  return { record: { files, dropped }, dropped };
+  const sortedTexts = Object.fromEntries([...texts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  return { record: { files, dropped, texts: sortedTexts }, dropped };
+}
+
+/**
+ * Which of a record's statements the server at `url` (a database with the schema the statements ran on)
+ * prepares: `PREPARE` parses each, resolves its names, types, functions and operators and plans it,
+ * without running it. The others, with the first line of why: what it cannot judge so (a table a test made
+ * itself, a parameter it cannot type without its value) and what it refuses.
+ */
+export async function preparedStatements(
+  url: string,
+  record: SqlRecord,
+): Promise<{ accepted: Set<string>; refused: Map<string, string> }> {
+  const accepted = new Set<string>();
+  const refused = new Map<string, string>();
+  await withClient(url, async (c) => {
+    for (const [statement, text] of Object.entries(record.texts ?? {})) {
+      try {
+        await c.query(`prepare slipway_record_check as ${text}`);
+        await c.query('deallocate slipway_record_check');
+        accepted.add(statement);
+      } catch (error) {
+        refused.set(statement, (error instanceof Error ? error.message : String(error)).split('\n')[0]!);
+      }
+    }
+  });
+  return { accepted, refused };
 }
 
 export interface Cover {
   /** The files to run: every forced one, and the fewest others that run what they do not. */
   files: string[];
+  /** How many of the candidates' statements were settled without running them (prepared on the server). */
+  settled: number;
   /** Candidates the record has nothing of (new, or their database was never cloned): run, to be safe. */
   unrecorded: string[];
   /** How many distinct statements the candidates ran, and how many the chosen files run. */
@@ -117,12 +163,18 @@ export interface Cover {
 
 /**
  * The cheapest files (by their recorded seconds; 1 for a file without) that, with the forced ones, run
- * every statement any candidate ran: greedy, the most new statements per second first (the set cover
+ * every statement any candidate ran but those `settled` already (prepared on the server): greedy, the most new statements per second first (the set cover
  * problem; greedy is within a logarithmic factor of the best, and the suite's files differ enough in
  * cost and reach that it keeps the expensive ones out).
  */
-export function coverOf(record: SqlRecord, candidates: readonly string[], forced: readonly string[]): Cover {
+export function coverOf(
+  record: SqlRecord,
+  candidates: readonly string[],
+  forced: readonly string[],
+  settled: ReadonlySet<string> = new Set(),
+): Cover {
   const entry = (file: string) => record.files[path.normalize(file)];
+  const unsettled = (file: string) => (entry(file)?.statements ?? []).filter((s) => !settled.has(s));
   const sum = (files: Iterable<string>) => [...files].reduce((total, file) => total + (entry(file)?.seconds ?? 0), 0);
   const everyFile = new Set([...candidates, ...forced]);
   // Statements the server dropped may have been the only ones of some file: which, the record cannot say.
@@ -131,6 +183,7 @@ export function coverOf(record: SqlRecord, candidates: readonly string[], forced
       files: [...everyFile].sort(),
       unrecorded: candidates.filter((file) => entry(file) === undefined),
       statements: new Set(candidates.flatMap((file) => entry(file)?.statements ?? [])).size,
+      settled: 0,
       seconds: { all: sum(everyFile), chosen: sum(everyFile) },
       incomplete: true,
     };
@@ -138,16 +191,16 @@ export function coverOf(record: SqlRecord, candidates: readonly string[], forced
   const unrecorded = candidates.filter((file) => entry(file) === undefined);
   const chosen = new Set<string>([...forced, ...unrecorded]);
   const covered = new Set<string>();
-  for (const file of chosen) for (const s of entry(file)?.statements ?? []) covered.add(s);
-  const all = new Set<string>(covered);
-  for (const file of candidates) for (const s of entry(file)?.statements ?? []) all.add(s);
+  for (const file of chosen) for (const s of unsettled(file)) covered.add(s);
+  const all = new Set<string>();
+  for (const file of [...chosen, ...candidates]) for (const s of entry(file)?.statements ?? []) all.add(s);
   const left = candidates.filter((file) => !chosen.has(file));
   for (;;) {
     let best: string | undefined;
     let bestValue = 0;
     for (const file of left) {
       if (chosen.has(file)) continue;
-      const fresh = (entry(file)?.statements ?? []).filter((s) => !covered.has(s)).length;
+      const fresh = unsettled(file).filter((s) => !covered.has(s)).length;
       const value = fresh / cost(file);
       if (fresh > 0 && (value > bestValue || (value === bestValue && best !== undefined && file < best))) {
         best = file;
@@ -156,12 +209,13 @@ export function coverOf(record: SqlRecord, candidates: readonly string[], forced
     }
     if (best === undefined) break;
     chosen.add(best);
-    for (const s of entry(best)!.statements) covered.add(s);
+    for (const s of unsettled(best)) covered.add(s);
   }
   return {
     files: [...chosen].sort(),
     unrecorded,
     statements: all.size,
+    settled: [...all].filter((s) => settled.has(s)).length,
     seconds: { all: sum(everyFile), chosen: sum(chosen) },
     incomplete: false,
   };
@@ -187,10 +241,11 @@ export async function coverOfTier(
   record: SqlRecord,
   candidates: readonly string[],
   forced: readonly string[],
+  settled: ReadonlySet<string> = new Set(),
 ): Promise<Cover & { ownDatabases: string[] }> {
   const own = await Promise.all(
     candidates.map(async (file) => (OWN_DATABASES.test(await textWithHelpers(file)) ? [file] : [])),
   );
   const ownDatabases = own.flat();
-  return { ...coverOf(record, candidates, [...forced, ...ownDatabases]), ownDatabases };
+  return { ...coverOf(record, candidates, [...forced, ...ownDatabases], settled), ownDatabases };
 }

@@ -16,6 +16,7 @@ import {
   coverOf,
   coverOfTier,
   normalizeStatement,
+  preparedStatements,
   readRecord,
   RECORD_SETTINGS,
   type SqlRecord,
@@ -88,6 +89,23 @@ test('a forced file counts for what it runs; a file the record lacks runs', () =
   const cover = coverOf(r, ['test/a.test.ts', 'test/b.test.ts', 'test/new.test.ts'], ['test/apps.test.ts']);
   assert.deepEqual(cover.files, ['test/apps.test.ts', 'test/new.test.ts']);
   assert.deepEqual(cover.unrecorded, ['test/new.test.ts']);
+});
+
+test('statements the other server prepared need no file to run them; the rest still do', () => {
+  const r = record({
+    'test/a.test.ts': [10, ['s1', 's2']],
+    'test/b.test.ts': [2, ['s1', 's3']],
+    'test/c.test.ts': [1, ['s2']],
+  });
+  // s1 and s3 prepared: only s2 is left, and the cheaper file that runs it.
+  const cover = coverOf(r, Object.keys(r.files), [], new Set(['s1', 's3']));
+  assert.deepEqual(cover.files, ['test/c.test.ts']);
+  assert.equal(cover.statements, 3);
+  assert.equal(cover.settled, 2);
+  // Everything prepared: no file runs but the forced ones.
+  assert.deepEqual(coverOf(r, Object.keys(r.files), ['test/apps.test.ts'], new Set(['s1', 's2', 's3'])).files, [
+    'test/apps.test.ts',
+  ]);
 });
 
 test('a record the server dropped statements from covers nothing: every file runs', () => {
@@ -176,4 +194,34 @@ test("the record gives each file the statements its own database ran, and nothin
   assert.ok(!one.some((s) => s.startsWith('update')) && ![...one, ...two].some((s) => s.startsWith('delete')));
   // DDL is not tracked (its names are made per test); the migrations run on both servers anyway.
   assert.ok(![...one, ...two].some((s) => /create table/i.test(s)));
+  // Each statement's text as the server kept it, its values numbered, to prepare on another server.
+  assert.equal(got.texts?.['select a from t where id = $'], 'select a from t where id = $1');
+  assert.match(got.texts?.['update t set a = $ where id = $'] ?? '', /^update t set a = \$1 where id = \$2$/);
+  assert.equal(Object.keys(got.texts ?? {}).length, new Set([...one, ...two]).size);
+});
+
+test('the other server prepares what it accepts, runs none of it, and names why it refused the rest', async () => {
+  await withClient(server.adminUrl, (c) => c.query('create database judged'));
+  const url = databaseUrl(server.adminUrl, 'judged');
+  await withClient(url, (c) => c.query('create table t (id int primary key, a text)'));
+  const texts: Record<string, string> = {
+    insert: 'insert into t values ($1, $2)',
+    select: 'select a from t where id = $1 and a is distinct from $2',
+    delete: 'delete from t where id = any($1)',
+    // What only a test made (its own table), what cannot be typed without its value, what is refused.
+    'own table': 'select * from made_by_a_test where id = $1',
+    untyped: 'select $1 is null',
+    'no such function': 'select not_a_function_anywhere($1::int)',
+    syntax: 'select a from t wher id = $1',
+  };
+  const { accepted, refused } = await preparedStatements(url, { files: {}, texts });
+  assert.deepEqual([...accepted].sort(), ['delete', 'insert', 'select']);
+  assert.deepEqual([...refused.keys()].sort(), ['no such function', 'own table', 'syntax', 'untyped']);
+  assert.match(refused.get('own table')!, /relation "made_by_a_test" does not exist/);
+  assert.match(refused.get('untyped')!, /could not determine data type of parameter \$1/);
+  assert.match(refused.get('no such function')!, /function not_a_function_anywhere\(integer\) does not exist/);
+  assert.match(refused.get('syntax')!, /syntax error/);
+  // Prepared, not run: the insert left no row.
+  const rows = await withClient(url, (c) => c.query('select count(*)::int as n from t'));
+  assert.equal(rows.rows[0].n, 0);
 });
