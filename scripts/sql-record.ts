@@ -121,6 +121,14 @@ export async function readRecord(
 }
 
 /**
+ * A statement's text with its typed literals of intervals (`interval '5 minutes'`, which the server kept
+ * as `interval $1`, a syntax error as it is) written as the casts they are (`$1::interval`).
+ */
+function preparable(text: string): string {
+  return text.replace(/\binterval (\$\d+)/gi, '$1::interval');
+}
+
+/**
  * Which of a record's statements the server at `url` (a database with the schema the statements ran on)
  * prepares: `PREPARE` parses each, resolves its names, types, functions and operators and plans it,
  * without running it. The others, with the first line of why: what it cannot judge so (a table a test made
@@ -135,7 +143,7 @@ export async function preparedStatements(
   await withClient(url, async (c) => {
     for (const [statement, text] of Object.entries(record.texts ?? {})) {
       try {
-        await c.query(`prepare slipway_record_check as ${text}`);
+        await c.query(`prepare slipway_record_check as ${preparable(text)}`);
         await c.query('deallocate slipway_record_check');
         accepted.add(statement);
       } catch (error) {

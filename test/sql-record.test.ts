@@ -208,6 +208,8 @@ test('the other server prepares what it accepts, runs none of it, and names why 
     insert: 'insert into t values ($1, $2)',
     select: 'select a from t where id = $1 and a is distinct from $2',
     delete: 'delete from t where id = any($1)',
+    // `interval '1 day'` as the server keeps it: the literal's value taken out.
+    interval: 'select a from t where now() - interval $1 < now()',
     // What only a test made (its own table), what cannot be typed without its value, what is refused.
     'own table': 'select * from made_by_a_test where id = $1',
     untyped: 'select $1 is null',
@@ -215,7 +217,7 @@ test('the other server prepares what it accepts, runs none of it, and names why 
     syntax: 'select a from t wher id = $1',
   };
   const { accepted, refused } = await preparedStatements(url, { files: {}, texts });
-  assert.deepEqual([...accepted].sort(), ['delete', 'insert', 'select']);
+  assert.deepEqual([...accepted].sort(), ['delete', 'insert', 'interval', 'select']);
   assert.deepEqual([...refused.keys()].sort(), ['no such function', 'own table', 'syntax', 'untyped']);
   assert.match(refused.get('own table')!, /relation "made_by_a_test" does not exist/);
   assert.match(refused.get('untyped')!, /could not determine data type of parameter \$1/);
