@@ -39,7 +39,7 @@ import {
   type SqlRecord,
 } from './sql-record.ts';
 import { MAX_TEST_SECONDS } from '../test/support/wait.ts';
-import { TIERS, tierOf, type Tier } from './test-tiers.ts';
+import { listedPaths, TIERS, tierOf, type Tier } from './test-tiers.ts';
 
 /**
  * Per test file (Node 20's runner times each file's process as a whole): the last guard, for a hang
@@ -109,13 +109,9 @@ function option(args: string[], name: string): string | undefined {
   return value;
 }
 
-/** The test files a list names (`--except`): a path a line, `#` to the line's end a comment. */
+/** The test files a list names (`--except`, listedPaths): each must be one. */
 async function listedFiles(list: string): Promise<Set<string>> {
-  const files = (await fs.readFile(list, 'utf8'))
-    .split('\n')
-    .map((line) => line.replace(/#.*/, '').trim())
-    .filter((line) => line !== '')
-    .map((line) => path.normalize(line));
+  const files = listedPaths(await fs.readFile(list, 'utf8'));
   const all = new Set(await testFiles('test'));
   const unknown = files.filter((file) => !all.has(file));
   if (unknown.length > 0) throw new Error(`--except ${list} names no test file at ${unknown.join(', ')}`);

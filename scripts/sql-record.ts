@@ -18,12 +18,12 @@
  * input functions read otherwise, a jsonpath or regular expression given as a value, a lock it waits for).
  *
  * What the cover promises: every statement that one of the pass's files ran on the embedded server is
- * prepared on the other, or runs at least once there in a test that asserts what comes of it. What it does not: the same
- * statement with every value or in every order (a race that one server's timing shows and the other's
- * hides), statements that failed (pg_stat_statements keeps only those that ended), DDL and other
- * utility commands (not tracked: they name databases and roles made per test, and the migrations run on
- * both servers in any case), and what runs in an app's own database or the maintenance database. For
- * the last two, a file that makes databases beyond the harness's clones (its own, or apps' with their
+ * prepared on the other, or runs at least once there in a test that asserts what comes of it. What it
+ * does not: the same statement with every value or in every order (a race that one server's timing
+ * shows and the other's hides), statements that failed (pg_stat_statements keeps only those that ended),
+ * DDL and other utility commands (not tracked: they name databases and roles made per test, and the
+ * migrations run on both servers in any case), and what runs in an app's own database or the
+ * maintenance database. For the last two, a file that makes databases beyond the harness's clones (its own, or apps' with their
  * roles and grants: the record sees none of it) runs in every cover (coverOfTier). A record the server
  * dropped statements from makes no cover at all: every file runs.
  *

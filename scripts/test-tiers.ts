@@ -60,3 +60,12 @@ export async function tierOf(file: string): Promise<Tier> {
   if (MARKERS.database.test(text)) return 'database';
   return 'no-database';
 }
+
+/** The paths a list of test files names (`npm test -- --except`): a path a line, `#` to the line's end a comment. */
+export function listedPaths(text: string): string[] {
+  return text
+    .split('\n')
+    .map((line) => line.replace(/#.*/, '').trim())
+    .filter((line) => line !== '')
+    .map((line) => path.normalize(line));
+}

@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { tierOf } from '../scripts/test-tiers.ts';
+import { listedPaths, tierOf } from '../scripts/test-tiers.ts';
 
 const run = promisify(execFile);
 
@@ -153,10 +153,7 @@ test('`npm test -- --except LIST` leaves out the files listed, and refuses a lis
 
 test("CI's files for the ordinary user only: test files of the tiers whose SQL the DATABASE_URL pass does not cover", async () => {
   // A database-tier file left out of the root run would be missing from its SQL record.
-  const listed = (await fs.readFile('.ci/ordinary-user-only', 'utf8'))
-    .split('\n')
-    .map((line) => line.replace(/#.*/, '').trim())
-    .filter((line) => line !== '');
+  const listed = listedPaths(await fs.readFile('.ci/ordinary-user-only', 'utf8'));
   assert.ok(listed.length > 0);
   for (const file of listed) {
     await fs.access(file);
