@@ -6,9 +6,8 @@
 import fs from 'node:fs/promises';
 import net from 'node:net';
 import path from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { processAlive } from '../db/embedded-postgres.ts';
+import { identify, type ProcessIdentity, signalIdentified, waitGone } from './process-identity.ts';
 
 /** One runtime API command (or several, `;`-separated); HAProxy answers and closes. */
 export function runtimeCommand(socketPath: string, command: string): Promise<string> {
@@ -55,16 +54,43 @@ export function createChangeQueue(): ChangeQueue {
   };
 }
 
-/** Stops a HAProxy left running by an earlier service on this directory (it holds the apps port). */
-export async function stopLeftover(dir: string, configFile: string, logger: Logger): Promise<void> {
-  const pid = Number((await fs.readFile(path.join(dir, 'haproxy.pid'), 'utf8').catch(() => '')).trim());
-  if (!Number.isInteger(pid) || pid <= 1 || !processAlive(pid)) return;
-  const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
-  if (!cmdline.includes(configFile)) return;
-  logger.warn({ pid }, 'app edge: stopping the HAProxy an earlier run of the service left behind');
-  process.kill(pid, 'SIGTERM');
-  for (let i = 0; i < 100 && processAlive(pid); i++) await sleep(50);
-  if (processAlive(pid)) process.kill(pid, 'SIGKILL');
+/**
+ * Stops the HAProxy an earlier run of the service left running on this directory (it holds the apps
+ * port): every process, master and workers, whose command line runs this configuration. They are found
+ * in /proc, not by the pid file, which names the master only and which a HAProxy that is still starting
+ * may not have written yet; and a worker can outlive its master by a moment, holding the port. Returns
+ * once all are gone, after a hard stop (SIGTERM) and, five seconds later, SIGKILL for what is left.
+ */
+export async function stopLeftover(configFile: string, logger: Logger): Promise<void> {
+  const found = await haproxiesRunning(configFile);
+  if (found.length === 0) return;
+  logger.warn(
+    { pids: found.map((p) => p.pid) },
+    'app edge: stopping the HAProxy an earlier run of the service left behind',
+  );
+  for (const signal of ['SIGTERM', 'SIGKILL'] as const) {
+    for (const leftover of found) await signalIdentified(leftover, signal);
+    const gone = await Promise.all(found.map((leftover) => waitGone(leftover, 5_000)));
+    if (gone.every(Boolean)) return;
+  }
+  logger.error(
+    { pids: found.map((p) => p.pid) },
+    'app edge: the HAProxy an earlier run left behind is still there after SIGKILL',
+  );
+}
+
+/** The HAProxy processes whose command line runs this configuration file (`haproxy ... -f FILE`). */
+async function haproxiesRunning(configFile: string): Promise<ProcessIdentity[]> {
+  const found: ProcessIdentity[] = [];
+  for (const entry of await fs.readdir('/proc').catch(() => [] as string[])) {
+    if (!/^\d+$/.test(entry)) continue;
+    const argv = (await fs.readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    const at = argv.indexOf('-f');
+    if (at < 0 || argv[at + 1] !== configFile || path.basename(argv[0] ?? '') !== 'haproxy') continue;
+    const identity = await identify(Number(entry));
+    if (identity !== null) found.push(identity);
+  }
+  return found;
 }
 
 /** The `haproxy` system user and group when they exist, else nobody. */

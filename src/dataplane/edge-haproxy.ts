@@ -103,7 +103,7 @@ export async function startHaproxyEdge(options: HaproxyEdgeOptions): Promise<Hap
   const { dir, logger, appsDomain } = options;
   const files = edgeFiles(dir);
   const ownsDirectory = await takeOverDirectory(dir, files);
-  await stopLeftover(dir, files.configFile, logger);
+  await stopLeftover(files.configFile, logger);
   await options.checkPort?.();
   const tlsPemFile = options.tls ? await writeTlsPem(dir, options.tls) : null;
   const setpriv = await findExecutable('setpriv');

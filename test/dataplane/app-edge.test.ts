@@ -1219,33 +1219,37 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
     assert.ok(await served(edge, 'added-00000041', 'other'), 'a route added after the crash is served');
   });
 
-  test('a HAProxy left running by an earlier service on the same data directory is replaced at start', async () => {
-    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
-    dataDirs.push(dataDir);
-    // The earlier service: its edge wrote the configuration, and its HAProxy outlived it (started here by
-    // hand, outside any supervisor, as a HAProxy whose service was killed would be).
-    const earlier = await startEdge('haproxy', { dataDir });
-    const port = earlier.port;
-    const stale = await startApp('stale');
-    await earlier.setTargets('left-00000042', [{ instanceId: 'stale', port: stale.port }]);
-    await earlier.close();
-    const edgeDir = path.join(dataDir, 'edge');
-    const leftover = spawn(HAPROXY, ['-W', '-db', '-f', path.join(edgeDir, 'haproxy.cfg')], {
-      detached: true,
-      stdio: 'ignore',
-    });
-    leftover.unref();
-    await eventually('the leftover HAProxy serving', () => served(earlier, 'left-00000042', 'stale'), {
-      retryErrors: true,
-    });
+  for (const pidFile of ['written', 'missing'] as const)
+    test(`a HAProxy left running by an earlier service on the same data directory is replaced at start (its pid file ${pidFile})`, async () => {
+      const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
+      dataDirs.push(dataDir);
+      // The earlier service: its edge wrote the configuration, and its HAProxy outlived it (started here by
+      // hand, outside any supervisor, as a HAProxy whose service was killed would be).
+      const earlier = await startEdge('haproxy', { dataDir });
+      const port = earlier.port;
+      const stale = await startApp('stale');
+      await earlier.setTargets('left-00000042', [{ instanceId: 'stale', port: stale.port }]);
+      await earlier.close();
+      const edgeDir = path.join(dataDir, 'edge');
+      const leftover = spawn(HAPROXY, ['-W', '-db', '-f', path.join(edgeDir, 'haproxy.cfg')], {
+        detached: true,
+        stdio: 'ignore',
+      });
+      leftover.unref();
+      await eventually('the leftover HAProxy serving', () => served(earlier, 'left-00000042', 'stale'), {
+        retryErrors: true,
+      });
 
-    const edge = await startEdge('haproxy', { dataDir, port });
-    const fresh = await startApp('fresh');
-    await edge.setTargets('left-00000042', [{ instanceId: 'fresh', port: fresh.port }]);
-    for (let i = 0; i < 6; i++)
-      assert.ok(await served(edge, 'left-00000042', 'fresh'), `request ${i} is served by the new edge`);
-    assert.equal(processAlive(leftover.pid!), false, 'the leftover HAProxy is gone');
-  });
+      // A HAProxy still starting has not written its pid file yet; the leftover is found all the same, by
+      // its command line, master and worker.
+      if (pidFile === 'missing') await fs.rm(path.join(edgeDir, 'haproxy.pid'));
+      const edge = await startEdge('haproxy', { dataDir, port });
+      const fresh = await startApp('fresh');
+      await edge.setTargets('left-00000042', [{ instanceId: 'fresh', port: fresh.port }]);
+      for (let i = 0; i < 6; i++)
+        assert.ok(await served(edge, 'left-00000042', 'fresh'), `request ${i} is served by the new edge`);
+      assert.equal(processAlive(leftover.pid!), false, 'the leftover HAProxy is gone');
+    });
 
   test('a second edge started on the data directory and port of one still running takes over and serves', async () => {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'slipway-edge-'));
