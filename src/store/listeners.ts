@@ -46,9 +46,12 @@ export async function insertListener(
   },
   clock?: Clock,
 ): Promise<ListenerView | null> {
+  const now = sqlNow(clock);
   const row = await db
     .insertInto('listeners')
     .values({
+      created_at: now,
+      updated_at: now,
       id: randomUUID(),
       workspace_id: listener.workspaceId,
       compute_type: listener.computeType,
@@ -141,7 +144,7 @@ export async function updateListener(
     .set({
       ...(change.namespaces ? { compute_config: json({ k8s_namespaces: change.namespaces }) } : {}),
       ...(change.version !== undefined ? { version: change.version } : {}),
-      updated_at: sql<Date>`now()`,
+      updated_at: sqlNow(clock),
     })
     .where('id', '=', id)
     .returningAll()

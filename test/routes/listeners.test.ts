@@ -190,6 +190,10 @@ describe('list', () => {
 describe('patch', () => {
   test('version and namespaces change; updated_at moves, created_at does not', async () => {
     const l = await createListener('patchable', { version: '1.0.0' });
+    // Both times are the service's clock's, as every other time the listener shows (its state).
+    assert.ok(Math.abs(Date.parse(l.created_at) - clock.now().getTime()) < 60_000, "created at the clock's time");
+    assert.equal(l.updated_at, l.created_at);
+    clock.advance(5 * 60_000);
     const res = await api.patch(`/v2/listeners/${l.id}`, {
       version: '1.1.0',
       compute_config: { k8s_namespaces: ['agents', 'default'] },
@@ -198,7 +202,10 @@ describe('patch', () => {
     assert.equal(res.body.version, '1.1.0');
     assert.deepEqual(res.body.compute_config.k8s_namespaces, ['agents', 'default']);
     assert.equal(res.body.created_at, l.created_at);
-    assert.ok(res.body.updated_at >= l.updated_at);
+    assert.ok(
+      Date.parse(res.body.updated_at) - Date.parse(l.updated_at) >= 5 * 60_000,
+      `updated_at moved with the clock: ${l.updated_at} then ${res.body.updated_at}`,
+    );
     assert.equal(res.body.compute_id, 'patchable');
 
     const versionOnly = await api.patch(`/v2/listeners/${l.id}`, { version: '1.2.0' });
