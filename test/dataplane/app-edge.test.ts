@@ -1243,7 +1243,12 @@ describe('HAProxy edge: supervision', { timeout: 120_000 }, () => {
       // A HAProxy still starting has not written its pid file yet; the leftover is found all the same, by
       // its command line, master and worker.
       if (pidFile === 'missing') await fs.rm(path.join(edgeDir, 'haproxy.pid'));
+      // Not every process that names the configuration is a HAProxy: an operator following it is left be.
+      const reader = spawn('tail', ['-f', path.join(edgeDir, 'haproxy.cfg')], { stdio: 'ignore' });
       const edge = await startEdge('haproxy', { dataDir, port });
+      const readerAlive = processAlive(reader.pid!);
+      reader.kill('SIGKILL');
+      assert.equal(readerAlive, true, 'a `tail -f` of the configuration is not stopped as a leftover');
       const fresh = await startApp('fresh');
       await edge.setTargets('left-00000042', [{ instanceId: 'fresh', port: fresh.port }]);
       for (let i = 0; i < 6; i++)
