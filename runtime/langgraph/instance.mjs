@@ -1,15 +1,18 @@
 // What one instance's parts share: its one listening connection and the notifications it hears (new
-// runs, run events, cancellations), the runs it executes, whether it is stopping, and the helpers for
-// notifying and for transactions on its pool.
+// runs, run events, cancellations, its revision replaced), the runs it executes, whether it still takes
+// runs, and the helpers for notifying and for transactions on its pool.
 import { EventEmitter } from 'node:events';
-import { CANCEL_CHANNEL, EVENTS_CHANNEL, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
+import { CANCEL_CHANNEL, EVENTS_CHANNEL, REPLACED_CHANNEL, SCHEMA, WAKE_CHANNEL } from './schema.mjs';
 
 export async function createInstance({ pg, pool, logger }) {
   const bus = new EventEmitter();
   bus.setMaxListeners(0);
-  // `stopping`: a SIGTERM came (serve.mjs); `wakeups`: WAKE notifications heard, so a queue worker
-  // knows whether one came while it looked.
-  const live = { stopping: false, wakeups: 0 };
+  // `stopping`: a SIGTERM came (serve.mjs); `replaced`: the data plane said another revision serves in
+  // this one's place; `wakeups`: WAKE notifications heard, so a queue worker knows whether one came while
+  // it looked.
+  const live = { stopping: false, replaced: false, wakeups: 0 };
+  // The revision this instance runs (the data plane's environment); none outside Slipway's data plane.
+  const revision = process.env.SLIPWAY_REVISION_ID ?? '';
   let listener = null;
   async function listen() {
     const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -24,7 +27,9 @@ export async function createInstance({ pg, pool, logger }) {
       if (!live.stopping) setTimeout(() => listen().catch(() => undefined), 1_000);
     });
     await client.connect();
-    await client.query(`listen ${WAKE_CHANNEL}; listen ${EVENTS_CHANNEL}; listen ${CANCEL_CHANNEL}`);
+    await client.query(
+      `listen ${WAKE_CHANNEL}; listen ${EVENTS_CHANNEL}; listen ${CANCEL_CHANNEL}; listen ${REPLACED_CHANNEL}`,
+    );
     listener = client;
     bus.emit(WAKE_CHANNEL, '');
   }
@@ -43,6 +48,14 @@ export async function createInstance({ pg, pool, logger }) {
   bus.on(EVENTS_CHANNEL, (runId) => {
     const watch = watched.get(runId);
     if (watch) watch.events += 1;
+  });
+  // A replaced revision's runs under way finish here; new ones wait for the revision that serves. Told
+  // once: the instance is stopped (SIGTERM) when its requests have drained. A notification missed while
+  // the listening connection was down leaves it taking runs until then, as before.
+  bus.on(REPLACED_CHANNEL, (payload) => {
+    if (revision === '' || payload !== revision || live.replaced) return;
+    live.replaced = true;
+    logger.info('Revision replaced: this instance takes no more runs', { revision });
   });
   bus.on(CANCEL_CHANNEL, (payload) => {
     const [runId, action] = payload.split(':');
@@ -98,6 +111,8 @@ export async function createInstance({ pg, pool, logger }) {
   return {
     bus,
     live,
+    /** Whether this instance takes new runs: not once it is stopping, or its revision was replaced. */
+    takesRuns: () => !live.stopping && !live.replaced,
     local,
     lostThreads,
     rolledBack,

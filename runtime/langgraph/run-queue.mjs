@@ -10,19 +10,20 @@ export function createRunQueue(ctx) {
     appendEvent,
     instanceId,
     leaseSeconds,
-    live,
     local,
     logger,
     lostThreads,
     notify,
     pool,
+    takesRuns,
     threadTtl,
     transaction,
   } = ctx;
   /** Claims the oldest runnable pending run (none of its thread's runs running), with a lease. */
   async function claimRun() {
-    // A stopping instance takes nothing more: what it gives back must not come back to it.
-    if (live.stopping) return null;
+    // A stopping instance takes nothing more (what it gives back must not come back to it), nor does
+    // one whose revision was replaced.
+    if (!takesRuns()) return null;
     return transaction(async (client) => {
       const candidate = await client.query(
         `select r.run_id, r.thread_id from ${SCHEMA}.runs r join ${SCHEMA}.threads t on t.thread_id = r.thread_id

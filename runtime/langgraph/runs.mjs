@@ -32,6 +32,7 @@ export function createRuns(ctx) {
     rolledBack,
     serialiseAsDict,
     serializeError,
+    takesRuns,
     threadRow,
     transaction,
     waitFor,
@@ -48,7 +49,8 @@ export function createRuns(ctx) {
 
   const runs = {
     async *next() {
-      if (live.stopping) {
+      // Stopping, or replaced: nothing to claim, and the server's queue loop calls again at once.
+      if (!takesRuns()) {
         await sleep(1_000);
         return;
       }

@@ -9,6 +9,11 @@ export const END_EVENT = '__end__';
 export const WAKE_CHANNEL = 'langgraph_wake';
 export const EVENTS_CHANNEL = 'langgraph_events';
 export const CANCEL_CHANNEL = 'langgraph_cancel';
+/**
+ * Where the data plane says that a revision no longer serves (payload: its id), once another one does:
+ * that revision's instances take no more runs, while the requests they are still serving drain.
+ */
+export const REPLACED_CHANNEL = 'slipway_replaced';
 /** Taken while the schema is made or changed, so instances starting together do not race. */
 export const SCHEMA_LOCK = 7_301_946_225;
 /** How long a finished run's events are kept for late joiners. */

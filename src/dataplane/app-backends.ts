@@ -35,7 +35,7 @@ export interface Route {
   scaledToZero?: boolean;
 }
 
-/** How a route is set (both edges): the drain's time, and why it may have no target. */
+/** How a route is set (both edges): the drain's time, why it may have no target, and what follows the switch. */
 export interface SetTargetsOptions {
   drainTimeoutMs?: number;
   /**
@@ -43,6 +43,11 @@ export interface SetTargetsOptions {
    * edge answers 503 saying so instead of "no running instance yet". Any later setTargets without it clears it.
    */
   scaledToZero?: boolean;
+  /**
+   * Called once the route has changed, before the drain of the targets it took out: what the caller
+   * does when the new targets serve and the old ones have stopped getting requests.
+   */
+  onSwitched?: () => void;
 }
 
 /** What an edge says (after "Deployment <slug> ") when a route has no target: both edges use these words. */

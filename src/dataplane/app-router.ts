@@ -180,6 +180,7 @@ export function createAppRouter(options: AppRouterOptions): AppRouter {
         { slug, targets: route.backends.map((b) => b.target), draining: removed.map((b) => b.target) },
         'app route set',
       );
+      opts?.onSwitched?.();
       return drain(logger, backends, slug, removed, opts?.drainTimeoutMs ?? options.drainTimeoutMs);
     },
 

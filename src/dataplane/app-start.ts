@@ -35,6 +35,11 @@ import {
 export type RunningApp = ScalingApp & {
   forwards: HostForward[];
   dataDir: string;
+  /**
+   * The deployment's database as the service reaches it, with the app's own role; null when the app has
+   * none. Where a replaced revision's instances are told so (src/dataplane/app-replaced.ts).
+   */
+  databaseUrl: string | null;
   diskWatch?: DiskWatch;
   /** Started with one web instance only to prove itself: `min_scale` is 0, so it is paused once it serves. */
   pauseAfterStart?: boolean;
@@ -205,6 +210,7 @@ export async function startApp(
     failedScale: null,
     forwards: reach.forwards,
     dataDir,
+    databaseUrl: isolated ? null : platform.databaseUrl,
     pauseAfterStart: endpoint === null && wanted.web === 0,
   };
 }

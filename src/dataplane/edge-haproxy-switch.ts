@@ -135,6 +135,7 @@ async function setRoute(
   const wanted = [...new Map(targets.map((t) => [t.port, { ...t }])).values()];
   const paused = wanted.length === 0 && opts?.scaledToZero === true;
   const { backend, removed, left } = await s.runtime.enqueue(() => changeRoute(s, slug, wanted, paused));
+  opts?.onSwitched?.();
   const drainTimeoutMs = opts?.drainTimeoutMs ?? s.drainTimeoutMs;
   if (!left) {
     await drainAndFree(s, slug, backend, removed, drainTimeoutMs);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import type { DeploymentConditionName } from '../domain/conditions.ts';
 import { reportDiskFull } from './app-exit-reports.ts';
 import type { AppHostAccess } from './app-host-access.ts';
+import { REPLACED_CHANNEL, tellReplaced } from './app-replaced.ts';
 import type { AppStarter, RunningApp } from './app-start.ts';
 import type { AppWorkTracking } from './app-work-tracking.ts';
 import type { TreeUsage } from './disk-usage.ts';
@@ -89,10 +90,50 @@ export async function serve(r: RuntimeState, deploymentId: string, next: Running
       deps.logger.error({ err: error, deploymentId }, 'could not stop an app over its disk limit'),
     );
   });
-  await deps.edge.setTargets(next.slug, next.supervisor.webTargets, { drainTimeoutMs: deps.config.drainTimeoutMs });
+  const replaced = previous && previous !== next && previous.revisionId !== next.revisionId ? previous : undefined;
+  let told: Promise<void> | undefined;
+  await deps.edge.setTargets(next.slug, next.supervisor.webTargets, {
+    drainTimeoutMs: deps.config.drainTimeoutMs,
+    // Told while its requests drain, not after: from the switch on, its instances take no new work.
+    onSwitched: () => {
+      if (replaced) told = tellRevisionReplaced(r, deploymentId, replaced, next.revisionId);
+    },
+  });
   if (previous && previous !== next) {
     previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
     await release(r, deploymentId, previous);
+  }
+  await told;
+}
+
+/**
+ * Tells the replaced revision's instances that another serves (src/dataplane/app-replaced.ts), unless the
+ * revision still serves one of the deployment's endpoints. Never fails: what could not be told is logged,
+ * and its instances go on until they are stopped.
+ */
+async function tellRevisionReplaced(
+  r: RuntimeState,
+  deploymentId: string,
+  replaced: RunningApp,
+  by: string,
+): Promise<void> {
+  if (replaced.databaseUrl === null) return;
+  const stillServing = r.endpointApps
+    .all()
+    .some((endpoint) => endpoint.deploymentId === deploymentId && endpoint.app.revisionId === replaced.revisionId);
+  if (stillServing) return;
+  try {
+    await tellReplaced(replaced.databaseUrl, replaced.revisionId);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    replaced.log.system(
+      `Could not tell this revision's instances that revision ${by} serves now (NOTIFY ${REPLACED_CHANNEL}: ${reason}); ` +
+        'they take new work until they are stopped',
+    );
+    r.deps.logger.warn(
+      { err: error, deploymentId, revisionId: replaced.revisionId },
+      'could not notify a replaced revision',
+    );
   }
 }
 

@@ -776,7 +776,7 @@ for (const kind of KINDS) {
       assert.equal(JSON.parse(dead.body).code, 'bad_gateway');
     });
 
-    test('setTargets waits for requests in flight to the old instance, while new requests already go to the new one', async () => {
+    test('setTargets says when it has switched, then waits for requests in flight to the old instance, while new requests already go to the new one', async () => {
       const edge = await startEdge(kind);
       const release = deferred();
       const inside = deferred();
@@ -793,9 +793,16 @@ for (const kind of KINDS) {
       const slow = call(edge.port, { host, path: '/slow' });
       await inside.promise;
       let drained = false;
+      // What the caller does at the switch (tell the old revision: src/dataplane/app-replaced.ts) comes
+      // before the drain's end, while the old instance still serves its request.
+      const switched = deferred<boolean>();
       const switching = edge
-        .setTargets('switch-00000018', [{ instanceId: 'new', port: fresh.port }], { drainTimeoutMs: 60_000 })
+        .setTargets('switch-00000018', [{ instanceId: 'new', port: fresh.port }], {
+          drainTimeoutMs: 60_000,
+          onSwitched: () => switched.resolve(drained),
+        })
         .then(() => (drained = true));
+      assert.equal(await switched.promise, false, 'onSwitched came before the drain ended');
       const quick = await eventually(
         'a request that reaches the new instance',
         async () => {

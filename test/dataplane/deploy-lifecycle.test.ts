@@ -11,7 +11,9 @@ import http from 'node:http';
 import path from 'node:path';
 import { after, before } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { withClient } from '../../src/db/admin-client.ts';
+import pg from 'pg';
+import { databaseUrl, quietClient, withClient } from '../../src/db/admin-client.ts';
+import { REPLACED_CHANNEL } from '../../src/dataplane/app-replaced.ts';
 import {
   requestApp,
   revisionLog,
@@ -131,6 +133,21 @@ test('the example app is built, deployed, served at its stable URL, updated with
   });
   assert.ok(!buildLog.concat(deployLog).some((line) => line.includes('hello-from-secret')));
 
+  // A replaced revision is told so on the deployment's database, for its instances to take no more work
+  // (the LangGraph server's queue: test/langgraph/launcher-postgres.test.ts).
+  const { database_name: appDatabase } = await service.database.db
+    .selectFrom('deployment_runtimes')
+    .select('database_name')
+    .where('deployment_id', '=', deploymentId)
+    .executeTakeFirstOrThrow();
+  const listener = quietClient(new pg.Client({ connectionString: databaseUrl(service.database.url, appDatabase!) }));
+  await listener.connect();
+  const told: string[] = [];
+  listener.on('notification', (message) => {
+    if (message.channel === REPLACED_CHANNEL) told.push(message.payload ?? '');
+  });
+  await listener.query(`listen ${REPLACED_CHANNEL}`);
+
   // A secrets change makes a new revision; a steady stream of requests sees no failure across the switch.
   let failures = 0;
   const seenFailures: string[] = [];
@@ -164,6 +181,8 @@ test('the example app is built, deployed, served at its stable URL, updated with
   assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'bye-from-secret');
   // The old revision's processes were drained and stopped; its data stays in the database.
   assert.match((await requestApp(service, url, '/notes')).body, /remember the milk/);
+  await eventually('the first revision to be told it was replaced', () => told.length > 0);
+  assert.deepEqual(told, [first.id], 'the replaced revision is named, once');
 
   // Roll back: redeploy revision 1, which runs its own secrets again.
   const rolled = await service.api('POST', `/v2/deployments/${deploymentId}/revisions/${first.id}/redeploy`);
@@ -171,6 +190,9 @@ test('the example app is built, deployed, served at its stable URL, updated with
   const third = await waitForRevision(service, deploymentId, rolled.body.latest_revision_id);
   assert.equal(third.status, 'DEPLOYED', JSON.stringify(third));
   assert.equal(JSON.parse((await requestApp(service, url, '/')).body).greeting, 'hello-from-secret');
+  await eventually('the second revision to be told it was replaced', () => told.length > 1);
+  assert.deepEqual(told, [first.id, second.id], 'never the revision that serves');
+  await listener.end();
   // Its build output was still there: copied, not built again.
   assert.ok(
     (await revisionLog(service, deploymentId, third.id, 'build')).some((line) =>

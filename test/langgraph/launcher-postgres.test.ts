@@ -21,6 +21,7 @@ import { after, before } from 'node:test';
 import { promisify } from 'node:util';
 import { Client } from '@langchain/langgraph-sdk';
 import pg from 'pg';
+import { REPLACED_CHANNEL } from '../../src/dataplane/app-replaced.ts';
 import { freePort } from '../../src/db/embedded-postgres.ts';
 import { langGraphUsage } from '../../src/store/app-database-usage.ts';
 import { createTestDatabase, type TestDatabase } from '../helpers.ts';
@@ -282,6 +283,64 @@ test("a client reconnecting with Last-Event-ID, on another instance, gets only t
   for (const server of [one, two]) {
     server.child.kill('SIGTERM');
     await exited(server.child);
+  }
+});
+
+test("an instance told that its revision was replaced (the data plane's NOTIFY) takes no more runs; the serving one takes them all", async () => {
+  // The graph says which revision's instance executed it.
+  await fs.writeFile(
+    path.join(project, 'src', 'which.ts'),
+    `import { Annotation, END, START, StateGraph } from '@langchain/langgraph';
+const State = Annotation.Root({ n: Annotation<number>(), revision: Annotation<string>() });
+export const graph = new StateGraph(State)
+  .addNode('which', () => ({ revision: process.env.SLIPWAY_REVISION_ID ?? '' }))
+  .addEdge(START, 'which')
+  .addEdge('which', END)
+  .compile();
+`,
+  );
+  await fs.writeFile(
+    path.join(project, 'which.json'),
+    JSON.stringify({ node_version: '20', graphs: { which: './src/which.ts:graph' } }),
+  );
+  const env = (revision: string) => ({ DATABASE_URL: database.url, SLIPWAY_REVISION_ID: revision });
+  const old = await startServer('which.json', env('rev-old'));
+  const serving = await startServer('which.json', env('rev-new'));
+  try {
+    // Another revision's name changes nothing for either.
+    // The channel the data plane sends on (src/dataplane/app-replaced.ts): the launcher must listen there.
+    await query('select pg_notify($1, $2)', [REPLACED_CHANNEL, 'rev-other']);
+    await query('select pg_notify($1, $2)', [REPLACED_CHANNEL, 'rev-old']);
+    await eventually('the old instance to say it takes no more runs', () => /no more runs/.test(old.output()), {
+      seconds: 20,
+    });
+    assert.doesNotMatch(serving.output(), /no more runs/, 'the serving revision was not named');
+    // Runs made through the old instance (its HTTP requests are still being drained) run on the new one.
+    const thread = await old.client.threads.create();
+    const made = [];
+    for (let n = 0; n < 6; n += 1) {
+      const other = await old.client.threads.create();
+      made.push(await old.client.runs.create(other.thread_id, 'which', { input: { n } }));
+    }
+    made.push(await old.client.runs.create(thread.thread_id, 'which', { input: { n: 6 } }));
+    const revisions = [];
+    for (const run of made) {
+      const values = (await serving.client.runs.join(run.thread_id, run.run_id)) as { revision: string };
+      revisions.push(values.revision);
+    }
+    assert.deepEqual(
+      revisions,
+      made.map(() => 'rev-new'),
+      'every run executed by the serving revision',
+    );
+    // The old instance still serves what it is asked and stops as before.
+    assert.equal((await old.client.threads.get(thread.thread_id)).status, 'idle');
+  } finally {
+    // Stopped even when the test fails: a leftover instance would take the next tests' runs.
+    for (const server of [old, serving]) {
+      server.child.kill('SIGTERM');
+      assert.equal(await exited(server.child), 0, server.output());
+    }
   }
 });
 
