@@ -79,7 +79,10 @@ async function stopForDisk(r: RuntimeState, deploymentId: string, app: RunningAp
   );
 }
 
-/** Routes the stable URL to `next`, then drains and stops what served before. */
+/**
+ * Routes the stable URL to `next`, tells the revision that served before that it was replaced
+ * (src/dataplane/app-replaced.ts), then drains and stops its instances.
+ */
 export async function serve(r: RuntimeState, deploymentId: string, next: RunningApp): Promise<void> {
   const { deps } = r;
   const previous = r.apps.get(deploymentId);
@@ -99,11 +102,12 @@ export async function serve(r: RuntimeState, deploymentId: string, next: Running
       if (replaced) told = tellRevisionReplaced(r, deploymentId, replaced, next.revisionId);
     },
   });
+  // Told before it is stopped, too (a drain with nothing in flight ends at once).
+  await told;
   if (previous && previous !== next) {
     previous.log.system(`Revision ${next.revisionId} serves now; stopping this one`);
     await release(r, deploymentId, previous);
   }
-  await told;
 }
 
 /**

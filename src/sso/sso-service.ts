@@ -106,7 +106,8 @@ export function createSsoService(deps: SsoServiceDeps) {
      * A new sign-in: where to send the browser, and its state cookie (the sign-in sealed: cookie-safe,
      * base64url parts joined by dots). Nothing is stored.
      */
-    start: async (returnTo: unknown) => startSignIn({ db, secretBox, redirectUri, ...configured() }, returnTo),
+    start: async (returnTo: unknown) =>
+      startSignIn({ db, secretBox, redirectUri, ...configured(), ...(now ? { now } : {}) }, returnTo),
 
     /**
      * The provider's redirect back: `stateCookie` is this browser's state cookie. Throws SignInError

@@ -5,7 +5,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
-import type { Clock } from '../clock.ts';
+import { systemClock, type Clock } from '../clock.ts';
 import type { SsoConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { Database, Db } from '../store/schema.ts';
@@ -32,7 +32,10 @@ export interface SignInDeps {
   redirectUri: string;
   oidc: OidcClient;
   sso: SsoConfig;
-  /** What a session's expiry is dated by (src/sso/sso-store.ts); the database's `now()` when absent. */
+  /**
+   * The service's clock: what a sign-in's ten minutes and a session's expiry are dated and judged by
+   * (src/sso/sso-store.ts); the real time, and the database's `now()` in SQL, when absent.
+   */
   now?: Clock;
 }
 
@@ -147,7 +150,7 @@ export async function startSignIn(
   deps: SignInDeps,
   returnTo: unknown,
 ): Promise<{ url: string; cookie: string; ttlSeconds: number }> {
-  const { oidc, secretBox, redirectUri } = deps;
+  const { oidc, secretBox, redirectUri, now } = deps;
   const started = await oidc.authorizationRequest(redirectUri);
   const state: SignInState = {
     p: SIGN_IN_PURPOSE,
@@ -155,7 +158,7 @@ export async function startSignIn(
     v: started.codeVerifier,
     n: started.nonce,
     r: safeReturnTo(returnTo),
-    e: Date.now() + SIGN_IN_TTL_SECONDS * 1000,
+    e: (now ?? systemClock)().getTime() + SIGN_IN_TTL_SECONDS * 1000,
   };
   return { url: started.url, cookie: secretBox.seal(JSON.stringify(state)), ttlSeconds: SIGN_IN_TTL_SECONDS };
 }
@@ -182,7 +185,7 @@ export async function finishSignIn(deps: SignInDeps, callback: URL, stateCookie:
       'This sign-in was finished already or has expired. Start again from the sign-in page.',
     );
   const stateHash = hashToken(pending.s);
-  if (pending.e <= Date.now() || (await stateUsed(db, stateHash))) throw used();
+  if (pending.e <= (now ?? systemClock)().getTime() || (await stateUsed(db, stateHash))) throw used();
   const claims = await oidc.finish(
     callback,
     { state: pending.s, codeVerifier: pending.v, nonce: pending.n },
@@ -190,7 +193,7 @@ export async function finishSignIn(deps: SignInDeps, callback: URL, stateCookie:
   );
   // Recorded once the provider accepted the code (it gives each code once, so two copies of a
   // callback racing here cannot both get this far); only real sign-ins add a row.
-  if (!(await useState(db, stateHash, new Date(pending.e)))) throw used();
+  if (!(await useState(db, stateHash, new Date(pending.e), now))) throw used();
   const identity = identityOf(claims, sso.groupsClaim);
   const organizations = [
     ...new Set((await matchingMappings(db, identity, null)).map((mapping) => mapping.organization_id)),

@@ -133,13 +133,11 @@ export async function stateUsed(db: Db, stateHash: Buffer): Promise<boolean> {
  * Marks a sign-in's state used, once: true the first time, false when a callback with this state got
  * through already. Called only once the provider accepted the code, so only real sign-ins add a row;
  * kept until the sign-in would have expired anyway (its sealed cookie says when). Expired marks are
- * dropped here, so the table stays small without a job.
+ * dropped here (by `clock`, or the database's `now()`: src/store/sql-now.ts), so the table stays small
+ * without a job.
  */
-export async function useState(db: Db, stateHash: Buffer, expiresAt: Date): Promise<boolean> {
-  await db
-    .deleteFrom('sso_used_states')
-    .where('expires_at', '<', sql<Date>`now()`)
-    .execute();
+export async function useState(db: Db, stateHash: Buffer, expiresAt: Date, clock?: Clock): Promise<boolean> {
+  await db.deleteFrom('sso_used_states').where('expires_at', '<', sqlNow(clock)).execute();
   const row = await db
     .insertInto('sso_used_states')
     .values({ state_hash: stateHash, expires_at: expiresAt })

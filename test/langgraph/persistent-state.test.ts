@@ -18,6 +18,7 @@
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -26,7 +27,13 @@ import { test } from '../support/limited-test.ts';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@langchain/langgraph-sdk';
 import { databaseUrl, withClient } from '../../src/db/admin-client.ts';
-import { startTestService, uploadApp, waitForRevision, type TestService } from '../dataplane/data-plane-harness.ts';
+import {
+  revisionLog,
+  startTestService,
+  uploadApp,
+  waitForRevision,
+  type TestService,
+} from '../dataplane/data-plane-harness.ts';
 import { eventually } from '../support/wait.ts';
 
 const EXAMPLE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../examples/langgraph-js');
@@ -40,6 +47,8 @@ let service: TestService;
 let source: string;
 let deploymentId: string;
 let slug: string;
+/** The stable URL's host, for requests through the edge. */
+let appHost: string;
 let firstRevisionId: string;
 
 before(async () => {
@@ -62,6 +71,7 @@ before(async () => {
   assert.equal(revision.status, 'DEPLOYED', JSON.stringify(revision));
   const url: string = (await service.api('GET', `/v2/deployments/${deploymentId}`)).body.source_config.custom_url;
   slug = new URL(url).hostname.split('.')[0]!;
+  appHost = new URL(url).host;
 });
 
 after(async () => {
@@ -421,6 +431,27 @@ function processesNaming(text: string): number[] {
 }
 
 test('a thread survives a redeploy and a rollback, and the whole worker restarting', async () => {
+  // A request in flight to revision 1 through the stable URL when revision 2 takes over: a join of a run
+  // that would take minutes, so revision 1's instances drain it (SLIPWAY_DRAIN_SECONDS) after the switch.
+  const [first] = await instanceClients();
+  const held = await first.threads.create();
+  const heldRun = await first.runs.create(held.thread_id, 'agent', { input: { text: 'words' }, config: slow(600_000) });
+  const holding = new Promise<void>((resolve) => {
+    const request = http.get(
+      {
+        host: '127.0.0.1',
+        port: service.edge.port,
+        path: `/threads/${held.thread_id}/runs/${heldRun.run_id}/join`,
+        headers: { host: appHost },
+      },
+      (response) => {
+        response.resume();
+        response.on('end', resolve);
+        response.on('error', () => resolve());
+      },
+    );
+    request.on('error', () => resolve());
+  });
   // Redeploy: a new secret makes revision 2, on new instances.
   const patched = await service.api('PATCH', `/v2/deployments/${deploymentId}`, {
     secrets: [{ name: 'REPLY_PREFIX', value: 'Second' }, SECRETS[1]],
@@ -428,15 +459,12 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
   assert.equal(patched.status, 200, JSON.stringify(patched.body));
   const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id, undefined, 480);
   assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
-  // Until its drain ends, revision 1's instances still take runs from the queue (docs/langgraph.md,
-  // "Redeploys"): a run queued now is the new code's once they are gone.
-  await eventually(
-    'the instances of revision 1 to have stopped',
-    () => revisionProcesses(firstRevisionId).length === 0,
-    {
-      seconds: 120,
-    },
-  );
+  // Told at the switch, both of revision 1's instances take no more runs while they drain
+  // (docs/langgraph.md, "Redeploys"): a run queued now is the new code's, whichever instance is asked.
+  await eventually('both instances of revision 1 to say they take no more runs', async () => {
+    const lines = await revisionLog(service, deploymentId, firstRevisionId, 'deploy');
+    return lines.filter((line) => line.includes('takes no more runs')).length === 2;
+  });
   let [a, b] = await instanceClients();
   assert.deepEqual(findingsOf((await b.threads.getState(sharedThreadId)).values), ['4 words', 'shouted: SHOUT THIS']);
   const continued = await a.runs.wait(sharedThreadId, 'agent', { input: { text: 'sentences: one.' } });
@@ -445,6 +473,9 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
     'Second: 4 words; shouted: SHOUT THIS; 1 sentence(s).',
     'the new revision continues the conversation',
   );
+  // The held run was given back when revision 1 stopped, and is revision 2's now: cancelled, it ends.
+  await b.runs.cancel(held.thread_id, heldRun.run_id);
+  await holding;
 
   // Rollback to revision 1: the thread is still there, and the old code continues it.
   const rollback = await service.api('POST', `/v2/deployments/${deploymentId}/revisions/${firstRevisionId}/redeploy`);

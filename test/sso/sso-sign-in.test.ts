@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 
 import { hashToken } from '../../src/sso/sso-service.ts';
 import { unreachableUrl } from '../fakes/oidc-server.ts';
+import { createTestClock } from '../support/clock.ts';
 import { client } from '../support/harness.ts';
 import {
   asPerson,
@@ -37,8 +38,12 @@ const partsOf = (jwt: string) => {
   };
 };
 
+/** The service's clock: moved, not waited for, to see a sign-in expire. */
+const clock = createTestClock();
+
 before(async () => {
   t = await createSsoTestApp({
+    now: clock.now,
     // The token endpoint's answer passes through here; with `tamper` set, its ID token is replaced.
     ssoFetch: async (url, init) => {
       const response = await fetch(url, init);
@@ -253,16 +258,25 @@ describe('sign-ins under way, and signing in again', () => {
     assert.equal(await used(), before + 1, 'a sign-in that got through is recorded, against replay');
   });
 
-  test('a sign-in cookie past its ten minutes is refused, though sealed by the service', async () => {
-    const attempt = await startSignIn(t, 'alice');
-    const opened = JSON.parse(t.secretBox.open(attempt.state)) as Record<string, unknown>;
-    const expired = t.secretBox.seal(JSON.stringify({ ...opened, e: Date.now() - 1 }));
+  test("a sign-in cookie past its ten minutes on the service's clock is refused; a used one's mark goes with them", async () => {
+    const usedMarks = async () =>
+      (await t.database.db.selectFrom('sso_used_states').select('state_hash').execute()).length;
+    const onTime = await startSignIn(t, 'alice');
+    const late = await startSignIn(t, 'alice');
+    clock.advance(9 * 60_000);
+    assert.equal((await finishSignIn(t, onTime.callbackPath, onTime.state)).status, 200, 'nine minutes on: still good');
+    assert.ok((await usedMarks()) >= 1, 'the finished sign-in is marked used');
+    clock.advance(2 * 60_000);
     const before = await sessionCount();
-    const done = await finishSignIn(t, attempt.callbackPath, expired);
+    const done = await finishSignIn(t, late.callbackPath, late.state);
     assert.equal(done.status, 400, done.page);
     assert.match(done.page, /finished already or has expired/);
     assert.equal(done.session, null);
     assert.equal(await sessionCount(), before);
+    // The next sign-in that gets through drops the marks of sign-ins expired by now: only its own is left.
+    const next = await startSignIn(t, 'alice');
+    assert.equal((await finishSignIn(t, next.callbackPath, next.state)).status, 200);
+    assert.equal(await usedMarks(), 1, 'the expired marks are dropped');
   });
 
   test('a value the service sealed for something else does not pass for a sign-in cookie', async () => {
