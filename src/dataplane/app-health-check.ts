@@ -4,6 +4,7 @@
  * its port, another status, no answer) and whether it was short of CPU.
  */
 import { cpuStarvation } from './cgroup-cpu-starvation.ts';
+import { listenerUids } from './port-listeners.ts';
 import type { RunningProcess } from './process-runner.ts';
 import type { Usage } from './resource-limits.ts';
 
@@ -14,9 +15,16 @@ export class HealthCheckError extends Error {
   }
 }
 
-/** What one probe of the health path found: a 2xx, another status, nothing listening, or no answer. */
+/**
+ * What one probe of the health path found: a 2xx, another status, nothing listening, no answer, or an
+ * answer from another user's process holding the instance's port (`heldBy`: its uids).
+ */
 export type Probe =
-  { ok: true } | { ok: false; status: number } | { ok: false; refused: true } | { ok: false; silent: true };
+  | { ok: true }
+  | { ok: false; status: number }
+  | { ok: false; refused: true }
+  | { ok: false; silent: true }
+  | { ok: false; heldBy: number[] };
 
 /** How long one probe waits for an answer. */
 const PROBE_TIMEOUT_MS = 2_000;
@@ -37,7 +45,26 @@ export async function probe(port: number, path: string): Promise<Probe> {
   }
 }
 
-export const answers2xx = async (port: number, path: string) => (await probe(port, path)).ok;
+/**
+ * A probe's 2xx from an instance on a network shared with the host (docs/data-plane.md), where any
+ * process may bind the port it was given before it does: it counts only when no user but the instance's
+ * own (`users`: its processes' uids but the service's) listens on the port (src/dataplane/port-listeners.ts).
+ * With no user known (the instance runs as the service's user), nothing tells them apart.
+ */
+export async function answeredByItself(found: Probe, port: number, users: readonly number[]): Promise<Probe> {
+  if (!found.ok || users.length === 0) return found;
+  const heldBy = (await listenerUids(port)).filter((uid) => !users.includes(uid));
+  return heldBy.length > 0 ? { ok: false, heldBy } : found;
+}
+
+/** What a user reads of a port another user's process holds. */
+export function portHeldMessage(port: number, heldBy: readonly number[]): string {
+  return (
+    ` Port ${port} is held by another user's process (uid ${heldBy.join(', ')}), not this instance's: ` +
+    `something else bound it before the app did, and its answers do not count. Deploy again for another port; ` +
+    `on a data plane without slirp4netns and socat apps share the host's network (the start log says so).`
+  );
+}
 
 /**
  * The mistake a health check that ran out of time points at: from the last probe of the instance, and
@@ -56,6 +83,7 @@ function describeMiss(last: Probe | null, port: number, path: string, listening:
     );
   }
   if (last === null || last.ok) return '';
+  if ('heldBy' in last) return portHeldMessage(port, last.heldBy);
   if ('status' in last) return ` It answered ${last.status} on ${path}: the health path must answer 2xx.`;
   return ` It accepted connections on port ${port} but did not answer ${path} within ${PROBE_TIMEOUT_MS / 1000} s.`;
 }

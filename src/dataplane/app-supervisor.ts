@@ -9,7 +9,14 @@ import { freeAppPort } from './app-ports.ts';
 import { startProcess, type Exit, type OutputSink, type RunningProcess } from './process-runner.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 import type { Usage } from './resource-limits.ts';
-import { answers2xx, healthCheckMissed, HealthCheckError, probe, type Probe } from './app-health-check.ts';
+import {
+  healthCheckMissed,
+  HealthCheckError,
+  portHeldMessage,
+  probe,
+  answeredByItself,
+  type Probe,
+} from './app-health-check.ts';
 
 export { HealthCheckError } from './app-health-check.ts';
 
@@ -68,6 +75,12 @@ interface Instance {
   command: string;
   port: number | null;
   process: RunningProcess | null;
+  /**
+   * The users its processes were last seen running as (RunningProcess.users): on a network shared with
+   * the host, whose listener on its port counts as the instance's. Kept across an exit, which a probe
+   * may meet before the exit is noticed.
+   */
+  users: number[];
   crashes: number;
   /** Exits while it should run, never reset (crashes is, after a stable run). */
   restarts: number;
@@ -117,6 +130,7 @@ function newInstance(spec: InstanceSpec, index: number): Instance {
     command: spec.command,
     port: null,
     process: null,
+    users: [],
     crashes: 0,
     restarts: 0,
     startedAt: 0,
@@ -181,6 +195,18 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     });
   };
 
+  /**
+   * One probe of a web instance's health path. On a network shared with the host, an answer counts only
+   * when no other user's process listens on its port (probeShared, src/dataplane/app-health-check.ts).
+   */
+  const probeInstance = async (instance: Instance): Promise<Probe> => {
+    const found = await probe(instance.port!, options.healthCheckPath);
+    if (!found.ok || options.sandbox.networkIsolated) return found;
+    const users = (await instance.process?.users()) ?? [];
+    if (users.length > 0) instance.users = users;
+    return answeredByItself(found, instance.port!, instance.users);
+  };
+
   return {
     leftovers,
     stats: () =>
@@ -243,9 +269,14 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
         if (stopped) throw new HealthCheckError('The app was stopped.');
         for (const instance of [...pending]) {
           if (instance.crashes > 0 || !instances.includes(instance)) {
-            throw new HealthCheckError(`The app exited before its health check passed (instance ${instance.id}).`);
+            // Most likely because another user's process held its port, when a probe saw one.
+            const last = lastProbe.get(instance);
+            const held = last && 'heldBy' in last ? portHeldMessage(instance.port!, last.heldBy) : '';
+            throw new HealthCheckError(
+              `The app exited before its health check passed (instance ${instance.id}).${held}`,
+            );
           }
-          const found = await probe(instance.port!, options.healthCheckPath);
+          const found = await probeInstance(instance);
           lastProbe.set(instance, found);
           if (found.ok) {
             instance.pending = false;
@@ -273,9 +304,7 @@ export function createAppSupervisor(options: SupervisorOptions): AppSupervisor {
     async healthy() {
       const web = instances.filter((i) => i.kind === 'web');
       const answers = await Promise.all(
-        web.map(
-          async (i) => i.process !== null && i.port !== null && (await answers2xx(i.port, options.healthCheckPath)),
-        ),
+        web.map(async (i) => i.process !== null && i.port !== null && (await probeInstance(i)).ok),
       );
       return answers.every(Boolean) && instances.every((i) => i.process !== null);
     },

@@ -22,6 +22,7 @@ import {
   type ProcessIdentity,
 } from './process-identity.ts';
 import type { ResourceGroup, Usage } from './resource-limits.ts';
+import { processUid } from './port-listeners.ts';
 import { attachNetwork, type NetworkAttachment } from './sandbox-network.ts';
 import type { Sandbox, SandboxRun } from './sandbox.ts';
 
@@ -58,6 +59,11 @@ export interface RunningProcess {
    * port: which one the app opened instead); null without a namespace of its own.
    */
   listeningPorts(): Promise<number[] | null>;
+  /**
+   * The users its processes run as on the host, but the service's own (its wrappers run as that): empty
+   * when the command runs as the service's user, or has no process left.
+   */
+  users(): Promise<number[]>;
 }
 
 const noUsage: Usage = Object.freeze({ cpuSeconds: null, memoryBytes: null });
@@ -283,6 +289,14 @@ function startAttempt(options: RunOptions): RunningProcess {
       if (!init || !sandbox.networkIsolated) return null;
       return listeningPortsOf(init.pid);
     },
+    async users() {
+      if (child.pid === undefined) return [];
+      const groups = [child.pid, ...(sandboxInit ? [sandboxInit.pid] : [])];
+      const members = (await Promise.all(groups.map((pgid) => groupMembers(pgid)))).flat();
+      const uids = await Promise.all([...new Set(members)].map((pid) => processUid(pid)));
+      const own = process.getuid?.() ?? null;
+      return [...new Set(uids.filter((uid): uid is number => uid !== null && uid !== own))];
+    },
     async stop(graceMs) {
       if (plan.hold === 'bwrap') await terminateInside(child, sandboxInit);
       else signalGroup(child, 'SIGTERM', sandboxInit);
@@ -358,6 +372,7 @@ export function startProcess(options: RunOptions): RunningProcess {
     exited,
     usage: () => current.usage(),
     listeningPorts: () => current.listeningPorts(),
+    users: () => current.users(),
     async stop(graceMs) {
       stopping = true;
       await current.stop(graceMs);
