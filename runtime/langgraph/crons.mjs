@@ -19,6 +19,7 @@ export function createCrons(ctx) {
     instanceId,
     isAuthMatching,
     json,
+    lane,
     live,
     logger,
     notFound,
@@ -103,8 +104,8 @@ export function createCrons(ctx) {
     );
     const { rows } = await pool.query(
       `insert into ${SCHEMA}.crons (cron_id, assistant_id, thread_id, user_id, schedule, timezone, payload, metadata,
-         enabled, on_run_completed, end_time, next_run_date)
-       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) returning *`,
+         enabled, on_run_completed, end_time, next_run_date, lane)
+       values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) returning *`,
       [
         uuid7(),
         assistantId,
@@ -118,6 +119,7 @@ export function createCrons(ctx) {
         threadId == null ? (body.on_run_completed ?? 'delete') : null,
         body.end_time ?? null,
         next,
+        lane,
       ],
     );
     return cronOf(rows[0]);
@@ -238,8 +240,9 @@ export function createCrons(ctx) {
   async function fireDueCrons() {
     const due = await transaction(async (client) => {
       const { rows } = await client.query(
-        `select * from ${SCHEMA}.crons where enabled and next_run_date <= now() order by next_run_date
+        `select * from ${SCHEMA}.crons where enabled and next_run_date <= now() and lane = $1 order by next_run_date
          limit 20 for update skip locked`,
+        [lane],
       );
       const fired = [];
       for (const row of rows) {

@@ -13,6 +13,11 @@ export async function createInstance({ pg, pool, logger }) {
   const live = { stopping: false, replaced: false, wakeups: 0 };
   // The revision this instance runs (the data plane's environment); none outside Slipway's data plane.
   const revision = process.env.SLIPWAY_REVISION_ID ?? '';
+  // Its lane: the endpoint it serves (SLIPWAY_ENDPOINT), '' for the deployment's own URL. The instances of
+  // a deployment's endpoints share its database, and so its queue, with those of its own URL: each takes
+  // only the runs, and fires only the crons, made through its own lane, so a pull request's preview never
+  // runs the deployment's work with its code, nor the deployment a preview's.
+  const lane = process.env.SLIPWAY_ENDPOINT ?? '';
   let listener = null;
   async function listen() {
     const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
@@ -110,6 +115,7 @@ export async function createInstance({ pg, pool, logger }) {
 
   return {
     bus,
+    lane,
     live,
     /** Whether this instance takes new runs: not once it is stopping, or its revision was replaced. */
     takesRuns: () => !live.stopping && !live.replaced,

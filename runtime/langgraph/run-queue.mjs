@@ -9,6 +9,7 @@ export function createRunQueue(ctx) {
   const {
     appendEvent,
     instanceId,
+    lane,
     leaseSeconds,
     local,
     logger,
@@ -19,7 +20,7 @@ export function createRunQueue(ctx) {
     threadTtl,
     transaction,
   } = ctx;
-  /** Claims the oldest runnable pending run (none of its thread's runs running), with a lease. */
+  /** Claims the oldest runnable pending run of its lane (none of its thread's runs running), with a lease. */
   async function claimRun() {
     // A stopping instance takes nothing more (what it gives back must not come back to it), nor does
     // one whose revision was replaced.
@@ -27,9 +28,10 @@ export function createRunQueue(ctx) {
     return transaction(async (client) => {
       const candidate = await client.query(
         `select r.run_id, r.thread_id from ${SCHEMA}.runs r join ${SCHEMA}.threads t on t.thread_id = r.thread_id
-         where r.status = 'pending' and r.created_at <= now()
+         where r.status = 'pending' and r.created_at <= now() and r.lane = $1
            and not exists (select 1 from ${SCHEMA}.runs x where x.thread_id = r.thread_id and x.status = 'running')
          order by r.created_at limit 1 for update of t, r skip locked`,
+        [lane],
       );
       const row = candidate.rows[0];
       if (!row) return null;

@@ -22,6 +22,7 @@ export function createRuns(ctx) {
     instanceId,
     isAuthMatching,
     json,
+    lane,
     live,
     local,
     logger,
@@ -180,8 +181,8 @@ export function createRuns(ctx) {
               : { ...assistant.context, ...kwargs.context },
         };
         const { rows } = await client.query(
-          `insert into ${SCHEMA}.runs (run_id, thread_id, assistant_id, metadata, status, kwargs, multitask_strategy, created_at)
-           values ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8)) returning *`,
+          `insert into ${SCHEMA}.runs (run_id, thread_id, assistant_id, metadata, status, kwargs, multitask_strategy, created_at, lane)
+           values ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9) returning *`,
           [
             runId,
             threadId,
@@ -191,6 +192,7 @@ export function createRuns(ctx) {
             json(runKwargs),
             multitaskStrategy,
             afterSeconds,
+            lane,
           ],
         );
         await client.query('select pg_notify($1, $2)', [WAKE_CHANNEL, runId]);

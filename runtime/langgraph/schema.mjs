@@ -117,6 +117,10 @@ export const MIGRATIONS = [
      protocol_version text,
      created_at timestamptz not null default now(),
      closed_at timestamptz)`,
+  // Lanes (instance.mjs): the deployment's own URL ('') or one of its endpoints, a pull request's preview
+  // among them. A run or cron made through an instance of a lane is the lane's instances' only.
+  `alter table ${SCHEMA}.runs add column lane text not null default ''`,
+  `alter table ${SCHEMA}.crons add column lane text not null default ''`,
 ];
 
 /**

@@ -1,5 +1,5 @@
 /**
- * `slipway backup <file>` and `slipway restore <file>`: operator commands run where the service runs,
+ * `slipway backup <file>`, `slipway restore <file>` and `slipway remove-data`: operator commands run where the service runs,
  * configured as the service is (DATABASE_URL, SLIPWAY_DATA_DIR, SLIPWAY_ENCRYPTION_KEY; see README,
  * "Configuration"), like `npm run rotate-key`. They talk to the database, not to the API: no login is
  * needed, and the encryption key is what proves the right to read the backup. docs/operations.md, "Back
@@ -143,6 +143,29 @@ export function restoreCommand(runtime: CliRuntime): Command {
           `restored, but ${appDataNotRestored.length} app database(s) are empty because their data did not load: ${appDataNotRestored.map((app) => `${app.name} (deployment ${app.deploymentId})`).join(', ')}; see the warnings above`,
           EXIT.failed,
         );
+    });
+  });
+}
+
+export function removeDataCommand(runtime: CliRuntime): Command {
+  const say = (line: string) => runtime.streams.stdout.write(`${line}\n`);
+  return withExample(
+    new Command('remove-data')
+      .description(
+        "Remove the service's data directory (its embedded database, encryption key, builds and apps' files) for good, to start again from nothing; the service must be stopped",
+      )
+      .option('--yes', 'remove it: without this nothing is removed'),
+    ['slipway remove-data --yes', 'SLIPWAY_DATA_DIR=/var/lib/slipway slipway remove-data --yes'],
+  ).action(async (options: { yes?: boolean }) => {
+    await asCliErrors(runtime, async () => {
+      const { config, logger } = await setUp(false);
+      const { dataDirectories, removeData } = await import('../ops/remove-data.ts');
+      if (options.yes !== true)
+        throw new CliError(
+          `This removes ${dataDirectories(config).join(' and ')} for good (the encryption key too: a backup cannot be restored without it); run it again with --yes. Nothing was removed.`,
+          EXIT.usage,
+        );
+      await removeData({ config, logger, say });
     });
   });
 }

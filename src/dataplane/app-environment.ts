@@ -44,6 +44,8 @@ export function buildEnvironment(
 export interface PlatformVariables {
   deploymentId: string;
   revisionId: string;
+  /** The endpoint the instances serve (a pull request's preview is one); null for the deployment's own URL. */
+  endpoint: string | null;
   tracingProjectId: string;
   tracingProjectName: string;
   apiUrl: string;
@@ -96,6 +98,8 @@ export function runEnvironment(
     ...(paths.data ? { SLIPWAY_DATA_DIR: paths.data } : {}),
     SLIPWAY_DEPLOYMENT_ID: platform.deploymentId,
     SLIPWAY_REVISION_ID: platform.revisionId,
+    // Empty for the deployment's own URL: set either way, so the app's env cannot name an endpoint.
+    SLIPWAY_ENDPOINT: platform.endpoint ?? '',
     SLIPWAY_TRACING_PROJECT_ID: platform.tracingProjectId,
     SLIPWAY_TRACING_PROJECT_NAME: platform.tracingProjectName,
     SLIPWAY_API_URL: platform.apiUrl,

@@ -95,6 +95,7 @@ export async function startApp(
   const env = runEnvironment(sandbox.appPaths(dirs.app, dataDir), appConfig.env, secrets, {
     deploymentId: job.deployment.id,
     revisionId: job.revisionId,
+    endpoint,
     tracingProjectId: job.deployment.tracing_project_id,
     tracingProjectName: tracingProject ?? job.deployment.name,
     apiUrl: reach.apiUrl,

@@ -12,6 +12,7 @@ import { runEnvironment, type PlatformVariables } from '../../src/dataplane/app-
 const PLATFORM: PlatformVariables = {
   deploymentId: 'd',
   revisionId: 'r',
+  endpoint: null,
   tracingProjectId: 't',
   tracingProjectName: 'n',
   apiUrl: 'http://10.0.2.2:8124',
@@ -49,4 +50,10 @@ test('SLIPWAY_APPS_PROTOCOLS_AUTH: deployment by default, credential, and nothin
     () => loadConfig({ ...base, SLIPWAY_APPS_PROTOCOLS_AUTH: 'closed' }),
     (error: unknown) => error instanceof ConfigError && /deployment or credential/.test(error.message),
   );
+});
+
+test("SLIPWAY_ENDPOINT: the endpoint the instances serve, empty for the deployment's own URL, which the app's env cannot name", () => {
+  const env = { SLIPWAY_ENDPOINT: 'pr-1' };
+  assert.equal(runEnvironment(PATHS, env, {}, PLATFORM).SLIPWAY_ENDPOINT, '');
+  assert.equal(runEnvironment(PATHS, env, {}, { ...PLATFORM, endpoint: 'staging' }).SLIPWAY_ENDPOINT, 'staging');
 });

@@ -286,14 +286,17 @@ test("a client reconnecting with Last-Event-ID, on another instance, gets only t
   }
 });
 
-test("an instance told that its revision was replaced (the data plane's NOTIFY) takes no more runs; the serving one takes them all", async () => {
-  // The graph says which revision's instance executed it.
+/** A graph that says which instance executed it: its revision and endpoint (the data plane's variables). */
+async function writeWhichGraph(): Promise<void> {
   await fs.writeFile(
     path.join(project, 'src', 'which.ts'),
     `import { Annotation, END, START, StateGraph } from '@langchain/langgraph';
-const State = Annotation.Root({ n: Annotation<number>(), revision: Annotation<string>() });
+const State = Annotation.Root({ n: Annotation<number>(), revision: Annotation<string>(), endpoint: Annotation<string>() });
 export const graph = new StateGraph(State)
-  .addNode('which', () => ({ revision: process.env.SLIPWAY_REVISION_ID ?? '' }))
+  .addNode('which', () => ({
+    revision: process.env.SLIPWAY_REVISION_ID ?? '',
+    endpoint: process.env.SLIPWAY_ENDPOINT ?? '',
+  }))
   .addEdge(START, 'which')
   .addEdge('which', END)
   .compile();
@@ -303,6 +306,10 @@ export const graph = new StateGraph(State)
     path.join(project, 'which.json'),
     JSON.stringify({ node_version: '20', graphs: { which: './src/which.ts:graph' } }),
   );
+}
+
+test("an instance told that its revision was replaced (the data plane's NOTIFY) takes no more runs; the serving one takes them all", async () => {
+  await writeWhichGraph();
   const env = (revision: string) => ({ DATABASE_URL: database.url, SLIPWAY_REVISION_ID: revision });
   const old = await startServer('which.json', env('rev-old'));
   const serving = await startServer('which.json', env('rev-new'));
@@ -338,6 +345,42 @@ export const graph = new StateGraph(State)
   } finally {
     // Stopped even when the test fails: a leftover instance would take the next tests' runs.
     for (const server of [old, serving]) {
+      server.child.kill('SIGTERM');
+      assert.equal(await exited(server.child), 0, server.output());
+    }
+  }
+});
+
+test("an endpoint's instances (a pull request's preview) and the deployment's own take only their own runs from the shared queue", async () => {
+  await writeWhichGraph();
+  const main = await startServer('which.json', { DATABASE_URL: database.url, SLIPWAY_REVISION_ID: 'rev-main' });
+  const preview = await startServer('which.json', {
+    DATABASE_URL: database.url,
+    SLIPWAY_REVISION_ID: 'rev-pr',
+    SLIPWAY_ENDPOINT: 'pr-7',
+  });
+  try {
+    const made: { through: string; run: { thread_id: string; run_id: string } }[] = [];
+    for (let n = 0; n < 8; n += 1) {
+      const through = n % 2 === 0 ? main : preview;
+      const thread = await through.client.threads.create();
+      made.push({
+        through: through === main ? 'rev-main' : 'rev-pr',
+        run: await through.client.runs.create(thread.thread_id, 'which', { input: { n } }),
+      });
+    }
+    const executed = [];
+    for (const { run } of made) {
+      const values = (await main.client.runs.join(run.thread_id, run.run_id)) as { revision: string };
+      executed.push(values.revision);
+    }
+    assert.deepEqual(
+      executed,
+      made.map(({ through }) => through),
+      "each run executed by the instances of the address it was made through, never the other's code",
+    );
+  } finally {
+    for (const server of [main, preview]) {
       server.child.kill('SIGTERM');
       assert.equal(await exited(server.child), 0, server.output());
     }
