@@ -45,7 +45,7 @@ async function mountsUnder(dir: string): Promise<string[]> {
 export interface RemoveDataOptions {
   config: Pick<Config, 'dataDir' | 'disk' | 'databaseUrl'>;
   logger: Pick<Logger, 'warn'>;
-  say(line: string): void;
+  say: (line: string) => void;
 }
 
 /**
