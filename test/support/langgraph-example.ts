@@ -43,12 +43,29 @@ const ADDED = [
 /** How long a file waits for another's install, in seconds: a hang guard. */
 const INSTALL_WAIT_SECONDS = 480;
 
+/** How long the whole install may take, in seconds: within what the other files wait for it. */
+const INSTALL_SECONDS = 420;
+
+/** One npm step, ending by `deadline`; its failure says whether time ran out, and npm's last words. */
+async function npm(dir: string, args: string[], deadline: number): Promise<void> {
+  try {
+    await run('npm', args, { cwd: dir, timeout: Math.max(1, deadline - Date.now()), maxBuffer: 16 * 1024 * 1024 });
+  } catch (error) {
+    const failed = error as { killed?: boolean; code?: unknown; stderr?: string };
+    const why = failed.killed
+      ? `stopped when the install's ${INSTALL_SECONDS} s ran out (a busy machine, or a slow registry)`
+      : `exit code ${String(failed.code)}`;
+    const said = (failed.stderr ?? '').trim().split('\n').slice(-15).join('\n');
+    throw new Error(`npm ${args.join(' ')}: ${why}${said ? `; npm said:\n${said}` : ''}`, { cause: error });
+  }
+}
+
 async function install(dir: string): Promise<void> {
   for (const name of ['package.json', 'package-lock.json'])
     await fs.copyFile(path.join(LANGGRAPH_EXAMPLE, name), path.join(dir, name));
-  const npm = { cwd: dir, timeout: 300_000, maxBuffer: 16 * 1024 * 1024 };
-  await run('npm', ['ci', '--no-audit', '--no-fund'], npm);
-  await run('npm', ['install', '--no-save', '--no-audit', '--no-fund', ...ADDED], npm);
+  const deadline = Date.now() + INSTALL_SECONDS * 1000;
+  await npm(dir, ['ci', '--no-audit', '--no-fund'], deadline);
+  await npm(dir, ['install', '--no-save', '--no-audit', '--no-fund', ...ADDED], deadline);
 }
 
 /**
