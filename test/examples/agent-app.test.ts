@@ -330,7 +330,9 @@ describe('the example agent app, with its own database', { timeout: 120_000 }, (
         .get(`${running.base}/healthz`, { agent: false }, (res) => resolve(`answered ${res.statusCode}`))
         .on('error', (error: NodeJS.ErrnoException) => resolve(error.code ?? error.message));
     });
-    assert.equal(refused, 'ECONNREFUSED');
+    // Refused; or reset, when it reached the kernel's queue of the listening socket in the moment before
+    // the app closed it (a busy host can pause the app between its log line and the close): never served.
+    assert.ok(['ECONNREFUSED', 'ECONNRESET'].includes(refused), `a new connection was ${refused}`);
     const { events } = await streamed;
     assert.equal(events.at(-1)?.event, 'done');
     assert.equal(events.filter((e) => e.event === 'token').length, 5);
