@@ -428,8 +428,8 @@ test('a thread survives a redeploy and a rollback, and the whole worker restarti
   assert.equal(patched.status, 200, JSON.stringify(patched.body));
   const second = await waitForRevision(service, deploymentId, patched.body.latest_revision_id, undefined, 480);
   assert.equal(second.status, 'DEPLOYED', JSON.stringify(second));
-  // Until its drain ends, revision 1's instances still take runs from the queue (docs/langgraph.md,
-  // "Redeploys"): a run queued now is the new code's once they are gone.
+  // Revision 1's instances are told at the switch and take no more runs (docs/langgraph.md, "Redeploys");
+  // once they are gone, nothing of revision 1 can run the next one.
   await eventually(
     'the instances of revision 1 to have stopped',
     () => revisionProcesses(firstRevisionId).length === 0,
